@@ -1,0 +1,621 @@
+"""Typed configuration with OpenClaw's keys and defaults (R§1).
+
+Layers, lowest first: built-in defaults < config file (``memorySearch`` or
+``agents.defaults.memorySearch``) < ``agents.list[id=<agent>]`` < environment < CLI flags.
+Keys may be camelCase or snake_case; unknown keys are an error that names the key.  Every
+leaf remembers where its value came from so ``memdir config show`` can say it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+CONFIG_FILENAMES = ("memdir.toml", "memdir.json", "memdir.json5")
+DEFAULT_AGENT_ID = "main"
+
+
+class ConfigError(ValueError):
+    """A configuration problem the user must fix; the message names the key or file."""
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, alias_generator=_camel, validate_assignment=False
+    )
+
+
+def _clamp(value: float, lo: float, hi: float) -> float:
+    return min(hi, max(lo, value))
+
+
+# --- memorySearch ---------------------------------------------------------------------------
+
+
+class BatchConfig(_Model):
+    enabled: bool = False
+    wait: bool = True
+    concurrency: int = 2
+    poll_interval_ms: int = 2000
+    timeout_minutes: float = 60
+
+    @model_validator(mode="after")
+    def _clamp(self) -> BatchConfig:
+        self.concurrency = max(1, int(self.concurrency))
+        self.poll_interval_ms = max(1, int(self.poll_interval_ms))
+        return self
+
+
+class RemoteConfig(_Model):
+    base_url: str | None = None
+    api_key: str | None = None
+    headers: dict[str, str] | None = None
+    batch: BatchConfig = Field(default_factory=BatchConfig)
+    timeout_seconds: float | None = None
+    redact_secrets: bool = False
+
+
+class LocalConfig(_Model):
+    model_path: str | None = None
+    model_cache_dir: str | None = None
+    threads: int | None = None
+    batch_size: int = 16
+
+    @model_validator(mode="after")
+    def _clamp(self) -> LocalConfig:
+        self.batch_size = max(1, int(self.batch_size))
+        if self.threads is not None:
+            self.threads = max(1, int(self.threads))
+        return self
+
+
+class ExperimentalConfig(_Model):
+    session_memory: bool = False
+
+
+class VectorStoreConfig(_Model):
+    enabled: bool = True
+    extension_path: str | None = None
+
+
+class FtsStoreConfig(_Model):
+    tokenizer: Literal["unicode61", "trigram"] = "unicode61"
+
+
+class StoreConfig(_Model):
+    driver: Literal["sqlite"] = "sqlite"
+    path: str | None = None
+    vector: VectorStoreConfig = Field(default_factory=VectorStoreConfig)
+    fts: FtsStoreConfig = Field(default_factory=FtsStoreConfig)
+
+
+class ChunkingConfig(_Model):
+    tokens: int = 400
+    overlap: int = 80
+
+    @model_validator(mode="after")
+    def _clamp(self) -> ChunkingConfig:
+        self.tokens = max(1, int(self.tokens))
+        self.overlap = int(_clamp(int(self.overlap), 0, self.tokens - 1))
+        return self
+
+
+class SessionSyncConfig(_Model):
+    delta_bytes: int = 100_000
+    delta_messages: int = 50
+    post_compaction_force: bool = True
+
+    @model_validator(mode="after")
+    def _clamp(self) -> SessionSyncConfig:
+        self.delta_bytes = max(0, int(self.delta_bytes))
+        self.delta_messages = max(0, int(self.delta_messages))
+        return self
+
+
+class SyncConfig(_Model):
+    on_session_start: bool = True
+    on_search: bool = True
+    watch: bool = True
+    watch_debounce_ms: int = 1500
+    interval_minutes: float = 0
+    search_budget_ms: int = 2000
+    sessions: SessionSyncConfig = Field(default_factory=SessionSyncConfig)
+
+
+class MmrConfig(_Model):
+    enabled: bool = False
+    lambda_: float = Field(default=0.7, alias="lambda")
+
+    @model_validator(mode="after")
+    def _clamp(self) -> MmrConfig:
+        lam = float(self.lambda_)
+        self.lambda_ = 0.7 if not math.isfinite(lam) else _clamp(lam, 0.0, 1.0)
+        return self
+
+
+class TemporalDecayConfig(_Model):
+    enabled: bool = False
+    half_life_days: float = 30
+
+    @model_validator(mode="after")
+    def _clamp(self) -> TemporalDecayConfig:
+        hl = float(self.half_life_days)
+        self.half_life_days = 30 if not math.isfinite(hl) else max(1, math.floor(hl))
+        return self
+
+
+class HybridConfig(_Model):
+    enabled: bool = True
+    vector_weight: float = 0.7
+    text_weight: float = 0.3
+    candidate_multiplier: float = 4
+    mmr: MmrConfig = Field(default_factory=MmrConfig)
+    temporal_decay: TemporalDecayConfig = Field(default_factory=TemporalDecayConfig)
+
+    @model_validator(mode="after")
+    def _normalise(self) -> HybridConfig:
+        vw = _clamp(float(self.vector_weight), 0.0, 1.0)
+        tw = _clamp(float(self.text_weight), 0.0, 1.0)
+        total = vw + tw
+        self.vector_weight, self.text_weight = (0.7, 0.3) if total <= 0 else (vw / total, tw / total)
+        self.candidate_multiplier = int(_clamp(math.floor(float(self.candidate_multiplier)), 1, 20))
+        return self
+
+
+class QueryConfig(_Model):
+    max_results: int = 6
+    min_score: float = 0.35
+    hybrid: HybridConfig = Field(default_factory=HybridConfig)
+    embed_timeout_ms: int = 3000
+
+    @model_validator(mode="after")
+    def _clamp(self) -> QueryConfig:
+        self.max_results = max(0, int(self.max_results))
+        self.min_score = _clamp(float(self.min_score), 0.0, 1.0)
+        return self
+
+    @property
+    def candidates(self) -> int:
+        return candidate_count(self.max_results, self.hybrid.candidate_multiplier)
+
+
+def candidate_count(max_results: int, multiplier: float) -> int:
+    """Size of each signal's candidate pool: ``min(200, max(1, floor(maxResults × mult)))``."""
+    return min(200, max(1, math.floor(max_results * multiplier)))
+
+
+class CacheConfig(_Model):
+    enabled: bool = True
+    max_entries: float | None = None
+
+    @model_validator(mode="after")
+    def _clamp(self) -> CacheConfig:
+        if self.max_entries is not None and math.isfinite(float(self.max_entries)):
+            self.max_entries = max(1, math.floor(float(self.max_entries)))
+        elif self.max_entries is not None:
+            self.max_entries = None
+        return self
+
+
+SOURCES = ("memory", "sessions")
+
+
+class MemorySearchConfig(_Model):
+    enabled: bool = True
+    provider: str = "auto"
+    model: str = ""
+    fallback: str = "none"
+    offline: bool = False
+    remote: RemoteConfig = Field(default_factory=RemoteConfig)
+    local: LocalConfig = Field(default_factory=LocalConfig)
+    experimental: ExperimentalConfig = Field(default_factory=ExperimentalConfig)
+    sources: list[str] = Field(default_factory=lambda: ["memory"])
+    extra_paths: list[str] = Field(default_factory=list)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)
+    sync: SyncConfig = Field(default_factory=SyncConfig)
+    query: QueryConfig = Field(default_factory=QueryConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+
+    @model_validator(mode="after")
+    def _normalise(self) -> MemorySearchConfig:
+        allowed = {"memory"} | ({"sessions"} if self.experimental.session_memory else set())
+        sources: list[str] = []
+        for source in self.sources:
+            if source not in SOURCES:
+                raise ValueError(f"unknown source {source!r} (expected one of {', '.join(SOURCES)})")
+            if source in allowed and source not in sources:
+                sources.append(source)
+        self.sources = sources or ["memory"]
+        seen: list[str] = []
+        for raw in self.extra_paths:
+            item = raw.strip()
+            if item and item not in seen:
+                seen.append(item)
+        self.extra_paths = seen
+        return self
+
+
+# --- other sections ---------------------------------------------------------------------------
+
+
+class MemorySection(_Model):
+    citations: Literal["auto", "on", "off"] = "auto"
+
+
+class MemoryFlushConfig(_Model):
+    enabled: bool = True
+    soft_threshold_tokens: int = 4000
+    prompt: str | None = None
+    system_prompt: str | None = None
+    force_flush_transcript_bytes: int | str | None = None
+
+    @model_validator(mode="after")
+    def _clamp(self) -> MemoryFlushConfig:
+        self.soft_threshold_tokens = max(0, int(self.soft_threshold_tokens))
+        return self
+
+
+class CompactionConfig(_Model):
+    reserve_tokens_floor: int = 20_000
+    memory_flush: MemoryFlushConfig = Field(default_factory=MemoryFlushConfig)
+
+
+class AgentDefaults(_Model):
+    memory_search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    user_timezone: str | None = None
+    workspace: str | None = None
+
+
+class AgentEntry(_Model):
+    id: str
+    workspace: str | None = None
+    memory_search: MemorySearchConfig | None = None
+
+
+class AgentsConfig(_Model):
+    defaults: AgentDefaults = Field(default_factory=AgentDefaults)
+    list: list[AgentEntry] = Field(default_factory=list)
+
+
+class Settings(_Model):
+    """The resolved configuration for one agent and workspace."""
+
+    state_dir: str = "~/.memdir"
+    workspace: str = "."
+    agent_id: str = DEFAULT_AGENT_ID
+    memory_search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
+    memory: MemorySection = Field(default_factory=MemorySection)
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    user_timezone: str | None = None
+
+    # -- derived paths -------------------------------------------------------------------------
+    @property
+    def state_path(self) -> Path:
+        return Path(os.path.expanduser(self.state_dir)).resolve()
+
+    @property
+    def workspace_path(self) -> Path:
+        return Path(os.path.expanduser(self.workspace)).resolve()
+
+    @property
+    def index_path(self) -> Path:
+        return resolve_store_path(self.memory_search.store.path, self.agent_id, self.state_path)
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.state_path / "agents" / self.agent_id / "sessions"
+
+    @property
+    def extra_paths(self) -> list[Path]:
+        """extraPaths resolved: ``~`` expanded, relative to the workspace (fixes #58027)."""
+        out: list[Path] = []
+        for raw in self.memory_search.extra_paths:
+            p = Path(os.path.expanduser(raw))
+            p = p if p.is_absolute() else self.workspace_path / p
+            p = Path(os.path.normpath(p))
+            if p not in out:
+                out.append(p)
+        return out
+
+
+def resolve_store_path(configured: str | None, agent_id: str, state_dir: Path) -> Path:
+    if not configured:
+        return state_dir / "memory" / f"{agent_id}.sqlite"
+    return Path(os.path.expanduser(configured.replace("{agentId}", agent_id))).resolve()
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+Origins = dict[str, str]
+
+
+def _field_for(model: type[BaseModel], key: str) -> tuple[str, Any] | None:
+    fields = model.model_fields
+    if key in fields:
+        return key, fields[key]
+    for name, info in fields.items():
+        if info.alias == key:
+            return name, info
+    return None
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def normalise_keys(model: type[BaseModel], raw: Any, where: str) -> dict[str, Any]:
+    """Map camelCase/snake_case keys onto field names; raise on unknown keys, naming them."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where or 'config'}: expected a table/object, got {type(raw).__name__}")
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        found = _field_for(model, str(key))
+        dotted = f"{where}.{key}" if where else str(key)
+        if found is None:
+            known = ", ".join(sorted(info.alias or n for n, info in model.model_fields.items()))
+            raise ConfigError(f"unknown config key '{dotted}' (known keys here: {known})")
+        name, info = found
+        sub = _submodel(info.annotation)
+        if sub is not None and isinstance(value, Mapping):
+            value = normalise_keys(sub, value, dotted)
+        elif sub is not None and isinstance(value, list):
+            value = [normalise_keys(sub, v, f"{dotted}[{i}]") for i, v in enumerate(value)]
+        out[name] = value
+    return out
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any], origins: Origins, origin: str, prefix: str = "") -> None:
+    for key, value in over.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict) and key != "headers":
+            _merge(base[key], value, origins, origin, path + ".")
+        elif key == "extra_paths" and isinstance(value, list) and isinstance(base.get(key), list):
+            base[key] = [*base[key], *value]  # R§1: extraPaths concatenate (defaults + overrides)
+            origins[path] = origin
+        else:
+            base[key] = value.copy() if isinstance(value, dict) else value
+            _mark(origins, path, value, origin)
+
+
+def _mark(origins: Origins, path: str, value: Any, origin: str) -> None:
+    if isinstance(value, Mapping) and path.split(".")[-1] != "headers":
+        for k, v in value.items():
+            _mark(origins, f"{path}.{k}", v, origin)
+    else:
+        origins[path] = origin
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse a TOML, JSON or JSON5 file; errors name the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    try:
+        if path.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        elif path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import json5
+
+            data = json5.loads(text)
+    except Exception as exc:
+        raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a table/object at the top level")
+    return data
+
+
+def find_config_file(workspace: Path, state_dir: Path) -> Path | None:
+    for folder in (workspace, state_dir):
+        for name in CONFIG_FILENAMES:
+            candidate = folder / name
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+class FileConfig(_Model):
+    """The shape of a config file."""
+
+    state_dir: str | None = None
+    workspace: str | None = None
+    agent_id: str | None = None
+    memory_search: MemorySearchConfig | None = None
+    memory: MemorySection | None = None
+    compaction: CompactionConfig | None = None
+    user_timezone: str | None = None
+    agents: AgentsConfig | None = None
+
+
+ENV_KEYS: dict[str, tuple[str, Any]] = {
+    "MEMDIR_STATE_DIR": ("state_dir", str),
+    "MEMDIR_WORKSPACE": ("workspace", str),
+    "MEMDIR_AGENT": ("agent_id", str),
+    "MEMDIR_PROVIDER": ("memory_search.provider", str),
+    "MEMDIR_MODEL": ("memory_search.model", str),
+    "MEMDIR_FALLBACK": ("memory_search.fallback", str),
+    "MEMDIR_OFFLINE": ("memory_search.offline", "bool"),
+    "MEMDIR_INDEX_PATH": ("memory_search.store.path", str),
+    "MEMDIR_CITATIONS": ("memory.citations", str),
+    "MEMDIR_USER_TIMEZONE": ("user_timezone", str),
+}
+
+
+def _nest(dotted: str, value: Any) -> dict[str, Any]:
+    head, _, rest = dotted.partition(".")
+    return {head: _nest(rest, value) if rest else value}
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"environment variable {name}={raw!r} is not a boolean")
+
+
+class LoadedConfig:
+    """Resolved settings plus where each leaf came from."""
+
+    def __init__(self, settings: Settings, origins: Origins, config_file: Path | None):
+        self.settings = settings
+        self.origins = origins
+        self.config_file = config_file
+
+    def rows(self) -> list[tuple[str, Any, str]]:
+        """Flattened ``(camelCaseKey, value, origin)`` rows for ``config show``."""
+        rows: list[tuple[str, Any, str]] = []
+
+        def walk(model: BaseModel, prefix: str, camel_prefix: str) -> None:
+            for name, info in type(model).model_fields.items():
+                value = getattr(model, name)
+                key = f"{prefix}{name}"
+                camel = f"{camel_prefix}{info.alias or name}"
+                if isinstance(value, BaseModel):
+                    walk(value, key + ".", camel + ".")
+                else:
+                    rows.append((camel, value, self.origins.get(key, "default")))
+
+        walk(self.settings, "", "")
+        rows.append(("indexPath", str(self.settings.index_path), "derived"))
+        return rows
+
+
+def load_config(
+    *,
+    config_path: str | os.PathLike[str] | None = None,
+    workspace: str | os.PathLike[str] | None = None,
+    agent_id: str | None = None,
+    state_dir: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> LoadedConfig:
+    """Resolve settings from defaults, a config file, the environment and explicit arguments.
+
+    ``overrides`` is a nested mapping (camel or snake keys) applied last, as CLI flags are.
+    """
+    env = os.environ if env is None else env
+    origins: Origins = {}
+    data: dict[str, Any] = Settings().model_dump()
+
+    # Where to look for a config file depends on workspace/state dir from flags or env.
+    ws_hint = Path(os.path.expanduser(str(workspace or env.get("MEMDIR_WORKSPACE") or "."))).resolve()
+    sd_hint = Path(os.path.expanduser(str(state_dir or env.get("MEMDIR_STATE_DIR") or "~/.memdir")))
+    explicit = config_path or env.get("MEMDIR_CONFIG")
+    cfg_file: Path | None
+    if explicit:
+        cfg_file = Path(os.path.expanduser(str(explicit)))
+        if not cfg_file.is_file():
+            raise ConfigError(f"config file not found: {cfg_file}")
+    else:
+        cfg_file = find_config_file(ws_hint, sd_hint)
+
+    file_agents: dict[str, Any] | None = None
+    if cfg_file is not None:
+        raw = normalise_keys(FileConfig, read_config_file(cfg_file), "")
+        origin = f"file:{cfg_file}"
+        file_agents = raw.pop("agents", None)
+        if file_agents:
+            defaults = dict(file_agents.get("defaults") or {})
+            ms = defaults.pop("memory_search", None)
+            if ms:
+                _merge(data, {"memory_search": ms}, origins, origin)
+            _merge(data, defaults, origins, origin)
+        _merge(data, raw, origins, origin)
+
+    env_layer: dict[str, Any] = {}
+    env_origins: dict[str, str] = {}
+    for name, (dotted, kind) in ENV_KEYS.items():
+        if name in env and env[name] != "":
+            value = _parse_bool(name, env[name]) if kind == "bool" else env[name]
+            _merge(env_layer, _nest(dotted, value), env_origins, f"env:{name}")
+    flag_layer: dict[str, Any] = {}
+    if overrides:
+        flag_layer = normalise_keys(Settings, overrides, "")
+    for key, value in (("workspace", workspace), ("agent_id", agent_id), ("state_dir", state_dir)):
+        if value is not None:
+            flag_layer[key] = str(value)
+
+    # The agent id decides which agents.list entry applies, so settle it before that layer.
+    agent = flag_layer.get("agent_id") or env_layer.get("agent_id") or data.get("agent_id")
+    if file_agents:
+        for entry in file_agents.get("list") or []:
+            if entry.get("id") == agent:
+                origin = f"file:{cfg_file} (agents.list[{agent}])"
+                if entry.get("memory_search"):
+                    _merge(data, {"memory_search": entry["memory_search"]}, origins, origin)
+                if entry.get("workspace"):
+                    _merge(data, {"workspace": entry["workspace"]}, origins, origin)
+
+    for key, origin in env_origins.items():
+        origins[key] = origin
+    _deep_update(data, env_layer)
+    _merge(data, flag_layer, origins, "flag")
+
+    # Relative paths in a config file are relative to the file's folder.
+    if cfg_file is not None:
+        for key in ("workspace", "state_dir"):
+            if origins.get(key, "").startswith("file:") and not os.path.isabs(os.path.expanduser(data[key])):
+                data[key] = str((cfg_file.parent / data[key]).resolve())
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe_validation(exc)) from None
+    return LoadedConfig(settings, origins, cfg_file)
+
+
+def _deep_update(base: dict[str, Any], over: Mapping[str, Any]) -> None:
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _deep_update(base[key], value)
+        else:
+            base[key] = value
+
+
+def _describe_validation(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(_camel(str(p)) if isinstance(p, str) else f"[{p}]" for p in err["loc"])
+        parts.append(f"{loc or 'config'}: {err['msg']}")
+    return "invalid configuration: " + "; ".join(parts)
+
+
+_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+_FACTORS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3,
+            "gb": 1024**3, "t": 1024**4, "tb": 1024**4}
+
+
+def parse_byte_size(value: int | float | str | None, default: int) -> int:
+    """``"2mb"`` → 2097152 (1024-based); ``0`` disables; unparsable → ``default`` (R§11.3)."""
+    if value is None:
+        return default
+    if isinstance(value, (int, float)):
+        return max(0, int(value)) if math.isfinite(value) else default
+    match = _UNIT.match(str(value))
+    if not match or match.group(2).lower() not in _FACTORS:
+        return default
+    return int(float(match.group(1)) * _FACTORS[match.group(2).lower()])

@@ -1,0 +1,1 @@
+"""Embedding providers: the interface, the embedded local default and remote APIs."""

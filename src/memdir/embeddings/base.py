@@ -1,0 +1,131 @@
+"""The embedding-provider seam: every provider (local ONNX, OpenAI, Gemini, ...) looks like this.
+
+The index and the search pipeline only ever talk to an :class:`EmbeddingProvider`; they never
+know whether vectors come from an in-process model or over HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+#: Hard cap on one embedding input, in UTF-8 bytes (R§5.2).
+HARD_INPUT_LIMIT_BYTES = 8000
+#: A non-batch embed call carries at most this many UTF-8 bytes of text (R§5.3).
+BATCH_MAX_BYTES = 8000
+
+
+class EmbeddingError(RuntimeError):
+    """An embedding call failed; the message says which provider and why."""
+
+
+class MissingApiKeyError(EmbeddingError):
+    """No API key for a remote provider: ``auto`` skips it, an explicit choice reports it."""
+
+
+@runtime_checkable
+class EmbeddingProvider(Protocol):
+    """What the index needs from an embedding model."""
+
+    #: Provider id, e.g. ``"local"``, ``"openai"``.
+    id: str
+    #: Model name as recorded in the index (prefixes such as ``openai/`` stripped).
+    model: str
+    #: Fingerprint of the endpoint (R§5.5); part of the cache key and the index identity.
+    provider_key: str
+    #: Largest input in UTF-8 bytes before a chunk is split (R§5.2).
+    max_input_bytes: int
+
+    @property
+    def dims(self) -> int | None:
+        """Vector width, known once the model has produced (or declared) a vector."""
+        ...
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed a search query (some providers use a query-specific task type)."""
+        ...
+
+    def embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed documents, one vector per input, in order."""
+        ...
+
+    def close(self) -> None:
+        """Release model sessions or HTTP connections."""
+        ...
+
+
+def provider_key(payload: dict[str, object]) -> str:
+    """SHA-256 of compact JSON in the given key order (R§5.5)."""
+    return hashlib.sha256(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+
+
+def simple_provider_key(provider: str, model: str) -> str:
+    return provider_key({"provider": provider, "model": model})
+
+
+FTS_ONLY_PROVIDER_KEY = simple_provider_key("none", "fts-only")
+
+
+def normalize(vector: Sequence[float]) -> list[float]:
+    """Sanitise non-finite values to 0 and L2-normalise; near-zero vectors stay as they are (R§5.1)."""
+    arr = np.asarray(vector, dtype=np.float64)
+    arr = np.where(np.isfinite(arr), arr, 0.0)
+    norm = float(np.linalg.norm(arr))
+    if norm < 1e-10:
+        return arr.tolist()
+    return (arr / norm).tolist()
+
+
+def is_zero(vector: Sequence[float]) -> bool:
+    return not vector or all((not math.isfinite(v)) or abs(v) < 1e-12 for v in vector)
+
+
+def utf8_len(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def group_by_bytes(texts: Sequence[str], max_bytes: int = BATCH_MAX_BYTES) -> list[list[int]]:
+    """Greedy in-order grouping of inputs so each group stays within ``max_bytes`` (R§5.3).
+
+    A single oversized input goes alone.  Returns lists of indices into ``texts``.
+    """
+    groups: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for i, text in enumerate(texts):
+        n = utf8_len(text)
+        if current and size + n > max_bytes:
+            groups.append(current)
+            current, size = [], 0
+        current.append(i)
+        size += n
+    if current:
+        groups.append(current)
+    return groups
+
+
+def split_by_bytes(text: str, max_bytes: int) -> list[str]:
+    """Split text into pieces of at most ``max_bytes`` UTF-8 bytes, never inside a code point."""
+    if max_bytes <= 0 or utf8_len(text) <= max_bytes:
+        return [text]
+    pieces: list[str] = []
+    rest = text
+    while rest:
+        if utf8_len(rest) <= max_bytes:
+            pieces.append(rest)
+            break
+        lo, hi = 1, len(rest)
+        while lo < hi:  # largest prefix (in code points) that fits
+            mid = (lo + hi + 1) // 2
+            if utf8_len(rest[:mid]) <= max_bytes:
+                lo = mid
+            else:
+                hi = mid - 1
+        pieces.append(rest[:lo])
+        rest = rest[lo:]
+    return pieces
