@@ -8,6 +8,7 @@ leaf remembers where its value came from so ``memdir config show`` can say it.
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import os
@@ -272,12 +273,39 @@ class CompactionConfig(_Model):
     reserve_tokens_floor: int = 20_000
     memory_flush: MemoryFlushConfig = Field(default_factory=MemoryFlushConfig)
 
+    @model_validator(mode="after")
+    def _clamp(self) -> CompactionConfig:
+        self.reserve_tokens_floor = max(0, int(self.reserve_tokens_floor))
+        return self
+
+
+DEFAULT_CONTEXT_TOKENS = 200_000
+
+
+class SessionMemoryHookConfig(_Model):
+    """OpenClaw's ``hooks.internal.entries.session-memory`` (R§13)."""
+
+    enabled: bool = True
+    messages: int = 15
+    llm_slug: bool = True
+
+    @model_validator(mode="after")
+    def _clamp(self) -> SessionMemoryHookConfig:
+        # R§13 step 4: a number > 0, else the default 15.
+        self.messages = int(self.messages) if int(self.messages) > 0 else 15
+        return self
+
+
+class HooksConfig(_Model):
+    session_memory: SessionMemoryHookConfig = Field(default_factory=SessionMemoryHookConfig)
+
 
 class AgentDefaults(_Model):
     memory_search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     user_timezone: str | None = None
     workspace: str | None = None
+    context_tokens: int | None = None
 
 
 class AgentEntry(_Model):
@@ -288,7 +316,8 @@ class AgentEntry(_Model):
 
 class AgentsConfig(_Model):
     defaults: AgentDefaults = Field(default_factory=AgentDefaults)
-    list: list[AgentEntry] = Field(default_factory=list)
+    # ``builtins.list``: the field name ``list`` shadows the builtin inside the class body.
+    list: builtins.list[AgentEntry] = Field(default_factory=builtins.list)
 
 
 class Settings(_Model):
@@ -301,6 +330,14 @@ class Settings(_Model):
     memory: MemorySection = Field(default_factory=MemorySection)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     user_timezone: str | None = None
+    # R§11.2: model context tokens ?? agent contextTokens ?? 200000.
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    hooks: HooksConfig = Field(default_factory=HooksConfig)
+
+    @model_validator(mode="after")
+    def _clamp_context(self) -> Settings:
+        self.context_tokens = max(1, int(self.context_tokens))
+        return self
 
     # -- derived paths -------------------------------------------------------------------------
     @property
@@ -383,7 +420,9 @@ def normalise_keys(model: type[BaseModel], raw: Any, where: str) -> dict[str, An
     return out
 
 
-def _merge(base: dict[str, Any], over: Mapping[str, Any], origins: Origins, origin: str, prefix: str = "") -> None:
+def _merge(
+    base: dict[str, Any], over: Mapping[str, Any], origins: Origins, origin: str, prefix: str = ""
+) -> None:
     for key, value in over.items():
         path = f"{prefix}{key}"
         if isinstance(value, Mapping) and isinstance(base.get(key), dict) and key != "headers":
@@ -447,6 +486,8 @@ class FileConfig(_Model):
     memory: MemorySection | None = None
     compaction: CompactionConfig | None = None
     user_timezone: str | None = None
+    context_tokens: int | None = None
+    hooks: HooksConfig | None = None
     agents: AgentsConfig | None = None
 
 
