@@ -1,0 +1,264 @@
+"""The ``session-memory`` hook: on ``/new`` and ``/reset``, save the session's tail (R§13).
+
+It writes ``memory/YYYY-MM-DD-<slug>.md`` with the last N user/assistant messages so the next
+session can find them.  Fixes over OpenClaw (R§18.11): the transcript that ``/new`` already
+renamed to ``<file>.reset.<ts>`` is still found (#17563), an existing file is never
+overwritten — a same-minute collision gets ``-2``, ``-3``… (PR #144146) — and there is no
+"newest .jsonl in the folder" fallback that saved an unrelated old session (#143328).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from memdir.sessions.files import create_memory_file
+from memdir.sessions.store import RESET_MARKER, SessionEntry
+
+log = logging.getLogger(__name__)
+
+HOOK_ACTIONS = frozenset({"new", "reset"})
+DEFAULT_MESSAGES = 15
+SLUG_TIMEOUT_SECONDS = 15.0
+SLUG_INPUT_CHARS = 2000
+SLUG_MAX_CHARS = 30
+
+SlugLLM = Callable[[str], str]
+
+
+# --- finding the transcript -----------------------------------------------------------------
+
+
+def _strip_reset(name: str) -> str:
+    return name.split(RESET_MARKER, 1)[0]
+
+
+def _reset_siblings(path: Path) -> list[Path]:
+    """``<basename>.reset.*`` files next to ``path``, oldest first (names sort by time)."""
+    base = _strip_reset(path.name)
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return []
+    return sorted(path.parent / n for n in names if n.startswith(base + RESET_MARKER))
+
+
+def find_transcript(
+    session_file: str | os.PathLike[str] | None,
+    session_id: str | None,
+    search_dirs: list[Path],
+) -> Path | None:
+    """Locate the transcript of the session that just ended (R§13 step 3, minus the 'any .jsonl').
+
+    Order: the recorded file; for a ``.reset.`` name its live original, else the reset file
+    itself; ``<sessionId>.jsonl``; the newest ``<sessionId>-topic-*.jsonl``; finally the newest
+    ``.reset.*`` sibling of the recorded file (the live one was already rotated away).
+    """
+    candidates: list[Path] = []
+    recorded = Path(session_file) if session_file else None
+    if recorded is not None:
+        if RESET_MARKER in recorded.name:
+            candidates += [recorded.with_name(_strip_reset(recorded.name)), recorded]
+        else:
+            candidates.append(recorded)
+    for folder in search_dirs:
+        if session_id:
+            candidates.append(folder / f"{session_id}.jsonl")
+            try:
+                topics = sorted(
+                    n for n in os.listdir(folder)
+                    if n.startswith(f"{session_id}-topic-") and n.endswith(".jsonl") and RESET_MARKER not in n
+                )
+            except OSError:
+                topics = []
+            if topics:
+                candidates.append(folder / topics[-1])
+    for candidate in candidates:
+        if candidate.is_file() and not candidate.is_symlink():
+            return candidate
+    if recorded is not None:
+        siblings = _reset_siblings(recorded)
+        if siblings:
+            return siblings[-1]
+    return None
+
+
+# --- reading the messages -------------------------------------------------------------------
+
+
+def _first_text(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                return block["text"]
+    return None
+
+
+def _is_inter_session(record: Mapping[str, Any], message: Mapping[str, Any]) -> bool:
+    for holder in (message, record):
+        prov = holder.get("provenance")
+        if isinstance(prov, dict) and prov.get("kind") == "inter_session":
+            return True
+    return False
+
+
+def recent_messages(path: str | os.PathLike[str], limit: int = DEFAULT_MESSAGES) -> list[str]:
+    """The last ``limit`` ``"<role>: <text>"`` lines, filtering *before* slicing (R§13 step 5).
+
+    Kept: user/assistant message records with text; dropped: tool records, slash commands,
+    user messages relayed from another session, empty text.  Raw text, newlines kept.
+    """
+    try:
+        raw = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    out: list[str] = []
+    for line in raw.strip().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a torn last line after a crash, or junk
+        if not isinstance(record, dict) or record.get("type") != "message":
+            continue
+        message = record.get("message")
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            continue
+        if not message.get("content"):
+            continue
+        if message["role"] == "user" and _is_inter_session(record, message):
+            continue
+        text = _first_text(message["content"])
+        if not text or not text.strip() or text.lstrip().startswith("/"):
+            continue
+        out.append(f"{message['role']}: {text}")
+    return out[-limit:] if limit > 0 else out
+
+
+# --- slug -----------------------------------------------------------------------------------
+
+
+def slug_prompt(content: str) -> str:
+    return (
+        "Name this conversation for a file name. Reply with a 1-2 word slug only: lowercase, "
+        "words joined by a hyphen, no file extension, no punctuation, nothing else "
+        '(for example "api-design" or "trip-planning").\n\nConversation:\n'
+        + content[:SLUG_INPUT_CHARS]
+    )
+
+
+def clean_slug(raw: str | None) -> str | None:
+    """Vector 65: trim, lowercase, non ``[a-z0-9-]`` → ``-``, collapse, strip dashes, ≤30 chars."""
+    if not raw:
+        return None
+    text = re.sub(r"[^a-z0-9-]", "-", raw.strip().lower())
+    text = re.sub(r"-{2,}", "-", text).strip("-")
+    text = text[:SLUG_MAX_CHARS].strip("-")
+    return text or None
+
+
+def llm_slug(content: str, llm: SlugLLM | None, timeout: float = SLUG_TIMEOUT_SECONDS) -> str | None:
+    """Ask ``llm`` for a slug within ``timeout`` seconds; any failure or overrun → None."""
+    if llm is None or not content:
+        return None
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="memdir-slug")
+    try:
+        future = pool.submit(llm, slug_prompt(content))
+        return clean_slug(future.result(timeout=timeout))
+    except concurrent.futures.TimeoutError:
+        log.warning("session-memory: slug model did not answer within %.0fs; using the time", timeout)
+        return None
+    except Exception as exc:  # the slug is cosmetic; never let it cost the capture
+        log.warning("session-memory: slug generation failed: %s", exc)
+        return None
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+# --- the hook -------------------------------------------------------------------------------
+
+
+def format_session_memory(
+    *, now: datetime, session_key: str, session_id: str | None, source: str | None, content: str
+) -> str:
+    """R§13 step 7 file body (vector 64)."""
+    utc = now.astimezone(UTC)
+    lines = [
+        f"# Session: {utc:%Y-%m-%d} {utc:%H:%M:%S} UTC",
+        "",
+        f"- **Session Key**: {session_key}",
+        f"- **Session ID**: {session_id or 'unknown'}",
+        f"- **Source**: {source or 'unknown'}",
+        "",
+    ]
+    if content:
+        lines += ["## Conversation Summary", "", content, ""]
+    return "\n".join(lines)
+
+
+@dataclass
+class HookResult:
+    path: Path | None
+    transcript: Path | None
+    messages: int
+    slug: str
+    error: str | None = None
+
+
+def run_session_memory_hook(
+    *,
+    action: str,
+    session_key: str,
+    workspace: str | os.PathLike[str],
+    previous_entry: SessionEntry | Mapping[str, Any] | None,
+    sessions_dir: str | os.PathLike[str] | None = None,
+    now: datetime | None = None,
+    messages: int = DEFAULT_MESSAGES,
+    slug_llm: SlugLLM | None = None,
+    slug_timeout: float = SLUG_TIMEOUT_SECONDS,
+    command_source: str | None = None,
+    enabled: bool = True,
+) -> HookResult | None:
+    """Handle a ``command:new`` / ``command:reset`` event; other actions return None.
+
+    Never raises: a failure is logged and returned in ``HookResult.error`` so the caller can
+    tell the user (OpenClaw only logged it, #45819).
+    """
+    if not enabled or action not in HOOK_ACTIONS:
+        return None
+    now = datetime.now(UTC) if now is None else now if now.tzinfo else now.replace(tzinfo=UTC)
+    now = now.astimezone(UTC)
+    fallback_slug = f"{now:%H%M}"
+    try:
+        if isinstance(previous_entry, Mapping):
+            previous_entry = SessionEntry.model_validate(previous_entry)
+        session_id = previous_entry.session_id if previous_entry else None
+        session_file = previous_entry.session_file if previous_entry else None
+        dirs = [Path(p) for p in (Path(session_file).parent if session_file else None, sessions_dir,
+                                  Path(workspace) / "sessions") if p]
+        transcript = find_transcript(session_file, session_id, list(dict.fromkeys(dirs)))
+        count = messages if messages > 0 else DEFAULT_MESSAGES
+        lines = recent_messages(transcript, count) if transcript else []
+        if not lines and transcript is not None:
+            siblings = _reset_siblings(transcript)
+            if siblings:
+                transcript = siblings[-1]
+                lines = recent_messages(transcript, count)
+        content = "\n".join(lines)
+        slug = llm_slug(content, slug_llm, slug_timeout) or fallback_slug
+        body = format_session_memory(now=now, session_key=session_key, session_id=session_id,
+                                     source=command_source, content=content)
+        path = create_memory_file(workspace, f"{now:%Y-%m-%d}-{slug}", body)
+        return HookResult(path=path, transcript=transcript, messages=len(lines), slug=slug)
+    except Exception as exc:
+        log.error("session-memory hook failed: %s", exc)
+        return HookResult(path=None, transcript=None, messages=0, slug=fallback_slug, error=str(exc))

@@ -1,0 +1,367 @@
+"""Session store: JSONL transcripts plus ``sessions.json`` metadata (R§8, R§11.4).
+
+Layout: ``<sessions_dir>/<sessionId>.jsonl`` (one JSON record per line) and
+``<sessions_dir>/sessions.json`` (an object keyed by session key ``agent:<id>:<rest>``).
+
+Crash safety is the point of this module:
+
+* a transcript append is one ``write`` of one whole line on an ``O_APPEND`` descriptor, under an
+  exclusive ``flock``, followed by ``fsync``; a record that was cut by a crash can only be the
+  last line, readers skip it, and the next append starts on a fresh line so the torn bytes never
+  glue themselves to a good record;
+* ``sessions.json`` is rewritten through a temp file, ``fsync`` and ``os.replace`` under a lock
+  file, so readers see either the old or the new version, never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+SESSIONS_FILE = "sessions.json"
+RESET_MARKER = ".reset."
+ChatType = Literal["direct", "group", "channel"]
+T = TypeVar("T")
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# --- session keys ---------------------------------------------------------------------------
+
+
+def parse_session_key(key: str | None) -> tuple[str, str] | None:
+    """``agent:<id>:<rest>`` → ``(id, rest)`` (lower-cased); anything else → None."""
+    if not key:
+        return None
+    parts = key.strip().lower().split(":")
+    if len(parts) < 3 or parts[0] != "agent" or not parts[1]:
+        return None
+    return parts[1], ":".join(parts[2:])
+
+
+def chat_type_from_session_key(key: str | None) -> ChatType:
+    """R§10.1: a key whose rest has a ``channel`` token is a channel, ``group`` a group, else direct.
+
+    Unparsable keys count as direct, which is what decides citations (auto mode) and whether
+    MEMORY.md may be shown at session start.
+    """
+    parsed = parse_session_key(key)
+    if parsed is None:
+        return "direct"
+    tokens = parsed[1].split(":")
+    if "channel" in tokens:
+        return "channel"
+    if "group" in tokens:
+        return "group"
+    return "direct"
+
+
+def session_key(agent_id: str, rest: str = "main") -> str:
+    """Build a session key; a ``rest`` that already is a full key is returned unchanged."""
+    if parse_session_key(rest) is not None:
+        return rest
+    return f"agent:{agent_id}:{rest}"
+
+
+# --- sessions.json entries ------------------------------------------------------------------
+
+
+class SessionEntry(BaseModel):
+    """One ``sessions.json`` value. Unknown fields written by other tools are kept verbatim."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, alias_generator=_camel)
+
+    session_id: str
+    session_file: str | None = None
+    updated_at: int | None = None
+    total_tokens: int | None = None
+    total_tokens_fresh: bool | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    context_tokens: int | None = None
+    compaction_count: int | None = None
+    memory_flush_at: int | None = None
+    memory_flush_compaction_count: int | None = None
+    memory_flush_context_hash: str | None = None
+    chat_type: str | None = None
+    model: str | None = None
+    model_provider: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+# --- transcripts ----------------------------------------------------------------------------
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def append_record(path: str | os.PathLike[str], record: Mapping[str, Any]) -> None:
+    """Append one JSON record as one line, atomically with respect to other appenders.
+
+    If the file's last byte is not a newline (a previous writer died mid-line) a newline is
+    written first, so the torn fragment stays an isolated, skippable line.
+    """
+    line = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        _write_all(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(1-based line number, record)``; blank, torn or non-object lines are skipped."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below; generator keeps it open while yielding
+    except FileNotFoundError:
+        return
+    with fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                continue
+            if isinstance(record, dict):
+                yield lineno, record
+
+
+def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    return [record for _, record in iter_records(path)]
+
+
+def message_record(
+    role: str, content: Any, *, timestamp: int | None = None, **extra: Any
+) -> dict[str, Any]:
+    """A pi-agent style message record: ``{"type":"message","message":{role, content}, ...}``."""
+    message: dict[str, Any] = {"role": role, "content": content}
+    message.update({k: v for k, v in extra.items() if v is not None})
+    return {"type": "message", "timestamp": timestamp if timestamp is not None else now_ms(),
+            "message": message}
+
+
+def reset_suffix(when: datetime | None = None) -> str:
+    """``.reset.<UTC ISO time with ':' → '-'>``: sortable, and safe on every filesystem."""
+    when = (when or datetime.now(UTC)).astimezone(UTC)
+    return RESET_MARKER + when.strftime("%Y-%m-%dT%H-%M-%S.") + f"{when.microsecond // 1000:03d}Z"
+
+
+def list_transcripts(sessions_dir: str | os.PathLike[str]) -> list[Path]:
+    """Live transcripts (``*.jsonl``, regular files, no symlinks), sorted by name."""
+    folder = Path(sessions_dir)
+    if not folder.is_dir():
+        return []
+    out = []
+    for entry in os.scandir(folder):
+        if entry.name.endswith(".jsonl") and entry.is_file(follow_symlinks=False):
+            out.append(Path(entry.path))
+    return sorted(out)
+
+
+# --- the store ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class SessionStoreError(RuntimeError):
+    """``sessions.json`` exists but cannot be read as a JSON object."""
+
+
+@dataclass
+class Rotation:
+    """Result of ``/new`` or ``/reset``: the entry before, where its transcript went, the new one."""
+
+    previous: SessionEntry | None
+    rotated_file: Path | None
+    current: SessionEntry
+
+
+class SessionStore:
+    """Transcripts and ``sessions.json`` for one agent's sessions directory."""
+
+    def __init__(self, sessions_dir: str | os.PathLike[str]):
+        self.dir = Path(sessions_dir)
+        self.path = self.dir / SESSIONS_FILE
+        self._lock_path = self.dir / (SESSIONS_FILE + ".lock")
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> SessionStore:
+        return cls(settings.sessions_dir)
+
+    # -- metadata ------------------------------------------------------------------------------
+    def _read(self) -> dict[str, SessionEntry]:
+        try:
+            raw = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        try:
+            data = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            raise SessionStoreError(f"{self.path}: not valid JSON ({exc})") from exc
+        if not isinstance(data, dict):
+            raise SessionStoreError(f"{self.path}: expected a JSON object")
+        out: dict[str, SessionEntry] = {}
+        for key, value in data.items():
+            if isinstance(value, dict) and isinstance(value.get("sessionId"), str):
+                out[key] = SessionEntry.model_validate(value)
+        return out
+
+    def _write(self, entries: Mapping[str, SessionEntry]) -> None:
+        payload = json.dumps({k: v.to_json() for k, v in entries.items()}, indent=2, ensure_ascii=False)
+        fd, tmp = tempfile.mkstemp(prefix=SESSIONS_FILE + ".tmp-", dir=self.dir)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(payload + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(self.dir)
+
+    def load(self) -> dict[str, SessionEntry]:
+        """All entries; a consistent snapshot (the file is only ever replaced whole)."""
+        return self._read()
+
+    def get(self, key: str) -> SessionEntry | None:
+        return self._read().get(key)
+
+    def mutate(self, fn: Callable[[dict[str, SessionEntry]], T]) -> T:
+        """Locked read-modify-write of the whole mapping; ``fn`` edits it in place."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with _locked(self._lock_path):
+            entries = self._read()
+            result = fn(entries)
+            self._write(entries)
+            return result
+
+    def update(self, key: str, **fields: Any) -> SessionEntry:
+        """Set fields (snake_case names) on an existing entry and bump ``updatedAt``."""
+
+        def apply(entries: dict[str, SessionEntry]) -> SessionEntry:
+            if key not in entries:
+                raise KeyError(f"no session entry for {key!r}")
+            data = entries[key].model_dump()
+            data.update(fields)
+            data["updated_at"] = now_ms()
+            entries[key] = SessionEntry.model_validate(data)
+            return entries[key]
+
+        return self.mutate(apply)
+
+    # -- sessions ------------------------------------------------------------------------------
+    def _new_entry(self, key: str, previous: SessionEntry | None, model: str | None) -> SessionEntry:
+        session_id = str(uuid.uuid4())
+        return SessionEntry(
+            session_id=session_id,
+            session_file=str(self.dir / f"{session_id}.jsonl"),
+            updated_at=now_ms(),
+            compaction_count=0,
+            chat_type=chat_type_from_session_key(key),
+            model=model or (previous.model if previous else None),
+            model_provider=previous.model_provider if previous else None,
+            context_tokens=previous.context_tokens if previous else None,
+        )
+
+    def open_session(self, key: str, *, model: str | None = None) -> SessionEntry:
+        """The entry for ``key``, created (with an empty transcript) if it does not exist yet."""
+
+        def apply(entries: dict[str, SessionEntry]) -> SessionEntry:
+            entry = entries.get(key)
+            if entry is None:
+                entry = entries[key] = self._new_entry(key, None, model)
+            return entry
+
+        entry = self.mutate(apply)
+        path = self.transcript_path(entry)
+        if not path.exists():
+            append_record(path, {"type": "session", "version": 1, "id": entry.session_id,
+                                 "timestamp": now_ms(), "sessionKey": key})
+        return entry
+
+    def transcript_path(self, entry: SessionEntry) -> Path:
+        if entry.session_file:
+            return Path(entry.session_file)
+        return self.dir / f"{entry.session_id}.jsonl"
+
+    def append(self, key: str, record: Mapping[str, Any]) -> None:
+        entry = self.get(key)
+        if entry is None:
+            entry = self.open_session(key)
+        append_record(self.transcript_path(entry), record)
+
+    def rotate(self, key: str, *, when: datetime | None = None, model: str | None = None) -> Rotation:
+        """``/new`` and ``/reset``: move the live transcript aside and start a fresh session.
+
+        The live file is renamed to ``<file>.reset.<ts>`` (never deleted), the entry gets a new
+        sessionId and transcript, and the flush/compaction counters start over.
+        """
+        suffix = reset_suffix(when)
+
+        def apply(entries: dict[str, SessionEntry]) -> Rotation:
+            previous = entries.get(key)
+            rotated: Path | None = None
+            if previous is not None:
+                live = self.transcript_path(previous)
+                if live.is_file() and RESET_MARKER not in live.name:
+                    rotated = live.with_name(live.name + suffix)
+                    os.rename(live, rotated)
+            current = entries[key] = self._new_entry(key, previous, model)
+            return Rotation(previous=previous, rotated_file=rotated, current=current)
+
+        result = self.mutate(apply)
+        _fsync_dir(self.dir)
+        append_record(self.transcript_path(result.current),
+                      {"type": "session", "version": 1, "id": result.current.session_id,
+                       "timestamp": now_ms(), "sessionKey": key})
+        return result
