@@ -1,0 +1,278 @@
+"""``Memory``: the Python API over one agent's workspace and index.
+
+    from memdir import Memory
+    with Memory("~/agent-workspace") as mem:
+        mem.sync()
+        for hit in mem.search("what did we decide about the API?").results:
+            print(hit.path, hit.start_line, hit.snippet)
+
+A ``Memory`` is safe to share between threads: store access is serialised and ``sync`` takes
+the index's writer lock, which also keeps other processes from writing at the same time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memdir.config import LoadedConfig, Settings, load_config
+from memdir.embeddings.registry import ProviderSelection, select_provider
+from memdir.lock import LockTimeout
+from memdir.search import SearchResponse, run_search
+from memdir.store import Store
+from memdir.sync import Indexer, Progress, SyncReport
+from memdir.workspace import PathError, discover, read_lines, resolve_readable
+
+
+class MemdirError(RuntimeError):
+    """memdir could not do what was asked; the message says why."""
+
+
+class IndexOwnershipError(MemdirError):
+    """The configured index file belongs to another workspace."""
+
+
+@dataclass
+class GetResult:
+    text: str
+    path: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"text": self.text, "path": self.path}
+
+
+class Memory:
+    """One agent's memory: its workspace files, its index and its embedding provider."""
+
+    def __init__(
+        self,
+        workspace: str | os.PathLike[str] | None = None,
+        *,
+        agent_id: str | None = None,
+        config: str | os.PathLike[str] | Mapping[str, Any] | Settings | LoadedConfig | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+        provider: Any = None,
+    ):
+        if isinstance(config, LoadedConfig):
+            loaded = config
+        elif isinstance(config, Settings):
+            loaded = LoadedConfig(config, {}, None)
+        elif isinstance(config, Mapping):
+            loaded = load_config(workspace=workspace, agent_id=agent_id, state_dir=state_dir, overrides=config)
+        else:
+            loaded = load_config(config_path=config, workspace=workspace, agent_id=agent_id, state_dir=state_dir)
+        self.loaded = loaded
+        self.settings = loaded.settings
+        self._provider_override = provider
+        self._selection: ProviderSelection | None = None
+        self._store: Store | None = None
+        self._indexer: Indexer | None = None
+
+    # -- lazily built parts ------------------------------------------------------------------
+    @property
+    def workspace(self) -> Path:
+        return self.settings.workspace_path
+
+    @property
+    def index_path(self) -> Path:
+        return self.settings.index_path
+
+    @property
+    def selection(self) -> ProviderSelection:
+        if self._selection is None:
+            if self._provider_override is not None:
+                self._selection = ProviderSelection(self._provider_override, getattr(self._provider_override, "id", "custom"))
+            else:
+                self._selection = select_provider(self.settings.memory_search)
+        return self._selection
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            ms = self.settings.memory_search
+            store = Store(self.index_path, fts_tokenizer=ms.store.fts.tokenizer,
+                          vector_enabled=ms.store.vector.enabled, extension_path=ms.store.vector.extension_path)
+            self._check_owner(store)
+            self._store = store
+        return self._store
+
+    def _check_owner(self, store: Store) -> None:
+        meta = store.read_meta()
+        owner = (meta or {}).get("workspace")
+        if owner and owner != str(self.workspace):
+            store.close()
+            raise IndexOwnershipError(
+                f"index {self.index_path} belongs to workspace {owner}, not {self.workspace}; "
+                "give this workspace its own agent id (--agent NAME) or index path (store.path)"
+            )
+
+    @property
+    def indexer(self) -> Indexer:
+        if self._indexer is None:
+            sel = self.selection
+            transient = sel.provider is None and sel.requested not in ("none", "off", "fts-only")
+            self._indexer = Indexer(self.settings, self.store, sel.provider, provider_transiently_missing=transient,
+                                    extra_sources=self._extra_sources())
+        return self._indexer
+
+    def _extra_sources(self) -> list[Any]:
+        return []
+
+    # -- operations --------------------------------------------------------------------------
+    def sync(self, *, force: bool = False, progress: Progress | None = None, reason: str = "api",
+             deadline: float | None = None, lock_timeout: float | None = None) -> SyncReport:
+        """Bring the index up to date with the files (a full rebuild with ``force``)."""
+        return self.indexer.sync(force=force, reason=reason, progress=progress, deadline=deadline,
+                                 lock_timeout=lock_timeout)
+
+    def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
+               explain: bool = False, sync: bool | None = None) -> SearchResponse:
+        """Search memory; a dirty index is synced first within ``sync.searchBudgetMs``."""
+        ms = self.settings.memory_search
+        stale = False
+        do_sync = ms.sync.on_search if sync is None else sync
+        if do_sync:
+            stale = self._sync_for_search()
+        sel = self.selection
+        provider = sel.provider
+        label = (provider.id, provider.model) if provider else ("none", "fts-only")
+        meta = self.store.read_meta() or {}
+        if provider is not None and meta.get("model") not in (None, provider.model):
+            provider = None  # the index still holds another model's vectors: keywords only
+        response = run_search(
+            self.store, ms, query, provider=provider, workspace=self.workspace, max_results=max_results,
+            min_score=min_score, explain=explain, provider_label=label,
+        )
+        if sel.fallback_from:
+            response.fallback = {"from": sel.fallback_from, "reason": sel.fallback_reason or ""}
+        elif sel.provider is None and sel.unavailable_reason and response.fallback is None:
+            response.warnings.append(sel.unavailable_reason)
+        response.stale = response.stale or stale
+        return response
+
+    def _sync_for_search(self) -> bool:
+        """Read-your-writes: index changed files before searching; ``True`` if that was cut short."""
+        budget = self.settings.memory_search.sync.search_budget_ms / 1000
+        if self.store.read_meta() is None:
+            deadline = None  # first search on an empty index: build it (R§6 bootstrap)
+        else:
+            changed, gone = self.indexer.dirty_files()
+            if not changed and not gone:
+                return False
+            deadline = time.monotonic() + budget
+        try:
+            report = self.sync(reason="search", deadline=deadline, lock_timeout=0 if deadline else None)
+        except LockTimeout:
+            return True
+        return report.incomplete
+
+    def get(self, path: str, *, from_line: int | None = None, lines: int | None = None) -> GetResult:
+        """Read a memory file (or a slice of it); raises :class:`PathError` naming the problem."""
+        resolved = resolve_readable(path, self.workspace, self.settings.extra_paths)
+        return GetResult(read_lines(resolved, from_line, lines), resolved.rel)
+
+    def status(self, *, deep: bool = False) -> dict[str, Any]:
+        """What is indexed, what is stale, and which parts (FTS, vectors, provider) work."""
+        ms = self.settings.memory_search
+        found = discover(self.workspace, self.settings.extra_paths)
+        exists = self.index_path.exists()
+        store = self.store if exists else None
+        counts = store.counts_by_source() if store else {}
+        meta = (store.read_meta() if store else None) or {}
+        dirty_files: list[str] = []
+        removed: list[str] = []
+        if store:
+            changed, gone = self.indexer.dirty_files()
+            dirty_files = [f.path for f in changed]
+            removed = [p for p, _ in gone]
+        out: dict[str, Any] = {
+            "agentId": self.settings.agent_id,
+            "workspace": str(self.workspace),
+            "indexPath": str(self.index_path),
+            "indexExists": exists,
+            "sources": list(ms.sources),
+            "extraPaths": [str(p) for p in self.settings.extra_paths],
+            "files": sum(f for f, _ in counts.values()),
+            "chunks": sum(c for _, c in counts.values()),
+            "scannedFiles": len(found.files),
+            "sourceCounts": [
+                {"source": s, "files": counts.get(s, (0, 0))[0], "chunks": counts.get(s, (0, 0))[1]}
+                for s in ms.sources
+            ],
+            "dirty": bool(dirty_files or removed) or not exists,
+            "dirtyFiles": dirty_files[:50],
+            "removedFiles": removed[:50],
+            "requestedProvider": ms.provider,
+            "indexedWith": {k: meta.get(k) for k in ("provider", "model", "vectorDims", "builtAt")} if meta else None,
+            "issues": list(found.issues),
+        }
+        sel = self.selection
+        out["provider"] = sel.provider.id if sel.provider else "none"
+        out["model"] = sel.provider.model if sel.provider else "fts-only"
+        out["mode"] = sel.mode
+        if sel.fallback_from:
+            out["fallback"] = {"from": sel.fallback_from, "reason": sel.fallback_reason}
+        if sel.unavailable_reason:
+            out["providerUnavailableReason"] = sel.unavailable_reason
+        if store:
+            holder = self.indexer.lock.holder()
+            out["writer"] = holder
+            out["fts"] = {"enabled": True, "available": store.fts_available, "error": store.fts_error,
+                          "tokenizer": ms.store.fts.tokenizer}
+            out["vector"] = self._vector_status(store)
+            out["cache"] = {"enabled": ms.cache.enabled, "entries": store.cache_count(),
+                            "maxEntries": ms.cache.max_entries}
+        if deep:
+            from memdir import db
+
+            out["sqlite"] = db.binding_name()
+            out["embeddingProbe"] = self._probe_embeddings()
+        return out
+
+    def _vector_status(self, store: Store) -> dict[str, Any]:
+        ms = self.settings.memory_search
+        info: dict[str, Any] = {"enabled": ms.store.vector.enabled, "vectors": store.vector_count(),
+                                "dims": store.vec_dims()}
+        if store.vec.available:
+            info.update(path="sqlite-vec", available=True, version=store.vec.version,
+                        why="sqlite-vec loaded: KNN runs inside SQLite")
+        else:
+            info.update(path="numpy", available=True,
+                        why=f"sqlite-vec not used ({store.vec.error}); cosine similarity in NumPy")
+        return info
+
+    def _probe_embeddings(self) -> dict[str, Any]:
+        sel = self.selection
+        if sel.provider is None:
+            return {"ok": False, "error": sel.unavailable_reason or "No embedding provider available (FTS-only mode)"}
+        t0 = time.perf_counter()
+        try:
+            vec = sel.provider.embed_batch(["ping"])[0]
+            return {"ok": True, "dims": len(vec), "ms": round((time.perf_counter() - t0) * 1000, 1)}
+        except Exception as exc:
+            return {"ok": False, "error": str(exc)}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        self._indexer = None
+        if self._selection is not None and self._selection.provider is not None:
+            try:
+                self._selection.provider.close()
+            except Exception:
+                pass
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["GetResult", "IndexOwnershipError", "Memory", "PathError"]

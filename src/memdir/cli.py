@@ -1,0 +1,300 @@
+"""The ``memdir`` command line: a thin layer over :class:`memdir.api.Memory`.
+
+Imports stay lazy so ``memdir search`` starts fast; global options (``--workspace``,
+``--agent``, ``--config``, ``--state-dir``) are accepted before or after the command.
+Exit codes: 0 success, 1 failure (with a one-line reason on stderr), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+_GLOBALS = (
+    ("--workspace", "-w", "workspace folder (default: $MEMDIR_WORKSPACE or the current folder)"),
+    ("--agent", "-a", "agent id (default: main); each agent has its own index"),
+    ("--config", "-c", "config file (TOML, JSON or JSON5)"),
+    ("--state-dir", None, "state folder (default: $MEMDIR_STATE_DIR or ~/.memdir)"),
+)
+
+
+class CliError(Exception):
+    """A failure to report as one line on stderr with exit code 1."""
+
+
+def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    group = parser.add_argument_group("global options")
+    for long, short, help_text in _GLOBALS:
+        names = [long, short] if short else [long]
+        kwargs: dict[str, Any] = {"help": help_text, "dest": long.lstrip("-").replace("-", "_")}
+        if suppress:
+            kwargs["default"] = argparse.SUPPRESS
+        group.add_argument(*names, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memdir",
+        description="Persistent, searchable memory for AI agents: Markdown files in, hybrid search out.",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    _add_globals(parser, suppress=False)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def cmd(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _add_globals(p, suppress=True)
+        return p
+
+    p = cmd("index", "index the workspace (incrementally; --force rebuilds everything)")
+    p.add_argument("--force", action="store_true", help="full reindex (unchanged text is not re-embedded)")
+    p.add_argument("--json", action="store_true", help="print the sync report as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = cmd("search", "search memory")
+    p.add_argument("query", nargs="?", help="what to look for")
+    p.add_argument("--query", dest="query_opt", help="the query (wins over the positional one)")
+    p.add_argument("--max-results", type=int, help="results to return (default 6)")
+    p.add_argument("--min-score", type=float, help="drop results scoring below this (default 0.35)")
+    p.add_argument("--explain", action="store_true", help="show how each result was scored")
+    p.add_argument("--json", action="store_true", help="JSON output")
+    p.add_argument("--no-sync", action="store_true", help="do not index changed files first")
+
+    p = cmd("get", "print a memory file or some of its lines")
+    p.add_argument("path", help="e.g. MEMORY.md or memory/2026-01-12.md")
+    p.add_argument("--from", dest="from_line", type=int, help="first line (1-based)")
+    p.add_argument("--lines", type=int, help="number of lines")
+    p.add_argument("--json", action="store_true", help="JSON output")
+
+    p = cmd("status", "what is indexed, what is stale, what works")
+    p.add_argument("--json", action="store_true", help="JSON output")
+    p.add_argument("--deep", action="store_true", help="also probe the embedding provider")
+
+    p = cmd("config", "configuration")
+    p.add_argument("action", choices=["show"], help="show: every setting, its value and where it came from")
+    p.add_argument("--json", action="store_true", help="JSON output")
+    return parser
+
+
+def _memory(args: argparse.Namespace) -> Any:
+    from memdir.api import Memory
+    from memdir.config import load_config
+
+    loaded = load_config(
+        config_path=getattr(args, "config", None),
+        workspace=getattr(args, "workspace", None),
+        agent_id=getattr(args, "agent", None),
+        state_dir=getattr(args, "state_dir", None),
+    )
+    return Memory(config=loaded)
+
+
+def _progress_bar(enabled: bool) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
+    if not enabled or not sys.stderr.isatty():
+        return None, lambda: None
+    from tqdm import tqdm
+
+    bar: dict[str, Any] = {}
+
+    def update(done: int, total: int, label: str) -> None:
+        if "bar" not in bar:
+            bar["bar"] = tqdm(total=total, desc=label, unit="file", file=sys.stderr, leave=False)
+        b = bar["bar"]
+        b.total = total
+        b.n = done
+        b.refresh()
+
+    def close() -> None:
+        if "bar" in bar:
+            bar["bar"].close()
+
+    return update, close
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    with _memory(args) as mem:
+        progress, close = _progress_bar(not args.no_progress and not args.json)
+        try:
+            report = mem.sync(force=args.force, progress=progress, reason="cli")
+        finally:
+            close()
+        if args.json:
+            print(json.dumps({"agentId": mem.settings.agent_id, "indexPath": str(mem.index_path),
+                              **report.as_dict()}, indent=2))
+        else:
+            kind = "full reindex" if report.full else "incremental"
+            print(f"Memory index updated ({mem.settings.agent_id}): {kind}, {report.indexed} indexed, "
+                  f"{report.unchanged} unchanged, {report.removed} removed, {report.chunks} chunks "
+                  f"in {report.seconds:.2f}s")
+            for w in report.warnings:
+                print(f"warning: {w}", file=sys.stderr)
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    query = args.query_opt if args.query_opt is not None else args.query
+    if not query or not query.strip():
+        raise CliError("Missing search query. Provide a positional query or use --query <text>.")
+    with _memory(args) as mem:
+        resp = mem.search(query, max_results=args.max_results, min_score=args.min_score, explain=args.explain,
+                          sync=False if args.no_sync else None)
+        if args.json:
+            print(json.dumps(resp.as_dict(), indent=2, ensure_ascii=False))
+            return 0
+        for w in resp.warnings:
+            print(f"note: {w}", file=sys.stderr)
+        if resp.fallback:
+            print(f"note: {resp.fallback['from']} fallback: {resp.fallback['reason']}", file=sys.stderr)
+        if resp.stale:
+            print("note: the index may be stale (sync was cut short or another process is writing)",
+                  file=sys.stderr)
+        if not resp.results:
+            print("No matches.")
+            return 0
+        out = []
+        for r in resp.results:
+            out.append(f"{r.score:.3f} {r.path}:{r.start_line}-{r.end_line}")
+            out.append(r.snippet)
+            if r.explain:
+                e = r.explain
+                out.append(f"  [vector {e['vectorScore']:.3f}×{e['vectorWeight']:.2f} + text {e['textScore']:.3f}"
+                           f"×{e['textWeight']:.2f}, decay {e['decay']:.3f}, rank before MMR "
+                           f"{e['rankBeforeMmr']}, matched {'+'.join(e['matched']) or '-'}"
+                           f"{', rescued' if e['rescued'] else ''}]")
+            out.append("")
+        sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    from memdir.workspace import PathError
+
+    with _memory(args) as mem:
+        try:
+            got = mem.get(args.path, from_line=args.from_line, lines=args.lines)
+        except PathError as exc:
+            raise CliError(str(exc)) from None
+        if args.json:
+            print(json.dumps(got.as_dict(), ensure_ascii=False, indent=2))
+        else:
+            sys.stdout.write(got.text + ("" if got.text.endswith("\n") or not got.text else "\n"))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _memory(args) as mem:
+        st = mem.status(deep=args.deep)
+    if args.json:
+        print(json.dumps(st, indent=2, ensure_ascii=False))
+        return 0
+    lines = [f"Memory Search ({st['agentId']})",
+             f"Provider: {st['provider']} (requested: {st['requestedProvider']})",
+             f"Model: {st['model']}",
+             f"Mode: {st['mode']}",
+             f"Sources: {', '.join(st['sources'])}"]
+    if st["extraPaths"]:
+        lines.append(f"Extra paths: {', '.join(st['extraPaths'])}")
+    lines += [f"Indexed: {st['files']}/{st['scannedFiles']} files · {st['chunks']} chunks",
+              f"Dirty: {'yes' if st['dirty'] else 'no'}"
+              + (f" ({len(st['dirtyFiles'])} changed, {len(st['removedFiles'])} removed)" if st["dirty"] else ""),
+              f"Store: {st['indexPath']}" + ("" if st["indexExists"] else " (not built yet: run memdir index)"),
+              f"Workspace: {st['workspace']}"]
+    if "fts" in st:
+        lines.append("By source:")
+        for sc in st["sourceCounts"]:
+            lines.append(f"  {sc['source']} · {sc['files']} files · {sc['chunks']} chunks")
+        fts = st["fts"]
+        lines.append(f"FTS: {'ready' if fts['available'] else 'unavailable'} ({fts['tokenizer']})")
+        if fts.get("error"):
+            lines.append(f"FTS error: {fts['error']}")
+        vec = st["vector"]
+        lines.append(f"Vector: {vec['path']} · {vec['vectors']} vectors · dims {vec['dims'] or '-'}")
+        lines.append(f"Vector path: {vec['why']}")
+        cache = st["cache"]
+        lines.append(f"Embedding cache: {'enabled' if cache['enabled'] else 'disabled'} ({cache['entries']} entries)"
+                     + (f" · cap {cache['maxEntries']}" if cache.get("maxEntries") else ""))
+        if st.get("writer"):
+            lines.append(f"Writer: pid {st['writer'].get('pid')} is indexing")
+    if st.get("fallback"):
+        lines.append(f"Fallback: {st['fallback']['from']} ({st['fallback']['reason']})")
+    if st.get("providerUnavailableReason"):
+        lines.append(f"Embeddings unavailable: {st['providerUnavailableReason']}")
+    if args.deep:
+        lines.append(f"SQLite: {st['sqlite']}")
+        probe = st["embeddingProbe"]
+        lines.append("Embeddings: " + ("ready" if probe.get("ok") else f"unavailable ({probe.get('error')})"))
+    if st["issues"]:
+        lines.append("Issues:")
+        lines += [f"  {i}" for i in st["issues"]]
+    print("\n".join(lines))
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from memdir.config import load_config
+
+    loaded = load_config(
+        config_path=getattr(args, "config", None),
+        workspace=getattr(args, "workspace", None),
+        agent_id=getattr(args, "agent", None),
+        state_dir=getattr(args, "state_dir", None),
+    )
+    rows = loaded.rows()
+    if args.json:
+        print(json.dumps({"configFile": str(loaded.config_file) if loaded.config_file else None,
+                          "settings": [{"key": k, "value": v, "origin": o} for k, v, o in rows]},
+                         indent=2, default=str))
+        return 0
+    print(f"# config file: {loaded.config_file or '(none found)'}")
+    width = max(len(k) for k, _, _ in rows)
+    for key, value, origin in rows:
+        print(f"{key:<{width}}  {json.dumps(value, default=str)}  [{origin}]")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "index": cmd_index,
+    "search": cmd_search,
+    "get": cmd_get,
+    "status": cmd_status,
+    "config": cmd_config,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from memdir import __version__
+
+        print(f"memdir {__version__}")
+        return 0
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command](args)
+    except CliError as exc:
+        print(f"memdir: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("memdir: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # every other failure: one clear line, exit 1
+        from memdir.config import ConfigError
+
+        label = {"index": "Memory index failed", "search": "Memory search failed"}.get(args.command, "memdir")
+        if isinstance(exc, ConfigError):
+            label = "memdir: configuration error"
+        print(f"{label}: {exc}", file=sys.stderr)
+        if os.environ.get("MEMDIR_DEBUG"):
+            raise
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""Opening SQLite: which binding, which pragmas, whether sqlite-vec loads.
+
+The standard ``sqlite3`` module of many Python builds (pyenv's among them) cannot load
+extensions, so memdir uses ``sqlean`` (sqlean.py: a drop-in ``sqlite3`` with a recent SQLite
+that can) when it is installed, and falls back to the standard module, where vector search runs
+in NumPy instead.  Only one binding is ever used in a process: two bundled SQLite libraries in
+one process have crashed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+_binding: ModuleType | None = None
+_binding_note = ""
+
+
+def binding() -> ModuleType:
+    """The DB-API module in use (``sqlean`` preferred, else ``sqlite3``)."""
+    global _binding, _binding_note
+    if _binding is None:
+        forced = os.environ.get("MEMDIR_SQLITE_BINDING", "").strip().lower()
+        if forced != "sqlite3":
+            try:
+                import sqlean
+
+                _binding, _binding_note = sqlean, "sqlean.py"
+            except ImportError:
+                _binding_note = "sqlean.py not installed"
+        if _binding is None:
+            import sqlite3
+
+            _binding = sqlite3
+            _binding_note = _binding_note or "forced by MEMDIR_SQLITE_BINDING"
+    return _binding
+
+
+def binding_name() -> str:
+    mod = binding()
+    return f"{mod.__name__} (SQLite {mod.sqlite_version})"
+
+
+@dataclass
+class VecState:
+    available: bool
+    error: str | None = None
+    version: str | None = None
+    path: str | None = None
+
+
+def load_vec(conn: Any, extension_path: str | None = None) -> VecState:
+    """Load sqlite-vec into a connection; report why not when it cannot."""
+    if not hasattr(conn, "enable_load_extension"):
+        return VecState(False, f"the {binding().__name__} binding cannot load extensions")
+    try:
+        conn.enable_load_extension(True)
+        if extension_path:
+            conn.load_extension(extension_path)
+            path = extension_path
+        else:
+            import sqlite_vec
+
+            path = sqlite_vec.loadable_path()
+            conn.load_extension(path)
+        conn.enable_load_extension(False)
+        (version,) = conn.execute("select vec_version()").fetchone()
+        return VecState(True, None, version, path)
+    except ImportError:
+        return VecState(False, "sqlite-vec is not installed")
+    except Exception as exc:  # the loader raises the binding's own error types
+        return VecState(False, f"sqlite-vec failed to load: {exc}")
+
+
+def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0) -> Any:
+    """A connection with WAL, a busy timeout and rows as tuples; ``check_same_thread`` off
+    because :class:`memdir.store.Store` serialises access itself."""
+    mod = binding()
+    if readonly:
+        uri = f"file:{Path(path).as_posix()}?mode=ro"
+        conn = mod.connect(uri, uri=True, timeout=timeout, check_same_thread=False, isolation_level=None)
+    else:
+        conn = mod.connect(str(path), timeout=timeout, check_same_thread=False, isolation_level=None)
+    conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+    if not readonly:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA temp_store = MEMORY")
+    return conn

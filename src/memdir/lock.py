@@ -1,0 +1,79 @@
+"""One writer per index: an advisory ``flock`` on ``<index>.lock``.
+
+The kernel drops an ``flock`` when its holder dies, so a crashed or killed writer never leaves
+a stale lock behind (the recovery is automatic); the file keeps the holder's pid and start time
+only so ``status`` can say who is writing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+
+
+class LockTimeout(TimeoutError):
+    """Another process holds the index's writer lock."""
+
+
+class WriterLock:
+    def __init__(self, index_path: Path):
+        self.path = Path(str(index_path) + ".lock")
+        self._fd: int | None = None
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        """Take the lock; wait up to ``timeout`` seconds (``None`` = forever, 0 = don't wait)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "since": time.time()}).encode())
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            try:
+                os.ftruncate(self._fd, 0)
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self._fd)
+                self._fd = None
+
+    def holder(self) -> dict[str, float] | None:
+        """Who holds the lock right now, or ``None`` if nobody does."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return None
+            except BlockingIOError:
+                raw = os.read(fd, 4096)
+                try:
+                    return json.loads(raw or b"{}")
+                except ValueError:
+                    return {}
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> WriterLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

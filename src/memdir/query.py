@@ -1,0 +1,116 @@
+"""From a user's question to a safe FTS5 query (R§7 step 5, R§9).
+
+User text never reaches FTS5 as syntax: every term is a double-quoted string (quotes inside are
+removed), so ``NEAR``, ``*``, ``-``, ``OR`` or unbalanced parentheses are just words.
+"""
+
+from __future__ import annotations
+
+import re
+
+from memdir.stopwords import ALL as STOP_WORDS
+from memdir.stopwords import KO as KO_STOP
+from memdir.textutil import has_han_or_kana, has_hangul, split_words, word_runs
+
+_KANA = re.compile("[\u3040-\u30ff]")
+_HAN = re.compile("[\u4e00-\u9fff]")
+_JA_RUNS = re.compile("[a-z0-9_]+|[\u30a0-\u30ffー]+|[\u4e00-\u9fff]+|[\u3040-\u309f]{2,}")
+_ASCII_WORD = re.compile(r"^[a-z0-9_]+$")
+_KO_PARTICLES = sorted(
+    ["에서", "으로", "에게", "한테", "처럼", "같이", "보다", "까지", "부터", "마다", "밖에", "대로", "은", "는", "이", "가", "을", "를", "의", "에", "로", "와", "과", "도", "만"],
+    key=len,
+    reverse=True,
+)
+
+
+def build_fts_query(raw: str) -> str | None:
+    """OpenClaw's ``buildFtsQuery``: every ``[\\p{L}\\p{N}_]+`` run quoted, joined with AND."""
+    tokens = [t.replace('"', "") for t in word_runs(raw)]
+    tokens = [t for t in tokens if t]
+    if not tokens:
+        return None
+    return " AND ".join(f'"{t}"' for t in tokens)
+
+
+def _bigrams(run: str) -> list[str]:
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def _korean_tokens(segment: str) -> list[str]:
+    stem = segment
+    for particle in _KO_PARTICLES:
+        if segment.endswith(particle) and len(segment) > len(particle):
+            stem = segment[: -len(particle)]
+            break
+    out: list[str] = []
+    if segment not in KO_STOP and stem not in KO_STOP:
+        out.append(segment)
+    if stem != segment and stem not in KO_STOP:
+        useful = len(stem) >= 2 if has_hangul(stem) else bool(_ASCII_WORD.match(stem))
+        if useful:
+            out.append(stem)
+    return out
+
+
+def extract_keywords(query: str) -> list[str]:
+    """Content words of a question, stop words dropped, CJK split as R§9 (order kept, deduped)."""
+    tokens: list[str] = []
+    for segment in split_words(query.strip().lower()):
+        if _KANA.search(segment):
+            for m in _JA_RUNS.finditer(segment):
+                run = m.group(0)
+                tokens.append(run)
+                if _HAN.fullmatch(run[0]) and _HAN.search(run) and len(run) > 1 and _HAN.fullmatch(run[-1]):
+                    tokens.extend(_bigrams(run))
+        elif _HAN.search(segment):
+            han = "".join(_HAN.findall(segment))
+            tokens.extend(han)
+            tokens.extend(_bigrams(han))
+        elif has_hangul(segment):
+            tokens.extend(_korean_tokens(segment))
+        else:
+            tokens.append(segment)
+    out: list[str] = []
+    for token in tokens:
+        if not token or token in STOP_WORDS or token in out:
+            continue
+        if token.isascii() and token.isalpha() and len(token) < 3:
+            continue
+        if token.isdigit() or not any(ch.isalnum() for ch in token):
+            continue
+        out.append(token)
+    return out
+
+
+def fts_term(token: str) -> str:
+    """One quoted FTS5 term for a keyword, matching how :func:`memdir.textutil.fts_text` indexes.
+
+    Han/Kana words become a phrase of single characters; Hangul words match as a prefix, so
+    ``에러`` finds ``에러를``; everything else is a plain quoted term.
+    """
+    clean = token.replace('"', "")
+    if has_han_or_kana(clean):
+        return '"' + " ".join(ch for ch in clean if not ch.isspace()) + '"'
+    if has_hangul(clean):
+        return f'"{clean}"*'
+    return f'"{clean}"'
+
+
+def keyword_match_expression(query: str) -> str | None:
+    """The MATCH expression memdir runs: content words OR-ed, so BM25 rewards notes sharing more.
+
+    Falls back to every word of the query when all of them are stop words (a query made only of
+    stop words still deserves an answer), and to ``None`` when there is nothing to search for.
+    """
+    keywords = extract_keywords(query)
+    if not keywords:
+        keywords = [t.lower() for t in word_runs(query) if t.replace('"', "")]
+    terms: list[str] = []
+    for kw in keywords:
+        for part in word_runs(kw) if not has_han_or_kana(kw) else [kw]:
+            term = fts_term(part)
+            if term not in terms and part:
+                terms.append(term)
+    if not terms:
+        return None
+    return " OR ".join(terms[:64])

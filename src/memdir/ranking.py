@@ -1,0 +1,170 @@
+"""Combining and re-ranking hits: hybrid merge (R§7.9), temporal decay (R§7.1), MMR (R§7.2)."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from memdir.store import Hit
+
+DAY_MS = 86_400_000
+_DATED = re.compile(r"(?:^|/)memory/(\d{4})-(\d{2})-(\d{2})\.md$")
+_ASCII_TOKEN = re.compile(r"[a-z0-9_]+")
+_CJK_CHAR = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
+@dataclass
+class Candidate:
+    """One chunk while it is being ranked; the per-signal figures feed ``explain``."""
+
+    id: str
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    snippet: str
+    vector_score: float = 0.0
+    text_score: float = 0.0
+    score: float = 0.0
+    in_vector: bool = False
+    in_keyword: bool = False
+    decay: float = 1.0
+    rank_before_mmr: int | None = None
+    rescued: bool = False
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def merge_hybrid(vector: Sequence[Hit], keyword: Sequence[Hit], vector_weight: float,
+                 text_weight: float) -> list[Candidate]:
+    """Union by chunk id, ``score = vw·vector + tw·text``; a keyword snippet replaces a vector one."""
+    by_id: dict[str, Candidate] = {}
+    for h in vector:
+        by_id[h.id] = Candidate(h.id, h.path, h.source, h.start_line, h.end_line, h.text,
+                                vector_score=h.score, in_vector=True)
+    for h in keyword:
+        existing = by_id.get(h.id)
+        if existing is not None:
+            existing.text_score = h.score
+            existing.in_keyword = True
+            if h.text:
+                existing.snippet = h.text
+        else:
+            by_id[h.id] = Candidate(h.id, h.path, h.source, h.start_line, h.end_line, h.text,
+                                    text_score=h.score, in_keyword=True)
+    out = list(by_id.values())
+    for c in out:
+        c.score = vector_weight * c.vector_score + text_weight * c.text_score
+    return out
+
+
+def decay_multiplier(age_days: float, half_life_days: float) -> float:
+    """``exp(−ln2/halfLife · max(0, age))``; a bad half-life disables decay."""
+    if not math.isfinite(half_life_days) or half_life_days <= 0:
+        return 1.0
+    return math.exp(-(math.log(2) / half_life_days) * max(0.0, age_days))
+
+
+def dated_path_ms(path: str) -> int | None:
+    norm = path.replace("\\", "/")
+    while norm.startswith("./"):
+        norm = norm[2:]
+    m = _DATED.search(norm)
+    if not m:
+        return None
+    try:
+        d = datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)), tzinfo=UTC)
+    except ValueError:
+        return None
+    return int(d.timestamp() * 1000)
+
+
+def is_evergreen(path: str, source: str) -> bool:
+    norm = path.replace("\\", "/").removeprefix("./")
+    if source != "memory":
+        return False
+    return norm in ("MEMORY.md", "memory.md") or (norm.startswith("memory/") and dated_path_ms(norm) is None)
+
+
+def memory_timestamp(path: str, source: str, workspace: Path,
+                     source_timestamp: Callable[[str, str], int | None] | None = None) -> int | None:
+    """When a hit's content was written, for decay: dated file name, evergreen, or mtime."""
+    dated = dated_path_ms(path)
+    if dated is not None:
+        return dated
+    if is_evergreen(path, source):
+        return None
+    if source_timestamp is not None:
+        ts = source_timestamp(path, source)
+        if ts is not None:
+            return ts
+    try:
+        return int(os.stat(workspace / path).st_mtime * 1000)
+    except OSError:
+        return None
+
+
+def apply_decay(cands: list[Candidate], half_life_days: float, now_ms: int,
+                timestamp: Callable[[str, str], int | None]) -> None:
+    cache: dict[tuple[str, str], int | None] = {}
+    for c in cands:
+        key = (c.source, c.path)
+        if key not in cache:
+            cache[key] = timestamp(c.path, c.source)
+        ts = cache[key]
+        if ts is None:
+            continue
+        c.decay = decay_multiplier(max(0, now_ms - ts) / DAY_MS, half_life_days)
+        c.score *= c.decay
+
+
+def mmr_tokens(text: str) -> frozenset[str]:
+    """ASCII word tokens plus every CJK character and bigrams of adjacent CJK characters."""
+    low = text.lower()
+    tokens = set(_ASCII_TOKEN.findall(low))
+    prev_end = -2
+    prev_char = ""
+    for m in _CJK_CHAR.finditer(low):
+        ch = m.group(0)
+        tokens.add(ch)
+        if m.start() == prev_end:
+            tokens.add(prev_char + ch)
+        prev_end, prev_char = m.end(), ch
+    return frozenset(tokens)
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a and not b:
+        return 1.0
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def mmr_rerank(cands: list[Candidate], lam: float) -> list[Candidate]:
+    """Greedy maximal marginal relevance over all candidates (the caller cuts to maxResults)."""
+    if len(cands) <= 1:
+        return list(cands)
+    lam = min(1.0, max(0.0, lam))
+    if lam >= 1.0:
+        return sorted(cands, key=lambda c: -c.score)
+    scores = [c.score for c in cands]
+    lo, hi = min(scores), max(scores)
+    rel = [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
+    toks = [mmr_tokens(c.snippet) for c in cands]
+    remaining = list(range(len(cands)))
+    chosen: list[int] = []
+    while remaining:
+        best, best_val = remaining[0], -math.inf
+        for i in remaining:
+            sim = max((jaccard(toks[i], toks[j]) for j in chosen), default=0.0)
+            val = lam * rel[i] - (1 - lam) * sim
+            if val > best_val or (val == best_val and cands[i].score > cands[best].score):
+                best, best_val = i, val
+        chosen.append(best)
+        remaining.remove(best)
+    return [cands[i] for i in chosen]

@@ -1,0 +1,438 @@
+"""The SQLite index: schema (R§4), per-file writes, keyword and vector queries, embedding cache.
+
+Tables: ``meta``, ``files``, ``chunks`` (text + float32 embedding blob), ``chunks_fts`` (FTS5),
+``chunks_vec`` (sqlite-vec ``vec0``, cosine, created once the vector width is known) and
+``embedding_cache``.  Everything here is derived from the Markdown files and can be rebuilt.
+
+The :class:`Store` is the seam other back ends (PostgreSQL) implement; the sync engine and the
+search pipeline only use its methods.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memdir import db
+from memdir.textutil import fts_text
+
+META_KEY = "memory_index_meta_v1"
+SCHEMA_VERSION = 1
+_DIMS = re.compile(r"float\[(\d+)\]", re.IGNORECASE)
+FTS_COLUMNS = ("text", "id", "path", "source", "model", "start_line", "end_line")
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRow:
+    """One chunk ready to be written: its id, location, text and (optional) vector."""
+
+    id: str
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    hash: str
+    model: str
+    text: str
+    embedding: Sequence[float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    id: str
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    text: str
+    score: float
+
+
+def to_blob(vector: Sequence[float]) -> bytes:
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def from_blob(blob: bytes | None) -> np.ndarray:
+    if not blob:
+        return np.zeros(0, dtype=np.float32)
+    return np.frombuffer(blob, dtype="<f4")
+
+
+def bm25_to_score(rank: float) -> float:
+    """FTS5 bm25 (more negative = better) → (0, 1): ``r/(1+r)`` with ``r = −rank`` (R§7 [v4.12])."""
+    if rank is None or not np.isfinite(rank):
+        return 0.001
+    if rank < 0:
+        r = -rank
+        return r / (1 + r)
+    return 1 / (1 + rank)
+
+
+class Store:
+    """A connection to one index file, safe to share between threads (calls are serialised)."""
+
+    def __init__(self, path: Path, *, fts_tokenizer: str = "unicode61", vector_enabled: bool = True,
+                 extension_path: str | None = None, readonly: bool = False):
+        self.path = Path(path)
+        self.fts_tokenizer = fts_tokenizer
+        self.vector_enabled = vector_enabled
+        self.extension_path = extension_path
+        self.readonly = readonly
+        self.lock = threading.RLock()
+        self.fts_error: str | None = None
+        if not readonly:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = db.connect(self.path, readonly=readonly)
+        self.vec = db.load_vec(self.conn, extension_path) if vector_enabled else db.VecState(False, "disabled")
+        self._inode = self._stat_inode()
+        if not readonly:
+            self.ensure_schema()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        with self.lock:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+
+    def _stat_inode(self) -> int | None:
+        try:
+            return self.path.stat().st_ino
+        except OSError:
+            return None
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        with self.lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            else:
+                self.conn.execute("COMMIT")
+
+    def ensure_schema(self) -> None:
+        c = self.conn
+        with self.lock:
+            c.executescript(
+                """
+                CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                CREATE TABLE IF NOT EXISTS files(
+                    path TEXT NOT NULL, source TEXT NOT NULL DEFAULT 'memory', hash TEXT NOT NULL,
+                    mtime INTEGER NOT NULL, size INTEGER NOT NULL, PRIMARY KEY(path, source));
+                CREATE TABLE IF NOT EXISTS chunks(
+                    id TEXT PRIMARY KEY, path TEXT NOT NULL, source TEXT NOT NULL DEFAULT 'memory',
+                    start_line INTEGER NOT NULL, end_line INTEGER NOT NULL, hash TEXT NOT NULL,
+                    model TEXT NOT NULL, text TEXT NOT NULL, embedding BLOB, updated_at INTEGER NOT NULL);
+                CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks(path, source);
+                CREATE INDEX IF NOT EXISTS idx_chunks_source ON chunks(source);
+                CREATE TABLE IF NOT EXISTS embedding_cache(
+                    provider TEXT NOT NULL, model TEXT NOT NULL, provider_key TEXT NOT NULL,
+                    hash TEXT NOT NULL, embedding BLOB NOT NULL, dims INTEGER NOT NULL,
+                    updated_at INTEGER NOT NULL, PRIMARY KEY(provider, model, provider_key, hash));
+                CREATE INDEX IF NOT EXISTS idx_cache_updated ON embedding_cache(updated_at);
+                """
+            )
+            try:
+                c.execute(self._fts_ddl("chunks_fts"))
+                self.fts_error = None
+            except Exception as exc:
+                self.fts_error = f"FTS5 unavailable: {exc}"
+
+    def _fts_ddl(self, name: str) -> str:
+        tok = "trigram case_sensitive 0" if self.fts_tokenizer == "trigram" else "unicode61"
+        return (
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(text, id UNINDEXED, path UNINDEXED, "
+            f"source UNINDEXED, model UNINDEXED, start_line UNINDEXED, end_line UNINDEXED, "
+            f"tokenize='{tok}')"
+        )
+
+    @property
+    def fts_available(self) -> bool:
+        return self.fts_error is None
+
+    # -- meta --------------------------------------------------------------------------------
+    def read_meta(self) -> dict[str, Any] | None:
+        with self.lock:
+            try:
+                row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchone()
+            except Exception:
+                return None
+        return json.loads(row[0]) if row else None
+
+    def write_meta(self, meta: dict[str, Any], conn: Any | None = None) -> None:
+        (conn or self.conn).execute(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", (META_KEY, json.dumps(meta, sort_keys=True))
+        )
+
+    # -- files -------------------------------------------------------------------------------
+    def file_rows(self, source: str | None = None) -> dict[tuple[str, str], tuple[str, int, int]]:
+        """``{(path, source): (hash, mtime_ns, size)}`` for every indexed file."""
+        sql = "SELECT path, source, hash, mtime, size FROM files"
+        args: tuple[Any, ...] = ()
+        if source:
+            sql += " WHERE source = ?"
+            args = (source,)
+        with self.lock:
+            return {(p, s): (h, m, z) for p, s, h, m, z in self.conn.execute(sql, args)}
+
+    def touch_file(self, path: str, source: str, file_hash: str, mtime_ns: int, size: int) -> None:
+        """Record a new stat for a file whose content did not change."""
+        self.conn.execute(
+            "UPDATE files SET hash = ?, mtime = ?, size = ? WHERE path = ? AND source = ?",
+            (file_hash, mtime_ns, size, path, source),
+        )
+
+    def replace_file(self, path: str, source: str, file_hash: str, mtime_ns: int, size: int,
+                     chunks: Sequence[ChunkRow]) -> None:
+        """Replace every row of one file (call inside :meth:`transaction`)."""
+        c = self.conn
+        self._delete_file_rows(path, source)
+        now = int(time.time() * 1000)
+        c.executemany(
+            "INSERT OR REPLACE INTO chunks(id, path, source, start_line, end_line, hash, model, text, "
+            "embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            [
+                (ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model, ch.text,
+                 to_blob(ch.embedding) if ch.embedding is not None and len(ch.embedding) else None, now)
+                for ch in chunks
+            ],
+        )
+        if self.fts_available:
+            c.executemany(
+                "INSERT INTO chunks_fts(text, id, path, source, model, start_line, end_line) VALUES (?,?,?,?,?,?,?)",
+                [(fts_text(ch.text), ch.id, ch.path, ch.source, ch.model, ch.start_line, ch.end_line)
+                 for ch in chunks],
+            )
+        vectors = [(ch.id, to_blob(ch.embedding)) for ch in chunks if ch.embedding is not None and len(ch.embedding)]
+        if vectors and self.vec.available:
+            self.ensure_vec_table(len(vectors[0][1]) // 4)
+            c.executemany("INSERT OR REPLACE INTO chunks_vec(id, embedding) VALUES (?, ?)", vectors)
+        c.execute(
+            "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
+            (path, source, file_hash, mtime_ns, size),
+        )
+
+    def _delete_file_rows(self, path: str, source: str) -> None:
+        c = self.conn
+        if self.vec.available and self.has_vec_table():
+            c.execute(
+                "DELETE FROM chunks_vec WHERE id IN (SELECT id FROM chunks WHERE path = ? AND source = ?)",
+                (path, source),
+            )
+        if self.fts_available:
+            c.execute("DELETE FROM chunks_fts WHERE path = ? AND source = ?", (path, source))
+        c.execute("DELETE FROM chunks WHERE path = ? AND source = ?", (path, source))
+
+    def delete_file(self, path: str, source: str) -> None:
+        self._delete_file_rows(path, source)
+        self.conn.execute("DELETE FROM files WHERE path = ? AND source = ?", (path, source))
+
+    # -- vectors -----------------------------------------------------------------------------
+    def has_vec_table(self) -> bool:
+        row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()
+        return row is not None
+
+    def vec_dims(self) -> int | None:
+        row = self.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()
+        if not row:
+            return None
+        m = _DIMS.search(row[0])
+        return int(m.group(1)) if m else None
+
+    def ensure_vec_table(self, dims: int) -> None:
+        """Create ``chunks_vec`` for ``dims``; a different width drops and recreates it (R§4)."""
+        if not self.vec.available:
+            return
+        current = self.vec_dims()
+        if current == dims:
+            return
+        if current is not None:
+            self.conn.execute("DROP TABLE chunks_vec")
+        self.conn.execute(
+            f"CREATE VIRTUAL TABLE chunks_vec USING vec0(id TEXT PRIMARY KEY, "
+            f"embedding FLOAT[{int(dims)}] distance_metric=cosine)"
+        )
+
+    def vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
+        """Nearest chunks by cosine similarity: sqlite-vec KNN, else NumPy over the stored blobs."""
+        q = np.asarray(query, dtype=np.float32)
+        if not q.size or not np.any(q) or limit <= 0:
+            return []
+        with self.lock:
+            if self.vec.available and self.vec_dims() == q.size:
+                rows = self.conn.execute(
+                    "SELECT v.id, v.distance, c.path, c.source, c.start_line, c.end_line, c.text "
+                    "FROM chunks_vec v JOIN chunks c ON c.id = v.id "
+                    "WHERE v.embedding MATCH ? AND k = ? ORDER BY v.distance",
+                    (q.astype("<f4").tobytes(), int(limit)),
+                ).fetchall()
+                return [Hit(r[0], r[2], r[3], r[4], r[5], r[6], 1.0 - float(r[1])) for r in rows]
+            ids: list[str] = []
+            blobs: list[bytes] = []
+            for cid, blob in self.conn.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL"):
+                if len(blob) == q.size * 4:
+                    ids.append(cid)
+                    blobs.append(blob)
+            if not ids:
+                return []
+            matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(ids), q.size)
+            qn = q / (np.linalg.norm(q) or 1.0)
+            norms = np.linalg.norm(matrix, axis=1)
+            norms[norms == 0] = 1.0
+            sims = (matrix @ qn) / norms
+            k = min(limit, len(ids))
+            top = np.argpartition(-sims, k - 1)[:k]
+            top = top[np.argsort(-sims[top], kind="stable")]
+            return self._hits_for([(ids[i], float(sims[i])) for i in top])
+
+    def _hits_for(self, scored: list[tuple[str, float]]) -> list[Hit]:
+        if not scored:
+            return []
+        marks = ",".join("?" * len(scored))
+        rows = {
+            r[0]: r
+            for r in self.conn.execute(
+                f"SELECT id, path, source, start_line, end_line, text FROM chunks WHERE id IN ({marks})",
+                [cid for cid, _ in scored],
+            )
+        }
+        return [Hit(cid, *rows[cid][1:6], score) for cid, score in scored if cid in rows]
+
+    # -- keyword -----------------------------------------------------------------------------
+    def keyword_search(self, match: str, limit: int) -> list[Hit]:
+        """BM25 over ``chunks_fts``; ``match`` must come from :mod:`memdir.query` (quoted terms)."""
+        if not self.fts_available or limit <= 0:
+            return []
+        with self.lock:
+            rows = self.conn.execute(
+                "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.text, bm25(chunks_fts) AS rank "
+                "FROM chunks_fts f JOIN chunks c ON c.id = f.id WHERE chunks_fts MATCH ? "
+                "ORDER BY rank LIMIT ?",
+                (match, int(limit)),
+            ).fetchall()
+        return [Hit(r[0], r[1], r[2], r[3], r[4], r[5], bm25_to_score(r[6])) for r in rows]
+
+    # -- embedding cache ---------------------------------------------------------------------
+    def cache_get(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, list[float]]:
+        """Cached vectors by chunk hash, looked up 400 at a time (R§5.4)."""
+        wanted = list(dict.fromkeys(hashes))
+        out: dict[str, list[float]] = {}
+        with self.lock:
+            for i in range(0, len(wanted), 400):
+                part = wanted[i : i + 400]
+                marks = ",".join("?" * len(part))
+                for h, blob in self.conn.execute(
+                    f"SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? "
+                    f"AND provider_key = ? AND hash IN ({marks})",
+                    (provider, model, provider_key, *part),
+                ):
+                    vec = from_blob(blob)
+                    if vec.size:
+                        out[h] = vec.tolist()
+        return out
+
+    def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
+        now = int(time.time() * 1000)
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO embedding_cache(provider, model, provider_key, hash, embedding, dims, updated_at) "
+            "VALUES (?,?,?,?,?,?,?)",
+            [(provider, model, provider_key, h, to_blob(v), len(v), now) for h, v in items.items() if len(v)],
+        )
+
+    def cache_touch(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> None:
+        """Mark cache hits as recently used, so pruning drops the least recently used first."""
+        now = int(time.time() * 1000)
+        self.conn.executemany(
+            "UPDATE embedding_cache SET updated_at = ? WHERE provider = ? AND model = ? AND provider_key = ? "
+            "AND hash = ?",
+            [(now, provider, model, provider_key, h) for h in hashes],
+        )
+
+    def cache_prune(self, max_entries: int | None) -> int:
+        if not max_entries:
+            return 0
+        (count,) = self.conn.execute("SELECT COUNT(*) FROM embedding_cache").fetchone()
+        excess = count - int(max_entries)
+        if excess <= 0:
+            return 0
+        self.conn.execute(
+            "DELETE FROM embedding_cache WHERE rowid IN "
+            "(SELECT rowid FROM embedding_cache ORDER BY updated_at ASC, rowid ASC LIMIT ?)",
+            (excess,),
+        )
+        return excess
+
+    def cache_count(self) -> int:
+        with self.lock:
+            return int(self.conn.execute("SELECT COUNT(*) FROM embedding_cache").fetchone()[0])
+
+    # -- counts ------------------------------------------------------------------------------
+    def counts_by_source(self) -> dict[str, tuple[int, int]]:
+        with self.lock:
+            files = dict(self.conn.execute("SELECT source, COUNT(*) FROM files GROUP BY source").fetchall())
+            chunks = dict(self.conn.execute("SELECT source, COUNT(*) FROM chunks GROUP BY source").fetchall())
+        return {s: (int(files.get(s, 0)), int(chunks.get(s, 0))) for s in set(files) | set(chunks)}
+
+    def chunk_count(self) -> int:
+        with self.lock:
+            return int(self.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0])
+
+    def vector_count(self) -> int:
+        with self.lock:
+            return int(self.conn.execute("SELECT COUNT(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0])
+
+    # -- full reindex swap -------------------------------------------------------------------
+    def swap_from(self, fresh_path: Path) -> None:
+        """Replace this index's contents with another index file's, in one transaction.
+
+        Readers keep seeing the old rows until COMMIT (WAL); a crash before COMMIT leaves the
+        old index untouched.  The file itself is never renamed, so no reader's WAL or shared
+        memory file can be mixed up with the new database.
+        """
+        c = self.conn
+        with self.lock:
+            c.execute("ATTACH DATABASE ? AS fresh", (str(fresh_path),))
+            try:
+                fresh_has_vec = c.execute(
+                    "SELECT sql FROM fresh.sqlite_master WHERE name = 'chunks_vec'"
+                ).fetchone()
+                c.execute("BEGIN IMMEDIATE")
+                try:
+                    for table in ("files", "chunks", "embedding_cache", "meta"):
+                        c.execute(f"DELETE FROM main.{table}")
+                        c.execute(f"INSERT INTO main.{table} SELECT * FROM fresh.{table}")
+                    c.execute("DROP TABLE IF EXISTS main.chunks_fts")
+                    c.execute(self._fts_ddl("main.chunks_fts"))
+                    cols = ", ".join(FTS_COLUMNS)
+                    c.execute(f"INSERT INTO main.chunks_fts({cols}) SELECT {cols} FROM fresh.chunks_fts")
+                    if self.vec.available:
+                        c.execute("DROP TABLE IF EXISTS main.chunks_vec")
+                        if fresh_has_vec:
+                            m = _DIMS.search(fresh_has_vec[0])
+                            if m:
+                                self.ensure_vec_table(int(m.group(1)))
+                                c.execute("INSERT INTO main.chunks_vec(id, embedding) "
+                                          "SELECT id, embedding FROM fresh.chunks_vec")
+                    c.execute("COMMIT")
+                except BaseException:
+                    c.execute("ROLLBACK")
+                    raise
+            finally:
+                c.execute("DETACH DATABASE fresh")
+            try:
+                c.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except Exception:
+                pass

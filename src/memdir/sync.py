@@ -1,0 +1,361 @@
+"""Keeping the index in step with the files (R§6), incrementally and safely.
+
+* Unchanged files cost one ``stat`` (size + mtime); changed ones are hashed (SHA-256) and
+  re-chunked only if their content differs; vanished files are deleted.
+* Only chunks whose text is new are embedded: vectors come from the embedding cache, keyed by
+  (provider, model, provider key, chunk hash).
+* When the index identity changes (provider, model, key, dims, chunking, sources, tokenizer,
+  extra paths) the whole index is rebuilt in a temporary database and swapped in atomically; the
+  old index answers searches until then, and a crash leaves it intact.
+* A provider that is only *temporarily* missing never triggers that rebuild: the index keeps
+  its vectors, new text is indexed for keywords and embedded once the provider is back.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memdir.chunking import Chunk, chunk_id, chunk_markdown, sha256_text
+from memdir.config import Settings
+from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
+from memdir.lock import LockTimeout, WriterLock
+from memdir.store import ChunkRow, Store
+from memdir.workspace import FileEntry, discover
+
+#: Bump when chunking or indexing changes in a way that needs a rebuild.
+CHUNKER_VERSION = 2
+FTS_ONLY_MODEL = "fts-only"
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class SyncReport:
+    full: bool = False
+    reason: str = ""
+    scanned: int = 0
+    indexed: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    chunks: int = 0
+    embedded: int = 0
+    cache_hits: int = 0
+    incomplete: bool = False
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class SourceDoc:
+    """A file's indexable content: text, and for transcripts the map back to source lines."""
+
+    content: str
+    hash: str
+    line_map: list[int] | None = None
+
+
+def read_memory_file(entry: FileEntry) -> SourceDoc | None:
+    try:
+        raw = entry.abs_path.read_bytes()
+    except FileNotFoundError:
+        return None  # vanished between listing and reading: not an error (R§2)
+    return SourceDoc(raw.decode("utf-8", errors="replace"), hashlib.sha256(raw).hexdigest())
+
+
+class Indexer:
+    """Writes the index for one workspace; holds the writer lock while it does."""
+
+    def __init__(self, settings: Settings, store: Store, provider: EmbeddingProvider | None,
+                 *, provider_transiently_missing: bool = False,
+                 extra_sources: Sequence[Any] = ()):
+        self.settings = settings
+        self.store = store
+        self.provider = provider
+        self.transient_missing = provider_transiently_missing
+        self.extra_sources = list(extra_sources)
+        self.lock = WriterLock(store.path)
+
+    # -- identity ----------------------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        ms = self.settings.memory_search
+        p = self.provider
+        scope = hashlib.sha256("\n".join(sorted(str(x) for x in self.settings.extra_paths)).encode()).hexdigest()
+        return {
+            "schema": 1,
+            "chunker": CHUNKER_VERSION,
+            "provider": p.id if p else "none",
+            "model": p.model if p else FTS_ONLY_MODEL,
+            "providerKey": p.provider_key if p else None,
+            "vectorDims": p.dims if p else None,
+            "sources": sorted(ms.sources),
+            "chunkTokens": ms.chunking.tokens,
+            "chunkOverlap": ms.chunking.overlap,
+            "ftsTokenizer": ms.store.fts.tokenizer,
+            "scopeHash": scope,
+            "workspace": str(self.settings.workspace_path),
+        }
+
+    def rebuild_reason(self, meta: dict[str, Any] | None) -> str | None:
+        """Why a full reindex is needed, or ``None`` when an incremental sync will do."""
+        if meta is None:
+            return "no index yet"
+        ident = self.identity()
+        if self.provider is None and self.transient_missing and meta.get("provider") not in (None, "none"):
+            ident = {**ident, **{k: meta.get(k) for k in ("provider", "model", "providerKey", "vectorDims")}}
+        for key in ("schema", "chunker", "provider", "model", "providerKey", "sources", "chunkTokens",
+                    "chunkOverlap", "ftsTokenizer", "scopeHash"):
+            if meta.get(key) != ident.get(key):
+                return f"{key} changed ({meta.get(key)!r} → {ident.get(key)!r})"
+        if ident.get("vectorDims") and meta.get("vectorDims") and ident["vectorDims"] != meta["vectorDims"]:
+            return f"vector dims changed ({meta['vectorDims']} → {ident['vectorDims']})"
+        return None
+
+    @property
+    def model_name(self) -> str:
+        if self.provider is not None:
+            return self.provider.model
+        meta = self.store.read_meta() or {}
+        if self.transient_missing and meta.get("model"):
+            return str(meta["model"])
+        return FTS_ONLY_MODEL
+
+    # -- entry points ------------------------------------------------------------------------
+    def sync(self, *, force: bool = False, reason: str = "cli", progress: Progress | None = None,
+             deadline: float | None = None, lock_timeout: float | None = None) -> SyncReport:
+        """Bring the index up to date; ``deadline`` (monotonic) bounds an incremental sync."""
+        started = time.monotonic()
+        if not self.lock.acquire(lock_timeout):
+            raise LockTimeout(f"another process is writing {self.store.path} (lock {self.lock.path})")
+        try:
+            self._cleanup_leftovers()
+            meta = self.store.read_meta()
+            why = "forced" if force else self.rebuild_reason(meta)
+            if why is not None:
+                report = self._full_reindex(why, progress)
+            else:
+                report = self._incremental(self.store, progress, deadline)
+            report.reason = reason if not report.full else f"{reason}: {why}"
+        finally:
+            self.lock.release()
+        report.seconds = time.monotonic() - started
+        return report
+
+    # -- scanning ----------------------------------------------------------------------------
+    def list_files(self) -> tuple[list[FileEntry], list[str]]:
+        found = discover(self.settings.workspace_path, self.settings.extra_paths)
+        files = list(found.files)
+        for source in self.extra_sources:
+            files.extend(source.list_files())
+        return files, found.issues
+
+    def load(self, entry: FileEntry) -> SourceDoc | None:
+        for source in self.extra_sources:
+            if source.name == entry.source:
+                return source.load(entry)
+        return read_memory_file(entry)
+
+    def dirty_files(self) -> tuple[list[FileEntry], list[tuple[str, str]]]:
+        """Files whose stat differs from the index, and indexed paths that no longer exist."""
+        files, _ = self.list_files()
+        rows = self.store.file_rows()
+        changed = [f for f in files if rows.get((f.path, f.source), ("", -1, -1))[1:] != (f.mtime_ns, f.size)]
+        present = {(f.path, f.source) for f in files}
+        gone = [key for key in rows if key not in present]
+        return changed, gone
+
+    # -- incremental -------------------------------------------------------------------------
+    def _incremental(self, store: Store, progress: Progress | None, deadline: float | None,
+                     *, everything: bool = False) -> SyncReport:
+        report = SyncReport()
+        files, issues = self.list_files()
+        report.scanned = len(files)
+        rows = {} if everything else store.file_rows()
+        needs_vectors = self._paths_missing_vectors(store) if self.provider is not None and not everything else set()
+        todo: list[FileEntry] = []
+        touched: list[tuple[FileEntry, str]] = []
+        for f in files:
+            known = rows.get((f.path, f.source))
+            if known and known[1:] == (f.mtime_ns, f.size) and (f.path, f.source) not in needs_vectors:
+                report.unchanged += 1
+                continue
+            todo.append(f)
+        present = {(f.path, f.source) for f in files}
+        gone = [key for key in rows if key not in present]
+
+        total = len(todo)
+        label = "Indexing memory files…"
+        if progress:
+            progress(0, total, label)
+        batch: list[tuple[FileEntry, SourceDoc, list[Chunk]]] = []
+        pending_chunks = 0
+        done = 0
+        for f in todo:
+            if deadline is not None and time.monotonic() > deadline:
+                report.incomplete = True
+                break
+            doc = self.load(f)
+            if doc is None:
+                continue
+            known = rows.get((f.path, f.source))
+            if known and known[0] == doc.hash and (f.path, f.source) not in needs_vectors:
+                touched.append((f, doc.hash))
+                report.unchanged += 1
+                continue
+            chunks = self._chunk(doc)
+            batch.append((f, doc, chunks))
+            pending_chunks += len(chunks)
+            if pending_chunks >= 64 or len(batch) >= 200:
+                done += self._write_batch(store, batch, report, strict=everything)
+                batch, pending_chunks = [], 0
+                if progress:
+                    progress(done, total, label)
+        if batch:
+            done += self._write_batch(store, batch, report, strict=everything)
+        with store.transaction():
+            for f, file_hash in touched:
+                store.touch_file(f.path, f.source, file_hash, f.mtime_ns, f.size)
+            if not report.incomplete:
+                for path, source in gone:
+                    store.delete_file(path, source)
+                    report.removed += 1
+        if progress:
+            progress(total if not report.incomplete else done, total, label)
+        return report
+
+    def _paths_missing_vectors(self, store: Store) -> set[tuple[str, str]]:
+        with store.lock:
+            rows = store.conn.execute(
+                "SELECT DISTINCT path, source FROM chunks WHERE embedding IS NULL"
+            ).fetchall()
+        return {(p, s) for p, s in rows}
+
+    def _chunk(self, doc: SourceDoc) -> list[Chunk]:
+        cfg = self.settings.memory_search.chunking
+        chunks = [c for c in chunk_markdown(doc.content, cfg.tokens, cfg.overlap) if c.text.strip()]
+        if self.provider is not None:
+            limit = self.provider.max_input_bytes
+            split: list[Chunk] = []
+            for c in chunks:
+                pieces = split_by_bytes(c.text, limit)
+                split.extend(c if len(pieces) == 1 else Chunk(c.start_line, c.end_line, p, sha256_text(p))
+                             for p in pieces)
+            chunks = split
+        if doc.line_map:
+            from memdir.chunking import remap_lines
+
+            chunks = remap_lines(chunks, doc.line_map)
+        return chunks
+
+    def _embed(self, store: Store, chunks: list[Chunk], report: SyncReport) -> dict[str, list[float]]:
+        """Vectors for these chunks by hash: cache first, then the provider for the rest."""
+        p = self.provider
+        if p is None or not chunks:
+            return {}
+        cache_on = self.settings.memory_search.cache.enabled
+        hashes = list(dict.fromkeys(c.hash for c in chunks))
+        found = store.cache_get(p.id, p.model, p.provider_key, hashes) if cache_on else {}
+        report.cache_hits += len(found)
+        missing = [h for h in hashes if h not in found]
+        if found and cache_on:
+            store.cache_touch(p.id, p.model, p.provider_key, found.keys())
+        if missing:
+            by_hash = {c.hash: c.text for c in chunks}
+            vectors = p.embed_batch([by_hash[h] for h in missing])
+            fresh = dict(zip(missing, vectors, strict=True))
+            report.embedded += len(missing)
+            if cache_on:
+                store.cache_put(p.id, p.model, p.provider_key, fresh)
+            found.update(fresh)
+        return found
+
+    def _write_batch(self, store: Store, batch: list[tuple[FileEntry, SourceDoc, list[Chunk]]],
+                     report: SyncReport, *, strict: bool) -> int:
+        model = self.model_name
+        all_chunks = [c for _, _, chunks in batch for c in chunks]
+        with store.transaction():
+            try:
+                vectors = self._embed(store, all_chunks, report)
+            except Exception as exc:
+                if strict or self.provider is None:
+                    raise
+                # Keep the text searchable by keywords; the vectors are filled in on a later sync.
+                vectors = {}
+                msg = f"embedding failed, {len(all_chunks)} chunks indexed for keywords only: {exc}"
+                if msg not in report.warnings:
+                    report.warnings.append(msg)
+            for f, doc, chunks in batch:
+                rows = [
+                    ChunkRow(chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model), f.path,
+                             f.source, c.start_line, c.end_line, c.hash, model, c.text, vectors.get(c.hash))
+                    for c in chunks
+                ]
+                store.replace_file(f.path, f.source, doc.hash, f.mtime_ns, f.size, rows)
+                report.chunks += len(rows)
+                report.indexed += 1
+        return len(batch)
+
+    # -- full reindex ------------------------------------------------------------------------
+    def _temp_prefix(self) -> str:
+        return str(self.store.path) + ".tmp-"
+
+    def _cleanup_leftovers(self) -> None:
+        """Delete temp databases a crashed rebuild left behind, keeping their new embeddings."""
+        for leftover in glob.glob(glob.escape(self._temp_prefix()) + "*"):
+            if leftover.endswith(("-wal", "-shm", "-journal")):
+                continue
+            try:
+                with self.store.transaction() as c:
+                    c.execute("ATTACH DATABASE ? AS leftover", (leftover,))
+                    c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM leftover.embedding_cache")
+            except Exception:
+                pass
+            finally:
+                try:
+                    self.store.conn.execute("DETACH DATABASE leftover")
+                except Exception:
+                    pass
+        for leftover in glob.glob(glob.escape(self._temp_prefix()) + "*"):
+            try:
+                os.unlink(leftover)
+            except FileNotFoundError:
+                pass
+
+    def _full_reindex(self, why: str, progress: Progress | None) -> SyncReport:
+        temp_path = Path(self._temp_prefix() + uuid.uuid4().hex[:12])
+        ms = self.settings.memory_search
+        fresh = Store(temp_path, fts_tokenizer=ms.store.fts.tokenizer, vector_enabled=ms.store.vector.enabled,
+                      extension_path=ms.store.vector.extension_path)
+        try:
+            with fresh.transaction() as c:
+                c.execute("ATTACH DATABASE ? AS live", (str(self.store.path),))
+                c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM live.embedding_cache")
+            fresh.conn.execute("DETACH DATABASE live")
+            report = self._incremental(fresh, progress, None, everything=True)
+            report.full = True
+            ident = self.identity()
+            if self.provider is not None and self.provider.dims:
+                ident["vectorDims"] = self.provider.dims
+            with fresh.transaction() as c:
+                fresh.write_meta({**ident, "builtAt": int(time.time() * 1000)}, c)
+                fresh.cache_prune(ms.cache.max_entries if ms.cache.enabled else None)
+            fresh.close()
+            self.store.swap_from(temp_path)
+        finally:
+            fresh.close()
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                try:
+                    os.unlink(str(temp_path) + suffix)
+                except FileNotFoundError:
+                    pass
+        return report
