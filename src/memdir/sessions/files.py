@@ -33,9 +33,10 @@ def _check_name(name: str) -> None:
 
 @contextlib.contextmanager
 def memory_dir_fd(workspace: str | os.PathLike[str], *, create: bool = True) -> Iterator[int]:
-    """An ``O_DIRECTORY|O_NOFOLLOW`` descriptor for ``<ws>/memory`` (created if missing)."""
+    """An ``O_DIRECTORY|O_NOFOLLOW`` descriptor for ``<ws>/memory`` (``mkdir -p`` if missing)."""
     folder = Path(workspace) / MEMORY_DIR
     if create:
+        Path(workspace).mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):
             os.mkdir(folder, 0o755)
     try:
@@ -68,7 +69,7 @@ def append_memory_file(workspace: str | os.PathLike[str], name: str, text: str) 
         raise ValueError("nothing to append: text is empty")
     with memory_dir_fd(workspace) as dfd:
         try:
-            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=dfd)
+            fd = os.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=dfd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise UnsafeMemoryPath(exc.errno, f"memory/{name} is a symlink") from exc

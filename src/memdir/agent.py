@@ -1,0 +1,605 @@
+"""A small reference agent loop: how memory, the flush, compaction and the hook fit together.
+
+    client  = ChatClient("http://localhost:8000/v1", "my-model")       # any OpenAI-compatible API
+    backend = MemoryIndexBackend(Memory("~/agent-ws"))                  # or your own MemoryBackend
+    agent   = Agent(client=client, backend=backend, store=SessionStore(settings.sessions_dir),
+                    session_key="agent:main:main", workspace="~/agent-ws")
+    print(agent.send("What did we decide about the API?"))
+
+Each user turn: (1) if the session is near compaction and has not flushed in this compaction
+cycle, run the *flush turn* — the model is asked to append durable notes to
+``memory/YYYY-MM-DD.md`` with ``memory_append`` and usually answers ``NO_REPLY``; (2) if the
+context is over ``contextWindow − reserveTokensFloor``, *compact*: the model summarises older
+turns, recent turns are kept, ``compactionCount`` goes up; (3) the normal turn, with the tools
+``memory_search``, ``memory_get`` and ``memory_append``.  ``/new`` and ``/reset`` rotate the
+transcript and run the session-memory hook.  Everything is written to the JSONL transcript as
+it happens, and token counts come from the API's ``usage``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from memdir.sessions.flush import (
+    FlushDecision,
+    FlushPlan,
+    FlushSettings,
+    append_daily_note,
+    build_flush_plan,
+    fresh_total_tokens,
+    is_silent_reply,
+    local_date,
+    mark_flushed,
+    should_flush,
+)
+from memdir.sessions.hook import run_session_memory_hook
+from memdir.sessions.prompt import DEFAULT_CONTEXT_BUDGET_CHARS, memory_recall_section, session_start_context
+from memdir.sessions.store import (
+    SessionEntry,
+    SessionStore,
+    append_record,
+    chat_type_from_session_key,
+    iter_records,
+    message_record,
+    session_key,
+)
+
+log = logging.getLogger(__name__)
+
+
+# --- the memory backend ---------------------------------------------------------------------
+
+
+@runtime_checkable
+class MemoryBackend(Protocol):
+    """What the agent needs from a memory implementation (``memdir.api.Memory`` via the adapter)."""
+
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> list[dict]:
+        """Hits as dicts with path, startLine, endLine, score, snippet, source."""
+        ...
+
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict:
+        """``{"text", "path"}``; raises with a message naming the problem."""
+        ...
+
+    def append_daily(self, text: str) -> str:
+        """Append to today's ``memory/YYYY-MM-DD.md``; returns its workspace-relative path."""
+        ...
+
+    def sync(self) -> None: ...
+
+
+class MemoryIndexBackend:
+    """Adapts ``memdir.api.Memory`` to ``MemoryBackend``; daily notes use the user's timezone."""
+
+    def __init__(self, memory: Any, timezone: str | None = None):
+        self.memory = memory
+        self.timezone = timezone
+
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> list[dict]:
+        response = self.memory.search(query, max_results=max_results, min_score=min_score)
+        return [r.as_dict() for r in response.results]
+
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict:
+        return self.memory.get(path, from_line=from_line, lines=lines).as_dict()
+
+    def append_daily(self, text: str) -> str:
+        written = append_daily_note(self.memory.workspace, text, timezone=self.timezone)
+        return written.relative_to(self.memory.workspace).as_posix()
+
+    def sync(self) -> None:
+        self.memory.sync(reason="agent")
+
+
+# --- the chat API ---------------------------------------------------------------------------
+
+
+class ChatError(RuntimeError):
+    """The chat API failed; the message carries the HTTP status and body."""
+
+
+@dataclass
+class ChatReply:
+    content: str
+    tool_calls: list[dict[str, Any]]
+    usage: dict[str, int]
+
+
+class ChatClient:
+    """Minimal client for ``POST {base_url}/chat/completions`` (OpenAI-compatible)."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 120.0):
+        import httpx  # optional dependency, only needed by the agent
+
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.model = model
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                 timeout: float | None = None) -> ChatReply:
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            body["tools"] = tools
+        kwargs: dict[str, Any] = {"json": body}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        resp = self._http.post("/chat/completions", **kwargs)
+        if resp.status_code >= 400:
+            raise ChatError(f"chat API returned {resp.status_code}: {resp.text[:500]}")
+        data = resp.json()
+        message = data["choices"][0]["message"]
+        usage = {k: int(v) for k, v in (data.get("usage") or {}).items() if isinstance(v, (int, float))}
+        return ChatReply(message.get("content") or "", message.get("tool_calls") or [], usage)
+
+    def close(self) -> None:
+        self._http.close()
+
+
+# --- tools ----------------------------------------------------------------------------------
+
+TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {
+        "name": "memory_search",
+        "description": (
+            "Mandatory recall step: semantically search MEMORY.md + memory/*.md (and optional session "
+            "transcripts) before answering questions about prior work, decisions, dates, people, preferences, "
+            "or todos; returns top snippets with path + lines. If response has disabled=true, memory retrieval "
+            "is unavailable and should be surfaced to the user."),
+        "parameters": {"type": "object", "properties": {
+            "query": {"type": "string"}, "maxResults": {"type": "number"}, "minScore": {"type": "number"}},
+            "required": ["query"]}}},
+    {"type": "function", "function": {
+        "name": "memory_get",
+        "description": ("Safe snippet read from MEMORY.md or memory/*.md with optional from/lines; use after "
+                        "memory_search to pull only the needed lines and keep context small."),
+        "parameters": {"type": "object", "properties": {
+            "path": {"type": "string"}, "from": {"type": "number"}, "lines": {"type": "number"}},
+            "required": ["path"]}}},
+    {"type": "function", "function": {
+        "name": "memory_append",
+        "description": ("Append a durable note to today's daily log memory/YYYY-MM-DD.md (append-only; never "
+                        "overwrites). Use for decisions, preferences, facts and todos worth remembering."),
+        "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}},
+]
+
+_QUOTA = re.compile(r"insufficient_quota|quota|429")
+
+
+def _int_arg(value: Any) -> int | None:
+    """Tool numbers: truncated to integers, numeric strings accepted (R§10.2)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if math.isfinite(number) else None
+
+
+def _pick(args: dict[str, Any], camel: str, snake: str) -> Any:
+    return args.get(camel, args.get(snake))
+
+
+def cite(hit: dict[str, Any]) -> dict[str, Any]:
+    """R§10.1 citation: ``path#L<s>`` or ``path#L<s>-L<e>``, appended to the snippet."""
+    start, end = hit.get("startLine"), hit.get("endLine")
+    citation = f"{hit['path']}#L{start}" if start == end else f"{hit['path']}#L{start}-L{end}"
+    return {**hit, "citation": citation, "snippet": f"{str(hit.get('snippet', '')).strip()}\n\nSource: {citation}"}
+
+
+def search_unavailable(error: str | None) -> dict[str, Any]:
+    message = (error or "").strip() or "memory search unavailable"
+    if _QUOTA.search(message.lower()):
+        warning = "Memory search is unavailable because the embedding provider quota is exhausted."
+        action = "Top up or switch embedding provider, then retry memory_search."
+    else:
+        warning = "Memory search is unavailable due to an embedding/provider error."
+        action = "Check embedding provider configuration and retry memory_search."
+    return {"results": [], "disabled": True, "unavailable": True, "error": message, "warning": warning,
+            "action": action}
+
+
+# --- the agent ------------------------------------------------------------------------------
+
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant with a persistent memory stored as Markdown files."
+COMPACTION_PROMPT = (
+    "You compact conversations. Summarise the conversation below for your future self: keep decisions, "
+    "facts the user shared (names, dates, numbers, preferences), open todos and the current task. Be concise."
+)
+
+
+def estimate_tokens(text: str) -> int:
+    return math.ceil(len(text) / 4)
+
+
+@dataclass
+class AgentOptions:
+    """Knobs of the loop; ``from_settings`` fills them from memdir's configuration."""
+
+    context_window: int = 200_000
+    flush: FlushSettings = field(default_factory=FlushSettings)
+    keep_recent_turns: int = 4
+    hook_enabled: bool = True
+    hook_messages: int = 15
+    llm_slug: bool = True
+    citations: str = "auto"
+    timezone: str | None = None
+    max_tool_rounds: int = 8
+    context_budget_chars: int = DEFAULT_CONTEXT_BUDGET_CHARS
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    cli_provider: bool = False
+    read_only: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: Any, **overrides: Any) -> AgentOptions:
+        hook = settings.hooks.session_memory
+        base = cls(context_window=settings.context_tokens, flush=FlushSettings.from_settings(settings),
+                   hook_enabled=hook.enabled, hook_messages=hook.messages, llm_slug=hook.llm_slug,
+                   citations=settings.memory.citations, timezone=settings.user_timezone)
+        return replace(base, **overrides)
+
+
+@dataclass
+class AgentStats:
+    turns: int = 0
+    model_calls: int = 0
+    flushes: int = 0
+    silent_flushes: int = 0
+    compactions: int = 0
+    notes_appended: int = 0
+    hook_files: list[str] = field(default_factory=list)
+    flush_decisions: list[str] = field(default_factory=list)
+
+
+class Agent:
+    """One chat session with memory. Not thread-safe: one conversation, one caller."""
+
+    def __init__(self, *, client: ChatClient, backend: MemoryBackend, store: SessionStore, session_key: str,
+                 workspace: str | os.PathLike[str], options: AgentOptions | None = None,
+                 clock: Callable[[], datetime] | None = None):
+        self.client = client
+        self.backend = backend
+        self.store = store
+        self.key = session_key
+        self.workspace = Path(workspace).expanduser()
+        self.options = options or AgentOptions()
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.chat_type = chat_type_from_session_key(session_key)
+        self.stats = AgentStats()
+        self.history: list[dict[str, Any]] = []
+        self.summary: str | None = None
+        self._start_context: str | None = None
+        self.entry = store.open_session(session_key, model=client.model)
+        self._load_history()
+
+    # -- transcript ----------------------------------------------------------------------------
+    @property
+    def transcript(self) -> Path:
+        return self.store.transcript_path(self.entry)
+
+    def _now_ms(self) -> int:
+        return int(self.clock().timestamp() * 1000)
+
+    def _record(self, record: dict[str, Any]) -> None:
+        append_record(self.transcript, record)
+
+    def _remember(self, message: dict[str, Any]) -> None:
+        """Add a message to the live context and write it to the transcript."""
+        self.history.append(message)
+        extra = {k: message[k] for k in ("tool_calls", "tool_call_id", "name") if k in message}
+        self._record(message_record(message["role"], message.get("content") or "", timestamp=self._now_ms(),
+                                    **extra))
+
+    def _load_history(self) -> None:
+        """Resume a session from its transcript (messages, with compactions applied)."""
+        for _, record in iter_records(self.transcript):
+            if record.get("type") == "message":
+                msg = record.get("message") or {}
+                if msg.get("role") in ("user", "assistant", "tool"):
+                    self.history.append({k: v for k, v in msg.items() if k in
+                                         ("role", "content", "tool_calls", "tool_call_id", "name")})
+            elif record.get("type") == "compaction":
+                self.summary = record.get("summary") or self.summary
+                kept = int(record.get("keptMessages") or 0)
+                self.history = self.history[-kept:] if kept else []
+
+    def _update_entry(self, **fields: Any) -> None:
+        self.entry = self.store.update(self.key, **fields)
+
+    # -- prompts -------------------------------------------------------------------------------
+    def system_prompt(self) -> str:
+        if self._start_context is None:
+            today = local_date(self.clock(), self.options.timezone)
+            self._start_context = session_start_context(self.workspace, chat_type=self.chat_type, today=today,
+                                                        budget_chars=self.options.context_budget_chars)
+        parts = [self.options.system_prompt, "\n".join(memory_recall_section(citations=self.options.citations))]
+        if self._start_context:
+            parts.append(self._start_context)
+        if self.summary:
+            parts.append("## Summary of the earlier conversation\n" + self.summary)
+        return "\n\n".join(p.strip() for p in parts if p.strip())
+
+    # -- public API ----------------------------------------------------------------------------
+    def send(self, text: str, *, heartbeat: bool = False) -> str:
+        """One user turn; returns the reply ("" when the model stayed silent)."""
+        command = text.strip().lower()
+        if command in ("/new", "/reset"):
+            return self.reset(command[1:])
+        self.stats.turns += 1
+        self._before_turn(text, heartbeat=heartbeat)
+        self._remember({"role": "user", "content": text})
+        reply = self._tool_loop(self.history, persist=True)
+        return "" if is_silent_reply(reply) else reply
+
+    def flush_decision(self, pending_text: str = "", *, heartbeat: bool = False) -> FlushDecision:
+        try:
+            size = self.transcript.stat().st_size
+        except OSError:
+            size = None
+        writable = not self.options.read_only and os.access(self.workspace, os.W_OK)
+        return should_flush(self.entry, settings=self.options.flush, context_window=self.options.context_window,
+                            transcript_bytes=size, pending_prompt_tokens=estimate_tokens(pending_text),
+                            is_heartbeat=heartbeat, workspace_writable=writable,
+                            cli_provider=self.options.cli_provider)
+
+    @property
+    def compaction_threshold(self) -> int:
+        return max(1, self.options.context_window - self.options.flush.reserve_tokens_floor)
+
+    def _before_turn(self, text: str, *, heartbeat: bool) -> None:
+        decision = self.flush_decision(text, heartbeat=heartbeat)
+        self.stats.flush_decisions.append(decision.reason)
+        if decision:
+            self.run_flush()
+        total = fresh_total_tokens(self.entry)
+        if total is not None and total + estimate_tokens(text) >= self.compaction_threshold:
+            self.compact()
+
+    def run_flush(self) -> bool:
+        """The pre-compaction flush turn. Its messages stay out of the live context."""
+        plan = build_flush_plan(self.options.flush, now=self.clock(), timezone=self.options.timezone)
+        system = self.system_prompt() + "\n\n" + plan.system_prompt
+        convo = [*self.history, {"role": "user", "content": plan.prompt}]
+        self._record({"type": "memory_flush", "phase": "start", "timestamp": self._now_ms(),
+                      "path": plan.relative_path})
+        try:
+            reply = self._tool_loop(convo, persist=False, plan=plan, system=system)
+        except Exception as exc:  # R§11.2: a failed flush never breaks the user's turn
+            log.warning("memory flush failed: %s", exc)
+            self._record({"type": "memory_flush", "phase": "error", "timestamp": self._now_ms(), "error": str(exc)})
+            return False
+        self.entry = mark_flushed(self.store, self.key, compaction_count=self.entry.compaction_count or 0,
+                                  at_ms=self._now_ms())
+        silent = is_silent_reply(reply)
+        self.stats.flushes += 1
+        self.stats.silent_flushes += int(silent)
+        self._record({"type": "memory_flush", "phase": "end", "timestamp": self._now_ms(), "silent": silent,
+                      "reply": reply})
+        return True
+
+    def compact(self) -> bool:
+        """Summarise all but the last ``keep_recent_turns`` user turns; bump ``compactionCount``."""
+        starts = [i for i, m in enumerate(self.history) if m["role"] == "user"]
+        if len(starts) <= self.options.keep_recent_turns:
+            return False
+        cut = starts[-self.options.keep_recent_turns] if self.options.keep_recent_turns > 0 else len(self.history)
+        older, recent = self.history[:cut], self.history[cut:]
+        lines = [f"Earlier summary: {self.summary}"] if self.summary else []
+        for m in older:
+            if m["role"] in ("user", "assistant") and m.get("content"):
+                lines.append(f"{m['role'].title()}: {m['content']}")
+        reply = self.client.complete([{"role": "system", "content": COMPACTION_PROMPT},
+                                      {"role": "user", "content": "\n".join(lines)}])
+        self.stats.model_calls += 1
+        before = self.entry.total_tokens
+        self.summary, self.history = reply.content.strip(), recent
+        self._record({"type": "compaction", "timestamp": self._now_ms(), "summary": self.summary,
+                      "keptMessages": len(recent), "tokensBefore": before})
+        after = estimate_tokens(self.system_prompt() + json.dumps(self.history))
+        self._update_entry(compaction_count=(self.entry.compaction_count or 0) + 1, total_tokens=after,
+                           total_tokens_fresh=True, input_tokens=None, output_tokens=None)
+        self.stats.compactions += 1
+        return True
+
+    def reset(self, action: str = "new", *, source: str = "cli") -> str:
+        """``/new`` or ``/reset``: rotate the transcript, then save its tail with the hook."""
+        now = self.clock()
+        rotation = self.store.rotate(self.key, when=now, model=self.client.model)
+        self.entry = rotation.current
+        self.history, self.summary, self._start_context = [], None, None
+        notice = "Started a new session."
+        if self.options.hook_enabled:
+            slug_llm = self._slug if self.options.llm_slug else None
+            result = run_session_memory_hook(
+                action=action, session_key=self.key, workspace=self.workspace, previous_entry=rotation.previous,
+                sessions_dir=self.store.dir, now=now, messages=self.options.hook_messages, slug_llm=slug_llm,
+                command_source=source)
+            if result and result.path:
+                rel = result.path.relative_to(self.workspace).as_posix()
+                self.stats.hook_files.append(rel)
+                notice += f" Saved the last {result.messages} messages to {rel}."
+            elif result and result.error:
+                notice += f" Could not save the previous session: {result.error}"
+        self._safe_sync()
+        return notice
+
+    def _slug(self, prompt: str) -> str:
+        return self.client.complete([{"role": "user", "content": prompt}], timeout=15).content
+
+    def _safe_sync(self) -> None:
+        try:
+            self.backend.sync()
+        except Exception as exc:
+            log.warning("memory sync failed: %s", exc)
+
+    # -- the model/tool loop -------------------------------------------------------------------
+    def _tool_loop(self, convo: list[dict[str, Any]], *, persist: bool, plan: FlushPlan | None = None,
+                   system: str | None = None) -> str:
+        content = ""
+        for _ in range(self.options.max_tool_rounds):
+            messages = [{"role": "system", "content": system or self.system_prompt()}, *convo]
+            reply = self.client.complete(messages, tools=TOOLS)
+            self.stats.model_calls += 1
+            if persist:
+                self._account(reply.usage)
+            content = reply.content
+            assistant: dict[str, Any] = {"role": "assistant", "content": content}
+            if reply.tool_calls:
+                assistant["tool_calls"] = reply.tool_calls
+            self._add(convo, assistant, persist)
+            if not reply.tool_calls:
+                return content
+            for call in reply.tool_calls:
+                result = self._call_tool(call, plan)
+                self._add(convo, {"role": "tool", "tool_call_id": call.get("id", ""),
+                                  "content": json.dumps(result, ensure_ascii=False)}, persist)
+        return content or f"(stopped after {self.options.max_tool_rounds} tool rounds)"
+
+    def _add(self, convo: list[dict[str, Any]], message: dict[str, Any], persist: bool) -> None:
+        if persist and convo is self.history:
+            self._remember(message)
+        else:
+            convo.append(message)
+
+    def _account(self, usage: dict[str, int]) -> None:
+        """Token accounting from the API: the last call's prompt + completion is the context size."""
+        if not usage:
+            return
+        prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+        total = usage.get("total_tokens") or prompt + completion
+        self._update_entry(total_tokens=total, total_tokens_fresh=True, input_tokens=prompt,
+                           output_tokens=completion, context_tokens=self.options.context_window,
+                           model=self.client.model)
+
+    def _call_tool(self, call: dict[str, Any], plan: FlushPlan | None) -> dict[str, Any]:
+        fn = call.get("function") or {}
+        name = fn.get("name", "")
+        try:
+            args = json.loads(fn.get("arguments") or "{}")
+        except ValueError:
+            return {"error": "tool arguments are not valid JSON"}
+        if not isinstance(args, dict):
+            return {"error": "tool arguments must be a JSON object"}
+        if name == "memory_search":
+            return self._tool_search(args)
+        if name == "memory_get":
+            return self._tool_get(args)
+        if name == "memory_append":
+            return self._tool_append(args, plan)
+        return {"error": f"unknown tool {name!r}"}
+
+    def _tool_search(self, args: dict[str, Any]) -> dict[str, Any]:
+        query = str(args.get("query") or "").strip()
+        if not query:
+            return {"error": "query required"}
+        max_results = _int_arg(_pick(args, "maxResults", "max_results"))
+        min_score = _pick(args, "minScore", "min_score")
+        try:
+            hits = self.backend.search(query, max_results=max_results,
+                                       min_score=float(min_score) if min_score is not None else None)
+        except Exception as exc:
+            return search_unavailable(str(exc))
+        mode = self.options.citations
+        with_citations = mode == "on" or (mode == "auto" and self.chat_type == "direct")
+        return {"results": [cite(h) if with_citations else h for h in hits], "citations": mode}
+
+    def _tool_get(self, args: dict[str, Any]) -> dict[str, Any]:
+        path = str(args.get("path") or "").strip()
+        if not path:
+            return {"path": "", "text": "", "disabled": True, "error": "path required"}
+        try:
+            return self.backend.get(path, from_line=_int_arg(args.get("from")), lines=_int_arg(args.get("lines")))
+        except Exception as exc:
+            return {"path": path, "text": "", "disabled": True, "error": str(exc) or "path required"}
+
+    def _tool_append(self, args: dict[str, Any], plan: FlushPlan | None) -> dict[str, Any]:
+        text = str(args.get("text") or "")
+        if not text.strip():
+            return {"ok": False, "error": "text required"}
+        try:
+            path = self.backend.append_daily(text)
+        except Exception as exc:
+            return {"ok": False, "error": str(exc)}
+        if plan is not None and Path(path).name != Path(plan.relative_path).name:
+            log.warning("flush wrote %s, expected %s (backend and user timezone disagree?)",
+                        path, plan.relative_path)
+        self.stats.notes_appended += 1
+        self._safe_sync()
+        return {"ok": True, "path": path}
+
+
+# --- `memdir chat` ----------------------------------------------------------------------------
+
+
+def chat_main(argv: list[str] | None = None) -> int:
+    """``memdir chat``: talk to an OpenAI-compatible model with this workspace as its memory."""
+    parser = argparse.ArgumentParser(prog="memdir chat", description=chat_main.__doc__)
+    parser.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1"))
+    parser.add_argument("--model", default=os.environ.get("MEMDIR_CHAT_MODEL", "gpt-4o-mini"))
+    parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
+    parser.add_argument("--session", default="main", help="session key, or the part after agent:<id>:")
+    parser.add_argument("--workspace", default=None)
+    parser.add_argument("--state-dir", default=None)
+    parser.add_argument("--agent", default=None)
+    parser.add_argument("--config", default=None)
+    parser.add_argument("--context-window", type=int, default=None)
+    args = parser.parse_args(argv)
+
+    from memdir.api import Memory
+    from memdir.config import ConfigError, load_config
+
+    try:
+        loaded = load_config(config_path=args.config, workspace=args.workspace, agent_id=args.agent,
+                             state_dir=args.state_dir)
+    except ConfigError as exc:
+        print(f"memdir chat: {exc}", file=sys.stderr)
+        return 2
+    settings = loaded.settings
+    api_key = os.environ.get(args.api_key_env) or None
+    if api_key is None and "api.openai.com" in args.base_url:
+        print(f"memdir chat: set {args.api_key_env} (or pass --base-url for a local server)", file=sys.stderr)
+        return 2
+    overrides = {"context_window": args.context_window} if args.context_window else {}
+    options = AgentOptions.from_settings(settings, **overrides)
+    memory = Memory(config=loaded)
+    client = ChatClient(args.base_url, args.model, api_key)
+    agent = Agent(client=client, backend=MemoryIndexBackend(memory, settings.user_timezone),
+                  store=SessionStore(settings.sessions_dir), session_key=session_key(settings.agent_id, args.session),
+                  workspace=settings.workspace_path, options=options)
+    interactive = sys.stdin.isatty()
+    try:
+        while True:
+            if interactive:
+                print("you> ", end="", flush=True)
+            line = sys.stdin.readline()
+            if not line:
+                break
+            text = line.strip()
+            if not text:
+                continue
+            if text in ("/quit", "/exit"):
+                break
+            try:
+                reply = agent.send(text)
+            except Exception as exc:  # keep the session alive; the transcript has what happened
+                print(f"error: {exc}", file=sys.stderr)
+                continue
+            if reply:
+                print(reply, flush=True)
+    finally:
+        client.close()
+        memory.close()
+    return 0
+
+
+__all__ = ["Agent", "AgentOptions", "AgentStats", "ChatClient", "ChatReply", "MemoryBackend", "MemoryIndexBackend",
+           "SessionEntry", "chat_main"]

@@ -1,0 +1,1 @@
+"""Test doubles that talk real protocols (loopback HTTP), for memdir tests and benchmarks."""

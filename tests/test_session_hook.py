@@ -1,0 +1,221 @@
+"""session-memory hook (R§13, R§18.11) with R§17 vectors 63-65."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from memdir.sessions.hook import (
+    clean_slug,
+    find_transcript,
+    format_session_memory,
+    llm_slug,
+    recent_messages,
+    run_session_memory_hook,
+)
+from memdir.sessions.store import SessionStore, message_record
+
+KEY = "agent:main:main"
+NOW = datetime(2026, 1, 16, 14, 30, 5, tzinfo=UTC)
+
+
+def write_transcript(path: Path, records: list[dict[str, object]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def user(text: object, **extra: object) -> dict[str, object]:
+    return {"type": "message", "message": {"role": "user", "content": text, **extra}}
+
+
+def assistant(text: object) -> dict[str, object]:
+    return {"type": "message", "message": {"role": "assistant", "content": text}}
+
+
+def run(ws: Path, entry: dict[str, object] | None, **kw: object):
+    return run_session_memory_hook(action=kw.pop("action", "new"), session_key=KEY, workspace=ws,
+                                   previous_entry=entry, now=kw.pop("now", NOW), **kw)
+
+
+def test_vector_63_last_n_after_filtering(tmp_path: Path) -> None:
+    records: list[dict[str, object]] = []
+    for i in range(1, 11):
+        records.append(user(f"Message {i}"))
+        records.append({"type": "message", "message": {"role": "tool", "content": "tool_result"}})
+        records.append({"type": "tool_use", "name": "x"})
+    records += [user("/help"), user("/new"), user([{"type": "text", "text": "/reset now"}])]
+    t = write_transcript(tmp_path / "s" / "abc.jsonl", records)
+    assert recent_messages(t, 3) == ["user: Message 8", "user: Message 9", "user: Message 10"]
+    res = run(tmp_path / "ws", {"sessionId": "abc", "sessionFile": str(t)}, messages=3)
+    text = res.path.read_text()
+    for i in (8, 9, 10):
+        assert f"user: Message {i}" in text
+    assert "Message 7" not in text and "/help" not in text and "/new" not in text
+    assert "tool_result" not in text and res.messages == 3
+
+
+def test_message_extraction_rules(tmp_path: Path) -> None:
+    t = write_transcript(tmp_path / "t.jsonl", [
+        user([{"type": "image"}, {"type": "text", "text": "first block"}, {"type": "text", "text": "second"}]),
+        user("relayed", provenance={"kind": "inter_session"}),
+        {"type": "message", "provenance": {"kind": "inter_session"}, "message": {"role": "user", "content": "r2"}},
+        assistant("multi\nline\nreply"),
+        assistant(""),
+        assistant([{"type": "text", "text": "   "}]),
+        {"type": "message", "message": {"role": "system", "content": "sys"}},
+        {"type": "custom", "message": {"role": "user", "content": "not a message record"}},
+    ])
+    with open(t, "a") as fh:
+        fh.write('{"type":"message","message":{"role":"user","content":"torn')
+    assert recent_messages(t, 15) == ["user: first block", "assistant: multi\nline\nreply"]
+
+
+def test_vector_64_file_name_and_format_without_slug(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    t = write_transcript(tmp_path / "s" / "abc.jsonl", [user("hello"), assistant("hi")])
+    res = run(ws, {"sessionId": "abc", "sessionFile": str(t)}, command_source="telegram")
+    assert res.path == ws / "memory" / "2026-01-16-1430.md" and res.slug == "1430"
+    assert res.path.read_text() == (
+        "# Session: 2026-01-16 14:30:05 UTC\n\n"
+        f"- **Session Key**: {KEY}\n- **Session ID**: abc\n- **Source**: telegram\n\n"
+        "## Conversation Summary\n\nuser: hello\nassistant: hi\n"
+    )
+
+
+def test_vector_64_no_content_no_summary_section(tmp_path: Path) -> None:
+    res = run(tmp_path / "ws", None)
+    assert res.path.read_text() == (
+        f"# Session: 2026-01-16 14:30:05 UTC\n\n- **Session Key**: {KEY}\n"
+        "- **Session ID**: unknown\n- **Source**: unknown\n"
+    )
+    assert "## Conversation Summary" not in format_session_memory(
+        now=NOW, session_key=KEY, session_id=None, source=None, content="")
+
+
+@pytest.mark.parametrize(
+    ("reply", "slug"),
+    [("  API Design!\n", "api-design"), ("Vendor Pitch (Q3)", "vendor-pitch-q3"), ("!!!", None), ("", None),
+     (None, None), ("a" * 40, "a" * 30), ("Émigré café", "migr-caf"), ("--x--", "x"),
+     ("word " * 10, "word-word-word-word-word-word")],
+)
+def test_vector_65_slug_cleanup(reply: str | None, slug: str | None) -> None:
+    assert clean_slug(reply) == slug
+
+
+def test_llm_slug_used_and_fallback_on_garbage(tmp_path: Path) -> None:
+    t = write_transcript(tmp_path / "s" / "abc.jsonl", [user("Let's design the API")])
+    prompts: list[str] = []
+
+    def llm(prompt: str) -> str:
+        prompts.append(prompt)
+        return "  API Design!\n"
+
+    res = run(tmp_path / "ws", {"sessionId": "abc", "sessionFile": str(t)}, slug_llm=llm)
+    assert res.path.name == "2026-01-16-api-design.md"
+    assert "user: Let's design the API" in prompts[0]
+    res2 = run(tmp_path / "ws2", {"sessionId": "abc", "sessionFile": str(t)}, slug_llm=lambda p: "!!!")
+    assert res2.path.name == "2026-01-16-1430.md"
+
+    def broken(prompt: str) -> str:
+        raise RuntimeError("model down")
+
+    res3 = run(tmp_path / "ws3", {"sessionId": "abc", "sessionFile": str(t)}, slug_llm=broken)
+    assert res3.path.name == "2026-01-16-1430.md" and res3.error is None
+
+
+def test_slug_budget_is_enforced() -> None:
+    def slow(prompt: str) -> str:
+        time.sleep(2)
+        return "too-late"
+
+    t0 = time.monotonic()
+    assert llm_slug("content", slow, timeout=0.2) is None
+    assert time.monotonic() - t0 < 1.5
+    assert llm_slug("", lambda p: "x") is None  # no content: no model call
+
+
+def test_slug_prompt_uses_only_first_2000_chars(tmp_path: Path) -> None:
+    seen: list[str] = []
+    llm_slug("a" * 1995 + "TAILMARKER" + "b" * 5000, lambda p: seen.append(p) or "x")
+    assert "a" * 1995 + "TAILM" in seen[0]  # exactly 2000 characters of content
+    assert "TAILMA" not in seen[0] and "b" not in seen[0].split("a" * 1995, 1)[1]
+
+
+def test_never_overwrites_existing_files(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    existing = ws / "memory" / "2026-01-16-1430.md"
+    existing.write_text("precious")
+    t = write_transcript(tmp_path / "s" / "abc.jsonl", [user("hello")])
+    names = [run(ws, {"sessionId": "abc", "sessionFile": str(t)}).path.name for _ in range(3)]
+    assert names == ["2026-01-16-1430-2.md", "2026-01-16-1430-3.md", "2026-01-16-1430-4.md"]
+    assert existing.read_text() == "precious"
+
+
+def test_reads_pre_rotation_transcript_after_reset_rename(tmp_path: Path) -> None:
+    """#17563: /new renamed the live transcript to .reset.<ts> before the hook ran."""
+    store = SessionStore(tmp_path / "sessions")
+    store.open_session(KEY)
+    store.append(KEY, message_record("user", "we chose postgres"))
+    store.append(KEY, message_record("assistant", "noted: postgres"))
+    rot = store.rotate(KEY, when=NOW)
+    assert rot.previous and not Path(rot.previous.session_file).exists()
+    res = run(tmp_path / "ws", rot.previous, sessions_dir=store.dir)
+    assert res.transcript == rot.rotated_file
+    assert "user: we chose postgres\nassistant: noted: postgres" in res.path.read_text()
+
+
+def test_find_transcript_order(tmp_path: Path) -> None:
+    d = tmp_path / "s"
+    live = write_transcript(d / "abc.jsonl", [user("live")])
+    reset = write_transcript(d / "abc.jsonl.reset.2026-01-01T00-00-00.000Z", [user("old")])
+    # A recorded .reset. name prefers the live original if it exists...
+    assert find_transcript(str(reset), "abc", [d]) == live
+    live.unlink()
+    # ...else the reset file itself.
+    assert find_transcript(str(reset), "abc", [d]) == reset
+    # No recorded file: <sessionId>.jsonl, then the newest <sessionId>-topic-*.jsonl.
+    write_transcript(d / "xyz-topic-1.jsonl", [user("t1")])
+    t2 = write_transcript(d / "xyz-topic-2.jsonl", [user("t2")])
+    assert find_transcript(None, "xyz", [d]) == t2
+    # Never an unrelated "latest .jsonl" (#143328).
+    write_transcript(d / "unrelated.jsonl", [user("someone else's session")])
+    assert find_transcript(None, "nope", [d]) is None
+    assert find_transcript(str(d / "gone.jsonl"), None, [d]) is None
+
+
+def test_empty_live_transcript_falls_back_to_newest_reset_sibling(tmp_path: Path) -> None:
+    d = tmp_path / "s"
+    live = write_transcript(d / "abc.jsonl", [{"type": "session"}])
+    write_transcript(d / "abc.jsonl.reset.2026-01-01T00-00-00.000Z", [user("older")])
+    write_transcript(d / "abc.jsonl.reset.2026-01-02T00-00-00.000Z", [user("newer")])
+    res = run(tmp_path / "ws", {"sessionId": "abc", "sessionFile": str(live)})
+    assert "user: newer" in res.path.read_text() and "older" not in res.path.read_text()
+
+
+def test_other_actions_and_disabled_are_ignored(tmp_path: Path) -> None:
+    assert run(tmp_path / "ws", None, action="stop") is None
+    assert run_session_memory_hook(action="new", session_key=KEY, workspace=tmp_path / "ws", previous_entry=None,
+                                   enabled=False) is None
+    assert not (tmp_path / "ws").exists()
+
+
+def test_reset_action_and_naive_time(tmp_path: Path) -> None:
+    res = run(tmp_path / "ws", None, action="reset", now=datetime(2026, 5, 1, 9, 7, 0))
+    assert res.path.name == "2026-05-01-0907.md"
+
+
+def test_symlinked_memory_dir_is_refused_and_reported(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (ws / "memory").symlink_to(outside, target_is_directory=True)
+    res = run(ws, None)
+    assert res.path is None and res.error and "symlink" in res.error
+    assert list(outside.iterdir()) == []
