@@ -73,8 +73,12 @@ class MemoryBackend(Protocol):
         """``{"text", "path"}``; raises with a message naming the problem."""
         ...
 
-    def append_daily(self, text: str) -> str:
-        """Append to today's ``memory/YYYY-MM-DD.md``; returns its workspace-relative path."""
+    def append_daily(self, text: str, day: str | None = None) -> str:
+        """Append to ``memory/<day>.md`` (default: today); returns its workspace-relative path.
+
+        The agent always passes ``day`` — the flush plan's date in the user's timezone — so the
+        flush writes exactly the file its prompt named.
+        """
         ...
 
     def sync(self) -> None: ...
@@ -94,8 +98,8 @@ class MemoryIndexBackend:
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict:
         return self.memory.get(path, from_line=from_line, lines=lines).as_dict()
 
-    def append_daily(self, text: str) -> str:
-        written = append_daily_note(self.memory.workspace, text, timezone=self.timezone)
+    def append_daily(self, text: str, day: str | None = None) -> str:
+        written = append_daily_note(self.memory.workspace, text, day=day, timezone=self.timezone)
         return written.relative_to(self.memory.workspace).as_posix()
 
     def sync(self) -> None:
@@ -525,13 +529,11 @@ class Agent:
         text = str(args.get("text") or "")
         if not text.strip():
             return {"ok": False, "error": "text required"}
+        day = plan.day if plan is not None else local_date(self.clock(), self.options.timezone)
         try:
-            path = self.backend.append_daily(text)
+            path = self.backend.append_daily(text, day=day.isoformat())
         except Exception as exc:
             return {"ok": False, "error": str(exc)}
-        if plan is not None and Path(path).name != Path(plan.relative_path).name:
-            log.warning("flush wrote %s, expected %s (backend and user timezone disagree?)",
-                        path, plan.relative_path)
         self.stats.notes_appended += 1
         self._safe_sync()
         return {"ok": True, "path": path}

@@ -167,21 +167,22 @@ def should_flush(
         return FlushDecision(False, "read-only-workspace")
     if cli_provider:
         return FlushDecision(False, "cli-provider")
-    if already_flushed(entry):
-        return FlushDecision(False, "already-flushed-this-cycle")
-
     window = resolve_context_window(context_window, entry)
     threshold = flush_threshold(window, cfg.reserve_tokens_floor, cfg.soft_threshold_tokens)
     total = fresh_total_tokens(entry)
     projected = None if total is None else total + max(0, pending_prompt_tokens)
-    if threshold > 0 and projected is not None and projected > 0 and projected >= threshold:
-        return FlushDecision(True, "tokens", projected, threshold)
     limit = cfg.force_flush_transcript_bytes
-    if limit > 0 and transcript_bytes is not None and transcript_bytes >= limit:
-        return FlushDecision(True, "transcript-size", projected, threshold)
-    if threshold == 0:
+    if threshold > 0 and projected is not None and projected > 0 and projected >= threshold:
+        trigger = "tokens"
+    elif limit > 0 and transcript_bytes is not None and transcript_bytes >= limit:
+        trigger = "transcript-size"
+    elif threshold == 0:
         return FlushDecision(False, "threshold-zero", projected, threshold)
-    return FlushDecision(False, "below-threshold" if projected else "no-token-count", projected, threshold)
+    else:
+        return FlushDecision(False, "below-threshold" if projected else "no-token-count", projected, threshold)
+    if already_flushed(entry):
+        return FlushDecision(False, "already-flushed-this-cycle", projected, threshold)
+    return FlushDecision(True, trigger, projected, threshold)
 
 
 def mark_flushed(store: SessionStore, key: str, *, compaction_count: int | None = None,

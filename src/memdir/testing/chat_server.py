@@ -183,7 +183,7 @@ class FactKeeperModel:
         if last_user.rstrip().endswith("?"):
             return self._answer(last_user, after)
         self.calls["chat"] += 1
-        return {"content": f"{self.chatter} ({last_user[:40]})"}
+        return {"content": f"{self.chatter} ({len(last_user.split())} words received)"}
 
     @staticmethod
     def _tool_result(after: list[dict[str, Any]]) -> tuple[str | None, Any]:
@@ -198,7 +198,8 @@ class FactKeeperModel:
         return names.get(after[-1].get("tool_call_id")), payload
 
     def _summary(self, text: str) -> str:
-        facts = facts_in(text)
+        kept = [ln for ln in text.splitlines() if ln.startswith(("User:", "Earlier summary:"))]
+        facts = facts_in("\n".join(kept))
         lines = text.count("\n") + 1
         return f"Summary of {lines} earlier lines. " + " ".join(f"Remember that {f}" for f in facts)
 

@@ -1,0 +1,335 @@
+"""The reference agent loop end to end: real HTTP on loopback, real files, the real index."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memdir.agent import Agent, AgentOptions, ChatClient, MemoryBackend, MemoryIndexBackend, chat_main
+from memdir.api import Memory
+from memdir.sessions.flush import FlushSettings
+from memdir.sessions.store import SessionStore, read_records
+from memdir.testing.chat_server import FactKeeperModel, ScriptedChatServer, ScriptQueue
+
+API_KEY = "test-key-123"
+START = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)
+FILLER = ("Let's keep talking about the migration plan, the test matrix and the rollout steps for the "
+          "service; nothing here needs remembering, it is just conversation to fill the context window. ")
+
+
+class Clock:
+    """Deterministic time: one minute per reading."""
+
+    def __init__(self, start: datetime = START):
+        self.ticks = itertools.count()
+        self.start = start
+
+    def __call__(self) -> datetime:
+        return self.start + timedelta(seconds=20 * next(self.ticks))
+
+
+class Env:
+    def __init__(self, tmp: Path, responder: Callable[[dict[str, Any]], dict[str, Any]]):
+        self.ws = tmp / "ws"
+        self.ws.mkdir()
+        self.state = tmp / "state"
+        self.server = ScriptedChatServer(responder, api_key=API_KEY).start()
+        self.memory = Memory(self.ws, state_dir=self.state, config={"memorySearch": {"provider": "none"}})
+        self.backend = MemoryIndexBackend(self.memory, timezone="UTC")
+        self.store = SessionStore(self.memory.settings.sessions_dir)
+        self.client = ChatClient(self.server.url, "scripted", API_KEY)
+        self.clock = Clock()
+
+    def agent(self, key: str = "agent:main:main", **opts: Any) -> Agent:
+        defaults: dict[str, Any] = dict(
+            context_window=3000, flush=FlushSettings(reserve_tokens_floor=1000, soft_threshold_tokens=500),
+            keep_recent_turns=2, timezone="UTC")
+        defaults.update(opts)
+        return Agent(client=self.client, backend=self.backend, store=self.store, session_key=key,
+                     workspace=self.ws, options=AgentOptions(**defaults), clock=self.clock)
+
+    def flush_requests(self) -> list[dict[str, Any]]:
+        """Requests that open a flush turn (the flush prompt is the newest message)."""
+        return [r for r in self.server.requests
+                if r["body"]["messages"][-1]["role"] == "user"
+                and "Pre-compaction memory flush." in str(r["body"]["messages"][-1]["content"])]
+
+    def close(self) -> None:
+        self.client.close()
+        self.memory.close()
+        self.server.stop()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    e = Env(tmp_path, FactKeeperModel())
+    yield e
+    e.close()
+
+
+def test_backend_adapter_satisfies_protocol(env: Env) -> None:
+    assert isinstance(env.backend, MemoryBackend)
+
+
+def test_flush_then_compaction_then_recall_in_new_session(env: Env) -> None:
+    agent = env.agent()
+    assert agent.send("Remember that my sister Alice lives in Lisbon.").startswith("Okay, noted.")
+    daily = env.ws / "memory" / "2026-03-04.md"
+    turns = 0
+    while agent.stats.flushes == 0:
+        agent.send(FILLER + str(turns))
+        turns += 1
+        assert turns < 40, "flush never triggered"
+    # The flush turn read today's file, appended the fact and stayed silent.
+    assert daily.read_text() == "- my sister Alice lives in Lisbon.\n"
+    assert agent.stats.silent_flushes == 1
+    entry = env.store.get(agent.key)
+    assert entry.memory_flush_compaction_count == 0 and entry.memory_flush_at is not None
+    assert entry.compaction_count == 0
+    flush_req = env.flush_requests()[0]["body"]
+    system = flush_req["messages"][0]["content"]
+    assert "Pre-compaction memory flush turn." in system and "memory/2026-03-04.md" in system
+    assert "Current time:" in flush_req["messages"][-1]["content"]
+    # The flush turn's messages are not part of the conversation.
+    assert not any("Pre-compaction" in str(m.get("content")) for m in agent.history)
+    records = read_records(agent.transcript)
+    assert [r["phase"] for r in records if r["type"] == "memory_flush"] == ["start", "end"]
+
+    while agent.stats.compactions == 0:
+        agent.send(FILLER + str(turns))
+        turns += 1
+        assert turns < 80, "compaction never happened"
+    assert agent.stats.flushes == 1  # no second flush in the same compaction cycle
+    entry = env.store.get(agent.key)
+    assert entry.compaction_count == 1
+    assert "Remember that my sister Alice lives in Lisbon." in agent.summary
+    assert sum(1 for m in agent.history if m["role"] == "user") <= 3
+    assert any(r["type"] == "compaction" for r in read_records(agent.transcript))
+
+    # The next cycle flushes again, without duplicating the note.
+    agent.send("Remember that the staging database runs on port 6543.")
+    while agent.stats.flushes < 2:
+        agent.send(FILLER + str(turns))
+        turns += 1
+        assert turns < 120, "second-cycle flush never triggered"
+    assert daily.read_text() == ("- my sister Alice lives in Lisbon.\n\n"
+                                 "- the staging database runs on port 6543.\n")
+    assert env.store.get(agent.key).memory_flush_compaction_count == 1
+
+    # A different, fresh session finds the notes through memory_search.
+    other = env.agent("agent:main:fresh")
+    assert other.history == []
+    reply = other.send("Where does my sister Alice live?")
+    assert "Lisbon" in reply
+    hits = env.backend.search("staging database port")
+    assert any("6543" in h["snippet"] for h in hits[:6])
+    # Session-start context showed today's log to the new session.
+    assert "memory/2026-03-04.md" in other.system_prompt()
+
+
+def test_second_crossing_in_same_cycle_does_not_flush(tmp_path: Path) -> None:
+    """Tokens cross the threshold, drop (without compaction), cross again: one flush only."""
+    model = FactKeeperModel()
+    totals = iter([1600, 1000, 1700, 1800])
+
+    def responder(body: dict[str, Any]) -> dict[str, Any]:
+        step = model(body)
+        last = body["messages"][-1]
+        if last["role"] == "user" and "Pre-compaction" not in str(last["content"]):
+            step["usage"] = {"prompt_tokens": next(totals), "completion_tokens": 0, "total_tokens": 0}
+        return step
+
+    e = Env(tmp_path, responder)
+    try:
+        agent = e.agent(context_window=100_000, flush=FlushSettings(reserve_tokens_floor=98_000,
+                                                                     soft_threshold_tokens=500))
+        agent.send("Remember that the office wifi is called Nebula.")  # -> 1600 (threshold 1500)
+        agent.send("a")  # flush runs first, then usage -> 1000
+        assert agent.stats.flushes == 1
+        agent.send("b")  # below threshold -> 1700
+        agent.send("c")  # above again, same cycle -> no flush
+        assert agent.stats.flushes == 1
+        assert agent.stats.flush_decisions == ["no-token-count", "tokens", "below-threshold",
+                                               "already-flushed-this-cycle"]
+        assert len(e.flush_requests()) == 1
+        assert "Nebula" in (e.ws / "memory" / "2026-03-04.md").read_text()
+    finally:
+        e.close()
+
+
+def test_heartbeat_and_read_only_skip_flush(env: Env) -> None:
+    agent = env.agent(read_only=True)
+    env.store.update(agent.key, total_tokens=1900, total_tokens_fresh=True)
+    agent.entry = env.store.get(agent.key)
+    assert agent.flush_decision("x").reason == "read-only-workspace"
+    agent2 = env.agent("agent:main:hb")
+    env.store.update(agent2.key, total_tokens=1900, total_tokens_fresh=True)
+    agent2.entry = env.store.get(agent2.key)
+    assert agent2.flush_decision("x", heartbeat=True).reason == "heartbeat"
+    agent2.send("ping", heartbeat=True)
+    assert agent2.stats.flushes == 0
+
+
+def test_failed_flush_does_not_break_the_turn_and_is_retried(tmp_path: Path) -> None:
+    script = ScriptQueue([
+        {"content": "hello", "usage": {"prompt_tokens": 1600, "completion_tokens": 0, "total_tokens": 1600}},
+        {"status": 500, "error": "model overloaded"},  # the flush turn fails
+        {"content": "still here", "usage": {"prompt_tokens": 1650, "completion_tokens": 0, "total_tokens": 1650}},
+        {"content": "NO_REPLY"},  # retried flush succeeds
+        {"content": "fine", "usage": {"prompt_tokens": 1660, "completion_tokens": 0, "total_tokens": 1660}},
+    ])
+    e = Env(tmp_path, script)
+    try:
+        agent = e.agent(context_window=100_000, flush=FlushSettings(reserve_tokens_floor=98_000,
+                                                                     soft_threshold_tokens=500))
+        assert agent.send("hi") == "hello"
+        assert agent.send("next") == "still here"
+        assert agent.stats.flushes == 0
+        assert env_phase(agent) == ["start", "error"]
+        assert agent.send("again") == "fine"
+        assert agent.stats.flushes == 1 and agent.stats.silent_flushes == 1
+        assert env_phase(agent) == ["start", "error", "start", "end"]
+    finally:
+        e.close()
+
+
+def env_phase(agent: Agent) -> list[str]:
+    return [r["phase"] for r in read_records(agent.transcript) if r["type"] == "memory_flush"]
+
+
+def test_new_writes_dated_file_never_overwriting(env: Env) -> None:
+    agent = env.agent()
+    agent.send("We picked Postgres for the billing service.")
+    agent.send("/help")
+    (env.ws / "memory").mkdir(exist_ok=True)
+    taken = env.ws / "memory" / "2026-03-04-project-notes.md"
+    taken.write_text("an earlier capture\n")
+    old_file = agent.transcript
+    notice = agent.send("/new")
+    # Kept: the user line and both replies; the "/help" command itself is filtered out.
+    assert "Saved the last 3 messages to memory/2026-03-04-project-notes-2.md" in notice
+    assert taken.read_text() == "an earlier capture\n"
+    saved = (env.ws / "memory" / "2026-03-04-project-notes-2.md").read_text()
+    assert saved.startswith("# Session: 2026-03-04 ")
+    assert "- **Session Key**: agent:main:main" in saved and "- **Source**: cli" in saved
+    assert "user: We picked Postgres for the billing service." in saved
+    assert "/help" not in saved
+    # The old transcript was rotated, not deleted; the new session is empty.
+    assert not old_file.exists()
+    assert list(old_file.parent.glob(old_file.name + ".reset.*"))
+    assert agent.transcript != old_file and agent.history == []
+    # Slug came from the model through the chat API, within the hook's budget.
+    assert any("1-2 word slug" in str(r["body"]["messages"][-1]["content"]) for r in env.server.requests)
+    # Another /new the same minute gets the next free name.
+    agent.send("Second session talk.")
+    agent.send("/reset")
+    assert (env.ws / "memory" / "2026-03-04-project-notes-3.md").is_file()
+    assert agent.stats.hook_files == ["memory/2026-03-04-project-notes-2.md", "memory/2026-03-04-project-notes-3.md"]
+    # The index picked the capture up.
+    assert any("Postgres" in h["snippet"] for h in env.backend.search("Postgres billing"))
+
+
+def test_slug_fallback_when_model_disabled(env: Env) -> None:
+    agent = env.agent(llm_slug=False)
+    agent.send("hello there")
+    agent.send("/new")
+    files = sorted(p.name for p in (env.ws / "memory").iterdir())
+    assert len(files) == 1 and files[0].startswith("2026-03-04-12") and files[0].endswith(".md")
+
+
+def test_resume_from_transcript_after_restart(env: Env) -> None:
+    agent = env.agent()
+    agent.send("Remember that the cat is named Miso.")
+    agent.send("second message")
+    again = env.agent()
+    assert [m["content"] for m in again.history if m["role"] == "user"] == [
+        "Remember that the cat is named Miso.", "second message"]
+    assert again.entry.session_id == agent.entry.session_id
+
+
+def test_tool_payloads_citations_and_errors(tmp_path: Path) -> None:
+    captured: list[list[dict[str, Any]]] = []
+
+    def record(body: dict[str, Any]) -> dict[str, Any]:
+        captured.append(body["messages"])
+        return {"content": "done"}
+
+    script = ScriptQueue([
+        {"tool_calls": [{"name": "memory_search", "arguments": {"query": "Rex dog", "maxResults": "3"}},
+                        {"name": "memory_get", "arguments": {"path": "../etc/passwd"}},
+                        {"name": "memory_get", "arguments": {"path": "MEMORY.md", "from": 2.9, "lines": 1}},
+                        {"name": "memory_search", "arguments": {"query": "  "}},
+                        {"name": "memory_append", "arguments": {"text": "- note from tool"}},
+                        {"name": "nope", "arguments": {}}]},
+        record,
+    ])
+    e = Env(tmp_path, script)
+    try:
+        (e.ws / "MEMORY.md").write_text("# Pets\nThe dog is called Rex.\n")
+        e.memory.sync()
+        agent = e.agent("agent:main:discord:group:g1")
+        assert agent.send("what is the dog called") == "done"
+        tools = [json.loads(m["content"]) for m in captured[0] if m["role"] == "tool"]
+        search, bad_get, good_get, blank, append, unknown = tools
+        assert search["results"] and search["results"][0]["path"] == "MEMORY.md"
+        assert "citation" not in search["results"][0]  # auto citations: group chat → none
+        assert bad_get["disabled"] is True and bad_get["text"] == "" and bad_get["error"]
+        assert good_get == {"text": "The dog is called Rex.", "path": "MEMORY.md"}
+        assert blank == {"error": "query required"}
+        assert append == {"ok": True, "path": "memory/2026-03-04.md"}
+        assert unknown["error"].startswith("unknown tool")
+        # Group chats never get MEMORY.md in the session-start context.
+        assert "Rex" not in captured[0][0]["content"]
+    finally:
+        e.close()
+
+
+def test_direct_chat_gets_citations(env: Env) -> None:
+    (env.ws / "MEMORY.md").write_text("# Pets\nThe dog is called Rex.\n")
+    agent = env.agent()
+    agent.send("What is the dog called?")
+    tool_msgs = [json.loads(m["content"]) for m in agent.history if m["role"] == "tool"]
+    hit = tool_msgs[0]["results"][0]
+    assert hit["citation"].startswith("MEMORY.md#L") and "\n\nSource: MEMORY.md#L" in hit["snippet"]
+    assert "Rex" in agent.system_prompt()  # direct chat: MEMORY.md is in the start context
+
+
+def test_bad_api_key_surfaces_error(env: Env) -> None:
+    client = ChatClient(env.server.url, "scripted", "wrong")
+    agent = Agent(client=client, backend=env.backend, store=env.store, session_key="agent:main:x",
+                  workspace=env.ws, options=AgentOptions(), clock=env.clock)
+    with pytest.raises(RuntimeError, match="401"):
+        agent.send("hi")
+    client.close()
+
+
+def test_chat_main_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}, "userTimezone": "UTC"}))
+    with ScriptedChatServer(FactKeeperModel(), api_key=API_KEY) as server:
+        monkeypatch.setenv("MY_KEY", API_KEY)
+        monkeypatch.setattr(sys, "stdin", io.StringIO("Remember that the bike lock code is 4711.\n\n/new\n/quit\n"))
+        rc = chat_main(["--base-url", server.url, "--model", "scripted", "--api-key-env", "MY_KEY",
+                        "--session", "main", "--workspace", str(ws), "--state-dir", str(tmp_path / "state")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "Okay, noted." in out and "Started a new session. Saved the last 2 messages" in out
+    captures = list((ws / "memory").glob("*-project-notes.md"))
+    assert len(captures) == 1 and "bike lock code is 4711" in captures[0].read_text()
+    sessions = json.loads((tmp_path / "state" / "agents" / "main" / "sessions" / "sessions.json").read_text())
+    assert "agent:main:main" in sessions
+
+
+def test_chat_main_requires_key_for_openai(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    assert chat_main(["--api-key-env", "NO_SUCH_KEY_VAR", "--workspace", str(tmp_path),
+                      "--state-dir", str(tmp_path / "s")]) == 2
