@@ -262,6 +262,8 @@ class AgentStats:
     notes_appended: int = 0
     hook_files: list[str] = field(default_factory=list)
     flush_decisions: list[str] = field(default_factory=list)
+    flush_turns: list[int] = field(default_factory=list)
+    compaction_turns: list[int] = field(default_factory=list)
 
 
 class Agent:
@@ -385,6 +387,7 @@ class Agent:
                                   at_ms=self._now_ms())
         silent = is_silent_reply(reply)
         self.stats.flushes += 1
+        self.stats.flush_turns.append(self.stats.turns)
         self.stats.silent_flushes += int(silent)
         self._record({"type": "memory_flush", "phase": "end", "timestamp": self._now_ms(), "silent": silent,
                       "reply": reply})
@@ -412,6 +415,7 @@ class Agent:
         self._update_entry(compaction_count=(self.entry.compaction_count or 0) + 1, total_tokens=after,
                            total_tokens_fresh=True, input_tokens=None, output_tokens=None)
         self.stats.compactions += 1
+        self.stats.compaction_turns.append(self.stats.turns)
         return True
 
     def reset(self, action: str = "new", *, source: str = "cli") -> str:
