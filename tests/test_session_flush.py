@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -26,6 +25,7 @@ from memdir.sessions.flush import (
     flush_target_path,
     flush_threshold,
     is_silent_reply,
+    local_date,
     mark_flushed,
     resolve_force_flush_bytes,
     should_flush,
@@ -253,11 +253,10 @@ def test_append_daily_note_creates_dir_and_only_appends(tmp_path: Path) -> None:
         append_daily_note(ws, "   \n", day="2026-03-04")
 
 
-def test_append_daily_note_uses_user_timezone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_append_daily_note_uses_user_timezone(tmp_path: Path) -> None:
     p = append_daily_note(tmp_path, "x", timezone="Pacific/Kiritimati")  # UTC+14: often "tomorrow"
-    from memdir.sessions.flush import local_date
-
     assert p.name == f"{local_date(None, 'Pacific/Kiritimati').isoformat()}.md"
+    assert local_date(datetime(2026, 2, 16, 11, 0, tzinfo=UTC), "Pacific/Kiritimati") == date(2026, 2, 17)
 
 
 def test_append_refuses_symlinked_memory_dir_and_file(tmp_path: Path) -> None:
@@ -302,4 +301,3 @@ def test_mark_flushed_persists_fields(tmp_path: Path) -> None:
     assert e.memory_flush_compaction_count == 4 and e.memory_flush_at and e.memory_flush_context_hash == "abc"
     raw = (tmp_path / "sessions.json").read_text()
     assert '"memoryFlushCompactionCount": 4' in raw and '"memoryFlushAt"' in raw
-    assert os.path.exists(tmp_path / "sessions.json")

@@ -48,7 +48,6 @@ from memdir.sessions.prompt import DEFAULT_CONTEXT_BUDGET_CHARS, memory_recall_s
 from memdir.sessions.store import (
     SessionEntry,
     SessionStore,
-    append_record,
     chat_type_from_session_key,
     iter_records,
     message_record,
@@ -296,7 +295,7 @@ class Agent:
         return int(self.clock().timestamp() * 1000)
 
     def _record(self, record: dict[str, Any]) -> None:
-        append_record(self.transcript, record)
+        self.store.append_file(self.transcript, record)
 
     def _remember(self, message: dict[str, Any]) -> None:
         """Add a message to the live context and write it to the transcript."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import tempfile
 import time
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
+
+log = logging.getLogger(__name__)
 
 SESSIONS_FILE = "sessions.json"
 RESET_MARKER = ".reset."
@@ -231,6 +234,9 @@ class SessionStore:
         self.dir = Path(sessions_dir)
         self.path = self.dir / SESSIONS_FILE
         self._lock_path = self.dir / (SESSIONS_FILE + ".lock")
+        # Called with the transcript path after every append, e.g. ``SessionDeltaTracker.observe``
+        # so the index's sessions source learns about growth without watching the folder.
+        self.listeners: list[Callable[[Path], object]] = []
 
     @classmethod
     def from_settings(cls, settings: Any) -> SessionStore:
@@ -325,7 +331,7 @@ class SessionStore:
         entry = self.mutate(apply)
         path = self.transcript_path(entry)
         if not path.exists():
-            append_record(path, {"type": "session", "version": 1, "id": entry.session_id,
+            self.append_file(path, {"type": "session", "version": 1, "id": entry.session_id,
                                  "timestamp": now_ms(), "sessionKey": key})
         return entry
 
@@ -338,7 +344,16 @@ class SessionStore:
         entry = self.get(key)
         if entry is None:
             entry = self.open_session(key)
-        append_record(self.transcript_path(entry), record)
+        self.append_file(self.transcript_path(entry), record)
+
+    def append_file(self, path: Path, record: Mapping[str, Any]) -> None:
+        """Append to a known transcript and tell the listeners (their errors are only logged)."""
+        append_record(path, record)
+        for listener in self.listeners:
+            try:
+                listener(path)
+            except Exception as exc:
+                log.warning("session append listener failed for %s: %s", path, exc)
 
     def rotate(self, key: str, *, when: datetime | None = None, model: str | None = None) -> Rotation:
         """``/new`` and ``/reset``: move the live transcript aside and start a fresh session.
@@ -361,7 +376,7 @@ class SessionStore:
 
         result = self.mutate(apply)
         _fsync_dir(self.dir)
-        append_record(self.transcript_path(result.current),
-                      {"type": "session", "version": 1, "id": result.current.session_id,
-                       "timestamp": now_ms(), "sessionKey": key})
+        self.append_file(self.transcript_path(result.current),
+                         {"type": "session", "version": 1, "id": result.current.session_id,
+                          "timestamp": now_ms(), "sessionKey": key})
         return result
