@@ -178,7 +178,7 @@ class Indexer:
     def _incremental(self, store: Store, progress: Progress | None, deadline: float | None,
                      *, everything: bool = False) -> SyncReport:
         report = SyncReport()
-        files, issues = self.list_files()
+        files, _ = self.list_files()
         report.scanned = len(files)
         rows = {} if everything else store.file_rows()
         needs_vectors = self._paths_missing_vectors(store) if self.provider is not None and not everything else set()

@@ -174,7 +174,7 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path]) -> Reso
             raise PathError(f"cannot access {rel_path(workspace, probe)}: {exc.strerror}") from exc
         if stat.S_ISLNK(st.st_mode):
             raise PathError(f"symlinks are not followed: {rel_path(workspace, probe)}")
-    if root is not workspace and root in extra_paths:
+    if root != workspace and root in extra_paths:
         try:
             if stat.S_ISLNK(os.lstat(root).st_mode):
                 raise PathError(f"symlinks are not followed: {root}")
@@ -196,9 +196,10 @@ def read_lines(resolved: ResolvedPath, from_line: int | None = None, lines: int 
         if exc.errno == errno.EISDIR:
             raise PathError(f"not a file: {resolved.rel}") from exc
         raise PathError(f"cannot read {resolved.rel}: {exc.strerror}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PathError(f"not a file: {resolved.rel}")
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise PathError(f"not a regular file: {resolved.rel}")
         text = fh.read().decode("utf-8", errors="replace")
     if not from_line and not lines:
         return text
