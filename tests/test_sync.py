@@ -214,7 +214,7 @@ def test_vanished_file_between_listing_and_reading_is_not_an_error(make_workspac
 
     def vanish(entry):
         if entry.path == "memory/b.md":
-            entry.abs_path.unlink()
+            os.unlink(entry.abs_path)
         return real(entry)
 
     monkeypatch.setattr(sync_mod, "read_memory_file", vanish)

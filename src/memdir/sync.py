@@ -67,7 +67,8 @@ class SourceDoc:
 
 def read_memory_file(entry: FileEntry) -> SourceDoc | None:
     try:
-        raw = entry.abs_path.read_bytes()
+        with open(entry.abs_path, "rb") as fh:
+            raw = fh.read()
     except FileNotFoundError:
         return None  # vanished between listing and reading: not an error (R§2)
     return SourceDoc(raw.decode("utf-8", errors="replace"), hashlib.sha256(raw).hexdigest())
