@@ -321,8 +321,7 @@ class AgentEntry(_Model):
 
 class AgentsConfig(_Model):
     defaults: AgentDefaults = Field(default_factory=AgentDefaults)
-    # ``builtins.list``: the field name ``list`` shadows the builtin inside the class body.
-    list: builtins.list[AgentEntry] = Field(default_factory=builtins.list)
+    entries: builtins.list[AgentEntry] = Field(default_factory=builtins.list, alias="list")
 
 
 class Settings(_Model):
@@ -417,7 +416,9 @@ def normalise_keys(model: type[BaseModel], raw: Any, where: str) -> dict[str, An
     return out
 
 
-def _merge(base: dict[str, Any], over: Mapping[str, Any], origins: Origins, origin: str, prefix: str = "") -> None:
+def _merge(
+    base: dict[str, Any], over: Mapping[str, Any], origins: Origins, origin: str, prefix: str = ""
+) -> None:
     for key, value in over.items():
         path = f"{prefix}{key}"
         if isinstance(value, Mapping) and isinstance(base.get(key), dict) and key != "headers":
@@ -597,7 +598,7 @@ def load_config(
     # The agent id decides which agents.list entry applies, so settle it before that layer.
     agent = flag_layer.get("agent_id") or env_layer.get("agent_id") or data.get("agent_id")
     if file_agents:
-        for entry in file_agents.get("list") or []:
+        for entry in file_agents.get("entries") or []:
             if entry.get("id") == agent:
                 origin = f"file:{cfg_file} (agents.list[{agent}])"
                 if entry.get("memory_search"):
