@@ -247,10 +247,14 @@ class Endpoint:
 # --- HTTP -------------------------------------------------------------------------------------
 
 
-def body_excerpt(text: str, limit: int = BODY_EXCERPT_CHARS) -> str:
+def body_excerpt(text: str, limit: int = BODY_EXCERPT_CHARS, secrets: Sequence[str] = ()) -> str:
+    """A one-line, secret-free excerpt of a response body for error messages."""
     from memdir.redact import redact_text
 
     flat = " ".join(text.split())
+    for secret in secrets:
+        if secret:
+            flat = flat.replace(secret, "***")
     flat = redact_text(flat)
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
@@ -309,24 +313,51 @@ def _fmt_seconds(value: float) -> str:
 class HttpClient:
     """One ``httpx.Client`` per provider, with the redirect guard, retries and accounting."""
 
-    def __init__(self, provider: str, base_url: str, *, settings: RemoteSettings, stats: RemoteStats) -> None:
+    def __init__(
+        self,
+        provider: str,
+        base_url: str,
+        *,
+        settings: RemoteSettings,
+        stats: RemoteStats,
+        secrets: Sequence[str] = (),
+    ) -> None:
         import httpx
 
         self._httpx = httpx
+        #: Scrubbed from error messages (servers sometimes echo the key they rejected).
+        self.secrets = tuple(s for s in secrets if s)
         self.provider = provider
         self.settings = settings
         self.stats = stats
         parts = urlsplit(base_url)
         self.origin = f"{parts.scheme}://{parts.netloc}"
-        # Proxies from the environment are for the internet, not for a server on this machine.
-        self._client = httpx.Client(
-            follow_redirects=False,
-            trust_env=not is_loopback_url(base_url),
-            headers={"User-Agent": USER_AGENT},
-        )
+        self._loopback = is_loopback_url(base_url)
+        self._client_obj: httpx.Client | None = None
+        self._client_lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def _client(self) -> httpx.Client:
+        """Created on first use: building a provider (e.g. for ``status``) costs no TLS setup."""
+        with self._client_lock:
+            if self._closed:
+                raise EmbeddingError(f"{self.provider} embeddings: provider is closed")
+            if self._client_obj is None:
+                # Proxies from the environment are for the internet, not for this machine.
+                self._client_obj = self._httpx.Client(
+                    follow_redirects=False,
+                    trust_env=not self._loopback,
+                    headers={"User-Agent": USER_AGENT},
+                )
+            return self._client_obj
 
     def close(self) -> None:
-        self._client.close()
+        with self._client_lock:
+            self._closed = True
+            if self._client_obj is not None:
+                self._client_obj.close()
+                self._client_obj = None
 
     def request(
         self,
@@ -475,7 +506,7 @@ class HttpClient:
             retry_after = gemini_retry_delay(text)
         quota = status == 429 and is_quota_exhausted(text, has_retry_hint=retry_after is not None)
         retryable = (status == 429 and not quota) or status == 408 or 500 <= status <= 599
-        message = f"{prefix} failed: {status} {body_excerpt(text)}".rstrip()
+        message = f"{prefix} failed: {status} {body_excerpt(text, secrets=self.secrets)}".rstrip()
         if quota:
             message += " (quota exhausted; not retried - check the provider account's plan and billing)"
         return RemoteEmbeddingError(
@@ -541,7 +572,13 @@ class RemoteEmbeddingProvider:
         self._dims: int | None = None
         self._lock = threading.Lock()
         self._stats = RemoteStats()
-        self._http = HttpClient(self.id, self.base_url, settings=self.settings, stats=self._stats)
+        self._http = HttpClient(
+            self.id,
+            self.base_url,
+            settings=self.settings,
+            stats=self._stats,
+            secrets=[endpoint.api_key or ""],
+        )
         self.batch_state = BatchState(enabled=self.settings.batch.enabled, supported=self.supports_batch_api)
 
     # -- construction from configuration ---------------------------------------------------
@@ -580,8 +617,7 @@ class RemoteEmbeddingProvider:
         if settings.offline and not is_loopback_url(base_url):
             raise OfflineError(
                 f"{cls.id} embeddings refused: memorySearch.offline = true forbids network providers "
-                f"({urlsplit(base_url).hostname}); use the local provider or set offline = false",
-                provider=cls.id,
+                f"({urlsplit(base_url).hostname}); use the local provider or set offline = false"
             )
         api_key = first_nonblank(
             remote.api_key if use_remote_endpoint else None, *(env.get(name) for name in cls.api_key_env)
