@@ -208,7 +208,7 @@ def test_max_input_bytes_table() -> None:
     assert max_input_bytes_for("local", "anything") == 2048
 
 
-# --- key and base URL precedence ------------------------------------------------------------------
+# --- key and base URL precedence ----------------------------------------------------------------
 
 
 def test_config_key_beats_env_and_blank_config_key_falls_back_to_env(server: ProviderServer) -> None:
@@ -271,7 +271,7 @@ def test_api_key_not_in_repr() -> None:
     assert "sk-secret" not in repr(p)
 
 
-# --- selection ---------------------------------------------------------------------------------------
+# --- selection ----------------------------------------------------------------------------------
 
 
 class StubLocal:
@@ -385,7 +385,7 @@ def test_explicit_local_absent_is_unavailable(monkeypatch: pytest.MonkeyPatch) -
     assert sel.provider is None and sel.unavailable_reason.startswith("local embeddings unavailable")
 
 
-# --- offline ------------------------------------------------------------------------------------------
+# --- offline ------------------------------------------------------------------------------------
 
 
 def test_offline_refuses_network_providers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -417,7 +417,7 @@ def test_offline_allows_a_server_on_this_machine(server: ProviderServer) -> None
     assert issubclass(OfflineError, ProviderUnavailableError)
 
 
-# --- runtime fallback -----------------------------------------------------------------------------------
+# --- runtime fallback ---------------------------------------------------------------------------
 
 
 def test_runtime_fallback_rule(monkeypatch: pytest.MonkeyPatch) -> None:
