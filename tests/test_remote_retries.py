@@ -384,3 +384,24 @@ def test_closed_provider_refuses_work(server: ProviderServer, clock: FakeTiming)
     p.close()
     with pytest.raises(EmbeddingError, match="closed"):
         p.embed_query("y")
+
+
+def test_concurrent_callers_share_one_provider(server: ProviderServer, clock: FakeTiming) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    p = openai(server, clock)
+    texts = [f"file {i} chunk" for i in range(16)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda t: p.embed_batch([t]), texts))
+    assert [r[0] for r in results] == [unit(fake_vector(t)) for t in texts]
+    assert p.stats["requests"] == len(server.requests) == 16
+    assert p.stats["bytes_sent"] == sum(len(r.body) for r in server.requests)
+
+
+def test_info_has_no_credentials(server: ProviderServer, clock: FakeTiming) -> None:
+    p = openai(server, clock)
+    p.embed_query("x")
+    info = p.info()
+    assert info["provider"] == "openai" and info["dims"] == 8 and info["stats"]["requests"] == 1
+    assert info["providerKey"] == p.provider_key and info["batch"]["enabled"] is False
+    assert "test-key" not in repr(info)

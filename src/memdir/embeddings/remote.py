@@ -675,7 +675,22 @@ class RemoteEmbeddingProvider:
         return self._stats.as_dict()
 
     def batch_status(self) -> dict[str, Any]:
+        """``enabled``, ``supported``, ``active``, ``failures``, ``limit``, ``jobs``, ``last_error``, ..."""
         return self.batch_state.as_dict()
+
+    def info(self) -> dict[str, Any]:
+        """Everything ``memdir status`` may show about this provider (no credentials)."""
+        return {
+            "provider": self.id,
+            "model": self.model,
+            "baseUrl": self.base_url,
+            "providerKey": self.provider_key,
+            "maxInputBytes": self.max_input_bytes,
+            "dims": self._dims,
+            "redactSecrets": self.settings.redact,
+            "stats": self.stats,
+            "batch": self.batch_status(),
+        }
 
     def embed_query(self, text: str, *, timeout: float | None = None) -> list[float]:
         """Embed a search query.  ``timeout`` (seconds) bounds the whole call, retries included."""
