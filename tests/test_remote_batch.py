@@ -273,3 +273,17 @@ def test_batch_state_rules() -> None:
     fresh.record_failure(BatchUnavailableError("asyncBatchEmbedContent not available", provider="gemini"))
     assert not fresh.active and fresh.failures == 0
     assert BatchState(enabled=False, supported=True).as_dict()["active"] is False
+
+
+def test_fallback_after_a_failed_job_redacts_and_counts_once(
+    server: ProviderServer, clock: FakeTiming
+) -> None:
+    secret = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+    server.forbidden.append(secret)
+    server.openai_final_status = "failed"
+    cfg = make_cfg("openai", f"{server.url}/v1", batch=batch_cfg(), redactSecrets=True)
+    p = create_openai_provider(cfg, {}, timing=clock.timing())
+    p.embed_batch([f"token={secret}", "plain"])
+    assert server.violations == []
+    assert server.paths("POST")[-1] == "/v1/embeddings"
+    assert p.stats["texts"] == 2 and p.stats["redactions"] == 1

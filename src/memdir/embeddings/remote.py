@@ -389,6 +389,7 @@ class HttpClient:
             if deadline is not None:
                 remaining = deadline - timing.clock()
                 if remaining <= 0:
+                    self.stats.add(failures=1)
                     raise EmbeddingTimeoutError(
                         f"{prefix} {timeout_label} timed out after {_fmt_seconds(timeout)}s",
                         provider=self.provider,
@@ -419,6 +420,8 @@ class HttpClient:
                     provider=self.provider,
                     retryable=True,
                 )
+            except RemoteEmbeddingError as exc:  # a refused redirect
+                error = exc
             else:
                 if response.status_code < 300:
                     return response
@@ -715,6 +718,7 @@ class RemoteEmbeddingProvider:
         texts = list(texts)
         if not texts:
             return []
+        payload = self.outgoing(texts)
         if self.batch_state.active:
             ids = (
                 default_custom_ids(texts) if custom_ids is None else check_custom_ids(custom_ids, len(texts))
@@ -726,7 +730,7 @@ class RemoteEmbeddingProvider:
                         "vectors to build the index); set it to true or disable remote.batch",
                         provider=self.id,
                     )
-                vectors = self._run_batch_job(self.outgoing(texts), ids, progress)
+                vectors = self._run_batch_job(payload, ids, progress)
                 result = self.finish(vectors, len(texts))
             except EmbeddingError as exc:
                 self.batch_state.record_failure(exc)
@@ -734,13 +738,15 @@ class RemoteEmbeddingProvider:
             else:
                 self.batch_state.record_success()
                 return result
-        return self.embed_direct(texts, progress=progress)
+        return self._direct(payload, progress)
 
     def embed_direct(
         self, texts: Sequence[str], *, progress: ProgressCallback | None = None
     ) -> list[list[float]]:
         """Direct endpoint only: greedy groups of ≤ 8000 bytes (R§5.3), one request per group."""
-        payload = self.outgoing(list(texts))
+        return self._direct(self.outgoing(list(texts)), progress)
+
+    def _direct(self, payload: list[str], progress: ProgressCallback | None) -> list[list[float]]:
         out: list[list[float]] = []
         groups = self.groups(payload)
         for group in groups:
