@@ -451,3 +451,14 @@ def test_fake_timing_helper_is_deterministic() -> None:
     t = ft.timing()
     t.sleep(1.5)
     assert ft.sleeps == [1.5] and t.clock() == 1001.5 and t.random() == 0.5
+
+
+@pytest.mark.parametrize("name", ["openai", "gemini", "voyage", "mistral", "ollama"])
+def test_every_remote_provider_satisfies_the_interface(name: str) -> None:
+    from memdir.embeddings.base import EmbeddingProvider
+
+    p = create_provider(name, make_cfg(name, None), EMPTY_ENV)
+    assert isinstance(p, EmbeddingProvider)
+    assert p.id == name and p.dims is None and p.max_input_bytes <= 8000
+    assert len(p.provider_key) == 64
+    p.close()
