@@ -85,7 +85,8 @@ class Memory:
     def selection(self) -> ProviderSelection:
         if self._selection is None:
             if self._provider_override is not None:
-                self._selection = ProviderSelection(self._provider_override, getattr(self._provider_override, "id", "custom"))
+                override = self._provider_override
+                self._selection = ProviderSelection(override, getattr(override, "id", "custom"))
             else:
                 self._selection = select_provider(self.settings.memory_search)
         return self._selection

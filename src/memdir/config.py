@@ -64,8 +64,40 @@ class RemoteConfig(_Model):
     api_key: str | None = None
     headers: dict[str, str] | None = None
     batch: BatchConfig = Field(default_factory=BatchConfig)
+    #: One timeout for every remote call; when set it overrides the two below.
     timeout_seconds: float | None = None
+    #: Per-attempt timeout of a query embedding (R§5.3: 60 s remote).
+    query_timeout_seconds: float = 60
+    #: Per-attempt timeout of a document (batch) embedding request (R§5.3: 120 s remote).
+    batch_timeout_seconds: float = 120
+    #: Retries after the first attempt on 429/5xx/timeouts/connection errors (R§5.3: 3).
+    max_retries: int = 3
+    #: Longest ``Retry-After`` we wait; a server asking for more fails at once instead.
+    retry_after_max_seconds: float = 60
     redact_secrets: bool = False
+
+    @model_validator(mode="after")
+    def _clamp(self) -> RemoteConfig:
+        self.max_retries = int(_clamp(int(self.max_retries), 0, 10))
+        for name in ("query_timeout_seconds", "batch_timeout_seconds", "retry_after_max_seconds"):
+            value = float(getattr(self, name))
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{_camel(name)} must be a positive number of seconds")
+        if self.timeout_seconds is not None:
+            value = float(self.timeout_seconds)
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError("timeoutSeconds must be a positive number of seconds")
+        return self
+
+    @property
+    def query_timeout(self) -> float:
+        """Seconds one query-embedding attempt may take."""
+        return float(self.timeout_seconds or self.query_timeout_seconds)
+
+    @property
+    def batch_timeout(self) -> float:
+        """Seconds one document-embedding request may take."""
+        return float(self.timeout_seconds or self.batch_timeout_seconds)
 
 
 class LocalConfig(_Model):

@@ -87,7 +87,8 @@ def is_evergreen(path: str, source: str) -> bool:
     norm = path.replace("\\", "/").removeprefix("./")
     if source != "memory":
         return False
-    return norm in ("MEMORY.md", "memory.md") or (norm.startswith("memory/") and dated_path_ms(norm) is None)
+    # "Dated" here is the file-name pattern, not a valid date: memory/2026-02-30.md falls back to mtime.
+    return norm in ("MEMORY.md", "memory.md") or (norm.startswith("memory/") and not _DATED.search(norm))
 
 
 def memory_timestamp(path: str, source: str, workspace: Path,

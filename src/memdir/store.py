@@ -201,20 +201,22 @@ class Store:
         c = self.conn
         self._delete_file_rows(path, source)
         now = int(time.time() * 1000)
-        c.executemany(
-            "INSERT OR REPLACE INTO chunks(id, path, source, start_line, end_line, hash, model, text, "
-            "embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            [
+        rowids: list[int] = []
+        for ch in chunks:
+            cur = c.execute(
+                "INSERT OR REPLACE INTO chunks(id, path, source, start_line, end_line, hash, model, text, "
+                "embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model, ch.text,
-                 to_blob(ch.embedding) if ch.embedding is not None and len(ch.embedding) else None, now)
-                for ch in chunks
-            ],
-        )
+                 to_blob(ch.embedding) if ch.embedding is not None and len(ch.embedding) else None, now),
+            )
+            rowids.append(int(cur.lastrowid))
         if self.fts_available:
+            # FTS rows share the chunk's rowid, so a file's rows are deleted by key, not by a scan.
             c.executemany(
-                "INSERT INTO chunks_fts(text, id, path, source, model, start_line, end_line) VALUES (?,?,?,?,?,?,?)",
-                [(fts_text(ch.text), ch.id, ch.path, ch.source, ch.model, ch.start_line, ch.end_line)
-                 for ch in chunks],
+                "INSERT OR REPLACE INTO chunks_fts(rowid, text, id, path, source, model, start_line, end_line) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                [(rid, fts_text(ch.text), ch.id, ch.path, ch.source, ch.model, ch.start_line, ch.end_line)
+                 for rid, ch in zip(rowids, chunks, strict=True)],
             )
         vectors = [(ch.id, to_blob(ch.embedding)) for ch in chunks if ch.embedding is not None and len(ch.embedding)]
         if vectors and self.vec.available:
@@ -233,7 +235,8 @@ class Store:
                 (path, source),
             )
         if self.fts_available:
-            c.execute("DELETE FROM chunks_fts WHERE path = ? AND source = ?", (path, source))
+            c.execute("DELETE FROM chunks_fts WHERE rowid IN (SELECT rowid FROM chunks WHERE path = ? AND source = ?)",
+                      (path, source))
         c.execute("DELETE FROM chunks WHERE path = ? AND source = ?", (path, source))
 
     def delete_file(self, path: str, source: str) -> None:
@@ -319,7 +322,7 @@ class Store:
         with self.lock:
             rows = self.conn.execute(
                 "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.text, bm25(chunks_fts) AS rank "
-                "FROM chunks_fts f JOIN chunks c ON c.id = f.id WHERE chunks_fts MATCH ? "
+                "FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? "
                 "ORDER BY rank LIMIT ?",
                 (match, int(limit)),
             ).fetchall()
@@ -411,12 +414,16 @@ class Store:
                 ).fetchone()
                 c.execute("BEGIN IMMEDIATE")
                 try:
-                    for table in ("files", "chunks", "embedding_cache", "meta"):
+                    for table in ("files", "embedding_cache", "meta"):
                         c.execute(f"DELETE FROM main.{table}")
                         c.execute(f"INSERT INTO main.{table} SELECT * FROM fresh.{table}")
+                    c.execute("DELETE FROM main.chunks")
+                    c.execute("INSERT INTO main.chunks(rowid, id, path, source, start_line, end_line, hash, model, "
+                              "text, embedding, updated_at) SELECT rowid, id, path, source, start_line, end_line, "
+                              "hash, model, text, embedding, updated_at FROM fresh.chunks")
                     c.execute("DROP TABLE IF EXISTS main.chunks_fts")
                     c.execute(self._fts_ddl("main.chunks_fts"))
-                    cols = ", ".join(FTS_COLUMNS)
+                    cols = ", ".join(("rowid", *FTS_COLUMNS))
                     c.execute(f"INSERT INTO main.chunks_fts({cols}) SELECT {cols} FROM fresh.chunks_fts")
                     if self.vec.available:
                         c.execute("DROP TABLE IF EXISTS main.chunks_vec")

@@ -67,7 +67,8 @@ class SourceDoc:
 
 def read_memory_file(entry: FileEntry) -> SourceDoc | None:
     try:
-        raw = entry.abs_path.read_bytes()
+        with open(entry.abs_path, "rb") as fh:
+            raw = fh.read()
     except FileNotFoundError:
         return None  # vanished between listing and reading: not an error (R§2)
     return SourceDoc(raw.decode("utf-8", errors="replace"), hashlib.sha256(raw).hexdigest())
@@ -178,7 +179,7 @@ class Indexer:
     def _incremental(self, store: Store, progress: Progress | None, deadline: float | None,
                      *, everything: bool = False) -> SyncReport:
         report = SyncReport()
-        files, issues = self.list_files()
+        files, _ = self.list_files()
         report.scanned = len(files)
         rows = {} if everything else store.file_rows()
         needs_vectors = self._paths_missing_vectors(store) if self.provider is not None and not everything else set()

@@ -1,0 +1,1 @@
+"""Benchmarks: retrieval quality on a dataset folder and speed on generated corpora."""

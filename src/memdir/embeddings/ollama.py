@@ -1,0 +1,75 @@
+"""Ollama embeddings through its native API: ``POST <base>/api/embed`` ``{model, input}``.
+
+No key is needed (one is sent as Bearer if configured, for Ollama behind an authenticating
+proxy).  Ollama is never chosen by ``auto`` (R§5.1); when its endpoint is on this machine it
+is allowed even with ``offline = true``, since nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from memdir.embeddings.remote import RemoteEmbeddingProvider, Timing, clean_base_url, shape_error
+
+if TYPE_CHECKING:
+    from memdir.config import MemorySearchConfig
+
+OLLAMA_DEFAULT_BASE_URL = "http://127.0.0.1:11434"
+_API_SUFFIX = re.compile(r"/(?:v1|api)$", re.IGNORECASE)
+
+
+class OllamaProvider(RemoteEmbeddingProvider):
+    id: ClassVar[str] = "ollama"
+    default_model: ClassVar[str] = "nomic-embed-text"
+    default_base_url: ClassVar[str] = OLLAMA_DEFAULT_BASE_URL
+    model_prefixes: ClassVar[tuple[str, ...]] = ("ollama/",)
+    api_key_env: ClassVar[tuple[str, ...]] = ("OLLAMA_API_KEY",)
+    base_url_env: ClassVar[tuple[str, ...]] = ("OLLAMA_HOST",)
+    requires_api_key: ClassVar[bool] = False
+    max_batch_items: ClassVar[int] = 512
+
+    @classmethod
+    def resolve_base_url(cls, configured: str | None, env: Mapping[str, str]) -> str:
+        """Accept ``OLLAMA_HOST`` forms (``host:port``, ``0.0.0.0``) and drop ``/v1`` or ``/api``."""
+        raw = (configured or "").strip() or (env.get("OLLAMA_HOST") or "").strip() or cls.default_base_url
+        if "://" not in raw:
+            raw = f"http://{raw}"
+        raw = raw.rstrip("/")
+        raw = re.sub(r"^(https?://)0\.0\.0\.0(?=[:/]|$)", r"\g<1>127.0.0.1", raw)
+        if re.match(r"^https?://[^/:]+$", raw) and not configured:
+            raw += ":11434"  # OLLAMA_HOST without a port means Ollama's default port
+        return clean_base_url(_API_SUFFIX.sub("", raw), cls.id)
+
+    def _embed(self, texts: list[str], *, timeout: float, deadline: float | None, label: str) -> list[Any]:
+        data = self.post(
+            f"{self.base_url}/api/embed",
+            {"model": self.model, "input": texts},
+            timeout=timeout,
+            deadline=deadline,
+            timeout_label=label,
+        )
+        vectors = data.get("embeddings") if isinstance(data, dict) else None
+        if not isinstance(vectors, list):
+            raise shape_error(self.id, "no 'embeddings' list")
+        return vectors
+
+    def _request_query(self, text: str, *, timeout: float, deadline: float | None) -> list[Any]:
+        return self._embed([text], timeout=timeout, deadline=deadline, label="query")
+
+    def _request_documents(self, texts: list[str], *, timeout: float) -> list[Any]:
+        return self._embed(texts, timeout=timeout, deadline=None, label="batch")
+
+
+def create_ollama_provider(
+    cfg: MemorySearchConfig,
+    env: Mapping[str, str] | None = None,
+    *,
+    model: str | None = None,
+    use_remote_endpoint: bool = True,
+    timing: Timing | None = None,
+) -> OllamaProvider:
+    return OllamaProvider.from_config(
+        cfg, env, model=model, use_remote_endpoint=use_remote_endpoint, timing=timing
+    )

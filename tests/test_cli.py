@@ -1,0 +1,96 @@
+"""The CLI as a user runs it: a real subprocess, real files, real exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import SRC  # noqa: F401  (documents where the subprocess imports from)
+
+
+@pytest.fixture
+def ws(make_workspace) -> Path:
+    return make_workspace({
+        "MEMORY.md": "# Long-term\nThe user prefers PostgreSQL over MySQL.\n",
+        "memory/2026-01-12.md": "# 2026-01-12\n- Decided the API uses cursor pagination.\n- Lunch: ramen.\n",
+        # filler, so BM25's IDF has a corpus to work with (with two files every term is common)
+        **{f"memory/2025-12-{d:02d}.md": f"# 2025-12-{d:02d}\n- Routine standup {d}.\n" for d in range(1, 9)},
+    })
+
+
+def test_index_search_get_status_round_trip(ws: Path, run_cli):
+    env = {"MEMDIR_PROVIDER": "none"}
+    idx = run_cli("index", "--workspace", str(ws), "--json", env=env)
+    assert idx.returncode == 0, idx.stderr
+    report = json.loads(idx.stdout)
+    assert report["indexed"] == 10 and report["full"] is True
+
+    text = run_cli("search", "cursor pagination", "-w", str(ws), env=env)
+    assert text.returncode == 0
+    first = text.stdout.splitlines()[0]
+    score, loc = first.split(" ", 1)
+    assert float(score) > 0 and loc == "memory/2026-01-12.md:1-4"
+
+    js = json.loads(run_cli("search", "--query", "postgresql", "cursor", "--json", "-w", str(ws), env=env).stdout)
+    assert js["results"][0]["path"] == "MEMORY.md"  # --query wins over the positional query
+    assert js["mode"] == "fts-only" and js["provider"] == "none"
+
+    got = run_cli("get", "memory/2026-01-12.md", "--from", "2", "--lines", "1", "-w", str(ws), env=env)
+    assert got.returncode == 0 and got.stdout == "- Decided the API uses cursor pagination.\n"
+
+    st = json.loads(run_cli("status", "--json", "--deep", "-w", str(ws), env=env).stdout)
+    assert (st["files"], st["dirty"], st["fts"]["available"]) == (10, False, True)
+    assert st["indexPath"].endswith("memory/main.sqlite")
+    assert "sqlite" in st and st["embeddingProbe"]["ok"] is False
+    plain = run_cli("status", "-w", str(ws), env=env).stdout
+    assert "Indexed: 10/10 files" in plain and "Dirty: no" in plain
+
+
+def test_global_options_before_or_after_the_command(ws: Path, run_cli):
+    env = {"MEMDIR_PROVIDER": "none"}
+    a = run_cli("--workspace", str(ws), "--agent", "x", "search", "ramen", "--json", env=env)
+    b = run_cli("search", "ramen", "--json", "--agent", "x", "--workspace", str(ws), env=env)
+    assert a.returncode == b.returncode == 0
+    assert json.loads(a.stdout)["results"] == json.loads(b.stdout)["results"] != []
+
+
+def test_failures_exit_1_with_a_clear_message(ws: Path, run_cli, tmp_path: Path):
+    env = {"MEMDIR_PROVIDER": "none"}
+    missing = run_cli("search", "-w", str(ws), env=env)
+    assert missing.returncode == 1
+    assert "Missing search query" in missing.stderr
+    denied = run_cli("get", "../etc/passwd", "-w", str(ws), env=env)
+    assert denied.returncode == 1 and "path not allowed" in denied.stderr
+    assert "Traceback" not in denied.stderr
+    bad_cfg = run_cli("status", "-w", str(ws), "--config", str(tmp_path / "nope.toml"))
+    assert bad_cfg.returncode == 1 and "config file not found" in bad_cfg.stderr
+    usage = run_cli("search", "--max-results", "many", "x")
+    assert usage.returncode == 2
+
+
+def test_no_matches_message(ws: Path, run_cli):
+    out = run_cli("search", "xylophone", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"})
+    assert out.returncode == 0 and out.stdout.strip() == "No matches."
+
+
+def test_status_names_issues_for_an_empty_workspace(make_workspace, run_cli):
+    empty = make_workspace(name="empty")
+    st = json.loads(run_cli("status", "--json", "-w", str(empty), env={"MEMDIR_PROVIDER": "none"}).stdout)
+    assert st["indexExists"] is False and any("no memory files found" in i for i in st["issues"])
+
+
+def test_search_does_not_import_heavy_modules(ws: Path, run_cli):
+    code = ("import sys, runpy; sys.argv=['memdir','--version']; "
+            "import memdir.cli as c; c.main(['--version']); "
+            "print('MODS:' + ','.join(m for m in ('numpy','pydantic','onnxruntime','tqdm') if m in sys.modules))")
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=cli_env(Path("/nonexistent")))
+    assert out.returncode == 0, out.stderr
+    assert "MODS:\n" in out.stdout

@@ -1,0 +1,150 @@
+"""Configuration: R§17 vectors 27-32, file formats, key styles, strictness, origins."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memdir.config import ConfigError, load_config, parse_byte_size
+
+
+def ms(**kw):
+    return load_config(overrides={"memorySearch": kw}).settings.memory_search
+
+
+@pytest.mark.parametrize(
+    "vw,tw,expected",
+    [(0.5, 0.5, (0.5, 0.5)), (1, 1, (0.5, 0.5)), (0, 0, (0.7, 0.3)), (0.9, 0.3, (0.75, 0.25)),
+     (2.0, 0.5, (2 / 3, 1 / 3))],
+)
+def test_v27_weights_clamped_and_normalised(vw, tw, expected):
+    h = ms(query={"hybrid": {"vectorWeight": vw, "textWeight": tw}}).query.hybrid
+    assert h.vector_weight == pytest.approx(expected[0], abs=1e-4)
+    assert h.text_weight == pytest.approx(expected[1], abs=1e-4)
+
+
+def test_v28_candidate_pool():
+    assert ms().query.candidates == 24
+    assert ms(query={"maxResults": 100}).query.candidates == 200
+    assert ms(query={"hybrid": {"candidateMultiplier": 50}}).query.hybrid.candidate_multiplier == 20
+    assert ms(query={"hybrid": {"candidateMultiplier": 0.5}}).query.hybrid.candidate_multiplier == 1
+    assert ms(query={"maxResults": 0}).query.candidates == 1
+
+
+def test_v29_clamps():
+    assert ms(chunking={"tokens": 400, "overlap": 500}).chunking.overlap == 399
+    assert ms(chunking={"tokens": 0}).chunking.tokens == 1
+    assert ms(query={"minScore": 1.7}).query.min_score == 1
+    decay = ms(query={"hybrid": {"temporalDecay": {"halfLifeDays": 7.9}}}).query.hybrid.temporal_decay
+    assert decay.half_life_days == 7
+    assert ms(cache={"maxEntries": 0.5}).cache.max_entries == 1
+
+
+def test_v30_sources_gated_by_session_memory_flag():
+    assert ms(sources=["memory", "sessions"]).sources == ["memory"]
+    assert ms(sources=["sessions"]).sources == ["memory"]
+    assert ms(sources=["sessions"], experimental={"sessionMemory": True}).sources == ["sessions"]
+
+
+def test_v32_store_path_token_and_default(tmp_path: Path):
+    s = load_config(agent_id="ops", overrides={"memorySearch": {"store": {"path": "~/idx/{agentId}.db"}}}).settings
+    assert s.index_path == Path.home() / "idx" / "ops.db"
+    s = load_config(agent_id="ops", state_dir=tmp_path).settings
+    assert s.index_path == tmp_path.resolve() / "memory" / "ops.sqlite"
+
+
+def test_extra_paths_trimmed_deduped_and_tilde_expanded(tmp_path: Path):
+    s = load_config(workspace=tmp_path, overrides={"memorySearch": {"extraPaths": [" notes ", "", "notes", "~/x"]}})
+    assert s.settings.memory_search.extra_paths == ["notes", "~/x"]
+    assert s.settings.extra_paths == [tmp_path.resolve() / "notes", Path.home() / "x"]
+
+
+@pytest.mark.parametrize("name,text", [
+    ("memdir.toml", '[memorySearch.query]\nmaxResults = 9\n[memory]\ncitations = "off"\n'),
+    ("memdir.json", json.dumps({"memory_search": {"query": {"max_results": 9}}, "memory": {"citations": "off"}})),
+    ("memdir.json5", "{memorySearch: {query: {maxResults: 9,},}, // comment\n memory: {citations: 'off'}}"),
+])
+def test_config_file_formats_and_key_styles(tmp_path: Path, name: str, text: str):
+    (tmp_path / name).write_text(text)
+    loaded = load_config(workspace=tmp_path)
+    assert loaded.settings.memory_search.query.max_results == 9
+    assert loaded.settings.memory.citations == "off"
+    assert loaded.origins["memory_search.query.max_results"] == f"file:{tmp_path / name}"
+
+
+def test_openclaw_agents_defaults_shape_and_per_agent_override(tmp_path: Path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"agents": {
+        "defaults": {"memorySearch": {"query": {"maxResults": 4}, "extraPaths": ["a"]}},
+        "list": [{"id": "ops", "memorySearch": {"query": {"minScore": 0.5}, "extraPaths": ["b"]}}],
+    }}))
+    main = load_config(config_path=cfg, workspace=tmp_path).settings.memory_search
+    assert (main.query.max_results, main.query.min_score, main.extra_paths) == (4, 0.35, ["a"])
+    ops = load_config(config_path=cfg, workspace=tmp_path, agent_id="ops").settings.memory_search
+    assert (ops.query.max_results, ops.query.min_score, ops.extra_paths) == (4, 0.5, ["a", "b"])
+
+
+def test_unknown_key_is_rejected_with_its_name(tmp_path: Path):
+    cfg = tmp_path / "memdir.toml"
+    cfg.write_text("[memorySearch.query]\nmaxResultz = 3\n")
+    with pytest.raises(ConfigError, match=r"memorySearch\.query\.maxResultz"):
+        load_config(workspace=tmp_path)
+
+
+def test_bad_value_names_the_key(tmp_path: Path):
+    with pytest.raises(ConfigError, match=r"memorySearch\.query\.maxResults"):
+        load_config(overrides={"memorySearch": {"query": {"maxResults": "lots"}}})
+    with pytest.raises(ConfigError, match="citations"):
+        load_config(overrides={"memory": {"citations": "sometimes"}})
+
+
+def test_missing_and_unparsable_config_files(tmp_path: Path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(config_path=tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[memorySearch\n")
+    with pytest.raises(ConfigError, match="cannot parse"):
+        load_config(config_path=bad)
+
+
+def test_precedence_file_then_env_then_flags(tmp_path: Path):
+    (tmp_path / "memdir.toml").write_text('[memorySearch]\nprovider = "openai"\nmodel = "m-file"\n')
+    env = {"MEMDIR_PROVIDER": "gemini"}
+    loaded = load_config(workspace=tmp_path, env=env, overrides={"memorySearch": {"model": "m-flag"}})
+    s = loaded.settings.memory_search
+    assert (s.provider, s.model) == ("gemini", "m-flag")
+    assert loaded.origins["memory_search.provider"] == "env:MEMDIR_PROVIDER"
+    assert loaded.origins["memory_search.model"] == "flag"
+
+
+def test_env_bool_is_validated():
+    with pytest.raises(ConfigError, match="MEMDIR_OFFLINE"):
+        load_config(env={"MEMDIR_OFFLINE": "maybe"})
+    assert load_config(env={"MEMDIR_OFFLINE": "yes"}).settings.memory_search.offline is True
+
+
+@pytest.mark.parametrize("value,expected", [
+    (None, 2097152), ("2mb", 2097152), ("512kb", 524288), ("1.5m", 1572864), (0, 0), ("abc", 2097152),
+])
+def test_v62_byte_sizes(value, expected):
+    assert parse_byte_size(value, 2097152) == expected
+
+
+def test_config_show_lists_values_and_origins(tmp_path: Path, run_cli):
+    (tmp_path / "memdir.toml").write_text("[memorySearch.chunking]\ntokens = 200\n")
+    proc = run_cli("config", "show", "--json", "--workspace", str(tmp_path), env={"MEMDIR_AGENT": "ops"})
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["key"]: r for r in json.loads(proc.stdout)["settings"]}
+    assert rows["memorySearch.chunking.tokens"]["value"] == 200
+    assert rows["memorySearch.chunking.tokens"]["origin"].startswith("file:")
+    assert rows["agentId"] == {"key": "agentId", "value": "ops", "origin": "env:MEMDIR_AGENT"}
+    assert rows["memorySearch.query.minScore"]["origin"] == "default"
+    text = run_cli("config", "show", "--workspace", str(tmp_path))
+    assert "memorySearch.chunking.tokens" in text.stdout and "[file:" in text.stdout
+    bad = tmp_path / "b"
+    bad.mkdir()
+    (bad / "memdir.json").write_text('{"memorySearch": {"bogus": 1}}')
+    proc = run_cli("config", "show", "--workspace", str(bad))
+    assert proc.returncode == 1 and "memorySearch.bogus" in proc.stderr

@@ -1,0 +1,61 @@
+"""FTS query building and keyword extraction: R§17 vectors 22-24 and 40-45."""
+
+from __future__ import annotations
+
+import pytest
+
+from memdir.query import build_fts_query, extract_keywords, keyword_match_expression
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("hello world", '"hello" AND "world"'),
+    ("FOO_bar baz-1", '"FOO_bar" AND "baz" AND "1"'),
+    ("foo-bar baz", '"foo" AND "bar" AND "baz"'),
+    ("   ", None),
+    ("--", None),
+    ("金银价格", '"金银价格"'),
+    ("価格 2026年", '"価格" AND "2026年"'),
+    ("テスト、確認", '"テスト" AND "確認"'),
+    ("한국어 검색", '"한국어" AND "검색"'),
+    ("user@example.com", '"user" AND "example" AND "com"'),
+    ("C++ & C#", '"C" AND "C"'),
+    ("don't stop", '"don" AND "t" AND "stop"'),
+    ("café naïve", '"café" AND "naïve"'),
+    ("emoji 😀 test", '"emoji" AND "test"'),
+    ("OR AND NOT", '"OR" AND "AND" AND "NOT"'),
+    ("memorySearch.query.hybrid", '"memorySearch" AND "query" AND "hybrid"'),
+])
+def test_build_fts_query(raw, expected):
+    assert build_fts_query(raw) == expected
+
+
+@pytest.mark.parametrize("query,expected", [
+    ("that thing we discussed about the API", ["discussed", "api"]),
+    ("之前讨论的那个方案", ["之", "讨", "论", "个", "方", "案", "前讨", "讨论", "论的", "的那", "个方", "方案"]),
+    ("昨日話したデプロイ戦略", ["昨日話", "日話", "デプロイ", "戦略"]),
+    ("昨日話したAPIのバグ", ["昨日話", "日話", "api", "バグ"]),
+    ("서버에서 발생한 에러를 확인", ["서버에서", "서버", "발생한", "에러를", "에러", "확인"]),
+    ("나는 그리고 그래서", []),
+    ("논의", ["논의"]),
+    ("기능으로 설명", ["기능으로", "기능", "설명"]),
+    ("API를 배포했다", ["api를", "api", "배포했다"]),
+    ("ayer hablamos sobre la estrategia de despliegue", ["hablamos", "estrategia", "despliegue"]),
+    ("بالأمس ناقشنا استراتيجية النشر", ["ناقشنا", "استراتيجية", "النشر"]),
+    ("sqlite-vec error 42 on db.sqlite", ["sqlite", "vec", "error"]),
+    ("test test testing", ["test", "testing"]),
+    ("the a an is are", []),
+    ("", []),
+])
+def test_extract_keywords(query, expected):
+    assert extract_keywords(query) == expected
+
+
+def test_match_expression_quotes_every_term():
+    assert keyword_match_expression('NEAR(alpha beta) "gamma* -delta OR') == (
+        '"near" OR "alpha" OR "beta" OR "gamma" OR "delta"'
+    )
+    assert keyword_match_expression("之前讨论的方案").count('"讨 论"') == 1
+    assert keyword_match_expression("에러") == '"에러"*'
+    # only stop words: still searchable by its words rather than returning nothing
+    assert keyword_match_expression("what is it") == '"what" OR "is" OR "it"'
+    assert keyword_match_expression("!!! ???") is None

@@ -1,0 +1,148 @@
+"""Discovery (R§2) and safe memory_get resolution (R§10.2, vectors 46-48, hostile paths)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from memdir.api import Memory
+from memdir.workspace import PathError, discover, is_memory_path
+
+
+def paths(ws: Path, extra=None):
+    return [f.path for f in discover(ws, extra).files]
+
+
+def test_discovery_roots_memory_dir_and_extra_paths(make_workspace, tmp_path: Path):
+    ws = make_workspace({"MEMORY.md": "m", "memory.md": "alt", "memory/a.md": "a", "memory/sub/b.md": "b",
+                         "memory/notes.txt": "no", "memory/UPPER.MD": "no", "NOTES.md": "no"})
+    team = tmp_path / "team"
+    (team / "deep").mkdir(parents=True)
+    (team / "deep" / "t.md").write_text("t")
+    single = tmp_path / "one.md"
+    single.write_text("one")
+    got = paths(ws, [team, single, tmp_path / "missing"])
+    assert got == ["MEMORY.md", "memory.md", "memory/a.md", "memory/sub/b.md", "../team/deep/t.md", "../one.md"]
+    issues = discover(ws, [tmp_path / "missing"]).issues
+    assert any("additional memory path missing" in i for i in issues)
+
+
+def test_symlinks_are_never_followed(make_workspace, tmp_path: Path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("secret")
+    ws = make_workspace({"memory/a.md": "a"})
+    os.symlink(outside / "secret.md", ws / "memory" / "link.md")
+    os.symlink(outside, ws / "memory" / "linkdir")
+    os.symlink(outside / "secret.md", ws / "MEMORY.md")
+    extra_link = tmp_path / "extra-link"
+    os.symlink(outside, extra_link)
+    assert paths(ws, [extra_link]) == ["memory/a.md"]
+
+
+def test_symlinked_memory_dir_is_not_walked(make_workspace, tmp_path: Path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "x.md").write_text("x")
+    ws = make_workspace({"MEMORY.md": "m"})
+    os.symlink(real, ws / "memory")
+    assert paths(ws) == ["MEMORY.md"]
+
+
+def test_overlapping_extra_paths_are_deduplicated(make_workspace, tmp_path: Path):
+    ws = make_workspace({"memory/a.md": "a"})
+    assert paths(ws, [ws / "memory", ws / "memory" / "a.md"]) == ["memory/a.md"]
+
+
+def test_empty_workspace_reports_issue(make_workspace):
+    ws = make_workspace()
+    found = discover(ws)
+    assert found.files == [] and found.issues[0].startswith("no memory files found")
+
+
+@pytest.mark.parametrize("rel,ok", [
+    ("MEMORY.md", True), ("memory.md", True), ("memory/a/b.md", True), ("./memory/x.md", True),
+    ("memory", False), ("Memory/x.md", False), ("notes/memory/x.md", False), ("DREAMS.md", False),
+    (".memory/x.md", False),  # OpenClaw's leading-dot quirk says True; memdir refuses it
+])
+def test_v46_is_memory_path(rel, ok):
+    assert is_memory_path(rel) is ok
+
+
+@pytest.fixture
+def mem(make_workspace, keyword_config, tmp_path: Path):
+    ws = make_workspace({"MEMORY.md": "line 1\nline 2\nline 3", "memory/a.md": "alpha", "memory/notes.txt": "t"})
+    extra = tmp_path / "team"
+    extra.mkdir()
+    (extra / "shared.md").write_text("team notes")
+    cfg = {**keyword_config, "memorySearch": {**keyword_config["memorySearch"], "extraPaths": [str(extra)]}}
+    with Memory(ws, config=cfg) as m:
+        yield m
+
+
+def test_v47_memory_get_resolution(mem: Memory):
+    for bad in ("NOTES.md", "../x.md", "memory/notes.txt"):
+        with pytest.raises(PathError):
+            mem.get(bad)
+    assert mem.get("memory/../MEMORY.md").path == "MEMORY.md"
+    assert mem.get(str(mem.workspace / "memory" / "a.md")).as_dict() == {"text": "alpha", "path": "memory/a.md"}
+    assert mem.get("memory/missing.md").as_dict() == {"text": "", "path": "memory/missing.md"}
+    with pytest.raises(PathError, match="path required"):
+        mem.get("   ")
+    assert mem.get(str(mem.settings.extra_paths[0] / "shared.md")).text == "team notes"
+
+
+def test_errors_are_named(mem: Memory):
+    with pytest.raises(PathError, match="not allowed"):
+        mem.get("NOTES.md")
+    with pytest.raises(PathError, match="not a Markdown file"):
+        mem.get("memory/notes.txt")
+    with pytest.raises(PathError, match="NUL"):
+        mem.get("memory/a.md\x00.md")
+
+
+@pytest.mark.parametrize("from_line,lines,expected", [
+    (2, 1, "line 2"), (10, 5, ""), (0, 0, "line 1\nline 2\nline 3"), (-5, 2, "line 1\nline 2"),
+    (3, None, "line 3"),
+])
+def test_v48_slicing(mem: Memory, from_line, lines, expected):
+    assert mem.get("MEMORY.md", from_line=from_line, lines=lines).text == expected
+
+
+def test_hostile_paths_never_read_outside(mem: Memory, tmp_path: Path):
+    secret = tmp_path / "secret.md"
+    secret.write_text("TOP SECRET")
+    ws = mem.workspace
+    os.symlink(secret, ws / "memory" / "link.md")
+    os.symlink(tmp_path, ws / "memory" / "dirlink")
+    (ws / ".memory").mkdir()
+    (ws / ".memory" / "x.md").write_text("hidden")
+    hostile = [
+        "../secret.md", "../../secret.md", str(secret), "/etc/passwd", "memory/../../secret.md",
+        "memory/link.md", "memory/dirlink/secret.md", ".memory/x.md", "memory/\x00../secret.md",
+        "memory/..\\..\\secret.md", "~/secret.md", "memory//../../secret.md",
+        str(mem.settings.extra_paths[0]) + "/../secret.md",
+    ]
+    for raw in hostile:
+        try:
+            text = mem.get(raw).text
+        except PathError:
+            continue
+        assert "TOP SECRET" not in text and "hidden" not in text, raw
+
+
+def test_symlinked_intermediate_directory_is_refused(mem: Memory, tmp_path: Path):
+    outside = tmp_path / "elsewhere"
+    (outside).mkdir()
+    (outside / "x.md").write_text("outside")
+    os.symlink(outside, mem.workspace / "memory" / "sub")
+    with pytest.raises(PathError, match="symlink"):
+        mem.get("memory/sub/x.md")
+
+
+def test_directory_named_like_markdown_is_refused(mem: Memory):
+    (mem.workspace / "memory" / "folder.md").mkdir()
+    with pytest.raises(PathError, match="not a file"):
+        mem.get("memory/folder.md")
