@@ -17,8 +17,10 @@ from helpers import cli_env
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test may touch the user's ~/.memdir or pick up their MEMDIR_* variables."""
+    provider_env = {"OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY", "VOYAGE_API_KEY",
+                    "MISTRAL_API_KEY", "OLLAMA_HOST"}
     for key in list(os.environ):
-        if key.startswith("MEMDIR_"):
+        if key.startswith("MEMDIR_") or key in provider_env:
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("MEMDIR_STATE_DIR", str(tmp_path / "state"))
 
