@@ -333,3 +333,24 @@ def test_chat_main_requires_key_for_openai(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
     assert chat_main(["--api-key-env", "NO_SUCH_KEY_VAR", "--workspace", str(tmp_path),
                       "--state-dir", str(tmp_path / "s")]) == 2
+
+
+def test_memdir_chat_subcommand_as_a_subprocess(tmp_path: Path) -> None:
+    """`memdir -w WS chat ...` through the real CLI: global options are forwarded to the chat loop."""
+    import subprocess
+
+    from helpers import cli_env
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}, "userTimezone": "UTC"}))
+    with ScriptedChatServer(FactKeeperModel(), api_key=API_KEY) as server:
+        proc = subprocess.run(
+            [sys.executable, "-m", "memdir", "--workspace", str(ws), "chat", "--base-url", server.url,
+             "--model", "scripted", "--api-key-env", "MY_KEY"],
+            input="Remember that the gate code is 9182.\n/quit\n", capture_output=True, text=True, timeout=120,
+            env=cli_env(tmp_path / "state", MY_KEY=API_KEY),
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert "Okay, noted." in proc.stdout
+    assert (tmp_path / "state" / "agents" / "main" / "sessions" / "sessions.json").is_file()

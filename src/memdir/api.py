@@ -121,7 +121,13 @@ class Memory:
         return self._indexer
 
     def _extra_sources(self) -> list[Any]:
-        return []
+        ms = self.settings.memory_search
+        if "sessions" not in ms.sources:
+            return []
+        from memdir.sessions.source import SessionsSource
+
+        return [SessionsSource(self.settings.sessions_dir, delta_bytes=ms.sync.sessions.delta_bytes,
+                               delta_messages=ms.sync.sessions.delta_messages)]
 
     # -- operations --------------------------------------------------------------------------
     def sync(self, *, force: bool = False, progress: Progress | None = None, reason: str = "api",

@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="JSON output")
     p.add_argument("--deep", action="store_true", help="also probe the embedding provider")
 
+    cmd("chat", "chat with an OpenAI-compatible model that uses this workspace as its memory "
+                "(options: --base-url, --model, --api-key-env, --session, --context-window)")
+
     p = cmd("config", "configuration")
     p.add_argument("action", choices=["show"], help="show: every setting, its value and where it came from")
     p.add_argument("--json", action="store_true", help="JSON output")
@@ -256,7 +259,19 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    from memdir.agent import chat_main
+
+    forwarded = list(args.chat_args)  # the chat loop parses its own options
+    for name in ("workspace", "agent", "config", "state_dir"):
+        value = getattr(args, name, None)
+        if value is not None:
+            forwarded += [f"--{name.replace('_', '-')}", value]
+    return chat_main(forwarded)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "chat": cmd_chat,
     "index": cmd_index,
     "search": cmd_search,
     "get": cmd_get,
@@ -267,7 +282,11 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "chat":
+        args.chat_args = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.version:
         from memdir import __version__
 

@@ -36,6 +36,7 @@ class Candidate:
     decay: float = 1.0
     rank_before_mmr: int | None = None
     rescued: bool = False
+    ts: int | None = None
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -45,7 +46,7 @@ def merge_hybrid(vector: Sequence[Hit], keyword: Sequence[Hit], vector_weight: f
     by_id: dict[str, Candidate] = {}
     for h in vector:
         by_id[h.id] = Candidate(h.id, h.path, h.source, h.start_line, h.end_line, h.text,
-                                vector_score=h.score, in_vector=True)
+                                vector_score=h.score, in_vector=True, ts=h.ts)
     for h in keyword:
         existing = by_id.get(h.id)
         if existing is not None:
@@ -55,7 +56,7 @@ def merge_hybrid(vector: Sequence[Hit], keyword: Sequence[Hit], vector_weight: f
                 existing.snippet = h.text
         else:
             by_id[h.id] = Candidate(h.id, h.path, h.source, h.start_line, h.end_line, h.text,
-                                    text_score=h.score, in_keyword=True)
+                                    text_score=h.score, in_keyword=True, ts=h.ts)
     out = list(by_id.values())
     for c in out:
         c.score = vector_weight * c.vector_score + text_weight * c.text_score
@@ -114,9 +115,12 @@ def apply_decay(cands: list[Candidate], half_life_days: float, now_ms: int,
     cache: dict[tuple[str, str], int | None] = {}
     for c in cands:
         key = (c.source, c.path)
-        if key not in cache:
-            cache[key] = timestamp(c.path, c.source)
-        ts = cache[key]
+        if c.ts:
+            ts: int | None = c.ts  # the chunk knows when it was written (transcripts)
+        else:
+            if key not in cache:
+                cache[key] = timestamp(c.path, c.source)
+            ts = cache[key]
         if ts is None:
             continue
         c.decay = decay_multiplier(max(0, now_ms - ts) / DAY_MS, half_life_days)

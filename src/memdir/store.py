@@ -44,6 +44,8 @@ class ChunkRow:
     model: str
     text: str
     embedding: Sequence[float] | None = None
+    #: When the chunk's content was written (ms), if the source knows (transcripts).
+    ts: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,7 @@ class Hit:
     end_line: int
     text: str
     score: float
+    ts: int | None = None
 
 
 def to_blob(vector: Sequence[float]) -> bytes:
@@ -135,7 +138,8 @@ class Store:
                 CREATE TABLE IF NOT EXISTS chunks(
                     id TEXT PRIMARY KEY, path TEXT NOT NULL, source TEXT NOT NULL DEFAULT 'memory',
                     start_line INTEGER NOT NULL, end_line INTEGER NOT NULL, hash TEXT NOT NULL,
-                    model TEXT NOT NULL, text TEXT NOT NULL, embedding BLOB, updated_at INTEGER NOT NULL);
+                    model TEXT NOT NULL, text TEXT NOT NULL, embedding BLOB, updated_at INTEGER NOT NULL,
+                    ts INTEGER);
                 CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks(path, source);
                 CREATE INDEX IF NOT EXISTS idx_chunks_source ON chunks(source);
                 CREATE TABLE IF NOT EXISTS embedding_cache(
@@ -145,6 +149,9 @@ class Store:
                 CREATE INDEX IF NOT EXISTS idx_cache_updated ON embedding_cache(updated_at);
                 """
             )
+            cols = {row[1] for row in c.execute("PRAGMA table_info(chunks)")}
+            if "ts" not in cols:  # index written before chunk timestamps existed
+                c.execute("ALTER TABLE chunks ADD COLUMN ts INTEGER")
             try:
                 c.execute(self._fts_ddl("chunks_fts"))
                 self.fts_error = None
@@ -205,9 +212,9 @@ class Store:
         for ch in chunks:
             cur = c.execute(
                 "INSERT OR REPLACE INTO chunks(id, path, source, start_line, end_line, hash, model, text, "
-                "embedding, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "embedding, updated_at, ts) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model, ch.text,
-                 to_blob(ch.embedding) if ch.embedding is not None and len(ch.embedding) else None, now),
+                 to_blob(ch.embedding) if ch.embedding is not None and len(ch.embedding) else None, now, ch.ts),
             )
             rowids.append(int(cur.lastrowid))
         if self.fts_available:
@@ -277,12 +284,12 @@ class Store:
         with self.lock:
             if self.vec.available and self.vec_dims() == q.size:
                 rows = self.conn.execute(
-                    "SELECT v.id, v.distance, c.path, c.source, c.start_line, c.end_line, c.text "
+                    "SELECT v.id, v.distance, c.path, c.source, c.start_line, c.end_line, c.text, c.ts "
                     "FROM chunks_vec v JOIN chunks c ON c.id = v.id "
                     "WHERE v.embedding MATCH ? AND k = ? ORDER BY v.distance",
                     (q.astype("<f4").tobytes(), int(limit)),
                 ).fetchall()
-                return [Hit(r[0], r[2], r[3], r[4], r[5], r[6], 1.0 - float(r[1])) for r in rows]
+                return [Hit(r[0], r[2], r[3], r[4], r[5], r[6], 1.0 - float(r[1]), r[7]) for r in rows]
             ids: list[str] = []
             blobs: list[bytes] = []
             for cid, blob in self.conn.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL"):
@@ -308,11 +315,11 @@ class Store:
         rows = {
             r[0]: r
             for r in self.conn.execute(
-                f"SELECT id, path, source, start_line, end_line, text FROM chunks WHERE id IN ({marks})",
+                f"SELECT id, path, source, start_line, end_line, text, ts FROM chunks WHERE id IN ({marks})",
                 [cid for cid, _ in scored],
             )
         }
-        return [Hit(cid, *rows[cid][1:6], score) for cid, score in scored if cid in rows]
+        return [Hit(cid, *rows[cid][1:6], score, rows[cid][6]) for cid, score in scored if cid in rows]
 
     # -- keyword -----------------------------------------------------------------------------
     def keyword_search(self, match: str, limit: int) -> list[Hit]:
@@ -321,12 +328,12 @@ class Store:
             return []
         with self.lock:
             rows = self.conn.execute(
-                "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.text, bm25(chunks_fts) AS rank "
+                "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.text, bm25(chunks_fts) AS rank, c.ts "
                 "FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? "
                 "ORDER BY rank LIMIT ?",
                 (match, int(limit)),
             ).fetchall()
-        return [Hit(r[0], r[1], r[2], r[3], r[4], r[5], bm25_to_score(r[6])) for r in rows]
+        return [Hit(r[0], r[1], r[2], r[3], r[4], r[5], bm25_to_score(r[6]), r[7]) for r in rows]
 
     # -- embedding cache ---------------------------------------------------------------------
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, list[float]]:
@@ -419,8 +426,8 @@ class Store:
                         c.execute(f"INSERT INTO main.{table} SELECT * FROM fresh.{table}")
                     c.execute("DELETE FROM main.chunks")
                     c.execute("INSERT INTO main.chunks(rowid, id, path, source, start_line, end_line, hash, model, "
-                              "text, embedding, updated_at) SELECT rowid, id, path, source, start_line, end_line, "
-                              "hash, model, text, embedding, updated_at FROM fresh.chunks")
+                              "text, embedding, updated_at, ts) SELECT rowid, id, path, source, start_line, end_line, "
+                              "hash, model, text, embedding, updated_at, ts FROM fresh.chunks")
                     c.execute("DROP TABLE IF EXISTS main.chunks_fts")
                     c.execute(self._fts_ddl("main.chunks_fts"))
                     cols = ", ".join(("rowid", *FTS_COLUMNS))

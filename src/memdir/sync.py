@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memdir.chunking import Chunk, chunk_id, chunk_markdown, sha256_text
+from memdir.chunking import Chunk, chunk_id, chunk_markdown, remap_lines, sha256_text
 from memdir.config import Settings
 from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
 from memdir.lock import LockTimeout, WriterLock
@@ -31,7 +31,7 @@ from memdir.store import ChunkRow, Store
 from memdir.workspace import FileEntry, discover
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
-CHUNKER_VERSION = 2
+CHUNKER_VERSION = 3
 FTS_ONLY_MODEL = "fts-only"
 
 Progress = Callable[[int, int, str], None]
@@ -49,6 +49,7 @@ class SyncReport:
     embedded: int = 0
     cache_hits: int = 0
     incomplete: bool = False
+    deferred: int = 0
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -63,6 +64,8 @@ class SourceDoc:
     content: str
     hash: str
     line_map: list[int] | None = None
+    #: Per content line, when it was written (ms since the epoch, 0 = unknown): transcripts only.
+    timestamps_ms: list[int] | None = None
 
 
 def read_memory_file(entry: FileEntry) -> SourceDoc | None:
@@ -145,7 +148,7 @@ class Indexer:
             if why is not None:
                 report = self._full_reindex(why, progress)
             else:
-                report = self._incremental(self.store, progress, deadline)
+                report = self._incremental(self.store, progress, deadline, lazy=reason in ("search", "watch"))
             report.reason = reason if not report.full else f"{reason}: {why}"
         finally:
             self.lock.release()
@@ -155,16 +158,19 @@ class Indexer:
     # -- scanning ----------------------------------------------------------------------------
     def list_files(self) -> tuple[list[FileEntry], list[str]]:
         found = discover(self.settings.workspace_path, self.settings.extra_paths)
-        files = list(found.files)
+        files = list(found.files) if "memory" in self.settings.memory_search.sources else []
+        issues = list(found.issues)
         for source in self.extra_sources:
             files.extend(source.list_files())
-        return files, found.issues
+            issues.extend(source.issues())
+        return files, issues
+
+    def _source(self, name: str) -> Any:
+        return next((s for s in self.extra_sources if s.name == name), None)
 
     def load(self, entry: FileEntry) -> SourceDoc | None:
-        for source in self.extra_sources:
-            if source.name == entry.source:
-                return source.load(entry)
-        return read_memory_file(entry)
+        source = self._source(entry.source)
+        return source.load(entry) if source is not None else read_memory_file(entry)
 
     def dirty_files(self) -> tuple[list[FileEntry], list[tuple[str, str]]]:
         """Files whose stat differs from the index, and indexed paths that no longer exist."""
@@ -177,7 +183,7 @@ class Indexer:
 
     # -- incremental -------------------------------------------------------------------------
     def _incremental(self, store: Store, progress: Progress | None, deadline: float | None,
-                     *, everything: bool = False) -> SyncReport:
+                     *, everything: bool = False, lazy: bool = False) -> SyncReport:
         report = SyncReport()
         files, _ = self.list_files()
         report.scanned = len(files)
@@ -190,6 +196,10 @@ class Indexer:
             if known and known[1:] == (f.mtime_ns, f.size) and (f.path, f.source) not in needs_vectors:
                 report.unchanged += 1
                 continue
+            source = self._source(f.source)
+            if lazy and known and source is not None and source.defer(f, known[2]):
+                report.deferred += 1
+                continue
             todo.append(f)
         present = {(f.path, f.source) for f in files}
         gone = [key for key in rows if key not in present]
@@ -198,7 +208,7 @@ class Indexer:
         label = "Indexing memory files…"
         if progress:
             progress(0, total, label)
-        batch: list[tuple[FileEntry, SourceDoc, list[Chunk]]] = []
+        batch: list[tuple[FileEntry, SourceDoc, list[tuple[Chunk, int | None]]]] = []
         pending_chunks = 0
         done = 0
         for f in todo:
@@ -241,7 +251,8 @@ class Indexer:
             ).fetchall()
         return {(p, s) for p, s in rows}
 
-    def _chunk(self, doc: SourceDoc) -> list[Chunk]:
+    def _chunk(self, doc: SourceDoc) -> list[tuple[Chunk, int | None]]:
+        """Chunks of a document, each with its newest line time (transcripts) or ``None``."""
         cfg = self.settings.memory_search.chunking
         chunks = [c for c in chunk_markdown(doc.content, cfg.tokens, cfg.overlap) if c.text.strip()]
         if self.provider is not None:
@@ -252,11 +263,13 @@ class Indexer:
                 split.extend(c if len(pieces) == 1 else Chunk(c.start_line, c.end_line, p, sha256_text(p))
                              for p in pieces)
             chunks = split
+        stamps: list[int | None] = [None] * len(chunks)
+        if doc.timestamps_ms:
+            ts = doc.timestamps_ms
+            stamps = [max(ts[c.start_line - 1 : c.end_line], default=0) or None for c in chunks]
         if doc.line_map:
-            from memdir.chunking import remap_lines
-
             chunks = remap_lines(chunks, doc.line_map)
-        return chunks
+        return list(zip(chunks, stamps, strict=True))
 
     def _embed(self, store: Store, chunks: list[Chunk], report: SyncReport) -> dict[str, list[float]]:
         """Vectors for these chunks by hash: cache first, then the provider for the rest."""
@@ -280,10 +293,10 @@ class Indexer:
             found.update(fresh)
         return found
 
-    def _write_batch(self, store: Store, batch: list[tuple[FileEntry, SourceDoc, list[Chunk]]],
+    def _write_batch(self, store: Store, batch: list[tuple[FileEntry, SourceDoc, list[tuple[Chunk, int | None]]]],
                      report: SyncReport, *, strict: bool) -> int:
         model = self.model_name
-        all_chunks = [c for _, _, chunks in batch for c in chunks]
+        all_chunks = [c for _, _, chunks in batch for c, _ in chunks]
         with store.transaction():
             try:
                 vectors = self._embed(store, all_chunks, report)
@@ -298,8 +311,8 @@ class Indexer:
             for f, doc, chunks in batch:
                 rows = [
                     ChunkRow(chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model), f.path,
-                             f.source, c.start_line, c.end_line, c.hash, model, c.text, vectors.get(c.hash))
-                    for c in chunks
+                             f.source, c.start_line, c.end_line, c.hash, model, c.text, vectors.get(c.hash), ts)
+                    for c, ts in chunks
                 ]
                 store.replace_file(f.path, f.source, doc.hash, f.mtime_ns, f.size, rows)
                 report.chunks += len(rows)

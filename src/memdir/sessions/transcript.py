@@ -165,7 +165,7 @@ def remap_lines(start: int, end: int, line_map: list[int]) -> tuple[int, int]:
 _READ_BLOCK = 64 * 1024
 
 
-def _count_newlines(path: Path, start: int, end: int) -> int:
+def count_newlines(path: Path, start: int, end: int) -> int:
     count = 0
     try:
         with open(path, "rb") as fh:
@@ -226,11 +226,11 @@ class SessionDeltaTracker:
             state.last_size = size
             state.pending_bytes += size
             if self._should_count(state):
-                state.pending_messages += _count_newlines(p, 0, size)
+                state.pending_messages += count_newlines(p, 0, size)
         elif size > state.last_size:
             state.pending_bytes += size - state.last_size
             if self._should_count(state):
-                state.pending_messages += _count_newlines(p, state.last_size, size)
+                state.pending_messages += count_newlines(p, state.last_size, size)
             state.last_size = size
         bytes_hit = state.pending_bytes > 0 if self.delta_bytes <= 0 else state.pending_bytes >= self.delta_bytes
         messages_hit = (
