@@ -246,7 +246,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     try:
         from memdir.mcp_server import HostNotAllowed, check_loopback_host, serve
     except ImportError as exc:
-        raise CliError(f"the MCP server needs the MCP SDK ({exc}): pip install 'mcp>=1.12,<2'") from None
+        raise CliError(f"the MCP server needs the MCP SDK ({exc}): pip install 'mcp>=1.21.1,<2'") from None
 
     try:
         check_loopback_host(args.host)  # before anything starts: a clear refusal, exit 1
