@@ -43,8 +43,26 @@ def _text(result) -> dict:
     return payload
 
 
-async def _exercise(session: ClientSession, ws: Path) -> None:
+def _indexed_files(index: Path) -> int:
+    import sqlite3
+
+    if not index.exists():
+        return 0
+    with sqlite3.connect(f"file:{index}?mode=ro", uri=True) as conn:
+        try:
+            return conn.execute("SELECT count(*) FROM files").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+
+async def _exercise(session: ClientSession, ws: Path, index: Path) -> None:
     init = await session.initialize()
+    # The server indexes at startup (sync.onSessionStart), before any search asks for it.
+    for _ in range(200):
+        if _indexed_files(index) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert _indexed_files(index) == 2
     assert init.serverInfo.name == "memdir"
     assert init.instructions and init.instructions.startswith("## Memory Recall")
 
@@ -92,7 +110,7 @@ def test_stdio_server_with_the_sdk_client(served, state_dir):
 
     async def run() -> None:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await _exercise(session, ws)
+            await _exercise(session, ws, state_dir / "memory" / "main.sqlite")
 
     asyncio.run(asyncio.wait_for(run(), 90))
 
@@ -135,7 +153,7 @@ def test_streamable_http_on_loopback_with_origin_checking(served, state_dir):
 
         async def run() -> None:
             async with http_client(url) as (read, write, _), ClientSession(read, write) as session:
-                await _exercise(session, ws)
+                await _exercise(session, ws, state_dir / "memory" / "main.sqlite")
 
         asyncio.run(asyncio.wait_for(run(), 90))
 

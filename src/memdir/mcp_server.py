@@ -113,6 +113,27 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
             ))
         return out
 
+    def start_warmup(self) -> threading.Thread | None:
+        """Index in the background at startup (``sync.onSessionStart``), so the first search is fast.
+
+        Tool calls wait for it (they share the call lock); a failure is reported on stderr
+        and the first search simply tries again.
+        """
+        settings = getattr(self.memory, "settings", None)
+        if settings is None or not settings.memory_search.sync.on_session_start:
+            return None
+
+        def warm() -> None:
+            with self._call_lock:
+                try:
+                    self.memory.sync(reason="session-start")
+                except Exception as exc:
+                    print(f"memdir: background index at startup failed: {exc}", file=sys.stderr, flush=True)
+
+        thread = threading.Thread(target=warm, name="memdir-warmup", daemon=True)
+        thread.start()
+        return thread
+
     def _call_sync(self, name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
         with self._call_lock:
             return call_tool_payload(self.memory, name, arguments or {}, session_key=self.session_key)
@@ -125,10 +146,9 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         return [TextContent(type="text", text=to_json(payload))], payload
 
 
-def build_server(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1",
-                 port: int = DEFAULT_HTTP_PORT, session_key: str | None = None,
-                 tools: Iterable[str] = TOOL_NAMES) -> MemdirMCP:
-    """A ready-to-run server over ``memory`` (HTTP settings are checked even for stdio)."""
+def build_server(memory: Any, *, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
+                 session_key: str | None = None, tools: Iterable[str] = TOOL_NAMES) -> MemdirMCP:
+    """A ready-to-run server over ``memory``; ``host`` must be loopback even for stdio."""
     bound = check_loopback_host(host)
     return MemdirMCP(memory, session_key=session_key, tools=tools, host=bound, port=int(port),
                      transport_security=transport_security(bound))
@@ -140,11 +160,12 @@ def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", por
     kind = {"stdio": "stdio", "http": "streamable-http", "streamable-http": "streamable-http"}.get(transport)
     if kind is None:
         raise ValueError(f"unknown transport {transport!r} (expected stdio or http)")
-    server = build_server(memory, transport=kind, host=host, port=port, session_key=session_key)
+    server = build_server(memory, host=host, port=port, session_key=session_key)
     if kind == "streamable-http":
         shown = f"[{server.settings.host}]" if ":" in server.settings.host else server.settings.host
         print(f"memdir MCP server: http://{shown}:{port}{server.settings.streamable_http_path} "
               f"(workspace {getattr(memory, 'workspace', '?')}; Ctrl-C stops it)", file=sys.stderr, flush=True)
+    server.start_warmup()
     server.run(kind)  # type: ignore[arg-type]
 
 
