@@ -182,6 +182,17 @@ class Memory:
         resolved = resolve_readable(path, self.workspace, self.settings.extra_paths)
         return GetResult(read_lines(resolved, from_line, lines), resolved.rel)
 
+    def append_daily(self, text: str, *, date: Any = None) -> str:
+        """Append ``text`` to today's ``memory/YYYY-MM-DD.md`` (user timezone); returns that path.
+
+        Append-only and safe with concurrent writers (threads and processes): see
+        :mod:`memdir.daily`.  The next :meth:`search` sees the entry, because the file's size
+        changed and searches index dirty files first.
+        """
+        from memdir.daily import append_daily
+
+        return append_daily(self.workspace, text, date=date, timezone=self.settings.user_timezone)
+
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """What is indexed, what is stale, and which parts (FTS, vectors, provider) work."""
         ms = self.settings.memory_search

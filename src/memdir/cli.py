@@ -77,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     cmd("chat", "chat with an OpenAI-compatible model that uses this workspace as its memory "
                 "(options: --base-url, --model, --api-key-env, --session, --context-window)")
 
+    p = cmd("mcp", "serve memory_search / memory_get / memory_append to MCP clients (Claude, Cursor, ...)")
+    p.add_argument("--transport", choices=["stdio", "http", "streamable-http"], default="stdio",
+                   help="stdio (default; what MCP hosts launch) or http (streamable HTTP on loopback)")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP address: 127.0.0.1 (default), ::1 or localhost only")
+    p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    p.add_argument("--session-key", help="session key for citation mode auto (agent:<id>:...:group:... → no "
+                                         "citations); default: a private session")
+
     p = cmd("config", "configuration")
     p.add_argument("action", choices=["show"], help="show: every setting, its value and where it came from")
     p.add_argument("--json", action="store_true", help="JSON output")
@@ -237,6 +245,23 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    try:
+        from memdir.mcp_server import HostNotAllowed, check_loopback_host, serve
+    except ImportError as exc:
+        raise CliError(f"the MCP server needs the MCP SDK ({exc}): pip install 'mcp>=1.21.1,<2'") from None
+
+    try:
+        check_loopback_host(args.host)  # before anything starts: a clear refusal, exit 1
+    except HostNotAllowed as exc:
+        raise CliError(str(exc)) from None
+    if not 0 < args.port < 65536:
+        raise CliError(f"invalid port {args.port} (expected 1-65535)")
+    with _memory(args) as mem:
+        serve(mem, transport=args.transport, host=args.host, port=args.port, session_key=args.session_key)
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     from memdir.config import load_config
 
@@ -277,6 +302,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "get": cmd_get,
     "status": cmd_status,
     "config": cmd_config,
+    "mcp": cmd_mcp,
 }
 
 

@@ -1,0 +1,80 @@
+"""``AsyncMemory``: :class:`memdir.Memory` for asyncio code.
+
+    from memdir.aio import AsyncMemory
+
+    async with AsyncMemory("~/agent") as mem:
+        await mem.append_daily("Decided: billing uses Kafka, not RabbitMQ.")
+        hits = (await mem.search("which queue for billing?")).results
+
+Every call runs the blocking ``Memory`` method in a worker thread (``asyncio.to_thread``), so
+the event loop never stalls on SQLite, file I/O or a local embedding model.  Calls on one
+``AsyncMemory`` run one at a time: searches are milliseconds, and
+one-at-a-time keeps a long-lived object's index connection and writer lock simple.  For real
+parallelism open one ``AsyncMemory`` per task; different processes are always safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from memdir.api import GetResult, Memory
+from memdir.search import SearchResponse
+from memdir.sync import SyncReport
+
+T = TypeVar("T")
+
+
+class AsyncMemory:
+    """Async wrapper over one :class:`Memory` (pass one in, or the same arguments as ``Memory``)."""
+
+    def __init__(self, workspace: Any = None, *, memory: Memory | None = None, **kwargs: Any):
+        self.memory = memory if memory is not None else Memory(workspace, **kwargs)
+        self._lock = threading.Lock()  # a thread lock: the work itself happens in worker threads
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        def locked() -> T:
+            with self._lock:
+                return fn(*args, **kwargs)
+
+        return await asyncio.to_thread(locked)
+
+    async def sync(self, **kwargs: Any) -> SyncReport:
+        """See :meth:`Memory.sync`."""
+        return await self._run(self.memory.sync, **kwargs)
+
+    async def search(self, query: str, **kwargs: Any) -> SearchResponse:
+        """See :meth:`Memory.search` (read-your-writes: dirty files are indexed first)."""
+        return await self._run(self.memory.search, query, **kwargs)
+
+    async def get(self, path: str, **kwargs: Any) -> GetResult:
+        """See :meth:`Memory.get`."""
+        return await self._run(self.memory.get, path, **kwargs)
+
+    async def status(self, **kwargs: Any) -> dict[str, Any]:
+        """See :meth:`Memory.status`."""
+        return await self._run(self.memory.status, **kwargs)
+
+    async def append_daily(self, text: str, **kwargs: Any) -> str:
+        """See :meth:`Memory.append_daily`."""
+        return await self._run(self.memory.append_daily, text, **kwargs)
+
+    async def call_tool(self, name: str, args: Any = None, *, session_key: str | None = None) -> dict[str, Any]:
+        """Run an agent tool (``memory_search``/``memory_get``/``memory_append``); never raises."""
+        from memdir.tools import call_tool
+
+        return await self._run(call_tool, self.memory, name, args, session_key=session_key)
+
+    async def aclose(self) -> None:
+        await self._run(self.memory.close)
+
+    async def __aenter__(self) -> AsyncMemory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+__all__ = ["AsyncMemory"]

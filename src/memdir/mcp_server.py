@@ -1,0 +1,173 @@
+"""``memdir mcp``: the memory tools over the Model Context Protocol (official SDK, FastMCP 1.x).
+
+Tools: ``memory_search``, ``memory_get``, ``memory_append`` — the same schemas, descriptions and
+payloads as :mod:`memdir.tools` (each result is the payload as JSON text, plus the payload as
+structured content).  Transports:
+
+* ``stdio`` (default): what Claude Desktop, Claude Code, Cursor and most MCP hosts launch;
+* streamable HTTP (``--transport http``): bound to a loopback address only, with Host and
+  Origin checking (the SDK's ``TransportSecuritySettings``) so a web page cannot reach the
+  server through DNS rebinding: a request whose Origin is not loopback is refused (403), one
+  whose Host is not loopback is refused (421); requests without an Origin (non-browser clients)
+  pass.
+
+One long-lived :class:`memdir.Memory` serves every call.  Calls run in a worker thread, one at
+a time, so the event loop stays responsive and the index connection is never used
+concurrently.  Read-your-writes holds: every search first indexes files whose size or mtime
+changed (an append always changes the size), and says ``stale: true`` when it could not.
+
+This module imports ``mcp``; nothing else in memdir does, so ``memdir search`` stays fast.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import anyio
+from mcp.server.fastmcp import FastMCP
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import TextContent, Tool, ToolAnnotations
+
+from memdir.prompt import memory_recall_section
+from memdir.tools import TOOL_NAMES, TOOL_SPECS, call_tool_payload, to_json
+
+DEFAULT_HTTP_PORT = 8765
+_TITLES = {"memory_search": "Search memory", "memory_get": "Read memory lines", "memory_append": "Remember a note"}
+
+
+class HostNotAllowed(ValueError):
+    """``--host`` is not a loopback address: memdir never serves memory to the network."""
+
+
+def check_loopback_host(host: str) -> str:
+    """``host`` if it is loopback (``127.0.0.1``, ``::1``, ``localhost``, any 127/8), else raise."""
+    name = (host or "").strip()
+    bare = name[1:-1] if name.startswith("[") and name.endswith("]") else name
+    if bare.lower() == "localhost":
+        return "localhost"
+    try:
+        if ipaddress.ip_address(bare).is_loopback:
+            return bare
+    except ValueError:
+        pass
+    raise HostNotAllowed(
+        f"refusing to listen on {host!r}: memdir's HTTP transport binds to loopback only "
+        "(127.0.0.1, ::1 or localhost), because memory files are private; use stdio, or put an "
+        "authenticating proxy in front if you need remote access"
+    )
+
+
+def transport_security(host: str) -> TransportSecuritySettings:
+    """Host/Origin allow-lists: loopback names on any port (and no port), http and https."""
+    names = {"127.0.0.1", "localhost", "[::1]"}
+    bare = check_loopback_host(host)
+    names.add(f"[{bare}]" if ":" in bare else bare)
+    hosts = sorted({*names, *(f"{n}:*" for n in names)})
+    origins = sorted({f"{scheme}://{n}{suffix}" for scheme in ("http", "https") for n in names
+                      for suffix in ("", ":*")})
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+                                     allowed_origins=origins)
+
+
+class MemdirMCP(FastMCP):  # type: ignore[type-arg]
+    """FastMCP whose tools are memdir's, with memdir's own JSON schemas and payloads.
+
+    ``list_tools``/``call_tool`` are overridden (rather than registering Python functions)
+    so the advertised schemas are exactly those in :mod:`memdir.tools` — including the
+    ``from`` parameter, which no Python function can take — and so arguments in camelCase
+    or snake_case reach the same lenient parsing the other surfaces use.
+    """
+
+    def __init__(self, memory: Any, *, session_key: str | None = None,
+                 tools: Iterable[str] = TOOL_NAMES, **kwargs: Any):
+        self.memory = memory
+        self.session_key = session_key
+        self.tool_names = [t for t in tools if t in TOOL_SPECS]
+        self._call_lock = threading.Lock()
+        citations = getattr(getattr(getattr(memory, "settings", None), "memory", None), "citations", "auto")
+        kwargs.setdefault("instructions", memory_recall_section(self.tool_names, citations).strip())
+        kwargs.setdefault("log_level", "WARNING")
+        super().__init__("memdir", **kwargs)
+        from memdir import __version__
+
+        if hasattr(self._mcp_server, "version"):
+            self._mcp_server.version = __version__  # serverInfo.version: memdir's, not the SDK's
+
+    async def list_tools(self) -> list[Tool]:
+        out = []
+        for name in self.tool_names:
+            spec = TOOL_SPECS[name]
+            out.append(Tool(
+                name=spec.name,
+                title=_TITLES.get(name),
+                description=spec.description,
+                inputSchema=spec.parameters,
+                annotations=ToolAnnotations(
+                    title=_TITLES.get(name), readOnlyHint=spec.read_only, destructiveHint=False,
+                    idempotentHint=spec.read_only, openWorldHint=False,
+                ),
+            ))
+        return out
+
+    def start_warmup(self) -> threading.Thread | None:
+        """Index in the background at startup (``sync.onSessionStart``), so the first search is fast.
+
+        Tool calls wait for it (they share the call lock); a failure is reported on stderr
+        and the first search simply tries again.
+        """
+        settings = getattr(self.memory, "settings", None)
+        if settings is None or not settings.memory_search.sync.on_session_start:
+            return None
+
+        def warm() -> None:
+            with self._call_lock:
+                try:
+                    self.memory.sync(reason="session-start")
+                except Exception as exc:
+                    print(f"memdir: background index at startup failed: {exc}", file=sys.stderr, flush=True)
+
+        thread = threading.Thread(target=warm, name="memdir-warmup", daemon=True)
+        thread.start()
+        return thread
+
+    def _call_sync(self, name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
+        with self._call_lock:
+            return call_tool_payload(self.memory, name, arguments or {}, session_key=self.session_key)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        if name not in self.tool_names:
+            # The SDK turns this into an isError result naming the problem.
+            raise ValueError(f"unknown tool: {name!r} (memdir provides {', '.join(self.tool_names)})")
+        payload = await anyio.to_thread.run_sync(self._call_sync, name, arguments)
+        return [TextContent(type="text", text=to_json(payload))], payload
+
+
+def build_server(memory: Any, *, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
+                 session_key: str | None = None, tools: Iterable[str] = TOOL_NAMES) -> MemdirMCP:
+    """A ready-to-run server over ``memory``; ``host`` must be loopback even for stdio."""
+    bound = check_loopback_host(host)
+    return MemdirMCP(memory, session_key=session_key, tools=tools, host=bound, port=int(port),
+                     transport_security=transport_security(bound))
+
+
+def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
+          session_key: str | None = None) -> None:
+    """Run until the client disconnects (stdio) or the process is interrupted (HTTP)."""
+    kind = {"stdio": "stdio", "http": "streamable-http", "streamable-http": "streamable-http"}.get(transport)
+    if kind is None:
+        raise ValueError(f"unknown transport {transport!r} (expected stdio or http)")
+    server = build_server(memory, host=host, port=port, session_key=session_key)
+    if kind == "streamable-http":
+        shown = f"[{server.settings.host}]" if ":" in server.settings.host else server.settings.host
+        print(f"memdir MCP server: http://{shown}:{port}{server.settings.streamable_http_path} "
+              f"(workspace {getattr(memory, 'workspace', '?')}; Ctrl-C stops it)", file=sys.stderr, flush=True)
+    server.start_warmup()
+    server.run(kind)  # type: ignore[arg-type]
+
+
+__all__ = ["DEFAULT_HTTP_PORT", "HostNotAllowed", "MemdirMCP", "build_server", "check_loopback_host", "serve",
+           "transport_security"]

@@ -1,0 +1,256 @@
+"""What an agent is told about its memory: the "Memory Recall" section and session-start context.
+
+* :func:`memory_recall_section` is OpenClaw's system-prompt section (R§10.3), word for word, in
+  its variants for both tools / search only / get only and citations on or off; memdir adds one
+  line about ``memory_append`` when that tool is offered.
+* :func:`build_session_context` is what a new session starts with: ``MEMORY.md`` in private
+  (direct) sessions only — never in group or channel sessions, where other people would see
+  private memory — and today's and yesterday's daily logs in the user's timezone, within a size
+  budget.  A file that does not fit is cut at a line boundary with a visible marker saying how
+  much is missing and how to read it, never silently.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memdir.daily import daily_rel_path, today
+from memdir.tools import ChatType, chat_type_from_session_key, resolve_citations_mode
+
+HEADING = "## Memory Recall"
+GUIDANCE_BOTH = (
+    "Before answering anything about prior work, decisions, dates, people, preferences, or todos: run "
+    "memory_search on MEMORY.md + memory/*.md; then use memory_get to pull only the needed lines. If low "
+    "confidence after search, say you checked."
+)
+GUIDANCE_SEARCH_ONLY = (
+    "Before answering anything about prior work, decisions, dates, people, preferences, or todos: run "
+    "memory_search on MEMORY.md + memory/*.md and answer from the matching results. If low confidence after "
+    "search, say you checked."
+)
+GUIDANCE_GET_ONLY = (
+    "Before answering anything about prior work, decisions, dates, people, preferences, or todos that already "
+    "point to a specific memory file or note: run memory_get to pull only the needed lines. If low confidence "
+    "after reading them, say you checked."
+)
+CITATIONS_OFF = (
+    "Citations are disabled: do not mention file paths or line numbers in replies unless the user explicitly asks."
+)
+CITATIONS_ON = "Citations: include Source: <path#line> when it helps the user verify memory snippets."
+APPEND_GUIDANCE = (
+    "To remember something for later sessions (a durable fact, a decision and why, a preference, a todo), "
+    "call memory_append with one short note; it is added to today's memory/YYYY-MM-DD.md."
+)
+
+DEFAULT_CONTEXT_CHARS = 20_000
+
+
+def memory_recall_lines(tools: Iterable[str] = ("memory_search", "memory_get"),
+                        citations: Any = "auto") -> list[str]:
+    """The section as lines (ending with an empty line), or ``[]`` if neither recall tool exists."""
+    available = set(tools)
+    has_search, has_get = "memory_search" in available, "memory_get" in available
+    if not has_search and not has_get:
+        return []
+    if has_search and has_get:
+        guidance = GUIDANCE_BOTH
+    elif has_search:
+        guidance = GUIDANCE_SEARCH_ONLY
+    else:
+        guidance = GUIDANCE_GET_ONLY
+    lines = [HEADING, guidance]
+    if "memory_append" in available:
+        lines.append(APPEND_GUIDANCE)
+    lines.append(CITATIONS_OFF if resolve_citations_mode(citations) == "off" else CITATIONS_ON)
+    lines.append("")
+    return lines
+
+
+def memory_recall_section(tools: Iterable[str] = ("memory_search", "memory_get"), citations: Any = "auto") -> str:
+    """The "Memory Recall" system-prompt section as text (``""`` without recall tools)."""
+    return "\n".join(memory_recall_lines(tools, citations))
+
+
+# --- session-start context --------------------------------------------------------------------
+
+
+@dataclass
+class ContextFile:
+    path: str
+    label: str
+    chars: int  # the file's full length
+    included: int  # characters of it shown
+    keep: str  # "head" (curated memory: the top matters most) or "tail" (logs: the newest matters most)
+
+
+@dataclass
+class SessionContext:
+    """The session-start memory text plus what went into it."""
+
+    text: str
+    chat_type: ChatType
+    files: list[ContextFile] = field(default_factory=list)
+
+    @property
+    def truncated(self) -> list[str]:
+        return [f.path for f in self.files if f.included < f.chars]
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _read_regular(path: Path) -> str | None:
+    """A regular, non-symlink file's text, or ``None`` (missing, symlink, unreadable)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read().decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+
+
+def _curated_memory(workspace: Path) -> tuple[str, str] | None:
+    for name in ("MEMORY.md", "memory.md"):
+        try:
+            if stat.S_ISLNK(os.lstat(workspace / name).st_mode):
+                continue
+        except OSError:
+            continue
+        text = _read_regular(workspace / name)
+        if text is not None:
+            return name, text
+    return None
+
+
+def _allocate(sizes: list[int], budget: int) -> list[int]:
+    """Share ``budget`` fairly: small files whole, the rest split what is left evenly."""
+    alloc = [0] * len(sizes)
+    remaining = max(0, budget)
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i])
+    for k, i in enumerate(order):
+        share = remaining // (len(order) - k)
+        alloc[i] = min(sizes[i], share)
+        remaining -= alloc[i]
+    return alloc
+
+
+def _line_count(text: str) -> int:
+    return text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+
+
+def _cut(path: str, text: str, limit: int, keep: str) -> tuple[str, int]:
+    """``text`` cut to at most ``limit`` chars at a line boundary, with a marker; (shown, kept chars)."""
+    if len(text) <= limit:
+        return text.rstrip("\n"), len(text)
+    total_lines = _line_count(text)
+    if keep == "head":
+        shown = text[:limit]
+        nl = shown.rfind("\n")
+        if nl > 0:
+            shown = shown[: nl + 1]
+        kept_lines = shown.count("\n")
+        first_missing = kept_lines + 1
+        missing = len(text) - len(shown)
+        marker = (f"[… truncated: {missing} more characters in {path} (lines {first_missing}-{total_lines}) — "
+                  f"use memory_get to read them]")
+        return shown.rstrip("\n") + "\n" + marker, len(shown)
+    shown = text[len(text) - limit:] if limit > 0 else ""
+    nl = shown.find("\n")
+    if 0 <= nl < len(shown) - 1:
+        shown = shown[nl + 1:]
+    missing = len(text) - len(shown)
+    last_missing = _line_count(text[:missing])
+    marker = (f"[… truncated: {missing} earlier characters in {path} (lines 1-{last_missing}) — "
+              f"use memory_get to read them]")
+    return marker + "\n" + shown.rstrip("\n"), len(shown)
+
+
+MARKER_RESERVE = 200  # room kept for a truncation marker, so the budget holds for the whole text
+
+
+def build_session_context(
+    memory: Any = None,
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+    session_key: str | None = None,
+    chat_type: ChatType | None = None,
+    timezone: str | None = None,
+    now: dt.datetime | None = None,
+    max_chars: int = DEFAULT_CONTEXT_CHARS,
+) -> SessionContext:
+    """Memory text for the start of a session.
+
+    ``memory`` (a :class:`memdir.Memory`) supplies the workspace and ``userTimezone``; or pass
+    ``workspace``/``timezone``.  The chat type comes from ``chat_type`` or else the session key
+    (``agent:<id>:...:group:...`` → group); ``MEMORY.md`` is included only for ``direct``.
+    ``max_chars`` bounds the whole returned text (once it leaves room for the headings).
+    """
+    if memory is not None:
+        ws = Path(memory.workspace)
+        tz = timezone if timezone is not None else memory.settings.user_timezone
+    elif workspace is not None:
+        ws = Path(os.path.expanduser(os.fspath(workspace))).resolve()
+        tz = timezone
+    else:
+        raise ValueError("build_session_context needs a Memory or a workspace")
+    kind: ChatType = chat_type or chat_type_from_session_key(session_key)
+    day = today(tz, now=now)
+
+    sources: list[tuple[str, str, str, str]] = []  # (path, label, text, keep)
+    if kind == "direct":
+        curated = _curated_memory(ws)
+        if curated is not None and curated[1].strip():
+            sources.append((curated[0], "long-term memory", curated[1], "head"))
+    for offset, label in ((1, "yesterday"), (0, "today")):  # chronological, like the logs themselves
+        rel = daily_rel_path(day - dt.timedelta(days=offset))
+        text = _read_regular(ws / rel) if _safe_daily(ws, rel) else None
+        if text is not None and text.strip():
+            sources.append((rel, label, text, "tail"))
+
+    intro = "# Memory (loaded at session start)"
+    headers = [f"## {path} ({label})" for path, label, _, _ in sources]
+    overhead = len(intro) + 1 + sum(len(h) + 3 for h in headers)  # headers, blank lines, final newline
+    sizes = [len(text) for _, _, text, _ in sources]
+    budget = max(0, max_chars - overhead)
+    if sum(sizes) > budget:
+        budget = max(0, budget - MARKER_RESERVE * len(sources))
+    alloc = _allocate(sizes, budget)
+
+    blocks = [intro]
+    files: list[ContextFile] = []
+    for (path, label, text, keep), header, limit in zip(sources, headers, alloc, strict=True):
+        shown, kept = _cut(path, text, limit, keep)
+        blocks.append(f"{header}\n{shown}")
+        files.append(ContextFile(path, label, len(text), kept, keep))
+    if not sources:
+        return SessionContext("", kind, [])
+    return SessionContext("\n\n".join(blocks) + "\n", kind, files)
+
+
+def _safe_daily(workspace: Path, rel: str) -> bool:
+    """The daily log exists and neither it nor ``memory/`` is a symlink."""
+    try:
+        if stat.S_ISLNK(os.lstat(workspace / "memory").st_mode):
+            return False
+        return stat.S_ISREG(os.lstat(workspace / rel).st_mode)
+    except OSError:
+        return False
+
+
+__all__ = [
+    "CITATIONS_OFF", "CITATIONS_ON", "DEFAULT_CONTEXT_CHARS", "GUIDANCE_BOTH", "GUIDANCE_GET_ONLY",
+    "GUIDANCE_SEARCH_ONLY", "HEADING", "ContextFile", "SessionContext", "build_session_context",
+    "memory_recall_lines", "memory_recall_section",
+]

@@ -1,0 +1,478 @@
+"""Agent tools: ``memory_search``, ``memory_get`` (OpenClaw's, R§10) and ``memory_append``.
+
+Hand the schemas to a model, run what it calls with :func:`call_tool`, return the text::
+
+    from memdir import Memory
+    from memdir.tools import call_tool, openai_tools
+
+    mem = Memory("~/agent")
+    tools = openai_tools()                      # or anthropic_tools()
+    result = call_tool(mem, "memory_search", {"query": "billing queue"}, session_key=key)
+    result.text       # JSON text for the model (what goes into the tool message)
+    result.payload    # the same payload as a dict
+
+Rules every tool here keeps, because a model cannot handle a Python exception:
+
+* a tool **never raises**; every failure becomes a payload that says what went wrong
+  (``memory_search``: ``disabled``/``unavailable``/``error``/``warning``/``action``;
+  ``memory_get``: ``{path, text: "", disabled: true, error}`` with memdir's named errors);
+* parameters are accepted in camelCase or snake_case (``maxResults``/``max_results``), numbers
+  may arrive as numeric strings, ``from``/``lines`` are truncated to integers, and arguments
+  may be a dict or the JSON string OpenAI sends;
+* results are ``{content: [{type: "text", text: <payload as indented JSON>}], details: payload}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+CitationsMode = Literal["auto", "on", "off"]
+ChatType = Literal["direct", "group", "channel"]
+
+SEARCH_DESCRIPTION = (
+    "Mandatory recall step: semantically search MEMORY.md + memory/*.md (and optional session transcripts) "
+    "before answering questions about prior work, decisions, dates, people, preferences, or todos; returns "
+    "top snippets with path + lines. If response has disabled=true, memory retrieval is unavailable and "
+    "should be surfaced to the user. "
+    "(memdir: keyword search works even without an embedding model; stale=true means the newest edits may "
+    "not be searchable yet.)"
+)
+GET_DESCRIPTION = (
+    "Safe snippet read from MEMORY.md or memory/*.md with optional from/lines; use after memory_search to "
+    "pull only the needed lines and keep context small. "
+    "(memdir: configured extra memory paths are readable too; a refused or unreadable path comes back "
+    "with an error that says why.)"
+)
+APPEND_DESCRIPTION = (
+    "Remember something for future sessions: append a note to today's daily memory log "
+    "(memory/YYYY-MM-DD.md). Use it when something should outlive this conversation: a durable fact, a "
+    "decision and its reason, a user preference, a commitment or todo, a lesson learned. Write one short, "
+    "self-contained entry in Markdown (it is appended verbatim and never overwrites anything); do not "
+    "store secrets or small talk. The note is searchable with memory_search right away."
+)
+
+SEARCH_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "description": "What to look for, in natural language or keywords."},
+        "maxResults": {"type": "integer", "description": "How many snippets to return (default 6)."},
+        "minScore": {"type": "number", "description": "Drop snippets scoring below this, 0-1 (default 0.35)."},
+    },
+    "required": ["query"],
+}
+GET_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "description": "Workspace-relative path from a search result, e.g. MEMORY.md "
+                                                  "or memory/2026-01-12.md."},
+        "from": {"type": "integer", "description": "First line to read (1-based). Omit to read from the start."},
+        "lines": {"type": "integer", "description": "Number of lines to read. Omit (with from) for the whole file."},
+    },
+    "required": ["path"],
+}
+APPEND_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "description": "The note to remember, e.g. '- Decided: billing uses Kafka "
+                                                  "(ordering guarantees).'"},
+    },
+    "required": ["text"],
+}
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool's name, description and JSON-schema parameters, in any host's format."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    read_only: bool = True
+
+    def openai(self) -> dict[str, Any]:
+        """Chat Completions ``tools`` entry."""
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+    def anthropic(self) -> dict[str, Any]:
+        """Anthropic Messages ``tools`` entry."""
+        return {"name": self.name, "description": self.description, "input_schema": self.parameters}
+
+
+TOOL_SPECS: dict[str, ToolSpec] = {
+    "memory_search": ToolSpec("memory_search", SEARCH_DESCRIPTION, SEARCH_PARAMETERS),
+    "memory_get": ToolSpec("memory_get", GET_DESCRIPTION, GET_PARAMETERS),
+    "memory_append": ToolSpec("memory_append", APPEND_DESCRIPTION, APPEND_PARAMETERS, read_only=False),
+}
+TOOL_NAMES: tuple[str, ...] = tuple(TOOL_SPECS)
+
+
+def _specs(names: Iterable[str] | None) -> list[ToolSpec]:
+    chosen = list(TOOL_NAMES if names is None else names)
+    unknown = [n for n in chosen if n not in TOOL_SPECS]
+    if unknown:
+        raise ValueError(f"unknown memdir tool(s): {', '.join(unknown)} (known: {', '.join(TOOL_NAMES)})")
+    return [TOOL_SPECS[n] for n in chosen]
+
+
+def openai_tools(names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Schemas for OpenAI-style tool calling (``{"type": "function", "function": {...}}``)."""
+    return [json.loads(json.dumps(s.openai())) for s in _specs(names)]
+
+
+def anthropic_tools(names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Schemas for Anthropic tool use (``{name, description, input_schema}``)."""
+    return [json.loads(json.dumps(s.anthropic())) for s in _specs(names)]
+
+
+# --- results ------------------------------------------------------------------------------------
+
+
+class ToolResult(dict):  # type: ignore[type-arg]
+    """``{"content": [{"type": "text", "text": ...}], "details": payload}``, plus shortcuts."""
+
+    @property
+    def text(self) -> str:
+        return str(self["content"][0]["text"])
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return dict(self["details"])
+
+
+def to_json(payload: Mapping[str, Any]) -> str:
+    """The payload as the model sees it: indented JSON, non-ASCII kept readable."""
+    return json.dumps(payload, indent=2, ensure_ascii=False, default=str)
+
+
+def tool_result(payload: dict[str, Any]) -> ToolResult:
+    return ToolResult(content=[{"type": "text", "text": to_json(payload)}], details=payload)
+
+
+# --- parameters ----------------------------------------------------------------------------------
+
+
+class ToolInputError(ValueError):
+    """A required parameter is missing or unusable (reported in the payload, never raised out)."""
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", key).lower()
+
+
+def parse_args(args: Any) -> dict[str, Any]:
+    """Tool arguments as a dict: ``None`` → ``{}``, JSON text (OpenAI) → its object."""
+    if args is None:
+        return {}
+    if isinstance(args, str):
+        text = args.strip()
+        if not text:
+            return {}
+        try:
+            args = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ToolInputError(f"arguments are not valid JSON: {exc.msg}") from exc
+    if not isinstance(args, Mapping):
+        raise ToolInputError(f"arguments must be an object, got {type(args).__name__}")
+    return dict(args)
+
+
+def _raw(args: Mapping[str, Any], key: str, aliases: Iterable[str] = ()) -> Any:
+    for k in (key, _snake(key), *aliases):
+        if k in args and args[k] is not None:
+            return args[k]
+    return None
+
+
+def read_string(args: Mapping[str, Any], key: str, *, required: bool = False, label: str | None = None) -> str | None:
+    """A trimmed string parameter; missing or blank and ``required`` → ``"<key> required"``."""
+    raw = _raw(args, key)
+    value = raw.strip() if isinstance(raw, str) else None
+    if not value:
+        if required:
+            raise ToolInputError(f"{label or key} required")
+        return None
+    return value
+
+
+_LEADING_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def read_number(args: Mapping[str, Any], key: str, *, integer: bool = False,
+                aliases: Iterable[str] = ()) -> float | int | None:
+    """A number parameter: finite numbers, or strings that start with one (``"5"``, ``" 2.9 "``).
+
+    Anything else counts as absent, as in OpenClaw.  ``integer`` truncates toward zero.
+    """
+    raw = _raw(args, key, aliases)
+    value: float | None = None
+    if isinstance(raw, bool):
+        value = None
+    elif isinstance(raw, int | float):
+        value = float(raw)
+    elif isinstance(raw, str):
+        match = _LEADING_NUMBER.match(raw.strip())
+        value = float(match.group(0)) if match else None
+    if value is None or not math.isfinite(value):
+        return None
+    return math.trunc(value) if integer else value
+
+
+# --- citations -----------------------------------------------------------------------------------
+
+
+def resolve_citations_mode(value: Any) -> CitationsMode:
+    """``memory.citations`` as one of auto/on/off; anything else is ``auto`` (R§10.1)."""
+    mode = str(value).strip().lower() if value is not None else ""
+    return mode if mode in ("auto", "on", "off") else "auto"  # type: ignore[return-value]
+
+
+def parse_session_key(session_key: str | None) -> tuple[str, str] | None:
+    """``agent:<id>:<rest>`` → ``(id, rest)`` (lowercased); anything else → ``None``."""
+    raw = (session_key or "").strip().lower()
+    parts = [p for p in raw.split(":") if p]
+    if len(parts) < 3 or parts[0] != "agent":
+        return None
+    agent_id, rest = parts[1].strip(), ":".join(parts[2:])
+    return (agent_id, rest) if agent_id and rest else None
+
+
+def chat_type_from_session_key(session_key: str | None) -> ChatType:
+    """``channel`` or ``group`` if the key says so, else ``direct`` (also for no/odd keys)."""
+    parsed = parse_session_key(session_key)
+    if parsed is None:
+        return "direct"
+    tokens = {t for t in parsed[1].split(":") if t}
+    if "channel" in tokens:
+        return "channel"
+    if "group" in tokens:
+        return "group"
+    return "direct"
+
+
+def should_include_citations(mode: Any, session_key: str | None) -> bool:
+    resolved = resolve_citations_mode(mode)
+    if resolved == "on":
+        return True
+    if resolved == "off":
+        return False
+    return chat_type_from_session_key(session_key) == "direct"
+
+
+def format_citation(path: str, start_line: int, end_line: int) -> str:
+    """``path#L5`` for one line, ``path#L5-L7`` for a range."""
+    return f"{path}#L{start_line}" if start_line == end_line else f"{path}#L{start_line}-L{end_line}"
+
+
+def decorate_citations(results: list[dict[str, Any]], include: bool) -> list[dict[str, Any]]:
+    """Add ``citation`` and a ``Source:`` line to each snippet, or drop ``citation`` entirely."""
+    out = []
+    for entry in results:
+        item = {k: v for k, v in entry.items() if k != "citation"}
+        if include:
+            citation = format_citation(item["path"], item["startLine"], item["endLine"])
+            item["citation"] = citation
+            item["snippet"] = f"{str(item.get('snippet', '')).strip()}\n\nSource: {citation}"
+        out.append(item)
+    return out
+
+
+def clamp_results_by_chars(results: list[dict[str, Any]], budget: int | None) -> list[dict[str, Any]]:
+    """Keep whole snippets while they fit ``budget`` characters, cut the first that does not, stop.
+
+    OpenClaw applies this to its QMD backend (``maxInjectedChars``); memdir offers it to any
+    caller that must bound how much memory text reaches the model.
+    """
+    if not budget or budget <= 0:
+        return results
+    remaining = budget
+    out: list[dict[str, Any]] = []
+    for entry in results:
+        if remaining <= 0:
+            break
+        snippet = str(entry.get("snippet") or "")
+        if len(snippet) <= remaining:
+            out.append(entry)
+            remaining -= len(snippet)
+        else:
+            out.append({**entry, "snippet": snippet[:remaining]})
+            break
+    return out
+
+
+# --- failures ------------------------------------------------------------------------------------
+
+_QUOTA = re.compile(r"insufficient_quota|quota|429")
+
+
+def search_unavailable_payload(error: Any = None) -> dict[str, Any]:
+    """The ``memory_search`` failure payload (R§10.1): quota errors get their own advice."""
+    reason = str(error).strip() if error is not None else ""
+    reason = reason or "memory search unavailable"
+    quota = bool(_QUOTA.search(reason.lower()))
+    return {
+        "results": [],
+        "disabled": True,
+        "unavailable": True,
+        "error": reason,
+        "warning": ("Memory search is unavailable because the embedding provider quota is exhausted." if quota
+                    else "Memory search is unavailable due to an embedding/provider error."),
+        "action": ("Top up or switch embedding provider, then retry memory_search." if quota
+                   else "Check embedding provider configuration and retry memory_search."),
+    }
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text or type(exc).__name__
+
+
+_DISABLED = "memory search is disabled in the configuration (memorySearch.enabled = false)"
+
+
+def _enabled(memory: Any) -> bool:
+    try:
+        return bool(memory.settings.memory_search.enabled)
+    except AttributeError:
+        return True
+
+
+# --- the tools -----------------------------------------------------------------------------------
+
+MAX_RESULTS_CAP = 50
+
+
+def memory_search_payload(memory: Any, args: Any = None, *, session_key: str | None = None,
+                          citations: str | None = None, max_injected_chars: int | None = None) -> dict[str, Any]:
+    """Run ``memory_search``; the payload of R§10.1 (plus memdir's ``stale``/``warnings``).
+
+    ``citations`` overrides ``memory.citations``; ``max_injected_chars`` bounds the total
+    snippet text (see :func:`clamp_results_by_chars`).
+    """
+    try:
+        params = parse_args(args)
+        query = read_string(params, "query", required=True)
+        max_results = read_number(params, "maxResults", integer=True, aliases=("limit", "k"))
+        min_score = read_number(params, "minScore")
+    except ToolInputError as exc:
+        return {"results": [], "error": str(exc)}
+    if memory is None:
+        return search_unavailable_payload(None)
+    if not _enabled(memory):
+        payload = search_unavailable_payload(_DISABLED)
+        payload["warning"] = "Memory search is disabled in the memdir configuration."
+        payload["action"] = "Set memorySearch.enabled = true, then retry memory_search."
+        return payload
+    try:
+        mode = resolve_citations_mode(citations if citations is not None else memory.settings.memory.citations)
+        include = should_include_citations(mode, session_key)
+        if max_results is not None:
+            max_results = max(1, min(MAX_RESULTS_CAP, int(max_results)))
+        response = memory.search(query, max_results=max_results, min_score=min_score)
+        raw = response.as_dict()
+        payload: dict[str, Any] = {
+            "results": clamp_results_by_chars(decorate_citations(raw["results"], include), max_injected_chars),
+            "provider": raw.get("provider"),
+            "model": raw.get("model"),
+        }
+        if raw.get("fallback"):
+            payload["fallback"] = raw["fallback"]
+        payload["citations"] = mode
+        payload["mode"] = raw.get("mode")
+        if raw.get("stale"):
+            payload["stale"] = True
+        if raw.get("warnings"):
+            payload["warnings"] = list(raw["warnings"])
+        return payload
+    except Exception as exc:  # a tool never raises into the agent
+        return search_unavailable_payload(_error_text(exc))
+
+
+def memory_get_payload(memory: Any, args: Any = None) -> dict[str, Any]:
+    """Run ``memory_get``; ``{text, path}``, or ``{path, text: "", disabled: true, error}``."""
+    requested = ""
+    try:
+        params = parse_args(args)
+        raw_path = _raw(params, "path", ("file", "relPath", "rel_path"))
+        requested = raw_path.strip() if isinstance(raw_path, str) else ""
+        if not requested:
+            raise ToolInputError("path required")
+        start = read_number(params, "from", integer=True, aliases=("from_", "fromLine", "from_line", "startLine",
+                                                                   "start_line"))
+        count = read_number(params, "lines", integer=True, aliases=("numLines", "num_lines"))
+        if memory is None:
+            raise RuntimeError("memory unavailable")
+        if not _enabled(memory):
+            raise RuntimeError(_DISABLED)
+        got = memory.get(requested, from_line=start, lines=count)
+        return {"text": got.text, "path": got.path}
+    except Exception as exc:
+        return {"path": requested, "text": "", "disabled": True, "error": _error_text(exc)}
+
+
+def memory_append_payload(memory: Any, args: Any = None) -> dict[str, Any]:
+    """Run ``memory_append``; ``{path, appended: true}`` or ``{path, appended: false, error}``."""
+    try:
+        params = parse_args(args)
+        raw_text = _raw(params, "text", ("content", "note"))
+        if not isinstance(raw_text, str) or not raw_text.strip():
+            raise ToolInputError("text required")
+        if memory is None:
+            raise RuntimeError("memory unavailable")
+        rel = memory.append_daily(raw_text)
+        return {"path": rel, "appended": True}
+    except Exception as exc:
+        return {"path": "", "appended": False, "error": _error_text(exc)}
+
+
+def call_tool_payload(memory: Any, name: str, args: Any = None, *, session_key: str | None = None) -> dict[str, Any]:
+    """Run the named tool and return its plain payload dict (never raises)."""
+    tool = (name or "").strip()
+    if tool == "memory_search":
+        return memory_search_payload(memory, args, session_key=session_key)
+    if tool == "memory_get":
+        return memory_get_payload(memory, args)
+    if tool == "memory_append":
+        return memory_append_payload(memory, args)
+    return {"error": f"unknown tool: {name!r} (memdir provides {', '.join(TOOL_NAMES)})"}
+
+
+def call_tool(memory: Any, name: str, args: Any = None, *, session_key: str | None = None) -> ToolResult:
+    """Run the named tool: ``{content: [{type: "text", text}], details: payload}`` (never raises)."""
+    return tool_result(call_tool_payload(memory, name, args, session_key=session_key))
+
+
+__all__ = [
+    "APPEND_DESCRIPTION",
+    "GET_DESCRIPTION",
+    "SEARCH_DESCRIPTION",
+    "TOOL_NAMES",
+    "TOOL_SPECS",
+    "ToolInputError",
+    "ToolResult",
+    "ToolSpec",
+    "anthropic_tools",
+    "call_tool",
+    "call_tool_payload",
+    "chat_type_from_session_key",
+    "clamp_results_by_chars",
+    "decorate_citations",
+    "format_citation",
+    "memory_append_payload",
+    "memory_get_payload",
+    "memory_search_payload",
+    "openai_tools",
+    "parse_args",
+    "parse_session_key",
+    "read_number",
+    "read_string",
+    "resolve_citations_mode",
+    "search_unavailable_payload",
+    "should_include_citations",
+    "tool_result",
+]

@@ -1,0 +1,125 @@
+"""Append-only daily logs: format, timezone, refusal of symlinks, and many concurrent writers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from helpers import SRC
+from memdir import Memory
+from memdir.daily import DailyLogError, append_daily, coerce_date, today
+
+
+def test_append_creates_memory_dir_and_returns_relative_path(make_workspace):
+    ws = make_workspace({})
+    rel = append_daily(ws, "Decided: Kafka for billing", date="2026-01-12")
+    assert rel == "memory/2026-01-12.md"
+    assert (ws / rel).read_text() == "Decided: Kafka for billing\n"
+    append_daily(ws, "- second entry\r\n- with CRLF\r\n\n\n", date="2026-01-12")
+    assert (ws / rel).read_text() == "Decided: Kafka for billing\n- second entry\n- with CRLF\n"
+
+
+def test_append_never_fuses_with_a_hand_edited_last_line(make_workspace):
+    ws = make_workspace({"memory/2026-01-12.md": "# Notes\nlast line without newline"})
+    append_daily(ws, "appended", date=dt.date(2026, 1, 12))
+    assert (ws / "memory/2026-01-12.md").read_text() == "# Notes\nlast line without newline\nappended\n"
+
+
+def test_append_refuses_blank_text_bad_dates_and_unknown_timezones(make_workspace):
+    ws = make_workspace({})
+    with pytest.raises(DailyLogError, match="text required"):
+        append_daily(ws, "  \n ")
+    with pytest.raises(DailyLogError, match="invalid date"):
+        append_daily(ws, "x", date="../../etc/passwd")
+    with pytest.raises(DailyLogError, match="invalid date"):
+        append_daily(ws, "x", date="2026-02-30")
+    with pytest.raises(DailyLogError, match="unknown timezone"):
+        append_daily(ws, "x", timezone="Mars/Olympus_Mons")
+    assert not (ws / "memory").exists() or not any((ws / "memory").iterdir())
+
+
+def test_append_refuses_symlinked_file_and_folder(make_workspace, tmp_path):
+    ws = make_workspace({})
+    outside = tmp_path / "outside.md"
+    outside.write_text("secret\n")
+    (ws / "memory").mkdir()
+    os.symlink(outside, ws / "memory" / "2026-01-12.md")
+    with pytest.raises(DailyLogError, match="symlink"):
+        append_daily(ws, "x", date="2026-01-12")
+    assert outside.read_text() == "secret\n"
+
+    ws2 = make_workspace({}, name="ws2")
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    os.symlink(target, ws2 / "memory")
+    with pytest.raises(DailyLogError, match="symlink"):
+        append_daily(ws2, "x", date="2026-01-12")
+    assert list(target.iterdir()) == []
+
+
+def test_today_is_the_users_day_not_the_machines():
+    instant = dt.datetime(2026, 1, 12, 11, 30, tzinfo=dt.UTC)
+    assert today("Pacific/Kiritimati", now=instant) == dt.date(2026, 1, 13)  # UTC+14
+    assert today("Etc/GMT+12", now=instant) == dt.date(2026, 1, 11)  # UTC-12
+    assert coerce_date(instant, "Pacific/Kiritimati") == dt.date(2026, 1, 13)
+
+
+def test_memory_append_daily_uses_configured_timezone(make_workspace, keyword_config):
+    ws = make_workspace({})
+    tz = "Pacific/Kiritimati"
+    before = dt.datetime.now(ZoneInfo(tz)).date()
+    with Memory(ws, config={**keyword_config, "userTimezone": tz}) as mem:
+        rel = mem.append_daily("User prefers tabs over spaces")
+    after = dt.datetime.now(ZoneInfo(tz)).date()
+    assert rel in {f"memory/{before.isoformat()}.md", f"memory/{after.isoformat()}.md"}
+    assert (ws / rel).read_text() == "User prefers tabs over spaces\n"
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from memdir.daily import append_daily
+    ws, who, count, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    while time.time() < start:
+        time.sleep(0.001)
+    for j in range(count):
+        pad = "x" * (50 + (j * 37 + who * 11) % 3000)   # entries of very different sizes
+        append_daily(ws, f"entry p{who}-{j} begin {pad}\\ncontinued p{who}-{j} end", date="2026-01-12")
+""")
+
+
+def test_concurrent_appends_from_processes_lose_nothing_and_never_interleave(make_workspace, state_dir):
+    ws = make_workspace({})
+    procs, count, writers = [], 200, 4
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    start = time.time() + 1.5
+    for who in range(writers):
+        procs.append(subprocess.Popen([sys.executable, "-c", WRITER, str(ws), str(who), str(count), str(start)],
+                                      env=env, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    lines = (ws / "memory/2026-01-12.md").read_text().split("\n")
+    assert lines[-1] == ""  # newline-terminated
+    lines = lines[:-1]
+    assert len(lines) == writers * count * 2
+    seen = set()
+    for i in range(0, len(lines), 2):
+        first, second = lines[i], lines[i + 1]
+        assert first.startswith("entry p") and " begin x" in first, first[:60]
+        tag = first.split()[1]
+        pad = first.split()[3]
+        assert set(pad) == {"x"}
+        assert second == f"continued {tag} end"  # the entry's two lines are adjacent and whole
+        seen.add(tag)
+    assert seen == {f"p{w}-{j}" for w in range(writers) for j in range(count)}
+    writers_in_order = [lines[i].split()[1].split("-")[0] for i in range(0, len(lines), 2)]
+    switches = sum(1 for a, b in itertools.pairwise(writers_in_order) if a != b)
+    assert switches >= 10, "the writers did not overlap, so this run proved nothing about concurrency"

@@ -1,0 +1,209 @@
+"""``memdir mcp`` as a real subprocess, driven by the MCP SDK's own clients (stdio and HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client import streamable_http
+from mcp.client.stdio import stdio_client
+
+from helpers import cli_env
+from memdir.mcp_server import HostNotAllowed, check_loopback_host
+from memdir.tools import TOOL_SPECS
+
+# The SDK renamed its HTTP client within 1.x; use whichever this installed version has.
+http_client = getattr(streamable_http, "streamable_http_client", None) or streamable_http.streamablehttp_client
+
+
+@pytest.fixture
+def served(make_workspace, tmp_path):
+    ws = make_workspace({
+        "MEMORY.md": "# Long-term\n\nBilling uses Kafka because ordering matters.\n",
+        "memory/2026-01-10.md": "Met Priya; cursor-based pagination chosen for the public API.\n",
+    })
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    return ws, cfg
+
+
+def _text(result) -> dict:
+    assert result.isError is False
+    payload = json.loads(result.content[0].text)
+    assert result.structuredContent == payload  # same payload, also as structured content
+    return payload
+
+
+def _indexed_files(index: Path) -> int:
+    import sqlite3
+
+    if not index.exists():
+        return 0
+    with sqlite3.connect(f"file:{index}?mode=ro", uri=True) as conn:
+        try:
+            return conn.execute("SELECT count(*) FROM files").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+
+async def _exercise(session: ClientSession, ws: Path, index: Path) -> None:
+    init = await session.initialize()
+    # The server indexes at startup (sync.onSessionStart), before any search asks for it.
+    for _ in range(200):
+        if _indexed_files(index) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert _indexed_files(index) == 2
+    assert init.serverInfo.name == "memdir"
+    assert init.instructions and init.instructions.startswith("## Memory Recall")
+
+    listed = (await session.list_tools()).tools
+    assert [t.name for t in listed] == ["memory_search", "memory_get", "memory_append"]
+    for tool in listed:
+        spec = TOOL_SPECS[tool.name]
+        assert tool.description == spec.description and tool.inputSchema == spec.parameters
+        assert tool.annotations.readOnlyHint is spec.read_only
+
+    found = _text(await session.call_tool("memory_search", {"query": "which queue for billing", "maxResults": 3}))
+    assert found["results"][0]["path"] == "MEMORY.md" and found["mode"] == "fts-only"
+    assert found["results"][0]["snippet"].endswith(f"Source: {found['results'][0]['citation']}")
+
+    got = _text(await session.call_tool("memory_get", {"path": "memory/2026-01-10.md", "from": 1, "lines": 1}))
+    assert got == {"text": "Met Priya; cursor-based pagination chosen for the public API.",
+                   "path": "memory/2026-01-10.md"}
+    refused = _text(await session.call_tool("memory_get", {"path": "../secrets.md"}))
+    assert refused["disabled"] is True and refused["error"].startswith("path not allowed")
+
+    before = dt.date.today()
+    appended = _text(await session.call_tool("memory_append", {"text": "- Decided: the wombat job runs at 03:00."}))
+    assert appended["appended"] is True
+    assert appended["path"] in {f"memory/{d.isoformat()}.md" for d in (before, dt.date.today())}
+    assert (ws / appended["path"]).read_text().endswith("- Decided: the wombat job runs at 03:00.\n")
+    after = _text(await session.call_tool("memory_search", {"query": "wombat job"}))
+    assert after["results"] and after["results"][0]["path"] == appended["path"]  # read-your-writes
+    assert "stale" not in after
+
+    # An edit made outside the server is seen by the long-lived index too.
+    (ws / "memory" / "2026-01-11.md").write_text("Chose the platypus cache for sessions.\n")
+    external = _text(await session.call_tool("memory_search", {"query": "platypus cache"}))
+    assert external["results"][0]["path"] == "memory/2026-01-11.md"
+
+    unknown = await session.call_tool("memory_delete", {"path": "MEMORY.md"})
+    assert unknown.isError is True and "unknown tool" in unknown.content[0].text
+
+
+def test_stdio_server_with_the_sdk_client(served, state_dir):
+    ws, cfg = served
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "memdir", "mcp", "--workspace", str(ws), "--config", str(cfg)],
+        env=cli_env(state_dir),
+    )
+
+    async def run() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await _exercise(session, ws, state_dir / "memory" / "main.sqlite")
+
+    asyncio.run(asyncio.wait_for(run(), 90))
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited early: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("server did not start listening")
+
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+def test_streamable_http_on_loopback_with_origin_checking(served, state_dir):
+    ws, cfg = served
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memdir", "mcp", "--transport", "http", "--port", str(port),
+         "--workspace", str(ws), "--config", str(cfg)],
+        env=cli_env(state_dir), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        _wait_listening(port, proc)
+        url = f"http://127.0.0.1:{port}/mcp"
+
+        async def run() -> None:
+            async with http_client(url) as (read, write, _), ClientSession(read, write) as session:
+                await _exercise(session, ws, state_dir / "memory" / "main.sqlite")
+
+        asyncio.run(asyncio.wait_for(run(), 90))
+
+        with httpx.Client(timeout=10) as client:
+            # Refused before any MCP processing: 403 (older 1.x SDKs answered 400).
+            foreign = client.post(url, json=INIT, headers={**HEADERS, "Origin": "http://evil.example.com"})
+            assert foreign.status_code in (400, 403) and foreign.text == "Invalid Origin header"
+            lookalike = client.post(url, json=INIT, headers={**HEADERS, "Origin": f"http://localhost.evil.example:{port}"})
+            assert lookalike.status_code in (400, 403) and lookalike.text == "Invalid Origin header"
+            rebound = client.post(url, json=INIT, headers={**HEADERS, "Host": f"evil.example.com:{port}"})
+            assert rebound.status_code == 421  # DNS rebinding: a foreign Host name is refused
+            local = client.post(url, json=INIT, headers={**HEADERS, "Origin": f"http://localhost:{port}"})
+            assert local.status_code == 200
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert f"http://127.0.0.1:{port}/mcp" in (proc.stderr.read() if proc.stderr else "")
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.10", "example.com"])
+def test_non_loopback_host_is_refused(run_cli, served, host):
+    ws, cfg = served
+    proc = run_cli("mcp", "--transport", "http", "--host", host, "--workspace", str(ws), "--config", str(cfg),
+                   timeout=30)
+    assert proc.returncode == 1
+    assert f"refusing to listen on '{host}'" in proc.stderr and "loopback only" in proc.stderr
+
+
+def test_loopback_host_check():
+    for ok in ("127.0.0.1", "::1", "[::1]", "localhost", "LOCALHOST", "127.0.0.2"):
+        check_loopback_host(ok)
+    for bad in ("0.0.0.0", "::", "", "10.0.0.1", "localhost.evil.com", "[::]"):
+        with pytest.raises(HostNotAllowed):
+            check_loopback_host(bad)
+
+
+def test_cli_search_does_not_import_mcp(served, state_dir):
+    ws, cfg = served
+    code = (
+        "import sys\n"
+        "from memdir.cli import main\n"
+        f"rc = main(['--workspace', {str(ws)!r}, '--config', {str(cfg)!r}, 'search', 'kafka', '--json'])\n"
+        "print(rc, sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(state_dir),
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "0 []"
+    assert '"path": "MEMORY.md"' in proc.stdout

@@ -1,0 +1,135 @@
+"""The Memory Recall section (R§10.3) and the session-start context (private vs group, budget)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+
+import pytest
+
+from memdir import Memory
+from memdir.prompt import build_session_context, memory_recall_lines, memory_recall_section
+from memdir.tools import memory_get_payload
+
+BOTH = ("Before answering anything about prior work, decisions, dates, people, preferences, or todos: run "
+        "memory_search on MEMORY.md + memory/*.md; then use memory_get to pull only the needed lines. If low "
+        "confidence after search, say you checked.")
+SEARCH_ONLY = ("Before answering anything about prior work, decisions, dates, people, preferences, or todos: run "
+               "memory_search on MEMORY.md + memory/*.md and answer from the matching results. If low confidence "
+               "after search, say you checked.")
+GET_ONLY = ("Before answering anything about prior work, decisions, dates, people, preferences, or todos that "
+            "already point to a specific memory file or note: run memory_get to pull only the needed lines. If low "
+            "confidence after reading them, say you checked.")
+OFF = "Citations are disabled: do not mention file paths or line numbers in replies unless the user explicitly asks."
+ON = "Citations: include Source: <path#line> when it helps the user verify memory snippets."
+
+
+@pytest.mark.parametrize(("tools", "guidance"), [
+    (("memory_search", "memory_get"), BOTH),
+    (("memory_search",), SEARCH_ONLY),
+    (("memory_get",), GET_ONLY),
+])
+@pytest.mark.parametrize(("citations", "line"), [("off", OFF), ("on", ON), ("auto", ON), ("nonsense", ON)])
+def test_memory_recall_section_variants(tools, guidance, citations, line):
+    assert memory_recall_lines(tools, citations) == ["## Memory Recall", guidance, line, ""]
+    assert memory_recall_section(tools, citations) == f"## Memory Recall\n{guidance}\n{line}\n"
+
+
+def test_memory_recall_section_without_tools_and_with_append():
+    assert memory_recall_lines(["memory_append"]) == []
+    assert memory_recall_section([]) == ""
+    lines = memory_recall_lines(["memory_search", "memory_get", "memory_append"], "off")
+    assert lines[:2] == ["## Memory Recall", BOTH] and lines[-2:] == [OFF, ""]
+    assert "memory_append" in lines[2]
+
+
+NOW = dt.datetime(2026, 1, 12, 11, 30, tzinfo=dt.UTC)  # 2026-01-13 in Kiritimati (UTC+14)
+
+
+@pytest.fixture
+def ws(make_workspace):
+    return make_workspace({
+        "MEMORY.md": "# Private\nThe user's home address is 12 Elm Street.\n",
+        "memory/2026-01-13.md": "Today: shipped the cursor pagination.\n",
+        "memory/2026-01-12.md": "Yesterday: reviewed the billing queue design.\n",
+        "memory/2026-01-11.md": "Two days ago: nothing to see.\n",
+    })
+
+
+def test_private_session_gets_memory_md_and_two_days_of_logs(ws):
+    ctx = build_session_context(workspace=ws, timezone="Pacific/Kiritimati", now=NOW)
+    assert ctx.chat_type == "direct"
+    assert [f.path for f in ctx.files] == ["MEMORY.md", "memory/2026-01-12.md", "memory/2026-01-13.md"]
+    assert "12 Elm Street" in ctx.text
+    assert "Yesterday: reviewed" in ctx.text and "Today: shipped" in ctx.text
+    assert "Two days ago" not in ctx.text
+    assert "## memory/2026-01-13.md (today)" in ctx.text and "## memory/2026-01-12.md (yesterday)" in ctx.text
+    assert ctx.truncated == [] and "truncated" not in ctx.text
+
+
+@pytest.mark.parametrize(("key", "kind"), [
+    ("agent:main:discord:group:c123", "group"),
+    ("agent:main:slack:channel:c1", "channel"),
+])
+def test_group_and_channel_sessions_never_see_memory_md(ws, key, kind):
+    ctx = build_session_context(workspace=ws, session_key=key, timezone="Pacific/Kiritimati", now=NOW)
+    assert ctx.chat_type == kind
+    assert "MEMORY.md" not in [f.path for f in ctx.files]
+    assert "Elm Street" not in ctx.text and "# Private" not in ctx.text
+    assert "Today: shipped" in ctx.text and "Yesterday: reviewed" in ctx.text
+
+
+def test_explicit_chat_type_wins_and_lowercase_memory_md_is_private_too(make_workspace):
+    ws = make_workspace({"memory.md": "secret plans\n"})
+    assert build_session_context(workspace=ws, chat_type="group").text == ""
+    assert "secret plans" in build_session_context(workspace=ws, chat_type="direct").text
+
+
+def test_symlinked_memory_md_is_not_read(make_workspace, tmp_path):
+    outside = tmp_path / "outside.md"
+    outside.write_text("outside secret\n")
+    ws = make_workspace({})
+    os.symlink(outside, ws / "MEMORY.md")
+    assert "outside secret" not in build_session_context(workspace=ws).text
+
+
+def test_memory_object_supplies_workspace_and_timezone(ws, keyword_config):
+    with Memory(ws, config={**keyword_config, "userTimezone": "Etc/GMT+12"}) as mem:
+        ctx = build_session_context(mem, now=NOW)  # 2026-01-11 in UTC-12
+    assert [f.path for f in ctx.files] == ["MEMORY.md", "memory/2026-01-11.md"]  # no log for 2026-01-10
+    assert "Two days ago" in ctx.text and "Today: shipped" not in ctx.text
+
+
+MARKER = re.compile(r"\[… truncated: (\d+) (more|earlier) characters in (\S+) \(lines (\d+)-(\d+)\) — "
+                    r"use memory_get to read them\]")
+
+
+def test_budget_truncates_visibly_and_the_marker_is_exact(make_workspace, keyword_config):
+    curated = "".join(f"Fact {i}: the {i}th durable fact about the project.\n" for i in range(1, 301))
+    today_log = "".join(f"- 10:{i % 60:02d} worked on item {i}\n" for i in range(1, 401))
+    ws = make_workspace({"MEMORY.md": curated, "memory/2026-01-13.md": today_log,
+                         "memory/2026-01-12.md": "short yesterday note\n"})
+    ctx = build_session_context(workspace=ws, timezone="Pacific/Kiritimati", now=NOW, max_chars=3000)
+    assert len(ctx.text) <= 3000
+    assert ctx.truncated == ["MEMORY.md", "memory/2026-01-13.md"]
+    assert "short yesterday note" in ctx.text  # small files are kept whole
+    markers = {m.group(3): m for m in MARKER.finditer(ctx.text)}
+    assert set(markers) == {"MEMORY.md", "memory/2026-01-13.md"}
+
+    head = markers["MEMORY.md"]
+    assert head.group(2) == "more" and head.group(5) == "300"
+    first_missing = int(head.group(4))
+    shown = ctx.text.split("## MEMORY.md (long-term memory)\n", 1)[1].split("\n[… truncated", 1)[0] + "\n"
+    assert curated.startswith(shown) and len(curated) - len(shown) == int(head.group(1))
+    assert shown.count("\n") == first_missing - 1  # cut at a line boundary
+    with Memory(ws, config=keyword_config) as mem:
+        rest = memory_get_payload(mem, {"path": "MEMORY.md", "from": first_missing, "lines": 1})["text"]
+    assert rest == f"Fact {first_missing}: the {first_missing}th durable fact about the project."
+
+    tail = markers["memory/2026-01-13.md"]
+    assert tail.group(2) == "earlier" and tail.group(4) == "1"
+    kept = ctx.text.split(tail.group(0) + "\n", 1)[1].rstrip("\n") + "\n"
+    assert today_log.endswith(kept) and "worked on item 400" in kept  # the newest entries are kept
+    assert len(today_log) - len(kept) == int(tail.group(1))
+    assert kept.startswith(f"- 10:{(int(tail.group(5)) + 1) % 60:02d} worked on item {int(tail.group(5)) + 1}\n")
