@@ -221,3 +221,28 @@ def test_vanished_file_between_listing_and_reading_is_not_an_error(make_workspac
     with Memory(ws, config=keyword_config) as mem:
         report = mem.sync()
         assert report.indexed == 1
+
+
+def test_two_threads_of_one_process_exclude_each_other(tmp_path: Path):
+    index = tmp_path / "t.sqlite"
+    inside = []
+    overlaps = []
+
+    def worker() -> None:
+        lock = WriterLock(index)
+        for _ in range(50):
+            assert lock.acquire(5)
+            inside.append(1)
+            if len(inside) > 1:
+                overlaps.append(1)
+            time.sleep(0.0005)
+            inside.pop()
+            lock.release()
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not overlaps
+    assert WriterLock(index).acquire(0)

@@ -140,10 +140,13 @@ class Memory:
                explain: bool = False, sync: bool | None = None) -> SearchResponse:
         """Search memory; a dirty index is synced first within ``sync.searchBudgetMs``."""
         ms = self.settings.memory_search
-        stale = False
+        stale, sync_error = False, None
         do_sync = ms.sync.on_search if sync is None else sync
         if do_sync:
-            stale = self._sync_for_search()
+            try:
+                stale = self._sync_for_search()
+            except Exception as exc:  # a failed sync never fails the search: answer from what is indexed
+                stale, sync_error = True, f"sync before search failed: {exc}"
         sel = self.selection
         provider = sel.provider
         label = (provider.id, provider.model) if provider else ("none", "fts-only")
@@ -159,6 +162,8 @@ class Memory:
         elif sel.provider is None and sel.unavailable_reason and response.fallback is None:
             response.warnings.append(sel.unavailable_reason)
         response.stale = response.stale or stale
+        if sync_error:
+            response.warnings.append(sync_error)
         return response
 
     def _sync_for_search(self) -> bool:

@@ -10,8 +10,19 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 import time
 from pathlib import Path
+
+# flock is per open file description, not per thread: two threads of one process must also
+# exclude each other, so each index path gets a process-wide thread lock taken first.
+_THREAD_LOCKS: dict[str, threading.Lock] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
+
+
+def _thread_lock(path: Path) -> threading.Lock:
+    with _THREAD_LOCKS_GUARD:
+        return _THREAD_LOCKS.setdefault(str(path), threading.Lock())
 
 
 class LockTimeout(TimeoutError):
@@ -22,12 +33,19 @@ class WriterLock:
     def __init__(self, index_path: Path):
         self.path = Path(str(index_path) + ".lock")
         self._fd: int | None = None
+        self._thread_lock = _thread_lock(self.path)
 
     def acquire(self, timeout: float | None = None) -> bool:
         """Take the lock; wait up to ``timeout`` seconds (``None`` = forever, 0 = don't wait)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._thread_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            return False
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except BaseException:
+            self._thread_lock.release()
+            raise
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -35,6 +53,7 @@ class WriterLock:
             except BlockingIOError:
                 if deadline is not None and time.monotonic() >= deadline:
                     os.close(fd)
+                    self._thread_lock.release()
                     return False
                 time.sleep(0.05)
         os.ftruncate(fd, 0)
@@ -43,13 +62,14 @@ class WriterLock:
         return True
 
     def release(self) -> None:
-        if self._fd is not None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
             try:
-                os.ftruncate(self._fd, 0)
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
-                os.close(self._fd)
-                self._fd = None
+                os.close(fd)
+                self._thread_lock.release()
 
     def holder(self) -> dict[str, float] | None:
         """Who holds the lock right now, or ``None`` if nobody does."""

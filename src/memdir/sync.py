@@ -146,7 +146,9 @@ class Indexer:
             meta = self.store.read_meta()
             why = "forced" if force else self.rebuild_reason(meta)
             if why is not None:
-                report = self._full_reindex(why, progress)
+                # With a previous index to protect, an embedding failure aborts the rebuild (the old
+                # index keeps serving); with nothing to lose, text is indexed for keywords anyway.
+                report = self._full_reindex(why, progress, strict=meta is not None)
             else:
                 report = self._incremental(self.store, progress, deadline, lazy=reason in ("search", "watch"))
             report.reason = reason if not report.full else f"{reason}: {why}"
@@ -183,8 +185,9 @@ class Indexer:
 
     # -- incremental -------------------------------------------------------------------------
     def _incremental(self, store: Store, progress: Progress | None, deadline: float | None,
-                     *, everything: bool = False, lazy: bool = False) -> SyncReport:
+                     *, everything: bool = False, lazy: bool = False, strict: bool | None = None) -> SyncReport:
         report = SyncReport()
+        strict = everything if strict is None else strict
         files, _ = self.list_files()
         report.scanned = len(files)
         rows = {} if everything else store.file_rows()
@@ -227,12 +230,12 @@ class Indexer:
             batch.append((f, doc, chunks))
             pending_chunks += len(chunks)
             if pending_chunks >= 64 or len(batch) >= 200:
-                done += self._write_batch(store, batch, report, strict=everything)
+                done += self._write_batch(store, batch, report, strict=strict)
                 batch, pending_chunks = [], 0
                 if progress:
                     progress(done, total, label)
         if batch:
-            done += self._write_batch(store, batch, report, strict=everything)
+            done += self._write_batch(store, batch, report, strict=strict)
         with store.transaction():
             for f, file_hash in touched:
                 store.touch_file(f.path, f.source, file_hash, f.mtime_ns, f.size)
@@ -345,7 +348,7 @@ class Indexer:
             except FileNotFoundError:
                 pass
 
-    def _full_reindex(self, why: str, progress: Progress | None) -> SyncReport:
+    def _full_reindex(self, why: str, progress: Progress | None, *, strict: bool = True) -> SyncReport:
         temp_path = Path(self._temp_prefix() + uuid.uuid4().hex[:12])
         ms = self.settings.memory_search
         fresh = Store(temp_path, fts_tokenizer=ms.store.fts.tokenizer, vector_enabled=ms.store.vector.enabled,
@@ -355,7 +358,7 @@ class Indexer:
                 c.execute("ATTACH DATABASE ? AS live", (str(self.store.path),))
                 c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM live.embedding_cache")
             fresh.conn.execute("DETACH DATABASE live")
-            report = self._incremental(fresh, progress, None, everything=True)
+            report = self._incremental(fresh, progress, None, everything=True, strict=strict)
             report.full = True
             ident = self.identity()
             if self.provider is not None and self.provider.dims:
