@@ -248,14 +248,17 @@ class RaisingProvider:
     ("openai embeddings failed: 429 insufficient_quota", True),
     ("embedding provider timeout", False),
 ])
-def test_failing_provider_becomes_failure_payload(make_workspace, keyword_config, message, quota):
+def test_failing_provider_falls_back_to_keyword_results(make_workspace, keyword_config, message, quota):
+    """A provider that fails (quota or otherwise) degrades the search to keywords and says why,
+    instead of leaving the agent without memory (OpenClaw returns a disabled payload here)."""
     ws = make_workspace({"MEMORY.md": "Kafka was chosen for billing.\n"})
     with Memory(ws, config=keyword_config, provider=RaisingProvider(message)) as m:
         result = call_tool(m, "memory_search", {"query": "kafka"})
     payload = result.payload
-    assert payload["disabled"] is True and payload["unavailable"] is True and payload["results"] == []
-    assert payload["error"] == message
-    assert ("quota is exhausted" in payload["warning"]) is quota
+    assert "disabled" not in payload
+    assert payload["mode"] == "fts-only" and payload["results"][0]["path"] == "MEMORY.md"
+    assert message in payload["fallback"]["reason"]
+    assert ("429" in payload["fallback"]["reason"]) is quota
     assert json.loads(result.text) == payload
 
 
