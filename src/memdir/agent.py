@@ -31,20 +31,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from memdir.daily import append_daily, today
+from memdir.prompt import DEFAULT_CONTEXT_CHARS, build_session_context, memory_recall_section
 from memdir.sessions.flush import (
     FlushDecision,
     FlushPlan,
     FlushSettings,
-    append_daily_note,
     build_flush_plan,
     fresh_total_tokens,
     is_silent_reply,
-    local_date,
     mark_flushed,
     should_flush,
 )
 from memdir.sessions.hook import run_session_memory_hook
-from memdir.sessions.prompt import DEFAULT_CONTEXT_BUDGET_CHARS, memory_recall_section, session_start_context
 from memdir.sessions.store import (
     SessionEntry,
     SessionStore,
@@ -98,8 +97,8 @@ class MemoryIndexBackend:
         return self.memory.get(path, from_line=from_line, lines=lines).as_dict()
 
     def append_daily(self, text: str, day: str | None = None) -> str:
-        written = append_daily_note(self.memory.workspace, text, day=day, timezone=self.timezone)
-        return written.relative_to(self.memory.workspace).as_posix()
+        date = day if day is not None else today(self.timezone, strict=False)
+        return append_daily(self.memory.workspace, text, date=date, blank_line=True)
 
     def sync(self) -> None:
         self.memory.sync(reason="agent")
@@ -176,6 +175,8 @@ TOOLS: list[dict[str, Any]] = [
         "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}},
 ]
 
+TOOL_NAMES = tuple(tool["function"]["name"] for tool in TOOLS)
+
 _QUOTA = re.compile(r"insufficient_quota|quota|429")
 
 
@@ -237,7 +238,7 @@ class AgentOptions:
     citations: str = "auto"
     timezone: str | None = None
     max_tool_rounds: int = 8
-    context_budget_chars: int = DEFAULT_CONTEXT_BUDGET_CHARS
+    context_budget_chars: int = DEFAULT_CONTEXT_CHARS
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     cli_provider: bool = False
     read_only: bool = False
@@ -323,10 +324,10 @@ class Agent:
     # -- prompts -------------------------------------------------------------------------------
     def system_prompt(self) -> str:
         if self._start_context is None:
-            today = local_date(self.clock(), self.options.timezone)
-            self._start_context = session_start_context(self.workspace, chat_type=self.chat_type, today=today,
-                                                        budget_chars=self.options.context_budget_chars)
-        parts = [self.options.system_prompt, "\n".join(memory_recall_section(citations=self.options.citations))]
+            self._start_context = build_session_context(
+                workspace=self.workspace, chat_type=self.chat_type, timezone=self.options.timezone,
+                now=self.clock(), max_chars=self.options.context_budget_chars).text
+        parts = [self.options.system_prompt, memory_recall_section(TOOL_NAMES, self.options.citations)]
         if self._start_context:
             parts.append(self._start_context)
         if self.summary:
@@ -532,7 +533,7 @@ class Agent:
         text = str(args.get("text") or "")
         if not text.strip():
             return {"ok": False, "error": "text required"}
-        day = plan.day if plan is not None else local_date(self.clock(), self.options.timezone)
+        day = plan.day if plan is not None else today(self.options.timezone, now=self.clock(), strict=False)
         try:
             path = self.backend.append_daily(text, day=day.isoformat())
         except Exception as exc:
