@@ -19,7 +19,7 @@ from memdir.memfiles import (
 
 @pytest.mark.parametrize("name", ["../escape.md", "a/b.md", ".hidden.md", "notes.txt", "x..md", ""])
 def test_names_are_confined_to_plain_md_files(tmp_path: Path, name: str) -> None:
-    with pytest.raises(UnsafeMemoryPath, match="not a plain .md file name"):
+    with pytest.raises(UnsafeMemoryPath, match=r"not a plain \.md file name"):
         append_memory_file(tmp_path, name, "x")
     assert not (tmp_path.parent / "escape.md").exists()
 

@@ -23,7 +23,6 @@ import json
 import logging
 import math
 import os
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -52,6 +51,7 @@ from memdir.sessions.store import (
     message_record,
     session_key,
 )
+from memdir.tools import decorate_citations, search_unavailable_payload, should_include_citations
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +177,6 @@ TOOLS: list[dict[str, Any]] = [
 
 TOOL_NAMES = tuple(tool["function"]["name"] for tool in TOOLS)
 
-_QUOTA = re.compile(r"insufficient_quota|quota|429")
-
 
 def _int_arg(value: Any) -> int | None:
     """Tool numbers: truncated to integers, numeric strings accepted (R§10.2)."""
@@ -191,25 +189,6 @@ def _int_arg(value: Any) -> int | None:
 
 def _pick(args: dict[str, Any], camel: str, snake: str) -> Any:
     return args.get(camel, args.get(snake))
-
-
-def cite(hit: dict[str, Any]) -> dict[str, Any]:
-    """R§10.1 citation: ``path#L<s>`` or ``path#L<s>-L<e>``, appended to the snippet."""
-    start, end = hit.get("startLine"), hit.get("endLine")
-    citation = f"{hit['path']}#L{start}" if start == end else f"{hit['path']}#L{start}-L{end}"
-    return {**hit, "citation": citation, "snippet": f"{str(hit.get('snippet', '')).strip()}\n\nSource: {citation}"}
-
-
-def search_unavailable(error: str | None) -> dict[str, Any]:
-    message = (error or "").strip() or "memory search unavailable"
-    if _QUOTA.search(message.lower()):
-        warning = "Memory search is unavailable because the embedding provider quota is exhausted."
-        action = "Top up or switch embedding provider, then retry memory_search."
-    else:
-        warning = "Memory search is unavailable due to an embedding/provider error."
-        action = "Check embedding provider configuration and retry memory_search."
-    return {"results": [], "disabled": True, "unavailable": True, "error": message, "warning": warning,
-            "action": action}
 
 
 # --- the agent ------------------------------------------------------------------------------
@@ -515,10 +494,9 @@ class Agent:
             hits = self.backend.search(query, max_results=max_results,
                                        min_score=float(min_score) if min_score is not None else None)
         except Exception as exc:
-            return search_unavailable(str(exc))
+            return search_unavailable_payload(exc)
         mode = self.options.citations
-        with_citations = mode == "on" or (mode == "auto" and self.chat_type == "direct")
-        return {"results": [cite(h) if with_citations else h for h in hits], "citations": mode}
+        return {"results": decorate_citations(hits, should_include_citations(mode, self.key)), "citations": mode}
 
     def _tool_get(self, args: dict[str, Any]) -> dict[str, Any]:
         path = str(args.get("path") or "").strip()
