@@ -133,3 +133,108 @@ def test_budget_truncates_visibly_and_the_marker_is_exact(make_workspace, keywor
     assert today_log.endswith(kept) and "worked on item 400" in kept  # the newest entries are kept
     assert len(today_log) - len(kept) == int(tail.group(1))
     assert kept.startswith(f"- 10:{(int(tail.group(5)) + 1) % 60:02d} worked on item {int(tail.group(5)) + 1}\n")
+
+
+# --- ported from the former memdir.sessions.prompt tests (the agent loop now uses this module) ----
+
+
+def test_recall_section_default_is_both_tools_with_citations():
+    lines = memory_recall_lines()
+    assert lines[0] == "## Memory Recall"
+    assert "run memory_search on MEMORY.md + memory/*.md; then use memory_get" in lines[1]
+    assert "If low confidence after search, say you checked." in lines[1]  # R§10.3 wording ("you", not "I")
+    assert lines[2] == ON
+    assert lines[-1] == ""
+
+
+def test_recall_section_with_indexed_session_transcripts():
+    for tools in (("memory_search", "memory_get"), ("memory_search",)):
+        guidance = memory_recall_lines(tools, sessions=True)[1]
+        assert "memory_search on MEMORY.md + memory/*.md + indexed session transcripts" in guidance
+    assert memory_recall_lines(("memory_search",), sessions=True)[1] == SEARCH_ONLY.replace(
+        "memory/*.md and", "memory/*.md + indexed session transcripts and")
+    assert memory_recall_lines(("memory_get",), sessions=True)[1] == GET_ONLY  # get-only names no search scope
+    assert memory_recall_lines([], sessions=True) == []
+    assert "indexed session transcripts" in memory_recall_section(sessions=True)
+
+
+MAR4 = dt.datetime(2026, 3, 4, 12, 0, tzinfo=dt.UTC)
+
+
+def _hook_ws(make_workspace):
+    return make_workspace({
+        "MEMORY.md": "# Long-term\nUser's dog is called Rex.\n",
+        "memory/2026-03-04.md": "- today note\n",
+        "memory/2026-03-03.md": "- yesterday note\n",
+        "memory/2026-03-03-api-design.md": "# Session: hook capture\n",
+        "memory/2026-03-01.md": "- older note\n",
+    })
+
+
+def test_session_hook_captures_of_today_and_yesterday_are_loaded(make_workspace):
+    ctx = build_session_context(workspace=_hook_ws(make_workspace), chat_type="direct", timezone="UTC", now=MAR4)
+    assert "## MEMORY.md (long-term memory)" in ctx.text and "Rex" in ctx.text
+    assert "- today note" in ctx.text and "- yesterday note" in ctx.text and "hook capture" in ctx.text
+    assert "older note" not in ctx.text
+    assert [f.path for f in ctx.files] == ["MEMORY.md", "memory/2026-03-03.md", "memory/2026-03-03-api-design.md",
+                                           "memory/2026-03-04.md"]  # chronological: yesterday's, then today's
+    assert "## memory/2026-03-03-api-design.md (yesterday)" in ctx.text
+    assert ctx.text.index("yesterday note") < ctx.text.index("hook capture") < ctx.text.index("today note")
+
+
+def test_group_and_channel_see_logs_and_captures_but_never_memory_md(make_workspace):
+    ws = _hook_ws(make_workspace)
+    for kind in ("group", "channel"):
+        ctx = build_session_context(workspace=ws, chat_type=kind, timezone="UTC", now=MAR4)
+        assert "Rex" not in ctx.text and "MEMORY.md" not in ctx.text
+        assert "- today note" in ctx.text and "hook capture" in ctx.text
+
+
+def test_symlinked_capture_and_symlinked_memory_dir_are_skipped(make_workspace, tmp_path):
+    secret = tmp_path / "secret.md"
+    secret.write_text("TOP SECRET\n")
+    ws = make_workspace({"memory/2026-03-04.md": "- today note\n"})
+    os.symlink(secret, ws / "memory" / "2026-03-04-leak.md")
+    ctx = build_session_context(workspace=ws, chat_type="direct", timezone="UTC", now=MAR4)
+    assert "- today note" in ctx.text and "TOP SECRET" not in ctx.text
+
+    ws2 = make_workspace({}, name="ws2")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "2026-03-04.md").write_text("outside log\n")
+    (outside / "2026-03-04-x.md").write_text("outside capture\n")
+    os.symlink(outside, ws2 / "memory")
+    assert build_session_context(workspace=ws2, chat_type="direct", timezone="UTC", now=MAR4).text == ""
+
+
+def test_symlinked_memory_md_and_missing_files_give_no_context(make_workspace, tmp_path):
+    secret = tmp_path / "secret.md"
+    secret.write_text("TOP SECRET")
+    ws = make_workspace({})
+    os.symlink(secret, ws / "MEMORY.md")
+    ctx = build_session_context(workspace=ws, chat_type="direct", timezone="UTC", now=MAR4)
+    assert ctx.text == "" and ctx.files == []
+
+
+def test_small_budget_keeps_newest_log_lines_and_marks_the_cut(make_workspace):
+    big = "".join(f"line {i:05d}\n" for i in range(3000))
+    ws = make_workspace({"memory/2026-03-04.md": big, "memory/2026-03-03.md": "- yesterday\n"})
+    ctx = build_session_context(workspace=ws, chat_type="direct", timezone="UTC", now=MAR4, max_chars=2000)
+    assert len(ctx.text) <= 2000
+    assert "line 02999" in ctx.text and "line 00000" not in ctx.text  # a log keeps its newest lines
+    assert "earlier characters in memory/2026-03-04.md" in ctx.text and "use memory_get to read them" in ctx.text
+    assert "- yesterday" in ctx.text  # a small file is kept whole rather than squeezed out
+    assert ctx.truncated == ["memory/2026-03-04.md"]
+
+
+def test_text_within_budget_is_untouched(make_workspace):
+    ws = make_workspace({"memory/2026-03-04.md": "abc\n"})
+    ctx = build_session_context(workspace=ws, chat_type="direct", timezone="UTC", now=MAR4)
+    assert ctx.text.endswith("## memory/2026-03-04.md (today)\nabc\n")
+    assert ctx.truncated == [] and "truncated" not in ctx.text
+
+
+def test_unknown_timezone_falls_back_to_the_machines_zone(make_workspace):
+    ws = make_workspace({"memory/2026-03-04.md": "- today note\n"})
+    ctx = build_session_context(workspace=ws, chat_type="direct", timezone="Mars/Olympus_Mons", now=MAR4)
+    assert ctx.files  # no exception: the log is today's (or yesterday's) in the machine's zone

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from memdir.config import Settings
-from memdir.sessions.files import UnsafeMemoryPath
+from memdir.daily import today
+from memdir.memfiles import UnsafeMemoryPath
 from memdir.sessions.flush import (
     DEFAULT_FLUSH_PROMPT,
     DEFAULT_FLUSH_SYSTEM_PROMPT,
@@ -25,7 +26,6 @@ from memdir.sessions.flush import (
     flush_target_path,
     flush_threshold,
     is_silent_reply,
-    local_date,
     mark_flushed,
     resolve_force_flush_bytes,
     should_flush,
@@ -255,8 +255,8 @@ def test_append_daily_note_creates_dir_and_only_appends(tmp_path: Path) -> None:
 
 def test_append_daily_note_uses_user_timezone(tmp_path: Path) -> None:
     p = append_daily_note(tmp_path, "x", timezone="Pacific/Kiritimati")  # UTC+14: often "tomorrow"
-    assert p.name == f"{local_date(None, 'Pacific/Kiritimati').isoformat()}.md"
-    assert local_date(datetime(2026, 2, 16, 11, 0, tzinfo=UTC), "Pacific/Kiritimati") == date(2026, 2, 17)
+    assert p.name == f"{today('Pacific/Kiritimati', strict=False).isoformat()}.md"
+    assert today("Pacific/Kiritimati", now=datetime(2026, 2, 16, 11, 0, tzinfo=UTC), strict=False) == date(2026, 2, 17)
 
 
 def test_append_refuses_symlinked_memory_dir_and_file(tmp_path: Path) -> None:

@@ -23,7 +23,6 @@ import json
 import logging
 import math
 import os
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -31,20 +30,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from memdir.daily import append_daily, today
+from memdir.prompt import DEFAULT_CONTEXT_CHARS, build_session_context, memory_recall_section
 from memdir.sessions.flush import (
     FlushDecision,
     FlushPlan,
     FlushSettings,
-    append_daily_note,
     build_flush_plan,
     fresh_total_tokens,
     is_silent_reply,
-    local_date,
     mark_flushed,
     should_flush,
 )
 from memdir.sessions.hook import run_session_memory_hook
-from memdir.sessions.prompt import DEFAULT_CONTEXT_BUDGET_CHARS, memory_recall_section, session_start_context
 from memdir.sessions.store import (
     SessionEntry,
     SessionStore,
@@ -53,6 +51,7 @@ from memdir.sessions.store import (
     message_record,
     session_key,
 )
+from memdir.tools import decorate_citations, search_unavailable_payload, should_include_citations
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +97,8 @@ class MemoryIndexBackend:
         return self.memory.get(path, from_line=from_line, lines=lines).as_dict()
 
     def append_daily(self, text: str, day: str | None = None) -> str:
-        written = append_daily_note(self.memory.workspace, text, day=day, timezone=self.timezone)
-        return written.relative_to(self.memory.workspace).as_posix()
+        date = day if day is not None else today(self.timezone, strict=False)
+        return append_daily(self.memory.workspace, text, date=date, blank_line=True)
 
     def sync(self) -> None:
         self.memory.sync(reason="agent")
@@ -176,7 +175,7 @@ TOOLS: list[dict[str, Any]] = [
         "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}},
 ]
 
-_QUOTA = re.compile(r"insufficient_quota|quota|429")
+TOOL_NAMES = tuple(tool["function"]["name"] for tool in TOOLS)
 
 
 def _int_arg(value: Any) -> int | None:
@@ -190,25 +189,6 @@ def _int_arg(value: Any) -> int | None:
 
 def _pick(args: dict[str, Any], camel: str, snake: str) -> Any:
     return args.get(camel, args.get(snake))
-
-
-def cite(hit: dict[str, Any]) -> dict[str, Any]:
-    """R§10.1 citation: ``path#L<s>`` or ``path#L<s>-L<e>``, appended to the snippet."""
-    start, end = hit.get("startLine"), hit.get("endLine")
-    citation = f"{hit['path']}#L{start}" if start == end else f"{hit['path']}#L{start}-L{end}"
-    return {**hit, "citation": citation, "snippet": f"{str(hit.get('snippet', '')).strip()}\n\nSource: {citation}"}
-
-
-def search_unavailable(error: str | None) -> dict[str, Any]:
-    message = (error or "").strip() or "memory search unavailable"
-    if _QUOTA.search(message.lower()):
-        warning = "Memory search is unavailable because the embedding provider quota is exhausted."
-        action = "Top up or switch embedding provider, then retry memory_search."
-    else:
-        warning = "Memory search is unavailable due to an embedding/provider error."
-        action = "Check embedding provider configuration and retry memory_search."
-    return {"results": [], "disabled": True, "unavailable": True, "error": message, "warning": warning,
-            "action": action}
 
 
 # --- the agent ------------------------------------------------------------------------------
@@ -237,7 +217,7 @@ class AgentOptions:
     citations: str = "auto"
     timezone: str | None = None
     max_tool_rounds: int = 8
-    context_budget_chars: int = DEFAULT_CONTEXT_BUDGET_CHARS
+    context_budget_chars: int = DEFAULT_CONTEXT_CHARS
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     cli_provider: bool = False
     read_only: bool = False
@@ -323,10 +303,10 @@ class Agent:
     # -- prompts -------------------------------------------------------------------------------
     def system_prompt(self) -> str:
         if self._start_context is None:
-            today = local_date(self.clock(), self.options.timezone)
-            self._start_context = session_start_context(self.workspace, chat_type=self.chat_type, today=today,
-                                                        budget_chars=self.options.context_budget_chars)
-        parts = [self.options.system_prompt, "\n".join(memory_recall_section(citations=self.options.citations))]
+            self._start_context = build_session_context(
+                workspace=self.workspace, chat_type=self.chat_type, timezone=self.options.timezone,
+                now=self.clock(), max_chars=self.options.context_budget_chars).text
+        parts = [self.options.system_prompt, memory_recall_section(TOOL_NAMES, self.options.citations)]
         if self._start_context:
             parts.append(self._start_context)
         if self.summary:
@@ -514,10 +494,9 @@ class Agent:
             hits = self.backend.search(query, max_results=max_results,
                                        min_score=float(min_score) if min_score is not None else None)
         except Exception as exc:
-            return search_unavailable(str(exc))
+            return search_unavailable_payload(exc)
         mode = self.options.citations
-        with_citations = mode == "on" or (mode == "auto" and self.chat_type == "direct")
-        return {"results": [cite(h) if with_citations else h for h in hits], "citations": mode}
+        return {"results": decorate_citations(hits, should_include_citations(mode, self.key)), "citations": mode}
 
     def _tool_get(self, args: dict[str, Any]) -> dict[str, Any]:
         path = str(args.get("path") or "").strip()
@@ -532,7 +511,7 @@ class Agent:
         text = str(args.get("text") or "")
         if not text.strip():
             return {"ok": False, "error": "text required"}
-        day = plan.day if plan is not None else local_date(self.clock(), self.options.timezone)
+        day = plan.day if plan is not None else today(self.options.timezone, now=self.clock(), strict=False)
         try:
             path = self.backend.append_daily(text, day=day.isoformat())
         except Exception as exc:

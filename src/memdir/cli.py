@@ -91,17 +91,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _memory(args: argparse.Namespace) -> Any:
-    from memdir.api import Memory
+def _load_config(args: argparse.Namespace) -> Any:
     from memdir.config import load_config
 
-    loaded = load_config(
+    return load_config(
         config_path=getattr(args, "config", None),
         workspace=getattr(args, "workspace", None),
         agent_id=getattr(args, "agent", None),
         state_dir=getattr(args, "state_dir", None),
     )
-    return Memory(config=loaded)
+
+
+def _memory(args: argparse.Namespace) -> Any:
+    from memdir.api import Memory
+
+    return Memory(config=_load_config(args))
 
 
 def _progress_bar(enabled: bool) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
@@ -263,14 +267,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    from memdir.config import load_config
-
-    loaded = load_config(
-        config_path=getattr(args, "config", None),
-        workspace=getattr(args, "workspace", None),
-        agent_id=getattr(args, "agent", None),
-        state_dir=getattr(args, "state_dir", None),
-    )
+    loaded = _load_config(args)
     rows = loaded.rows()
     if args.json:
         print(json.dumps({"configFile": str(loaded.config_file) if loaded.config_file else None,

@@ -1,13 +1,15 @@
 """What an agent is told about its memory: the "Memory Recall" section and session-start context.
 
 * :func:`memory_recall_section` is OpenClaw's system-prompt section (R§10.3), word for word, in
-  its variants for both tools / search only / get only and citations on or off; memdir adds one
-  line about ``memory_append`` when that tool is offered.
+  its variants for both tools / search only / get only, citations on or off and (v4.12) with
+  indexed session transcripts in the search scope; memdir adds one line about
+  ``memory_append`` when that tool is offered.
 * :func:`build_session_context` is what a new session starts with: ``MEMORY.md`` in private
   (direct) sessions only — never in group or channel sessions, where other people would see
-  private memory — and today's and yesterday's daily logs in the user's timezone, within a size
-  budget.  A file that does not fit is cut at a line boundary with a visible marker saying how
-  much is missing and how to read it, never silently.
+  private memory — and today's and yesterday's daily logs in the user's timezone, including the
+  session hook's ``YYYY-MM-DD-<slug>.md`` captures (which OpenClaw never loaded, #45607),
+  within a size budget.  A file that does not fit is cut at a line boundary with a visible
+  marker saying how much is missing and how to read it, never silently.
 """
 
 from __future__ import annotations
@@ -22,16 +24,19 @@ from typing import Any
 
 from memdir.daily import daily_rel_path, today
 from memdir.tools import ChatType, chat_type_from_session_key, resolve_citations_mode
+from memdir.workspace import MEMORY_DIR
 
 HEADING = "## Memory Recall"
+SCOPE = "MEMORY.md + memory/*.md"
+SESSIONS_SCOPE = " + indexed session transcripts"  # R§10.3 [v4.12], when sessions are indexed
 GUIDANCE_BOTH = (
     "Before answering anything about prior work, decisions, dates, people, preferences, or todos: run "
-    "memory_search on MEMORY.md + memory/*.md; then use memory_get to pull only the needed lines. If low "
+    f"memory_search on {SCOPE}; then use memory_get to pull only the needed lines. If low "
     "confidence after search, say you checked."
 )
 GUIDANCE_SEARCH_ONLY = (
     "Before answering anything about prior work, decisions, dates, people, preferences, or todos: run "
-    "memory_search on MEMORY.md + memory/*.md and answer from the matching results. If low confidence after "
+    f"memory_search on {SCOPE} and answer from the matching results. If low confidence after "
     "search, say you checked."
 )
 GUIDANCE_GET_ONLY = (
@@ -52,8 +57,11 @@ DEFAULT_CONTEXT_CHARS = 20_000
 
 
 def memory_recall_lines(tools: Iterable[str] = ("memory_search", "memory_get"),
-                        citations: Any = "auto") -> list[str]:
-    """The section as lines (ending with an empty line), or ``[]`` if neither recall tool exists."""
+                        citations: Any = "auto", *, sessions: bool = False) -> list[str]:
+    """The section as lines (ending with an empty line), or ``[]`` if neither recall tool exists.
+
+    ``sessions``: session transcripts are indexed too, so the search scope names them (v4.12).
+    """
     available = set(tools)
     has_search, has_get = "memory_search" in available, "memory_get" in available
     if not has_search and not has_get:
@@ -64,6 +72,8 @@ def memory_recall_lines(tools: Iterable[str] = ("memory_search", "memory_get"),
         guidance = GUIDANCE_SEARCH_ONLY
     else:
         guidance = GUIDANCE_GET_ONLY
+    if sessions:
+        guidance = guidance.replace(f"memory_search on {SCOPE}", f"memory_search on {SCOPE}{SESSIONS_SCOPE}")
     lines = [HEADING, guidance]
     if "memory_append" in available:
         lines.append(APPEND_GUIDANCE)
@@ -72,9 +82,10 @@ def memory_recall_lines(tools: Iterable[str] = ("memory_search", "memory_get"),
     return lines
 
 
-def memory_recall_section(tools: Iterable[str] = ("memory_search", "memory_get"), citations: Any = "auto") -> str:
+def memory_recall_section(tools: Iterable[str] = ("memory_search", "memory_get"), citations: Any = "auto", *,
+                          sessions: bool = False) -> str:
     """The "Memory Recall" system-prompt section as text (``""`` without recall tools)."""
-    return "\n".join(memory_recall_lines(tools, citations))
+    return "\n".join(memory_recall_lines(tools, citations, sessions=sessions))
 
 
 # --- session-start context --------------------------------------------------------------------
@@ -206,7 +217,7 @@ def build_session_context(
     else:
         raise ValueError("build_session_context needs a Memory or a workspace")
     kind: ChatType = chat_type or chat_type_from_session_key(session_key)
-    day = today(tz, now=now)
+    day = today(tz, now=now, strict=False)  # an unknown timezone falls back to the machine's: never fail here
 
     sources: list[tuple[str, str, str, str]] = []  # (path, label, text, keep)
     if kind == "direct":
@@ -214,10 +225,10 @@ def build_session_context(
         if curated is not None and curated[1].strip():
             sources.append((curated[0], "long-term memory", curated[1], "head"))
     for offset, label in ((1, "yesterday"), (0, "today")):  # chronological, like the logs themselves
-        rel = daily_rel_path(day - dt.timedelta(days=offset))
-        text = _read_regular(ws / rel) if _safe_daily(ws, rel) else None
-        if text is not None and text.strip():
-            sources.append((rel, label, text, "tail"))
+        for rel in _daily_files(ws, day - dt.timedelta(days=offset)):
+            text = _read_regular(ws / rel) if _safe_daily(ws, rel) else None
+            if text is not None and text.strip():
+                sources.append((rel, label, text, "tail"))
 
     intro = "# Memory (loaded at session start)"
     headers = [f"## {path} ({label})" for path, label, _, _ in sources]
@@ -239,6 +250,18 @@ def build_session_context(
     return SessionContext("\n\n".join(blocks) + "\n", kind, files)
 
 
+def _daily_files(workspace: Path, day: dt.date) -> list[str]:
+    """A day's log, then the session hook's captures of that day (``YYYY-MM-DD-<slug>.md``), by name."""
+    rel = daily_rel_path(day)
+    stem = day.isoformat() + "-"
+    try:
+        names = os.listdir(workspace / MEMORY_DIR) if not os.path.islink(workspace / MEMORY_DIR) else []
+    except OSError:
+        names = []
+    captures = sorted(n for n in names if n.startswith(stem) and n.endswith(".md"))
+    return [rel, *(f"{MEMORY_DIR}/{n}" for n in captures)]
+
+
 def _safe_daily(workspace: Path, rel: str) -> bool:
     """The daily log exists and neither it nor ``memory/`` is a symlink."""
     try:
@@ -251,6 +274,6 @@ def _safe_daily(workspace: Path, rel: str) -> bool:
 
 __all__ = [
     "CITATIONS_OFF", "CITATIONS_ON", "DEFAULT_CONTEXT_CHARS", "GUIDANCE_BOTH", "GUIDANCE_GET_ONLY",
-    "GUIDANCE_SEARCH_ONLY", "HEADING", "ContextFile", "SessionContext", "build_session_context",
-    "memory_recall_lines", "memory_recall_section",
+    "GUIDANCE_SEARCH_ONLY", "HEADING", "SCOPE", "SESSIONS_SCOPE", "ContextFile", "SessionContext",
+    "build_session_context", "memory_recall_lines", "memory_recall_section",
 ]

@@ -12,7 +12,6 @@ from memdir.sessions.flush import (
     should_flush,
 )
 from memdir.sessions.hook import HookResult, run_session_memory_hook
-from memdir.sessions.prompt import memory_recall_section, session_start_context
 from memdir.sessions.store import (
     SessionEntry,
     SessionStore,
@@ -49,13 +48,11 @@ __all__ = [
     "iter_records",
     "list_transcripts",
     "mark_flushed",
-    "memory_recall_section",
     "remap_lines",
     "run_session_memory_hook",
     "session_document",
     "session_hash",
     "session_key",
     "session_rel_path",
-    "session_start_context",
     "should_flush",
 ]

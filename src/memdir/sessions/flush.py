@@ -18,13 +18,13 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, tzinfo
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from memdir.config import DEFAULT_CONTEXT_TOKENS, parse_byte_size
-from memdir.sessions.files import append_memory_file
+from memdir.daily import coerce_date, daily_rel_path, local_time, resolve_timezone, today
+from memdir.memfiles import append_memory_file
 from memdir.sessions.store import SessionEntry, SessionStore, now_ms
 
 SILENT_REPLY_TOKEN = "NO_REPLY"
@@ -212,53 +212,17 @@ def mark_flushed(store: SessionStore, key: str, *, compaction_count: int | None 
 # --- prompts --------------------------------------------------------------------------------
 
 
-def resolve_timezone(name: str | None = None) -> tuple[tzinfo, str]:
-    """``(tzinfo, IANA name)`` for the user's timezone; unknown or unset → the host's zone."""
-    for candidate in (name, os.environ.get("TZ"), _host_zone_name()):
-        if candidate:
-            try:
-                return ZoneInfo(candidate), candidate
-            except (ZoneInfoNotFoundError, ValueError):
-                continue
-    return UTC, "UTC"
-
-
-def _host_zone_name() -> str | None:
-    try:
-        target = os.path.realpath("/etc/localtime")
-    except OSError:
-        return None
-    marker = "zoneinfo/"
-    return target.split(marker, 1)[1] if marker in target else None
-
-
-def _local(now: datetime | None, tz: tzinfo) -> datetime:
-    now = now or datetime.now(UTC)
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=UTC)
-    return now.astimezone(tz)
-
-
-def local_date(now: datetime | None = None, timezone: str | None = None) -> date:
-    """Today in the user's timezone: the date a flush or daily note belongs to."""
-    tz, _ = resolve_timezone(timezone)
-    return _local(now, tz).date()
-
-
 def flush_target_path(day: date | datetime | str) -> str:
     """The one file a flush may write: ``memory/YYYY-MM-DD.md`` (relative to the workspace)."""
     if isinstance(day, datetime):
         day = day.date()
-    text = day.isoformat() if isinstance(day, date) else str(day)
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-        raise ValueError(f"not a YYYY-MM-DD date: {day!r}")
-    return f"memory/{text}.md"
+    return daily_rel_path(coerce_date(day))
 
 
 def current_time_line(now: datetime | None = None, timezone: str | None = None) -> str:
     """``Current time: <local time> (<IANA tz>) / <YYYY-MM-DD HH:MM> UTC``."""
     tz, name = resolve_timezone(timezone)
-    local = _local(now, tz)
+    local = local_time(now, tz)
     utc = local.astimezone(UTC)
     hour = local.hour % 12 or 12
     pretty = f"{local:%A}, {local:%B} {local.day}, {local.year}, {hour}:{local:%M} {'AM' if local.hour < 12 else 'PM'}"
@@ -282,7 +246,7 @@ def render_flush_text(
     template: str, *, now: datetime | None = None, timezone: str | None = None, time_line: bool = True
 ) -> str:
     """Replace every ``YYYY-MM-DD`` with the local date, right-trim, add the time line once."""
-    day = local_date(now, timezone).isoformat()
+    day = today(timezone, now=now, strict=False).isoformat()
     text = template.replace(DATE_PLACEHOLDER, day).rstrip()
     if time_line and "Current time:" not in text:
         text += "\n" + current_time_line(now, timezone)
@@ -308,7 +272,7 @@ def build_flush_plan(
     system = (cfg.system_prompt or "").strip() or DEFAULT_FLUSH_SYSTEM_PROMPT
     prompt = ensure_no_reply(ensure_hints(prompt))
     system = ensure_no_reply(ensure_hints(system))
-    day = local_date(now, timezone)
+    day = today(timezone, now=now, strict=False)
     return FlushPlan(
         prompt=render_flush_text(prompt, now=now, timezone=timezone),
         system_prompt=render_flush_text(system, now=now, timezone=timezone, time_line=False),
@@ -338,8 +302,9 @@ def append_daily_note(
 ) -> Path:
     """Append ``text`` to ``<ws>/memory/<day>.md`` (today in the user's timezone by default).
 
-    Confined to exactly that file: append-only, never overwrites, creates ``memory/`` if needed,
-    locks against concurrent appenders and refuses symlinks.
+    Confined to exactly that file through :mod:`memdir.memfiles`: append-only, never
+    overwrites, creates ``memory/`` if needed, locks against concurrent appenders and refuses
+    symlinks.  Notes are separated by a blank line.
     """
-    rel = flush_target_path(day if day is not None else local_date(None, timezone))
-    return append_memory_file(workspace, rel.split("/", 1)[1], text)
+    rel = flush_target_path(day if day is not None else today(timezone, strict=False))
+    return append_memory_file(workspace, rel.split("/", 1)[1], text, blank_line=True)

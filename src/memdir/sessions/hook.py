@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memdir.sessions.files import create_memory_file
+from memdir.memfiles import create_memory_file
 from memdir.sessions.store import RESET_MARKER, SessionEntry
 
 log = logging.getLogger(__name__)

@@ -27,15 +27,16 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
+
+from memdir.tools import chat_type_from_session_key, parse_session_key
 
 log = logging.getLogger(__name__)
 
 SESSIONS_FILE = "sessions.json"
 RESET_MARKER = ".reset."
-ChatType = Literal["direct", "group", "channel"]
 T = TypeVar("T")
 
 
@@ -51,31 +52,8 @@ def now_ms() -> int:
 # --- session keys ---------------------------------------------------------------------------
 
 
-def parse_session_key(key: str | None) -> tuple[str, str] | None:
-    """``agent:<id>:<rest>`` → ``(id, rest)`` (lower-cased); anything else → None."""
-    if not key:
-        return None
-    parts = key.strip().lower().split(":")
-    if len(parts) < 3 or parts[0] != "agent" or not parts[1]:
-        return None
-    return parts[1], ":".join(parts[2:])
-
-
-def chat_type_from_session_key(key: str | None) -> ChatType:
-    """R§10.1: a key whose rest has a ``channel`` token is a channel, ``group`` a group, else direct.
-
-    Unparsable keys count as direct, which is what decides citations (auto mode) and whether
-    MEMORY.md may be shown at session start.
-    """
-    parsed = parse_session_key(key)
-    if parsed is None:
-        return "direct"
-    tokens = parsed[1].split(":")
-    if "channel" in tokens:
-        return "channel"
-    if "group" in tokens:
-        return "group"
-    return "direct"
+# Parsing is shared with the tools (citations in auto mode) and the session-start context, so
+# a key means the same chat type everywhere: see memdir.tools.parse_session_key.
 
 
 def session_key(agent_id: str, rest: str = "main") -> str:

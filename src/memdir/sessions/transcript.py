@@ -165,6 +165,14 @@ def remap_lines(start: int, end: int, line_map: list[int]) -> tuple[int, int]:
 _READ_BLOCK = 64 * 1024
 
 
+def _size(path: Path) -> int | None:
+    """The file's size, or ``None`` if it is gone."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return None
+
+
 def count_newlines(path: Path, start: int, end: int) -> int:
     count = 0
     try:
@@ -216,11 +224,9 @@ class SessionDeltaTracker:
 
     def observe(self, path: str | os.PathLike[str], size: int | None = None) -> bool:
         p = Path(path)
+        size = _size(p) if size is None else size
         if size is None:
-            try:
-                size = p.stat().st_size
-            except FileNotFoundError:
-                return False
+            return False
         state = self.state(p)
         if size < state.last_size:  # truncated or rewritten: count the whole file again
             state.last_size = size
@@ -253,13 +259,10 @@ class SessionDeltaTracker:
     def mark_indexed(self, path: str | os.PathLike[str], size: int | None = None) -> None:
         """After indexing (or skipping an unchanged hash): ``{lastSize: size, 0, 0}``."""
         p = Path(path)
+        size = _size(p) if size is None else size
         if size is None:
-            try:
-                size = p.stat().st_size
-            except FileNotFoundError:
-                self.states.pop(p, None)
-                self.dirty.discard(p)
-                return
+            self.forget(p)
+            return
         self.states[p] = DeltaState(last_size=size)
         self.dirty.discard(p)
 

@@ -1,0 +1,188 @@
+"""The one writer of memory files: ``<workspace>/memory/*.md``.
+
+Everything that writes memory goes through here — :func:`memdir.daily.append_daily` (the
+``memory_append`` tool, :meth:`memdir.Memory.append_daily`, the agent loop), the
+pre-compaction flush and the session-memory hook.  The guarantees:
+
+* **Confined.**  Writes go through a directory descriptor for ``<ws>/memory`` opened with
+  ``O_DIRECTORY | O_NOFOLLOW`` and a file name that must be a plain ``*.md`` name, so a
+  symlinked ``memory/`` folder, a symlinked target file or a name with a slash or ``..`` can
+  never redirect a write elsewhere.  The target must be a regular file.
+* **Append-only.**  Appends open the file with ``O_APPEND`` and never truncate, seek or rewrite:
+  existing entries are never touched.  New files are created with ``O_EXCL``, so an existing
+  file is never overwritten.
+* **Locked and whole.**  Each append takes an exclusive ``flock``, so "how does the file end?"
+  and the write happen as one step among cooperating writers (threads and processes), and
+  writes the whole entry in one ``write`` call (a short write is finished, not dropped).
+* **Durable.**  Entries are ``fsync``-ed before returning unless the caller opts out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from memdir.workspace import MEMORY_DIR
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.md$")
+_LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\n)+")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class MemoryFileError(ValueError):
+    """A write to a memory file was refused or failed; the message says why."""
+
+
+class UnsafeMemoryPath(OSError, MemoryFileError):
+    """A write would leave ``<ws>/memory/`` or go through a symlink; nothing was written."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+def _check_name(name: str) -> None:
+    if not _SAFE_NAME.match(name) or ".." in name:
+        raise UnsafeMemoryPath(errno.EINVAL, f"refusing to write {name!r}: not a plain .md file name")
+
+
+def normalise_entry(text: str) -> str:
+    """Entry text as whole lines: ``\\r\\n``/``\\r`` become ``\\n``, leading blank lines and
+    trailing blanks go, one final ``\\n``.  Blank text and NUL bytes are refused."""
+    if not isinstance(text, str):
+        raise MemoryFileError("text must be a string")
+    body = _LEADING_BLANK_LINES.sub("", text.replace("\r\n", "\n").replace("\r", "\n").rstrip())
+    if "\x00" in body:
+        raise MemoryFileError("text contains a NUL byte")
+    if not body.strip():
+        raise MemoryFileError("text required")
+    return body + "\n"
+
+
+@contextlib.contextmanager
+def memory_dir_fd(workspace: str | os.PathLike[str], *, create_workspace: bool = True) -> Iterator[int]:
+    """An ``O_DIRECTORY | O_NOFOLLOW`` descriptor for ``<ws>/memory``, created if missing.
+
+    ``create_workspace`` also creates the workspace itself (``mkdir -p``, as the session hook
+    does, R§13); without it a missing workspace is an error rather than a new folder.
+    """
+    ws = Path(workspace)
+    folder = ws / MEMORY_DIR
+    if create_workspace:
+        ws.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(folder, 0o755)
+    except FileExistsError:
+        pass
+    except FileNotFoundError as exc:
+        raise MemoryFileError(f"workspace does not exist: {ws}") from exc
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            what = "a symlink" if os.path.islink(folder) else "not a folder"
+            raise UnsafeMemoryPath(exc.errno, f"refusing to write through {MEMORY_DIR}/: it is {what}") from exc
+        raise
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """One ``write`` normally; a short write (disk nearly full, signal) is finished, not dropped."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise MemoryFileError("write to a memory file made no progress")
+        view = view[written:]
+
+
+def _separator(fd: int, blank_line: bool) -> bytes:
+    """What goes before the entry so it starts on its own line (after a blank line if asked)."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return b""
+    tail = os.pread(fd, 2, max(0, size - 2))
+    if not blank_line:
+        return b"" if tail.endswith(b"\n") else b"\n"
+    if tail.endswith(b"\n\n"):
+        return b""
+    return b"\n" if tail.endswith(b"\n") else b"\n\n"
+
+
+def append_memory_file(
+    workspace: str | os.PathLike[str],
+    name: str,
+    text: str,
+    *,
+    blank_line: bool = True,
+    fsync: bool = True,
+    create_workspace: bool = True,
+) -> Path:
+    """Append ``text`` to ``<ws>/memory/<name>`` (created if missing); returns the file's path.
+
+    The entry is normalised to whole lines (:func:`normalise_entry`) and starts on a line of its
+    own even if the file was hand-edited without a final newline; with ``blank_line`` (the
+    default) it is also separated from the previous entry by a blank line, otherwise entries
+    are consecutive lines.
+    """
+    _check_name(name)
+    entry = normalise_entry(text).encode("utf-8")
+    with memory_dir_fd(workspace, create_workspace=create_workspace) as dfd:
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _CLOEXEC
+        try:
+            fd = os.open(name, flags, 0o644, dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafeMemoryPath(exc.errno, f"refusing to write through a symlink: {MEMORY_DIR}/{name}") from exc
+            raise MemoryFileError(f"cannot open {MEMORY_DIR}/{name} for appending: {exc.strerror}") from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UnsafeMemoryPath(errno.EINVAL, f"{MEMORY_DIR}/{name} is not a regular file")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                _write_all(fd, _separator(fd, blank_line) + entry)
+                if fsync:
+                    os.fsync(fd)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+    return Path(workspace) / MEMORY_DIR / name
+
+
+def create_memory_file(
+    workspace: str | os.PathLike[str], stem: str, text: str, *, max_tries: int = 1000, fsync: bool = True
+) -> Path:
+    """Create ``<ws>/memory/<stem>.md``, or ``<stem>-2.md``, ``-3``… if taken; never overwrites."""
+    data = text.encode("utf-8")
+    with memory_dir_fd(workspace) as dfd:
+        for n in range(1, max_tries + 1):
+            name = f"{stem}.md" if n == 1 else f"{stem}-{n}.md"
+            _check_name(name)
+            try:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644, dir_fd=dfd)
+            except FileExistsError:
+                continue
+            try:
+                _write_all(fd, data)
+                if fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            return Path(workspace) / MEMORY_DIR / name
+    raise FileExistsError(f"no free file name for {MEMORY_DIR}/{stem}.md after {max_tries} tries")
+
+
+__all__ = [
+    "MemoryFileError", "UnsafeMemoryPath", "append_memory_file", "create_memory_file", "memory_dir_fd",
+    "normalise_entry",
+]
