@@ -8,6 +8,7 @@ leaf remembers where its value came from so ``memdir config show`` can say it.
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import os
@@ -288,7 +289,7 @@ class AgentEntry(_Model):
 
 class AgentsConfig(_Model):
     defaults: AgentDefaults = Field(default_factory=AgentDefaults)
-    list: list[AgentEntry] = Field(default_factory=list)
+    entries: builtins.list[AgentEntry] = Field(default_factory=builtins.list, alias="list")
 
 
 class Settings(_Model):
@@ -563,7 +564,7 @@ def load_config(
     # The agent id decides which agents.list entry applies, so settle it before that layer.
     agent = flag_layer.get("agent_id") or env_layer.get("agent_id") or data.get("agent_id")
     if file_agents:
-        for entry in file_agents.get("list") or []:
+        for entry in file_agents.get("entries") or []:
             if entry.get("id") == agent:
                 origin = f"file:{cfg_file} (agents.list[{agent}])"
                 if entry.get("memory_search"):

@@ -578,7 +578,7 @@ def resolve_local_model(
     name = spec[3:] if hub_only else spec
     path = Path(os.path.expandvars(name)).expanduser()
     if not hub_only and path.exists():
-        path = path.resolve()
+        path = Path(os.path.abspath(path))  # absolute, but symlinks kept (HF cache layouts use them)
         if path.is_file():
             if path.suffix.lower() != ".onnx":
                 raise EmbeddingError(

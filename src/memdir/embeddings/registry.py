@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from memdir.config import MemorySearchConfig
-from memdir.embeddings.base import EmbeddingProvider
+from memdir.embeddings.base import EmbeddingError, EmbeddingProvider
 
 
 @dataclass
@@ -32,4 +32,11 @@ def select_provider(cfg: MemorySearchConfig, env: Mapping[str, str] | None = Non
     requested = cfg.provider
     if requested in ("none", "fts-only", "off"):
         return ProviderSelection(None, requested, unavailable_reason="embeddings disabled by configuration")
+    if requested in ("local", "auto"):
+        from memdir.embeddings.local import create_local_provider  # imported on demand: registry stays light
+
+        try:
+            return ProviderSelection(create_local_provider(cfg), requested)
+        except EmbeddingError as exc:
+            return ProviderSelection(None, requested, unavailable_reason=str(exc))
     return ProviderSelection(None, requested, unavailable_reason="No embeddings provider available.")
