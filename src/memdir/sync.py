@@ -151,6 +151,10 @@ class Indexer:
                 report = self._full_reindex(why, progress, strict=meta is not None)
             else:
                 report = self._incremental(self.store, progress, deadline, lazy=reason in ("search", "watch"))
+                cache = self.settings.memory_search.cache
+                if cache.enabled and cache.max_entries and report.embedded:
+                    with self.store.transaction():
+                        self.store.cache_prune(cache.max_entries)
             report.reason = reason if not report.full else f"{reason}: {why}"
         finally:
             self.lock.release()

@@ -1,0 +1,202 @@
+"""Semantic and hybrid search on the real embedded model (issue 3): the behaviours a user relies on."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from memdir.api import Memory
+from memdir.embeddings.local import create_local_provider
+
+NOTES = {
+    "MEMORY.md": "# Accounts\n- Invoice code ZX-4471-Q is the Acme retainer.\n",
+    "memory/health.md": "- The user is allergic to peanuts and shellfish.\n",
+    "memory/2026-01-10.md": "- Picked Kafka for the billing event stream because replay matters.\n",
+    "memory/2026-01-11.md": "- Dana's cat Miso had surgery; she is working from home this week.\n",
+    "memory/2026-01-12.md": "- Lunch was ramen near the office; the new espresso machine is broken again.\n",
+}
+
+
+class CountingProvider:
+    """The real local model, counting how many texts it is asked to embed."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.id, self.model, self.provider_key = inner.id, inner.model, inner.provider_key
+        self.max_input_bytes = inner.max_input_bytes
+        self.embedded = 0
+        self.queries = 0
+
+    @property
+    def dims(self):
+        return self.inner.dims
+
+    def embed_query(self, text):
+        self.queries += 1
+        return self.inner.embed_query(text)
+
+    def embed_batch(self, texts):
+        self.embedded += len(texts)
+        return self.inner.embed_batch(texts)
+
+    def close(self):
+        pass
+
+
+class BrokenQueryProvider(CountingProvider):
+    def __init__(self, inner, *, delay: float = 0.0, error: str | None = None):
+        super().__init__(inner)
+        self.delay, self.error = delay, error
+
+    def embed_query(self, text):
+        if self.delay:
+            time.sleep(self.delay)
+        if self.error:
+            raise RuntimeError(self.error)
+        return super().embed_query(text)
+
+
+@pytest.fixture(scope="module")
+def model():
+    from memdir.config import MemorySearchConfig
+
+    provider = create_local_provider(MemorySearchConfig())
+    provider.embed_query("warm up")
+    yield provider
+    provider.close()
+
+
+@pytest.fixture
+def ws(make_workspace) -> Path:
+    return make_workspace(NOTES)
+
+
+def test_paraphrase_found_by_hybrid_not_by_keywords(ws: Path, model):
+    query = "seafood allergy"  # shares no word with "allergic to peanuts and shellfish"
+    with Memory(ws, config={"memorySearch": {"provider": "none"}}, agent_id="kw") as kw:
+        assert not any(r.path == "memory/health.md" for r in kw.search(query).results)
+    with Memory(ws, provider=CountingProvider(model)) as mem:
+        resp = mem.search(query, explain=True)
+        assert resp.mode == "hybrid" and resp.provider == "local"
+        assert resp.results and resp.results[0].path == "memory/health.md"
+        assert resp.results[0].explain["matched"] == ["vector"]
+        assert resp.results[0].score >= 0.35  # passes the default floor on its own merit
+
+
+def test_exact_identifier_survives_the_floor(ws: Path, model):
+    with Memory(ws, provider=CountingProvider(model)) as mem:
+        resp = mem.search("ZX-4471-Q", explain=True)
+        assert resp.results and resp.results[0].path == "MEMORY.md"
+        assert "keyword" in resp.results[0].explain["matched"]
+
+
+def test_forced_reindex_makes_zero_new_embedding_calls(ws: Path, model):
+    counting = CountingProvider(model)
+    with Memory(ws, provider=counting) as mem:
+        first = mem.sync()
+        assert first.embedded == 5 and counting.embedded == 5
+        again = mem.sync(force=True)
+        assert again.full and again.embedded == 0 and again.cache_hits == 5
+        assert counting.embedded == 5
+        assert mem.status()["vector"]["vectors"] == 5
+
+
+def test_changed_file_embeds_only_its_new_chunks(ws: Path, model):
+    counting = CountingProvider(model)
+    with Memory(ws, provider=counting) as mem:
+        mem.sync()
+        (ws / "memory/2026-01-12.md").write_text("- The espresso machine was replaced.\n")
+        report = mem.sync()
+        assert (report.indexed, report.embedded) == (1, 1)
+
+
+def test_cache_is_pruned_to_max_entries_least_recent_first(ws: Path, model):
+    cfg = {"memorySearch": {"cache": {"maxEntries": 3}}}
+    with Memory(ws, provider=CountingProvider(model), config=cfg) as mem:
+        mem.sync()
+        assert mem.store.cache_count() == 3
+        (ws / "memory/2026-01-13.md").write_text("- A brand new note about sailing.\n")
+        mem.sync()
+        assert mem.store.cache_count() == 3
+        hashes = {h for (h,) in mem.store.conn.execute("SELECT hash FROM embedding_cache")}
+        newest = mem.store.conn.execute(
+            "SELECT hash FROM chunks WHERE path = 'memory/2026-01-13.md'").fetchone()[0]
+        assert newest in hashes
+
+
+def test_failing_query_embedding_falls_back_to_keywords(ws: Path, model):
+    with Memory(ws, provider=BrokenQueryProvider(model, error="connection reset")) as mem:
+        resp = mem.search("Kafka billing")
+        assert resp.mode == "fts-only" and "connection reset" in resp.fallback["reason"]
+        assert resp.results[0].path == "memory/2026-01-10.md"
+
+
+def test_slow_query_embedding_falls_back_within_the_budget(ws: Path, model):
+    cfg = {"memorySearch": {"query": {"embedTimeoutMs": 200}}}
+    with Memory(ws, provider=BrokenQueryProvider(model, delay=2.0), config=cfg) as mem:
+        mem.sync()
+        t0 = time.perf_counter()
+        resp = mem.search("Kafka billing", sync=False)
+        assert time.perf_counter() - t0 < 1.5
+        assert resp.mode == "fts-only" and "200 ms" in resp.fallback["reason"]
+        assert resp.results[0].path == "memory/2026-01-10.md"
+
+
+def test_losing_the_provider_never_wipes_a_good_index(ws: Path, model, monkeypatch):
+    with Memory(ws, provider=CountingProvider(model)) as mem:
+        mem.sync()
+        assert mem.status()["vector"]["vectors"] == 5
+    # the provider is now unavailable (e.g. a missing key or model): auto selection finds nothing
+    from memdir.embeddings import registry
+
+    def unavailable(cfg, env=None):
+        return registry.ProviderSelection(None, "auto", unavailable_reason="gone")
+
+    (ws / "memory/2026-01-13.md").write_text("- Meeting about the quarterly roadmap.\n")
+    with monkeypatch.context() as mp:
+        mp.setattr("memdir.api.select_provider", unavailable)
+        with Memory(ws) as mem:
+            report = mem.sync()
+            assert not report.full  # no rebuild into a keyword-only index
+            assert mem.status()["vector"]["vectors"] == 5  # old vectors kept
+            assert mem.search("quarterly roadmap").results[0].path == "memory/2026-01-13.md"
+    # the provider is back: only the new chunk is embedded
+    counting = CountingProvider(model)
+    with Memory(ws, provider=counting) as mem:
+        report = mem.sync()
+        assert not report.full and counting.embedded == 1
+        assert mem.status()["vector"]["vectors"] == 6
+
+
+def test_model_change_rebuilds_in_the_background_of_readers(ws: Path, model):
+    """An identity change (here: chunking) rebuilds while another reader keeps answering."""
+    with Memory(ws, provider=CountingProvider(model)) as mem:
+        mem.sync()
+    answers: list[int] = []
+    stop = threading.Event()
+
+    def reader():
+        with Memory(ws, provider=CountingProvider(model)) as r:
+            while not stop.is_set():
+                answers.append(len(r.search("Kafka", sync=False).results))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        with Memory(ws, provider=CountingProvider(model), config={"memorySearch": {"chunking": {"tokens": 100}}}) as m:
+            assert m.sync().full
+    finally:
+        stop.set()
+        t.join(30)
+    assert answers and all(n > 0 for n in answers)
+
+
+def test_status_deep_names_the_vector_path(ws: Path, model):
+    with Memory(ws, provider=CountingProvider(model)) as mem:
+        mem.sync()
+        st = mem.status(deep=True)
+        assert st["vector"]["path"] == "sqlite-vec" and "KNN" in st["vector"]["why"]
+        assert st["embeddingProbe"]["ok"] and st["embeddingProbe"]["dims"] == 384
