@@ -132,9 +132,51 @@ class Memory:
     # -- operations --------------------------------------------------------------------------
     def sync(self, *, force: bool = False, progress: Progress | None = None, reason: str = "api",
              deadline: float | None = None, lock_timeout: float | None = None) -> SyncReport:
-        """Bring the index up to date with the files (a full rebuild with ``force``)."""
-        return self.indexer.sync(force=force, reason=reason, progress=progress, deadline=deadline,
-                                 lock_timeout=lock_timeout)
+        """Bring the index up to date with the files (a full rebuild with ``force``).
+
+        When embedding fails and ``memorySearch.fallback`` names another provider, memdir switches
+        to it once (R§5.1) and rebuilds the index with it; the switch is recorded in the report,
+        in ``status`` and in search responses.
+        """
+        kwargs = {"progress": progress, "deadline": deadline, "lock_timeout": lock_timeout}
+        try:
+            report = self.indexer.sync(force=force, reason=reason, **kwargs)
+        except LockTimeout:
+            raise
+        except Exception as exc:
+            if not self._switch_to_fallback(exc):
+                raise
+            return self._rebuild_after_fallback(reason, exc, kwargs)
+        if report.embedding_error is not None and self._switch_to_fallback(report.embedding_error):
+            return self._rebuild_after_fallback(reason, report.embedding_error, kwargs)
+        return report
+
+    def _switch_to_fallback(self, error: BaseException) -> bool:
+        if self._provider_override is not None:
+            return False
+        from memdir.embeddings.registry import fallback_for
+
+        switched = fallback_for(self.selection, self.settings.memory_search, error)
+        if switched is None:
+            return False
+        old = self.selection.provider
+        if old is not None:
+            try:
+                old.close()
+            except Exception:
+                pass
+        self._selection = switched
+        self._indexer = None
+        return True
+
+    def _rebuild_after_fallback(self, reason: str, error: BaseException, kwargs: dict[str, Any]) -> SyncReport:
+        sel = self.selection
+        report = self.indexer.sync(force=True, reason=f"{reason} (fallback)", **kwargs)
+        report.fallback = {"from": sel.fallback_from or "", "to": sel.provider.id if sel.provider else "none",
+                           "reason": str(error)}
+        report.warnings.append(f"switched embeddings from {report.fallback['from']} to {report.fallback['to']}: "
+                               f"{error}")
+        return report
 
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                explain: bool = False, sync: bool | None = None) -> SearchResponse:

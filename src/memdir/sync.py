@@ -52,9 +52,14 @@ class SyncReport:
     deferred: int = 0
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: The provider error that made this sync index some text for keywords only.
+    embedding_error: BaseException | None = field(default=None, repr=False)
+    #: Set when the sync switched to the configured fallback provider: ``{from, to, reason}``.
+    fallback: dict[str, str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out = {k: v for k, v in self.__dict__.items() if k != "embedding_error"}
+        return out
 
 
 @dataclass
@@ -312,6 +317,7 @@ class Indexer:
                     raise
                 # Keep the text searchable by keywords; the vectors are filled in on a later sync.
                 vectors = {}
+                report.embedding_error = exc
                 msg = f"embedding failed, {len(all_chunks)} chunks indexed for keywords only: {exc}"
                 if msg not in report.warnings:
                     report.warnings.append(msg)
