@@ -13,7 +13,7 @@ from memdir.embeddings.errors import BatchTimeoutError, BatchUnavailableError, R
 from memdir.embeddings.gemini import GeminiProvider, create_gemini_provider
 from memdir.embeddings.openai import OpenAIProvider, create_openai_provider
 from memdir.embeddings.voyage import create_voyage_provider
-from provider_server import FakeTiming, ProviderServer, Reply, fake_vector, make_cfg, unit
+from memdir.testing.provider_server import FakeTiming, ProviderServer, Reply, fake_vector, make_cfg, unit
 
 TEXTS = ["first chunk", "second chunk", "third chunk"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from memdir.api import Memory
-from provider_server import ProviderServer, Reply
+from memdir.testing.provider_server import ProviderServer, Reply
 
 NOTES = {
     "MEMORY.md": "# Prefs\n- Prefers PostgreSQL for transactional work.\n",

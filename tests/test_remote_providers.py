@@ -23,7 +23,7 @@ from memdir.embeddings.registry import (
 )
 from memdir.embeddings.remote import max_input_bytes_for
 from memdir.embeddings.voyage import create_voyage_provider
-from provider_server import FakeTiming, ProviderServer, fake_vector, make_cfg, unit
+from memdir.testing.provider_server import FakeTiming, ProviderServer, fake_vector, make_cfg, unit
 
 EMPTY_ENV: dict[str, str] = {}
 

@@ -15,7 +15,7 @@ from memdir.embeddings.gemini import create_gemini_provider
 from memdir.embeddings.openai import OpenAIProvider, create_openai_provider
 from memdir.embeddings.registry import RUNTIME_FALLBACK_PATTERN
 from memdir.embeddings.remote import RetryPolicy, is_quota_exhausted, parse_retry_after
-from provider_server import FakeTiming, ProviderServer, Reply, fake_vector, make_cfg, unit
+from memdir.testing.provider_server import FakeTiming, ProviderServer, Reply, fake_vector, make_cfg, unit
 
 
 @pytest.fixture
