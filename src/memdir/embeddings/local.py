@@ -365,7 +365,8 @@ class SentenceTransformersBackend:
                 f"{_PREFIX}: could not load the sentence-transformers model '{self.name_or_path}'{where}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        self.dims = model.get_sentence_embedding_dimension()
+        dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        self.dims = dimension()
         self.max_tokens = getattr(model, "max_seq_length", None)
         self._model = model
 
