@@ -107,7 +107,7 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--child", default=None)
     parser.add_argument("--n", type=int, default=64, help="chunks per throughput run")
     parser.add_argument("--reps", type=int, default=3)
@@ -117,18 +117,18 @@ def main() -> int:
         return 0
 
     sys.path.insert(0, str(ROOT / "src"))
-    from memdir.embeddings.local import LocalEmbeddingProvider
+    from memdir.embeddings.local import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS, LocalEmbeddingProvider
 
     print(
         f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.1f} (other work skews wall-clock figures)"
     )
-    for batch, tokens in ((16, 512), (1, 10**9), (16, 10**9)):
+    for batch, tokens in ((DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS), (1, 10**9), (16, 10**9)):
         r = run_child("rss", args, batch, tokens)
         print(
             f"500 chunks in 5-chunk calls, batch {batch}, token cap {tokens}: {float(r['seconds']):.1f}s, "
             f"RSS after load {float(r['rss_after_load_mb']):.0f} MB, peak {float(r['peak_rss_mb']):.0f} MB"
         )
-    loads = [run_child("load", args, 16, 512) for _ in range(3)]
+    loads = [run_child("load", args, DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS) for _ in range(3)]
     print(
         "load (median of 3 fresh processes): import {:.3f}s, session {:.3f}s, first query {:.3f}s".format(
             statistics.median(float(r["import_s"]) for r in loads),
