@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd("config", "configuration")
     p.add_argument("action", choices=["show"], help="show: every setting, its value and where it came from")
     p.add_argument("--json", action="store_true", help="JSON output")
+
+    from memdir.bench.cli import configure as configure_bench  # argparse only: keeps start-up light
+
+    configure_bench(cmd("bench", "benchmarks: retrieval quality, speed, side-by-side comparison"))
     return parser
 
 
@@ -256,7 +260,14 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from memdir.bench.cli import run
+
+    return run(args)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "bench": cmd_bench,
     "index": cmd_index,
     "search": cmd_search,
     "get": cmd_get,
