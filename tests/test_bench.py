@@ -306,3 +306,26 @@ def test_cli_bench_usage_errors(run_cli: Callable[..., subprocess.CompletedProce
     assert no_data.returncode == 1 and "dataset folder not found" in no_data.stderr
     bad_k = run_cli("bench", "quality", str(GATE), "--k", "0")
     assert bad_k.returncode == 2
+
+
+def test_cli_plot_without_matplotlib_says_how_to_install(
+        run_cli: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+    blocker = tmp_path / "blocker" / "matplotlib"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('blocked for this test')\n")
+    from helpers import SRC
+
+    env = {"PYTHONPATH": f"{SRC}:{blocker.parent}"}
+    proc = run_cli("bench", "quality", str(GATE), "--mode", "keyword", "--plot", str(tmp_path / "q.png"), env=env)
+    assert proc.returncode == 1
+    assert "pip install 'memdir[bench]'" in proc.stderr
+    assert "[memdir:keyword]" not in proc.stderr  # refused before measuring anything
+    assert not (tmp_path / "q.png").exists()
+
+
+def test_cli_plot_writes_a_png(run_cli: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "img" / "quality.png"
+    run_cli("bench", "compare", str(GATE), "--adapters", "memdir:keyword,bm25", "--plot", str(png), "--quiet",
+            check=True)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

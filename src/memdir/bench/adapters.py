@@ -81,6 +81,8 @@ class Adapter(ABC):
     #: The mode a perfect run reports; a different :attr:`Answer.mode` means a silent fallback.
     intended_mode: str = "keyword"
     description: str = ""
+    #: Version of the system under test, when it is not this memdir (shown in tables and charts).
+    version: str | None = None
 
     def unavailable_reason(self) -> str | None:
         """Why this adapter cannot run here (``None`` when it can)."""
@@ -374,7 +376,8 @@ class OpenClawCliAdapter(Adapter):
     long-lived node process using OpenClaw's plugin SDK search entry when the installed version has
     it (2026.4+), else to ``openclaw memory search --json`` once per question (seconds each).
     OpenClaw reads its state from ``OPENCLAW_STATE_DIR``/``OPENCLAW_CONFIG_PATH``, so a run never
-    touches a user's ``~/.openclaw``.
+    touches a user's ``~/.openclaw``; it indexes a copy of the workspace, because 2026.4 writes a
+    recall store into ``memory/.dreams/`` as it searches.
     """
 
     name = "openclaw-cli"
@@ -388,6 +391,7 @@ class OpenClawCliAdapter(Adapter):
         self.timeout = timeout
         self.min_score = min_score
         if self.install and self.install.version:
+            self.version = self.install.version
             self.description = f"OpenClaw {self.install.version} (openclaw memory index; search via CLI/SDK)"
 
     def unavailable_reason(self) -> str | None:
@@ -405,7 +409,10 @@ class OpenClawCliAdapter(Adapter):
         return None
 
     def _env(self, home: Path, workspace: Path) -> dict[str, str]:
-        cfg = {"agents": {"defaults": {"workspace": str(workspace), "memorySearch": {"enabled": True}}}}
+        # No watcher and no sync-on-search: the index is built once by `memory index`; a search must
+        # not wait on a re-sync set off by OpenClaw's own recall-store writes.
+        sync = {"watch": False, "onSearch": False, "onSessionStart": False}
+        cfg = {"agents": {"defaults": {"workspace": str(workspace), "memorySearch": {"enabled": True, "sync": sync}}}}
         home.mkdir(parents=True, exist_ok=True)
         cfg_path = home / "openclaw.json"
         cfg_path.write_text(json.dumps(cfg, indent=2))
@@ -424,7 +431,11 @@ class OpenClawCliAdapter(Adapter):
         if self.install is None:
             raise RuntimeError(self.missing or "openclaw not installed")
         home = state_dir / "openclaw-home"
-        env = self._env(home, workspace.resolve())
+        # A private copy: OpenClaw 2026.4 writes its recall store (memory/.dreams/) into the
+        # workspace on every search, and a benchmark must never change its dataset.
+        private = state_dir / "workspace"
+        shutil.copytree(workspace, private, symlinks=True)
+        env = self._env(home, private.resolve())
         t0 = time.perf_counter()
         proc = self._run(["memory", "index", "--force"], env)
         seconds = time.perf_counter() - t0

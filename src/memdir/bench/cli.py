@@ -52,6 +52,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--markdown", action="store_true", help="print Markdown tables")
         p.add_argument("--out", type=Path, help="write ranked results per query (JSONL per sample) and report.json")
         p.add_argument("--plot", type=Path, help="write a recall@k chart (PNG) here; needs memdir[bench]")
+        p.add_argument("--limit", type=int, default=None,
+                       help="score only the first N questions of each sample (quick runs, slow systems)")
         p.add_argument("--strict", action="store_true",
                        help="exit 1 when a system was skipped or did not run in its intended mode")
         p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -138,7 +140,8 @@ def _quality(args: argparse.Namespace, cmd: str) -> int:
         names = [n.strip() for n in args.adapters.split(",") if n.strip()]
     try:
         adapters = make_adapters(names, min_score=args.min_score)
-        report = run_quality(args.dataset, ks=args.k, adapters=adapters, out_dir=args.out, progress=_progress(args))
+        report = run_quality(args.dataset, ks=args.k, adapters=adapters, out_dir=args.out, limit=args.limit,
+                             progress=_progress(args))
     except ValueError as exc:
         print(f"memdir: {exc}", file=sys.stderr)
         return 1

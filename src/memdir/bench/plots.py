@@ -36,25 +36,27 @@ def _pyplot() -> Any:
 
 
 def plot_quality(report: dict[str, Any], path: Path, title: str | None = None) -> Path:
-    """recall@k (solid) and hit@k (dotted) per system; a fallback run is labelled as such."""
+    """recall@k (solid) and hit@k (dotted) per system; a run that fell back says so in its label."""
     plt = _pyplot()
     ks = [str(k) for k in report["ks"]]
-    fig, ax = plt.subplots(figsize=(8, 5))
+    xs = [int(k) for k in ks]
+    fig, ax = plt.subplots(figsize=(10, 5))
     markers = "osD^vP*X"
     for i, (name, run) in enumerate(r for r in report["runs"].items() if not r[1].get("skipped")):
-        label = name + (f" (ran {run['ranAsText']})" if run.get("fallback") else "")
-        xs = [int(k) for k in ks]
-        line = ax.plot(xs, [run["overall"]["recall"][k] for k in ks], marker=markers[i % len(markers)],
-                       label=f"{label}: recall", linewidth=2)[0]
-        ax.plot(xs, [run["overall"]["hit"][k] for k in ks], linestyle=":", color=line.get_color(), linewidth=1.5,
-                label=f"{label}: hit")
+        label = name + (f" {run['version']}" if run.get("version") else "")
+        if run.get("fallback"):
+            label += f"\n(ran {run['ranAsText']})"
+        style = "--" if run.get("fallback") else "-"
+        line = ax.plot(xs, [run["overall"]["recall"][k] for k in ks], style, marker=markers[i % len(markers)],
+                       label=label, linewidth=2, markersize=7, alpha=0.9)[0]
+        ax.plot(xs, [run["overall"]["hit"][k] for k in ks], linestyle=":", color=line.get_color(), linewidth=1.5)
     ax.set_xlabel("k (results returned)")
-    ax.set_ylabel("recall@k (solid), hit@k (dotted)")
+    ax.set_ylabel("recall@k (solid) · hit@k (dotted)")
     ax.set_ylim(0, 1.0)
-    ax.set_xticks([int(k) for k in ks])
+    ax.set_xticks(xs)
     n = next((r["queries"] for r in report["runs"].values() if r.get("queries")), 0)
     ax.set_title(title or f"Retrieval quality, {Path(report['dataset']).name} ({n} questions)")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

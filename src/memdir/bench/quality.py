@@ -123,11 +123,11 @@ def write_ranked(path: Path, rows: Sequence[tuple[str, Sequence[Ranked]]]) -> No
 
 
 def run_adapter(adapter: Adapter, samples: Sequence[Sample], ks: Sequence[int], *, out_dir: Path | None = None,
-                progress: Progress | None = None) -> dict[str, Any]:
-    """Index every sample with one system and score every question; the run's report."""
+                limit: int | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    """Index every sample with one system and score every question (the first ``limit`` per sample)."""
     say = progress or (lambda _msg: None)
     head: dict[str, Any] = {"adapter": adapter.name, "description": adapter.description,
-                            "intendedMode": adapter.intended_mode}
+                            "intendedMode": adapter.intended_mode, "version": adapter.version}
     missing = adapter.unavailable_reason()
     if missing:
         say(f"[{adapter.name}] skipped: {missing}")
@@ -140,7 +140,7 @@ def run_adapter(adapter: Adapter, samples: Sequence[Sample], ks: Sequence[int], 
     index_s: list[float] = []
     query_ms: list[float] = []
     for name, workspace, queries in samples:
-        todo = scored_queries(queries)
+        todo = scored_queries(queries)[:limit] if limit else scored_queries(queries)
         with tempfile.TemporaryDirectory(prefix="memdir-bench-") as state:
             session = adapter.index(workspace, Path(state))
             try:
@@ -185,7 +185,7 @@ def run_adapter(adapter: Adapter, samples: Sequence[Sample], ks: Sequence[int], 
 def run_quality(dataset: Path, *, ks: Sequence[int] = (1, 3, 6, 10), modes: Sequence[str] = ("keyword",),
                 adapters: Sequence[Adapter] | None = None, out_dir: Path | None = None,
                 overrides: dict[str, Any] | None = None, min_score: float | None = None,
-                progress: Progress | None = None) -> dict[str, Any]:
+                limit: int | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """Score memdir in each of ``modes`` (or the given ``adapters``) on every sample of ``dataset``."""
     samples = load_samples(Path(dataset))
     ks = sorted({int(k) for k in ks if int(k) > 0})
@@ -197,10 +197,12 @@ def run_quality(dataset: Path, *, ks: Sequence[int] = (1, 3, 6, 10), modes: Sequ
         "dataset": str(dataset),
         "samples": [name for name, _, _ in samples],
         "ks": ks,
+        "limitPerSample": limit,
         "runs": {},
     }
     for adapter in adapters:
-        report["runs"][adapter.name] = run_adapter(adapter, samples, ks, out_dir=out_dir, progress=progress)
+        report["runs"][adapter.name] = run_adapter(adapter, samples, ks, out_dir=out_dir, limit=limit,
+                                                   progress=progress)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -265,7 +267,8 @@ def format_table(report: dict[str, Any], *, markdown: bool = False, categories: 
             continue
         o = run["overall"]
         ran = run["ranAsText"] + (" !" if run.get("fallback") else "")
-        rows.append([name, ran, str(run["queries"])] + [f"{o['recall'][k]:.3f}" for k in ks] +
+        label = name + (f" {run['version']}" if run.get("version") else "")
+        rows.append([label, ran, str(run["queries"])] + [f"{o['recall'][k]:.3f}" for k in ks] +
                     [f"{o['hit'][k]:.3f}" for k in ks] + [f"{o['mrr'][kmax]:.3f}"] +
                     [f"{o['lines'][k]:.1f}" for k in ks])
         if run.get("fallback"):
