@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd("config", "configuration")
     p.add_argument("action", choices=["show"], help="show: every setting, its value and where it came from")
     p.add_argument("--json", action="store_true", help="JSON output")
+
+    from memdir.bench.cli import configure as configure_bench  # argparse only: keeps start-up light
+
+    configure_bench(cmd("bench", "benchmarks: retrieval quality, speed, side-by-side comparison"))
     return parser
 
 
@@ -292,7 +296,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return chat_main(forwarded)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from memdir.bench.cli import run
+
+    return run(args)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "bench": cmd_bench,
     "chat": cmd_chat,
     "index": cmd_index,
     "search": cmd_search,

@@ -4,10 +4,11 @@ Differences from OpenClaw, each fixing a reported problem:
 * keyword terms are the question's content words OR-ed together (stop words dropped), so
   natural-language questions match notes that share only some of their words;
 * BM25 maps to ``r/(1+r)`` (never the v2 "everything scores 1.0" clamp);
-* strong keyword hits — ones containing every content word of the query, or scoring at least
-  ``RESCUE_TEXT_SCORE`` on BM25 — are *rescued* into spare result slots below the 0.35 floor
-  (the floor otherwise drops exact name/ID/date hits: R§18.3; on LoCoMo this rescue lifts
-  hybrid recall@6 from 0.772 to 0.793 at the default weights);
+* strong hits are *rescued* into spare result slots below the 0.35 floor: keyword hits that
+  contain every content word of the query or score at least ``RESCUE_TEXT_SCORE`` on BM25 (the
+  floor otherwise drops exact name/ID/date hits: R§18.3; on LoCoMo this lifts hybrid recall@6
+  from 0.772 to 0.793), and vector hits with a cosine of at least ``RESCUE_VECTOR_SCORE`` (so a
+  paraphrase is found with a small local model; neutral on LoCoMo);
 * a slow or failing query embedding falls back to keyword results within a time budget, and
   the response says so.
 """
@@ -31,6 +32,10 @@ from memdir.store import Store
 SNIPPET_MAX_CHARS = 700
 #: BM25 ``r/(1+r)`` of 0.6 is a rank of -1.5: several query words, or a rare one, matched.
 RESCUE_TEXT_SCORE = 0.6
+#: A cosine of 0.3 is far above what unrelated text scores with small models (≈0.0-0.15), but
+#: at the default weights a vector-only hit needs 0.5 to pass the 0.35 floor: paraphrases that
+#: share no word with their note (MiniLM: 0.31-0.48) would never be returned.
+RESCUE_VECTOR_SCORE = 0.3
 
 
 @dataclass
@@ -179,15 +184,18 @@ def run_search(
         cands = mmr_rerank(cands, hybrid.mmr.lambda_)
 
     chosen = [c for c in cands if c.score >= floor]
-    if len(chosen) < max_n and keyword_hits:
+    if len(chosen) < max_n and (keyword_hits or vector_hits):
         keywords = extract_keywords(cleaned) or [cleaned.lower()]
         for c in cands:
             if len(chosen) >= max_n:
                 break
-            if c in chosen or not c.in_keyword:
+            if c in chosen:
                 continue
-            strong = c.text_score >= RESCUE_TEXT_SCORE or covers_all_keywords(c.snippet, keywords)
-            if strong or (keyword_only and not chosen and c.score >= 0):
+            strong_text = c.in_keyword and (
+                c.text_score >= RESCUE_TEXT_SCORE or covers_all_keywords(c.snippet, keywords)
+            )
+            strong_vector = c.in_vector and c.vector_score >= RESCUE_VECTOR_SCORE
+            if strong_text or strong_vector or (keyword_only and c.in_keyword and not chosen and c.score >= 0):
                 c.rescued = True
                 chosen.append(c)
     chosen = chosen[:max_n]

@@ -1,0 +1,194 @@
+"""``memdir bench quality|compare|speed|rescore``: argument parsing and output for the benches.
+
+Kept apart from :mod:`memdir.cli` so the main CLI only pays for this module when ``bench`` runs.
+Tables (or ``--json``/``--markdown``) go to stdout, progress to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _int_list(raw: str) -> list[int]:
+    try:
+        values = [int(x) for x in raw.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {raw!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {raw!r}")
+    return values
+
+
+def _size_list(raw: str) -> list[int]:
+    """``1000,10k,100k`` → [1000, 10000, 100000]."""
+    out = []
+    for part in raw.replace(" ", "").lower().split(","):
+        if not part:
+            continue
+        mult = 1000 if part.endswith("k") else 1
+        try:
+            out.append(int(float(part.rstrip("k")) * mult))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"bad size {part!r} (e.g. 1000,10k,100k)") from None
+    if not out or any(v <= 0 for v in out):
+        raise argparse.ArgumentTypeError(f"expected positive sizes, got {raw!r}")
+    return out
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the bench subcommands to ``memdir bench``."""
+    sub = parser.add_subparsers(dest="bench_command", metavar="BENCH")
+
+    def common_quality(p: argparse.ArgumentParser) -> None:
+        p.add_argument("dataset", type=Path, help="folder of <sample>/workspace + <sample>/queries.jsonl")
+        p.add_argument("--k", type=_int_list, default=[1, 3, 6, 10], help="cut-offs (default 1,3,6,10)")
+        p.add_argument("--min-score", type=float, default=None,
+                       help="memdir's score floor (default: configured, 0.35); 0 keeps every ranked result")
+        p.add_argument("--json", action="store_true", help="print the report as JSON")
+        p.add_argument("--markdown", action="store_true", help="print Markdown tables")
+        p.add_argument("--out", type=Path, help="write ranked results per query (JSONL per sample) and report.json")
+        p.add_argument("--plot", type=Path, help="write a recall@k chart (PNG) here; needs memdir[bench]")
+        p.add_argument("--limit", type=int, default=None,
+                       help="score only the first N questions of each sample (quick runs, slow systems)")
+        p.add_argument("--strict", action="store_true",
+                       help="exit 1 when a system was skipped or did not run in its intended mode")
+        p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    p = sub.add_parser("quality", help="recall@k, hit@k, MRR and lines returned on a labelled dataset",
+                       description="Score memdir's search modes on a dataset (SPEC §11).")
+    common_quality(p)
+    p.add_argument("--mode", default="all",
+                   help="keyword, vector, hybrid, all, or a comma list (default all); a mode that cannot run "
+                        "as asked (no embedding model) is reported as what it really ran")
+
+    p = sub.add_parser("compare", help="score several retrieval systems side by side on a dataset",
+                       description="Score retrieval systems through adapters: memdir[:keyword|:vector|:hybrid], "
+                                   "bm25, openclaw-v2.27-keyword, openclaw-cli.")
+    common_quality(p)
+    p.add_argument("--adapters", default="memdir:keyword,memdir:hybrid,bm25,openclaw-v2.27-keyword",
+                   help="comma list of adapters (default memdir:keyword,memdir:hybrid,bm25,openclaw-v2.27-keyword)")
+
+    p = sub.add_parser("speed", help="indexing, sync, search latency, cold start, memory, disk vs baselines",
+                       description="Speed on generated corpora of daily logs, beside a stdlib FTS5 and a NumPy "
+                                   "baseline measured in the same run.")
+    p.add_argument("--sizes", type=_size_list, default=[1000, 10000, 100000],
+                   help="corpus sizes in chunks (default 1000,10000,100000; 10k style accepted)")
+    p.add_argument("--embed-subset", type=int, default=256,
+                   help="chunks embedded with the default model when one is available (default 256; 0 skips)")
+    p.add_argument("--queries", type=int, default=200, help="queries per corpus (default 200)")
+    p.add_argument("--budget", type=float, default=20.0, help="seconds per latency series, at least 20 queries")
+    p.add_argument("--seed", type=int, default=42, help="corpus seed (default 42)")
+    p.add_argument("--work-dir", type=Path, help="keep corpora and indexes here (reused when seed/size match)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    p.add_argument("--out", type=Path, help="write report.json here")
+    p.add_argument("--plot-dir", type=Path, help="write latency and indexing charts (PNG) here; needs memdir[bench]")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    p = sub.add_parser("rescore", help="re-score ranked results written by --out against a dataset",
+                       description="Score a folder of <sample>.jsonl ranked results (as written by --out).")
+    p.add_argument("dataset", type=Path)
+    p.add_argument("results", type=Path, help="one system's folder, e.g. OUT/memdir-keyword")
+    p.add_argument("--k", type=_int_list, default=[1, 3, 6, 10])
+    p.add_argument("--json", action="store_true")
+
+
+def _progress(args: argparse.Namespace) -> Any:
+    if getattr(args, "quiet", False):
+        return None
+    return lambda msg: print(msg, file=sys.stderr, flush=True)
+
+
+def _check_plots(args: argparse.Namespace) -> None:
+    if getattr(args, "plot", None) or getattr(args, "plot_dir", None):
+        from memdir.bench.plots import require_matplotlib
+
+        require_matplotlib()  # before minutes of measuring, not after
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch ``memdir bench …``; returns the exit code."""
+    cmd = getattr(args, "bench_command", None)
+    if cmd is None:
+        print("usage: memdir bench {quality,compare,speed,rescore} ... (memdir bench -h)", file=sys.stderr)
+        return 2
+    _check_plots(args)
+    if cmd in ("quality", "compare"):
+        return _quality(args, cmd)
+    if cmd == "speed":
+        return _speed(args)
+    return _rescore(args)
+
+
+def _quality(args: argparse.Namespace, cmd: str) -> int:
+    from memdir.bench.adapters import MEMDIR_MODES, make_adapters
+    from memdir.bench.quality import format_table, run_quality
+
+    if cmd == "quality":
+        modes = list(MEMDIR_MODES) if args.mode == "all" else [m.strip() for m in args.mode.split(",") if m.strip()]
+        bad = [m for m in modes if m not in MEMDIR_MODES]
+        if bad or not modes:
+            print(f"memdir: unknown mode {','.join(bad) or args.mode!r} (keyword, vector, hybrid or all)",
+                  file=sys.stderr)
+            return 2
+        names = [f"memdir:{m}" for m in modes]
+    else:
+        names = [n.strip() for n in args.adapters.split(",") if n.strip()]
+    try:
+        adapters = make_adapters(names, min_score=args.min_score)
+        report = run_quality(args.dataset, ks=args.k, adapters=adapters, out_dir=args.out, limit=args.limit,
+                             progress=_progress(args))
+    except ValueError as exc:
+        print(f"memdir: {exc}", file=sys.stderr)
+        return 1
+    if args.plot:
+        from memdir.bench.plots import plot_quality
+
+        plot_quality(report, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_table(report, markdown=args.markdown))
+    bad_runs = [n for n, r in report["runs"].items() if r.get("skipped") or r.get("fallback")]
+    return 1 if args.strict and bad_runs else 0
+
+
+def _speed(args: argparse.Namespace) -> int:
+    from memdir.bench.speed import format_speed, run_speed
+
+    report = run_speed(args.sizes, embed_subset=args.embed_subset, n_queries=args.queries, budget_s=args.budget,
+                       seed=args.seed, work_dir=args.work_dir, progress=_progress(args))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    if args.plot_dir:
+        from memdir.bench.plots import plot_index, plot_latency
+
+        for path in (plot_latency(report, args.plot_dir / "speed-latency.png"),
+                     plot_index(report, args.plot_dir / "speed-index.png")):
+            print(f"wrote {path}", file=sys.stderr)
+    print(json.dumps(report, indent=2) if args.json else format_speed(report, markdown=args.markdown))
+    return 0
+
+
+def _rescore(args: argparse.Namespace) -> int:
+    from memdir.bench.quality import rescore
+
+    try:
+        result = rescore(args.dataset, args.results, args.k)
+    except ValueError as exc:
+        print(f"memdir: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        o = result["overall"]
+        print(f"{result['queries']} questions ({result['missing']} without results) "
+              + "  ".join(f"R@{k} {o['recall'][str(k)]:.3f}" for k in result["ks"])
+              + f"  MRR@{result['ks'][-1]} {o['mrr'][str(result['ks'][-1])]:.3f}")
+    return 0

@@ -1,0 +1,150 @@
+"""Quality gate: behaviour on a tiny fixed dataset (tests/data/gate), not speed.
+
+The dataset has two kinds of question (see its queries.jsonl):
+
+* ``paraphrase`` — shares no content word with the note that answers it: keyword search cannot
+  find it, hybrid search must;
+* ``exact`` — an identifier or a rare name: keyword search must find it at rank 1, and hybrid
+  must keep it there even where a vector model alone does not rank it (``QX-1773`` among eight
+  look-alike tickets, the key fingerprint ``9f3c2a``).
+
+Keyword assertions always run.  The hybrid ones need the embedded model
+(``memdir.embeddings.local``); until it is on this branch they are skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memdir.bench.adapters import Answer, MemdirAdapter
+from memdir.bench.quality import load_samples, score_query
+from memdir.query import extract_keywords
+
+GATE = Path(__file__).parent / "data" / "gate"
+HAS_LOCAL_MODEL = importlib.util.find_spec("memdir.embeddings.local") is not None
+needs_model = pytest.mark.skipif(
+    not HAS_LOCAL_MODEL,
+    reason="memdir.embeddings.local (the embedded model) is not on this branch yet: hybrid gate not run",
+)
+#: Questions a vector model alone leaves out of its top 3 (measured with all-MiniLM-L6-v2).
+VECTOR_MISSES = ("gate/e3", "gate/e5")
+
+
+def _queries() -> list[dict[str, Any]]:
+    (_name, _ws, queries), = load_samples(GATE)
+    return queries
+
+
+def _workspace() -> Path:
+    (_name, ws, _queries), = load_samples(GATE)
+    return ws
+
+
+def _answers(mode: str, tmp_path: Path, min_score: float | None = None) -> dict[str, tuple[dict[str, Any], Answer]]:
+    session = MemdirAdapter(mode, min_score=min_score).index(_workspace(), tmp_path / f"state-{mode}")
+    try:
+        return {q["id"]: (q, session.search(q["query"], 3)) for q in _queries()}
+    finally:
+        session.close()
+
+
+def _rank(q: dict[str, Any], ans: Answer) -> int | None:
+    for i in range(1, len(ans.ranked) + 1):
+        if score_query(q["relevant"], ans.ranked[:i], [i]).hit[i]:
+            return i
+    return None
+
+
+def _of(kind: str) -> list[str]:
+    return [q["id"] for q in _queries() if q["category"] == kind]
+
+
+def test_gate_dataset_is_well_formed() -> None:
+    queries = _queries()
+    assert len(queries) >= 10
+    assert {q["category"] for q in queries} == {"paraphrase", "exact"}
+    ws = _workspace()
+    for q in queries:
+        for rel in q["relevant"]:
+            lines = (ws / rel["path"]).read_text(encoding="utf-8").splitlines()
+            assert 1 <= rel["line"] <= len(lines) and lines[rel["line"] - 1].startswith("- "), q["id"]
+
+
+def test_paraphrases_share_no_content_word_with_their_note() -> None:
+    """What makes them paraphrases: no keyword of the question occurs anywhere in its file."""
+    ws = _workspace()
+    for q in _queries():
+        if q["category"] != "paraphrase":
+            continue
+        text = (ws / q["relevant"][0]["path"]).read_text(encoding="utf-8").lower()
+        words = set(re.findall(r"\w+", text))
+        shared = [k for k in extract_keywords(q["query"]) if k in words]
+        assert not shared, f"{q['id']} shares {shared} with its note"
+
+
+def test_keyword_finds_every_exact_identifier_first(tmp_path: Path) -> None:
+    answers = _answers("keyword", tmp_path)
+    for qid in _of("exact"):
+        q, ans = answers[qid]
+        assert ans.mode == "keyword"
+        assert _rank(q, ans) == 1, f"{qid} ({q['query']}): {[(h.path, h.start_line) for h in ans.ranked]}"
+
+
+def test_keyword_misses_every_paraphrase(tmp_path: Path) -> None:
+    answers = _answers("keyword", tmp_path, min_score=0.0)
+    for qid in _of("paraphrase"):
+        q, ans = answers[qid]
+        assert _rank(q, ans) is None, f"{qid} found by keywords: the gate question is not a paraphrase"
+
+
+def test_bench_reports_a_mode_that_ran_keyword_only(tmp_path: Path) -> None:
+    """Without a model, a hybrid run must say it ran keyword-only, never pass as hybrid."""
+    if HAS_LOCAL_MODEL:
+        pytest.skip("an embedding model is available: hybrid really runs")
+    answers = _answers("hybrid", tmp_path)
+    assert {a.mode for _, a in answers.values()} == {"keyword"}
+    assert all(a.note for _, a in answers.values())
+
+
+@needs_model
+def test_hybrid_ranks_every_paraphrase_in_top_3(tmp_path: Path) -> None:
+    answers = _answers("hybrid", tmp_path, min_score=0.0)
+    for qid in _of("paraphrase"):
+        q, ans = answers[qid]
+        assert ans.mode == "hybrid", ans.note
+        assert _rank(q, ans) is not None, f"{qid} ({q['query']}): {[(h.path, round(h.score, 3)) for h in ans.ranked]}"
+
+
+@needs_model
+def test_hybrid_returns_every_paraphrase_with_default_settings(tmp_path: Path) -> None:
+    """At the default floor (0.35, vector weight 0.7) a vector-only hit would need cosine >= 0.5;
+    MiniLM scores these paraphrases 0.31-0.48, so they are found through the vector rescue."""
+    answers = _answers("hybrid", tmp_path)
+    missed = [qid for qid in _of("paraphrase") if _rank(*answers[qid]) is None]
+    assert not missed
+
+
+@needs_model
+def test_hybrid_keeps_exact_identifiers_that_vectors_miss(tmp_path: Path) -> None:
+    vector = _answers("vector", tmp_path)
+    hybrid = _answers("hybrid", tmp_path)
+    for qid in VECTOR_MISSES:
+        q, ans = vector[qid]
+        assert ans.mode == "vector", ans.note
+        assert _rank(q, ans) is None, f"{qid}: the vector model now finds it; pick a harder identifier"
+    for qid in _of("exact"):
+        q, ans = hybrid[qid]
+        assert ans.mode == "hybrid", ans.note
+        assert _rank(q, ans) == 1, f"{qid} ({q['query']}): {[(h.path, round(h.score, 3)) for h in ans.ranked]}"
+
+
+def test_gate_queries_file_is_jsonl() -> None:
+    for line in (GATE / "notes" / "queries.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        assert set(row) >= {"id", "query", "category", "relevant"}
