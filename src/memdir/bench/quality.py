@@ -175,6 +175,7 @@ def run_adapter(adapter: Adapter, samples: Sequence[Sample], ks: Sequence[int], 
         "ranAs": dict(modes),
         "ranAsText": ran_as,
         "fallback": fallback,
+        "notes": dict(notes.most_common(5)),
         "overall": overall.means(),
         "byCategory": {c: {"queries": a.n, **a.means()} for c, a in sorted(by_cat.items())},
         "indexSeconds": round(sum(index_s), 4),
@@ -278,8 +279,9 @@ def format_table(report: dict[str, Any], *, markdown: bool = False, categories: 
         chead = ["system", "category", "queries"] + [f"R@{k}" for k in ks] + [f"hit@{kmax}", f"MRR@{kmax}"]
         crows = [chead]
         for name, run in report["runs"].items():
+            label = name + (f" {run['version']}" if run.get("version") else "")
             for cat, data in (run.get("byCategory") or {}).items():
-                crows.append([name, category_label(cat), str(data["queries"])] +
+                crows.append([label, category_label(cat), str(data["queries"])] +
                              [f"{data['recall'][k]:.3f}" for k in ks] +
                              [f"{data['hit'][kmax]:.3f}", f"{data['mrr'][kmax]:.3f}"])
         parts.append(_grid(crows, markdown))

@@ -413,7 +413,8 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     info: dict[str, Any] = {
-        "cpu": cpu, "cores": os.cpu_count(), "avx2": ("avx2" in flags) if flags else None, "memGiB": mem_gib,
+        "cpu": cpu, "cores": os.cpu_count(), "avx2": ("avx2" in flags) if flags else None,
+        "avx512f": ("avx512f" in flags) if flags else None, "memGiB": mem_gib,
         "os": platform.platform(), "python": platform.python_version(), "stdlibSqlite": stdlib_sqlite,
         "numpy": np.__version__,
     }
