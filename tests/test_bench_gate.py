@@ -148,3 +148,22 @@ def test_gate_queries_file_is_jsonl() -> None:
     for line in (GATE / "notes" / "queries.jsonl").read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         assert set(row) >= {"id", "query", "category", "relevant"}
+
+
+LOCOMO = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo-dev"
+
+
+@pytest.mark.skipif(not (LOCOMO / "README.md").is_file(), reason=f"LoCoMo dev split not found at {LOCOMO}")
+def test_keyword_quality_on_locomo_dev_does_not_regress() -> None:
+    """Floors a little under today's keyword figures (R@10 0.826, MRR@10 0.715, hit@10 0.874)."""
+    from memdir.bench.adapters import OpenClawV2KeywordAdapter
+    from memdir.bench.quality import run_quality
+
+    report = run_quality(LOCOMO, ks=[1, 10], adapters=[MemdirAdapter("keyword"), OpenClawV2KeywordAdapter()])
+    ours = report["runs"]["memdir:keyword"]
+    assert ours["queries"] == 760
+    assert ours["overall"]["recall"]["10"] >= 0.80
+    assert ours["overall"]["hit"]["10"] >= 0.85
+    assert ours["overall"]["mrr"]["10"] >= 0.68
+    theirs = report["runs"]["openclaw-v2.27-keyword"]["overall"]
+    assert ours["overall"]["recall"]["1"] > 5 * theirs["recall"]["1"]
