@@ -237,10 +237,11 @@ class Store:
     def _delete_file_rows(self, path: str, source: str) -> None:
         c = self.conn
         if self.vec.available and self.has_vec_table():
-            c.execute(
-                "DELETE FROM chunks_vec WHERE id IN (SELECT id FROM chunks WHERE path = ? AND source = ?)",
-                (path, source),
-            )
+            # One keyed delete per id: sqlite-vec answers `id IN (SELECT ...)` with a full scan of the
+            # vector table, which made indexing quadratic in the corpus size.
+            ids = [(cid,) for (cid,) in c.execute(
+                "SELECT id FROM chunks WHERE path = ? AND source = ? AND embedding IS NOT NULL", (path, source))]
+            c.executemany("DELETE FROM chunks_vec WHERE id = ?", ids)
         if self.fts_available:
             c.execute("DELETE FROM chunks_fts WHERE rowid IN (SELECT rowid FROM chunks WHERE path = ? AND source = ?)",
                       (path, source))
