@@ -96,7 +96,6 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = db.connect(self.path, readonly=readonly)
         self.vec = db.load_vec(self.conn, extension_path) if vector_enabled else db.VecState(False, "disabled")
-        self._inode = self._stat_inode()
         if not readonly:
             self.ensure_schema()
 
@@ -107,12 +106,6 @@ class Store:
                 self.conn.close()
             except Exception:
                 pass
-
-    def _stat_inode(self) -> int | None:
-        try:
-            return self.path.stat().st_ino
-        except OSError:
-            return None
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:

@@ -58,8 +58,7 @@ class SyncReport:
     fallback: dict[str, str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "embedding_error"}
-        return out
+        return {k: v for k, v in self.__dict__.items() if k != "embedding_error"}
 
 
 @dataclass
