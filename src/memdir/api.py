@@ -105,7 +105,7 @@ class Memory:
         if owner and owner != str(self.workspace):
             store.close()
             raise IndexOwnershipError(
-                f"index {self.index_path} belongs to workspace {owner}, not {self.workspace}; "
+                f"index {store.location} belongs to workspace {owner}, not {self.workspace}; "
                 "give this workspace its own agent id (--agent NAME) or index path (store.path)"
             )
 
@@ -242,8 +242,10 @@ class Memory:
         """What is indexed, what is stale, and which parts (FTS, vectors, provider) work."""
         ms = self.settings.memory_search
         found = discover(self.workspace, self.settings.extra_paths)
-        exists = self.index_path.exists()
-        store = self.store if exists else None
+        postgres = ms.store.driver == "postgres"
+        # A database index is looked up (opening it creates nothing but memdir's schema); a file is not opened.
+        exists = self.store.read_meta() is not None if postgres else self.index_path.exists()
+        store = self.store if exists or postgres else None
         counts = store.counts_by_source() if store else {}
         meta = (store.read_meta() if store else None) or {}
         dirty_files: list[str] = []
@@ -255,7 +257,7 @@ class Memory:
         out: dict[str, Any] = {
             "agentId": self.settings.agent_id,
             "workspace": str(self.workspace),
-            "indexPath": str(self.index_path),
+            "indexPath": store.location if postgres and store else str(self.index_path),
             "indexExists": exists,
             "sources": list(ms.sources),
             "extraPaths": [str(p) for p in self.settings.extra_paths],
@@ -291,7 +293,11 @@ class Memory:
                              "dims": store.vec_dims(), **backend["vector"]}
             out["cache"] = {"enabled": ms.cache.enabled, "entries": store.cache_count(),
                             "maxEntries": ms.cache.max_entries}
-        if deep:
+        if deep and postgres and store is not None:
+            facts = store.describe()
+            out["postgres"] = {k: facts.get(k) for k in ("server", "pgvector", "schema", "schemaVersion")}
+            out["embeddingProbe"] = self._probe_embeddings()
+        elif deep:
             if store is not None and "sqlite" in out.get("store", {}):
                 out["sqlite"] = out["store"]["sqlite"]
             else:

@@ -237,13 +237,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"Embedding cache: {'enabled' if cache['enabled'] else 'disabled'} ({cache['entries']} entries)"
                      + (f" · cap {cache['maxEntries']}" if cache.get("maxEntries") else ""))
         if st.get("writer"):
-            lines.append(f"Writer: pid {st['writer'].get('pid')} is indexing")
+            host = st["writer"].get("host")
+            lines.append(f"Writer: pid {st['writer'].get('pid')}{' on ' + host if host else ''} is indexing")
     if st.get("fallback"):
         lines.append(f"Fallback: {st['fallback']['from']} ({st['fallback']['reason']})")
     if st.get("providerUnavailableReason"):
         lines.append(f"Embeddings unavailable: {st['providerUnavailableReason']}")
     if args.deep:
-        lines.append(f"SQLite: {st['sqlite']}")
+        if "postgres" in st:
+            pg = st["postgres"]
+            lines.append(f"Backend: postgres · {pg['server']} · pgvector {pg['pgvector']} · schema {pg['schema']} "
+                         f"(v{pg['schemaVersion']})")
+        else:
+            lines.append(f"SQLite: {st['sqlite']}")
         probe = st["embeddingProbe"]
         lines.append("Embeddings: " + ("ready" if probe.get("ok") else f"unavailable ({probe.get('error')})"))
     if st["issues"]:

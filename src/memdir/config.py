@@ -127,9 +127,24 @@ class FtsStoreConfig(_Model):
     tokenizer: Literal["unicode61", "trigram"] = "unicode61"
 
 
+class PostgresStoreConfig(_Model):
+    """``store.postgres``: where in the database memdir's tables live and how it searches them."""
+
+    #: Schema holding memdir's shared tables (one schema serves every agent; see stores/postgres.py).
+    db_schema: str = Field("memdir", alias="schema", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+    pool_size: int = Field(4, ge=1, le=64)
+    #: PostgreSQL text search configuration for keywords (stemming, stop words): english, simple, ...
+    text_search_config: str = Field("english", pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,62}$")
+    #: An agent's vectors get their own HNSW index from this many on; below it search is exact.
+    hnsw_min_vectors: int = Field(20000, ge=0)
+
+
 class StoreConfig(_Model):
-    driver: Literal["sqlite"] = "sqlite"
+    driver: Literal["sqlite", "postgres"] = "sqlite"
     path: str | None = None
+    #: libpq connection string or URL for ``driver = "postgres"`` (else ``$MEMDIR_DATABASE_URL``, else PG* vars).
+    dsn: str | None = None
+    postgres: PostgresStoreConfig = Field(default_factory=PostgresStoreConfig)
     vector: VectorStoreConfig = Field(default_factory=VectorStoreConfig)
     fts: FtsStoreConfig = Field(default_factory=FtsStoreConfig)
 
@@ -531,6 +546,9 @@ ENV_KEYS: dict[str, tuple[str, Any]] = {
     "MEMDIR_FALLBACK": ("memory_search.fallback", str),
     "MEMDIR_OFFLINE": ("memory_search.offline", "bool"),
     "MEMDIR_INDEX_PATH": ("memory_search.store.path", str),
+    "MEMDIR_STORE_DRIVER": ("memory_search.store.driver", str),
+    "MEMDIR_DATABASE_URL": ("memory_search.store.dsn", str),
+    "MEMDIR_PG_SCHEMA": ("memory_search.store.postgres.db_schema", str),
     "MEMDIR_CITATIONS": ("memory.citations", str),
     "MEMDIR_USER_TIMEZONE": ("user_timezone", str),
 }

@@ -14,9 +14,22 @@ if TYPE_CHECKING:
     from memdir.config import Settings
 
 
-def open_store(settings: Settings, *, readonly: bool = False) -> Store:
-    """The configured store for one agent's index (created on first use unless ``readonly``)."""
+def open_store(settings: Settings, *, readonly: bool = False, driver: str | None = None) -> Store:
+    """The configured store for one agent's index (created on first use unless ``readonly``).
+
+    ``driver`` overrides ``store.driver`` (``memdir migrate`` opens both backends of one agent).
+    """
     store_cfg = settings.memory_search.store
+    if (driver or store_cfg.driver) == "postgres":
+        from memdir.stores.pgschema import require_psycopg, resolve_dsn
+
+        require_psycopg()
+        from memdir.stores.postgres import PostgresStore
+
+        pg = store_cfg.postgres
+        return PostgresStore(resolve_dsn(store_cfg.dsn), settings.agent_id, schema=pg.db_schema,
+                             pool_size=pg.pool_size, text_search_config=pg.text_search_config,
+                             hnsw_min_vectors=pg.hnsw_min_vectors)
     from memdir.stores.sqlite import SqliteStore
 
     return SqliteStore(settings.index_path, fts_tokenizer=store_cfg.fts.tokenizer,

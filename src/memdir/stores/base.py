@@ -19,12 +19,16 @@ The contract every backend keeps:
 * **Scores**: :meth:`Store.keyword_search` returns BM25-like relevance mapped into ``(0, 1)``,
   higher is better; :meth:`Store.vector_search` returns cosine similarity.  Both are ordered
   best first.
+* **Connections**: a store owns its connections (SQLite: one, serialised; PostgreSQL: a pool
+  shared per process) and releases them in :meth:`Store.close`.
+* **Embedding cache**: keyed by (provider, model, provider key, chunk hash).  PostgreSQL shares
+  one cache between every agent of a schema, so ``cache_prune`` bounds that shared cache.
 * Everything in a store can be thrown away and rebuilt from the Markdown files.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -166,11 +170,24 @@ class Store(Protocol):
         """Backend facts for ``status``: backend name, versions, keyword and vector paths."""
         ...
 
-    # -- rebuild ------------------------------------------------------------------------------
+    # -- rebuild and maintenance ----------------------------------------------------------------
     def rebuild(self) -> AbstractContextManager[Store]:
         """A shadow store seeded with the live embedding cache, swapped in on a clean exit."""
         ...
 
     def cleanup_leftovers(self) -> None:
         """Remove what a crashed rebuild left behind, keeping any embeddings it paid for."""
+        ...
+
+    def optimize(self) -> None:
+        """Maintenance after a sync, under the writer lock (PostgreSQL: build the HNSW index once large)."""
+        ...
+
+    # -- export (``memdir migrate`` copies an index between backends) ---------------------------
+    def export_files(self) -> Iterator[tuple[str, str, str, int, int, list[ChunkRow]]]:
+        """Every indexed file as ``(path, source, hash, mtime_ns, size, chunks with their vectors)``."""
+        ...
+
+    def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
+        """Every cache entry as ``(provider, model, provider_key, hash, vector)``, least recently used first."""
         ...

@@ -445,6 +445,29 @@ class SqliteStore:
             except FileNotFoundError:
                 pass
 
+    def optimize(self) -> None:
+        """Nothing to do: SQLite's indexes are maintained as rows are written."""
+
+    def export_files(self) -> Iterator[tuple[str, str, str, int, int, list[ChunkRow]]]:
+        with self.lock:
+            files = self.conn.execute(
+                "SELECT path, source, hash, mtime, size FROM files ORDER BY source, path").fetchall()
+        for path, source, fhash, mtime, size in files:
+            with self.lock:
+                rows = self.conn.execute(
+                    "SELECT id, path, source, start_line, end_line, hash, model, text, embedding, ts FROM chunks "
+                    "WHERE path = ? AND source = ? ORDER BY start_line, id", (path, source)).fetchall()
+            chunks = [ChunkRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7],
+                               from_blob(r[8]).tolist() if r[8] else None, r[9]) for r in rows]
+            yield path, source, fhash, int(mtime), int(size), chunks
+
+    def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
+        with self.lock:
+            rows = self.conn.execute("SELECT provider, model, provider_key, hash, embedding FROM embedding_cache "
+                                     "ORDER BY updated_at, rowid").fetchall()
+        for p, m, k, h, blob in rows:
+            yield p, m, k, h, from_blob(blob).tolist()
+
     def swap_from(self, fresh_path: Path) -> None:
         """Replace this index's contents with another index file's, in one transaction.
 
