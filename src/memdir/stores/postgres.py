@@ -68,6 +68,13 @@ def _vec(values: Sequence[float]) -> np.ndarray:
     return np.asarray(values, dtype=np.float32)
 
 
+def _floats(value: Any) -> list[float]:
+    """A vector as loaded by pgvector's adapter (``Vector`` or NumPy array) as plain floats."""
+    if hasattr(value, "to_list"):
+        return [float(x) for x in value.to_list()]
+    return np.asarray(value, dtype=np.float32).tolist()
+
+
 class PostgresStore:
     """One agent's index in a shared PostgreSQL schema; thread-safe (a pooled connection per call)."""
 
@@ -422,7 +429,8 @@ class PostgresStore:
         with self._conn() as c:
             rows = c.execute("SELECT hash, embedding FROM embedding_cache WHERE provider = %s AND model = %s "
                              "AND provider_key = %s AND hash = ANY(%s)", (provider, model, provider_key, wanted))
-            return {h: np.asarray(v, dtype=np.float32).tolist() for h, v in rows if v is not None and len(v)}
+            found = {h: _floats(v) for h, v in rows if v is not None}
+        return {h: v for h, v in found.items() if v}
 
     def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
         now = int(time.time() * 1000)
@@ -555,7 +563,7 @@ class PostgresStore:
                     "AND v.seq = 0 WHERE c.index_id = %s AND c.path = %s AND c.source = %s ORDER BY c.start_line, c.id",
                     (ix, path, source)).fetchall()
             chunks = [ChunkRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7],
-                               None if r[8] is None else np.asarray(r[8], dtype=np.float32).tolist(), r[9])
+                               None if r[8] is None else _floats(r[8]), r[9])
                       for r in rows]
             yield path, source, fhash, int(mtime), int(size), chunks
 
@@ -565,7 +573,7 @@ class PostgresStore:
             rows = c.execute("SELECT provider, model, provider_key, hash, embedding FROM embedding_cache "
                              "ORDER BY updated_at, hash").fetchall()
         for p, m, k, h, v in rows:
-            yield p, m, k, h, np.asarray(v, dtype=np.float32).tolist()
+            yield p, m, k, h, _floats(v)
 
 
 @contextmanager

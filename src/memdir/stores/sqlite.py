@@ -415,6 +415,10 @@ class SqliteStore:
             yield fresh
             fresh.close()
             self.swap_from(temp_path)
+        except BaseException:
+            fresh.close()
+            self.cleanup_leftovers()  # keeps the embeddings this failed build already paid for
+            raise
         finally:
             fresh.close()
             for suffix in ("", "-wal", "-shm", "-journal"):

@@ -1,0 +1,186 @@
+"""The Store contract (memdir.stores.base), checked the same way on every backend.
+
+Each test runs on SQLite and on a real PostgreSQL + pgvector (the ``backend`` fixture): writes and
+deletes, what a reader sees during a rebuild, scores and ordering, the embedding cache and its
+LRU pruning, leftovers of a crashed rebuild, and the export that ``memdir migrate`` relies on.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memdir.config import load_config
+from memdir.query import keyword_terms
+from memdir.stores import ChunkRow, Store, open_store
+
+
+@pytest.fixture
+def store(backend, tmp_path: Path) -> Iterator[Store]:
+    settings = load_config(overrides=backend.config(), state_dir=tmp_path / "state", agent_id="contract").settings
+    s = open_store(settings)
+    yield s
+    s.close()
+
+
+def unit(seed: int, dims: int = 8) -> list[float]:
+    v = np.random.default_rng(seed).standard_normal(dims)
+    return (v / np.linalg.norm(v)).tolist()
+
+
+def rows(path: str, texts: list[str], *, vectors: bool = True, seed: int = 0, model: str = "m") -> list[ChunkRow]:
+    return [ChunkRow(f"{path}#{i}", path, "memory", i + 1, i + 1, f"h-{path}-{i}", model, t,
+                     unit(seed + i) if vectors else None) for i, t in enumerate(texts)]
+
+
+def put(store: Store, path: str, texts: list[str], **kw) -> list[ChunkRow]:
+    chunks = rows(path, texts, **kw)
+    with store.transaction():
+        store.replace_file(path, "memory", f"hash-{path}", 1000, 10, chunks)
+    return chunks
+
+
+def test_replace_touch_delete_and_counts(store: Store):
+    put(store, "memory/a.md", ["alpha apples", "alpha bananas"])
+    put(store, "memory/b.md", ["beta cherries"])
+    assert store.file_rows() == {("memory/a.md", "memory"): ("hash-memory/a.md", 1000, 10),
+                                 ("memory/b.md", "memory"): ("hash-memory/b.md", 1000, 10)}
+    assert (store.chunk_count(), store.vector_count(), store.vec_dims()) == (3, 3, 8)
+    # replacing a file replaces all of its rows: no stale chunk, keyword row or vector survives
+    put(store, "memory/a.md", ["gamma grapes"], seed=50)
+    assert (store.chunk_count(), store.vector_count()) == (2, 2)
+    assert not store.keyword_search(["apples"], 10)
+    assert [h.path for h in store.keyword_search(["grapes"], 10)] == ["memory/a.md"]
+    with store.transaction():
+        store.touch_file("memory/b.md", "memory", "hash-memory/b.md", 2000, 11)
+        store.delete_file("memory/a.md", "memory")
+    assert store.file_rows() == {("memory/b.md", "memory"): ("hash-memory/b.md", 2000, 11)}
+    assert store.counts_by_source() == {"memory": (1, 1)}
+    assert not store.keyword_search(["grapes"], 10)
+    assert [h.path for h in store.vector_search(unit(50), 5)] == ["memory/b.md"]
+
+
+def test_a_failed_transaction_leaves_the_previous_state(store: Store):
+    put(store, "memory/a.md", ["kept text"])
+    with pytest.raises(RuntimeError), store.transaction():
+        store.replace_file("memory/a.md", "memory", "new", 1, 1, rows("memory/a.md", ["replacement text"]))
+        store.delete_file("memory/a.md", "memory")
+        raise RuntimeError("crash mid-write")
+    assert [h.text for h in store.keyword_search(["kept"], 5)] == ["kept text"]
+    assert store.file_rows()[("memory/a.md", "memory")][0] == "hash-memory/a.md"
+
+
+def test_keyword_scores_are_bm25_like_in_0_1_best_first(store: Store):
+    put(store, "memory/a.md", ["the kafka cluster", "kafka kafka kafka streams and kafka topics",
+                               "unrelated lunch notes", "more lunch", "even more lunch", "lunch again"])
+    hits = store.keyword_search(keyword_terms("kafka topics"), 10)
+    assert [h.id for h in hits][:1] == ["memory/a.md#1"]  # both words, and kafka often
+    assert all(0 < h.score < 1 for h in hits)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert len(store.keyword_search(keyword_terms("kafka"), 1)) == 1
+
+
+def test_user_text_is_never_query_syntax(store: Store):
+    put(store, "memory/a.md", ['He said "NEAR" AND (OR) -x* : ^ weird'])
+    for q in ['"NEAR"', "AND (OR)", "-x*", ":", "^", "a:b OR", "' ; DROP TABLE chunks; --"]:
+        store.keyword_search(keyword_terms(q) or ["x"], 5)  # never raises
+    assert store.keyword_search(keyword_terms("weird"), 5)
+
+
+def test_cjk_and_hangul_keywords(store: Store):
+    put(store, "memory/a.md", ["之前讨论的那个方案最后定了", "에러를 고쳤다", "English only"])
+    assert [h.id for h in store.keyword_search(keyword_terms("讨论"), 5)] == ["memory/a.md#0"]
+    assert [h.id for h in store.keyword_search(keyword_terms("에러"), 5)] == ["memory/a.md#1"]
+
+
+def test_vector_search_is_cosine_best_first(store: Store):
+    put(store, "memory/a.md", [f"text {i}" for i in range(20)], seed=100)
+    q = unit(107)
+    hits = store.vector_search(q, 5)
+    assert hits[0].id == "memory/a.md#7" and math.isclose(hits[0].score, 1.0, abs_tol=1e-5)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert not store.vector_search([0.0] * 8, 5)
+
+
+def test_paths_missing_vectors(store: Store):
+    put(store, "memory/a.md", ["with vectors"])
+    put(store, "memory/b.md", ["keywords only"], vectors=False)
+    assert store.paths_missing_vectors() == {("memory/b.md", "memory")}
+    assert [h.path for h in store.keyword_search(["keywords"], 5)] == ["memory/b.md"]
+
+
+def test_cache_put_get_touch_and_lru_prune(store: Store):
+    args = ("p", "m", "k")
+    with store.transaction():
+        store.cache_put(*args, {"h1": unit(1), "h2": unit(2)})
+    with store.transaction():
+        store.cache_put(*args, {"h3": unit(3)})
+    got = store.cache_get(*args, ["h1", "h3", "nope"])
+    assert set(got) == {"h1", "h3"} and np.allclose(got["h1"], unit(1), atol=1e-6)
+    assert not store.cache_get("p", "other-model", "k", ["h1"])
+    import time
+
+    time.sleep(0.01)
+    with store.transaction():
+        store.cache_touch(*args, ["h1"])  # h1 is now the most recently used
+    with store.transaction():
+        assert store.cache_prune(2) == 1
+    assert set(store.cache_get(*args, ["h1", "h2", "h3"])) == {"h1", "h3"}
+    assert store.cache_prune(None) == 0 and store.cache_count() == 2
+    assert [e[3] for e in store.export_cache()] == ["h3", "h1"]  # least recently used first
+
+
+def test_rebuild_swaps_atomically_and_readers_see_the_old_index_until_then(store: Store):
+    put(store, "memory/old.md", ["old content here"])
+    with store.transaction():
+        store.cache_put("p", "m", "k", {"h-old": unit(9)})
+    seen_during: list[list[str]] = []
+    with store.rebuild() as fresh:
+        assert fresh.cache_get("p", "m", "k", ["h-old"])  # seeded with the live cache
+        put(fresh, "memory/new.md", ["new content here"])
+        with fresh.transaction():
+            fresh.write_meta({"model": "m2"})
+        # a reader in another thread, during the build: still the old index
+        t = threading.Thread(target=lambda: seen_during.append([h.path for h in store.keyword_search(["content"], 5)]))
+        t.start()
+        t.join()
+        assert store.read_meta() is None
+    assert seen_during == [["memory/old.md"]]
+    assert [h.path for h in store.keyword_search(["content"], 5)] == ["memory/new.md"]
+    assert store.read_meta() == {"model": "m2"}
+    assert list(store.file_rows()) == [("memory/new.md", "memory")]
+
+
+def test_a_failed_rebuild_leaves_the_live_index_untouched(store: Store):
+    put(store, "memory/old.md", ["old content here"])
+    with pytest.raises(RuntimeError), store.rebuild() as fresh:
+        put(fresh, "memory/new.md", ["new content here"])
+        with fresh.transaction():
+            fresh.cache_put("p", "m", "k", {"paid-for": unit(4)})
+        raise RuntimeError("provider died mid-rebuild")
+    store.cleanup_leftovers()
+    assert [h.path for h in store.keyword_search(["content"], 5)] == ["memory/old.md"]
+    assert store.cache_get("p", "m", "k", ["paid-for"])  # embeddings already paid for are kept
+
+
+def test_export_returns_every_file_chunk_and_vector(store: Store):
+    a = put(store, "memory/a.md", ["one", "two"])
+    put(store, "memory/b.md", ["three"], vectors=False)
+    exported = {path: (fhash, chunks) for path, _s, fhash, _m, _z, chunks in store.export_files()}
+    assert set(exported) == {"memory/a.md", "memory/b.md"}
+    assert [c.id for c in exported["memory/a.md"][1]] == [c.id for c in a]
+    assert np.allclose(exported["memory/a.md"][1][0].embedding, a[0].embedding, atol=1e-6)
+    assert exported["memory/b.md"][1][0].embedding is None
+
+
+def test_describe_names_the_backend(store: Store, backend):
+    facts = store.describe()
+    assert facts["backend"] == backend.driver
+    assert {"fts", "vector"} <= set(facts)
+    if backend.postgres:
+        assert facts["server"].startswith("PostgreSQL ") and facts["pgvector"]
