@@ -116,3 +116,11 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     schema = "t_" + uuid.uuid4().hex[:12]
     yield Backend("postgres", url, schema)
     pg_query(url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Iterator[Backend]:
+    """PostgreSQL only, in a schema of its own (dropped afterwards)."""
+    schema = "t_" + uuid.uuid4().hex[:12]
+    yield Backend("postgres", pg_url, schema)
+    pg_query(pg_url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

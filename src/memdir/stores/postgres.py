@@ -418,6 +418,8 @@ class PostgresStore:
             conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{self.schema}"."{name}"')  # an invalid leftover
             conn.execute(f'CREATE INDEX CONCURRENTLY "{name}" ON "{self.schema}".vectors USING hnsw '
                          f"((embedding::vector({int(dims)})) vector_cosine_ops) WHERE index_id = {int(ix)}")
+            # Fresh statistics, so the planner knows this agent's rows are many and picks the new index.
+            conn.execute(f'ANALYZE "{self.schema}".vectors')
         finally:
             conn.close()
 

@@ -1,0 +1,329 @@
+"""PostgreSQL-only behaviour: many agents and hosts on one server, crashes, locks, HNSW, errors.
+
+Runs against a real server (pgserver's PostgreSQL 16 + pgvector, or $MEMDIR_TEST_DATABASE_URL).
+The behaviours both backends share are in test_store_contract.py, test_sync.py and friends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import Backend, cli_env, pg_query
+from memdir.api import Memory
+from memdir.config import load_config
+from memdir.stores import open_store
+
+
+class HashProvider:
+    """A deterministic embedding provider (no model): same text, same unit vector; counts its calls."""
+
+    id = "hash"
+    model = "sha256-16"
+    provider_key = "hash"
+    max_input_bytes = 1 << 20
+    dims = 16
+
+    def __init__(self) -> None:
+        self.embedded: list[str] = []
+
+    @staticmethod
+    def vector(text: str) -> list[float]:
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        v = np.random.default_rng(seed).standard_normal(16)
+        return (v / np.linalg.norm(v)).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.vector(text)
+
+    def embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
+        self.embedded.extend(texts)
+        return [self.vector(t) for t in texts]
+
+    def close(self) -> None:
+        pass
+
+
+def _snapshot(mem: Memory) -> tuple[dict, dict]:
+    """Files and chunks of an index, comparable across agents (ids include path, lines, hash, model)."""
+    files, chunks = {}, {}
+    for path, source, fhash, _mtime, _size, rows in mem.store.export_files():
+        files[(path, source)] = fhash
+        for c in rows:
+            chunks[c.id] = (c.path, c.start_line, c.end_line, c.text, c.embedding is not None)
+    return files, chunks
+
+
+def _wait(predicate, timeout: float = 60.0, step: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return False
+
+
+# -- the writer lock --------------------------------------------------------------------------
+
+def test_writer_lock_is_an_advisory_lock_across_processes_and_dies_with_its_holder(pg: Backend, tmp_path: Path):
+    settings = load_config(overrides=pg.config(), state_dir=tmp_path).settings
+    store = open_store(settings)
+    try:
+        lock = store.writer_lock()
+        assert lock.acquire(0)
+        holder = lock.holder()
+        assert holder["pid"] == os.getpid() and holder["host"]
+        probe = ("import sys; from memdir.config import load_config; from memdir.stores import open_store; "
+                 "s = open_store(load_config().settings); l = s.writer_lock(); ok = l.acquire(float(sys.argv[1])); "
+                 "print(ok, flush=True); import os, time; time.sleep(float(sys.argv[2])) if ok else None; "
+                 "os._exit(0) if sys.argv[3] == 'exit' else None")
+        env = cli_env(tmp_path, **pg.env())
+        other = subprocess.run([sys.executable, "-c", probe, "0", "0", "exit"], env=env, capture_output=True,
+                               text=True, timeout=60)
+        assert other.stdout.strip() == "False", other.stderr  # another process cannot take it
+        lock.release()
+        assert lock.holder() is None
+        # a holder killed with SIGKILL: the server ends its session and the lock is free again
+        proc = subprocess.Popen([sys.executable, "-c", probe, "0", "300", "exit"], env=env, stdout=subprocess.PIPE,
+                                text=True)
+        assert proc.stdout.readline().strip() == "True"
+        assert lock.holder()["pid"] == proc.pid
+        assert not lock.acquire(0)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert lock.acquire(30)
+        lock.release()
+    finally:
+        store.close()
+
+
+def test_two_threads_of_one_process_exclude_each_other(pg: Backend, tmp_path: Path):
+    import threading
+
+    store = open_store(load_config(overrides=pg.config(), state_dir=tmp_path).settings)
+    inside: list[int] = []
+    overlaps: list[int] = []
+
+    def worker() -> None:
+        lock = store.writer_lock()
+        for _ in range(10):
+            assert lock.acquire(30)
+            inside.append(1)
+            if len(inside) > 1:
+                overlaps.append(1)
+            time.sleep(0.001)
+            inside.pop()
+            lock.release()
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not overlaps
+    store.close()
+
+
+# -- many processes, many agents --------------------------------------------------------------
+
+def _workspace(make_workspace, n_files: int, name: str = "ws") -> Path:
+    words = "apple banana cherry delta echo foxtrot golf hotel india juliet kilo lima mike".split()
+    files = {}
+    for i in range(n_files):
+        body = "\n".join(f"- note {i}.{j}: " + " ".join(words[(i + j + k) % len(words)] for k in range(12))
+                         for j in range(30))
+        files[f"memory/2025-{1 + i % 12:02d}-{1 + i % 28:02d}-{i}.md"] = f"# file {i}\n{body}\nmarker{i}\n"
+    return make_workspace(files, name=name)
+
+
+def test_two_processes_syncing_the_same_agent(pg: Backend, make_workspace, state_dir: Path):
+    ws = _workspace(make_workspace, 300)
+    env = cli_env(state_dir, MEMDIR_PROVIDER="none", **pg.env())
+    cmd = [sys.executable, "-m", "memdir", "index", "--json", "-w", str(ws)]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    reports = [json.loads(o[0]) for o in outs]
+    # one of them built the index; the other waited for the lock and found nothing left to do
+    assert sorted(r["indexed"] for r in reports) == [0, 300]
+    cfg = pg.config({"memorySearch": {"provider": "none"}})
+    with Memory(ws, config=cfg, state_dir=state_dir) as mem, \
+            Memory(ws, config=cfg, state_dir=state_dir, agent_id="clean") as clean:
+        clean.sync(force=True)
+        assert _snapshot(mem) == _snapshot(clean)
+        assert mem.status()["chunks"] == clean.status()["chunks"]
+    generations = pg_query(pg.url, f'SELECT agent, state FROM "{pg.schema}".indexes ORDER BY agent')
+    assert generations == [("clean", "live"), ("main", "live")]
+
+
+def test_a_hundred_agents_share_one_database_without_leaking(pg: Backend, make_workspace, state_dir: Path):
+    provider = HashProvider()
+    shared = "The team handbook says we deploy on Tuesdays after the standup."
+    cfg = pg.config()
+    n = 100
+    for i in range(n):
+        ws = make_workspace({f"memory/agent-{i}.md": f"Agent {i} keeps the secret codeword zq{i}x in mind.\n",
+                             "memory/handbook.md": shared + "\n"}, name=f"ws{i}")
+        with Memory(ws, agent_id=f"agent-{i}", config=cfg, state_dir=state_dir, provider=provider) as mem:
+            assert mem.sync().indexed == 2
+    # the shared embedding cache: the common note was embedded once for all hundred agents
+    assert len(provider.embedded) == n + 1 and sum(shared in t for t in provider.embedded) == 1
+    for i in range(n):
+        ws = state_dir.parent / f"ws{i}"
+        with Memory(ws, agent_id=f"agent-{i}", config=cfg, state_dir=state_dir, provider=provider) as mem:
+            assert [h.path for h in mem.store.keyword_search([f"zq{i}x"], 10)] == [f"memory/agent-{i}.md"]
+            j = (i + 37) % n
+            assert not mem.store.keyword_search([f"zq{j}x"], 10)  # another agent's words are not here
+            mine = {f"memory/agent-{i}.md", "memory/handbook.md"}
+            assert {r.path for r in mem.search(f"zq{j}x", sync=False).results} <= mine
+            # agent j's chunk vector is in the table (cosine 1.0 to this query) but not in this agent's index
+            theirs = HashProvider.vector(f"Agent {j} keeps the secret codeword zq{j}x in mind.\n")
+            assert {h.path for h in mem.store.vector_search(theirs, 10)} == mine
+            assert mem.status()["files"] == 2
+    rows = pg_query(pg.url, f'SELECT count(DISTINCT agent), count(*) FROM "{pg.schema}".indexes')
+    assert rows == [(n, n)]
+
+
+# -- crashes ----------------------------------------------------------------------------------
+
+def test_kill_9_during_a_postgres_reindex(pg: Backend, make_workspace, state_dir: Path):
+    ws = _workspace(make_workspace, 1500)
+    env = cli_env(state_dir, MEMDIR_PROVIDER="none", **pg.env())
+    subprocess.run([sys.executable, "-m", "memdir", "index", "-w", str(ws)], env=env, check=True, timeout=600)
+    building = (f'SELECT count(*) FROM "{pg.schema}".chunks c JOIN "{pg.schema}".indexes i ON i.id = c.index_id '
+                "WHERE i.state = 'building'")
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "index", "--force", "-w", str(ws)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait(lambda: pg_query(pg.url, building)[0][0] > 0), "the rebuild never started writing"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert pg_query(pg.url, building)[0][0] > 0, "the kill should land during the rebuild"
+    out = subprocess.run([sys.executable, "-m", "memdir", "search", "marker42", "--no-sync", "--json", "-w", str(ws)],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and '"memory/' in out.stdout, out.stderr  # the old index still answers
+    again = subprocess.run([sys.executable, "-m", "memdir", "index", "-w", str(ws), "--json"], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    states = pg_query(pg.url, f'SELECT state FROM "{pg.schema}".indexes')
+    assert states == [("live",)], "the orphaned generation is cleaned up by the next sync"
+    cfg = pg.config({"memorySearch": {"provider": "none"}})
+    with Memory(ws, config=cfg, state_dir=state_dir) as mem, \
+            Memory(ws, config=cfg, state_dir=state_dir, agent_id="clean") as clean:
+        clean.sync(force=True)
+        assert _snapshot(mem) == _snapshot(clean)
+        assert mem.status()["files"] == 1500
+
+
+# -- vectors ----------------------------------------------------------------------------------
+
+def test_large_agents_get_their_own_hnsw_index(pg: Backend, make_workspace, state_dir: Path):
+    # 1500 one-line chunks: enough rows that the planner prefers an index to sorting them all
+    files = {f"memory/n{i}.md": "".join(f"note {i}.{j} about topic{(i + j) % 7}\n" for j in range(50))
+             for i in range(30)}
+    ws = make_workspace(files)
+    provider = HashProvider()
+    cfg = pg.config({"memorySearch": {"chunking": {"tokens": 8, "overlap": 0}}}, hnswMinVectors=1000)
+    with Memory(ws, config=cfg, state_dir=state_dir, provider=provider) as mem:
+        mem.sync()
+        assert mem.status()["vector"]["path"] == "hnsw"
+        ix = pg_query(pg.url, f"SELECT id FROM \"{pg.schema}\".indexes WHERE state = 'live'")[0][0]
+        scans = f"SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'vectors_hnsw_{ix}'"
+        before = pg_query(pg.url, scans)[0][0]
+        assert mem.status()["vector"]["vectors"] == 1500
+        target = next(c for path, *_, rows in mem.store.export_files() if path == "memory/n17.md" for c in rows)
+        q = target.embedding
+        hits = mem.store.vector_search(q, 5)
+        exact = sorted(((float(np.dot(q, c.embedding)), c.path) for *_, rows in mem.store.export_files()
+                        for c in rows), reverse=True)[:5]
+        assert [h.path for h in hits] == [p for _, p in exact]
+        assert hits[0].id == target.id
+        assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+        # statistics reach pg_stat_* when the (pooled, now idle) backend flushes them: within ~10 s
+        assert _wait(lambda: pg_query(pg.url, scans)[0][0] > before, timeout=30, step=0.5), "HNSW index not used"
+        # a small agent in the same tables is searched exactly and never sees the large one's rows
+        small = make_workspace({"memory/s.md": "a small agent's only note\n"}, name="small")
+        with Memory(small, agent_id="small", config=cfg, state_dir=state_dir, provider=provider) as other:
+            other.sync()
+            assert other.status()["vector"]["path"] == "exact"
+            assert [h.path for h in other.store.vector_search(q, 5)] == ["memory/s.md"]
+
+
+# -- keyword ranking --------------------------------------------------------------------------
+
+def test_bm25_matches_sqlite_fts5_with_the_simple_configuration(pg: Backend, make_workspace, tmp_path: Path):
+    from memdir.query import keyword_terms
+
+    rng = np.random.default_rng(3)
+    vocab = [f"w{i}" for i in range(60)]
+    files = {f"memory/f{i}.md": " ".join(rng.choice(vocab, size=int(rng.integers(5, 60)))) for i in range(120)}
+    ws = make_workspace(files)
+    base = {"memorySearch": {"provider": "none"}}
+    with Memory(ws, config=base, state_dir=tmp_path / "a") as lite, \
+            Memory(ws, config=pg.config(base, textSearchConfig="simple"), state_dir=tmp_path / "b") as post:
+        lite.sync()
+        post.sync()
+        for query in ("w1", "w2 w3", "w5 w7 w11 w13", "w59 w0"):
+            terms = keyword_terms(query)
+            a = [(h.id, round(h.score, 4)) for h in lite.store.keyword_search(terms, 20)]
+            b = [(h.id, round(h.score, 4)) for h in post.store.keyword_search(terms, 20)]
+            assert len(a) == len(b) and a, query
+            assert {i: s for i, s in a} == pytest.approx({i: s for i, s in b}, abs=2e-3), query
+
+
+# -- configuration and errors -----------------------------------------------------------------
+
+def test_status_deep_names_backend_server_and_pgvector(pg: Backend, make_workspace, run_cli):
+    ws = make_workspace({"memory/a.md": "hello"})
+    env = {"MEMDIR_PROVIDER": "none", **pg.env()}
+    run_cli("index", "-w", str(ws), env=env, check=True)
+    st = json.loads(run_cli("status", "--deep", "--json", "-w", str(ws), env=env, check=True).stdout)
+    assert st["store"]["backend"] == "postgres" and st["indexExists"] is True
+    assert st["postgres"]["server"].startswith("PostgreSQL 16") and st["postgres"]["pgvector"] >= "0.5"
+    assert st["indexPath"].startswith("postgresql://") and st["indexPath"].endswith(f"#{pg.schema}/main")
+    text = run_cli("status", "--deep", "-w", str(ws), env=env, check=True).stdout
+    assert "Backend: postgres · PostgreSQL 16" in text and "pgvector" in text
+
+
+def test_missing_extra_is_named(make_workspace, run_cli, state_dir: Path):
+    ws = make_workspace({"memory/a.md": "hello"})
+    code = ("import sys; sys.modules['psycopg'] = None; from memdir.cli import main; "
+            f"sys.exit(main(['status', '-w', {str(ws)!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=cli_env(state_dir, MEMDIR_STORE_DRIVER="postgres",
+                                      MEMDIR_DATABASE_URL="postgresql://localhost/x"))
+    assert proc.returncode == 1 and "pip install 'memdir[postgres]'" in proc.stderr, proc.stderr
+
+
+def test_unreachable_server_is_a_clear_error_without_the_password(make_workspace, run_cli):
+    ws = make_workspace({"memory/a.md": "hello"})
+    env = {"MEMDIR_STORE_DRIVER": "postgres", "MEMDIR_DATABASE_URL": "postgresql://bob:s3cret@127.0.0.1:9/nodb"}
+    proc = run_cli("search", "hello", "-w", str(ws), env=env)
+    assert proc.returncode == 1
+    assert "cannot connect to PostgreSQL at postgresql://bob@127.0.0.1:9/nodb" in proc.stderr
+    assert "s3cret" not in proc.stderr
+
+
+def test_schema_is_versioned_and_a_newer_database_is_refused(pg: Backend, tmp_path: Path):
+    from memdir.stores.pgschema import LATEST
+
+    settings = load_config(overrides=pg.config(), state_dir=tmp_path).settings
+    open_store(settings).close()
+    open_store(settings).close()  # idempotent
+    versions = pg_query(pg.url, f'SELECT version FROM "{pg.schema}".schema_version ORDER BY version')
+    assert [v for (v,) in versions] == list(range(1, LATEST + 1))
+    pg_query(pg.url, f"INSERT INTO \"{pg.schema}\".schema_version(version, description) VALUES ({LATEST + 1}, 'x')")
+    with pytest.raises(RuntimeError, match="newer than this memdir"):
+        open_store(settings)
