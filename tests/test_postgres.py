@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import Backend, cli_env, pg_query
+from helpers import Backend, cli_env, deep_merge, pg_query
 from memdir.api import Memory
 from memdir.config import load_config
 from memdir.stores import open_store
@@ -327,3 +327,48 @@ def test_schema_is_versioned_and_a_newer_database_is_refused(pg: Backend, tmp_pa
     pg_query(pg.url, f"INSERT INTO \"{pg.schema}\".schema_version(version, description) VALUES ({LATEST + 1}, 'x')")
     with pytest.raises(RuntimeError, match="newer than this memdir"):
         open_store(settings)
+
+
+# -- memdir migrate ---------------------------------------------------------------------------
+
+def test_migrate_to_postgres_and_back_reembeds_nothing(pg: Backend, make_workspace, tmp_path: Path):
+    ws = _workspace(make_workspace, 40)
+    provider = HashProvider()
+    lite_cfg = deep_merge(pg.config(), {"memorySearch": {"store": {"driver": "sqlite"}}})  # dsn set, not used
+    with Memory(ws, config=lite_cfg, state_dir=tmp_path / "a", provider=provider) as lite:
+        lite.sync()
+        embedded = len(provider.embedded)
+        before = _snapshot(lite)
+        expected = [(r.path, r.start_line) for r in lite.search("banana marker7", sync=False).results]
+        report = lite.migrate("postgres")
+        assert (report["files"], report["vectors"]) == (40, before[1].__len__())
+        assert report["cacheEntries"] == lite.store.cache_count() > 0
+    with Memory(ws, config=pg.config(), state_dir=tmp_path / "a", provider=provider) as post:
+        again = post.sync()
+        assert not again.full and again.indexed == 0 and len(provider.embedded) == embedded
+        assert _snapshot(post) == before
+        assert [(r.path, r.start_line) for r in post.search("banana marker7", sync=False).results] == expected
+        assert post.store.cache_count() == report["cacheEntries"]
+        # and back, into a fresh SQLite index in another state folder
+        back_cfg = pg.config({"memorySearch": {"store": {"path": str(tmp_path / "b" / "copy.sqlite")}}})
+    with Memory(ws, config=back_cfg, state_dir=tmp_path / "b", provider=provider) as post2:
+        assert post2.migrate("sqlite")["files"] == 40
+    with Memory(ws, config={"memorySearch": {"store": {"path": str(tmp_path / "b" / "copy.sqlite")}}},
+                state_dir=tmp_path / "b", provider=provider) as lite2:
+        assert lite2.sync().indexed == 0 and len(provider.embedded) == embedded
+        assert _snapshot(lite2) == before
+
+
+def test_migrate_cli(pg: Backend, make_workspace, run_cli):
+    ws = make_workspace({"memory/a.md": "the quokka ate lunch", "MEMORY.md": "# prefs\ndark mode"})
+    run_cli("index", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"}, check=True)
+    env = {"MEMDIR_PROVIDER": "none", "MEMDIR_DATABASE_URL": pg.url, "MEMDIR_PG_SCHEMA": pg.schema}
+    same = run_cli("migrate", "--to", "sqlite", "-w", str(ws), env=env)
+    assert same.returncode == 1 and "already on sqlite" in same.stderr
+    out = json.loads(run_cli("migrate", "--to", "postgres", "--json", "-w", str(ws), env=env, check=True).stdout)
+    assert (out["files"], out["chunks"]) == (2, 2) and out["to"].startswith("postgresql://")
+    env["MEMDIR_STORE_DRIVER"] = "postgres"
+    report = json.loads(run_cli("index", "--json", "-w", str(ws), env=env, check=True).stdout)
+    assert not report["full"] and report["indexed"] == 0
+    hits = json.loads(run_cli("search", "quokka", "--json", "-w", str(ws), env=env, check=True).stdout)
+    assert hits["results"][0]["path"] == "memory/a.md"

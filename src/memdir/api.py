@@ -238,6 +238,42 @@ class Memory:
 
         return append_daily(self.workspace, text, date=date, timezone=self.settings.user_timezone)
 
+    def migrate(self, to: str, *, lock_timeout: float | None = 30.0) -> dict[str, Any]:
+        """Copy this agent's index (vectors and cache included) to the other backend, ``to``.
+
+        Nothing is re-embedded: switch ``store.driver`` to ``to`` afterwards and the next sync
+        finds the index up to date.  Both indexes' writer locks are held during the copy.
+        """
+        from memdir.stores import open_store
+        from memdir.stores.migrate import copy_index
+
+        current = self.settings.memory_search.store.driver
+        if to not in ("sqlite", "postgres"):
+            raise MemdirError(f"unknown store driver {to!r} (expected sqlite or postgres)")
+        if to == current:
+            raise MemdirError(f"this agent's index is already on {to} (store.driver); migrate copies it to the "
+                              "other backend")
+        source = self.store
+        target = open_store(self.settings, driver=to)
+        try:
+            owner = (target.read_meta() or {}).get("workspace")
+            if owner and owner != str(self.workspace):
+                raise IndexOwnershipError(f"index {target.location} belongs to workspace {owner}, not {self.workspace}")
+            locks = [source.writer_lock(), target.writer_lock()]
+            taken = []
+            try:
+                for lock in locks:
+                    if not lock.acquire(lock_timeout):
+                        raise LockTimeout("another process is writing one of the indexes; try again when it is done")
+                    taken.append(lock)
+                target.cleanup_leftovers()
+                return copy_index(source, target)
+            finally:
+                for lock in reversed(taken):
+                    lock.release()
+        finally:
+            target.close()
+
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """What is indexed, what is stale, and which parts (FTS, vectors, provider) work."""
         ms = self.settings.memory_search

@@ -85,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session-key", help="session key for citation mode auto (agent:<id>:...:group:... → no "
                                          "citations); default: a private session")
 
+    p = cmd("migrate", "copy this agent's index to another store backend (nothing is re-embedded)")
+    p.add_argument("--to", required=True, choices=["postgres", "sqlite"],
+                   help="target backend; set store.driver to it afterwards")
+    p.add_argument("--json", action="store_true", help="print what was copied as JSON")
+
     p = cmd("config", "configuration")
     p.add_argument("action", choices=["show"], help="show: every setting, its value and where it came from")
     p.add_argument("--json", action="store_true", help="JSON output")
@@ -259,6 +264,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    with _memory(args) as mem:
+        report = mem.migrate(args.to)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"copied {report['files']} files, {report['chunks']} chunks, {report['vectors']} vectors and "
+              f"{report['cacheEntries']} cache entries from {report['from']} to {report['to']} "
+              f"in {report['seconds']:.1f} s; now set store.driver = \"{args.to}\"")
+    return 0
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     try:
         from memdir.mcp_server import HostNotAllowed, check_loopback_host, serve
@@ -317,6 +334,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": cmd_status,
     "config": cmd_config,
     "mcp": cmd_mcp,
+    "migrate": cmd_migrate,
 }
 
 
