@@ -372,3 +372,29 @@ def test_migrate_cli(pg: Backend, make_workspace, run_cli):
     assert not report["full"] and report["indexed"] == 0
     hits = json.loads(run_cli("search", "quokka", "--json", "-w", str(ws), env=env, check=True).stdout)
     assert hits["results"][0]["path"] == "memory/a.md"
+
+
+def test_forward_migration_keeps_an_older_schemas_data(pg: Backend, tmp_path: Path):
+    import psycopg
+
+    from memdir.stores.pgschema import LATEST, migrate
+
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        migrate(conn, pg.schema, upto=1)  # a database created by the first release
+        conn.execute("INSERT INTO indexes(agent, state, ts_config, meta) VALUES ('main', 'live', 'english', "
+                     "'{\"model\": \"old\"}') RETURNING id")
+        conn.execute("INSERT INTO files(index_id, path, source, hash, mtime, size) VALUES (1, 'memory/a.md', "
+                     "'memory', 'h', 1, 1)")
+        conn.execute("INSERT INTO chunks(index_id, id, path, source, start_line, end_line, hash, model, text, tsv, "
+                     "doc_len, embedded, updated_at) VALUES (1, 'c1', 'memory/a.md', 'memory', 1, 1, 'h', 'old', "
+                     "'the quokka ate lunch', to_tsvector('simple', 'the quokka ate lunch'), 4, false, 0)")
+    store = open_store(load_config(overrides=pg.config(), state_dir=tmp_path).settings)
+    try:
+        versions = [v for (v,) in pg_query(pg.url, f'SELECT version FROM "{pg.schema}".schema_version ORDER BY 1')]
+        assert versions == list(range(1, LATEST + 1)) and LATEST >= 2
+        assert store.read_meta() == {"model": "old"}
+        assert list(store.file_rows()) == [("memory/a.md", "memory")]
+        assert [h.id for h in store.keyword_search(["quokka"], 5)] == ["c1"]
+        assert store.describe()["schemaVersion"] == LATEST
+    finally:
+        store.close()

@@ -34,7 +34,7 @@ def unit(seed: int, dims: int = 8) -> list[float]:
 
 
 def rows(path: str, texts: list[str], *, vectors: bool = True, seed: int = 0, model: str = "m") -> list[ChunkRow]:
-    return [ChunkRow(f"{path}#{i}", path, "memory", i + 1, i + 1, f"h-{path}-{i}", model, t,
+    return [ChunkRow(f"{path}:{i}", path, "memory", i + 1, i + 1, f"h-{path}-{i}", model, t,
                      unit(seed + i) if vectors else None) for i, t in enumerate(texts)]
 
 
@@ -79,7 +79,7 @@ def test_keyword_scores_are_bm25_like_in_0_1_best_first(store: Store):
     put(store, "memory/a.md", ["the kafka cluster", "kafka kafka kafka streams and kafka topics",
                                "unrelated lunch notes", "more lunch", "even more lunch", "lunch again"])
     hits = store.keyword_search(keyword_terms("kafka topics"), 10)
-    assert [h.id for h in hits][:1] == ["memory/a.md#1"]  # both words, and kafka often
+    assert [h.id for h in hits][:1] == ["memory/a.md:1"]  # both words, and kafka often
     assert all(0 < h.score < 1 for h in hits)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert len(store.keyword_search(keyword_terms("kafka"), 1)) == 1
@@ -94,15 +94,15 @@ def test_user_text_is_never_query_syntax(store: Store):
 
 def test_cjk_and_hangul_keywords(store: Store):
     put(store, "memory/a.md", ["之前讨论的那个方案最后定了", "에러를 고쳤다", "English only"])
-    assert [h.id for h in store.keyword_search(keyword_terms("讨论"), 5)] == ["memory/a.md#0"]
-    assert [h.id for h in store.keyword_search(keyword_terms("에러"), 5)] == ["memory/a.md#1"]
+    assert [h.id for h in store.keyword_search(keyword_terms("讨论"), 5)] == ["memory/a.md:0"]
+    assert [h.id for h in store.keyword_search(keyword_terms("에러"), 5)] == ["memory/a.md:1"]
 
 
 def test_vector_search_is_cosine_best_first(store: Store):
     put(store, "memory/a.md", [f"text {i}" for i in range(20)], seed=100)
     q = unit(107)
     hits = store.vector_search(q, 5)
-    assert hits[0].id == "memory/a.md#7" and math.isclose(hits[0].score, 1.0, abs_tol=1e-5)
+    assert hits[0].id == "memory/a.md:7" and math.isclose(hits[0].score, 1.0, abs_tol=1e-5)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert not store.vector_search([0.0] * 8, 5)
 
@@ -184,3 +184,51 @@ def test_describe_names_the_backend(store: Store, backend):
     assert {"fts", "vector"} <= set(facts)
     if backend.postgres:
         assert facts["server"].startswith("PostgreSQL ") and facts["pgvector"]
+
+
+def test_keyword_and_vector_scores_for_chosen_chunks_equal_the_search_scores(store: Store):
+    texts = ["kafka billing stream", "kafka kafka replay", "lunch ramen", "billing invoices due", "nothing here"]
+    put(store, "memory/a.md", texts, seed=200)
+    terms = keyword_terms("kafka billing replay")
+    found = {h.id: h.score for h in store.keyword_search(terms, 10)}
+    ids = [f"memory/a.md:{i}" for i in range(len(texts))]
+    scores = store.keyword_scores(terms, ids)
+    assert set(scores) == set(ids)
+    for cid in ids:
+        assert scores[cid] == pytest.approx(found.get(cid, 0.0), abs=1e-6)
+    q = unit(203)
+    near = {h.id: h.score for h in store.vector_search(q, 10)}
+    assert store.vector_scores(q, ids[:3]) == pytest.approx({i: near[i] for i in ids[:3]}, abs=1e-5)
+
+
+def test_exact_words_rank_above_stem_only_matches(store: Store):
+    put(store, "memory/a.md", ["she was painting the fence", "he painted a portrait", "nothing related"])
+    hits = store.keyword_search(keyword_terms("painting"), 5)
+    assert [h.id for h in hits] == ["memory/a.md:0", "memory/a.md:1"]
+    assert hits[0].score > hits[1].score
+
+
+def test_a_chunk_scores_the_best_of_its_windows(store: Store):
+    w0, w1, other = unit(300), unit(301), unit(302)
+    chunk = ChunkRow("long", "memory/long.md", "memory", 1, 9, "h-long", "m", "a long note", [*w0, *w1], windows=2)
+    with store.transaction():
+        store.replace_file("memory/long.md", "memory", "fh", 1, 1, [chunk])
+        store.replace_file("memory/o.md", "memory", "fo", 1, 1,
+                           [ChunkRow("o", "memory/o.md", "memory", 1, 1, "h-o", "m", "other", other)])
+    hits = store.vector_search(w1, 5)
+    assert [h.id for h in hits] == ["long", "o"]  # one hit per chunk, however many windows matched
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert store.vector_scores(w0, ["long"])["long"] == pytest.approx(1.0, abs=1e-5)
+    (exported,) = [c for *_, rows in store.export_files() for c in rows if c.id == "long"]
+    assert exported.windows == 2 and np.allclose(exported.embedding, [*w0, *w1], atol=1e-6)
+
+
+def test_chunks_in_period(store: Store):
+    rows_ = [ChunkRow(f"d{i}", "memory/d.md", "memory", i, i, f"h{i}", "m", f"day {i}", None, None,
+                      f"2023-08-{i:02d}", f"2023-08-{i:02d}") for i in range(1, 6)]
+    with store.transaction():
+        store.replace_file("memory/d.md", "memory", "fh", 1, 1, rows_)
+    got = store.chunks_in_period("2023-08-02", "2023-08-03", 10)
+    assert [h.id for h in got] == ["d2", "d3"] and all(h.score == 0 for h in got)
+    assert (got[0].date_start, got[0].date_end) == ("2023-08-02", "2023-08-02")
+    assert len(store.chunks_in_period("2023-01-01", "2023-12-31", 2)) == 2

@@ -126,9 +126,27 @@ def _v1_tables(conn: Any, ctx: dict[str, Any]) -> None:
         conn.execute("CREATE INDEX chunks_tsv ON chunks USING gin(tsv)")
 
 
+def _v2_stems_dates(conn: Any, ctx: dict[str, Any]) -> None:
+    """Exact and stemmed keyword columns (as SQLite's two FTS5 columns), per-chunk dates, a write version.
+
+    ``tsv`` now holds unstemmed tokens; rows written before keep their old vector until the
+    identity change that came with this schema (index schema 2) rebuilds them.
+    """
+    conn.execute(
+        """
+        ALTER TABLE chunks ADD COLUMN tsv_stem tsvector, ADD COLUMN date_start text, ADD COLUMN date_end text;
+        ALTER TABLE indexes ADD COLUMN version bigint NOT NULL DEFAULT 0;
+        CREATE INDEX chunks_dates ON chunks(index_id, date_start, date_end);
+        """
+    )
+    key = "index_id, tsv_stem" if ctx.get("btree_gin") else "tsv_stem"
+    conn.execute(f"CREATE INDEX chunks_tsv_stem ON chunks USING gin({key})")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "shared tables keyed by index generation; tsvector GIN; pgvector vectors; shared cache",
               _v1_tables),
+    Migration(2, "exact + stemmed tsvector columns, per-chunk dates, generation write version", _v2_stems_dates),
 )
 LATEST = MIGRATIONS[-1].version
 

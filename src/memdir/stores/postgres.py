@@ -45,13 +45,13 @@ from typing import Any
 
 import numpy as np
 
+from memdir.stores import pgkeyword
 from memdir.stores.base import ChunkRow, FileRows, Hit
 from memdir.stores.pgschema import AdvisoryWriterLock, Database, redact_dsn
-from memdir.textutil import fts_text, has_han_or_kana, has_hangul
+from memdir.textutil import fts_text, stem_text
 
-K1, B = 1.2, 0.75
 _NON_WORD = re.compile(r"[^\w]+")
-_CHUNK_COLS = "c.id, c.path, c.source, c.start_line, c.end_line, c.text, c.ts"
+_CHUNK_COLS = "c.id, c.path, c.source, c.start_line, c.end_line, c.text, c.ts, c.date_start, c.date_end"
 _LIVE = "(SELECT id FROM indexes WHERE agent = %(agent)s AND state = 'live')"
 
 
@@ -61,7 +61,13 @@ def pg_text(text: str) -> str:
 
 
 def doc_length(text: str) -> int:
-    return len(pg_text(text).split())
+    """Tokens in both keyword columns, as FTS5 counts a row's length over its two columns."""
+    return len(pg_text(text).split()) + len(stem_text(text).split())
+
+
+def _hit(r: Sequence[Any], score: float) -> Hit:
+    """A :class:`Hit` from a row selected with ``_CHUNK_COLS``."""
+    return Hit(r[0], r[1], r[2], r[3], r[4], r[5], score, r[6], r[7], r[8])
 
 
 def _vec(values: Sequence[float]) -> np.ndarray:
@@ -89,6 +95,7 @@ class PostgresStore:
         self._owns_db = _db is None
         self.pinned = _index_id  # a generation being built (rebuild); None = whatever is live
         self.location = redact_dsn(dsn, schema) + f"/{agent}"
+        self._dfs = pgkeyword.DfCache()
         self._local = threading.local()
         self._closed = False
         self.fts_error: str | None = None
@@ -234,22 +241,27 @@ class PostgresStore:
                 has_vec = ch.embedding is not None and len(ch.embedding) > 0
                 text = pg_text(ch.text)
                 rows.append((ix, ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model, ch.text,
-                             self.ts_config, text, len(text.split()), has_vec, now, ch.ts))
+                             text, self.ts_config, text, doc_length(ch.text), has_vec, now, ch.ts, ch.date_start,
+                             ch.date_end))
                 if has_vec:
-                    vectors.append((ix, ch.id, len(ch.embedding), _vec(ch.embedding)))  # type: ignore[arg-type]
+                    windows = max(1, int(ch.windows))
+                    flat = _vec(ch.embedding)  # type: ignore[arg-type]
+                    dims = flat.size // windows
+                    vectors.extend((ix, ch.id, w, dims, flat[w * dims:(w + 1) * dims]) for w in range(windows))
             with c.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO chunks(index_id, id, path, source, start_line, end_line, hash, model, text, tsv, "
-                    "doc_len, embedded, updated_at, ts) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,"
-                    "to_tsvector(%s::regconfig, %s),%s,%s,%s,%s) ON CONFLICT (index_id, id) DO UPDATE SET "
-                    "path = EXCLUDED.path, source = EXCLUDED.source, start_line = EXCLUDED.start_line, "
-                    "end_line = EXCLUDED.end_line, hash = EXCLUDED.hash, model = EXCLUDED.model, "
-                    "text = EXCLUDED.text, tsv = EXCLUDED.tsv, doc_len = EXCLUDED.doc_len, "
-                    "embedded = EXCLUDED.embedded, updated_at = EXCLUDED.updated_at, ts = EXCLUDED.ts", rows)
+                    "tsv_stem, doc_len, embedded, updated_at, ts, date_start, date_end) VALUES (%s,%s,%s,%s,%s,%s,"
+                    "%s,%s,%s,to_tsvector('simple', %s),to_tsvector(%s::regconfig, %s),%s,%s,%s,%s,%s,%s) "
+                    "ON CONFLICT (index_id, id) DO UPDATE SET path = EXCLUDED.path, source = EXCLUDED.source, "
+                    "start_line = EXCLUDED.start_line, end_line = EXCLUDED.end_line, hash = EXCLUDED.hash, "
+                    "model = EXCLUDED.model, text = EXCLUDED.text, tsv = EXCLUDED.tsv, tsv_stem = EXCLUDED.tsv_stem, "
+                    "doc_len = EXCLUDED.doc_len, embedded = EXCLUDED.embedded, updated_at = EXCLUDED.updated_at, "
+                    "ts = EXCLUDED.ts, date_start = EXCLUDED.date_start, date_end = EXCLUDED.date_end", rows)
                 if vectors:
-                    cur.executemany("INSERT INTO vectors(index_id, chunk_id, dims, embedding) VALUES (%s,%s,%s,%s) "
-                                    "ON CONFLICT (index_id, chunk_id, seq) DO UPDATE SET dims = EXCLUDED.dims, "
-                                    "embedding = EXCLUDED.embedding", vectors)
+                    cur.executemany("INSERT INTO vectors(index_id, chunk_id, seq, dims, embedding) "
+                                    "VALUES (%s,%s,%s,%s,%s) ON CONFLICT (index_id, chunk_id, seq) DO UPDATE SET "
+                                    "dims = EXCLUDED.dims, embedding = EXCLUDED.embedding", vectors)
             c.execute("INSERT INTO files(index_id, path, source, hash, mtime, size) VALUES (%s,%s,%s,%s,%s,%s) "
                       "ON CONFLICT (index_id, path, source) DO UPDATE SET hash = EXCLUDED.hash, "
                       "mtime = EXCLUDED.mtime, size = EXCLUDED.size", (ix, path, source, file_hash, mtime_ns, size))
@@ -267,9 +279,9 @@ class PostgresStore:
 
     @staticmethod
     def _adjust_stats(c: Any, ix: int, docs: int, length: int) -> None:
-        if docs or length:
-            c.execute("UPDATE indexes SET n_docs = n_docs + %s, total_len = total_len + %s WHERE id = %s",
-                      (docs, length, ix))
+        """BM25's N and total length, and the version that invalidates cached document frequencies."""
+        c.execute("UPDATE indexes SET n_docs = n_docs + %s, total_len = total_len + %s, version = version + 1 "
+                  "WHERE id = %s", (docs, length, ix))
 
     def delete_file(self, path: str, source: str) -> None:
         with self._write() as c:
@@ -285,80 +297,87 @@ class PostgresStore:
                              args).fetchall()
         return {(p, s) for p, s in rows}
 
-    # -- keyword -----------------------------------------------------------------------------
-    def _term_queries(self, terms: Sequence[str]) -> tuple[list[str], list[Any]]:
-        """One tsquery SQL expression per term (phrase for CJK, prefix for Hangul), with parameters."""
-        exprs: list[str] = []
-        params: list[Any] = []
-        for term in dict.fromkeys(t.replace('"', "") for t in terms if t):
-            if has_hangul(term) and not has_han_or_kana(term):
-                exprs.append("to_tsquery(%s::regconfig, quote_literal(%s) || ':*')")
-                params += [self.ts_config, term.lower()]
-            else:
-                exprs.append("phraseto_tsquery(%s::regconfig, %s)")
-                params += [self.ts_config, pg_text(term)]
-        return exprs, params
-
-    def _keyword_sql(self, terms: Sequence[str], ids: Sequence[str] | None,
-                     limit: int | None) -> tuple[str, list[Any]] | None:
-        """One statement: match, score every match, keep the best ``limit``, then fetch their rows."""
-        exprs, params = self._term_queries(terms)
-        if not exprs:
-            return None
+    # -- keyword (see stores/pgkeyword.py) --------------------------------------------------
+    def _scope_sql(self) -> tuple[str, Any]:
         if self.pinned is not None:
-            scope_sql, scope_arg = "%s", self.pinned
-        else:
-            scope_sql, scope_arg = "(SELECT id FROM indexes WHERE agent = %s AND state = 'live')", self.agent
-        params = [*params, scope_arg]
-        n = len(exprs)
-        any_q = " || ".join(f"q.q{i}" for i in range(n))
-        head = (f"WITH q AS (SELECT {', '.join(f'{e} AS q{i}' for i, e in enumerate(exprs))}), "
-                f"ix AS (SELECT id, n_docs, total_len FROM indexes WHERE id = {scope_sql}), ")
-        if self.ranking == "ts_rank_cd":
-            # PostgreSQL's own cover density, length-normalised (1) and mapped to rank/(rank+1) (32).
-            scored = (f"s AS (SELECT c.id, ts_rank_cd(c.tsv, {any_q}, 1|32)::float8 AS score FROM chunks c, q, ix "
-                      f"WHERE c.index_id = ix.id AND c.tsv @@ ({any_q})")
-            where = " AND c.id = ANY(%s)"
-        else:
-            tfs = ", ".join(f"ts_rank_cd('{{1,1,1,1}}', c.tsv, q.q{i}, 0)::float8 AS f{i}" for i in range(n))
-            dfs = ", ".join(f"count(*) FILTER (WHERE f{i} > 0) OVER () AS n{i}" for i in range(n))
-            norm = (f"({K1} * (1 - {B} + {B} * d.doc_len / greatest(ix.total_len::float8 / greatest(ix.n_docs, 1), "
-                    f"1)))")
-            parts = [f"CASE WHEN f{i} > 0 THEN greatest(ln(greatest((ix.n_docs - n{i} + 0.5)::float8 / "
-                     f"(n{i} + 0.5), 1e-9)), 1e-6) * f{i} * {K1 + 1} / (f{i} + {norm}) ELSE 0 END" for i in range(n)]
-            scored = (f"m AS (SELECT c.id, c.doc_len, {tfs} FROM chunks c, q, ix WHERE c.index_id = ix.id "
-                      f"AND c.tsv @@ ({any_q})), d AS (SELECT m.*, {dfs} FROM m), "
-                      f"s AS (SELECT d.id, {' + '.join(parts)} AS score FROM d, ix WHERE true")
-            where = " AND d.id = ANY(%s)"
-        sql = head + scored
-        if ids is not None:
-            sql += where
-            params.append(list(ids))
-        sql += " ORDER BY score DESC, id"
-        if limit is not None:
-            sql += " LIMIT %s"
-            params.append(int(limit))
-        sql += (f") SELECT {_CHUNK_COLS}, s.score FROM s JOIN chunks c ON c.index_id = (SELECT id FROM ix) "
-                f"AND c.id = s.id ORDER BY s.score DESC, c.id")
-        return sql, params
-
-    def _keyword_hits(self, built: tuple[str, list[Any]] | None) -> list[Hit]:
-        if built is None:
-            return []
-        with self._conn() as c:
-            rows = c.execute(*built).fetchall()
-        out = []
-        for r in rows:
-            raw = float(r[7] or 0.0)
-            score = raw if self.ranking == "ts_rank_cd" else raw / (1 + raw)
-            out.append(Hit(r[0], r[1], r[2], r[3], r[4], r[5], max(score, 0.001), r[6]))
-        return out
+            return "%s", self.pinned
+        return "(SELECT id FROM indexes WHERE agent = %s AND state = 'live')", self.agent
 
     def keyword_search(self, terms: Sequence[str], limit: int) -> list[Hit]:
-        """BM25 over the generation's rows matching any of ``terms``, best first."""
-        if not self.fts_available or limit <= 0:
+        """BM25 over this generation's rows matching any phrase of ``terms``, best first."""
+        ps = pgkeyword.phrases(terms, self.ts_config, pg_text)
+        if not self.fts_available or limit <= 0 or not ps:
             return []
-        return self._keyword_hits(self._keyword_sql(terms, None, limit))
+        sql, params = pgkeyword.search_sql(ps, *self._scope_sql(), self.ranking, limit, _CHUNK_COLS)
+        with self._conn() as c, c.transaction():
+            if getattr(self._local, "conn", None) is None:
+                c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            rows = c.execute(sql, params).fetchall()
+            stamp = self._stamp(c)
+        if rows and stamp is not None:
+            for ph, df in zip(ps, rows[0][10:], strict=True):
+                self._dfs.put((*stamp, ph), int(df))
+        return [_hit(r, self._map(float(r[9] or 0.0))) for r in rows]
+
+    def _map(self, raw: float) -> float:
+        return raw if self.ranking == "ts_rank_cd" else raw / (1 + raw)
+
+    def _stamp(self, c: Any) -> tuple[int, int, int, int] | None:
+        """(generation, version, N, total length): what cached document frequencies are valid for."""
+        scope, arg = self._scope_sql()
+        row = c.execute(f"SELECT id, version, n_docs, total_len FROM indexes WHERE id = {scope}", (arg,)).fetchone()
+        return (int(row[0]), int(row[1]), int(row[2]), int(row[3])) if row else None
+
+    def keyword_scores(self, terms: Sequence[str], ids: Sequence[str]) -> dict[str, float]:
+        """The :meth:`keyword_search` score of each chunk in ``ids`` (0.0 when it does not match)."""
+        wanted = list(dict.fromkeys(ids))
+        out = dict.fromkeys(wanted, 0.0)
+        ps = pgkeyword.phrases(terms, self.ts_config, pg_text)
+        if not wanted or not ps or not self.fts_available:
+            return out
+        qcols = ", ".join(f"{ph.sql} AS q{i}" for i, ph in enumerate(ps))
+        qparams = [p for ph in ps for p in ph.params]
+        tfs = ", ".join(f"coalesce(ts_rank_cd('{{1,1,1,1}}', c.{ph.column}, q.q{i}, 0), 0)::float8"
+                        for i, ph in enumerate(ps))
+        with self._conn() as c, c.transaction():
+            if getattr(self._local, "conn", None) is None:
+                c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            stamp = self._stamp(c)
+            if stamp is None:
+                return out
+            ix, _version, n_docs, total_len = stamp
+            if self.ranking == "ts_rank_cd":
+                exact = " || ".join(f"q.q{i}" for i, ph in enumerate(ps) if ph.column == "tsv") or "''::tsquery"
+                for cid, score in c.execute(f"WITH q AS (SELECT {qcols}) SELECT c.id, ts_rank_cd(c.tsv, {exact}, "
+                                            f"1|32)::float8 FROM chunks c, q WHERE c.index_id = %s AND c.id = ANY(%s)",
+                                            [*qparams, ix, wanted]):
+                    out[cid] = float(score)
+                return out
+            dfs: list[int] = []
+            for ph in ps:
+                df = self._dfs.get((*stamp, ph))
+                if df is None:  # not seen in a recent search: count it on the GIN index
+                    df = int(c.execute(f"SELECT count(*) FROM chunks WHERE index_id = %s AND {ph.column} @@ "
+                                       f"{ph.sql}", (ix, *ph.params)).fetchone()[0])
+                    self._dfs.put((*stamp, ph), df)
+                dfs.append(df)
+            rows = c.execute(f"WITH q AS (SELECT {qcols}) SELECT c.id, c.doc_len, {tfs} FROM chunks c, q "
+                             f"WHERE c.index_id = %s AND c.id = ANY(%s)", [*qparams, ix, wanted]).fetchall()
+        for r in rows:
+            raw = pgkeyword.bm25([float(x) for x in r[2:]], dfs, int(r[1]), n_docs, total_len)
+            out[r[0]] = self._map(raw) if any(float(x) > 0 for x in r[2:]) else 0.0
+        return out
+
+    def chunks_in_period(self, start: str, end: str, limit: int) -> list[Hit]:
+        """Chunks whose dates overlap ``start..end`` (ISO days), in path and line order, score 0."""
+        if limit <= 0:
+            return []
+        scope, args = self._scope()
+        with self._conn() as c:
+            rows = c.execute(f"SELECT {_CHUNK_COLS} FROM chunks c WHERE c.index_id = {scope} AND c.date_start <= "
+                             "%(end)s AND c.date_end >= %(start)s ORDER BY c.path, c.start_line LIMIT %(k)s",
+                             {**args, "start": start, "end": end, "k": int(limit)}).fetchall()
+        return [_hit(r, 0.0) for r in rows]
 
     # -- vectors -----------------------------------------------------------------------------
     @staticmethod
@@ -373,7 +392,7 @@ class PostgresStore:
         return bool(row and row[0])
 
     def vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
-        """Nearest chunks by cosine: the agent's HNSW index when it has one, else exact."""
+        """Nearest chunks by cosine (best of a chunk's windows): the agent's HNSW index if any, else exact."""
         q = _vec(query)
         if not q.size or not np.any(q) or limit <= 0:
             return []
@@ -386,21 +405,44 @@ class PostgresStore:
             ix = self._index_id(c, create=False)
             if ix is None:
                 return []
-            if self._index_exists(self._hnsw_name(ix), c):
-                c.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(100, 2 * limit))),))
-                # The index id is an integer literal so the planner can match the partial index's predicate.
-                order = f"(v.embedding::vector({dims})) <=> %(q)s::vector({dims})"
-                where = f"v.index_id = {int(ix)}"
-            else:
-                order = "v.embedding <=> %(q)s"
-                where = "v.index_id = %(ix)s AND v.dims = %(dims)s"
-            rows = c.execute(
-                f"WITH top AS (SELECT v.chunk_id, {order} AS d FROM vectors v WHERE {where} ORDER BY {order} "
-                f"LIMIT %(k)s) SELECT {_CHUNK_COLS}, 1 - top.d FROM top JOIN chunks c ON c.index_id = %(ix)s "
-                f"AND c.id = top.chunk_id ORDER BY top.d, c.id",
-                {"q": q, "ix": ix, "dims": dims, "k": int(limit)},
-            ).fetchall()
-        return [Hit(r[0], r[1], r[2], r[3], r[4], r[5], float(r[7]), r[6]) for r in rows]
+            args = {"q": q, "ix": ix, "dims": dims}
+            if not self._index_exists(self._hnsw_name(ix), c):
+                rows = c.execute(
+                    "WITH top AS (SELECT v.chunk_id, min(v.embedding <=> %(q)s) AS d FROM vectors v "
+                    "WHERE v.index_id = %(ix)s AND v.dims = %(dims)s GROUP BY v.chunk_id ORDER BY d, v.chunk_id "
+                    f"LIMIT %(k)s) SELECT {_CHUNK_COLS}, 1 - top.d FROM top JOIN chunks c ON c.index_id = %(ix)s "
+                    "AND c.id = top.chunk_id ORDER BY top.d, c.id", {**args, "k": int(limit)}).fetchall()
+                return [_hit(r, float(r[9])) for r in rows]
+            # HNSW returns windows; a chunk's several windows can take several places, so widen until
+            # ``limit`` distinct chunks are found.  The index id is a literal: the planner must see that
+            # the partial index's predicate holds.
+            order = f"(v.embedding::vector({dims})) <=> %(q)s::vector({dims})"
+            k = int(limit)
+            while True:
+                c.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(100, 2 * k))),))
+                rows = c.execute(
+                    f"WITH w AS (SELECT v.chunk_id, {order} AS d FROM vectors v WHERE v.index_id = {int(ix)} "
+                    f"ORDER BY {order} LIMIT %(k)s), top AS (SELECT chunk_id, min(d) AS d FROM w GROUP BY chunk_id "
+                    f"ORDER BY d, chunk_id LIMIT %(limit)s), n AS (SELECT count(*) AS n FROM w) "
+                    f"SELECT {_CHUNK_COLS}, 1 - top.d, n.n FROM top JOIN chunks c ON c.index_id = %(ix)s "
+                    "AND c.id = top.chunk_id, n ORDER BY top.d, c.id", {**args, "k": k, "limit": int(limit)}
+                ).fetchall()
+                if len(rows) >= limit or not rows or int(rows[0][10]) < k or k >= 1000:
+                    return [_hit(r, float(r[9])) for r in rows]
+                k = min(1000, k * 2)
+
+    def vector_scores(self, query: Sequence[float], ids: Sequence[str]) -> dict[str, float]:
+        """Cosine of each given chunk that has a vector (best window), by primary key: no search."""
+        q = _vec(query)
+        wanted = list(dict.fromkeys(ids))
+        if not q.size or not np.any(q) or not wanted:
+            return {}
+        scope, args = self._scope()
+        with self._conn() as c:
+            rows = c.execute(f"SELECT chunk_id, max(1 - (embedding <=> %(q)s)) FROM vectors WHERE index_id = {scope} "
+                             "AND chunk_id = ANY(%(ids)s) AND dims = %(dims)s GROUP BY chunk_id",
+                             {**args, "q": q, "ids": wanted, "dims": int(q.size)}).fetchall()
+        return {cid: float(score) for cid, score in rows}
 
     def optimize(self) -> None:
         """Give the generation its HNSW index once it holds ``hnsw_min_vectors`` vectors (builds concurrently)."""
@@ -560,13 +602,16 @@ class PostgresStore:
         for path, source, fhash, mtime, size in files:
             with self._conn() as c:
                 rows = c.execute(
-                    "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, v.embedding, "
-                    "c.ts FROM chunks c LEFT JOIN vectors v ON v.index_id = c.index_id AND v.chunk_id = c.id "
-                    "AND v.seq = 0 WHERE c.index_id = %s AND c.path = %s AND c.source = %s ORDER BY c.start_line, c.id",
-                    (ix, path, source)).fetchall()
-            chunks = [ChunkRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7],
-                               None if r[8] is None else _floats(r[8]), r[9])
-                      for r in rows]
+                    "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, c.ts, "
+                    "c.date_start, c.date_end, array(SELECT v.embedding FROM vectors v WHERE v.index_id = c.index_id "
+                    "AND v.chunk_id = c.id ORDER BY v.seq) FROM chunks c WHERE c.index_id = %s AND c.path = %s "
+                    "AND c.source = %s ORDER BY c.start_line, c.id", (ix, path, source)).fetchall()
+            chunks = []
+            for r in rows:
+                windows = [_floats(v) for v in r[11] or []]
+                chunks.append(ChunkRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7],
+                                       [x for w in windows for x in w] or None, r[8], r[9], r[10],
+                                       max(1, len(windows))))
             yield path, source, fhash, int(mtime), int(size), chunks
 
     def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:

@@ -1,0 +1,134 @@
+"""Keyword search for :mod:`memdir.stores.postgres`: BM25 over two ``tsvector`` columns.
+
+The columns mirror SQLite's two FTS5 columns (exact words, and word stems), so both backends
+rank alike:
+
+* ``tsv`` — every token, unstemmed (``simple``): exact words, numbers, identifiers, CJK;
+* ``tsv_stem`` — the configured text search configuration (``english`` by default: Snowball
+  stems and stop words; ``german``, ``french``… for notes in those languages).
+
+A query is a set of *phrases*: each keyword term on ``tsv`` (Hangul as a prefix, CJK and
+identifiers as phrases), and each Latin word again on ``tsv_stem``; a note with the exact word
+matches both and ranks above one that shares only the stem.
+
+**Ranking is BM25 with FTS5's formula** (k1 = 1.2, b = 0.75, ``idf = ln((N − n + 0.5) / (n +
+0.5))`` floored at 1e-6, summed over phrases), not ``ts_rank_cd``:
+
+* tf — ``ts_rank_cd`` with unit weights and no normalisation, for one phrase, *is* its number
+  of occurrences (cover density of a single lexeme or phrase);
+* n (document frequency) — counted over the matching rows in the same statement (a window
+  ``count(*) FILTER``), so search needs no term-statistics table that every write would update;
+* N and the average length — kept per index generation (``indexes.n_docs``/``total_len``),
+  updated by each write; a document's length counts both columns' tokens, as FTS5's does.
+
+``ts_rank_cd`` (cover density, length-normalised) is kept as an alternative for measurement.
+:func:`keyword_scores` scores chosen chunks with the same figures: document frequencies come
+from the last search with the same terms (cached per generation *version*, which every write
+bumps) or from a count over the GIN index, term frequencies from the chunks' own rows.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memdir.textutil import has_han_or_kana, has_hangul, stem
+
+K1, B = 1.2, 0.75
+
+
+@dataclass(frozen=True)
+class Phrase:
+    column: str  # "tsv" or "tsv_stem"
+    sql: str  # a tsquery expression with %s placeholders
+    params: tuple[Any, ...]
+
+
+def phrases(terms: Sequence[str], ts_config: str, pg_text: Any) -> list[Phrase]:
+    """The exact phrase of every term, then the stem phrase of every Latin word (one per stem)."""
+    out: list[Phrase] = []
+    clean = list(dict.fromkeys(t.replace('"', "").strip().lower() for t in terms if t and t.strip()))
+    for term in clean:
+        if has_hangul(term) and not has_han_or_kana(term) and " " not in term:
+            out.append(Phrase("tsv", "to_tsquery('simple', quote_literal(%s) || ':*')", (term,)))
+        else:
+            out.append(Phrase("tsv", "phraseto_tsquery('simple', %s)", (pg_text(term),)))
+    seen: set[str] = set()
+    for term in clean:
+        key = stem(term)
+        if key and key not in seen:
+            seen.add(key)
+            out.append(Phrase("tsv_stem", "plainto_tsquery(%s::regconfig, %s)", (ts_config, term)))
+    return out
+
+
+def search_sql(ps: list[Phrase], scope_sql: str, scope_arg: Any, ranking: str, limit: int,
+               cols: str) -> tuple[str, list[Any]]:
+    """One statement: match, score every match, keep the best ``limit``, fetch their rows.
+
+    Returns ``cols`` of each hit, its score, then the document frequency of every phrase.
+    """
+    n = len(ps)
+    params: list[Any] = [p for ph in ps for p in ph.params] + [scope_arg]
+    qcols = ", ".join(f"{ph.sql} AS q{i}" for i, ph in enumerate(ps))
+    match = " OR ".join(f"c.{ph.column} @@ q.q{i}" for i, ph in enumerate(ps))
+    tfs = ", ".join(f"coalesce(ts_rank_cd('{{1,1,1,1}}', c.{ph.column}, q.q{i}, 0), 0)::float8 AS f{i}"
+                    for i, ph in enumerate(ps))
+    dfs = ", ".join(f"count(*) FILTER (WHERE f{i} > 0) OVER () AS n{i}" for i in range(n))
+    if ranking == "ts_rank_cd":
+        # PostgreSQL's cover density over both columns, length-normalised (1), mapped into (0, 1) (32).
+        exact = " || ".join(f"q.q{i}" for i, ph in enumerate(ps) if ph.column == "tsv") or "''::tsquery"
+        score = f"ts_rank_cd(c.tsv, {exact}, 1|32)::float8"
+        scored = (f"m AS (SELECT c.id, {score} AS score, {tfs} FROM chunks c, q, ix WHERE c.index_id = ix.id "
+                  f"AND ({match})), d AS (SELECT m.*, {dfs} FROM m), s AS (SELECT d.* FROM d")
+    else:
+        norm = f"({K1} * (1 - {B} + {B} * d.doc_len / greatest(ix.total_len::float8 / greatest(ix.n_docs, 1), 1)))"
+        parts = [f"CASE WHEN f{i} > 0 THEN greatest(ln(greatest((ix.n_docs - n{i} + 0.5)::float8 / (n{i} + 0.5), "
+                 f"1e-9)), 1e-6) * f{i} * {K1 + 1} / (f{i} + {norm}) ELSE 0 END" for i in range(n)]
+        scored = (f"m AS (SELECT c.id, c.doc_len, {tfs} FROM chunks c, q, ix WHERE c.index_id = ix.id "
+                  f"AND ({match})), d AS (SELECT m.*, {dfs} FROM m), "
+                  f"s AS (SELECT d.*, {' + '.join(parts)} AS score FROM d, ix")
+    sql = (f"WITH q AS (SELECT {qcols}), ix AS (SELECT id, n_docs, total_len FROM indexes WHERE id = {scope_sql}), "
+           f"{scored} ORDER BY score DESC, d.id LIMIT %s) "
+           f"SELECT {cols}, s.score, {', '.join(f's.n{i}' for i in range(n))} FROM s "
+           f"JOIN chunks c ON c.index_id = (SELECT id FROM ix) AND c.id = s.id ORDER BY s.score DESC, c.id")
+    return sql, [*params, int(limit)]
+
+
+def bm25(tfs: Sequence[float], dfs: Sequence[int], doc_len: int, n_docs: int, total_len: int) -> float:
+    """The BM25 of one chunk (the figure :func:`search_sql` computes), before the (0, 1) mapping."""
+    avgdl = max(total_len / max(n_docs, 1), 1.0)
+    norm = K1 * (1 - B + B * doc_len / avgdl)
+    score = 0.0
+    for tf, df in zip(tfs, dfs, strict=True):
+        if tf > 0:
+            idf = max(math.log(max((n_docs - df + 0.5) / (df + 0.5), 1e-9)), 1e-6)
+            score += idf * tf * (K1 + 1) / (tf + norm)
+    return score
+
+
+class DfCache:
+    """Document frequencies of recent phrases per (generation, version): exact until the next write."""
+
+    def __init__(self, size: int = 512):
+        self.size = size
+        self._data: OrderedDict[tuple[Any, ...], int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> int | None:
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                return self._data[key]
+        return None
+
+    def put(self, key: tuple[Any, ...], value: int) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.size:
+                self._data.popitem(last=False)
