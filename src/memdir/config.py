@@ -137,6 +137,8 @@ class PostgresStoreConfig(_Model):
     text_search_config: str = Field("english", pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,62}$")
     #: An agent's vectors get their own HNSW index from this many on; below it search is exact.
     hnsw_min_vectors: int = Field(20000, ge=0)
+    #: Keyword ranking: BM25 as FTS5 computes it (default), or PostgreSQL's ts_rank_cd (for comparison).
+    ranking: Literal["bm25", "ts_rank_cd"] = "bm25"
 
 
 class StoreConfig(_Model):

@@ -29,7 +29,7 @@ def open_store(settings: Settings, *, readonly: bool = False, driver: str | None
         pg = store_cfg.postgres
         return PostgresStore(resolve_dsn(store_cfg.dsn), settings.agent_id, schema=pg.db_schema,
                              pool_size=pg.pool_size, text_search_config=pg.text_search_config,
-                             hnsw_min_vectors=pg.hnsw_min_vectors)
+                             hnsw_min_vectors=pg.hnsw_min_vectors, ranking=pg.ranking)
     from memdir.stores.sqlite import SqliteStore
 
     return SqliteStore(settings.index_path, fts_tokenizer=store_cfg.fts.tokenizer,

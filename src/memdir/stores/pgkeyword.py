@@ -68,35 +68,57 @@ def phrases(terms: Sequence[str], ts_config: str, pg_text: Any) -> list[Phrase]:
 
 def search_sql(ps: list[Phrase], scope_sql: str, scope_arg: Any, ranking: str, limit: int,
                cols: str) -> tuple[str, list[Any]]:
-    """One statement: match, score every match, keep the best ``limit``, fetch their rows.
+    """One statement: match, score, keep the best ``limit``, fetch their rows.
 
     Returns ``cols`` of each hit, its score, then the document frequency of every phrase.
+
+    BM25 runs in two passes so its cost stays near a boolean match per row: every matching row
+    is scored with tf = 1 per phrase it contains (``@@`` is cheap; ``ts_rank_cd`` is not), which
+    also yields the exact document frequencies; the best ``PREFILTER`` of those are scored again
+    with their true term frequencies.  A row outside that pool would need a far higher tf than the
+    rows inside it to overtake them, and the pool is several times the result count.
     """
     n = len(ps)
     params: list[Any] = [p for ph in ps for p in ph.params] + [scope_arg]
     qcols = ", ".join(f"{ph.sql} AS q{i}" for i, ph in enumerate(ps))
     match = " OR ".join(f"c.{ph.column} @@ q.q{i}" for i, ph in enumerate(ps))
-    tfs = ", ".join(f"coalesce(ts_rank_cd('{{1,1,1,1}}', c.{ph.column}, q.q{i}, 0), 0)::float8 AS f{i}"
-                    for i, ph in enumerate(ps))
-    dfs = ", ".join(f"count(*) FILTER (WHERE f{i} > 0) OVER () AS n{i}" for i in range(n))
+    head = (f"WITH q AS MATERIALIZED (SELECT {qcols}), ix AS MATERIALIZED (SELECT id, n_docs, total_len "
+            f"FROM indexes WHERE id = {scope_sql}), ")
     if ranking == "ts_rank_cd":
-        # PostgreSQL's cover density over both columns, length-normalised (1), mapped into (0, 1) (32).
+        # PostgreSQL's cover density over the exact column, length-normalised (1), into (0, 1) (32).
         exact = " || ".join(f"q.q{i}" for i, ph in enumerate(ps) if ph.column == "tsv") or "''::tsquery"
-        score = f"ts_rank_cd(c.tsv, {exact}, 1|32)::float8"
-        scored = (f"m AS (SELECT c.id, {score} AS score, {tfs} FROM chunks c, q, ix WHERE c.index_id = ix.id "
-                  f"AND ({match})), d AS (SELECT m.*, {dfs} FROM m), s AS (SELECT d.* FROM d")
+        flags = ", ".join(f"coalesce((c.{ph.column} @@ q.q{i})::int, 0) AS b{i}" for i, ph in enumerate(ps))
+        dfs = ", ".join(f"sum(b{i}) OVER () AS n{i}" for i in range(n))
+        body = (f"m AS (SELECT c.id, ts_rank_cd(c.tsv, {exact}, 1|32)::float8 AS score, {flags} FROM chunks c, q, ix "
+                f"WHERE c.index_id = ix.id AND ({match})), s AS (SELECT m.*, {dfs} FROM m ORDER BY score DESC, "
+                f"m.id LIMIT %s) ")
+        params.append(int(limit))
     else:
-        norm = f"({K1} * (1 - {B} + {B} * d.doc_len / greatest(ix.total_len::float8 / greatest(ix.n_docs, 1), 1)))"
-        parts = [f"CASE WHEN f{i} > 0 THEN greatest(ln(greatest((ix.n_docs - n{i} + 0.5)::float8 / (n{i} + 0.5), "
-                 f"1e-9)), 1e-6) * f{i} * {K1 + 1} / (f{i} + {norm}) ELSE 0 END" for i in range(n)]
-        scored = (f"m AS (SELECT c.id, c.doc_len, {tfs} FROM chunks c, q, ix WHERE c.index_id = ix.id "
-                  f"AND ({match})), d AS (SELECT m.*, {dfs} FROM m), "
-                  f"s AS (SELECT d.*, {' + '.join(parts)} AS score FROM d, ix")
-    sql = (f"WITH q AS (SELECT {qcols}), ix AS (SELECT id, n_docs, total_len FROM indexes WHERE id = {scope_sql}), "
-           f"{scored} ORDER BY score DESC, d.id LIMIT %s) "
-           f"SELECT {cols}, s.score, {', '.join(f's.n{i}' for i in range(n))} FROM s "
+        flags = ", ".join(f"coalesce((c.{ph.column} @@ q.q{i})::int, 0) AS b{i}" for i, ph in enumerate(ps))
+        dfs = ", ".join(f"sum(b{i}) OVER () AS n{i}" for i in range(n))
+        pre = " + ".join(_term("d", f"b{i}", f"n{i}", "d.doc_len") for i in range(n))
+        tfs = [f"coalesce(ts_rank_cd('{{1,1,1,1}}', c.{ph.column}, q.q{i}, 0), 0)::float8" for i, ph in enumerate(ps)]
+        full = " + ".join(_term("p", tfs[i], f"p.n{i}", "c.doc_len") for i in range(n))
+        body = (f"m AS (SELECT c.id, c.doc_len, {flags} FROM chunks c, q, ix WHERE c.index_id = ix.id AND ({match})), "
+                f"d AS (SELECT m.*, {dfs} FROM m), "
+                f"p AS (SELECT d.* FROM d, ix ORDER BY {pre} DESC, d.id LIMIT %s), "
+                f"s AS (SELECT p.*, {full} AS score FROM p JOIN chunks c ON c.index_id = (SELECT id FROM ix) "
+                f"AND c.id = p.id, q, ix ORDER BY score DESC, p.id LIMIT %s) ")
+        params += [max(PREFILTER, 4 * int(limit)), int(limit)]
+    sql = (head + body + f"SELECT {cols}, s.score, {', '.join(f's.n{i}' for i in range(n))} FROM s "
            f"JOIN chunks c ON c.index_id = (SELECT id FROM ix) AND c.id = s.id ORDER BY s.score DESC, c.id")
-    return sql, [*params, int(limit)]
+    return sql, params
+
+
+#: Rows re-scored with true term frequencies (at least four times the result count).
+PREFILTER = 200
+
+
+def _term(_alias: str, tf: str, df: str, doc_len: str) -> str:
+    """One phrase's BM25 contribution in SQL (FTS5's formula; ``ix`` supplies N and the total length)."""
+    norm = f"({K1} * (1 - {B} + {B} * {doc_len} / greatest(ix.total_len::float8 / greatest(ix.n_docs, 1), 1)))"
+    return (f"(CASE WHEN {tf} > 0 THEN greatest(ln(greatest((ix.n_docs - {df} + 0.5)::float8 / ({df} + 0.5), "
+            f"1e-9)), 1e-6) * {tf} * {K1 + 1} / ({tf} + {norm}) ELSE 0 END)")
 
 
 def bm25(tfs: Sequence[float], dfs: Sequence[int], doc_len: int, n_docs: int, total_len: int) -> float:

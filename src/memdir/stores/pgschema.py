@@ -136,6 +136,9 @@ def _v2_stems_dates(conn: Any, ctx: dict[str, Any]) -> None:
         """
         ALTER TABLE chunks ADD COLUMN tsv_stem tsvector, ADD COLUMN date_start text, ADD COLUMN date_end text;
         ALTER TABLE indexes ADD COLUMN version bigint NOT NULL DEFAULT 0;
+        -- keep a chunk's row (text and both tsvectors) inline and uncompressed up to a page: ranking reads
+        -- the tsvectors of every match, and de-TOASTing them cost more than the ranking itself
+        ALTER TABLE chunks SET (toast_tuple_target = 8160);
         CREATE INDEX chunks_dates ON chunks(index_id, date_start, date_end);
         """
     )
