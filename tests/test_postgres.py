@@ -398,3 +398,23 @@ def test_forward_migration_keeps_an_older_schemas_data(pg: Backend, tmp_path: Pa
         assert store.describe()["schemaVersion"] == LATEST
     finally:
         store.close()
+
+
+# -- quality ----------------------------------------------------------------------------------
+
+def test_gate_quality_matches_sqlite(pg_url: str):
+    """The gate dataset on both backends, hybrid and keyword: recall@k within 0.02 of SQLite.
+
+    (The full comparison on LoCoMo dev is ``memdir bench backends --quality``; README and the
+    closing note of issue 15 give its figures.)
+    """
+    from memdir.bench.backends import quality_side_by_side
+
+    report = quality_side_by_side(Path(__file__).parent / "data" / "gate", dsn=pg_url)
+    runs = report["runs"]
+    for mode in ("hybrid", "keyword"):
+        lite, post = runs[f"sqlite:{mode}"], runs[f"postgres:{mode}"]
+        assert lite["queries"] == post["queries"] > 0
+        assert not lite["fallback"] and not post["fallback"], (lite["fallback"], post["fallback"])
+        for k in (1, 3, 6):
+            assert post["overall"]["recall"][str(k)] >= lite["overall"]["recall"][str(k)] - 0.02, (mode, k)
