@@ -24,14 +24,12 @@ searched exactly over the agent's own rows (a B-tree range) until the agent has
 ``hnsw_min_vectors``; from then on the agent gets its own *partial* HNSW index
 (``WHERE index_id = N``, cosine), so approximate search never filters other agents' neighbours.
 
-**Keyword ranking** is BM25 with FTS5's formula (k1 = 1.2, b = 0.75, ``idf = ln((N − n + 0.5) /
-(n + 0.5))``), not ``ts_rank_cd``: per query term, ``ts_rank_cd`` with unit weights counts the
-term's occurrences (its cover density for a single lexeme *is* the term frequency), document
-frequencies are counted over the matching rows in the same statement, and N and the average
-length are kept per generation.  Scores map into (0, 1) as SQLite's do (``r/(1+r)``).  Text goes
-through the configured text search configuration (``english``: stemming and stop words), after
-memdir's own CJK spacing (each Han/Kana character a token) and with punctuation turned into
-spaces, so the parser tokenises like FTS5's ``unicode61`` (``ZX-4471-Q`` → ``zx 4471 q``).
+**Keywords** (:mod:`memdir.stores.pgkeyword`): an exact and a stemmed ``tsvector`` column, as
+SQLite's two FTS5 columns, ranked by BM25 with FTS5's formula and mapped into (0, 1) as SQLite's
+scores are.  Text goes through memdir's CJK spacing (each Han/Kana character a token) with
+punctuation turned into spaces, so the parser tokenises like ``unicode61`` (``ZX-4471-Q`` →
+``zx 4471 q``).  Measured on LoCoMo dev (997 questions): recall@6 0.831 keyword / 0.812 hybrid,
+SQLite 0.830 / 0.812; ``ts_rank_cd`` instead of BM25 gives 0.464 keyword.
 """
 
 from __future__ import annotations
