@@ -28,7 +28,7 @@ searched exactly over the agent's own rows (a B-tree range) until the agent has
 SQLite's two FTS5 columns, ranked by BM25 with FTS5's formula and mapped into (0, 1) as SQLite's
 scores are.  Text goes through memdir's CJK spacing (each Han/Kana character a token) with
 punctuation turned into spaces, so the parser tokenises like ``unicode61`` (``ZX-4471-Q`` →
-``zx 4471 q``).  Measured on LoCoMo dev (997 questions): recall@6 0.831 keyword / 0.812 hybrid,
+``zx 4471 q``).  Measured on LoCoMo dev (760 scored questions): recall@6 0.831 keyword / 0.812 hybrid,
 SQLite 0.830 / 0.812; ``ts_rank_cd`` instead of BM25 gives 0.464 keyword.
 """
 
