@@ -42,7 +42,8 @@ def test_index_search_get_status_round_trip(ws: Path, run_cli):
 
     st = json.loads(run_cli("status", "--json", "--deep", "-w", str(ws), env=env).stdout)
     assert (st["files"], st["dirty"], st["fts"]["available"]) == (10, False, True)
-    assert st["indexPath"].endswith("memory/main.sqlite")
+    # no agent id chosen: the index is the workspace's own, named after it
+    assert st["indexKey"] == "workspace" and Path(st["indexPath"]).name.startswith("ws-")
     assert "sqlite" in st and st["embeddingProbe"]["ok"] is False
     plain = run_cli("status", "-w", str(ws), env=env).stdout
     assert "Indexed: 10/10 files" in plain and "Dirty: no" in plain

@@ -43,6 +43,12 @@ def _text(result) -> dict:
     return payload
 
 
+def _index_of(ws: Path, cfg: Path, state_dir: Path) -> Path:
+    from memdir.config import load_config
+
+    return load_config(workspace=ws, config_path=cfg, state_dir=state_dir).settings.index_path
+
+
 def _indexed_files(index: Path) -> int:
     import sqlite3
 
@@ -110,7 +116,7 @@ def test_stdio_server_with_the_sdk_client(served, state_dir):
 
     async def run() -> None:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await _exercise(session, ws, state_dir / "memory" / "main.sqlite")
+            await _exercise(session, ws, _index_of(ws, cfg, state_dir))
 
     asyncio.run(asyncio.wait_for(run(), 90))
 
@@ -153,7 +159,7 @@ def test_streamable_http_on_loopback_with_origin_checking(served, state_dir):
 
         async def run() -> None:
             async with http_client(url) as (read, write, _), ClientSession(read, write) as session:
-                await _exercise(session, ws, state_dir / "memory" / "main.sqlite")
+                await _exercise(session, ws, _index_of(ws, cfg, state_dir))
 
         asyncio.run(asyncio.wait_for(run(), 90))
 

@@ -258,6 +258,8 @@ class Memory:
             "agentId": self.settings.agent_id,
             "workspace": str(self.workspace),
             "indexPath": str(self.index_path),
+            # what names the index: "workspace" (no agent id chosen), "agent" or "path" (store.path)
+            "indexKey": self.settings.index_key,
             "indexExists": exists,
             "sources": list(ms.sources),
             "extraPaths": [str(p) for p in self.settings.extra_paths],
