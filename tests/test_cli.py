@@ -60,7 +60,7 @@ def test_global_options_before_or_after_the_command(ws: Path, run_cli):
 def test_failures_exit_1_with_a_clear_message(ws: Path, run_cli, tmp_path: Path):
     env = {"MEMDIR_PROVIDER": "none"}
     missing = run_cli("search", "-w", str(ws), env=env)
-    assert missing.returncode == 1
+    assert missing.returncode == 2  # bad usage, as the README says
     assert "Missing search query" in missing.stderr
     denied = run_cli("get", "../etc/passwd", "-w", str(ws), env=env)
     assert denied.returncode == 1 and "path not allowed" in denied.stderr
