@@ -27,7 +27,10 @@ def open_store(settings: Settings, *, readonly: bool = False, driver: str | None
         from memdir.stores.postgres import PostgresStore
 
         pg = store_cfg.postgres
-        return PostgresStore(resolve_dsn(store_cfg.dsn), settings.agent_id, schema=pg.db_schema,
+        # The agent's key in the shared tables follows the SQLite file's naming: the chosen agent id,
+        # else a name derived from the workspace (so two workspaces never share an index by default).
+        key = settings.index_path.stem if settings.index_key == "workspace" else settings.agent_id
+        return PostgresStore(resolve_dsn(store_cfg.dsn), key, schema=pg.db_schema,
                              pool_size=pg.pool_size, text_search_config=pg.text_search_config,
                              hnsw_min_vectors=pg.hnsw_min_vectors, ranking=pg.ranking)
     from memdir.stores.sqlite import SqliteStore
