@@ -388,7 +388,7 @@ def test_forward_migration_keeps_an_older_schemas_data(pg: Backend, tmp_path: Pa
         conn.execute("INSERT INTO chunks(index_id, id, path, source, start_line, end_line, hash, model, text, tsv, "
                      "doc_len, embedded, updated_at) VALUES (1, 'c1', 'memory/a.md', 'memory', 1, 1, 'h', 'old', "
                      "'the quokka ate lunch', to_tsvector('simple', 'the quokka ate lunch'), 4, false, 0)")
-    store = open_store(load_config(overrides=pg.config(), state_dir=tmp_path).settings)
+    store = open_store(load_config(overrides=pg.config(), state_dir=tmp_path, agent_id="main").settings)
     try:
         versions = [v for (v,) in pg_query(pg.url, f'SELECT version FROM "{pg.schema}".schema_version ORDER BY 1')]
         assert versions == list(range(1, LATEST + 1)) and LATEST >= 2
