@@ -94,16 +94,26 @@ def search_sql(ps: list[Phrase], scope_sql: str, scope_arg: Any, ranking: str, l
                 f"m.id LIMIT %s) ")
         params.append(int(limit))
     else:
-        flags = ", ".join(f"coalesce((c.{ph.column} @@ q.q{i})::int, 0) AS b{i}" for i, ph in enumerate(ps))
-        dfs = ", ".join(f"sum(b{i}) OVER () AS n{i}" for i in range(n))
-        pre = " + ".join(_term("d", f"b{i}", f"n{i}", "d.doc_len") for i in range(n))
+        # Pass 1 — which phrase each matching row contains, straight from the GIN index (one bitmap scan
+        # per phrase, reading only id and length), giving exact document frequencies and a tf = 1 score.
+        hits = " UNION ALL ".join(f"SELECT c.id, c.doc_len, {i} AS i FROM chunks c, q, ix WHERE c.index_id = ix.id "
+                                  f"AND c.{ph.column} @@ q.q{i}" for i, ph in enumerate(ps))
+        norm = f"({K1} * (1 - {B} + {B} * {{dl}} / greatest(ix.total_len::float8 / greatest(ix.n_docs, 1), 1)))"
+        idf = "greatest(ln(greatest((ix.n_docs - st.n + 0.5)::float8 / (st.n + 0.5), 1e-9)), 1e-6)"
+        per = ", ".join(f"coalesce((SELECT idf FROM w WHERE i = {i}), 0) AS idf{i}, "
+                        f"coalesce((SELECT n FROM w WHERE i = {i}), 0) AS n{i}" for i in range(n))
+        # Pass 2 — the best PREFILTER rows again, with their true term frequencies.
         tfs = [f"coalesce(ts_rank_cd('{{1,1,1,1}}', c.{ph.column}, q.q{i}, 0), 0)::float8" for i, ph in enumerate(ps)]
-        full = " + ".join(_term("p", tfs[i], f"p.n{i}", "c.doc_len") for i in range(n))
-        body = (f"m AS (SELECT c.id, c.doc_len, {flags} FROM chunks c, q, ix WHERE c.index_id = ix.id AND ({match})), "
-                f"d AS (SELECT m.*, {dfs} FROM m), "
-                f"p AS (SELECT d.* FROM d, ix ORDER BY {pre} DESC, d.id LIMIT %s), "
-                f"s AS (SELECT p.*, {full} AS score FROM p JOIN chunks c ON c.index_id = (SELECT id FROM ix) "
-                f"AND c.id = p.id, q, ix ORDER BY score DESC, p.id LIMIT %s) ")
+        dl = norm.format(dl="c.doc_len")
+        full = " + ".join(f"(CASE WHEN {tf} > 0 THEN wi.idf{i} * {tf} * {K1 + 1} / ({tf} + {dl}) ELSE 0 END)"
+                          for i, tf in enumerate(tfs))
+        body = (f"hits AS ({hits}), st AS (SELECT i, count(*) AS n FROM hits GROUP BY i), "
+                f"w AS (SELECT st.i, st.n, {idf} AS idf FROM st, ix), wi AS (SELECT {per}), "
+                f"p AS (SELECT h.id, sum(w.idf) * {K1 + 1} / (1 + {norm.format(dl='h.doc_len')}) AS pre "
+                f"FROM hits h JOIN w USING (i), ix GROUP BY h.id, h.doc_len, ix.n_docs, ix.total_len "
+                f"ORDER BY pre DESC, h.id LIMIT %s), "
+                f"s AS (SELECT p.id, wi.*, {full} AS score FROM p JOIN chunks c ON c.index_id = (SELECT id FROM ix) "
+                f"AND c.id = p.id, q, ix, wi ORDER BY score DESC, p.id LIMIT %s) ")
         params += [max(PREFILTER, 4 * int(limit)), int(limit)]
     sql = (head + body + f"SELECT {cols}, s.score, {', '.join(f's.n{i}' for i in range(n))} FROM s "
            f"JOIN chunks c ON c.index_id = (SELECT id FROM ix) AND c.id = s.id ORDER BY s.score DESC, c.id")
