@@ -455,6 +455,9 @@ class PostgresStore:
             return
         conn = self.db.dedicated("memdir index build")
         try:
+            # An HNSW build that outgrows maintenance_work_mem (64 MB by default) slows down many times over;
+            # 100k × 384 floats with their graph need about 200 MB.  This session only.
+            conn.execute("SET maintenance_work_mem = '512MB'")
             conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{self.schema}"."{name}"')  # an invalid leftover
             conn.execute(f'CREATE INDEX CONCURRENTLY "{name}" ON "{self.schema}".vectors USING hnsw '
                          f"((embedding::vector({int(dims)})) vector_cosine_ops) WHERE index_id = {int(ix)}")
