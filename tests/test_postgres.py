@@ -418,3 +418,10 @@ def test_gate_quality_matches_sqlite(pg_url: str):
         assert not lite["fallback"] and not post["fallback"], (lite["fallback"], post["fallback"])
         for k in (1, 3, 6):
             assert post["overall"]["recall"][str(k)] >= lite["overall"]["recall"][str(k)] - 0.02, (mode, k)
+
+
+def test_config_show_never_prints_the_database_password(run_cli, make_workspace):
+    ws = make_workspace({"memory/a.md": "a"})
+    out = run_cli("config", "show", "-w", str(ws), env={"MEMDIR_DATABASE_URL": "postgresql://bob:s3cret@db:5432/m"},
+                  check=True).stdout
+    assert "postgresql://bob:***@db:5432/m" in out and "s3cret" not in out

@@ -698,11 +698,19 @@ class LoadedConfig:
                 if isinstance(value, BaseModel):
                     walk(value, key + ".", camel + ".")
                 else:
+                    if key == "memory_search.store.dsn" and isinstance(value, str):
+                        value = mask_dsn_password(value)
                     rows.append((camel, value, self.origins.get(key, "default")))
 
         walk(self.settings, "", "")
         rows.append(("indexPath", str(self.settings.index_path), "derived"))
         return rows
+
+
+def mask_dsn_password(dsn: str) -> str:
+    """A connection string with its password replaced by ``***`` (URL or ``key=value`` form)."""
+    dsn = re.sub(r"(://[^:/@?#]*:)[^/?#]*@", r"\1***@", dsn)
+    return re.sub(r"(\bpassword\s*=\s*)('[^']*'|\S+)", r"\1***", dsn)
 
 
 def load_config(
