@@ -351,6 +351,7 @@ class LtmMirrorConfig(_Model):
     """A Markdown copy of the active long-term memories kept in the workspace (opt-in)."""
 
     enabled: bool = False
+    #: Workspace-relative or absolute; ``{agentId}`` is replaced (for agents sharing a workspace).
     path: str = "memory/long-term.md"
 
 

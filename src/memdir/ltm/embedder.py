@@ -67,9 +67,10 @@ class EmbeddingCache:
                 f"SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? "
                 f"AND hash IN ({marks})", (*key, *hashes)).fetchall()
             if rows:
+                hits = ",".join("?" * len(rows))
                 db.execute(
                     f"UPDATE embedding_cache SET updated_at = ? WHERE provider = ? AND model = ? AND provider_key = ? "
-                    f"AND hash IN ({marks})", (int(time.time() * 1000), *key, *[h for h, _ in rows]))
+                    f"AND hash IN ({hits})", (int(time.time() * 1000), *key, *[h for h, _ in rows]))
                 db.commit()
         return {h: np.frombuffer(blob, dtype="<f4").astype(np.float32) for h, blob in rows}
 

@@ -171,8 +171,15 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _owner_line(text: str) -> str | None:
+    return next((line for line in text.splitlines() if line.startswith(MIRROR_MARK)), None)
+
+
 def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | None = None) -> str | None:
-    """Write ``content`` to ``path`` atomically; returns a warning if an edited file was moved aside."""
+    """Write ``content`` to ``path`` atomically; returns a warning if an edited file was moved aside.
+
+    A file that is another store's mirror (another agent sharing the workspace) is left alone.
+    """
     warning = None
     state = _read_state(state_file)
     if path.is_symlink() or path.exists():
@@ -180,7 +187,13 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
             current = path.read_bytes() if not path.is_symlink() else None
         except OSError:
             current = None
-        if current is None or _sha(current) != state.get(str(path)):
+        ours = current is not None and _sha(current) == state.get(str(path))
+        theirs = _owner_line(current.decode("utf-8", "replace")) if current is not None and not ours else None
+        if theirs is not None and theirs != _owner_line(content):
+            return (f"{path} is the long-term memory mirror of another store ({theirs[len(MIRROR_MARK):80]}…); "
+                    "not overwritten: give each agent its own longTermMemory.mirror.path, e.g. "
+                    "memory/long-term-{agentId}.md")
+        if not ours:
             stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
             aside = path.with_name(f"{path.name}.edited-{stamp}")
             n = 1

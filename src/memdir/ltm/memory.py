@@ -287,7 +287,7 @@ class LongTermMemory:
         if UUID_RE.match(value):
             return value
         if not ID_PREFIX_RE.match(value):
-            require_uuid(value)  # raises R§14's "Invalid memory ID format"
+            require_uuid(str(memory_id))  # raises R§14's "Invalid memory ID format"
         matches = self.table.ids_with_prefix(value)
         if len(matches) > 1:
             raise LtmError(f"memory id prefix {memory_id!r} is ambiguous: {', '.join(m[:13] for m in matches)}…")
@@ -345,8 +345,10 @@ class LongTermMemory:
         vectors = self._vectors([i.text for i in items])
         tz = self.settings.user_timezone
         with self._lock():
-            for item, vector in zip(items, vectors, strict=True):
+            for position, (item, vector) in enumerate(zip(items, vectors, strict=True)):
                 category = item.category or detect_category(item.text)
+                # A bullet's date has no time of day: file order breaks ties, so a restore lists alike.
+                created = ms_of_day(item.date, tz) + position if item.date else None
                 importance = item.importance if item.importance is not None else DEFAULT_IMPORTANCE
                 existing = self.table.get(item.id) if item.id and self.table.exists() else None
                 if existing is not None:
@@ -360,15 +362,14 @@ class LongTermMemory:
                 elif item.id:
                     if not self.table.exists():
                         self.table.create(int(vector.size), self.embedder.identity)
-                    created = ms_of_day(item.date, tz) if item.date else self._clock()
                     by = item.superseded_by.lower() if item.superseded_by else None
                     self.table.add([MemoryRecord(id=item.id.lower(), text=item.text, category=category,
-                                                 importance=importance, created_at=created, superseded_by=by,
+                                                 importance=importance, created_at=created or self._clock(),
+                                                 superseded_by=by,
                                                  superseded_at=self._clock() if by else None, source="import",
                                                  vector=vector)])
                     report.created.append(item.id.lower())
                 else:
-                    created = ms_of_day(item.date, tz) if item.date else None
                     result = self._store_locked(item.text, vector, importance, category, "import",
                                                 created_at=created)
                     (report.created if result.action == "created" else report.duplicates).append(result.record.id)

@@ -55,7 +55,8 @@ def mirror_path(settings: Settings, env: Mapping[str, str] | None = None) -> Pat
     mirror = ltm_config(settings).mirror
     if not mirror.enabled:
         return None
-    path = Path(os.path.expanduser(resolve_env(mirror.path, "mirror.path", env)))
+    raw = resolve_env(mirror.path, "mirror.path", env).replace("{agentId}", settings.agent_id)
+    path = Path(os.path.expanduser(raw))
     return path if path.is_absolute() else settings.workspace_path / path
 
 
