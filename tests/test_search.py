@@ -8,7 +8,7 @@ import pytest
 
 from memdir.api import Memory
 from memdir.ranking import Candidate, decay_multiplier, merge_hybrid, mmr_rerank
-from memdir.store import Hit
+from memdir.stores.base import Hit
 
 HOSTILE = [
     '"', '""', '"unbalanced', "NEAR(a b)", "a NEAR b", "*", "foo*", "-", "-foo", "a - b", "((", "))(", "(a OR b",

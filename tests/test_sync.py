@@ -14,8 +14,8 @@ import pytest
 
 from helpers import cli_env
 from memdir.api import IndexOwnershipError, Memory
-from memdir.lock import LockTimeout, WriterLock
-from memdir.store import bm25_to_score
+from memdir.lock import FileWriterLock, LockTimeout
+from memdir.stores.sqlite import bm25_to_score
 
 
 def test_fts_only_workspace_indexes_every_chunk(make_workspace, keyword_config):
@@ -104,23 +104,23 @@ def test_two_workspaces_never_share_an_index(make_workspace, keyword_config):
 
 def test_writer_lock_excludes_a_second_writer_and_recovers_from_death(tmp_path: Path):
     index = tmp_path / "x.sqlite"
-    lock = WriterLock(index)
+    lock = FileWriterLock(index)
     assert lock.acquire(0)
     assert lock.holder()["pid"] == os.getpid()
-    assert not WriterLock(index).acquire(0)
+    assert not FileWriterLock(index).acquire(0)
     lock.release()
     assert lock.holder() is None
     # a process that dies holding the lock does not leave it stale
-    code = (f"from memdir.lock import WriterLock; import os; "
-            f"l = WriterLock(__import__('pathlib').Path({str(index)!r})); l.acquire(); os._exit(0)")
+    code = (f"from memdir.lock import FileWriterLock; import os; "
+            f"l = FileWriterLock(__import__('pathlib').Path({str(index)!r})); l.acquire(); os._exit(0)")
     subprocess.run([sys.executable, "-c", code], check=True, env=cli_env(tmp_path))
-    assert WriterLock(index).acquire(0)
+    assert FileWriterLock(index).acquire(0)
 
 
 def test_sync_reports_lock_timeout(make_workspace, keyword_config):
     ws = make_workspace({"memory/a.md": "a"})
     with Memory(ws, config=keyword_config) as mem:
-        lock = WriterLock(mem.index_path)
+        lock = FileWriterLock(mem.index_path)
         assert lock.acquire(0)
         try:
             with pytest.raises(LockTimeout, match="another process"):
@@ -229,7 +229,7 @@ def test_two_threads_of_one_process_exclude_each_other(tmp_path: Path):
     overlaps = []
 
     def worker() -> None:
-        lock = WriterLock(index)
+        lock = FileWriterLock(index)
         for _ in range(50):
             assert lock.acquire(5)
             inside.append(1)
@@ -245,4 +245,4 @@ def test_two_threads_of_one_process_exclude_each_other(tmp_path: Path):
     for t in threads:
         t.join()
     assert not overlaps
-    assert WriterLock(index).acquire(0)
+    assert FileWriterLock(index).acquire(0)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from memdir import Memory
-from memdir.lock import WriterLock
+from memdir.lock import FileWriterLock
 from memdir.tools import (
     APPEND_DESCRIPTION,
     TOOL_NAMES,
@@ -312,7 +312,7 @@ def test_disabled_memory_search_says_so(make_workspace):
 def test_stale_flag_passes_through_when_another_writer_holds_the_index(mem):
     mem.sync()
     (mem.workspace / "memory" / "2026-01-10.md").write_text("Changed: offset pagination after all.\n")
-    lock = WriterLock(mem.index_path)
+    lock = FileWriterLock(mem.index_path)
     assert lock.acquire(0)
     try:
         payload = memory_search_payload(mem, {"query": "pagination"})

@@ -23,7 +23,7 @@ from memdir.config import LoadedConfig, Settings, load_config
 from memdir.embeddings.registry import ProviderSelection, select_provider
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
-from memdir.store import Store
+from memdir.stores import Store, open_store
 from memdir.sync import Indexer, Progress, SyncReport
 from memdir.workspace import PathError, discover, read_lines, resolve_readable
 
@@ -95,9 +95,7 @@ class Memory:
     @property
     def store(self) -> Store:
         if self._store is None:
-            ms = self.settings.memory_search
-            store = Store(self.index_path, fts_tokenizer=ms.store.fts.tokenizer,
-                          vector_enabled=ms.store.vector.enabled, extension_path=ms.store.vector.extension_path)
+            store = open_store(self.settings)
             self._check_owner(store)
             self._store = store
         return self._store
@@ -296,29 +294,22 @@ class Memory:
         if store:
             holder = self.indexer.lock.holder()
             out["writer"] = holder
-            out["fts"] = {"enabled": True, "available": store.fts_available, "error": store.fts_error,
-                          "tokenizer": ms.store.fts.tokenizer}
-            out["vector"] = self._vector_status(store)
+            backend = store.describe()
+            out["store"] = {k: v for k, v in backend.items() if k not in ("fts", "vector")}
+            out["fts"] = {"enabled": True, **backend["fts"]}
+            out["vector"] = {"enabled": ms.store.vector.enabled, "available": True, "vectors": store.vector_count(),
+                             "dims": store.vec_dims(), **backend["vector"]}
             out["cache"] = {"enabled": ms.cache.enabled, "entries": store.cache_count(),
                             "maxEntries": ms.cache.max_entries}
         if deep:
-            from memdir import db
+            if store is not None and "sqlite" in out.get("store", {}):
+                out["sqlite"] = out["store"]["sqlite"]
+            else:
+                from memdir import db
 
-            out["sqlite"] = db.binding_name()
+                out["sqlite"] = db.binding_name()
             out["embeddingProbe"] = self._probe_embeddings()
         return out
-
-    def _vector_status(self, store: Store) -> dict[str, Any]:
-        ms = self.settings.memory_search
-        info: dict[str, Any] = {"enabled": ms.store.vector.enabled, "vectors": store.vector_count(),
-                                "dims": store.vec_dims()}
-        if store.vec.available:
-            info.update(path="sqlite-vec", available=True, version=store.vec.version,
-                        why="sqlite-vec loaded: KNN runs inside SQLite")
-        else:
-            info.update(path="numpy", available=True,
-                        why=f"sqlite-vec not used ({store.vec.error}); cosine similarity in NumPy")
-        return info
 
     def _probe_embeddings(self) -> dict[str, Any]:
         sel = self.selection

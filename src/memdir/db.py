@@ -77,7 +77,7 @@ def load_vec(conn: Any, extension_path: str | None = None) -> VecState:
 
 def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0) -> Any:
     """A connection with WAL, a busy timeout and rows as tuples; ``check_same_thread`` off
-    because :class:`memdir.store.Store` serialises access itself."""
+    because :class:`memdir.stores.sqlite.SqliteStore` serialises access itself."""
     mod = binding()
     if readonly:
         uri = f"file:{Path(path).as_posix()}?mode=ro"

@@ -1,4 +1,4 @@
-"""One writer per index: an advisory ``flock`` on ``<index>.lock``.
+"""One writer per SQLite index: an advisory ``flock`` on ``<index>.lock``.
 
 The kernel drops an ``flock`` when its holder dies, so a crashed or killed writer never leaves
 a stale lock behind (the recovery is automatic); the file keeps the holder's pid and start time
@@ -29,7 +29,7 @@ class LockTimeout(TimeoutError):
     """Another process holds the index's writer lock."""
 
 
-class WriterLock:
+class FileWriterLock:
     def __init__(self, index_path: Path):
         self.path = Path(str(index_path) + ".lock")
         self._fd: int | None = None
@@ -91,7 +91,7 @@ class WriterLock:
         finally:
             os.close(fd)
 
-    def __enter__(self) -> WriterLock:
+    def __enter__(self) -> FileWriterLock:
         self.acquire()
         return self
 

@@ -99,11 +99,12 @@ def fts_term(token: str) -> str:
     return f'"{clean}"'
 
 
-def keyword_match_expression(query: str) -> str | None:
-    """The MATCH expression memdir runs: content words OR-ed, so BM25 rewards notes sharing more.
+def keyword_terms(query: str) -> list[str]:
+    """The words a keyword search looks for: content words, split into FTS-sized word runs.
 
     Falls back to every word of the query when all of them are stop words (a query made only of
-    stop words still deserves an answer), and to ``None`` when there is nothing to search for.
+    stop words still deserves an answer); empty when there is nothing to search for.  Every
+    store backend turns these terms into its own query syntax.
     """
     keywords = extract_keywords(query)
     if not keywords:
@@ -111,9 +112,18 @@ def keyword_match_expression(query: str) -> str | None:
     terms: list[str] = []
     for kw in keywords:
         for part in word_runs(kw) if not has_han_or_kana(kw) else [kw]:
-            term = fts_term(part)
-            if term not in terms and part:
-                terms.append(term)
-    if not terms:
-        return None
-    return " OR ".join(terms[:64])
+            part = part.replace('"', "")
+            if part and part not in terms:
+                terms.append(part)
+    return terms[:64]
+
+
+def fts5_match(terms: list[str]) -> str | None:
+    """An FTS5 MATCH expression for :func:`keyword_terms`: terms OR-ed, so BM25 rewards notes sharing more."""
+    quoted = list(dict.fromkeys(fts_term(t) for t in terms if t))
+    return " OR ".join(quoted) if quoted else None
+
+
+def keyword_match_expression(query: str) -> str | None:
+    """The MATCH expression memdir runs on SQLite for a question (``None``: nothing to search)."""
+    return fts5_match(keyword_terms(query))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memdir.store import Hit
+from memdir.stores.base import Hit
 
 DAY_MS = 86_400_000
 _DATED = re.compile(r"(?:^|/)memory/(\d{4})-(\d{2})-(\d{2})\.md$")

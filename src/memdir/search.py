@@ -25,9 +25,9 @@ from typing import Any
 
 from memdir.config import MemorySearchConfig, candidate_count
 from memdir.embeddings.base import EmbeddingProvider, is_zero
-from memdir.query import extract_keywords, keyword_match_expression
+from memdir.query import extract_keywords, keyword_terms
 from memdir.ranking import Candidate, apply_decay, memory_timestamp, merge_hybrid, mmr_rerank
-from memdir.store import Store
+from memdir.stores.base import Store
 
 SNIPPET_MAX_CHARS = 700
 #: BM25 ``r/(1+r)`` of 0.6 is a rank of -1.5: several query words, or a rare one, matched.
@@ -137,10 +137,10 @@ def run_search(
 
     t0 = time.perf_counter()
     keyword_hits = []
-    match = keyword_match_expression(cleaned)
-    if match and store.fts_available and (hybrid.enabled or provider is None):
+    terms = keyword_terms(cleaned)
+    if terms and store.fts_available and (hybrid.enabled or provider is None):
         try:
-            keyword_hits = store.keyword_search(match, candidates)
+            keyword_hits = store.keyword_search(terms, candidates)
         except Exception as exc:  # never let a query reach the user as an FTS error
             response.warnings.append(f"keyword search failed: {exc}")
     elif not store.fts_available:

@@ -13,21 +13,17 @@
 
 from __future__ import annotations
 
-import glob
 import hashlib
-import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from memdir.chunking import Chunk, chunk_id, chunk_markdown, remap_lines, sha256_text
 from memdir.config import Settings
 from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
-from memdir.lock import LockTimeout, WriterLock
-from memdir.store import ChunkRow, Store
+from memdir.lock import LockTimeout
+from memdir.stores.base import ChunkRow, Store
 from memdir.workspace import FileEntry, discover
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
@@ -92,7 +88,7 @@ class Indexer:
         self.provider = provider
         self.transient_missing = provider_transiently_missing
         self.extra_sources = list(extra_sources)
-        self.lock = WriterLock(store.path)
+        self.lock = store.writer_lock()
 
     # -- identity ----------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -144,9 +140,9 @@ class Indexer:
         """Bring the index up to date; ``deadline`` (monotonic) bounds an incremental sync."""
         started = time.monotonic()
         if not self.lock.acquire(lock_timeout):
-            raise LockTimeout(f"another process is writing {self.store.path} (lock {self.lock.path})")
+            raise LockTimeout(f"another process is writing {self.store.location}")
         try:
-            self._cleanup_leftovers()
+            self.store.cleanup_leftovers()
             meta = self.store.read_meta()
             why = "forced" if force else self.rebuild_reason(meta)
             if why is not None:
@@ -199,7 +195,7 @@ class Indexer:
         files, _ = self.list_files()
         report.scanned = len(files)
         rows = {} if everything else store.file_rows()
-        needs_vectors = self._paths_missing_vectors(store) if self.provider is not None and not everything else set()
+        needs_vectors = store.paths_missing_vectors() if self.provider is not None and not everything else set()
         todo: list[FileEntry] = []
         touched: list[tuple[FileEntry, str]] = []
         for f in files:
@@ -254,13 +250,6 @@ class Indexer:
         if progress:
             progress(total if not report.incomplete else done, total, label)
         return report
-
-    def _paths_missing_vectors(self, store: Store) -> set[tuple[str, str]]:
-        with store.lock:
-            rows = store.conn.execute(
-                "SELECT DISTINCT path, source FROM chunks WHERE embedding IS NULL"
-            ).fetchall()
-        return {(p, s) for p, s in rows}
 
     def _chunk(self, doc: SourceDoc) -> list[tuple[Chunk, int | None]]:
         """Chunks of a document, each with its newest line time (transcripts) or ``None``."""
@@ -332,56 +321,15 @@ class Indexer:
         return len(batch)
 
     # -- full reindex ------------------------------------------------------------------------
-    def _temp_prefix(self) -> str:
-        return str(self.store.path) + ".tmp-"
-
-    def _cleanup_leftovers(self) -> None:
-        """Delete temp databases a crashed rebuild left behind, keeping their new embeddings."""
-        for leftover in glob.glob(glob.escape(self._temp_prefix()) + "*"):
-            if leftover.endswith(("-wal", "-shm", "-journal")):
-                continue
-            try:
-                with self.store.transaction() as c:
-                    c.execute("ATTACH DATABASE ? AS leftover", (leftover,))
-                    c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM leftover.embedding_cache")
-            except Exception:
-                pass
-            finally:
-                try:
-                    self.store.conn.execute("DETACH DATABASE leftover")
-                except Exception:
-                    pass
-        for leftover in glob.glob(glob.escape(self._temp_prefix()) + "*"):
-            try:
-                os.unlink(leftover)
-            except FileNotFoundError:
-                pass
-
     def _full_reindex(self, why: str, progress: Progress | None, *, strict: bool = True) -> SyncReport:
-        temp_path = Path(self._temp_prefix() + uuid.uuid4().hex[:12])
         ms = self.settings.memory_search
-        fresh = Store(temp_path, fts_tokenizer=ms.store.fts.tokenizer, vector_enabled=ms.store.vector.enabled,
-                      extension_path=ms.store.vector.extension_path)
-        try:
-            with fresh.transaction() as c:
-                c.execute("ATTACH DATABASE ? AS live", (str(self.store.path),))
-                c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM live.embedding_cache")
-            fresh.conn.execute("DETACH DATABASE live")
+        with self.store.rebuild() as fresh:
             report = self._incremental(fresh, progress, None, everything=True, strict=strict)
             report.full = True
             ident = self.identity()
             if self.provider is not None and self.provider.dims:
                 ident["vectorDims"] = self.provider.dims
-            with fresh.transaction() as c:
-                fresh.write_meta({**ident, "builtAt": int(time.time() * 1000)}, c)
+            with fresh.transaction():
+                fresh.write_meta({**ident, "builtAt": int(time.time() * 1000)})
                 fresh.cache_prune(ms.cache.max_entries if ms.cache.enabled else None)
-            fresh.close()
-            self.store.swap_from(temp_path)
-        finally:
-            fresh.close()
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                try:
-                    os.unlink(str(temp_path) + suffix)
-                except FileNotFoundError:
-                    pass
         return report

@@ -134,7 +134,7 @@ def _w_memdir_index(a: dict[str, Any]) -> dict[str, Any]:
         wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
         index_path = mem.index_path
         vectors = mem.store.vector_count()
-        vec_path = "sqlite-vec" if mem.store.vec.available else f"numpy ({mem.store.vec.error})"
+        vec_path = mem.store.describe()["vector"]["path"]
     return {"seconds": wall, "cpuSeconds": cpu, "chunks": rep.chunks, "files": rep.indexed, "vectors": vectors,
             "vectorPath": vec_path, "indexPath": str(index_path), "bytes": dir_size(index_path)}
 

@@ -1,63 +1,42 @@
-"""The SQLite index: schema (R§4), per-file writes, keyword and vector queries, embedding cache.
+"""The SQLite index (the default store): schema (R§4), per-file writes, keyword and vector
+queries, embedding cache, and the atomic full rebuild.
 
 Tables: ``meta``, ``files``, ``chunks`` (text + float32 embedding blob), ``chunks_fts`` (FTS5),
 ``chunks_vec`` (sqlite-vec ``vec0``, cosine, created once the vector width is known) and
 ``embedding_cache``.  Everything here is derived from the Markdown files and can be rebuilt.
+:class:`SqliteStore` implements :class:`memdir.stores.base.Store`; see there for the contract.
 
-The :class:`Store` is the seam other back ends (PostgreSQL) implement; the sync engine and the
-search pipeline only use its methods.
+A full rebuild is built in a temporary database beside the index (``<index>.tmp-<id>``) and
+copied into the live file within one transaction: the index file is never renamed, so a live
+reader's WAL or shared-memory file can never be paired with a new database.
 """
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 import re
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from memdir import db
+from memdir.lock import FileWriterLock
+from memdir.query import fts5_match
+from memdir.stores.base import ChunkRow, Hit
 from memdir.textutil import fts_text
 
 META_KEY = "memory_index_meta_v1"
 SCHEMA_VERSION = 1
 _DIMS = re.compile(r"float\[(\d+)\]", re.IGNORECASE)
 FTS_COLUMNS = ("text", "id", "path", "source", "model", "start_line", "end_line")
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkRow:
-    """One chunk ready to be written: its id, location, text and (optional) vector."""
-
-    id: str
-    path: str
-    source: str
-    start_line: int
-    end_line: int
-    hash: str
-    model: str
-    text: str
-    embedding: Sequence[float] | None = None
-    #: When the chunk's content was written (ms), if the source knows (transcripts).
-    ts: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Hit:
-    id: str
-    path: str
-    source: str
-    start_line: int
-    end_line: int
-    text: str
-    score: float
-    ts: int | None = None
 
 
 def to_blob(vector: Sequence[float]) -> bytes:
@@ -80,7 +59,7 @@ def bm25_to_score(rank: float) -> float:
     return 1 / (1 + rank)
 
 
-class Store:
+class SqliteStore:
     """A connection to one index file, safe to share between threads (calls are serialised)."""
 
     def __init__(self, path: Path, *, fts_tokenizer: str = "unicode61", vector_enabled: bool = True,
@@ -90,6 +69,7 @@ class Store:
         self.vector_enabled = vector_enabled
         self.extension_path = extension_path
         self.readonly = readonly
+        self.location = str(self.path)
         self.lock = threading.RLock()
         self.fts_error: str | None = None
         if not readonly:
@@ -163,6 +143,19 @@ class Store:
     def fts_available(self) -> bool:
         return self.fts_error is None
 
+    def writer_lock(self) -> FileWriterLock:
+        return FileWriterLock(self.path)
+
+    def describe(self) -> dict[str, Any]:
+        if self.vec.available:
+            vector = {"path": "sqlite-vec", "version": self.vec.version,
+                      "why": "sqlite-vec loaded: KNN runs inside SQLite"}
+        else:
+            vector = {"path": "numpy", "why": f"sqlite-vec not used ({self.vec.error}); cosine similarity in NumPy"}
+        return {"backend": "sqlite", "location": self.location, "sqlite": db.binding_name(),
+                "fts": {"available": self.fts_available, "error": self.fts_error, "tokenizer": self.fts_tokenizer},
+                "vector": vector}
+
     # -- meta --------------------------------------------------------------------------------
     def read_meta(self) -> dict[str, Any] | None:
         with self.lock:
@@ -172,8 +165,8 @@ class Store:
                 return None
         return json.loads(row[0]) if row else None
 
-    def write_meta(self, meta: dict[str, Any], conn: Any | None = None) -> None:
-        (conn or self.conn).execute(
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        self.conn.execute(
             "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", (META_KEY, json.dumps(meta, sort_keys=True))
         )
 
@@ -243,6 +236,11 @@ class Store:
     def delete_file(self, path: str, source: str) -> None:
         self._delete_file_rows(path, source)
         self.conn.execute("DELETE FROM files WHERE path = ? AND source = ?", (path, source))
+
+    def paths_missing_vectors(self) -> set[tuple[str, str]]:
+        with self.lock:
+            rows = self.conn.execute("SELECT DISTINCT path, source FROM chunks WHERE embedding IS NULL").fetchall()
+        return {(p, s) for p, s in rows}
 
     # -- vectors -----------------------------------------------------------------------------
     def has_vec_table(self) -> bool:
@@ -316,9 +314,10 @@ class Store:
         return [Hit(cid, *rows[cid][1:6], score, rows[cid][6]) for cid, score in scored if cid in rows]
 
     # -- keyword -----------------------------------------------------------------------------
-    def keyword_search(self, match: str, limit: int) -> list[Hit]:
-        """BM25 over ``chunks_fts``; ``match`` must come from :mod:`memdir.query` (quoted terms)."""
-        if not self.fts_available or limit <= 0:
+    def keyword_search(self, terms: Sequence[str], limit: int) -> list[Hit]:
+        """BM25 over ``chunks_fts`` for any of ``terms``, each quoted (never FTS5 syntax)."""
+        match = fts5_match(list(terms))
+        if not self.fts_available or limit <= 0 or match is None:
             return []
         with self.lock:
             rows = self.conn.execute(
@@ -398,7 +397,54 @@ class Store:
         with self.lock:
             return int(self.conn.execute("SELECT COUNT(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0])
 
-    # -- full reindex swap -------------------------------------------------------------------
+    # -- full rebuild ------------------------------------------------------------------------
+    def _temp_prefix(self) -> str:
+        return str(self.path) + ".tmp-"
+
+    @contextmanager
+    def rebuild(self) -> Iterator[SqliteStore]:
+        """Build into ``<index>.tmp-<id>`` (seeded with the live cache), then :meth:`swap_from` it."""
+        temp_path = Path(self._temp_prefix() + uuid.uuid4().hex[:12])
+        fresh = SqliteStore(temp_path, fts_tokenizer=self.fts_tokenizer, vector_enabled=self.vector_enabled,
+                            extension_path=self.extension_path)
+        try:
+            with fresh.transaction() as c:
+                c.execute("ATTACH DATABASE ? AS live", (str(self.path),))
+                c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM live.embedding_cache")
+            fresh.conn.execute("DETACH DATABASE live")
+            yield fresh
+            fresh.close()
+            self.swap_from(temp_path)
+        finally:
+            fresh.close()
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                try:
+                    os.unlink(str(temp_path) + suffix)
+                except FileNotFoundError:
+                    pass
+
+    def cleanup_leftovers(self) -> None:
+        """Delete temp databases a crashed rebuild left behind, keeping their new embeddings."""
+        for leftover in glob.glob(glob.escape(self._temp_prefix()) + "*"):
+            if leftover.endswith(("-wal", "-shm", "-journal")):
+                continue
+            try:
+                with self.transaction() as c:
+                    c.execute("ATTACH DATABASE ? AS leftover", (leftover,))
+                    c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM leftover.embedding_cache")
+            except Exception:
+                pass
+            finally:
+                try:
+                    self.conn.execute("DETACH DATABASE leftover")
+                except Exception:
+                    pass
+        for leftover in glob.glob(glob.escape(self._temp_prefix()) + "*"):
+            try:
+                os.unlink(leftover)
+            except FileNotFoundError:
+                pass
+
     def swap_from(self, fresh_path: Path) -> None:
         """Replace this index's contents with another index file's, in one transaction.
 

@@ -1,0 +1,176 @@
+"""The store seam: what the sync engine and the search pipeline need from an index backend.
+
+A store holds one agent's derived index (files, chunks, keyword index, vectors, embedding
+cache) and speaks in plain rows (:class:`ChunkRow` in, :class:`Hit` out, file stats as tuples),
+never in search responses or config objects.  Backends live side by side (``stores/sqlite.py``;
+``stores/postgres.py`` for teams) and one conformance suite runs against each.
+
+The contract every backend keeps:
+
+* **Writes happen inside** :meth:`Store.transaction`: all of it commits or none of it does; a
+  crash mid-transaction leaves the previous state.  Only one writer at a time per index
+  (:meth:`Store.writer_lock`, which the sync engine holds for a whole sync).
+* **Readers never block and never see a half-written file**: a search during a write sees the
+  state before that transaction's commit.
+* **A full rebuild** (:meth:`Store.rebuild`) is written into a shadow index that starts with the
+  live embedding cache, and replaces the live contents in one step when the ``with`` block exits
+  cleanly; if it raises, the live index is untouched and the shadow is discarded.  Searches keep
+  answering from the old contents until the replacement commits.
+* **Scores**: :meth:`Store.keyword_search` returns BM25-like relevance mapped into ``(0, 1)``,
+  higher is better; :meth:`Store.vector_search` returns cosine similarity.  Both are ordered
+  best first.
+* Everything in a store can be thrown away and rebuilt from the Markdown files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRow:
+    """One chunk ready to be written: its id, location, text and (optional) vector."""
+
+    id: str
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    hash: str
+    model: str
+    text: str
+    embedding: Sequence[float] | None = None
+    #: When the chunk's content was written (ms), if the source knows (transcripts).
+    ts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search hit as a store returns it; ``score`` is in ``[0, 1]``, higher is better."""
+
+    id: str
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    text: str
+    score: float
+    ts: int | None = None
+
+
+#: ``{(path, source): (content hash, mtime_ns, size)}`` of every indexed file.
+FileRows = dict[tuple[str, str], tuple[str, int, int]]
+
+
+class WriterLock(Protocol):
+    """One writer per index; dies with its holder (no stale locks)."""
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        """Take the lock, waiting up to ``timeout`` s (``None`` forever, 0 not at all)."""
+        ...
+
+    def release(self) -> None: ...
+
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds the lock now (``{"pid": …, "since": …}``), or ``None``."""
+        ...
+
+
+@runtime_checkable
+class Store(Protocol):
+    """One agent's index.  Thread-safe: a store may be shared by the threads of a process."""
+
+    #: Where the index lives, for messages and ``status`` (a file path or a redacted DSN).
+    location: str
+
+    @property
+    def fts_available(self) -> bool: ...
+
+    @property
+    def fts_error(self) -> str | None: ...
+
+    def close(self) -> None: ...
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """All writes happen in one of these: committed on a clean exit, rolled back on error."""
+        ...
+
+    def writer_lock(self) -> WriterLock: ...
+
+    # -- meta -------------------------------------------------------------------------------
+    def read_meta(self) -> dict[str, Any] | None:
+        """The index identity written by the last full build (``None`` before the first)."""
+        ...
+
+    def write_meta(self, meta: dict[str, Any]) -> None: ...
+
+    # -- files and chunks ---------------------------------------------------------------------
+    def file_rows(self, source: str | None = None) -> FileRows: ...
+
+    def touch_file(self, path: str, source: str, file_hash: str, mtime_ns: int, size: int) -> None:
+        """Record a new stat for a file whose content did not change."""
+        ...
+
+    def replace_file(self, path: str, source: str, file_hash: str, mtime_ns: int, size: int,
+                     chunks: Sequence[ChunkRow]) -> None:
+        """Replace every row of one file (its chunks, keyword rows and vectors)."""
+        ...
+
+    def delete_file(self, path: str, source: str) -> None: ...
+
+    def paths_missing_vectors(self) -> set[tuple[str, str]]:
+        """Files with at least one chunk stored without a vector (embedding failed earlier)."""
+        ...
+
+    # -- search -----------------------------------------------------------------------------
+    def keyword_search(self, terms: Sequence[str], limit: int) -> list[Hit]:
+        """Chunks matching any of ``terms`` (from :func:`memdir.query.keyword_terms`), BM25-ranked."""
+        ...
+
+    def vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
+        """Nearest chunks by cosine similarity."""
+        ...
+
+    # -- embedding cache --------------------------------------------------------------------
+    def cache_get(self, provider: str, model: str, provider_key: str,
+                  hashes: Iterable[str]) -> dict[str, list[float]]: ...
+
+    def cache_put(self, provider: str, model: str, provider_key: str,
+                  items: dict[str, Sequence[float]]) -> None: ...
+
+    def cache_touch(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> None:
+        """Mark entries as recently used, so pruning drops the least recently used first."""
+        ...
+
+    def cache_prune(self, max_entries: int | None) -> int:
+        """Drop least recently used entries beyond ``max_entries``; returns how many."""
+        ...
+
+    def cache_count(self) -> int: ...
+
+    # -- counts and status ------------------------------------------------------------------
+    def counts_by_source(self) -> dict[str, tuple[int, int]]:
+        """``{source: (files, chunks)}``."""
+        ...
+
+    def chunk_count(self) -> int: ...
+
+    def vector_count(self) -> int: ...
+
+    def vec_dims(self) -> int | None: ...
+
+    def describe(self) -> dict[str, Any]:
+        """Backend facts for ``status``: backend name, versions, keyword and vector paths."""
+        ...
+
+    # -- rebuild ------------------------------------------------------------------------------
+    def rebuild(self) -> AbstractContextManager[Store]:
+        """A shadow store seeded with the live embedding cache, swapped in on a clean exit."""
+        ...
+
+    def cleanup_leftovers(self) -> None:
+        """Remove what a crashed rebuild left behind, keeping any embeddings it paid for."""
+        ...
