@@ -176,10 +176,10 @@ class LongTermMemory:
             self._checked = True
 
     def _lock(self) -> Any:
-        from memdir.lock import WriterLock
+        from memdir.lock import FileWriterLock
 
         self.db_path.mkdir(parents=True, exist_ok=True)
-        return WriterLock(self.db_path / "ltm")
+        return FileWriterLock(self.db_path / "ltm")
 
     # -- reading -------------------------------------------------------------------------------
     def search(self, query: str, *, limit: int = 5, min_score: float = SEARCH_MIN_SCORE) -> list[MemoryRecord]:
