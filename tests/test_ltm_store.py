@@ -367,3 +367,13 @@ def test_missing_env_for_the_embedding_key_is_a_clear_error(tmp_path: Path) -> N
         embedding_config(settings, env={})
     cfg = embedding_config(settings, env={"LTM_TEST_KEY": "sk-1"})
     assert (cfg.provider, cfg.remote.api_key, cfg.remote.base_url) == ("openai", "sk-1", "http://127.0.0.1:9/v1")
+
+
+def test_many_single_writes_are_compacted_and_nothing_is_lost(tmp_path: Path) -> None:
+    with make(tmp_path, ltm={"supersede": False}) as ltm:
+        ids = [ltm.store(f"fact number {i}", category="fact").record.id for i in range(45)]
+        ltm.forget(ids[0])
+        fragments = ltm.table.table().stats()["fragment_stats"]["num_fragments"]
+        assert fragments < 32  # compaction ran (45 adds + 1 delete would leave 46 fragments)
+        assert {r.id for r in ltm.list()} == set(ids[1:])
+        assert ltm.search("fact number 44", min_score=0.99)[0].id == ids[44]

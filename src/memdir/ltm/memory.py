@@ -227,7 +227,7 @@ class LongTermMemory:
         with self._lock():
             result = self._store_locked(text, vector, importance, category, source)
             if result.action == "created":
-                result.warnings += self._sync_mirror()
+                result.warnings += self._after_write()
         return result
 
     def _store_locked(self, text: str, vector: Any, importance: float, category: str, source: str,
@@ -268,7 +268,7 @@ class LongTermMemory:
                 if record is None:
                     return ForgetResult("not_found")
                 self.table.delete(full)
-                warnings = self._sync_mirror()
+                warnings = self._after_write()
             return ForgetResult("deleted", record, warnings=warnings)
         if not (query or "").strip():
             raise LtmError("Provide query or memoryId.")
@@ -278,7 +278,7 @@ class LongTermMemory:
         if len(hits) == 1 and (hits[0].score or 0.0) > FORGET_AUTO_SCORE:
             with self._lock():
                 self.table.delete(hits[0].id)
-                warnings = self._sync_mirror()
+                warnings = self._after_write()
             return ForgetResult("deleted", hits[0], warnings=warnings)
         return ForgetResult("candidates", candidates=hits)
 
@@ -313,7 +313,7 @@ class LongTermMemory:
                 results.append(self._store_locked(text, vector, DEFAULT_IMPORTANCE, detect_category(text),
                                                   "auto-capture"))
             if any(r.action == "created" for r in results):
-                warnings = self._sync_mirror()
+                warnings = self._after_write()
                 for r in results:
                     r.warnings += warnings
         return results
@@ -374,7 +374,7 @@ class LongTermMemory:
                                                 created_at=created)
                     (report.created if result.action == "created" else report.duplicates).append(result.record.id)
             if report.created or report.updated:
-                report.warnings += self._sync_mirror()
+                report.warnings += self._after_write()
         return report
 
     def reembed(self) -> int:
@@ -394,6 +394,14 @@ class LongTermMemory:
         """Regenerate the mirror file now (it is also regenerated after every change)."""
         with self._lock():
             return self._sync_mirror()
+
+    def _after_write(self) -> list[str]:
+        """Under the write lock: compact the table when it has many fragments, then the mirror."""
+        try:
+            self.table.maybe_compact()
+        except Exception as exc:  # a slower search later, never a lost write
+            log.warning("long-term memory compaction failed: %s", exc)
+        return self._sync_mirror()
 
     def _sync_mirror(self) -> list[str]:
         if self.mirror_path is None:
