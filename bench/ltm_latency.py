@@ -2,7 +2,9 @@
 """Long-term memory latency: store and recall p50/p95 at N memories with the embedded model.
 
 Stores N distinct memories one ``LongTermMemory.store`` call at a time (what ``memory_store``
-and auto-capture do: embed, duplicate check, supersession check, append, on a real LanceDB),
+and auto-capture do: embed, duplicate check, append, compaction every 32 fragments, on a real
+LanceDB; supersession is off by default here because the generated texts share templates and
+would supersede each other — ``--supersede`` turns it on),
 then times ``search`` (``memory_recall``) and ``auto_recall`` for Q queries, cold-cache (each
 query text is new, so the embedding is computed).  Timings include embedding.
 
@@ -60,7 +62,7 @@ def memories(count: int, seed: int = 7) -> list[str]:
 
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def summary(values_ms: list[float]) -> dict[str, float]:
@@ -72,13 +74,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="memories to store (default 1000)")
     ap.add_argument("--queries", type=int, default=200, help="recall queries (default 200)")
+    ap.add_argument("--supersede", action="store_true",
+                    help="keep supersession on (templated texts then supersede each other: fewer active memories)")
     ap.add_argument("--json", type=Path, help="write the report here")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(tmp) / "ws"
         ws.mkdir()
-        settings = load_config(workspace=ws, state_dir=Path(tmp) / "state").settings
+        settings = load_config(workspace=ws, state_dir=Path(tmp) / "state",
+                               overrides={"longTermMemory": {"supersede": args.supersede}}).settings
         with LongTermMemory(settings) as ltm:
             ltm.embedder.provider.embed_batch(["warm up"])  # model load is not a store
             store_ms: list[float] = []
