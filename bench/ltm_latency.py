@@ -87,6 +87,7 @@ def main() -> int:
         with LongTermMemory(settings) as ltm:
             ltm.embedder.provider.embed_batch(["warm up"])  # model load is not a store
             store_ms: list[float] = []
+            created_ms: list[float] = []
             created = duplicates = superseded = 0
             pool = iter(memories(args.n))
             t_all = time.perf_counter()
@@ -95,6 +96,8 @@ def main() -> int:
                 t0 = time.perf_counter()
                 result = ltm.store(text)
                 store_ms.append((time.perf_counter() - t0) * 1000)
+                if result.action == "created":
+                    created_ms.append(store_ms[-1])
                 created += result.action == "created"
                 duplicates += result.action == "duplicate"
                 superseded += len(result.superseded)
@@ -126,7 +129,7 @@ def main() -> int:
         "memories": {"active": stats["total"], "superseded": stats["superseded"], "storeCalls": len(store_ms),
                      "duplicates": duplicates, "supersessions": superseded},
         "model": f"{stats['provider']}/{stats['model']}",
-        "storeMs": summary(store_ms), "storeTotalSeconds": round(store_total, 1),
+        "storeMs": summary(store_ms), "storeCreatedMs": summary(created_ms), "storeTotalSeconds": round(store_total, 1),
         "searchMs": summary(search_ms), "autoRecallMs": summary(recall_ms), "embedQueryMs": summary(embed_ms),
         "diskBytes": disk,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),

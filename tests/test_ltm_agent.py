@@ -138,3 +138,26 @@ def test_auto_capture_off_by_default_and_auto_recall_can_be_disabled(tmp_path: P
         assert [m.text for m in e.memory.long_term.list()] == ["I prefer green tea"]
     finally:
         e.close()
+
+
+def test_memdir_chat_uses_long_term_memory_when_enabled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+    import sys
+
+    from memdir.agent import chat_main
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"},
+                                                "longTermMemory": {"enabled": True, "autoCapture": True}}))
+    model = Model()
+    with ScriptedChatServer(model) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("My favourite editor is Helix\nwhich editor do I like?\n"))
+        rc = chat_main(["--base-url", server.url, "--model", "scripted", "--workspace", str(ws),
+                        "--state-dir", str(tmp_path / "state")])
+    assert rc == 0 and "keep answers short" in capsys.readouterr().out
+    assert "memory_store" in [t["function"]["name"] for t in model.bodies[-1]["tools"]]
+    assert not model.bodies[0]["messages"][-1]["content"].startswith("<relevant-memories>")  # nothing stored yet
+    asked = model.bodies[-1]["messages"][-1]["content"]
+    assert asked.startswith("<relevant-memories>") and "] My favourite editor is Helix\n" in asked
