@@ -377,3 +377,19 @@ def test_many_single_writes_are_compacted_and_nothing_is_lost(tmp_path: Path) ->
         assert fragments < 32  # compaction ran (45 adds + 1 delete would leave 46 fragments)
         assert {r.id for r in ltm.list()} == set(ids[1:])
         assert ltm.search("fact number 44", min_score=0.99)[0].id == ids[44]
+
+
+def test_concurrent_writers_store_one_copy(tmp_path: Path) -> None:
+    """Duplicate check and insert happen under one lock, and each writer reads the latest version."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    provider = AxisProvider({"I prefer tea": axis(0)})
+    writers = [make(tmp_path, provider) for _ in range(4)]
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda w: w.store("I prefer tea").action, writers))
+        assert sorted(results) == ["created", "duplicate", "duplicate", "duplicate"]
+        assert len(writers[0].list()) == 1
+    finally:
+        for w in writers:
+            w.close()

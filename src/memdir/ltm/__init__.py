@@ -19,12 +19,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from memdir.ltm.memory import ForgetResult, ImportReport, LongTermMemory, StoreResult
+    from memdir.ltm.memory import LongTermMemory
+    from memdir.ltm.results import ForgetResult, ImportReport, StoreResult
     from memdir.ltm.store import LtmError, LtmUnavailableError, MemoryRecord, ModelMismatchError
 
 _EXPORTS = {
-    "LongTermMemory": "memdir.ltm.memory", "StoreResult": "memdir.ltm.memory", "ForgetResult": "memdir.ltm.memory",
-    "ImportReport": "memdir.ltm.memory", "LtmError": "memdir.ltm.store", "LtmUnavailableError": "memdir.ltm.store",
+    "LongTermMemory": "memdir.ltm.memory", "StoreResult": "memdir.ltm.results", "ForgetResult": "memdir.ltm.results",
+    "ImportReport": "memdir.ltm.results", "LtmError": "memdir.ltm.store", "LtmUnavailableError": "memdir.ltm.store",
     "MemoryRecord": "memdir.ltm.store", "ModelMismatchError": "memdir.ltm.store",
 }
 __all__ = ["ForgetResult", "ImportReport", "LongTermMemory", "LtmError", "LtmUnavailableError", "MemoryRecord",

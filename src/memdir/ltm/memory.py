@@ -17,7 +17,6 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from memdir.ltm.capture import (
     detect_category,
     format_relevant_memories_context,
 )
+from memdir.ltm.results import ForgetResult, ImportReport, StoreResult
 from memdir.ltm.store import ID_PREFIX_RE, UUID_RE, LanceTable, LtmError, MemoryRecord, require_uuid
 
 log = logging.getLogger(__name__)
@@ -42,62 +42,6 @@ FORGET_SEARCH_LIMIT = 5
 FORGET_MIN_SCORE = 0.7
 FORGET_AUTO_SCORE = 0.9
 DEFAULT_IMPORTANCE = 0.7
-
-
-@dataclass
-class StoreResult:
-    """``action`` is ``created`` or ``duplicate``; ``superseded`` lists memories the new one replaced."""
-
-    action: str
-    record: MemoryRecord
-    superseded: list[MemoryRecord] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"action": self.action}
-        if self.action == "duplicate":
-            out.update(existingId=self.record.id, existingText=self.record.text)
-        else:
-            out.update(id=self.record.id, memory=self.record.as_dict())
-        if self.superseded:
-            out["superseded"] = [r.as_dict() for r in self.superseded]
-        if self.warnings:
-            out["warnings"] = list(self.warnings)
-        return out
-
-
-@dataclass
-class ForgetResult:
-    """``deleted`` (with ``record``), ``candidates``, ``not_found`` or ``none_matched``."""
-
-    action: str
-    record: MemoryRecord | None = None
-    candidates: list[MemoryRecord] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"action": self.action}
-        if self.record is not None:
-            out.update(id=self.record.id, memory=self.record.as_dict())
-        if self.action == "candidates":
-            out["candidates"] = [r.as_dict() for r in self.candidates]
-        if self.warnings:
-            out["warnings"] = list(self.warnings)
-        return out
-
-
-@dataclass
-class ImportReport:
-    created: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    duplicates: list[str] = field(default_factory=list)
-    skipped_lines: list[int] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"created": self.created, "updated": self.updated, "unchanged": self.unchanged,
-                "duplicates": self.duplicates, "skippedLines": self.skipped_lines, "warnings": self.warnings}
 
 
 def _now_ms() -> int:
