@@ -337,7 +337,7 @@ def test_embedding_cache_avoids_re_embedding(tmp_path: Path) -> None:
 
 def test_dimensions_setting_is_checked(tmp_path: Path) -> None:
     with make(tmp_path, ltm={"embedding": {"dimensions": 1536}}) as ltm, \
-            pytest.raises(ValueError, match="dimensions is 1536 but fake/axis-1 produces 64"):
+            pytest.raises(LtmError, match="dimensions is 1536 but fake/axis-1 produces 64"):
         ltm.store("I prefer tea")
 
 

@@ -152,7 +152,9 @@ class Embedder:
 
     def _check_dims(self, vec: np.ndarray) -> None:
         if self.expected_dims is not None and vec.size != self.expected_dims:
-            raise ValueError(
+            from memdir.ltm.store import LtmError
+
+            raise LtmError(
                 f"longTermMemory.embedding.dimensions is {self.expected_dims} but {self.key[0]}/{self.key[1]} "
                 f"produces {vec.size}-dimensional vectors")
 
@@ -166,5 +168,7 @@ def _unit(vector: Sequence[float]) -> np.ndarray:
     arr = np.where(np.isfinite(arr), arr, 0.0).astype(np.float32)
     norm = float(np.linalg.norm(arr))
     if norm < 1e-10:
-        raise ValueError("the embedding provider returned a zero vector; it cannot be stored or compared")
+        from memdir.ltm.store import LtmError
+
+        raise LtmError("the embedding provider returned a zero vector; it cannot be stored or compared")
     return arr / norm

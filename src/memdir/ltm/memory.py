@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memdir.ltm.capture import (
     CATEGORIES,
@@ -29,6 +29,9 @@ from memdir.ltm.capture import (
 )
 from memdir.ltm.results import ForgetResult, ImportReport, StoreResult
 from memdir.ltm.store import ID_PREFIX_RE, UUID_RE, LanceTable, LtmError, MemoryRecord, require_uuid
+
+if TYPE_CHECKING:
+    from memdir.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +54,15 @@ def _now_ms() -> int:
 class LongTermMemory:
     """Store, search and forget one agent's long-term memories; recall and capture around turns."""
 
-    def __init__(self, settings: Any = None, *, provider: Any = None, db_path: str | Path | None = None,
-                 clock: Any = None):
+    def __init__(self, settings: Settings | None = None, *, provider: Any = None, db_path: str | Path | None = None,
+                 clock: Callable[[], int] | None = None):
+        """``settings`` default to memdir's defaults; ``provider`` overrides the configured embedder."""
         from memdir.config import Settings
         from memdir.ltm import settings as ltm_settings
         from memdir.ltm.store import import_lancedb
 
         import_lancedb()  # fail at once, naming the extra, rather than on the first write
-        self.settings: Settings = settings if settings is not None else Settings()
+        self.settings = settings if settings is not None else Settings()
         self.config = self.settings.long_term_memory
         self.db_path = Path(db_path).expanduser().resolve() if db_path else ltm_settings.db_path(self.settings)
         self.mirror_path = ltm_settings.mirror_path(self.settings)
