@@ -12,8 +12,6 @@ import pytest
 
 from helpers import cli_env
 
-pytest.importorskip("lancedb")
-
 BLOCK_LANCEDB = textwrap.dedent("""
     import sys
     class _Block:
@@ -26,6 +24,7 @@ BLOCK_LANCEDB = textwrap.dedent("""
 
 
 def test_ltm_commands_end_to_end(tmp_path: Path, make_workspace, run_cli) -> None:
+    pytest.importorskip("lancedb")
     ws = make_workspace({"MEMORY.md": "# notes\n"})
     cfg = tmp_path / "memdir.json"
     cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}, "longTermMemory": {"mirror": {"enabled": True}}}))
