@@ -106,10 +106,15 @@ def _load_config(args: argparse.Namespace) -> Any:
     )
 
 
+def _notice(message: str) -> None:
+    """Things memdir says once, beside any output: an index healed, a writer waited for."""
+    print(f"memdir: {message}", file=sys.stderr, flush=True)
+
+
 def _memory(args: argparse.Namespace) -> Any:
     from memdir.api import Memory
 
-    return Memory(config=_load_config(args))
+    return Memory(config=_load_config(args), notice=_notice)
 
 
 def _progress_bar(enabled: bool) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
@@ -151,6 +156,8 @@ def cmd_index(args: argparse.Namespace) -> int:
                   f"in {report.seconds:.2f}s")
             for w in report.warnings:
                 print(f"warning: {w}", file=sys.stderr)
+            for item in report.skipped:
+                print(f"warning: skipped {item['path']}: {item['error']} (retried on the next sync)", file=sys.stderr)
     return 0
 
 
@@ -219,7 +226,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"Extra paths: {', '.join(st['extraPaths'])}")
     lines += [f"Indexed: {st['files']}/{st['scannedFiles']} files · {st['chunks']} chunks",
               f"Dirty: {'yes' if st['dirty'] else 'no'}"
-              + (f" ({len(st['dirtyFiles'])} changed, {len(st['removedFiles'])} removed)" if st["dirty"] else ""),
+              + (f" ({len(st['dirtyFiles'])} changed, {len(st['removedFiles'])} removed; "
+                 "the next search or the watcher syncs them)" if st["dirty"] else ""),
               f"Store: {st['indexPath']}" + ("" if st["indexExists"] else " (not built yet: run memdir index)"),
               f"Workspace: {st['workspace']}"]
     if "fts" in st:
@@ -237,7 +245,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"Embedding cache: {'enabled' if cache['enabled'] else 'disabled'} ({cache['entries']} entries)"
                      + (f" · cap {cache['maxEntries']}" if cache.get("maxEntries") else ""))
         if st.get("writer"):
-            lines.append(f"Writer: pid {st['writer'].get('pid')} is indexing")
+            w = st["writer"]
+            far = f" ({w.get('done') or 0}/{w['total']} files)" if w.get("total") else ""
+            lines.append(f"Writer: pid {w.get('pid')} is indexing{far}")
+    if st.get("readOnly"):
+        lines.append(f"Read-only: {st['readOnly']} (searches answer from the index as it is)")
+    if st.get("recovered"):
+        r = st["recovered"]
+        lines.append(f"Recovered: the index was damaged ({r['problem']}); moved aside to {r['corruptPath']}; "
+                     "rebuilt from the Markdown files by the next index or search")
+    if st.get("watch"):
+        wt = st["watch"]
+        lines.append(f"Watch: {'sync pending' if wt.get('pending') else 'idle'}"
+                     + (f", last error: {wt['lastError']}" if wt.get("lastError") else ""))
     if st.get("fallback"):
         lines.append(f"Fallback: {st['fallback']['from']} ({st['fallback']['reason']})")
     if st.get("providerUnavailableReason"):
@@ -246,6 +266,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"SQLite: {st['sqlite']}")
         probe = st["embeddingProbe"]
         lines.append("Embeddings: " + ("ready" if probe.get("ok") else f"unavailable ({probe.get('error')})"))
+    if st.get("skipped"):
+        lines.append("Skipped files (retried on every sync):")
+        lines += [f"  {item['path']}: {item['error']}" for item in st["skipped"]]
     if st["issues"]:
         lines.append("Issues:")
         lines += [f"  {i}" for i in st["issues"]]

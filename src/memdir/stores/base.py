@@ -19,7 +19,9 @@ The contract every backend keeps:
 * **Scores**: :meth:`Store.keyword_search` returns BM25-like relevance mapped into ``(0, 1)``,
   higher is better; :meth:`Store.vector_search` returns cosine similarity.  Both are ordered
   best first.
-* Everything in a store can be thrown away and rebuilt from the Markdown files.
+* Everything in a store can be thrown away and rebuilt from the Markdown files: a store that
+  finds itself damaged says so (:meth:`Store.check`, :meth:`Store.is_damage`) and
+  :meth:`Store.recover` sets the damaged data aside and starts empty.
 """
 
 from __future__ import annotations
@@ -107,6 +109,14 @@ class Store(Protocol):
 
     def write_meta(self, meta: dict[str, Any]) -> None: ...
 
+    def get_state(self, key: str) -> Any:
+        """A small JSON value kept with the index (skipped files, owner claim); ``None`` if unset."""
+        ...
+
+    def set_state(self, key: str, value: Any) -> None:
+        """Write one (inside :meth:`transaction`); ``None`` deletes it.  Rebuilds carry their own."""
+        ...
+
     # -- files and chunks ---------------------------------------------------------------------
     def file_rows(self, source: str | None = None) -> FileRows: ...
 
@@ -173,4 +183,22 @@ class Store(Protocol):
 
     def cleanup_leftovers(self) -> None:
         """Remove what a crashed rebuild left behind, keeping any embeddings it paid for."""
+        ...
+
+    # -- health -------------------------------------------------------------------------------
+    #: True when the index could only be opened read-only (nothing may be written, no sync).
+    readonly: bool
+    #: Why a writable open fell back to read-only, for messages.
+    readonly_reason: str | None
+
+    def check(self, *, thorough: bool | str = False) -> str | None:
+        """What is wrong with the index (damaged, tables missing, bad meta), or ``None``."""
+        ...
+
+    def is_damage(self, exc: BaseException) -> bool:
+        """Whether an error raised by this store means the index itself is damaged."""
+        ...
+
+    def recover(self, problem: str, *, notice: Any = None) -> dict[str, Any] | None:
+        """Set a damaged index aside and start empty (the next sync rebuilds); what was done, or ``None``."""
         ...

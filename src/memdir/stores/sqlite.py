@@ -8,7 +8,10 @@ Tables: ``meta``, ``files``, ``chunks`` (text + float32 embedding blob), ``chunk
 
 A full rebuild is built in a temporary database beside the index (``<index>.tmp-<id>``) and
 copied into the live file within one transaction: the index file is never renamed, so a live
-reader's WAL or shared-memory file can never be paired with a new database.
+reader's WAL or shared-memory file can never be paired with a new database.  The one exception
+is a *damaged* index, which :meth:`SqliteStore.recover` moves aside (see
+:mod:`memdir.stores.sqlite_health`); :meth:`SqliteStore.open` does that on open, and callers do
+it when a damage error surfaces later.
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ from typing import Any
 import numpy as np
 
 from memdir import db
+from memdir.errors import StoreError
 from memdir.lock import FileWriterLock
 from memdir.query import fts5_match
+from memdir.stores import sqlite_health as health
 from memdir.stores.base import ChunkRow, Hit
 from memdir.textutil import fts_text
 
 META_KEY = "memory_index_meta_v1"
+STATE_PREFIX = "memdir:"
 SCHEMA_VERSION = 1
 _DIMS = re.compile(r"float\[(\d+)\]", re.IGNORECASE)
 FTS_COLUMNS = ("text", "id", "path", "source", "model", "start_line", "end_line")
@@ -69,15 +75,173 @@ class SqliteStore:
         self.vector_enabled = vector_enabled
         self.extension_path = extension_path
         self.readonly = readonly
+        #: Why a writable open fell back to read-only (``None`` when writable or asked read-only).
+        self.readonly_reason: str | None = None
         self.location = str(self.path)
         self.lock = threading.RLock()
         self.fts_error: str | None = None
-        if not readonly:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = db.connect(self.path, readonly=readonly)
-        self.vec = db.load_vec(self.conn, extension_path) if vector_enabled else db.VecState(False, "disabled")
-        if not readonly:
-            self.ensure_schema()
+        #: The first damage error a search ran into (the caller then recovers the index).
+        self.damage: str | None = None
+        #: What :meth:`recover` did last: ``{"problem", "corruptPath", "salvagedCacheEntries"}``.
+        self.recovery: dict[str, Any] | None = None
+        self._identity: tuple[int, int] | None = None
+        self._open()
+
+    @classmethod
+    def open(cls, path: Path, *, notice: Any = None, **kwargs: Any) -> SqliteStore:
+        """Open the index, healing it first if it is damaged (moved aside, started empty).
+
+        Also removes temp files a killed rebuild left behind when no writer is running.
+        """
+        path = Path(path)
+        try:
+            store = cls(path, **kwargs)
+        except health.IndexDamaged as exc:
+            if kwargs.get("readonly"):
+                raise
+            info = recover_path(path, str(exc), notice=notice, fts_expected=True)
+            store = cls(path, **kwargs)
+            store.recovery = info
+            return store
+        if not store.readonly:
+            problem = store.check()
+            if problem is not None:
+                store.recover(problem, notice=notice)
+            store.cleanup_if_idle()
+        return store
+
+    def _open(self) -> None:
+        """Connect (writable unless that is impossible), load sqlite-vec, create the schema."""
+        if self.path.is_dir():
+            raise StoreError(f"cannot open the index {self.path}: it is a directory, not an index file "
+                             "(point memorySearch.store.path at a file)")
+        conn = None
+        if not self.readonly:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = db.connect(self.path)
+            except Exception as exc:
+                if conn is not None:
+                    conn.close()
+                    conn = None
+                if health.is_damage_error(exc):
+                    raise health.IndexDamaged(health.first_line(exc)) from exc
+                if not (health.is_readonly_error(exc) and self.path.is_file()):
+                    raise StoreError(f"cannot open the index {self.path}: {health.first_line(exc)}") from exc
+                self.readonly = True
+                self.readonly_reason = health.first_line(exc)
+        if conn is None:
+            try:
+                conn = health.connect_readonly(self.path)
+            except Exception as exc:
+                if health.is_damage_error(exc):
+                    raise health.IndexDamaged(health.first_line(exc)) from exc
+                raise StoreError(f"cannot open the index {self.path}: {health.first_line(exc)}") from exc
+        self.conn = conn
+        self._identity = health.file_identity(self.path)
+        self.vec = (db.load_vec(self.conn, self.extension_path) if self.vector_enabled
+                    else db.VecState(False, "disabled"))
+        if not self.readonly:
+            try:
+                # A dropped table must be noticed (and the index rebuilt), not silently re-created empty.
+                if health.probe(self.conn, fts_expected=health.has_fts5(self.conn)) is None:
+                    self.ensure_schema()
+            except Exception as exc:
+                if health.is_damage_error(exc):
+                    self.conn.close()
+                    raise health.IndexDamaged(health.first_line(exc)) from exc
+                if not health.is_readonly_error(exc):
+                    raise
+                self.readonly, self.readonly_reason = True, health.first_line(exc)
+
+    # -- health ------------------------------------------------------------------------------
+    def is_damage(self, exc: BaseException) -> bool:
+        return health.is_damage_error(exc)
+
+    def check(self, *, thorough: bool | str = False) -> str | None:
+        """What is wrong with the index file, or ``None``.  Cheap unless ``thorough`` (then
+        ``PRAGMA quick_check`` reads every page, skipped above 512 MB unless ``thorough="always"``)."""
+        if self.damage:
+            return self.damage
+        with self.lock:
+            problem = health.probe(self.conn, fts_expected=self.fts_available)
+            if problem is None and thorough:
+                try:
+                    size = os.path.getsize(self.path)
+                except OSError:
+                    size = 0
+                if thorough == "always" or size <= health.QUICK_CHECK_MAX_BYTES:
+                    problem = health.quick_check(self.conn)
+        return problem
+
+    def _mark(self, exc: BaseException) -> None:
+        if self.damage is None and health.is_damage_error(exc):
+            self.damage = health.first_line(exc)
+
+    def replaced(self) -> bool:
+        """True when the file at :attr:`path` is no longer the one this connection has open."""
+        return health.file_identity(self.path) != self._identity
+
+    def reopen(self) -> None:
+        with self.lock:
+            self.close()
+            self.damage = None
+            self._open()
+
+    def recover(self, problem: str, *, notice: Any = None) -> dict[str, Any] | None:
+        """Move the damaged index aside and start an empty one; the next sync rebuilds it.
+
+        Returns what was done, or ``None`` when there was nothing to do (another process already
+        replaced the file, or SQLite finds it healthy on a fresh connection after all).
+        """
+        if self.readonly:
+            raise StoreError(f"the index {self.path} is damaged ({problem}) and cannot be rebuilt: "
+                             f"{self.readonly_reason or 'it was opened read-only'}")
+        with self.lock:
+            self.close()
+            info = recover_path(self.path, problem, notice=notice, fts_expected=self.fts_available,
+                                identity=self._identity)
+            self.damage = None
+            self._open()
+            if info is not None:
+                self.recovery = info
+        return info
+
+    def cleanup_if_idle(self) -> None:
+        """Remove a killed rebuild's temp files now, unless a writer is busy (they may be its)."""
+        if self.readonly or not glob.glob(glob.escape(self._temp_prefix()) + "*"):
+            return
+        lock = self.writer_lock()
+        try:
+            if not lock.acquire(0):
+                return
+        except OSError:
+            return
+        try:
+            self.cleanup_leftovers()
+        finally:
+            lock.release()
+
+    # -- small state kept beside the index ---------------------------------------------------
+    def get_state(self, key: str) -> Any:
+        with self.lock:
+            try:
+                row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (STATE_PREFIX + key,)).fetchone()
+            except Exception as exc:
+                if "no such table" in str(exc):
+                    return None
+                raise
+        try:
+            return json.loads(row[0]) if row else None
+        except ValueError:
+            return None
+
+    def set_state(self, key: str, value: Any) -> None:
+        if value is None:
+            self.conn.execute("DELETE FROM meta WHERE key = ?", (STATE_PREFIX + key,))
+        else:
+            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
+                              (STATE_PREFIX + key, json.dumps(value, sort_keys=True)))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -161,9 +325,22 @@ class SqliteStore:
         with self.lock:
             try:
                 row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchone()
-            except Exception:
-                return None
-        return json.loads(row[0]) if row else None
+            except Exception as exc:
+                if "no such table: meta" in str(exc) and not self._has_tables():
+                    return None  # an empty file (read-only open of an index never built)
+                self._mark(exc)
+                raise
+        if not row:
+            return None
+        try:
+            meta = json.loads(row[0])
+        except ValueError as exc:
+            self.damage = f"index metadata is not valid JSON: {exc}"
+            raise health.IndexDamaged(f"{self.damage} ({self.path})") from exc
+        return meta if isinstance(meta, dict) else None
+
+    def _has_tables(self) -> bool:
+        return self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         self.conn.execute(
@@ -270,6 +447,13 @@ class SqliteStore:
 
     def vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
         """Nearest chunks by cosine similarity: sqlite-vec KNN, else NumPy over the stored blobs."""
+        try:
+            return self._vector_search(query, limit)
+        except Exception as exc:
+            self._mark(exc)
+            raise
+
+    def _vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
         q = np.asarray(query, dtype=np.float32)
         if not q.size or not np.any(q) or limit <= 0:
             return []
@@ -320,12 +504,16 @@ class SqliteStore:
         if not self.fts_available or limit <= 0 or match is None:
             return []
         with self.lock:
-            rows = self.conn.execute(
-                "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.text, bm25(chunks_fts) AS rank, c.ts "
-                "FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? "
-                "ORDER BY rank LIMIT ?",
-                (match, int(limit)),
-            ).fetchall()
+            try:
+                rows = self.conn.execute(
+                    "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.text, bm25(chunks_fts) AS rank, "
+                    "c.ts FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? "
+                    "ORDER BY rank LIMIT ?",
+                    (match, int(limit)),
+                ).fetchall()
+            except Exception as exc:
+                self._mark(exc)
+                raise
         return [Hit(r[0], r[1], r[2], r[3], r[4], r[5], bm25_to_score(r[6]), r[7]) for r in rows]
 
     # -- embedding cache ---------------------------------------------------------------------
@@ -405,9 +593,11 @@ class SqliteStore:
     def rebuild(self) -> Iterator[SqliteStore]:
         """Build into ``<index>.tmp-<id>`` (seeded with the live cache), then :meth:`swap_from` it."""
         temp_path = Path(self._temp_prefix() + uuid.uuid4().hex[:12])
-        fresh = SqliteStore(temp_path, fts_tokenizer=self.fts_tokenizer, vector_enabled=self.vector_enabled,
-                            extension_path=self.extension_path)
+        fresh: SqliteStore | None = None
         try:
+            # Inside the try: on a full disk even creating the schema fails, and the temp file must go.
+            fresh = SqliteStore(temp_path, fts_tokenizer=self.fts_tokenizer, vector_enabled=self.vector_enabled,
+                                extension_path=self.extension_path)
             with fresh.transaction() as c:
                 c.execute("ATTACH DATABASE ? AS live", (str(self.path),))
                 c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM live.embedding_cache")
@@ -416,7 +606,8 @@ class SqliteStore:
             fresh.close()
             self.swap_from(temp_path)
         finally:
-            fresh.close()
+            if fresh is not None:
+                fresh.close()
             for suffix in ("", "-wal", "-shm", "-journal"):
                 try:
                     os.unlink(str(temp_path) + suffix)
@@ -490,3 +681,43 @@ class SqliteStore:
                 c.execute("PRAGMA wal_checkpoint(PASSIVE)")
             except Exception:
                 pass
+
+
+def recover_path(path: Path, problem: str, *, notice: Any = None, fts_expected: bool = True,
+                 identity: tuple[int, int] | None = None) -> dict[str, Any] | None:
+    """Under the writer lock: confirm the damage, move the file aside, salvage the embedding cache."""
+    lock = FileWriterLock(path)
+    if not lock.acquire(0):
+        if notice is not None:
+            holder = lock.holder() or {}
+            notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish writing {path}")
+        lock.acquire()
+    try:
+        if identity is not None and health.file_identity(path) != identity:
+            return None  # another process already replaced the damaged file
+        if not path.exists():
+            return None
+        confirmed = health.confirm(path, fts_expected=fts_expected)
+        if confirmed is None:
+            return None
+        corrupt = health.quarantine(path)
+        fresh = SqliteStore(path)
+        try:
+            with fresh.transaction() as c:
+                salvaged = health.salvage_cache(corrupt, c)
+        finally:
+            fresh.close()
+        for leftover in glob.glob(glob.escape(str(path) + ".tmp-") + "*"):
+            try:
+                os.unlink(leftover)
+            except OSError:
+                pass
+        info = {"problem": confirmed or problem, "indexPath": str(path), "corruptPath": str(corrupt),
+                "salvagedCacheEntries": salvaged, "at": int(time.time() * 1000)}
+        if notice is not None:
+            kept = f"; kept {salvaged} cached embeddings" if salvaged else ""
+            notice(f"the index {path} was damaged ({info['problem']}); moved it aside to {corrupt} and "
+                   f"rebuilding it from the Markdown files{kept}")
+        return info
+    finally:
+        lock.release()
