@@ -31,7 +31,7 @@ from memdir.errors import IndexOwnershipError, MemdirError, ownership_message
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
 from memdir.stores import Store, open_store
-from memdir.sync import OWNER_STATE, SKIPPED_STATE, Indexer, Progress, SyncReport
+from memdir.sync import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, Indexer, Progress, SyncReport
 from memdir.workspace import PathError, discover, read_lines, resolve_readable
 
 T = TypeVar("T")
@@ -469,8 +469,9 @@ class Memory:
             out["fallback"] = {"from": sel.fallback_from, "reason": sel.fallback_reason}
         if sel.unavailable_reason:
             out["providerUnavailableReason"] = sel.unavailable_reason
-        if self.recoveries:
-            out["recovered"] = self.recoveries[-1]
+        recovered = self.recoveries[-1] if self.recoveries else store.get_state(RECOVERED_STATE) if store else None
+        if recovered:
+            out["recovered"] = recovered
         if store is not None and store.readonly:
             out["readOnly"] = store.readonly_reason or "opened read-only"
         if self.watcher is not None:

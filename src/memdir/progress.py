@@ -1,6 +1,6 @@
 """Where a long index build shows how far along it is: ``<index>.progress`` (JSON).
 
-The writer updates it a few times a second while it holds the index's writer lock and removes
+The writer updates it after every batch it writes while it holds the index's writer lock and removes
 it when done; any process can read it, so a search issued during a first full build can say
 "the index is being built: 120/997 files" (and search what is built so far) instead of
 hanging.  A file left by a killed writer is ignored: it only counts while the lock is held.
@@ -16,7 +16,7 @@ from typing import Any
 
 
 class ProgressFile:
-    def __init__(self, index_path: Path, *, workspace: str, min_interval: float = 0.5):
+    def __init__(self, index_path: Path, *, workspace: str, min_interval: float = 0.0):
         self.path = Path(str(index_path) + ".progress")
         self.workspace = workspace
         self.min_interval = min_interval

@@ -39,6 +39,8 @@ Notice = Callable[[str], None]
 SKIPPED_STATE = "skipped"
 #: Store state key: the workspace that claimed this index (before its first build finished).
 OWNER_STATE = "owner"
+#: Store state key: the last recovery of a damaged index (``status`` shows it), kept by rebuilds.
+RECOVERED_STATE = "recovered"
 
 
 @dataclass
@@ -385,8 +387,12 @@ class Indexer:
     # -- full reindex ------------------------------------------------------------------------
     def _full_reindex(self, why: str, progress: Progress | None, *, strict: bool = True) -> SyncReport:
         ms = self.settings.memory_search
+        recovered = self.store.get_state(RECOVERED_STATE)
         with self.store.rebuild() as fresh:
             self.progress_file.start("full", temp=fresh.location)
+            if recovered:
+                with fresh.transaction():
+                    fresh.set_state(RECOVERED_STATE, recovered)
             report = self._incremental(fresh, progress, None, everything=True, strict=strict)
             report.full = True
             ident = self.identity()

@@ -40,6 +40,8 @@ from memdir.textutil import fts_text
 
 META_KEY = "memory_index_meta_v1"
 STATE_PREFIX = "memdir:"
+#: State key: the last time this index was found damaged and set aside (kept across rebuilds).
+RECOVERED_STATE = "recovered"
 SCHEMA_VERSION = 1
 _DIMS = re.compile(r"float\[(\d+)\]", re.IGNORECASE)
 FTS_COLUMNS = ("text", "id", "path", "source", "model", "start_line", "end_line")
@@ -705,6 +707,9 @@ def recover_path(path: Path, problem: str, *, notice: Any = None, fts_expected: 
         try:
             with fresh.transaction() as c:
                 salvaged = health.salvage_cache(corrupt, c)
+                info = {"problem": confirmed or problem, "indexPath": str(path), "corruptPath": str(corrupt),
+                        "salvagedCacheEntries": salvaged, "at": int(time.time() * 1000)}
+                fresh.set_state(RECOVERED_STATE, info)  # so `status` in any process can say so
         finally:
             fresh.close()
         for leftover in glob.glob(glob.escape(str(path) + ".tmp-") + "*"):
@@ -712,8 +717,6 @@ def recover_path(path: Path, problem: str, *, notice: Any = None, fts_expected: 
                 os.unlink(leftover)
             except OSError:
                 pass
-        info = {"problem": confirmed or problem, "indexPath": str(path), "corruptPath": str(corrupt),
-                "salvagedCacheEntries": salvaged, "at": int(time.time() * 1000)}
         if notice is not None:
             kept = f"; kept {salvaged} cached embeddings" if salvaged else ""
             notice(f"the index {path} was damaged ({info['problem']}); moved it aside to {corrupt} and "
