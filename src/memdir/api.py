@@ -513,8 +513,29 @@ class Memory:
         except Exception as exc:
             return {"ok": False, "error": str(exc)}
 
+    def watch(self, *, on_event: Callable[[dict[str, Any]], None] | None = None, debounce_ms: int | None = None,
+              interval_minutes: float | None = None, sync_at_start: bool = False) -> Any:
+        """Keep the index in step with the files from now on (until :meth:`close`).
+
+        Changes to memory files, extra paths and (with the sessions source) transcripts are
+        synced ``sync.watchDebounceMs`` after the last one, and every ``sync.intervalMinutes``;
+        returns the :class:`memdir.watch.Watcher` (``state()``, ``stop()``).
+        """
+        from memdir.watch import Watcher
+
+        with self._init_lock:
+            if self.watcher is None or not self.watcher.running:
+                self.watcher = Watcher(self, on_event=on_event, debounce_ms=debounce_ms,
+                                       interval_minutes=interval_minutes, sync_at_start=sync_at_start).start()
+            return self.watcher
+
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher = None
+        if self._bootstrap is not None:
+            self._bootstrap.join(5.0)  # a first index still building in the background
         if self._store is not None:
             self._store.close()
             self._store = None

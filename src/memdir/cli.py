@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="JSON output")
     p.add_argument("--deep", action="store_true", help="also probe the embedding provider")
 
+    p = cmd("watch", "keep the index in step with the files until Ctrl-C (sync.watchDebounceMs, intervalMinutes)")
+    p.add_argument("--json", action="store_true", help="one JSON event per line")
+    p.add_argument("--debounce-ms", type=int, help="sync this long after the last change (default: config)")
+
     cmd("chat", "chat with an OpenAI-compatible model that uses this workspace as its memory "
                 "(options: --base-url, --model, --api-key-env, --session, --context-window)")
 
@@ -293,6 +297,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    from memdir.watch import run_foreground
+
+    with _memory(args) as mem:
+        return run_foreground(mem, as_json=args.json, debounce_ms=args.debounce_ms)
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     loaded = _load_config(args)
     rows = loaded.rows()
@@ -334,6 +345,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": cmd_status,
     "config": cmd_config,
     "mcp": cmd_mcp,
+    "watch": cmd_watch,
 }
 
 
