@@ -196,3 +196,20 @@ def test_memdir_watch_cli_prints_json_events_and_stops_cleanly_on_ctrl_c(make_wo
     assert proc.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1])["event"] == "stop"
     assert "Traceback" not in err
+
+
+def test_the_reference_agent_loop_warms_and_watches(make_workspace):
+    from memdir.agent import MemoryIndexBackend
+
+    ws = make_workspace({"MEMORY.md": "# Prefs\nThe user's sister is called Marguerite.\n"})
+    mem = Memory(ws, config={"memorySearch": {"provider": "none", "sync": {"watchDebounceMs": 100}}})
+    try:
+        warm = MemoryIndexBackend(mem).start()
+        assert warm is not None
+        warm.join(DEADLINE)
+        assert found(mem, "Marguerite") == ["MEMORY.md"]  # indexed at session start, not by the search
+        (ws / "memory").mkdir()
+        (ws / "memory" / "hand.md").write_text("Edited by hand: Marguerite moved to Lyon.\n")
+        eventually(lambda: "memory/hand.md" in found(mem, "Lyon"), "the agent's watcher")
+    finally:
+        mem.close()

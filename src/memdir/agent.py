@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -102,6 +103,34 @@ class MemoryIndexBackend:
 
     def sync(self) -> None:
         self.memory.sync(reason="agent")
+
+    def start(self) -> threading.Thread | None:
+        """For a long-running session: index in the background now (``sync.onSessionStart``) and
+        watch the files (``sync.watch``), so notes edited by hand are found; a search during a
+        first build answers at once.  Returns the background indexing thread, if any."""
+        cfg = self.memory.settings.memory_search.sync
+        self.memory.first_index_wait = 2.0
+        thread = None
+        if cfg.on_session_start:
+            thread = threading.Thread(target=self._warm, name="memdir-session-start", daemon=True)
+            thread.start()
+        if cfg.watch:
+            try:
+                self.memory.watch(on_event=_log_watch_errors)
+            except Exception as exc:  # searches still index changed files first
+                log.warning("not watching memory files: %s", exc)
+        return thread
+
+    def _warm(self) -> None:
+        try:
+            self.memory.sync(reason="session-start")
+        except Exception as exc:
+            log.warning("memory sync at session start failed: %s", exc)
+
+
+def _log_watch_errors(event: dict[str, Any]) -> None:
+    if event.get("event") == "error":
+        log.warning("memory watch: %s", event.get("error"))
 
 
 # --- the chat API ---------------------------------------------------------------------------
@@ -554,9 +583,11 @@ def chat_main(argv: list[str] | None = None) -> int:
         return 2
     overrides = {"context_window": args.context_window} if args.context_window else {}
     options = AgentOptions.from_settings(settings, **overrides)
-    memory = Memory(config=loaded)
+    memory = Memory(config=loaded, notice=lambda m: print(f"memdir: {m}", file=sys.stderr, flush=True))
     client = ChatClient(args.base_url, args.model, api_key)
-    agent = Agent(client=client, backend=MemoryIndexBackend(memory, settings.user_timezone),
+    backend = MemoryIndexBackend(memory, settings.user_timezone)
+    backend.start()
+    agent = Agent(client=client, backend=backend,
                   store=SessionStore(settings.sessions_dir), session_key=session_key(settings.agent_id, args.session),
                   workspace=settings.workspace_path, options=options)
     interactive = sys.stdin.isatty()

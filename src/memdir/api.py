@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from memdir.config import LoadedConfig, Settings, load_config
 from memdir.embeddings.registry import ProviderSelection, select_provider
@@ -31,10 +31,11 @@ from memdir.errors import IndexOwnershipError, MemdirError, ownership_message
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
 from memdir.stores import Store, open_store
-from memdir.sync import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, Indexer, Progress, SyncReport
+from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE
+from memdir.sync import Indexer, Progress, SyncReport
+from memdir.upkeep import IndexUpkeep
 from memdir.workspace import PathError, discover, read_lines, resolve_readable
 
-T = TypeVar("T")
 log = logging.getLogger("memdir")
 
 
@@ -51,7 +52,7 @@ class GetResult:
         return {"text": self.text, "path": self.path}
 
 
-class Memory:
+class Memory(IndexUpkeep):
     """One agent's memory: its workspace files, its index and its embedding provider."""
 
     def __init__(
@@ -126,11 +127,6 @@ class Memory:
                 self._note_recovery(store)
             return self._store
 
-    def _note_recovery(self, store: Store) -> None:
-        info = getattr(store, "recovery", None)
-        if info and (not self.recoveries or self.recoveries[-1] is not info):
-            self.recoveries.append(info)
-
     def _check_owner(self, store: Store, meta: dict[str, Any] | None = None) -> None:
         meta = store.read_meta() if meta is None else meta
         owner = (meta or {}).get("workspace") or store.get_state(OWNER_STATE)
@@ -147,21 +143,6 @@ class Memory:
                                         provider_transiently_missing=transient,
                                         extra_sources=self._extra_sources(), notice=self.notice)
             return self._indexer
-
-    def _healing(self, op: Callable[[], T]) -> T:
-        """Run ``op``; if it hits a damaged index, set the index aside (rebuilt by the next sync)
-        and run ``op`` once more."""
-        try:
-            return op()
-        except Exception as exc:
-            store = self._store
-            if store is None or not store.is_damage(exc):
-                raise
-            problem = store.check() or str(exc)
-            store.recover(problem, notice=self.notice)
-            self._note_recovery(store)
-            self._checked_ok = None
-        return op()
 
     def _extra_sources(self) -> list[Any]:
         ms = self.settings.memory_search
@@ -286,112 +267,6 @@ class Memory:
             response.warnings.append(sel.unavailable_reason)
         return response
 
-    def _verify(self, store: Store, response: SearchResponse) -> None:
-        """Never answer "no matches" from a damaged index: a search that failed inside the store,
-        or found nothing in an index that has chunks, checks the file (at most once per file
-        version) and raises the damage so :meth:`_healing` rebuilds."""
-        damage = getattr(store, "damage", None)
-        if damage:
-            from memdir.stores.sqlite_health import IndexDamaged
-
-            raise IndexDamaged(damage)
-        if response.results or store.readonly:
-            return
-        try:
-            st = os.stat(self.index_path)
-            version = (st.st_size, st.st_mtime_ns)
-        except OSError:
-            return
-        if version == self._checked_ok or store.chunk_count() == 0:
-            return
-        problem = store.check(thorough=True)
-        if problem:
-            from memdir.stores.sqlite_health import IndexDamaged
-
-            raise IndexDamaged(problem)
-        self._checked_ok = version
-
-    def _readonly_note(self) -> str:
-        return (f"the index {self.index_path} could not be updated ({self.store.readonly_reason or 'read-only'}); "
-                "searching what it already holds")
-
-    def _sync_for_search(self) -> tuple[bool, list[str], Store | None]:
-        """Read-your-writes: index changed files before searching.
-
-        Returns ``(stale, notes, partial)``: ``stale`` when that was cut short, notes for the
-        response, and while a first index is being built a read-only view of what it holds so far.
-        """
-        store = self.store
-        if store.readonly:
-            return True, [self._readonly_note()], None
-        budget = self.settings.memory_search.sync.search_budget_ms / 1000
-        if store.read_meta() is None:
-            return self._first_index()
-        changed, gone = self.indexer.dirty_files()
-        if not changed and not gone:
-            return False, [], None
-        deadline = time.monotonic() + budget
-        try:
-            # Wait for a sync already running (the watcher's, another process's) within the budget.
-            report = self.sync(reason="search", deadline=deadline, lock_timeout=budget)
-        except LockTimeout:
-            return True, [], None
-        return report.incomplete, [], None
-
-    def _first_index(self) -> tuple[bool, list[str], Store | None]:
-        """No index yet: build it (waiting ``first_index_wait``), or report a build in progress."""
-        from memdir.progress import describe_progress, read_progress
-
-        lock = self.indexer.lock
-        thread = self._bootstrap
-        if thread is None or not thread.is_alive():
-            if thread is not None and self._bootstrap_error is not None:
-                error, self._bootstrap, self._bootstrap_error = self._bootstrap_error, None, None
-                raise error
-            self._bootstrap = None
-            if lock.acquire(0):
-                lock.release()
-                if self.first_index_wait is None:
-                    self.sync(reason="search")
-                    return False, [], None
-                thread = self._bootstrap = threading.Thread(target=self._bootstrap_run, name="memdir-first-index",
-                                                            daemon=True)
-                thread.start()
-        if thread is not None:
-            thread.join(self.first_index_wait)
-            if not thread.is_alive():
-                self._bootstrap = None
-                if self._bootstrap_error is not None:
-                    error, self._bootstrap_error = self._bootstrap_error, None
-                    raise error
-                return False, [], None
-        holder = lock.holder() or {}
-        progress = read_progress(self.index_path) or {}
-        if progress.get("pid") != holder.get("pid"):
-            progress = {"pid": holder.get("pid", "?")}
-        owner = progress.get("workspace")
-        if owner and owner != str(self.workspace):
-            raise IndexOwnershipError(ownership_message(str(self.index_path), owner, str(self.workspace)))
-        partial = None
-        if progress.get("temp"):
-            try:
-                from memdir.stores.sqlite import SqliteStore
-
-                partial = SqliteStore(Path(progress["temp"]), readonly=True,
-                                      fts_tokenizer=self.settings.memory_search.store.fts.tokenizer,
-                                      vector_enabled=self.settings.memory_search.store.vector.enabled)
-            except Exception:
-                partial = None
-        note = (f"the index is being built ({describe_progress(progress)}); "
-                + ("results so far are partial" if partial else "results will appear when it is done"))
-        return True, [note], partial
-
-    def _bootstrap_run(self) -> None:
-        try:
-            self.sync(reason="search")
-        except BaseException as exc:
-            self._bootstrap_error = exc
-
     def get(self, path: str, *, from_line: int | None = None, lines: int | None = None) -> GetResult:
         """Read a memory file (or a slice of it); raises :class:`PathError` naming the problem."""
         resolved = resolve_readable(path, self.workspace, self.settings.extra_paths)
@@ -512,22 +387,6 @@ class Memory:
             return {"ok": True, "dims": len(vec), "ms": round((time.perf_counter() - t0) * 1000, 1)}
         except Exception as exc:
             return {"ok": False, "error": str(exc)}
-
-    def watch(self, *, on_event: Callable[[dict[str, Any]], None] | None = None, debounce_ms: int | None = None,
-              interval_minutes: float | None = None, sync_at_start: bool = False) -> Any:
-        """Keep the index in step with the files from now on (until :meth:`close`).
-
-        Changes to memory files, extra paths and (with the sessions source) transcripts are
-        synced ``sync.watchDebounceMs`` after the last one, and every ``sync.intervalMinutes``;
-        returns the :class:`memdir.watch.Watcher` (``state()``, ``stop()``).
-        """
-        from memdir.watch import Watcher
-
-        with self._init_lock:
-            if self.watcher is None or not self.watcher.running:
-                self.watcher = Watcher(self, on_event=on_event, debounce_ms=debounce_ms,
-                                       interval_minutes=interval_minutes, sync_at_start=sync_at_start).start()
-            return self.watcher
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:

@@ -26,7 +26,7 @@ from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
 from memdir.errors import IndexOwnershipError, ownership_message
 from memdir.lock import LockTimeout
 from memdir.progress import ProgressFile
-from memdir.stores.base import ChunkRow, Store
+from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
 from memdir.workspace import FileEntry, Skipped, discover, read_regular
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
@@ -35,12 +35,6 @@ FTS_ONLY_MODEL = "fts-only"
 
 Progress = Callable[[int, int, str], None]
 Notice = Callable[[str], None]
-#: Store state key: files the last sync could not index (path, error), shown by ``status``.
-SKIPPED_STATE = "skipped"
-#: Store state key: the workspace that claimed this index (before its first build finished).
-OWNER_STATE = "owner"
-#: Store state key: the last recovery of a damaged index (``status`` shows it), kept by rebuilds.
-RECOVERED_STATE = "recovered"
 
 
 @dataclass
@@ -161,9 +155,9 @@ class Indexer:
         started = time.monotonic()
         self._acquire(lock_timeout)
         try:
-            self.store.cleanup_leftovers()
             meta = self.store.read_meta()
-            self._claim(meta)
+            self._claim(meta)  # first thing under the lock: a racing workspace is told at once
+            self.store.cleanup_leftovers()
             why = "forced" if force else self.rebuild_reason(meta)
             tracked = self._tracked(progress)
             if why is not None:

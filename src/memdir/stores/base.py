@@ -63,6 +63,11 @@ class Hit:
     ts: int | None = None
 
 
+#: :meth:`Store.get_state` keys: files the last sync could not index (shown by ``status``), the
+#: workspace that claimed the index before its first build finished, and the last recovery of a
+#: damaged index (a backend's :meth:`Store.recover` writes it; full rebuilds carry it over).
+SKIPPED_STATE, OWNER_STATE, RECOVERED_STATE = "skipped", "owner", "recovered"
+
 #: ``{(path, source): (content hash, mtime_ns, size)}`` of every indexed file.
 FileRows = dict[tuple[str, str], tuple[str, int, int]]
 

@@ -31,17 +31,15 @@ from typing import Any
 import numpy as np
 
 from memdir import db
-from memdir.errors import StoreError
 from memdir.lock import FileWriterLock
 from memdir.query import fts5_match
 from memdir.stores import sqlite_health as health
 from memdir.stores.base import ChunkRow, Hit
+from memdir.stores.sqlite_lifecycle import SqliteLifecycle
 from memdir.textutil import fts_text
 
 META_KEY = "memory_index_meta_v1"
 STATE_PREFIX = "memdir:"
-#: State key: the last time this index was found damaged and set aside (kept across rebuilds).
-RECOVERED_STATE = "recovered"
 SCHEMA_VERSION = 1
 _DIMS = re.compile(r"float\[(\d+)\]", re.IGNORECASE)
 FTS_COLUMNS = ("text", "id", "path", "source", "model", "start_line", "end_line")
@@ -67,7 +65,7 @@ def bm25_to_score(rank: float) -> float:
     return 1 / (1 + rank)
 
 
-class SqliteStore:
+class SqliteStore(SqliteLifecycle):
     """A connection to one index file, safe to share between threads (calls are serialised)."""
 
     def __init__(self, path: Path, *, fts_tokenizer: str = "unicode61", vector_enabled: bool = True,
@@ -88,141 +86,6 @@ class SqliteStore:
         self.recovery: dict[str, Any] | None = None
         self._identity: tuple[int, int] | None = None
         self._open()
-
-    @classmethod
-    def open(cls, path: Path, *, notice: Any = None, **kwargs: Any) -> SqliteStore:
-        """Open the index, healing it first if it is damaged (moved aside, started empty).
-
-        Also removes temp files a killed rebuild left behind when no writer is running.
-        """
-        path = Path(path)
-        try:
-            store = cls(path, **kwargs)
-        except health.IndexDamaged as exc:
-            if kwargs.get("readonly"):
-                raise
-            info = recover_path(path, str(exc), notice=notice, fts_expected=True)
-            store = cls(path, **kwargs)
-            store.recovery = info
-            return store
-        if not store.readonly:
-            problem = store.check()
-            if problem is not None:
-                store.recover(problem, notice=notice)
-            store.cleanup_if_idle()
-        return store
-
-    def _open(self) -> None:
-        """Connect (writable unless that is impossible), load sqlite-vec, create the schema."""
-        if self.path.is_dir():
-            raise StoreError(f"cannot open the index {self.path}: it is a directory, not an index file "
-                             "(point memorySearch.store.path at a file)")
-        conn = None
-        if not self.readonly:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = db.connect(self.path)
-            except Exception as exc:
-                if conn is not None:
-                    conn.close()
-                    conn = None
-                if health.is_damage_error(exc):
-                    raise health.IndexDamaged(health.first_line(exc)) from exc
-                if not (health.is_readonly_error(exc) and self.path.is_file()):
-                    raise StoreError(f"cannot open the index {self.path}: {health.first_line(exc)}") from exc
-                self.readonly = True
-                self.readonly_reason = health.first_line(exc)
-        if conn is None:
-            try:
-                conn = health.connect_readonly(self.path)
-            except Exception as exc:
-                if health.is_damage_error(exc):
-                    raise health.IndexDamaged(health.first_line(exc)) from exc
-                raise StoreError(f"cannot open the index {self.path}: {health.first_line(exc)}") from exc
-        self.conn = conn
-        self._identity = health.file_identity(self.path)
-        self.vec = (db.load_vec(self.conn, self.extension_path) if self.vector_enabled
-                    else db.VecState(False, "disabled"))
-        if not self.readonly:
-            try:
-                # A dropped table must be noticed (and the index rebuilt), not silently re-created empty.
-                if health.probe(self.conn, fts_expected=health.has_fts5(self.conn)) is None:
-                    self.ensure_schema()
-            except Exception as exc:
-                if health.is_damage_error(exc):
-                    self.conn.close()
-                    raise health.IndexDamaged(health.first_line(exc)) from exc
-                if not health.is_readonly_error(exc):
-                    raise
-                self.readonly, self.readonly_reason = True, health.first_line(exc)
-
-    # -- health ------------------------------------------------------------------------------
-    def is_damage(self, exc: BaseException) -> bool:
-        return health.is_damage_error(exc)
-
-    def check(self, *, thorough: bool | str = False) -> str | None:
-        """What is wrong with the index file, or ``None``.  Cheap unless ``thorough`` (then
-        ``PRAGMA quick_check`` reads every page, skipped above 512 MB unless ``thorough="always"``)."""
-        if self.damage:
-            return self.damage
-        with self.lock:
-            problem = health.probe(self.conn, fts_expected=self.fts_available)
-            if problem is None and thorough:
-                try:
-                    size = os.path.getsize(self.path)
-                except OSError:
-                    size = 0
-                if thorough == "always" or size <= health.QUICK_CHECK_MAX_BYTES:
-                    problem = health.quick_check(self.conn)
-        return problem
-
-    def _mark(self, exc: BaseException) -> None:
-        if self.damage is None and health.is_damage_error(exc):
-            self.damage = health.first_line(exc)
-
-    def replaced(self) -> bool:
-        """True when the file at :attr:`path` is no longer the one this connection has open."""
-        return health.file_identity(self.path) != self._identity
-
-    def reopen(self) -> None:
-        with self.lock:
-            self.close()
-            self.damage = None
-            self._open()
-
-    def recover(self, problem: str, *, notice: Any = None) -> dict[str, Any] | None:
-        """Move the damaged index aside and start an empty one; the next sync rebuilds it.
-
-        Returns what was done, or ``None`` when there was nothing to do (another process already
-        replaced the file, or SQLite finds it healthy on a fresh connection after all).
-        """
-        if self.readonly:
-            raise StoreError(f"the index {self.path} is damaged ({problem}) and cannot be rebuilt: "
-                             f"{self.readonly_reason or 'it was opened read-only'}")
-        with self.lock:
-            self.close()
-            info = recover_path(self.path, problem, notice=notice, fts_expected=self.fts_available,
-                                identity=self._identity)
-            self.damage = None
-            self._open()
-            if info is not None:
-                self.recovery = info
-        return info
-
-    def cleanup_if_idle(self) -> None:
-        """Remove a killed rebuild's temp files now, unless a writer is busy (they may be its)."""
-        if self.readonly or not glob.glob(glob.escape(self._temp_prefix()) + "*"):
-            return
-        lock = self.writer_lock()
-        try:
-            if not lock.acquire(0):
-                return
-        except OSError:
-            return
-        try:
-            self.cleanup_leftovers()
-        finally:
-            lock.release()
 
     # -- small state kept beside the index ---------------------------------------------------
     def get_state(self, key: str) -> Any:
@@ -683,44 +546,3 @@ class SqliteStore:
                 c.execute("PRAGMA wal_checkpoint(PASSIVE)")
             except Exception:
                 pass
-
-
-def recover_path(path: Path, problem: str, *, notice: Any = None, fts_expected: bool = True,
-                 identity: tuple[int, int] | None = None) -> dict[str, Any] | None:
-    """Under the writer lock: confirm the damage, move the file aside, salvage the embedding cache."""
-    lock = FileWriterLock(path)
-    if not lock.acquire(0):
-        if notice is not None:
-            holder = lock.holder() or {}
-            notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish writing {path}")
-        lock.acquire()
-    try:
-        if identity is not None and health.file_identity(path) != identity:
-            return None  # another process already replaced the damaged file
-        if not path.exists():
-            return None
-        confirmed = health.confirm(path, fts_expected=fts_expected)
-        if confirmed is None:
-            return None
-        corrupt = health.quarantine(path)
-        fresh = SqliteStore(path)
-        try:
-            with fresh.transaction() as c:
-                salvaged = health.salvage_cache(corrupt, c)
-                info = {"problem": confirmed or problem, "indexPath": str(path), "corruptPath": str(corrupt),
-                        "salvagedCacheEntries": salvaged, "at": int(time.time() * 1000)}
-                fresh.set_state(RECOVERED_STATE, info)  # so `status` in any process can say so
-        finally:
-            fresh.close()
-        for leftover in glob.glob(glob.escape(str(path) + ".tmp-") + "*"):
-            try:
-                os.unlink(leftover)
-            except OSError:
-                pass
-        if notice is not None:
-            kept = f"; kept {salvaged} cached embeddings" if salvaged else ""
-            notice(f"the index {path} was damaged ({info['problem']}); moved it aside to {corrupt} and "
-                   f"rebuilding it from the Markdown files{kept}")
-        return info
-    finally:
-        lock.release()
