@@ -184,3 +184,21 @@ def test_the_embedding_cache_survives_a_recovery(case, make_workspace):
         assert len(told) == 1 and "kept" in told[0] and "cached embeddings" in told[0]
         # (hash vectors carry no meaning: look at the keyword side of the rebuilt index)
         assert [h.path for h in mem.store.keyword_search(keyword_terms("kiwi5x"), 3)] == ["memory/2026-01-005.md"]
+
+
+def test_the_embedding_cache_is_salvaged_from_a_truncated_index(make_workspace):
+    """SQLite refuses a file shorter than its header says; memdir reads the surviving pages
+    through a copy with the page count corrected."""
+    ws = make_workspace(notes())
+    provider = HashProvider()
+    with Memory(ws, provider=provider) as mem:
+        mem.sync()
+        index, cached = mem.index_path, mem.store.cache_count()
+    truncate(index)
+    with Memory(ws, provider=provider, notice=lambda m: None) as mem:
+        before = provider.embedded
+        report = mem.sync()
+        salvaged = mem.recoveries[0]["salvagedCacheEntries"]
+        assert 0 < salvaged <= cached and report.indexed == N_FILES
+        assert provider.embedded - before == cached - salvaged  # only what was lost is embedded again
+    assert not list(index.parent.glob("*.salvage"))

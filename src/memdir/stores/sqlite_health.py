@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -169,14 +170,44 @@ def quarantine(path: Path) -> Path:
     return target
 
 
-def salvage_cache(corrupt: Path, conn: Any, *, batch: int = 500) -> int:
-    """Copy every embedding-cache row that can still be read from a damaged file into ``conn``.
+def _untruncated_copy(corrupt: Path) -> Path | None:
+    """A copy of a truncated database whose header claims only the pages the file still has.
 
-    Rows are read by rowid range, so one unreadable page costs its range, not the whole cache.
+    SQLite refuses a file shorter than its header says outright; with the page count corrected
+    every page that survived can be read again.  ``None`` if the header does not allow it.
     """
     try:
-        old = db.binding().connect(f"file:{corrupt.as_posix()}?mode=ro&immutable=1", uri=True,
+        with open(corrupt, "rb") as fh:
+            header = fh.read(100)
+        size = corrupt.stat().st_size
+    except OSError:
+        return None
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        return None
+    page = int.from_bytes(header[16:18], "big")
+    page = 65536 if page == 1 else page
+    claimed = int.from_bytes(header[28:32], "big")
+    if page < 512 or page & (page - 1) or claimed * page <= size:
+        return None
+    copy = Path(f"{corrupt}.salvage")
+    try:
+        shutil.copyfile(corrupt, copy)
+        with open(copy, "r+b") as fh:
+            fh.seek(28)
+            fh.write((size // page).to_bytes(4, "big"))
+    except OSError:
+        copy.unlink(missing_ok=True)
+        return None
+    return copy
+
+
+def _read_cache(source: Path, conn: Any, batch: int) -> int:
+    try:
+        old = db.binding().connect(f"file:{source.as_posix()}?mode=ro&immutable=1", uri=True,
                                    check_same_thread=False)
+        # Read past schema entries that point at lost pages (a truncated file's later tables);
+        # the connection is read-only, so nothing can be written through it.
+        old.execute("PRAGMA writable_schema = ON")
     except Exception:
         return 0
     cols = "provider, model, provider_key, hash, embedding, dims, updated_at"
@@ -201,6 +232,24 @@ def salvage_cache(corrupt: Path, conn: Any, *, batch: int = 500) -> int:
     finally:
         old.close()
     return saved
+
+
+def salvage_cache(corrupt: Path, conn: Any, *, batch: int = 500) -> int:
+    """Copy every embedding-cache row that can still be read from a damaged file into ``conn``.
+
+    Rows are read by rowid range, so one unreadable page costs its range, not the whole cache;
+    a truncated file is read through a copy with its page count corrected.
+    """
+    saved = _read_cache(corrupt, conn, batch)
+    if saved:
+        return saved
+    copy = _untruncated_copy(corrupt)
+    if copy is None:
+        return 0
+    try:
+        return _read_cache(copy, conn, batch)
+    finally:
+        copy.unlink(missing_ok=True)
 
 
 def connect_readonly(path: Path) -> Any:
