@@ -19,6 +19,7 @@ import pytest
 
 from helpers import cli_env
 from memdir.api import Memory
+from memdir.config import load_config
 from memdir.lock import FileWriterLock
 from unprivileged import run_cli_as_user, shared_scratch
 
@@ -27,6 +28,10 @@ NONE = {"MEMDIR_PROVIDER": "none"}
 
 def _notes(tag: str, n: int = 30) -> dict[str, str]:
     return {f"memory/{tag}-{i:03d}.md": f"# {tag} {i}\n\nNote {i} of {tag}: codeword {tag}{i}q.\n" for i in range(n)}
+
+
+def index_of(ws: Path, state_dir: Path, **kwargs) -> Path:
+    return load_config(workspace=ws, state_dir=state_dir, **kwargs).settings.index_path
 
 
 def _wait_for(predicate, timeout: float = 120.0, what: str = "condition") -> None:
@@ -126,7 +131,7 @@ def test_a_rebuild_that_runs_out_of_space_cleans_up_and_keeps_the_old_index(make
     ws = make_workspace({k: v + ("Lots of words about the garden and the shed. " * 40) for k, v in
                          _notes("fig", 60).items()})
     assert run_cli("index", "-w", str(ws), env=NONE).returncode == 0
-    index = state_dir / "memory" / "main.sqlite"
+    index = index_of(ws, state_dir)
     limit = index.stat().st_size // 2
     env = {**cli_env(state_dir), **NONE}
     out = subprocess.run([sys.executable, "-c", FSIZE, str(limit), "index", "--force", "-w", str(ws)],
@@ -140,7 +145,7 @@ def test_a_rebuild_that_runs_out_of_space_cleans_up_and_keeps_the_old_index(make
 def test_a_killed_rebuilds_temp_files_are_removed_on_the_next_open(make_workspace, state_dir, run_cli):
     ws = make_workspace(_notes("kiwi", 5))
     assert run_cli("index", "-w", str(ws), env=NONE).returncode == 0
-    index = state_dir / "memory" / "main.sqlite"
+    index = index_of(ws, state_dir)
     for suffix in ("", "-wal", "-shm"):
         Path(f"{index}.tmp-0123456789ab{suffix}").write_bytes(index.read_bytes() if not suffix else b"")
     st = run_cli("status", "--json", "-w", str(ws), env=NONE)  # an open, not a write
@@ -165,7 +170,7 @@ def test_an_index_path_that_is_a_directory_is_named(make_workspace, tmp_path: Pa
 
 def test_a_waiting_writer_says_whom_it_waits_for(make_workspace, state_dir):
     ws = make_workspace(_notes("pear", 3))
-    index = state_dir / "memory" / "main.sqlite"
+    index = index_of(ws, state_dir)
     lock = FileWriterLock(index)
     assert lock.acquire(0)
     try:
@@ -212,7 +217,7 @@ BUILDER = textwrap.dedent("""
 def test_a_search_during_the_first_index_answers_at_once(make_workspace, state_dir, tmp_path: Path, run_cli):
     ws = make_workspace(_notes("date", 150))
     gate = tmp_path / "gate"
-    index = state_dir / "memory" / "main.sqlite"
+    index = index_of(ws, state_dir)
     builder = subprocess.Popen([sys.executable, "-c", BUILDER, str(ws), str(gate)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=cli_env(state_dir))
     try:

@@ -22,11 +22,12 @@ from mcp.shared.memory import create_connected_server_and_client_session
 
 from helpers import cli_env
 from memdir.api import Memory
+from memdir.config import load_config
 from memdir.mcp_server import build_server
 
 
-def _payload(result) -> dict:
-    assert result.isError is False
+def _payload(result, *, error: bool = False) -> dict:
+    assert result.isError is error
     return json.loads(result.content[0].text)
 
 
@@ -43,7 +44,7 @@ def test_a_fifo_note_over_mcp_and_a_second_call_that_still_answers(make_workspac
     async def run() -> None:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
-            got = _payload(await session.call_tool("memory_get", {"path": "memory/x.md"}))
+            got = _payload(await session.call_tool("memory_get", {"path": "memory/x.md"}), error=True)
             assert got["disabled"] is True and "FIFO" in got["error"] and got["text"] == ""
             found = _payload(await session.call_tool("memory_search", {"query": "which queue for billing"}))
             assert found["results"][0]["path"] == "MEMORY.md"
@@ -88,7 +89,7 @@ def test_a_stalled_call_times_out_and_never_blocks_the_next(make_workspace):
                 found = _payload(await session.call_tool("memory_search", {"query": "standup Tuesdays"}))
                 assert found["results"][0]["path"] == "MEMORY.md"
                 assert "result" not in stuck
-            timed_out = _payload(stuck["result"])
+            timed_out = _payload(stuck["result"], error=True)
             assert timed_out["disabled"] is True and "did not finish within 3 s" in timed_out["error"]
             mem.release.set()
             later = _payload(await session.call_tool("memory_search", {"query": "standup"}))
@@ -106,7 +107,7 @@ def test_the_mcp_servers_watcher_indexes_hand_edits(make_workspace, tmp_path: Pa
     ws = make_workspace({"MEMORY.md": "# Prefs\nLikes green tea.\n"})
     cfg = tmp_path / "memdir.json"
     cfg.write_text(json.dumps({"memorySearch": {"provider": "none", "sync": {"watchDebounceMs": 100}}}))
-    index = state_dir / "memory" / "main.sqlite"
+    index = load_config(workspace=ws, config_path=cfg, state_dir=state_dir).settings.index_path
     params = StdioServerParameters(command=sys.executable,
                                    args=["-m", "memdir", "mcp", "--workspace", str(ws), "--config", str(cfg)],
                                    env=cli_env(state_dir))

@@ -23,10 +23,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from memdir.config import LoadedConfig, Settings, load_config
-from memdir.embeddings.registry import ProviderSelection, select_provider
+from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
 from memdir.errors import IndexOwnershipError, MemdirError, ownership_message
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
@@ -36,7 +36,10 @@ from memdir.sync import Indexer, Progress, SyncReport
 from memdir.upkeep import IndexUpkeep
 from memdir.workspace import PathError, discover, read_lines, resolve_readable
 
-log = logging.getLogger("memdir")
+log = logging.getLogger(__name__)
+
+SearchMode = Literal["hybrid", "keyword", "vector"]
+SEARCH_MODES = ("hybrid", "keyword", "vector")
 
 
 def _log_notice(message: str) -> None:
@@ -163,6 +166,7 @@ class Memory(IndexUpkeep):
         in ``status`` and in search responses.
         """
         kwargs = {"progress": progress, "deadline": deadline, "lock_timeout": lock_timeout}
+        log.info("sync (%s%s): %s -> %s", reason, ", full" if force else "", self.workspace, self.index_path)
         if self.store.readonly:
             why = self.store.readonly_reason or "read-only"
             raise MemdirError(f"the index {self.index_path} cannot be updated: {why}")
@@ -176,7 +180,16 @@ class Memory(IndexUpkeep):
             return self._rebuild_after_fallback(reason, exc, kwargs)
         if report.embedding_error is not None and self._switch_to_fallback(report.embedding_error):
             return self._rebuild_after_fallback(reason, report.embedding_error, kwargs)
+        self._warn_keyword_only(report)
         return report
+
+    def _warn_keyword_only(self, report: SyncReport) -> None:
+        """Say where it happens that a provider was asked for but the index gets keywords only."""
+        sel = self.selection
+        if sel.provider is None and sel.requested not in DISABLED and sel.unavailable_reason:
+            why = "; ".join(line.strip() for line in sel.unavailable_reason.splitlines() if line.strip())
+            report.warnings.insert(0, f"building a keyword-only index (no vectors) because embeddings are "
+                                      f"unavailable: {why}")
 
     def _switch_to_fallback(self, error: BaseException) -> bool:
         if self._provider_override is not None:
@@ -206,17 +219,23 @@ class Memory(IndexUpkeep):
         return report
 
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
-               explain: bool = False, sync: bool | None = None) -> SearchResponse:
+               explain: bool = False, sync: bool | None = None, mode: SearchMode = "hybrid") -> SearchResponse:
         """Search memory; a dirty index is synced first within ``sync.searchBudgetMs``.
+
+        ``mode``: ``"hybrid"`` (keywords and vectors, as configured), ``"keyword"`` (BM25 only:
+        the query is not embedded) or ``"vector"`` (embeddings only; an error when no embedding
+        provider is available).
 
         While a first full index is being built (here or by another process) the search does
         not wait for it: it answers from what is built so far, ``stale``, saying how far along
         the build is.
         """
-        return self._healing(lambda: self._search_once(query, max_results, min_score, explain, sync))
+        if mode not in SEARCH_MODES:
+            raise ValueError(f"unknown search mode {mode!r} (expected one of {', '.join(SEARCH_MODES)})")
+        return self._healing(lambda: self._search_once(query, max_results, min_score, explain, sync, mode))
 
     def _search_once(self, query: str, max_results: int | None, min_score: float | None, explain: bool,
-                     sync: bool | None) -> SearchResponse:
+                     sync: bool | None, mode: SearchMode) -> SearchResponse:
         ms = self.settings.memory_search
         stale, notes, partial = False, [], None
         do_sync = ms.sync.on_search if sync is None else sync
@@ -235,7 +254,7 @@ class Memory(IndexUpkeep):
         elif store.readonly:
             stale, notes = True, [self._readonly_note()]
         try:
-            response = self._search_index(partial or store, query, max_results, min_score, explain,
+            response = self._search_index(partial or store, query, max_results, min_score, explain, mode,
                                           verify=partial is None and bool(query.strip()))
         finally:
             if partial is not None:
@@ -245,7 +264,7 @@ class Memory(IndexUpkeep):
         return response
 
     def _search_index(self, store: Store, query: str, max_results: int | None, min_score: float | None,
-                      explain: bool, *, verify: bool) -> SearchResponse:
+                      explain: bool, mode: SearchMode, *, verify: bool) -> SearchResponse:
         ms = self.settings.memory_search
         sel = self.selection
         provider = sel.provider
@@ -255,12 +274,24 @@ class Memory(IndexUpkeep):
             self._check_owner(store, meta)
         if provider is not None and meta.get("model") not in (None, provider.model):
             provider = None  # the index still holds another model's vectors: keywords only
+        cfg = ms
+        if mode == "keyword":
+            provider = None
+        elif mode == "vector":
+            if provider is None:
+                raise MemdirError("vector search needs embeddings, and none are available: "
+                                  + (sel.unavailable_reason or "the index was built with another model")
+                                  .splitlines()[0])
+            cfg = ms.model_copy(deep=True)
+            cfg.query.hybrid.enabled = False  # run_search: vectors only, keyword hits left out
         response = run_search(
-            store, ms, query, provider=provider, workspace=self.workspace, max_results=max_results,
+            store, cfg, query, provider=provider, workspace=self.workspace, max_results=max_results,
             min_score=min_score, explain=explain, provider_label=label,
         )
         if verify:
             self._verify(store, response)
+        if mode == "vector" and response.mode == "hybrid":
+            response.mode = "vector"
         if sel.fallback_from:
             response.fallback = {"from": sel.fallback_from, "reason": sel.fallback_reason or ""}
         elif sel.provider is None and sel.unavailable_reason and response.fallback is None:
@@ -315,6 +346,8 @@ class Memory(IndexUpkeep):
             "agentId": self.settings.agent_id,
             "workspace": str(self.workspace),
             "indexPath": str(self.index_path),
+            # what names the index: "workspace" (no agent id chosen), "agent" or "path" (store.path)
+            "indexKey": self.settings.index_key,
             "indexExists": exists,
             "sources": list(ms.sources),
             "extraPaths": [str(p) for p in self.settings.extra_paths],

@@ -26,6 +26,7 @@ This module imports ``mcp``; nothing else in memdir does, so ``memdir search`` s
 from __future__ import annotations
 
 import ipaddress
+import logging
 import sys
 import threading
 from collections.abc import Iterable
@@ -34,10 +35,17 @@ from typing import Any
 import anyio
 from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import TextContent, Tool, ToolAnnotations
+from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from memdir.prompt import memory_recall_section
-from memdir.tools import TOOL_NAMES, TOOL_SPECS, call_tool_payload, search_unavailable_payload, to_json
+from memdir.tools import (
+    TOOL_NAMES,
+    TOOL_SPECS,
+    call_tool_payload,
+    is_error_payload,
+    search_unavailable_payload,
+    to_json,
+)
 
 DEFAULT_HTTP_PORT = 8765
 #: Seconds a tool call may take before it is answered with an error (its thread is abandoned).
@@ -175,7 +183,46 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
                                                          limiter=self._limiter)
         except TimeoutError:
             payload = timeout_payload(name, arguments, self.call_timeout)
-        return [TextContent(type="text", text=to_json(payload))], payload
+        content = [TextContent(type="text", text=to_json(payload))]
+        if is_error_payload(payload):
+            # OpenClaw's payload text, flagged as a failure so a host can tell it from a result
+            return CallToolResult(content=content, structuredContent=payload, isError=True)
+        return content, payload
+
+
+#: Exceptions that only mean "the HTTP client went away" (a closed or broken stream).
+_CLIENT_GONE = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError)
+#: Loggers through which the SDK and uvicorn report such a disconnect with a full traceback.
+_DISCONNECT_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager",
+                       "mcp.server.lowlevel.server", "uvicorn.error")
+
+
+def _only_client_gone(exc: BaseException | None) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_client_gone(e) for e in exc.exceptions)
+    return isinstance(exc, _CLIENT_GONE)
+
+
+class ClientGoneFilter(logging.Filter):
+    """Drops the traceback the SDK logs when an HTTP client disconnects mid-stream.
+
+    A client closing its connection (or its SSE stream) is normal, not a server error; the
+    record is kept only when memdir logs at DEBUG (``memdir -vv mcp``).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and _only_client_gone(exc):
+            return logging.getLogger("memdir").isEnabledFor(logging.DEBUG)
+        return True
+
+
+def quiet_client_disconnects() -> None:
+    """Install :class:`ClientGoneFilter` on the loggers that report disconnects (idempotent)."""
+    for name in _DISCONNECT_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, ClientGoneFilter) for f in logger.filters):
+            logger.addFilter(ClientGoneFilter())
 
 
 def timeout_payload(name: str, arguments: dict[str, Any] | None, seconds: float) -> dict[str, Any]:
@@ -211,10 +258,21 @@ def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", por
               f"(workspace {getattr(memory, 'workspace', '?')}; Ctrl-C stops it)", file=sys.stderr, flush=True)
     if hasattr(memory, "first_index_wait"):
         memory.first_index_wait = FIRST_INDEX_WAIT  # a search never waits minutes for a first build
+    if kind == "streamable-http":
+        quiet_client_disconnects()
     server.start_warmup()
     server.start_watching()
     server.run(kind)  # type: ignore[arg-type]
 
 
-__all__ = ["DEFAULT_HTTP_PORT", "HostNotAllowed", "MemdirMCP", "build_server", "check_loopback_host", "serve",
-           "transport_security"]
+__all__ = [
+    "DEFAULT_HTTP_PORT",
+    "ClientGoneFilter",
+    "HostNotAllowed",
+    "MemdirMCP",
+    "build_server",
+    "check_loopback_host",
+    "quiet_client_disconnects",
+    "serve",
+    "transport_security",
+]

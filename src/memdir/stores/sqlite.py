@@ -36,13 +36,16 @@ from memdir.query import fts5_match
 from memdir.stores import sqlite_health as health
 from memdir.stores.base import ChunkRow, Hit
 from memdir.stores.sqlite_lifecycle import SqliteLifecycle
-from memdir.textutil import fts_text
+from memdir.textutil import fts_text, stem_text
 
 META_KEY = "memory_index_meta_v1"
 STATE_PREFIX = "memdir:"
 SCHEMA_VERSION = 1
 _DIMS = re.compile(r"float\[(\d+)\]", re.IGNORECASE)
-FTS_COLUMNS = ("text", "id", "path", "source", "model", "start_line", "end_line")
+FTS_COLUMNS = ("text", "stems", "id", "path", "source", "model", "start_line", "end_line")
+_CHUNK_COLUMNS = ("id, path, source, start_line, end_line, hash, model, text, embedding, updated_at, ts, "
+                  "date_start, date_end")
+_HIT_COLUMNS = "c.id, c.path, c.source, c.start_line, c.end_line, c.text, c.ts, c.date_start, c.date_end"
 
 
 def to_blob(vector: Sequence[float]) -> bytes:
@@ -55,6 +58,21 @@ def from_blob(blob: bytes | None) -> np.ndarray:
     return np.frombuffer(blob, dtype="<f4")
 
 
+def window_id(chunk_id: str, window: int) -> str:
+    """The ``chunks_vec`` row of a chunk's n-th window: the chunk id itself for the first."""
+    return chunk_id if window == 0 else f"{chunk_id}#{window}"
+
+
+def max_cosine(blob: bytes, q: np.ndarray) -> float | None:
+    """Cosine of ``q`` (unit length) with the best of the vectors concatenated in ``blob``."""
+    if not blob or len(blob) % (4 * q.size):
+        return None
+    m = np.frombuffer(blob, dtype="<f4").reshape(-1, q.size)
+    norms = np.linalg.norm(m, axis=1)
+    norms[norms == 0] = 1.0
+    return float(np.max((m @ q) / norms))
+
+
 def bm25_to_score(rank: float) -> float:
     """FTS5 bm25 (more negative = better) → (0, 1): ``r/(1+r)`` with ``r = −rank`` (R§7 [v4.12])."""
     if rank is None or not np.isfinite(rank):
@@ -63,6 +81,11 @@ def bm25_to_score(rank: float) -> float:
         r = -rank
         return r / (1 + r)
     return 1 / (1 + rank)
+
+
+def _hit(row: Sequence[Any], score: float) -> Hit:
+    """A :class:`Hit` from a row selected with ``_HIT_COLUMNS``."""
+    return Hit(row[0], row[1], row[2], row[3], row[4], row[5], score, row[6], row[7], row[8])
 
 
 class SqliteStore(SqliteLifecycle):
@@ -141,7 +164,7 @@ class SqliteStore(SqliteLifecycle):
                     id TEXT PRIMARY KEY, path TEXT NOT NULL, source TEXT NOT NULL DEFAULT 'memory',
                     start_line INTEGER NOT NULL, end_line INTEGER NOT NULL, hash TEXT NOT NULL,
                     model TEXT NOT NULL, text TEXT NOT NULL, embedding BLOB, updated_at INTEGER NOT NULL,
-                    ts INTEGER);
+                    ts INTEGER, date_start TEXT, date_end TEXT);
                 CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks(path, source);
                 CREATE INDEX IF NOT EXISTS idx_chunks_source ON chunks(source);
                 CREATE TABLE IF NOT EXISTS embedding_cache(
@@ -152,8 +175,10 @@ class SqliteStore(SqliteLifecycle):
                 """
             )
             cols = {row[1] for row in c.execute("PRAGMA table_info(chunks)")}
-            if "ts" not in cols:  # index written before chunk timestamps existed
-                c.execute("ALTER TABLE chunks ADD COLUMN ts INTEGER")
+            for col, kind in (("ts", "INTEGER"), ("date_start", "TEXT"), ("date_end", "TEXT")):
+                if col not in cols:  # an index written before these columns existed
+                    c.execute(f"ALTER TABLE chunks ADD COLUMN {col} {kind}")
+            c.execute("CREATE INDEX IF NOT EXISTS idx_chunks_date ON chunks(date_start, date_end)")
             try:
                 c.execute(self._fts_ddl("chunks_fts"))
                 self.fts_error = None
@@ -163,7 +188,7 @@ class SqliteStore(SqliteLifecycle):
     def _fts_ddl(self, name: str) -> str:
         tok = "trigram case_sensitive 0" if self.fts_tokenizer == "trigram" else "unicode61"
         return (
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(text, id UNINDEXED, path UNINDEXED, "
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(text, stems, id UNINDEXED, path UNINDEXED, "
             f"source UNINDEXED, model UNINDEXED, start_line UNINDEXED, end_line UNINDEXED, "
             f"tokenize='{tok}')"
         )
@@ -239,23 +264,30 @@ class SqliteStore(SqliteLifecycle):
         rowids: list[int] = []
         for ch in chunks:
             cur = c.execute(
-                "INSERT OR REPLACE INTO chunks(id, path, source, start_line, end_line, hash, model, text, "
-                "embedding, updated_at, ts) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT OR REPLACE INTO chunks({_CHUNK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model, ch.text,
-                 to_blob(ch.embedding) if ch.embedding is not None and len(ch.embedding) else None, now, ch.ts),
+                 to_blob(ch.embedding) if ch.embedding is not None and len(ch.embedding) else None, now, ch.ts,
+                 ch.date_start, ch.date_end),
             )
             rowids.append(int(cur.lastrowid))
         if self.fts_available:
             # FTS rows share the chunk's rowid, so a file's rows are deleted by key, not by a scan.
             c.executemany(
-                "INSERT OR REPLACE INTO chunks_fts(rowid, text, id, path, source, model, start_line, end_line) "
-                "VALUES (?,?,?,?,?,?,?,?)",
-                [(rid, fts_text(ch.text), ch.id, ch.path, ch.source, ch.model, ch.start_line, ch.end_line)
-                 for rid, ch in zip(rowids, chunks, strict=True)],
+                "INSERT OR REPLACE INTO chunks_fts(rowid, text, stems, id, path, source, model, start_line, end_line) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                [(rid, fts_text(ch.text), stem_text(ch.text), ch.id, ch.path, ch.source, ch.model, ch.start_line,
+                  ch.end_line) for rid, ch in zip(rowids, chunks, strict=True)],
             )
-        vectors = [(ch.id, to_blob(ch.embedding)) for ch in chunks if ch.embedding is not None and len(ch.embedding)]
+        vectors: list[tuple[str, bytes]] = []
+        dims = 0
+        for ch in chunks:
+            if ch.embedding is None or not len(ch.embedding):
+                continue
+            dims = len(ch.embedding) // max(1, ch.windows)
+            blob = to_blob(ch.embedding)
+            vectors.extend((window_id(ch.id, i), blob[i * dims * 4 : (i + 1) * dims * 4]) for i in range(ch.windows))
         if vectors and self.vec.available:
-            self.ensure_vec_table(len(vectors[0][1]) // 4)
+            self.ensure_vec_table(dims)
             c.executemany("INSERT OR REPLACE INTO chunks_vec(id, embedding) VALUES (?, ?)", vectors)
         c.execute(
             "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
@@ -267,8 +299,10 @@ class SqliteStore(SqliteLifecycle):
         if self.vec.available and self.has_vec_table():
             # One keyed delete per id: sqlite-vec answers `id IN (SELECT ...)` with a full scan of the
             # vector table, which made indexing quadratic in the corpus size.
-            ids = [(cid,) for (cid,) in c.execute(
-                "SELECT id FROM chunks WHERE path = ? AND source = ? AND embedding IS NOT NULL", (path, source))]
+            dims = self.vec_dims() or 1
+            ids = [(window_id(cid, i),) for cid, size in c.execute(
+                "SELECT id, length(embedding) FROM chunks WHERE path = ? AND source = ? AND embedding IS NOT NULL",
+                (path, source)) for i in range(max(1, size // (4 * dims)))]
             c.executemany("DELETE FROM chunks_vec WHERE id = ?", ids)
         if self.fts_available:
             c.execute("DELETE FROM chunks_fts WHERE rowid IN (SELECT rowid FROM chunks WHERE path = ? AND source = ?)",
@@ -311,7 +345,10 @@ class SqliteStore(SqliteLifecycle):
         )
 
     def vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
-        """Nearest chunks by cosine similarity: sqlite-vec KNN, else NumPy over the stored blobs."""
+        """Nearest chunks by cosine similarity: sqlite-vec KNN, else NumPy over the stored blobs.
+
+        A chunk with several windows has one ``chunks_vec`` row per window; its score is its best.
+        """
         try:
             return self._vector_search(query, limit)
         except Exception as exc:
@@ -324,30 +361,52 @@ class SqliteStore(SqliteLifecycle):
             return []
         with self.lock:
             if self.vec.available and self.vec_dims() == q.size:
-                rows = self.conn.execute(
-                    "SELECT v.id, v.distance, c.path, c.source, c.start_line, c.end_line, c.text, c.ts "
-                    "FROM chunks_vec v JOIN chunks c ON c.id = v.id "
-                    "WHERE v.embedding MATCH ? AND k = ? ORDER BY v.distance",
-                    (q.astype("<f4").tobytes(), int(limit)),
-                ).fetchall()
-                return [Hit(r[0], r[2], r[3], r[4], r[5], r[6], 1.0 - float(r[1]), r[7]) for r in rows]
-            ids: list[str] = []
-            blobs: list[bytes] = []
-            for cid, blob in self.conn.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL"):
-                if len(blob) == q.size * 4:
-                    ids.append(cid)
-                    blobs.append(blob)
-            if not ids:
-                return []
-            matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(ids), q.size)
+                best: dict[str, float] = {}
+                k = int(limit)
+                while True:
+                    rows = self.conn.execute(
+                        "SELECT id, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ? ORDER BY distance",
+                        (q.astype("<f4").tobytes(), k),
+                    ).fetchall()
+                    best = {}
+                    for wid, dist in rows:
+                        best.setdefault(wid.split("#", 1)[0], 1.0 - float(dist))
+                    if len(best) >= limit or len(rows) < k or k >= 4096:
+                        break
+                    k *= 2  # several windows of one chunk took places: look further
+                return self._hits_for(list(best.items())[:limit])
             qn = q / (np.linalg.norm(q) or 1.0)
-            norms = np.linalg.norm(matrix, axis=1)
-            norms[norms == 0] = 1.0
-            sims = (matrix @ qn) / norms
-            k = min(limit, len(ids))
+            scored: list[tuple[str, float]] = []
+            for cid, blob in self.conn.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL"):
+                sim = max_cosine(blob, qn)
+                if sim is not None:
+                    scored.append((cid, sim))
+            if not scored:
+                return []
+            sims = np.array([sc for _, sc in scored])
+            k = min(limit, len(scored))
             top = np.argpartition(-sims, k - 1)[:k]
             top = top[np.argsort(-sims[top], kind="stable")]
-            return self._hits_for([(ids[i], float(sims[i])) for i in top])
+            return self._hits_for([scored[i] for i in top])
+
+    def vector_scores(self, query: Sequence[float], ids: Sequence[str]) -> dict[str, float]:
+        """Cosine of each given chunk (best window), read from its stored vector(s)."""
+        q = np.asarray(query, dtype=np.float32)
+        wanted = list(dict.fromkeys(ids))
+        if not q.size or not np.any(q) or not wanted:
+            return {}
+        qn = q / (np.linalg.norm(q) or 1.0)
+        out: dict[str, float] = {}
+        with self.lock:
+            for i in range(0, len(wanted), 400):
+                part = wanted[i : i + 400]
+                marks = ",".join("?" * len(part))
+                for cid, blob in self.conn.execute(
+                        f"SELECT id, embedding FROM chunks WHERE id IN ({marks}) AND embedding IS NOT NULL", part):
+                    sim = max_cosine(blob, qn)
+                    if sim is not None:
+                        out[cid] = sim
+        return out
 
     def _hits_for(self, scored: list[tuple[str, float]]) -> list[Hit]:
         if not scored:
@@ -356,11 +415,11 @@ class SqliteStore(SqliteLifecycle):
         rows = {
             r[0]: r
             for r in self.conn.execute(
-                f"SELECT id, path, source, start_line, end_line, text, ts FROM chunks WHERE id IN ({marks})",
+                f"SELECT {_HIT_COLUMNS} FROM chunks c WHERE c.id IN ({marks})",
                 [cid for cid, _ in scored],
             )
         }
-        return [Hit(cid, *rows[cid][1:6], score, rows[cid][6]) for cid, score in scored if cid in rows]
+        return [_hit(rows[cid], score) for cid, score in scored if cid in rows]
 
     # -- keyword -----------------------------------------------------------------------------
     def keyword_search(self, terms: Sequence[str], limit: int) -> list[Hit]:
@@ -371,15 +430,48 @@ class SqliteStore(SqliteLifecycle):
         with self.lock:
             try:
                 rows = self.conn.execute(
-                    "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.text, bm25(chunks_fts) AS rank, "
-                    "c.ts FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? "
+                    f"SELECT {_HIT_COLUMNS}, bm25(chunks_fts) AS rank "
+                    "FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? "
                     "ORDER BY rank LIMIT ?",
                     (match, int(limit)),
                 ).fetchall()
             except Exception as exc:
                 self._mark(exc)
                 raise
-        return [Hit(r[0], r[1], r[2], r[3], r[4], r[5], bm25_to_score(r[6]), r[7]) for r in rows]
+        return [_hit(r, bm25_to_score(r[9])) for r in rows]
+
+    def keyword_scores(self, terms: Sequence[str], ids: Sequence[str]) -> dict[str, float]:
+        """BM25 of the given chunks for ``terms`` (the same figure :meth:`keyword_search` gives), 0 if none."""
+        wanted = list(dict.fromkeys(ids))
+        match = fts5_match(list(terms))
+        if not wanted:
+            return {}
+        out = dict.fromkeys(wanted, 0.0)
+        if not self.fts_available or match is None:
+            return out
+        with self.lock:
+            for i in range(0, len(wanted), 400):
+                part = wanted[i : i + 400]
+                marks = ",".join("?" * len(part))
+                rowids = dict(self.conn.execute(f"SELECT rowid, id FROM chunks WHERE id IN ({marks})", part))
+                if not rowids:
+                    continue
+                rmarks = ",".join("?" * len(rowids))
+                for rowid, rank in self.conn.execute(
+                        f"SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
+                        f"AND rowid IN ({rmarks})", (match, *rowids)):
+                    out[rowids[rowid]] = bm25_to_score(rank)
+        return out
+
+    def chunks_in_period(self, start: str, end: str, limit: int) -> list[Hit]:
+        """Chunks whose ``date_start..date_end`` overlaps ``start..end``, in file and line order."""
+        if limit <= 0:
+            return []
+        with self.lock:
+            rows = self.conn.execute(
+                f"SELECT {_HIT_COLUMNS} FROM chunks c WHERE c.date_start <= ? AND c.date_end >= ? "
+                "ORDER BY c.path, c.start_line LIMIT ?", (end, start, int(limit))).fetchall()
+        return [_hit(r, 0.0) for r in rows]
 
     # -- embedding cache ---------------------------------------------------------------------
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, list[float]]:
@@ -521,9 +613,8 @@ class SqliteStore(SqliteLifecycle):
                         c.execute(f"DELETE FROM main.{table}")
                         c.execute(f"INSERT INTO main.{table} SELECT * FROM fresh.{table}")
                     c.execute("DELETE FROM main.chunks")
-                    c.execute("INSERT INTO main.chunks(rowid, id, path, source, start_line, end_line, hash, model, "
-                              "text, embedding, updated_at, ts) SELECT rowid, id, path, source, start_line, end_line, "
-                              "hash, model, text, embedding, updated_at, ts FROM fresh.chunks")
+                    c.execute(f"INSERT INTO main.chunks(rowid, {_CHUNK_COLUMNS}) "
+                              f"SELECT rowid, {_CHUNK_COLUMNS} FROM fresh.chunks")
                     c.execute("DROP TABLE IF EXISTS main.chunks_fts")
                     c.execute(self._fts_ddl("main.chunks_fts"))
                     cols = ", ".join(("rowid", *FTS_COLUMNS))
