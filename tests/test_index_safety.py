@@ -136,10 +136,41 @@ def test_a_rebuild_that_runs_out_of_space_cleans_up_and_keeps_the_old_index(make
     env = {**cli_env(state_dir), **NONE}
     out = subprocess.run([sys.executable, "-c", FSIZE, str(limit), "index", "--force", "-w", str(ws)],
                          capture_output=True, text=True, env=env, timeout=120)
-    assert out.returncode == 1 and "Memory index failed" in out.stderr, out.stderr
+    assert out.returncode == 1, out.stderr
+    assert f"rebuilding the index {index} failed: " in out.stderr and "the index as it was is unchanged" in out.stderr
     assert not list(state_dir.glob("memory/*.tmp-*")), "the failed rebuild left its temp files"
     found = run_cli("search", "fig7q", "--json", "-w", str(ws), env=NONE)
     assert {r["path"] for r in json.loads(found.stdout)["results"]} == {"memory/fig-007.md"}
+
+
+def test_a_rebuild_on_a_really_full_disk(make_workspace, tmp_path: Path, run_cli):
+    """The same on a small tmpfs (ENOSPC, "database or disk is full"), where mounting is allowed."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        ws = make_workspace({k: v + ("Words about the orchard. " * 60) for k, v in _notes("yam", 60).items()})
+        state = mnt / "state"
+        cfg = tmp_path / "cfg.json"
+        cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+        env = {"MEMDIR_STATE_DIR": str(state)}
+        first = run_cli("index", "-w", str(ws), "--config", str(cfg), env=env)
+        assert first.returncode == 0, first.stderr
+        index = index_of(ws, state)
+        filler = mnt / "filler"
+        free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
+        filler.write_bytes(b"x" * max(0, free - index.stat().st_size // 3))
+        forced = run_cli("index", "--force", "-w", str(ws), "--config", str(cfg), env=env)
+        assert forced.returncode == 1
+        assert f"rebuilding the index {index} failed" in forced.stderr and "full" in forced.stderr, forced.stderr
+        assert not list(index.parent.glob("*.tmp-*"))
+        filler.unlink()
+        found = run_cli("search", "yam7q", "--json", "-w", str(ws), "--config", str(cfg), env=env)
+        assert {r["path"] for r in json.loads(found.stdout)["results"]} == {"memory/yam-007.md"}
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
 
 
 def test_a_killed_rebuilds_temp_files_are_removed_on_the_next_open(make_workspace, state_dir, run_cli):

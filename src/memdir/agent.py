@@ -111,11 +111,10 @@ class MemoryIndexBackend:
         if cfg.on_session_start:
             thread = threading.Thread(target=self._warm, name="memdir-session-start", daemon=True)
             thread.start()
-        if cfg.watch:
-            try:
-                self.memory.watch(on_event=_log_watch_errors)
-            except Exception as exc:  # searches still index changed files first
-                log.warning("not watching memory files: %s", exc)
+        try:
+            self.memory.start_live_sync(on_event=_log_watch_errors)  # sync.watch / sync.intervalMinutes
+        except Exception as exc:  # searches still index changed files first
+            log.warning("not watching memory files: %s", exc)
         return thread
 
     def _warm(self) -> None:

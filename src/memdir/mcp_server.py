@@ -154,9 +154,9 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         return thread
 
     def start_watching(self) -> Any:
-        """With ``sync.watch`` on, sync edits made outside the tools (by hand, by other agents)."""
-        settings = getattr(self.memory, "settings", None)
-        if settings is None or not settings.memory_search.sync.watch or not hasattr(self.memory, "watch"):
+        """With ``sync.watch`` on, sync edits made outside the tools (by hand, by other agents);
+        with ``sync.intervalMinutes``, sync on that schedule too."""
+        if not hasattr(self.memory, "start_live_sync"):
             return None
 
         def report(event: dict[str, Any]) -> None:
@@ -164,7 +164,7 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
                 print(f"memdir: watch: {event.get('error')}", file=sys.stderr, flush=True)
 
         try:
-            return self.memory.watch(on_event=report)
+            return self.memory.start_live_sync(on_event=report)
         except Exception as exc:  # e.g. watchfiles missing: searches still sync what changed
             print(f"memdir: not watching files ({exc}); searches still index changed files first",
                   file=sys.stderr, flush=True)

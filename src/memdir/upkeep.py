@@ -190,17 +190,28 @@ class IndexUpkeep:
             self._bootstrap_error = exc
 
     def watch(self, *, on_event: Callable[[dict[str, Any]], None] | None = None, debounce_ms: int | None = None,
-              interval_minutes: float | None = None, sync_at_start: bool = False) -> Any:
+              interval_minutes: float | None = None, sync_at_start: bool = False, files: bool = True) -> Any:
         """Keep the index in step with the files from now on (until :meth:`close`).
 
         Changes to memory files, extra paths and (with the sessions source) transcripts are
         synced ``sync.watchDebounceMs`` after the last one, and every ``sync.intervalMinutes``;
-        returns the :class:`memdir.watch.Watcher` (``state()``, ``stop()``).
+        returns the :class:`memdir.watch.Watcher` (``state()``, ``stop()``).  ``files=False``
+        runs only the interval sync.
         """
         from memdir.watch import Watcher
 
         with self._init_lock:
             if self.watcher is None or not self.watcher.running:
                 self.watcher = Watcher(self, on_event=on_event, debounce_ms=debounce_ms,
-                                       interval_minutes=interval_minutes, sync_at_start=sync_at_start).start()
+                                       interval_minutes=interval_minutes, sync_at_start=sync_at_start,
+                                       files=files).start()
             return self.watcher
+
+    def start_live_sync(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> Any:
+        """What a long-running host (``memdir mcp``, the agent loop) starts: a watcher when
+        ``sync.watch`` is on, an interval sync when ``sync.intervalMinutes`` is set; ``None``
+        when neither is configured."""
+        cfg = self.settings.memory_search.sync
+        if not cfg.watch and not (cfg.interval_minutes and cfg.interval_minutes > 0):
+            return None
+        return self.watch(on_event=on_event, files=cfg.watch)

@@ -140,7 +140,8 @@ class Watcher:
     """Keeps one ``Memory``'s index in step with its files until :meth:`stop`."""
 
     def __init__(self, memory: Any, *, debounce_ms: int | None = None, interval_minutes: float | None = None,
-                 on_event: Callable[[Event], None] | None = None, sync_at_start: bool = False):
+                 on_event: Callable[[Event], None] | None = None, sync_at_start: bool = False,
+                 files: bool = True):
         settings = memory.settings
         cfg = settings.memory_search.sync
         self.memory = memory
@@ -149,6 +150,8 @@ class Watcher:
         self.interval = float(minutes) * 60 if minutes and minutes > 0 else None
         self.max_wait = max(2.0, 5 * self.debounce)
         self.on_event = on_event
+        #: False: no file watching, only the interval sync (``sync.watch`` off, ``intervalMinutes`` on).
+        self.files = files
         sessions = settings.sessions_dir if "sessions" in settings.memory_search.sources else None
         self.plan = WatchPlan(settings.workspace_path, settings.extra_paths, sessions)
         self._stop = threading.Event()
@@ -166,14 +169,16 @@ class Watcher:
 
     # -- control -----------------------------------------------------------------------------
     def start(self) -> Watcher:
-        try:
-            import watchfiles  # noqa: F401  (fail here, clearly, rather than in the thread)
-        except ImportError as exc:
-            from memdir.errors import MemdirError
+        loops = [(self._sync_loop, "memdir-watch-sync")]
+        if self.files:
+            try:
+                import watchfiles  # noqa: F401  (fail here, clearly, rather than in the thread)
+            except ImportError as exc:
+                from memdir.errors import MemdirError
 
-            raise MemdirError(f"watching needs the watchfiles package ({exc}): pip install watchfiles") from None
-
-        for target, name in ((self._watch_loop, "memdir-watch"), (self._sync_loop, "memdir-watch-sync")):
+                raise MemdirError(f"watching needs the watchfiles package ({exc}): pip install watchfiles") from None
+            loops.insert(0, (self._watch_loop, "memdir-watch"))
+        for target, name in loops:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -211,9 +216,10 @@ class Watcher:
             self._cond.notify_all()
 
     def state(self) -> dict[str, Any]:
-        return {"active": self.running, "pending": self.pending, "debounceMs": int(self.debounce * 1000),
-                "intervalMinutes": (self.interval or 0) / 60, "watchedFolders": len(self._watched),
-                "syncs": self.syncs, "lastSync": self.last_sync, "lastError": self.last_error}
+        return {"active": self.running, "files": self.files, "pending": self.pending,
+                "debounceMs": int(self.debounce * 1000), "intervalMinutes": (self.interval or 0) / 60,
+                "watchedFolders": len(self._watched), "syncs": self.syncs, "lastSync": self.last_sync,
+                "lastError": self.last_error}
 
     def _emit(self, event: Event) -> None:
         if self.on_event is not None:

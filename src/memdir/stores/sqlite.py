@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from memdir import db
+from memdir.errors import StoreError
 from memdir.lock import FileWriterLock
 from memdir.query import fts5_match
 from memdir.stores import sqlite_health as health
@@ -145,8 +146,15 @@ class SqliteStore(SqliteLifecycle):
             self.conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
+            except BaseException as exc:
+                try:
+                    self.conn.execute("ROLLBACK")
+                except Exception:
+                    pass
+                if isinstance(exc, db.binding().Error) and not health.is_damage_error(exc):
+                    # e.g. a full disk: say which file, and that the last commit is intact
+                    raise StoreError(f"writing the index {self.path} failed: {health.first_line(exc)}; "
+                                     "nothing of this change was kept") from exc
                 raise
             else:
                 self.conn.execute("COMMIT")
@@ -562,6 +570,12 @@ class SqliteStore(SqliteLifecycle):
             yield fresh
             fresh.close()
             self.swap_from(temp_path)
+        except Exception as exc:
+            cause = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ is not None else exc
+            if not isinstance(cause, db.binding().Error) or health.is_damage_error(cause):
+                raise
+            raise StoreError(f"rebuilding the index {self.path} failed: {health.first_line(cause)} (writing "
+                             f"{temp_path}); the index as it was is unchanged") from cause
         finally:
             if fresh is not None:
                 fresh.close()
