@@ -27,7 +27,7 @@ from memdir.errors import IndexOwnershipError, ownership_message
 from memdir.lock import LockTimeout
 from memdir.progress import ProgressFile
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
-from memdir.workspace import FileEntry, Skipped, discover, read_regular
+from memdir.workspace import FileEntry, Skipped, discover, display_path, read_regular, valid_name
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
 CHUNKER_VERSION = 3
@@ -219,7 +219,11 @@ class Indexer:
         self._skipped = list(found.skipped) if "memory" in self.settings.memory_search.sources else []
         issues = list(found.issues)
         for source in self.extra_sources:
-            files.extend(source.list_files())
+            for entry in source.list_files():
+                if valid_name(entry.path):
+                    files.append(entry)
+                else:  # e.g. a transcript whose name is not UTF-8: the index cannot store its path
+                    self._skipped.append(Skipped(display_path(entry.path), "file name is not valid UTF-8"))
             issues.extend(source.issues())
         return files, issues
 

@@ -142,6 +142,11 @@ class IndexUpkeep:
             if lock.acquire(0):
                 lock.release()
                 if self.first_index_wait is None:
+                    # Say why this first search takes a while, instead of hanging silently (after a
+                    # recovery the recovery message has said it already).
+                    if not self.recoveries:
+                        self.notice(f"no index yet for {self.workspace}: building it before searching "
+                                    f"({self.index_path}; later searches use it)")
                     self.sync(reason="search")
                     return False, [], None
                 thread = self._bootstrap = threading.Thread(target=self._bootstrap_run, name="memdir-first-index",

@@ -57,7 +57,7 @@ def display_path(path: str) -> str:
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
-def _valid_name(path: str) -> bool:
+def valid_name(path: str) -> bool:
     try:
         path.encode("utf-8")
         return True
@@ -127,7 +127,7 @@ def _walk(folder: str, rel: str, issues: list[str],
             if not entry.name.endswith(".md"):
                 continue
             shown = display_path(prefix + entry.name)
-            if not _valid_name(entry.name) or not _valid_name(prefix):
+            if not valid_name(entry.name) or not valid_name(prefix):
                 skipped.append(Skipped(shown, "file name is not valid UTF-8"))
                 continue
             st = entry.stat(follow_symlinks=False)
@@ -180,7 +180,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         if stat.S_ISDIR(st.st_mode):
             candidates.extend(_walk(str(extra), rel_path(workspace, extra) + "/", found.issues, found.skipped))
         elif stat.S_ISREG(st.st_mode) and extra.name.endswith(".md"):
-            if _valid_name(str(extra)):
+            if valid_name(str(extra)):
                 candidates.append((str(extra), rel_path(workspace, extra), st))
             else:
                 found.skipped.append(Skipped(display_path(rel_path(workspace, extra)), "file name is not valid UTF-8"))
