@@ -33,7 +33,7 @@ from memdir.search import SearchResponse, run_search
 from memdir.stores import Store, open_store
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE
 from memdir.sync import Indexer, Progress, SyncReport
-from memdir.upkeep import IndexUpkeep
+from memdir.upkeep import STATUS_CHECK_MAX_BYTES, IndexUpkeep
 from memdir.workspace import PathError, discover, read_lines, resolve_readable
 
 log = logging.getLogger(__name__)
@@ -322,7 +322,7 @@ class Memory(IndexUpkeep):
         store = self.store if exists else None
         if store is not None and not store.readonly:
             # Status reads every page (up to 512 MB; always with --deep): "all is well" must be true.
-            problem = store.check(thorough="always" if deep else True)
+            problem = store.check(thorough=True, max_bytes=None if deep else STATUS_CHECK_MAX_BYTES)
             if problem:
                 store.recover(problem, notice=self.notice)
                 self._note_recovery(store)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memdir.errors import IndexOwnershipError, ownership_message
+from memdir.errors import IndexDamaged, IndexOwnershipError, ownership_message
 from memdir.lock import LockTimeout
 from memdir.stores.base import OWNER_STATE
 
@@ -31,6 +31,12 @@ if TYPE_CHECKING:
     from memdir.sync import Indexer, SyncReport
 
 T = TypeVar("T")
+
+#: Full checks read every page (``PRAGMA quick_check``, ~300 MB/s here): ``status`` runs one on
+#: indexes up to this size (any size with ``--deep``): under two seconds ...
+STATUS_CHECK_MAX_BYTES = 512 * 1024 * 1024
+#: ... and a search that found nothing in an index holding chunks, up to this size (~0.2 s).
+SEARCH_CHECK_MAX_BYTES = 64 * 1024 * 1024
 
 
 class IndexUpkeep:
@@ -82,8 +88,6 @@ class IndexUpkeep:
         version) and raises the damage so :meth:`_healing` rebuilds."""
         damage = getattr(store, "damage", None)
         if damage:
-            from memdir.stores.sqlite_health import IndexDamaged
-
             raise IndexDamaged(damage)
         if response.results or store.readonly:
             return
@@ -94,10 +98,8 @@ class IndexUpkeep:
             return
         if version == self._checked_ok or store.chunk_count() == 0:
             return
-        problem = store.check(thorough=True)
+        problem = store.check(thorough=True, max_bytes=SEARCH_CHECK_MAX_BYTES)
         if problem:
-            from memdir.stores.sqlite_health import IndexDamaged
-
             raise IndexDamaged(problem)
         self._checked_ok = version
 
@@ -218,5 +220,8 @@ class IndexUpkeep:
         when neither is configured."""
         cfg = self.settings.memory_search.sync
         if not cfg.watch and not (cfg.interval_minutes and cfg.interval_minutes > 0):
+            return None
+        if self.store.readonly:
+            self.notice(f"not watching: {self._readonly_note()}")
             return None
         return self.watch(on_event=on_event, files=cfg.watch)

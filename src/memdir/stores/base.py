@@ -225,8 +225,9 @@ class Store(Protocol):
     #: Why a writable open fell back to read-only, for messages.
     readonly_reason: str | None
 
-    def check(self, *, thorough: bool | str = False) -> str | None:
-        """What is wrong with the index (damaged, tables missing, bad meta), or ``None``."""
+    def check(self, *, thorough: bool = False, max_bytes: int | None = None) -> str | None:
+        """What is wrong with the index (damaged, tables missing, bad meta), or ``None``;
+        ``thorough`` reads all of it (skipped when it is bigger than ``max_bytes``)."""
         ...
 
     def is_damage(self, exc: BaseException) -> bool:

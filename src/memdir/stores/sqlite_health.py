@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from memdir import db
+from memdir.errors import IndexDamaged
 
 #: Phrases SQLite uses for a damaged file (SQLITE_CORRUPT, SQLITE_NOTADB) or a broken schema.
 DAMAGE_MARKERS = (
@@ -47,13 +48,6 @@ READONLY_MARKERS = ("attempt to write a readonly database", "readonly database",
 #: Tables a built index must have (a missing one means the file was tampered with).
 REQUIRED_TABLES = ("meta", "files", "chunks", "embedding_cache")
 
-#: Thorough checks (``PRAGMA quick_check``, which reads every page) are skipped above this size
-#: unless asked for explicitly: at ~300 MB/s, 512 MB is under two seconds.
-QUICK_CHECK_MAX_BYTES = 512 * 1024 * 1024
-
-
-class IndexDamaged(Exception):
-    """SQLite or memdir found the index file damaged; the message names the problem."""
 
 
 def is_damage_error(exc: BaseException) -> bool:
@@ -120,7 +114,12 @@ def quick_check(conn: Any) -> str | None:
         raise
     if rows and rows[0][0] == "ok":
         return None
-    return "; ".join(str(r[0]) for r in rows[:3]) or "quick_check failed"
+    lines = [ln.strip() for r in rows for ln in str(r[0]).splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("***")]
+    if not lines:
+        return "database disk image is malformed (quick_check failed)"
+    more = f"; {len(lines) - 1} more problems" if len(lines) > 1 else ""
+    return f"database disk image is malformed (quick_check: {lines[0]}{more})"
 
 
 def file_identity(path: Path) -> tuple[int, int] | None:
