@@ -310,3 +310,27 @@ def test_a_long_running_host_answers_while_it_builds_its_first_index(make_worksp
             return not r.stale and "memory/yuzu-004.md" in [x.path for x in r.results]
 
         _wait_for(built, what="the background first index")
+
+
+def test_a_first_search_that_must_build_says_so_when_it_takes_a_while(make_workspace):
+    class Slow:
+        id, model, provider_key, max_input_bytes, dims = "slow", "slow-8", "slow-key", 8000, 8
+
+        def embed_query(self, t):
+            return [1.0] * 8
+
+        def embed_batch(self, texts):
+            time.sleep(1.5)
+            return [[1.0] * 8 for _ in texts]
+
+        def close(self):
+            pass
+
+    told: list[str] = []
+    ws = make_workspace(_notes("okra", 3))
+    with Memory(ws, provider=Slow(), notice=told.append) as mem:
+        assert "memory/okra-001.md" in [r.path for r in mem.search("okra1q").results]
+        assert len(told) == 1 and told[0].startswith(f"no index yet for {ws}: building it before searching")
+        told.clear()
+        mem.search("okra2q")
+        assert told == []

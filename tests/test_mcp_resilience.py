@@ -41,9 +41,15 @@ def test_a_fifo_note_over_mcp_and_a_second_call_that_still_answers(make_workspac
                                    args=["-m", "memdir", "mcp", "--workspace", str(ws), "--config", str(cfg)],
                                    env=cli_env(state_dir))
 
+    index = load_config(workspace=ws, config_path=cfg, state_dir=state_dir).settings.index_path
+
     async def run() -> None:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
+            deadline = time.monotonic() + 60
+            while not _indexed(index, "MEMORY.md"):  # the start-up index (a search meanwhile says "being built")
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
             got = _payload(await session.call_tool("memory_get", {"path": "memory/x.md"}), error=True)
             assert got["disabled"] is True and "FIFO" in got["error"] and got["text"] == ""
             found = _payload(await session.call_tool("memory_search", {"query": "which queue for billing"}))
@@ -52,6 +58,16 @@ def test_a_fifo_note_over_mcp_and_a_second_call_that_still_answers(make_workspac
             assert again["text"] == "Billing uses Kafka because ordering matters."
 
     asyncio.run(asyncio.wait_for(run(), 120))
+
+
+def _indexed(index: Path, path: str) -> bool:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{index}?mode=ro", uri=True) as conn:
+            return conn.execute("SELECT 1 FROM files WHERE path = ?", (path,)).fetchone() is not None
+    except sqlite3.Error:
+        return False
 
 
 class StallingMemory(Memory):
@@ -113,13 +129,7 @@ def test_the_mcp_servers_watcher_indexes_hand_edits(make_workspace, tmp_path: Pa
                                    env=cli_env(state_dir))
 
     def indexed(path: str) -> bool:
-        import sqlite3
-
-        try:
-            with sqlite3.connect(f"file:{index}?mode=ro", uri=True) as conn:
-                return conn.execute("SELECT 1 FROM files WHERE path = ?", (path,)).fetchone() is not None
-        except sqlite3.Error:
-            return False
+        return _indexed(index, path)
 
     async def run() -> None:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:

@@ -131,7 +131,8 @@ def test_interval_sync_runs_without_any_change(make_workspace):
 
 def test_status_says_when_a_sync_is_pending(make_workspace):
     ws = make_workspace({"memory/a.md": "Alpha.\n"})
-    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as mem:
+    cfg = {"memorySearch": {"provider": "none", "sync": {"searchBudgetMs": 60_000}}}  # a loaded machine
+    with Memory(ws, config=cfg) as mem:
         mem.sync()
         mem.watch(debounce_ms=60_000)  # a long debounce: the change stays pending
         (ws / "memory" / "b.md").write_text("Beta.\n")

@@ -144,12 +144,7 @@ class IndexUpkeep:
             if lock.acquire(0):
                 lock.release()
                 if self.first_index_wait is None:
-                    # Say why this first search takes a while, instead of hanging silently (after a
-                    # recovery the recovery message has said it already).
-                    if not self.recoveries:
-                        self.notice(f"no index yet for {self.workspace}: building it before searching "
-                                    f"({self.index_path}; later searches use it)")
-                    self.sync(reason="search")
+                    self._build_first_index_now()
                     return False, [], None
                 thread = self._bootstrap = threading.Thread(target=self._bootstrap_run, name="memdir-first-index",
                                                             daemon=True)
@@ -161,6 +156,13 @@ class IndexUpkeep:
                 if self._bootstrap_error is not None:
                     error, self._bootstrap_error = self._bootstrap_error, None
                     raise error
+                return False, [], None
+        elif self.first_index_wait:
+            # Another thread or process is building it: a long-running host gives it a moment.
+            deadline = time.monotonic() + self.first_index_wait
+            while time.monotonic() < deadline and lock.holder() is not None:
+                time.sleep(0.05)
+            if self.store.read_meta() is not None:
                 return False, [], None
         # The builder claims the index for its workspace right after taking the lock: give it a
         # moment, so a search from another workspace is refused rather than told "being built".
@@ -189,6 +191,22 @@ class IndexUpkeep:
         note = (f"the index is being built ({describe_progress(progress)}); "
                 + ("results so far are partial" if partial else "results will appear when it is done"))
         return True, [note], partial
+
+    def _build_first_index_now(self) -> None:
+        """Build the first index in this thread; if that takes more than a second, say why the
+        search is slow (once) instead of hanging silently."""
+        timer = None
+        if not self.recoveries:  # after a recovery, the recovery message has said it already
+            timer = threading.Timer(1.0, self.notice, args=(
+                f"no index yet for {self.workspace}: building it before searching ({self.index_path}; "
+                "later searches use it)",))
+            timer.daemon = True
+            timer.start()
+        try:
+            self.sync(reason="search")
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def _bootstrap_run(self) -> None:
         try:
