@@ -195,7 +195,7 @@ class Memory:
             provider = None  # the index still holds another model's vectors: keywords only
         response = run_search(
             self.store, ms, query, provider=provider, workspace=self.workspace, max_results=max_results,
-            min_score=min_score, explain=explain, provider_label=label,
+            min_score=min_score, explain=explain, provider_label=label, timezone=self.settings.user_timezone,
         )
         if sel.fallback_from:
             response.fallback = {"from": sel.fallback_from, "reason": sel.fallback_reason or ""}
