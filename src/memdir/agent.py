@@ -18,12 +18,10 @@ it happens, and token counts come from the API's ``usage``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -49,7 +47,6 @@ from memdir.sessions.store import (
     chat_type_from_session_key,
     iter_records,
     message_record,
-    session_key,
 )
 from memdir.tools import decorate_citations, search_unavailable_payload, should_include_citations
 
@@ -525,64 +522,10 @@ class Agent:
 
 
 def chat_main(argv: list[str] | None = None) -> int:
-    """``memdir chat``: talk to an OpenAI-compatible model with this workspace as its memory."""
-    parser = argparse.ArgumentParser(prog="memdir chat", description=chat_main.__doc__)
-    parser.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1"))
-    parser.add_argument("--model", default=os.environ.get("MEMDIR_CHAT_MODEL", "gpt-4o-mini"))
-    parser.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
-    parser.add_argument("--session", default="main", help="session key, or the part after agent:<id>:")
-    parser.add_argument("--workspace", default=None)
-    parser.add_argument("--state-dir", default=None)
-    parser.add_argument("--agent", default=None)
-    parser.add_argument("--config", default=None)
-    parser.add_argument("--context-window", type=int, default=None)
-    args = parser.parse_args(argv)
+    """``memdir chat`` (see :mod:`memdir.chat_cli`, where its options and ``--demo`` live)."""
+    from memdir.chat_cli import chat_main as main
 
-    from memdir.api import Memory
-    from memdir.config import ConfigError, load_config
-
-    try:
-        loaded = load_config(config_path=args.config, workspace=args.workspace, agent_id=args.agent,
-                             state_dir=args.state_dir)
-    except ConfigError as exc:
-        print(f"memdir chat: {exc}", file=sys.stderr)
-        return 2
-    settings = loaded.settings
-    api_key = os.environ.get(args.api_key_env) or None
-    if api_key is None and "api.openai.com" in args.base_url:
-        print(f"memdir chat: set {args.api_key_env} (or pass --base-url for a local server)", file=sys.stderr)
-        return 2
-    overrides = {"context_window": args.context_window} if args.context_window else {}
-    options = AgentOptions.from_settings(settings, **overrides)
-    memory = Memory(config=loaded)
-    client = ChatClient(args.base_url, args.model, api_key)
-    agent = Agent(client=client, backend=MemoryIndexBackend(memory, settings.user_timezone),
-                  store=SessionStore(settings.sessions_dir), session_key=session_key(settings.agent_id, args.session),
-                  workspace=settings.workspace_path, options=options)
-    interactive = sys.stdin.isatty()
-    try:
-        while True:
-            if interactive:
-                print("you> ", end="", flush=True)
-            line = sys.stdin.readline()
-            if not line:
-                break
-            text = line.strip()
-            if not text:
-                continue
-            if text in ("/quit", "/exit"):
-                break
-            try:
-                reply = agent.send(text)
-            except Exception as exc:  # keep the session alive; the transcript has what happened
-                print(f"error: {exc}", file=sys.stderr)
-                continue
-            if reply:
-                print(reply, flush=True)
-    finally:
-        client.close()
-        memory.close()
-    return 0
+    return main(argv)
 
 
 __all__ = ["Agent", "AgentOptions", "AgentStats", "ChatClient", "ChatReply", "MemoryBackend", "MemoryIndexBackend",

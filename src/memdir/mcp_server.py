@@ -22,6 +22,7 @@ This module imports ``mcp``; nothing else in memdir does, so ``memdir search`` s
 from __future__ import annotations
 
 import ipaddress
+import logging
 import sys
 import threading
 from collections.abc import Iterable
@@ -30,10 +31,10 @@ from typing import Any
 import anyio
 from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import TextContent, Tool, ToolAnnotations
+from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from memdir.prompt import memory_recall_section
-from memdir.tools import TOOL_NAMES, TOOL_SPECS, call_tool_payload, to_json
+from memdir.tools import TOOL_NAMES, TOOL_SPECS, call_tool_payload, is_error_payload, to_json
 
 DEFAULT_HTTP_PORT = 8765
 _TITLES = {"memory_search": "Search memory", "memory_get": "Read memory lines", "memory_append": "Remember a note"}
@@ -143,7 +144,46 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
             # The SDK turns this into an isError result naming the problem.
             raise ValueError(f"unknown tool: {name!r} (memdir provides {', '.join(self.tool_names)})")
         payload = await anyio.to_thread.run_sync(self._call_sync, name, arguments)
-        return [TextContent(type="text", text=to_json(payload))], payload
+        content = [TextContent(type="text", text=to_json(payload))]
+        if is_error_payload(payload):
+            # OpenClaw's payload text, flagged as a failure so a host can tell it from a result
+            return CallToolResult(content=content, structuredContent=payload, isError=True)
+        return content, payload
+
+
+#: Exceptions that only mean "the HTTP client went away" (a closed or broken stream).
+_CLIENT_GONE = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError)
+#: Loggers through which the SDK and uvicorn report such a disconnect with a full traceback.
+_DISCONNECT_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager",
+                       "mcp.server.lowlevel.server", "uvicorn.error")
+
+
+def _only_client_gone(exc: BaseException | None) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_client_gone(e) for e in exc.exceptions)
+    return isinstance(exc, _CLIENT_GONE)
+
+
+class ClientGoneFilter(logging.Filter):
+    """Drops the traceback the SDK logs when an HTTP client disconnects mid-stream.
+
+    A client closing its connection (or its SSE stream) is normal, not a server error; the
+    record is kept only when memdir logs at DEBUG (``memdir -vv mcp``).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and _only_client_gone(exc):
+            return logging.getLogger("memdir").isEnabledFor(logging.DEBUG)
+        return True
+
+
+def quiet_client_disconnects() -> None:
+    """Install :class:`ClientGoneFilter` on the loggers that report disconnects (idempotent)."""
+    for name in _DISCONNECT_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, ClientGoneFilter) for f in logger.filters):
+            logger.addFilter(ClientGoneFilter())
 
 
 def build_server(memory: Any, *, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
@@ -165,9 +205,20 @@ def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", por
         shown = f"[{server.settings.host}]" if ":" in server.settings.host else server.settings.host
         print(f"memdir MCP server: http://{shown}:{port}{server.settings.streamable_http_path} "
               f"(workspace {getattr(memory, 'workspace', '?')}; Ctrl-C stops it)", file=sys.stderr, flush=True)
+    if kind == "streamable-http":
+        quiet_client_disconnects()
     server.start_warmup()
     server.run(kind)  # type: ignore[arg-type]
 
 
-__all__ = ["DEFAULT_HTTP_PORT", "HostNotAllowed", "MemdirMCP", "build_server", "check_loopback_host", "serve",
-           "transport_security"]
+__all__ = [
+    "DEFAULT_HTTP_PORT",
+    "ClientGoneFilter",
+    "HostNotAllowed",
+    "MemdirMCP",
+    "build_server",
+    "check_loopback_host",
+    "quiet_client_disconnects",
+    "serve",
+    "transport_security",
+]

@@ -144,6 +144,22 @@ class ToolResult(dict):  # type: ignore[type-arg]
     def payload(self) -> dict[str, Any]:
         return dict(self["details"])
 
+    @property
+    def is_error(self) -> bool:
+        """The call failed (see :func:`is_error_payload`): MCP sends this as ``isError``."""
+        return is_error_payload(self["details"])
+
+
+def is_error_payload(payload: Mapping[str, Any]) -> bool:
+    """Whether a tool payload reports a failure rather than a result.
+
+    The payload text stays OpenClaw's (R§10); this only tells hosts which is which: an
+    ``error`` (empty query, refused path, unknown tool), ``disabled: true`` (search or reads
+    unavailable) or ``appended: false``.  A search that worked but carries ``warnings`` or
+    ``stale`` is a result.
+    """
+    return bool(payload.get("error")) or payload.get("disabled") is True or payload.get("appended") is False
+
 
 def to_json(payload: Mapping[str, Any]) -> str:
     """The payload as the model sees it: indented JSON, non-ASCII kept readable."""
@@ -463,6 +479,7 @@ __all__ = [
     "clamp_results_by_chars",
     "decorate_citations",
     "format_citation",
+    "is_error_payload",
     "memory_append_payload",
     "memory_get_payload",
     "memory_search_payload",
