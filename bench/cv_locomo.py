@@ -97,6 +97,7 @@ def main() -> int:
             neg_t = {k: False for k in tun}
             neg_i = {k: False for k in idx}
             run(Variant(f"defaults without {name}", tuning=neg_t, indexing=neg_i))
+        run(Variant("vector (defaults) without window embeddings", "vector", indexing={"windows": False}))
         run(Variant("keyword (defaults) without dates", "keyword", tuning={"dates": False}))
         run(Variant("keyword (defaults) without stemming", "keyword", tuning={"stemming": False}))
     print(format_rows(table))

@@ -148,3 +148,31 @@ def test_explicit_min_score_is_respected_in_hybrid_too(make_workspace) -> None:
         floor = default[0].score + 0.01
         assert all(r.score >= floor for r in mem.search("seafood allergy", min_score=floor).results)
         assert not math.isnan(default[0].score)
+
+
+def test_leave_one_out_never_scores_a_setting_on_the_data_that_chose_it() -> None:
+    from memdir.bench.cv import leave_one_out
+
+    def rows(sample_scores: dict[str, float]) -> list[dict[str, object]]:
+        return [{"sample": s, "id": s, "category": "1", "recall": r, "hit": r, "mrr": r, "lines": 1, "ms": 1.0}
+                for s, r in sample_scores.items()]
+
+    # "a" is best on s1 only, "b" on s2 and s3: held out, each sample gets the other samples' choice
+    results = {"a": rows({"s1": 1.0, "s2": 0.0, "s3": 0.0}), "b": rows({"s1": 0.5, "s2": 0.6, "s3": 0.6})}
+    out = leave_one_out(results, ["a", "b"])
+    assert out["chosen"] == {"s1": "b", "s2": "b", "s3": "b"}
+    assert out["overall"]["recall"] == pytest.approx((0.5 + 0.6 + 0.6) / 3, abs=1e-4)
+
+
+def test_cv_variants_run_the_real_search_with_their_switches(tmp_path: Path) -> None:
+    from memdir import query, ranking
+    from memdir.bench.cv import Variant, load, run_variant
+
+    gate = load(Path(__file__).parent / "data" / "gate")
+    on = run_variant(Variant("kw", "keyword"), gate, tmp_path, None, k=3)
+    off = run_variant(Variant("kw-nostem", "keyword", tuning={"stemming": False, "dates": False}), gate, tmp_path,
+                      None, k=3)
+    by_id = lambda rows: {r["id"]: r for r in rows}  # noqa: E731
+    assert by_id(on)["gate/w1"]["hit"] == 1.0 and by_id(off)["gate/w1"]["hit"] == 0.0
+    assert by_id(on)["gate/d1"]["mrr"] == 1.0 and by_id(off)["gate/d1"]["mrr"] < 1.0
+    assert query.STEMMING and ranking.TUNING.dates  # switches restored
