@@ -10,7 +10,12 @@ Differences from OpenClaw, each fixing a reported problem:
   from 0.772 to 0.793), and vector hits with a cosine of at least ``RESCUE_VECTOR_SCORE`` (so a
   paraphrase is found with a small local model; neutral on LoCoMo);
 * a slow or failing query embedding falls back to keyword results within a time budget, and
-  the response says so.
+  the response says so;
+* every candidate is scored on *both* signals before the merge (a keyword-only hit gets its
+  real cosine, a vector-only hit its real BM25), with fusion weights measured per embedding
+  model (:data:`memdir.ranking.MODEL_WEIGHTS`);
+* a question that names a date or period (:mod:`memdir.dates`) prefers chunks of that period;
+* an explicit ``min_score`` is strict: nothing below it is rescued.
 """
 
 from __future__ import annotations
@@ -195,10 +200,12 @@ def run_search(
 
     t3 = time.perf_counter()
     pool = _pool(vector_hits, keyword_hits)
-    if periods and tune.period_pool:
-        _add_period_chunks(store, pool, periods, candidates)
-    if tune.complete or len(pool) > len(vector_hits) + len(keyword_hits):
+    try:
+        if periods and tune.period_pool:
+            _add_period_chunks(store, pool, periods, candidates)
         _complete(store, pool, terms if use_keywords else None, qvec, complete_all=tune.complete)
+    except Exception as exc:  # a lookup that fails leaves the scores the searches gave
+        response.warnings.append(f"score lookup failed: {exc}")
     cands = list(pool.values())
     if tune.fusion == "rrf" and not keyword_only and not vector_only:
         fused = rrf_scores(cands, tune.rrf_k)
