@@ -77,6 +77,7 @@ class Memory:
         self._selection: ProviderSelection | None = None
         self._store: Store | None = None
         self._indexer: Indexer | None = None
+        self._long_term: Any = None
 
     # -- lazily built parts ------------------------------------------------------------------
     @property
@@ -132,6 +133,15 @@ class Memory:
 
         return [SessionsSource(self.settings.sessions_dir, delta_bytes=ms.sync.sessions.delta_bytes,
                                delta_messages=ms.sync.sessions.delta_messages)]
+
+    @property
+    def long_term(self) -> Any:
+        """This agent's long-term memory (:class:`memdir.ltm.LongTermMemory`; needs ``memdir[lancedb]``)."""
+        if self._long_term is None:
+            from memdir.ltm.memory import LongTermMemory
+
+            self._long_term = LongTermMemory.for_memory(self)
+        return self._long_term
 
     # -- operations --------------------------------------------------------------------------
     def sync(self, *, force: bool = False, progress: Progress | None = None, reason: str = "api",
@@ -351,6 +361,9 @@ class Memory:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        if self._long_term is not None:
+            self._long_term.close()
+            self._long_term = None
         if self._store is not None:
             self._store.close()
             self._store = None

@@ -143,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["show"], help="show: every setting, its value and where it came from")
     p.add_argument("--json", action="store_true", help="JSON output")
 
+    from memdir.ltm.cli import configure as configure_ltm  # argparse only: LanceDB loads when ltm runs
+
+    configure_ltm(cmd("ltm", "long-term memory (LanceDB): list, stats, store, search, forget, export, import, "
+                             "reembed; needs memdir[lancedb]"), lambda p: _add_globals(p, suppress=True))
     from memdir.bench.cli import configure as configure_bench  # argparse only: keeps start-up light
 
     configure_bench(cmd("bench", "benchmarks: retrieval quality, speed, side-by-side comparison"))
@@ -403,6 +407,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return run_chat(args)
 
 
+def cmd_ltm(args: argparse.Namespace) -> int:
+    from memdir.ltm.cli import run
+
+    return run(args, _load_config(args))
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from memdir.bench.cli import run
 
@@ -420,6 +430,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": cmd_status,
     "config": cmd_config,
     "mcp": cmd_mcp,
+    "ltm": cmd_ltm,
 }
 
 
@@ -475,7 +486,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # every other failure: one clear line, exit 1
         from memdir.config import ConfigError
 
-        label = {"index": "Memory index failed", "search": "Memory search failed"}.get(args.command, "memdir")
+        label = {"index": "Memory index failed", "search": "Memory search failed",
+                 "ltm": "memdir ltm"}.get(args.command, "memdir")
         if isinstance(exc, ConfigError):
             label = "memdir: configuration error"
         print(f"{label}: {exc}", file=sys.stderr)
