@@ -95,6 +95,7 @@ class Memory(IndexUpkeep):
         self._bootstrap_error: BaseException | None = None
         self._checked_ok: tuple[int, int] | None = None
         self.watcher: Any = None
+        self._long_term: Any = None
 
     # -- lazily built parts ------------------------------------------------------------------
     @property
@@ -155,6 +156,15 @@ class Memory(IndexUpkeep):
 
         return [SessionsSource(self.settings.sessions_dir, delta_bytes=ms.sync.sessions.delta_bytes,
                                delta_messages=ms.sync.sessions.delta_messages)]
+
+    @property
+    def long_term(self) -> Any:
+        """This agent's long-term memory (:class:`memdir.ltm.LongTermMemory`; needs ``memdir[lancedb]``)."""
+        if self._long_term is None:
+            from memdir.ltm.memory import LongTermMemory
+
+            self._long_term = LongTermMemory.for_memory(self)
+        return self._long_term
 
     # -- operations --------------------------------------------------------------------------
     def sync(self, *, force: bool = False, progress: Progress | None = None, reason: str = "api",
@@ -286,7 +296,7 @@ class Memory(IndexUpkeep):
             cfg.query.hybrid.enabled = False  # run_search: vectors only, keyword hits left out
         response = run_search(
             store, cfg, query, provider=provider, workspace=self.workspace, max_results=max_results,
-            min_score=min_score, explain=explain, provider_label=label,
+            min_score=min_score, explain=explain, provider_label=label, timezone=self.settings.user_timezone,
         )
         if verify:
             self._verify(store, response)
@@ -428,6 +438,9 @@ class Memory(IndexUpkeep):
             self.watcher = None
         if self._bootstrap is not None:
             self._bootstrap.join(5.0)  # a first index still building in the background
+        if self._long_term is not None:
+            self._long_term.close()
+            self._long_term = None
         if self._store is not None:
             self._store.close()
             self._store = None

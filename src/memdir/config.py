@@ -226,18 +226,22 @@ class TemporalDecayConfig(_Model):
 
 class HybridConfig(_Model):
     enabled: bool = True
-    vector_weight: float = Field(0.7, ge=0)
-    text_weight: float = Field(0.3, ge=0)
+    #: ``None`` (the default): the weights measured for the embedding model in use
+    #: (``memdir.ranking.MODEL_WEIGHTS``; OpenClaw's 0.7/0.3 for models not measured).
+    vector_weight: float | None = Field(None, ge=0)
+    text_weight: float | None = Field(None, ge=0)
     candidate_multiplier: float = 4
     mmr: MmrConfig = Field(default_factory=MmrConfig)
     temporal_decay: TemporalDecayConfig = Field(default_factory=TemporalDecayConfig)
 
     @model_validator(mode="after")
     def _normalise(self) -> HybridConfig:
-        vw = _clamp(float(self.vector_weight), 0.0, 1.0)
-        tw = _clamp(float(self.text_weight), 0.0, 1.0)
-        total = vw + tw
-        self.vector_weight, self.text_weight = (0.7, 0.3) if total <= 0 else (vw / total, tw / total)
+        if self.vector_weight is not None or self.text_weight is not None:
+            # One weight given: the other is what is left of 1 (OpenClaw's pair 0.7/0.3 stays 0.7/0.3).
+            vw = _clamp(float(1 - self.text_weight if self.vector_weight is None else self.vector_weight), 0.0, 1.0)
+            tw = _clamp(float(1 - vw if self.text_weight is None else self.text_weight), 0.0, 1.0)
+            total = vw + tw
+            self.vector_weight, self.text_weight = (0.7, 0.3) if total <= 0 else (vw / total, tw / total)
         self.candidate_multiplier = int(_clamp(math.floor(float(self.candidate_multiplier)), 1, 20))
         return self
 
@@ -384,6 +388,54 @@ class HooksConfig(_Model):
     session_memory: SessionMemoryHookConfig = Field(default_factory=SessionMemoryHookConfig)
 
 
+class LtmEmbeddingConfig(_Model):
+    """``longTermMemory.embedding``: which model embeds long-term memories (R§14 plus memdir's providers).
+
+    Unset fields inherit ``memorySearch`` (the embedded local model by default).  String values may
+    use ``${ENV}``; they are resolved when long-term memory is used, not when config is read.
+    """
+
+    provider: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    base_url: str | None = None
+    #: The vector width the model must produce (R§14 needs it for unknown models); checked, not sent.
+    dimensions: int | None = None
+
+
+class LtmMirrorConfig(_Model):
+    """A Markdown copy of the active long-term memories kept in the workspace (opt-in)."""
+
+    enabled: bool = False
+    #: Workspace-relative or absolute; ``{agentId}`` is replaced (for agents sharing a workspace).
+    path: str = "memory/long-term.md"
+
+
+class LongTermMemoryConfig(_Model):
+    """``longTermMemory``: OpenClaw's ``memory-lancedb`` plugin settings (R§14) and memdir's additions."""
+
+    #: Offer memory_recall/memory_store/memory_forget (MCP, agent loop) and run auto-recall/capture.
+    enabled: bool = False
+    embedding: LtmEmbeddingConfig = Field(default_factory=LtmEmbeddingConfig)
+    #: Default ``<stateDir>/ltm/<agentId>``; ``{agentId}`` is replaced, ``~`` and ``${ENV}`` expanded.
+    db_path: str | None = None
+    auto_capture: bool = False
+    auto_recall: bool = True
+    capture_max_chars: int | float = 500
+    #: ``cosine`` (default) or ``openclaw`` (``1/(1+squared L2)``, R§14's exact scale); see memdir.ltm.
+    scoring: Literal["cosine", "openclaw"] = "cosine"
+    #: Mark an older memory of the same category with similarity 0.8–0.95 as superseded by a new one.
+    supersede: bool = True
+    mirror: LtmMirrorConfig = Field(default_factory=LtmMirrorConfig)
+
+    @model_validator(mode="after")
+    def _clamp(self) -> LongTermMemoryConfig:
+        # R§14: an integer floored into [100, 10000].
+        value = float(self.capture_max_chars)
+        self.capture_max_chars = 500 if not math.isfinite(value) else int(_clamp(math.floor(value), 100, 10_000))
+        return self
+
+
 class AgentDefaults(_Model):
     memory_search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
@@ -416,6 +468,7 @@ class Settings(_Model):
     # R§11.2: model context tokens ?? agent contextTokens ?? 200000.
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
     hooks: HooksConfig = Field(default_factory=HooksConfig)
+    long_term_memory: LongTermMemoryConfig = Field(default_factory=LongTermMemoryConfig)
     #: Whether the agent id was chosen (flag, ``MEMDIR_AGENT``, config file, argument) or is the
     #: default; without a chosen id the index is keyed by the workspace (see ``index_path``).
     _agent_explicit: bool = PrivateAttr(default=True)
@@ -627,6 +680,7 @@ class FileConfig(_Model):
     user_timezone: str | None = None
     context_tokens: int | None = None
     hooks: HooksConfig | None = None
+    long_term_memory: LongTermMemoryConfig | None = None
     agents: AgentsConfig | None = None
 
 

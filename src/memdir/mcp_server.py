@@ -2,7 +2,9 @@
 
 Tools: ``memory_search``, ``memory_get``, ``memory_append`` — the same schemas, descriptions and
 payloads as :mod:`memdir.tools` (each result is the payload as JSON text, plus the payload as
-structured content).  Transports:
+structured content) — and, when ``longTermMemory.enabled`` is set, ``memory_recall``,
+``memory_store`` and ``memory_forget`` (:mod:`memdir.ltm.tools`: R§14's text, plus ``details``
+as structured content).  Transports:
 
 * ``stdio`` (default): what Claude Desktop, Claude Code, Cursor and most MCP hosts launch;
 * streamable HTTP (``--transport http``): bound to a loopback address only, with Host and
@@ -39,12 +41,13 @@ from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from memdir.prompt import memory_recall_section
 from memdir.tools import (
+    LTM_TOOL_NAMES,
     TOOL_NAMES,
-    TOOL_SPECS,
-    call_tool_payload,
+    call_tool,
     is_error_payload,
     search_unavailable_payload,
-    to_json,
+    tool_result,
+    tool_spec,
 )
 
 DEFAULT_HTTP_PORT = 8765
@@ -52,7 +55,15 @@ DEFAULT_HTTP_PORT = 8765
 DEFAULT_CALL_TIMEOUT = 120.0
 #: Seconds a search waits for a first index it started before answering "being built".
 FIRST_INDEX_WAIT = 2.0
-_TITLES = {"memory_search": "Search memory", "memory_get": "Read memory lines", "memory_append": "Remember a note"}
+_TITLES = {"memory_search": "Search memory", "memory_get": "Read memory lines", "memory_append": "Remember a note",
+           "memory_recall": "Recall long-term memories", "memory_store": "Store a long-term memory",
+           "memory_forget": "Forget a long-term memory"}
+
+
+def default_tools(memory: Any) -> tuple[str, ...]:
+    """The core tools, plus the long-term memory ones when ``longTermMemory.enabled`` opts in."""
+    ltm = getattr(getattr(memory, "settings", None), "long_term_memory", None)
+    return (*TOOL_NAMES, *LTM_TOOL_NAMES) if ltm is not None and ltm.enabled else TOOL_NAMES
 
 
 class HostNotAllowed(ValueError):
@@ -99,11 +110,15 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
     """
 
     def __init__(self, memory: Any, *, session_key: str | None = None,
-                 tools: Iterable[str] = TOOL_NAMES, call_timeout: float = DEFAULT_CALL_TIMEOUT, **kwargs: Any):
+                 tools: Iterable[str] | None = None, call_timeout: float = DEFAULT_CALL_TIMEOUT, **kwargs: Any):
         self.memory = memory
         self.session_key = session_key
-        self.tool_names = [t for t in tools if t in TOOL_SPECS]
+        known = (*TOOL_NAMES, *LTM_TOOL_NAMES)
+        self.tool_names = [t for t in (default_tools(memory) if tools is None else tools) if t in known]
         self.call_timeout = call_timeout
+        # Core tool calls run concurrently (Memory serialises its own index access); the long-term
+        # memory tools (LanceDB) one at a time, and after its warm-up load.
+        self._ltm_lock = threading.Lock()
         # Stalled calls keep their (abandoned) thread: give calls their own pool so they can never
         # starve the SDK's.
         self._limiter = anyio.CapacityLimiter(64)
@@ -119,7 +134,7 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
     async def list_tools(self) -> list[Tool]:
         out = []
         for name in self.tool_names:
-            spec = TOOL_SPECS[name]
+            spec = tool_spec(name)
             out.append(Tool(
                 name=spec.name,
                 title=_TITLES.get(name),
@@ -148,6 +163,12 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
                 self.memory.sync(reason="session-start")
             except Exception as exc:
                 print(f"memdir: background index at startup failed: {exc}", file=sys.stderr, flush=True)
+            if any(t in LTM_TOOL_NAMES for t in self.tool_names):
+                with self._ltm_lock:
+                    try:
+                        _ = self.memory.long_term  # loads LanceDB (seconds) before the first call needs it
+                    except Exception as exc:
+                        print(f"memdir: long-term memory unavailable: {exc}", file=sys.stderr, flush=True)
 
         thread = threading.Thread(target=warm, name="memdir-warmup", daemon=True)
         thread.start()
@@ -170,8 +191,11 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
                   file=sys.stderr, flush=True)
             return None
 
-    def _call_sync(self, name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
-        return call_tool_payload(self.memory, name, arguments or {}, session_key=self.session_key)
+    def _call_sync(self, name: str, arguments: dict[str, Any] | None) -> Any:
+        if name in LTM_TOOL_NAMES:
+            with self._ltm_lock:
+                return call_tool(self.memory, name, arguments or {}, session_key=self.session_key)
+        return call_tool(self.memory, name, arguments or {}, session_key=self.session_key)
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         if name not in self.tool_names:
@@ -179,11 +203,13 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
             raise ValueError(f"unknown tool: {name!r} (memdir provides {', '.join(self.tool_names)})")
         try:
             with anyio.fail_after(self.call_timeout):
-                payload = await anyio.to_thread.run_sync(self._call_sync, name, arguments, abandon_on_cancel=True,
-                                                         limiter=self._limiter)
+                result = await anyio.to_thread.run_sync(self._call_sync, name, arguments, abandon_on_cancel=True,
+                                                        limiter=self._limiter)
         except TimeoutError:
-            payload = timeout_payload(name, arguments, self.call_timeout)
-        content = [TextContent(type="text", text=to_json(payload))]
+            result = tool_result(timeout_payload(name, arguments, self.call_timeout))
+        # The text is the payload as JSON for the core tools, and R§14's text for the long-term ones.
+        content = [TextContent(type="text", text=result.text)]
+        payload = result.payload
         if is_error_payload(payload):
             # OpenClaw's payload text, flagged as a failure so a host can tell it from a result
             return CallToolResult(content=content, structuredContent=payload, isError=True)
@@ -233,11 +259,13 @@ def timeout_payload(name: str, arguments: dict[str, Any] | None, seconds: float)
     if name == "memory_get":
         path = (arguments or {}).get("path")
         return {"path": path if isinstance(path, str) else "", "text": "", "disabled": True, "error": error}
-    return {"path": "", "appended": False, "error": error}
+    if name == "memory_append":
+        return {"path": "", "appended": False, "error": error}
+    return {"error": error}
 
 
 def build_server(memory: Any, *, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
-                 session_key: str | None = None, tools: Iterable[str] = TOOL_NAMES,
+                 session_key: str | None = None, tools: Iterable[str] | None = None,
                  call_timeout: float = DEFAULT_CALL_TIMEOUT) -> MemdirMCP:
     """A ready-to-run server over ``memory``; ``host`` must be loopback even for stdio."""
     bound = check_loopback_host(host)

@@ -449,7 +449,11 @@ class SqliteStore(SqliteLifecycle):
         return [_hit(r, bm25_to_score(r[9])) for r in rows]
 
     def keyword_scores(self, terms: Sequence[str], ids: Sequence[str]) -> dict[str, float]:
-        """BM25 of the given chunks for ``terms`` (the same figure :meth:`keyword_search` gives), 0 if none."""
+        """BM25 of the given chunks for ``terms`` (the same figure :meth:`keyword_search` gives), 0 if none.
+
+        One MATCH, its rows kept only for the wanted chunks: FTS5 answers ``MATCH … AND rowid IN (…)``
+        by re-running the match once per rowid, which costs more than reading the match once.
+        """
         wanted = list(dict.fromkeys(ids))
         match = fts5_match(list(terms))
         if not wanted:
@@ -458,17 +462,19 @@ class SqliteStore(SqliteLifecycle):
         if not self.fts_available or match is None:
             return out
         with self.lock:
+            rowids: dict[int, str] = {}
             for i in range(0, len(wanted), 400):
                 part = wanted[i : i + 400]
                 marks = ",".join("?" * len(part))
-                rowids = dict(self.conn.execute(f"SELECT rowid, id FROM chunks WHERE id IN ({marks})", part))
-                if not rowids:
-                    continue
-                rmarks = ",".join("?" * len(rowids))
-                for rowid, rank in self.conn.execute(
-                        f"SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
-                        f"AND rowid IN ({rmarks})", (match, *rowids)):
-                    out[rowids[rowid]] = bm25_to_score(rank)
+                rowids.update(self.conn.execute(f"SELECT rowid, id FROM chunks WHERE id IN ({marks})", part))
+            if rowids:
+                lo, hi = min(rowids), max(rowids)
+                sql = ("SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
+                       "AND rowid BETWEEN ? AND ?")
+                for rowid, rank in self.conn.execute(sql, (match, lo, hi)):
+                    cid = rowids.get(rowid)
+                    if cid is not None:
+                        out[cid] = bm25_to_score(rank)
         return out
 
     def chunks_in_period(self, start: str, end: str, limit: int) -> list[Hit]:
