@@ -29,7 +29,7 @@ from memdir.stores.base import ChunkRow, Store
 from memdir.workspace import FileEntry, discover
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
-CHUNKER_VERSION = 5
+CHUNKER_VERSION = 6
 FTS_ONLY_MODEL = "fts-only"
 
 Progress = Callable[[int, int, str], None]
