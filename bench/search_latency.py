@@ -1,7 +1,7 @@
 """Search latency over all LoCoMo dev questions for whichever memdir is on sys.path: p50/p95 per mode.
 
-    PYTHONPATH=/path/to/old/checkout/src python bench/search_latency.py before OUT/before.json
-    python bench/search_latency.py after OUT/after.json
+    PYTHONPATH=/path/to/old/checkout/src python bench/search_latency.py before OUT/before.json [DATASET]
+    python bench/search_latency.py after OUT/after.json [DATASET]       # DATASET: ../shared/data/locomo-dev
 
 Indexes go to /tmp/lat-TAG/ (kept, so a second run times search only).  Each question is one
 `Memory.search(max_results=6)`; "without query embedding" subtracts `timings_ms.embed`.
@@ -17,7 +17,7 @@ from memdir.api import Memory
 from memdir.bench.quality import load_samples, scored_queries
 
 tag, out = sys.argv[1], sys.argv[2]
-samples = load_samples(Path("/work/shared/data/locomo-dev"))
+samples = load_samples(Path(sys.argv[3] if len(sys.argv) > 3 else "../shared/data/locomo-dev"))
 res = {"code": memdir.__file__}
 for mode in ("keyword", "hybrid"):
     tot, noembed = [], []
