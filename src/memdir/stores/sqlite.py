@@ -370,7 +370,7 @@ class SqliteStore(SqliteLifecycle):
         with self.lock:
             if self.vec.available and self.vec_dims() == q.size:
                 best: dict[str, float] = {}
-                k = int(limit)
+                k = int(limit) * 2  # chunks past the model window have 2+ windows: one KNN query usually does
                 while True:
                     rows = self.conn.execute(
                         "SELECT id, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ? ORDER BY distance",
