@@ -283,6 +283,44 @@ def test_bm25_matches_sqlite_fts5_with_the_simple_configuration(pg: Backend, mak
             assert {i: s for i, s in a} == pytest.approx({i: s for i, s in b}, abs=2e-3), query
 
 
+def test_words_in_half_the_chunks_are_left_out_of_the_match(pg: Backend, tmp_path: Path):
+    """As SQLite does: their IDF is floored at 1e-6, so leaving them out changes no score, and a
+    match on them would visit most rows.  The count they are pruned by is a lower bound kept true
+    by the churn since it was taken, so a word that stops being common is matched again at once."""
+    from memdir.query import keyword_terms
+    from memdir.stores import ChunkRow
+
+    store = open_store(load_config(overrides=pg.config(), state_dir=tmp_path, agent_id="freq").settings)
+
+    def write(file: int, common: bool) -> None:
+        path = f"memory/f{file:02d}.md"
+        rows = [ChunkRow(f"{file}:{j}", path, "memory", j + 1, j + 1, f"h{file}:{j}", "m",
+                         f"{'common ' if common else ''}filler words {file} {j}{' rare' if j == 7 else ''}")
+                for j in range(100)]
+        with store.transaction():
+            store.replace_file(path, "memory", f"fh{file}{common}", 1, 1, rows)
+
+    try:
+        for f in range(21):
+            write(f, common=True)
+        store.optimize()
+        frequent = {w for (w,) in pg_query(pg.url, f'SELECT lexeme FROM "{pg.schema}".frequent_lexemes')}
+        assert {"common", "filler", "words", "word"} <= frequent and "rare" not in frequent
+        terms = keyword_terms("common rare")
+        hits = store.keyword_search(terms, 50)
+        assert sorted(h.id for h in hits) == sorted(f"{f}:7" for f in range(21))  # only the rare word matched
+        full = store.keyword_scores(terms, [h.id for h in hits])  # every phrase, IDF floored
+        assert {h.id: h.score for h in hits} == pytest.approx(full, abs=1e-5)
+        assert len(store.keyword_search(keyword_terms("common filler"), 10)) == 10  # the rarest phrase is kept
+        for f in range(12):  # 1200 of 2100 chunks lose the word: it is no longer in half of them
+            write(f, common=False)
+        assert len(store.keyword_search(terms, 2100)) == 900 + 12  # matched again before any recount
+        store.optimize()  # the churn (2400 chunks) asks for a recount
+        assert "common" not in {w for (w,) in pg_query(pg.url, f'SELECT lexeme FROM "{pg.schema}".frequent_lexemes')}
+    finally:
+        store.close()
+
+
 # -- configuration and errors -----------------------------------------------------------------
 
 def test_status_deep_names_backend_server_and_pgvector(pg: Backend, make_workspace, run_cli):
@@ -425,3 +463,40 @@ def test_config_show_never_prints_the_database_password(run_cli, make_workspace)
     out = run_cli("config", "show", "-w", str(ws), env={"MEMDIR_DATABASE_URL": "postgresql://bob:s3cret@db:5432/m"},
                   check=True).stdout
     assert "postgresql://bob:***@db:5432/m" in out and "s3cret" not in out
+
+
+def test_a_bad_schema_name_is_named_as_the_user_writes_it(run_cli, make_workspace):
+    ws = make_workspace({"memory/a.md": "a"})
+    proc = run_cli("config", "show", "-w", str(ws), env={"MEMDIR_PG_SCHEMA": "1bad"})
+    assert proc.returncode != 0
+    assert "memorySearch.store.postgres.schema = '1bad' from $MEMDIR_PG_SCHEMA" in proc.stderr, proc.stderr
+    assert "dbSchema" not in proc.stderr and "db_schema" not in proc.stderr
+
+
+# -- the side-by-side bench -------------------------------------------------------------------
+
+def test_bench_backends_measures_both_backends_side_by_side(pg_url: str, run_cli, tmp_path: Path):
+    out = tmp_path / "out"
+    proc = run_cli("bench", "backends", "--dsn", pg_url, "--sizes", "300", "--queries", "20", "--budget", "0.5",
+                   "--concurrency", "2", "--seconds", "1.5", "--work-dir", str(tmp_path / "work"), "--out", str(out),
+                   "--quiet", timeout=900)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads((out / "report.json").read_text())
+        entry = report["sizes"]["300"]
+        assert entry["chunks"] >= 300
+        for backend in ("sqlite", "postgres"):
+            e = entry[backend]
+            assert e["index"]["chunks"] == entry["chunks"] and e["index"]["chunksPerSecond"] > 0
+            assert e["noopSyncMs"] > 0 and e["diskBytes"] > 100_000
+            for mode in ("keyword", "vector", "hybrid"):
+                assert e[mode]["n"] >= 20 and 0 < e[mode]["p50"] <= e[mode]["p95"], (backend, mode)
+            conc = e["concurrent"]
+            assert conc["searchers"] == 2 and conc["queriesPerSecond"] > 0 and conc["n"] > 2
+        assert len(report["machine"]["loadBefore"]) == 3 and report["machine"]["cpus"] >= 1
+        table = proc.stdout.splitlines()
+        assert any(line.startswith(f"| {entry['chunks']} | sqlite") for line in table)
+        assert any(line.startswith(f"| {entry['chunks']} | postgres (exact)") and "| 2× " in line for line in table)
+        assert "load average" in proc.stdout
+    finally:
+        pg_query(pg_url, 'DROP SCHEMA IF EXISTS "bench_300" CASCADE')

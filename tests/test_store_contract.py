@@ -8,6 +8,7 @@ LRU pruning, leftovers of a crashed rebuild, and the export that ``memdir migrat
 from __future__ import annotations
 
 import math
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import pg_query
 from memdir.config import load_config
 from memdir.query import keyword_terms
 from memdir.stores import ChunkRow, Store, open_store
@@ -232,3 +234,121 @@ def test_chunks_in_period(store: Store):
     assert [h.id for h in got] == ["d2", "d3"] and all(h.score == 0 for h in got)
     assert (got[0].date_start, got[0].date_end) == ("2023-08-02", "2023-08-02")
     assert len(store.chunks_in_period("2023-01-01", "2023-12-31", 2)) == 2
+
+
+# -- state, health and read-only opens (the self-healing half of the contract) ----------------
+
+def damage_meta(store: Store, backend) -> None:
+    """Break the index metadata by hand, the way each backend can be broken: SQLite's is a text row
+    (made invalid JSON), PostgreSQL's a ``jsonb`` column (made a JSON array)."""
+    if backend.postgres:
+        pg_query(backend.url, f"UPDATE \"{backend.schema}\".indexes SET meta = '[1, 2]' WHERE agent = %s "
+                              "AND state = 'live'", (store.agent,))
+    else:
+        with sqlite3.connect(store.location) as conn:
+            conn.execute("UPDATE meta SET value = '{\"provider\": ' WHERE key = 'memory_index_meta_v1'")
+
+
+def test_state_is_json_kept_per_index_and_rebuilds_carry_their_own(store: Store):
+    assert store.get_state("skipped") is None
+    with store.transaction():
+        store.set_state("skipped", [{"path": "memory/x.md", "error": "not UTF-8"}])
+        store.set_state("owner", "/ws/a")
+    assert store.get_state("skipped") == [{"path": "memory/x.md", "error": "not UTF-8"}]
+    assert store.get_state("owner") == "/ws/a"
+    with pytest.raises(RuntimeError), store.transaction():
+        store.set_state("owner", "/ws/b")
+        raise RuntimeError("crash mid-write")
+    assert store.get_state("owner") == "/ws/a"  # rolled back with the rest
+    with store.transaction():
+        store.set_state("skipped", None)  # None deletes
+    assert store.get_state("skipped") is None
+    with pytest.raises(RuntimeError), store.rebuild() as fresh:
+        with fresh.transaction():
+            fresh.set_state("owner", "/ws/failed")
+        raise RuntimeError("rebuild failed")
+    assert store.get_state("owner") == "/ws/a"
+    with store.rebuild() as fresh:
+        assert fresh.get_state("owner") is None  # a rebuild starts with no state ...
+        with fresh.transaction():
+            fresh.set_state("recovered", {"problem": "x"})
+            fresh.write_meta({"model": "m"})
+        assert store.get_state("recovered") is None  # ... and readers see the old state until the swap
+    assert store.get_state("recovered") == {"problem": "x"} and store.get_state("owner") is None
+
+
+def test_a_sound_index_checks_clean_and_its_change_token_follows_writes(store: Store):
+    put(store, "memory/a.md", ["alpha apples", "alpha bananas"])
+    with store.transaction():
+        store.write_meta({"model": "m"})
+    assert store.check() is None and store.check(thorough=True) is None
+    assert store.check(thorough=True, max_bytes=1) is None  # too big to read: skipped, not failed
+    token = store.change_token()
+    assert token is not None and store.change_token() == token
+    put(store, "memory/b.md", ["beta"])
+    assert store.change_token() != token
+
+
+def test_is_damage_tells_a_damaged_index_from_other_errors(store: Store, backend):
+    from memdir.errors import IndexDamaged, StoreError
+
+    assert store.is_damage(IndexDamaged("index metadata is not valid JSON"))
+    assert not store.is_damage(ValueError("bad input")) and not store.is_damage(StoreError("disk full"))
+    if backend.postgres:
+        import psycopg
+
+        assert store.is_damage(psycopg.errors.DataCorrupted("invalid page in block 7 of relation base/5/16390"))
+        assert store.is_damage(psycopg.errors.IndexCorrupted("index \"chunks_tsv\" contains unexpected zero page"))
+        assert not store.is_damage(psycopg.errors.UniqueViolation("duplicate key"))
+    else:
+        assert store.is_damage(sqlite3.DatabaseError("database disk image is malformed"))
+        assert not store.is_damage(sqlite3.OperationalError("database is locked"))
+
+
+def test_recover_sets_a_damaged_index_aside_and_starts_empty(store: Store, backend):
+    put(store, "memory/a.md", ["alpha apples"])
+    with store.transaction():
+        store.write_meta({"model": "m"})
+        store.cache_put("p", "m", "k", {"paid-for": unit(4)})
+    assert store.recover("nothing wrong", notice=pytest.fail) is None  # a sound index is never thrown away
+    assert store.chunk_count() == 1
+    damage_meta(store, backend)
+    problem = store.check()
+    assert problem and "not" in problem and "\n" not in problem
+    with pytest.raises(Exception) as raised:
+        store.read_meta()
+    assert store.is_damage(raised.value)
+    told: list[str] = []
+    info = store.recover(problem, notice=told.append)
+    assert info is not None and info["problem"] and info["at"] > 0
+    assert len(told) == 1 and "was damaged" in told[0] and store.location in told[0]
+    assert store.check(thorough=True) is None
+    assert store.read_meta() is None and store.chunk_count() == 0 and store.file_rows() == {}
+    assert store.get_state("recovered") == info  # status in any process can say what happened
+    assert store.cache_get("p", "m", "k", ["paid-for"])  # embeddings already paid for are kept
+    put(store, "memory/a.md", ["alpha apples again"])  # and the empty index takes writes
+    assert [h.path for h in store.keyword_search(["apples"], 5)] == ["memory/a.md"]
+
+
+def test_a_read_only_open_searches_and_refuses_writes(backend, tmp_path: Path):
+    settings = load_config(overrides=backend.config(), state_dir=tmp_path / "state", agent_id="ro").settings
+    writer = open_store(settings)
+    try:
+        put(writer, "memory/a.md", ["alpha apples"])
+        with writer.transaction():
+            writer.write_meta({"model": "m"})
+    finally:
+        writer.close()
+    reader = open_store(settings, readonly=True)
+    try:
+        assert reader.readonly
+        assert [h.path for h in reader.keyword_search(["apples"], 5)] == ["memory/a.md"]
+        assert [h.path for h in reader.vector_search(unit(0), 5)] == ["memory/a.md"]
+        assert reader.read_meta() == {"model": "m"} and reader.get_state("owner") is None
+        with pytest.raises(Exception, match=r"(?i)read-?only"), reader.transaction():
+            reader.replace_file("memory/b.md", "memory", "h", 1, 1, rows("memory/b.md", ["beta"]))
+        assert reader.chunk_count() == 1 and list(reader.file_rows()) == [("memory/a.md", "memory")]
+        with pytest.raises(Exception, match=r"damaged .*cannot be rebuilt"):
+            reader.recover("pretend damage")
+    finally:
+        reader.close()

@@ -90,11 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query", nargs="?", help="what to look for")
     p.add_argument("--query", dest="query_opt", help="the query (wins over the positional one)")
     p.add_argument("--max-results", type=int, help="results to return (default 6)")
-    p.add_argument("--min-score", type=float, help="drop results scoring below this (default 0.35)")
+    p.add_argument("--min-score", type=float,
+                   help="drop results scoring below this; a value given here is strict. Default: the configured "
+                        "minScore (0.35), below which a strong keyword match or a close vector match may still be "
+                        "returned in a spare slot ('rescued', see --explain)")
     p.add_argument("--mode", choices=["hybrid", "keyword", "vector"], default="hybrid",
                    help="hybrid (default: keywords and vectors), keyword (BM25 only: no embedding), "
                         "vector (embeddings only)")
-    p.add_argument("--explain", action="store_true", help="show how each result was scored")
+    p.add_argument("--explain", action="store_true",
+                   help="show how each result was scored: vector and text scores with their weights, the days "
+                        "it is about and whether they match a date in the query, and why a result below the "
+                        "floor was rescued")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="JSON output")
     out.add_argument("--files", action="store_true",
@@ -111,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = cmd("status", "what is indexed, what is stale, what works")
     p.add_argument("--json", action="store_true", help="JSON output")
     p.add_argument("--deep", action="store_true", help="also probe the embedding provider")
+
+    p = cmd("watch", "keep the index in step with the files until Ctrl-C (sync.watchDebounceMs, intervalMinutes)")
+    p.add_argument("--json", action="store_true", help="one JSON event per line")
+    p.add_argument("--debounce-ms", type=int, help="sync this long after the last change (default: config)")
 
     p = cmd("append", "append a note to today's daily log memory/YYYY-MM-DD.md (append-only, never rewrites)")
     p.add_argument("text", nargs="*", help="the note (several words are joined with spaces); - reads stdin")
@@ -170,10 +180,15 @@ def _load_config(args: argparse.Namespace) -> Any:
     return loaded
 
 
+def _notice(message: str) -> None:
+    """Things memdir says once, beside any output: an index healed, a writer waited for."""
+    print(f"memdir: {message}", file=sys.stderr, flush=True)
+
+
 def _memory(args: argparse.Namespace) -> Any:
     from memdir.api import Memory
 
-    return Memory(config=_load_config(args))
+    return Memory(config=_load_config(args), notice=_notice)
 
 
 def _progress_bar(enabled: bool) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
@@ -212,6 +227,8 @@ def cmd_index(args: argparse.Namespace) -> int:
             close()
         for w in report.warnings:  # with --json too: on stderr where it happens, and in the report
             _note(args, f"warning: {w}")
+        for item in report.skipped:
+            _note(args, f"warning: skipped {item['path']}: {item['error']} (retried on the next sync)")
         if args.json:
             print(json.dumps({"agentId": mem.settings.agent_id, "indexPath": str(mem.index_path),
                               "indexKey": mem.settings.index_key, "mode": mem.selection.mode,
@@ -254,10 +271,14 @@ def cmd_search(args: argparse.Namespace) -> int:
             out.append(r.snippet)
             if r.explain:
                 e = r.explain
+                dated = f", dates {e['dates']}" if e.get("dates") else ""
+                if "inPeriod" in e:
+                    dated += " (in the query's period: x2)" if e["inPeriod"] else " (outside the query's period)"
+                rescued = (f", below the {e['floor']} floor but rescued: {e['rescuedBecause']}"
+                           if e["rescued"] else "")
                 out.append(f"  [vector {e['vectorScore']:.3f}×{e['vectorWeight']:.2f} + text {e['textScore']:.3f}"
                            f"×{e['textWeight']:.2f}, decay {e['decay']:.3f}, rank before MMR "
-                           f"{e['rankBeforeMmr']}, matched {'+'.join(e['matched']) or '-'}"
-                           f"{', rescued' if e['rescued'] else ''}]")
+                           f"{e['rankBeforeMmr']}, matched {'+'.join(e['matched']) or '-'}{dated}{rescued}]")
             out.append("")
         sys.stdout.write("\n".join(out) + "\n")
     return 0
@@ -327,7 +348,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"Extra paths: {', '.join(st['extraPaths'])}")
     lines += [f"Indexed: {st['files']}/{st['scannedFiles']} files · {st['chunks']} chunks",
               f"Dirty: {'yes' if st['dirty'] else 'no'}"
-              + (f" ({len(st['dirtyFiles'])} changed, {len(st['removedFiles'])} removed)" if st["dirty"] else ""),
+              + (f" ({len(st['dirtyFiles'])} changed, {len(st['removedFiles'])} removed; "
+                 "the next search or the watcher syncs them)" if st["dirty"] else ""),
               f"Store: {st['indexPath']}" + ("" if st["indexExists"] else " (not built yet: run memdir index)"),
               "Index for: " + {"workspace": "this workspace (no agent id chosen; --agent NAME for a named index)",
                                "agent": f"agent {st['agentId']}",
@@ -348,8 +370,22 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"Embedding cache: {'enabled' if cache['enabled'] else 'disabled'} ({cache['entries']} entries)"
                      + (f" · cap {cache['maxEntries']}" if cache.get("maxEntries") else ""))
         if st.get("writer"):
-            host = st["writer"].get("host")
-            lines.append(f"Writer: pid {st['writer'].get('pid')}{' on ' + host if host else ''} is indexing")
+            w = st["writer"]
+            host = f" on {w['host']}" if w.get("host") else ""
+            far = f" ({w.get('done') or 0}/{w['total']} files)" if w.get("total") else ""
+            lines.append(f"Writer: pid {w.get('pid')}{host} is indexing{far}")
+    if st.get("readOnly"):
+        lines.append(f"Read-only: {st['readOnly']} (searches answer from the index as it is)")
+    if st.get("recovered"):
+        r = st["recovered"]
+        aside = (f"moved aside to {r['corruptPath']}" if r.get("corruptPath")
+                 else f"dropped its rows (generation {r.get('droppedGeneration')})")
+        lines.append(f"Recovered: the index was damaged ({r['problem']}); {aside}; "
+                     "rebuilt from the Markdown files by the next index or search")
+    if st.get("watch"):
+        wt = st["watch"]
+        lines.append(f"Watch: {'sync pending' if wt.get('pending') else 'idle'}"
+                     + (f", last error: {wt['lastError']}" if wt.get("lastError") else ""))
     if st.get("fallback"):
         lines.append(f"Fallback: {st['fallback']['from']} ({st['fallback']['reason']})")
     if st.get("providerUnavailableReason"):
@@ -363,6 +399,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             lines.append(f"SQLite: {st['sqlite']}")
         probe = st["embeddingProbe"]
         lines.append("Embeddings: " + ("ready" if probe.get("ok") else f"unavailable ({probe.get('error')})"))
+    if st.get("skipped"):
+        lines.append("Skipped files (retried on every sync):")
+        lines += [f"  {item['path']}: {item['error']}" for item in st["skipped"]]
     if st["issues"]:
         lines.append("Issues:")
         lines += [f"  {i}" for i in st["issues"]]
@@ -397,6 +436,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         serve(mem, transport=args.transport, host=args.host, port=args.port, session_key=args.session_key)
     return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from memdir.watch import run_foreground
+
+    with _memory(args) as mem:
+        return run_foreground(mem, as_json=args.json, debounce_ms=args.debounce_ms)
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -443,6 +489,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": cmd_status,
     "config": cmd_config,
     "mcp": cmd_mcp,
+    "watch": cmd_watch,
     "ltm": cmd_ltm,
     "migrate": cmd_migrate,
 }

@@ -243,18 +243,22 @@ class TemporalDecayConfig(_Model):
 
 class HybridConfig(_Model):
     enabled: bool = True
-    vector_weight: float = Field(0.7, ge=0)
-    text_weight: float = Field(0.3, ge=0)
+    #: ``None`` (the default): the weights measured for the embedding model in use
+    #: (``memdir.ranking.MODEL_WEIGHTS``; OpenClaw's 0.7/0.3 for models not measured).
+    vector_weight: float | None = Field(None, ge=0)
+    text_weight: float | None = Field(None, ge=0)
     candidate_multiplier: float = 4
     mmr: MmrConfig = Field(default_factory=MmrConfig)
     temporal_decay: TemporalDecayConfig = Field(default_factory=TemporalDecayConfig)
 
     @model_validator(mode="after")
     def _normalise(self) -> HybridConfig:
-        vw = _clamp(float(self.vector_weight), 0.0, 1.0)
-        tw = _clamp(float(self.text_weight), 0.0, 1.0)
-        total = vw + tw
-        self.vector_weight, self.text_weight = (0.7, 0.3) if total <= 0 else (vw / total, tw / total)
+        if self.vector_weight is not None or self.text_weight is not None:
+            # One weight given: the other is what is left of 1 (OpenClaw's pair 0.7/0.3 stays 0.7/0.3).
+            vw = _clamp(float(1 - self.text_weight if self.vector_weight is None else self.vector_weight), 0.0, 1.0)
+            tw = _clamp(float(1 - vw if self.text_weight is None else self.text_weight), 0.0, 1.0)
+            total = vw + tw
+            self.vector_weight, self.text_weight = (0.7, 0.3) if total <= 0 else (vw / total, tw / total)
         self.candidate_multiplier = int(_clamp(math.floor(float(self.candidate_multiplier)), 1, 20))
         return self
 
@@ -877,13 +881,28 @@ def _origin_text(origin: str, key: str = "") -> str:
     return ""
 
 
+def _config_key(loc: tuple[Any, ...]) -> str:
+    """The key a user writes for a validation error's location: each field's alias (``schema``,
+    not the attribute ``db_schema``), camelCase otherwise, list indexes in brackets."""
+    parts: list[str] = []
+    model: type[BaseModel] | None = Settings
+    for p in loc:
+        if not isinstance(p, str):
+            parts.append(f"[{p}]")
+            continue
+        info = model.model_fields.get(p) if model is not None else None
+        parts.append(info.alias if info is not None and info.alias else _camel(p))
+        model = _submodel(info.annotation) if info is not None else None
+    return ".".join(parts)
+
+
 def _describe_validation(exc: ValidationError, data: Mapping[str, Any] | None = None,
                          origins: Origins | None = None) -> str:
     """One line per bad value: its camelCase key, the value, where it was set, and why."""
     parts = []
     for err in exc.errors():
         loc = err["loc"]
-        key = ".".join(_camel(str(p)) if isinstance(p, str) else f"[{p}]" for p in loc)
+        key = _config_key(loc)
         dotted = ".".join(str(p) for p in loc if isinstance(p, str))
         where = ""
         if origins is not None:

@@ -128,7 +128,7 @@ def keyword_terms(query: str) -> list[str]:
     turns these terms into its own query syntax.
     """
     keywords = extract_keywords(query)
-    ids = id_terms(query)
+    ids = id_terms(query) if ID_PHRASES else []
     if not keywords and not ids:
         keywords = [t.lower() for t in word_runs(query) if t.replace('"', "")]
     terms: list[str] = list(ids)
@@ -138,6 +138,11 @@ def keyword_terms(query: str) -> list[str]:
             if part and part not in terms:
                 terms.append(part)
     return terms[:64]
+
+
+#: Bench switches for ablations (``bench/cv_locomo.py``): stem matching and identifier phrases.
+STEMMING = True
+ID_PHRASES = True
 
 
 def stemmed_terms(terms: list[str]) -> list[str]:
@@ -161,7 +166,7 @@ def fts5_match(terms: list[str]) -> str | None:
     if not quoted:
         return None
     expr = "text : (" + " OR ".join(quoted) + ")"
-    stems = stemmed_terms(terms)
+    stems = stemmed_terms(terms) if STEMMING else []
     if stems:
         expr += " OR stems : (" + " OR ".join(f'"{s}"' for s in stems) + ")"
     return expr

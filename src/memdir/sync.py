@@ -17,20 +17,31 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from memdir.chunking import Chunk, chunk_id, chunk_markdown, remap_lines, sha256_text
+from memdir.chunking import Chunk, chunk_id, chunk_markdown, chunk_sections, embedding_windows, remap_lines, sha256_text
 from memdir.config import Settings
+from memdir.daily import resolve_timezone
+from memdir.dates import file_date, line_dates, ms_to_day, span
 from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
+from memdir.errors import IndexOwnershipError, ownership_message
 from memdir.lock import LockTimeout
-from memdir.stores.base import ChunkRow, Store
-from memdir.workspace import FileEntry, discover
+from memdir.progress import ProgressFile
+from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
+from memdir.workspace import FileEntry, Skipped, discover, display_path, read_regular, valid_name
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
-CHUNKER_VERSION = 3
+CHUNKER_VERSION = 6
 FTS_ONLY_MODEL = "fts-only"
 
 Progress = Callable[[int, int, str], None]
+Notice = Callable[[str], None]
+
+#: Indexing choices that are not user settings, switchable for ablations (``memdir bench cv``):
+#: ``windows`` embeds every model-window of a chunk (not only its first 256 tokens); ``sections``
+#: chunks curated files by their headings and bullet groups.
+INDEXING: dict[str, bool] = {"windows": True, "sections": True}
 
 
 @dataclass
@@ -47,6 +58,8 @@ class SyncReport:
     incomplete: bool = False
     deferred: int = 0
     warnings: list[str] = field(default_factory=list)
+    #: Files that could not be indexed this time (``{"path", "error"}``); retried on the next sync.
+    skipped: list[dict[str, str]] = field(default_factory=list)
     seconds: float = 0.0
     #: The provider error that made this sync index some text for keywords only.
     embedding_error: BaseException | None = field(default=None, repr=False)
@@ -55,6 +68,23 @@ class SyncReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "embedding_error"}
+
+
+@dataclass
+class PlannedChunk:
+    """A chunk about to be written: when it was written, the days it is about, what gets embedded."""
+
+    chunk: Chunk
+    ts: int | None
+    date_start: str | None
+    date_end: str | None
+    #: The text pieces the embedder reads (one unless the chunk is longer than the model's window).
+    windows: list[str]
+
+
+def _estimate_tokens(lines: list[str]) -> list[int]:
+    """Token counts when the provider cannot count: ~3 characters a token errs on the safe side."""
+    return [len(line) // 3 + 1 for line in lines]
 
 
 @dataclass
@@ -70,11 +100,16 @@ class SourceDoc:
 
 def read_memory_file(entry: FileEntry) -> SourceDoc | None:
     try:
-        with open(entry.abs_path, "rb") as fh:
-            raw = fh.read()
+        raw = read_regular(entry.abs_path)  # a FIFO or device is refused, never opened for reading
     except FileNotFoundError:
         return None  # vanished between listing and reading: not an error (R§2)
     return SourceDoc(raw.decode("utf-8", errors="replace"), hashlib.sha256(raw).hexdigest())
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return f"{type(exc).__name__}: {exc}"
 
 
 class Indexer:
@@ -82,13 +117,16 @@ class Indexer:
 
     def __init__(self, settings: Settings, store: Store, provider: EmbeddingProvider | None,
                  *, provider_transiently_missing: bool = False,
-                 extra_sources: Sequence[Any] = ()):
+                 extra_sources: Sequence[Any] = (), notice: Notice | None = None):
         self.settings = settings
         self.store = store
         self.provider = provider
         self.transient_missing = provider_transiently_missing
         self.extra_sources = list(extra_sources)
+        self.notice = notice
         self.lock = store.writer_lock()
+        self.progress_file = ProgressFile(Path(settings.index_path), workspace=str(settings.workspace_path))
+        self._skipped: list[Skipped] = []
 
     # -- identity ----------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -139,18 +177,20 @@ class Indexer:
              deadline: float | None = None, lock_timeout: float | None = None) -> SyncReport:
         """Bring the index up to date; ``deadline`` (monotonic) bounds an incremental sync."""
         started = time.monotonic()
-        if not self.lock.acquire(lock_timeout):
-            raise LockTimeout(f"another process is writing {self.store.location}")
+        self._acquire(lock_timeout)
         try:
-            self.store.cleanup_leftovers()
             meta = self.store.read_meta()
+            self._claim(meta)  # first thing under the lock: a racing workspace is told at once
+            self.store.cleanup_leftovers()
             why = "forced" if force else self.rebuild_reason(meta)
+            tracked = self._tracked(progress)
             if why is not None:
                 # With a previous index to protect, an embedding failure aborts the rebuild (the old
                 # index keeps serving); with nothing to lose, text is indexed for keywords anyway.
-                report = self._full_reindex(why, progress, strict=meta is not None)
+                report = self._full_reindex(why, tracked, strict=meta is not None)
             else:
-                report = self._incremental(self.store, progress, deadline, lazy=reason in ("search", "watch"))
+                self.progress_file.start("incremental")
+                report = self._incremental(self.store, tracked, deadline, lazy=reason in ("search", "watch"))
                 cache = self.settings.memory_search.cache
                 if cache.enabled and cache.max_entries and report.embedded:
                     with self.store.transaction():
@@ -159,17 +199,57 @@ class Indexer:
                     self.store.optimize()
             report.reason = reason if not report.full else f"{reason}: {why}"
         finally:
+            self.progress_file.clear()
             self.lock.release()
         report.seconds = time.monotonic() - started
         return report
+
+    def _acquire(self, lock_timeout: float | None) -> None:
+        """Take the writer lock; when that means waiting indefinitely, say for whom (once)."""
+        if self.lock.acquire(0):
+            return
+        if lock_timeout is None and self.notice is not None:
+            holder = self.lock.holder() or {}
+            self.notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish "
+                        f"writing {self.store.location}")
+        if lock_timeout == 0 or not self.lock.acquire(lock_timeout):
+            raise LockTimeout(f"another process is writing {self.store.location}")
+
+    def _claim(self, meta: dict[str, Any] | None) -> None:
+        """Check, under the writer lock, that this index is ours, and claim it if nobody has.
+
+        Two workspaces configured with the same agent id and started together both found no
+        index, and one then wrote its notes into the other's; the claim is made under the lock
+        before anything is written, so the second one is refused instead.
+        """
+        mine = str(self.settings.workspace_path)
+        owner = (meta or {}).get("workspace") or self.store.get_state(OWNER_STATE)
+        if owner and owner != mine:
+            raise IndexOwnershipError(ownership_message(self.store.location, owner, mine))
+        if not owner:
+            with self.store.transaction():
+                self.store.set_state(OWNER_STATE, mine)
+
+    def _tracked(self, progress: Progress | None) -> Progress:
+        def update(done: int, total: int, label: str) -> None:
+            self.progress_file.update(done, total)
+            if progress is not None:
+                progress(done, total, label)
+
+        return update
 
     # -- scanning ----------------------------------------------------------------------------
     def list_files(self) -> tuple[list[FileEntry], list[str]]:
         found = discover(self.settings.workspace_path, self.settings.extra_paths)
         files = list(found.files) if "memory" in self.settings.memory_search.sources else []
+        self._skipped = list(found.skipped) if "memory" in self.settings.memory_search.sources else []
         issues = list(found.issues)
         for source in self.extra_sources:
-            files.extend(source.list_files())
+            for entry in source.list_files():
+                if valid_name(entry.path):
+                    files.append(entry)
+                else:  # e.g. a transcript whose name is not UTF-8: the index cannot store its path
+                    self._skipped.append(Skipped(display_path(entry.path), "file name is not valid UTF-8"))
             issues.extend(source.issues())
         return files, issues
 
@@ -217,14 +297,18 @@ class Indexer:
         label = "Indexing memory files…"
         if progress:
             progress(0, total, label)
-        batch: list[tuple[FileEntry, SourceDoc, list[tuple[Chunk, int | None]]]] = []
+        batch: list[tuple[FileEntry, SourceDoc, list[PlannedChunk]]] = []
         pending_chunks = 0
         done = 0
         for f in todo:
             if deadline is not None and time.monotonic() > deadline:
                 report.incomplete = True
                 break
-            doc = self.load(f)
+            try:
+                doc = self.load(f)
+            except Exception as exc:  # one unreadable file never blocks the rest; retried next sync
+                report.skipped.append(Skipped(f.path, _why(exc)).as_dict())
+                continue
             if doc is None:
                 continue
             known = rows.get((f.path, f.source))
@@ -232,7 +316,7 @@ class Indexer:
                 touched.append((f, doc.hash))
                 report.unchanged += 1
                 continue
-            chunks = self._chunk(doc)
+            chunks = self._chunk(doc, f)
             batch.append((f, doc, chunks))
             pending_chunks += len(chunks)
             if pending_chunks >= 64 or len(batch) >= 200:
@@ -242,6 +326,7 @@ class Indexer:
                     progress(done, total, label)
         if batch:
             done += self._write_batch(store, batch, report, strict=strict)
+        report.skipped[:0] = [s.as_dict() for s in self._skipped]
         with store.transaction():
             for f, file_hash in touched:
                 store.touch_file(f.path, f.source, file_hash, f.mtime_ns, f.size)
@@ -249,44 +334,69 @@ class Indexer:
                 for path, source in gone:
                     store.delete_file(path, source)
                     report.removed += 1
+            store.set_state(SKIPPED_STATE, [{**s, "at": int(time.time() * 1000)} for s in report.skipped] or None)
         if progress:
             progress(total if not report.incomplete else done, total, label)
         return report
 
-    def _chunk(self, doc: SourceDoc) -> list[tuple[Chunk, int | None]]:
-        """Chunks of a document, each with its newest line time (transcripts) or ``None``."""
-        cfg = self.settings.memory_search.chunking
-        chunks = [c for c in chunk_markdown(doc.content, cfg.tokens, cfg.overlap) if c.text.strip()]
-        if self.provider is not None:
-            limit = self.provider.max_input_bytes
-            split: list[Chunk] = []
-            for c in chunks:
-                pieces = split_by_bytes(c.text, limit)
-                split.extend(c if len(pieces) == 1 else Chunk(c.start_line, c.end_line, p, sha256_text(p))
-                             for p in pieces)
-            chunks = split
-        stamps: list[int | None] = [None] * len(chunks)
-        if doc.timestamps_ms:
-            ts = doc.timestamps_ms
-            stamps = [max(ts[c.start_line - 1 : c.end_line], default=0) or None for c in chunks]
-        if doc.line_map:
-            chunks = remap_lines(chunks, doc.line_map)
-        return list(zip(chunks, stamps, strict=True))
+    def _chunk(self, doc: SourceDoc, entry: FileEntry) -> list[PlannedChunk]:
+        """A document's chunks with their time (transcripts), days and embedding windows.
 
-    def _embed(self, store: Store, chunks: list[Chunk], report: SyncReport) -> dict[str, list[float]]:
-        """Vectors for these chunks by hash: cache first, then the provider for the rest."""
+        Curated files (``MEMORY.md`` and other memory files without a date in their name) are
+        chunked by their structure; daily logs and transcripts by size (R§3).
+        """
+        cfg = self.settings.memory_search.chunking
+        curated = INDEXING["sections"] and entry.source == "memory" and file_date(entry.path) is None
+        chunker = chunk_sections if curated else chunk_markdown
+        chunks = [c for c in chunker(doc.content, cfg.tokens, cfg.overlap) if c.text.strip()]
+        if doc.timestamps_ms:
+            tz = resolve_timezone(self.settings.user_timezone)[0]
+            days = [ms_to_day(t, tz) for t in doc.timestamps_ms]
+        else:
+            days = line_dates(entry.path, doc.content)
+        out: list[PlannedChunk] = []
+        for c in chunks:
+            ts = None
+            if doc.timestamps_ms:
+                ts = max(doc.timestamps_ms[c.start_line - 1 : c.end_line], default=0) or None
+            first, last = span(days[c.start_line - 1 : c.end_line])
+            out.append(PlannedChunk(c, ts, first, last, self._windows(c.text)))
+        if doc.line_map:
+            remapped = remap_lines([p.chunk for p in out], doc.line_map)
+            out = [PlannedChunk(c, p.ts, p.date_start, p.date_end, p.windows)
+                   for c, p in zip(remapped, out, strict=True)]
+        return out
+
+    def _windows(self, text: str) -> list[str]:
+        """The pieces of a chunk the embedder reads: the whole text, or several pieces when it is
+        longer than the model's window or input limit (each is embedded; the best one counts)."""
+        p = self.provider
+        if p is None:
+            return [text]
+        pieces = [text]
+        max_tokens = getattr(p, "max_tokens", None)
+        if INDEXING["windows"] and isinstance(max_tokens, int) and max_tokens > 0:
+            budget = max_tokens - 2  # the model's [CLS] and [SEP]
+            counter = getattr(p, "count_tokens", None)
+            count = counter if callable(counter) else _estimate_tokens
+            pieces = embedding_windows(text, budget, count)
+        limit = p.max_input_bytes
+        return [piece for w in pieces for piece in split_by_bytes(w, limit)]
+
+    def _embed(self, store: Store, chunks: list[PlannedChunk], report: SyncReport) -> dict[str, list[float]]:
+        """Vectors for these chunks' windows by text hash: cache first, then the provider for the rest."""
         p = self.provider
         if p is None or not chunks:
             return {}
         cache_on = self.settings.memory_search.cache.enabled
-        hashes = list(dict.fromkeys(c.hash for c in chunks))
+        by_hash = {sha256_text(w): w for c in chunks for w in c.windows}
+        hashes = list(by_hash)
         found = store.cache_get(p.id, p.model, p.provider_key, hashes) if cache_on else {}
         report.cache_hits += len(found)
         missing = [h for h in hashes if h not in found]
         if found and cache_on:
             store.cache_touch(p.id, p.model, p.provider_key, found.keys())
         if missing:
-            by_hash = {c.hash: c.text for c in chunks}
             vectors = p.embed_batch([by_hash[h] for h in missing])
             fresh = dict(zip(missing, vectors, strict=True))
             report.embedded += len(missing)
@@ -295,10 +405,10 @@ class Indexer:
             found.update(fresh)
         return found
 
-    def _write_batch(self, store: Store, batch: list[tuple[FileEntry, SourceDoc, list[tuple[Chunk, int | None]]]],
+    def _write_batch(self, store: Store, batch: list[tuple[FileEntry, SourceDoc, list[PlannedChunk]]],
                      report: SyncReport, *, strict: bool) -> int:
         model = self.model_name
-        all_chunks = [c for _, _, chunks in batch for c, _ in chunks]
+        all_chunks = [c for _, _, chunks in batch for c in chunks]
         with store.transaction():
             try:
                 vectors = self._embed(store, all_chunks, report)
@@ -312,11 +422,14 @@ class Indexer:
                 if msg not in report.warnings:
                     report.warnings.append(msg)
             for f, doc, chunks in batch:
-                rows = [
-                    ChunkRow(chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model), f.path,
-                             f.source, c.start_line, c.end_line, c.hash, model, c.text, vectors.get(c.hash), ts)
-                    for c, ts in chunks
-                ]
+                rows = []
+                for pc in chunks:
+                    c = pc.chunk
+                    parts = [vectors.get(sha256_text(w)) for w in pc.windows]
+                    embedding = [x for v in parts for x in v] if parts and all(parts) else None  # type: ignore[union-attr]
+                    rows.append(ChunkRow(chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model), f.path,
+                                         f.source, c.start_line, c.end_line, c.hash, model, c.text, embedding, pc.ts,
+                                         pc.date_start, pc.date_end, len(pc.windows) if embedding else 1))
                 store.replace_file(f.path, f.source, doc.hash, f.mtime_ns, f.size, rows)
                 report.chunks += len(rows)
                 report.indexed += 1
@@ -325,7 +438,12 @@ class Indexer:
     # -- full reindex ------------------------------------------------------------------------
     def _full_reindex(self, why: str, progress: Progress | None, *, strict: bool = True) -> SyncReport:
         ms = self.settings.memory_search
+        recovered = self.store.get_state(RECOVERED_STATE)
         with self.store.rebuild() as fresh:
+            self.progress_file.start("full", temp=fresh.location)
+            if recovered:
+                with fresh.transaction():
+                    fresh.set_state(RECOVERED_STATE, recovered)
             report = self._incremental(fresh, progress, None, everything=True, strict=strict)
             report.full = True
             ident = self.identity()

@@ -17,6 +17,7 @@ Each size uses its own schema (``bench_<size>``), dropped first.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import statistics
 import time
@@ -69,7 +70,8 @@ MODES = {"keyword": {"memorySearch": {"provider": "none"}},
 
 
 def _searcher(args: dict[str, Any]) -> list[float]:
-    """One concurrent searcher process: hybrid searches until the deadline; latencies in ms."""
+    """One concurrent searcher process: opens and warms its index, waits for the others, then runs
+    hybrid searches for ``seconds``; returns latencies in ms."""
     from memdir.api import Memory
 
     cfg = args["config"]
@@ -77,10 +79,10 @@ def _searcher(args: dict[str, Any]) -> list[float]:
     with Memory(args["workspace"], agent_id=args["agent"], state_dir=args["state"], config=cfg,
                 provider=SyntheticProvider()) as mem:
         mem.search(args["queries"][0], sync=False)
-        while time.time() < args["start"]:
-            time.sleep(0.005)
+        args["ready"].wait()  # every searcher opened and warmed: start together
         i = args["offset"]
-        while time.time() < args["start"] + args["seconds"]:
+        deadline = time.monotonic() + args["seconds"]
+        while time.monotonic() < deadline:
             t0 = time.perf_counter()
             mem.search(args["queries"][i % len(args["queries"])], sync=False)
             out.append((time.perf_counter() - t0) * 1000)
@@ -127,11 +129,11 @@ def bench_backend(backend: str, corpus: Any, size: int, *, dsn: str, work: Path,
 
             out[mode] = summary(timed_queries(run, corpus.queries, budget_s))
     if concurrency > 0:
-        start = time.time() + 8.0  # every process opened and warmed before the clock starts
-        jobs = [{"workspace": str(corpus.workspace), "agent": agent, "state": str(state), "config": base,
-                 "queries": corpus.queries, "offset": i * 17, "start": start, "seconds": seconds}
-                for i in range(concurrency)]
-        with ProcessPoolExecutor(max_workers=concurrency) as pool:
+        with multiprocessing.Manager() as manager, ProcessPoolExecutor(max_workers=concurrency) as pool:
+            ready = manager.Barrier(concurrency)
+            jobs = [{"workspace": str(corpus.workspace), "agent": agent, "state": str(state), "config": base,
+                     "queries": corpus.queries, "offset": i * 17, "ready": ready, "seconds": seconds}
+                    for i in range(concurrency)]
             lat = [x for part in pool.map(_searcher, jobs) for x in part]
         out["concurrent"] = {"searchers": concurrency, "queriesPerSecond": round(len(lat) / seconds, 1),
                              **summary(lat)}
@@ -141,7 +143,7 @@ def bench_backend(backend: str, corpus: Any, size: int, *, dsn: str, work: Path,
 def run_backends(sizes: list[int], *, dsn: str, work_dir: Path, seed: int = 42, n_queries: int = 200,
                  budget_s: float = 15.0, concurrency: int = 8, seconds: float = 20.0,
                  progress: Any = None) -> dict[str, Any]:
-    report: dict[str, Any] = {"sizes": {}, "machine": {"cpus": os.cpu_count()}}
+    report: dict[str, Any] = {"sizes": {}, "machine": {"cpus": os.cpu_count(), "loadBefore": _load()}}
     for size in sizes:
         corpus = generate(work_dir / f"corpus-{size}", size, seed=seed, n_queries=n_queries)
         entry: dict[str, Any] = {"files": corpus.files, "chunks": corpus.chunks}
@@ -151,7 +153,13 @@ def run_backends(sizes: list[int], *, dsn: str, work_dir: Path, seed: int = 42, 
             entry[backend] = bench_backend(backend, corpus, size, dsn=dsn, work=work_dir, budget_s=budget_s,
                                            concurrency=concurrency, seconds=seconds)
         report["sizes"][str(size)] = entry
+    report["machine"]["loadAfter"] = _load()
     return report
+
+
+def _load() -> list[float]:
+    """1, 5 and 15 minute load averages: the machine is shared, and the report says how busy it was."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 class _AgentPerSample:
@@ -215,7 +223,7 @@ def quality_side_by_side(dataset: Path, *, dsn: str, modes: tuple[str, ...] = ("
 
 def format_report(report: dict[str, Any]) -> str:
     lines = ["| chunks | backend | index chunks/s | no-op sync ms | keyword p50/p95 ms | vector p50/p95 ms | "
-             "hybrid p50/p95 ms | disk MB | 8 searchers q/s (p50/p95 ms) |",
+             "hybrid p50/p95 ms | disk MB | concurrent searchers: q/s (p50/p95 ms) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for entry in report["sizes"].values():
         for b in BACKENDS:
@@ -227,5 +235,10 @@ def format_report(report: dict[str, Any]) -> str:
 
             lines.append(f"| {entry['chunks']} | {b} ({e['index']['vectorPath']}) | {e['index']['chunksPerSecond']} | "
                          f"{e['noopSyncMs']} | {pp(e['keyword'])} | {pp(e['vector'])} | {pp(e['hybrid'])} | "
-                         f"{e['diskBytes'] / 1e6:.0f} | {conc.get('queriesPerSecond', '-')} ({pp(conc)}) |")
+                         f"{e['diskBytes'] / 1e6:.0f} | "
+                         + (f"{conc['searchers']}× {conc['queriesPerSecond']} ({pp(conc)}) |" if conc else "- |"))
+    m = report.get("machine") or {}
+    if m:
+        lines.append(f"\n{m.get('cpus')} CPUs; load average (1/5/15 min) {m.get('loadBefore')} before, "
+                     f"{m.get('loadAfter')} after")
     return "\n".join(lines)

@@ -30,15 +30,27 @@ bumps) or from a count over the GIN index, term frequencies from the chunks' own
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memdir.textutil import has_han_or_kana, has_hangul, stem
+from memdir.textutil import fts_text, has_han_or_kana, has_hangul, stem, stem_text
 
 K1, B = 1.2, 0.75
+_NON_WORD = re.compile(r"[^\w]+")
+
+
+def pg_text(text: str) -> str:
+    """What the text search parser sees: CJK spaced, punctuation made a separator (``unicode61``-like)."""
+    return _NON_WORD.sub(" ", fts_text(text))
+
+
+def doc_length(text: str) -> int:
+    """Tokens in both keyword columns, as FTS5 counts a row's length over its two columns."""
+    return len(pg_text(text).split()) + len(stem_text(text).split())
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,9 @@ class Phrase:
     column: str  # "tsv" or "tsv_stem"
     sql: str  # a tsquery expression with %s placeholders
     params: tuple[Any, ...]
+    #: The same text as a tsvector (same parameters): its one lexeme, when it has one, is looked up
+    #: among the generation's frequent lexemes.  ``None``: never pruned (a prefix query).
+    lexemes: str | None = None
 
 
 def phrases(terms: Sequence[str], ts_config: str, pg_text: Any) -> list[Phrase]:
@@ -56,14 +71,52 @@ def phrases(terms: Sequence[str], ts_config: str, pg_text: Any) -> list[Phrase]:
         if has_hangul(term) and not has_han_or_kana(term) and " " not in term:
             out.append(Phrase("tsv", "to_tsquery('simple', quote_literal(%s) || ':*')", (term,)))
         else:
-            out.append(Phrase("tsv", "phraseto_tsquery('simple', %s)", (pg_text(term),)))
+            out.append(Phrase("tsv", "phraseto_tsquery('simple', %s)", (pg_text(term),), "to_tsvector('simple', %s)"))
     seen: set[str] = set()
     for term in clean:
         key = stem(term)
         if key and key not in seen:
             seen.add(key)
-            out.append(Phrase("tsv_stem", "plainto_tsquery(%s::regconfig, %s)", (ts_config, term)))
+            out.append(Phrase("tsv_stem", "plainto_tsquery(%s::regconfig, %s)", (ts_config, term),
+                              "to_tsvector(%s::regconfig, %s)"))
     return out
+
+
+#: Below this many chunks every phrase is kept (a small index is ranked in a few ms anyway), as in SQLite.
+PRUNE_MIN_ROWS = 2000
+#: Frequent lexemes are counted again once this share of the generation's chunks has been rewritten.
+RECOUNT_CHURN = 0.05
+
+
+def frequent_sql(ps: list[Phrase], ix: int) -> tuple[str, list[Any]] | None:
+    """Which phrases are certainly in at least half of generation ``ix``'s chunks, with a lower bound
+    on their document frequency: ``(phrase index, bound)`` rows.
+
+    BM25's IDF is floored at 1e-6 from half the documents on (``ln((N - n + 0.5) / (n + 0.5)) <= 0``),
+    so such a phrase changes no score by more than ~2e-6, yet matching it visits most rows: like
+    SQLite, memdir leaves it out of the match.  ``frequent_lexemes`` holds the lexemes found in at
+    least half of the chunks when last counted; ``churn`` counts the chunks written or deleted since,
+    so ``ndoc - churn`` is a lower bound that stays true between counts.
+    """
+    values, params = [], []
+    for i, ph in enumerate(ps):
+        if ph.lexemes is not None:
+            values.append(f"({i}, '{ph.column}', {ph.lexemes}, {ph.sql})")
+            params += [*ph.params, *ph.params]
+    if not values:
+        return None
+    sql = (f"SELECT p.i, f.ndoc - ix.churn FROM (VALUES {', '.join(values)}) AS p(i, col, v, q) "
+           "JOIN indexes ix ON ix.id = %s JOIN frequent_lexemes f ON f.index_id = ix.id AND f.col = p.col "
+           "AND length(p.v) = 1 AND numnode(p.q) = 1 AND f.lexeme = (tsvector_to_array(p.v))[1] "
+           "WHERE ix.frequent_at IS NOT NULL AND ix.n_docs >= %s AND f.ndoc - ix.churn >= ix.n_docs / 2.0")
+    return sql, [*params, ix, PRUNE_MIN_ROWS]
+
+
+def count_frequent_sql(ix: int, column: str) -> tuple[str, tuple[Any, ...]]:
+    """Insert the lexemes of ``column`` found in at least half of generation ``ix``'s chunks."""
+    return ("INSERT INTO frequent_lexemes(index_id, col, lexeme, ndoc) SELECT %s, %s, word, ndoc FROM ts_stat(%s) "
+            "WHERE ndoc >= (SELECT n_docs FROM indexes WHERE id = %s) / 2.0",
+            (ix, column, f"SELECT {column} FROM chunks WHERE index_id = {int(ix)}", ix))
 
 
 def search_sql(ps: list[Phrase], scope_sql: str, scope_arg: Any, ranking: str, limit: int,

@@ -8,7 +8,10 @@ Tables: ``meta``, ``files``, ``chunks`` (text + float32 embedding blob), ``chunk
 
 A full rebuild is built in a temporary database beside the index (``<index>.tmp-<id>``) and
 copied into the live file within one transaction: the index file is never renamed, so a live
-reader's WAL or shared-memory file can never be paired with a new database.
+reader's WAL or shared-memory file can never be paired with a new database.  The one exception
+is a *damaged* index, which :meth:`SqliteStore.recover` moves aside (see
+:mod:`memdir.stores.sqlite_health`); :meth:`SqliteStore.open` does that on open, and callers do
+it when a damage error surfaces later.
 """
 
 from __future__ import annotations
@@ -28,12 +31,16 @@ from typing import Any
 import numpy as np
 
 from memdir import db
+from memdir.errors import StoreError
 from memdir.lock import FileWriterLock
 from memdir.query import fts5_match
+from memdir.stores import sqlite_health as health
 from memdir.stores.base import ChunkRow, Hit
+from memdir.stores.sqlite_lifecycle import SqliteLifecycle
 from memdir.textutil import fts_text, stem_text
 
 META_KEY = "memory_index_meta_v1"
+STATE_PREFIX = "memdir:"
 SCHEMA_VERSION = 1
 _DIMS = re.compile(r"float\[(\d+)\]", re.IGNORECASE)
 FTS_COLUMNS = ("text", "stems", "id", "path", "source", "model", "start_line", "end_line")
@@ -82,7 +89,7 @@ def _hit(row: Sequence[Any], score: float) -> Hit:
     return Hit(row[0], row[1], row[2], row[3], row[4], row[5], score, row[6], row[7], row[8])
 
 
-class SqliteStore:
+class SqliteStore(SqliteLifecycle):
     """A connection to one index file, safe to share between threads (calls are serialised)."""
 
     def __init__(self, path: Path, *, fts_tokenizer: str = "unicode61", vector_enabled: bool = True,
@@ -92,15 +99,38 @@ class SqliteStore:
         self.vector_enabled = vector_enabled
         self.extension_path = extension_path
         self.readonly = readonly
+        #: Why a writable open fell back to read-only (``None`` when writable or asked read-only).
+        self.readonly_reason: str | None = None
         self.location = str(self.path)
         self.lock = threading.RLock()
         self.fts_error: str | None = None
-        if not readonly:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = db.connect(self.path, readonly=readonly)
-        self.vec = db.load_vec(self.conn, extension_path) if vector_enabled else db.VecState(False, "disabled")
-        if not readonly:
-            self.ensure_schema()
+        #: The first damage error a search ran into (the caller then recovers the index).
+        self.damage: str | None = None
+        #: What :meth:`recover` did last: ``{"problem", "corruptPath", "salvagedCacheEntries"}``.
+        self.recovery: dict[str, Any] | None = None
+        self._identity: tuple[int, int] | None = None
+        self._open()
+
+    # -- small state kept beside the index ---------------------------------------------------
+    def get_state(self, key: str) -> Any:
+        with self.lock:
+            try:
+                row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (STATE_PREFIX + key,)).fetchone()
+            except Exception as exc:
+                if "no such table" in str(exc):
+                    return None
+                raise
+        try:
+            return json.loads(row[0]) if row else None
+        except ValueError:
+            return None
+
+    def set_state(self, key: str, value: Any) -> None:
+        if value is None:
+            self.conn.execute("DELETE FROM meta WHERE key = ?", (STATE_PREFIX + key,))
+        else:
+            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
+                              (STATE_PREFIX + key, json.dumps(value, sort_keys=True)))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -116,8 +146,15 @@ class SqliteStore:
             self.conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
+            except BaseException as exc:
+                try:
+                    self.conn.execute("ROLLBACK")
+                except Exception:
+                    pass
+                if isinstance(exc, db.binding().Error) and not health.is_damage_error(exc):
+                    # e.g. a full disk: say which file, and that the last commit is intact
+                    raise StoreError(f"writing the index {self.path} failed: {health.first_line(exc)}; "
+                                     "nothing of this change was kept") from exc
                 raise
             else:
                 self.conn.execute("COMMIT")
@@ -186,9 +223,22 @@ class SqliteStore:
         with self.lock:
             try:
                 row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchone()
-            except Exception:
-                return None
-        return json.loads(row[0]) if row else None
+            except Exception as exc:
+                if "no such table: meta" in str(exc) and not self._has_tables():
+                    return None  # an empty file (read-only open of an index never built)
+                self._mark(exc)
+                raise
+        if not row:
+            return None
+        try:
+            meta = json.loads(row[0])
+        except ValueError as exc:
+            self.damage = f"index metadata is not valid JSON: {exc}"
+            raise health.IndexDamaged(f"{self.damage} ({self.path})") from exc
+        return meta if isinstance(meta, dict) else None
+
+    def _has_tables(self) -> bool:
+        return self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         self.conn.execute(
@@ -307,13 +357,20 @@ class SqliteStore:
 
         A chunk with several windows has one ``chunks_vec`` row per window; its score is its best.
         """
+        try:
+            return self._vector_search(query, limit)
+        except Exception as exc:
+            self._mark(exc)
+            raise
+
+    def _vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
         q = np.asarray(query, dtype=np.float32)
         if not q.size or not np.any(q) or limit <= 0:
             return []
         with self.lock:
             if self.vec.available and self.vec_dims() == q.size:
                 best: dict[str, float] = {}
-                k = int(limit)
+                k = int(limit) * 2  # chunks past the model window have 2+ windows: one KNN query usually does
                 while True:
                     rows = self.conn.execute(
                         "SELECT id, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ? ORDER BY distance",
@@ -379,16 +436,24 @@ class SqliteStore:
         if not self.fts_available or limit <= 0 or match is None:
             return []
         with self.lock:
-            rows = self.conn.execute(
-                f"SELECT {_HIT_COLUMNS}, bm25(chunks_fts) AS rank "
-                "FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? "
-                "ORDER BY rank LIMIT ?",
-                (match, int(limit)),
-            ).fetchall()
+            try:
+                rows = self.conn.execute(
+                    f"SELECT {_HIT_COLUMNS}, bm25(chunks_fts) AS rank "
+                    "FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? "
+                    "ORDER BY rank LIMIT ?",
+                    (match, int(limit)),
+                ).fetchall()
+            except Exception as exc:
+                self._mark(exc)
+                raise
         return [_hit(r, bm25_to_score(r[9])) for r in rows]
 
     def keyword_scores(self, terms: Sequence[str], ids: Sequence[str]) -> dict[str, float]:
-        """BM25 of the given chunks for ``terms`` (the same figure :meth:`keyword_search` gives), 0 if none."""
+        """BM25 of the given chunks for ``terms`` (the same figure :meth:`keyword_search` gives), 0 if none.
+
+        One MATCH, its rows kept only for the wanted chunks: FTS5 answers ``MATCH … AND rowid IN (…)``
+        by re-running the match once per rowid, which costs more than reading the match once.
+        """
         wanted = list(dict.fromkeys(ids))
         match = fts5_match(list(terms))
         if not wanted:
@@ -397,17 +462,19 @@ class SqliteStore:
         if not self.fts_available or match is None:
             return out
         with self.lock:
+            rowids: dict[int, str] = {}
             for i in range(0, len(wanted), 400):
                 part = wanted[i : i + 400]
                 marks = ",".join("?" * len(part))
-                rowids = dict(self.conn.execute(f"SELECT rowid, id FROM chunks WHERE id IN ({marks})", part))
-                if not rowids:
-                    continue
-                rmarks = ",".join("?" * len(rowids))
-                for rowid, rank in self.conn.execute(
-                        f"SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
-                        f"AND rowid IN ({rmarks})", (match, *rowids)):
-                    out[rowids[rowid]] = bm25_to_score(rank)
+                rowids.update(self.conn.execute(f"SELECT rowid, id FROM chunks WHERE id IN ({marks})", part))
+            if rowids:
+                lo, hi = min(rowids), max(rowids)
+                sql = ("SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
+                       "AND rowid BETWEEN ? AND ?")
+                for rowid, rank in self.conn.execute(sql, (match, lo, hi)):
+                    cid = rowids.get(rowid)
+                    if cid is not None:
+                        out[cid] = bm25_to_score(rank)
         return out
 
     def chunks_in_period(self, start: str, end: str, limit: int) -> list[Hit]:
@@ -497,9 +564,11 @@ class SqliteStore:
     def rebuild(self) -> Iterator[SqliteStore]:
         """Build into ``<index>.tmp-<id>`` (seeded with the live cache), then :meth:`swap_from` it."""
         temp_path = Path(self._temp_prefix() + uuid.uuid4().hex[:12])
-        fresh = SqliteStore(temp_path, fts_tokenizer=self.fts_tokenizer, vector_enabled=self.vector_enabled,
-                            extension_path=self.extension_path)
+        fresh: SqliteStore | None = None
         try:
+            # Inside the try: on a full disk even creating the schema fails, and the temp file must go.
+            fresh = SqliteStore(temp_path, fts_tokenizer=self.fts_tokenizer, vector_enabled=self.vector_enabled,
+                                extension_path=self.extension_path)
             with fresh.transaction() as c:
                 c.execute("ATTACH DATABASE ? AS live", (str(self.path),))
                 c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM live.embedding_cache")
@@ -507,12 +576,20 @@ class SqliteStore:
             yield fresh
             fresh.close()
             self.swap_from(temp_path)
-        except BaseException:
-            fresh.close()
-            self.cleanup_leftovers()  # keeps the embeddings this failed build already paid for
-            raise
+        except BaseException as exc:
+            if fresh is not None:
+                fresh.close()
+                self.cleanup_leftovers()  # keeps the embeddings this failed build already paid for
+            if not isinstance(exc, Exception):
+                raise
+            cause = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ is not None else exc
+            if not isinstance(cause, db.binding().Error) or health.is_damage_error(cause):
+                raise
+            raise StoreError(f"rebuilding the index {self.path} failed: {health.first_line(cause)} (writing "
+                             f"{temp_path}); the index as it was is unchanged") from cause
         finally:
-            fresh.close()
+            if fresh is not None:
+                fresh.close()
             for suffix in ("", "-wal", "-shm", "-journal"):
                 try:
                     os.unlink(str(temp_path) + suffix)
