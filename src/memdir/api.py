@@ -17,15 +17,25 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memdir.config import LoadedConfig, Settings, load_config
-from memdir.embeddings.registry import ProviderSelection, select_provider
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
+from memdir.settings_cache import SnapshotConfig
 from memdir.stores import Store, open_store
-from memdir.sync import Indexer, Progress, SyncReport
 from memdir.workspace import PathError, discover, read_lines, resolve_readable
+
+if TYPE_CHECKING:  # imported where used: pydantic and the indexer are not needed to answer a search
+    from memdir.config import LoadedConfig, Settings
+    from memdir.embeddings.registry import ProviderSelection
+    from memdir.sync import Indexer, Progress, SyncReport
+
+
+def select_provider(cfg: Any) -> ProviderSelection:
+    """:func:`memdir.embeddings.registry.select_provider`, imported on first use."""
+    from memdir.embeddings.registry import select_provider as select
+
+    return select(cfg)
 
 
 class MemdirError(RuntimeError):
@@ -57,6 +67,13 @@ class Memory:
         state_dir: str | os.PathLike[str] | None = None,
         provider: Any = None,
     ):
+        if isinstance(config, SnapshotConfig):  # the CLI's remembered settings (memdir.settings_cache)
+            self.loaded: Any = config
+            self.settings: Any = config.settings
+            self._init_parts(provider)
+            return
+        from memdir.config import LoadedConfig, Settings, load_config
+
         if isinstance(config, LoadedConfig):
             loaded = config
         elif isinstance(config, Settings):
@@ -67,6 +84,9 @@ class Memory:
             loaded = load_config(config_path=config, workspace=workspace, agent_id=agent_id, state_dir=state_dir)
         self.loaded = loaded
         self.settings = loaded.settings
+        self._init_parts(provider)
+
+    def _init_parts(self, provider: Any) -> None:
         self._provider_override = provider
         self._selection: ProviderSelection | None = None
         self._store: Store | None = None
@@ -85,6 +105,8 @@ class Memory:
     def selection(self) -> ProviderSelection:
         if self._selection is None:
             if self._provider_override is not None:
+                from memdir.embeddings.registry import ProviderSelection
+
                 override = self._provider_override
                 self._selection = ProviderSelection(override, getattr(override, "id", "custom"))
             else:
@@ -112,6 +134,8 @@ class Memory:
     @property
     def indexer(self) -> Indexer:
         if self._indexer is None:
+            from memdir.sync import Indexer
+
             sel = self.selection
             transient = sel.provider is None and sel.requested not in ("none", "off", "fts-only")
             self._indexer = Indexer(self.settings, self.store, sel.provider, provider_transiently_missing=transient,

@@ -106,10 +106,24 @@ def _load_config(args: argparse.Namespace) -> Any:
     )
 
 
-def _memory(args: argparse.Namespace) -> Any:
+def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
+    """The agent's :class:`~memdir.api.Memory`; with ``snapshot`` its settings may come from the
+    last run with the same inputs (:mod:`memdir.settings_cache`), which skips pydantic."""
     from memdir.api import Memory
 
-    return Memory(config=_load_config(args))
+    if not snapshot or os.environ.get("MEMDIR_NO_SETTINGS_CACHE"):
+        return Memory(config=_load_config(args))
+    from memdir import settings_cache
+
+    flags = {name: getattr(args, name, None) for name in ("workspace", "state_dir")}
+    key, path = settings_cache.snapshot_key(config_path=getattr(args, "config", None),
+                                            agent_id=getattr(args, "agent", None), **flags)
+    remembered = settings_cache.load_snapshot(path, key)
+    if remembered is not None:
+        return Memory(config=remembered)
+    loaded = _load_config(args)
+    settings_cache.save_snapshot(path, key, loaded)
+    return Memory(config=loaded)
 
 
 def _progress_bar(enabled: bool) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
@@ -158,7 +172,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     query = args.query_opt if args.query_opt is not None else args.query
     if not query or not query.strip():
         raise CliError("Missing search query. Provide a positional query or use --query <text>.")
-    with _memory(args) as mem:
+    with _memory(args, snapshot=True) as mem:
         resp = mem.search(query, max_results=args.max_results, min_score=args.min_score, explain=args.explain,
                           sync=False if args.no_sync else None)
         if args.json:

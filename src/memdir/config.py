@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from memdir.settings_cache import candidate_count, resolve_store_path
+
 CONFIG_FILENAMES = ("memdir.toml", "memdir.json", "memdir.json5")
 DEFAULT_AGENT_ID = "main"
 
@@ -224,11 +226,6 @@ class QueryConfig(_Model):
         return candidate_count(self.max_results, self.hybrid.candidate_multiplier)
 
 
-def candidate_count(max_results: int, multiplier: float) -> int:
-    """Size of each signal's candidate pool: ``min(200, max(1, floor(maxResults × mult)))``."""
-    return min(200, max(1, math.floor(max_results * multiplier)))
-
-
 class CacheConfig(_Model):
     enabled: bool = True
     max_entries: float | None = None
@@ -398,12 +395,6 @@ class Settings(_Model):
             if p not in out:
                 out.append(p)
         return out
-
-
-def resolve_store_path(configured: str | None, agent_id: str, state_dir: Path) -> Path:
-    if not configured:
-        return state_dir / "memory" / f"{agent_id}.sqlite"
-    return Path(os.path.expanduser(configured.replace("{agentId}", agent_id))).resolve()
 
 
 # --- loading ---------------------------------------------------------------------------------

@@ -21,13 +21,16 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memdir.config import MemorySearchConfig, candidate_count
 from memdir.embeddings.base import EmbeddingProvider, is_zero
 from memdir.query import extract_keywords, keyword_terms
 from memdir.ranking import Candidate, apply_decay, memory_timestamp, merge_hybrid, mmr_rerank
+from memdir.settings_cache import candidate_count
 from memdir.stores.base import Store
+
+if TYPE_CHECKING:
+    from memdir.config import MemorySearchConfig
 
 SNIPPET_MAX_CHARS = 700
 #: BM25 ``r/(1+r)`` of 0.6 is a rank of -1.5: several query words, or a rare one, matched.

@@ -17,14 +17,16 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memdir.chunking import Chunk, chunk_id, chunk_markdown, remap_lines, sha256_text
-from memdir.config import Settings
 from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
 from memdir.lock import LockTimeout
 from memdir.stores.base import ChunkRow, Store
 from memdir.workspace import FileEntry, discover
+
+if TYPE_CHECKING:
+    from memdir.config import Settings
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
 CHUNKER_VERSION = 3

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import re
 import threading
@@ -23,15 +24,16 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from memdir import db
 from memdir.lock import FileWriterLock
 from memdir.query import fts5_match
 from memdir.stores.base import ChunkRow, Hit
 from memdir.textutil import fts_text
+
+if TYPE_CHECKING:
+    import numpy as np
 
 META_KEY = "memory_index_meta_v1"
 SCHEMA_VERSION = 1
@@ -40,10 +42,14 @@ FTS_COLUMNS = ("text", "id", "path", "source", "model", "start_line", "end_line"
 
 
 def to_blob(vector: Sequence[float]) -> bytes:
+    import numpy as np  # NumPy is imported when vectors are touched: a keyword search never needs it
+
     return np.asarray(vector, dtype="<f4").tobytes()
 
 
 def from_blob(blob: bytes | None) -> np.ndarray:
+    import numpy as np
+
     if not blob:
         return np.zeros(0, dtype=np.float32)
     return np.frombuffer(blob, dtype="<f4")
@@ -51,7 +57,7 @@ def from_blob(blob: bytes | None) -> np.ndarray:
 
 def bm25_to_score(rank: float) -> float:
     """FTS5 bm25 (more negative = better) → (0, 1): ``r/(1+r)`` with ``r = −rank`` (R§7 [v4.12])."""
-    if rank is None or not np.isfinite(rank):
+    if rank is None or not math.isfinite(rank):
         return 0.001
     if rank < 0:
         r = -rank
@@ -270,6 +276,8 @@ class SqliteStore:
 
     def vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
         """Nearest chunks by cosine similarity: sqlite-vec KNN, else NumPy over the stored blobs."""
+        import numpy as np
+
         q = np.asarray(query, dtype=np.float32)
         if not q.size or not np.any(q) or limit <= 0:
             return []
