@@ -1,9 +1,10 @@
 """The SQLite index (the default store): schema (R§4), per-file writes, keyword and vector
 queries, embedding cache, and the atomic full rebuild.
 
-Tables: ``meta``, ``files``, ``chunks`` (text + float32 embedding blob), ``chunks_fts`` (FTS5),
-``chunks_vec`` (sqlite-vec ``vec0``, cosine, created once the vector width is known) and
-``embedding_cache``.  Everything here is derived from the Markdown files and can be rebuilt.
+Tables: ``meta``, ``files``, ``chunks`` (text + float32 embedding blob: the only copy of a chunk's
+vectors), ``chunks_fts`` (FTS5), ``vec_log`` (which chunks gained or lost vectors, so an
+in-process matrix can follow: :mod:`memdir.stores.vectors`) and ``embedding_cache``.  Everything
+here is derived from the Markdown files and can be rebuilt.
 :class:`SqliteStore` implements :class:`memdir.stores.base.Store`; see there for the contract.
 
 A full rebuild is built in a temporary database beside the index (``<index>.tmp-<id>``) and
@@ -17,7 +18,6 @@ import glob
 import json
 import math
 import os
-import re
 import threading
 import time
 import uuid
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from memdir import db
 from memdir.lock import FileWriterLock
 from memdir.query import fts5_match
+from memdir.stores import vectors as vecs
 from memdir.stores.base import ChunkRow, Hit
 from memdir.textutil import fts_text
 
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 
 META_KEY = "memory_index_meta_v1"
 SCHEMA_VERSION = 1
-_DIMS = re.compile(r"float\[(\d+)\]", re.IGNORECASE)
 FTS_COLUMNS = ("text", "id", "path", "source", "model", "start_line", "end_line")
 
 
@@ -81,7 +81,7 @@ class SqliteStore:
         if not readonly:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = db.connect(self.path, readonly=readonly)
-        self.vec = db.load_vec(self.conn, extension_path) if vector_enabled else db.VecState(False, "disabled")
+        self.matrix = vecs.VectorMatrix()
         if not readonly:
             self.ensure_schema()
 
@@ -128,6 +128,11 @@ class SqliteStore:
                 CREATE INDEX IF NOT EXISTS idx_cache_updated ON embedding_cache(updated_at);
                 """
             )
+            c.executescript(vecs.SCHEMA)
+            if c.execute("SELECT 1 FROM meta WHERE key = ?", (vecs.EPOCH_KEY,)).fetchone() is None:
+                with self.transaction():
+                    vecs.new_epoch(c)
+            self._drop_legacy_vec_table()
             cols = {row[1] for row in c.execute("PRAGMA table_info(chunks)")}
             if "ts" not in cols:  # index written before chunk timestamps existed
                 c.execute("ALTER TABLE chunks ADD COLUMN ts INTEGER")
@@ -136,6 +141,16 @@ class SqliteStore:
                 self.fts_error = None
             except Exception as exc:
                 self.fts_error = f"FTS5 unavailable: {exc}"
+
+    def _drop_legacy_vec_table(self) -> None:
+        """Indexes written before the in-process matrix kept a second copy of every vector in a
+        sqlite-vec ``chunks_vec`` table: drop it (dropping needs the extension that defines it)."""
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_vec'").fetchone() is None:
+            return
+        state = db.load_vec(self.conn, self.extension_path)
+        if state.available:
+            with self.transaction() as c:
+                c.execute("DROP TABLE chunks_vec")
 
     def _fts_ddl(self, name: str) -> str:
         tok = "trigram case_sensitive 0" if self.fts_tokenizer == "trigram" else "unicode61"
@@ -153,11 +168,12 @@ class SqliteStore:
         return FileWriterLock(self.path)
 
     def describe(self) -> dict[str, Any]:
-        if self.vec.available:
-            vector = {"path": "sqlite-vec", "version": self.vec.version,
-                      "why": "sqlite-vec loaded: KNN runs inside SQLite"}
+        if not self.vector_enabled:
+            vector: dict[str, Any] = {"path": "disabled", "why": "store.vector.enabled is false"}
         else:
-            vector = {"path": "numpy", "why": f"sqlite-vec not used ({self.vec.error}); cosine similarity in NumPy"}
+            vector = {"path": "matrix", "why": "vectors scanned as one in-process float32 matrix (NumPy), kept "
+                                               "in step with the index by its change log",
+                      "warm": self.matrix.describe()}
         return {"backend": "sqlite", "location": self.location, "sqlite": db.binding_name(),
                 "fts": {"available": self.fts_available, "error": self.fts_error, "tokenizer": self.fts_tokenizer},
                 "vector": vector}
@@ -217,10 +233,8 @@ class SqliteStore:
                 [(rid, fts_text(ch.text), ch.id, ch.path, ch.source, ch.model, ch.start_line, ch.end_line)
                  for rid, ch in zip(rowids, chunks, strict=True)],
             )
-        vectors = [(ch.id, to_blob(ch.embedding)) for ch in chunks if ch.embedding is not None and len(ch.embedding)]
-        if vectors and self.vec.available:
-            self.ensure_vec_table(len(vectors[0][1]) // 4)
-            c.executemany("INSERT OR REPLACE INTO chunks_vec(id, embedding) VALUES (?, ?)", vectors)
+        vecs.log_changes(c, [rid for rid, ch in zip(rowids, chunks, strict=True)
+                             if ch.embedding is not None and len(ch.embedding)], alive=True)
         c.execute(
             "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
             (path, source, file_hash, mtime_ns, size),
@@ -228,12 +242,9 @@ class SqliteStore:
 
     def _delete_file_rows(self, path: str, source: str) -> None:
         c = self.conn
-        if self.vec.available and self.has_vec_table():
-            # One keyed delete per id: sqlite-vec answers `id IN (SELECT ...)` with a full scan of the
-            # vector table, which made indexing quadratic in the corpus size.
-            ids = [(cid,) for (cid,) in c.execute(
-                "SELECT id FROM chunks WHERE path = ? AND source = ? AND embedding IS NOT NULL", (path, source))]
-            c.executemany("DELETE FROM chunks_vec WHERE id = ?", ids)
+        vecs.log_changes(c, [r for (r,) in c.execute(
+            "SELECT rowid FROM chunks WHERE path = ? AND source = ? AND embedding IS NOT NULL", (path, source))],
+            alive=False)
         if self.fts_available:
             c.execute("DELETE FROM chunks_fts WHERE rowid IN (SELECT rowid FROM chunks WHERE path = ? AND source = ?)",
                       (path, source))
@@ -249,77 +260,46 @@ class SqliteStore:
         return {(p, s) for p, s in rows}
 
     # -- vectors -----------------------------------------------------------------------------
-    def has_vec_table(self) -> bool:
-        row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()
-        return row is not None
-
     def vec_dims(self) -> int | None:
-        row = self.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()
-        if not row:
-            return None
-        m = _DIMS.search(row[0])
-        return int(m.group(1)) if m else None
+        """Width of the stored vectors: the index identity's, else the first stored vector's."""
+        meta = self.read_meta() or {}
+        if meta.get("vectorDims"):
+            return int(meta["vectorDims"])
+        with self.lock:
+            row = self.conn.execute(
+                "SELECT length(embedding) FROM chunks WHERE embedding IS NOT NULL LIMIT 1").fetchone()
+        return int(row[0]) // 4 if row and row[0] else None
 
-    def ensure_vec_table(self, dims: int) -> None:
-        """Create ``chunks_vec`` for ``dims``; a different width drops and recreates it (R§4)."""
-        if not self.vec.available:
-            return
-        current = self.vec_dims()
-        if current == dims:
-            return
-        if current is not None:
-            self.conn.execute("DROP TABLE chunks_vec")
-        self.conn.execute(
-            f"CREATE VIRTUAL TABLE chunks_vec USING vec0(id TEXT PRIMARY KEY, "
-            f"embedding FLOAT[{int(dims)}] distance_metric=cosine)"
-        )
+    def _fresh_matrix(self, dims: int) -> vecs.VectorMatrix | None:
+        """The in-process matrix brought up to date (``None`` for an index without a change log)."""
+        try:
+            self.matrix.refresh(self.conn, dims)
+        except db.binding().OperationalError:  # a read-only index written before vec_log existed
+            return None
+        return self.matrix
 
     def vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
-        """Nearest chunks by cosine similarity: sqlite-vec KNN, else NumPy over the stored blobs."""
+        """Nearest chunks by cosine similarity (a chunk scores its best window), from the matrix."""
         import numpy as np
 
         q = np.asarray(query, dtype=np.float32)
-        if not q.size or not np.any(q) or limit <= 0:
+        if not q.size or not np.any(q) or limit <= 0 or not self.vector_enabled:
             return []
         with self.lock:
-            if self.vec.available and self.vec_dims() == q.size:
-                rows = self.conn.execute(
-                    "SELECT v.id, v.distance, c.path, c.source, c.start_line, c.end_line, c.text, c.ts "
-                    "FROM chunks_vec v JOIN chunks c ON c.id = v.id "
-                    "WHERE v.embedding MATCH ? AND k = ? ORDER BY v.distance",
-                    (q.astype("<f4").tobytes(), int(limit)),
-                ).fetchall()
-                return [Hit(r[0], r[2], r[3], r[4], r[5], r[6], 1.0 - float(r[1]), r[7]) for r in rows]
-            ids: list[str] = []
-            blobs: list[bytes] = []
-            for cid, blob in self.conn.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL"):
-                if len(blob) == q.size * 4:
-                    ids.append(cid)
-                    blobs.append(blob)
-            if not ids:
-                return []
-            matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(ids), q.size)
-            qn = q / (np.linalg.norm(q) or 1.0)
-            norms = np.linalg.norm(matrix, axis=1)
-            norms[norms == 0] = 1.0
-            sims = (matrix @ qn) / norms
-            k = min(limit, len(ids))
-            top = np.argpartition(-sims, k - 1)[:k]
-            top = top[np.argsort(-sims[top], kind="stable")]
-            return self._hits_for([(ids[i], float(sims[i])) for i in top])
+            matrix = self._fresh_matrix(int(q.size))
+            if matrix is None:
+                matrix = vecs.VectorMatrix()
+                matrix._load(self.conn, int(q.size), None, 0)
+            return self._hits_by_rowid(matrix.search(q, limit))
 
-    def _hits_for(self, scored: list[tuple[str, float]]) -> list[Hit]:
+    def _hits_by_rowid(self, scored: list[tuple[int, float]]) -> list[Hit]:
         if not scored:
             return []
         marks = ",".join("?" * len(scored))
-        rows = {
-            r[0]: r
-            for r in self.conn.execute(
-                f"SELECT id, path, source, start_line, end_line, text, ts FROM chunks WHERE id IN ({marks})",
-                [cid for cid, _ in scored],
-            )
-        }
-        return [Hit(cid, *rows[cid][1:6], score, rows[cid][6]) for cid, score in scored if cid in rows]
+        rows = {r[0]: r for r in self.conn.execute(
+            f"SELECT rowid, id, path, source, start_line, end_line, text, ts FROM chunks WHERE rowid IN ({marks})",
+            [rowid for rowid, _ in scored])}
+        return [Hit(*rows[rid][1:7], score, rows[rid][7]) for rid, score in scored if rid in rows]
 
     # -- keyword -----------------------------------------------------------------------------
     def keyword_search(self, terms: Sequence[str], limit: int) -> list[Hit]:
@@ -464,9 +444,6 @@ class SqliteStore:
         with self.lock:
             c.execute("ATTACH DATABASE ? AS fresh", (str(fresh_path),))
             try:
-                fresh_has_vec = c.execute(
-                    "SELECT sql FROM fresh.sqlite_master WHERE name = 'chunks_vec'"
-                ).fetchone()
                 c.execute("BEGIN IMMEDIATE")
                 try:
                     for table in ("files", "embedding_cache", "meta"):
@@ -480,14 +457,7 @@ class SqliteStore:
                     c.execute(self._fts_ddl("main.chunks_fts"))
                     cols = ", ".join(("rowid", *FTS_COLUMNS))
                     c.execute(f"INSERT INTO main.chunks_fts({cols}) SELECT {cols} FROM fresh.chunks_fts")
-                    if self.vec.available:
-                        c.execute("DROP TABLE IF EXISTS main.chunks_vec")
-                        if fresh_has_vec:
-                            m = _DIMS.search(fresh_has_vec[0])
-                            if m:
-                                self.ensure_vec_table(int(m.group(1)))
-                                c.execute("INSERT INTO main.chunks_vec(id, embedding) "
-                                          "SELECT id, embedding FROM fresh.chunks_vec")
+                    vecs.new_epoch(c)
                     c.execute("COMMIT")
                 except BaseException:
                     c.execute("ROLLBACK")
