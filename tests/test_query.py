@@ -52,10 +52,17 @@ def test_extract_keywords(query, expected):
 
 def test_match_expression_quotes_every_term():
     assert keyword_match_expression('NEAR(alpha beta) "gamma* -delta OR') == (
-        '"near" OR "alpha" OR "beta" OR "gamma" OR "delta"'
+        'text : ("near" OR "alpha" OR "beta" OR "gamma" OR "delta") OR stems : ("near" OR "alpha" OR "beta" OR '
+        '"gamma" OR "delta")'
     )
     assert keyword_match_expression("之前讨论的方案").count('"讨 论"') == 1
-    assert keyword_match_expression("에러") == '"에러"*'
+    assert keyword_match_expression("에러") == 'text : ("에러"*)'
     # only stop words: still searchable by its words rather than returning nothing
-    assert keyword_match_expression("what is it") == '"what" OR "is" OR "it"'
+    assert keyword_match_expression("what is it") == 'text : ("what" OR "is" OR "it") OR stems : ("what")'
+
+
+def test_word_forms_match_by_stem_and_identifiers_as_phrases():
+    expr = keyword_match_expression("Who was frustrating about the broken QX-1773 checkups?")
+    assert expr == ('text : ("qx 1773" OR "frustrating" OR "broken" OR "checkups") OR '
+                    'stems : ("frustrat" OR "broken" OR "checkup")')
     assert keyword_match_expression("!!! ???") is None

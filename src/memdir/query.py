@@ -10,7 +10,7 @@ import re
 
 from memdir.stopwords import ALL as STOP_WORDS
 from memdir.stopwords import KO as KO_STOP
-from memdir.textutil import has_han_or_kana, has_hangul, split_words, word_runs
+from memdir.textutil import has_han_or_kana, has_hangul, split_words, stem, word_runs
 
 _KANA = re.compile("[\u3040-\u30ff]")
 _HAN = re.compile("[\u4e00-\u9fff]")
@@ -99,17 +99,39 @@ def fts_term(token: str) -> str:
     return f'"{clean}"'
 
 
-def keyword_terms(query: str) -> list[str]:
-    """The words a keyword search looks for: content words, split into FTS-sized word runs.
+#: Identifier-like tokens: letters and digits mixed, parts joined by - _ . / : (QX-1773, 9f3c2a, v2.1).
+_ID_TOKEN = re.compile(r"(?<![\w])[^\W_]+(?:[-_./:][^\W_]+)*")
 
-    Falls back to every word of the query when all of them are stop words (a query made only of
-    stop words still deserves an answer); empty when there is nothing to search for.  Every
-    store backend turns these terms into its own query syntax.
+
+def id_terms(query: str) -> list[str]:
+    """Identifiers in a question (a letter and a digit in one token), as phrases of their parts.
+
+    ``extract_keywords`` (R§9) drops short and all-digit words, so ``QX-1773`` inside a sentence
+    would vanish; kept as the phrase ``qx 1773`` it matches the identifier exactly.
+    """
+    out: list[str] = []
+    for m in _ID_TOKEN.finditer(query.lower()):
+        tok = m.group(0)
+        if any(ch.isdigit() for ch in tok) and any(ch.isalpha() for ch in tok) and tok.isascii():
+            phrase = " ".join(word_runs(tok))
+            if phrase and phrase not in out:
+                out.append(phrase)
+    return out
+
+
+def keyword_terms(query: str) -> list[str]:
+    """The words a keyword search looks for: identifiers, content words, split into FTS-sized word runs.
+
+    A term may be a phrase of several words (an identifier such as ``qx 1773``).  Falls back to
+    every word of the query when all of them are stop words (a query made only of stop words
+    still deserves an answer); empty when there is nothing to search for.  Every store backend
+    turns these terms into its own query syntax.
     """
     keywords = extract_keywords(query)
-    if not keywords:
+    ids = id_terms(query)
+    if not keywords and not ids:
         keywords = [t.lower() for t in word_runs(query) if t.replace('"', "")]
-    terms: list[str] = []
+    terms: list[str] = list(ids)
     for kw in keywords:
         for part in word_runs(kw) if not has_han_or_kana(kw) else [kw]:
             part = part.replace('"', "")
@@ -118,10 +140,31 @@ def keyword_terms(query: str) -> list[str]:
     return terms[:64]
 
 
+def stemmed_terms(terms: list[str]) -> list[str]:
+    """The Snowball stems of the Latin-word terms (IDs, numbers and CJK have none), de-duplicated."""
+    out: list[str] = []
+    for t in terms:
+        s = stem(t.lower())
+        if s and s not in out:
+            out.append(s)
+    return out
+
+
 def fts5_match(terms: list[str]) -> str | None:
-    """An FTS5 MATCH expression for :func:`keyword_terms`: terms OR-ed, so BM25 rewards notes sharing more."""
+    """An FTS5 MATCH expression for :func:`keyword_terms`: terms OR-ed, so BM25 rewards notes sharing more.
+
+    Each term matches its exact form in the ``text`` column, and its stem in the ``stems``
+    column (:func:`memdir.textutil.stem_text`): a note with the exact word matches in both and
+    ranks above one that only shares the stem.
+    """
     quoted = list(dict.fromkeys(fts_term(t) for t in terms if t))
-    return " OR ".join(quoted) if quoted else None
+    if not quoted:
+        return None
+    expr = "text : (" + " OR ".join(quoted) + ")"
+    stems = stemmed_terms(terms)
+    if stems:
+        expr += " OR stems : (" + " OR ".join(f'"{s}"' for s in stems) + ")"
+    return expr
 
 
 def keyword_match_expression(query: str) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
 # Ranges weighed as 4 "characters" by the chunker (R§3 [v4.12]).
 _CJK_WEIGHT = re.compile("[\u2e80-\u9fff\ua000-\ua4ff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f]")
@@ -67,3 +68,38 @@ _WORD = re.compile(r"[^\W]+", re.UNICODE)
 def word_runs(text: str) -> list[str]:
     """Maximal runs of letters, digits or ``_`` (``[\\p{L}\\p{N}_]+``), as FTS query tokens."""
     return [m.group(0) for m in _WORD.finditer(text)]
+
+
+_stemmer: Any = None
+
+
+def _english_stemmer() -> Any:
+    global _stemmer
+    if _stemmer is None:
+        import Stemmer  # PyStemmer: the Snowball stemmers in C; imported when first needed
+
+        _stemmer = Stemmer.Stemmer("english")
+    return _stemmer
+
+
+def stem(word: str) -> str | None:
+    """The Snowball (English) stem of one lower-case Latin word, or ``None`` for anything else.
+
+    IDs, numbers, mixed letter-digit tokens and CJK are never stemmed: they only match exactly.
+    """
+    if not word.isascii() or not word.isalpha() or len(word) < 3:
+        return None
+    return str(_english_stemmer().stemWord(word))
+
+
+def stem_text(text: str) -> str:
+    """The stems of a text's Latin words, space-separated: the keyword index's second column.
+
+    Matching a query word's stem against this column forgives word forms (painted/painting,
+    checkups/checkup, frustrating/frustration) while the exact column keeps exact words
+    ranking higher (they match in both columns).
+    """
+    words = [w for w in word_runs(text.lower()) if len(w) >= 3 and w.isascii() and w.isalpha()]
+    if not words:
+        return ""
+    return " ".join(_english_stemmer().stemWords(words))

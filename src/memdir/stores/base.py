@@ -18,7 +18,15 @@ The contract every backend keeps:
   answering from the old contents until the replacement commits.
 * **Scores**: :meth:`Store.keyword_search` returns BM25-like relevance mapped into ``(0, 1)``,
   higher is better; :meth:`Store.vector_search` returns cosine similarity.  Both are ordered
-  best first.
+  best first.  :meth:`Store.keyword_scores` / :meth:`Store.vector_scores` give the *same*
+  scores for chosen chunks (0 when a chunk does not match), so the hybrid merge can score every
+  candidate on both signals; they are called with a few dozen ids and must not scan the index.
+* **Keyword terms** come from :func:`memdir.query.keyword_terms`: a term of several words is a
+  phrase (an identifier such as ``qx 1773``).  A Latin word also matches other forms of it
+  (same Snowball stem, :func:`memdir.textutil.stem`), and an exact match ranks above a
+  stem-only one.
+* **Vectors**: a chunk may hold several vectors (one per model window of its text, stored
+  concatenated); its cosine is the maximum over them.
 * Everything in a store can be thrown away and rebuilt from the Markdown files.
 """
 
@@ -42,9 +50,16 @@ class ChunkRow:
     hash: str
     model: str
     text: str
+    #: One vector, or several concatenated (one per model window of the text; ``windows`` says
+    #: how many): a chunk's vector score is the best of its windows.
     embedding: Sequence[float] | None = None
     #: When the chunk's content was written (ms), if the source knows (transcripts).
     ts: int | None = None
+    #: The days the chunk's content is about (ISO ``YYYY-MM-DD``, first and last), if known:
+    #: from a daily file's name, dated headings or message times.
+    date_start: str | None = None
+    date_end: str | None = None
+    windows: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +74,8 @@ class Hit:
     text: str
     score: float
     ts: int | None = None
+    date_start: str | None = None
+    date_end: str | None = None
 
 
 #: ``{(path, source): (content hash, mtime_ns, size)}`` of every indexed file.
@@ -131,7 +148,19 @@ class Store(Protocol):
         ...
 
     def vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
-        """Nearest chunks by cosine similarity."""
+        """Nearest chunks by cosine similarity (the best of a chunk's windows)."""
+        ...
+
+    def keyword_scores(self, terms: Sequence[str], ids: Sequence[str]) -> dict[str, float]:
+        """The :meth:`keyword_search` score of each chunk in ``ids`` (0.0 for a chunk that does not match)."""
+        ...
+
+    def vector_scores(self, query: Sequence[float], ids: Sequence[str]) -> dict[str, float]:
+        """The :meth:`vector_search` score of each chunk in ``ids`` that has a vector."""
+        ...
+
+    def chunks_in_period(self, start: str, end: str, limit: int) -> list[Hit]:
+        """Up to ``limit`` chunks whose dates overlap ``start..end`` (ISO days, inclusive), score 0."""
         ...
 
     # -- embedding cache --------------------------------------------------------------------

@@ -31,14 +31,17 @@ from memdir.lock import FileWriterLock
 from memdir.query import fts5_match
 from memdir.stores import vectors as vecs
 from memdir.stores.base import ChunkRow, Hit
-from memdir.textutil import fts_text
+from memdir.textutil import fts_text, stem_text
 
 if TYPE_CHECKING:
     import numpy as np
 
 META_KEY = "memory_index_meta_v1"
 SCHEMA_VERSION = 1
-FTS_COLUMNS = ("text", "id", "path", "source", "model", "start_line", "end_line")
+FTS_COLUMNS = ("text", "stems", "id", "path", "source", "model", "start_line", "end_line")
+_CHUNK_COLUMNS = ("id, path, source, start_line, end_line, hash, model, text, embedding, updated_at, ts, "
+                  "date_start, date_end")
+_HIT_COLUMNS = "c.id, c.path, c.source, c.start_line, c.end_line, c.text, c.ts, c.date_start, c.date_end"
 
 
 def to_blob(vector: Sequence[float]) -> bytes:
@@ -55,6 +58,18 @@ def from_blob(blob: bytes | None) -> np.ndarray:
     return np.frombuffer(blob, dtype="<f4")
 
 
+def max_cosine(blob: bytes, q: np.ndarray) -> float | None:
+    """Cosine of ``q`` (unit length) with the best of the vectors concatenated in ``blob``."""
+    import numpy as np
+
+    if not blob or len(blob) % (4 * q.size):
+        return None
+    m = np.frombuffer(blob, dtype="<f4").reshape(-1, q.size)
+    norms = np.linalg.norm(m, axis=1)
+    norms[norms == 0] = 1.0
+    return float(np.max((m @ q) / norms))
+
+
 def bm25_to_score(rank: float) -> float:
     """FTS5 bm25 (more negative = better) → (0, 1): ``r/(1+r)`` with ``r = −rank`` (R§7 [v4.12])."""
     if rank is None or not math.isfinite(rank):
@@ -63,6 +78,11 @@ def bm25_to_score(rank: float) -> float:
         r = -rank
         return r / (1 + r)
     return 1 / (1 + rank)
+
+
+def _hit(row: Sequence[Any], score: float) -> Hit:
+    """A :class:`Hit` from a row selected with ``_HIT_COLUMNS``."""
+    return Hit(row[0], row[1], row[2], row[3], row[4], row[5], score, row[6], row[7], row[8])
 
 
 class SqliteStore:
@@ -118,7 +138,7 @@ class SqliteStore:
                     id TEXT PRIMARY KEY, path TEXT NOT NULL, source TEXT NOT NULL DEFAULT 'memory',
                     start_line INTEGER NOT NULL, end_line INTEGER NOT NULL, hash TEXT NOT NULL,
                     model TEXT NOT NULL, text TEXT NOT NULL, embedding BLOB, updated_at INTEGER NOT NULL,
-                    ts INTEGER);
+                    ts INTEGER, date_start TEXT, date_end TEXT);
                 CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks(path, source);
                 CREATE INDEX IF NOT EXISTS idx_chunks_source ON chunks(source);
                 CREATE TABLE IF NOT EXISTS embedding_cache(
@@ -134,8 +154,10 @@ class SqliteStore:
                     vecs.new_epoch(c)
             self._drop_legacy_vec_table()
             cols = {row[1] for row in c.execute("PRAGMA table_info(chunks)")}
-            if "ts" not in cols:  # index written before chunk timestamps existed
-                c.execute("ALTER TABLE chunks ADD COLUMN ts INTEGER")
+            for col, kind in (("ts", "INTEGER"), ("date_start", "TEXT"), ("date_end", "TEXT")):
+                if col not in cols:  # an index written before these columns existed
+                    c.execute(f"ALTER TABLE chunks ADD COLUMN {col} {kind}")
+            c.execute("CREATE INDEX IF NOT EXISTS idx_chunks_date ON chunks(date_start, date_end)")
             try:
                 c.execute(self._fts_ddl("chunks_fts"))
                 self.fts_error = None
@@ -155,7 +177,7 @@ class SqliteStore:
     def _fts_ddl(self, name: str) -> str:
         tok = "trigram case_sensitive 0" if self.fts_tokenizer == "trigram" else "unicode61"
         return (
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(text, id UNINDEXED, path UNINDEXED, "
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(text, stems, id UNINDEXED, path UNINDEXED, "
             f"source UNINDEXED, model UNINDEXED, start_line UNINDEXED, end_line UNINDEXED, "
             f"tokenize='{tok}')"
         )
@@ -219,19 +241,19 @@ class SqliteStore:
         rowids: list[int] = []
         for ch in chunks:
             cur = c.execute(
-                "INSERT OR REPLACE INTO chunks(id, path, source, start_line, end_line, hash, model, text, "
-                "embedding, updated_at, ts) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT OR REPLACE INTO chunks({_CHUNK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model, ch.text,
-                 to_blob(ch.embedding) if ch.embedding is not None and len(ch.embedding) else None, now, ch.ts),
+                 to_blob(ch.embedding) if ch.embedding is not None and len(ch.embedding) else None, now, ch.ts,
+                 ch.date_start, ch.date_end),
             )
             rowids.append(int(cur.lastrowid))
         if self.fts_available:
             # FTS rows share the chunk's rowid, so a file's rows are deleted by key, not by a scan.
             c.executemany(
-                "INSERT OR REPLACE INTO chunks_fts(rowid, text, id, path, source, model, start_line, end_line) "
-                "VALUES (?,?,?,?,?,?,?,?)",
-                [(rid, fts_text(ch.text), ch.id, ch.path, ch.source, ch.model, ch.start_line, ch.end_line)
-                 for rid, ch in zip(rowids, chunks, strict=True)],
+                "INSERT OR REPLACE INTO chunks_fts(rowid, text, stems, id, path, source, model, start_line, end_line) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
+                [(rid, fts_text(ch.text), stem_text(ch.text), ch.id, ch.path, ch.source, ch.model, ch.start_line,
+                  ch.end_line) for rid, ch in zip(rowids, chunks, strict=True)],
             )
         vecs.log_changes(c, [rid for rid, ch in zip(rowids, chunks, strict=True)
                              if ch.embedding is not None and len(ch.embedding)], alive=True)
@@ -292,14 +314,41 @@ class SqliteStore:
                 matrix._load(self.conn, int(q.size), None, 0)
             return self._hits_by_rowid(matrix.search(q, limit))
 
+    def vector_scores(self, query: Sequence[float], ids: Sequence[str]) -> dict[str, float]:
+        """Cosine of each given chunk (best window), from the same matrix :meth:`vector_search` scans."""
+        import numpy as np
+
+        q = np.asarray(query, dtype=np.float32)
+        wanted = list(dict.fromkeys(ids))
+        if not q.size or not np.any(q) or not wanted or not self.vector_enabled:
+            return {}
+        out: dict[str, float] = {}
+        with self.lock:
+            by_rowid: dict[int, str] = {}
+            for i in range(0, len(wanted), 400):
+                part = wanted[i : i + 400]
+                marks = ",".join("?" * len(part))
+                by_rowid.update(self.conn.execute(f"SELECT rowid, id FROM chunks WHERE id IN ({marks})", part))
+            matrix = self._fresh_matrix(int(q.size))
+            if matrix is not None:
+                return {by_rowid[r]: s for r, s in matrix.scores(q, list(by_rowid)).items()}
+            qn = q / (np.linalg.norm(q) or 1.0)
+            for rowid, blob in self.conn.execute(
+                    f"SELECT rowid, embedding FROM chunks WHERE rowid IN ({','.join('?' * len(by_rowid))}) "
+                    "AND embedding IS NOT NULL", list(by_rowid)):
+                sim = max_cosine(blob, qn)
+                if sim is not None:
+                    out[by_rowid[rowid]] = sim
+        return out
+
     def _hits_by_rowid(self, scored: list[tuple[int, float]]) -> list[Hit]:
         if not scored:
             return []
         marks = ",".join("?" * len(scored))
-        rows = {r[0]: r for r in self.conn.execute(
-            f"SELECT rowid, id, path, source, start_line, end_line, text, ts FROM chunks WHERE rowid IN ({marks})",
+        rows = {r[0]: r[1:] for r in self.conn.execute(
+            f"SELECT c.rowid, {_HIT_COLUMNS} FROM chunks c WHERE c.rowid IN ({marks})",
             [rowid for rowid, _ in scored])}
-        return [Hit(*rows[rid][1:7], score, rows[rid][7]) for rid, score in scored if rid in rows]
+        return [_hit(rows[rid], score) for rid, score in scored if rid in rows]
 
     # -- keyword -----------------------------------------------------------------------------
     def keyword_search(self, terms: Sequence[str], limit: int) -> list[Hit]:
@@ -309,12 +358,45 @@ class SqliteStore:
             return []
         with self.lock:
             rows = self.conn.execute(
-                "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.text, bm25(chunks_fts) AS rank, c.ts "
+                f"SELECT {_HIT_COLUMNS}, bm25(chunks_fts) AS rank "
                 "FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? "
                 "ORDER BY rank LIMIT ?",
                 (match, int(limit)),
             ).fetchall()
-        return [Hit(r[0], r[1], r[2], r[3], r[4], r[5], bm25_to_score(r[6]), r[7]) for r in rows]
+        return [_hit(r, bm25_to_score(r[9])) for r in rows]
+
+    def keyword_scores(self, terms: Sequence[str], ids: Sequence[str]) -> dict[str, float]:
+        """BM25 of the given chunks for ``terms`` (the same figure :meth:`keyword_search` gives), 0 if none."""
+        wanted = list(dict.fromkeys(ids))
+        match = fts5_match(list(terms))
+        if not wanted:
+            return {}
+        out = dict.fromkeys(wanted, 0.0)
+        if not self.fts_available or match is None:
+            return out
+        with self.lock:
+            for i in range(0, len(wanted), 400):
+                part = wanted[i : i + 400]
+                marks = ",".join("?" * len(part))
+                rowids = dict(self.conn.execute(f"SELECT rowid, id FROM chunks WHERE id IN ({marks})", part))
+                if not rowids:
+                    continue
+                rmarks = ",".join("?" * len(rowids))
+                for rowid, rank in self.conn.execute(
+                        f"SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
+                        f"AND rowid IN ({rmarks})", (match, *rowids)):
+                    out[rowids[rowid]] = bm25_to_score(rank)
+        return out
+
+    def chunks_in_period(self, start: str, end: str, limit: int) -> list[Hit]:
+        """Chunks whose ``date_start..date_end`` overlaps ``start..end``, in file and line order."""
+        if limit <= 0:
+            return []
+        with self.lock:
+            rows = self.conn.execute(
+                f"SELECT {_HIT_COLUMNS} FROM chunks c WHERE c.date_start <= ? AND c.date_end >= ? "
+                "ORDER BY c.path, c.start_line LIMIT ?", (end, start, int(limit))).fetchall()
+        return [_hit(r, 0.0) for r in rows]
 
     # -- embedding cache ---------------------------------------------------------------------
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, list[float]]:
@@ -450,9 +532,8 @@ class SqliteStore:
                         c.execute(f"DELETE FROM main.{table}")
                         c.execute(f"INSERT INTO main.{table} SELECT * FROM fresh.{table}")
                     c.execute("DELETE FROM main.chunks")
-                    c.execute("INSERT INTO main.chunks(rowid, id, path, source, start_line, end_line, hash, model, "
-                              "text, embedding, updated_at, ts) SELECT rowid, id, path, source, start_line, end_line, "
-                              "hash, model, text, embedding, updated_at, ts FROM fresh.chunks")
+                    c.execute(f"INSERT INTO main.chunks(rowid, {_CHUNK_COLUMNS}) "
+                              f"SELECT rowid, {_CHUNK_COLUMNS} FROM fresh.chunks")
                     c.execute("DROP TABLE IF EXISTS main.chunks_fts")
                     c.execute(self._fts_ddl("main.chunks_fts"))
                     cols = ", ".join(("rowid", *FTS_COLUMNS))
