@@ -7,14 +7,15 @@ removed), so ``NEAR``, ``*``, ``-``, ``OR`` or unbalanced parentheses are just w
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from memdir.stopwords import ALL as STOP_WORDS
 from memdir.stopwords import KO as KO_STOP
-from memdir.textutil import has_han_or_kana, has_hangul, split_words, stem, word_runs
+from memdir.textutil import LazyPattern, has_han_or_kana, has_hangul, split_words, stem, word_runs
 
-_KANA = re.compile("[\u3040-\u30ff]")
-_HAN = re.compile("[\u4e00-\u9fff]")
-_JA_RUNS = re.compile("[a-z0-9_]+|[\u30a0-\u30ffー]+|[\u4e00-\u9fff]+|[\u3040-\u309f]{2,}")
+_KANA: Any = LazyPattern("[\u3040-\u30ff]")
+_HAN: Any = LazyPattern("[\u4e00-\u9fff]")
+_JA_RUNS: Any = LazyPattern("[a-z0-9_]+|[\u30a0-\u30ffー]+|[\u4e00-\u9fff]+|[\u3040-\u309f]{2,}")
 _ASCII_WORD = re.compile(r"^[a-z0-9_]+$")
 _KO_PARTICLES = sorted(
     [
@@ -59,7 +60,9 @@ def extract_keywords(query: str) -> list[str]:
     """Content words of a question, stop words dropped, CJK split as R§9 (order kept, deduped)."""
     tokens: list[str] = []
     for segment in split_words(query.strip().lower()):
-        if _KANA.search(segment):
+        if segment.isascii():
+            tokens.append(segment)
+        elif _KANA.search(segment):
             for m in _JA_RUNS.finditer(segment):
                 run = m.group(0)
                 tokens.append(run)
