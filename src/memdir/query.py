@@ -153,6 +153,15 @@ def stemmed_terms(terms: list[str]) -> list[str]:
     return out
 
 
+def fts5_phrases(terms: list[str]) -> list[tuple[str, str]]:
+    """The ``(column, quoted phrase)`` pairs :func:`fts5_match` ORs together, in its order (the
+    order FTS5's bm25 numbers its phrases in; :mod:`memdir.stores.fts_scores` scores them alike)."""
+    quoted = list(dict.fromkeys(fts_term(t) for t in terms if t))
+    if not quoted:
+        return []
+    return [("text", q) for q in quoted] + [("stems", f'"{s}"') for s in stemmed_terms(terms)]
+
+
 def fts5_match(terms: list[str]) -> str | None:
     """An FTS5 MATCH expression for :func:`keyword_terms`: terms OR-ed, so BM25 rewards notes sharing more.
 
@@ -160,13 +169,13 @@ def fts5_match(terms: list[str]) -> str | None:
     column (:func:`memdir.textutil.stem_text`): a note with the exact word matches in both and
     ranks above one that only shares the stem.
     """
-    quoted = list(dict.fromkeys(fts_term(t) for t in terms if t))
-    if not quoted:
+    phrases = fts5_phrases(terms)
+    if not phrases:
         return None
-    expr = "text : (" + " OR ".join(quoted) + ")"
-    stems = stemmed_terms(terms)
+    expr = "text : (" + " OR ".join(q for col, q in phrases if col == "text") + ")"
+    stems = [q for col, q in phrases if col == "stems"]
     if stems:
-        expr += " OR stems : (" + " OR ".join(f'"{s}"' for s in stems) + ")"
+        expr += " OR stems : (" + " OR ".join(stems) + ")"
     return expr
 
 

@@ -85,7 +85,7 @@ _WORD = re.compile(r"[^\W]+", re.UNICODE)
 
 def word_runs(text: str) -> list[str]:
     """Maximal runs of letters, digits or ``_`` (``[\\p{L}\\p{N}_]+``), as FTS query tokens."""
-    return [m.group(0) for m in _WORD.finditer(text)]
+    return _WORD.findall(text)
 
 
 _stemmer: Any = None
@@ -110,6 +110,11 @@ def stem(word: str) -> str | None:
     return str(_english_stemmer().stemWord(word))
 
 
+#: A whole word run (``[^\W]+``) made of three or more ASCII letters: the words :func:`stem_text`
+#: stems, found in one pass (filtering every word run in Python cost ~400 µs per chunk).
+_LATIN_WORD = re.compile(r"(?<!\w)[a-z]{3,}(?!\w)")
+
+
 def stem_text(text: str) -> str:
     """The stems of a text's Latin words, space-separated: the keyword index's second column.
 
@@ -117,7 +122,7 @@ def stem_text(text: str) -> str:
     checkups/checkup, frustrating/frustration) while the exact column keeps exact words
     ranking higher (they match in both columns).
     """
-    words = [w for w in word_runs(text.lower()) if len(w) >= 3 and w.isascii() and w.isalpha()]
+    words = _LATIN_WORD.findall(text.lower())
     if not words:
         return ""
     return " ".join(_english_stemmer().stemWords(words))

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from memdir import db
 from memdir.lock import FileWriterLock
-from memdir.query import fts5_match
+from memdir.query import fts5_match, fts5_phrases
 from memdir.stores import vectors as vecs
 from memdir.stores.base import ChunkRow, Hit
 from memdir.textutil import fts_text, stem_text
@@ -70,6 +70,11 @@ def max_cosine(blob: bytes, q: np.ndarray) -> float | None:
     return float(np.max((m @ q) / norms))
 
 
+def fts_values(text: str) -> tuple[str, str]:
+    """What ``chunks_fts`` indexes for a chunk's text: its ``text`` and ``stems`` columns."""
+    return fts_text(text), stem_text(text)
+
+
 def bm25_to_score(rank: float) -> float:
     """FTS5 bm25 (more negative = better) → (0, 1): ``r/(1+r)`` with ``r = −rank`` (R§7 [v4.12])."""
     if rank is None or not math.isfinite(rank):
@@ -102,6 +107,7 @@ class SqliteStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = db.connect(self.path, readonly=readonly)
         self.matrix = vecs.VectorMatrix()
+        self._scorer: Any = None
         if not readonly:
             self.ensure_schema()
 
@@ -252,11 +258,11 @@ class SqliteStore:
             c.executemany(
                 "INSERT OR REPLACE INTO chunks_fts(rowid, text, stems, id, path, source, model, start_line, end_line) "
                 "VALUES (?,?,?,?,?,?,?,?,?)",
-                [(rid, fts_text(ch.text), stem_text(ch.text), ch.id, ch.path, ch.source, ch.model, ch.start_line,
+                [(rid, *fts_values(ch.text), ch.id, ch.path, ch.source, ch.model, ch.start_line,
                   ch.end_line) for rid, ch in zip(rowids, chunks, strict=True)],
             )
-        vecs.log_changes(c, [rid for rid, ch in zip(rowids, chunks, strict=True)
-                             if ch.embedding is not None and len(ch.embedding)], alive=True)
+        vecs.log_changes(c, rowids, alive=True)
+        vecs.trim_log(c)
         c.execute(
             "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
             (path, source, file_hash, mtime_ns, size),
@@ -265,8 +271,7 @@ class SqliteStore:
     def _delete_file_rows(self, path: str, source: str) -> None:
         c = self.conn
         vecs.log_changes(c, [r for (r,) in c.execute(
-            "SELECT rowid FROM chunks WHERE path = ? AND source = ? AND embedding IS NOT NULL", (path, source))],
-            alive=False)
+            "SELECT rowid FROM chunks WHERE path = ? AND source = ?", (path, source))], alive=False)
         if self.fts_available:
             c.execute("DELETE FROM chunks_fts WHERE rowid IN (SELECT rowid FROM chunks WHERE path = ? AND source = ?)",
                       (path, source))
@@ -291,6 +296,14 @@ class SqliteStore:
             row = self.conn.execute(
                 "SELECT length(embedding) FROM chunks WHERE embedding IS NOT NULL LIMIT 1").fetchone()
         return int(row[0]) // 4 if row and row[0] else None
+
+    def _generation(self) -> tuple[str | None, int] | None:
+        """Where the index's change log stands: any write moves it (``None`` without a log)."""
+        try:
+            epoch, _lo, hi = vecs.state(self.conn)
+        except db.binding().OperationalError:
+            return None
+        return epoch, hi
 
     def _fresh_matrix(self, dims: int) -> vecs.VectorMatrix | None:
         """The in-process matrix brought up to date (``None`` for an index without a change log)."""
@@ -366,26 +379,32 @@ class SqliteStore:
         return [_hit(r, bm25_to_score(r[9])) for r in rows]
 
     def keyword_scores(self, terms: Sequence[str], ids: Sequence[str]) -> dict[str, float]:
-        """BM25 of the given chunks for ``terms`` (the same figure :meth:`keyword_search` gives), 0 if none."""
+        """BM25 of the given chunks for ``terms`` (the same figure :meth:`keyword_search` gives), 0 if none.
+
+        Computed by :class:`memdir.stores.fts_scores.FtsScorer` (FTS5's formula and tokenizer, one
+        count per phrase) instead of ``bm25()`` with ``rowid IN``, which rescans the index per id.
+        """
         wanted = list(dict.fromkeys(ids))
-        match = fts5_match(list(terms))
+        phrases = fts5_phrases(list(terms))
         if not wanted:
             return {}
         out = dict.fromkeys(wanted, 0.0)
-        if not self.fts_available or match is None:
+        if not self.fts_available or not phrases:
             return out
         with self.lock:
+            if self._scorer is None:
+                from memdir.stores.fts_scores import FtsScorer
+
+                tok = "trigram case_sensitive 0" if self.fts_tokenizer == "trigram" else "unicode61"
+                self._scorer = FtsScorer(self.conn, "chunks_fts", tok, fts_values, self._generation)
             for i in range(0, len(wanted), 400):
                 part = wanted[i : i + 400]
                 marks = ",".join("?" * len(part))
-                rowids = dict(self.conn.execute(f"SELECT rowid, id FROM chunks WHERE id IN ({marks})", part))
-                if not rowids:
-                    continue
-                rmarks = ",".join("?" * len(rowids))
-                for rowid, rank in self.conn.execute(
-                        f"SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
-                        f"AND rowid IN ({rmarks})", (match, *rowids)):
-                    out[rowids[rowid]] = bm25_to_score(rank)
+                rows = self.conn.execute(f"SELECT rowid, id, text FROM chunks WHERE id IN ({marks})", part).fetchall()
+                ranks = self._scorer.scores(phrases, {rowid: text for rowid, _, text in rows})
+                for rowid, cid, _ in rows:
+                    if rowid in ranks:
+                        out[cid] = bm25_to_score(ranks[rowid])
         return out
 
     def chunks_in_period(self, start: str, end: str, limit: int) -> list[Hit]:

@@ -45,17 +45,20 @@ def new_epoch(conn: Any) -> None:
 
 
 def log_changes(conn: Any, chunk_rowids: Sequence[int], alive: bool) -> None:
-    """Record chunks whose vectors appeared (``alive``) or went away, in the writer's transaction."""
+    """Record chunks written (``alive``) or removed, in the writer's transaction: the vector matrix
+    follows the log, and caches of keyword statistics use its position as the index's version."""
     if chunk_rowids:
         flag = 1 if alive else 0
         conn.executemany("INSERT INTO vec_log(chunk, alive) VALUES (?, ?)", [(int(r), flag) for r in chunk_rowids])
 
 
-def trim_log(conn: Any, vectors: int) -> None:
-    """Keep the log short: readers that fell behind the trimmed part reload instead."""
+def trim_log(conn: Any, chunks: int | None = None) -> None:
+    """Keep the log about as long as the index (readers that fell behind the trimmed part reload)."""
+    if chunks is None:
+        (chunks,) = conn.execute("SELECT coalesce(max(rowid), 0) FROM chunks").fetchone()
     row = conn.execute("SELECT min(seq), max(seq) FROM vec_log").fetchone()
-    if row and row[0] is not None and row[1] - row[0] > vectors + LOG_SLACK:
-        conn.execute("DELETE FROM vec_log WHERE seq < ?", (row[1] - vectors - LOG_SLACK // 2,))
+    if row and row[0] is not None and row[1] - row[0] > chunks + LOG_SLACK:
+        conn.execute("DELETE FROM vec_log WHERE seq < ?", (row[1] - chunks - LOG_SLACK // 2,))
 
 
 def state(conn: Any) -> tuple[str | None, int, int]:

@@ -1,0 +1,79 @@
+"""Complete keyword scores: the store's own BM25 for chosen chunks equals FTS5's bm25()."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memdir.query import fts5_match, keyword_terms
+from memdir.stores.base import ChunkRow
+from memdir.stores.fts_scores import read_varints
+from memdir.stores.sqlite import SqliteStore, bm25_to_score
+
+TEXTS = [
+    "We painted the fence and the painting dried overnight. Painting is fun.",
+    "Ticket QX-1773 was closed; QX 1773 reopened after the deploy to eu-west.",
+    "Café meeting with Zoë about the résumé; the cafe was crowded.",
+    "之前讨论的那个方案 需要 再 讨论 一下, deploy 讨论",
+    "에러를 고쳤다. 에러 로그를 확인했다 error logs",
+    "Routine standup. Nothing new, routine routine.",
+    "The API uses cursor pagination; pagination keeps the cursor stable.",
+    "Frustrating checkups: the checkup frustrated everyone, frustration everywhere.",
+    "fingerprint 9f3c2a matches 9f3c2a-backup and not 9f3c2b",
+    "under_score tokens and mixed-case Tokens TOKENS",
+]
+QUERIES = ["painting the fence", "QX-1773 deploy", "cafe resume", "讨论 方案", "에러 로그", "routine",
+           "cursor pagination API", "frustrating checkup", "9f3c2a fingerprint", "tokens under score",
+           "nothing matches zzzz", "deploy"]
+
+
+@pytest.mark.parametrize("tokenizer", ["unicode61", "trigram"])
+def test_scores_for_chosen_chunks_equal_fts5_bm25(tmp_path: Path, tokenizer: str):
+    store = SqliteStore(tmp_path / "idx.sqlite", fts_tokenizer=tokenizer)
+    filler = [f"filler note {i} about lunch and weather {i % 7}" for i in range(40)]
+    with store.transaction():
+        for f, text in enumerate(TEXTS + filler):
+            store.replace_file(f"f{f}.md", "memory", f"h{f}", 1, 1,
+                               [ChunkRow(f"c{f}", f"f{f}.md", "memory", 1, 1, f"h{f}", "m", text)])
+    ids = [f"c{i}" for i in range(len(TEXTS) + 5)]
+    checked = 0
+    for q in QUERIES:
+        terms = keyword_terms(q)
+        match = fts5_match(terms)
+        fts = {cid: bm25_to_score(rank) for cid, rank in store.conn.execute(
+            "SELECT c.id, bm25(chunks_fts) FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid "
+            "WHERE chunks_fts MATCH ?", (match,))} if match else {}
+        got = store.keyword_scores(terms, ids)
+        assert set(got) == set(ids)
+        for cid in ids:
+            assert got[cid] == pytest.approx(fts.get(cid, 0.0), abs=1e-9), (q, cid)
+        checked += sum(1 for cid in ids if fts.get(cid))
+        # and keyword_search reports the same figures for what it returns
+        for hit in store.keyword_search(terms, 5):
+            assert got.get(hit.id, fts.get(hit.id)) == pytest.approx(hit.score, abs=1e-9)
+    assert checked >= 12  # the queries really matched something
+    store.close()
+
+
+def test_varints_decode_like_sqlite():
+    assert read_varints(bytes([0x05])) == [5]
+    assert read_varints(bytes([0x81, 0x00, 0x7F])) == [128, 127]
+    assert read_varints(bytes([0xFF] * 8 + [0x01])) == [(1 << 64) - 255]
+
+
+def test_stem_text_words_are_the_latin_word_runs():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from memdir.textutil import _LATIN_WORD, word_runs
+
+    alphabet = st.sampled_from(list("abcXYZ_9 -é.İi\u0307K\u212a日本에ß\n'"))
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.text(alphabet=alphabet, max_size=40))
+    def check(text: str) -> None:
+        low = text.lower()
+        assert _LATIN_WORD.findall(low) == [w for w in word_runs(low) if len(w) >= 3 and w.isascii() and w.isalpha()]
+
+    check()
