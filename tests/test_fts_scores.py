@@ -77,3 +77,27 @@ def test_stem_text_words_are_the_latin_word_runs():
         assert _LATIN_WORD.findall(low) == [w for w in word_runs(low) if len(w) >= 3 and w.isascii() and w.isalpha()]
 
     check()
+
+
+def test_phrases_in_half_the_chunks_are_pruned_without_changing_the_ranking(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(SqliteStore, "PRUNE_MIN_ROWS", 10)
+    store = SqliteStore(tmp_path / "idx.sqlite")
+    texts = [f"meeting notes {i}: budget review" + (" with quasar" if i % 9 == 0 else "")
+             + (" and heron budget" if i % 4 == 0 else "") for i in range(120)]
+    with store.transaction():
+        for i, text in enumerate(texts):
+            store.replace_file(f"f{i}.md", "memory", f"h{i}", 1, 1,
+                               [ChunkRow(f"c{i}", f"f{i}.md", "memory", 1, 1, f"h{i}", "m", text)])
+    for q in ("quasar budget meeting", "heron budget", "meeting notes review"):
+        terms = keyword_terms(q)
+        full = store.conn.execute(
+            "SELECT c.id, bm25(chunks_fts) r FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid "
+            "WHERE chunks_fts MATCH ? ORDER BY r LIMIT 10", (fts5_match(terms),)).fetchall()
+        got = store.keyword_search(terms, 10)
+        assert [h.score for h in got] == pytest.approx([bm25_to_score(r) for _, r in full], abs=1e-5)
+        best = {cid for cid, r in full if r < full[0][1] + 1e-5}  # ties may come in another order
+        assert got[0].id in best
+    pruned = store._useful_phrases([("text", '"budget"'), ("text", '"quasar"')])
+    assert pruned == [("text", '"quasar"')]  # "budget" is in every chunk: IDF floored, left out
+    assert store._useful_phrases([("text", '"budget"'), ("text", '"meeting"')]) == [("text", '"budget"')]
+    store.close()

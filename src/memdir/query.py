@@ -169,14 +169,15 @@ def fts5_match(terms: list[str]) -> str | None:
     column (:func:`memdir.textutil.stem_text`): a note with the exact word matches in both and
     ranks above one that only shares the stem.
     """
-    phrases = fts5_phrases(terms)
-    if not phrases:
-        return None
-    expr = "text : (" + " OR ".join(q for col, q in phrases if col == "text") + ")"
-    stems = [q for col, q in phrases if col == "stems"]
-    if stems:
-        expr += " OR stems : (" + " OR ".join(stems) + ")"
-    return expr
+    return match_phrases(fts5_phrases(terms))
+
+
+def match_phrases(phrases: list[tuple[str, str]]) -> str | None:
+    """The MATCH expression ORing ``(column, quoted phrase)`` pairs, grouped by column."""
+    parts = []
+    for column in dict.fromkeys(col for col, _ in phrases):
+        parts.append(f"{column} : (" + " OR ".join(q for col, q in phrases if col == column) + ")")
+    return " OR ".join(parts) or None
 
 
 def keyword_match_expression(query: str) -> str | None:

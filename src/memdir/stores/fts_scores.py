@@ -74,10 +74,16 @@ class FtsScorer:
         self.generation = generation
         self._counts: dict[tuple[str, str], int] = {}
         self._counted_at: Any = None
-        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_SCRATCH} USING fts5(text, stems, content='', "
-                     f"tokenize='{tokenize}')")
-        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_SCRATCH}_i USING fts5vocab(temp, {_SCRATCH}, "
-                     "instance)")
+        self.tokenize = tokenize
+        self._scratch = False
+
+    def _ensure_scratch(self) -> None:
+        if not self._scratch:
+            self.conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_SCRATCH} USING fts5(text, stems, "
+                              f"content='', tokenize='{self.tokenize}')")
+            self.conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_SCRATCH}_i USING fts5vocab(temp, "
+                              f"{_SCRATCH}, instance)")
+            self._scratch = True
 
     def totals(self) -> tuple[int, float]:
         """``(rows, average document length over all columns)`` from the averages record."""
@@ -92,6 +98,7 @@ class FtsScorer:
         if not phrases or not docs:
             return {}
         conn = self.conn
+        self._ensure_scratch()
         conn.execute("SAVEPOINT memdir_kw_scores")  # one read snapshot; the scratch work in one transaction
         try:
             return self._scores(phrases, docs)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from memdir import db
 from memdir.lock import FileWriterLock
-from memdir.query import fts5_match, fts5_phrases
+from memdir.query import fts5_phrases, match_phrases
 from memdir.stores import vectors as vecs
 from memdir.stores.base import ChunkRow, Hit
 from memdir.textutil import fts_text, stem_text
@@ -365,11 +365,17 @@ class SqliteStore:
 
     # -- keyword -----------------------------------------------------------------------------
     def keyword_search(self, terms: Sequence[str], limit: int) -> list[Hit]:
-        """BM25 over ``chunks_fts`` for any of ``terms``, each quoted (never FTS5 syntax)."""
-        match = fts5_match(list(terms))
-        if not self.fts_available or limit <= 0 or match is None:
+        """BM25 over ``chunks_fts`` for any of ``terms``, each quoted (never FTS5 syntax).
+
+        Phrases found in at least half of the chunks are left out of the MATCH: FTS5 gives them an
+        IDF of 1e-6, so they change no score by more than ~2e-6, but every chunk containing one
+        would be ranked (at 100k generated chunks that was most of the 150 ms a query took).
+        """
+        phrases = fts5_phrases(list(terms))
+        if not self.fts_available or limit <= 0 or not phrases:
             return []
         with self.lock:
+            match = match_phrases(self._useful_phrases(phrases))
             rows = self.conn.execute(
                 f"SELECT {_HIT_COLUMNS}, bm25(chunks_fts) AS rank "
                 "FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? "
@@ -377,6 +383,28 @@ class SqliteStore:
                 (match, int(limit)),
             ).fetchall()
         return [_hit(r, bm25_to_score(r[9])) for r in rows]
+
+    #: Below this many chunks every phrase is kept (FTS5 ranks a small index in a few ms anyway).
+    PRUNE_MIN_ROWS = 2000
+
+    def _useful_phrases(self, phrases: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The phrases whose IDF FTS5 does not floor at 1e-6 (at least the rarest one)."""
+        scorer = self._keyword_scorer()
+        n_rows, _ = scorer.totals()
+        if n_rows < self.PRUNE_MIN_ROWS or len(phrases) < 2:
+            return phrases
+        counts = [scorer.doc_count(col, q) for col, q in phrases]
+        # idf = log((N - n + 0.5) / (n + 0.5)) <= 0  <=>  n >= N / 2
+        keep = [p for p, n in zip(phrases, counts, strict=True) if n < n_rows / 2]
+        return keep or [min(zip(phrases, counts, strict=True), key=lambda pc: pc[1])[0]]
+
+    def _keyword_scorer(self) -> Any:
+        if self._scorer is None:
+            from memdir.stores.fts_scores import FtsScorer
+
+            tok = "trigram case_sensitive 0" if self.fts_tokenizer == "trigram" else "unicode61"
+            self._scorer = FtsScorer(self.conn, "chunks_fts", tok, fts_values, self._generation)
+        return self._scorer
 
     def keyword_scores(self, terms: Sequence[str], ids: Sequence[str]) -> dict[str, float]:
         """BM25 of the given chunks for ``terms`` (the same figure :meth:`keyword_search` gives), 0 if none.
@@ -392,16 +420,12 @@ class SqliteStore:
         if not self.fts_available or not phrases:
             return out
         with self.lock:
-            if self._scorer is None:
-                from memdir.stores.fts_scores import FtsScorer
-
-                tok = "trigram case_sensitive 0" if self.fts_tokenizer == "trigram" else "unicode61"
-                self._scorer = FtsScorer(self.conn, "chunks_fts", tok, fts_values, self._generation)
+            scorer = self._keyword_scorer()
             for i in range(0, len(wanted), 400):
                 part = wanted[i : i + 400]
                 marks = ",".join("?" * len(part))
                 rows = self.conn.execute(f"SELECT rowid, id, text FROM chunks WHERE id IN ({marks})", part).fetchall()
-                ranks = self._scorer.scores(phrases, {rowid: text for rowid, _, text in rows})
+                ranks = scorer.scores(phrases, {rowid: text for rowid, _, text in rows})
                 for rowid, cid, _ in rows:
                     if rowid in ranks:
                         out[cid] = bm25_to_score(ranks[rowid])
