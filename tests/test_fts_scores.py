@@ -101,3 +101,37 @@ def test_phrases_in_half_the_chunks_are_pruned_without_changing_the_ranking(tmp_
     assert pruned == [("text", '"quasar"')]  # "budget" is in every chunk: IDF floored, left out
     assert store._useful_phrases([("text", '"budget"'), ("text", '"meeting"')]) == [("text", '"budget"')]
     store.close()
+
+
+def test_edits_keep_the_keyword_statistics_of_a_clean_build(tmp_path: Path):
+    """Deleted rows leave FTS5's row and token totals (BM25's N and average length): an edited
+    index must rank exactly as one built from scratch."""
+    edited, clean = SqliteStore(tmp_path / "a.sqlite"), SqliteStore(tmp_path / "b.sqlite")
+
+    def put(store: SqliteStore, i: int, text: str) -> None:
+        store.replace_file(f"f{i}.md", "memory", text, 1, 1,
+                           [ChunkRow(f"c{i}", f"f{i}.md", "memory", 1, 1, text, "m", text)])
+
+    with edited.transaction():
+        for i in range(30):
+            put(edited, i, f"first draft {i} of the painting notes")
+    for round_ in range(3):
+        with edited.transaction():
+            for i in range(0, 30, 2):
+                put(edited, i, f"round {round_} rewrite {i}: painted fences, QX-1773")
+            edited.delete_file("f29.md", "memory")
+    with clean.transaction():
+        for i in range(29):
+            put(clean, i, f"round 2 rewrite {i}: painted fences, QX-1773" if i % 2 == 0 else
+                f"first draft {i} of the painting notes")
+
+    def totals(store: SqliteStore) -> list[int]:
+        return read_varints(store.conn.execute("SELECT block FROM chunks_fts_data WHERE id = 1").fetchone()[0])
+
+    assert totals(edited) == totals(clean) and totals(edited)[0] == edited.chunk_count() == 29
+    for q in ("painting fences", "QX-1773 draft", "rewrite"):
+        terms = keyword_terms(q)
+        assert [(h.id, round(h.score, 9)) for h in edited.keyword_search(terms, 10)] == \
+            [(h.id, round(h.score, 9)) for h in clean.keyword_search(terms, 10)]
+    edited.close()
+    clean.close()

@@ -98,7 +98,7 @@ class Indexer:
         p = self.provider
         scope = hashlib.sha256("\n".join(sorted(str(x) for x in self.settings.extra_paths)).encode()).hexdigest()
         return {
-            "schema": 2,
+            "schema": 3,
             "chunker": CHUNKER_VERSION,
             "provider": p.id if p else "none",
             "model": p.model if p else FTS_ONLY_MODEL,

@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 META_KEY = "memory_index_meta_v1"
 SCHEMA_VERSION = 1
-FTS_COLUMNS = ("text", "stems", "id", "path", "source", "model", "start_line", "end_line")
 _CHUNK_COLUMNS = ("id, path, source, start_line, end_line, hash, model, text, embedding, updated_at, ts, "
                   "date_start, date_end")
 _HIT_COLUMNS = "c.id, c.path, c.source, c.start_line, c.end_line, c.text, c.ts, c.date_start, c.date_end"
@@ -71,7 +70,11 @@ def max_cosine(blob: bytes, q: np.ndarray) -> float | None:
 
 
 def fts_values(text: str) -> tuple[str, str]:
-    """What ``chunks_fts`` indexes for a chunk's text: its ``text`` and ``stems`` columns."""
+    """What ``chunks_fts`` indexes for a chunk's text: its ``text`` and ``stems`` columns.
+
+    Deterministic on purpose: a row of the contentless keyword index is deleted by handing FTS5
+    these same values again, so a change to what they produce must change the index identity
+    (``sync.identity()["schema"]``) and rebuild the index."""
     return fts_text(text), stem_text(text)
 
 
@@ -181,12 +184,13 @@ class SqliteStore:
                 c.execute("DROP TABLE chunks_vec")
 
     def _fts_ddl(self, name: str) -> str:
+        """The keyword index: only the token index, not a second copy of every chunk's text (which
+        ``chunks.text`` holds).  Rows are deleted with FTS5's ``'delete'`` command and the values
+        :func:`fts_values` derives from ``chunks.text`` (``contentless_delete=1`` was tried: FTS5
+        then never subtracts deleted rows from its row and token totals, so BM25 drifted with
+        every edit away from what a clean rebuild ranks)."""
         tok = "trigram case_sensitive 0" if self.fts_tokenizer == "trigram" else "unicode61"
-        return (
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(text, stems, id UNINDEXED, path UNINDEXED, "
-            f"source UNINDEXED, model UNINDEXED, start_line UNINDEXED, end_line UNINDEXED, "
-            f"tokenize='{tok}')"
-        )
+        return f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(text, stems, content='', tokenize='{tok}')"
 
     @property
     def fts_available(self) -> bool:
@@ -255,12 +259,8 @@ class SqliteStore:
             rowids.append(int(cur.lastrowid))
         if self.fts_available:
             # FTS rows share the chunk's rowid, so a file's rows are deleted by key, not by a scan.
-            c.executemany(
-                "INSERT OR REPLACE INTO chunks_fts(rowid, text, stems, id, path, source, model, start_line, end_line) "
-                "VALUES (?,?,?,?,?,?,?,?,?)",
-                [(rid, *fts_values(ch.text), ch.id, ch.path, ch.source, ch.model, ch.start_line,
-                  ch.end_line) for rid, ch in zip(rowids, chunks, strict=True)],
-            )
+            c.executemany("INSERT INTO chunks_fts(rowid, text, stems) VALUES (?,?,?)",
+                          [(rid, *fts_values(ch.text)) for rid, ch in zip(rowids, chunks, strict=True)])
         vecs.log_changes(c, rowids, alive=True)
         vecs.trim_log(c)
         c.execute(
@@ -273,8 +273,9 @@ class SqliteStore:
         vecs.log_changes(c, [r for (r,) in c.execute(
             "SELECT rowid FROM chunks WHERE path = ? AND source = ?", (path, source))], alive=False)
         if self.fts_available:
-            c.execute("DELETE FROM chunks_fts WHERE rowid IN (SELECT rowid FROM chunks WHERE path = ? AND source = ?)",
-                      (path, source))
+            rows = c.execute("SELECT rowid, text FROM chunks WHERE path = ? AND source = ?", (path, source)).fetchall()
+            c.executemany("INSERT INTO chunks_fts(chunks_fts, rowid, text, stems) VALUES ('delete', ?, ?, ?)",
+                          [(rid, *fts_values(text)) for rid, text in rows])
         c.execute("DELETE FROM chunks WHERE path = ? AND source = ?", (path, source))
 
     def delete_file(self, path: str, source: str) -> None:
@@ -577,10 +578,17 @@ class SqliteStore:
                     c.execute("DELETE FROM main.chunks")
                     c.execute(f"INSERT INTO main.chunks(rowid, {_CHUNK_COLUMNS}) "
                               f"SELECT rowid, {_CHUNK_COLUMNS} FROM fresh.chunks")
+                    # The fresh keyword index is copied table by table (FTS5 keeps it in ordinary
+                    # shadow tables): no re-tokenising, and a contentless table could not be read back.
+                    ddl = c.execute("SELECT sql FROM fresh.sqlite_master WHERE name = 'chunks_fts'").fetchone()
                     c.execute("DROP TABLE IF EXISTS main.chunks_fts")
-                    c.execute(self._fts_ddl("main.chunks_fts"))
-                    cols = ", ".join(("rowid", *FTS_COLUMNS))
-                    c.execute(f"INSERT INTO main.chunks_fts({cols}) SELECT {cols} FROM fresh.chunks_fts")
+                    if ddl:
+                        c.execute(ddl[0].replace("CREATE VIRTUAL TABLE chunks_fts",
+                                                 "CREATE VIRTUAL TABLE main.chunks_fts", 1))
+                        for (shadow,) in c.execute("SELECT name FROM fresh.sqlite_master WHERE type = 'table' "
+                                                   "AND name LIKE 'chunks\\_fts\\_%' ESCAPE '\\'").fetchall():
+                            c.execute(f"DELETE FROM main.{shadow}")
+                            c.execute(f"INSERT INTO main.{shadow} SELECT * FROM fresh.{shadow}")
                     vecs.new_epoch(c)
                     c.execute("COMMIT")
                 except BaseException:
