@@ -377,10 +377,11 @@ class SqliteStore:
             return []
         with self.lock:
             match = match_phrases(self._useful_phrases(phrases))
+            # Rank inside FTS5 first, then read the few winning rows: joining first made SQLite fetch
+            # every matching chunk's text before sorting.
             rows = self.conn.execute(
-                f"SELECT {_HIT_COLUMNS}, bm25(chunks_fts) AS rank "
-                "FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? "
-                "ORDER BY rank LIMIT ?",
+                f"SELECT {_HIT_COLUMNS}, f.rank FROM (SELECT rowid, bm25(chunks_fts) AS rank FROM chunks_fts "
+                "WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?) f JOIN chunks c ON c.rowid = f.rowid ORDER BY f.rank",
                 (match, int(limit)),
             ).fetchall()
         return [_hit(r, bm25_to_score(r[9])) for r in rows]

@@ -56,7 +56,7 @@ def trim_log(conn: Any, chunks: int | None = None) -> None:
     """Keep the log about as long as the index (readers that fell behind the trimmed part reload)."""
     if chunks is None:
         (chunks,) = conn.execute("SELECT coalesce(max(rowid), 0) FROM chunks").fetchone()
-    row = conn.execute("SELECT min(seq), max(seq) FROM vec_log").fetchone()
+    row = conn.execute("SELECT (SELECT min(seq) FROM vec_log), (SELECT max(seq) FROM vec_log)").fetchone()
     if row and row[0] is not None and row[1] - row[0] > chunks + LOG_SLACK:
         conn.execute("DELETE FROM vec_log WHERE seq < ?", (row[1] - chunks - LOG_SLACK // 2,))
 
@@ -64,7 +64,7 @@ def trim_log(conn: Any, chunks: int | None = None) -> None:
 def state(conn: Any) -> tuple[str | None, int, int]:
     """``(epoch, first seq kept, last seq)`` of the database as this connection sees it now."""
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (EPOCH_KEY,)).fetchone()
-    lo, hi = conn.execute("SELECT min(seq), max(seq) FROM vec_log").fetchone()
+    lo, hi = conn.execute("SELECT (SELECT min(seq) FROM vec_log), (SELECT max(seq) FROM vec_log)").fetchone()
     return (row[0] if row else None), int(lo or 0), int(hi or 0)
 
 
