@@ -42,7 +42,8 @@ def test_index_search_get_status_round_trip(ws: Path, run_cli):
 
     st = json.loads(run_cli("status", "--json", "--deep", "-w", str(ws), env=env).stdout)
     assert (st["files"], st["dirty"], st["fts"]["available"]) == (10, False, True)
-    assert st["indexPath"].endswith("memory/main.sqlite")
+    # no agent id chosen: the index is the workspace's own, named after it
+    assert st["indexKey"] == "workspace" and Path(st["indexPath"]).name.startswith("ws-")
     assert "sqlite" in st and st["embeddingProbe"]["ok"] is False
     plain = run_cli("status", "-w", str(ws), env=env).stdout
     assert "Indexed: 10/10 files" in plain and "Dirty: no" in plain
@@ -59,7 +60,7 @@ def test_global_options_before_or_after_the_command(ws: Path, run_cli):
 def test_failures_exit_1_with_a_clear_message(ws: Path, run_cli, tmp_path: Path):
     env = {"MEMDIR_PROVIDER": "none"}
     missing = run_cli("search", "-w", str(ws), env=env)
-    assert missing.returncode == 1
+    assert missing.returncode == 2  # bad usage, as the README says
     assert "Missing search query" in missing.stderr
     denied = run_cli("get", "../etc/passwd", "-w", str(ws), env=env)
     assert denied.returncode == 1 and "path not allowed" in denied.stderr

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memdir.config import ConfigError, load_config, parse_byte_size
+from memdir.config import ConfigError, candidate_count, load_config, parse_byte_size
 
 
 def ms(**kw):
@@ -30,12 +30,12 @@ def test_v28_candidate_pool():
     assert ms(query={"maxResults": 100}).query.candidates == 200
     assert ms(query={"hybrid": {"candidateMultiplier": 50}}).query.hybrid.candidate_multiplier == 20
     assert ms(query={"hybrid": {"candidateMultiplier": 0.5}}).query.hybrid.candidate_multiplier == 1
-    assert ms(query={"maxResults": 0}).query.candidates == 1
+    assert candidate_count(0, 4) == 1  # R§17 #28; maxResults = 0 itself is now refused (below)
 
 
 def test_v29_clamps():
     assert ms(chunking={"tokens": 400, "overlap": 500}).chunking.overlap == 399
-    assert ms(chunking={"tokens": 0}).chunking.tokens == 1
+    assert ms(chunking={"tokens": 1}).chunking.overlap == 0  # tokens = 0 is refused (as zod would)
     assert ms(query={"minScore": 1.7}).query.min_score == 1
     decay = ms(query={"hybrid": {"temporalDecay": {"halfLifeDays": 7.9}}}).query.hybrid.temporal_decay
     assert decay.half_life_days == 7
@@ -148,3 +148,98 @@ def test_config_show_lists_values_and_origins(tmp_path: Path, run_cli):
     (bad / "memdir.json").write_text('{"memorySearch": {"bogus": 1}}')
     proc = run_cli("config", "show", "--workspace", str(bad))
     assert proc.returncode == 1 and "memorySearch.bogus" in proc.stderr
+
+
+# --- values are checked, not silently changed (issue 11 §4) ------------------------------------
+
+@pytest.mark.parametrize("toml,key,why", [
+    ("[memorySearch.query]\nmaxResults = 0", "memorySearch.query.maxResults", "greater than 0"),
+    ("[memorySearch.query]\nmaxResults = -3", "memorySearch.query.maxResults", "greater than 0"),
+    ("[memorySearch.cache]\nmaxEntries = -1", "memorySearch.cache.maxEntries", "greater than or equal to 0"),
+    ("[memorySearch.chunking]\ntokens = 0", "memorySearch.chunking.tokens", "greater than 0"),
+    ("[memorySearch.query.hybrid.temporalDecay]\nhalfLifeDays = 0",
+     "memorySearch.query.hybrid.temporalDecay.halfLifeDays", "greater than 0"),
+    ("[memorySearch.query.hybrid]\nvectorWeight = -0.5", "memorySearch.query.hybrid.vectorWeight", ">= 0"),
+    ("[memorySearch.query.hybrid]\ntextWeight = -1", "memorySearch.query.hybrid.textWeight", ">= 0"),
+    ("[memorySearch]\nsources = []", "memorySearch.sources", "at least one source"),
+    ("[memorySearch.sync]\nsearchBudgetMs = -1", "memorySearch.sync.searchBudgetMs", "greater than or equal to 0"),
+    ('[memorySearch]\nprovider = "opneai"', "memorySearch.provider", "did you mean 'openai'"),
+    ('[memorySearch]\nfallback = "lokal"', "memorySearch.fallback", "did you mean 'local'"),
+])
+def test_nonsense_values_are_rejected_naming_key_and_file(tmp_path: Path, toml: str, key: str, why: str):
+    cfg = tmp_path / "memdir.toml"
+    cfg.write_text(toml + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(workspace=tmp_path)
+    message = str(info.value).replace("greater than or equal to", ">=") if why == ">= 0" else str(info.value)
+    assert key in message and str(cfg) in message and why in message
+
+
+def test_sensible_out_of_range_values_are_still_clamped():
+    h = ms(query={"hybrid": {"vectorWeight": 3, "textWeight": 0.5}}).query.hybrid
+    assert (h.vector_weight, h.text_weight) == pytest.approx((2 / 3, 1 / 3))
+    assert ms(cache={"maxEntries": 0}).cache.max_entries == 1
+    assert ms(query={"minScore": -2}).query.min_score == 0
+    assert ms(sources=["sessions"]).sources == ["memory"]  # filtered, not empty: R§1's fallback
+
+
+def test_provider_ids_match_the_registry():
+    from memdir.config import PROVIDER_IDS
+    from memdir.embeddings.registry import DISABLED, KNOWN_PROVIDERS
+
+    assert set(PROVIDER_IDS) == {"auto", *KNOWN_PROVIDERS, *DISABLED}
+    assert ms(provider="OpenAI").provider == "OpenAI"  # names are case-insensitive, as the registry's
+
+
+def test_unknown_key_suggests_the_closest_spelling(tmp_path: Path):
+    cfg = tmp_path / "memdir.toml"
+    cfg.write_text("[memorySearch]\nextra_path = ['x']\n")
+    with pytest.raises(ConfigError, match=r"did you mean 'memorySearch\.extraPaths'\?") as info:
+        load_config(workspace=tmp_path)
+    assert str(cfg) in str(info.value)
+    with pytest.raises(ConfigError, match=r"unknown config key 'zzz'") as info:
+        load_config(overrides={"zzz": 1})
+    assert "did you mean" not in str(info.value)
+
+
+def test_toml_with_a_bom_is_accepted(tmp_path: Path):
+    (tmp_path / "memdir.toml").write_bytes(b"\xef\xbb\xbf[memorySearch.query]\nmaxResults = 4\n")
+    assert load_config(workspace=tmp_path).settings.memory_search.query.max_results == 4
+    (tmp_path / "memdir.toml").unlink()
+    (tmp_path / "memdir.json").write_bytes(b'\xef\xbb\xbf{"memorySearch": {"query": {"maxResults": 5}}}')
+    assert load_config(workspace=tmp_path).settings.memory_search.query.max_results == 5
+
+
+@pytest.mark.parametrize("data", [b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", b"maxResults = 1\x00\x00"])
+def test_binary_config_names_the_file(tmp_path: Path, data: bytes):
+    cfg = tmp_path / "memdir.toml"
+    cfg.write_bytes(data)
+    with pytest.raises(ConfigError, match="right file") as info:
+        load_config(workspace=tmp_path)
+    assert str(cfg) in str(info.value)
+
+
+@pytest.mark.parametrize("agent", ["../../escaped", "a/b", "a\\b", "..", ".", "", " main", "x\ny"])
+def test_agent_id_must_be_a_plain_name(tmp_path: Path, agent: str):
+    with pytest.raises(ConfigError, match="agent"):
+        load_config(agent_id=agent, state_dir=tmp_path)
+    env_cfg = tmp_path / "memdir.json"
+    env_cfg.write_text(json.dumps({"agentId": agent}))
+    with pytest.raises(ConfigError, match=str(env_cfg)):
+        load_config(config_path=env_cfg, state_dir=tmp_path)
+
+
+def test_agent_ids_that_are_plain_names_are_fine(tmp_path: Path):
+    for agent in ("main", "ops-2", "my_agent", "v1.2", "café"):
+        assert load_config(agent_id=agent, state_dir=tmp_path).settings.index_path.name == f"{agent}.sqlite"
+
+
+def test_missing_workspace_is_an_error(tmp_path: Path):
+    with pytest.raises(ConfigError, match=r"workspace .*nope does not exist \(given as --workspace\)"):
+        load_config(workspace=tmp_path / "nope")
+    (tmp_path / "file.md").write_text("x")
+    with pytest.raises(ConfigError, match="is not a folder"):
+        load_config(workspace=tmp_path / "file.md")
+    with pytest.raises(ConfigError, match=r"from \$MEMDIR_WORKSPACE"):
+        load_config(env={"MEMDIR_WORKSPACE": str(tmp_path / "gone")})
+    assert load_config(workspace=tmp_path / "nope", check_workspace=False).settings.workspace_path.name == "nope"

@@ -396,3 +396,31 @@ def test_import_is_lazy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONPATH": str(SRC)}
     )
     assert out.stdout.strip() == ""
+
+
+# --- the default model's files are the ones we know ---------------------------------------------------
+
+def test_default_model_files_match_their_recorded_sha256(onnx_file: Path, tokenizer_file: Path) -> None:
+    import hashlib
+
+    assert hashlib.sha256(onnx_file.read_bytes()).hexdigest() == local.DEFAULT_MODEL_SHA256
+    assert hashlib.sha256(tokenizer_file.read_bytes()).hexdigest() == local.DEFAULT_TOKENIZER_SHA256
+    backend = local._default_backend(local.RunSettings.make())
+    assert backend.sha256 == (local.DEFAULT_MODEL_SHA256, local.DEFAULT_TOKENIZER_SHA256)
+
+
+def test_a_damaged_default_model_is_refused_naming_the_file(tmp_path: Path, onnx_file: Path,
+                                                            tokenizer_file: Path) -> None:
+    """One flipped byte in model.onnx: a clear error on load, never silently different vectors."""
+    data = bytearray(onnx_file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged = tmp_path / "model.onnx"
+    damaged.write_bytes(bytes(data))
+    backend = local.OnnxBackend(damaged, tokenizer_file, run=local.RunSettings.make(), dims=DEFAULT_DIMS,
+                                sha256=(local.DEFAULT_MODEL_SHA256, local.DEFAULT_TOKENIZER_SHA256))
+    with pytest.raises(EmbeddingError, match=r"model\.onnx is not the expected file \(SHA-256 [0-9a-f]{64}, "
+                                             r"expected 8199be6f.*reinstall"):
+        backend.load()
+    ok = local.OnnxBackend(onnx_file, tokenizer_file, run=local.RunSettings.make(), dims=DEFAULT_DIMS,
+                           sha256=(local.DEFAULT_MODEL_SHA256, local.DEFAULT_TOKENIZER_SHA256))
+    ok.load()  # the intact files pass the same check

@@ -36,11 +36,17 @@ def served(make_workspace, tmp_path):
     return ws, cfg
 
 
-def _text(result) -> dict:
-    assert result.isError is False
-    payload = json.loads(result.content[0].text)
+def _text(result, *, error: bool = False) -> dict:
+    assert result.isError is error  # failures are flagged, so a host can tell them from results
+    payload = json.loads(result.content[0].text)  # OpenClaw's payload text either way
     assert result.structuredContent == payload  # same payload, also as structured content
     return payload
+
+
+def _index_of(ws: Path, cfg: Path, state_dir: Path) -> Path:
+    from memdir.config import load_config
+
+    return load_config(workspace=ws, config_path=cfg, state_dir=state_dir).settings.index_path
 
 
 def _indexed_files(index: Path) -> int:
@@ -80,8 +86,16 @@ async def _exercise(session: ClientSession, ws: Path, index: Path) -> None:
     got = _text(await session.call_tool("memory_get", {"path": "memory/2026-01-10.md", "from": 1, "lines": 1}))
     assert got == {"text": "Met Priya; cursor-based pagination chosen for the public API.",
                    "path": "memory/2026-01-10.md"}
-    refused = _text(await session.call_tool("memory_get", {"path": "../secrets.md"}))
+    refused = _text(await session.call_tool("memory_get", {"path": "../secrets.md"}), error=True)
     assert refused["disabled"] is True and refused["error"].startswith("path not allowed")
+    missing = _text(await session.call_tool("memory_get", {"path": "memory/1999-01-01.md"}))
+    assert missing == {"text": "", "path": "memory/1999-01-01.md"}  # R§10.2: a missing log reads as empty
+    empty = _text(await session.call_tool("memory_search", {"query": "  "}), error=True)
+    assert empty == {"results": [], "error": "query required"}
+    blank = _text(await session.call_tool("memory_append", {"text": ""}), error=True)
+    assert blank["appended"] is False and blank["error"] == "text required"
+    nothing = _text(await session.call_tool("memory_search", {"query": "zebra okapi"}))
+    assert nothing["results"] == []  # no hits is a result, not a failure
 
     before = dt.date.today()
     appended = _text(await session.call_tool("memory_append", {"text": "- Decided: the wombat job runs at 03:00."}))
@@ -110,7 +124,7 @@ def test_stdio_server_with_the_sdk_client(served, state_dir):
 
     async def run() -> None:
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await _exercise(session, ws, state_dir / "memory" / "main.sqlite")
+            await _exercise(session, ws, _index_of(ws, cfg, state_dir))
 
     asyncio.run(asyncio.wait_for(run(), 90))
 
@@ -153,7 +167,7 @@ def test_streamable_http_on_loopback_with_origin_checking(served, state_dir):
 
         async def run() -> None:
             async with http_client(url) as (read, write, _), ClientSession(read, write) as session:
-                await _exercise(session, ws, state_dir / "memory" / "main.sqlite")
+                await _exercise(session, ws, _index_of(ws, cfg, state_dir))
 
         asyncio.run(asyncio.wait_for(run(), 90))
 
@@ -207,3 +221,74 @@ def test_cli_search_does_not_import_mcp(served, state_dir):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "0 []"
     assert '"path": "MEMORY.md"' in proc.stdout
+
+
+def test_disabled_memory_is_an_error_result(make_workspace):
+    """``memorySearch.enabled = false``: OpenClaw's disabled payload, flagged as an error for MCP hosts."""
+    from memdir import Memory
+    from memdir.mcp_server import build_server
+    from memdir.tools import call_tool, is_error_payload
+
+    ws = make_workspace({"MEMORY.md": "x\n"})
+    with Memory(ws, config={"memorySearch": {"enabled": False, "provider": "none"}}) as mem:
+        result = call_tool(mem, "memory_search", {"query": "x"})
+        assert result.payload["disabled"] is True and result.is_error
+        server = build_server(mem)
+        called = asyncio.run(server.call_tool("memory_search", {"query": "x"}))
+        assert called.isError is True and json.loads(called.content[0].text) == result.payload
+        ok = call_tool(mem, "memory_get", {"path": "MEMORY.md"})
+        assert ok.is_error and "disabled" in ok.payload["error"]
+    assert not is_error_payload({"results": [], "warnings": ["keyword search only"], "stale": True})
+
+
+def test_http_client_disconnects_leave_no_traceback(served, state_dir, tmp_path):
+    """Clients that end their session or vanish mid-session are normal: no ClosedResourceError traceback."""
+    ws, cfg = served
+    port = _free_port()
+    err = tmp_path / "server.err"
+    with err.open("w") as err_fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memdir", "mcp", "--transport", "http", "--port", str(port),
+             "--workspace", str(ws), "--config", str(cfg)],
+            env=cli_env(state_dir), stdout=subprocess.DEVNULL, stderr=err_fh, text=True,
+        )
+        try:
+            _wait_listening(port, proc)
+            client = tmp_path / "client.py"
+            client.write_text(
+                "import asyncio, os, sys\n"
+                "from mcp import ClientSession\n"
+                "from mcp.client import streamable_http\n"
+                "connect = getattr(streamable_http, 'streamable_http_client', None) or "
+                "streamable_http.streamablehttp_client\n"
+                "async def main(mode):\n"
+                f"    async with connect('http://127.0.0.1:{port}/mcp') as (r, w, _), ClientSession(r, w) as s:\n"
+                "        await s.initialize()\n"
+                "        if mode == 'mid-call':\n"
+                "            asyncio.ensure_future(s.call_tool('memory_search', {'query': 'billing'}))\n"
+                "            await asyncio.sleep(0.01)\n"
+                "        else:\n"
+                "            await s.call_tool('memory_search', {'query': 'billing'})\n"
+                "            await asyncio.sleep(0.3)\n"
+                "        if mode != 'close':\n"
+                "            os._exit(0)  # vanish without closing the session\n"
+                "    # 'close': leave the context managers: the session ends, its streams close\n"
+                "asyncio.run(main(sys.argv[1]))\n")
+            for mode in ("close", "idle", "mid-call", "close"):
+                done = subprocess.run([sys.executable, str(client), mode], env=cli_env(state_dir),
+                                      capture_output=True, text=True, timeout=60)
+                assert done.returncode == 0, done.stderr
+            time.sleep(1.0)  # let the server notice the dropped streams
+            assert proc.poll() is None, "the server keeps running"
+            with httpx.Client(timeout=10) as http:  # and keeps answering
+                assert http.post(f"http://127.0.0.1:{port}/mcp", json=INIT, headers=HEADERS).status_code == 200
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    stderr = err.read_text()
+    assert "Traceback" not in stderr and "ClosedResourceError" not in stderr, stderr
+    assert f"http://127.0.0.1:{port}/mcp" in stderr

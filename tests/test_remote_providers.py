@@ -375,8 +375,15 @@ def test_explicit_provider_without_fallback() -> None:
 def test_disabled_and_unknown_providers() -> None:
     sel = select_provider(make_cfg("none", None), EMPTY_ENV)
     assert sel.provider is None and "disabled" in sel.unavailable_reason
+    # The config refuses an unknown name up front (did-you-mean included) ...
+    with pytest.raises(ValueError, match="unknown embedding provider 'cohere'"):
+        make_cfg("cohere", None)
+    # ... and the registry still refuses one that reached it unchecked.
+    from memdir.config import MemorySearchConfig
+
+    unchecked = MemorySearchConfig.model_construct(**{**make_cfg("none", None).__dict__, "provider": "cohere"})
     with pytest.raises(EmbeddingError, match="unknown embedding provider 'cohere'"):
-        select_provider(make_cfg("cohere", None), EMPTY_ENV)
+        select_provider(unchecked, EMPTY_ENV)
 
 
 def test_explicit_local_absent_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,6 +25,7 @@ def ws(make_workspace) -> Path:
 
 
 def test_view_matches_the_validated_settings(tmp_path: Path):
+    (tmp_path / "ws").mkdir()
     overrides = {"memorySearch": {"extraPaths": ["~/notes", "rel/dir", "rel/dir"],
                                   "store": {"path": str(tmp_path / "idx-{agentId}.sqlite")},
                                   "remote": {"timeoutSeconds": 7},
@@ -37,12 +38,21 @@ def test_view_matches_the_validated_settings(tmp_path: Path):
     view = settings_cache.load_snapshot(path, key)
     assert view is not None
     s, v = loaded.settings, view.settings
-    for name in ("state_path", "workspace_path", "index_path", "sessions_dir", "extra_paths", "agent_id"):
+    for name in ("state_path", "workspace_path", "index_path", "sessions_dir", "extra_paths", "agent_id",
+                 "index_key", "agent_explicit"):
         assert getattr(v, name) == getattr(s, name), name
     assert v.memory_search.query.candidates == s.memory_search.query.candidates == 27
     assert v.memory_search.query.hybrid.mmr.lambda_ == 0.4
     assert v.memory_search.remote.query_timeout == s.memory_search.remote.query_timeout == 7
     assert v.memory_search.remote.batch_timeout == s.memory_search.remote.batch_timeout
+    # without a chosen agent id the index is keyed by the workspace: the view says so too
+    plain = load_config(workspace=tmp_path / "ws", state_dir=tmp_path / "st")
+    key2, path2 = settings_cache.snapshot_key(config_path=None, workspace=str(tmp_path / "ws"), agent_id=None,
+                                              state_dir=str(tmp_path / "st"))
+    assert settings_cache.save_snapshot(path2, key2, plain)
+    v2 = settings_cache.load_snapshot(path2, key2)
+    assert v2 is not None and v2.settings.index_path == plain.settings.index_path
+    assert v2.settings.index_key == plain.settings.index_key == "workspace"
     with pytest.raises(AttributeError):
         v.memory_search.no_such_key  # noqa: B018
     with pytest.raises(AttributeError):

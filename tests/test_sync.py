@@ -94,9 +94,17 @@ def test_config_change_triggers_full_reindex(make_workspace, keyword_config):
 def test_two_workspaces_never_share_an_index(make_workspace, keyword_config):
     a = make_workspace({"memory/a.md": "a"}, name="a")
     b = make_workspace({"memory/b.md": "b"}, name="b")
-    with Memory(a, config=keyword_config) as mem:
+    # Without an agent id each workspace gets its own index, named after it.
+    with Memory(a, config=keyword_config) as mem_a, Memory(b, config=keyword_config) as mem_b:
+        assert mem_a.sync().indexed == 1 and mem_b.sync().indexed == 1
+        assert mem_a.index_path != mem_b.index_path
+        assert mem_a.index_path.name.startswith("a-") and mem_b.index_path.name.startswith("b-")
+        assert [r.path for r in mem_b.search("b").results] == ["memory/b.md"]
+    # With a chosen agent id (OpenClaw's per-agent index), a second workspace is refused.
+    with Memory(a, agent_id="main", config=keyword_config) as mem:
         mem.sync()
-    with Memory(b, config=keyword_config) as mem, pytest.raises(IndexOwnershipError, match="--agent"):
+        assert mem.index_path.name == "main.sqlite"
+    with Memory(b, agent_id="main", config=keyword_config) as mem, pytest.raises(IndexOwnershipError, match="--agent"):
         mem.sync()
     with Memory(b, agent_id="other", config=keyword_config) as mem:
         assert mem.sync().indexed == 1
@@ -175,7 +183,7 @@ def test_rebuild_keeps_serving_concurrent_readers(make_workspace, state_dir):
 
 def test_killed_rebuild_leaves_old_index_searchable(make_workspace, state_dir):
     ws = _big_workspace(make_workspace, 1500)
-    env = cli_env(state_dir, MEMDIR_PROVIDER="none")
+    env = cli_env(state_dir, MEMDIR_PROVIDER="none", MEMDIR_AGENT="main")
     subprocess.run([sys.executable, "-m", "memdir", "index", "-w", str(ws)], env=env, check=True, timeout=300)
     index = state_dir / "memory" / "main.sqlite"
     proc = subprocess.Popen([sys.executable, "-m", "memdir", "index", "--force", "-w", str(ws)], env=env,
@@ -194,7 +202,7 @@ def test_killed_rebuild_leaves_old_index_searchable(make_workspace, state_dir):
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert not list(index.parent.glob("main.sqlite.tmp-*")), "leftover temp files are cleaned up"
-    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as mem:
+    with Memory(ws, agent_id="main", config={"memorySearch": {"provider": "none"}}) as mem:
         assert mem.status()["files"] == 1500
 
 

@@ -12,13 +12,15 @@ the index's writer lock, which also keeps other processes from writing at the sa
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig
@@ -27,15 +29,12 @@ from memdir.workspace import PathError, discover, read_lines, resolve_readable
 
 if TYPE_CHECKING:  # imported where used: pydantic and the indexer are not needed to answer a search
     from memdir.config import LoadedConfig, Settings
-    from memdir.embeddings.registry import ProviderSelection
     from memdir.sync import Indexer, Progress, SyncReport
 
+log = logging.getLogger(__name__)
 
-def select_provider(cfg: Any) -> ProviderSelection:
-    """:func:`memdir.embeddings.registry.select_provider`, imported on first use."""
-    from memdir.embeddings.registry import select_provider as select
-
-    return select(cfg)
+SearchMode = Literal["hybrid", "keyword", "vector"]
+SEARCH_MODES = ("hybrid", "keyword", "vector")
 
 
 class MemdirError(RuntimeError):
@@ -91,6 +90,7 @@ class Memory:
         self._selection: ProviderSelection | None = None
         self._store: Store | None = None
         self._indexer: Indexer | None = None
+        self._long_term: Any = None
 
     # -- lazily built parts ------------------------------------------------------------------
     @property
@@ -105,8 +105,6 @@ class Memory:
     def selection(self) -> ProviderSelection:
         if self._selection is None:
             if self._provider_override is not None:
-                from memdir.embeddings.registry import ProviderSelection
-
                 override = self._provider_override
                 self._selection = ProviderSelection(override, getattr(override, "id", "custom"))
             else:
@@ -151,6 +149,15 @@ class Memory:
         return [SessionsSource(self.settings.sessions_dir, delta_bytes=ms.sync.sessions.delta_bytes,
                                delta_messages=ms.sync.sessions.delta_messages)]
 
+    @property
+    def long_term(self) -> Any:
+        """This agent's long-term memory (:class:`memdir.ltm.LongTermMemory`; needs ``memdir[lancedb]``)."""
+        if self._long_term is None:
+            from memdir.ltm.memory import LongTermMemory
+
+            self._long_term = LongTermMemory.for_memory(self)
+        return self._long_term
+
     # -- operations --------------------------------------------------------------------------
     def sync(self, *, force: bool = False, progress: Progress | None = None, reason: str = "api",
              deadline: float | None = None, lock_timeout: float | None = None) -> SyncReport:
@@ -161,6 +168,7 @@ class Memory:
         in ``status`` and in search responses.
         """
         kwargs = {"progress": progress, "deadline": deadline, "lock_timeout": lock_timeout}
+        log.info("sync (%s%s): %s -> %s", reason, ", full" if force else "", self.workspace, self.index_path)
         try:
             report = self.indexer.sync(force=force, reason=reason, **kwargs)
         except LockTimeout:
@@ -171,7 +179,16 @@ class Memory:
             return self._rebuild_after_fallback(reason, exc, kwargs)
         if report.embedding_error is not None and self._switch_to_fallback(report.embedding_error):
             return self._rebuild_after_fallback(reason, report.embedding_error, kwargs)
+        self._warn_keyword_only(report)
         return report
+
+    def _warn_keyword_only(self, report: SyncReport) -> None:
+        """Say where it happens that a provider was asked for but the index gets keywords only."""
+        sel = self.selection
+        if sel.provider is None and sel.requested not in DISABLED and sel.unavailable_reason:
+            why = "; ".join(line.strip() for line in sel.unavailable_reason.splitlines() if line.strip())
+            report.warnings.insert(0, f"building a keyword-only index (no vectors) because embeddings are "
+                                      f"unavailable: {why}")
 
     def _switch_to_fallback(self, error: BaseException) -> bool:
         if self._provider_override is not None:
@@ -201,8 +218,15 @@ class Memory:
         return report
 
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
-               explain: bool = False, sync: bool | None = None) -> SearchResponse:
-        """Search memory; a dirty index is synced first within ``sync.searchBudgetMs``."""
+               explain: bool = False, sync: bool | None = None, mode: SearchMode = "hybrid") -> SearchResponse:
+        """Search memory; a dirty index is synced first within ``sync.searchBudgetMs``.
+
+        ``mode``: ``"hybrid"`` (keywords and vectors, as configured), ``"keyword"`` (BM25 only:
+        the query is not embedded) or ``"vector"`` (embeddings only; an error when no embedding
+        provider is available).
+        """
+        if mode not in SEARCH_MODES:
+            raise ValueError(f"unknown search mode {mode!r} (expected one of {', '.join(SEARCH_MODES)})")
         ms = self.settings.memory_search
         stale, sync_error = False, None
         do_sync = ms.sync.on_search if sync is None else sync
@@ -217,10 +241,22 @@ class Memory:
         meta = self.store.read_meta() or {}
         if provider is not None and meta.get("model") not in (None, provider.model):
             provider = None  # the index still holds another model's vectors: keywords only
+        cfg = ms
+        if mode == "keyword":
+            provider = None
+        elif mode == "vector":
+            if provider is None:
+                raise MemdirError("vector search needs embeddings, and none are available: "
+                                  + (sel.unavailable_reason or "the index was built with another model")
+                                  .splitlines()[0])
+            cfg = ms.model_copy(deep=True)
+            cfg.query.hybrid.enabled = False  # run_search: vectors only, keyword hits left out
         response = run_search(
-            self.store, ms, query, provider=provider, workspace=self.workspace, max_results=max_results,
+            self.store, cfg, query, provider=provider, workspace=self.workspace, max_results=max_results,
             min_score=min_score, explain=explain, provider_label=label,
         )
+        if mode == "vector" and response.mode == "hybrid":
+            response.mode = "vector"
         if sel.fallback_from:
             response.fallback = {"from": sel.fallback_from, "reason": sel.fallback_reason or ""}
         elif sel.provider is None and sel.unavailable_reason and response.fallback is None:
@@ -280,6 +316,8 @@ class Memory:
             "agentId": self.settings.agent_id,
             "workspace": str(self.workspace),
             "indexPath": str(self.index_path),
+            # what names the index: "workspace" (no agent id chosen), "agent" or "path" (store.path)
+            "indexKey": self.settings.index_key,
             "indexExists": exists,
             "sources": list(ms.sources),
             "extraPaths": [str(p) for p in self.settings.extra_paths],
@@ -338,6 +376,9 @@ class Memory:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        if self._long_term is not None:
+            self._long_term.close()
+            self._long_term = None
         if self._store is not None:
             self._store.close()
             self._store = None

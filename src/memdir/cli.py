@@ -1,39 +1,70 @@
 """The ``memdir`` command line: a thin layer over :class:`memdir.api.Memory`.
 
 Imports stay lazy so ``memdir search`` starts fast; global options (``--workspace``,
-``--agent``, ``--config``, ``--state-dir``) are accepted before or after the command.
-Exit codes: 0 success, 1 failure (with a one-line reason on stderr), 2 bad usage.
+``--agent``, ``--config``, ``--state-dir``, ``-v``, ``-q``) are accepted before or after the
+command.  Exit codes: 0 success, 1 failure (with a one-line reason on stderr), 2 bad usage,
+141 when the reader of stdout went away (``memdir search x --json | head``), as a Unix tool
+killed by SIGPIPE; stdout stays quiet then.  Shell completion comes from ``argcomplete``
+(``memdir completion bash|zsh|fish``), imported only while completing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-_GLOBALS = (
-    ("--workspace", "-w", "workspace folder (default: $MEMDIR_WORKSPACE or the current folder)"),
-    ("--agent", "-a", "agent id (default: main); each agent has its own index"),
-    ("--config", "-c", "config file (TOML, JSON or JSON5)"),
-    ("--state-dir", None, "state folder (default: $MEMDIR_STATE_DIR or ~/.memdir)"),
+log = logging.getLogger("memdir.cli")
+
+_GLOBALS: tuple[tuple[str, str | None, str, dict[str, Any]], ...] = (
+    ("--workspace", "-w", "workspace folder (default: $MEMDIR_WORKSPACE or the current folder)", {}),
+    ("--agent", "-a", "agent id: a named index <stateDir>/memory/<id>.sqlite (default: $MEMDIR_AGENT; "
+                      "without one each workspace gets its own index)", {}),
+    ("--config", "-c", "config file (TOML, JSON or JSON5; default: memdir.toml/.json/.json5 in the "
+                       "workspace, then in the state folder)", {}),
+    ("--state-dir", None, "state folder (default: $MEMDIR_STATE_DIR or ~/.memdir)", {}),
+    ("--verbose", "-v", "log what memdir does on stderr (-vv: debug, with tracebacks)", {"action": "count"}),
+    ("--quiet", "-q", "print only errors on stderr (no notes, warnings or progress)", {"action": "store_true"}),
 )
+_EXIT_SIGPIPE = 141
 
 
 class CliError(Exception):
     """A failure to report as one line on stderr with exit code 1."""
 
+    exit_code = 1
+
+
+class UsageError(CliError):
+    """Bad usage (a missing argument argparse cannot see): exit code 2."""
+
+    exit_code = 2
+
 
 def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     group = parser.add_argument_group("global options")
-    for long, short, help_text in _GLOBALS:
+    for long, short, help_text, extra in _GLOBALS:
         names = [long, short] if short else [long]
-        kwargs: dict[str, Any] = {"help": help_text, "dest": long.lstrip("-").replace("-", "_")}
+        kwargs: dict[str, Any] = {"help": help_text, "dest": long.lstrip("-").replace("-", "_"), **extra}
         if suppress:
             kwargs["default"] = argparse.SUPPRESS
+        elif extra.get("action") == "count":
+            kwargs["default"] = 0
         group.add_argument(*names, **kwargs)
+
+
+def _quiet(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "quiet", False))
+
+
+def _note(args: argparse.Namespace, text: str) -> None:
+    """A note or warning for a person at a terminal (stderr; silenced by ``-q``)."""
+    if not _quiet(args):
+        print(text, file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,8 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--query", dest="query_opt", help="the query (wins over the positional one)")
     p.add_argument("--max-results", type=int, help="results to return (default 6)")
     p.add_argument("--min-score", type=float, help="drop results scoring below this (default 0.35)")
+    p.add_argument("--mode", choices=["hybrid", "keyword", "vector"], default="hybrid",
+                   help="hybrid (default: keywords and vectors), keyword (BM25 only: no embedding), "
+                        "vector (embeddings only)")
     p.add_argument("--explain", action="store_true", help="show how each result was scored")
-    p.add_argument("--json", action="store_true", help="JSON output")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="JSON output")
+    out.add_argument("--files", action="store_true",
+                     help="print only the matching files' paths (workspace-relative, as memdir get takes them), "
+                          "one per line, each once, best first: for scripts")
     p.add_argument("--no-sync", action="store_true", help="do not index changed files first")
 
     p = cmd("get", "print a memory file or some of its lines")
@@ -74,8 +112,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="JSON output")
     p.add_argument("--deep", action="store_true", help="also probe the embedding provider")
 
-    cmd("chat", "chat with an OpenAI-compatible model that uses this workspace as its memory "
-                "(options: --base-url, --model, --api-key-env, --session, --context-window)")
+    p = cmd("append", "append a note to today's daily log memory/YYYY-MM-DD.md (append-only, never rewrites)")
+    p.add_argument("text", nargs="*", help="the note (several words are joined with spaces); - reads stdin")
+    p.add_argument("--date", help="the day's log to append to, YYYY-MM-DD (default: today in userTimezone)")
+    p.add_argument("--json", action="store_true", help="print {path, appended} as JSON")
+
+    from memdir.chat_cli import CHAT_EPILOG, add_chat_arguments  # argparse only, like bench below
+
+    p = cmd("chat", "chat with an OpenAI-compatible model that uses this workspace as its memory "
+                    "(try it offline: memdir chat --demo)")
+    p.epilog = CHAT_EPILOG
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_chat_arguments(p)
 
     p = cmd("mcp", "serve memory_search / memory_get / memory_append to MCP clients (Claude, Cursor, ...)")
     p.add_argument("--transport", choices=["stdio", "http", "streamable-http"], default="stdio",
@@ -89,21 +137,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["show"], help="show: every setting, its value and where it came from")
     p.add_argument("--json", action="store_true", help="JSON output")
 
+    from memdir.ltm.cli import configure as configure_ltm  # argparse only: LanceDB loads when ltm runs
+
+    configure_ltm(cmd("ltm", "long-term memory (LanceDB): list, stats, store, search, forget, export, import, "
+                             "reembed; needs memdir[lancedb]"), lambda p: _add_globals(p, suppress=True))
     from memdir.bench.cli import configure as configure_bench  # argparse only: keeps start-up light
 
     configure_bench(cmd("bench", "benchmarks: retrieval quality, speed, side-by-side comparison"))
+
+    p = cmd("completion", "print a shell completion script, e.g. eval \"$(memdir completion bash)\"")
+    p.add_argument("shell", choices=["bash", "zsh", "fish"], help="the shell to complete in")
     return parser
 
 
 def _load_config(args: argparse.Namespace) -> Any:
     from memdir.config import load_config
 
-    return load_config(
+    loaded = load_config(
         config_path=getattr(args, "config", None),
         workspace=getattr(args, "workspace", None),
         agent_id=getattr(args, "agent", None),
         state_dir=getattr(args, "state_dir", None),
     )
+    s = loaded.settings
+    log.info("workspace %s; index %s (keyed by %s); config file %s", s.workspace_path, s.index_path,
+             s.index_key, loaded.config_file or "(none)")
+    return loaded
 
 
 def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
@@ -148,43 +207,53 @@ def _progress_bar(enabled: bool) -> tuple[Callable[[int, int, str], None] | None
     return update, close
 
 
+def _index_label(mem: Any) -> str:
+    s = mem.settings
+    return s.agent_id if s.index_key == "agent" else f"{s.workspace_path.name or s.workspace_path}"
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
-        progress, close = _progress_bar(not args.no_progress and not args.json)
+        progress, close = _progress_bar(not args.no_progress and not args.json and not _quiet(args))
         try:
             report = mem.sync(force=args.force, progress=progress, reason="cli")
         finally:
             close()
+        for w in report.warnings:  # with --json too: on stderr where it happens, and in the report
+            _note(args, f"warning: {w}")
         if args.json:
             print(json.dumps({"agentId": mem.settings.agent_id, "indexPath": str(mem.index_path),
+                              "indexKey": mem.settings.index_key, "mode": mem.selection.mode,
                               **report.as_dict()}, indent=2))
         else:
             kind = "full reindex" if report.full else "incremental"
-            print(f"Memory index updated ({mem.settings.agent_id}): {kind}, {report.indexed} indexed, "
+            print(f"Memory index updated ({_index_label(mem)}): {kind}, {report.indexed} indexed, "
                   f"{report.unchanged} unchanged, {report.removed} removed, {report.chunks} chunks "
                   f"in {report.seconds:.2f}s")
-            for w in report.warnings:
-                print(f"warning: {w}", file=sys.stderr)
     return 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
     query = args.query_opt if args.query_opt is not None else args.query
     if not query or not query.strip():
-        raise CliError("Missing search query. Provide a positional query or use --query <text>.")
+        raise UsageError("Missing search query. Provide a positional query or use --query <text>.")
     with _memory(args, snapshot=True) as mem:
         resp = mem.search(query, max_results=args.max_results, min_score=args.min_score, explain=args.explain,
-                          sync=False if args.no_sync else None)
+                          sync=False if args.no_sync else None, mode=args.mode)
         if args.json:
             print(json.dumps(resp.as_dict(), indent=2, ensure_ascii=False))
             return 0
         for w in resp.warnings:
-            print(f"note: {w}", file=sys.stderr)
+            _note(args, f"note: {w}")
         if resp.fallback:
-            print(f"note: {resp.fallback['from']} fallback: {resp.fallback['reason']}", file=sys.stderr)
+            _note(args, f"note: {resp.fallback['from']} fallback: {resp.fallback['reason']}")
         if resp.stale:
-            print("note: the index may be stale (sync was cut short or another process is writing)",
-                  file=sys.stderr)
+            _note(args, "note: the index may be stale (sync was cut short or another process is writing)")
+        if args.files:
+            seen: dict[str, None] = dict.fromkeys(r.path for r in resp.results)
+            if seen:
+                sys.stdout.write("\n".join(seen) + "\n")
+            return 0
         if not resp.results:
             print("No matches.")
             return 0
@@ -218,6 +287,40 @@ def cmd_get(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_append(args: argparse.Namespace) -> int:
+    text = " ".join(args.text)
+    if args.text == ["-"]:
+        text = sys.stdin.read()
+    if not text.strip():
+        raise UsageError("Nothing to append. Give the note as arguments, or - to read it from stdin.")
+    if args.date is not None:
+        from memdir.daily import coerce_date
+
+        try:
+            coerce_date(args.date)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    with _memory(args) as mem:
+        try:
+            rel = mem.append_daily(text, date=args.date)
+        except (OSError, ValueError) as exc:  # a refused write (symlink, not a file, ...) names the path
+            raise CliError(str(exc)) from None
+    if args.json:
+        print(json.dumps({"path": rel, "appended": True}))
+    else:
+        print(f"Appended to {rel}")
+    return 0
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    try:
+        import argcomplete
+    except ImportError as exc:  # a core dependency; only a broken install lacks it
+        raise CliError(f"shell completion needs argcomplete ({exc}): pip install argcomplete") from None
+    sys.stdout.write(argcomplete.shellcode(["memdir"], shell=args.shell))
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         st = mem.status(deep=args.deep)
@@ -235,6 +338,9 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"Dirty: {'yes' if st['dirty'] else 'no'}"
               + (f" ({len(st['dirtyFiles'])} changed, {len(st['removedFiles'])} removed)" if st["dirty"] else ""),
               f"Store: {st['indexPath']}" + ("" if st["indexExists"] else " (not built yet: run memdir index)"),
+              "Index for: " + {"workspace": "this workspace (no agent id chosen; --agent NAME for a named index)",
+                               "agent": f"agent {st['agentId']}",
+                               "path": "memorySearch.store.path"}.get(st.get("indexKey", ""), "?"),
               f"Workspace: {st['workspace']}"]
     if "fts" in st:
         lines.append("By source:")
@@ -300,14 +406,15 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from memdir.agent import chat_main
+    from memdir.chat_cli import run_chat
 
-    forwarded = list(args.chat_args)  # the chat loop parses its own options
-    for name in ("workspace", "agent", "config", "state_dir"):
-        value = getattr(args, name, None)
-        if value is not None:
-            forwarded += [f"--{name.replace('_', '-')}", value]
-    return chat_main(forwarded)
+    return run_chat(args)
+
+
+def cmd_ltm(args: argparse.Namespace) -> int:
+    from memdir.ltm.cli import run
+
+    return run(args, _load_config(args))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -317,24 +424,48 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "append": cmd_append,
     "bench": cmd_bench,
     "chat": cmd_chat,
+    "completion": cmd_completion,
     "index": cmd_index,
     "search": cmd_search,
     "get": cmd_get,
     "status": cmd_status,
     "config": cmd_config,
     "mcp": cmd_mcp,
+    "ltm": cmd_ltm,
 }
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    """WARNING by default; ``-v`` INFO for memdir; ``-vv`` DEBUG for everything; ``-q`` errors only."""
+    verbose = int(getattr(args, "verbose", 0) or 0)
+    quiet = _quiet(args)
+    logging.basicConfig(level=logging.DEBUG if verbose >= 2 else logging.WARNING, stream=sys.stderr,
+                        format="memdir: %(levelname)s: %(name)s: %(message)s" if verbose else
+                        "memdir: %(levelname)s: %(message)s")
+    own = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    logging.getLogger("memdir").setLevel(own)
+
+
+def _stdout_gone() -> int:
+    """The reader of stdout went away: say nothing, exit as a tool killed by SIGPIPE would (141)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot complain
+    except (OSError, ValueError):
+        pass
+    return _EXIT_SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if args.command == "chat":
-        args.chat_args = extra
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions (see `memdir completion`)
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    args = parser.parse_args(argv)
     if args.version:
         from memdir import __version__
 
@@ -343,23 +474,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
+    _configure_logging(args)
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # inside the try: a reader that went away is handled like any other write
+        return code
+    except BrokenPipeError:
+        return _stdout_gone()
     except CliError as exc:
         print(f"memdir: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     except KeyboardInterrupt:
         print("memdir: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # every other failure: one clear line, exit 1
         from memdir.config import ConfigError
 
-        label = {"index": "Memory index failed", "search": "Memory search failed"}.get(args.command, "memdir")
+        label = {"index": "Memory index failed", "search": "Memory search failed",
+                 "ltm": "memdir ltm"}.get(args.command, "memdir")
         if isinstance(exc, ConfigError):
             label = "memdir: configuration error"
         print(f"{label}: {exc}", file=sys.stderr)
         if os.environ.get("MEMDIR_DEBUG"):
             raise
+        log.debug("traceback", exc_info=True)
         return 1
 
 

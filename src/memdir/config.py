@@ -2,13 +2,25 @@
 
 Layers, lowest first: built-in defaults < config file (``memorySearch`` or
 ``agents.defaults.memorySearch``) < ``agents.list[id=<agent>]`` < environment < CLI flags.
-Keys may be camelCase or snake_case; unknown keys are an error that names the key.  Every
-leaf remembers where its value came from so ``memdir config show`` can say it.
+Keys may be camelCase or snake_case; unknown keys are an error that names the key (and
+suggests the closest known one).  Every leaf remembers where its value came from so ``memdir
+config show`` can say it, and so an invalid value is reported with the file (or environment
+variable) that set it.
+
+Values R§1 *clamps* stay clamped (weights normalised to sum 1, ``overlap < tokens``,
+``minScore`` in [0, 1], ``candidateMultiplier`` in [1, 20]).  Values that can only be a mistake
+are rejected instead of being silently turned into something that disables a feature (OpenClaw
+would turn ``maxResults = 0`` into "every search returns nothing"): ``maxResults ≤ 0``,
+``chunking.tokens ≤ 0``, ``halfLifeDays ≤ 0``, negative weights, ``cache.maxEntries < 0``,
+``searchBudgetMs < 0``, ``sources = []``, an unknown ``provider``, and an agent id that is not a
+plain name (it becomes a file name under the state folder).
 """
 
 from __future__ import annotations
 
 import builtins
+import difflib
+import hashlib
 import json
 import math
 import os
@@ -17,12 +29,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from memdir.settings_cache import candidate_count, resolve_store_path
 
 CONFIG_FILENAMES = ("memdir.toml", "memdir.json", "memdir.json5")
 DEFAULT_AGENT_ID = "main"
+DEFAULT_STATE_DIR = "~/.memdir"
+#: Every ``provider`` / ``fallback`` value memdir understands (the registry builds them; a test
+#: keeps the two lists equal).  Kept here so checking a config never imports NumPy.
+PROVIDER_IDS = ("auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none", "fts-only", "off")
 
 
 class ConfigError(ValueError):
@@ -42,6 +58,25 @@ class _Model(BaseModel):
 
 def _clamp(value: float, lo: float, hi: float) -> float:
     return min(hi, max(lo, value))
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or ``""``."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    if not close:
+        lowered = {str(c).lower(): c for c in choices}
+        close = [lowered[m] for m in difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)]
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def check_agent_id(agent_id: str) -> None:
+    """An agent id names files (``memory/<id>.sqlite``, ``agents/<id>/``): a plain name only."""
+    if not agent_id or not agent_id.strip():
+        raise ValueError("an agent id cannot be empty")
+    bad = [c for c in ("/", "\\", "\0") if c in agent_id] or [c for c in agent_id if ord(c) < 32]
+    if bad or agent_id.strip() in (".", "..") or agent_id != agent_id.strip():
+        raise ValueError(f"agent id {agent_id!r} is not a plain name: use letters, digits, '-', '_' or '.', "
+                         "without '/', '\\', '..' or surrounding spaces")
 
 
 # --- memorySearch ---------------------------------------------------------------------------
@@ -137,7 +172,7 @@ class StoreConfig(_Model):
 
 
 class ChunkingConfig(_Model):
-    tokens: int = 400
+    tokens: int = Field(400, gt=0)
     overlap: int = 80
 
     @model_validator(mode="after")
@@ -165,7 +200,7 @@ class SyncConfig(_Model):
     watch: bool = True
     watch_debounce_ms: int = 1500
     interval_minutes: float = 0
-    search_budget_ms: int = 2000
+    search_budget_ms: int = Field(2000, ge=0)
     sessions: SessionSyncConfig = Field(default_factory=SessionSyncConfig)
 
 
@@ -182,7 +217,7 @@ class MmrConfig(_Model):
 
 class TemporalDecayConfig(_Model):
     enabled: bool = False
-    half_life_days: float = 30
+    half_life_days: float = Field(30, gt=0)
 
     @model_validator(mode="after")
     def _clamp(self) -> TemporalDecayConfig:
@@ -193,8 +228,8 @@ class TemporalDecayConfig(_Model):
 
 class HybridConfig(_Model):
     enabled: bool = True
-    vector_weight: float = 0.7
-    text_weight: float = 0.3
+    vector_weight: float = Field(0.7, ge=0)
+    text_weight: float = Field(0.3, ge=0)
     candidate_multiplier: float = 4
     mmr: MmrConfig = Field(default_factory=MmrConfig)
     temporal_decay: TemporalDecayConfig = Field(default_factory=TemporalDecayConfig)
@@ -210,14 +245,14 @@ class HybridConfig(_Model):
 
 
 class QueryConfig(_Model):
-    max_results: int = 6
+    max_results: int = Field(6, gt=0)
     min_score: float = 0.35
     hybrid: HybridConfig = Field(default_factory=HybridConfig)
     embed_timeout_ms: int = 3000
 
     @model_validator(mode="after")
     def _clamp(self) -> QueryConfig:
-        self.max_results = max(0, int(self.max_results))
+        self.max_results = int(self.max_results)
         self.min_score = _clamp(float(self.min_score), 0.0, 1.0)
         return self
 
@@ -228,7 +263,7 @@ class QueryConfig(_Model):
 
 class CacheConfig(_Model):
     enabled: bool = True
-    max_entries: float | None = None
+    max_entries: float | None = Field(None, ge=0)
 
     @model_validator(mode="after")
     def _clamp(self) -> CacheConfig:
@@ -258,6 +293,23 @@ class MemorySearchConfig(_Model):
     sync: SyncConfig = Field(default_factory=SyncConfig)
     query: QueryConfig = Field(default_factory=QueryConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
+
+    @field_validator("provider", "fallback")
+    @classmethod
+    def _known_provider(cls, value: str) -> str:
+        name = (value or "").strip().lower()
+        if name and name not in PROVIDER_IDS:
+            raise ValueError(f"unknown embedding provider {value!r}{did_you_mean(name, PROVIDER_IDS)} "
+                             f"(expected one of {', '.join(PROVIDER_IDS)})")
+        return value
+
+    @field_validator("sources")
+    @classmethod
+    def _some_source(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError('must name at least one source: ["memory"] (add "sessions" with '
+                             "experimental.sessionMemory = true)")
+        return value
 
     @model_validator(mode="after")
     def _normalise(self) -> MemorySearchConfig:
@@ -329,6 +381,54 @@ class HooksConfig(_Model):
     session_memory: SessionMemoryHookConfig = Field(default_factory=SessionMemoryHookConfig)
 
 
+class LtmEmbeddingConfig(_Model):
+    """``longTermMemory.embedding``: which model embeds long-term memories (R§14 plus memdir's providers).
+
+    Unset fields inherit ``memorySearch`` (the embedded local model by default).  String values may
+    use ``${ENV}``; they are resolved when long-term memory is used, not when config is read.
+    """
+
+    provider: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    base_url: str | None = None
+    #: The vector width the model must produce (R§14 needs it for unknown models); checked, not sent.
+    dimensions: int | None = None
+
+
+class LtmMirrorConfig(_Model):
+    """A Markdown copy of the active long-term memories kept in the workspace (opt-in)."""
+
+    enabled: bool = False
+    #: Workspace-relative or absolute; ``{agentId}`` is replaced (for agents sharing a workspace).
+    path: str = "memory/long-term.md"
+
+
+class LongTermMemoryConfig(_Model):
+    """``longTermMemory``: OpenClaw's ``memory-lancedb`` plugin settings (R§14) and memdir's additions."""
+
+    #: Offer memory_recall/memory_store/memory_forget (MCP, agent loop) and run auto-recall/capture.
+    enabled: bool = False
+    embedding: LtmEmbeddingConfig = Field(default_factory=LtmEmbeddingConfig)
+    #: Default ``<stateDir>/ltm/<agentId>``; ``{agentId}`` is replaced, ``~`` and ``${ENV}`` expanded.
+    db_path: str | None = None
+    auto_capture: bool = False
+    auto_recall: bool = True
+    capture_max_chars: int | float = 500
+    #: ``cosine`` (default) or ``openclaw`` (``1/(1+squared L2)``, R§14's exact scale); see memdir.ltm.
+    scoring: Literal["cosine", "openclaw"] = "cosine"
+    #: Mark an older memory of the same category with similarity 0.8–0.95 as superseded by a new one.
+    supersede: bool = True
+    mirror: LtmMirrorConfig = Field(default_factory=LtmMirrorConfig)
+
+    @model_validator(mode="after")
+    def _clamp(self) -> LongTermMemoryConfig:
+        # R§14: an integer floored into [100, 10000].
+        value = float(self.capture_max_chars)
+        self.capture_max_chars = 500 if not math.isfinite(value) else int(_clamp(math.floor(value), 100, 10_000))
+        return self
+
+
 class AgentDefaults(_Model):
     memory_search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
@@ -351,7 +451,7 @@ class AgentsConfig(_Model):
 class Settings(_Model):
     """The resolved configuration for one agent and workspace."""
 
-    state_dir: str = "~/.memdir"
+    state_dir: str = DEFAULT_STATE_DIR
     workspace: str = "."
     agent_id: str = DEFAULT_AGENT_ID
     memory_search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
@@ -361,10 +461,21 @@ class Settings(_Model):
     # R§11.2: model context tokens ?? agent contextTokens ?? 200000.
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
     hooks: HooksConfig = Field(default_factory=HooksConfig)
+    long_term_memory: LongTermMemoryConfig = Field(default_factory=LongTermMemoryConfig)
+    #: Whether the agent id was chosen (flag, ``MEMDIR_AGENT``, config file, argument) or is the
+    #: default; without a chosen id the index is keyed by the workspace (see ``index_path``).
+    _agent_explicit: bool = PrivateAttr(default=True)
+
+    @field_validator("agent_id")
+    @classmethod
+    def _plain_agent_id(cls, value: str) -> str:
+        check_agent_id(value)
+        return value
 
     @model_validator(mode="after")
     def _clamp_context(self) -> Settings:
         self.context_tokens = max(1, int(self.context_tokens))
+        self._agent_explicit = "agent_id" in self.model_fields_set
         return self
 
     # -- derived paths -------------------------------------------------------------------------
@@ -377,7 +488,20 @@ class Settings(_Model):
         return Path(os.path.expanduser(self.workspace)).resolve()
 
     @property
+    def agent_explicit(self) -> bool:
+        return self._agent_explicit
+
+    @property
+    def index_key(self) -> Literal["path", "agent", "workspace"]:
+        """What names the index file: ``store.path``, the chosen agent id, or the workspace."""
+        if self.memory_search.store.path:
+            return "path"
+        return "agent" if self._agent_explicit else "workspace"
+
+    @property
     def index_path(self) -> Path:
+        if self.index_key == "workspace":
+            return self.state_path / "memory" / f"{workspace_index_name(self.workspace_path)}.sqlite"
         return resolve_store_path(self.memory_search.store.path, self.agent_id, self.state_path)
 
     @property
@@ -395,6 +519,18 @@ class Settings(_Model):
             if p not in out:
                 out.append(p)
         return out
+
+
+def workspace_index_name(workspace: Path) -> str:
+    """``<folder-name>-<10 hex of SHA-256(resolved path)>``: readable in ``ls``, unique per folder.
+
+    Used when no agent id was chosen, so indexing a second workspace never collides with the
+    first (OpenClaw keys the index by agent id alone, which made ``memdir -w other index`` fail
+    after the quick start).
+    """
+    resolved = str(workspace.resolve())
+    slug = re.sub(r"[^a-z0-9]+", "-", workspace.name.lower()).strip("-")[:40] or "workspace"
+    return f"{slug}-{hashlib.sha256(resolved.encode('utf-8', 'surrogateescape')).hexdigest()[:10]}"
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -421,23 +557,37 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def normalise_keys(model: type[BaseModel], raw: Any, where: str) -> dict[str, Any]:
+def prefix(dotted: str) -> str:
+    """``a.b.c`` → ``a.b.`` (the section a key lives in)."""
+    return dotted.rpartition(".")[0] + "." if "." in dotted else ""
+
+
+def _in_file(path: Path | None) -> str:
+    return f" in {path}" if path is not None else ""
+
+
+def normalise_keys(model: type[BaseModel], raw: Any, where: str, where_file: Path | None = None) -> dict[str, Any]:
     """Map camelCase/snake_case keys onto field names; raise on unknown keys, naming them."""
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where or 'config'}: expected a table/object, got {type(raw).__name__}")
+        raise ConfigError(f"{where or 'config'}{_in_file(where_file)}: expected a table/object, "
+                          f"got {type(raw).__name__}")
     out: dict[str, Any] = {}
     for key, value in raw.items():
         found = _field_for(model, str(key))
         dotted = f"{where}.{key}" if where else str(key)
         if found is None:
-            known = ", ".join(sorted(info.alias or n for n, info in model.model_fields.items()))
-            raise ConfigError(f"unknown config key '{dotted}' (known keys here: {known})")
+            spellings = {n: info.alias or n for n, info in model.model_fields.items()}
+            spellings.update({alias: alias for alias in spellings.values()})
+            close = difflib.get_close_matches(str(key), list(spellings), n=1, cutoff=0.6)
+            hint = f" (did you mean '{prefix(dotted)}{spellings[close[0]]}'?)" if close else ""
+            known = ", ".join(sorted(set(spellings.values())))
+            raise ConfigError(f"unknown config key '{dotted}'{hint}{_in_file(where_file)} (known keys here: {known})")
         name, info = found
         sub = _submodel(info.annotation)
         if sub is not None and isinstance(value, Mapping):
-            value = normalise_keys(sub, value, dotted)
+            value = normalise_keys(sub, value, dotted, where_file)
         elif sub is not None and isinstance(value, list):
-            value = [normalise_keys(sub, v, f"{dotted}[{i}]") for i, v in enumerate(value)]
+            value = [normalise_keys(sub, v, f"{dotted}[{i}]", where_file) for i, v in enumerate(value)]
         out[name] = value
     return out
 
@@ -468,9 +618,16 @@ def _mark(origins: Origins, path: str, value: Any, origin: str) -> None:
 def read_config_file(path: Path) -> dict[str, Any]:
     """Parse a TOML, JSON or JSON5 file; errors name the file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8-sig")  # a BOM (Windows editors add one) is not an error
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}); "
+                          "is it the right file?") from None
+    if "\0" in text:
+        raise ConfigError(f"config file {path} holds binary data (a NUL byte); is it the right file?")
     try:
         if path.suffix == ".toml":
             import tomllib
@@ -510,6 +667,7 @@ class FileConfig(_Model):
     user_timezone: str | None = None
     context_tokens: int | None = None
     hooks: HooksConfig | None = None
+    long_term_memory: LongTermMemoryConfig | None = None
     agents: AgentsConfig | None = None
 
 
@@ -576,10 +734,13 @@ def load_config(
     state_dir: str | os.PathLike[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    check_workspace: bool = True,
 ) -> LoadedConfig:
     """Resolve settings from defaults, a config file, the environment and explicit arguments.
 
     ``overrides`` is a nested mapping (camel or snake keys) applied last, as CLI flags are.
+    A workspace folder that does not exist is an error (``check_workspace=False`` skips that,
+    for callers that only want to inspect settings).
     """
     env = os.environ if env is None else env
     origins: Origins = {}
@@ -587,7 +748,7 @@ def load_config(
 
     # Where to look for a config file depends on workspace/state dir from flags or env.
     ws_hint = Path(os.path.expanduser(str(workspace or env.get("MEMDIR_WORKSPACE") or "."))).resolve()
-    sd_hint = Path(os.path.expanduser(str(state_dir or env.get("MEMDIR_STATE_DIR") or "~/.memdir")))
+    sd_hint = Path(os.path.expanduser(str(state_dir or env.get("MEMDIR_STATE_DIR") or DEFAULT_STATE_DIR)))
     explicit = config_path or env.get("MEMDIR_CONFIG")
     cfg_file: Path | None
     if explicit:
@@ -599,7 +760,7 @@ def load_config(
 
     file_agents: dict[str, Any] | None = None
     if cfg_file is not None:
-        raw = normalise_keys(FileConfig, read_config_file(cfg_file), "")
+        raw = normalise_keys(FileConfig, read_config_file(cfg_file), "", cfg_file)
         origin = f"file:{cfg_file}"
         file_agents = raw.pop("agents", None)
         if file_agents:
@@ -647,7 +808,13 @@ def load_config(
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe_validation(exc)) from None
+        raise ConfigError(_describe_validation(exc, data, origins)) from None
+    settings._agent_explicit = "agent_id" in origins
+    if check_workspace:
+        ws = settings.workspace_path
+        if not ws.is_dir():
+            what = "is not a folder" if ws.exists() else "does not exist"
+            raise ConfigError(f"workspace {ws} {what}{_origin_text(origins.get('workspace', ''), 'workspace')}")
     return LoadedConfig(settings, origins, cfg_file)
 
 
@@ -659,11 +826,38 @@ def _deep_update(base: dict[str, Any], over: Mapping[str, Any]) -> None:
             base[key] = value
 
 
-def _describe_validation(exc: ValidationError) -> str:
+_FLAG_NAMES = {"workspace": "--workspace", "agent_id": "--agent", "state_dir": "--state-dir"}
+
+
+def _origin_text(origin: str, key: str = "") -> str:
+    """Where a value was set, as a phrase: `` in /x/memdir.toml``, `` from $MEMDIR_AGENT``."""
+    if origin.startswith("file:"):
+        return f" in {origin[5:]}"
+    if origin.startswith("env:"):
+        return f" from ${origin[4:]}"
+    if origin == "flag":
+        return f" (given as {_FLAG_NAMES[key]})" if key in _FLAG_NAMES else " (given as an option)"
+    return ""
+
+
+def _describe_validation(exc: ValidationError, data: Mapping[str, Any] | None = None,
+                         origins: Origins | None = None) -> str:
+    """One line per bad value: its camelCase key, the value, where it was set, and why."""
     parts = []
     for err in exc.errors():
-        loc = ".".join(_camel(str(p)) if isinstance(p, str) else f"[{p}]" for p in err["loc"])
-        parts.append(f"{loc or 'config'}: {err['msg']}")
+        loc = err["loc"]
+        key = ".".join(_camel(str(p)) if isinstance(p, str) else f"[{p}]" for p in loc)
+        dotted = ".".join(str(p) for p in loc if isinstance(p, str))
+        where = ""
+        if origins is not None:
+            # a model-level check reports the section; look for the first leaf set under it
+            origin = origins.get(dotted) or next((o for k, o in origins.items() if k.startswith(dotted + ".")), "")
+            where = _origin_text(origin, dotted)
+        msg = str(err["msg"]).removeprefix("Value error, ").replace("Input should be", "must be")
+        value = ""
+        if "input" in err and err.get("type") != "value_error" and not isinstance(err["input"], Mapping):
+            value = f" = {err['input']!r}"
+        parts.append(f"{key or 'config'}{value}{where}: {msg}")
     return "invalid configuration: " + "; ".join(parts)
 
 

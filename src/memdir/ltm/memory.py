@@ -1,0 +1,388 @@
+"""``LongTermMemory``: one agent's long-term memories (R§14), the one object to use.
+
+    from memdir.ltm import LongTermMemory
+    with LongTermMemory(settings) as ltm:          # or LongTermMemory.for_memory(mem)
+        ltm.store("I prefer dark mode", category="preference")
+        ltm.search("which theme?")                 # hits with cosine scores
+        ltm.auto_recall("what theme do I like?")   # the <relevant-memories> block, or None
+        ltm.auto_capture(messages)                 # user messages only, R§14's rules
+
+Writes (store, forget, import, reembed) hold a per-folder lock, so the duplicate check and
+the insert are one step even with several processes (an MCP server and the CLI) on one agent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memdir.ltm.capture import (
+    CATEGORIES,
+    MAX_CAPTURES_PER_TURN,
+    capture_candidates,
+    detect_category,
+    format_relevant_memories_context,
+)
+from memdir.ltm.results import ForgetResult, ImportReport, StoreResult
+from memdir.ltm.store import ID_PREFIX_RE, UUID_RE, LanceTable, LtmError, MemoryRecord, require_uuid
+
+if TYPE_CHECKING:
+    from memdir.config import Settings
+
+log = logging.getLogger(__name__)
+
+DUPLICATE_SCORE = 0.95
+SUPERSEDE_MIN = 0.8
+RECALL_MIN_SCORE = 0.1  # memory_recall tool
+SEARCH_MIN_SCORE = 0.3  # `ltm search`, auto-recall
+AUTO_RECALL_LIMIT = 3
+AUTO_RECALL_MIN_PROMPT = 5
+FORGET_SEARCH_LIMIT = 5
+FORGET_MIN_SCORE = 0.7
+FORGET_AUTO_SCORE = 0.9
+DEFAULT_IMPORTANCE = 0.7
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class LongTermMemory:
+    """Store, search and forget one agent's long-term memories; recall and capture around turns."""
+
+    def __init__(self, settings: Settings | None = None, *, provider: Any = None, db_path: str | Path | None = None,
+                 clock: Callable[[], int] | None = None):
+        """``settings`` default to memdir's defaults; ``provider`` overrides the configured embedder."""
+        from memdir.config import Settings
+        from memdir.ltm import settings as ltm_settings
+        from memdir.ltm.store import import_lancedb
+
+        import_lancedb()  # fail at once, naming the extra, rather than on the first write
+        self.settings = settings if settings is not None else Settings()
+        self.config = self.settings.long_term_memory
+        self.db_path = Path(db_path).expanduser().resolve() if db_path else ltm_settings.db_path(self.settings)
+        self.mirror_path = ltm_settings.mirror_path(self.settings)
+        self._provider = provider
+        self._owns_provider = provider is None
+        self._embedder: Any = None
+        self._checked = False
+        self.table = LanceTable(self.db_path, scoring=self.config.scoring)
+        self._clock = clock or _now_ms
+        self.last_warnings: list[str] = []
+
+    @classmethod
+    def for_memory(cls, memory: Any, **kwargs: Any) -> LongTermMemory:
+        """Long-term memory of a :class:`memdir.Memory`'s agent, sharing its embedding model when it can."""
+        from memdir.ltm.settings import embedding_overridden
+
+        provider = None
+        if not embedding_overridden(memory.settings):
+            provider = memory.selection.provider  # None when memory search is keyword-only
+        ltm = cls(memory.settings, provider=provider, **kwargs)
+        ltm._owns_provider = provider is None
+        return ltm
+
+    # -- plumbing ------------------------------------------------------------------------------
+    @property
+    def embedder(self) -> Any:
+        if self._embedder is None:
+            from memdir.ltm.embedder import Embedder, EmbeddingCache
+
+            provider = self._provider
+            if provider is None:
+                from memdir.embeddings.registry import select_provider
+                from memdir.ltm.settings import embedding_config
+
+                selection = select_provider(embedding_config(self.settings))
+                if selection.provider is None:
+                    raise LtmError("long-term memory needs an embedding model, and none is available: "
+                                   f"{selection.unavailable_reason or 'no provider'}")
+                provider = self._provider = selection.provider
+                self._owns_provider = True
+            cache = EmbeddingCache(self.db_path / "embedding-cache.sqlite") if \
+                self.settings.memory_search.cache.enabled else None
+            self._embedder = Embedder(provider, cache, expected_dims=self.config.embedding.dimensions)
+        return self._embedder
+
+    def _vectors(self, texts: list[str]) -> list[Any]:
+        vectors = self.embedder.documents(texts)
+        self._check(len(vectors[0]) if vectors else None)
+        return vectors
+
+    def _query_vector(self, text: str) -> Any:
+        vector = self.embedder.query(text)
+        self._check(len(vector))
+        return vector
+
+    def _check(self, dims: int | None) -> None:
+        if not self._checked:
+            self.table.check_compatible(self.embedder.identity, dims)
+            self._checked = True
+
+    def _lock(self) -> Any:
+        from memdir.lock import FileWriterLock
+
+        self.db_path.mkdir(parents=True, exist_ok=True)
+        return FileWriterLock(self.db_path / "ltm")
+
+    # -- reading -------------------------------------------------------------------------------
+    def search(self, query: str, *, limit: int = 5, min_score: float = SEARCH_MIN_SCORE) -> list[MemoryRecord]:
+        """Active memories most similar to ``query`` (cosine, or R§14's scale with ``scoring=openclaw``)."""
+        query = (query or "").strip()
+        if not query:
+            raise LtmError("query required")
+        if not self.table.exists():
+            return []
+        return self.table.search(self._query_vector(query), limit=max(1, int(limit)), min_score=min_score)
+
+    def list(self, *, include_superseded: bool = False) -> list[MemoryRecord]:
+        """Every active memory, oldest first (superseded ones too with ``include_superseded``)."""
+        return self.table.all(include_superseded=include_superseded)
+
+    def get(self, memory_id: str) -> MemoryRecord | None:
+        return self.table.get(memory_id)
+
+    def stats(self) -> dict[str, Any]:
+        records = self.table.all(include_superseded=True)
+        active = [r for r in records if r.active]
+        by_category = {c: sum(1 for r in active if r.category == c) for c in CATEGORIES}
+        identity = self.table.identity()
+        return {"agentId": self.settings.agent_id, "dbPath": str(self.db_path), "total": len(active),
+                "superseded": len(records) - len(active), "byCategory": by_category,
+                "provider": identity.get("provider"), "model": identity.get("model"), "dims": self.table.dims(),
+                "scoring": self.config.scoring, "autoRecall": self.config.auto_recall,
+                "autoCapture": self.config.auto_capture, "enabled": self.config.enabled,
+                "mirror": str(self.mirror_path) if self.mirror_path else None}
+
+    # -- writing -------------------------------------------------------------------------------
+    def store(self, text: str, *, importance: float = DEFAULT_IMPORTANCE, category: str | None = None,
+              source: str = "api") -> StoreResult:
+        """Store a memory unless a near-identical one exists (score ≥ 0.95); supersede close ones."""
+        text = (text or "").strip()
+        if not text:
+            raise LtmError("text required")
+        category = category or detect_category(text)
+        if category not in CATEGORIES:
+            raise LtmError(f"unknown category {category!r} (expected one of {', '.join(CATEGORIES)})")
+        importance = float(importance)
+        if not 0.0 <= importance <= 1.0:
+            raise LtmError(f"importance must be between 0 and 1, got {importance}")
+        vector = self._vectors([text])[0]
+        with self._lock():
+            result = self._store_locked(text, vector, importance, category, source)
+            if result.action == "created":
+                result.warnings += self._after_write()
+        return result
+
+    def _store_locked(self, text: str, vector: Any, importance: float, category: str, source: str,
+                      *, memory_id: str | None = None, created_at: int | None = None) -> StoreResult:
+        hits = self.table.search(vector, limit=1, min_score=DUPLICATE_SCORE) if self.table.exists() else []
+        if hits:
+            return StoreResult("duplicate", hits[0])
+        if not self.table.exists():
+            self.table.create(int(vector.size), self.embedder.identity)
+        record = MemoryRecord(id=memory_id or str(uuid.uuid4()), text=text, category=category,
+                              importance=importance, created_at=created_at or self._clock(), source=source,
+                              vector=vector)
+        superseded: list[MemoryRecord] = []
+        if self.config.supersede:
+            close = self.table.search(vector, limit=10, min_score=SUPERSEDE_MIN, category=category)
+            superseded = [r for r in close if (r.score or 0.0) < DUPLICATE_SCORE]
+        self.table.add([record])
+        if superseded:
+            at = self._clock()
+            self.table.mark_superseded([r.id for r in superseded], record.id, at)
+            for r in superseded:
+                r.superseded_by, r.superseded_at = record.id, at
+        record.vector = None
+        return StoreResult("created", record, superseded)
+
+    def forget(self, memory_id: str | None = None, *, query: str | None = None) -> ForgetResult:
+        """Delete by id (full UUID or a unique prefix of ≥ 8 characters), or by query (R§14).
+
+        By query: the matches scoring ≥ 0.7 (top 5); exactly one, scoring > 0.9, is deleted,
+        otherwise they come back as ``candidates`` to choose from.
+        """
+        if memory_id:
+            full = self._resolve_id(memory_id)
+            if full is None:
+                return ForgetResult("not_found")
+            with self._lock():
+                record = self.table.get(full)
+                if record is None:
+                    return ForgetResult("not_found")
+                self.table.delete(full)
+                warnings = self._after_write()
+            return ForgetResult("deleted", record, warnings=warnings)
+        if not (query or "").strip():
+            raise LtmError("Provide query or memoryId.")
+        hits = self.search(str(query), limit=FORGET_SEARCH_LIMIT, min_score=FORGET_MIN_SCORE)
+        if not hits:
+            return ForgetResult("none_matched")
+        if len(hits) == 1 and (hits[0].score or 0.0) > FORGET_AUTO_SCORE:
+            with self._lock():
+                self.table.delete(hits[0].id)
+                warnings = self._after_write()
+            return ForgetResult("deleted", hits[0], warnings=warnings)
+        return ForgetResult("candidates", candidates=hits)
+
+    def _resolve_id(self, memory_id: str) -> str | None:
+        value = str(memory_id).strip().lower()
+        if UUID_RE.match(value):
+            return value
+        if not ID_PREFIX_RE.match(value):
+            require_uuid(str(memory_id))  # raises R§14's "Invalid memory ID format"
+        matches = self.table.ids_with_prefix(value)
+        if len(matches) > 1:
+            raise LtmError(f"memory id prefix {memory_id!r} is ambiguous: {', '.join(m[:13] for m in matches)}…")
+        return matches[0] if matches else None
+
+    # -- around a turn -------------------------------------------------------------------------
+    def auto_recall(self, prompt: str) -> str | None:
+        """R§14 ``before_agent_start``: the ``<relevant-memories>`` block for ``prompt``, or ``None``."""
+        if not isinstance(prompt, str) or len(prompt) < AUTO_RECALL_MIN_PROMPT:
+            return None
+        hits = self.search(prompt, limit=AUTO_RECALL_LIMIT, min_score=SEARCH_MIN_SCORE)
+        return format_relevant_memories_context(hits) if hits else None
+
+    def auto_capture(self, messages: Iterable[Mapping[str, Any] | str]) -> list[StoreResult]:
+        """R§14 ``agent_end``: store up to 3 user statements worth keeping (duplicates skipped)."""
+        texts = capture_candidates(messages, self.config.capture_max_chars, MAX_CAPTURES_PER_TURN)
+        if not texts:
+            return []
+        vectors = self._vectors(texts)
+        results = []
+        with self._lock():
+            for text, vector in zip(texts, vectors, strict=True):
+                results.append(self._store_locked(text, vector, DEFAULT_IMPORTANCE, detect_category(text),
+                                                  "auto-capture"))
+            if any(r.action == "created" for r in results):
+                warnings = self._after_write()
+                for r in results:
+                    r.warnings += warnings
+        return results
+
+    # -- Markdown --------------------------------------------------------------------------------
+    def export(self, *, include_superseded: bool = False) -> str:
+        """The memories as Markdown: one dated bullet per memory with its category and id."""
+        from memdir.ltm.markdown import render
+
+        return render(self.list(include_superseded=include_superseded), timezone=self.settings.user_timezone)
+
+    def import_markdown(self, text: str) -> ImportReport:
+        """Apply a Markdown file (an export, an edited mirror, or bullets a person wrote) to the store.
+
+        Bullets with a known id update that memory when text or category changed; bullets with an
+        unknown id are restored as they are (id, date, importance, superseded state); bullets
+        without an id are stored like :meth:`store` (duplicates skipped).  Nothing is deleted.
+        """
+        from memdir.ltm.markdown import ms_of_day, parse
+
+        items, skipped = parse(text)
+        report = ImportReport(skipped_lines=skipped)
+        if not items:
+            return report
+        for item in items:
+            if item.category is not None and item.category not in CATEGORIES:
+                raise LtmError(f"line {item.line}: unknown category {item.category!r} "
+                               f"(expected one of {', '.join(CATEGORIES)})")
+        vectors = self._vectors([i.text for i in items])
+        tz = self.settings.user_timezone
+        with self._lock():
+            for position, (item, vector) in enumerate(zip(items, vectors, strict=True)):
+                category = item.category or detect_category(item.text)
+                # A bullet's date has no time of day: file order breaks ties, so a restore lists alike.
+                created = ms_of_day(item.date, tz) + position if item.date else None
+                importance = item.importance if item.importance is not None else DEFAULT_IMPORTANCE
+                existing = self.table.get(item.id) if item.id and self.table.exists() else None
+                if existing is not None:
+                    if (existing.text, existing.category) == (item.text, category):
+                        report.unchanged.append(existing.id)
+                        continue
+                    self.table.delete(existing.id)
+                    existing.text, existing.category, existing.vector = item.text, category, vector
+                    self.table.add([existing])
+                    report.updated.append(existing.id)
+                elif item.id:
+                    if not self.table.exists():
+                        self.table.create(int(vector.size), self.embedder.identity)
+                    by = item.superseded_by.lower() if item.superseded_by else None
+                    self.table.add([MemoryRecord(id=item.id.lower(), text=item.text, category=category,
+                                                 importance=importance, created_at=created or self._clock(),
+                                                 superseded_by=by,
+                                                 superseded_at=self._clock() if by else None, source="import",
+                                                 vector=vector)])
+                    report.created.append(item.id.lower())
+                else:
+                    result = self._store_locked(item.text, vector, importance, category, "import",
+                                                created_at=created)
+                    (report.created if result.action == "created" else report.duplicates).append(result.record.id)
+            if report.created or report.updated:
+                report.warnings += self._after_write()
+        return report
+
+    def reembed(self) -> int:
+        """Re-embed every memory (superseded ones too) with the configured model; returns the count."""
+        records = self.table.all(include_superseded=True)
+        if not records:
+            return 0
+        vectors = self.embedder.documents([r.text for r in records])
+        with self._lock():
+            for record, vector in zip(records, vectors, strict=True):
+                record.vector = vector
+            self.table.replace_all(records, int(vectors[0].size), self.embedder.identity)
+        self._checked = False
+        return len(records)
+
+    def sync_mirror(self) -> list[str]:
+        """Regenerate the mirror file now (it is also regenerated after every change)."""
+        with self._lock():
+            return self._sync_mirror()
+
+    def _after_write(self) -> list[str]:
+        """Under the write lock: compact the table when it has many fragments, then the mirror."""
+        try:
+            self.table.maybe_compact()
+        except Exception as exc:  # a slower search later, never a lost write
+            log.warning("long-term memory compaction failed: %s", exc)
+        return self._sync_mirror()
+
+    def _sync_mirror(self) -> list[str]:
+        if self.mirror_path is None:
+            return []
+        from memdir.ltm.markdown import mirror_header, render, write_mirror
+
+        try:
+            content = render(self.table.all(), timezone=self.settings.user_timezone,
+                             header=mirror_header(self.settings.agent_id, self.db_path))
+            warning = write_mirror(self.mirror_path, content, self.db_path / "mirror-state.json")
+        except OSError as exc:  # the store changed; a mirror that cannot be written only warns
+            warning = f"could not write the long-term memory mirror {self.mirror_path}: {exc}"
+        if warning:
+            log.warning("%s", warning)
+            return [warning]
+        return []
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._embedder is not None:
+            self._embedder.close()
+            self._embedder = None
+        if self._owns_provider and self._provider is not None:
+            try:
+                self._provider.close()
+            except Exception:
+                pass
+            self._provider = None
+        self.table.close()
+        self._checked = False
+
+    def __enter__(self) -> LongTermMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,340 @@
+"""The LanceDB table behind long-term memory: one per agent, rows as R§14, created lazily.
+
+Rows: ``id`` (UUID), ``text``, ``vector`` (float32, fixed width), ``importance``, ``category``,
+``createdAt`` (ms) — OpenClaw's columns — plus memdir's ``supersededBy``/``supersededAt`` (a
+memory replaced by a newer one stays listed with ``--all``) and ``source`` (tool, cli,
+auto-capture, import).  A table written by OpenClaw opens too: missing memdir columns are
+added.  The table's schema metadata records which provider and model made the vectors, so a
+change of model is refused with a clear message instead of comparing incomparable vectors.
+
+**Scores.**  LanceDB's ``l2`` distance is the *squared* Euclidean distance; OpenClaw scores a
+hit ``1/(1+d²)`` (R§14, ``scoring = "openclaw"``).  memdir's providers return unit vectors,
+for which ``d² = 2 − 2·cos``: OpenClaw's auto-recall cut-off 0.3 then means ``cos ≥ −0.17``
+(every memory passes) and its duplicate bar 0.95 means ``cos ≥ 0.974``.  By default memdir
+scores with cosine similarity (``scoring = "cosine"``) and applies R§14's numbers to it —
+recall ≥ 0.3, duplicate ≥ 0.95, forget > 0.9 / ≥ 0.7 — so the thresholds filter again.
+
+Only ids (UUID-checked) and categories (a fixed set) ever reach a LanceDB filter; user text
+never does.  Reads see other processes' writes at once (``read_consistency_interval=0``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TABLE = "memories"
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
+ID_PREFIX_RE = re.compile(r"^[0-9a-f-]{8,36}$", re.IGNORECASE)
+_META_PREFIX = "memdir."
+COMPACT_AT_FRAGMENTS = 32
+EXTRA_COLUMNS = {"supersededBy": "CAST(NULL AS STRING)", "supersededAt": "CAST(NULL AS BIGINT)",
+                 "source": "CAST(NULL AS STRING)"}
+
+
+class LtmError(RuntimeError):
+    """Long-term memory could not do what was asked; the message says why."""
+
+
+class LtmUnavailableError(LtmError):
+    """The ``lancedb`` extra is not installed."""
+
+
+class ModelMismatchError(LtmError):
+    """The table's vectors come from another embedding model than the configured one."""
+
+
+def import_lancedb() -> Any:
+    """``lancedb``, or an error that names the extra to install."""
+    try:
+        import lancedb
+    except ImportError as exc:
+        raise LtmUnavailableError(
+            "long-term memory needs the LanceDB extra, which is not installed: pip install 'memdir[lancedb]' "
+            f"({exc})") from None
+    return lancedb
+
+
+def score_from_l2(squared_distance: float) -> float:
+    """R§14's score for LanceDB's ``l2`` distance: ``1/(1+d)`` (0 → 1.0, 1 → 0.5, 2.33 → 0.3003)."""
+    return 1.0 / (1.0 + max(0.0, float(squared_distance)))
+
+
+def score_from_cosine_distance(distance: float) -> float:
+    """Cosine similarity from LanceDB's ``cosine`` distance (``1 − cos``)."""
+    return 1.0 - float(distance)
+
+
+@dataclass
+class MemoryRecord:
+    """One long-term memory (``score`` is set on search hits)."""
+
+    id: str
+    text: str
+    category: str
+    importance: float
+    created_at: int
+    superseded_by: str | None = None
+    superseded_at: int | None = None
+    source: str | None = None
+    score: float | None = None
+    vector: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def active(self) -> bool:
+        return not self.superseded_by
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "text": self.text, "category": self.category,
+                               "importance": round(float(self.importance), 4), "createdAt": self.created_at}
+        if self.superseded_by:
+            out["supersededBy"] = self.superseded_by
+            out["supersededAt"] = self.superseded_at
+        if self.source:
+            out["source"] = self.source
+        if self.score is not None:
+            out["score"] = round(float(self.score), 4)
+        return out
+
+
+def _record(row: dict[str, Any], score: float | None = None) -> MemoryRecord:
+    vec = row.get("vector")
+    return MemoryRecord(
+        id=str(row["id"]), text=str(row["text"]), category=str(row.get("category") or "other"),
+        importance=float(row.get("importance") if row.get("importance") is not None else 0.7),
+        created_at=int(row.get("createdAt") or 0), superseded_by=row.get("supersededBy") or None,
+        superseded_at=row.get("supersededAt"), source=row.get("source") or None, score=score,
+        vector=np.asarray(vec, dtype=np.float32) if vec is not None else None)
+
+
+class LanceTable:
+    """The ``memories`` table in one LanceDB folder, opened on first use."""
+
+    def __init__(self, path: Path, *, scoring: str = "cosine"):
+        self.path = path
+        self.scoring = scoring
+        self._db: Any = None
+        self._table: Any = None
+
+    # -- opening -------------------------------------------------------------------------------
+    def _connect(self) -> Any:
+        if self._db is None:
+            lancedb = import_lancedb()
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._db = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
+        return self._db
+
+    def exists(self) -> bool:
+        if self._table is not None:
+            return True
+        if not (self.path / f"{TABLE}.lance").exists():
+            return False
+        return TABLE in _table_names(self._connect())
+
+    def table(self) -> Any | None:
+        """The table, or ``None`` before the first memory is stored."""
+        if self._table is None and self.exists():
+            table = self._connect().open_table(TABLE)
+            missing = {k: v for k, v in EXTRA_COLUMNS.items() if k not in table.schema.names}
+            if missing:  # a table written by OpenClaw: add memdir's columns, keep every row
+                table.add_columns(missing)
+            self._table = table
+        return self._table
+
+    def create(self, dims: int, identity: dict[str, str]) -> Any:
+        import pyarrow as pa
+
+        schema = pa.schema([
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("text", pa.string(), nullable=False),
+            pa.field("vector", pa.list_(pa.float32(), dims)),
+            pa.field("importance", pa.float32()),
+            pa.field("category", pa.string()),
+            pa.field("createdAt", pa.int64()),
+            pa.field("supersededBy", pa.string()),
+            pa.field("supersededAt", pa.int64()),
+            pa.field("source", pa.string()),
+        ], metadata={f"{_META_PREFIX}{k}": str(v) for k, v in identity.items()})
+        self._table = self._connect().create_table(TABLE, schema=schema, exist_ok=True)
+        return self._table
+
+    def identity(self) -> dict[str, str]:
+        table = self.table()
+        if table is None:
+            return {}
+        meta = table.schema.metadata or {}
+        out = {}
+        for k, v in meta.items():
+            key = k.decode() if isinstance(k, bytes) else str(k)
+            if key.startswith(_META_PREFIX):
+                out[key[len(_META_PREFIX):]] = v.decode() if isinstance(v, bytes) else str(v)
+        return out
+
+    def dims(self) -> int | None:
+        table = self.table()
+        if table is None:
+            return None
+        return int(table.schema.field("vector").type.list_size)
+
+    def check_compatible(self, identity: dict[str, str], dims: int | None) -> None:
+        """Refuse to compare vectors from another model (or of another width)."""
+        have = self.identity()
+        table_dims = self.dims()
+        if dims is not None and table_dims is not None and table_dims != dims:
+            raise ModelMismatchError(
+                f"the long-term memory table at {self.path} holds {table_dims}-dimensional vectors"
+                f"{_made_by(have)}, but {identity.get('provider')}/{identity.get('model')} makes {dims}; "
+                "run `memdir ltm reembed` to re-embed every memory with the current model, or set "
+                "longTermMemory.dbPath to another folder")
+        if have.get("model") and (have.get("model"), have.get("provider")) != (identity.get("model"),
+                                                                                identity.get("provider")):
+            raise ModelMismatchError(
+                f"the long-term memory table at {self.path} was embedded{_made_by(have)}, but the configured model "
+                f"is {identity.get('provider')}/{identity.get('model')}; run `memdir ltm reembed` to re-embed every "
+                "memory with it, or configure longTermMemory.embedding to match")
+
+    # -- reading -------------------------------------------------------------------------------
+    def search(self, vector: np.ndarray, *, limit: int, min_score: float = 0.0, category: str | None = None,
+               active_only: bool = True) -> list[MemoryRecord]:
+        table = self.table()
+        if table is None or limit <= 0:
+            return []
+        metric = "l2" if self.scoring == "openclaw" else "cosine"
+        query = table.search(np.asarray(vector, dtype=np.float32).tolist()).distance_type(metric).limit(int(limit))
+        where = []
+        if active_only:
+            where.append("supersededBy IS NULL")
+        if category is not None:
+            where.append(f"category = '{_safe_category(category)}'")
+        if where:
+            query = query.where(" AND ".join(where), prefilter=True)
+        hits = []
+        for row in query.to_list():
+            distance = float(row["_distance"])
+            score = score_from_l2(distance) if metric == "l2" else score_from_cosine_distance(distance)
+            if score >= min_score:
+                hits.append(_record(row, score))
+        hits.sort(key=lambda r: -(r.score or 0.0))
+        return hits
+
+    def all(self, *, include_superseded: bool = False, with_vectors: bool = False) -> list[MemoryRecord]:
+        table = self.table()
+        if table is None:
+            return []
+        columns = [c for c in table.schema.names if with_vectors or c != "vector"]
+        rows = table.to_arrow().select(columns).to_pylist()
+        records = [_record(r) for r in rows]
+        if not include_superseded:
+            records = [r for r in records if r.active]
+        records.sort(key=lambda r: (r.created_at, r.id))
+        return records
+
+    def count(self) -> int:
+        table = self.table()
+        return 0 if table is None else int(table.count_rows())
+
+    def get(self, memory_id: str) -> MemoryRecord | None:
+        table = self.table()
+        if table is None:
+            return None
+        rows = table.search().where(f"id = '{require_uuid(memory_id)}'").limit(1).to_list()
+        return _record(rows[0]) if rows else None
+
+    def ids_with_prefix(self, prefix: str) -> list[str]:
+        if not ID_PREFIX_RE.match(prefix):
+            return []
+        low = prefix.lower()
+        return [r.id for r in self.all(include_superseded=True) if r.id.lower().startswith(low)]
+
+    # -- writing -------------------------------------------------------------------------------
+    def add(self, records: list[MemoryRecord]) -> None:
+        if not records:
+            return
+        table = self.table()
+        if table is None:
+            raise LtmError("internal: table not created before add")
+        table.add([{
+            "id": r.id, "text": r.text, "vector": np.asarray(r.vector, dtype=np.float32).tolist(),
+            "importance": float(r.importance), "category": r.category, "createdAt": int(r.created_at),
+            "supersededBy": r.superseded_by, "supersededAt": r.superseded_at, "source": r.source,
+        } for r in records])
+
+    def delete(self, memory_id: str) -> None:
+        table = self.table()
+        if table is not None:
+            table.delete(f"id = '{require_uuid(memory_id)}'")
+
+    def mark_superseded(self, memory_ids: list[str], by: str, at_ms: int) -> None:
+        table = self.table()
+        if table is None or not memory_ids:
+            return
+        quoted = ", ".join(f"'{require_uuid(i)}'" for i in memory_ids)
+        table.update(where=f"id IN ({quoted})", values={"supersededBy": require_uuid(by), "supersededAt": int(at_ms)})
+
+    def replace_all(self, records: list[MemoryRecord], dims: int, identity: dict[str, str]) -> None:
+        """Rewrite the table with new vectors (``reembed``): one overwrite, readers see old or new."""
+        import pyarrow as pa
+
+        old = self.table()
+        schema = pa.schema([f if f.name != "vector" else pa.field("vector", pa.list_(pa.float32(), dims))
+                            for f in old.schema], metadata={f"{_META_PREFIX}{k}": v for k, v in identity.items()})
+        rows = [{
+            "id": r.id, "text": r.text, "vector": np.asarray(r.vector, dtype=np.float32).tolist(),
+            "importance": float(r.importance), "category": r.category, "createdAt": int(r.created_at),
+            "supersededBy": r.superseded_by, "supersededAt": r.superseded_at, "source": r.source,
+        } for r in records]
+        data = pa.Table.from_pylist(rows, schema=schema)
+        self._table = self._connect().create_table(TABLE, data=data, schema=schema, mode="overwrite")
+
+    def maybe_compact(self, max_fragments: int = COMPACT_AT_FRAGMENTS) -> bool:
+        """Merge small fragments once there are ``max_fragments``; returns whether it compacted.
+
+        Every LanceDB write adds a fragment, and a search visits each one: measured at 1,000
+        memories stored one by one, a search took ~200 ms over 1,000 fragments and ~8 ms after
+        compaction.  Versions older than an hour are cleaned up with it (readers re-check the
+        latest version on every query, so none still needs them).
+        """
+        table = self.table()
+        if table is None:
+            return False
+        fragments = int((table.stats().get("fragment_stats") or {}).get("num_fragments") or 0)
+        if fragments < max_fragments:
+            return False
+        table.optimize(cleanup_older_than=timedelta(hours=1))
+        return True
+
+    def close(self) -> None:
+        self._table = None
+        self._db = None
+
+
+def require_uuid(memory_id: str) -> str:
+    """The id if it is UUID-shaped (R§14: deletes need one), else an error saying so."""
+    value = str(memory_id or "").strip()
+    if not UUID_RE.match(value):
+        raise LtmError(f"Invalid memory ID format: {memory_id}")
+    return value.lower()
+
+
+def _safe_category(category: str) -> str:
+    from memdir.ltm.capture import CATEGORIES
+
+    if category not in CATEGORIES:
+        raise LtmError(f"unknown category {category!r} (expected one of {', '.join(CATEGORIES)})")
+    return category
+
+
+def _made_by(identity: dict[str, str]) -> str:
+    return f" by {identity.get('provider')}/{identity.get('model')}" if identity.get("model") else ""
+
+
+def _table_names(db: Any) -> list[str]:
+    if hasattr(db, "list_tables"):
+        listed = db.list_tables()
+        return list(getattr(listed, "tables", listed))
+    return list(db.table_names())

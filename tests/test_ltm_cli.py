@@ -1,0 +1,114 @@
+"""``memdir ltm …`` as real subprocesses (embedded model, real LanceDB), and life without the extra."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from helpers import cli_env
+
+BLOCK_LANCEDB = textwrap.dedent("""
+    import sys
+    class _Block:
+        def find_spec(self, name, path=None, target=None):
+            if name == "lancedb" or name.startswith("lancedb."):
+                raise ModuleNotFoundError("No module named 'lancedb'", name=name)
+            return None
+    sys.meta_path.insert(0, _Block())
+""")
+
+
+def test_ltm_commands_end_to_end(tmp_path: Path, make_workspace, run_cli) -> None:
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}, "longTermMemory": {"mirror": {"enabled": True}}}))
+    base = ("--workspace", str(ws), "--config", str(cfg))
+
+    stored = json.loads(run_cli("ltm", "store", "I prefer dark mode", "--json", *base, check=True).stdout)
+    assert stored["action"] == "created" and stored["memory"]["category"] == "preference"
+    mem_id = stored["id"]
+    # The same memory again, an unrelated one for another agent, and a decision with an explicit category.
+    script = ["ltm", "store", "I prefer dark mode.", "--json", *base]
+    assert json.loads(run_cli(*script, check=True).stdout) == {
+        "action": "duplicate", "existingId": mem_id, "existingText": "I prefer dark mode"}
+    ops_ws = make_workspace({}, name="ops-ws")
+    ops_base = ("--workspace", str(ops_ws), "--config", str(cfg), "--agent", "ops")
+    other = run_cli("ltm", "store", "Deploys happen on Fridays", "--category", "decision", "--importance", "0.9",
+                    *ops_base, check=True)
+    assert other.stdout.startswith("Stored: ") and "[decision] Deploys happen on Fridays" in other.stdout
+
+    listed = json.loads(run_cli("ltm", "list", "--json", *base, check=True).stdout)
+    assert [m["id"] for m in listed] == [mem_id]
+    ops = json.loads(run_cli("ltm", "list", "--json", *ops_base, check=True).stdout)
+    assert [(m["text"], m["importance"]) for m in ops] == [("Deploys happen on Fridays", 0.9)]
+
+    hits = json.loads(run_cli("ltm", "search", "dark mode", "--limit", "3", "--json", *base, check=True).stdout)
+    assert hits[0]["id"] == mem_id and hits[0]["score"] > 0.5
+    stats = run_cli("ltm", "stats", *base, check=True).stdout
+    assert stats.splitlines()[0] == "Total memories: 1" and "all-MiniLM-L6-v2" in stats
+
+    mirror = ws / "memory" / "long-term.md"
+    assert f"[preference] I prefer dark mode (id: {mem_id})" in mirror.read_text()
+    exported = tmp_path / "export.md"
+    done = run_cli("ltm", "export", "--out", str(exported), *base, check=True)
+    assert done.stdout.strip() == f"Exported 1 memories to {exported}"
+    assert exported.read_text().count("\n- ") == 1
+
+    missing = run_cli("ltm", "forget", "0123abcd", *base)
+    assert missing.returncode == 1 and "no memory with id 0123abcd" in missing.stderr
+    bad = run_cli("ltm", "forget", "nope!", *base)
+    assert bad.returncode == 1 and "Invalid memory ID format: nope!" in bad.stderr
+    assert run_cli("ltm", "forget", *base).returncode == 2
+    gone = json.loads(run_cli("ltm", "forget", mem_id[:8], "--json", *base, check=True).stdout)
+    assert gone["action"] == "deleted" and gone["id"] == mem_id
+    assert "I prefer dark mode" not in mirror.read_text()
+
+    restored = json.loads(run_cli("ltm", "import", str(exported), "--json", *base, check=True).stdout)
+    assert restored["created"] == [mem_id]
+    assert mem_id in mirror.read_text()
+
+
+def test_without_the_extra_ltm_fails_clearly_and_the_core_still_works(tmp_path: Path, make_workspace,
+                                                                      state_dir: Path) -> None:
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka because ordering matters.\n"})
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        code = BLOCK_LANCEDB + "from memdir.cli import main\nraise SystemExit(main(sys.argv[1:]))\n"
+        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
+                              env=cli_env(state_dir, MEMDIR_PROVIDER="none"))
+
+    failed = run("ltm", "list", "--workspace", str(ws))
+    assert failed.returncode == 1
+    assert "pip install 'memdir[lancedb]'" in failed.stderr and "No module named 'lancedb'" in failed.stderr
+    found = run("search", "kafka", "--workspace", str(ws), "--json")
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["results"][0]["path"] == "MEMORY.md"
+
+    code = BLOCK_LANCEDB + textwrap.dedent(f"""
+        from memdir import Memory
+        from memdir.tools import call_tool
+        with Memory({str(ws)!r}, config={{"memorySearch": {{"provider": "none"}}}}) as mem:
+            result = call_tool(mem, "memory_recall", {{"query": "theme"}})
+            print(result.payload["error"])
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=cli_env(state_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert "pip install 'memdir[lancedb]'" in proc.stdout
+
+
+def test_core_modules_never_import_lancedb(state_dir: Path) -> None:
+    code = ("import sys, memdir.cli, memdir.api, memdir.tools, memdir.agent, memdir.mcp_server\n"
+            "from memdir.cli import build_parser\nbuild_parser()\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lancedb', 'pyarrow')"
+            " or m in ('memdir.ltm.memory', 'memdir.ltm.store')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=cli_env(state_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
