@@ -208,8 +208,10 @@ def build_server(memory: Any, *, host: str = "127.0.0.1", port: int = DEFAULT_HT
                  session_key: str | None = None, tools: Iterable[str] | None = None) -> MemdirMCP:
     """A ready-to-run server over ``memory``; ``host`` must be loopback even for stdio."""
     bound = check_loopback_host(host)
+    # Plain JSON responses, not an SSE stream per call: memdir's tools answer once and never stream,
+    # and the event-stream framing was most of the per-call transport time.
     return MemdirMCP(memory, session_key=session_key, tools=tools, host=bound, port=int(port),
-                     transport_security=transport_security(bound))
+                     transport_security=transport_security(bound), json_response=True)
 
 
 def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
