@@ -9,7 +9,8 @@ OpenClaw (``bench/setup-openclaw.sh 2026.9.6``) is found as the ``openclaw-cli``
 embedded model served over a loopback OpenAI-compatible ``/v1/embeddings``
 (:class:`memdir.testing.provider_server.ProviderServer`), so both systems embed with the very same
 MiniLM.  memdir is measured first, then OpenClaw, in one run on the same queries; the ratio column
-is memdir ÷ OpenClaw (read it with the machine's load, which the report records).  Without OpenClaw the memdir side is still measured.
+is memdir ÷ OpenClaw (read it with the machine's load, which the report records).  Without OpenClaw
+the memdir side is still measured.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def wait_http(url: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            urllib.request.urlopen(url, timeout=2)  # noqa: S310 - loopback only
+            urllib.request.urlopen(url, timeout=2)
             return
         except urllib.error.HTTPError:
             return  # it answers
@@ -173,7 +174,7 @@ class OpenClaw:
     def gateway_search_ms(self, env: dict[str, str], queries: list[str]) -> tuple[float | None, str | None]:
         port = free_port()
         proc = subprocess.Popen([*self.command, "gateway", "run", "--port", str(port), "--bind", "loopback",
-                                 "--allow-unconfigured"], env={**env, "OPENCLAW_GATEWAY_TOKEN": GATEWAY_TOKEN},
+                                 "--auth", "token", "--token", GATEWAY_TOKEN, "--allow-unconfigured"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             wait_http(f"http://127.0.0.1:{port}/", timeout=180)
@@ -183,7 +184,7 @@ class OpenClaw:
                     f"http://127.0.0.1:{port}/tools/invoke",
                     data=json.dumps({"tool": "memory_search", "args": {"query": q}}).encode(),
                     headers={"Authorization": f"Bearer {GATEWAY_TOKEN}", "Content-Type": "application/json"})
-                with urllib.request.urlopen(req, timeout=120) as resp:  # noqa: S310 - loopback only
+                with urllib.request.urlopen(req, timeout=120) as resp:
                     return dict(json.loads(resp.read()))
 
             first = call(queries[0])

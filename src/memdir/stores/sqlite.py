@@ -308,10 +308,13 @@ class SqliteStore:
 
     def _fresh_matrix(self, dims: int) -> vecs.VectorMatrix | None:
         """The in-process matrix brought up to date (``None`` for an index without a change log)."""
+        self.conn.execute("SAVEPOINT memdir_vectors")  # the log position and the rows: one snapshot
         try:
             self.matrix.refresh(self.conn, dims)
         except db.binding().OperationalError:  # a read-only index written before vec_log existed
             return None
+        finally:
+            self.conn.execute("RELEASE memdir_vectors")
         return self.matrix
 
     def vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:

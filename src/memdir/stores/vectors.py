@@ -129,16 +129,29 @@ class VectorMatrix:
         import numpy as np
 
         t0 = time.perf_counter()
-        ids: list[int] = []
-        blobs: list[bytes] = []
-        for rowid, blob in conn.execute(
-                "SELECT rowid, embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY rowid"):
-            if blob and len(blob) % (4 * dims) == 0:
-                ids.append(rowid)
-                blobs.append(blob)
-        matrix, which = _unit_rows(blobs, dims)
-        self.blocks = [_Block(matrix, np.asarray(ids, dtype=np.int64)[which])] if len(ids) else []
-        self.max_windows = max((len(b) // (4 * dims) for b in blobs), default=1)
+        width = 4 * dims
+        where = "embedding IS NOT NULL AND length(embedding) > 0 AND length(embedding) % ? = 0"
+        (total,) = conn.execute(f"SELECT coalesce(sum(length(embedding)), 0) FROM chunks WHERE {where}",
+                                (width,)).fetchone()
+        # Filled row by row, so loading never holds the blobs and the matrix at once (peak RSS).
+        matrix = np.empty((int(total) // width, dims), dtype=np.float32)
+        chunks = np.empty(len(matrix), dtype=np.int64)
+        pos, most = 0, 1
+        for rowid, blob in conn.execute(f"SELECT rowid, embedding FROM chunks WHERE {where} ORDER BY rowid",
+                                        (width,)):
+            n = len(blob) // width
+            if pos + n > len(matrix):  # cannot happen inside the caller's read snapshot; never overflow
+                break
+            matrix[pos : pos + n] = np.frombuffer(blob, dtype="<f4").reshape(n, dims)
+            chunks[pos : pos + n] = rowid
+            pos += n
+            most = max(most, n)
+        matrix, chunks = matrix[:pos], chunks[:pos]
+        norms = np.linalg.norm(matrix, axis=1)
+        norms[norms == 0] = 1.0
+        matrix /= norms[:, None]
+        self.blocks = [_Block(matrix, chunks)] if pos else []
+        self.max_windows = most
         self.dims, self.epoch, self.seq = dims, epoch, seq
         self.loads += 1
         self.load_ms = (time.perf_counter() - t0) * 1000
