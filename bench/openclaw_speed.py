@@ -158,13 +158,12 @@ class OpenClaw:
     def prepare(self, ws: Path) -> dict[str, str]:
         shutil.rmtree(self.home, ignore_errors=True)
         shutil.copytree(ws, self.ws)
-        sync = {"watch": False, "onSearch": False, "onSessionStart": False}
-        ms: dict[str, Any] = {"enabled": True, "sync": sync}
+        # 2026.9 reads `memory.search` (and owns sync/watch itself); older ones agents.defaults.memorySearch.
+        ms: dict[str, Any] = {"enabled": True}
         if self.embed_url:
-            ms.update(provider="openai", model="all-MiniLM-L6-v2",
+            ms.update(provider="openai-compatible", model="all-MiniLM-L6-v2",
                       remote={"baseUrl": self.embed_url + "/v1", "apiKey": API_KEY})
-        cfg = {"agents": {"defaults": {"workspace": str(self.ws), "memorySearch": ms}},
-               "gateway": {"mode": "local", "auth": {"mode": "token", "token": GATEWAY_TOKEN}}}
+        cfg = {"agents": {"defaults": {"workspace": str(self.ws)}}, "memory": {"search": ms}}
         (self.home / "openclaw.json").write_text(json.dumps(cfg, indent=2))
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("OPENCLAW_")}
         env.update(HOME=str(self.home), OPENCLAW_STATE_DIR=str(self.home),
