@@ -100,6 +100,7 @@ def test_phrases_in_half_the_chunks_are_pruned_without_changing_the_ranking(tmp_
     pruned = store._useful_phrases([("text", '"budget"'), ("text", '"quasar"')])
     assert pruned == [("text", '"quasar"')]  # "budget" is in every chunk: IDF floored, left out
     assert store._useful_phrases([("text", '"budget"'), ("text", '"meeting"')]) == [("text", '"budget"')]
+    assert store.describe()["fts"]["warm"]["phraseCounts"] >= 3  # kept for the next query (status shows it)
     store.close()
 
 

@@ -202,4 +202,5 @@ def test_status_deep_names_the_vector_path(ws: Path, model):
         mem.search("anything")  # the first vector search loads the matrix: status says it is warm
         warm = mem.status()["vector"]["warm"]
         assert warm["rows"] == st["vector"]["vectors"] > 0 and warm["dims"] == 384 and warm["loads"] == 1
+        assert "phraseCounts" in mem.status()["fts"]["warm"]
         assert st["embeddingProbe"]["ok"] and st["embeddingProbe"]["dims"] == 384

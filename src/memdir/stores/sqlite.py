@@ -207,7 +207,9 @@ class SqliteStore:
                                                "in step with the index by its change log",
                       "warm": self.matrix.describe()}
         return {"backend": "sqlite", "location": self.location, "sqlite": db.binding_name(),
-                "fts": {"available": self.fts_available, "error": self.fts_error, "tokenizer": self.fts_tokenizer},
+                "fts": {"available": self.fts_available, "error": self.fts_error, "tokenizer": self.fts_tokenizer,
+                        # phrase document counts kept for pruning and complete scores (this process)
+                        "warm": {"phraseCounts": len(self._scorer._counts) if self._scorer else 0}},
                 "vector": vector}
 
     # -- meta --------------------------------------------------------------------------------
