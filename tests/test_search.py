@@ -68,8 +68,14 @@ def test_result_shape_and_snippet_limit(mem: Memory):
 def test_max_results_and_min_score(mem: Memory):
     assert len(mem.search("alpha release", max_results=1).results) == 1
     assert mem.search("alpha", max_results=0).results == []
-    # keyword-only with an impossible floor: OpenClaw v4.12 falls back to everything >= 0
-    assert mem.search("dark mode", min_score=0.99).results
+    # an explicit floor is the user's: nothing below it comes back, not even a "rescued" hit
+    assert mem.search("dark mode", min_score=0.99).results == []
+    # an impossible *configured* floor: keyword-only falls back to its best match (OpenClaw v4.12)
+    strict = Memory(mem.workspace, state_dir=mem.settings.state_dir,
+                    config={"memorySearch": {"provider": "none", "query": {"minScore": 0.99}}})
+    with strict:
+        (hit,) = strict.search("dark mode", explain=True).results
+        assert hit.explain["rescued"] and hit.explain["rescuedBecause"] and hit.score < 0.99
 
 
 def test_explain_reports_signals(mem: Memory):

@@ -253,7 +253,7 @@ class Memory:
             cfg.query.hybrid.enabled = False  # run_search: vectors only, keyword hits left out
         response = run_search(
             self.store, cfg, query, provider=provider, workspace=self.workspace, max_results=max_results,
-            min_score=min_score, explain=explain, provider_label=label,
+            min_score=min_score, explain=explain, provider_label=label, timezone=self.settings.user_timezone,
         )
         if mode == "vector" and response.mode == "hybrid":
             response.mode = "vector"

@@ -17,6 +17,8 @@ Lengths are counted in code points, not UTF-16 units, so an emoji is one charact
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from memdir.textutil import is_cjk, weighted_len
@@ -116,3 +118,121 @@ def remap_lines(chunks: list[Chunk], line_map: list[int] | None) -> list[Chunk]:
         return line_map[min(max(line, 1), len(line_map)) - 1]
 
     return [Chunk(at(c.start_line), at(c.end_line), c.text, c.hash) for c in chunks]
+
+
+# -- curated files: one chunk per section, bullet groups kept whole -----------------------------
+
+_HEADING = re.compile(r"^#{1,6}\s")
+_TOP_ITEM = re.compile(r"^(?:[-*+]|\d+[.)])\s")
+
+
+def _items(lines: list[str], first: int) -> list[tuple[int, int]]:
+    """Line ranges (1-based, inclusive) of a block's top-level list items, each with its
+    indented continuation (nested bullets stay with their parent)."""
+    out: list[tuple[int, int]] = []
+    for i, line in enumerate(lines):
+        if i == 0 or _TOP_ITEM.match(line) or _HEADING.match(line):
+            out.append((first + i, first + i))
+        else:
+            out[-1] = (out[-1][0], first + i)
+    return out
+
+
+def _blocks(lines: list[str]) -> list[tuple[int, int]]:
+    """Sections and, inside them, blank-line-separated blocks (a bullet group, a paragraph):
+    a heading starts a block, and a heading's first block keeps the heading line."""
+    blocks: list[tuple[int, int]] = []
+    start: int | None = None
+    heading_only = False
+    for n, line in enumerate(lines, start=1):
+        if _HEADING.match(line):
+            if start is not None:
+                blocks.append((start, n - 1))
+            start, heading_only = n, True
+        elif not line.strip():
+            if start is not None and not heading_only:
+                blocks.append((start, n - 1))
+                start = None
+        elif start is None:
+            start, heading_only = n, False
+        else:
+            heading_only = False
+    if start is not None:
+        blocks.append((start, len(lines)))
+    return blocks
+
+
+def chunk_sections(content: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
+    """Chunks that follow a curated file's structure (``MEMORY.md``): every heading section and
+    every bullet group or paragraph in it (blank-line separated) is its own chunk, the heading
+    line going with the section's first block.  A block too big for one chunk is cut between
+    top-level list items, never inside one (an item bigger than a chunk is cut by
+    :func:`chunk_markdown`).  Line numbers are the file's; blank lines belong to no chunk."""
+    max_chars = max(32, tokens * 4)
+    lines = content.split("\n")
+    chunks: list[Chunk] = []
+
+    def size(a: int, b: int) -> int:
+        return sum(weighted_len(x) + 1 for x in lines[a - 1 : b])
+
+    def emit(a: int, b: int) -> None:
+        text = "\n".join(lines[a - 1 : b])
+        if text.strip():
+            chunks.append(Chunk(a, b, text, sha256_text(text)))
+
+    for b_start, b_end in _blocks(lines):
+        if size(b_start, b_end) <= max_chars:
+            emit(b_start, b_end)
+            continue
+        cur: tuple[int, int] | None = None
+        for i_start, i_end in _items(lines[b_start - 1 : b_end], b_start):
+            if size(i_start, i_end) > max_chars:
+                if cur:
+                    emit(*cur)
+                    cur = None
+                for c in chunk_markdown("\n".join(lines[i_start - 1 : i_end]), tokens, overlap):
+                    if c.text.strip():
+                        chunks.append(Chunk(c.start_line + i_start - 1, c.end_line + i_start - 1, c.text, c.hash))
+                continue
+            if cur and size(cur[0], i_end) > max_chars:
+                emit(*cur)
+                cur = None
+            cur = (cur[0] if cur else i_start, i_end)
+        if cur:
+            emit(*cur)
+    return chunks or [Chunk(1, len(lines), content, sha256_text(content))]
+
+
+def embedding_windows(text: str, budget: int, count: Callable[[list[str]], list[int]]) -> list[str]:
+    """Cut a chunk's text into pieces that each fit the embedding model's window of ``budget``
+    tokens (``count`` gives token counts), at line boundaries where possible: so no text of a
+    chunk is invisible to the vector side.  Returns ``[text]`` when it fits."""
+    if budget <= 0:
+        return [text]
+    lines = text.split("\n")
+    costs = count(lines)
+    total = sum(costs)
+    if total <= budget:
+        return [text]
+    # Balanced: n windows of about total/n tokens each, so no window is a noisy scrap of a line or two.
+    target = -(-total // -(-total // budget))
+    windows: list[str] = []
+    cur: list[str] = []
+    used = 0
+    for line, cost in zip(lines, costs, strict=True):
+        if cost > budget:  # one long line: slice it by characters in proportion
+            if cur:
+                windows.append("\n".join(cur))
+                cur, used = [], 0
+            parts = -(-cost // budget) + 1
+            step = max(1, -(-len(line) // parts))
+            windows.extend(line[i : i + step] for i in range(0, len(line), step))
+            continue
+        if cur and (used + cost > budget or used >= target):
+            windows.append("\n".join(cur))
+            cur, used = [], 0
+        cur.append(line)
+        used += cost
+    if cur:
+        windows.append("\n".join(cur))
+    return [w for w in windows if w.strip()] or [text]

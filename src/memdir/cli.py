@@ -90,11 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query", nargs="?", help="what to look for")
     p.add_argument("--query", dest="query_opt", help="the query (wins over the positional one)")
     p.add_argument("--max-results", type=int, help="results to return (default 6)")
-    p.add_argument("--min-score", type=float, help="drop results scoring below this (default 0.35)")
+    p.add_argument("--min-score", type=float,
+                   help="drop results scoring below this; a value given here is strict. Default: the configured "
+                        "minScore (0.35), below which a strong keyword match or a close vector match may still be "
+                        "returned in a spare slot ('rescued', see --explain)")
     p.add_argument("--mode", choices=["hybrid", "keyword", "vector"], default="hybrid",
                    help="hybrid (default: keywords and vectors), keyword (BM25 only: no embedding), "
                         "vector (embeddings only)")
-    p.add_argument("--explain", action="store_true", help="show how each result was scored")
+    p.add_argument("--explain", action="store_true",
+                   help="show how each result was scored: vector and text scores with their weights, the days "
+                        "it is about and whether they match a date in the query, and why a result below the "
+                        "floor was rescued")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="JSON output")
     out.add_argument("--files", action="store_true",
@@ -263,10 +269,14 @@ def cmd_search(args: argparse.Namespace) -> int:
             out.append(r.snippet)
             if r.explain:
                 e = r.explain
+                dated = f", dates {e['dates']}" if e.get("dates") else ""
+                if "inPeriod" in e:
+                    dated += " (in the query's period: x2)" if e["inPeriod"] else " (outside the query's period)"
+                rescued = (f", below the {e['floor']} floor but rescued: {e['rescuedBecause']}"
+                           if e["rescued"] else "")
                 out.append(f"  [vector {e['vectorScore']:.3f}×{e['vectorWeight']:.2f} + text {e['textScore']:.3f}"
                            f"×{e['textWeight']:.2f}, decay {e['decay']:.3f}, rank before MMR "
-                           f"{e['rankBeforeMmr']}, matched {'+'.join(e['matched']) or '-'}"
-                           f"{', rescued' if e['rescued'] else ''}]")
+                           f"{e['rankBeforeMmr']}, matched {'+'.join(e['matched']) or '-'}{dated}{rescued}]")
             out.append("")
         sys.stdout.write("\n".join(out) + "\n")
     return 0

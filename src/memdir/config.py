@@ -228,18 +228,22 @@ class TemporalDecayConfig(_Model):
 
 class HybridConfig(_Model):
     enabled: bool = True
-    vector_weight: float = Field(0.7, ge=0)
-    text_weight: float = Field(0.3, ge=0)
+    #: ``None`` (the default): the weights measured for the embedding model in use
+    #: (``memdir.ranking.MODEL_WEIGHTS``; OpenClaw's 0.7/0.3 for models not measured).
+    vector_weight: float | None = Field(None, ge=0)
+    text_weight: float | None = Field(None, ge=0)
     candidate_multiplier: float = 4
     mmr: MmrConfig = Field(default_factory=MmrConfig)
     temporal_decay: TemporalDecayConfig = Field(default_factory=TemporalDecayConfig)
 
     @model_validator(mode="after")
     def _normalise(self) -> HybridConfig:
-        vw = _clamp(float(self.vector_weight), 0.0, 1.0)
-        tw = _clamp(float(self.text_weight), 0.0, 1.0)
-        total = vw + tw
-        self.vector_weight, self.text_weight = (0.7, 0.3) if total <= 0 else (vw / total, tw / total)
+        if self.vector_weight is not None or self.text_weight is not None:
+            # One weight given: the other is what is left of 1 (OpenClaw's pair 0.7/0.3 stays 0.7/0.3).
+            vw = _clamp(float(1 - self.text_weight if self.vector_weight is None else self.vector_weight), 0.0, 1.0)
+            tw = _clamp(float(1 - vw if self.text_weight is None else self.text_weight), 0.0, 1.0)
+            total = vw + tw
+            self.vector_weight, self.text_weight = (0.7, 0.3) if total <= 0 else (vw / total, tw / total)
         self.candidate_multiplier = int(_clamp(math.floor(float(self.candidate_multiplier)), 1, 20))
         return self
 

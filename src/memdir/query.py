@@ -131,7 +131,7 @@ def keyword_terms(query: str) -> list[str]:
     turns these terms into its own query syntax.
     """
     keywords = extract_keywords(query)
-    ids = id_terms(query)
+    ids = id_terms(query) if ID_PHRASES else []
     if not keywords and not ids:
         keywords = [t.lower() for t in word_runs(query) if t.replace('"', "")]
     terms: list[str] = list(ids)
@@ -141,6 +141,11 @@ def keyword_terms(query: str) -> list[str]:
             if part and part not in terms:
                 terms.append(part)
     return terms[:64]
+
+
+#: Bench switches for ablations (``bench/cv_locomo.py``): stem matching and identifier phrases.
+STEMMING = True
+ID_PHRASES = True
 
 
 def stemmed_terms(terms: list[str]) -> list[str]:
@@ -159,7 +164,8 @@ def fts5_phrases(terms: list[str]) -> list[tuple[str, str]]:
     quoted = list(dict.fromkeys(fts_term(t) for t in terms if t))
     if not quoted:
         return []
-    return [("text", q) for q in quoted] + [("stems", f'"{s}"') for s in stemmed_terms(terms)]
+    stems = stemmed_terms(terms) if STEMMING else []
+    return [("text", q) for q in quoted] + [("stems", f'"{s}"') for s in stems]
 
 
 def fts5_match(terms: list[str]) -> str | None:

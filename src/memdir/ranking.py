@@ -40,6 +40,72 @@ class Candidate:
     rescued: bool = False
     ts: int | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    date_start: str | None = None
+    date_end: str | None = None
+    #: Whether the chunk falls in a period the question names (see :mod:`memdir.dates`).
+    in_period: bool = False
+    #: Why a chunk below the floor was returned anyway (``None`` when it passed the floor).
+    rescue_reason: str | None = None
+
+    @classmethod
+    def from_hit(cls, h: Hit) -> Candidate:
+        return cls(h.id, h.path, h.source, h.start_line, h.end_line, h.text, ts=h.ts,
+                   date_start=h.date_start, date_end=h.date_end)
+
+
+@dataclass
+class Tuning:
+    """Ranking choices that are not user settings, each one switchable for ablations in ``bench``.
+
+    The defaults are what leave-one-conversation-out cross-validation chose (docs/benchmarks.md).
+    """
+
+    #: Look up the missing signal for every candidate (a keyword-only hit gets its real cosine,
+    #: a vector-only hit its real BM25) before fusing.
+    complete: bool = True
+    #: ``weighted`` (vw·cosine + tw·bm25) or ``rrf`` (reciprocal rank fusion, k = ``rrf_k``).
+    fusion: str = "weighted"
+    rrf_k: int = 60
+    #: Read dates in the question; chunks of a named period get ``score × (1 + date_boost)``
+    #: (1.0: a chunk of the period counts double, i.e. the period is *preferred*, not required).
+    dates: bool = True
+    date_boost: float = 1.0
+    #: A named period small enough (≤ the candidate pool) joins the pool whole.
+    period_pool: bool = True
+
+
+#: The tuning :func:`memdir.search.run_search` uses; ``bench cv`` swaps it for ablations.
+TUNING = Tuning()
+
+#: Fusion weights ``(vector, text)`` per embedding model, chosen by leave-one-conversation-out
+#: cross-validation on LoCoMo dev (docs/benchmarks.md, "Fusion per model").  A model not listed
+#: gets OpenClaw's 0.7/0.3 (tuned for large API models); a configured ``vectorWeight`` /
+#: ``textWeight`` always wins.
+MODEL_WEIGHTS: dict[str, tuple[float, float]] = {
+    "all-MiniLM-L6-v2-int8": (0.3, 0.7),
+}
+DEFAULT_WEIGHTS = (0.7, 0.3)
+
+
+def model_weights(model: str | None) -> tuple[float, float]:
+    """Default ``(vector, text)`` weights for an embedding model (OpenClaw's 0.7/0.3 if unknown)."""
+    if model:
+        name = model.rsplit("/", 1)[-1]
+        for key in (model, name):
+            if key in MODEL_WEIGHTS:
+                return MODEL_WEIGHTS[key]
+    return DEFAULT_WEIGHTS
+
+
+def rrf_scores(cands: Sequence[Candidate], k: int) -> dict[str, float]:
+    """Reciprocal rank fusion over the vector and text rankings of the pool, scaled into [0, 1]."""
+    out = dict.fromkeys((c.id for c in cands), 0.0)
+    for key in (lambda c: c.vector_score, lambda c: c.text_score):
+        ranked = sorted((c for c in cands if key(c) > 0), key=lambda c: -key(c))
+        for rank, c in enumerate(ranked, start=1):
+            out[c.id] += 1.0 / (k + rank)
+    top = 2.0 / (k + 1)
+    return {cid: v / top for cid, v in out.items()}
 
 
 def merge_hybrid(vector: Sequence[Hit], keyword: Sequence[Hit], vector_weight: float,
@@ -175,3 +241,4 @@ def mmr_rerank(cands: list[Candidate], lam: float) -> list[Candidate]:
         chosen.append(best)
         remaining.remove(best)
     return [cands[i] for i in chosen]
+

@@ -10,7 +10,12 @@ Differences from OpenClaw, each fixing a reported problem:
   from 0.772 to 0.793), and vector hits with a cosine of at least ``RESCUE_VECTOR_SCORE`` (so a
   paraphrase is found with a small local model; neutral on LoCoMo);
 * a slow or failing query embedding falls back to keyword results within a time budget, and
-  the response says so.
+  the response says so;
+* every candidate is scored on *both* signals before the merge (a keyword-only hit gets its
+  real cosine, a vector-only hit its real BM25), with fusion weights measured per embedding
+  model (:data:`memdir.ranking.MODEL_WEIGHTS`);
+* a question that names a date or period (:mod:`memdir.dates`) prefers chunks of that period;
+* an explicit ``min_score`` is strict: nothing below it is rescued.
 """
 
 from __future__ import annotations
@@ -20,14 +25,18 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memdir import ranking
+from memdir.daily import resolve_timezone
+from memdir.dates import GRACE_DAYS, Period, query_periods
 from memdir.embeddings.base import EmbeddingProvider, is_zero
 from memdir.query import extract_keywords, keyword_terms
-from memdir.ranking import Candidate, apply_decay, memory_timestamp, merge_hybrid, mmr_rerank
+from memdir.ranking import Candidate, Tuning, apply_decay, memory_timestamp, mmr_rerank, model_weights, rrf_scores
 from memdir.settings_cache import candidate_count
-from memdir.stores.base import Store
+from memdir.stores.base import Hit, Store
 
 if TYPE_CHECKING:
     from memdir.config import MemorySearchConfig
@@ -126,37 +135,51 @@ def run_search(
     now_ms: int | None = None,
     source_timestamp: Callable[[str, str], int | None] | None = None,
     provider_label: tuple[str, str] = ("none", "fts-only"),
+    timezone: str | None = None,
+    tuning: Tuning | None = None,
 ) -> SearchResponse:
+    tune = tuning or ranking.TUNING
     cleaned = (query or "").strip()
     qcfg = cfg.query
     hybrid = qcfg.hybrid
     max_n = qcfg.max_results if max_results is None else max(0, int(max_results))
+    explicit_floor = min_score is not None
     floor = qcfg.min_score if min_score is None else min(1.0, max(0.0, float(min_score)))
     candidates = candidate_count(max_n, hybrid.candidate_multiplier)
     response = SearchResponse([], "hybrid" if provider else "fts-only", *provider_label)
     if not cleaned or max_n <= 0:
         return response
     timings = response.timings_ms
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    periods: list[Period] = []
+    if tune.dates:
+        tz = resolve_timezone(timezone)[0]
+        periods = query_periods(cleaned, datetime.fromtimestamp(now / 1000, tz).date())
 
     t0 = time.perf_counter()
-    keyword_hits = []
+    keyword_hits: list[Hit] = []
     terms = keyword_terms(cleaned)
-    if terms and store.fts_available and (hybrid.enabled or provider is None):
+    use_keywords = bool(terms) and store.fts_available and (hybrid.enabled or provider is None)
+    if use_keywords:
         try:
             keyword_hits = store.keyword_search(terms, candidates)
         except Exception as exc:  # never let a query reach the user as an FTS error
             response.warnings.append(f"keyword search failed: {exc}")
+            use_keywords = False
     elif not store.fts_available:
         response.warnings.append(store.fts_error or "FTS unavailable")
     timings["keyword"] = (time.perf_counter() - t0) * 1000
 
-    vector_hits = []
+    vector_hits: list[Hit] = []
+    qvec: list[float] | None = None
     if provider is not None:
         t1 = time.perf_counter()
         try:
             qvec = embed_query_with_budget(provider, cleaned, qcfg.embed_timeout_ms / 1000)
             timings["embed"] = (time.perf_counter() - t1) * 1000
-            if not is_zero(qvec):
+            if is_zero(qvec):
+                qvec = None
+            else:
                 t2 = time.perf_counter()
                 vector_hits = store.vector_search(qvec, candidates)
                 timings["vector"] = (time.perf_counter() - t2) * 1000
@@ -168,16 +191,40 @@ def run_search(
             response.fallback = {"from": "hybrid", "reason": f"query embedding failed: {exc}"}
 
     keyword_only = provider is None or response.mode == "fts-only"
+    vector_only = not keyword_only and not hybrid.enabled
     if keyword_only:
         weights = (0.0, 1.0)
-    elif not hybrid.enabled:
+        qvec = None
+    elif vector_only:
         weights = (1.0, 0.0)
+        keyword_hits, use_keywords = [], False
     else:
-        weights = (hybrid.vector_weight, hybrid.text_weight)
-    cands = merge_hybrid(vector_hits, [] if not hybrid.enabled and not keyword_only else keyword_hits, *weights)
+        weights = hybrid_weights(hybrid, provider_label[1])
+
+    t3 = time.perf_counter()
+    pool = _pool(vector_hits, keyword_hits)
+    try:
+        if periods and tune.period_pool:
+            _add_period_chunks(store, pool, periods, candidates)
+        _complete(store, pool, terms if use_keywords else None, qvec, complete_all=tune.complete)
+    except Exception as exc:  # a lookup that fails leaves the scores the searches gave
+        response.warnings.append(f"score lookup failed: {exc}")
+    cands = list(pool.values())
+    if tune.fusion == "rrf" and not keyword_only and not vector_only:
+        fused = rrf_scores(cands, tune.rrf_k)
+        for c in cands:
+            c.score = fused[c.id]
+    else:
+        for c in cands:
+            c.score = weights[0] * c.vector_score + weights[1] * c.text_score
+    if periods:
+        for c in cands:
+            c.in_period = any(p.covers(c.date_start, c.date_end) for p in periods)
+            if c.in_period:
+                c.score *= 1.0 + tune.date_boost
+    timings["merge"] = (time.perf_counter() - t3) * 1000
 
     if hybrid.temporal_decay.enabled:
-        now = now_ms if now_ms is not None else int(time.time() * 1000)
         apply_decay(cands, hybrid.temporal_decay.half_life_days, now,
                     lambda p, s: memory_timestamp(p, s, workspace, source_timestamp))
     cands.sort(key=lambda c: -c.score)
@@ -187,36 +234,106 @@ def run_search(
         cands = mmr_rerank(cands, hybrid.mmr.lambda_)
 
     chosen = [c for c in cands if c.score >= floor]
-    if len(chosen) < max_n and (keyword_hits or vector_hits):
-        keywords = extract_keywords(cleaned) or [cleaned.lower()]
-        for c in cands:
-            if len(chosen) >= max_n:
-                break
-            if c in chosen:
-                continue
-            strong_text = c.in_keyword and (
-                c.text_score >= RESCUE_TEXT_SCORE or covers_all_keywords(c.snippet, keywords)
-            )
-            strong_vector = c.in_vector and c.vector_score >= RESCUE_VECTOR_SCORE
-            if strong_text or strong_vector or (keyword_only and c.in_keyword and not chosen and c.score >= 0):
-                c.rescued = True
-                chosen.append(c)
+    if len(chosen) < max_n and not explicit_floor:
+        _rescue(cands, chosen, max_n, cleaned, keyword_only)
     chosen = chosen[:max_n]
-    response.results = [_result(c, explain, weights) for c in chosen]
+    info = {"weights": weights, "periods": periods, "floor": floor, "fusion": tune.fusion}
+    response.results = [_result(c, explain, info) for c in chosen]
     return response
 
 
-def _result(c: Candidate, explain: bool, weights: tuple[float, float]) -> SearchResult:
-    info = None
+def hybrid_weights(hybrid: Any, model: str | None) -> tuple[float, float]:
+    """Configured ``(vectorWeight, textWeight)``, else the default measured for this model."""
+    vw, tw = hybrid.vector_weight, hybrid.text_weight
+    if vw is None or tw is None:
+        return model_weights(model)
+    return float(vw), float(tw)
+
+
+def _pool(vector: list[Hit], keyword: list[Hit]) -> dict[str, Candidate]:
+    """The union of both signals' candidates by chunk id; a keyword snippet replaces a vector one."""
+    pool: dict[str, Candidate] = {}
+    for h in vector:
+        c = pool.setdefault(h.id, Candidate.from_hit(h))
+        c.vector_score, c.in_vector = h.score, True
+    for h in keyword:
+        c = pool.setdefault(h.id, Candidate.from_hit(h))
+        c.text_score, c.in_keyword = h.score, True
+        if h.text:
+            c.snippet = h.text
+    return pool
+
+
+def _add_period_chunks(store: Store, pool: dict[str, Candidate], periods: list[Period], limit: int) -> None:
+    """Every chunk of a named period joins the pool, if the period is small enough to hold at most
+    ``limit`` chunks (a period as wide as "2023" would say nothing about which ones matter)."""
+    for p in periods:
+        if p.any_year:
+            continue
+        start, end = p.iso(GRACE_DAYS)
+        hits = store.chunks_in_period(start, end, limit + 1)
+        if len(hits) <= limit:
+            for h in hits:
+                pool.setdefault(h.id, Candidate.from_hit(h))
+
+
+def _complete(store: Store, pool: dict[str, Candidate], terms: list[str] | None, qvec: list[float] | None,
+              *, complete_all: bool) -> None:
+    """Give candidates the signal they are missing: their real BM25 and cosine (cheap lookups by id)."""
+    fresh = [c for c in pool.values() if not c.in_vector and not c.in_keyword]
+    need_text = [c.id for c in pool.values() if not c.in_keyword and (complete_all or c in fresh)]
+    need_vec = [c.id for c in pool.values() if not c.in_vector and (complete_all or c in fresh)]
+    if terms and need_text:
+        for cid, score in store.keyword_scores(terms, need_text).items():
+            pool[cid].text_score = score
+    if qvec is not None and need_vec:
+        for cid, score in store.vector_scores(qvec, need_vec).items():
+            pool[cid].vector_score = score
+
+
+def _rescue(cands: list[Candidate], chosen: list[Candidate], max_n: int, query: str, keyword_only: bool) -> None:
+    """Fill spare slots below the configured floor with strong single-signal hits (see module doc)."""
+    keywords = extract_keywords(query) or [query.lower()]
+    for c in cands:
+        if len(chosen) >= max_n:
+            break
+        if c in chosen:
+            continue
+        reason = None
+        if c.text_score >= RESCUE_TEXT_SCORE:
+            reason = f"keyword score {c.text_score:.2f} >= {RESCUE_TEXT_SCORE}"
+        elif c.text_score > 0 and covers_all_keywords(c.snippet, keywords):
+            reason = "contains every keyword of the query"
+        elif c.vector_score >= RESCUE_VECTOR_SCORE and not keyword_only:
+            reason = f"cosine {c.vector_score:.2f} >= {RESCUE_VECTOR_SCORE}"
+        elif keyword_only and c.text_score > 0 and not chosen:
+            reason = "best keyword match (nothing passed the floor)"
+        if reason:
+            c.rescued, c.rescue_reason = True, reason
+            chosen.append(c)
+
+
+def _result(c: Candidate, explain: bool, info: dict[str, Any]) -> SearchResult:
+    out = None
     if explain:
-        info = {
+        weights = info["weights"]
+        out = {
             "vectorScore": round(c.vector_score, 6),
             "textScore": round(c.text_score, 6),
             "vectorWeight": round(weights[0], 6),
             "textWeight": round(weights[1], 6),
+            "fusion": info["fusion"],
             "decay": round(c.decay, 6),
             "rankBeforeMmr": c.rank_before_mmr,
             "matched": [s for s, on in (("vector", c.in_vector), ("keyword", c.in_keyword)) if on],
             "rescued": c.rescued,
+            "floor": info["floor"],
         }
-    return SearchResult(c.path, c.start_line, c.end_line, c.score, truncate_snippet(c.snippet), c.source, info)
+        if c.rescued:
+            out["rescuedBecause"] = c.rescue_reason
+        if c.date_start:
+            out["dates"] = c.date_start if c.date_start == c.date_end else f"{c.date_start}..{c.date_end}"
+        if info["periods"]:
+            out["queryPeriods"] = [p.as_dict() for p in info["periods"]]
+            out["inPeriod"] = c.in_period
+    return SearchResult(c.path, c.start_line, c.end_line, c.score, truncate_snippet(c.snippet), c.source, out)

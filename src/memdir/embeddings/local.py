@@ -741,6 +741,17 @@ class LocalEmbeddingProvider:
         with self._lock:
             self._backend.load()
 
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Tokens the model reads for each text (without [CLS]/[SEP]; capped at the window), so
+        the indexer can cut a chunk into windows the model sees whole; a rough estimate when the
+        backend has no tokenizer of its own."""
+        with self._lock:
+            self._backend.load()
+            tokenizer = getattr(self._backend, "_tokenizer", None)
+            if tokenizer is not None and hasattr(tokenizer, "encode_batch"):
+                return [len(e.ids) for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        return [len(t) // 3 + 1 for t in texts]
+
     def embed_query(self, text: str) -> list[float]:
         return self.embed_batch([text])[0]
 

@@ -417,7 +417,9 @@ class SqliteStore:
         """BM25 of the given chunks for ``terms`` (the same figure :meth:`keyword_search` gives), 0 if none.
 
         Computed by :class:`memdir.stores.fts_scores.FtsScorer` (FTS5's formula and tokenizer, one
-        count per phrase) instead of ``bm25()`` with ``rowid IN``, which rescans the index per id.
+        count per phrase, kept while the index is unchanged) for exactly these rows: ``bm25()`` with
+        ``rowid IN (…)`` re-ran the match per rowid, and one MATCH over the ids' rowid range ranks
+        every match in between (most of a large index when the candidates are spread out).
         """
         wanted = list(dict.fromkeys(ids))
         phrases = fts5_phrases(list(terms))

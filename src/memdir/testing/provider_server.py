@@ -63,9 +63,15 @@ Matcher = Callable[[Recorded], bool]
 class ProviderServer:
     """Threaded server on 127.0.0.1:<free port>; use as a context manager or call ``stop()``."""
 
-    def __init__(self, *, api_key: str = "test-key", dims: int = DIMS) -> None:
+    def __init__(self, *, api_key: str = "test-key", dims: int = DIMS,
+                 embedder: Callable[[list[str]], list[list[float]]] | None = None,
+                 record_bodies: bool = True) -> None:
         self.api_key = api_key
         self.dims = dims
+        #: Real vectors instead of fake ones: e.g. memdir's local model, so another system
+        #: (OpenClaw's ``openai`` provider) can be benchmarked on the very same embeddings.
+        self.embedder = embedder
+        self.record_bodies = record_bodies
         self.requests: list[Recorded] = []
         self.violations: list[str] = []
         self.forbidden: list[str] = []
@@ -145,7 +151,8 @@ class ProviderServer:
             body=body,
         )
         with self._lock:
-            self.requests.append(rec)
+            if self.record_bodies:
+                self.requests.append(rec)
             reply = None
             for matcher, queue in self._scripts:
                 if queue and matcher(rec):
@@ -227,12 +234,16 @@ class ProviderServer:
         return Reply(404, {"error": {"message": f"no route for {rec.method} {path}"}})
 
     def _vectors(self, texts: list[str]) -> list[list[float]]:
+        if self.embedder is not None:
+            return [list(map(float, v)) for v in self.embedder(texts)]
         return [fake_vector(t, self.dims) for t in texts]
 
     def _openai_embeddings(self, rec: Recorded) -> Reply:
         if not self._bearer_ok(rec):
             return self._unauthorized()
         body = rec.json
+        if isinstance(body.get("input"), str):  # the API takes one string as well as a list
+            body["input"] = [body["input"]]
         if not isinstance(body.get("model"), str) or not isinstance(body.get("input"), list):
             return Reply(400, {"error": {"message": "model and input[] are required"}})
         if not all(isinstance(t, str) and t for t in body["input"]):

@@ -1,0 +1,248 @@
+"""Dates in memory and in questions: what day a chunk is about, and which period a question names.
+
+Memory is dated: a daily log's file name (``memory/2023-08-05.md``, ``2023-08-05-standup.md``),
+a dated heading (``## 2024-03-02``, ``### March 2, 2024``) or a transcript message's time says
+which day the lines below it belong to.  A question that names a day, a month, a year or a
+relative period ("yesterday", "last week", "in March", "two weeks ago", in the user's timezone)
+is turned into a :class:`Period`; search then prefers chunks of that period.
+
+Only the standard library: a handful of patterns covers the ways people name dates in English
+questions, and a date that is not recognised simply does not boost anything.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+_MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
+_MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})
+_MONTHS["sept"] = 9
+_MONTH_RE = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_ISO = re.compile(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)")
+_DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_RE})\.?(?:,?\s+(\d{{4}}))?\b", re.I)
+_MONTH_DAY = re.compile(rf"\b({_MONTH_RE})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?(?!\d)(?:,?\s+(\d{{4}}))?\b", re.I)
+_MONTH_YEAR = re.compile(rf"\b({_MONTH_RE})\.?,?\s+(?:of\s+)?(\d{{4}})\b", re.I)
+_BARE_MONTH = re.compile(rf"\b({_MONTH_RE})\b", re.I)
+_YEAR = re.compile(r"(?<![\d-])((?:19|20)\d{2})(?![\d-])")
+_AGO = re.compile(r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|few|several)\s+"
+                  r"(day|week|month|year)s?\s+ago\b", re.I)
+_LAST_WEEKDAY = re.compile(r"\b(last|this|on)\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.I)
+_HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
+_FILE_DATE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+            "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3, "several": 3}
+#: Words before a bare month name that make it a date ("in March"), not a verb or a name ("may").
+_MONTH_CUES = {"in", "of", "during", "since", "early", "late", "mid", "last", "this", "next", "by", "until",
+               "before", "after", "from", "through", "throughout", "around", "till"}
+_WEEKDAYS = [d.lower() for d in calendar.day_name]
+#: Notes are written on or after the day they talk about ("last Tuesday I ..."): a chunk dated up to
+#: this many days after a period still belongs to it.
+GRACE_DAYS = 7
+
+
+@dataclass(frozen=True)
+class Period:
+    """Days ``start..end`` (inclusive) a question names, with the words that named them."""
+
+    start: dt.date
+    end: dt.date
+    text: str
+    #: A month named without a year ("in March"): that month of any year counts.
+    any_year: bool = False
+
+    def iso(self, grace_days: int = 0) -> tuple[str, str]:
+        """``(start, end + grace)`` as ISO days, for a store query."""
+        return self.start.isoformat(), (self.end + dt.timedelta(days=grace_days)).isoformat()
+
+    def covers(self, first: str | None, last: str | None, grace_days: int = GRACE_DAYS) -> bool:
+        """Whether a chunk dated ``first..last`` (ISO days) falls in the period (plus the grace days)."""
+        if not first or not last:
+            return False
+        try:
+            a, b = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
+        except ValueError:
+            return False
+        grace = dt.timedelta(days=grace_days)
+        if not self.any_year:
+            return a <= self.end + grace and b >= self.start
+        for year in range(a.year - 1, b.year + 1):
+            try:
+                start, end = self.start.replace(year=year), self.end.replace(year=year)
+            except ValueError:
+                continue
+            if a <= end + grace and b >= start:
+                return True
+        return False
+
+    def as_dict(self) -> dict[str, str | bool]:
+        out: dict[str, str | bool] = {"start": self.start.isoformat(), "end": self.end.isoformat(),
+                                      "text": self.text}
+        if self.any_year:
+            out["anyYear"] = True
+        return out
+
+
+def _date(y: int, m: int, d: int) -> dt.date | None:
+    try:
+        return dt.date(y, m, d)
+    except ValueError:
+        return None
+
+
+def _month(y: int, m: int) -> tuple[dt.date, dt.date]:
+    return dt.date(y, m, 1), dt.date(y, m, calendar.monthrange(y, m)[1])
+
+
+def _past_year(today: dt.date, month: int, day: int = 1) -> int:
+    """The year of the latest ``month``/``day`` not after today (a question looks back)."""
+    return today.year if (month, day) <= (today.month, today.day) else today.year - 1
+
+
+def _add_months(d: dt.date, months: int) -> dt.date:
+    idx = d.year * 12 + d.month - 1 + months
+    y, m = divmod(idx, 12)
+    return dt.date(y, m + 1, min(d.day, calendar.monthrange(y, m + 1)[1]))
+
+
+def query_periods(text: str, today: dt.date) -> list[Period]:
+    """Periods named in a question, most specific first; ``today`` is in the user's timezone."""
+    found: list[Period] = []
+    taken: list[tuple[int, int]] = []
+
+    def free(m: re.Match[str]) -> bool:
+        return all(m.end() <= a or m.start() >= b for a, b in taken)
+
+    def add(m: re.Match[str], start: dt.date | None, end: dt.date | None, any_year: bool = False) -> None:
+        if start is None or end is None or not free(m):
+            return
+        taken.append((m.start(), m.end()))
+        found.append(Period(start, end, m.group(0), any_year))
+
+    for m in _ISO.finditer(text):
+        d = _date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+        add(m, d, d)
+    for m in _DAY_MONTH.finditer(text):
+        mon, day = _MONTHS[m.group(2).lower()], int(m.group(1))
+        d = _date(int(m.group(3)) if m.group(3) else _past_year(today, mon, day), mon, day)
+        add(m, d, d)
+    for m in _MONTH_DAY.finditer(text):
+        mon, day = _MONTHS[m.group(1).lower()], int(m.group(2))
+        d = _date(int(m.group(3)) if m.group(3) else _past_year(today, mon, day), mon, day)
+        add(m, d, d)
+    for m in _MONTH_YEAR.finditer(text):
+        add(m, *_month(int(m.group(2)), _MONTHS[m.group(1).lower()]))
+    for m in _BARE_MONTH.finditer(text):
+        word = m.group(1)
+        before = text[: m.start()].split()
+        cue = bool(before) and before[-1].lower().strip(",") in _MONTH_CUES
+        if not cue and not (word[0].isupper() and word.lower() not in ("may", "march", "august") and before):
+            continue
+        mon = _MONTHS[word.lower()]
+        add(m, *_month(_past_year(today, mon), mon), any_year=True)
+    for m in _YEAR.finditer(text):
+        y = int(m.group(1))
+        add(m, dt.date(y, 1, 1), dt.date(y, 12, 31))
+    _relative(text, today, add)
+    return found
+
+
+def _relative(text: str, today: dt.date, add: object) -> None:
+    low = text.lower()
+    emit = add  # type: ignore[assignment]
+
+    def fixed(pattern: str, start: dt.date, end: dt.date) -> None:
+        for m in re.finditer(pattern, low):
+            emit(m, start, end)  # type: ignore[operator]
+
+    monday = today - dt.timedelta(days=today.weekday())
+    first = today.replace(day=1)
+    fixed(r"\bday before yesterday\b", today - dt.timedelta(days=2), today - dt.timedelta(days=2))
+    fixed(r"\byesterday\b|\blast night\b", today - dt.timedelta(days=1), today - dt.timedelta(days=1))
+    fixed(r"\btoday\b|\bthis morning\b|\btonight\b", today, today)
+    fixed(r"\blast weekend\b", monday - dt.timedelta(days=2), monday - dt.timedelta(days=1))
+    fixed(r"\bthis weekend\b", monday + dt.timedelta(days=5), monday + dt.timedelta(days=6))
+    fixed(r"\blast week\b", monday - dt.timedelta(days=7), monday - dt.timedelta(days=1))
+    fixed(r"\bthis week\b", monday, today)
+    fixed(r"\blast month\b", _add_months(first, -1), first - dt.timedelta(days=1))
+    fixed(r"\bthis month\b", first, today)
+    fixed(r"\blast year\b", dt.date(today.year - 1, 1, 1), dt.date(today.year - 1, 12, 31))
+    fixed(r"\bthis year\b", dt.date(today.year, 1, 1), today)
+    for m in _AGO.finditer(low):
+        n = int(m.group(1)) if m.group(1).isdigit() else _NUMBERS[m.group(1)]
+        unit = m.group(2)
+        if unit == "day":
+            d = today - dt.timedelta(days=n)
+            emit(m, d, d)  # type: ignore[operator]
+        elif unit == "week":
+            d = today - dt.timedelta(days=7 * n)
+            emit(m, d - dt.timedelta(days=3), d + dt.timedelta(days=3))  # type: ignore[operator]
+        elif unit == "month":
+            d = _add_months(today, -n)
+            emit(m, d - dt.timedelta(days=15), d + dt.timedelta(days=15))  # type: ignore[operator]
+        elif n <= 50:
+            emit(m, dt.date(today.year - n, 1, 1), dt.date(today.year - n, 12, 31))  # type: ignore[operator]
+    for m in _LAST_WEEKDAY.finditer(low):
+        back = (today.weekday() - _WEEKDAYS.index(m.group(2))) % 7
+        if m.group(1) == "last" and back == 0:
+            back = 7
+        d = today - dt.timedelta(days=back)
+        emit(m, d, d)  # type: ignore[operator]
+
+
+# -- dates of memory ---------------------------------------------------------------------------
+
+def file_date(path: str) -> dt.date | None:
+    """The day a file's name carries (``2023-08-05.md``, ``2023-08-05-standup.md``, ``log-2023-08-05.md``)."""
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    m = _FILE_DATE.search(name)
+    return _date(int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def text_date(text: str) -> dt.date | None:
+    """A full date (day, month and year) written in a heading, or ``None``."""
+    m = _ISO.search(text)
+    if m:
+        return _date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    for pattern, mon_group, day_group in ((_MONTH_DAY, 1, 2), (_DAY_MONTH, 2, 1)):
+        m = pattern.search(text)
+        if m and m.group(3):
+            return _date(int(m.group(3)), _MONTHS[m.group(mon_group).lower()], int(m.group(day_group)))
+    return None
+
+
+def line_dates(path: str, content: str) -> list[dt.date | None]:
+    """The day each line of a file belongs to: its nearest dated heading above, else the file's date.
+
+    A heading without a date ends the dated section of a heading at its level or deeper.
+    """
+    base = file_date(path)
+    stack: list[tuple[int, dt.date | None]] = []  # (heading level, its date)
+    out: list[dt.date | None] = []
+    for line in content.split("\n"):
+        m = _HEADING.match(line)
+        if m:
+            level = len(m.group(1))
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, text_date(m.group(2))))
+        current = next((d for _, d in reversed(stack) if d is not None), base)
+        out.append(current)
+    return out
+
+
+def span(dates: Sequence[dt.date | None]) -> tuple[str | None, str | None]:
+    """First and last day among ``dates`` (ISO), or ``(None, None)``."""
+    known = [d for d in dates if d is not None]
+    if not known:
+        return None, None
+    return min(known).isoformat(), max(known).isoformat()
+
+
+def ms_to_day(ms: int, tz: dt.tzinfo) -> dt.date | None:
+    if not ms:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000, tz).date()

@@ -1,0 +1,111 @@
+"""Dates in memory and questions (issue 10 item 4): what day a chunk is about, which period a
+question names, and search preferring that period — in the user's timezone."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from memdir.api import Memory
+from memdir.dates import file_date, line_dates, query_periods
+
+TODAY = dt.date(2026, 11, 23)  # a Monday
+
+
+@pytest.mark.parametrize("question,start,end", [
+    ("What did we decide on 2025-02-12?", "2025-02-12", "2025-02-12"),
+    ("What happened on 1 February, 2023?", "2023-02-01", "2023-02-01"),
+    ("What did John do the week before August 3, 2023?", "2023-08-03", "2023-08-03"),
+    ("What setback did Melanie face in October 2023?", "2023-10-01", "2023-10-31"),
+    ("How many beach trips in 2023?", "2023-01-01", "2023-12-31"),
+    ("What did we ship yesterday?", "2026-11-22", "2026-11-22"),
+    ("notes from last week", "2026-11-16", "2026-11-22"),
+    ("what did I buy last month", "2026-10-01", "2026-10-31"),
+    ("the call two weeks ago", "2026-11-06", "2026-11-12"),
+    ("last Monday's retro", "2026-11-16", "2026-11-16"),
+    ("the dinner 3 days ago", "2026-11-20", "2026-11-20"),
+])
+def test_query_periods(question: str, start: str, end: str) -> None:
+    (p,) = query_periods(question, TODAY)
+    assert (p.start.isoformat(), p.end.isoformat()) == (start, end)
+
+
+def test_a_bare_month_means_that_month_of_any_year_and_may_is_usually_a_verb() -> None:
+    (p,) = query_periods("When did Melanie go camping in June?", TODAY)
+    assert p.any_year and p.covers("2023-06-27", "2023-06-27") and not p.covers("2023-07-27", "2023-07-27")
+    assert query_periods("May I ask what Maya likes?", TODAY) == []
+    assert query_periods("She may march in the parade", TODAY) == []
+    assert query_periods("no date here", TODAY) == []
+
+
+def test_a_period_covers_notes_written_within_a_week_after_it() -> None:
+    (p,) = query_periods("What did Gina get accepted for on May 23, 2023?", TODAY)
+    assert p.covers("2023-05-27", "2023-05-27")  # the daily log written four days later
+    assert not p.covers("2023-06-10", "2023-06-10") and not p.covers("2023-05-20", "2023-05-22")
+    assert not p.covers(None, None)
+
+
+def test_file_and_heading_dates() -> None:
+    assert file_date("memory/2023-08-05.md") == dt.date(2023, 8, 5)
+    assert file_date("memory/2023-08-05-standup.md") == dt.date(2023, 8, 5)
+    assert file_date("memory/log-2023-08-05.md") == dt.date(2023, 8, 5)
+    assert file_date("memory/2023-02-30.md") is None and file_date("MEMORY.md") is None
+    text = "# Journal\n## 2024-03-02\n- a\n### detail\n- b\n## Other\n- c\n## March 3, 2024\n- d"
+    days = line_dates("MEMORY.md", text)
+    d1, d2 = dt.date(2024, 3, 2), dt.date(2024, 3, 3)
+    assert days == [None, d1, d1, d1, d1, None, None, d2, d2]
+    assert line_dates("memory/2023-08-05.md", "# x\n- y") == [dt.date(2023, 8, 5)] * 2
+
+
+def test_search_prefers_the_named_day_and_explains_why(make_workspace, keyword_config) -> None:
+    days = {f"memory/2025-02-{d:02d}.md": f"# 2025-02-{d:02d}\n\n- Rotated the bucket credentials.\n"
+            for d in range(10, 20)}
+    ws = make_workspace(days)
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        resp = mem.search("Which credentials were rotated on 14 February 2025?", explain=True)
+        top = resp.results[0]
+        assert top.path == "memory/2025-02-14.md"
+        assert top.explain["inPeriod"] is True and top.explain["dates"] == "2025-02-14"
+        assert top.explain["queryPeriods"][0]["start"] == "2025-02-14"
+        rest = mem.search("Which credentials were rotated on 14 February 2025?", explain=True, min_score=0,
+                          max_results=10).results
+        by_path = {r.path: r for r in rest}
+        assert rest[0].path == top.path and len(rest) == 10
+        # notes of the next days may be about it (grace week); notes written before it are not
+        assert by_path["memory/2025-02-15.md"].explain["inPeriod"] is True
+        before = [r for r in rest if r.path < "memory/2025-02-14.md"]
+        assert before and all(r.explain["inPeriod"] is False and r.score < top.score / 1.5 for r in before)
+
+
+def test_relative_dates_use_the_users_timezone(make_workspace, keyword_config) -> None:
+    """At 23:30 UTC on 2026-11-23 it is already 24 November in Tokyo: "yesterday" is the 23rd there."""
+    from memdir.search import run_search
+
+    ws = make_workspace({"memory/2026-11-22.md": "- Called the plumber.\n",
+                         "memory/2026-11-23.md": "- Called the plumber again.\n"})
+    now = int(dt.datetime(2026, 11, 23, 23, 30, tzinfo=dt.UTC).timestamp() * 1000)
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        for tz, day in (("UTC", "2026-11-22"), ("Asia/Tokyo", "2026-11-23")):
+            resp = run_search(mem.store, mem.settings.memory_search, "when did I call the plumber yesterday",
+                              provider=None, workspace=ws, now_ms=now, timezone=tz, explain=True)
+            assert resp.results[0].path == f"memory/{day}.md", tz
+
+
+def test_transcript_chunks_are_dated_by_their_messages(make_workspace, keyword_config, state_dir) -> None:
+    """Session transcripts carry message times; their chunks know the day in the user's timezone."""
+    ws = make_workspace({"MEMORY.md": "# Memory\n"})
+    sessions = state_dir / "agents" / "main" / "sessions"
+    sessions.mkdir(parents=True)
+    ts = int(dt.datetime(2025, 6, 1, 12, 0, tzinfo=dt.UTC).timestamp() * 1000)
+    rec = {"type": "message", "timestamp": ts, "message": {"role": "user", "content": "Book the ferry to Hvar"}}
+    (sessions / "s1.jsonl").write_text(json.dumps(rec) + "\n")
+    cfg = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                            "experimental": {"sessionMemory": True}}}
+    with Memory(ws, config=cfg, state_dir=state_dir) as mem:
+        mem.sync()
+        rows = mem.store.chunks_in_period("2025-06-01", "2025-06-01", 10)
+        assert [h.source for h in rows] == ["sessions"] and rows[0].date_start == "2025-06-01"
