@@ -136,3 +136,14 @@ def test_edits_keep_the_keyword_statistics_of_a_clean_build(tmp_path: Path):
             [(h.id, round(h.score, 9)) for h in clean.keyword_search(terms, 10)]
     edited.close()
     clean.close()
+
+
+def test_stem_counts_agree_with_the_stems_column():
+    from collections import Counter
+
+    from memdir.textutil import stem_counts, stem_text
+
+    for text in TEXTS:
+        column = Counter(stem_text(text).split())
+        wanted = set(list(column)[::2]) | {"zzz", "paint"}
+        assert stem_counts(text, wanted) == {s: n for s, n in column.items() if s in wanted}

@@ -115,6 +115,22 @@ def stem(word: str) -> str | None:
 _LATIN_WORD = re.compile(r"(?<!\w)[a-z]{3,}(?!\w)")
 
 
+def stem_counts(text: str, wanted: set[str]) -> dict[str, int]:
+    """How many of a text's words :func:`stem_text` turns into each stem in ``wanted``.
+
+    Snowball never changes a word's first letter, so only words starting like a wanted stem are
+    stemmed (scoring a few candidates must not cost a full :func:`stem_text` each)."""
+    firsts = {s[0] for s in wanted if s}
+    counts: dict[str, int] = {}
+    stemmer = _english_stemmer()
+    for word in _LATIN_WORD.findall(text.lower()):
+        if word[0] in firsts:
+            s = stemmer.stemWord(word)
+            if s in wanted:
+                counts[s] = counts.get(s, 0) + 1
+    return counts
+
+
 def stem_text(text: str) -> str:
     """The stems of a text's Latin words, space-separated: the keyword index's second column.
 

@@ -65,11 +65,18 @@ def _phrase_tokens(conn: Any, phrases: Sequence[str]) -> list[list[str]]:
 class FtsScorer:
     """Scores chosen rows of one FTS5 table (``text`` + ``stems`` columns) as FTS5's bm25 would."""
 
-    def __init__(self, conn: Any, table: str, tokenize: str, values: Callable[[str], tuple[str, str]],
+    def __init__(self, conn: Any, table: str, tokenize: str, text_value: Callable[[str], str],
+                 stems_value: Callable[[str], str], stem_counts: Callable[[str, set[str]], dict[str, int]] | None,
                  generation: Callable[[], Any] | None = None):
         self.conn = conn
         self.table = table
-        self.values = values
+        #: The ``text`` column FTS5 indexed for a chunk (tokenised here by FTS5 itself).
+        self.text_value = text_value
+        #: The ``stems`` column; and, where one stem is one token (``unicode61``, not trigrams), how
+        #: often each wanted stem occurs in it, counted in Python: stemming whole candidates to feed
+        #: FTS5 cost more than the rest of the scoring.
+        self.stems_value = stems_value
+        self.stem_counts = stem_counts
         #: Phrase document counts, valid while ``generation()`` (the index's write position) is unchanged.
         self.generation = generation
         self._counts: dict[tuple[str, str], int] = {}
@@ -136,8 +143,12 @@ class FtsScorer:
             specs.append((col, tokens, quoted.endswith("*")))
         rowids = list(docs)
         _clear(conn)
+        stems = {tokens[0] for col, tokens, prefix in specs if col == "stems" and len(tokens) == 1 and not prefix}
+        counted = self.stem_counts is not None and stems and all(
+            len(tokens) == 1 and not prefix for col, tokens, prefix in specs if col == "stems")
         conn.executemany(f"INSERT INTO temp.{_SCRATCH}(rowid, text, stems) VALUES (?, ?, ?)",
-                         [(r, *self.values(docs[r])) for r in rowids])
+                         [(r, self.text_value(docs[r]), "" if counted else self.stems_value(docs[r]))
+                          for r in rowids])
         positions: dict[tuple[int, str, str], set[int]] = {}
         wanted = sorted({t for _, tokens, prefix in specs if not prefix for t in tokens})
         marks = ",".join("?" * len(wanted))
@@ -151,6 +162,11 @@ class FtsScorer:
                     (start, start + "\U0010ffff"))]
         for doc, col, term, offset in rows:
             positions.setdefault((doc, col, term), set()).add(offset)
+        if counted:  # one position per occurrence is all a one-word phrase's frequency needs
+            assert self.stem_counts is not None
+            for r in rowids:
+                for stem, n in self.stem_counts(docs[r], stems).items():
+                    positions[(r, "stems", stem)] = set(range(n))
         sizes = dict(conn.execute(
             f"SELECT id, sz FROM {self.table}_docsize WHERE id IN ({','.join('?' * len(rowids))})", rowids))
         out: dict[int, float] = {}

@@ -31,7 +31,7 @@ from memdir.lock import FileWriterLock
 from memdir.query import fts5_phrases, match_phrases
 from memdir.stores import vectors as vecs
 from memdir.stores.base import ChunkRow, Hit
-from memdir.textutil import fts_text, stem_text
+from memdir.textutil import fts_text, stem_counts, stem_text
 
 if TYPE_CHECKING:
     import numpy as np
@@ -410,7 +410,8 @@ class SqliteStore:
             from memdir.stores.fts_scores import FtsScorer
 
             tok = "trigram case_sensitive 0" if self.fts_tokenizer == "trigram" else "unicode61"
-            self._scorer = FtsScorer(self.conn, "chunks_fts", tok, fts_values, self._generation)
+            counts = stem_counts if self.fts_tokenizer != "trigram" else None  # trigrams: stems are no tokens
+            self._scorer = FtsScorer(self.conn, "chunks_fts", tok, fts_text, stem_text, counts, self._generation)
         return self._scorer
 
     def keyword_scores(self, terms: Sequence[str], ids: Sequence[str]) -> dict[str, float]:
