@@ -69,7 +69,7 @@ def test_memory_md_is_chunked_by_headings_and_bullet_groups() -> None:
             "## Home\nWifi is Lighthouse.\nRouter in the closet.")
     chunks = chunk_sections(text)
     spans = [(c.start_line, c.end_line) for c in chunks]
-    assert spans == [(1, 2), (3, 6), (8, 8), (10, 12)]
+    assert spans == [(1, 2), (3, 7), (8, 9), (10, 12)]  # blank lines stay with the block above
     lines = text.split("\n")
     for c in chunks:  # line maps intact: a chunk is exactly its lines
         assert c.text == "\n".join(lines[c.start_line - 1 : c.end_line])

@@ -29,6 +29,7 @@ import json
 import logging
 import math
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -112,6 +113,33 @@ class MemoryIndexBackend:
 
     def sync(self) -> None:
         self.memory.sync(reason="agent")
+
+    def start(self) -> threading.Thread | None:
+        """For a long-running session: index in the background now (``sync.onSessionStart``) and
+        watch the files (``sync.watch``), so notes edited by hand are found; a search during a
+        first build answers at once.  Returns the background indexing thread, if any."""
+        cfg = self.memory.settings.memory_search.sync
+        self.memory.first_index_wait = 2.0
+        thread = None
+        if cfg.on_session_start:
+            thread = threading.Thread(target=self._warm, name="memdir-session-start", daemon=True)
+            thread.start()
+        try:
+            self.memory.start_live_sync(on_event=_log_watch_errors)  # sync.watch / sync.intervalMinutes
+        except Exception as exc:  # searches still index changed files first
+            log.warning("not watching memory files: %s", exc)
+        return thread
+
+    def _warm(self) -> None:
+        try:
+            self.memory.sync(reason="session-start")
+        except Exception as exc:
+            log.warning("memory sync at session start failed: %s", exc)
+
+
+def _log_watch_errors(event: dict[str, Any]) -> None:
+    if event.get("event") == "error":
+        log.warning("memory watch: %s", event.get("error"))
 
 
 # --- the chat API ---------------------------------------------------------------------------

@@ -8,23 +8,31 @@
 
 A ``Memory`` is safe to share between threads: store access is serialised and ``sync`` takes
 the index's writer lock, which also keeps other processes from writing at the same time.
+
+The index heals itself: a damaged index file is moved aside and rebuilt from the Markdown files
+(on open, and whenever an operation runs into a damage error), ``notice`` is told once with the
+paths, and a state folder that cannot be written still answers searches read-only.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
+from memdir.errors import IndexOwnershipError, MemdirError, ownership_message
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig
 from memdir.stores import Store, open_store
+from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE
+from memdir.upkeep import STATUS_CHECK_MAX_BYTES, IndexUpkeep
 from memdir.workspace import PathError, discover, read_lines, resolve_readable
 
 if TYPE_CHECKING:  # imported where used: pydantic and the indexer are not needed to answer a search
@@ -37,12 +45,8 @@ SearchMode = Literal["hybrid", "keyword", "vector"]
 SEARCH_MODES = ("hybrid", "keyword", "vector")
 
 
-class MemdirError(RuntimeError):
-    """memdir could not do what was asked; the message says why."""
-
-
-class IndexOwnershipError(MemdirError):
-    """The configured index file belongs to another workspace."""
+def _log_notice(message: str) -> None:
+    log.warning("%s", message)
 
 
 @dataclass
@@ -54,7 +58,7 @@ class GetResult:
         return {"text": self.text, "path": self.path}
 
 
-class Memory:
+class Memory(IndexUpkeep):
     """One agent's memory: its workspace files, its index and its embedding provider."""
 
     def __init__(
@@ -65,11 +69,12 @@ class Memory:
         config: str | os.PathLike[str] | Mapping[str, Any] | Settings | LoadedConfig | None = None,
         state_dir: str | os.PathLike[str] | None = None,
         provider: Any = None,
+        notice: Callable[[str], None] | None = None,
     ):
         if isinstance(config, SnapshotConfig):  # the CLI's remembered settings (memdir.settings_cache)
             self.loaded: Any = config
             self.settings: Any = config.settings
-            self._init_parts(provider)
+            self._init_parts(provider, notice)
             return
         from memdir.config import LoadedConfig, Settings, load_config
 
@@ -83,13 +88,26 @@ class Memory:
             loaded = load_config(config_path=config, workspace=workspace, agent_id=agent_id, state_dir=state_dir)
         self.loaded = loaded
         self.settings = loaded.settings
-        self._init_parts(provider)
+        self._init_parts(provider, notice)
 
-    def _init_parts(self, provider: Any) -> None:
+    def _init_parts(self, provider: Any, notice: Callable[[str], None] | None) -> None:
         self._provider_override = provider
         self._selection: ProviderSelection | None = None
         self._store: Store | None = None
         self._indexer: Indexer | None = None
+        #: Where memdir says things once, outside any result: an index healed, a writer waited for.
+        self.notice: Callable[[str], None] = notice or _log_notice
+        #: How long a search waits for a *first* full index it had to start (``None``: until it is
+        #: built, what a one-shot CLI search needs); long-running servers set a short wait and
+        #: answer "the index is being built: 120/997 files" instead.
+        self.first_index_wait: float | None = None
+        #: Recoveries of a damaged index made by this Memory (``store.recovery`` records).
+        self.recoveries: list[dict[str, Any]] = []
+        self._init_lock = threading.RLock()
+        self._bootstrap: threading.Thread | None = None
+        self._bootstrap_error: BaseException | None = None
+        self._checked_ok: tuple[int, int] | None = None
+        self.watcher: Any = None
         self._long_term: Any = None
 
     # -- lazily built parts ------------------------------------------------------------------
@@ -103,42 +121,47 @@ class Memory:
 
     @property
     def selection(self) -> ProviderSelection:
-        if self._selection is None:
-            if self._provider_override is not None:
-                override = self._provider_override
-                self._selection = ProviderSelection(override, getattr(override, "id", "custom"))
-            else:
-                self._selection = select_provider(self.settings.memory_search)
-        return self._selection
+        with self._init_lock:
+            if self._selection is None:
+                if self._provider_override is not None:
+                    override = self._provider_override
+                    self._selection = ProviderSelection(override, getattr(override, "id", "custom"))
+                else:
+                    self._selection = select_provider(self.settings.memory_search)
+            return self._selection
 
     @property
     def store(self) -> Store:
-        if self._store is None:
-            store = open_store(self.settings)
-            self._check_owner(store)
-            self._store = store
-        return self._store
+        with self._init_lock:
+            if self._store is None:
+                store = open_store(self.settings, notice=self.notice)
+                try:
+                    self._check_owner(store)
+                except BaseException:
+                    store.close()
+                    raise
+                self._store = store
+                self._note_recovery(store)
+            return self._store
 
-    def _check_owner(self, store: Store) -> None:
-        meta = store.read_meta()
-        owner = (meta or {}).get("workspace")
+    def _check_owner(self, store: Store, meta: dict[str, Any] | None = None) -> None:
+        meta = store.read_meta() if meta is None else meta
+        owner = (meta or {}).get("workspace") or store.get_state(OWNER_STATE)
         if owner and owner != str(self.workspace):
-            store.close()
-            raise IndexOwnershipError(
-                f"index {self.index_path} belongs to workspace {owner}, not {self.workspace}; "
-                "give this workspace its own agent id (--agent NAME) or index path (store.path)"
-            )
+            raise IndexOwnershipError(ownership_message(str(self.index_path), owner, str(self.workspace)))
 
     @property
     def indexer(self) -> Indexer:
-        if self._indexer is None:
-            from memdir.sync import Indexer
+        with self._init_lock:
+            if self._indexer is None:
+                from memdir.sync import Indexer
 
-            sel = self.selection
-            transient = sel.provider is None and sel.requested not in ("none", "off", "fts-only")
-            self._indexer = Indexer(self.settings, self.store, sel.provider, provider_transiently_missing=transient,
-                                    extra_sources=self._extra_sources())
-        return self._indexer
+                sel = self.selection
+                transient = sel.provider is None and sel.requested not in ("none", "off", "fts-only")
+                self._indexer = Indexer(self.settings, self.store, sel.provider,
+                                        provider_transiently_missing=transient,
+                                        extra_sources=self._extra_sources(), notice=self.notice)
+            return self._indexer
 
     def _extra_sources(self) -> list[Any]:
         ms = self.settings.memory_search
@@ -169,9 +192,12 @@ class Memory:
         """
         kwargs = {"progress": progress, "deadline": deadline, "lock_timeout": lock_timeout}
         log.info("sync (%s%s): %s -> %s", reason, ", full" if force else "", self.workspace, self.index_path)
+        if self.store.readonly:
+            why = self.store.readonly_reason or "read-only"
+            raise MemdirError(f"the index {self.index_path} cannot be updated: {why}")
         try:
-            report = self.indexer.sync(force=force, reason=reason, **kwargs)
-        except LockTimeout:
+            report = self._healing(lambda: self.indexer.sync(force=force, reason=reason, **kwargs))
+        except (LockTimeout, IndexOwnershipError):
             raise
         except Exception as exc:
             if not self._switch_to_fallback(exc):
@@ -224,21 +250,53 @@ class Memory:
         ``mode``: ``"hybrid"`` (keywords and vectors, as configured), ``"keyword"`` (BM25 only:
         the query is not embedded) or ``"vector"`` (embeddings only; an error when no embedding
         provider is available).
+
+        While a first full index is being built (here or by another process) the search does
+        not wait for it: it answers from what is built so far, ``stale``, saying how far along
+        the build is.
         """
         if mode not in SEARCH_MODES:
             raise ValueError(f"unknown search mode {mode!r} (expected one of {', '.join(SEARCH_MODES)})")
+        return self._healing(lambda: self._search_once(query, max_results, min_score, explain, sync, mode))
+
+    def _search_once(self, query: str, max_results: int | None, min_score: float | None, explain: bool,
+                     sync: bool | None, mode: SearchMode) -> SearchResponse:
         ms = self.settings.memory_search
-        stale, sync_error = False, None
+        stale, notes, partial = False, [], None
         do_sync = ms.sync.on_search if sync is None else sync
+        store = self.store  # opening heals a damaged index (recorded in self.recoveries)
+        if not do_sync and self.recoveries and not store.readonly and store.read_meta() is None:
+            do_sync = True  # a damaged index was set aside: rebuild it, as promised, even without sync
         if do_sync:
             try:
-                stale = self._sync_for_search()
+                stale, notes, partial = self._sync_for_search()
+            except IndexOwnershipError:
+                raise
             except Exception as exc:  # a failed sync never fails the search: answer from what is indexed
-                stale, sync_error = True, f"sync before search failed: {exc}"
+                if store.is_damage(exc):
+                    raise  # set aside and rebuilt by _healing, then searched again
+                stale, notes = True, [f"sync before search failed: {exc}"]
+        elif store.readonly:
+            stale, notes = True, [self._readonly_note()]
+        try:
+            response = self._search_index(partial or store, query, max_results, min_score, explain, mode,
+                                          verify=partial is None and bool(query.strip()))
+        finally:
+            if partial is not None:
+                partial.close()
+        response.stale = response.stale or stale
+        response.warnings.extend(notes)
+        return response
+
+    def _search_index(self, store: Store, query: str, max_results: int | None, min_score: float | None,
+                      explain: bool, mode: SearchMode, *, verify: bool) -> SearchResponse:
+        ms = self.settings.memory_search
         sel = self.selection
         provider = sel.provider
         label = (provider.id, provider.model) if provider else ("none", "fts-only")
-        meta = self.store.read_meta() or {}
+        meta = store.read_meta() or {}
+        if verify:
+            self._check_owner(store, meta)
         if provider is not None and meta.get("model") not in (None, provider.model):
             provider = None  # the index still holds another model's vectors: keywords only
         cfg = ms
@@ -252,35 +310,18 @@ class Memory:
             cfg = ms.model_copy(deep=True)
             cfg.query.hybrid.enabled = False  # run_search: vectors only, keyword hits left out
         response = run_search(
-            self.store, cfg, query, provider=provider, workspace=self.workspace, max_results=max_results,
+            store, cfg, query, provider=provider, workspace=self.workspace, max_results=max_results,
             min_score=min_score, explain=explain, provider_label=label, timezone=self.settings.user_timezone,
         )
+        if verify:
+            self._verify(store, response)
         if mode == "vector" and response.mode == "hybrid":
             response.mode = "vector"
         if sel.fallback_from:
             response.fallback = {"from": sel.fallback_from, "reason": sel.fallback_reason or ""}
         elif sel.provider is None and sel.unavailable_reason and response.fallback is None:
             response.warnings.append(sel.unavailable_reason)
-        response.stale = response.stale or stale
-        if sync_error:
-            response.warnings.append(sync_error)
         return response
-
-    def _sync_for_search(self) -> bool:
-        """Read-your-writes: index changed files before searching; ``True`` if that was cut short."""
-        budget = self.settings.memory_search.sync.search_budget_ms / 1000
-        if self.store.read_meta() is None:
-            deadline = None  # first search on an empty index: build it (R§6 bootstrap)
-        else:
-            changed, gone = self.indexer.dirty_files()
-            if not changed and not gone:
-                return False
-            deadline = time.monotonic() + budget
-        try:
-            report = self.sync(reason="search", deadline=deadline, lock_timeout=0 if deadline else None)
-        except LockTimeout:
-            return True
-        return report.incomplete
 
     def get(self, path: str, *, from_line: int | None = None, lines: int | None = None) -> GetResult:
         """Read a memory file (or a slice of it); raises :class:`PathError` naming the problem."""
@@ -304,14 +345,28 @@ class Memory:
         found = discover(self.workspace, self.settings.extra_paths)
         exists = self.index_path.exists()
         store = self.store if exists else None
-        counts = store.counts_by_source() if store else {}
-        meta = (store.read_meta() if store else None) or {}
+        if store is not None and not store.readonly:
+            # Status reads every page (up to 512 MB; always with --deep): "all is well" must be true.
+            problem = store.check(thorough=True, max_bytes=None if deep else STATUS_CHECK_MAX_BYTES)
+            if problem:
+                store.recover(problem, notice=self.notice)
+                self._note_recovery(store)
+        counts: dict[str, tuple[int, int]] = {}
+        meta: dict[str, Any] = {}
         dirty_files: list[str] = []
         removed: list[str] = []
+        skipped: dict[str, dict[str, Any]] = {s.path: s.as_dict() for s in found.skipped}
         if store:
-            changed, gone = self.indexer.dirty_files()
+            def read() -> tuple[Any, ...]:
+                changed, gone = self.indexer.dirty_files()
+                return store.counts_by_source(), store.read_meta() or {}, changed, gone, store.get_state(SKIPPED_STATE)
+
+            counts, meta, changed, gone, last_skipped = self._healing(read)
             dirty_files = [f.path for f in changed]
             removed = [p for p, _ in gone]
+            for item in last_skipped or []:
+                if isinstance(item, dict) and item.get("path") not in skipped:
+                    skipped[item["path"]] = item
         out: dict[str, Any] = {
             "agentId": self.settings.agent_id,
             "workspace": str(self.workspace),
@@ -329,8 +384,12 @@ class Memory:
                 for s in ms.sources
             ],
             "dirty": bool(dirty_files or removed) or not exists,
+            # The same, named for what it means to a user: the next search (or a watcher) syncs first.
+            "syncPending": bool(dirty_files or removed) or not exists,
             "dirtyFiles": dirty_files[:50],
             "removedFiles": removed[:50],
+            # Files that look like memory but could not be indexed; retried on every sync.
+            "skipped": list(skipped.values()),
             "requestedProvider": ms.provider,
             "indexedWith": {k: meta.get(k) for k in ("provider", "model", "vectorDims", "builtAt")} if meta else None,
             "issues": list(found.issues),
@@ -343,8 +402,21 @@ class Memory:
             out["fallback"] = {"from": sel.fallback_from, "reason": sel.fallback_reason}
         if sel.unavailable_reason:
             out["providerUnavailableReason"] = sel.unavailable_reason
+        recovered = self.recoveries[-1] if self.recoveries else store.get_state(RECOVERED_STATE) if store else None
+        if recovered:
+            out["recovered"] = recovered
+        if store is not None and store.readonly:
+            out["readOnly"] = store.readonly_reason or "opened read-only"
+        if self.watcher is not None:
+            out["watch"] = self.watcher.state()
         if store:
             holder = self.indexer.lock.holder()
+            if holder:
+                from memdir.progress import read_progress
+
+                progress = read_progress(self.index_path) or {}
+                if progress.get("pid") == holder.get("pid"):
+                    holder = {**holder, **{k: progress.get(k) for k in ("phase", "done", "total")}}
             out["writer"] = holder
             backend = store.describe()
             out["store"] = {k: v for k, v in backend.items() if k not in ("fts", "vector")}
@@ -376,6 +448,11 @@ class Memory:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher = None
+        if self._bootstrap is not None:
+            self._bootstrap.join(5.0)  # a first index still building in the background
         if self._long_term is not None:
             self._long_term.close()
             self._long_term = None

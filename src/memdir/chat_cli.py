@@ -86,7 +86,7 @@ def run_chat(args: argparse.Namespace) -> int:
         return 2
     overrides = {"context_window": args.context_window} if args.context_window else {}
     options = AgentOptions.from_settings(settings, **overrides)
-    memory = Memory(config=loaded)
+    memory = Memory(config=loaded, notice=lambda m: print(f"memdir: {m}", file=sys.stderr, flush=True))
     long_term = None
     if settings.long_term_memory.enabled:
         try:
@@ -96,7 +96,9 @@ def run_chat(args: argparse.Namespace) -> int:
             memory.close()
             return 2
     client = ChatClient(base_url, model, api_key)
-    agent = Agent(client=client, backend=MemoryIndexBackend(memory, settings.user_timezone),
+    backend = MemoryIndexBackend(memory, settings.user_timezone)
+    backend.start()  # index in the background (sync.onSessionStart) and watch the files (sync.watch)
+    agent = Agent(client=client, backend=backend,
                   store=SessionStore(settings.sessions_dir), session_key=session_key(settings.agent_id, args.session),
                   workspace=settings.workspace_path, options=options, long_term=long_term)
     interactive = sys.stdin.isatty()

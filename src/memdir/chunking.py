@@ -140,25 +140,27 @@ def _items(lines: list[str], first: int) -> list[tuple[int, int]]:
 
 def _blocks(lines: list[str]) -> list[tuple[int, int]]:
     """Sections and, inside them, blank-line-separated blocks (a bullet group, a paragraph):
-    a heading starts a block, and a heading's first block keeps the heading line."""
+    a heading starts a block and keeps the section's first block with it; blank lines stay with
+    the block above, so the blocks cover the file's lines without gaps (as OpenClaw's ranges do)."""
     blocks: list[tuple[int, int]] = []
-    start: int | None = None
+    start = 1
     heading_only = False
+    prev_blank = False
     for n, line in enumerate(lines, start=1):
+        blank = not line.strip()
         if _HEADING.match(line):
-            if start is not None:
-                blocks.append((start, n - 1))
-            start, heading_only = n, True
-        elif not line.strip():
-            if start is not None and not heading_only:
-                blocks.append((start, n - 1))
-                start = None
-        elif start is None:
-            start, heading_only = n, False
+            new, heading_only = True, True
+        elif not blank and prev_blank and not heading_only:
+            new = True
         else:
-            heading_only = False
-    if start is not None:
-        blocks.append((start, len(lines)))
+            new = False
+            if not blank:
+                heading_only = False
+        if new and n > start:
+            blocks.append((start, n - 1))
+            start = n
+        prev_blank = blank
+    blocks.append((start, len(lines)))
     return blocks
 
 
@@ -167,7 +169,7 @@ def chunk_sections(content: str, tokens: int = 400, overlap: int = 80) -> list[C
     every bullet group or paragraph in it (blank-line separated) is its own chunk, the heading
     line going with the section's first block.  A block too big for one chunk is cut between
     top-level list items, never inside one (an item bigger than a chunk is cut by
-    :func:`chunk_markdown`).  Line numbers are the file's; blank lines belong to no chunk."""
+    :func:`chunk_markdown`).  Line numbers are the file's."""
     max_chars = max(32, tokens * 4)
     lines = content.split("\n")
     chunks: list[Chunk] = []

@@ -118,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="JSON output")
     p.add_argument("--deep", action="store_true", help="also probe the embedding provider")
 
+    p = cmd("watch", "keep the index in step with the files until Ctrl-C (sync.watchDebounceMs, intervalMinutes)")
+    p.add_argument("--json", action="store_true", help="one JSON event per line")
+    p.add_argument("--debounce-ms", type=int, help="sync this long after the last change (default: config)")
+
     p = cmd("append", "append a note to today's daily log memory/YYYY-MM-DD.md (append-only, never rewrites)")
     p.add_argument("text", nargs="*", help="the note (several words are joined with spaces); - reads stdin")
     p.add_argument("--date", help="the day's log to append to, YYYY-MM-DD (default: today in userTimezone)")
@@ -171,13 +175,18 @@ def _load_config(args: argparse.Namespace) -> Any:
     return loaded
 
 
+def _notice(message: str) -> None:
+    """Things memdir says once, beside any output: an index healed, a writer waited for."""
+    print(f"memdir: {message}", file=sys.stderr, flush=True)
+
+
 def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
     """The agent's :class:`~memdir.api.Memory`; with ``snapshot`` its settings may come from the
     last run with the same inputs (:mod:`memdir.settings_cache`), which skips pydantic."""
     from memdir.api import Memory
 
     if not snapshot or os.environ.get("MEMDIR_NO_SETTINGS_CACHE"):
-        return Memory(config=_load_config(args))
+        return Memory(config=_load_config(args), notice=_notice)
     from memdir import settings_cache
 
     flags = {name: getattr(args, name, None) for name in ("workspace", "state_dir")}
@@ -185,10 +194,10 @@ def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
                                             agent_id=getattr(args, "agent", None), **flags)
     remembered = settings_cache.load_snapshot(path, key)
     if remembered is not None:
-        return Memory(config=remembered)
+        return Memory(config=remembered, notice=_notice)
     loaded = _load_config(args)
     settings_cache.save_snapshot(path, key, loaded)
-    return Memory(config=loaded)
+    return Memory(config=loaded, notice=_notice)
 
 
 def _progress_bar(enabled: bool) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
@@ -227,6 +236,8 @@ def cmd_index(args: argparse.Namespace) -> int:
             close()
         for w in report.warnings:  # with --json too: on stderr where it happens, and in the report
             _note(args, f"warning: {w}")
+        for item in report.skipped:
+            _note(args, f"warning: skipped {item['path']}: {item['error']} (retried on the next sync)")
         if args.json:
             print(json.dumps({"agentId": mem.settings.agent_id, "indexPath": str(mem.index_path),
                               "indexKey": mem.settings.index_key, "mode": mem.selection.mode,
@@ -346,7 +357,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"Extra paths: {', '.join(st['extraPaths'])}")
     lines += [f"Indexed: {st['files']}/{st['scannedFiles']} files · {st['chunks']} chunks",
               f"Dirty: {'yes' if st['dirty'] else 'no'}"
-              + (f" ({len(st['dirtyFiles'])} changed, {len(st['removedFiles'])} removed)" if st["dirty"] else ""),
+              + (f" ({len(st['dirtyFiles'])} changed, {len(st['removedFiles'])} removed; "
+                 "the next search or the watcher syncs them)" if st["dirty"] else ""),
               f"Store: {st['indexPath']}" + ("" if st["indexExists"] else " (not built yet: run memdir index)"),
               "Index for: " + {"workspace": "this workspace (no agent id chosen; --agent NAME for a named index)",
                                "agent": f"agent {st['agentId']}",
@@ -367,7 +379,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"Embedding cache: {'enabled' if cache['enabled'] else 'disabled'} ({cache['entries']} entries)"
                      + (f" · cap {cache['maxEntries']}" if cache.get("maxEntries") else ""))
         if st.get("writer"):
-            lines.append(f"Writer: pid {st['writer'].get('pid')} is indexing")
+            w = st["writer"]
+            far = f" ({w.get('done') or 0}/{w['total']} files)" if w.get("total") else ""
+            lines.append(f"Writer: pid {w.get('pid')} is indexing{far}")
+    if st.get("readOnly"):
+        lines.append(f"Read-only: {st['readOnly']} (searches answer from the index as it is)")
+    if st.get("recovered"):
+        r = st["recovered"]
+        lines.append(f"Recovered: the index was damaged ({r['problem']}); moved aside to {r['corruptPath']}; "
+                     "rebuilt from the Markdown files by the next index or search")
+    if st.get("watch"):
+        wt = st["watch"]
+        lines.append(f"Watch: {'sync pending' if wt.get('pending') else 'idle'}"
+                     + (f", last error: {wt['lastError']}" if wt.get("lastError") else ""))
     if st.get("fallback"):
         lines.append(f"Fallback: {st['fallback']['from']} ({st['fallback']['reason']})")
     if st.get("providerUnavailableReason"):
@@ -376,6 +400,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"SQLite: {st['sqlite']}")
         probe = st["embeddingProbe"]
         lines.append("Embeddings: " + ("ready" if probe.get("ok") else f"unavailable ({probe.get('error')})"))
+    if st.get("skipped"):
+        lines.append("Skipped files (retried on every sync):")
+        lines += [f"  {item['path']}: {item['error']}" for item in st["skipped"]]
     if st["issues"]:
         lines.append("Issues:")
         lines += [f"  {i}" for i in st["issues"]]
@@ -398,6 +425,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         serve(mem, transport=args.transport, host=args.host, port=args.port, session_key=args.session_key)
     return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from memdir.watch import run_foreground
+
+    with _memory(args) as mem:
+        return run_foreground(mem, as_json=args.json, debounce_ms=args.debounce_ms)
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -444,6 +478,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": cmd_status,
     "config": cmd_config,
     "mcp": cmd_mcp,
+    "watch": cmd_watch,
     "ltm": cmd_ltm,
 }
 

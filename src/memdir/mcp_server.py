@@ -13,10 +13,14 @@ as structured content).  Transports:
   whose Host is not loopback is refused (421); requests without an Origin (non-browser clients)
   pass.
 
-One long-lived :class:`memdir.Memory` serves every call.  Calls run in a worker thread, one at
-a time, so the event loop stays responsive and the index connection is never used
-concurrently.  Read-your-writes holds: every search first indexes files whose size or mtime
-changed (an append always changes the size), and says ``stale: true`` when it could not.
+One long-lived :class:`memdir.Memory` serves every call.  Each call runs in its own worker
+thread with a deadline (:data:`DEFAULT_CALL_TIMEOUT`), so one call that stalls can never hold up
+the next: the stalled one answers with an error when its time is up and the server keeps
+serving (``Memory`` serialises its own index access).  Read-your-writes holds: every search
+first indexes files whose size or mtime changed (an append always changes the size), and says
+``stale: true`` when it could not.  With ``sync.watch`` on, a watcher keeps the index in step
+with edits made by hand too; while the first index is being built, searches answer at once
+with what is built so far and say how far along it is.
 
 This module imports ``mcp``; nothing else in memdir does, so ``memdir search`` stays fast.
 """
@@ -36,9 +40,21 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from memdir.prompt import memory_recall_section
-from memdir.tools import LTM_TOOL_NAMES, TOOL_NAMES, call_tool, is_error_payload, tool_spec
+from memdir.tools import (
+    LTM_TOOL_NAMES,
+    TOOL_NAMES,
+    call_tool,
+    is_error_payload,
+    search_unavailable_payload,
+    tool_result,
+    tool_spec,
+)
 
 DEFAULT_HTTP_PORT = 8765
+#: Seconds a tool call may take before it is answered with an error (its thread is abandoned).
+DEFAULT_CALL_TIMEOUT = 120.0
+#: Seconds a search waits for a first index it started before answering "being built".
+FIRST_INDEX_WAIT = 2.0
 _TITLES = {"memory_search": "Search memory", "memory_get": "Read memory lines", "memory_append": "Remember a note",
            "memory_recall": "Recall long-term memories", "memory_store": "Store a long-term memory",
            "memory_forget": "Forget a long-term memory"}
@@ -94,12 +110,18 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
     """
 
     def __init__(self, memory: Any, *, session_key: str | None = None,
-                 tools: Iterable[str] | None = None, **kwargs: Any):
+                 tools: Iterable[str] | None = None, call_timeout: float = DEFAULT_CALL_TIMEOUT, **kwargs: Any):
         self.memory = memory
         self.session_key = session_key
         known = (*TOOL_NAMES, *LTM_TOOL_NAMES)
         self.tool_names = [t for t in (default_tools(memory) if tools is None else tools) if t in known]
-        self._call_lock = threading.Lock()
+        self.call_timeout = call_timeout
+        # Core tool calls run concurrently (Memory serialises its own index access); the long-term
+        # memory tools (LanceDB) one at a time, and after its warm-up load.
+        self._ltm_lock = threading.Lock()
+        # Stalled calls keep their (abandoned) thread: give calls their own pool so they can never
+        # starve the SDK's.
+        self._limiter = anyio.CapacityLimiter(64)
         citations = getattr(getattr(getattr(memory, "settings", None), "memory", None), "citations", "auto")
         kwargs.setdefault("instructions", memory_recall_section(self.tool_names, citations).strip())
         kwargs.setdefault("log_level", "WARNING")
@@ -128,20 +150,21 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
     def start_warmup(self) -> threading.Thread | None:
         """Index in the background at startup (``sync.onSessionStart``), so the first search is fast.
 
-        Tool calls wait for it (they share the call lock); a failure is reported on stderr
-        and the first search simply tries again.
+        Tool calls do not wait for it: a search during a first build answers with what is built
+        so far and says how far along it is.  A failure is reported on stderr and the first
+        search simply tries again.
         """
         settings = getattr(self.memory, "settings", None)
         if settings is None or not settings.memory_search.sync.on_session_start:
             return None
 
         def warm() -> None:
-            with self._call_lock:
-                try:
-                    self.memory.sync(reason="session-start")
-                except Exception as exc:
-                    print(f"memdir: background index at startup failed: {exc}", file=sys.stderr, flush=True)
-                if any(t in LTM_TOOL_NAMES for t in self.tool_names):
+            try:
+                self.memory.sync(reason="session-start")
+            except Exception as exc:
+                print(f"memdir: background index at startup failed: {exc}", file=sys.stderr, flush=True)
+            if any(t in LTM_TOOL_NAMES for t in self.tool_names):
+                with self._ltm_lock:
                     try:
                         _ = self.memory.long_term  # loads LanceDB (seconds) before the first call needs it
                     except Exception as exc:
@@ -151,15 +174,39 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         thread.start()
         return thread
 
+    def start_watching(self) -> Any:
+        """With ``sync.watch`` on, sync edits made outside the tools (by hand, by other agents);
+        with ``sync.intervalMinutes``, sync on that schedule too."""
+        if not hasattr(self.memory, "start_live_sync"):
+            return None
+
+        def report(event: dict[str, Any]) -> None:
+            if event.get("event") == "error":
+                print(f"memdir: watch: {event.get('error')}", file=sys.stderr, flush=True)
+
+        try:
+            return self.memory.start_live_sync(on_event=report)
+        except Exception as exc:  # e.g. watchfiles missing: searches still sync what changed
+            print(f"memdir: not watching files ({exc}); searches still index changed files first",
+                  file=sys.stderr, flush=True)
+            return None
+
     def _call_sync(self, name: str, arguments: dict[str, Any] | None) -> Any:
-        with self._call_lock:
-            return call_tool(self.memory, name, arguments or {}, session_key=self.session_key)
+        if name in LTM_TOOL_NAMES:
+            with self._ltm_lock:
+                return call_tool(self.memory, name, arguments or {}, session_key=self.session_key)
+        return call_tool(self.memory, name, arguments or {}, session_key=self.session_key)
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         if name not in self.tool_names:
             # The SDK turns this into an isError result naming the problem.
             raise ValueError(f"unknown tool: {name!r} (memdir provides {', '.join(self.tool_names)})")
-        result = await anyio.to_thread.run_sync(self._call_sync, name, arguments)
+        try:
+            with anyio.fail_after(self.call_timeout):
+                result = await anyio.to_thread.run_sync(self._call_sync, name, arguments, abandon_on_cancel=True,
+                                                        limiter=self._limiter)
+        except TimeoutError:
+            result = tool_result(timeout_payload(name, arguments, self.call_timeout))
         # The text is the payload as JSON for the core tools, and R§14's text for the long-term ones.
         content = [TextContent(type="text", text=result.text)]
         payload = result.payload
@@ -204,14 +251,29 @@ def quiet_client_disconnects() -> None:
             logger.addFilter(ClientGoneFilter())
 
 
+def timeout_payload(name: str, arguments: dict[str, Any] | None, seconds: float) -> dict[str, Any]:
+    """The tool's own error shape for a call that did not finish in time."""
+    error = f"{name} did not finish within {seconds:g} s; the server is still serving other calls"
+    if name == "memory_search":
+        return search_unavailable_payload(error)
+    if name == "memory_get":
+        path = (arguments or {}).get("path")
+        return {"path": path if isinstance(path, str) else "", "text": "", "disabled": True, "error": error}
+    if name == "memory_append":
+        return {"path": "", "appended": False, "error": error}
+    return {"error": error}
+
+
 def build_server(memory: Any, *, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
-                 session_key: str | None = None, tools: Iterable[str] | None = None) -> MemdirMCP:
+                 session_key: str | None = None, tools: Iterable[str] | None = None,
+                 call_timeout: float = DEFAULT_CALL_TIMEOUT) -> MemdirMCP:
     """A ready-to-run server over ``memory``; ``host`` must be loopback even for stdio."""
     bound = check_loopback_host(host)
     # Plain JSON responses, not an SSE stream per call: memdir's tools answer once and never stream,
     # and the event-stream framing was most of the per-call transport time.
     return MemdirMCP(memory, session_key=session_key, tools=tools, host=bound, port=int(port),
-                     transport_security=transport_security(bound), json_response=True)
+                     transport_security=transport_security(bound), call_timeout=call_timeout,
+                     json_response=True)
 
 
 def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
@@ -225,9 +287,12 @@ def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", por
         shown = f"[{server.settings.host}]" if ":" in server.settings.host else server.settings.host
         print(f"memdir MCP server: http://{shown}:{port}{server.settings.streamable_http_path} "
               f"(workspace {getattr(memory, 'workspace', '?')}; Ctrl-C stops it)", file=sys.stderr, flush=True)
+    if hasattr(memory, "first_index_wait"):
+        memory.first_index_wait = FIRST_INDEX_WAIT  # a search never waits minutes for a first build
     if kind == "streamable-http":
         quiet_client_disconnects()
     server.start_warmup()
+    server.start_watching()
     server.run(kind)  # type: ignore[arg-type]
 
 

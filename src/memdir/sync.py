@@ -17,24 +17,28 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memdir.chunking import Chunk, chunk_id, chunk_markdown, chunk_sections, embedding_windows, remap_lines, sha256_text
 from memdir.daily import resolve_timezone
 from memdir.dates import file_date, line_dates, ms_to_day, span
 from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
+from memdir.errors import IndexOwnershipError, ownership_message
 from memdir.lock import LockTimeout
-from memdir.stores.base import ChunkRow, Store
-from memdir.workspace import FileEntry, discover
+from memdir.progress import ProgressFile
+from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
+from memdir.workspace import FileEntry, Skipped, discover, display_path, read_regular, valid_name
 
 if TYPE_CHECKING:
     from memdir.config import Settings
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
-CHUNKER_VERSION = 5
+CHUNKER_VERSION = 6
 FTS_ONLY_MODEL = "fts-only"
 
 Progress = Callable[[int, int, str], None]
+Notice = Callable[[str], None]
 
 #: Indexing choices that are not user settings, switchable for ablations (``memdir bench cv``):
 #: ``windows`` embeds every model-window of a chunk (not only its first 256 tokens); ``sections``
@@ -56,6 +60,8 @@ class SyncReport:
     incomplete: bool = False
     deferred: int = 0
     warnings: list[str] = field(default_factory=list)
+    #: Files that could not be indexed this time (``{"path", "error"}``); retried on the next sync.
+    skipped: list[dict[str, str]] = field(default_factory=list)
     seconds: float = 0.0
     #: The provider error that made this sync index some text for keywords only.
     embedding_error: BaseException | None = field(default=None, repr=False)
@@ -96,11 +102,16 @@ class SourceDoc:
 
 def read_memory_file(entry: FileEntry) -> SourceDoc | None:
     try:
-        with open(entry.abs_path, "rb") as fh:
-            raw = fh.read()
+        raw = read_regular(entry.abs_path)  # a FIFO or device is refused, never opened for reading
     except FileNotFoundError:
         return None  # vanished between listing and reading: not an error (R§2)
     return SourceDoc(raw.decode("utf-8", errors="replace"), hashlib.sha256(raw).hexdigest())
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return f"{type(exc).__name__}: {exc}"
 
 
 class Indexer:
@@ -108,13 +119,16 @@ class Indexer:
 
     def __init__(self, settings: Settings, store: Store, provider: EmbeddingProvider | None,
                  *, provider_transiently_missing: bool = False,
-                 extra_sources: Sequence[Any] = ()):
+                 extra_sources: Sequence[Any] = (), notice: Notice | None = None):
         self.settings = settings
         self.store = store
         self.provider = provider
         self.transient_missing = provider_transiently_missing
         self.extra_sources = list(extra_sources)
+        self.notice = notice
         self.lock = store.writer_lock()
+        self.progress_file = ProgressFile(Path(settings.index_path), workspace=str(settings.workspace_path))
+        self._skipped: list[Skipped] = []
 
     # -- identity ----------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -165,35 +179,77 @@ class Indexer:
              deadline: float | None = None, lock_timeout: float | None = None) -> SyncReport:
         """Bring the index up to date; ``deadline`` (monotonic) bounds an incremental sync."""
         started = time.monotonic()
-        if not self.lock.acquire(lock_timeout):
-            raise LockTimeout(f"another process is writing {self.store.location}")
+        self._acquire(lock_timeout)
         try:
-            self.store.cleanup_leftovers()
             meta = self.store.read_meta()
+            self._claim(meta)  # first thing under the lock: a racing workspace is told at once
+            self.store.cleanup_leftovers()
             why = "forced" if force else self.rebuild_reason(meta)
+            tracked = self._tracked(progress)
             if why is not None:
                 # With a previous index to protect, an embedding failure aborts the rebuild (the old
                 # index keeps serving); with nothing to lose, text is indexed for keywords anyway.
-                report = self._full_reindex(why, progress, strict=meta is not None)
+                report = self._full_reindex(why, tracked, strict=meta is not None)
             else:
-                report = self._incremental(self.store, progress, deadline, lazy=reason in ("search", "watch"))
+                self.progress_file.start("incremental")
+                report = self._incremental(self.store, tracked, deadline, lazy=reason in ("search", "watch"))
                 cache = self.settings.memory_search.cache
                 if cache.enabled and cache.max_entries and report.embedded:
                     with self.store.transaction():
                         self.store.cache_prune(cache.max_entries)
             report.reason = reason if not report.full else f"{reason}: {why}"
         finally:
+            self.progress_file.clear()
             self.lock.release()
         report.seconds = time.monotonic() - started
         return report
+
+    def _acquire(self, lock_timeout: float | None) -> None:
+        """Take the writer lock; when that means waiting indefinitely, say for whom (once)."""
+        if self.lock.acquire(0):
+            return
+        if lock_timeout is None and self.notice is not None:
+            holder = self.lock.holder() or {}
+            self.notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish "
+                        f"writing {self.store.location}")
+        if lock_timeout == 0 or not self.lock.acquire(lock_timeout):
+            raise LockTimeout(f"another process is writing {self.store.location}")
+
+    def _claim(self, meta: dict[str, Any] | None) -> None:
+        """Check, under the writer lock, that this index is ours, and claim it if nobody has.
+
+        Two workspaces configured with the same agent id and started together both found no
+        index, and one then wrote its notes into the other's; the claim is made under the lock
+        before anything is written, so the second one is refused instead.
+        """
+        mine = str(self.settings.workspace_path)
+        owner = (meta or {}).get("workspace") or self.store.get_state(OWNER_STATE)
+        if owner and owner != mine:
+            raise IndexOwnershipError(ownership_message(self.store.location, owner, mine))
+        if not owner:
+            with self.store.transaction():
+                self.store.set_state(OWNER_STATE, mine)
+
+    def _tracked(self, progress: Progress | None) -> Progress:
+        def update(done: int, total: int, label: str) -> None:
+            self.progress_file.update(done, total)
+            if progress is not None:
+                progress(done, total, label)
+
+        return update
 
     # -- scanning ----------------------------------------------------------------------------
     def list_files(self) -> tuple[list[FileEntry], list[str]]:
         found = discover(self.settings.workspace_path, self.settings.extra_paths)
         files = list(found.files) if "memory" in self.settings.memory_search.sources else []
+        self._skipped = list(found.skipped) if "memory" in self.settings.memory_search.sources else []
         issues = list(found.issues)
         for source in self.extra_sources:
-            files.extend(source.list_files())
+            for entry in source.list_files():
+                if valid_name(entry.path):
+                    files.append(entry)
+                else:  # e.g. a transcript whose name is not UTF-8: the index cannot store its path
+                    self._skipped.append(Skipped(display_path(entry.path), "file name is not valid UTF-8"))
             issues.extend(source.issues())
         return files, issues
 
@@ -248,7 +304,11 @@ class Indexer:
             if deadline is not None and time.monotonic() > deadline:
                 report.incomplete = True
                 break
-            doc = self.load(f)
+            try:
+                doc = self.load(f)
+            except Exception as exc:  # one unreadable file never blocks the rest; retried next sync
+                report.skipped.append(Skipped(f.path, _why(exc)).as_dict())
+                continue
             if doc is None:
                 continue
             known = rows.get((f.path, f.source))
@@ -266,6 +326,7 @@ class Indexer:
                     progress(done, total, label)
         if batch:
             done += self._write_batch(store, batch, report, strict=strict)
+        report.skipped[:0] = [s.as_dict() for s in self._skipped]
         with store.transaction():
             for f, file_hash in touched:
                 store.touch_file(f.path, f.source, file_hash, f.mtime_ns, f.size)
@@ -273,6 +334,7 @@ class Indexer:
                 for path, source in gone:
                     store.delete_file(path, source)
                     report.removed += 1
+            store.set_state(SKIPPED_STATE, [{**s, "at": int(time.time() * 1000)} for s in report.skipped] or None)
         if progress:
             progress(total if not report.incomplete else done, total, label)
         return report
@@ -376,7 +438,12 @@ class Indexer:
     # -- full reindex ------------------------------------------------------------------------
     def _full_reindex(self, why: str, progress: Progress | None, *, strict: bool = True) -> SyncReport:
         ms = self.settings.memory_search
+        recovered = self.store.get_state(RECOVERED_STATE)
         with self.store.rebuild() as fresh:
+            self.progress_file.start("full", temp=fresh.location)
+            if recovered:
+                with fresh.transaction():
+                    fresh.set_state(RECOVERED_STATE, recovered)
             report = self._incremental(fresh, progress, None, everything=True, strict=strict)
             report.full = True
             ident = self.identity()

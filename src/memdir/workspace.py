@@ -33,34 +33,111 @@ class FileEntry:
 class Discovery:
     files: list[FileEntry] = field(default_factory=list)
     issues: list[str] = field(default_factory=list)
+    #: Memory-looking files that cannot be indexed (bad name, not a regular file, unreadable folder).
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 def rel_path(workspace: Path, abs_path: Path) -> str:
     return Path(os.path.relpath(abs_path, workspace)).as_posix()
 
 
-def _walk(folder: str, rel: str, issues: list[str]) -> Iterator[tuple[str, str, os.stat_result]]:
-    """``(abs, rel, stat)`` of regular ``*.md`` files under ``folder``, recursively, sorted.
+#: Folders never walked or watched (R§6): VCS data, dependency trees, virtualenvs, caches.
+IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox", "__pycache__"})
 
-    Symlinks are skipped.  Paths stay strings: on 10,000 files, building ``Path`` objects and
-    calling ``relpath`` cost more than all the ``stat`` calls together.
-    """
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+
+
+def is_ignored_dir(name: str) -> bool:
+    return name.lower() in IGNORED_DIRS
+
+
+def display_path(path: str) -> str:
+    """A path as text that can always be printed and stored: undecodable bytes become ``\\xNN``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def valid_name(path: str) -> bool:
     try:
-        with os.scandir(folder) as it:
-            entries = sorted(it, key=lambda e: e.name)
-    except OSError as exc:
-        issues.append(f"memory directory not accessible ({folder}): {errno.errorcode.get(exc.errno or 0, exc)}")
-        return
-    for entry in entries:
+        path.encode("utf-8")
+        return True
+    except UnicodeEncodeError:  # surrogate-escaped bytes: the name is not valid UTF-8
+        return False
+
+
+def kind_of(mode: int) -> str:
+    """``"a FIFO"``, ``"a socket"``, ... for a non-regular file mode (``"not a regular file"`` otherwise)."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _errname(exc: OSError) -> str:
+    return exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A file that looks like memory but cannot be indexed; retried on every sync."""
+
+    path: str
+    error: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"path": self.path, "error": self.error}
+
+
+def _walk(folder: str, rel: str, issues: list[str],
+          skipped: list[Skipped]) -> Iterator[tuple[str, str, os.stat_result]]:
+    """``(abs, rel, stat)`` of regular ``*.md`` files under ``folder``, depth first, sorted.
+
+    Iterative, so folders nested thousands deep cannot exhaust the recursion limit; each folder
+    is listed and closed before its subfolders are entered, so open descriptors stay bounded.
+    Symlinks and :data:`IGNORED_DIRS` are skipped; ``.md`` names that are not valid UTF-8 or not
+    regular files are reported in ``skipped``.  Paths stay strings: on 10,000 files, building
+    ``Path`` objects cost more than all the ``stat`` calls together.
+    """
+    stack: list[tuple[list[os.DirEntry[str]], int, str]] = []
+    pending: tuple[str, str] | None = (folder, rel)
+    while True:
+        if pending is not None:
+            path, prefix = pending
+            pending = None
+            try:
+                with os.scandir(path) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError as exc:
+                issues.append(f"memory directory not accessible ({display_path(path)}): {_errname(exc)}")
+                skipped.append(Skipped(display_path(prefix.rstrip("/")), f"folder not readable: {_errname(exc)}"))
+                entries = []
+            stack.append((entries, 0, prefix))
+        if not stack:
+            return
+        entries, i, prefix = stack[-1]
+        if i >= len(entries):
+            stack.pop()
+            continue
+        stack[-1] = (entries, i + 1, prefix)
+        entry = entries[i]
         try:
             if entry.is_symlink():
                 continue
             if entry.is_dir(follow_symlinks=False):
-                yield from _walk(entry.path, f"{rel}{entry.name}/", issues)
-            elif entry.is_file(follow_symlinks=False) and entry.name.endswith(".md"):
-                yield entry.path, rel + entry.name, entry.stat(follow_symlinks=False)
+                if not is_ignored_dir(entry.name):
+                    pending = (entry.path, f"{prefix}{entry.name}/")
+                continue
+            if not entry.name.endswith(".md"):
+                continue
+            shown = display_path(prefix + entry.name)
+            if not valid_name(entry.name) or not valid_name(prefix):
+                skipped.append(Skipped(shown, "file name is not valid UTF-8"))
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                skipped.append(Skipped(shown, f"{kind_of(st.st_mode)}, not a regular file"))
+                continue
+            yield entry.path, prefix + entry.name, st
         except OSError as exc:
-            issues.append(f"{entry.path} not readable ({errno.errorcode.get(exc.errno or 0, exc)})")
+            issues.append(f"{display_path(entry.path)} not readable ({_errname(exc)})")
+            skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
 
 
 def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discovery:
@@ -74,17 +151,21 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         except FileNotFoundError:
             continue
         except OSError as exc:
-            found.issues.append(f"{p} not readable ({errno.errorcode.get(exc.errno or 0, exc)})")
+            found.issues.append(f"{p} not readable ({_errname(exc)})")
+            found.skipped.append(Skipped(name, _errname(exc)))
             continue
         if stat.S_ISREG(st.st_mode):
             candidates.append((str(p), name, st))
+        elif not stat.S_ISLNK(st.st_mode):
+            found.skipped.append(Skipped(name, f"{kind_of(st.st_mode)}, not a regular file"))
     mem_dir = workspace / MEMORY_DIR
     try:
         st = os.lstat(mem_dir)
         if stat.S_ISDIR(st.st_mode):
-            candidates.extend(_walk(str(mem_dir), MEMORY_DIR + "/", found.issues))
-    except FileNotFoundError:
-        pass
+            candidates.extend(_walk(str(mem_dir), MEMORY_DIR + "/", found.issues, found.skipped))
+    except OSError as exc:
+        if not isinstance(exc, FileNotFoundError):
+            found.issues.append(f"memory directory not accessible ({mem_dir}): {_errname(exc)}")
     for extra in extra_paths or []:
         try:
             st = os.lstat(extra)
@@ -97,9 +178,15 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         if stat.S_ISLNK(st.st_mode):
             continue
         if stat.S_ISDIR(st.st_mode):
-            candidates.extend(_walk(str(extra), rel_path(workspace, extra) + "/", found.issues))
+            candidates.extend(_walk(str(extra), rel_path(workspace, extra) + "/", found.issues, found.skipped))
         elif stat.S_ISREG(st.st_mode) and extra.name.endswith(".md"):
-            candidates.append((str(extra), rel_path(workspace, extra), st))
+            if valid_name(str(extra)):
+                candidates.append((str(extra), rel_path(workspace, extra), st))
+            else:
+                found.skipped.append(Skipped(display_path(rel_path(workspace, extra)), "file name is not valid UTF-8"))
+        elif extra.name.endswith(".md"):
+            found.skipped.append(Skipped(display_path(rel_path(workspace, extra)),
+                                         f"{kind_of(st.st_mode)}, not a regular file"))
     seen: set[tuple[int, int]] = set()
     for abs_path, rel, st in candidates:
         identity = (st.st_dev, st.st_ino)  # same file reached twice (overlapping extraPaths)
@@ -187,24 +274,50 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path]) -> Reso
     return ResolvedPath(absolute, rel, root)
 
 
+class NotRegularFile(OSError):
+    """A memory path that is a FIFO, socket, device or folder: refused before it is read."""
+
+
+def read_regular(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of a regular file, refusing anything else *before* reading it.
+
+    ``O_NONBLOCK`` makes opening a FIFO return at once instead of waiting for a writer (a FIFO
+    named ``memory/x.md`` used to hang ``memdir get`` and every later MCP call); ``fstat`` on the
+    open descriptor then refuses it, so a file swapped for a FIFO after discovery is caught too.
+    Symlinks are never followed (``O_NOFOLLOW``).
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(errno.EINVAL, f"{kind_of(mode)}, not a regular file", str(path))
+        parts = []
+        while True:
+            block = os.read(fd, 1 << 20)
+            if not block:
+                break
+            parts.append(block)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
 def read_lines(resolved: ResolvedPath, from_line: int | None = None, lines: int | None = None) -> str:
     """File text, or a 1-based slice of it; a missing file reads as ``""`` (R§10.2)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(resolved.abs_path, flags)
+        raw = read_regular(resolved.abs_path)
     except FileNotFoundError:
         return ""
+    except NotRegularFile as exc:
+        raise PathError(f"not a file: {resolved.rel} ({exc.strerror})") from exc
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise PathError(f"symlinks are not followed: {resolved.rel}") from exc
         if exc.errno == errno.EISDIR:
             raise PathError(f"not a file: {resolved.rel}") from exc
         raise PathError(f"cannot read {resolved.rel}: {exc.strerror}") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise PathError(f"not a file: {resolved.rel}")
-    with os.fdopen(fd, "rb") as fh:
-        text = fh.read().decode("utf-8", errors="replace")
+    text = raw.decode("utf-8", errors="replace")
     if not from_line and not lines:
         return text
     all_lines = text.split("\n")

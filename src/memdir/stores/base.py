@@ -27,7 +27,9 @@ The contract every backend keeps:
   stem-only one.
 * **Vectors**: a chunk may hold several vectors (one per model window of its text, stored
   concatenated); its cosine is the maximum over them.
-* Everything in a store can be thrown away and rebuilt from the Markdown files.
+* Everything in a store can be thrown away and rebuilt from the Markdown files: a store that
+  finds itself damaged says so (:meth:`Store.check`, :meth:`Store.is_damage`) and
+  :meth:`Store.recover` sets the damaged data aside and starts empty.
 """
 
 from __future__ import annotations
@@ -78,6 +80,11 @@ class Hit:
     date_end: str | None = None
 
 
+#: :meth:`Store.get_state` keys: files the last sync could not index (shown by ``status``), the
+#: workspace that claimed the index before its first build finished, and the last recovery of a
+#: damaged index (a backend's :meth:`Store.recover` writes it; full rebuilds carry it over).
+SKIPPED_STATE, OWNER_STATE, RECOVERED_STATE = "skipped", "owner", "recovered"
+
 #: ``{(path, source): (content hash, mtime_ns, size)}`` of every indexed file.
 FileRows = dict[tuple[str, str], tuple[str, int, int]]
 
@@ -123,6 +130,14 @@ class Store(Protocol):
         ...
 
     def write_meta(self, meta: dict[str, Any]) -> None: ...
+
+    def get_state(self, key: str) -> Any:
+        """A small JSON value kept with the index (skipped files, owner claim); ``None`` if unset."""
+        ...
+
+    def set_state(self, key: str, value: Any) -> None:
+        """Write one (inside :meth:`transaction`); ``None`` deletes it.  Rebuilds carry their own."""
+        ...
 
     # -- files and chunks ---------------------------------------------------------------------
     def file_rows(self, source: str | None = None) -> FileRows: ...
@@ -202,4 +217,23 @@ class Store(Protocol):
 
     def cleanup_leftovers(self) -> None:
         """Remove what a crashed rebuild left behind, keeping any embeddings it paid for."""
+        ...
+
+    # -- health -------------------------------------------------------------------------------
+    #: True when the index could only be opened read-only (nothing may be written, no sync).
+    readonly: bool
+    #: Why a writable open fell back to read-only, for messages.
+    readonly_reason: str | None
+
+    def check(self, *, thorough: bool = False, max_bytes: int | None = None) -> str | None:
+        """What is wrong with the index (damaged, tables missing, bad meta), or ``None``;
+        ``thorough`` reads all of it (skipped when it is bigger than ``max_bytes``)."""
+        ...
+
+    def is_damage(self, exc: BaseException) -> bool:
+        """Whether an error raised by this store means the index itself is damaged."""
+        ...
+
+    def recover(self, problem: str, *, notice: Any = None) -> dict[str, Any] | None:
+        """Set a damaged index aside and start empty (the next sync rebuilds); what was done, or ``None``."""
         ...

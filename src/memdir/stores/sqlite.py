@@ -9,7 +9,10 @@ here is derived from the Markdown files and can be rebuilt.
 
 A full rebuild is built in a temporary database beside the index (``<index>.tmp-<id>``) and
 copied into the live file within one transaction: the index file is never renamed, so a live
-reader's WAL or shared-memory file can never be paired with a new database.
+reader's WAL or shared-memory file can never be paired with a new database.  The one exception
+is a *damaged* index, which :meth:`SqliteStore.recover` moves aside (see
+:mod:`memdir.stores.sqlite_health`); :meth:`SqliteStore.open` does that on open, and callers do
+it when a damage error surfaces later.
 """
 
 from __future__ import annotations
@@ -27,16 +30,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memdir import db
+from memdir.errors import StoreError
 from memdir.lock import FileWriterLock
 from memdir.query import fts5_phrases, match_phrases
+from memdir.stores import sqlite_health as health
 from memdir.stores import vectors as vecs
 from memdir.stores.base import ChunkRow, Hit
+from memdir.stores.sqlite_lifecycle import SqliteLifecycle
 from memdir.textutil import fts_text, stem_counts, stem_text
 
 if TYPE_CHECKING:
     import numpy as np
 
 META_KEY = "memory_index_meta_v1"
+STATE_PREFIX = "memdir:"
 SCHEMA_VERSION = 1
 _CHUNK_COLUMNS = ("id, path, source, start_line, end_line, hash, model, text, embedding, updated_at, ts, "
                   "date_start, date_end")
@@ -93,7 +100,7 @@ def _hit(row: Sequence[Any], score: float) -> Hit:
     return Hit(row[0], row[1], row[2], row[3], row[4], row[5], score, row[6], row[7], row[8])
 
 
-class SqliteStore:
+class SqliteStore(SqliteLifecycle):
     """A connection to one index file, safe to share between threads (calls are serialised)."""
 
     def __init__(self, path: Path, *, fts_tokenizer: str = "unicode61", vector_enabled: bool = True,
@@ -103,16 +110,46 @@ class SqliteStore:
         self.vector_enabled = vector_enabled
         self.extension_path = extension_path
         self.readonly = readonly
+        #: Why a writable open fell back to read-only (``None`` when writable or asked read-only).
+        self.readonly_reason: str | None = None
         self.location = str(self.path)
         self.lock = threading.RLock()
         self.fts_error: str | None = None
-        if not readonly:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = db.connect(self.path, readonly=readonly)
         self.matrix = vecs.VectorMatrix()
         self._scorer: Any = None
-        if not readonly:
-            self.ensure_schema()
+        #: The first damage error a search ran into (the caller then recovers the index).
+        self.damage: str | None = None
+        #: What :meth:`recover` did last: ``{"problem", "corruptPath", "salvagedCacheEntries"}``.
+        self.recovery: dict[str, Any] | None = None
+        self._identity: tuple[int, int] | None = None
+        self._open()
+
+    def _open(self) -> None:
+        # A new connection (first open, reopen, recovery): warm state read through the old one goes.
+        self.matrix = vecs.VectorMatrix()
+        self._scorer = None
+        super()._open()
+
+    # -- small state kept beside the index ---------------------------------------------------
+    def get_state(self, key: str) -> Any:
+        with self.lock:
+            try:
+                row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (STATE_PREFIX + key,)).fetchone()
+            except Exception as exc:
+                if "no such table" in str(exc):
+                    return None
+                raise
+        try:
+            return json.loads(row[0]) if row else None
+        except ValueError:
+            return None
+
+    def set_state(self, key: str, value: Any) -> None:
+        if value is None:
+            self.conn.execute("DELETE FROM meta WHERE key = ?", (STATE_PREFIX + key,))
+        else:
+            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)",
+                              (STATE_PREFIX + key, json.dumps(value, sort_keys=True)))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -128,8 +165,15 @@ class SqliteStore:
             self.conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
+            except BaseException as exc:
+                try:
+                    self.conn.execute("ROLLBACK")
+                except Exception:
+                    pass
+                if isinstance(exc, db.binding().Error) and not health.is_damage_error(exc):
+                    # e.g. a full disk: say which file, and that the last commit is intact
+                    raise StoreError(f"writing the index {self.path} failed: {health.first_line(exc)}; "
+                                     "nothing of this change was kept") from exc
                 raise
             else:
                 self.conn.execute("COMMIT")
@@ -217,9 +261,22 @@ class SqliteStore:
         with self.lock:
             try:
                 row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchone()
-            except Exception:
-                return None
-        return json.loads(row[0]) if row else None
+            except Exception as exc:
+                if "no such table: meta" in str(exc) and not self._has_tables():
+                    return None  # an empty file (read-only open of an index never built)
+                self._mark(exc)
+                raise
+        if not row:
+            return None
+        try:
+            meta = json.loads(row[0])
+        except ValueError as exc:
+            self.damage = f"index metadata is not valid JSON: {exc}"
+            raise health.IndexDamaged(f"{self.damage} ({self.path})") from exc
+        return meta if isinstance(meta, dict) else None
+
+    def _has_tables(self) -> bool:
+        return self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         self.conn.execute(
@@ -321,6 +378,13 @@ class SqliteStore:
 
     def vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
         """Nearest chunks by cosine similarity (a chunk scores its best window), from the matrix."""
+        try:
+            return self._vector_search(query, limit)
+        except Exception as exc:
+            self._mark(exc)
+            raise
+
+    def _vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
         import numpy as np
 
         q = np.asarray(query, dtype=np.float32)
@@ -381,14 +445,19 @@ class SqliteStore:
         if not self.fts_available or limit <= 0 or not phrases:
             return []
         with self.lock:
-            match = match_phrases(self._useful_phrases(phrases))
-            # Rank inside FTS5 first, then read the few winning rows: joining first made SQLite fetch
-            # every matching chunk's text before sorting.
-            rows = self.conn.execute(
-                f"SELECT {_HIT_COLUMNS}, f.rank FROM (SELECT rowid, bm25(chunks_fts) AS rank FROM chunks_fts "
-                "WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?) f JOIN chunks c ON c.rowid = f.rowid ORDER BY f.rank",
-                (match, int(limit)),
-            ).fetchall()
+            try:
+                match = match_phrases(self._useful_phrases(phrases))
+                # Rank inside FTS5 first, then read the few winning rows: joining first made SQLite fetch
+                # every matching chunk's text before sorting.
+                rows = self.conn.execute(
+                    f"SELECT {_HIT_COLUMNS}, f.rank FROM (SELECT rowid, bm25(chunks_fts) AS rank FROM chunks_fts "
+                    "WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?) f JOIN chunks c ON c.rowid = f.rowid "
+                    "ORDER BY f.rank",
+                    (match, int(limit)),
+                ).fetchall()
+            except Exception as exc:
+                self._mark(exc)
+                raise
         return [_hit(r, bm25_to_score(r[9])) for r in rows]
 
     #: Below this many chunks every phrase is kept (FTS5 ranks a small index in a few ms anyway).
@@ -528,9 +597,11 @@ class SqliteStore:
     def rebuild(self) -> Iterator[SqliteStore]:
         """Build into ``<index>.tmp-<id>`` (seeded with the live cache), then :meth:`swap_from` it."""
         temp_path = Path(self._temp_prefix() + uuid.uuid4().hex[:12])
-        fresh = SqliteStore(temp_path, fts_tokenizer=self.fts_tokenizer, vector_enabled=self.vector_enabled,
-                            extension_path=self.extension_path)
+        fresh: SqliteStore | None = None
         try:
+            # Inside the try: on a full disk even creating the schema fails, and the temp file must go.
+            fresh = SqliteStore(temp_path, fts_tokenizer=self.fts_tokenizer, vector_enabled=self.vector_enabled,
+                                extension_path=self.extension_path)
             with fresh.transaction() as c:
                 c.execute("ATTACH DATABASE ? AS live", (str(self.path),))
                 c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM live.embedding_cache")
@@ -538,8 +609,15 @@ class SqliteStore:
             yield fresh
             fresh.close()
             self.swap_from(temp_path)
+        except Exception as exc:
+            cause = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ is not None else exc
+            if not isinstance(cause, db.binding().Error) or health.is_damage_error(cause):
+                raise
+            raise StoreError(f"rebuilding the index {self.path} failed: {health.first_line(cause)} (writing "
+                             f"{temp_path}); the index as it was is unchanged") from cause
         finally:
-            fresh.close()
+            if fresh is not None:
+                fresh.close()
             for suffix in ("", "-wal", "-shm", "-journal"):
                 try:
                     os.unlink(str(temp_path) + suffix)

@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS vec_log(seq INTEGER PRIMARY KEY, chunk INTEGER NOT NU
 
 def new_epoch(conn: Any) -> None:
     """Mark every loaded matrix stale (a full rebuild, a new schema): call inside a transaction."""
-    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (EPOCH_KEY, uuid.uuid4().hex))
+    # JSON like every meta value (the health probe treats a meta value that is not JSON as damage)
+    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (EPOCH_KEY, f'"{uuid.uuid4().hex}"'))
     conn.execute("DELETE FROM vec_log")
 
 

@@ -1,0 +1,25 @@
+"""Errors memdir raises on purpose: each message says what went wrong and names the path."""
+
+from __future__ import annotations
+
+
+class MemdirError(RuntimeError):
+    """memdir could not do what was asked; the message says why."""
+
+
+class IndexOwnershipError(MemdirError):
+    """The configured index file belongs to another workspace."""
+
+
+class StoreError(MemdirError):
+    """The index cannot be opened or used; the message names the index and the cause."""
+
+
+class IndexDamaged(StoreError):
+    """The index file is damaged (SQLite says so, its metadata is not JSON, a table is gone);
+    callers set it aside and rebuild it from the files (``Store.recover``)."""
+
+
+def ownership_message(index: str, owner: str, workspace: str) -> str:
+    return (f"index {index} belongs to workspace {owner}, not {workspace}; "
+            "give this workspace its own agent id (--agent NAME) or index path (store.path)")

@@ -1,0 +1,269 @@
+"""Keeping the SQLite index usable: damage detection, moving a damaged file aside, read-only opens.
+
+The index is derived data: when SQLite reports it damaged ("database disk image is malformed",
+"file is not a database"), when its metadata is not valid JSON or when one of its tables is
+gone, the file is moved aside as ``<index>.corrupt-<time>`` (kept for inspection, never
+deleted), an empty index takes its place and the next sync rebuilds it from the Markdown files.
+Embeddings are expensive, so whatever rows of the old embedding cache can still be read are
+copied into the new file first.
+
+A verdict is only ever acted on after SQLite itself confirms it on a fresh connection under the
+writer lock, so a transient error or a race with another process never throws a good index
+away.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from memdir import db
+from memdir.errors import IndexDamaged
+
+#: Phrases SQLite uses for a damaged file (SQLITE_CORRUPT, SQLITE_NOTADB) or a broken schema.
+DAMAGE_MARKERS = (
+    "database disk image is malformed",
+    "file is not a database",
+    "file is encrypted or is not a database",
+    "malformed database schema",
+    "database corruption",
+    "vtable constructor failed",
+    "no such table: chunks",
+    "no such table: main.chunks",
+    "no such table: files",
+    "no such table: meta",
+    "no such table: embedding_cache",
+    "fts5: corrupt",
+    "sqlite_corrupt",
+)
+#: SQLITE_CORRUPT and SQLITE_NOTADB (primary result codes).
+_DAMAGE_CODES = {11, 26}
+READONLY_MARKERS = ("attempt to write a readonly database", "readonly database", "read-only file system",
+                    "unable to open database file", "permission denied")
+
+#: Tables a built index must have (a missing one means the file was tampered with).
+REQUIRED_TABLES = ("meta", "files", "chunks", "embedding_cache")
+
+
+
+def is_damage_error(exc: BaseException) -> bool:
+    if isinstance(exc, IndexDamaged):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF in _DAMAGE_CODES:
+        return True
+    text = str(exc).lower()
+    return any(m in text for m in DAMAGE_MARKERS)
+
+
+def is_readonly_error(exc: BaseException) -> bool:
+    if isinstance(exc, PermissionError) or getattr(exc, "errno", None) == 30:  # EROFS
+        return True
+    text = str(exc).lower()
+    return any(m in text for m in READONLY_MARKERS)
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def probe(conn: Any, *, fts_expected: bool) -> str | None:
+    """Cheap checks (a few pages): schema readable, a built index has its tables and valid meta."""
+    try:
+        names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        if "meta" not in names:
+            return None  # nothing built yet
+        rows = conn.execute("SELECT key, value FROM meta").fetchall()
+    except Exception as exc:
+        if is_damage_error(exc):
+            return first_line(exc)
+        raise
+    if not rows:
+        return None
+    for key, value in rows:
+        try:
+            json.loads(value)
+        except (TypeError, ValueError) as exc:
+            return f"index metadata ({key}) is not valid JSON: {exc}"
+    missing = [t for t in REQUIRED_TABLES if t not in names]
+    if fts_expected and "chunks_fts" not in names:
+        missing.append("chunks_fts")
+    if missing:
+        return f"index table{'s' if len(missing) > 1 else ''} missing: {', '.join(missing)}"
+    return None
+
+
+def has_fts5(conn: Any) -> bool:
+    try:
+        return any(row[0] == "ENABLE_FTS5" for row in conn.execute("PRAGMA compile_options"))
+    except Exception:
+        return False
+
+
+def quick_check(conn: Any) -> str | None:
+    """``PRAGMA quick_check``: every page read once; ``None`` when SQLite says "ok"."""
+    try:
+        rows = conn.execute("PRAGMA quick_check").fetchall()
+    except Exception as exc:
+        if is_damage_error(exc):
+            return first_line(exc)
+        raise
+    if rows and rows[0][0] == "ok":
+        return None
+    lines = [ln.strip() for r in rows for ln in str(r[0]).splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("***")]
+    if not lines:
+        return "database disk image is malformed (quick_check failed)"
+    more = f"; {len(lines) - 1} more problems" if len(lines) > 1 else ""
+    return f"database disk image is malformed (quick_check: {lines[0]}{more})"
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def confirm(path: Path, *, fts_expected: bool) -> str | None:
+    """Re-examine the file on a fresh connection: the problem, or ``None`` if it is healthy."""
+    try:
+        conn = db.connect(path, readonly=True)
+    except Exception as exc:
+        if is_damage_error(exc):
+            return first_line(exc)
+        raise
+    try:
+        return probe(conn, fts_expected=fts_expected) or quick_check(conn)
+    except Exception as exc:
+        if is_damage_error(exc):
+            return first_line(exc)
+        raise
+    finally:
+        conn.close()
+
+
+def quarantine(path: Path) -> Path:
+    """Move ``path`` (and its WAL) aside as ``<path>.corrupt-<time>``; its shared memory is dropped."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = Path(f"{path}.corrupt-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = Path(f"{path}.corrupt-{stamp}-{n}")
+    os.replace(path, target)
+    for suffix in ("-wal", "-journal"):
+        try:
+            os.replace(f"{path}{suffix}", f"{target}{suffix}")
+        except FileNotFoundError:
+            pass
+    try:
+        os.unlink(f"{path}-shm")
+    except FileNotFoundError:
+        pass
+    return target
+
+
+def _untruncated_copy(corrupt: Path) -> Path | None:
+    """A copy of a truncated database whose header claims only the pages the file still has.
+
+    SQLite refuses a file shorter than its header says outright; with the page count corrected
+    every page that survived can be read again.  ``None`` if the header does not allow it.
+    """
+    try:
+        with open(corrupt, "rb") as fh:
+            header = fh.read(100)
+        size = corrupt.stat().st_size
+    except OSError:
+        return None
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        return None
+    page = int.from_bytes(header[16:18], "big")
+    page = 65536 if page == 1 else page
+    claimed = int.from_bytes(header[28:32], "big")
+    if page < 512 or page & (page - 1) or claimed * page <= size:
+        return None
+    copy = Path(f"{corrupt}.salvage")
+    try:
+        shutil.copyfile(corrupt, copy)
+        with open(copy, "r+b") as fh:
+            fh.seek(28)
+            fh.write((size // page).to_bytes(4, "big"))
+    except OSError:
+        copy.unlink(missing_ok=True)
+        return None
+    return copy
+
+
+def _read_cache(source: Path, conn: Any, batch: int) -> int:
+    try:
+        old = db.binding().connect(f"file:{source.as_posix()}?mode=ro&immutable=1", uri=True,
+                                   check_same_thread=False)
+        # Read past schema entries that point at lost pages (a truncated file's later tables);
+        # the connection is read-only, so nothing can be written through it.
+        old.execute("PRAGMA writable_schema = ON")
+    except Exception:
+        return 0
+    cols = "provider, model, provider_key, hash, embedding, dims, updated_at"
+    saved = 0
+    try:
+        try:
+            top = old.execute("SELECT max(rowid) FROM embedding_cache").fetchone()[0] or 0
+        except Exception:
+            return 0
+        lo = 0
+        while lo <= top:
+            try:
+                rows = old.execute(f"SELECT {cols} FROM embedding_cache WHERE rowid >= ? AND rowid < ?",
+                                   (lo, lo + batch)).fetchall()
+            except Exception:
+                rows = []
+            good = [r for r in rows if isinstance(r[4], bytes | bytearray) and r[5] and len(r[4]) == 4 * r[5]]
+            if good:
+                conn.executemany(f"INSERT OR IGNORE INTO embedding_cache({cols}) VALUES (?,?,?,?,?,?,?)", good)
+                saved += len(good)
+            lo += batch
+    finally:
+        old.close()
+    return saved
+
+
+def salvage_cache(corrupt: Path, conn: Any, *, batch: int = 500) -> int:
+    """Copy every embedding-cache row that can still be read from a damaged file into ``conn``.
+
+    Rows are read by rowid range, so one unreadable page costs its range, not the whole cache;
+    a truncated file is read through a copy with its page count corrected.
+    """
+    saved = _read_cache(corrupt, conn, batch)
+    if saved:
+        return saved
+    copy = _untruncated_copy(corrupt)
+    if copy is None:
+        return 0
+    try:
+        return _read_cache(copy, conn, batch)
+    finally:
+        copy.unlink(missing_ok=True)
+
+
+def connect_readonly(path: Path) -> Any:
+    """A read-only connection that also works in a folder where SQLite cannot create its WAL
+    index (``-shm``): first ``mode=ro``, then ``immutable=1`` (no locking; the folder being
+    read-only means nobody here can be writing it)."""
+    try:
+        conn = db.connect(path, readonly=True)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except Exception as exc:
+        if not is_readonly_error(exc):
+            raise
+    mod = db.binding()
+    conn = mod.connect(f"file:{Path(path).as_posix()}?mode=ro&immutable=1", uri=True, check_same_thread=False,
+                       isolation_level=None)
+    conn.execute("PRAGMA temp_store = MEMORY")
+    return conn

@@ -1,0 +1,225 @@
+"""Opening, checking and healing the SQLite index (the lifecycle half of :class:`SqliteStore`).
+
+:meth:`SqliteLifecycle.open` is how every entry point (CLI, API, MCP) opens an index: it names
+the path in every error ("it is a directory", "unable to open"), falls back to a read-only
+connection when the state folder cannot be written (searches keep working), moves a damaged
+index aside and starts an empty one that the next sync rebuilds from the Markdown files
+(:func:`recover_path`, with the embedding cache salvaged), and removes a killed rebuild's temp
+files when no writer is running.  The detection and salvage primitives live in
+:mod:`memdir.stores.sqlite_health`.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memdir import db
+from memdir.errors import StoreError
+from memdir.lock import FileWriterLock
+from memdir.stores import sqlite_health as health
+from memdir.stores.base import RECOVERED_STATE
+
+
+class SqliteLifecycle:
+    """Mixed into :class:`memdir.stores.sqlite.SqliteStore`."""
+
+    path: Path
+    readonly: bool
+    readonly_reason: str | None
+    vector_enabled: bool
+    extension_path: str | None
+    damage: str | None
+    recovery: dict[str, Any] | None
+    lock: threading.RLock
+    conn: Any
+    _identity: tuple[int, int] | None
+
+    if TYPE_CHECKING:  # provided by SqliteStore
+        fts_available: bool
+
+        def ensure_schema(self) -> None: ...
+        def close(self) -> None: ...
+        def writer_lock(self) -> FileWriterLock: ...
+        def cleanup_leftovers(self) -> None: ...
+        def _temp_prefix(self) -> str: ...
+
+    @classmethod
+    def open(cls, path: Path, *, notice: Any = None, **kwargs: Any) -> Any:
+        """Open the index, healing it first if it is damaged (moved aside, started empty).
+
+        Also removes temp files a killed rebuild left behind when no writer is running.
+        """
+        path = Path(path)
+        try:
+            store = cls(path, **kwargs)
+        except health.IndexDamaged as exc:
+            if kwargs.get("readonly"):
+                raise
+            info = recover_path(path, str(exc), cls, notice=notice, fts_expected=True)
+            store = cls(path, **kwargs)
+            store.recovery = info
+            return store
+        if not store.readonly:
+            problem = store.check()
+            if problem is not None:
+                store.recover(problem, notice=notice)
+            store.cleanup_if_idle()
+        return store
+
+    def _open(self) -> None:
+        """Connect (writable unless that is impossible) and create the schema."""
+        if self.path.is_dir():
+            raise StoreError(f"cannot open the index {self.path}: it is a directory, not an index file "
+                             "(point memorySearch.store.path at a file)")
+        conn = None
+        if not self.readonly:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = db.connect(self.path)
+            except Exception as exc:
+                if conn is not None:
+                    conn.close()
+                    conn = None
+                if health.is_damage_error(exc):
+                    raise health.IndexDamaged(health.first_line(exc)) from exc
+                if not (health.is_readonly_error(exc) and self.path.is_file()):
+                    raise StoreError(f"cannot open the index {self.path}: {health.first_line(exc)}") from exc
+                self.readonly = True
+                self.readonly_reason = health.first_line(exc)
+        if conn is None:
+            try:
+                conn = health.connect_readonly(self.path)
+            except Exception as exc:
+                if health.is_damage_error(exc):
+                    raise health.IndexDamaged(health.first_line(exc)) from exc
+                raise StoreError(f"cannot open the index {self.path}: {health.first_line(exc)}") from exc
+        self.conn = conn
+        self._identity = health.file_identity(self.path)
+        if not self.readonly:
+            try:
+                # A dropped table must be noticed (and the index rebuilt), not silently re-created empty.
+                if health.probe(self.conn, fts_expected=health.has_fts5(self.conn)) is None:
+                    self.ensure_schema()
+            except Exception as exc:
+                if health.is_damage_error(exc):
+                    self.conn.close()
+                    raise health.IndexDamaged(health.first_line(exc)) from exc
+                if not health.is_readonly_error(exc):
+                    raise
+                self.readonly, self.readonly_reason = True, health.first_line(exc)
+
+    # -- health ------------------------------------------------------------------------------
+    def is_damage(self, exc: BaseException) -> bool:
+        return health.is_damage_error(exc)
+
+    def check(self, *, thorough: bool = False, max_bytes: int | None = None) -> str | None:
+        """What is wrong with the index file, or ``None``.  Cheap (a few pages) unless
+        ``thorough``: then ``PRAGMA quick_check`` reads every page (~300 MB/s), when the file is
+        at most ``max_bytes`` (``None``: whatever its size)."""
+        if self.damage:
+            return self.damage
+        with self.lock:
+            problem = health.probe(self.conn, fts_expected=self.fts_available)
+            if problem is None and thorough:
+                try:
+                    size = os.path.getsize(self.path)
+                except OSError:
+                    size = 0
+                if max_bytes is None or size <= max_bytes:
+                    problem = health.quick_check(self.conn)
+        return problem
+
+    def _mark(self, exc: BaseException) -> None:
+        if self.damage is None and health.is_damage_error(exc):
+            self.damage = health.first_line(exc)
+
+    def replaced(self) -> bool:
+        """True when the file at :attr:`path` is no longer the one this connection has open."""
+        return health.file_identity(self.path) != self._identity
+
+    def reopen(self) -> None:
+        with self.lock:
+            self.close()
+            self.damage = None
+            self._open()
+
+    def recover(self, problem: str, *, notice: Any = None) -> dict[str, Any] | None:
+        """Move the damaged index aside and start an empty one; the next sync rebuilds it.
+
+        Returns what was done, or ``None`` when there was nothing to do (another process already
+        replaced the file, or SQLite finds it healthy on a fresh connection after all).
+        """
+        if self.readonly:
+            raise StoreError(f"the index {self.path} is damaged ({problem}) and cannot be rebuilt: "
+                             f"{self.readonly_reason or 'it was opened read-only'}")
+        with self.lock:
+            self.close()
+            info = recover_path(self.path, problem, type(self), notice=notice, fts_expected=self.fts_available,
+                                identity=self._identity)
+            self.damage = None
+            self._open()
+            if info is not None:
+                self.recovery = info
+        return info
+
+    def cleanup_if_idle(self) -> None:
+        """Remove a killed rebuild's temp files now, unless a writer is busy (they may be its)."""
+        if self.readonly or not glob.glob(glob.escape(self._temp_prefix()) + "*"):
+            return
+        lock = self.writer_lock()
+        try:
+            if not lock.acquire(0):
+                return
+        except OSError:
+            return
+        try:
+            self.cleanup_leftovers()
+        finally:
+            lock.release()
+
+
+def recover_path(path: Path, problem: str, factory: Callable[[Path], Any], *, notice: Any = None,
+                 fts_expected: bool = True, identity: tuple[int, int] | None = None) -> dict[str, Any] | None:
+    """Under the writer lock: confirm the damage, move the file aside, salvage the embedding cache."""
+    lock = FileWriterLock(path)
+    if not lock.acquire(0):
+        if notice is not None:
+            holder = lock.holder() or {}
+            notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish writing {path}")
+        lock.acquire()
+    try:
+        if identity is not None and health.file_identity(path) != identity:
+            return None  # another process already replaced the damaged file
+        if not path.exists():
+            return None
+        confirmed = health.confirm(path, fts_expected=fts_expected)
+        if confirmed is None:
+            return None
+        corrupt = health.quarantine(path)
+        fresh = factory(path)
+        try:
+            with fresh.transaction() as c:
+                salvaged = health.salvage_cache(corrupt, c)
+                info = {"problem": confirmed or problem, "indexPath": str(path), "corruptPath": str(corrupt),
+                        "salvagedCacheEntries": salvaged, "at": int(time.time() * 1000)}
+                fresh.set_state(RECOVERED_STATE, info)  # so `status` in any process can say so
+        finally:
+            fresh.close()
+        for leftover in glob.glob(glob.escape(str(path) + ".tmp-") + "*"):
+            try:
+                os.unlink(leftover)
+            except OSError:
+                pass
+        if notice is not None:
+            kept = f"; kept {salvaged} cached embeddings" if salvaged else ""
+            notice(f"the index {path} was damaged ({info['problem']}); moved it aside to {corrupt} and "
+                   f"rebuilding it from the Markdown files{kept}")
+        return info
+    finally:
+        lock.release()

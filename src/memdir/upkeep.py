@@ -1,0 +1,245 @@
+"""Keeping a ``Memory``'s index fresh and healthy while it is used (mixed into :class:`memdir.api.Memory`).
+
+* Read-your-writes: a search first indexes what changed, within ``sync.searchBudgetMs``, and
+  waits that long at most for a sync already running (a watcher's, another process's).
+* A first full index never blocks a search for minutes: while one is being built (here, in
+  another thread or in another process) a search answers at once from what is built so far,
+  marked stale, saying how far along it is (``<index>.progress``).
+* Healing: an operation that runs into a damaged index has it set aside and rebuilt from the
+  Markdown files, then runs once more; a search that finds nothing in an index holding chunks
+  checks the file first, so a damaged index never answers "no matches".
+* Watching: :meth:`IndexUpkeep.watch` starts a :class:`memdir.watch.Watcher`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from memdir.errors import IndexDamaged, IndexOwnershipError, ownership_message
+from memdir.lock import LockTimeout
+from memdir.stores.base import OWNER_STATE
+
+if TYPE_CHECKING:
+    from memdir.config import Settings
+    from memdir.search import SearchResponse
+    from memdir.stores import Store
+    from memdir.sync import Indexer, SyncReport
+
+T = TypeVar("T")
+
+#: Full checks read every page (``PRAGMA quick_check``, ~300 MB/s here): ``status`` runs one on
+#: indexes up to this size (any size with ``--deep``): under two seconds ...
+STATUS_CHECK_MAX_BYTES = 512 * 1024 * 1024
+#: ... and a search that found nothing in an index holding chunks, up to this size (~0.2 s).
+SEARCH_CHECK_MAX_BYTES = 64 * 1024 * 1024
+
+
+class IndexUpkeep:
+    """The freshness and healing half of ``Memory``; see the module docstring."""
+
+    settings: Settings
+    notice: Callable[[str], None]
+    first_index_wait: float | None
+    recoveries: list[dict[str, Any]]
+    watcher: Any
+    _store: Store | None
+    _bootstrap: threading.Thread | None
+    _bootstrap_error: BaseException | None
+    _checked_ok: tuple[int, int] | None
+    _init_lock: threading.RLock
+
+    if TYPE_CHECKING:
+        store: Store
+        indexer: Indexer
+        index_path: Path
+        workspace: Path
+
+        def sync(self, *, reason: str = "api", deadline: float | None = None,
+                 lock_timeout: float | None = None) -> SyncReport: ...
+
+    def _note_recovery(self, store: Store) -> None:
+        info = getattr(store, "recovery", None)
+        if info and (not self.recoveries or self.recoveries[-1] is not info):
+            self.recoveries.append(info)
+
+    def _healing(self, op: Callable[[], T]) -> T:
+        """Run ``op``; if it hits a damaged index, set the index aside (rebuilt by the next sync)
+        and run ``op`` once more."""
+        try:
+            return op()
+        except Exception as exc:
+            store = self._store
+            if store is None or not store.is_damage(exc):
+                raise
+            problem = store.check() or str(exc)
+            store.recover(problem, notice=self.notice)
+            self._note_recovery(store)
+            self._checked_ok = None
+        return op()
+
+    def _verify(self, store: Store, response: SearchResponse) -> None:
+        """Never answer "no matches" from a damaged index: a search that failed inside the store,
+        or found nothing in an index that has chunks, checks the file (at most once per file
+        version) and raises the damage so :meth:`_healing` rebuilds."""
+        damage = getattr(store, "damage", None)
+        if damage:
+            raise IndexDamaged(damage)
+        if response.results or store.readonly:
+            return
+        try:
+            st = os.stat(self.index_path)
+            version = (st.st_size, st.st_mtime_ns)
+        except OSError:
+            return
+        if version == self._checked_ok or store.chunk_count() == 0:
+            return
+        problem = store.check(thorough=True, max_bytes=SEARCH_CHECK_MAX_BYTES)
+        if problem:
+            raise IndexDamaged(problem)
+        self._checked_ok = version
+
+    def _readonly_note(self) -> str:
+        return (f"the index {self.index_path} could not be updated ({self.store.readonly_reason or 'read-only'}); "
+                "searching what it already holds")
+
+    def _sync_for_search(self) -> tuple[bool, list[str], Store | None]:
+        """Read-your-writes: index changed files before searching.
+
+        Returns ``(stale, notes, partial)``: ``stale`` when that was cut short, notes for the
+        response, and while a first index is being built a read-only view of what it holds so far.
+        """
+        store = self.store
+        if store.readonly:
+            return True, [self._readonly_note()], None
+        budget = self.settings.memory_search.sync.search_budget_ms / 1000
+        if store.read_meta() is None:
+            return self._first_index()
+        changed, gone = self.indexer.dirty_files()
+        if not changed and not gone:
+            return False, [], None
+        deadline = time.monotonic() + budget
+        try:
+            # Wait for a sync already running (the watcher's, another process's) within the budget.
+            report = self.sync(reason="search", deadline=deadline, lock_timeout=budget)
+        except LockTimeout:
+            return True, [], None
+        return report.incomplete, [], None
+
+    def _first_index(self) -> tuple[bool, list[str], Store | None]:
+        """No index yet: build it (waiting ``first_index_wait``), or report a build in progress."""
+        from memdir.progress import describe_progress, read_progress
+
+        lock = self.indexer.lock
+        thread = self._bootstrap
+        if thread is None or not thread.is_alive():
+            if thread is not None and self._bootstrap_error is not None:
+                error, self._bootstrap, self._bootstrap_error = self._bootstrap_error, None, None
+                raise error
+            self._bootstrap = None
+            if lock.acquire(0):
+                lock.release()
+                if self.first_index_wait is None:
+                    self._build_first_index_now()
+                    return False, [], None
+                thread = self._bootstrap = threading.Thread(target=self._bootstrap_run, name="memdir-first-index",
+                                                            daemon=True)
+                thread.start()
+        if thread is not None:
+            thread.join(self.first_index_wait)
+            if not thread.is_alive():
+                self._bootstrap = None
+                if self._bootstrap_error is not None:
+                    error, self._bootstrap_error = self._bootstrap_error, None
+                    raise error
+                return False, [], None
+        elif self.first_index_wait:
+            # Another thread or process is building it: a long-running host gives it a moment.
+            deadline = time.monotonic() + self.first_index_wait
+            while time.monotonic() < deadline and lock.holder() is not None:
+                time.sleep(0.05)
+            if self.store.read_meta() is not None:
+                return False, [], None
+        # The builder claims the index for its workspace right after taking the lock: give it a
+        # moment, so a search from another workspace is refused rather than told "being built".
+        owner = None
+        deadline = time.monotonic() + 2.0
+        while owner is None and time.monotonic() < deadline and lock.holder() is not None:
+            owner = self.store.get_state(OWNER_STATE) or (self.store.read_meta() or {}).get("workspace")
+            if owner is None:
+                time.sleep(0.02)
+        if owner and owner != str(self.workspace):
+            raise IndexOwnershipError(ownership_message(str(self.index_path), owner, str(self.workspace)))
+        holder = lock.holder() or {}
+        progress = read_progress(self.index_path) or {}
+        if progress.get("pid") != holder.get("pid") or progress.get("workspace") != str(self.workspace):
+            progress = {"pid": holder.get("pid", "?")}
+        partial = None
+        if progress.get("temp"):
+            try:
+                from memdir.stores.sqlite import SqliteStore
+
+                partial = SqliteStore(Path(progress["temp"]), readonly=True,
+                                      fts_tokenizer=self.settings.memory_search.store.fts.tokenizer,
+                                      vector_enabled=self.settings.memory_search.store.vector.enabled)
+            except Exception:
+                partial = None
+        note = (f"the index is being built ({describe_progress(progress)}); "
+                + ("results so far are partial" if partial else "results will appear when it is done"))
+        return True, [note], partial
+
+    def _build_first_index_now(self) -> None:
+        """Build the first index in this thread; if that takes more than a second, say why the
+        search is slow (once) instead of hanging silently."""
+        timer = None
+        if not self.recoveries:  # after a recovery, the recovery message has said it already
+            timer = threading.Timer(1.0, self.notice, args=(
+                f"no index yet for {self.workspace}: building it before searching ({self.index_path}; "
+                "later searches use it)",))
+            timer.daemon = True
+            timer.start()
+        try:
+            self.sync(reason="search")
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _bootstrap_run(self) -> None:
+        try:
+            self.sync(reason="search")
+        except BaseException as exc:
+            self._bootstrap_error = exc
+
+    def watch(self, *, on_event: Callable[[dict[str, Any]], None] | None = None, debounce_ms: int | None = None,
+              interval_minutes: float | None = None, sync_at_start: bool = False, files: bool = True) -> Any:
+        """Keep the index in step with the files from now on (until :meth:`close`).
+
+        Changes to memory files, extra paths and (with the sessions source) transcripts are
+        synced ``sync.watchDebounceMs`` after the last one, and every ``sync.intervalMinutes``;
+        returns the :class:`memdir.watch.Watcher` (``state()``, ``stop()``).  ``files=False``
+        runs only the interval sync.
+        """
+        from memdir.watch import Watcher
+
+        with self._init_lock:
+            if self.watcher is None or not self.watcher.running:
+                self.watcher = Watcher(self, on_event=on_event, debounce_ms=debounce_ms,
+                                       interval_minutes=interval_minutes, sync_at_start=sync_at_start,
+                                       files=files).start()
+            return self.watcher
+
+    def start_live_sync(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> Any:
+        """What a long-running host (``memdir mcp``, the agent loop) starts: a watcher when
+        ``sync.watch`` is on, an interval sync when ``sync.intervalMinutes`` is set; ``None``
+        when neither is configured."""
+        cfg = self.settings.memory_search.sync
+        if not cfg.watch and not (cfg.interval_minutes and cfg.interval_minutes > 0):
+            return None
+        if self.store.readonly:
+            self.notice(f"not watching: {self._readonly_note()}")
+            return None
+        return self.watch(on_event=on_event, files=cfg.watch)

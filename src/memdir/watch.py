@@ -1,0 +1,382 @@
+"""Live sync (R§6, SPEC §4): watch the memory files and keep the index in step while running.
+
+A :class:`Watcher` runs two threads beside a :class:`memdir.api.Memory`:
+
+* the *watch* thread (``watchfiles``: inotify on Linux, FSEvents on macOS, one descriptor for
+  the whole tree) listens to the workspace root, every folder under ``memory/`` and the extra
+  paths, and the sessions folder when sessions are a source.  Folders are watched one by one,
+  never recursively, so :data:`memdir.workspace.IGNORED_DIRS` (``.git``, ``node_modules``,
+  ``.venv``, …) cost nothing however big they are (OpenClaw ran out of descriptors: R§18.9).
+  When a folder appears or disappears the watch set is rebuilt and a sync rescans everything
+  (a file written straight into a new folder can land before its watch exists); a root that
+  is deleted is awaited through its nearest existing parent and picked up when it comes back.
+  Each time the watches are (re)established the index is compared with the files once, so a
+  change made while nothing was watching yet (just after :meth:`Watcher.start`, or while the
+  watch set was being rebuilt) is not missed.
+* the *sync* thread runs ``memory.sync(reason="watch")`` ``watchDebounceMs`` after the last
+  change (and at most 5 debounces after the first one, so a file appended every second is still
+  indexed), every ``intervalMinutes``, and whenever :meth:`Watcher.sync_soon` asks.
+
+Nothing here writes to the workspace; failures are reported as events and never stop watching.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from memdir.workspace import MEMORY_DIR, ROOT_FILES, is_ignored_dir
+
+Event = dict[str, Any]
+
+_CHANGE_NAMES = {1: "added", 2: "modified", 3: "deleted"}
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _existing_ancestor(path: Path) -> Path:
+    probe = path
+    while not _is_dir(str(probe)) and probe != probe.parent:
+        probe = probe.parent
+    return probe
+
+
+def folders_under(root: str) -> list[str]:
+    """``root`` and every folder below it, iteratively, skipping symlinks and ignored folders."""
+    out, stack = [], [root]
+    while stack:
+        folder = stack.pop()
+        out.append(folder)
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    try:
+                        if entry.is_dir(follow_symlinks=False) and not is_ignored_dir(entry.name):
+                            stack.append(entry.path)
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return out
+
+
+class WatchPlan:
+    """Which folders to watch for one workspace, and which changed paths matter."""
+
+    def __init__(self, workspace: Path, extra_paths: list[Path], sessions_dir: Path | None):
+        self.workspace = str(workspace)
+        self.memory_dir = str(workspace / MEMORY_DIR)
+        self.extra_dirs = [str(p) for p in extra_paths if p.suffix != ".md"]
+        self.extra_files = {str(p) for p in extra_paths if p.suffix == ".md"}
+        self.sessions_dir = str(sessions_dir) if sessions_dir else None
+        #: Paths whose appearance or disappearance changes what is watched.
+        self.anchors = {self.workspace, self.memory_dir, *self.extra_dirs,
+                        *(str(Path(p).parent) for p in self.extra_files)}
+        if self.sessions_dir:
+            self.anchors.add(self.sessions_dir)
+        self.trees = [self.memory_dir, *self.extra_dirs]
+
+    def folders(self) -> list[str]:
+        """Every folder to watch right now (missing roots: their nearest existing parent)."""
+        found: set[str] = set()
+        for anchor in self.anchors:
+            if _is_dir(anchor):
+                found.add(anchor)
+            else:
+                found.add(str(_existing_ancestor(Path(anchor))))
+        for tree in self.trees:
+            if _is_dir(tree):
+                found.update(folders_under(tree))
+        return sorted(found)
+
+    def _under(self, path: str, root: str) -> str | None:
+        if path == root or not path.startswith(root + os.sep):
+            return None
+        return path[len(root) + 1:]
+
+    def _ignored(self, rel: str) -> bool:
+        return any(is_ignored_dir(part) for part in rel.split(os.sep)[:-1])
+
+    def file_matters(self, path: str) -> bool:
+        """A memory file, an extra file or a session transcript (whether or not it still exists)."""
+        if path in self.extra_files:
+            return True
+        parent, name = os.path.split(path)
+        if parent == self.workspace and name in ROOT_FILES:
+            return True
+        for tree in self.trees:
+            rel = self._under(path, tree)
+            if rel is not None and name.endswith(".md") and not self._ignored(rel):
+                return True
+        return bool(self.sessions_dir and parent == self.sessions_dir and name.endswith(".jsonl"))
+
+    def folder_matters(self, path: str, watched: set[str]) -> bool:
+        """A watched folder went away, or a folder appeared that should be watched."""
+        if path in watched:
+            return True
+        if path in self.anchors or any(a.startswith(path + os.sep) for a in self.anchors):
+            return True
+        if not _is_dir(path):
+            return False
+        for tree in self.trees:
+            rel = self._under(path, tree)
+            if rel is not None and not any(is_ignored_dir(p) for p in rel.split(os.sep)):
+                return True
+        return False
+
+    def display(self, path: str) -> str:
+        rel = os.path.relpath(path, self.workspace)
+        return Path(rel).as_posix()
+
+
+class Watcher:
+    """Keeps one ``Memory``'s index in step with its files until :meth:`stop`."""
+
+    def __init__(self, memory: Any, *, debounce_ms: int | None = None, interval_minutes: float | None = None,
+                 on_event: Callable[[Event], None] | None = None, sync_at_start: bool = False,
+                 files: bool = True):
+        settings = memory.settings
+        cfg = settings.memory_search.sync
+        self.memory = memory
+        self.debounce = max(0, int(cfg.watch_debounce_ms if debounce_ms is None else debounce_ms)) / 1000
+        minutes = cfg.interval_minutes if interval_minutes is None else interval_minutes
+        self.interval = float(minutes) * 60 if minutes and minutes > 0 else None
+        self.max_wait = max(2.0, 5 * self.debounce)
+        self.on_event = on_event
+        #: False: no file watching, only the interval sync (``sync.watch`` off, ``intervalMinutes`` on).
+        self.files = files
+        sessions = settings.sessions_dir if "sessions" in settings.memory_search.sources else None
+        self.plan = WatchPlan(settings.workspace_path, settings.extra_paths, sessions)
+        self._stop = threading.Event()
+        #: Set once the file watches are in place (the first time, and again after each rebuild).
+        self.ready = threading.Event()
+        self._cond = threading.Condition()
+        self._due: float | None = time.monotonic() if sync_at_start else None
+        self._first: float | None = self._due
+        self._reason = "start" if sync_at_start else "watch"
+        self._next_interval = time.monotonic() + self.interval if self.interval else None
+        self._threads: list[threading.Thread] = []
+        self._watched: set[str] = set()
+        self.syncing = False
+        self.last_sync: dict[str, Any] | None = None
+        self.last_error: str | None = None
+        self.syncs = 0
+
+    # -- control -----------------------------------------------------------------------------
+    def start(self) -> Watcher:
+        loops = [(self._sync_loop, "memdir-watch-sync")]
+        if self.files:
+            try:
+                import watchfiles  # noqa: F401  (fail here, clearly, rather than in the thread)
+            except ImportError as exc:
+                from memdir.errors import MemdirError
+
+                raise MemdirError(f"watching needs the watchfiles package ({exc}): pip install watchfiles") from None
+            loops.insert(0, (self._watch_loop, "memdir-watch"))
+        for target, name in loops:
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until :meth:`stop` (True) or ``timeout`` (False)."""
+        return self._stop.wait(timeout)
+
+    @property
+    def running(self) -> bool:
+        return any(t.is_alive() for t in self._threads) and not self._stop.is_set()
+
+    @property
+    def pending(self) -> bool:
+        return self._due is not None or self.syncing
+
+    def sync_soon(self, reason: str = "watch", delay: float | None = None) -> None:
+        """Mark the index dirty and sync after ``delay`` (default: the debounce)."""
+        now = time.monotonic()
+        with self._cond:
+            if self._first is None:
+                self._first = now
+            due = now + (self.debounce if delay is None else delay)
+            self._due = min(due, self._first + self.max_wait)
+            self._reason = reason
+            self._cond.notify_all()
+
+    def state(self) -> dict[str, Any]:
+        return {"active": self.running, "files": self.files, "ready": self.ready.is_set(), "pending": self.pending,
+                "debounceMs": int(self.debounce * 1000), "intervalMinutes": (self.interval or 0) / 60,
+                "watchedFolders": len(self._watched), "syncs": self.syncs, "lastSync": self.last_sync,
+                "lastError": self.last_error}
+
+    def _emit(self, event: Event) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event({"time": round(time.time(), 3), **event})
+            except Exception:
+                pass
+
+    # -- watching ----------------------------------------------------------------------------
+    def _watch_loop(self) -> None:
+        import watchfiles
+
+        while not self._stop.is_set():
+            folders = self.plan.folders()
+            self._watched = set(folders)
+            self._emit({"event": "watching", "folders": len(folders)})
+            established = False
+            try:
+                # yield_on_timeout: the generator yields (maybe an empty set) once its watches
+                # exist, which is when the catch-up comparison below can no longer miss a change.
+                for changes in watchfiles.watch(*folders, watch_filter=None, recursive=False, debounce=200, step=30,
+                                                stop_event=self._stop, raise_interrupt=False, rust_timeout=500,
+                                                yield_on_timeout=True, ignore_permission_denied=True):
+                    if not established:
+                        established = True
+                        self._catch_up()
+                        self.ready.set()
+                    if changes and self._handle(changes):
+                        break  # folders appeared or vanished: watch the new set
+            except FileNotFoundError:
+                time.sleep(0.1)  # a folder vanished between listing and watching: list again
+            except Exception as exc:
+                self.last_error = f"watcher failed: {exc}"
+                self._emit({"event": "error", "error": self.last_error})
+                self._stop.wait(1.0)
+
+    def _catch_up(self) -> None:
+        """Sync soon if the files changed while nothing was watching them."""
+        try:
+            changed, gone = self.memory.indexer.dirty_files()
+        except Exception as exc:  # the sync that follows a real change will report it
+            self.last_error = f"could not compare the index with the files: {exc}"
+            return
+        if changed or gone:
+            self.sync_soon("watch")
+
+    def _handle(self, changes: set[tuple[Any, str]]) -> bool:
+        restart = False
+        relevant = False
+        for change, path in sorted(changes, key=lambda c: c[1]):
+            kind = _CHANGE_NAMES.get(int(change), "modified")
+            if self.plan.folder_matters(path, self._watched):
+                restart = True
+                relevant = True
+                self._emit({"event": "folder", "change": kind, "path": self.plan.display(path)})
+            elif self.plan.file_matters(path):
+                relevant = True
+                self._emit({"event": "change", "change": kind, "path": self.plan.display(path)})
+        if relevant:
+            self.sync_soon("watch")
+        return restart
+
+    # -- syncing -----------------------------------------------------------------------------
+    def _sync_loop(self) -> None:
+        while not self._stop.is_set():
+            with self._cond:
+                now = time.monotonic()
+                reason = None
+                if self._due is not None and now >= self._due:
+                    reason, self._due, self._first = self._reason, None, None
+                elif self._next_interval is not None and now >= self._next_interval:
+                    reason = "interval"
+                if reason is None:
+                    wake = [t for t in (self._due, self._next_interval) if t is not None]
+                    self._cond.wait(max(0.01, min(wake) - now) if wake else None)
+                    continue
+                if self.interval:
+                    self._next_interval = now + self.interval
+                self.syncing = True
+            try:
+                self._run_sync(reason)
+            finally:
+                self.syncing = False
+
+    def _run_sync(self, reason: str) -> None:
+        try:
+            report = self.memory.sync(reason=reason)
+        except Exception as exc:
+            self.last_error = f"sync failed ({reason}): {exc}"
+            self._emit({"event": "error", "reason": reason, "error": str(exc)})
+            return
+        self.syncs += 1
+        self.last_error = None
+        self.last_sync = {"reason": reason, "at": int(time.time() * 1000), "indexed": report.indexed,
+                          "removed": report.removed, "seconds": round(report.seconds, 3)}
+        self._emit({"event": "sync", "reason": reason, "full": report.full, "indexed": report.indexed,
+                    "removed": report.removed, "unchanged": report.unchanged, "chunks": report.chunks,
+                    "skipped": report.skipped, "seconds": round(report.seconds, 3)})
+
+
+def _line(event: Event) -> str | None:
+    """One human line for an event (``None``: not worth a line)."""
+    kind = event.get("event")
+    stamp = time.strftime("%H:%M:%S", time.localtime(event.get("time", time.time())))
+    if kind in ("change", "folder"):
+        return f"{stamp} {event['change']} {event['path']}" + ("/" if kind == "folder" else "")
+    if kind == "sync":
+        skipped = f", {len(event['skipped'])} skipped" if event.get("skipped") else ""
+        what = "full reindex" if event.get("full") else "synced"
+        return (f"{stamp} {what} ({event['reason']}): {event['indexed']} indexed, {event['removed']} removed"
+                f"{skipped} in {event['seconds']:.2f}s")
+    if kind == "error":
+        return f"{stamp} error: {event['error']}"
+    if kind == "start":
+        return (f"Watching {event['workspace']} (index {event['indexPath']}; sync {event['debounceMs']} ms after "
+                "a change). Ctrl-C stops.")
+    return None
+
+
+def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | None = None) -> int:
+    """``memdir watch``: sync now, then on every change until Ctrl-C or SIGTERM (exit 0)."""
+    import json
+    import signal
+    import sys
+
+    lock = threading.Lock()
+
+    def show(event: Event) -> None:
+        text = json.dumps(event, ensure_ascii=False) if as_json else _line(event)
+        if text is not None:
+            with lock:
+                print(text, flush=True)
+
+    watcher = Watcher(memory, on_event=show, debounce_ms=debounce_ms, sync_at_start=True)
+    show({"event": "start", "time": round(time.time(), 3), "workspace": str(memory.workspace),
+          "indexPath": str(memory.index_path), "debounceMs": int(watcher.debounce * 1000)})
+    previous = signal.signal(signal.SIGTERM, lambda *_: watcher.stop(timeout=0))
+    memory.watcher = watcher
+    try:
+        watcher.start()
+        while not watcher.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        watcher.stop()
+        memory.watcher = None
+        signal.signal(signal.SIGTERM, previous)
+    show({"event": "stop", "time": round(time.time(), 3)})
+    if not as_json:
+        print("Stopped watching.", file=sys.stderr)
+    return 0
+
+
+__all__ = ["WatchPlan", "Watcher", "folders_under", "run_foreground"]
