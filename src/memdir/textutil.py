@@ -100,6 +100,19 @@ def _english_stemmer() -> Any:
     return _stemmer
 
 
+_stems: dict[str, str] = {}
+
+
+def stem_word(word: str) -> str:
+    """Snowball (English) stem of one lower-case ASCII word, remembered (a vocabulary is small)."""
+    s = _stems.get(word)
+    if s is None:
+        if len(_stems) > 200_000:
+            _stems.clear()
+        s = _stems[word] = str(_english_stemmer().stemWord(word))
+    return s
+
+
 def stem(word: str) -> str | None:
     """The Snowball (English) stem of one lower-case Latin word, or ``None`` for anything else.
 
