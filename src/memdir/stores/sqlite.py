@@ -37,6 +37,8 @@ from memdir.stores import sqlite_health as health
 from memdir.stores import vectors as vecs
 from memdir.stores.base import ChunkRow, Hit
 from memdir.stores.sqlite_lifecycle import SqliteLifecycle
+from memdir.stores.vector_sidecar import remove_leftovers as remove_sidecar_leftovers
+from memdir.stores.vector_sidecar import sidecar_path
 from memdir.textutil import fts_text, stem_counts, stem_text
 
 if TYPE_CHECKING:
@@ -126,9 +128,9 @@ class SqliteStore(SqliteLifecycle):
 
     def _open(self) -> None:
         # A new connection (first open, reopen, recovery): warm state read through the old one goes.
-        self.matrix = vecs.VectorMatrix()
         self._scorer = None
         super()._open()
+        self.matrix = vecs.VectorMatrix(sidecar_path(self.path), save=not self.readonly)
 
     # -- small state kept beside the index ---------------------------------------------------
     def get_state(self, key: str) -> Any:
@@ -395,7 +397,24 @@ class SqliteStore(SqliteLifecycle):
             if matrix is None:
                 matrix = vecs.VectorMatrix()
                 matrix._load(self.conn, int(q.size), None, 0)
-            return self._hits_by_rowid(matrix.search(q, limit))
+            return self._hits_by_rowid(matrix.search(q, limit, lambda rowids: self._exact_cosines(q, rowids)))
+
+    def _exact_cosines(self, q: np.ndarray, rowids: Sequence[int]) -> dict[int, float]:
+        """Best-window cosine of each chunk, from its stored float32 vector(s)."""
+        import numpy as np
+
+        qn = q / (np.linalg.norm(q) or 1.0)
+        out: dict[int, float] = {}
+        ids = list(rowids)
+        for i in range(0, len(ids), 500):
+            part = ids[i : i + 500]
+            for rowid, blob in self.conn.execute(
+                    f"SELECT rowid, embedding FROM chunks WHERE rowid IN ({','.join('?' * len(part))}) "
+                    "AND embedding IS NOT NULL", part):
+                sim = max_cosine(blob, qn)
+                if sim is not None:
+                    out[rowid] = sim
+        return out
 
     def vector_scores(self, query: Sequence[float], ids: Sequence[str]) -> dict[str, float]:
         """Cosine of each given chunk (best window), from the same matrix :meth:`vector_search` scans."""
@@ -413,15 +432,11 @@ class SqliteStore(SqliteLifecycle):
                 marks = ",".join("?" * len(part))
                 by_rowid.update(self.conn.execute(f"SELECT rowid, id FROM chunks WHERE id IN ({marks})", part))
             matrix = self._fresh_matrix(int(q.size))
-            if matrix is not None:
+            if matrix is not None and not matrix.quantized:
                 return {by_rowid[r]: s for r, s in matrix.scores(q, list(by_rowid)).items()}
-            qn = q / (np.linalg.norm(q) or 1.0)
-            for rowid, blob in self.conn.execute(
-                    f"SELECT rowid, embedding FROM chunks WHERE rowid IN ({','.join('?' * len(by_rowid))}) "
-                    "AND embedding IS NOT NULL", list(by_rowid)):
-                sim = max_cosine(blob, qn)
-                if sim is not None:
-                    out[by_rowid[rowid]] = sim
+            # an int8 matrix is for finding candidates; exact scores come from the stored vectors
+            for rowid, sim in self._exact_cosines(q, list(by_rowid)).items():
+                out[by_rowid[rowid]] = sim
         return out
 
     def _hits_by_rowid(self, scored: list[tuple[int, float]]) -> list[Hit]:
@@ -645,6 +660,7 @@ class SqliteStore(SqliteLifecycle):
                 os.unlink(leftover)
             except FileNotFoundError:
                 pass
+        remove_sidecar_leftovers(sidecar_path(self.path))
 
     def swap_from(self, fresh_path: Path) -> None:
         """Replace this index's contents with another index file's, in one transaction.
