@@ -49,6 +49,10 @@ STATE_PREFIX = "memdir:"
 SCHEMA_VERSION = 1
 _CHUNK_COLUMNS = ("id, path, source, start_line, end_line, hash, model, text, embedding, updated_at, ts, "
                   "date_start, date_end")
+#: The vector a chunk holds for a cache entry ``e`` that is only a reference (an empty blob):
+#: the embedding cache keeps no second copy of vectors that live chunks hold.
+_HELD = ("SELECT c.embedding FROM {db}chunks c WHERE c.hash = e.hash AND c.model = e.model "
+         "AND length(c.embedding) = e.dims * 4 LIMIT 1")
 _HIT_COLUMNS = "c.id, c.path, c.source, c.start_line, c.end_line, c.text, c.ts, c.date_start, c.date_end"
 
 
@@ -95,6 +99,14 @@ def bm25_to_score(rank: float) -> float:
         r = -rank
         return r / (1 + r)
     return 1 / (1 + rank)
+
+
+def _copy_cache(conn: Any, schema: str) -> None:
+    """Copy an attached index's embedding cache, references resolved to the vectors its chunks hold."""
+    conn.execute(
+        f"INSERT OR IGNORE INTO embedding_cache SELECT * FROM (SELECT e.provider, e.model, e.provider_key, e.hash, "
+        f"CASE WHEN length(e.embedding) > 0 THEN e.embedding ELSE ({_HELD.format(db=schema + '.')}) END AS emb, "
+        f"e.dims, e.updated_at FROM {schema}.embedding_cache e) WHERE length(emb) > 0")
 
 
 def _hit(row: Sequence[Any], score: float) -> Hit:
@@ -201,6 +213,8 @@ class SqliteStore(SqliteLifecycle):
                     hash TEXT NOT NULL, embedding BLOB NOT NULL, dims INTEGER NOT NULL,
                     updated_at INTEGER NOT NULL, PRIMARY KEY(provider, model, provider_key, hash));
                 CREATE INDEX IF NOT EXISTS idx_cache_updated ON embedding_cache(updated_at);
+                CREATE INDEX IF NOT EXISTS idx_cache_hash ON embedding_cache(hash);
+                CREATE INDEX IF NOT EXISTS idx_chunks_hash ON chunks(hash);
                 """
             )
             c.executescript(vecs.SCHEMA)
@@ -307,7 +321,10 @@ class SqliteStore(SqliteLifecycle):
                      chunks: Sequence[ChunkRow]) -> None:
         """Replace every row of one file (call inside :meth:`transaction`)."""
         c = self.conn
-        self._delete_file_rows(path, source)
+        # single-window chunks hold their vector themselves: their cache entries become references
+        held = [(ch.hash, ch.model, 4 * len(ch.embedding)) for ch in chunks
+                if ch.embedding is not None and len(ch.embedding) and ch.windows == 1]
+        self._delete_file_rows(path, source, keep={(h, m) for h, m, _ in held})
         now = int(time.time() * 1000)
         rowids: list[int] = []
         for ch in chunks:
@@ -318,6 +335,9 @@ class SqliteStore(SqliteLifecycle):
                  ch.date_start, ch.date_end),
             )
             rowids.append(int(cur.lastrowid))
+        if held:
+            c.executemany("UPDATE embedding_cache SET embedding = x'' WHERE hash = ? AND model = ? AND dims * 4 = ? "
+                          "AND length(embedding) > 0", held)
         if self.fts_available:
             # FTS rows share the chunk's rowid, so a file's rows are deleted by key, not by a scan.
             c.executemany("INSERT INTO chunks_fts(rowid, text, stems) VALUES (?,?,?)",
@@ -329,8 +349,16 @@ class SqliteStore(SqliteLifecycle):
             (path, source, file_hash, mtime_ns, size),
         )
 
-    def _delete_file_rows(self, path: str, source: str) -> None:
+    def _delete_file_rows(self, path: str, source: str, keep: set[tuple[str, str]] | frozenset = frozenset()) -> None:
         c = self.conn
+        # Cache entries that only pointed at these chunks' vectors get the vectors back (``keep``:
+        # the ones the file's new chunks will hold again).
+        gone = [(blob, h, m, len(blob)) for h, m, blob in c.execute(
+            "SELECT hash, model, embedding FROM chunks WHERE path = ? AND source = ? AND embedding IS NOT NULL",
+            (path, source)) if (h, m) not in keep]
+        if gone:
+            c.executemany("UPDATE embedding_cache SET embedding = ? WHERE hash = ? AND model = ? AND dims * 4 = ? "
+                          "AND length(embedding) = 0", gone)
         vecs.log_changes(c, [r for (r,) in c.execute(
             "SELECT rowid FROM chunks WHERE path = ? AND source = ?", (path, source))], alive=False)
         if self.fts_available:
@@ -544,9 +572,12 @@ class SqliteStore(SqliteLifecycle):
             for i in range(0, len(wanted), 400):
                 part = wanted[i : i + 400]
                 marks = ",".join("?" * len(part))
+                # an empty entry is a reference: a chunk with that text holds the vector
+                held = _HELD.format(db="")
                 for h, blob in self.conn.execute(
-                    f"SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? "
-                    f"AND provider_key = ? AND hash IN ({marks})",
+                    f"SELECT e.hash, CASE WHEN length(e.embedding) > 0 THEN e.embedding ELSE ({held}) END "
+                    f"FROM embedding_cache e WHERE e.provider = ? AND e.model = ? AND e.provider_key = ? "
+                    f"AND e.hash IN ({marks})",
                     (provider, model, provider_key, *part),
                 ):
                     vec = from_blob(blob)
@@ -619,7 +650,7 @@ class SqliteStore(SqliteLifecycle):
                                 extension_path=self.extension_path)
             with fresh.transaction() as c:
                 c.execute("ATTACH DATABASE ? AS live", (str(self.path),))
-                c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM live.embedding_cache")
+                _copy_cache(c, "live")
             fresh.conn.execute("DETACH DATABASE live")
             yield fresh
             fresh.close()
@@ -647,7 +678,7 @@ class SqliteStore(SqliteLifecycle):
             try:
                 with self.transaction() as c:
                     c.execute("ATTACH DATABASE ? AS leftover", (leftover,))
-                    c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM leftover.embedding_cache")
+                    _copy_cache(c, "leftover")
             except Exception:
                 pass
             finally:
