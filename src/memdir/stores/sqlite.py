@@ -51,8 +51,8 @@ _CHUNK_COLUMNS = ("id, path, source, start_line, end_line, hash, model, text, em
                   "date_start, date_end")
 #: The vector a chunk holds for a cache entry ``e`` that is only a reference (an empty blob):
 #: the embedding cache keeps no second copy of vectors that live chunks hold.
-_HELD = ("SELECT c.embedding FROM {db}chunks c WHERE c.hash = e.hash AND c.model = e.model "
-         "AND length(c.embedding) = e.dims * 4 LIMIT 1")
+_HELD = ("SELECT c.embedding FROM {db}chunks c WHERE c.hash = e.hash AND c.embedding IS NOT NULL "
+         "AND c.model = e.model AND length(c.embedding) = e.dims * 4 LIMIT 1")
 _HIT_COLUMNS = "c.id, c.path, c.source, c.start_line, c.end_line, c.text, c.ts, c.date_start, c.date_end"
 
 
@@ -214,7 +214,7 @@ class SqliteStore(SqliteLifecycle):
                     updated_at INTEGER NOT NULL, PRIMARY KEY(provider, model, provider_key, hash));
                 CREATE INDEX IF NOT EXISTS idx_cache_updated ON embedding_cache(updated_at);
                 CREATE INDEX IF NOT EXISTS idx_cache_hash ON embedding_cache(hash);
-                CREATE INDEX IF NOT EXISTS idx_chunks_hash ON chunks(hash);
+                CREATE INDEX IF NOT EXISTS idx_chunks_hash ON chunks(hash) WHERE embedding IS NOT NULL;
                 """
             )
             c.executescript(vecs.SCHEMA)
