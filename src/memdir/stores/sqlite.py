@@ -648,6 +648,8 @@ class SqliteStore(SqliteLifecycle):
             # Inside the try: on a full disk even creating the schema fails, and the temp file must go.
             fresh = SqliteStore(temp_path, fts_tokenizer=self.fts_tokenizer, vector_enabled=self.vector_enabled,
                                 extension_path=self.extension_path)
+            # A scratch file until swapped in (a crash discards it): no syncs to disk while building.
+            fresh.conn.execute("PRAGMA synchronous = OFF")
             with fresh.transaction() as c:
                 c.execute("ATTACH DATABASE ? AS live", (str(self.path),))
                 _copy_cache(c, "live")
