@@ -180,10 +180,24 @@ def _notice(message: str) -> None:
     print(f"memdir: {message}", file=sys.stderr, flush=True)
 
 
-def _memory(args: argparse.Namespace) -> Any:
+def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
+    """The agent's :class:`~memdir.api.Memory`; with ``snapshot`` its settings may come from the
+    last run with the same inputs (:mod:`memdir.settings_cache`), which skips pydantic."""
     from memdir.api import Memory
 
-    return Memory(config=_load_config(args), notice=_notice)
+    if not snapshot or os.environ.get("MEMDIR_NO_SETTINGS_CACHE"):
+        return Memory(config=_load_config(args), notice=_notice)
+    from memdir import settings_cache
+
+    flags = {name: getattr(args, name, None) for name in ("workspace", "state_dir")}
+    key, path = settings_cache.snapshot_key(config_path=getattr(args, "config", None),
+                                            agent_id=getattr(args, "agent", None), **flags)
+    remembered = settings_cache.load_snapshot(path, key)
+    if remembered is not None:
+        return Memory(config=remembered, notice=_notice)
+    loaded = _load_config(args)
+    settings_cache.save_snapshot(path, key, loaded)
+    return Memory(config=loaded, notice=_notice)
 
 
 def _progress_bar(enabled: bool) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
@@ -240,7 +254,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     query = args.query_opt if args.query_opt is not None else args.query
     if not query or not query.strip():
         raise UsageError("Missing search query. Provide a positional query or use --query <text>.")
-    with _memory(args) as mem:
+    with _memory(args, snapshot=True) as mem:
         resp = mem.search(query, max_results=args.max_results, min_score=args.min_score, explain=args.explain,
                           sync=False if args.no_sync else None, mode=args.mode)
         if args.json:

@@ -31,6 +31,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from memdir.settings_cache import candidate_count, resolve_store_path
+
 CONFIG_FILENAMES = ("memdir.toml", "memdir.json", "memdir.json5")
 DEFAULT_AGENT_ID = "main"
 DEFAULT_STATE_DIR = "~/.memdir"
@@ -261,11 +263,6 @@ class QueryConfig(_Model):
     @property
     def candidates(self) -> int:
         return candidate_count(self.max_results, self.hybrid.candidate_multiplier)
-
-
-def candidate_count(max_results: int, multiplier: float) -> int:
-    """Size of each signal's candidate pool: ``min(200, max(1, floor(maxResults × mult)))``."""
-    return min(200, max(1, math.floor(max_results * multiplier)))
 
 
 class CacheConfig(_Model):
@@ -538,12 +535,6 @@ def workspace_index_name(workspace: Path) -> str:
     resolved = str(workspace.resolve())
     slug = re.sub(r"[^a-z0-9]+", "-", workspace.name.lower()).strip("-")[:40] or "workspace"
     return f"{slug}-{hashlib.sha256(resolved.encode('utf-8', 'surrogateescape')).hexdigest()[:10]}"
-
-
-def resolve_store_path(configured: str | None, agent_id: str, state_dir: Path) -> Path:
-    if not configured:
-        return state_dir / "memory" / f"{agent_id}.sqlite"
-    return Path(os.path.expanduser(configured.replace("{agentId}", agent_id))).resolve()
 
 
 # --- loading ---------------------------------------------------------------------------------

@@ -18,10 +18,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memdir.chunking import Chunk, chunk_id, chunk_markdown, chunk_sections, embedding_windows, remap_lines, sha256_text
-from memdir.config import Settings
 from memdir.daily import resolve_timezone
 from memdir.dates import file_date, line_dates, ms_to_day, span
 from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
@@ -30,6 +29,9 @@ from memdir.lock import LockTimeout
 from memdir.progress import ProgressFile
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
 from memdir.workspace import FileEntry, Skipped, discover, display_path, read_regular, valid_name
+
+if TYPE_CHECKING:
+    from memdir.config import Settings
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
 CHUNKER_VERSION = 6
@@ -134,7 +136,7 @@ class Indexer:
         p = self.provider
         scope = hashlib.sha256("\n".join(sorted(str(x) for x in self.settings.extra_paths)).encode()).hexdigest()
         return {
-            "schema": 2,
+            "schema": 3,
             "chunker": CHUNKER_VERSION,
             "provider": p.id if p else "none",
             "model": p.model if p else FTS_ONLY_MODEL,
