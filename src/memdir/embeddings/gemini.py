@@ -14,7 +14,6 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from memdir.embeddings.base import provider_key
 from memdir.embeddings.batch import JobStatus, ProgressCallback, poll_job, to_int
 from memdir.embeddings.errors import BatchUnavailableError, RemoteEmbeddingError
 from memdir.embeddings.remote import (
@@ -43,22 +42,13 @@ class GeminiProvider(RemoteEmbeddingProvider):
     api_key_env: ClassVar[tuple[str, ...]] = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
     max_batch_items: ClassVar[int] = 100
     supports_batch_api: ClassVar[bool] = True
+    key_includes_endpoint: ClassVar[bool] = True
 
     @classmethod
     def resolve_base_url(cls, configured: str | None, env: Mapping[str, str]) -> str:
         """A base URL copied from the OpenAI-compatible docs (``…/v1beta/openai/``) loses that suffix."""
         url = super().resolve_base_url(configured, env)
         return clean_base_url(_OPENAI_SUFFIX.sub("", url) or url, cls.id)
-
-    def compute_provider_key(self) -> str:
-        return provider_key(
-            {
-                "provider": "gemini",
-                "baseUrl": self.base_url,
-                "model": self.model,
-                "headers": self.fingerprint_headers(),
-            }
-        )
 
     def auth_headers(self) -> dict[str, str]:
         return {"x-goog-api-key": self._api_key} if self._api_key else {}

@@ -12,7 +12,6 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from memdir.embeddings.base import provider_key
 from memdir.embeddings.batch import (
     OPENAI_BATCH_MAX_REQUESTS,
     JobStatus,
@@ -86,17 +85,7 @@ class OpenAIProvider(OpenAICompatibleProvider):
     base_url_env: ClassVar[tuple[str, ...]] = ("OPENAI_BASE_URL",)
     max_batch_items: ClassVar[int] = 2048
     supports_batch_api: ClassVar[bool] = True
-
-    def compute_provider_key(self) -> str:
-        """R§5.5: provider, baseUrl, model and the non-secret headers (sorted)."""
-        return provider_key(
-            {
-                "provider": "openai",
-                "baseUrl": self.base_url,
-                "model": self.model,
-                "headers": self.fingerprint_headers(),
-            }
-        )
+    key_includes_endpoint: ClassVar[bool] = True
 
     # -- OpenAI Batch API ----------------------------------------------------------------------
     def _run_batch_job(

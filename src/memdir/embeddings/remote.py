@@ -33,6 +33,8 @@ from memdir.embeddings.base import (
     MissingApiKeyError,
     group_by_bytes,
     normalize,
+    provider_key,
+    simple_provider_key,
 )
 from memdir.embeddings.batch import (
     BatchSettings,
@@ -120,6 +122,8 @@ class RemoteEmbeddingProvider:
     #: Most inputs the direct endpoint takes in one request.
     max_batch_items: ClassVar[int] = 2048
     supports_batch_api: ClassVar[bool] = False
+    #: R§5.5: OpenAI and Gemini fingerprint the endpoint too (base URL, non-secret headers).
+    key_includes_endpoint: ClassVar[bool] = False
 
     def __init__(self, *, model: str, endpoint: Endpoint, settings: RemoteSettings | None = None) -> None:
         self.settings = settings or RemoteSettings()
@@ -202,10 +206,13 @@ class RemoteEmbeddingProvider:
 
     # -- identity ---------------------------------------------------------------------------
     def compute_provider_key(self) -> str:
-        """R§5.5 default: SHA-256 of ``{"provider":id,"model":model}``."""
-        from memdir.embeddings.base import simple_provider_key
-
-        return simple_provider_key(self.id, self.model)
+        """R§5.5: SHA-256 of ``{"provider":id,"model":model}``; with :attr:`key_includes_endpoint`
+        of ``{"provider","baseUrl","model","headers"}`` (non-secret headers, sorted)."""
+        if not self.key_includes_endpoint:
+            return simple_provider_key(self.id, self.model)
+        return provider_key(
+            {"provider": self.id, "baseUrl": self.base_url, "model": self.model, "headers": self.fingerprint_headers()}
+        )
 
     def fingerprint_headers(self) -> list[list[str]]:
         """Sent headers minus credentials, sorted by name (part of the OpenAI/Gemini key)."""
