@@ -14,8 +14,15 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from memdir.embeddings.batch import JobStatus, ProgressCallback, poll_job, to_int
-from memdir.embeddings.errors import BatchUnavailableError, RemoteEmbeddingError
+from memdir.embeddings.batch import (
+    JobStatus,
+    ProgressCallback,
+    batch_endpoint_required,
+    in_request_order,
+    poll_job,
+    to_int,
+)
+from memdir.embeddings.errors import RemoteEmbeddingError
 from memdir.embeddings.remote import (
     RemoteEmbeddingProvider,
     Timing,
@@ -92,19 +99,6 @@ class GeminiProvider(RemoteEmbeddingProvider):
             out.extend(self._one_job(texts[start:stop], ids[start:stop], progress))
         return out
 
-    def _call(self, method: str, url: str, body: Any = None, **kwargs: Any) -> Any:
-        response = self._http.request(
-            method,
-            url,
-            headers=self.request_headers(json_body=body is not None),
-            json_body=body,
-            timeout=self.settings.batch_timeout,
-            what="batch",
-            timeout_label="request",
-            **kwargs,
-        )
-        return response
-
     def _one_job(self, texts: list[str], ids: list[str], progress: ProgressCallback | None) -> list[Any]:
         display = "memdir-" + hashlib.sha256("".join(ids).encode()).hexdigest()[:16]
         body = {
@@ -120,14 +114,9 @@ class GeminiProvider(RemoteEmbeddingProvider):
                 },
             }
         }
-        try:
-            response = self._call("POST", f"{self.base_url}/{self.model_path}:asyncBatchEmbedContent", body)
-        except RemoteEmbeddingError as exc:
-            if exc.status in (404, 405, 501):
-                raise BatchUnavailableError(
-                    f"gemini asyncBatchEmbedContent not available: {exc}", provider=self.id, status=exc.status
-                ) from exc
-            raise
+        url = f"{self.base_url}/{self.model_path}:asyncBatchEmbedContent"
+        with batch_endpoint_required(self.id, "gemini asyncBatchEmbedContent not available"):
+            response = self.batch_request("POST", url, body)
         operation = parse_json(response, self.id, "batch")
         name = operation.get("name") if isinstance(operation, dict) else None
         if not name:
@@ -137,13 +126,13 @@ class GeminiProvider(RemoteEmbeddingProvider):
             operation = poll_job(
                 label=label,
                 provider=self.id,
-                fetch=lambda: parse_json(self._call("GET", f"{self.base_url}/{name}"), self.id, "batch"),
+                fetch=lambda: parse_json(self.batch_request("GET", f"{self.base_url}/{name}"), self.id, "batch"),
                 status_of=_gemini_status,
                 settings=self.settings.batch,
                 sleep=self.settings.timing.sleep,
                 clock=self.settings.timing.clock,
                 progress=progress,
-                on_timeout=lambda: self._call("POST", f"{self.base_url}/{name}:cancel", {}, retry=False),
+                on_timeout=lambda: self.batch_request("POST", f"{self.base_url}/{name}:cancel", {}, retry=False),
             )
         state = _gemini_status(operation).state
         if operation.get("error") or not state.endswith("SUCCEEDED"):
@@ -177,19 +166,14 @@ class GeminiProvider(RemoteEmbeddingProvider):
                 by_key[str(key)] = response["embedding"]["values"]
             except (KeyError, TypeError):
                 raise shape_error(self.id, f"{label} response {key} has no embedding", "batch") from None
-        missing = [cid for cid in ids if cid not in by_key]
-        if missing:
-            raise RemoteEmbeddingError(
-                f"{label} failed: output lacks {len(missing)} of {len(ids)} embeddings", provider=self.id
-            )
-        return [by_key[cid] for cid in ids]
+        return in_request_order(by_key, ids, label, self.id)
 
     def _download(self, file_name: str) -> list[Any]:
         """``files/<id>`` → ``<root>/download/<version>/files/<id>:download?alt=media`` (JSONL)."""
         import json
 
         head, _, version = self.base_url.rpartition("/")
-        response = self._call(
+        response = self.batch_request(
             "GET", f"{head}/download/{version}/{file_name}:download", params={"alt": "media"}
         )
         rows: list[Any] = []

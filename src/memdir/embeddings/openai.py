@@ -16,10 +16,12 @@ from memdir.embeddings.batch import (
     OPENAI_BATCH_MAX_REQUESTS,
     JobStatus,
     ProgressCallback,
+    batch_endpoint_required,
+    in_request_order,
     poll_job,
     to_int,
 )
-from memdir.embeddings.errors import BatchUnavailableError, RemoteEmbeddingError
+from memdir.embeddings.errors import RemoteEmbeddingError
 from memdir.embeddings.remote import (
     RemoteEmbeddingProvider,
     Timing,
@@ -95,28 +97,10 @@ class OpenAIProvider(OpenAICompatibleProvider):
         for start in range(0, len(texts), OPENAI_BATCH_MAX_REQUESTS):
             stop = min(len(texts), start + OPENAI_BATCH_MAX_REQUESTS)
             by_id.update(self._one_job(texts[start:stop], ids[start:stop], progress))
-        missing = [i for i in ids if i not in by_id]
-        if missing:
-            raise RemoteEmbeddingError(
-                f"openai batch failed: output lacks {len(missing)} of {len(ids)} embeddings", provider=self.id
-            )
-        return [by_id[i] for i in ids]
+        return in_request_order(by_id, ids, "openai batch", self.id)
 
-    def _batch_call(self, method: str, path: str, **kwargs: Any) -> Any:
-        timeout = self.settings.batch_timeout
-        json_body = kwargs.pop("json_body", None)
-        headers = self.request_headers(json_body=json_body is not None)
-        response = self._http.request(
-            method,
-            f"{self.base_url}{path}",
-            headers=headers,
-            json_body=json_body,
-            timeout=timeout,
-            what="batch",
-            timeout_label="request",
-            **kwargs,
-        )
-        return response
+    def _batch_call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+        return self.batch_request(method, f"{self.base_url}{path}", body, **kwargs)
 
     def _one_job(self, texts: list[str], ids: list[str], progress: ProgressCallback | None) -> dict[str, Any]:
         lines = [
@@ -133,27 +117,19 @@ class OpenAIProvider(OpenAICompatibleProvider):
             for cid, t in zip(ids, texts, strict=True)
         ]
         jsonl = ("\n".join(lines) + "\n").encode("utf-8")
-        try:
+        with batch_endpoint_required(self.id, f"openai batch API not available at {self.base_url}"):
             upload = self._batch_call(
                 "POST",
                 "/files",
                 files={"file": ("memdir-embeddings.jsonl", jsonl, "application/jsonl")},
                 data={"purpose": "batch"},
             )
-        except RemoteEmbeddingError as exc:
-            if exc.status in (404, 405, 501):
-                raise BatchUnavailableError(
-                    f"openai batch API not available at {self.base_url}: {exc}",
-                    provider=self.id,
-                    status=exc.status,
-                ) from exc
-            raise
         file_id = _field(parse_json(upload, self.id, "batch"), "id")
         created = parse_json(
             self._batch_call(
                 "POST",
                 "/batches",
-                json_body={
+                {
                     "input_file_id": file_id,
                     "endpoint": "/v1/embeddings",
                     "completion_window": "24h",

@@ -81,6 +81,8 @@ from memdir.embeddings.retry import (
 )
 
 if TYPE_CHECKING:
+    import httpx
+
     from memdir.config import MemorySearchConfig
 
 #: ``RemoteEmbeddingProvider`` is defined here; the rest lived or was importable here before
@@ -392,6 +394,20 @@ class RemoteEmbeddingProvider:
             what=what,
         )
         return parse_json(response, self.id, what)
+
+    def batch_request(self, method: str, url: str, body: Any = None, **kwargs: Any) -> httpx.Response:
+        """One call to a provider batch API (upload, create, poll, download, cancel): batch
+        timeout, errors labelled ``batch``; ``kwargs`` go to :meth:`HttpClient.request`."""
+        return self._http.request(
+            method,
+            url,
+            headers=self.request_headers(json_body=body is not None),
+            json_body=body,
+            timeout=self.settings.batch_timeout,
+            what="batch",
+            timeout_label="request",
+            **kwargs,
+        )
 
     # -- wire format (subclasses) -------------------------------------------------------------
     def _request_query(self, text: str, *, timeout: float, deadline: float | None) -> list[Any]:
