@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from memdir.embeddings.batch import (
     JobStatus,
@@ -25,14 +25,10 @@ from memdir.embeddings.batch import (
 from memdir.embeddings.errors import RemoteEmbeddingError
 from memdir.embeddings.remote import (
     RemoteEmbeddingProvider,
-    Timing,
     clean_base_url,
     parse_json,
     shape_error,
 )
-
-if TYPE_CHECKING:
-    from memdir.config import MemorySearchConfig
 
 GEMINI_DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 #: Inline requests per async batch job (the API caps the request at 20 MB; 8000-byte inputs fit).
@@ -209,14 +205,5 @@ def _find_output(operation: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def create_gemini_provider(
-    cfg: MemorySearchConfig,
-    env: Mapping[str, str] | None = None,
-    *,
-    model: str | None = None,
-    use_remote_endpoint: bool = True,
-    timing: Timing | None = None,
-) -> GeminiProvider:
-    return GeminiProvider.from_config(
-        cfg, env, model=model, use_remote_endpoint=use_remote_endpoint, timing=timing
-    )
+#: The factory ``registry.REMOTE_PROVIDERS`` names: (cfg, env, *, model, use_remote_endpoint, timing).
+create_gemini_provider = GeminiProvider.from_config

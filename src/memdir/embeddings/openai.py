@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from memdir.embeddings.batch import (
     OPENAI_BATCH_MAX_REQUESTS,
@@ -24,14 +24,10 @@ from memdir.embeddings.batch import (
 from memdir.embeddings.errors import RemoteEmbeddingError
 from memdir.embeddings.remote import (
     RemoteEmbeddingProvider,
-    Timing,
     body_excerpt,
     parse_json,
     shape_error,
 )
-
-if TYPE_CHECKING:
-    from memdir.config import MemorySearchConfig
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 OPENAI_TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -217,14 +213,5 @@ def _parse_openai_output(text: str, label: str, provider: str) -> dict[str, Any]
     return out
 
 
-def create_openai_provider(
-    cfg: MemorySearchConfig,
-    env: Mapping[str, str] | None = None,
-    *,
-    model: str | None = None,
-    use_remote_endpoint: bool = True,
-    timing: Timing | None = None,
-) -> OpenAIProvider:
-    return OpenAIProvider.from_config(
-        cfg, env, model=model, use_remote_endpoint=use_remote_endpoint, timing=timing
-    )
+#: The factory ``registry.REMOTE_PROVIDERS`` names: (cfg, env, *, model, use_remote_endpoint, timing).
+create_openai_provider = OpenAIProvider.from_config
