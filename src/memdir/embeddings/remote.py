@@ -11,10 +11,8 @@ APIs with fallback to direct calls) and R§5.5 (provider key).  Deliberate diffe
 * With ``remote.redactSecrets`` texts are redacted before they leave the machine
   (:meth:`RemoteEmbeddingProvider.outgoing`), and the redactions are counted.
 
-The pieces it is built from live next to it: :mod:`~memdir.embeddings.remote_config`
-(endpoint, limits, settings), :mod:`~memdir.embeddings.retry` (backoff, ``Retry-After``,
-quota) and :mod:`~memdir.embeddings.http_client` (the guarded client).  Their public names are
-re-exported here, where they lived before the split.
+Its parts live next to it (``remote_config``: endpoint, limits, settings; ``retry``; ``http_client``)
+and their public names are re-exported here, where they lived before the split.
 """
 
 from __future__ import annotations
@@ -36,19 +34,8 @@ from memdir.embeddings.base import (
     provider_key,
     simple_provider_key,
 )
-from memdir.embeddings.batch import (
-    BatchSettings,
-    BatchState,
-    ProgressCallback,
-    check_custom_ids,
-    default_custom_ids,
-)
-from memdir.embeddings.errors import (
-    BatchUnavailableError,
-    EmbeddingTimeoutError,
-    OfflineError,
-    RemoteEmbeddingError,
-)
+from memdir.embeddings.batch import BatchSettings, BatchState, ProgressCallback, check_custom_ids, default_custom_ids
+from memdir.embeddings.errors import BatchUnavailableError, EmbeddingTimeoutError, OfflineError, RemoteEmbeddingError
 from memdir.embeddings.http_client import (
     BODY_EXCERPT_CHARS,
     USER_AGENT,
@@ -72,13 +59,7 @@ from memdir.embeddings.remote_config import (
     merge_headers,
     strip_model_prefixes,
 )
-from memdir.embeddings.retry import (
-    RetryPolicy,
-    Timing,
-    gemini_retry_delay,
-    is_quota_exhausted,
-    parse_retry_after,
-)
+from memdir.embeddings.retry import RetryPolicy, Timing, gemini_retry_delay, is_quota_exhausted, parse_retry_after
 
 if TYPE_CHECKING:
     import httpx
@@ -100,9 +81,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("memdir.embeddings")
-
-
-# --- the provider base class ---------------------------------------------------------------
 
 
 class RemoteEmbeddingProvider:
