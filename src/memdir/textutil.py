@@ -59,7 +59,7 @@ def fts_text(text: str) -> str:
     note saying 之前讨论的那个方案 (R§18.4).  With one token per character, a CJK word becomes a
     phrase query ("讨 论") that matches it anywhere, and BM25 still ranks it.
     """
-    if text.isascii() or not _HAN_OR_KANA.search(text):
+    if text.isascii() or max(text) < "\u3040" or not _HAN_OR_KANA.search(text):  # max(): no CJK at all
         return text
     return _SPLIT_CHARS.sub(r" \1 ", text)
 
@@ -98,6 +98,19 @@ def _english_stemmer() -> Any:
 
         _stemmer = Stemmer.Stemmer("english")
     return _stemmer
+
+
+_stems: dict[str, str] = {}
+
+
+def stem_word(word: str) -> str:
+    """Snowball (English) stem of one lower-case ASCII word, remembered (a vocabulary is small)."""
+    s = _stems.get(word)
+    if s is None:
+        if len(_stems) > 200_000:
+            _stems.clear()
+        s = _stems[word] = str(_english_stemmer().stemWord(word))
+    return s
 
 
 def stem(word: str) -> str | None:

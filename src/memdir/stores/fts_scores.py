@@ -23,6 +23,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from memdir.stores import kw_text
+from memdir.textutil import stem_word
+
 K1 = 1.2
 B = 0.75
 _SCRATCH = "memdir_kw_scratch"
@@ -129,6 +132,16 @@ class FtsScorer:
                 self._counts[key] = int(hits)
         return int(hits)
 
+    def phrase_specs(self, phrases: Sequence[tuple[str, str]]) -> list[tuple[str, list[str], bool]]:
+        """``(column, tokens, prefix)`` per phrase, tokenised as FTS5 does (in Python when simple)."""
+        bodies = [q.rstrip("*").strip('"') for _, q in phrases]
+        simple = [None if self.stem_counts is None else kw_text.simple_tokens(b) for b in bodies]
+        if any(t is None for t in simple):
+            self._ensure_scratch()
+            simple = _phrase_tokens(self.conn, bodies)
+        return [(col, list(tokens or []), quoted.endswith("*"))
+                for (col, quoted), tokens in zip(phrases, simple, strict=True)]
+
     def _scores(self, phrases: Sequence[tuple[str, str]], docs: dict[int, str]) -> dict[int, float]:
         conn = self.conn
         n_rows, avgdl = self.totals()
@@ -137,10 +150,43 @@ class FtsScorer:
             hits = self.doc_count(col, quoted)
             value = math.log((n_rows - hits + 0.5) / (hits + 0.5))
             idf.append(value if value > 0 else 1e-6)
-        specs = []  # (column, tokens, prefix) per phrase
-        bodies = [q.rstrip("*").strip('"') for _, q in phrases]
-        for (col, quoted), tokens in zip(phrases, _phrase_tokens(conn, bodies), strict=True):
-            specs.append((col, tokens, quoted.endswith("*")))
+        specs = self.phrase_specs(phrases)
+        freqs = self._fast_freqs(specs, docs)
+        slow = {r: t for r, t in docs.items() if r not in freqs}
+        if slow:
+            freqs.update(self._scratch_freqs(specs, slow))
+        rowids = list(docs)
+        sizes = dict(conn.execute(
+            f"SELECT id, sz FROM {self.table}_docsize WHERE id IN ({','.join('?' * len(rowids))})", rowids))
+        out: dict[int, float] = {}
+        for r in rowids:
+            length = sum(read_varints(sizes[r])) if sizes.get(r) else 0
+            out_r = bm25_sum(idf, freqs[r], length, avgdl)
+            if out_r is not None:
+                out[r] = out_r
+        return out
+
+    def _fast_freqs(self, specs: list[tuple[str, list[str], bool]], docs: dict[int, str]) -> dict[int, list[int]]:
+        """Phrase frequencies counted in Python, for the simple texts (:mod:`memdir.stores.kw_text`)."""
+        if self.stem_counts is None or any(prefix or not tokens for _, tokens, prefix in specs):
+            return {}
+        if any(col == "stems" and len(tokens) != 1 for col, tokens, _ in specs):
+            return {}
+        stems = {tokens[0] for col, tokens, _ in specs if col == "stems"}
+        out: dict[int, list[int]] = {}
+        for r, text in docs.items():
+            if not kw_text.is_simple(text):
+                continue
+            low = text.lower()
+            counted = kw_text.stem_counts(low, stems, stem_word) if stems else {}
+            out[r] = [counted.get(tokens[0], 0) if col == "stems" else kw_text.phrase_count(low, tokens)
+                      for col, tokens, _ in specs]
+        return out
+
+    def _scratch_freqs(self, specs: list[tuple[str, list[str], bool]], docs: dict[int, str]) -> dict[int, list[int]]:
+        """Phrase frequencies from FTS5's own tokenizer: the texts go through a scratch table."""
+        conn = self.conn
+        self._ensure_scratch()
         rowids = list(docs)
         _clear(conn)
         stems = {tokens[0] for col, tokens, prefix in specs if col == "stems" and len(tokens) == 1 and not prefix}
@@ -167,21 +213,18 @@ class FtsScorer:
             for r in rowids:
                 for stem, n in self.stem_counts(docs[r], stems).items():
                     positions[(r, "stems", stem)] = set(range(n))
-        sizes = dict(conn.execute(
-            f"SELECT id, sz FROM {self.table}_docsize WHERE id IN ({','.join('?' * len(rowids))})", rowids))
-        out: dict[int, float] = {}
-        for r in rowids:
-            length = sum(read_varints(sizes[r])) if sizes.get(r) else 0
-            norm = K1 * (1 - B + B * length / avgdl) if avgdl else K1
-            total, matched = 0.0, False
-            for (col, tokens, _prefix), w in zip(specs, idf, strict=True):
-                freq = _phrase_freq(positions, r, col, tokens)
-                if freq:
-                    matched = True
-                    total += w * (freq * (K1 + 1)) / (freq + norm)
-            if matched:
-                out[r] = -total
-        return out
+        return {r: [_phrase_freq(positions, r, col, tokens) for col, tokens, _ in specs] for r in rowids}
+
+
+def bm25_sum(idf: Sequence[float], freqs: Sequence[int], length: int, avgdl: float) -> float | None:
+    """FTS5's ``bm25()`` of one row from its phrase frequencies; ``None`` when no phrase occurs."""
+    norm = K1 * (1 - B + B * length / avgdl) if avgdl else K1
+    total, matched = 0.0, False
+    for w, freq in zip(idf, freqs, strict=True):
+        if freq:
+            matched = True
+            total += w * (freq * (K1 + 1)) / (freq + norm)
+    return -total if matched else None
 
 
 def _phrase_freq(positions: dict[tuple[int, str, str], set[int]], doc: int, col: str, tokens: list[str]) -> int:

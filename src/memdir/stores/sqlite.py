@@ -37,6 +37,8 @@ from memdir.stores import sqlite_health as health
 from memdir.stores import vectors as vecs
 from memdir.stores.base import ChunkRow, Hit
 from memdir.stores.sqlite_lifecycle import SqliteLifecycle
+from memdir.stores.vector_sidecar import remove_leftovers as remove_sidecar_leftovers
+from memdir.stores.vector_sidecar import sidecar_path
 from memdir.textutil import fts_text, stem_counts, stem_text
 
 if TYPE_CHECKING:
@@ -47,6 +49,10 @@ STATE_PREFIX = "memdir:"
 SCHEMA_VERSION = 1
 _CHUNK_COLUMNS = ("id, path, source, start_line, end_line, hash, model, text, embedding, updated_at, ts, "
                   "date_start, date_end")
+#: The vector a chunk holds for a cache entry ``e`` that is only a reference (an empty blob):
+#: the embedding cache keeps no second copy of vectors that live chunks hold.
+_HELD = ("SELECT c.embedding FROM {db}chunks c WHERE c.hash = e.hash AND c.embedding IS NOT NULL "
+         "AND c.model = e.model AND length(c.embedding) = e.dims * 4 LIMIT 1")
 _HIT_COLUMNS = "c.id, c.path, c.source, c.start_line, c.end_line, c.text, c.ts, c.date_start, c.date_end"
 
 
@@ -95,6 +101,14 @@ def bm25_to_score(rank: float) -> float:
     return 1 / (1 + rank)
 
 
+def _copy_cache(conn: Any, schema: str) -> None:
+    """Copy an attached index's embedding cache, references resolved to the vectors its chunks hold."""
+    conn.execute(
+        f"INSERT OR IGNORE INTO embedding_cache SELECT * FROM (SELECT e.provider, e.model, e.provider_key, e.hash, "
+        f"CASE WHEN length(e.embedding) > 0 THEN e.embedding ELSE ({_HELD.format(db=schema + '.')}) END AS emb, "
+        f"e.dims, e.updated_at FROM {schema}.embedding_cache e) WHERE length(emb) > 0")
+
+
 def _hit(row: Sequence[Any], score: float) -> Hit:
     """A :class:`Hit` from a row selected with ``_HIT_COLUMNS``."""
     return Hit(row[0], row[1], row[2], row[3], row[4], row[5], score, row[6], row[7], row[8])
@@ -126,9 +140,9 @@ class SqliteStore(SqliteLifecycle):
 
     def _open(self) -> None:
         # A new connection (first open, reopen, recovery): warm state read through the old one goes.
-        self.matrix = vecs.VectorMatrix()
         self._scorer = None
         super()._open()
+        self.matrix = vecs.VectorMatrix(sidecar_path(self.path), save=not self.readonly)
 
     # -- small state kept beside the index ---------------------------------------------------
     def get_state(self, key: str) -> Any:
@@ -199,6 +213,8 @@ class SqliteStore(SqliteLifecycle):
                     hash TEXT NOT NULL, embedding BLOB NOT NULL, dims INTEGER NOT NULL,
                     updated_at INTEGER NOT NULL, PRIMARY KEY(provider, model, provider_key, hash));
                 CREATE INDEX IF NOT EXISTS idx_cache_updated ON embedding_cache(updated_at);
+                CREATE INDEX IF NOT EXISTS idx_cache_hash ON embedding_cache(hash);
+                CREATE INDEX IF NOT EXISTS idx_chunks_hash ON chunks(hash) WHERE embedding IS NOT NULL;
                 """
             )
             c.executescript(vecs.SCHEMA)
@@ -305,7 +321,10 @@ class SqliteStore(SqliteLifecycle):
                      chunks: Sequence[ChunkRow]) -> None:
         """Replace every row of one file (call inside :meth:`transaction`)."""
         c = self.conn
-        self._delete_file_rows(path, source)
+        # single-window chunks hold their vector themselves: their cache entries become references
+        held = [(ch.hash, ch.model, 4 * len(ch.embedding)) for ch in chunks
+                if ch.embedding is not None and len(ch.embedding) and ch.windows == 1]
+        self._delete_file_rows(path, source, keep={(h, m) for h, m, _ in held})
         now = int(time.time() * 1000)
         rowids: list[int] = []
         for ch in chunks:
@@ -316,6 +335,9 @@ class SqliteStore(SqliteLifecycle):
                  ch.date_start, ch.date_end),
             )
             rowids.append(int(cur.lastrowid))
+        if held:
+            c.executemany("UPDATE embedding_cache SET embedding = x'' WHERE hash = ? AND model = ? AND dims * 4 = ? "
+                          "AND length(embedding) > 0", held)
         if self.fts_available:
             # FTS rows share the chunk's rowid, so a file's rows are deleted by key, not by a scan.
             c.executemany("INSERT INTO chunks_fts(rowid, text, stems) VALUES (?,?,?)",
@@ -327,8 +349,16 @@ class SqliteStore(SqliteLifecycle):
             (path, source, file_hash, mtime_ns, size),
         )
 
-    def _delete_file_rows(self, path: str, source: str) -> None:
+    def _delete_file_rows(self, path: str, source: str, keep: set[tuple[str, str]] | frozenset = frozenset()) -> None:
         c = self.conn
+        # Cache entries that only pointed at these chunks' vectors get the vectors back (``keep``:
+        # the ones the file's new chunks will hold again).
+        gone = [(blob, h, m, len(blob)) for h, m, blob in c.execute(
+            "SELECT hash, model, embedding FROM chunks WHERE path = ? AND source = ? AND embedding IS NOT NULL",
+            (path, source)) if (h, m) not in keep]
+        if gone:
+            c.executemany("UPDATE embedding_cache SET embedding = ? WHERE hash = ? AND model = ? AND dims * 4 = ? "
+                          "AND length(embedding) = 0", gone)
         vecs.log_changes(c, [r for (r,) in c.execute(
             "SELECT rowid FROM chunks WHERE path = ? AND source = ?", (path, source))], alive=False)
         if self.fts_available:
@@ -395,7 +425,24 @@ class SqliteStore(SqliteLifecycle):
             if matrix is None:
                 matrix = vecs.VectorMatrix()
                 matrix._load(self.conn, int(q.size), None, 0)
-            return self._hits_by_rowid(matrix.search(q, limit))
+            return self._hits_by_rowid(matrix.search(q, limit, lambda rowids: self._exact_cosines(q, rowids)))
+
+    def _exact_cosines(self, q: np.ndarray, rowids: Sequence[int]) -> dict[int, float]:
+        """Best-window cosine of each chunk, from its stored float32 vector(s)."""
+        import numpy as np
+
+        qn = q / (np.linalg.norm(q) or 1.0)
+        out: dict[int, float] = {}
+        ids = list(rowids)
+        for i in range(0, len(ids), 500):
+            part = ids[i : i + 500]
+            for rowid, blob in self.conn.execute(
+                    f"SELECT rowid, embedding FROM chunks WHERE rowid IN ({','.join('?' * len(part))}) "
+                    "AND embedding IS NOT NULL", part):
+                sim = max_cosine(blob, qn)
+                if sim is not None:
+                    out[rowid] = sim
+        return out
 
     def vector_scores(self, query: Sequence[float], ids: Sequence[str]) -> dict[str, float]:
         """Cosine of each given chunk (best window), from the same matrix :meth:`vector_search` scans."""
@@ -413,15 +460,11 @@ class SqliteStore(SqliteLifecycle):
                 marks = ",".join("?" * len(part))
                 by_rowid.update(self.conn.execute(f"SELECT rowid, id FROM chunks WHERE id IN ({marks})", part))
             matrix = self._fresh_matrix(int(q.size))
-            if matrix is not None:
+            if matrix is not None and not matrix.quantized:
                 return {by_rowid[r]: s for r, s in matrix.scores(q, list(by_rowid)).items()}
-            qn = q / (np.linalg.norm(q) or 1.0)
-            for rowid, blob in self.conn.execute(
-                    f"SELECT rowid, embedding FROM chunks WHERE rowid IN ({','.join('?' * len(by_rowid))}) "
-                    "AND embedding IS NOT NULL", list(by_rowid)):
-                sim = max_cosine(blob, qn)
-                if sim is not None:
-                    out[by_rowid[rowid]] = sim
+            # an int8 matrix is for finding candidates; exact scores come from the stored vectors
+            for rowid, sim in self._exact_cosines(q, list(by_rowid)).items():
+                out[by_rowid[rowid]] = sim
         return out
 
     def _hits_by_rowid(self, scored: list[tuple[int, float]]) -> list[Hit]:
@@ -529,9 +572,12 @@ class SqliteStore(SqliteLifecycle):
             for i in range(0, len(wanted), 400):
                 part = wanted[i : i + 400]
                 marks = ",".join("?" * len(part))
+                # an empty entry is a reference: a chunk with that text holds the vector
+                held = _HELD.format(db="")
                 for h, blob in self.conn.execute(
-                    f"SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? "
-                    f"AND provider_key = ? AND hash IN ({marks})",
+                    f"SELECT e.hash, CASE WHEN length(e.embedding) > 0 THEN e.embedding ELSE ({held}) END "
+                    f"FROM embedding_cache e WHERE e.provider = ? AND e.model = ? AND e.provider_key = ? "
+                    f"AND e.hash IN ({marks})",
                     (provider, model, provider_key, *part),
                 ):
                     vec = from_blob(blob)
@@ -602,9 +648,11 @@ class SqliteStore(SqliteLifecycle):
             # Inside the try: on a full disk even creating the schema fails, and the temp file must go.
             fresh = SqliteStore(temp_path, fts_tokenizer=self.fts_tokenizer, vector_enabled=self.vector_enabled,
                                 extension_path=self.extension_path)
+            # A scratch file until swapped in (a crash discards it): no syncs to disk while building.
+            fresh.conn.execute("PRAGMA synchronous = OFF")
             with fresh.transaction() as c:
                 c.execute("ATTACH DATABASE ? AS live", (str(self.path),))
-                c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM live.embedding_cache")
+                _copy_cache(c, "live")
             fresh.conn.execute("DETACH DATABASE live")
             yield fresh
             fresh.close()
@@ -632,7 +680,7 @@ class SqliteStore(SqliteLifecycle):
             try:
                 with self.transaction() as c:
                     c.execute("ATTACH DATABASE ? AS leftover", (leftover,))
-                    c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM leftover.embedding_cache")
+                    _copy_cache(c, "leftover")
             except Exception:
                 pass
             finally:
@@ -645,6 +693,7 @@ class SqliteStore(SqliteLifecycle):
                 os.unlink(leftover)
             except FileNotFoundError:
                 pass
+        remove_sidecar_leftovers(sidecar_path(self.path))
 
     def swap_from(self, fresh_path: Path) -> None:
         """Replace this index's contents with another index file's, in one transaction.
