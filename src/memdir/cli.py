@@ -490,6 +490,13 @@ def _stdout_gone() -> int:
     return _EXIT_SIGPIPE
 
 
+def _flush_stdout() -> None:
+    """Flush what a command printed; a stdout already closed has nothing left to flush (the MCP
+    SDK closes it when a stdio session ends, which made every session exit 1)."""
+    if not sys.stdout.closed:
+        sys.stdout.flush()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions (see `memdir completion`)
@@ -508,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(args)
     try:
         code = COMMANDS[args.command](args)
-        sys.stdout.flush()  # inside the try: a reader that went away is handled like any other write
+        _flush_stdout()  # inside the try: a reader that went away is handled like any other write
         return code
     except BrokenPipeError:
         return _stdout_gone()
