@@ -349,7 +349,15 @@ def cmd_status(args: argparse.Namespace) -> int:
               "Index for: " + {"workspace": "this workspace (no agent id chosen; --agent NAME for a named index)",
                                "agent": f"agent {st['agentId']}",
                                "path": "memorySearch.store.path"}.get(st.get("indexKey", ""), "?"),
-              f"Workspace: {st['workspace']}"]
+              f"Workspace: {st['workspace']}",
+              f"Agent state: {st['sessionsDir']} (transcripts)"
+              + (f", {st['longTermMemoryPath']} (long-term memory)" if st.get("longTermMemoryPath") else "")
+              + {"agent": f"; agent {st['agentId']}'s, as in OpenClaw (shared with any workspace run as --agent "
+                          f"{st['agentId']})",
+                 "workspace": "; this workspace's own",
+                 "legacy": "; agent main's from before memdir kept state per workspace (this workspace owned "
+                           "main's index, so it keeps them; other workspaces get their own)"}.get(
+                  st.get("stateKeyKind", ""), "")]
     if "fts" in st:
         lines.append("By source:")
         for sc in st["sourceCounts"]:
