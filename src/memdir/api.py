@@ -374,6 +374,9 @@ class Memory(IndexUpkeep):
             # what names the index: "workspace" (no agent id chosen), "agent" or "path" (store.path)
             "indexKey": self.settings.index_key,
             "indexExists": exists,
+            # what names transcripts and long-term memory: the chosen agent id, else the workspace
+            # ("legacy": agent main's state, which this workspace used before state was keyed)
+            **self._state_paths(),
             "sources": list(ms.sources),
             "extraPaths": [str(p) for p in self.settings.extra_paths],
             "files": sum(f for f, _ in counts.values()),
@@ -433,6 +436,19 @@ class Memory(IndexUpkeep):
 
                 out["sqlite"] = db.binding_name()
             out["embeddingProbe"] = self._probe_embeddings()
+        return out
+
+    def _state_paths(self) -> dict[str, Any]:
+        s = self.settings
+        out: dict[str, Any] = {"stateKey": s.state_key, "stateKeyKind": s.state_key_kind,
+                               "sessionsDir": str(s.sessions_dir)}
+        try:
+            from memdir.ltm.settings import db_path
+
+            out["longTermMemoryPath"] = str(db_path(s))
+        except Exception as exc:  # e.g. dbPath names an unset ${VAR}: long-term memory says so when used
+            out["longTermMemoryPath"] = None
+            log.debug("long-term memory path unknown: %s", exc)
         return out
 
     def _probe_embeddings(self) -> dict[str, Any]:

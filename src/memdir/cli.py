@@ -363,7 +363,15 @@ def cmd_status(args: argparse.Namespace) -> int:
               "Index for: " + {"workspace": "this workspace (no agent id chosen; --agent NAME for a named index)",
                                "agent": f"agent {st['agentId']}",
                                "path": "memorySearch.store.path"}.get(st.get("indexKey", ""), "?"),
-              f"Workspace: {st['workspace']}"]
+              f"Workspace: {st['workspace']}",
+              f"Agent state: {st['sessionsDir']} (transcripts)"
+              + (f", {st['longTermMemoryPath']} (long-term memory)" if st.get("longTermMemoryPath") else "")
+              + {"agent": f"; agent {st['agentId']}'s, as in OpenClaw (shared with any workspace run as --agent "
+                          f"{st['agentId']})",
+                 "workspace": "; this workspace's own",
+                 "legacy": "; agent main's from before memdir kept state per workspace (this workspace owned "
+                           "main's index, so it keeps them; other workspaces get their own)"}.get(
+                  st.get("stateKeyKind", ""), "")]
     if "fts" in st:
         lines.append("By source:")
         for sc in st["sourceCounts"]:
@@ -504,6 +512,13 @@ def _stdout_gone() -> int:
     return _EXIT_SIGPIPE
 
 
+def _flush_stdout() -> None:
+    """Flush what a command printed; a stdout already closed has nothing left to flush (the MCP
+    SDK closes it when a stdio session ends, which made every session exit 1)."""
+    if not sys.stdout.closed:
+        sys.stdout.flush()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions (see `memdir completion`)
@@ -522,7 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(args)
     try:
         code = COMMANDS[args.command](args)
-        sys.stdout.flush()  # inside the try: a reader that went away is handled like any other write
+        _flush_stdout()  # inside the try: a reader that went away is handled like any other write
         return code
     except BrokenPipeError:
         return _stdout_gone()

@@ -428,11 +428,19 @@ class Indexer:
                     report.warnings.append(msg)
             for f, doc, chunks in batch:
                 rows = []
+                seen: set[str] = set()
                 for pc in chunks:
                     c = pc.chunk
+                    cid = chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model)
+                    if cid in seen:
+                        # The same text on the same lines twice (slices of one long line of a repeated
+                        # character): one row says it all, and a second with the same id broke the
+                        # vector table's primary key and orphaned keyword rows.
+                        continue
+                    seen.add(cid)
                     parts = [vectors.get(sha256_text(w)) for w in pc.windows]
                     embedding = [x for v in parts for x in v] if parts and all(parts) else None  # type: ignore[union-attr]
-                    rows.append(ChunkRow(chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model), f.path,
+                    rows.append(ChunkRow(cid, f.path,
                                          f.source, c.start_line, c.end_line, c.hash, model, c.text, embedding, pc.ts,
                                          pc.date_start, pc.date_end, len(pc.windows) if embedding else 1))
                 store.replace_file(f.path, f.source, doc.hash, f.mtime_ns, f.size, rows)
