@@ -707,7 +707,14 @@ class SqliteStore(SqliteLifecycle):
         with self.lock:
             files = self.conn.execute(
                 "SELECT path, source, hash, mtime, size FROM files ORDER BY source, path").fetchall()
-        dims = self.vec_dims() or int((self.read_meta() or {}).get("vectorDims") or 0)
+        # a chunk of several windows stores them concatenated: its window count is its length over the
+        # index's width (from the identity, else the shortest stored vector, which is one window)
+        dims = int((self.read_meta() or {}).get("vectorDims") or 0)
+        if not dims:
+            with self.lock:
+                (shortest,) = self.conn.execute(
+                    "SELECT MIN(length(embedding)) FROM chunks WHERE length(embedding) > 0").fetchone()
+            dims = int(shortest or 0) // 4
         for path, source, fhash, mtime, size in files:
             with self.lock:
                 rows = self.conn.execute(
@@ -721,10 +728,14 @@ class SqliteStore(SqliteLifecycle):
 
     def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
         with self.lock:
-            rows = self.conn.execute("SELECT provider, model, provider_key, hash, embedding FROM embedding_cache "
-                                     "ORDER BY updated_at, rowid").fetchall()
+            # an empty entry is a reference to a chunk holding the vector: export the vector itself
+            rows = self.conn.execute(
+                "SELECT e.provider, e.model, e.provider_key, e.hash, CASE WHEN length(e.embedding) > 0 "
+                f"THEN e.embedding ELSE ({_HELD.format(db='')}) END FROM embedding_cache e "
+                "ORDER BY e.updated_at, e.rowid").fetchall()
         for p, m, k, h, blob in rows:
-            yield p, m, k, h, from_blob(blob).tolist()
+            if blob:
+                yield p, m, k, h, from_blob(blob).tolist()
 
     def swap_from(self, fresh_path: Path) -> None:
         """Replace this index's contents with another index file's, in one transaction.
