@@ -25,8 +25,8 @@ The cost of sharing tables is that one agent's search must not walk other agents
 keyword GIN indexes are keyed by (generation, lexeme) where ``btree_gin`` exists, and vectors are
 searched exactly over the agent's own rows until it is large enough for an HNSW index of its own.
 Keywords are BM25 with FTS5's formula over an exact and a stemmed ``tsvector`` column.  Measured
-on LoCoMo dev (760 scored questions): recall@6 0.831 keyword / 0.812 hybrid, SQLite 0.830 /
-0.812; ``ts_rank_cd`` instead of BM25 gives 0.464 keyword.
+on LoCoMo dev (760 scored questions): recall@6 0.844 keyword / 0.869 hybrid, SQLite 0.843 /
+0.867; ``ts_rank_cd`` instead of BM25 gives 0.489 keyword.
 
 **Read replicas**: a store opened on a hot standby (or with a role that may not write) is
 read-only (``readonly_reason`` says why): searches answer from the replica, writes are refused.
