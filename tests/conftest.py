@@ -6,12 +6,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from helpers import cli_env
+from helpers import Backend, cli_env, pg_query
 
 
 @pytest.fixture(autouse=True)
@@ -68,3 +69,58 @@ def run_cli(state_dir: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
 def parse_json(proc: subprocess.CompletedProcess[str]) -> object:
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
+
+
+# -- store backends ---------------------------------------------------------------------------
+# Read before the autouse fixture above clears MEMDIR_* for each test.
+_TEST_DATABASE_URL = os.environ.get("MEMDIR_TEST_DATABASE_URL", "").strip()
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A real PostgreSQL with pgvector: ``$MEMDIR_TEST_DATABASE_URL``, else one started by pgserver.
+
+    pgserver ships PostgreSQL 16 + pgvector as a wheel; run as root it starts the server as an
+    unprivileged ``pgserver`` user of its own (PostgreSQL refuses to run as root).
+    """
+    if _TEST_DATABASE_URL:
+        yield _TEST_DATABASE_URL
+        return
+    import shutil
+    import tempfile
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset in CI
+        import pgserver
+
+        # Outside pytest's 0700 temp tree, which the server's own user could not enter at exit.
+        data = Path(tempfile.mkdtemp(prefix="memdir-test-pg-"))
+        server = pgserver.get_server(data, cleanup_mode=None)
+    try:
+        yield server.get_uri()
+    finally:
+        try:
+            pgserver.pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=data, user=server.system_user)
+        finally:
+            shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    """Each conformance test runs once per store backend; PostgreSQL gets a schema of its own."""
+    if request.param == "sqlite":
+        yield Backend("sqlite")
+        return
+    url = request.getfixturevalue("pg_url")
+    schema = "t_" + uuid.uuid4().hex[:12]
+    yield Backend("postgres", url, schema)
+    pg_query(url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Iterator[Backend]:
+    """PostgreSQL only, in a schema of its own (dropped afterwards)."""
+    schema = "t_" + uuid.uuid4().hex[:12]
+    yield Backend("postgres", pg_url, schema)
+    pg_query(pg_url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -15,3 +17,57 @@ def cli_env(state_dir: Path, **extra: str) -> dict[str, str]:
     env["MEMDIR_STATE_DIR"] = str(state_dir)
     env.update(extra)
     return env
+
+
+def deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+@dataclass
+class Backend:
+    """One store backend under test: SQLite, or PostgreSQL in a schema of its own (see conftest)."""
+
+    driver: str
+    url: str = ""
+    schema: str = ""
+
+    @property
+    def postgres(self) -> bool:
+        return self.driver == "postgres"
+
+    def store_config(self) -> dict[str, Any]:
+        if not self.postgres:
+            return {}
+        return {"driver": "postgres", "dsn": self.url, "postgres": {"schema": self.schema}}
+
+    def config(self, base: dict[str, Any] | None = None, **pg: Any) -> dict[str, Any]:
+        """``base`` with this backend's store settings (extra ``store.postgres`` keys in ``pg``)."""
+        store = self.store_config()
+        if pg and self.postgres:
+            store["postgres"].update(pg)
+        return deep_merge(base or {}, {"memorySearch": {"store": store}} if store else {})
+
+    def env(self) -> dict[str, str]:
+        """Environment selecting this backend for a ``memdir`` subprocess."""
+        if not self.postgres:
+            return {}
+        return {"MEMDIR_STORE_DRIVER": "postgres", "MEMDIR_DATABASE_URL": self.url, "MEMDIR_PG_SCHEMA": self.schema}
+
+    def toml(self) -> str:
+        """The ``[memorySearch.store]`` tables for a config file."""
+        if not self.postgres:
+            return ""
+        return (f'[memorySearch.store]\ndriver = "postgres"\ndsn = "{self.url}"\n'
+                f'[memorySearch.store.postgres]\nschema = "{self.schema}"\n')
+
+
+def pg_query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement on a fresh connection (tests look at the tables directly)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(sql, params)
+        return cur.fetchall() if cur.description else []

@@ -95,9 +95,9 @@ def test_exact_identifier_survives_the_floor(ws: Path, model):
         assert "keyword" in resp.results[0].explain["matched"]
 
 
-def test_forced_reindex_makes_zero_new_embedding_calls(ws: Path, model):
+def test_forced_reindex_makes_zero_new_embedding_calls(ws: Path, model, backend):
     counting = CountingProvider(model)
-    with Memory(ws, provider=counting) as mem:
+    with Memory(ws, provider=counting, config=backend.config()) as mem:
         first = mem.sync()
         assert first.embedded == 5 and counting.embedded == 5
         again = mem.sync(force=True)
@@ -106,26 +106,26 @@ def test_forced_reindex_makes_zero_new_embedding_calls(ws: Path, model):
         assert mem.status()["vector"]["vectors"] == 5
 
 
-def test_changed_file_embeds_only_its_new_chunks(ws: Path, model):
+def test_changed_file_embeds_only_its_new_chunks(ws: Path, model, backend):
     counting = CountingProvider(model)
-    with Memory(ws, provider=counting) as mem:
+    with Memory(ws, provider=counting, config=backend.config()) as mem:
         mem.sync()
         (ws / "memory/2026-01-12.md").write_text("- The espresso machine was replaced.\n")
         report = mem.sync()
         assert (report.indexed, report.embedded) == (1, 1)
 
 
-def test_cache_is_pruned_to_max_entries_least_recent_first(ws: Path, model):
-    cfg = {"memorySearch": {"cache": {"maxEntries": 3}}}
+def test_cache_is_pruned_to_max_entries_least_recent_first(ws: Path, model, backend):
+    cfg = backend.config({"memorySearch": {"cache": {"maxEntries": 3}}})
     with Memory(ws, provider=CountingProvider(model), config=cfg) as mem:
         mem.sync()
         assert mem.store.cache_count() == 3
         (ws / "memory/2026-01-13.md").write_text("- A brand new note about sailing.\n")
         mem.sync()
         assert mem.store.cache_count() == 3
-        hashes = {h for (h,) in mem.store.conn.execute("SELECT hash FROM embedding_cache")}
-        newest = mem.store.conn.execute(
-            "SELECT hash FROM chunks WHERE path = 'memory/2026-01-13.md'").fetchone()[0]
+        hashes = {entry[3] for entry in mem.store.export_cache()}
+        newest = next(chunks[0].hash for path, *_, chunks in mem.store.export_files()
+                      if path == "memory/2026-01-13.md")
         assert newest in hashes
 
 
@@ -147,8 +147,8 @@ def test_slow_query_embedding_falls_back_within_the_budget(ws: Path, model):
         assert resp.results[0].path == "memory/2026-01-10.md"
 
 
-def test_losing_the_provider_never_wipes_a_good_index(ws: Path, model, monkeypatch):
-    with Memory(ws, provider=CountingProvider(model)) as mem:
+def test_losing_the_provider_never_wipes_a_good_index(ws: Path, model, monkeypatch, backend):
+    with Memory(ws, provider=CountingProvider(model), config=backend.config()) as mem:
         mem.sync()
         assert mem.status()["vector"]["vectors"] == 5
     # the provider is now unavailable (e.g. a missing key or model): auto selection finds nothing
@@ -160,14 +160,14 @@ def test_losing_the_provider_never_wipes_a_good_index(ws: Path, model, monkeypat
     (ws / "memory/2026-01-13.md").write_text("- Meeting about the quarterly roadmap.\n")
     with monkeypatch.context() as mp:
         mp.setattr("memdir.api.select_provider", unavailable)
-        with Memory(ws) as mem:
+        with Memory(ws, config=backend.config()) as mem:
             report = mem.sync()
             assert not report.full  # no rebuild into a keyword-only index
             assert mem.status()["vector"]["vectors"] == 5  # old vectors kept
             assert mem.search("quarterly roadmap").results[0].path == "memory/2026-01-13.md"
     # the provider is back: only the new chunk is embedded
     counting = CountingProvider(model)
-    with Memory(ws, provider=counting) as mem:
+    with Memory(ws, provider=counting, config=backend.config()) as mem:
         report = mem.sync()
         assert not report.full and counting.embedded == 1
         assert mem.status()["vector"]["vectors"] == 6

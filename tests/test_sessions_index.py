@@ -16,7 +16,7 @@ def _msg(role: str, text: str, ts: int) -> str:
 
 
 @pytest.fixture
-def setup(make_workspace, state_dir: Path):
+def setup(make_workspace, state_dir: Path, backend):
     ws = make_workspace({"memory/2026-01-12.md": "# notes\n- unrelated daily note about lunch\n"})
     sessions = load_config(workspace=ws, state_dir=state_dir).settings.sessions_dir
     sessions.mkdir(parents=True)
@@ -27,8 +27,8 @@ def setup(make_workspace, state_dir: Path):
         + json.dumps({"type": "custom", "x": 1}) + "\n"
         + _msg("assistant", "Noted. The flamingo migration is scheduled for Friday.", 1_700_000_100_000)
     )
-    cfg = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
-                            "experimental": {"sessionMemory": True}}}
+    cfg = backend.config({"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                                           "experimental": {"sessionMemory": True}}})
     return ws, t, cfg
 
 
@@ -49,7 +49,7 @@ def test_secrets_never_reach_the_index(setup):
     ws, _, cfg = setup
     with Memory(ws, config=cfg) as mem:
         mem.sync()
-        texts = " ".join(t for (t,) in mem.store.conn.execute("SELECT text FROM chunks"))
+        texts = " ".join(c.text for *_, chunks in mem.store.export_files() for c in chunks)
         assert "sk-abcdefghijklmnop1234" not in texts and "sk-abc…1234" in texts
 
 

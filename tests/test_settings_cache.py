@@ -119,3 +119,12 @@ def test_keyword_search_imports_neither_pydantic_nor_numpy(ws: Path, run_cli, st
         assert rc == "0"
         if attempt.startswith("second"):
             assert heavy == "[]", f"{attempt} imported {heavy}"
+
+
+def test_every_environment_setting_is_an_input_of_the_snapshot_key():
+    """A variable that changes the settings (e.g. MEMDIR_DATABASE_URL, a replica instead of the
+    primary) must change the key, or a remembered snapshot would answer for the old value."""
+    from memdir.config import ENV_KEYS
+    from memdir.settings_cache import ENV_INPUTS
+
+    assert set(ENV_KEYS) <= set(ENV_INPUTS)

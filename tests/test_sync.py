@@ -18,26 +18,36 @@ from memdir.lock import FileWriterLock, LockTimeout
 from memdir.stores.sqlite import bm25_to_score
 
 
-def test_fts_only_workspace_indexes_every_chunk(make_workspace, keyword_config):
+def test_fts_only_workspace_indexes_every_chunk(make_workspace, keyword_config, backend):
     ws = make_workspace({"MEMORY.md": "# Prefs\nUser prefers dark mode.", "memory/2026-01-12.md": "Deployed the API."})
-    with Memory(ws, config=keyword_config) as mem:
+    with Memory(ws, config=backend.config(keyword_config)) as mem:
         report = mem.sync()
         assert report.full and report.indexed == 2 and report.chunks == 2
         st = mem.status()
         assert (st["files"], st["chunks"], st["mode"]) == (2, 2, "fts-only")
-        n_fts = mem.store.conn.execute("SELECT COUNT(*) FROM chunks_fts").fetchone()[0]
-        assert n_fts == 2
+        assert st["store"]["backend"] == backend.driver
+        assert mem.search("dark mode").results[0].path == "MEMORY.md"
         hits = mem.search("deployed api").results
         assert hits[0].path == "memory/2026-01-12.md"
         assert 0 < hits[0].score < 1
 
 
-def test_incremental_sync_touches_only_changed_files(make_workspace, keyword_config):
+def _chunk_stamps(mem: Memory) -> dict[str, int]:
+    """``{chunk id: updated_at}``: when each chunk row was last written, read from either backend."""
+    store = mem.store
+    if hasattr(store, "conn"):
+        return dict(store.conn.execute("SELECT id, updated_at FROM chunks").fetchall())
+    with store.db.connection() as conn:
+        return dict(conn.execute("SELECT c.id, c.updated_at FROM chunks c JOIN indexes i ON i.id = c.index_id "
+                                 "WHERE i.agent = %s AND i.state = 'live'", (store.agent,)).fetchall())
+
+
+def test_incremental_sync_touches_only_changed_files(make_workspace, keyword_config, backend):
     files = {f"memory/2026-01-{d:02d}.md": f"day {d} note about topic{d}" for d in range(1, 21)}
     ws = make_workspace(files)
-    with Memory(ws, config=keyword_config) as mem:
+    with Memory(ws, config=backend.config(keyword_config)) as mem:
         mem.sync()
-        before = dict(mem.store.conn.execute("SELECT id, updated_at FROM chunks").fetchall())
+        before = _chunk_stamps(mem)
         time.sleep(0.01)
         (ws / "memory/2026-01-05.md").write_text("day 5 rewritten: zebra crossing")
         (ws / "memory/2026-01-06.md").unlink()
@@ -47,7 +57,7 @@ def test_incremental_sync_touches_only_changed_files(make_workspace, keyword_con
         assert not report.full
         assert (report.indexed, report.removed, report.scanned) == (2, 1, 20)
         assert report.unchanged == 18
-        after = dict(mem.store.conn.execute("SELECT id, updated_at FROM chunks").fetchall())
+        after = _chunk_stamps(mem)
         same = {k: v for k, v in after.items() if k in before}
         assert all(before[k] == v for k, v in same.items()), "unchanged chunks were rewritten"
         assert mem.search("zebra").results[0].path == "memory/2026-01-05.md"
@@ -57,33 +67,33 @@ def test_incremental_sync_touches_only_changed_files(make_workspace, keyword_con
         assert (report.indexed, report.removed, report.unchanged) == (0, 0, 20)
 
 
-def test_indexer_never_writes_to_the_workspace(make_workspace, keyword_config):
+def test_indexer_never_writes_to_the_workspace(make_workspace, keyword_config, backend):
     ws = make_workspace({"MEMORY.md": "a", "memory/x.md": "b"})
     def snap():
         return {p: (p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else None) for p in ws.rglob("*")}
 
     snapshot = snap()
-    with Memory(ws, config=keyword_config) as mem:
+    with Memory(ws, config=backend.config(keyword_config)) as mem:
         mem.sync(force=True)
         mem.search("a")
     assert snap() == snapshot
 
 
-def test_search_reads_its_own_writes(make_workspace, keyword_config):
+def test_search_reads_its_own_writes(make_workspace, keyword_config, backend):
     ws = make_workspace({"memory/a.md": "alpha"})
-    with Memory(ws, config=keyword_config) as mem:
+    with Memory(ws, config=backend.config(keyword_config)) as mem:
         assert mem.search("alpha").results
         (ws / "memory" / "b.md").write_text("the quokka ate lunch")
         resp = mem.search("quokka")
         assert resp.results and resp.results[0].path == "memory/b.md" and not resp.stale
 
 
-def test_config_change_triggers_full_reindex(make_workspace, keyword_config):
+def test_config_change_triggers_full_reindex(make_workspace, keyword_config, backend):
     ws = make_workspace({"memory/a.md": "\n".join(f"line {i} " + "w" * 60 for i in range(200))})
-    with Memory(ws, config=keyword_config) as mem:
+    with Memory(ws, config=backend.config(keyword_config)) as mem:
         mem.sync()
         n = mem.status()["chunks"]
-    cfg = {"memorySearch": {"provider": "none", "chunking": {"tokens": 100}}}
+    cfg = backend.config({"memorySearch": {"provider": "none", "chunking": {"tokens": 100}}})
     with Memory(ws, config=cfg) as mem:
         report = mem.sync()
         assert report.full and "chunkTokens" in report.reason
@@ -91,22 +101,24 @@ def test_config_change_triggers_full_reindex(make_workspace, keyword_config):
         assert mem.store.read_meta()["chunkTokens"] == 100
 
 
-def test_two_workspaces_never_share_an_index(make_workspace, keyword_config):
+def test_two_workspaces_never_share_an_index(make_workspace, keyword_config, backend):
     a = make_workspace({"memory/a.md": "a"}, name="a")
     b = make_workspace({"memory/b.md": "b"}, name="b")
+    cfg = backend.config(keyword_config)
     # Without an agent id each workspace gets its own index, named after it.
-    with Memory(a, config=keyword_config) as mem_a, Memory(b, config=keyword_config) as mem_b:
+    with Memory(a, config=cfg) as mem_a, Memory(b, config=cfg) as mem_b:
         assert mem_a.sync().indexed == 1 and mem_b.sync().indexed == 1
-        assert mem_a.index_path != mem_b.index_path
-        assert mem_a.index_path.name.startswith("a-") and mem_b.index_path.name.startswith("b-")
+        assert mem_a.store.location != mem_b.store.location
+        if not backend.postgres:
+            assert mem_a.index_path.name.startswith("a-") and mem_b.index_path.name.startswith("b-")
         assert [r.path for r in mem_b.search("b").results] == ["memory/b.md"]
     # With a chosen agent id (OpenClaw's per-agent index), a second workspace is refused.
-    with Memory(a, agent_id="main", config=keyword_config) as mem:
+    with Memory(a, agent_id="main", config=cfg) as mem:
         mem.sync()
-        assert mem.index_path.name == "main.sqlite"
-    with Memory(b, agent_id="main", config=keyword_config) as mem, pytest.raises(IndexOwnershipError, match="--agent"):
+        assert mem.store.location.endswith("/main" if backend.postgres else "main.sqlite")
+    with Memory(b, agent_id="main", config=cfg) as mem, pytest.raises(IndexOwnershipError, match="--agent"):
         mem.sync()
-    with Memory(b, agent_id="other", config=keyword_config) as mem:
+    with Memory(b, agent_id="other", config=cfg) as mem:
         assert mem.sync().indexed == 1
 
 
@@ -125,10 +137,10 @@ def test_writer_lock_excludes_a_second_writer_and_recovers_from_death(tmp_path: 
     assert FileWriterLock(index).acquire(0)
 
 
-def test_sync_reports_lock_timeout(make_workspace, keyword_config):
+def test_sync_reports_lock_timeout(make_workspace, keyword_config, backend):
     ws = make_workspace({"memory/a.md": "a"})
-    with Memory(ws, config=keyword_config) as mem:
-        lock = FileWriterLock(mem.index_path)
+    with Memory(ws, config=backend.config(keyword_config)) as mem:
+        lock = mem.store.writer_lock()  # a second writer: another lock object, as another process has
         assert lock.acquire(0)
         try:
             with pytest.raises(LockTimeout, match="another process"):
@@ -147,9 +159,9 @@ def _big_workspace(make_workspace, n_files: int) -> Path:
     return make_workspace(files)
 
 
-def test_rebuild_keeps_serving_concurrent_readers(make_workspace, state_dir):
+def test_rebuild_keeps_serving_concurrent_readers(make_workspace, state_dir, backend):
     ws = _big_workspace(make_workspace, 600)
-    base = {"memorySearch": {"provider": "none"}}
+    base = backend.config({"memorySearch": {"provider": "none"}})
     with Memory(ws, config=base) as mem:
         mem.sync()
     results: list[int] = []
@@ -169,7 +181,7 @@ def test_rebuild_keeps_serving_concurrent_readers(make_workspace, state_dir):
     try:
         # a chunking change forces the full rebuild while the reader runs
         cfg = ws / "memdir.toml"
-        cfg.write_text('[memorySearch]\nprovider = "none"\n[memorySearch.chunking]\ntokens = 200\n')
+        cfg.write_text('[memorySearch]\nprovider = "none"\n[memorySearch.chunking]\ntokens = 200\n' + backend.toml())
         proc = subprocess.run([sys.executable, "-m", "memdir", "index", "--workspace", str(ws), "--json"],
                               env=cli_env(state_dir), capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
@@ -214,7 +226,8 @@ def test_v26_bm25_rank_to_score(rank, score):
     assert bm25_to_score(rank) == pytest.approx(score, abs=1e-4)
 
 
-def test_vanished_file_between_listing_and_reading_is_not_an_error(make_workspace, keyword_config, monkeypatch):
+def test_vanished_file_between_listing_and_reading_is_not_an_error(make_workspace, keyword_config, monkeypatch,
+                                                                  backend):
     ws = make_workspace({"memory/a.md": "a", "memory/b.md": "b"})
     from memdir import sync as sync_mod
 
@@ -226,7 +239,7 @@ def test_vanished_file_between_listing_and_reading_is_not_an_error(make_workspac
         return real(entry)
 
     monkeypatch.setattr(sync_mod, "read_memory_file", vanish)
-    with Memory(ws, config=keyword_config) as mem:
+    with Memory(ws, config=backend.config(keyword_config)) as mem:
         report = mem.sync()
         assert report.indexed == 1
 

@@ -106,7 +106,7 @@ class Memory(IndexUpkeep):
         self._init_lock = threading.RLock()
         self._bootstrap: threading.Thread | None = None
         self._bootstrap_error: BaseException | None = None
-        self._checked_ok: tuple[int, int] | None = None
+        self._checked_ok: Any = None
         self.watcher: Any = None
         self._long_term: Any = None
 
@@ -148,7 +148,7 @@ class Memory(IndexUpkeep):
         meta = store.read_meta() if meta is None else meta
         owner = (meta or {}).get("workspace") or store.get_state(OWNER_STATE)
         if owner and owner != str(self.workspace):
-            raise IndexOwnershipError(ownership_message(str(self.index_path), owner, str(self.workspace)))
+            raise IndexOwnershipError(ownership_message(store.location, owner, str(self.workspace)))
 
     @property
     def indexer(self) -> Indexer:
@@ -194,7 +194,7 @@ class Memory(IndexUpkeep):
         log.info("sync (%s%s): %s -> %s", reason, ", full" if force else "", self.workspace, self.index_path)
         if self.store.readonly:
             why = self.store.readonly_reason or "read-only"
-            raise MemdirError(f"the index {self.index_path} cannot be updated: {why}")
+            raise MemdirError(f"the index {self.store.location} cannot be updated: {why}")
         try:
             report = self._healing(lambda: self.indexer.sync(force=force, reason=reason, **kwargs))
         except (LockTimeout, IndexOwnershipError):
@@ -339,12 +339,50 @@ class Memory(IndexUpkeep):
 
         return append_daily(self.workspace, text, date=date, timezone=self.settings.user_timezone)
 
+    def migrate(self, to: str, *, lock_timeout: float | None = 30.0) -> dict[str, Any]:
+        """Copy this agent's index (vectors and cache included) to the other backend, ``to``.
+
+        Nothing is re-embedded: switch ``store.driver`` to ``to`` afterwards and the next sync
+        finds the index up to date.  Both indexes' writer locks are held during the copy.
+        """
+        from memdir.stores import open_store
+        from memdir.stores.migrate import copy_index
+
+        current = self.settings.memory_search.store.driver
+        if to not in ("sqlite", "postgres"):
+            raise MemdirError(f"unknown store driver {to!r} (expected sqlite or postgres)")
+        if to == current:
+            raise MemdirError(f"this agent's index is already on {to} (store.driver); migrate copies it to the "
+                              "other backend")
+        source = self.store
+        target = open_store(self.settings, driver=to)
+        try:
+            owner = (target.read_meta() or {}).get("workspace")
+            if owner and owner != str(self.workspace):
+                raise IndexOwnershipError(f"index {target.location} belongs to workspace {owner}, not {self.workspace}")
+            locks = [source.writer_lock(), target.writer_lock()]
+            taken = []
+            try:
+                for lock in locks:
+                    if not lock.acquire(lock_timeout):
+                        raise LockTimeout("another process is writing one of the indexes; try again when it is done")
+                    taken.append(lock)
+                target.cleanup_leftovers()
+                return copy_index(source, target)
+            finally:
+                for lock in reversed(taken):
+                    lock.release()
+        finally:
+            target.close()
+
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """What is indexed, what is stale, and which parts (FTS, vectors, provider) work."""
         ms = self.settings.memory_search
         found = discover(self.workspace, self.settings.extra_paths)
-        exists = self.index_path.exists()
-        store = self.store if exists else None
+        postgres = ms.store.driver == "postgres"
+        # A database index is looked up (opening it creates nothing but memdir's schema); a file is not opened.
+        exists = self.store.read_meta() is not None if postgres else self.index_path.exists()
+        store = self.store if exists or postgres else None
         if store is not None and not store.readonly:
             # Status reads every page (up to 512 MB; always with --deep): "all is well" must be true.
             problem = store.check(thorough=True, max_bytes=None if deep else STATUS_CHECK_MAX_BYTES)
@@ -370,7 +408,7 @@ class Memory(IndexUpkeep):
         out: dict[str, Any] = {
             "agentId": self.settings.agent_id,
             "workspace": str(self.workspace),
-            "indexPath": str(self.index_path),
+            "indexPath": store.location if postgres and store else str(self.index_path),
             # what names the index: "workspace" (no agent id chosen), "agent" or "path" (store.path)
             "indexKey": self.settings.index_key,
             "indexExists": exists,
@@ -428,7 +466,11 @@ class Memory(IndexUpkeep):
                              "dims": store.vec_dims(), **backend["vector"]}
             out["cache"] = {"enabled": ms.cache.enabled, "entries": store.cache_count(),
                             "maxEntries": ms.cache.max_entries}
-        if deep:
+        if deep and postgres and store is not None:
+            facts = store.describe()
+            out["postgres"] = {k: facts.get(k) for k in ("server", "pgvector", "schema", "schemaVersion")}
+            out["embeddingProbe"] = self._probe_embeddings()
+        elif deep:
             if store is not None and "sqlite" in out.get("store", {}):
                 out["sqlite"] = out["store"]["sqlite"]
             else:

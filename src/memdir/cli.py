@@ -143,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session-key", help="session key for citation mode auto (agent:<id>:...:group:... → no "
                                          "citations); default: a private session")
 
+    p = cmd("migrate", "copy this agent's index to another store backend (nothing is re-embedded)")
+    p.add_argument("--to", required=True, choices=["postgres", "sqlite"],
+                   help="target backend; set store.driver to it afterwards")
+    p.add_argument("--json", action="store_true", help="print what was copied as JSON")
+
     p = cmd("config", "configuration")
     p.add_argument("action", choices=["show"], help="show: every setting, its value and where it came from")
     p.add_argument("--json", action="store_true", help="JSON output")
@@ -388,13 +393,16 @@ def cmd_status(args: argparse.Namespace) -> int:
                      + (f" · cap {cache['maxEntries']}" if cache.get("maxEntries") else ""))
         if st.get("writer"):
             w = st["writer"]
+            host = f" on {w['host']}" if w.get("host") else ""
             far = f" ({w.get('done') or 0}/{w['total']} files)" if w.get("total") else ""
-            lines.append(f"Writer: pid {w.get('pid')} is indexing{far}")
+            lines.append(f"Writer: pid {w.get('pid')}{host} is indexing{far}")
     if st.get("readOnly"):
         lines.append(f"Read-only: {st['readOnly']} (searches answer from the index as it is)")
     if st.get("recovered"):
         r = st["recovered"]
-        lines.append(f"Recovered: the index was damaged ({r['problem']}); moved aside to {r['corruptPath']}; "
+        aside = (f"moved aside to {r['corruptPath']}" if r.get("corruptPath")
+                 else f"dropped its rows (generation {r.get('droppedGeneration')})")
+        lines.append(f"Recovered: the index was damaged ({r['problem']}); {aside}; "
                      "rebuilt from the Markdown files by the next index or search")
     if st.get("watch"):
         wt = st["watch"]
@@ -405,7 +413,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     if st.get("providerUnavailableReason"):
         lines.append(f"Embeddings unavailable: {st['providerUnavailableReason']}")
     if args.deep:
-        lines.append(f"SQLite: {st['sqlite']}")
+        if "postgres" in st:
+            pg = st["postgres"]
+            lines.append(f"Backend: postgres · {pg['server']} · pgvector {pg['pgvector']} · schema {pg['schema']} "
+                         f"(v{pg['schemaVersion']})")
+        else:
+            lines.append(f"SQLite: {st['sqlite']}")
         probe = st["embeddingProbe"]
         lines.append("Embeddings: " + ("ready" if probe.get("ok") else f"unavailable ({probe.get('error')})"))
     if st.get("skipped"):
@@ -415,6 +428,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append("Issues:")
         lines += [f"  {i}" for i in st["issues"]]
     print("\n".join(lines))
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    with _memory(args) as mem:
+        report = mem.migrate(args.to)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"copied {report['files']} files, {report['chunks']} chunks, {report['vectors']} vectors and "
+              f"{report['cacheEntries']} cache entries from {report['from']} to {report['to']} "
+              f"in {report['seconds']:.1f} s; now set store.driver = \"{args.to}\"")
     return 0
 
 
@@ -488,6 +513,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "mcp": cmd_mcp,
     "watch": cmd_watch,
     "ltm": cmd_ltm,
+    "migrate": cmd_migrate,
 }
 
 

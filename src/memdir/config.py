@@ -164,9 +164,26 @@ class FtsStoreConfig(_Model):
     tokenizer: Literal["unicode61", "trigram"] = "unicode61"
 
 
+class PostgresStoreConfig(_Model):
+    """``store.postgres``: where in the database memdir's tables live and how it searches them."""
+
+    #: Schema holding memdir's shared tables (one schema serves every agent; see stores/postgres.py).
+    db_schema: str = Field("memdir", alias="schema", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+    pool_size: int = Field(4, ge=1, le=64)
+    #: PostgreSQL text search configuration for keywords (stemming, stop words): english, simple, ...
+    text_search_config: str = Field("english", pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,62}$")
+    #: An agent's vectors get their own HNSW index from this many on; below it search is exact.
+    hnsw_min_vectors: int = Field(20000, ge=0)
+    #: Keyword ranking: BM25 as FTS5 computes it (default), or PostgreSQL's ts_rank_cd (for comparison).
+    ranking: Literal["bm25", "ts_rank_cd"] = "bm25"
+
+
 class StoreConfig(_Model):
-    driver: Literal["sqlite"] = "sqlite"
+    driver: Literal["sqlite", "postgres"] = "sqlite"
     path: str | None = None
+    #: libpq connection string or URL for ``driver = "postgres"`` (else ``$MEMDIR_DATABASE_URL``, else PG* vars).
+    dsn: str | None = None
+    postgres: PostgresStoreConfig = Field(default_factory=PostgresStoreConfig)
     vector: VectorStoreConfig = Field(default_factory=VectorStoreConfig)
     fts: FtsStoreConfig = Field(default_factory=FtsStoreConfig)
 
@@ -714,6 +731,9 @@ ENV_KEYS: dict[str, tuple[str, Any]] = {
     "MEMDIR_FALLBACK": ("memory_search.fallback", str),
     "MEMDIR_OFFLINE": ("memory_search.offline", "bool"),
     "MEMDIR_INDEX_PATH": ("memory_search.store.path", str),
+    "MEMDIR_STORE_DRIVER": ("memory_search.store.driver", str),
+    "MEMDIR_DATABASE_URL": ("memory_search.store.dsn", str),
+    "MEMDIR_PG_SCHEMA": ("memory_search.store.postgres.db_schema", str),
     "MEMDIR_CITATIONS": ("memory.citations", str),
     "MEMDIR_USER_TIMEZONE": ("user_timezone", str),
 }
@@ -753,6 +773,8 @@ class LoadedConfig:
                 if isinstance(value, BaseModel):
                     walk(value, key + ".", camel + ".")
                 else:
+                    if key == "memory_search.store.dsn" and isinstance(value, str):
+                        value = mask_dsn_password(value)
                     rows.append((camel, value, self.origins.get(key, "default")))
 
         walk(self.settings, "", "")
@@ -760,6 +782,12 @@ class LoadedConfig:
         rows.append(("stateKey", self.settings.state_key, "derived"))
         rows.append(("sessionsDir", str(self.settings.sessions_dir), "derived"))
         return rows
+
+
+def mask_dsn_password(dsn: str) -> str:
+    """A connection string with its password replaced by ``***`` (URL or ``key=value`` form)."""
+    dsn = re.sub(r"(://[^:/@?#]*:)[^/?#]*@", r"\1***@", dsn)
+    return re.sub(r"(\bpassword\s*=\s*)('[^']*'|\S+)", r"\1***", dsn)
 
 
 def load_config(
@@ -876,13 +904,28 @@ def _origin_text(origin: str, key: str = "") -> str:
     return ""
 
 
+def _config_key(loc: tuple[Any, ...]) -> str:
+    """The key a user writes for a validation error's location: each field's alias (``schema``,
+    not the attribute ``db_schema``), camelCase otherwise, list indexes in brackets."""
+    parts: list[str] = []
+    model: type[BaseModel] | None = Settings
+    for p in loc:
+        if not isinstance(p, str):
+            parts.append(f"[{p}]")
+            continue
+        info = model.model_fields.get(p) if model is not None else None
+        parts.append(info.alias if info is not None and info.alias else _camel(p))
+        model = _submodel(info.annotation) if info is not None else None
+    return ".".join(parts)
+
+
 def _describe_validation(exc: ValidationError, data: Mapping[str, Any] | None = None,
                          origins: Origins | None = None) -> str:
     """One line per bad value: its camelCase key, the value, where it was set, and why."""
     parts = []
     for err in exc.errors():
         loc = err["loc"]
-        key = ".".join(_camel(str(p)) if isinstance(p, str) else f"[{p}]" for p in loc)
+        key = _config_key(loc)
         dotted = ".".join(str(p) for p in loc if isinstance(p, str))
         where = ""
         if origins is not None:

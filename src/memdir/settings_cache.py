@@ -28,7 +28,7 @@ CONFIG_FILENAMES = ("memdir.toml", "memdir.json", "memdir.json5")
 #: Environment variables that can change the resolved settings (``memdir.config.ENV_KEYS`` + the file).
 ENV_INPUTS = ("MEMDIR_CONFIG", "MEMDIR_STATE_DIR", "MEMDIR_WORKSPACE", "MEMDIR_AGENT", "MEMDIR_PROVIDER",
               "MEMDIR_MODEL", "MEMDIR_FALLBACK", "MEMDIR_OFFLINE", "MEMDIR_INDEX_PATH", "MEMDIR_CITATIONS",
-              "MEMDIR_USER_TIMEZONE", "HOME")
+              "MEMDIR_USER_TIMEZONE", "MEMDIR_STORE_DRIVER", "MEMDIR_DATABASE_URL", "MEMDIR_PG_SCHEMA", "HOME")
 
 
 def candidate_count(max_results: int, multiplier: float) -> int:

@@ -199,6 +199,8 @@ class Indexer:
                 if cache.enabled and cache.max_entries and report.embedded:
                     with self.store.transaction():
                         self.store.cache_prune(cache.max_entries)
+                if report.indexed and not report.incomplete:
+                    self.store.optimize()
             report.reason = reason if not report.full else f"{reason}: {why}"
         finally:
             self.progress_file.clear()

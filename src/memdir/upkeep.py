@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -50,7 +49,7 @@ class IndexUpkeep:
     _store: Store | None
     _bootstrap: threading.Thread | None
     _bootstrap_error: BaseException | None
-    _checked_ok: tuple[int, int] | None
+    _checked_ok: Any
     _init_lock: threading.RLock
 
     if TYPE_CHECKING:
@@ -91,10 +90,8 @@ class IndexUpkeep:
             raise IndexDamaged(damage)
         if response.results or store.readonly:
             return
-        try:
-            st = os.stat(self.index_path)
-            version = (st.st_size, st.st_mtime_ns)
-        except OSError:
+        version = store.change_token()
+        if version is None:
             return
         if version == self._checked_ok or store.chunk_count() == 0:
             return
@@ -104,7 +101,7 @@ class IndexUpkeep:
         self._checked_ok = version
 
     def _readonly_note(self) -> str:
-        return (f"the index {self.index_path} could not be updated ({self.store.readonly_reason or 'read-only'}); "
+        return (f"the index {self.store.location} could not be updated ({self.store.readonly_reason or 'read-only'}); "
                 "searching what it already holds")
 
     def _sync_for_search(self) -> tuple[bool, list[str], Store | None]:
@@ -115,7 +112,10 @@ class IndexUpkeep:
         """
         store = self.store
         if store.readonly:
-            return True, [self._readonly_note()], None
+            # A read-only index (a read replica, a read-only state folder) is stale only when the
+            # files have moved on since it was written: then say why it could not catch up.
+            changed, gone = self.indexer.dirty_files()
+            return (True, [self._readonly_note()], None) if changed or gone else (False, [], None)
         budget = self.settings.memory_search.sync.search_budget_ms / 1000
         if store.read_meta() is None:
             return self._first_index()
@@ -173,7 +173,7 @@ class IndexUpkeep:
             if owner is None:
                 time.sleep(0.02)
         if owner and owner != str(self.workspace):
-            raise IndexOwnershipError(ownership_message(str(self.index_path), owner, str(self.workspace)))
+            raise IndexOwnershipError(ownership_message(self.store.location, owner, str(self.workspace)))
         holder = lock.holder() or {}
         progress = read_progress(self.index_path) or {}
         if progress.get("pid") != holder.get("pid") or progress.get("workspace") != str(self.workspace):

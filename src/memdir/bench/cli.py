@@ -92,6 +92,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--plot-dir", type=Path, help="write latency and indexing charts (PNG) here; needs memdir[bench]")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
+    p = sub.add_parser("backends", help="SQLite and PostgreSQL side by side: indexing, sync, search, disk, "
+                                        "concurrent searchers, recall",
+                       description="The same corpus and searches on both store backends (see memdir.bench.backends).")
+    p.add_argument("--dsn", help="PostgreSQL to use (default $MEMDIR_DATABASE_URL); bench_* schemas are dropped")
+    p.add_argument("--sizes", type=_size_list, default=[10000, 100000], help="corpus sizes (default 10k,100k)")
+    p.add_argument("--queries", type=int, default=200, help="queries per corpus (default 200)")
+    p.add_argument("--budget", type=float, default=15.0, help="seconds per latency series, at least 20 queries")
+    p.add_argument("--concurrency", type=int, default=8, help="concurrent searcher processes (default 8; 0 skips)")
+    p.add_argument("--seconds", type=float, default=20.0, help="how long the concurrent searchers run")
+    p.add_argument("--quality", type=Path, help="also score recall@k of both backends on this dataset")
+    p.add_argument("--seed", type=int, default=42, help="corpus seed (default 42)")
+    p.add_argument("--work-dir", type=Path, help="keep corpora and SQLite indexes here")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--out", type=Path, help="write report.json here")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
     p = sub.add_parser("rescore", help="re-score ranked results written by --out against a dataset",
                        description="Score a folder of <sample>.jsonl ranked results (as written by --out).")
     p.add_argument("dataset", type=Path)
@@ -124,7 +140,37 @@ def run(args: argparse.Namespace) -> int:
         return _quality(args, cmd)
     if cmd == "speed":
         return _speed(args)
+    if cmd == "backends":
+        return _backends(args)
     return _rescore(args)
+
+
+def _backends(args: argparse.Namespace) -> int:
+    import os
+    import tempfile
+
+    from memdir.bench.backends import format_report, quality_side_by_side, run_backends
+
+    dsn = args.dsn or os.environ.get("MEMDIR_DATABASE_URL", "")
+    if not dsn:
+        print("memdir: bench backends needs a PostgreSQL: --dsn URL or $MEMDIR_DATABASE_URL", file=sys.stderr)
+        return 2
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="memdir-bench-backends-"))
+    report: dict[str, Any] = {}
+    if args.sizes:
+        report = run_backends(args.sizes, dsn=dsn, work_dir=work, seed=args.seed, n_queries=args.queries,
+                              budget_s=args.budget, concurrency=args.concurrency, seconds=args.seconds,
+                              progress=_progress(args))
+    if args.quality:
+        report["quality"] = quality_side_by_side(args.quality, dsn=dsn, progress=_progress(args))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    if args.json or not report.get("sizes"):
+        print(json.dumps(report, indent=2))
+    else:
+        print(format_report(report))
+    return 0
 
 
 def _quality(args: argparse.Namespace, cmd: str) -> int:

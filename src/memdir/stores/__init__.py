@@ -15,13 +15,30 @@ if TYPE_CHECKING:
     from memdir.config import Settings
 
 
-def open_store(settings: Settings, *, readonly: bool = False, notice: Callable[[str], None] | None = None) -> Store:
+def open_store(settings: Settings, *, readonly: bool = False, notice: Callable[[str], None] | None = None,
+               driver: str | None = None) -> Store:
     """The configured store for one agent's index (created on first use unless ``readonly``).
 
     A damaged index is set aside on open and ``notice`` told once (the next sync rebuilds it);
-    a state folder that cannot be written gives a read-only store (``store.readonly``).
+    an index that cannot be written (a read-only state folder; a PostgreSQL read replica or
+    read-only role) gives a read-only store (``store.readonly``).  ``driver`` overrides
+    ``store.driver`` (``memdir migrate`` opens both backends of one agent).
     """
     store_cfg = settings.memory_search.store
+    if (driver or store_cfg.driver) == "postgres":
+        from memdir.stores.pgconn import require_psycopg, resolve_dsn
+
+        require_psycopg()
+        from memdir.stores.postgres import PostgresStore
+
+        pg = store_cfg.postgres
+        # The agent's key in the shared tables follows the SQLite file's naming: the chosen agent id,
+        # else a name derived from the workspace (so two workspaces never share an index by default).
+        key = settings.index_path.stem if settings.index_key == "workspace" else settings.agent_id
+        return PostgresStore.open(resolve_dsn(store_cfg.dsn), key, notice=notice, readonly=readonly,
+                                  schema=pg.db_schema, pool_size=pg.pool_size,
+                                  text_search_config=pg.text_search_config,
+                                  hnsw_min_vectors=pg.hnsw_min_vectors, ranking=pg.ranking)
     from memdir.stores.sqlite import SqliteStore
 
     return SqliteStore.open(settings.index_path, notice=notice, fts_tokenizer=store_cfg.fts.tokenizer,

@@ -27,6 +27,10 @@ The contract every backend keeps:
   stem-only one.
 * **Vectors**: a chunk may hold several vectors (one per model window of its text, stored
   concatenated); its cosine is the maximum over them.
+* **Connections**: a store owns its connections (SQLite: one, serialised; PostgreSQL: a pool
+  shared per process) and releases them in :meth:`Store.close`.
+* **Embedding cache**: keyed by (provider, model, provider key, chunk hash).  PostgreSQL shares
+  one cache between every agent of a schema, so ``cache_prune`` bounds that shared cache.
 * Everything in a store can be thrown away and rebuilt from the Markdown files: a store that
   finds itself damaged says so (:meth:`Store.check`, :meth:`Store.is_damage`) and
   :meth:`Store.recover` sets the damaged data aside and starts empty.
@@ -34,7 +38,7 @@ The contract every backend keeps:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -210,13 +214,26 @@ class Store(Protocol):
         """Backend facts for ``status``: backend name, versions, keyword and vector paths."""
         ...
 
-    # -- rebuild ------------------------------------------------------------------------------
+    # -- rebuild and maintenance ----------------------------------------------------------------
     def rebuild(self) -> AbstractContextManager[Store]:
         """A shadow store seeded with the live embedding cache, swapped in on a clean exit."""
         ...
 
     def cleanup_leftovers(self) -> None:
         """Remove what a crashed rebuild left behind, keeping any embeddings it paid for."""
+        ...
+
+    def optimize(self) -> None:
+        """Maintenance after a sync, under the writer lock (PostgreSQL: build the HNSW index once large)."""
+        ...
+
+    # -- export (``memdir migrate`` copies an index between backends) ---------------------------
+    def export_files(self) -> Iterator[tuple[str, str, str, int, int, list[ChunkRow]]]:
+        """Every indexed file as ``(path, source, hash, mtime_ns, size, chunks with their vectors)``."""
+        ...
+
+    def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
+        """Every cache entry as ``(provider, model, provider_key, hash, vector)``, least recently used first."""
         ...
 
     # -- health -------------------------------------------------------------------------------
@@ -228,6 +245,11 @@ class Store(Protocol):
     def check(self, *, thorough: bool = False, max_bytes: int | None = None) -> str | None:
         """What is wrong with the index (damaged, tables missing, bad meta), or ``None``;
         ``thorough`` reads all of it (skipped when it is bigger than ``max_bytes``)."""
+        ...
+
+    def change_token(self) -> Any:
+        """A value that changes whenever the index's contents may have (``None`` if unknown), so a
+        thorough :meth:`check` that found it sound need not run again until it does."""
         ...
 
     def is_damage(self, exc: BaseException) -> bool:

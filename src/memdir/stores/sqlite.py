@@ -657,7 +657,12 @@ class SqliteStore(SqliteLifecycle):
             yield fresh
             fresh.close()
             self.swap_from(temp_path)
-        except Exception as exc:
+        except BaseException as exc:
+            if fresh is not None:
+                fresh.close()
+                self.cleanup_leftovers()  # keeps the embeddings this failed build already paid for
+            if not isinstance(exc, Exception):
+                raise
             cause = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ is not None else exc
             if not isinstance(cause, db.binding().Error) or health.is_damage_error(cause):
                 raise
@@ -694,6 +699,43 @@ class SqliteStore(SqliteLifecycle):
             except FileNotFoundError:
                 pass
         remove_sidecar_leftovers(sidecar_path(self.path))
+
+    def optimize(self) -> None:
+        """Nothing to do: SQLite's indexes are maintained as rows are written."""
+
+    def export_files(self) -> Iterator[tuple[str, str, str, int, int, list[ChunkRow]]]:
+        with self.lock:
+            files = self.conn.execute(
+                "SELECT path, source, hash, mtime, size FROM files ORDER BY source, path").fetchall()
+        # a chunk of several windows stores them concatenated: its window count is its length over the
+        # index's width (from the identity, else the shortest stored vector, which is one window)
+        dims = int((self.read_meta() or {}).get("vectorDims") or 0)
+        if not dims:
+            with self.lock:
+                (shortest,) = self.conn.execute(
+                    "SELECT MIN(length(embedding)) FROM chunks WHERE length(embedding) > 0").fetchone()
+            dims = int(shortest or 0) // 4
+        for path, source, fhash, mtime, size in files:
+            with self.lock:
+                rows = self.conn.execute(
+                    "SELECT id, path, source, start_line, end_line, hash, model, text, embedding, ts, date_start, "
+                    "date_end FROM chunks WHERE path = ? AND source = ? ORDER BY start_line, id",
+                    (path, source)).fetchall()
+            chunks = [ChunkRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7],
+                               from_blob(r[8]).tolist() if r[8] else None, r[9], r[10], r[11],
+                               max(1, len(r[8]) // (4 * dims)) if r[8] and dims else 1) for r in rows]
+            yield path, source, fhash, int(mtime), int(size), chunks
+
+    def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
+        with self.lock:
+            # an empty entry is a reference to a chunk holding the vector: export the vector itself
+            rows = self.conn.execute(
+                "SELECT e.provider, e.model, e.provider_key, e.hash, CASE WHEN length(e.embedding) > 0 "
+                f"THEN e.embedding ELSE ({_HELD.format(db='')}) END FROM embedding_cache e "
+                "ORDER BY e.updated_at, e.rowid").fetchall()
+        for p, m, k, h, blob in rows:
+            if blob:
+                yield p, m, k, h, from_blob(blob).tolist()
 
     def swap_from(self, fresh_path: Path) -> None:
         """Replace this index's contents with another index file's, in one transaction.

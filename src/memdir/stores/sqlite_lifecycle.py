@@ -135,6 +135,19 @@ class SqliteLifecycle:
                     problem = health.quick_check(self.conn)
         return problem
 
+    def change_token(self) -> Any:
+        """Size and mtime of the file and its write-ahead log (``None`` when the file is gone)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        try:
+            wal = os.stat(f"{self.path}-wal")
+            log = (wal.st_size, wal.st_mtime_ns)
+        except OSError:
+            log = None
+        return (st.st_size, st.st_mtime_ns, log)
+
     def _mark(self, exc: BaseException) -> None:
         if self.damage is None and health.is_damage_error(exc):
             self.damage = health.first_line(exc)

@@ -1,0 +1,66 @@
+"""Copy one agent's index between backends (``memdir migrate --to postgres|sqlite``).
+
+Everything derived from the files moves as it is — file stats, chunks, vectors, the embedding
+cache and the index identity (meta) — so the next sync on the new backend finds nothing to
+re-chunk and nothing to re-embed.  The copy goes through the Store protocol only: it is written
+into the target's shadow index (:meth:`Store.rebuild`) and published in one step, so a failed
+copy leaves the target as it was, and the source is never modified.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from memdir.stores.base import Store
+
+#: Files per write transaction, and cache entries per insert.
+FILES_PER_TX = 200
+CACHE_BATCH = 1000
+
+
+def copy_index(source: Store, target: Store) -> dict[str, Any]:
+    """Replace ``target``'s contents with ``source``'s; returns what was copied."""
+    started = time.monotonic()
+    meta = source.read_meta()
+    if meta is None:
+        raise ValueError(f"nothing to migrate: {source.location} holds no index yet (run memdir index first)")
+    counts = {"files": 0, "chunks": 0, "vectors": 0, "cacheEntries": 0}
+    with target.rebuild() as fresh:
+        batch: dict[tuple[str, str, str], dict[str, Any]] = {}
+
+        def flush_cache() -> None:
+            with fresh.transaction():
+                for (provider, model, key), items in batch.items():
+                    fresh.cache_put(provider, model, key, items)
+            batch.clear()
+
+        pending = 0
+        for provider, model, key, h, vector in source.export_cache():  # least recently used first
+            batch.setdefault((provider, model, key), {})[h] = vector
+            counts["cacheEntries"] += 1
+            pending += 1
+            if pending >= CACHE_BATCH:
+                flush_cache()
+                pending = 0
+        if batch:
+            flush_cache()
+        files = source.export_files()
+        while True:
+            with fresh.transaction():
+                n = 0
+                for path, src, fhash, mtime, size, chunks in files:
+                    fresh.replace_file(path, src, fhash, mtime, size, chunks)
+                    counts["files"] += 1
+                    counts["chunks"] += len(chunks)
+                    counts["vectors"] += sum(1 for c in chunks if c.embedding is not None and len(c.embedding))
+                    n += 1
+                    if n >= FILES_PER_TX:
+                        break
+            if n < FILES_PER_TX:
+                break
+        with fresh.transaction():
+            fresh.write_meta(meta)
+    target.optimize()
+    return {"from": source.location, "to": target.location, **counts,
+            "seconds": round(time.monotonic() - started, 3)}

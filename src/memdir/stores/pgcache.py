@@ -1,0 +1,106 @@
+"""The embedding cache and the export of a PostgreSQL index (mixed into
+:class:`memdir.stores.postgres.PostgresStore`).
+
+The cache is one table for every agent of a schema, keyed by (provider, model, provider key,
+chunk hash): two agents never embed the same text twice, a rebuild or a recovery needs no copy
+of it, and ``cache_prune`` bounds the shared table (least recently used first).  The export
+feeds ``memdir migrate``: every file with its chunks and vectors, and the cache in LRU order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from memdir.stores.base import ChunkRow
+from memdir.stores.pgsearch import floats, vec
+
+
+class PgCache:
+    """Shared embedding cache and export."""
+
+    if TYPE_CHECKING:  # provided by PostgresStore
+        def _conn(self) -> AbstractContextManager[Any]: ...
+        def _write(self) -> AbstractContextManager[Any]: ...
+        def _scope(self) -> tuple[str, dict[str, Any]]: ...
+        def _index_id(self, conn: Any = None, *, create: bool = True) -> int | None: ...
+
+    # -- embedding cache (shared by every agent in the schema) -------------------------------
+    def cache_get(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, list[float]]:
+        wanted = sorted(set(hashes))
+        if not wanted:
+            return {}
+        with self._conn() as c:
+            rows = c.execute("SELECT hash, embedding FROM embedding_cache WHERE provider = %s AND model = %s "
+                             "AND provider_key = %s AND hash = ANY(%s)", (provider, model, provider_key, wanted))
+            found = {h: floats(v) for h, v in rows if v is not None}
+        return {h: v for h, v in found.items() if v}
+
+    def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
+        now = int(time.time() * 1000)
+        # Sorted by key: concurrent writers of overlapping hashes lock rows in one order (no deadlock).
+        rows = [(provider, model, provider_key, h, len(v), vec(v), now) for h, v in sorted(items.items()) if len(v)]
+        if not rows:
+            return
+        with self._write() as c, c.cursor() as cur:
+            cur.executemany("INSERT INTO embedding_cache(provider, model, provider_key, hash, dims, embedding, "
+                            "updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (provider, model, provider_key, "
+                            "hash) DO UPDATE SET embedding = EXCLUDED.embedding, dims = EXCLUDED.dims, "
+                            "updated_at = EXCLUDED.updated_at", rows)
+
+    def cache_touch(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> None:
+        wanted = sorted(set(hashes))
+        if wanted:
+            with self._write() as c:
+                c.execute("UPDATE embedding_cache SET updated_at = %s WHERE provider = %s AND model = %s "
+                          "AND provider_key = %s AND hash = ANY(%s)",
+                          (int(time.time() * 1000), provider, model, provider_key, wanted))
+
+    def cache_prune(self, max_entries: int | None) -> int:
+        """Least recently used first, across the whole shared cache (``max_entries`` bounds it all)."""
+        if not max_entries:
+            return 0
+        with self._write() as c:
+            row = c.execute("WITH old AS (SELECT provider, model, provider_key, hash FROM embedding_cache "
+                            "ORDER BY updated_at DESC, hash DESC OFFSET %s), d AS (DELETE FROM embedding_cache e "
+                            "USING old WHERE (e.provider, e.model, e.provider_key, e.hash) = "
+                            "(old.provider, old.model, old.provider_key, old.hash) RETURNING 1) "
+                            "SELECT count(*) FROM d", (int(max_entries),)).fetchone()
+        return int(row[0])
+
+    def cache_count(self) -> int:
+        with self._conn() as c:
+            return int(c.execute("SELECT count(*) FROM embedding_cache").fetchone()[0])
+
+    # -- export (migrate between backends) ---------------------------------------------------
+    def export_files(self) -> Iterator[tuple[str, str, str, int, int, list[ChunkRow]]]:
+        """Every file row with its chunks and vectors, for copying an index to another store."""
+        scope, args = self._scope()
+        with self._conn() as c:
+            files = c.execute(f"SELECT path, source, hash, mtime, size FROM files WHERE index_id = {scope} "
+                              "ORDER BY source, path", args).fetchall()
+            ix = self._index_id(c, create=False)
+        for path, source, fhash, mtime, size in files:
+            with self._conn() as c:
+                rows = c.execute(
+                    "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, c.ts, "
+                    "c.date_start, c.date_end, array(SELECT v.embedding FROM vectors v WHERE v.index_id = c.index_id "
+                    "AND v.chunk_id = c.id ORDER BY v.seq) FROM chunks c WHERE c.index_id = %s AND c.path = %s "
+                    "AND c.source = %s ORDER BY c.start_line, c.id", (ix, path, source)).fetchall()
+            chunks = []
+            for r in rows:
+                windows = [floats(v) for v in r[11] or []]
+                chunks.append(ChunkRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7],
+                                       [x for w in windows for x in w] or None, r[8], r[9], r[10],
+                                       max(1, len(windows))))
+            yield path, source, fhash, int(mtime), int(size), chunks
+
+    def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
+        """Cache entries, least recently used first (so a copy keeps the LRU order)."""
+        with self._conn() as c:
+            rows = c.execute("SELECT provider, model, provider_key, hash, embedding FROM embedding_cache "
+                             "ORDER BY updated_at, hash").fetchall()
+        for p, m, k, h, v in rows:
+            yield p, m, k, h, floats(v)
