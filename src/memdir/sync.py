@@ -32,7 +32,7 @@ from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, Chun
 from memdir.workspace import FileEntry, Skipped, discover, display_path, read_regular, valid_name
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
-CHUNKER_VERSION = 6
+CHUNKER_VERSION = 7
 FTS_ONLY_MODEL = "fts-only"
 
 Progress = Callable[[int, int, str], None]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any
 
 # Ranges weighed as 4 "characters" by the chunker (R§3 [v4.12]).
 _CJK_WEIGHT = re.compile("[\u2e80-\u9fff\ua000-\ua4ff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f]")
@@ -70,26 +69,16 @@ def word_runs(text: str) -> list[str]:
     return [m.group(0) for m in _WORD.finditer(text)]
 
 
-_stemmer: Any = None
-
-
-def _english_stemmer() -> Any:
-    global _stemmer
-    if _stemmer is None:
-        import Stemmer  # PyStemmer: the Snowball stemmers in C; imported when first needed
-
-        _stemmer = Stemmer.Stemmer("english")
-    return _stemmer
-
-
 def stem(word: str) -> str | None:
-    """The Snowball (English) stem of one lower-case Latin word, or ``None`` for anything else.
+    """The Snowball English stem of one lower-case Latin word, or ``None`` for anything else.
 
     IDs, numbers, mixed letter-digit tokens and CJK are never stemmed: they only match exactly.
     """
-    if not word.isascii() or not word.isalpha() or len(word) < 3:
+    from memdir.stemming import is_latin_word, stemmer
+
+    if not word.isascii() or not is_latin_word(word):
         return None
-    return str(_english_stemmer().stemWord(word))
+    return str(stemmer("english").stemWord(word))
 
 
 def stem_text(text: str) -> str:
@@ -97,9 +86,9 @@ def stem_text(text: str) -> str:
 
     Matching a query word's stem against this column forgives word forms (painted/painting,
     checkups/checkup, frustrating/frustration) while the exact column keeps exact words
-    ranking higher (they match in both columns).
+    ranking higher (they match in both columns).  Each text is stemmed in its own language
+    (:mod:`memdir.stemming`).
     """
-    words = [w for w in word_runs(text.lower()) if len(w) >= 3 and w.isascii() and w.isalpha()]
-    if not words:
-        return ""
-    return " ".join(_english_stemmer().stemWords(words))
+    from memdir.stemming import text_stems
+
+    return text_stems(text)
