@@ -15,6 +15,7 @@ import pytest
 
 from memdir.agent import Agent, AgentOptions, ChatClient, MemoryBackend, MemoryIndexBackend, chat_main
 from memdir.api import Memory
+from memdir.config import load_config
 from memdir.sessions.flush import FlushSettings
 from memdir.sessions.store import SessionStore, read_records
 from memdir.testing.chat_server import FactKeeperModel, ScriptedChatServer, ScriptQueue
@@ -325,7 +326,8 @@ def test_chat_main_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
     assert "Okay, noted." in out and "Started a new session. Saved the last 2 messages" in out
     captures = list((ws / "memory").glob("*-project-notes.md"))
     assert len(captures) == 1 and "bike lock code is 4711" in captures[0].read_text()
-    sessions = json.loads((tmp_path / "state" / "agents" / "main" / "sessions" / "sessions.json").read_text())
+    state_key = load_config(workspace=ws, state_dir=tmp_path / "state").settings.state_key
+    sessions = json.loads((tmp_path / "state" / "agents" / state_key / "sessions" / "sessions.json").read_text())
     assert "agent:main:main" in sessions
 
 
@@ -353,4 +355,5 @@ def test_memdir_chat_subcommand_as_a_subprocess(tmp_path: Path) -> None:
         )
     assert proc.returncode == 0, proc.stderr
     assert "Okay, noted." in proc.stdout
-    assert (tmp_path / "state" / "agents" / "main" / "sessions" / "sessions.json").is_file()
+    state_key = load_config(workspace=ws, state_dir=tmp_path / "state").settings.state_key
+    assert (tmp_path / "state" / "agents" / state_key / "sessions" / "sessions.json").is_file()

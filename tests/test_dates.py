@@ -9,6 +9,7 @@ import json
 import pytest
 
 from memdir.api import Memory
+from memdir.config import load_config
 from memdir.dates import file_date, line_dates, query_periods
 
 TODAY = dt.date(2026, 11, 23)  # a Monday
@@ -125,7 +126,7 @@ def test_relative_dates_use_the_users_timezone(make_workspace, keyword_config) -
 def test_transcript_chunks_are_dated_by_their_messages(make_workspace, keyword_config, state_dir) -> None:
     """Session transcripts carry message times; their chunks know the day in the user's timezone."""
     ws = make_workspace({"MEMORY.md": "# Memory\n"})
-    sessions = state_dir / "agents" / "main" / "sessions"
+    sessions = load_config(workspace=ws, state_dir=state_dir).settings.sessions_dir
     sessions.mkdir(parents=True)
     ts = int(dt.datetime(2025, 6, 1, 12, 0, tzinfo=dt.UTC).timestamp() * 1000)
     rec = {"type": "message", "timestamp": ts, "message": {"role": "user", "content": "Book the ferry to Hvar"}}

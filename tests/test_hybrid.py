@@ -200,5 +200,9 @@ def test_status_deep_names_the_vector_path(ws: Path, model):
     with Memory(ws, provider=CountingProvider(model)) as mem:
         mem.sync()
         st = mem.status(deep=True)
-        assert st["vector"]["path"] == "sqlite-vec" and "KNN" in st["vector"]["why"]
+        assert st["vector"]["path"] == "matrix" and "matrix" in st["vector"]["why"]
+        mem.search("anything")  # the first vector search loads the matrix: status says it is warm
+        warm = mem.status()["vector"]["warm"]
+        assert warm["rows"] == st["vector"]["vectors"] > 0 and warm["dims"] == 384 and warm["loads"] == 1
+        assert "phraseCounts" in mem.status()["fts"]["warm"]
         assert st["embeddingProbe"]["ok"] and st["embeddingProbe"]["dims"] == 384

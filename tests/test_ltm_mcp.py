@@ -58,4 +58,7 @@ def test_ltm_tools_are_served_when_enabled(make_workspace, tmp_path: Path, state
             assert json.loads(found.content[0].text) == found.structuredContent
 
     asyncio.run(asyncio.wait_for(run(), 120))
-    assert (state_dir / "ltm" / "main" / "memories.lance").is_dir()
+    from memdir.config import workspace_index_name
+
+    # no agent id: the store is this workspace's own, keyed like its index
+    assert (state_dir / "ltm" / workspace_index_name(ws) / "memories.lance").is_dir()

@@ -196,7 +196,7 @@ def test_db_path_token_env_and_default(tmp_path: Path, monkeypatch: pytest.Monke
         ltm.store("I like trains")
         assert (ltm.db_path / "memories.lance").is_dir()
     with make(tmp_path) as ltm:
-        assert ltm.db_path == tmp_path / "state" / "ltm" / "main"
+        assert ltm.db_path == tmp_path / "state" / "ltm" / "main"  # agent id main, chosen
     monkeypatch.delenv("LTM_ROOT")
     with pytest.raises(ConfigError, match=r"longTermMemory\.dbPath: environment variable LTM_ROOT is not set"):
         make(tmp_path, ltm={"dbPath": "${LTM_ROOT}/x"})

@@ -54,7 +54,7 @@ def test_deleting_a_file_removes_every_window_vector(tmp_path: Path) -> None:
     store = _store(tmp_path)
     with store.transaction():
         store.delete_file("memory/2025-01-01.md", "memory")
-    assert store.conn.execute("SELECT COUNT(*) FROM chunks_vec WHERE id LIKE 'a%'").fetchone()[0] == 0
+    assert store.conn.execute("SELECT COUNT(*) FROM chunks WHERE id LIKE 'a%'").fetchone()[0] == 0
     assert {h.id for h in store.vector_search([0.0, 1.0, 0.0, 0.0], 5)} == {"b", "c"}
 
 

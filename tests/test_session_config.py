@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from memdir.agent import AgentOptions
-from memdir.config import ConfigError, load_config
+from memdir.config import ConfigError, load_config, workspace_index_name
 from memdir.sessions.store import SessionStore, message_record
 from memdir.sessions.transcript import SessionDeltaTracker
 
@@ -44,7 +44,9 @@ def test_defaults(tmp_path: Path) -> None:
     assert s.context_tokens == 200_000
     assert (s.hooks.session_memory.enabled, s.hooks.session_memory.messages, s.hooks.session_memory.llm_slug) == (
         True, 15, True)
-    assert s.sessions_dir == (tmp_path / "state").resolve() / "agents" / "main" / "sessions"
+    # no agent id: transcripts are this workspace's own, keyed like its index
+    assert s.sessions_dir == (tmp_path / "state").resolve() / "agents" / s.state_key / "sessions"
+    assert s.state_key == workspace_index_name(tmp_path) and s.state_key_kind == "workspace"
 
 
 def test_non_positive_message_count_means_default(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from memdir.api import Memory
+from memdir.config import load_config
 
 
 def _msg(role: str, text: str, ts: int) -> str:
@@ -17,7 +18,7 @@ def _msg(role: str, text: str, ts: int) -> str:
 @pytest.fixture
 def setup(make_workspace, state_dir: Path):
     ws = make_workspace({"memory/2026-01-12.md": "# notes\n- unrelated daily note about lunch\n"})
-    sessions = state_dir / "agents" / "main" / "sessions"
+    sessions = load_config(workspace=ws, state_dir=state_dir).settings.sessions_dir
     sessions.mkdir(parents=True)
     t = sessions / "s1.jsonl"
     t.write_text(

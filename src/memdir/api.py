@@ -23,18 +23,21 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from memdir.config import LoadedConfig, Settings, load_config
 from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
 from memdir.errors import IndexOwnershipError, MemdirError, ownership_message
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
+from memdir.settings_cache import SnapshotConfig
 from memdir.stores import Store, open_store
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE
-from memdir.sync import Indexer, Progress, SyncReport
 from memdir.upkeep import STATUS_CHECK_MAX_BYTES, IndexUpkeep
 from memdir.workspace import PathError, discover, read_lines, resolve_readable
+
+if TYPE_CHECKING:  # imported where used: pydantic and the indexer are not needed to answer a search
+    from memdir.config import LoadedConfig, Settings
+    from memdir.sync import Indexer, Progress, SyncReport
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,13 @@ class Memory(IndexUpkeep):
         provider: Any = None,
         notice: Callable[[str], None] | None = None,
     ):
+        if isinstance(config, SnapshotConfig):  # the CLI's remembered settings (memdir.settings_cache)
+            self.loaded: Any = config
+            self.settings: Any = config.settings
+            self._init_parts(provider, notice)
+            return
+        from memdir.config import LoadedConfig, Settings, load_config
+
         if isinstance(config, LoadedConfig):
             loaded = config
         elif isinstance(config, Settings):
@@ -78,6 +88,9 @@ class Memory(IndexUpkeep):
             loaded = load_config(config_path=config, workspace=workspace, agent_id=agent_id, state_dir=state_dir)
         self.loaded = loaded
         self.settings = loaded.settings
+        self._init_parts(provider, notice)
+
+    def _init_parts(self, provider: Any, notice: Callable[[str], None] | None) -> None:
         self._provider_override = provider
         self._selection: ProviderSelection | None = None
         self._store: Store | None = None
@@ -141,6 +154,8 @@ class Memory(IndexUpkeep):
     def indexer(self) -> Indexer:
         with self._init_lock:
             if self._indexer is None:
+                from memdir.sync import Indexer
+
                 sel = self.selection
                 transient = sel.provider is None and sel.requested not in ("none", "off", "fts-only")
                 self._indexer = Indexer(self.settings, self.store, sel.provider,
@@ -359,6 +374,9 @@ class Memory(IndexUpkeep):
             # what names the index: "workspace" (no agent id chosen), "agent" or "path" (store.path)
             "indexKey": self.settings.index_key,
             "indexExists": exists,
+            # what names transcripts and long-term memory: the chosen agent id, else the workspace
+            # ("legacy": agent main's state, which this workspace used before state was keyed)
+            **self._state_paths(),
             "sources": list(ms.sources),
             "extraPaths": [str(p) for p in self.settings.extra_paths],
             "files": sum(f for f, _ in counts.values()),
@@ -418,6 +436,19 @@ class Memory(IndexUpkeep):
 
                 out["sqlite"] = db.binding_name()
             out["embeddingProbe"] = self._probe_embeddings()
+        return out
+
+    def _state_paths(self) -> dict[str, Any]:
+        s = self.settings
+        out: dict[str, Any] = {"stateKey": s.state_key, "stateKeyKind": s.state_key_kind,
+                               "sessionsDir": str(s.sessions_dir)}
+        try:
+            from memdir.ltm.settings import db_path
+
+            out["longTermMemoryPath"] = str(db_path(s))
+        except Exception as exc:  # e.g. dbPath names an unset ${VAR}: long-term memory says so when used
+            out["longTermMemoryPath"] = None
+            log.debug("long-term memory path unknown: %s", exc)
         return out
 
     def _probe_embeddings(self) -> dict[str, Any]:

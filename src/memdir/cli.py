@@ -180,10 +180,24 @@ def _notice(message: str) -> None:
     print(f"memdir: {message}", file=sys.stderr, flush=True)
 
 
-def _memory(args: argparse.Namespace) -> Any:
+def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
+    """The agent's :class:`~memdir.api.Memory`; with ``snapshot`` its settings may come from the
+    last run with the same inputs (:mod:`memdir.settings_cache`), which skips pydantic."""
     from memdir.api import Memory
 
-    return Memory(config=_load_config(args), notice=_notice)
+    if not snapshot or os.environ.get("MEMDIR_NO_SETTINGS_CACHE"):
+        return Memory(config=_load_config(args), notice=_notice)
+    from memdir import settings_cache
+
+    flags = {name: getattr(args, name, None) for name in ("workspace", "state_dir")}
+    key, path = settings_cache.snapshot_key(config_path=getattr(args, "config", None),
+                                            agent_id=getattr(args, "agent", None), **flags)
+    remembered = settings_cache.load_snapshot(path, key)
+    if remembered is not None:
+        return Memory(config=remembered, notice=_notice)
+    loaded = _load_config(args)
+    settings_cache.save_snapshot(path, key, loaded)
+    return Memory(config=loaded, notice=_notice)
 
 
 def _progress_bar(enabled: bool) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
@@ -240,7 +254,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     query = args.query_opt if args.query_opt is not None else args.query
     if not query or not query.strip():
         raise UsageError("Missing search query. Provide a positional query or use --query <text>.")
-    with _memory(args) as mem:
+    with _memory(args, snapshot=True) as mem:
         resp = mem.search(query, max_results=args.max_results, min_score=args.min_score, explain=args.explain,
                           sync=False if args.no_sync else None, mode=args.mode)
         if args.json:
@@ -349,7 +363,15 @@ def cmd_status(args: argparse.Namespace) -> int:
               "Index for: " + {"workspace": "this workspace (no agent id chosen; --agent NAME for a named index)",
                                "agent": f"agent {st['agentId']}",
                                "path": "memorySearch.store.path"}.get(st.get("indexKey", ""), "?"),
-              f"Workspace: {st['workspace']}"]
+              f"Workspace: {st['workspace']}",
+              f"Agent state: {st['sessionsDir']} (transcripts)"
+              + (f", {st['longTermMemoryPath']} (long-term memory)" if st.get("longTermMemoryPath") else "")
+              + {"agent": f"; agent {st['agentId']}'s, as in OpenClaw (shared with any workspace run as --agent "
+                          f"{st['agentId']})",
+                 "workspace": "; this workspace's own",
+                 "legacy": "; agent main's from before memdir kept state per workspace (this workspace owned "
+                           "main's index, so it keeps them; other workspaces get their own)"}.get(
+                  st.get("stateKeyKind", ""), "")]
     if "fts" in st:
         lines.append("By source:")
         for sc in st["sourceCounts"]:
@@ -490,6 +512,13 @@ def _stdout_gone() -> int:
     return _EXIT_SIGPIPE
 
 
+def _flush_stdout() -> None:
+    """Flush what a command printed; a stdout already closed has nothing left to flush (the MCP
+    SDK closes it when a stdio session ends, which made every session exit 1)."""
+    if not sys.stdout.closed:
+        sys.stdout.flush()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions (see `memdir completion`)
@@ -508,7 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(args)
     try:
         code = COMMANDS[args.command](args)
-        sys.stdout.flush()  # inside the try: a reader that went away is handled like any other write
+        _flush_stdout()  # inside the try: a reader that went away is handled like any other write
         return code
     except BrokenPipeError:
         return _stdout_gone()

@@ -31,6 +31,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from memdir.settings_cache import candidate_count, resolve_store_path
+
 CONFIG_FILENAMES = ("memdir.toml", "memdir.json", "memdir.json5")
 DEFAULT_AGENT_ID = "main"
 DEFAULT_STATE_DIR = "~/.memdir"
@@ -263,11 +265,6 @@ class QueryConfig(_Model):
         return candidate_count(self.max_results, self.hybrid.candidate_multiplier)
 
 
-def candidate_count(max_results: int, multiplier: float) -> int:
-    """Size of each signal's candidate pool: ``min(200, max(1, floor(maxResults × mult)))``."""
-    return min(200, max(1, math.floor(max_results * multiplier)))
-
-
 class CacheConfig(_Model):
     enabled: bool = True
     max_entries: float | None = Field(None, ge=0)
@@ -407,7 +404,8 @@ class LtmMirrorConfig(_Model):
     """A Markdown copy of the active long-term memories kept in the workspace (opt-in)."""
 
     enabled: bool = False
-    #: Workspace-relative or absolute; ``{agentId}`` is replaced (for agents sharing a workspace).
+    #: Workspace-relative or absolute; ``{agentId}`` is replaced by ``Settings.state_key`` (for agents sharing a
+    #: workspace).
     path: str = "memory/long-term.md"
 
 
@@ -417,7 +415,8 @@ class LongTermMemoryConfig(_Model):
     #: Offer memory_recall/memory_store/memory_forget (MCP, agent loop) and run auto-recall/capture.
     enabled: bool = False
     embedding: LtmEmbeddingConfig = Field(default_factory=LtmEmbeddingConfig)
-    #: Default ``<stateDir>/ltm/<agentId>``; ``{agentId}`` is replaced, ``~`` and ``${ENV}`` expanded.
+    #: Default ``<stateDir>/ltm/<state key>`` (the agent id, else the workspace key); ``{agentId}`` is replaced
+    #: by that key, ``~`` and ``${ENV}`` expanded.
     db_path: str | None = None
     auto_capture: bool = False
     auto_recall: bool = True
@@ -472,6 +471,8 @@ class Settings(_Model):
     #: Whether the agent id was chosen (flag, ``MEMDIR_AGENT``, config file, argument) or is the
     #: default; without a chosen id the index is keyed by the workspace (see ``index_path``).
     _agent_explicit: bool = PrivateAttr(default=True)
+    #: ``(inputs, key)`` of the last :attr:`state_key` worked out without an agent id.
+    _state_key_cache: tuple[tuple[str, str, str | None], str] | None = PrivateAttr(default=None)
 
     @field_validator("agent_id")
     @classmethod
@@ -509,11 +510,37 @@ class Settings(_Model):
     def index_path(self) -> Path:
         if self.index_key == "workspace":
             return self.state_path / "memory" / f"{workspace_index_name(self.workspace_path)}.sqlite"
-        return resolve_store_path(self.memory_search.store.path, self.agent_id, self.state_path)
+        return resolve_store_path(self.memory_search.store.path, self.state_key, self.state_path)
+
+    @property
+    def state_key(self) -> str:
+        """The name of this agent's own state: ``agents/<key>/sessions``, ``ltm/<key>`` and
+        ``{agentId}`` in configured paths.  The chosen agent id (OpenClaw's per-agent state), else
+        the workspace's key, as for the index, so two workspaces never share transcripts or
+        memories; ``main`` for the workspace that used it before (see :mod:`memdir.state_key`)."""
+        if self._agent_explicit:
+            return self.agent_id
+        inputs = (str(self.state_path), str(self.workspace_path), self.memory_search.store.path)
+        if self._state_key_cache is None or self._state_key_cache[0] != inputs:
+            from memdir.state_key import LEGACY_AGENT_ID, uses_legacy_state
+
+            own = workspace_index_name(self.workspace_path)
+            legacy_index = resolve_store_path(self.memory_search.store.path, LEGACY_AGENT_ID, self.state_path)
+            legacy = uses_legacy_state(self.state_path, self.workspace_path, own, legacy_index)
+            self._state_key_cache = (inputs, LEGACY_AGENT_ID if legacy else own)
+        return self._state_key_cache[1]
+
+    @property
+    def state_key_kind(self) -> Literal["agent", "workspace", "legacy"]:
+        """Why :attr:`state_key` is what it is: a chosen agent id, the workspace, or agent ``main``'s
+        state from before memdir keyed state by workspace."""
+        if self._agent_explicit:
+            return "agent"
+        return "legacy" if self.state_key == DEFAULT_AGENT_ID else "workspace"  # a workspace key has a hash
 
     @property
     def sessions_dir(self) -> Path:
-        return self.state_path / "agents" / self.agent_id / "sessions"
+        return self.state_path / "agents" / self.state_key / "sessions"
 
     @property
     def extra_paths(self) -> list[Path]:
@@ -538,12 +565,6 @@ def workspace_index_name(workspace: Path) -> str:
     resolved = str(workspace.resolve())
     slug = re.sub(r"[^a-z0-9]+", "-", workspace.name.lower()).strip("-")[:40] or "workspace"
     return f"{slug}-{hashlib.sha256(resolved.encode('utf-8', 'surrogateescape')).hexdigest()[:10]}"
-
-
-def resolve_store_path(configured: str | None, agent_id: str, state_dir: Path) -> Path:
-    if not configured:
-        return state_dir / "memory" / f"{agent_id}.sqlite"
-    return Path(os.path.expanduser(configured.replace("{agentId}", agent_id))).resolve()
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -736,6 +757,8 @@ class LoadedConfig:
 
         walk(self.settings, "", "")
         rows.append(("indexPath", str(self.settings.index_path), "derived"))
+        rows.append(("stateKey", self.settings.state_key, "derived"))
+        rows.append(("sessionsDir", str(self.settings.sessions_dir), "derived"))
         return rows
 
 

@@ -62,9 +62,7 @@ def load_vec(conn: Any, extension_path: str | None = None) -> VecState:
             conn.load_extension(extension_path)
             path = extension_path
         else:
-            import sqlite_vec
-
-            path = sqlite_vec.loadable_path()
+            path = _vec_extension_path()
             conn.load_extension(path)
         conn.enable_load_extension(False)
         (version,) = conn.execute("select vec_version()").fetchone()
@@ -73,6 +71,17 @@ def load_vec(conn: Any, extension_path: str | None = None) -> VecState:
         return VecState(False, "sqlite-vec is not installed")
     except Exception as exc:  # the loader raises the binding's own error types
         return VecState(False, f"sqlite-vec failed to load: {exc}")
+
+
+def _vec_extension_path() -> str:
+    """sqlite-vec's bundled extension, found without importing the package (which imports NumPy
+    and the standard ``sqlite3`` module: neither belongs in a keyword search)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("sqlite-vec is not installed")
+    return os.path.join(next(iter(spec.submodule_search_locations)), "vec0")
 
 
 def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0) -> Any:

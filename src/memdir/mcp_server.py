@@ -269,8 +269,11 @@ def build_server(memory: Any, *, host: str = "127.0.0.1", port: int = DEFAULT_HT
                  call_timeout: float = DEFAULT_CALL_TIMEOUT) -> MemdirMCP:
     """A ready-to-run server over ``memory``; ``host`` must be loopback even for stdio."""
     bound = check_loopback_host(host)
+    # Plain JSON responses, not an SSE stream per call: memdir's tools answer once and never stream,
+    # and the event-stream framing was most of the per-call transport time.
     return MemdirMCP(memory, session_key=session_key, tools=tools, host=bound, port=int(port),
-                     transport_security=transport_security(bound), call_timeout=call_timeout)
+                     transport_security=transport_security(bound), call_timeout=call_timeout,
+                     json_response=True)
 
 
 def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,

@@ -31,8 +31,10 @@ class ProgressFile:
     def update(self, done: int, total: int) -> None:
         if not self._state:
             return
+        first = not self._state.get("done")
         self._state.update(done=int(done), total=int(total))
-        self._write(force=done >= total)
+        # the first batch and the last always show; in between at most every ``min_interval`` s
+        self._write(force=first or done >= total)
 
     def _write(self, *, force: bool = False) -> None:
         now = time.monotonic()

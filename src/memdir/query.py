@@ -7,15 +7,16 @@ removed), so ``NEAR``, ``*``, ``-``, ``OR`` or unbalanced parentheses are just w
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from memdir.stemming import query_languages, query_stems
 from memdir.stopwords import ALL as STOP_WORDS
 from memdir.stopwords import KO as KO_STOP
-from memdir.textutil import has_han_or_kana, has_hangul, split_words, word_runs
+from memdir.textutil import LazyPattern, has_han_or_kana, has_hangul, split_words, word_runs
 
-_KANA = re.compile("[\u3040-\u30ff]")
-_HAN = re.compile("[\u4e00-\u9fff]")
-_JA_RUNS = re.compile("[a-z0-9_]+|[\u30a0-\u30ffー]+|[\u4e00-\u9fff]+|[\u3040-\u309f]{2,}")
+_KANA: Any = LazyPattern("[\u3040-\u30ff]")
+_HAN: Any = LazyPattern("[\u4e00-\u9fff]")
+_JA_RUNS: Any = LazyPattern("[a-z0-9_]+|[\u30a0-\u30ffー]+|[\u4e00-\u9fff]+|[\u3040-\u309f]{2,}")
 _ASCII_WORD = re.compile(r"^[a-z0-9_]+$")
 _KO_PARTICLES = sorted(
     [
@@ -60,7 +61,9 @@ def extract_keywords(query: str) -> list[str]:
     """Content words of a question, stop words dropped, CJK split as R§9 (order kept, deduped)."""
     tokens: list[str] = []
     for segment in split_words(query.strip().lower()):
-        if _KANA.search(segment):
+        if segment.isascii():
+            tokens.append(segment)
+        elif _KANA.search(segment):
             for m in _JA_RUNS.finditer(segment):
                 run = m.group(0)
                 tokens.append(run)
@@ -161,6 +164,16 @@ def stemmed_terms(terms: list[str]) -> list[str]:
     return out
 
 
+def fts5_phrases(terms: list[str]) -> list[tuple[str, str]]:
+    """The ``(column, quoted phrase)`` pairs :func:`fts5_match` ORs together, in its order (the
+    order FTS5's bm25 numbers its phrases in; :mod:`memdir.stores.fts_scores` scores them alike)."""
+    quoted = list(dict.fromkeys(fts_term(t) for t in terms if t))
+    if not quoted:
+        return []
+    stems = stemmed_terms(terms) if STEMMING else []
+    return [("text", q) for q in quoted] + [("stems", f'"{s}"') for s in stems]
+
+
 def fts5_match(terms: list[str]) -> str | None:
     """An FTS5 MATCH expression for :func:`keyword_terms`: terms OR-ed, so BM25 rewards notes sharing more.
 
@@ -168,14 +181,15 @@ def fts5_match(terms: list[str]) -> str | None:
     column (:func:`memdir.textutil.stem_text`): a note with the exact word matches in both and
     ranks above one that only shares the stem.
     """
-    quoted = list(dict.fromkeys(fts_term(t) for t in terms if t))
-    if not quoted:
-        return None
-    expr = "text : (" + " OR ".join(quoted) + ")"
-    stems = stemmed_terms(terms) if STEMMING else []
-    if stems:
-        expr += " OR stems : (" + " OR ".join(f'"{s}"' for s in stems) + ")"
-    return expr
+    return match_phrases(fts5_phrases(terms))
+
+
+def match_phrases(phrases: list[tuple[str, str]]) -> str | None:
+    """The MATCH expression ORing ``(column, quoted phrase)`` pairs, grouped by column."""
+    parts = []
+    for column in dict.fromkeys(col for col, _ in phrases):
+        parts.append(f"{column} : (" + " OR ".join(q for col, q in phrases if col == column) + ")")
+    return " OR ".join(parts) or None
 
 
 def keyword_match_expression(query: str) -> str | None:

@@ -27,16 +27,19 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memdir import ranking
-from memdir.config import MemorySearchConfig, candidate_count
 from memdir.daily import resolve_timezone
 from memdir.dates import GRACE_DAYS, Period, query_periods
 from memdir.embeddings.base import EmbeddingProvider, is_zero
 from memdir.query import extract_keywords, keyword_terms
 from memdir.ranking import Candidate, Tuning, apply_decay, memory_timestamp, mmr_rerank, model_weights, rrf_scores
+from memdir.settings_cache import candidate_count
 from memdir.stores.base import Hit, Store
+
+if TYPE_CHECKING:
+    from memdir.config import MemorySearchConfig
 
 SNIPPET_MAX_CHARS = 700
 #: BM25 ``r/(1+r)`` of 0.6 is a rank of -1.5: several query words, or a rare one, matched.

@@ -50,6 +50,11 @@ _WEIGHT = {w: 1.0 / n for w, n in _WEIGHT.items()}
 MIN_CUES = 2.0
 
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+#: The words a text's stems are made of: whole word runs (``\w+``) of letters only, three or more;
+#: ASCII letters for English (as :func:`memdir.textutil.stem_counts` counts them), any Latin
+#: letters for the other languages.
+_ASCII_WORD = re.compile(r"(?<!\w)[a-z]{3,}(?!\w)")
+_LETTER_WORD = re.compile(r"(?<!\w)[^\W\d_]{3,}(?!\w)")
 
 
 def is_latin_word(word: str) -> bool:
@@ -84,10 +89,15 @@ def stem_words(words: list[str], language: str) -> list[str]:
 
 def text_stems(text: str) -> str:
     """The stems of a text's Latin words in the text's language, space-separated (the index column)."""
-    words = [w for w in _WORD.findall(text.lower()) if is_latin_word(w)]
+    low = text.lower()
+    language = detect_language(low)
+    if language == DEFAULT_LANGUAGE:
+        words = _ASCII_WORD.findall(low)
+    else:
+        words = [w for w in _LETTER_WORD.findall(low) if is_latin_word(w)]
     if not words:
         return ""
-    return " ".join(stem_words(words, detect_language(text)))
+    return " ".join(stem_words(words, language))
 
 
 def query_languages(words: list[str]) -> list[str]:

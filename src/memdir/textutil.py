@@ -4,18 +4,37 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
+
+
+class LazyPattern:
+    """A regex compiled on first use: the CJK classes below cost 10-80 ms each to compile (the
+    ``re`` module builds a bitmap for wide Unicode ranges), which ``memdir search`` would pay at
+    start-up for every ASCII query that never uses them."""
+
+    __slots__ = ("_compiled", "_source")
+
+    def __init__(self, source: str):
+        self._source = source
+        self._compiled: re.Pattern[str] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._compiled is None:
+            self._compiled = re.compile(self._source)
+        return getattr(self._compiled, name)
+
 
 # Ranges weighed as 4 "characters" by the chunker (R§3 [v4.12]).
-_CJK_WEIGHT = re.compile("[\u2e80-\u9fff\ua000-\ua4ff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f]")
+_CJK_WEIGHT: Any = LazyPattern("[\u2e80-\u9fff\ua000-\ua4ff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f]")
 # Characters the keyword index splits one by one (Han ideographs and Japanese kana), so that a
 # two-character word inside a run of Chinese text can still be found.
-_SPLIT_CHARS = re.compile("([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f])")
-_HANGUL = re.compile("[\uac00-\ud7af\u3131-\u3163]")
-_HAN_OR_KANA = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]")
+_SPLIT_CHARS: Any = LazyPattern("([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f])")
+_HANGUL: Any = LazyPattern("[\uac00-\ud7af\u3131-\u3163]")
+_HAN_OR_KANA: Any = LazyPattern("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]")
 
 
 def is_cjk(ch: str) -> bool:
-    return bool(_CJK_WEIGHT.match(ch))
+    return not ch.isascii() and bool(_CJK_WEIGHT.match(ch))
 
 
 def weighted_len(text: str) -> int:
@@ -26,11 +45,11 @@ def weighted_len(text: str) -> int:
 
 
 def has_hangul(text: str) -> bool:
-    return bool(_HANGUL.search(text))
+    return not text.isascii() and bool(_HANGUL.search(text))
 
 
 def has_han_or_kana(text: str) -> bool:
-    return bool(_HAN_OR_KANA.search(text))
+    return not text.isascii() and bool(_HAN_OR_KANA.search(text))
 
 
 def fts_text(text: str) -> str:
@@ -40,7 +59,7 @@ def fts_text(text: str) -> str:
     note saying 之前讨论的那个方案 (R§18.4).  With one token per character, a CJK word becomes a
     phrase query ("讨 论") that matches it anywhere, and BM25 still ranks it.
     """
-    if text.isascii() or not _HAN_OR_KANA.search(text):
+    if text.isascii() or max(text) < "\u3040" or not _HAN_OR_KANA.search(text):  # max(): no CJK at all
         return text
     return _SPLIT_CHARS.sub(r" \1 ", text)
 
@@ -66,19 +85,71 @@ _WORD = re.compile(r"[^\W]+", re.UNICODE)
 
 def word_runs(text: str) -> list[str]:
     """Maximal runs of letters, digits or ``_`` (``[\\p{L}\\p{N}_]+``), as FTS query tokens."""
-    return [m.group(0) for m in _WORD.finditer(text)]
+    return _WORD.findall(text)
+
+
+_stemmer: Any = None
+
+
+def _english_stemmer() -> Any:
+    global _stemmer
+    if _stemmer is None:
+        import Stemmer  # PyStemmer: the Snowball stemmers in C; imported when first needed
+
+        _stemmer = Stemmer.Stemmer("english")
+    return _stemmer
+
+
+_stems: dict[str, str] = {}
+
+
+def stem_word(word: str) -> str:
+    """Snowball (English) stem of one lower-case ASCII word, remembered (a vocabulary is small)."""
+    s = _stems.get(word)
+    if s is None:
+        if len(_stems) > 200_000:
+            _stems.clear()
+        s = _stems[word] = str(_english_stemmer().stemWord(word))
+    return s
 
 
 def stem(word: str) -> str | None:
-    """The Snowball English stem of one lower-case Latin word, or ``None`` for anything else.
+    """The Snowball (English) stem of one lower-case Latin word, or ``None`` for anything else.
 
     IDs, numbers, mixed letter-digit tokens and CJK are never stemmed: they only match exactly.
     """
-    from memdir.stemming import is_latin_word, stemmer
-
-    if not word.isascii() or not is_latin_word(word):
+    if not word.isascii() or not word.isalpha() or len(word) < 3:
         return None
-    return str(stemmer("english").stemWord(word))
+    return str(_english_stemmer().stemWord(word))
+
+
+#: A whole word run (``[^\W]+``) made of three or more ASCII letters: the words :func:`stem_text`
+#: stems, found in one pass (filtering every word run in Python cost ~400 µs per chunk).
+_LATIN_WORD = re.compile(r"(?<!\w)[a-z]{3,}(?!\w)")
+
+
+def stem_counts(text: str, wanted: set[str]) -> dict[str, int]:
+    """How many of a text's words :func:`stem_text` turns into each stem in ``wanted``.
+
+    Snowball never changes a word's first letter, so only words starting like a wanted stem are
+    stemmed (scoring a few candidates must not cost a full :func:`stem_text` each)."""
+    from memdir.stemming import DEFAULT_LANGUAGE, detect_language, text_stems
+
+    if detect_language(text) != DEFAULT_LANGUAGE:  # stemmed by its own language's rules
+        counts: dict[str, int] = {}
+        for s in text_stems(text).split():
+            if s in wanted:
+                counts[s] = counts.get(s, 0) + 1
+        return counts
+    firsts = {s[0] for s in wanted if s}
+    counts = {}
+    stemmer = _english_stemmer()
+    for word in _LATIN_WORD.findall(text.lower()):
+        if word[0] in firsts:
+            s = stemmer.stemWord(word)
+            if s in wanted:
+                counts[s] = counts.get(s, 0) + 1
+    return counts
 
 
 def stem_text(text: str) -> str:

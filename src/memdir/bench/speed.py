@@ -322,6 +322,9 @@ def _package_root() -> str:
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a measured subprocess: this very memdir first on the path."""
     env = dict(os.environ)
+    # Time what an installed memdir does: with byte-code caches (pip writes them at install).  A
+    # PYTHONDONTWRITEBYTECODE=1 in the caller's shell made every cold start recompile memdir.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = _package_root() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(extra or {})
     return env

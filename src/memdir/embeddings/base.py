@@ -12,8 +12,6 @@ import math
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-import numpy as np
-
 #: Hard cap on one embedding input, in UTF-8 bytes (R§5.2).
 HARD_INPUT_LIMIT_BYTES = 8000
 #: A non-batch embed call carries at most this many UTF-8 bytes of text (R§5.3).
@@ -73,6 +71,8 @@ FTS_ONLY_PROVIDER_KEY = simple_provider_key("none", "fts-only")
 
 def normalize(vector: Sequence[float]) -> list[float]:
     """Sanitise non-finite values to 0 and L2-normalise; near-zero vectors stay as they are (R§5.1)."""
+    import numpy as np  # here, not at module top: the keyword-only CLI path never needs NumPy
+
     arr = np.asarray(vector, dtype=np.float64)
     arr = np.where(np.isfinite(arr), arr, 0.0)
     norm = float(np.linalg.norm(arr))

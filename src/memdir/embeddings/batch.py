@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from memdir.embeddings.errors import BatchTimeoutError, BatchUnavailableError
+from memdir.embeddings.errors import BatchTimeoutError, BatchUnavailableError, RemoteEmbeddingError
 
 #: ``progress(label, done, total)``: called while a job runs (and between direct groups).
 ProgressCallback = Callable[[str, int, int], None]
 
 #: Consecutive failures after which batch mode is disabled (R§5.3).
 BATCH_FAILURE_LIMIT = 2
+#: Statuses saying the server has no such batch endpoint (a gateway, a self-hosted server).
+MISSING_ENDPOINT_STATUSES = (404, 405, 501)
 #: OpenAI accepts at most this many requests in one batch job.
 OPENAI_BATCH_MAX_REQUESTS = 50_000
 
@@ -125,6 +128,28 @@ def check_custom_ids(ids: Sequence[str], count: int) -> list[str]:
     if len(set(ids)) != len(ids):
         raise ValueError("custom ids must be unique within one embed_batch call")
     return ids
+
+
+@contextmanager
+def batch_endpoint_required(provider: str, what: str) -> Iterator[None]:
+    """A missing batch endpoint raises :class:`BatchUnavailableError` (``what: <error>``), which
+    switches batch mode off at once instead of counting towards the failure limit (R§5.3)."""
+    try:
+        yield
+    except RemoteEmbeddingError as exc:
+        if exc.status in MISSING_ENDPOINT_STATUSES:
+            raise BatchUnavailableError(f"{what}: {exc}", provider=provider, status=exc.status) from exc
+        raise
+
+
+def in_request_order(by_id: Mapping[str, T], ids: Sequence[str], label: str, provider: str) -> list[T]:
+    """A job's results in the order of ``ids``; output lacking any of them fails the job."""
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise RemoteEmbeddingError(
+            f"{label} failed: output lacks {len(missing)} of {len(ids)} embeddings", provider=provider
+        )
+    return [by_id[i] for i in ids]
 
 
 @dataclass(frozen=True)

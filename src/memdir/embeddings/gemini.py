@@ -12,21 +12,23 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from memdir.embeddings.base import provider_key
-from memdir.embeddings.batch import JobStatus, ProgressCallback, poll_job, to_int
-from memdir.embeddings.errors import BatchUnavailableError, RemoteEmbeddingError
+from memdir.embeddings.batch import (
+    JobStatus,
+    ProgressCallback,
+    batch_endpoint_required,
+    in_request_order,
+    poll_job,
+    to_int,
+)
+from memdir.embeddings.errors import RemoteEmbeddingError
 from memdir.embeddings.remote import (
     RemoteEmbeddingProvider,
-    Timing,
     clean_base_url,
     parse_json,
     shape_error,
 )
-
-if TYPE_CHECKING:
-    from memdir.config import MemorySearchConfig
 
 GEMINI_DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 #: Inline requests per async batch job (the API caps the request at 20 MB; 8000-byte inputs fit).
@@ -43,22 +45,13 @@ class GeminiProvider(RemoteEmbeddingProvider):
     api_key_env: ClassVar[tuple[str, ...]] = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
     max_batch_items: ClassVar[int] = 100
     supports_batch_api: ClassVar[bool] = True
+    key_includes_endpoint: ClassVar[bool] = True
 
     @classmethod
     def resolve_base_url(cls, configured: str | None, env: Mapping[str, str]) -> str:
         """A base URL copied from the OpenAI-compatible docs (``…/v1beta/openai/``) loses that suffix."""
         url = super().resolve_base_url(configured, env)
         return clean_base_url(_OPENAI_SUFFIX.sub("", url) or url, cls.id)
-
-    def compute_provider_key(self) -> str:
-        return provider_key(
-            {
-                "provider": "gemini",
-                "baseUrl": self.base_url,
-                "model": self.model,
-                "headers": self.fingerprint_headers(),
-            }
-        )
 
     def auth_headers(self) -> dict[str, str]:
         return {"x-goog-api-key": self._api_key} if self._api_key else {}
@@ -102,19 +95,6 @@ class GeminiProvider(RemoteEmbeddingProvider):
             out.extend(self._one_job(texts[start:stop], ids[start:stop], progress))
         return out
 
-    def _call(self, method: str, url: str, body: Any = None, **kwargs: Any) -> Any:
-        response = self._http.request(
-            method,
-            url,
-            headers=self.request_headers(json_body=body is not None),
-            json_body=body,
-            timeout=self.settings.batch_timeout,
-            what="batch",
-            timeout_label="request",
-            **kwargs,
-        )
-        return response
-
     def _one_job(self, texts: list[str], ids: list[str], progress: ProgressCallback | None) -> list[Any]:
         display = "memdir-" + hashlib.sha256("".join(ids).encode()).hexdigest()[:16]
         body = {
@@ -130,14 +110,9 @@ class GeminiProvider(RemoteEmbeddingProvider):
                 },
             }
         }
-        try:
-            response = self._call("POST", f"{self.base_url}/{self.model_path}:asyncBatchEmbedContent", body)
-        except RemoteEmbeddingError as exc:
-            if exc.status in (404, 405, 501):
-                raise BatchUnavailableError(
-                    f"gemini asyncBatchEmbedContent not available: {exc}", provider=self.id, status=exc.status
-                ) from exc
-            raise
+        url = f"{self.base_url}/{self.model_path}:asyncBatchEmbedContent"
+        with batch_endpoint_required(self.id, "gemini asyncBatchEmbedContent not available"):
+            response = self.batch_request("POST", url, body)
         operation = parse_json(response, self.id, "batch")
         name = operation.get("name") if isinstance(operation, dict) else None
         if not name:
@@ -147,13 +122,13 @@ class GeminiProvider(RemoteEmbeddingProvider):
             operation = poll_job(
                 label=label,
                 provider=self.id,
-                fetch=lambda: parse_json(self._call("GET", f"{self.base_url}/{name}"), self.id, "batch"),
+                fetch=lambda: parse_json(self.batch_request("GET", f"{self.base_url}/{name}"), self.id, "batch"),
                 status_of=_gemini_status,
                 settings=self.settings.batch,
                 sleep=self.settings.timing.sleep,
                 clock=self.settings.timing.clock,
                 progress=progress,
-                on_timeout=lambda: self._call("POST", f"{self.base_url}/{name}:cancel", {}, retry=False),
+                on_timeout=lambda: self.batch_request("POST", f"{self.base_url}/{name}:cancel", {}, retry=False),
             )
         state = _gemini_status(operation).state
         if operation.get("error") or not state.endswith("SUCCEEDED"):
@@ -187,19 +162,14 @@ class GeminiProvider(RemoteEmbeddingProvider):
                 by_key[str(key)] = response["embedding"]["values"]
             except (KeyError, TypeError):
                 raise shape_error(self.id, f"{label} response {key} has no embedding", "batch") from None
-        missing = [cid for cid in ids if cid not in by_key]
-        if missing:
-            raise RemoteEmbeddingError(
-                f"{label} failed: output lacks {len(missing)} of {len(ids)} embeddings", provider=self.id
-            )
-        return [by_key[cid] for cid in ids]
+        return in_request_order(by_key, ids, label, self.id)
 
     def _download(self, file_name: str) -> list[Any]:
         """``files/<id>`` → ``<root>/download/<version>/files/<id>:download?alt=media`` (JSONL)."""
         import json
 
         head, _, version = self.base_url.rpartition("/")
-        response = self._call(
+        response = self.batch_request(
             "GET", f"{head}/download/{version}/{file_name}:download", params={"alt": "media"}
         )
         rows: list[Any] = []
@@ -235,14 +205,5 @@ def _find_output(operation: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def create_gemini_provider(
-    cfg: MemorySearchConfig,
-    env: Mapping[str, str] | None = None,
-    *,
-    model: str | None = None,
-    use_remote_endpoint: bool = True,
-    timing: Timing | None = None,
-) -> GeminiProvider:
-    return GeminiProvider.from_config(
-        cfg, env, model=model, use_remote_endpoint=use_remote_endpoint, timing=timing
-    )
+#: The factory ``registry.REMOTE_PROVIDERS`` names: (cfg, env, *, model, use_remote_endpoint, timing).
+create_gemini_provider = GeminiProvider.from_config

@@ -31,11 +31,11 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-
 from memdir.embeddings.base import EmbeddingError, simple_provider_key
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from memdir.config import MemorySearchConfig
 
 #: Model name recorded in the index for the embedded default.
@@ -143,6 +143,8 @@ def _import(module: str, install: str, purpose: str) -> Any:
 
 def normalize_rows(matrix: np.ndarray) -> np.ndarray:
     """Row-wise :func:`memdir.embeddings.base.normalize`: non-finite → 0, L2 norm, tiny norms kept."""
+    import numpy as np
+
     arr = np.where(np.isfinite(matrix), matrix, 0.0).astype(np.float64, copy=False)
     norms = np.linalg.norm(arr, axis=1, keepdims=True)
     safe = np.where(norms < 1e-10, 1.0, norms)
@@ -277,6 +279,8 @@ class OnnxBackend:
 
     def _inspect(self, session: Any) -> None:
         """Map graph inputs to tokenizer fields and pick the output (token-level or already pooled)."""
+        import numpy as np
+
         inputs = {i.name: i for i in session.get_inputs()}
         known = {"input_ids", "attention_mask", "token_type_ids"}
         unknown = sorted(set(inputs) - known)
@@ -313,6 +317,8 @@ class OnnxBackend:
             self.dims = last
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        import numpy as np
+
         self.load()
         encodings = self._tokenizer.encode_batch(texts)
         lengths = [len(e.ids) for e in encodings]
@@ -344,6 +350,8 @@ class OnnxBackend:
         return result
 
     def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        import numpy as np
+
         weights = mask.astype(np.float32)[:, :, None]
         if self.pooling == "cls":
             return hidden[:, 0]
@@ -401,6 +409,8 @@ class SentenceTransformersBackend:
         self._model = model
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        import numpy as np
+
         self.load()
         try:
             out = self._model.encode(

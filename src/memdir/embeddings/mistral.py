@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from memdir.embeddings.openai import OpenAICompatibleProvider
-from memdir.embeddings.remote import Timing
-
-if TYPE_CHECKING:
-    from memdir.config import MemorySearchConfig
 
 
 class MistralProvider(OpenAICompatibleProvider):
@@ -21,14 +16,5 @@ class MistralProvider(OpenAICompatibleProvider):
     max_batch_items: ClassVar[int] = 512
 
 
-def create_mistral_provider(
-    cfg: MemorySearchConfig,
-    env: Mapping[str, str] | None = None,
-    *,
-    model: str | None = None,
-    use_remote_endpoint: bool = True,
-    timing: Timing | None = None,
-) -> MistralProvider:
-    return MistralProvider.from_config(
-        cfg, env, model=model, use_remote_endpoint=use_remote_endpoint, timing=timing
-    )
+#: The factory ``registry.REMOTE_PROVIDERS`` names: (cfg, env, *, model, use_remote_endpoint, timing).
+create_mistral_provider = MistralProvider.from_config

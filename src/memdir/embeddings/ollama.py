@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from memdir.embeddings.remote import RemoteEmbeddingProvider, Timing, clean_base_url, shape_error
-
-if TYPE_CHECKING:
-    from memdir.config import MemorySearchConfig
+from memdir.embeddings.remote import RemoteEmbeddingProvider, clean_base_url, shape_error
 
 OLLAMA_DEFAULT_BASE_URL = "http://127.0.0.1:11434"
 _API_SUFFIX = re.compile(r"/(?:v1|api)$", re.IGNORECASE)
@@ -62,14 +59,5 @@ class OllamaProvider(RemoteEmbeddingProvider):
         return self._embed(texts, timeout=timeout, deadline=None, label="batch")
 
 
-def create_ollama_provider(
-    cfg: MemorySearchConfig,
-    env: Mapping[str, str] | None = None,
-    *,
-    model: str | None = None,
-    use_remote_endpoint: bool = True,
-    timing: Timing | None = None,
-) -> OllamaProvider:
-    return OllamaProvider.from_config(
-        cfg, env, model=model, use_remote_endpoint=use_remote_endpoint, timing=timing
-    )
+#: The factory ``registry.REMOTE_PROVIDERS`` names: (cfg, env, *, model, use_remote_endpoint, timing).
+create_ollama_provider = OllamaProvider.from_config

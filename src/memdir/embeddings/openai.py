@@ -10,27 +10,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from memdir.embeddings.base import provider_key
 from memdir.embeddings.batch import (
     OPENAI_BATCH_MAX_REQUESTS,
     JobStatus,
     ProgressCallback,
+    batch_endpoint_required,
+    in_request_order,
     poll_job,
     to_int,
 )
-from memdir.embeddings.errors import BatchUnavailableError, RemoteEmbeddingError
+from memdir.embeddings.errors import RemoteEmbeddingError
 from memdir.embeddings.remote import (
     RemoteEmbeddingProvider,
-    Timing,
     body_excerpt,
     parse_json,
     shape_error,
 )
-
-if TYPE_CHECKING:
-    from memdir.config import MemorySearchConfig
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 OPENAI_TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -86,17 +83,7 @@ class OpenAIProvider(OpenAICompatibleProvider):
     base_url_env: ClassVar[tuple[str, ...]] = ("OPENAI_BASE_URL",)
     max_batch_items: ClassVar[int] = 2048
     supports_batch_api: ClassVar[bool] = True
-
-    def compute_provider_key(self) -> str:
-        """R§5.5: provider, baseUrl, model and the non-secret headers (sorted)."""
-        return provider_key(
-            {
-                "provider": "openai",
-                "baseUrl": self.base_url,
-                "model": self.model,
-                "headers": self.fingerprint_headers(),
-            }
-        )
+    key_includes_endpoint: ClassVar[bool] = True
 
     # -- OpenAI Batch API ----------------------------------------------------------------------
     def _run_batch_job(
@@ -106,28 +93,10 @@ class OpenAIProvider(OpenAICompatibleProvider):
         for start in range(0, len(texts), OPENAI_BATCH_MAX_REQUESTS):
             stop = min(len(texts), start + OPENAI_BATCH_MAX_REQUESTS)
             by_id.update(self._one_job(texts[start:stop], ids[start:stop], progress))
-        missing = [i for i in ids if i not in by_id]
-        if missing:
-            raise RemoteEmbeddingError(
-                f"openai batch failed: output lacks {len(missing)} of {len(ids)} embeddings", provider=self.id
-            )
-        return [by_id[i] for i in ids]
+        return in_request_order(by_id, ids, "openai batch", self.id)
 
-    def _batch_call(self, method: str, path: str, **kwargs: Any) -> Any:
-        timeout = self.settings.batch_timeout
-        json_body = kwargs.pop("json_body", None)
-        headers = self.request_headers(json_body=json_body is not None)
-        response = self._http.request(
-            method,
-            f"{self.base_url}{path}",
-            headers=headers,
-            json_body=json_body,
-            timeout=timeout,
-            what="batch",
-            timeout_label="request",
-            **kwargs,
-        )
-        return response
+    def _batch_call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+        return self.batch_request(method, f"{self.base_url}{path}", body, **kwargs)
 
     def _one_job(self, texts: list[str], ids: list[str], progress: ProgressCallback | None) -> dict[str, Any]:
         lines = [
@@ -144,27 +113,19 @@ class OpenAIProvider(OpenAICompatibleProvider):
             for cid, t in zip(ids, texts, strict=True)
         ]
         jsonl = ("\n".join(lines) + "\n").encode("utf-8")
-        try:
+        with batch_endpoint_required(self.id, f"openai batch API not available at {self.base_url}"):
             upload = self._batch_call(
                 "POST",
                 "/files",
                 files={"file": ("memdir-embeddings.jsonl", jsonl, "application/jsonl")},
                 data={"purpose": "batch"},
             )
-        except RemoteEmbeddingError as exc:
-            if exc.status in (404, 405, 501):
-                raise BatchUnavailableError(
-                    f"openai batch API not available at {self.base_url}: {exc}",
-                    provider=self.id,
-                    status=exc.status,
-                ) from exc
-            raise
         file_id = _field(parse_json(upload, self.id, "batch"), "id")
         created = parse_json(
             self._batch_call(
                 "POST",
                 "/batches",
-                json_body={
+                {
                     "input_file_id": file_id,
                     "endpoint": "/v1/embeddings",
                     "completion_window": "24h",
@@ -252,14 +213,5 @@ def _parse_openai_output(text: str, label: str, provider: str) -> dict[str, Any]
     return out
 
 
-def create_openai_provider(
-    cfg: MemorySearchConfig,
-    env: Mapping[str, str] | None = None,
-    *,
-    model: str | None = None,
-    use_remote_endpoint: bool = True,
-    timing: Timing | None = None,
-) -> OpenAIProvider:
-    return OpenAIProvider.from_config(
-        cfg, env, model=model, use_remote_endpoint=use_remote_endpoint, timing=timing
-    )
+#: The factory ``registry.REMOTE_PROVIDERS`` names: (cfg, env, *, model, use_remote_endpoint, timing).
+create_openai_provider = OpenAIProvider.from_config

@@ -6,14 +6,9 @@ which measurably improves retrieval, so the two calls send different types.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from memdir.embeddings.openai import OpenAICompatibleProvider
-from memdir.embeddings.remote import Timing
-
-if TYPE_CHECKING:
-    from memdir.config import MemorySearchConfig
 
 
 class VoyageProvider(OpenAICompatibleProvider):
@@ -29,14 +24,5 @@ class VoyageProvider(OpenAICompatibleProvider):
         return {"model": self.model, "input": texts, "input_type": "query" if kind == "query" else "document"}
 
 
-def create_voyage_provider(
-    cfg: MemorySearchConfig,
-    env: Mapping[str, str] | None = None,
-    *,
-    model: str | None = None,
-    use_remote_endpoint: bool = True,
-    timing: Timing | None = None,
-) -> VoyageProvider:
-    return VoyageProvider.from_config(
-        cfg, env, model=model, use_remote_endpoint=use_remote_endpoint, timing=timing
-    )
+#: The factory ``registry.REMOTE_PROVIDERS`` names: (cfg, env, *, model, use_remote_endpoint, timing).
+create_voyage_provider = VoyageProvider.from_config

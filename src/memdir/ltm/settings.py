@@ -40,11 +40,15 @@ def ltm_config(settings: Settings) -> LongTermMemoryConfig:
 
 
 def db_path(settings: Settings, env: Mapping[str, str] | None = None) -> Path:
-    """Where the agent's LanceDB folder is: ``dbPath`` (``{agentId}``, ``~``, ``${ENV}``) or the state folder."""
+    """Where the agent's LanceDB folder is: ``dbPath`` (``{agentId}``, ``~``, ``${ENV}``) or the state folder.
+
+    Keyed like the index and the transcripts (``Settings.state_key``): the chosen agent id, else
+    the workspace, so two workspaces used without an agent id never share memories.
+    """
     configured = ltm_config(settings).db_path
     if not configured:
-        return settings.state_path / "ltm" / settings.agent_id
-    raw = resolve_env(configured, "dbPath", env).replace("{agentId}", settings.agent_id)
+        return settings.state_path / "ltm" / settings.state_key
+    raw = resolve_env(configured, "dbPath", env).replace("{agentId}", settings.state_key)
     path = Path(os.path.expanduser(raw))
     if not path.is_absolute():
         path = settings.state_path / path
@@ -55,7 +59,7 @@ def mirror_path(settings: Settings, env: Mapping[str, str] | None = None) -> Pat
     mirror = ltm_config(settings).mirror
     if not mirror.enabled:
         return None
-    raw = resolve_env(mirror.path, "mirror.path", env).replace("{agentId}", settings.agent_id)
+    raw = resolve_env(mirror.path, "mirror.path", env).replace("{agentId}", settings.state_key)
     path = Path(os.path.expanduser(raw))
     return path if path.is_absolute() else settings.workspace_path / path
 

@@ -1,9 +1,10 @@
 """The SQLite index (the default store): schema (R§4), per-file writes, keyword and vector
 queries, embedding cache, and the atomic full rebuild.
 
-Tables: ``meta``, ``files``, ``chunks`` (text + float32 embedding blob), ``chunks_fts`` (FTS5),
-``chunks_vec`` (sqlite-vec ``vec0``, cosine, created once the vector width is known) and
-``embedding_cache``.  Everything here is derived from the Markdown files and can be rebuilt.
+Tables: ``meta``, ``files``, ``chunks`` (text + float32 embedding blob: the only copy of a chunk's
+vectors), ``chunks_fts`` (FTS5), ``vec_log`` (which chunks gained or lost vectors, so an
+in-process matrix can follow: :mod:`memdir.stores.vectors`) and ``embedding_cache``.  Everything
+here is derived from the Markdown files and can be rebuilt.
 :class:`SqliteStore` implements :class:`memdir.stores.base.Store`; see there for the contract.
 
 A full rebuild is built in a temporary database beside the index (``<index>.tmp-<id>``) and
@@ -18,54 +19,61 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
-import re
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from memdir import db
 from memdir.errors import StoreError
 from memdir.lock import FileWriterLock
-from memdir.query import fts5_match
+from memdir.query import fts5_phrases, match_phrases
 from memdir.stores import sqlite_health as health
+from memdir.stores import vectors as vecs
 from memdir.stores.base import ChunkRow, Hit
 from memdir.stores.sqlite_lifecycle import SqliteLifecycle
-from memdir.textutil import fts_text, stem_text
+from memdir.stores.vector_sidecar import remove_leftovers as remove_sidecar_leftovers
+from memdir.stores.vector_sidecar import sidecar_path
+from memdir.textutil import fts_text, stem_counts, stem_text
+
+if TYPE_CHECKING:
+    import numpy as np
 
 META_KEY = "memory_index_meta_v1"
 STATE_PREFIX = "memdir:"
 SCHEMA_VERSION = 1
-_DIMS = re.compile(r"float\[(\d+)\]", re.IGNORECASE)
-FTS_COLUMNS = ("text", "stems", "id", "path", "source", "model", "start_line", "end_line")
 _CHUNK_COLUMNS = ("id, path, source, start_line, end_line, hash, model, text, embedding, updated_at, ts, "
                   "date_start, date_end")
+#: The vector a chunk holds for a cache entry ``e`` that is only a reference (an empty blob):
+#: the embedding cache keeps no second copy of vectors that live chunks hold.
+_HELD = ("SELECT c.embedding FROM {db}chunks c WHERE c.hash = e.hash AND c.embedding IS NOT NULL "
+         "AND c.model = e.model AND length(c.embedding) = e.dims * 4 LIMIT 1")
 _HIT_COLUMNS = "c.id, c.path, c.source, c.start_line, c.end_line, c.text, c.ts, c.date_start, c.date_end"
 
 
 def to_blob(vector: Sequence[float]) -> bytes:
+    import numpy as np  # NumPy is imported when vectors are touched: a keyword search never needs it
+
     return np.asarray(vector, dtype="<f4").tobytes()
 
 
 def from_blob(blob: bytes | None) -> np.ndarray:
+    import numpy as np
+
     if not blob:
         return np.zeros(0, dtype=np.float32)
     return np.frombuffer(blob, dtype="<f4")
 
 
-def window_id(chunk_id: str, window: int) -> str:
-    """The ``chunks_vec`` row of a chunk's n-th window: the chunk id itself for the first."""
-    return chunk_id if window == 0 else f"{chunk_id}#{window}"
-
-
 def max_cosine(blob: bytes, q: np.ndarray) -> float | None:
     """Cosine of ``q`` (unit length) with the best of the vectors concatenated in ``blob``."""
+    import numpy as np
+
     if not blob or len(blob) % (4 * q.size):
         return None
     m = np.frombuffer(blob, dtype="<f4").reshape(-1, q.size)
@@ -74,14 +82,31 @@ def max_cosine(blob: bytes, q: np.ndarray) -> float | None:
     return float(np.max((m @ q) / norms))
 
 
+def fts_values(text: str) -> tuple[str, str]:
+    """What ``chunks_fts`` indexes for a chunk's text: its ``text`` and ``stems`` columns.
+
+    Deterministic on purpose: a row of the contentless keyword index is deleted by handing FTS5
+    these same values again, so a change to what they produce must change the index identity
+    (``sync.identity()["schema"]``) and rebuild the index."""
+    return fts_text(text), stem_text(text)
+
+
 def bm25_to_score(rank: float) -> float:
     """FTS5 bm25 (more negative = better) → (0, 1): ``r/(1+r)`` with ``r = −rank`` (R§7 [v4.12])."""
-    if rank is None or not np.isfinite(rank):
+    if rank is None or not math.isfinite(rank):
         return 0.001
     if rank < 0:
         r = -rank
         return r / (1 + r)
     return 1 / (1 + rank)
+
+
+def _copy_cache(conn: Any, schema: str) -> None:
+    """Copy an attached index's embedding cache, references resolved to the vectors its chunks hold."""
+    conn.execute(
+        f"INSERT OR IGNORE INTO embedding_cache SELECT * FROM (SELECT e.provider, e.model, e.provider_key, e.hash, "
+        f"CASE WHEN length(e.embedding) > 0 THEN e.embedding ELSE ({_HELD.format(db=schema + '.')}) END AS emb, "
+        f"e.dims, e.updated_at FROM {schema}.embedding_cache e) WHERE length(emb) > 0")
 
 
 def _hit(row: Sequence[Any], score: float) -> Hit:
@@ -104,12 +129,20 @@ class SqliteStore(SqliteLifecycle):
         self.location = str(self.path)
         self.lock = threading.RLock()
         self.fts_error: str | None = None
+        self.matrix = vecs.VectorMatrix()
+        self._scorer: Any = None
         #: The first damage error a search ran into (the caller then recovers the index).
         self.damage: str | None = None
         #: What :meth:`recover` did last: ``{"problem", "corruptPath", "salvagedCacheEntries"}``.
         self.recovery: dict[str, Any] | None = None
         self._identity: tuple[int, int] | None = None
         self._open()
+
+    def _open(self) -> None:
+        # A new connection (first open, reopen, recovery): warm state read through the old one goes.
+        self._scorer = None
+        super()._open()
+        self.matrix = vecs.VectorMatrix(sidecar_path(self.path), save=not self.readonly)
 
     # -- small state kept beside the index ---------------------------------------------------
     def get_state(self, key: str) -> Any:
@@ -180,8 +213,15 @@ class SqliteStore(SqliteLifecycle):
                     hash TEXT NOT NULL, embedding BLOB NOT NULL, dims INTEGER NOT NULL,
                     updated_at INTEGER NOT NULL, PRIMARY KEY(provider, model, provider_key, hash));
                 CREATE INDEX IF NOT EXISTS idx_cache_updated ON embedding_cache(updated_at);
+                CREATE INDEX IF NOT EXISTS idx_cache_hash ON embedding_cache(hash);
+                CREATE INDEX IF NOT EXISTS idx_chunks_hash ON chunks(hash) WHERE embedding IS NOT NULL;
                 """
             )
+            c.executescript(vecs.SCHEMA)
+            if c.execute("SELECT 1 FROM meta WHERE key = ?", (vecs.EPOCH_KEY,)).fetchone() is None:
+                with self.transaction():
+                    vecs.new_epoch(c)
+            self._drop_legacy_vec_table()
             cols = {row[1] for row in c.execute("PRAGMA table_info(chunks)")}
             for col, kind in (("ts", "INTEGER"), ("date_start", "TEXT"), ("date_end", "TEXT")):
                 if col not in cols:  # an index written before these columns existed
@@ -193,13 +233,24 @@ class SqliteStore(SqliteLifecycle):
             except Exception as exc:
                 self.fts_error = f"FTS5 unavailable: {exc}"
 
+    def _drop_legacy_vec_table(self) -> None:
+        """Indexes written before the in-process matrix kept a second copy of every vector in a
+        sqlite-vec ``chunks_vec`` table: drop it (dropping needs the extension that defines it)."""
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_vec'").fetchone() is None:
+            return
+        state = db.load_vec(self.conn, self.extension_path)
+        if state.available:
+            with self.transaction() as c:
+                c.execute("DROP TABLE chunks_vec")
+
     def _fts_ddl(self, name: str) -> str:
+        """The keyword index: only the token index, not a second copy of every chunk's text (which
+        ``chunks.text`` holds).  Rows are deleted with FTS5's ``'delete'`` command and the values
+        :func:`fts_values` derives from ``chunks.text`` (``contentless_delete=1`` was tried: FTS5
+        then never subtracts deleted rows from its row and token totals, so BM25 drifted with
+        every edit away from what a clean rebuild ranks)."""
         tok = "trigram case_sensitive 0" if self.fts_tokenizer == "trigram" else "unicode61"
-        return (
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(text, stems, id UNINDEXED, path UNINDEXED, "
-            f"source UNINDEXED, model UNINDEXED, start_line UNINDEXED, end_line UNINDEXED, "
-            f"tokenize='{tok}')"
-        )
+        return f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(text, stems, content='', tokenize='{tok}')"
 
     @property
     def fts_available(self) -> bool:
@@ -209,13 +260,16 @@ class SqliteStore(SqliteLifecycle):
         return FileWriterLock(self.path)
 
     def describe(self) -> dict[str, Any]:
-        if self.vec.available:
-            vector = {"path": "sqlite-vec", "version": self.vec.version,
-                      "why": "sqlite-vec loaded: KNN runs inside SQLite"}
+        if not self.vector_enabled:
+            vector: dict[str, Any] = {"path": "disabled", "why": "store.vector.enabled is false"}
         else:
-            vector = {"path": "numpy", "why": f"sqlite-vec not used ({self.vec.error}); cosine similarity in NumPy"}
+            vector = {"path": "matrix", "why": "vectors scanned as one in-process float32 matrix (NumPy), kept "
+                                               "in step with the index by its change log",
+                      "warm": self.matrix.describe()}
         return {"backend": "sqlite", "location": self.location, "sqlite": db.binding_name(),
-                "fts": {"available": self.fts_available, "error": self.fts_error, "tokenizer": self.fts_tokenizer},
+                "fts": {"available": self.fts_available, "error": self.fts_error, "tokenizer": self.fts_tokenizer,
+                        # phrase document counts kept for pruning and complete scores (this process)
+                        "warm": {"phraseCounts": len(self._scorer._counts) if self._scorer else 0}},
                 "vector": vector}
 
     # -- meta --------------------------------------------------------------------------------
@@ -267,7 +321,10 @@ class SqliteStore(SqliteLifecycle):
                      chunks: Sequence[ChunkRow]) -> None:
         """Replace every row of one file (call inside :meth:`transaction`)."""
         c = self.conn
-        self._delete_file_rows(path, source)
+        # single-window chunks hold their vector themselves: their cache entries become references
+        held = [(ch.hash, ch.model, 4 * len(ch.embedding)) for ch in chunks
+                if ch.embedding is not None and len(ch.embedding) and ch.windows == 1]
+        self._delete_file_rows(path, source, keep={(h, m) for h, m, _ in held})
         now = int(time.time() * 1000)
         rowids: list[int] = []
         for ch in chunks:
@@ -278,43 +335,36 @@ class SqliteStore(SqliteLifecycle):
                  ch.date_start, ch.date_end),
             )
             rowids.append(int(cur.lastrowid))
+        if held:
+            c.executemany("UPDATE embedding_cache SET embedding = x'' WHERE hash = ? AND model = ? AND dims * 4 = ? "
+                          "AND length(embedding) > 0", held)
         if self.fts_available:
             # FTS rows share the chunk's rowid, so a file's rows are deleted by key, not by a scan.
-            c.executemany(
-                "INSERT OR REPLACE INTO chunks_fts(rowid, text, stems, id, path, source, model, start_line, end_line) "
-                "VALUES (?,?,?,?,?,?,?,?,?)",
-                [(rid, fts_text(ch.text), stem_text(ch.text), ch.id, ch.path, ch.source, ch.model, ch.start_line,
-                  ch.end_line) for rid, ch in zip(rowids, chunks, strict=True)],
-            )
-        vectors: list[tuple[str, bytes]] = []
-        dims = 0
-        for ch in chunks:
-            if ch.embedding is None or not len(ch.embedding):
-                continue
-            dims = len(ch.embedding) // max(1, ch.windows)
-            blob = to_blob(ch.embedding)
-            vectors.extend((window_id(ch.id, i), blob[i * dims * 4 : (i + 1) * dims * 4]) for i in range(ch.windows))
-        if vectors and self.vec.available:
-            self.ensure_vec_table(dims)
-            c.executemany("INSERT OR REPLACE INTO chunks_vec(id, embedding) VALUES (?, ?)", vectors)
+            c.executemany("INSERT INTO chunks_fts(rowid, text, stems) VALUES (?,?,?)",
+                          [(rid, *fts_values(ch.text)) for rid, ch in zip(rowids, chunks, strict=True)])
+        vecs.log_changes(c, rowids, alive=True)
+        vecs.trim_log(c)
         c.execute(
             "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
             (path, source, file_hash, mtime_ns, size),
         )
 
-    def _delete_file_rows(self, path: str, source: str) -> None:
+    def _delete_file_rows(self, path: str, source: str, keep: set[tuple[str, str]] | frozenset = frozenset()) -> None:
         c = self.conn
-        if self.vec.available and self.has_vec_table():
-            # One keyed delete per id: sqlite-vec answers `id IN (SELECT ...)` with a full scan of the
-            # vector table, which made indexing quadratic in the corpus size.
-            dims = self.vec_dims() or 1
-            ids = [(window_id(cid, i),) for cid, size in c.execute(
-                "SELECT id, length(embedding) FROM chunks WHERE path = ? AND source = ? AND embedding IS NOT NULL",
-                (path, source)) for i in range(max(1, size // (4 * dims)))]
-            c.executemany("DELETE FROM chunks_vec WHERE id = ?", ids)
+        # Cache entries that only pointed at these chunks' vectors get the vectors back (``keep``:
+        # the ones the file's new chunks will hold again).
+        gone = [(blob, h, m, len(blob)) for h, m, blob in c.execute(
+            "SELECT hash, model, embedding FROM chunks WHERE path = ? AND source = ? AND embedding IS NOT NULL",
+            (path, source)) if (h, m) not in keep]
+        if gone:
+            c.executemany("UPDATE embedding_cache SET embedding = ? WHERE hash = ? AND model = ? AND dims * 4 = ? "
+                          "AND length(embedding) = 0", gone)
+        vecs.log_changes(c, [r for (r,) in c.execute(
+            "SELECT rowid FROM chunks WHERE path = ? AND source = ?", (path, source))], alive=False)
         if self.fts_available:
-            c.execute("DELETE FROM chunks_fts WHERE rowid IN (SELECT rowid FROM chunks WHERE path = ? AND source = ?)",
-                      (path, source))
+            rows = c.execute("SELECT rowid, text FROM chunks WHERE path = ? AND source = ?", (path, source)).fetchall()
+            c.executemany("INSERT INTO chunks_fts(chunks_fts, rowid, text, stems) VALUES ('delete', ?, ?, ?)",
+                          [(rid, *fts_values(text)) for rid, text in rows])
         c.execute("DELETE FROM chunks WHERE path = ? AND source = ?", (path, source))
 
     def delete_file(self, path: str, source: str) -> None:
@@ -327,36 +377,37 @@ class SqliteStore(SqliteLifecycle):
         return {(p, s) for p, s in rows}
 
     # -- vectors -----------------------------------------------------------------------------
-    def has_vec_table(self) -> bool:
-        row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()
-        return row is not None
-
     def vec_dims(self) -> int | None:
-        row = self.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()
-        if not row:
-            return None
-        m = _DIMS.search(row[0])
-        return int(m.group(1)) if m else None
+        """Width of the stored vectors: the index identity's, else the first stored vector's."""
+        meta = self.read_meta() or {}
+        if meta.get("vectorDims"):
+            return int(meta["vectorDims"])
+        with self.lock:
+            row = self.conn.execute(
+                "SELECT length(embedding) FROM chunks WHERE embedding IS NOT NULL LIMIT 1").fetchone()
+        return int(row[0]) // 4 if row and row[0] else None
 
-    def ensure_vec_table(self, dims: int) -> None:
-        """Create ``chunks_vec`` for ``dims``; a different width drops and recreates it (R§4)."""
-        if not self.vec.available:
-            return
-        current = self.vec_dims()
-        if current == dims:
-            return
-        if current is not None:
-            self.conn.execute("DROP TABLE chunks_vec")
-        self.conn.execute(
-            f"CREATE VIRTUAL TABLE chunks_vec USING vec0(id TEXT PRIMARY KEY, "
-            f"embedding FLOAT[{int(dims)}] distance_metric=cosine)"
-        )
+    def _generation(self) -> tuple[str | None, int] | None:
+        """Where the index's change log stands: any write moves it (``None`` without a log)."""
+        try:
+            epoch, _lo, hi = vecs.state(self.conn)
+        except db.binding().OperationalError:
+            return None
+        return epoch, hi
+
+    def _fresh_matrix(self, dims: int) -> vecs.VectorMatrix | None:
+        """The in-process matrix brought up to date (``None`` for an index without a change log)."""
+        self.conn.execute("SAVEPOINT memdir_vectors")  # the log position and the rows: one snapshot
+        try:
+            self.matrix.refresh(self.conn, dims)
+        except db.binding().OperationalError:  # a read-only index written before vec_log existed
+            return None
+        finally:
+            self.conn.execute("RELEASE memdir_vectors")
+        return self.matrix
 
     def vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
-        """Nearest chunks by cosine similarity: sqlite-vec KNN, else NumPy over the stored blobs.
-
-        A chunk with several windows has one ``chunks_vec`` row per window; its score is its best.
-        """
+        """Nearest chunks by cosine similarity (a chunk scores its best window), from the matrix."""
         try:
             return self._vector_search(query, limit)
         except Exception as exc:
@@ -364,83 +415,87 @@ class SqliteStore(SqliteLifecycle):
             raise
 
     def _vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
+        import numpy as np
+
         q = np.asarray(query, dtype=np.float32)
-        if not q.size or not np.any(q) or limit <= 0:
+        if not q.size or not np.any(q) or limit <= 0 or not self.vector_enabled:
             return []
         with self.lock:
-            if self.vec.available and self.vec_dims() == q.size:
-                best: dict[str, float] = {}
-                k = int(limit) * 2  # chunks past the model window have 2+ windows: one KNN query usually does
-                while True:
-                    rows = self.conn.execute(
-                        "SELECT id, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ? ORDER BY distance",
-                        (q.astype("<f4").tobytes(), k),
-                    ).fetchall()
-                    best = {}
-                    for wid, dist in rows:
-                        best.setdefault(wid.split("#", 1)[0], 1.0 - float(dist))
-                    if len(best) >= limit or len(rows) < k or k >= 4096:
-                        break
-                    k *= 2  # several windows of one chunk took places: look further
-                return self._hits_for(list(best.items())[:limit])
-            qn = q / (np.linalg.norm(q) or 1.0)
-            scored: list[tuple[str, float]] = []
-            for cid, blob in self.conn.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL"):
+            matrix = self._fresh_matrix(int(q.size))
+            if matrix is None:
+                matrix = vecs.VectorMatrix()
+                matrix._load(self.conn, int(q.size), None, 0)
+            return self._hits_by_rowid(matrix.search(q, limit, lambda rowids: self._exact_cosines(q, rowids)))
+
+    def _exact_cosines(self, q: np.ndarray, rowids: Sequence[int]) -> dict[int, float]:
+        """Best-window cosine of each chunk, from its stored float32 vector(s)."""
+        import numpy as np
+
+        qn = q / (np.linalg.norm(q) or 1.0)
+        out: dict[int, float] = {}
+        ids = list(rowids)
+        for i in range(0, len(ids), 500):
+            part = ids[i : i + 500]
+            for rowid, blob in self.conn.execute(
+                    f"SELECT rowid, embedding FROM chunks WHERE rowid IN ({','.join('?' * len(part))}) "
+                    "AND embedding IS NOT NULL", part):
                 sim = max_cosine(blob, qn)
                 if sim is not None:
-                    scored.append((cid, sim))
-            if not scored:
-                return []
-            sims = np.array([sc for _, sc in scored])
-            k = min(limit, len(scored))
-            top = np.argpartition(-sims, k - 1)[:k]
-            top = top[np.argsort(-sims[top], kind="stable")]
-            return self._hits_for([scored[i] for i in top])
+                    out[rowid] = sim
+        return out
 
     def vector_scores(self, query: Sequence[float], ids: Sequence[str]) -> dict[str, float]:
-        """Cosine of each given chunk (best window), read from its stored vector(s)."""
+        """Cosine of each given chunk (best window), from the same matrix :meth:`vector_search` scans."""
+        import numpy as np
+
         q = np.asarray(query, dtype=np.float32)
         wanted = list(dict.fromkeys(ids))
-        if not q.size or not np.any(q) or not wanted:
+        if not q.size or not np.any(q) or not wanted or not self.vector_enabled:
             return {}
-        qn = q / (np.linalg.norm(q) or 1.0)
         out: dict[str, float] = {}
         with self.lock:
+            by_rowid: dict[int, str] = {}
             for i in range(0, len(wanted), 400):
                 part = wanted[i : i + 400]
                 marks = ",".join("?" * len(part))
-                for cid, blob in self.conn.execute(
-                        f"SELECT id, embedding FROM chunks WHERE id IN ({marks}) AND embedding IS NOT NULL", part):
-                    sim = max_cosine(blob, qn)
-                    if sim is not None:
-                        out[cid] = sim
+                by_rowid.update(self.conn.execute(f"SELECT rowid, id FROM chunks WHERE id IN ({marks})", part))
+            matrix = self._fresh_matrix(int(q.size))
+            if matrix is not None and not matrix.quantized:
+                return {by_rowid[r]: s for r, s in matrix.scores(q, list(by_rowid)).items()}
+            # an int8 matrix is for finding candidates; exact scores come from the stored vectors
+            for rowid, sim in self._exact_cosines(q, list(by_rowid)).items():
+                out[by_rowid[rowid]] = sim
         return out
 
-    def _hits_for(self, scored: list[tuple[str, float]]) -> list[Hit]:
+    def _hits_by_rowid(self, scored: list[tuple[int, float]]) -> list[Hit]:
         if not scored:
             return []
         marks = ",".join("?" * len(scored))
-        rows = {
-            r[0]: r
-            for r in self.conn.execute(
-                f"SELECT {_HIT_COLUMNS} FROM chunks c WHERE c.id IN ({marks})",
-                [cid for cid, _ in scored],
-            )
-        }
-        return [_hit(rows[cid], score) for cid, score in scored if cid in rows]
+        rows = {r[0]: r[1:] for r in self.conn.execute(
+            f"SELECT c.rowid, {_HIT_COLUMNS} FROM chunks c WHERE c.rowid IN ({marks})",
+            [rowid for rowid, _ in scored])}
+        return [_hit(rows[rid], score) for rid, score in scored if rid in rows]
 
     # -- keyword -----------------------------------------------------------------------------
     def keyword_search(self, terms: Sequence[str], limit: int) -> list[Hit]:
-        """BM25 over ``chunks_fts`` for any of ``terms``, each quoted (never FTS5 syntax)."""
-        match = fts5_match(list(terms))
-        if not self.fts_available or limit <= 0 or match is None:
+        """BM25 over ``chunks_fts`` for any of ``terms``, each quoted (never FTS5 syntax).
+
+        Phrases found in at least half of the chunks are left out of the MATCH: FTS5 gives them an
+        IDF of 1e-6, so they change no score by more than ~2e-6, but every chunk containing one
+        would be ranked (at 100k generated chunks that was most of the 150 ms a query took).
+        """
+        phrases = fts5_phrases(list(terms))
+        if not self.fts_available or limit <= 0 or not phrases:
             return []
         with self.lock:
             try:
+                match = match_phrases(self._useful_phrases(phrases))
+                # Rank inside FTS5 first, then read the few winning rows: joining first made SQLite fetch
+                # every matching chunk's text before sorting.
                 rows = self.conn.execute(
-                    f"SELECT {_HIT_COLUMNS}, bm25(chunks_fts) AS rank "
-                    "FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? "
-                    "ORDER BY rank LIMIT ?",
+                    f"SELECT {_HIT_COLUMNS}, f.rank FROM (SELECT rowid, bm25(chunks_fts) AS rank FROM chunks_fts "
+                    "WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?) f JOIN chunks c ON c.rowid = f.rowid "
+                    "ORDER BY f.rank",
                     (match, int(limit)),
                 ).fetchall()
             except Exception as exc:
@@ -448,33 +503,55 @@ class SqliteStore(SqliteLifecycle):
                 raise
         return [_hit(r, bm25_to_score(r[9])) for r in rows]
 
+    #: Below this many chunks every phrase is kept (FTS5 ranks a small index in a few ms anyway).
+    PRUNE_MIN_ROWS = 2000
+
+    def _useful_phrases(self, phrases: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The phrases whose IDF FTS5 does not floor at 1e-6 (at least the rarest one)."""
+        scorer = self._keyword_scorer()
+        n_rows, _ = scorer.totals()
+        if n_rows < self.PRUNE_MIN_ROWS or len(phrases) < 2:
+            return phrases
+        counts = [scorer.doc_count(col, q) for col, q in phrases]
+        # idf = log((N - n + 0.5) / (n + 0.5)) <= 0  <=>  n >= N / 2; a phrase in no chunk matches nothing
+        keep = [p for p, n in zip(phrases, counts, strict=True) if 0 < n < n_rows / 2]
+        found = [(p, n) for p, n in zip(phrases, counts, strict=True) if n > 0]
+        return keep or ([min(found, key=lambda pc: pc[1])[0]] if found else phrases)
+
+    def _keyword_scorer(self) -> Any:
+        if self._scorer is None:
+            from memdir.stores.fts_scores import FtsScorer
+
+            tok = "trigram case_sensitive 0" if self.fts_tokenizer == "trigram" else "unicode61"
+            counts = stem_counts if self.fts_tokenizer != "trigram" else None  # trigrams: stems are no tokens
+            self._scorer = FtsScorer(self.conn, "chunks_fts", tok, fts_text, stem_text, counts, self._generation)
+        return self._scorer
+
     def keyword_scores(self, terms: Sequence[str], ids: Sequence[str]) -> dict[str, float]:
         """BM25 of the given chunks for ``terms`` (the same figure :meth:`keyword_search` gives), 0 if none.
 
-        One MATCH, its rows kept only for the wanted chunks: FTS5 answers ``MATCH … AND rowid IN (…)``
-        by re-running the match once per rowid, which costs more than reading the match once.
+        Computed by :class:`memdir.stores.fts_scores.FtsScorer` (FTS5's formula and tokenizer, one
+        count per phrase, kept while the index is unchanged) for exactly these rows: ``bm25()`` with
+        ``rowid IN (…)`` re-ran the match per rowid, and one MATCH over the ids' rowid range ranks
+        every match in between (most of a large index when the candidates are spread out).
         """
         wanted = list(dict.fromkeys(ids))
-        match = fts5_match(list(terms))
+        phrases = fts5_phrases(list(terms))
         if not wanted:
             return {}
         out = dict.fromkeys(wanted, 0.0)
-        if not self.fts_available or match is None:
+        if not self.fts_available or not phrases:
             return out
         with self.lock:
-            rowids: dict[int, str] = {}
+            scorer = self._keyword_scorer()
             for i in range(0, len(wanted), 400):
                 part = wanted[i : i + 400]
                 marks = ",".join("?" * len(part))
-                rowids.update(self.conn.execute(f"SELECT rowid, id FROM chunks WHERE id IN ({marks})", part))
-            if rowids:
-                lo, hi = min(rowids), max(rowids)
-                sql = ("SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? "
-                       "AND rowid BETWEEN ? AND ?")
-                for rowid, rank in self.conn.execute(sql, (match, lo, hi)):
-                    cid = rowids.get(rowid)
-                    if cid is not None:
-                        out[cid] = bm25_to_score(rank)
+                rows = self.conn.execute(f"SELECT rowid, id, text FROM chunks WHERE id IN ({marks})", part).fetchall()
+                ranks = scorer.scores(phrases, {rowid: text for rowid, _, text in rows})
+                for rowid, cid, _ in rows:
+                    if rowid in ranks:
+                        out[cid] = bm25_to_score(ranks[rowid])
         return out
 
     def chunks_in_period(self, start: str, end: str, limit: int) -> list[Hit]:
@@ -496,9 +573,12 @@ class SqliteStore(SqliteLifecycle):
             for i in range(0, len(wanted), 400):
                 part = wanted[i : i + 400]
                 marks = ",".join("?" * len(part))
+                # an empty entry is a reference: a chunk with that text holds the vector
+                held = _HELD.format(db="")
                 for h, blob in self.conn.execute(
-                    f"SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? "
-                    f"AND provider_key = ? AND hash IN ({marks})",
+                    f"SELECT e.hash, CASE WHEN length(e.embedding) > 0 THEN e.embedding ELSE ({held}) END "
+                    f"FROM embedding_cache e WHERE e.provider = ? AND e.model = ? AND e.provider_key = ? "
+                    f"AND e.hash IN ({marks})",
                     (provider, model, provider_key, *part),
                 ):
                     vec = from_blob(blob)
@@ -569,9 +649,11 @@ class SqliteStore(SqliteLifecycle):
             # Inside the try: on a full disk even creating the schema fails, and the temp file must go.
             fresh = SqliteStore(temp_path, fts_tokenizer=self.fts_tokenizer, vector_enabled=self.vector_enabled,
                                 extension_path=self.extension_path)
+            # A scratch file until swapped in (a crash discards it): no syncs to disk while building.
+            fresh.conn.execute("PRAGMA synchronous = OFF")
             with fresh.transaction() as c:
                 c.execute("ATTACH DATABASE ? AS live", (str(self.path),))
-                c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM live.embedding_cache")
+                _copy_cache(c, "live")
             fresh.conn.execute("DETACH DATABASE live")
             yield fresh
             fresh.close()
@@ -599,7 +681,7 @@ class SqliteStore(SqliteLifecycle):
             try:
                 with self.transaction() as c:
                     c.execute("ATTACH DATABASE ? AS leftover", (leftover,))
-                    c.execute("INSERT OR IGNORE INTO embedding_cache SELECT * FROM leftover.embedding_cache")
+                    _copy_cache(c, "leftover")
             except Exception:
                 pass
             finally:
@@ -612,6 +694,7 @@ class SqliteStore(SqliteLifecycle):
                 os.unlink(leftover)
             except FileNotFoundError:
                 pass
+        remove_sidecar_leftovers(sidecar_path(self.path))
 
     def swap_from(self, fresh_path: Path) -> None:
         """Replace this index's contents with another index file's, in one transaction.
@@ -624,9 +707,6 @@ class SqliteStore(SqliteLifecycle):
         with self.lock:
             c.execute("ATTACH DATABASE ? AS fresh", (str(fresh_path),))
             try:
-                fresh_has_vec = c.execute(
-                    "SELECT sql FROM fresh.sqlite_master WHERE name = 'chunks_vec'"
-                ).fetchone()
                 c.execute("BEGIN IMMEDIATE")
                 try:
                     for table in ("files", "embedding_cache", "meta"):
@@ -635,18 +715,18 @@ class SqliteStore(SqliteLifecycle):
                     c.execute("DELETE FROM main.chunks")
                     c.execute(f"INSERT INTO main.chunks(rowid, {_CHUNK_COLUMNS}) "
                               f"SELECT rowid, {_CHUNK_COLUMNS} FROM fresh.chunks")
+                    # The fresh keyword index is copied table by table (FTS5 keeps it in ordinary
+                    # shadow tables): no re-tokenising, and a contentless table could not be read back.
+                    ddl = c.execute("SELECT sql FROM fresh.sqlite_master WHERE name = 'chunks_fts'").fetchone()
                     c.execute("DROP TABLE IF EXISTS main.chunks_fts")
-                    c.execute(self._fts_ddl("main.chunks_fts"))
-                    cols = ", ".join(("rowid", *FTS_COLUMNS))
-                    c.execute(f"INSERT INTO main.chunks_fts({cols}) SELECT {cols} FROM fresh.chunks_fts")
-                    if self.vec.available:
-                        c.execute("DROP TABLE IF EXISTS main.chunks_vec")
-                        if fresh_has_vec:
-                            m = _DIMS.search(fresh_has_vec[0])
-                            if m:
-                                self.ensure_vec_table(int(m.group(1)))
-                                c.execute("INSERT INTO main.chunks_vec(id, embedding) "
-                                          "SELECT id, embedding FROM fresh.chunks_vec")
+                    if ddl:
+                        c.execute(ddl[0].replace("CREATE VIRTUAL TABLE chunks_fts",
+                                                 "CREATE VIRTUAL TABLE main.chunks_fts", 1))
+                        for (shadow,) in c.execute("SELECT name FROM fresh.sqlite_master WHERE type = 'table' "
+                                                   "AND name LIKE 'chunks\\_fts\\_%' ESCAPE '\\'").fetchall():
+                            c.execute(f"DELETE FROM main.{shadow}")
+                            c.execute(f"INSERT INTO main.{shadow} SELECT * FROM fresh.{shadow}")
+                    vecs.new_epoch(c)
                     c.execute("COMMIT")
                 except BaseException:
                     c.execute("ROLLBACK")

@@ -223,6 +223,7 @@ def _read_cache(source: Path, conn: Any, batch: int) -> int:
                                    (lo, lo + batch)).fetchall()
             except Exception:
                 rows = []
+            rows = [_held(old, r) if isinstance(r[4], bytes | bytearray) and not r[4] else r for r in rows]
             good = [r for r in rows if isinstance(r[4], bytes | bytearray) and r[5] and len(r[4]) == 4 * r[5]]
             if good:
                 conn.executemany(f"INSERT OR IGNORE INTO embedding_cache({cols}) VALUES (?,?,?,?,?,?,?)", good)
@@ -231,6 +232,16 @@ def _read_cache(source: Path, conn: Any, batch: int) -> int:
     finally:
         old.close()
     return saved
+
+
+def _held(old: Any, row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A cache entry that is a reference (empty blob) with the vector a chunk of ``old`` holds."""
+    try:
+        found = old.execute("SELECT embedding FROM chunks WHERE hash = ? AND model = ? AND length(embedding) = ? "
+                            "LIMIT 1", (row[3], row[1], 4 * int(row[5] or 0))).fetchone()
+    except Exception:
+        return row
+    return (*row[:4], found[0], *row[5:]) if found else row
 
 
 def salvage_cache(corrupt: Path, conn: Any, *, batch: int = 500) -> int:

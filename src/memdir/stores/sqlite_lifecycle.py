@@ -38,7 +38,6 @@ class SqliteLifecycle:
     recovery: dict[str, Any] | None
     lock: threading.RLock
     conn: Any
-    vec: db.VecState
     _identity: tuple[int, int] | None
 
     if TYPE_CHECKING:  # provided by SqliteStore
@@ -74,7 +73,7 @@ class SqliteLifecycle:
         return store
 
     def _open(self) -> None:
-        """Connect (writable unless that is impossible), load sqlite-vec, create the schema."""
+        """Connect (writable unless that is impossible) and create the schema."""
         if self.path.is_dir():
             raise StoreError(f"cannot open the index {self.path}: it is a directory, not an index file "
                              "(point memorySearch.store.path at a file)")
@@ -102,8 +101,6 @@ class SqliteLifecycle:
                 raise StoreError(f"cannot open the index {self.path}: {health.first_line(exc)}") from exc
         self.conn = conn
         self._identity = health.file_identity(self.path)
-        self.vec = (db.load_vec(self.conn, self.extension_path) if self.vector_enabled
-                    else db.VecState(False, "disabled"))
         if not self.readonly:
             try:
                 # A dropped table must be noticed (and the index rebuilt), not silently re-created empty.

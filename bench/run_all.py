@@ -1,0 +1,217 @@
+"""Re-run every benchmark that ``docs/benchmarks.md`` cites, in one run, from the checked-out code.
+
+    .venv/bin/python bench/run_all.py                    # everything (an hour or more on 2 cores)
+    .venv/bin/python bench/run_all.py --only quality-modes,gate --dataset ../shared/data/locomo-dev
+
+Each step's report lands in ``docs/results/<step>.json`` (and ``.md`` where the bench prints a
+table), its log in ``bench/out/run-all/<step>.log``; ``docs/results/run.json`` records the commit,
+the machine, the load before each step and what ran, was skipped (and why) or failed.  Then
+``bench/render_docs.py`` copies the tables into ``docs/benchmarks.md``.  Steps that need a tool
+this machine may not have (OpenClaw, memsearch under ``.bench-tools/``; PostgreSQL through
+``pgserver`` or ``$MEMDIR_DATABASE_URL``) are skipped with the reason, never faked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results"
+IMG = ROOT / "docs" / "img"
+LOGS = ROOT / "bench" / "out" / "run-all"
+TOOLS = ROOT / ".bench-tools"
+PY = sys.executable
+MEMDIR = [PY, "-m", "memdir"]
+
+
+@dataclass
+class Step:
+    """One bench: its command, where its stdout goes, and what it needs to run at all."""
+
+    name: str
+    argv: list[str]
+    stdout: str | None = None  # file name under docs/results for the printed table/report
+    needs: Callable[[], str | None] = lambda: None  # a reason to skip, or None
+    env: dict[str, str] = field(default_factory=dict)
+    timeout_s: int = 3 * 3600
+
+
+def _openclaw() -> str | None:
+    found = list(TOOLS.glob("**/node_modules/openclaw/package.json"))
+    return None if found else "OpenClaw is not installed (bench/setup-openclaw.sh 2026.9.6 .bench-tools/openclaw)"
+
+
+def _memsearch() -> str | None:
+    return None if (TOOLS / "memsearch-venv" / "bin" / "python").exists() else "memsearch is not installed (bench/setup-memsearch.sh)"
+
+
+def steps(dev: Path, gate: Path, work: Path, dsn: str | None, fast: bool) -> list[Step]:
+    sizes = "1000,10000" if fast else "1000,10000,100000"
+    sample = dev / "26"
+    adapters = ["memdir:keyword", "memdir:vector", "memdir:hybrid", "bm25", "openclaw-v2.27-keyword"]
+    if _memsearch() is None:
+        adapters.append("memsearch")
+    if _openclaw() is None:
+        adapters += ["openclaw-hybrid", "openclaw-hybrid:undated", "openclaw-cli"]
+    out = work / "out"
+    return [
+        Step("quality-modes", [*MEMDIR, "bench", "quality", str(dev), "--mode", "all", "--k", "1,3,6,10",
+                               "--markdown", "--quiet", "--out", str(out / "quality-modes"),
+                               "--plot", str(IMG / "quality-modes.png")], "quality-modes.md"),
+        Step("quality-gate", [*MEMDIR, "bench", "quality", str(gate), "--mode", "all", "--k", "1,3,6",
+                              "--markdown", "--quiet", "--out", str(out / "quality-gate")], "quality-gate.md"),
+        Step("cv-families", [PY, "bench/cv_locomo.py", str(dev), "--part", "families", "--work-dir", str(work / "cv"),
+                             "--out", str(RESULTS / "cv-families.json")], "cv-families.md"),
+        Step("cv-ablations", [PY, "bench/cv_locomo.py", str(dev), "--part", "ablations", "--work-dir",
+                              str(work / "cv"), "--out", str(RESULTS / "cv-ablations.json")], "cv-ablations.md"),
+        Step("quality-compare", [*MEMDIR, "bench", "compare", str(dev), "--adapters", ",".join(adapters), "--k", "6",
+                                 "--markdown", "--quiet", "--out", str(out / "quality-compare"),
+                                 "--plot", str(IMG / "quality-compare.png")], "quality-compare.md"),
+        Step("search-latency", [PY, "bench/search_latency.py", "main", str(RESULTS / "search-latency.json"), str(dev)]),
+        Step("speed", [*MEMDIR, "bench", "speed", "--sizes", sizes, "--work-dir", str(work / "speed"), "--markdown",
+                       "--quiet", "--out", str(out / "speed"), "--plot-dir", str(IMG)], "speed.md"),
+        Step("openclaw-speed", [PY, "bench/openclaw_speed.py", str(sample), "--queries", "20", "--cli-runs", "5",
+                                "--out", str(RESULTS / "openclaw-speed.json")], "openclaw-speed.md", needs=_openclaw),
+        Step("backends", [*MEMDIR, "bench", "backends", "--sizes", "10000" if fast else "10000,100000",
+                          "--concurrency", "8", "--quality", str(dev), "--work-dir", str(work / "backends"),
+                          "--markdown"], "backends.md",
+             needs=lambda: None if dsn else "no PostgreSQL (pgserver not installed and $MEMDIR_DATABASE_URL unset)",
+             env={"MEMDIR_DATABASE_URL": dsn or ""}),
+        Step("ltm-latency", [PY, "bench/ltm_latency.py", "--n", "1000", "--queries", "200",
+                             "--json", str(RESULTS / "ltm-latency.json")]),
+        Step("ltm-recall", [PY, "bench/ltm_recall.py", "--json", str(RESULTS / "ltm-recall.json")]),
+        Step("agent-recall", [PY, "bench/agent_recall.py", "--json", str(RESULTS / "agent-recall.json")],
+             "agent-recall.txt"),
+        Step("watch-latency", [PY, "bench/watch_latency.py", str(sample / "workspace"), "--edits", "100"],
+             "watch-latency.json"),
+        Step("watch-latency-100ms", [PY, "bench/watch_latency.py", str(sample / "workspace"), "--edits", "100",
+                                     "--debounce-ms", "100"], "watch-latency-100ms.json"),
+        Step("watch-fds", [PY, "bench/watch_fds.py", "--files", "10000", "--folders", "1000",
+                           "--ignored-folders", "5000"], "watch-fds.json"),
+        Step("heal-rebuild", [PY, "bench/heal_rebuild.py", str(sample / "workspace"), "--repeat", "3"],
+             "heal-rebuild.json"),
+        Step("remote-accounting", [PY, "bench/remote_accounting.py", str(dev)], "remote-accounting.json"),
+    ]
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import sqlite3
+
+    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+                            "platform": platform.platform(), "stdlibSqlite": sqlite3.sqlite_version}
+    try:
+        info["memGiB"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError):
+        pass
+    return info
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
+@contextmanager
+def postgres(dsn: str | None) -> Iterator[str | None]:
+    """``$MEMDIR_DATABASE_URL`` if set, else a throwaway pgserver (PostgreSQL 16 + pgvector), else None."""
+    if dsn:
+        yield dsn
+        return
+    try:
+        import pgserver
+    except ImportError:
+        yield None
+        return
+    data = Path(tempfile.mkdtemp(prefix="memdir-bench-pg-"))
+    server = pgserver.get_server(data, cleanup_mode=None)
+    try:
+        yield server.get_uri()
+    finally:
+        try:
+            pgserver.pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=data, user=server.system_user)
+        finally:
+            shutil.rmtree(data, ignore_errors=True)
+
+
+def run_step(step: Step) -> dict[str, Any]:
+    reason = step.needs()
+    record: dict[str, Any] = {"name": step.name, "argv": [os.path.relpath(a, ROOT) if a.startswith(str(ROOT)) else a
+                                                          for a in step.argv],
+                              "loadBefore": os.getloadavg()[0]}
+    if reason:
+        record.update(status="skipped", reason=reason)
+        print(f"-- {step.name}: skipped ({reason})", file=sys.stderr, flush=True)
+        return record
+    print(f"-- {step.name}: {' '.join(record['argv'])}", file=sys.stderr, flush=True)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **step.env}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # cold starts should use byte-code caches, as an install does
+    t0 = time.monotonic()
+    with open(LOGS / f"{step.name}.log", "w") as log:
+        try:
+            proc = subprocess.run(step.argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=log, text=True,
+                                  timeout=step.timeout_s)
+            code, stdout = proc.returncode, proc.stdout
+        except subprocess.TimeoutExpired as exc:
+            code, stdout = -1, exc.stdout or ""
+    record.update(seconds=round(time.monotonic() - t0, 1), exitCode=code, loadAfter=os.getloadavg()[0],
+                  status="ok" if code == 0 else "failed")
+    if step.stdout and stdout:
+        (RESULTS / step.stdout).write_text(stdout if isinstance(stdout, str) else stdout.decode())
+    print(f"   {record['status']} in {record['seconds']} s", file=sys.stderr, flush=True)
+    return record
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dataset", type=Path, default=ROOT.parent / "shared" / "data" / "locomo-dev")
+    ap.add_argument("--gate", type=Path, default=ROOT / "tests" / "data" / "gate")
+    ap.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "memdir-run-all")
+    ap.add_argument("--only", help="comma list of step names (a partial run: run.json says so)")
+    ap.add_argument("--fast", action="store_true", help="smaller speed sizes (not for the docs)")
+    args = ap.parse_args()
+    if not (args.dataset / "26").is_dir():
+        print(f"run_all: no LoCoMo dataset at {args.dataset} (see scripts/locomo_to_dataset.py)", file=sys.stderr)
+        return 2
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    IMG.mkdir(parents=True, exist_ok=True)
+    only = set(args.only.split(",")) if args.only else None
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    meta: dict[str, Any] = {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain")),
+                            "started": started, "machine": machine(), "partial": only is not None,
+                            "fast": args.fast, "steps": []}
+    with postgres(os.environ.get("MEMDIR_DATABASE_URL")) as dsn:
+        for step in steps(args.dataset.resolve(), args.gate.resolve(), args.work_dir, dsn, args.fast):
+            if only and step.name not in only:
+                continue
+            meta["steps"].append(run_step(step))
+            meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            (RESULTS / ("run.json" if only is None else "run-partial.json")).write_text(json.dumps(meta, indent=2))
+    failed = [s["name"] for s in meta["steps"] if s["status"] == "failed"]
+    if failed:
+        print(f"run_all: failed: {', '.join(failed)} (logs in {LOGS})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,321 @@
+"""The one guarded HTTP client each remote provider owns: retries, redirect refusal, accounting.
+
+Follows R§5.1 (an HTTP guard that only talks to the configured host; ``<prefix> failed:
+<status> <body>`` errors) and R§5.3 (retries and timeouts), with these deliberate differences
+(R§18):
+
+* Retries are decided from the HTTP status or the exception type (429, 408, 5xx, timeouts,
+  connection errors), never by matching the message; the waits come from
+  :mod:`memdir.embeddings.retry`, including ``Retry-After`` and Gemini's ``retryDelay``.  A
+  server asking for longer than ``remote.retryAfterMaxSeconds`` fails at once, saying so.
+* An exhausted quota is reported at once, not retried.
+* Redirects are never followed to another origin (the API key must only reach the configured
+  host); same-origin 307/308, and same-origin redirects of GETs, are followed.
+* Error messages carry a one-line body excerpt with the API key and anything secret-looking
+  redacted (servers sometimes echo the key they rejected).
+* A caller's overall deadline bounds all attempts together (query embedding's ``timeout``).
+
+httpx is imported when a client is built, never at module import: the CLI's keyword path
+must not pay for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from memdir.embeddings.base import EmbeddingError
+from memdir.embeddings.errors import EmbeddingTimeoutError, RemoteEmbeddingError
+from memdir.embeddings.remote_config import RemoteSettings, is_loopback_url
+from memdir.embeddings.retry import gemini_retry_delay, is_quota_exhausted, parse_retry_after
+
+if TYPE_CHECKING:
+    import httpx
+
+log = logging.getLogger("memdir.embeddings")
+
+USER_AGENT = "memdir/0.1"
+BODY_EXCERPT_CHARS = 300
+
+
+class RemoteStats:
+    """Requests and bytes a provider sent, so indexing can report its network cost."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests = 0
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.retries = 0
+        self.failures = 0
+        self.texts = 0
+        self.redactions = 0
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, n in counts.items():
+                setattr(self, name, getattr(self, name) + n)
+
+    def as_dict(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "requests": self.requests,
+                "bytes_sent": self.bytes_sent,
+                "bytes_received": self.bytes_received,
+                "retries": self.retries,
+                "failures": self.failures,
+                "texts": self.texts,
+                "redactions": self.redactions,
+            }
+
+
+def body_excerpt(text: str, limit: int = BODY_EXCERPT_CHARS, secrets: Sequence[str] = ()) -> str:
+    """A one-line, secret-free excerpt of a response body for error messages."""
+    from memdir.redact import redact_text
+
+    flat = " ".join(text.split())
+    for secret in secrets:
+        if secret:
+            flat = flat.replace(secret, "***")
+    flat = redact_text(flat)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _fmt_seconds(value: float) -> str:
+    return f"{value:g}"
+
+
+class HttpClient:
+    """One ``httpx.Client`` per provider, with the redirect guard, retries and accounting."""
+
+    def __init__(
+        self,
+        provider: str,
+        base_url: str,
+        *,
+        settings: RemoteSettings,
+        stats: RemoteStats,
+        secrets: Sequence[str] = (),
+    ) -> None:
+        import httpx
+
+        self._httpx = httpx
+        #: Scrubbed from error messages (servers sometimes echo the key they rejected).
+        self.secrets = tuple(s for s in secrets if s)
+        self.provider = provider
+        self.settings = settings
+        self.stats = stats
+        parts = urlsplit(base_url)
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self._loopback = is_loopback_url(base_url)
+        self._client_obj: httpx.Client | None = None
+        self._client_lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def _client(self) -> httpx.Client:
+        """Created on first use: building a provider (e.g. for ``status``) costs no TLS setup."""
+        with self._client_lock:
+            if self._closed:
+                raise EmbeddingError(f"{self.provider} embeddings: provider is closed")
+            if self._client_obj is None:
+                # Proxies from the environment are for the internet, not for this machine.
+                self._client_obj = self._httpx.Client(
+                    follow_redirects=False,
+                    trust_env=not self._loopback,
+                    headers={"User-Agent": USER_AGENT},
+                )
+            return self._client_obj
+
+    def close(self) -> None:
+        with self._client_lock:
+            self._closed = True
+            if self._client_obj is not None:
+                self._client_obj.close()
+                self._client_obj = None
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        json_body: Any = None,
+        files: Any = None,
+        data: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
+        timeout: float,
+        deadline: float | None = None,
+        what: str = "embeddings",
+        timeout_label: str = "request",
+        retry: bool = True,
+    ) -> httpx.Response:
+        """Send with retries; return a 2xx response or raise :class:`RemoteEmbeddingError`."""
+        httpx = self._httpx
+        timing = self.settings.timing
+        policy = self.settings.retry
+        prefix = f"{self.provider} {what}"
+        content = None
+        if json_body is not None:
+            content = json.dumps(json_body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        attempt = 0
+        while True:
+            attempt_timeout = timeout
+            if deadline is not None:
+                remaining = deadline - timing.clock()
+                if remaining <= 0:
+                    self.stats.add(failures=1)
+                    raise EmbeddingTimeoutError(
+                        f"{prefix} {timeout_label} timed out after {_fmt_seconds(timeout)}s",
+                        provider=self.provider,
+                    )
+                attempt_timeout = min(timeout, remaining)
+            error: RemoteEmbeddingError
+            try:
+                response = self._send(
+                    method,
+                    url,
+                    headers=headers,
+                    content=content,
+                    files=files,
+                    data=data,
+                    params=params,
+                    timeout=attempt_timeout,
+                    prefix=prefix,
+                )
+            except httpx.TimeoutException:
+                error = EmbeddingTimeoutError(
+                    f"{prefix} {timeout_label} timed out after {_fmt_seconds(attempt_timeout)}s",
+                    provider=self.provider,
+                    retryable=True,
+                )
+            except httpx.TransportError as exc:  # refused, reset, protocol errors
+                error = RemoteEmbeddingError(
+                    f"{prefix} failed: connection error ({type(exc).__name__}: {exc})",
+                    provider=self.provider,
+                    retryable=True,
+                )
+            except RemoteEmbeddingError as exc:  # a refused redirect
+                error = exc
+            else:
+                if response.status_code < 300:
+                    return response
+                error = self._http_error(response, prefix)
+
+            if not retry or not error.retryable or attempt >= policy.max_retries:
+                self.stats.add(failures=1)
+                if attempt:
+                    error.args = (f"{error.args[0]} (gave up after {attempt + 1} attempts)",)
+                raise error
+            wait = policy.backoff(attempt, timing.random())
+            if error.retry_after is not None:
+                if error.retry_after > policy.retry_after_cap:
+                    self.stats.add(failures=1)
+                    error.args = (
+                        f"{error.args[0]} (server asked to retry after {_fmt_seconds(error.retry_after)}s, "
+                        f"longer than remote.retryAfterMaxSeconds={_fmt_seconds(policy.retry_after_cap)})",
+                    )
+                    raise error
+                wait = max(wait, error.retry_after)
+            if deadline is not None and timing.clock() + wait >= deadline:
+                self.stats.add(failures=1)
+                raise error
+            log.info("%s: %s; retrying in %.2fs (attempt %d)", prefix, error, wait, attempt + 2)
+            self.stats.add(retries=1)
+            timing.sleep(wait)
+            attempt += 1
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: Mapping[str, str],
+        content: bytes | None,
+        files: Any,
+        data: Mapping[str, str] | None,
+        params: Mapping[str, str] | None,
+        timeout: float,
+        prefix: str,
+    ) -> httpx.Response:
+        """One attempt; follows same-origin redirects only."""
+        for _hop in range(4):
+            request = self._client.build_request(
+                method,
+                url,
+                headers=dict(headers),
+                content=content,
+                files=files,
+                data=data,
+                params=params,
+                timeout=timeout,
+            )
+            sent = request.read()
+            self.stats.add(requests=1, bytes_sent=len(sent))
+            response = self._client.send(request)
+            try:
+                received = response.read()
+            finally:
+                response.close()
+            self.stats.add(bytes_received=len(received))
+            if not response.is_redirect:
+                return response
+            target = request.url.join(response.headers.get("location", ""))
+            same_origin = (target.scheme, target.host, target.port) == (
+                request.url.scheme,
+                request.url.host,
+                request.url.port,
+            )
+            if not same_origin or (method != "GET" and response.status_code not in (307, 308)):
+                raise RemoteEmbeddingError(
+                    f"{prefix} failed: {response.status_code} redirect to {target.scheme}://{target.host} "
+                    f"refused (memdir only sends requests to {self.origin})",
+                    provider=self.provider,
+                    status=response.status_code,
+                )
+            url, params = str(target), None
+        raise RemoteEmbeddingError(f"{prefix} failed: too many redirects", provider=self.provider)
+
+    def _http_error(self, response: httpx.Response, prefix: str) -> RemoteEmbeddingError:
+        status = response.status_code
+        text = response.text
+        retry_after = parse_retry_after(response.headers.get("retry-after"))
+        if retry_after is None and status in (429, 503):
+            retry_after = gemini_retry_delay(text)
+        quota = status == 429 and is_quota_exhausted(text, has_retry_hint=retry_after is not None)
+        retryable = (status == 429 and not quota) or status == 408 or 500 <= status <= 599
+        message = f"{prefix} failed: {status} {body_excerpt(text, secrets=self.secrets)}".rstrip()
+        if quota:
+            message += " (quota exhausted; not retried - check the provider account's plan and billing)"
+        return RemoteEmbeddingError(
+            message,
+            provider=self.provider,
+            status=status,
+            retryable=retryable,
+            quota_exhausted=quota,
+            retry_after=retry_after,
+        )
+
+
+def parse_json(response: httpx.Response, provider: str, what: str = "embeddings") -> Any:
+    """The response body as JSON, or a clear error naming the provider (not retried)."""
+    try:
+        return json.loads(response.content)
+    except ValueError:
+        raise RemoteEmbeddingError(
+            f"{provider} {what} failed: malformed JSON in {response.status_code} response: "
+            f"{body_excerpt(response.text, 120)!r}",
+            provider=provider,
+            status=response.status_code,
+        ) from None
+
+
+def shape_error(provider: str, detail: str, what: str = "embeddings") -> RemoteEmbeddingError:
+    return RemoteEmbeddingError(
+        f"{provider} {what} failed: unexpected response shape: {detail}", provider=provider
+    )
+

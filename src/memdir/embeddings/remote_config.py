@@ -1,0 +1,150 @@
+"""What configuration makes of a remote provider: its endpoint, its model's input limit and
+the settings that shape every request.
+
+* Endpoint (R§5.1 "Clients"): base URL, API key and headers come from ``remote.*`` >
+  environment > provider default, blank values skipped; model prefixes such as ``openai/``
+  are stripped; later header layers win case-insensitively.  Deviation: a base URL that is not
+  an absolute http(s) URL is refused here, with the provider's name, rather than failing on the
+  first request.
+* Input limits (R§5.2): the per-model table, else the provider's fallback, capped at 8000
+  UTF-8 bytes.
+* Credential headers (R§5.5) are listed once, in :data:`SECRET_HEADERS`: they are sent but
+  never enter the provider key or a log line.
+* ``offline = true`` needs to know which endpoints stay on this machine: :func:`is_loopback_url`.
+* :class:`RemoteSettings` gathers the endpoint-independent ``remote.*`` values (timeouts,
+  retries, redaction, batch) that the HTTP client and the provider base share.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from memdir.embeddings.base import HARD_INPUT_LIMIT_BYTES, EmbeddingError
+from memdir.embeddings.batch import BatchSettings
+from memdir.embeddings.retry import RetryPolicy, Timing
+
+if TYPE_CHECKING:
+    from memdir.config import MemorySearchConfig
+
+#: Header names that carry credentials: sent, but never part of the provider key or of logs.
+SECRET_HEADERS = frozenset({"authorization", "x-goog-api-key", "api-key", "x-api-key"})
+
+
+# --- limits ---------------------------------------------------------------------------------
+
+#: Per-model input limits (R§5.2), in "tokens" that we measure as UTF-8 bytes.
+MODEL_INPUT_LIMITS: dict[str, int] = {
+    "text-embedding-3-small": 8192,
+    "text-embedding-3-large": 8192,
+    "text-embedding-ada-002": 8191,
+    "text-embedding-004": 2048,
+    "gemini-embedding-001": 2048,
+    "gemini-embedding-2-preview": 8192,
+    "voyage-3": 32000,
+    "voyage-3-lite": 16000,
+    "voyage-code-3": 32000,
+}
+#: Fallback when the model is not in the table.
+PROVIDER_INPUT_LIMITS: dict[str, int] = {"gemini": 2048, "local": 2048}
+DEFAULT_INPUT_LIMIT = 8192
+
+
+def max_input_bytes_for(provider: str, model: str) -> int:
+    """Largest chunk (UTF-8 bytes) sent to ``provider``/``model``: table, else default, capped at 8000."""
+    limit = MODEL_INPUT_LIMITS.get(model) or PROVIDER_INPUT_LIMITS.get(provider) or DEFAULT_INPUT_LIMIT
+    return min(limit, HARD_INPUT_LIMIT_BYTES)
+
+
+# --- settings -------------------------------------------------------------------------------
+
+
+@dataclass
+class RemoteSettings:
+    """Behaviour shared by every remote provider (endpoint-independent parts of ``remote.*``)."""
+
+    query_timeout: float = 60.0
+    batch_timeout: float = 120.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    redact: bool = False
+    offline: bool = False
+    batch: BatchSettings = field(default_factory=BatchSettings)
+    timing: Timing = field(default_factory=Timing)
+
+    @classmethod
+    def from_config(cls, cfg: MemorySearchConfig, timing: Timing | None = None) -> RemoteSettings:
+        remote = cfg.remote
+        return cls(
+            query_timeout=remote.query_timeout,
+            batch_timeout=remote.batch_timeout,
+            retry=RetryPolicy(max_retries=remote.max_retries, retry_after_cap=remote.retry_after_max_seconds),
+            redact=remote.redact_secrets,
+            offline=cfg.offline,
+            batch=BatchSettings.from_config(remote.batch),
+            timing=timing or Timing(),
+        )
+
+
+# --- endpoint resolution ---------------------------------------------------------------------
+
+
+def is_loopback_url(url: str) -> bool:
+    """True when ``url`` points at this machine (so ``offline`` and proxies can ignore it)."""
+    host = (urlsplit(url).hostname or "").strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def clean_base_url(url: str, provider: str) -> str:
+    """Trim and drop trailing slashes; refuse anything that is not an absolute http(s) URL."""
+    url = url.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise EmbeddingError(f"{provider} embeddings: base URL {url!r} is not an absolute http(s) URL")
+    return url
+
+
+def first_nonblank(*values: str | None) -> str | None:
+    for value in values:
+        if value is not None and value.strip():
+            return value.strip()
+    return None
+
+
+def strip_model_prefixes(model: str, prefixes: Sequence[str]) -> str:
+    """``openai/text-embedding-3-small`` → ``text-embedding-3-small`` (repeatedly, any order)."""
+    model = model.strip()
+    changed = True
+    while changed:
+        changed = False
+        for prefix in prefixes:
+            if model.lower().startswith(prefix):
+                model = model[len(prefix) :]
+                changed = True
+    return model
+
+
+def merge_headers(*layers: Mapping[str, str] | None) -> dict[str, str]:
+    """Later layers win, compared case-insensitively; the later spelling is kept."""
+    out: dict[str, str] = {}
+    for layer in layers:
+        for name, value in (layer or {}).items():
+            for existing in [k for k in out if k.lower() == name.lower()]:
+                del out[existing]
+            out[name] = str(value)
+    return out
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    base_url: str
+    api_key: str | None = field(repr=False)
+    #: Non-credential headers sent with every request (Content-Type + provider + ``remote.headers``).
+    headers: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,202 @@
+"""Validated settings remembered between CLI runs, so ``memdir search`` starts without pydantic.
+
+Importing pydantic and building memdir's config models costs more than the whole search a
+one-shot ``memdir search`` runs (≈100-200 ms of a 150 ms budget).  The settings are a pure
+function of a few inputs: the flags, the ``MEMDIR_*`` environment, ``HOME``, the current folder,
+the config file that would be read (path and stat) and memdir's own version.  After a full
+:func:`memdir.config.load_config` the CLI stores the settings (fields and derived values) under a hash of those
+inputs (``<state dir>/cache/settings-<hash>.json``); the next run with the same inputs reads it
+back as a :class:`View`: the same fields, and the values of its properties (paths, the index key)
+as :class:`~memdir.config.Settings` computed them.
+Anything that changes an input (an edited config file, another env var, a memdir upgrade) is a
+miss and goes through pydantic again.  The snapshot is a cache: losing it costs only time, and
+a state folder that cannot be written simply means no snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+SNAPSHOT_VERSION = 1
+CONFIG_FILENAMES = ("memdir.toml", "memdir.json", "memdir.json5")
+#: Environment variables that can change the resolved settings (``memdir.config.ENV_KEYS`` + the file).
+ENV_INPUTS = ("MEMDIR_CONFIG", "MEMDIR_STATE_DIR", "MEMDIR_WORKSPACE", "MEMDIR_AGENT", "MEMDIR_PROVIDER",
+              "MEMDIR_MODEL", "MEMDIR_FALLBACK", "MEMDIR_OFFLINE", "MEMDIR_INDEX_PATH", "MEMDIR_CITATIONS",
+              "MEMDIR_USER_TIMEZONE", "HOME")
+
+
+def candidate_count(max_results: int, multiplier: float) -> int:
+    """Size of each signal's candidate pool: ``min(200, max(1, floor(maxResults × mult)))``."""
+    return min(200, max(1, math.floor(max_results * multiplier)))
+
+
+def resolve_store_path(configured: str | None, agent_id: str, state_dir: Path) -> Path:
+    if not configured:
+        return state_dir / "memory" / f"{agent_id}.sqlite"
+    return Path(os.path.expanduser(configured.replace("{agentId}", agent_id))).resolve()
+
+
+#: Where :func:`save_snapshot` keeps a section's derived values (its ``@property`` results).
+PROPS = "__props__"
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"__path__"}:
+        return Path(value["__path__"])
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, Path):
+        return {"__path__": str(value)}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise TypeError(f"cannot remember a {type(value).__name__}")
+
+
+class View:
+    """Read-only attribute access over one section of a settings dump: its fields, nested sections
+    (as views) and the values its properties had when the snapshot was written."""
+
+    __slots__ = ("_cache", "_data")
+
+    #: Sections whose values are plain mappings, not sub-sections.
+    _MAPPINGS = frozenset({"headers"})
+
+    def __init__(self, data: Mapping[str, Any]):
+        object.__setattr__(self, "_data", data)
+        object.__setattr__(self, "_cache", {})
+
+    def __getattr__(self, name: str) -> Any:
+        cache = self._cache
+        if name in cache:
+            return cache[name]
+        data = self._data
+        if name in data and name != PROPS:
+            value = data[name]
+            if isinstance(value, dict) and name not in self._MAPPINGS:
+                value = View(value)
+        elif name in data.get(PROPS, {}):
+            value = _decode(data[PROPS][name])
+        else:
+            raise AttributeError(name)
+        cache[name] = value
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("settings loaded from a snapshot are read-only")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._data!r})"
+
+
+def dump_with_properties(model: Any) -> dict[str, Any]:
+    """``model.model_dump()`` plus, for it and every nested model, its properties' current values:
+    :class:`View` answers them without the code that computes them (which needs pydantic)."""
+    out: dict[str, Any] = {}
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        out[name] = dump_with_properties(value) if hasattr(type(value), "model_fields") else _plain(value)
+    props: dict[str, Any] = {}
+    for name in dir(type(model)):
+        if name.startswith(("_", "model_")) or not isinstance(getattr(type(model), name, None), property):
+            continue
+        props[name] = _encode(getattr(model, name))
+    out[PROPS] = props
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """A field value as JSON (pydantic's ``mode="json"`` for the types settings hold)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(type(value), "model_fields"):
+        return dump_with_properties(value)
+    return value
+
+
+class SnapshotConfig:
+    """What :class:`memdir.api.Memory` needs of a loaded config, read from a snapshot."""
+
+    def __init__(self, settings: View, origins: dict[str, str], config_file: Path | None):
+        self.settings = settings
+        self.origins = origins
+        self.config_file = config_file
+
+
+# -- keys and files ----------------------------------------------------------------------------
+
+def _stat_sig(path: Path) -> list[Any] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [str(path), st.st_mtime_ns, st.st_size, st.st_ino]
+
+
+def snapshot_key(*, config_path: str | None, workspace: str | None, agent_id: str | None,
+                 state_dir: str | None, env: Mapping[str, str] | None = None) -> tuple[str, Path]:
+    """``(hash of every input load_config reads, the snapshot file)`` for these flags and this process."""
+    env = os.environ if env is None else env
+    ws_hint = Path(os.path.expanduser(str(workspace or env.get("MEMDIR_WORKSPACE") or "."))).resolve()
+    sd_hint = Path(os.path.expanduser(str(state_dir or env.get("MEMDIR_STATE_DIR") or "~/.memdir")))
+    explicit = config_path or env.get("MEMDIR_CONFIG")
+    files: list[Any] = []
+    if explicit:
+        files.append(_stat_sig(Path(os.path.expanduser(str(explicit)))) or str(explicit))
+    else:
+        for folder in (ws_hint, sd_hint):
+            for name in CONFIG_FILENAMES:
+                sig = _stat_sig(folder / name)
+                if sig is not None:
+                    files.append(sig)
+    from memdir import __version__
+
+    code = [_stat_sig(Path(__file__).with_name(name)) for name in ("config.py", "settings_cache.py")]
+    payload = {
+        "v": SNAPSHOT_VERSION, "memdir": __version__, "code": code, "cwd": os.getcwd(),
+        "flags": [config_path, workspace, agent_id, state_dir],
+        "env": {k: env.get(k) for k in ENV_INPUTS}, "files": files,
+    }
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    return digest, sd_hint / "cache" / f"settings-{digest}.json"
+
+
+def load_snapshot(path: Path, key: str) -> SnapshotConfig | None:
+    """The snapshot at ``path`` if it is intact and was written for ``key``; else ``None``."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("settings"), dict):
+        return None
+    cfg = data.get("configFile")
+    return SnapshotConfig(View(data["settings"]), dict(data.get("origins") or {}), Path(cfg) if cfg else None)
+
+
+def save_snapshot(path: Path, key: str, loaded: Any) -> bool:
+    """Write ``loaded`` (a :class:`memdir.config.LoadedConfig`) for ``key``; ``False`` when it cannot."""
+    try:
+        payload = {"key": key, "settings": dump_with_properties(loaded.settings), "origins": loaded.origins,
+                   "configFile": str(loaded.config_file) if loaded.config_file else None}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh)
+        os.replace(tmp, path)
+        return True
+    except (OSError, TypeError, ValueError):
+        return False

@@ -1,0 +1,75 @@
+"""Which name an agent's own state lives under when no agent id was chosen.
+
+The index, session transcripts (``agents/<key>/sessions``), long-term memory (``ltm/<key>``)
+and ``{agentId}`` in configured paths all follow one key: the chosen agent id (OpenClaw's
+per-agent layout, shared by every workspace that names that agent), else the workspace's own
+key (``<folder-name>-<hash>``), so two workspaces used without ``--agent`` never share
+transcripts or memories.
+
+Before memdir keyed state by workspace, everything used without an agent id went to agent
+``main``.  Those transcripts and memories belong to the one workspace that used agent ``main``'s
+index (an index records the workspace that owns it, and refused any other), so that workspace,
+and only that one, keeps using the ``main`` paths until it has state under its own key; every
+other workspace starts its own.  ``memdir status`` says which applies.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+#: The agent id every workspace used before state was keyed by workspace.
+LEGACY_AGENT_ID = "main"
+_META_KEY = "memory_index_meta_v1"
+_OWNER_KEY = "memdir:owner"
+
+
+def index_owner(index: Path) -> str | None:
+    """The workspace an index file says it belongs to (``None``: no file, unreadable, unclaimed).
+
+    Read-only and quick (a one-second busy timeout): this runs while settings are resolved.
+    """
+    if not index.is_file():
+        return None
+    from memdir import db
+
+    try:
+        conn = db.connect(index, readonly=True, timeout=1.0)
+    except Exception:
+        return None
+    try:
+        rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN (?, ?)", (_META_KEY, _OWNER_KEY)))
+    except Exception:
+        return None
+    finally:
+        conn.close()
+    for key in (_META_KEY, _OWNER_KEY):
+        try:
+            value = json.loads(rows[key]) if key in rows else None
+        except ValueError:
+            continue
+        owner = value.get("workspace") if isinstance(value, dict) else value
+        if isinstance(owner, str) and owner:
+            return owner
+    return None
+
+
+def legacy_state_dirs(state_dir: Path, agent_id: str = LEGACY_AGENT_ID) -> list[Path]:
+    """The per-agent folders of ``agent_id``: its sessions and its long-term memory."""
+    return [state_dir / "agents" / agent_id, state_dir / "ltm" / agent_id]
+
+
+def uses_legacy_state(state_dir: Path, workspace: Path, workspace_key: str, legacy_index: Path) -> bool:
+    """Whether this workspace, used without an agent id, keeps agent ``main``'s state.
+
+    True only when ``main`` has state, this workspace has none under its own key yet, and
+    ``main``'s index (``legacy_index``) names this workspace as its owner.
+    """
+    if not any(p.exists() for p in legacy_state_dirs(state_dir)):
+        return False
+    if any(p.exists() for p in legacy_state_dirs(state_dir, workspace_key)):
+        return False
+    return index_owner(legacy_index) == str(workspace)
+
+
+__all__ = ["LEGACY_AGENT_ID", "index_owner", "legacy_state_dirs", "uses_legacy_state"]

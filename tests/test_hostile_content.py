@@ -1,0 +1,74 @@
+"""Hostile note contents: NUL bytes, invalid UTF-8, BOMs, CRLF, one enormous line.
+
+Every case goes through the real CLI in a subprocess and real SQLite; each note carries a
+unique word, so a search proves the note was indexed and nothing else was lost.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from conftest import parse_json
+
+
+def _index_counts(index: Path) -> tuple[int, int]:
+    with sqlite3.connect(index) as conn:
+        chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        fts = conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0]
+    return chunks, fts
+
+
+def test_a_long_line_of_one_repeated_character_indexes_with_vectors(make_workspace, run_cli):
+    """Regression: slices of a long line of one character are identical chunks with one id, and
+    the second insert broke sqlite-vec's primary key: the whole index failed to build (exit 1,
+    every search "sync before search failed")."""
+    ws = make_workspace({"memory/rule.md": "=" * 8000 + "\nThe quokka note sits under a long rule.\n",
+                         "MEMORY.md": "Penguins are kept in MEMORY.md.\n"})
+    built = run_cli("index", "--json", "-w", str(ws))
+    report = parse_json(built)
+    assert report["mode"] == "hybrid" and report["indexed"] == 2
+    for word, path in (("quokka", "memory/rule.md"), ("penguins", "MEMORY.md")):
+        found = parse_json(run_cli("search", word, "--json", "--no-sync", "-w", str(ws)))
+        assert [r["path"] for r in found["results"]][:1] == [path], found
+
+
+def test_repeated_chunks_leave_no_orphan_keyword_rows(make_workspace, run_cli, keyword_config, tmp_path: Path):
+    """Keyword-only, the duplicate ids replaced each other in ``chunks`` but each left a row in
+    ``chunks_fts`` (6 keyword rows for 2 chunks), skewing BM25 and never deleted."""
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps(keyword_config))
+    ws = make_workspace({"memory/rule.md": "x" * 8000 + "\nunique marker okapi\n"})
+    report = parse_json(run_cli("index", "--json", "-c", str(cfg), "-w", str(ws)))
+    chunks, fts = _index_counts(Path(report["indexPath"]))
+    assert chunks == fts == report["chunks"]
+    (ws / "memory" / "rule.md").write_text("rewritten: only the okapi is left\n")
+    parse_json(run_cli("index", "--json", "-c", str(cfg), "-w", str(ws)))
+    assert _index_counts(Path(report["indexPath"])) == (1, 1)
+
+
+def test_nul_bytes_bad_utf8_bom_and_crlf_are_indexed_and_never_changed(make_workspace, run_cli, tmp_path: Path):
+    ws = make_workspace()
+    files = {
+        "memory/nul.md": b"line one\x00with a NUL\nzebra lives here\n",
+        "memory/latin1.md": b"caf\xe9 au lait \xff\xfe\ngiraffe note\n",
+        "memory/bom.md": b"\xef\xbb\xbf# Title after a BOM\nokapi note\n",
+        "memory/crlf.md": b"first line\r\nlemur note\r\nthird line\r\n",
+        "MEMORY.md": b"\xef\xbb\xbfpenguin facts\r\n",
+    }
+    for rel, data in files.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_bytes(data)
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    report = parse_json(run_cli("index", "--json", "-c", str(cfg), "-w", str(ws)))
+    assert report["indexed"] == len(files) and report["skipped"] == []
+    for word, rel in (("zebra", "memory/nul.md"), ("giraffe", "memory/latin1.md"), ("okapi", "memory/bom.md"),
+                      ("lemur", "memory/crlf.md"), ("penguin", "MEMORY.md")):
+        found = parse_json(run_cli("search", word, "--json", "--no-sync", "-c", str(cfg), "-w", str(ws)))
+        assert [r["path"] for r in found["results"]] == [rel], (word, found)
+    got = parse_json(run_cli("get", "memory/crlf.md", "--from", "2", "--lines", "1", "--json", "-c", str(cfg),
+                             "-w", str(ws)))
+    assert got["text"].rstrip("\r") == "lemur note"
+    assert {rel: (ws / rel).read_bytes() for rel in files} == files  # the indexer never writes a note

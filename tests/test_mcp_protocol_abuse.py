@@ -1,0 +1,147 @@
+"""``memdir mcp`` over stdio fed raw JSON-RPC: malformed messages, huge arguments, end of input.
+
+A host (or a broken client) can send anything; the server must answer what it can, keep
+serving, and exit 0 quietly when its input ends, as a stdio MCP server is expected to.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import cli_env
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "qa", "version": "1"}}}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def _call(i: int, name: str, arguments: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+
+
+@pytest.fixture
+def workspace(make_workspace, tmp_path: Path) -> tuple[Path, Path]:
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka because ordering matters.\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    return ws, cfg
+
+
+def _serve(ws: Path, cfg: Path, state_dir: Path, lines: list[str]) -> tuple[subprocess.CompletedProcess[str],
+                                                                              dict[Any, dict[str, Any]]]:
+    """Send ``lines``, read until every request with an id is answered, then close stdin (how a
+    stdio host ends a session) and wait for the server to exit."""
+    with tempfile.TemporaryFile("w+") as errors:  # a file, not a pipe: the SDK can log a lot there
+        proc = subprocess.Popen([sys.executable, "-m", "memdir", "mcp", "-w", str(ws), "-c", str(cfg)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True,
+                                env=cli_env(state_dir))
+        assert proc.stdin is not None and proc.stdout is not None
+        wanted = set()
+        for line in lines:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                msg = None
+            if isinstance(msg, dict) and "id" in msg:
+                wanted.add(msg["id"])
+            proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+        answers: dict[Any, dict[str, Any]] = {}
+        timer = threading.Timer(120, proc.kill)  # a server that stops answering fails the test, never hangs it
+        timer.start()
+        try:
+            while not wanted <= answers.keys():
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                msg = json.loads(line)
+                answers[msg.get("id")] = msg
+            proc.stdin.close()
+            out = proc.stdout.read()
+            proc.wait(60)
+        finally:
+            timer.cancel()
+        errors.seek(0)
+        err = errors.read()
+    for line in out.splitlines():
+        msg = json.loads(line)
+        answers[msg.get("id")] = msg
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), answers
+
+
+def test_the_stdio_server_exits_0_quietly_when_its_input_ends(workspace, state_dir: Path):
+    """Regression: every stdio session ended with exit 1 and "memdir: I/O operation on closed
+    file." on stderr (the SDK closes stdout when the session ends; the CLI then flushed it)."""
+    ws, cfg = workspace
+    proc, answers = _serve(ws, cfg, state_dir, [json.dumps(INIT), json.dumps(INITIALIZED),
+                                                json.dumps(_call(2, "memory_get", {"path": "MEMORY.md"}))])
+    assert answers[2]["result"]["isError"] is False
+    assert proc.returncode == 0, proc.stderr
+    assert "closed file" not in proc.stderr
+
+
+def test_malformed_json_rpc_and_huge_arguments_never_stop_the_server(workspace, state_dir: Path):
+    ws, cfg = workspace
+    lines = [
+        json.dumps(INIT), json.dumps(INITIALIZED),
+        "{this is not json",
+        json.dumps([1, 2, 3]),
+        json.dumps({"jsonrpc": "2.0", "id": 3, "method": "no/such/method"}),
+        json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": 5}}),
+        json.dumps(_call(5, "memory_search", {"query": "kafka " * 40_000})),  # 240 KB of query
+        json.dumps(_call(6, "memory_get", {"path": "memory/" + "a/" * 20_000 + "x.md"})),
+        json.dumps(_call(7, "memory_search", {"query": "NEAR( \" * - OR"})),
+        json.dumps(_call(8, "memory_get", {"path": "MEMORY.md", "from": -(2**70), "lines": 2**70})),
+        json.dumps(_call(9, "memory_search", {"query": "kafka", "maxResults": "lots", "minScore": [1]})),
+        json.dumps(_call(10, "memory_search", "not an object")),
+        json.dumps(_call(11, "memory_search", {"query": "ordering"})),
+    ]
+    proc, answers = _serve(ws, cfg, state_dir, lines)
+    assert proc.returncode == 0, proc.stderr
+    assert answers[3]["error"]["code"] in (-32601, -32602)  # the SDK answers an unknown method with an error
+    assert "error" in answers[4] or answers[4]["result"]["isError"] is True
+    assert answers[5]["result"]["isError"] is False
+    assert json.loads(answers[5]["result"]["content"][0]["text"])["results"][0]["path"] == "MEMORY.md"
+    assert answers[6]["result"]["isError"] is True
+    assert answers[7]["result"]["isError"] is False
+    assert json.loads(answers[7]["result"]["content"][0]["text"])["results"] == []
+    got = json.loads(answers[8]["result"]["content"][0]["text"])
+    assert got["text"].rstrip("\n") == "Billing uses Kafka because ordering matters."
+    assert answers[9]["result"]["isError"] is False
+    assert "error" in answers[10] or answers[10]["result"]["isError"] is True
+    # and after all of that, an ordinary call still answers
+    assert json.loads(answers[11]["result"]["content"][0]["text"])["results"][0]["path"] == "MEMORY.md"
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="routed to speed (mcp_server.py transport): the start-up index thread reports "
+                                       "the store closed under it as a failure when a stdio session ends early")
+def test_a_session_that_ends_during_the_start_up_index_says_nothing_on_stderr(make_workspace, state_dir: Path):
+    """A host that starts the server and ends the session at once (a health check, a client that
+    lists tools and quits) often gets "memdir: background index at startup failed: Cannot operate
+    on a closed database." on stderr: closing the Memory cut the start-up sync short, which is not
+    a failure worth reporting, and nothing is lost (the next start indexes again).  It depends on
+    timing (2 sessions in 3 here), so five sessions are run."""
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka.\n", "memory/2026-01-12.md": "- first note\n"})
+    built = subprocess.run([sys.executable, "-m", "memdir", "index", "-w", str(ws)], capture_output=True, text=True,
+                           timeout=120, env=cli_env(state_dir))
+    assert built.returncode == 0, built.stderr
+    noise = []
+    for i in range(5):
+        with open(ws / "memory" / "2026-01-12.md", "a") as fh:  # something for the start-up sync to do
+            fh.write(f"- note {i}\n")
+        proc = subprocess.run([sys.executable, "-m", "memdir", "mcp", "-w", str(ws)],  # the embedded model
+                              input=json.dumps(INIT) + "\n" + json.dumps(INITIALIZED) + "\n", capture_output=True,
+                              text=True, timeout=120, env=cli_env(state_dir))
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout.splitlines()[0])["result"]["serverInfo"]["name"] == "memdir"
+        noise += [line for line in proc.stderr.splitlines() if "failed" in line]
+    assert noise == []

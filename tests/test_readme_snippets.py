@@ -1,0 +1,50 @@
+"""The README's "Using it" commands and its Python example, run as written against ``~/agent``.
+
+``HOME`` is a temp folder holding a copy of the example workspace as ``~/agent``, so ``~``
+and the default state folder ``~/.memdir`` are exercised the way a newcomer meets them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _home(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    shutil.copytree(ROOT / "examples" / "workspace", home / "agent")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMDIR_")}
+    env["HOME"] = str(home)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _python_example() -> str:
+    section = README.split("\n## Using it\n", 1)[1].split("\n### ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    return block
+
+
+def test_the_python_example_uses_the_same_index_as_the_cli(tmp_path: Path):
+    """Regression: the example passed ``agent_id="main"``, which gave the API another index
+    (``main.sqlite``) than ``memdir -w ~/agent`` uses, built and embedded twice, and claimed agent
+    ``main`` for that workspace."""
+    env = _home(tmp_path)
+    cli = subprocess.run([sys.executable, "-m", "memdir", "-w", "~/agent", "index"], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    index_dir = Path(env["HOME"]) / ".memdir" / "memory"
+    before = sorted(p.name for p in index_dir.glob("*.sqlite"))
+    run = subprocess.run([sys.executable, "-c", _python_example()], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert re.search(r"^\d\.\d{3} memory/2026-01-12\.md:\d+-\d+$", run.stdout, flags=re.M), run.stdout
+    assert "# Long-term memory" in run.stdout
+    assert sorted(p.name for p in index_dir.glob("*.sqlite")) == before  # no second index

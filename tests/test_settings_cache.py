@@ -1,0 +1,121 @@
+"""The CLI's remembered settings: same answers as pydantic, invalidated by every input, never fatal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import cli_env
+from memdir import settings_cache
+from memdir.config import load_config
+
+
+@pytest.fixture
+def ws(make_workspace) -> Path:
+    return make_workspace({
+        "memory/2026-01-12.md": "# 2026-01-12\n" + "".join(f"- ramen note {i}\n" + "filler\n" * 30
+                                                            for i in range(40)),
+        **{f"memory/2025-12-{d:02d}.md": f"# 2025-12-{d:02d}\n- Routine ramen standup {d}.\n" for d in range(1, 9)},
+    })
+
+
+def test_view_matches_the_validated_settings(tmp_path: Path):
+    (tmp_path / "ws").mkdir()
+    overrides = {"memorySearch": {"extraPaths": ["~/notes", "rel/dir", "rel/dir"],
+                                  "store": {"path": str(tmp_path / "idx-{agentId}.sqlite")},
+                                  "remote": {"timeoutSeconds": 7},
+                                  "query": {"maxResults": 9, "hybrid": {"candidateMultiplier": 3,
+                                                                        "mmr": {"enabled": True, "lambda": 0.4}}}}}
+    loaded = load_config(workspace=tmp_path / "ws", agent_id="bob", state_dir=tmp_path / "st", overrides=overrides)
+    key, path = settings_cache.snapshot_key(config_path=None, workspace=str(tmp_path / "ws"), agent_id="bob",
+                                            state_dir=str(tmp_path / "st"))
+    assert settings_cache.save_snapshot(path, key, loaded)
+    view = settings_cache.load_snapshot(path, key)
+    assert view is not None
+    s, v = loaded.settings, view.settings
+    for name in ("state_path", "workspace_path", "index_path", "sessions_dir", "extra_paths", "agent_id",
+                 "index_key", "agent_explicit"):
+        assert getattr(v, name) == getattr(s, name), name
+    assert v.memory_search.query.candidates == s.memory_search.query.candidates == 27
+    assert v.memory_search.query.hybrid.mmr.lambda_ == 0.4
+    assert v.memory_search.remote.query_timeout == s.memory_search.remote.query_timeout == 7
+    assert v.memory_search.remote.batch_timeout == s.memory_search.remote.batch_timeout
+    # without a chosen agent id the index is keyed by the workspace: the view says so too
+    plain = load_config(workspace=tmp_path / "ws", state_dir=tmp_path / "st")
+    key2, path2 = settings_cache.snapshot_key(config_path=None, workspace=str(tmp_path / "ws"), agent_id=None,
+                                              state_dir=str(tmp_path / "st"))
+    assert settings_cache.save_snapshot(path2, key2, plain)
+    v2 = settings_cache.load_snapshot(path2, key2)
+    assert v2 is not None and v2.settings.index_path == plain.settings.index_path
+    assert v2.settings.index_key == plain.settings.index_key == "workspace"
+    with pytest.raises(AttributeError):
+        v.memory_search.no_such_key  # noqa: B018
+    with pytest.raises(AttributeError):
+        v.agent_id = "other"
+    # another key (another agent) never reads this snapshot
+    other, _ = settings_cache.snapshot_key(config_path=None, workspace=str(tmp_path / "ws"), agent_id="eve",
+                                           state_dir=str(tmp_path / "st"))
+    assert other != key and settings_cache.load_snapshot(path, other) is None
+
+
+def _snapshots(state: Path) -> list[Path]:
+    return sorted((state / "cache").glob("settings-*.json"))
+
+
+def test_cli_search_reuses_the_snapshot_and_sees_config_edits(ws: Path, run_cli, state_dir: Path):
+    env = {"MEMDIR_PROVIDER": "none"}
+    first = json.loads(run_cli("search", "ramen", "--json", "-w", str(ws), env=env, check=True).stdout)
+    assert len(first["results"]) == 6  # the default maxResults
+    assert len(_snapshots(state_dir)) == 1
+    again = json.loads(run_cli("search", "ramen", "--json", "-w", str(ws), env=env, check=True).stdout)
+    assert again["results"] == first["results"] and len(_snapshots(state_dir)) == 1
+
+    (ws / "memdir.json").write_text(json.dumps({"memorySearch": {"query": {"maxResults": 2}}}))
+    edited = json.loads(run_cli("search", "ramen", "--json", "-w", str(ws), env=env, check=True).stdout)
+    assert len(edited["results"]) == 2  # a new config file is a new key
+    (ws / "memdir.json").write_text(json.dumps({"memorySearch": {"query": {"maxResults": 3, "minScore": 0}}}))
+    assert len(json.loads(run_cli("search", "ramen", "--json", "-w", str(ws), env=env).stdout)["results"]) == 3
+
+    (ws / "memdir.json").write_text("{not json")
+    bad = run_cli("search", "ramen", "-w", str(ws), env=env)
+    assert bad.returncode == 1 and "memdir.json" in bad.stderr  # an invalid config is still reported
+
+
+def test_a_damaged_or_unwritable_snapshot_only_costs_time(ws: Path, run_cli, state_dir: Path):
+    env = {"MEMDIR_PROVIDER": "none"}
+    run_cli("search", "ramen", "-w", str(ws), env=env, check=True)
+    (snap,) = _snapshots(state_dir)
+    snap.write_text('{"key": "')
+    out = run_cli("search", "ramen", "--json", "-w", str(ws), env=env, check=True)
+    assert len(json.loads(out.stdout)["results"]) == 6
+    snap.write_text(json.dumps({"key": "someone else", "settings": {}}))
+    assert run_cli("search", "ramen", "--json", "-w", str(ws), env=env).returncode == 0
+    if os.geteuid() != 0:  # root ignores permissions
+        snap.unlink()
+        (state_dir / "cache").chmod(0o500)
+        try:
+            assert run_cli("search", "ramen", "--json", "-w", str(ws), env=env).returncode == 0
+        finally:
+            (state_dir / "cache").chmod(0o700)
+
+
+def test_keyword_search_imports_neither_pydantic_nor_numpy(ws: Path, run_cli, state_dir: Path):
+    env = {**cli_env(state_dir), "MEMDIR_PROVIDER": "none"}
+    run_cli("index", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"}, check=True)
+    code = ("import sys, io, contextlib\nfrom memdir.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    rc = main(['search', 'ramen', '--no-sync', '--json', '-w', {str(ws)!r}])\n"
+            "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'numpy', 'httpx', 'mcp', "
+            "'onnxruntime', 'sqlite_vec', 'sqlite3'})\nprint(rc, heavy)\n")
+    for attempt in ("first run (writes the snapshot)", "second run (reads it)"):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        rc, heavy = proc.stdout.strip().split(" ", 1)
+        assert rc == "0"
+        if attempt.startswith("second"):
+            assert heavy == "[]", f"{attempt} imported {heavy}"

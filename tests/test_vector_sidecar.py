@@ -1,0 +1,162 @@
+"""The int8 matrix (large indexes) and its sidecar file: exact re-scored answers, a second process
+maps the file instead of reading SQLite, and a stale, damaged or half-written file is never used."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memdir.stores import vector_sidecar
+from memdir.stores import vectors as vecs
+from memdir.stores.base import ChunkRow
+from memdir.stores.sqlite import SqliteStore
+
+DIMS = 48
+
+
+def _rows(path: str, n: int, seed: int, windows: int = 1) -> list[ChunkRow]:
+    rng = np.random.default_rng(seed)
+    return [ChunkRow(f"{path}#{seed}#{i}", path, "memory", i + 1, i + 1, f"h{seed}-{i}", "m", f"text {path} {i}",
+                     rng.standard_normal(DIMS * (windows if i % 3 == 0 else 1)).astype(np.float32).tolist())
+            for i in range(n)]
+
+
+def _exact(store: SqliteStore, q: np.ndarray, k: int) -> list[tuple[str, float]]:
+    qn = q / np.linalg.norm(q)
+    scored = []
+    for cid, blob in store.conn.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL"):
+        m = np.frombuffer(blob, dtype="<f4").reshape(-1, DIMS)
+        scored.append((cid, float(np.max((m / np.linalg.norm(m, axis=1, keepdims=True)) @ qn))))
+    scored.sort(key=lambda x: (-x[1], x[0]))
+    return scored[:k]
+
+
+@pytest.fixture
+def int8(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vecs, "QUANT_MIN_ROWS", 1)
+
+
+def _filled(path: Path, files: int = 8) -> SqliteStore:
+    store = SqliteStore(path)
+    with store.transaction():
+        for f in range(files):
+            store.replace_file(f"f{f}.md", "memory", f"h{f}", 1, 1, _rows(f"f{f}.md", 60, f, windows=2))
+    return store
+
+
+def test_int8_matrix_answers_with_exact_scores(tmp_path: Path, int8: None):
+    store = _filled(tmp_path / "idx.sqlite")
+    queries = np.random.default_rng(1).standard_normal((12, DIMS)).astype(np.float32)
+    overlap = 0
+    for q in queries:
+        got = [(h.id, h.score) for h in store.vector_search(q.tolist(), 6)]
+        want = _exact(store, q, 6)
+        exact = dict(_exact(store, q, 10_000))
+        assert all(abs(exact[cid] - score) < 1e-5 for cid, score in got)  # re-scored from float32
+        assert [s for _, s in got] == sorted((s for _, s in got), reverse=True)
+        overlap += len({c for c, _ in got} & {c for c, _ in want})
+    assert store.matrix.quantized and store.matrix.describe()["int8"]
+    assert overlap >= 0.95 * 6 * len(queries)
+    ids = [h.id for h in store.vector_search(queries[0].tolist(), 30)][::3]
+    scores = store.vector_scores(queries[0].tolist(), ids)
+    exact = dict(_exact(store, queries[0], 10_000))
+    assert set(scores) == set(ids) and all(abs(scores[c] - exact[c]) < 1e-5 for c in ids)
+    store.close()
+
+
+def test_a_second_store_maps_the_sidecar_and_follows_the_log(tmp_path: Path, int8: None):
+    path = tmp_path / "idx.sqlite"
+    first = _filled(path)
+    q = np.random.default_rng(2).standard_normal(DIMS).astype(np.float32)
+    want = [h.id for h in first.vector_search(q.tolist(), 8)]
+    side = vector_sidecar.sidecar_path(path)
+    assert side.is_file() and first.matrix.loads == 1
+
+    second = SqliteStore(path)
+    assert [h.id for h in second.vector_search(q.tolist(), 8)] == want
+    assert second.matrix.from_sidecar and second.matrix.loads == 0
+
+    with first.transaction():  # another writer: one file replaced, one gone
+        first.replace_file("f1.md", "memory", "h1b", 2, 2, _rows("f1.md", 30, 77))
+        first.delete_file("f2.md", "memory")
+    third = SqliteStore(path)  # a new process: the sidecar is behind, the log brings it up to date
+    got = [h for h in third.vector_search(q.tolist(), 400)]
+    assert third.matrix.from_sidecar and third.matrix.loads == 0 and third.matrix.updates == 1
+    assert not any(h.path == "f2.md" for h in got)
+    assert {h.id for h in got if h.path == "f1.md"} <= {r.id for r in _rows("f1.md", 30, 77)}
+    assert len({h.id for h in third.vector_search(q.tolist(), 8)} & {c for c, _ in _exact(first, q, 8)}) >= 7
+
+    with first.rebuild() as fresh, fresh.transaction():  # a new epoch: the old file is not used
+        fresh.replace_file("g.md", "memory", "g", 1, 1, _rows("g.md", 40, 9))
+    fourth = SqliteStore(path)
+    assert {h.path for h in fourth.vector_search(q.tolist(), 20)} == {"g.md"}
+    assert not fourth.matrix.from_sidecar and fourth.matrix.loads == 1
+    for s in (first, second, third, fourth):
+        s.close()
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage", "empty"])
+def test_a_damaged_sidecar_is_rebuilt_not_trusted(tmp_path: Path, int8: None, damage: str):
+    path = tmp_path / "idx.sqlite"
+    first = _filled(path)
+    q = np.random.default_rng(3).standard_normal(DIMS).astype(np.float32)
+    want = [h.id for h in first.vector_search(q.tolist(), 8)]
+    side = vector_sidecar.sidecar_path(path)
+    data = bytearray(side.read_bytes())
+    if damage == "flip":
+        data[-5] ^= 0x55
+    elif damage == "truncate":
+        data = data[: len(data) - 100]
+    elif damage == "garbage":
+        data = bytearray(b"not a sidecar" * 10)
+    else:
+        data = bytearray()
+    side.write_bytes(bytes(data))
+    second = SqliteStore(path)
+    assert [h.id for h in second.vector_search(q.tolist(), 8)] == want
+    assert not second.matrix.from_sidecar and second.matrix.loads == 1
+    third = SqliteStore(path)  # the rebuilt file is good again
+    assert [h.id for h in third.vector_search(q.tolist(), 8)] == want and third.matrix.from_sidecar
+    for s in (first, second, third):
+        s.close()
+
+
+def test_a_writer_killed_mid_write_leaves_no_usable_half_file(tmp_path: Path, int8: None):
+    path = tmp_path / "idx.sqlite"
+    first = _filled(path)
+    q = np.random.default_rng(4).standard_normal(DIMS).astype(np.float32)
+    want = [h.id for h in first.vector_search(q.tolist(), 8)]
+    side = vector_sidecar.sidecar_path(path)
+    side.unlink()
+    # a process that dies (SIGKILL) while writing: only its temp file remains
+    code = ("import os, sys; f = open(sys.argv[1] + '.tmp-%d-abcd' % os.getpid(), 'wb'); "
+            "f.write(b'MEMDIR-VEC8-1\\n' + b'x' * 1000); f.flush(); os.kill(os.getpid(), 9)")
+    proc = subprocess.run([sys.executable, "-c", code, str(side)], check=False)
+    assert proc.returncode == -9
+    leftovers = list(tmp_path.glob("idx.sqlite.vec8.tmp-*"))
+    assert len(leftovers) == 1 and not side.exists()
+    second = SqliteStore(path)
+    assert [h.id for h in second.vector_search(q.tolist(), 8)] == want and not second.matrix.from_sidecar
+    assert side.is_file()
+    second.cleanup_leftovers()
+    assert not list(tmp_path.glob("idx.sqlite.vec8.tmp-*"))  # its writer is dead: removed
+    own = Path(f"{side}.tmp-{os.getpid()}-live")
+    own.write_bytes(b"x")
+    vector_sidecar.remove_leftovers(side)
+    assert own.exists()  # a live writer's temp file is left alone
+    own.unlink()
+    first.close()
+    second.close()
+
+
+def test_small_indexes_keep_float32(tmp_path: Path):
+    store = _filled(tmp_path / "idx.sqlite", files=2)
+    store.vector_search(np.ones(DIMS).tolist(), 3)
+    assert not store.matrix.quantized
+    assert not vector_sidecar.sidecar_path(store.path).exists()
+    store.close()
