@@ -14,7 +14,8 @@ mixing letters and digits, CJK and other scripts match exactly (the index's exac
 from __future__ import annotations
 
 import re
-from functools import cache
+from collections import Counter
+from functools import cache, lru_cache
 from typing import Any
 
 #: Snowball stemmer names (PyStemmer), the fallback first.
@@ -46,10 +47,12 @@ for _words in _CUES.values():
     for _w in _words:
         _WEIGHT[_w] = _WEIGHT.get(_w, 0.0) + 1.0
 _WEIGHT = {w: 1.0 / n for w, n in _WEIGHT.items()}
+_LANGS_OF: dict[str, tuple[str, ...]] = {w: tuple(lang for lang, cues in _CUES.items() if w in cues) for w in _WEIGHT}
 #: How much cue weight a language needs before a text counts as written in it.
 MIN_CUES = 2.0
 
-_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+#: Word runs as :func:`detect_language` counts them (cue words are letters only; any other run is no cue).
+_TOKEN = re.compile(r"\w+")
 #: The words a text's stems are made of: whole word runs (``\w+``) of letters only, three or more;
 #: ASCII letters for English (as :func:`memdir.textutil.stem_counts` counts them), any Latin
 #: letters for the other languages.
@@ -63,17 +66,29 @@ def is_latin_word(word: str) -> bool:
 
 
 def detect_language(text: str) -> str:
-    """The language of ``text`` among :data:`LANGUAGES`, by its function words (English if unsure)."""
+    """The language of ``text`` among :data:`LANGUAGES`, by its function words (English if unsure).
+
+    Asked for every chunk a search scores, so the common case is cheap: a text with three or more
+    " the "/" and " is English without counting its words.
+    """
+    low = text.lower()
+    if low.count(" the ") + low.count(" and ") >= 3:
+        return DEFAULT_LANGUAGE
+    return _detect(low) if len(low) > 4096 else _detect_cached(low)
+
+
+def _detect(text: str) -> str:
     scores = dict.fromkeys(_CUES, 0.0)
-    for word in _WORD.findall(text.lower()):
-        weight = _WEIGHT.get(word)
-        if weight is None:
-            continue
-        for lang, cues in _CUES.items():
-            if word in cues:
-                scores[lang] += weight
+    counts = Counter(_TOKEN.findall(text.lower()))
+    for word in counts.keys() & _LANGS_OF.keys():
+        for lang in _LANGS_OF[word]:
+            scores[lang] += counts[word] * _WEIGHT[word]
     best = max(scores, key=lambda lang: (scores[lang], lang == DEFAULT_LANGUAGE))
     return best if scores[best] >= MIN_CUES else DEFAULT_LANGUAGE
+
+
+#: A chunk's language is asked for at every search that scores it: remembered for recent texts.
+_detect_cached = lru_cache(maxsize=4096)(_detect)
 
 
 @cache
@@ -90,7 +105,7 @@ def stem_words(words: list[str], language: str) -> list[str]:
 def text_stems(text: str) -> str:
     """The stems of a text's Latin words in the text's language, space-separated (the index column)."""
     low = text.lower()
-    language = detect_language(low)
+    language = detect_language(text)
     if language == DEFAULT_LANGUAGE:
         words = _ASCII_WORD.findall(low)
     else:

@@ -179,7 +179,7 @@ class FtsScorer:
             if not kw_text.is_simple(text):
                 continue
             low = text.lower()
-            if stems and detect_language(low) != DEFAULT_LANGUAGE:  # counted below, in its own language
+            if stems and detect_language(text) != DEFAULT_LANGUAGE:  # counted below, in its own language
                 continue
             counted = kw_text.stem_counts(low, stems, stem_word) if stems else {}
             out[r] = [counted.get(tokens[0], 0) if col == "stems" else kw_text.phrase_count(low, tokens)
