@@ -41,6 +41,33 @@ def test_a_bare_month_means_that_month_of_any_year_and_may_is_usually_a_verb() -
     assert query_periods("no date here", TODAY) == []
 
 
+def test_a_day_without_a_year_takes_the_questions_year_or_any_year() -> None:
+    (p,) = query_periods("Where was the picture shared on December 1,2023 taken?", TODAY)
+    assert (p.start, p.end, p.any_year) == (dt.date(2023, 12, 1), dt.date(2023, 12, 1), False)
+    (p,) = query_periods("What did they give him when they met on Aug 15th?", TODAY)
+    assert p.any_year and p.covers("2023-08-17", "2023-08-17") and not p.covers("2023-09-17", "2023-09-17")
+
+
+def test_two_days_joined_by_and_or_to_are_one_range() -> None:
+    (p,) = query_periods("Where was John between August 11 and August 15 2023?", TODAY)
+    assert (p.start, p.end, p.any_year) == (dt.date(2023, 8, 11), dt.date(2023, 8, 15), False)
+    (p,) = query_periods("notes from 3 May to 9 May 2024", TODAY)
+    assert (p.start, p.end) == (dt.date(2024, 5, 3), dt.date(2024, 5, 9))
+    # two separate days stay two periods
+    assert len(query_periods("on 3 May 2024, and later on 9 May 2024", TODAY)) == 2
+
+
+@pytest.mark.parametrize("question,start,end", [
+    ("What did Joanna finish last Friday on 23 January, 2022?", "2022-01-21", "2022-01-21"),
+    ("What did Maria do last weekend before April 10, 2023?", "2023-04-08", "2023-04-09"),
+    ("What was the issue last week, as mentioned on November 6, 2023?", "2023-10-30", "2023-11-05"),
+])
+def test_relative_words_count_back_from_the_date_the_question_names(question: str, start: str, end: str) -> None:
+    periods = query_periods(question, TODAY)
+    assert len(periods) == 2  # the named day itself, and the relative period before it
+    assert (periods[1].start.isoformat(), periods[1].end.isoformat()) == (start, end)
+
+
 def test_a_period_covers_notes_written_within_a_week_after_it() -> None:
     (p,) = query_periods("What did Gina get accepted for on May 23, 2023?", TODAY)
     assert p.covers("2023-05-27", "2023-05-27")  # the daily log written four days later

@@ -22,10 +22,15 @@ TEXTS = [
     "Frustrating checkups: the checkup frustrated everyone, frustration everywhere.",
     "fingerprint 9f3c2a matches 9f3c2a-backup and not 9f3c2b",
     "under_score tokens and mixed-case Tokens TOKENS",
+    # stemmed by German and French rules (memdir.stemming), ASCII or not: the counts must follow
+    "Wir haben die Lampe aus Messing repariert und die Lampen sind wieder hell, wir sind froh.",
+    "Wir haben gestern die Pässe erneuert und das Auto bezahlt; die Pässe sind neu.",
+    "Nous avons renouvele les passeports et paye la voiture pour les vacances, et nous partons.",
 ]
 QUERIES = ["painting the fence", "QX-1773 deploy", "cafe resume", "讨论 方案", "에러 로그", "routine",
            "cursor pagination API", "frustrating checkup", "9f3c2a fingerprint", "tokens under score",
-           "nothing matches zzzz", "deploy"]
+           "nothing matches zzzz", "deploy", "Lampen aus Messing", "wann habe ich die Pässe erneuert",
+           "passeport vacances", "quand avons-nous paye la voiture"]
 
 
 @pytest.mark.parametrize("tokenizer", ["unicode61", "trigram"])

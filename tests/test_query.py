@@ -64,5 +64,5 @@ def test_match_expression_quotes_every_term():
 def test_word_forms_match_by_stem_and_identifiers_as_phrases():
     expr = keyword_match_expression("Who was frustrating about the broken QX-1773 checkups?")
     assert expr == ('text : ("qx 1773" OR "frustrating" OR "broken" OR "checkups") OR '
-                    'stems : ("frustrat" OR "broken" OR "checkup")')
+                    'stems : ("frustrat" OR "frustrating" OR "broken" OR "checkup" OR "checkups")')
     assert keyword_match_expression("!!! ???") is None

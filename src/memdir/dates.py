@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,9 +24,13 @@ _MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if
 _MONTHS["sept"] = 9
 _MONTH_RE = "|".join(sorted(_MONTHS, key=len, reverse=True))
 _ISO = re.compile(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)")
-_DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_RE})\.?(?:,?\s+(\d{{4}}))?\b", re.I)
-_MONTH_DAY = re.compile(rf"\b({_MONTH_RE})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?(?!\d)(?:,?\s+(\d{{4}}))?\b", re.I)
-_MONTH_YEAR = re.compile(rf"\b({_MONTH_RE})\.?,?\s+(?:of\s+)?(\d{{4}})\b", re.I)
+#: Between a day and its year: "1 May 2023", "May 1, 2023", "May 1,2023".
+_YEAR_SEP = r"(?:,?\s+|,)"
+_DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_RE})\.?(?:{_YEAR_SEP}(\d{{4}}))?\b", re.I)
+_MONTH_DAY = re.compile(rf"\b({_MONTH_RE})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?(?!\d)(?:{_YEAR_SEP}(\d{{4}}))?\b", re.I)
+_MONTH_YEAR = re.compile(rf"\b({_MONTH_RE})\.?{_YEAR_SEP}(?:of\s+)?(\d{{4}})\b", re.I)
+#: Words joining the two ends of a range of days ("between May 3 and May 9", "from 3 May to 9 May").
+_RANGE_JOIN = re.compile(r"\s*(?:and|to|until|till|through|-|–)\s*", re.I)
 _BARE_MONTH = re.compile(rf"\b({_MONTH_RE})\b", re.I)
 _YEAR = re.compile(r"(?<![\d-])((?:19|20)\d{2})(?![\d-])")
 _AGO = re.compile(r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|few|several)\s+"
@@ -51,7 +56,7 @@ class Period:
     start: dt.date
     end: dt.date
     text: str
-    #: A month named without a year ("in March"): that month of any year counts.
+    #: A month or day named without a year ("in March", "on May 3"): that period of any year counts.
     any_year: bool = False
 
     def iso(self, grace_days: int = 0) -> tuple[str, str]:
@@ -109,9 +114,18 @@ def _add_months(d: dt.date, months: int) -> dt.date:
 
 
 def query_periods(text: str, today: dt.date) -> list[Period]:
-    """Periods named in a question, most specific first; ``today`` is in the user's timezone."""
+    """Periods named in a question, most specific first; ``today`` is in the user's timezone.
+
+    A day named without a year takes the year the question names elsewhere ("between August 11
+    and August 15 2023"), else that day of any year (notes may be older than this year); two days
+    joined by "and"/"to" make one range.  Relative words ("last week", "yesterday") count back
+    from the latest full date the question names ("last Friday, on 23 January 2022"), else from
+    today.
+    """
     found: list[Period] = []
     taken: list[tuple[int, int]] = []
+    named_years = [int(y) for y in _YEAR.findall(text)]
+    named_year = named_years[-1] if named_years else None
 
     def free(m: re.Match[str]) -> bool:
         return all(m.end() <= a or m.start() >= b for a, b in taken)
@@ -122,17 +136,26 @@ def query_periods(text: str, today: dt.date) -> list[Period]:
         taken.append((m.start(), m.end()))
         found.append(Period(start, end, m.group(0), any_year))
 
+    def year_for(given: str | None, mon: int, day: int) -> tuple[int, bool]:
+        """The day's year, and whether any year will do (no year named anywhere in the question)."""
+        if given:
+            return int(given), False
+        if named_year is not None:
+            return named_year, False
+        return _past_year(today, mon, day), True
+
+    days: list[tuple[int, int, Period]] = []  # full days with their place in the text, for ranges
     for m in _ISO.finditer(text):
         d = _date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
         add(m, d, d)
-    for m in _DAY_MONTH.finditer(text):
-        mon, day = _MONTHS[m.group(2).lower()], int(m.group(1))
-        d = _date(int(m.group(3)) if m.group(3) else _past_year(today, mon, day), mon, day)
-        add(m, d, d)
-    for m in _MONTH_DAY.finditer(text):
-        mon, day = _MONTHS[m.group(1).lower()], int(m.group(2))
-        d = _date(int(m.group(3)) if m.group(3) else _past_year(today, mon, day), mon, day)
-        add(m, d, d)
+    for pattern, mon_group, day_group in ((_DAY_MONTH, 2, 1), (_MONTH_DAY, 1, 2)):
+        for m in pattern.finditer(text):
+            mon, day = _MONTHS[m.group(mon_group).lower()], int(m.group(day_group))
+            year, any_year = year_for(m.group(3), mon, day)
+            d = _date(year, mon, day)
+            add(m, d, d, any_year)
+    for p, (a, b) in zip(found, taken, strict=True):
+        days.append((a, b, p))
     for m in _MONTH_YEAR.finditer(text):
         add(m, *_month(int(m.group(2)), _MONTHS[m.group(1).lower()]))
     for m in _BARE_MONTH.finditer(text):
@@ -146,8 +169,20 @@ def query_periods(text: str, today: dt.date) -> list[Period]:
     for m in _YEAR.finditer(text):
         y = int(m.group(1))
         add(m, dt.date(y, 1, 1), dt.date(y, 12, 31))
-    _relative(text, today, add)
+    _join_ranges(text, days, found)
+    full_days = [p.end for _, _, p in days if p.start == p.end and not p.any_year]
+    _relative(text, max(full_days) if full_days else today, add)
     return found
+
+
+def _join_ranges(text: str, days: list[tuple[int, int, Period]], found: list[Period]) -> None:
+    """Two named days joined by "and"/"to" ("between May 3 and May 9") become one period."""
+    days.sort(key=lambda x: x[0])
+    for (_, end_a, a), (start_b, _, b) in itertools.pairwise(days):
+        if a in found and b in found and a.start <= b.end and _RANGE_JOIN.fullmatch(text[end_a:start_b]):
+            found[found.index(a)] = Period(a.start, b.end, f"{a.text}{text[end_a:start_b]}{b.text}",
+                                           a.any_year and b.any_year)
+            found.remove(b)
 
 
 def _relative(text: str, today: dt.date, add: object) -> None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from memdir.stemming import query_languages, query_stems
 from memdir.stopwords import ALL as STOP_WORDS
 from memdir.stopwords import KO as KO_STOP
-from memdir.textutil import LazyPattern, has_han_or_kana, has_hangul, split_words, stem, word_runs
+from memdir.textutil import LazyPattern, has_han_or_kana, has_hangul, split_words, word_runs
 
 _KANA: Any = LazyPattern("[\u3040-\u30ff]")
 _HAN: Any = LazyPattern("[\u4e00-\u9fff]")
@@ -149,12 +150,17 @@ ID_PHRASES = True
 
 
 def stemmed_terms(terms: list[str]) -> list[str]:
-    """The Snowball stems of the Latin-word terms (IDs, numbers and CJK have none), de-duplicated."""
+    """The Snowball stems of the Latin-word terms (IDs, numbers and CJK have none), de-duplicated.
+
+    Stemmed in English and in the language the terms tell, if another (:mod:`memdir.stemming`):
+    a note is stemmed in its own language.
+    """
     out: list[str] = []
+    languages = query_languages([t.lower() for t in terms])
     for t in terms:
-        s = stem(t.lower())
-        if s and s not in out:
-            out.append(s)
+        for s in query_stems(t.lower(), languages):
+            if s not in out:
+                out.append(s)
     return out
 
 

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from memdir.config import Settings
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
-CHUNKER_VERSION = 6
+CHUNKER_VERSION = 8
 FTS_ONLY_MODEL = "fts-only"
 
 Progress = Callable[[int, int, str], None]

@@ -133,8 +133,16 @@ def stem_counts(text: str, wanted: set[str]) -> dict[str, int]:
 
     Snowball never changes a word's first letter, so only words starting like a wanted stem are
     stemmed (scoring a few candidates must not cost a full :func:`stem_text` each)."""
+    from memdir.stemming import DEFAULT_LANGUAGE, detect_language, text_stems
+
+    if detect_language(text) != DEFAULT_LANGUAGE:  # stemmed by its own language's rules
+        counts: dict[str, int] = {}
+        for s in text_stems(text).split():
+            if s in wanted:
+                counts[s] = counts.get(s, 0) + 1
+        return counts
     firsts = {s[0] for s in wanted if s}
-    counts: dict[str, int] = {}
+    counts = {}
     stemmer = _english_stemmer()
     for word in _LATIN_WORD.findall(text.lower()):
         if word[0] in firsts:
@@ -149,9 +157,9 @@ def stem_text(text: str) -> str:
 
     Matching a query word's stem against this column forgives word forms (painted/painting,
     checkups/checkup, frustrating/frustration) while the exact column keeps exact words
-    ranking higher (they match in both columns).
+    ranking higher (they match in both columns).  Each text is stemmed in its own language
+    (:mod:`memdir.stemming`).
     """
-    words = _LATIN_WORD.findall(text.lower())
-    if not words:
-        return ""
-    return " ".join(_english_stemmer().stemWords(words))
+    from memdir.stemming import text_stems
+
+    return text_stems(text)

@@ -23,8 +23,9 @@ The contract every backend keeps:
   candidate on both signals; they are called with a few dozen ids and must not scan the index.
 * **Keyword terms** come from :func:`memdir.query.keyword_terms`: a term of several words is a
   phrase (an identifier such as ``qx 1773``).  A Latin word also matches other forms of it
-  (same Snowball stem, :func:`memdir.textutil.stem`), and an exact match ranks above a
-  stem-only one.
+  (same Snowball stem: a chunk is stemmed in its own language, :func:`memdir.textutil.stem_text`;
+  a term in English and in the language the question tells, :func:`memdir.query.stemmed_terms`),
+  and an exact match ranks above a stem-only one.
 * **Vectors**: a chunk may hold several vectors (one per model window of its text, stored
   concatenated); its cosine is the maximum over them.
 * **Connections**: a store owns its connections (SQLite: one, serialised; PostgreSQL: a pool

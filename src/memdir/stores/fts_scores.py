@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from memdir.stemming import DEFAULT_LANGUAGE, detect_language
 from memdir.stores import kw_text
 from memdir.textutil import stem_word
 
@@ -178,6 +179,8 @@ class FtsScorer:
             if not kw_text.is_simple(text):
                 continue
             low = text.lower()
+            if stems and detect_language(text) != DEFAULT_LANGUAGE:  # counted below, in its own language
+                continue
             counted = kw_text.stem_counts(low, stems, stem_word) if stems else {}
             out[r] = [counted.get(tokens[0], 0) if col == "stems" else kw_text.phrase_count(low, tokens)
                       for col, tokens, _ in specs]

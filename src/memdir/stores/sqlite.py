@@ -513,9 +513,10 @@ class SqliteStore(SqliteLifecycle):
         if n_rows < self.PRUNE_MIN_ROWS or len(phrases) < 2:
             return phrases
         counts = [scorer.doc_count(col, q) for col, q in phrases]
-        # idf = log((N - n + 0.5) / (n + 0.5)) <= 0  <=>  n >= N / 2
-        keep = [p for p, n in zip(phrases, counts, strict=True) if n < n_rows / 2]
-        return keep or [min(zip(phrases, counts, strict=True), key=lambda pc: pc[1])[0]]
+        # idf = log((N - n + 0.5) / (n + 0.5)) <= 0  <=>  n >= N / 2; a phrase in no chunk matches nothing
+        keep = [p for p, n in zip(phrases, counts, strict=True) if 0 < n < n_rows / 2]
+        found = [(p, n) for p, n in zip(phrases, counts, strict=True) if n > 0]
+        return keep or ([min(found, key=lambda pc: pc[1])[0]] if found else phrases)
 
     def _keyword_scorer(self) -> Any:
         if self._scorer is None:
