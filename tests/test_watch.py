@@ -166,7 +166,8 @@ def test_watch_plan_walks_iteratively_and_skips_ignored(tmp_path: Path):
         f.rmdir()
 
 
-def test_memdir_watch_cli_prints_json_events_and_stops_cleanly_on_ctrl_c(make_workspace, state_dir):
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_memdir_watch_cli_prints_json_events_and_stops_cleanly_on_ctrl_c(make_workspace, state_dir, stop_signal):
     ws = make_workspace({"memory/a.md": "Alpha note.\n"})
     proc = subprocess.Popen([sys.executable, "-m", "memdir", "watch", "--json", "--debounce-ms", "100", "-w", str(ws)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -189,7 +190,7 @@ def test_memdir_watch_cli_prints_json_events_and_stops_cleanly_on_ctrl_c(make_wo
         until(lambda e: e["event"] == "sync" and e["reason"] == "watch" and e["indexed"] == 1, "watch sync")
         assert {"event": "change", "change": "added", "path": "memory/b.md"} in [
             {k: e.get(k) for k in ("event", "change", "path")} for e in events]
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop_signal)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

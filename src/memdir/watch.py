@@ -202,6 +202,11 @@ class Watcher:
         return self._stop.wait(timeout)
 
     @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called (reads a flag; takes no lock, so signal handlers may ask)."""
+        return self._stop.is_set()
+
+    @property
     def running(self) -> bool:
         return any(t.is_alive() for t in self._threads) and not self._stop.is_set()
 
@@ -361,18 +366,23 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
     watcher = Watcher(memory, on_event=show, debounce_ms=debounce_ms, sync_at_start=True)
     show({"event": "start", "time": round(time.time(), 3), "workspace": str(memory.workspace),
           "indexPath": str(memory.index_path), "debounceMs": int(watcher.debounce * 1000)})
-    previous = signal.signal(signal.SIGTERM, lambda *_: watcher.stop(timeout=0))
+    # Ctrl-C and SIGTERM only note the request: a KeyboardInterrupt raised inside Event.wait can
+    # leave the event's own lock held, and stopping would then wait on it forever.
+    requested: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: requested.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     memory.watcher = watcher
     try:
         watcher.start()
-        while not watcher.wait(0.5):
-            pass
+        while not requested and not watcher.stopped:
+            time.sleep(0.2)
     except KeyboardInterrupt:
         pass
     finally:
         watcher.stop()
         memory.watcher = None
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     show({"event": "stop", "time": round(time.time(), 3)})
     if not as_json:
         print("Stopped watching.", file=sys.stderr)
