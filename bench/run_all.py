@@ -55,7 +55,7 @@ def _openclaw() -> str | None:
 
 
 def _memsearch() -> str | None:
-    return None if (TOOLS / "memsearch").exists() else "memsearch is not installed (bench/setup-memsearch.sh)"
+    return None if (TOOLS / "memsearch-venv" / "bin" / "python").exists() else "memsearch is not installed (bench/setup-memsearch.sh)"
 
 
 def steps(dev: Path, gate: Path, work: Path, dsn: str | None, fast: bool) -> list[Step]:
