@@ -122,8 +122,6 @@ def test_malformed_json_rpc_and_huge_arguments_never_stop_the_server(workspace, 
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="routed to speed (mcp_server.py transport): the start-up index thread reports "
-                                       "the store closed under it as a failure when a stdio session ends early")
 def test_a_session_that_ends_during_the_start_up_index_says_nothing_on_stderr(make_workspace, state_dir: Path):
     """A host that starts the server and ends the session at once (a health check, a client that
     lists tools and quits) often gets "memdir: background index at startup failed: Cannot operate

@@ -122,6 +122,8 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         # Stalled calls keep their (abandoned) thread: give calls their own pool so they can never
         # starve the SDK's.
         self._limiter = anyio.CapacityLimiter(64)
+        #: Set when the transport has stopped (the caller then closes the Memory under any warm-up).
+        self.stopping = threading.Event()
         citations = getattr(getattr(getattr(memory, "settings", None), "memory", None), "citations", "auto")
         kwargs.setdefault("instructions", memory_recall_section(self.tool_names, citations).strip())
         kwargs.setdefault("log_level", "WARNING")
@@ -162,8 +164,10 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
             try:
                 self.memory.sync(reason="session-start")
             except Exception as exc:
+                if self.stopping.is_set():
+                    return  # the session ended and closed the index under the sync: nothing lost, next start indexes
                 print(f"memdir: background index at startup failed: {exc}", file=sys.stderr, flush=True)
-            if any(t in LTM_TOOL_NAMES for t in self.tool_names):
+            if any(t in LTM_TOOL_NAMES for t in self.tool_names) and not self.stopping.is_set():
                 with self._ltm_lock:
                     try:
                         _ = self.memory.long_term  # loads LanceDB (seconds) before the first call needs it
@@ -293,7 +297,10 @@ def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", por
         quiet_client_disconnects()
     server.start_warmup()
     server.start_watching()
-    server.run(kind)  # type: ignore[arg-type]
+    try:
+        server.run(kind)  # type: ignore[arg-type]
+    finally:
+        server.stopping.set()
 
 
 __all__ = [
