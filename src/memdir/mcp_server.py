@@ -122,7 +122,8 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         # Stalled calls keep their (abandoned) thread: give calls their own pool so they can never
         # starve the SDK's.
         self._limiter = anyio.CapacityLimiter(64)
-        #: Set when the transport has stopped (the caller then closes the Memory under any warm-up).
+        # Set when the session has ended: the Memory is closed under the start-up sync, which is
+        # then cut short on purpose (the next start indexes again), not a failure to report.
         self.stopping = threading.Event()
         citations = getattr(getattr(getattr(memory, "settings", None), "memory", None), "citations", "auto")
         kwargs.setdefault("instructions", memory_recall_section(self.tool_names, citations).strip())
@@ -165,9 +166,9 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
                 self.memory.sync(reason="session-start")
             except Exception as exc:
                 if self.stopping.is_set():
-                    return  # the session ended and closed the index under the sync: nothing lost, next start indexes
+                    return
                 print(f"memdir: background index at startup failed: {exc}", file=sys.stderr, flush=True)
-            if any(t in LTM_TOOL_NAMES for t in self.tool_names) and not self.stopping.is_set():
+            if any(t in LTM_TOOL_NAMES for t in self.tool_names):
                 with self._ltm_lock:
                     try:
                         _ = self.memory.long_term  # loads LanceDB (seconds) before the first call needs it
