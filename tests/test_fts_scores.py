@@ -152,3 +152,26 @@ def test_stem_counts_agree_with_the_stems_column():
         column = Counter(stem_text(text).split())
         wanted = set(list(column)[::2]) | {"zzz", "paint"}
         assert stem_counts(text, wanted) == {s: n for s, n in column.items() if s in wanted}
+
+
+def test_phrase_counts_from_the_vocabulary_equal_match_counts_after_edits(tmp_path: Path):
+    """One-token phrases are counted through ``fts5vocab``: the figure must be FTS5's own nHit,
+    also once deleted rows have left tombstones in the index."""
+    store = SqliteStore(tmp_path / "idx.sqlite")
+    for round_ in range(3):
+        with store.transaction():
+            for i in range(round_, 40, 3):
+                text = f"round {round_} note {i}: deploy the Café gateway, deploy again" + (" QX-1773" if i % 4 else "")
+                store.replace_file(f"f{i}.md", "memory", text, 1, 1,
+                                   [ChunkRow(f"c{i}", f"f{i}.md", "memory", 1, 1, text, "m", text)])
+            store.delete_file(f"f{round_ * 5}.md", "memory")
+    phrases = [("text", '"deploy"'), ("stems", '"deploy"'), ("text", '"round"'), ("text", '"0"'),
+               ("text", '"qx 1773"'), ("text", '"cafe"'), ("text", '"café"'), ("text", '"gate"*'),
+               ("stems", '"gatewai"'), ("text", '"absent"'), ("text", '"note"')]
+    expected = [store.conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?",
+                                   (f"{col} : {q}",)).fetchone()[0] for col, q in phrases]
+    scorer = store._keyword_scorer()
+    assert scorer.doc_counts(phrases) == expected
+    assert expected[0] > 0 and expected[2] > expected[0] // 2 and expected[-2] == 0
+    assert scorer.doc_counts(list(reversed(phrases))) == list(reversed(expected))  # and from the cache
+    store.close()

@@ -147,6 +147,43 @@ def test_slow_query_embedding_falls_back_within_the_budget(ws: Path, model):
         assert resp.results[0].path == "memory/2026-01-10.md"
 
 
+class GatedQueryProvider(CountingProvider):
+    """Signals when the query embedding starts, and finishes only once the keyword search ran."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.started, self.keywords_done = threading.Event(), threading.Event()
+
+    def embed_query(self, text):
+        self.started.set()
+        self.keywords_done.wait(5.0)
+        return super().embed_query(text)
+
+
+def test_query_embedding_runs_while_the_keyword_search_does(ws: Path, model):
+    provider = GatedQueryProvider(model)
+    with Memory(ws, provider=provider) as mem:
+        mem.sync()
+        store = mem.store
+        real = store.keyword_search
+        seen: list[bool] = []
+
+        def keyword_search(terms, limit):
+            seen.append(provider.started.wait(5.0))  # the embedding is already under way
+            try:
+                return real(terms, limit)
+            finally:
+                provider.keywords_done.set()
+
+        store.keyword_search = keyword_search  # type: ignore[method-assign]
+        resp = mem.search("Kafka billing", sync=False, explain=True)
+        assert seen == [True]
+        assert resp.mode == "hybrid" and resp.fallback is None
+        assert resp.results[0].path == "memory/2026-01-10.md"
+        assert set(resp.results[0].explain["matched"]) == {"vector", "keyword"}
+        assert resp.timings_ms["embed"] < 5000  # what the search waited, after its keyword search
+
+
 def test_losing_the_provider_never_wipes_a_good_index(ws: Path, model, monkeypatch, backend):
     with Memory(ws, provider=CountingProvider(model), config=backend.config()) as mem:
         mem.sync()

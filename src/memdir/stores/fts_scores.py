@@ -30,6 +30,7 @@ from memdir.textutil import stem_word
 K1 = 1.2
 B = 0.75
 _SCRATCH = "memdir_kw_scratch"
+_VOCAB = "memdir_kw_vocab"
 
 
 def read_varints(blob: bytes) -> list[int]:
@@ -87,6 +88,7 @@ class FtsScorer:
         self._counted_at: Any = None
         self.tokenize = tokenize
         self._scratch = False
+        self._vocab = False
 
     def _ensure_scratch(self) -> None:
         if not self._scratch:
@@ -118,20 +120,62 @@ class FtsScorer:
 
     def doc_count(self, col: str, quoted: str) -> int:
         """Rows where the phrase occurs in the column (FTS5's ``nHit``), remembered per index state."""
+        return self.doc_counts([(col, quoted)])[0]
+
+    def doc_counts(self, phrases: Sequence[tuple[str, str]]) -> list[int]:
+        """:meth:`doc_count` of each phrase; the index state is checked once for all of them.
+
+        A one-token phrase's count is read from ``fts5vocab`` (``col`` rows: documents per term and
+        column), which walks the term's document list without FTS5's MATCH machinery (about 4x
+        faster than ``count(*)``, the same figure); other phrases are counted by a MATCH.
+        """
         if self.generation is not None:
             now = self.generation()
             if now != self._counted_at:
                 self._counts, self._counted_at = {}, now
-        key = (col, quoted)
-        hits = self._counts.get(key)
-        if hits is None:
-            (hits,) = self.conn.execute(f"SELECT count(*) FROM {self.table} WHERE {self.table} MATCH ?",
-                                        (f"{col} : {quoted}",)).fetchone()
+        missing = [p for p in dict.fromkeys(phrases) if p not in self._counts]
+        if missing:
+            found = self._vocab_counts(missing)
+            for key in missing:
+                hits = found.get(key)
+                if hits is None:
+                    col, quoted = key
+                    (hits,) = self.conn.execute(f"SELECT count(*) FROM {self.table} WHERE {self.table} MATCH ?",
+                                                (f"{col} : {quoted}",)).fetchone()
+                found[key] = int(hits)
             if self.generation is not None:
                 if len(self._counts) > 50_000:
                     self._counts.clear()
-                self._counts[key] = int(hits)
-        return int(hits)
+                self._counts.update(found)
+            return [found[p] if p in found else self._counts[p] for p in phrases]
+        return [self._counts[p] for p in phrases]
+
+    def _vocab_counts(self, phrases: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Counts of the one-token, non-prefix phrases of a ``unicode61`` index from ``fts5vocab``."""
+        if self.tokenize != "unicode61":
+            return {}
+        single: dict[str, list[tuple[str, str]]] = {}
+        for col, quoted in phrases:
+            if quoted.endswith("*"):
+                continue
+            tokens = kw_text.simple_tokens(quoted.strip('"').replace('""', '"'))
+            if tokens is not None and len(tokens) == 1:
+                single.setdefault(tokens[0], []).append((col, quoted))
+        if not single:
+            return {}
+        self._ensure_vocab()
+        out: dict[tuple[str, str], int] = {}
+        for term, keys in single.items():
+            per_col = dict(self.conn.execute(f"SELECT col, doc FROM temp.{_VOCAB} WHERE term = ?", (term,)))
+            for col, quoted in keys:
+                out[(col, quoted)] = int(per_col.get(col, 0))
+        return out
+
+    def _ensure_vocab(self) -> None:
+        if not self._vocab:
+            self.conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{_VOCAB} USING fts5vocab(main, "
+                              f"{self.table}, col)")
+            self._vocab = True
 
     def phrase_specs(self, phrases: Sequence[tuple[str, str]]) -> list[tuple[str, list[str], bool]]:
         """``(column, tokens, prefix)`` per phrase, tokenised as FTS5 does (in Python when simple)."""
@@ -147,8 +191,7 @@ class FtsScorer:
         conn = self.conn
         n_rows, avgdl = self.totals()
         idf = []
-        for col, quoted in phrases:
-            hits = self.doc_count(col, quoted)
+        for hits in self.doc_counts(phrases):
             value = math.log((n_rows - hits + 0.5) / (hits + 0.5))
             idf.append(value if value > 0 else 1e-6)
         specs = self.phrase_specs(phrases)

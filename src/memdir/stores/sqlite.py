@@ -512,7 +512,7 @@ class SqliteStore(SqliteLifecycle):
         n_rows, _ = scorer.totals()
         if n_rows < self.PRUNE_MIN_ROWS or len(phrases) < 2:
             return phrases
-        counts = [scorer.doc_count(col, q) for col, q in phrases]
+        counts = scorer.doc_counts(phrases)
         # idf = log((N - n + 0.5) / (n + 0.5)) <= 0  <=>  n >= N / 2; a phrase in no chunk matches nothing
         keep = [p for p, n in zip(phrases, counts, strict=True) if 0 < n < n_rows / 2]
         found = [(p, n) for p, n in zip(phrases, counts, strict=True) if n > 0]
