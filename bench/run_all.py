@@ -55,7 +55,8 @@ def _openclaw() -> str | None:
 
 
 def _memsearch() -> str | None:
-    return None if (TOOLS / "memsearch-venv" / "bin" / "python").exists() else "memsearch is not installed (bench/setup-memsearch.sh)"
+    found = (TOOLS / "memsearch-venv" / "bin" / "python").exists()
+    return None if found else "memsearch is not installed (bench/setup-memsearch.sh)"
 
 
 def steps(dev: Path, gate: Path, work: Path, dsn: str | None, fast: bool) -> list[Step]:
@@ -87,7 +88,7 @@ def steps(dev: Path, gate: Path, work: Path, dsn: str | None, fast: bool) -> lis
                                 "--out", str(RESULTS / "openclaw-speed.json")], "openclaw-speed.md", needs=_openclaw),
         Step("backends", [*MEMDIR, "bench", "backends", "--sizes", "10000" if fast else "10000,100000",
                           "--concurrency", "8", "--quality", str(dev), "--work-dir", str(work / "backends"),
-                          "--markdown"], "backends.md",
+                          "--out", str(out / "backends")], "backends.md",
              needs=lambda: None if dsn else "no PostgreSQL (pgserver not installed and $MEMDIR_DATABASE_URL unset)",
              env={"MEMDIR_DATABASE_URL": dsn or ""}),
         Step("ltm-latency", [PY, "bench/ltm_latency.py", "--n", "1000", "--queries", "200",

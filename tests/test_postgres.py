@@ -448,7 +448,7 @@ def test_gate_quality_matches_sqlite(pg_url: str):
     """
     from memdir.bench.backends import quality_side_by_side
 
-    report = quality_side_by_side(Path(__file__).parent / "data" / "gate", dsn=pg_url)
+    report = quality_side_by_side(Path(__file__).parent / "data" / "gate", dsn=pg_url, ks=(1, 3, 6))
     runs = report["runs"]
     for mode in ("hybrid", "keyword"):
         lite, post = runs[f"sqlite:{mode}"], runs[f"postgres:{mode}"]

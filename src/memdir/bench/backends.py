@@ -199,8 +199,11 @@ class _AgentPerSample:
 
 
 def quality_side_by_side(dataset: Path, *, dsn: str, modes: tuple[str, ...] = ("hybrid", "keyword"),
-                         limit: int | None = None, progress: Any = None) -> dict[str, Any]:
-    """recall@k of SQLite and PostgreSQL (BM25 / ts_rank_cd, english / simple) on one dataset."""
+                         ks: tuple[int, ...] = (6,), limit: int | None = None, progress: Any = None) -> dict[str, Any]:
+    """recall@k of SQLite and PostgreSQL (BM25 / ts_rank_cd, english / simple) on one dataset.
+
+    k = 6 by default (an agent's ``maxResults``): each k is its own search, so more ks cost more runs.
+    """
     from memdir.bench.adapters import MemdirAdapter
     from memdir.bench.quality import run_quality
 
@@ -218,7 +221,7 @@ def quality_side_by_side(dataset: Path, *, dsn: str, modes: tuple[str, ...] = ("
                 _drop_schema(dsn, schema)
             inner = MemdirAdapter(mode, overrides=_config(backend, dsn, schema, **extra))
             adapters.append(_AgentPerSample(inner, f"{label}:{mode}"))
-    return run_quality(dataset, ks=(1, 3, 6, 10), adapters=adapters, limit=limit, progress=progress)
+    return run_quality(dataset, ks=ks, adapters=adapters, limit=limit, progress=progress)
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -241,4 +244,9 @@ def format_report(report: dict[str, Any]) -> str:
     if m:
         lines.append(f"\n{m.get('cpus')} CPUs; load average (1/5/15 min) {m.get('loadBefore')} before, "
                      f"{m.get('loadAfter')} after")
+    if report.get("quality"):
+        from memdir.bench.quality import format_table
+
+        lines.append("\nRecall on the quality dataset, both backends:\n")
+        lines.append(format_table(report["quality"], markdown=True, categories=False))
     return "\n".join(lines)
