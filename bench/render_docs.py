@@ -103,8 +103,12 @@ def _watch_fds(d: dict[str, Any]) -> str:
 
 
 def _heal(d: dict[str, Any]) -> str:
+    def said(message: str) -> str:  # the words, without the temp folder and the time stamp
+        message = re.sub(r"\$TMP/\S*?/([\w-]+\.sqlite)", r"…/\1", message)
+        return re.sub(r"\.corrupt-[\d-]+", ".corrupt-<time>", message).replace("|", "\\|")
+
     rows = [[c["case"], c["exit"], "yes" if c["answerFound"] else "**no**", c["rebuildSecondsMedian"],
-             c["salvagedCacheEntries"], c["message"].replace("|", "\\|")[:160]] for c in d["cases"]]
+             c["salvagedCacheEntries"], said(c["message"])] for c in d["cases"]]
     return (f"{d['files']} files, {d['chunks']} chunks, provider {d['provider']}: cold index "
             f"{d['coldIndexSeconds']} s (CLI {d['coldCliIndexSeconds']} s), intact search "
             f"{d['intactSearchSeconds']} s.\n\n"

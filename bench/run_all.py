@@ -1,6 +1,6 @@
 """Re-run every benchmark that ``docs/benchmarks.md`` cites, in one run, from the checked-out code.
 
-    .venv/bin/python bench/run_all.py                    # everything (an hour or more on 2 cores)
+    .venv/bin/python bench/run_all.py                    # everything (45 min to 1.5 h on 2 cores)
     .venv/bin/python bench/run_all.py --only quality-modes,gate --dataset ../shared/data/locomo-dev
 
 Each step's report lands in ``docs/results/<step>.json`` (and ``.md`` where the bench prints a
@@ -179,6 +179,10 @@ def run_step(step: Step) -> dict[str, Any]:
                   status="ok" if code == 0 else "failed")
     if step.stdout and stdout:
         (RESULTS / step.stdout).write_text(stdout if isinstance(stdout, str) else stdout.decode())
+    if code == 0 and "--out" in step.argv:  # the bench's full report beside its table
+        report = Path(step.argv[step.argv.index("--out") + 1]) / "report.json"
+        if report.is_file():
+            shutil.copyfile(report, RESULTS / f"{step.name}.json")
     print(f"   {record['status']} in {record['seconds']} s", file=sys.stderr, flush=True)
     return record
 
