@@ -31,6 +31,7 @@ from typing import Any
 
 API_KEY = "memdir-bench-key"
 GATEWAY_TOKEN = "memdir-bench-gateway-token"
+MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
 def median_ms(values: list[float]) -> float | None:
@@ -109,23 +110,65 @@ def measure_memdir(ws: Path, queries: list[str], work: Path, runs: int) -> dict[
                 api_kw.append(time.perf_counter() - t0)
     out["apiHybridMs"], out["apiHybridEmbedMs"] = median_ms(api), median_ms(embed)
     out["apiKeywordMs"] = median_ms(api_kw)
-    out["mcpHybridMs"], out["mcpKeywordMs"] = measure_mcp(ws, queries, hy_env, kw_env)
+    out.update(measure_mcp(ws, queries, hy_env, kw_env))
     return out
 
 
-def measure_mcp(ws: Path, queries: list[str], hy_env: dict[str, str], kw_env: dict[str, str]) -> tuple[Any, Any]:
-    """Median wall time of ``memory_search`` through ``memdir mcp --transport http`` (one session)."""
+class PlainMCPClient:
+    """JSON-RPC over streamable HTTP with the stdlib's urllib, one request per call.
+
+    Why: OpenClaw's gateway is timed with plain ``urllib`` POSTs, so memdir's server is timed with
+    the same client; the MCP SDK's own client (anyio streams, pydantic models) adds a few
+    milliseconds of its own per call, reported apart.
+    """
+
+    def __init__(self, url: str):
+        self.url, self.session_id, self.next_id = url, None, 1
+        self.post({"method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                      "clientInfo": {"name": "memdir-bench", "version": "0"}}})
+        self.post({"method": "notifications/initialized"}, notify=True)
+
+    def post(self, message: dict[str, Any], notify: bool = False) -> dict[str, Any]:
+        body = {"jsonrpc": "2.0", **message}
+        if not notify:
+            body["id"], self.next_id = self.next_id, self.next_id + 1
+        headers = dict(MCP_HEADERS, **({"mcp-session-id": self.session_id} if self.session_id else {}))
+        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers)
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            self.session_id = resp.headers.get("mcp-session-id") or self.session_id
+            raw = resp.read()
+        return dict(json.loads(raw)) if raw.strip() else {}
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        answer = self.post({"method": "tools/call", "params": {"name": name, "arguments": arguments}})
+        if "result" not in answer or answer["result"].get("isError"):
+            raise RuntimeError(f"{name} failed: {json.dumps(answer)[:300]}")
+        return dict(answer["result"])
+
+
+def measure_mcp(ws: Path, queries: list[str], hy_env: dict[str, str],
+                kw_env: dict[str, str]) -> dict[str, float | None]:
+    """Median wall time of ``memory_search`` through ``memdir mcp --transport http`` (one session
+    per client): with a plain HTTP client (as OpenClaw's gateway is timed) and with the MCP SDK's."""
     import anyio
     from mcp import ClientSession
     from mcp.client.streamable_http import streamablehttp_client
 
-    results = []
-    for env in (hy_env, kw_env):
+    out: dict[str, float | None] = {}
+    for label, env in (("Hybrid", hy_env), ("Keyword", kw_env)):
         port = free_port()
         proc = subprocess.Popen([sys.executable, "-m", "memdir", "mcp", "--transport", "http", "--port", str(port),
                                  "-w", str(ws)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_http(f"http://127.0.0.1:{port}/mcp")
+            plain = PlainMCPClient(f"http://127.0.0.1:{port}/mcp")
+            plain.call_tool("memory_search", {"query": queries[0]})
+            times = []
+            for q in queries:
+                t0 = time.perf_counter()
+                plain.call_tool("memory_search", {"query": q})
+                times.append(time.perf_counter() - t0)
+            out[f"mcp{label}Ms"] = median_ms(times)
 
             async def run(port: int = port) -> list[float]:
                 async with streamablehttp_client(f"http://127.0.0.1:{port}/mcp") as (r, w, _), \
@@ -139,11 +182,11 @@ def measure_mcp(ws: Path, queries: list[str], hy_env: dict[str, str], kw_env: di
                         times.append(time.perf_counter() - t0)
                     return times
 
-            results.append(median_ms(anyio.run(run)))
+            out[f"mcpSdk{label}Ms"] = median_ms(anyio.run(run))
         finally:
             proc.terminate()
             proc.wait(30)
-    return results[0], results[1]
+    return out
 
 
 # -- OpenClaw ----------------------------------------------------------------------------------
@@ -253,13 +296,16 @@ def table(memdir: dict[str, Any], openclaw: dict[str, Any]) -> str:
         row(label, round(o, 2) if isinstance(o, float) else o, round(m, 2) if isinstance(m, float) else m)
     row("warm hybrid: memdir Python API (incl. query embedding) vs OpenClaw gateway /tools/invoke (ms)",
         openclaw.get("gatewayHybridMs"), memdir.get("apiHybridMs"))
-    row("warm hybrid: `memdir mcp` streamable HTTP vs OpenClaw gateway /tools/invoke (ms)",
+    row("warm hybrid: `memdir mcp` streamable HTTP vs OpenClaw gateway /tools/invoke, same HTTP client (ms)",
         openclaw.get("gatewayHybridMs"), memdir.get("mcpHybridMs"))
     row("warm keyword: `memdir mcp` HTTP vs OpenClaw gateway (ms)", openclaw.get("gatewayKeywordMs"),
         memdir.get("mcpKeywordMs"))
     lines.append("")
     lines.append(f"memdir warm keyword: API {memdir.get('apiKeywordMs')} ms, MCP HTTP {memdir.get('mcpKeywordMs')} ms; "
                  f"hybrid query embedding {memdir.get('apiHybridEmbedMs')} ms of the API's {memdir.get('apiHybridMs')}")
+    lines.append("MCP calls are timed with a plain HTTP client (stdlib urllib, one connection per call), as OpenClaw's "
+                 f"gateway is; through the MCP SDK's Python client: hybrid {memdir.get('mcpSdkHybridMs')} ms, "
+                 f"keyword {memdir.get('mcpSdkKeywordMs')} ms")
     for k, v in openclaw.items():
         if k.endswith("Note") or k == "skipped":
             lines.append(f"OpenClaw {k}: {v}")

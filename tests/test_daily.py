@@ -123,3 +123,33 @@ def test_concurrent_appends_from_processes_lose_nothing_and_never_interleave(mak
     writers_in_order = [lines[i].split()[1].split("-")[0] for i in range(0, len(lines), 2)]
     switches = sum(1 for a, b in itertools.pairwise(writers_in_order) if a != b)
     assert switches >= 10, "the writers did not overlap, so this run proved nothing about concurrency"
+
+
+def test_host_zone_follows_tz_at_once_and_reads_localtime_once_per_ttl(monkeypatch):
+    """The machine's zone is cached (searches ask for it every time) but a changed ``$TZ`` wins
+    at once, and ``/etc/localtime`` is read again after the TTL."""
+    from memdir import daily
+
+    monkeypatch.setattr(daily, "_host_zone_cache", None)
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    assert daily.resolve_timezone(None)[1] == "Asia/Tokyo"
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    tz, name = daily.resolve_timezone("")
+    assert name == "Europe/Berlin" and tz == ZoneInfo("Europe/Berlin")
+
+    monkeypatch.delenv("TZ")
+    reads: list[str] = []
+    real = os.path.realpath
+
+    def counting(path, *args, **kwargs):
+        reads.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(daily.os.path, "realpath", counting)
+    first = daily.resolve_timezone(None)
+    assert daily.resolve_timezone(None) == first and reads == ["/etc/localtime"]
+    monkeypatch.setattr(daily, "HOST_ZONE_TTL_S", 0.0)
+    monkeypatch.setattr(daily, "_host_zone_cache", None)
+    daily.resolve_timezone(None)
+    daily.resolve_timezone(None)
+    assert reads == ["/etc/localtime"] * 3

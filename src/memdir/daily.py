@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import time
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -37,9 +38,27 @@ def _zone(name: str | None) -> ZoneInfo | None:
         return None
 
 
+#: How long the machine's zone is trusted before ``/etc/localtime`` is read again: resolving that
+#: symlink costs a dozen ``lstat`` calls, paid on every search, while the zone changes rarely.
+HOST_ZONE_TTL_S = 30.0
+_host_zone_cache: tuple[str | None, float, tuple[dt.tzinfo, str]] | None = None
+
+
 def _host_zone() -> tuple[dt.tzinfo, str]:
+    """The machine's zone (see :func:`_read_host_zone`), re-read when ``$TZ`` changes or after
+    :data:`HOST_ZONE_TTL_S` seconds."""
+    global _host_zone_cache
+    env, now = os.environ.get("TZ"), time.monotonic()
+    cached = _host_zone_cache
+    if cached is not None and cached[0] == env and now < cached[1]:
+        return cached[2]
+    found = _read_host_zone(env)
+    _host_zone_cache = (env, now + HOST_ZONE_TTL_S, found)
+    return found
+
+
+def _read_host_zone(env: str | None) -> tuple[dt.tzinfo, str]:
     """The machine's zone with a name for humans: ``$TZ``, else ``/etc/localtime``'s target."""
-    env = os.environ.get("TZ")
     if env is not None:
         name: str | None = env.lstrip(":")
     else:
