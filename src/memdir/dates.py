@@ -257,14 +257,16 @@ def line_dates(path: str, content: str) -> list[dt.date | None]:
     base = file_date(path)
     stack: list[tuple[int, dt.date | None]] = []  # (heading level, its date)
     out: list[dt.date | None] = []
+    current = base
     for line in content.split("\n"):
-        m = _HEADING.match(line)
+        # only a heading changes the day (a line not starting with "#" is none: one test, not a match)
+        m = _HEADING.match(line) if line.startswith("#") else None
         if m:
             level = len(m.group(1))
             while stack and stack[-1][0] >= level:
                 stack.pop()
             stack.append((level, text_date(m.group(2))))
-        current = next((d for _, d in reversed(stack) if d is not None), base)
+            current = next((d for _, d in reversed(stack) if d is not None), base)
         out.append(current)
     return out
 

@@ -109,6 +109,19 @@ def _copy_cache(conn: Any, schema: str) -> None:
         f"e.dims, e.updated_at FROM {schema}.embedding_cache e) WHERE length(emb) > 0")
 
 
+#: Page cache of a rebuild's shadow (KiB): FTS5's segment merges stay in memory.
+BULK_CACHE_KIB = 16384
+
+
+class _BulkLoad:
+    """What a rebuild's shadow store tracks while it is filled: the files written so far."""
+
+    __slots__ = ("written",)
+
+    def __init__(self) -> None:
+        self.written: set[tuple[str, str]] = set()
+
+
 def _hit(row: Sequence[Any], score: float) -> Hit:
     """A :class:`Hit` from a row selected with ``_HIT_COLUMNS``."""
     return Hit(row[0], row[1], row[2], row[3], row[4], row[5], score, row[6], row[7], row[8])
@@ -136,6 +149,8 @@ class SqliteStore(SqliteLifecycle):
         #: What :meth:`recover` did last: ``{"problem", "corruptPath", "salvagedCacheEntries"}``.
         self.recovery: dict[str, Any] | None = None
         self._identity: tuple[int, int] | None = None
+        #: Set while this store is a rebuild's shadow being filled (:meth:`_bulk_begin`).
+        self._bulk: _BulkLoad | None = None
         self._open()
 
     def _open(self) -> None:
@@ -176,12 +191,16 @@ class SqliteStore(SqliteLifecycle):
     @contextmanager
     def transaction(self) -> Iterator[Any]:
         with self.lock:
-            self.conn.execute("BEGIN IMMEDIATE")
+            bulk = self._bulk
+            # In a shadow being filled, a transaction is a savepoint inside the bulk load's own one.
+            self.conn.execute("SAVEPOINT memdir_bulk" if bulk else "BEGIN IMMEDIATE")
             try:
                 yield self.conn
             except BaseException as exc:
                 try:
-                    self.conn.execute("ROLLBACK")
+                    self.conn.execute("ROLLBACK TO memdir_bulk" if bulk else "ROLLBACK")
+                    if bulk:
+                        self.conn.execute("RELEASE memdir_bulk")
                 except Exception:
                     pass
                 if isinstance(exc, db.binding().Error) and not health.is_damage_error(exc):
@@ -190,7 +209,35 @@ class SqliteStore(SqliteLifecycle):
                                      "nothing of this change was kept") from exc
                 raise
             else:
+                if bulk:
+                    self.conn.execute("RELEASE memdir_bulk")
+                else:
+                    self.conn.execute("COMMIT")
+
+    def _bulk_begin(self) -> None:
+        """Fill this (new, private) store as a rebuild's shadow: one long transaction committed only
+        when :meth:`publish` is asked (a commit per batch was ~10% of a keyword-only build), no
+        deletes for files not written yet, and no change log (the swap starts a new one)."""
+        with self.lock:
+            self.conn.execute(f"PRAGMA cache_size = {BULK_CACHE_KIB * -1}")
+            self.conn.execute("BEGIN IMMEDIATE")
+            self._bulk = _BulkLoad()
+
+    def publish(self) -> None:
+        """Commit what a rebuild's shadow holds so far: a search during a first build reads it, and
+        a killed build keeps the embeddings it paid for.  Elsewhere every write commits at once."""
+        with self.lock:
+            if self._bulk is not None and self.conn.in_transaction:
                 self.conn.execute("COMMIT")
+                self.conn.execute("BEGIN IMMEDIATE")
+
+    def _bulk_end(self) -> None:
+        """Commit what the bulk load wrote (on failure too: what it holds are complete batches)."""
+        with self.lock:
+            if self._bulk is not None:
+                self._bulk = None
+                if self.conn.in_transaction:
+                    self.conn.execute("COMMIT")
 
     def ensure_schema(self) -> None:
         c = self.conn
@@ -324,17 +371,22 @@ class SqliteStore(SqliteLifecycle):
         # single-window chunks hold their vector themselves: their cache entries become references
         held = [(ch.hash, ch.model, 4 * len(ch.embedding)) for ch in chunks
                 if ch.embedding is not None and len(ch.embedding) and ch.windows == 1]
-        self._delete_file_rows(path, source, keep={(h, m) for h, m, _ in held})
+        bulk = self._bulk
+        if bulk is None or (path, source) in bulk.written:
+            self._delete_file_rows(path, source, keep={(h, m) for h, m, _ in held})
+        if bulk is not None:
+            bulk.written.add((path, source))
         now = int(time.time() * 1000)
-        rowids: list[int] = []
-        for ch in chunks:
-            cur = c.execute(
-                f"INSERT OR REPLACE INTO chunks({_CHUNK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model, ch.text,
-                 to_blob(ch.embedding) if ch.embedding is not None and len(ch.embedding) else None, now, ch.ts,
-                 ch.date_start, ch.date_end),
-            )
-            rowids.append(int(cur.lastrowid))
+        # The rowids SQLite would pick one insert at a time (the largest so far, plus one), given
+        # up front so that one executemany writes the file's rows.
+        (top,) = c.execute("SELECT coalesce(max(rowid), 0) FROM chunks").fetchone()
+        rowids = list(range(top + 1, top + 1 + len(chunks)))
+        c.executemany(
+            f"INSERT OR REPLACE INTO chunks(rowid, {_CHUNK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [(rid, ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model, ch.text,
+              to_blob(ch.embedding) if ch.embedding is not None and len(ch.embedding) else None, now, ch.ts,
+              ch.date_start, ch.date_end) for rid, ch in zip(rowids, chunks, strict=True)],
+        )
         if held:
             c.executemany("UPDATE embedding_cache SET embedding = x'' WHERE hash = ? AND model = ? AND dims * 4 = ? "
                           "AND length(embedding) > 0", held)
@@ -342,8 +394,9 @@ class SqliteStore(SqliteLifecycle):
             # FTS rows share the chunk's rowid, so a file's rows are deleted by key, not by a scan.
             c.executemany("INSERT INTO chunks_fts(rowid, text, stems) VALUES (?,?,?)",
                           [(rid, *fts_values(ch.text)) for rid, ch in zip(rowids, chunks, strict=True)])
-        vecs.log_changes(c, rowids, alive=True)
-        vecs.trim_log(c)
+        if bulk is None:
+            vecs.log_changes(c, rowids, alive=True)
+            vecs.trim_log(c)
         c.execute(
             "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
             (path, source, file_hash, mtime_ns, size),
@@ -655,11 +708,17 @@ class SqliteStore(SqliteLifecycle):
                 c.execute("ATTACH DATABASE ? AS live", (str(self.path),))
                 _copy_cache(c, "live")
             fresh.conn.execute("DETACH DATABASE live")
+            fresh._bulk_begin()
             yield fresh
+            fresh._bulk_end()
             fresh.close()
             self.swap_from(temp_path)
         except BaseException as exc:
             if fresh is not None:
+                try:
+                    fresh._bulk_end()
+                except Exception:
+                    pass
                 fresh.close()
                 self.cleanup_leftovers()  # keeps the embeddings this failed build already paid for
             if not isinstance(exc, Exception):
