@@ -27,6 +27,7 @@ _QUERIES = {
                        "ORDER BY provider, model, provider_key, hash",
     "fts_instances": "SELECT term, doc, col, offset FROM temp.digest_vocab",  # term, doc, col, offset order
     "fts_docsize": "SELECT id, sz FROM chunks_fts_docsize ORDER BY id",
+    "fts_config": "SELECT k, v FROM chunks_fts_config ORDER BY k",
 }
 
 
