@@ -29,13 +29,13 @@ a = json.loads(sys.stdin.read())
 db = Path(a["db"])
 for f in db.parent.glob(db.name + "*"):
     f.unlink()
-t0 = time.perf_counter()
+c0, t0 = time.process_time(), time.perf_counter()
 chunks = workspace_chunks(Path(a["workspace"]))
 fts = PlainFts(db, sqlite3)
 fts.add(chunks)
-secs = time.perf_counter() - t0
+secs, cpu = time.perf_counter() - t0, time.process_time() - c0
 fts.close()
-print(json.dumps({"seconds": secs, "chunks": len(chunks), "bytes": dir_size(db)}))
+print(json.dumps({"seconds": secs, "cpuSeconds": cpu, "chunks": len(chunks), "bytes": dir_size(db)}))
 """
 
 _SYNC = """
@@ -99,20 +99,23 @@ def main() -> int:
                 shutil.rmtree(state, ignore_errors=True)
                 runs[tag].append(run(src, ["-m", "memdir.bench.speed", "--worker", "memdir-index"],
                                      {"workspace": ws, "state": str(state), "vectors": "none"}))
-            runs["baseline"].append(run(a.after, ["-c", _BASELINE], {"workspace": ws, "db": str(work / f"base-{n}.db")}))
+            runs["baseline"].append(run(a.after, ["-c", _BASELINE],
+                                        {"workspace": ws, "db": str(work / f"base-{n}.db")}))
             print(f"[{n}] repeat {r + 1}: " + ", ".join(
                 f"{k} {v[-1]['chunks'] / v[-1]['seconds']:,.0f}/s" for k, v in runs.items()), file=sys.stderr)
         row = {k: {"chunksPerSec": statistics.median(x["chunks"] / x["seconds"] for x in v),
+                   "chunksPerCpuSec": statistics.median(x["chunks"] / x["cpuSeconds"] for x in v),
                    "mb": v[-1]["bytes"] / 1e6, "chunks": v[-1]["chunks"]} for k, v in runs.items()}
         if not a.no_sync:
             for tag, src in trees.items():
                 row[tag].update(run(src, ["-c", _SYNC], {"workspace": ws, "state": str(work / f"sync-{n}-{tag}")}))
         report[n] = row
-        b = row["baseline"]["chunksPerSec"]
+        b, bc = row["baseline"]["chunksPerSec"], row["baseline"]["chunksPerCpuSec"]
         print(f"\n{n:,} chunks ({row['after']['chunks']:,}): medians of {a.repeats}")
         for k, v in row.items():
             extra = f"  no-op {v['noopMs']:.1f} ms  one file {v['oneFileMs']:.1f} ms" if "noopMs" in v else ""
             print(f"  {k:8s} {v['chunksPerSec']:8,.0f} chunks/s  × baseline {v['chunksPerSec'] / b:.2f}  "
+                  f"{v['chunksPerCpuSec']:8,.0f} chunks/CPU-s  × {v['chunksPerCpuSec'] / bc:.2f}  "
                   f"disk {v['mb']:.1f} MB (× {v['mb'] / row['baseline']['mb']:.2f}){extra}")
     if a.json:
         Path(a.json).write_text(json.dumps(report, indent=2))

@@ -109,10 +109,8 @@ def _copy_cache(conn: Any, schema: str) -> None:
         f"e.dims, e.updated_at FROM {schema}.embedding_cache e) WHERE length(emb) > 0")
 
 
-#: Page cache of a rebuild's shadow (KiB): FTS5's segment merges stay in memory.
-BULK_CACHE_KIB = int(os.environ.get("XCACHE", 16384))
 #: FTS5's pending-terms limit while a rebuild's shadow is filled (see :meth:`SqliteStore._bulk_begin`).
-BULK_FTS_HASH_BYTES = int(os.environ.get("XHASH", 8 << 20))
+BULK_FTS_HASH_BYTES = 8 << 20
 
 
 class _BulkLoad:
@@ -220,7 +218,6 @@ class SqliteStore(SqliteLifecycle):
         when :meth:`publish` is asked (a commit per batch was ~10% of a keyword-only build), no
         deletes for files not written yet, and no change log (the swap starts a new one)."""
         with self.lock:
-            self.conn.execute(f"PRAGMA cache_size = {BULK_CACHE_KIB * -1}")
             self.conn.execute("BEGIN IMMEDIATE")
             if self.fts_available:
                 # FTS5 writes its pending terms out as a new segment whenever they pass 'hashsize'
