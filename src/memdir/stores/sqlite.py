@@ -194,7 +194,7 @@ class SqliteStore(SqliteLifecycle):
             if self._bulk is not None:
                 # A rebuild's shadow being filled: already in the bulk load's transaction.  No
                 # savepoint: FTS5 writes out its pending terms at every one.  A failure fails the
-                # whole build, and :meth:`_bulk_end` rolls back what was not published.
+                # whole build, whose shadow is discarded once its embedding cache is salvaged.
                 yield self.conn
                 return
             self.conn.execute("BEGIN IMMEDIATE")
@@ -222,7 +222,7 @@ class SqliteStore(SqliteLifecycle):
             if self.fts_available:
                 # FTS5 writes its pending terms out as a new segment whenever they pass 'hashsize'
                 # (1 MB by default), and merges segments as they pile up: with 8 MB a 10k-chunk
-                # build writes a few large segments (-20% of the keyword index's CPU, -10% disk).
+                # build writes a few large segments (FTS5's inserts took 20% less CPU).
                 # A setting, not content: :meth:`_bulk_end` removes it before the swap.
                 self.conn.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('hashsize', ?)",
                                   (BULK_FTS_HASH_BYTES,))
@@ -236,16 +236,13 @@ class SqliteStore(SqliteLifecycle):
                 self.conn.execute("COMMIT")
                 self.conn.execute("BEGIN IMMEDIATE")
 
-    def _bulk_end(self, *, commit: bool = True) -> None:
-        """Commit the bulk load, or roll back what it wrote since it last published."""
+    def _bulk_end(self) -> None:
+        """Commit the bulk load; after a failure too, for the embeddings a failed build paid for
+        (:meth:`cleanup_leftovers` copies the shadow's cache; its rows are discarded)."""
         with self.lock:
             if self._bulk is None:
                 return
             self._bulk = None
-            if not commit:
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                return
             if self.fts_available:
                 # back to FTS5's default for the live index (the table FTS5 reads its settings from)
                 self.conn.execute("DELETE FROM chunks_fts_config WHERE k = 'hashsize'")
@@ -728,8 +725,8 @@ class SqliteStore(SqliteLifecycle):
         except BaseException as exc:
             if fresh is not None:
                 try:
-                    fresh._bulk_end(commit=False)
-                except Exception:
+                    fresh._bulk_end()
+                except Exception:  # e.g. a full disk: what was published is kept
                     pass
                 fresh.close()
                 self.cleanup_leftovers()  # keeps the embeddings this failed build already paid for
