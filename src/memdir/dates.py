@@ -36,7 +36,9 @@ _YEAR = re.compile(r"(?<![\d-])((?:19|20)\d{2})(?![\d-])")
 _AGO = re.compile(r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|few|several)\s+"
                   r"(day|week|month|year)s?\s+ago\b", re.I)
 _LAST_WEEKDAY = re.compile(r"\b(last|this|on)\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.I)
-_HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
+#: A Markdown heading line (``## 2023-05-07 standup``), found in a whole text: the space after
+#: the hashes never crosses a line end.
+_HEADING_LINE = re.compile(r"^(#{1,6})[^\S\n]+(.*)$", re.MULTILINE)
 _FILE_DATE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
             "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3, "several": 3}
@@ -257,15 +259,20 @@ def line_dates(path: str, content: str) -> list[dt.date | None]:
     base = file_date(path)
     stack: list[tuple[int, dt.date | None]] = []  # (heading level, its date)
     out: list[dt.date | None] = []
-    for line in content.split("\n"):
-        m = _HEADING.match(line)
-        if m:
-            level = len(m.group(1))
-            while stack and stack[-1][0] >= level:
-                stack.pop()
-            stack.append((level, text_date(m.group(2))))
+    current = base
+    line, pos = 0, 0  # the line number (from 0) of character ``pos``
+    # Only headings change the day: find them in the whole text, not line by line (the loop over
+    # every line was a tenth of a keyword-only index build).
+    for m in _HEADING_LINE.finditer(content):
+        line += content.count("\n", pos, m.start())
+        pos = m.start()
+        out.extend([current] * (line - len(out)))
+        level = len(m.group(1))
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        stack.append((level, text_date(m.group(2))))
         current = next((d for _, d in reversed(stack) if d is not None), base)
-        out.append(current)
+    out.extend([current] * (content.count("\n") + 1 - len(out)))
     return out
 
 

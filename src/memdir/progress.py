@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,9 @@ class ProgressFile:
         self.min_interval = min_interval
         self._last = 0.0
         self._state: dict[str, Any] = {}
+        #: Called before a batch count is shown: a rebuild's shadow commits, so that a search
+        #: reading it finds at least what the file says is done.
+        self.before_write: Callable[[], None] | None = None
 
     def start(self, phase: str, temp: str | None = None) -> None:
         self._state = {"pid": os.getpid(), "workspace": self.workspace, "phase": phase, "temp": temp,
@@ -41,6 +45,8 @@ class ProgressFile:
         if not force and now - self._last < self.min_interval:
             return
         self._last = now
+        if self.before_write is not None and self._state.get("done"):
+            self.before_write()
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         try:
             tmp.write_text(json.dumps({**self._state, "updatedAt": time.time()}))

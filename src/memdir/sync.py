@@ -459,7 +459,11 @@ class Indexer:
             if recovered:
                 with fresh.transaction():
                     fresh.set_state(RECOVERED_STATE, recovered)
-            report = self._incremental(fresh, progress, None, everything=True, strict=strict)
+            self.progress_file.before_write = fresh.publish
+            try:
+                report = self._incremental(fresh, progress, None, everything=True, strict=strict)
+            finally:
+                self.progress_file.before_write = None
             report.full = True
             ident = self.identity()
             if self.provider is not None and self.provider.dims:

@@ -220,6 +220,10 @@ class Store(Protocol):
         """A shadow store seeded with the live embedding cache, swapped in on a clean exit."""
         ...
 
+    def publish(self) -> None:
+        """In a rebuild's shadow: make what is written so far visible (and kept by a killed build)."""
+        ...
+
     def cleanup_leftovers(self) -> None:
         """Remove what a crashed rebuild left behind, keeping any embeddings it paid for."""
         ...

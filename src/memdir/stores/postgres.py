@@ -400,6 +400,9 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         except Exception:
             pass
 
+    def publish(self) -> None:
+        """Nothing to do: every write transaction commits when it ends."""
+
     def cleanup_leftovers(self) -> None:
         """Drop generations a crashed rebuild (or an interrupted cleanup) left behind.
 

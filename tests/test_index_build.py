@@ -1,0 +1,160 @@
+"""A faster full build writes the same index (issue 13): the stems column, the days of lines, and
+everything a rebuild's bulk load writes equal what the plain per-file path writes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from memdir import db, stemming
+from memdir.api import Memory
+from memdir.dates import file_date, line_dates, text_date
+
+# -- reference implementations: the straightforward reading of each rule -------------------------
+
+_WORD_EN = re.compile(r"(?<!\w)[a-z]{3,}(?!\w)")
+_WORD_ANY = re.compile(r"(?<!\w)[^\W\d_]{3,}(?!\w)")
+
+
+def stems_reference(text: str) -> str:
+    """The word pattern over the whole lower-cased text, every word stemmed by Snowball."""
+    low = text.lower()
+    language = stemming.detect_language(text)
+    if language == stemming.DEFAULT_LANGUAGE:
+        words = _WORD_EN.findall(low)
+    else:
+        words = [w for w in _WORD_ANY.findall(low) if stemming.is_latin_word(w)]
+    return " ".join(str(s) for s in stemming.stemmer(language).stemWords(words))
+
+
+def line_dates_reference(path: str, content: str) -> list[dt.date | None]:
+    """Line by line: a heading sets its level's day, the nearest dated heading above counts."""
+    heading = re.compile(r"^(#{1,6})\s+(.*)$")
+    stack: list[tuple[int, dt.date | None]] = []
+    out: list[dt.date | None] = []
+    for line in content.split("\n"):
+        m = heading.match(line)
+        if m:
+            level = len(m.group(1))
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, text_date(m.group(2))))
+        out.append(next((d for _, d in reversed(stack) if d is not None), file_date(path)))
+    return out
+
+
+_PIECES = [
+    "the", "and", "Deployed", "billing-service", "snake_case", "v2.3.1", "INC-40213", "café", "naïve", "über",
+    "İstanbul", "ΟΔΟΣ", "straße", "—", "–", "…", "(notes)", "[link](http://x.io/a_b)", "$400", "3x", "x3y",
+    "ab", "abc", "ABCDEF", "日本語の", "之前讨论", "한국어", "\u00a0", "\u2028", "\x0b", "\x1c", "\r", "\t",
+    "und", "die", "der", "nicht", "les", "et", "est", "Pässe", "erneuert", "payé", "voiture", "é", "o'clock",
+    "don't", "e-mail", "🙂", "#", "##", "-", "*", "1.", "2023-05-07", "May 7, 2023", "7 May 2023",
+]
+
+
+def _random_text(rng: random.Random) -> str:
+    words = [rng.choice(_PIECES) for _ in range(rng.randint(0, 60))]
+    seps = [" ", " ", " ", "\n", "", ",", "\n\n", "  "]
+    return "".join(w + rng.choice(seps) for w in words)
+
+
+def test_stems_equal_the_word_pattern_over_the_whole_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(13)
+    texts = [_random_text(rng) for _ in range(3000)]
+    texts += ["Wir haben die Pässe erneuert und das ist nicht teuer, der Termin war gut.",
+              "Nous avons payé la voiture et les passeports, mais pas le reste.", "", " ", "\n"]
+    for text in texts:
+        assert stemming.text_stems(text) == stems_reference(text), repr(text)
+    # a full token cache is emptied and refilled: same stems
+    monkeypatch.setattr(stemming, "TOKEN_CACHE_MAX", 5)
+    for text in texts[:300]:
+        assert stemming.text_stems(text) == stems_reference(text), repr(text)
+
+
+def test_the_days_of_lines_equal_a_line_by_line_reading() -> None:
+    rng = random.Random(7)
+    headings = ["# 2023-05-07", "## May 8, 2023 standup", "### Notes", "#no space", "####### seven",
+                "## \t9 June 2023", "#\n", "# ", "##\u00a0July 4, 2022", "   # indented 2023-01-01", "#\x0b2021-02-03"]
+    for _ in range(500):
+        lines = [rng.choice(headings) if rng.random() < 0.3 else rng.choice(_PIECES) for _ in range(rng.randint(0, 30))]
+        content = rng.choice(["\n", "\r\n"]).join(lines) + rng.choice(["", "\n"])
+        path = rng.choice(["memory/2023-04-01.md", "MEMORY.md", "memory/notes.md"])
+        assert line_dates(path, content) == line_dates_reference(path, content), repr(content)
+
+
+# -- the bulk load of a rebuild against the per-file path of an incremental sync ------------------
+
+_NOTES = {
+    "MEMORY.md": "# Preferences\n\n- Alice prefers tea over coffee\n- The billing service runs on PostgreSQL\n",
+    "memory/2023-05-07.md": "## Standup\n\n" + "\n".join(
+        f"- Deployed the billing-service v2.{i} to staging; INC-{4000 + i} closed by Bob" for i in range(120)),
+    "memory/2023-05-08.md": "# 2023-05-09 retro\n\nWir haben die Pässe erneuert und das Auto ist nicht teuer.\n"
+                            "## Notes\n之前讨论的那个方案 was approved.\n",
+    "memory/ideas.md": "\n".join(f"Idea {i}: cache the {w} layer" for i, w in enumerate(["auth", "search"] * 80)),
+}
+
+
+def _contents(index: Path) -> dict[str, list[tuple[object, ...]]]:
+    conn = db.binding().connect(str(index))
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, chunks_fts, instance)")
+        return {
+            "chunks": conn.execute("SELECT rowid, id, path, source, start_line, end_line, hash, model, text, "
+                                   "embedding, ts, date_start, date_end FROM chunks ORDER BY rowid").fetchall(),
+            "files": conn.execute("SELECT path, source, hash, size FROM files ORDER BY path").fetchall(),
+            "fts": conn.execute("SELECT term, doc, col, offset FROM temp.v").fetchall(),
+            "docsize": conn.execute("SELECT id, sz FROM chunks_fts_docsize ORDER BY id").fetchall(),
+            "config": conn.execute("SELECT k, v FROM chunks_fts_config ORDER BY k").fetchall(),
+        }
+    finally:
+        conn.close()
+
+
+def test_a_rebuild_writes_what_syncing_file_by_file_writes(make_workspace, tmp_path: Path,
+                                                            keyword_config) -> None:
+    full_ws = make_workspace(_NOTES, name="full")
+    with Memory(full_ws, state_dir=tmp_path / "state-full", config=keyword_config) as mem:
+        assert mem.sync().full
+        full = _contents(mem.index_path)
+    # the same notes arriving after an empty first build: written by the incremental path
+    inc_ws = make_workspace({}, name="inc")
+    with Memory(inc_ws, state_dir=tmp_path / "state-inc", config=keyword_config) as mem:
+        assert mem.sync().full
+        for rel, text in _NOTES.items():
+            (inc_ws / rel).parent.mkdir(parents=True, exist_ok=True)
+            (inc_ws / rel).write_text(text, encoding="utf-8")
+        rep = mem.sync()
+        assert not rep.full and rep.indexed == len(_NOTES)
+        inc = _contents(mem.index_path)
+    assert len(full["chunks"]) > 10 and len(full["fts"]) > 1000
+    for key in full:
+        assert full[key] == inc[key], key
+    assert "hashsize" not in {k for k, _ in full["config"]}  # the bulk load's setting is gone
+
+
+def _shadow_meta(location: str) -> list[tuple[str]]:
+    conn = db.binding().connect(location)
+    try:
+        return conn.execute("SELECT value FROM meta WHERE key = 'memory_index_meta_v1'").fetchall()
+    finally:
+        conn.close()
+
+
+def test_a_rebuilds_writes_show_in_its_shadow_when_published_and_in_the_index_when_swapped(
+        make_workspace, tmp_path: Path, keyword_config) -> None:
+    ws = make_workspace(_NOTES)
+    with Memory(ws, state_dir=tmp_path / "state", config=keyword_config) as mem:
+        mem.sync()
+        live = mem.store.read_meta()
+        with mem.store.rebuild() as fresh:
+            with fresh.transaction():
+                fresh.write_meta({"schema": -1})
+            assert _shadow_meta(fresh.location) == []  # the bulk load's transaction is still open
+            fresh.publish()  # what a search during a first build reads
+            assert _shadow_meta(fresh.location) == [('{"schema": -1}',)]
+            assert mem.store.read_meta() == live
+        assert mem.store.read_meta() == {"schema": -1}
