@@ -131,6 +131,7 @@ class SqliteStore(SqliteLifecycle):
         self.fts_error: str | None = None
         self.matrix = vecs.VectorMatrix()
         self._scorer: Any = None
+        self._postings: Any = None
         #: The first damage error a search ran into (the caller then recovers the index).
         self.damage: str | None = None
         #: What :meth:`recover` did last: ``{"problem", "corruptPath", "salvagedCacheEntries"}``.
@@ -141,6 +142,7 @@ class SqliteStore(SqliteLifecycle):
     def _open(self) -> None:
         # A new connection (first open, reopen, recovery): warm state read through the old one goes.
         self._scorer = None
+        self._postings = None
         super()._open()
         self.matrix = vecs.VectorMatrix(sidecar_path(self.path), save=not self.readonly)
 
@@ -269,7 +271,8 @@ class SqliteStore(SqliteLifecycle):
         return {"backend": "sqlite", "location": self.location, "sqlite": db.binding_name(),
                 "fts": {"available": self.fts_available, "error": self.fts_error, "tokenizer": self.fts_tokenizer,
                         # phrase document counts kept for pruning and complete scores (this process)
-                        "warm": {"phraseCounts": len(self._scorer._counts) if self._scorer else 0}},
+                        "warm": {"phraseCounts": len(self._scorer._counts) if self._scorer else 0,
+                                 "postings": self._postings.describe() if self._postings else None}},
                 "vector": vector}
 
     # -- meta --------------------------------------------------------------------------------
@@ -489,7 +492,16 @@ class SqliteStore(SqliteLifecycle):
             return []
         with self.lock:
             try:
-                match = match_phrases(self._useful_phrases(phrases))
+                # one read snapshot: the phrase counts, the generation and the postings
+                self.conn.execute("SAVEPOINT memdir_kw_search")
+                try:
+                    useful = self._useful_phrases(phrases)
+                    warm = self._warm_keyword_search(useful, limit)
+                finally:
+                    self.conn.execute("RELEASE memdir_kw_search")
+                if warm is not None:
+                    return warm
+                match = match_phrases(useful)
                 # Rank inside FTS5 first, then read the few winning rows: joining first made SQLite fetch
                 # every matching chunk's text before sorting.
                 rows = self.conn.execute(
@@ -502,6 +514,27 @@ class SqliteStore(SqliteLifecycle):
                 self._mark(exc)
                 raise
         return [_hit(r, bm25_to_score(r[9])) for r in rows]
+
+    #: Rank from in-process postings once warm (a switch for benches that time FTS5 alone).
+    WARM_KEYWORD = True
+
+    def _warm_keyword_search(self, phrases: list[tuple[str, str]], limit: int) -> list[Hit] | None:
+        """The same ranking from postings held in process (:mod:`memdir.stores.kw_postings`), when
+        this process has searched this index generation before; ``None``: let FTS5 rank.  Called
+        inside a read snapshot, so the generation checked is the one the postings are read at."""
+        if self.fts_tokenizer != "unicode61" or not self.WARM_KEYWORD:
+            return None
+        generation = self._generation()
+        if self._postings is None:
+            from memdir.stores.kw_postings import KeywordPostings
+
+            self._postings = KeywordPostings(self.conn, "chunks_fts")
+        if not self._postings.ready(generation):
+            return None
+        scorer = self._keyword_scorer()
+        n_rows, avgdl = scorer.totals()
+        ranked = self._postings.top(scorer.phrase_specs(phrases), n_rows, avgdl, int(limit))
+        return self._hits_by_rowid([(rowid, bm25_to_score(rank)) for rowid, rank in ranked])
 
     #: Below this many chunks every phrase is kept (FTS5 ranks a small index in a few ms anyway).
     PRUNE_MIN_ROWS = 2000
