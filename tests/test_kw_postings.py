@@ -38,7 +38,8 @@ def _corpus(seed: int, n: int) -> list[str]:
 
 
 def _put(store: SqliteStore, i: int, text: str) -> None:
-    store.replace_file(f"f{i}.md", "memory", text, 1, 1, [ChunkRow(f"c{i}", f"f{i}.md", "memory", 1, 1, text, "m", text)])
+    row = ChunkRow(f"c{i}", f"f{i}.md", "memory", 1, 1, text, "m", text)
+    store.replace_file(f"f{i}.md", "memory", text, 1, 1, [row])
 
 
 def _fts5(store: SqliteStore, terms: list[str], limit: int) -> list[tuple[str, float]]:
@@ -110,7 +111,8 @@ def test_another_writer_never_gets_old_postings(tmp_path: Path):
         "with s.transaction():\n"
         "    for i in range(3):\n"
         "        t = 'heron heron quasar heron budget' if i else 'heron'\n"
-        "        s.replace_file(f'new{i}.md', 'memory', t, 1, 1, [ChunkRow(f'n{i}', f'new{i}.md', 'memory', 1, 1, t, 'm', t)])\n"
+        "        row = ChunkRow(f'n{i}', f'new{i}.md', 'memory', 1, 1, t, 'm', t)\n"
+        "        s.replace_file(f'new{i}.md', 'memory', t, 1, 1, [row])\n"
         "    s.delete_file('f0.md', 'memory')\n"
         "s.close()\n")
     subprocess.run([sys.executable, "-c", writer, str(path)], check=True)
