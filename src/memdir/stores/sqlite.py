@@ -533,7 +533,11 @@ class SqliteStore(SqliteLifecycle):
             return None
         scorer = self._keyword_scorer()
         n_rows, avgdl = scorer.totals()
-        ranked = self._postings.top(scorer.phrase_specs(phrases), n_rows, avgdl, int(limit))
+        try:
+            ranked = self._postings.top(scorer.phrase_specs(phrases), n_rows, avgdl, int(limit))
+        except LookupError:  # postings and document sizes disagree (never seen): start over, FTS5 ranks
+            self._postings = None
+            return None
         return self._hits_by_rowid([(rowid, bm25_to_score(rank)) for rowid, rank in ranked])
 
     #: Below this many chunks every phrase is kept (FTS5 ranks a small index in a few ms anyway).
