@@ -132,3 +132,39 @@ def test_doc_lengths_decode_docsize_records():
 
     got = doc_lengths(hexes, np.array([len(r) for r in records]))
     assert got.tolist() == [float(sum(read_varints(r))) for r in records] == [7.0, 133.0, 16383.0 + 32769.0, 0.0]
+
+
+def test_warm_scores_for_chosen_chunks_are_fts5s(tmp_path: Path, monkeypatch):
+    """The hybrid merge's scores for chosen chunks (every phrase, none pruned) come from the warm
+    postings too, and equal FTS5's ``bm25()`` to the bit."""
+    from memdir.query import fts5_match
+    from memdir.stores.fts_scores import FtsScorer
+
+    monkeypatch.setattr(SqliteStore, "PRUNE_MIN_ROWS", 50)
+    store = SqliteStore(tmp_path / "idx.sqlite")
+    with store.transaction():
+        for i, text in enumerate(_corpus(7, 200)):
+            _put(store, i, text)
+    ids = [f"c{i}" for i in range(0, 200, 3)] + ["missing"]
+    cold = {}
+    for q in QUERIES:
+        cold[q] = store.keyword_scores(keyword_terms(q), ids)  # not warm yet: FtsScorer
+    store.keyword_search(keyword_terms("deploy"), 3)
+    store.keyword_search(keyword_terms("deploy"), 3)  # the second query at this generation warms up
+
+    def no_scratch(*_a, **_k):
+        raise AssertionError("FtsScorer used although the postings are warm")
+
+    monkeypatch.setattr(FtsScorer, "scores", no_scratch)
+    matched = 0
+    for q in QUERIES:
+        terms = keyword_terms(q)
+        fts = {cid: bm25_to_score(rank) for cid, rank in store.conn.execute(
+            "SELECT c.id, bm25(chunks_fts) FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid "
+            "WHERE chunks_fts MATCH ?", (fts5_match(terms),))}
+        got = store.keyword_scores(terms, ids)
+        assert got == {cid: fts.get(cid, 0.0) for cid in ids}, q
+        assert got == pytest.approx(cold[q], abs=1e-12)
+        matched += sum(1 for v in got.values() if v)
+    assert matched > 100
+    store.close()

@@ -165,15 +165,12 @@ class KeywordPostings:
         # held compactly (exact: frequencies are small integers); scored in doubles like FTS5
         return rows.astype(np.int32), counts.astype(np.float32)
 
-    def top(self, phrases: Sequence[tuple[str, list[str], bool]], n_rows: int, avgdl: float,
-            limit: int) -> list[tuple[int, float]]:
-        """``(rowid, bm25)`` of the best ``limit`` rows matching any phrase, best (most negative) first."""
-        import numpy as np
+    def warm(self, generation: Any) -> bool:
+        """Whether postings are loaded for this generation (a check that loads and counts nothing)."""
+        return generation is not None and generation == self.generation and self.rowids is not None
 
-        if self.rowids is None:
-            self._load_rows(n_rows, avgdl)
-        assert self.rowids is not None and self.norm is not None
-        postings = []
+    def _postings(self, phrases: Sequence[tuple[str, list[str], bool]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        out = []
         for col, tokens, prefix in phrases:
             key = (col, tuple(tokens), prefix)
             got = self._phrases.get(key)
@@ -183,15 +180,27 @@ class KeywordPostings:
                     self._forget()
                 self._phrases[key] = got
                 self._entries += got[0].size
-            postings.append(got)
+            out.append(got)
+        return out
+
+    @staticmethod
+    def _idf(n_rows: int, hits: int) -> float:
+        idf = math.log((n_rows - hits + 0.5) / (hits + 0.5))
+        return idf if idf > 0.0 else 1e-6
+
+    def top(self, phrases: Sequence[tuple[str, list[str], bool]], n_rows: int, avgdl: float,
+            limit: int) -> list[tuple[int, float]]:
+        """``(rowid, bm25)`` of the best ``limit`` rows matching any phrase, best (most negative) first."""
+        import numpy as np
+
+        if self.rowids is None:
+            self._load_rows(n_rows, avgdl)
+        assert self.rowids is not None and self.norm is not None
         score = np.zeros(self.rowids.size, dtype=np.float64)
-        for rows, freqs in postings:
-            hits = rows.size
-            if not hits:
+        for rows, freqs in self._postings(phrases):
+            if not rows.size:
                 continue
-            idf = math.log((n_rows - hits + 0.5) / (hits + 0.5))
-            if idf <= 0.0:
-                idf = 1e-6
+            idf = self._idf(n_rows, rows.size)
             f = freqs.astype(np.float64)
             score[rows] += idf * ((f * (K1 + 1.0)) / (f + self.norm[rows]))
         matched = np.flatnonzero(score)
@@ -201,3 +210,27 @@ class KeywordPostings:
         order = np.lexsort((matched, -score[matched]))[:limit]  # ties: lower rowid first, as FTS5
         best = matched[order]
         return [(int(r), -1.0 * float(s)) for r, s in zip(self.rowids[best], score[best], strict=True)]
+
+    def scores(self, phrases: Sequence[tuple[str, list[str], bool]], n_rows: int,
+               rowids: Sequence[int]) -> dict[int, float]:
+        """``bm25`` of the given rows that match any phrase (call only when :meth:`warm`)."""
+        import numpy as np
+
+        assert self.rowids is not None and self.norm is not None
+        want = np.unique(np.asarray(list(rowids), dtype=np.int64))
+        at = np.minimum(np.searchsorted(self.rowids, want), max(self.rowids.size - 1, 0))
+        known = self.rowids[at] == want if self.rowids.size else np.zeros(want.size, dtype=bool)
+        want, at = want[known], at[known]
+        norm = self.norm[at]
+        score = np.zeros(at.size, dtype=np.float64)
+        matched = np.zeros(at.size, dtype=bool)
+        for rows, freqs in self._postings(phrases):
+            if not rows.size:
+                continue
+            p = np.minimum(np.searchsorted(rows, at), rows.size - 1)
+            here = rows[p] == at
+            f = np.where(here, freqs[p], 0).astype(np.float64)
+            # FTS5 adds every phrase, a phrase absent from a row included (idf × 0 = +0.0)
+            score += self._idf(n_rows, rows.size) * ((f * (K1 + 1.0)) / (f + norm))
+            matched |= here
+        return {int(r): -1.0 * float(s) for r, s, m in zip(want, score, matched, strict=True) if m}

@@ -581,6 +581,8 @@ class SqliteStore(SqliteLifecycle):
             return out
         with self.lock:
             scorer = self._keyword_scorer()
+            if self._warm_keyword_scores(phrases, wanted, out):
+                return out
             for i in range(0, len(wanted), 400):
                 part = wanted[i : i + 400]
                 marks = ",".join("?" * len(part))
@@ -590,6 +592,32 @@ class SqliteStore(SqliteLifecycle):
                     if rowid in ranks:
                         out[cid] = bm25_to_score(ranks[rowid])
         return out
+
+    def _warm_keyword_scores(self, phrases: list[tuple[str, str]], wanted: list[str], out: dict[str, float]) -> bool:
+        """Fill ``out`` from the warm postings, when this generation's are loaded (False: not done)."""
+        if self.fts_tokenizer != "unicode61" or not self.WARM_KEYWORD or self._postings is None:
+            return False
+        self.conn.execute("SAVEPOINT memdir_kw_scores_warm")  # the generation and the rows: one snapshot
+        try:
+            if not self._postings.warm(self._generation()):
+                return False
+            by_rowid: dict[int, str] = {}
+            for i in range(0, len(wanted), 400):
+                part = wanted[i : i + 400]
+                by_rowid.update(self.conn.execute(
+                    f"SELECT rowid, id FROM chunks WHERE id IN ({','.join('?' * len(part))})", part))
+            scorer = self._keyword_scorer()
+            n_rows, _ = scorer.totals()
+            try:
+                ranks = self._postings.scores(scorer.phrase_specs(phrases), n_rows, list(by_rowid))
+            except LookupError:
+                self._postings = None
+                return False
+            for rowid, rank in ranks.items():
+                out[by_rowid[rowid]] = bm25_to_score(rank)
+            return True
+        finally:
+            self.conn.execute("RELEASE memdir_kw_scores_warm")
 
     def chunks_in_period(self, start: str, end: str, limit: int) -> list[Hit]:
         """Chunks whose ``date_start..date_end`` overlaps ``start..end``, in file and line order."""
