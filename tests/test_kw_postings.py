@@ -140,8 +140,7 @@ def test_warm_scores_for_chosen_chunks_are_fts5s(tmp_path: Path, monkeypatch):
     from memdir.query import fts5_match
     from memdir.stores.fts_scores import FtsScorer
 
-    monkeypatch.setattr(SqliteStore, "PRUNE_MIN_ROWS", 50)
-    store = SqliteStore(tmp_path / "idx.sqlite")
+    store = SqliteStore(tmp_path / "idx.sqlite")  # 200 rows: no phrase pruned from searches
     with store.transaction():
         for i, text in enumerate(_corpus(7, 200)):
             _put(store, i, text)
@@ -155,10 +154,14 @@ def test_warm_scores_for_chosen_chunks_are_fts5s(tmp_path: Path, monkeypatch):
     def no_scratch(*_a, **_k):
         raise AssertionError("FtsScorer used although the postings are warm")
 
+    real_scores = FtsScorer.scores
     monkeypatch.setattr(FtsScorer, "scores", no_scratch)
+    with pytest.raises(AssertionError):  # a phrase no search has loaded: left to FtsScorer
+        store.keyword_scores(keyword_terms("heron"), ids)
     matched = 0
     for q in QUERIES:
         terms = keyword_terms(q)
+        store.keyword_search(terms, 3)  # holds every phrase's postings now
         fts = {cid: bm25_to_score(rank) for cid, rank in store.conn.execute(
             "SELECT c.id, bm25(chunks_fts) FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid "
             "WHERE chunks_fts MATCH ?", (fts5_match(terms),))}
@@ -167,4 +170,5 @@ def test_warm_scores_for_chosen_chunks_are_fts5s(tmp_path: Path, monkeypatch):
         assert got == pytest.approx(cold[q], abs=1e-12)
         matched += sum(1 for v in got.values() if v)
     assert matched > 100
+    monkeypatch.setattr(FtsScorer, "scores", real_scores)
     store.close()

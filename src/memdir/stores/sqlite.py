@@ -613,6 +613,8 @@ class SqliteStore(SqliteLifecycle):
             except LookupError:
                 self._postings = None
                 return False
+            if ranks is None:
+                return False
             for rowid, rank in ranks.items():
                 out[by_rowid[rowid]] = bm25_to_score(rank)
             return True
