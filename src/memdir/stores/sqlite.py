@@ -144,6 +144,7 @@ class SqliteStore(SqliteLifecycle):
         self.fts_error: str | None = None
         self.matrix = vecs.VectorMatrix()
         self._scorer: Any = None
+        self._postings: Any = None
         #: The first damage error a search ran into (the caller then recovers the index).
         self.damage: str | None = None
         #: What :meth:`recover` did last: ``{"problem", "corruptPath", "salvagedCacheEntries"}``.
@@ -156,6 +157,7 @@ class SqliteStore(SqliteLifecycle):
     def _open(self) -> None:
         # A new connection (first open, reopen, recovery): warm state read through the old one goes.
         self._scorer = None
+        self._postings = None
         super()._open()
         self.matrix = vecs.VectorMatrix(sidecar_path(self.path), save=not self.readonly)
 
@@ -326,7 +328,8 @@ class SqliteStore(SqliteLifecycle):
         return {"backend": "sqlite", "location": self.location, "sqlite": db.binding_name(),
                 "fts": {"available": self.fts_available, "error": self.fts_error, "tokenizer": self.fts_tokenizer,
                         # phrase document counts kept for pruning and complete scores (this process)
-                        "warm": {"phraseCounts": len(self._scorer._counts) if self._scorer else 0}},
+                        "warm": {"phraseCounts": len(self._scorer._counts) if self._scorer else 0,
+                                 "postings": self._postings.describe() if self._postings else None}},
                 "vector": vector}
 
     # -- meta --------------------------------------------------------------------------------
@@ -551,7 +554,16 @@ class SqliteStore(SqliteLifecycle):
             return []
         with self.lock:
             try:
-                match = match_phrases(self._useful_phrases(phrases))
+                # one read snapshot: the phrase counts, the generation and the postings
+                self.conn.execute("SAVEPOINT memdir_kw_search")
+                try:
+                    useful = self._useful_phrases(phrases)
+                    warm = self._warm_keyword_search(useful, limit)
+                finally:
+                    self.conn.execute("RELEASE memdir_kw_search")
+                if warm is not None:
+                    return warm
+                match = match_phrases(useful)
                 # Rank inside FTS5 first, then read the few winning rows: joining first made SQLite fetch
                 # every matching chunk's text before sorting.
                 rows = self.conn.execute(
@@ -564,6 +576,31 @@ class SqliteStore(SqliteLifecycle):
                 self._mark(exc)
                 raise
         return [_hit(r, bm25_to_score(r[9])) for r in rows]
+
+    #: Rank from in-process postings once warm (a switch for benches that time FTS5 alone).
+    WARM_KEYWORD = True
+
+    def _warm_keyword_search(self, phrases: list[tuple[str, str]], limit: int) -> list[Hit] | None:
+        """The same ranking from postings held in process (:mod:`memdir.stores.kw_postings`), when
+        this process has searched this index generation before; ``None``: let FTS5 rank.  Called
+        inside a read snapshot, so the generation checked is the one the postings are read at."""
+        if self.fts_tokenizer != "unicode61" or not self.WARM_KEYWORD:
+            return None
+        generation = self._generation()
+        if self._postings is None:
+            from memdir.stores.kw_postings import KeywordPostings
+
+            self._postings = KeywordPostings(self.conn, "chunks_fts")
+        if not self._postings.ready(generation):
+            return None
+        scorer = self._keyword_scorer()
+        n_rows, avgdl = scorer.totals()
+        try:
+            ranked = self._postings.top(scorer.phrase_specs(phrases), n_rows, avgdl, int(limit))
+        except LookupError:  # postings and document sizes disagree (never seen): start over, FTS5 ranks
+            self._postings = None
+            return None
+        return self._hits_by_rowid([(rowid, bm25_to_score(rank)) for rowid, rank in ranked])
 
     #: Below this many chunks every phrase is kept (FTS5 ranks a small index in a few ms anyway).
     PRUNE_MIN_ROWS = 2000
@@ -606,6 +643,8 @@ class SqliteStore(SqliteLifecycle):
             return out
         with self.lock:
             scorer = self._keyword_scorer()
+            if self._warm_keyword_scores(phrases, wanted, out):
+                return out
             for i in range(0, len(wanted), 400):
                 part = wanted[i : i + 400]
                 marks = ",".join("?" * len(part))
@@ -615,6 +654,34 @@ class SqliteStore(SqliteLifecycle):
                     if rowid in ranks:
                         out[cid] = bm25_to_score(ranks[rowid])
         return out
+
+    def _warm_keyword_scores(self, phrases: list[tuple[str, str]], wanted: list[str], out: dict[str, float]) -> bool:
+        """Fill ``out`` from the warm postings, when this generation's are loaded (False: not done)."""
+        if self.fts_tokenizer != "unicode61" or not self.WARM_KEYWORD or self._postings is None:
+            return False
+        self.conn.execute("SAVEPOINT memdir_kw_scores_warm")  # the generation and the rows: one snapshot
+        try:
+            if not self._postings.warm(self._generation()):
+                return False
+            by_rowid: dict[int, str] = {}
+            for i in range(0, len(wanted), 400):
+                part = wanted[i : i + 400]
+                by_rowid.update(self.conn.execute(
+                    f"SELECT rowid, id FROM chunks WHERE id IN ({','.join('?' * len(part))})", part))
+            scorer = self._keyword_scorer()
+            n_rows, _ = scorer.totals()
+            try:
+                ranks = self._postings.scores(scorer.phrase_specs(phrases), n_rows, list(by_rowid))
+            except LookupError:
+                self._postings = None
+                return False
+            if ranks is None:
+                return False
+            for rowid, rank in ranks.items():
+                out[by_rowid[rowid]] = bm25_to_score(rank)
+            return True
+        finally:
+            self.conn.execute("RELEASE memdir_kw_scores_warm")
 
     def chunks_in_period(self, start: str, end: str, limit: int) -> list[Hit]:
         """Chunks whose ``date_start..date_end`` overlaps ``start..end``, in file and line order."""

@@ -1,0 +1,174 @@
+"""The warm keyword ranking (in-process postings) returns exactly what FTS5 ranks, and never
+serves an index generation it was not built for."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memdir.query import fts5_phrases, keyword_terms, match_phrases
+from memdir.stores.base import ChunkRow
+from memdir.stores.kw_postings import doc_lengths
+from memdir.stores.sqlite import SqliteStore, bm25_to_score
+
+WORDS = ("deploy deployed deploying painting painted paint fence fences gateway budget review quasar heron "
+         "routine checkup checkups frustrating pagination cursor api latency upgrade incident").split()
+EXTRA = ["QX-1773", "qx 1773", "9f3c2a", "INC-4242", "Café", "cafe", "résumé", "Zoë", "讨论", "方案", "東京",
+         "에러를", "에러", "로그", "naïve", "Pässe", "straße", "under_score", "v2.1", "p95", "—", "🙂"]
+QUERIES = ["deploy the gateway", "painting fences", "QX-1773 deploy", "cafe resume", "讨论 方案", "에러 로그",
+           "routine checkup", "frustrating checkups latency", "9f3c2a", "INC-4242 incident", "budget review quasar",
+           "東京 deploy", "naive Zoë", "Pässe straße", "under_score v2.1", "p95 latency upgrade", "zzzz nothing",
+           "heron", "api cursor pagination deploy budget"]
+
+
+def _corpus(seed: int, n: int) -> list[str]:
+    rng = random.Random(seed)
+    texts = []
+    for i in range(n):
+        if i and rng.random() < 0.15:
+            texts.append(texts[rng.randrange(len(texts))])  # identical texts: exact ties to order
+            continue
+        words = [rng.choice(WORDS) if rng.random() < 0.8 else rng.choice(EXTRA) for _ in range(rng.randint(1, 30))]
+        texts.append(" ".join(words) + ".")
+    return texts
+
+
+def _put(store: SqliteStore, i: int, text: str) -> None:
+    row = ChunkRow(f"c{i}", f"f{i}.md", "memory", 1, 1, text, "m", text)
+    store.replace_file(f"f{i}.md", "memory", text, 1, 1, [row])
+
+
+def _fts5(store: SqliteStore, terms: list[str], limit: int) -> list[tuple[str, float]]:
+    """What FTS5 ranks for the same MATCH the store runs (its pruned phrases)."""
+    match = match_phrases(store._useful_phrases(fts5_phrases(terms)))
+    rows = store.conn.execute(
+        "SELECT c.id, f.rank FROM (SELECT rowid, bm25(chunks_fts) AS rank FROM chunks_fts WHERE chunks_fts MATCH ? "
+        "ORDER BY rank LIMIT ?) f JOIN chunks c ON c.rowid = f.rowid ORDER BY f.rank", (match, limit)).fetchall()
+    return [(cid, bm25_to_score(rank)) for cid, rank in rows]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_warm_ranking_is_fts5_ranking_exactly(tmp_path: Path, monkeypatch, seed: int):
+    monkeypatch.setattr(SqliteStore, "PRUNE_MIN_ROWS", 50)  # prune as a large index does
+    store = SqliteStore(tmp_path / "idx.sqlite")
+    texts = _corpus(seed, 300)
+    with store.transaction():
+        for i, text in enumerate(texts):
+            _put(store, i, text)
+    with store.transaction():  # edits and deletions leave tombstones in FTS5's index
+        for i in range(0, 300, 7):
+            _put(store, i, texts[(i * 13) % 300])
+        for i in range(3, 300, 31):
+            store.delete_file(f"f{i}.md", "memory")
+    compared = 0
+    for q in QUERIES:
+        terms = keyword_terms(q)
+        for limit in (1, 3, 10, 400):
+            expected = _fts5(store, terms, limit)
+            store.keyword_search(terms, limit)
+            got = [(h.id, h.score) for h in store.keyword_search(terms, limit)]
+            assert got == expected, (q, limit)  # same ids, same order, the same scores to the bit
+            compared += len(expected)
+    assert store._postings.rowids is not None and store._postings.describe()["phrases"] > 20  # really warm
+    assert compared > 500
+    store.close()
+
+
+def test_first_query_at_a_generation_is_left_to_fts5(tmp_path: Path):
+    store = SqliteStore(tmp_path / "idx.sqlite")
+    with store.transaction():
+        for i, text in enumerate(_corpus(4, 50)):
+            _put(store, i, text)
+    terms = keyword_terms("deploy the gateway")
+    first = store.keyword_search(terms, 5)
+    assert store._postings.rowids is None  # a one-shot process loads nothing
+    assert store.keyword_search(terms, 5) == first
+    assert store._postings.rowids is not None
+    store.close()
+
+
+def test_another_writer_never_gets_old_postings(tmp_path: Path):
+    """A write committed by another process moves the index generation: the warm store drops its
+    postings and ranks the new rows exactly as FTS5 does."""
+    path = tmp_path / "idx.sqlite"
+    store = SqliteStore(path)
+    with store.transaction():
+        for i, text in enumerate(_corpus(5, 80)):
+            _put(store, i, text)
+    terms = keyword_terms("heron quasar budget")
+    store.keyword_search(terms, 5)
+    before = store.keyword_search(terms, 5)
+    assert store._postings.rowids is not None
+    writer = (
+        "import sys\n"
+        "from memdir.stores.base import ChunkRow\n"
+        "from memdir.stores.sqlite import SqliteStore\n"
+        "s = SqliteStore(sys.argv[1])\n"
+        "with s.transaction():\n"
+        "    for i in range(3):\n"
+        "        t = 'heron heron quasar heron budget' if i else 'heron'\n"
+        "        row = ChunkRow(f'n{i}', f'new{i}.md', 'memory', 1, 1, t, 'm', t)\n"
+        "        s.replace_file(f'new{i}.md', 'memory', t, 1, 1, [row])\n"
+        "    s.delete_file('f0.md', 'memory')\n"
+        "s.close()\n")
+    subprocess.run([sys.executable, "-c", writer, str(path)], check=True)
+    for _ in range(3):  # the first query after the change (FTS5) and the warm ones that follow
+        got = [(h.id, h.score) for h in store.keyword_search(terms, 5)]
+        assert got == _fts5(store, terms, 5)
+        assert got[0][0] in ("n1", "n2") and got != [(h.id, h.score) for h in before]
+    store.close()
+
+
+def test_doc_lengths_decode_docsize_records():
+    from memdir.stores.fts_scores import read_varints
+
+    records = [bytes([3, 4]), bytes([0x81, 0x00, 0x05]), bytes([0xFF, 0x7F, 0x82, 0x80, 0x01]), b""]
+    hexes = "".join(r.hex() for r in records)
+    import numpy as np
+
+    got = doc_lengths(hexes, np.array([len(r) for r in records]))
+    assert got.tolist() == [float(sum(read_varints(r))) for r in records] == [7.0, 133.0, 16383.0 + 32769.0, 0.0]
+
+
+def test_warm_scores_for_chosen_chunks_are_fts5s(tmp_path: Path, monkeypatch):
+    """The hybrid merge's scores for chosen chunks (every phrase, none pruned) come from the warm
+    postings too, and equal FTS5's ``bm25()`` to the bit."""
+    from memdir.query import fts5_match
+    from memdir.stores.fts_scores import FtsScorer
+
+    store = SqliteStore(tmp_path / "idx.sqlite")  # 200 rows: no phrase pruned from searches
+    with store.transaction():
+        for i, text in enumerate(_corpus(7, 200)):
+            _put(store, i, text)
+    ids = [f"c{i}" for i in range(0, 200, 3)] + ["missing"]
+    cold = {}
+    for q in QUERIES:
+        cold[q] = store.keyword_scores(keyword_terms(q), ids)  # not warm yet: FtsScorer
+    store.keyword_search(keyword_terms("deploy"), 3)
+    store.keyword_search(keyword_terms("deploy"), 3)  # the second query at this generation warms up
+
+    def no_scratch(*_a, **_k):
+        raise AssertionError("FtsScorer used although the postings are warm")
+
+    real_scores = FtsScorer.scores
+    monkeypatch.setattr(FtsScorer, "scores", no_scratch)
+    with pytest.raises(AssertionError):  # a phrase no search has loaded: left to FtsScorer
+        store.keyword_scores(keyword_terms("heron"), ids)
+    matched = 0
+    for q in QUERIES:
+        terms = keyword_terms(q)
+        store.keyword_search(terms, 3)  # holds every phrase's postings now
+        fts = {cid: bm25_to_score(rank) for cid, rank in store.conn.execute(
+            "SELECT c.id, bm25(chunks_fts) FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid "
+            "WHERE chunks_fts MATCH ?", (fts5_match(terms),))}
+        got = store.keyword_scores(terms, ids)
+        assert got == {cid: fts.get(cid, 0.0) for cid in ids}, q
+        assert got == pytest.approx(cold[q], abs=1e-12)
+        matched += sum(1 for v in got.values() if v)
+    assert matched > 100
+    monkeypatch.setattr(FtsScorer, "scores", real_scores)
+    store.close()
