@@ -256,7 +256,8 @@ def run_search(
         cands = mmr_rerank(cands, hybrid.mmr.lambda_)
 
     if tune.expand_chars > 0:
-        cands = _widen(cands, tune.expand_chars, workspace, disjoint=tune.expand_disjoint)
+        cands = _widen(cands, tune.expand_chars, workspace, disjoint=tune.expand_disjoint,
+                       enough=(len(cands) if tune.fresh_slots else max_n, floor))
 
     chosen = [c for c in cands if c.score >= floor]
     if len(chosen) < max_n and not explicit_floor:
@@ -328,14 +329,21 @@ def _text_signal(cands: list[Candidate], norm: str) -> dict[str, float]:
     return {cid: (r / top if top > 0 else 0.0) for cid, r in raw.items()}
 
 
-def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: bool) -> list[Candidate]:
+def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: bool,
+           enough: tuple[int, float]) -> list[Candidate]:
     """Widen each memory-file candidate to about ``chars`` characters of whole lines around its
     chunk, so small chunks rank precisely but a result still holds its context; drop a candidate
-    whose own lines a better (widened) candidate already shows."""
+    whose own lines a better (widened) candidate already shows.  Candidates (best first) after
+    ``enough = (n, floor)``'s n-th one at or above the floor are never returned: they are kept
+    as they are, unread."""
     texts: dict[str, list[str]] = {}
     shown: dict[tuple[str, str], list[tuple[int, int]]] = {}
     out: list[Candidate] = []
-    for c in cands:
+    passed = 0
+    for i, c in enumerate(cands):
+        if passed >= enough[0]:
+            out.extend(cands[i:])
+            break
         spans = shown.setdefault((c.source, c.path), [])
         own = range(c.start_line, c.end_line + 1)
         seen = sum(1 for n in own if any(a <= n <= b for a, b in spans))
@@ -358,6 +366,7 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: boo
                                              lambda n, t=taken: any(a <= n <= b for a, b in t))
         spans.append((c.start_line, c.end_line))
         out.append(c)
+        passed += c.score >= enough[1]
     return out
 
 
