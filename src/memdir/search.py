@@ -349,12 +349,9 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: boo
         seen = sum(1 for n in own if any(a <= n <= b for a, b in spans))
         if seen == len(own):
             continue  # shown by a better result already
-        if c.source == "memory":
+        if c.source == "memory" and not _by_sections(c.path):
             if c.path not in texts:
-                try:
-                    texts[c.path] = (workspace / c.path).read_text(encoding="utf-8").split("\n")
-                except OSError:
-                    texts[c.path] = []
+                texts[c.path] = _file_lines(workspace / c.path)
             taken = spans if disjoint else []
             if disjoint and seen:  # a chunk's carried overlap is shown already: keep its new lines
                 lo, hi = _trim(c.start_line, c.end_line, spans)
@@ -368,6 +365,26 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: boo
         out.append(c)
         passed += c.score >= enough[1]
     return out
+
+
+def _by_sections(path: str) -> bool:
+    """A curated (undated) memory file is chunked by its sections (:mod:`memdir.sync`): a section
+    is its own result, not widened into its neighbours."""
+    from memdir.dates import file_date
+    from memdir.sync import INDEXING
+
+    return INDEXING["sections"] and file_date(path) is None
+
+
+def _file_lines(path: Path) -> list[str]:
+    """A note's lines as the indexer read them; none if it cannot be read now (never an error:
+    the result then keeps its chunk's lines)."""
+    from memdir.workspace import read_regular
+
+    try:
+        return read_regular(path).decode("utf-8", errors="replace").split("\n")
+    except Exception:
+        return []
 
 
 def _trim(lo: int, hi: int, spans: list[tuple[int, int]]) -> tuple[int, int]:
