@@ -79,11 +79,12 @@ class Tuning:
     #: The last ``fresh_slots`` results go to the best candidates from files (days) that no
     #: better result comes from (measured for multi-hop questions, not chosen: 0 = off).
     fresh_slots: int = 0
-    #: A memory-file result is widened by whole lines, alternately below and above its chunk,
+    #: A daily-log result is widened by whole lines, alternately below and above its chunk,
     #: while it stays within this many characters (1600: what a 400-token chunk holds; 0 = off),
     #: and a candidate whose lines a better widened result already shows is skipped.
     expand_chars: int = 1600
-    #: Widening stops at lines a better result of the same file already shows.
+    #: Widening stops at lines a better result of the same file already shows, and a chunk's
+    #: first or last lines that such a result shows (its carried overlap) are trimmed off.
     expand_disjoint: bool = True
 
 
