@@ -232,7 +232,7 @@ def test_corpus_is_deterministic_and_sized_in_chunks(tmp_path: Path) -> None:
     generate(tmp_path / "c", 300, seed=8)
     assert _digest(tmp_path / "a") == _digest(tmp_path / "b") != _digest(tmp_path / "c")
     assert a.queries == b.queries and len(a.queries) == 200
-    counted = sum(sum(1 for ch in chunk_markdown(p.read_text()) if ch.text.strip())
+    counted = sum(sum(1 for ch in chunk_markdown(p.read_text(), 200, 40) if ch.text.strip())  # the defaults
                   for p in a.workspace.rglob("*.md"))
     assert counted == a.chunks and 300 <= a.chunks < 330
     names = sorted(p.name for p in (a.workspace / "memory").iterdir())

@@ -93,7 +93,7 @@ def test_fusion_weights_are_chosen_per_model_and_configurable() -> None:
     assert model_weights("all-MiniLM-L6-v2-int8") == MODEL_WEIGHTS["all-MiniLM-L6-v2-int8"]
     assert model_weights("text-embedding-3-small") == DEFAULT_WEIGHTS == (0.7, 0.3)
     hybrid = load_config(env={}).settings.memory_search.query.hybrid
-    assert hybrid.vector_weight is None and hybrid_weights(hybrid, "all-MiniLM-L6-v2-int8") == (0.3, 0.7)
+    assert hybrid.vector_weight is None and hybrid_weights(hybrid, "all-MiniLM-L6-v2-int8") == (0.7, 0.3)
     openclaw = load_config(overrides={"memorySearch": {"query": {"hybrid": {"vectorWeight": 0.7, "textWeight": 0.3}}}},
                            env={}).settings.memory_search.query.hybrid
     assert hybrid_weights(openclaw, "all-MiniLM-L6-v2-int8") == pytest.approx((0.7, 0.3))
@@ -141,7 +141,9 @@ def test_explicit_min_score_is_respected_in_hybrid_too(make_workspace) -> None:
     ws = make_workspace({"memory/health.md": "- The user is allergic to peanuts and shellfish.\n",
                          "memory/other.md": "- Lunch was ramen near the office.\n"})
     settings = load_config(workspace=ws, env={}).settings
-    with Memory(ws, provider=create_local_provider(settings.memory_search)) as mem:
+    # a configured floor above the paraphrase's fused score (≈0.43 at 0.7/0.3): it is rescued
+    with Memory(ws, provider=create_local_provider(settings.memory_search),
+                config={"memorySearch": {"query": {"minScore": 0.5}}}) as mem:
         mem.sync()
         default = mem.search("seafood allergy", explain=True).results
         assert default and default[0].explain["rescued"] and "cosine" in default[0].explain["rescuedBecause"]

@@ -67,7 +67,7 @@ def test_a_reindex_survives_an_outage_with_the_old_index_intact(make_workspace, 
             mem.sync()
         st = mem.status()
         assert st["vector"]["vectors"] == vectors and st["files"] == 3  # the old index, untouched
-        assert mem.store.read_meta()["chunkTokens"] == 400
+        assert mem.store.read_meta()["chunkTokens"] == 200  # the default
         assert "memory/2026-01-10.md" in [r.path for r in mem.search("Kafka", sync=False).results]
     assert not list(Path(mem.index_path).parent.glob("*.tmp-*"))
     # the endpoint is back: the rebuild goes through

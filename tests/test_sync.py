@@ -181,7 +181,7 @@ def test_rebuild_keeps_serving_concurrent_readers(make_workspace, state_dir, bac
     try:
         # a chunking change forces the full rebuild while the reader runs
         cfg = ws / "memdir.toml"
-        cfg.write_text('[memorySearch]\nprovider = "none"\n[memorySearch.chunking]\ntokens = 200\n' + backend.toml())
+        cfg.write_text('[memorySearch]\nprovider = "none"\n[memorySearch.chunking]\ntokens = 100\n' + backend.toml())
         proc = subprocess.run([sys.executable, "-m", "memdir", "index", "--workspace", str(ws), "--json"],
                               env=cli_env(state_dir), capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr

@@ -189,8 +189,13 @@ class StoreConfig(_Model):
 
 
 class ChunkingConfig(_Model):
-    tokens: int = Field(400, gt=0)
-    overlap: int = 80
+    """Chunk size in tokens (≈ 4 characters each).  Deviation: OpenClaw's 400/80 halved; a result
+    is widened to 1600 characters (:attr:`memdir.ranking.Tuning.expand_chars`), so it holds what
+    a 400-token chunk did, centred on the small chunk that matched (chosen by cross-validation,
+    docs/benchmarks.md)."""
+
+    tokens: int = Field(200, gt=0)
+    overlap: int = 40
 
     @model_validator(mode="after")
     def _clamp(self) -> ChunkingConfig:

@@ -72,6 +72,20 @@ class Tuning:
     date_boost: float = 1.0
     #: A named period small enough (≤ the candidate pool) joins the pool whole.
     period_pool: bool = True
+    #: How BM25 enters the fusion: ``max`` (``r / max r`` over the candidate pool, so the best
+    #: keyword match of every question weighs 1 whatever its absolute BM25) or ``ratio``
+    #: (``r/(1+r)`` as stored, R§7).
+    text_norm: str = "max"
+    #: The last ``fresh_slots`` results go to the best candidates from files (days) that no
+    #: better result comes from (measured for multi-hop questions, not chosen: 0 = off).
+    fresh_slots: int = 0
+    #: A daily-log result is widened by whole lines, alternately below and above its chunk,
+    #: while it stays within this many characters (1600: what a 400-token chunk holds; 0 = off),
+    #: and a candidate whose lines a better widened result already shows is skipped.
+    expand_chars: int = 1600
+    #: Widening stops at lines a better result of the same file already shows, and a chunk's
+    #: first or last lines that such a result shows (its carried overlap) are trimmed off.
+    expand_disjoint: bool = True
 
 
 #: The tuning :func:`memdir.search.run_search` uses; ``bench cv`` swaps it for ablations.
@@ -82,7 +96,7 @@ TUNING = Tuning()
 #: gets OpenClaw's 0.7/0.3 (tuned for large API models); a configured ``vectorWeight`` /
 #: ``textWeight`` always wins.
 MODEL_WEIGHTS: dict[str, tuple[float, float]] = {
-    "all-MiniLM-L6-v2-int8": (0.3, 0.7),
+    "all-MiniLM-L6-v2-int8": (0.7, 0.3),
 }
 DEFAULT_WEIGHTS = (0.7, 0.3)
 

@@ -3,7 +3,12 @@
 Differences from OpenClaw, each fixing a reported problem:
 * keyword terms are the question's content words OR-ed together (stop words dropped), so
   natural-language questions match notes that share only some of their words;
-* BM25 maps to ``r/(1+r)`` (never the v2 "everything scores 1.0" clamp);
+* BM25 maps to ``r/(1+r)`` (never the v2 "everything scores 1.0" clamp), and the fusion
+  divides the raw BM25 by the best of the candidate pool, so every question's best keyword
+  match weighs the same against cosine (``Tuning.text_norm``);
+* chunks are half OpenClaw's size (200/40 tokens) and a memory-file result is widened to 1600
+  characters of whole lines around its chunk, never over lines a better result shows: results
+  hold what a 400-token chunk did, centred on what matched (``Tuning.expand_chars``);
 * strong hits are *rescued* into spare result slots below the 0.35 floor: keyword hits that
   contain every content word of the query or score at least ``RESCUE_TEXT_SCORE`` on BM25 (the
   floor otherwise drops exact name/ID/date hits: R§18.3; on LoCoMo this lifts hybrid recall@6
@@ -37,6 +42,7 @@ from memdir.query import extract_keywords, keyword_terms
 from memdir.ranking import Candidate, Tuning, apply_decay, memory_timestamp, mmr_rerank, model_weights, rrf_scores
 from memdir.settings_cache import candidate_count
 from memdir.stores.base import Hit, Store
+from memdir.textutil import weighted_len
 
 if TYPE_CHECKING:
     from memdir.config import MemorySearchConfig
@@ -229,8 +235,10 @@ def run_search(
         for c in cands:
             c.score = fused[c.id]
     else:
+        # keyword-only scores stay r/(1+r): the floor and minScore keep their meaning there
+        text = _text_signal(cands, tune.text_norm if not keyword_only else "ratio")
         for c in cands:
-            c.score = weights[0] * c.vector_score + weights[1] * c.text_score
+            c.score = weights[0] * c.vector_score + weights[1] * text[c.id]
     if periods:
         for c in cands:
             c.in_period = any(p.covers(c.date_start, c.date_end) for p in periods)
@@ -247,11 +255,18 @@ def run_search(
     if hybrid.mmr.enabled:
         cands = mmr_rerank(cands, hybrid.mmr.lambda_)
 
+    if tune.expand_chars > 0:
+        cands = _widen(cands, tune.expand_chars, workspace, disjoint=tune.expand_disjoint,
+                       enough=(len(cands) if tune.fresh_slots else max_n, floor))
+
     chosen = [c for c in cands if c.score >= floor]
     if len(chosen) < max_n and not explicit_floor:
         _rescue(cands, chosen, max_n, cleaned, keyword_only)
     chosen = chosen[:max_n]
-    info = {"weights": weights, "periods": periods, "floor": floor, "fusion": tune.fusion}
+    if tune.fresh_slots > 0 and len(chosen) == max_n:
+        chosen = _fresh_files(chosen, cands, tune.fresh_slots, floor if explicit_floor else 0.0)
+    info = {"weights": weights, "periods": periods, "floor": floor, "fusion": tune.fusion,
+            "textNorm": tune.text_norm}
     response.results = [_result(c, explain, info) for c in chosen]
     return response
 
@@ -305,6 +320,132 @@ def _complete(store: Store, pool: dict[str, Candidate], terms: list[str] | None,
             pool[cid].vector_score = score
 
 
+def _text_signal(cands: list[Candidate], norm: str) -> dict[str, float]:
+    """The keyword figure fused per candidate: ``r/(1+r)`` as stored, or BM25 over the pool's best."""
+    if norm != "max":
+        return {c.id: c.text_score for c in cands}
+    raw = {c.id: (c.text_score / (1.0 - c.text_score) if c.text_score < 1.0 else 1e9) for c in cands}
+    top = max(raw.values(), default=0.0)
+    return {cid: (r / top if top > 0 else 0.0) for cid, r in raw.items()}
+
+
+def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: bool,
+           enough: tuple[int, float]) -> list[Candidate]:
+    """Widen each memory-file candidate to about ``chars`` characters of whole lines around its
+    chunk, so small chunks rank precisely but a result still holds its context; drop a candidate
+    whose own lines a better (widened) candidate already shows.  Candidates (best first) after
+    ``enough = (n, floor)``'s n-th one at or above the floor are never returned: they are kept
+    as they are, unread."""
+    texts: dict[str, list[str]] = {}
+    shown: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    out: list[Candidate] = []
+    passed = 0
+    for i, c in enumerate(cands):
+        if passed >= enough[0]:
+            out.extend(cands[i:])
+            break
+        spans = shown.setdefault((c.source, c.path), [])
+        own = range(c.start_line, c.end_line + 1)
+        seen = sum(1 for n in own if any(a <= n <= b for a, b in spans))
+        if seen == len(own):
+            continue  # shown by a better result already
+        if c.source == "memory" and not _by_sections(c.path):
+            if c.path not in texts:
+                texts[c.path] = _file_lines(workspace / c.path)
+            taken = spans if disjoint else []
+            if disjoint and seen:  # a chunk's carried overlap is shown already: keep its new lines
+                lo, hi = _trim(c.start_line, c.end_line, spans)
+                parts = c.snippet.split("\n")
+                if len(parts) == len(own):
+                    c.snippet = "\n".join(parts[lo - c.start_line:len(parts) - (c.end_line - hi)])
+                c.start_line, c.end_line = lo, hi
+            c.start_line, c.end_line = _grow(texts[c.path], c.start_line, c.end_line, chars,
+                                             lambda n, t=taken: any(a <= n <= b for a, b in t))
+        spans.append((c.start_line, c.end_line))
+        out.append(c)
+        passed += c.score >= enough[1]
+    return out
+
+
+def _by_sections(path: str) -> bool:
+    """A curated (undated) memory file is chunked by its sections (:mod:`memdir.sync`): a section
+    is its own result, not widened into its neighbours."""
+    from memdir.dates import file_date
+    from memdir.sync import INDEXING
+
+    return INDEXING["sections"] and file_date(path) is None
+
+
+def _file_lines(path: Path) -> list[str]:
+    """A note's lines as the indexer read them; none if it cannot be read now (never an error:
+    the result then keeps its chunk's lines)."""
+    from memdir.workspace import read_regular
+
+    try:
+        return read_regular(path).decode("utf-8", errors="replace").split("\n")
+    except Exception:
+        return []
+
+
+def _trim(lo: int, hi: int, spans: list[tuple[int, int]]) -> tuple[int, int]:
+    """``lo..hi`` without the lines at either end that ``spans`` already cover."""
+    moved = True
+    while moved and lo <= hi:
+        moved = False
+        for a, b in spans:
+            if a <= lo <= b:
+                lo, moved = b + 1, True
+            if a <= hi <= b:
+                hi, moved = a - 1, True
+    return lo, hi
+
+
+def _grow(doc: list[str], lo: int, hi: int, chars: int,
+          taken: Callable[[int], bool] = lambda _n: False) -> tuple[int, int]:
+    """Lines ``lo..hi`` (1-based) grown by whole lines, alternately below and above, while the range
+    stays within ``chars`` characters and off lines ``taken`` says are shown already."""
+    total = len(doc)
+    if hi > total:
+        return lo, hi
+    size = sum(weighted_len(doc[i - 1]) + 1 for i in range(lo, hi + 1))
+    below = True
+    while True:
+        order = ((hi + 1, lo - 1) if below else (lo - 1, hi + 1))
+        grown = False
+        for nxt in order:
+            if 1 <= nxt <= total and not taken(nxt):
+                cost = weighted_len(doc[nxt - 1]) + 1
+                if size + cost > chars:
+                    continue
+                size += cost
+                lo, hi = min(lo, nxt), max(hi, nxt)
+                grown = True
+                break
+        if not grown:
+            break
+        below = not below
+    return lo, hi
+
+
+def _fresh_files(chosen: list[Candidate], cands: list[Candidate], slots: int, floor: float) -> list[Candidate]:
+    """Give the last ``slots`` places to the best candidates from files no kept result comes from."""
+    keep = chosen[: max(0, len(chosen) - slots)]
+    seen = {(c.source, c.path) for c in keep}
+    for c in cands:
+        if len(keep) >= len(chosen):
+            break
+        if c in keep or (c.source, c.path) in seen or c.score <= 0 or c.score < floor:
+            continue
+        keep.append(c)
+        seen.add((c.source, c.path))
+    for c in chosen:
+        if len(keep) >= len(chosen):
+            break
+        if c not in keep:
+            keep.append(c)
+    return keep
+
+
 def _rescue(cands: list[Candidate], chosen: list[Candidate], max_n: int, query: str, keyword_only: bool) -> None:
     """Fill spare slots below the configured floor with strong single-signal hits (see module doc)."""
     keywords = extract_keywords(query) or [query.lower()]
@@ -337,6 +478,7 @@ def _result(c: Candidate, explain: bool, info: dict[str, Any]) -> SearchResult:
             "vectorWeight": round(weights[0], 6),
             "textWeight": round(weights[1], 6),
             "fusion": info["fusion"],
+            "textNorm": info["textNorm"],
             "decay": round(c.decay, 6),
             "rankBeforeMmr": c.rank_before_mmr,
             "matched": [s for s, on in (("vector", c.in_vector), ("keyword", c.in_keyword)) if on],

@@ -153,12 +153,18 @@ class Corpus:
     queries: list[str]
 
 
-def generate(root: Path, chunks: int, *, seed: int = 42, n_queries: int = 200, tokens: int = 400,
-             overlap: int = 80) -> Corpus:
-    """Write ``root/workspace/memory/*.md`` with about ``chunks`` chunks (memdir's chunker counts).
+def generate(root: Path, chunks: int, *, seed: int = 42, n_queries: int = 200, tokens: int | None = None,
+             overlap: int | None = None) -> Corpus:
+    """Write ``root/workspace/memory/*.md`` with about ``chunks`` chunks (memdir's chunker counts,
+    at the default chunking unless ``tokens``/``overlap`` are given).
 
     A ``corpus.json`` manifest lets a later run reuse the files when seed and size match.
     """
+    from memdir.config import ChunkingConfig
+
+    default = ChunkingConfig()
+    tokens = default.tokens if tokens is None else tokens
+    overlap = default.overlap if overlap is None else overlap
     root = Path(root)
     manifest = root / "corpus.json"
     key = {"version": GENERATOR_VERSION, "seed": seed, "chunks": chunks, "queries": n_queries,

@@ -1,0 +1,81 @@
+"""Small chunks, widened results (issue 10): a result holds ~1600 characters around the chunk
+that matched, never repeats lines a better result shows, and BM25 is scaled by the pool's best."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memdir.api import Memory
+from memdir.chunking import chunk_markdown
+from memdir.config import load_config
+from memdir.ranking import Candidate, Tuning
+from memdir.search import _grow, _text_signal
+
+FILLER = "- Melanie: we talked about the weather and the garden for a while, nothing new at all."
+
+
+def _day(marks: dict[int, str], lines: int = 60) -> str:
+    body = [marks.get(i, f"{FILLER} ({i})") for i in range(2, lines + 1)]
+    return "\n".join(["# 2024-05-01", *body]) + "\n"
+
+
+def _search(ws: Path, state: Path, config: dict[str, Any], query: str) -> list[Any]:
+    with Memory(ws, state_dir=state, config=config) as mem:
+        mem.sync(reason="test")
+        return mem.search(query, max_results=6, min_score=0).results
+
+
+def test_defaults_are_small_chunks_widened_to_a_400_token_chunk() -> None:
+    chunking = load_config(env={}).settings.memory_search.chunking
+    assert (chunking.tokens, chunking.overlap) == (200, 40)
+    tune = Tuning()
+    assert tune.expand_chars == 1600 == 400 * 4 and tune.expand_disjoint and tune.text_norm == "max"
+
+
+def test_a_result_is_centred_on_the_line_that_matched(make_workspace: Callable[..., Path], tmp_path: Path,
+                                                      keyword_config: dict[str, Any]) -> None:
+    ws = make_workspace({"memory/2024-05-01.md": _day({18: "- Caroline: the zeppelin tour was booked for June."})})
+    r = _search(ws, tmp_path / "s", keyword_config, "zeppelin")[0]
+    text = (ws / "memory/2024-05-01.md").read_text(encoding="utf-8").split("\n")
+    size = sum(len(line) + 1 for line in text[r.start_line - 1:r.end_line])
+    assert 1400 < size <= 1600  # a 400-token chunk's worth, not the 800-character chunk alone
+    # OpenClaw's 400/80 chunks (lines 1-18, 15-31, ...) put it 0 or 3 lines from an edge; widened
+    # around its 200-token chunk it has context on both sides
+    assert r.start_line <= 18 - 6 and r.end_line >= 18 + 6
+    assert "zeppelin" in r.snippet
+
+
+def test_widened_results_never_show_the_same_lines_twice(make_workspace: Callable[..., Path], tmp_path: Path,
+                                                         keyword_config: dict[str, Any]) -> None:
+    marks = {15: "- Caroline: the zeppelin was red.", 24: "- Melanie: a zeppelin flew over the lake.",
+             40: "- Caroline: zeppelin rides again next week."}
+    ws = make_workspace({"memory/2024-05-01.md": _day(marks)})
+    results = _search(ws, tmp_path / "s", keyword_config, "zeppelin")
+    spans = sorted((r.start_line, r.end_line) for r in results)
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), spans
+    assert all(any(a <= line <= b for a, b in spans) for line in marks)
+    # two chunks hold line 15 (one carries it as overlap): it is shown once
+    assert sum(1 for c in chunk_markdown(_day(marks), 200, 40) if 15 in range(c.start_line, c.end_line + 1)) == 2
+    for r in results:  # a trimmed result's snippet is its own lines
+        lines = (ws / r.path).read_text(encoding="utf-8").split("\n")[r.start_line - 1:r.end_line]
+        assert all(any(line.startswith(part) for line in lines) for part in r.snippet.split("\n"))
+
+
+def test_growth_stops_at_the_size_budget_the_file_edges_and_shown_lines() -> None:
+    doc = ["x" * 99] * 30  # 100 characters a line with its newline
+    assert _grow(doc, 10, 12, 1600) == (4, 19)  # 16 lines, alternately below and above
+    assert _grow(doc, 1, 2, 1600) == (1, 16)  # at the top edge it grows downwards only
+    assert _grow(doc, 10, 12, 1600, lambda n: n >= 14) == (1, 13)  # blocked below by a shown range
+    assert _grow(["字" * 100] * 10, 3, 3, 1600) == (2, 4)  # CJK weighs 4, as in chunking
+
+
+def test_bm25_is_scaled_by_the_best_keyword_match_of_the_pool() -> None:
+    cands = [Candidate(str(i), "m.md", "memory", 1, 1, "", text_score=t) for i, t in enumerate((0.8, 0.5, 0.0))]
+    scaled = _text_signal(cands, "max")
+    assert scaled == pytest.approx({"0": 1.0, "1": 0.25, "2": 0.0})  # r = 4, 1, 0 over max r = 4
+    assert _text_signal(cands, "ratio") == {"0": 0.8, "1": 0.5, "2": 0.0}
