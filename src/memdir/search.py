@@ -346,7 +346,7 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: boo
             break
         spans = shown.setdefault((c.source, c.path), [])
         own = range(c.start_line, c.end_line + 1)
-        seen = sum(1 for n in own if any(a <= n <= b for a, b in spans))
+        seen = sum(1 for n in own if _covered(n, spans))
         if seen == len(own):
             continue  # shown by a better result already
         if c.source == "memory" and not _by_sections(c.path):
@@ -360,11 +360,16 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: boo
                     c.snippet = "\n".join(parts[lo - c.start_line:len(parts) - (c.end_line - hi)])
                 c.start_line, c.end_line = lo, hi
             c.start_line, c.end_line = _grow(texts[c.path], c.start_line, c.end_line, chars,
-                                             lambda n, t=taken: any(a <= n <= b for a, b in t))
+                                             lambda n, t=taken: _covered(n, t))
         spans.append((c.start_line, c.end_line))
         out.append(c)
         passed += c.score >= enough[1]
     return out
+
+
+def _covered(line: int, spans: list[tuple[int, int]]) -> bool:
+    """Whether ``line`` lies in one of the ``(first, last)`` line ranges."""
+    return any(a <= line <= b for a, b in spans)
 
 
 def _by_sections(path: str) -> bool:

@@ -153,6 +153,15 @@ class Corpus:
     queries: list[str]
 
 
+def default_chunking() -> tuple[int, int]:
+    """memdir's default ``(tokens, overlap)``: corpora are sized, and baselines timed, in the
+    chunks memdir indexes."""
+    from memdir.config import ChunkingConfig
+
+    c = ChunkingConfig()
+    return c.tokens, c.overlap
+
+
 def generate(root: Path, chunks: int, *, seed: int = 42, n_queries: int = 200, tokens: int | None = None,
              overlap: int | None = None) -> Corpus:
     """Write ``root/workspace/memory/*.md`` with about ``chunks`` chunks (memdir's chunker counts,
@@ -160,11 +169,9 @@ def generate(root: Path, chunks: int, *, seed: int = 42, n_queries: int = 200, t
 
     A ``corpus.json`` manifest lets a later run reuse the files when seed and size match.
     """
-    from memdir.config import ChunkingConfig
-
-    default = ChunkingConfig()
-    tokens = default.tokens if tokens is None else tokens
-    overlap = default.overlap if overlap is None else overlap
+    default_tokens, default_overlap = default_chunking()
+    tokens = default_tokens if tokens is None else tokens
+    overlap = default_overlap if overlap is None else overlap
     root = Path(root)
     manifest = root / "corpus.json"
     key = {"version": GENERATOR_VERSION, "seed": seed, "chunks": chunks, "queries": n_queries,

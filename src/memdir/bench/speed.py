@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from memdir.bench.corpus import generate
+from memdir.bench.corpus import default_chunking, generate
 
 DIMS = 384
 DEFAULT_SIZES = (1000, 10000, 100000)
@@ -183,14 +183,6 @@ def _w_memdir_search(a: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _default_chunking() -> tuple[int, int]:
-    """memdir's default ``(tokens, overlap)``: the baselines time the chunks memdir indexes."""
-    from memdir.config import ChunkingConfig
-
-    c = ChunkingConfig()
-    return c.tokens, c.overlap
-
-
 def _w_baseline(a: dict[str, Any]) -> dict[str, Any]:
     import sqlite3  # the standard library's SQLite, on purpose: the baseline is what anyone has
 
@@ -202,7 +194,7 @@ def _w_baseline(a: dict[str, Any]) -> dict[str, Any]:
         f.unlink()
     out: dict[str, Any] = {"sqlite": sqlite3.sqlite_version}
     c0, t0 = cpu_seconds(), time.perf_counter()
-    chunks = workspace_chunks(Path(a["workspace"]), *_default_chunking())
+    chunks = workspace_chunks(Path(a["workspace"]), *default_chunking())
     fts = PlainFts(db, sqlite3)
     fts.add(chunks)
     out["index"] = {"seconds": time.perf_counter() - t0, "cpuSeconds": cpu_seconds() - c0, "chunks": len(chunks),
@@ -284,7 +276,7 @@ def _w_embed(a: dict[str, Any]) -> dict[str, Any]:
     if sel.provider is None:
         return {"skipped": sel.unavailable_reason or "no embedding provider"}
     provider = sel.provider
-    texts = [t for _, _, _, t in workspace_chunks(Path(a["workspace"]), *_default_chunking())]
+    texts = [t for _, _, _, t in workspace_chunks(Path(a["workspace"]), *default_chunking())]
     out: dict[str, Any] = {"provider": provider.id, "model": provider.model}
     provider.embed_batch(texts[:2])  # load the model before timing
     t0 = time.perf_counter()

@@ -580,11 +580,16 @@ class SqliteStore(SqliteLifecycle):
     #: Rank from in-process postings once warm (a switch for benches that time FTS5 alone).
     WARM_KEYWORD = True
 
+    def _warm_postings_apply(self) -> bool:
+        """Whether warm postings may rank here: FTS5's ``unicode61`` tokens (not trigrams), not
+        switched off."""
+        return self.fts_tokenizer == "unicode61" and self.WARM_KEYWORD
+
     def _warm_keyword_search(self, phrases: list[tuple[str, str]], limit: int) -> list[Hit] | None:
         """The same ranking from postings held in process (:mod:`memdir.stores.kw_postings`), when
         this process has searched this index generation before; ``None``: let FTS5 rank.  Called
         inside a read snapshot, so the generation checked is the one the postings are read at."""
-        if self.fts_tokenizer != "unicode61" or not self.WARM_KEYWORD:
+        if not self._warm_postings_apply():
             return None
         generation = self._generation()
         if self._postings is None:
@@ -657,7 +662,7 @@ class SqliteStore(SqliteLifecycle):
 
     def _warm_keyword_scores(self, phrases: list[tuple[str, str]], wanted: list[str], out: dict[str, float]) -> bool:
         """Fill ``out`` from the warm postings, when this generation's are loaded (False: not done)."""
-        if self.fts_tokenizer != "unicode61" or not self.WARM_KEYWORD or self._postings is None:
+        if not self._warm_postings_apply() or self._postings is None:
             return False
         self.conn.execute("SAVEPOINT memdir_kw_scores_warm")  # the generation and the rows: one snapshot
         try:
