@@ -278,6 +278,14 @@ def test_http_client_disconnects_leave_no_traceback(served, state_dir, tmp_path)
                 done = subprocess.run([sys.executable, str(client), mode], env=cli_env(state_dir),
                                       capture_output=True, text=True, timeout=60)
                 assert done.returncode == 0, done.stderr
+            # A client that vanishes half-way through sending its request body (starlette's
+            # ClientDisconnect inside the SDK's POST handler): deterministic, unlike 'mid-call'.
+            body = json.dumps(INIT).encode()
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+                raw.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            b"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                            + f"Content-Length: {len(body) + 500}\r\n\r\n".encode() + body[:20])
+                time.sleep(0.2)
             time.sleep(1.0)  # let the server notice the dropped streams
             assert proc.poll() is None, "the server keeps running"
             with httpx.Client(timeout=10) as http:  # and keeps answering
@@ -292,3 +300,24 @@ def test_http_client_disconnects_leave_no_traceback(served, state_dir, tmp_path)
     stderr = err.read_text()
     assert "Traceback" not in stderr and "ClosedResourceError" not in stderr, stderr
     assert f"http://127.0.0.1:{port}/mcp" in stderr
+
+
+def test_client_gone_filter_keeps_real_errors_only():
+    """Disconnect records (cut-off bodies included) are dropped; a real server error is kept."""
+    import logging
+
+    from starlette.requests import ClientDisconnect
+
+    from memdir.mcp_server import ClientGoneFilter
+
+    def record(msg: str, exc: BaseException | None) -> logging.LogRecord:
+        info = (type(exc), exc, None) if exc is not None else None
+        return logging.LogRecord("mcp.server.streamable_http", logging.ERROR, __file__, 1, msg, None, info)
+
+    gone = ClientGoneFilter()
+    assert not gone.filter(record("Error handling POST request", ClientDisconnect()))
+    assert not gone.filter(record("x", BaseExceptionGroup("g", [ClientDisconnect(), ConnectionResetError()])))
+    assert not gone.filter(record("Received exception from stream: ", None))
+    assert gone.filter(record("Error handling POST request", ValueError("bad json")))
+    assert gone.filter(record("x", BaseExceptionGroup("g", [ClientDisconnect(), ValueError("bad")])))
+    assert gone.filter(record("Received exception from stream: boom", None))

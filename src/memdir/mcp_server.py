@@ -38,6 +38,7 @@ import anyio
 from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
+from starlette.requests import ClientDisconnect
 
 from memdir.prompt import memory_recall_section
 from memdir.tools import (
@@ -221,8 +222,13 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         return content, payload
 
 
-#: Exceptions that only mean "the HTTP client went away" (a closed or broken stream).
-_CLIENT_GONE = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError)
+#: Exceptions that only mean "the HTTP client went away" (a closed or broken stream, or a
+#: request body cut off when the client vanished before sending all of it).
+_CLIENT_GONE = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError,
+                ClientDisconnect)
+#: The SDK forwards a cut-off request body to the session as an exception and logs it without a
+#: traceback; a client disconnect has an empty description, so the line ends right after the colon.
+_STREAM_EXCEPTION_NO_TEXT = "Received exception from stream: "
 #: Loggers through which the SDK and uvicorn report such a disconnect with a full traceback.
 _DISCONNECT_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager",
                        "mcp.server.lowlevel.server", "uvicorn.error")
@@ -243,7 +249,10 @@ class ClientGoneFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and _only_client_gone(exc):
+        gone = exc is not None and _only_client_gone(exc)
+        if not gone and exc is None:
+            gone = record.getMessage() == _STREAM_EXCEPTION_NO_TEXT
+        if gone:
             return logging.getLogger("memdir").isEnabledFor(logging.DEBUG)
         return True
 
