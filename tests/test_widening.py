@@ -4,6 +4,7 @@ that matched, never repeats lines a better result shows, and BM25 is scaled by t
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from memdir.api import Memory
 from memdir.chunking import chunk_markdown
 from memdir.config import load_config
+from memdir.note_lines import NoteLines
 from memdir.ranking import Candidate, Tuning
 from memdir.search import _grow, _text_signal
 
@@ -66,12 +68,45 @@ def test_widened_results_never_show_the_same_lines_twice(make_workspace: Callabl
         assert all(any(line.startswith(part) for line in lines) for part in r.snippet.split("\n"))
 
 
-def test_growth_stops_at_the_size_budget_the_file_edges_and_shown_lines() -> None:
-    doc = ["x" * 99] * 30  # 100 characters a line with its newline
+def test_growth_stops_at_the_size_budget_the_file_edges_and_shown_lines(tmp_path: Path) -> None:
+    def costs(lines: list[str]) -> list[int]:
+        note = tmp_path / f"n{len(lines)}-{len(lines[0])}.md"
+        note.write_text("\n".join(lines), encoding="utf-8")
+        return NoteLines().get(note)[1]
+
+    doc = costs(["x" * 99] * 30)  # 100 characters a line with its newline
     assert _grow(doc, 10, 12, 1600) == (4, 19)  # 16 lines, alternately below and above
     assert _grow(doc, 1, 2, 1600) == (1, 16)  # at the top edge it grows downwards only
-    assert _grow(doc, 10, 12, 1600, lambda n: n >= 14) == (1, 13)  # blocked below by a shown range
-    assert _grow(["字" * 100] * 10, 3, 3, 1600) == (2, 4)  # CJK weighs 4, as in chunking
+    assert _grow(doc, 10, 12, 1600, [(14, 30)]) == (1, 13)  # blocked below by a shown range
+    assert _grow(doc, 10, 12, 1600, [(2, 5), (16, 18)]) == (6, 15)  # shown on both sides
+    assert _grow(doc, 10, 12, 1600, [(1, 11)]) == (10, 25)  # a shown range over its own first line
+    assert _grow(costs(["字" * 100] * 10), 3, 3, 1600) == (2, 4)  # CJK weighs 4, as in chunking
+    assert _grow([], 3, 4, 1600) == (3, 4)  # an unreadable note keeps the chunk's lines
+
+
+def test_note_lines_are_reused_until_the_file_changes(tmp_path: Path) -> None:
+    note = tmp_path / "2024-05-01.md"
+    note.write_text("a\nbb\n", encoding="utf-8")
+    held = NoteLines(max_chars=20)
+    first = held.get(note)
+    assert first == (["a", "bb", ""], [2, 3, 1])
+    assert held.get(note)[0] is first[0]  # the same file: nothing read again
+    note.write_text("a\nbbb\nc\n", encoding="utf-8")  # edited (another size): read again
+    assert held.get(note)[0] == ["a", "bbb", "c", ""]
+    os.utime(note, ns=(1, 1))  # same size, another mtime (and ctime): read again
+    note.write_bytes(b"x\nyyy\nz\n")
+    os.utime(note, ns=(1, 1))
+    assert held.get(note)[0] == ["x", "yyy", "z", ""]
+    other = tmp_path / "2024-05-02.md"
+    other.write_text("q" * 15, encoding="utf-8")
+    assert held.get(other)[0] == ["q" * 15] and len(held) == 1  # 8 + 15 > 20: the older note let go
+    other.unlink()
+    assert held.get(other) == ([], []) and len(held) == 0  # a deleted note has no lines
+    fifo = tmp_path / "2024-05-03.md"
+    os.mkfifo(fifo)
+    assert held.get(fifo) == ([], [])  # never opened, never blocks
+    (tmp_path / "link.md").symlink_to(note)
+    assert held.get(tmp_path / "link.md") == ([], [])  # symlinks are not followed, as in indexing
 
 
 def test_bm25_is_scaled_by_the_best_keyword_match_of_the_pool() -> None:
@@ -79,3 +114,23 @@ def test_bm25_is_scaled_by_the_best_keyword_match_of_the_pool() -> None:
     scaled = _text_signal(cands, "max")
     assert scaled == pytest.approx({"0": 1.0, "1": 0.25, "2": 0.0})  # r = 4, 1, 0 over max r = 4
     assert _text_signal(cands, "ratio") == {"0": 0.8, "1": 0.5, "2": 0.0}
+
+
+def test_a_reused_memory_widens_from_the_note_as_it_is_now(make_workspace: Callable[..., Path], tmp_path: Path,
+                                                           keyword_config: dict[str, Any]) -> None:
+    """Lines held between searches never outlive an edit: the widened range follows the file."""
+    ws = make_workspace({"memory/2024-05-01.md": _day({18: "- Caroline: the zeppelin tour was booked for June."})})
+    note = ws / "memory/2024-05-01.md"
+    with Memory(ws, state_dir=tmp_path / "s", config=keyword_config) as mem:
+        mem.sync(reason="test")
+        before = mem.search("zeppelin", max_results=1, min_score=0).results[0]
+        assert before.start_line <= 18 <= before.end_line
+        # rewritten: the match moves to line 152, between 150 short lines on either side
+        note.write_text("\n".join(["# 2024-05-01", *["- short"] * 150, "- Caroline: the zeppelin tour was booked.",
+                                   *["- short"] * 150]) + "\n", encoding="utf-8")
+        mem.sync(reason="test")
+        after = mem.search("zeppelin", max_results=1, min_score=0).results[0]
+    text = note.read_text(encoding="utf-8").split("\n")
+    assert after.start_line <= 152 <= after.end_line and "zeppelin" in text[151]
+    size = sum(len(line) + 1 for line in text[after.start_line - 1:after.end_line])
+    assert 1400 < size <= 1600  # grown over the new short lines, from the file as it is now

@@ -25,8 +25,9 @@ Differences from OpenClaw, each fixing a reported problem:
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -42,7 +43,6 @@ from memdir.query import extract_keywords, keyword_terms
 from memdir.ranking import Candidate, Tuning, apply_decay, memory_timestamp, mmr_rerank, model_weights, rrf_scores
 from memdir.settings_cache import candidate_count
 from memdir.stores.base import Hit, Store
-from memdir.textutil import weighted_len
 
 if TYPE_CHECKING:
     from memdir.config import MemorySearchConfig
@@ -336,7 +336,10 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: boo
     whose own lines a better (widened) candidate already shows.  Candidates (best first) after
     ``enough = (n, floor)``'s n-th one at or above the floor are never returned: they are kept
     as they are, unread."""
-    texts: dict[str, list[str]] = {}
+    from memdir.note_lines import NOTE_LINES
+
+    costs: dict[str, list[int]] = {}
+    root = str(workspace)
     shown: dict[tuple[str, str], list[tuple[int, int]]] = {}
     out: list[Candidate] = []
     passed = 0
@@ -346,12 +349,12 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: boo
             break
         spans = shown.setdefault((c.source, c.path), [])
         own = range(c.start_line, c.end_line + 1)
-        seen = sum(1 for n in own if _covered(n, spans))
+        seen = sum(1 for n in own if _covered(n, spans)) if spans else 0
         if seen == len(own):
             continue  # shown by a better result already
         if c.source == "memory" and not _by_sections(c.path):
-            if c.path not in texts:
-                texts[c.path] = _file_lines(workspace / c.path)
+            if c.path not in costs:
+                costs[c.path] = NOTE_LINES.get(os.path.join(root, c.path))[1]
             taken = spans if disjoint else []
             if disjoint and seen:  # a chunk's carried overlap is shown already: keep its new lines
                 lo, hi = _trim(c.start_line, c.end_line, spans)
@@ -359,8 +362,7 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: boo
                 if len(parts) == len(own):
                     c.snippet = "\n".join(parts[lo - c.start_line:len(parts) - (c.end_line - hi)])
                 c.start_line, c.end_line = lo, hi
-            c.start_line, c.end_line = _grow(texts[c.path], c.start_line, c.end_line, chars,
-                                             lambda n, t=taken: _covered(n, t))
+            c.start_line, c.end_line = _grow(costs[c.path], c.start_line, c.end_line, chars, taken)
         spans.append((c.start_line, c.end_line))
         out.append(c)
         passed += c.score >= enough[1]
@@ -381,17 +383,6 @@ def _by_sections(path: str) -> bool:
     return INDEXING["sections"] and file_date(path) is None
 
 
-def _file_lines(path: Path) -> list[str]:
-    """A note's lines as the indexer read them; none if it cannot be read now (never an error:
-    the result then keeps its chunk's lines)."""
-    from memdir.workspace import read_regular
-
-    try:
-        return read_regular(path).decode("utf-8", errors="replace").split("\n")
-    except Exception:
-        return []
-
-
 def _trim(lo: int, hi: int, spans: list[tuple[int, int]]) -> tuple[int, int]:
     """``lo..hi`` without the lines at either end that ``spans`` already cover."""
     moved = True
@@ -405,31 +396,34 @@ def _trim(lo: int, hi: int, spans: list[tuple[int, int]]) -> tuple[int, int]:
     return lo, hi
 
 
-def _grow(doc: list[str], lo: int, hi: int, chars: int,
-          taken: Callable[[int], bool] = lambda _n: False) -> tuple[int, int]:
+def _grow(costs: list[int], lo: int, hi: int, chars: int,
+          shown: Sequence[tuple[int, int]] = ()) -> tuple[int, int]:
     """Lines ``lo..hi`` (1-based) grown by whole lines, alternately below and above, while the range
-    stays within ``chars`` characters and off lines ``taken`` says are shown already."""
-    total = len(doc)
+    stays within ``chars`` characters and off the ``(first, last)`` line ranges ``shown`` already;
+    ``costs`` holds each line's weighted width plus its newline (:mod:`memdir.note_lines`).
+
+    A side that cannot take its next line never can later (the size only grows, shown lines stay
+    shown): the other side then grows alone."""
+    total = len(costs)
     if hi > total:
         return lo, hi
-    size = sum(weighted_len(doc[i - 1]) + 1 for i in range(lo, hi + 1))
+    # the lines nearest the range that a better result shows: growth stops short of them
+    top = 1 + max((min(b, lo - 1) for a, b in shown if a <= lo - 1), default=0)
+    bottom = min((max(a, hi + 1) for a, b in shown if b >= hi + 1), default=total + 1) - 1
+    size = sum(costs[lo - 1:hi])
     below = True
     while True:
-        order = ((hi + 1, lo - 1) if below else (lo - 1, hi + 1))
-        grown = False
-        for nxt in order:
-            if 1 <= nxt <= total and not taken(nxt):
-                cost = weighted_len(doc[nxt - 1]) + 1
-                if size + cost > chars:
-                    continue
-                size += cost
-                lo, hi = min(lo, nxt), max(hi, nxt)
-                grown = True
-                break
-        if not grown:
-            break
+        down = hi < bottom and size + costs[hi] <= chars
+        up = lo > top and size + costs[lo - 2] <= chars
+        if down and (below or not up):
+            hi += 1
+            size += costs[hi - 1]
+        elif up:
+            lo -= 1
+            size += costs[lo - 1]
+        else:
+            return lo, hi
         below = not below
-    return lo, hi
 
 
 def _fresh_files(chosen: list[Candidate], cands: list[Candidate], slots: int, floor: float) -> list[Candidate]:
