@@ -49,8 +49,12 @@ class NoteLines:
             if held is not None and held[0] == sig:
                 self._files.move_to_end(key)
                 return held[1], held[2]
-        lines = _read_lines(path)
-        costs = [weighted_len(line) + 1 for line in lines]
+        text = _read_text(path)
+        lines = text.split("\n") if text is not None else []
+        if text is not None and text.isascii():  # most notes: a width is a length
+            costs = [n + 1 for n in map(len, lines)]
+        else:
+            costs = [weighted_len(line) + 1 for line in lines]
         size = st.st_size
         with self._lock:
             self._drop_locked(key)
@@ -79,14 +83,14 @@ class NoteLines:
             self._chars -= old[3]
 
 
-def _read_lines(path: str | Path) -> list[str]:
-    """A note's lines as the indexer read them; none if it cannot be read now."""
+def _read_text(path: str | Path) -> str | None:
+    """A note's text as the indexer read it; ``None`` if it cannot be read now."""
     from memdir.workspace import read_regular
 
     try:
-        return read_regular(path).decode("utf-8", errors="replace").split("\n")
+        return read_regular(path).decode("utf-8", errors="replace")
     except Exception:
-        return []
+        return None
 
 
 #: The process's cache: every search in it widens from here.
