@@ -158,3 +158,39 @@ def test_a_rebuilds_writes_show_in_its_shadow_when_published_and_in_the_index_wh
             assert _shadow_meta(fresh.location) == [('{"schema": -1}',)]
             assert mem.store.read_meta() == live
         assert mem.store.read_meta() == {"schema": -1}
+
+
+def _page_size(path: Path) -> int:
+    conn = db.connect(path, readonly=True)
+    try:
+        return int(conn.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_new_index_uses_8k_pages_and_an_old_4k_index_keeps_working(make_workspace, tmp_path: Path,
+                                                                     keyword_config) -> None:
+    """Three ~2.6 KB chunk rows (text + 384-d vector) fit an 8 KiB page, one fits 4 KiB."""
+    ws = make_workspace(_NOTES)
+    with Memory(ws, state_dir=tmp_path / "new", config=keyword_config) as mem:
+        mem.sync(reason="test")
+        path, found = mem.index_path, mem.search("billing staging", min_score=0).results
+    assert _page_size(path) == db.PAGE_SIZE == 8192 and found
+    # an index written before (SQLite's default 4 KiB pages) is opened, synced, rebuilt as it is
+    old_state = tmp_path / "old"
+    with Memory(ws, state_dir=old_state, config=keyword_config) as mem:
+        old_path = mem.index_path
+    old_path.parent.mkdir(parents=True, exist_ok=True)
+    old_path.unlink(missing_ok=True)
+    conn = db.binding().connect(str(old_path))
+    conn.execute("PRAGMA page_size = 4096")
+    conn.execute("CREATE TABLE t(x)")
+    conn.execute("DROP TABLE t")
+    conn.commit()
+    conn.close()
+    with Memory(ws, state_dir=old_state, config=keyword_config) as mem:
+        mem.sync(reason="test")
+        assert mem.search("billing staging", min_score=0).results == found
+        mem.sync(reason="test", force=True)
+        assert mem.search("billing staging", min_score=0).results == found
+    assert _page_size(old_path) == 4096
