@@ -134,3 +134,25 @@ def test_a_reused_memory_widens_from_the_note_as_it_is_now(make_workspace: Calla
     assert after.start_line <= 152 <= after.end_line and "zeppelin" in text[151]
     size = sum(len(line) + 1 for line in text[after.start_line - 1:after.end_line])
     assert 1400 < size <= 1600  # grown over the new short lines, from the file as it is now
+
+
+def test_only_candidates_the_choice_reaches_are_widened(make_workspace: Callable[..., Path], tmp_path: Path,
+                                                        keyword_config: dict[str, Any]) -> None:
+    """Widening reads notes: candidates below the ones returned are never read."""
+    from memdir.note_lines import NOTE_LINES
+
+    files = {f"memory/2024-05-{d:02d}.md": _day({10: f"- Caroline: zeppelin note {'zeppelin ' * d}"})
+             for d in range(1, 13)}
+    ws = make_workspace(files)
+    # nothing passes this floor: results are rescued (every keyword matched), in rank order
+    config = {"memorySearch": {**keyword_config["memorySearch"], "query": {"minScore": 0.99}}}
+    with Memory(ws, state_dir=tmp_path / "s", config=config) as mem:
+        mem.sync(reason="test")
+        NOTE_LINES.clear()
+        two = mem.search("zeppelin", max_results=2).results
+        read_for_two = len(NOTE_LINES)
+        NOTE_LINES.clear()
+        all_ = mem.search("zeppelin", max_results=12).results
+    assert len(two) == 2 and read_for_two == len({r.path for r in two}) == 2  # 12 files match, 2 read
+    assert len(all_) == 12 and len(NOTE_LINES) == len({r.path for r in all_}) > 2
+    assert [(r.path, r.start_line, r.end_line) for r in all_[:2]] == [(r.path, r.start_line, r.end_line) for r in two]

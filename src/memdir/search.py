@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from memdir import ranking
 from memdir.daily import resolve_timezone
@@ -46,6 +46,8 @@ from memdir.stores.base import Hit, Store
 
 if TYPE_CHECKING:
     from memdir.config import MemorySearchConfig
+
+T = TypeVar("T")
 
 SNIPPET_MAX_CHARS = 700
 #: BM25 ``r/(1+r)`` of 0.6 is a rank of -1.5: several query words, or a rare one, matched.
@@ -255,16 +257,25 @@ def run_search(
     if hybrid.mmr.enabled:
         cands = mmr_rerank(cands, hybrid.mmr.lambda_)
 
-    if tune.expand_chars > 0:
-        cands = _widen(cands, tune.expand_chars, workspace, disjoint=tune.expand_disjoint,
-                       enough=(len(cands) if tune.fresh_slots else max_n, floor))
-
-    chosen = [c for c in cands if c.score >= floor]
+    # Widening reads notes, so a candidate is widened only when the choice below reaches it (in
+    # rank order, each against the ones before it): none after the last one that can be returned.
+    ranked = _Replayable(_widen(cands, tune.expand_chars, workspace, disjoint=tune.expand_disjoint)
+                         if tune.expand_chars > 0 else ((c, True) for c in cands))
+    chosen: list[Candidate] = []
+    above = sum(1 for c in cands if c.score >= floor)  # widening never changes a score
+    for c, shown in ranked if above else ():
+        if c.score >= floor:
+            above -= 1
+            if shown:
+                chosen.append(c)
+        if not above or len(chosen) == max_n:
+            break
     if len(chosen) < max_n and not explicit_floor:
-        _rescue(cands, chosen, max_n, cleaned, keyword_only)
+        _rescue((c for c, shown in ranked if shown), chosen, max_n, cleaned, keyword_only)
     chosen = chosen[:max_n]
     if tune.fresh_slots > 0 and len(chosen) == max_n:
-        chosen = _fresh_files(chosen, cands, tune.fresh_slots, floor if explicit_floor else 0.0)
+        chosen = _fresh_files(chosen, [c for c, shown in ranked if shown], tune.fresh_slots,
+                              floor if explicit_floor else 0.0)
     info = {"weights": weights, "periods": periods, "floor": floor, "fusion": tune.fusion,
             "textNorm": tune.text_norm}
     response.results = [_result(c, explain, info) for c in chosen]
@@ -329,29 +340,24 @@ def _text_signal(cands: list[Candidate], norm: str) -> dict[str, float]:
     return {cid: (r / top if top > 0 else 0.0) for cid, r in raw.items()}
 
 
-def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: bool,
-           enough: tuple[int, float]) -> list[Candidate]:
-    """Widen each memory-file candidate to about ``chars`` characters of whole lines around its
-    chunk, so small chunks rank precisely but a result still holds its context; drop a candidate
-    whose own lines a better (widened) candidate already shows.  Candidates (best first) after
-    ``enough = (n, floor)``'s n-th one at or above the floor are never returned: they are kept
-    as they are, unread."""
+def _widen(cands: list[Candidate], chars: int, workspace: Path, *,
+           disjoint: bool) -> Iterator[tuple[Candidate, bool]]:
+    """Each candidate in turn with whether it is still shown: a memory-file candidate widened to
+    about ``chars`` characters of whole lines around its chunk, so small chunks rank precisely
+    but a result still holds its context; ``False`` for one whose own lines a better (widened)
+    candidate already shows.  A generator: what is never asked for is never read."""
     from memdir.note_lines import NOTE_LINES
 
     costs: dict[str, list[int]] = {}
     root = str(workspace)
     shown: dict[tuple[str, str], list[tuple[int, int]]] = {}
-    out: list[Candidate] = []
-    passed = 0
-    for i, c in enumerate(cands):
-        if passed >= enough[0]:
-            out.extend(cands[i:])
-            break
+    for c in cands:
         spans = shown.setdefault((c.source, c.path), [])
         own = range(c.start_line, c.end_line + 1)
         seen = sum(1 for n in own if _covered(n, spans)) if spans else 0
         if seen == len(own):
-            continue  # shown by a better result already
+            yield c, False  # shown by a better result already
+            continue
         if c.source == "memory" and not _by_sections(c.path):
             if c.path not in costs:
                 costs[c.path] = NOTE_LINES.get(os.path.join(root, c.path))[1]
@@ -364,9 +370,26 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: boo
                 c.start_line, c.end_line = lo, hi
             c.start_line, c.end_line = _grow(costs[c.path], c.start_line, c.end_line, chars, taken)
         spans.append((c.start_line, c.end_line))
-        out.append(c)
-        passed += c.score >= enough[1]
-    return out
+        yield c, True
+
+
+class _Replayable(Generic[T]):
+    """An iterator's items produced on demand and kept, so each pass reads them from the start."""
+
+    def __init__(self, items: Iterator[T]):
+        self._items = items
+        self._got: list[T] = []
+
+    def __iter__(self) -> Iterator[T]:
+        i = 0
+        while True:
+            if i == len(self._got):
+                try:
+                    self._got.append(next(self._items))
+                except StopIteration:
+                    return
+            yield self._got[i]
+            i += 1
 
 
 def _covered(line: int, spans: list[tuple[int, int]]) -> bool:
@@ -445,12 +468,12 @@ def _fresh_files(chosen: list[Candidate], cands: list[Candidate], slots: int, fl
     return keep
 
 
-def _rescue(cands: list[Candidate], chosen: list[Candidate], max_n: int, query: str, keyword_only: bool) -> None:
+def _rescue(cands: Iterable[Candidate], chosen: list[Candidate], max_n: int, query: str, keyword_only: bool) -> None:
     """Fill spare slots below the configured floor with strong single-signal hits (see module doc)."""
     keywords = extract_keywords(query) or [query.lower()]
-    for c in cands:
-        if len(chosen) >= max_n:
-            break
+    if len(chosen) >= max_n:
+        return
+    for c in cands:  # stops as soon as the slots are full: a later candidate is never widened
         if c in chosen:
             continue
         reason = None
@@ -465,6 +488,8 @@ def _rescue(cands: list[Candidate], chosen: list[Candidate], max_n: int, query: 
         if reason:
             c.rescued, c.rescue_reason = True, reason
             chosen.append(c)
+            if len(chosen) >= max_n:
+                return
 
 
 def _result(c: Candidate, explain: bool, info: dict[str, Any]) -> SearchResult:
