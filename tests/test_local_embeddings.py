@@ -421,6 +421,21 @@ def test_a_damaged_default_model_is_refused_naming_the_file(tmp_path: Path, onnx
     with pytest.raises(EmbeddingError, match=r"model\.onnx is not the expected file \(SHA-256 [0-9a-f]{64}, "
                                              r"expected 8199be6f.*reinstall"):
         backend.load()
+    assert backend._session is None
+    # a file ONNX cannot even parse (checked while the session is built): the checksum is the reason given
+    garbage = tmp_path / "garbage" / "model.onnx"
+    garbage.parent.mkdir()
+    garbage.write_bytes(b"not an onnx graph" * 100)
+    unreadable = local.OnnxBackend(garbage, tokenizer_file, run=local.RunSettings.make(), dims=DEFAULT_DIMS,
+                                   sha256=(local.DEFAULT_MODEL_SHA256, local.DEFAULT_TOKENIZER_SHA256))
+    with pytest.raises(EmbeddingError, match=r"garbage/model\.onnx is not the expected file"):
+        unreadable.load()
+    bad_tokenizer = tmp_path / "tokenizer.json"
+    bad_tokenizer.write_bytes(tokenizer_file.read_bytes()[:-2] + b" }")
+    with pytest.raises(EmbeddingError, match=r"tokenizer\.json is not the expected file"):
+        local.OnnxBackend(onnx_file, bad_tokenizer, run=local.RunSettings.make(), dims=DEFAULT_DIMS,
+                          sha256=(local.DEFAULT_MODEL_SHA256, local.DEFAULT_TOKENIZER_SHA256)).load()
     ok = local.OnnxBackend(onnx_file, tokenizer_file, run=local.RunSettings.make(), dims=DEFAULT_DIMS,
                            sha256=(local.DEFAULT_MODEL_SHA256, local.DEFAULT_TOKENIZER_SHA256))
     ok.load()  # the intact files pass the same check
+    assert ok._session is not None and ok._tokenizer is not None

@@ -226,10 +226,28 @@ class OnnxBackend:
         install = "Install it with: pip install onnxruntime tokenizers"
         ort = _import("onnxruntime", install, "running an ONNX embedding model")
         tokenizers = _import("tokenizers", install, "running an ONNX embedding model")
-        for data, expected in zip((self.model_file, self.tokenizer_file), self.sha256, strict=True):
-            if expected:
-                verify_sha256(data, expected)
-        tokenizer = self._load_tokenizer(tokenizers)
+        # The checksums and the tokenizer (~40 ms) are read in other threads while the session is
+        # built (~150 ms, outside the GIL): a fresh CLI process waits for the longest, not the sum.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="memdir-model-load") as pool:
+            checks = [pool.submit(verify_sha256, data, expected)
+                      for data, expected in zip((self.model_file, self.tokenizer_file), self.sha256, strict=True)
+                      if expected]
+            loading = pool.submit(self._load_tokenizer, tokenizers)
+            try:
+                session = self._create_session(ort)
+            except BaseException:
+                for check in checks:
+                    check.result()  # a damaged or replaced file is the reason to report
+                raise
+            for check in checks:
+                check.result()
+            tokenizer = loading.result()
+        self._inspect(session)
+        self._session, self._tokenizer = session, tokenizer
+
+    def _create_session(self, ort: Any) -> Any:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.run.threads
         opts.inter_op_num_threads = 1
@@ -244,14 +262,12 @@ class OnnxBackend:
             str(self.model_file) if isinstance(self.model_file, Path) else _read(self.model_file)
         )
         try:
-            session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
+            return ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
         except Exception as exc:
             raise EmbeddingError(
                 f"{_PREFIX}: could not load the ONNX model {self.model_file} "
                 f"(is it a valid .onnx export of a text encoder?): {exc}"
             ) from exc
-        self._inspect(session)
-        self._session, self._tokenizer = session, tokenizer
 
     def _load_tokenizer(self, tokenizers: Any) -> Any:
         try:
