@@ -72,7 +72,7 @@ def test_growth_stops_at_the_size_budget_the_file_edges_and_shown_lines(tmp_path
     def costs(lines: list[str]) -> list[int]:
         note = tmp_path / f"n{len(lines)}-{len(lines[0])}.md"
         note.write_text("\n".join(lines), encoding="utf-8")
-        return NoteLines().get(note)[1]
+        return list(NoteLines().widths(note))
 
     doc = costs(["x" * 99] * 30)  # 100 characters a line with its newline
     assert _grow(doc, 10, 12, 1600) == (4, 19)  # 16 lines, alternately below and above
@@ -87,26 +87,24 @@ def test_growth_stops_at_the_size_budget_the_file_edges_and_shown_lines(tmp_path
 def test_note_lines_are_reused_until_the_file_changes(tmp_path: Path) -> None:
     note = tmp_path / "2024-05-01.md"
     note.write_text("a\nbb\n", encoding="utf-8")
-    held = NoteLines(max_chars=20)
-    first = held.get(note)
-    assert first == (["a", "bb", ""], [2, 3, 1])
-    assert held.get(note)[0] is first[0]  # the same file: nothing read again
+    held = NoteLines(max_lines=5)
+    first = held.widths(note)
+    assert list(first) == [2, 3, 1]  # "a", "bb", "" after the last newline
+    assert held.widths(note) is first  # the same file: nothing read again
     note.write_text("a\nbbb\nc\n", encoding="utf-8")  # edited (another size): read again
-    assert held.get(note)[0] == ["a", "bbb", "c", ""]
-    os.utime(note, ns=(1, 1))  # same size, another mtime (and ctime): read again
-    note.write_bytes(b"x\nyyy\nz\n")
+    assert list(held.widths(note)) == [2, 4, 2, 1]
+    note.write_bytes(b"xx\nyy\nz\n")  # the same size, another mtime: read again
     os.utime(note, ns=(1, 1))
-    assert held.get(note)[0] == ["x", "yyy", "z", ""]
+    assert list(held.widths(note)) == [3, 3, 2, 1]
     other = tmp_path / "2024-05-02.md"
-    other.write_text("q" * 15, encoding="utf-8")
-    assert held.get(other)[0] == ["q" * 15] and len(held) == 1  # 8 + 15 > 20: the older note let go
+    other.write_text("q" * 15 + "\n字", encoding="utf-8")
+    assert list(held.widths(other)) == [16, 5] and len(held) == 1  # CJK weighs 4; 4 + 2 lines > 5: the older one let go
     other.unlink()
-    assert held.get(other) == ([], []) and len(held) == 0  # a deleted note has no lines
+    assert held.widths(other) == () and len(held) == 0  # a deleted note has no lines
     fifo = tmp_path / "2024-05-03.md"
     os.mkfifo(fifo)
-    assert held.get(fifo) == ([], [])  # never opened, never blocks
-    (tmp_path / "link.md").symlink_to(note)
-    assert held.get(tmp_path / "link.md") == ([], [])  # symlinks are not followed, as in indexing
+    assert held.widths(fifo) == ()  # never opened, never blocks
+    assert held.widths(tmp_path / "link.md") == ()  # symlinks are not followed, as in indexing
 
 
 def test_bm25_is_scaled_by_the_best_keyword_match_of_the_pool() -> None:

@@ -1,13 +1,14 @@
-"""Notes' lines held in process for result widening, checked against the file on every use.
+"""Notes' line widths held in process for result widening, checked against the file on every use.
 
-Widening a result (:func:`memdir.search._widen`) needs the whole lines around its chunk, and a
-search widens up to a few dozen candidates from as many files: reading, decoding and splitting
-each of them was half of a warm hybrid search at 10k chunks.  A long-lived process (MCP server,
-agent loop, a reused :class:`memdir.api.Memory`) asks about the same notes again and again, so
-each file's lines and their widths are kept, least recently used first out, and reused while
-one ``lstat`` says the file is the one that was read (same inode, size, mtime and ctime to the
-nanosecond).  A file edited since is read again; one that cannot be read now has no lines (the
-result keeps its chunk's lines, never an error).  Nothing is written anywhere.
+Widening a result (:func:`memdir.search._widen`) grows it by whole lines around its chunk, so it
+needs each line's width, and a search widens up to a few dozen candidates from as many files:
+reading, decoding and splitting each of them was half of a warm hybrid search at 10k chunks.  A
+long-lived process (MCP server, agent loop, a reused :class:`memdir.api.Memory`) asks about the
+same notes again and again, so each file's line widths (not its text: a few bytes a line) are
+kept, least recently used first out, and reused while one ``lstat`` says the file is the one that
+was read (same inode, size, mtime and ctime to the nanosecond).  A file edited since is read
+again; one that cannot be read now has no lines (the result keeps its chunk's lines, never an
+error).  Nothing is written anywhere.
 """
 
 from __future__ import annotations
@@ -15,60 +16,65 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from array import array
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 from memdir.textutil import weighted_len
 
-#: Characters held before the least recently used notes are let go (~a few tens of MB).
-MAX_CHARS = 16_000_000
+#: Lines whose widths are held before the least recently used notes are let go (~4 bytes each).
+MAX_LINES = 4_000_000
 
 
 class NoteLines:
-    """``path → (lines, costs)``, where ``costs[i]`` is line ``i``'s weighted width plus its newline."""
+    """``path → widths``: each line's weighted width (:func:`memdir.textutil.weighted_len`) plus
+    its newline, the measure chunking uses."""
 
-    def __init__(self, max_chars: int = MAX_CHARS):
-        self.max_chars = max_chars
-        self._files: OrderedDict[str, tuple[tuple[int, int, int, int], list[str], list[int], int]] = OrderedDict()
-        self._chars = 0
+    def __init__(self, max_lines: int = MAX_LINES):
+        self.max_lines = max_lines
+        self._files: OrderedDict[str, tuple[tuple[int, int, int, int], array[int]]] = OrderedDict()
+        self._lines = 0
         self._lock = threading.Lock()  # searches may run in several threads of one process
 
-    def get(self, path: str | Path) -> tuple[list[str], list[int]]:
+    def widths(self, path: str | Path) -> Sequence[int]:
         key = str(path)
         try:
             st = os.lstat(key)
         except OSError:
             self._drop(key)
-            return [], []
+            return ()
         if not stat.S_ISREG(st.st_mode):
             self._drop(key)
-            return [], []
+            return ()
         sig = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         with self._lock:
             held = self._files.get(key)
             if held is not None and held[0] == sig:
                 self._files.move_to_end(key)
-                return held[1], held[2]
-        text = _read_text(path)
-        lines = text.split("\n") if text is not None else []
-        if text is not None and text.isascii():  # most notes: a width is a length
-            costs = [n + 1 for n in map(len, lines)]
+                return held[1]
+        text = _read_text(key)
+        if text is None:
+            self._drop(key)
+            return ()
+        lines = text.split("\n")
+        if text.isascii():  # most notes: a width is a length
+            widths = array("I", [n + 1 for n in map(len, lines)])
         else:
-            costs = [weighted_len(line) + 1 for line in lines]
-        size = st.st_size
+            widths = array("I", [weighted_len(line) + 1 for line in lines])
         with self._lock:
             self._drop_locked(key)
-            if lines and size <= self.max_chars:
-                self._files[key] = (sig, lines, costs, size)
-                self._chars += size
-                while self._chars > self.max_chars and self._files:
-                    self._chars -= self._files.popitem(last=False)[1][3]
-        return lines, costs
+            if len(widths) <= self.max_lines:
+                self._files[key] = (sig, widths)
+                self._lines += len(widths)
+                while self._lines > self.max_lines and self._files:
+                    self._lines -= len(self._files.popitem(last=False)[1][1])
+        return widths
 
     def clear(self) -> None:
         with self._lock:
             self._files.clear()
-            self._chars = 0
+            self._lines = 0
 
     def __len__(self) -> int:
         return len(self._files)
@@ -80,10 +86,10 @@ class NoteLines:
     def _drop_locked(self, key: str) -> None:
         old = self._files.pop(key, None)
         if old is not None:
-            self._chars -= old[3]
+            self._lines -= len(old[1])
 
 
-def _read_text(path: str | Path) -> str | None:
+def _read_text(path: str) -> str | None:
     """A note's text as the indexer read it; ``None`` if it cannot be read now."""
     from memdir.workspace import read_regular
 

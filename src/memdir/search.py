@@ -348,7 +348,7 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *,
     candidate already shows.  A generator: what is never asked for is never read."""
     from memdir.note_lines import NOTE_LINES
 
-    costs: dict[str, list[int]] = {}
+    costs: dict[str, Sequence[int]] = {}
     root = str(workspace)
     shown: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for c in cands:
@@ -360,7 +360,7 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *,
             continue
         if c.source == "memory" and not _by_sections(c.path):
             if c.path not in costs:
-                costs[c.path] = NOTE_LINES.get(os.path.join(root, c.path))[1]
+                costs[c.path] = NOTE_LINES.widths(os.path.join(root, c.path))
             taken = spans if disjoint else []
             if disjoint and seen:  # a chunk's carried overlap is shown already: keep its new lines
                 lo, hi = _trim(c.start_line, c.end_line, spans)
@@ -419,7 +419,7 @@ def _trim(lo: int, hi: int, spans: list[tuple[int, int]]) -> tuple[int, int]:
     return lo, hi
 
 
-def _grow(costs: list[int], lo: int, hi: int, chars: int,
+def _grow(costs: Sequence[int], lo: int, hi: int, chars: int,
           shown: Sequence[tuple[int, int]] = ()) -> tuple[int, int]:
     """Lines ``lo..hi`` (1-based) grown by whole lines, alternately below and above, while the range
     stays within ``chars`` characters and off the ``(first, last)`` line ranges ``shown`` already;
