@@ -172,3 +172,111 @@ def test_warm_scores_for_chosen_chunks_are_fts5s(tmp_path: Path, monkeypatch):
     assert matched > 100
     monkeypatch.setattr(FtsScorer, "scores", real_scores)
     store.close()
+
+
+def _warm_equals_fts5(store: SqliteStore, queries: list[str], limits: tuple[int, ...] = (1, 5, 400)) -> int:
+    compared = 0
+    for q in queries:
+        terms = keyword_terms(q)
+        for limit in limits:
+            got = [(h.id, h.score) for h in store.keyword_search(terms, limit)]
+            assert got == _fts5(store, terms, limit), (q, limit)  # the same ids, order and scores to the bit
+            compared += len(got)
+    return compared
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_postings_patched_after_writes_rank_as_fts5_does(tmp_path: Path, monkeypatch, seed: int):
+    """Writes move the generation: the rows they name are patched into the postings held (not all
+    dropped), and every ranking and score after each write is still FTS5's exactly."""
+    from memdir.query import fts5_match
+    from memdir.stores.fts_scores import FtsScorer
+
+    def no_scratch(*_a, **_k):
+        raise AssertionError("FtsScorer scored chosen rows although the postings are held")
+
+    monkeypatch.setattr(FtsScorer, "scores", no_scratch)  # scores below come from the patched postings
+    rng = random.Random(seed)
+    store = SqliteStore(tmp_path / "idx.sqlite")
+    texts = _corpus(seed, 250)
+    with store.transaction():
+        for i, text in enumerate(texts):
+            _put(store, i, text)
+    _warm_equals_fts5(store, QUERIES)  # warm: every query's phrases held
+    held = store._postings.describe()["phrases"]
+    compared, next_id = 0, 250
+    for _round in range(6):
+        with store.transaction():  # an edit, a new note, a deletion: what an agent's session does
+            for _ in range(rng.randint(1, 4)):
+                i = rng.randrange(next_id)
+                _put(store, i, " ".join(rng.choice(WORDS + EXTRA) for _ in range(rng.randint(1, 25))))
+            _put(store, next_id, rng.choice(texts) + " heron quasar")
+            next_id += 1
+            store.delete_file(f"f{rng.randrange(next_id)}.md", "memory")
+        compared += _warm_equals_fts5(store, QUERIES)
+        ids = [f"c{i}" for i in range(0, next_id, 5)]
+        for q in QUERIES:  # the merge's scores for chosen chunks, from the patched postings
+            fts = {cid: bm25_to_score(rank) for cid, rank in store.conn.execute(
+                "SELECT c.id, bm25(chunks_fts) FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid "
+                "WHERE chunks_fts MATCH ?", (fts5_match(keyword_terms(q)),))}
+            assert store.keyword_scores(keyword_terms(q), ids) == {cid: fts.get(cid, 0.0) for cid in ids}, q
+    described = store._postings.describe()
+    assert described["patched"] == 6 and described["phrases"] >= held  # patched in place, never dropped
+    assert compared > 1000
+    store.close()
+
+
+def test_postings_are_read_again_when_the_log_cannot_say_what_changed(tmp_path: Path, monkeypatch):
+    """A rebuild (new epoch), a log trimmed past the rows held, or a write touching many rows: the
+    postings are dropped and read again, and the ranking stays FTS5's."""
+    from memdir.stores import kw_postings
+
+    store = SqliteStore(tmp_path / "idx.sqlite")
+    texts = _corpus(21, 120)
+    with store.transaction():
+        for i, text in enumerate(texts):
+            _put(store, i, text)
+    _warm_equals_fts5(store, QUERIES[:6])
+    with store.transaction():
+        _put(store, 1, "heron heron")
+        store.conn.execute("DELETE FROM vec_log")  # as trim_log does for a reader far behind
+    _warm_equals_fts5(store, QUERIES[:6])
+    assert store._postings.describe()["patched"] == 0
+    _warm_equals_fts5(store, QUERIES[:6])
+    monkeypatch.setattr(kw_postings, "PATCH_MIN_ROWS", 2)
+    monkeypatch.setattr(kw_postings, "PATCH_MAX_SHARE", 0.0)
+    with store.transaction():
+        _put(store, 2, "quasar")  # one row: patched
+    _warm_equals_fts5(store, QUERIES[:6])
+    assert store._postings.describe()["patched"] == 1
+    with store.transaction():
+        for i in range(3, 9):  # six rows: more than this store patches
+            _put(store, i, "heron budget")
+    _warm_equals_fts5(store, QUERIES[:6])
+    assert store._postings.describe()["patched"] == 0
+    store.close()
+
+
+@pytest.mark.parametrize("pending", [2, 32])
+def test_phrases_unused_for_many_writes_catch_up_or_are_read_again(tmp_path: Path, monkeypatch, pending: int):
+    """A phrase is brought through the writes since its last use when a query needs it again, or
+    read afresh when more writes than are remembered went by: FTS5's ranking either way."""
+    from memdir.stores import kw_postings
+
+    monkeypatch.setattr(kw_postings, "MAX_PENDING", pending)
+    store = SqliteStore(tmp_path / "idx.sqlite")
+    with store.transaction():
+        for i, text in enumerate(_corpus(31, 150)):
+            _put(store, i, text)
+    _warm_equals_fts5(store, QUERIES)
+    rng = random.Random(31)
+    for w in range(5):
+        with store.transaction():
+            _put(store, rng.randrange(150), "heron deploy gateway " * (w + 1))
+            _put(store, 150 + w, "painting fences quasar budget review")
+            store.delete_file(f"f{rng.randrange(150)}.md", "memory")
+        _warm_equals_fts5(store, QUERIES[:2])  # only a few phrases are used between the writes
+    described = store._postings.describe()
+    assert described["patched"] == 5 and described["pending"] == min(5, pending)
+    assert _warm_equals_fts5(store, QUERIES) > 100  # the others: caught up, or read again
+    store.close()

@@ -194,11 +194,7 @@ class FtsScorer:
         for hits in self.doc_counts(phrases):
             value = math.log((n_rows - hits + 0.5) / (hits + 0.5))
             idf.append(value if value > 0 else 1e-6)
-        specs = self.phrase_specs(phrases)
-        freqs = self._fast_freqs(specs, docs)
-        slow = {r: t for r, t in docs.items() if r not in freqs}
-        if slow:
-            freqs.update(self._scratch_freqs(specs, slow))
+        freqs = self.frequencies(self.phrase_specs(phrases), docs)
         rowids = list(docs)
         sizes = dict(conn.execute(
             f"SELECT id, sz FROM {self.table}_docsize WHERE id IN ({','.join('?' * len(rowids))})", rowids))
@@ -209,6 +205,14 @@ class FtsScorer:
             if out_r is not None:
                 out[r] = out_r
         return out
+
+    def frequencies(self, specs: list[tuple[str, list[str], bool]], docs: dict[int, str]) -> dict[int, list[int]]:
+        """Each row's frequency of each phrase (``phrase_specs``), as FTS5 would count it."""
+        freqs = self._fast_freqs(specs, docs)
+        slow = {r: t for r, t in docs.items() if r not in freqs}
+        if slow:
+            freqs.update(self._scratch_freqs(specs, slow))
+        return freqs
 
     def _fast_freqs(self, specs: list[tuple[str, list[str], bool]], docs: dict[int, str]) -> dict[int, list[int]]:
         """Phrase frequencies counted in Python, for the simple texts (:mod:`memdir.stores.kw_text`)."""

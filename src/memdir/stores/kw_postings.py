@@ -12,17 +12,23 @@ phrase's row count and per-row frequency), the same operations in the same order
 by phrase in query order; ties ranked by rowid, as FTS5's sorter returns them.
 
 Everything held is valid for one index generation (the change log's position: every write of a
-chunk moves it, in the writer's transaction): a different generation drops it all, so rows
-written by another process are never ranked from old postings.  Nothing is written to disk;
-a process that has not ranked at this generation before uses FTS5 (a one-shot CLI is never
+chunk moves it, in the writer's transaction), so rows written by another process are never
+ranked from old postings.  When the index moves on by a few writes (an agent appending a note,
+a transcript growing), the rows the log names are read again (sizes, text) and each phrase held
+is brought up to date the next time a query uses it: rows rewritten or gone are taken out, the
+new rows' frequencies come from FTS5's own tokenizer (:class:`memdir.stores.fts_scores.FtsScorer`).
+Before, every write dropped everything and the searches after it loaded each word again.  A new
+epoch (a full rebuild), a log trimmed past what is held, or many changed rows drop it all; a
+phrase not used for ``MAX_PENDING`` writes is read again when next used.  Nothing is written to
+disk; a process that has not ranked at this generation before uses FTS5 (a one-shot CLI is never
 slower), the second query at a generation loads what it needs.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from memdir.stores.fts_scores import K1, B
 
@@ -32,6 +38,18 @@ if TYPE_CHECKING:
 _VOCAB_I = "memdir_kw_instances"
 #: Postings kept (phrases' rows and words' positions) before the cache starts over (~64 MB).
 MAX_ENTRIES = 8_000_000
+#: Rows changed since the held generation that are patched in rather than everything read again:
+#: at least this many, or this share of the index.
+PATCH_MIN_ROWS = 2_000
+PATCH_MAX_SHARE = 0.05
+#: Writes remembered for phrases not used since (each costs a row map of the index's size).
+MAX_PENDING = 32
+
+#: ``(held generation, new generation) → (changed rowids, {rowid: text} of those that exist now)``,
+#: or ``None`` when the change log cannot say (trimmed, another epoch).
+RowsSince = Callable[[Any, Any], "tuple[list[int], dict[int, str]] | None"]
+#: ``(phrase specs, {rowid: text}) → {rowid: [frequency of each phrase]}`` (FTS5's tokenizer).
+Frequencies = Callable[[list[tuple[str, list[str], bool]], dict[int, str]], dict[int, list[int]]]
 
 
 def _ints(text: str | None) -> np.ndarray:
@@ -61,25 +79,47 @@ def doc_lengths(hex_sizes: str, blob_lengths: np.ndarray) -> np.ndarray:
     return np.bincount(record, weights=values, minlength=len(blob_lengths))
 
 
+class _Patch(NamedTuple):
+    """One write's change to the rows: where each old row number went (-1: rewritten or gone),
+    where the rows it wrote sit now, and their text (for their frequencies)."""
+
+    moved: np.ndarray
+    added_at: np.ndarray
+    docs: dict[int, str]
+
+
 class KeywordPostings:
     """Warm BM25 over one FTS5 table's postings, valid for one index generation."""
 
-    def __init__(self, conn: Any, table: str):
+    def __init__(self, conn: Any, table: str, *, rows_since: RowsSince | None = None,
+                 frequencies: Frequencies | None = None):
         self.conn = conn
         self.table = table
+        self.rows_since = rows_since
+        self.frequencies = frequencies
         self.generation: Any = None
         #: Queries seen at this generation (the first one is left to FTS5).
         self.seen = 0
         self.rowids: np.ndarray | None = None  # sorted rowids of the indexed rows
+        self.sizes: np.ndarray | None = None  # each row's token count over all columns
         self.norm: np.ndarray | None = None  # k1·(1 − b + b·D/avgdl) per row, as FTS5 computes it
+        self.avgdl: float | None = None  # the average ``norm`` was computed with
         self.n_rows = 0
-        self._phrases: dict[tuple[str, tuple[str, ...], bool], tuple[np.ndarray, np.ndarray]] = {}
+        #: Writes patched in since the rows were read (``describe``).
+        self.patched = 0
+        #: phrase → (row numbers, frequencies, how many writes it has been brought through)
+        self._phrases: dict[tuple[str, tuple[str, ...], bool], tuple[np.ndarray, np.ndarray, int]] = {}
+        #: The writes since the rows were read, oldest first, as :class:`_Patch` (the first one is
+        #: write number ``_base``): a phrase held at an older count is brought through the rest.
+        self._pending: list[_Patch] = []
+        self._base = 0
         self._tokens: dict[tuple[str, str, bool], tuple[np.ndarray, np.ndarray]] = {}
         self._entries = 0
         self._vocab = False
 
     def describe(self) -> dict[str, Any]:
         return {"rows": 0 if self.rowids is None else int(self.rowids.size), "phrases": len(self._phrases),
+                "patched": self.patched, "pending": len(self._pending),
                 "tokens": len(self._tokens), "entries": self._entries}
 
     def ready(self, generation: Any) -> bool:
@@ -87,27 +127,122 @@ class KeywordPostings:
         if generation is None:
             return False
         if generation != self.generation:
-            self.generation, self.seen = generation, 0
-            self.rowids = self.norm = None
-            self._forget()
+            if self._patch(generation):
+                self.generation = generation
+            else:
+                self.generation, self.seen = generation, 0
+                self.rowids = self.sizes = self.norm = None
+                self.patched = 0
+                self._forget()
         self.seen += 1
         return self.seen > 1 or self.rowids is not None
 
     def _forget(self) -> None:
         self._phrases, self._tokens, self._entries = {}, {}, 0
+        self._pending, self._base = [], 0
+
+    @property
+    def _level(self) -> int:
+        return self._base + len(self._pending)
 
     def _load_rows(self, n_rows: int, avgdl: float) -> None:
-        import numpy as np
-
         ids, hexes, lengths = self.conn.execute(
             f"SELECT group_concat(id), group_concat(hex(sz), ''), group_concat(length(sz)) "
             f"FROM (SELECT id, sz FROM {self.table}_docsize ORDER BY id)").fetchone()
-        rowids = _ints(ids)
-        sizes = doc_lengths(hexes or "", _ints(lengths))
-        # FTS5: k1 * (1 - b + b * D / avgdl), evaluated left to right in doubles
-        self.norm = K1 * (1 - B + B * sizes / avgdl) if avgdl else np.full(rowids.size, K1)
-        self.rowids = rowids
+        self.rowids = _ints(ids)
+        self.sizes = doc_lengths(hexes or "", _ints(lengths))
         self.n_rows = n_rows
+        self._normalise(avgdl)
+
+    def _normalise(self, avgdl: float) -> None:
+        """``norm`` for the rows held and the index's average length now (any write moves it)."""
+        import numpy as np
+
+        assert self.sizes is not None
+        if self.norm is not None and self.avgdl == avgdl and self.norm.size == self.sizes.size:
+            return
+        # FTS5: k1 * (1 - b + b * D / avgdl), evaluated left to right in doubles
+        self.norm = K1 * (1 - B + B * self.sizes / avgdl) if avgdl else np.full(self.sizes.size, K1)
+        self.avgdl = avgdl
+
+    def _patch(self, generation: Any) -> bool:
+        """Bring what is held from its generation to ``generation`` by reading only the rows written
+        in between; ``False`` (nothing changed here) when everything must be read again."""
+        import numpy as np
+
+        old = self.generation
+        if (self.rows_since is None or self.frequencies is None or self.rowids is None or self.sizes is None
+                or old is None or generation is None or old[0] != generation[0] or generation[1] < old[1]):
+            return False
+        got = self.rows_since(old, generation)
+        if got is None:
+            return False
+        changed, docs = got
+        if len(changed) > max(PATCH_MIN_ROWS, int(PATCH_MAX_SHARE * self.rowids.size)):
+            return False
+        added = np.array(sorted(docs), dtype=np.int64)
+        added_sizes = self._sizes_of(added)
+        if added_sizes is None:
+            return False
+        keep = ~np.isin(self.rowids, np.asarray(changed, dtype=np.int64))
+        rowids = np.concatenate((self.rowids[keep], added))
+        order = np.argsort(rowids, kind="stable")
+        rowids, sizes = rowids[order], np.concatenate((self.sizes[keep], added_sizes))[order]
+        moved = np.full(self.rowids.size, -1, dtype=np.int64)  # old row number → new (-1: rewritten or gone)
+        moved[keep] = np.searchsorted(rowids, self.rowids[keep])
+        self._pending.append(_Patch(moved, np.searchsorted(rowids, added), {int(r): docs[int(r)] for r in added}))
+        if len(self._pending) > MAX_PENDING:  # phrases not used since are read again when next used
+            self._pending.pop(0)
+            self._base += 1
+        self._tokens = {}  # words' positions only serve loading new phrases: read again when needed
+        self._entries = sum(rows.size for rows, _, _ in self._phrases.values())
+        self.rowids, self.sizes, self.norm = rowids, sizes, None
+        self.patched += 1
+        return True
+
+    def _catch_up(self, key: tuple[str, tuple[str, ...], bool],
+                  held: tuple[np.ndarray, np.ndarray, int]) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """A phrase's postings brought through the writes since it was read or last used (``None``:
+        older than the writes remembered, or a row the tokenizer said nothing about)."""
+        import numpy as np
+
+        rows, counts, level = held
+        if level < self._base or self.frequencies is None:
+            return None
+        spec = [(key[0], list(key[1]), key[2])]
+        for patch in self._pending[level - self._base:]:
+            at = patch.moved[rows]
+            ok = at >= 0
+            rows, counts = at[ok], counts[ok]
+            if patch.docs:
+                freqs = self.frequencies(spec, patch.docs)
+                if any(r not in freqs for r in patch.docs):
+                    return None
+                extra = [(int(pos), freqs[r][0]) for pos, r in zip(patch.added_at, patch.docs, strict=True)
+                         if freqs[r][0] > 0]
+                if extra:
+                    rows = np.concatenate((rows, np.array([p for p, _ in extra], dtype=np.int64)))
+                    counts = np.concatenate((counts, np.array([f for _, f in extra], dtype=np.float32)))
+                    by_row = np.argsort(rows, kind="stable")
+                    rows, counts = rows[by_row], counts[by_row]
+        return rows.astype(np.int32), counts.astype(np.float32), self._level
+
+    def _sizes_of(self, rowids: np.ndarray) -> np.ndarray | None:
+        """Token counts of the given rows from ``<fts>_docsize`` (``None`` if one has no record)."""
+        import numpy as np
+
+        if not rowids.size:
+            return np.zeros(0, dtype=np.float64)
+        found: dict[int, bytes] = {}
+        ids = [int(r) for r in rowids]
+        for i in range(0, len(ids), 500):
+            part = ids[i:i + 500]
+            found.update(self.conn.execute(
+                f"SELECT id, sz FROM {self.table}_docsize WHERE id IN ({','.join('?' * len(part))})", part))
+        if len(found) != len(ids):
+            return None
+        blobs = [found[r] or b"" for r in ids]
+        return doc_lengths(b"".join(blobs).hex(), np.array([len(b) for b in blobs], dtype=np.int64))
 
     def _ensure_vocab(self) -> None:
         if not self._vocab:
@@ -183,14 +318,18 @@ class KeywordPostings:
         for col, tokens, prefix in phrases:
             key = (col, tuple(tokens), prefix)
             got = self._phrases.pop(key, None)
+            if got is not None:
+                self._entries -= got[0].size
+                if got[2] != self._level:
+                    got = self._catch_up(key, got)
             if got is None:
-                got = self._load_phrase(col, tokens, prefix)
-                self._entries += got[0].size
-                while self._entries > MAX_ENTRIES and self._phrases:  # least recently used first
-                    old = self._phrases.pop(next(iter(self._phrases)))
-                    self._entries -= old[0].size
+                got = (*self._load_phrase(col, tokens, prefix), self._level)
+            self._entries += got[0].size
+            while self._entries > MAX_ENTRIES and self._phrases:  # least recently used first
+                old = self._phrases.pop(next(iter(self._phrases)))
+                self._entries -= old[0].size
             self._phrases[key] = got  # (re)inserted last: dicts keep insertion order
-            out.append(got)
+            out.append((got[0], got[1]))
         return out
 
     @staticmethod
@@ -205,6 +344,7 @@ class KeywordPostings:
 
         if self.rowids is None:
             self._load_rows(n_rows, avgdl)
+        self._normalise(avgdl)
         assert self.rowids is not None and self.norm is not None
         score = np.zeros(self.rowids.size, dtype=np.float64)
         for rows, freqs in self._postings(phrases):
@@ -221,7 +361,7 @@ class KeywordPostings:
         best = matched[order]
         return [(int(r), -1.0 * float(s)) for r, s in zip(self.rowids[best], score[best], strict=True)]
 
-    def scores(self, phrases: Sequence[tuple[str, list[str], bool]], n_rows: int,
+    def scores(self, phrases: Sequence[tuple[str, list[str], bool]], n_rows: int, avgdl: float,
                rowids: Sequence[int]) -> dict[int, float] | None:
         """``bm25`` of the given rows that match any phrase (call only when :meth:`warm`); ``None``
         unless every phrase's postings are held already: a phrase common enough to be pruned
@@ -229,9 +369,12 @@ class KeywordPostings:
         and loading those evicted the postings searches need (measured at 100k: p95 0.4 s)."""
         import numpy as np
 
-        assert self.rowids is not None and self.norm is not None
-        if any((col, tuple(tokens), prefix) not in self._phrases for col, tokens, prefix in phrases):
+        assert self.rowids is not None
+        if any((held := self._phrases.get((col, tuple(tokens), prefix))) is None or held[2] < self._base
+               for col, tokens, prefix in phrases):
             return None
+        self._normalise(avgdl)
+        assert self.norm is not None
         want = np.unique(np.asarray(list(rowids), dtype=np.int64))
         at = np.minimum(np.searchsorted(self.rowids, want), max(self.rowids.size - 1, 0))
         known = self.rowids[at] == want if self.rowids.size else np.zeros(want.size, dtype=bool)

@@ -595,7 +595,9 @@ class SqliteStore(SqliteLifecycle):
         if self._postings is None:
             from memdir.stores.kw_postings import KeywordPostings
 
-            self._postings = KeywordPostings(self.conn, "chunks_fts")
+            self._postings = KeywordPostings(
+                self.conn, "chunks_fts", rows_since=self._rows_since,
+                frequencies=lambda specs, docs: self._keyword_scorer().frequencies(specs, docs))
         if not self._postings.ready(generation):
             return None
         scorer = self._keyword_scorer()
@@ -606,6 +608,19 @@ class SqliteStore(SqliteLifecycle):
             self._postings = None
             return None
         return self._hits_by_rowid([(rowid, bm25_to_score(rank)) for rowid, rank in ranked])
+
+    def _rows_since(self, old: Any, new: Any) -> tuple[list[int], dict[int, str]] | None:
+        """Chunks written or removed between two generations of one epoch (from the change log),
+        with the text of those that exist now; ``None`` when the log no longer reaches back."""
+        changed = vecs.changed_chunks(self.conn, old[1], new[1])
+        if changed is None:
+            return None
+        docs: dict[int, str] = {}
+        for i in range(0, len(changed), 500):
+            part = changed[i:i + 500]
+            docs.update(self.conn.execute(
+                f"SELECT rowid, text FROM chunks WHERE rowid IN ({','.join('?' * len(part))})", part))
+        return changed, docs
 
     #: Below this many chunks every phrase is kept (FTS5 ranks a small index in a few ms anyway).
     PRUNE_MIN_ROWS = 2000
@@ -674,9 +689,9 @@ class SqliteStore(SqliteLifecycle):
                 by_rowid.update(self.conn.execute(
                     f"SELECT rowid, id FROM chunks WHERE id IN ({','.join('?' * len(part))})", part))
             scorer = self._keyword_scorer()
-            n_rows, _ = scorer.totals()
+            n_rows, avgdl = scorer.totals()
             try:
-                ranks = self._postings.scores(scorer.phrase_specs(phrases), n_rows, list(by_rowid))
+                ranks = self._postings.scores(scorer.phrase_specs(phrases), n_rows, avgdl, list(by_rowid))
             except LookupError:
                 self._postings = None
                 return False

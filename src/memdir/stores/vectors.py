@@ -68,6 +68,16 @@ def trim_log(conn: Any, chunks: int | None = None) -> None:
         conn.execute("DELETE FROM vec_log WHERE seq < ?", (row[1] - chunks - LOG_SLACK // 2,))
 
 
+def changed_chunks(conn: Any, after: int, upto: int) -> list[int] | None:
+    """Chunk rowids the log names in ``(after, upto]`` (written or removed), or ``None`` when the
+    log was trimmed past ``after`` (a reader that far behind reads everything again)."""
+    (lo,) = conn.execute("SELECT min(seq) FROM vec_log").fetchone()
+    if upto > after and (lo is None or lo > after + 1):
+        return None
+    rows = conn.execute("SELECT DISTINCT chunk FROM vec_log WHERE seq > ? AND seq <= ?", (after, upto)).fetchall()
+    return sorted(int(r) for (r,) in rows)
+
+
 def state(conn: Any) -> tuple[str | None, int, int]:
     """``(epoch, first seq kept, last seq)`` of the database as this connection sees it now."""
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (EPOCH_KEY,)).fetchone()
