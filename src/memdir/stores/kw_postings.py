@@ -168,12 +168,12 @@ class KeywordPostings:
     def _patch(self, generation: Any) -> bool:
         """Bring what is held from its generation to ``generation`` by reading only the rows written
         in between; ``False`` (nothing changed here) when everything must be read again."""
-        import numpy as np
-
         old = self.generation
         if (self.rows_since is None or self.frequencies is None or self.rowids is None or self.sizes is None
                 or old is None or generation is None or old[0] != generation[0] or generation[1] < old[1]):
-            return False
+            return False  # a one-shot process stops here: NumPy is never imported for it
+        import numpy as np
+
         got = self.rows_since(old, generation)
         if got is None:
             return False
