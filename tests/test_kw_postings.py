@@ -280,3 +280,34 @@ def test_phrases_unused_for_many_writes_catch_up_or_are_read_again(tmp_path: Pat
     assert described["patched"] == 5 and described["pending"] == min(5, pending)
     assert _warm_equals_fts5(store, QUERIES) > 100  # the others: caught up, or read again
     store.close()
+
+
+def test_a_warm_memory_finds_each_appended_note_as_a_fresh_process_ranks_it(make_workspace, tmp_path: Path):
+    """Read-your-writes in a long-lived process: notes appended between searches are found by the
+    next search, ranked exactly as a process that never held postings ranks them (FTS5)."""
+    from memdir.api import Memory
+
+    texts = _corpus(41, 120)
+    ws = make_workspace({f"memory/2024-01-{1 + i // 5:02d}.md": "" for i in range(0, 120, 5)})
+    for i, text in enumerate(texts):
+        with (ws / f"memory/2024-01-{1 + i // 5:02d}.md").open("a", encoding="utf-8") as fh:
+            fh.write(f"- {text}\n\n")
+    config = {"memorySearch": {"provider": "none"}}
+    with Memory(ws, state_dir=tmp_path / "s", config=config) as warm:
+        warm.sync(reason="test")
+        for q in QUERIES:
+            warm.search(q, sync=False)
+            warm.search(q, sync=False)
+        for n in range(3):
+            warm.append_daily(f"The quasar heron budget review number {n} happened, and the gateway zzzz{n} too.",
+                              date="2024-02-01")
+            warm.sync(reason="test")
+            got = [(r.path, r.start_line, r.end_line, r.score) for r in warm.search(f"zzzz{n} quasar heron",
+                                                                                      sync=False).results]
+            assert got and got[0][0] == "memory/2024-02-01.md"
+            for q in ("budget review quasar", "heron", "deploy the gateway", "painting fences"):
+                mine = [(r.path, r.start_line, r.end_line, r.score) for r in warm.search(q, sync=False).results]
+                with Memory(ws, state_dir=tmp_path / "s", config=config) as fresh:  # first query: FTS5 ranks
+                    theirs = [(r.path, r.start_line, r.end_line, r.score) for r in fresh.search(q, sync=False).results]
+                assert mine == theirs, q
+        assert warm.store._postings.describe()["patched"] >= 3
