@@ -683,19 +683,32 @@ class SqliteStore(SqliteLifecycle):
         try:
             if not self._postings.warm(self._generation()):
                 return False
+            scorer = self._keyword_scorer()
+            specs = scorer.phrase_specs(phrases)
+            # phrases no search has loaded (common ones are pruned from searches) are counted in
+            # these rows' text instead: FTS5's figures all the same (FtsScorer's tokenizer)
+            missing = [i for i, spec in enumerate(specs) if not self._postings.held(spec)]
             by_rowid: dict[int, str] = {}
+            texts: dict[int, str] = {}
             for i in range(0, len(wanted), 400):
                 part = wanted[i : i + 400]
-                by_rowid.update(self.conn.execute(
-                    f"SELECT rowid, id FROM chunks WHERE id IN ({','.join('?' * len(part))})", part))
-            scorer = self._keyword_scorer()
+                for rowid, cid, text in self.conn.execute(
+                        f"SELECT rowid, id, {'text' if missing else 'NULL'} FROM chunks "
+                        f"WHERE id IN ({','.join('?' * len(part))})", part):
+                    by_rowid[rowid] = cid
+                    texts[rowid] = text
             n_rows, avgdl = scorer.totals()
+            direct: dict[int, tuple[int, dict[int, int]]] = {}
+            if missing and texts:
+                hits = scorer.doc_counts([phrases[i] for i in missing])
+                freqs = scorer.frequencies([specs[i] for i in missing], texts)
+                if any(r not in freqs for r in texts):
+                    return False
+                direct = {i: (hits[k], {r: f[k] for r, f in freqs.items() if f[k]}) for k, i in enumerate(missing)}
             try:
-                ranks = self._postings.scores(scorer.phrase_specs(phrases), n_rows, avgdl, list(by_rowid))
+                ranks = self._postings.scores(specs, n_rows, avgdl, list(by_rowid), direct)
             except LookupError:
                 self._postings = None
-                return False
-            if ranks is None:
                 return False
             for rowid, rank in ranks.items():
                 out[by_rowid[rowid]] = bm25_to_score(rank)
