@@ -404,15 +404,19 @@ class SqliteStore(SqliteLifecycle):
         rowids: list[int] = []
         if bulk is not None:
             # The rowids SQLite would give (nothing else writes the shadow), in one call: a call
-            # per row was ~10% of a keyword-only build.
+            # per row was ~10% of a keyword-only build.  A plain INSERT: ids name their file, whose
+            # old rows are gone (a file written twice was deleted above), and were OR REPLACE ever
+            # to replace a row, that row's keyword entries would be left behind.
             bulk.written.add((path, source))
             rowids = list(range(bulk.next_rowid, bulk.next_rowid + len(values)))
             bulk.next_rowid += len(values)
             c.executemany(f"INSERT INTO chunks(rowid, {_CHUNK_COLUMNS}) "
-                          "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [(r, *v) for r, v in zip(rowids, values, strict=True)])
+                          "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                          [(r, *v) for r, v in zip(rowids, values, strict=True)])
         else:
             for v in values:
-                cur = c.execute(f"INSERT OR REPLACE INTO chunks({_CHUNK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", v)
+                cur = c.execute(f"INSERT OR REPLACE INTO chunks({_CHUNK_COLUMNS}) "
+                                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", v)
                 rowids.append(int(cur.lastrowid))
         if held:
             c.executemany("UPDATE embedding_cache SET embedding = x'' WHERE hash = ? AND model = ? AND dims * 4 = ? "
