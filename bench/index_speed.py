@@ -24,13 +24,14 @@ _BASELINE = """
 import json, sqlite3, sys, time
 from pathlib import Path
 from memdir.bench.adapters import PlainFts, workspace_chunks
+from memdir.bench.corpus import default_chunking
 from memdir.bench.speed import dir_size
 a = json.loads(sys.stdin.read())
 db = Path(a["db"])
 for f in db.parent.glob(db.name + "*"):
     f.unlink()
 c0, t0 = time.process_time(), time.perf_counter()
-chunks = workspace_chunks(Path(a["workspace"]))
+chunks = workspace_chunks(Path(a["workspace"]), *default_chunking())  # memdir's chunk size
 fts = PlainFts(db, sqlite3)
 fts.add(chunks)
 secs, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -194,3 +194,41 @@ def test_a_new_index_uses_8k_pages_and_an_old_4k_index_keeps_working(make_worksp
         mem.sync(reason="test", force=True)
         assert mem.search("billing staging", min_score=0).results == found
     assert _page_size(old_path) == 4096
+
+
+def test_a_keyword_only_rebuild_is_copied_in_by_pages_and_an_open_reader_reads_the_new_index(
+        make_workspace, tmp_path: Path, keyword_config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The swap copies the shadow's pages (SQLite's backup API) unless the index holds an embedding
+    cache (copied row by row, to the front of the file, where a salvage finds it); either way a
+    connection open across the swap reads the new rows, keyword index and vector epoch."""
+    from memdir.stores import sqlite as sqlite_store
+    from memdir.stores import vectors as vecs
+
+    by_rows: list[Path] = []
+    real_copy = sqlite_store.SqliteStore._copy_rows_from
+    monkeypatch.setattr(sqlite_store.SqliteStore, "_copy_rows_from",
+                        lambda self, path: (by_rows.append(path), real_copy(self, path)))
+    ws = make_workspace(_NOTES)
+    with Memory(ws, state_dir=tmp_path / "state", config=keyword_config) as mem:
+        mem.sync()
+        index = mem.index_path
+        reader = db.connect(index, readonly=True)
+        reader.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, chunks_fts, row)")
+        epoch = vecs.state(reader)[0]
+        old_rows = reader.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        assert reader.execute("SELECT count(*) FROM temp.v WHERE term = 'quokka'").fetchone()[0] == 0
+        (ws / "memory" / "zoo.md").write_text("# Zoo\n\nA quokka was seen near the billing office.\n")
+        assert mem.sync(force=True).full
+        assert by_rows == []  # no embedding cache: page by page
+        assert reader.execute("SELECT count(*) FROM chunks").fetchone()[0] == old_rows + 1
+        assert reader.execute("SELECT count(*) FROM temp.v WHERE term = 'quokka'").fetchone()[0] == 1
+        assert vecs.state(reader)[0] != epoch
+        assert [h.path for h in mem.search("quokka", min_score=0).results] == ["memory/zoo.md"]
+        # an embedding cache kept from an earlier model: row by row, and kept
+        with mem.store.transaction():
+            mem.store.cache_put("p", "m", "k", {"h": [1.0, 0.0]})
+        mem.sync(force=True)
+        assert len(by_rows) == 1 and mem.store.cache_count() == 1
+        reader.close()
+    full = _contents(index)
+    assert len(full["chunks"]) == old_rows + 1

@@ -36,9 +36,10 @@ _YEAR = re.compile(r"(?<![\d-])((?:19|20)\d{2})(?![\d-])")
 _AGO = re.compile(r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|few|several)\s+"
                   r"(day|week|month|year)s?\s+ago\b", re.I)
 _LAST_WEEKDAY = re.compile(r"\b(last|this|on)\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.I)
-#: A Markdown heading line (``## 2023-05-07 standup``), found in a whole text: the space after
-#: the hashes never crosses a line end.
-_HEADING_LINE = re.compile(r"^(#{1,6})[^\S\n]+(.*)$", re.MULTILINE)
+#: A Markdown heading line (``## 2023-05-07 standup``) after the line end before it, found in
+#: ``"\n" + text``: the space after the hashes never crosses a line end.  (``^`` in MULTILINE mode
+#: instead of the leading ``\n#`` made the regex engine try every character, not only line ends.)
+_HEADING_AFTER_NL = re.compile(r"\n#(#{0,5})[^\S\n]+(.*)$", re.MULTILINE)
 _FILE_DATE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
             "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3, "several": 3}
@@ -263,11 +264,11 @@ def line_dates(path: str, content: str) -> list[dt.date | None]:
     line, pos = 0, 0  # the line number (from 0) of character ``pos``
     # Only headings change the day: find them in the whole text, not line by line (the loop over
     # every line was a tenth of a keyword-only index build).
-    for m in _HEADING_LINE.finditer(content):
-        line += content.count("\n", pos, m.start())
+    for m in _HEADING_AFTER_NL.finditer("\n" + content):
+        line += content.count("\n", pos, m.start())  # the line starts at m.start() in ``content``
         pos = m.start()
         out.extend([current] * (line - len(out)))
-        level = len(m.group(1))
+        level = len(m.group(1)) + 1
         while stack and stack[-1][0] >= level:
             stack.pop()
         stack.append((level, text_date(m.group(2))))

@@ -88,9 +88,11 @@ def _vec_extension_path() -> str:
 PAGE_SIZE = 8192
 
 
-def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0) -> Any:
+def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0, page_size: int = PAGE_SIZE) -> Any:
     """A connection with WAL, a busy timeout and rows as tuples; ``check_same_thread`` off
-    because :class:`memdir.stores.sqlite.SqliteStore` serialises access itself."""
+    because :class:`memdir.stores.sqlite.SqliteStore` serialises access itself.  ``page_size``:
+    what a new database gets (a rebuild's shadow takes its index's, so it can be copied in page
+    by page)."""
     mod = binding()
     if readonly:
         uri = f"file:{Path(path).as_posix()}?mode=ro"
@@ -102,7 +104,7 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0) 
         # Before WAL, so that a new database takes it (an existing one keeps its own).  A chunk
         # row with a 384-d float32 vector is ~2.6 KB: one fits a 4 KiB page, three fit 8 KiB,
         # which took a 10k-chunk index with vectors from 53.6 to 40.0 MB.
-        conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
+        conn.execute(f"PRAGMA page_size = {int(page_size)}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA temp_store = MEMORY")

@@ -361,12 +361,19 @@ class Indexer:
             days = [ms_to_day(t, tz) for t in doc.timestamps_ms]
         else:
             days = line_dates(entry.path, doc.content)
+        # Most files are about one day (a daily log) or none: then every chunk's span is that day
+        # (a span per chunk was a tenth of the Python work of a keyword-only build).
+        one_day = bool(days) and days.count(days[0]) == len(days)
+        day = days[0].isoformat() if one_day and days[0] is not None else None
         out: list[PlannedChunk] = []
         for c in chunks:
             ts = None
             if doc.timestamps_ms:
                 ts = max(doc.timestamps_ms[c.start_line - 1 : c.end_line], default=0) or None
-            first, last = span(days[c.start_line - 1 : c.end_line])
+            if one_day and 0 < c.start_line <= c.end_line and c.start_line <= len(days):
+                first = last = day
+            else:
+                first, last = span(days[c.start_line - 1 : c.end_line])
             out.append(PlannedChunk(c, ts, first, last, self._windows(c.text)))
         if doc.line_map:
             remapped = remap_lines([p.chunk for p in out], doc.line_map)
@@ -440,7 +447,7 @@ class Indexer:
                         # vector table's primary key and orphaned keyword rows.
                         continue
                     seen.add(cid)
-                    parts = [vectors.get(sha256_text(w)) for w in pc.windows]
+                    parts = [vectors.get(sha256_text(w)) for w in pc.windows] if vectors else []
                     embedding = [x for v in parts for x in v] if parts and all(parts) else None  # type: ignore[union-attr]
                     rows.append(ChunkRow(cid, f.path,
                                          f.source, c.start_line, c.end_line, c.hash, model, c.text, embedding, pc.ts,

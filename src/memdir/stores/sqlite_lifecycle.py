@@ -39,6 +39,8 @@ class SqliteLifecycle:
     lock: threading.RLock
     conn: Any
     _identity: tuple[int, int] | None
+    #: The page size a new database file gets (an existing one keeps its own).
+    new_page_size: int = db.PAGE_SIZE
 
     if TYPE_CHECKING:  # provided by SqliteStore
         fts_available: bool
@@ -81,7 +83,7 @@ class SqliteLifecycle:
         if not self.readonly:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = db.connect(self.path)
+                conn = db.connect(self.path, page_size=self.new_page_size)
             except Exception as exc:
                 if conn is not None:
                     conn.close()
