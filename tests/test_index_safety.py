@@ -334,3 +334,37 @@ def test_a_first_search_that_must_build_says_so_when_it_takes_a_while(make_works
         told.clear()
         mem.search("okra2q")
         assert told == []
+
+
+@pytest.mark.parametrize("opener", ["memdir", "stdlib"])
+def test_connections_opening_one_new_database_at_once_all_get_wal(tmp_path: Path, opener: str) -> None:
+    """Switching a new file to WAL from several connections at the same moment used to fail with
+    "database is locked" (SQLite returns busy there without calling the busy handler)."""
+    import sqlite3
+    import threading
+
+    from memdir import db
+
+    errors: list[str] = []
+    modes: list[str] = []
+
+    def open_one(path: Path) -> None:
+        try:
+            if opener == "memdir":
+                conn = db.connect(path, timeout=10)
+            else:
+                conn = sqlite3.connect(path, timeout=10, check_same_thread=False)
+                db.enable_wal(conn, 10)
+            modes.append(conn.execute("PRAGMA journal_mode").fetchone()[0])
+            conn.close()
+        except Exception as exc:  # collected: a thread's exception would not fail the test
+            errors.append(repr(exc))
+
+    for n in range(60):
+        path = tmp_path / f"new-{n}.sqlite"
+        threads = [threading.Thread(target=open_one, args=(path,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == [] and modes == ["wal"] * 240

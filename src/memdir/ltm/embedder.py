@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from memdir.db import enable_wal
+
 #: Cache rows kept (least recently used pruned first); MiniLM rows are ~1.6 KB each.
 DEFAULT_CACHE_ENTRIES = 20_000
 _PRUNE_EVERY = 200
@@ -47,7 +49,7 @@ class EmbeddingCache:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
-            conn.execute("PRAGMA journal_mode=WAL")
+            enable_wal(conn, 10)  # several stores opening one new cache at once (threads, agents)
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS embedding_cache(provider TEXT NOT NULL, model TEXT NOT NULL, "
                 "provider_key TEXT NOT NULL, hash TEXT NOT NULL, embedding BLOB NOT NULL, dims INTEGER, "
