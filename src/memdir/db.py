@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -108,6 +109,15 @@ def enable_wal(conn: Any, timeout: float) -> None:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
+
+
+def rows_in(conn: Any, sql: str, ids: Sequence[Any], args: Sequence[Any] = (), size: int = 400) -> Iterator[Any]:
+    """The rows of ``sql`` for every id, its ``{marks}`` standing for the placeholders of an
+    ``IN (…)`` list of a few hundred ids at a time (older SQLite builds bind at most 999), after
+    ``args``."""
+    for i in range(0, len(ids), size):
+        part = list(ids[i:i + size])
+        yield from conn.execute(sql.replace("{marks}", ",".join("?" * len(part))), (*args, *part))
 
 
 #: Page size of a new database (SQLite's default is 4096).

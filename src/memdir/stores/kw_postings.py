@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from memdir.db import rows_in
 from memdir.stores.fts_scores import K1, B
 
 if TYPE_CHECKING:
@@ -104,7 +105,6 @@ class KeywordPostings:
         self.sizes: np.ndarray | None = None  # each row's token count over all columns
         self.norm: np.ndarray | None = None  # k1·(1 − b + b·D/avgdl) per row, as FTS5 computes it
         self.avgdl: float | None = None  # the average ``norm`` was computed with
-        self.n_rows = 0
         #: Writes patched in since the rows were read (``describe``).
         self.patched = 0
         #: phrase → (row numbers, frequencies, how many writes it has been brought through)
@@ -145,13 +145,12 @@ class KeywordPostings:
     def _level(self) -> int:
         return self._base + len(self._pending)
 
-    def _load_rows(self, n_rows: int, avgdl: float) -> None:
+    def _load_rows(self, avgdl: float) -> None:
         ids, hexes, lengths = self.conn.execute(
             f"SELECT group_concat(id), group_concat(hex(sz), ''), group_concat(length(sz)) "
             f"FROM (SELECT id, sz FROM {self.table}_docsize ORDER BY id)").fetchone()
         self.rowids = _ints(ids)
         self.sizes = doc_lengths(hexes or "", _ints(lengths))
-        self.n_rows = n_rows
         self._normalise(avgdl)
 
     def _normalise(self, avgdl: float) -> None:
@@ -233,12 +232,9 @@ class KeywordPostings:
 
         if not rowids.size:
             return np.zeros(0, dtype=np.float64)
-        found: dict[int, bytes] = {}
         ids = [int(r) for r in rowids]
-        for i in range(0, len(ids), 500):
-            part = ids[i:i + 500]
-            found.update(self.conn.execute(
-                f"SELECT id, sz FROM {self.table}_docsize WHERE id IN ({','.join('?' * len(part))})", part))
+        found: dict[int, bytes] = dict(rows_in(self.conn, f"SELECT id, sz FROM {self.table}_docsize WHERE id IN "
+                                               "({marks})", ids))
         if len(found) != len(ids):
             return None
         blobs = [found[r] or b"" for r in ids]
@@ -343,7 +339,7 @@ class KeywordPostings:
         import numpy as np
 
         if self.rowids is None:
-            self._load_rows(n_rows, avgdl)
+            self._load_rows(avgdl)
         self._normalise(avgdl)
         assert self.rowids is not None and self.norm is not None
         score = np.zeros(self.rowids.size, dtype=np.float64)

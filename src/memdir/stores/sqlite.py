@@ -517,15 +517,12 @@ class SqliteStore(SqliteLifecycle):
 
         qn = q / (np.linalg.norm(q) or 1.0)
         out: dict[int, float] = {}
-        ids = list(rowids)
-        for i in range(0, len(ids), 500):
-            part = ids[i : i + 500]
-            for rowid, blob in self.conn.execute(
-                    f"SELECT rowid, embedding FROM chunks WHERE rowid IN ({','.join('?' * len(part))}) "
-                    "AND embedding IS NOT NULL", part):
-                sim = max_cosine(blob, qn)
-                if sim is not None:
-                    out[rowid] = sim
+        for rowid, blob in db.rows_in(
+                self.conn, "SELECT rowid, embedding FROM chunks WHERE rowid IN ({marks}) AND embedding IS NOT NULL",
+                list(rowids)):
+            sim = max_cosine(blob, qn)
+            if sim is not None:
+                out[rowid] = sim
         return out
 
     def vector_scores(self, query: Sequence[float], ids: Sequence[str]) -> dict[str, float]:
@@ -538,11 +535,8 @@ class SqliteStore(SqliteLifecycle):
             return {}
         out: dict[str, float] = {}
         with self.lock:
-            by_rowid: dict[int, str] = {}
-            for i in range(0, len(wanted), 400):
-                part = wanted[i : i + 400]
-                marks = ",".join("?" * len(part))
-                by_rowid.update(self.conn.execute(f"SELECT rowid, id FROM chunks WHERE id IN ({marks})", part))
+            by_rowid: dict[int, str] = dict(db.rows_in(self.conn, "SELECT rowid, id FROM chunks WHERE id IN ({marks})",
+                                                       wanted))
             matrix = self._fresh_matrix(int(q.size))
             if matrix is not None and not matrix.quantized:
                 return {by_rowid[r]: s for r, s in matrix.scores(q, list(by_rowid)).items()}
@@ -634,12 +628,8 @@ class SqliteStore(SqliteLifecycle):
         changed = vecs.changed_chunks(self.conn, old[1], new[1])
         if changed is None:
             return None
-        docs: dict[int, str] = {}
-        for i in range(0, len(changed), 500):
-            part = changed[i:i + 500]
-            docs.update(self.conn.execute(
-                f"SELECT rowid, text FROM chunks WHERE rowid IN ({','.join('?' * len(part))})", part))
-        return changed, docs
+        return changed, dict(db.rows_in(self.conn, "SELECT rowid, text FROM chunks WHERE rowid IN ({marks})",
+                                        changed))
 
     #: Below this many chunks every phrase is kept (FTS5 ranks a small index in a few ms anyway).
     PRUNE_MIN_ROWS = 2000
@@ -709,13 +699,11 @@ class SqliteStore(SqliteLifecycle):
             missing = [i for i, spec in enumerate(specs) if not self._postings.held(spec)]
             by_rowid: dict[int, str] = {}
             texts: dict[int, str] = {}
-            for i in range(0, len(wanted), 400):
-                part = wanted[i : i + 400]
-                for rowid, cid, text in self.conn.execute(
-                        f"SELECT rowid, id, {'text' if missing else 'NULL'} FROM chunks "
-                        f"WHERE id IN ({','.join('?' * len(part))})", part):
-                    by_rowid[rowid] = cid
-                    texts[rowid] = text
+            for rowid, cid, text in db.rows_in(
+                    self.conn, f"SELECT rowid, id, {'text' if missing else 'NULL'} FROM chunks WHERE id IN ({{marks}})",
+                    wanted):
+                by_rowid[rowid] = cid
+                texts[rowid] = text
             n_rows, avgdl = scorer.totals()
             direct: dict[int, tuple[int, dict[int, int]]] = {}
             if missing and texts:

@@ -23,6 +23,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from memdir.db import rows_in
+
 if TYPE_CHECKING:  # NumPy is imported by the methods that use it: writes and keyword searches never do
     import numpy as np
 
@@ -250,12 +252,9 @@ class VectorMatrix:
         for block in self.blocks:  # every touched chunk's old rows go; live ones come back below
             block.dead = block.dead | np.isin(block.chunks, touched)
         if touched:
-            found: dict[int, bytes] = {}
-            for i in range(0, len(touched), 500):
-                part = touched[i : i + 500]
-                marks = ",".join("?" * len(part))
-                found.update(conn.execute(
-                    f"SELECT rowid, embedding FROM chunks WHERE rowid IN ({marks}) AND embedding IS NOT NULL", part))
+            found: dict[int, bytes] = dict(rows_in(
+                conn, "SELECT rowid, embedding FROM chunks WHERE rowid IN ({marks}) AND embedding IS NOT NULL",
+                touched))
             ids = sorted(r for r in touched if found.get(r) and len(found[r]) % (4 * dims) == 0)
             if ids:
                 blobs = [found[r] for r in ids]
