@@ -439,3 +439,27 @@ def test_a_damaged_default_model_is_refused_naming_the_file(tmp_path: Path, onnx
                            sha256=(local.DEFAULT_MODEL_SHA256, local.DEFAULT_TOKENIZER_SHA256))
     ok.load()  # the intact files pass the same check
     assert ok._session is not None and ok._tokenizer is not None
+
+
+def test_loaded_model_embeds_the_query_on_the_searching_thread() -> None:
+    """A model still loading embeds on the pool (the search's time budget may give up on it); once
+    loaded, the query embeds on the search's own thread (no hop, no GIL hand-offs), same vector."""
+    from memdir.search import submit_query_embedding
+
+    p = LocalEmbeddingProvider()
+    seen: list[int] = []
+    encode = p._backend.encode
+
+    def recording(texts: list[str]) -> np.ndarray:
+        seen.append(threading.get_ident())
+        return encode(texts)
+
+    p._backend.encode = recording  # type: ignore[method-assign]
+    assert p.loaded_in_process is False
+    cold = submit_query_embedding(p, "where did we park the car").result(timeout=120)
+    assert p.loaded_in_process is True
+    warm = submit_query_embedding(p, "where did we park the car").result(timeout=120)
+    assert seen[0] != threading.get_ident() and seen[1] == threading.get_ident()
+    assert np.allclose(cold, warm, atol=1e-6)
+    p.close()
+    assert p.loaded_in_process is False

@@ -118,8 +118,32 @@ def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
 _embed_pool: ThreadPoolExecutor | None = None
 
 
-def submit_query_embedding(provider: EmbeddingProvider, query: str) -> Future[list[float]]:
-    """Start embedding the query on the pool, so the keyword search runs while the model does."""
+class _InlineEmbedding:
+    """A query embedding computed on the caller's thread when the search asks for it.
+
+    For a model already loaded in this process the embedding is CPU work competing with the
+    keyword search for the same cores: overlapping them on a pool thread bought nothing on two
+    cores and cost the thread hop and GIL hand-offs (a warm hybrid search was ~1 ms slower and
+    used more CPU than embedding right after the keyword pass)."""
+
+    def __init__(self, provider: EmbeddingProvider, query: str) -> None:
+        self._provider, self._query = provider, query
+
+    def result(self, timeout: float | None = None) -> list[float]:
+        return self._provider.embed_query(self._query)
+
+
+def _embeds_in_process(provider: EmbeddingProvider) -> bool:
+    """True when the provider runs a model already loaded here (no network, no load to wait for)."""
+    return bool(getattr(provider, "loaded_in_process", False))
+
+
+def submit_query_embedding(provider: EmbeddingProvider, query: str) -> Future[list[float]] | _InlineEmbedding:
+    """Start embedding the query on the pool, so the keyword search runs while the model does
+    (a remote call, or a model still loading, which the search's time budget may give up on);
+    a model already loaded in process embeds on the caller's thread when asked."""
+    if _embeds_in_process(provider):
+        return _InlineEmbedding(provider, query)
     global _embed_pool
     if _embed_pool is None:
         _embed_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memdir-embed")
@@ -167,7 +191,7 @@ def run_search(
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     # The query embedding (ONNX or a remote call, both outside the GIL) runs while the keyword
     # search does: a hybrid search then waits for the longer of the two, not for their sum.
-    embedding: Future[list[float]] | None = None
+    embedding: Future[list[float]] | _InlineEmbedding | None = None
     if provider is not None:
         t_submit = time.perf_counter()
         embedding = submit_query_embedding(provider, cleaned)

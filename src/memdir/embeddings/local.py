@@ -160,6 +160,9 @@ class _Backend(Protocol):
     dims: int | None
     max_tokens: int | None
 
+    @property
+    def loaded(self) -> bool: ...
+
     def load(self) -> None: ...
 
     def encode(self, texts: list[str]) -> np.ndarray: ...
@@ -219,6 +222,10 @@ class OnnxBackend:
         self._output: str = ""
         self._pooled_output = False
         self._pad_id = 0
+
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None
 
     def load(self) -> None:
         if self._session is not None:
@@ -402,6 +409,10 @@ class SentenceTransformersBackend:
         self.max_tokens: int | None = None
         self._model: Any = None
 
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
     def load(self) -> None:
         if self._model is not None:
             return
@@ -472,6 +483,10 @@ class HubBackend:
         self.dims: int | None = None
         self.max_tokens: int | None = None
         self._inner: OnnxBackend | SentenceTransformersBackend | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._inner is not None and self._inner.loaded
 
     def load(self) -> None:
         if self._inner is not None:
@@ -755,6 +770,11 @@ class LocalEmbeddingProvider:
     @property
     def dims(self) -> int | None:
         return self._backend.dims
+
+    @property
+    def loaded_in_process(self) -> bool:
+        """The model is loaded: a query embeds here in milliseconds (see :mod:`memdir.search`)."""
+        return self._backend.loaded
 
     @property
     def max_tokens(self) -> int | None:
