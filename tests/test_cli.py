@@ -95,3 +95,57 @@ def test_search_does_not_import_heavy_modules(ws: Path, run_cli):
                          env=cli_env(Path("/nonexistent")))
     assert out.returncode == 0, out.stderr
     assert "MODS:\n" in out.stdout
+
+
+PARSE_SAMPLES = [
+    ["search", "where is the car", "--json", "--no-sync"],
+    ["-w", "search", "search", "q", "--max-results", "3"],  # a workspace folder named like a command
+    ["--workspace=ws", "-v", "-v", "search", "--query", "x", "--mode", "keyword", "-q"],
+    ["-c", "cfg.toml", "--state-dir", "st", "index", "--force", "--json"],
+    ["get", "MEMORY.md", "--from", "2", "--lines", "5"],
+    ["status", "--deep", "-w", "ws"],
+    ["append", "one", "two", "--date", "2026-01-02"],
+    ["mcp", "--transport", "http", "--port", "9000"],
+    ["config", "show", "--json"],
+    ["migrate", "--to", "postgres"],
+    ["ltm", "search", "dark mode", "--limit", "2"],
+    ["bench", "speed", "--sizes", "1000"],
+    ["chat", "--demo"],
+    ["completion", "bash"],
+    ["watch", "--debounce-ms", "50"],
+    ["--version"],
+    [],
+]
+
+
+@pytest.mark.parametrize("argv", PARSE_SAMPLES, ids=lambda a: " ".join(a) or "(none)")
+def test_parser_for_one_command_parses_as_the_full_one(argv: list[str]) -> None:
+    """``memdir search`` builds only its own subcommand's parser: every command line must still
+    parse to what the full parser gives."""
+    from memdir.cli import build_parser, command_in
+
+    full = build_parser().parse_args(argv)
+    only = command_in(argv)
+    assert only == full.command
+    assert build_parser(only).parse_args(argv) == full
+
+
+@pytest.mark.parametrize("argv", [["search", "--bogus"], ["get"], ["mcp", "--transport", "pigeon"],
+                                  ["-w", "x", "search", "q", "--max-results", "many"]])
+def test_parser_for_one_command_reports_errors_as_the_full_one(argv: list[str], capsys) -> None:
+    from memdir.cli import build_parser, command_in
+
+    errors = []
+    for parser in (build_parser(), build_parser(command_in(argv))):
+        with pytest.raises(SystemExit) as exit_info:
+            parser.parse_args(argv)
+        assert exit_info.value.code == 2
+        errors.append(capsys.readouterr().err)
+    assert errors[0] == errors[1] and "error:" in errors[0]
+
+
+def test_help_lists_every_command(run_cli) -> None:
+    out = run_cli("--help").stdout
+    for name in ("index", "search", "get", "status", "watch", "append", "chat", "mcp", "migrate", "config",
+                 "ltm", "bench", "completion"):
+        assert f"\n    {name} " in out, name

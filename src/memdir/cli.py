@@ -67,7 +67,56 @@ def _note(args: argparse.Namespace, text: str) -> None:
         print(text, file=sys.stderr)
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: Global options followed by a value (``-w DIR``), for :func:`command_in`.
+_GLOBALS_WITH_VALUE = frozenset(
+    name for long, short, _help, extra in _GLOBALS if "action" not in extra for name in (long, short) if name
+)
+
+
+def command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names (its first word that is not a global option or its value),
+    or ``None`` when there is none or it is not a known command."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--":
+            return None
+        elif arg.startswith("-"):
+            skip = arg in _GLOBALS_WITH_VALUE
+        else:
+            return arg if arg in COMMANDS else None
+    return None
+
+
+class _Unused(argparse.ArgumentParser):
+    """Stands in for the subcommands a run does not use (see :func:`build_parser`): takes their
+    arguments and keeps none of them."""
+
+    def __init__(self) -> None:  # no -h option, no formatter: nothing to set up
+        pass
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> Any:
+        return None
+
+    def add_argument_group(self, *args: Any, **kwargs: Any) -> Any:
+        return self
+
+    def add_mutually_exclusive_group(self, *args: Any, **kwargs: Any) -> Any:
+        return self
+
+    def add_subparsers(self, *args: Any, **kwargs: Any) -> Any:
+        return _UnusedSubparsers()
+
+
+class _UnusedSubparsers:
+    def add_parser(self, *args: Any, **kwargs: Any) -> _Unused:
+        return _Unused()
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser; with ``only``, that subcommand alone is defined (a ``memdir search``
+    does not build the other twelve: 26 parsers and their help were a tenth of its start)."""
     parser = argparse.ArgumentParser(
         prog="memdir",
         description="Persistent, searchable memory for AI agents: Markdown files in, hybrid search out.",
@@ -77,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def cmd(name: str, help_text: str) -> argparse.ArgumentParser:
+        if only is not None and name != only:
+            return _Unused()
         p = sub.add_parser(name, help=help_text, description=help_text)
         _add_globals(p, suppress=True)
         return p
@@ -127,13 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--date", help="the day's log to append to, YYYY-MM-DD (default: today in userTimezone)")
     p.add_argument("--json", action="store_true", help="print {path, appended} as JSON")
 
-    from memdir.chat_cli import CHAT_EPILOG, add_chat_arguments  # argparse only, like bench below
-
     p = cmd("chat", "chat with an OpenAI-compatible model that uses this workspace as its memory "
                     "(try it offline: memdir chat --demo)")
-    p.epilog = CHAT_EPILOG
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    add_chat_arguments(p)
+    if not isinstance(p, _Unused):
+        from memdir.chat_cli import CHAT_EPILOG, add_chat_arguments  # argparse only, like bench below
+
+        p.epilog = CHAT_EPILOG
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
+        add_chat_arguments(p)
 
     p = cmd("mcp", "serve memory_search / memory_get / memory_append to MCP clients (Claude, Cursor, ...)")
     p.add_argument("--transport", choices=["stdio", "http", "streamable-http"], default="stdio",
@@ -152,13 +204,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["show"], help="show: every setting, its value and where it came from")
     p.add_argument("--json", action="store_true", help="JSON output")
 
-    from memdir.ltm.cli import configure as configure_ltm  # argparse only: LanceDB loads when ltm runs
+    p = cmd("ltm", "long-term memory (LanceDB): list, stats, store, search, forget, export, import, "
+                   "reembed; needs memdir[lancedb]")
+    if not isinstance(p, _Unused):
+        from memdir.ltm.cli import configure as configure_ltm  # argparse only: LanceDB loads when ltm runs
 
-    configure_ltm(cmd("ltm", "long-term memory (LanceDB): list, stats, store, search, forget, export, import, "
-                             "reembed; needs memdir[lancedb]"), lambda p: _add_globals(p, suppress=True))
-    from memdir.bench.cli import configure as configure_bench  # argparse only: keeps start-up light
+        configure_ltm(p, lambda p: _add_globals(p, suppress=True))
+    p = cmd("bench", "benchmarks: retrieval quality, speed, side-by-side comparison")
+    if not isinstance(p, _Unused):
+        from memdir.bench.cli import configure as configure_bench  # argparse only: keeps start-up light
 
-    configure_bench(cmd("bench", "benchmarks: retrieval quality, speed, side-by-side comparison"))
+        configure_bench(p)
 
     p = cmd("completion", "print a shell completion script, e.g. eval \"$(memdir completion bash)\"")
     p.add_argument("shell", choices=["bash", "zsh", "fish"], help="the shell to complete in")
@@ -546,8 +602,9 @@ def _flush_stdout() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions (see `memdir completion`)
+    completing = "_ARGCOMPLETE" in os.environ
+    parser = build_parser(None if completing else command_in(sys.argv[1:] if argv is None else argv))
+    if completing:  # a shell asking for completions (see `memdir completion`)
         import argcomplete
 
         argcomplete.autocomplete(parser)
