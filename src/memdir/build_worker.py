@@ -26,13 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from memdir.chunking import Chunk, chunk_markdown, chunk_sections, remap_lines
+from memdir.chunking import Chunk, chunk_id, chunk_markdown, chunk_sections, remap_lines
 from memdir.dates import line_dates, ms_to_day, span
 from memdir.textutil import fts_values
 from memdir.workspace import read_regular
-
-#: A planned chunk as the worker sends it: ``(chunk, date_start, date_end, fts_text, stems)``.
-Planned = tuple[Chunk, str | None, str | None, str, str]
 
 
 def plan(content: str, path: str, *, curated: bool, tokens: int, overlap: int,
@@ -71,7 +68,7 @@ def _read(abs_path: str) -> tuple[str, str]:
 
 
 def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
-    tokens, overlap = pickle.load(inp)
+    tokens, overlap, model = pickle.load(inp)
     while True:
         try:
             jobs = pickle.load(inp)
@@ -86,7 +83,8 @@ def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
             except Exception:  # vanished, unreadable, not a regular file: the indexer finds out itself
                 reply.append(None)
                 continue
-            rows = [(c.start_line, c.end_line, c.text, c.hash, first, last, *fts_values(c.text))
+            rows = [(chunk_id("memory", path, c.start_line, c.end_line, c.hash, model),
+                     c.start_line, c.end_line, c.text, c.hash, first, last, *fts_values(c.text))
                     for c, _ts, first, last in plan(content, path, curated=curated, tokens=tokens, overlap=overlap)]
             reply.append((digest, rows))
         pickle.dump(reply, out, protocol=pickle.HIGHEST_PROTOCOL)
@@ -99,7 +97,7 @@ class ChunkWorker:
     Any failure (no Python to start, a worker that died) surfaces as an exception from
     :meth:`submit` or :meth:`reply`; the caller then plans the remaining files itself."""
 
-    def __init__(self, tokens: int, overlap: int):
+    def __init__(self, tokens: int, overlap: int, model: str):
         root = str(Path(__file__).resolve().parents[1])  # the directory holding this memdir package
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -108,7 +106,7 @@ class ChunkWorker:
         self.proc = subprocess.Popen([sys.executable or "python3", "-m", "memdir.build_worker"], cwd=root,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      env=env)
-        self.submit((tokens, overlap))
+        self.submit((tokens, overlap, model))
 
     def submit(self, jobs: Any) -> None:
         assert self.proc.stdin is not None

@@ -51,6 +51,8 @@ INDEXING: dict[str, bool] = {"windows": True, "sections": True}
 #: (:mod:`memdir.build_worker`) while this one writes the index; a smaller one is over before the
 #: worker would have started.
 WORKER_MIN_BYTES = 2_000_000
+#: How often a first keyword-only build commits what it wrote so far (seconds; see _full_reindex).
+KEYWORD_PUBLISH_INTERVAL = 2.0
 #: About how many bytes of files the worker is asked to read at a time, and how many such
 #: batches it is given ahead of the one being written.
 WORKER_BATCH_BYTES = 64_000
@@ -95,6 +97,8 @@ class PlannedChunk:
     windows: list[str]
     #: The keyword index's values for the text, when computed ahead (:mod:`memdir.build_worker`).
     fts: tuple[str, str] | None = None
+    #: ``(model, chunk id)`` when the id was computed ahead for that model (:mod:`memdir.build_worker`).
+    model_id: tuple[str, str] | None = None
 
 
 def _estimate_tokens(lines: list[str]) -> list[int]:
@@ -394,7 +398,8 @@ class Indexer:
             batches[-1].append((str(f.abs_path), f.path, self._curated(f)))
             size += f.size
         try:
-            worker = ChunkWorker(cfg.tokens, cfg.overlap)
+            model = self.model_name
+            worker = ChunkWorker(cfg.tokens, cfg.overlap, model)
             for batch in batches[:WORKER_AHEAD]:  # small messages: never more than a pipe holds
                 worker.submit(batch)
         except Exception:  # e.g. no Python to start: everything is planned here
@@ -424,8 +429,8 @@ class Indexer:
                     continue
                 digest, rows = answer
                 chunks = [PlannedChunk(Chunk(start, end, text, h), None, first, last, self._windows(text),
-                                       (fts, stems))
-                          for start, end, text, h, first, last, fts, stems in rows]
+                                       (fts, stems), (model, cid))
+                          for cid, start, end, text, h, first, last, fts, stems in rows]
                 yield f, _Loaded(SourceDoc("", digest)), chunks
         finally:
             worker.close()
@@ -505,7 +510,8 @@ class Indexer:
                 seen: set[str] = set()
                 for pc in chunks:
                     c = pc.chunk
-                    cid = chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model)
+                    cid = (pc.model_id[1] if pc.model_id is not None and pc.model_id[0] == model
+                           else chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model))
                     if cid in seen:
                         # The same text on the same lines twice (slices of one long line of a repeated
                         # character): one row says it all, and a second with the same id broke the
@@ -531,11 +537,21 @@ class Indexer:
             if recovered:
                 with fresh.transaction():
                     fresh.set_state(RECOVERED_STATE, recovered)
-            self.progress_file.before_write = fresh.publish
+            interval = self.progress_file.min_interval
+            if self.provider is not None or not strict:
+                # commit as progress is shown: the embeddings paid for survive a killed build, and
+                # a search during a first build (no live index) reads the shadow
+                self.progress_file.before_write = fresh.publish
+            if self.provider is None:
+                # each commit writes FTS5's pending terms out as one more segment to merge: with
+                # nothing paid for to keep, a first build commits every few seconds, a rebuild
+                # (the live index answers searches) once
+                self.progress_file.min_interval = max(interval, KEYWORD_PUBLISH_INTERVAL)
             try:
                 report = self._incremental(fresh, progress, None, everything=True, strict=strict)
             finally:
                 self.progress_file.before_write = None
+                self.progress_file.min_interval = interval
             report.full = True
             ident = self.identity()
             if self.provider is not None and self.provider.dims:
