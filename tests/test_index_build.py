@@ -399,3 +399,53 @@ def test_a_rebuilt_index_has_no_free_pages_and_an_older_layout_keeps_working(
         assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
     finally:
         conn.close()
+
+
+class _WindowedProvider:
+    """Deterministic 16-dim vectors, and a 24-token window: long chunks are embedded in pieces."""
+
+    id, model, provider_key, max_input_bytes, dims, max_tokens = "win", "win-16", "win-key", 8000, 16, 24
+
+    def count_tokens(self, lines: list[str]) -> list[int]:
+        return [len(line.split()) + 1 for line in lines]
+
+    def _vec(self, text: str) -> list[float]:
+        import hashlib
+
+        return [(b - 127.5) / 128 for b in hashlib.sha512(text.encode()).digest()[:16]]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._vec(text)
+
+    def embed_batch(self, texts):
+        return [self._vec(t) for t in texts]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_rebuild_with_vectors_planned_in_a_worker_writes_what_one_process_writes(
+        make_workspace, tmp_path: Path, worker_calls: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker plans the chunks; their embedding windows (the provider's tokenizer) are cut here."""
+    from memdir import sync
+
+    ws = make_workspace(_worker_notes())
+
+    def build(state: Path) -> tuple[dict[str, list[tuple[object, ...]]], list[tuple[object, ...]]]:
+        with Memory(ws, state_dir=state, config={}, provider=_WindowedProvider()) as mem:
+            rep = mem.sync()
+            assert rep.full and rep.embedded > 0
+            index = mem.index_path
+        conn = db.binding().connect(str(index))
+        try:
+            cache = conn.execute("SELECT hash, embedding, dims FROM embedding_cache ORDER BY hash").fetchall()
+        finally:
+            conn.close()
+        return _contents(index), cache
+
+    parallel = build(tmp_path / "worker")
+    assert worker_calls.count("reply") >= 5
+    monkeypatch.setattr(sync, "WORKER_MIN_BYTES", 10**12)
+    alone = build(tmp_path / "alone")
+    assert any(len(r[9] or b"") > 16 * 4 for r in alone[0]["chunks"])  # some chunks have several windows
+    assert parallel == alone
