@@ -330,8 +330,8 @@ def test_a_worker_that_dies_or_cannot_start_leaves_the_files_to_the_indexer(
     monkeypatch.setattr(build_worker.ChunkWorker, "reply", dying_reply)
     assert _build(ws, tmp_path / "killed", {"memorySearch": {"provider": "none"}}) == expected
     assert len(answers) == 2
-    # a "Python" that is no Python (exits at once), and one that does not exist
-    for exe in ("/bin/true", str(tmp_path / "no-such-python")):
+    # a "Python" that is no Python (exits at once), one that does not exist, none known (embedded)
+    for exe in ("/bin/true", str(tmp_path / "no-such-python"), ""):
         monkeypatch.setattr(build_worker.sys, "executable", exe)
         assert _build(ws, tmp_path / f"exe-{len(exe)}", {"memorySearch": {"provider": "none"}}) == expected
     assert sync.WORKER_MIN_BYTES == 0

@@ -98,12 +98,14 @@ class ChunkWorker:
     :meth:`submit` or :meth:`reply`; the caller then plans the remaining files itself."""
 
     def __init__(self, tokens: int, overlap: int, model: str):
+        if not sys.executable:  # embedded: no interpreter known to be this one (with these stemmers)
+            raise RuntimeError("no Python executable to start a worker with")
         root = str(Path(__file__).resolve().parents[1])  # the directory holding this memdir package
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         # cwd=root: ``-m`` puts the working directory first on the path, and a folder named
         # memdir there must not stand in for this package
-        self.proc = subprocess.Popen([sys.executable or "python3", "-m", "memdir.build_worker"], cwd=root,
+        self.proc = subprocess.Popen([sys.executable, "-m", "memdir.build_worker"], cwd=root,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      env=env)
         self.submit((tokens, overlap, model))
