@@ -267,6 +267,7 @@ def worker_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(sync, "WORKER_MIN_BYTES", 0)
     monkeypatch.setattr(sync, "WORKER_BATCH_BYTES", 500)
+    monkeypatch.setattr(sync, "free_core", lambda: True)  # however busy the machine running the tests
     calls: list[str] = []
     real_init, real_reply = build_worker.ChunkWorker.__init__, build_worker.ChunkWorker.reply
 
@@ -449,3 +450,17 @@ def test_a_rebuild_with_vectors_planned_in_a_worker_writes_what_one_process_writ
     alone = build(tmp_path / "alone")
     assert any(len(r[9] or b"") > 16 * 4 for r in alone[0]["chunks"])  # some chunks have several windows
     assert parallel == alone
+
+
+def test_a_worker_is_started_only_with_a_core_to_spare(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from memdir import sync
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert not sync.free_core()  # one core: the build stays in process
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.9, 1.0, 1.0))
+    assert not sync.free_core()  # two cores, both busy
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.6, 1.0, 1.0))
+    assert sync.free_core()

@@ -91,6 +91,10 @@ def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
         out.flush()
 
 
+#: How many bytes of answers may wait in the pipe for the indexing process to read them.
+WORKER_PIPE_BYTES = 1 << 20
+
+
 class ChunkWorker:
     """The indexing process's end of one worker: :meth:`submit` batches, read :meth:`reply` in order.
 
@@ -108,7 +112,20 @@ class ChunkWorker:
         self.proc = subprocess.Popen([sys.executable, "-m", "memdir.build_worker"], cwd=root,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      env=env)
+        self._widen(self.proc.stdout)
         self.submit((tokens, overlap, model))
+
+    @staticmethod
+    def _widen(pipe: Any) -> None:
+        """Let the worker's answers queue up in the pipe (1 MB, Linux) rather than the 64 KB default:
+        a reply is ~140 KB, and a worker blocked writing one waited for every write here (the two
+        processes then took turns instead of working at once)."""
+        try:
+            import fcntl
+
+            fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, WORKER_PIPE_BYTES)
+        except (ImportError, AttributeError, OSError):  # another system, or a lower limit: the default
+            pass
 
     def submit(self, jobs: Any) -> None:
         assert self.proc.stdin is not None
