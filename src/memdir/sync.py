@@ -417,12 +417,15 @@ class Indexer:
                 size = 0
             batches[-1].append((str(f.abs_path), f.path, self._curated(f)))
             size += f.size
+        model = self.model_name
+        worker: ChunkWorker | None = None
         try:
-            model = self.model_name
             worker = ChunkWorker(cfg.tokens, cfg.overlap, model)
             for batch in batches[:WORKER_AHEAD]:  # small messages: never more than a pipe holds
                 worker.submit(batch)
         except Exception:  # e.g. no Python to start: everything is planned here
+            if worker is not None:
+                worker.close()
             yield from ((f, None, None) for f in todo)
             return
         sent = min(len(batches), WORKER_AHEAD)
