@@ -232,3 +232,235 @@ def test_a_keyword_only_rebuild_is_copied_in_by_pages_and_an_open_reader_reads_t
         reader.close()
     full = _contents(index)
     assert len(full["chunks"]) == old_rows + 1
+
+
+# -- a large full build: files chunked and stemmed in a worker process ----------------------------
+
+def _session_setup(ws: Path, state: Path) -> dict[str, object]:
+    """A transcript beside the notes (planned in process: its times need the timezone)."""
+    import json
+
+    from memdir.config import load_config
+
+    sessions = load_config(workspace=ws, state_dir=state).settings.sessions_dir
+    sessions.mkdir(parents=True, exist_ok=True)
+    (sessions / "s1.jsonl").write_text(
+        json.dumps({"type": "message", "timestamp": 1_700_000_000_000,
+                    "message": {"role": "user", "content": "The flamingo migration runs on Friday"}}) + "\n")
+    return {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                             "experimental": {"sessionMemory": True}}}
+
+
+def _worker_notes() -> dict[str, str]:
+    notes = dict(_NOTES)
+    for i in range(12):  # enough files for several batches and replies
+        notes[f"memory/2023-06-{i + 1:02d}.md"] = "\n".join(
+            f"- Reviewed ticket INC-{i * 100 + k} about the {['auth', 'search', 'billing'][k % 3]} layer"
+            for k in range(40))
+    return notes
+
+
+@pytest.fixture
+def worker_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every full build uses a worker (in small batches); records each worker started and each reply."""
+    from memdir import build_worker, sync
+
+    monkeypatch.setattr(sync, "WORKER_MIN_BYTES", 0)
+    monkeypatch.setattr(sync, "WORKER_BATCH_BYTES", 500)
+    monkeypatch.setattr(sync, "free_core", lambda: True)  # however busy the machine running the tests
+    calls: list[str] = []
+    real_init, real_reply = build_worker.ChunkWorker.__init__, build_worker.ChunkWorker.reply
+
+    def init(self, *args):
+        calls.append("start")
+        real_init(self, *args)
+
+    def reply(self):
+        answer = real_reply(self)
+        calls.append("reply")
+        return answer
+
+    monkeypatch.setattr(build_worker.ChunkWorker, "__init__", init)
+    monkeypatch.setattr(build_worker.ChunkWorker, "reply", reply)
+    return calls
+
+
+def _build(ws: Path, state: Path, config: dict[str, object]) -> dict[str, list[tuple[object, ...]]]:
+    with Memory(ws, state_dir=state, config=config) as mem:
+        rep = mem.sync()
+        assert rep.full and not rep.skipped
+        return _contents(mem.index_path)
+
+
+def test_a_large_rebuild_planned_in_a_worker_writes_what_one_process_writes(
+        make_workspace, tmp_path: Path, worker_calls: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from memdir import sync
+
+    ws = make_workspace(_worker_notes())
+    config = _session_setup(ws, tmp_path / "state-worker")
+    _session_setup(ws, tmp_path / "state-alone")
+    parallel = _build(ws, tmp_path / "state-worker", config)
+    assert worker_calls.count("start") == 1 and worker_calls.count("reply") >= 5
+    monkeypatch.setattr(sync, "WORKER_MIN_BYTES", 10**12)
+    alone = _build(ws, tmp_path / "state-alone", config)
+    assert worker_calls.count("start") == 1  # the threshold keeps a build in process
+    assert {p for _, _, p, *_ in parallel["chunks"]} >= {"MEMORY.md", "memory/2023-05-08.md", "sessions/s1.jsonl"}
+    for key in alone:
+        assert parallel[key] == alone[key], key
+
+
+def test_a_worker_that_dies_or_cannot_start_leaves_the_files_to_the_indexer(
+        make_workspace, tmp_path: Path, worker_calls: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from memdir import build_worker, sync
+
+    ws = make_workspace(_worker_notes())
+    expected = _build(ws, tmp_path / "reference", {"memorySearch": {"provider": "none"}})
+    # killed after its second answer: the files it did not answer are planned in process
+    real_reply = build_worker.ChunkWorker.reply
+    answers: list[int] = []
+
+    def dying_reply(self):
+        if len(answers) == 2:  # (closing our end too: an answer already in the pipe is lost with it)
+            self.proc.kill()
+            self.proc.wait()
+            self.proc.stdout.close()
+        answer = real_reply(self)
+        answers.append(len(answer))
+        return answer
+
+    monkeypatch.setattr(build_worker.ChunkWorker, "reply", dying_reply)
+    assert _build(ws, tmp_path / "killed", {"memorySearch": {"provider": "none"}}) == expected
+    assert len(answers) == 2
+    # a "Python" that is no Python (exits at once), one that does not exist, none known (embedded)
+    for exe in ("/bin/true", str(tmp_path / "no-such-python"), ""):
+        monkeypatch.setattr(build_worker.sys, "executable", exe)
+        assert _build(ws, tmp_path / f"exe-{len(exe)}", {"memorySearch": {"provider": "none"}}) == expected
+    assert sync.WORKER_MIN_BYTES == 0
+
+
+def test_a_file_the_worker_cannot_read_is_reported_as_skipped(make_workspace, tmp_path: Path,
+                                                               worker_calls: list[str]) -> None:
+    import os
+
+    ws = make_workspace(_worker_notes())
+    os.mkfifo(ws / "memory" / "pipe.md")  # refused before it is opened for reading, by both processes
+    with Memory(ws, state_dir=tmp_path / "state", config={"memorySearch": {"provider": "none"}}) as mem:
+        rep = mem.sync()
+        assert "reply" in worker_calls
+        assert [s["path"] for s in rep.skipped] == ["memory/pipe.md"]
+        assert mem.search("INC-1105 billing", min_score=0).results[0].path == "memory/2023-06-12.md"
+
+
+def test_a_rebuilt_index_has_no_free_pages_and_an_older_layout_keeps_working(
+        make_workspace, tmp_path: Path, keyword_config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FTS5's merges free pages while a rebuild's shadow fills: the shadow gives them back before it
+    is copied in.  An index of the older layout (no page tracking, a second index on ``source``)
+    is searched and synced as it is, and a rebuild brings it the new layout with the same rows."""
+    from memdir.bench.corpus import generate
+    from memdir.stores import sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "BULK_FTS_HASH_BYTES", 2048)  # many small segments, merged
+    corpus = generate(tmp_path / "corpus", 300, seed=1)  # (leaves free pages behind with this setting)
+    ws, query = corpus.workspace, corpus.queries[0]
+    with Memory(ws, state_dir=tmp_path / "state", config=keyword_config) as mem:
+        mem.sync()
+        index = mem.index_path
+        found = mem.search(query, min_score=0).results
+        assert found
+        counts = mem.store.counts_by_source()
+    fresh = _contents(index)
+    conn = db.binding().connect(str(index))
+    assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental: pages can be given back
+    # the older layout: no auto-vacuum, indexes on (path, source) and (source)
+    conn.execute("PRAGMA journal_mode = DELETE")
+    conn.execute("PRAGMA auto_vacuum = NONE")
+    conn.execute("VACUUM")
+    conn.execute("DROP INDEX idx_chunks_path")
+    conn.execute("CREATE INDEX idx_chunks_path ON chunks(path, source)")
+    conn.execute("CREATE INDEX idx_chunks_source ON chunks(source)")
+    conn.execute("PRAGMA journal_mode = WAL")
+    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    conn.close()
+    with Memory(ws, state_dir=tmp_path / "state", config=keyword_config) as mem:
+        assert mem.search(query, min_score=0).results == found
+        assert mem.store.counts_by_source() == counts
+        (ws / "memory" / "zoo.md").write_text("# Zoo\n\nA quokka was seen near the billing office.\n")
+        assert mem.sync().indexed == 1
+        assert [h.path for h in mem.search("quokka", min_score=0).results] == ["memory/zoo.md"]
+        (ws / "memory" / "zoo.md").unlink()
+        assert mem.sync(force=True).full
+        assert mem.search(query, min_score=0).results == found
+    assert _contents(index) == fresh
+    conn = db.binding().connect(str(index))
+    try:
+        names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert "idx_chunks_source" not in names and "idx_chunks_path" in names
+        assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+        assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    finally:
+        conn.close()
+
+
+class _WindowedProvider:
+    """Deterministic 16-dim vectors, and a 24-token window: long chunks are embedded in pieces."""
+
+    id, model, provider_key, max_input_bytes, dims, max_tokens = "win", "win-16", "win-key", 8000, 16, 24
+
+    def count_tokens(self, lines: list[str]) -> list[int]:
+        return [len(line.split()) + 1 for line in lines]
+
+    def _vec(self, text: str) -> list[float]:
+        import hashlib
+
+        return [(b - 127.5) / 128 for b in hashlib.sha512(text.encode()).digest()[:16]]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._vec(text)
+
+    def embed_batch(self, texts):
+        return [self._vec(t) for t in texts]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_rebuild_with_vectors_planned_in_a_worker_writes_what_one_process_writes(
+        make_workspace, tmp_path: Path, worker_calls: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker plans the chunks; their embedding windows (the provider's tokenizer) are cut here."""
+    from memdir import sync
+
+    ws = make_workspace(_worker_notes())
+
+    def build(state: Path) -> tuple[dict[str, list[tuple[object, ...]]], list[tuple[object, ...]]]:
+        with Memory(ws, state_dir=state, config={}, provider=_WindowedProvider()) as mem:
+            rep = mem.sync()
+            assert rep.full and rep.embedded > 0
+            index = mem.index_path
+        conn = db.binding().connect(str(index))
+        try:
+            cache = conn.execute("SELECT hash, embedding, dims FROM embedding_cache ORDER BY hash").fetchall()
+        finally:
+            conn.close()
+        return _contents(index), cache
+
+    parallel = build(tmp_path / "worker")
+    assert worker_calls.count("reply") >= 5
+    monkeypatch.setattr(sync, "WORKER_MIN_BYTES", 10**12)
+    alone = build(tmp_path / "alone")
+    assert any(len(r[9] or b"") > 16 * 4 for r in alone[0]["chunks"])  # some chunks have several windows
+    assert parallel == alone
+
+
+def test_a_worker_is_started_only_with_a_core_to_spare(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from memdir import sync
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert not sync.free_core()  # one core: the build stays in process
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.9, 1.0, 1.0))
+    assert not sync.free_core()  # two cores, both busy
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.6, 1.0, 1.0))
+    assert sync.free_core()

@@ -124,11 +124,14 @@ def rows_in(conn: Any, sql: str, ids: Sequence[Any], args: Sequence[Any] = (), s
 PAGE_SIZE = 8192
 
 
-def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0, page_size: int = PAGE_SIZE) -> Any:
+def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0, page_size: int = PAGE_SIZE,
+            auto_vacuum: bool = False) -> Any:
     """A connection with WAL, a busy timeout and rows as tuples; ``check_same_thread`` off
     because :class:`memdir.stores.sqlite.SqliteStore` serialises access itself.  ``page_size``:
     what a new database gets (a rebuild's shadow takes its index's, so it can be copied in page
-    by page)."""
+    by page).  ``auto_vacuum``: a new database keeps track of its pages' parents, so that
+    ``PRAGMA incremental_vacuum`` can give its free pages back (a rebuild's shadow, see
+    :meth:`memdir.stores.sqlite.SqliteStore.rebuild`)."""
     mod = binding()
     if readonly:
         uri = f"file:{Path(path).as_posix()}?mode=ro"
@@ -141,6 +144,8 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0, 
         # row with a 384-d float32 vector is ~2.6 KB: one fits a 4 KiB page, three fit 8 KiB,
         # which took a 10k-chunk index with vectors from 53.6 to 40.0 MB.
         conn.execute(f"PRAGMA page_size = {int(page_size)}")
+        if auto_vacuum:
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         enable_wal(conn, timeout)
         conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA temp_store = MEMORY")

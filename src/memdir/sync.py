@@ -14,15 +14,18 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memdir.chunking import Chunk, chunk_id, chunk_markdown, chunk_sections, embedding_windows, remap_lines, sha256_text
+from memdir.build_worker import ChunkWorker, plan
+from memdir.chunking import Chunk, chunk_id, embedding_windows, sha256_text
 from memdir.daily import resolve_timezone
-from memdir.dates import file_date, line_dates, ms_to_day, span
+from memdir.dates import file_date
 from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
 from memdir.errors import IndexOwnershipError, ownership_message
 from memdir.lock import LockTimeout
@@ -44,6 +47,17 @@ Notice = Callable[[str], None]
 #: ``windows`` embeds every model-window of a chunk (not only its first 256 tokens); ``sections``
 #: chunks curated files by their headings and bullet groups.
 INDEXING: dict[str, bool] = {"windows": True, "sections": True}
+
+#: A full rebuild of at least this many bytes of files is chunked and stemmed in a second process
+#: (:mod:`memdir.build_worker`) while this one writes the index; a smaller one is over before the
+#: worker would have started.
+WORKER_MIN_BYTES = 2_000_000
+#: How often a first keyword-only build commits what it wrote so far (seconds; see _full_reindex).
+KEYWORD_PUBLISH_INTERVAL = 2.0
+#: About how many bytes of files the worker is asked to read at a time, and how many such
+#: batches it is given ahead of the one being written.
+WORKER_BATCH_BYTES = 64_000
+WORKER_AHEAD = 8
 
 
 @dataclass
@@ -82,6 +96,10 @@ class PlannedChunk:
     date_end: str | None
     #: The text pieces the embedder reads (one unless the chunk is longer than the model's window).
     windows: list[str]
+    #: The keyword index's values for the text, when computed ahead (:mod:`memdir.build_worker`).
+    fts: tuple[str, str] | None = None
+    #: ``(model, chunk id)`` when the id was computed ahead for that model (:mod:`memdir.build_worker`).
+    model_id: tuple[str, str] | None = None
 
 
 def _estimate_tokens(lines: list[str]) -> list[int]:
@@ -106,6 +124,31 @@ def read_memory_file(entry: FileEntry) -> SourceDoc | None:
     except FileNotFoundError:
         return None  # vanished between listing and reading: not an error (R§2)
     return SourceDoc(raw.decode("utf-8", errors="replace"), hashlib.sha256(raw).hexdigest())
+
+
+def free_core() -> bool:
+    """Whether a second process would get a core of its own: this machine has two or more (that
+    this process may use) and the last minute's load leaves one idle.  When the other cores are
+    busy, the worker only adds its overhead (~15% more CPU for the same wall time, measured on
+    2 cores with one taken)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    if cores < 2:
+        return False
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows: no load average, assume the usual idle core
+        return True
+    return load <= cores - 1
+
+
+@dataclass
+class _Loaded:
+    """A file read ahead of its turn (only its hash is kept when a worker chunked it)."""
+
+    doc: SourceDoc | None
 
 
 def _why(exc: BaseException) -> str:
@@ -307,30 +350,37 @@ class Indexer:
         # larger batches save commits (156 of them cost ~10% of a 10k-chunk keyword-only build).
         batch_chunks = 64 if self.provider is not None else 512
         done = 0
-        for f in todo:
-            if deadline is not None and time.monotonic() > deadline:
-                report.incomplete = True
-                break
-            try:
-                doc = self.load(f)
-            except Exception as exc:  # one unreadable file never blocks the rest; retried next sync
-                report.skipped.append(Skipped(f.path, _why(exc)).as_dict())
-                continue
-            if doc is None:
-                continue
-            known = rows.get((f.path, f.source))
-            if known and known[0] == doc.hash and (f.path, f.source) not in needs_vectors:
-                touched.append((f, doc.hash))
-                report.unchanged += 1
-                continue
-            chunks = self._chunk(doc, f)
-            batch.append((f, doc, chunks))
-            pending_chunks += len(chunks)
-            if pending_chunks >= batch_chunks or len(batch) >= 200:
-                done += self._write_batch(store, batch, report, strict=strict)
-                batch, pending_chunks = [], 0
-                if progress:
-                    progress(done, total, label)
+        parallel = (everything and deadline is None and sum(f.size for f in todo) >= WORKER_MIN_BYTES
+                    and free_core())
+        planned = self._planned_in_worker(todo) if parallel else ((f, None, None) for f in todo)
+        try:
+            for f, loaded, chunks in planned:
+                if deadline is not None and time.monotonic() > deadline:
+                    report.incomplete = True
+                    break
+                try:
+                    doc = self.load(f) if loaded is None else loaded.doc
+                except Exception as exc:  # one unreadable file never blocks the rest; retried next sync
+                    report.skipped.append(Skipped(f.path, _why(exc)).as_dict())
+                    continue
+                if doc is None:
+                    continue
+                known = rows.get((f.path, f.source))
+                if known and known[0] == doc.hash and (f.path, f.source) not in needs_vectors:
+                    touched.append((f, doc.hash))
+                    report.unchanged += 1
+                    continue
+                if chunks is None:
+                    chunks = self._chunk(doc, f)
+                batch.append((f, doc, chunks))
+                pending_chunks += len(chunks)
+                if pending_chunks >= batch_chunks or len(batch) >= 200:
+                    done += self._write_batch(store, batch, report, strict=strict)
+                    batch, pending_chunks = [], 0
+                    if progress:
+                        progress(done, total, label)
+        finally:
+            planned.close()  # stops a worker at once, also when a write failed
         if batch:
             done += self._write_batch(store, batch, report, strict=strict)
         report.skipped[:0] = [s.as_dict() for s in self._skipped]
@@ -346,40 +396,83 @@ class Indexer:
             progress(total if not report.incomplete else done, total, label)
         return report
 
-    def _chunk(self, doc: SourceDoc, entry: FileEntry) -> list[PlannedChunk]:
-        """A document's chunks with their time (transcripts), days and embedding windows.
+    def _planned_in_worker(self, todo: list[FileEntry]) -> Iterator[tuple[FileEntry, Any, list[PlannedChunk] | None]]:
+        """``(file, loaded, chunks)`` for every file of ``todo`` in order, for a large full rebuild.
 
-        Curated files (``MEMORY.md`` and other memory files without a date in their name) are
-        chunked by their structure; daily logs and transcripts by size (R§3).
+        Memory files are read, chunked and stemmed by a :class:`memdir.build_worker.ChunkWorker`
+        a few batches ahead of the one this process writes (``loaded``: a :class:`_Loaded`
+        holding their hash; the content is not sent back).  ``None`` for both where the caller
+        loads and plans the file itself: other sources (transcripts), files the worker could not
+        read (the caller then reports why), and every file from the first one a failed worker did
+        not answer.  Closing the generator stops the worker.
         """
         cfg = self.settings.memory_search.chunking
-        curated = INDEXING["sections"] and entry.source == "memory" and file_date(entry.path) is None
-        chunker = chunk_sections if curated else chunk_markdown
-        chunks = [c for c in chunker(doc.content, cfg.tokens, cfg.overlap) if c.text.strip()]
-        if doc.timestamps_ms:
-            tz = resolve_timezone(self.settings.user_timezone)[0]
-            days = [ms_to_day(t, tz) for t in doc.timestamps_ms]
-        else:
-            days = line_dates(entry.path, doc.content)
-        # Most files are about one day (a daily log) or none: then every chunk's span is that day
-        # (a span per chunk was a tenth of the Python work of a keyword-only build).
-        one_day = bool(days) and days.count(days[0]) == len(days)
-        day = days[0].isoformat() if one_day and days[0] is not None else None
-        out: list[PlannedChunk] = []
-        for c in chunks:
-            ts = None
-            if doc.timestamps_ms:
-                ts = max(doc.timestamps_ms[c.start_line - 1 : c.end_line], default=0) or None
-            if one_day and 0 < c.start_line <= c.end_line and c.start_line <= len(days):
-                first = last = day
-            else:
-                first, last = span(days[c.start_line - 1 : c.end_line])
-            out.append(PlannedChunk(c, ts, first, last, self._windows(c.text)))
-        if doc.line_map:
-            remapped = remap_lines([p.chunk for p in out], doc.line_map)
-            out = [PlannedChunk(c, p.ts, p.date_start, p.date_end, p.windows)
-                   for c, p in zip(remapped, out, strict=True)]
-        return out
+        batches: list[list[tuple[str, str, bool]]] = []
+        size = WORKER_BATCH_BYTES
+        for f in todo:
+            if f.source != "memory" or self._source(f.source) is not None:
+                continue
+            if size >= WORKER_BATCH_BYTES:
+                batches.append([])
+                size = 0
+            batches[-1].append((str(f.abs_path), f.path, self._curated(f)))
+            size += f.size
+        model = self.model_name
+        worker: ChunkWorker | None = None
+        try:
+            worker = ChunkWorker(cfg.tokens, cfg.overlap, model)
+            for batch in batches[:WORKER_AHEAD]:  # small messages: never more than a pipe holds
+                worker.submit(batch)
+        except Exception:  # e.g. no Python to start: everything is planned here
+            if worker is not None:
+                worker.close()
+            yield from ((f, None, None) for f in todo)
+            return
+        sent = min(len(batches), WORKER_AHEAD)
+        replies: deque[tuple[str, list[tuple[Any, ...]]] | None] = deque()
+        alive = True
+        try:
+            for f in todo:
+                if not alive or f.source != "memory" or self._source(f.source) is not None:
+                    yield f, None, None
+                    continue
+                if not replies:
+                    try:
+                        replies.extend(worker.reply())
+                        if sent < len(batches):
+                            worker.submit(batches[sent])
+                            sent += 1
+                    except Exception:  # the worker died: the remaining files are planned here
+                        alive = False
+                        yield f, None, None
+                        continue
+                answer = replies.popleft()
+                if answer is None:
+                    yield f, None, None
+                    continue
+                digest, rows = answer
+                chunks = [PlannedChunk(Chunk(start, end, text, h), None, first, last, self._windows(text),
+                                       (fts, stems), (model, cid))
+                          for cid, start, end, text, h, first, last, fts, stems in rows]
+                yield f, _Loaded(SourceDoc("", digest)), chunks
+        finally:
+            worker.close()
+
+    def _chunk(self, doc: SourceDoc, entry: FileEntry) -> list[PlannedChunk]:
+        """A document's chunks with their time (transcripts), days and embedding windows
+        (:func:`memdir.build_worker.plan`)."""
+        cfg = self.settings.memory_search.chunking
+        tz = resolve_timezone(self.settings.user_timezone)[0] if doc.timestamps_ms else None
+        return [PlannedChunk(c, ts, first, last, self._windows(c.text))
+                for c, ts, first, last in plan(doc.content, entry.path, curated=self._curated(entry),
+                                               tokens=cfg.tokens, overlap=cfg.overlap,
+                                               timestamps_ms=doc.timestamps_ms, line_map=doc.line_map, tz=tz)]
+
+    @staticmethod
+    def _curated(entry: FileEntry) -> bool:
+        """Curated files (``MEMORY.md`` and other memory files without a date in their name) are
+        chunked by their structure; daily logs and transcripts by size (R§3)."""
+        return INDEXING["sections"] and entry.source == "memory" and file_date(entry.path) is None
 
     def _windows(self, text: str) -> list[str]:
         """The pieces of a chunk the embedder reads: the whole text, or several pieces when it is
@@ -440,7 +533,8 @@ class Indexer:
                 seen: set[str] = set()
                 for pc in chunks:
                     c = pc.chunk
-                    cid = chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model)
+                    cid = (pc.model_id[1] if pc.model_id is not None and pc.model_id[0] == model
+                           else chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model))
                     if cid in seen:
                         # The same text on the same lines twice (slices of one long line of a repeated
                         # character): one row says it all, and a second with the same id broke the
@@ -451,7 +545,7 @@ class Indexer:
                     embedding = [x for v in parts for x in v] if parts and all(parts) else None  # type: ignore[union-attr]
                     rows.append(ChunkRow(cid, f.path,
                                          f.source, c.start_line, c.end_line, c.hash, model, c.text, embedding, pc.ts,
-                                         pc.date_start, pc.date_end, len(pc.windows) if embedding else 1))
+                                         pc.date_start, pc.date_end, len(pc.windows) if embedding else 1, pc.fts))
                 store.replace_file(f.path, f.source, doc.hash, f.mtime_ns, f.size, rows)
                 report.chunks += len(rows)
                 report.indexed += 1
@@ -466,11 +560,21 @@ class Indexer:
             if recovered:
                 with fresh.transaction():
                     fresh.set_state(RECOVERED_STATE, recovered)
-            self.progress_file.before_write = fresh.publish
+            interval = self.progress_file.min_interval
+            if self.provider is not None or not strict:
+                # commit as progress is shown: the embeddings paid for survive a killed build, and
+                # a search during a first build (no live index) reads the shadow
+                self.progress_file.before_write = fresh.publish
+            if self.provider is None:
+                # each commit writes FTS5's pending terms out as one more segment to merge: with
+                # nothing paid for to keep, a first build commits every few seconds, a rebuild
+                # (the live index answers searches) once
+                self.progress_file.min_interval = max(interval, KEYWORD_PUBLISH_INTERVAL)
             try:
                 report = self._incremental(fresh, progress, None, everything=True, strict=strict)
             finally:
                 self.progress_file.before_write = None
+                self.progress_file.min_interval = interval
             report.full = True
             ident = self.identity()
             if self.provider is not None and self.provider.dims:

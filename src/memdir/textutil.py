@@ -165,3 +165,13 @@ def stem_text(text: str) -> str:
     from memdir.stemming import text_stems
 
     return text_stems(text)
+
+
+def fts_values(text: str) -> tuple[str, str]:
+    """What ``chunks_fts`` indexes for a chunk's text: its ``text`` and ``stems`` columns.
+
+    Deterministic on purpose: a row of the contentless keyword index is deleted by handing FTS5
+    these same values again, so a change to what they produce must change the index identity
+    (``sync.identity()["schema"]``) and rebuild the index.  Used in process and in
+    :mod:`memdir.build_worker` alike."""
+    return fts_text(text), stem_text(text)

@@ -67,6 +67,9 @@ class ChunkRow:
     date_start: str | None = None
     date_end: str | None = None
     windows: int = 1
+    #: The keyword index's values for ``text`` (:func:`memdir.textutil.fts_values`), when they were
+    #: computed ahead (by :mod:`memdir.build_worker`); ``None``: the store derives them.
+    fts: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

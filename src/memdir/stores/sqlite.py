@@ -39,7 +39,7 @@ from memdir.stores.base import ChunkRow, Hit
 from memdir.stores.sqlite_lifecycle import SqliteLifecycle
 from memdir.stores.vector_sidecar import remove_leftovers as remove_sidecar_leftovers
 from memdir.stores.vector_sidecar import sidecar_path
-from memdir.textutil import fts_text, stem_counts, stem_text
+from memdir.textutil import fts_text, fts_values, stem_counts, stem_text
 
 if TYPE_CHECKING:
     import numpy as np
@@ -80,15 +80,6 @@ def max_cosine(blob: bytes, q: np.ndarray) -> float | None:
     norms = np.linalg.norm(m, axis=1)
     norms[norms == 0] = 1.0
     return float(np.max((m @ q) / norms))
-
-
-def fts_values(text: str) -> tuple[str, str]:
-    """What ``chunks_fts`` indexes for a chunk's text: its ``text`` and ``stems`` columns.
-
-    Deterministic on purpose: a row of the contentless keyword index is deleted by handing FTS5
-    these same values again, so a change to what they produce must change the index identity
-    (``sync.identity()["schema"]``) and rebuild the index."""
-    return fts_text(text), stem_text(text)
 
 
 def bm25_to_score(rank: float) -> float:
@@ -134,9 +125,11 @@ class SqliteStore(SqliteLifecycle):
     """A connection to one index file, safe to share between threads (calls are serialised)."""
 
     def __init__(self, path: Path, *, fts_tokenizer: str = "unicode61", vector_enabled: bool = True,
-                 extension_path: str | None = None, readonly: bool = False, page_size: int | None = None):
+                 extension_path: str | None = None, readonly: bool = False, page_size: int | None = None,
+                 auto_vacuum: bool = False):
         self.path = Path(path)
         self.new_page_size = page_size or db.PAGE_SIZE
+        self.new_auto_vacuum = auto_vacuum
         self.fts_tokenizer = fts_tokenizer
         self.vector_enabled = vector_enabled
         self.extension_path = extension_path
@@ -273,8 +266,7 @@ class SqliteStore(SqliteLifecycle):
                     start_line INTEGER NOT NULL, end_line INTEGER NOT NULL, hash TEXT NOT NULL,
                     model TEXT NOT NULL, text TEXT NOT NULL, embedding BLOB, updated_at INTEGER NOT NULL,
                     ts INTEGER, date_start TEXT, date_end TEXT);
-                CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks(path, source);
-                CREATE INDEX IF NOT EXISTS idx_chunks_source ON chunks(source);
+                CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks(source, path);
                 CREATE TABLE IF NOT EXISTS embedding_cache(
                     provider TEXT NOT NULL, model TEXT NOT NULL, provider_key TEXT NOT NULL,
                     hash TEXT NOT NULL, embedding BLOB NOT NULL, dims INTEGER NOT NULL,
@@ -424,7 +416,7 @@ class SqliteStore(SqliteLifecycle):
         if self.fts_available:
             # FTS rows share the chunk's rowid, so a file's rows are deleted by key, not by a scan.
             c.executemany("INSERT INTO chunks_fts(rowid, text, stems) VALUES (?,?,?)",
-                          [(rid, *fts_values(ch.text)) for rid, ch in zip(rowids, chunks, strict=True)])
+                          [(rid, *(ch.fts or fts_values(ch.text))) for rid, ch in zip(rowids, chunks, strict=True)])
         if bulk is None:
             vecs.log_changes(c, rowids, alive=True)
             vecs.trim_log(c)
@@ -819,7 +811,7 @@ class SqliteStore(SqliteLifecycle):
             # the index's own page size: the swap then copies the shadow in page by page
             (page_size,) = self.conn.execute("PRAGMA page_size").fetchone()
             fresh = SqliteStore(temp_path, fts_tokenizer=self.fts_tokenizer, vector_enabled=self.vector_enabled,
-                                extension_path=self.extension_path, page_size=int(page_size))
+                                extension_path=self.extension_path, page_size=int(page_size), auto_vacuum=True)
             # A scratch file until swapped in (a crash discards it): no syncs to disk while building.
             fresh.conn.execute("PRAGMA synchronous = OFF")
             with fresh.transaction() as c:
@@ -829,6 +821,9 @@ class SqliteStore(SqliteLifecycle):
             fresh._bulk_begin()
             yield fresh
             fresh._bulk_end()
+            # FTS5's segment merges left free pages behind (5-10% of a keyword-only index): the
+            # page copy would copy them too
+            fresh.conn.execute("PRAGMA incremental_vacuum").fetchall()  # (one step frees one page)
             fresh.close()
             self.swap_from(temp_path)
         except BaseException as exc:

@@ -41,6 +41,8 @@ class SqliteLifecycle:
     _identity: tuple[int, int] | None
     #: The page size a new database file gets (an existing one keeps its own).
     new_page_size: int = db.PAGE_SIZE
+    #: Whether a new database file can give free pages back (``PRAGMA incremental_vacuum``).
+    new_auto_vacuum: bool = False
 
     if TYPE_CHECKING:  # provided by SqliteStore
         fts_available: bool
@@ -83,7 +85,7 @@ class SqliteLifecycle:
         if not self.readonly:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = db.connect(self.path, page_size=self.new_page_size)
+                conn = db.connect(self.path, page_size=self.new_page_size, auto_vacuum=self.new_auto_vacuum)
             except Exception as exc:
                 if conn is not None:
                     conn.close()
