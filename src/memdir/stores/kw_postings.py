@@ -185,6 +185,12 @@ class KeywordPostings:
         self.seen += 1
         return self.seen > 1 or self.rowids is not None
 
+    def follow(self, generation: Any) -> None:
+        """Move to ``generation`` as a search would (patched, or everything dropped), without
+        counting a search (call inside the caller's read snapshot at that generation)."""
+        self.ready(generation)
+        self.seen -= 1
+
     def _forget(self) -> None:
         self._phrases, self._tokens, self._entries = {}, {}, 0
         self._pending, self._base = [], 0
@@ -402,24 +408,27 @@ class KeywordPostings:
 
     def add_phrases(self, generation: Any, rowids: np.ndarray,
                     loaded: Sequence[tuple[tuple[str, tuple[str, ...], bool], np.ndarray, np.ndarray]],
-                    budget: int) -> str:
+                    budget: int) -> tuple[str, int, int]:
         """Hold phrases a warm-up read at ``generation`` against ``rowids`` (row numbers) while that
-        is still the generation held: ``"ok"``, ``"full"`` (``budget`` entries reached: the rest
-        are not taken) or ``"stale"`` (another generation is held: nothing taken)."""
+        is still the generation held: ``("ok" | "full" | "stale", phrases taken, entries taken)``;
+        ``"full"``: ``budget`` entries reached, the rest not taken; ``"stale"``: another generation
+        is held, nothing taken."""
         import numpy as np
 
         if self.generation != generation or self.rowids is None or not (
                 self.rowids is rowids or np.array_equal(self.rowids, rowids)):
-            return "stale"
+            return "stale", 0, 0
+        phrases = entries = 0
         for key, rows, counts in loaded:
             if key in self._phrases:
                 continue
             if self._entries + rows.size > budget:
-                return "full"
+                return "full", phrases, entries
             # taken as the least recently used: a search's own loads never make way for these
             self._phrases = {key: (rows, counts, self._level), **self._phrases}
             self._entries += rows.size
-        return "ok"
+            phrases, entries = phrases + 1, entries + int(rows.size)
+        return "ok", phrases, entries
 
     @staticmethod
     def _idf(n_rows: int, hits: int) -> float:

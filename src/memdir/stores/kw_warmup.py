@@ -46,11 +46,13 @@ IDLE_SECONDS = 0.02
 #: Generations the warm-up starts over at before it gives up (an index being written all the time).
 MAX_ROUNDS = 3
 
-#: ``(generation, rowids, sizes) → whether the store holds that generation`` (under its lock).
+#: ``(generation, rowids, sizes) → whether the store holds that generation`` (under its lock;
+#: a store holding an older one is first brought to the index's state, as its next search would).
 AdoptRows = Callable[[Any, Any, Any], bool]
-#: ``(generation, rowids, [(phrase key, rows, counts)], budget) → "ok"``, ``"full"`` (budget
-#: reached) or ``"stale"`` (the store holds another generation now).
-AddPhrases = Callable[[Any, Any, list[tuple[tuple[str, tuple[str, ...], bool], Any, Any]], int], str]
+#: ``(generation, rowids, [(phrase key, rows, counts)], budget) → (status, phrases, entries taken)``:
+#: ``"ok"``, ``"full"`` (budget reached) or ``"stale"`` (the store holds another generation now).
+AddPhrases = Callable[[Any, Any, list[tuple[tuple[str, tuple[str, ...], bool], Any, Any]], int],
+                      tuple[str, int, int]]
 #: Whether a phrase is held already (a search read it first).
 Held = Callable[[tuple[str, tuple[str, ...], bool]], bool]
 #: Seconds since the store was last used (0 while it is).
@@ -61,18 +63,19 @@ class Warmup:
     """One warm-up thread over one index file; :meth:`describe` says how far it got."""
 
     def __init__(self, path: Path, table: str, adopt_rows: AdoptRows, add_phrases: AddPhrases, held: Held,
-                 idle_for: IdleFor | None = None, *, budget: int = BUDGET, min_rows: int = MIN_ROWS,
-                 max_seconds: float = MAX_SECONDS, idle_seconds: float = IDLE_SECONDS):
+                 idle_for: IdleFor | None = None, *, budget: int | None = None, min_rows: int | None = None,
+                 max_seconds: float | None = None, idle_seconds: float | None = None):
         self.path = Path(path)
         self.table = table
         self.adopt_rows = adopt_rows
         self.add_phrases = add_phrases
         self.held = held
         self.idle_for = idle_for
-        self.idle_seconds = idle_seconds
-        self.budget = budget
-        self.min_rows = min_rows
-        self.max_seconds = max_seconds
+        self.idle_seconds = IDLE_SECONDS if idle_seconds is None else idle_seconds
+        # the module's settings as they are now (tests and benches change them)
+        self.budget = BUDGET if budget is None else budget
+        self.min_rows = MIN_ROWS if min_rows is None else min_rows
+        self.max_seconds = MAX_SECONDS if max_seconds is None else max_seconds
         self.state = "starting"
         self.words = 0
         self.phrases = 0
@@ -122,7 +125,7 @@ class Warmup:
                 if self._round(t0):
                     self.state = "done"
                     break
-                if self._stop.wait(1.0):  # let searches catch up with the index first
+                if self._stop.wait(0.2):  # the index is being written: let the writer get on
                     break
             else:
                 self.state = "gave up: the index kept changing"
@@ -162,7 +165,7 @@ class Warmup:
         if generation is None:
             return True  # an index without a change log: nothing can be tied to a generation
         if self._stop.is_set() or not self.adopt_rows(generation, rowids, sizes):
-            return self._stop.is_set()  # the store holds another generation: try again shortly
+            return self._stop.is_set()  # the index moved on meanwhile: try again shortly
         columns: dict[str, set[str]] = {}
         for term, col, docs in counts:
             if docs:
@@ -186,12 +189,12 @@ class Warmup:
             finally:
                 conn.execute("COMMIT")
             loaded = [((col, (term,), False), *kp.rows_and_counts(rowids, d)) for col, d in docs.items() if d.size]
-            taken = self.add_phrases(generation, rowids, loaded, self.budget)
+            taken, phrases, entries = self.add_phrases(generation, rowids, loaded, self.budget)
             if taken == "stale":  # the store saw a write since: start over at the new generation
                 return False
             self.words += 1
-            self.phrases += len(loaded)
-            self.entries += sum(int(rows.size) for _, rows, _ in loaded)
+            self.phrases += phrases
+            self.entries += entries
             if taken == "full":
                 return True
         return True

@@ -689,13 +689,26 @@ class SqliteStore(SqliteLifecycle):
 
             def adopt(generation: Any, rowids: Any, sizes: Any) -> bool:
                 with self.lock._lock:  # not counted as use: the warm-up's own
-                    return current() and self._postings is not None and self._postings.adopt_rows(
-                        generation, rowids, sizes)
+                    postings = self._postings
+                    if not current() or postings is None:
+                        return False
+                    if postings.generation not in (None, generation):
+                        # held for another state of the index: brought to the state now, as the
+                        # next search would (a patch keeps the phrases held)
+                        self.conn.execute("SAVEPOINT memdir_kw_warmup")
+                        try:
+                            now = self._generation()
+                            if now != generation:
+                                return False
+                            postings.follow(now)
+                        finally:
+                            self.conn.execute("RELEASE memdir_kw_warmup")
+                    return postings.adopt_rows(generation, rowids, sizes)
 
-            def add(generation: Any, rowids: Any, loaded: Any, budget: int) -> str:
+            def add(generation: Any, rowids: Any, loaded: Any, budget: int) -> tuple[str, int, int]:
                 with self.lock._lock:
                     if not current() or self._postings is None:
-                        return "stale"
+                        return "stale", 0, 0
                     return self._postings.add_phrases(generation, rowids, loaded, budget)
 
             def held(key: Any) -> bool:
