@@ -21,7 +21,13 @@ Before, every write dropped everything and the searches after it loaded each wor
 epoch (a full rebuild), a log trimmed past what is held, or many changed rows drop it all; a
 phrase not used for ``MAX_PENDING`` writes is read again when next used.  Nothing is written to
 disk; a process that has not ranked at this generation before uses FTS5 (a one-shot CLI is never
-slower), the second query at a generation loads what it needs.
+slower), the second query at a generation loads what it needs, and starts a warm-up that reads
+the most common words ahead while the store is idle (:mod:`memdir.stores.kw_warmup`).
+
+Reading a word is one pass over its instances in ``fts5vocab`` whatever the columns asked
+(:func:`read_docs`): a query wants most words in both columns (``text`` and, stemmed, ``stems``),
+and a word that is its own stem is read once for both.  Frequencies are held in one byte (5
+bytes a posting, not 8: the same memory holds 60% more).
 """
 
 from __future__ import annotations
@@ -37,9 +43,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 _VOCAB_I = "memdir_kw_instances"
-#: Postings kept (phrases' rows and words' positions; 5 bytes each: ~60 MB) before the least
+#: Postings kept (phrases' rows and words' positions; ~5 bytes each: ~80 MB) before the least
 #: recently used phrases are dropped.
-MAX_ENTRIES = 12_000_000
+MAX_ENTRIES = 16_000_000
 #: Rows changed since the held generation that are patched in rather than everything read again:
 #: at least this many, or this share of the index.
 PATCH_MIN_ROWS = 2_000
