@@ -721,8 +721,8 @@ class SqliteStore(SqliteLifecycle):
             return True
 
     def _stop_warmup(self, wait: bool = False) -> None:
-        """Stop the warm-up; ``wait`` for its thread (not while holding :attr:`lock`: it may be
-        waiting for it, and then gives up at once)."""
+        """Stop the warm-up; ``wait`` for its thread (up to 5 s: it may be waiting for :attr:`lock`,
+        and once it has it, it takes nothing more: it is no longer the store's warm-up)."""
         warmup, self._warmup = getattr(self, "_warmup", None), None
         if warmup is not None:
             warmup.stop(timeout=5.0 if wait else 0.0)
