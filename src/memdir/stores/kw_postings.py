@@ -332,9 +332,13 @@ class KeywordPostings:
             where, args = "term >= ? AND term < ?", (token, token + "\U0010ffff")
         else:
             where, args = "term = ?", (token,)
-        docs, offsets = self.conn.execute(
-            f"SELECT group_concat(doc), group_concat(offset) FROM temp.{_VOCAB_I} WHERE {where} AND col = ?",
-            (*args, col)).fetchone()
+        if not prefix and self._alone(token, [col]):
+            picks, pick_args = "group_concat(doc), group_concat(offset)", ()
+        else:  # picked in the aggregate, as read_docs does (a third faster than WHERE col = ?)
+            picks = "group_concat(CASE WHEN col = ? THEN doc END), group_concat(CASE WHEN col = ? THEN offset END)"
+            pick_args = (col, col)
+        docs, offsets = self.conn.execute(f"SELECT {picks} FROM temp.{_VOCAB_I} WHERE {where}",
+                                          (*pick_args, *args)).fetchone()
         return _ints(docs), _ints(offsets)
 
     def _load_phrase(self, col: str, tokens: Sequence[str], prefix: bool,
