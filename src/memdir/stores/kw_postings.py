@@ -52,10 +52,16 @@ PATCH_MIN_ROWS = 2_000
 PATCH_MAX_SHARE = 0.05
 #: Writes remembered for phrases not used since (each costs a row map of the index's size).
 MAX_PENDING = 32
+#: A phrase of several words (an identifier: ``inc 4242``) found in at most this many rows is
+#: counted in their text, not read from its words' positions (``inc`` alone: 200k positions,
+#: 35-50 ms at 100k chunks, for an ID in 3 rows).
+FEW_ROWS = 200
 
 #: ``(held generation, new generation) → (changed rowids, {rowid: text} of those that exist now)``,
 #: or ``None`` when the change log cannot say (trimmed, another epoch).
 RowsSince = Callable[[Any, Any], "tuple[list[int], dict[int, str]] | None"]
+#: ``rowids → {rowid: chunk text}`` of those that exist.
+Texts = Callable[[list[int]], "dict[int, str]"]
 #: ``word → the columns it occurs in now`` (``None``: not known).
 Columns = Callable[[str], "frozenset[str] | None"]
 #: ``(phrase specs, {rowid: text}) → {rowid: [frequency of each phrase]}`` (FTS5's tokenizer).
@@ -146,9 +152,11 @@ class KeywordPostings:
     """Warm BM25 over one FTS5 table's postings, valid for one index generation."""
 
     def __init__(self, conn: Any, table: str, *, rows_since: RowsSince | None = None,
-                 frequencies: Frequencies | None = None, columns: Columns | None = None):
+                 frequencies: Frequencies | None = None, columns: Columns | None = None,
+                 texts: Texts | None = None):
         self.conn = conn
         self.columns = columns
+        self.texts = texts
         self.table = table
         self.rows_since = rows_since
         self.frequencies = frequencies
@@ -353,6 +361,9 @@ class KeywordPostings:
         if len(tokens) == 1 and not prefix:
             starts = self._read_docs(col, tokens[0]) if docs is None else docs  # a word's rows need no offsets
         else:
+            few = self._few_rows(col, tokens, prefix)
+            if few is not None:
+                return few
             keys: np.ndarray | None = None
             for j, token in enumerate(tokens):
                 found, offsets = self._positions(col, token, prefix and j == len(tokens) - 1)
@@ -363,6 +374,28 @@ class KeywordPostings:
             assert keys is not None
             starts = np.sort(keys >> 32)
         return rows_and_counts(self.rowids, starts)
+
+    def _few_rows(self, col: str, tokens: Sequence[str], prefix: bool) -> tuple[np.ndarray, np.ndarray] | None:
+        """A phrase's ``(row numbers, frequencies)`` when FTS5 finds it in few rows: which rows from
+        its own phrase match, how often from their text by FTS5's tokenizer (``frequencies``, as
+        writes are patched in); ``None``: many rows, or the two disagree (read the positions)."""
+        import numpy as np
+
+        if self.frequencies is None or self.texts is None or any('"' in t for t in tokens):
+            return None
+        match = f'{col} : "{" ".join(tokens)}"' + ("*" if prefix else "")
+        found, = self.conn.execute(
+            f"SELECT group_concat(rowid) FROM (SELECT rowid FROM {self.table} WHERE {self.table} MATCH ? LIMIT ?)",
+            (match, FEW_ROWS + 1)).fetchone()
+        docs = _ints(found)
+        if docs.size > FEW_ROWS:
+            return None
+        texts = self.texts([int(r) for r in docs]) if docs.size else {}
+        freqs = self.frequencies([(col, list(tokens), prefix)], texts) if texts else {}
+        counts = np.array([freqs.get(int(r), [0])[0] for r in docs], dtype=np.int64)
+        if len(texts) != docs.size or (counts <= 0).any():
+            return None
+        return rows_and_counts(self.rowids, np.repeat(np.sort(docs), counts[np.argsort(docs)]))
 
     def _read_together(self, keys: Sequence[tuple[str, tuple[str, ...], bool]]) -> dict[tuple[str, str], np.ndarray]:
         """The instances of the one-word phrases among ``keys`` whose word is wanted in several

@@ -664,7 +664,9 @@ class SqliteStore(SqliteLifecycle):
             self._postings = KeywordPostings(
                 self.conn, "chunks_fts", rows_since=self._rows_since,
                 frequencies=lambda specs, docs: self._keyword_scorer().frequencies(specs, docs),
-                columns=lambda term: self._keyword_scorer().columns(term))
+                columns=lambda term: self._keyword_scorer().columns(term),
+                texts=lambda ids: dict(db.rows_in(self.conn, "SELECT rowid, text FROM chunks WHERE rowid IN ({marks})",
+                                                  ids)))
         return self._postings
 
     #: Start a keyword warm-up in long-lived processes (a switch for benches and tests).
