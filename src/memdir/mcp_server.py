@@ -169,6 +169,12 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
                 if self.stopping.is_set():
                     return
                 print(f"memdir: background index at startup failed: {exc}", file=sys.stderr, flush=True)
+            try:  # a server searches again and again: read the common words' postings ahead
+                start = getattr(self.memory.store, "start_warmup", None)
+                if start is not None and not self.stopping.is_set():
+                    start()
+            except Exception:
+                pass  # only ever a help: searches read what they need
             if any(t in LTM_TOOL_NAMES for t in self.tool_names):
                 with self._ltm_lock:
                     try:

@@ -85,6 +85,8 @@ class FtsScorer:
         #: Phrase document counts, valid while ``generation()`` (the index's write position) is unchanged.
         self.generation = generation
         self._counts: dict[tuple[str, str], int] = {}
+        #: The columns each word counted from ``fts5vocab`` occurs in (same validity as ``_counts``).
+        self._columns: dict[str, frozenset[str]] = {}
         self._counted_at: Any = None
         self.tokenize = tokenize
         self._scratch = False
@@ -132,7 +134,7 @@ class FtsScorer:
         if self.generation is not None:
             now = self.generation()
             if now != self._counted_at:
-                self._counts, self._counted_at = {}, now
+                self._counts, self._columns, self._counted_at = {}, {}, now
         missing = [p for p in dict.fromkeys(phrases) if p not in self._counts]
         if missing:
             found = self._vocab_counts(missing)
@@ -146,9 +148,16 @@ class FtsScorer:
             if self.generation is not None:
                 if len(self._counts) > 50_000:
                     self._counts.clear()
+                    self._columns.clear()
                 self._counts.update(found)
             return [found[p] if p in found else self._counts[p] for p in phrases]
         return [self._counts[p] for p in phrases]
+
+    def columns(self, term: str) -> frozenset[str] | None:
+        """The columns ``term`` occurs in at the index's current state, if a count read them."""
+        if self.generation is None or not self._columns or self.generation() != self._counted_at:
+            return None
+        return self._columns.get(term)
 
     def _vocab_counts(self, phrases: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         """Counts of the one-token, non-prefix phrases of a ``unicode61`` index from ``fts5vocab``."""
@@ -167,6 +176,8 @@ class FtsScorer:
         out: dict[tuple[str, str], int] = {}
         for term, keys in single.items():
             per_col = dict(self.conn.execute(f"SELECT col, doc FROM temp.{_VOCAB} WHERE term = ?", (term,)))
+            if self.generation is not None:
+                self._columns[term] = frozenset(c for c, n in per_col.items() if n)
             for col, quoted in keys:
                 out[(col, quoted)] = int(per_col.get(col, 0))
         return out

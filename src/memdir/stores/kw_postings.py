@@ -21,7 +21,13 @@ Before, every write dropped everything and the searches after it loaded each wor
 epoch (a full rebuild), a log trimmed past what is held, or many changed rows drop it all; a
 phrase not used for ``MAX_PENDING`` writes is read again when next used.  Nothing is written to
 disk; a process that has not ranked at this generation before uses FTS5 (a one-shot CLI is never
-slower), the second query at a generation loads what it needs.
+slower), the second query at a generation loads what it needs, and starts a warm-up that reads
+the most common words ahead while the store is idle (:mod:`memdir.stores.kw_warmup`).
+
+Reading a word is one pass over its instances in ``fts5vocab`` whatever the columns asked
+(:func:`read_docs`): a query wants most words in both columns (``text`` and, stemmed, ``stems``),
+and a word that is its own stem is read once for both.  Frequencies are held in one byte (5
+bytes a posting, not 8: the same memory holds 60% more).
 """
 
 from __future__ import annotations
@@ -37,18 +43,27 @@ if TYPE_CHECKING:
     import numpy as np
 
 _VOCAB_I = "memdir_kw_instances"
-#: Postings kept (phrases' rows and words' positions) before the cache starts over (~64 MB).
-MAX_ENTRIES = 8_000_000
+#: Postings kept (phrases' rows and words' positions; ~5 bytes each: ~80 MB) before the least
+#: recently used phrases are dropped.
+MAX_ENTRIES = 16_000_000
 #: Rows changed since the held generation that are patched in rather than everything read again:
 #: at least this many, or this share of the index.
 PATCH_MIN_ROWS = 2_000
 PATCH_MAX_SHARE = 0.05
 #: Writes remembered for phrases not used since (each costs a row map of the index's size).
 MAX_PENDING = 32
+#: A phrase of several words (an identifier: ``inc 4242``) found in at most this many rows is
+#: counted in their text, not read from its words' positions (``inc`` alone: 200k positions,
+#: 35-50 ms at 100k chunks, for an ID in 3 rows).
+FEW_ROWS = 200
 
 #: ``(held generation, new generation) → (changed rowids, {rowid: text} of those that exist now)``,
 #: or ``None`` when the change log cannot say (trimmed, another epoch).
 RowsSince = Callable[[Any, Any], "tuple[list[int], dict[int, str]] | None"]
+#: ``rowids → {rowid: chunk text}`` of those that exist.
+Texts = Callable[[list[int]], "dict[int, str]"]
+#: ``word → the columns it occurs in now`` (``None``: not known).
+Columns = Callable[[str], "frozenset[str] | None"]
 #: ``(phrase specs, {rowid: text}) → {rowid: [frequency of each phrase]}`` (FTS5's tokenizer).
 Frequencies = Callable[[list[tuple[str, list[str], bool]], dict[int, str]], dict[int, list[int]]]
 
@@ -61,6 +76,50 @@ def _ints(text: str | None) -> np.ndarray:
     # parsed in C (text mode of fromstring): ~10× faster than splitting into Python strings,
     # which was a third of loading a common word's postings at 100k chunks
     return np.fromstring(text, dtype=np.int64, sep=",")
+
+
+def compact_counts(counts: np.ndarray) -> np.ndarray:
+    """Frequencies held in one byte each when they fit (nearly always): a held posting is then 5
+    bytes, not 8, and the same memory holds 60% more of them.  Exact either way (small integers)."""
+    import numpy as np
+
+    if counts.size and float(counts.max()) > 255:
+        return counts.astype(np.float32)
+    return counts.astype(np.uint8)
+
+
+def rows_and_counts(rowids: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(row numbers, frequencies)`` from where a phrase starts (a row's rowid once per occurrence,
+    in rowid order), against the sorted ``rowids`` held."""
+    import numpy as np
+
+    if not starts.size:
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.uint8)
+    starts = np.sort(starts, kind="stable")
+    first = np.concatenate(([True], starts[1:] != starts[:-1]))
+    docs = starts[first]
+    counts = np.diff(np.append(np.flatnonzero(first), starts.size))
+    rows = np.searchsorted(rowids, docs)
+    if rows.size and (rows[-1] >= rowids.size or not np.array_equal(rowids[rows], docs)):
+        raise LookupError("postings name rows the document sizes do not")  # never expected
+    # held compactly (exact: frequencies are small integers); scored in doubles like FTS5
+    return rows.astype(np.int32), compact_counts(counts)
+
+
+def read_docs(conn: Any, vocab: str, token: str, cols: Sequence[str], alone: bool = False) -> dict[str, np.ndarray]:
+    """The row of each instance of ``token`` in each of ``cols`` (one entry per occurrence), read
+    in one pass over the token's instances: FTS5 walks them all whatever the column asked, so a
+    word wanted in both columns (its stem is itself: ``budget``) costs one walk, not two.
+
+    Each column's rows are picked with ``CASE`` in the aggregate, not ``WHERE col = ?`` (a third
+    faster: measured at 100k chunks); ``alone``: ``cols`` are the only columns the token occurs
+    in, and one column's instances need no picking at all (faster again)."""
+    if len(cols) == 1 and alone:
+        got = conn.execute(f"SELECT group_concat(doc) FROM temp.{vocab} WHERE term = ?", (token,)).fetchone()
+    else:
+        picks = ", ".join("group_concat(CASE WHEN col = ? THEN doc END)" for _ in cols)
+        got = conn.execute(f"SELECT {picks} FROM temp.{vocab} WHERE term = ?", (*cols, token)).fetchone()
+    return {col: _ints(text) for col, text in zip(cols, got, strict=True)}
 
 
 def doc_lengths(hex_sizes: str, blob_lengths: np.ndarray) -> np.ndarray:
@@ -93,8 +152,11 @@ class KeywordPostings:
     """Warm BM25 over one FTS5 table's postings, valid for one index generation."""
 
     def __init__(self, conn: Any, table: str, *, rows_since: RowsSince | None = None,
-                 frequencies: Frequencies | None = None):
+                 frequencies: Frequencies | None = None, columns: Columns | None = None,
+                 texts: Texts | None = None):
         self.conn = conn
+        self.columns = columns
+        self.texts = texts
         self.table = table
         self.rows_since = rows_since
         self.frequencies = frequencies
@@ -136,6 +198,12 @@ class KeywordPostings:
                 self._forget()
         self.seen += 1
         return self.seen > 1 or self.rowids is not None
+
+    def follow(self, generation: Any) -> None:
+        """Move to ``generation`` as a search would (patched, or everything dropped), without
+        counting a search (call inside the caller's read snapshot at that generation)."""
+        self.ready(generation)
+        self.seen -= 1
 
     def _forget(self) -> None:
         self._phrases, self._tokens, self._entries = {}, {}, 0
@@ -224,7 +292,7 @@ class KeywordPostings:
                     counts = np.concatenate((counts, np.array([f for _, f in extra], dtype=np.float32)))
                     by_row = np.argsort(rows, kind="stable")
                     rows, counts = rows[by_row], counts[by_row]
-        return rows.astype(np.int32), counts.astype(np.float32), self._level
+        return rows.astype(np.int32), compact_counts(counts), self._level
 
     def _sizes_of(self, rowids: np.ndarray) -> np.ndarray | None:
         """Token counts of the given rows from ``<fts>_docsize`` (``None`` if one has no record)."""
@@ -259,9 +327,12 @@ class KeywordPostings:
     def _read_docs(self, col: str, token: str) -> np.ndarray:
         """The row of each instance of ``token`` in ``col`` (one entry per occurrence)."""
         self._ensure_vocab()
-        docs, = self.conn.execute(f"SELECT group_concat(doc) FROM temp.{_VOCAB_I} WHERE term = ? AND col = ?",
-                                  (token, col)).fetchone()
-        return _ints(docs)
+        return read_docs(self.conn, _VOCAB_I, token, [col], self._alone(token, [col]))[col]
+
+    def _alone(self, token: str, cols: Sequence[str]) -> bool:
+        """Whether ``cols`` are known to be all the columns ``token`` occurs in now."""
+        known = self.columns(token) if self.columns is not None else None
+        return known is not None and known <= set(cols)
 
     def _read_positions(self, col: str, token: str, prefix: bool) -> tuple[np.ndarray, np.ndarray]:
         self._ensure_vocab()
@@ -269,57 +340,95 @@ class KeywordPostings:
             where, args = "term >= ? AND term < ?", (token, token + "\U0010ffff")
         else:
             where, args = "term = ?", (token,)
-        docs, offsets = self.conn.execute(
-            f"SELECT group_concat(doc), group_concat(offset) FROM temp.{_VOCAB_I} WHERE {where} AND col = ?",
-            (*args, col)).fetchone()
+        if not prefix and self._alone(token, [col]):
+            picks, pick_args = "group_concat(doc), group_concat(offset)", ()
+        else:  # picked in the aggregate, as read_docs does (a third faster than WHERE col = ?)
+            picks = "group_concat(CASE WHEN col = ? THEN doc END), group_concat(CASE WHEN col = ? THEN offset END)"
+            pick_args = (col, col)
+        docs, offsets = self.conn.execute(f"SELECT {picks} FROM temp.{_VOCAB_I} WHERE {where}",
+                                          (*pick_args, *args)).fetchone()
         return _ints(docs), _ints(offsets)
 
-    def _load_phrase(self, col: str, tokens: Sequence[str], prefix: bool) -> tuple[np.ndarray, np.ndarray]:
-        """``(row numbers, frequencies)`` of a phrase in a column: where its tokens occur in order."""
+    def _load_phrase(self, col: str, tokens: Sequence[str], prefix: bool,
+                     docs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(row numbers, frequencies)`` of a phrase in a column: where its tokens occur in order
+        (``docs``: a one-word phrase's instances, already read)."""
         import numpy as np
 
         assert self.rowids is not None
         if not tokens:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.uint8)
         if len(tokens) == 1 and not prefix:
-            starts = self._read_docs(col, tokens[0])  # a word's rows need no offsets
+            starts = self._read_docs(col, tokens[0]) if docs is None else docs  # a word's rows need no offsets
         else:
+            few = self._few_rows(col, tokens, prefix)
+            if few is not None:
+                return few
             keys: np.ndarray | None = None
             for j, token in enumerate(tokens):
-                docs, offsets = self._positions(col, token, prefix and j == len(tokens) - 1)
+                found, offsets = self._positions(col, token, prefix and j == len(tokens) - 1)
                 start = offsets - j  # where the phrase would begin
                 ok = start >= 0
-                k = np.unique((docs[ok] << 32) | start[ok])
+                k = np.unique((found[ok] << 32) | start[ok])
                 keys = k if keys is None else np.intersect1d(keys, k, assume_unique=True)
             assert keys is not None
             starts = np.sort(keys >> 32)
-        if not starts.size:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-        starts = np.sort(starts, kind="stable")
-        first = np.concatenate(([True], starts[1:] != starts[:-1]))
-        docs = starts[first]
-        counts = np.diff(np.append(np.flatnonzero(first), starts.size)).astype(np.float64)
-        rows = np.searchsorted(self.rowids, docs)
-        if rows.size and (rows[-1] >= self.rowids.size or not np.array_equal(self.rowids[rows], docs)):
-            raise LookupError("postings name rows the document sizes do not")  # never expected
-        # held compactly (exact: frequencies are small integers); scored in doubles like FTS5
-        return rows.astype(np.int32), counts.astype(np.float32)
+        return rows_and_counts(self.rowids, starts)
+
+    def _few_rows(self, col: str, tokens: Sequence[str], prefix: bool) -> tuple[np.ndarray, np.ndarray] | None:
+        """A phrase's ``(row numbers, frequencies)`` when FTS5 finds it in few rows: which rows from
+        its own phrase match, how often from their text by FTS5's tokenizer (``frequencies``, as
+        writes are patched in); ``None``: many rows, or the two disagree (read the positions)."""
+        import numpy as np
+
+        if self.frequencies is None or self.texts is None or any('"' in t for t in tokens):
+            return None
+        match = f'{col} : "{" ".join(tokens)}"' + ("*" if prefix else "")
+        found, = self.conn.execute(
+            f"SELECT group_concat(rowid) FROM (SELECT rowid FROM {self.table} WHERE {self.table} MATCH ? LIMIT ?)",
+            (match, FEW_ROWS + 1)).fetchone()
+        docs = _ints(found)
+        if docs.size > FEW_ROWS:
+            return None
+        texts = self.texts([int(r) for r in docs]) if docs.size else {}
+        freqs = self.frequencies([(col, list(tokens), prefix)], texts) if texts else {}
+        counts = np.array([freqs.get(int(r), [0])[0] for r in docs], dtype=np.int64)
+        if len(texts) != docs.size or (counts <= 0).any():
+            return None
+        return rows_and_counts(self.rowids, np.repeat(np.sort(docs), counts[np.argsort(docs)]))
+
+    def _read_together(self, keys: Sequence[tuple[str, tuple[str, ...], bool]]) -> dict[tuple[str, str], np.ndarray]:
+        """The instances of the one-word phrases among ``keys`` whose word is wanted in several
+        columns, each word read in one pass (:func:`read_docs`)."""
+        cols: dict[str, list[str]] = {}
+        for col, tokens, prefix in keys:
+            if len(tokens) == 1 and not prefix and col not in cols.setdefault(tokens[0], []):
+                cols[tokens[0]].append(col)
+        out: dict[tuple[str, str], np.ndarray] = {}
+        for token, wanted in cols.items():
+            if len(wanted) > 1:
+                self._ensure_vocab()
+                out.update({(col, token): d for col, d in read_docs(
+                    self.conn, _VOCAB_I, token, wanted, self._alone(token, wanted)).items()})
+        return out
 
     def warm(self, generation: Any) -> bool:
         """Whether postings are loaded for this generation (a check that loads and counts nothing)."""
         return generation is not None and generation == self.generation and self.rowids is not None
 
     def _postings(self, phrases: Sequence[tuple[str, list[str], bool]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        keys = [(col, tuple(tokens), prefix) for col, tokens, prefix in phrases]
+        together = self._read_together([k for k in dict.fromkeys(keys) if k not in self._phrases])
         out = []
-        for col, tokens, prefix in phrases:
-            key = (col, tuple(tokens), prefix)
+        for key in keys:
             got = self._phrases.pop(key, None)
             if got is not None:
                 self._entries -= got[0].size
                 if got[2] != self._level:
                     got = self._catch_up(key, got)
             if got is None:
-                got = (*self._load_phrase(col, tokens, prefix), self._level)
+                docs = together.get((key[0], key[1][0])) if len(key[1]) == 1 and not key[2] else None
+                got = (*self._load_phrase(key[0], key[1], key[2], docs), self._level)
             self._entries += got[0].size
             while self._entries > MAX_ENTRIES and self._phrases:  # least recently used first
                 old = self._phrases.pop(next(iter(self._phrases)))
@@ -327,6 +436,42 @@ class KeywordPostings:
             self._phrases[key] = got  # (re)inserted last: dicts keep insertion order
             out.append((got[0], got[1]))
         return out
+
+    # -- filled ahead of time by a warm-up (memdir.stores.kw_warmup), under the store's lock --
+    def adopt_rows(self, generation: Any, rowids: np.ndarray, sizes: np.ndarray) -> bool:
+        """Take the rows a warm-up read at ``generation`` when nothing is held yet; whether what is
+        held now is for ``generation`` (the warm-up's phrases may then be added)."""
+        if generation is None:
+            return False
+        if self.generation is None or (self.generation == generation and self.rowids is None):
+            self._forget()
+            self.generation, self.seen = generation, 0
+            self.rowids, self.sizes, self.norm, self.patched = rowids, sizes, None, 0
+        return self.generation == generation and self.rowids is not None
+
+    def add_phrases(self, generation: Any, rowids: np.ndarray,
+                    loaded: Sequence[tuple[tuple[str, tuple[str, ...], bool], np.ndarray, np.ndarray]],
+                    budget: int) -> tuple[str, int, int]:
+        """Hold phrases a warm-up read at ``generation`` against ``rowids`` (row numbers) while that
+        is still the generation held: ``("ok" | "full" | "stale", phrases taken, entries taken)``;
+        ``"full"``: ``budget`` entries reached, the rest not taken; ``"stale"``: another generation
+        is held, nothing taken."""
+        import numpy as np
+
+        if self.generation != generation or self.rowids is None or not (
+                self.rowids is rowids or np.array_equal(self.rowids, rowids)):
+            return "stale", 0, 0
+        phrases = entries = 0
+        for key, rows, counts in loaded:
+            if key in self._phrases:
+                continue
+            if self._entries + rows.size > budget:
+                return "full", phrases, entries
+            # taken as the least recently used: a search's own loads never make way for these
+            self._phrases = {key: (rows, counts, self._level), **self._phrases}
+            self._entries += rows.size
+            phrases, entries = phrases + 1, entries + int(rows.size)
+        return "ok", phrases, entries
 
     @staticmethod
     def _idf(n_rows: int, hits: int) -> float:

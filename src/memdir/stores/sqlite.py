@@ -121,6 +121,39 @@ def _hit(row: Sequence[Any], score: float) -> Hit:
     return Hit(row[0], row[1], row[2], row[3], row[4], row[5], score, row[6], row[7], row[8])
 
 
+class _UseLock:
+    """The store's re-entrant lock, remembering when it was last let go: a background warm-up reads
+    only while no search has used the store for a moment (:mod:`memdir.stores.kw_warmup`)."""
+
+    __slots__ = ("_depth", "_lock", "last_release")
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._depth = 0
+        self.last_release = time.monotonic()
+
+    def __enter__(self) -> _UseLock:
+        self._lock.acquire()
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if not self._depth:
+            self.last_release = time.monotonic()
+        self._lock.release()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def idle_for(self) -> float:
+        """Seconds since the lock was last let go (0 while someone holds it)."""
+        return 0.0 if self._depth else time.monotonic() - self.last_release
+
+
 class SqliteStore(SqliteLifecycle):
     """A connection to one index file, safe to share between threads (calls are serialised)."""
 
@@ -137,11 +170,13 @@ class SqliteStore(SqliteLifecycle):
         #: Why a writable open fell back to read-only (``None`` when writable or asked read-only).
         self.readonly_reason: str | None = None
         self.location = str(self.path)
-        self.lock = threading.RLock()
+        self.lock = _UseLock()
         self.fts_error: str | None = None
         self.matrix = vecs.VectorMatrix()
         self._scorer: Any = None
         self._postings: Any = None
+        #: The keyword warm-up of a long-lived process (:mod:`memdir.stores.kw_warmup`), once started.
+        self._warmup: Any = None
         #: The first damage error a search ran into (the caller then recovers the index).
         self.damage: str | None = None
         #: What :meth:`recover` did last: ``{"problem", "corruptPath", "salvagedCacheEntries"}``.
@@ -153,6 +188,7 @@ class SqliteStore(SqliteLifecycle):
 
     def _open(self) -> None:
         # A new connection (first open, reopen, recovery): warm state read through the old one goes.
+        self._stop_warmup()
         self._scorer = None
         self._postings = None
         super()._open()
@@ -181,6 +217,7 @@ class SqliteStore(SqliteLifecycle):
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        self._stop_warmup(wait=True)
         with self.lock:
             try:
                 self.conn.close()
@@ -329,7 +366,8 @@ class SqliteStore(SqliteLifecycle):
                 "fts": {"available": self.fts_available, "error": self.fts_error, "tokenizer": self.fts_tokenizer,
                         # phrase document counts kept for pruning and complete scores (this process)
                         "warm": {"phraseCounts": len(self._scorer._counts) if self._scorer else 0,
-                                 "postings": self._postings.describe() if self._postings else None}},
+                                 "postings": self._postings.describe() if self._postings else None,
+                                 "warmup": self._warmup.describe() if self._warmup else None}},
                 "vector": vector}
 
     # -- meta --------------------------------------------------------------------------------
@@ -597,22 +635,91 @@ class SqliteStore(SqliteLifecycle):
         if not self._warm_postings_apply():
             return None
         generation = self._generation()
+        postings = self._keyword_postings()
+        if not postings.ready(generation):
+            return None
+        # a second search: this process is no one-shot CLI, the common words are worth reading ahead
+        self.start_warmup()
+        scorer = self._keyword_scorer()
+        n_rows, avgdl = scorer.totals()
+        try:
+            ranked = postings.top(scorer.phrase_specs(phrases), n_rows, avgdl, int(limit))
+        except LookupError:  # postings and document sizes disagree (never seen): start over, FTS5 ranks
+            self._postings = None
+            return None
+        return self._hits_by_rowid([(rowid, bm25_to_score(rank)) for rowid, rank in ranked])
+
+    def _keyword_postings(self) -> Any:
         if self._postings is None:
             from memdir.stores.kw_postings import KeywordPostings
 
             self._postings = KeywordPostings(
                 self.conn, "chunks_fts", rows_since=self._rows_since,
-                frequencies=lambda specs, docs: self._keyword_scorer().frequencies(specs, docs))
-        if not self._postings.ready(generation):
-            return None
-        scorer = self._keyword_scorer()
-        n_rows, avgdl = scorer.totals()
-        try:
-            ranked = self._postings.top(scorer.phrase_specs(phrases), n_rows, avgdl, int(limit))
-        except LookupError:  # postings and document sizes disagree (never seen): start over, FTS5 ranks
-            self._postings = None
-            return None
-        return self._hits_by_rowid([(rowid, bm25_to_score(rank)) for rowid, rank in ranked])
+                frequencies=lambda specs, docs: self._keyword_scorer().frequencies(specs, docs),
+                columns=lambda term: self._keyword_scorer().columns(term),
+                texts=lambda ids: dict(db.rows_in(self.conn, "SELECT rowid, text FROM chunks WHERE rowid IN ({marks})",
+                                                  ids)))
+        return self._postings
+
+    #: Start a keyword warm-up in long-lived processes (a switch for benches and tests).
+    WARMUP = True
+
+    def start_warmup(self) -> bool:
+        """Read the postings of the most common words ahead, in a background thread (once per
+        connection): for a process that will search again (the MCP server, an agent loop, a
+        reused :class:`memdir.Memory`), never for a one-shot CLI search.  Whether one runs or ran."""
+        with self.lock:
+            if self._warmup is not None:
+                return True
+            if (not self.WARMUP or not self._warm_postings_apply() or not self.fts_available
+                    or self._bulk is not None or not self.path.is_file()):
+                return False
+            from memdir.stores.kw_warmup import Warmup
+
+            self._keyword_postings()
+
+            def current() -> bool:  # not stopped, not replaced (a reopen or recovery stops it)
+                return self._warmup is warmup and not warmup.stopping
+
+            def adopt(generation: Any, rowids: Any, sizes: Any) -> bool:
+                with self.lock._lock:  # not counted as use: the warm-up's own
+                    postings = self._postings
+                    if not current() or postings is None:
+                        return False
+                    if postings.generation not in (None, generation):
+                        # held for another state of the index: brought to the state now, as the
+                        # next search would (a patch keeps the phrases held)
+                        self.conn.execute("SAVEPOINT memdir_kw_warmup")
+                        try:
+                            now = self._generation()
+                            if now != generation:
+                                return False
+                            postings.follow(now)
+                        finally:
+                            self.conn.execute("RELEASE memdir_kw_warmup")
+                    return postings.adopt_rows(generation, rowids, sizes)
+
+            def add(generation: Any, rowids: Any, loaded: Any, budget: int) -> tuple[str, int, int]:
+                with self.lock._lock:
+                    if not current() or self._postings is None:
+                        return "stale", 0, 0
+                    return self._postings.add_phrases(generation, rowids, loaded, budget)
+
+            def held(key: Any) -> bool:
+                postings = self._postings
+                return postings is not None and key in postings._phrases
+
+            warmup = Warmup(self.path, "chunks_fts", adopt, add, held, self.lock.idle_for)
+            self._warmup = warmup
+            warmup.start()
+            return True
+
+    def _stop_warmup(self, wait: bool = False) -> None:
+        """Stop the warm-up; ``wait`` for its thread (up to 5 s: it may be waiting for :attr:`lock`,
+        and once it has it, it takes nothing more: it is no longer the store's warm-up)."""
+        warmup, self._warmup = getattr(self, "_warmup", None), None
+        if warmup is not None:
+            warmup.stop(timeout=5.0 if wait else 0.0)
 
     def _rows_since(self, old: Any, new: Any) -> tuple[list[int], dict[int, str]] | None:
         """Chunks written or removed between two generations of one epoch (from the change log),
