@@ -97,18 +97,11 @@ def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[C
         buffer, size = kept, acc
 
     for line_no, line in enumerate(content.split("\n"), start=1):
-        if len(line) <= max_chars and line.isascii():
-            # the common line, one segment weighing its length (what _segments and weighted_len
-            # say for it, without two calls per line: a third of chunking a daily log)
-            cost = len(line) + 1
-            if buffer and size + cost > max_chars:
-                flush()
-                carry(cost)
-            buffer.append((line, line_no, cost))
-            size += cost
-            continue
-        for seg in _segments(line, max_chars, tokens):
-            cost = weighted_len(seg) + 1
+        # the common line is one segment weighing its length (what _segments and weighted_len say
+        # for it, without two calls per line: a third of chunking a daily log)
+        plain = len(line) <= max_chars and line.isascii()
+        for seg in (line,) if plain else _segments(line, max_chars, tokens):
+            cost = (len(seg) if plain else weighted_len(seg)) + 1
             if buffer and size + cost > max_chars:
                 flush()
                 carry(cost)

@@ -99,19 +99,8 @@ class _Unused(argparse.ArgumentParser):
     def add_argument(self, *args: Any, **kwargs: Any) -> Any:
         return None
 
-    def add_argument_group(self, *args: Any, **kwargs: Any) -> Any:
-        return self
-
     def add_mutually_exclusive_group(self, *args: Any, **kwargs: Any) -> Any:
         return self
-
-    def add_subparsers(self, *args: Any, **kwargs: Any) -> Any:
-        return _UnusedSubparsers()
-
-
-class _UnusedSubparsers:
-    def add_parser(self, *args: Any, **kwargs: Any) -> _Unused:
-        return _Unused()
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
