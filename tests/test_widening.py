@@ -154,3 +154,26 @@ def test_only_candidates_the_choice_reaches_are_widened(make_workspace: Callable
     assert len(two) == 2 and read_for_two == len({r.path for r in two}) == 2  # 12 files match, 2 read
     assert len(all_) == 12 and len(NOTE_LINES) == len({r.path for r in all_}) > 2
     assert [(r.path, r.start_line, r.end_line) for r in all_[:2]] == [(r.path, r.start_line, r.end_line) for r in two]
+
+
+def test_a_search_nothing_can_be_rescued_from_reads_no_note(make_workspace: Callable[..., Path],
+                                                            tmp_path: Path) -> None:
+    """Below the floor, with no candidate strong enough to be rescued, no candidate is widened."""
+    from memdir.bench.speed import SyntheticProvider
+    from memdir.note_lines import NOTE_LINES
+
+    files = {f"memory/2024-05-{d:02d}.md": _day({10: f"- Caroline: zeppelin note {d}"}) for d in range(1, 13)}
+    ws = make_workspace(files)
+    vector_only = {"memorySearch": {"query": {"hybrid": {"enabled": False}}}}
+    with Memory(ws, state_dir=tmp_path / "s", config=vector_only, provider=SyntheticProvider()) as mem:
+        mem.sync(reason="test")
+        NOTE_LINES.clear()
+        # fixed random vectors: every cosine is near 0, under both the floor and the rescue bar
+        unrelated = mem.search("zeppelin", max_results=6, explain=True)
+        assert unrelated.mode == "hybrid" and unrelated.results == []
+        assert len(NOTE_LINES) == 0
+        # a query whose vector is a chunk's own is found, and that result is widened from its note
+        text = mem.store.conn.execute("SELECT text FROM chunks WHERE path = 'memory/2024-05-03.md' "
+                                      "ORDER BY start_line LIMIT 1").fetchone()[0]
+        found = mem.search(text, max_results=1).results
+    assert [r.path for r in found] == ["memory/2024-05-03.md"] and len(NOTE_LINES) == 1

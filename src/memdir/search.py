@@ -295,7 +295,7 @@ def run_search(
         if not above or len(chosen) == max_n:
             break
     if len(chosen) < max_n and not explicit_floor:
-        _rescue((c for c, shown in ranked if shown), chosen, max_n, cleaned, keyword_only)
+        _rescue((c for c, shown in ranked if shown), chosen, max_n, cleaned, keyword_only, cands)
     chosen = chosen[:max_n]
     if tune.fresh_slots > 0 and len(chosen) == max_n:
         chosen = _fresh_files(chosen, [c for c, shown in ranked if shown], tune.fresh_slots,
@@ -492,11 +492,19 @@ def _fresh_files(chosen: list[Candidate], cands: list[Candidate], slots: int, fl
     return keep
 
 
-def _rescue(cands: Iterable[Candidate], chosen: list[Candidate], max_n: int, query: str, keyword_only: bool) -> None:
-    """Fill spare slots below the configured floor with strong single-signal hits (see module doc)."""
-    keywords = extract_keywords(query) or [query.lower()]
+def _rescue(cands: Iterable[Candidate], chosen: list[Candidate], max_n: int, query: str, keyword_only: bool,
+            pool: Sequence[Candidate]) -> None:
+    """Fill spare slots below the configured floor with strong single-signal hits (see module doc).
+
+    ``cands`` yields the shown candidates in rank order, widening each as it goes; ``pool`` is all
+    of them unwidened, checked first so that a search no candidate can be rescued from reads no note."""
     if len(chosen) >= max_n:
         return
+    taken = {c.id for c in chosen}
+    if not any(c.id not in taken and (c.text_score > 0 or (c.vector_score >= RESCUE_VECTOR_SCORE and not keyword_only))
+               for c in pool):
+        return  # nothing could qualify: walking the candidates would only widen them for nothing
+    keywords = extract_keywords(query) or [query.lower()]
     for c in cands:  # stops as soon as the slots are full: a later candidate is never widened
         if c in chosen:
             continue

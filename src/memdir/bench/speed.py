@@ -63,6 +63,9 @@ class SyntheticProvider:
     model = f"fixed-random-unit-{DIMS}"
     provider_key = "bench-synthetic"
     max_input_bytes = 1 << 20  # never split: same chunks as the keyword index and the baseline
+    #: computed here on the CPU, like the loaded default model: searches embed the query inline,
+    #: as they do with that model, rather than on the pool thread kept for remote providers
+    loaded_in_process = True
 
     @property
     def dims(self) -> int:
