@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.test_cache_refs import HashProvider, _notes
+
 from memdir.api import Memory
 from memdir.chunking import chunk_id
 from memdir.stores.sqlite import id_key, id_str
-from tests.test_cache_refs import HashProvider, _notes
 
 
 def test_id_key_round_trip() -> None:
