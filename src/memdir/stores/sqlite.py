@@ -119,16 +119,18 @@ class _BulkLoad:
         self.next_rowid = next_rowid
 
 
-_HEX = frozenset("0123456789abcdef")
-
-
 def hex_key(value: str) -> bytes | str:
     """How the index stores a chunk id or a text hash: a 64-hex one (SHA-256, what
     :func:`memdir.chunking.chunk_id` and ``sha256_text`` make) as its 32 bytes, half the size in
     the tables and in their indexes (at 10k chunks, ids and hashes were 2 MB of an 18 MB
     keyword-only index); any other value as it is."""
-    if len(value) == 64 and _HEX.issuperset(value):
-        return bytes.fromhex(value)
+    if len(value) == 64:
+        try:
+            key = bytes.fromhex(value)
+        except ValueError:
+            return value
+        if len(key) == 32 and key.hex() == value:  # not upper case, no spaces: the same string back
+            return key
     return value
 
 
