@@ -4,7 +4,8 @@ queries, embedding cache, and the atomic full rebuild.
 Tables: ``meta``, ``files``, ``chunks`` (text + float32 embedding blob: the only copy of a chunk's
 vectors), ``chunks_fts`` (FTS5), ``vec_log`` (which chunks gained or lost vectors, so an
 in-process matrix can follow: :mod:`memdir.stores.vectors`) and ``embedding_cache``.  Everything
-here is derived from the Markdown files and can be rebuilt.
+here is derived from the Markdown files and can be rebuilt.  Chunk ids and text hashes (64-hex
+SHA-256) are stored as their 32 bytes (:func:`hex_key`) and handed out as the same strings.
 :class:`SqliteStore` implements :class:`memdir.stores.base.Store`; see there for the contract.
 
 A full rebuild is built in a temporary database beside the index (``<index>.tmp-<id>``) and
