@@ -19,8 +19,9 @@ from typing import Any
 from memdir import db
 
 _QUERIES = {
-    "chunks": "SELECT rowid, id, path, source, start_line, end_line, hash, model, text, embedding, ts, date_start, "
-              "date_end FROM chunks ORDER BY rowid",
+    # ids as text whichever way the index stores them (64-hex ids as blobs since schema 4)
+    "chunks": "SELECT rowid, CASE typeof(id) WHEN 'blob' THEN lower(hex(id)) ELSE id END, path, source, start_line, "
+              "end_line, hash, model, text, embedding, ts, date_start, date_end FROM chunks ORDER BY rowid",
     "files": "SELECT path, source, hash, mtime, size FROM files ORDER BY path, source",
     "meta": "SELECT key, value FROM meta WHERE key NOT LIKE '%epoch%' ORDER BY key",
     "embedding_cache": "SELECT provider, model, provider_key, hash, embedding, dims FROM embedding_cache "

@@ -54,11 +54,12 @@ def test_cache_entries_of_held_vectors_are_references(make_workspace, tmp_path: 
         report = mem.sync()
         refs, full = _refs(mem)
         assert report.embedded == refs == mem.store.cache_count() and full == 0
-        vectors = dict(mem.store.conn.execute("SELECT hash, embedding FROM chunks"))
+        # the hashes as text (the index stores a 64-hex hash as its 32 bytes)
+        vectors = dict(mem.store.conn.execute("SELECT lower(hex(hash)), embedding FROM chunks"))
         got = mem.store.cache_get(provider.id, provider.model, provider.provider_key, list(vectors))
         assert set(got) == set(vectors)
         for h, v in got.items():
-            text = mem.store.conn.execute("SELECT text FROM chunks WHERE hash = ?", (h,)).fetchone()[0]
+            text = mem.store.conn.execute("SELECT text FROM chunks WHERE hash = ?", (bytes.fromhex(h),)).fetchone()[0]
             assert np.allclose(v, provider._vec(text), atol=1e-6)
         hits = mem.search("topic7", sync=False).results
         assert hits and hits[0].path == "memory/2026-01-01.md"

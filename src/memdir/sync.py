@@ -181,7 +181,7 @@ class Indexer:
         p = self.provider
         scope = hashlib.sha256("\n".join(sorted(str(x) for x in self.settings.extra_paths)).encode()).hexdigest()
         return {
-            "schema": 3,
+            "schema": 4,  # 4: SQLite stores 64-hex chunk ids as 32-byte blobs
             "chunker": CHUNKER_VERSION,
             "provider": p.id if p else "none",
             "model": p.model if p else FTS_ONLY_MODEL,

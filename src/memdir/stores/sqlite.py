@@ -4,7 +4,8 @@ queries, embedding cache, and the atomic full rebuild.
 Tables: ``meta``, ``files``, ``chunks`` (text + float32 embedding blob: the only copy of a chunk's
 vectors), ``chunks_fts`` (FTS5), ``vec_log`` (which chunks gained or lost vectors, so an
 in-process matrix can follow: :mod:`memdir.stores.vectors`) and ``embedding_cache``.  Everything
-here is derived from the Markdown files and can be rebuilt.
+here is derived from the Markdown files and can be rebuilt.  Chunk ids and text hashes (64-hex
+SHA-256) are stored as their 32 bytes (:func:`hex_key`) and handed out as the same strings.
 :class:`SqliteStore` implements :class:`memdir.stores.base.Store`; see there for the contract.
 
 A full rebuild is built in a temporary database beside the index (``<index>.tmp-<id>``) and
@@ -93,9 +94,12 @@ def bm25_to_score(rank: float) -> float:
 
 
 def _copy_cache(conn: Any, schema: str) -> None:
-    """Copy an attached index's embedding cache, references resolved to the vectors its chunks hold."""
+    """Copy an attached index's embedding cache, references resolved to the vectors its chunks hold;
+    hashes as this index stores them (an index before schema 4 kept them as hex text)."""
+    conn.create_function("memdir_hex_key", 1, lambda v: hex_key(v) if isinstance(v, str) else v, deterministic=True)
     conn.execute(
-        f"INSERT OR IGNORE INTO embedding_cache SELECT * FROM (SELECT e.provider, e.model, e.provider_key, e.hash, "
+        f"INSERT OR IGNORE INTO embedding_cache SELECT * FROM (SELECT e.provider, e.model, e.provider_key, "
+        f"memdir_hex_key(e.hash), "
         f"CASE WHEN length(e.embedding) > 0 THEN e.embedding ELSE ({_HELD.format(db=schema + '.')}) END AS emb, "
         f"e.dims, e.updated_at FROM {schema}.embedding_cache e) WHERE length(emb) > 0")
 
@@ -116,9 +120,29 @@ class _BulkLoad:
         self.next_rowid = next_rowid
 
 
+def hex_key(value: str) -> bytes | str:
+    """How the index stores a chunk id or a text hash: a 64-hex one (SHA-256, what
+    :func:`memdir.chunking.chunk_id` and ``sha256_text`` make) as its 32 bytes, half the size in
+    the tables and in their indexes (at 10k chunks, ids and hashes were 2 MB of an 18 MB
+    keyword-only index); any other value as it is."""
+    if len(value) == 64:
+        try:
+            key = bytes.fromhex(value)
+        except ValueError:
+            return value
+        if len(key) == 32 and key.hex() == value:  # not upper case, no spaces: the same string back
+            return key
+    return value
+
+
+def hex_str(stored: bytes | str) -> str:
+    """The id or hash a stored value stands for (the inverse of :func:`hex_key`)."""
+    return stored.hex() if isinstance(stored, bytes) else stored
+
+
 def _hit(row: Sequence[Any], score: float) -> Hit:
     """A :class:`Hit` from a row selected with ``_HIT_COLUMNS``."""
-    return Hit(row[0], row[1], row[2], row[3], row[4], row[5], score, row[6], row[7], row[8])
+    return Hit(hex_str(row[0]), row[1], row[2], row[3], row[4], row[5], score, row[6], row[7], row[8])
 
 
 class _UseLock:
@@ -420,7 +444,7 @@ class SqliteStore(SqliteLifecycle):
         """Replace every row of one file (call inside :meth:`transaction`)."""
         c = self.conn
         # single-window chunks hold their vector themselves: their cache entries become references
-        held = [(ch.hash, ch.model, 4 * len(ch.embedding)) for ch in chunks
+        held = [(hex_key(ch.hash), ch.model, 4 * len(ch.embedding)) for ch in chunks
                 if ch.embedding is not None and len(ch.embedding) and ch.windows == 1]
         bulk = self._bulk
         if bulk is None or (path, source) in bulk.written:
@@ -428,7 +452,7 @@ class SqliteStore(SqliteLifecycle):
             if bulk is not None:
                 bulk.next_rowid = self._next_rowid()
         now = int(time.time() * 1000)
-        values = [(ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model, ch.text,
+        values = [(hex_key(ch.id), ch.path, ch.source, ch.start_line, ch.end_line, hex_key(ch.hash), ch.model, ch.text,
                    to_blob(ch.embedding) if ch.embedding is not None and len(ch.embedding) else None, now, ch.ts,
                    ch.date_start, ch.date_end) for ch in chunks]
         rowids: list[int] = []
@@ -565,8 +589,8 @@ class SqliteStore(SqliteLifecycle):
             return {}
         out: dict[str, float] = {}
         with self.lock:
-            by_rowid: dict[int, str] = dict(db.rows_in(self.conn, "SELECT rowid, id FROM chunks WHERE id IN ({marks})",
-                                                       wanted))
+            by_rowid: dict[int, str] = {rowid: hex_str(cid) for rowid, cid in db.rows_in(
+                self.conn, "SELECT rowid, id FROM chunks WHERE id IN ({marks})", [hex_key(i) for i in wanted])}
             matrix = self._fresh_matrix(int(q.size))
             if matrix is not None and not matrix.quantized:
                 return {by_rowid[r]: s for r, s in matrix.scores(q, list(by_rowid)).items()}
@@ -776,7 +800,8 @@ class SqliteStore(SqliteLifecycle):
             for i in range(0, len(wanted), 400):
                 part = wanted[i : i + 400]
                 marks = ",".join("?" * len(part))
-                rows = self.conn.execute(f"SELECT rowid, id, text FROM chunks WHERE id IN ({marks})", part).fetchall()
+                rows = [(rowid, hex_str(cid), text) for rowid, cid, text in self.conn.execute(
+                    f"SELECT rowid, id, text FROM chunks WHERE id IN ({marks})", [hex_key(i) for i in part])]
                 ranks = scorer.scores(phrases, {rowid: text for rowid, _, text in rows})
                 for rowid, cid, _ in rows:
                     if rowid in ranks:
@@ -800,8 +825,8 @@ class SqliteStore(SqliteLifecycle):
             texts: dict[int, str] = {}
             for rowid, cid, text in db.rows_in(
                     self.conn, f"SELECT rowid, id, {'text' if missing else 'NULL'} FROM chunks WHERE id IN ({{marks}})",
-                    wanted):
-                by_rowid[rowid] = cid
+                    [hex_key(i) for i in wanted]):
+                by_rowid[rowid] = hex_str(cid)
                 texts[rowid] = text
             n_rows, avgdl = scorer.totals()
             direct: dict[int, tuple[int, dict[int, int]]] = {}
@@ -847,11 +872,11 @@ class SqliteStore(SqliteLifecycle):
                     f"SELECT e.hash, CASE WHEN length(e.embedding) > 0 THEN e.embedding ELSE ({held}) END "
                     f"FROM embedding_cache e WHERE e.provider = ? AND e.model = ? AND e.provider_key = ? "
                     f"AND e.hash IN ({marks})",
-                    (provider, model, provider_key, *part),
+                    (provider, model, provider_key, *map(hex_key, part)),
                 ):
                     vec = from_blob(blob)
                     if vec.size:
-                        out[h] = vec.tolist()
+                        out[hex_str(h)] = vec.tolist()
         return out
 
     def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
@@ -859,7 +884,7 @@ class SqliteStore(SqliteLifecycle):
         self.conn.executemany(
             "INSERT OR REPLACE INTO embedding_cache(provider, model, provider_key, hash, embedding, dims, updated_at) "
             "VALUES (?,?,?,?,?,?,?)",
-            [(provider, model, provider_key, h, to_blob(v), len(v), now) for h, v in items.items() if len(v)],
+            [(provider, model, provider_key, hex_key(h), to_blob(v), len(v), now) for h, v in items.items() if len(v)],
         )
 
     def cache_touch(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> None:
@@ -868,7 +893,7 @@ class SqliteStore(SqliteLifecycle):
         self.conn.executemany(
             "UPDATE embedding_cache SET updated_at = ? WHERE provider = ? AND model = ? AND provider_key = ? "
             "AND hash = ?",
-            [(now, provider, model, provider_key, h) for h in hashes],
+            [(now, provider, model, provider_key, hex_key(h)) for h in hashes],
         )
 
     def cache_prune(self, max_entries: int | None) -> int:
@@ -1001,7 +1026,7 @@ class SqliteStore(SqliteLifecycle):
                     "SELECT id, path, source, start_line, end_line, hash, model, text, embedding, ts, date_start, "
                     "date_end FROM chunks WHERE path = ? AND source = ? ORDER BY start_line, id",
                     (path, source)).fetchall()
-            chunks = [ChunkRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7],
+            chunks = [ChunkRow(hex_str(r[0]), r[1], r[2], r[3], r[4], hex_str(r[5]), r[6], r[7],
                                from_blob(r[8]).tolist() if r[8] else None, r[9], r[10], r[11],
                                max(1, len(r[8]) // (4 * dims)) if r[8] and dims else 1) for r in rows]
             yield path, source, fhash, int(mtime), int(size), chunks
@@ -1015,7 +1040,7 @@ class SqliteStore(SqliteLifecycle):
                 "ORDER BY e.updated_at, e.rowid").fetchall()
         for p, m, k, h, blob in rows:
             if blob:
-                yield p, m, k, h, from_blob(blob).tolist()
+                yield p, m, k, hex_str(h), from_blob(blob).tolist()
 
     def swap_from(self, fresh_path: Path) -> None:
         """Replace this index's contents with another index file's, in one transaction.

@@ -224,7 +224,9 @@ def _read_cache(source: Path, conn: Any, batch: int) -> int:
             except Exception:
                 rows = []
             rows = [_held(old, r) if isinstance(r[4], bytes | bytearray) and not r[4] else r for r in rows]
-            good = [r for r in rows if isinstance(r[4], bytes | bytearray) and r[5] and len(r[4]) == 4 * r[5]]
+            # hashes as the new index stores them (an index before schema 4 kept them as hex text)
+            good = [(*r[:3], _hash_key(r[3]), *r[4:]) for r in rows
+                    if isinstance(r[4], bytes | bytearray) and r[5] and len(r[4]) == 4 * r[5]]
             if good:
                 conn.executemany(f"INSERT OR IGNORE INTO embedding_cache({cols}) VALUES (?,?,?,?,?,?,?)", good)
                 saved += len(good)
@@ -232,6 +234,12 @@ def _read_cache(source: Path, conn: Any, batch: int) -> int:
     finally:
         old.close()
     return saved
+
+
+def _hash_key(value: Any) -> Any:
+    from memdir.stores.sqlite import hex_key
+
+    return hex_key(value) if isinstance(value, str) else value
 
 
 def _held(old: Any, row: tuple[Any, ...]) -> tuple[Any, ...]:
