@@ -288,4 +288,7 @@ def span(dates: Sequence[dt.date | None]) -> tuple[str | None, str | None]:
 def ms_to_day(ms: int, tz: dt.tzinfo) -> dt.date | None:
     if not ms:
         return None
-    return dt.datetime.fromtimestamp(ms / 1000, tz).date()
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, tz).date()
+    except (OverflowError, ValueError, OSError):  # past the calendar's range: no known day
+        return None

@@ -132,7 +132,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, 
                 continue
             try:
                 record = json.loads(raw)
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
                 continue
             if isinstance(record, dict):
                 yield lineno, record

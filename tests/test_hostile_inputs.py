@@ -1,0 +1,40 @@
+"""Hostile inputs found by attacking the CLI as an outside tester would: each a real subprocess."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memdir.config import load_config
+
+SESSIONS_CFG = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                                 "experimental": {"sessionMemory": True}}}
+
+
+def _msg(text: str, ts: object) -> str:
+    return json.dumps({"type": "message", "timestamp": ts, "message": {"role": "user", "content": text}}) + "\n"
+
+
+def test_a_transcript_with_absurd_timestamps_or_nesting_loses_only_its_bad_lines(make_workspace, run_cli,
+                                                                                  state_dir: Path):
+    """A timestamp past year 9999 used to abort the whole ``memdir index`` (OverflowError in the
+    day of a chunk); a huge integer or a line nested 100k deep skipped the whole transcript."""
+    ws = make_workspace({"MEMORY.md": "- plain note\n", "memdir.json": json.dumps(SESSIONS_CFG)})
+    sessions = load_config(workspace=ws, state_dir=state_dir).settings.sessions_dir
+    sessions.mkdir(parents=True)
+    (sessions / "a.jsonl").write_text(_msg("walrus far future", 1e30)
+                                      + _msg("walrus year one", "0001-01-01T00:00:00+01:00")
+                                      + _msg("walrus year 9999", "9999-12-31T23:59:59-23:59"))
+    (sessions / "b.jsonl").write_text(
+        '{"type":"message","timestamp":1' + "0" * 400 + ',"message":{"role":"user","content":"walrus bigint"}}\n'
+        + "[" * 100_000 + "\n" + _msg("walrus after the deep line", 1_700_000_000_000))
+    before = {p.name: p.read_bytes() for p in sessions.iterdir()}
+    out = run_cli("-w", str(ws), "index", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["skipped"] == [] and report["indexed"] == 3
+    found = json.loads(run_cli("-w", str(ws), "search", "walrus", "--json", "--max-results", "20").stdout)
+    text = " ".join(r["snippet"] for r in found["results"])
+    for words in ("far future", "year one", "year 9999", "bigint", "after the deep line"):
+        assert words in text, words
+    assert {p.name: p.read_bytes() for p in sessions.iterdir()} == before  # transcripts never written
