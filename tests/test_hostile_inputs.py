@@ -38,3 +38,25 @@ def test_a_transcript_with_absurd_timestamps_or_nesting_loses_only_its_bad_lines
     for words in ("far future", "year one", "year 9999", "bigint", "after the deep line"):
         assert words in text, words
     assert {p.name: p.read_bytes() for p in sessions.iterdir()} == before  # transcripts never written
+
+
+def test_questions_naming_impossible_dates_are_answered(make_workspace, run_cli):
+    """Dates past the calendar's ends in a question ("99999999 days ago", "9999-12-31") used to fail
+    the whole search with "date value out of range"; such a date now simply boosts nothing."""
+    ws = make_workspace({"memory/2026-01-12.md": "- Billing moved to Kafka.\n", "MEMORY.md": "- Kafka notes\n",
+                         "memory/9999-12-31.md": "- Kafka at the end of time\n",
+                         "memory/0001-01-01.md": "- Kafka at the dawn of time\n"})
+    env = {"MEMDIR_PROVIDER": "none"}
+    assert run_cli("-w", str(ws), "index", env=env).returncode == 0
+    for query in ("Kafka 99999999 days ago", "Kafka on 9999-12-31", "Kafka 9999999999 months ago",
+                  "Kafka in December 0000", "Kafka on 0001-01-01, the day before yesterday",
+                  "Kafka 9999-12-25 next week", "Kafka 3000000 weeks ago", "Kafka 0001-01-03 last week",
+                  "Kafka on December 28", "Kafka on January 2"):
+        out = run_cli("-w", str(ws), "search", query, "--json", "--explain", env=env)
+        assert out.returncode == 0, (query, out.stderr)
+        assert json.loads(out.stdout)["results"], query
+    # A real date beside an impossible one still counts.
+    out = run_cli("-w", str(ws), "search", "Kafka on 2026-01-12 or 99999999 days ago", "--json", "--explain",
+                  env=env)
+    assert out.returncode == 0, out.stderr
+    assert "2026-01-12" in out.stdout
