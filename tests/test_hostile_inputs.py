@@ -60,3 +60,19 @@ def test_questions_naming_impossible_dates_are_answered(make_workspace, run_cli)
                   env=env)
     assert out.returncode == 0, out.stderr
     assert "2026-01-12" in out.stdout
+
+
+def test_tool_numbers_too_large_for_a_float_count_as_absent(make_workspace, keyword_config):
+    """A JSON integer of 400 digits (valid JSON, and an MCP client may send it) made memory_search
+    raise out of the dispatcher that never raises ("int too large to convert to float", an MCP
+    error); OpenClaw's JavaScript reads it as Infinity, which counts as absent."""
+    from memdir.api import Memory
+    from memdir.tools import call_tool
+
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka because ordering matters.\n"})
+    huge = 10**400
+    with Memory(ws, config=keyword_config) as mem:
+        found = call_tool(mem, "memory_search", {"query": "kafka", "maxResults": huge, "minScore": -huge})
+        assert [r["path"] for r in found.payload["results"]] == ["MEMORY.md"]
+        got = call_tool(mem, "memory_get", {"path": "MEMORY.md", "from": huge, "lines": -huge})
+        assert "error" not in got.payload and got.payload["text"].startswith("Billing uses Kafka")
