@@ -76,3 +76,23 @@ def test_tool_numbers_too_large_for_a_float_count_as_absent(make_workspace, keyw
         assert [r["path"] for r in found.payload["results"]] == ["MEMORY.md"]
         got = call_tool(mem, "memory_get", {"path": "MEMORY.md", "from": huge, "lines": -huge})
         assert "error" not in got.payload and got.payload["text"].startswith("Billing uses Kafka")
+
+
+def test_an_index_path_on_a_markdown_file_is_refused_and_the_note_kept(make_workspace, run_cli):
+    """``MEMDIR_INDEX_PATH`` (or ``store.path``) pointing at MEMORY.md made the self-heal take the
+    note for a damaged index: it was moved aside and MEMORY.md became an SQLite file, which was then
+    indexed as a note.  A Markdown file is memory, never an index."""
+    ws = make_workspace({"MEMORY.md": "# precious notes\n", "memory/2026-01-01.md": "- daily\n"})
+    before = {p: p.read_bytes() for p in ws.rglob("*") if p.is_file()}
+    env = {"MEMDIR_PROVIDER": "none"}
+    for target in (ws / "MEMORY.md", ws / "memory" / "index.md", ws / "memory" / "2026-01-01.MD"):
+        for command in (["index"], ["search", "notes"], ["status"]):
+            out = run_cli("-w", str(ws), *command, env={**env, "MEMDIR_INDEX_PATH": str(target)})
+            assert out.returncode == 1, (target, command, out.stderr)
+            assert "memorySearch.store.path" in out.stderr and "MEMDIR_INDEX_PATH" in out.stderr, out.stderr
+            assert "Traceback" not in out.stderr
+    cfg = ws / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none", "store": {"path": str(ws / "MEMORY.md")}}}))
+    out = run_cli("-w", str(ws), "index")
+    assert out.returncode == 1 and str(cfg) in out.stderr, out.stderr
+    assert {p: p.read_bytes() for p in ws.rglob("*") if p.is_file() and p != cfg} == before

@@ -879,6 +879,12 @@ def load_config(
     except ValidationError as exc:
         raise ConfigError(_describe_validation(exc, data, origins)) from None
     settings._agent_explicit = "agent_id" in origins
+    store = settings.memory_search.store
+    if store.path and store.driver == "sqlite" and settings.index_path.suffix.lower() == ".md":
+        # A Markdown file is memory: opened as an index, the self-heal would move the note aside.
+        origin = _origin_text(origins.get("memory_search.store.path", ""))
+        raise ConfigError(f"memorySearch.store.path = {store.path!r}{origin} is a Markdown file "
+                          f"({settings.index_path}); the index must not be a memory file: use a .sqlite path")
     if check_workspace:
         ws = settings.workspace_path
         if not ws.is_dir():
