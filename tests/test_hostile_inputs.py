@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from memdir.config import load_config
 
 SESSIONS_CFG = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
@@ -96,3 +98,22 @@ def test_an_index_path_on_a_markdown_file_is_refused_and_the_note_kept(make_work
     out = run_cli("-w", str(ws), "index")
     assert out.returncode == 1 and str(cfg) in out.stderr, out.stderr
     assert {p: p.read_bytes() for p in ws.rglob("*") if p.is_file() and p != cfg} == before
+
+
+def test_the_long_term_mirror_never_displaces_a_note_it_did_not_write(make_workspace, run_cli, tmp_path: Path):
+    """With ``longTermMemory.mirror.path = "MEMORY.md"`` (or a note of one's own already at
+    memory/long-term.md), the first ``ltm store`` moved the hand-written note aside to
+    ``MEMORY.md.edited-<time>`` (not a .md file, so gone from search) and put the mirror in its place.
+    A file memdir never wrote and that is no mirror is left alone, with a warning."""
+    pytest.importorskip("lancedb")
+    notes = {"MEMORY.md": "# precious notes\n- hand written\n", "memory/long-term.md": "- my own long-term list\n"}
+    for mirror_path in ("MEMORY.md", "memory/long-term.md"):
+        ws = make_workspace(notes, name=f"ws-{mirror_path.replace('/', '-')}")
+        cfg = tmp_path / "memdir.json"
+        cfg.write_text(json.dumps({"memorySearch": {"provider": "none"},
+                                   "longTermMemory": {"mirror": {"enabled": True, "path": mirror_path}}}))
+        out = run_cli("ltm", "store", "I prefer dark mode", "-w", str(ws), "-c", str(cfg))
+        assert out.returncode == 0, out.stderr
+        assert "not overwritten" in out.stderr and mirror_path in out.stderr, out.stderr
+        assert {p: (ws / p).read_text() for p in notes} == notes
+        assert not list(ws.rglob("*.edited-*"))
