@@ -117,3 +117,20 @@ def test_the_long_term_mirror_never_displaces_a_note_it_did_not_write(make_works
         assert "not overwritten" in out.stderr and mirror_path in out.stderr, out.stderr
         assert {p: (ws / p).read_text() for p in notes} == notes
         assert not list(ws.rglob("*.edited-*"))
+
+
+def test_bench_quality_names_the_bad_line_of_a_queries_file(tmp_path: Path, run_cli):
+    """A malformed queries.jsonl gave "memdir: Expecting ',' delimiter: line 1 column 24" (which
+    file?) or "'list' object has no attribute 'get'"; the error now names the file and line."""
+    sample = tmp_path / "ds" / "s1"
+    (sample / "workspace" / "memory").mkdir(parents=True)
+    (sample / "workspace" / "memory" / "2026-01-01.md").write_text("- Billing uses Kafka.\n")
+    good = json.dumps({"id": "q1", "query": "kafka", "relevant": [{"path": "memory/2026-01-01.md", "line": 1}]})
+    for bad, why in (('{"id": 1, "query": "kafka"', "not valid JSON"), ("[1, 2]", "not a JSON object"),
+                     ('{"id": "q2", "query": null}', "query"),
+                     ('{"id": "q3", "query": "kafka", "relevant": [{"path": "memory/2026-01-01.md"}]}', "relevant")):
+        (sample / "queries.jsonl").write_text(good + "\n\n" + bad + "\n")
+        out = run_cli("bench", "quality", str(tmp_path / "ds"), "--mode", "keyword", env={"MEMDIR_PROVIDER": "none"})
+        assert out.returncode == 1, (bad, out.stderr)
+        assert f"{sample / 'queries.jsonl'}:3" in out.stderr and why in out.stderr, (bad, out.stderr)
+        assert "Traceback" not in out.stderr
