@@ -134,3 +134,14 @@ def test_bench_quality_names_the_bad_line_of_a_queries_file(tmp_path: Path, run_
         assert out.returncode == 1, (bad, out.stderr)
         assert f"{sample / 'queries.jsonl'}:3" in out.stderr and why in out.stderr, (bad, out.stderr)
         assert "Traceback" not in out.stderr
+
+
+def test_an_index_path_on_a_device_is_named(make_workspace, run_cli, tmp_path: Path):
+    """``MEMDIR_INDEX_PATH=/dev/null`` failed every command with a bare "disk I/O error"; errors
+    name the index file, as for a folder."""
+    ws = make_workspace({"MEMORY.md": "- Billing uses Kafka.\n"})
+    for command in (["index"], ["search", "kafka"], ["status"]):
+        out = run_cli("-w", str(ws), *command, env={"MEMDIR_PROVIDER": "none", "MEMDIR_INDEX_PATH": "/dev/null"})
+        assert out.returncode == 1, (command, out.stderr)
+        assert "/dev/null" in out.stderr and "not a regular file" in out.stderr, (command, out.stderr)
+    assert Path("/dev/null").is_char_device()
