@@ -145,3 +145,16 @@ def test_an_index_path_on_a_device_is_named(make_workspace, run_cli, tmp_path: P
         assert out.returncode == 1, (command, out.stderr)
         assert "/dev/null" in out.stderr and "not a regular file" in out.stderr, (command, out.stderr)
     assert Path("/dev/null").is_char_device()
+
+
+def test_a_query_that_is_not_a_string_is_a_type_error(make_workspace, keyword_config):
+    """``Memory.search(None)`` raised "'NoneType' object has no attribute 'strip'" from the query
+    parser; a wrong type is now a TypeError saying so, as for ``append_daily``."""
+    from memdir.api import Memory
+
+    ws = make_workspace({"MEMORY.md": "- Billing uses Kafka.\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        for query in (None, 123, b"kafka"):
+            with pytest.raises(TypeError, match="query must be a string"):
+                mem.search(query)  # type: ignore[arg-type]
+        assert mem.search("kafka").results
