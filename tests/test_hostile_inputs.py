@@ -158,3 +158,17 @@ def test_a_query_that_is_not_a_string_is_a_type_error(make_workspace, keyword_co
             with pytest.raises(TypeError, match="query must be a string"):
                 mem.search(query)  # type: ignore[arg-type]
         assert mem.search("kafka").results
+
+
+def test_an_agents_section_of_the_wrong_shape_is_a_configuration_error(make_workspace, run_cli, tmp_path: Path):
+    """``{"agents": {"list": "nope"}}`` failed searches with "'str' object has no attribute 'get'"."""
+    ws = make_workspace({"MEMORY.md": "- Billing uses Kafka.\n"})
+    cfg = tmp_path / "memdir.json"
+    for agents, where in (({"list": "nope"}, "agents.list"), ([{"defaults": {}}], "agents"),
+                          ({"defaults": "x"}, "agents.defaults"), ({"list": [{"id": "main", "memorySearch": 3}]},
+                                                                   "memorySearch")):
+        cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}, "agents": agents}))
+        out = run_cli("-w", str(ws), "-c", str(cfg), "search", "kafka")
+        assert out.returncode == 1, (agents, out.stdout)
+        assert out.stderr.startswith("memdir: configuration error:") and where in out.stderr, (agents, out.stderr)
+        assert str(cfg) in out.stderr, out.stderr
