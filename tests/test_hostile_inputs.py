@@ -172,3 +172,24 @@ def test_an_agents_section_of_the_wrong_shape_is_a_configuration_error(make_work
         assert out.returncode == 1, (agents, out.stdout)
         assert out.stderr.startswith("memdir: configuration error:") and where in out.stderr, (agents, out.stderr)
         assert str(cfg) in out.stderr, out.stderr
+
+
+def test_a_session_entry_of_the_wrong_shape_is_named_and_never_rewritten(tmp_path: Path):
+    """A hand-edited sessions.json entry (``"updatedAt": "soon"``) or one that is not UTF-8 raised a
+    raw pydantic ValidationError / UnicodeDecodeError; both are a SessionStoreError naming the file
+    (and the entry), and nothing rewrites the file."""
+    from memdir.sessions.store import SessionStore, SessionStoreError
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    index = folder / "sessions.json"
+    for raw, named in ((b'{"agent:main:main": {"sessionId": "abc", "updatedAt": "soon"}}', "agent:main:main"),
+                       (b'{"k": {"sessionId": "\xff"}}', "UTF-8")):
+        index.write_bytes(raw)
+        store = SessionStore(folder)
+        with pytest.raises(SessionStoreError, match=str(index)) as err:
+            store.load()
+        assert named in str(err.value)
+        with pytest.raises(SessionStoreError):
+            store.open_session("agent:main:other")
+        assert index.read_bytes() == raw
