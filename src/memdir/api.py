@@ -255,6 +255,8 @@ class Memory(IndexUpkeep):
         not wait for it: it answers from what is built so far, ``stale``, saying how far along
         the build is.
         """
+        if not isinstance(query, str):  # else an AttributeError from deep inside the query parser
+            raise TypeError(f"query must be a string, not {type(query).__name__}")
         if mode not in SEARCH_MODES:
             raise ValueError(f"unknown search mode {mode!r} (expected one of {', '.join(SEARCH_MODES)})")
         return self._healing(lambda: self._search_once(query, max_results, min_score, explain, sync, mode))

@@ -27,7 +27,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
@@ -640,10 +640,16 @@ def normalise_keys(model: type[BaseModel], raw: Any, where: str, where_file: Pat
             raise ConfigError(f"unknown config key '{dotted}'{hint}{_in_file(where_file)} (known keys here: {known})")
         name, info = found
         sub = _submodel(info.annotation)
-        if sub is not None and isinstance(value, Mapping):
-            value = normalise_keys(sub, value, dotted, where_file)
-        elif sub is not None and isinstance(value, list):
-            value = [normalise_keys(sub, v, f"{dotted}[{i}]", where_file) for i, v in enumerate(value)]
+        many = get_origin(info.annotation) is list
+        if sub is not None and value is not None:
+            # A section of the wrong shape is named here: ``agents`` never reaches the validator.
+            if many and isinstance(value, list):
+                value = [normalise_keys(sub, v, f"{dotted}[{i}]", where_file) for i, v in enumerate(value)]
+            elif not many and isinstance(value, Mapping):
+                value = normalise_keys(sub, value, dotted, where_file)
+            else:
+                want = "a list of tables/objects" if many else "a table/object"
+                raise ConfigError(f"{dotted}{_in_file(where_file)}: expected {want}, got {type(value).__name__}")
         out[name] = value
     return out
 
@@ -879,6 +885,12 @@ def load_config(
     except ValidationError as exc:
         raise ConfigError(_describe_validation(exc, data, origins)) from None
     settings._agent_explicit = "agent_id" in origins
+    store = settings.memory_search.store
+    if store.path and store.driver == "sqlite" and settings.index_path.suffix.lower() == ".md":
+        # A Markdown file is memory: opened as an index, the self-heal would move the note aside.
+        origin = _origin_text(origins.get("memory_search.store.path", ""))
+        raise ConfigError(f"memorySearch.store.path = {store.path!r}{origin} is a Markdown file "
+                          f"({settings.index_path}); the index must not be a memory file: use a .sqlite path")
     if check_workspace:
         ws = settings.workspace_path
         if not ws.is_dir():

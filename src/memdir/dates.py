@@ -50,6 +50,9 @@ _WEEKDAYS = [d.lower() for d in calendar.day_name]
 #: Notes are written on or after the day they talk about ("last Tuesday I ..."): a chunk dated up to
 #: this many days after a period still belongs to it.
 GRACE_DAYS = 7
+#: A question's period must lie within these days: date arithmetic (grace days, "last week" counted
+#: from a named day, other years of "any year") stays inside the calendar's years 1..9999.
+_EARLIEST, _LATEST = dt.date(2, 1, 1), dt.date(9998, 12, 31)
 
 
 @dataclass(frozen=True)
@@ -74,15 +77,16 @@ class Period:
             a, b = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
         except ValueError:
             return False
-        grace = dt.timedelta(days=grace_days)
+        # Day numbers, not dates: a chunk dated 9999-12-31 plus the grace days is past the calendar.
+        first_day = a.toordinal() - grace_days
         if not self.any_year:
-            return a <= self.end + grace and b >= self.start
+            return first_day <= self.end.toordinal() and b >= self.start
         for year in range(a.year - 1, b.year + 1):
             try:
                 start, end = self.start.replace(year=year), self.end.replace(year=year)
             except ValueError:
                 continue
-            if a <= end + grace and b >= start:
+            if first_day <= end.toordinal() and b >= start:
                 return True
         return False
 
@@ -101,8 +105,11 @@ def _date(y: int, m: int, d: int) -> dt.date | None:
         return None
 
 
-def _month(y: int, m: int) -> tuple[dt.date, dt.date]:
-    return dt.date(y, m, 1), dt.date(y, m, calendar.monthrange(y, m)[1])
+def _month(y: int, m: int) -> tuple[dt.date, dt.date] | tuple[None, None]:
+    try:
+        return dt.date(y, m, 1), dt.date(y, m, calendar.monthrange(y, m)[1])
+    except ValueError:  # year 0
+        return None, None
 
 
 def _past_year(today: dt.date, month: int, day: int = 1) -> int:
@@ -134,7 +141,7 @@ def query_periods(text: str, today: dt.date) -> list[Period]:
         return all(m.end() <= a or m.start() >= b for a, b in taken)
 
     def add(m: re.Match[str], start: dt.date | None, end: dt.date | None, any_year: bool = False) -> None:
-        if start is None or end is None or not free(m):
+        if start is None or end is None or not free(m) or start < _EARLIEST or end > _LATEST:
             return
         taken.append((m.start(), m.end()))
         found.append(Period(start, end, m.group(0), any_year))
@@ -210,25 +217,33 @@ def _relative(text: str, today: dt.date, add: object) -> None:
     fixed(r"\blast year\b", dt.date(today.year - 1, 1, 1), dt.date(today.year - 1, 12, 31))
     fixed(r"\bthis year\b", dt.date(today.year, 1, 1), today)
     for m in _AGO.finditer(low):
-        n = int(m.group(1)) if m.group(1).isdigit() else _NUMBERS[m.group(1)]
-        unit = m.group(2)
-        if unit == "day":
-            d = today - dt.timedelta(days=n)
-            emit(m, d, d)  # type: ignore[operator]
-        elif unit == "week":
-            d = today - dt.timedelta(days=7 * n)
-            emit(m, d - dt.timedelta(days=3), d + dt.timedelta(days=3))  # type: ignore[operator]
-        elif unit == "month":
-            d = _add_months(today, -n)
-            emit(m, d - dt.timedelta(days=15), d + dt.timedelta(days=15))  # type: ignore[operator]
-        elif n <= 50:
-            emit(m, dt.date(today.year - n, 1, 1), dt.date(today.year - n, 12, 31))  # type: ignore[operator]
+        try:
+            _ago(m, today, emit)
+        except (OverflowError, ValueError):  # "99999999 days ago": before year 1, so no period
+            continue
     for m in _LAST_WEEKDAY.finditer(low):
         back = (today.weekday() - _WEEKDAYS.index(m.group(2))) % 7
         if m.group(1) == "last" and back == 0:
             back = 7
         d = today - dt.timedelta(days=back)
         emit(m, d, d)  # type: ignore[operator]
+
+
+def _ago(m: re.Match[str], today: dt.date, emit: object) -> None:
+    """The period of "N days/weeks/months/years ago"."""
+    n = int(m.group(1)) if m.group(1).isdigit() else _NUMBERS[m.group(1)]
+    unit = m.group(2)
+    if unit == "day":
+        d = today - dt.timedelta(days=n)
+        emit(m, d, d)  # type: ignore[operator]
+    elif unit == "week":
+        d = today - dt.timedelta(days=7 * n)
+        emit(m, d - dt.timedelta(days=3), d + dt.timedelta(days=3))  # type: ignore[operator]
+    elif unit == "month":
+        d = _add_months(today, -n)
+        emit(m, d - dt.timedelta(days=15), d + dt.timedelta(days=15))  # type: ignore[operator]
+    elif n <= 50:
+        emit(m, dt.date(today.year - n, 1, 1), dt.date(today.year - n, 12, 31))  # type: ignore[operator]
 
 
 # -- dates of memory ---------------------------------------------------------------------------
@@ -288,4 +303,7 @@ def span(dates: Sequence[dt.date | None]) -> tuple[str | None, str | None]:
 def ms_to_day(ms: int, tz: dt.tzinfo) -> dt.date | None:
     if not ms:
         return None
-    return dt.datetime.fromtimestamp(ms / 1000, tz).date()
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, tz).date()
+    except (OverflowError, ValueError, OSError):  # past the calendar's range: no known day
+        return None

@@ -245,7 +245,10 @@ def read_number(args: Mapping[str, Any], key: str, *, integer: bool = False,
     if isinstance(raw, bool):
         value = None
     elif isinstance(raw, int | float):
-        value = float(raw)
+        try:
+            value = float(raw)
+        except OverflowError:  # an integer of hundreds of digits: JavaScript's Infinity, so absent
+            value = None
     elif isinstance(raw, str):
         match = _LEADING_NUMBER.match(raw.strip())
         value = float(match.group(0)) if match else None

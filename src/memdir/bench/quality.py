@@ -97,12 +97,30 @@ def load_samples(dataset: Path) -> list[Sample]:
         raise ValueError(f"dataset folder not found: {dataset}")
     samples = []
     for sample in sorted(p for p in dataset.iterdir() if (p / "queries.jsonl").is_file()):
-        lines = (sample / "queries.jsonl").read_text(encoding="utf-8").splitlines()
-        queries = [json.loads(line) for line in lines if line.strip()]
+        file = sample / "queries.jsonl"
+        lines = file.read_text(encoding="utf-8").splitlines()
+        queries = [_question(line, f"{file}:{n}") for n, line in enumerate(lines, start=1) if line.strip()]
         samples.append((sample.name, sample / "workspace", queries))
     if not samples:
         raise ValueError(f"no samples in {dataset} (expected <sample>/workspace and <sample>/queries.jsonl)")
     return samples
+
+
+def _question(line: str, where: str) -> dict[str, Any]:
+    """One question of a queries file, checked so a bad line is named instead of failing mid-run."""
+    try:
+        q = json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(q, dict):
+        raise ValueError(f"{where}: not a JSON object")
+    if not isinstance(q.get("query"), str) or "id" not in q:
+        raise ValueError(f"{where}: a question needs an \"id\" and a \"query\" string")
+    relevant = q.get("relevant", [])
+    if not isinstance(relevant, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("path"), str) and type(r.get("line")) is int for r in relevant):
+        raise ValueError(f"{where}: \"relevant\" must be a list of {{\"path\": str, \"line\": int}}")
+    return q
 
 
 def scored_queries(queries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

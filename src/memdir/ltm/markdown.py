@@ -178,7 +178,8 @@ def _owner_line(text: str) -> str | None:
 def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | None = None) -> str | None:
     """Write ``content`` to ``path`` atomically; returns a warning if an edited file was moved aside.
 
-    A file that is another store's mirror (another agent sharing the workspace) is left alone.
+    A file that is another store's mirror (another agent sharing the workspace), or a note that
+    memdir never wrote and that is no mirror, is left alone.
     """
     warning = None
     state = _read_state(state_file)
@@ -189,6 +190,10 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
             current = None
         ours = current is not None and _sha(current) == state.get(str(path))
         theirs = _owner_line(current.decode("utf-8", "replace")) if current is not None and not ours else None
+        if current is not None and not ours and theirs is None and str(path) not in state:
+            # Never written here and no mirror at all: a person's own note (MEMORY.md?), not an edit.
+            return (f"{path} is a note memdir did not write, not a long-term memory mirror; not overwritten: "
+                    "point longTermMemory.mirror.path at a file of its own (default memory/long-term.md)")
         if theirs is not None and theirs != _owner_line(content):
             return (f"{path} is the long-term memory mirror of another store ({theirs[len(MIRROR_MARK):80]}…); "
                     "not overwritten: give each agent its own longTermMemory.mirror.path, e.g. "

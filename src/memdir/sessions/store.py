@@ -132,7 +132,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, 
                 continue
             try:
                 record = json.loads(raw)
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
                 continue
             if isinstance(record, dict):
                 yield lineno, record
@@ -193,7 +193,7 @@ def _fsync_dir(folder: Path) -> None:
 
 
 class SessionStoreError(RuntimeError):
-    """``sessions.json`` exists but cannot be read as a JSON object."""
+    """``sessions.json`` exists but cannot be read as a JSON object of valid entries."""
 
 
 @dataclass
@@ -226,6 +226,8 @@ class SessionStore:
             raw = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return {}
+        except UnicodeDecodeError as exc:
+            raise SessionStoreError(f"{self.path}: not UTF-8 text ({exc})") from exc
         try:
             data = json.loads(raw) if raw.strip() else {}
         except ValueError as exc:
@@ -235,7 +237,11 @@ class SessionStore:
         out: dict[str, SessionEntry] = {}
         for key, value in data.items():
             if isinstance(value, dict) and isinstance(value.get("sessionId"), str):
-                out[key] = SessionEntry.model_validate(value)
+                try:
+                    out[key] = SessionEntry.model_validate(value)
+                except ValueError as exc:  # pydantic's ValidationError; refused, so never rewritten without it
+                    first = str(exc).splitlines()[1:3]
+                    raise SessionStoreError(f"{self.path}: entry {key!r} is invalid: {' '.join(first)}") from exc
         return out
 
     def _write(self, entries: Mapping[str, SessionEntry]) -> None:

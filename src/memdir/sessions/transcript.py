@@ -23,6 +23,8 @@ from memdir.sessions.store import iter_records
 _ROLE_LABEL = {"user": "User", "assistant": "Assistant"}
 # Numbers below this are epoch seconds (ms values this small would be before 1973).
 _SECONDS_CEILING = 1e11
+# 9999-12-31T23:59:59.999Z: a later "time" is junk, and no date can hold it.
+_MAX_MS = 253_402_300_799_999
 
 
 def normalize_message_text(content: Any) -> str | None:
@@ -42,7 +44,11 @@ def normalize_message_text(content: Any) -> str | None:
 
 
 def timestamp_ms(value: Any) -> int:
-    """Epoch ms from a number (seconds are scaled up), a numeric string or an ISO string; else 0."""
+    """Epoch ms from a number (seconds are scaled up), a numeric string or an ISO string; else 0.
+
+    A time before 1970 or after 9999 is 0 (unknown): a transcript is untrusted input, and such a
+    value has no calendar day for the index to record.
+    """
     if isinstance(value, bool) or value is None:
         return 0
     if isinstance(value, str):
@@ -51,12 +57,20 @@ def timestamp_ms(value: Any) -> int:
             value = float(text)
         except ValueError:
             try:
-                return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
-            except ValueError:
+                ms = int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+            except (ValueError, OverflowError, OSError):
                 return 0
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            return ms if 0 < ms <= _MAX_MS else 0
+    if not isinstance(value, (int, float)):
         return 0
-    return int(value * 1000) if value < _SECONDS_CEILING else int(value)
+    try:
+        value = float(value)  # a JSON integer may have hundreds of digits
+    except OverflowError:
+        return 0
+    if not math.isfinite(value) or value <= 0:
+        return 0
+    ms = int(value * 1000) if value < _SECONDS_CEILING else int(value)
+    return ms if ms <= _MAX_MS else 0
 
 
 def session_hash(content: str, line_map: Iterable[int], timestamps_ms: Iterable[int] | None = None) -> str:

@@ -81,6 +81,9 @@ class SqliteLifecycle:
         if self.path.is_dir():
             raise StoreError(f"cannot open the index {self.path}: it is a directory, not an index file "
                              "(point memorySearch.store.path at a file)")
+        if self.path.exists() and not self.path.is_file():  # /dev/null, a FIFO: SQLite says "disk I/O error"
+            raise StoreError(f"cannot open the index {self.path}: not a regular file "
+                             "(point memorySearch.store.path at a file)")
         conn = None
         if not self.readonly:
             try:

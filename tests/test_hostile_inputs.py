@@ -1,0 +1,195 @@
+"""Hostile inputs found by attacking the CLI as an outside tester would: each a real subprocess."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memdir.config import load_config
+
+SESSIONS_CFG = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                                 "experimental": {"sessionMemory": True}}}
+
+
+def _msg(text: str, ts: object) -> str:
+    return json.dumps({"type": "message", "timestamp": ts, "message": {"role": "user", "content": text}}) + "\n"
+
+
+def test_a_transcript_with_absurd_timestamps_or_nesting_loses_only_its_bad_lines(make_workspace, run_cli,
+                                                                                  state_dir: Path):
+    """A timestamp past year 9999 used to abort the whole ``memdir index`` (OverflowError in the
+    day of a chunk); a huge integer or a line nested 100k deep skipped the whole transcript."""
+    ws = make_workspace({"MEMORY.md": "- plain note\n", "memdir.json": json.dumps(SESSIONS_CFG)})
+    sessions = load_config(workspace=ws, state_dir=state_dir).settings.sessions_dir
+    sessions.mkdir(parents=True)
+    (sessions / "a.jsonl").write_text(_msg("walrus far future", 1e30)
+                                      + _msg("walrus year one", "0001-01-01T00:00:00+01:00")
+                                      + _msg("walrus year 9999", "9999-12-31T23:59:59-23:59"))
+    (sessions / "b.jsonl").write_text(
+        '{"type":"message","timestamp":1' + "0" * 400 + ',"message":{"role":"user","content":"walrus bigint"}}\n'
+        + "[" * 100_000 + "\n" + _msg("walrus after the deep line", 1_700_000_000_000))
+    before = {p.name: p.read_bytes() for p in sessions.iterdir()}
+    out = run_cli("-w", str(ws), "index", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["skipped"] == [] and report["indexed"] == 3
+    found = json.loads(run_cli("-w", str(ws), "search", "walrus", "--json", "--max-results", "20").stdout)
+    text = " ".join(r["snippet"] for r in found["results"])
+    for words in ("far future", "year one", "year 9999", "bigint", "after the deep line"):
+        assert words in text, words
+    assert {p.name: p.read_bytes() for p in sessions.iterdir()} == before  # transcripts never written
+
+
+def test_questions_naming_impossible_dates_are_answered(make_workspace, run_cli):
+    """Dates past the calendar's ends in a question ("99999999 days ago", "9999-12-31") used to fail
+    the whole search with "date value out of range"; such a date now simply boosts nothing."""
+    ws = make_workspace({"memory/2026-01-12.md": "- Billing moved to Kafka.\n", "MEMORY.md": "- Kafka notes\n",
+                         "memory/9999-12-31.md": "- Kafka at the end of time\n",
+                         "memory/0001-01-01.md": "- Kafka at the dawn of time\n"})
+    env = {"MEMDIR_PROVIDER": "none"}
+    assert run_cli("-w", str(ws), "index", env=env).returncode == 0
+    for query in ("Kafka 99999999 days ago", "Kafka on 9999-12-31", "Kafka 9999999999 months ago",
+                  "Kafka in December 0000", "Kafka on 0001-01-01, the day before yesterday",
+                  "Kafka 9999-12-25 next week", "Kafka 3000000 weeks ago", "Kafka 0001-01-03 last week",
+                  "Kafka on December 28", "Kafka on January 2"):
+        out = run_cli("-w", str(ws), "search", query, "--json", "--explain", env=env)
+        assert out.returncode == 0, (query, out.stderr)
+        assert json.loads(out.stdout)["results"], query
+    # A real date beside an impossible one still counts.
+    out = run_cli("-w", str(ws), "search", "Kafka on 2026-01-12 or 99999999 days ago", "--json", "--explain",
+                  env=env)
+    assert out.returncode == 0, out.stderr
+    assert "2026-01-12" in out.stdout
+
+
+def test_tool_numbers_too_large_for_a_float_count_as_absent(make_workspace, keyword_config):
+    """A JSON integer of 400 digits (valid JSON, and an MCP client may send it) made memory_search
+    raise out of the dispatcher that never raises ("int too large to convert to float", an MCP
+    error); OpenClaw's JavaScript reads it as Infinity, which counts as absent."""
+    from memdir.api import Memory
+    from memdir.tools import call_tool
+
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka because ordering matters.\n"})
+    huge = 10**400
+    with Memory(ws, config=keyword_config) as mem:
+        found = call_tool(mem, "memory_search", {"query": "kafka", "maxResults": huge, "minScore": -huge})
+        assert [r["path"] for r in found.payload["results"]] == ["MEMORY.md"]
+        got = call_tool(mem, "memory_get", {"path": "MEMORY.md", "from": huge, "lines": -huge})
+        assert "error" not in got.payload and got.payload["text"].startswith("Billing uses Kafka")
+
+
+def test_an_index_path_on_a_markdown_file_is_refused_and_the_note_kept(make_workspace, run_cli):
+    """``MEMDIR_INDEX_PATH`` (or ``store.path``) pointing at MEMORY.md made the self-heal take the
+    note for a damaged index: it was moved aside and MEMORY.md became an SQLite file, which was then
+    indexed as a note.  A Markdown file is memory, never an index."""
+    ws = make_workspace({"MEMORY.md": "# precious notes\n", "memory/2026-01-01.md": "- daily\n"})
+    before = {p: p.read_bytes() for p in ws.rglob("*") if p.is_file()}
+    env = {"MEMDIR_PROVIDER": "none"}
+    for target in (ws / "MEMORY.md", ws / "memory" / "index.md", ws / "memory" / "2026-01-01.MD"):
+        for command in (["index"], ["search", "notes"], ["status"]):
+            out = run_cli("-w", str(ws), *command, env={**env, "MEMDIR_INDEX_PATH": str(target)})
+            assert out.returncode == 1, (target, command, out.stderr)
+            assert "memorySearch.store.path" in out.stderr and "MEMDIR_INDEX_PATH" in out.stderr, out.stderr
+            assert "Traceback" not in out.stderr
+    cfg = ws / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none", "store": {"path": str(ws / "MEMORY.md")}}}))
+    out = run_cli("-w", str(ws), "index")
+    assert out.returncode == 1 and str(cfg) in out.stderr, out.stderr
+    assert {p: p.read_bytes() for p in ws.rglob("*") if p.is_file() and p != cfg} == before
+
+
+def test_the_long_term_mirror_never_displaces_a_note_it_did_not_write(make_workspace, run_cli, tmp_path: Path):
+    """With ``longTermMemory.mirror.path = "MEMORY.md"`` (or a note of one's own already at
+    memory/long-term.md), the first ``ltm store`` moved the hand-written note aside to
+    ``MEMORY.md.edited-<time>`` (not a .md file, so gone from search) and put the mirror in its place.
+    A file memdir never wrote and that is no mirror is left alone, with a warning."""
+    pytest.importorskip("lancedb")
+    notes = {"MEMORY.md": "# precious notes\n- hand written\n", "memory/long-term.md": "- my own long-term list\n"}
+    for mirror_path in ("MEMORY.md", "memory/long-term.md"):
+        ws = make_workspace(notes, name=f"ws-{mirror_path.replace('/', '-')}")
+        cfg = tmp_path / "memdir.json"
+        cfg.write_text(json.dumps({"memorySearch": {"provider": "none"},
+                                   "longTermMemory": {"mirror": {"enabled": True, "path": mirror_path}}}))
+        out = run_cli("ltm", "store", "I prefer dark mode", "-w", str(ws), "-c", str(cfg))
+        assert out.returncode == 0, out.stderr
+        assert "not overwritten" in out.stderr and mirror_path in out.stderr, out.stderr
+        assert {p: (ws / p).read_text() for p in notes} == notes
+        assert not list(ws.rglob("*.edited-*"))
+
+
+def test_bench_quality_names_the_bad_line_of_a_queries_file(tmp_path: Path, run_cli):
+    """A malformed queries.jsonl gave "memdir: Expecting ',' delimiter: line 1 column 24" (which
+    file?) or "'list' object has no attribute 'get'"; the error now names the file and line."""
+    sample = tmp_path / "ds" / "s1"
+    (sample / "workspace" / "memory").mkdir(parents=True)
+    (sample / "workspace" / "memory" / "2026-01-01.md").write_text("- Billing uses Kafka.\n")
+    good = json.dumps({"id": "q1", "query": "kafka", "relevant": [{"path": "memory/2026-01-01.md", "line": 1}]})
+    for bad, why in (('{"id": 1, "query": "kafka"', "not valid JSON"), ("[1, 2]", "not a JSON object"),
+                     ('{"id": "q2", "query": null}', "query"),
+                     ('{"id": "q3", "query": "kafka", "relevant": [{"path": "memory/2026-01-01.md"}]}', "relevant")):
+        (sample / "queries.jsonl").write_text(good + "\n\n" + bad + "\n")
+        out = run_cli("bench", "quality", str(tmp_path / "ds"), "--mode", "keyword", env={"MEMDIR_PROVIDER": "none"})
+        assert out.returncode == 1, (bad, out.stderr)
+        assert f"{sample / 'queries.jsonl'}:3" in out.stderr and why in out.stderr, (bad, out.stderr)
+        assert "Traceback" not in out.stderr
+
+
+def test_an_index_path_on_a_device_is_named(make_workspace, run_cli, tmp_path: Path):
+    """``MEMDIR_INDEX_PATH=/dev/null`` failed every command with a bare "disk I/O error"; errors
+    name the index file, as for a folder."""
+    ws = make_workspace({"MEMORY.md": "- Billing uses Kafka.\n"})
+    for command in (["index"], ["search", "kafka"], ["status"]):
+        out = run_cli("-w", str(ws), *command, env={"MEMDIR_PROVIDER": "none", "MEMDIR_INDEX_PATH": "/dev/null"})
+        assert out.returncode == 1, (command, out.stderr)
+        assert "/dev/null" in out.stderr and "not a regular file" in out.stderr, (command, out.stderr)
+    assert Path("/dev/null").is_char_device()
+
+
+def test_a_query_that_is_not_a_string_is_a_type_error(make_workspace, keyword_config):
+    """``Memory.search(None)`` raised "'NoneType' object has no attribute 'strip'" from the query
+    parser; a wrong type is now a TypeError saying so, as for ``append_daily``."""
+    from memdir.api import Memory
+
+    ws = make_workspace({"MEMORY.md": "- Billing uses Kafka.\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        for query in (None, 123, b"kafka"):
+            with pytest.raises(TypeError, match="query must be a string"):
+                mem.search(query)  # type: ignore[arg-type]
+        assert mem.search("kafka").results
+
+
+def test_an_agents_section_of_the_wrong_shape_is_a_configuration_error(make_workspace, run_cli, tmp_path: Path):
+    """``{"agents": {"list": "nope"}}`` failed searches with "'str' object has no attribute 'get'"."""
+    ws = make_workspace({"MEMORY.md": "- Billing uses Kafka.\n"})
+    cfg = tmp_path / "memdir.json"
+    for agents, where in (({"list": "nope"}, "agents.list"), ([{"defaults": {}}], "agents"),
+                          ({"defaults": "x"}, "agents.defaults"), ({"list": [{"id": "main", "memorySearch": 3}]},
+                                                                   "memorySearch")):
+        cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}, "agents": agents}))
+        out = run_cli("-w", str(ws), "-c", str(cfg), "search", "kafka")
+        assert out.returncode == 1, (agents, out.stdout)
+        assert out.stderr.startswith("memdir: configuration error:") and where in out.stderr, (agents, out.stderr)
+        assert str(cfg) in out.stderr, out.stderr
+
+
+def test_a_session_entry_of_the_wrong_shape_is_named_and_never_rewritten(tmp_path: Path):
+    """A hand-edited sessions.json entry (``"updatedAt": "soon"``) or one that is not UTF-8 raised a
+    raw pydantic ValidationError / UnicodeDecodeError; both are a SessionStoreError naming the file
+    (and the entry), and nothing rewrites the file."""
+    from memdir.sessions.store import SessionStore, SessionStoreError
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    index = folder / "sessions.json"
+    for raw, named in ((b'{"agent:main:main": {"sessionId": "abc", "updatedAt": "soon"}}', "agent:main:main"),
+                       (b'{"k": {"sessionId": "\xff"}}', "UTF-8")):
+        index.write_bytes(raw)
+        store = SessionStore(folder)
+        with pytest.raises(SessionStoreError, match=str(index)) as err:
+            store.load()
+        assert named in str(err.value)
+        with pytest.raises(SessionStoreError):
+            store.open_session("agent:main:other")
+        assert index.read_bytes() == raw
