@@ -100,6 +100,29 @@ def test_an_index_path_on_a_markdown_file_is_refused_and_the_note_kept(make_work
     assert {p: p.read_bytes() for p in ws.rglob("*") if p.is_file() and p != cfg} == before
 
 
+def test_an_index_path_on_someone_elses_file_is_refused_and_the_file_left_in_place(make_workspace, run_cli,
+                                                                                    tmp_path: Path):
+    """An index path on a file that is no SQLite database and has no index name (``todo.txt``):
+    the self-heal moved it aside as ``.corrupt-*`` and put an index in its place.  It is refused
+    now and stays where it was; a damaged file with an index's name still heals."""
+    ws = make_workspace({"MEMORY.md": "# notes\n- the kiwi plan\n"})
+    env = {"MEMDIR_PROVIDER": "none"}
+    todo = tmp_path / "todo.txt"
+    todo.write_bytes(b"buy milk\n" * 20)
+    for command in (["index"], ["search", "kiwi"]):
+        out = run_cli("-w", str(ws), *command, env={**env, "MEMDIR_INDEX_PATH": str(todo)})
+        assert out.returncode == 1, (command, out.stdout, out.stderr)
+        assert "not an SQLite index" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert todo.read_bytes() == b"buy milk\n" * 20
+    assert not [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]  # (an empty todo.txt.lock is the writer lock)
+    damaged = tmp_path / "index.db"
+    damaged.write_bytes(b"garbage, not a database " * 200)
+    out = run_cli("-w", str(ws), "search", "kiwi", env={**env, "MEMDIR_INDEX_PATH": str(damaged)})
+    assert out.returncode == 0 and "kiwi" in out.stdout, out.stderr
+    assert damaged.read_bytes().startswith(b"SQLite format 3\x00")
+    assert any(p.name.startswith("index.db.corrupt-") for p in tmp_path.iterdir())
+
+
 def test_the_long_term_mirror_never_displaces_a_note_it_did_not_write(make_workspace, run_cli, tmp_path: Path):
     """With ``longTermMemory.mirror.path = "MEMORY.md"`` (or a note of one's own already at
     memory/long-term.md), the first ``ltm store`` moved the hand-written note aside to

@@ -148,6 +148,28 @@ def confirm(path: Path, *, fts_expected: bool) -> str | None:
         conn.close()
 
 
+#: What every SQLite database file starts with.
+SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Names an index file has (memdir's own ``<workspace>-<hash>.sqlite`` and the usual ones): with
+#: these a file that is no database any more is a damaged index, not someone's document.
+INDEX_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+
+
+def may_replace(path: Path) -> bool:
+    """Whether a file SQLite calls damaged may be moved aside for a fresh index: it is (or was)
+    an SQLite database, is empty, or has an index's name.  A configured index path that points at
+    someone's ``notes.txt`` is refused rather than replaced (the file would be kept, but gone
+    from where its owner left it)."""
+    if path.suffix.lower() in INDEX_SUFFIXES:
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except OSError:
+        return False
+    return not head or head == SQLITE_MAGIC
+
+
 def quarantine(path: Path) -> Path:
     """Move ``path`` (and its WAL) aside as ``<path>.corrupt-<time>``; its shared memory is dropped."""
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -221,6 +221,9 @@ def recover_path(path: Path, problem: str, factory: Callable[[Path], Any], *, no
         confirmed = health.confirm(path, fts_expected=fts_expected)
         if confirmed is None:
             return None
+        if not health.may_replace(path):
+            raise StoreError(f"{path} is not an SQLite index ({confirmed or problem}); memdir will not move "
+                             "or replace it: point memorySearch.store.path (or MEMDIR_INDEX_PATH) at a .sqlite file")
         corrupt = health.quarantine(path)
         fresh = factory(path)
         try:
