@@ -216,3 +216,15 @@ def test_a_session_entry_of_the_wrong_shape_is_named_and_never_rewritten(tmp_pat
         with pytest.raises(SessionStoreError):
             store.open_session("agent:main:other")
         assert index.read_bytes() == raw
+
+
+def test_a_stream_that_cannot_encode_a_note_gets_escapes_not_an_error(make_workspace, run_cli):
+    """``PYTHONIOENCODING=ascii``: search printed "Memory search failed: 'ascii' codec can't
+    encode ..." for a note with non-ASCII text.  It answers, with what ASCII cannot show escaped."""
+    ws = make_workspace({"MEMORY.md": "# Notes\n- café plan for the kiwi 🥝\n"})
+    env = {"MEMDIR_PROVIDER": "none", "PYTHONIOENCODING": "ascii"}
+    out = run_cli("-w", str(ws), "search", "kiwi", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "caf\\xe9 plan for the kiwi \\U0001f95d" in out.stdout
+    got = run_cli("-w", str(ws), "get", "MEMORY.md", env=env)
+    assert got.returncode == 0 and "caf\\xe9" in got.stdout, got.stderr

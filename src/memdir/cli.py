@@ -590,6 +590,19 @@ def _flush_stdout() -> None:
         sys.stdout.flush()
 
 
+def _lossless_streams() -> None:
+    """A note's text never makes a command fail on a terminal or pipe that cannot encode it
+    (``PYTHONIOENCODING=ascii``, a C locale on Windows): what it cannot show comes out as
+    backslash escapes (``caf\\xe9``) instead of a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if encoding not in ("utf8", "utf_8") and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a closed or detached stream: nothing to change
+                pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     completing = "_ARGCOMPLETE" in os.environ
     parser = build_parser(None if completing else command_in(sys.argv[1:] if argv is None else argv))
@@ -607,6 +620,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     _configure_logging(args)
+    _lossless_streams()
     try:
         code = COMMANDS[args.command](args)
         _flush_stdout()  # inside the try: a reader that went away is handled like any other write
