@@ -357,3 +357,27 @@ def test_memdir_chat_subcommand_as_a_subprocess(tmp_path: Path) -> None:
     assert "Okay, noted." in proc.stdout
     state_key = load_config(workspace=ws, state_dir=tmp_path / "state").settings.state_key
     assert (tmp_path / "state" / "agents" / state_key / "sessions" / "sessions.json").is_file()
+
+
+def test_memdir_chat_exits_1_when_no_turn_got_through(tmp_path: Path) -> None:
+    """Turns piped to a model nobody answers for (a refused connection): every turn fails, and the
+    exit status says so instead of 0; the errors are on stderr."""
+    import socket
+    import subprocess
+
+    from helpers import cli_env
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}, "userTimezone": "UTC"}))
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "memdir", "--workspace", str(ws), "chat", "--base-url", f"http://127.0.0.1:{port}/v1",
+         "--model", "scripted", "--api-key-env", "MY_KEY"],
+        input="hello\nstill there?\n", capture_output=True, text=True, timeout=120,
+        env=cli_env(tmp_path / "state", MY_KEY=API_KEY),
+    )
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert proc.stderr.count("error:") == 2, proc.stderr

@@ -102,6 +102,7 @@ def run_chat(args: argparse.Namespace) -> int:
                   store=SessionStore(settings.sessions_dir), session_key=session_key(settings.agent_id, args.session),
                   workspace=settings.workspace_path, options=options, long_term=long_term)
     interactive = sys.stdin.isatty()
+    turns = failed = 0
     try:
         while True:
             if interactive:
@@ -114,17 +115,20 @@ def run_chat(args: argparse.Namespace) -> int:
                 continue
             if text in ("/quit", "/exit"):
                 break
+            turns += 1
             try:
                 reply = agent.send(text)
             except Exception as exc:  # keep the session alive; the transcript has what happened
                 print(f"error: {exc}", file=sys.stderr)
+                failed += 1
                 continue
             if reply:
                 print(reply, flush=True)
     finally:
         client.close()
         memory.close()
-    return 0
+    # a script piping turns in learns that none got through (a wrong URL, a refused connection)
+    return 1 if turns and failed == turns else 0
 
 
 # --- the offline demo ---------------------------------------------------------------------------
