@@ -98,6 +98,13 @@ def test_bad_value_names_the_key(tmp_path: Path):
         load_config(overrides={"memorySearch": {"query": {"maxResults": "lots"}}})
     with pytest.raises(ConfigError, match="citations"):
         load_config(overrides={"memory": {"citations": "sometimes"}})
+    # NaN was clamped to 0 (every result passing the floor) without a word; a weight of NaN was refused
+    with pytest.raises(ConfigError, match=r"minScore.*NaN"):
+        load_config(overrides={"memorySearch": {"query": {"minScore": float("nan")}}})
+    cfg = tmp_path / "memdir.toml"
+    cfg.write_text("[memorySearch.query]\nminScore = nan\n")
+    with pytest.raises(ConfigError, match=r"minScore.*NaN"):
+        load_config(workspace=tmp_path)
 
 
 def test_missing_and_unparsable_config_files(tmp_path: Path):

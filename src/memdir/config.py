@@ -279,6 +279,8 @@ class QueryConfig(_Model):
     @model_validator(mode="after")
     def _clamp(self) -> QueryConfig:
         self.max_results = int(self.max_results)
+        if math.isnan(float(self.min_score)):  # clamped, NaN would silently become 0: every result passes
+            raise ValueError("minScore must be a number (0 to 1), not NaN")
         self.min_score = _clamp(float(self.min_score), 0.0, 1.0)
         return self
 
