@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import socket
 import threading
 import time
@@ -212,7 +213,14 @@ def test_cancelled_and_timed_out_calls_answer_as_through_the_sdk(memory, monkeyp
             memory.stalled.clear()
             pending = pool.submit(client.post, url, json=_call(3, "memory_get", {"path": "slow.md"}), headers=headers)
             assert memory.stalled.wait(10)
+            if url == fast_url:  # as the SDK's transport: the session does not expire while a call runs
+                transport = fast._session_manager._server_instances[headers["mcp-session-id"]]
+                assert transport.idle_scope.deadline == math.inf
             note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3, "reason": "t"}}
+            refused = client.post(url, json=note, headers={**headers, "Origin": "http://evil.example.com"})
+            assert refused.status_code == 403
+            time.sleep(0.3)
+            assert not pending.done()  # a refused notification cancels nothing
             assert client.post(url, json=note, headers=headers).status_code == 202
             answers["cancel"].append(pending.result(10))
             # left to hang until the server's deadline
@@ -220,6 +228,7 @@ def test_cancelled_and_timed_out_calls_answer_as_through_the_sdk(memory, monkeyp
                                                   headers=headers))
             assert client.post(url, json=_call(5, "memory_get", {"path": "MEMORY.md"}), headers=headers).is_success
         assert fast.fast_path is not None and fast.fast_path.calls == 3
+        assert transport._requests_in_flight == 0 and math.isfinite(transport.idle_scope.deadline)
         memory.release.set()
 
     for a, b in answers.values():

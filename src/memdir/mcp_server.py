@@ -233,7 +233,7 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         """The SDK's app behind :class:`ToolCallFastPath` (unless ``MEMDIR_MCP_FAST_PATH=0``)."""
         app = super().streamable_http_app()
         if (os.environ.get("MEMDIR_MCP_FAST_PATH", "1") == "0" or self.settings.stateless_http
-                or not self.settings.json_response):
+                or not self.settings.json_response or self.settings.auth is not None):
             return app
         self.fast_path = ToolCallFastPath(app, self)
         return self.fast_path
@@ -311,17 +311,19 @@ class ToolCallFastPath:
             self.warm.add(transport)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path or "user" in scope:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
             return await self.app(scope, receive, send)
         headers = Headers(scope=scope)
         transport = getattr(self.server._session_manager, "_server_instances", {}).get(headers.get("mcp-session-id"))
         if transport is None or transport not in self.warm:
             return await self.app(scope, receive, send)
         received, body = await _read_body(receive, self.max_body)
-        call = self._plain_call(body, headers) if body is not None else None
-        if call is None or not await self._headers_pass(scope, headers) or not _session_open(transport):
-            if body is not None:
-                self._cancel_if_asked(transport, body)
+        message = _json(body)
+        call = self._plain_call(message)
+        passed = message is not None and await self._headers_pass(scope, headers) and _session_open(transport)
+        if call is None or not passed:
+            if passed:
+                self._cancel_if_asked(transport, message)
             return await self.app(scope, _replay(received, receive), send)
         with _holding_session(transport):
             answer = await self._answer(transport, *call)
@@ -329,11 +331,7 @@ class ToolCallFastPath:
                             headers={"Content-Type": _JSON, "mcp-session-id": transport.mcp_session_id})
         await response(scope, receive, send)
 
-    def _plain_call(self, body: bytes, headers: Headers) -> tuple[Any, str, dict[str, Any]] | None:
-        try:
-            message = json.loads(body)
-        except ValueError:
-            return None
+    def _plain_call(self, message: Any) -> tuple[Any, str, dict[str, Any]] | None:
         if not (isinstance(message, dict) and message.keys() <= {"jsonrpc", "id", "method", "params"}
                 and message.get("jsonrpc") == "2.0" and message.get("method") == "tools/call"
                 and type(message.get("id")) in (int, str)):
@@ -357,17 +355,18 @@ class ToolCallFastPath:
                 and (version is None or version in SUPPORTED_PROTOCOL_VERSIONS)
                 and await self.security.validate_request(Request(scope), is_post=True) is None)
 
-    def _cancel_if_asked(self, transport: Any, body: bytes) -> None:
-        try:
-            message = json.loads(body)
-            if isinstance(message, dict) and message.get("method") == "notifications/cancelled":
-                request_id = message["params"]["requestId"]
-                if type(request_id) in (int, str):
-                    scope = self.in_flight.get((id(transport), request_id))
-                    if scope is not None:
-                        scope.cancel()
-        except (ValueError, KeyError, TypeError):
-            pass  # the SDK answers the notification, whatever it holds
+    def _cancel_if_asked(self, transport: Any, message: Any) -> None:
+        """A ``notifications/cancelled`` for a call answered here: cancel it, as the SDK would.
+
+        The notification itself still goes to the SDK, which answers it (202) as always."""
+        if not (isinstance(message, dict) and message.get("jsonrpc") == "2.0"
+                and message.get("method") == "notifications/cancelled" and isinstance(message.get("params"), dict)):
+            return
+        request_id = message["params"].get("requestId")
+        if type(request_id) in (int, str):
+            scope = self.in_flight.get((id(transport), request_id))
+            if scope is not None:
+                scope.cancel()
 
     async def _answer(self, transport: Any, request_id: Any, name: str, arguments: dict[str, Any]) -> str:
         """The JSON-RPC answer, built as the SDK's handler and session build it."""
@@ -397,6 +396,16 @@ class ToolCallFastPath:
             reply = JSONRPCResponse(jsonrpc="2.0", id=request_id,
                                     result=result.model_dump(by_alias=True, mode="json", exclude_none=True))
         return JSONRPCMessage(reply).model_dump_json(by_alias=True, exclude_none=True)
+
+
+def _json(body: bytes | None) -> Any:
+    """The request's JSON, or None when there is no whole body or it is not JSON."""
+    if body is None:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
 
 
 async def _read_body(receive: Any, limit: int) -> tuple[list[Any], bytes | None]:
