@@ -11,7 +11,8 @@ as structured content).  Transports:
   Origin checking (the SDK's ``TransportSecuritySettings``) so a web page cannot reach the
   server through DNS rebinding: a request whose Origin is not loopback is refused (403), one
   whose Host is not loopback is refused (421); requests without an Origin (non-browser clients)
-  pass.
+  pass.  Plain JSON answers, no SSE; once a session is under way its tool calls skip the SDK's
+  internal hops (:class:`ToolCallFastPath`) and get the very bytes the SDK would send.
 
 One long-lived :class:`memdir.Memory` serves every call.  Each call runs in its own worker
 thread with a deadline (:data:`DEFAULT_CALL_TIMEOUT`), so one call that stalls can never hold up
