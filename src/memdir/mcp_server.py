@@ -11,7 +11,8 @@ as structured content).  Transports:
   Origin checking (the SDK's ``TransportSecuritySettings``) so a web page cannot reach the
   server through DNS rebinding: a request whose Origin is not loopback is refused (403), one
   whose Host is not loopback is refused (421); requests without an Origin (non-browser clients)
-  pass.
+  pass.  Plain JSON answers, no SSE; once a session is under way its tool calls skip the SDK's
+  internal hops (:class:`ToolCallFastPath`) and get the very bytes the SDK would send.
 
 One long-lived :class:`memdir.Memory` serves every call.  Each call runs in its own worker
 thread with a deadline (:data:`DEFAULT_CALL_TIMEOUT`), so one call that stalls can never hold up
@@ -27,18 +28,36 @@ This module imports ``mcp``; nothing else in memdir does, so ``memdir search`` s
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import json
 import logging
+import math
+import os
 import sys
 import threading
-from collections.abc import Iterable
+import weakref
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import anyio
 from mcp.server.fastmcp import FastMCP
-from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
-from starlette.requests import ClientDisconnect
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
+from mcp.types import (
+    CallToolResult,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCMessage,
+    JSONRPCResponse,
+    ServerResult,
+    TextContent,
+    Tool,
+    ToolAnnotations,
+)
+from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
 
 from memdir.prompt import memory_recall_section
 from memdir.tools import (
@@ -126,6 +145,8 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         # Set when the session has ended: the Memory is closed under the start-up sync, which is
         # then cut short on purpose (the next start indexes again), not a failure to report.
         self.stopping = threading.Event()
+        #: The ``tools/call`` fast path in front of the streamable-HTTP app, once that app is built.
+        self.fast_path: ToolCallFastPath | None = None
         citations = getattr(getattr(getattr(memory, "settings", None), "memory", None), "citations", "auto")
         kwargs.setdefault("instructions", memory_recall_section(self.tool_names, citations).strip())
         kwargs.setdefault("log_level", "WARNING")
@@ -209,7 +230,18 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
                 return call_tool(self.memory, name, arguments or {}, session_key=self.session_key)
         return call_tool(self.memory, name, arguments or {}, session_key=self.session_key)
 
+    def streamable_http_app(self) -> Any:
+        """The SDK's app behind :class:`ToolCallFastPath` (unless ``MEMDIR_MCP_FAST_PATH=0``)."""
+        app = super().streamable_http_app()
+        if (os.environ.get("MEMDIR_MCP_FAST_PATH", "1") == "0" or self.settings.stateless_http
+                or not self.settings.json_response or self.settings.auth is not None):
+            return app
+        self.fast_path = ToolCallFastPath(app, self)
+        return self.fast_path
+
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        if self.fast_path is not None:
+            self.fast_path.mark_warm(self)
         if name not in self.tool_names:
             # The SDK turns this into an isError result naming the problem.
             raise ValueError(f"unknown tool: {name!r} (memdir provides {', '.join(self.tool_names)})")
@@ -226,6 +258,205 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
             # OpenClaw's payload text, flagged as a failure so a host can tell it from a result
             return CallToolResult(content=content, structuredContent=payload, isError=True)
         return content, payload
+
+
+#: What :class:`ToolCallFastPath` needs of the SDK's per-session transport; without any of it
+#: (another SDK version) every request simply goes through the SDK.
+_TRANSPORT_ATTRS = ("mcp_session_id", "is_terminated", "idle_scope", "_idle_timeout", "_requests_in_flight")
+_JSON = "application/json"
+
+
+class ToolCallFastPath:
+    """ASGI front of the SDK's streamable-HTTP app that answers ``tools/call`` on a warm session itself.
+
+    Why: through the SDK a tool call hops across four tasks over anyio memory streams (HTTP
+    handler, session reader, server loop, per-request handler, message router and back) and is
+    validated as pydantic models on the way in; with the thread hop for the tool that was ~2.5 ms
+    per call over loopback against ~1 ms for a bare Starlette endpoint.  Here a call goes straight
+    from the HTTP request to :meth:`MemdirMCP.call_tool` (same worker thread and deadline), and
+    its answer is built and dumped with the SDK's own models and calls, so the bytes are the ones
+    the SDK would send.
+
+    Only the hot case takes this path: a POST to the MCP endpoint on a session the SDK has already
+    served a ``tools/call`` on (so it is initialized and its transport is what this relies on),
+    whose Host/Origin pass the same :class:`TransportSecurityMiddleware` and whose Accept,
+    Content-Type and protocol-version headers pass the SDK's checks, carrying one plain request
+    ``{"jsonrpc", "id", "method": "tools/call", "params": {"name", "arguments"}}`` for one of
+    memdir's tools.  Anything else (other methods, batches, unknown tools, ``_meta``, bad headers,
+    an unknown or ended session) goes to the SDK with its body replayed, and the SDK answers as
+    always.  A ``notifications/cancelled`` for a call in flight here cancels it with the SDK's
+    answer ("Request cancelled").  ``MEMDIR_MCP_FAST_PATH=0`` turns the fast path off.
+    """
+
+    def __init__(self, app: Any, server: MemdirMCP):
+        self.app, self.server = app, server
+        self.path = server.settings.streamable_http_path
+        self.security = TransportSecurityMiddleware(server.settings.transport_security)
+        self.max_body = int(getattr(server.settings, "max_request_body_size", 4 * 1024 * 1024))
+        self.warm: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.in_flight: dict[tuple[int, Any], anyio.CancelScope] = {}
+        #: Calls answered here (tests read it to know the fast path was taken).
+        self.calls = 0
+
+    def mark_warm(self, server: MemdirMCP) -> None:
+        """Called from a ``tools/call`` the SDK is serving: its session may take the fast path."""
+        try:
+            request = server._mcp_server.request_context.request
+        except LookupError:
+            return
+        if not isinstance(request, Request):
+            return
+        manager = server._session_manager
+        transport = getattr(manager, "_server_instances", {}).get(request.headers.get("mcp-session-id"))
+        if transport is not None and all(hasattr(transport, a) for a in _TRANSPORT_ATTRS):
+            self.warm.add(transport)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
+            return await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
+        transport = getattr(self.server._session_manager, "_server_instances", {}).get(headers.get("mcp-session-id"))
+        if transport is None or transport not in self.warm:
+            return await self.app(scope, receive, send)
+        received, body = await _read_body(receive, self.max_body)
+        message = _json(body)
+        call = self._plain_call(message)
+        passed = message is not None and await self._headers_pass(scope, headers) and _session_open(transport)
+        if call is None or not passed:
+            if passed:
+                self._cancel_if_asked(transport, message)
+            return await self.app(scope, _replay(received, receive), send)
+        with _holding_session(transport):
+            answer = await self._answer(transport, *call)
+        response = Response(answer, status_code=200,
+                            headers={"Content-Type": _JSON, "mcp-session-id": transport.mcp_session_id})
+        await response(scope, receive, send)
+
+    def _plain_call(self, message: Any) -> tuple[Any, str, dict[str, Any]] | None:
+        if not (isinstance(message, dict) and message.keys() <= {"jsonrpc", "id", "method", "params"}
+                and message.get("jsonrpc") == "2.0" and message.get("method") == "tools/call"
+                and type(message.get("id")) in (int, str)):
+            return None
+        params = message.get("params")
+        if not isinstance(params, dict) or not params.keys() <= {"name", "arguments"}:
+            return None
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str) or name not in self.server.tool_names:
+            return None
+        if arguments is not None and not isinstance(arguments, dict):
+            return None
+        return message["id"], name, arguments or {}
+
+    async def _headers_pass(self, scope: Any, headers: Headers) -> bool:
+        """The checks the SDK makes before it would take the request (any refusal is left to it)."""
+        accepted = [t.strip() for t in headers.get("accept", "").split(",")]
+        content_type = [p.strip() for p in headers.get("content-type", "").split(";")[0].split(",")]
+        version = headers.get("mcp-protocol-version")
+        return (any(t.startswith(_JSON) for t in accepted) and _JSON in content_type
+                and (version is None or version in SUPPORTED_PROTOCOL_VERSIONS)
+                and await self.security.validate_request(Request(scope), is_post=True) is None)
+
+    def _cancel_if_asked(self, transport: Any, message: Any) -> None:
+        """A ``notifications/cancelled`` for a call answered here: cancel it, as the SDK would.
+
+        The notification itself still goes to the SDK, which answers it (202) as always."""
+        if not (isinstance(message, dict) and message.get("jsonrpc") == "2.0"
+                and message.get("method") == "notifications/cancelled" and isinstance(message.get("params"), dict)):
+            return
+        request_id = message["params"].get("requestId")
+        if type(request_id) in (int, str):
+            scope = self.in_flight.get((id(transport), request_id))
+            if scope is not None:
+                scope.cancel()
+
+    async def _answer(self, transport: Any, request_id: Any, name: str, arguments: dict[str, Any]) -> str:
+        """The JSON-RPC answer, built as the SDK's handler and session build it."""
+        key = (id(transport), request_id)
+        with anyio.CancelScope() as cancel:
+            self.in_flight[key] = cancel
+            try:
+                results = await self.server.call_tool(name, arguments)
+                if isinstance(results, CallToolResult):
+                    result = ServerResult(results)
+                else:
+                    content, structured = results
+                    result = ServerResult(CallToolResult(content=list(content), structuredContent=structured,
+                                                         isError=False))
+            except Exception as exc:  # as the SDK's call_tool handler: the error as an isError result
+                result = ServerResult(CallToolResult(content=[TextContent(type="text", text=str(exc))],
+                                                     isError=True))
+            finally:
+                if self.in_flight.get(key) is cancel:
+                    del self.in_flight[key]
+        self.calls += 1
+        reply: JSONRPCResponse | JSONRPCError
+        if cancel.cancelled_caught:
+            reply = JSONRPCError(jsonrpc="2.0", id=request_id,
+                                 error=ErrorData(code=0, message="Request cancelled", data=None))
+        else:
+            reply = JSONRPCResponse(jsonrpc="2.0", id=request_id,
+                                    result=result.model_dump(by_alias=True, mode="json", exclude_none=True))
+        return JSONRPCMessage(reply).model_dump_json(by_alias=True, exclude_none=True)
+
+
+def _json(body: bytes | None) -> Any:
+    """The request's JSON, or None when there is no whole body or it is not JSON."""
+    if body is None:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+async def _read_body(receive: Any, limit: int) -> tuple[list[Any], bytes | None]:
+    """The ASGI messages read, and the whole body (None if it did not come whole within ``limit``)."""
+    received: list[Any] = []
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        received.append(message)
+        if message["type"] != "http.request":
+            return received, None
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if size > limit:
+            return received, None
+        if not message.get("more_body", False):
+            return received, b"".join(chunks)
+
+
+def _replay(received: list[Any], receive: Any) -> Any:
+    """An ASGI ``receive`` that hands out what was already read, then reads on."""
+    pending = list(received)
+
+    async def again() -> Any:
+        return pending.pop(0) if pending else await receive()
+
+    return again
+
+
+def _session_open(transport: Any) -> bool:
+    idle = transport.idle_scope
+    return not transport.is_terminated and not (idle is not None and idle.cancel_called)
+
+
+@contextlib.contextmanager
+def _holding_session(transport: Any) -> Iterator[None]:
+    """As the SDK's transport does for each request: no idle expiry while a call is in flight."""
+    idle, timeout = transport.idle_scope, transport._idle_timeout
+    if idle is None or timeout is None:
+        yield
+        return
+    transport._requests_in_flight += 1
+    idle.deadline = math.inf
+    try:
+        yield
+    finally:
+        transport._requests_in_flight -= 1
+        if not transport._requests_in_flight:
+            idle.deadline = anyio.current_time() + timeout
 
 
 #: Exceptions that only mean "the HTTP client went away" (a closed or broken stream, or a
