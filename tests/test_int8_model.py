@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -204,3 +205,29 @@ def test_off_by_default_and_switched_on_by_the_setting(cache: Path) -> None:
     on = create_local_provider(MemorySearchConfig.model_validate({"local": {"integerKernels": True}}))
     assert off._backend.numerics is None and on._backend.numerics == int8.NUMERICS
     assert on.provider_key != off.provider_key == simple_provider_key("local", DEFAULT_MODEL)
+
+
+def test_switching_the_setting_re_embeds_the_index_without_mixing(
+    tmp_path: Path, cache: Path, make_workspace: Callable[..., Path]
+) -> None:
+    """An index built on the original numerics is rebuilt with fresh vectors (no cache hits across
+    the two paths), and switching back reuses the first path's cached vectors."""
+    from memdir.api import Memory
+
+    ws = make_workspace({"MEMORY.md": "# Notes\n\nThe staging database moves to the new cluster on Friday.\n",
+                         "memory/2024-03-01.md": "# 2024-03-01\n\n- Alice owns the migration runbook.\n"})
+    state = tmp_path / "state-switch"
+    on = {"memorySearch": {"local": {"integerKernels": True}}}
+    first = Memory(ws, state_dir=state, config={})
+    report = first.sync()
+    assert report.embedded > 0 and report.cache_hits == 0
+    first.close()
+    second = Memory(ws, state_dir=state, config=on)
+    report = second.sync()
+    assert report.full and report.embedded > 0 and report.cache_hits == 0, report
+    assert second.status()["model"] == DEFAULT_MODEL
+    second.close()
+    third = Memory(ws, state_dir=state, config={})
+    report = third.sync()
+    assert report.full and report.embedded == 0 and report.cache_hits > 0, report
+    third.close()
