@@ -213,6 +213,7 @@ class OnnxBackend:
         dims: int | None = None,
         sha256: tuple[str | None, str | None] = (None, None),
         integer_kernels: bool = False,
+        saved_graph: bool = False,
     ) -> None:
         self.model_file = model_file
         self.tokenizer_file = tokenizer_file
@@ -235,6 +236,10 @@ class OnnxBackend:
                 from memdir.embeddings import int8
 
                 self.numerics = int8.NUMERICS
+        #: Load onnxruntime's optimised graph saved in the user cache (:mod:`memdir.embeddings.saved_graph`);
+        #: needs a known source SHA-256 (the embedded default).
+        self.saved_graph = saved_graph
+        self._graph_step: tuple[str, Any] | None = None
         #: The file (or bytes) the session was built from: the derived model or ``model_file``.
         self.loaded_from: ModelData | bytes | None = None
         self._session: Any = None
@@ -273,9 +278,11 @@ class OnnxBackend:
                 check.result()
             tokenizer = loading.result()
         self._inspect(session)
+        if self._graph_step is not None:
+            session = self._settle_saved_graph(ort, session, tokenizer)
         self._session, self._tokenizer = session, tokenizer
 
-    def _create_session(self, ort: Any) -> Any:
+    def _options(self, ort: Any) -> Any:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.run.threads
         opts.inter_op_num_threads = 1
@@ -286,10 +293,20 @@ class OnnxBackend:
         # Idle worker threads sleep instead of spinning: the model shares the process with an agent.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.log_severity_level = 3
+        return opts
+
+    def _create_session(self, ort: Any) -> Any:
         if self.numerics is not None:
-            session = self._integer_session(ort, opts)
+            session = self._integer_session(ort, self._options(ort))
             if session is not None:
                 return session
+        if self.saved_graph and self.sha256[0]:
+            session = self._saved_graph_session(ort)
+            if session is not None:
+                return session
+        return self._original_session(ort, self._options(ort))
+
+    def _original_session(self, ort: Any, opts: Any) -> Any:
         source: str | bytes = (
             str(self.model_file) if isinstance(self.model_file, Path) else _read(self.model_file)
         )
@@ -302,6 +319,97 @@ class OnnxBackend:
                 f"{_PREFIX}: could not load the ONNX model {self.model_file} "
                 f"(is it a valid .onnx export of a text encoder?): {exc}"
             ) from exc
+
+    def _saved_graph_session(self, ort: Any) -> Any:
+        """A session on the saved optimised graph (checked by :meth:`_settle_saved_graph`), or one on
+        the original model that saves its graph while being built; None when neither applies."""
+        from memdir.embeddings import saved_graph
+
+        if not saved_graph.enabled():
+            return None
+        key = (self.sha256[0], ort.__version__)
+        found = saved_graph.find(*key)
+        if found is not None:
+            try:
+                session = ort.InferenceSession(
+                    str(found[0]), sess_options=self._options(ort), providers=["CPUExecutionProvider"])
+            except Exception as exc:
+                logging.getLogger(__name__).info("%s: saved graph %s unusable (%s); rebuilding",
+                                                 _PREFIX, found[0], exc)
+                saved_graph.discard(*key)
+            else:
+                self.loaded_from = found[0]
+                self._graph_step = ("verify", found[1])
+                return session
+        return self._saving_session(ort)
+
+    def _saving_session(self, ort: Any) -> Any:
+        """The original model's session, saving its optimised graph into the cache; None if the
+        cache is unwritable or saving failed (the caller then builds it plainly)."""
+        from memdir.embeddings import saved_graph
+
+        key = (self.sha256[0], ort.__version__)
+        if not saved_graph.may_build(*key):
+            return None
+        staging = saved_graph.start_build(*key)
+        if staging is None:
+            return None
+        opts = self._options(ort)
+        saved_graph.save_options(opts, ort, staging)
+        try:
+            session = ort.InferenceSession(
+                str(self.model_file) if isinstance(self.model_file, Path) else _read(self.model_file),
+                sess_options=opts, providers=["CPUExecutionProvider"])
+        except Exception:
+            saved_graph.abandon(staging)
+            return None
+        self.loaded_from = self.model_file
+        self._graph_step = ("commit", staging)
+        return session
+
+    def _settle_saved_graph(self, ort: Any, session: Any, tokenizer: Any) -> Any:
+        """Check a loaded saved graph against the probe hash (falling back to the original model and
+        rebuilding on a mismatch), or record the probe hash of a freshly saved one."""
+        from memdir.embeddings import saved_graph
+
+        step, self._graph_step = self._graph_step, None
+        assert step is not None and self.sha256[0]
+        key = (self.sha256[0], ort.__version__)
+        try:
+            probe = self._probe_hash(session, tokenizer)
+        except Exception:
+            probe = None
+        if step[0] == "commit":
+            staging = step[1]
+            if probe is None:
+                saved_graph.abandon(staging)
+            else:
+                saved_graph.finish_build(staging, *key, probe)
+            return session
+        if probe == step[1]:
+            return session
+        logging.getLogger(__name__).warning(
+            "%s: the saved graph %s does not reproduce the model's output; running the original model",
+            _PREFIX, self.loaded_from)
+        saved_graph.note_mismatch(*key)
+        saved_graph.discard(*key)
+        rebuilt = self._saving_session(ort) or self._original_session(ort, self._options(ort))
+        self._inspect(rebuilt)
+        if self._graph_step is not None:
+            return self._settle_saved_graph(ort, rebuilt, tokenizer)
+        return rebuilt
+
+    def _probe_hash(self, session: Any, tokenizer: Any) -> str:
+        """SHA-256 of the raw output for :data:`saved_graph.PROBE_TEXT` (bit-exact fingerprint)."""
+        import numpy as np
+
+        from memdir.embeddings import saved_graph
+
+        enc = tokenizer.encode(saved_graph.PROBE_TEXT)
+        arrays = {"input_ids": enc.ids, "attention_mask": enc.attention_mask, "token_type_ids": enc.type_ids}
+        feeds = {name: np.asarray([arrays[name]], dtype=dtype) for name, dtype in self._feeds.items()}
+        (out,) = session.run([self._output], feeds)
+        return hashlib.sha256(np.ascontiguousarray(out).tobytes()).hexdigest()
 
     def _integer_session(self, ort: Any, opts: Any) -> Any:
         """A session on the cached integer-kernel copy (built on a miss), or None after any failure,
@@ -619,6 +727,7 @@ def _default_backend(run: RunSettings, integer_kernels: bool | None = None) -> O
         dims=DEFAULT_DIMS,
         sha256=(DEFAULT_MODEL_SHA256, DEFAULT_TOKENIZER_SHA256),
         integer_kernels=DEFAULT_INTEGER_KERNELS if integer_kernels is None else integer_kernels,
+        saved_graph=True,
     )
 
 
