@@ -148,3 +148,27 @@ def test_concurrent_first_runs(cache: Path) -> None:
     vectors, loaded_from, _ = embed(TEXTS[:3])
     assert loaded_from == graph(cache) / "model.onnx"
     assert np.array_equal(vectors, np.asarray(json.loads(outputs[0])))
+
+
+def test_saving_removes_other_versions_unused_for_a_week(cache: Path) -> None:
+    old = saved_graph.graph_dir(local.DEFAULT_MODEL_SHA256, "1.0.0", cache)
+    recent = saved_graph.graph_dir(local.DEFAULT_MODEL_SHA256, "1.1.0", cache)
+    other_model = saved_graph.graph_dir("0" * 64, "1.0.0", cache)
+    for folder in (old, recent, other_model):
+        folder.mkdir(parents=True)
+        (folder / "meta.json").write_text("{}")
+    week_ago = os.stat(old / "meta.json").st_mtime - saved_graph.STALE_AFTER_S - 60
+    for folder in (old, other_model):
+        os.utime(folder / "meta.json", (week_ago, week_ago))
+    embed(TEXTS[:1])
+    assert saved_graph.find(*KEY, cache) is not None
+    assert not old.exists()
+    assert recent.exists() and other_model.exists()
+    assert sorted(p.name for p in graph(cache).parent.iterdir()) == sorted(
+        [graph(cache).name, recent.name, other_model.name])
+    # Loading marks the graph in use.
+    meta = graph(cache) / "meta.json"
+    os.utime(meta, (week_ago, week_ago))
+    _, loaded_from, _ = embed(TEXTS[:1])
+    assert loaded_from == graph(cache) / "model.onnx"
+    assert meta.stat().st_mtime > week_ago + 3600

@@ -387,6 +387,7 @@ class OnnxBackend:
                 saved_graph.finish_build(staging, *key, probe)
             return session
         if probe == step[1]:
+            saved_graph.touch(Path(str(self.loaded_from)))
             return session
         logging.getLogger(__name__).warning(
             "%s: the saved graph %s does not reproduce the model's output; running the original model",

@@ -36,6 +36,8 @@ PROBE_TEXT = "memdir probe: Caroline met Melanie at the pottery class on 7 May 2
 MODEL_NAME = "model.onnx"
 DATA_NAME = "weights.data"
 META_NAME = "meta.json"
+#: A saved graph of another onnxruntime version (or format) unused this long is removed when a new one is saved.
+STALE_AFTER_S = 7 * 24 * 3600
 #: Probe mismatches (files intact) after which a key is no longer rebuilt.
 MAX_MISMATCHES = 2
 _ENV_SWITCH = "MEMDIR_SAVED_GRAPH"
@@ -159,7 +161,31 @@ def finish_build(staging: Path, source_sha256: str, ort_version: str, probe_sha2
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)
         return False
+    _remove_stale(final, source_sha256)
     return True
+
+
+def touch(model_file: Path) -> None:
+    """Mark a saved graph as in use (its sidecar's mtime), so :func:`_remove_stale` keeps it."""
+    with contextlib.suppress(OSError):
+        os.utime(model_file.parent / META_NAME)
+
+
+def _remove_stale(current: Path, source_sha256: str) -> None:
+    """Delete saved graphs of this model for other onnxruntime versions or formats, unused for
+    :data:`STALE_AFTER_S` (another environment sharing the cache may still use a recent one)."""
+    import time
+
+    cutoff = time.time() - STALE_AFTER_S
+    for other in current.parent.glob(f"minilm-{source_sha256[:32]}-ort*-graph-v*"):
+        if other == current or other.name.startswith(".") or not other.is_dir():
+            continue
+        try:
+            if (other / META_NAME).stat().st_mtime >= cutoff:
+                continue
+        except OSError:
+            pass  # no sidecar: a damaged leftover
+        _remove(other)
 
 
 def abandon(staging: Path | None) -> None:
