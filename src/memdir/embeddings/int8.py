@@ -23,10 +23,11 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from memdir.atomic_write import replace_file
 
 #: Bumped whenever the rewrite changes the graph (or its numerics): old cached files are ignored.
 REWRITE_VERSION = 1
@@ -162,19 +163,7 @@ def write_atomic(path: Path, data: bytes, source_sha256: str) -> None:
     meta = {"source_sha256": source_sha256, "numerics": NUMERICS, "size": len(data),
             "sha256": hashlib.sha256(data).hexdigest()}
     for target, payload in ((path, data), (_sidecar(path), json.dumps(meta).encode())):
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(payload)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        replace_file(target, payload)
 
 
 def load_or_build(source_sha256: str, read_source: Callable[[], bytes], folder: Path | None = None) -> Path | bytes:

@@ -25,12 +25,12 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, tzinfo
 from pathlib import Path
 
+from memdir.atomic_write import replace_file
 from memdir.ltm.store import MemoryRecord
 
 DEFAULT_IMPORTANCE = 0.7
@@ -210,19 +210,7 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
                        f"to {aside.name} (apply it with `memdir ltm import {aside}`) and the mirror regenerated")
     path.parent.mkdir(parents=True, exist_ok=True)
     data = content.encode("utf-8")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    replace_file(path, data)
     state[str(path)] = _sha(data)
     _write_state(state_file, state)
     return warning

@@ -20,7 +20,6 @@ import fcntl
 import json
 import logging
 import os
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -31,6 +30,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from memdir.atomic_write import replace_file
 from memdir.tools import chat_type_from_session_key, parse_session_key
 
 log = logging.getLogger(__name__)
@@ -246,17 +246,7 @@ class SessionStore:
 
     def _write(self, entries: Mapping[str, SessionEntry]) -> None:
         payload = json.dumps({k: v.to_json() for k, v in entries.items()}, indent=2, ensure_ascii=False)
-        fd, tmp = tempfile.mkstemp(prefix=SESSIONS_FILE + ".tmp-", dir=self.dir)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(payload + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        replace_file(self.path, (payload + "\n").encode("utf-8"), prefix=SESSIONS_FILE + ".tmp-")
         _fsync_dir(self.dir)
 
     def load(self) -> dict[str, SessionEntry]:
