@@ -110,6 +110,11 @@ def test_bad_value_names_the_key(tmp_path: Path):
 def test_missing_and_unparsable_config_files(tmp_path: Path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(config_path=tmp_path / "nope.toml")
+    # a folder or a device was "not found" too, though it is there
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_config(config_path=tmp_path)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_config(config_path="/dev/null")
     bad = tmp_path / "bad.toml"
     bad.write_text("[memorySearch\n")
     with pytest.raises(ConfigError, match="cannot parse"):

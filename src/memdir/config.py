@@ -75,8 +75,8 @@ def check_agent_id(agent_id: str) -> None:
         raise ValueError("an agent id cannot be empty")
     bad = [c for c in ("/", "\\", "\0") if c in agent_id] or [c for c in agent_id if ord(c) < 32]
     if bad or agent_id.strip() in (".", "..") or agent_id != agent_id.strip():
-        raise ValueError(f"agent id {agent_id!r} is not a plain name: use letters, digits, '-', '_' or '.', "
-                         "without '/', '\\', '..' or surrounding spaces")
+        raise ValueError(f"agent id {agent_id!r} is not a plain name: use letters, digits, '-', '_' or '.' "
+                         "(not '.' or '..' alone), without '/', '\\' or surrounding spaces")
 
 
 # --- memorySearch ---------------------------------------------------------------------------
@@ -834,6 +834,11 @@ def load_config(
     cfg_file: Path | None
     if explicit:
         cfg_file = Path(os.path.expanduser(str(explicit)))
+        if cfg_file.is_dir():
+            raise ConfigError(f"config file {cfg_file} is a directory: give the path of a file in it "
+                              "(memdir.toml, memdir.json or memdir.json5)")
+        if cfg_file.exists() and not cfg_file.is_file():
+            raise ConfigError(f"config file {cfg_file} is not a regular file")
         if not cfg_file.is_file():
             raise ConfigError(f"config file not found: {cfg_file}")
     else:
