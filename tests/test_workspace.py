@@ -42,6 +42,22 @@ def test_symlinks_are_never_followed(make_workspace, tmp_path: Path):
     assert paths(ws, [extra_link]) == ["memory/a.md"]
 
 
+def test_a_symlinked_memory_md_is_reported_skipped_and_its_target_can_be_listed(make_workspace, tmp_path: Path):
+    """A MEMORY.md linked in from elsewhere (a dotfiles repo) is still not followed, but no longer
+    skipped in silence: status lists it with what to do instead, and doing that indexes it."""
+    from memdir.workspace import discover
+
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    (dotfiles / "MEMORY.md").write_text("# kept elsewhere\n")
+    ws = make_workspace({"memory/a.md": "a"})
+    os.symlink(dotfiles / "MEMORY.md", ws / "MEMORY.md")
+    found = discover(ws)
+    assert [f.path for f in found.files] == ["memory/a.md"]
+    assert [(s.path, "symlink" in s.error and "extraPaths" in s.error) for s in found.skipped] == [("MEMORY.md", True)]
+    assert paths(ws, [dotfiles / "MEMORY.md"]) == ["memory/a.md", "../dotfiles/MEMORY.md"]
+
+
 def test_symlinked_memory_dir_is_not_walked(make_workspace, tmp_path: Path):
     real = tmp_path / "real"
     real.mkdir()

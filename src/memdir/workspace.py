@@ -156,7 +156,12 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             continue
         if stat.S_ISREG(st.st_mode):
             candidates.append((str(p), name, st))
-        elif not stat.S_ISLNK(st.st_mode):
+        elif stat.S_ISLNK(st.st_mode):
+            # never followed (a link could lead anywhere), but said: a user who keeps MEMORY.md in
+            # a dotfiles repo and links it in would otherwise wonder why it is never found
+            found.skipped.append(Skipped(name, "a symlink (not followed: keep the file itself in the workspace, "
+                                               "or list the file it points to in extraPaths)"))
+        else:
             found.skipped.append(Skipped(name, f"{kind_of(st.st_mode)}, not a regular file"))
     mem_dir = workspace / MEMORY_DIR
     try:
