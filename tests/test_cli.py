@@ -82,6 +82,20 @@ def test_status_names_issues_for_an_empty_workspace(make_workspace, run_cli):
     assert st["indexExists"] is False and any("no memory files found" in i for i in st["issues"])
 
 
+def test_status_counts_every_changed_file_not_only_the_listed_ones(make_workspace, run_cli):
+    """``status`` lists the first 50 changed files; it said "50 changed" with 70 waiting."""
+    ws = make_workspace({"memory/2026-01-01.md": "- first\n"}, name="many")
+    env = {"MEMDIR_PROVIDER": "none"}
+    assert run_cli("index", "-w", str(ws), env=env).returncode == 0
+    for i in range(70):
+        (ws / "memory" / f"note-{i:02d}.md").write_text(f"- note {i}\n")
+    (ws / "memory" / "2026-01-01.md").unlink()
+    st = json.loads(run_cli("status", "--json", "-w", str(ws), env=env).stdout)
+    assert (st["dirtyCount"], len(st["dirtyFiles"]), st["removedCount"]) == (70, 50, 1)
+    text = run_cli("status", "-w", str(ws), env=env).stdout
+    assert "70 changed, 1 removed" in text, text
+
+
 def test_search_does_not_import_heavy_modules(ws: Path, run_cli):
     code = ("import sys, runpy; sys.argv=['memdir','--version']; "
             "import memdir.cli as c; c.main(['--version']); "

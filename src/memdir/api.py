@@ -429,8 +429,10 @@ class Memory(IndexUpkeep):
             "dirty": bool(dirty_files or removed) or not exists,
             # The same, named for what it means to a user: the next search (or a watcher) syncs first.
             "syncPending": bool(dirty_files or removed) or not exists,
-            "dirtyFiles": dirty_files[:50],
+            "dirtyFiles": dirty_files[:50],  # the first 50; the counts are of all of them
             "removedFiles": removed[:50],
+            "dirtyCount": len(dirty_files),
+            "removedCount": len(removed),
             # Files that look like memory but could not be indexed; retried on every sync.
             "skipped": list(skipped.values()),
             "requestedProvider": ms.provider,

@@ -407,7 +407,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"Extra paths: {', '.join(st['extraPaths'])}")
     lines += [f"Indexed: {st['files']}/{st['scannedFiles']} files · {st['chunks']} chunks",
               f"Dirty: {'yes' if st['dirty'] else 'no'}"
-              + (f" ({len(st['dirtyFiles'])} changed, {len(st['removedFiles'])} removed; "
+              + (f" ({st['dirtyCount']} changed, {st['removedCount']} removed; "
                  "the next search or the watcher syncs them)" if st["dirty"] else ""),
               f"Store: {st['indexPath']}" + ("" if st["indexExists"] else " (not built yet: run memdir index)"),
               "Index for: " + {"workspace": "this workspace (no agent id chosen; --agent NAME for a named index)",
