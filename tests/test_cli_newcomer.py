@@ -200,6 +200,20 @@ def test_search_modes_and_paths_only(notes: Path, run_cli):
     assert run_cli("-w", str(notes), "search", "x", "--files", "--json", env=KW).returncode == 2
 
 
+def test_files_with_null_ends_each_path_with_nul_for_names_holding_a_newline(make_workspace, run_cli):
+    """``--files`` prints one path per line; a note whose name holds a newline made that ambiguous.
+    ``-0`` ends each path with NUL (for ``xargs -0``), and needs ``--files``."""
+    ws = make_workspace({"memory/odd\nname.md": "- the walrus budget\n", "memory/plain.md": "- walrus plans\n"})
+    out = run_cli("-w", str(ws), "search", "walrus", "--files", "-0", env=KW)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.endswith("\0") and sorted(out.stdout.split("\0")[:-1]) == ["memory/odd\nname.md",
+                                                                                  "memory/plain.md"]
+    lines = run_cli("-w", str(ws), "search", "walrus", "--files", env=KW)
+    assert "\0" not in lines.stdout and lines.stdout.endswith("\n")
+    bad = run_cli("-w", str(ws), "search", "walrus", "-0", env=KW)
+    assert bad.returncode == 2 and "--files" in bad.stderr
+
+
 def test_vector_mode_with_the_embedded_model(notes: Path, run_cli):
     res = json.loads(run_cli("-w", str(notes), "search", "which database holds the ledger?", "--mode", "vector",
                              "--json", "--min-score", "0").stdout)

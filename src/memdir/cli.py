@@ -146,6 +146,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     out.add_argument("--files", action="store_true",
                      help="print only the matching files' paths (workspace-relative, as memdir get takes them), "
                           "one per line, each once, best first: for scripts")
+    p.add_argument("-0", "--null", action="store_true",
+                   help="with --files: end each path with a NUL byte instead of a newline (xargs -0), as a "
+                        "file name may hold a newline")
     p.add_argument("--no-sync", action="store_true", help="do not index changed files first")
 
     p = cmd("get", "print a memory file or some of its lines")
@@ -304,6 +307,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     query = args.query_opt if args.query_opt is not None else args.query
     if not query or not query.strip():
         raise UsageError("Missing search query. Provide a positional query or use --query <text>.")
+    if args.null and not args.files:
+        raise UsageError("-0/--null ends the paths printed by --files: use it with --files")
     with _memory(args, snapshot=True) as mem:
         resp = mem.search(query, max_results=args.max_results, min_score=args.min_score, explain=args.explain,
                           sync=False if args.no_sync else None, mode=args.mode)
@@ -317,9 +322,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         if resp.stale:
             _note(args, "note: the index may be stale (sync was cut short or another process is writing)")
         if args.files:
-            seen: dict[str, None] = dict.fromkeys(r.path for r in resp.results)
-            if seen:
-                sys.stdout.write("\n".join(seen) + "\n")
+            end = "\0" if args.null else "\n"
+            sys.stdout.write("".join(path + end for path in dict.fromkeys(r.path for r in resp.results)))
             return 0
         if not resp.results:
             print("No matches.")
