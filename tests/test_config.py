@@ -107,6 +107,21 @@ def test_bad_value_names_the_key(tmp_path: Path):
         load_config(workspace=tmp_path)
 
 
+def test_a_boolean_is_not_a_number(tmp_path: Path):
+    # pydantic read `maxResults = true` as 1 and `minScore = true` as 1.0 without a word
+    cfg = tmp_path / "memdir.toml"
+    cfg.write_text("[memorySearch.query]\nmaxResults = true\n")
+    with pytest.raises(ConfigError, match=r"memorySearch\.query\.maxResults.*not true"):
+        load_config(workspace=tmp_path)
+    with pytest.raises(ConfigError, match=r"vectorWeight.*not false"):
+        load_config(overrides={"memorySearch": {"query": {"hybrid": {"vectorWeight": False}}}})
+    # booleans stay booleans, and numbers stay numbers
+    cfg.write_text("[memorySearch.query]\nmaxResults = 3\n[memorySearch.query.hybrid.mmr]\nenabled = true\n")
+    settings = load_config(workspace=tmp_path).settings
+    assert settings.memory_search.query.max_results == 3
+    assert settings.memory_search.query.hybrid.mmr.enabled is True
+
+
 def test_missing_and_unparsable_config_files(tmp_path: Path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(config_path=tmp_path / "nope.toml")

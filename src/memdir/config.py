@@ -27,9 +27,18 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, get_origin
+from typing import Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from memdir.settings_cache import candidate_count, resolve_store_path
 
@@ -50,10 +59,26 @@ def _camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
+def _numeric_only(annotation: Any) -> bool:
+    """True for a number field (``int``, ``float``, optionally ``None``) that takes no boolean."""
+    kinds = set(get_args(annotation)) if get_args(annotation) else {annotation}
+    kinds.discard(type(None))
+    return bool(kinds) and kinds <= {int, float}
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(
         extra="forbid", populate_by_name=True, alias_generator=_camel, validate_assignment=False
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic takes ``true`` as 1 for a number: ``maxResults = true`` would quietly mean 1
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and _numeric_only(field.annotation):
+            raise ValueError(f"must be a number, not {str(value).lower()}")
+        return value
 
 
 def _clamp(value: float, lo: float, hi: float) -> float:
