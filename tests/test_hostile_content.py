@@ -72,3 +72,21 @@ def test_nul_bytes_bad_utf8_bom_and_crlf_are_indexed_and_never_changed(make_work
                              "-w", str(ws)))
     assert got["text"].rstrip("\r") == "lemur note"
     assert {rel: (ws / rel).read_bytes() for rel in files} == files  # the indexer never writes a note
+
+
+def test_a_note_with_classic_mac_line_ends_has_lines(make_workspace, run_cli, tmp_path: Path):
+    # lone \r line ends made the whole note one line: search cited line 1 and get could not page it
+    ws = make_workspace()
+    raw = b"# Pets\r\rfirst line\rthe okapi sleeps at noon\rthird line\r"
+    (ws / "memory").mkdir(exist_ok=True)
+    (ws / "memory" / "mac.md").write_bytes(raw)
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    parse_json(run_cli("index", "--json", "-c", str(cfg), "-w", str(ws)))
+    found = parse_json(run_cli("search", "okapi", "--json", "--no-sync", "-c", str(cfg), "-w", str(ws)))
+    assert [(r["path"], r["startLine"] <= 4 <= r["endLine"]) for r in found["results"]] == [("memory/mac.md", True)]
+    assert "first line\nthe okapi sleeps at noon\nthird line" in found["results"][0]["snippet"]
+    got = parse_json(run_cli("get", "memory/mac.md", "--from", "4", "--lines", "1", "--json", "-c", str(cfg),
+                             "-w", str(ws)))
+    assert got["text"] == "the okapi sleeps at noon"
+    assert (ws / "memory" / "mac.md").read_bytes() == raw  # read as lines, never rewritten

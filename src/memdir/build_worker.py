@@ -29,7 +29,7 @@ from typing import IO, Any
 from memdir.chunking import Chunk, chunk_id, chunk_markdown, chunk_sections, remap_lines
 from memdir.dates import line_dates, ms_to_day, span
 from memdir.textutil import fts_values
-from memdir.workspace import read_regular
+from memdir.workspace import decode_note, read_regular
 
 
 def plan(content: str, path: str, *, curated: bool, tokens: int, overlap: int,
@@ -64,7 +64,7 @@ def plan(content: str, path: str, *, curated: bool, tokens: int, overlap: int,
 def _read(abs_path: str) -> tuple[str, str]:
     """A memory file's text and hash, as :func:`memdir.sync.read_memory_file` reads it."""
     raw = read_regular(abs_path)
-    return raw.decode("utf-8", errors="replace"), hashlib.sha256(raw).hexdigest()
+    return decode_note(raw), hashlib.sha256(raw).hexdigest()
 
 
 def _serve(inp: IO[bytes], out: IO[bytes]) -> None:

@@ -91,10 +91,10 @@ class NoteLines:
 
 def _read_text(path: str) -> str | None:
     """A note's text as the indexer read it; ``None`` if it cannot be read now."""
-    from memdir.workspace import read_regular
+    from memdir.workspace import decode_note, read_regular
 
     try:
-        return read_regular(path).decode("utf-8", errors="replace")
+        return decode_note(read_regular(path))
     except Exception:
         return None
 

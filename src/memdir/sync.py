@@ -31,13 +31,13 @@ from memdir.errors import IndexOwnershipError, ownership_message
 from memdir.lock import LockTimeout
 from memdir.progress import ProgressFile
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
-from memdir.workspace import FileEntry, Skipped, discover, display_path, read_regular, valid_name
+from memdir.workspace import FileEntry, Skipped, decode_note, discover, display_path, read_regular, valid_name
 
 if TYPE_CHECKING:
     from memdir.config import Settings
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
-CHUNKER_VERSION = 8
+CHUNKER_VERSION = 9  # 9: a lone \r ends a line
 FTS_ONLY_MODEL = "fts-only"
 
 Progress = Callable[[int, int, str], None]
@@ -123,7 +123,7 @@ def read_memory_file(entry: FileEntry) -> SourceDoc | None:
         raw = read_regular(entry.abs_path)  # a FIFO or device is refused, never opened for reading
     except FileNotFoundError:
         return None  # vanished between listing and reading: not an error (R§2)
-    return SourceDoc(raw.decode("utf-8", errors="replace"), hashlib.sha256(raw).hexdigest())
+    return SourceDoc(decode_note(raw), hashlib.sha256(raw).hexdigest())
 
 
 def free_core() -> bool:

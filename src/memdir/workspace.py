@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -279,6 +280,18 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path]) -> Reso
     return ResolvedPath(absolute, rel, root)
 
 
+_LONE_CR = re.compile(r"\r(?!\n)")
+
+
+def decode_note(raw: bytes) -> str:
+    """A note's text with lines ending in ``\n``: a lone ``\r`` (classic Mac line ends) becomes
+    ``\n``, so such a note has lines, not one long one.  ``\r\n`` is left as it is (the ``\r``
+    stays on its line).  The indexer, ``memory_get`` and widening all read notes through this, so
+    their line numbers agree."""
+    text = raw.decode("utf-8", errors="replace")
+    return _LONE_CR.sub("\n", text) if "\r" in text else text
+
+
 class NotRegularFile(OSError):
     """A memory path that is a FIFO, socket, device or folder: refused before it is read."""
 
@@ -322,7 +335,7 @@ def read_lines(resolved: ResolvedPath, from_line: int | None = None, lines: int 
         if exc.errno == errno.EISDIR:
             raise PathError(f"not a file: {resolved.rel}") from exc
         raise PathError(f"cannot read {resolved.rel}: {exc.strerror}") from exc
-    text = raw.decode("utf-8", errors="replace")
+    text = decode_note(raw)
     if not from_line and not lines:
         return text
     all_lines = text.split("\n")
