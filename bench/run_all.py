@@ -202,7 +202,8 @@ def main() -> int:
     IMG.mkdir(parents=True, exist_ok=True)
     only = set(args.only.split(",")) if args.only else None
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    meta: dict[str, Any] = {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain")),
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))  # tracked files only
+    meta: dict[str, Any] = {"commit": git("rev-parse", "HEAD"), "dirty": dirty,
                             "started": started, "machine": machine(), "partial": only is not None,
                             "fast": args.fast, "steps": []}
     with postgres(os.environ.get("MEMDIR_DATABASE_URL")) as dsn:
