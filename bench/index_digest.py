@@ -39,6 +39,9 @@ def digest(path: str) -> dict[str, Any]:
     for name, sql in _QUERIES.items():
         h = hashlib.sha256()
         n = 0
+        if name == "embedding_cache" and conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = 'embedding_cache'").fetchone() is None:
+            sql = "SELECT 1 WHERE 0"  # a keyword-only index has no cache table (schema 5): no rows
         for row in conn.execute(sql):
             if name == "meta" and row[0] == "memory_index_meta_v1":
                 meta = json.loads(row[1])

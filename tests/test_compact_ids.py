@@ -65,7 +65,7 @@ def test_text_id_index_rebuilt_keeping_cache(make_workspace, tmp_path: Path) -> 
         report = mem.sync()
         assert report.full and provider2.embedded == 0 and embedded > 0  # every vector from the cache
         assert json.loads(mem.store.conn.execute("SELECT value FROM meta WHERE key = 'memory_index_meta_v1'")
-                          .fetchone()[0])["schema"] == 4
+                          .fetchone()[0])["schema"] == 5
         assert {r[0] for r in mem.store.conn.execute("SELECT typeof(id) || typeof(hash) FROM chunks")} == {"blobblob"}
         assert {r[0] for r in mem.store.conn.execute("SELECT typeof(hash) FROM embedding_cache")} == {"blob"}
         assert mem.store.cache_count() == report.chunks  # the old cache, carried over as blobs

@@ -181,7 +181,9 @@ class Indexer:
         p = self.provider
         scope = hashlib.sha256("\n".join(sorted(str(x) for x in self.settings.extra_paths)).encode()).hexdigest()
         return {
-            "schema": 4,  # 4: SQLite stores 64-hex chunk ids as 32-byte blobs
+            # 4: SQLite stores 64-hex chunk ids as 32-byte blobs; 5: no empty embedding cache in a
+            # keyword-only SQLite index, meta and files WITHOUT ROWID (a page less each)
+            "schema": 5,
             "chunker": CHUNKER_VERSION,
             "provider": p.id if p else "none",
             "model": p.model if p else FTS_ONLY_MODEL,

@@ -36,7 +36,6 @@ DAMAGE_MARKERS = (
     "no such table: main.chunks",
     "no such table: files",
     "no such table: meta",
-    "no such table: embedding_cache",
     "fts5: corrupt",
     "sqlite_corrupt",
 )
@@ -45,8 +44,9 @@ _DAMAGE_CODES = {11, 26}
 READONLY_MARKERS = ("attempt to write a readonly database", "readonly database", "read-only file system",
                     "unable to open database file", "permission denied")
 
-#: Tables a built index must have (a missing one means the file was tampered with).
-REQUIRED_TABLES = ("meta", "files", "chunks", "embedding_cache")
+#: Tables a built index must have (a missing one means the file was tampered with).  The embedding
+#: cache is not one: it is created with the first cached vector (a keyword-only index has none).
+REQUIRED_TABLES = ("meta", "files", "chunks")
 
 
 
@@ -250,6 +250,9 @@ def _read_cache(source: Path, conn: Any, batch: int) -> int:
             good = [(*r[:3], _hash_key(r[3]), *r[4:]) for r in rows
                     if isinstance(r[4], bytes | bytearray) and r[5] and len(r[4]) == 4 * r[5]]
             if good:
+                from memdir.stores.sqlite import ensure_cache
+
+                ensure_cache(conn)
                 conn.executemany(f"INSERT OR IGNORE INTO embedding_cache({cols}) VALUES (?,?,?,?,?,?,?)", good)
                 saved += len(good)
             lo += batch
