@@ -457,10 +457,19 @@ def test_a_worker_is_started_only_with_a_core_to_spare(monkeypatch: pytest.Monke
 
     from memdir import sync
 
+    if os.path.exists("/proc/loadavg"):
+        assert sync.running_tasks() >= 1  # this very process is running while it reads the count
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert not sync.free_core()  # one core: the build stays in process
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(sync, "running_tasks", lambda: 2)  # this process and one other, now
     monkeypatch.setattr(os, "getloadavg", lambda: (1.9, 1.0, 1.0))
     assert not sync.free_core()  # two cores, both busy
     monkeypatch.setattr(os, "getloadavg", lambda: (0.6, 1.0, 1.0))
+    assert sync.free_core()  # the last minute left one idle
+    # the minute's average holds this process's own recent work: alone now, a core is free
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.6, 1.0, 1.0))
+    monkeypatch.setattr(sync, "running_tasks", lambda: 1)
     assert sync.free_core()
+    monkeypatch.setattr(sync, "running_tasks", lambda: None)  # no /proc: the average decides
+    assert not sync.free_core()

@@ -126,17 +126,33 @@ def read_memory_file(entry: FileEntry) -> SourceDoc | None:
     return SourceDoc(decode_note(raw), hashlib.sha256(raw).hexdigest())
 
 
+def running_tasks() -> int | None:
+    """Tasks runnable at this instant, this one included (``/proc/loadavg``'s 4th field), or
+    ``None`` where there is no such file."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as fh:
+            return int(fh.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def free_core() -> bool:
     """Whether a second process would get a core of its own: this machine has two or more (that
-    this process may use) and the last minute's load leaves one idle.  When the other cores are
-    busy, the worker only adds its overhead (~15% more CPU for the same wall time, measured on
-    2 cores with one taken)."""
+    this process may use) and either nothing else runs right now or the last minute's load left
+    one idle.  When the other cores are busy, the worker only adds its overhead (~15% more CPU
+    for the same wall time, measured on 2 cores with one taken); when one is idle it halves the
+    main process's CPU.  The instant count matters because the minute's average also holds this
+    very process's own recent work (a bench or an agent that just indexed reads ~1 on an idle
+    second core)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     if cores < 2:
         return False
+    running = running_tasks()
+    if running is not None and running - 1 <= cores - 2:
+        return True
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # Windows: no load average, assume the usual idle core
