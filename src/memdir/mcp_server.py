@@ -421,7 +421,7 @@ def result_json(request_id: Any, text: str, payload: dict[str, Any]) -> bytes | 
     try:
         return to_json({"jsonrpc": "2.0", "id": request_id,
                         "result": {"content": [{"type": "text", "text": text}], "structuredContent": payload,
-                                   "isError": False}})
+                                   "isError": False}}, inf_nan_mode="null")  # the models' ser_json_inf_nan
     except Exception:
         return None
 
