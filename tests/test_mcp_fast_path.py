@@ -237,3 +237,34 @@ def test_cancelled_and_timed_out_calls_answer_as_through_the_sdk(memory, monkeyp
                                                         "error": {"code": 0, "message": "Request cancelled"}}
     timed_out = json.loads(answers["timeout"][0].content)["result"]
     assert timed_out["isError"] is True and "did not finish within 2 s" in timed_out["structuredContent"]["error"]
+
+
+@pytest.mark.parametrize("request_id", [7, "req-8", 0, -3, 2**53 + 1])
+def test_written_answer_is_the_models_bytes(request_id):
+    """The fast path writes a successful answer in one step; the SDK's models give the same bytes."""
+    from mcp.types import CallToolResult, JSONRPCMessage, JSONRPCResponse, ServerResult, TextContent
+
+    from memdir.mcp_server import result_json
+    from memdir.tools import to_json
+
+    payloads = [
+        {"results": [{"path": "memory/a.md", "startLine": 1, "endLine": 3, "score": 0.511612,
+                      "snippet": "- ünïcode ✓ 😀 \u2028 tab\t nul\x00 bell\x07 del\x7f quote\" back\\slash"}],
+         "provider": "none", "model": None, "citations": "auto", "mode": "fts-only"},
+        {"results": [{"score": s} for s in (1e-06, 2.5e-07, 1.5e-05, 0.0001, 1.0, 0.0, -0.0, 1e16, 1e22,
+                                            123456789012345678.0, 10**20, -5, True, False)],
+         "warnings": ["a", "b"], "stale": True, "fallback": {"from": "hybrid", "reason": "x"}},
+        {"results": [], "nested": [[], {}, [None, {"k": [1, 2.5]}]], "": "empty key"},
+        {"score": float("nan"), "other": float("inf")},
+    ]
+    for payload in payloads:
+        text = to_json(payload)
+        try:
+            result = ServerResult(CallToolResult(content=[TextContent(type="text", text=text)],
+                                                 structuredContent=payload, isError=False))
+            reply = JSONRPCResponse(jsonrpc="2.0", id=request_id,
+                                    result=result.model_dump(by_alias=True, mode="json", exclude_none=True))
+            expected: bytes | None = JSONRPCMessage(reply).model_dump_json(by_alias=True, exclude_none=True).encode()
+        except Exception:
+            expected = None  # the models cannot write it: the fast path leaves it to them too
+        assert result_json(request_id, text, payload) == expected

@@ -350,3 +350,34 @@ def test_result_envelope_is_openclaw_shaped(mem):
     assert result["details"] == {"text": "line 1", "path": "memory/a.md"}
     assert result.text == result["content"][0]["text"] and result.payload == result["details"]
     json.dumps(result)  # a plain dict for any JSON transport
+
+
+def test_to_json_is_pythons_indented_json_byte_for_byte(tmp_path):
+    """to_json writes most payloads natively (pydantic-core): always the text json.dumps writes."""
+    import random
+    import struct
+
+    from memdir.tools import to_json as _to_json
+
+    def python(value: object) -> str:
+        return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+    rng = random.Random(7)
+    floats = [0.0, -0.0, 1e-4, 9.999999999999999e-05, 1e-05, 2.5e-07, 1e16, 9999999999999998.0, 1e22, 0.511612,
+              float("nan"), float("inf"), -float("inf"), 123.0, 1e15]
+    floats += [rng.choice((1, -1)) * 10 ** rng.uniform(-8, 20) for _ in range(3000)]
+    floats += [struct.unpack("d", rng.getrandbits(64).to_bytes(8, "little"))[0] for _ in range(3000)]
+    every_char = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
+    values: list[object] = [
+        {"results": [{"path": "memory/a.md", "startLine": 1, "endLine": 2, "score": 0.5, "snippet": "x\n\tÿ 😀"}],
+         "provider": None, "model": "m", "citations": "auto", "mode": "hybrid", "stale": True, "warnings": []},
+        {"chars": every_char, every_char[:5000]: [every_char[-300:], {}], "": [[], [{}], ""]},
+        {"lone surrogate": "a\ud800b"}, {"ints": [0, -1, 2**64, -(2**70), True, False]},
+        {1: "int key"}, {"tuple": (1, 2)}, {"path": tmp_path, "when": dt.datetime(2026, 1, 2, 3, 4)},
+    ]
+    deep: object = "x"
+    for _ in range(60):  # nested past the native writer's depth check
+        deep = [deep]
+    values += [{"deep": deep}, *({"score": x} for x in floats)]
+    for value in values:
+        assert _to_json(value) == python(value)

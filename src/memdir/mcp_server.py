@@ -55,6 +55,7 @@ from mcp.types import (
     Tool,
     ToolAnnotations,
 )
+from pydantic_core import to_json
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -63,6 +64,7 @@ from memdir.prompt import memory_recall_section
 from memdir.tools import (
     LTM_TOOL_NAMES,
     TOOL_NAMES,
+    ToolResult,
     call_tool,
     is_error_payload,
     search_unavailable_payload,
@@ -224,7 +226,7 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
                   file=sys.stderr, flush=True)
             return None
 
-    def _call_sync(self, name: str, arguments: dict[str, Any] | None) -> Any:
+    def _call_sync(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
         if name in LTM_TOOL_NAMES:
             with self._ltm_lock:
                 return call_tool(self.memory, name, arguments or {}, session_key=self.session_key)
@@ -245,12 +247,7 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         if name not in self.tool_names:
             # The SDK turns this into an isError result naming the problem.
             raise ValueError(f"unknown tool: {name!r} (memdir provides {', '.join(self.tool_names)})")
-        try:
-            with anyio.fail_after(self.call_timeout):
-                result = await anyio.to_thread.run_sync(self._call_sync, name, arguments, abandon_on_cancel=True,
-                                                        limiter=self._limiter)
-        except TimeoutError:
-            result = tool_result(timeout_payload(name, arguments, self.call_timeout))
+        result = await self.run_tool(name, arguments)
         # The text is the payload as JSON for the core tools, and R§14's text for the long-term ones.
         content = [TextContent(type="text", text=result.text)]
         payload = result.payload
@@ -258,6 +255,15 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
             # OpenClaw's payload text, flagged as a failure so a host can tell it from a result
             return CallToolResult(content=content, structuredContent=payload, isError=True)
         return content, payload
+
+    async def run_tool(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
+        """One of memdir's tools in a worker thread, within the call deadline (a timeout is a payload)."""
+        try:
+            with anyio.fail_after(self.call_timeout):
+                return await anyio.to_thread.run_sync(self._call_sync, name, arguments, abandon_on_cancel=True,
+                                                      limiter=self._limiter)
+        except TimeoutError:
+            return tool_result(timeout_payload(name, arguments, self.call_timeout))
 
 
 #: What :class:`ToolCallFastPath` needs of the SDK's per-session transport; without any of it
@@ -369,19 +375,21 @@ class ToolCallFastPath:
             if scope is not None:
                 scope.cancel()
 
-    async def _answer(self, transport: Any, request_id: Any, name: str, arguments: dict[str, Any]) -> str:
-        """The JSON-RPC answer, built as the SDK's handler and session build it."""
+    async def _answer(self, transport: Any, request_id: Any, name: str, arguments: dict[str, Any]) -> bytes:
+        """The JSON-RPC answer, as the SDK's handler, session and transport would write it."""
         key = (id(transport), request_id)
+        quick: bytes | None = None
+        result: ServerResult | None = None
         with anyio.CancelScope() as cancel:
             self.in_flight[key] = cancel
             try:
-                results = await self.server.call_tool(name, arguments)
-                if isinstance(results, CallToolResult):
-                    result = ServerResult(results)
-                else:
-                    content, structured = results
-                    result = ServerResult(CallToolResult(content=list(content), structuredContent=structured,
-                                                         isError=False))
+                tool = await self.server.run_tool(name, arguments)
+                payload = tool.payload
+                failed = is_error_payload(payload)  # as MemdirMCP.call_tool: a failure is flagged isError
+                quick = None if failed else result_json(request_id, tool.text, payload)
+                if quick is None:
+                    result = ServerResult(CallToolResult(content=[TextContent(type="text", text=tool.text)],
+                                                         structuredContent=payload, isError=failed))
             except Exception as exc:  # as the SDK's call_tool handler: the error as an isError result
                 result = ServerResult(CallToolResult(content=[TextContent(type="text", text=str(exc))],
                                                      isError=True))
@@ -393,10 +401,29 @@ class ToolCallFastPath:
         if cancel.cancelled_caught:
             reply = JSONRPCError(jsonrpc="2.0", id=request_id,
                                  error=ErrorData(code=0, message="Request cancelled", data=None))
+        elif quick is not None:
+            return quick
         else:
+            assert result is not None
             reply = JSONRPCResponse(jsonrpc="2.0", id=request_id,
                                     result=result.model_dump(by_alias=True, mode="json", exclude_none=True))
-        return JSONRPCMessage(reply).model_dump_json(by_alias=True, exclude_none=True)
+        return JSONRPCMessage(reply).model_dump_json(by_alias=True, exclude_none=True).encode()
+
+
+def result_json(request_id: Any, text: str, payload: dict[str, Any]) -> bytes | None:
+    """A successful call's JSON-RPC answer written in one step: the very bytes of the SDK's models.
+
+    Why: building ``CallToolResult``/``JSONRPCResponse`` and dumping them twice took longer than
+    the rest of the answer; the bytes are those of pydantic-core's own serializer, the one the
+    models use, with their field order and ``exclude_none`` (only the models' own ``None`` fields
+    are left out: none here).  ``None`` when it cannot be written so (the models' path decides).
+    """
+    try:
+        return to_json({"jsonrpc": "2.0", "id": request_id,
+                        "result": {"content": [{"type": "text", "text": text}], "structuredContent": payload,
+                                   "isError": False}}, inf_nan_mode="null")  # the models' ser_json_inf_nan
+    except Exception:
+        return None
 
 
 def _json(body: bytes | None) -> Any:

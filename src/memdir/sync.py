@@ -31,7 +31,17 @@ from memdir.errors import IndexOwnershipError, ownership_message
 from memdir.lock import LockTimeout
 from memdir.progress import ProgressFile
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
-from memdir.workspace import FileEntry, Skipped, decode_note, discover, display_path, read_regular, valid_name
+from memdir.workspace import (
+    Discovery,
+    FileEntry,
+    Skipped,
+    decode_note,
+    discover,
+    display_path,
+    read_regular,
+    restat,
+    valid_name,
+)
 
 if TYPE_CHECKING:
     from memdir.config import Settings
@@ -190,6 +200,8 @@ class Indexer:
         self.progress_file = ProgressFile(Path(settings.index_path), workspace=str(settings.workspace_path),
                                           min_interval=0.5)
         self._skipped: list[Skipped] = []
+        #: The last reusable listing of memory files, with what it was listed for.
+        self._listing: tuple[tuple[str, tuple[str, ...]], Discovery] | None = None
 
     # -- identity ----------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -304,11 +316,27 @@ class Indexer:
         return update
 
     # -- scanning ----------------------------------------------------------------------------
-    def list_files(self) -> tuple[list[FileEntry], list[str]]:
-        found = discover(self.settings.workspace_path, self.settings.extra_paths)
-        files = list(found.files) if "memory" in self.settings.memory_search.sources else []
-        self._skipped = list(found.skipped) if "memory" in self.settings.memory_search.sources else []
-        issues = list(found.issues)
+    def list_files(self, *, reuse: bool = False) -> tuple[list[FileEntry], list[str]]:
+        """Every file to index, and the problems met listing them.
+
+        ``reuse``: take the memory files from the last listing, re-stat'ed, while no folder in it
+        has changed (:func:`memdir.workspace.restat`); the read-your-writes check before a search.
+        """
+        workspace, extra = self.settings.workspace_path, self.settings.extra_paths
+        key = (str(workspace), tuple(str(p) for p in extra))
+        last = self._listing
+        files = restat(last[1]) if reuse and last is not None and last[0] == key else None
+        if files is not None:
+            issues: list[str] = []  # a listing is reused only when it had no issues and skipped nothing
+            self._skipped = []
+        else:
+            found = discover(workspace, extra)
+            self._listing = (key, found) if found.folders is not None else None
+            files = list(found.files)
+            self._skipped = list(found.skipped)
+            issues = list(found.issues)
+        if "memory" not in self.settings.memory_search.sources:
+            files, self._skipped = [], []
         for source in self.extra_sources:
             for entry in source.list_files():
                 if valid_name(entry.path):
@@ -325,9 +353,10 @@ class Indexer:
         source = self._source(entry.source)
         return source.load(entry) if source is not None else read_memory_file(entry)
 
-    def dirty_files(self) -> tuple[list[FileEntry], list[tuple[str, str]]]:
-        """Files whose stat differs from the index, and indexed paths that no longer exist."""
-        files, _ = self.list_files()
+    def dirty_files(self, *, reuse: bool = False) -> tuple[list[FileEntry], list[tuple[str, str]]]:
+        """Files whose stat differs from the index, and indexed paths that no longer exist
+        (``reuse``: see :meth:`list_files`)."""
+        files, _ = self.list_files(reuse=reuse)
         rows = self.store.file_rows()
         changed = [f for f in files if rows.get((f.path, f.source), ("", -1, -1))[1:] != (f.mtime_ns, f.size)]
         present = {(f.path, f.source) for f in files}

@@ -114,12 +114,12 @@ class IndexUpkeep:
         if store.readonly:
             # A read-only index (a read replica, a read-only state folder) is stale only when the
             # files have moved on since it was written: then say why it could not catch up.
-            changed, gone = self.indexer.dirty_files()
+            changed, gone = self.indexer.dirty_files(reuse=True)
             return (True, [self._readonly_note()], None) if changed or gone else (False, [], None)
         budget = self.settings.memory_search.sync.search_budget_ms / 1000
         if store.read_meta() is None:
             return self._first_index()
-        changed, gone = self.indexer.dirty_files()
+        changed, gone = self.indexer.dirty_files(reuse=True)
         if not changed and not gone:
             return False, [], None
         deadline = time.monotonic() + budget

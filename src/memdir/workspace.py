@@ -11,6 +11,8 @@ import errno
 import os
 import re
 import stat
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,11 @@ class Discovery:
     issues: list[str] = field(default_factory=list)
     #: Memory-looking files that cannot be indexed (bad name, not a regular file, unreadable folder).
     skipped: list[Skipped] = field(default_factory=list)
+    #: ``(path, (inode, ctime_ns))`` of every folder whose listing made ``files``, each taken before
+    #: it was listed; ``None`` when the listing cannot be reused (see :func:`restat`).
+    folders: list[tuple[str, tuple[int, int]]] | None = None
+    #: ``time.time_ns()`` when the listing started.
+    started_ns: int = 0
 
 
 def rel_path(workspace: Path, abs_path: Path) -> str:
@@ -86,15 +93,16 @@ class Skipped:
         return {"path": self.path, "error": self.error}
 
 
-def _walk(folder: str, rel: str, issues: list[str],
-          skipped: list[Skipped]) -> Iterator[tuple[str, str, os.stat_result]]:
+def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped],
+          folders: list[tuple[str, tuple[int, int]]] | None = None) -> Iterator[tuple[str, str, os.stat_result]]:
     """``(abs, rel, stat)`` of regular ``*.md`` files under ``folder``, depth first, sorted.
 
     Iterative, so folders nested thousands deep cannot exhaust the recursion limit; each folder
     is listed and closed before its subfolders are entered, so open descriptors stay bounded.
     Symlinks and :data:`IGNORED_DIRS` are skipped; ``.md`` names that are not valid UTF-8 or not
     regular files are reported in ``skipped``.  Paths stay strings: on 10,000 files, building
-    ``Path`` objects cost more than all the ``stat`` calls together.
+    ``Path`` objects cost more than all the ``stat`` calls together.  The subfolders entered are
+    added to ``folders`` with their stat, taken before they are listed.
     """
     stack: list[tuple[list[os.DirEntry[str]], int, str]] = []
     pending: tuple[str, str] | None = (folder, rel)
@@ -123,6 +131,11 @@ def _walk(folder: str, rel: str, issues: list[str],
                 continue
             if entry.is_dir(follow_symlinks=False):
                 if not is_ignored_dir(entry.name):
+                    if folders is not None:
+                        try:
+                            folders.append((entry.path, _folder_id(os.lstat(entry.path))))
+                        except OSError:  # listed below as before; this listing is just never reused
+                            folders.append((entry.path, (-1, sys.maxsize)))
                     pending = (entry.path, f"{prefix}{entry.name}/")
                 continue
             if not entry.name.endswith(".md"):
@@ -141,9 +154,29 @@ def _walk(folder: str, rel: str, issues: list[str],
             skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
 
 
+def _folder_id(st: os.stat_result) -> tuple[int, int]:
+    """What changes when a folder's entries change: its ctime (also set by a chmod), and its inode
+    (a folder replaced by another)."""
+    return st.st_ino, st.st_ctime_ns
+
+
+#: A listing is reused only while its folders last changed longer ago than this before it was taken:
+#: two changes to a folder within one timestamp tick (a jiffy; 1-2 s on FAT and some network file
+#: systems) leave the same ctime, so a folder changed that recently is listed again.
+RELIST_MARGIN_NS = 3_000_000_000
+
+
 def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discovery:
     """List memory files: MEMORY.md, memory.md, memory/**/*.md, then extraPaths (R§2)."""
-    found = Discovery()
+    found = Discovery(started_ns=time.time_ns())
+    # The folders are recorded (stat before listing) so that restat() can reuse this listing;
+    # only for the common case: no extraPaths, nothing skipped, no issues.
+    folders: list[tuple[str, tuple[int, int]]] | None = None if extra_paths else []
+    if folders is not None:
+        try:
+            folders.append((str(workspace), _folder_id(os.stat(workspace))))
+        except OSError:
+            folders = None
     candidates: list[tuple[str, str, os.stat_result]] = []
     for name in ROOT_FILES:
         p = workspace / name
@@ -168,7 +201,9 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
     try:
         st = os.lstat(mem_dir)
         if stat.S_ISDIR(st.st_mode):
-            candidates.extend(_walk(str(mem_dir), MEMORY_DIR + "/", found.issues, found.skipped))
+            if folders is not None:
+                folders.append((str(mem_dir), _folder_id(st)))
+            candidates.extend(_walk(str(mem_dir), MEMORY_DIR + "/", found.issues, found.skipped, folders))
     except OSError as exc:
         if not isinstance(exc, FileNotFoundError):
             found.issues.append(f"memory directory not accessible ({mem_dir}): {_errname(exc)}")
@@ -202,7 +237,37 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         found.files.append(FileEntry(rel, abs_path, "memory", st.st_mtime_ns, st.st_size))
     if not found.files:
         found.issues.insert(0, f"no memory files found in {workspace}")
+    if folders is not None and not found.issues and not found.skipped:
+        found.folders = folders
     return found
+
+
+def restat(listing: Discovery) -> list[FileEntry] | None:
+    """The files of an earlier :func:`discover` with their stat taken now, without listing folders
+    again, when that gives what :func:`discover` would: no folder it listed has changed since
+    (same inode and ctime; a file added, removed or renamed changes its folder's), none changed
+    within :data:`RELIST_MARGIN_NS` before that listing, and every file is still a regular file.
+    ``None`` otherwise: list again.
+
+    Why: read-your-writes runs this before every search; re-stat'ing the known files costs a
+    fraction of listing and sorting the folders again.
+    """
+    if listing.folders is None:
+        return None
+    limit = listing.started_ns - RELIST_MARGIN_NS
+    try:
+        for path, ident in listing.folders:
+            if ident[1] >= limit or _folder_id(os.lstat(path)) != ident:
+                return None
+        files = []
+        for f in listing.files:
+            st = os.lstat(f.abs_path)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            files.append(FileEntry(f.path, f.abs_path, f.source, st.st_mtime_ns, st.st_size))
+    except OSError:
+        return None
+    return files
 
 
 def is_memory_path(rel: str) -> bool:
