@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,8 +14,6 @@ from memdir.embeddings import fused, int8, local, saved_graph
 from memdir.embeddings.base import simple_provider_key
 from memdir.embeddings.local import DEFAULT_MODEL
 from memdir.embeddings.local import LocalEmbeddingProvider as Provider
-
-onnx = pytest.importorskip("onnx")
 
 TEXTS = [
     "When did Caroline go to the LGBTQ support group?",
@@ -77,6 +76,7 @@ def test_fused_copy_is_built_cached_and_equal_to_the_original_up_to_rounding(cac
 
 
 def test_rewrite_replaces_every_attention_block_and_gelu() -> None:
+    onnx = pytest.importorskip("onnx")
     before = onnx.load_from_string(source_bytes())
     after = onnx.load_from_string(fused.rewrite(source_bytes()))
     ops_before = [n.op_type for n in before.graph.node]
@@ -92,6 +92,7 @@ def test_rewrite_replaces_every_attention_block_and_gelu() -> None:
 
 
 def test_rewrite_refuses_a_model_without_attention(tmp_path: Path) -> None:
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.ones((32, 4), dtype=np.float32), "w")
@@ -118,6 +119,17 @@ def test_a_failed_rewrite_falls_back_to_the_original_model(cache: Path, monkeypa
     assert not derived_file(cache).exists()
     p.close()
     plain.close()
+
+
+def test_built_without_the_onnx_package(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rewrite uses protobuf (onnxruntime's dependency) only: ``onnx`` is not a dependency."""
+    monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx now raises ImportError
+    with pytest.raises(ImportError):
+        import onnx  # noqa: F401
+    p = Provider(fused_attention=True)
+    p.embed_query("no onnx here")
+    assert p._backend.fused_attention and p._backend.loaded_from == derived_file(cache)
+    p.close()
 
 
 def test_a_damaged_cached_file_is_rebuilt(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,24 +161,24 @@ def test_integer_kernels_win_over_fusion_and_user_models_run_as_they_are(tmp_pat
     assert not user._backend.fused_attention
 
 
-def test_off_by_default_switched_on_by_the_setting_and_the_index_is_kept(
+def test_on_by_default_switched_off_by_the_setting_and_the_index_is_kept(
     tmp_path: Path, cache: Path, make_workspace: Callable[..., Path]
 ) -> None:
     from memdir.api import Memory
     from memdir.config import MemorySearchConfig
     from memdir.embeddings.local import create_local_provider
 
-    assert not Provider()._backend.fused_attention
-    on = create_local_provider(MemorySearchConfig.model_validate({"local": {"fusedAttention": True}}))
-    assert on._backend.fused_attention
+    assert Provider()._backend.fused_attention and create_local_provider(MemorySearchConfig())._backend.fused_attention
+    off = create_local_provider(MemorySearchConfig.model_validate({"local": {"fusedAttention": False}}))
+    assert not off._backend.fused_attention
     ws = make_workspace({"MEMORY.md": "# Notes\n\nThe staging database moves to the new cluster on Friday.\n",
                          "memory/2024-03-01.md": "# 2024-03-01\n\n- Alice owns the migration runbook.\n"})
     state = tmp_path / "state"
-    first = Memory(ws, state_dir=state, config={})
+    first = Memory(ws, state_dir=state, config={"memorySearch": {"local": {"fusedAttention": False}}})
     assert first.sync().embedded > 0
     plain = first.search("who owns the runbook", max_results=3, sync=False)
     first.close()
-    second = Memory(ws, state_dir=state, config={"memorySearch": {"local": {"fusedAttention": True}}})
+    second = Memory(ws, state_dir=state, config={})
     report = second.sync()
     assert not report.full and report.embedded == 0, report  # same provider key: nothing re-embedded
     found = second.search("who owns the runbook", max_results=3, sync=False)

@@ -12,8 +12,9 @@ The weights are untouched and every product is still fp32: the vectors equal the
 summation-order rounding (max abs difference 1.3e-7 per component, cosine ≥ 0.9999998 on the 760
 LoCoMo dev questions) — the size of the differences between CPUs' kernels — so the provider key stays
 the model's.  The file is cached like the integer copy (:func:`memdir.embeddings.int8.load_or_build`,
-keyed by :data:`NUMERICS`); ``onnx`` is imported only while building, and any failure means the
-original model runs.
+keyed by :data:`NUMERICS`).  The graph is edited through a minimal schema of the ONNX protobuf
+messages (:func:`_messages`), so the ``onnx`` package is not needed; any failure means the original
+model runs.
 """
 
 from __future__ import annotations
@@ -53,17 +54,61 @@ def _linear(producer: dict[str, Any], name: str) -> tuple[str, str, str]:
     return matmul.input[0], matmul.input[1], node.input[1]
 
 
+def _messages() -> dict[str, Any]:
+    """Message classes for the few ONNX fields the rewrite reads or writes, built from a minimal
+    schema with ``protobuf`` (onnxruntime's own dependency), so no ``onnx`` package is needed.  Every
+    other field (tensor data, shapes, metadata) is kept as an unknown field and written back as is."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    f = descriptor_pb2.FieldDescriptorProto
+    schema: dict[str, list[tuple[str, int, int, int, str]]] = {
+        # name, number, type, label, message type
+        "Attribute": [("name", 1, f.TYPE_STRING, f.LABEL_OPTIONAL, ""), ("i", 3, f.TYPE_INT64, f.LABEL_OPTIONAL, ""),
+                      ("type", 20, f.TYPE_INT32, f.LABEL_OPTIONAL, "")],
+        "Node": [("input", 1, f.TYPE_STRING, f.LABEL_REPEATED, ""), ("output", 2, f.TYPE_STRING, f.LABEL_REPEATED, ""),
+                 ("name", 3, f.TYPE_STRING, f.LABEL_OPTIONAL, ""), ("op_type", 4, f.TYPE_STRING, f.LABEL_OPTIONAL, ""),
+                 ("attribute", 5, f.TYPE_MESSAGE, f.LABEL_REPEATED, "Attribute"),
+                 ("domain", 7, f.TYPE_STRING, f.LABEL_OPTIONAL, "")],
+        "Named": [("name", 1, f.TYPE_STRING, f.LABEL_OPTIONAL, "")],  # ValueInfoProto
+        "Tensor": [("name", 8, f.TYPE_STRING, f.LABEL_OPTIONAL, "")],
+        "Graph": [("node", 1, f.TYPE_MESSAGE, f.LABEL_REPEATED, "Node"),
+                  ("initializer", 5, f.TYPE_MESSAGE, f.LABEL_REPEATED, "Tensor"),
+                  ("input", 11, f.TYPE_MESSAGE, f.LABEL_REPEATED, "Named"),
+                  ("output", 12, f.TYPE_MESSAGE, f.LABEL_REPEATED, "Named")],
+        "Opset": [("domain", 1, f.TYPE_STRING, f.LABEL_OPTIONAL, ""),
+                  ("version", 2, f.TYPE_INT64, f.LABEL_OPTIONAL, "")],
+        "Model": [("graph", 7, f.TYPE_MESSAGE, f.LABEL_OPTIONAL, "Graph"),
+                  ("opset_import", 8, f.TYPE_MESSAGE, f.LABEL_REPEATED, "Opset")],
+    }
+    proto = descriptor_pb2.FileDescriptorProto(name="memdir_onnx_subset.proto", package="memdir_onnx",
+                                               syntax="proto2")
+    for message, fields in schema.items():
+        desc = proto.message_type.add(name=message)
+        for name, number, kind, label, ref in fields:
+            desc.field.add(name=name, number=number, type=kind, label=label,
+                           type_name=f".memdir_onnx.{ref}" if ref else None)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"memdir_onnx.{name}"))
+            for name in schema}
+
+
 def rewrite(source: bytes, num_heads: int = 12) -> bytes:
     """The model with each attention block turned into ``Attention`` and each exact GELU into ``Gelu``.
 
-    Raises :class:`FuseError` when the graph has no such blocks (another model); ``ImportError``
-    when ``onnx`` is missing.
+    Raises :class:`FuseError` when the graph has no such blocks (another model).
     """
-    import onnx
-    from onnx import TensorProto, helper
-
-    model = onnx.load_from_string(source)
+    classes = _messages()
+    model = classes["Model"].FromString(source)
     graph = model.graph
+    node_class = classes["Node"]
+
+    def make(op: str, inputs: list[str], output: str, domain: str = "", **ints: int) -> Any:
+        node = node_class(op_type=op, input=inputs, output=[output], name=f"{output}_{op}", domain=domain)
+        for key, value in ints.items():
+            node.attribute.add(name=key, i=value, type=2)  # AttributeProto.INT
+        return node
+
     if "attention_mask" not in {i.name for i in graph.input}:
         raise FuseError("the model takes no attention_mask")
     producer = {out: node for node in graph.node for out in node.output}
@@ -71,7 +116,7 @@ def rewrite(source: bytes, num_heads: int = 12) -> bytes:
     for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
-    added = [helper.make_node("Cast", ["attention_mask"], [_MASK], to=TensorProto.INT32, name=f"{_MASK}_cast")]
+    added = [make("Cast", ["attention_mask"], _MASK, to=6)]  # TensorProto.INT32
     replaced: set[int] = set()
     for softmax in [n for n in graph.node if n.op_type == "Softmax"]:
         # Softmax → IsNaN → Where(isnan, 0, p) → MatMul(·, V) → Transpose → Reshape [B, S, D]
@@ -90,15 +135,13 @@ def rewrite(source: bytes, num_heads: int = 12) -> bytes:
             _linear(producer, qk.input[0]), _linear(producer, qk.input[1]), _linear(producer, context.input[1]))
         if not xq == xk == xv:
             raise FuseError(f"{softmax.name}: Q, K and V are not projections of one input")
-        base = softmax.name or softmax.output[0]
-        added += [
-            helper.make_node("Concat", [wq, wk, wv], [f"{base}_qkv_w"], axis=1, name=f"{base}_qkv_w"),
-            helper.make_node("Concat", [bq, bk, bv], [f"{base}_qkv_b"], axis=0, name=f"{base}_qkv_b"),
-            helper.make_node("Attention", [xq, f"{base}_qkv_w", f"{base}_qkv_b", _MASK], [merged.output[0]],
-                             name=f"{base}_attention", domain=_MS_DOMAIN, num_heads=num_heads),
-        ]
+        base = f"memdir_{softmax.name or softmax.output[0]}"
+        added += [make("Concat", [wq, wk, wv], f"{base}_qkv_w", axis=1),
+                  make("Concat", [bq, bk, bv], f"{base}_qkv_b", axis=0),
+                  make("Attention", [xq, f"{base}_qkv_w", f"{base}_qkv_b", _MASK], merged.output[0],
+                       domain=_MS_DOMAIN, num_heads=num_heads)]
         replaced.add(id(merged))
-    if len(replaced) == 0:
+    if not replaced:
         raise FuseError("no attention block found")
     for erf in [n for n in graph.node if n.op_type == "Erf"]:
         # x * (0.5 * (erf(x / sqrt 2) + 1)), the exact GELU of BERT-style models
@@ -110,18 +153,18 @@ def rewrite(source: bytes, num_heads: int = 12) -> bytes:
         out = _one_consumer(consumers, half.output[0], "Mul")
         if div.input[0] not in out.input:
             continue
-        added.append(helper.make_node("Gelu", [div.input[0]], [out.output[0]], name=f"{erf.name}_gelu",
-                                      domain=_MS_DOMAIN))
+        added.append(make("Gelu", [div.input[0]], out.output[0], domain=_MS_DOMAIN))
         replaced.add(id(out))
-    nodes = [n for n in graph.node if id(n) not in replaced] + added
+    nodes = [node_class.FromString(n.SerializeToString()) for n in _live_in_order(
+        [n for n in graph.node if id(n) not in replaced] + added, graph)]
     del graph.node[:]
-    graph.node.extend(_live_in_order(nodes, graph))
+    graph.node.extend(nodes)
     used = {name for node in graph.node for name in node.input}
     kept = [t for t in graph.initializer if t.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept)
     if not any(op.domain == _MS_DOMAIN for op in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(_MS_DOMAIN, 1))
+        model.opset_import.add(domain=_MS_DOMAIN, version=1)
     return model.SerializeToString()
 
 

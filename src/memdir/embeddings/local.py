@@ -59,9 +59,8 @@ DEFAULT_BATCH_TOKENS = 256
 #: ``local.integerKernels`` says otherwise: off, as they cost a little recall on LoCoMo dev.
 DEFAULT_INTEGER_KERNELS = False
 #: Run the embedded default as a copy with fused attention and GELU (:mod:`memdir.embeddings.fused`)
-#: unless ``local.fusedAttention`` says otherwise: same vectors to float rounding, ~15 % faster
-#: queries, but it needs the ``onnx`` package to build the copy, so off until that is a dependency.
-DEFAULT_FUSED_ATTENTION = False
+#: unless ``local.fusedAttention`` says otherwise: same vectors to float rounding, ~15 % faster queries.
+DEFAULT_FUSED_ATTENTION = True
 
 #: Names that mean "the embedded default" when given as ``local.modelPath``.
 _DEFAULT_ALIASES = frozenset({"", "default", DEFAULT_MODEL.lower()})
@@ -241,16 +240,9 @@ class OnnxBackend:
                 from memdir.embeddings import int8
 
                 self.numerics = int8.NUMERICS
-        #: Run the fused copy of :mod:`memdir.embeddings.fused` (needs ``onnx`` and a known source
-        #: SHA-256); not part of the provider key, as its vectors are the original's to float rounding.
-        self.fused_attention = False
-        if fused_attention and sha256[0] and self.numerics is None:
-            if importlib.util.find_spec("onnx") is None:
-                logging.getLogger(__name__).warning(
-                    "%s: local.fusedAttention needs the package 'onnx' (pip install 'memdir[int8]'); "
-                    "running the model as it is", _PREFIX)
-            else:
-                self.fused_attention = True
+        #: Run the fused copy of :mod:`memdir.embeddings.fused` (needs a known source SHA-256); not
+        #: part of the provider key, as its vectors are the original's to float rounding.
+        self.fused_attention = bool(fused_attention and sha256[0] and self.numerics is None)
         #: Load onnxruntime's optimised graph saved in the user cache (:mod:`memdir.embeddings.saved_graph`);
         #: needs a known source SHA-256 (the embedded default).
         self.saved_graph = saved_graph
