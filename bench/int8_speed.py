@@ -89,7 +89,7 @@ def main() -> None:
             mem.close()
     if "index" not in skip:
         report["full_index_s"] = {k: round(statistics.median(v), 2) for k, v in index.items()}
-    print("full_index_s", report["full_index_s"], file=sys.stderr, flush=True)
+        print("full_index_s", report["full_index_s"], file=sys.stderr, flush=True)
 
     mems = {name: Memory(workspace, state_dir=work / f"index-{name}-0", config=json.loads(configs[name].read_text()))
             for name in settings}
