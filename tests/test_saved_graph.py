@@ -1,4 +1,7 @@
-"""The saved optimised graph of the embedded model (memdir.embeddings.saved_graph), on the real model."""
+"""The saved optimised graph of the embedded model (memdir.embeddings.saved_graph), on the real model.
+
+These run the model file as shipped (``local.fusedAttention`` off); the fused copy's own saved graph
+is covered in test_fused_model.py."""
 
 from __future__ import annotations
 
@@ -23,6 +26,11 @@ TEXTS = [
     "München café naïve 🙂 " * 40,
 ]
 KEY = (local.DEFAULT_MODEL_SHA256, onnxruntime.__version__)
+
+
+@pytest.fixture(autouse=True)
+def as_shipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local, "DEFAULT_FUSED_ATTENTION", False)
 
 
 @pytest.fixture
@@ -135,7 +143,7 @@ def test_concurrent_first_runs(cache: Path) -> None:
     script = (
         "import json, sys\n"
         "from memdir.embeddings.local import LocalEmbeddingProvider as P\n"
-        "p = P(); v = p.embed_batch(sys.argv[1:])\n"
+        "p = P(fused_attention=False); v = p.embed_batch(sys.argv[1:])\n"
         "print(json.dumps(v))\n"
     )
     procs = [subprocess.Popen([sys.executable, "-c", script, *TEXTS[:3]], stdout=subprocess.PIPE,

@@ -58,9 +58,9 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memdir"
 
 
-def derived_path(source_sha256: str, folder: Path | None = None) -> Path:
-    """Where the integer copy of the model with this SHA-256 lives."""
-    return (folder or cache_dir()) / "models" / f"minilm-{source_sha256[:32]}-{NUMERICS}.onnx"
+def derived_path(source_sha256: str, folder: Path | None = None, numerics: str = NUMERICS) -> Path:
+    """Where the rewritten copy (``numerics`` names the rewrite) of the model with this SHA-256 lives."""
+    return (folder or cache_dir()) / "models" / f"minilm-{source_sha256[:32]}-{numerics}.onnx"
 
 
 def _sidecar(path: Path) -> Path:
@@ -75,15 +75,15 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def cached_model(source_sha256: str, folder: Path | None = None) -> Path | None:
+def cached_model(source_sha256: str, folder: Path | None = None, numerics: str = NUMERICS) -> Path | None:
     """The cached derived file if it is there and intact (its SHA-256 matches the sidecar)."""
-    path = derived_path(source_sha256, folder)
+    path = derived_path(source_sha256, folder, numerics)
     try:
         meta = json.loads(_sidecar(path).read_text(encoding="utf-8"))
         if (
             not isinstance(meta, dict)
             or meta.get("source_sha256") != source_sha256
-            or meta.get("numerics") != NUMERICS
+            or meta.get("numerics") != numerics
             or meta.get("size") != path.stat().st_size
             or meta.get("sha256") != _sha256_file(path)
         ):
@@ -157,29 +157,31 @@ def rewrite(source: bytes) -> bytes:
     return model.SerializeToString()
 
 
-def write_atomic(path: Path, data: bytes, source_sha256: str) -> None:
+def write_atomic(path: Path, data: bytes, source_sha256: str, numerics: str = NUMERICS) -> None:
     """Write the derived model and its sidecar so a reader sees all of it or none."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"source_sha256": source_sha256, "numerics": NUMERICS, "size": len(data),
+    meta = {"source_sha256": source_sha256, "numerics": numerics, "size": len(data),
             "sha256": hashlib.sha256(data).hexdigest()}
     for target, payload in ((path, data), (_sidecar(path), json.dumps(meta).encode())):
         replace_file(target, payload)
 
 
-def load_or_build(source_sha256: str, read_source: Callable[[], bytes], folder: Path | None = None) -> Path | bytes:
-    """The derived model: the cached file when intact, else rewritten now from ``read_source()``
-    (which must hash to ``source_sha256``) and cached; returned as bytes to run from memory when the
-    cache folder is not writable."""
-    found = cached_model(source_sha256, folder)
+def load_or_build(source_sha256: str, read_source: Callable[[], bytes], folder: Path | None = None, *,
+                  numerics: str = NUMERICS, build: Callable[[bytes], bytes] | None = None) -> Path | bytes:
+    """The derived model: the cached file when intact, else rewritten now by ``build`` (default
+    :func:`rewrite`) from ``read_source()`` (which must hash to ``source_sha256``) and cached under
+    ``numerics``; returned as bytes to run from memory when the cache folder is not writable."""
+    found = cached_model(source_sha256, folder, numerics)
     if found is not None:
         return found
     source = read_source()
     actual = hashlib.sha256(source).hexdigest()
     if actual != source_sha256:
         raise RewriteError(f"the source model's SHA-256 is {actual}, expected {source_sha256}")
-    data = rewrite(source)
+    data = (build or rewrite)(source)
+    path = derived_path(source_sha256, folder, numerics)
     try:
-        write_atomic(derived_path(source_sha256, folder), data, source_sha256)
+        write_atomic(path, data, source_sha256, numerics)
     except OSError:
         return data
-    return derived_path(source_sha256, folder)
+    return path
