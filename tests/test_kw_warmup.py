@@ -257,3 +257,41 @@ def test_the_warmup_hands_over_the_common_terms_counts_for_its_generation(tmp_pa
     assert scorer.doc_counts([("text", f'"{word}"')]) == [before + 1]
     assert scorer.held_counts() == 0
     store.close()
+
+
+def test_a_memory_warmup_measures_its_notes_for_widening(make_workspace, tmp_path: Path):
+    from memdir.api import Memory
+    from memdir.note_lines import NOTE_LINES, line_widths
+
+    trees = ["alder", "birch", "cedar", "dogwood", "elm", "fir", "ginkgo", "hazel"]
+    notes = {f"memory/2024-01-{d:02d}.md": "# Day\n\n" + "\n".join(
+        f"Budget review of the {tree} grove, line {i} — café." for i in range(40)) + "\n"
+        for d, tree in enumerate(trees, 1)}
+    notes["MEMORY.md"] = "# Long-term\n\nQuasar budget owner: Rosa.\n"
+    ws = make_workspace(notes)
+    cfg = {"memorySearch": {"provider": "none"}}
+
+    def fresh(query: str) -> list:  # a new process's answer: nothing held
+        NOTE_LINES.clear()
+        with Memory(ws, state_dir=tmp_path / "fresh", config=cfg) as other:
+            return [(r.path, r.start_line, r.end_line, r.score) for r in other.search(query).results]
+
+    with Memory(ws, state_dir=tmp_path / "state", config=cfg) as mem:
+        mem.sync()
+        NOTE_LINES.clear()
+        mem.search("budget review", sync=False)
+        mem.search("quasar", sync=False)  # a second search: the warm-up starts
+        warmup = mem.store._warmup
+        warmup._thread.join(30)
+        state = warmup.describe()
+        assert state["state"] == "done" and state["notes"] == len(notes), state
+        for rel in notes:  # every note held, widths as a search would measure them now
+            held = NOTE_LINES._files[str(ws / rel)][1]
+            assert list(held) == list(line_widths((ws / rel).read_text(encoding="utf-8"))), rel
+        warm = [(r.path, r.start_line, r.end_line, r.score) for r in mem.search("hazel grove", sync=False).results]
+        assert warm and warm[0][0] == "memory/2024-01-08.md" and warm[0][2] - warm[0][1] > 10, warm
+        assert warm == fresh("hazel grove")
+        (ws / "memory/2024-01-08.md").write_text("# Day\n\nThe hazel grove, rewritten.\n", encoding="utf-8")
+        edited = [(r.path, r.start_line, r.end_line, r.score) for r in mem.search("hazel grove").results]
+        assert edited[0][:3] == ("memory/2024-01-08.md", 1, 4), edited  # the edited note measured again
+        assert edited == fresh("hazel grove")

@@ -67,6 +67,11 @@ class NoteLines:
                     self._lines -= len(self._files.popitem(last=False)[1][1])
         return widths
 
+    @property
+    def lines(self) -> int:
+        """Lines whose widths are held now."""
+        return self._lines
+
     def clear(self) -> None:
         with self._lock:
             self._files.clear()

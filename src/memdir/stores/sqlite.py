@@ -688,6 +688,9 @@ class SqliteStore(SqliteLifecycle):
 
     #: Start a keyword warm-up in long-lived processes (a switch for benches and tests).
     WARMUP = True
+    #: The workspace whose memory notes the warm-up measures for widening (set by
+    #: :class:`memdir.api.Memory`; ``None``: no notes).
+    notes_root: Path | None = None
 
     def start_warmup(self) -> bool:
         """Read the postings of the most common words ahead, in a background thread (once per
@@ -744,7 +747,8 @@ class SqliteStore(SqliteLifecycle):
                     finally:
                         self.conn.execute("RELEASE memdir_kw_warmup")
 
-            warmup = Warmup(self.path, "chunks_fts", adopt, add, held, self.lock.idle_for, adopt_counts=counts)
+            warmup = Warmup(self.path, "chunks_fts", adopt, add, held, self.lock.idle_for, adopt_counts=counts,
+                            notes_root=lambda: self.notes_root)
             self._warmup = warmup
             warmup.start()
             return True
