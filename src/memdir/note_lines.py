@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
-from memdir.textutil import has_weighted, weighted_len
+from memdir.textutil import weighted_len
 
 #: Lines whose widths are held before the least recently used notes are let go (~4 bytes each).
 MAX_LINES = 4_000_000
@@ -91,13 +91,12 @@ class NoteLines:
 
 
 def line_widths(text: str) -> array[int]:
-    """Each line's :func:`~memdir.textutil.weighted_len` plus its newline.  A note without a CJK
-    character (nearly all, accented or not) weighs its length on every line: one scan of the
-    text says so, instead of a Python call per line (a fifth of a search's first-run time)."""
+    """Each line's :func:`~memdir.textutil.weighted_len` plus its newline (an ASCII line: its
+    length, without a call per line)."""
     lines = text.split("\n")
-    if text.isascii() or not has_weighted(text):
+    if text.isascii():  # most notes: a width is a length
         return array("I", [n + 1 for n in map(len, lines)])
-    return array("I", [weighted_len(line) + 1 for line in lines])
+    return array("I", [len(line) + 1 if line.isascii() else weighted_len(line) + 1 for line in lines])
 
 
 def _read_text(path: str) -> str | None:

@@ -44,11 +44,6 @@ def weighted_len(text: str) -> int:
     return len(text) + 3 * len(_CJK_WEIGHT.findall(text))
 
 
-def has_weighted(text: str) -> bool:
-    """Whether any code point of ``text`` weighs more than 1 in :func:`weighted_len`."""
-    return not text.isascii() and bool(_CJK_WEIGHT.search(text))
-
-
 def has_hangul(text: str) -> bool:
     return not text.isascii() and bool(_HANGUL.search(text))
 
