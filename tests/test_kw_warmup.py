@@ -208,3 +208,90 @@ def test_a_cli_search_never_starts_a_warmup(make_workspace, tmp_path: Path):
     out = subprocess.run([sys.executable, "-c", code, str(ws), "budget review", "quasar"], env=env,
                          capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1])
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"cli": 0, "reused": 1}, out.stderr
+
+
+class _CountingConn:
+    """The store's connection, recording each statement a scorer runs through it."""
+
+    def __init__(self, conn):
+        self.conn, self.sql = conn, []
+
+    def execute(self, sql, *args):
+        self.sql.append(sql)
+        return self.conn.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+
+def test_the_warmup_hands_over_the_common_terms_counts_for_its_generation(tmp_path: Path, small_words):
+    store, _ = _store(tmp_path)
+    assert store.start_warmup()
+    state = _finish(store)
+    scorer = store._keyword_scorer()
+    assert state["terms"] > 10 and scorer.held_counts() == state["terms"], state
+    assert store.describe()["fts"]["warm"]["termCounts"] == state["terms"]
+    vocab = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.t_col USING fts5vocab(main, chunks_fts, col)"
+    store.conn.execute(vocab)
+    for term, per_col in scorer._known.items():  # FTS5's own figures at this generation, every column
+        assert per_col == dict(store.conn.execute("SELECT col, doc FROM temp.t_col WHERE term = ?", (term,))), term
+        assert max(per_col.values()) >= kw_warmup.MIN_ROWS
+    words = sorted(scorer._known)[:8]
+    phrases = [(col, f'"{w}"') for w in words for col in ("text", "stems")]
+    spy = _CountingConn(store.conn)
+    scorer.conn = spy
+    try:
+        got = scorer.doc_counts(phrases)
+    finally:
+        scorer.conn = spy.conn
+    assert not any("fts5vocab" in s or "memdir_kw_vocab" in s for s in spy.sql), spy.sql  # nothing walked again
+    assert got == [scorer._known[w].get(col, 0) for w in words for col in ("text", "stems")]
+    for q in QUERIES:  # searches rank as FTS5 does with them
+        terms = keyword_terms(q)
+        assert [(h.id, h.score) for h in store.keyword_search(terms, 10)] == _fts5(store, terms, 10), q
+    # a write moves the index on: the handed-over counts go, counts are read afresh
+    word = words[0]
+    before = scorer._known[word].get("text", 0)
+    with store.transaction():
+        _put(store, 9000, f"{word} {word} appended")
+    assert scorer.doc_counts([("text", f'"{word}"')]) == [before + 1]
+    assert scorer.held_counts() == 0
+    store.close()
+
+
+def test_a_memory_warmup_measures_its_notes_for_widening(make_workspace, tmp_path: Path):
+    from memdir.api import Memory
+    from memdir.note_lines import NOTE_LINES, line_widths
+
+    trees = ["alder", "birch", "cedar", "dogwood", "elm", "fir", "ginkgo", "hazel"]
+    notes = {f"memory/2024-01-{d:02d}.md": "# Day\n\n" + "\n".join(
+        f"Budget review of the {tree} grove, line {i} — café." for i in range(40)) + "\n"
+        for d, tree in enumerate(trees, 1)}
+    notes["MEMORY.md"] = "# Long-term\n\nQuasar budget owner: Rosa.\n"
+    ws = make_workspace(notes)
+    cfg = {"memorySearch": {"provider": "none"}}
+
+    def fresh(query: str) -> list:  # a new process's answer: nothing held
+        NOTE_LINES.clear()
+        with Memory(ws, state_dir=tmp_path / "fresh", config=cfg) as other:
+            return [(r.path, r.start_line, r.end_line, r.score) for r in other.search(query).results]
+
+    with Memory(ws, state_dir=tmp_path / "state", config=cfg) as mem:
+        mem.sync()
+        NOTE_LINES.clear()
+        mem.search("budget review", sync=False)
+        mem.search("quasar", sync=False)  # a second search: the warm-up starts
+        warmup = mem.store._warmup
+        warmup._thread.join(30)
+        state = warmup.describe()
+        assert state["state"] == "done" and state["notes"] == len(notes), state
+        for rel in notes:  # every note held, widths as a search would measure them now
+            held = NOTE_LINES._files[str(ws / rel)][1]
+            assert list(held) == list(line_widths((ws / rel).read_text(encoding="utf-8"))), rel
+        warm = [(r.path, r.start_line, r.end_line, r.score) for r in mem.search("hazel grove", sync=False).results]
+        assert warm and warm[0][0] == "memory/2024-01-08.md" and warm[0][2] - warm[0][1] > 10, warm
+        assert warm == fresh("hazel grove")
+        (ws / "memory/2024-01-08.md").write_text("# Day\n\nThe hazel grove, rewritten.\n", encoding="utf-8")
+        edited = [(r.path, r.start_line, r.end_line, r.score) for r in mem.search("hazel grove").results]
+        assert edited[0][:3] == ("memory/2024-01-08.md", 1, 4), edited  # the edited note measured again
+        assert edited == fresh("hazel grove")

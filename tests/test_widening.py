@@ -177,3 +177,17 @@ def test_a_search_nothing_can_be_rescued_from_reads_no_note(make_workspace: Call
                                       "ORDER BY start_line LIMIT 1").fetchone()[0]
         found = mem.search(text, max_results=1).results
     assert [r.path for r in found] == ["memory/2024-05-03.md"] and len(NOTE_LINES) == 1
+
+
+def test_line_widths_weigh_each_line_as_the_chunker_does(tmp_path: Path) -> None:
+    """The one-scan shortcut (no CJK anywhere: width = length) gives each line's weighted width."""
+    from memdir.note_lines import line_widths
+    from memdir.textutil import weighted_len
+
+    texts = ["plain\nascii\n", "café — naïve “quotes” 🙂\nnext line\n", "mixed\n字字 and Hangul 한국\nplain\n",
+             "astral \U00020000 ideograph\n", "", "\n\n", "ends without newline"]
+    for text in texts:
+        assert list(line_widths(text)) == [weighted_len(line) + 1 for line in text.split("\n")], text
+    note = tmp_path / "n.md"
+    note.write_text(texts[2], encoding="utf-8")
+    assert list(NoteLines().widths(note)) == [6, 2 * 4 + 12 + 2 * 4 + 1, 6, 1]

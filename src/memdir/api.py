@@ -140,6 +140,8 @@ class Memory(IndexUpkeep):
                 except BaseException:
                     store.close()
                     raise
+                if hasattr(store, "notes_root"):  # its keyword warm-up also measures the notes for widening
+                    store.notes_root = self.workspace
                 self._store = store
                 self._note_recovery(store)
             return self._store

@@ -57,11 +57,7 @@ class NoteLines:
         if text is None:
             self._drop(key)
             return ()
-        lines = text.split("\n")
-        if text.isascii():  # most notes: a width is a length
-            widths = array("I", [n + 1 for n in map(len, lines)])
-        else:
-            widths = array("I", [weighted_len(line) + 1 for line in lines])
+        widths = line_widths(text)
         with self._lock:
             self._drop_locked(key)
             if len(widths) <= self.max_lines:
@@ -70,6 +66,11 @@ class NoteLines:
                 while self._lines > self.max_lines and self._files:
                     self._lines -= len(self._files.popitem(last=False)[1][1])
         return widths
+
+    @property
+    def lines(self) -> int:
+        """Lines whose widths are held now."""
+        return self._lines
 
     def clear(self) -> None:
         with self._lock:
@@ -87,6 +88,15 @@ class NoteLines:
         old = self._files.pop(key, None)
         if old is not None:
             self._lines -= len(old[1])
+
+
+def line_widths(text: str) -> array[int]:
+    """Each line's :func:`~memdir.textutil.weighted_len` plus its newline (an ASCII line: its
+    length, without a call per line)."""
+    lines = text.split("\n")
+    if text.isascii():  # most notes: a width is a length
+        return array("I", [n + 1 for n in map(len, lines)])
+    return array("I", [len(line) + 1 if line.isascii() else weighted_len(line) + 1 for line in lines])
 
 
 def _read_text(path: str) -> str | None:

@@ -28,6 +28,18 @@ Reading a word is one pass over its instances in ``fts5vocab`` whatever the colu
 (:func:`read_docs`): a query wants most words in both columns (``text`` and, stemmed, ``stems``),
 and a word that is its own stem is read once for both.  Frequencies are held in one byte (5
 bytes a posting, not 8: the same memory holds 60% more).
+
+A word's first read is what a fresh process's slow searches spend their time on (``bench/
+p95_breakdown.py``: 77-85% of the slowest twentieth's extra time at 10k and 100k chunks), and
+walking its instances is the floor of it.  Measured and dropped (thread CPU, bench corpora):
+``MATCH`` row ids are 3x cheaper but carry no frequencies, and none of the bench queries' common
+words has every frequency 1 (``cnt = doc``); ``NEAR("w" "w")`` matches every row with ``w``;
+``bm25()`` per row is 5x slower; one ``group_concat`` of column-tagged ids saves 9%, ``char()``
+packing costs 1.8x; a 1 GB ``mmap`` or a 64 MB page cache change nothing (the pages are in the OS
+cache: CPU-bound); exact MaxScore-style pruning of unread common phrases (an upper bound of
+``idf·(k1+1)`` each) was provable for 24 of 78 such queries at 10k, leaving a median of 567
+candidates to count in text; reading words on a second connection in parallel gained nothing on
+two shared cores.
 """
 
 from __future__ import annotations

@@ -18,6 +18,13 @@ burst of searches it waits, and what it reads comes in the pauses a real agent l
 searches.  It stops at :data:`BUDGET` postings (the cache's bound stays
 :data:`~memdir.stores.kw_postings.MAX_ENTRIES`), when its time is up, or when told.
 
+Its first step counts every term's rows per column (one pass over ``fts5vocab``, needed to pick
+the words); the common terms' counts are handed to the store's scorer too, so a settled process
+no longer walks a word's document list again just to count it for a new query.
+
+Last, it measures the memory notes' line widths that widening needs (:mod:`memdir.note_lines`),
+which a search otherwise reads on first showing a note.
+
 Everything it reads is tied to the index generation it read it at (the change log's position,
 checked in the same read transaction): the store takes it only while that is still the
 generation it holds, so a write by any process in between is never hidden; the warm-up then
@@ -26,6 +33,7 @@ starts over at the new generation (at most :data:`MAX_ROUNDS` times).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -59,6 +67,8 @@ AdoptRows = Callable[[Any, Any, Any], bool]
 #: ``"ok"``, ``"full"`` (budget reached) or ``"stale"`` (the store holds another generation now).
 AddPhrases = Callable[[Any, Any, list[tuple[tuple[str, tuple[str, ...], bool], Any, Any]], int],
                       tuple[str, int, int]]
+#: ``(generation, {term: {column: rows}}) → whether taken`` (the terms' row counts, read at that generation).
+AdoptCounts = Callable[[Any, dict[str, dict[str, int]]], bool]
 #: Whether a phrase is held already (a search read it first).
 Held = Callable[[tuple[str, tuple[str, ...], bool]], bool]
 #: Seconds since the store was last used (0 while it is).
@@ -69,13 +79,17 @@ class Warmup:
     """One warm-up thread over one index file; :meth:`describe` says how far it got."""
 
     def __init__(self, path: Path, table: str, adopt_rows: AdoptRows, add_phrases: AddPhrases, held: Held,
-                 idle_for: IdleFor | None = None, *, budget: int | None = None, min_rows: int | None = None,
-                 max_seconds: float | None = None, idle_seconds: float | None = None):
+                 idle_for: IdleFor | None = None, *, adopt_counts: AdoptCounts | None = None,
+                 budget: int | None = None, min_rows: int | None = None, max_seconds: float | None = None,
+                 idle_seconds: float | None = None, notes_root: Callable[[], Path | None] | None = None):
         self.path = Path(path)
         self.table = table
         self.adopt_rows = adopt_rows
         self.add_phrases = add_phrases
         self.held = held
+        self.adopt_counts = adopt_counts
+        #: The workspace whose memory notes' line widths are measured once the words are read.
+        self.notes_root = notes_root
         self.idle_for = idle_for
         self.idle_seconds = IDLE_SECONDS if idle_seconds is None else idle_seconds
         # the module's settings as they are now (tests and benches change them)
@@ -86,6 +100,10 @@ class Warmup:
         self.words = 0
         self.phrases = 0
         self.entries = 0
+        #: Terms whose row counts were handed to the store (those in MIN_ROWS rows or more).
+        self.terms = 0
+        #: Notes whose line widths were measured for widening (:mod:`memdir.note_lines`).
+        self.notes = 0
         self.rounds = 0
         self.seconds = 0.0
         self.error: str | None = None
@@ -118,7 +136,8 @@ class Warmup:
 
     def describe(self) -> dict[str, Any]:
         return {"state": self.state, "words": self.words, "phrases": self.phrases, "entries": self.entries,
-                "budget": self.budget, "rounds": self.rounds, "seconds": round(self.seconds, 2),
+                "terms": self.terms, "notes": self.notes, "budget": self.budget, "rounds": self.rounds,
+                "seconds": round(self.seconds, 2),
                 **({"error": self.error} if self.error else {})}
 
     def _run(self) -> None:
@@ -129,6 +148,7 @@ class Warmup:
                 self.rounds = rounds
                 self.state = "running"
                 if self._round(t0):
+                    self._notes(t0)
                     self.state = "done"
                     break
                 if self._stop.wait(0.2):  # the index is being written: let the writer get on
@@ -176,6 +196,15 @@ class Warmup:
         for term, col, docs in counts:
             if docs:
                 columns.setdefault(term, set()).add(col)
+        if self.adopt_counts is not None:
+            # the common terms' counts (a rare term's own count is cheap to read when asked)
+            common = {term for term, _, docs in counts if docs >= self.min_rows}
+            known: dict[str, dict[str, int]] = {}
+            for term, col, docs in counts:
+                if term in common:
+                    known.setdefault(term, {})[col] = docs
+            if self.adopt_counts(generation, known):
+                self.terms = len(known)
         by_term: dict[str, list[str]] = {}
         for term, col, _ in sorted((c for c in counts if self.min_rows <= c[2] and 2 * c[2] < rowids.size),
                                    key=lambda c: -c[2]):
@@ -204,6 +233,22 @@ class Warmup:
             if taken == "full":
                 return True
         return True
+
+    def _notes(self, t0: float) -> None:
+        """Measure the memory notes' line widths for widening, as a search would on first showing
+        one (each file checked by ``lstat`` on use, so a note edited later is read again); up to
+        half of what :data:`memdir.note_lines.NOTE_LINES` holds, never pushing out what searches read."""
+        root = self.notes_root() if self.notes_root is not None else None
+        if root is None or self._stop.is_set():
+            return
+        from memdir.note_lines import NOTE_LINES
+
+        paths = [p for (p,) in self._conn.execute("SELECT path FROM files WHERE source = 'memory' ORDER BY path")]
+        for i, path in enumerate(paths):
+            if NOTE_LINES.lines >= NOTE_LINES.max_lines // 2 or (i % 16 == 0 and not self._pause(t0)):
+                return
+            NOTE_LINES.widths(os.path.join(str(root), path))
+            self.notes += 1
 
     def _pause(self, t0: float) -> bool:
         """Wait until the store has been idle a while; ``False``: stop (told to, or out of time)."""

@@ -417,6 +417,7 @@ class SqliteStore(SqliteLifecycle):
                 "fts": {"available": self.fts_available, "error": self.fts_error, "tokenizer": self.fts_tokenizer,
                         # phrase document counts kept for pruning and complete scores (this process)
                         "warm": {"phraseCounts": len(self._scorer._counts) if self._scorer else 0,
+                                 "termCounts": self._scorer.held_counts() if self._scorer else 0,
                                  "postings": self._postings.describe() if self._postings else None,
                                  "warmup": self._warmup.describe() if self._warmup else None}},
                 "vector": vector}
@@ -714,6 +715,9 @@ class SqliteStore(SqliteLifecycle):
 
     #: Start a keyword warm-up in long-lived processes (a switch for benches and tests).
     WARMUP = True
+    #: The workspace whose memory notes the warm-up measures for widening (set by
+    #: :class:`memdir.api.Memory`; ``None``: no notes).
+    notes_root: Path | None = None
 
     def start_warmup(self) -> bool:
         """Read the postings of the most common words ahead, in a background thread (once per
@@ -760,7 +764,18 @@ class SqliteStore(SqliteLifecycle):
                 postings = self._postings
                 return postings is not None and key in postings._phrases
 
-            warmup = Warmup(self.path, "chunks_fts", adopt, add, held, self.lock.idle_for)
+            def counts(generation: Any, known: dict[str, dict[str, int]]) -> bool:
+                with self.lock._lock:
+                    if not current():
+                        return False
+                    self.conn.execute("SAVEPOINT memdir_kw_warmup")
+                    try:
+                        return self._keyword_scorer().adopt_counts(generation, known)
+                    finally:
+                        self.conn.execute("RELEASE memdir_kw_warmup")
+
+            warmup = Warmup(self.path, "chunks_fts", adopt, add, held, self.lock.idle_for, adopt_counts=counts,
+                            notes_root=lambda: self.notes_root)
             self._warmup = warmup
             warmup.start()
             return True
