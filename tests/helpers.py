@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,3 +72,13 @@ def pg_query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any
     with psycopg.connect(url, autocommit=True) as conn:
         cur = conn.execute(sql, params)
         return cur.fetchall() if cur.description else []
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 15) -> None:
+    """Ask a server process to stop (SIGTERM), and kill it if it has not within ``timeout``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -20,7 +20,7 @@ from mcp.client import streamable_http
 
 import memdir.sync
 import memdir.workspace
-from helpers import cli_env
+from helpers import cli_env, stop_process
 from memdir.api import Memory
 from memdir.workspace import discover, restat
 from test_mcp import _free_port, _wait_listening
@@ -180,9 +180,4 @@ def test_mcp_server_over_http_sees_edits_made_just_before_a_search(make_workspac
         _wait_listening(port, proc)
         asyncio.run(asyncio.wait_for(run(), 90))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)

@@ -17,7 +17,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client import streamable_http
 from mcp.client.stdio import stdio_client
 
-from helpers import cli_env
+from helpers import cli_env, stop_process
 from memdir.mcp_server import HostNotAllowed, check_loopback_host
 from memdir.tools import TOOL_SPECS
 
@@ -182,12 +182,7 @@ def test_streamable_http_on_loopback_with_origin_checking(served, state_dir):
             local = client.post(url, json=INIT, headers={**HEADERS, "Origin": f"http://localhost:{port}"})
             assert local.status_code == 200
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
     assert f"http://127.0.0.1:{port}/mcp" in (proc.stderr.read() if proc.stderr else "")
 
 
@@ -291,12 +286,7 @@ def test_http_client_disconnects_leave_no_traceback(served, state_dir, tmp_path)
             with httpx.Client(timeout=10) as http:  # and keeps answering
                 assert http.post(f"http://127.0.0.1:{port}/mcp", json=INIT, headers=HEADERS).status_code == 200
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
     stderr = err.read_text()
     assert "Traceback" not in stderr and "ClosedResourceError" not in stderr, stderr
     assert f"http://127.0.0.1:{port}/mcp" in stderr
