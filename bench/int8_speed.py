@@ -29,6 +29,8 @@ from memdir.api import Memory
 from memdir.bench.quality import load_samples, scored_queries
 from memdir.embeddings.local import LocalEmbeddingProvider
 
+os.environ.setdefault("MEMDIR_QUERY_CACHE_SIZE", "0")  # every timed query pays for its own vector
+
 OFF = {"integerKernels": False, "fusedAttention": False}
 VARIANTS = {"fp32": OFF, "int8": {**OFF, "integerKernels": True}, "fused": {**OFF, "fusedAttention": True}}
 

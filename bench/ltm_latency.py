@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from memdir.config import load_config
 from memdir.ltm import LongTermMemory
 
+os.environ.setdefault("MEMDIR_QUERY_CACHE_SIZE", "0")  # every timed query pays for its own vector
+
 PEOPLE = ["Priya", "Tomás", "Aiko", "Lena", "Omar", "Grace", "Mateo", "Sven", "Noor", "Kwame", "Ines", "Yuki"]
 THINGS = ["dark mode", "tabs over spaces", "green tea", "trail running", "jazz piano", "sourdough baking",
           "mechanical keyboards", "the Rust compiler", "morning stand-ups", "vinyl records", "rock climbing",

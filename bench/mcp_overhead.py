@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -25,6 +26,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from openclaw_speed import PlainMCPClient, free_port, memdir_env, wait_http
+
+os.environ.setdefault("MEMDIR_QUERY_CACHE_SIZE", "0")  # every timed query pays for its own vector
 
 
 def start_server(src: Path, python: str, ws: Path, state: Path, keyword: bool) -> tuple[subprocess.Popen[bytes], str]:

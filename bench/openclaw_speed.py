@@ -29,6 +29,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+os.environ.setdefault("MEMDIR_QUERY_CACHE_SIZE", "0")  # every timed query pays for its own vector
+
 API_KEY = "memdir-bench-key"
 GATEWAY_TOKEN = "memdir-bench-gateway-token"
 MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}

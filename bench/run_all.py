@@ -165,7 +165,7 @@ def run_step(step: Step) -> dict[str, Any]:
         return record
     print(f"-- {step.name}: {' '.join(record['argv'])}", file=sys.stderr, flush=True)
     LOGS.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **step.env}
+    env = {**os.environ, "MEMDIR_QUERY_CACHE_SIZE": "0", **step.env}  # time every query's vector
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # cold starts should use byte-code caches, as an install does
     t0 = time.monotonic()
     with open(LOGS / f"{step.name}.log", "w") as log:

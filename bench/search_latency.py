@@ -7,6 +7,7 @@ Indexes go to /tmp/lat-TAG/ (kept, so a second run times search only).  Each que
 `Memory.search(max_results=6)`; "without query embedding" subtracts `timings_ms.embed`.
 """
 import json
+import os
 import statistics
 import sys
 import time
@@ -15,6 +16,8 @@ from pathlib import Path
 import memdir
 from memdir.api import Memory
 from memdir.bench.quality import load_samples, scored_queries
+
+os.environ.setdefault("MEMDIR_QUERY_CACHE_SIZE", "0")  # every timed query pays for its own vector
 
 tag, out = sys.argv[1], sys.argv[2]
 samples = load_samples(Path(sys.argv[3] if len(sys.argv) > 3 else "../shared/data/locomo-dev"))

@@ -9,7 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 #: Hard cap on one embedding input, in UTF-8 bytes (R§5.2).
@@ -55,6 +58,67 @@ class EmbeddingProvider(Protocol):
     def close(self) -> None:
         """Release model sessions or HTTP connections."""
         ...
+
+
+#: Query vectors a provider remembers (~12 KB each at 384 dimensions); the environment variable
+#: ``MEMDIR_QUERY_CACHE_SIZE`` overrides it (0: off, as the latency benches run, so that every
+#: timed query pays for its vector).
+QUERY_CACHE_SIZE = 256
+#: Longer queries are not remembered (pasted documents are not asked twice).
+QUERY_CACHE_MAX_CHARS = 2000
+
+
+class QueryVectors:
+    """The last :data:`QUERY_CACHE_SIZE` query vectors of one provider, by exact text.
+
+    Why: an agent asks the same thing again (a retried tool call, auto-recall on an unchanged
+    prompt, the same question in the next session of a long-lived server), and each vector costs
+    a model run (4-6 ms on two cores) or an HTTP call that is billed.  Vectors are a pure
+    function of (provider identity, text), so the key includes the provider key: a provider whose
+    numerics change (a fallback to another model path) never returns an old vector.
+    """
+
+    def __init__(self, size: int | None = None) -> None:
+        self.size = query_cache_size() if size is None else size
+        self._items: OrderedDict[tuple[str, str], tuple[float, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def get_or_embed(self, key: str, text: str, embed: Callable[[str], list[float]]) -> list[float]:
+        """The vector remembered for ``text`` under provider ``key``, else ``embed(text)`` (kept
+        when it succeeded).  Callers get their own list: changing it changes nothing here."""
+        if self.size <= 0 or len(text) > QUERY_CACHE_MAX_CHARS:
+            return embed(text)
+        item = (key, text)
+        with self._lock:
+            found = self._items.get(item)
+            if found is not None:
+                self._items.move_to_end(item)
+                self.hits += 1
+                return list(found)
+        vector = embed(text)
+        with self._lock:
+            self._items[item] = tuple(vector)
+            self._items.move_to_end(item)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return vector
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def query_cache_size() -> int:
+    """:data:`QUERY_CACHE_SIZE`, or ``MEMDIR_QUERY_CACHE_SIZE`` when set to a whole number."""
+    raw = os.environ.get("MEMDIR_QUERY_CACHE_SIZE", "").strip()
+    try:
+        return max(0, int(raw)) if raw else QUERY_CACHE_SIZE
+    except ValueError:
+        return QUERY_CACHE_SIZE
 
 
 def provider_key(payload: dict[str, object]) -> str:

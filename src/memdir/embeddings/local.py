@@ -32,7 +32,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from memdir.embeddings.base import EmbeddingError, simple_provider_key
+from memdir.embeddings.base import EmbeddingError, QueryVectors, simple_provider_key
 from memdir.embeddings.base import provider_key as make_provider_key
 
 if TYPE_CHECKING:
@@ -994,6 +994,7 @@ class LocalEmbeddingProvider:
         self.max_input_bytes = max_input_bytes
         # One run at a time: concurrent runs on 2 cores only add memory, not speed.
         self._lock = threading.Lock()
+        self.query_vectors = QueryVectors()
 
     @property
     def provider_key(self) -> str:
@@ -1036,7 +1037,8 @@ class LocalEmbeddingProvider:
         return [len(t) // 3 + 1 for t in texts]
 
     def embed_query(self, text: str) -> list[float]:
-        return self.embed_batch([text])[0]
+        """A query's vector; a query asked recently is answered from :class:`QueryVectors`."""
+        return self.query_vectors.get_or_embed(self.provider_key, text, lambda t: self.embed_batch([t])[0])
 
     def embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
         items = list(texts)
@@ -1053,6 +1055,7 @@ class LocalEmbeddingProvider:
         """Drop the model session; a later embed loads it again."""
         with self._lock:
             self._backend.close()
+        self.query_vectors.clear()
 
     def __enter__(self) -> LocalEmbeddingProvider:
         return self

@@ -29,6 +29,7 @@ from memdir.embeddings.base import (
     HARD_INPUT_LIMIT_BYTES,
     EmbeddingError,
     MissingApiKeyError,
+    QueryVectors,
     group_by_bytes,
     normalize,
     provider_key,
@@ -116,6 +117,7 @@ class RemoteEmbeddingProvider:
         self._dims: int | None = None
         self._lock = threading.Lock()
         self._stats = RemoteStats()
+        self.query_vectors = QueryVectors()
         self._http = HttpClient(
             self.id,
             self.base_url,
@@ -240,7 +242,12 @@ class RemoteEmbeddingProvider:
         }
 
     def embed_query(self, text: str, *, timeout: float | None = None) -> list[float]:
-        """Embed a search query.  ``timeout`` (seconds) bounds the whole call, retries included."""
+        """Embed a search query.  ``timeout`` (seconds) bounds the whole call, retries included.
+        A query asked recently is answered from :class:`QueryVectors` without a request."""
+        return self.query_vectors.get_or_embed(self.provider_key, text,
+                                               lambda t: self._embed_query(t, timeout=timeout))
+
+    def _embed_query(self, text: str, *, timeout: float | None = None) -> list[float]:
         timing = self.settings.timing
         attempt_timeout = self.settings.query_timeout
         deadline = None
@@ -312,6 +319,7 @@ class RemoteEmbeddingProvider:
 
     def close(self) -> None:
         self._http.close()
+        self.query_vectors.clear()
 
     def __enter__(self) -> Self:
         return self
