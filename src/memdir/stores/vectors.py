@@ -169,9 +169,10 @@ class VectorMatrix:
         return any(b.scale is not None for b in self.blocks)
 
     # -- keeping in step ----------------------------------------------------------------------
-    def refresh(self, conn: Any, dims: int) -> None:
-        """Bring the matrix to what ``conn`` sees (call inside one read, under the store's lock)."""
-        epoch, lo, hi = state(conn)
+    def refresh(self, conn: Any, dims: int, now: tuple[str | None, int, int] | None = None) -> None:
+        """Bring the matrix to what ``conn`` sees (call inside one read, under the store's lock);
+        ``now``: :func:`state` already read in that read."""
+        epoch, lo, hi = state(conn) if now is None else now
         if self.dims == dims and epoch == self.epoch and hi == self.seq:
             return
         if (self.dims is None and self.sidecar is not None and self._from_sidecar(dims, epoch, lo, hi)
