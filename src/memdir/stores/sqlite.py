@@ -244,6 +244,7 @@ class SqliteStore(SqliteLifecycle):
         self._bulk: _BulkLoad | None = None
         #: ``((connection, data_version, total_changes), vec_log state)`` (see :meth:`_log_state`).
         self._state_memo: tuple[Any, tuple[str | None, int, int]] | None = None
+        self._phrases_memo: tuple[Any, list[tuple[str, str]]] | None = None
         #: ``(generation, {rowid: hit columns}, {chunk id: rowid})``: rows :meth:`_hits_by_rowid`
         #: read at that generation.
         self._hit_rows: tuple[Any, dict[int, tuple[Any, ...]], dict[str, int]] = (None, {}, {})
@@ -718,7 +719,7 @@ class SqliteStore(SqliteLifecycle):
         IDF of 1e-6, so they change no score by more than ~2e-6, but every chunk containing one
         would be ranked (at 100k generated chunks that was most of the 150 ms a query took).
         """
-        phrases = fts5_phrases(list(terms))
+        phrases = self._phrases(terms)
         if not self.fts_available or limit <= 0 or not phrases:
             return []
         with self.lock:
@@ -774,6 +775,18 @@ class SqliteStore(SqliteLifecycle):
             self._postings = None
             return None
         return self._hits_by_rowid([(rowid, bm25_to_score(rank)) for rowid, rank in ranked], generation)
+
+    def _phrases(self, terms: Sequence[str]) -> list[tuple[str, str]]:
+        """:func:`fts5_phrases` of ``terms``, remembered for the last terms: a hybrid search asks
+        for the same ones twice (its keyword search, then the candidates' scores), and stemming
+        them was a few per cent of its own work."""
+        from memdir import query
+
+        key = (tuple(terms), query.STEMMING)
+        memo = self._phrases_memo
+        if memo is None or memo[0] != key:
+            memo = self._phrases_memo = (key, fts5_phrases(list(terms)))
+        return list(memo[1])
 
     def _keyword_postings(self) -> Any:
         if self._postings is None:
@@ -903,7 +916,7 @@ class SqliteStore(SqliteLifecycle):
         every match in between (most of a large index when the candidates are spread out).
         """
         wanted = list(dict.fromkeys(ids))
-        phrases = fts5_phrases(list(terms))
+        phrases = self._phrases(terms)
         if not wanted:
             return {}
         out = dict.fromkeys(wanted, 0.0)
