@@ -359,8 +359,9 @@ class VectorMatrix:
             # blocks are in rowid order: each wanted chunk's rows are one slice
             lo = np.searchsorted(b.chunks, wanted, side="left")
             hi = np.searchsorted(b.chunks, wanted, side="right")
-            idx = np.concatenate([np.arange(x, y) for x, y in zip(lo, hi, strict=True) if y > x] or
-                                 [np.zeros(0, dtype=np.int64)])
+            # the rows of every slice in order (an arange per chunk was most of this call)
+            size = hi - lo
+            idx = np.repeat(lo - np.cumsum(size) + size, size) + np.arange(int(size.sum()))
             idx = idx[~b.dead[idx]]
             if not len(idx):
                 continue
