@@ -112,3 +112,17 @@ def test_chunk_rows_are_kept_per_generation_and_read_again_after_a_write(tmp_pat
     assert reader.vector_scores(q, ids) == {}
     writer.close()
     reader.close()
+
+
+def test_the_remembered_phrases_follow_the_terms_and_the_stemming_switch(tmp_path: Path, monkeypatch):
+    from memdir import query
+
+    store = SqliteStore(tmp_path / "idx.sqlite")
+    stemmed = store._phrases(["running", "dogs"])
+    assert stemmed == query.fts5_phrases(["running", "dogs"]) and any(c == "stems" for c, _ in stemmed)
+    stemmed.clear()  # a caller's list is its own
+    assert store._phrases(["running", "dogs"]) == query.fts5_phrases(["running", "dogs"])
+    assert store._phrases(["cats"]) == query.fts5_phrases(["cats"])
+    monkeypatch.setattr(query, "STEMMING", False)
+    assert store._phrases(["cats"]) == [("text", '"cats"')]
+    store.close()

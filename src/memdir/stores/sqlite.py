@@ -244,6 +244,7 @@ class SqliteStore(SqliteLifecycle):
         self._bulk: _BulkLoad | None = None
         #: ``((connection, data_version, total_changes), vec_log state)`` (see :meth:`_log_state`).
         self._state_memo: tuple[Any, tuple[str | None, int, int]] | None = None
+        #: ``((terms, stemming), phrases)`` of the last :meth:`_phrases`.
         self._phrases_memo: tuple[Any, list[tuple[str, str]]] | None = None
         #: ``(generation, {rowid: hit columns}, {chunk id: rowid})``: rows :meth:`_hits_by_rowid`
         #: read at that generation.
@@ -674,7 +675,7 @@ class SqliteStore(SqliteLifecycle):
 
     #: Chunk rows :meth:`_hits_by_rowid` keeps per generation before it starts over (their text
     #: included: a few MB at most).
-    HIT_ROWS_MAX = 20_000
+    HIT_ROWS_MAX = 5_000
 
     def _hits_by_rowid(self, scored: list[tuple[int, float]], generation: Any = None) -> list[Hit]:
         """Hits for ``(rowid, score)`` pairs, in their order.  ``generation``: the index generation
