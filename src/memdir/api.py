@@ -92,6 +92,7 @@ class Memory(IndexUpkeep):
 
     def _init_parts(self, provider: Any, notice: Callable[[str], None] | None) -> None:
         self._provider_override = provider
+        self._workspace: tuple[Any, str, Path] | None = None
         self._selection: ProviderSelection | None = None
         self._store: Store | None = None
         self._indexer: Indexer | None = None
@@ -113,7 +114,17 @@ class Memory(IndexUpkeep):
     # -- lazily built parts ------------------------------------------------------------------
     @property
     def workspace(self) -> Path:
-        return self.settings.workspace_path
+        """The workspace folder, resolved once per configured value: a search asked twice, and
+        resolving costs an ``lstat`` per path component (the index was named after it at open).
+        Not kept for a relative path, nor while the folder does not exist yet."""
+        settings = self.settings
+        held = self._workspace
+        if held is not None and held[0] is settings and held[1] == settings.workspace:
+            return held[2]
+        path = settings.workspace_path
+        kept = os.path.isabs(os.path.expanduser(settings.workspace)) and path.is_dir()  # not relative to a cwd
+        self._workspace = (settings, settings.workspace, path) if kept else None
+        return path
 
     @property
     def index_path(self) -> Path:

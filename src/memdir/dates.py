@@ -16,7 +16,7 @@ import calendar
 import datetime as dt
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
@@ -203,6 +203,29 @@ def _relative(text: str, today: dt.date, add: object) -> None:
         for m in re.finditer(pattern, low):
             emit(m, start, end)  # type: ignore[operator]
 
+    # every pattern below names one of these words: most questions name none, and skipping the
+    # eleven searches was half of reading a question's dates
+    if any(w in low for w in _RELATIVE_WORDS):
+        _fixed_periods(today, fixed)
+    for m in _AGO.finditer(low):
+        try:
+            _ago(m, today, emit)
+        except (OverflowError, ValueError):  # "99999999 days ago": before year 1, so no period
+            continue
+    for m in _LAST_WEEKDAY.finditer(low):
+        back = (today.weekday() - _WEEKDAYS.index(m.group(2))) % 7
+        if m.group(1) == "last" and back == 0:
+            back = 7
+        d = today - dt.timedelta(days=back)
+        emit(m, d, d)  # type: ignore[operator]
+
+
+#: Words one of which each fixed relative period (:func:`_fixed_periods`) contains.
+_RELATIVE_WORDS = ("yesterday", "last", "this", "today", "tonight")
+
+
+def _fixed_periods(today: dt.date, fixed: Callable[[str, dt.date, dt.date], None]) -> None:
+    """The periods of "yesterday", "last week", "this month" and the like, counted from ``today``."""
     monday = today - dt.timedelta(days=today.weekday())
     first = today.replace(day=1)
     fixed(r"\bday before yesterday\b", today - dt.timedelta(days=2), today - dt.timedelta(days=2))
@@ -216,17 +239,6 @@ def _relative(text: str, today: dt.date, add: object) -> None:
     fixed(r"\bthis month\b", first, today)
     fixed(r"\blast year\b", dt.date(today.year - 1, 1, 1), dt.date(today.year - 1, 12, 31))
     fixed(r"\bthis year\b", dt.date(today.year, 1, 1), today)
-    for m in _AGO.finditer(low):
-        try:
-            _ago(m, today, emit)
-        except (OverflowError, ValueError):  # "99999999 days ago": before year 1, so no period
-            continue
-    for m in _LAST_WEEKDAY.finditer(low):
-        back = (today.weekday() - _WEEKDAYS.index(m.group(2))) % 7
-        if m.group(1) == "last" and back == 0:
-            back = 7
-        d = today - dt.timedelta(days=back)
-        emit(m, d, d)  # type: ignore[operator]
 
 
 def _ago(m: re.Match[str], today: dt.date, emit: object) -> None:

@@ -321,7 +321,9 @@ def _pool(vector: list[Hit], keyword: list[Hit]) -> dict[str, Candidate]:
         c = pool.setdefault(h.id, Candidate.from_hit(h))
         c.vector_score, c.in_vector = h.score, True
     for h in keyword:
-        c = pool.setdefault(h.id, Candidate.from_hit(h))
+        c = pool.get(h.id)  # most are vector hits too: no candidate made to be thrown away
+        if c is None:
+            c = pool[h.id] = Candidate.from_hit(h)
         c.text_score, c.in_keyword = h.score, True
         if h.text:
             c.snippet = h.text

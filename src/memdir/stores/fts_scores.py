@@ -93,6 +93,8 @@ class FtsScorer:
         self.tokenize = tokenize
         self._scratch = False
         self._vocab = False
+        #: The last :meth:`phrase_specs` asked and answered (a hybrid search asks twice alike).
+        self._specs_memo: tuple[tuple[tuple[str, str], ...], list[tuple[str, list[str], bool]]] | None = None
 
     def _ensure_scratch(self) -> None:
         if not self._scratch:
@@ -214,6 +216,13 @@ class FtsScorer:
 
     def phrase_specs(self, phrases: Sequence[tuple[str, str]]) -> list[tuple[str, list[str], bool]]:
         """``(column, tokens, prefix)`` per phrase, tokenised as FTS5 does (in Python when simple)."""
+        key = tuple(phrases)
+        memo = self._specs_memo
+        if memo is None or memo[0] != key:
+            memo = self._specs_memo = (key, self._phrase_specs(phrases))
+        return [(col, list(tokens), prefix) for col, tokens, prefix in memo[1]]
+
+    def _phrase_specs(self, phrases: Sequence[tuple[str, str]]) -> list[tuple[str, list[str], bool]]:
         bodies = [q.rstrip("*").strip('"') for _, q in phrases]
         simple = [None if self.stem_counts is None else kw_text.simple_tokens(b) for b in bodies]
         if any(t is None for t in simple):

@@ -242,6 +242,13 @@ class SqliteStore(SqliteLifecycle):
         self._identity: tuple[int, int] | None = None
         #: Set while this store is a rebuild's shadow being filled (:meth:`_bulk_begin`).
         self._bulk: _BulkLoad | None = None
+        #: ``((connection, data_version, total_changes), vec_log state)`` (see :meth:`_log_state`).
+        self._state_memo: tuple[Any, tuple[str | None, int, int]] | None = None
+        #: ``((terms, stemming), phrases)`` of the last :meth:`_phrases`.
+        self._phrases_memo: tuple[Any, list[tuple[str, str]]] | None = None
+        #: ``(generation, {rowid: hit columns}, {chunk id: rowid})``: rows :meth:`_hits_by_rowid`
+        #: read at that generation.
+        self._hit_rows: tuple[Any, dict[int, tuple[Any, ...]], dict[str, int]] = (None, {}, {})
         self._open()
 
     def _open(self) -> None:
@@ -249,6 +256,8 @@ class SqliteStore(SqliteLifecycle):
         self._stop_warmup()
         self._scorer = None
         self._postings = None
+        self._state_memo = None
+        self._hit_rows = (None, {}, {})
         super()._open()
         self.matrix = vecs.VectorMatrix(sidecar_path(self.path), save=not self.readonly)
 
@@ -295,6 +304,7 @@ class SqliteStore(SqliteLifecycle):
             try:
                 yield self.conn
             except BaseException as exc:
+                self._forget_state()  # a rolled-back write leaves total_changes moved all the same
                 try:
                     self.conn.execute("ROLLBACK")
                 except Exception:
@@ -555,18 +565,43 @@ class SqliteStore(SqliteLifecycle):
 
     def _generation(self) -> tuple[str | None, int] | None:
         """Where the index's change log stands: any write moves it (``None`` without a log)."""
+        state = self._log_state()
+        return None if state is None else (state[0], state[2])
+
+    def _log_state(self) -> tuple[str | None, int, int] | None:
+        """:func:`vecs.state` as this connection sees it now (``None`` without a log).
+
+        A search asked for it four times, two queries each: it is read again only when ``PRAGMA
+        data_version`` (moved by another connection's commit, stable within a read snapshot) or
+        this connection's ``total_changes`` (its own writes) moved since it was last read.  Writes
+        neither shows (a page copy into this file, a rolled-back write) call :meth:`_forget_state`.
+        """
+        conn = self.conn
         try:
-            epoch, _lo, hi = vecs.state(self.conn)
+            key = (conn, conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
+            memo = self._state_memo
+            if memo is not None and memo[0] == key:
+                return memo[1]
+            state = vecs.state(conn)
         except db.binding().OperationalError:
             return None
-        return epoch, hi
+        # read after the key: a commit in between is newer than the key, and the key moved with it
+        self._state_memo = (key, state)
+        return state
+
+    def _forget_state(self) -> None:
+        """Drop what :meth:`_log_state` remembers (after writes ``data_version`` does not show)."""
+        self._state_memo = None
 
     def _fresh_matrix(self, dims: int) -> vecs.VectorMatrix | None:
         """The in-process matrix brought up to date (``None`` for an index without a change log)."""
         self.conn.execute("SAVEPOINT memdir_vectors")  # the log position and the rows: one snapshot
         try:
-            self.matrix.refresh(self.conn, dims)
-        except db.binding().OperationalError:  # a read-only index written before vec_log existed
+            state = self._log_state()
+            if state is None:  # a read-only index written before vec_log existed
+                return None
+            self.matrix.refresh(self.conn, dims, state)
+        except db.binding().OperationalError:
             return None
         finally:
             self.conn.execute("RELEASE memdir_vectors")
@@ -587,11 +622,19 @@ class SqliteStore(SqliteLifecycle):
         if not q.size or not np.any(q) or limit <= 0 or not self.vector_enabled:
             return []
         with self.lock:
-            matrix = self._fresh_matrix(int(q.size))
-            if matrix is None:
-                matrix = vecs.VectorMatrix()
-                matrix._load(self.conn, int(q.size), None, 0)
-            return self._hits_by_rowid(matrix.search(q, limit, lambda rowids: self._exact_cosines(q, rowids)))
+            self.conn.execute("SAVEPOINT memdir_vector_search")  # the matrix and the rows: one snapshot
+            try:
+                matrix = self._fresh_matrix(int(q.size))
+                generation = None
+                if matrix is None:
+                    matrix = vecs.VectorMatrix()
+                    matrix._load(self.conn, int(q.size), None, 0)
+                else:
+                    generation = self._generation()
+                scored = matrix.search(q, limit, lambda rowids: self._exact_cosines(q, rowids))
+                return self._hits_by_rowid(scored, generation)
+            finally:
+                self.conn.execute("RELEASE memdir_vector_search")
 
     def _exact_cosines(self, q: np.ndarray, rowids: Sequence[int]) -> dict[int, float]:
         """Best-window cosine of each chunk, from its stored float32 vector(s)."""
@@ -617,24 +660,57 @@ class SqliteStore(SqliteLifecycle):
             return {}
         out: dict[str, float] = {}
         with self.lock:
-            by_rowid: dict[int, str] = {rowid: hex_str(cid) for rowid, cid in db.rows_in(
-                self.conn, "SELECT rowid, id FROM chunks WHERE id IN ({marks})", [hex_key(i) for i in wanted])}
-            matrix = self._fresh_matrix(int(q.size))
-            if matrix is not None and not matrix.quantized:
-                return {by_rowid[r]: s for r, s in matrix.scores(q, list(by_rowid)).items()}
-            # an int8 matrix is for finding candidates; exact scores come from the stored vectors
-            for rowid, sim in self._exact_cosines(q, list(by_rowid)).items():
-                out[by_rowid[rowid]] = sim
+            self.conn.execute("SAVEPOINT memdir_vector_scores")  # the ids, the matrix, the rows: one snapshot
+            try:
+                matrix = self._fresh_matrix(int(q.size))
+                by_rowid = self._rowids(wanted, None if matrix is None else self._generation())
+                if matrix is not None and not matrix.quantized:
+                    return {by_rowid[r]: s for r, s in matrix.scores(q, list(by_rowid)).items()}
+                # an int8 matrix is for finding candidates; exact scores come from the stored vectors
+                for rowid, sim in self._exact_cosines(q, list(by_rowid)).items():
+                    out[by_rowid[rowid]] = sim
+            finally:
+                self.conn.execute("RELEASE memdir_vector_scores")
         return out
 
-    def _hits_by_rowid(self, scored: list[tuple[int, float]]) -> list[Hit]:
+    #: Chunk rows :meth:`_hits_by_rowid` keeps per generation before it starts over (their text
+    #: included: a few MB at most).
+    HIT_ROWS_MAX = 5_000
+
+    def _hits_by_rowid(self, scored: list[tuple[int, float]], generation: Any = None) -> list[Hit]:
+        """Hits for ``(rowid, score)`` pairs, in their order.  ``generation``: the index generation
+        read in the caller's read snapshot, which this must run in too.  A chunk's row is the same
+        while the generation is (every write of a chunk moves it), so the rows read are kept for
+        it: a long-lived process ranks the same chunks again and again, and reading them was a
+        tenth of a warm search's own work."""
         if not scored:
             return []
-        marks = ",".join("?" * len(scored))
-        rows = {r[0]: r[1:] for r in self.conn.execute(
-            f"SELECT c.rowid, {_HIT_COLUMNS} FROM chunks c WHERE c.rowid IN ({marks})",
-            [rowid for rowid, _ in scored])}
-        return [_hit(rows[rid], score) for rid, score in scored if rid in rows]
+        held, rows, ids = self._hit_rows
+        if generation is None or self._bulk is not None:  # a rebuild's shadow logs no writes
+            rows, ids = {}, {}
+        elif held != generation or len(rows) > self.HIT_ROWS_MAX:
+            rows, ids = {}, {}
+            self._hit_rows = (generation, rows, ids)
+        missing = [rowid for rowid, _ in scored if rowid not in rows]
+        if missing:
+            marks = ",".join("?" * len(missing))
+            for r in self.conn.execute(f"SELECT c.rowid, {_HIT_COLUMNS} FROM chunks c WHERE c.rowid IN ({marks})",
+                                       missing):
+                cid = hex_str(r[1])
+                rows[r[0]] = (cid, *r[2:])
+                ids[cid] = r[0]
+        return [Hit(*rows[rid][:6], score, *rows[rid][6:]) for rid, score in scored if rid in rows]
+
+    def _rowids(self, wanted: Sequence[str], generation: Any) -> dict[int, str]:
+        """``{rowid: chunk id}`` of the chunks with these ids; ``generation`` as for
+        :meth:`_hits_by_rowid`, whose rows name most of them (the candidates it just returned)."""
+        held, _rows, ids = self._hit_rows
+        if generation is not None and held == generation and self._bulk is None:
+            found = {ids[i]: i for i in wanted if i in ids}
+            if len(found) == len(wanted):
+                return found
+        return {rowid: hex_str(cid) for rowid, cid in db.rows_in(
+            self.conn, "SELECT rowid, id FROM chunks WHERE id IN ({marks})", [hex_key(i) for i in wanted])}
 
     # -- keyword -----------------------------------------------------------------------------
     def keyword_search(self, terms: Sequence[str], limit: int) -> list[Hit]:
@@ -644,7 +720,7 @@ class SqliteStore(SqliteLifecycle):
         IDF of 1e-6, so they change no score by more than ~2e-6, but every chunk containing one
         would be ranked (at 100k generated chunks that was most of the 150 ms a query took).
         """
-        phrases = fts5_phrases(list(terms))
+        phrases = self._phrases(terms)
         if not self.fts_available or limit <= 0 or not phrases:
             return []
         with self.lock:
@@ -699,7 +775,19 @@ class SqliteStore(SqliteLifecycle):
         except LookupError:  # postings and document sizes disagree (never seen): start over, FTS5 ranks
             self._postings = None
             return None
-        return self._hits_by_rowid([(rowid, bm25_to_score(rank)) for rowid, rank in ranked])
+        return self._hits_by_rowid([(rowid, bm25_to_score(rank)) for rowid, rank in ranked], generation)
+
+    def _phrases(self, terms: Sequence[str]) -> list[tuple[str, str]]:
+        """:func:`fts5_phrases` of ``terms``, remembered for the last terms: a hybrid search asks
+        for the same ones twice (its keyword search, then the candidates' scores), and stemming
+        them was a few per cent of its own work."""
+        from memdir import query
+
+        key = (tuple(terms), query.STEMMING)
+        memo = self._phrases_memo
+        if memo is None or memo[0] != key:
+            memo = self._phrases_memo = (key, fts5_phrases(list(terms)))
+        return list(memo[1])
 
     def _keyword_postings(self) -> Any:
         if self._postings is None:
@@ -829,7 +917,7 @@ class SqliteStore(SqliteLifecycle):
         every match in between (most of a large index when the candidates are spread out).
         """
         wanted = list(dict.fromkeys(ids))
-        phrases = fts5_phrases(list(terms))
+        phrases = self._phrases(terms)
         if not wanted:
             return {}
         out = dict.fromkeys(wanted, 0.0)
@@ -856,7 +944,8 @@ class SqliteStore(SqliteLifecycle):
             return False
         self.conn.execute("SAVEPOINT memdir_kw_scores_warm")  # the generation and the rows: one snapshot
         try:
-            if not self._postings.warm(self._generation()):
+            generation = self._generation()
+            if not self._postings.warm(generation):
                 return False
             scorer = self._keyword_scorer()
             specs = scorer.phrase_specs(phrases)
@@ -865,11 +954,14 @@ class SqliteStore(SqliteLifecycle):
             missing = [i for i, spec in enumerate(specs) if not self._postings.held(spec)]
             by_rowid: dict[int, str] = {}
             texts: dict[int, str] = {}
-            for rowid, cid, text in db.rows_in(
-                    self.conn, f"SELECT rowid, id, {'text' if missing else 'NULL'} FROM chunks WHERE id IN ({{marks}})",
-                    [hex_key(i) for i in wanted]):
-                by_rowid[rowid] = hex_str(cid)
-                texts[rowid] = text
+            if missing:
+                for rowid, cid, text in db.rows_in(
+                        self.conn, "SELECT rowid, id, text FROM chunks WHERE id IN ({marks})",
+                        [hex_key(i) for i in wanted]):
+                    by_rowid[rowid] = hex_str(cid)
+                    texts[rowid] = text
+            else:  # the texts are not needed
+                by_rowid = self._rowids(wanted, generation)
             n_rows, avgdl = scorer.totals()
             direct: dict[int, tuple[int, dict[int, int]]] = {}
             if missing and texts:
@@ -1126,6 +1218,7 @@ class SqliteStore(SqliteLifecycle):
                     src.backup(c)
             finally:
                 src.close()
+                self._forget_state()  # the page copy moves neither data_version nor total_changes here
             if not by_pages:
                 self._copy_rows_from(fresh_path)
             try:
@@ -1166,6 +1259,7 @@ class SqliteStore(SqliteLifecycle):
                 vecs.new_epoch(c)
                 c.execute("COMMIT")
             except BaseException:
+                self._forget_state()
                 c.execute("ROLLBACK")
                 raise
         finally:

@@ -169,9 +169,10 @@ class VectorMatrix:
         return any(b.scale is not None for b in self.blocks)
 
     # -- keeping in step ----------------------------------------------------------------------
-    def refresh(self, conn: Any, dims: int) -> None:
-        """Bring the matrix to what ``conn`` sees (call inside one read, under the store's lock)."""
-        epoch, lo, hi = state(conn)
+    def refresh(self, conn: Any, dims: int, now: tuple[str | None, int, int] | None = None) -> None:
+        """Bring the matrix to what ``conn`` sees (call inside one read, under the store's lock);
+        ``now``: :func:`state` already read in that read."""
+        epoch, lo, hi = state(conn) if now is None else now
         if self.dims == dims and epoch == self.epoch and hi == self.seq:
             return
         if (self.dims is None and self.sidecar is not None and self._from_sidecar(dims, epoch, lo, hi)
@@ -358,8 +359,9 @@ class VectorMatrix:
             # blocks are in rowid order: each wanted chunk's rows are one slice
             lo = np.searchsorted(b.chunks, wanted, side="left")
             hi = np.searchsorted(b.chunks, wanted, side="right")
-            idx = np.concatenate([np.arange(x, y) for x, y in zip(lo, hi, strict=True) if y > x] or
-                                 [np.zeros(0, dtype=np.int64)])
+            # the rows of every slice in order (an arange per chunk was most of this call)
+            size = hi - lo
+            idx = np.repeat(lo - np.cumsum(size) + size, size) + np.arange(int(size.sum()))
             idx = idx[~b.dead[idx]]
             if not len(idx):
                 continue
