@@ -473,3 +473,11 @@ def test_a_worker_is_started_only_with_a_core_to_spare(monkeypatch: pytest.Monke
     assert sync.free_core()
     monkeypatch.setattr(sync, "running_tasks", lambda: None)  # no /proc: the average decides
     assert not sync.free_core()
+    # a task passing at one instant does not hide an idle core; one busy at every read does
+    counts = iter([2, 2, 1])
+    monkeypatch.setattr(sync, "running_tasks", lambda: next(counts))
+    assert sync.free_core()
+    reads: list[int] = []
+    monkeypatch.setattr(sync, "running_tasks", lambda: reads.append(2) or 2)
+    assert not sync.free_core()
+    assert len(reads) == sync.FREE_CORE_SAMPLES

@@ -62,6 +62,8 @@ INDEXING: dict[str, bool] = {"windows": True, "sections": True}
 #: (:mod:`memdir.build_worker`) while this one writes the index; a smaller one is over before the
 #: worker would have started.
 WORKER_MIN_BYTES = 2_000_000
+#: Reads of the runnable-task count before :func:`free_core` calls the other cores busy.
+FREE_CORE_SAMPLES = 5
 #: How often a first keyword-only build commits what it wrote so far (seconds; see _full_reindex).
 KEYWORD_PUBLISH_INTERVAL = 2.0
 #: About how many bytes of files the worker is asked to read at a time, and how many such
@@ -153,16 +155,22 @@ def free_core() -> bool:
     for the same wall time, measured on 2 cores with one taken); when one is idle it halves the
     main process's CPU.  The instant count matters because the minute's average also holds this
     very process's own recent work (a bench or an agent that just indexed reads ~1 on an idle
-    second core)."""
+    second core).  It is read a few times, 1 ms apart: one instant can catch a passing task (about
+    1 read in 150 on an idle machine), while a core kept busy by other work shows in every read."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     if cores < 2:
         return False
-    running = running_tasks()
-    if running is not None and running - 1 <= cores - 2:
-        return True
+    for sample in range(FREE_CORE_SAMPLES):
+        running = running_tasks()
+        if running is None:
+            break
+        if running - 1 <= cores - 2:
+            return True
+        if sample + 1 < FREE_CORE_SAMPLES:
+            time.sleep(0.001)
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # Windows: no load average, assume the usual idle core
