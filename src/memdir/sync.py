@@ -164,13 +164,13 @@ def free_core() -> bool:
     if cores < 2:
         return False
     for sample in range(FREE_CORE_SAMPLES):
+        if sample:
+            time.sleep(0.001)
         running = running_tasks()
         if running is None:
             break
         if running - 1 <= cores - 2:
             return True
-        if sample + 1 < FREE_CORE_SAMPLES:
-            time.sleep(0.001)
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # Windows: no load average, assume the usual idle core
