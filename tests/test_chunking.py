@@ -122,3 +122,25 @@ def test_chunks_cover_every_line_and_respect_the_cap(tokens, overlap):
         assert len(c.text) <= max_chars + overlap * 4 + 1
     assert covered == set(range(1, 301))
     assert [c.start_line for c in chunks] == sorted(c.start_line for c in chunks)
+
+
+def test_weighted_len_counts_cjk_four_times_without_compiling_the_class_for_other_text() -> None:
+    """Accents, dashes and quotes are not CJK: their length is plain, and the CJK class (5 ms to
+    compile, paid by a cold search that widens a note with an em dash) stays uncompiled."""
+    from memdir import textutil
+
+    fresh = textutil.LazyPattern(textutil._CJK_WEIGHT._source)
+    real = textutil._CJK_WEIGHT
+    textutil._CJK_WEIGHT = fresh
+    try:
+        for text in ("naïve café — “quoted” ‘text’ … 10 €", "Ünïcödé ñ ß ø å ł"):
+            assert textutil.weighted_len(text) == len(text)
+        assert not textutil.has_hangul("café — ok") and not textutil.has_han_or_kana("café — ok")
+        assert fresh._compiled is None
+        assert textutil.weighted_len("x" * 300 + "é") == 301
+        assert textutil.weighted_len("会议 — 讨论") == 7 + 3 * 4
+        assert textutil.weighted_len("é" * 300 + "讨") == 301 + 3  # long text: the class decides
+        assert textutil.is_cjk("讨") and not textutil.is_cjk("—") and not textutil.is_cjk("a")
+    finally:
+        textutil._CJK_WEIGHT = real
+    assert textutil.has_hangul("회의 — 노트") and textutil.has_han_or_kana("かな — ok")

@@ -128,9 +128,9 @@ def test_concurrent_appends_from_processes_lose_nothing_and_never_interleave(mak
 def test_host_zone_follows_tz_at_once_and_reads_localtime_once_per_ttl(monkeypatch):
     """The machine's zone is cached (searches ask for it every time) but a changed ``$TZ`` wins
     at once, and ``/etc/localtime`` is read again after the TTL."""
-    from memdir import daily
+    from memdir import daily, timezones
 
-    monkeypatch.setattr(daily, "_host_zone_cache", None)
+    monkeypatch.setattr(timezones, "_host_zone_cache", None)
     monkeypatch.setenv("TZ", "Asia/Tokyo")
     assert daily.resolve_timezone(None)[1] == "Asia/Tokyo"
     monkeypatch.setenv("TZ", "Europe/Berlin")
@@ -145,11 +145,11 @@ def test_host_zone_follows_tz_at_once_and_reads_localtime_once_per_ttl(monkeypat
         reads.append(path)
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(daily.os.path, "realpath", counting)
+    monkeypatch.setattr(timezones.os.path, "realpath", counting)
     first = daily.resolve_timezone(None)
     assert daily.resolve_timezone(None) == first and reads == ["/etc/localtime"]
-    monkeypatch.setattr(daily, "HOST_ZONE_TTL_S", 0.0)
-    monkeypatch.setattr(daily, "_host_zone_cache", None)
+    monkeypatch.setattr(timezones, "HOST_ZONE_TTL_S", 0.0)
+    monkeypatch.setattr(timezones, "_host_zone_cache", None)
     daily.resolve_timezone(None)
     daily.resolve_timezone(None)
     assert reads == ["/etc/localtime"] * 3

@@ -33,6 +33,46 @@ def test_query_periods(question: str, start: str, end: str) -> None:
     assert (p.start.isoformat(), p.end.isoformat()) == (start, end)
 
 
+@pytest.mark.parametrize("question,asks", [
+    ("what did we decide about the database migration", False),
+    ("What did we decide on 2025-02-12?", False),
+    ("How many beach trips in October 2023?", False),
+    ("what did Joanna finish last Friday on 23 January, 2022?", False),  # counted from the named day
+    ("What did we ship yesterday?", True),
+    ("the call two weeks ago", True),
+    ("When did Melanie go camping in June?", True),  # which June is the latest past one
+    ("What did they give him when they met on Aug 15th?", True),
+])
+def test_today_is_asked_for_only_when_the_question_needs_it(question: str, asks: bool) -> None:
+    """Search passes a function for today: finding the user's zone (``zoneinfo``) costs a cold CLI
+    search time, so a question without a relative period must not call it; the periods are the
+    same as with the date itself, and a question that needs it calls it once."""
+    calls: list[int] = []
+
+    def today() -> dt.date:
+        calls.append(1)
+        return TODAY
+
+    assert query_periods(question, today) == query_periods(question, TODAY)
+    assert len(calls) == (1 if asks else 0)
+
+
+@pytest.mark.parametrize("question", [
+    "what did we decide about the database migration", "in Sept. we moved", "the MAY release?",
+    "see you on friday", "three weeks ago", "a few days ago", "last night", "this morning", "DECEMBER plans",
+    "dec. review", "tonight?", "the 2023 offsite", "café in März", "the call on Tuesday", "Ünïcödé — notes",
+    "she said maybe", "q3 numbers", "any news", "monday-ish", "the last thing",
+])
+def test_the_quick_no_date_check_never_hides_a_period(question: str, monkeypatch) -> None:
+    """Questions are first checked for a digit, a month or weekday name, "ago" or a relative word,
+    so that most never compile the patterns; the periods found are those of the full patterns."""
+    from memdir import dates
+
+    quick = query_periods(question, TODAY)
+    monkeypatch.setattr(dates, "_may_name_a_period", lambda text: True)
+    assert quick == query_periods(question, TODAY)
+
+
 def test_a_bare_month_means_that_month_of_any_year_and_may_is_usually_a_verb() -> None:
     (p,) = query_periods("When did Melanie go camping in June?", TODAY)
     assert p.any_year and p.covers("2023-06-27", "2023-06-27") and not p.covers("2023-07-27", "2023-07-27")

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from memdir.embeddings.base import FTS_ONLY_PROVIDER_KEY, EmbeddingError, MissingApiKeyError
+from memdir.embeddings.base import FTS_ONLY_PROVIDER_KEY, EmbeddingError, MissingApiKeyError, simple_provider_key
 from memdir.embeddings.errors import OfflineError, ProviderUnavailableError
 from memdir.embeddings.gemini import create_gemini_provider
 from memdir.embeddings.mistral import create_mistral_provider
@@ -176,6 +176,7 @@ def test_stripped_model_is_what_goes_on_the_wire(server: ProviderServer) -> None
 
 def test_provider_keys_match_vector_17() -> None:
     assert FTS_ONLY_PROVIDER_KEY == "b2f409223dd1bd19cedee3332de54748a5f323765d4cdcbbb29295199cfde125"
+    assert simple_provider_key("none", "fts-only") == FTS_ONLY_PROVIDER_KEY  # the constant is written out
     openai = create_openai_provider(make_cfg("openai", None), EMPTY_ENV)
     assert openai.provider_key == "c03eebd0dbf911b9e937d66411651b4976ddde97fb3a820da68c2176068e449d"
     voyage = create_voyage_provider(make_cfg("voyage", None), EMPTY_ENV)

@@ -33,11 +33,11 @@ from memdir.settings_cache import SnapshotConfig
 from memdir.stores import Store, open_store
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE
 from memdir.upkeep import STATUS_CHECK_MAX_BYTES, IndexUpkeep
-from memdir.workspace import PathError, discover, read_lines, resolve_readable
 
 if TYPE_CHECKING:  # imported where used: pydantic and the indexer are not needed to answer a search
     from memdir.config import LoadedConfig, Settings
     from memdir.sync import Indexer, Progress, SyncReport
+    from memdir.workspace import PathError
 
 log = logging.getLogger(__name__)
 
@@ -340,6 +340,8 @@ class Memory(IndexUpkeep):
 
     def get(self, path: str, *, from_line: int | None = None, lines: int | None = None) -> GetResult:
         """Read a memory file (or a slice of it); raises :class:`PathError` naming the problem."""
+        from memdir.workspace import read_lines, resolve_readable  # not needed to answer a search
+
         resolved = resolve_readable(path, self.workspace, self.settings.extra_paths)
         return GetResult(read_lines(resolved, from_line, lines), resolved.rel)
 
@@ -393,6 +395,8 @@ class Memory(IndexUpkeep):
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """What is indexed, what is stale, and which parts (FTS, vectors, provider) work."""
         ms = self.settings.memory_search
+        from memdir.workspace import discover
+
         found = discover(self.workspace, self.settings.extra_paths)
         postgres = ms.store.driver == "postgres"
         # A database index is looked up (opening it creates nothing but memdir's schema); a file is not opened.
@@ -549,3 +553,12 @@ class Memory(IndexUpkeep):
 
 
 __all__ = ["GetResult", "IndexOwnershipError", "Memory", "PathError"]
+
+
+def __getattr__(name: str) -> Any:
+    # PathError lives with discovery (memdir.workspace), which a search does not import
+    if name == "PathError":
+        from memdir.workspace import PathError
+
+        return PathError
+    raise AttributeError(name)

@@ -1,7 +1,7 @@
 """Daily logs ``memory/YYYY-MM-DD.md`` and the user's "today".
 
-This module owns the date logic: the user's timezone (``userTimezone``, an IANA name; unset →
-the machine's zone), :func:`today` in it, and which file a day's notes go to.  Writing is done
+This module owns the date logic: :func:`today` in the user's timezone (:mod:`memdir.timezones`)
+and which file a day's notes go to.  Writing is done
 by :mod:`memdir.memfiles` — the one writer of memory files — so every append is append-only,
 ``flock``-ed against concurrent writers (threads and processes), never fused with a
 hand-edited last line, symlink-safe (the ``memory/`` folder is opened ``O_NOFOLLOW`` and the
@@ -13,11 +13,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-import time
 from pathlib import Path
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from memdir.memfiles import MemoryFileError, append_memory_file, normalise_entry
+from memdir.timezones import local_time, resolve_timezone
 from memdir.workspace import MEMORY_DIR
 
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -26,75 +25,7 @@ DailyLogError = MemoryFileError
 """An append was refused or failed (the name this module has always raised; a ``ValueError``)."""
 
 
-# --- the user's timezone and today ------------------------------------------------------------
-
-
-def _zone(name: str | None) -> ZoneInfo | None:
-    if not name:
-        return None
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return None
-
-
-#: How long the machine's zone is trusted before ``/etc/localtime`` is read again: resolving that
-#: symlink costs a dozen ``lstat`` calls, paid on every search, while the zone changes rarely.
-HOST_ZONE_TTL_S = 30.0
-_host_zone_cache: tuple[str | None, float, tuple[dt.tzinfo, str]] | None = None
-
-
-def _host_zone() -> tuple[dt.tzinfo, str]:
-    """The machine's zone (see :func:`_read_host_zone`), re-read when ``$TZ`` changes or after
-    :data:`HOST_ZONE_TTL_S` seconds."""
-    global _host_zone_cache
-    env, now = os.environ.get("TZ"), time.monotonic()
-    cached = _host_zone_cache
-    if cached is not None and cached[0] == env and now < cached[1]:
-        return cached[2]
-    found = _read_host_zone(env)
-    _host_zone_cache = (env, now + HOST_ZONE_TTL_S, found)
-    return found
-
-
-def _read_host_zone(env: str | None) -> tuple[dt.tzinfo, str]:
-    """The machine's zone with a name for humans: ``$TZ``, else ``/etc/localtime``'s target."""
-    if env is not None:
-        name: str | None = env.lstrip(":")
-    else:
-        target = os.path.realpath("/etc/localtime")
-        name = target.split("zoneinfo/", 1)[1] if "zoneinfo/" in target else None
-    zone = _zone(name)
-    if zone is not None and name:
-        return zone, name
-    local = dt.datetime.now().astimezone().tzinfo or dt.UTC  # what the C library uses (e.g. a POSIX $TZ rule)
-    return local, local.tzname(None) or "UTC"
-
-
-def resolve_timezone(name: str | None = None, *, strict: bool = False) -> tuple[dt.tzinfo, str]:
-    """``(tzinfo, name)`` for ``userTimezone``; unset → the machine's zone.
-
-    An unknown name raises :class:`DailyLogError` when ``strict`` (choosing which file a note goes
-    to), else falls back to the machine's zone (prompts, context: never fail over a typo).
-    """
-    wanted = (name or "").strip()
-    if wanted:
-        zone = _zone(wanted)
-        if zone is not None:
-            return zone, wanted
-        if strict:
-            raise DailyLogError(f"unknown timezone {name!r} (userTimezone must be an IANA name such as "
-                                "'Europe/Berlin')")
-    return _host_zone()
-
-
-def local_time(now: dt.datetime | None, tz: dt.tzinfo) -> dt.datetime:
-    """``now`` (default: this instant) in ``tz``; a naive ``now`` is machine-local time."""
-    if now is None:
-        return dt.datetime.now(tz)
-    if now.tzinfo is None:
-        now = now.astimezone()
-    return now.astimezone(tz)
+# --- today ------------------------------------------------------------------------------------
 
 
 def today(timezone: str | None = None, *, now: dt.datetime | None = None, strict: bool = True) -> dt.date:

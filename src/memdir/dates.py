@@ -14,28 +14,35 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import functools
 import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from memdir.textutil import LazyPattern
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})
 _MONTHS["sept"] = 9
 _MONTH_RE = "|".join(sorted(_MONTHS, key=len, reverse=True))
-_ISO = re.compile(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)")
+_ISO: Any = LazyPattern(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)")
 #: Between a day and its year: "1 May 2023", "May 1, 2023", "May 1,2023".
 _YEAR_SEP = r"(?:,?\s+|,)"
-_DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_RE})\.?(?:{_YEAR_SEP}(\d{{4}}))?\b", re.I)
-_MONTH_DAY = re.compile(rf"\b({_MONTH_RE})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?(?!\d)(?:{_YEAR_SEP}(\d{{4}}))?\b", re.I)
-_MONTH_YEAR = re.compile(rf"\b({_MONTH_RE})\.?{_YEAR_SEP}(?:of\s+)?(\d{{4}})\b", re.I)
+_DAY_MONTH: Any = LazyPattern(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_RE})\.?(?:{_YEAR_SEP}(\d{{4}}))?\b",
+                              re.I)
+_MONTH_DAY: Any = LazyPattern(rf"\b({_MONTH_RE})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?(?!\d)(?:{_YEAR_SEP}(\d{{4}}))?\b",
+                              re.I)
+_MONTH_YEAR: Any = LazyPattern(rf"\b({_MONTH_RE})\.?{_YEAR_SEP}(?:of\s+)?(\d{{4}})\b", re.I)
 #: Words joining the two ends of a range of days ("between May 3 and May 9", "from 3 May to 9 May").
-_RANGE_JOIN = re.compile(r"\s*(?:and|to|until|till|through|-|–)\s*", re.I)
-_BARE_MONTH = re.compile(rf"\b({_MONTH_RE})\b", re.I)
-_YEAR = re.compile(r"(?<![\d-])((?:19|20)\d{2})(?![\d-])")
-_AGO = re.compile(r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|few|several)\s+"
-                  r"(day|week|month|year)s?\s+ago\b", re.I)
-_LAST_WEEKDAY = re.compile(r"\b(last|this|on)\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.I)
+_RANGE_JOIN: Any = LazyPattern(r"\s*(?:and|to|until|till|through|-|–)\s*", re.I)
+_BARE_MONTH: Any = LazyPattern(rf"\b({_MONTH_RE})\b", re.I)
+_YEAR: Any = LazyPattern(r"(?<![\d-])((?:19|20)\d{2})(?![\d-])")
+_AGO: Any = LazyPattern(r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|few|several)\s+"
+                        r"(day|week|month|year)s?\s+ago\b", re.I)
+_LAST_WEEKDAY: Any = LazyPattern(r"\b(last|this|on)\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b",
+                                 re.I)
 #: A Markdown heading line (``## 2023-05-07 standup``) after the line end before it, found in
 #: ``"\n" + text``: the space after the hashes never crosses a line end.  (``^`` in MULTILINE mode
 #: instead of the leading ``\n#`` made the regex engine try every character, not only line ends.)
@@ -123,8 +130,11 @@ def _add_months(d: dt.date, months: int) -> dt.date:
     return dt.date(y, m + 1, min(d.day, calendar.monthrange(y, m + 1)[1]))
 
 
-def query_periods(text: str, today: dt.date) -> list[Period]:
+def query_periods(text: str, today: dt.date | Callable[[], dt.date]) -> list[Period]:
     """Periods named in a question, most specific first; ``today`` is in the user's timezone.
+
+    ``today`` may be a function giving it, called only when the question needs it (a relative
+    period, a day without a year): finding the user's zone costs a cold ``memdir search`` 2 ms.
 
     A day named without a year takes the year the question names elsewhere ("between August 11
     and August 15 2023"), else that day of any year (notes may be older than this year); two days
@@ -132,6 +142,9 @@ def query_periods(text: str, today: dt.date) -> list[Period]:
     from the latest full date the question names ("last Friday, on 23 January 2022"), else from
     today.
     """
+    if not _may_name_a_period(text):
+        return []
+    get_today = functools.cache(today) if callable(today) else lambda: today
     found: list[Period] = []
     taken: list[tuple[int, int]] = []
     named_years = [int(y) for y in _YEAR.findall(text)]
@@ -152,7 +165,7 @@ def query_periods(text: str, today: dt.date) -> list[Period]:
             return int(given), False
         if named_year is not None:
             return named_year, False
-        return _past_year(today, mon, day), True
+        return _past_year(get_today(), mon, day), True
 
     days: list[tuple[int, int, Period]] = []  # full days with their place in the text, for ranges
     for m in _ISO.finditer(text):
@@ -169,20 +182,32 @@ def query_periods(text: str, today: dt.date) -> list[Period]:
     for m in _MONTH_YEAR.finditer(text):
         add(m, *_month(int(m.group(2)), _MONTHS[m.group(1).lower()]))
     for m in _BARE_MONTH.finditer(text):
+        if not free(m):  # the month of a date found above
+            continue
         word = m.group(1)
         before = text[: m.start()].split()
         cue = bool(before) and before[-1].lower().strip(",") in _MONTH_CUES
         if not cue and not (word[0].isupper() and word.lower() not in ("may", "march", "august") and before):
             continue
         mon = _MONTHS[word.lower()]
-        add(m, *_month(_past_year(today, mon), mon), any_year=True)
+        add(m, *_month(_past_year(get_today(), mon), mon), any_year=True)
     for m in _YEAR.finditer(text):
         y = int(m.group(1))
         add(m, dt.date(y, 1, 1), dt.date(y, 12, 31))
     _join_ranges(text, days, found)
     full_days = [p.end for _, _, p in days if p.start == p.end and not p.any_year]
-    _relative(text, max(full_days) if full_days else today, add)
+    _relative(text, (lambda: max(full_days)) if full_days else get_today, add)
     return found
+
+
+def _may_name_a_period(text: str) -> bool:
+    """Whether a pattern of :func:`query_periods` could match: every one needs a digit, a month or
+    weekday name, "ago" or a relative word.  Most questions have none, and then no pattern is
+    compiled (which a cold ``memdir search`` would pay 2 ms for)."""
+    if any(ch.isdigit() for ch in text) or any(w in text.lower() for w in _RELATIVE_WORDS):
+        return True
+    words = "".join(ch if ch.isalpha() else " " for ch in text.casefold()).split()
+    return not _PERIOD_WORDS.isdisjoint(words)
 
 
 def _join_ranges(text: str, days: list[tuple[int, int, Period]], found: list[Period]) -> None:
@@ -195,9 +220,16 @@ def _join_ranges(text: str, days: list[tuple[int, int, Period]], found: list[Per
             found.remove(b)
 
 
-def _relative(text: str, today: dt.date, add: object) -> None:
+def _relative(text: str, base: Callable[[], dt.date], add: object) -> None:
+    """Relative periods ("yesterday", "two weeks ago", "last Friday") counted back from ``base()``,
+    which is asked only when the question has one."""
     low = text.lower()
     emit = add  # type: ignore[assignment]
+    fixed_words = any(w in low for w in _RELATIVE_WORDS)
+    agos, weekdays = list(_AGO.finditer(low)), list(_LAST_WEEKDAY.finditer(low))
+    if not (fixed_words or agos or weekdays):
+        return
+    today = base()
 
     def fixed(pattern: str, start: dt.date, end: dt.date) -> None:
         for m in re.finditer(pattern, low):
@@ -205,14 +237,14 @@ def _relative(text: str, today: dt.date, add: object) -> None:
 
     # every pattern below names one of these words: most questions name none, and skipping the
     # eleven searches was half of reading a question's dates
-    if any(w in low for w in _RELATIVE_WORDS):
+    if fixed_words:
         _fixed_periods(today, fixed)
-    for m in _AGO.finditer(low):
+    for m in agos:
         try:
             _ago(m, today, emit)
         except (OverflowError, ValueError):  # "99999999 days ago": before year 1, so no period
             continue
-    for m in _LAST_WEEKDAY.finditer(low):
+    for m in weekdays:
         back = (today.weekday() - _WEEKDAYS.index(m.group(2))) % 7
         if m.group(1) == "last" and back == 0:
             back = 7
@@ -222,6 +254,8 @@ def _relative(text: str, today: dt.date, add: object) -> None:
 
 #: Words one of which each fixed relative period (:func:`_fixed_periods`) contains.
 _RELATIVE_WORDS = ("yesterday", "last", "this", "today", "tonight")
+#: The words other than numbers that name a period (:func:`_may_name_a_period`).
+_PERIOD_WORDS = frozenset(_MONTHS) | frozenset(_WEEKDAYS) | {"ago"}
 
 
 def _fixed_periods(today: dt.date, fixed: Callable[[str, dt.date, dt.date], None]) -> None:

@@ -101,7 +101,7 @@ def line_widths(text: str) -> array[int]:
 
 def _read_text(path: str) -> str | None:
     """A note's text as the indexer read it; ``None`` if it cannot be read now."""
-    from memdir.workspace import decode_note, read_regular
+    from memdir.reading import decode_note, read_regular
 
     try:
         return decode_note(read_regular(path))

@@ -28,23 +28,23 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from memdir import ranking
-from memdir.daily import resolve_timezone
 from memdir.dates import GRACE_DAYS, Period, query_periods
 from memdir.embeddings.base import EmbeddingProvider, is_zero
 from memdir.query import extract_keywords, keyword_terms
 from memdir.ranking import Candidate, Tuning, apply_decay, memory_timestamp, mmr_rerank, model_weights, rrf_scores
 from memdir.settings_cache import candidate_count
 from memdir.stores.base import Hit, Store
+from memdir.timezones import resolve_timezone
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from memdir.config import MemorySearchConfig
 
 T = TypeVar("T")
@@ -144,6 +144,8 @@ def submit_query_embedding(provider: EmbeddingProvider, query: str) -> Future[li
     a model already loaded in process embeds on the caller's thread when asked."""
     if _embeds_in_process(provider):
         return _InlineEmbedding(provider, query)
+    from concurrent.futures import ThreadPoolExecutor  # not needed by a keyword search
+
     global _embed_pool
     if _embed_pool is None:
         _embed_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memdir-embed")
@@ -198,8 +200,10 @@ def run_search(
 
     periods: list[Period] = []
     if tune.dates:
-        tz = resolve_timezone(timezone)[0]
-        periods = query_periods(cleaned, datetime.fromtimestamp(now / 1000, tz).date())
+        def user_today() -> date:  # called only for a question whose period needs it
+            return datetime.fromtimestamp(now / 1000, resolve_timezone(timezone)[0]).date()
+
+        periods = query_periods(cleaned, user_today)
 
     t0 = time.perf_counter()
     keyword_hits: list[Hit] = []
@@ -229,7 +233,7 @@ def run_search(
                 t2 = time.perf_counter()
                 vector_hits = store.vector_search(qvec, candidates)
                 timings["vector"] = (time.perf_counter() - t2) * 1000
-        except FutureTimeout:
+        except TimeoutError:  # concurrent.futures' own since Python 3.11
             response.mode = "fts-only"
             response.fallback = {"from": "hybrid", "reason": f"query embedding exceeded {qcfg.embed_timeout_ms} ms"}
         except Exception as exc:
@@ -427,7 +431,7 @@ def _by_sections(path: str) -> bool:
     """A curated (undated) memory file is chunked by its sections (:mod:`memdir.sync`): a section
     is its own result, not widened into its neighbours."""
     from memdir.dates import file_date
-    from memdir.sync import INDEXING
+    from memdir.indexing_switches import INDEXING
 
     return INDEXING["sections"] and file_date(path) is None
 

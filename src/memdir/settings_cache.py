@@ -4,8 +4,8 @@ Importing pydantic and building memdir's config models costs more than the whole
 one-shot ``memdir search`` runs (≈100-200 ms of a 150 ms budget).  The settings are a pure
 function of a few inputs: the flags, the ``MEMDIR_*`` environment, ``HOME``, the current folder,
 the config file that would be read (path and stat) and memdir's own version.  After a full
-:func:`memdir.config.load_config` the CLI stores the settings (fields and derived values) under a hash of those
-inputs (``<state dir>/cache/settings-<hash>.json``); the next run with the same inputs reads it
+:func:`memdir.config.load_config` the CLI stores the settings (fields and derived values) with those
+inputs (``<state dir>/cache/settings-<checksum>.json``); the next run with the same inputs reads it
 back as a :class:`View`: the same fields, and the values of its properties (paths, the index key)
 as :class:`~memdir.config.Settings` computed them.
 Anything that changes an input (an edited config file, another env var, a memdir upgrade) is a
@@ -15,7 +15,7 @@ a state folder that cannot be written simply means no snapshot.
 
 from __future__ import annotations
 
-import hashlib
+import binascii
 import json
 import math
 import os
@@ -148,7 +148,8 @@ def _stat_sig(path: Path) -> list[Any] | None:
 
 def snapshot_key(*, config_path: str | None, workspace: str | None, agent_id: str | None,
                  state_dir: str | None, env: Mapping[str, str] | None = None) -> tuple[str, Path]:
-    """``(hash of every input load_config reads, the snapshot file)`` for these flags and this process."""
+    """``(every input load_config reads, as JSON text; the snapshot file)`` for these flags and this
+    process."""
     env = os.environ if env is None else env
     ws_hint = Path(os.path.expanduser(str(workspace or env.get("MEMDIR_WORKSPACE") or "."))).resolve()
     sd_hint = Path(os.path.expanduser(str(state_dir or env.get("MEMDIR_STATE_DIR") or "~/.memdir")))
@@ -170,8 +171,11 @@ def snapshot_key(*, config_path: str | None, workspace: str | None, agent_id: st
         "flags": [config_path, workspace, agent_id, state_dir],
         "env": {k: env.get(k) for k in ENV_INPUTS}, "files": files,
     }
-    digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:24]
-    return digest, sd_hint / "cache" / f"settings-{digest}.json"
+    key = json.dumps(payload, sort_keys=True, default=str)
+    # A snapshot is used only for an equal key (kept in the file), so a checksum can name the file:
+    # a collision costs a reload, never wrong settings, and hashlib would cost every CLI start 2 ms.
+    data = key.encode()
+    return key, sd_hint / "cache" / f"settings-{binascii.crc32(data):08x}{len(data):04x}.json"
 
 
 def load_snapshot(path: Path, key: str) -> SnapshotConfig | None:

@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from memdir.build_worker import ChunkWorker, plan
 from memdir.chunking import Chunk, chunk_id, embedding_windows, sha256_text
-from memdir.daily import resolve_timezone
 from memdir.dates import file_date
 from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
 from memdir.errors import IndexOwnershipError, ownership_message
+from memdir.indexing_switches import INDEXING
 from memdir.lock import LockTimeout
 from memdir.progress import ProgressFile
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
+from memdir.timezones import resolve_timezone
 from memdir.workspace import (
     Discovery,
     FileEntry,
@@ -52,11 +53,6 @@ FTS_ONLY_MODEL = "fts-only"
 
 Progress = Callable[[int, int, str], None]
 Notice = Callable[[str], None]
-
-#: Indexing choices that are not user settings, switchable for ablations (``memdir bench cv``):
-#: ``windows`` embeds every model-window of a chunk (not only its first 256 tokens); ``sections``
-#: chunks curated files by their headings and bullet groups.
-INDEXING: dict[str, bool] = {"windows": True, "sections": True}
 
 #: A full rebuild of at least this many bytes of files is chunked and stemmed in a second process
 #: (:mod:`memdir.build_worker`) while this one writes the index; a smaller one is over before the

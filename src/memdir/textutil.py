@@ -12,15 +12,15 @@ class LazyPattern:
     ``re`` module builds a bitmap for wide Unicode ranges), which ``memdir search`` would pay at
     start-up for every ASCII query that never uses them."""
 
-    __slots__ = ("_compiled", "_source")
+    __slots__ = ("_compiled", "_flags", "_source")
 
-    def __init__(self, source: str):
-        self._source = source
+    def __init__(self, source: str, flags: int = 0):
+        self._source, self._flags = source, flags
         self._compiled: re.Pattern[str] | None = None
 
     def __getattr__(self, name: str) -> Any:
         if self._compiled is None:
-            self._compiled = re.compile(self._source)
+            self._compiled = re.compile(self._source, self._flags)
         return getattr(self._compiled, name)
 
 
@@ -33,23 +33,36 @@ _HANGUL: Any = LazyPattern("[\uac00-\ud7af\u3131-\u3163]")
 _HAN_OR_KANA: Any = LazyPattern("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]")
 
 
+# The lowest code point of each class: below it, most non-ASCII text (accents, dashes, quotes) is
+# answered without compiling the class, which costs ``memdir search`` 5 ms on a note with an em dash.
+_CJK_WEIGHT_FROM = "\u2e80"
+_HANGUL_FROM = "\u3131"
+_HAN_OR_KANA_FROM = "\u3040"
+
+
+def _all_below(text: str, bound: str) -> bool:
+    """Whether a short ``text`` has no code point at or above ``bound``; on a long text a compiled
+    class is faster than ``max``, so the answer there is False (unknown)."""
+    return len(text) < 256 and max(text) < bound
+
+
 def is_cjk(ch: str) -> bool:
-    return not ch.isascii() and bool(_CJK_WEIGHT.match(ch))
+    return ch >= _CJK_WEIGHT_FROM and bool(_CJK_WEIGHT.match(ch))
 
 
 def weighted_len(text: str) -> int:
     """Length where each CJK/Hangul/Kana code point counts 4 (≈ one token)."""
-    if text.isascii():
+    if text.isascii() or _all_below(text, _CJK_WEIGHT_FROM):
         return len(text)
     return len(text) + 3 * len(_CJK_WEIGHT.findall(text))
 
 
 def has_hangul(text: str) -> bool:
-    return not text.isascii() and bool(_HANGUL.search(text))
+    return not text.isascii() and not _all_below(text, _HANGUL_FROM) and bool(_HANGUL.search(text))
 
 
 def has_han_or_kana(text: str) -> bool:
-    return not text.isascii() and bool(_HAN_OR_KANA.search(text))
+    return not text.isascii() and not _all_below(text, _HAN_OR_KANA_FROM) and bool(_HAN_OR_KANA.search(text))
 
 
 def fts_text(text: str) -> str:
@@ -59,9 +72,7 @@ def fts_text(text: str) -> str:
     note saying 之前讨论的那个方案 (R§18.4).  With one token per character, a CJK word becomes a
     phrase query ("讨 论") that matches it anywhere, and BM25 still ranks it.
     """
-    # max() rules out CJK without compiling the pattern (a short query); on a chunk-sized text it
-    # costs 3× the search itself
-    if text.isascii() or (len(text) < 256 and max(text) < "\u3040") or not _HAN_OR_KANA.search(text):
+    if text.isascii() or _all_below(text, _HAN_OR_KANA_FROM) or not _HAN_OR_KANA.search(text):
         return text
     return _SPLIT_CHARS.sub(r" \1 ", text)
 

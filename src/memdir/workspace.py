@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from memdir.reading import NotRegularFile, decode_note, kind_of, read_regular
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
 MEMORY_DIR = "memory"
@@ -52,8 +53,6 @@ def rel_path(workspace: Path, abs_path: Path) -> str:
 #: Folders never walked or watched (R§6): VCS data, dependency trees, virtualenvs, caches.
 IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox", "__pycache__"})
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
 
 
 def is_ignored_dir(name: str) -> bool:
@@ -71,11 +70,6 @@ def valid_name(path: str) -> bool:
         return True
     except UnicodeEncodeError:  # surrogate-escaped bytes: the name is not valid UTF-8
         return False
-
-
-def kind_of(mode: int) -> str:
-    """``"a FIFO"``, ``"a socket"``, ... for a non-regular file mode (``"not a regular file"`` otherwise)."""
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def _errname(exc: OSError) -> str:
@@ -343,47 +337,6 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path]) -> Reso
         except FileNotFoundError:
             pass
     return ResolvedPath(absolute, rel, root)
-
-
-_LONE_CR = re.compile(r"\r(?!\n)")
-
-
-def decode_note(raw: bytes) -> str:
-    """A note's text with lines ending in ``\n``: a lone ``\r`` (classic Mac line ends) becomes
-    ``\n``, so such a note has lines, not one long one.  ``\r\n`` is left as it is (the ``\r``
-    stays on its line).  The indexer, ``memory_get`` and widening all read notes through this, so
-    their line numbers agree."""
-    text = raw.decode("utf-8", errors="replace")
-    return _LONE_CR.sub("\n", text) if "\r" in text else text
-
-
-class NotRegularFile(OSError):
-    """A memory path that is a FIFO, socket, device or folder: refused before it is read."""
-
-
-def read_regular(path: str | os.PathLike[str]) -> bytes:
-    """The bytes of a regular file, refusing anything else *before* reading it.
-
-    ``O_NONBLOCK`` makes opening a FIFO return at once instead of waiting for a writer (a FIFO
-    named ``memory/x.md`` used to hang ``memdir get`` and every later MCP call); ``fstat`` on the
-    open descriptor then refuses it, so a file swapped for a FIFO after discovery is caught too.
-    Symlinks are never followed (``O_NOFOLLOW``).
-    """
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(errno.EINVAL, f"{kind_of(mode)}, not a regular file", str(path))
-        parts = []
-        while True:
-            block = os.read(fd, 1 << 20)
-            if not block:
-                break
-            parts.append(block)
-        return b"".join(parts)
-    finally:
-        os.close(fd)
 
 
 def read_lines(resolved: ResolvedPath, from_line: int | None = None, lines: int | None = None) -> str:

@@ -6,7 +6,6 @@ know whether vectors come from an in-process model or over HTTP.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -123,6 +122,8 @@ def query_cache_size() -> int:
 
 def provider_key(payload: dict[str, object]) -> str:
     """SHA-256 of compact JSON in the given key order (R§5.5)."""
+    import hashlib  # not at the top: a keyword search never needs it, and it costs a cold CLI 2 ms
+
     return hashlib.sha256(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
 
 
@@ -130,7 +131,8 @@ def simple_provider_key(provider: str, model: str) -> str:
     return provider_key({"provider": provider, "model": model})
 
 
-FTS_ONLY_PROVIDER_KEY = simple_provider_key("none", "fts-only")
+#: ``simple_provider_key("none", "fts-only")``, written out so that importing this module hashes nothing
+FTS_ONLY_PROVIDER_KEY = "b2f409223dd1bd19cedee3332de54748a5f323765d4cdcbbb29295199cfde125"
 
 
 def normalize(vector: Sequence[float]) -> list[float]:

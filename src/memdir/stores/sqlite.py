@@ -24,7 +24,6 @@ import math
 import os
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -1079,7 +1078,7 @@ class SqliteStore(SqliteLifecycle):
     @contextmanager
     def rebuild(self) -> Iterator[SqliteStore]:
         """Build into ``<index>.tmp-<id>`` (seeded with the live cache), then :meth:`swap_from` it."""
-        temp_path = Path(self._temp_prefix() + uuid.uuid4().hex[:12])
+        temp_path = Path(self._temp_prefix() + os.urandom(6).hex())
         fresh: SqliteStore | None = None
         try:
             # Inside the try: on a full disk even creating the schema fails, and the temp file must go.

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,7 +50,7 @@ def write(path: Path, matrix: np.ndarray, scale: np.ndarray, chunks: np.ndarray,
                          "maxWindows": int(max_windows), "crc": _crc(chunks, scale, matrix)}).encode()
     head = MAGIC + len(header).to_bytes(4, "little") + header
     head += b"\0" * (-len(head) % _ALIGN)
-    tmp = Path(f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp = Path(f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         with open(tmp, "wb") as fh:
             fh.write(head)

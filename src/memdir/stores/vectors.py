@@ -18,8 +18,8 @@ beyond what the database says.
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS vec_log(seq INTEGER PRIMARY KEY, chunk INTEGER NOT NU
 def new_epoch(conn: Any) -> None:
     """Mark every loaded matrix stale (a full rebuild, a new schema): call inside a transaction."""
     # JSON like every meta value (the health probe treats a meta value that is not JSON as damage)
-    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (EPOCH_KEY, f'"{uuid.uuid4().hex}"'))
+    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (EPOCH_KEY, f'"{os.urandom(16).hex()}"'))
     conn.execute("DELETE FROM vec_log")
 
 

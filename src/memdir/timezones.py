@@ -1,0 +1,87 @@
+"""The user's timezone (``userTimezone``, an IANA name; unset → the machine's zone).
+
+Apart from :mod:`memdir.daily` because every search asks for it (a question's "last week"),
+and a search should not import the daily-log writer, nor ``zoneinfo`` until a zone is named.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
+
+
+def _zone(name: str | None) -> ZoneInfo | None:
+    if not name:
+        return None
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+#: How long the machine's zone is trusted before ``/etc/localtime`` is read again: resolving that
+#: symlink costs a dozen ``lstat`` calls, paid on every search, while the zone changes rarely.
+HOST_ZONE_TTL_S = 30.0
+_host_zone_cache: tuple[str | None, float, tuple[dt.tzinfo, str]] | None = None
+
+
+def _host_zone() -> tuple[dt.tzinfo, str]:
+    """The machine's zone (see :func:`_read_host_zone`), re-read when ``$TZ`` changes or after
+    :data:`HOST_ZONE_TTL_S` seconds."""
+    global _host_zone_cache
+    env, now = os.environ.get("TZ"), time.monotonic()
+    cached = _host_zone_cache
+    if cached is not None and cached[0] == env and now < cached[1]:
+        return cached[2]
+    found = _read_host_zone(env)
+    _host_zone_cache = (env, now + HOST_ZONE_TTL_S, found)
+    return found
+
+
+def _read_host_zone(env: str | None) -> tuple[dt.tzinfo, str]:
+    """The machine's zone with a name for humans: ``$TZ``, else ``/etc/localtime``'s target."""
+    if env is not None:
+        name: str | None = env.lstrip(":")
+    else:
+        target = os.path.realpath("/etc/localtime")
+        name = target.split("zoneinfo/", 1)[1] if "zoneinfo/" in target else None
+    zone = _zone(name)
+    if zone is not None and name:
+        return zone, name
+    local = dt.datetime.now().astimezone().tzinfo or dt.UTC  # what the C library uses (e.g. a POSIX $TZ rule)
+    return local, local.tzname(None) or "UTC"
+
+
+def resolve_timezone(name: str | None = None, *, strict: bool = False) -> tuple[dt.tzinfo, str]:
+    """``(tzinfo, name)`` for ``userTimezone``; unset → the machine's zone.
+
+    An unknown name raises :class:`memdir.daily.DailyLogError` when ``strict`` (choosing which file
+    a note goes to), else falls back to the machine's zone (prompts, context: never fail over a typo).
+    """
+    wanted = (name or "").strip()
+    if wanted:
+        zone = _zone(wanted)
+        if zone is not None:
+            return zone, wanted
+        if strict:
+            from memdir.memfiles import MemoryFileError  # daily.DailyLogError
+
+            raise MemoryFileError(f"unknown timezone {name!r} (userTimezone must be an IANA name such as "
+                                "'Europe/Berlin')")
+    return _host_zone()
+
+
+def local_time(now: dt.datetime | None, tz: dt.tzinfo) -> dt.datetime:
+    """``now`` (default: this instant) in ``tz``; a naive ``now`` is machine-local time."""
+    if now is None:
+        return dt.datetime.now(tz)
+    if now.tzinfo is None:
+        now = now.astimezone()
+    return now.astimezone(tz)
