@@ -124,7 +124,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = cmd("index", "index the workspace (incrementally; --force rebuilds everything)")
     p.add_argument("--force", action="store_true", help="full reindex (unchanged text is not re-embedded)")
     p.add_argument("--json", action="store_true", help="print the sync report as JSON")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress on stderr (bar or lines)")
 
     p = cmd("search", "search memory")
     p.add_argument("query", nargs="?", help="what to look for")

@@ -147,6 +147,10 @@ class ProgressLines:
         where = f"{done:,}/{total:,} files"
         if chunks:
             where += f", {chunks_done:,}/{chunks:,} chunks"
-        self.stream.write(f"indexing: {where}, {_elapsed(now - self.started)} elapsed\n")
-        self.stream.flush()
+        try:
+            self.stream.write(f"indexing: {where}, {_elapsed(now - self.started)} elapsed\n")
+            self.stream.flush()
+        except (OSError, ValueError):  # stderr's reader went away: the index goes on without lines
+            self._next = float("inf")
+            return
         self.printed += 1
