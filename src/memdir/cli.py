@@ -124,7 +124,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = cmd("index", "index the workspace (incrementally; --force rebuilds everything)")
     p.add_argument("--force", action="store_true", help="full reindex (unchanged text is not re-embedded)")
     p.add_argument("--json", action="store_true", help="print the sync report as JSON")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress on stderr (bar or lines)")
 
     p = cmd("search", "search memory")
     p.add_argument("query", nargs="?", help="what to look for")
@@ -254,18 +254,34 @@ def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
 
 
 def _progress_bar(enabled: bool) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
-    if not enabled or not sys.stderr.isatty():
+    """How ``memdir index`` shows progress on stderr: a bar on a terminal (files, and the chunks
+    of a large file as they are embedded), plain lines otherwise (:class:`memdir.progress.ProgressLines`)."""
+    if not enabled:
         return None, lambda: None
+    if not sys.stderr.isatty():
+        from memdir.progress import ProgressLines
+
+        return ProgressLines(sys.stderr), lambda: None
+    import time
+
     from tqdm import tqdm
 
     bar: dict[str, Any] = {}
 
     def update(done: int, total: int, label: str) -> None:
+        now = time.monotonic()
         if "bar" not in bar:
-            bar["bar"] = tqdm(total=total, desc=label, unit="file", file=sys.stderr, leave=False)
+            bar["bar"] = tqdm(total=total, desc=getattr(label, "text", label), unit="file", file=sys.stderr,
+                              leave=False)
+        elif done < total and now - bar["shown"] < 0.1:  # chunk counts can come every few ms
+            return
+        bar["shown"] = now
         b = bar["bar"]
         b.total = total
         b.n = done
+        chunks = getattr(label, "chunks_planned", 0)
+        if chunks:
+            b.set_postfix_str(f"{getattr(label, 'chunks_done', 0):,}/{chunks:,} chunks", refresh=False)
         b.refresh()
 
     def close() -> None:

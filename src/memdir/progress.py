@@ -4,6 +4,10 @@ The writer updates it after every batch it writes while it holds the index's wri
 it when done; any process can read it, so a search issued during a first full build can say
 "the index is being built: 120/997 files" (and search what is built so far) instead of
 hanging.  A file left by a killed writer is ignored: it only counts while the lock is held.
+It also carries chunk counts (``chunksDone``/``chunksPlanned``), which move while one large
+file is being embedded.
+
+:class:`ProgressLines` is what ``memdir index`` prints on a stderr that is not a terminal.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 
 class ProgressFile:
@@ -22,6 +26,7 @@ class ProgressFile:
         self.workspace = workspace
         self.min_interval = min_interval
         self._last = 0.0
+        self._last_chunks = 0.0
         self._state: dict[str, Any] = {}
         #: Called before a batch count is shown: a rebuild's shadow commits, so that a search
         #: reading it finds at least what the file says is done.
@@ -30,22 +35,36 @@ class ProgressFile:
     def start(self, phase: str, temp: str | None = None) -> None:
         self._state = {"pid": os.getpid(), "workspace": self.workspace, "phase": phase, "temp": temp,
                        "done": 0, "total": None, "startedAt": time.time()}
-        self._write(force=True)
+        self._write()
 
-    def update(self, done: int, total: int) -> None:
+    def update(self, done: int, total: int, chunks: tuple[int, int] | None = None) -> None:
+        """Files done (their batch committed), and ``chunks`` ``(done, planned)`` when known."""
         if not self._state:
             return
-        first = not self._state.get("done")
-        self._state.update(done=int(done), total=int(total))
         # the first batch and the last always show; in between at most every ``min_interval`` s
-        self._write(force=first or done >= total)
-
-    def _write(self, *, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - self._last < self.min_interval:
+        if self._state.get("done") and done < total and now - self._last < self.min_interval:
             return
         self._last = now
-        if self.before_write is not None and self._state.get("done"):
+        # the state changes only when written: a chunk count written in between (no commit
+        # before it) must not claim files the last commit does not hold
+        self._state.update(done=int(done), total=int(total))
+        if chunks is not None:
+            self._state.update(chunksDone=int(chunks[0]), chunksPlanned=int(chunks[1]))
+        self._write(publish=True)
+
+    def update_chunks(self, done: int, planned: int) -> None:
+        """Chunks embedded so far inside a batch not yet committed: written without committing
+        (``before_write`` is not called), at most every ``min_interval`` s."""
+        now = time.monotonic()
+        if not self._state or now - max(self._last, self._last_chunks) < self.min_interval:
+            return
+        self._last_chunks = now
+        self._state.update(chunksDone=int(done), chunksPlanned=int(planned))
+        self._write(publish=False)
+
+    def _write(self, *, publish: bool = False) -> None:
+        if publish and self.before_write is not None and self._state.get("done"):
             self.before_write()
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         try:
@@ -77,4 +96,61 @@ def read_progress(index_path: Path) -> dict[str, Any] | None:
 def describe_progress(p: dict[str, Any]) -> str:
     done, total = p.get("done") or 0, p.get("total")
     where = f"{done}/{total} files" if total else "listing files"
+    if p.get("chunksPlanned"):
+        where += f", {p.get('chunksDone') or 0:,}/{p['chunksPlanned']:,} chunks"
     return f"pid {p.get('pid', '?')}, {where}"
+
+
+#: Seconds between the lines ``memdir index`` prints on a stderr that is not a terminal;
+#: the environment variable ``MEMDIR_PROGRESS_INTERVAL`` overrides it (tests set it small).
+LINE_INTERVAL = 10.0
+#: An index done sooner than this prints no progress line at all (nor sooner, when the interval is).
+FIRST_LINE_AFTER = 2.0
+
+
+def _elapsed(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s} s" if s < 60 else f"{s // 60} min {s % 60:02d} s"
+
+
+class ProgressLines:
+    """``progress(done, total, label)`` as plain lines for a log, CI or an agent's subprocess.
+
+    A terminal gets a bar; anything else would get nothing until the end of an index that can take
+    minutes, or a bar's carriage returns.  So: nothing for a quick index, a first line once it has
+    run :data:`FIRST_LINE_AFTER` seconds, then at most one every ``interval`` seconds, and a last
+    one when the files are all done (only if a line was printed).  Each call costs a clock read.
+    """
+
+    def __init__(self, stream: TextIO, interval: float | None = None) -> None:
+        if interval is None:
+            try:
+                interval = float(os.environ.get("MEMDIR_PROGRESS_INTERVAL", LINE_INTERVAL))
+            except ValueError:
+                interval = LINE_INTERVAL
+        self.stream = stream
+        self.interval = max(0.0, interval)
+        self.started = time.monotonic()
+        self._next = self.started + min(FIRST_LINE_AFTER, self.interval)
+        self.printed = 0
+        self._shown: tuple[int, int, int, int] | None = None
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        now = time.monotonic()
+        chunks, chunks_done = getattr(label, "chunks_planned", 0), getattr(label, "chunks_done", 0)
+        key = (done, total, chunks_done, chunks)
+        if total <= 0 or key == self._shown:
+            return
+        if now < self._next and not (done >= total and self.printed):
+            return
+        self._next, self._shown = now + self.interval, key
+        where = f"{done:,}/{total:,} files"
+        if chunks:
+            where += f", {chunks_done:,}/{chunks:,} chunks"
+        try:
+            self.stream.write(f"indexing: {where}, {_elapsed(now - self.started)} elapsed\n")
+            self.stream.flush()
+        except (OSError, ValueError):  # stderr's reader went away: the index goes on without lines
+            self._next = float("inf")
+            return
+        self.printed += 1

@@ -187,6 +187,64 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+#: While one large batch (a big file) is embedded, the progress callback is called at most this
+#: often (seconds): a time check per run of texts the model embeds, no more.
+CHUNK_PROGRESS_INTERVAL = 0.2
+
+
+class ProgressLabel(str):
+    """The ``label`` a :data:`Progress` callback ``progress(files_done, files_total, label)`` gets.
+
+    A plain string, so callbacks written for file counts keep working; once chunks are known it
+    reads "Indexing memory files… 3,400/25,000 chunks", and ``chunks_done`` / ``chunks_planned``
+    carry those counts for programs: chunks written (inside a batch being embedded: the share of
+    it embedded so far) out of the chunks of the files read so far (it grows as files are read).
+    Besides the call after each batch is written, the callback is called while a large batch (one
+    big file) is being embedded, with ``files_done`` unchanged, at most every
+    :data:`CHUNK_PROGRESS_INTERVAL` seconds, so the counts move inside one file; that call comes
+    in the middle of a write, so the callback must not use the index.
+    """
+
+    text: str
+    chunks_done: int
+    chunks_planned: int
+
+    def __new__(cls, text: str, chunks_done: int = 0, chunks_planned: int = 0) -> ProgressLabel:
+        label = super().__new__(cls, f"{text} {chunks_done:,}/{chunks_planned:,} chunks" if chunks_planned else text)
+        label.text, label.chunks_done, label.chunks_planned = text, chunks_done, chunks_planned
+        return label
+
+
+class _Tracker:
+    """Sends progress to the ``<index>.progress`` file and the caller's callback: called after a
+    batch is committed (a :data:`Progress`), :meth:`within` while one is being embedded."""
+
+    def __init__(self, file: ProgressFile, callback: Progress | None) -> None:
+        self.file = file
+        self.callback = callback
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        chunks = (label.chunks_done, label.chunks_planned) if isinstance(label, ProgressLabel) else None
+        self.file.update(done, total, chunks if chunks and chunks[1] else None)
+        if self.callback is not None:
+            self.callback(done, total, label)
+
+    def within(self, done: int, total: int, label: ProgressLabel) -> None:
+        self.file.update_chunks(label.chunks_done, label.chunks_planned)  # no commit mid-batch
+        if self.callback is not None:
+            self.callback(done, total, label)
+
+
+def _takes_progress(provider: EmbeddingProvider) -> bool:
+    """Whether ``provider.embed_batch`` reports how far it got (``progress=``: local and remote)."""
+    import inspect
+
+    try:
+        return "progress" in inspect.signature(provider.embed_batch).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class Indexer:
     """Writes the index for one workspace; holds the writer lock while it does."""
 
@@ -312,12 +370,7 @@ class Indexer:
                 self.store.set_state(OWNER_STATE, mine)
 
     def _tracked(self, progress: Progress | None) -> Progress:
-        def update(done: int, total: int, label: str) -> None:
-            self.progress_file.update(done, total)
-            if progress is not None:
-                progress(done, total, label)
-
-        return update
+        return _Tracker(self.progress_file, progress)
 
     # -- scanning ----------------------------------------------------------------------------
     def list_files(self, *, reuse: bool = False) -> tuple[list[FileEntry], list[str]]:
@@ -394,9 +447,22 @@ class Indexer:
         total = len(todo)
         label = "Indexing memory files…"
         if progress:
-            progress(0, total, label)
+            progress(0, total, ProgressLabel(label))
         batch: list[tuple[FileEntry, SourceDoc, list[PlannedChunk]]] = []
         pending_chunks = 0
+        chunks_done = chunks_planned = 0  # see ProgressLabel
+        within = getattr(progress, "within", progress)
+        shown = 0.0
+
+        def embedding(n: int) -> None:
+            """``n`` of the batch being written are embedded: say so now and then."""
+            nonlocal shown
+            now = time.monotonic()
+            if now - shown >= CHUNK_PROGRESS_INTERVAL:
+                shown = now
+                within(done, total, ProgressLabel(label, chunks_done + n, chunks_planned))
+
+        on_embedded = embedding if progress else None
         # One transaction per batch: with a model, batches are what it embeds at once; without one,
         # larger batches save commits (156 of them cost ~10% of a 10k-chunk keyword-only build).
         batch_chunks = 64 if self.provider is not None else 512
@@ -425,15 +491,18 @@ class Indexer:
                     chunks = self._chunk(doc, f)
                 batch.append((f, doc, chunks))
                 pending_chunks += len(chunks)
+                chunks_planned += len(chunks)
                 if pending_chunks >= batch_chunks or len(batch) >= 200:
-                    done += self._write_batch(store, batch, report, strict=strict)
+                    done += self._write_batch(store, batch, report, strict=strict, on_embedded=on_embedded)
+                    chunks_done += pending_chunks
                     batch, pending_chunks = [], 0
                     if progress:
-                        progress(done, total, label)
+                        progress(done, total, ProgressLabel(label, chunks_done, chunks_planned))
         finally:
             planned.close()  # stops a worker at once, also when a write failed
         if batch:
-            done += self._write_batch(store, batch, report, strict=strict)
+            done += self._write_batch(store, batch, report, strict=strict, on_embedded=on_embedded)
+            chunks_done += pending_chunks
         report.skipped[:0] = [s.as_dict() for s in self._skipped]
         with store.transaction():
             for f, file_hash in touched:
@@ -444,7 +513,7 @@ class Indexer:
                     report.removed += 1
             store.set_state(SKIPPED_STATE, [{**s, "at": int(time.time() * 1000)} for s in report.skipped] or None)
         if progress:
-            progress(total if not report.incomplete else done, total, label)
+            progress(total if not report.incomplete else done, total, ProgressLabel(label, chunks_done, chunks_planned))
         return report
 
     def _planned_in_worker(self, todo: list[FileEntry]) -> Iterator[tuple[FileEntry, Any, list[PlannedChunk] | None]]:
@@ -541,8 +610,10 @@ class Indexer:
         limit = p.max_input_bytes
         return [piece for w in pieces for piece in split_by_bytes(w, limit)]
 
-    def _embed(self, store: Store, chunks: list[PlannedChunk], report: SyncReport) -> dict[str, list[float]]:
-        """Vectors for these chunks' windows by text hash: cache first, then the provider for the rest."""
+    def _embed(self, store: Store, chunks: list[PlannedChunk], report: SyncReport,
+               on_embedded: Callable[[int], None] | None = None) -> dict[str, list[float]]:
+        """Vectors for these chunks' windows by text hash: cache first, then the provider for the rest
+        (``on_embedded(n)``: about ``n`` of the chunks are embedded, while the provider works)."""
         p = self.provider
         if p is None or not chunks:
             return {}
@@ -555,7 +626,22 @@ class Indexer:
         if found and cache_on:
             store.cache_touch(p.id, p.model, p.provider_key, found.keys())
         if missing:
-            vectors = p.embed_batch([by_hash[h] for h in missing])
+            texts = [by_hash[h] for h in missing]
+            if on_embedded is not None and _takes_progress(p):
+                have, best = len(hashes) - len(missing), 0
+
+                def step(_what: str, k: int, of: int) -> None:
+                    # windows to chunks, in proportion; ``of`` is the provider's count (a batch
+                    # job's requests), so the share is taken of it
+                    nonlocal best
+                    n = len(chunks) * (have + len(missing) * min(k, of) // max(of, 1)) // len(hashes)
+                    if n > best:
+                        best = n
+                        on_embedded(n)
+
+                vectors = p.embed_batch(texts, progress=step)  # type: ignore[call-arg]
+            else:
+                vectors = p.embed_batch(texts)
             fresh = dict(zip(missing, vectors, strict=True))
             report.embedded += len(missing)
             if cache_on:
@@ -564,12 +650,12 @@ class Indexer:
         return found
 
     def _write_batch(self, store: Store, batch: list[tuple[FileEntry, SourceDoc, list[PlannedChunk]]],
-                     report: SyncReport, *, strict: bool) -> int:
+                     report: SyncReport, *, strict: bool, on_embedded: Callable[[int], None] | None = None) -> int:
         model = self.model_name
         all_chunks = [c for _, _, chunks in batch for c in chunks]
         with store.transaction():
             try:
-                vectors = self._embed(store, all_chunks, report)
+                vectors = self._embed(store, all_chunks, report, on_embedded)
             except Exception as exc:
                 if strict or self.provider is None:
                     raise

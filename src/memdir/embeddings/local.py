@@ -25,7 +25,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -173,7 +173,9 @@ class _Backend(Protocol):
 
     def load(self) -> None: ...
 
-    def encode(self, texts: list[str]) -> np.ndarray: ...
+    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
+        """``progress(n)``: ``n`` of the texts are embedded (after each run the backend makes)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -559,13 +561,14 @@ class OnnxBackend:
         if isinstance(last, int) and last > 0:
             self.dims = last
 
-    def encode(self, texts: list[str]) -> np.ndarray:
+    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
         import numpy as np
 
         self.load()
         encodings = self._tokenizer.encode_batch(texts)
         lengths = [len(e.ids) for e in encodings]
         result: np.ndarray | None = None
+        done = 0
         for idx in plan_micro_batches(lengths, self.run.batch_size, self.run.batch_tokens):
             width = max(1, max(lengths[i] for i in idx))
             ids = np.full((len(idx), width), self._pad_id, dtype=np.int64)
@@ -589,6 +592,9 @@ class OnnxBackend:
                 result = np.zeros((len(texts), vectors.shape[-1]), dtype=np.float32)
                 self.dims = vectors.shape[-1]
             result[idx] = vectors
+            if progress is not None:
+                done += len(idx)
+                progress(done)
         assert result is not None
         return result
 
@@ -655,7 +661,7 @@ class SentenceTransformersBackend:
         self.max_tokens = getattr(model, "max_seq_length", None)
         self._model = model
 
-    def encode(self, texts: list[str]) -> np.ndarray:
+    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
         import numpy as np
 
         self.load()
@@ -673,6 +679,8 @@ class SentenceTransformersBackend:
             ) from exc
         matrix = np.asarray(out, dtype=np.float32)
         self.dims = matrix.shape[-1]
+        if progress is not None:  # one call embeds them all: done at once
+            progress(len(texts))
         return matrix
 
     def close(self) -> None:
@@ -753,10 +761,10 @@ class HubBackend:
         self.dims, self.max_tokens = inner.dims, inner.max_tokens
         self._inner = inner
 
-    def encode(self, texts: list[str]) -> np.ndarray:
+    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
         self.load()
         assert self._inner is not None
-        out = self._inner.encode(texts)
+        out = self._inner.encode(texts, progress)
         self.dims = self._inner.dims
         return out
 
@@ -1040,7 +1048,11 @@ class LocalEmbeddingProvider:
         """A query's vector; a query asked recently is answered from :class:`QueryVectors`."""
         return self.query_vectors.get_or_embed(self.provider_key, text, lambda t: self.embed_batch([t])[0])
 
-    def embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
+    def embed_batch(self, texts: Sequence[str], *,
+                    progress: Callable[[str, int, int], None] | None = None) -> list[list[float]]:
+        """Documents' vectors, in order.  ``progress(label, done, total)`` (as the remote providers
+        call it) after each run of texts the model embeds, so a caller can show movement inside
+        one long call; the runs are the same with or without it."""
         items = list(texts)
         if not items:
             return []
@@ -1048,7 +1060,11 @@ class LocalEmbeddingProvider:
             if not isinstance(text, str):
                 raise TypeError(f"embed_batch expects strings; item {i} is {type(text).__name__}")
         with self._lock:
-            matrix = self._backend.encode(items)
+            if progress is None:
+                matrix = self._backend.encode(items)
+            else:
+                total = len(items)
+                matrix = self._backend.encode(items, lambda n: progress(f"{self.id} embeddings", n, total))
         return normalize_rows(matrix).tolist()
 
     def close(self) -> None:
