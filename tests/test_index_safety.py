@@ -270,7 +270,10 @@ def test_a_search_during_the_first_index_answers_at_once(make_workspace, state_d
         assert [r["path"] for r in payload["results"]] == ["memory/date-003.md"]  # from what is built so far
         assert builder.poll() is None, "the build finished before the search: nothing was tested"
         text = run_cli("status", "-w", str(ws), env=NONE)
-        assert f"Writer: pid {builder.pid} is indexing (" in text.stdout
+        assert f"Writer: pid {builder.pid} is indexing (" in text.stdout and "/150 files, " in text.stdout
+        assert " chunks)" in text.stdout, text.stdout  # the chunks of the files read so far
+        writer = json.loads(run_cli("status", "--json", "-w", str(ws), env=NONE).stdout)["writer"]
+        assert writer["pid"] == builder.pid and writer["total"] == 150 and writer["chunksPlanned"] > 0
     finally:
         gate.touch()
         out, err = builder.communicate(timeout=180)

@@ -478,7 +478,8 @@ class Memory(IndexUpkeep):
 
                 progress = read_progress(self.index_path) or {}
                 if progress.get("pid") == holder.get("pid"):
-                    holder = {**holder, **{k: progress.get(k) for k in ("phase", "done", "total")}}
+                    keys = ("phase", "done", "total", "chunksDone", "chunksPlanned")
+                    holder = {**holder, **{k: progress.get(k) for k in keys if k in progress}}
             out["writer"] = holder
             backend = store.describe()
             out["store"] = {k: v for k, v in backend.items() if k not in ("fts", "vector")}
