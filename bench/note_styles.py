@@ -328,6 +328,85 @@ def run(dataset: Path, work_dir: Path, styles: Sequence[str], modes: Sequence[st
     return report
 
 
+# -- tuning candidates for curated notes (measured, never defaults) ------------------------------
+
+#: Variants for styles chunked by sections: ``(name, config, indexing switches, widen sections)``.
+CURATED_VARIANTS: tuple[tuple[str, dict[str, Any], dict[str, Any], bool], ...] = (
+    ("sections 200/40 unwidened (default)", {}, {}, False),
+    ("sections 200/40 widened to 1600 chars", {}, {}, True),
+    ("sections 300/60 unwidened", {"memorySearch": {"chunking": {"tokens": 300, "overlap": 60}}}, {}, False),
+    ("sections 400/80 unwidened", {"memorySearch": {"chunking": {"tokens": 400, "overlap": 80}}}, {}, False),
+    ("size chunks 200/40 widened (as daily logs)", {}, {"sections": False}, True),
+)
+
+
+def curated_cv(root: Path, work_dir: Path, provider: Any, *, limit: int | None = None,
+               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Hybrid runs of :data:`CURATED_VARIANTS` on one converted style, and the one chosen by
+    leave-one-conversation-out CV (:func:`memdir.bench.cv.leave_one_out`)."""
+    from memdir import search
+    from memdir.bench.cv import Variant, leave_one_out, run_variant, summarise
+
+    samples = load_samples(root)
+    results: dict[str, list[dict[str, Any]]] = {}
+    table: dict[str, Any] = {}
+    original = search._by_sections
+    for name, config, indexing, widen in CURATED_VARIANTS:
+        if widen:
+            search._by_sections = lambda _path: False  # widen curated results like daily-log ones
+        try:
+            results[name] = run_variant(Variant(name, config=config, indexing=indexing), samples, work_dir,
+                                        provider, k=K, limit=limit, progress=progress)
+        finally:
+            search._by_sections = original
+        table[name] = summarise(results[name])
+    table["chosen by CV"] = leave_one_out(results, [v[0] for v in CURATED_VARIANTS])
+    return table
+
+
+#: Chunk sizes for transcripts (whose results are never widened): ``(name, config)``.
+TRANSCRIPT_VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("transcript chunks 200/40 (default)", {}),
+    ("transcript chunks 300/60", {"memorySearch": {"chunking": {"tokens": 300, "overlap": 60}}}),
+    ("transcript chunks 400/80", {"memorySearch": {"chunking": {"tokens": 400, "overlap": 80}}}),
+)
+
+
+def transcript_cv(root: Path, work_dir: Path, provider: Any, *, limit: int | None = None,
+                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Hybrid runs of :data:`TRANSCRIPT_VARIANTS` on the transcript style, and the CV choice."""
+    from memdir.bench.cv import leave_one_out, summarise
+    from memdir.bench.quality import score_query, scored_queries
+
+    say = progress or (lambda _m: None)
+    results: dict[str, list[dict[str, Any]]] = {}
+    table: dict[str, Any] = {}
+    for name, config in TRANSCRIPT_VARIANTS:
+        adapter = StyleAdapter("hybrid", "transcript", Stats(), provider=provider)
+        adapter.overrides = deep_merge(adapter.overrides, config)
+        rows: list[dict[str, Any]] = []
+        for sample, workspace, queries in load_samples(root):
+            todo = scored_queries(queries)[:limit] if limit else scored_queries(queries)
+            state = work_dir / f"{sample}-{len(results)}"
+            if state.exists():
+                shutil.rmtree(state)
+            session = adapter.index(workspace, state)
+            try:
+                for q in todo:
+                    ans = session.search(q["query"], K)
+                    sc = score_query(q["relevant"], ans.ranked, [K])
+                    rows.append({"sample": sample, "id": q["id"], "category": str(q.get("category", "-")),
+                                 "recall": sc.recall[K], "hit": sc.hit[K], "mrr": sc.rr[K], "lines": sc.lines[K],
+                                 "ms": ans.ms, "mode": ans.mode})
+            finally:
+                session.close()
+            say(f"[{name}] {sample}: {len(todo)} questions")
+        results[name] = rows
+        table[name] = summarise(rows)
+    table["chosen by CV"] = leave_one_out(results, [v[0] for v in TRANSCRIPT_VARIANTS])
+    return table
+
+
 def format_report(report: dict[str, Any]) -> str:
     k = str(report["k"])
     head = ["style", "mode", "category", "queries", f"R@{k}", f"hit@{k}", f"MRR@{k}", f"lines@{k}"]
@@ -359,6 +438,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--samples", help="comma-separated sample names (default: all)")
     ap.add_argument("--limit", type=int, help="first N scored questions per sample")
+    ap.add_argument("--cv", action="store_true",
+                    help="also measure chunking/widening candidates for the undated styles and transcripts "
+                         "(hybrid, leave-one-conversation-out CV)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--out", type=Path, help="also write the JSON report here")
     args = ap.parse_args(argv)
@@ -371,7 +453,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     report = run(args.dataset, args.work_dir, styles, modes, samples=samples, limit=args.limit,
                  provider=provider, progress=say)
+    if args.cv:
+        report["candidatesCV"] = {}
+        for style in (s for s in styles if s in ("undated", "memory-md")):
+            report["candidatesCV"][style] = curated_cv(args.work_dir / style, args.work_dir / f"cv-{style}", provider,
+                                                    limit=args.limit, progress=say)
+        if "transcript" in styles:
+            report["candidatesCV"]["transcript"] = transcript_cv(
+                args.work_dir / "transcript", args.work_dir / "cv-transcript", provider, limit=args.limit,
+                progress=say)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
+    if not args.json:
+        from memdir.bench.cv import format_rows
+
+        for style, table in report.get("candidatesCV", {}).items():
+            print(f"\nCandidates for {style} (hybrid; each fold chooses on the other conversations):\n")
+            print(format_rows(table))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
