@@ -29,7 +29,8 @@ import re
 import shutil
 import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -330,35 +331,69 @@ def run(dataset: Path, work_dir: Path, styles: Sequence[str], modes: Sequence[st
 
 # -- tuning candidates for curated notes (measured, never defaults) ------------------------------
 
-#: Variants for styles chunked by sections: ``(name, config, indexing switches, widen sections)``.
-CURATED_VARIANTS: tuple[tuple[str, dict[str, Any], dict[str, Any], bool], ...] = (
-    ("sections 200/40 unwidened (default)", {}, {}, False),
-    ("sections 200/40 widened to 1600 chars", {}, {}, True),
-    ("sections 300/60 unwidened", {"memorySearch": {"chunking": {"tokens": 300, "overlap": 60}}}, {}, False),
-    ("sections 400/80 unwidened", {"memorySearch": {"chunking": {"tokens": 400, "overlap": 80}}}, {}, False),
-    ("size chunks 200/40 widened (as daily logs)", {}, {"sections": False}, True),
+#: Variants for styles chunked by sections: ``(name, config, indexing switches, widening)``;
+#: widening is ``""`` (curated results unwidened: the default), ``"all"`` (widened to 1600 chars
+#: like daily-log results) or ``"section"`` (widened, but not past a heading).
+CURATED_VARIANTS: tuple[tuple[str, dict[str, Any], dict[str, Any], str], ...] = (
+    ("sections 200/40 unwidened (default)", {}, {}, ""),
+    ("sections 200/40 widened to 1600 chars", {}, {}, "all"),
+    ("sections 200/40 widened within their section", {}, {}, "section"),
+    ("sections 300/60 unwidened", {"memorySearch": {"chunking": {"tokens": 300, "overlap": 60}}}, {}, ""),
+    ("sections 400/80 unwidened", {"memorySearch": {"chunking": {"tokens": 400, "overlap": 80}}}, {}, ""),
+    ("size chunks 200/40 widened (as daily logs)", {}, {"sections": False}, "all"),
 )
+
+
+@contextmanager
+def curated_widening(how: str) -> Iterator[None]:
+    """Search with curated results widened (``how`` as in :data:`CURATED_VARIANTS`): a bench-only
+    patch of :mod:`memdir.search`, undone on exit.  ``"section"`` puts a stop on the line above
+    every heading, so growth takes a section's heading but never crosses into the next section."""
+    from memdir import note_lines, search
+
+    if not how:
+        yield
+        return
+    by_sections, grow, widths = search._by_sections, search._grow, note_lines.NOTE_LINES.widths
+    stops: dict[int, list[tuple[int, int]]] = {}  # id(widths of a file) -> lines growth stops at
+
+    def widths_noting_headings(path: str | Path) -> Sequence[int]:
+        out = widths(path)
+        if id(out) not in stops:
+            text = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
+            stops[id(out)] = [(n - 1, n - 1) for n, line in enumerate(text, start=1)
+                              if n > 1 and re.match(r"#{1,6}\s", line)]
+        return out
+
+    def grow_within(costs: Sequence[int], lo: int, hi: int, chars: int,
+                    shown: Sequence[tuple[int, int]] = ()) -> tuple[int, int]:
+        fences = [s for s in stops.get(id(costs), []) if not lo <= s[0] <= hi]
+        return grow(costs, lo, hi, chars, [*shown, *fences])
+
+    search._by_sections = lambda _path: False
+    if how == "section":
+        note_lines.NOTE_LINES.widths = widths_noting_headings  # type: ignore[method-assign]
+        search._grow = grow_within
+    try:
+        yield
+    finally:
+        search._by_sections, search._grow = by_sections, grow
+        note_lines.NOTE_LINES.widths = widths  # type: ignore[method-assign]
 
 
 def curated_cv(root: Path, work_dir: Path, provider: Any, *, limit: int | None = None,
                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Hybrid runs of :data:`CURATED_VARIANTS` on one converted style, and the one chosen by
     leave-one-conversation-out CV (:func:`memdir.bench.cv.leave_one_out`)."""
-    from memdir import search
     from memdir.bench.cv import Variant, leave_one_out, run_variant, summarise
 
     samples = load_samples(root)
     results: dict[str, list[dict[str, Any]]] = {}
     table: dict[str, Any] = {}
-    original = search._by_sections
     for name, config, indexing, widen in CURATED_VARIANTS:
-        if widen:
-            search._by_sections = lambda _path: False  # widen curated results like daily-log ones
-        try:
+        with curated_widening(widen):
             results[name] = run_variant(Variant(name, config=config, indexing=indexing), samples, work_dir,
                                         provider, k=K, limit=limit, progress=progress)
-        finally:
-            search._by_sections = original
         table[name] = summarise(results[name])
     table["chosen by CV"] = leave_one_out(results, [v[0] for v in CURATED_VARIANTS])
     return table

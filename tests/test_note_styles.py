@@ -125,3 +125,31 @@ def test_transcript_results_are_scored_against_mapped_lines(styles, dataset: Pat
 def test_unmapped_evidence_is_an_error(styles) -> None:
     with pytest.raises(ValueError, match="not a turn line"):
         styles.map_queries([{"id": "q", "relevant": [{"path": "memory/2023-05-08.md", "line": 1}]}], {})
+
+
+def test_section_widening_candidate_stops_at_headings(styles, dataset: Path, tmp_path: Path) -> None:
+    """The bench-only "widened within their section" candidate: a MEMORY.md result grows over its
+    own section (heading included) but not into the next; "all" crosses; the patch is undone."""
+    from memdir import search
+
+    root = styles.build_dataset(dataset, "memory-md", tmp_path / "out")
+    ws = root / "7" / "workspace"
+    lines = (ws / "MEMORY.md").read_text(encoding="utf-8").split("\n")
+    second = lines.index("## Session 2, 10:04 am") + 1
+    grow = search._grow
+
+    def pottery(how: str, state: str) -> tuple[int, int]:
+        with styles.curated_widening(how):
+            session = styles.StyleAdapter("keyword", "memory-md", styles.Stats()).index(ws, tmp_path / state)
+            try:
+                top = session.search("pottery classes", 6).ranked[0]
+            finally:
+                session.close()
+        assert top.path == "MEMORY.md"
+        return top.start_line, top.end_line
+
+    assert pottery("", "a")[0] == second  # a section is its own result, unwidened
+    assert pottery("section", "b")[0] == second
+    assert pottery("section", "b")[1] >= second + 3  # grew down over the section's turns
+    assert pottery("all", "c")[0] < second  # daily-log widening crosses the heading
+    assert search._grow is grow
