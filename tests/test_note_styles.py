@@ -1,0 +1,155 @@
+"""bench/note_styles.py: a conversation's evidence lines land on the same turns in every style."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from memdir.dates import file_date
+from memdir.sessions.transcript import session_document
+
+ROOT = Path(__file__).resolve().parent.parent
+
+DAYS = {
+    "memory/2023-05-08.md": ("2023-05-08", "## Session 1, 1:56 pm", [
+        ("Ana", "Hi Ben! I adopted a greyhound called Comet."),
+        ("Ben", "Lovely! [shares a photo: a grey dog on a sofa]"),
+        ("Ana", "He sleeps all day."),
+    ]),
+    "memory/2023-05-25.md": ("2023-05-25", "## Session 2, 10:04 am", [
+        ("Ben", "I started pottery classes on Tuesday."),
+        ("Ana", "Show me your first bowl: is it blue?"),
+    ]),
+}
+
+
+@pytest.fixture(scope="module")
+def styles():
+    spec = importlib.util.spec_from_file_location("note_styles", ROOT / "bench" / "note_styles.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["note_styles"] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop("note_styles", None)
+
+
+@pytest.fixture()
+def dataset(tmp_path: Path) -> Path:
+    sample = tmp_path / "data" / "7"
+    queries = []
+    for rel, (date, heading, turns) in DAYS.items():
+        f = sample / "workspace" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        body = [f"# {date}", "", heading, ""] + [f"- {s}: {t}" for s, t in turns]
+        f.write_text("\n".join(body) + "\n", encoding="utf-8")
+        for i in range(len(turns)):
+            queries.append({"id": f"7/q{len(queries)}", "query": turns[i][1], "category": 4,
+                            "relevant": [{"path": rel, "line": 5 + i}]})
+    queries.append({"id": "7/adv", "query": "x", "category": 5, "relevant": []})
+    (sample / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries), encoding="utf-8")
+    return tmp_path / "data"
+
+
+def turn_of(original: Path, rel: str, line: int) -> str:
+    return (original / rel).read_text(encoding="utf-8").split("\n")[line - 1][2:]  # "- Ana: ..." -> "Ana: ..."
+
+
+@pytest.mark.parametrize("style", ["daily", "undated", "memory-md"])
+def test_markdown_styles_map_every_turn_to_its_line(styles, dataset: Path, tmp_path: Path, style: str) -> None:
+    root = styles.build_dataset(dataset, style, tmp_path / "out")
+    ws = root / "7" / "workspace"
+    queries = [json.loads(x) for x in (root / "7" / "queries.jsonl").read_text().splitlines()]
+    original = dataset / "7" / "workspace"
+    old = [json.loads(x) for x in (dataset / "7" / "queries.jsonl").read_text().splitlines()]
+    assert len(queries) == len(old)
+    files = sorted(p.relative_to(ws).as_posix() for p in ws.rglob("*.md"))
+    for q, o in zip(queries, old, strict=True):
+        for r, ro in zip(q["relevant"], o["relevant"], strict=True):
+            line = (ws / r["path"]).read_text(encoding="utf-8").split("\n")[r["line"] - 1]
+            assert line == "- " + turn_of(original, ro["path"], ro["line"])
+    if style == "daily":
+        assert files == sorted(DAYS)
+    else:
+        assert files == (["MEMORY.md"] if style == "memory-md" else
+                         ["memory/conv-notes-01.md", "memory/conv-notes-02.md"])
+        for f in files:
+            text = (ws / f).read_text(encoding="utf-8")
+            assert file_date(f) is None and "2023" not in text  # chunked as undated notes, no date left
+            assert "## Session 1, 1:56 pm" in text or "## Session 2, 10:04 am" in text
+
+
+def test_transcript_maps_turns_to_the_jsonl_lines_memdir_cites(styles, dataset: Path, tmp_path: Path) -> None:
+    root = styles.build_dataset(dataset, "transcript", tmp_path / "out")
+    sessions = root / "7" / "sessions"
+    queries = [json.loads(x) for x in (root / "7" / "queries.jsonl").read_text().splitlines()]
+    original = dataset / "7" / "workspace"
+    old = [json.loads(x) for x in (dataset / "7" / "queries.jsonl").read_text().splitlines()]
+    for q, o in zip(queries, old, strict=True):
+        for r, ro in zip(q["relevant"], o["relevant"], strict=True):
+            assert r["path"].startswith("sessions/session-0")
+            doc = session_document(root / "7" / r["path"])
+            # the indexed text line that memdir maps back to this JSONL line holds the turn
+            text_line = doc.text.split("\n")[doc.line_map.index(r["line"])]
+            assert text_line.split(": ", 1)[1] == turn_of(original, ro["path"], ro["line"])
+    first = session_document(sessions / "session-01.jsonl")
+    assert first.text.startswith("User: Ana: Hi Ben!") and "Assistant: Ben: Lovely!" in first.text
+    assert first.line_map == [2, 3, 4]  # line 1 is the session header
+    assert min(first.timestamps_ms) > 0
+
+
+def test_transcript_results_are_scored_against_mapped_lines(styles, dataset: Path, tmp_path: Path) -> None:
+    """A real keyword index with the sessions source: the pottery turn is found where the map says."""
+    root = styles.build_dataset(dataset, "transcript", tmp_path / "out")
+    stats = styles.Stats()
+    adapter = styles.StyleAdapter("keyword", "transcript", stats)
+    session = adapter.index(root / "7" / "workspace", tmp_path / "state")
+    try:
+        ans = session.search("pottery classes", 6)
+    finally:
+        session.close()
+    assert ans.mode == "keyword"
+    queries = [json.loads(x) for x in (root / "7" / "queries.jsonl").read_text().splitlines()]
+    pottery = next(q for q in queries if "pottery" in q["query"])["relevant"][0]
+    assert pottery == {"path": "sessions/session-02.jsonl", "line": 2}
+    assert any(r.path == pottery["path"] and r.start_line <= pottery["line"] <= r.end_line for r in ans.ranked)
+    assert stats.results == len(ans.ranked) and stats.bad == []
+
+
+def test_unmapped_evidence_is_an_error(styles) -> None:
+    with pytest.raises(ValueError, match="not a turn line"):
+        styles.map_queries([{"id": "q", "relevant": [{"path": "memory/2023-05-08.md", "line": 1}]}], {})
+
+
+def test_section_widening_candidate_stops_at_headings(styles, dataset: Path, tmp_path: Path) -> None:
+    """The bench-only "widened within their section" candidate: a MEMORY.md result grows over its
+    own section (heading included) but not into the next; "all" crosses; the patch is undone."""
+    from memdir import search
+
+    root = styles.build_dataset(dataset, "memory-md", tmp_path / "out")
+    ws = root / "7" / "workspace"
+    lines = (ws / "MEMORY.md").read_text(encoding="utf-8").split("\n")
+    second = lines.index("## Session 2, 10:04 am") + 1
+    grow = search._grow
+
+    def pottery(how: str, state: str) -> tuple[int, int]:
+        with styles.curated_widening(how):
+            session = styles.StyleAdapter("keyword", "memory-md", styles.Stats()).index(ws, tmp_path / state)
+            try:
+                top = session.search("pottery classes", 6).ranked[0]
+            finally:
+                session.close()
+        assert top.path == "MEMORY.md"
+        return top.start_line, top.end_line
+
+    assert pottery("", "a")[0] == second  # a section is its own result, unwidened
+    assert pottery("section", "b")[0] == second
+    assert pottery("section", "b")[1] >= second + 3  # grew down over the section's turns
+    assert pottery("all", "c")[0] < second  # daily-log widening crosses the heading
+    assert search._grow is grow
