@@ -111,6 +111,40 @@ def test_search_does_not_import_heavy_modules(ws: Path, run_cli):
     assert "MODS:\n" in out.stdout
 
 
+def test_a_one_shot_search_process_starts_no_blas_thread_pool(ws: Path, run_cli, state_dir: Path):
+    """``memdir search`` (the process itself) asks OpenBLAS for one thread unless the user chose a
+    number; indexing, and a program calling ``main()`` with its own arguments, are left alone."""
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+
+    assert run_cli("index", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"}).returncode == 0
+    code = ("import io, os, sys, contextlib\nfrom memdir.cli import main\nsys.argv = ['memdir', *sys.argv[1:]]\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n    rc = main()\n"
+            "print(rc, os.environ.get('OPENBLAS_NUM_THREADS'))\n")
+
+    def blas(*args: str, **extra: str) -> str:
+        env = {k: v for k, v in cli_env(state_dir, MEMDIR_PROVIDER="none", **extra).items()
+               if not (k == "OPENBLAS_NUM_THREADS" and "OPENBLAS_NUM_THREADS" not in extra)}
+        out = subprocess.run([sys.executable, "-c", code, *args, "-w", str(ws)], capture_output=True, text=True,
+                             env=env, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert blas("search", "ramen", "--no-sync") == "0 1"
+    assert blas("search", "ramen", "--no-sync", OPENBLAS_NUM_THREADS="3") == "0 3"
+    assert blas("index") == "0 None"
+    called = subprocess.run([sys.executable, "-c", "import io, os, contextlib\nfrom memdir.cli import main\n"
+                             "with contextlib.redirect_stdout(io.StringIO()):\n"
+                             f"    rc = main(['search', 'ramen', '--no-sync', '-w', {str(ws)!r}])\n"
+                             "print(rc, os.environ.get('OPENBLAS_NUM_THREADS'))\n"],
+                            capture_output=True, text=True, timeout=120,
+                            env={k: v for k, v in cli_env(state_dir, MEMDIR_PROVIDER="none").items()
+                                 if k != "OPENBLAS_NUM_THREADS"})
+    assert called.stdout.strip() == "0 None", called.stderr
+
+
 PARSE_SAMPLES = [
     ["search", "where is the car", "--json", "--no-sync"],
     ["-w", "search", "search", "q", "--max-results", "3"],  # a workspace folder named like a command
