@@ -332,53 +332,35 @@ def run(dataset: Path, work_dir: Path, styles: Sequence[str], modes: Sequence[st
 # -- tuning candidates for curated notes (measured, never defaults) ------------------------------
 
 #: Variants for styles chunked by sections: ``(name, config, indexing switches, widening)``;
-#: widening is ``""`` (curated results unwidened: the default), ``"all"`` (widened to 1600 chars
-#: like daily-log results) or ``"section"`` (widened, but not past a heading).
+#: widening is ``""`` (as memdir does: a curated result grows within its section, or not at all
+#: with ``widen_sections`` off) or ``"all"`` (widened like a daily-log result, across headings).
 CURATED_VARIANTS: tuple[tuple[str, dict[str, Any], dict[str, Any], str], ...] = (
-    ("sections 200/40 unwidened (default)", {}, {}, ""),
+    ("sections 200/40 widened within their section (default)", {}, {}, ""),
+    ("sections 200/40 unwidened (before)", {}, {"widen_sections": False}, ""),
     ("sections 200/40 widened to 1600 chars", {}, {}, "all"),
-    ("sections 200/40 widened within their section", {}, {}, "section"),
-    ("sections 300/60 unwidened", {"memorySearch": {"chunking": {"tokens": 300, "overlap": 60}}}, {}, ""),
-    ("sections 400/80 unwidened", {"memorySearch": {"chunking": {"tokens": 400, "overlap": 80}}}, {}, ""),
+    ("sections 300/60 unwidened", {"memorySearch": {"chunking": {"tokens": 300, "overlap": 60}}},
+     {"widen_sections": False}, ""),
+    ("sections 400/80 unwidened", {"memorySearch": {"chunking": {"tokens": 400, "overlap": 80}}},
+     {"widen_sections": False}, ""),
     ("size chunks 200/40 widened (as daily logs)", {}, {"sections": False}, "all"),
 )
 
 
 @contextmanager
 def curated_widening(how: str) -> Iterator[None]:
-    """Search with curated results widened (``how`` as in :data:`CURATED_VARIANTS`): a bench-only
-    patch of :mod:`memdir.search`, undone on exit.  ``"section"`` puts a stop on the line above
-    every heading, so growth takes a section's heading but never crosses into the next section."""
-    from memdir import note_lines, search
+    """Search with curated results widened like daily-log results (``how == "all"``: across
+    headings): a bench-only patch of :mod:`memdir.search`, undone on exit."""
+    from memdir import search
 
-    if not how:
+    if how != "all":
         yield
         return
-    by_sections, grow, widths = search._by_sections, search._grow, note_lines.NOTE_LINES.widths
-    stops: dict[int, list[tuple[int, int]]] = {}  # id(widths of a file) -> lines growth stops at
-
-    def widths_noting_headings(path: str | Path) -> Sequence[int]:
-        out = widths(path)
-        if id(out) not in stops:
-            text = Path(path).read_text(encoding="utf-8", errors="replace").split("\n")
-            stops[id(out)] = [(n - 1, n - 1) for n, line in enumerate(text, start=1)
-                              if n > 1 and re.match(r"#{1,6}\s", line)]
-        return out
-
-    def grow_within(costs: Sequence[int], lo: int, hi: int, chars: int,
-                    shown: Sequence[tuple[int, int]] = ()) -> tuple[int, int]:
-        fences = [s for s in stops.get(id(costs), []) if not lo <= s[0] <= hi]
-        return grow(costs, lo, hi, chars, [*shown, *fences])
-
+    by_sections = search._by_sections
     search._by_sections = lambda _path: False
-    if how == "section":
-        note_lines.NOTE_LINES.widths = widths_noting_headings  # type: ignore[method-assign]
-        search._grow = grow_within
     try:
         yield
     finally:
-        search._by_sections, search._grow = by_sections, grow
-        note_lines.NOTE_LINES.widths = widths  # type: ignore[method-assign]
+        search._by_sections = by_sections
 
 
 def curated_cv(root: Path, work_dir: Path, provider: Any, *, limit: int | None = None,

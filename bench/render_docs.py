@@ -122,8 +122,12 @@ def _remote(d: list[dict[str, Any]]) -> str:
                    for r in d])
 
 
-def _agent_recall(text: str) -> str:
+def _text(text: str) -> str:
     return "```text\n" + text.strip() + "\n```"
+
+
+#: Steps whose bench prints plain text, shown as it is.
+TEXT_STEPS = ("agent-recall", "note-styles")
 
 
 #: step name -> (file under docs/results, formatter); steps whose bench prints markdown need none.
@@ -150,8 +154,8 @@ def render_block(name: str, steps: dict[str, dict[str, Any]]) -> str:
         return f"_Not measured in this run: {step['reason']}._"
     if step["status"] != "ok":
         raise SystemExit(f"render_docs: step {name!r} {step['status']} (see bench/out/run-all/{name}.log)")
-    if name == "agent-recall":
-        body = _agent_recall((RESULTS / "agent-recall.txt").read_text())
+    if name in TEXT_STEPS:
+        body = _text((RESULTS / f"{name}.txt").read_text())
     elif name in FORMATTERS:
         file, fmt = FORMATTERS[name]
         body = fmt(_load(file))

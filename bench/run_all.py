@@ -81,6 +81,8 @@ def steps(dev: Path, gate: Path, work: Path, dsn: str | None, fast: bool) -> lis
         Step("quality-compare", [*MEMDIR, "bench", "compare", str(dev), "--adapters", ",".join(adapters), "--k", "6",
                                  "--markdown", "--quiet", "--out", str(out / "quality-compare"),
                                  "--plot", str(IMG / "quality-compare.png")], "quality-compare.md"),
+        Step("note-styles", [PY, "bench/note_styles.py", str(dev), "--cv", "--work-dir", str(work / "styles")],
+             "note-styles.txt"),
         Step("search-latency", [PY, "bench/search_latency.py", "main", str(RESULTS / "search-latency.json"), str(dev)]),
         Step("speed", [*MEMDIR, "bench", "speed", "--sizes", sizes, "--work-dir", str(work / "speed"), "--markdown",
                        "--quiet", "--out", str(out / "speed"), "--plot-dir", str(IMG)], "speed.md"),

@@ -127,29 +127,36 @@ def test_unmapped_evidence_is_an_error(styles) -> None:
         styles.map_queries([{"id": "q", "relevant": [{"path": "memory/2023-05-08.md", "line": 1}]}], {})
 
 
-def test_section_widening_candidate_stops_at_headings(styles, dataset: Path, tmp_path: Path) -> None:
-    """The bench-only "widened within their section" candidate: a MEMORY.md result grows over its
-    own section (heading included) but not into the next; "all" crosses; the patch is undone."""
+def test_a_curated_result_grows_within_its_section(styles, dataset: Path, tmp_path: Path) -> None:
+    """memdir widens a MEMORY.md result over its own section (heading included) but not into the
+    next; with ``widen_sections`` off it is its section alone; the bench's "all" candidate
+    (daily-log widening) crosses the heading, and its patch is undone."""
     from memdir import search
+    from memdir.indexing_switches import INDEXING
 
     root = styles.build_dataset(dataset, "memory-md", tmp_path / "out")
     ws = root / "7" / "workspace"
     lines = (ws / "MEMORY.md").read_text(encoding="utf-8").split("\n")
     second = lines.index("## Session 2, 10:04 am") + 1
-    grow = search._grow
+    by_sections = search._by_sections
 
-    def pottery(how: str, state: str) -> tuple[int, int]:
-        with styles.curated_widening(how):
-            session = styles.StyleAdapter("keyword", "memory-md", styles.Stats()).index(ws, tmp_path / state)
-            try:
-                top = session.search("pottery classes", 6).ranked[0]
-            finally:
-                session.close()
+    def pottery(how: str, state: str, widen: bool = True) -> tuple[int, int]:
+        INDEXING["widen_sections"] = widen
+        try:
+            with styles.curated_widening(how):
+                session = styles.StyleAdapter("keyword", "memory-md", styles.Stats()).index(ws, tmp_path / state)
+                try:
+                    top = session.search("pottery classes", 6).ranked[0]
+                finally:
+                    session.close()
+        finally:
+            INDEXING["widen_sections"] = True
         assert top.path == "MEMORY.md"
         return top.start_line, top.end_line
 
-    assert pottery("", "a")[0] == second  # a section is its own result, unwidened
-    assert pottery("section", "b")[0] == second
-    assert pottery("section", "b")[1] >= second + 3  # grew down over the section's turns
+    assert pottery("", "a", widen=False)[0] == second  # the section's first chunk
+    widened = pottery("", "b")
+    nxt = next((n for n, line in enumerate(lines, start=1) if n > second and line.startswith("#")), len(lines) + 1)
+    assert widened[0] == second and second + 3 <= widened[1] < nxt  # over the section's turns, not past it
     assert pottery("all", "c")[0] < second  # daily-log widening crosses the heading
-    assert search._grow is grow
+    assert search._by_sections is by_sections

@@ -155,3 +155,34 @@ def test_v36_decay_ranks_recent_dated_notes_first(make_workspace):
     order = [r.path for r in resp.results]
     assert order.index("memory/2026-02-10.md") < order.index("memory/2025-01-01.md")
     assert math.isfinite(resp.results[0].score)
+
+
+def test_a_curated_result_grows_within_its_section_only(make_workspace, keyword_config):
+    """A MEMORY.md hit is one bullet group (the sections chunker); its result grows over the rest
+    of its section like a daily log's result grows, heading included, but never into the next
+    section (another topic).  With ``widen_sections`` off it is the bullet group alone."""
+    from memdir.indexing_switches import INDEXING
+
+    groups = "\n\n".join(f"- Garden item {i}: the tomatoes need stakes {i}.\n- Note {i}." for i in range(6))
+    text = (f"# Memory\n\n## Billing\n\n- Invoices go out on the 3rd.\n- Ledger is the source.\n\n"
+            f"## Garden\n\n{groups}\n- Kohlrabi was planted in March.\n\n"
+            f"## Travel\n\n- Prefers window seats.\n- Lisbon in May.\n")
+    lines = text.split("\n")
+    garden, travel = lines.index("## Garden") + 1, lines.index("## Travel") + 1
+    kohlrabi = next(n for n, line in enumerate(lines, start=1) if "Kohlrabi" in line)
+    ws = make_workspace({"MEMORY.md": text, **{f"memory/2025-12-{d:02d}.md": f"- standup {d}\n" for d in range(1, 6)}})
+
+    def top(widen: bool) -> tuple[int, int]:
+        INDEXING["widen_sections"] = widen
+        try:
+            with Memory(ws, config=keyword_config) as m:
+                r = m.search("kohlrabi", sync=True).results[0]
+        finally:
+            INDEXING["widen_sections"] = True
+        assert r.path == "MEMORY.md" and r.start_line <= kohlrabi <= r.end_line
+        return r.start_line, r.end_line
+
+    alone, grown = top(False), top(True)
+    assert alone[1] - alone[0] <= 3  # its bullet group
+    assert garden <= grown[0] < alone[0] and grown[1] >= alone[1]  # grew over its section
+    assert grown[1] < travel  # and not into the next one

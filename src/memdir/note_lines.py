@@ -13,7 +13,9 @@ error).  Nothing is written anywhere.
 
 from __future__ import annotations
 
+import bisect
 import os
+import re
 import stat
 import threading
 from array import array
@@ -25,47 +27,63 @@ from memdir.textutil import weighted_len
 
 #: Lines whose widths are held before the least recently used notes are let go (~4 bytes each).
 MAX_LINES = 4_000_000
+#: A Markdown heading, as the sections chunker reads one (:func:`memdir.chunking.chunk_sections`).
+_HEADING = re.compile(r"#{1,6}\s")
 
 
 class NoteLines:
     """``path → widths``: each line's weighted width (:func:`memdir.textutil.weighted_len`) plus
-    its newline, the measure chunking uses."""
+    its newline, the measure chunking uses; and where its sections begin (:meth:`section`)."""
 
     def __init__(self, max_lines: int = MAX_LINES):
         self.max_lines = max_lines
-        self._files: OrderedDict[str, tuple[tuple[int, int, int, int], array[int]]] = OrderedDict()
+        self._files: OrderedDict[str, tuple[tuple[int, int, int, int], array[int], array[int]]] = OrderedDict()
         self._lines = 0
         self._lock = threading.Lock()  # searches may run in several threads of one process
 
     def widths(self, path: str | Path) -> Sequence[int]:
+        return self._read(path)[0]
+
+    def section(self, path: str | Path, first: int, last: int) -> tuple[int, int]:
+        """``(top, bottom)``: the lines of the section (from its heading down to the line before
+        the next heading) that lines ``first..last`` (1-based) lie in; the whole file when it has
+        no heading around them."""
+        widths, headings = self._read(path)
+        at = bisect.bisect_right(headings, first)  # headings at or above ``first``
+        top = headings[at - 1] if at else 1
+        below = bisect.bisect_right(headings, last)
+        bottom = headings[below] - 1 if below < len(headings) else len(widths)
+        return top, bottom
+
+    def _read(self, path: str | Path) -> tuple[Sequence[int], Sequence[int]]:
         key = str(path)
         try:
             st = os.lstat(key)
         except OSError:
             self._drop(key)
-            return ()
+            return (), ()
         if not stat.S_ISREG(st.st_mode):
             self._drop(key)
-            return ()
+            return (), ()
         sig = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         with self._lock:
             held = self._files.get(key)
             if held is not None and held[0] == sig:
                 self._files.move_to_end(key)
-                return held[1]
+                return held[1], held[2]
         text = _read_text(key)
         if text is None:
             self._drop(key)
-            return ()
-        widths = line_widths(text)
+            return (), ()
+        widths, headings = line_widths(text), heading_lines(text)
         with self._lock:
             self._drop_locked(key)
             if len(widths) <= self.max_lines:
-                self._files[key] = (sig, widths)
+                self._files[key] = (sig, widths, headings)
                 self._lines += len(widths)
                 while self._lines > self.max_lines and self._files:
                     self._lines -= len(self._files.popitem(last=False)[1][1])
-        return widths
+        return widths, headings
 
     @property
     def lines(self) -> int:
@@ -97,6 +115,14 @@ def line_widths(text: str) -> array[int]:
     if text.isascii():  # most notes: a width is a length
         return array("I", [n + 1 for n in map(len, lines)])
     return array("I", [len(line) + 1 if line.isascii() else weighted_len(line) + 1 for line in lines])
+
+
+def heading_lines(text: str) -> array[int]:
+    """The 1-based numbers of the lines that are Markdown headings, in order."""
+    if "#" not in text:
+        return array("I")
+    return array("I", [n for n, line in enumerate(text.split("\n"), start=1)
+                       if line[:1] == "#" and _HEADING.match(line)])
 
 
 def _read_text(path: str) -> str | None:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from memdir import ranking
 from memdir.dates import GRACE_DAYS, Period, query_periods
 from memdir.embeddings.base import EmbeddingProvider, is_zero
+from memdir.indexing_switches import INDEXING
 from memdir.query import extract_keywords, keyword_terms
 from memdir.ranking import Candidate, Tuning, apply_decay, memory_timestamp, mmr_rerank, model_weights, rrf_scores
 from memdir.settings_cache import candidate_count
@@ -388,7 +389,8 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *,
         if seen == len(own):
             yield c, False  # shown by a better result already
             continue
-        if c.source == "memory" and not _by_sections(c.path):
+        curated = c.source == "memory" and _by_sections(c.path)
+        if c.source == "memory" and (not curated or INDEXING["widen_sections"]):
             if c.path not in costs:
                 costs[c.path] = NOTE_LINES.widths(os.path.join(root, c.path))
             taken = spans if disjoint else []
@@ -398,6 +400,9 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *,
                 if len(parts) == len(own):
                     c.snippet = "\n".join(parts[lo - c.start_line:len(parts) - (c.end_line - hi)])
                 c.start_line, c.end_line = lo, hi
+            if curated:  # a section is a topic: its result grows within it, never into the next one
+                top, bottom = NOTE_LINES.section(os.path.join(root, c.path), c.start_line, c.end_line)
+                taken = [*taken, (top - 1, top - 1), (bottom + 1, bottom + 1)]
             c.start_line, c.end_line = _grow(costs[c.path], c.start_line, c.end_line, chars, taken)
         spans.append((c.start_line, c.end_line))
         yield c, True
@@ -428,10 +433,9 @@ def _covered(line: int, spans: list[tuple[int, int]]) -> bool:
 
 
 def _by_sections(path: str) -> bool:
-    """A curated (undated) memory file is chunked by its sections (:mod:`memdir.sync`): a section
-    is its own result, not widened into its neighbours."""
+    """A curated (undated) memory file is chunked by its sections (:mod:`memdir.sync`): its result
+    is widened within its section, not into the neighbouring ones."""
     from memdir.dates import file_date
-    from memdir.indexing_switches import INDEXING
 
     return INDEXING["sections"] and file_date(path) is None
 
