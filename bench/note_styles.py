@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from memdir.bench.adapters import Answer, MemdirAdapter, Session, deep_merge
+from memdir.bench.cv import CachedQueries
 from memdir.bench.quality import category_label, load_samples, run_adapter
 
 STYLES = ("daily", "undated", "memory-md", "transcript")
@@ -200,29 +201,20 @@ def build_dataset(dataset: Path, style: str, out: Path, samples: Sequence[str] |
 
 # -- indexing and checking -----------------------------------------------------------------------
 
-class CachedProvider:
-    """The local model with every text's vector remembered, so the modes and styles that index
-    the same text embed it once (vectors are the model's own)."""
+class CachedProvider(CachedQueries):
+    """The local model with every text's vector remembered, queries and documents alike, so the
+    modes and styles that index the same text embed it once (vectors are the model's own)."""
 
     def __init__(self, inner: Any):
-        self._inner = inner
-        self._memo: dict[str, list[float]] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def embed_query(self, text: str) -> list[float]:
-        key = "q\0" + text
-        if key not in self._memo:
-            self._memo[key] = self._inner.embed_query(text)
-        return self._memo[key]
+        super().__init__(inner)
+        self._documents: dict[str, list[float]] = {}
 
     def embed_batch(self, texts: list[str]) -> list[list[float]]:
-        missing = list(dict.fromkeys(t for t in texts if "d\0" + t not in self._memo))
+        missing = list(dict.fromkeys(t for t in texts if t not in self._documents))
         if missing:
             for t, v in zip(missing, self._inner.embed_batch(missing), strict=True):
-                self._memo["d\0" + t] = v
-        return [self._memo["d\0" + t] for t in texts]
+                self._documents[t] = v
+        return [self._documents[t] for t in texts]
 
 
 @dataclass

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from memdir import ranking
-from memdir.dates import GRACE_DAYS, Period, query_periods
+from memdir.dates import GRACE_DAYS, Period, file_date, query_periods
 from memdir.embeddings.base import EmbeddingProvider, is_zero
 from memdir.indexing_switches import INDEXING
 from memdir.query import extract_keywords, keyword_terms
@@ -435,8 +435,6 @@ def _covered(line: int, spans: list[tuple[int, int]]) -> bool:
 def _by_sections(path: str) -> bool:
     """A curated (undated) memory file is chunked by its sections (:mod:`memdir.sync`): its result
     is widened within its section, not into the neighbouring ones."""
-    from memdir.dates import file_date
-
     return INDEXING["sections"] and file_date(path) is None
 
 
