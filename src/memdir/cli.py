@@ -459,10 +459,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         if st.get("writer"):
             w = st["writer"]
             host = f" on {w['host']}" if w.get("host") else ""
-            far = f" ({w.get('done') or 0}/{w['total']} files" if w.get("total") else ""
-            if far and w.get("chunksPlanned"):
-                far += f", {w.get('chunksDone') or 0:,}/{w['chunksPlanned']:,} chunks"
-            far += ")" if far else ""
+            from memdir.progress import counts
+
+            far = (f" ({counts(w.get('done') or 0, w['total'], w.get('chunksDone') or 0, w.get('chunksPlanned') or 0)})"
+                   if w.get("total") else "")
             lines.append(f"Writer: pid {w.get('pid')}{host} is indexing{far}")
     if st.get("readOnly"):
         lines.append(f"Read-only: {st['readOnly']} (searches answer from the index as it is)")

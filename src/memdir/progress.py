@@ -93,11 +93,16 @@ def read_progress(index_path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def counts(done: int, total: int, chunks_done: int = 0, chunks_planned: int = 0) -> str:
+    """``"120/997 files, 3,400/25,000 chunks"`` (the chunks once any are planned)."""
+    where = f"{done:,}/{total:,} files"
+    return where + (f", {chunks_done:,}/{chunks_planned:,} chunks" if chunks_planned else "")
+
+
 def describe_progress(p: dict[str, Any]) -> str:
-    done, total = p.get("done") or 0, p.get("total")
-    where = f"{done}/{total} files" if total else "listing files"
-    if p.get("chunksPlanned"):
-        where += f", {p.get('chunksDone') or 0:,}/{p['chunksPlanned']:,} chunks"
+    total = p.get("total")
+    where = (counts(p.get("done") or 0, total, p.get("chunksDone") or 0, p.get("chunksPlanned") or 0)
+             if total else "listing files")
     return f"pid {p.get('pid', '?')}, {where}"
 
 
@@ -144,11 +149,9 @@ class ProgressLines:
         if now < self._next and not (done >= total and self.printed):
             return
         self._next, self._shown = now + self.interval, key
-        where = f"{done:,}/{total:,} files"
-        if chunks:
-            where += f", {chunks_done:,}/{chunks:,} chunks"
         try:
-            self.stream.write(f"indexing: {where}, {_elapsed(now - self.started)} elapsed\n")
+            line = f"indexing: {counts(done, total, chunks_done, chunks)}, {_elapsed(now - self.started)} elapsed"
+            self.stream.write(line + "\n")
             self.stream.flush()
         except (OSError, ValueError):  # stderr's reader went away: the index goes on without lines
             self._next = float("inf")
