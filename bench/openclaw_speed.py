@@ -73,13 +73,16 @@ def wait_http(url: str, timeout: float = 120) -> None:
 
 def memdir_env(state: Path, **extra: str) -> dict[str, str]:
     src = Path(__file__).resolve().parents[1] / "src"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMDIR_") and not k.endswith("_API_KEY")}
+    # The user's MEMDIR_* settings are dropped, except the query-vector cache's size: a server that
+    # remembered the vectors of queries timed before would answer the repeated ones without embedding.
+    env = {k: v for k, v in os.environ.items()
+           if (not k.startswith("MEMDIR_") or k == "MEMDIR_QUERY_CACHE_SIZE") and not k.endswith("_API_KEY")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed memdir has byte-code caches
     env.update(PYTHONPATH=str(src), MEMDIR_STATE_DIR=str(state), **extra)
     return env
 
 
-def measure_memdir(ws: Path, queries: list[str], work: Path, runs: int) -> dict[str, Any]:
+def measure_memdir(ws: Path, queries: list[str], warm: list[str], work: Path, runs: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     memdir = [sys.executable, "-m", "memdir"]
     kw_state, hy_state = work / "memdir-kw", work / "memdir-hybrid"
@@ -97,7 +100,8 @@ def measure_memdir(ws: Path, queries: list[str], work: Path, runs: int) -> dict[
     from memdir.api import Memory
 
     with Memory(ws, state_dir=hy_state) as mem:
-        mem.search(queries[0], sync=False)
+        for q in warm:
+            mem.search(q, sync=False)
         api, api_kw, embed = [], [], []
         for q in queries:
             t0 = time.perf_counter()
@@ -105,14 +109,15 @@ def measure_memdir(ws: Path, queries: list[str], work: Path, runs: int) -> dict[
             api.append(time.perf_counter() - t0)
             embed.append(r.timings_ms.get("embed", 0.0) / 1000)
         with Memory(ws, state_dir=kw_state, config={"memorySearch": {"provider": "none"}}) as kw:
-            kw.search(queries[0], sync=False)
+            for q in warm:
+                kw.search(q, sync=False)
             for q in queries:
                 t0 = time.perf_counter()
                 kw.search(q, sync=False)
                 api_kw.append(time.perf_counter() - t0)
     out["apiHybridMs"], out["apiHybridEmbedMs"] = median_ms(api), median_ms(embed)
     out["apiKeywordMs"] = median_ms(api_kw)
-    out.update(measure_mcp(ws, queries, hy_env, kw_env))
+    out.update(measure_mcp(ws, queries, warm, hy_env, kw_env))
     return out
 
 
@@ -148,7 +153,7 @@ class PlainMCPClient:
         return dict(answer["result"])
 
 
-def measure_mcp(ws: Path, queries: list[str], hy_env: dict[str, str],
+def measure_mcp(ws: Path, queries: list[str], warm: list[str], hy_env: dict[str, str],
                 kw_env: dict[str, str]) -> dict[str, float | None]:
     """Median wall time of ``memory_search`` through ``memdir mcp --transport http`` (one session
     per client): with a plain HTTP client (as OpenClaw's gateway is timed) and with the MCP SDK's."""
@@ -164,7 +169,8 @@ def measure_mcp(ws: Path, queries: list[str], hy_env: dict[str, str],
         try:
             wait_http(f"http://127.0.0.1:{port}/mcp")
             plain = PlainMCPClient(f"http://127.0.0.1:{port}/mcp")
-            plain.call_tool("memory_search", {"query": queries[0]})
+            for q in warm:
+                plain.call_tool("memory_search", {"query": q})
             times = []
             for q in queries:
                 t0 = time.perf_counter()
@@ -176,7 +182,8 @@ def measure_mcp(ws: Path, queries: list[str], hy_env: dict[str, str],
                 async with streamablehttp_client(f"http://127.0.0.1:{port}/mcp") as (r, w, _), \
                         ClientSession(r, w) as session:
                     await session.initialize()
-                    await session.call_tool("memory_search", {"query": queries[0]})
+                    for q in warm:
+                        await session.call_tool("memory_search", {"query": q})
                     times = []
                     for q in queries:
                         t0 = time.perf_counter()
@@ -215,7 +222,8 @@ class OpenClaw:
                    OPENCLAW_CONFIG_PATH=str(self.home / "openclaw.json"), NO_COLOR="1", CI="1")
         return env
 
-    def gateway_search_ms(self, env: dict[str, str], queries: list[str]) -> tuple[float | None, str | None]:
+    def gateway_search_ms(self, env: dict[str, str], queries: list[str],
+                          warm: list[str]) -> tuple[float | None, str | None]:
         port = free_port()
         proc = subprocess.Popen([*self.command, "gateway", "run", "--port", str(port), "--bind", "loopback",
                                  "--auth", "token", "--token", GATEWAY_TOKEN, "--allow-unconfigured"], env=env,
@@ -231,9 +239,10 @@ class OpenClaw:
                 with urllib.request.urlopen(req, timeout=120) as resp:
                     return dict(json.loads(resp.read()))
 
-            first = call(queries[0])
-            if not first.get("ok"):
-                return None, f"/tools/invoke answered {json.dumps(first)[:300]}"
+            for q in warm:
+                first = call(q)
+                if not first.get("ok"):
+                    return None, f"/tools/invoke answered {json.dumps(first)[:300]}"
             times = []
             for q in queries:
                 t0 = time.perf_counter()
@@ -250,7 +259,7 @@ class OpenClaw:
                 proc.kill()
 
 
-def measure_openclaw(ws: Path, queries: list[str], work: Path, runs: int) -> dict[str, Any]:
+def measure_openclaw(ws: Path, queries: list[str], warm: list[str], work: Path, runs: int) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from memdir.bench.adapters import OpenClawInstall, find_openclaw
     from memdir.embeddings.local import LocalEmbeddingProvider
@@ -272,7 +281,7 @@ def measure_openclaw(ws: Path, queries: list[str], work: Path, runs: int) -> dic
             for q in queries[:runs]:
                 cli.append(timed([*found.command, "memory", "search", "--json", "--query", q], env)[0])
             out[f"cli{label}Ms"] = median_ms(cli)
-            out[f"gateway{label}Ms"], note = oc.gateway_search_ms(env, queries)
+            out[f"gateway{label}Ms"], note = oc.gateway_search_ms(env, queries, warm)
             if note:
                 out[f"gateway{label}Note"] = note
     finally:
@@ -280,6 +289,9 @@ def measure_openclaw(ws: Path, queries: list[str], work: Path, runs: int) -> dic
         model.close()
     return out
 
+
+#: Untimed calls each warm path (API, MCP, OpenClaw's gateway) gets before its timed ones.
+WARMUP_CALLS = 10
 
 ROWS = (("full index, keyword only (s)", "indexKeyword"), ("full index with MiniLM (s)", "indexHybrid"),
         ("CLI search, fresh process, hybrid (ms)", "cliHybridMs"),
@@ -323,17 +335,20 @@ def main() -> int:
     p.add_argument("--skip-openclaw", action="store_true")
     args = p.parse_args()
     ws = (args.sample / "workspace").resolve()
-    queries = [json.loads(line)["query"] for line in (args.sample / "queries.jsonl").read_text().splitlines()
-               if line.strip()][: args.queries]
+    asked = [json.loads(line)["query"] for line in (args.sample / "queries.jsonl").read_text().splitlines()
+             if line.strip()]
+    # A server's first calls after it starts (or after a pause) run on cold caches; both systems get
+    # the same few untimed calls first, with questions that are not timed afterwards.
+    queries, warm = asked[: args.queries], asked[args.queries:][:WARMUP_CALLS] or asked[:1]
     work = Path(tempfile.mkdtemp(prefix="memdir-vs-openclaw-"))
     try:
-        memdir = measure_memdir(ws, queries, work, args.cli_runs)
+        memdir = measure_memdir(ws, queries, warm, work, args.cli_runs)
         openclaw = {"skipped": "--skip-openclaw"} if args.skip_openclaw else measure_openclaw(
-            ws, queries, work, args.cli_runs)
+            ws, queries, warm, work, args.cli_runs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report = {"sample": str(args.sample), "queries": len(queries), "memdir": memdir, "openclaw": openclaw,
-              "loadavg": list(os.getloadavg())}
+    report = {"sample": str(args.sample), "queries": len(queries), "warmupCalls": len(warm), "memdir": memdir,
+              "openclaw": openclaw, "loadavg": list(os.getloadavg())}
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))
     print(table(memdir, openclaw))
