@@ -86,7 +86,7 @@ def steps(dev: Path, gate: Path, work: Path, dsn: str | None, fast: bool) -> lis
         Step("search-latency", [PY, "bench/search_latency.py", "main", str(RESULTS / "search-latency.json"), str(dev)]),
         Step("speed", [*MEMDIR, "bench", "speed", "--sizes", sizes, "--work-dir", str(work / "speed"), "--markdown",
                        "--quiet", "--out", str(out / "speed"), "--plot-dir", str(IMG)], "speed.md"),
-        Step("openclaw-speed", [PY, "bench/openclaw_speed.py", str(sample), "--queries", "20", "--cli-runs", "5",
+        Step("openclaw-speed", [PY, "bench/openclaw_speed.py", str(sample), "--queries", "40", "--cli-runs", "5",
                                 "--out", str(RESULTS / "openclaw-speed.json")], "openclaw-speed.md", needs=_openclaw),
         Step("backends", [*MEMDIR, "bench", "backends", "--sizes", "10000" if fast else "10000,100000",
                           "--concurrency", "8", "--quality", str(dev), "--work-dir", str(work / "backends"),
