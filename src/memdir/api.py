@@ -327,6 +327,7 @@ class Memory(IndexUpkeep):
         response = run_search(
             store, cfg, query, provider=provider, workspace=self.workspace, max_results=max_results,
             min_score=min_score, explain=explain, provider_label=label, timezone=self.settings.user_timezone,
+            sessions_dir=self.settings.sessions_dir if "sessions" in ms.sources else None,
         )
         if verify:
             self._verify(store, response)
