@@ -16,7 +16,6 @@ from memdir.config import load_config
 from memdir.indexing_switches import INDEXING
 from memdir.note_lines import TranscriptLines
 from memdir.sessions.transcript import session_document
-from memdir.workspace import PathError
 
 FILLER = "we talked about the weather and the garden for a while, nothing new at all"
 SESSIONS = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
@@ -90,8 +89,9 @@ def test_a_session_result_grows_over_neighbouring_messages(make_workspace: Calla
     text = doc.text.split("\n")
     at = doc.line_map.index(wide.start_line)
     assert shown == text[at:at + len(shown)] and doc.line_map[at + len(shown) - 1] == wide.end_line
-    with Memory(ws, state_dir=state, config=SESSIONS) as mem, pytest.raises(PathError):
-        mem.get(wide.path)  # memory_get reads memory files only (R§8): a transcript is read as a file
+    with Memory(ws, state_dir=state, config=SESSIONS) as mem:  # memory_get opens the widened range
+        got = mem.get(wide.path, from_line=wide.start_line, lines=wide.end_line - wide.start_line + 1)
+    assert got.text.split("\n") == shown
 
 
 def test_a_session_result_never_leaves_its_transcript(make_workspace: Callable[..., Path], tmp_path: Path) -> None:

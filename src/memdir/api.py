@@ -340,10 +340,22 @@ class Memory(IndexUpkeep):
         return response
 
     def get(self, path: str, *, from_line: int | None = None, lines: int | None = None) -> GetResult:
-        """Read a memory file (or a slice of it); raises :class:`PathError` naming the problem."""
-        from memdir.workspace import read_lines, resolve_readable  # not needed to answer a search
+        """Read a memory file (or a slice of it); raises :class:`PathError` naming the problem.
 
-        resolved = resolve_readable(path, self.workspace, self.settings.extra_paths)
+        With the ``sessions`` source on, ``sessions/<name>.jsonl`` (a session result's path) reads
+        as the indexed ``User:``/``Assistant:`` lines of the messages on JSONL lines ``from_line``
+        up to ``from_line + lines``, redacted (:mod:`memdir.sessions.readable`; OpenClaw refuses
+        session paths, but a result must cite a range the agent can open).
+        """
+        from memdir.workspace import is_session_path, read_lines, resolve_readable  # not needed to search
+
+        sessions = "sessions" in self.settings.memory_search.sources
+        if sessions and is_session_path(path):
+            from memdir.sessions.readable import read_session_lines
+
+            text = read_session_lines(path, self.settings.sessions_dir, from_line, lines)
+            return GetResult(text, path.strip())
+        resolved = resolve_readable(path, self.workspace, self.settings.extra_paths, sessions=sessions)
         return GetResult(read_lines(resolved, from_line, lines), resolved.rel)
 
     def append_daily(self, text: str, *, date: Any = None) -> str:
