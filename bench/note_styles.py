@@ -373,45 +373,69 @@ def curated_cv(root: Path, work_dir: Path, provider: Any, *, limit: int | None =
     return table
 
 
-#: Chunk sizes for transcripts (whose results are never widened): ``(name, config)``.
-TRANSCRIPT_VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("transcript chunks 200/40 (default)", {}),
-    ("transcript chunks 300/60", {"memorySearch": {"chunking": {"tokens": 300, "overlap": 60}}}),
-    ("transcript chunks 400/80", {"memorySearch": {"chunking": {"tokens": 400, "overlap": 80}}}),
+#: Candidates for transcripts: ``(name, config, indexing switches)``.  A converted sample has no
+#: memory files, so its chunk size is the sessions source's alone; ``widen_sessions`` widens a
+#: result over its neighbouring messages to ``Tuning.expand_chars``, as a daily log's is.
+TRANSCRIPT_VARIANTS: tuple[tuple[str, dict[str, Any], dict[str, bool]], ...] = (
+    ("transcript chunks 200/40 unwidened (before)", {}, {"widen_sessions": False}),
+    ("transcript chunks 300/60 unwidened", {"memorySearch": {"chunking": {"tokens": 300, "overlap": 60}}},
+     {"widen_sessions": False}),
+    ("transcript chunks 400/80 unwidened", {"memorySearch": {"chunking": {"tokens": 400, "overlap": 80}}},
+     {"widen_sessions": False}),
+    ("transcript chunks 200/40 widened over messages to 1600 chars", {}, {"widen_sessions": True}),
+    ("transcript chunks 400/80 widened over messages to 1600 chars",
+     {"memorySearch": {"chunking": {"tokens": 400, "overlap": 80}}}, {"widen_sessions": True}),
 )
+
+
+@contextmanager
+def indexing_switches(switches: dict[str, bool]) -> Iterator[None]:
+    """:data:`memdir.indexing_switches.INDEXING` with ``switches`` set, restored on exit."""
+    from memdir.indexing_switches import INDEXING
+
+    old = dict(INDEXING)
+    INDEXING.update(switches)
+    try:
+        yield
+    finally:
+        INDEXING.clear()
+        INDEXING.update(old)
 
 
 def transcript_cv(root: Path, work_dir: Path, provider: Any, *, limit: int | None = None,
                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Hybrid runs of :data:`TRANSCRIPT_VARIANTS` on the transcript style, and the CV choice."""
+    """Hybrid runs of :data:`TRANSCRIPT_VARIANTS` on the transcript style, and the CV choice;
+    each run also counts the returned ranges that are not message lines of their transcript."""
     from memdir.bench.cv import leave_one_out, summarise
     from memdir.bench.quality import score_query, scored_queries
 
     say = progress or (lambda _m: None)
     results: dict[str, list[dict[str, Any]]] = {}
     table: dict[str, Any] = {}
-    for name, config in TRANSCRIPT_VARIANTS:
-        adapter = StyleAdapter("hybrid", "transcript", Stats(), provider=provider)
+    for name, config, switches in TRANSCRIPT_VARIANTS:
+        stats = Stats()
+        adapter = StyleAdapter("hybrid", "transcript", stats, provider=provider)
         adapter.overrides = deep_merge(adapter.overrides, config)
         rows: list[dict[str, Any]] = []
-        for sample, workspace, queries in load_samples(root):
-            todo = scored_queries(queries)[:limit] if limit else scored_queries(queries)
-            state = work_dir / f"{sample}-{len(results)}"
-            if state.exists():
-                shutil.rmtree(state)
-            session = adapter.index(workspace, state)
-            try:
-                for q in todo:
-                    ans = session.search(q["query"], K)
-                    sc = score_query(q["relevant"], ans.ranked, [K])
-                    rows.append({"sample": sample, "id": q["id"], "category": str(q.get("category", "-")),
-                                 "recall": sc.recall[K], "hit": sc.hit[K], "mrr": sc.rr[K], "lines": sc.lines[K],
-                                 "ms": ans.ms, "mode": ans.mode})
-            finally:
-                session.close()
-            say(f"[{name}] {sample}: {len(todo)} questions")
+        with indexing_switches(switches):
+            for sample, workspace, queries in load_samples(root):
+                todo = scored_queries(queries)[:limit] if limit else scored_queries(queries)
+                state = work_dir / f"{sample}-{len(results)}"
+                if state.exists():
+                    shutil.rmtree(state)
+                session = adapter.index(workspace, state)
+                try:
+                    for q in todo:
+                        ans = session.search(q["query"], K)
+                        sc = score_query(q["relevant"], ans.ranked, [K])
+                        rows.append({"sample": sample, "id": q["id"], "category": str(q.get("category", "-")),
+                                     "recall": sc.recall[K], "hit": sc.hit[K], "mrr": sc.rr[K],
+                                     "lines": sc.lines[K], "ms": ans.ms, "mode": ans.mode})
+                finally:
+                    session.close()
+                say(f"[{name}] {sample}: {len(todo)} questions")
         results[name] = rows
-        table[name] = summarise(rows)
+        table[name] = summarise(rows) | {"badRanges": len(stats.bad), "badExamples": stats.bad[:5]}
     table["chosen by CV"] = leave_one_out(results, [v[0] for v in TRANSCRIPT_VARIANTS])
     return table
 
@@ -478,6 +502,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for style, table in report.get("candidatesCV", {}).items():
             print(f"\nCandidates for {style} (hybrid; each fold chooses on the other conversations):\n")
             print(format_rows(table))
+            bad = {name: v["badRanges"] for name, v in table.items() if "badRanges" in v}
+            if bad:
+                print("\nreturned ranges that are not message lines: "
+                      + ", ".join(f"{name}: {n}" for name, n in bad.items()))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")

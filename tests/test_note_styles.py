@@ -160,3 +160,21 @@ def test_a_curated_result_grows_within_its_section(styles, dataset: Path, tmp_pa
     assert widened[0] == second and second + 3 <= widened[1] < nxt  # over the section's turns, not past it
     assert pottery("all", "c")[0] < second  # daily-log widening crosses the heading
     assert search._by_sections is by_sections
+
+
+def test_transcript_candidates_cite_message_lines_and_restore_the_switches(styles, dataset: Path,
+                                                                           tmp_path: Path) -> None:
+    """Every transcript candidate (chunk sizes, widening over messages) runs on a real index, its
+    returned ranges all on message lines; CV picks one of them and the switches are put back."""
+    from memdir.indexing_switches import INDEXING
+
+    before = dict(INDEXING)
+    root = styles.build_dataset(dataset, "transcript", tmp_path / "out")
+    table = styles.transcript_cv(root, tmp_path / "cv", None)
+    names = [v[0] for v in styles.TRANSCRIPT_VARIANTS]
+    assert list(table) == [*names, "chosen by CV"]
+    assert any(v[2].get("widen_sessions") for v in styles.TRANSCRIPT_VARIANTS)
+    for name in names:
+        assert table[name]["overall"]["queries"] == 5 and table[name]["badRanges"] == 0
+    assert set(table["chosen by CV"]["chosen"].values()) <= set(names)
+    assert before == INDEXING

@@ -327,6 +327,7 @@ class Memory(IndexUpkeep):
         response = run_search(
             store, cfg, query, provider=provider, workspace=self.workspace, max_results=max_results,
             min_score=min_score, explain=explain, provider_label=label, timezone=self.settings.user_timezone,
+            sessions_dir=self.settings.sessions_dir if "sessions" in ms.sources else None,
         )
         if verify:
             self._verify(store, response)
@@ -339,10 +340,22 @@ class Memory(IndexUpkeep):
         return response
 
     def get(self, path: str, *, from_line: int | None = None, lines: int | None = None) -> GetResult:
-        """Read a memory file (or a slice of it); raises :class:`PathError` naming the problem."""
-        from memdir.workspace import read_lines, resolve_readable  # not needed to answer a search
+        """Read a memory file (or a slice of it); raises :class:`PathError` naming the problem.
 
-        resolved = resolve_readable(path, self.workspace, self.settings.extra_paths)
+        With the ``sessions`` source on, ``sessions/<name>.jsonl`` (a session result's path) reads
+        as the indexed ``User:``/``Assistant:`` lines of the messages on JSONL lines ``from_line``
+        up to ``from_line + lines``, redacted (:mod:`memdir.sessions.readable`; OpenClaw refuses
+        session paths, but a result must cite a range the agent can open).
+        """
+        from memdir.workspace import is_session_path, read_lines, resolve_readable  # not needed to search
+
+        sessions = "sessions" in self.settings.memory_search.sources
+        if sessions and is_session_path(path):
+            from memdir.sessions.readable import read_session_lines
+
+            text = read_session_lines(path, self.settings.sessions_dir, from_line, lines)
+            return GetResult(text, path.strip())
+        resolved = resolve_readable(path, self.workspace, self.settings.extra_paths, sessions=sessions)
         return GetResult(read_lines(resolved, from_line, lines), resolved.rel)
 
     def append_daily(self, text: str, *, date: Any = None) -> str:

@@ -8,7 +8,8 @@ same notes again and again, so each file's line widths (not its text: a few byte
 kept, least recently used first out, and reused while one ``lstat`` says the file is the one that
 was read (same inode, size, mtime and ctime to the nanosecond).  A file edited since is read
 again; one that cannot be read now has no lines (the result keeps its chunk's lines, never an
-error).  Nothing is written anywhere.
+error).  Nothing is written anywhere.  Session transcripts are held the same way
+(:class:`TranscriptLines`): the widths of their indexed messages and each one's JSONL line.
 """
 
 from __future__ import annotations
@@ -71,11 +72,11 @@ class NoteLines:
             if held is not None and held[0] == sig:
                 self._files.move_to_end(key)
                 return held[1], held[2]
-        text = _read_text(key)
-        if text is None:
+        parsed = self._parse(key)
+        if parsed is None:
             self._drop(key)
             return (), ()
-        widths, headings = line_widths(text), heading_lines(text)
+        widths, headings = parsed
         with self._lock:
             self._drop_locked(key)
             if len(widths) <= self.max_lines:
@@ -84,6 +85,11 @@ class NoteLines:
                 while self._lines > self.max_lines and self._files:
                     self._lines -= len(self._files.popitem(last=False)[1][1])
         return widths, headings
+
+    def _parse(self, path: str) -> tuple[array[int], array[int]] | None:
+        """``(widths, heading lines)`` of a note; ``None`` if it cannot be read now."""
+        text = _read_text(path)
+        return None if text is None else (line_widths(text), heading_lines(text))
 
     @property
     def lines(self) -> int:
@@ -135,5 +141,30 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-#: The process's cache: every search in it widens from here.
+class TranscriptLines(NoteLines):
+    """``path → widths`` of a session transcript's indexed text (one ``User: …`` or
+    ``Assistant: …`` line per message, :func:`memdir.sessions.transcript.build_session_text`),
+    with each text line's JSONL line: a session result widens over whole messages, and its range
+    is given back in the JSONL lines the index cites.  The messages are the indexed ones; a width
+    is the unredacted text's (a line holding a secret is counted a little wider than indexed)."""
+
+    def messages(self, path: str | Path) -> tuple[Sequence[int], Sequence[int]]:
+        """``(widths, jsonl_lines)``: the i-th message's text width and its line in the file."""
+        return self._read(path)
+
+    def _parse(self, path: str) -> tuple[array[int], array[int]] | None:
+        from memdir.sessions.store import iter_records
+        from memdir.sessions.transcript import build_session_text
+
+        try:  # unredacted: redaction was 5/6 of reading a transcript, and only shortens a secret
+            text, line_map, _stamps = build_session_text(iter_records(path), redact=False)
+        except OSError:
+            return None
+        if not line_map:
+            return array("I"), array("I")
+        return line_widths(text), array("I", line_map)
+
+
+#: The process's caches: every search in it widens from here.
 NOTE_LINES = NoteLines()
+TRANSCRIPT_LINES = TranscriptLines()

@@ -81,7 +81,8 @@ class Tuning:
     fresh_slots: int = 0
     #: A daily-log result is widened by whole lines, alternately below and above its chunk,
     #: while it stays within this many characters (1600: what a 400-token chunk holds; 0 = off),
-    #: and a candidate whose lines a better widened result already shows is skipped.
+    #: and a candidate whose lines a better widened result already shows is skipped (a curated
+    #: file's within its section, a transcript's over whole messages of that transcript).
     expand_chars: int = 1600
     #: Widening stops at lines a better result of the same file already shows, and a chunk's
     #: first or last lines that such a result shows (its carried overlap) are trimmed off.

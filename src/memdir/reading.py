@@ -37,16 +37,17 @@ class NotRegularFile(OSError):
     """A memory path that is a FIFO, socket, device or folder: refused before it is read."""
 
 
-def read_regular(path: str | os.PathLike[str]) -> bytes:
+def read_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> bytes:
     """The bytes of a regular file, refusing anything else *before* reading it.
 
     ``O_NONBLOCK`` makes opening a FIFO return at once instead of waiting for a writer (a FIFO
     named ``memory/x.md`` used to hang ``memdir get`` and every later MCP call); ``fstat`` on the
     open descriptor then refuses it, so a file swapped for a FIFO after discovery is caught too.
-    Symlinks are never followed (``O_NOFOLLOW``).
+    Symlinks are never followed (``O_NOFOLLOW``).  ``dir_fd``: ``path`` is a name in that open
+    folder, so a folder swapped for a symlink after it was opened cannot redirect the read.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
+    fd = os.open(path, flags, dir_fd=dir_fd)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

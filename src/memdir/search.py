@@ -8,7 +8,8 @@ Differences from OpenClaw, each fixing a reported problem:
   match weighs the same against cosine (``Tuning.text_norm``);
 * chunks are half OpenClaw's size (200/40 tokens) and a memory-file result is widened to 1600
   characters of whole lines around its chunk, never over lines a better result shows: results
-  hold what a 400-token chunk did, centred on what matched (``Tuning.expand_chars``);
+  hold what a 400-token chunk did, centred on what matched (``Tuning.expand_chars``); a
+  transcript's result likewise over whole messages of its own transcript, cited by JSONL line;
 * strong hits are *rescued* into spare result slots below the 0.35 floor: keyword hits that
   contain every content word of the query or score at least ``RESCUE_TEXT_SCORE`` on BM25 (the
   floor otherwise drops exact name/ID/date hits: R§18.3; on LoCoMo this lifts hybrid recall@6
@@ -25,6 +26,7 @@ Differences from OpenClaw, each fixing a reported problem:
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -178,6 +180,7 @@ def run_search(
     provider_label: tuple[str, str] = ("none", "fts-only"),
     timezone: str | None = None,
     tuning: Tuning | None = None,
+    sessions_dir: Path | None = None,
 ) -> SearchResponse:
     tune = tuning or ranking.TUNING
     cleaned = (query or "").strip()
@@ -288,7 +291,8 @@ def run_search(
 
     # Widening reads notes, so a candidate is widened only when the choice below reaches it (in
     # rank order, each against the ones before it): none after the last one that can be returned.
-    ranked = _Replayable(_widen(cands, tune.expand_chars, workspace, disjoint=tune.expand_disjoint)
+    ranked = _Replayable(_widen(cands, tune.expand_chars, workspace, disjoint=tune.expand_disjoint,
+                                sessions_dir=sessions_dir)
                          if tune.expand_chars > 0 else ((c, True) for c in cands))
     chosen: list[Candidate] = []
     above = sum(1 for c in cands if c.score >= floor)  # widening never changes a score
@@ -371,18 +375,27 @@ def _text_signal(cands: list[Candidate], norm: str) -> dict[str, float]:
     return {cid: (r / top if top > 0 else 0.0) for cid, r in raw.items()}
 
 
-def _widen(cands: list[Candidate], chars: int, workspace: Path, *,
-           disjoint: bool) -> Iterator[tuple[Candidate, bool]]:
+def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: bool,
+           sessions_dir: Path | None = None) -> Iterator[tuple[Candidate, bool]]:
     """Each candidate in turn with whether it is still shown: a memory-file candidate widened to
     about ``chars`` characters of whole lines around its chunk, so small chunks rank precisely
-    but a result still holds its context; ``False`` for one whose own lines a better (widened)
-    candidate already shows.  A generator: what is never asked for is never read."""
-    from memdir.note_lines import NOTE_LINES
+    but a result still holds its context; a transcript's (in ``sessions_dir``) likewise over
+    whole neighbouring messages of its own file; ``False`` for one whose own lines a better
+    (widened) candidate already shows.  A generator: what is never asked for is never read."""
+    from memdir.note_lines import NOTE_LINES, TRANSCRIPT_LINES
 
     costs: dict[str, Sequence[int]] = {}
+    messages: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
     root = str(workspace)
     shown: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for c in cands:
+        if c.source == "sessions" and sessions_dir is not None and INDEXING["widen_sessions"]:
+            if c.path not in messages:
+                messages[c.path] = TRANSCRIPT_LINES.messages(os.path.join(sessions_dir, os.path.basename(c.path)))
+            if messages[c.path][1]:  # spans in message numbers, not JSONL lines
+                yield c, _widen_messages(c, *messages[c.path], chars, shown.setdefault(("", c.path), []),
+                                         disjoint=disjoint)
+                continue
         spans = shown.setdefault((c.source, c.path), [])
         own = range(c.start_line, c.end_line + 1)
         seen = sum(1 for n in own if _covered(n, spans)) if spans else 0
@@ -395,17 +408,46 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *,
                 costs[c.path] = NOTE_LINES.widths(os.path.join(root, c.path))
             taken = spans if disjoint else []
             if disjoint and seen:  # a chunk's carried overlap is shown already: keep its new lines
-                lo, hi = _trim(c.start_line, c.end_line, spans)
-                parts = c.snippet.split("\n")
-                if len(parts) == len(own):
-                    c.snippet = "\n".join(parts[lo - c.start_line:len(parts) - (c.end_line - hi)])
-                c.start_line, c.end_line = lo, hi
+                c.start_line, c.end_line = _trim_shown(c, c.start_line, c.end_line, spans)
             if curated:  # a section is a topic: its result grows within it, never into the next one
                 top, bottom = NOTE_LINES.section(os.path.join(root, c.path), c.start_line, c.end_line)
                 taken = [*taken, (top - 1, top - 1), (bottom + 1, bottom + 1)]
             c.start_line, c.end_line = _grow(costs[c.path], c.start_line, c.end_line, chars, taken)
         spans.append((c.start_line, c.end_line))
         yield c, True
+
+
+def _widen_messages(c: Candidate, widths: Sequence[int], jsonl: Sequence[int], chars: int,
+                    spans: list[tuple[int, int]], *, disjoint: bool) -> bool:
+    """Widen a transcript candidate over whole messages (``widths[i]``: the indexed text of the
+    message on JSONL line ``jsonl[i]``), as :func:`_widen` does a note's lines; ``spans`` are the
+    messages (1-based numbers) better results of the file show.  Its range stays on message
+    lines of the file, so it cites what it shows; ``False`` if those results show it all."""
+    lo = bisect.bisect_left(jsonl, c.start_line) + 1
+    hi = bisect.bisect_right(jsonl, c.end_line)
+    if lo > hi:
+        return True  # no message of the file lies there now (rewritten since indexed): as indexed
+    own = range(lo, hi + 1)
+    seen = sum(1 for n in own if _covered(n, spans)) if spans else 0
+    if seen == len(own):
+        return False
+    if disjoint and seen:
+        lo, hi = _trim_shown(c, lo, hi, spans)
+    lo, hi = _grow(widths, lo, hi, chars, spans if disjoint else [])
+    spans.append((lo, hi))
+    c.start_line, c.end_line = jsonl[lo - 1], jsonl[hi - 1]
+    return True
+
+
+def _trim_shown(c: Candidate, lo: int, hi: int, spans: list[tuple[int, int]]) -> tuple[int, int]:
+    """``lo..hi`` (the candidate's lines, one per snippet line) without the first and last ones
+    ``spans`` show already, and its snippet without them: a chunk's carried overlap that a
+    better result shows is not shown twice."""
+    new_lo, new_hi = _trim(lo, hi, spans)
+    parts = c.snippet.split("\n")
+    if len(parts) == hi - lo + 1:
+        c.snippet = "\n".join(parts[new_lo - lo:len(parts) - (hi - new_hi)])
+    return new_lo, new_hi
 
 
 class _Replayable(Generic[T]):

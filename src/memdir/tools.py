@@ -47,8 +47,9 @@ SEARCH_DESCRIPTION = (
 GET_DESCRIPTION = (
     "Safe snippet read from MEMORY.md or memory/*.md with optional from/lines; use after memory_search to "
     "pull only the needed lines and keep context small. "
-    "(memdir: configured extra memory paths are readable too; a refused or unreadable path comes back "
-    "with an error that says why.)"
+    "(memdir: configured extra memory paths are readable too, and so is a session transcript result's "
+    "sessions/<name>.jsonl when session transcripts are searched: from/lines are its JSONL lines, read as "
+    "its User:/Assistant: messages; a refused or unreadable path comes back with an error that says why.)"
 )
 APPEND_DESCRIPTION = (
     "Remember something for future sessions: append a note to today's daily memory log "
@@ -71,7 +72,7 @@ GET_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
         "path": {"type": "string", "description": "Workspace-relative path from a search result, e.g. MEMORY.md "
-                                                  "or memory/2026-01-12.md."},
+                                                  "or memory/2026-01-12.md (or sessions/<name>.jsonl)."},
         "from": {"type": "integer", "description": "First line to read (1-based). Omit to read from the start."},
         "lines": {"type": "integer", "description": "Number of lines to read. Omit (with from) for the whole file."},
     },

@@ -275,6 +275,18 @@ def is_memory_path(rel: str) -> bool:
     return norm in ROOT_FILES or (norm.startswith("memory/") and len(norm) > len("memory/"))
 
 
+#: How a session search result names its transcript; readable only with the ``sessions`` source on
+#: (:mod:`memdir.sessions.readable`).
+SESSIONS_PREFIX = "sessions/"
+
+
+def is_session_path(raw: str) -> bool:
+    """A path ``memory_get`` hands to the session reader when the ``sessions`` source is on: under
+    ``sessions/`` and not Markdown (a ``sessions/x.md`` extraPath stays a memory file)."""
+    text = (raw or "").strip()
+    return text.replace("\\", "/").startswith(SESSIONS_PREFIX) and not text.endswith(".md")
+
+
 class PathError(ValueError):
     """A path memory_get refuses or cannot read; the message says which and why."""
 
@@ -290,8 +302,9 @@ def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path]) -> ResolvedPath:
-    """Check a requested path against the allowed roots without touching anything outside them."""
+def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sessions: bool = False) -> ResolvedPath:
+    """Check a requested path against the allowed roots without touching anything outside them;
+    ``sessions``: the refusal also names session transcripts (only then readable)."""
     text = (raw or "").strip()
     if not text:
         raise PathError("path required")
@@ -312,8 +325,9 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path]) -> Reso
                 root = extra
                 break
     if root is None:
+        also = ", session transcripts as sessions/<name>.jsonl" if sessions else ""
         raise PathError(
-            f"path not allowed: {text} (memory_get reads MEMORY.md, memory.md, memory/**/*.md "
+            f"path not allowed: {text} (memory_get reads MEMORY.md, memory.md, memory/**/*.md{also} "
             "and configured extraPaths only)"
         )
     if absolute.suffix != ".md":

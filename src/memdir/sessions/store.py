@@ -22,7 +22,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -127,15 +127,21 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, 
     except FileNotFoundError:
         return
     with fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw)
-            except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
-                continue
-            if isinstance(record, dict):
-                yield lineno, record
+        yield from parse_records(fh)
+
+
+def parse_records(lines: Iterable[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """:func:`iter_records` over lines already read (split on ``\\n`` only, as a file iterates), for
+    a reader that must open the file itself (``memory_get``: no symlinks, regular files only)."""
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
+            continue
+        if isinstance(record, dict):
+            yield lineno, record
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

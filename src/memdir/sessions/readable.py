@@ -1,0 +1,85 @@
+"""``memory_get`` on a session transcript: ``sessions/<name>.jsonl`` read as the index reads it.
+
+Deviates from OpenClaw, whose ``memory_get`` cannot read session paths (R§8): a session search
+result cites a range of JSONL lines (widened over neighbouring messages, :mod:`memdir.search`),
+and a range the agent cannot open is of no use to it.  So, with the ``sessions`` source on, a
+transcript is readable as its indexed text: one ``User: …`` / ``Assistant: …`` line per message
+(:func:`memdir.sessions.transcript.build_session_text`), secrets redacted exactly as indexing
+redacts them, for the messages whose JSONL line lies in ``from``/``lines``; header and tool records
+are never shown.  Only a regular file directly in this agent's sessions folder, neither of them a
+symlink, is read; a missing one reads as ``""``, as a missing memory file does (R§10.2).
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+
+from memdir.reading import NotRegularFile, read_regular
+from memdir.sessions.store import parse_records
+from memdir.sessions.transcript import build_session_text
+from memdir.workspace import SESSIONS_PREFIX, PathError
+
+_SUFFIX = ".jsonl"
+_RULE = ("memory_get reads a session transcript as sessions/<name>.jsonl: a regular file directly in this "
+         "agent's sessions folder, and only with the sessions source on")
+
+
+def _refused(what: str) -> PathError:
+    return PathError(f"{what} ({_RULE})")
+
+
+def session_name(raw: str) -> str:
+    """The transcript's file name in ``sessions/<name>.jsonl``; :class:`PathError` for anything else
+    (another folder, ``..``, a separator, a NUL byte, another suffix)."""
+    text = (raw or "").strip()
+    name = text[len(SESSIONS_PREFIX):] if text.startswith(SESSIONS_PREFIX) else ""
+    if "\x00" in text:
+        raise _refused("invalid path: contains a NUL byte")
+    if not name or "/" in name or "\\" in name or name in (".", ".."):
+        raise _refused(f"path not allowed: {text}")
+    if not name.endswith(_SUFFIX) or name == _SUFFIX:
+        raise _refused(f"not a session transcript: {text}")
+    return name
+
+
+def read_session_lines(raw: str, sessions_dir: str | os.PathLike[str], from_line: int | None = None,
+                       lines: int | None = None) -> str:
+    """The indexed text of the transcript's messages on JSONL lines ``from_line`` (default 1) up to,
+    not including, ``from_line + lines`` (default: to the end), joined by ``\\n``.
+
+    The folder is opened without following a symlink and the file is opened inside it, so neither
+    can be swapped for a link between the check and the read.
+    """
+    name = session_name(raw)
+    rel = SESSIONS_PREFIX + name
+    flags = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        folder = os.open(sessions_dir, flags)
+    except FileNotFoundError:
+        return ""  # no transcripts yet: as a missing file
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _refused("the sessions folder is a symlink or not a folder; symlinks are not followed") from exc
+        raise _refused(f"cannot open the sessions folder: {exc.strerror}") from exc
+    try:
+        data = read_regular(name, dir_fd=folder)
+    except FileNotFoundError:
+        return ""
+    except NotRegularFile as exc:
+        raise _refused(f"not a file: {rel} ({exc.strerror})") from exc
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refused(f"symlinks are not followed: {rel}") from exc
+        if exc.errno == errno.EISDIR:
+            raise _refused(f"not a file: {rel}") from exc
+        raise _refused(f"cannot read {rel}: {exc.strerror}") from exc
+    finally:
+        os.close(folder)
+    first = max(1, int(from_line or 1))
+    stop = first + max(1, int(lines)) if lines else None
+    upto = itertools.takewhile(lambda rec: stop is None or rec[0] < stop, parse_records(data.split(b"\n")))
+    wanted = (rec for rec in upto if rec[0] >= first)
+    text, _line_map, _stamps = build_session_text(wanted, redact=True)
+    return text
