@@ -191,7 +191,7 @@ def test_paths_outside_the_sessions_folder_are_refused(ws: Path, state_dir: Path
     assert _get(ws, state_dir, "MEMORY.md", from_line=2) == "The user likes tea.\n"  # memory files still read
 
 
-def test_symlinks_and_special_files_are_refused(ws: Path, state_dir: Path, sessions_dir: Path,
+def test_symlinked_and_special_files_are_refused(ws: Path, state_dir: Path, sessions_dir: Path,
                                                 tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -204,10 +204,13 @@ def test_symlinks_and_special_files_are_refused(ws: Path, state_dir: Path, sessi
     assert "not a file: sessions/f.jsonl" in _refused(ws, state_dir, "sessions/f.jsonl")
     assert _get(ws, state_dir, "sessions/nope.jsonl") == ""  # missing: empty, as a missing memory file
 
-    # the sessions folder itself a symlink to a folder holding a transcript
+    # the sessions folder itself a symlink to a folder holding a transcript: followed, as indexing
+    # follows it (the transcripts search cites must open), while a symlinked transcript never is
     os.rename(sessions_dir, tmp_path / "moved")
     os.symlink(elsewhere, sessions_dir)
-    assert "symlink" in _refused(ws, state_dir, "sessions/t.jsonl")
+    assert _get(ws, state_dir, "sessions/t.jsonl") == "User: private"
+    os.symlink(elsewhere / "t.jsonl", elsewhere / "link.jsonl")
+    assert "symlinks are not followed: sessions/link.jsonl" in _refused(ws, state_dir, "sessions/link.jsonl")
     os.unlink(sessions_dir)
     assert _get(ws, state_dir, "sessions/t.jsonl") == ""  # no sessions folder yet: nothing to read
     sessions_dir.write_text("not a folder")

@@ -6,8 +6,9 @@ and a range the agent cannot open is of no use to it.  So, with the ``sessions``
 transcript is readable as its indexed text: one ``User: …`` / ``Assistant: …`` line per message
 (:func:`memdir.sessions.transcript.build_session_text`), secrets redacted exactly as indexing
 redacts them, for the messages whose JSONL line lies in ``from``/``lines``; header and tool records
-are never shown.  Only a regular file directly in this agent's sessions folder, neither of them a
-symlink, is read; a missing one reads as ``""``, as a missing memory file does (R§10.2).
+are never shown.  Only a regular file directly in this agent's sessions folder, not a symlink,
+is read (the folder itself is followed, as indexing follows it: memdir's own state, not a path
+the agent gives); a missing one reads as ``""``, as a missing memory file does (R§10.2).
 """
 
 from __future__ import annotations
@@ -49,19 +50,19 @@ def read_session_lines(raw: str, sessions_dir: str | os.PathLike[str], from_line
     """The indexed text of the transcript's messages on JSONL lines ``from_line`` (default 1) up to,
     not including, ``from_line + lines`` (default: to the end), joined by ``\\n``.
 
-    The folder is opened without following a symlink and the file is opened inside it, so neither
-    can be swapped for a link between the check and the read.
+    The file is opened inside the opened folder without following a symlink, so it cannot be
+    swapped for a link, nor the folder for another, between the check and the read.
     """
     name = session_name(raw)
     rel = SESSIONS_PREFIX + name
-    flags = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
     try:
         folder = os.open(sessions_dir, flags)
     except FileNotFoundError:
         return ""  # no transcripts yet: as a missing file
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise _refused("the sessions folder is a symlink or not a folder; symlinks are not followed") from exc
+        if exc.errno == errno.ENOTDIR:
+            raise _refused("the sessions folder is not a folder") from exc
         raise _refused(f"cannot open the sessions folder: {exc.strerror}") from exc
     try:
         data = read_regular(name, dir_fd=folder)
