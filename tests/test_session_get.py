@@ -120,6 +120,10 @@ def test_range_is_messages_on_jsonl_lines_from_up_to_from_plus_lines(ws: Path, s
     assert get(lines=3) == ["User: m1", "Assistant: m2"]  # from line 1: header, m1, m2
     assert get(from_line=1, lines=1) == [""]  # the header is never shown
     assert get(from_line=99) == [""]
+    # "./" before it names the same transcript, as for memory paths, and the answer names it plainly
+    with Memory(ws, state_dir=state_dir, config=SESSIONS) as mem:
+        got = mem.get("./sessions/s.jsonl", from_line=3, lines=3)
+    assert (got.text, got.path) == ("Assistant: m2\nUser: m3", "sessions/s.jsonl")
 
 
 def test_every_surface_returns_the_text(ws: Path, state_dir: Path, sessions_dir: Path, tmp_path: Path,

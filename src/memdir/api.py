@@ -347,14 +347,14 @@ class Memory(IndexUpkeep):
         up to ``from_line + lines``, redacted (:mod:`memdir.sessions.readable`; OpenClaw refuses
         session paths, but a result must cite a range the agent can open).
         """
-        from memdir.workspace import is_session_path, read_lines, resolve_readable  # not needed to search
+        from memdir.workspace import is_session_path, read_lines, resolve_readable, session_relative  # not for search
 
         sessions = "sessions" in self.settings.memory_search.sources
         if sessions and is_session_path(path):
             from memdir.sessions.readable import read_session_lines
 
             text = read_session_lines(path, self.settings.sessions_dir, from_line, lines)
-            return GetResult(text, path.strip())
+            return GetResult(text, session_relative(path))
         resolved = resolve_readable(path, self.workspace, self.settings.extra_paths, sessions=sessions)
         return GetResult(read_lines(resolved, from_line, lines), resolved.rel)
 

@@ -282,9 +282,18 @@ SESSIONS_PREFIX = "sessions/"
 
 def is_session_path(raw: str) -> bool:
     """A path ``memory_get`` hands to the session reader when the ``sessions`` source is on: under
-    ``sessions/`` and not Markdown (a ``sessions/x.md`` extraPath stays a memory file)."""
-    text = (raw or "").strip()
+    ``sessions/`` (``./`` before it allowed, as for memory paths) and not Markdown (a
+    ``sessions/x.md`` extraPath stays a memory file)."""
+    text = session_relative(raw)
     return text.replace("\\", "/").startswith(SESSIONS_PREFIX) and not text.endswith(".md")
+
+
+def session_relative(raw: str) -> str:
+    """``raw`` stripped, without any leading ``./`` (``./sessions/x.jsonl`` is ``sessions/x.jsonl``)."""
+    text = (raw or "").strip()
+    while text.startswith("./"):
+        text = text[2:].lstrip("/")
+    return text
 
 
 class PathError(ValueError):

@@ -20,7 +20,7 @@ import os
 from memdir.reading import NotRegularFile, read_regular
 from memdir.sessions.store import parse_records
 from memdir.sessions.transcript import build_session_text
-from memdir.workspace import SESSIONS_PREFIX, PathError
+from memdir.workspace import SESSIONS_PREFIX, PathError, session_relative
 
 _SUFFIX = ".jsonl"
 _RULE = ("memory_get reads a session transcript as sessions/<name>.jsonl: a regular file directly in this "
@@ -34,7 +34,7 @@ def _refused(what: str) -> PathError:
 def session_name(raw: str) -> str:
     """The transcript's file name in ``sessions/<name>.jsonl``; :class:`PathError` for anything else
     (another folder, ``..``, a separator, a NUL byte, another suffix)."""
-    text = (raw or "").strip()
+    text = session_relative(raw)
     name = text[len(SESSIONS_PREFIX):] if text.startswith(SESSIONS_PREFIX) else ""
     if "\x00" in text:
         raise _refused("invalid path: contains a NUL byte")
