@@ -12,7 +12,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -362,20 +362,30 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
     return ResolvedPath(absolute, rel, root)
 
 
-def read_lines(resolved: ResolvedPath, from_line: int | None = None, lines: int | None = None) -> str:
-    """File text, or a 1-based slice of it; a missing file reads as ``""`` (R§10.2)."""
+def read_allowed(path: str | os.PathLike[str], rel: str, *, dir_fd: int | None = None,
+                 refuse: Callable[[str], PathError] = PathError) -> bytes | None:
+    """The bytes ``memory_get`` reads at an allowed path (``rel``, as the caller names it), or
+    ``None`` for a missing file (R§10.2); anything but a regular file, a symlink included, is
+    refused with ``refuse(message)``."""
     try:
-        raw = read_regular(resolved.abs_path)
+        return read_regular(path, dir_fd=dir_fd)
     except FileNotFoundError:
-        return ""
+        return None
     except NotRegularFile as exc:
-        raise PathError(f"not a file: {resolved.rel} ({exc.strerror})") from exc
+        raise refuse(f"not a file: {rel} ({exc.strerror})") from exc
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise PathError(f"symlinks are not followed: {resolved.rel}") from exc
+            raise refuse(f"symlinks are not followed: {rel}") from exc
         if exc.errno == errno.EISDIR:
-            raise PathError(f"not a file: {resolved.rel}") from exc
-        raise PathError(f"cannot read {resolved.rel}: {exc.strerror}") from exc
+            raise refuse(f"not a file: {rel}") from exc
+        raise refuse(f"cannot read {rel}: {exc.strerror}") from exc
+
+
+def read_lines(resolved: ResolvedPath, from_line: int | None = None, lines: int | None = None) -> str:
+    """File text, or a 1-based slice of it; a missing file reads as ``""`` (R§10.2)."""
+    raw = read_allowed(resolved.abs_path, resolved.rel)
+    if raw is None:
+        return ""
     text = decode_note(raw)
     if not from_line and not lines:
         return text

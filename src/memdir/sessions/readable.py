@@ -17,10 +17,9 @@ import errno
 import itertools
 import os
 
-from memdir.reading import NotRegularFile, read_regular
 from memdir.sessions.store import parse_records
 from memdir.sessions.transcript import build_session_text
-from memdir.workspace import SESSIONS_PREFIX, PathError, session_relative
+from memdir.workspace import SESSIONS_PREFIX, PathError, read_allowed, session_relative
 
 _SUFFIX = ".jsonl"
 _RULE = ("memory_get reads a session transcript as sessions/<name>.jsonl: a regular file directly in this "
@@ -65,19 +64,11 @@ def read_session_lines(raw: str, sessions_dir: str | os.PathLike[str], from_line
             raise _refused("the sessions folder is not a folder") from exc
         raise _refused(f"cannot open the sessions folder: {exc.strerror}") from exc
     try:
-        data = read_regular(name, dir_fd=folder)
-    except FileNotFoundError:
-        return ""
-    except NotRegularFile as exc:
-        raise _refused(f"not a file: {rel} ({exc.strerror})") from exc
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _refused(f"symlinks are not followed: {rel}") from exc
-        if exc.errno == errno.EISDIR:
-            raise _refused(f"not a file: {rel}") from exc
-        raise _refused(f"cannot read {rel}: {exc.strerror}") from exc
+        data = read_allowed(name, rel, dir_fd=folder, refuse=_refused)
     finally:
         os.close(folder)
+    if data is None:
+        return ""
     first = max(1, int(from_line or 1))
     stop = first + max(1, int(lines)) if lines else None
     upto = itertools.takewhile(lambda rec: stop is None or rec[0] < stop, parse_records(data.split(b"\n")))
