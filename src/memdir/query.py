@@ -123,6 +123,29 @@ def id_terms(query: str) -> list[str]:
     return out
 
 
+def number_terms(query: str) -> list[str]:
+    """Stand-alone numbers of three or more digits in a question (a ticket, an order, a port, a
+    room), years 1900-2099 left out.
+
+    ``extract_keywords`` (R§9) drops all-digit words, so "order 88123" searched for "order" alone
+    and never found the note that names 88123.  Years are left to date-aware retrieval (a daily
+    log's heading names its year), and one- and two-digit numbers (days, counts) are too common to
+    tell notes apart; digits inside an identifier or a date (``QX-1773``, ``2025-02-12``) are not
+    stand-alone.
+    """
+    out: list[str] = []
+    for m in _NUMBER.finditer(query):
+        tok = m.group(0)
+        if not 1900 <= int(tok) <= 2099 and tok not in out:
+            out.append(tok)
+    return out
+
+
+#: Three or more ASCII digits standing alone: not inside a word, an identifier, a decimal, a date,
+#: a time or a number written with separators (``1,234``, ``12.50``, ``2025-02-12``, ``10:30``).
+_NUMBER = re.compile(r"(?<![\w.,:/-])[0-9]{3,}(?![\w]|[.,:/-][0-9])")
+
+
 def keyword_terms(query: str) -> list[str]:
     """The words a keyword search looks for: identifiers, content words, split into FTS-sized word runs.
 
@@ -133,9 +156,10 @@ def keyword_terms(query: str) -> list[str]:
     """
     keywords = extract_keywords(query)
     ids = id_terms(query) if ID_PHRASES else []
-    if not keywords and not ids:
+    numbers = number_terms(query) if NUMBERS else []
+    if not keywords and not ids and not numbers:
         keywords = [t.lower() for t in word_runs(query) if t.replace('"', "")]
-    terms: list[str] = list(ids)
+    terms: list[str] = [*ids, *(n for n in numbers if n not in ids)]
     for kw in keywords:
         for part in word_runs(kw) if not has_han_or_kana(kw) else [kw]:
             part = part.replace('"', "")
@@ -144,9 +168,11 @@ def keyword_terms(query: str) -> list[str]:
     return terms[:64]
 
 
-#: Bench switches for ablations (``bench/cv_locomo.py``): stem matching and identifier phrases.
+#: Bench switches for ablations (``bench/cv_locomo.py``): stem matching, identifier phrases and
+#: stand-alone numbers.
 STEMMING = True
 ID_PHRASES = True
+NUMBERS = True
 
 
 def stemmed_terms(terms: list[str]) -> list[str]:
