@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from memdir.bench.adapters import Answer, MemdirAdapter, Session, deep_merge
-from memdir.bench.cv import CachedQueries
+from memdir.bench.cv import CachedQueries, indexing_switches
 from memdir.bench.quality import category_label, load_samples, run_adapter
 
 STYLES = ("daily", "undated", "memory-md", "transcript")
@@ -386,20 +386,6 @@ TRANSCRIPT_VARIANTS: tuple[tuple[str, dict[str, Any], dict[str, bool]], ...] = (
     ("transcript chunks 400/80 widened over messages to 1600 chars",
      {"memorySearch": {"chunking": {"tokens": 400, "overlap": 80}}}, {"widen_sessions": True}),
 )
-
-
-@contextmanager
-def indexing_switches(switches: dict[str, bool]) -> Iterator[None]:
-    """:data:`memdir.indexing_switches.INDEXING` with ``switches`` set, restored on exit."""
-    from memdir.indexing_switches import INDEXING
-
-    old = dict(INDEXING)
-    INDEXING.update(switches)
-    try:
-        yield
-    finally:
-        INDEXING.clear()
-        INDEXING.update(old)
 
 
 def transcript_cv(root: Path, work_dir: Path, provider: Any, *, limit: int | None = None,

@@ -392,8 +392,8 @@ def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: boo
         if c.source == "sessions" and sessions_dir is not None and INDEXING["widen_sessions"]:
             if c.path not in messages:
                 messages[c.path] = TRANSCRIPT_LINES.messages(os.path.join(sessions_dir, os.path.basename(c.path)))
-            if messages[c.path][1]:  # spans in message numbers, not JSONL lines
-                yield c, _widen_messages(c, *messages[c.path], chars, shown.setdefault(("", c.path), []),
+            if messages[c.path][1]:  # its spans count messages, not JSONL lines: a key of their own
+                yield c, _widen_messages(c, *messages[c.path], chars, shown.setdefault(("messages", c.path), []),
                                          disjoint=disjoint)
                 continue
         spans = shown.setdefault((c.source, c.path), [])

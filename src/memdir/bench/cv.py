@@ -18,7 +18,8 @@ import json
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -67,50 +68,62 @@ class CachedQueries:
 Row = dict[str, Any]
 
 
+@contextmanager
+def indexing_switches(switches: dict[str, bool]) -> Iterator[None]:
+    """:data:`memdir.indexing_switches.INDEXING` with the known ones of ``switches`` set, restored on exit."""
+    from memdir.indexing_switches import INDEXING
+
+    old = dict(INDEXING)
+    INDEXING.update({k: v for k, v in switches.items() if k in INDEXING})
+    try:
+        yield
+    finally:
+        INDEXING.clear()
+        INDEXING.update(old)
+
+
 def run_variant(variant: Variant, samples: Sequence[Any], work_dir: Path, provider: Any, k: int = 6,
                 limit: int | None = None, progress: Progress | None = None) -> list[Row]:
     """Per-question scores of one variant on every sample (each question its own search at ``k``)."""
-    from memdir import query, ranking, sync
+    from memdir import query, ranking
     from memdir.api import Memory
 
     say = progress or (lambda _m: None)
     rows: list[Row] = []
     old_tuning = ranking.TUNING
-    old_index = dict(sync.INDEXING)
     tuning = dict(variant.tuning)
     query.STEMMING = bool(tuning.pop("stemming", True))
     query.ID_PHRASES = bool(tuning.pop("id_phrases", True))
+    query.NUMBERS = bool(tuning.pop("numbers", True))
     ranking.TUNING = replace(ranking.Tuning(), **tuning)
-    sync.INDEXING.update({k: v for k, v in variant.indexing.items() if k in sync.INDEXING})
     try:
-        for name, workspace, queries in samples:
-            todo = scored_queries(queries)
-            todo = todo[:limit] if limit else todo
-            cfg = deep_merge(mode_overrides(variant.mode), variant.config)
-            state = work_dir / f"{name}-{variant.index_key()}"
-            mem = Memory(workspace, state_dir=state, config=cfg,
-                         provider=None if variant.mode == "keyword" else provider)
-            try:
-                t0 = time.perf_counter()
-                mem.sync(reason="bench")
-                took = time.perf_counter() - t0
-                for q in todo:
-                    t1 = time.perf_counter()
-                    resp = mem.search(q["query"], max_results=k, min_score=variant.min_score, sync=False)
-                    ms = (time.perf_counter() - t1) * 1000
-                    ranked = [Ranked(r.path, r.start_line, r.end_line, r.score) for r in resp.results]
-                    s = score_query(q["relevant"], ranked, [k])
-                    rows.append({"sample": name, "id": q["id"], "category": str(q.get("category", "-")),
-                                 "recall": s.recall[k], "hit": s.hit[k], "mrr": s.rr[k], "lines": s.lines[k],
-                                 "ms": ms, "mode": resp.mode})
-            finally:
-                mem.close()
-            say(f"[{variant.name}] {name}: synced in {took:.1f}s, {len(todo)} questions")
+        with indexing_switches(variant.indexing):
+            for name, workspace, queries in samples:
+                todo = scored_queries(queries)
+                todo = todo[:limit] if limit else todo
+                cfg = deep_merge(mode_overrides(variant.mode), variant.config)
+                state = work_dir / f"{name}-{variant.index_key()}"
+                mem = Memory(workspace, state_dir=state, config=cfg,
+                             provider=None if variant.mode == "keyword" else provider)
+                try:
+                    t0 = time.perf_counter()
+                    mem.sync(reason="bench")
+                    took = time.perf_counter() - t0
+                    for q in todo:
+                        t1 = time.perf_counter()
+                        resp = mem.search(q["query"], max_results=k, min_score=variant.min_score, sync=False)
+                        ms = (time.perf_counter() - t1) * 1000
+                        ranked = [Ranked(r.path, r.start_line, r.end_line, r.score) for r in resp.results]
+                        s = score_query(q["relevant"], ranked, [k])
+                        rows.append({"sample": name, "id": q["id"], "category": str(q.get("category", "-")),
+                                     "recall": s.recall[k], "hit": s.hit[k], "mrr": s.rr[k], "lines": s.lines[k],
+                                     "ms": ms, "mode": resp.mode})
+                finally:
+                    mem.close()
+                say(f"[{variant.name}] {name}: synced in {took:.1f}s, {len(todo)} questions")
     finally:
         ranking.TUNING = old_tuning
-        sync.INDEXING.clear()
-        sync.INDEXING.update(old_index)
-        query.STEMMING = query.ID_PHRASES = True
+        query.STEMMING = query.ID_PHRASES = query.NUMBERS = True
     return rows
 
 
