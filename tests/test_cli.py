@@ -71,6 +71,26 @@ def test_failures_exit_1_with_a_clear_message(ws: Path, run_cli, tmp_path: Path)
     assert usage.returncode == 2
 
 
+def test_failures_with_json_print_one_json_error_on_stdout(ws: Path, run_cli, tmp_path: Path):
+    """A program that asked for ``--json`` parses stdout even when the command fails."""
+    env = {"MEMDIR_PROVIDER": "none"}
+    cases = [
+        (("search", "-w", str(ws), "--json"), 2, "usage", "Missing search query"),
+        (("get", "../etc/passwd", "-w", str(ws), "--json"), 1, "error", "path not allowed"),
+        (("status", "-w", str(ws), "--config", str(tmp_path / "nope.toml"), "--json"), 1, "config",
+         "config file not found"),
+        (("search", "x", "-w", str(tmp_path / "absent"), "--json"), 1, "config", "does not exist"),
+    ]
+    for argv, code, kind, words in cases:
+        out = run_cli(*argv, env=env)
+        assert out.returncode == code, (argv, out.stderr)
+        got = json.loads(out.stdout)  # exactly one document
+        assert got["ok"] is False and got["error"]["kind"] == kind and got["error"]["exitCode"] == code
+        assert words in got["error"]["message"] and words in out.stderr  # people still read stderr
+    plain = run_cli("get", "../etc/passwd", "-w", str(ws), env=env)
+    assert plain.returncode == 1 and plain.stdout == ""  # without --json, stdout stays empty
+
+
 def test_no_matches_message(ws: Path, run_cli):
     out = run_cli("search", "xylophone", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"})
     assert out.returncode == 0 and out.stdout.strip() == "No matches."

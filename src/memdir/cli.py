@@ -661,10 +661,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stdout_gone()
     except CliError as exc:
         print(f"memdir: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _json_failure(args, "usage" if isinstance(exc, UsageError) else "error", str(exc), exc.exit_code)
     except KeyboardInterrupt:
         print("memdir: interrupted", file=sys.stderr)
-        return 130
+        return _json_failure(args, "interrupted", "interrupted", 130)
     except Exception as exc:  # every other failure: one clear line, exit 1
         from memdir.config import ConfigError
 
@@ -676,7 +676,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("MEMDIR_DEBUG"):
             raise
         log.debug("traceback", exc_info=True)
-        return 1
+        return _json_failure(args, "config" if isinstance(exc, ConfigError) else "error", str(exc) or label, 1)
+
+
+def _json_failure(args: argparse.Namespace, kind: str, message: str, code: int) -> int:
+    """With ``--json``, a failure is also one JSON object on stdout (``{"ok": false, "error": …}``),
+    so a program reading stdout gets a document it can parse, not an empty string; the one-line
+    message stays on stderr for people.  Returns ``code``."""
+    if getattr(args, "json", False):
+        try:
+            print(json.dumps({"ok": False, "error": {"kind": kind, "message": message, "exitCode": code}},
+                             ensure_ascii=False))
+            _flush_stdout()
+        except (BrokenPipeError, OSError, ValueError):  # stdout gone or closed: stderr said it
+            pass
+    return code
 
 
 if __name__ == "__main__":
