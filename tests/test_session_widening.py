@@ -163,3 +163,32 @@ def test_transcript_lines_follow_the_file(tmp_path: Path) -> None:
     assert lines[-1] == len(t.read_text(encoding="utf-8").split("\n")) - 1 and widths[-1] == len("User: one more") + 1
     t.unlink()
     assert cache.messages(t) == ((), ())
+
+
+def test_a_warmup_measures_the_indexed_transcripts(make_workspace: Callable[..., Path], tmp_path: Path) -> None:
+    """A long-lived process reads its transcripts' messages ahead (as it does its notes), so the
+    first search showing a session result does not read a whole transcript; what a search then
+    shows is what a fresh process shows."""
+    from memdir.note_lines import TRANSCRIPT_LINES
+
+    ws = make_workspace({"MEMORY.md": "# Notes\n\nThe zeppelin hangar is in Friedrichshafen.\n"})
+    state = tmp_path / "state"
+    d = _sessions_dir(ws, state)
+    for name, word in (("s1", "zeppelin"), ("s2", "dirigible")):
+        (d / f"{name}.jsonl").write_text(_transcript({30: f"the {word} leaves at noon"}), encoding="utf-8")
+    with Memory(ws, state_dir=state, config=SESSIONS) as mem:
+        mem.sync(reason="test")
+        TRANSCRIPT_LINES.clear()
+        mem.search("garden", sync=False)
+        mem.search("weather", sync=False)  # a second search: the warm-up starts
+        warmup = mem.store._warmup
+        warmup._thread.join(30)
+        state_now = warmup.describe()
+        assert state_now["state"] == "done" and state_now["transcripts"] == 2, state_now
+        for name in ("s1", "s2"):  # held as a search would read them now
+            held = TRANSCRIPT_LINES._files[str(d / f"{name}.jsonl")]
+            fresh = TranscriptLines()
+            assert (list(held[1]), list(held[2])) == tuple(map(list, fresh.messages(d / f"{name}.jsonl")))
+        warm = [(r.path, r.start_line, r.end_line) for r in mem.search("dirigible", sync=False).results]
+    TRANSCRIPT_LINES.clear()
+    assert warm and warm == [(r.path, r.start_line, r.end_line) for r in _search(ws, state, "dirigible")][:len(warm)]

@@ -153,6 +153,8 @@ class Memory(IndexUpkeep):
                     raise
                 if hasattr(store, "notes_root"):  # its keyword warm-up also measures the notes for widening
                     store.notes_root = self.workspace
+                    if "sessions" in self.settings.memory_search.sources:
+                        store.sessions_root = self.settings.sessions_dir
                 self._store = store
                 self._note_recovery(store)
             return self._store

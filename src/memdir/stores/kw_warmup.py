@@ -23,7 +23,8 @@ the words); the common terms' counts are handed to the store's scorer too, so a 
 no longer walks a word's document list again just to count it for a new query.
 
 Last, it measures the memory notes' line widths that widening needs (:mod:`memdir.note_lines`),
-which a search otherwise reads on first showing a note.
+and the indexed session transcripts' messages, which a search otherwise reads on first showing
+a note or a transcript (a 2.3 MB transcript: ~48 ms).
 
 Everything it reads is tied to the index generation it read it at (the change log's position,
 checked in the same read transaction): the store takes it only while that is still the
@@ -81,7 +82,8 @@ class Warmup:
     def __init__(self, path: Path, table: str, adopt_rows: AdoptRows, add_phrases: AddPhrases, held: Held,
                  idle_for: IdleFor | None = None, *, adopt_counts: AdoptCounts | None = None,
                  budget: int | None = None, min_rows: int | None = None, max_seconds: float | None = None,
-                 idle_seconds: float | None = None, notes_root: Callable[[], Path | None] | None = None):
+                 idle_seconds: float | None = None, notes_root: Callable[[], Path | None] | None = None,
+                 sessions_root: Callable[[], Path | None] | None = None):
         self.path = Path(path)
         self.table = table
         self.adopt_rows = adopt_rows
@@ -90,6 +92,8 @@ class Warmup:
         self.adopt_counts = adopt_counts
         #: The workspace whose memory notes' line widths are measured once the words are read.
         self.notes_root = notes_root
+        #: The folder of the indexed session transcripts (``None``: that source is off).
+        self.sessions_root = sessions_root
         self.idle_for = idle_for
         self.idle_seconds = IDLE_SECONDS if idle_seconds is None else idle_seconds
         # the module's settings as they are now (tests and benches change them)
@@ -104,6 +108,8 @@ class Warmup:
         self.terms = 0
         #: Notes whose line widths were measured for widening (:mod:`memdir.note_lines`).
         self.notes = 0
+        #: Session transcripts whose messages were measured for widening.
+        self.transcripts = 0
         self.rounds = 0
         self.seconds = 0.0
         self.error: str | None = None
@@ -136,7 +142,8 @@ class Warmup:
 
     def describe(self) -> dict[str, Any]:
         return {"state": self.state, "words": self.words, "phrases": self.phrases, "entries": self.entries,
-                "terms": self.terms, "notes": self.notes, "budget": self.budget, "rounds": self.rounds,
+                "terms": self.terms, "notes": self.notes, "transcripts": self.transcripts, "budget": self.budget,
+                "rounds": self.rounds,
                 "seconds": round(self.seconds, 2),
                 **({"error": self.error} if self.error else {})}
 
@@ -236,19 +243,35 @@ class Warmup:
 
     def _notes(self, t0: float) -> None:
         """Measure the memory notes' line widths for widening, as a search would on first showing
-        one (each file checked by ``lstat`` on use, so a note edited later is read again); up to
-        half of what :data:`memdir.note_lines.NOTE_LINES` holds, never pushing out what searches read."""
-        root = self.notes_root() if self.notes_root is not None else None
-        if root is None or self._stop.is_set():
-            return
-        from memdir.note_lines import NOTE_LINES
+        one (each file checked by ``lstat`` on use, so a note edited later is read again), then the
+        indexed session transcripts' messages; each up to half of what its cache
+        (:mod:`memdir.note_lines`) holds, never pushing out what searches read."""
+        from memdir.note_lines import NOTE_LINES, TRANSCRIPT_LINES
 
-        paths = [p for (p,) in self._conn.execute("SELECT path FROM files WHERE source = 'memory' ORDER BY path")]
+        root = self.notes_root() if self.notes_root is not None else None
+        if root is not None and not self._measure(t0, "memory", NOTE_LINES, lambda p: os.path.join(str(root), p)):
+            return
+        # a transcript's messages, as a search reads them on first showing one of its results
+        # (a few MB of JSONL: tens of ms each, once per process)
+        sessions = self.sessions_root() if self.sessions_root is not None else None
+        if sessions is not None:
+            self._measure(t0, "sessions", TRANSCRIPT_LINES, lambda p: os.path.join(str(sessions), os.path.basename(p)))
+
+    def _measure(self, t0: float, source: str, cache: Any, where: Callable[[str], str]) -> bool:
+        """Measure the indexed files of ``source`` into ``cache`` until half of what it holds;
+        ``False``: stopped (told to, or out of time)."""
+        paths = [p for (p,) in self._conn.execute("SELECT path FROM files WHERE source = ? ORDER BY path", (source,))]
         for i, path in enumerate(paths):
-            if NOTE_LINES.lines >= NOTE_LINES.max_lines // 2 or (i % 16 == 0 and not self._pause(t0)):
-                return
-            NOTE_LINES.widths(os.path.join(str(root), path))
-            self.notes += 1
+            if cache.lines >= cache.max_lines // 2:
+                return True
+            if self._stop.is_set() or (i % 16 == 0 and not self._pause(t0)):
+                return False
+            cache.widths(where(path))
+            if source == "memory":
+                self.notes += 1
+            else:
+                self.transcripts += 1
+        return True
 
     def _pause(self, t0: float) -> bool:
         """Wait until the store has been idle a while; ``False``: stop (told to, or out of time)."""

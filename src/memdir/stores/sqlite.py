@@ -805,6 +805,8 @@ class SqliteStore(SqliteLifecycle):
     #: The workspace whose memory notes the warm-up measures for widening (set by
     #: :class:`memdir.api.Memory`; ``None``: no notes).
     notes_root: Path | None = None
+    #: The folder of the session transcripts it measures too (``None``: the source is off).
+    sessions_root: Path | None = None
 
     def start_warmup(self) -> bool:
         """Read the postings of the most common words ahead, in a background thread (once per
@@ -862,7 +864,7 @@ class SqliteStore(SqliteLifecycle):
                         self.conn.execute("RELEASE memdir_kw_warmup")
 
             warmup = Warmup(self.path, "chunks_fts", adopt, add, held, self.lock.idle_for, adopt_counts=counts,
-                            notes_root=lambda: self.notes_root)
+                            notes_root=lambda: self.notes_root, sessions_root=lambda: self.sessions_root)
             self._warmup = warmup
             warmup.start()
             return True
