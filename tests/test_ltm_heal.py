@@ -188,3 +188,17 @@ def test_cli_damaged_data_file_says_so_once_on_stderr(tmp_path: Path, make_works
     assert again.returncode == 0 and again.stderr == "" and json.loads(again.stdout)["action"] == "created"
     stats = json.loads(run_cli("ltm", "stats", "--json", *base, check=True).stdout)
     assert stats["total"] == 2 and stats["recovery"]["recovered"] == 1
+
+
+def test_a_damaged_compacted_fragment_is_filled_in_from_the_version_before_compaction(tmp_path: Path) -> None:
+    with make(tmp_path, AxisProvider()) as ltm:
+        for i in range(33):  # the 32nd write compacts the table into one fragment
+            ltm.store(f"memory number {i}", category="fact")
+        db = ltm.db_path
+    files = data_files(db)
+    compacted = max(files[:-1], key=lambda p: p.stat().st_size)  # the last store wrote the newest file
+    garble(compacted)
+    notices: list[str] = []
+    with make(tmp_path, AxisProvider(), notices=notices) as ltm:
+        assert sorted(r.text for r in ltm.list()) == sorted(f"memory number {i}" for i in range(33))
+        assert "recovered 33 of 33 memories (32 from an earlier version)" in notices[0]
