@@ -381,6 +381,10 @@ def rebuild(db_path: Path, problem: str, *, embed: Callable[[list[str]], list[An
             else:
                 not_restored = len(need)
                 records = [r for r in records if r.vector is not None]
+        kept_mirror = None
+        if not_restored and mirror is not None:  # the mirror is regenerated next: keep what it listed
+            kept_mirror = _free_name(mirror.with_name(f"{mirror.name}.before-recovery-{stamp}"))
+            shutil.copyfile(mirror, kept_mirror)
         aside = _free_name(db_path / f"{TABLE_DIR}{DAMAGED_INFIX}{stamp}")
         from_mirror = sum(1 for r in restored if r.vector is not None)
         info: dict[str, Any] = {
@@ -388,6 +392,7 @@ def rebuild(db_path: Path, problem: str, *, embed: Callable[[list[str]], list[An
             "recovered": len(records), "expected": got.expected, "fromEarlierVersion": got.from_earlier,
             "fromMirror": from_mirror, "mirrorNotRestored": not_restored, "lostFragments": got.lost_fragments,
             "version": got.version, "newestVersion": got.newest_version,
+            "mirrorCopy": str(kept_mirror) if kept_mirror else None,
         }
         info["message"] = recovery_message(info)
         shutil.rmtree(work / "read", ignore_errors=True)
@@ -423,7 +428,7 @@ def recovery_message(info: dict[str, Any]) -> str:
         text += "; no version of the table could be read"
     if info.get("mirrorNotRestored"):
         text += (f"; {info['mirrorNotRestored']} memories of the mirror were not restored (their vectors would "
-                 "come from another model): `memdir ltm import` the mirror after `memdir ltm reembed`")
+                 f"come from another model): `memdir ltm reembed`, then `memdir ltm import {info.get('mirrorCopy')}`")
     return text
 
 
