@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,9 @@ def _stats(ltm: Any, args: argparse.Namespace) -> int:
     print(f"Store: {st['dbPath']}")
     if st["mirror"]:
         print(f"Mirror: {st['mirror']}")
+    if st.get("recovery"):
+        when = datetime.fromtimestamp(float(st["recovery"].get("at") or 0) / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        print(f"Recovered {when}: {st['recovery'].get('message')}")
     return 0
 
 

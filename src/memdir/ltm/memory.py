@@ -9,6 +9,10 @@
 
 Writes (store, forget, import, reembed) hold a per-folder lock, so the duplicate check and
 the insert are one step even with several processes (an MCP server and the CLI) on one agent.
+
+Every public operation heals a damaged table (:mod:`memdir.ltm.heal`): a read or write that
+fails on an unreadable file sets the table aside, rebuilds it from what still reads (and the
+mirror), says so once through ``notice`` and in :attr:`LongTermMemory.recoveries`, then runs again.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from memdir.ltm import heal
 from memdir.ltm.capture import (
     CATEGORIES,
     MAX_CAPTURES_PER_TURN,
@@ -34,6 +39,7 @@ if TYPE_CHECKING:
     from memdir.config import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DUPLICATE_SCORE = 0.95
 SUPERSEDE_MIN = 0.8
@@ -55,8 +61,9 @@ class LongTermMemory:
     """Store, search and forget one agent's long-term memories; recall and capture around turns."""
 
     def __init__(self, settings: Settings | None = None, *, provider: Any = None, db_path: str | Path | None = None,
-                 clock: Callable[[], int] | None = None):
-        """``settings`` default to memdir's defaults; ``provider`` overrides the configured embedder."""
+                 clock: Callable[[], int] | None = None, notice: Callable[[str], None] | None = None):
+        """``settings`` default to memdir's defaults; ``provider`` overrides the configured embedder;
+        ``notice`` is told once when a damaged table was recovered (default: a logged warning)."""
         from memdir.config import Settings
         from memdir.ltm import settings as ltm_settings
         from memdir.ltm.store import import_lancedb
@@ -73,6 +80,9 @@ class LongTermMemory:
         self.table = LanceTable(self.db_path, scoring=self.config.scoring)
         self._clock = clock or _now_ms
         self.last_warnings: list[str] = []
+        self.notice: Callable[[str], None] = notice or (lambda message: log.warning("%s", message))
+        #: What each recovery of a damaged table did in this process (see :mod:`memdir.ltm.heal`).
+        self.recoveries: list[dict[str, Any]] = []
 
     @classmethod
     def for_memory(cls, memory: Any, **kwargs: Any) -> LongTermMemory:
@@ -82,6 +92,7 @@ class LongTermMemory:
         provider = None
         if not embedding_overridden(memory.settings):
             provider = memory.selection.provider  # None when memory search is keyword-only
+        kwargs.setdefault("notice", getattr(memory, "notice", None))
         ltm = cls(memory.settings, provider=provider, **kwargs)
         ltm._owns_provider = provider is None
         return ltm
@@ -129,9 +140,62 @@ class LongTermMemory:
         self.db_path.mkdir(parents=True, exist_ok=True)
         return FileWriterLock(self.db_path / "ltm")
 
+    def _healing(self, op: Callable[[], T]) -> T:
+        """Run ``op``; if it failed on a damaged table, recover the table and run ``op`` once more."""
+        if heal.pending(self.db_path):  # a rebuild another process was killed in the middle of
+            with self._lock():
+                self._finish_rebuilds()
+        started = time.time() * 1000
+        try:
+            return op()
+        except Exception as exc:
+            if not heal.is_damage(exc) or self._recover(exc, started) is None:
+                raise
+        return op()
+
+    def _finish_rebuilds(self) -> None:
+        """Under the lock: complete a rebuild a killed process left ready (before any table is made)."""
+        if heal.pending(self.db_path):
+            self.table.close()
+            info = heal.finish_rebuilds(self.db_path)
+            if info is not None:
+                self._recovered(info)
+
+    def _recover(self, exc: BaseException, started_ms: float) -> dict[str, Any] | None:
+        """Set the damaged table aside and rebuild it (once for all processes: under the lock).
+
+        ``None`` when the table reads after all and nobody recovered it meanwhile: then the error
+        was no damage (a full disk, a read-only folder) and is raised as it is.
+        """
+        from memdir.ltm.markdown import mirror_header
+
+        with self._lock():
+            self.table.close()
+            self._checked = False
+            self._finish_rebuilds()
+            problem = heal.table_problem(self.db_path)
+            if problem is None:
+                last = heal.last_recovery(self.db_path)
+                return last if last and float(last.get("at") or 0) >= started_ms - 1000 else None
+            info = heal.rebuild(self.db_path, problem, embed=lambda texts: self.embedder.documents(texts),
+                                identity=lambda: self.embedder.identity, mirror=self.mirror_path,
+                                mirror_header=mirror_header(self.settings.agent_id, self.db_path),
+                                timezone=self.settings.user_timezone, clock=self._clock)
+            self._recovered(info)
+            if self.mirror_path is not None:
+                self._sync_mirror()
+        return info
+
+    def _recovered(self, info: dict[str, Any]) -> None:
+        self.recoveries.append(info)
+        self.notice(str(info.get("message") or heal.recovery_message(info)))
+
     # -- reading -------------------------------------------------------------------------------
     def search(self, query: str, *, limit: int = 5, min_score: float = SEARCH_MIN_SCORE) -> list[MemoryRecord]:
         """Active memories most similar to ``query`` (cosine, or R§14's scale with ``scoring=openclaw``)."""
+        return self._healing(lambda: self._search_once(query, limit, min_score))
+
+    def _search_once(self, query: str, limit: int, min_score: float) -> list[MemoryRecord]:
         query = (query or "").strip()
         if not query:
             raise LtmError("query required")
@@ -141,12 +205,16 @@ class LongTermMemory:
 
     def list(self, *, include_superseded: bool = False) -> list[MemoryRecord]:
         """Every active memory, oldest first (superseded ones too with ``include_superseded``)."""
-        return self.table.all(include_superseded=include_superseded)
+        return self._healing(lambda: self.table.all(include_superseded=include_superseded))
 
     def get(self, memory_id: str) -> MemoryRecord | None:
-        return self.table.get(memory_id)
+        return self._healing(lambda: self.table.get(memory_id))
 
     def stats(self) -> dict[str, Any]:
+        """Counts, model, folders, and the last recovery of a damaged table (``recovery``, or ``None``)."""
+        return self._healing(self._stats_once)
+
+    def _stats_once(self) -> dict[str, Any]:
         records = self.table.all(include_superseded=True)
         active = [r for r in records if r.active]
         by_category = {c: sum(1 for r in active if r.category == c) for c in CATEGORIES}
@@ -156,7 +224,8 @@ class LongTermMemory:
                 "provider": identity.get("provider"), "model": identity.get("model"), "dims": self.table.dims(),
                 "scoring": self.config.scoring, "autoRecall": self.config.auto_recall,
                 "autoCapture": self.config.auto_capture, "enabled": self.config.enabled,
-                "mirror": str(self.mirror_path) if self.mirror_path else None}
+                "mirror": str(self.mirror_path) if self.mirror_path else None,
+                "recovery": heal.last_recovery(self.db_path)}
 
     # -- writing -------------------------------------------------------------------------------
     def store(self, text: str, *, importance: float = DEFAULT_IMPORTANCE, category: str | None = None,
@@ -171,6 +240,9 @@ class LongTermMemory:
         importance = float(importance)
         if not 0.0 <= importance <= 1.0:
             raise LtmError(f"importance must be between 0 and 1, got {importance}")
+        return self._healing(lambda: self._store_once(text, importance, category, source))
+
+    def _store_once(self, text: str, importance: float, category: str, source: str) -> StoreResult:
         vector = self._vectors([text])[0]
         with self._lock():
             result = self._store_locked(text, vector, importance, category, source)
@@ -184,6 +256,7 @@ class LongTermMemory:
         if hits:
             return StoreResult("duplicate", hits[0])
         if not self.table.exists():
+            self._finish_rebuilds()  # a killed recovery's new table goes in first, never beside a fresh one
             self.table.create(int(vector.size), self.embedder.identity)
         record = MemoryRecord(id=memory_id or str(uuid.uuid4()), text=text, category=category,
                               importance=importance, created_at=created_at or self._clock(), source=source,
@@ -207,6 +280,9 @@ class LongTermMemory:
         By query: the matches scoring ≥ 0.7 (top 5); exactly one, scoring > 0.9, is deleted,
         otherwise they come back as ``candidates`` to choose from.
         """
+        return self._healing(lambda: self._forget_once(memory_id, query))
+
+    def _forget_once(self, memory_id: str | None, query: str | None) -> ForgetResult:
         if memory_id:
             full = self._resolve_id(memory_id)
             if full is None:
@@ -220,7 +296,7 @@ class LongTermMemory:
             return ForgetResult("deleted", record, warnings=warnings)
         if not (query or "").strip():
             raise LtmError("Provide query or memoryId.")
-        hits = self.search(str(query), limit=FORGET_SEARCH_LIMIT, min_score=FORGET_MIN_SCORE)
+        hits = self._search_once(str(query), FORGET_SEARCH_LIMIT, FORGET_MIN_SCORE)
         if not hits:
             return ForgetResult("none_matched")
         if len(hits) == 1 and (hits[0].score or 0.0) > FORGET_AUTO_SCORE:
@@ -254,6 +330,9 @@ class LongTermMemory:
         texts = capture_candidates(messages, self.config.capture_max_chars, MAX_CAPTURES_PER_TURN)
         if not texts:
             return []
+        return self._healing(lambda: self._capture_once(texts))
+
+    def _capture_once(self, texts: list[str]) -> list[StoreResult]:
         vectors = self._vectors(texts)
         results = []
         with self._lock():
@@ -280,6 +359,9 @@ class LongTermMemory:
         unknown id are restored as they are (id, date, importance, superseded state); bullets
         without an id are stored like :meth:`store` (duplicates skipped).  Nothing is deleted.
         """
+        return self._healing(lambda: self._import_once(text))
+
+    def _import_once(self, text: str) -> ImportReport:
         from memdir.ltm.markdown import ms_of_day, parse
 
         items, skipped = parse(text)
@@ -309,6 +391,7 @@ class LongTermMemory:
                     report.updated.append(existing.id)
                 elif item.id:
                     if not self.table.exists():
+                        self._finish_rebuilds()
                         self.table.create(int(vector.size), self.embedder.identity)
                     by = item.superseded_by.lower() if item.superseded_by else None
                     self.table.add([MemoryRecord(id=item.id.lower(), text=item.text, category=category,
@@ -327,6 +410,9 @@ class LongTermMemory:
 
     def reembed(self) -> int:
         """Re-embed every memory (superseded ones too) with the configured model; returns the count."""
+        return self._healing(self._reembed_once)
+
+    def _reembed_once(self) -> int:
         records = self.table.all(include_superseded=True)
         if not records:
             return 0
@@ -340,8 +426,12 @@ class LongTermMemory:
 
     def sync_mirror(self) -> list[str]:
         """Regenerate the mirror file now (it is also regenerated after every change)."""
-        with self._lock():
-            return self._sync_mirror()
+
+        def once() -> list[str]:
+            with self._lock():
+                return self._sync_mirror()
+
+        return self._healing(once)
 
     def _after_write(self) -> list[str]:
         """Under the write lock: compact the table when it has many fragments, then the mirror."""

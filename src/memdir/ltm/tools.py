@@ -17,7 +17,9 @@ full UUID) and says when an id matches nothing (OpenClaw reports success).
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 from memdir.ltm.capture import CATEGORIES
@@ -88,6 +90,25 @@ def _failure(exc: BaseException) -> ToolResult:
     return _result(f"Long-term memory error: {message}", {"error": message})
 
 
+def _reports_recovery(tool: Callable[..., ToolResult]) -> Callable[..., ToolResult]:
+    """Add to ``details.warnings`` what recovering a damaged table during the call did (once)."""
+
+    @functools.wraps(tool)
+    def run(target: Any, args: Any = None, **kwargs: Any) -> ToolResult:
+        try:
+            ltm = _long_term(target)
+        except Exception:  # the tool itself reports it
+            return tool(target, args, **kwargs)
+        before = len(getattr(ltm, "recoveries", None) or [])
+        result = tool(target, args, **kwargs)
+        done = list(getattr(ltm, "recoveries", None) or [])[before:]
+        if done:
+            result["details"].setdefault("warnings", []).extend(str(info.get("message")) for info in done)
+        return result
+
+    return run
+
+
 def _long_term(target: Any) -> Any:
     """A LongTermMemory from itself or from a :class:`memdir.Memory` (its ``long_term``)."""
     if target is None:
@@ -95,6 +116,7 @@ def _long_term(target: Any) -> Any:
     return getattr(target, "long_term", target)
 
 
+@_reports_recovery
 def memory_recall(target: Any, args: Any = None) -> ToolResult:
     """Search (limit 5, min score 0.1); "Found N memories:" with ``i. [category] text (NN%)`` lines."""
     try:
@@ -117,6 +139,7 @@ def memory_recall(target: Any, args: Any = None) -> ToolResult:
     return _result(f"Found {len(hits)} memories:\n\n" + "\n".join(lines), {"count": len(hits), "memories": memories})
 
 
+@_reports_recovery
 def memory_store(target: Any, args: Any = None, *, source: str = "tool") -> ToolResult:
     """Store unless a memory scores ≥ 0.95 ("Similar memory already exists"); report supersessions."""
     try:
@@ -145,6 +168,7 @@ def memory_store(target: Any, args: Any = None, *, source: str = "tool") -> Tool
     return _result(text, details)
 
 
+@_reports_recovery
 def memory_forget(target: Any, args: Any = None) -> ToolResult:
     """Forget by ``memoryId``, or by ``query``: one match > 0.9 is deleted, else candidates are listed."""
     try:
