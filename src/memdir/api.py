@@ -29,7 +29,7 @@ from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provi
 from memdir.errors import IndexOwnershipError, MemdirError, ownership_message
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
-from memdir.settings_cache import SnapshotConfig
+from memdir.settings_cache import SnapshotConfig, with_value
 from memdir.stores import Store, open_store
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE
 from memdir.upkeep import STATUS_CHECK_MAX_BYTES, IndexUpkeep
@@ -322,8 +322,8 @@ class Memory(IndexUpkeep):
                 raise MemdirError("vector search needs embeddings, and none are available: "
                                   + (sel.unavailable_reason or "the index was built with another model")
                                   .splitlines()[0])
-            cfg = ms.model_copy(deep=True)
-            cfg.query.hybrid.enabled = False  # run_search: vectors only, keyword hits left out
+            # run_search: vectors only, keyword hits left out (the CLI's settings may be a snapshot view)
+            cfg = with_value(ms, "query.hybrid.enabled", False)
         response = run_search(
             store, cfg, query, provider=provider, workspace=self.workspace, max_results=max_results,
             min_score=min_score, explain=explain, provider_label=label, timezone=self.settings.user_timezone,
