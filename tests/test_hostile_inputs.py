@@ -253,3 +253,16 @@ def test_a_note_that_is_not_utf8_is_refused_in_one_line_and_nothing_is_written(m
             mem.append_daily("lone \ud83d surrogate", date="2026-03-04")
         assert mem.append_daily("caf\u00e9 \U0001f993 fine", date="2026-03-04") == "memory/2026-03-04.md"
     assert (ws / "memory" / "2026-03-04.md").read_text(encoding="utf-8") == "- first\ncaf\u00e9 \U0001f993 fine\n"
+
+
+def test_a_min_score_of_nan_is_refused_not_read_as_zero(make_workspace, run_cli):
+    """``--min-score nan`` (and ``search(min_score=nan)``) clamped to a floor of 0, so every hit
+    passed a strict floor, while the same NaN in a config file is refused; now both refuse it."""
+    ws = make_workspace({"MEMORY.md": "- the walrus budget\n", "memory/2026-01-02.md": "- walrus plans\n"})
+    env = {"MEMDIR_PROVIDER": "none"}
+    bad = run_cli("-w", str(ws), "search", "walrus", "--min-score", "nan", env=env)
+    assert bad.returncode == 1 and bad.stdout == "" and bad.stderr.count("\n") == 1 and "NaN" in bad.stderr
+    ok = run_cli("-w", str(ws), "search", "walrus", "--min-score", "0", "--files", env=env)
+    assert ok.returncode == 0 and sorted(ok.stdout.split()) == ["MEMORY.md", "memory/2026-01-02.md"]
+    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as mem, pytest.raises(ValueError, match="NaN"):
+        mem.search("walrus", min_score=float("nan"))

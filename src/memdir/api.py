@@ -272,6 +272,8 @@ class Memory(IndexUpkeep):
             raise TypeError(f"query must be a string, not {type(query).__name__}")
         if mode not in SEARCH_MODES:
             raise ValueError(f"unknown search mode {mode!r} (expected one of {', '.join(SEARCH_MODES)})")
+        if isinstance(min_score, float) and min_score != min_score:  # NaN: the floor would become 0, all pass
+            raise ValueError("min_score must be a number (0 to 1), not NaN")
         return self._healing(lambda: self._search_once(query, max_results, min_score, explain, sync, mode))
 
     def _search_once(self, query: str, max_results: int | None, min_score: float | None, explain: bool,
