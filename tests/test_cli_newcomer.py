@@ -221,6 +221,21 @@ def test_vector_mode_with_the_embedded_model(notes: Path, run_cli):
     assert all(r.get("explain") is None for r in res["results"])
 
 
+def test_vector_mode_again_once_the_settings_are_remembered(notes: Path, run_cli, state_dir: Path):
+    """A search remembers its settings (``<state>/cache/settings-*.json``); the next run reads them
+    back as a read-only view, which ``--mode vector`` once tried to ``model_copy`` (exit 1)."""
+    assert run_cli("-w", str(notes), "search", "ledger").returncode == 0
+    assert list((state_dir / "cache").glob("settings-*.json"))
+    for _ in range(2):
+        out = run_cli("-w", str(notes), "search", "which database holds the ledger?", "--mode", "vector",
+                      "--json", "--min-score", "0")
+        assert out.returncode == 0, out.stderr
+        res = json.loads(out.stdout)
+        assert res["mode"] == "vector" and res["results"]
+    hybrid = json.loads(run_cli("-w", str(notes), "search", "ledger", "--json").stdout)
+    assert hybrid["mode"] == "hybrid"  # the shared settings were not switched to vectors only
+
+
 def test_append_text_stdin_and_json(notes: Path, run_cli, state_dir: Path):
     out = run_cli("-w", str(notes), "append", "Decided:", "billing", "retries", "3", "times", "--date", "2026-03-04",
                   env=KW)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import cli_env
+from memdir.api import Memory
 from memdir.config import load_config
+from memdir.memfiles import MemoryFileError
 
 SESSIONS_CFG = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
                                  "experimental": {"sessionMemory": True}}}
@@ -228,3 +233,36 @@ def test_a_stream_that_cannot_encode_a_note_gets_escapes_not_an_error(make_works
     assert "caf\\xe9 plan for the kiwi \\U0001f95d" in out.stdout
     got = run_cli("-w", str(ws), "get", "MEMORY.md", env=env)
     assert got.returncode == 0 and "caf\\xe9" in got.stdout, got.stderr
+
+
+def test_a_note_that_is_not_utf8_is_refused_in_one_line_and_nothing_is_written(make_workspace, run_cli,
+                                                                                 state_dir: Path):
+    """``memdir append -`` fed bytes that are not UTF-8 said "'utf-8' codec can't encode characters
+    in position 0-1: surrogates not allowed" (or, in another locale, a decode error); the API took a
+    lone surrogate to the same codec error.  Now both name the problem; the log is never touched."""
+    ws = make_workspace({"MEMORY.md": "- plain note\n", "memory/2026-03-04.md": "- first\n"})
+    for lang in ("C.UTF-8", "C"):
+        proc = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "append", "-", "--date", "2026-03-04"],
+                              input=b"\xff\xfe half a note \x80\n", capture_output=True, timeout=60,
+                              env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none", "LC_ALL": lang, "LANG": lang})
+        err = proc.stderr.decode()
+        assert proc.returncode == 1 and err.count("\n") == 1 and "not valid UTF-8" in err, err
+    assert (ws / "memory" / "2026-03-04.md").read_bytes() == b"- first\n"
+    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as mem:
+        with pytest.raises(MemoryFileError, match="not valid UTF-8"):
+            mem.append_daily("lone \ud83d surrogate", date="2026-03-04")
+        assert mem.append_daily("caf\u00e9 \U0001f993 fine", date="2026-03-04") == "memory/2026-03-04.md"
+    assert (ws / "memory" / "2026-03-04.md").read_text(encoding="utf-8") == "- first\ncaf\u00e9 \U0001f993 fine\n"
+
+
+def test_a_min_score_of_nan_is_refused_not_read_as_zero(make_workspace, run_cli):
+    """``--min-score nan`` (and ``search(min_score=nan)``) clamped to a floor of 0, so every hit
+    passed a strict floor, while the same NaN in a config file is refused; now both refuse it."""
+    ws = make_workspace({"MEMORY.md": "- the walrus budget\n", "memory/2026-01-02.md": "- walrus plans\n"})
+    env = {"MEMDIR_PROVIDER": "none"}
+    bad = run_cli("-w", str(ws), "search", "walrus", "--min-score", "nan", env=env)
+    assert bad.returncode == 1 and bad.stdout == "" and bad.stderr.count("\n") == 1 and "NaN" in bad.stderr
+    ok = run_cli("-w", str(ws), "search", "walrus", "--min-score", "0", "--files", env=env)
+    assert ok.returncode == 0 and sorted(ok.stdout.split()) == ["MEMORY.md", "memory/2026-01-02.md"]
+    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as mem, pytest.raises(ValueError, match="NaN"):
+        mem.search("walrus", min_score=float("nan"))

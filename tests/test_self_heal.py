@@ -204,3 +204,30 @@ def test_the_embedding_cache_is_salvaged_from_a_truncated_index(make_workspace):
         assert 0 < salvaged <= cached and report.indexed == N_FILES
         assert provider.embedded - before == cached - salvaged  # only what was lost is embedded again
     assert not list(index.parent.glob("*.salvage"))
+
+
+def test_cached_vectors_of_the_wrong_size_are_embedded_again(make_workspace, run_cli, state_dir):
+    """An embedding-cache entry whose bytes do not hold its ``dims`` floats (a damaged page, a
+    hand edit) is a miss: once, a blob of 4k+1 bytes failed every ``index --force`` with NumPy's
+    "buffer size must be a multiple of element size", and a short one put a vector of the wrong
+    width into the index."""
+    ws = make_workspace({"MEMORY.md": "# Notes\n\n- The zebra enclosure needs a new gate.\n",
+                         "memory/2026-01-12.md": "- Lunch with Dana about the quarterly budget.\n"})
+    assert run_cli("-w", str(ws), "index").returncode == 0  # the embedded model
+    index = next((state_dir / "memory").glob("*.sqlite"))
+    with sqlite3.connect(index) as conn:
+        entries = conn.execute("SELECT count(*) FROM embedding_cache WHERE dims = 384").fetchone()[0]
+        assert entries >= 2
+        # every other entry one float and a byte long, the rest 25 floats where 384 are due
+        conn.execute("UPDATE embedding_cache SET embedding = CASE WHEN rowid % 2 THEN randomblob(5) "
+                     "ELSE randomblob(100) END")
+    conn.close()
+    out = run_cli("-w", str(ws), "index", "--force", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["embedded"] == entries  # every damaged entry was embedded again
+    with sqlite3.connect(index) as conn:
+        widths = {n for (n,) in conn.execute("SELECT length(embedding) FROM chunks")}
+    conn.close()
+    assert widths == {384 * 4}
+    found = run_cli("-w", str(ws), "search", "striped animal pen", "--mode", "vector", "--files")
+    assert found.returncode == 0 and found.stdout.splitlines()[0] == "MEMORY.md"

@@ -29,7 +29,7 @@ from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provi
 from memdir.errors import IndexOwnershipError, MemdirError, ownership_message
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
-from memdir.settings_cache import SnapshotConfig
+from memdir.settings_cache import SnapshotConfig, with_value
 from memdir.stores import Store, open_store
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE
 from memdir.upkeep import STATUS_CHECK_MAX_BYTES, IndexUpkeep
@@ -274,6 +274,8 @@ class Memory(IndexUpkeep):
             raise TypeError(f"query must be a string, not {type(query).__name__}")
         if mode not in SEARCH_MODES:
             raise ValueError(f"unknown search mode {mode!r} (expected one of {', '.join(SEARCH_MODES)})")
+        if isinstance(min_score, float) and min_score != min_score:  # NaN: the floor would become 0, all pass
+            raise ValueError("min_score must be a number (0 to 1), not NaN")
         return self._healing(lambda: self._search_once(query, max_results, min_score, explain, sync, mode))
 
     def _search_once(self, query: str, max_results: int | None, min_score: float | None, explain: bool,
@@ -324,8 +326,8 @@ class Memory(IndexUpkeep):
                 raise MemdirError("vector search needs embeddings, and none are available: "
                                   + (sel.unavailable_reason or "the index was built with another model")
                                   .splitlines()[0])
-            cfg = ms.model_copy(deep=True)
-            cfg.query.hybrid.enabled = False  # run_search: vectors only, keyword hits left out
+            # run_search: vectors only, keyword hits left out (the CLI's settings may be a snapshot view)
+            cfg = with_value(ms, "query.hybrid.enabled", False)
         response = run_search(
             store, cfg, query, provider=provider, workspace=self.workspace, max_results=max_results,
             min_score=min_score, explain=explain, provider_label=label, timezone=self.settings.user_timezone,

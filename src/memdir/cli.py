@@ -381,7 +381,9 @@ def cmd_get(args: argparse.Namespace) -> int:
 def cmd_append(args: argparse.Namespace) -> int:
     text = " ".join(args.text)
     if args.text == ["-"]:
-        text = sys.stdin.read()
+        # bytes that are not UTF-8 are kept as surrogates whatever the locale, so the note is
+        # refused with one clear message (memfiles.normalise_entry) rather than a codec error
+        text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
     if not text.strip():
         raise UsageError("Nothing to append. Give the note as arguments, or - to read it from stdin.")
     if args.date is not None:

@@ -60,6 +60,10 @@ def normalise_entry(text: str) -> str:
     body = _LEADING_BLANK_LINES.sub("", text.replace("\r\n", "\n").replace("\r", "\n").rstrip())
     if "\x00" in body:
         raise MemoryFileError("text contains a NUL byte")
+    try:
+        body.encode("utf-8")
+    except UnicodeEncodeError as exc:  # bytes read with surrogateescape, or a lone surrogate
+        raise MemoryFileError(f"text is not valid UTF-8 (at character {exc.start + 1})") from None
     if not body.strip():
         raise MemoryFileError("text required")
     return body + "\n"

@@ -16,6 +16,7 @@ a state folder that cannot be written simply means no snapshot.
 from __future__ import annotations
 
 import binascii
+import copy
 import json
 import math
 import os
@@ -98,6 +99,30 @@ class View:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._data!r})"
+
+
+def with_value(section: Any, path: str, value: Any) -> Any:
+    """A copy of ``section`` (a pydantic model or a :class:`View`) with the field at the dotted
+    ``path`` set to ``value``; the shared original is left as it is.
+
+    A search in one mode needs settings that differ in one field, and the CLI's settings may be a
+    read-only :class:`View` with no ``model_copy``.  A view's remembered property values are kept,
+    so ``path`` must not be a field a property is derived from.
+    """
+    *parents, leaf = path.split(".")
+    if isinstance(section, View):
+        data = copy.deepcopy(section._data)
+        node = data
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+        return View(data)
+    out = section.model_copy(deep=True)
+    node = out
+    for key in parents:
+        node = getattr(node, key)
+    setattr(node, leaf, value)
+    return out
 
 
 def dump_with_properties(model: Any) -> dict[str, Any]:

@@ -1005,15 +1005,19 @@ class SqliteStore(SqliteLifecycle):
                 marks = ",".join("?" * len(part))
                 # an empty entry is a reference: a chunk with that text holds the vector
                 held = _HELD.format(db="")
-                for h, blob in self.conn.execute(
-                    f"SELECT e.hash, CASE WHEN length(e.embedding) > 0 THEN e.embedding ELSE ({held}) END "
+                for h, blob, dims in self.conn.execute(
+                    f"SELECT e.hash, CASE WHEN length(e.embedding) > 0 THEN e.embedding ELSE ({held}) END, e.dims "
                     f"FROM embedding_cache e WHERE e.provider = ? AND e.model = ? AND e.provider_key = ? "
                     f"AND e.hash IN ({marks})",
                     (provider, model, provider_key, *map(hex_key, part)),
                 ):
-                    vec = from_blob(blob)
-                    if vec.size:
-                        out[hex_str(h)] = vec.tolist()
+                    # An entry whose bytes do not hold ``dims`` floats (a damaged or hand-edited file)
+                    # is a miss, re-embedded: trusted, it stopped every rebuild (NumPy refuses a blob of
+                    # 4k+1 bytes) or put a vector of the wrong width in the index.
+                    if not isinstance(blob, bytes | bytearray) or not isinstance(dims, int) or dims <= 0 \
+                            or len(blob) != 4 * dims:
+                        continue
+                    out[hex_str(h)] = from_blob(blob).tolist()
         return out
 
     def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
