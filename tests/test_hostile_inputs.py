@@ -266,3 +266,12 @@ def test_a_min_score_of_nan_is_refused_not_read_as_zero(make_workspace, run_cli)
     assert ok.returncode == 0 and sorted(ok.stdout.split()) == ["MEMORY.md", "memory/2026-01-02.md"]
     with Memory(ws, config={"memorySearch": {"provider": "none"}}) as mem, pytest.raises(ValueError, match="NaN"):
         mem.search("walrus", min_score=float("nan"))
+
+
+def test_a_max_results_that_is_not_finite_is_refused_in_words(make_workspace):
+    ws = make_workspace({"MEMORY.md": "- the walrus budget\n"})
+    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as mem:
+        for bad in (float("nan"), float("inf")):
+            with pytest.raises(ValueError, match="max_results must be a whole number"):
+                mem.search("walrus", max_results=bad)
+        assert [r.path for r in mem.search("walrus", max_results=2.0).results] == ["MEMORY.md"]

@@ -17,6 +17,7 @@ paths, and a state folder that cannot be written still answers searches read-onl
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -276,6 +277,8 @@ class Memory(IndexUpkeep):
             raise ValueError(f"unknown search mode {mode!r} (expected one of {', '.join(SEARCH_MODES)})")
         if isinstance(min_score, float) and min_score != min_score:  # NaN: the floor would become 0, all pass
             raise ValueError("min_score must be a number (0 to 1), not NaN")
+        if isinstance(max_results, float) and not math.isfinite(max_results):
+            raise ValueError(f"max_results must be a whole number, not {max_results}")
         return self._healing(lambda: self._search_once(query, max_results, min_score, explain, sync, mode))
 
     def _search_once(self, query: str, max_results: int | None, min_score: float | None, explain: bool,
