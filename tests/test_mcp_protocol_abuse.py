@@ -143,3 +143,47 @@ def test_a_session_that_ends_during_the_start_up_index_says_nothing_on_stderr(ma
         assert json.loads(proc.stdout.splitlines()[0])["result"]["serverInfo"]["name"] == "memdir"
         noise += [line for line in proc.stderr.splitlines() if "failed" in line]
     assert noise == []
+
+
+def test_every_line_the_server_cannot_take_is_answered_so_no_client_waits(workspace, state_dir: Path):
+    """The SDK's stdio transport sent no answer for a line it could not validate, so the client
+    waited forever: a lone surrogate escape in a question, an ``id`` that is an object, a batch,
+    text that is not JSON.  Each now gets its JSON-RPC answer, and the server keeps serving."""
+    ws, cfg = workspace
+    lone = '{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "memory_search", ' \
+           '"arguments": {"query": "\\ud800kafka"}}}'
+    lines = [json.dumps(INIT), json.dumps(INITIALIZED), lone,
+             json.dumps({"jsonrpc": "2.0", "id": {"x": 1}, "method": "tools/list"}),
+             json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": []}),
+             json.dumps([_call(4, "memory_search", {"query": "kafka"})]),
+             "{this is not json", "", "   ",
+             json.dumps(_call(5, "memory_search", {"query": "ordering"}))]
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen([sys.executable, "-m", "memdir", "mcp", "-w", str(ws), "-c", str(cfg)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True,
+                                env=cli_env(state_dir))
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("\n".join(lines) + "\n")
+        proc.stdin.flush()
+        got: list[dict[str, Any]] = []
+        timer = threading.Timer(120, proc.kill)
+        timer.start()
+        try:
+            while len(got) < 7:  # initialize, 2, 3, three without a usable id, 5 (calls may finish in any order)
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                got.append(json.loads(line))
+            proc.stdin.close()
+            proc.wait(60)
+        finally:
+            timer.cancel()
+    by_id = {json.dumps(m.get("id")): m for m in got}
+    found = json.loads(by_id["2"]["result"]["content"][0]["text"])  # answered, the surrogate replaced
+    assert found["results"][0]["path"] == "MEMORY.md"
+    assert by_id["3"]["error"]["code"] == -32600  # its own id, so the client waiting on 3 hears back
+    unnamed = [m["error"]["code"] for m in got if m.get("id") is None]
+    assert sorted(unnamed) == [-32700, -32600, -32600]  # the object id, the batch, the non-JSON line
+    assert len(got) == 7
+    assert json.loads(by_id["5"]["result"]["content"][0]["text"])["results"][0]["path"] == "MEMORY.md"
+    assert proc.returncode == 0

@@ -232,6 +232,13 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
                 return call_tool(self.memory, name, arguments or {}, session_key=self.session_key)
         return call_tool(self.memory, name, arguments or {}, session_key=self.session_key)
 
+    async def run_stdio_async(self) -> None:
+        """Over stdio with :mod:`memdir.mcp_stdio`, which answers every line it cannot take."""
+        from memdir.mcp_stdio import stdio_transport
+
+        async with stdio_transport() as (read_stream, write_stream):
+            await self._mcp_server.run(read_stream, write_stream, self._mcp_server.create_initialization_options())
+
     def streamable_http_app(self) -> Any:
         """The SDK's app behind :class:`ToolCallFastPath` (unless ``MEMDIR_MCP_FAST_PATH=0``)."""
         app = super().streamable_http_app()

@@ -1,0 +1,136 @@
+"""``memdir mcp`` over stdio: one JSON-RPC message per line, and an answer for every bad one.
+
+Why not the SDK's own stdio transport: it hands a line it cannot validate to the server as an
+exception, which sends no response, so a client that sent a request it got slightly wrong waits
+for an answer forever.  Lines that broke it that way: a lone surrogate escape in a string
+(``"\\ud800"``, valid JSON that pydantic refuses), an ``id`` that is an object, a batch, text
+that is not JSON at all.  Here every line is validated as the SDK would (``JSONRPCMessage``),
+and one that fails is answered as JSON-RPC 2.0 says:
+
+* not JSON: ``-32700`` Parse error, ``id: null``;
+* JSON, but not a message the server takes: ``-32600`` Invalid Request, with the request's own
+  ``id`` when it has a usable one (so the client waiting on it gets its answer), else ``null``;
+* a lone surrogate in a string is replaced by U+FFFD and the message goes on: the surrogate
+  cannot be part of any note, and the rest of the question can still be answered.
+
+Blank lines are skipped.  Every write to stdout (the server's answers and these) is one whole
+line under one lock, so they never interleave.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from io import TextIOWrapper
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
+from mcp.types import INVALID_REQUEST, PARSE_ERROR, JSONRPCMessage
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (and keys) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if _lone(value) else value
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def _lone(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _usable_id(message: Any) -> int | str | None:
+    """The ``id`` of a request that can be answered by it: an integer (not a bool) or a string."""
+    if isinstance(message, dict):
+        rid = message.get("id")
+        if isinstance(rid, str) or (isinstance(rid, int) and not isinstance(rid, bool)):
+            return rid
+    return None
+
+
+def _error_line(rid: int | str | None, code: int, message: str) -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}},
+                      ensure_ascii=False)
+
+
+def read_message(line: str) -> JSONRPCMessage | str:
+    """The message on ``line``, or the error line to answer it with."""
+    try:
+        message = JSONRPCMessage.model_validate_json(line)
+    except Exception:
+        try:
+            raw = json.loads(line)
+        except (ValueError, RecursionError):
+            return _error_line(None, PARSE_ERROR, "Parse error: the line is not JSON")
+        try:
+            message = JSONRPCMessage.model_validate(_without_lone_surrogates(raw))
+        except Exception:
+            if isinstance(raw, list):
+                why = "batches are not supported: send one message per line"
+            else:
+                why = "not a JSON-RPC 2.0 request, notification or response (jsonrpc, id, method, params)"
+            return _error_line(_usable_id(raw), INVALID_REQUEST, f"Invalid Request: {why}")
+    if "id" in (getattr(message.root, "model_extra", None) or {}):
+        # a request whose id is neither a string nor an integer validates as a notification, which
+        # is never answered: the client waiting on it would wait forever
+        return _error_line(None, INVALID_REQUEST, "Invalid Request: an id must be a string or an integer")
+    return message
+
+
+@asynccontextmanager
+async def stdio_transport(stdin: Any = None, stdout: Any = None) -> AsyncIterator[
+        tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]]:
+    """``(read_stream, write_stream)`` over this process's stdin and stdout (UTF-8 whatever the
+    locale, as the SDK's), for ``Server.run``; ends when stdin does."""
+    if stdin is None:
+        stdin = anyio.wrap_file(TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+    if stdout is None:
+        stdout = anyio.wrap_file(TextIOWrapper(sys.stdout.buffer, encoding="utf-8"))
+    to_server, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, from_server = anyio.create_memory_object_stream[SessionMessage](0)
+    lock = anyio.Lock()
+
+    async def write(line: str) -> None:
+        async with lock:
+            await stdout.write(line + "\n")
+            await stdout.flush()
+
+    async def reader() -> None:
+        try:
+            async with to_server:
+                async for line in stdin:
+                    if not line.strip():
+                        continue
+                    got = read_message(line)
+                    if isinstance(got, str):
+                        await write(got)
+                    else:
+                        await to_server.send(SessionMessage(got))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):  # the server stopped first
+            await anyio.lowlevel.checkpoint()
+
+    async def writer() -> None:
+        try:
+            async with from_server:
+                async for message in from_server:
+                    await write(message.message.model_dump_json(by_alias=True, exclude_none=True))
+        except anyio.ClosedResourceError:
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reader)
+        tg.start_soon(writer)
+        yield read_stream, write_stream
