@@ -45,6 +45,8 @@ from memdir.workspace import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from memdir.config import Settings
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
@@ -233,6 +235,28 @@ class _Tracker:
         self.file.update_chunks(label.chunks_done, label.chunks_planned)  # no commit mid-batch
         if self.callback is not None:
             self.callback(done, total, label)
+
+
+def _embed_float32(provider: EmbeddingProvider, texts: list[str],
+                   progress: Callable[[str, int, int], None] | None) -> list[np.ndarray]:
+    """The provider's vectors for ``texts`` as float32 arrays (what the store writes, bit for bit).
+
+    A provider with ``embed_matrix`` (the local model) hands over one float32 matrix, whose rows
+    are used as they are; another one's lists are converted (and dropped) at once."""
+    import numpy as np
+
+    kwargs = {"progress": progress} if progress is not None else {}
+    matrix = getattr(provider, "embed_matrix", None)
+    if callable(matrix):
+        return list(matrix(texts, **kwargs))
+    return [np.asarray(v, dtype=np.float32) for v in provider.embed_batch(texts, **kwargs)]
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """A chunk's window vectors, one after the other (NumPy imported only when there are some)."""
+    import numpy as np
+
+    return np.concatenate(parts)
 
 
 def _takes_progress(provider: EmbeddingProvider) -> bool:
@@ -611,16 +635,21 @@ class Indexer:
         return [piece for w in pieces for piece in split_by_bytes(w, limit)]
 
     def _embed(self, store: Store, chunks: list[PlannedChunk], report: SyncReport,
-               on_embedded: Callable[[int], None] | None = None) -> dict[str, list[float]]:
+               on_embedded: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
         """Vectors for these chunks' windows by text hash: cache first, then the provider for the rest
-        (``on_embedded(n)``: about ``n`` of the chunks are embedded, while the provider works)."""
+        (``on_embedded(n)``: about ``n`` of the chunks are embedded, while the provider works).
+
+        Each vector is a float32 array, the values the store writes: a big file's chunks are
+        embedded in one call, and as lists of Python floats their vectors took 8 times the room."""
         p = self.provider
         if p is None or not chunks:
             return {}
+        import numpy as np
         cache_on = self.settings.memory_search.cache.enabled
         by_hash = {sha256_text(w): w for c in chunks for w in c.windows}
         hashes = list(by_hash)
-        found = store.cache_get(p.id, p.model, p.provider_key, hashes) if cache_on else {}
+        found = {h: np.asarray(v, dtype=np.float32)  # already float32 from SQLite: no copy
+                 for h, v in (store.cache_get(p.id, p.model, p.provider_key, hashes) if cache_on else {}).items()}
         report.cache_hits += len(found)
         missing = [h for h in hashes if h not in found]
         if found and cache_on:
@@ -639,10 +668,11 @@ class Indexer:
                         best = n
                         on_embedded(n)
 
-                vectors = p.embed_batch(texts, progress=step)  # type: ignore[call-arg]
+                vectors = _embed_float32(p, texts, step)
             else:
-                vectors = p.embed_batch(texts)
+                vectors = _embed_float32(p, texts, None)
             fresh = dict(zip(missing, vectors, strict=True))
+            del vectors
             report.embedded += len(missing)
             if cache_on:
                 store.cache_put(p.id, p.model, p.provider_key, fresh)
@@ -679,10 +709,12 @@ class Indexer:
                         continue
                     seen.add(cid)
                     parts = [vectors.get(sha256_text(w)) for w in pc.windows] if vectors else []
-                    embedding = [x for v in parts for x in v] if parts and all(parts) else None  # type: ignore[union-attr]
-                    rows.append(ChunkRow(cid, f.path,
-                                         f.source, c.start_line, c.end_line, c.hash, model, c.text, embedding, pc.ts,
-                                         pc.date_start, pc.date_end, len(pc.windows) if embedding else 1, pc.fts))
+                    embedding = None
+                    if parts and all(v is not None and v.size for v in parts):
+                        embedding = parts[0] if len(parts) == 1 else _joined(parts)  # type: ignore[arg-type]
+                    rows.append(ChunkRow(cid, f.path, f.source, c.start_line, c.end_line, c.hash, model, c.text,
+                                         embedding, pc.ts, pc.date_start, pc.date_end,
+                                         len(pc.windows) if embedding is not None else 1, pc.fts))
                 store.replace_file(f.path, f.source, doc.hash, f.mtime_ns, f.size, rows)
                 report.chunks += len(rows)
                 report.indexed += 1

@@ -42,7 +42,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +61,9 @@ class ChunkRow:
     model: str
     text: str
     #: One vector, or several concatenated (one per model window of the text; ``windows`` says
-    #: how many): a chunk's vector score is the best of its windows.
-    embedding: Sequence[float] | None = None
+    #: how many): a chunk's vector score is the best of its windows.  The indexer hands a float32
+    #: array, the exact values written (a list of Python floats takes 8 times the memory).
+    embedding: Sequence[float] | np.ndarray | None = None
     #: When the chunk's content was written (ms), if the source knows (transcripts).
     ts: int | None = None
     #: The days the chunk's content is about (ISO ``YYYY-MM-DD``, first and last), if known:
@@ -188,10 +192,12 @@ class Store(Protocol):
 
     # -- embedding cache --------------------------------------------------------------------
     def cache_get(self, provider: str, model: str, provider_key: str,
-                  hashes: Iterable[str]) -> dict[str, list[float]]: ...
+                  hashes: Iterable[str]) -> dict[str, Sequence[float] | np.ndarray]:
+        """Cached vectors by text hash (float32 arrays or lists of floats: the caller takes either)."""
+        ...
 
     def cache_put(self, provider: str, model: str, provider_key: str,
-                  items: dict[str, Sequence[float]]) -> None: ...
+                  items: dict[str, Sequence[float] | np.ndarray]) -> None: ...
 
     def cache_touch(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> None:
         """Mark entries as recently used, so pruning drops the least recently used first."""

@@ -489,9 +489,10 @@ class SqliteStore(SqliteLifecycle):
             if bulk is not None:
                 bulk.next_rowid = self._next_rowid()
         now = int(time.time() * 1000)
-        values = [(hex_key(ch.id), ch.path, ch.source, ch.start_line, ch.end_line, hex_key(ch.hash), ch.model, ch.text,
+        # a generator: each vector's blob is made as its row is written, never all of a file's at once
+        values = ((hex_key(ch.id), ch.path, ch.source, ch.start_line, ch.end_line, hex_key(ch.hash), ch.model, ch.text,
                    to_blob(ch.embedding) if ch.embedding is not None and len(ch.embedding) else None, now, ch.ts,
-                   ch.date_start, ch.date_end) for ch in chunks]
+                   ch.date_start, ch.date_end) for ch in chunks)
         rowids: list[int] = []
         if bulk is not None:
             # The rowids SQLite would give (nothing else writes the shadow), in one call: a call
@@ -499,11 +500,11 @@ class SqliteStore(SqliteLifecycle):
             # old rows are gone (a file written twice was deleted above), and were OR REPLACE ever
             # to replace a row, that row's keyword entries would be left behind.
             bulk.written.add((path, source))
-            rowids = list(range(bulk.next_rowid, bulk.next_rowid + len(values)))
-            bulk.next_rowid += len(values)
+            rowids = list(range(bulk.next_rowid, bulk.next_rowid + len(chunks)))
+            bulk.next_rowid += len(chunks)
             c.executemany(f"INSERT INTO chunks(rowid, {_CHUNK_COLUMNS}) "
                           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                          [(r, *v) for r, v in zip(rowids, values, strict=True)])
+                          ((r, *v) for r, v in zip(rowids, values, strict=True)))
         else:
             for v in values:
                 cur = c.execute(f"INSERT OR REPLACE INTO chunks({_CHUNK_COLUMNS}) "
@@ -993,10 +994,11 @@ class SqliteStore(SqliteLifecycle):
         return [_hit(r, 0.0) for r in rows]
 
     # -- embedding cache ---------------------------------------------------------------------
-    def cache_get(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, list[float]]:
-        """Cached vectors by chunk hash, looked up 400 at a time (R§5.4)."""
+    def cache_get(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        """Cached vectors by chunk hash, looked up 400 at a time (R§5.4): float32 arrays over the
+        stored bytes (read-only), so a big file's cached vectors take no more room than on disk."""
         wanted = list(dict.fromkeys(hashes))
-        out: dict[str, list[float]] = {}
+        out: dict[str, np.ndarray] = {}
         with self.lock:
             if not has_cache(self.conn):
                 return out
@@ -1017,19 +1019,20 @@ class SqliteStore(SqliteLifecycle):
                     if not isinstance(blob, bytes | bytearray) or not isinstance(dims, int) or dims <= 0 \
                             or len(blob) != 4 * dims:
                         continue
-                    out[hex_str(h)] = from_blob(blob).tolist()
+                    out[hex_str(h)] = from_blob(blob)
         return out
 
-    def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
+    def cache_put(self, provider: str, model: str, provider_key: str,
+                  items: dict[str, Sequence[float] | np.ndarray]) -> None:
         now = int(time.time() * 1000)
-        rows = [(provider, model, provider_key, hex_key(h), to_blob(v), len(v), now)
-                for h, v in items.items() if len(v)]
-        if not rows:
+        if not any(len(v) for v in items.values()):
             return
         ensure_cache(self.conn)
+        # a generator: one blob at a time, not a second copy of a big file's vectors
         self.conn.executemany(
             "INSERT OR REPLACE INTO embedding_cache(provider, model, provider_key, hash, embedding, dims, updated_at) "
-            "VALUES (?,?,?,?,?,?,?)", rows)
+            "VALUES (?,?,?,?,?,?,?)",
+            ((provider, model, provider_key, hex_key(h), to_blob(v), len(v), now) for h, v in items.items() if len(v)))
 
     def cache_touch(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> None:
         """Mark cache hits as recently used, so pruning drops the least recently used first."""
