@@ -33,7 +33,7 @@ from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig, with_value
 from memdir.stores import Store, open_store
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE
-from memdir.upkeep import STATUS_CHECK_MAX_BYTES, IndexUpkeep
+from memdir.upkeep import STATUS_CHECK_MAX_BYTES, IndexUpkeep, writable_again
 
 if TYPE_CHECKING:  # imported where used: pydantic and the indexer are not needed to answer a search
     from memdir.config import LoadedConfig, Settings
@@ -208,7 +208,7 @@ class Memory(IndexUpkeep):
         """
         kwargs = {"progress": progress, "deadline": deadline, "lock_timeout": lock_timeout}
         log.info("sync (%s%s): %s -> %s", reason, ", full" if force else "", self.workspace, self.index_path)
-        if self.store.readonly:
+        if self.store.readonly and not writable_again(self.store):
             why = self.store.readonly_reason or "read-only"
             raise MemdirError(f"the index {self.store.location} cannot be updated: {why}")
         try:

@@ -122,6 +122,19 @@ def _separator(fd: int, blank_line: bool) -> bytes:
     return b"\n" if tail.endswith(b"\n") else b"\n\n"
 
 
+def _reason(exc: OSError) -> str:
+    """An ``OSError`` in words (``No space left on device``), without the ``[Errno 28]`` prefix."""
+    return exc.strerror or str(exc)
+
+
+def _undo_append(fd: int, size: int) -> None:
+    """Cut a failed append (disk full, file size limit) back to the file's size before it, so the
+    log never keeps a half-written line; still under the writer's ``flock``, so no other entry
+    can have landed after ``size``."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, size)
+
+
 def append_memory_file(
     workspace: str | os.PathLike[str],
     name: str,
@@ -153,9 +166,17 @@ def append_memory_file(
                 raise UnsafeMemoryPath(errno.EINVAL, f"{MEMORY_DIR}/{name} is not a regular file")
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                _write_all(fd, _separator(fd, blank_line) + entry)
-                if fsync:
-                    os.fsync(fd)
+                size = os.fstat(fd).st_size
+                try:
+                    _write_all(fd, _separator(fd, blank_line) + entry)
+                    if fsync:
+                        os.fsync(fd)
+                except BaseException as exc:  # an interrupt mid-write is cut back too
+                    _undo_append(fd, size)
+                    if not isinstance(exc, OSError):
+                        raise
+                    raise MemoryFileError(f"cannot append to {MEMORY_DIR}/{name}: {_reason(exc)}; "
+                                          "nothing was written") from exc
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
@@ -180,6 +201,14 @@ def create_memory_file(
                 _write_all(fd, data)
                 if fsync:
                     os.fsync(fd)
+            except BaseException as exc:
+                # A partial file would be taken for the memory and make the next try write -2.md.
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=dfd)
+                if not isinstance(exc, OSError):
+                    raise
+                raise MemoryFileError(f"cannot write {MEMORY_DIR}/{name}: {_reason(exc)}; "
+                                      "nothing was kept") from exc
             finally:
                 os.close(fd)
             return Path(workspace) / MEMORY_DIR / name

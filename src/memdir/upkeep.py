@@ -38,6 +38,12 @@ STATUS_CHECK_MAX_BYTES = 512 * 1024 * 1024
 SEARCH_CHECK_MAX_BYTES = 64 * 1024 * 1024
 
 
+def writable_again(store: Store) -> bool:
+    """Whether a store that went read-only on a full disk could be opened writable again."""
+    retry = getattr(store, "retry_writable", None)
+    return bool(retry is not None and retry())
+
+
 class IndexUpkeep:
     """The freshness and healing half of ``Memory``; see the module docstring."""
 
@@ -111,7 +117,7 @@ class IndexUpkeep:
         response, and while a first index is being built a read-only view of what it holds so far.
         """
         store = self.store
-        if store.readonly:
+        if store.readonly and not writable_again(store):
             # A read-only index (a read replica, a read-only state folder) is stale only when the
             # files have moved on since it was written: then say why it could not catch up.
             changed, gone = self.indexer.dirty_files(reuse=True)

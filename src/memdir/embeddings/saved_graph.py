@@ -127,9 +127,12 @@ def _remove(path: Path) -> None:
     """Move ``path`` aside (atomic) and delete it, so no reader sees it half-deleted."""
     try:
         trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-        os.replace(path, trash / "x")
     except OSError:
         return
+    try:
+        os.replace(path, trash / "x")
+    except OSError:
+        pass  # another process removed it first: the empty trash folder must not stay behind
     shutil.rmtree(trash, ignore_errors=True)
 
 

@@ -14,6 +14,7 @@ away.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -65,6 +66,22 @@ def is_readonly_error(exc: BaseException) -> bool:
         return True
     text = str(exc).lower()
     return any(m in text for m in READONLY_MARKERS)
+
+
+#: What SQLite says when it cannot write for want of space: ENOSPC is "database or disk is full"; creating
+#: or growing the WAL index (``-shm``) on a full disk, or past a file size limit, is "disk I/O error".
+NO_SPACE_MARKERS = ("database or disk is full", "disk i/o error")
+_NO_SPACE_ERRNOS = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def is_unwritable_error(exc: BaseException) -> bool:
+    """Opening for writing failed because nothing can be written (read-only, or no space left): the
+    index as it is can still be read, so searches go on with what it holds (not for damage, which
+    callers test first)."""
+    if is_readonly_error(exc) or getattr(exc, "errno", None) in _NO_SPACE_ERRNOS:
+        return True
+    text = str(exc).lower()
+    return any(m in text for m in NO_SPACE_MARKERS)
 
 
 def first_line(exc: BaseException) -> str:
@@ -298,13 +315,13 @@ def salvage_cache(corrupt: Path, conn: Any, *, batch: int = 500) -> int:
 def connect_readonly(path: Path) -> Any:
     """A read-only connection that also works in a folder where SQLite cannot create its WAL
     index (``-shm``): first ``mode=ro``, then ``immutable=1`` (no locking; the folder being
-    read-only means nobody here can be writing it)."""
+    read-only, or its disk full, means nobody here can be writing it)."""
     try:
         conn = db.connect(path, readonly=True)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
     except Exception as exc:
-        if not is_readonly_error(exc):
+        if not is_unwritable_error(exc):
             raise
     mod = db.binding()
     conn = mod.connect(f"file:{Path(path).as_posix()}?mode=ro&immutable=1", uri=True, check_same_thread=False,

@@ -25,6 +25,9 @@ from memdir.lock import FileWriterLock
 from memdir.stores import sqlite_health as health
 from memdir.stores.base import RECOVERED_STATE
 
+#: How often an index that went read-only on a full disk tries to open writable again.
+SPACE_RETRY_SECONDS = 2.0
+
 
 class SqliteLifecycle:
     """Mixed into :class:`memdir.stores.sqlite.SqliteStore`."""
@@ -43,6 +46,10 @@ class SqliteLifecycle:
     new_page_size: int = db.PAGE_SIZE
     #: Whether a new database file can give free pages back (``PRAGMA incremental_vacuum``).
     new_auto_vacuum: bool = False
+    #: The writable open fell back to read-only for want of space, not of permission: a full disk
+    #: is often freed again, so :meth:`retry_writable` tries once more now and then.
+    readonly_for_space: bool = False
+    _space_retry_at: float = 0.0
 
     if TYPE_CHECKING:  # provided by SqliteStore
         fts_available: bool
@@ -85,6 +92,9 @@ class SqliteLifecycle:
             raise StoreError(f"cannot open the index {self.path}: not a regular file "
                              "(point memorySearch.store.path at a file)")
         conn = None
+        # Only an index that was there before this open has something to serve read-only (a
+        # rebuild's new shadow, made on a full disk, must fail, not open empty).
+        existed = self.path.is_file() and self.path.stat().st_size > 0
         if not self.readonly:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,10 +105,12 @@ class SqliteLifecycle:
                     conn = None
                 if health.is_damage_error(exc):
                     raise health.IndexDamaged(health.first_line(exc)) from exc
-                if not (health.is_readonly_error(exc) and self.path.is_file()):
+                readable = health.is_readonly_error(exc) or (existed and health.is_unwritable_error(exc))
+                if not (readable and self.path.is_file()):
                     raise StoreError(f"cannot open the index {self.path}: {health.first_line(exc)}") from exc
                 self.readonly = True
                 self.readonly_reason = health.first_line(exc)
+                self.readonly_for_space = not health.is_readonly_error(exc)
         if conn is None:
             try:
                 conn = health.connect_readonly(self.path)
@@ -187,6 +199,29 @@ class SqliteLifecycle:
             if info is not None:
                 self.recovery = info
         return info
+
+    def retry_writable(self) -> bool:
+        """Open the index writable again if it went read-only for want of space and there may be
+        room now (tried at most every :data:`SPACE_RETRY_SECONDS`), so a long-running server
+        indexes again once the disk is freed instead of serving a stale index until restarted.
+        True when the index is writable now."""
+        if not (self.readonly and self.readonly_for_space):
+            return not self.readonly
+        now = time.monotonic()
+        if now < self._space_retry_at:
+            return False
+        self._space_retry_at = now + SPACE_RETRY_SECONDS
+        with self.lock:
+            old, reason = self.conn, self.readonly_reason
+            self.readonly, self.readonly_for_space = False, False
+            try:
+                self._open()
+            except Exception:
+                self.conn, self.readonly, self.readonly_reason, self.readonly_for_space = old, True, reason, True
+                return False
+            if self.conn is not old:
+                old.close()
+            return not self.readonly
 
     def cleanup_if_idle(self) -> None:
         """Remove a killed rebuild's temp files now, unless a writer is busy (they may be its)."""

@@ -1,0 +1,132 @@
+"""Writes that fail part-way (disk full, a file size limit, a read-only folder), as real subprocesses.
+
+A full disk is simulated with ``RLIMIT_FSIZE``: Python ignores SIGXFSZ, so a write past the limit
+stops short and the next one fails with EFBIG, exactly where ENOSPC would strike.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+from helpers import cli_env
+
+KEYWORD = json.dumps({"memorySearch": {"provider": "none"}})
+
+
+def _limited(limit: int) -> Callable[[], None]:
+    """A ``preexec_fn`` capping the size of any file the child writes."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def _memdir(state_dir: Path, *args: str, limit: int | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memdir", *args], capture_output=True, text=True, timeout=120,
+                          env=cli_env(state_dir), preexec_fn=None if limit is None else _limited(limit))
+
+
+def test_append_on_a_full_disk_leaves_the_daily_log_as_it_was(make_workspace, state_dir: Path) -> None:
+    """The entry used to be written up to the limit and left there: a half line at the log's end,
+    which the next append then continued."""
+    ws = make_workspace({"memdir.json": KEYWORD})
+    first = _memdir(state_dir, "-w", str(ws), "append", "kangaroo line before the disk filled")
+    assert first.returncode == 0, first.stderr
+    (log,) = (ws / "memory").glob("*.md")
+    before = log.read_bytes()
+    out = _memdir(state_dir, "-w", str(ws), "append", "x" * 20_000 + " platypus", limit=len(before) + 100)
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nothing was written" in lines[0] and log.name in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+    assert log.read_bytes() == before
+    again = _memdir(state_dir, "-w", str(ws), "append", "wombat line after space was freed")
+    assert again.returncode == 0, again.stderr
+    after = log.read_bytes()
+    assert after.startswith(before) and after[len(before):] == b"wombat line after space was freed\n"
+
+
+def test_session_hook_on_a_full_disk_keeps_no_partial_file(tmp_path: Path, state_dir: Path) -> None:
+    """A dated session file cut short used to stay (a truncated memory), and the next run wrote
+    ``-2.md`` beside it."""
+    ws = tmp_path / "ws"
+    transcript = tmp_path / "s" / "abc.jsonl"
+    transcript.parent.mkdir()
+    records = ({"type": "message", "message": {"role": "user", "content": f"walrus {i} " * 40}} for i in range(15))
+    transcript.write_text("".join(json.dumps(r) + "\n" for r in records))
+    script = textwrap.dedent(f"""
+        from datetime import datetime, UTC
+        from memdir.sessions.hook import run_session_memory_hook
+        res = run_session_memory_hook(action="new", session_key="agent:main:main", workspace={str(ws)!r},
+                                      previous_entry={{"sessionId": "abc", "sessionFile": {str(transcript)!r}}},
+                                      now=datetime(2026, 3, 4, 5, 6, tzinfo=UTC))
+        print(res.path or "", "|", res.error or "")
+    """)
+
+    def hook(limit: int | None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                              env=cli_env(state_dir), preexec_fn=None if limit is None else _limited(limit))
+
+    failed = hook(1000)
+    assert failed.returncode == 0, failed.stderr
+    assert "File too large" in failed.stdout and "nothing was kept" in failed.stdout
+    assert list((ws / "memory").iterdir()) == []
+    ok = hook(None)
+    path = Path(ok.stdout.split("|")[0].strip())
+    assert path.name == "2026-03-04-0506.md", ok.stdout
+    assert "walrus 14" in path.read_text()
+    assert sorted(p.name for p in (ws / "memory").iterdir()) == ["2026-03-04-0506.md"]
+
+
+def test_a_search_on_a_full_disk_answers_from_the_index_as_it_is(make_workspace, state_dir: Path) -> None:
+    """With no room for SQLite's WAL index (``-shm``), opening the index used to fail ("cannot open
+    the index: disk I/O error"), so search, status and the MCP server had nothing to serve although
+    the index was whole; the index is now opened read-only, as in a read-only folder."""
+    ws = make_workspace({"memdir.json": KEYWORD, "MEMORY.md": "- the cassowary lives in the north\n"})
+    built = _memdir(state_dir, "-w", str(ws), "index")
+    assert built.returncode == 0, built.stderr
+    (index,) = (state_dir / "memory").glob("*.sqlite")
+    assert not Path(f"{index}-shm").exists()  # closed cleanly: the next open must create it
+    before = index.read_bytes()
+    found = _memdir(state_dir, "-w", str(ws), "search", "cassowary", "--json", limit=1000)
+    assert found.returncode == 0, found.stderr
+    assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["MEMORY.md"]
+    status = _memdir(state_dir, "-w", str(ws), "status", "--json", limit=1000)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["files"] == 1
+    refused = _memdir(state_dir, "-w", str(ws), "index", "--force", limit=1000)
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert index.read_bytes() == before
+    again = _memdir(state_dir, "-w", str(ws), "status", "--deep", "--json")
+    assert json.loads(again.stdout)["issues"] == [] and json.loads(again.stdout)["dirty"] is False
+
+
+def test_a_long_running_host_writes_again_once_the_disk_has_room(make_workspace, state_dir: Path) -> None:
+    """A host (MCP server, agent) that opened the index read-only on a full disk used to stay
+    read-only until restarted: notes written after the disk was freed were never indexed."""
+    ws = make_workspace({"MEMORY.md": "- the cassowary lives in the north\n"})
+    script = textwrap.dedent(f"""
+        import resource, time
+        from pathlib import Path
+        from memdir.api import Memory
+        from memdir.stores import sqlite_lifecycle
+        sqlite_lifecycle.SPACE_RETRY_SECONDS = 0.0
+        ws = Path({str(ws)!r})
+        cfg = {{"memorySearch": {{"provider": "none"}}}}
+        with Memory(ws, config=cfg, state_dir={str(state_dir)!r}) as mem:
+            mem.sync()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))  # the disk fills up
+        with Memory(ws, config=cfg, state_dir={str(state_dir)!r}) as mem:
+            print("full", [r.path for r in mem.search("cassowary").results], mem.store.readonly)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            (ws / "memory").mkdir()
+            (ws / "memory" / "2026-01-02.md").write_text("- a bilby was seen at dusk\\n")
+            print("freed", [r.path for r in mem.search("bilby").results], mem.store.readonly)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env=cli_env(state_dir))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["full ['MEMORY.md'] True", "freed ['memory/2026-01-02.md'] False"], out.stdout
