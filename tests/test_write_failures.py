@@ -130,3 +130,16 @@ def test_a_long_running_host_writes_again_once_the_disk_has_room(make_workspace,
                          env=cli_env(state_dir))
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["full ['MEMORY.md'] True", "freed ['memory/2026-01-02.md'] False"], out.stdout
+
+
+def test_an_index_that_cannot_be_written_says_the_disk_may_be_full(make_workspace, state_dir: Path) -> None:
+    """SQLite reports a write past the disk's end as "disk I/O error" and nothing more: the one
+    line names the usual cause, and with ``--json`` the error object says it too."""
+    notes = {f"memory/2026-01-{d:02d}.md": f"- note {d} " + "quokka " * 400 + "\n" for d in range(1, 29)}
+    ws = make_workspace({"memdir.json": KEYWORD, **notes})
+    out = _memdir(state_dir, "-w", str(ws), "index", "--json", limit=20_000)
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is the disk full" in lines[0], out.stderr
+    assert "is the disk full" in json.loads(out.stdout)["error"]["message"]
+    assert _memdir(state_dir, "-w", str(ws), "index").returncode == 0  # once there is room

@@ -674,11 +674,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "ltm": "memdir ltm"}.get(args.command, "memdir")
         if isinstance(exc, ConfigError):
             label = "memdir: configuration error"
-        print(f"{label}: {exc}", file=sys.stderr)
+        message = str(exc)
+        if "disk I/O error" in message or "database or disk is full" in message:
+            # SQLite says no more than this when it could not write: the usual cause, in words
+            message += " (is the disk full, or a file size limit reached?)"
+        print(f"{label}: {message}", file=sys.stderr)
         if os.environ.get("MEMDIR_DEBUG"):
             raise
         log.debug("traceback", exc_info=True)
-        return _json_failure(args, "config" if isinstance(exc, ConfigError) else "error", str(exc) or label, 1)
+        return _json_failure(args, "config" if isinstance(exc, ConfigError) else "error", message or label, 1)
 
 
 def _json_failure(args: argparse.Namespace, kind: str, message: str, code: int) -> int:
