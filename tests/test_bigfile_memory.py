@@ -66,3 +66,43 @@ def test_what_is_written_is_the_models_float32_vectors(make_workspace, tmp_path:
         cached = mem.store.cache_get(provider.id, provider.model, provider.provider_key,
                                      [h for (h,) in mem.store.conn.execute("SELECT lower(hex(hash)) FROM chunks")])
         assert cached and all(v.dtype == np.float32 for v in cached.values())
+
+
+class _Memo:
+    """A provider wrapper as a bench or a user writes one: its own ``embed_batch`` (remembering
+    every text's vector), everything else passed on to the model."""
+
+    def __init__(self, inner: LocalEmbeddingProvider):
+        self._inner = inner
+        self.asked: list[str] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def embed_batch(self, texts, **_):
+        self.asked.extend(texts)
+        return self._inner.embed_batch(texts)
+
+
+class _Override(LocalEmbeddingProvider):
+    """A subclass that changes ``embed_batch`` only."""
+
+    calls = 0
+
+    def embed_batch(self, texts, **kwargs):
+        type(self).calls += 1
+        return super().embed_batch(texts, **kwargs)
+
+
+def test_a_wrapper_with_its_own_embed_batch_is_never_bypassed(make_workspace, tmp_path: Path):
+    """The float32 path (``embed_matrix``) is taken only when the provider's own class defines
+    it: a wrapper's ``embed_batch`` (a memo in the note-styles bench) was skipped through
+    ``__getattr__``, and every text was embedded again."""
+    ws = make_workspace({"MEMORY.md": _big_memory_md(40)})
+    memo = _Memo(LocalEmbeddingProvider())
+    with Memory(ws, provider=memo, state_dir=tmp_path / "a") as mem:
+        report = mem.sync()
+        assert report.embedded >= 40 and len(memo.asked) == report.embedded
+    sub = _Override()
+    with Memory(ws, provider=sub, state_dir=tmp_path / "b") as mem:
+        assert mem.sync().embedded >= 40 and _Override.calls >= 1

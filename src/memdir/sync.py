@@ -242,14 +242,22 @@ def _embed_float32(provider: EmbeddingProvider, texts: list[str],
     """The provider's vectors for ``texts`` as float32 arrays (what the store writes, bit for bit).
 
     A provider with ``embed_matrix`` (the local model) hands over one float32 matrix, whose rows
-    are used as they are; another one's lists are converted (and dropped) at once."""
+    are used as they are; another one's lists are converted (and dropped) at once.  Only an
+    ``embed_matrix`` its class defines at or below its ``embed_batch`` is used: a wrapper that
+    adds its own ``embed_batch`` (a memo, a filter) and passes other names on through
+    ``__getattr__`` or inheritance is never bypassed."""
     import numpy as np
 
     kwargs = {"progress": progress} if progress is not None else {}
-    matrix = getattr(provider, "embed_matrix", None)
-    if callable(matrix):
-        return list(matrix(texts, **kwargs))
+    matrix_owner, batch_owner = _defined_by(provider, "embed_matrix"), _defined_by(provider, "embed_batch")
+    if matrix_owner is not None and batch_owner is not None and issubclass(matrix_owner, batch_owner):
+        return list(provider.embed_matrix(texts, **kwargs))  # type: ignore[attr-defined]
     return [np.asarray(v, dtype=np.float32) for v in provider.embed_batch(texts, **kwargs)]
+
+
+def _defined_by(obj: object, name: str) -> type | None:
+    """The class in ``obj``'s MRO that defines ``name`` (``None``: only ``__getattr__`` might)."""
+    return next((cls for cls in type(obj).__mro__ if name in vars(cls)), None)
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
