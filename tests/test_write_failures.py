@@ -143,3 +143,40 @@ def test_an_index_that_cannot_be_written_says_the_disk_may_be_full(make_workspac
     assert len(lines) == 1 and "is the disk full" in lines[0], out.stderr
     assert "is the disk full" in json.loads(out.stdout)["error"]["message"]
     assert _memdir(state_dir, "-w", str(ws), "index").returncode == 0  # once there is room
+
+
+def test_a_dated_memory_killed_mid_write_leaves_no_cut_short_file(tmp_path: Path) -> None:
+    """The session hook's dated file appears whole or not at all: a process killed (SIGKILL)
+    while writing it used to leave a cut-short ``<stem>.md``, and the next run wrote ``-2.md``
+    beside it.  Now only a hidden temporary file is left, which the next create removes."""
+    import signal
+    import time
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        import memdir.memfiles as mf
+        real = mf._write_all
+        def slow(fd, data):  # half the text, then stall until killed
+            real(fd, data[: len(data) // 2])
+            print("half", flush=True)
+            time.sleep(60)
+            real(fd, data[len(data) // 2 :])
+        mf._write_all = slow
+        mf.create_memory_file({str(ws)!r}, "2026-03-04-0506", "walrus " * 5000)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "half"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    left = sorted(p.name for p in (ws / "memory").iterdir())
+    assert left == [f".2026-03-04-0506.md.tmp-{proc.pid}"], left  # no note, only the hidden temp
+    time.sleep(0.05)
+    from memdir.memfiles import create_memory_file
+
+    path = create_memory_file(ws, "2026-03-04-0506", "walrus " * 5000)
+    assert path.name == "2026-03-04-0506.md" and path.read_text() == "walrus " * 5000
+    assert sorted(p.name for p in (ws / "memory").iterdir()) == ["2026-03-04-0506.md"]  # the stale temp is gone
+    again = create_memory_file(ws, "2026-03-04-0506", "second")
+    assert again.name == "2026-03-04-0506-2.md" and again.read_text() == "second"  # never overwrites

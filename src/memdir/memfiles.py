@@ -187,31 +187,92 @@ def append_memory_file(
 def create_memory_file(
     workspace: str | os.PathLike[str], stem: str, text: str, *, max_tries: int = 1000, fsync: bool = True
 ) -> Path:
-    """Create ``<ws>/memory/<stem>.md``, or ``<stem>-2.md``, ``-3``… if taken; never overwrites."""
+    """Create ``<ws>/memory/<stem>.md``, or ``<stem>-2.md``, ``-3``… if taken; never overwrites.
+
+    The file appears whole or not at all: the text is written to a hidden temporary file beside
+    it (``.<stem>.md.tmp-<pid>``, which no listing takes for a note), then hard-linked to the
+    first free name (a link never replaces a file) and the temporary name removed.  So a process
+    killed mid-write leaves no cut-short memory, and the next run does not write ``-2.md`` beside
+    one; the temporary file a killed process left is removed by the next create.  Where the file
+    system has no hard links, the file is created in place (``O_EXCL``) as before."""
     data = text.encode("utf-8")
     with memory_dir_fd(workspace) as dfd:
-        for n in range(1, max_tries + 1):
-            name = f"{stem}.md" if n == 1 else f"{stem}-{n}.md"
-            _check_name(name)
-            try:
-                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644, dir_fd=dfd)
-            except FileExistsError:
-                continue
+        _check_name(f"{stem}.md")
+        _remove_stale_temps(dfd, stem)
+        temp = f".{stem}.md.tmp-{os.getpid()}"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=dfd)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644, dir_fd=dfd)
+        try:
             try:
                 _write_all(fd, data)
                 if fsync:
                     os.fsync(fd)
-            except BaseException as exc:
-                # A partial file would be taken for the memory and make the next try write -2.md.
-                with contextlib.suppress(OSError):
-                    os.unlink(name, dir_fd=dfd)
-                if not isinstance(exc, OSError):
-                    raise
-                raise MemoryFileError(f"cannot write {MEMORY_DIR}/{name}: {_reason(exc)}; "
-                                      "nothing was kept") from exc
             finally:
                 os.close(fd)
-            return Path(workspace) / MEMORY_DIR / name
+            for n in range(1, max_tries + 1):
+                name = f"{stem}.md" if n == 1 else f"{stem}-{n}.md"
+                try:
+                    os.link(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+                except FileExistsError:
+                    continue
+                except OSError as exc:
+                    if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+                        raise
+                    return _create_in_place(workspace, dfd, stem, data, max_tries, fsync)
+                if fsync:
+                    os.fsync(dfd)
+                return Path(workspace) / MEMORY_DIR / name
+        except BaseException as exc:
+            if not isinstance(exc, OSError):
+                raise
+            raise MemoryFileError(f"cannot write {MEMORY_DIR}/{stem}.md: {_reason(exc)}; nothing was kept") from exc
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dfd)
+    raise FileExistsError(f"no free file name for {MEMORY_DIR}/{stem}.md after {max_tries} tries")
+
+
+def _remove_stale_temps(dfd: int, stem: str) -> None:
+    """Remove the temporary files of ``stem`` that a killed process left (its pid is gone)."""
+    prefix = f".{stem}.md.tmp-"
+    for entry in os.listdir(dfd):
+        if not entry.startswith(prefix) or not entry[len(prefix):].isdigit():
+            continue
+        pid = int(entry[len(prefix):])
+        try:
+            os.kill(pid, 0)
+            continue  # still running: its write may be under way
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(entry, dir_fd=dfd)
+
+
+def _create_in_place(workspace: str | os.PathLike[str], dfd: int, stem: str, data: bytes, max_tries: int,
+                     fsync: bool) -> Path:
+    """``create_memory_file`` on a file system without hard links: the first free name, written in place."""
+    for n in range(1, max_tries + 1):
+        name = f"{stem}.md" if n == 1 else f"{stem}-{n}.md"
+        _check_name(name)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644, dir_fd=dfd)
+        except FileExistsError:
+            continue
+        try:
+            _write_all(fd, data)
+            if fsync:
+                os.fsync(fd)
+        except BaseException:
+            # A partial file would be taken for the memory and make the next try write -2.md.
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dfd)
+            raise
+        finally:
+            os.close(fd)
+        return Path(workspace) / MEMORY_DIR / name
     raise FileExistsError(f"no free file name for {MEMORY_DIR}/{stem}.md after {max_tries} tries")
 
 
