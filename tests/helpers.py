@@ -82,3 +82,13 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float = 15) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def settled_warmup(mem: Any, first: str, second: str, timeout: float = 30) -> dict[str, Any]:
+    """Search ``mem`` twice (the second search at an index state starts its keyword warm-up),
+    wait for the warm-up thread to finish, and return what it says it did (``describe()``)."""
+    mem.search(first, sync=False)
+    mem.search(second, sync=False)
+    warmup = mem.store._warmup
+    warmup._thread.join(timeout)
+    return dict(warmup.describe())

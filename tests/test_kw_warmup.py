@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from tests.test_kw_postings import QUERIES, _corpus, _fts5, _put
 
+from helpers import settled_warmup
 from memdir.query import keyword_terms
 from memdir.stores import kw_postings as kp
 from memdir.stores import kw_warmup
@@ -279,11 +280,7 @@ def test_a_memory_warmup_measures_its_notes_for_widening(make_workspace, tmp_pat
     with Memory(ws, state_dir=tmp_path / "state", config=cfg) as mem:
         mem.sync()
         NOTE_LINES.clear()
-        mem.search("budget review", sync=False)
-        mem.search("quasar", sync=False)  # a second search: the warm-up starts
-        warmup = mem.store._warmup
-        warmup._thread.join(30)
-        state = warmup.describe()
+        state = settled_warmup(mem, "budget review", "quasar")
         assert state["state"] == "done" and state["notes"] == len(notes), state
         for rel in notes:  # every note held, widths as a search would measure them now
             held = NOTE_LINES._files[str(ws / rel)][1]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from helpers import settled_warmup
 from memdir.api import Memory
 from memdir.config import load_config
 from memdir.indexing_switches import INDEXING
@@ -179,11 +180,7 @@ def test_a_warmup_measures_the_indexed_transcripts(make_workspace: Callable[...,
     with Memory(ws, state_dir=state, config=SESSIONS) as mem:
         mem.sync(reason="test")
         TRANSCRIPT_LINES.clear()
-        mem.search("garden", sync=False)
-        mem.search("weather", sync=False)  # a second search: the warm-up starts
-        warmup = mem.store._warmup
-        warmup._thread.join(30)
-        state_now = warmup.describe()
+        state_now = settled_warmup(mem, "garden", "weather")
         assert state_now["state"] == "done" and state_now["transcripts"] == 2, state_now
         for name in ("s1", "s2"):  # held as a search would read them now
             held = TRANSCRIPT_LINES._files[str(d / f"{name}.jsonl")]
