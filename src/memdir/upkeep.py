@@ -246,6 +246,10 @@ class IndexUpkeep:
         if not cfg.watch and not (cfg.interval_minutes and cfg.interval_minutes > 0):
             return None
         if self.store.readonly:
-            self.notice(f"not watching: {self._readonly_note()}")
-            return None
+            if not getattr(self.store, "readonly_for_space", False):
+                self.notice(f"not watching: {self._readonly_note()}")
+                return None
+            # a full disk is often freed again: watch anyway, and the watcher's syncs (tried again
+            # on their own after a failure) index what changed once there is room
+            self.notice(f"{self._readonly_note()}; watching, and indexing again once there is room")
         return self.watch(on_event=on_event, files=cfg.watch)
