@@ -102,3 +102,55 @@ def test_without_the_flag_sessions_stay_out(setup):
     with Memory(ws, config=cfg) as mem:
         mem.sync()
         assert not mem.search("flamingo").results
+
+
+def test_one_hostile_record_never_hides_the_rest_of_a_transcript(tmp_path: Path) -> None:
+    """A list-valued role (unhashable) and a lone surrogate escape (not encodable as UTF-8) each made
+    the whole transcript unindexable, and ``memory_get`` on it raised; a line with one byte that is
+    not UTF-8 lost its message."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    cfg = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                            "experimental": {"sessionMemory": True}}}
+    with Memory(ws, state_dir=tmp_path / "state", config=cfg) as mem:
+        folder = mem.settings.sessions_dir
+        folder.mkdir(parents=True)
+        (folder / "t.jsonl").write_bytes(
+            _msg("user", "the pelican protocol starts Monday", 1_700_000_000_000).encode()
+            + b'{"type":"message","message":{"role":["user"],"content":"odd role"}}\n'
+            + b'{"type":"message","message":{"role":"user","content":"lone \\ud800 surrogate zebra"}}\n'
+            + b'{"type":"message","message":{"role":"assistant","content":"bad \xff byte giraffe"}}\n')
+        report = mem.sync()
+        assert not report.skipped
+        assert [h.path for h in mem.search("pelican protocol").results] == ["sessions/t.jsonl"]
+        assert mem.search("zebra").results and mem.search("giraffe").results
+        text = mem.get("sessions/t.jsonl").text
+        assert text.splitlines() == ["User: the pelican protocol starts Monday", "User: lone \ufffd surrogate zebra",
+                                     "Assistant: bad \ufffd byte giraffe"]
+
+
+def test_a_line_still_being_written_is_indexed_once_complete(run_cli, make_workspace, state_dir: Path) -> None:
+    """A transcript read while its last line is half written: the fragment is not indexed as text,
+    and the message is found once the line is complete (``memdir index`` as a subprocess)."""
+    ws = make_workspace({"memory/a.md": "# a\n- note\n",
+                         "memdir.json": json.dumps({"memorySearch": {
+                             "provider": "none", "sources": ["memory", "sessions"],
+                             "experimental": {"sessionMemory": True}}})})
+    folder = load_config(workspace=ws, state_dir=state_dir).settings.sessions_dir
+    folder.mkdir(parents=True)
+    line = _msg("user", "the quokka arrives at noon", 1_700_000_000_000)
+    t = folder / "g.jsonl"
+    t.write_text(_msg("user", "first armadillo", 1_700_000_000_000) + line[:30])
+    assert run_cli("-w", str(ws), "index").returncode == 0
+
+    def found(word: str) -> list[str]:
+        out = run_cli("-w", str(ws), "search", word, "--json")
+        return [r["path"] for r in json.loads(out.stdout)["results"]]
+
+    assert found("armadillo") == ["sessions/g.jsonl"] and found("quokka") == []
+    with t.open("a") as fh:
+        fh.write(line[30:])
+    assert run_cli("-w", str(ws), "index").returncode == 0
+    assert found("quokka") == ["sessions/g.jsonl"]
+    assert run_cli("-w", str(ws), "get", "sessions/g.jsonl").stdout.splitlines() == [
+        "User: first armadillo", "User: the quokka arrives at noon"]

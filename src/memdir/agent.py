@@ -343,13 +343,19 @@ class Agent:
         """Resume a session from its transcript (messages, with compactions applied)."""
         for _, record in iter_records(self.transcript):
             if record.get("type") == "message":
-                msg = record.get("message") or {}
-                if msg.get("role") in ("user", "assistant", "tool"):
+                msg = record.get("message")
+                if (isinstance(msg, dict) and isinstance(msg.get("role"), str)
+                        and msg["role"] in ("user", "assistant", "tool")
+                        and isinstance(msg.get("content"), (str, list, type(None)))):
                     self.history.append({k: v for k, v in msg.items() if k in
                                          ("role", "content", "tool_calls", "tool_call_id", "name")})
             elif record.get("type") == "compaction":
-                self.summary = record.get("summary") or self.summary
-                kept = int(record.get("keptMessages") or 0)
+                # A transcript is a file anyone can edit: a record of the wrong shape is skipped, never
+                # allowed to stop the session from resuming.
+                summary, kept = record.get("summary"), record.get("keptMessages")
+                if isinstance(summary, str) and summary:
+                    self.summary = summary
+                kept = kept if isinstance(kept, int) and not isinstance(kept, bool) and kept > 0 else 0
                 self.history = self.history[-kept:] if kept else []
 
     def _update_entry(self, **fields: Any) -> None:
@@ -457,11 +463,17 @@ class Agent:
         convo = [*self.history, {"role": "user", "content": plan.prompt}]
         self._record({"type": "memory_flush", "phase": "start", "timestamp": self._now_ms(),
                       "path": plan.relative_path})
+        appended = self.stats.notes_appended
         try:
             reply = self._tool_loop(convo, persist=False, plan=plan, system=system)
         except Exception as exc:  # R§11.2: a failed flush never breaks the user's turn
             log.warning("memory flush failed: %s", exc)
-            self._record({"type": "memory_flush", "phase": "error", "timestamp": self._now_ms(), "error": str(exc)})
+            wrote = self.stats.notes_appended - appended
+            self._record({"type": "memory_flush", "phase": "error", "timestamp": self._now_ms(), "error": str(exc),
+                          "notesAppended": wrote})
+            if wrote:  # the notes are on disk: a retry in this cycle would append them a second time
+                self.entry = mark_flushed(self.store, self.key, compaction_count=self.entry.compaction_count or 0,
+                                          at_ms=self._now_ms())
             return False
         self.entry = mark_flushed(self.store, self.key, compaction_count=self.entry.compaction_count or 0,
                                   at_ms=self._now_ms())
@@ -510,7 +522,7 @@ class Agent:
             result = run_session_memory_hook(
                 action=action, session_key=self.key, workspace=self.workspace, previous_entry=rotation.previous,
                 sessions_dir=self.store.dir, now=now, messages=self.options.hook_messages, slug_llm=slug_llm,
-                command_source=source)
+                command_source=source, timezone=self.options.timezone)
             if result and result.path:
                 rel = result.path.relative_to(self.workspace).as_posix()
                 self.stats.hook_files.append(rel)

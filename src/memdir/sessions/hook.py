@@ -5,12 +5,13 @@ session can find them.  Fixes over OpenClaw (R§18.11): the transcript that ``/n
 renamed to ``<file>.reset.<ts>`` is still found (#17563), an existing file is never
 overwritten — a same-minute collision gets ``-2``, ``-3``… (PR #144146) — and there is no
 "newest .jsonl in the folder" fallback that saved an unrelated old session (#143328).
+Beyond R§13: the file is dated by the user's day, not the UTC one, and secrets in the saved
+messages are masked as the index masks transcripts (R§8), since the file is indexed as memory.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
 import os
 import re
@@ -21,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from memdir.memfiles import create_memory_file
-from memdir.sessions.store import RESET_MARKER, SessionEntry
+from memdir.redact import redact_text
+from memdir.sessions.store import RESET_MARKER, SessionEntry, clean_text, iter_records
+from memdir.timezones import local_time, resolve_timezone
 
 log = logging.getLogger(__name__)
 
@@ -112,23 +115,23 @@ def _is_inter_session(record: Mapping[str, Any], message: Mapping[str, Any]) -> 
     return False
 
 
-def recent_messages(path: str | os.PathLike[str], limit: int = DEFAULT_MESSAGES) -> list[str]:
+def recent_messages(path: str | os.PathLike[str], limit: int = DEFAULT_MESSAGES, *, redact: bool = True) -> list[str]:
     """The last ``limit`` ``"<role>: <text>"`` lines, filtering *before* slicing (R§13 step 5).
 
     Kept: user/assistant message records with text; dropped: tool records, slash commands,
-    user messages relayed from another session, empty text.  Raw text, newlines kept.
+    user messages relayed from another session, empty text.  Raw text, newlines kept, but secrets
+    masked as the index masks them (R§8): the file is a memory file, indexed and shown to the
+    agent unredacted.  Lines are read as the index reads them (:func:`iter_records`): split on
+    ``\\n`` only, so a message holding U+2028 or U+0085 (which ``str.splitlines`` splits) is kept, and
+    a record nested too deep for the JSON parser is skipped rather than failing the hook.
     """
-    try:
-        raw = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
     out: list[str] = []
-    for line in raw.strip().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a torn last line after a crash, or junk
-        if not isinstance(record, dict) or record.get("type") != "message":
+    try:
+        records = list(iter_records(path))
+    except OSError:  # unreadable: the capture keeps its header, as for an empty transcript
+        return []
+    for _, record in records:
+        if record.get("type") != "message":
             continue
         message = record.get("message")
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
@@ -140,7 +143,8 @@ def recent_messages(path: str | os.PathLike[str], limit: int = DEFAULT_MESSAGES)
         text = _first_text(message["content"])
         if not text or not text.strip() or text.lstrip().startswith("/"):
             continue
-        out.append(f"{message['role']}: {text}")
+        text = clean_text(text)
+        out.append(f"{message['role']}: {redact_text(text) if redact else text}")
     return out[-limit:] if limit > 0 else out
 
 
@@ -227,8 +231,15 @@ def run_session_memory_hook(
     slug_timeout: float = SLUG_TIMEOUT_SECONDS,
     command_source: str | None = None,
     enabled: bool = True,
+    timezone: str | None = None,
 ) -> HookResult | None:
     """Handle a ``command:new`` / ``command:reset`` event; other actions return None.
+
+    The file's date and the fallback slug's ``HHMM`` are the user's (``timezone``, an IANA name;
+    unset → the machine's zone), like the daily log's: OpenClaw names the file by the UTC day, so
+    a session that ended in the user's evening west of Greenwich was filed under tomorrow, and the
+    next session's start-up context (today's and yesterday's logs and captures, in the user's
+    zone) missed the capture it had just written.  The header keeps UTC (R§13, vector 64).
 
     Never raises: a failure is logged and returned in ``HookResult.error`` so the caller can
     tell the user (OpenClaw only logged it, #45819).
@@ -237,7 +248,8 @@ def run_session_memory_hook(
         return None
     now = datetime.now(UTC) if now is None else now if now.tzinfo else now.replace(tzinfo=UTC)
     now = now.astimezone(UTC)
-    fallback_slug = f"{now:%H%M}"
+    local = local_time(now, resolve_timezone(timezone)[0])
+    fallback_slug = f"{local:%H%M}"
     try:
         if isinstance(previous_entry, Mapping):
             previous_entry = SessionEntry.model_validate(previous_entry)
@@ -257,7 +269,7 @@ def run_session_memory_hook(
         slug = llm_slug(content, slug_llm, slug_timeout) or fallback_slug
         body = format_session_memory(now=now, session_key=session_key, session_id=session_id,
                                      source=command_source, content=content)
-        path = create_memory_file(workspace, f"{now:%Y-%m-%d}-{slug}", body)
+        path = create_memory_file(workspace, f"{local:%Y-%m-%d}-{slug}", body)
         return HookResult(path=path, transcript=transcript, messages=len(lines), slug=slug)
     except Exception as exc:
         log.error("session-memory hook failed: %s", exc)

@@ -20,6 +20,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -132,16 +133,30 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, 
 
 def parse_records(lines: Iterable[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
     """:func:`iter_records` over lines already read (split on ``\\n`` only, as a file iterates), for
-    a reader that must open the file itself (``memory_get``: no symlinks, regular files only)."""
+    a reader that must open the file itself (``memory_get``: no symlinks, regular files only).
+
+    A line with a byte that is not UTF-8 is read with U+FFFD in its place: one bad byte (a
+    writer that cut a character, a binary paste) must not lose the whole message."""
     for lineno, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw)
-        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
+            record = json.loads(raw.decode("utf-8-sig", "replace"))
+        except (ValueError, RecursionError):  # RecursionError: nested too deep
             continue
         if isinstance(record, dict):
             yield lineno, record
+
+
+_UNWRITABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with NUL and lone surrogates (a JSON ``"\\ud800"`` escape decodes to one) as U+FFFD.
+
+    A lone surrogate cannot be encoded as UTF-8, so it made SQLite refuse the whole transcript and
+    the hook fail to write its file; a NUL makes a Markdown file look binary to other tools."""
+    return _UNWRITABLE.sub("\ufffd", text) if _UNWRITABLE.search(text) else text
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
