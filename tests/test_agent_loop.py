@@ -248,6 +248,34 @@ def test_a_session_resumes_past_records_of_the_wrong_shape(env: Env, record: dic
     assert again.system_prompt() and again.send("What is the cat called?")
 
 
+def test_a_reply_cut_inside_a_surrogate_pair_is_kept(tmp_path: Path) -> None:
+    """A reply holding a lone surrogate (JSON ``"\\ud83d"``, an emoji cut in half) has no UTF-8 form:
+    writing it to the transcript raised after the reply was already in the live history, and every
+    later request failed to encode.  It is kept with U+FFFD in the half's place."""
+    e = Env(tmp_path, ScriptQueue([{"content": "half an emoji \ud83d here"}, {"content": "next"}]))
+    try:
+        agent = e.agent()
+        assert agent.send("hi") == "half an emoji \ufffd here"
+        assert agent.send("more") == "next"
+        again = e.agent()
+        assert [m["content"] for m in again.history] == ["hi", "half an emoji \ufffd here", "more", "next"]
+    finally:
+        e.close()
+
+
+def test_a_lone_surrogate_in_the_users_text_does_not_stop_the_session(tmp_path: Path) -> None:
+    """Text read with ``surrogateescape`` (a non-UTF-8 byte on stdin) could not be written to the
+    transcript, nor sent to the chat API, so the turn raised and every later one too."""
+    e = Env(tmp_path, ScriptQueue([{"content": "got it"}, {"content": "and that"}]))
+    try:
+        agent = e.agent()
+        assert agent.send("caf\udce9 menu") == "got it"
+        assert agent.send("next") == "and that"
+        assert "caf\ufffd menu" in [m["content"] for m in e.agent().history]
+    finally:
+        e.close()
+
+
 def env_phase(agent: Agent) -> list[str]:
     return [r["phase"] for r in read_records(agent.transcript) if r["type"] == "memory_flush"]
 

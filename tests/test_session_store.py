@@ -239,3 +239,13 @@ def test_session_entry_json_roundtrip() -> None:
     entry = SessionEntry(session_id="s", total_tokens_fresh=False, memory_flush_at=1)
     assert entry.to_json() == {"sessionId": "s", "totalTokensFresh": False, "memoryFlushAt": 1}
     assert SessionEntry.model_validate(entry.to_json()) == entry
+
+
+def test_a_record_with_a_lone_surrogate_is_written_escaped(tmp_path: Path) -> None:
+    """A string with no UTF-8 form (a lone surrogate) made ``append_record`` raise and the record was
+    lost; it is written with ``\\u`` escapes and reads back unchanged."""
+    t = tmp_path / "s.jsonl"
+    append_record(t, {"type": "message", "message": {"role": "assistant", "content": "half \ud83d emoji é"}})
+    append_record(t, {"type": "message", "message": {"role": "user", "content": "après"}})
+    assert t.read_bytes().isascii() is False  # the second record is still plain UTF-8
+    assert [r["message"]["content"] for r in read_records(t)] == ["half \ud83d emoji é", "après"]

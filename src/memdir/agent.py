@@ -53,6 +53,7 @@ from memdir.sessions.store import (
     SessionEntry,
     SessionStore,
     chat_type_from_session_key,
+    clean_text,
     iter_records,
     message_record,
 )
@@ -171,7 +172,10 @@ class ChatClient:
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
             body["tools"] = tools
-        kwargs: dict[str, Any] = {"json": body}
+        # ASCII JSON, not httpx's UTF-8: a lone surrogate anywhere in the conversation (a tool call's
+        # arguments, text read with surrogateescape) has no UTF-8 form and failed every later turn.
+        kwargs: dict[str, Any] = {"content": json.dumps(body).encode("ascii"),
+                                  "headers": {"Content-Type": "application/json"}}
         if timeout is not None:
             kwargs["timeout"] = timeout
         resp = self._http.post("/chat/completions", **kwargs)
@@ -180,7 +184,9 @@ class ChatClient:
         data = resp.json()
         message = data["choices"][0]["message"]
         usage = {k: int(v) for k, v in (data.get("usage") or {}).items() if isinstance(v, (int, float))}
-        return ChatReply(message.get("content") or "", message.get("tool_calls") or [], usage)
+        # A reply cut inside a surrogate pair ("\\ud83d"): U+FFFD, so the transcript, the daily log
+        # and the index can store it.
+        return ChatReply(clean_text(message.get("content") or ""), message.get("tool_calls") or [], usage)
 
     def close(self) -> None:
         self._http.close()
@@ -379,6 +385,7 @@ class Agent:
     # -- public API ----------------------------------------------------------------------------
     def send(self, text: str, *, heartbeat: bool = False) -> str:
         """One user turn; returns the reply ("" when the model stayed silent)."""
+        text = clean_text(text)  # a lone surrogate (stdin read with surrogateescape) cannot be stored
         command = text.strip().lower()
         if command in ("/new", "/reset"):
             return self.reset(command[1:])

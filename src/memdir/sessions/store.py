@@ -106,9 +106,15 @@ def append_record(path: str | os.PathLike[str], record: Mapping[str, Any]) -> No
     """Append one JSON record as one line, atomically with respect to other appenders.
 
     If the file's last byte is not a newline (a previous writer died mid-line) a newline is
-    written first, so the torn fragment stays an isolated, skippable line.
+    written first, so the torn fragment stays an isolated, skippable line.  A string holding a lone
+    surrogate (a model reply cut inside an emoji's ``\\ud83d\\ude00`` pair, stdin read with
+    ``surrogateescape``) has no UTF-8 form, so that record is written with ``\\u`` escapes instead:
+    the message is kept, and reads back as it was sent.
     """
-    line = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    try:
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        line = json.dumps(record, separators=(",", ":")).encode("ascii") + b"\n"
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
