@@ -276,6 +276,30 @@ def test_a_lone_surrogate_in_the_users_text_does_not_stop_the_session(tmp_path: 
         e.close()
 
 
+def test_two_agents_on_one_session_flush_a_cycle_once(tmp_path: Path) -> None:
+    """Each agent decided on its own cached entry and marked the cycle only after its flush turn, so
+    both ran the flush and the daily log got the same note twice."""
+    note = {"content": "", "tool_calls": [{"name": "memory_append", "arguments": {"text": "- The wifi is Nebula."}}]}
+    script = ScriptQueue([
+        {"content": "a0", "usage": {"prompt_tokens": 1600, "completion_tokens": 0, "total_tokens": 1600}},
+        {"content": "b0", "usage": {"prompt_tokens": 1600, "completion_tokens": 0, "total_tokens": 1600}},
+        note, {"content": "NO_REPLY"},  # a's flush
+        {"content": "a1", "usage": {"prompt_tokens": 1650, "completion_tokens": 0, "total_tokens": 1650}},
+        {"content": "b1", "usage": {"prompt_tokens": 1650, "completion_tokens": 0, "total_tokens": 1650}},
+    ])
+    e = Env(tmp_path, script)
+    try:
+        opts: dict[str, Any] = dict(context_window=100_000, flush=FlushSettings(reserve_tokens_floor=98_000,
+                                                                                 soft_threshold_tokens=500))
+        a, b = e.agent(**opts), e.agent(**opts)
+        assert (a.send("hi"), b.send("hi")) == ("a0", "b0")
+        assert (a.send("x"), b.send("y")) == ("a1", "b1")  # b's cached entry still said "not flushed"
+        assert (a.stats.flushes, b.stats.flushes) == (1, 0)
+        assert (e.ws / "memory" / "2026-03-04.md").read_text() == "- The wifi is Nebula.\n"
+    finally:
+        e.close()
+
+
 def env_phase(agent: Agent) -> list[str]:
     return [r["phase"] for r in read_records(agent.transcript) if r["type"] == "memory_flush"]
 

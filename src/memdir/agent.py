@@ -43,9 +43,11 @@ from memdir.sessions.flush import (
     FlushPlan,
     FlushSettings,
     build_flush_plan,
+    claim_flush,
     fresh_total_tokens,
     is_silent_reply,
     mark_flushed,
+    release_flush,
     should_flush,
 )
 from memdir.sessions.hook import run_session_memory_hook
@@ -464,7 +466,15 @@ class Agent:
             self.compact()
 
     def run_flush(self) -> bool:
-        """The pre-compaction flush turn. Its messages stay out of the live context."""
+        """The pre-compaction flush turn. Its messages stay out of the live context.
+
+        The cycle is claimed in ``sessions.json`` before the turn (:func:`claim_flush`), so another
+        agent on this session that decided to flush too skips it; a turn that fails before writing
+        a note gives the claim back, and the next turn retries it."""
+        previous = claim_flush(self.store, self.key, at_ms=self._now_ms())
+        if previous is None:  # another caller flushed this cycle since our entry was read
+            self.entry = self.store.get(self.key) or self.entry
+            return False
         plan = build_flush_plan(self.options.flush, now=self.clock(), timezone=self.options.timezone)
         system = self.system_prompt() + "\n\n" + plan.system_prompt
         convo = [*self.history, {"role": "user", "content": plan.prompt}]
@@ -478,9 +488,9 @@ class Agent:
             wrote = self.stats.notes_appended - appended
             self._record({"type": "memory_flush", "phase": "error", "timestamp": self._now_ms(), "error": str(exc),
                           "notesAppended": wrote})
-            if wrote:  # the notes are on disk: a retry in this cycle would append them a second time
-                self.entry = mark_flushed(self.store, self.key, compaction_count=self.entry.compaction_count or 0,
-                                          at_ms=self._now_ms())
+            # Notes on disk keep the claim: a retry in this cycle would append them a second time.
+            self.entry = (self.store.get(self.key) if wrote else release_flush(self.store, self.key, previous)) \
+                or self.entry
             return False
         self.entry = mark_flushed(self.store, self.key, compaction_count=self.entry.compaction_count or 0,
                                   at_ms=self._now_ms())
