@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -307,3 +308,17 @@ def test_file_is_dated_by_the_users_day_so_the_next_session_loads_it(tmp_path: P
     late = datetime(2026, 3, 9, 6, 59, 59, 900_000, tzinfo=UTC)  # 2026-03-08 23:59:59.9 PDT
     res = run(ws, {"sessionId": "abc", "sessionFile": str(t)}, now=late, timezone="America/Los_Angeles")
     assert res.path.name == "2026-03-08-2359.md"
+
+
+def test_a_symlink_named_like_a_rotated_transcript_is_never_read(tmp_path: Path) -> None:
+    """Every candidate transcript was checked for symlinks except the ``.reset.*`` fallback, which
+    copied whatever the link pointed at into the dated memory file."""
+    d = tmp_path / "s"
+    live = write_transcript(d / "abc.jsonl", [{"type": "session"}])
+    outside = write_transcript(tmp_path / "elsewhere" / "other.jsonl", [user("another agent's private talk")])
+    (d / "abc.jsonl.reset.2026-01-02T00-00-00.000Z").symlink_to(outside)
+    res = run(tmp_path / "ws", {"sessionId": "abc", "sessionFile": str(live)})
+    assert res.error is None and res.messages == 0
+    assert "private talk" not in res.path.read_text()
+    os.remove(live)  # the live file rotated away: the link is not taken for it either
+    assert find_transcript(str(live), "abc", [d]) is None

@@ -45,13 +45,17 @@ def _strip_reset(name: str) -> str:
 
 
 def _reset_siblings(path: Path) -> list[Path]:
-    """``<basename>.reset.*`` files next to ``path``, oldest first (names sort by time)."""
+    """``<basename>.reset.*`` files next to ``path``, oldest first (names sort by time).
+
+    Regular files only, never a symlink (as for every other candidate): a link named like a
+    rotated transcript would otherwise have the hook copy whatever it points at into memory."""
     base = _strip_reset(path.name)
     try:
-        names = os.listdir(path.parent)
+        entries = list(os.scandir(path.parent))
     except OSError:
         return []
-    return sorted(path.parent / n for n in names if n.startswith(base + RESET_MARKER))
+    return sorted(path.parent / e.name for e in entries
+                  if e.name.startswith(base + RESET_MARKER) and e.is_file(follow_symlinks=False))
 
 
 def find_transcript(
