@@ -154,3 +154,47 @@ def test_a_line_still_being_written_is_indexed_once_complete(run_cli, make_works
     assert found("quokka") == ["sessions/g.jsonl"]
     assert run_cli("-w", str(ws), "get", "sessions/g.jsonl").stdout.splitlines() == [
         "User: first armadillo", "User: the quokka arrives at noon"]
+
+
+def test_a_transcript_swapped_after_listing_is_skipped_not_waited_on(tmp_path: Path) -> None:
+    """Between the sync's listing and its read, a transcript replaced by a FIFO made ``open`` wait for
+    a writer forever (the index's writer lock held), and one replaced by a symlink was read wherever
+    it pointed."""
+    import os
+    import threading
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    cfg = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                            "experimental": {"sessionMemory": True}}}
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(_msg("user", "a private walrus elsewhere", 1_700_000_000_000))
+    with Memory(ws, state_dir=tmp_path / "state", config=cfg) as mem:
+        folder = mem.settings.sessions_dir
+        folder.mkdir(parents=True)
+        for name in ("fifo", "link", "kept"):
+            (folder / f"{name}.jsonl").write_text(_msg("user", f"the {name} pangolin", 1_700_000_000_000))
+        real_list = mem.indexer.list_files
+
+        def list_then_swap(*args, **kwargs):
+            found = real_list(*args, **kwargs)
+            (folder / "fifo.jsonl").unlink()
+            os.mkfifo(folder / "fifo.jsonl")
+            (folder / "link.jsonl").unlink()
+            (folder / "link.jsonl").symlink_to(outside)
+            return found
+
+        mem.indexer.list_files = list_then_swap
+        done: list[object] = []
+        worker = threading.Thread(target=lambda: done.append(mem.sync()), daemon=True)
+        worker.start()
+        worker.join(30)
+        if worker.is_alive():  # let the stuck open return, so the test fails instead of hanging
+            os.close(os.open(folder / "fifo.jsonl", os.O_WRONLY | os.O_NONBLOCK))
+            worker.join(10)
+        assert done, "the sync waited on a FIFO"
+        skipped = {s["path"]: s["error"] for s in done[0].skipped}
+        assert "FIFO" in skipped["sessions/fifo.jsonl"] and "sessions/link.jsonl" in skipped
+        mem.indexer.list_files = real_list
+        assert [h.path for h in mem.search("pangolin").results] == ["sessions/kept.jsonl"]
+        assert not mem.search("walrus").results

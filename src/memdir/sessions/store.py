@@ -16,11 +16,13 @@ Crash safety is the point of this module:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
 import os
 import re
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -32,6 +34,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from memdir.atomic_write import replace_file
+from memdir.reading import NotRegularFile, kind_of
 from memdir.tools import chat_type_from_session_key, parse_session_key
 
 log = logging.getLogger(__name__)
@@ -128,11 +131,26 @@ def append_record(path: str | os.PathLike[str], record: Mapping[str, Any]) -> No
 
 
 def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(1-based line number, record)``; blank, torn or non-object lines are skipped."""
+    """Yield ``(1-based line number, record)``; blank, torn or non-object lines are skipped.
+
+    Only a regular file is read, never through a symlink, as ``memory_get`` reads one: a transcript
+    swapped for a FIFO after the sync listed it made ``open`` wait for a writer forever (holding
+    the index's writer lock), and one swapped for a link was read wherever it pointed.  Either
+    raises :class:`OSError` (the sync reports the file as skipped); a missing file yields nothing.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed below; generator keeps it open while yielding
+        fd = os.open(path, flags)
     except FileNotFoundError:
         return
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(errno.EINVAL, f"{kind_of(mode)}, not a regular file", str(path))
+        fh = os.fdopen(fd, "rb")  # closed below; the generator keeps it open while yielding
+    except BaseException:
+        os.close(fd)
+        raise
     with fh:
         yield from parse_records(fh)
 
