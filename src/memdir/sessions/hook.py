@@ -15,6 +15,7 @@ import concurrent.futures
 import logging
 import os
 import re
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -129,27 +130,25 @@ def recent_messages(path: str | os.PathLike[str], limit: int = DEFAULT_MESSAGES,
     ``\\n`` only, so a message holding U+2028 or U+0085 (which ``str.splitlines`` splits) is kept, and
     a record nested too deep for the JSON parser is skipped rather than failing the hook.
     """
-    out: list[str] = []
+    out: deque[tuple[str, str]] = deque(maxlen=limit if limit > 0 else None)  # never the whole transcript
     try:
-        records = list(iter_records(path))
+        for _, record in iter_records(path):
+            if record.get("type") != "message":
+                continue
+            message = record.get("message")
+            if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+                continue
+            if not message.get("content"):
+                continue
+            if message["role"] == "user" and _is_inter_session(record, message):
+                continue
+            text = _first_text(message["content"])
+            if not text or not text.strip() or text.lstrip().startswith("/"):
+                continue
+            out.append((message["role"], text))
     except OSError:  # unreadable: the capture keeps its header, as for an empty transcript
         return []
-    for _, record in records:
-        if record.get("type") != "message":
-            continue
-        message = record.get("message")
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            continue
-        if not message.get("content"):
-            continue
-        if message["role"] == "user" and _is_inter_session(record, message):
-            continue
-        text = _first_text(message["content"])
-        if not text or not text.strip() or text.lstrip().startswith("/"):
-            continue
-        text = clean_text(text)
-        out.append(f"{message['role']}: {redact_text(text) if redact else text}")
-    return out[-limit:] if limit > 0 else out
+    return [f"{role}: {redact_text(clean_text(text)) if redact else clean_text(text)}" for role, text in out]
 
 
 # --- slug -----------------------------------------------------------------------------------
