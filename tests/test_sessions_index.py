@@ -198,3 +198,29 @@ def test_a_transcript_swapped_after_listing_is_skipped_not_waited_on(tmp_path: P
         mem.indexer.list_files = real_list
         assert [h.path for h in mem.search("pangolin").results] == ["sessions/kept.jsonl"]
         assert not mem.search("walrus").results
+
+
+def test_a_conversation_stays_searchable_after_new_sets_its_transcript_aside(tmp_path: Path) -> None:
+    """``/new`` renames the transcript to ``<id>.jsonl.reset.<time>``; only ``*.jsonl`` was listed, so
+    the next sync removed the whole conversation from the index (R§3 [v4.12] keeps archived ones)."""
+    from memdir.sessions.store import SessionStore, message_record
+    from memdir.watch import WatchPlan
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    cfg = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                            "experimental": {"sessionMemory": True}}}
+    with Memory(ws, state_dir=tmp_path / "state", config=cfg) as mem:
+        store = SessionStore(mem.settings.sessions_dir)
+        key = "agent:main:main"
+        store.open_session(key)
+        store.append(key, message_record("user", "the narwhal budget was approved on Tuesday"))
+        mem.sync()
+        assert [h.path for h in mem.search("narwhal budget").results] == [f"sessions/{store.get(key).session_id}.jsonl"]
+        rotated = store.rotate(key).rotated_file
+        assert rotated is not None
+        mem.sync(reason="watch")
+        hits = mem.search("narwhal budget").results
+        assert [h.path for h in hits] == [f"sessions/{rotated.name}"]
+        assert mem.get(hits[0].path).text == "User: the narwhal budget was approved on Tuesday"
+        assert WatchPlan(ws, [], mem.settings.sessions_dir).file_matters(str(rotated))

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict
 from memdir.atomic_write import replace_file
 from memdir.reading import NotRegularFile, kind_of
 from memdir.tools import chat_type_from_session_key, parse_session_key
+from memdir.workspace import is_transcript_name
 
 log = logging.getLogger(__name__)
 
@@ -203,14 +204,15 @@ def reset_suffix(when: datetime | None = None) -> str:
     return RESET_MARKER + when.strftime("%Y-%m-%dT%H-%M-%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
-def list_transcripts(sessions_dir: str | os.PathLike[str]) -> list[Path]:
-    """Live transcripts (``*.jsonl``, regular files, no symlinks), sorted by name."""
+def list_transcripts(sessions_dir: str | os.PathLike[str], *, archived: bool = False) -> list[Path]:
+    """Live transcripts (``*.jsonl``, regular files, no symlinks), sorted by name; with ``archived``
+    also those ``/new`` and ``/reset`` renamed to ``*.jsonl.reset.<time>`` (or deleted ones)."""
     folder = Path(sessions_dir)
     if not folder.is_dir():
         return []
     out = []
     for entry in os.scandir(folder):
-        if entry.name.endswith(".jsonl") and entry.is_file(follow_symlinks=False):
+        if is_transcript_name(entry.name, archived=archived) and entry.is_file(follow_symlinks=False):
             out.append(Path(entry.path))
     return sorted(out)
 
