@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memdir.workspace import MEMORY_DIR, ROOT_FILES, is_ignored_dir
+from memdir.workspace import MEMORY_DIR, ROOT_FILES, is_ignored_dir, is_transcript_name
 
 Event = dict[str, Any]
 
@@ -124,7 +124,7 @@ class WatchPlan:
             rel = self._under(path, tree)
             if rel is not None and name.endswith(".md") and not self._ignored(rel):
                 return True
-        return bool(self.sessions_dir and parent == self.sessions_dir and name.endswith(".jsonl"))
+        return bool(self.sessions_dir and parent == self.sessions_dir and is_transcript_name(name))
 
     def folder_matters(self, path: str, watched: set[str]) -> bool:
         """A watched folder went away, or a folder appeared that should be watched."""
