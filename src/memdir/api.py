@@ -8,6 +8,8 @@
 
 A ``Memory`` is safe to share between threads: store access is serialised and ``sync`` takes
 the index's writer lock, which also keeps other processes from writing at the same time.
+``close`` lets calls in progress in other threads finish first (up to :data:`CLOSE_WAIT_SECONDS`);
+a call made after it raises :class:`MemdirError` instead of opening the index again.
 
 The index heals itself: a damaged index file is moved aside and rebuilt from the Markdown files
 (on open, and whenever an operation runs into a damage error), ``notice`` is told once with the
@@ -16,15 +18,17 @@ paths, and a state folder that cannot be written still answers searches read-onl
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
 from memdir.errors import IndexOwnershipError, MemdirError, ownership_message
@@ -46,8 +50,25 @@ SearchMode = Literal["hybrid", "keyword", "vector"]
 SEARCH_MODES = ("hybrid", "keyword", "vector")
 
 
+#: How long :meth:`Memory.close` waits for calls in progress in other threads (a search takes
+#: milliseconds; a sync building an index with embeddings can take minutes, and then fails).
+CLOSE_WAIT_SECONDS = 10.0
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
 def _log_notice(message: str) -> None:
     log.warning("%s", message)
+
+
+def _call(method: F) -> F:
+    """A public ``Memory`` call: refused once closed, and waited for by :meth:`Memory.close`."""
+    @functools.wraps(method)
+    def wrapper(self: Memory, *args: Any, **kwargs: Any) -> Any:
+        with self._in_call():
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass
@@ -111,6 +132,36 @@ class Memory(IndexUpkeep):
         self._checked_ok: Any = None
         self.watcher: Any = None
         self._long_term: Any = None
+        self._closed = False
+        #: Calls in progress, by thread (a call may make another: a search syncs first).
+        self._calls: dict[int, int] = {}
+        self._calls_changed = threading.Condition()
+
+    @contextmanager
+    def _in_call(self) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._calls_changed:
+            depth = self._calls.get(me, 0)
+            if self._closed and not depth:
+                raise MemdirError("this Memory is closed")
+            self._calls[me] = depth + 1
+        try:
+            yield
+        except Exception as exc:
+            if self._closed and not isinstance(exc, MemdirError):  # e.g. its index closed under it
+                raise MemdirError(f"this Memory was closed during the call ({exc})") from exc
+            raise
+        finally:
+            with self._calls_changed:
+                if depth:
+                    self._calls[me] = depth
+                else:
+                    del self._calls[me]
+                    self._calls_changed.notify_all()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise MemdirError("this Memory is closed")
 
     # -- lazily built parts ------------------------------------------------------------------
     @property
@@ -146,6 +197,7 @@ class Memory(IndexUpkeep):
     def store(self) -> Store:
         with self._init_lock:
             if self._store is None:
+                self._check_open()
                 store = open_store(self.settings, notice=self.notice)
                 try:
                     self._check_owner(store)
@@ -170,6 +222,7 @@ class Memory(IndexUpkeep):
     def indexer(self) -> Indexer:
         with self._init_lock:
             if self._indexer is None:
+                self._check_open()
                 from memdir.sync import Indexer
 
                 sel = self.selection
@@ -198,6 +251,7 @@ class Memory(IndexUpkeep):
         return self._long_term
 
     # -- operations --------------------------------------------------------------------------
+    @_call
     def sync(self, *, force: bool = False, progress: Progress | None = None, reason: str = "api",
              deadline: float | None = None, lock_timeout: float | None = None) -> SyncReport:
         """Bring the index up to date with the files (a full rebuild with ``force``).
@@ -259,6 +313,7 @@ class Memory(IndexUpkeep):
                                f"{error}")
         return report
 
+    @_call
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                explain: bool = False, sync: bool | None = None, mode: SearchMode = "hybrid") -> SearchResponse:
         """Search memory; a dirty index is synced first within ``sync.searchBudgetMs``.
@@ -346,6 +401,7 @@ class Memory(IndexUpkeep):
             response.warnings.append(sel.unavailable_reason)
         return response
 
+    @_call
     def get(self, path: str, *, from_line: int | None = None, lines: int | None = None) -> GetResult:
         """Read a memory file (or a slice of it); raises :class:`PathError` naming the problem.
 
@@ -365,6 +421,7 @@ class Memory(IndexUpkeep):
         resolved = resolve_readable(path, self.workspace, self.settings.extra_paths, sessions=sessions)
         return GetResult(read_lines(resolved, from_line, lines), resolved.rel)
 
+    @_call
     def append_daily(self, text: str, *, date: Any = None) -> str:
         """Append ``text`` to today's ``memory/YYYY-MM-DD.md`` (user timezone); returns that path.
 
@@ -376,6 +433,7 @@ class Memory(IndexUpkeep):
 
         return append_daily(self.workspace, text, date=date, timezone=self.settings.user_timezone)
 
+    @_call
     def migrate(self, to: str, *, lock_timeout: float | None = 30.0) -> dict[str, Any]:
         """Copy this agent's index (vectors and cache included) to the other backend, ``to``.
 
@@ -412,6 +470,7 @@ class Memory(IndexUpkeep):
         finally:
             target.close()
 
+    @_call
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """What is indexed, what is stale, and which parts (FTS, vectors, provider) work."""
         ms = self.settings.memory_search
@@ -548,11 +607,17 @@ class Memory(IndexUpkeep):
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        """Stop the watcher, let calls in progress in other threads finish (up to
+        :data:`CLOSE_WAIT_SECONDS`), then close the index and the embedding provider; calls
+        made afterwards raise :class:`MemdirError`.  Closing twice does nothing more."""
+        with self._calls_changed:
+            self._closed = True
         if self.watcher is not None:
             self.watcher.stop()
             self.watcher = None
         if self._bootstrap is not None:
             self._bootstrap.join(5.0)  # a first index still building in the background
+        self._wait_for_calls(CLOSE_WAIT_SECONDS)
         if self._long_term is not None:
             self._long_term.close()
             self._long_term = None
@@ -565,6 +630,18 @@ class Memory(IndexUpkeep):
                 self._selection.provider.close()
             except Exception:
                 pass
+
+    def _wait_for_calls(self, timeout: float) -> None:
+        """Until no other thread is in a call (this one may be: closing from inside a callback)."""
+        me = threading.get_ident()
+        deadline = time.monotonic() + timeout
+        with self._calls_changed:
+            while any(thread != me for thread in self._calls):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("closing %s with calls still running in other threads", self.workspace)
+                    return
+                self._calls_changed.wait(left)
 
     def __enter__(self) -> Memory:
         return self

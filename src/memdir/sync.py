@@ -370,8 +370,10 @@ class Indexer:
                     self.store.optimize()
             report.reason = reason if not report.full else f"{reason}: {why}"
         finally:
-            self.progress_file.clear()
-            self.lock.release()
+            try:
+                self.progress_file.clear()
+            finally:  # even when interrupted there (Ctrl-C): a lock left held stalls every later sync
+                self.lock.release()
         report.seconds = time.monotonic() - started
         return report
 
