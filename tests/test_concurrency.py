@@ -225,3 +225,51 @@ def test_a_forked_child_opens_its_own_connection_and_locks(make_workspace, state
     proc = subprocess.run([sys.executable, "-c", _FORK_CHILD.format(src=str(SRC), ws=str(ws))],
                           capture_output=True, text=True, timeout=40, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+_FORK_EMBEDDING = """
+import hashlib, os, signal, sys, time
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from memdir import Memory
+
+
+class HashProvider:  # a remote-like provider: the query is embedded on the search's thread pool
+    id, model, provider_key, max_input_bytes, dims = "hash", "hash-64", "hash-key", 8000, 64
+
+    def _vec(self, text):
+        return [(b - 127.5) / 128 for b in hashlib.sha512(text.encode()).digest()]
+
+    def embed_query(self, text):
+        return self._vec(text)
+
+    def embed_batch(self, texts):
+        return [self._vec(t) for t in texts]
+
+    def close(self):
+        pass
+
+
+mem = Memory(Path({ws!r}), provider=HashProvider())
+mem.sync()
+assert mem.search("kafka billing").mode == "hybrid"  # the pool exists now, its threads the parent's
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)
+    response = Memory(Path({ws!r}), provider=HashProvider()).search("cat surgery")
+    print(response.mode, response.fallback, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_embeds_its_queries(make_workspace, state_dir):
+    # Before: the query-embedding pool was the parent's, whose threads a child does not have:
+    # every hybrid search in the child waited out its 3 s budget, then fell back to keywords.
+    ws = make_workspace(FILES)
+    env = {**os.environ, "MEMDIR_STATE_DIR": str(state_dir)}
+    proc = subprocess.run([sys.executable, "-c", _FORK_EMBEDDING.format(src=str(SRC), ws=str(ws))],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "hybrid None"
