@@ -17,7 +17,7 @@ import pytest
 
 from helpers import SRC
 from memdir import Memory
-from memdir.errors import MemdirError
+from memdir.errors import MemdirError, MemoryClosed
 from memdir.lock import FileWriterLock
 
 FILES = {
@@ -81,6 +81,41 @@ def test_a_call_made_while_closing_is_refused_but_nested_calls_go_on(make_worksp
         mem.append_daily("too late")
     assert not list((ws / "memory").glob("20??-??-??.md")) or all(
         "too late" not in p.read_text() for p in (ws / "memory").glob("*.md"))
+
+
+def test_close_stops_a_sync_running_in_another_thread_before_its_next_file(make_workspace, keyword_config):
+    # Before: close() closed the index under the sync (which failed with SQLite's "Cannot operate
+    # on a closed database" wherever it was); waiting for it instead could take minutes (a first
+    # index with embeddings), so the sync now stops before its next file.
+    notes = {f"memory/2026-01-{i % 28 + 1:02d}-{i}.md": f"- note {i} about topic{i}\n" for i in range(300)}
+    ws = make_workspace(notes)
+    mem = Memory(ws, config=keyword_config)
+    assert mem.search("topic1", mode="keyword", sync=False).results == []  # opens the index, builds nothing
+    started = threading.Event()
+
+    def progress(done: int, total: int, label: str) -> None:
+        started.set()
+        while not mem._closed:  # the first batch is written: hold the sync here until close() starts
+            threading.Event().wait(0.01)
+
+    out: dict[str, object] = {}
+
+    def sync() -> None:
+        try:
+            out["report"] = mem.sync(progress=progress)
+        except Exception as exc:
+            out["error"] = exc
+
+    syncer = threading.Thread(target=sync)
+    syncer.start()
+    assert started.wait(10)
+    mem.close()
+    syncer.join(10)
+    assert isinstance(out.get("error"), MemoryClosed), out
+    with Memory(ws, config=keyword_config) as again:  # the index as it was: no half-built rebuild swapped in
+        assert again.status()["files"] == 0
+        assert again.sync().indexed == 300
+        assert again.search("topic299", mode="keyword").results[0].path.endswith("-299.md")
 
 
 def test_an_interrupt_at_the_end_of_a_sync_leaves_the_writer_lock_free(make_workspace, keyword_config,

@@ -8,8 +8,9 @@
 
 A ``Memory`` is safe to share between threads: store access is serialised and ``sync`` takes
 the index's writer lock, which also keeps other processes from writing at the same time.
-``close`` lets calls in progress in other threads finish first (up to :data:`CLOSE_WAIT_SECONDS`);
-a call made after it raises :class:`MemdirError` instead of opening the index again.
+``close`` lets calls in progress in other threads finish first (a sync stops before its next
+file; up to :data:`CLOSE_WAIT_SECONDS` in all); a call made after it raises
+:class:`~memdir.errors.MemoryClosed` instead of opening the index again.
 
 The index heals itself: a damaged index file is moved aside and rebuilt from the Markdown files
 (on open, and whenever an operation runs into a damage error), ``notice`` is told once with the
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
-from memdir.errors import IndexOwnershipError, MemdirError, ownership_message
+from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, ownership_message
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig, with_value
@@ -51,7 +52,7 @@ SEARCH_MODES = ("hybrid", "keyword", "vector")
 
 
 #: How long :meth:`Memory.close` waits for calls in progress in other threads (a search takes
-#: milliseconds; a sync building an index with embeddings can take minutes, and then fails).
+#: milliseconds; a sync stops before its next file, after the batch being embedded).
 CLOSE_WAIT_SECONDS = 10.0
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -143,13 +144,13 @@ class Memory(IndexUpkeep):
         with self._calls_changed:
             depth = self._calls.get(me, 0)
             if self._closed and not depth:
-                raise MemdirError("this Memory is closed")
+                raise MemoryClosed("this Memory is closed")
             self._calls[me] = depth + 1
         try:
             yield
         except Exception as exc:
             if self._closed and not isinstance(exc, MemdirError):  # e.g. its index closed under it
-                raise MemdirError(f"this Memory was closed during the call ({exc})") from exc
+                raise MemoryClosed(f"this Memory was closed during the call ({exc})") from exc
             raise
         finally:
             with self._calls_changed:
@@ -161,7 +162,7 @@ class Memory(IndexUpkeep):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise MemdirError("this Memory is closed")
+            raise MemoryClosed("this Memory is closed")
 
     # -- lazily built parts ------------------------------------------------------------------
     @property
@@ -229,7 +230,8 @@ class Memory(IndexUpkeep):
                 transient = sel.provider is None and sel.requested not in ("none", "off", "fts-only")
                 self._indexer = Indexer(self.settings, self.store, sel.provider,
                                         provider_transiently_missing=transient,
-                                        extra_sources=self._extra_sources(), notice=self.notice)
+                                        extra_sources=self._extra_sources(), notice=self.notice,
+                                        closing=lambda: self._closed)
             return self._indexer
 
     def _extra_sources(self) -> list[Any]:
@@ -267,7 +269,7 @@ class Memory(IndexUpkeep):
             raise MemdirError(f"the index {self.store.location} cannot be updated: {why}")
         try:
             report = self._healing(lambda: self.indexer.sync(force=force, reason=reason, **kwargs))
-        except (LockTimeout, IndexOwnershipError):
+        except (LockTimeout, IndexOwnershipError, MemoryClosed):
             raise
         except Exception as exc:
             if not self._switch_to_fallback(exc):
@@ -608,8 +610,9 @@ class Memory(IndexUpkeep):
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
         """Stop the watcher, let calls in progress in other threads finish (up to
-        :data:`CLOSE_WAIT_SECONDS`), then close the index and the embedding provider; calls
-        made afterwards raise :class:`MemdirError`.  Closing twice does nothing more."""
+        :data:`CLOSE_WAIT_SECONDS`; a sync stops before its next file), then close the index and
+        the embedding provider; calls made afterwards raise :class:`MemoryClosed`.  Closing twice
+        does nothing more."""
         with self._calls_changed:
             self._closed = True
         if self.watcher is not None:
