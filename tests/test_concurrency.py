@@ -308,3 +308,35 @@ def test_a_forked_child_embeds_its_queries(make_workspace, state_dir):
                           capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "hybrid None"
+
+
+_EXIT_DURING_FIRST_INDEX = """
+import sys, time
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from memdir import Memory
+
+mem = Memory(Path({ws!r}))  # the local embedding model
+mem.selection.provider.embed_query("warm up")
+mem.first_index_wait = 0.01  # as a long-running host: the first index is built in the background
+response = mem.search("topic7")
+assert response.stale, response.warnings
+time.sleep(0.5)
+print("exiting", flush=True)  # without close(): the index is still being built
+"""
+
+
+def test_exiting_while_a_first_index_is_built_in_the_background(make_workspace, state_dir):
+    # Before: the interpreter finished while the background build was inside the model, and the
+    # process aborted ("terminate called without an active exception", exit status 134).
+    notes = {f"memory/2026-01-{i % 28 + 1:02d}-{i}.md": "\n".join(f"- note {i}.{j} about topic{j}" for j in range(40))
+             for i in range(150)}
+    ws = make_workspace(notes)
+    env = {**os.environ, "MEMDIR_STATE_DIR": str(state_dir)}
+    proc = subprocess.run([sys.executable, "-c", _EXIT_DURING_FIRST_INDEX.format(src=str(SRC), ws=str(ws))],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "exiting", proc.stderr[-2000:]
+    assert "terminate" not in proc.stderr
+    with Memory(ws) as mem:  # what was built is consistent, and the rest is built on the next sync
+        assert mem.sync().indexed >= 1
+        assert mem.search("topic7", mode="keyword").results

@@ -19,12 +19,14 @@ paths, and a state folder that cannot be written still answers searches read-onl
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import math
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -60,6 +62,28 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _log_notice(message: str) -> None:
     log.warning("%s", message)
+
+
+#: Every ``Memory`` of this process not yet collected (plain references: no callbacks).
+_MEMORIES: list[weakref.ref[Memory]] = []
+
+
+def _close_busy_at_exit() -> None:
+    """At interpreter exit, close every ``Memory`` whose work still runs in another thread (a
+    first index built in the background, a watcher's or a session start's sync): a daemon thread
+    still inside the embedding model when the interpreter finished aborted the whole process
+    ("terminate called without an active exception", exit status 134).  Closing stops the sync
+    before its next file and waits for it (see :meth:`Memory.close`)."""
+    for ref in list(_MEMORIES):
+        mem = ref()
+        if mem is not None and not mem._closed and mem._busy():
+            try:
+                mem.close()
+            except Exception as exc:  # exiting anyway: say so, do not stop the other closes
+                log.warning("closing %s at exit failed: %s", mem.workspace, exc)
+
+
+atexit.register(_close_busy_at_exit)
 
 
 def _call(method: F) -> F:
@@ -137,6 +161,14 @@ class Memory(IndexUpkeep):
         #: Calls in progress, by thread (a call may make another: a search syncs first).
         self._calls: dict[int, int] = {}
         self._calls_changed = threading.Condition()
+        _MEMORIES[:] = [ref for ref in _MEMORIES if ref() is not None]
+        _MEMORIES.append(weakref.ref(self))
+
+    def _busy(self) -> bool:
+        """Whether work of this Memory is running in some thread now."""
+        bootstrap, watcher = self._bootstrap, self.watcher
+        return bool(self._calls) or (bootstrap is not None and bootstrap.is_alive()) or bool(
+            watcher is not None and watcher.syncing)
 
     @contextmanager
     def _in_call(self) -> Iterator[None]:
