@@ -340,3 +340,29 @@ def test_exiting_while_a_first_index_is_built_in_the_background(make_workspace, 
     with Memory(ws) as mem:  # what was built is consistent, and the rest is built on the next sync
         assert mem.sync().indexed >= 1
         assert mem.search("topic7", mode="keyword").results
+
+
+def test_waiting_for_another_thread_of_this_process_is_no_notice(make_workspace, keyword_config):
+    # Before: every sync that waited for another thread's sync (8 threads sharing one Memory, a
+    # watcher) logged "waiting for another memdir process (pid <this process>)".
+    ws = make_workspace(FILES)
+    notices: list[str] = []
+    with Memory(ws, config=keyword_config, notice=notices.append) as mem:
+        mem.sync()
+        taken, release = threading.Event(), threading.Event()
+
+        def writer() -> None:  # another thread's sync, holding the writer lock for a moment
+            lock = mem.indexer.lock
+            assert lock.acquire(0)
+            taken.set()
+            release.wait(10)
+            lock.release()
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        assert taken.wait(10)
+        threading.Timer(0.3, release.set).start()
+        (ws / "memory" / "2026-01-11.md").write_text("- Picked ramen for lunch.\n")
+        assert mem.sync().indexed == 1  # waited for it
+        thread.join(10)
+    assert not [n for n in notices if "waiting" in n], notices

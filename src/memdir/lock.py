@@ -92,6 +92,10 @@ class FileWriterLock:
                 if thread_lock is not None:
                     thread_lock.release()
 
+    def held_here(self) -> bool:
+        """Whether a thread of this process holds the lock (or is taking it)."""
+        return _thread_lock(self.path).locked()
+
     def holder(self) -> dict[str, float] | None:
         """Who holds the lock right now, or ``None`` if nobody does."""
         try:

@@ -385,7 +385,8 @@ class Indexer:
         """Take the writer lock; when that means waiting indefinitely, say for whom (once)."""
         if self.lock.acquire(0):
             return
-        if lock_timeout is None and self.notice is not None:
+        # (another thread of this process, e.g. a watcher's sync: the wait is short and no news)
+        if lock_timeout is None and self.notice is not None and not self.lock.held_here():
             holder = self.lock.holder() or {}
             self.notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish "
                         f"writing {self.store.location}")
