@@ -53,7 +53,7 @@ class FileWriterLock:
         thread_lock = _thread_lock(self.path)  # looked up each time: a forked child has its own
         if not thread_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             return False
-        fd = None
+        fd, taken = None, False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
@@ -63,23 +63,19 @@ class FileWriterLock:
                     break
                 except BlockingIOError:
                     if deadline is not None and time.monotonic() >= deadline:
-                        os.close(fd)
-                        thread_lock.release()
                         return False
                     time.sleep(0.05)
             os.ftruncate(fd, 0)
             os.write(fd, json.dumps({"pid": os.getpid(), "since": time.time()}).encode())
-            self._fd, self._thread_lock = fd, thread_lock
+            self._fd, self._thread_lock, taken = fd, thread_lock, True
             return True
-        except BaseException:
-            # Anything, a Ctrl-C in the wait above included, gives everything back: a thread lock
-            # left held would make every later sync of this process wait forever.
-            if self._fd == fd:
-                self._fd = None
-            if fd is not None:
-                os.close(fd)  # (drops the flock too)
-            thread_lock.release()
-            raise
+        finally:
+            # Not taken (timed out, failed, or a Ctrl-C in the wait above): give everything back;
+            # a thread lock left held would make every later sync of this process wait forever.
+            if not taken:
+                if fd is not None:
+                    os.close(fd)  # (drops the flock too)
+                thread_lock.release()
 
     def release(self) -> None:
         fd, thread_lock, self._fd, self._thread_lock = self._fd, self._thread_lock, None, None
