@@ -215,17 +215,21 @@ mem = Memory(ws, config={{"memorySearch": {{"provider": "none"}}}})
 mem.sync()
 mem.search("kafka", mode="keyword")
 parent_conn = mem.store.conn
-held, done = threading.Event(), threading.Event()
+held, syncing, done = threading.Event(), threading.Event(), threading.Event()
 
-def busy():  # another thread of the parent is inside the index (and writing) at the fork
+def busy():  # another thread of the parent is inside the index at the fork
     with mem.store.lock:
-        assert mem.indexer.lock.acquire(0)
         held.set()
         done.wait()
-        mem.indexer.lock.release()
 
-thread = threading.Thread(target=busy)
-thread.start()
+def progress(*_):  # and another inside a sync (holding the writer lock) at the fork
+    syncing.set()
+    done.wait()
+
+threads = [threading.Thread(target=busy), threading.Thread(target=lambda: mem.sync(force=True, progress=progress))]
+threads[1].start()
+syncing.wait()
+threads[0].start()
 held.wait()
 pid = os.fork()
 if pid == 0:
@@ -236,12 +240,16 @@ if pid == 0:
         hits = mem.search("kafka", mode="keyword", sync=False).results
         assert hits and mem.store.conn is not parent_conn, "the parent's connection used in the child"
         assert mem.sync(lock_timeout=20).indexed == 1  # waits for the parent's writer, then writes
+        started = time.monotonic()
+        mem.close()  # the parent's sync is no call of the child's: nothing to wait for
+        assert time.monotonic() - started < 3, "close() waited for the parent's call"
         code = 0
     finally:
         os._exit(code)
 time.sleep(0.5)
 done.set()
-thread.join()
+for thread in threads:
+    thread.join()
 _, status = os.waitpid(pid, 0)
 assert os.waitstatus_to_exitcode(status) == 0, "child failed"
 assert mem.search("ramen", mode="keyword", sync=False).results, "the child's write is not seen"

@@ -86,6 +86,23 @@ def _close_busy_at_exit() -> None:
 atexit.register(_close_busy_at_exit)
 
 
+def _forget_other_threads_calls() -> None:
+    """In a forked child only the forking thread exists: the calls other threads had in progress
+    will never end here (``close`` waited for them in vain, at exit too)."""
+    me = threading.get_ident()
+    for ref in _MEMORIES:
+        mem = ref()
+        if mem is not None:
+            mem._calls = {me: mem._calls[me]} if me in mem._calls else {}
+            mem._calls_changed = threading.Condition()
+            if not mem._init_lock._is_owned():  # type: ignore[attr-defined]  (held by a thread gone here)
+                mem._init_lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_other_threads_calls)
+
+
 def _call(method: F) -> F:
     """A public ``Memory`` call: refused once closed, and waited for by :meth:`Memory.close`."""
     @functools.wraps(method)
@@ -647,19 +664,19 @@ class Memory(IndexUpkeep):
         does nothing more."""
         with self._calls_changed:
             self._closed = True
-        if self.watcher is not None:
-            self.watcher.stop()
-            self.watcher = None
-        if self._bootstrap is not None:
-            self._bootstrap.join(5.0)  # a first index still building in the background
+        watcher, self.watcher = self.watcher, None  # (taken, not read twice: two threads may close)
+        if watcher is not None:
+            watcher.stop()
+        bootstrap = self._bootstrap
+        if bootstrap is not None:
+            bootstrap.join(5.0)  # a first index still building in the background
         self._wait_for_calls(CLOSE_WAIT_SECONDS)
-        if self._long_term is not None:
-            self._long_term.close()
-            self._long_term = None
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-        self._indexer = None
+        long_term, self._long_term = self._long_term, None
+        if long_term is not None:
+            long_term.close()
+        store, self._store, self._indexer = self._store, None, None
+        if store is not None:
+            store.close()
         if self._selection is not None and self._selection.provider is not None:
             try:
                 self._selection.provider.close()
