@@ -67,6 +67,8 @@ class IndexUpkeep:
         def sync(self, *, reason: str = "api", deadline: float | None = None,
                  lock_timeout: float | None = None) -> SyncReport: ...
 
+        def _check_open(self) -> None: ...
+
     def _note_recovery(self, store: Store) -> None:
         info = getattr(store, "recovery", None)
         if info and (not self.recoveries or self.recoveries[-1] is not info):
@@ -232,6 +234,7 @@ class IndexUpkeep:
         from memdir.watch import Watcher
 
         with self._init_lock:
+            self._check_open()
             if self.watcher is None or not self.watcher.running:
                 self.watcher = Watcher(self, on_event=on_event, debounce_ms=debounce_ms,
                                        interval_minutes=interval_minutes, sync_at_start=sync_at_start,
