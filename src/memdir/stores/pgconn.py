@@ -4,6 +4,12 @@
   shared by every store that uses it and closed with the last of them.  Each connection gets
   ``search_path = <schema>, <pgvector's schema>, public`` and pgvector's binary type adapters.
   Opening the pool brings the schema up to date first (:mod:`memdir.stores.pgschema`).
+* **Failures are bounded and said in one line**: connecting gives up after ``CONNECT_TIMEOUT``,
+  a lock held by someone else is waited for ``LOCK_TIMEOUT`` (SQLite's busy timeout), and both,
+  like a connection lost mid-call, raise :class:`DatabaseUnavailable` naming the server (never
+  the password).  A pooled connection the server closed while it sat idle (a restart,
+  ``pg_terminate_backend``) is noticed when it is taken and replaced: a long-lived process
+  (the MCP server, a reused ``Memory``) keeps answering instead of failing once per connection.
 * **The writer lock** is a session-level ``pg_try_advisory_lock`` on a hash of (schema, agent),
   held on a connection of its own for a whole sync: it works across hosts (``flock`` does not),
   and the server drops it when the holder's connection dies, so there are no stale locks.
@@ -12,6 +18,8 @@
 from __future__ import annotations
 
 import os
+import re
+import select
 import socket
 import threading
 import time
@@ -19,9 +27,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from memdir.errors import StoreError
 from memdir.stores.pgschema import lock_key, migrate, set_search_path
 
 EXTRA_HINT = "PostgreSQL support needs the postgres extra: pip install 'memdir[postgres]'"
+#: Seconds to wait for the server to accept a connection (and for a free pooled connection).
+CONNECT_TIMEOUT = 15
+#: How long a statement waits for a lock another session holds on memdir's tables (SQLite's busy timeout).
+LOCK_TIMEOUT = "30s"
+#: libpq keepalives: a server that vanished (host down, network cut) is noticed within about a minute.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+
+
+class DatabaseUnavailable(StoreError):
+    """The server cannot be reached, dropped the connection, or kept a lock too long; the message
+    names the server (never the password) in one line."""
 
 
 def require_psycopg() -> Any:
@@ -57,6 +77,37 @@ def redact_dsn(dsn: str, schema: str) -> str:
     return f"postgresql://{user + '@' if user else ''}{where}/{db}#{schema}"
 
 
+def _one_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0].strip()
+
+
+def bad_dsn_message(dsn: str, exc: BaseException) -> str:
+    """libpq's complaint about a DSN it cannot parse, without the DSN it quotes (it holds the password)."""
+    text = _one_line(exc)
+    for quoted in re.findall(r'"([^"]*)"', text):
+        if len(quoted) > 20 and quoted in dsn:
+            text = text.replace(f'"{quoted}"', "the DSN")
+    text = re.sub(r"(://[^:/@?#\s]*:)[^@\s]*@", r"\1***@", text)
+    return f"invalid PostgreSQL connection string (store.dsn / MEMDIR_DATABASE_URL): {text}"
+
+
+def _dead(conn: Any) -> bool:
+    """Whether an idle pooled connection was closed by the server meanwhile.
+
+    An idle connection receives nothing, so a readable socket means the server said goodbye
+    (a restart, ``pg_terminate_backend``): only then is it asked, one round trip, to be sure.
+    """
+    if conn.closed or conn.broken:
+        return True
+    try:
+        if not select.select([conn.fileno()], [], [], 0)[0]:
+            return False
+        conn.execute("")
+        return False
+    except Exception:
+        return True
+
+
 # -- pools ------------------------------------------------------------------------------------
 
 class Database:
@@ -72,24 +123,43 @@ class Database:
         from psycopg_pool import ConnectionPool
 
         self.dsn, self.schema = dsn, schema
+        self.where = redact_dsn(dsn, schema)
         self.refs = 0
         try:
-            with psycopg.connect(dsn, autocommit=True, connect_timeout=15) as conn:
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, **KEEPALIVES) as conn:
+                conn.execute("SELECT set_config('lock_timeout', %s, false)", (LOCK_TIMEOUT,))
                 self.facts = migrate(conn, schema)
                 info = TypeInfo.fetch(conn, f'"{self.facts["vector_schema"]}".vector')
+        except psycopg.errors.LockNotAvailable as exc:
+            raise self.lock_error(exc) from None
+        except StoreError as exc:  # pgvector missing, a schema this role may not create…: say which server
+            raise type(exc)(f"PostgreSQL at {self.where}: {exc}") from None
         except psycopg.OperationalError as exc:
-            raise ConnectionError(f"cannot connect to PostgreSQL at {redact_dsn(dsn, schema)}: "
-                                  f"{str(exc).strip()}") from None
+            raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}: {str(exc).strip()}") from None
+        except psycopg.ProgrammingError as exc:
+            if getattr(exc, "sqlstate", None):
+                raise  # the server's own error (permissions, a foreign table in the schema…)
+            raise StoreError(bad_dsn_message(dsn, exc)) from None
         ext_schema = self.facts["vector_schema"]
 
         def configure(conn: Any) -> None:
             register_vector_info(conn, info)
             set_search_path(conn, schema, ext_schema)
 
-        self.pool = ConnectionPool(dsn, min_size=1, max_size=pool_size, kwargs={"autocommit": True},
-                                   configure=configure, open=True, name=f"memdir-{schema}")
+        def configure_pooled(conn: Any) -> None:
+            configure(conn)
+            conn.execute("SELECT set_config('lock_timeout', %s, false)", (LOCK_TIMEOUT,))
+
+        self.pool = ConnectionPool(dsn, min_size=1, max_size=pool_size, timeout=CONNECT_TIMEOUT,
+                                   kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, **KEEPALIVES},
+                                   configure=configure_pooled, open=True, name=f"memdir-{schema}")
         self.pool.wait(timeout=30)
         self._register = configure
+
+    def lock_error(self, exc: BaseException) -> DatabaseUnavailable:
+        return DatabaseUnavailable(
+            f"PostgreSQL at {self.where}: gave up after waiting {LOCK_TIMEOUT} for a lock another session holds "
+            f"on memdir's tables (a long transaction? see pg_stat_activity): {_one_line(exc)}")
 
     @classmethod
     def acquire(cls, dsn: str, schema: str, pool_size: int) -> Database:
@@ -111,16 +181,58 @@ class Database:
 
     @contextmanager
     def connection(self) -> Iterator[Any]:
-        with self.pool.connection() as conn:
+        """A pooled connection known to be alive when handed out; failures as :class:`DatabaseUnavailable`."""
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        try:
+            conn = self._live_connection()
+        except PoolTimeout:
+            raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}: {self._why_unreachable()}"
+                                      ) from None
+        try:
             yield conn
+        except psycopg.errors.LockNotAvailable as exc:
+            raise self.lock_error(exc) from exc
+        except psycopg.OperationalError as exc:
+            if not (conn.closed or conn.broken):
+                raise  # a query cancelled, a statement timeout: the connection is fine
+            raise DatabaseUnavailable(f"lost the connection to PostgreSQL at {self.where}: {_one_line(exc)}"
+                                      ) from exc
+        finally:
+            self.pool.putconn(conn)
+
+    def _live_connection(self) -> Any:
+        """From the pool, skipping (and closing) connections the server closed while they sat idle."""
+        for _ in range(self.pool.max_size + 1):
+            conn = self.pool.getconn()
+            if not _dead(conn):
+                return conn
+            conn.close()
+            self.pool.putconn(conn)  # closed: the pool discards it and opens a fresh one
+        return self.pool.getconn()
+
+    def _why_unreachable(self) -> str:
+        """Why no pooled connection came: one direct attempt gives libpq's own reason."""
+        import psycopg
+
+        try:
+            psycopg.connect(self.dsn, connect_timeout=CONNECT_TIMEOUT).close()
+        except Exception as exc:
+            return _one_line(exc)
+        return f"no free connection within {CONNECT_TIMEOUT} s"
 
     def dedicated(self, application_name: str) -> Any:
         """A connection outside the pool (the writer lock, concurrent index builds)."""
         import psycopg
 
-        conn = psycopg.connect(self.dsn, autocommit=True, application_name=application_name[:63],
-                               keepalives=1, keepalives_idle=30, keepalives_interval=10, keepalives_count=3)
+        try:
+            conn = psycopg.connect(self.dsn, autocommit=True, application_name=application_name[:63],
+                                   connect_timeout=CONNECT_TIMEOUT, **KEEPALIVES)
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}: {_one_line(exc)}") from None
         self._register(conn)
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (LOCK_TIMEOUT,))
         return conn
 
 

@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from memdir.errors import IndexDamaged, StoreError
 from memdir.stores.base import RECOVERED_STATE
+from memdir.stores.pgschema import TABLES  # one of them missing is damage no rebuild can mend
 
 if TYPE_CHECKING:
     from memdir.stores.pgconn import AdvisoryWriterLock
 
-#: memdir's tables in a schema; one of them missing is damage no rebuild can mend.
-TABLES = ("indexes", "files", "chunks", "vectors", "embedding_cache", "index_state", "frequent_lexemes")
 #: data_corrupted, index_corrupted (a damaged page or index), undefined_table (a table dropped by hand).
 DAMAGE_SQLSTATES = ("XX001", "XX002", "42P01")
 

@@ -18,6 +18,12 @@ from memdir.errors import StoreError
 
 #: pgvector 0.5.0 introduced HNSW indexes; older versions cannot serve memdir.
 MIN_PGVECTOR = (0, 5, 0)
+#: memdir's tables in a schema (besides ``schema_version``).
+TABLES = ("indexes", "files", "chunks", "vectors", "embedding_cache", "index_state", "frequent_lexemes")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0].strip()
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -153,7 +159,7 @@ def _ensure_extension(conn: Any, readonly: str | None) -> tuple[str, str]:
             try:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
             except Exception as exc:
-                why = f"this role cannot install it ({str(exc).strip()})"
+                why = f"this role cannot install it ({_first_line(exc)})"
             found = _extension(conn)
         if found is None:
             raise StoreError(
@@ -216,8 +222,6 @@ def migrate(conn: Any, schema: str, upto: int | None = None) -> dict[str, Any]:
     A schema already at that version is only read (no DDL, no lock): that is what lets a read
     replica or a read-only role open it, with ``facts["readonly"]`` saying why nothing may be written.
     """
-    from psycopg import sql
-
     target = LATEST if upto is None else upto
     readonly = server_readonly(conn)
     pgvector, ext_schema = _ensure_extension(conn, readonly)
@@ -231,29 +235,52 @@ def migrate(conn: Any, schema: str, upto: int | None = None) -> dict[str, Any]:
             raise StoreError(f"database schema {schema!r} {state} and this memdir needs version {target}, but "
                              f"{readonly}: run memdir once against the primary with a role that may create tables")
         btree_gin = _try_btree_gin(conn)
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("schema", schema),))
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-            set_search_path(conn, schema, ext_schema)
-            conn.execute("CREATE TABLE IF NOT EXISTS schema_version(version int PRIMARY KEY, description text "
-                         "NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
-            current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
-            if current > LATEST:
-                raise StoreError(f"database schema {schema!r} is at version {current}, newer than this memdir "
-                                 f"understands ({LATEST}): upgrade memdir")
-            ctx = {"btree_gin": btree_gin}
-            for m in MIGRATIONS:
-                if current < m.version <= target:
-                    m.apply(conn, ctx)
-                    conn.execute("INSERT INTO schema_version(version, description) VALUES (%s, %s)",
-                                 (m.version, m.description))
-                    current = m.version
+        try:
+            current = _apply(conn, schema, ext_schema, target, {"btree_gin": btree_gin})
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != "42501":  # insufficient_privilege
+                raise
+            raise StoreError(f"cannot create memdir's tables in schema {schema!r} ({_first_line(exc)}): run memdir "
+                             "once with a role that may (CREATE on the database, or on an existing schema), or "
+                             "choose a schema this role owns (store.postgres.schema)") from None
     if readonly is None and current >= LATEST:
         readonly = _may_write(conn, schema)
     btree_gin = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'btree_gin'").fetchone() is not None
     server = conn.execute("SHOW server_version").fetchone()[0]
     return {"server": f"PostgreSQL {server}", "pgvector": pgvector, "vector_schema": ext_schema,
             "btree_gin": btree_gin, "schema_version": current, "readonly": readonly}
+
+
+def _apply(conn: Any, schema: str, ext_schema: str, target: int, ctx: dict[str, Any]) -> int:
+    """The missing migrations, in one transaction under the schema's advisory lock; the new version."""
+    from psycopg import sql
+
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("schema", schema),))
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        set_search_path(conn, schema, ext_schema)
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version(version int PRIMARY KEY, description text "
+                     "NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+        current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+        if current > LATEST:
+            raise StoreError(f"database schema {schema!r} is at version {current}, newer than this memdir "
+                             f"understands ({LATEST}): upgrade memdir")
+        if current == 0:
+            # Tables named like memdir's but no version record: not memdir's, or its record was deleted.
+            # Creating the tables would fail on the first of them with "relation … already exists".
+            taken = [t for (t,) in conn.execute("SELECT t FROM unnest(%s::text[]) t WHERE to_regclass(format("
+                                                "'%%I.%%I', %s::text, t)) IS NOT NULL", (list(TABLES), schema))]
+            if taken:
+                raise StoreError(f"schema {schema!r} already holds tables named like memdir's ({', '.join(taken)}) "
+                                 "but no record of memdir's schema version: it is not memdir's, or that record "
+                                 "was deleted; choose another schema (store.postgres.schema) or drop this one")
+        for m in MIGRATIONS:
+            if current < m.version <= target:
+                m.apply(conn, ctx)
+                conn.execute("INSERT INTO schema_version(version, description) VALUES (%s, %s)",
+                             (m.version, m.description))
+                current = m.version
+    return int(current)
 
 
 def set_search_path(conn: Any, schema: str, ext_schema: str) -> None:

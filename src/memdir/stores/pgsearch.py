@@ -261,6 +261,9 @@ class PgSearch:
             # An HNSW build that outgrows maintenance_work_mem (64 MB by default) slows down many times over;
             # 100k × 384 floats with their graph need about 200 MB.  This session only.
             conn.execute("SET maintenance_work_mem = '512MB'")
+            # A concurrent build waits for every older transaction on the table to end: that is its
+            # nature, not a stuck lock, and giving up would throw a finished rebuild away.
+            conn.execute("SET lock_timeout = 0")
             conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{self.schema}"."{name}"')  # an invalid leftover
             conn.execute(f'CREATE INDEX CONCURRENTLY "{name}" ON "{self.schema}".vectors USING hnsw '
                          f"((embedding::vector({int(dims)})) vector_cosine_ops) WHERE index_id = {int(ix)}")
@@ -273,8 +276,10 @@ class PgSearch:
         """Recount ``frequent_lexemes`` (one pass over the generation's tsvectors) once a share of its
         chunks has been rewritten since the last count (see :func:`pgkeyword.frequent_sql`)."""
         with self._write() as c:
-            n_docs, churn, counted_at = c.execute("SELECT n_docs, churn, frequent_at FROM indexes WHERE id = %s "
-                                                  "FOR UPDATE", (ix,)).fetchone()
+            row = c.execute("SELECT n_docs, churn, frequent_at FROM indexes WHERE id = %s FOR UPDATE", (ix,)).fetchone()
+            if row is None:
+                return  # the generation is gone (cleaned away by another writer): the rebuild says so
+            n_docs, churn, counted_at = row
             if n_docs < pgkeyword.PRUNE_MIN_ROWS:
                 if counted_at is not None:
                     c.execute("DELETE FROM frequent_lexemes WHERE index_id = %s", (ix,))

@@ -52,6 +52,12 @@ from memdir.stores.pgsearch import PgSearch, same, vec
 _LIVE = "(SELECT id FROM indexes WHERE agent = %(agent)s AND state = 'live')"
 
 
+def stored_text(text: str) -> str:
+    """A chunk's text as a PostgreSQL ``text`` value, which cannot hold NUL: U+FFFD in its place
+    (a note with one NUL byte otherwise failed the whole sync; SQLite keeps the byte)."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
 class PostgresStore(PgSearch, PgCache, PgHealth):
     """One agent's index in a shared PostgreSQL schema; thread-safe (a pooled connection per call)."""
 
@@ -275,9 +281,9 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
             for ch in chunks:
                 has_vec = ch.embedding is not None and len(ch.embedding) > 0
                 text = pg_text(ch.text)
-                rows.append((ix, ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model, ch.text,
-                             text, self.ts_config, text, doc_length(ch.text), has_vec, now, ch.ts, ch.date_start,
-                             ch.date_end))
+                rows.append((ix, ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model,
+                             stored_text(ch.text), text, self.ts_config, text, doc_length(ch.text), has_vec, now,
+                             ch.ts, ch.date_start, ch.date_end))
                 if has_vec:
                     windows = max(1, int(ch.windows))
                     flat = vec(ch.embedding)  # type: ignore[arg-type]
@@ -375,6 +381,14 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
             yield fresh
             fresh.optimize()
             with self._conn() as c, c.transaction():
+                # Still ours?  A writer whose lock connection died (a server restart) may have kept going
+                # while another process took the lock and cleaned this generation away: publishing it
+                # would retire the live index for one with no row in ``indexes``.
+                mine = c.execute("SELECT state FROM indexes WHERE id = %s FOR UPDATE", (new_id,)).fetchone()
+                if mine is None or mine[0] != "building":
+                    raise StoreError(f"the rebuild of {self.location} was abandoned: another process removed its "
+                                     "generation (this one lost its writer lock, was the connection to the server "
+                                     "dropped?); the live index is unchanged, run the sync again")
                 old = c.execute("SELECT id FROM indexes WHERE agent = %s AND state = 'live' FOR UPDATE",
                                 (self.agent,)).fetchone()
                 c.execute("UPDATE indexes SET state = 'retired' WHERE agent = %s AND state = 'live'", (self.agent,))

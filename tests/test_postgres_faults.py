@@ -1,0 +1,210 @@
+"""PostgreSQL when things go wrong: connections killed, the server gone, locks held by others,
+hostile note text, a malformed DSN, a schema memdir did not make, a rebuild that lost its lock.
+
+Runs against a real server (pgserver's PostgreSQL 16 + pgvector, or $MEMDIR_TEST_DATABASE_URL).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import Backend, pg_query
+from memdir.api import Memory
+from memdir.config import load_config
+from memdir.errors import StoreError
+from memdir.stores import open_store
+
+
+def _keyword_config(pg: Backend) -> dict[str, Any]:
+    return pg.config({"memorySearch": {"provider": "none", "sync": {"onSearch": False}}})
+
+
+def _terminate_other_backends(url: str, database: str | None = None) -> int:
+    """What a server restart or an administrator does to every client connection (of one database)."""
+    return pg_query(url, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE pid <> "
+                         "pg_backend_pid() AND backend_type = 'client backend' AND datname = "
+                         "coalesce(%s, current_database())", (database,))[0][0]
+
+
+def _in_thread(fn: Any, timeout: float) -> tuple[bool, Any]:
+    """(finished within ``timeout``, its result or exception): a hang fails the test instead of the run."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # handed back to the test
+            out["value"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    return not t.is_alive(), out.get("value")
+
+
+# -- connections --------------------------------------------------------------------------------
+
+def test_a_long_lived_memory_answers_after_its_connections_are_killed(pg: Backend, make_workspace, tmp_path: Path):
+    """A server restart (or pg_terminate_backend) between two searches of an MCP server or a reused
+    Memory: the next search failed once per pooled connection before a fresh one was opened."""
+    ws = make_workspace({f"memory/n{i}.md": f"kubernetes migration note {i}" for i in range(10)})
+    with Memory(ws, config=_keyword_config(pg), state_dir=tmp_path) as mem:
+        mem.sync()
+        assert mem.search("kubernetes").results
+        for _ in range(2):
+            assert _terminate_other_backends(pg.url) >= 1
+            time.sleep(0.2)  # the server's goodbye reaches the idle sockets
+            response = mem.search("kubernetes migration")
+            assert response.results, response.warnings
+            assert not [w for w in response.warnings if "failed" in w], response.warnings
+        (ws / "memory" / "new.md").write_text("kubernetes upgrade plan")
+        _terminate_other_backends(pg.url)
+        time.sleep(0.2)
+        assert mem.sync().indexed == 1
+
+
+def test_a_database_that_refuses_connections_is_named_in_one_line_then_used_again(pg_url: str, make_workspace,
+                                                                               tmp_path: Path, monkeypatch):
+    """No pooled connection to be had: one line naming the server, within the connect timeout
+    (it said "couldn't get a connection after 30.00 sec"); once the server takes connections again,
+    the same Memory answers."""
+    from memdir.stores import pgconn
+
+    monkeypatch.setattr(pgconn, "CONNECT_TIMEOUT", 2, raising=False)
+    db = "t_" + uuid.uuid4().hex[:10]
+    pg_query(pg_url, f'CREATE DATABASE "{db}"')
+    url = pg_url.replace("/postgres?", f"/{db}?") if "/postgres?" in pg_url else pg_url.rsplit("/", 1)[0] + f"/{db}"
+    try:
+        pg_query(url, "CREATE EXTENSION IF NOT EXISTS vector")
+        ws = make_workspace({"memory/a.md": "zebra crossing"})
+        with Memory(ws, config=_keyword_config(Backend("postgres", url, "memdir")), state_dir=tmp_path) as mem:
+            mem.sync()
+            assert mem.search("zebra").results
+            pg_query(pg_url, f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS false')
+            assert _terminate_other_backends(pg_url, db) >= 1
+            time.sleep(0.2)
+            started = time.monotonic()
+            with pytest.raises(StoreError) as err:
+                mem.search("zebra")
+            assert time.monotonic() - started < 20
+            message = str(err.value)
+            assert message.startswith("cannot connect to PostgreSQL at postgresql://") and f"/{db}#memdir" in message
+            assert "\n" not in message
+            pg_query(pg_url, f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS true')
+            assert mem.search("zebra").results
+    finally:
+        pg_query(pg_url, f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS true')
+        pg_query(pg_url, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+def test_a_malformed_dsn_never_prints_the_password(make_workspace, run_cli):
+    ws = make_workspace({"memory/a.md": "hello"})
+    for dsn in ("postgresql://bob:s3cret@[::1/db", "postgresql://bob:s3cret@host:5432/db?sslmode=bogus"):
+        proc = run_cli("search", "hello", "-w", str(ws), env={"MEMDIR_STORE_DRIVER": "postgres",
+                                                              "MEMDIR_DATABASE_URL": dsn})
+        assert proc.returncode == 1, proc.stderr
+        assert "s3cret" not in proc.stderr + proc.stdout, proc.stderr
+        assert "PostgreSQL" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+# -- locks held by someone else -----------------------------------------------------------------
+
+def test_a_lock_held_by_another_session_is_waited_for_a_bounded_time(pg: Backend, make_workspace, tmp_path: Path,
+                                                                   monkeypatch):
+    """A long transaction elsewhere on memdir's tables hung searches and syncs for ever; now they give
+    up after the lock timeout (SQLite's busy timeout) with one line saying why, and work once it ends."""
+    import psycopg
+
+    from memdir.stores import pgconn
+
+    monkeypatch.setattr(pgconn, "LOCK_TIMEOUT", "1s", raising=False)
+    ws = make_workspace({f"memory/n{i}.md": f"release checklist {i}" for i in range(5)})
+    with Memory(ws, config=_keyword_config(pg), state_dir=tmp_path) as mem:
+        mem.sync()
+        (ws / "memory" / "n0.md").write_text("release checklist, edited")
+        holder = psycopg.connect(pg.url)
+        try:
+            holder.execute(f'LOCK TABLE "{pg.schema}".chunks IN ACCESS EXCLUSIVE MODE')
+            done, result = _in_thread(lambda: mem.store.keyword_search(["release"], 5), 30)
+            assert done, "a keyword search waited for the lock without end"
+            assert isinstance(result, StoreError) and "lock" in str(result), result
+            assert "\n" not in str(result) and pg.schema in str(result)
+            done, result = _in_thread(mem.sync, 60)
+            assert done, "a sync waited for the lock without end"
+            assert isinstance(result, StoreError), result
+            holder.rollback()
+            holder.execute(f'SELECT * FROM "{pg.schema}".indexes FOR UPDATE')  # every generation's row
+            done, result = _in_thread(lambda: mem.sync(force=True), 60)
+            assert done, "a rebuild waited for the generation rows without end"
+            assert isinstance(result, StoreError), result
+        finally:
+            holder.close()
+        assert mem.sync().indexed == 1
+        assert mem.search("edited").results
+
+
+# -- content --------------------------------------------------------------------------------------
+
+def test_a_note_with_a_nul_byte_is_indexed(pg: Backend, make_workspace, tmp_path: Path):
+    """PostgreSQL text cannot hold NUL: one such note failed the whole sync (SQLite indexes it)."""
+    ws = make_workspace({"memory/ok.md": "an ordinary note about zebras"})
+    (ws / "memory" / "nul.md").write_bytes(b"# binary paste\n\nalpha\x00beta nulword\n")
+    with Memory(ws, config=_keyword_config(pg), state_dir=tmp_path) as mem:
+        report = mem.sync()
+        assert report.indexed == 2 and not report.skipped
+        hits = mem.search("nulword").results
+        assert [h.path for h in hits] == ["memory/nul.md"]
+        assert "alpha\ufffdbeta" in hits[0].snippet
+        assert mem.search("zebras").results
+
+
+# -- schemas --------------------------------------------------------------------------------------
+
+def test_a_schema_with_tables_memdir_did_not_make_is_refused_clearly(pg: Backend, tmp_path: Path):
+    """A schema holding its own ``files`` table (or memdir's tables without their version record)
+    failed with 'relation "files" already exists'."""
+    settings = load_config(overrides=pg.config(), state_dir=tmp_path).settings
+    pg_query(pg.url, f'CREATE SCHEMA "{pg.schema}"')
+    pg_query(pg.url, f'CREATE TABLE "{pg.schema}".files(x int)')
+    with pytest.raises(StoreError, match="already holds tables named like memdir's \\(files\\)"):
+        open_store(settings)
+    pg_query(pg.url, f'DROP SCHEMA "{pg.schema}" CASCADE')
+    open_store(settings).close()
+    pg_query(pg.url, f'DELETE FROM "{pg.schema}".schema_version')
+    with pytest.raises(StoreError, match="no record of memdir's schema version"):
+        open_store(settings)
+    assert pg_query(pg.url, f'SELECT count(*) FROM "{pg.schema}".indexes')  # nothing dropped or re-created
+
+
+# -- a rebuild that lost its writer lock ----------------------------------------------------------
+
+def test_a_rebuild_whose_generation_was_cleaned_away_is_not_published(pg: Backend, tmp_path: Path):
+    """Its lock connection died (a server restart), another process took the lock and removed the
+    'building' generation as a crash's leftover: publishing it retired the live index for nothing."""
+    from memdir.stores.base import ChunkRow
+
+    store = open_store(load_config(overrides=pg.config(), state_dir=tmp_path, agent_id="fence").settings)
+    try:
+        def write(target: Any, word: str) -> None:
+            rows = [ChunkRow(f"c-{word}", "memory/a.md", "memory", 1, 1, f"h-{word}", "m", f"{word} text")]
+            with target.transaction():
+                target.replace_file("memory/a.md", "memory", f"f-{word}", 1, 10, rows)
+                target.write_meta({"model": "m"})
+
+        write(store, "before")
+        live = pg_query(pg.url, f"SELECT id FROM \"{pg.schema}\".indexes WHERE state = 'live'")
+        with pytest.raises(StoreError, match="abandoned"), store.rebuild() as fresh:
+            write(fresh, "after")
+            pg_query(pg.url, f'DELETE FROM "{pg.schema}".indexes WHERE id = %s', (fresh.pinned,))
+        assert pg_query(pg.url, f"SELECT id FROM \"{pg.schema}\".indexes WHERE state = 'live'") == live
+        assert [h.text for h in store.keyword_search(["before"], 5)] == ["before text"]
+        leftovers = pg_query(pg.url, f'SELECT count(*) FROM "{pg.schema}".chunks WHERE index_id <> %s', (live[0][0],))
+        assert leftovers == [(0,)]
+    finally:
+        store.close()
