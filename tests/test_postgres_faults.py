@@ -182,6 +182,25 @@ def test_a_schema_with_tables_memdir_did_not_make_is_refused_clearly(pg: Backend
     assert pg_query(pg.url, f'SELECT count(*) FROM "{pg.schema}".indexes')  # nothing dropped or re-created
 
 
+def test_a_schema_dropped_under_a_long_lived_memory_is_created_again(pg: Backend, make_workspace, tmp_path: Path):
+    """``DROP SCHEMA … CASCADE`` (what the damage message advises) while an MCP server runs: the schema
+    was only created when a pool opened, so every later call failed until the process restarted."""
+    ws = make_workspace({f"memory/n{i}.md": f"pelican sighting {i}" for i in range(4)})
+    told: list[str] = []
+    cfg = pg.config({"memorySearch": {"provider": "none"}})
+    with Memory(ws, config=cfg, state_dir=tmp_path, notice=told.append) as mem:
+        mem.sync()
+        assert mem.search("pelican").results
+        pg_query(pg.url, f'DROP SCHEMA "{pg.schema}" CASCADE')
+        assert len(mem.search("pelican").results) == 4
+        assert len(told) == 1 and "was dropped: re-created it" in told[0], told
+        assert mem.status()["files"] == 4
+    # A schema with some of memdir's tables left is damage for a person to look at: never re-created.
+    pg_query(pg.url, f'DROP TABLE "{pg.schema}".index_state')
+    with Memory(ws, config=cfg, state_dir=tmp_path) as mem, pytest.raises(StoreError, match="index_state is missing"):
+        mem.search("pelican")
+
+
 # -- a rebuild that lost its writer lock ----------------------------------------------------------
 
 def test_a_rebuild_whose_generation_was_cleaned_away_is_not_published(pg: Backend, tmp_path: Path):

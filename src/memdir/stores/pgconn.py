@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from memdir.errors import StoreError
-from memdir.stores.pgschema import lock_key, migrate, set_search_path
+from memdir.stores.pgschema import TABLES, lock_key, migrate, set_search_path
 
 EXTRA_HINT = "PostgreSQL support needs the postgres extra: pip install 'memdir[postgres]'"
 #: Seconds to wait for the server to accept a connection (and for a free pooled connection).
@@ -78,7 +78,8 @@ def redact_dsn(dsn: str, schema: str) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0].strip()
+    """libpq's message (a line per host tried, then hints) as one line."""
+    return " ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
 
 
 def bad_dsn_message(dsn: str, exc: BaseException) -> str:
@@ -135,7 +136,7 @@ class Database:
         except StoreError as exc:  # pgvector missing, a schema this role may not create…: say which server
             raise type(exc)(f"PostgreSQL at {self.where}: {exc}") from None
         except psycopg.OperationalError as exc:
-            raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}: {str(exc).strip()}") from None
+            raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}: {_one_line(exc)}") from None
         except psycopg.ProgrammingError as exc:
             if getattr(exc, "sqlstate", None):
                 raise  # the server's own error (permissions, a foreign table in the schema…)
@@ -178,6 +179,25 @@ class Database:
                 return
             self._registry.pop((self.dsn, self.schema), None)
         self.pool.close()
+
+    def recreate_schema(self) -> bool:
+        """Create memdir's schema again if it was dropped whole (``DROP SCHEMA … CASCADE``, as the
+        damage message advises) while this process kept its pool; ``True`` if it did.
+
+        The schema is created only when a store's pool opens, so a long-lived process (the MCP
+        server) otherwise failed every call until restarted.  A schema with any of memdir's tables
+        or its version record left is not touched: that is damage a person must look at.
+        """
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, **KEEPALIVES) as conn:
+            conn.execute("SELECT set_config('lock_timeout', %s, false)", (LOCK_TIMEOUT,))
+            left = conn.execute("SELECT count(*) FROM unnest(%s::text[]) t WHERE to_regclass(format('%%I.%%I', "
+                                "%s::text, t)) IS NOT NULL", ([*TABLES, "schema_version"], self.schema)).fetchone()[0]
+            if left:
+                return False
+            self.facts = migrate(conn, self.schema)
+        return True
 
     @contextmanager
     def connection(self) -> Iterator[Any]:

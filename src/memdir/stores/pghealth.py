@@ -27,7 +27,7 @@ from memdir.stores.base import RECOVERED_STATE
 from memdir.stores.pgschema import TABLES  # one of them missing is damage no rebuild can mend
 
 if TYPE_CHECKING:
-    from memdir.stores.pgconn import AdvisoryWriterLock
+    from memdir.stores.pgconn import AdvisoryWriterLock, Database
 
 #: data_corrupted, index_corrupted (a damaged page or index), undefined_table (a table dropped by hand).
 DAMAGE_SQLSTATES = ("XX001", "XX002", "42P01")
@@ -47,6 +47,8 @@ class PgHealth:
     readonly_reason: str | None
     recovery: dict[str, Any] | None
     _local: threading.local
+
+    db: Database
 
     if TYPE_CHECKING:  # provided by PostgresStore
         def _conn(self) -> AbstractContextManager[Any]: ...
@@ -143,7 +145,10 @@ class PgHealth:
             confirmed = self.check(thorough=True)
             if confirmed is None:
                 return None
-            if "is missing from schema" in confirmed:
+            recreated = "is missing from schema" in confirmed and self.db.recreate_schema()
+            if recreated:
+                confirmed = f"memdir's schema {self.schema!r} was dropped"
+            elif "is missing from schema" in confirmed:
                 raise StoreError(f"the index {self.location} cannot be rebuilt: {confirmed} (dropped by hand?); "
                                  f'restore it, or drop the schema (DROP SCHEMA "{self.schema}" CASCADE) and memdir '
                                  "re-creates it and rebuilds every agent's index from its files")
@@ -167,7 +172,9 @@ class PgHealth:
                 self._drop_generation(info["droppedGeneration"])
             self._forget_stats()
             self.recovery = info
-            if notice is not None:
+            if notice is not None and recreated:
+                notice(f"{confirmed}: re-created it, and rebuilding {self.location} from the Markdown files")
+            elif notice is not None:
                 notice(f"the index {self.location} was damaged ({confirmed}); dropped its rows (generation "
                        f"{info['droppedGeneration']}) and rebuilding it from the Markdown files (the embedding "
                        "cache is kept: nothing is embedded again)")
