@@ -201,6 +201,36 @@ def test_a_schema_dropped_under_a_long_lived_memory_is_created_again(pg: Backend
         mem.search("pelican")
 
 
+def test_several_processes_creating_a_fresh_schema_at_once(pg: Backend):
+    """All but the first failed with 'duplicate key value violates unique constraint
+    "pg_namespace_nspname_index"': each waited for the schema lock inside a transaction that
+    still saw the catalog from before the wait."""
+    import psycopg
+
+    from memdir.stores.pgschema import LATEST, migrate
+
+    conns = [psycopg.connect(pg.url, autocommit=True) for _ in range(4)]
+    barrier = threading.Barrier(len(conns))
+
+    def open_one(conn: Any) -> Any:
+        conn.execute(f"SELECT to_regclass('\"{pg.schema}\".schema_version')")  # as migrate's first look does
+        barrier.wait()
+        return migrate(conn, pg.schema)["schema_version"]
+
+    try:
+        results = [None] * len(conns)
+        threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, _in_thread(
+            lambda: open_one(conns[i]), 60)[1])) for i in range(len(conns))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == [LATEST] * len(conns), results
+    finally:
+        for c in conns:
+            c.close()
+
+
 # -- a rebuild that lost its writer lock ----------------------------------------------------------
 
 def test_a_rebuild_whose_generation_was_cleaned_away_is_not_published(pg: Backend, tmp_path: Path):

@@ -1,8 +1,8 @@
 """The PostgreSQL schema of :mod:`memdir.stores.postgres` and its migrations.
 
 The schema is versioned: ``schema_version`` lists the migrations applied; opening a store
-applies the missing ones in order, in one transaction, under a transaction-level advisory lock
-(two hosts starting at once never race), and refuses a database newer than this memdir.  A
+applies the missing ones in order, in one transaction, under a session-level advisory lock taken
+before it (two hosts starting at once never race), and refuses a database newer than this memdir.  A
 schema that is already current is only read, so a read replica or a read-only role can open it.
 Connections, pools and the writer lock are in :mod:`memdir.stores.pgconn`.
 """
@@ -252,11 +252,26 @@ def migrate(conn: Any, schema: str, upto: int | None = None) -> dict[str, Any]:
 
 
 def _apply(conn: Any, schema: str, ext_schema: str, target: int, ctx: dict[str, Any]) -> int:
-    """The missing migrations, in one transaction under the schema's advisory lock; the new version."""
+    """The missing migrations, in one transaction under the schema's advisory lock; the new version.
+
+    The lock is taken *before* the transaction: a backend that waited for an advisory lock inside
+    its transaction still saw the catalog as it was before the wait (advisory locks do not apply
+    catalog invalidations; a new transaction does), so when several processes created a fresh
+    schema at once, all but the first failed with 'duplicate key … pg_namespace_nspname_index'.
+    """
+    key = lock_key("schema", schema)
+    conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    try:
+        return _apply_locked(conn, schema, ext_schema, target, ctx)
+    finally:
+        if not conn.closed:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def _apply_locked(conn: Any, schema: str, ext_schema: str, target: int, ctx: dict[str, Any]) -> int:
     from psycopg import sql
 
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("schema", schema),))
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         set_search_path(conn, schema, ext_schema)
         conn.execute("CREATE TABLE IF NOT EXISTS schema_version(version int PRIMARY KEY, description text "
