@@ -113,6 +113,29 @@ def test_a_malformed_dsn_never_prints_the_password(make_workspace, run_cli):
         assert "PostgreSQL" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+def test_the_writer_lock_outlives_the_servers_idle_session_timeout(pg_url: str, tmp_path: Path):
+    """Managed servers often set idle_session_timeout: the lock's connection idles while a sync reads
+    and embeds, was closed by the server, and the lock went with it while the sync kept writing."""
+    db = "t_" + uuid.uuid4().hex[:10]
+    pg_query(pg_url, f'CREATE DATABASE "{db}"')
+    url = pg_url.replace("/postgres?", f"/{db}?") if "/postgres?" in pg_url else pg_url.rsplit("/", 1)[0] + f"/{db}"
+    try:
+        pg_query(url, "CREATE EXTENSION IF NOT EXISTS vector")
+        pg_query(pg_url, f"ALTER DATABASE \"{db}\" SET idle_session_timeout = '500ms'")
+        settings = load_config(overrides=Backend("postgres", url, "memdir").config(), state_dir=tmp_path).settings
+        store = open_store(settings)
+        lock = store.writer_lock()
+        try:
+            assert lock.acquire(0)
+            time.sleep(1.5)
+            assert lock.holder() is not None, "the server closed the idle lock connection"
+        finally:
+            lock.release()
+            store.close()
+    finally:
+        pg_query(pg_url, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
 # -- locks held by someone else -----------------------------------------------------------------
 
 def test_a_lock_held_by_another_session_is_waited_for_a_bounded_time(pg: Backend, make_workspace, tmp_path: Path,

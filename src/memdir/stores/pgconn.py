@@ -282,6 +282,10 @@ class AdvisoryWriterLock:
             return False
         try:
             conn = self.db.dedicated(f"memdir writer {os.getpid()}@{socket.gethostname()}")
+            if conn.info.server_version >= 140000:
+                # The connection idles while the sync reads and embeds; a server's idle_session_timeout
+                # (managed services set one) closed it, and with it the lock, while the sync went on writing.
+                conn.execute("SELECT set_config('idle_session_timeout', '0', false)")
         except BaseException:
             self._thread_lock.release()
             raise
