@@ -187,6 +187,51 @@ def test_a_note_with_a_nul_byte_is_indexed(pg: Backend, make_workspace, tmp_path
         assert mem.search("zebras").results
 
 
+class _OddVectors:
+    """A custom provider (``Memory(provider=...)``) whose vectors are not all finite or not all non-zero."""
+
+    id = "odd"
+    model = "odd-4"
+    provider_key = "odd"
+    max_input_bytes = 1 << 20
+    dims = 4
+
+    @staticmethod
+    def vector(text: str) -> list[float]:
+        for word, v in (("zero", [0.0] * 4), ("nan", [float("nan"), 1.0, 0.0, 0.0]),
+                        ("inf", [float("inf"), 1.0, 0.0, 0.0])):
+            if word in text:
+                return v
+        return [1.0, 0.5, 0.0, 0.0]
+
+    def embed_query(self, text: str) -> list[float]:
+        return [1.0, 0.0, 0.0, 0.0]
+
+    def embed_batch(self, texts: list[str]) -> list[list[float]]:
+        return [self.vector(t) for t in texts]
+
+    def close(self) -> None:
+        pass
+
+
+def test_vectors_pgvector_cannot_hold_neither_fail_the_sync_nor_score_nan(pg: Backend, make_workspace,
+                                                                          tmp_path: Path):
+    """pgvector refuses NaN and infinity: one such vector aborted the batch's transaction and the
+    sync failed with 'current transaction is aborted'; an all-zero vector scored NaN in hybrid search."""
+    import math
+
+    ws = make_workspace({f"memory/{w}.md": f"{w} vector note" for w in ("zero", "nan", "inf", "plain")})
+    cfg = pg.config({"memorySearch": {"sync": {"onSearch": False}}})
+    with Memory(ws, config=cfg, state_dir=tmp_path, provider=_OddVectors()) as mem:
+        report = mem.sync()
+        assert report.indexed == 4 and report.embedded == 4 and not report.warnings, report
+        assert mem.store.vector_count() == 4
+        results = mem.search("vector note").results
+        assert {h.path for h in results} == {f"memory/{w}.md" for w in ("zero", "nan", "inf", "plain")}
+        assert all(math.isfinite(h.score) for h in results), [(h.path, h.score) for h in results]
+        assert results[0].path == "memory/plain.md"
+
+
 # -- schemas --------------------------------------------------------------------------------------
 
 def test_a_schema_with_tables_memdir_did_not_make_is_refused_clearly(pg: Backend, tmp_path: Path):

@@ -13,6 +13,7 @@ mix two indexes.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -36,7 +37,18 @@ def hit(r: Sequence[Any], score: float) -> Hit:
 
 
 def vec(values: Sequence[float]) -> np.ndarray:
-    return np.asarray(values, dtype=np.float32)
+    """A vector as pgvector takes it: float32, non-finite values as 0 (as ``embeddings.base.normalize``
+    does; pgvector refuses NaN and infinity, and one such vector from a custom provider failed the
+    whole batch's transaction)."""
+    arr = np.asarray(values, dtype=np.float32)
+    return arr if np.isfinite(arr).all() else np.where(np.isfinite(arr), arr, np.float32(0.0))
+
+
+def cosine(value: Any) -> float:
+    """pgvector's ``1 - (a <=> b)`` as a score: NaN (a stored all-zero vector has no direction) is 0,
+    as SQLite scores it; a NaN reached the fused scores and the JSON output."""
+    score = float(value)
+    return 0.0 if math.isnan(score) else score
 
 
 def floats(value: Any) -> list[float]:
@@ -211,7 +223,7 @@ class PgSearch:
                     "WHERE v.index_id = %(ix)s AND v.dims = %(dims)s GROUP BY v.chunk_id ORDER BY d, v.chunk_id "
                     f"LIMIT %(k)s) SELECT {CHUNK_COLS}, 1 - top.d FROM top JOIN chunks c ON c.index_id = %(ix)s "
                     "AND c.id = top.chunk_id ORDER BY top.d, c.id", {**args, "k": int(limit)}).fetchall()
-                return [hit(r, float(r[9])) for r in rows]
+                return [hit(r, cosine(r[9])) for r in rows]
             # HNSW returns windows; a chunk's several windows can take several places, so widen until
             # ``limit`` distinct chunks are found.  The index id is a literal: the planner must see that
             # the partial index's predicate holds.
@@ -227,7 +239,7 @@ class PgSearch:
                     "AND c.id = top.chunk_id, n ORDER BY top.d, c.id", {**args, "k": k, "limit": int(limit)}
                 ).fetchall()
                 if len(rows) >= limit or not rows or int(rows[0][10]) < k or k >= 1000:
-                    return [hit(r, float(r[9])) for r in rows]
+                    return [hit(r, cosine(r[9])) for r in rows]
                 k = min(1000, k * 2)
 
     def vector_scores(self, query: Sequence[float], ids: Sequence[str]) -> dict[str, float]:
@@ -241,7 +253,7 @@ class PgSearch:
             rows = c.execute(f"SELECT chunk_id, max(1 - (embedding <=> %(q)s)) FROM vectors WHERE index_id = {scope} "
                              "AND chunk_id = ANY(%(ids)s) AND dims = %(dims)s GROUP BY chunk_id",
                              {**args, "q": q, "ids": wanted, "dims": int(q.size)}).fetchall()
-        return {cid: float(score) for cid, score in rows}
+        return {cid: cosine(score) for cid, score in rows}
 
     def optimize(self) -> None:
         """Count the generation's frequent lexemes when they are stale, and give it its HNSW index once
