@@ -6,6 +6,8 @@ Runs against a real server (pgserver's PostgreSQL 16 + pgvector, or $MEMDIR_TEST
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 import uuid
@@ -185,6 +187,26 @@ def test_a_note_with_a_nul_byte_is_indexed(pg: Backend, make_workspace, tmp_path
         assert [h.path for h in hits] == ["memory/nul.md"]
         assert "alpha\ufffdbeta" in hits[0].snippet
         assert mem.search("zebras").results
+
+
+@pytest.mark.skipif(sys.platform in ("darwin", "win32"), reason="needs a file system that takes any bytes in names")
+def test_a_workspace_whose_name_is_not_utf8_is_indexed(pg: Backend, tmp_path: Path):
+    """Its path reaches meta and state as lone surrogates (surrogateescape), which jsonb refuses:
+    every sync failed with 'Unicode low surrogate must follow a high surrogate' (SQLite indexes it).
+    What is read back must be the path written: the owner check compares them."""
+    ws = Path(os.fsdecode(os.fsencode(str(tmp_path)) + b"/ws\xff"))
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "a.md").write_text("the quetzal nests in the cloud forest")
+    cfg = pg.config({"memorySearch": {"provider": "none", "sync": {"onSearch": False}}})
+    for _ in range(2):  # the second run reads the owner back and must find it is this workspace
+        with Memory(ws, config=cfg, state_dir=tmp_path / "state") as mem:
+            mem.sync()
+            assert [h.path for h in mem.search("quetzal").results] == ["memory/a.md"]
+            assert mem.store.read_meta()["workspace"] == str(ws)
+    from memdir.stores.postgres import json_in, json_out
+
+    odd = {"k\udcff": ["a\x00b", "\ud800", "plain", 3, None, {"x": "\udfff"}]}
+    assert json_out(json_in(odd)) == odd and "\x00" not in str(json_in(odd))
 
 
 class _OddVectors:

@@ -154,6 +154,8 @@ class PgHealth:
                                  "re-creates it and rebuilds every agent's index from its files")
             from psycopg.types.json import Jsonb
 
+            from memdir.stores.postgres import json_in
+
             info: dict[str, Any] = {"problem": confirmed, "indexPath": self.location, "droppedGeneration": None,
                                     "at": int(time.time() * 1000)}
             with self._conn() as c, c.transaction():
@@ -167,7 +169,7 @@ class PgHealth:
                                 (self.agent, info["droppedGeneration"])).fetchone()
                 if new is not None:
                     c.execute("INSERT INTO index_state(index_id, key, value) VALUES (%s, %s, %s)",
-                              (new[0], RECOVERED_STATE, Jsonb(info)))
+                              (new[0], RECOVERED_STATE, Jsonb(json_in(info))))
             if info["droppedGeneration"] is not None:
                 self._drop_generation(info["droppedGeneration"])
             self._forget_stats()

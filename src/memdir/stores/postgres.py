@@ -34,6 +34,7 @@ read-only (``readonly_reason`` says why): searches answer from the replica, writ
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -50,6 +51,46 @@ from memdir.stores.pgkeyword import doc_length, pg_text
 from memdir.stores.pgsearch import PgSearch, same, vec
 
 _LIVE = "(SELECT id FROM indexes WHERE agent = %(agent)s AND state = 'live')"
+
+
+#: JSON values (meta, state) hold paths, and a path that is not UTF-8 comes with lone surrogates
+#: (``surrogateescape``), which jsonb refuses, as it refuses NUL: a workspace with such a name could
+#: not be indexed.  Each is kept as a code point of Supplementary Private Use Area-A and mapped back
+#: on reading, so the workspace read back is the one written (the owner check compares them).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_STAND_INS = re.compile("[\U000F0000-\U000F0800]")
+
+
+def _stand_in(m: re.Match[str]) -> str:
+    ch = m.group()
+    return chr(0xF0800) if ch == "\x00" else chr(0xF0000 + ord(ch) - 0xD800)
+
+
+def _restore(m: re.Match[str]) -> str:
+    cp = ord(m.group())
+    return "\x00" if cp == 0xF0800 else chr(0xD800 + cp - 0xF0000)
+
+
+def json_in(value: Any) -> Any:
+    """``value`` as jsonb can hold it (see ``_UNSTORABLE``)."""
+    if isinstance(value, str):
+        return _UNSTORABLE.sub(_stand_in, value)
+    if isinstance(value, dict):
+        return {json_in(k): json_in(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_in(v) for v in value]
+    return value
+
+
+def json_out(value: Any) -> Any:
+    """The value :func:`json_in` was given."""
+    if isinstance(value, str):
+        return _STAND_INS.sub(_restore, value)
+    if isinstance(value, dict):
+        return {json_out(k): json_out(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_out(v) for v in value]
+    return value
 
 
 def stored_text(text: str) -> str:
@@ -221,20 +262,20 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
             return None
         if not isinstance(row[0], dict):
             raise IndexDamaged(f"the index metadata is a JSON {type(row[0]).__name__}, not an object ({self.location})")
-        return dict(row[0])
+        return dict(json_out(row[0]))
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         from psycopg.types.json import Jsonb
 
         with self._write() as c:
-            c.execute("UPDATE indexes SET meta = %s WHERE id = %s", (Jsonb(meta), self._index_id(c)))
+            c.execute("UPDATE indexes SET meta = %s WHERE id = %s", (Jsonb(json_in(meta)), self._index_id(c)))
 
     def get_state(self, key: str) -> Any:
         scope, args = self._scope()
         with self._conn() as c:
             row = c.execute(f"SELECT value FROM index_state WHERE index_id = {scope} AND key = %(key)s",
                             {**args, "key": key}).fetchone()
-        return row[0] if row else None
+        return json_out(row[0]) if row else None
 
     def set_state(self, key: str, value: Any) -> None:
         """Kept per generation, as meta is: a rebuild starts with none and publishes its own."""
@@ -246,7 +287,7 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
                 c.execute("DELETE FROM index_state WHERE index_id = %s AND key = %s", (ix, key))
             else:
                 c.execute("INSERT INTO index_state(index_id, key, value) VALUES (%s, %s, %s) ON CONFLICT "
-                          "(index_id, key) DO UPDATE SET value = EXCLUDED.value", (ix, key, Jsonb(value)))
+                          "(index_id, key) DO UPDATE SET value = EXCLUDED.value", (ix, key, Jsonb(json_in(value))))
 
     def change_token(self) -> Any:
         """The live generation and its write version: changes with every write and every rebuild."""
