@@ -138,6 +138,47 @@ def test_the_writer_lock_outlives_the_servers_idle_session_timeout(pg_url: str, 
         pg_query(pg_url, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
+def test_a_writer_lock_wait_cut_by_a_dropped_connection_leaves_the_lock_usable(pg: Backend, tmp_path: Path):
+    """The connection a waiter polls the advisory lock on was killed (a server restart): the wait
+    ended with an error but kept the process's per-agent thread lock, so every later sync of that
+    agent in the process (an MCP server) waited for ever or was told another process was writing."""
+    import psycopg
+
+    from memdir.stores.pgconn import DatabaseUnavailable
+
+    store = open_store(load_config(overrides=pg.config(), state_dir=tmp_path).settings)
+    holder = psycopg.connect(pg.url, autocommit=True)
+    try:
+        waiter = store.writer_lock()
+        holder.execute("SELECT pg_advisory_lock(%s)", (waiter.key,))  # another host's writer
+        outcome: list[Any] = []
+        t = threading.Thread(target=lambda: outcome.append(_in_thread(lambda: waiter.acquire(30), 40)[1]))
+        t.start()
+        assert _wait_for(lambda: pg_query(pg.url, "SELECT count(*) FROM pg_stat_activity WHERE application_name "
+                                                  "LIKE 'memdir writer %%'")[0][0] == 1)
+        pg_query(pg.url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name "
+                         "LIKE 'memdir writer %%'")
+        t.join(40)
+        assert isinstance(outcome[0], Exception), outcome
+        holder.execute("SELECT pg_advisory_unlock(%s)", (waiter.key,))
+        again = store.writer_lock()
+        assert again.acquire(5), "the thread lock was kept by the failed wait"
+        again.release()
+        assert isinstance(outcome[0], DatabaseUnavailable) and "lost the connection" in str(outcome[0]), outcome
+    finally:
+        holder.close()
+        store.close()
+
+
+def _wait_for(predicate: Any, timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 # -- locks held by someone else -----------------------------------------------------------------
 
 def test_a_lock_held_by_another_session_is_waited_for_a_bounded_time(pg: Backend, make_workspace, tmp_path: Path,

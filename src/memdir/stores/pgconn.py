@@ -280,24 +280,32 @@ class AdvisoryWriterLock:
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._thread_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             return False
+        conn = None
         try:
             conn = self.db.dedicated(f"memdir writer {os.getpid()}@{socket.gethostname()}")
             if conn.info.server_version >= 140000:
                 # The connection idles while the sync reads and embeds; a server's idle_session_timeout
                 # (managed services set one) closed it, and with it the lock, while the sync went on writing.
                 conn.execute("SELECT set_config('idle_session_timeout', '0', false)")
-        except BaseException:
-            self._thread_lock.release()
-            raise
-        while True:
-            if conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0]:
-                self._conn = conn
-                return True
-            if deadline is not None and time.monotonic() >= deadline:
+            while not conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0]:
+                if deadline is not None and time.monotonic() >= deadline:
+                    conn.close()
+                    self._thread_lock.release()
+                    return False
+                time.sleep(0.05)
+        except BaseException as exc:
+            # Whatever cut the wait short (the connection killed, Ctrl-C), the thread lock must not be
+            # kept: every later sync of this agent in the process would wait for it for ever.
+            broken = conn is not None and (conn.closed or conn.broken)
+            if conn is not None:
                 conn.close()
-                self._thread_lock.release()
-                return False
-            time.sleep(0.05)
+            self._thread_lock.release()
+            if broken and isinstance(exc, Exception):
+                raise DatabaseUnavailable(f"lost the connection to PostgreSQL at {self.db.where} while waiting "
+                                          f"for the writer lock: {_one_line(exc)}") from exc
+            raise
+        self._conn = conn
+        return True
 
     def release(self) -> None:
         conn, self._conn = self._conn, None
