@@ -215,6 +215,45 @@ def test_a_lock_held_by_another_session_is_waited_for_a_bounded_time(pg: Backend
         assert mem.search("edited").results
 
 
+def test_the_shared_embedding_cache_never_waits_on_rows_another_agent_holds(pg: Backend, tmp_path: Path,
+                                                                            monkeypatch):
+    """Agents sharing a database share the cache.  A sync touches the rows it found inside its batch
+    transaction and keeps them locked through the embedding call; another agent's touch or prune
+    waited for them, and touches, writes and prunes locking rows in different orders deadlocked
+    (4 agents syncing overlapping notes: 3-7 syncs of 32 failed with 'deadlock detected' or
+    'current transaction is aborted').  Touch and prune now skip rows another transaction holds."""
+    import psycopg
+
+    from memdir.stores import pgconn
+
+    monkeypatch.setattr(pgconn, "LOCK_TIMEOUT", "5s", raising=False)
+    store = open_store(load_config(overrides=pg.config(), state_dir=tmp_path, agent_id="a").settings)
+    unit = [1.0] + [0.0] * 3
+    try:
+        with store.transaction():
+            store.cache_put("p", "m", "k", {f"h{i}": unit for i in range(6)})
+        other = psycopg.connect(pg.url)  # another agent's batch transaction, embedding
+        try:
+            other.execute(f'UPDATE "{pg.schema}".embedding_cache SET updated_at = 0 WHERE hash IN (\'h0\', \'h1\')')
+
+            def touch() -> None:
+                with store.transaction():
+                    store.cache_touch("p", "m", "k", ["h0", "h1", "h2"])
+
+            started = time.monotonic()
+            done, result = _in_thread(touch, 20)
+            assert done and result is None and time.monotonic() - started < 3, result
+            done, result = _in_thread(lambda: store.cache_prune(2), 20)
+            assert done and isinstance(result, int) and time.monotonic() - started < 6, result
+            assert result == 2  # h0 and h1 (least recently used) are held: four others were candidates
+        finally:
+            other.rollback()
+            other.close()
+        assert store.cache_count() == 4 and store.cache_prune(2) == 2 and store.cache_count() == 2
+    finally:
+        store.close()
+
+
 # -- content --------------------------------------------------------------------------------------
 
 def test_a_note_with_a_nul_byte_is_indexed(pg: Backend, make_workspace, tmp_path: Path):

@@ -51,23 +51,33 @@ class PgCache:
                             "updated_at = EXCLUDED.updated_at", rows)
 
     def cache_touch(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> None:
+        """Rows another agent's transaction holds are skipped, not waited for (it is using them right
+        now, so they are recent anyway): a touch sits in a sync's batch transaction, whose locks last
+        through the embedding call, and two agents touching and writing shared rows deadlocked."""
         wanted = sorted(set(hashes))
         if wanted:
             with self._write() as c:
-                c.execute("UPDATE embedding_cache SET updated_at = %s WHERE provider = %s AND model = %s "
-                          "AND provider_key = %s AND hash = ANY(%s)",
-                          (int(time.time() * 1000), provider, model, provider_key, wanted))
+                c.execute("UPDATE embedding_cache e SET updated_at = %s FROM (SELECT hash FROM embedding_cache "
+                          "WHERE provider = %s AND model = %s AND provider_key = %s AND hash = ANY(%s) "
+                          "ORDER BY hash FOR UPDATE SKIP LOCKED) s WHERE e.provider = %s AND e.model = %s "
+                          "AND e.provider_key = %s AND e.hash = s.hash",
+                          (int(time.time() * 1000), provider, model, provider_key, wanted, provider, model,
+                           provider_key))
 
     def cache_prune(self, max_entries: int | None) -> int:
-        """Least recently used first, across the whole shared cache (``max_entries`` bounds it all)."""
+        """Least recently used first, across the whole shared cache (``max_entries`` bounds it all).
+
+        Rows another transaction holds are left for the next prune: deleting in whatever order the
+        plan visits rows, two agents' prunes (or a prune and a sync writing the cache) deadlocked.
+        """
         if not max_entries:
             return 0
         with self._write() as c:
             row = c.execute("WITH old AS (SELECT provider, model, provider_key, hash FROM embedding_cache "
-                            "ORDER BY updated_at DESC, hash DESC OFFSET %s), d AS (DELETE FROM embedding_cache e "
-                            "USING old WHERE (e.provider, e.model, e.provider_key, e.hash) = "
-                            "(old.provider, old.model, old.provider_key, old.hash) RETURNING 1) "
-                            "SELECT count(*) FROM d", (int(max_entries),)).fetchone()
+                            "ORDER BY updated_at DESC, hash DESC OFFSET %s), v AS (SELECT e.ctid AS t FROM "
+                            "embedding_cache e JOIN old USING (provider, model, provider_key, hash) "
+                            "FOR UPDATE OF e SKIP LOCKED), d AS (DELETE FROM embedding_cache e USING v "
+                            "WHERE e.ctid = v.t RETURNING 1) SELECT count(*) FROM d", (int(max_entries),)).fetchone()
         return int(row[0])
 
     def cache_count(self) -> int:
