@@ -179,6 +179,46 @@ def _wait_for(predicate: Any, timeout: float = 20) -> bool:
     return False
 
 
+class _SlowProvider:
+    """Embeds like a remote API under load: a while per batch."""
+
+    id = "slow"
+    model = "slow-4"
+    provider_key = "slow"
+    max_input_bytes = 1 << 20
+    dims = 4
+
+    def embed_query(self, text: str) -> list[float]:
+        return [1.0, 0.0, 0.0, 0.0]
+
+    def embed_batch(self, texts: list[str]) -> list[list[float]]:
+        time.sleep(1.5)
+        return [[1.0, float(len(t) % 7), 0.0, 0.0] for t in texts]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_sync_outlives_the_servers_idle_in_transaction_timeout(pg_url: str, make_workspace, tmp_path: Path):
+    """A sync's batch transaction is open while the provider embeds: on a server whose
+    idle_in_transaction_session_timeout is shorter than that, every sync lost its connection and
+    the index could never be built."""
+    db = "t_" + uuid.uuid4().hex[:10]
+    pg_query(pg_url, f'CREATE DATABASE "{db}"')
+    url = pg_url.replace("/postgres?", f"/{db}?") if "/postgres?" in pg_url else pg_url.rsplit("/", 1)[0] + f"/{db}"
+    try:
+        pg_query(url, "CREATE EXTENSION IF NOT EXISTS vector")
+        pg_query(pg_url, f"ALTER DATABASE \"{db}\" SET idle_in_transaction_session_timeout = '500ms'")
+        ws = make_workspace({"memory/a.md": "the ibis wades", "memory/b.md": "the heron waits"})
+        cfg = Backend("postgres", url, "memdir").config({"memorySearch": {"sync": {"onSearch": False}}})
+        with Memory(ws, config=cfg, state_dir=tmp_path, provider=_SlowProvider()) as mem:
+            report = mem.sync()
+            assert report.indexed == 2 and report.embedded == 2
+            assert [h.path for h in mem.search("ibis").results][:1] == ["memory/a.md"]
+    finally:
+        pg_query(pg_url, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
 # -- locks held by someone else -----------------------------------------------------------------
 
 def test_a_lock_held_by_another_session_is_waited_for_a_bounded_time(pg: Backend, make_workspace, tmp_path: Path,

@@ -150,6 +150,11 @@ class Database:
         def configure_pooled(conn: Any) -> None:
             configure(conn)
             conn.execute("SELECT set_config('lock_timeout', %s, false)", (LOCK_TIMEOUT,))
+            # A sync's batch transaction stays open while the provider embeds the batch (seconds, or
+            # minutes for a remote batch job): a server's idle_in_transaction_session_timeout shorter
+            # than that closed the connection in every sync, so the index could never be built.  A
+            # dead client is still noticed, by the keepalives.
+            conn.execute("SELECT set_config('idle_in_transaction_session_timeout', '0', false)")
 
         self.pool = ConnectionPool(dsn, min_size=1, max_size=pool_size, timeout=CONNECT_TIMEOUT,
                                    kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, **KEEPALIVES},
