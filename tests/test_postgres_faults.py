@@ -219,6 +219,14 @@ def test_a_sync_outlives_the_servers_idle_in_transaction_timeout(pg_url: str, ma
         pg_query(pg_url, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
+def test_no_dsn_at_all_says_where_to_set_one(make_workspace, run_cli, tmp_path: Path):
+    ws = make_workspace({"memory/a.md": "hello"})
+    proc = run_cli("search", "hello", "-w", str(ws), env={"MEMDIR_STORE_DRIVER": "postgres",
+                                                          "PGHOST": str(tmp_path / "no-server-here")})
+    assert proc.returncode == 1 and "cannot connect to PostgreSQL" in proc.stderr, proc.stderr
+    assert "MEMDIR_DATABASE_URL" in proc.stderr, proc.stderr
+
+
 # -- locks held by someone else -----------------------------------------------------------------
 
 def test_a_lock_held_by_another_session_is_waited_for_a_bounded_time(pg: Backend, make_workspace, tmp_path: Path,

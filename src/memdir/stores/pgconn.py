@@ -136,7 +136,9 @@ class Database:
         except StoreError as exc:  # pgvector missing, a schema this role may not create…: say which server
             raise type(exc)(f"PostgreSQL at {self.where}: {exc}") from None
         except psycopg.OperationalError as exc:
-            raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}: {_one_line(exc)}") from None
+            unset = "" if dsn else " (no DSN is set: store.dsn or MEMDIR_DATABASE_URL; libpq's defaults were tried)"
+            raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}{unset}: {_one_line(exc)}"
+                                      ) from None
         except psycopg.ProgrammingError as exc:
             if getattr(exc, "sqlstate", None):
                 raise  # the server's own error (permissions, a foreign table in the schema…)
