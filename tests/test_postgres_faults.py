@@ -449,6 +449,32 @@ def test_several_processes_creating_a_fresh_schema_at_once(pg: Backend):
             c.close()
 
 
+def test_opening_waits_for_another_hosts_long_migration(pg: Backend, tmp_path: Path, monkeypatch):
+    """Statements give up on a lock after the lock timeout, but a migration running elsewhere (an
+    index over every chunk can take minutes) is waited for: the schema then opens as migrated."""
+    import psycopg
+
+    from memdir.stores import pgconn
+    from memdir.stores.pgschema import LATEST, lock_key
+
+    monkeypatch.setattr(pgconn, "LOCK_TIMEOUT", "1s")
+    other = psycopg.connect(pg.url, autocommit=True)
+    try:
+        other.execute("SELECT pg_advisory_lock(%s)", (lock_key("schema", pg.schema),))
+        timer = threading.Timer(3, lambda: other.execute("SELECT pg_advisory_unlock_all()"))
+        timer.start()
+        started = time.monotonic()
+        store = open_store(load_config(overrides=pg.config(), state_dir=tmp_path).settings)
+        timer.join()
+        assert time.monotonic() - started >= 2.5
+        assert store.db.facts["schema_version"] == LATEST
+        with store.db.connection() as c:
+            assert c.execute("SHOW lock_timeout").fetchone()[0] == "1s"
+        store.close()
+    finally:
+        other.close()
+
+
 # -- a rebuild that lost its writer lock ----------------------------------------------------------
 
 def test_a_rebuild_whose_generation_was_cleaned_away_is_not_published(pg: Backend, tmp_path: Path):

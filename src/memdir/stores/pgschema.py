@@ -260,7 +260,14 @@ def _apply(conn: Any, schema: str, ext_schema: str, target: int, ctx: dict[str, 
     schema at once, all but the first failed with 'duplicate key … pg_namespace_nspname_index'.
     """
     key = lock_key("schema", schema)
-    conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    # Another host's migration may take minutes (an index over every chunk): wait for it, whatever
+    # the session's lock_timeout; its own statements are bounded by that timeout.
+    prev = conn.execute("SELECT current_setting('lock_timeout')").fetchone()[0]
+    conn.execute("SELECT set_config('lock_timeout', '0', false)")
+    try:
+        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    finally:
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (prev,))
     try:
         return _apply_locked(conn, schema, ext_schema, target, ctx)
     finally:
