@@ -277,6 +277,67 @@ def _takes_progress(provider: EmbeddingProvider) -> bool:
         return False
 
 
+class VectorWidthChanged(Exception):
+    """The provider's vectors are not as wide as the ones the index (or this build) holds.
+
+    Raised before anything of the batch is written or cached: an index must never hold vectors of
+    two widths (a search can only compare one).  :meth:`Indexer.sync` answers with a full rebuild,
+    as for any other change of the index identity."""
+
+    def __init__(self, held: int, got: int) -> None:
+        super().__init__(f"vector dims changed ({held} → {got})")
+        self.held, self.got = held, got
+
+
+#: HTTP statuses saying the request was refused for what it carried (too long an input), not
+#: for who sent it or where: the one text at fault is left without a vector, not its whole batch.
+REFUSED_INPUT_STATUSES = (400, 413, 422)
+#: Characters of a refused text sent alone to tell "this input is refused" from "every request is".
+PROBE_CHARS = 64
+
+
+def _refused(exc: BaseException) -> bool:
+    return getattr(exc, "status", None) in REFUSED_INPUT_STATUSES
+
+
+def _embed_sparing(provider: EmbeddingProvider, texts: list[str],
+                   progress: Callable[[str, int, int], None] | None
+                   ) -> tuple[list[np.ndarray | None], BaseException | None]:
+    """:func:`_embed_float32`, except that texts the provider refuses (e.g. longer than a model
+    behind an OpenAI-compatible URL takes: 400/413/422) get ``None`` instead of failing the rest.
+
+    Why: one such chunk failed its whole batch (64 chunks kept for keywords only, at every sync)
+    and made every full rebuild fail, for good.  A refusal is only blamed on the inputs when a
+    short piece of one of them goes through; otherwise (a wrong model name, say) it is raised as
+    before.  The refused texts are then found by halving (a few requests per refused text).
+    Returns the vectors (``None`` for a refused text) and the refusal, if there was one."""
+    try:
+        return list(_embed_float32(provider, texts, progress)), None
+    except Exception as exc:
+        if not _refused(exc):
+            raise
+        try:
+            _embed_float32(provider, [min(texts, key=len)[:PROBE_CHARS]], None)
+        except Exception:
+            raise exc from None
+        return _isolate_refused(provider, texts), exc
+
+
+def _isolate_refused(provider: EmbeddingProvider, texts: list[str]) -> list[np.ndarray | None]:
+    """Vectors of ``texts``, known to hold a refused one, found by halving (``None``: refused)."""
+    if len(texts) == 1:
+        return [None]
+    out: list[np.ndarray | None] = []
+    for half in (texts[: len(texts) // 2], texts[len(texts) // 2:]):
+        try:
+            out.extend(_embed_float32(provider, half, None))
+        except Exception as exc:
+            if not _refused(exc):
+                raise
+            out.extend(_isolate_refused(provider, half))
+    return out
+
+
 class Indexer:
     """Writes the index for one workspace; holds the writer lock while it does."""
 
@@ -294,6 +355,8 @@ class Indexer:
         self.progress_file = ProgressFile(Path(settings.index_path), workspace=str(settings.workspace_path),
                                           min_interval=0.5)
         self._skipped: list[Skipped] = []
+        #: Width of the vectors in the index being written (its meta's, else the first written).
+        self._width: int | None = None
         #: The last reusable listing of memory files, with what it was listed for.
         self._listing: tuple[tuple[str, tuple[str, ...]], Discovery] | None = None
 
@@ -355,13 +418,21 @@ class Indexer:
             self.store.cleanup_leftovers()
             why = "forced" if force else self.rebuild_reason(meta)
             tracked = self._tracked(progress)
+            if why is None:
+                try:
+                    self.progress_file.start("incremental")
+                    report = self._incremental(self.store, tracked, deadline, lazy=reason in ("search", "watch"))
+                except VectorWidthChanged as exc:  # the provider's model changed behind its name
+                    why = str(exc)
             if why is not None:
                 # With a previous index to protect, an embedding failure aborts the rebuild (the old
                 # index keeps serving); with nothing to lose, text is indexed for keywords anyway.
-                report = self._full_reindex(why, tracked, strict=meta is not None)
+                try:
+                    report = self._full_reindex(why, tracked, strict=meta is not None)
+                except VectorWidthChanged as exc:  # cached vectors of the old width met new ones:
+                    why = str(exc)  # now that the provider's width is known, they are left out
+                    report = self._full_reindex(why, tracked, strict=meta is not None)
             else:
-                self.progress_file.start("incremental")
-                report = self._incremental(self.store, tracked, deadline, lazy=reason in ("search", "watch"))
                 cache = self.settings.memory_search.cache
                 if cache.enabled and cache.max_entries and report.embedded:
                     with self.store.transaction():
@@ -457,6 +528,8 @@ class Indexer:
                      *, everything: bool = False, lazy: bool = False, strict: bool | None = None) -> SyncReport:
         report = SyncReport()
         strict = everything if strict is None else strict
+        held = None if everything else (store.read_meta() or {}).get("vectorDims")
+        self._width = held if isinstance(held, int) and held > 0 else None
         files, _ = self.list_files()
         report.scanned = len(files)
         rows = {} if everything else store.file_rows()
@@ -658,34 +731,73 @@ class Indexer:
         hashes = list(by_hash)
         found = {h: np.asarray(v, dtype=np.float32)  # already float32 from SQLite: no copy
                  for h, v in (store.cache_get(p.id, p.model, p.provider_key, hashes) if cache_on else {}).items()}
+        want = p.dims or self._width
+        if want:  # a cached vector of another width (the model changed behind its name) is a miss
+            found = {h: v for h, v in found.items() if v.size == want}
+        elif len({v.size for v in found.values()}) > 1:  # which width is right? the provider says
+            found = {}
         report.cache_hits += len(found)
         missing = [h for h in hashes if h not in found]
         if found and cache_on:
             store.cache_touch(p.id, p.model, p.provider_key, found.keys())
         if missing:
-            texts = [by_hash[h] for h in missing]
-            if on_embedded is not None and _takes_progress(p):
-                have, best = len(hashes) - len(missing), 0
-
-                def step(_what: str, k: int, of: int) -> None:
-                    # windows to chunks, in proportion; ``of`` is the provider's count (a batch
-                    # job's requests), so the share is taken of it
-                    nonlocal best
-                    n = len(chunks) * (have + len(missing) * min(k, of) // max(of, 1)) // len(hashes)
-                    if n > best:
-                        best = n
-                        on_embedded(n)
-
-                vectors = _embed_float32(p, texts, step)
-            else:
-                vectors = _embed_float32(p, texts, None)
-            fresh = dict(zip(missing, vectors, strict=True))
-            del vectors
-            report.embedded += len(missing)
+            fresh = self._embed_missing(p, [by_hash[h] for h in missing], missing, report, chunks, len(hashes),
+                                        on_embedded)
+            width = self._check_width(fresh, found)
+            stale = [h for h, v in found.items() if width is not None and v.size != width]
+            if stale:  # cached before the width was known, and another one than the provider's
+                for h in stale:
+                    del found[h]
+                fresh.update(self._embed_missing(p, [by_hash[h] for h in stale], stale, report, chunks,
+                                                 len(hashes), None))
+                self._check_width(fresh, found)
             if cache_on:
                 store.cache_put(p.id, p.model, p.provider_key, fresh)
             found.update(fresh)
+        else:
+            self._check_width({}, found)
         return found
+
+    def _embed_missing(self, p: EmbeddingProvider, texts: list[str], hashes: list[str], report: SyncReport,
+                       chunks: list[PlannedChunk], windows: int,
+                       on_embedded: Callable[[int], None] | None) -> dict[str, np.ndarray]:
+        """The provider's vectors for ``texts`` (whose hashes are ``hashes``), by hash; a text the
+        provider refuses has none (its chunk is kept for keywords) and the report says so."""
+        step = None
+        if on_embedded is not None and _takes_progress(p):
+            have, best = windows - len(texts), 0
+
+            def step(_what: str, k: int, of: int) -> None:
+                # windows to chunks, in proportion; ``of`` is the provider's count (a batch
+                # job's requests), so the share is taken of it
+                nonlocal best
+                n = len(chunks) * (have + len(texts) * min(k, of) // max(of, 1)) // windows
+                if n > best:
+                    best = n
+                    on_embedded(n)
+
+        vectors, refusal = _embed_sparing(p, texts, step)
+        fresh = {h: v for h, v in zip(hashes, vectors, strict=True) if v is not None}
+        del vectors
+        report.embedded += len(fresh)
+        if refusal is not None:
+            msg = (f"{p.id} refused some text ({refusal}); the chunks holding it are indexed for keywords only "
+                   "(a model with a shorter input limit than memdir assumes? they are tried again at the next sync)")
+            if msg not in report.warnings:
+                report.warnings.append(msg)
+        return fresh
+
+    def _check_width(self, fresh: dict[str, np.ndarray], found: dict[str, np.ndarray]) -> int | None:
+        """The width of this batch's vectors (fresh ones decide), checked against the index's."""
+        sizes = {v.size for v in fresh.values()} or {v.size for v in found.values()}
+        if not sizes:
+            return None
+        width = max(sizes)
+        if self._width is None:
+            self._width = width
+        elif width != self._width or len(sizes) > 1:
+            raise VectorWidthChanged(self._width, width)
+        return width
 
     def _write_batch(self, store: Store, batch: list[tuple[FileEntry, SourceDoc, list[PlannedChunk]]],
                      report: SyncReport, *, strict: bool, on_embedded: Callable[[int], None] | None = None) -> int:
@@ -694,6 +806,8 @@ class Indexer:
         with store.transaction():
             try:
                 vectors = self._embed(store, all_chunks, report, on_embedded)
+            except VectorWidthChanged:
+                raise  # nothing of this batch is written: the index is rebuilt instead
             except Exception as exc:
                 if strict or self.provider is None:
                     raise

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from memdir.embeddings.http_client import error_detail
 from memdir.embeddings.remote import RemoteEmbeddingProvider, clean_base_url, shape_error
 
 OLLAMA_DEFAULT_BASE_URL = "http://127.0.0.1:11434"
@@ -46,10 +47,11 @@ class OllamaProvider(RemoteEmbeddingProvider):
             timeout=timeout,
             deadline=deadline,
             timeout_label=label,
+            inputs=len(texts),
         )
         vectors = data.get("embeddings") if isinstance(data, dict) else None
         if not isinstance(vectors, list):
-            raise shape_error(self.id, "no 'embeddings' list")
+            raise shape_error(self.id, "no 'embeddings' list" + error_detail(data))
         return vectors
 
     def _request_query(self, text: str, *, timeout: float, deadline: float | None) -> list[Any]:

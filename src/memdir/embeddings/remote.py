@@ -18,6 +18,7 @@ and their public names are re-exported here, where they lived before the split.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -82,6 +83,25 @@ __all__ = [
 ]
 
 log = logging.getLogger("memdir.embeddings")
+
+
+#: The largest response accepted for ``n`` embeddings: :data:`RESPONSE_BASE_BYTES` plus
+#: :data:`RESPONSE_BYTES_PER_VECTOR` each (8192 dimensions as pretty-printed JSON fit with room).
+RESPONSE_BASE_BYTES = 1 << 20
+RESPONSE_BYTES_PER_VECTOR = 512 << 10
+
+
+def response_cap(inputs: int) -> int:
+    """Bytes an answer for ``inputs`` embeddings may take before it is refused as junk."""
+    return RESPONSE_BASE_BYTES + max(1, inputs) * RESPONSE_BYTES_PER_VECTOR
+
+
+def all_finite(vector: Sequence[float]) -> bool:
+    """Whether every value is a finite float (an integer too large for a float is not)."""
+    try:
+        return all(math.isfinite(x) for x in vector)
+    except OverflowError:
+        return False
 
 
 class RemoteEmbeddingProvider:
@@ -351,6 +371,10 @@ class RemoteEmbeddingProvider:
                 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vector)
             ):
                 raise shape_error(self.id, "an embedding is not a non-empty list of numbers")
+            if not all_finite(vector):
+                # a broken server (JSON NaN/Infinity, 1e400): zeroing those values, as for the local
+                # model, would keep a corrupted vector in the index and the cache for good
+                raise shape_error(self.id, "an embedding holds a non-finite number (NaN or infinity)")
             with self._lock:
                 if self._dims is None:
                     self._dims = len(vector)
@@ -368,7 +392,10 @@ class RemoteEmbeddingProvider:
         deadline: float | None = None,
         timeout_label: str = "batch",
         what: str = "embeddings",
+        inputs: int | None = None,
     ) -> Any:
+        """POST JSON, return the JSON answer; ``inputs``: how many vectors it should hold, which
+        bounds its size (:func:`response_cap`)."""
         response = self._http.request(
             "POST",
             url,
@@ -378,6 +405,7 @@ class RemoteEmbeddingProvider:
             deadline=deadline,
             timeout_label=timeout_label,
             what=what,
+            max_bytes=None if inputs is None else response_cap(inputs),
         )
         return parse_json(response, self.id, what)
 
