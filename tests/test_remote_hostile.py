@@ -209,3 +209,39 @@ def test_search_does_not_wait_for_a_hanging_provider_after_answering(make_worksp
     assert "memory/2026-01-10.md" in proc.stdout and "query embedding" in proc.stderr
     assert time.monotonic() - started < 15
     assert Path(config).exists()
+
+
+def test_a_query_vector_of_another_width_is_not_compared_with_the_index(make_workspace, server) -> None:
+    ws = make_workspace(NOTES)
+    with Memory(ws, config=openai_cfg(server)) as mem:
+        mem.sync()
+    server.dims = 16  # nothing new to embed: the index cannot know yet
+    with Memory(ws, config=openai_cfg(server)) as mem:
+        assert any("now have 16 dimensions, the index's 8" in i for i in mem.status(deep=True)["issues"])
+    with Memory(ws, config=openai_cfg(server)) as mem:
+        resp = mem.search("Kafka billing", sync=False)
+        # before: "hybrid", with no vector able to match and keyword scores weighted down
+        assert resp.mode == "fts-only" and "16 dimensions, the index's vectors 8" in resp.fallback["reason"]
+        assert resp.results[0].path == "memory/2026-01-10.md"
+        report = mem.sync()  # this process has seen the new width: its next sync rebuilds
+        assert report.full and stored_widths(mem) == {16}
+        assert mem.search("Kafka billing", sync=False).mode == "hybrid"
+
+
+def test_an_index_built_by_a_fallback_says_so_in_the_next_process(make_workspace, server) -> None:
+    ws = make_workspace(NOTES)
+    server.script("/embeddings", *[Reply(500, {"error": {"message": "embeddings backend down"}})] * 50)
+    cfg = openai_cfg(server, fallback="local")
+    with Memory(ws, config=cfg) as mem:
+        assert mem.sync().fallback["to"] == "local"
+    server._scripts.clear()
+    with Memory(ws, config=cfg) as mem:  # another process: the primary is chosen again (R§5.1: once per manager)
+        st = mem.status()
+        note = "the index holds local/"
+        # before: "openai, hybrid", 384-dim vectors, no word on why searches fell back to keywords
+        assert any(note in issue for issue in st["issues"])
+        resp = mem.search("Kafka billing", sync=False)
+        assert resp.mode == "fts-only" and any(note in w for w in resp.warnings)
+        assert mem.sync().full and stored_widths(mem) == {8}  # the next index run rebuilds it
+        assert not any(note in issue for issue in mem.status()["issues"])
+        assert mem.search("Kafka billing", sync=False).mode == "hybrid"

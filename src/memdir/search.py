@@ -198,7 +198,10 @@ def run_search(
     timezone: str | None = None,
     tuning: Tuning | None = None,
     sessions_dir: Path | None = None,
+    vector_dims: int | None = None,
 ) -> SearchResponse:
+    """``vector_dims``: the width of the index's vectors; a query vector of another width (the
+    provider's model changed behind its name) is not compared with them: keywords answer."""
     tune = tuning or ranking.TUNING
     cleaned = (query or "").strip()
     qcfg = cfg.query
@@ -249,6 +252,12 @@ def run_search(
             qvec = embedding.result(timeout=max(0.0, qcfg.embed_timeout_ms / 1000 - (t1 - t_submit)))
             timings["embed"] = (time.perf_counter() - t1) * 1000
             if is_zero(qvec):
+                qvec = None
+            elif vector_dims and len(qvec) != vector_dims:
+                response.mode = "fts-only"
+                response.fallback = {"from": "hybrid", "reason": (
+                    f"the query vector has {len(qvec)} dimensions, the index's vectors {vector_dims} (did the "
+                    "model change behind its name?); keywords only until the index is rebuilt")}
                 qvec = None
             else:
                 t2 = time.perf_counter()
