@@ -245,3 +245,17 @@ def test_an_index_built_by_a_fallback_says_so_in_the_next_process(make_workspace
         assert mem.sync().full and stored_widths(mem) == {8}  # the next index run rebuilds it
         assert not any(note in issue for issue in mem.status()["issues"])
         assert mem.search("Kafka billing", sync=False).mode == "hybrid"
+
+
+def test_a_provider_that_fails_is_asked_once_per_sync_not_once_per_batch(make_workspace, server) -> None:
+    # each 64-chunk batch paid the whole retry schedule again: 640 notes took 39 s with the endpoint down
+    notes = {f"memory/2025-01-{1 + i % 28:02d}-n{i}.md": f"- note {i} about topic{i}.\n" for i in range(150)}
+    ws = make_workspace(notes)
+    server.script("/embeddings", *[Reply(503, {"error": {"message": "upstream unavailable"}})] * 100)
+    with Memory(ws, config=openai_cfg(server)) as mem:
+        report = mem.sync()
+        assert report.indexed == 150 and len(server.requests) == 1
+        assert report.warnings == [f"embedding failed, 150 chunks indexed for keywords only: {report.embedding_error}"]
+        server._scripts.clear()
+        report = mem.sync()  # the endpoint is back: every vector is filled in
+        assert report.embedded == 150 and mem.status()["vector"]["vectors"] == 150

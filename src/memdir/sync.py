@@ -357,6 +357,9 @@ class Indexer:
         self._skipped: list[Skipped] = []
         #: Width of the vectors in the index being written (its meta's, else the first written).
         self._width: int | None = None
+        #: The embedding error that made this sync index text for keywords only, how many chunks
+        #: so far, and where its warning is.
+        self._failed: tuple[BaseException, int, int] | None = None
         #: The last reusable listing of memory files, with what it was listed for.
         self._listing: tuple[tuple[str, tuple[str, ...]], Discovery] | None = None
 
@@ -530,6 +533,7 @@ class Indexer:
         strict = everything if strict is None else strict
         held = None if everything else (store.read_meta() or {}).get("vectorDims")
         self._width = held if isinstance(held, int) and held > 0 else None
+        self._failed = None
         files, _ = self.list_files()
         report.scanned = len(files)
         rows = {} if everything else store.file_rows()
@@ -725,6 +729,8 @@ class Indexer:
         p = self.provider
         if p is None or not chunks:
             return {}
+        if self._failed is not None:
+            raise self._failed[0]
         import numpy as np
         cache_on = self.settings.memory_search.cache.enabled
         by_hash = {sha256_text(w): w for c in chunks for w in c.windows}
@@ -757,6 +763,19 @@ class Indexer:
         else:
             self._check_width({}, found)
         return found
+
+    def _keyword_only(self, report: SyncReport, chunks: int, exc: BaseException) -> None:
+        """Remember that embedding failed, so this sync asks the provider no more (it already
+        retried: each batch paid the retries again, 4 s a batch when the endpoint was down, and
+        the files are embedded at the next sync anyway); one warning counts every such chunk."""
+        done = self._failed[1] if self._failed is not None else 0
+        msg = f"embedding failed, {done + chunks} chunks indexed for keywords only: {exc}"
+        if self._failed is None:
+            report.warnings.append(msg)
+            self._failed = (exc, chunks, len(report.warnings) - 1)
+        else:
+            report.warnings[self._failed[2]] = msg
+            self._failed = (self._failed[0], done + chunks, self._failed[2])
 
     def _embed_missing(self, p: EmbeddingProvider, texts: list[str], hashes: list[str], report: SyncReport,
                        chunks: list[PlannedChunk], windows: int,
@@ -814,9 +833,7 @@ class Indexer:
                 # Keep the text searchable by keywords; the vectors are filled in on a later sync.
                 vectors = {}
                 report.embedding_error = exc
-                msg = f"embedding failed, {len(all_chunks)} chunks indexed for keywords only: {exc}"
-                if msg not in report.warnings:
-                    report.warnings.append(msg)
+                self._keyword_only(report, len(all_chunks), exc)
             for f, doc, chunks in batch:
                 rows = []
                 seen: set[str] = set()
