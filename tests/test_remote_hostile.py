@@ -259,3 +259,19 @@ def test_a_provider_that_fails_is_asked_once_per_sync_not_once_per_batch(make_wo
         server._scripts.clear()
         report = mem.sync()  # the endpoint is back: every vector is filled in
         assert report.embedded == 150 and mem.status()["vector"]["vectors"] == 150
+
+
+def test_a_sync_before_a_search_keeps_to_its_budget_with_a_hanging_provider(make_workspace, server) -> None:
+    ws = make_workspace(NOTES)
+    cfg = openai_cfg(server, fallback="local")
+    with Memory(ws, config=cfg) as mem:
+        mem.sync()
+        server.script("/embeddings", *[Reply(200, {"data": []}, delay=30)] * 5)
+        (ws / "memory/2026-01-12.md").write_text("- The zeppelin launch slipped to March.\n")
+        started = time.monotonic()
+        resp = mem.search("zeppelin")  # before: the sync waited 120 s a try, four tries
+        assert time.monotonic() - started < 8  # 2 s of sync budget, 3 s for the query's vector
+        assert resp.results[0].path == "memory/2026-01-12.md"
+        assert resp.provider == "openai" and resp.fallback["from"] == "hybrid"  # no switch to local for that
+        server._scripts.clear()
+        assert mem.sync().embedded == 1 and mem.status()["vector"]["vectors"] == 4

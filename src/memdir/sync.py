@@ -26,6 +26,7 @@ from memdir.build_worker import ChunkWorker, plan
 from memdir.chunking import Chunk, chunk_id, embedding_windows, sha256_text
 from memdir.dates import file_date
 from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
+from memdir.embeddings.errors import EmbeddingTimeoutError
 from memdir.errors import IndexOwnershipError, ownership_message
 from memdir.indexing_switches import INDEXING
 from memdir.lock import LockTimeout
@@ -238,17 +239,20 @@ class _Tracker:
 
 
 def _embed_float32(provider: EmbeddingProvider, texts: list[str],
-                   progress: Callable[[str, int, int], None] | None) -> list[np.ndarray]:
+                   progress: Callable[[str, int, int], None] | None, timeout: float | None = None) -> list[np.ndarray]:
     """The provider's vectors for ``texts`` as float32 arrays (what the store writes, bit for bit).
 
     A provider with ``embed_matrix`` (the local model) hands over one float32 matrix, whose rows
     are used as they are; another one's lists are converted (and dropped) at once.  Only an
     ``embed_matrix`` its class defines at or below its ``embed_batch`` is used: a wrapper that
     adds its own ``embed_batch`` (a memo, a filter) and passes other names on through
-    ``__getattr__`` or inheritance is never bypassed."""
+    ``__getattr__`` or inheritance is never bypassed.  ``timeout`` (seconds) bounds a provider
+    whose ``embed_batch`` takes one (the remote ones)."""
     import numpy as np
 
-    kwargs = {"progress": progress} if progress is not None else {}
+    kwargs: dict[str, Any] = {"progress": progress} if progress is not None else {}
+    if timeout is not None and _takes(provider, "timeout"):
+        kwargs["timeout"] = timeout
     matrix_owner, batch_owner = _defined_by(provider, "embed_matrix"), _defined_by(provider, "embed_batch")
     if matrix_owner is not None and batch_owner is not None and issubclass(matrix_owner, batch_owner):
         return list(provider.embed_matrix(texts, **kwargs))  # type: ignore[attr-defined]
@@ -269,10 +273,15 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
 
 def _takes_progress(provider: EmbeddingProvider) -> bool:
     """Whether ``provider.embed_batch`` reports how far it got (``progress=``: local and remote)."""
+    return _takes(provider, "progress")
+
+
+def _takes(provider: EmbeddingProvider, name: str) -> bool:
+    """Whether ``provider.embed_batch`` takes the keyword argument ``name``."""
     import inspect
 
     try:
-        return "progress" in inspect.signature(provider.embed_batch).parameters
+        return name in inspect.signature(provider.embed_batch).parameters
     except (TypeError, ValueError):
         return False
 
@@ -301,7 +310,7 @@ def _refused(exc: BaseException) -> bool:
 
 
 def _embed_sparing(provider: EmbeddingProvider, texts: list[str],
-                   progress: Callable[[str, int, int], None] | None
+                   progress: Callable[[str, int, int], None] | None, timeout: float | None = None
                    ) -> tuple[list[np.ndarray | None], BaseException | None]:
     """:func:`_embed_float32`, except that texts the provider refuses (e.g. longer than a model
     behind an OpenAI-compatible URL takes: 400/413/422) get ``None`` instead of failing the rest.
@@ -312,29 +321,30 @@ def _embed_sparing(provider: EmbeddingProvider, texts: list[str],
     before.  The refused texts are then found by halving (a few requests per refused text).
     Returns the vectors (``None`` for a refused text) and the refusal, if there was one."""
     try:
-        return list(_embed_float32(provider, texts, progress)), None
+        return list(_embed_float32(provider, texts, progress, timeout)), None
     except Exception as exc:
         if not _refused(exc):
             raise
         try:
-            _embed_float32(provider, [min(texts, key=len)[:PROBE_CHARS]], None)
+            _embed_float32(provider, [min(texts, key=len)[:PROBE_CHARS]], None, timeout)
         except Exception:
             raise exc from None
-        return _isolate_refused(provider, texts), exc
+        return _isolate_refused(provider, texts, timeout), exc
 
 
-def _isolate_refused(provider: EmbeddingProvider, texts: list[str]) -> list[np.ndarray | None]:
+def _isolate_refused(provider: EmbeddingProvider, texts: list[str],
+                     timeout: float | None = None) -> list[np.ndarray | None]:
     """Vectors of ``texts``, known to hold a refused one, found by halving (``None``: refused)."""
     if len(texts) == 1:
         return [None]
     out: list[np.ndarray | None] = []
     for half in (texts[: len(texts) // 2], texts[len(texts) // 2:]):
         try:
-            out.extend(_embed_float32(provider, half, None))
+            out.extend(_embed_float32(provider, half, None, timeout))
         except Exception as exc:
             if not _refused(exc):
                 raise
-            out.extend(_isolate_refused(provider, half))
+            out.extend(_isolate_refused(provider, half, timeout))
     return out
 
 
@@ -360,6 +370,8 @@ class Indexer:
         #: The embedding error that made this sync index text for keywords only, how many chunks
         #: so far, and where its warning is.
         self._failed: tuple[BaseException, int, int] | None = None
+        #: When the running sync must end (monotonic; a sync before a search has a budget).
+        self._deadline: float | None = None
         #: The last reusable listing of memory files, with what it was listed for.
         self._listing: tuple[tuple[str, tuple[str, ...]], Discovery] | None = None
 
@@ -534,6 +546,7 @@ class Indexer:
         held = None if everything else (store.read_meta() or {}).get("vectorDims")
         self._width = held if isinstance(held, int) and held > 0 else None
         self._failed = None
+        self._deadline = deadline
         files, _ = self.list_files()
         report.scanned = len(files)
         rows = {} if everything else store.file_rows()
@@ -795,7 +808,13 @@ class Indexer:
                     best = n
                     on_embedded(n)
 
-        vectors, refusal = _embed_sparing(p, texts, step)
+        timeout = None
+        if self._deadline is not None:  # the provider's retries must not outlast a search's budget
+            timeout = self._deadline - time.monotonic()
+            if timeout <= 0:
+                raise EmbeddingTimeoutError(f"{p.id} embeddings not asked: the sync's time budget is spent",
+                                            provider=p.id)
+        vectors, refusal = _embed_sparing(p, texts, step, timeout)
         fresh = {h: v for h, v in zip(hashes, vectors, strict=True) if v is not None}
         del vectors
         report.embedded += len(fresh)
@@ -832,7 +851,8 @@ class Indexer:
                     raise
                 # Keep the text searchable by keywords; the vectors are filled in on a later sync.
                 vectors = {}
-                report.embedding_error = exc
+                if not (isinstance(exc, EmbeddingTimeoutError) and self._deadline is not None):
+                    report.embedding_error = exc  # not when the sync's budget ran out: no fallback for that
                 self._keyword_only(report, len(all_chunks), exc)
             for f, doc, chunks in batch:
                 rows = []

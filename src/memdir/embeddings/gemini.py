@@ -79,10 +79,14 @@ class GeminiProvider(RemoteEmbeddingProvider):
         except (KeyError, TypeError):
             raise shape_error(self.id, "no 'embedding.values'" + error_detail(data)) from None
 
-    def _request_documents(self, texts: list[str], *, timeout: float) -> list[Any]:
+    def _request_documents(self, texts: list[str], *, timeout: float, deadline: float | None = None) -> list[Any]:
         body = {"requests": [self._content(t, "RETRIEVAL_DOCUMENT") for t in texts]}
         data = self.post(
-            f"{self.base_url}/{self.model_path}:batchEmbedContents", body, timeout=timeout, inputs=len(texts)
+            f"{self.base_url}/{self.model_path}:batchEmbedContents",
+            body,
+            timeout=timeout,
+            deadline=deadline,
+            inputs=len(texts),
         )
         try:
             return [item["values"] for item in data["embeddings"]]

@@ -57,8 +57,8 @@ class OllamaProvider(RemoteEmbeddingProvider):
     def _request_query(self, text: str, *, timeout: float, deadline: float | None) -> list[Any]:
         return self._embed([text], timeout=timeout, deadline=deadline, label="query")
 
-    def _request_documents(self, texts: list[str], *, timeout: float) -> list[Any]:
-        return self._embed(texts, timeout=timeout, deadline=None, label="batch")
+    def _request_documents(self, texts: list[str], *, timeout: float, deadline: float | None = None) -> list[Any]:
+        return self._embed(texts, timeout=timeout, deadline=deadline, label="batch")
 
 
 #: The factory ``registry.REMOTE_PROVIDERS`` names: (cfg, env, *, model, use_remote_endpoint, timing).

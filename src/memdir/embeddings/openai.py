@@ -57,8 +57,8 @@ class OpenAICompatibleProvider(RemoteEmbeddingProvider):
     def _request_query(self, text: str, *, timeout: float, deadline: float | None) -> list[Any]:
         return self._embeddings([text], "query", timeout=timeout, deadline=deadline)
 
-    def _request_documents(self, texts: list[str], *, timeout: float) -> list[Any]:
-        return self._embeddings(texts, "document", timeout=timeout, deadline=None)
+    def _request_documents(self, texts: list[str], *, timeout: float, deadline: float | None = None) -> list[Any]:
+        return self._embeddings(texts, "document", timeout=timeout, deadline=deadline)
 
 
 def read_openai_data(data: Any, provider: str) -> list[Any]:

@@ -284,12 +284,18 @@ class RemoteEmbeddingProvider:
         *,
         custom_ids: Sequence[str] | None = None,
         progress: ProgressCallback | None = None,
+        timeout: float | None = None,
     ) -> list[list[float]]:
-        """Embed documents in order; via the batch API when enabled, else direct 8000-byte groups."""
+        """Embed documents in order; via the batch API when enabled, else direct 8000-byte groups.
+
+        ``timeout`` (seconds) bounds the whole call, retries included (a sync run before a search
+        has a budget of its own); such a call goes to the direct endpoint, never to a batch job."""
         texts = list(texts)
         if not texts:
             return []
         payload = self.outgoing(texts)
+        if timeout is not None:
+            return self._direct(payload, progress, deadline=self.settings.timing.clock() + timeout)
         if self.batch_state.active:
             ids = (
                 default_custom_ids(texts) if custom_ids is None else check_custom_ids(custom_ids, len(texts))
@@ -317,12 +323,17 @@ class RemoteEmbeddingProvider:
         """Direct endpoint only: greedy groups of ≤ 8000 bytes (R§5.3), one request per group."""
         return self._direct(self.outgoing(list(texts)), progress)
 
-    def _direct(self, payload: list[str], progress: ProgressCallback | None) -> list[list[float]]:
+    def _direct(
+        self, payload: list[str], progress: ProgressCallback | None, deadline: float | None = None
+    ) -> list[list[float]]:
         out: list[list[float]] = []
         groups = self.groups(payload)
         for group in groups:
+            timeout = self.settings.batch_timeout
+            if deadline is not None:
+                timeout = min(timeout, max(0.001, deadline - self.settings.timing.clock()))
             vectors = self._request_documents(
-                [payload[i] for i in group], timeout=self.settings.batch_timeout
+                [payload[i] for i in group], timeout=timeout, deadline=deadline
             )
             out.extend(self.finish(vectors, len(group)))
             if progress is not None:
@@ -428,7 +439,8 @@ class RemoteEmbeddingProvider:
         """The vectors the server returned for one query (normally exactly one)."""
         raise NotImplementedError
 
-    def _request_documents(self, texts: list[str], *, timeout: float) -> list[Any]:
+    def _request_documents(self, texts: list[str], *, timeout: float, deadline: float | None = None) -> list[Any]:
+        """The vectors the server returned for ``texts``; ``deadline`` (``timing.clock``) ends retries."""
         raise NotImplementedError
 
     def _run_batch_job(
