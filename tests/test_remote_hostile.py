@@ -275,3 +275,17 @@ def test_a_sync_before_a_search_keeps_to_its_budget_with_a_hanging_provider(make
         assert resp.provider == "openai" and resp.fallback["from"] == "hybrid"  # no switch to local for that
         server._scripts.clear()
         assert mem.sync().embedded == 1 and mem.status()["vector"]["vectors"] == 4
+
+
+def test_a_huge_error_page_keeps_its_status(server: ProviderServer) -> None:
+    size = 40 << 20
+
+    def page() -> Iterator[bytes]:
+        yield b"<html>upstream overloaded"
+        for _ in range(size >> 20):
+            yield b" " * (1 << 20)
+
+    server.script("/embeddings", Reply(503, page, {"Content-Length": str(size + 25), "Content-Type": "text/html"}))
+    p = provider("openai", server)  # retried: a 503 is worth another try, however long its page
+    assert p.embed_batch(["a"]) == [unit(fake_vector("a"))]
+    assert p.stats["retries"] == 1

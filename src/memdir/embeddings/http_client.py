@@ -303,12 +303,16 @@ class HttpClient:
     def _read_body(
         self, response: httpx.Response, ends: float, timeout: float, max_bytes: int | None, prefix: str
     ) -> bytes:
-        """The decoded body, given up at ``ends`` (monotonic) or past ``max_bytes``."""
+        """The decoded body, given up at ``ends`` (monotonic) or past ``max_bytes`` (an error
+        status keeps what came until then: its status decides, its text is only quoted)."""
         parts: list[bytes] = []
         size = 0
         for part in response.iter_bytes():
             size += len(part)
             if max_bytes is not None and size > max_bytes:
+                if response.status_code >= 300:
+                    parts.append(part)
+                    break
                 raise RemoteEmbeddingError(
                     f"{prefix} failed: {response.status_code} response larger than {max_bytes:,} bytes; "
                     "refused (is baseUrl an embeddings endpoint?)",
