@@ -742,8 +742,8 @@ class Indexer:
         p = self.provider
         if p is None or not chunks:
             return {}
-        if self._failed is not None:
-            raise self._failed[0]
+        if self._failed is not None:  # asked once this sync already: the same answer, at once
+            raise self._failed[0].with_traceback(None)
         import numpy as np
         cache_on = self.settings.memory_search.cache.enabled
         by_hash = {sha256_text(w): w for c in chunks for w in c.windows}
