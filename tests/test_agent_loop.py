@@ -202,6 +202,104 @@ def test_failed_flush_does_not_break_the_turn_and_is_retried(tmp_path: Path) -> 
         e.close()
 
 
+def test_a_flush_that_failed_after_writing_is_not_run_again_in_the_cycle(tmp_path: Path) -> None:
+    """The flush turn appended its note, then the model call after the tool result failed: the
+    cycle was not marked, the next turn ran the flush again and the note was written twice."""
+    script = ScriptQueue([
+        {"content": "hello", "usage": {"prompt_tokens": 1600, "completion_tokens": 0, "total_tokens": 1600}},
+        {"content": "", "tool_calls": [{"name": "memory_append", "arguments": {"text": "- The wifi is Nebula."}}]},
+        {"status": 500, "error": "model overloaded"},  # the flush's next call, after the note was written
+        {"content": "still here", "usage": {"prompt_tokens": 1650, "completion_tokens": 0, "total_tokens": 1650}},
+        {"content": "fine", "usage": {"prompt_tokens": 1660, "completion_tokens": 0, "total_tokens": 1660}},
+    ])
+    e = Env(tmp_path, script)
+    try:
+        agent = e.agent(context_window=100_000, flush=FlushSettings(reserve_tokens_floor=98_000,
+                                                                     soft_threshold_tokens=500))
+        assert agent.send("hi") == "hello"
+        assert agent.send("next") == "still here"  # the failed flush never costs the user's turn
+        assert env_phase(agent) == ["start", "error"]
+        assert [r.get("notesAppended") for r in read_records(agent.transcript) if r.get("phase") == "error"] == [1]
+        assert agent.send("again") == "fine"
+        assert agent.stats.flush_decisions[-1] == "already-flushed-this-cycle"
+        assert env_phase(agent) == ["start", "error"]
+        assert (e.ws / "memory" / "2026-03-04.md").read_text() == "- The wifi is Nebula.\n"
+        assert e.store.get(agent.key).memory_flush_compaction_count == 0
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("record", [
+    {"type": "message", "message": "just a string"},
+    {"type": "message", "message": ["a", "list"]},
+    {"type": "message", "message": {"role": "user", "content": {"not": "text"}}},
+    {"type": "compaction", "keptMessages": "lots", "summary": "s"},
+    {"type": "compaction", "keptMessages": 1, "summary": ["not", "text"]},
+])
+def test_a_session_resumes_past_records_of_the_wrong_shape(env: Env, record: dict[str, Any]) -> None:
+    """A transcript is a file anyone can edit: one record of the wrong shape raised while the agent
+    loaded its history (AttributeError, ValueError, TypeError), so the session could not resume."""
+    agent = env.agent()
+    agent.send("Remember that the cat is named Miso.")
+    with agent.transcript.open("a") as fh:
+        fh.write(json.dumps(record) + "\n")
+    again = env.agent()
+    assert all(isinstance(m.get("content"), (str, list, type(None))) for m in again.history)
+    assert again.system_prompt() and again.send("What is the cat called?")
+
+
+def test_a_reply_cut_inside_a_surrogate_pair_is_kept(tmp_path: Path) -> None:
+    """A reply holding a lone surrogate (JSON ``"\\ud83d"``, an emoji cut in half) has no UTF-8 form:
+    writing it to the transcript raised after the reply was already in the live history, and every
+    later request failed to encode.  It is kept with U+FFFD in the half's place."""
+    e = Env(tmp_path, ScriptQueue([{"content": "half an emoji \ud83d here"}, {"content": "next"}]))
+    try:
+        agent = e.agent()
+        assert agent.send("hi") == "half an emoji \ufffd here"
+        assert agent.send("more") == "next"
+        again = e.agent()
+        assert [m["content"] for m in again.history] == ["hi", "half an emoji \ufffd here", "more", "next"]
+    finally:
+        e.close()
+
+
+def test_a_lone_surrogate_in_the_users_text_does_not_stop_the_session(tmp_path: Path) -> None:
+    """Text read with ``surrogateescape`` (a non-UTF-8 byte on stdin) could not be written to the
+    transcript, nor sent to the chat API, so the turn raised and every later one too."""
+    e = Env(tmp_path, ScriptQueue([{"content": "got it"}, {"content": "and that"}]))
+    try:
+        agent = e.agent()
+        assert agent.send("caf\udce9 menu") == "got it"
+        assert agent.send("next") == "and that"
+        assert "caf\ufffd menu" in [m["content"] for m in e.agent().history]
+    finally:
+        e.close()
+
+
+def test_two_agents_on_one_session_flush_a_cycle_once(tmp_path: Path) -> None:
+    """Each agent decided on its own cached entry and marked the cycle only after its flush turn, so
+    both ran the flush and the daily log got the same note twice."""
+    note = {"content": "", "tool_calls": [{"name": "memory_append", "arguments": {"text": "- The wifi is Nebula."}}]}
+    script = ScriptQueue([
+        {"content": "a0", "usage": {"prompt_tokens": 1600, "completion_tokens": 0, "total_tokens": 1600}},
+        {"content": "b0", "usage": {"prompt_tokens": 1600, "completion_tokens": 0, "total_tokens": 1600}},
+        note, {"content": "NO_REPLY"},  # a's flush
+        {"content": "a1", "usage": {"prompt_tokens": 1650, "completion_tokens": 0, "total_tokens": 1650}},
+        {"content": "b1", "usage": {"prompt_tokens": 1650, "completion_tokens": 0, "total_tokens": 1650}},
+    ])
+    e = Env(tmp_path, script)
+    try:
+        opts: dict[str, Any] = dict(context_window=100_000, flush=FlushSettings(reserve_tokens_floor=98_000,
+                                                                                 soft_threshold_tokens=500))
+        a, b = e.agent(**opts), e.agent(**opts)
+        assert (a.send("hi"), b.send("hi")) == ("a0", "b0")
+        assert (a.send("x"), b.send("y")) == ("a1", "b1")  # b's cached entry still said "not flushed"
+        assert (a.stats.flushes, b.stats.flushes) == (1, 0)
+        assert (e.ws / "memory" / "2026-03-04.md").read_text() == "- The wifi is Nebula.\n"
+    finally:
+        e.close()
+
+
 def env_phase(agent: Agent) -> list[str]:
     return [r["phase"] for r in read_records(agent.transcript) if r["type"] == "memory_flush"]
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+
+import pytest
 
 from memdir.aio import AsyncMemory
 
@@ -41,5 +44,35 @@ def test_async_memory_wraps_an_existing_memory(make_workspace, keyword_config):
         report = await amem.sync()
         assert report.indexed == 1
         await amem.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_call_cancelled_while_it_waits_for_the_one_before_never_runs(make_workspace, keyword_config):
+    # Before: ``wait_for(amem.append_daily(...), 0.2)`` timed out while a slow call held the
+    # AsyncMemory, yet the append was still made later: the caller's retry wrote it twice.
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka.\n"})
+
+    async def run() -> None:
+        async with AsyncMemory(ws, config=keyword_config) as mem:
+            await mem.sync()
+            inside, go = threading.Event(), threading.Event()
+            real_get = mem.memory.get
+
+            def slow_get(path, **kwargs):
+                inside.set()
+                go.wait(10)
+                return real_get(path, **kwargs)
+
+            mem.memory.get = slow_get  # type: ignore[method-assign]
+            busy = asyncio.create_task(mem.get("MEMORY.md"))
+            assert await asyncio.to_thread(inside.wait, 10)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(mem.append_daily("written once", date="2026-01-12"), 0.2)
+            go.set()
+            await busy
+            await asyncio.sleep(0.5)  # (before: the cancelled append ran about now)
+            await mem.append_daily("written once", date="2026-01-12")  # the caller's retry
+            assert (ws / "memory" / "2026-01-12.md").read_text().count("written once") == 1
 
     asyncio.run(run())

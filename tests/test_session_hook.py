@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +18,7 @@ from memdir.sessions.hook import (
     recent_messages,
     run_session_memory_hook,
 )
-from memdir.sessions.store import SessionStore, message_record
+from memdir.sessions.store import SessionStore, append_record, message_record
 
 KEY = "agent:main:main"
 NOW = datetime(2026, 1, 16, 14, 30, 5, tzinfo=UTC)
@@ -39,7 +40,8 @@ def assistant(text: object) -> dict[str, object]:
 
 def run(ws: Path, entry: dict[str, object] | None, **kw: object):
     return run_session_memory_hook(action=kw.pop("action", "new"), session_key=KEY, workspace=ws,
-                                   previous_entry=entry, now=kw.pop("now", NOW), **kw)
+                                   previous_entry=entry, now=kw.pop("now", NOW),
+                                   timezone=kw.pop("timezone", "UTC"), **kw)
 
 
 def test_vector_63_last_n_after_filtering(tmp_path: Path) -> None:
@@ -219,3 +221,104 @@ def test_symlinked_memory_dir_is_refused_and_reported(tmp_path: Path) -> None:
     res = run(ws, None)
     assert res.path is None and res.error and "symlink" in res.error
     assert list(outside.iterdir()) == []
+
+
+def test_messages_are_read_as_the_index_reads_them(tmp_path: Path) -> None:
+    """``str.splitlines`` cut a record holding U+2028 or U+0085 (which ``append_record`` writes raw) in
+    two and lost the message; a record nested too deep for the JSON parser failed the whole hook; a
+    lone surrogate (``"\\ud800"``) could not be written as UTF-8 and failed it too."""
+    d = tmp_path / "s"
+    d.mkdir()
+    t = d / "abc.jsonl"
+    append_record(t, message_record("user", "first"))
+    append_record(t, message_record("user", "line\u2028separator and next\x85line"))
+    with t.open("a") as fh:
+        fh.write("[" * 100_000 + "]" * 100_000 + "\n")
+        fh.write('{"type":"message","message":{"role":"assistant","content":"lone \\ud800 half"}}\n')
+    res = run(tmp_path / "ws", {"sessionId": "abc", "sessionFile": str(t)})
+    assert res.error is None and res.messages == 3
+    text = res.path.read_text(encoding="utf-8")
+    assert "user: line\u2028separator and next\x85line" in text
+    assert "assistant: lone \ufffd half" in text
+
+
+def test_secrets_are_masked_in_the_dated_file_and_never_indexed(tmp_path: Path) -> None:
+    """The capture is a memory file, indexed and shown to the agent as it is: a key said in the chat
+    was written to it in clear, although the transcript's own index entry masks it (R§8)."""
+    from memdir.api import Memory
+
+    d = tmp_path / "s"
+    t = write_transcript(d / "abc.jsonl", [
+        user("deploy with OPENAI_API_KEY=sk-proj-abcdefghijklmnop1234 on the heron cluster"),
+        assistant("the db is postgres://app:Tr0ub4dor3@db.internal/heron"),
+    ])
+    ws = tmp_path / "ws"
+    res = run(ws, {"sessionId": "abc", "sessionFile": str(t)})
+    text = res.path.read_text()
+    assert "sk-proj-abcdefghijklmnop1234" not in text and "OPENAI_API_KEY=sk-pro…1234" in text
+    assert "Tr0ub4dor3" not in text and "postgres://app:***@db.internal/heron" in text
+    with Memory(ws, state_dir=tmp_path / "state", config={"memorySearch": {"provider": "none"}}) as mem:
+        mem.sync()
+        stored = " ".join(c.text for *_, chunks in mem.store.export_files() for c in chunks)
+        assert "heron cluster" in stored and "abcdefghijklmnop1234" not in stored and "Tr0ub4dor3" not in stored
+
+
+def test_hooks_at_the_same_moment_each_keep_their_own_file(tmp_path: Path) -> None:
+    """Threads of one process shared one temporary name (``.<stem>.md.tmp-<pid>``): one removed the
+    other's file mid-write, so captures were lost ("No such file") or saved under two names with one
+    session's text."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    d = tmp_path / "s"
+    entries = []
+    for i in range(8):
+        t = write_transcript(d / f"s{i}.jsonl", [user(f"session {i} says " + "x" * 100_000)])
+        entries.append({"sessionId": f"s{i}", "sessionFile": str(t)})
+    gate = threading.Barrier(len(entries))
+
+    def one(entry: dict[str, object]):
+        gate.wait()
+        return run(tmp_path / "ws", entry)
+
+    with ThreadPoolExecutor(len(entries)) as pool:
+        results = list(pool.map(one, entries))
+    assert [r.error for r in results] == [None] * len(entries)
+    names = sorted(p.name for p in (tmp_path / "ws" / "memory").iterdir())
+    assert names == sorted(["2026-01-16-1430.md", *(f"2026-01-16-1430-{n}.md" for n in range(2, 9))])
+    saved = sorted(r.path.read_text().split("session ", 1)[1][0] for r in results)
+    assert saved == [str(i) for i in range(8)]  # every session's own text, once
+
+
+def test_file_is_dated_by_the_users_day_so_the_next_session_loads_it(tmp_path: Path) -> None:
+    """A session that ends at 20:30 in Los Angeles is 04:30 UTC the next day: named by the UTC day,
+    the capture was missing from the next session's start-up context (today and yesterday, local)."""
+    from memdir.prompt import build_session_context
+
+    d = tmp_path / "s"
+    t = write_transcript(d / "abc.jsonl", [user("we chose the walrus layout")])
+    ws = tmp_path / "ws"
+    ended = datetime(2026, 1, 17, 4, 30, 5, tzinfo=UTC)  # 2026-01-16 20:30:05 in Los Angeles
+    res = run(ws, {"sessionId": "abc", "sessionFile": str(t)}, now=ended, timezone="America/Los_Angeles")
+    assert res.path.name == "2026-01-16-2030.md"
+    assert res.path.read_text().startswith("# Session: 2026-01-17 04:30:05 UTC\n")  # the header stays UTC
+    context = build_session_context(workspace=ws, timezone="America/Los_Angeles", now=ended, chat_type="direct")
+    assert "walrus layout" in context.text
+    # Across the DST change (2026-03-08 02:00 local): 23:59:59.9 local is still that day.
+    late = datetime(2026, 3, 9, 6, 59, 59, 900_000, tzinfo=UTC)  # 2026-03-08 23:59:59.9 PDT
+    res = run(ws, {"sessionId": "abc", "sessionFile": str(t)}, now=late, timezone="America/Los_Angeles")
+    assert res.path.name == "2026-03-08-2359.md"
+
+
+def test_a_symlink_named_like_a_rotated_transcript_is_never_read(tmp_path: Path) -> None:
+    """Every candidate transcript was checked for symlinks except the ``.reset.*`` fallback, which
+    copied whatever the link pointed at into the dated memory file."""
+    d = tmp_path / "s"
+    live = write_transcript(d / "abc.jsonl", [{"type": "session"}])
+    outside = write_transcript(tmp_path / "elsewhere" / "other.jsonl", [user("another agent's private talk")])
+    (d / "abc.jsonl.reset.2026-01-02T00-00-00.000Z").symlink_to(outside)
+    res = run(tmp_path / "ws", {"sessionId": "abc", "sessionFile": str(live)})
+    assert res.error is None and res.messages == 0
+    assert "private talk" not in res.path.read_text()
+    os.remove(live)  # the live file rotated away: the link is not taken for it either
+    assert find_transcript(str(live), "abc", [d]) is None

@@ -239,3 +239,23 @@ def test_session_entry_json_roundtrip() -> None:
     entry = SessionEntry(session_id="s", total_tokens_fresh=False, memory_flush_at=1)
     assert entry.to_json() == {"sessionId": "s", "totalTokensFresh": False, "memoryFlushAt": 1}
     assert SessionEntry.model_validate(entry.to_json()) == entry
+
+
+def test_a_record_with_a_lone_surrogate_is_written_escaped(tmp_path: Path) -> None:
+    """A string with no UTF-8 form (a lone surrogate) made ``append_record`` raise and the record was
+    lost; it is written with ``\\u`` escapes and reads back unchanged."""
+    t = tmp_path / "s.jsonl"
+    append_record(t, {"type": "message", "message": {"role": "assistant", "content": "half \ud83d emoji é"}})
+    append_record(t, {"type": "message", "message": {"role": "user", "content": "après"}})
+    assert t.read_bytes().isascii() is False  # the second record is still plain UTF-8
+    assert [r["message"]["content"] for r in read_records(t)] == ["half \ud83d emoji é", "après"]
+
+
+def test_list_transcripts_can_include_the_ones_set_aside(tmp_path: Path) -> None:
+    live = tmp_path / "a.jsonl"
+    for name in ("a.jsonl", "b.jsonl.reset.2026-01-16T14-30-05.123Z", "c.jsonl.deleted.2026-01-16T14-30-05.123Z",
+                 ".jsonl", "x.jsonl.reset.", "notes.txt", "sessions.json"):
+        (tmp_path / name).write_text("")
+    assert list_transcripts(tmp_path) == [live]
+    assert [p.name for p in list_transcripts(tmp_path, archived=True)] == [
+        "a.jsonl", "b.jsonl.reset.2026-01-16T14-30-05.123Z", "c.jsonl.deleted.2026-01-16T14-30-05.123Z"]

@@ -102,3 +102,125 @@ def test_without_the_flag_sessions_stay_out(setup):
     with Memory(ws, config=cfg) as mem:
         mem.sync()
         assert not mem.search("flamingo").results
+
+
+def test_one_hostile_record_never_hides_the_rest_of_a_transcript(tmp_path: Path) -> None:
+    """A list-valued role (unhashable) and a lone surrogate escape (not encodable as UTF-8) each made
+    the whole transcript unindexable, and ``memory_get`` on it raised; a line with one byte that is
+    not UTF-8 lost its message."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    cfg = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                            "experimental": {"sessionMemory": True}}}
+    with Memory(ws, state_dir=tmp_path / "state", config=cfg) as mem:
+        folder = mem.settings.sessions_dir
+        folder.mkdir(parents=True)
+        (folder / "t.jsonl").write_bytes(
+            _msg("user", "the pelican protocol starts Monday", 1_700_000_000_000).encode()
+            + b'{"type":"message","message":{"role":["user"],"content":"odd role"}}\n'
+            + b'{"type":"message","message":{"role":"user","content":"lone \\ud800 surrogate zebra"}}\n'
+            + b'{"type":"message","message":{"role":"assistant","content":"bad \xff byte giraffe"}}\n')
+        report = mem.sync()
+        assert not report.skipped
+        assert [h.path for h in mem.search("pelican protocol").results] == ["sessions/t.jsonl"]
+        assert mem.search("zebra").results and mem.search("giraffe").results
+        text = mem.get("sessions/t.jsonl").text
+        assert text.splitlines() == ["User: the pelican protocol starts Monday", "User: lone \ufffd surrogate zebra",
+                                     "Assistant: bad \ufffd byte giraffe"]
+
+
+def test_a_line_still_being_written_is_indexed_once_complete(run_cli, make_workspace, state_dir: Path) -> None:
+    """A transcript read while its last line is half written: the fragment is not indexed as text,
+    and the message is found once the line is complete (``memdir index`` as a subprocess)."""
+    ws = make_workspace({"memory/a.md": "# a\n- note\n",
+                         "memdir.json": json.dumps({"memorySearch": {
+                             "provider": "none", "sources": ["memory", "sessions"],
+                             "experimental": {"sessionMemory": True}}})})
+    folder = load_config(workspace=ws, state_dir=state_dir).settings.sessions_dir
+    folder.mkdir(parents=True)
+    line = _msg("user", "the quokka arrives at noon", 1_700_000_000_000)
+    t = folder / "g.jsonl"
+    t.write_text(_msg("user", "first armadillo", 1_700_000_000_000) + line[:30])
+    assert run_cli("-w", str(ws), "index").returncode == 0
+
+    def found(word: str) -> list[str]:
+        out = run_cli("-w", str(ws), "search", word, "--json")
+        return [r["path"] for r in json.loads(out.stdout)["results"]]
+
+    assert found("armadillo") == ["sessions/g.jsonl"] and found("quokka") == []
+    with t.open("a") as fh:
+        fh.write(line[30:])
+    assert run_cli("-w", str(ws), "index").returncode == 0
+    assert found("quokka") == ["sessions/g.jsonl"]
+    assert run_cli("-w", str(ws), "get", "sessions/g.jsonl").stdout.splitlines() == [
+        "User: first armadillo", "User: the quokka arrives at noon"]
+
+
+def test_a_transcript_swapped_after_listing_is_skipped_not_waited_on(tmp_path: Path) -> None:
+    """Between the sync's listing and its read, a transcript replaced by a FIFO made ``open`` wait for
+    a writer forever (the index's writer lock held), and one replaced by a symlink was read wherever
+    it pointed."""
+    import os
+    import threading
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    cfg = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                            "experimental": {"sessionMemory": True}}}
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(_msg("user", "a private walrus elsewhere", 1_700_000_000_000))
+    with Memory(ws, state_dir=tmp_path / "state", config=cfg) as mem:
+        folder = mem.settings.sessions_dir
+        folder.mkdir(parents=True)
+        for name in ("fifo", "link", "kept"):
+            (folder / f"{name}.jsonl").write_text(_msg("user", f"the {name} pangolin", 1_700_000_000_000))
+        real_list = mem.indexer.list_files
+
+        def list_then_swap(*args, **kwargs):
+            found = real_list(*args, **kwargs)
+            (folder / "fifo.jsonl").unlink()
+            os.mkfifo(folder / "fifo.jsonl")
+            (folder / "link.jsonl").unlink()
+            (folder / "link.jsonl").symlink_to(outside)
+            return found
+
+        mem.indexer.list_files = list_then_swap
+        done: list[object] = []
+        worker = threading.Thread(target=lambda: done.append(mem.sync()), daemon=True)
+        worker.start()
+        worker.join(30)
+        if worker.is_alive():  # let the stuck open return, so the test fails instead of hanging
+            os.close(os.open(folder / "fifo.jsonl", os.O_WRONLY | os.O_NONBLOCK))
+            worker.join(10)
+        assert done, "the sync waited on a FIFO"
+        skipped = {s["path"]: s["error"] for s in done[0].skipped}
+        assert "FIFO" in skipped["sessions/fifo.jsonl"] and "sessions/link.jsonl" in skipped
+        mem.indexer.list_files = real_list
+        assert [h.path for h in mem.search("pangolin").results] == ["sessions/kept.jsonl"]
+        assert not mem.search("walrus").results
+
+
+def test_a_conversation_stays_searchable_after_new_sets_its_transcript_aside(tmp_path: Path) -> None:
+    """``/new`` renames the transcript to ``<id>.jsonl.reset.<time>``; only ``*.jsonl`` was listed, so
+    the next sync removed the whole conversation from the index (R§3 [v4.12] keeps archived ones)."""
+    from memdir.sessions.store import SessionStore, message_record
+    from memdir.watch import WatchPlan
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    cfg = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                            "experimental": {"sessionMemory": True}}}
+    with Memory(ws, state_dir=tmp_path / "state", config=cfg) as mem:
+        store = SessionStore(mem.settings.sessions_dir)
+        key = "agent:main:main"
+        store.open_session(key)
+        store.append(key, message_record("user", "the narwhal budget was approved on Tuesday"))
+        mem.sync()
+        assert [h.path for h in mem.search("narwhal budget").results] == [f"sessions/{store.get(key).session_id}.jsonl"]
+        rotated = store.rotate(key).rotated_file
+        assert rotated is not None
+        mem.sync(reason="watch")
+        hits = mem.search("narwhal budget").results
+        assert [h.path for h in hits] == [f"sessions/{rotated.name}"]
+        assert mem.get(hits[0].path).text == "User: the narwhal budget was approved on Tuesday"
+        assert WatchPlan(ws, [], mem.settings.sessions_dir).file_matters(str(rotated))

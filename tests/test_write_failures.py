@@ -171,7 +171,7 @@ def test_a_dated_memory_killed_mid_write_leaves_no_cut_short_file(tmp_path: Path
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
     left = sorted(p.name for p in (ws / "memory").iterdir())
-    assert left == [f".2026-03-04-0506.md.tmp-{proc.pid}"], left  # no note, only the hidden temp
+    assert len(left) == 1 and left[0].startswith(f".2026-03-04-0506.md.tmp-{proc.pid}-"), left  # only the hidden temp
     time.sleep(0.05)
     from memdir.memfiles import create_memory_file
 
@@ -180,3 +180,45 @@ def test_a_dated_memory_killed_mid_write_leaves_no_cut_short_file(tmp_path: Path
     assert sorted(p.name for p in (ws / "memory").iterdir()) == ["2026-03-04-0506.md"]  # the stale temp is gone
     again = create_memory_file(ws, "2026-03-04-0506", "second")
     assert again.name == "2026-03-04-0506-2.md" and again.read_text() == "second"  # never overwrites
+
+
+def test_a_watching_host_started_on_a_full_disk_indexes_once_there_is_room(make_workspace, state_dir: Path) -> None:
+    """A host started on a full disk used to keep its watcher off, and a watcher whose sync failed
+    waited for the next edit: a note written while the disk was full stayed unindexed after the
+    disk was freed.  Now the watcher runs and tries a failed sync again on its own."""
+    ws = make_workspace({"MEMORY.md": "- the cassowary lives in the north\n"})
+    script = textwrap.dedent(f"""
+        import resource, time
+        from pathlib import Path
+        from memdir import watch
+        from memdir.api import Memory
+        from memdir.stores import sqlite_lifecycle
+        sqlite_lifecycle.SPACE_RETRY_SECONDS = 0.0
+        watch.RETRY_FIRST_SECONDS = 0.2
+        ws = Path({str(ws)!r})
+        cfg = {{"memorySearch": {{"provider": "none", "sync": {{"watch": True, "watchDebounceMs": 50}}}}}}
+        with Memory(ws, config=cfg, state_dir={str(state_dir)!r}) as mem:
+            mem.sync()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))  # the disk fills up
+        with Memory(ws, config=cfg, state_dir={str(state_dir)!r}) as mem:
+            watcher = mem.start_live_sync()
+            print("watching", watcher is not None and watcher.ready.wait(10), mem.store.readonly)
+            (ws / "memory").mkdir()
+            (ws / "memory" / "2026-01-02.md").write_text("- a bilby was seen at dusk\\n")
+            deadline = time.monotonic() + 10
+            while watcher.failures == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            print("failed", watcher.failures > 0, watcher.state()["lastError"] is not None)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            deadline = time.monotonic() + 20
+            while (watcher.syncs == 0 or mem.status()["dirty"]) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            print("freed", watcher.syncs > 0, mem.status()["dirty"], mem.store.readonly)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env=cli_env(state_dir))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["watching True True", "failed True True", "freed True False False"], \
+        (out.stdout, out.stderr)
+    found = _memdir(state_dir, "-w", str(ws), "search", "bilby", "--no-sync", "--json")
+    assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["memory/2026-01-02.md"], found.stdout

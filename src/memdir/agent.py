@@ -43,9 +43,11 @@ from memdir.sessions.flush import (
     FlushPlan,
     FlushSettings,
     build_flush_plan,
+    claim_flush,
     fresh_total_tokens,
     is_silent_reply,
     mark_flushed,
+    release_flush,
     should_flush,
 )
 from memdir.sessions.hook import run_session_memory_hook
@@ -53,6 +55,7 @@ from memdir.sessions.store import (
     SessionEntry,
     SessionStore,
     chat_type_from_session_key,
+    clean_text,
     iter_records,
     message_record,
 )
@@ -171,7 +174,10 @@ class ChatClient:
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
             body["tools"] = tools
-        kwargs: dict[str, Any] = {"json": body}
+        # ASCII JSON, not httpx's UTF-8: a lone surrogate anywhere in the conversation (a tool call's
+        # arguments, text read with surrogateescape) has no UTF-8 form and failed every later turn.
+        kwargs: dict[str, Any] = {"content": json.dumps(body).encode("ascii"),
+                                  "headers": {"Content-Type": "application/json"}}
         if timeout is not None:
             kwargs["timeout"] = timeout
         resp = self._http.post("/chat/completions", **kwargs)
@@ -180,7 +186,9 @@ class ChatClient:
         data = resp.json()
         message = data["choices"][0]["message"]
         usage = {k: int(v) for k, v in (data.get("usage") or {}).items() if isinstance(v, (int, float))}
-        return ChatReply(message.get("content") or "", message.get("tool_calls") or [], usage)
+        # A reply cut inside a surrogate pair ("\\ud83d"): U+FFFD, so the transcript, the daily log
+        # and the index can store it.
+        return ChatReply(clean_text(message.get("content") or ""), message.get("tool_calls") or [], usage)
 
     def close(self) -> None:
         self._http.close()
@@ -343,13 +351,19 @@ class Agent:
         """Resume a session from its transcript (messages, with compactions applied)."""
         for _, record in iter_records(self.transcript):
             if record.get("type") == "message":
-                msg = record.get("message") or {}
-                if msg.get("role") in ("user", "assistant", "tool"):
+                msg = record.get("message")
+                if (isinstance(msg, dict) and isinstance(msg.get("role"), str)
+                        and msg["role"] in ("user", "assistant", "tool")
+                        and isinstance(msg.get("content"), (str, list, type(None)))):
                     self.history.append({k: v for k, v in msg.items() if k in
                                          ("role", "content", "tool_calls", "tool_call_id", "name")})
             elif record.get("type") == "compaction":
-                self.summary = record.get("summary") or self.summary
-                kept = int(record.get("keptMessages") or 0)
+                # A transcript is a file anyone can edit: a record of the wrong shape is skipped, never
+                # allowed to stop the session from resuming.
+                summary, kept = record.get("summary"), record.get("keptMessages")
+                if isinstance(summary, str) and summary:
+                    self.summary = summary
+                kept = kept if isinstance(kept, int) and not isinstance(kept, bool) and kept > 0 else 0
                 self.history = self.history[-kept:] if kept else []
 
     def _update_entry(self, **fields: Any) -> None:
@@ -373,6 +387,7 @@ class Agent:
     # -- public API ----------------------------------------------------------------------------
     def send(self, text: str, *, heartbeat: bool = False) -> str:
         """One user turn; returns the reply ("" when the model stayed silent)."""
+        text = clean_text(text)  # a lone surrogate (stdin read with surrogateescape) cannot be stored
         command = text.strip().lower()
         if command in ("/new", "/reset"):
             return self.reset(command[1:])
@@ -451,17 +466,31 @@ class Agent:
             self.compact()
 
     def run_flush(self) -> bool:
-        """The pre-compaction flush turn. Its messages stay out of the live context."""
+        """The pre-compaction flush turn. Its messages stay out of the live context.
+
+        The cycle is claimed in ``sessions.json`` before the turn (:func:`claim_flush`), so another
+        agent on this session that decided to flush too skips it; a turn that fails before writing
+        a note gives the claim back, and the next turn retries it."""
+        previous = claim_flush(self.store, self.key, at_ms=self._now_ms())
+        if previous is None:  # another caller flushed this cycle since our entry was read
+            self.entry = self.store.get(self.key) or self.entry
+            return False
         plan = build_flush_plan(self.options.flush, now=self.clock(), timezone=self.options.timezone)
         system = self.system_prompt() + "\n\n" + plan.system_prompt
         convo = [*self.history, {"role": "user", "content": plan.prompt}]
         self._record({"type": "memory_flush", "phase": "start", "timestamp": self._now_ms(),
                       "path": plan.relative_path})
+        appended = self.stats.notes_appended
         try:
             reply = self._tool_loop(convo, persist=False, plan=plan, system=system)
         except Exception as exc:  # R§11.2: a failed flush never breaks the user's turn
             log.warning("memory flush failed: %s", exc)
-            self._record({"type": "memory_flush", "phase": "error", "timestamp": self._now_ms(), "error": str(exc)})
+            wrote = self.stats.notes_appended - appended
+            self._record({"type": "memory_flush", "phase": "error", "timestamp": self._now_ms(), "error": str(exc),
+                          "notesAppended": wrote})
+            # Notes on disk keep the claim: a retry in this cycle would append them a second time.
+            self.entry = (self.store.get(self.key) if wrote else release_flush(self.store, self.key, previous)) \
+                or self.entry
             return False
         self.entry = mark_flushed(self.store, self.key, compaction_count=self.entry.compaction_count or 0,
                                   at_ms=self._now_ms())
@@ -510,7 +539,7 @@ class Agent:
             result = run_session_memory_hook(
                 action=action, session_key=self.key, workspace=self.workspace, previous_entry=rotation.previous,
                 sessions_dir=self.store.dir, now=now, messages=self.options.hook_messages, slug_llm=slug_llm,
-                command_source=source)
+                command_source=source, timezone=self.options.timezone)
             if result and result.path:
                 rel = result.path.relative_to(self.workspace).as_posix()
                 self.stats.hook_files.append(rel)

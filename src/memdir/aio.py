@@ -10,7 +10,8 @@ Every call runs the blocking ``Memory`` method in a worker thread (``asyncio.to_
 the event loop never stalls on SQLite, file I/O or a local embedding model.  Calls on one
 ``AsyncMemory`` run one at a time: searches are milliseconds, and
 one-at-a-time keeps a long-lived object's index connection and writer lock simple.  For real
-parallelism open one ``AsyncMemory`` per task; different processes are always safe.
+parallelism open one ``AsyncMemory`` per task; different processes are always safe.  A call
+cancelled while it waits for the one before it never runs; one already running completes.
 """
 
 from __future__ import annotations
@@ -35,11 +36,21 @@ class AsyncMemory:
         self._lock = threading.Lock()  # a thread lock: the work itself happens in worker threads
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        cancelled = threading.Event()
+
         def locked() -> T:
             with self._lock:
+                # Cancelled (``wait_for`` timed out) while waiting for the call before it: it must
+                # not run later behind the caller's back (a retried append was written twice).
+                if cancelled.is_set():
+                    raise asyncio.CancelledError
                 return fn(*args, **kwargs)
 
-        return await asyncio.to_thread(locked)
+        try:
+            return await asyncio.to_thread(locked)
+        except asyncio.CancelledError:
+            cancelled.set()  # a call already running goes on to its end: the thread cannot be stopped
+            raise
 
     async def sync(self, **kwargs: Any) -> SyncReport:
         """See :meth:`Memory.sync`."""

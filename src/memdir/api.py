@@ -8,6 +8,9 @@
 
 A ``Memory`` is safe to share between threads: store access is serialised and ``sync`` takes
 the index's writer lock, which also keeps other processes from writing at the same time.
+``close`` lets calls in progress in other threads finish first (a sync stops before its next
+file; up to :data:`CLOSE_WAIT_SECONDS` in all); a call made after it raises
+:class:`~memdir.errors.MemoryClosed` instead of opening the index again.
 
 The index heals itself: a damaged index file is moved aside and rebuilt from the Markdown files
 (on open, and whenever an operation runs into a damage error), ``notice`` is told once with the
@@ -16,18 +19,22 @@ paths, and a state folder that cannot be written still answers searches read-onl
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
-from memdir.errors import IndexOwnershipError, MemdirError, ownership_message
+from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, ownership_message
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig, with_value
@@ -46,8 +53,64 @@ SearchMode = Literal["hybrid", "keyword", "vector"]
 SEARCH_MODES = ("hybrid", "keyword", "vector")
 
 
+#: How long :meth:`Memory.close` waits for calls in progress in other threads (a search takes
+#: milliseconds; a sync stops before its next file, after the batch being embedded).
+CLOSE_WAIT_SECONDS = 10.0
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
 def _log_notice(message: str) -> None:
     log.warning("%s", message)
+
+
+#: Every ``Memory`` of this process not yet collected (plain references: no callbacks).
+_MEMORIES: list[weakref.ref[Memory]] = []
+
+
+def _close_busy_at_exit() -> None:
+    """At interpreter exit, close every ``Memory`` whose work still runs in another thread (a
+    first index built in the background, a watcher's or a session start's sync): a daemon thread
+    still inside the embedding model when the interpreter finished aborted the whole process
+    ("terminate called without an active exception", exit status 134).  Closing stops the sync
+    before its next file and waits for it (see :meth:`Memory.close`)."""
+    for ref in list(_MEMORIES):
+        mem = ref()
+        if mem is not None and not mem._closed and mem._busy():
+            try:
+                mem.close()
+            except Exception as exc:  # exiting anyway: say so, do not stop the other closes
+                log.warning("closing %s at exit failed: %s", mem.workspace, exc)
+
+
+atexit.register(_close_busy_at_exit)
+
+
+def _forget_other_threads_calls() -> None:
+    """In a forked child only the forking thread exists: the calls other threads had in progress
+    will never end here (``close`` waited for them in vain, at exit too)."""
+    me = threading.get_ident()
+    for ref in _MEMORIES:
+        mem = ref()
+        if mem is not None:
+            mem._calls = {me: mem._calls[me]} if me in mem._calls else {}
+            mem._calls_changed = threading.Condition()
+            if not mem._init_lock._is_owned():  # type: ignore[attr-defined]  (held by a thread gone here)
+                mem._init_lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_other_threads_calls)
+
+
+def _call(method: F) -> F:
+    """A public ``Memory`` call: refused once closed, and waited for by :meth:`Memory.close`."""
+    @functools.wraps(method)
+    def wrapper(self: Memory, *args: Any, **kwargs: Any) -> Any:
+        with self._in_call():
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass
@@ -118,6 +181,44 @@ class Memory(IndexUpkeep):
         self._checked_ok: Any = None
         self.watcher: Any = None
         self._long_term: Any = None
+        self._closed = False
+        #: Calls in progress, by thread (a call may make another: a search syncs first).
+        self._calls: dict[int, int] = {}
+        self._calls_changed = threading.Condition()
+        _MEMORIES[:] = [ref for ref in _MEMORIES if ref() is not None]
+        _MEMORIES.append(weakref.ref(self))
+
+    def _busy(self) -> bool:
+        """Whether work of this Memory is running in some thread now."""
+        bootstrap, watcher = self._bootstrap, self.watcher
+        return bool(self._calls) or (bootstrap is not None and bootstrap.is_alive()) or bool(
+            watcher is not None and watcher.syncing)
+
+    @contextmanager
+    def _in_call(self) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._calls_changed:
+            depth = self._calls.get(me, 0)
+            if self._closed and not depth:
+                raise MemoryClosed("this Memory is closed")
+            self._calls[me] = depth + 1
+        try:
+            yield
+        except Exception as exc:
+            if self._closed and not isinstance(exc, MemdirError):  # e.g. its index closed under it
+                raise MemoryClosed(f"this Memory was closed during the call ({exc})") from exc
+            raise
+        finally:
+            with self._calls_changed:
+                if depth:
+                    self._calls[me] = depth
+                else:
+                    del self._calls[me]
+                    self._calls_changed.notify_all()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise MemoryClosed("this Memory is closed")
 
     # -- lazily built parts ------------------------------------------------------------------
     @property
@@ -153,6 +254,7 @@ class Memory(IndexUpkeep):
     def store(self) -> Store:
         with self._init_lock:
             if self._store is None:
+                self._check_open()
                 store = open_store(self.settings, notice=self.notice)
                 try:
                     self._check_owner(store)
@@ -177,13 +279,15 @@ class Memory(IndexUpkeep):
     def indexer(self) -> Indexer:
         with self._init_lock:
             if self._indexer is None:
+                self._check_open()
                 from memdir.sync import Indexer
 
                 sel = self.selection
                 transient = sel.provider is None and sel.requested not in ("none", "off", "fts-only")
                 self._indexer = Indexer(self.settings, self.store, sel.provider,
                                         provider_transiently_missing=transient,
-                                        extra_sources=self._extra_sources(), notice=self.notice)
+                                        extra_sources=self._extra_sources(), notice=self.notice,
+                                        closing=lambda: self._closed)
             return self._indexer
 
     def _extra_sources(self) -> list[Any]:
@@ -205,6 +309,7 @@ class Memory(IndexUpkeep):
         return self._long_term
 
     # -- operations --------------------------------------------------------------------------
+    @_call
     def sync(self, *, force: bool = False, progress: Progress | None = None, reason: str = "api",
              deadline: float | None = None, lock_timeout: float | None = None) -> SyncReport:
         """Bring the index up to date with the files (a full rebuild with ``force``).
@@ -220,7 +325,7 @@ class Memory(IndexUpkeep):
             raise MemdirError(f"the index {self.store.location} cannot be updated: {why}")
         try:
             report = self._healing(lambda: self.indexer.sync(force=force, reason=reason, **kwargs))
-        except (LockTimeout, IndexOwnershipError):
+        except (LockTimeout, IndexOwnershipError, MemoryClosed):
             raise
         except Exception as exc:
             if not self._switch_to_fallback(exc):
@@ -266,6 +371,7 @@ class Memory(IndexUpkeep):
                                f"{error}")
         return report
 
+    @_call
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                explain: bool = False, sync: bool | None = None, mode: SearchMode = "hybrid") -> SearchResponse:
         """Search memory; a dirty index is synced first within ``sync.searchBudgetMs``.
@@ -357,6 +463,7 @@ class Memory(IndexUpkeep):
             response.warnings.append(sel.unavailable_reason)
         return response
 
+    @_call
     def get(self, path: str, *, from_line: int | None = None, lines: int | None = None) -> GetResult:
         """Read a memory file (or a slice of it); raises :class:`PathError` naming the problem.
 
@@ -376,6 +483,7 @@ class Memory(IndexUpkeep):
         resolved = resolve_readable(path, self.workspace, self.settings.extra_paths, sessions=sessions)
         return GetResult(read_lines(resolved, from_line, lines), resolved.rel)
 
+    @_call
     def append_daily(self, text: str, *, date: Any = None) -> str:
         """Append ``text`` to today's ``memory/YYYY-MM-DD.md`` (user timezone); returns that path.
 
@@ -387,6 +495,7 @@ class Memory(IndexUpkeep):
 
         return append_daily(self.workspace, text, date=date, timezone=self.settings.user_timezone)
 
+    @_call
     def migrate(self, to: str, *, lock_timeout: float | None = 30.0) -> dict[str, Any]:
         """Copy this agent's index (vectors and cache included) to the other backend, ``to``.
 
@@ -423,6 +532,7 @@ class Memory(IndexUpkeep):
         finally:
             target.close()
 
+    @_call
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """What is indexed, what is stale, and which parts (FTS, vectors, provider) work."""
         ms = self.settings.memory_search
@@ -565,23 +675,42 @@ class Memory(IndexUpkeep):
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
-        if self.watcher is not None:
-            self.watcher.stop()
-            self.watcher = None
-        if self._bootstrap is not None:
-            self._bootstrap.join(5.0)  # a first index still building in the background
-        if self._long_term is not None:
-            self._long_term.close()
-            self._long_term = None
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-        self._indexer = None
+        """Stop the watcher, let calls in progress in other threads finish (up to
+        :data:`CLOSE_WAIT_SECONDS`; a sync stops before its next file), then close the index and
+        the embedding provider; calls made afterwards raise :class:`MemoryClosed`.  Closing twice
+        does nothing more."""
+        with self._calls_changed:
+            self._closed = True
+        watcher, self.watcher = self.watcher, None  # (taken, not read twice: two threads may close)
+        if watcher is not None:
+            watcher.stop()
+        bootstrap = self._bootstrap
+        if bootstrap is not None:
+            bootstrap.join(5.0)  # a first index still building in the background
+        self._wait_for_calls(CLOSE_WAIT_SECONDS)
+        long_term, self._long_term = self._long_term, None
+        if long_term is not None:
+            long_term.close()
+        store, self._store, self._indexer = self._store, None, None
+        if store is not None:
+            store.close()
         if self._selection is not None and self._selection.provider is not None:
             try:
                 self._selection.provider.close()
             except Exception:
                 pass
+
+    def _wait_for_calls(self, timeout: float) -> None:
+        """Until no other thread is in a call (this one may be: closing from inside a callback)."""
+        me = threading.get_ident()
+        deadline = time.monotonic() + timeout
+        with self._calls_changed:
+            while any(thread != me for thread in self._calls):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("closing %s with calls still running in other threads", self.workspace)
+                    return
+                self._calls_changed.wait(left)
 
     def __enter__(self) -> Memory:
         return self

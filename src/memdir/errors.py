@@ -11,6 +11,10 @@ class IndexOwnershipError(MemdirError):
     """The configured index file belongs to another workspace."""
 
 
+class MemoryClosed(MemdirError):
+    """The ``Memory`` was closed: a call made afterwards, or a sync that stopped early for it."""
+
+
 class StoreError(MemdirError):
     """The index cannot be opened or used; the message names the index and the cause."""
 

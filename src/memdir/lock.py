@@ -25,6 +25,18 @@ def _thread_lock(path: Path) -> threading.Lock:
         return _THREAD_LOCKS.setdefault(str(path), threading.Lock())
 
 
+def _forget_thread_locks() -> None:
+    """In a forked child: the parent's thread locks may have been held by threads that do not
+    exist here (a watcher's sync), and would never be released; the child starts with its own."""
+    global _THREAD_LOCKS_GUARD
+    _THREAD_LOCKS_GUARD = threading.Lock()
+    _THREAD_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_thread_locks)
+
+
 class LockTimeout(TimeoutError):
     """Another process holds the index's writer lock."""
 
@@ -33,43 +45,52 @@ class FileWriterLock:
     def __init__(self, index_path: Path):
         self.path = Path(str(index_path) + ".lock")
         self._fd: int | None = None
-        self._thread_lock = _thread_lock(self.path)
+        self._thread_lock: threading.Lock | None = None
 
     def acquire(self, timeout: float | None = None) -> bool:
         """Take the lock; wait up to ``timeout`` seconds (``None`` = forever, 0 = don't wait)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._thread_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+        thread_lock = _thread_lock(self.path)  # looked up each time: a forked child has its own
+        if not thread_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             return False
+        fd, taken = None, False
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        except BaseException:
-            self._thread_lock.release()
-            raise
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if deadline is not None and time.monotonic() >= deadline:
-                    os.close(fd)
-                    self._thread_lock.release()
-                    return False
-                time.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "since": time.time()}).encode())
-        self._fd = fd
-        return True
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        return False
+                    time.sleep(0.05)
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps({"pid": os.getpid(), "since": time.time()}).encode())
+            self._fd, self._thread_lock, taken = fd, thread_lock, True
+            return True
+        finally:
+            # Not taken (timed out, failed, or a Ctrl-C in the wait above): give everything back;
+            # a thread lock left held would make every later sync of this process wait forever.
+            if not taken:
+                if fd is not None:
+                    os.close(fd)  # (drops the flock too)
+                thread_lock.release()
 
     def release(self) -> None:
-        fd, self._fd = self._fd, None
+        fd, thread_lock, self._fd, self._thread_lock = self._fd, self._thread_lock, None, None
         if fd is not None:
             try:
                 os.ftruncate(fd, 0)
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
-                self._thread_lock.release()
+                if thread_lock is not None:
+                    thread_lock.release()
+
+    def held_here(self) -> bool:
+        """Whether a thread of this process holds the lock (or is taking it)."""
+        return _thread_lock(self.path).locked()
 
     def holder(self) -> dict[str, float] | None:
         """Who holds the lock right now, or ``None`` if nobody does."""

@@ -24,6 +24,7 @@ import errno
 import fcntl
 import os
 import re
+import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -190,7 +191,9 @@ def create_memory_file(
     """Create ``<ws>/memory/<stem>.md``, or ``<stem>-2.md``, ``-3``… if taken; never overwrites.
 
     The file appears whole or not at all: the text is written to a hidden temporary file beside
-    it (``.<stem>.md.tmp-<pid>``, which no listing takes for a note), then hard-linked to the
+    it (``.<stem>.md.tmp-<pid>-<random>``, which no listing takes for a note; the random part
+    keeps two threads of one process, e.g. two hooks in the same minute, from sharing and
+    removing each other's temporary file), then hard-linked to the
     first free name (a link never replaces a file) and the temporary name removed.  So a process
     killed mid-write leaves no cut-short memory, and the next run does not write ``-2.md`` beside
     one; the temporary file a killed process left is removed by the next create.  Where the file
@@ -199,9 +202,7 @@ def create_memory_file(
     with memory_dir_fd(workspace) as dfd:
         _check_name(f"{stem}.md")
         _remove_stale_temps(dfd, stem)
-        temp = f".{stem}.md.tmp-{os.getpid()}"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp, dir_fd=dfd)
+        temp = f".{stem}.md.tmp-{os.getpid()}-{secrets.token_hex(4)}"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644, dir_fd=dfd)
         try:
             try:
@@ -237,9 +238,10 @@ def _remove_stale_temps(dfd: int, stem: str) -> None:
     """Remove the temporary files of ``stem`` that a killed process left (its pid is gone)."""
     prefix = f".{stem}.md.tmp-"
     for entry in os.listdir(dfd):
-        if not entry.startswith(prefix) or not entry[len(prefix):].isdigit():
+        owner = entry[len(prefix):].split("-", 1)[0]  # <pid>-<random>, or <pid> (older versions)
+        if not entry.startswith(prefix) or not owner.isdigit():
             continue
-        pid = int(entry[len(prefix):])
+        pid = int(owner)
         try:
             os.kill(pid, 0)
             continue  # still running: its write may be under way

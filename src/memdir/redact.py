@@ -12,11 +12,15 @@ MIN_KEEP = 18
 
 # Each pattern's group 1 (or the whole match, if there are no groups) is the secret.
 _PATTERNS: list[re.Pattern[str]] = [
-    # PEM private keys, whole block.
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"),
-    # ENV-style assignments: OPENAI_API_KEY=..., DB_PASSWORD: ...
+    # PEM private keys, whole block.  The body stops at the first "-----" (the END line, or the next
+    # BEGIN): with "[\s\S]*?" every BEGIN without an END scanned to the end of the text, and a
+    # transcript of pasted headers took minutes to index.
+    re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[^-]*(?:-(?!----)[^-]*)*-----END [A-Z ]{0,40}PRIVATE KEY-----"),
+    # ENV-style assignments: OPENAI_API_KEY=..., DB_PASSWORD: ...  Matched from the keyword (not
+    # preceded by a lowercase letter) with a bounded tail: "\b[A-Z0-9_]*KEY[A-Z0-9_]*" backtracked
+    # over every KEY in a long upper-case run (300 KB of them took minutes).
     re.compile(
-        r"\b[A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*\s*[=:]\s*[\"']?([^\s\"']+)",
+        r"(?<![a-z])(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]{0,64}\s*[=:]\s*[\"']?([^\s\"']+)",
     ),
     # JSON / YAML fields: "apiKey": "...", "token": "...", password: "..."
     re.compile(
@@ -36,6 +40,30 @@ _PATTERNS: list[re.Pattern[str]] = [
     ),
     # Telegram bot tokens: 123456789:AA...
     re.compile(r"\b(\d{8,10}:[A-Za-z0-9_-]{35})\b"),
+    # Beyond R§8, formats people paste into chats every day.  Each starts where no word character
+    # precedes it and its runs are bounded, so text that almost matches costs linear time.
+    # Lower- or mixed-case assignments: password=..., api_key = ..., aws_secret_access_key=...
+    re.compile(
+        r"(?<![A-Za-z0-9])(?:api[_-]?key|apikey|access[_-]?key|secret(?:[_-]?access)?(?:[_-]?key)?|"
+        r"(?:access|auth|refresh|bearer)?[_-]?token|password|passwd|passphrase|pwd)\s*=\s*[\"']?([^\s\"'&;,]+)",
+        re.IGNORECASE,
+    ),
+    # "password: hunter2" in prose or YAML without quotes
+    re.compile(r"(?<![A-Za-z0-9])(?:password|passwd|passphrase)\s*:\s*([^\s\"']+)", re.IGNORECASE),
+    # "API key: abc123...", "x-api-key: ..." headers: only a value that looks like a key (has a digit)
+    re.compile(
+        r"(?<![A-Za-z0-9])(?:api[_-]?key|access[_-]?token|auth[_-]?token|secret[_-]?key|client[_-]?secret)"
+        r"\s*:\s*(?=[^\s\"']{0,200}\d)([A-Za-z0-9._~+/=-]{8,})",
+        re.IGNORECASE,
+    ),
+    # user:password@ in a URL (postgres://app:pw@db/x, https://user:token@git.example.com)
+    re.compile(r"(?<![A-Za-z0-9+.-])[a-z][a-z0-9+.-]{0,30}://[^\s:/@]{1,256}:([^\s/@]{1,256})@", re.IGNORECASE),
+    # curl -u user:password
+    re.compile(r"(?<!\S)(?:-u|--user)\s+[^\s:\"']{1,256}:([^\s\"']+)"),
+    # AWS access key ids, JSON Web Tokens, GitLab and Hugging Face tokens
+    re.compile(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b"),
+    re.compile(r"(?<![A-Za-z0-9_.-])(eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"),
+    re.compile(r"(?<![A-Za-z0-9_-])(glpat-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,})"),
 ]
 
 

@@ -121,6 +121,17 @@ def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
 _embed_pool: ThreadPoolExecutor | None = None
 
 
+def _forget_embed_pool() -> None:
+    """In a forked child: the pool's threads were the parent's, so work queued on it never ran
+    (every hybrid search waited out its budget, then answered with keywords only)."""
+    global _embed_pool
+    _embed_pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_embed_pool)
+
+
 class _InlineEmbedding:
     """A query embedding computed on the caller's thread when the search asks for it.
 

@@ -27,7 +27,7 @@ from memdir.chunking import Chunk, chunk_id, embedding_windows, sha256_text
 from memdir.dates import file_date
 from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
-from memdir.errors import IndexOwnershipError, ownership_message
+from memdir.errors import IndexOwnershipError, MemoryClosed, ownership_message
 from memdir.indexing_switches import INDEXING
 from memdir.lock import LockTimeout
 from memdir.progress import ProgressFile
@@ -353,8 +353,12 @@ class Indexer:
 
     def __init__(self, settings: Settings, store: Store, provider: EmbeddingProvider | None,
                  *, provider_transiently_missing: bool = False,
-                 extra_sources: Sequence[Any] = (), notice: Notice | None = None):
+                 extra_sources: Sequence[Any] = (), notice: Notice | None = None,
+                 closing: Callable[[], bool] | None = None):
         self.settings = settings
+        #: Whether the owner is being closed: a sync then stops before its next file (what was
+        #: committed stays; a rebuild leaves the index as it was) instead of running for minutes.
+        self.closing = closing
         self.store = store
         self.provider = provider
         self.transient_missing = provider_transiently_missing
@@ -456,8 +460,10 @@ class Indexer:
                     self.store.optimize()
             report.reason = reason if not report.full else f"{reason}: {why}"
         finally:
-            self.progress_file.clear()
-            self.lock.release()
+            try:
+                self.progress_file.clear()
+            finally:  # even when interrupted there (Ctrl-C): a lock left held stalls every later sync
+                self.lock.release()
         report.seconds = time.monotonic() - started
         return report
 
@@ -465,7 +471,8 @@ class Indexer:
         """Take the writer lock; when that means waiting indefinitely, say for whom (once)."""
         if self.lock.acquire(0):
             return
-        if lock_timeout is None and self.notice is not None:
+        # (another thread of this process, e.g. a watcher's sync: the wait is short and no news)
+        if lock_timeout is None and self.notice is not None and not self.lock.held_here():
             holder = self.lock.holder() or {}
             self.notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish "
                         f"writing {self.store.location}")
@@ -597,6 +604,8 @@ class Indexer:
                 if deadline is not None and time.monotonic() > deadline:
                     report.incomplete = True
                     break
+                if self.closing is not None and self.closing():
+                    raise MemoryClosed(f"the sync of {self.store.location} stopped: its Memory is being closed")
                 try:
                     doc = self.load(f) if loaded is None else loaded.doc
                 except Exception as exc:  # one unreadable file never blocks the rest; retried next sync

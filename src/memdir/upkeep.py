@@ -67,6 +67,8 @@ class IndexUpkeep:
         def sync(self, *, reason: str = "api", deadline: float | None = None,
                  lock_timeout: float | None = None) -> SyncReport: ...
 
+        def _check_open(self) -> None: ...
+
     def _note_recovery(self, store: Store) -> None:
         info = getattr(store, "recovery", None)
         if info and (not self.recoveries or self.recoveries[-1] is not info):
@@ -232,6 +234,7 @@ class IndexUpkeep:
         from memdir.watch import Watcher
 
         with self._init_lock:
+            self._check_open()
             if self.watcher is None or not self.watcher.running:
                 self.watcher = Watcher(self, on_event=on_event, debounce_ms=debounce_ms,
                                        interval_minutes=interval_minutes, sync_at_start=sync_at_start,
@@ -246,6 +249,10 @@ class IndexUpkeep:
         if not cfg.watch and not (cfg.interval_minutes and cfg.interval_minutes > 0):
             return None
         if self.store.readonly:
-            self.notice(f"not watching: {self._readonly_note()}")
-            return None
+            if not getattr(self.store, "readonly_for_space", False):
+                self.notice(f"not watching: {self._readonly_note()}")
+                return None
+            # a full disk is often freed again: watch anyway, and the watcher's syncs (tried again
+            # on their own after a failure) index what changed once there is room
+            self.notice(f"{self._readonly_note()}; watching, and indexing again once there is room")
         return self.watch(on_event=on_event, files=cfg.watch)

@@ -15,7 +15,10 @@ A :class:`Watcher` runs two threads beside a :class:`memdir.api.Memory`:
   watch set was being rebuilt) is not missed.
 * the *sync* thread runs ``memory.sync(reason="watch")`` ``watchDebounceMs`` after the last
   change (and at most 5 debounces after the first one, so a file appended every second is still
-  indexed), every ``intervalMinutes``, and whenever :meth:`Watcher.sync_soon` asks.
+  indexed), every ``intervalMinutes``, and whenever :meth:`Watcher.sync_soon` asks.  A sync that
+  fails (a full disk, a provider down, a damaged file being healed) is tried again on its own,
+  :data:`RETRY_FIRST_SECONDS` later and twice as long each time up to :data:`RETRY_MAX_SECONDS`:
+  without that, an edit made while the disk was full stayed unindexed until the next edit.
 
 Nothing here writes to the workspace; failures are reported as events and never stop watching.
 """
@@ -30,11 +33,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memdir.workspace import MEMORY_DIR, ROOT_FILES, is_ignored_dir
+from memdir.workspace import MEMORY_DIR, ROOT_FILES, is_ignored_dir, is_transcript_name
 
 Event = dict[str, Any]
 
 _CHANGE_NAMES = {1: "added", 2: "modified", 3: "deleted"}
+#: Seconds before a failed sync is tried again (doubled after each failure in a row, up to the max).
+RETRY_FIRST_SECONDS = 2.0
+RETRY_MAX_SECONDS = 60.0
 
 
 def _is_dir(path: str) -> bool:
@@ -118,7 +124,7 @@ class WatchPlan:
             rel = self._under(path, tree)
             if rel is not None and name.endswith(".md") and not self._ignored(rel):
                 return True
-        return bool(self.sessions_dir and parent == self.sessions_dir and name.endswith(".jsonl"))
+        return bool(self.sessions_dir and parent == self.sessions_dir and is_transcript_name(name))
 
     def folder_matters(self, path: str, watched: set[str]) -> bool:
         """A watched folder went away, or a folder appeared that should be watched."""
@@ -171,6 +177,8 @@ class Watcher:
         self.last_sync: dict[str, Any] | None = None
         self.last_error: str | None = None
         self.syncs = 0
+        #: Syncs failed in a row (reset by one that succeeds); each is tried again later on its own.
+        self.failures = 0
 
     # -- control -----------------------------------------------------------------------------
     def start(self) -> Watcher:
@@ -229,7 +237,7 @@ class Watcher:
         return {"active": self.running, "files": self.files, "ready": self.ready.is_set(), "pending": self.pending,
                 "debounceMs": int(self.debounce * 1000), "intervalMinutes": (self.interval or 0) / 60,
                 "watchedFolders": len(self._watched), "syncs": self.syncs, "lastSync": self.last_sync,
-                "lastError": self.last_error}
+                "lastError": self.last_error, "failures": self.failures}
 
     def _emit(self, event: Event) -> None:
         if self.on_event is not None:
@@ -314,14 +322,26 @@ class Watcher:
             finally:
                 self.syncing = False
 
+    def _retry_later(self, delay: float) -> None:
+        """Sync again ``delay`` seconds from now unless a change asks sooner."""
+        now = time.monotonic()
+        with self._cond:
+            if self._due is None:
+                self._first, self._due, self._reason = now, now + delay, "retry"
+            self._cond.notify_all()
+
     def _run_sync(self, reason: str) -> None:
         try:
             report = self.memory.sync(reason=reason)
         except Exception as exc:
+            self.failures += 1
+            delay = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (self.failures - 1))
             self.last_error = f"sync failed ({reason}): {exc}"
-            self._emit({"event": "error", "reason": reason, "error": str(exc)})
+            self._retry_later(delay)
+            self._emit({"event": "error", "reason": reason, "error": str(exc), "retryInSeconds": delay})
             return
         self.syncs += 1
+        self.failures = 0
         self.last_error = None
         self.last_sync = {"reason": reason, "at": int(time.time() * 1000), "indexed": report.indexed,
                           "removed": report.removed, "seconds": round(report.seconds, 3)}
@@ -342,7 +362,8 @@ def _line(event: Event) -> str | None:
         return (f"{stamp} {what} ({event['reason']}): {event['indexed']} indexed, {event['removed']} removed"
                 f"{skipped} in {event['seconds']:.2f}s")
     if kind == "error":
-        return f"{stamp} error: {event['error']}"
+        again = f" (trying again in {event['retryInSeconds']:g} s)" if event.get("retryInSeconds") else ""
+        return f"{stamp} error: {event['error']}{again}"
     if kind == "start":
         return (f"Watching {event['workspace']} (index {event['indexPath']}; sync {event['debounceMs']} ms after "
                 "a change). Ctrl-C stops.")

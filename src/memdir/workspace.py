@@ -288,6 +288,24 @@ def is_session_path(raw: str) -> bool:
     return text.replace("\\", "/").startswith(SESSIONS_PREFIX) and not text.endswith(".md")
 
 
+#: What ``/new``/``/reset`` (``.reset.``) and a deletion (``.deleted.``) append to a transcript's name.
+ARCHIVE_MARKERS = (".reset.", ".deleted.")
+
+
+def is_transcript_name(name: str, *, archived: bool = True) -> bool:
+    """``<id>.jsonl``, or with ``archived`` one set aside by ``/new``, ``/reset`` or a deletion:
+    ``<id>.jsonl.reset.<time>`` / ``<id>.jsonl.deleted.<time>`` (R§3 [v4.12]: still indexed)."""
+    if name.endswith(".jsonl"):
+        return len(name) > len(".jsonl")
+    if not archived:
+        return False
+    for marker in ARCHIVE_MARKERS:
+        head, sep, tail = name.partition(".jsonl" + marker)
+        if sep and head and tail:
+            return True
+    return False
+
+
 def session_relative(raw: str) -> str:
     """``raw`` stripped, without any leading ``./`` (``./sessions/x.jsonl`` is ``sessions/x.jsonl``)."""
     text = (raw or "").strip()

@@ -4,7 +4,9 @@ Before a session is compacted, the agent gets one extra turn asking it to write 
 ``memory/YYYY-MM-DD.md``.  This module decides *whether* that turn should run
 (``should_flush``), builds its prompts (``build_flush_plan``), recognises the silent reply
 (``is_silent_reply``), writes notes safely (``append_daily_note``) and records that the flush
-happened (``mark_flushed``).  Running the turn itself is the caller's job (see ``memdir.agent``).
+happened (``claim_flush`` before the turn, so two agents on one session never both run it;
+``release_flush`` if it failed before writing; ``mark_flushed`` after).  Running the turn itself
+is the caller's job (see ``memdir.agent``).
 
 Differences from OpenClaw, on purpose: "not yet flushed" is ``memoryFlushCompactionCount`` unset
 or below ``compactionCount`` — so a session that was never compacted and never flushed does
@@ -202,6 +204,47 @@ def mark_flushed(store: SessionStore, key: str, *, compaction_count: int | None 
         )
         if context_hash is not None:
             data["memory_flush_context_hash"] = context_hash
+        data["updated_at"] = now_ms()
+        entries[key] = SessionEntry.model_validate(data)
+        return entries[key]
+
+    return store.mutate(apply)
+
+
+def claim_flush(store: SessionStore, key: str, *, at_ms: int | None = None) -> SessionEntry | None:
+    """Mark the current cycle flushed *before* the flush turn, atomically, unless it already is.
+
+    Returns the entry as it was (for :func:`release_flush`), or None when this cycle was already
+    flushed (or the session is unknown): then the caller must not run the turn.  Deciding on a
+    cached entry and marking afterwards let two agents on one session both run the flush of a cycle
+    and append the same notes twice.
+    """
+
+    def apply(entries: dict[str, SessionEntry]) -> SessionEntry | None:
+        entry = entries.get(key)
+        if entry is None or already_flushed(entry):
+            return None
+        data = entry.model_dump()
+        data["memory_flush_at"] = at_ms if at_ms is not None else now_ms()
+        data["memory_flush_compaction_count"] = entry.compaction_count or 0
+        data["updated_at"] = now_ms()
+        entries[key] = SessionEntry.model_validate(data)
+        return entry
+
+    return store.mutate(apply)
+
+
+def release_flush(store: SessionStore, key: str, previous: SessionEntry) -> SessionEntry | None:
+    """Undo :func:`claim_flush` for a flush turn that failed before writing anything, so the next turn
+    runs it again; the flush fields go back to ``previous``'s (other fields stay as they are now)."""
+
+    def apply(entries: dict[str, SessionEntry]) -> SessionEntry | None:
+        entry = entries.get(key)
+        if entry is None:
+            return None
+        data = entry.model_dump()
+        data["memory_flush_at"] = previous.memory_flush_at
+        data["memory_flush_compaction_count"] = previous.memory_flush_compaction_count
         data["updated_at"] = now_ms()
         entries[key] = SessionEntry.model_validate(data)
         return entries[key]

@@ -5,15 +5,17 @@ session can find them.  Fixes over OpenClaw (R§18.11): the transcript that ``/n
 renamed to ``<file>.reset.<ts>`` is still found (#17563), an existing file is never
 overwritten — a same-minute collision gets ``-2``, ``-3``… (PR #144146) — and there is no
 "newest .jsonl in the folder" fallback that saved an unrelated old session (#143328).
+Beyond R§13: the file is dated by the user's day, not the UTC one, and secrets in the saved
+messages are masked as the index masks transcripts (R§8), since the file is indexed as memory.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
 import os
 import re
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from memdir.memfiles import create_memory_file
-from memdir.sessions.store import RESET_MARKER, SessionEntry
+from memdir.redact import redact_text
+from memdir.sessions.store import RESET_MARKER, SessionEntry, clean_text, iter_records
+from memdir.timezones import local_time, resolve_timezone
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +46,17 @@ def _strip_reset(name: str) -> str:
 
 
 def _reset_siblings(path: Path) -> list[Path]:
-    """``<basename>.reset.*`` files next to ``path``, oldest first (names sort by time)."""
+    """``<basename>.reset.*`` files next to ``path``, oldest first (names sort by time).
+
+    Regular files only, never a symlink (as for every other candidate): a link named like a
+    rotated transcript would otherwise have the hook copy whatever it points at into memory."""
     base = _strip_reset(path.name)
     try:
-        names = os.listdir(path.parent)
+        entries = list(os.scandir(path.parent))
     except OSError:
         return []
-    return sorted(path.parent / n for n in names if n.startswith(base + RESET_MARKER))
+    return sorted(path.parent / e.name for e in entries
+                  if e.name.startswith(base + RESET_MARKER) and e.is_file(follow_symlinks=False))
 
 
 def find_transcript(
@@ -112,36 +120,35 @@ def _is_inter_session(record: Mapping[str, Any], message: Mapping[str, Any]) -> 
     return False
 
 
-def recent_messages(path: str | os.PathLike[str], limit: int = DEFAULT_MESSAGES) -> list[str]:
+def recent_messages(path: str | os.PathLike[str], limit: int = DEFAULT_MESSAGES, *, redact: bool = True) -> list[str]:
     """The last ``limit`` ``"<role>: <text>"`` lines, filtering *before* slicing (R§13 step 5).
 
     Kept: user/assistant message records with text; dropped: tool records, slash commands,
-    user messages relayed from another session, empty text.  Raw text, newlines kept.
+    user messages relayed from another session, empty text.  Raw text, newlines kept, but secrets
+    masked as the index masks them (R§8): the file is a memory file, indexed and shown to the
+    agent unredacted.  Lines are read as the index reads them (:func:`iter_records`): split on
+    ``\\n`` only, so a message holding U+2028 or U+0085 (which ``str.splitlines`` splits) is kept, and
+    a record nested too deep for the JSON parser is skipped rather than failing the hook.
     """
+    out: deque[tuple[str, str]] = deque(maxlen=limit if limit > 0 else None)  # never the whole transcript
     try:
-        raw = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        for _, record in iter_records(path):
+            if record.get("type") != "message":
+                continue
+            message = record.get("message")
+            if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+                continue
+            if not message.get("content"):
+                continue
+            if message["role"] == "user" and _is_inter_session(record, message):
+                continue
+            text = _first_text(message["content"])
+            if not text or not text.strip() or text.lstrip().startswith("/"):
+                continue
+            out.append((message["role"], text))
+    except OSError:  # unreadable: the capture keeps its header, as for an empty transcript
         return []
-    out: list[str] = []
-    for line in raw.strip().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a torn last line after a crash, or junk
-        if not isinstance(record, dict) or record.get("type") != "message":
-            continue
-        message = record.get("message")
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            continue
-        if not message.get("content"):
-            continue
-        if message["role"] == "user" and _is_inter_session(record, message):
-            continue
-        text = _first_text(message["content"])
-        if not text or not text.strip() or text.lstrip().startswith("/"):
-            continue
-        out.append(f"{message['role']}: {text}")
-    return out[-limit:] if limit > 0 else out
+    return [f"{role}: {redact_text(clean_text(text)) if redact else clean_text(text)}" for role, text in out]
 
 
 # --- slug -----------------------------------------------------------------------------------
@@ -227,8 +234,15 @@ def run_session_memory_hook(
     slug_timeout: float = SLUG_TIMEOUT_SECONDS,
     command_source: str | None = None,
     enabled: bool = True,
+    timezone: str | None = None,
 ) -> HookResult | None:
     """Handle a ``command:new`` / ``command:reset`` event; other actions return None.
+
+    The file's date and the fallback slug's ``HHMM`` are the user's (``timezone``, an IANA name;
+    unset → the machine's zone), like the daily log's: OpenClaw names the file by the UTC day, so
+    a session that ended in the user's evening west of Greenwich was filed under tomorrow, and the
+    next session's start-up context (today's and yesterday's logs and captures, in the user's
+    zone) missed the capture it had just written.  The header keeps UTC (R§13, vector 64).
 
     Never raises: a failure is logged and returned in ``HookResult.error`` so the caller can
     tell the user (OpenClaw only logged it, #45819).
@@ -237,7 +251,8 @@ def run_session_memory_hook(
         return None
     now = datetime.now(UTC) if now is None else now if now.tzinfo else now.replace(tzinfo=UTC)
     now = now.astimezone(UTC)
-    fallback_slug = f"{now:%H%M}"
+    local = local_time(now, resolve_timezone(timezone)[0])
+    fallback_slug = f"{local:%H%M}"
     try:
         if isinstance(previous_entry, Mapping):
             previous_entry = SessionEntry.model_validate(previous_entry)
@@ -257,7 +272,7 @@ def run_session_memory_hook(
         slug = llm_slug(content, slug_llm, slug_timeout) or fallback_slug
         body = format_session_memory(now=now, session_key=session_key, session_id=session_id,
                                      source=command_source, content=content)
-        path = create_memory_file(workspace, f"{now:%Y-%m-%d}-{slug}", body)
+        path = create_memory_file(workspace, f"{local:%Y-%m-%d}-{slug}", body)
         return HookResult(path=path, transcript=transcript, messages=len(lines), slug=slug)
     except Exception as exc:
         log.error("session-memory hook failed: %s", exc)

@@ -19,9 +19,8 @@ import os
 
 from memdir.sessions.store import parse_records
 from memdir.sessions.transcript import build_session_text
-from memdir.workspace import SESSIONS_PREFIX, PathError, read_allowed, session_relative
+from memdir.workspace import SESSIONS_PREFIX, PathError, is_transcript_name, read_allowed, session_relative
 
-_SUFFIX = ".jsonl"
 _RULE = ("memory_get reads a session transcript as sessions/<name>.jsonl: a regular file directly in this "
          "agent's sessions folder, and only with the sessions source on")
 
@@ -39,7 +38,7 @@ def session_name(raw: str) -> str:
         raise _refused("invalid path: contains a NUL byte")
     if not name or "/" in name or "\\" in name or name in (".", ".."):
         raise _refused(f"path not allowed: {text}")
-    if not name.endswith(_SUFFIX) or name == _SUFFIX:
+    if not is_transcript_name(name):  # <id>.jsonl, or one /new set aside: <id>.jsonl.reset.<time>
         raise _refused(f"not a session transcript: {text}")
     return name
 

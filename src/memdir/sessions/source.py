@@ -8,6 +8,10 @@ A transcript that grew only a little since it was last indexed (under 100 KB and
 by default) is left for later when the sync was triggered by a search, so a chat that appends
 every few seconds does not re-chunk its transcript on every query; ``memdir index`` and full
 rebuilds always index everything.
+
+Transcripts that ``/new`` and ``/reset`` set aside (``*.jsonl.reset.<time>``) stay indexed, as in
+OpenClaw v4.12 (R§3): otherwise a whole conversation left search the moment it ended, and only the
+hook's last 15 messages could still be found.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ class SessionsSource:
 
     def list_files(self) -> list[FileEntry]:
         out = []
-        for p in list_transcripts(self.sessions_dir):
+        for p in list_transcripts(self.sessions_dir, archived=True):
             try:
                 st = os.lstat(p)
             except FileNotFoundError:

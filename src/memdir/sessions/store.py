@@ -16,10 +16,13 @@ Crash safety is the point of this module:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
 import os
+import re
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -31,7 +34,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from memdir.atomic_write import replace_file
+from memdir.reading import NotRegularFile, kind_of
 from memdir.tools import chat_type_from_session_key, parse_session_key
+from memdir.workspace import is_transcript_name
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +110,15 @@ def append_record(path: str | os.PathLike[str], record: Mapping[str, Any]) -> No
     """Append one JSON record as one line, atomically with respect to other appenders.
 
     If the file's last byte is not a newline (a previous writer died mid-line) a newline is
-    written first, so the torn fragment stays an isolated, skippable line.
+    written first, so the torn fragment stays an isolated, skippable line.  A string holding a lone
+    surrogate (a model reply cut inside an emoji's ``\\ud83d\\ude00`` pair, stdin read with
+    ``surrogateescape``) has no UTF-8 form, so that record is written with ``\\u`` escapes instead:
+    the message is kept, and reads back as it was sent.
     """
-    line = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    try:
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        line = json.dumps(record, separators=(",", ":")).encode("ascii") + b"\n"
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -121,27 +132,56 @@ def append_record(path: str | os.PathLike[str], record: Mapping[str, Any]) -> No
 
 
 def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(1-based line number, record)``; blank, torn or non-object lines are skipped."""
+    """Yield ``(1-based line number, record)``; blank, torn or non-object lines are skipped.
+
+    Only a regular file is read, never through a symlink, as ``memory_get`` reads one: a transcript
+    swapped for a FIFO after the sync listed it made ``open`` wait for a writer forever (holding
+    the index's writer lock), and one swapped for a link was read wherever it pointed.  Either
+    raises :class:`OSError` (the sync reports the file as skipped); a missing file yields nothing.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed below; generator keeps it open while yielding
+        fd = os.open(path, flags)
     except FileNotFoundError:
         return
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(errno.EINVAL, f"{kind_of(mode)}, not a regular file", str(path))
+        fh = os.fdopen(fd, "rb")  # closed below; the generator keeps it open while yielding
+    except BaseException:
+        os.close(fd)
+        raise
     with fh:
         yield from parse_records(fh)
 
 
 def parse_records(lines: Iterable[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
     """:func:`iter_records` over lines already read (split on ``\\n`` only, as a file iterates), for
-    a reader that must open the file itself (``memory_get``: no symlinks, regular files only)."""
+    a reader that must open the file itself (``memory_get``: no symlinks, regular files only).
+
+    A line with a byte that is not UTF-8 is read with U+FFFD in its place: one bad byte (a
+    writer that cut a character, a binary paste) must not lose the whole message."""
     for lineno, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw)
-        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
+            record = json.loads(raw.decode("utf-8-sig", "replace"))
+        except (ValueError, RecursionError):  # RecursionError: nested too deep
             continue
         if isinstance(record, dict):
             yield lineno, record
+
+
+_UNWRITABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with NUL and lone surrogates (a JSON ``"\\ud800"`` escape decodes to one) as U+FFFD.
+
+    A lone surrogate cannot be encoded as UTF-8, so it made SQLite refuse the whole transcript and
+    the hook fail to write its file; a NUL makes a Markdown file look binary to other tools."""
+    return _UNWRITABLE.sub("\ufffd", text) if _UNWRITABLE.search(text) else text
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -164,14 +204,15 @@ def reset_suffix(when: datetime | None = None) -> str:
     return RESET_MARKER + when.strftime("%Y-%m-%dT%H-%M-%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
-def list_transcripts(sessions_dir: str | os.PathLike[str]) -> list[Path]:
-    """Live transcripts (``*.jsonl``, regular files, no symlinks), sorted by name."""
+def list_transcripts(sessions_dir: str | os.PathLike[str], *, archived: bool = False) -> list[Path]:
+    """Live transcripts (``*.jsonl``, regular files, no symlinks), sorted by name; with ``archived``
+    also those ``/new`` and ``/reset`` renamed to ``*.jsonl.reset.<time>`` (or deleted ones)."""
     folder = Path(sessions_dir)
     if not folder.is_dir():
         return []
     out = []
     for entry in os.scandir(folder):
-        if entry.name.endswith(".jsonl") and entry.is_file(follow_symlinks=False):
+        if is_transcript_name(entry.name, archived=archived) and entry.is_file(follow_symlinks=False):
             out.append(Path(entry.path))
     return sorted(out)
 

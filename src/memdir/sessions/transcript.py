@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memdir.redact import redact_text
-from memdir.sessions.store import iter_records
+from memdir.sessions.store import clean_text, iter_records
 
 _ROLE_LABEL = {"user": "User", "assistant": "Assistant"}
 # Numbers below this are epoch seconds (ms values this small would be before 1973).
@@ -129,14 +129,16 @@ def build_session_text(
         if record.get("type") != "message":
             continue
         message = record.get("message")
-        if not isinstance(message, dict) or message.get("role") not in _ROLE_LABEL:
+        role = message.get("role") if isinstance(message, dict) else None
+        if not isinstance(role, str) or role not in _ROLE_LABEL:  # a list or dict role is not hashable
             continue
         text = normalize_message_text(message.get("content"))
         if not text:
             continue
+        text = clean_text(text)
         if redact:
             text = redact_text(text)
-        lines.append(f"{_ROLE_LABEL[message['role']]}: {text}")
+        lines.append(f"{_ROLE_LABEL[role]}: {text}")
         line_map.append(lineno)
         stamp = timestamp_ms(message.get("timestamp"))
         stamps.append(stamp or timestamp_ms(record.get("timestamp")))

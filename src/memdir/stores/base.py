@@ -114,6 +114,10 @@ class WriterLock(Protocol):
         """Who holds the lock now (``{"pid": …, "since": …}``), or ``None``."""
         ...
 
+    def held_here(self) -> bool:
+        """Whether a thread of this process holds the lock (or is taking it)."""
+        ...
+
 
 @runtime_checkable
 class Store(Protocol):

@@ -140,6 +140,10 @@ class AdvisoryWriterLock:
         with _THREAD_GUARD:  # advisory locks are re-entrant per session: threads exclude each other here
             self._thread_lock = _THREAD_LOCKS.setdefault(self.key, threading.Lock())
 
+    def held_here(self) -> bool:
+        """Whether a thread of this process holds the lock (or is taking it)."""
+        return self._thread_lock.locked()
+
     def acquire(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._thread_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):

@@ -24,7 +24,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -178,20 +178,47 @@ def _hit(row: Sequence[Any], score: float) -> Hit:
     return Hit(hex_str(row[0]), row[1], row[2], row[3], row[4], row[5], score, row[6], row[7], row[8])
 
 
+#: Forks this process descends from (moved in a forked child: see :meth:`_UseLock.__enter__`).
+_FORKS = [0]
+
+
+def _count_fork() -> None:
+    _FORKS[0] += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_count_fork)
+
+
 class _UseLock:
     """The store's re-entrant lock, remembering when it was last let go: a background warm-up reads
-    only while no search has used the store for a moment (:mod:`memdir.stores.kw_warmup`)."""
+    only while no search has used the store for a moment (:mod:`memdir.stores.kw_warmup`).
+    ``on_use`` runs whenever a thread takes it first (not when it takes it again inside)."""
 
-    __slots__ = ("_depth", "_lock", "last_release")
+    __slots__ = ("_depth", "_forks", "_lock", "last_release", "on_use")
 
-    def __init__(self) -> None:
+    def __init__(self, on_use: Callable[[], None] | None = None) -> None:
         self._lock = threading.RLock()
         self._depth = 0
+        self._forks = _FORKS[0]
         self.last_release = time.monotonic()
+        self.on_use = on_use
 
     def __enter__(self) -> _UseLock:
+        if self._forks != _FORKS[0]:
+            # A forked child: held by one of the parent's other threads, which do not exist here,
+            # the lock would stay held forever; it starts over (unless the forking thread holds it).
+            self._forks = _FORKS[0]
+            if not self._lock._is_owned():  # type: ignore[attr-defined]
+                self._lock, self._depth = threading.RLock(), 0
         self._lock.acquire()
         self._depth += 1
+        if self._depth == 1 and self.on_use is not None:
+            try:
+                self.on_use()
+            except BaseException:
+                self.__exit__()
+                raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -211,6 +238,12 @@ class _UseLock:
         return 0.0 if self._depth else time.monotonic() - self.last_release
 
 
+#: Connections a forked child inherited from its parent: never used, and never closed by the
+#: child either (SQLite: a connection must not be carried across ``fork()``; closing it could
+#: release or checkpoint on the parent's behalf), so kept for the life of the child.
+_INHERITED: list[Any] = []
+
+
 class SqliteStore(SqliteLifecycle):
     """A connection to one index file, safe to share between threads (calls are serialised)."""
 
@@ -227,7 +260,9 @@ class SqliteStore(SqliteLifecycle):
         #: Why a writable open fell back to read-only (``None`` when writable or asked read-only).
         self.readonly_reason: str | None = None
         self.location = str(self.path)
-        self.lock = _UseLock()
+        self.lock = _UseLock(self._on_use)
+        #: The process that opened :attr:`conn` (a forked child opens its own).
+        self._pid = os.getpid()
         self.fts_error: str | None = None
         self.matrix = vecs.VectorMatrix()
         self._scorer: Any = None
@@ -258,7 +293,26 @@ class SqliteStore(SqliteLifecycle):
         self._state_memo = None
         self._hit_rows = (None, {}, {})
         super()._open()
+        self._pid = os.getpid()
         self.matrix = vecs.VectorMatrix(sidecar_path(self.path), save=not self.readonly)
+
+    def _on_use(self) -> None:
+        """Before a thread uses the connection: in a forked child, open one of its own; and roll
+        back a transaction that a call interrupted (a Ctrl-C between its BEGIN or SAVEPOINT and
+        its end) left open: it held an old read snapshot (searches never saw another write) and
+        failed every later write ("cannot start a transaction within a transaction")."""
+        if self._pid != os.getpid():
+            _INHERITED.append(self.conn)
+            self._warmup = None  # its thread is the parent's
+            self._open()
+            return
+        try:
+            stray = self._bulk is None and self.conn.in_transaction  # (a rebuild's shadow stays in one)
+        except Exception:  # closed: the call says so itself
+            return
+        if stray:
+            self._forget_state()
+            self.conn.execute("ROLLBACK")
 
     # -- small state kept beside the index ---------------------------------------------------
     def get_state(self, key: str) -> Any:

@@ -1,0 +1,376 @@
+"""One ``Memory`` used from several threads, closed under them, interrupted, and carried across fork.
+
+Each test reproduces one bug deterministically (a gate, an injected interrupt at a known point,
+or a child process with a timeout) rather than hoping a race shows up.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from helpers import SRC
+from memdir import Memory
+from memdir.errors import MemdirError, MemoryClosed
+from memdir.lock import FileWriterLock
+
+FILES = {
+    "MEMORY.md": "# Decisions\n- Billing uses Kafka, not RabbitMQ.\n",
+    "memory/2026-01-10.md": "- Dana's cat Miso had surgery.\n",
+}
+
+
+def test_close_lets_a_search_in_another_thread_finish_then_refuses_calls(make_workspace, keyword_config):
+    # Before: close() closed the index under a search still running in another thread, which
+    # failed with SQLite's "Cannot operate on a closed database"; and a call after close()
+    # silently opened the index again (never closed, its warm-up thread left running).
+    mem = Memory(make_workspace(FILES), config=keyword_config)
+    mem.sync()
+    store = mem.store
+    real = store.keyword_search
+    inside, go = threading.Event(), threading.Event()
+
+    def gated(terms, limit):
+        inside.set()
+        go.wait(10)
+        return real(terms, limit)
+
+    store.keyword_search = gated  # type: ignore[method-assign]
+    out: dict[str, object] = {}
+
+    def search() -> None:
+        try:
+            out["response"] = mem.search("kafka billing", mode="keyword", sync=False)
+        except Exception as exc:
+            out["error"] = exc
+
+    searcher = threading.Thread(target=search)
+    searcher.start()
+    assert inside.wait(10)
+    closer = threading.Thread(target=mem.close)
+    closer.start()
+    closer.join(0.5)  # (before: done by now, the index closed under the search)
+    go.set()
+    searcher.join(10)
+    closer.join(10)
+    assert not closer.is_alive() and not searcher.is_alive()
+    assert "error" not in out, out.get("error")
+    assert out["response"].results[0].path == "MEMORY.md"
+
+    for call in (lambda: mem.search("kafka"), mem.sync, mem.status, lambda: mem.get("MEMORY.md"), mem.watch):
+        with pytest.raises(MemdirError, match="closed"):
+            call()
+    assert mem._store is None  # nothing was opened again
+    mem.close()  # twice: nothing more to do
+
+
+def test_a_search_that_syncs_first_works_up_to_close_and_an_append_after_it_writes_nothing(
+        make_workspace, keyword_config):
+    ws = make_workspace(FILES)
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        (ws / "memory" / "2026-01-11.md").write_text("- Picked ramen for lunch.\n")
+        # a call inside a call (the search's sync) is no call made after close
+        assert mem.search("ramen", mode="keyword").results[0].path == "memory/2026-01-11.md"
+    with pytest.raises(MemoryClosed, match="closed"):
+        mem.append_daily("too late")
+    assert not any("too late" in p.read_text() for p in ws.rglob("*.md"))
+
+
+def test_close_stops_a_sync_running_in_another_thread_before_its_next_file(make_workspace, keyword_config):
+    # Before: close() closed the index under the sync (which failed with SQLite's "Cannot operate
+    # on a closed database" wherever it was); waiting for it instead could take minutes (a first
+    # index with embeddings), so the sync now stops before its next file.
+    notes = {f"memory/2026-01-{i % 28 + 1:02d}-{i}.md": f"- note {i} about topic{i}\n" for i in range(300)}
+    ws = make_workspace(notes)
+    mem = Memory(ws, config=keyword_config)
+    assert mem.search("topic1", mode="keyword", sync=False).results == []  # opens the index, builds nothing
+    started = threading.Event()
+
+    def progress(done: int, total: int, label: str) -> None:
+        started.set()
+        while not mem._closed:  # the sync has started: hold it here until close() starts
+            threading.Event().wait(0.01)
+
+    out: dict[str, object] = {}
+
+    def sync() -> None:
+        try:
+            out["report"] = mem.sync(progress=progress)
+        except Exception as exc:
+            out["error"] = exc
+
+    syncer = threading.Thread(target=sync)
+    syncer.start()
+    assert started.wait(10)
+    mem.close()
+    syncer.join(10)
+    assert isinstance(out.get("error"), MemoryClosed), out
+    with Memory(ws, config=keyword_config) as again:  # the index as it was: no half-built rebuild swapped in
+        assert again.status()["files"] == 0
+        assert again.sync().indexed == 300
+        assert again.search("topic299", mode="keyword").results[0].path.endswith("-299.md")
+
+
+def test_an_interrupt_at_the_end_of_a_sync_leaves_the_writer_lock_free(make_workspace, keyword_config,
+                                                                         monkeypatch):
+    # Before: a Ctrl-C while the sync cleared its progress file (in its ``finally``) skipped the
+    # lock's release: every later sync of the process waited forever ("waiting for another
+    # memdir process (pid <its own>)").
+    from memdir.progress import ProgressFile
+
+    ws = make_workspace(FILES)
+    mem = Memory(ws, config=keyword_config)
+    mem.sync()
+    real_clear = ProgressFile.clear
+    calls = []
+
+    def interrupted_clear(self):
+        calls.append(1)
+        real_clear(self)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ProgressFile, "clear", interrupted_clear)
+    (ws / "memory" / "2026-01-11.md").write_text("- Picked ramen for lunch.\n")
+    with pytest.raises(KeyboardInterrupt):
+        mem.sync()
+    (ws / "memory" / "2026-01-12.md").write_text("- The espresso machine is broken again.\n")
+    report = mem.sync(lock_timeout=2)  # before: LockTimeout
+    assert report.indexed >= 1
+    assert mem.search("espresso", mode="keyword").results[0].path == "memory/2026-01-12.md"
+    mem.close()
+
+
+def test_an_interrupt_while_waiting_for_the_writer_lock_gives_everything_back(tmp_path):
+    # Before: a Ctrl-C while waiting for another process's lock (the wait between flock tries)
+    # kept this process's thread lock held and the file open: no thread could ever take it again.
+    index = tmp_path / "index.sqlite"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            sys.path.insert(0, {str(SRC)!r})
+            from pathlib import Path
+            from memdir.lock import FileWriterLock
+            lock = FileWriterLock(Path({str(index)!r}))
+            assert lock.acquire(0)
+            print("held", flush=True)
+            sys.stdin.readline()
+            lock.release()
+        """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        lock = FileWriterLock(index)
+        timer = threading.Timer(0.3, _thread.interrupt_main)
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                lock.acquire(timeout=20)
+        finally:
+            timer.cancel()
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.wait(10) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    again = FileWriterLock(index)
+    assert again.acquire(timeout=2)  # before: False, the thread lock still held
+    again.release()
+
+
+def test_a_transaction_left_open_by_an_interrupted_call_is_rolled_back(make_workspace, keyword_config):
+    # Before: a Ctrl-C between a read's SAVEPOINT and its end left the transaction open: the
+    # Memory kept reading that old snapshot (never saw another process's writes) and every later
+    # write failed with "cannot start a transaction within a transaction".
+    ws = make_workspace(FILES)
+    mem = Memory(ws, config=keyword_config)
+    mem.sync()
+    assert mem.search("kafka", mode="keyword", sync=False).results
+    mem.store.conn.execute("SAVEPOINT memdir_vectors")  # what the interrupted read left behind
+    (ws / "memory" / "2026-01-11.md").write_text("- Picked ramen for lunch.\n")
+    with Memory(ws, config=keyword_config) as other:  # another writer (another process, as well)
+        other.sync()
+    assert [h.path for h in mem.search("ramen", mode="keyword", sync=False).results] == ["memory/2026-01-11.md"]
+    (ws / "memory" / "2026-01-12.md").write_text("- The espresso machine is broken again.\n")
+    mem.store.conn.execute("SAVEPOINT memdir_kw_search")
+    assert mem.sync().indexed == 1
+    mem.close()
+
+
+_FORK_CHILD = """
+import os, signal, sys, threading, time
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from memdir import Memory
+
+ws = Path({ws!r})
+mem = Memory(ws, config={{"memorySearch": {{"provider": "none"}}}})
+mem.sync()
+mem.search("kafka", mode="keyword")
+parent_conn = mem.store.conn
+held, syncing, done = threading.Event(), threading.Event(), threading.Event()
+
+def busy():  # another thread of the parent is inside the index at the fork
+    with mem.store.lock:
+        held.set()
+        done.wait()
+
+def progress(*_):  # and another inside a sync (holding the writer lock) at the fork
+    syncing.set()
+    done.wait()
+
+threads = [threading.Thread(target=busy), threading.Thread(target=lambda: mem.sync(force=True, progress=progress))]
+threads[1].start()
+syncing.wait()
+threads[0].start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)  # a child that hangs must not outlive the test
+    code = 1
+    try:
+        (ws / "memory" / "2026-01-11.md").write_text("- Picked ramen for lunch.\\n")
+        hits = mem.search("kafka", mode="keyword", sync=False).results
+        assert hits and mem.store.conn is not parent_conn, "the parent's connection used in the child"
+        assert mem.sync(lock_timeout=20).indexed == 1  # waits for the parent's writer, then writes
+        started = time.monotonic()
+        mem.close()  # the parent's sync is no call of the child's: nothing to wait for
+        assert time.monotonic() - started < 3, "close() waited for the parent's call"
+        code = 0
+    finally:
+        os._exit(code)
+time.sleep(0.5)
+done.set()
+for thread in threads:
+    thread.join()
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, "child failed"
+assert mem.search("ramen", mode="keyword", sync=False).results, "the child's write is not seen"
+mem.close()
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_opens_its_own_connection_and_locks(make_workspace, state_dir):
+    # Before: the child used the parent's SQLite connection (which SQLite forbids across fork),
+    # and a lock another parent thread held at the fork stayed held in the child forever: its
+    # first search hung.
+    ws = make_workspace(FILES)
+    env = {**os.environ, "MEMDIR_STATE_DIR": str(state_dir)}
+    proc = subprocess.run([sys.executable, "-c", _FORK_CHILD.format(src=str(SRC), ws=str(ws))],
+                          capture_output=True, text=True, timeout=40, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+_FORK_EMBEDDING = """
+import hashlib, os, signal, sys, time
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from memdir import Memory
+
+
+class HashProvider:  # a remote-like provider: the query is embedded on the search's thread pool
+    id, model, provider_key, max_input_bytes, dims = "hash", "hash-64", "hash-key", 8000, 64
+
+    def _vec(self, text):
+        return [(b - 127.5) / 128 for b in hashlib.sha512(text.encode()).digest()]
+
+    def embed_query(self, text):
+        return self._vec(text)
+
+    def embed_batch(self, texts):
+        return [self._vec(t) for t in texts]
+
+    def close(self):
+        pass
+
+
+mem = Memory(Path({ws!r}), provider=HashProvider())
+mem.sync()
+assert mem.search("kafka billing").mode == "hybrid"  # the pool exists now, its threads the parent's
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)
+    response = Memory(Path({ws!r}), provider=HashProvider()).search("cat surgery")
+    print(response.mode, response.fallback, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_embeds_its_queries(make_workspace, state_dir):
+    # Before: the query-embedding pool was the parent's, whose threads a child does not have:
+    # every hybrid search in the child waited out its 3 s budget, then fell back to keywords.
+    ws = make_workspace(FILES)
+    env = {**os.environ, "MEMDIR_STATE_DIR": str(state_dir)}
+    proc = subprocess.run([sys.executable, "-c", _FORK_EMBEDDING.format(src=str(SRC), ws=str(ws))],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "hybrid None"
+
+
+_EXIT_DURING_FIRST_INDEX = """
+import sys, time
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from memdir import Memory
+
+mem = Memory(Path({ws!r}))  # the local embedding model
+mem.selection.provider.embed_query("warm up")
+mem.first_index_wait = 0.01  # as a long-running host: the first index is built in the background
+response = mem.search("topic7")
+assert response.stale, response.warnings
+time.sleep(0.5)
+print("exiting", flush=True)  # without close(): the index is still being built
+"""
+
+
+def test_exiting_while_a_first_index_is_built_in_the_background(make_workspace, state_dir):
+    # Before: the interpreter finished while the background build was inside the model, and the
+    # process aborted ("terminate called without an active exception", exit status 134).
+    notes = {f"memory/2026-01-{i % 28 + 1:02d}-{i}.md": "\n".join(f"- note {i}.{j} about topic{j}" for j in range(40))
+             for i in range(150)}
+    ws = make_workspace(notes)
+    env = {**os.environ, "MEMDIR_STATE_DIR": str(state_dir)}
+    proc = subprocess.run([sys.executable, "-c", _EXIT_DURING_FIRST_INDEX.format(src=str(SRC), ws=str(ws))],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "exiting", proc.stderr[-2000:]
+    assert "terminate" not in proc.stderr
+    with Memory(ws) as mem:  # what was built is consistent, and the rest is built on the next sync
+        assert mem.sync().indexed >= 1
+        assert mem.search("topic7", mode="keyword").results
+
+
+def test_waiting_for_another_thread_of_this_process_is_no_notice(make_workspace, keyword_config):
+    # Before: every sync that waited for another thread's sync (8 threads sharing one Memory, a
+    # watcher) logged "waiting for another memdir process (pid <this process>)".
+    ws = make_workspace(FILES)
+    notices: list[str] = []
+    with Memory(ws, config=keyword_config, notice=notices.append) as mem:
+        mem.sync()
+        taken, release = threading.Event(), threading.Event()
+
+        def writer() -> None:  # another thread's sync, holding the writer lock for a moment
+            lock = mem.indexer.lock
+            assert lock.acquire(0)
+            taken.set()
+            release.wait(10)
+            lock.release()
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        assert taken.wait(10)
+        threading.Timer(0.3, release.set).start()
+        (ws / "memory" / "2026-01-11.md").write_text("- Picked ramen for lunch.\n")
+        assert mem.sync().indexed == 1  # waited for it
+        thread.join(10)
+    assert not [n for n in notices if "waiting" in n], notices
