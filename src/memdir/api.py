@@ -122,6 +122,13 @@ class GetResult:
         return {"text": self.text, "path": self.path}
 
 
+def _stale_model_note(meta: dict[str, Any], provider: Any) -> str:
+    """Why searches use keywords only: the index holds another model's vectors."""
+    return (f"the index holds {meta.get('provider')}/{meta.get('model')} vectors, not {provider.id}/{provider.model}'s "
+            "(built by a fallback, or the model changed): searches use keywords only until the next index run "
+            "rebuilds it")
+
+
 class Memory(IndexUpkeep):
     """One agent's memory: its workspace files, its index and its embedding provider."""
 
@@ -425,7 +432,8 @@ class Memory(IndexUpkeep):
         meta = store.read_meta() or {}
         if verify:
             self._check_owner(store, meta)
-        if provider is not None and meta.get("model") not in (None, provider.model):
+        stale_model = provider is not None and meta.get("model") not in (None, provider.model)
+        if stale_model:
             provider = None  # the index still holds another model's vectors: keywords only
         cfg = ms
         if mode == "keyword":
@@ -441,11 +449,14 @@ class Memory(IndexUpkeep):
             store, cfg, query, provider=provider, workspace=self.workspace, max_results=max_results,
             min_score=min_score, explain=explain, provider_label=label, timezone=self.settings.user_timezone,
             sessions_dir=self.settings.sessions_dir if "sessions" in ms.sources else None,
+            vector_dims=meta.get("vectorDims") if isinstance(meta.get("vectorDims"), int) else None,
         )
         if verify:
             self._verify(store, response)
         if mode == "vector" and response.mode == "hybrid":
             response.mode = "vector"
+        if stale_model and mode != "keyword":  # e.g. built by a runtime fallback in another process
+            response.warnings.append(_stale_model_note(meta, sel.provider))
         if sel.fallback_from:
             response.fallback = {"from": sel.fallback_from, "reason": sel.fallback_reason or ""}
         elif sel.provider is None and sel.unavailable_reason and response.fallback is None:
@@ -590,6 +601,8 @@ class Memory(IndexUpkeep):
         out["provider"] = sel.provider.id if sel.provider else "none"
         out["model"] = sel.provider.model if sel.provider else "fts-only"
         out["mode"] = sel.mode
+        if sel.provider is not None and meta.get("model") not in (None, sel.provider.model):
+            out["issues"].append(_stale_model_note(meta, sel.provider))
         if sel.fallback_from:
             out["fallback"] = {"from": sel.fallback_from, "reason": sel.fallback_reason}
         if sel.unavailable_reason:
@@ -630,6 +643,10 @@ class Memory(IndexUpkeep):
 
                 out["sqlite"] = db.binding_name()
             out["embeddingProbe"] = self._probe_embeddings()
+        held, probed = meta.get("vectorDims"), out.get("embeddingProbe", {}).get("dims")
+        if held and probed and held != probed and meta.get("model") == out["model"]:
+            out["issues"].append(f"the provider's vectors now have {probed} dimensions, the index's {held} (did the "
+                                 "model change behind its name?): searches use keywords only until it is rebuilt")
         return out
 
     def _state_paths(self) -> dict[str, Any]:

@@ -152,10 +152,15 @@ def _embeds_in_process(provider: EmbeddingProvider) -> bool:
     return bool(getattr(provider, "loaded_in_process", False))
 
 
-def submit_query_embedding(provider: EmbeddingProvider, query: str) -> Future[list[float]] | _InlineEmbedding:
+def submit_query_embedding(provider: EmbeddingProvider, query: str,
+                           budget_s: float | None = None) -> Future[list[float]] | _InlineEmbedding:
     """Start embedding the query on the pool, so the keyword search runs while the model does
     (a remote call, or a model still loading, which the search's time budget may give up on);
-    a model already loaded in process embeds on the caller's thread when asked."""
+    a model already loaded in process embeds on the caller's thread when asked.
+
+    A provider whose ``embed_query`` takes a ``timeout`` (the remote ones) is given ``budget_s``:
+    a call the search stopped waiting for must not go on, retries and all, for minutes (the pool
+    thread held a one-shot CLI search open until it ended, long after the answer was printed)."""
     if _embeds_in_process(provider):
         return _InlineEmbedding(provider, query)
     from concurrent.futures import ThreadPoolExecutor  # not needed by a keyword search
@@ -163,12 +168,24 @@ def submit_query_embedding(provider: EmbeddingProvider, query: str) -> Future[li
     global _embed_pool
     if _embed_pool is None:
         _embed_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memdir-embed")
+    if budget_s is not None and _takes_timeout(provider):
+        return _embed_pool.submit(provider.embed_query, query, timeout=max(budget_s, 0.001))  # type: ignore[call-arg]
     return _embed_pool.submit(provider.embed_query, query)
 
 
+def _takes_timeout(provider: EmbeddingProvider) -> bool:
+    """Whether ``provider.embed_query`` accepts ``timeout=`` (seconds for the whole call)."""
+    import inspect
+
+    try:
+        return "timeout" in inspect.signature(provider.embed_query).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def embed_query_with_budget(provider: EmbeddingProvider, query: str, budget_s: float) -> list[float]:
-    """Embed the query, giving up after ``budget_s`` (the call keeps running in the background)."""
-    return submit_query_embedding(provider, query).result(timeout=budget_s)
+    """Embed the query, giving up after ``budget_s`` (a remote call is bounded by it too)."""
+    return submit_query_embedding(provider, query, budget_s).result(timeout=budget_s)
 
 
 def covers_all_keywords(text: str, keywords: list[str]) -> bool:
@@ -192,7 +209,10 @@ def run_search(
     timezone: str | None = None,
     tuning: Tuning | None = None,
     sessions_dir: Path | None = None,
+    vector_dims: int | None = None,
 ) -> SearchResponse:
+    """``vector_dims``: the width of the index's vectors; a query vector of another width (the
+    provider's model changed behind its name) is not compared with them: keywords answer."""
     tune = tuning or ranking.TUNING
     cleaned = (query or "").strip()
     qcfg = cfg.query
@@ -211,7 +231,7 @@ def run_search(
     embedding: Future[list[float]] | _InlineEmbedding | None = None
     if provider is not None:
         t_submit = time.perf_counter()
-        embedding = submit_query_embedding(provider, cleaned)
+        embedding = submit_query_embedding(provider, cleaned, qcfg.embed_timeout_ms / 1000)
 
     periods: list[Period] = []
     if tune.dates:
@@ -243,6 +263,12 @@ def run_search(
             qvec = embedding.result(timeout=max(0.0, qcfg.embed_timeout_ms / 1000 - (t1 - t_submit)))
             timings["embed"] = (time.perf_counter() - t1) * 1000
             if is_zero(qvec):
+                qvec = None
+            elif vector_dims and len(qvec) != vector_dims:
+                response.mode = "fts-only"
+                response.fallback = {"from": "hybrid", "reason": (
+                    f"the query vector has {len(qvec)} dimensions, the index's vectors {vector_dims} (did the "
+                    "model change behind its name?); keywords only until the index is rebuilt")}
                 qvec = None
             else:
                 t2 = time.perf_counter()

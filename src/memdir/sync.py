@@ -26,6 +26,7 @@ from memdir.build_worker import ChunkWorker, plan
 from memdir.chunking import Chunk, chunk_id, embedding_windows, sha256_text
 from memdir.dates import file_date
 from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
+from memdir.embeddings.errors import EmbeddingTimeoutError
 from memdir.errors import IndexOwnershipError, MemoryClosed, ownership_message
 from memdir.indexing_switches import INDEXING
 from memdir.lock import LockTimeout
@@ -238,17 +239,20 @@ class _Tracker:
 
 
 def _embed_float32(provider: EmbeddingProvider, texts: list[str],
-                   progress: Callable[[str, int, int], None] | None) -> list[np.ndarray]:
+                   progress: Callable[[str, int, int], None] | None, timeout: float | None = None) -> list[np.ndarray]:
     """The provider's vectors for ``texts`` as float32 arrays (what the store writes, bit for bit).
 
     A provider with ``embed_matrix`` (the local model) hands over one float32 matrix, whose rows
     are used as they are; another one's lists are converted (and dropped) at once.  Only an
     ``embed_matrix`` its class defines at or below its ``embed_batch`` is used: a wrapper that
     adds its own ``embed_batch`` (a memo, a filter) and passes other names on through
-    ``__getattr__`` or inheritance is never bypassed."""
+    ``__getattr__`` or inheritance is never bypassed.  ``timeout`` (seconds) bounds a provider
+    whose ``embed_batch`` takes one (the remote ones)."""
     import numpy as np
 
-    kwargs = {"progress": progress} if progress is not None else {}
+    kwargs: dict[str, Any] = {"progress": progress} if progress is not None else {}
+    if timeout is not None and _takes(provider, "timeout"):
+        kwargs["timeout"] = timeout
     matrix_owner, batch_owner = _defined_by(provider, "embed_matrix"), _defined_by(provider, "embed_batch")
     if matrix_owner is not None and batch_owner is not None and issubclass(matrix_owner, batch_owner):
         return list(provider.embed_matrix(texts, **kwargs))  # type: ignore[attr-defined]
@@ -269,12 +273,79 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
 
 def _takes_progress(provider: EmbeddingProvider) -> bool:
     """Whether ``provider.embed_batch`` reports how far it got (``progress=``: local and remote)."""
+    return _takes(provider, "progress")
+
+
+def _takes(provider: EmbeddingProvider, name: str) -> bool:
+    """Whether ``provider.embed_batch`` takes the keyword argument ``name``."""
     import inspect
 
     try:
-        return "progress" in inspect.signature(provider.embed_batch).parameters
+        return name in inspect.signature(provider.embed_batch).parameters
     except (TypeError, ValueError):
         return False
+
+
+class VectorWidthChanged(Exception):
+    """The provider's vectors are not as wide as the ones the index (or this build) holds.
+
+    Raised before anything of the batch is written or cached: an index must never hold vectors of
+    two widths (a search can only compare one).  :meth:`Indexer.sync` answers with a full rebuild,
+    as for any other change of the index identity."""
+
+    def __init__(self, held: int, got: int) -> None:
+        super().__init__(f"vector dims changed ({held} → {got})")
+        self.held, self.got = held, got
+
+
+#: HTTP statuses saying the request was refused for what it carried (too long an input), not
+#: for who sent it or where: the one text at fault is left without a vector, not its whole batch.
+REFUSED_INPUT_STATUSES = (400, 413, 422)
+#: Characters of a refused text sent alone to tell "this input is refused" from "every request is".
+PROBE_CHARS = 64
+
+
+def _refused(exc: BaseException) -> bool:
+    return getattr(exc, "status", None) in REFUSED_INPUT_STATUSES
+
+
+def _embed_sparing(provider: EmbeddingProvider, texts: list[str],
+                   progress: Callable[[str, int, int], None] | None, timeout: float | None = None
+                   ) -> tuple[list[np.ndarray | None], BaseException | None]:
+    """:func:`_embed_float32`, except that texts the provider refuses (e.g. longer than a model
+    behind an OpenAI-compatible URL takes: 400/413/422) get ``None`` instead of failing the rest.
+
+    Why: one such chunk failed its whole batch (64 chunks kept for keywords only, at every sync)
+    and made every full rebuild fail, for good.  A refusal is only blamed on the inputs when a
+    short piece of one of them goes through; otherwise (a wrong model name, say) it is raised as
+    before.  The refused texts are then found by halving (a few requests per refused text).
+    Returns the vectors (``None`` for a refused text) and the refusal, if there was one."""
+    try:
+        return list(_embed_float32(provider, texts, progress, timeout)), None
+    except Exception as exc:
+        if not _refused(exc):
+            raise
+        try:
+            _embed_float32(provider, [min(texts, key=len)[:PROBE_CHARS]], None, timeout)
+        except Exception:
+            raise exc from None
+        return _isolate_refused(provider, texts, timeout), exc
+
+
+def _isolate_refused(provider: EmbeddingProvider, texts: list[str],
+                     timeout: float | None = None) -> list[np.ndarray | None]:
+    """Vectors of ``texts``, known to hold a refused one, found by halving (``None``: refused)."""
+    if len(texts) == 1:
+        return [None]
+    out: list[np.ndarray | None] = []
+    for half in (texts[: len(texts) // 2], texts[len(texts) // 2:]):
+        try:
+            out.extend(_embed_float32(provider, half, None, timeout))
+        except Exception as exc:
+            if not _refused(exc):
+                raise
+            out.extend(_isolate_refused(provider, half, timeout))
+    return out
 
 
 class Indexer:
@@ -298,6 +369,13 @@ class Indexer:
         self.progress_file = ProgressFile(Path(settings.index_path), workspace=str(settings.workspace_path),
                                           min_interval=0.5)
         self._skipped: list[Skipped] = []
+        #: Width of the vectors in the index being written (its meta's, else the first written).
+        self._width: int | None = None
+        #: The embedding error that made this sync index text for keywords only, how many chunks
+        #: so far, and where its warning is.
+        self._failed: tuple[BaseException, int, int] | None = None
+        #: When the running sync must end (monotonic; a sync before a search has a budget).
+        self._deadline: float | None = None
         #: The last reusable listing of memory files, with what it was listed for.
         self._listing: tuple[tuple[str, tuple[str, ...]], Discovery] | None = None
 
@@ -359,13 +437,21 @@ class Indexer:
             self.store.cleanup_leftovers()
             why = "forced" if force else self.rebuild_reason(meta)
             tracked = self._tracked(progress)
+            if why is None:
+                try:
+                    self.progress_file.start("incremental")
+                    report = self._incremental(self.store, tracked, deadline, lazy=reason in ("search", "watch"))
+                except VectorWidthChanged as exc:  # the provider's model changed behind its name
+                    why = str(exc)
             if why is not None:
                 # With a previous index to protect, an embedding failure aborts the rebuild (the old
                 # index keeps serving); with nothing to lose, text is indexed for keywords anyway.
-                report = self._full_reindex(why, tracked, strict=meta is not None)
+                try:
+                    report = self._full_reindex(why, tracked, strict=meta is not None)
+                except VectorWidthChanged as exc:  # cached vectors of the old width met new ones:
+                    why = str(exc)  # now that the provider's width is known, they are left out
+                    report = self._full_reindex(why, tracked, strict=meta is not None)
             else:
-                self.progress_file.start("incremental")
-                report = self._incremental(self.store, tracked, deadline, lazy=reason in ("search", "watch"))
                 cache = self.settings.memory_search.cache
                 if cache.enabled and cache.max_entries and report.embedded:
                     with self.store.transaction():
@@ -464,6 +550,10 @@ class Indexer:
                      *, everything: bool = False, lazy: bool = False, strict: bool | None = None) -> SyncReport:
         report = SyncReport()
         strict = everything if strict is None else strict
+        held = None if everything else (store.read_meta() or {}).get("vectorDims")
+        self._width = held if isinstance(held, int) and held > 0 else None
+        self._failed = None
+        self._deadline = deadline
         files, _ = self.list_files()
         report.scanned = len(files)
         rows = {} if everything else store.file_rows()
@@ -661,40 +751,100 @@ class Indexer:
         p = self.provider
         if p is None or not chunks:
             return {}
+        if self._failed is not None:  # asked once this sync already: the same answer, at once
+            raise self._failed[0].with_traceback(None)
         import numpy as np
         cache_on = self.settings.memory_search.cache.enabled
         by_hash = {sha256_text(w): w for c in chunks for w in c.windows}
         hashes = list(by_hash)
         found = {h: np.asarray(v, dtype=np.float32)  # already float32 from SQLite: no copy
                  for h, v in (store.cache_get(p.id, p.model, p.provider_key, hashes) if cache_on else {}).items()}
+        want = p.dims or self._width
+        if want:  # a cached vector of another width (the model changed behind its name) is a miss
+            found = {h: v for h, v in found.items() if v.size == want}
+        elif len({v.size for v in found.values()}) > 1:  # which width is right? the provider says
+            found = {}
         report.cache_hits += len(found)
         missing = [h for h in hashes if h not in found]
         if found and cache_on:
             store.cache_touch(p.id, p.model, p.provider_key, found.keys())
         if missing:
-            texts = [by_hash[h] for h in missing]
-            if on_embedded is not None and _takes_progress(p):
-                have, best = len(hashes) - len(missing), 0
-
-                def step(_what: str, k: int, of: int) -> None:
-                    # windows to chunks, in proportion; ``of`` is the provider's count (a batch
-                    # job's requests), so the share is taken of it
-                    nonlocal best
-                    n = len(chunks) * (have + len(missing) * min(k, of) // max(of, 1)) // len(hashes)
-                    if n > best:
-                        best = n
-                        on_embedded(n)
-
-                vectors = _embed_float32(p, texts, step)
-            else:
-                vectors = _embed_float32(p, texts, None)
-            fresh = dict(zip(missing, vectors, strict=True))
-            del vectors
-            report.embedded += len(missing)
+            fresh = self._embed_missing(p, [by_hash[h] for h in missing], missing, report, chunks, len(hashes),
+                                        on_embedded)
+            width = self._check_width(fresh, found)
+            stale = [h for h, v in found.items() if width is not None and v.size != width]
+            if stale:  # cached before the width was known, and another one than the provider's
+                for h in stale:
+                    del found[h]
+                fresh.update(self._embed_missing(p, [by_hash[h] for h in stale], stale, report, chunks,
+                                                 len(hashes), None))
+                self._check_width(fresh, found)
             if cache_on:
                 store.cache_put(p.id, p.model, p.provider_key, fresh)
             found.update(fresh)
+        else:
+            self._check_width({}, found)
         return found
+
+    def _keyword_only(self, report: SyncReport, chunks: int, exc: BaseException) -> None:
+        """Remember that embedding failed, so this sync asks the provider no more (it already
+        retried: each batch paid the retries again, 4 s a batch when the endpoint was down, and
+        the files are embedded at the next sync anyway); one warning counts every such chunk."""
+        done = self._failed[1] if self._failed is not None else 0
+        msg = f"embedding failed, {done + chunks} chunks indexed for keywords only: {exc}"
+        if self._failed is None:
+            report.warnings.append(msg)
+            self._failed = (exc, chunks, len(report.warnings) - 1)
+        else:
+            report.warnings[self._failed[2]] = msg
+            self._failed = (self._failed[0], done + chunks, self._failed[2])
+
+    def _embed_missing(self, p: EmbeddingProvider, texts: list[str], hashes: list[str], report: SyncReport,
+                       chunks: list[PlannedChunk], windows: int,
+                       on_embedded: Callable[[int], None] | None) -> dict[str, np.ndarray]:
+        """The provider's vectors for ``texts`` (whose hashes are ``hashes``), by hash; a text the
+        provider refuses has none (its chunk is kept for keywords) and the report says so."""
+        step = None
+        if on_embedded is not None and _takes_progress(p):
+            have, best = windows - len(texts), 0
+
+            def step(_what: str, k: int, of: int) -> None:
+                # windows to chunks, in proportion; ``of`` is the provider's count (a batch
+                # job's requests), so the share is taken of it
+                nonlocal best
+                n = len(chunks) * (have + len(texts) * min(k, of) // max(of, 1)) // windows
+                if n > best:
+                    best = n
+                    on_embedded(n)
+
+        timeout = None
+        if self._deadline is not None:  # the provider's retries must not outlast a search's budget
+            timeout = self._deadline - time.monotonic()
+            if timeout <= 0:
+                raise EmbeddingTimeoutError(f"{p.id} embeddings not asked: the sync's time budget is spent",
+                                            provider=p.id)
+        vectors, refusal = _embed_sparing(p, texts, step, timeout)
+        fresh = {h: v for h, v in zip(hashes, vectors, strict=True) if v is not None}
+        del vectors
+        report.embedded += len(fresh)
+        if refusal is not None:
+            msg = (f"{p.id} refused some text ({refusal}); the chunks holding it are indexed for keywords only "
+                   "(a model with a shorter input limit than memdir assumes? they are tried again at the next sync)")
+            if msg not in report.warnings:
+                report.warnings.append(msg)
+        return fresh
+
+    def _check_width(self, fresh: dict[str, np.ndarray], found: dict[str, np.ndarray]) -> int | None:
+        """The width of this batch's vectors (fresh ones decide), checked against the index's."""
+        sizes = {v.size for v in fresh.values()} or {v.size for v in found.values()}
+        if not sizes:
+            return None
+        width = max(sizes)
+        if self._width is None:
+            self._width = width
+        elif width != self._width or len(sizes) > 1:
+            raise VectorWidthChanged(self._width, width)
+        return width
 
     def _write_batch(self, store: Store, batch: list[tuple[FileEntry, SourceDoc, list[PlannedChunk]]],
                      report: SyncReport, *, strict: bool, on_embedded: Callable[[int], None] | None = None) -> int:
@@ -703,15 +853,16 @@ class Indexer:
         with store.transaction():
             try:
                 vectors = self._embed(store, all_chunks, report, on_embedded)
+            except VectorWidthChanged:
+                raise  # nothing of this batch is written: the index is rebuilt instead
             except Exception as exc:
                 if strict or self.provider is None:
                     raise
                 # Keep the text searchable by keywords; the vectors are filled in on a later sync.
                 vectors = {}
-                report.embedding_error = exc
-                msg = f"embedding failed, {len(all_chunks)} chunks indexed for keywords only: {exc}"
-                if msg not in report.warnings:
-                    report.warnings.append(msg)
+                if not (isinstance(exc, EmbeddingTimeoutError) and self._deadline is not None):
+                    report.embedding_error = exc  # not when the sync's budget ran out: no fallback for that
+                self._keyword_only(report, len(all_chunks), exc)
             for f, doc, chunks in batch:
                 rows = []
                 seen: set[str] = set()

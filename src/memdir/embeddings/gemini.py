@@ -23,6 +23,7 @@ from memdir.embeddings.batch import (
     to_int,
 )
 from memdir.embeddings.errors import RemoteEmbeddingError
+from memdir.embeddings.http_client import error_detail
 from memdir.embeddings.remote import (
     RemoteEmbeddingProvider,
     clean_base_url,
@@ -71,19 +72,26 @@ class GeminiProvider(RemoteEmbeddingProvider):
             timeout=timeout,
             deadline=deadline,
             timeout_label="query",
+            inputs=1,
         )
         try:
             return [data["embedding"]["values"]]
         except (KeyError, TypeError):
-            raise shape_error(self.id, "no 'embedding.values'") from None
+            raise shape_error(self.id, "no 'embedding.values'" + error_detail(data)) from None
 
-    def _request_documents(self, texts: list[str], *, timeout: float) -> list[Any]:
+    def _request_documents(self, texts: list[str], *, timeout: float, deadline: float | None = None) -> list[Any]:
         body = {"requests": [self._content(t, "RETRIEVAL_DOCUMENT") for t in texts]}
-        data = self.post(f"{self.base_url}/{self.model_path}:batchEmbedContents", body, timeout=timeout)
+        data = self.post(
+            f"{self.base_url}/{self.model_path}:batchEmbedContents",
+            body,
+            timeout=timeout,
+            deadline=deadline,
+            inputs=len(texts),
+        )
         try:
             return [item["values"] for item in data["embeddings"]]
         except (KeyError, TypeError):
-            raise shape_error(self.id, "no 'embeddings[].values'") from None
+            raise shape_error(self.id, "no 'embeddings[].values'" + error_detail(data)) from None
 
     # -- async batch ---------------------------------------------------------------------------
     def _run_batch_job(

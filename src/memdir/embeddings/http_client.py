@@ -14,6 +14,10 @@ Follows R§5.1 (an HTTP guard that only talks to the configured host; ``<prefix>
 * Error messages carry a one-line body excerpt with the API key and anything secret-looking
   redacted (servers sometimes echo the key they rejected).
 * A caller's overall deadline bounds all attempts together (query embedding's ``timeout``).
+* An attempt's timeout bounds the whole response, not only each read: httpx's read timeout
+  restarts with every byte, so a server trickling its answer held a call for ever.  A body
+  larger than the caller's ``max_bytes`` (a gateway streaming junk) is refused while it is read,
+  before it fills the memory.
 
 httpx is imported when a client is built, never at module import: the CLI's keyword path
 must not pay for it.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -153,8 +158,12 @@ class HttpClient:
         what: str = "embeddings",
         timeout_label: str = "request",
         retry: bool = True,
+        max_bytes: int | None = None,
     ) -> httpx.Response:
-        """Send with retries; return a 2xx response or raise :class:`RemoteEmbeddingError`."""
+        """Send with retries; return a 2xx response or raise :class:`RemoteEmbeddingError`.
+
+        ``timeout`` bounds each attempt from sending to the last byte; ``max_bytes`` caps the
+        (decoded) body of a response."""
         httpx = self._httpx
         timing = self.settings.timing
         policy = self.settings.retry
@@ -186,6 +195,7 @@ class HttpClient:
                     params=params,
                     timeout=attempt_timeout,
                     prefix=prefix,
+                    max_bytes=max_bytes,
                 )
             except httpx.TimeoutException:
                 error = EmbeddingTimeoutError(
@@ -241,8 +251,10 @@ class HttpClient:
         params: Mapping[str, str] | None,
         timeout: float,
         prefix: str,
+        max_bytes: int | None = None,
     ) -> httpx.Response:
         """One attempt; follows same-origin redirects only."""
+        ends = time.monotonic() + timeout  # real time, as httpx's own timeouts
         for _hop in range(4):
             request = self._client.build_request(
                 method,
@@ -256,11 +268,19 @@ class HttpClient:
             )
             sent = request.read()
             self.stats.add(requests=1, bytes_sent=len(sent))
-            response = self._client.send(request)
+            streamed = self._client.send(request, stream=True)
             try:
-                received = response.read()
+                received = self._read_body(streamed, ends, timeout, max_bytes, prefix)
             finally:
-                response.close()
+                streamed.close()
+            # the body as read, in a response of its own (its encoding already undone)
+            response = self._httpx.Response(
+                streamed.status_code,
+                headers=[(k, v) for k, v in streamed.headers.multi_items()
+                         if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")],
+                content=received,
+                request=request,
+            )
             self.stats.add(bytes_received=len(received))
             if not response.is_redirect:
                 return response
@@ -279,6 +299,30 @@ class HttpClient:
                 )
             url, params = str(target), None
         raise RemoteEmbeddingError(f"{prefix} failed: too many redirects", provider=self.provider)
+
+    def _read_body(
+        self, response: httpx.Response, ends: float, timeout: float, max_bytes: int | None, prefix: str
+    ) -> bytes:
+        """The decoded body, given up at ``ends`` (monotonic) or past ``max_bytes`` (an error
+        status keeps what came until then: its status decides, its text is only quoted)."""
+        parts: list[bytes] = []
+        size = 0
+        for part in response.iter_bytes():
+            size += len(part)
+            if max_bytes is not None and size > max_bytes:
+                if response.status_code >= 300:
+                    parts.append(part)
+                    break
+                raise RemoteEmbeddingError(
+                    f"{prefix} failed: {response.status_code} response larger than {max_bytes:,} bytes; "
+                    "refused (is baseUrl an embeddings endpoint?)",
+                    provider=self.provider,
+                    status=response.status_code,
+                )
+            parts.append(part)
+            if time.monotonic() > ends:
+                raise self._httpx.ReadTimeout(f"response not complete after {_fmt_seconds(timeout)}s")
+        return b"".join(parts)
 
     def _http_error(self, response: httpx.Response, prefix: str) -> RemoteEmbeddingError:
         status = response.status_code
@@ -312,6 +356,16 @@ def parse_json(response: httpx.Response, provider: str, what: str = "embeddings"
             provider=provider,
             status=response.status_code,
         ) from None
+
+
+def error_detail(data: Any) -> str:
+    """`` (the response carries an error: <message>)`` when a response, even a 200, holds an
+    ``error`` (an object with a ``message``, or a string as Ollama sends) instead of vectors."""
+    error = data.get("error") if isinstance(data, dict) else None
+    if not error:
+        return ""
+    message = error.get("message") if isinstance(error, dict) else error
+    return f" (the response carries an error: {body_excerpt(str(message or error), 160)})"
 
 
 def shape_error(provider: str, detail: str, what: str = "embeddings") -> RemoteEmbeddingError:

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from memdir.embeddings.http_client import error_detail
 from memdir.embeddings.remote import RemoteEmbeddingProvider, clean_base_url, shape_error
 
 OLLAMA_DEFAULT_BASE_URL = "http://127.0.0.1:11434"
@@ -46,17 +47,18 @@ class OllamaProvider(RemoteEmbeddingProvider):
             timeout=timeout,
             deadline=deadline,
             timeout_label=label,
+            inputs=len(texts),
         )
         vectors = data.get("embeddings") if isinstance(data, dict) else None
         if not isinstance(vectors, list):
-            raise shape_error(self.id, "no 'embeddings' list")
+            raise shape_error(self.id, "no 'embeddings' list" + error_detail(data))
         return vectors
 
     def _request_query(self, text: str, *, timeout: float, deadline: float | None) -> list[Any]:
         return self._embed([text], timeout=timeout, deadline=deadline, label="query")
 
-    def _request_documents(self, texts: list[str], *, timeout: float) -> list[Any]:
-        return self._embed(texts, timeout=timeout, deadline=None, label="batch")
+    def _request_documents(self, texts: list[str], *, timeout: float, deadline: float | None = None) -> list[Any]:
+        return self._embed(texts, timeout=timeout, deadline=deadline, label="batch")
 
 
 #: The factory ``registry.REMOTE_PROVIDERS`` names: (cfg, env, *, model, use_remote_endpoint, timing).

@@ -22,6 +22,7 @@ from memdir.embeddings.batch import (
     to_int,
 )
 from memdir.embeddings.errors import RemoteEmbeddingError
+from memdir.embeddings.http_client import error_detail
 from memdir.embeddings.remote import (
     RemoteEmbeddingProvider,
     body_excerpt,
@@ -49,29 +50,36 @@ class OpenAICompatibleProvider(RemoteEmbeddingProvider):
             timeout=timeout,
             deadline=deadline,
             timeout_label="query" if kind == "query" else "batch",
+            inputs=len(texts),
         )
         return read_openai_data(data, self.id)
 
     def _request_query(self, text: str, *, timeout: float, deadline: float | None) -> list[Any]:
         return self._embeddings([text], "query", timeout=timeout, deadline=deadline)
 
-    def _request_documents(self, texts: list[str], *, timeout: float) -> list[Any]:
-        return self._embeddings(texts, "document", timeout=timeout, deadline=None)
+    def _request_documents(self, texts: list[str], *, timeout: float, deadline: float | None = None) -> list[Any]:
+        return self._embeddings(texts, "document", timeout=timeout, deadline=deadline)
 
 
 def read_openai_data(data: Any, provider: str) -> list[Any]:
-    """``data[].embedding`` sorted by ``index`` (servers may answer out of order)."""
+    """``data[].embedding`` in ``index`` order (servers may answer out of order).
+
+    The indexes must be 0..n-1, each once (or absent everywhere: then the list order counts);
+    a duplicated or missing index would silently give one text another text's vector.
+    """
     items = data.get("data") if isinstance(data, dict) else None
     if not isinstance(items, list):
-        raise shape_error(provider, "no 'data' list")
-    try:
-        ordered = sorted(
-            enumerate(items),
-            key=lambda pair: pair[1].get("index", pair[0]) if isinstance(pair[1], dict) else 0,
-        )
-        return [item["embedding"] for _, item in ordered]
-    except (AttributeError, KeyError, TypeError):
-        raise shape_error(provider, "an item in 'data' has no 'embedding'") from None
+        raise shape_error(provider, "no 'data' list" + error_detail(data))
+    if not all(isinstance(item, dict) and "embedding" in item for item in items):
+        raise shape_error(provider, "an item in 'data' has no 'embedding'")
+    indexes = [item.get("index") for item in items]
+    if all(i is None for i in indexes):
+        return [item["embedding"] for item in items]
+    if sorted(i if isinstance(i, int) and not isinstance(i, bool) else -1 for i in indexes) != list(
+        range(len(items))
+    ):
+        raise shape_error(provider, f"the 'index' fields of 'data' are not 0..{len(items) - 1}, each once")
+    return [item["embedding"] for item in sorted(items, key=lambda item: item["index"])]
 
 
 class OpenAIProvider(OpenAICompatibleProvider):

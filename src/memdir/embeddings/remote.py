@@ -18,6 +18,7 @@ and their public names are re-exported here, where they lived before the split.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -82,6 +83,25 @@ __all__ = [
 ]
 
 log = logging.getLogger("memdir.embeddings")
+
+
+#: The largest response accepted for ``n`` embeddings: :data:`RESPONSE_BASE_BYTES` plus
+#: :data:`RESPONSE_BYTES_PER_VECTOR` each (8192 dimensions as pretty-printed JSON fit with room).
+RESPONSE_BASE_BYTES = 1 << 20
+RESPONSE_BYTES_PER_VECTOR = 512 << 10
+
+
+def response_cap(inputs: int) -> int:
+    """Bytes an answer for ``inputs`` embeddings may take before it is refused as junk."""
+    return RESPONSE_BASE_BYTES + max(1, inputs) * RESPONSE_BYTES_PER_VECTOR
+
+
+def all_finite(vector: Sequence[float]) -> bool:
+    """Whether every value is a finite float (an integer too large for a float is not)."""
+    try:
+        return all(math.isfinite(x) for x in vector)
+    except OverflowError:
+        return False
 
 
 class RemoteEmbeddingProvider:
@@ -264,12 +284,18 @@ class RemoteEmbeddingProvider:
         *,
         custom_ids: Sequence[str] | None = None,
         progress: ProgressCallback | None = None,
+        timeout: float | None = None,
     ) -> list[list[float]]:
-        """Embed documents in order; via the batch API when enabled, else direct 8000-byte groups."""
+        """Embed documents in order; via the batch API when enabled, else direct 8000-byte groups.
+
+        ``timeout`` (seconds) bounds the whole call, retries included (a sync run before a search
+        has a budget of its own); such a call goes to the direct endpoint, never to a batch job."""
         texts = list(texts)
         if not texts:
             return []
         payload = self.outgoing(texts)
+        if timeout is not None:
+            return self._direct(payload, progress, deadline=self.settings.timing.clock() + timeout)
         if self.batch_state.active:
             ids = (
                 default_custom_ids(texts) if custom_ids is None else check_custom_ids(custom_ids, len(texts))
@@ -297,12 +323,17 @@ class RemoteEmbeddingProvider:
         """Direct endpoint only: greedy groups of ≤ 8000 bytes (R§5.3), one request per group."""
         return self._direct(self.outgoing(list(texts)), progress)
 
-    def _direct(self, payload: list[str], progress: ProgressCallback | None) -> list[list[float]]:
+    def _direct(
+        self, payload: list[str], progress: ProgressCallback | None, deadline: float | None = None
+    ) -> list[list[float]]:
         out: list[list[float]] = []
         groups = self.groups(payload)
         for group in groups:
+            timeout = self.settings.batch_timeout
+            if deadline is not None:
+                timeout = min(timeout, max(0.001, deadline - self.settings.timing.clock()))
             vectors = self._request_documents(
-                [payload[i] for i in group], timeout=self.settings.batch_timeout
+                [payload[i] for i in group], timeout=timeout, deadline=deadline
             )
             out.extend(self.finish(vectors, len(group)))
             if progress is not None:
@@ -351,6 +382,10 @@ class RemoteEmbeddingProvider:
                 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vector)
             ):
                 raise shape_error(self.id, "an embedding is not a non-empty list of numbers")
+            if not all_finite(vector):
+                # a broken server (JSON NaN/Infinity, 1e400): zeroing those values, as for the local
+                # model, would keep a corrupted vector in the index and the cache for good
+                raise shape_error(self.id, "an embedding holds a non-finite number (NaN or infinity)")
             with self._lock:
                 if self._dims is None:
                     self._dims = len(vector)
@@ -368,7 +403,10 @@ class RemoteEmbeddingProvider:
         deadline: float | None = None,
         timeout_label: str = "batch",
         what: str = "embeddings",
+        inputs: int | None = None,
     ) -> Any:
+        """POST JSON, return the JSON answer; ``inputs``: how many vectors it should hold, which
+        bounds its size (:func:`response_cap`)."""
         response = self._http.request(
             "POST",
             url,
@@ -378,6 +416,7 @@ class RemoteEmbeddingProvider:
             deadline=deadline,
             timeout_label=timeout_label,
             what=what,
+            max_bytes=None if inputs is None else response_cap(inputs),
         )
         return parse_json(response, self.id, what)
 
@@ -400,7 +439,8 @@ class RemoteEmbeddingProvider:
         """The vectors the server returned for one query (normally exactly one)."""
         raise NotImplementedError
 
-    def _request_documents(self, texts: list[str], *, timeout: float) -> list[Any]:
+    def _request_documents(self, texts: list[str], *, timeout: float, deadline: float | None = None) -> list[Any]:
+        """The vectors the server returned for ``texts``; ``deadline`` (``timing.clock``) ends retries."""
         raise NotImplementedError
 
     def _run_batch_job(

@@ -52,9 +52,13 @@ class Recorded:
 @dataclass
 class Reply:
     status: int = 200
+    #: JSON-able, ``str`` or ``bytes``; or a callable giving the body in parts (then ``headers``
+    #: must hold the Content-Length to announce), for trickling or endless answers.
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    #: Seconds between the parts of a callable ``body``.
+    part_delay: float = 0.0
 
 
 Matcher = Callable[[Recorded], bool]
@@ -72,6 +76,9 @@ class ProviderServer:
         #: (OpenClaw's ``openai`` provider) can be benchmarked on the very same embeddings.
         self.embedder = embedder
         self.record_bodies = record_bodies
+        #: Longer inputs are refused as a model with a short context refuses them (400), e.g. a
+        #: small model behind an OpenAI-compatible URL; ``None``: any length.
+        self.max_input_chars: int | None = None
         self.requests: list[Recorded] = []
         self.violations: list[str] = []
         self.forbidden: list[str] = []
@@ -173,6 +180,9 @@ class ProviderServer:
     def _send(self, h: BaseHTTPRequestHandler, reply: Reply) -> None:
         if reply.delay:
             time.sleep(reply.delay)
+        if callable(reply.body):
+            self._send_parts(h, reply)
+            return
         if isinstance(reply.body, bytes):
             payload = reply.body
         elif isinstance(reply.body, str):
@@ -191,6 +201,21 @@ class ProviderServer:
             h.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (timeout tests)
+
+    def _send_parts(self, h: BaseHTTPRequestHandler, reply: Reply) -> None:
+        try:
+            h.send_response(reply.status)
+            for k, v in {"Content-Type": "application/json", **reply.headers}.items():
+                h.send_header(k, v)
+            h.end_headers()
+            for part in reply.body():
+                h.wfile.write(part)
+                h.wfile.flush()
+                if reply.part_delay:
+                    time.sleep(reply.part_delay)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up, as it should
+        h.close_connection = True
 
     # -- default routes -------------------------------------------------------------------------
     def _bearer_ok(self, rec: Recorded) -> bool:
@@ -233,6 +258,14 @@ class ProviderServer:
             return Reply(200, self.files[m.group(1)], {"Content-Type": "application/octet-stream"})
         return Reply(404, {"error": {"message": f"no route for {rec.method} {path}"}})
 
+    def _too_long(self, texts: list[str]) -> Reply | None:
+        """The 400 a model answers when one input exceeds its context (``max_input_chars``)."""
+        limit = self.max_input_chars
+        if limit is None or all(len(t) <= limit for t in texts):
+            return None
+        return Reply(400, {"error": {"message": f"This model's maximum context length is {limit} tokens, "
+                                                "however you requested more", "type": "invalid_request_error"}})
+
     def _vectors(self, texts: list[str]) -> list[list[float]]:
         if self.embedder is not None:
             return [list(map(float, v)) for v in self.embedder(texts)]
@@ -248,6 +281,8 @@ class ProviderServer:
             return Reply(400, {"error": {"message": "model and input[] are required"}})
         if not all(isinstance(t, str) and t for t in body["input"]):
             return Reply(400, {"error": {"message": "input must be non-empty strings"}})
+        if refused := self._too_long(body["input"]):
+            return refused
         items = [
             {"object": "embedding", "index": i, "embedding": v}
             for i, v in enumerate(self._vectors(body["input"]))
@@ -259,6 +294,8 @@ class ProviderServer:
         body = rec.json
         if not isinstance(body.get("model"), str) or not isinstance(body.get("input"), list):
             return Reply(400, {"error": "model and input are required"})
+        if refused := self._too_long(body["input"]):
+            return refused
         return Reply(200, {"model": body["model"], "embeddings": self._vectors(body["input"])})
 
     def _gemini_embedContent(self, rec: Recorded, model: str) -> Reply:
@@ -276,6 +313,8 @@ class ProviderServer:
             if r.get("model") != f"models/{model}":
                 return Reply(400, {"error": {"message": "model mismatch"}})
         texts = [r["content"]["parts"][0]["text"] for r in requests]
+        if refused := self._too_long(texts):
+            return refused
         return Reply(200, {"embeddings": [{"values": v} for v in self._vectors(texts)]})
 
     def _gemini_asyncBatchEmbedContent(self, rec: Recorded, model: str) -> Reply:
