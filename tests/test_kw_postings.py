@@ -319,3 +319,30 @@ def test_a_warm_memory_finds_each_appended_note_as_a_fresh_process_ranks_it(make
                     theirs = [(r.path, r.start_line, r.end_line, r.score) for r in fresh.search(q, sync=False).results]
                 assert mine == theirs, q
         assert warm.store._postings.describe()["patched"] >= 3
+
+
+def test_a_closed_memory_lets_go_of_its_warm_postings_at_once(make_workspace, tmp_path: Path):
+    """The store's parts refer to one another (callbacks), so what it held warm was freed only
+    when the cyclic GC ran: a process opening one Memory after another held several indexes'
+    postings and vectors at once.  Closing lets go of them there and then."""
+    import gc
+    import weakref
+
+    from memdir.api import Memory
+
+    ws = make_workspace({"memory/2024-01-01.md": "".join(f"- {t}\n\n" for t in _corpus(7, 60))})
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with Memory(ws, state_dir=tmp_path / "s", config={"memorySearch": {"provider": "none"}}) as mem:
+            mem.sync(reason="test")
+            for q in QUERIES[:4]:
+                mem.search(q, sync=False)
+                mem.search(q, sync=False)
+            postings = weakref.ref(mem.store._postings)
+            assert postings() is not None and postings().describe()["phrases"] > 0
+        del mem
+        assert postings() is None
+    finally:
+        if was_enabled:
+            gc.enable()
