@@ -63,7 +63,8 @@ def test_close_lets_a_search_in_another_thread_finish_then_refuses_calls(make_wo
     assert "error" not in out, out.get("error")
     assert out["response"].results[0].path == "MEMORY.md"
 
-    for call in (lambda: mem.search("kafka"), mem.sync, mem.status, lambda: mem.get("MEMORY.md"), mem.watch):
+    for call in (lambda: mem.search("kafka"), mem.sync, mem.status, lambda: mem.get("MEMORY.md"), mem.watch,
+                 lambda: mem.long_term):
         with pytest.raises(MemdirError, match="closed"):
             call()
     assert mem._store is None  # nothing was opened again

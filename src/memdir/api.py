@@ -301,8 +301,10 @@ class Memory(IndexUpkeep):
 
     @property
     def long_term(self) -> Any:
-        """This agent's long-term memory (:class:`memdir.ltm.LongTermMemory`; needs ``memdir[lancedb]``)."""
+        """This agent's long-term memory (:class:`memdir.ltm.LongTermMemory`; needs ``memdir[lancedb]``);
+        :class:`MemoryClosed` once closed (it used to open a new store that nothing closed)."""
         if self._long_term is None:
+            self._check_open()
             from memdir.ltm.memory import LongTermMemory
 
             self._long_term = LongTermMemory.for_memory(self)
