@@ -76,6 +76,12 @@ def env(tmp_path: Path) -> Iterator[Env]:
     e.close()
 
 
+
+def _flushing_agent(e: Any) -> Any:
+    """An agent whose flush is due once a prompt passes 1,500 tokens (100,000 - 98,000 reserved - 500 soft)."""
+    return e.agent(context_window=100_000, flush=FlushSettings(reserve_tokens_floor=98_000, soft_threshold_tokens=500))
+
+
 def test_backend_adapter_satisfies_protocol(env: Env) -> None:
     assert isinstance(env.backend, MemoryBackend)
 
@@ -150,8 +156,7 @@ def test_second_crossing_in_same_cycle_does_not_flush(tmp_path: Path) -> None:
 
     e = Env(tmp_path, responder)
     try:
-        agent = e.agent(context_window=100_000, flush=FlushSettings(reserve_tokens_floor=98_000,
-                                                                     soft_threshold_tokens=500))
+        agent = _flushing_agent(e)
         agent.send("Remember that the office wifi is called Nebula.")  # -> 1600 (threshold 1500)
         agent.send("a")  # flush runs first, then usage -> 1000
         assert agent.stats.flushes == 1
@@ -189,8 +194,7 @@ def test_failed_flush_does_not_break_the_turn_and_is_retried(tmp_path: Path) -> 
     ])
     e = Env(tmp_path, script)
     try:
-        agent = e.agent(context_window=100_000, flush=FlushSettings(reserve_tokens_floor=98_000,
-                                                                     soft_threshold_tokens=500))
+        agent = _flushing_agent(e)
         assert agent.send("hi") == "hello"
         assert agent.send("next") == "still here"
         assert agent.stats.flushes == 0
@@ -214,8 +218,7 @@ def test_a_flush_that_failed_after_writing_is_not_run_again_in_the_cycle(tmp_pat
     ])
     e = Env(tmp_path, script)
     try:
-        agent = e.agent(context_window=100_000, flush=FlushSettings(reserve_tokens_floor=98_000,
-                                                                     soft_threshold_tokens=500))
+        agent = _flushing_agent(e)
         assert agent.send("hi") == "hello"
         assert agent.send("next") == "still here"  # the failed flush never costs the user's turn
         assert env_phase(agent) == ["start", "error"]

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -205,6 +206,13 @@ def test_a_transaction_left_open_by_an_interrupted_call_is_rolled_back(make_work
     mem.close()
 
 
+def _run_script(script: str, ws: Path, state_dir: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``script`` (formatted with ``src`` and ``ws``) in a fresh interpreter with its own state folder."""
+    env = {**os.environ, "MEMDIR_STATE_DIR": str(state_dir)}
+    return subprocess.run([sys.executable, "-c", script.format(src=str(SRC), ws=str(ws))],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
 _FORK_CHILD = """
 import os, signal, sys, threading, time
 sys.path.insert(0, {src!r})
@@ -264,10 +272,7 @@ def test_a_forked_child_opens_its_own_connection_and_locks(make_workspace, state
     # Before: the child used the parent's SQLite connection (which SQLite forbids across fork),
     # and a lock another parent thread held at the fork stayed held in the child forever: its
     # first search hung.
-    ws = make_workspace(FILES)
-    env = {**os.environ, "MEMDIR_STATE_DIR": str(state_dir)}
-    proc = subprocess.run([sys.executable, "-c", _FORK_CHILD.format(src=str(SRC), ws=str(ws))],
-                          capture_output=True, text=True, timeout=40, env=env)
+    proc = _run_script(_FORK_CHILD, make_workspace(FILES), state_dir, timeout=40)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
@@ -311,10 +316,7 @@ os.waitpid(pid, 0)
 def test_a_forked_child_embeds_its_queries(make_workspace, state_dir):
     # Before: the query-embedding pool was the parent's, whose threads a child does not have:
     # every hybrid search in the child waited out its 3 s budget, then fell back to keywords.
-    ws = make_workspace(FILES)
-    env = {**os.environ, "MEMDIR_STATE_DIR": str(state_dir)}
-    proc = subprocess.run([sys.executable, "-c", _FORK_EMBEDDING.format(src=str(SRC), ws=str(ws))],
-                          capture_output=True, text=True, timeout=60, env=env)
+    proc = _run_script(_FORK_EMBEDDING, make_workspace(FILES), state_dir, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "hybrid None"
 
@@ -341,9 +343,7 @@ def test_exiting_while_a_first_index_is_built_in_the_background(make_workspace, 
     notes = {f"memory/2026-01-{i % 28 + 1:02d}-{i}.md": "\n".join(f"- note {i}.{j} about topic{j}" for j in range(40))
              for i in range(150)}
     ws = make_workspace(notes)
-    env = {**os.environ, "MEMDIR_STATE_DIR": str(state_dir)}
-    proc = subprocess.run([sys.executable, "-c", _EXIT_DURING_FIRST_INDEX.format(src=str(SRC), ws=str(ws))],
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = _run_script(_EXIT_DURING_FIRST_INDEX, ws, state_dir, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "exiting", proc.stderr[-2000:]
     assert "terminate" not in proc.stderr
     with Memory(ws) as mem:  # what was built is consistent, and the rest is built on the next sync

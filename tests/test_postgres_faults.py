@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,23 @@ def _in_thread(fn: Any, timeout: float) -> tuple[bool, Any]:
 
 # -- connections --------------------------------------------------------------------------------
 
+@contextmanager
+def _scratch_database(pg_url: str, **settings: str) -> Iterator[tuple[str, str]]:
+    """``(name, url)`` of a new database with pgvector and the given per-database settings,
+    dropped afterwards (connections allowed again first, in case a test refused them)."""
+    db = "t_" + uuid.uuid4().hex[:10]
+    pg_query(pg_url, f'CREATE DATABASE "{db}"')
+    url = pg_url.replace("/postgres?", f"/{db}?") if "/postgres?" in pg_url else pg_url.rsplit("/", 1)[0] + f"/{db}"
+    try:
+        pg_query(url, "CREATE EXTENSION IF NOT EXISTS vector")
+        for name, value in settings.items():
+            pg_query(pg_url, f"ALTER DATABASE \"{db}\" SET {name} = '{value}'")
+        yield db, url
+    finally:
+        pg_query(pg_url, f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS true')
+        pg_query(pg_url, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
 def test_a_long_lived_memory_answers_after_its_connections_are_killed(pg: Backend, make_workspace, tmp_path: Path):
     """A server restart (or pg_terminate_backend) between two searches of an MCP server or a reused
     Memory: the next search failed once per pooled connection before a fresh one was opened."""
@@ -79,11 +98,7 @@ def test_a_database_that_refuses_connections_is_named_in_one_line_then_used_agai
     from memdir.stores import pgconn
 
     monkeypatch.setattr(pgconn, "CONNECT_TIMEOUT", 2, raising=False)
-    db = "t_" + uuid.uuid4().hex[:10]
-    pg_query(pg_url, f'CREATE DATABASE "{db}"')
-    url = pg_url.replace("/postgres?", f"/{db}?") if "/postgres?" in pg_url else pg_url.rsplit("/", 1)[0] + f"/{db}"
-    try:
-        pg_query(url, "CREATE EXTENSION IF NOT EXISTS vector")
+    with _scratch_database(pg_url) as (db, url):
         ws = make_workspace({"memory/a.md": "zebra crossing"})
         with Memory(ws, config=_keyword_config(Backend("postgres", url, "memdir")), state_dir=tmp_path) as mem:
             mem.sync()
@@ -100,9 +115,6 @@ def test_a_database_that_refuses_connections_is_named_in_one_line_then_used_agai
             assert "\n" not in message
             pg_query(pg_url, f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS true')
             assert mem.search("zebra").results
-    finally:
-        pg_query(pg_url, f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS true')
-        pg_query(pg_url, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 def test_a_malformed_dsn_never_prints_the_password(make_workspace, run_cli):
@@ -118,12 +130,7 @@ def test_a_malformed_dsn_never_prints_the_password(make_workspace, run_cli):
 def test_the_writer_lock_outlives_the_servers_idle_session_timeout(pg_url: str, tmp_path: Path):
     """Managed servers often set idle_session_timeout: the lock's connection idles while a sync reads
     and embeds, was closed by the server, and the lock went with it while the sync kept writing."""
-    db = "t_" + uuid.uuid4().hex[:10]
-    pg_query(pg_url, f'CREATE DATABASE "{db}"')
-    url = pg_url.replace("/postgres?", f"/{db}?") if "/postgres?" in pg_url else pg_url.rsplit("/", 1)[0] + f"/{db}"
-    try:
-        pg_query(url, "CREATE EXTENSION IF NOT EXISTS vector")
-        pg_query(pg_url, f"ALTER DATABASE \"{db}\" SET idle_session_timeout = '500ms'")
+    with _scratch_database(pg_url, idle_session_timeout="500ms") as (_, url):
         settings = load_config(overrides=Backend("postgres", url, "memdir").config(), state_dir=tmp_path).settings
         store = open_store(settings)
         lock = store.writer_lock()
@@ -134,8 +141,6 @@ def test_the_writer_lock_outlives_the_servers_idle_session_timeout(pg_url: str, 
         finally:
             lock.release()
             store.close()
-    finally:
-        pg_query(pg_url, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 def test_a_writer_lock_wait_cut_by_a_dropped_connection_leaves_the_lock_usable(pg: Backend, tmp_path: Path):
@@ -203,20 +208,13 @@ def test_a_sync_outlives_the_servers_idle_in_transaction_timeout(pg_url: str, ma
     """A sync's batch transaction is open while the provider embeds: on a server whose
     idle_in_transaction_session_timeout is shorter than that, every sync lost its connection and
     the index could never be built."""
-    db = "t_" + uuid.uuid4().hex[:10]
-    pg_query(pg_url, f'CREATE DATABASE "{db}"')
-    url = pg_url.replace("/postgres?", f"/{db}?") if "/postgres?" in pg_url else pg_url.rsplit("/", 1)[0] + f"/{db}"
-    try:
-        pg_query(url, "CREATE EXTENSION IF NOT EXISTS vector")
-        pg_query(pg_url, f"ALTER DATABASE \"{db}\" SET idle_in_transaction_session_timeout = '500ms'")
+    with _scratch_database(pg_url, idle_in_transaction_session_timeout="500ms") as (_, url):
         ws = make_workspace({"memory/a.md": "the ibis wades", "memory/b.md": "the heron waits"})
         cfg = Backend("postgres", url, "memdir").config({"memorySearch": {"sync": {"onSearch": False}}})
         with Memory(ws, config=cfg, state_dir=tmp_path, provider=_SlowProvider()) as mem:
             report = mem.sync()
             assert report.indexed == 2 and report.embedded == 2
             assert [h.path for h in mem.search("ibis").results][:1] == ["memory/a.md"]
-    finally:
-        pg_query(pg_url, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 def test_no_dsn_at_all_says_where_to_set_one(make_workspace, run_cli, tmp_path: Path):
