@@ -15,7 +15,9 @@ Follows R§5.1 (an HTTP guard that only talks to the configured host; ``<prefix>
   redacted (servers sometimes echo the key they rejected).
 * A caller's overall deadline bounds all attempts together (query embedding's ``timeout``).
 * An attempt's timeout bounds the whole response, not only each read: httpx's read timeout
-  restarts with every byte, so a server trickling its answer held a call for ever.  A body
+  restarts with every byte, so a server trickling its answer held a call for ever (the body is
+  checked here as it is read, the status line and headers by
+  :mod:`memdir.embeddings.http_deadline`).  A body
   larger than the caller's ``max_bytes`` (a gateway streaming junk) is refused while it is read,
   before it fills the memory.
 
@@ -129,11 +131,15 @@ class HttpClient:
                 raise EmbeddingError(f"{self.provider} embeddings: provider is closed")
             if self._client_obj is None:
                 # Proxies from the environment are for the internet, not for this machine.
+                from memdir.embeddings.http_deadline import bound_transports
+
                 self._client_obj = self._httpx.Client(
                     follow_redirects=False,
                     trust_env=not self._loopback,
                     headers={"User-Agent": USER_AGENT},
                 )
+                if not bound_transports(self._client_obj):
+                    log.debug("%s: httpx transports not bounded; only response bodies are", self.provider)
             return self._client_obj
 
     def close(self) -> None:
@@ -164,6 +170,8 @@ class HttpClient:
 
         ``timeout`` bounds each attempt from sending to the last byte; ``max_bytes`` caps the
         (decoded) body of a response."""
+        from memdir.embeddings.http_deadline import attempt_deadline
+
         httpx = self._httpx
         timing = self.settings.timing
         policy = self.settings.retry
@@ -185,18 +193,19 @@ class HttpClient:
                 attempt_timeout = min(timeout, remaining)
             error: RemoteEmbeddingError
             try:
-                response = self._send(
-                    method,
-                    url,
-                    headers=headers,
-                    content=content,
-                    files=files,
-                    data=data,
-                    params=params,
-                    timeout=attempt_timeout,
-                    prefix=prefix,
-                    max_bytes=max_bytes,
-                )
+                with attempt_deadline(time.monotonic() + attempt_timeout):  # real time, as httpx's
+                    response = self._send(
+                        method,
+                        url,
+                        headers=headers,
+                        content=content,
+                        files=files,
+                        data=data,
+                        params=params,
+                        timeout=attempt_timeout,
+                        prefix=prefix,
+                        max_bytes=max_bytes,
+                    )
             except httpx.TimeoutException:
                 error = EmbeddingTimeoutError(
                     f"{prefix} {timeout_label} timed out after {_fmt_seconds(attempt_timeout)}s",

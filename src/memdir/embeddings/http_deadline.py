@@ -1,0 +1,104 @@
+"""A whole-attempt deadline under httpx, down to the socket reads.
+
+httpx's read timeout restarts with every byte, and it is read once for the whole header phase:
+a server trickling its status line and headers a byte at a time held an attempt for as long as it
+liked (the body is bounded by :mod:`memdir.embeddings.http_client` as it is read).  The network
+streams of each connection pool are wrapped so that every read and write waits at most until the
+calling thread's current deadline, set around one attempt with :func:`attempt_deadline`.
+
+It reaches into httpx's transports for their httpcore pools; when a future httpx hides them the
+wrapping is skipped (the body bound still holds).  Imported only when a remote client is built.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpcore
+
+_local = threading.local()
+
+
+@contextmanager
+def attempt_deadline(ends: float) -> Iterator[None]:
+    """Bound every socket read and write of this thread by ``ends`` (``time.monotonic``)."""
+    outer = getattr(_local, "ends", None)
+    _local.ends = ends
+    try:
+        yield
+    finally:
+        _local.ends = outer
+
+
+def _bounded(timeout: float | None, late: type[Exception] = httpcore.ReadTimeout) -> float | None:
+    """``timeout`` cut to what is left of this thread's deadline; ``late`` once it has passed."""
+    ends = getattr(_local, "ends", None)
+    if ends is None:
+        return timeout
+    left = ends - time.monotonic()
+    if left <= 0:
+        raise late("attempt deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _Stream(httpcore.NetworkStream):
+    """A network stream whose waits end at the attempt's deadline."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _bounded(timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _bounded(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore.NetworkStream:
+        return _Stream(self._inner.start_tls(ssl_context, server_hostname, _bounded(timeout, httpcore.ConnectTimeout)))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _Backend(httpcore.NetworkBackend):
+    """Hands out :class:`_Stream`; connecting is bounded by the deadline too."""
+
+    def __init__(self, inner: httpcore.NetworkBackend) -> None:
+        self._inner = inner
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                    local_address: str | None = None,
+                    socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+        bounded = _bounded(timeout, httpcore.ConnectTimeout)
+        return _Stream(self._inner.connect_tcp(host, port, bounded, local_address, socket_options))
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options: Iterable[Any] | None = None) -> httpcore.NetworkStream:
+        bounded = _bounded(timeout, httpcore.ConnectTimeout)
+        return _Stream(self._inner.connect_unix_socket(path, bounded, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def bound_transports(client: Any) -> bool:
+    """Wrap the network backend of every pool ``client`` may use; False if one could not be."""
+    transports = [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]
+    wrapped = True
+    for transport in transports:
+        pool = getattr(transport, "_pool", None)
+        backend = getattr(pool, "_network_backend", None)
+        if backend is None:
+            wrapped = wrapped and transport is None
+            continue
+        if not isinstance(backend, _Backend):
+            pool._network_backend = _Backend(backend)
+    return wrapped
