@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,3 +95,32 @@ def settled_warmup(mem: Any, first: str, second: str, timeout: float = 30) -> di
     warmup = mem.store._warmup
     warmup._thread.join(timeout)
     return dict(warmup.describe())
+
+
+class Trickler:
+    """A raw HTTP server that answers one request with ``head``, then one ``line`` (formatted with
+    its number ``n``) every 50 ms for as long as the client listens: httpx's read timeout restarts
+    with every byte."""
+
+    def __init__(self, head: bytes, line: str) -> None:
+        self.head, self.line = head, line
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.lines_sent = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.recv(65536)
+            try:
+                conn.sendall(self.head)
+                for n in range(1000):
+                    conn.sendall(self.line.format(n=n).encode())
+                    self.lines_sent += 1
+                    time.sleep(0.05)
+            except OSError:  # the client hung up
+                pass
+
+    def close(self) -> None:
+        self.sock.close()

@@ -6,13 +6,16 @@ import io
 import itertools
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from helpers import Trickler
 from memdir.agent import Agent, AgentOptions, ChatClient, MemoryBackend, MemoryIndexBackend, chat_main
 from memdir.api import Memory
 from memdir.config import load_config
@@ -411,6 +414,21 @@ def test_bad_api_key_surfaces_error(env: Env) -> None:
     with pytest.raises(RuntimeError, match="401"):
         agent.send("hi")
     client.close()
+
+
+def test_a_trickling_chat_reply_is_bounded_by_the_timeout() -> None:
+    # httpx's read timeout restarts with every byte: a model API trickling its reply held a turn
+    # (and the pre-compaction flush) for as long as it liked
+    trickler = Trickler(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9999\r\n\r\n", " ")
+    client = ChatClient(trickler.url, "scripted", timeout=0.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(httpx.TimeoutException):
+            client.complete([{"role": "user", "content": "hi"}])
+        assert time.monotonic() - started < 2.0
+    finally:
+        client.close()
+        trickler.close()
 
 
 def test_chat_main_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,9 +5,7 @@ at query time.  Each test failed before the fix it guards."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from helpers import Trickler
 from memdir.api import Memory
 from memdir.embeddings.errors import EmbeddingTimeoutError, RemoteEmbeddingError
 from memdir.embeddings.registry import create_provider
@@ -109,37 +108,10 @@ def test_a_trickling_answer_is_bounded_by_the_timeout(server: ProviderServer) ->
     assert time.monotonic() - started < 2.0
 
 
-class HeaderTrickler:
-    """A raw HTTP server that sends a status line, then one header line every 50 ms for as long
-    as the client listens (httpx's read timeout restarts with every byte)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.lines_sent = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        conn, _ = self.sock.accept()
-        with conn:
-            conn.recv(65536)
-            try:
-                conn.sendall(b"HTTP/1.1 200 OK\r\n")
-                for n in range(1000):
-                    conn.sendall(f"X-Pad-{n}: x\r\n".encode())
-                    self.lines_sent += 1
-                    time.sleep(0.05)
-            except OSError:  # the client hung up
-                pass
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 def test_trickling_headers_are_bounded_by_the_timeout() -> None:
     # a status line and headers trickled a line at a time held the attempt for as long as the
     # server liked (1,000 lines: 50 s against a 0.5 s timeout)
-    trickler = HeaderTrickler()
+    trickler = Trickler(b"HTTP/1.1 200 OK\r\n", "X-Pad-{n}: x\r\n")
     try:
         cfg = make_cfg("openai", f"{trickler.url}/v1", batchTimeoutSeconds=0.5, maxRetries=0)
         p = create_provider("openai", cfg, {}, timing=FakeTiming().timing())

@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -165,9 +166,13 @@ class ChatClient:
     def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 120.0):
         import httpx  # optional dependency, only needed by the agent
 
+        from memdir.embeddings.http_deadline import bound_transports
+
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.model = model
+        self.timeout = timeout
         self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        bound_transports(self._http)  # the timeout bounds the whole reply, not each read
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                  timeout: float | None = None) -> ChatReply:
@@ -180,7 +185,10 @@ class ChatClient:
                                   "headers": {"Content-Type": "application/json"}}
         if timeout is not None:
             kwargs["timeout"] = timeout
-        resp = self._http.post("/chat/completions", **kwargs)
+        from memdir.embeddings.http_deadline import attempt_deadline
+
+        with attempt_deadline(time.monotonic() + (self.timeout if timeout is None else timeout)):
+            resp = self._http.post("/chat/completions", **kwargs)
         if resp.status_code >= 400:
             raise ChatError(f"chat API returned {resp.status_code}: {resp.text[:500]}")
         data = resp.json()
