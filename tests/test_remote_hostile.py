@@ -184,6 +184,25 @@ def test_a_forced_rebuild_never_takes_cached_vectors_of_another_width(make_works
         assert mem.store.read_meta()["vectorDims"] == 16
 
 
+def test_a_forced_rebuild_from_a_fully_warm_cache_asks_the_provider_its_width(make_workspace, server) -> None:
+    ws = make_workspace(NOTES)
+    with Memory(ws, config=openai_cfg(server)) as mem:
+        mem.sync()
+    server.dims = 16  # nothing new to embed: every vector the rebuild needs is in the cache
+    with Memory(ws, config=openai_cfg(server)) as mem:
+        assert any("16 dimensions, the index's 8" in i for i in mem.status(deep=True)["issues"])
+    with Memory(ws, config=openai_cfg(server)) as mem:  # a new process, as `memdir index --force`
+        # before: the cache's 8-dimension vectors were written back, and searches stayed on keywords
+        report = mem.sync(force=True)
+        assert report.full and stored_widths(mem) == {16}
+        assert mem.search("Kafka billing", sync=False).mode == "hybrid"
+    with Memory(ws, config=openai_cfg(server)) as mem:
+        requests = len(server.requests)
+        assert mem.sync(force=True).full and len(server.requests) == requests + 1  # one probe, then the cache
+        assert mem.sync(force=True).full and len(server.requests) == requests + 1  # the width is known now
+        assert stored_widths(mem) == {16}
+
+
 def test_an_input_the_model_refuses_costs_only_its_own_vector(make_workspace, server) -> None:
     ws = make_workspace({**NOTES, "memory/2026-01-12.md": "- LONGWORD and more words. " * 40 + "\n"})
     server.max_input_chars = 600  # a small model behind the URL: memdir sends up to 8000 bytes

@@ -371,6 +371,8 @@ class Indexer:
         self._skipped: list[Skipped] = []
         #: Width of the vectors in the index being written (its meta's, else the first written).
         self._width: int | None = None
+        #: A full build whose provider has not told its width yet: ask it once (see _learn_width).
+        self._probe_width = False
         #: The embedding error that made this sync index text for keywords only, how many chunks
         #: so far, and where its warning is.
         self._failed: tuple[BaseException, int, int] | None = None
@@ -552,6 +554,7 @@ class Indexer:
         strict = everything if strict is None else strict
         held = None if everything else (store.read_meta() or {}).get("vectorDims")
         self._width = held if isinstance(held, int) and held > 0 else None
+        self._probe_width = everything
         self._failed = None
         self._deadline = deadline
         files, _ = self.list_files()
@@ -759,6 +762,8 @@ class Indexer:
         hashes = list(by_hash)
         found = {h: np.asarray(v, dtype=np.float32)  # already float32 from SQLite: no copy
                  for h, v in (store.cache_get(p.id, p.model, p.provider_key, hashes) if cache_on else {}).items()}
+        if found and len(found) == len(hashes) and self._probe_width and not p.dims:
+            self._learn_width(p, next(iter(by_hash.values())))
         want = p.dims or self._width
         if want:  # a cached vector of another width (the model changed behind its name) is a miss
             found = {h: v for h, v in found.items() if v.size == want}
@@ -785,6 +790,17 @@ class Indexer:
         else:
             self._check_width({}, found)
         return found
+
+    def _learn_width(self, p: EmbeddingProvider, text: str) -> None:
+        """Embed one text so the provider tells its width before a full build takes cached
+        vectors: a model that changed width behind its name left ``index --force`` writing the old
+        vectors back from the cache when nothing new needed embedding (the searches stayed on
+        keywords, advised to rebuild).  If the provider cannot answer, the cache is used as is."""
+        self._probe_width = False
+        try:
+            p.embed_batch([text])
+        except Exception:  # down or refusing: the build goes on from the cache
+            pass
 
     def _keyword_only(self, report: SyncReport, chunks: int, exc: BaseException) -> None:
         """Remember that embedding failed, so this sync asks the provider no more (it already
