@@ -162,3 +162,37 @@ def test_directory_named_like_markdown_is_refused(mem: Memory):
     (mem.workspace / "memory" / "folder.md").mkdir()
     with pytest.raises(PathError, match="not a file"):
         mem.get("memory/folder.md")
+
+
+def test_a_folder_swapped_for_a_symlink_after_the_check_is_not_read_through(mem: Memory, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch):
+    """memory_get checked the path, then opened it by name: a folder replaced by a symlink to
+    outside in between (TOCTOU) made it read the outside file.  The read now walks down from the
+    root one folder at a time without following symlinks."""
+    import shutil
+
+    import memdir.workspace as workspace
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.md").write_text("TOP SECRET")
+    sub = mem.workspace / "memory" / "sub"
+    sub.mkdir()
+    (sub / "x.md").write_text("inside")
+    checked = workspace.resolve_readable
+
+    def check_then_swap(*args, **kwargs):
+        resolved = checked(*args, **kwargs)
+        shutil.rmtree(sub)
+        os.symlink(outside, sub)
+        return resolved
+
+    monkeypatch.setattr(workspace, "resolve_readable", check_then_swap)
+    with pytest.raises(PathError, match=r"symlinks are not followed: memory/sub$"):
+        mem.get("memory/sub/x.md")
+    extra = mem.settings.extra_paths[0]
+    (extra / "deep").mkdir()
+    (extra / "deep" / "x.md").write_text("team")
+    sub = extra / "deep"  # the folder the next check swaps
+    with pytest.raises(PathError, match="symlinks are not followed"):
+        mem.get(str(extra / "deep" / "x.md"))

@@ -323,6 +323,9 @@ class ResolvedPath:
     abs_path: Path
     rel: str
     root: Path
+    #: The root is a configured extra folder, itself refused as a symlink (the workspace, or the
+    #: folder holding an extra file, may be reached through one).
+    root_nofollow: bool = False
 
 
 def _within(path: Path, root: Path) -> bool:
@@ -371,13 +374,14 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
             raise PathError(f"cannot access {rel_path(workspace, probe)}: {exc.strerror}") from exc
         if stat.S_ISLNK(st.st_mode):
             raise PathError(f"symlinks are not followed: {rel_path(workspace, probe)}")
-    if root != workspace and root in extra_paths:
+    nofollow = root != workspace and root in extra_paths
+    if nofollow:
         try:
             if stat.S_ISLNK(os.lstat(root).st_mode):
                 raise PathError(f"symlinks are not followed: {root}")
         except FileNotFoundError:
             pass
-    return ResolvedPath(absolute, rel, root)
+    return ResolvedPath(absolute, rel, root, nofollow)
 
 
 def read_allowed(path: str | os.PathLike[str], rel: str, *, dir_fd: int | None = None,
@@ -399,9 +403,54 @@ def read_allowed(path: str | os.PathLike[str], rel: str, *, dir_fd: int | None =
         raise refuse(f"cannot read {rel}: {exc.strerror}") from exc
 
 
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def read_resolved(resolved: ResolvedPath) -> bytes | None:
+    """The bytes at a path :func:`resolve_readable` allowed (``None``: missing), opened one folder
+    at a time from its root, never through a symlink.
+
+    Why: that check looks at the path, and opening it by name later follows whatever is there
+    then; a folder swapped for a symlink in between (TOCTOU) would let the read leave the root.
+    Each folder is opened with ``O_NOFOLLOW`` relative to the one above, so what is checked is
+    what is read.
+    """
+    parts = resolved.abs_path.relative_to(resolved.root).parts
+    shown = resolved.rel.split("/")
+    try:
+        fd = os.open(resolved.root, _DIR_FLAGS | (_NOFOLLOW if resolved.root_nofollow else 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(resolved.root):
+            raise PathError(f"symlinks are not followed: {resolved.root}") from exc
+        raise PathError(f"cannot access {resolved.root}: {_errname(exc)}") from exc
+    try:
+        for i, part in enumerate(parts[:-1]):
+            try:
+                below = os.open(part, _DIR_FLAGS | _NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                folder = "/".join(shown[: len(shown) - len(parts) + i + 1])
+                try:
+                    link = stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
+                except OSError:
+                    link = False
+                if link:
+                    raise PathError(f"symlinks are not followed: {folder}") from exc
+                raise PathError(f"cannot access {folder}: {_errname(exc)}") from exc
+            os.close(fd)
+            fd = below
+        return read_allowed(parts[-1], resolved.rel, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
 def read_lines(resolved: ResolvedPath, from_line: int | None = None, lines: int | None = None) -> str:
     """File text, or a 1-based slice of it; a missing file reads as ``""`` (R§10.2)."""
-    raw = read_allowed(resolved.abs_path, resolved.rel)
+    raw = read_resolved(resolved)
     if raw is None:
         return ""
     text = decode_note(raw)
