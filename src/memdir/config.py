@@ -674,6 +674,9 @@ def normalise_keys(model: type[BaseModel], raw: Any, where: str, where_file: Pat
             known = ", ".join(sorted(set(spellings.values())))
             raise ConfigError(f"unknown config key '{dotted}'{hint}{_in_file(where_file)} (known keys here: {known})")
         name, info = found
+        if any(isinstance(v, str) and "\0" in v for v in (value if isinstance(value, list) else [value])):
+            # a JSON "\u0000" passes the file's own NUL check; as a path it failed later, unnamed
+            raise ConfigError(f"{dotted}{_in_file(where_file)}: contains a NUL byte")
         sub = _submodel(info.annotation)
         many = get_origin(info.annotation) is list
         if sub is not None and value is not None:
@@ -853,6 +856,10 @@ def load_config(
     for callers that only want to inspect settings).
     """
     env = os.environ if env is None else env
+    for key, given in (("workspace", workspace), ("agent_id", agent_id), ("state_dir", state_dir),
+                       ("config_path", config_path)):
+        if given is not None and "\0" in str(given):
+            raise ConfigError(f"{key.replace('_', ' ')} {str(given)!r} contains a NUL byte")
     origins: Origins = {}
     data: dict[str, Any] = Settings().model_dump()
 
