@@ -293,3 +293,17 @@ def test_a_nul_byte_in_a_path_is_a_configuration_error_naming_the_key(tmp_path: 
         load_config(workspace=ws, overrides={"memorySearch": {"extraPaths": ["a\u0000"]}})
     with pytest.raises(ConfigError, match=r"workspace .* contains a NUL byte"):
         load_config(workspace=f"{ws}\u0000x")
+
+
+def test_a_home_path_without_a_home_is_refused_not_made_in_the_current_folder(homeless: None, tmp_path: Path):
+    """With no home to expand ``~`` to, the default state dir ``~/.memdir`` became a folder named
+    ``~`` in whatever directory memdir ran in (and the index with it)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with pytest.raises(ConfigError, match=r"stateDir = '~/\.memdir'.*MEMDIR_STATE_DIR"):
+        load_config(workspace=ws, env={})
+    with pytest.raises(ConfigError, match=r"memorySearch\.extraPaths = '~/notes'"):
+        load_config(workspace=ws, state_dir=tmp_path / "state", env={},
+                    overrides={"memorySearch": {"extraPaths": ["~/notes"]}})
+    assert load_config(workspace=ws, state_dir=tmp_path / "state", env={}).settings.state_path == tmp_path / "state"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]
