@@ -196,3 +196,19 @@ def test_a_folder_swapped_for_a_symlink_after_the_check_is_not_read_through(mem:
     sub = extra / "deep"  # the folder the next check swaps
     with pytest.raises(PathError, match="symlinks are not followed"):
         mem.get(str(extra / "deep" / "x.md"))
+
+
+def test_an_extra_folder_named_like_markdown_is_readable_as_it_is_indexed(make_workspace, keyword_config,
+                                                                          tmp_path: Path):
+    """extraPaths ``notes.md`` that is a folder: discovery walked and indexed it, but memory_get took
+    it for a file by its suffix and refused every search result under it ("path not allowed")."""
+    folder = tmp_path / "notes.md"
+    folder.mkdir()
+    (folder / "a.md").write_text("- the kiwi plan\n")
+    ws = make_workspace({"MEMORY.md": "- base\n"})
+    cfg = {"memorySearch": {**keyword_config["memorySearch"], "extraPaths": [str(folder)]}}
+    with Memory(ws, config=cfg) as mem:
+        [hit] = mem.search("kiwi").results
+        assert (hit.path, mem.get(hit.path).text) == ("../notes.md/a.md", "- the kiwi plan\n")
+        with pytest.raises(PathError, match="not a file"):
+            mem.get(str(folder))

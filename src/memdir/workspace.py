@@ -328,10 +328,6 @@ class ResolvedPath:
     root_nofollow: bool = False
 
 
-def _within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
 def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sessions: bool = False) -> ResolvedPath:
     """Check a requested path against the allowed roots without touching anything outside them;
     ``sessions``: the refusal also names session transcripts (only then readable)."""
@@ -347,11 +343,13 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
     if not rel.startswith("..") and is_memory_path(rel):
         root = workspace
     else:
+        # An extra path is a file when it is asked for itself, a folder when something below it is
+        # (not by its suffix: discovery walks a folder named ``notes.md`` too).
         for extra in extra_paths:
-            if extra.suffix == ".md" and absolute == extra:
+            if absolute == extra:
                 root = extra.parent
                 break
-            if extra.suffix != ".md" and _within(absolute, extra):
+            if extra in absolute.parents:
                 root = extra
                 break
     if root is None:
