@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from memdir.daily import daily_rel_path, today
+from memdir.reading import read_regular
 from memdir.tools import ChatType, chat_type_from_session_key, resolve_citations_mode
 from memdir.workspace import MEMORY_DIR
 
@@ -117,19 +118,13 @@ class SessionContext:
 
 
 def _read_regular(path: Path) -> str | None:
-    """A regular, non-symlink file's text, or ``None`` (missing, symlink, unreadable)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    """A regular, non-symlink file's text, or ``None`` (missing, symlink, FIFO or other special
+    file, unreadable).  Through :func:`memdir.reading.read_regular`: opened without
+    ``O_NONBLOCK``, a FIFO named ``MEMORY.md`` blocked the session start until a writer came."""
     try:
-        fd = os.open(path, flags)
+        return read_regular(path).decode("utf-8", errors="replace")
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read().decode("utf-8", errors="replace")
-    finally:
-        os.close(fd)
 
 
 def _curated_memory(workspace: Path) -> tuple[str, str] | None:
