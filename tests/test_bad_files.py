@@ -221,3 +221,34 @@ def test_get_as_a_subprocess_never_hangs_on_a_fifo_extra_path(make_workspace, st
                           "--config", str(cfg)], capture_output=True, text=True, timeout=60,
                          env=cli_env(state_dir))
     assert out.returncode == 1 and "FIFO" in out.stderr
+
+
+def test_a_note_too_large_to_read_is_skipped_and_named(make_workspace, run_cli, keyword_config):
+    """A sparse 10 GB ``memory/huge.md`` was read whole into memory by the indexer and by
+    ``memory_get`` (and one appended to faster than it was read never finished).  Notes over
+    64 MiB are skipped by the index, refused by ``memory_get``, each with the reason."""
+    from memdir.reading import MAX_NOTE_BYTES, NoteTooLarge
+
+    ws = make_workspace({"MEMORY.md": "- the kiwi plan\n"})
+    huge = ws / "memory" / "huge.md"
+    huge.parent.mkdir()
+    with open(huge, "wb") as fh:
+        fh.truncate(10 << 30)  # sparse: no disk used
+    out = run_cli("-w", str(ws), "index", "--json", env={"MEMDIR_PROVIDER": "none"})
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["indexed"] == 1
+    assert report["skipped"] == [{"path": "memory/huge.md",
+                                  "error": "10,240 MiB, larger than the 64 MiB a note may be"}]
+    got = run_cli("-w", str(ws), "get", "memory/huge.md", env={"MEMDIR_PROVIDER": "none"})
+    assert got.returncode == 1 and "larger than the 64 MiB a note may be" in got.stderr, got.stderr
+    assert huge.stat().st_size == 10 << 30
+
+    # a file appended to faster than it is read: os.read never says EOF
+    grown = ws / "memory" / "grown.md"
+    grown.write_bytes(b"x" * 1024)
+    reads = iter([b"x" * (1 << 20)] * ((MAX_NOTE_BYTES >> 20) + 2))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "read", lambda fd, n: next(reads, b""))
+        with pytest.raises(NoteTooLarge, match="grew past the 64 MiB"):
+            read_regular(grown)

@@ -37,6 +37,22 @@ class NotRegularFile(OSError):
     """A memory path that is a FIFO, socket, device or folder: refused before it is read."""
 
 
+#: The most bytes a note may have: a 10 GB (sparse) ``memory/x.md`` was read whole into memory by
+#: the indexer and ``memory_get``, and one appended to faster than it was read was never done.
+MAX_NOTE_BYTES = 64 << 20
+
+
+class NoteTooLarge(OSError):
+    """A note over :data:`MAX_NOTE_BYTES`: refused (the indexer skips it, naming the reason)."""
+
+
+def _too_large(size: int | None) -> NoteTooLarge:
+    limit = f"the {MAX_NOTE_BYTES >> 20} MiB a note may be"
+    if size is None:
+        return NoteTooLarge(errno.EFBIG, f"grew past {limit} while being read")
+    return NoteTooLarge(errno.EFBIG, f"{size / (1 << 20):,.0f} MiB, larger than {limit}")
+
+
 def read_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> bytes:
     """The bytes of a regular file, refusing anything else *before* reading it.
 
@@ -45,18 +61,25 @@ def read_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> 
     open descriptor then refuses it, so a file swapped for a FIFO after discovery is caught too.
     Symlinks are never followed (``O_NOFOLLOW``).  ``dir_fd``: ``path`` is a name in that open
     folder, so a folder swapped for a symlink after it was opened cannot redirect the read.
+    A file over :data:`MAX_NOTE_BYTES` raises :class:`NoteTooLarge`, before or while it is read.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags, dir_fd=dir_fd)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(errno.EINVAL, f"{kind_of(mode)}, not a regular file", str(path))
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"{kind_of(st.st_mode)}, not a regular file", str(path))
+        if st.st_size > MAX_NOTE_BYTES:
+            raise _too_large(st.st_size)
         parts = []
+        total = 0
         while True:
             block = os.read(fd, 1 << 20)
             if not block:
                 break
+            total += len(block)
+            if total > MAX_NOTE_BYTES:
+                raise _too_large(None)
             parts.append(block)
         return b"".join(parts)
     finally:
