@@ -252,3 +252,21 @@ def test_a_note_too_large_to_read_is_skipped_and_named(make_workspace, run_cli, 
         mp.setattr(os, "read", lambda fd, n: next(reads, b""))
         with pytest.raises(NoteTooLarge, match="grew past the 64 MiB"):
             read_regular(grown)
+
+
+def test_a_session_transcript_over_the_note_limit_stays_readable(make_workspace):
+    """The note size limit is for Markdown notes: a long session transcript (tool output, pasted
+    files) is read by memory_get as the indexer reads it, whatever its size."""
+    from memdir.reading import MAX_NOTE_BYTES
+
+    ws = make_workspace({"MEMORY.md": "- base\n"})
+    cfg = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                            "experimental": {"sessionMemory": True}}}
+    with Memory(ws, config=cfg) as mem:
+        folder = mem.settings.sessions_dir
+        folder.mkdir(parents=True)
+        message = {"type": "message", "timestamp": 1_700_000_000_000, "message": {"role": "user", "content": "kiwi"}}
+        with open(folder / "a.jsonl", "w") as fh:
+            fh.write(json.dumps(message) + "\n")
+            fh.write(json.dumps({"type": "custom", "pad": "x" * MAX_NOTE_BYTES}) + "\n")
+        assert mem.get("sessions/a.jsonl", from_line=1, lines=1).text == "User: kiwi"

@@ -11,6 +11,7 @@ import errno
 import os
 import re
 import stat
+import sys
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
@@ -46,14 +47,15 @@ class NoteTooLarge(OSError):
     """A note over :data:`MAX_NOTE_BYTES`: refused (the indexer skips it, naming the reason)."""
 
 
-def _too_large(size: int | None) -> NoteTooLarge:
-    limit = f"the {MAX_NOTE_BYTES >> 20} MiB a note may be"
+def _too_large(size: int | None, most: int) -> NoteTooLarge:
+    limit = f"the {most >> 20} MiB a note may be"
     if size is None:
         return NoteTooLarge(errno.EFBIG, f"grew past {limit} while being read")
     return NoteTooLarge(errno.EFBIG, f"{size / (1 << 20):,.0f} MiB, larger than {limit}")
 
 
-def read_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> bytes:
+def read_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None,
+                 limit: int | None = MAX_NOTE_BYTES) -> bytes:
     """The bytes of a regular file, refusing anything else *before* reading it.
 
     ``O_NONBLOCK`` makes opening a FIFO return at once instead of waiting for a writer (a FIFO
@@ -61,7 +63,8 @@ def read_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> 
     open descriptor then refuses it, so a file swapped for a FIFO after discovery is caught too.
     Symlinks are never followed (``O_NOFOLLOW``).  ``dir_fd``: ``path`` is a name in that open
     folder, so a folder swapped for a symlink after it was opened cannot redirect the read.
-    A file over :data:`MAX_NOTE_BYTES` raises :class:`NoteTooLarge`, before or while it is read.
+    A file over ``limit`` bytes (``None``: no limit) raises :class:`NoteTooLarge`, before or while
+    it is read.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags, dir_fd=dir_fd)
@@ -69,8 +72,9 @@ def read_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> 
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile(errno.EINVAL, f"{kind_of(st.st_mode)}, not a regular file", str(path))
-        if st.st_size > MAX_NOTE_BYTES:
-            raise _too_large(st.st_size)
+        most = sys.maxsize if limit is None else limit
+        if st.st_size > most:
+            raise _too_large(st.st_size, most)
         parts = []
         total = 0
         while True:
@@ -78,8 +82,8 @@ def read_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> 
             if not block:
                 break
             total += len(block)
-            if total > MAX_NOTE_BYTES:
-                raise _too_large(None)
+            if total > most:
+                raise _too_large(None, most)
             parts.append(block)
         return b"".join(parts)
     finally:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memdir.reading import NotRegularFile, decode_note, kind_of, read_regular
+from memdir.reading import MAX_NOTE_BYTES, NotRegularFile, decode_note, kind_of, read_regular
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
 MEMORY_DIR = "memory"
@@ -383,12 +383,12 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
 
 
 def read_allowed(path: str | os.PathLike[str], rel: str, *, dir_fd: int | None = None,
-                 refuse: Callable[[str], PathError] = PathError) -> bytes | None:
+                 refuse: Callable[[str], PathError] = PathError, limit: int | None = MAX_NOTE_BYTES) -> bytes | None:
     """The bytes ``memory_get`` reads at an allowed path (``rel``, as the caller names it), or
-    ``None`` for a missing file (R§10.2); anything but a regular file, a symlink included, is
-    refused with ``refuse(message)``."""
+    ``None`` for a missing file (R§10.2); anything but a regular file, a symlink included, or a
+    file over ``limit`` bytes is refused with ``refuse(message)``."""
     try:
-        return read_regular(path, dir_fd=dir_fd)
+        return read_regular(path, dir_fd=dir_fd, limit=limit)
     except FileNotFoundError:
         return None
     except NotRegularFile as exc:
