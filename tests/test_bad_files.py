@@ -270,3 +270,33 @@ def test_a_session_transcript_over_the_note_limit_stays_readable(make_workspace)
             fh.write(json.dumps(message) + "\n")
             fh.write(json.dumps({"type": "custom", "pad": "x" * MAX_NOTE_BYTES}) + "\n")
         assert mem.get("sessions/a.jsonl", from_line=1, lines=1).text == "User: kiwi"
+
+
+def test_a_folder_swapped_for_a_symlink_after_discovery_brings_nothing_into_the_index(
+        make_workspace, keyword_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Discovery skips symlinks, but the indexer then opened each listed file by its path: a folder
+    replaced by a symlink to outside between the listing and the read had the outside file
+    indexed, and searchable.  Each file is now read from its root, no folder followed."""
+    import shutil
+
+    import memdir.sync as sync_mod
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.md").write_text("- walrus TOP SECRET\n")
+    ws = make_workspace({"MEMORY.md": "- base walrus\n", "memory/sub/x.md": "- walrus inside\n"})
+    listed = sync_mod.discover
+
+    def list_then_swap(*args, **kwargs):
+        found = listed(*args, **kwargs)
+        if (ws / "memory" / "sub").is_dir() and not (ws / "memory" / "sub").is_symlink():
+            shutil.rmtree(ws / "memory" / "sub")
+            os.symlink(outside, ws / "memory" / "sub")
+        return found
+
+    monkeypatch.setattr(sync_mod, "discover", list_then_swap)
+    with Memory(ws, config=keyword_config) as mem:
+        report = mem.sync()
+        assert report.skipped == [{"path": "memory/sub/x.md", "error": "memory/sub is a symlink (not followed)"}]
+        texts = [r.snippet for r in mem.search("walrus", max_results=10).results]
+    assert texts and not any("SECRET" in t for t in texts), texts

@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Sequence
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
@@ -88,3 +89,61 @@ def read_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None,
         return b"".join(parts)
     finally:
         os.close(fd)
+
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def open_beneath(root: str | os.PathLike[str], folders: Sequence[str], *, root_nofollow: bool = False) -> int:
+    """An open descriptor of the folder ``root/folders[0]/...``, each folder opened relative to the
+    one above with ``O_NOFOLLOW``: what is read through it is below ``root`` whatever is swapped
+    for a symlink meanwhile (a path checked, then opened by name, follows what is there then).
+
+    ``OSError`` names the folder that failed (``filename``: the ``/``-joined ``folders`` up to it,
+    ``""`` for ``root``); one that is a symlink raises ``ELOOP``.
+    """
+    try:
+        fd = os.open(root, _DIR_FLAGS | (_NOFOLLOW if root_nofollow else 0))
+    except OSError as exc:
+        raise _named(exc, "", os.path.islink(root)) from exc
+    for depth, name in enumerate(folders, start=1):
+        try:
+            below = os.open(name, _DIR_FLAGS | _NOFOLLOW, dir_fd=fd)
+        except OSError as exc:
+            try:
+                link = stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+            except OSError:
+                link = False
+            os.close(fd)
+            raise _named(exc, "/".join(folders[:depth]), link) from exc
+        os.close(fd)
+        fd = below
+    return fd
+
+
+def _named(exc: OSError, where: str, link: bool) -> OSError:
+    if link:
+        return OSError(errno.ELOOP, f"{where or 'its root'} is a symlink (not followed)", where)
+    return type(exc)(exc.errno, exc.strerror, where)
+
+
+def read_beneath(root: str | os.PathLike[str], rel: str, *, limit: int | None = MAX_NOTE_BYTES) -> bytes:
+    """:func:`read_regular` of ``root/rel`` (``/``-separated, below ``root``), its folders opened by
+    :func:`open_beneath`: the indexer's read of a file discovery listed, so a folder swapped for a
+    symlink after the listing cannot bring a file from outside into the index."""
+    *folders, name = rel.split("/")
+    fd = open_beneath(root, folders)
+    try:
+        return read_regular(name, dir_fd=fd, limit=limit)
+    finally:
+        os.close(fd)
+
+
+def read_note(abs_path: str, root: str = "") -> bytes:
+    """A listed note's bytes: from ``root`` by :func:`read_beneath` when ``abs_path`` is below it
+    (what discovery records), else by path."""
+    prefix = root if root.endswith("/") else root + "/"
+    if root and abs_path.startswith(prefix):
+        return read_beneath(root, abs_path[len(prefix):])
+    return read_regular(abs_path)

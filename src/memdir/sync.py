@@ -31,6 +31,7 @@ from memdir.errors import IndexOwnershipError, MemoryClosed, ownership_message
 from memdir.indexing_switches import INDEXING
 from memdir.lock import LockTimeout
 from memdir.progress import ProgressFile
+from memdir.reading import read_note
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
 from memdir.timezones import resolve_timezone
 from memdir.workspace import (
@@ -40,7 +41,6 @@ from memdir.workspace import (
     decode_note,
     discover,
     display_path,
-    read_regular,
     restat,
     valid_name,
 )
@@ -131,7 +131,8 @@ class SourceDoc:
 
 def read_memory_file(entry: FileEntry) -> SourceDoc | None:
     try:
-        raw = read_regular(entry.abs_path)  # a FIFO or device is refused, never opened for reading
+        # a FIFO or device is refused, never opened; no folder on the way from its root is followed
+        raw = read_note(entry.abs_path, entry.root)
     except FileNotFoundError:
         return None  # vanished between listing and reading: not an error (R§2)
     return SourceDoc(decode_note(raw), hashlib.sha256(raw).hexdigest())
@@ -666,7 +667,7 @@ class Indexer:
             if size >= WORKER_BATCH_BYTES:
                 batches.append([])
                 size = 0
-            batches[-1].append((str(f.abs_path), f.path, self._curated(f)))
+            batches[-1].append((str(f.abs_path), f.root, f.path, self._curated(f)))
             size += f.size
         model = self.model_name
         worker: ChunkWorker | None = None

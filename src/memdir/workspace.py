@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memdir.reading import MAX_NOTE_BYTES, NotRegularFile, decode_note, kind_of, read_regular
+from memdir.reading import MAX_NOTE_BYTES, NotRegularFile, decode_note, kind_of, open_beneath, read_regular
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
 MEMORY_DIR = "memory"
@@ -31,6 +31,9 @@ class FileEntry:
     source: str
     mtime_ns: int
     size: int
+    #: The allowed root it was found under (``abs_path`` is below it): the indexer reads it from
+    #: there without following a symlink (:func:`memdir.reading.read_beneath`); ``""``: by path.
+    root: str = ""
 
 
 @dataclass
@@ -171,7 +174,8 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             folders.append((str(workspace), _folder_id(os.stat(workspace))))
         except OSError:
             folders = None
-    candidates: list[tuple[str, str, os.stat_result]] = []
+    candidates: list[tuple[str, str, os.stat_result, str]] = []
+    base = str(workspace)
     for name in ROOT_FILES:
         p = workspace / name
         try:
@@ -183,7 +187,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             found.skipped.append(Skipped(name, _errname(exc)))
             continue
         if stat.S_ISREG(st.st_mode):
-            candidates.append((str(p), name, st))
+            candidates.append((str(p), name, st, base))
         elif stat.S_ISLNK(st.st_mode):
             # never followed (a link could lead anywhere), but said: a user who keeps MEMORY.md in
             # a dotfiles repo and links it in would otherwise wonder why it is never found
@@ -197,7 +201,8 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         if stat.S_ISDIR(st.st_mode):
             if folders is not None:
                 folders.append((str(mem_dir), _folder_id(st)))
-            candidates.extend(_walk(str(mem_dir), MEMORY_DIR + "/", found.issues, found.skipped, folders))
+            candidates.extend((*c, base) for c in _walk(str(mem_dir), MEMORY_DIR + "/", found.issues, found.skipped,
+                                                        folders))
     except OSError as exc:
         if not isinstance(exc, FileNotFoundError):
             found.issues.append(f"memory directory not accessible ({mem_dir}): {_errname(exc)}")
@@ -213,22 +218,23 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         if stat.S_ISLNK(st.st_mode):
             continue
         if stat.S_ISDIR(st.st_mode):
-            candidates.extend(_walk(str(extra), rel_path(workspace, extra) + "/", found.issues, found.skipped))
+            candidates.extend((*c, str(extra)) for c in _walk(str(extra), rel_path(workspace, extra) + "/",
+                                                              found.issues, found.skipped))
         elif stat.S_ISREG(st.st_mode) and extra.name.endswith(".md"):
             if valid_name(str(extra)):
-                candidates.append((str(extra), rel_path(workspace, extra), st))
+                candidates.append((str(extra), rel_path(workspace, extra), st, str(extra.parent)))
             else:
                 found.skipped.append(Skipped(display_path(rel_path(workspace, extra)), "file name is not valid UTF-8"))
         elif extra.name.endswith(".md"):
             found.skipped.append(Skipped(display_path(rel_path(workspace, extra)),
                                          f"{kind_of(st.st_mode)}, not a regular file"))
     seen: set[tuple[int, int]] = set()
-    for abs_path, rel, st in candidates:
+    for abs_path, rel, st, root in candidates:
         identity = (st.st_dev, st.st_ino)  # same file reached twice (overlapping extraPaths)
         if identity in seen:
             continue
         seen.add(identity)
-        found.files.append(FileEntry(rel, abs_path, "memory", st.st_mtime_ns, st.st_size))
+        found.files.append(FileEntry(rel, abs_path, "memory", st.st_mtime_ns, st.st_size, root))
     if not found.files:
         found.issues.insert(0, f"no memory files found in {workspace}")
     if folders is not None and not found.issues and not found.skipped:
@@ -258,7 +264,7 @@ def restat(listing: Discovery) -> list[FileEntry] | None:
             st = os.lstat(f.abs_path)
             if not stat.S_ISREG(st.st_mode):
                 return None
-            files.append(FileEntry(f.path, f.abs_path, f.source, st.st_mtime_ns, st.st_size))
+            files.append(FileEntry(f.path, f.abs_path, f.source, st.st_mtime_ns, st.st_size, f.root))
     except OSError:
         return None
     return files
@@ -401,47 +407,27 @@ def read_allowed(path: str | os.PathLike[str], rel: str, *, dir_fd: int | None =
         raise refuse(f"cannot read {rel}: {exc.strerror}") from exc
 
 
-_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-
-
 def read_resolved(resolved: ResolvedPath) -> bytes | None:
-    """The bytes at a path :func:`resolve_readable` allowed (``None``: missing), opened one folder
-    at a time from its root, never through a symlink.
+    """The bytes at a path :func:`resolve_readable` allowed (``None``: missing), its folders opened
+    one at a time from its root, never through a symlink (:func:`memdir.reading.open_beneath`).
 
     Why: that check looks at the path, and opening it by name later follows whatever is there
     then; a folder swapped for a symlink in between (TOCTOU) would let the read leave the root.
-    Each folder is opened with ``O_NOFOLLOW`` relative to the one above, so what is checked is
-    what is read.
     """
-    parts = resolved.abs_path.relative_to(resolved.root).parts
+    *folders, name = resolved.abs_path.relative_to(resolved.root).parts
     shown = resolved.rel.split("/")
     try:
-        fd = os.open(resolved.root, _DIR_FLAGS | (_NOFOLLOW if resolved.root_nofollow else 0))
+        fd = open_beneath(resolved.root, folders, root_nofollow=resolved.root_nofollow)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(resolved.root):
-            raise PathError(f"symlinks are not followed: {resolved.root}") from exc
-        raise PathError(f"cannot access {resolved.root}: {_errname(exc)}") from exc
+        depth = len(exc.filename.split("/")) if exc.filename else 0
+        where = "/".join(shown[: len(shown) - len(folders) - 1 + depth]) if depth else str(resolved.root)
+        if exc.errno == errno.ELOOP:
+            raise PathError(f"symlinks are not followed: {where}") from exc
+        raise PathError(f"cannot access {where}: {_errname(exc)}") from exc
     try:
-        for i, part in enumerate(parts[:-1]):
-            try:
-                below = os.open(part, _DIR_FLAGS | _NOFOLLOW, dir_fd=fd)
-            except FileNotFoundError:
-                return None
-            except OSError as exc:
-                folder = "/".join(shown[: len(shown) - len(parts) + i + 1])
-                try:
-                    link = stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
-                except OSError:
-                    link = False
-                if link:
-                    raise PathError(f"symlinks are not followed: {folder}") from exc
-                raise PathError(f"cannot access {folder}: {_errname(exc)}") from exc
-            os.close(fd)
-            fd = below
-        return read_allowed(parts[-1], resolved.rel, dir_fd=fd)
+        return read_allowed(name, resolved.rel, dir_fd=fd)
     finally:
         os.close(fd)
 
