@@ -375,6 +375,8 @@ class Indexer:
         #: The embedding error that made this sync index text for keywords only, how many chunks
         #: so far, and where its warning is.
         self._failed: tuple[BaseException, int, int] | None = None
+        #: The provider's token counter failed this sync (see :meth:`_windows`).
+        self._uncounted = False
         #: When the running sync must end (monotonic; a sync before a search has a budget).
         self._deadline: float | None = None
         #: The last reusable listing of memory files, with what it was listed for.
@@ -554,6 +556,7 @@ class Indexer:
         held = None if everything else (store.read_meta() or {}).get("vectorDims")
         self._width = held if isinstance(held, int) and held > 0 else None
         self._failed = None
+        self._uncounted = False
         self._deadline = deadline
         files, _ = self.list_files()
         report.scanned = len(files)
@@ -737,8 +740,16 @@ class Indexer:
         if INDEXING["windows"] and isinstance(max_tokens, int) and max_tokens > 0:
             budget = max_tokens - 2  # the model's [CLS] and [SEP]
             counter = getattr(p, "count_tokens", None)
-            count = counter if callable(counter) else _estimate_tokens
-            pieces = embedding_windows(text, budget, count)
+            count = counter if callable(counter) and not self._uncounted else _estimate_tokens
+            try:
+                pieces = embedding_windows(text, budget, count)
+            except Exception:
+                # The model cannot even count (a damaged model file fails to load): this used to
+                # abort the whole sync, keyword index included.  Its embedding fails the same way
+                # next, and that is handled (keywords only, or the old index kept); until then,
+                # estimate, without loading it again for every chunk.
+                self._uncounted = True
+                pieces = embedding_windows(text, budget, _estimate_tokens)
         limit = p.max_input_bytes
         return [piece for w in pieces for piece in split_by_bytes(w, limit)]
 
