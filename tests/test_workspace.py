@@ -212,3 +212,21 @@ def test_an_extra_folder_named_like_markdown_is_readable_as_it_is_indexed(make_w
         assert (hit.path, mem.get(hit.path).text) == ("../notes.md/a.md", "- the kiwi plan\n")
         with pytest.raises(PathError, match="not a file"):
             mem.get(str(folder))
+
+
+def test_a_file_name_with_a_backslash_is_read_as_it_is_indexed(mem: Memory, tmp_path: Path):
+    """memory_get took every backslash for a separator (an agent on Windows writes them), so
+    ``memory/a\\b.md``, a valid name here and indexed as such, read as missing.  The name as
+    given wins when it is an allowed file; a backslash still never leads out of the roots."""
+    ws = mem.workspace
+    (ws / "memory" / "a\\b.md").write_text("- backslash note\n")
+    (ws / "memory" / "sub").mkdir()
+    (ws / "memory" / "sub" / "c.md").write_text("- nested note\n")
+    (ws / "memory\\..\\MEMORY.md").write_text("not memory: a file in the workspace root\n")
+    mem.sync()
+    assert "memory/a\\b.md" in [f.path for f in discover(ws).files]
+    assert mem.get("memory/a\\b.md").as_dict() == {"text": "- backslash note\n", "path": "memory/a\\b.md"}
+    assert mem.get("memory\\sub\\c.md").text == "- nested note\n"
+    assert mem.get("memory\\..\\MEMORY.md").as_dict() == {"text": "line 1\nline 2\nline 3", "path": "MEMORY.md"}
+    with pytest.raises(PathError, match="not allowed"):
+        mem.get("memory\\..\\..\\secret.md")

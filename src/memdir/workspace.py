@@ -334,6 +334,20 @@ class ResolvedPath:
     root_nofollow: bool = False
 
 
+def _allowed_root(absolute: Path, rel: str, workspace: Path, extra_paths: list[Path]) -> Path | None:
+    """The allowed root ``absolute`` (``rel`` to the workspace, normalised) is below, if any."""
+    if rel in ROOT_FILES or (rel.startswith(MEMORY_DIR + "/") and len(rel) > len(MEMORY_DIR) + 1):
+        return workspace
+    # An extra path is a file when it is asked for itself, a folder when something below it is
+    # (not by its suffix: discovery walks a folder named ``notes.md`` too).
+    for extra in extra_paths:
+        if absolute == extra:
+            return extra.parent
+        if extra in absolute.parents:
+            return extra
+    return None
+
+
 def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sessions: bool = False) -> ResolvedPath:
     """Check a requested path against the allowed roots without touching anything outside them;
     ``sessions``: the refusal also names session transcripts (only then readable)."""
@@ -342,22 +356,16 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
         raise PathError("path required")
     if "\x00" in text:
         raise PathError("invalid path: contains a NUL byte")
-    candidate = Path(os.path.expanduser(text.replace("\\", "/")))
-    absolute = Path(os.path.normpath(candidate if candidate.is_absolute() else workspace / candidate))
-    rel = rel_path(workspace, absolute)
-    root: Path | None = None
-    if not rel.startswith("..") and is_memory_path(rel):
-        root = workspace
-    else:
-        # An extra path is a file when it is asked for itself, a folder when something below it is
-        # (not by its suffix: discovery walks a folder named ``notes.md`` too).
-        for extra in extra_paths:
-            if absolute == extra:
-                root = extra.parent
-                break
-            if extra in absolute.parents:
-                root = extra
-                break
+    # A backslash is a separator to an agent on Windows, but a file name character here: the name
+    # as given wins when it is an allowed file (``memory/a\b.md`` is indexed under that name).
+    spellings = [text, text.replace("\\", "/")] if "\\" in text else [text]
+    for spelling in spellings:
+        candidate = Path(os.path.expanduser(spelling))
+        absolute = Path(os.path.normpath(candidate if candidate.is_absolute() else workspace / candidate))
+        rel = rel_path(workspace, absolute)
+        root = _allowed_root(absolute, rel, workspace, extra_paths)
+        if root is not None and (spelling is spellings[-1] or os.path.lexists(absolute)):
+            break
     if root is None:
         also = ", session transcripts as sessions/<name>.jsonl" if sessions else ""
         raise PathError(
