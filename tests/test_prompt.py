@@ -257,3 +257,14 @@ def test_a_fifo_memory_md_never_blocks_the_session_start(make_workspace):
     out = subprocess.run([sys.executable, "-c", script, str(ws)], capture_output=True, text=True, timeout=20)
     assert out.returncode == 0, out.stderr
     assert "yesterday's note" in out.stdout and "MEMORY.md" not in out.stdout
+
+
+def test_a_symlinked_memory_folder_is_not_read_at_session_start(make_workspace, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "2026-03-04.md").write_text("- outside secret\n")
+    ws = make_workspace({"MEMORY.md": "- curated\n"})
+    os.symlink(outside, ws / "memory")
+    text = build_session_context(workspace=ws, chat_type="direct", timezone="UTC",
+                                 now=dt.datetime(2026, 3, 4, 12, tzinfo=dt.UTC)).text
+    assert "curated" in text and "outside secret" not in text
