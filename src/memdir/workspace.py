@@ -415,6 +415,10 @@ def read_allowed(path: str | os.PathLike[str], rel: str, *, dir_fd: int | None =
         raise refuse(f"cannot read {rel}: {exc.strerror}") from exc
 
 
+#: Longest path Linux opens (``PATH_MAX``, with its NUL).
+PATH_MAX = 4096
+
+
 def read_resolved(resolved: ResolvedPath) -> bytes | None:
     """The bytes at a path :func:`resolve_readable` allowed (``None``: missing), its folders opened
     one at a time from its root, never through a symlink (:func:`memdir.reading.open_beneath`).
@@ -422,6 +426,8 @@ def read_resolved(resolved: ResolvedPath) -> bytes | None:
     Why: that check looks at the path, and opening it by name later follows whatever is there
     then; a folder swapped for a symlink in between (TOCTOU) would let the read leave the root.
     """
+    if len(os.fsencode(resolved.abs_path)) >= PATH_MAX:  # as os.open of the whole path says (a walk would not)
+        raise PathError(f"cannot read {resolved.rel}: {os.strerror(errno.ENAMETOOLONG)}")
     *folders, name = resolved.abs_path.relative_to(resolved.root).parts
     shown = resolved.rel.split("/")
     try:
