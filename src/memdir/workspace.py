@@ -8,6 +8,7 @@ allowed root, and name the real error instead of a catch-all "path required".
 from __future__ import annotations
 
 import errno
+import math
 import os
 import stat
 import sys
@@ -444,6 +445,19 @@ def read_resolved(resolved: ResolvedPath) -> bytes | None:
         return read_allowed(name, resolved.rel, dir_fd=fd)
     finally:
         os.close(fd)
+
+
+def line_number(name: str, value: object) -> int | None:
+    """``from_line``/``lines`` of :meth:`memdir.api.Memory.get` as an integer (a float is truncated,
+    as the tools do); anything else is a ``TypeError``/``ValueError`` naming the parameter, not
+    "cannot convert float NaN to integer"."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, not {value}")
+    return int(value)
 
 
 def read_lines(resolved: ResolvedPath, from_line: int | None = None, lines: int | None = None) -> str:
