@@ -131,3 +131,18 @@ def pg(pg_url: str) -> Iterator[Backend]:
     schema = "t_" + uuid.uuid4().hex[:12]
     yield Backend("postgres", pg_url, schema)
     pg_query(pg_url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def homeless(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No ``$HOME`` and no passwd entry (a container run as a bare uid), run from ``tmp_path``."""
+    import pwd
+
+    for name in ("HOME", "MEMDIR_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_entry(uid: int) -> pwd.struct_passwd:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    monkeypatch.chdir(tmp_path)

@@ -500,3 +500,32 @@ def test_memdir_chat_exits_1_when_no_turn_got_through(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert proc.stderr.count("error:") == 2, proc.stderr
+
+
+def test_tool_numbers_of_any_shape_never_break_the_turn(tmp_path: Path) -> None:
+    """A JSON integer of 400 digits (valid JSON) raised OverflowError out of ``memory_search``,
+    ending the turn with its tool call unanswered; a minScore of ``"high"`` failed the search as
+    "unavailable".  They are read as the MCP tools read them: not a usable number, so absent."""
+    captured: list[list[dict[str, Any]]] = []
+
+    def record(body: dict[str, Any]) -> dict[str, Any]:
+        captured.append(body["messages"])
+        return {"content": "done"}
+
+    huge = 10**400
+    script = ScriptQueue([
+        {"tool_calls": [{"name": "memory_search", "arguments": {"query": "Rex", "maxResults": huge}},
+                        {"name": "memory_search", "arguments": {"query": "Rex", "minScore": "high"}},
+                        {"name": "memory_get", "arguments": {"path": "MEMORY.md", "from": huge, "lines": -huge}}]},
+        record,
+    ])
+    e = Env(tmp_path, script)
+    try:
+        (e.ws / "MEMORY.md").write_text("# Pets\nThe dog is called Rex.\n")
+        e.memory.sync()
+        assert e.agent().send("what is the dog called") == "done"
+        big, worded, got = [json.loads(m["content"]) for m in captured[0] if m["role"] == "tool"]
+        assert [r["path"] for r in big["results"]] == [r["path"] for r in worded["results"]] == ["MEMORY.md"]
+        assert got == {"text": "# Pets\nThe dog is called Rex.\n", "path": "MEMORY.md"}
+    finally:
+        e.close()

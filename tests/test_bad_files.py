@@ -221,3 +221,82 @@ def test_get_as_a_subprocess_never_hangs_on_a_fifo_extra_path(make_workspace, st
                           "--config", str(cfg)], capture_output=True, text=True, timeout=60,
                          env=cli_env(state_dir))
     assert out.returncode == 1 and "FIFO" in out.stderr
+
+
+def test_a_note_too_large_to_read_is_skipped_and_named(make_workspace, run_cli, keyword_config):
+    """A sparse 10 GB ``memory/huge.md`` was read whole into memory by the indexer and by
+    ``memory_get`` (and one appended to faster than it was read never finished).  Notes over
+    64 MiB are skipped by the index, refused by ``memory_get``, each with the reason."""
+    from memdir.reading import MAX_NOTE_BYTES, NoteTooLarge
+
+    ws = make_workspace({"MEMORY.md": "- the kiwi plan\n"})
+    huge = ws / "memory" / "huge.md"
+    huge.parent.mkdir()
+    with open(huge, "wb") as fh:
+        fh.truncate(10 << 30)  # sparse: no disk used
+    out = run_cli("-w", str(ws), "index", "--json", env={"MEMDIR_PROVIDER": "none"})
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["indexed"] == 1
+    assert report["skipped"] == [{"path": "memory/huge.md",
+                                  "error": "10,240 MiB, larger than the 64 MiB a note may be"}]
+    got = run_cli("-w", str(ws), "get", "memory/huge.md", env={"MEMDIR_PROVIDER": "none"})
+    assert got.returncode == 1 and "larger than the 64 MiB a note may be" in got.stderr, got.stderr
+    assert huge.stat().st_size == 10 << 30
+
+    # a file appended to faster than it is read: os.read never says EOF
+    grown = ws / "memory" / "grown.md"
+    grown.write_bytes(b"x" * 1024)
+    reads = iter([b"x" * (1 << 20)] * ((MAX_NOTE_BYTES >> 20) + 2))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "read", lambda fd, n: next(reads, b""))
+        with pytest.raises(NoteTooLarge, match="grew past the 64 MiB"):
+            read_regular(grown)
+
+
+def test_a_session_transcript_over_the_note_limit_stays_readable(make_workspace):
+    """The note size limit is for Markdown notes: a long session transcript (tool output, pasted
+    files) is read by memory_get as the indexer reads it, whatever its size."""
+    from memdir.reading import MAX_NOTE_BYTES
+
+    ws = make_workspace({"MEMORY.md": "- base\n"})
+    cfg = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                            "experimental": {"sessionMemory": True}}}
+    with Memory(ws, config=cfg) as mem:
+        folder = mem.settings.sessions_dir
+        folder.mkdir(parents=True)
+        message = {"type": "message", "timestamp": 1_700_000_000_000, "message": {"role": "user", "content": "kiwi"}}
+        with open(folder / "a.jsonl", "w") as fh:
+            fh.write(json.dumps(message) + "\n")
+            fh.write(json.dumps({"type": "custom", "pad": "x" * MAX_NOTE_BYTES}) + "\n")
+        assert mem.get("sessions/a.jsonl", from_line=1, lines=1).text == "User: kiwi"
+
+
+def test_a_folder_swapped_for_a_symlink_after_discovery_brings_nothing_into_the_index(
+        make_workspace, keyword_config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Discovery skips symlinks, but the indexer then opened each listed file by its path: a folder
+    replaced by a symlink to outside between the listing and the read had the outside file
+    indexed, and searchable.  Each file is now read from its root, no folder followed."""
+    import shutil
+
+    import memdir.sync as sync_mod
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.md").write_text("- walrus TOP SECRET\n")
+    ws = make_workspace({"MEMORY.md": "- base walrus\n", "memory/sub/x.md": "- walrus inside\n"})
+    listed = sync_mod.discover
+
+    def list_then_swap(*args, **kwargs):
+        found = listed(*args, **kwargs)
+        if (ws / "memory" / "sub").is_dir() and not (ws / "memory" / "sub").is_symlink():
+            shutil.rmtree(ws / "memory" / "sub")
+            os.symlink(outside, ws / "memory" / "sub")
+        return found
+
+    monkeypatch.setattr(sync_mod, "discover", list_then_swap)
+    with Memory(ws, config=keyword_config) as mem:
+        report = mem.sync()
+        assert report.skipped == [{"path": "memory/sub/x.md", "error": "memory/sub is a symlink (not followed)"}]
+        texts = [r.snippet for r in mem.search("walrus", max_results=10).results]
+    assert texts and not any("SECRET" in t for t in texts), texts

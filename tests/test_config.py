@@ -270,3 +270,40 @@ def test_missing_workspace_is_an_error(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"from \$MEMDIR_WORKSPACE"):
         load_config(env={"MEMDIR_WORKSPACE": str(tmp_path / "gone")})
     assert load_config(workspace=tmp_path / "nope", check_workspace=False).settings.workspace_path.name == "nope"
+
+
+def test_a_nul_byte_in_a_path_is_a_configuration_error_naming_the_key(tmp_path: Path, run_cli):
+    """JSON's ``"\\u0000"`` passes the file's own NUL check; in extraPaths or store.path it failed
+    every command later with a bare "embedded null byte" that named no key (and the API raised a
+    plain ValueError)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "MEMORY.md").write_text("- kiwi\n")
+    cfg = ws / "memdir.json"
+    for section, key in (({"extraPaths": ["notes\u0000x"]}, "memorySearch.extraPaths"),
+                         ({"store": {"path": "/tmp/x\u0000.sqlite"}}, "memorySearch.store.path")):
+        cfg.write_text(json.dumps({"memorySearch": {"provider": "none", **section}}))
+        for command in (["index"], ["search", "kiwi"], ["get", "MEMORY.md"]):
+            out = run_cli("-w", str(ws), *command)
+            assert out.returncode == 1, (command, out.stdout)
+            assert f"{key} in {cfg}: contains a NUL byte" in out.stderr, out.stderr
+            assert "Traceback" not in out.stderr
+    cfg.unlink()
+    with pytest.raises(ConfigError, match="extraPaths: contains a NUL byte"):
+        load_config(workspace=ws, overrides={"memorySearch": {"extraPaths": ["a\u0000"]}})
+    with pytest.raises(ConfigError, match=r"workspace .* contains a NUL byte"):
+        load_config(workspace=f"{ws}\u0000x")
+
+
+def test_a_home_path_without_a_home_is_refused_not_made_in_the_current_folder(homeless: None, tmp_path: Path):
+    """With no home to expand ``~`` to, the default state dir ``~/.memdir`` became a folder named
+    ``~`` in whatever directory memdir ran in (and the index with it)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with pytest.raises(ConfigError, match=r"stateDir = '~/\.memdir'.*MEMDIR_STATE_DIR"):
+        load_config(workspace=ws, env={})
+    with pytest.raises(ConfigError, match=r"memorySearch\.extraPaths = '~/notes'"):
+        load_config(workspace=ws, state_dir=tmp_path / "state", env={},
+                    overrides={"memorySearch": {"extraPaths": ["~/notes"]}})
+    assert load_config(workspace=ws, state_dir=tmp_path / "state", env={}).settings.state_path == tmp_path / "state"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]

@@ -275,3 +275,21 @@ def test_a_max_results_that_is_not_finite_is_refused_in_words(make_workspace):
             with pytest.raises(ValueError, match="max_results must be a whole number"):
                 mem.search("walrus", max_results=bad)
         assert [r.path for r in mem.search("walrus", max_results=2.0).results] == ["MEMORY.md"]
+
+
+def test_get_arguments_of_the_wrong_type_are_named(make_workspace, keyword_config):
+    """``Memory.get(123)`` raised "'int' object has no attribute 'strip'" and ``from_line=nan``
+    "cannot convert float NaN to integer"; each now names the argument (floats still truncate)."""
+    from memdir.api import Memory
+
+    ws = make_workspace({"MEMORY.md": "line 1\nline 2\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        for path in (123, b"MEMORY.md", None):
+            with pytest.raises(TypeError, match="path must be a string"):
+                mem.get(path)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="from_line must be a finite number"):
+            mem.get("MEMORY.md", from_line=float("nan"))
+        for bad in ("2", [1], True):
+            with pytest.raises(TypeError, match="lines must be an integer"):
+                mem.get("MEMORY.md", lines=bad)  # type: ignore[arg-type]
+        assert mem.get("MEMORY.md", from_line=2.9, lines=1).text == "line 2"  # type: ignore[arg-type]

@@ -474,3 +474,65 @@ def test_loaded_model_embeds_the_query_on_the_searching_thread() -> None:
     assert np.allclose(cold, warm, atol=1e-6)
     p.close()
     assert p.loaded_in_process is False
+
+
+def test_without_a_home_folder_the_model_runs_without_its_cache(homeless: None, make_workspace,
+                                                               tmp_path: Path) -> None:
+    """With no ``$HOME`` and no passwd entry, finding the model cache raised ``RuntimeError`` out of
+    every index and search ("Could not determine home directory.").  The cache is optional: the
+    model now runs without it, and nothing is written into the folder memdir runs in."""
+    from memdir.api import Memory
+    from memdir.embeddings import int8
+
+    ws = make_workspace({"MEMORY.md": "- the kiwi plan ships on friday\n"})
+    with Memory(ws, config={"memorySearch": {"provider": "local"}}) as mem:
+        mem.sync()
+        found = mem.search("when does the kiwi plan ship")
+    assert found.fallback is None and found.mode == "hybrid", found.as_dict()
+    assert [r.path for r in found.results] == ["MEMORY.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state", "ws"]
+    with pytest.raises(OSError, match="MEMDIR_CACHE_DIR"):
+        int8.cache_dir()
+
+
+def test_a_relative_xdg_cache_home_is_ignored(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The XDG spec says a relative path there is invalid; it put the cache in the current folder."""
+    from memdir.embeddings import int8
+
+    monkeypatch.delenv("MEMDIR_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", "cache")
+    assert int8.cache_dir() == tmp_path / "home" / ".cache" / "memdir"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert int8.cache_dir() == tmp_path / "xdg" / "memdir"
+
+
+def test_a_model_that_cannot_load_leaves_keyword_search_working(tmp_path: Path, onnx_file: Path,
+                                                                tokenizer_file: Path, make_workspace,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A truncated model file: planning each chunk's windows asked the model to count tokens, which
+    loaded it, and the load error aborted the whole sync, so not even keyword search worked.  Now
+    the text is indexed for keywords (the failure named in a warning), the search says it fell
+    back, and the broken model is not loaded again for every chunk."""
+    from memdir.api import Memory
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.onnx").write_bytes(onnx_file.read_bytes()[:3_000_000])
+    (folder / "tokenizer.json").write_bytes(tokenizer_file.read_bytes())
+    loads = []
+    real_load = local.OnnxBackend.load
+    monkeypatch.setattr(local.OnnxBackend, "load", lambda self: (loads.append(1), real_load(self))[1])
+    notes = "".join(f"## Day {i}\n\n- the kiwi plan, step {i}\n\n" for i in range(40))
+    ws = make_workspace({"MEMORY.md": notes})
+    cfg = {"memorySearch": {"provider": "local", "local": {"modelPath": str(folder)}}}
+    with Memory(ws, config=cfg) as mem:
+        report = mem.sync()
+        assert report.indexed == 1 and report.chunks == 40
+        [warning] = report.warnings
+        assert warning.startswith("embedding failed, 40 chunks indexed for keywords only"), warning
+        assert "could not load the ONNX model" in warning
+        assert len(loads) <= 3, len(loads)
+        found = mem.search("kiwi plan step 7")
+    assert found.results and found.results[0].path == "MEMORY.md"
+    assert found.fallback is not None and "could not load the ONNX model" in found.fallback["reason"]

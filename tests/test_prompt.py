@@ -238,3 +238,33 @@ def test_unknown_timezone_falls_back_to_the_machines_zone(make_workspace):
     ws = make_workspace({"memory/2026-03-04.md": "- today note\n"})
     ctx = build_session_context(workspace=ws, chat_type="direct", timezone="Mars/Olympus_Mons", now=MAR4)
     assert ctx.files  # no exception: the log is today's (or yesterday's) in the machine's zone
+
+
+def test_a_fifo_memory_md_never_blocks_the_session_start(make_workspace):
+    """The session-start reader opened MEMORY.md without ``O_NONBLOCK``: a FIFO there (or as
+    today's log) blocked ``build_session_context`` (and the chat's first turn) until a writer came.
+    Run as a subprocess so a regression fails on its timeout instead of hanging the suite."""
+    import subprocess
+    import sys
+
+    day = dt.date(2026, 3, 4)
+    ws = make_workspace({f"memory/{day - dt.timedelta(days=1)}.md": "- yesterday's note\n"})
+    os.mkfifo(ws / "MEMORY.md")
+    os.mkfifo(ws / "memory" / f"{day}.md")
+    script = ("import datetime as dt, sys; from memdir.prompt import build_session_context; "
+              "print(build_session_context(workspace=sys.argv[1], chat_type='direct', "
+              "now=dt.datetime(2026, 3, 4, 12, tzinfo=dt.UTC), timezone='UTC').text)")
+    out = subprocess.run([sys.executable, "-c", script, str(ws)], capture_output=True, text=True, timeout=20)
+    assert out.returncode == 0, out.stderr
+    assert "yesterday's note" in out.stdout and "MEMORY.md" not in out.stdout
+
+
+def test_a_symlinked_memory_folder_is_not_read_at_session_start(make_workspace, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "2026-03-04.md").write_text("- outside secret\n")
+    ws = make_workspace({"MEMORY.md": "- curated\n"})
+    os.symlink(outside, ws / "memory")
+    text = build_session_context(workspace=ws, chat_type="direct", timezone="UTC",
+                                 now=dt.datetime(2026, 3, 4, 12, tzinfo=dt.UTC)).text
+    assert "curated" in text and "outside secret" not in text

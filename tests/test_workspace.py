@@ -162,3 +162,71 @@ def test_directory_named_like_markdown_is_refused(mem: Memory):
     (mem.workspace / "memory" / "folder.md").mkdir()
     with pytest.raises(PathError, match="not a file"):
         mem.get("memory/folder.md")
+
+
+def test_a_folder_swapped_for_a_symlink_after_the_check_is_not_read_through(mem: Memory, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch):
+    """memory_get checked the path, then opened it by name: a folder replaced by a symlink to
+    outside in between (TOCTOU) made it read the outside file.  The read now walks down from the
+    root one folder at a time without following symlinks."""
+    import shutil
+
+    import memdir.workspace as workspace
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.md").write_text("TOP SECRET")
+    sub = mem.workspace / "memory" / "sub"
+    sub.mkdir()
+    (sub / "x.md").write_text("inside")
+    checked = workspace.resolve_readable
+
+    def check_then_swap(*args, **kwargs):
+        resolved = checked(*args, **kwargs)
+        shutil.rmtree(sub)
+        os.symlink(outside, sub)
+        return resolved
+
+    monkeypatch.setattr(workspace, "resolve_readable", check_then_swap)
+    with pytest.raises(PathError, match=r"symlinks are not followed: memory/sub$"):
+        mem.get("memory/sub/x.md")
+    extra = mem.settings.extra_paths[0]
+    (extra / "deep").mkdir()
+    (extra / "deep" / "x.md").write_text("team")
+    sub = extra / "deep"  # the folder the next check swaps
+    with pytest.raises(PathError, match="symlinks are not followed"):
+        mem.get(str(extra / "deep" / "x.md"))
+
+
+def test_an_extra_folder_named_like_markdown_is_readable_as_it_is_indexed(make_workspace, keyword_config,
+                                                                          tmp_path: Path):
+    """extraPaths ``notes.md`` that is a folder: discovery walked and indexed it, but memory_get took
+    it for a file by its suffix and refused every search result under it ("path not allowed")."""
+    folder = tmp_path / "notes.md"
+    folder.mkdir()
+    (folder / "a.md").write_text("- the kiwi plan\n")
+    ws = make_workspace({"MEMORY.md": "- base\n"})
+    cfg = {"memorySearch": {**keyword_config["memorySearch"], "extraPaths": [str(folder)]}}
+    with Memory(ws, config=cfg) as mem:
+        [hit] = mem.search("kiwi").results
+        assert (hit.path, mem.get(hit.path).text) == ("../notes.md/a.md", "- the kiwi plan\n")
+        with pytest.raises(PathError, match="not a file"):
+            mem.get(str(folder))
+
+
+def test_a_file_name_with_a_backslash_is_read_as_it_is_indexed(mem: Memory, tmp_path: Path):
+    """memory_get took every backslash for a separator (an agent on Windows writes them), so
+    ``memory/a\\b.md``, a valid name here and indexed as such, read as missing.  The name as
+    given wins when it is an allowed file; a backslash still never leads out of the roots."""
+    ws = mem.workspace
+    (ws / "memory" / "a\\b.md").write_text("- backslash note\n")
+    (ws / "memory" / "sub").mkdir()
+    (ws / "memory" / "sub" / "c.md").write_text("- nested note\n")
+    (ws / "memory\\..\\MEMORY.md").write_text("not memory: a file in the workspace root\n")
+    mem.sync()
+    assert "memory/a\\b.md" in [f.path for f in discover(ws).files]
+    assert mem.get("memory/a\\b.md").as_dict() == {"text": "- backslash note\n", "path": "memory/a\\b.md"}
+    assert mem.get("memory\\sub\\c.md").text == "- nested note\n"
+    assert mem.get("memory\\..\\MEMORY.md").as_dict() == {"text": "line 1\nline 2\nline 3", "path": "MEMORY.md"}
+    with pytest.raises(PathError, match="not allowed"):
+        mem.get("memory\\..\\..\\secret.md")

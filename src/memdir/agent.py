@@ -64,6 +64,7 @@ from memdir.tools import (
     LTM_TOOL_NAMES,
     decorate_citations,
     openai_tools,
+    read_number,
     search_unavailable_payload,
     should_include_citations,
 )
@@ -230,19 +231,6 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 TOOL_NAMES = tuple(tool["function"]["name"] for tool in TOOLS)
-
-
-def _int_arg(value: Any) -> int | None:
-    """Tool numbers: truncated to integers, numeric strings accepted (R§10.2)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return int(number) if math.isfinite(number) else None
-
-
-def _pick(args: dict[str, Any], camel: str, snake: str) -> Any:
-    return args.get(camel, args.get(snake))
 
 
 # --- the agent ------------------------------------------------------------------------------
@@ -630,11 +618,12 @@ class Agent:
         query = str(args.get("query") or "").strip()
         if not query:
             return {"error": "query required"}
-        max_results = _int_arg(_pick(args, "maxResults", "max_results"))
-        min_score = _pick(args, "minScore", "min_score")
+        # read as the MCP tools read them: a number too large for a float (valid JSON) used to raise
+        # out of the turn, leaving its tool call unanswered; a minScore of "high" failed the search
+        max_results = read_number(args, "maxResults", integer=True)
+        min_score = read_number(args, "minScore")
         try:
-            hits = self.backend.search(query, max_results=max_results,
-                                       min_score=float(min_score) if min_score is not None else None)
+            hits = self.backend.search(query, max_results=max_results, min_score=min_score)
         except Exception as exc:
             return search_unavailable_payload(exc)
         mode = self.options.citations
@@ -645,7 +634,8 @@ class Agent:
         if not path:
             return {"path": "", "text": "", "disabled": True, "error": "path required"}
         try:
-            return self.backend.get(path, from_line=_int_arg(args.get("from")), lines=_int_arg(args.get("lines")))
+            return self.backend.get(path, from_line=read_number(args, "from", integer=True),
+                                    lines=read_number(args, "lines", integer=True))
         except Exception as exc:
             return {"path": path, "text": "", "disabled": True, "error": str(exc) or "path required"}
 

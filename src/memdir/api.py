@@ -474,8 +474,17 @@ class Memory(IndexUpkeep):
         up to ``from_line + lines``, redacted (:mod:`memdir.sessions.readable`; OpenClaw refuses
         session paths, but a result must cite a range the agent can open).
         """
-        from memdir.workspace import is_session_path, read_lines, resolve_readable, session_relative  # not for search
+        from memdir.workspace import (  # not for search
+            is_session_path,
+            line_number,
+            read_lines,
+            resolve_readable,
+            session_relative,
+        )
 
+        if not isinstance(path, str):  # 123 raised "'int' object has no attribute 'strip'"
+            raise TypeError(f"path must be a string, not {type(path).__name__}")
+        from_line, lines = line_number("from_line", from_line), line_number("lines", lines)
         sessions = "sessions" in self.settings.memory_search.sources
         if sessions and is_session_path(path):
             from memdir.sessions.readable import read_session_lines

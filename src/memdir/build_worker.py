@@ -28,8 +28,8 @@ from typing import IO, Any
 
 from memdir.chunking import Chunk, chunk_id, chunk_markdown, chunk_sections, remap_lines
 from memdir.dates import line_dates, ms_to_day, span
+from memdir.reading import decode_note, read_note
 from memdir.textutil import fts_values
-from memdir.workspace import decode_note, read_regular
 
 
 def plan(content: str, path: str, *, curated: bool, tokens: int, overlap: int,
@@ -61,9 +61,9 @@ def plan(content: str, path: str, *, curated: bool, tokens: int, overlap: int,
     return out
 
 
-def _read(abs_path: str) -> tuple[str, str]:
+def _read(abs_path: str, root: str) -> tuple[str, str]:
     """A memory file's text and hash, as :func:`memdir.sync.read_memory_file` reads it."""
-    raw = read_regular(abs_path)
+    raw = read_note(abs_path, root)
     return decode_note(raw), hashlib.sha256(raw).hexdigest()
 
 
@@ -77,9 +77,9 @@ def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
         if jobs is None:
             return
         reply: list[tuple[str, list[tuple[Any, ...]]] | None] = []
-        for abs_path, path, curated in jobs:
+        for abs_path, root, path, curated in jobs:
             try:
-                content, digest = _read(abs_path)
+                content, digest = _read(abs_path, root)
             except Exception:  # vanished, unreadable, not a regular file: the indexer finds out itself
                 reply.append(None)
                 continue

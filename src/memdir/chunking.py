@@ -17,6 +17,7 @@ Lengths are counted in code points, not UTF-16 units, so an emoji is one charact
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -177,8 +178,12 @@ def chunk_sections(content: str, tokens: int = 400, overlap: int = 80) -> list[C
     lines = content.split("\n")
     chunks: list[Chunk] = []
 
+    # Sizes of lines a..b as differences of running totals: summed afresh for each item, a block of
+    # 200k bullets took seconds (each item re-measured the whole chunk being gathered).
+    totals = [0, *itertools.accumulate(len(x) + 1 if x.isascii() else weighted_len(x) + 1 for x in lines)]
+
     def size(a: int, b: int) -> int:
-        return sum(weighted_len(x) + 1 for x in lines[a - 1 : b])
+        return totals[b] - totals[a - 1]
 
     def emit(a: int, b: int) -> None:
         text = "\n".join(lines[a - 1 : b])

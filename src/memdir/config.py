@@ -674,6 +674,9 @@ def normalise_keys(model: type[BaseModel], raw: Any, where: str, where_file: Pat
             known = ", ".join(sorted(set(spellings.values())))
             raise ConfigError(f"unknown config key '{dotted}'{hint}{_in_file(where_file)} (known keys here: {known})")
         name, info = found
+        if any(isinstance(v, str) and "\0" in v for v in (value if isinstance(value, list) else [value])):
+            # a JSON "\u0000" passes the file's own NUL check; as a path it failed later, unnamed
+            raise ConfigError(f"{dotted}{_in_file(where_file)}: contains a NUL byte")
         sub = _submodel(info.annotation)
         many = get_origin(info.annotation) is list
         if sub is not None and value is not None:
@@ -853,6 +856,10 @@ def load_config(
     for callers that only want to inspect settings).
     """
     env = os.environ if env is None else env
+    for key, given in (("workspace", workspace), ("agent_id", agent_id), ("state_dir", state_dir),
+                       ("config_path", config_path)):
+        if given is not None and "\0" in str(given):
+            raise ConfigError(f"{key.replace('_', ' ')} {str(given)!r} contains a NUL byte")
     origins: Origins = {}
     data: dict[str, Any] = Settings().model_dump()
 
@@ -925,6 +932,7 @@ def load_config(
     except ValidationError as exc:
         raise ConfigError(_describe_validation(exc, data, origins)) from None
     settings._agent_explicit = "agent_id" in origins
+    _check_home(settings, origins)
     store = settings.memory_search.store
     if store.path and store.driver == "sqlite" and settings.index_path.suffix.lower() == ".md":
         # A Markdown file is memory: opened as an index, the self-heal would move the note aside.
@@ -937,6 +945,21 @@ def load_config(
             what = "is not a folder" if ws.exists() else "does not exist"
             raise ConfigError(f"workspace {ws} {what}{_origin_text(origins.get('workspace', ''), 'workspace')}")
     return LoadedConfig(settings, origins, cfg_file)
+
+
+def _check_home(settings: Settings, origins: Origins) -> None:
+    """Refuse a ``~`` path that cannot be expanded (no ``$HOME`` and no passwd entry: a container
+    run as a bare uid): ``os.path.expanduser`` leaves it as is, so ``~/.memdir`` became a folder
+    named ``~`` in whatever directory memdir ran in."""
+    ms = settings.memory_search
+    paths = [("state_dir", settings.state_dir), ("workspace", settings.workspace),
+             ("memory_search.store.path", ms.store.path), *(("memory_search.extra_paths", p) for p in ms.extra_paths)]
+    for key, value in paths:
+        if value and value.startswith("~") and os.path.expanduser(value).startswith("~"):
+            origin = origins.get(key, "")
+            hint = " (set MEMDIR_STATE_DIR or --state-dir)" if key == "state_dir" and not origin else ""
+            raise ConfigError(f"{_config_key(tuple(key.split('.')))} = {value!r}{_origin_text(origin, key)}: "
+                              f"'~' cannot be expanded, the home directory is unknown{hint}; give a full path")
 
 
 def _deep_update(base: dict[str, Any], over: Mapping[str, Any]) -> None:

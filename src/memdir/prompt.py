@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memdir.daily import daily_rel_path, today
+from memdir.reading import read_beneath
 from memdir.tools import ChatType, chat_type_from_session_key, resolve_citations_mode
 from memdir.workspace import MEMORY_DIR
 
@@ -116,30 +116,20 @@ class SessionContext:
         return self.text
 
 
-def _read_regular(path: Path) -> str | None:
-    """A regular, non-symlink file's text, or ``None`` (missing, symlink, unreadable)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+def _read_note(workspace: Path, rel: str) -> str | None:
+    """A note's text, or ``None`` (missing, a symlink on the way, a FIFO or other special file,
+    unreadable).  Through :func:`memdir.reading.read_beneath`: its own open (no ``O_NONBLOCK``)
+    made a FIFO named ``MEMORY.md`` block the session start until a writer came, and ``memory/``
+    checked, then opened by name, could be swapped for a symlink in between."""
     try:
-        fd = os.open(path, flags)
+        return read_beneath(workspace, rel).decode("utf-8", errors="replace")
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read().decode("utf-8", errors="replace")
-    finally:
-        os.close(fd)
 
 
 def _curated_memory(workspace: Path) -> tuple[str, str] | None:
     for name in ("MEMORY.md", "memory.md"):
-        try:
-            if stat.S_ISLNK(os.lstat(workspace / name).st_mode):
-                continue
-        except OSError:
-            continue
-        text = _read_regular(workspace / name)
+        text = _read_note(workspace, name)
         if text is not None:
             return name, text
     return None
@@ -226,7 +216,7 @@ def build_session_context(
             sources.append((curated[0], "long-term memory", curated[1], "head"))
     for offset, label in ((1, "yesterday"), (0, "today")):  # chronological, like the logs themselves
         for rel in _daily_files(ws, day - dt.timedelta(days=offset)):
-            text = _read_regular(ws / rel) if _safe_daily(ws, rel) else None
+            text = _read_note(ws, rel)
             if text is not None and text.strip():
                 sources.append((rel, label, text, "tail"))
 
@@ -260,16 +250,6 @@ def _daily_files(workspace: Path, day: dt.date) -> list[str]:
         names = []
     captures = sorted(n for n in names if n.startswith(stem) and n.endswith(".md"))
     return [rel, *(f"{MEMORY_DIR}/{n}" for n in captures)]
-
-
-def _safe_daily(workspace: Path, rel: str) -> bool:
-    """The daily log exists and neither it nor ``memory/`` is a symlink."""
-    try:
-        if stat.S_ISLNK(os.lstat(workspace / "memory").st_mode):
-            return False
-        return stat.S_ISREG(os.lstat(workspace / rel).st_mode)
-    except OSError:
-        return False
 
 
 __all__ = [

@@ -11,6 +11,8 @@ import errno
 import os
 import re
 import stat
+import sys
+from collections.abc import Sequence
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
@@ -37,7 +39,24 @@ class NotRegularFile(OSError):
     """A memory path that is a FIFO, socket, device or folder: refused before it is read."""
 
 
-def read_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> bytes:
+#: The most bytes a note may have: a 10 GB (sparse) ``memory/x.md`` was read whole into memory by
+#: the indexer and ``memory_get``, and one appended to faster than it was read was never done.
+MAX_NOTE_BYTES = 64 << 20
+
+
+class NoteTooLarge(OSError):
+    """A note over :data:`MAX_NOTE_BYTES`: refused (the indexer skips it, naming the reason)."""
+
+
+def _too_large(size: int | None, most: int) -> NoteTooLarge:
+    limit = f"the {most >> 20} MiB a note may be"
+    if size is None:
+        return NoteTooLarge(errno.EFBIG, f"grew past {limit} while being read")
+    return NoteTooLarge(errno.EFBIG, f"{size / (1 << 20):,.0f} MiB, larger than {limit}")
+
+
+def read_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None,
+                 limit: int | None = MAX_NOTE_BYTES) -> bytes:
     """The bytes of a regular file, refusing anything else *before* reading it.
 
     ``O_NONBLOCK`` makes opening a FIFO return at once instead of waiting for a writer (a FIFO
@@ -45,19 +64,86 @@ def read_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> 
     open descriptor then refuses it, so a file swapped for a FIFO after discovery is caught too.
     Symlinks are never followed (``O_NOFOLLOW``).  ``dir_fd``: ``path`` is a name in that open
     folder, so a folder swapped for a symlink after it was opened cannot redirect the read.
+    A file over ``limit`` bytes (``None``: no limit) raises :class:`NoteTooLarge`, before or while
+    it is read.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags, dir_fd=dir_fd)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(errno.EINVAL, f"{kind_of(mode)}, not a regular file", str(path))
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"{kind_of(st.st_mode)}, not a regular file", str(path))
+        most = sys.maxsize if limit is None else limit
+        if st.st_size > most:
+            raise _too_large(st.st_size, most)
         parts = []
+        total = 0
         while True:
             block = os.read(fd, 1 << 20)
             if not block:
                 break
+            total += len(block)
+            if total > most:
+                raise _too_large(None, most)
             parts.append(block)
         return b"".join(parts)
     finally:
         os.close(fd)
+
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def open_beneath(root: str | os.PathLike[str], folders: Sequence[str], *, root_nofollow: bool = False) -> int:
+    """An open descriptor of the folder ``root/folders[0]/...``, each folder opened relative to the
+    one above with ``O_NOFOLLOW``: what is read through it is below ``root`` whatever is swapped
+    for a symlink meanwhile (a path checked, then opened by name, follows what is there then).
+
+    ``OSError`` names the folder that failed (``filename``: the ``/``-joined ``folders`` up to it,
+    ``""`` for ``root``); one that is a symlink raises ``ELOOP``.
+    """
+    try:
+        fd = os.open(root, _DIR_FLAGS | (_NOFOLLOW if root_nofollow else 0))
+    except OSError as exc:
+        raise _named(exc, "", os.path.islink(root)) from exc
+    for depth, name in enumerate(folders, start=1):
+        try:
+            below = os.open(name, _DIR_FLAGS | _NOFOLLOW, dir_fd=fd)
+        except OSError as exc:
+            try:
+                link = stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+            except OSError:
+                link = False
+            os.close(fd)
+            raise _named(exc, "/".join(folders[:depth]), link) from exc
+        os.close(fd)
+        fd = below
+    return fd
+
+
+def _named(exc: OSError, where: str, link: bool) -> OSError:
+    if link:
+        return OSError(errno.ELOOP, f"{where or 'its root'} is a symlink (not followed)", where)
+    return type(exc)(exc.errno, exc.strerror, where)
+
+
+def read_beneath(root: str | os.PathLike[str], rel: str, *, limit: int | None = MAX_NOTE_BYTES) -> bytes:
+    """:func:`read_regular` of ``root/rel`` (``/``-separated, below ``root``), its folders opened by
+    :func:`open_beneath`: the indexer's read of a file discovery listed, so a folder swapped for a
+    symlink after the listing cannot bring a file from outside into the index."""
+    *folders, name = rel.split("/")
+    fd = open_beneath(root, folders)
+    try:
+        return read_regular(name, dir_fd=fd, limit=limit)
+    finally:
+        os.close(fd)
+
+
+def read_note(abs_path: str, root: str = "") -> bytes:
+    """A listed note's bytes: from ``root`` by :func:`read_beneath` when ``abs_path`` is below it
+    (what discovery records), else by path."""
+    prefix = root if root.endswith("/") else root + "/"
+    if root and abs_path.startswith(prefix):
+        return read_beneath(root, abs_path[len(prefix):])
+    return read_regular(abs_path)

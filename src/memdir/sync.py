@@ -31,6 +31,7 @@ from memdir.errors import IndexOwnershipError, MemoryClosed, ownership_message
 from memdir.indexing_switches import INDEXING
 from memdir.lock import LockTimeout
 from memdir.progress import ProgressFile
+from memdir.reading import read_note
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
 from memdir.timezones import resolve_timezone
 from memdir.workspace import (
@@ -40,7 +41,6 @@ from memdir.workspace import (
     decode_note,
     discover,
     display_path,
-    read_regular,
     restat,
     valid_name,
 )
@@ -131,7 +131,8 @@ class SourceDoc:
 
 def read_memory_file(entry: FileEntry) -> SourceDoc | None:
     try:
-        raw = read_regular(entry.abs_path)  # a FIFO or device is refused, never opened for reading
+        # a FIFO or device is refused, never opened; no folder on the way from its root is followed
+        raw = read_note(entry.abs_path, entry.root)
     except FileNotFoundError:
         return None  # vanished between listing and reading: not an error (R§2)
     return SourceDoc(decode_note(raw), hashlib.sha256(raw).hexdigest())
@@ -376,6 +377,8 @@ class Indexer:
         #: The embedding error that made this sync index text for keywords only, how many chunks
         #: so far, and where its warning is.
         self._failed: tuple[BaseException, int, int] | None = None
+        #: The provider's token counter failed this sync (see :meth:`_windows`).
+        self._uncounted = False
         #: When the running sync must end (monotonic; a sync before a search has a budget).
         self._deadline: float | None = None
         #: The last reusable listing of memory files, with what it was listed for.
@@ -556,6 +559,7 @@ class Indexer:
         self._width = held if isinstance(held, int) and held > 0 else None
         self._probe_width = everything
         self._failed = None
+        self._uncounted = False
         self._deadline = deadline
         files, _ = self.list_files()
         report.scanned = len(files)
@@ -669,7 +673,7 @@ class Indexer:
             if size >= WORKER_BATCH_BYTES:
                 batches.append([])
                 size = 0
-            batches[-1].append((str(f.abs_path), f.path, self._curated(f)))
+            batches[-1].append((str(f.abs_path), f.root, f.path, self._curated(f)))
             size += f.size
         model = self.model_name
         worker: ChunkWorker | None = None
@@ -739,8 +743,16 @@ class Indexer:
         if INDEXING["windows"] and isinstance(max_tokens, int) and max_tokens > 0:
             budget = max_tokens - 2  # the model's [CLS] and [SEP]
             counter = getattr(p, "count_tokens", None)
-            count = counter if callable(counter) else _estimate_tokens
-            pieces = embedding_windows(text, budget, count)
+            count = counter if callable(counter) and not self._uncounted else _estimate_tokens
+            try:
+                pieces = embedding_windows(text, budget, count)
+            except Exception:
+                # The model cannot even count (a damaged model file fails to load): this used to
+                # abort the whole sync, keyword index included.  Its embedding fails the same way
+                # next, and that is handled (keywords only, or the old index kept); until then,
+                # estimate, without loading it again for every chunk.
+                self._uncounted = True
+                pieces = embedding_windows(text, budget, _estimate_tokens)
         limit = p.max_input_bytes
         return [piece for w in pieces for piece in split_by_bytes(w, limit)]
 

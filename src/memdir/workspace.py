@@ -8,6 +8,7 @@ allowed root, and name the real error instead of a catch-all "path required".
 from __future__ import annotations
 
 import errno
+import math
 import os
 import stat
 import sys
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memdir.reading import NotRegularFile, decode_note, kind_of, read_regular
+from memdir.reading import MAX_NOTE_BYTES, NotRegularFile, decode_note, kind_of, open_beneath, read_regular
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
 MEMORY_DIR = "memory"
@@ -31,6 +32,9 @@ class FileEntry:
     source: str
     mtime_ns: int
     size: int
+    #: The allowed root it was found under (``abs_path`` is below it): the indexer reads it from
+    #: there without following a symlink (:func:`memdir.reading.read_beneath`); ``""``: by path.
+    root: str = ""
 
 
 @dataclass
@@ -171,7 +175,8 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             folders.append((str(workspace), _folder_id(os.stat(workspace))))
         except OSError:
             folders = None
-    candidates: list[tuple[str, str, os.stat_result]] = []
+    candidates: list[tuple[str, str, os.stat_result, str]] = []
+    base = str(workspace)
     for name in ROOT_FILES:
         p = workspace / name
         try:
@@ -183,7 +188,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             found.skipped.append(Skipped(name, _errname(exc)))
             continue
         if stat.S_ISREG(st.st_mode):
-            candidates.append((str(p), name, st))
+            candidates.append((str(p), name, st, base))
         elif stat.S_ISLNK(st.st_mode):
             # never followed (a link could lead anywhere), but said: a user who keeps MEMORY.md in
             # a dotfiles repo and links it in would otherwise wonder why it is never found
@@ -197,7 +202,8 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         if stat.S_ISDIR(st.st_mode):
             if folders is not None:
                 folders.append((str(mem_dir), _folder_id(st)))
-            candidates.extend(_walk(str(mem_dir), MEMORY_DIR + "/", found.issues, found.skipped, folders))
+            candidates.extend((*c, base) for c in _walk(str(mem_dir), MEMORY_DIR + "/", found.issues, found.skipped,
+                                                        folders))
     except OSError as exc:
         if not isinstance(exc, FileNotFoundError):
             found.issues.append(f"memory directory not accessible ({mem_dir}): {_errname(exc)}")
@@ -213,22 +219,23 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         if stat.S_ISLNK(st.st_mode):
             continue
         if stat.S_ISDIR(st.st_mode):
-            candidates.extend(_walk(str(extra), rel_path(workspace, extra) + "/", found.issues, found.skipped))
+            candidates.extend((*c, str(extra)) for c in _walk(str(extra), rel_path(workspace, extra) + "/",
+                                                              found.issues, found.skipped))
         elif stat.S_ISREG(st.st_mode) and extra.name.endswith(".md"):
             if valid_name(str(extra)):
-                candidates.append((str(extra), rel_path(workspace, extra), st))
+                candidates.append((str(extra), rel_path(workspace, extra), st, str(extra.parent)))
             else:
                 found.skipped.append(Skipped(display_path(rel_path(workspace, extra)), "file name is not valid UTF-8"))
         elif extra.name.endswith(".md"):
             found.skipped.append(Skipped(display_path(rel_path(workspace, extra)),
                                          f"{kind_of(st.st_mode)}, not a regular file"))
     seen: set[tuple[int, int]] = set()
-    for abs_path, rel, st in candidates:
+    for abs_path, rel, st, root in candidates:
         identity = (st.st_dev, st.st_ino)  # same file reached twice (overlapping extraPaths)
         if identity in seen:
             continue
         seen.add(identity)
-        found.files.append(FileEntry(rel, abs_path, "memory", st.st_mtime_ns, st.st_size))
+        found.files.append(FileEntry(rel, abs_path, "memory", st.st_mtime_ns, st.st_size, root))
     if not found.files:
         found.issues.insert(0, f"no memory files found in {workspace}")
     if folders is not None and not found.issues and not found.skipped:
@@ -258,7 +265,7 @@ def restat(listing: Discovery) -> list[FileEntry] | None:
             st = os.lstat(f.abs_path)
             if not stat.S_ISREG(st.st_mode):
                 return None
-            files.append(FileEntry(f.path, f.abs_path, f.source, st.st_mtime_ns, st.st_size))
+            files.append(FileEntry(f.path, f.abs_path, f.source, st.st_mtime_ns, st.st_size, f.root))
     except OSError:
         return None
     return files
@@ -323,10 +330,23 @@ class ResolvedPath:
     abs_path: Path
     rel: str
     root: Path
+    #: The root is a configured extra folder, itself refused as a symlink (the workspace, or the
+    #: folder holding an extra file, may be reached through one).
+    root_nofollow: bool = False
 
 
-def _within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+def _allowed_root(absolute: Path, rel: str, workspace: Path, extra_paths: list[Path]) -> Path | None:
+    """The allowed root ``absolute`` (``rel`` to the workspace, normalised) is below, if any."""
+    if rel in ROOT_FILES or (rel.startswith(MEMORY_DIR + "/") and len(rel) > len(MEMORY_DIR) + 1):
+        return workspace
+    # An extra path is a file when it is asked for itself, a folder when something below it is
+    # (not by its suffix: discovery walks a folder named ``notes.md`` too).
+    for extra in extra_paths:
+        if absolute == extra:
+            return extra.parent
+        if extra in absolute.parents:
+            return extra
+    return None
 
 
 def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sessions: bool = False) -> ResolvedPath:
@@ -337,20 +357,16 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
         raise PathError("path required")
     if "\x00" in text:
         raise PathError("invalid path: contains a NUL byte")
-    candidate = Path(os.path.expanduser(text.replace("\\", "/")))
-    absolute = Path(os.path.normpath(candidate if candidate.is_absolute() else workspace / candidate))
-    rel = rel_path(workspace, absolute)
-    root: Path | None = None
-    if not rel.startswith("..") and is_memory_path(rel):
-        root = workspace
-    else:
-        for extra in extra_paths:
-            if extra.suffix == ".md" and absolute == extra:
-                root = extra.parent
-                break
-            if extra.suffix != ".md" and _within(absolute, extra):
-                root = extra
-                break
+    # A backslash is a separator to an agent on Windows, but a file name character here: the name
+    # as given wins when it is an allowed file (``memory/a\b.md`` is indexed under that name).
+    spellings = [text, text.replace("\\", "/")] if "\\" in text else [text]
+    for spelling in spellings:
+        candidate = Path(os.path.expanduser(spelling))
+        absolute = Path(os.path.normpath(candidate if candidate.is_absolute() else workspace / candidate))
+        rel = rel_path(workspace, absolute)
+        root = _allowed_root(absolute, rel, workspace, extra_paths)
+        if root is not None and (spelling is spellings[-1] or os.path.lexists(absolute)):
+            break
     if root is None:
         also = ", session transcripts as sessions/<name>.jsonl" if sessions else ""
         raise PathError(
@@ -371,22 +387,23 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
             raise PathError(f"cannot access {rel_path(workspace, probe)}: {exc.strerror}") from exc
         if stat.S_ISLNK(st.st_mode):
             raise PathError(f"symlinks are not followed: {rel_path(workspace, probe)}")
-    if root != workspace and root in extra_paths:
+    nofollow = root != workspace and root in extra_paths
+    if nofollow:
         try:
             if stat.S_ISLNK(os.lstat(root).st_mode):
                 raise PathError(f"symlinks are not followed: {root}")
         except FileNotFoundError:
             pass
-    return ResolvedPath(absolute, rel, root)
+    return ResolvedPath(absolute, rel, root, nofollow)
 
 
 def read_allowed(path: str | os.PathLike[str], rel: str, *, dir_fd: int | None = None,
-                 refuse: Callable[[str], PathError] = PathError) -> bytes | None:
+                 refuse: Callable[[str], PathError] = PathError, limit: int | None = MAX_NOTE_BYTES) -> bytes | None:
     """The bytes ``memory_get`` reads at an allowed path (``rel``, as the caller names it), or
-    ``None`` for a missing file (R§10.2); anything but a regular file, a symlink included, is
-    refused with ``refuse(message)``."""
+    ``None`` for a missing file (R§10.2); anything but a regular file, a symlink included, or a
+    file over ``limit`` bytes is refused with ``refuse(message)``."""
     try:
-        return read_regular(path, dir_fd=dir_fd)
+        return read_regular(path, dir_fd=dir_fd, limit=limit)
     except FileNotFoundError:
         return None
     except NotRegularFile as exc:
@@ -399,9 +416,53 @@ def read_allowed(path: str | os.PathLike[str], rel: str, *, dir_fd: int | None =
         raise refuse(f"cannot read {rel}: {exc.strerror}") from exc
 
 
+#: Longest path Linux opens (``PATH_MAX``, with its NUL).
+PATH_MAX = 4096
+
+
+def read_resolved(resolved: ResolvedPath) -> bytes | None:
+    """The bytes at a path :func:`resolve_readable` allowed (``None``: missing), its folders opened
+    one at a time from its root, never through a symlink (:func:`memdir.reading.open_beneath`).
+
+    Why: that check looks at the path, and opening it by name later follows whatever is there
+    then; a folder swapped for a symlink in between (TOCTOU) would let the read leave the root.
+    """
+    if len(os.fsencode(resolved.abs_path)) >= PATH_MAX:  # as os.open of the whole path says (a walk would not)
+        raise PathError(f"cannot read {resolved.rel}: {os.strerror(errno.ENAMETOOLONG)}")
+    *folders, name = resolved.abs_path.relative_to(resolved.root).parts
+    shown = resolved.rel.split("/")
+    try:
+        fd = open_beneath(resolved.root, folders, root_nofollow=resolved.root_nofollow)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        depth = len(exc.filename.split("/")) if exc.filename else 0
+        where = "/".join(shown[: len(shown) - len(folders) - 1 + depth]) if depth else str(resolved.root)
+        if exc.errno == errno.ELOOP:
+            raise PathError(f"symlinks are not followed: {where}") from exc
+        raise PathError(f"cannot access {where}: {_errname(exc)}") from exc
+    try:
+        return read_allowed(name, resolved.rel, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def line_number(name: str, value: object) -> int | None:
+    """``from_line``/``lines`` of :meth:`memdir.api.Memory.get` as an integer (a float is truncated,
+    as the tools do); anything else is a ``TypeError``/``ValueError`` naming the parameter, not
+    "cannot convert float NaN to integer"."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, not {value}")
+    return int(value)
+
+
 def read_lines(resolved: ResolvedPath, from_line: int | None = None, lines: int | None = None) -> str:
     """File text, or a 1-based slice of it; a missing file reads as ``""`` (R§10.2)."""
-    raw = read_allowed(resolved.abs_path, resolved.rel)
+    raw = read_resolved(resolved)
     if raw is None:
         return ""
     text = decode_note(raw)

@@ -19,6 +19,7 @@ the caller's cue to run the original model instead.  ``onnx`` is imported only w
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -46,16 +47,33 @@ class RewriteError(Exception):
 
 
 def cache_dir() -> Path:
-    """``$MEMDIR_CACHE_DIR``, else the platform's per-user cache folder + ``memdir``."""
+    """``$MEMDIR_CACHE_DIR``, else the platform's per-user cache folder + ``memdir``.
+
+    Raises ``OSError`` (what every caller already takes for "no usable cache": the model then
+    runs without one) when there is no home to put it in: a container run as a user with no
+    ``$HOME`` and no passwd entry made ``Path.home()`` raise ``RuntimeError``, which failed every
+    index and search.  A relative ``$XDG_CACHE_HOME`` is ignored, as the XDG spec says (it put the
+    cache into whatever folder memdir ran in, a workspace perhaps).
+    """
     explicit = os.environ.get("MEMDIR_CACHE_DIR", "").strip()
     if explicit:
-        return Path(explicit).expanduser()
+        return _home(explicit)
     if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
-        return Path(base) / "memdir" / "Cache"
+        base = os.environ.get("LOCALAPPDATA", "")
+        return (Path(base) if os.path.isabs(base) else _home() / "AppData" / "Local") / "memdir" / "Cache"
     if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "memdir"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memdir"
+        return _home() / "Library" / "Caches" / "memdir"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(xdg) if os.path.isabs(xdg) else _home() / ".cache") / "memdir"
+
+
+def _home(path: str = "~") -> Path:
+    """``path`` with ``~`` expanded (the home folder by default); ``OSError`` when it cannot be."""
+    expanded = os.path.expanduser(path)
+    if expanded.startswith("~"):
+        raise FileNotFoundError(errno.ENOENT, f"no model cache folder: cannot expand {path!r}, the home "
+                                              "directory is unknown (set MEMDIR_CACHE_DIR to a full path)")
+    return Path(expanded)
 
 
 def derived_path(source_sha256: str, folder: Path | None = None, numerics: str = NUMERICS) -> Path:
@@ -77,8 +95,8 @@ def _sha256_file(path: Path) -> str:
 
 def cached_model(source_sha256: str, folder: Path | None = None, numerics: str = NUMERICS) -> Path | None:
     """The cached derived file if it is there and intact (its SHA-256 matches the sidecar)."""
-    path = derived_path(source_sha256, folder, numerics)
     try:
+        path = derived_path(source_sha256, folder, numerics)
         meta = json.loads(_sidecar(path).read_text(encoding="utf-8"))
         if (
             not isinstance(meta, dict)
@@ -179,8 +197,8 @@ def load_or_build(source_sha256: str, read_source: Callable[[], bytes], folder: 
     if actual != source_sha256:
         raise RewriteError(f"the source model's SHA-256 is {actual}, expected {source_sha256}")
     data = (build or rewrite)(source)
-    path = derived_path(source_sha256, folder, numerics)
     try:
+        path = derived_path(source_sha256, folder, numerics)
         write_atomic(path, data, source_sha256, numerics)
     except OSError:
         return data

@@ -66,8 +66,8 @@ def _stat(path: Path) -> list[int]:
 
 def find(source_sha256: str, ort_version: str, folder: Path | None = None) -> tuple[Path, str] | None:
     """(model file, expected probe hash) when the saved graph is there and its files look intact."""
-    path = graph_dir(source_sha256, ort_version, folder)
     try:
+        path = graph_dir(source_sha256, ort_version, folder)
         meta = json.loads((path / META_NAME).read_text(encoding="utf-8"))
         if (
             not isinstance(meta, dict)
@@ -107,8 +107,8 @@ def note_mismatch(source_sha256: str, ort_version: str, folder: Path | None = No
 
 def start_build(source_sha256: str, ort_version: str, folder: Path | None = None) -> Path | None:
     """A private temporary folder next to the final one to save into, or None (cache unwritable)."""
-    final = graph_dir(source_sha256, ort_version, folder)
     try:
+        final = graph_dir(source_sha256, ort_version, folder)
         final.parent.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
     except OSError:

@@ -63,7 +63,7 @@ def read_session_lines(raw: str, sessions_dir: str | os.PathLike[str], from_line
             raise _refused("the sessions folder is not a folder") from exc
         raise _refused(f"cannot open the sessions folder: {exc.strerror}") from exc
     try:
-        data = read_allowed(name, rel, dir_fd=folder, refuse=_refused)
+        data = read_allowed(name, rel, dir_fd=folder, refuse=_refused, limit=None)  # as the indexer: no limit
     finally:
         os.close(folder)
     if data is None:
