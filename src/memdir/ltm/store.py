@@ -33,6 +33,9 @@ UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 ID_PREFIX_RE = re.compile(r"^[0-9a-f-]{8,36}$", re.IGNORECASE)
 _META_PREFIX = "memdir."
 COMPACT_AT_FRAGMENTS = 32
+#: ``optimize`` compacts and cleans up in one call; this keeps every version until the compacted
+#: table has been read back (``compact_files`` alone needs ``pylance``, which lancedb does not install).
+KEEP_VERSIONS_WHILE_COMPACTING = timedelta(days=36500)
 EXTRA_COLUMNS = {"supersededBy": "CAST(NULL AS STRING)", "supersededAt": "CAST(NULL AS BIGINT)",
                  "source": "CAST(NULL AS STRING)"}
 
@@ -258,11 +261,41 @@ class LanceTable:
         table = self.table()
         if table is None:
             raise LtmError("internal: table not created before add")
+        before = table.version
         table.add([{
             "id": r.id, "text": r.text, "vector": np.asarray(r.vector, dtype=np.float32).tolist(),
             "importance": float(r.importance), "category": r.category, "createdAt": int(r.created_at),
             "supersededBy": r.superseded_by, "supersededAt": r.superseded_at, "source": r.source,
         } for r in records])
+        self._read_back(table, before, [r.id for r in records])
+
+    def _read_back(self, table: Any, before: int, ids: list[str] | None) -> None:
+        """Read what a write just committed (the rows ``ids``, or every row); if it does not read,
+        go back to version ``before`` and fail.
+
+        LanceDB 0.40 commits a data file cut short by a full disk or a file size limit without
+        an error (measured with RLIMIT_FSIZE): the write was reported done, and the next read
+        found the table damaged and the new memory gone.
+        """
+        from memdir.ltm.heal import first_line, is_damage
+
+        try:
+            if ids is None:
+                table.to_arrow()
+            else:
+                quoted = ", ".join(f"'{require_uuid(i)}'" for i in ids)
+                found = table.search().where(f"id IN ({quoted})").limit(len(ids)).to_list()
+                if len(found) < len(set(ids)):
+                    raise LtmError(f"wrote {len(ids)} rows but {len(found)} read back")
+        except Exception as exc:
+            if not isinstance(exc, LtmError) and not is_damage(exc):
+                raise
+            try:
+                table.restore(before)
+            except Exception:  # no room even for a manifest: the next operation heals the table
+                pass
+            raise LtmError(f"the long-term memory store could not be written (is the disk full?): "
+                           f"{first_line(exc)}") from None
 
     def delete(self, memory_id: str) -> None:
         table = self.table()
@@ -274,7 +307,9 @@ class LanceTable:
         if table is None or not memory_ids:
             return
         quoted = ", ".join(f"'{require_uuid(i)}'" for i in memory_ids)
+        before = table.version
         table.update(where=f"id IN ({quoted})", values={"supersededBy": require_uuid(by), "supersededAt": int(at_ms)})
+        self._read_back(table, before, memory_ids)
 
     def replace_all(self, records: list[MemoryRecord], dims: int, identity: dict[str, str]) -> None:
         """Rewrite the table with new vectors (``reembed``): one overwrite, readers see old or new."""
@@ -305,6 +340,9 @@ class LanceTable:
         fragments = int((table.stats().get("fragment_stats") or {}).get("num_fragments") or 0)
         if fragments < max_fragments:
             return False
+        before = table.version
+        table.optimize(cleanup_older_than=KEEP_VERSIONS_WHILE_COMPACTING)
+        self._read_back(table, before, None)  # before old versions go: they hold the rows otherwise
         table.optimize(cleanup_older_than=timedelta(hours=1))
         return True
 
