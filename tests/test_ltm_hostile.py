@@ -1,0 +1,134 @@
+"""Long-term memory under hostile conditions: a full disk, a damaged or unwritable embedding
+cache, secrets in what would be captured or stored.  Real LanceDB in temp folders; the file
+size limit (RLIMIT_FSIZE, a full disk as a process sees it) is set in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import cli_env
+from ltm_fakes import AxisProvider
+from memdir.config import load_config
+from memdir.ltm import LongTermMemory
+from memdir.ltm.capture import capture_candidates, should_capture
+from memdir.tools import call_tool
+
+pytest.importorskip("lancedb")
+TESTS = Path(__file__).parent
+
+
+def make(tmp_path: Path, provider: Any = None, *, cache: bool = True) -> LongTermMemory:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    settings = load_config(workspace=ws, state_dir=tmp_path / "state", agent_id="main",
+                           overrides={"memorySearch": {"cache": {"enabled": cache}}}).settings
+    return LongTermMemory(settings, provider=provider or AxisProvider())
+
+
+# The script stores one memory under a file size limit; it prints the outcome as JSON.
+STORE_UNDER_LIMIT = textwrap.dedent("""
+    import json, resource, signal, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    from ltm_fakes import AxisProvider
+    from memdir.config import load_config
+    from memdir.ltm import LongTermMemory
+    tmp, limit = Path(sys.argv[2]), int(sys.argv[3])
+    settings = load_config(workspace=tmp / "ws", state_dir=tmp / "state", agent_id="main",
+                           overrides={"memorySearch": {"cache": {"enabled": False}}}).settings
+    ltm = LongTermMemory(settings, provider=AxisProvider())
+    ltm.list()  # open the table before the limit
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+    try:
+        print(json.dumps({"action": ltm.store("The user keeps bees in the garden", category="fact").action}))
+    except Exception as exc:
+        print(json.dumps({"error": str(exc)}))
+""")
+
+
+def store_under_limit(tmp_path: Path, limit: int) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", STORE_UNDER_LIMIT, str(TESTS), str(tmp_path), str(limit)],
+                          capture_output=True, text=True, timeout=120, env=cli_env(tmp_path / "state"))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_store_cut_short_by_a_full_disk_fails_and_loses_nothing(tmp_path: Path) -> None:
+    """LanceDB commits a data file a file size limit cut short, without an error: the store said
+    "created", and the next command found the table damaged and that memory gone."""
+    with make(tmp_path, cache=False) as ltm:
+        before = {ltm.store(f"The user's project number {i} is called P{i}", category="fact").record.id
+                  for i in range(3)}
+        size = max(p.stat().st_size for p in (ltm.db_path / "memories.lance" / "data").iterdir())
+    # Room for most of a data file but not all of it (the writer's last flush is cut short).
+    outcome = store_under_limit(tmp_path, size - 500)
+    assert "could not be written" in outcome.get("error", ""), outcome
+    notices: list[str] = []
+    with make(tmp_path, cache=False) as ltm:
+        ltm.notice = notices.append
+        assert {r.id for r in ltm.list()} == before
+        assert ltm.recoveries == [] and notices == []
+        assert not list(ltm.db_path.glob("memories.lance.damaged-*"))
+        assert ltm.store("The user keeps bees in the garden", category="fact").action == "created"
+        assert len(ltm.list()) == 4
+
+
+@pytest.mark.parametrize("damage", ["garbage", "directory"])
+def test_a_damaged_or_unopenable_embedding_cache_never_stops_long_term_memory(tmp_path: Path, damage: str) -> None:
+    """The cache only saves embedding calls: a garbled cache file (or one that cannot be opened,
+    like a read-only folder's) failed every store, search and auto-recall with a SQLite error."""
+    provider = AxisProvider()
+    with make(tmp_path, provider) as ltm:
+        ltm.store("The user prefers green tea", category="preference")
+        cache = ltm.db_path / "embedding-cache.sqlite"
+    for suffix in ("-wal", "-shm"):
+        Path(f"{cache}{suffix}").unlink(missing_ok=True)
+    if damage == "garbage":
+        cache.write_bytes(os.urandom(8192))
+    else:
+        cache.unlink()
+        cache.mkdir()
+    with make(tmp_path, provider) as ltm:
+        assert ltm.store("The user lives in Porto", category="fact").action == "created"
+        assert [h.text for h in ltm.search("The user lives in Porto", min_score=0.99)] == ["The user lives in Porto"]
+        assert ltm.auto_recall("The user prefers green tea") is not None
+        assert len(ltm.list()) == 2
+    if damage == "garbage":  # the garbled file was replaced by a working cache
+        with make(tmp_path, provider) as ltm:
+            ltm.search("which city?")
+            calls = len(provider.calls)
+            ltm.search("which city?")
+            assert len(provider.calls) == calls
+
+
+SECRETS = ["Remember my API key is sk-abcdefghijklmnop1234",
+           "Remember: OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuv",
+           "I always use the password: hunter2 for the staging box",
+           "my database is postgres://app:s3cretpw@db.internal/x, remember that"]
+
+
+@pytest.mark.parametrize("text", SECRETS)
+def test_auto_capture_never_keeps_a_secret(tmp_path: Path, text: str) -> None:
+    assert not should_capture(text)
+    assert capture_candidates([{"role": "user", "content": text}]) == []
+    with make(tmp_path) as ltm:
+        assert ltm.auto_capture([{"role": "user", "content": text}, {"role": "user", "content": "I prefer tea"}]
+                                )[0].record.text == "I prefer tea"
+        assert [r.text for r in ltm.list()] == ["I prefer tea"]
+
+
+def test_the_store_tool_masks_secrets(tmp_path: Path) -> None:
+    with make(tmp_path) as ltm:
+        result = call_tool(ltm, "memory_store", {"text": "The user's OpenAI key is sk-abcdefghijklmnop1234"})
+        assert "error" not in result["details"], result
+        [memory] = ltm.list()
+        assert memory.text == "The user's OpenAI key is sk-abc…1234"
