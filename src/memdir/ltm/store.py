@@ -284,7 +284,7 @@ class LanceTable:
                 table.to_arrow()
             else:
                 quoted = ", ".join(f"'{require_uuid(i)}'" for i in ids)
-                found = table.search().where(f"id IN ({quoted})").limit(len(ids)).to_list()
+                found = table.search().where(f"id IN ({quoted})").select(["id"]).limit(len(ids)).to_list()
                 if len(found) < len(set(ids)):
                     raise LtmError(f"wrote {len(ids)} rows but {len(found)} read back")
         except Exception as exc:
