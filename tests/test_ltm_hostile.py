@@ -33,8 +33,9 @@ def make(tmp_path: Path, provider: Any = None, *, cache: bool = True) -> LongTer
     return LongTermMemory(settings, provider=provider or AxisProvider())
 
 
-# The script stores one memory under a file size limit; it prints the outcome as JSON.
-STORE_UNDER_LIMIT = textwrap.dedent("""
+# The script stores one memory (or imports one edited bullet) under a file size limit; it prints
+# the outcome as JSON.
+WRITE_UNDER_LIMIT = textwrap.dedent("""
     import json, resource, signal, sys
     from pathlib import Path
     sys.path.insert(0, sys.argv[1])
@@ -49,14 +50,17 @@ STORE_UNDER_LIMIT = textwrap.dedent("""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
     try:
-        print(json.dumps({"action": ltm.store("The user keeps bees in the garden", category="fact").action}))
+        if len(sys.argv) > 4:
+            print(json.dumps({"updated": ltm.import_markdown(sys.argv[4]).updated}))
+        else:
+            print(json.dumps({"action": ltm.store("The user keeps bees in the garden", category="fact").action}))
     except Exception as exc:
         print(json.dumps({"error": str(exc)}))
 """)
 
 
-def store_under_limit(tmp_path: Path, limit: int) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", STORE_UNDER_LIMIT, str(TESTS), str(tmp_path), str(limit)],
+def write_under_limit(tmp_path: Path, limit: int, *markdown: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", WRITE_UNDER_LIMIT, str(TESTS), str(tmp_path), str(limit), *markdown],
                           capture_output=True, text=True, timeout=120, env=cli_env(tmp_path / "state"))
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -70,7 +74,7 @@ def test_a_store_cut_short_by_a_full_disk_fails_and_loses_nothing(tmp_path: Path
                   for i in range(3)}
         size = max(p.stat().st_size for p in (ltm.db_path / "memories.lance" / "data").iterdir())
     # Room for most of a data file but not all of it (the writer's last flush is cut short).
-    outcome = store_under_limit(tmp_path, size - 500)
+    outcome = write_under_limit(tmp_path, size - 500)
     assert "could not be written" in outcome.get("error", ""), outcome
     notices: list[str] = []
     with make(tmp_path, cache=False) as ltm:
@@ -80,6 +84,22 @@ def test_a_store_cut_short_by_a_full_disk_fails_and_loses_nothing(tmp_path: Path
         assert not list(ltm.db_path.glob("memories.lance.damaged-*"))
         assert ltm.store("The user keeps bees in the garden", category="fact").action == "created"
         assert len(ltm.list()) == 4
+
+
+def test_an_import_editing_a_memory_on_a_full_disk_keeps_the_memory(tmp_path: Path) -> None:
+    """An edited bullet was applied as a delete then an add: when the add failed (or the process
+    died between them) the memory was gone.  Now one commit, or nothing."""
+    with make(tmp_path, cache=False) as ltm:
+        kept = ltm.store("The user's project is called Apollo", category="fact").record
+        size = max(p.stat().st_size for p in (ltm.db_path / "memories.lance" / "data").iterdir())
+    outcome = write_under_limit(tmp_path, size - 500, f"- [fact] The user's project is called Artemis (id: {kept.id})")
+    assert "could not be written" in outcome.get("error", ""), outcome
+    with make(tmp_path, cache=False) as ltm:
+        assert [(r.id, r.text) for r in ltm.list()] == [(kept.id, kept.text)]
+        assert ltm.recoveries == []
+        report = ltm.import_markdown(f"- [fact] The user's project is called Artemis (id: {kept.id})")
+        assert report.updated == [kept.id]
+        assert [(r.id, r.text) for r in ltm.list()] == [(kept.id, "The user's project is called Artemis")]
 
 
 @pytest.mark.parametrize("damage", ["garbage", "directory"])

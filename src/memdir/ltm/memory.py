@@ -385,9 +385,8 @@ class LongTermMemory:
                     if (existing.text, existing.category) == (item.text, category):
                         report.unchanged.append(existing.id)
                         continue
-                    self.table.delete(existing.id)
                     existing.text, existing.category, existing.vector = item.text, category, vector
-                    self.table.add([existing])
+                    self.table.replace(existing)
                     report.updated.append(existing.id)
                 elif item.id:
                     if not self.table.exists():

@@ -115,6 +115,12 @@ def _record(row: dict[str, Any], score: float | None = None) -> MemoryRecord:
         vector=np.asarray(vec, dtype=np.float32) if vec is not None else None)
 
 
+def _row(r: MemoryRecord) -> dict[str, Any]:
+    return {"id": r.id, "text": r.text, "vector": np.asarray(r.vector, dtype=np.float32).tolist(),
+            "importance": float(r.importance), "category": r.category, "createdAt": int(r.created_at),
+            "supersededBy": r.superseded_by, "supersededAt": r.superseded_at, "source": r.source}
+
+
 class LanceTable:
     """The ``memories`` table in one LanceDB folder, opened on first use."""
 
@@ -262,12 +268,20 @@ class LanceTable:
         if table is None:
             raise LtmError("internal: table not created before add")
         before = table.version
-        table.add([{
-            "id": r.id, "text": r.text, "vector": np.asarray(r.vector, dtype=np.float32).tolist(),
-            "importance": float(r.importance), "category": r.category, "createdAt": int(r.created_at),
-            "supersededBy": r.superseded_by, "supersededAt": r.superseded_at, "source": r.source,
-        } for r in records])
+        table.add([_row(r) for r in records])
         self._read_back(table, before, [r.id for r in records])
+
+    def replace(self, record: MemoryRecord) -> None:
+        """Rewrite one memory in place (an edited text and its vector) in one commit.
+
+        A delete then an add was two commits: a crash or a full disk between them lost the memory.
+        """
+        table = self.table()
+        if table is None:
+            raise LtmError("internal: table not created before replace")
+        before = table.version
+        table.merge_insert("id").when_matched_update_all().execute([_row(record)])
+        self._read_back(table, before, [record.id])
 
     def _read_back(self, table: Any, before: int, ids: list[str] | None) -> None:
         """Read what a write just committed (the rows ``ids``, or every row); if it does not read,
@@ -318,12 +332,7 @@ class LanceTable:
         old = self.table()
         schema = pa.schema([f if f.name != "vector" else pa.field("vector", pa.list_(pa.float32(), dims))
                             for f in old.schema], metadata={f"{_META_PREFIX}{k}": v for k, v in identity.items()})
-        rows = [{
-            "id": r.id, "text": r.text, "vector": np.asarray(r.vector, dtype=np.float32).tolist(),
-            "importance": float(r.importance), "category": r.category, "createdAt": int(r.created_at),
-            "supersededBy": r.superseded_by, "supersededAt": r.superseded_at, "source": r.source,
-        } for r in records]
-        data = pa.Table.from_pylist(rows, schema=schema)
+        data = pa.Table.from_pylist([_row(r) for r in records], schema=schema)
         self._table = self._connect().create_table(TABLE, data=data, schema=schema, mode="overwrite")
 
     def maybe_compact(self, max_fragments: int = COMPACT_AT_FRAGMENTS) -> bool:
