@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -33,8 +34,8 @@ def make(tmp_path: Path, provider: Any = None, *, cache: bool = True) -> LongTer
     return LongTermMemory(settings, provider=provider or AxisProvider())
 
 
-# The script stores one memory (or imports one edited bullet) under a file size limit; it prints
-# the outcome as JSON.
+# The script stores one memory, imports one edited bullet or re-embeds with model axis-2, under a
+# file size limit; it prints the outcome as JSON.
 WRITE_UNDER_LIMIT = textwrap.dedent("""
     import json, resource, signal, sys
     from pathlib import Path
@@ -42,16 +43,18 @@ WRITE_UNDER_LIMIT = textwrap.dedent("""
     from ltm_fakes import AxisProvider
     from memdir.config import load_config
     from memdir.ltm import LongTermMemory
-    tmp, limit = Path(sys.argv[2]), int(sys.argv[3])
+    tmp, limit, action = Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     settings = load_config(workspace=tmp / "ws", state_dir=tmp / "state", agent_id="main",
                            overrides={"memorySearch": {"cache": {"enabled": False}}}).settings
-    ltm = LongTermMemory(settings, provider=AxisProvider())
+    ltm = LongTermMemory(settings, provider=AxisProvider(model="axis-2" if action == "reembed" else "axis-1"))
     ltm.list()  # open the table before the limit
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
     try:
-        if len(sys.argv) > 4:
-            print(json.dumps({"updated": ltm.import_markdown(sys.argv[4]).updated}))
+        if action == "import":
+            print(json.dumps({"updated": ltm.import_markdown(sys.argv[5]).updated}))
+        elif action == "reembed":
+            print(json.dumps({"reembedded": ltm.reembed()}))
         else:
             print(json.dumps({"action": ltm.store("The user keeps bees in the garden", category="fact").action}))
     except Exception as exc:
@@ -59,8 +62,9 @@ WRITE_UNDER_LIMIT = textwrap.dedent("""
 """)
 
 
-def write_under_limit(tmp_path: Path, limit: int, *markdown: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", WRITE_UNDER_LIMIT, str(TESTS), str(tmp_path), str(limit), *markdown],
+def write_under_limit(tmp_path: Path, limit: int, action: str = "store", *markdown: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", WRITE_UNDER_LIMIT, str(TESTS), str(tmp_path), str(limit), action,
+                           *markdown],
                           capture_output=True, text=True, timeout=120, env=cli_env(tmp_path / "state"))
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -92,14 +96,33 @@ def test_an_import_editing_a_memory_on_a_full_disk_keeps_the_memory(tmp_path: Pa
     with make(tmp_path, cache=False) as ltm:
         kept = ltm.store("The user's project is called Apollo", category="fact").record
         size = max(p.stat().st_size for p in (ltm.db_path / "memories.lance" / "data").iterdir())
-    outcome = write_under_limit(tmp_path, size - 500, f"- [fact] The user's project is called Artemis (id: {kept.id})")
+    edited = f"- [fact] The user's project is called Artemis (id: {kept.id})"
+    outcome = write_under_limit(tmp_path, size - 500, "import", edited)
     assert "could not be written" in outcome.get("error", ""), outcome
     with make(tmp_path, cache=False) as ltm:
         assert [(r.id, r.text) for r in ltm.list()] == [(kept.id, kept.text)]
         assert ltm.recoveries == []
-        report = ltm.import_markdown(f"- [fact] The user's project is called Artemis (id: {kept.id})")
+        report = ltm.import_markdown(edited)
         assert report.updated == [kept.id]
         assert [(r.id, r.text) for r in ltm.list()] == [(kept.id, "The user's project is called Artemis")]
+
+
+def test_a_reembed_cut_short_by_a_full_disk_keeps_the_old_table(tmp_path: Path) -> None:
+    """The overwrite was committed with its data file cut short and ``reembed`` reported success;
+    the next command "recovered" the rows of the old model into a table labelled with the new one."""
+    texts = [f"The user's project number {i} is called P{i}" for i in range(20)]
+    with make(tmp_path, cache=False) as ltm:
+        ids = {ltm.store(t, category="fact").record.id for t in texts}
+    probe = tmp_path / "probe"
+    shutil.copytree(tmp_path / "state", probe / "state")
+    with make(probe, AxisProvider(model="axis-2"), cache=False) as ltm:  # how big the rewritten file is
+        ltm.reembed()
+        size = max(p.stat().st_size for p in (ltm.db_path / "memories.lance" / "data").iterdir())
+    outcome = write_under_limit(tmp_path, size - 500, "reembed")
+    assert "could not be written" in outcome.get("error", ""), outcome
+    with make(tmp_path, cache=False) as ltm:  # still the old model's table, every row of it
+        assert {r.id for r in ltm.list()} == ids and ltm.recoveries == []
+        assert ltm.table.identity()["model"] == "axis-1"
 
 
 @pytest.mark.parametrize("damage", ["garbage", "directory"])

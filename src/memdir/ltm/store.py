@@ -333,7 +333,9 @@ class LanceTable:
         schema = pa.schema([f if f.name != "vector" else pa.field("vector", pa.list_(pa.float32(), dims))
                             for f in old.schema], metadata={f"{_META_PREFIX}{k}": v for k, v in identity.items()})
         data = pa.Table.from_pylist([_row(r) for r in records], schema=schema)
+        before = old.version
         self._table = self._connect().create_table(TABLE, data=data, schema=schema, mode="overwrite")
+        self._read_back(self._table, before, None)
 
     def maybe_compact(self, max_fragments: int = COMPACT_AT_FRAGMENTS) -> bool:
         """Merge small fragments once there are ``max_fragments``; returns whether it compacted.
