@@ -175,3 +175,34 @@ def test_the_store_tool_masks_secrets(tmp_path: Path) -> None:
         assert "error" not in result["details"], result
         [memory] = ltm.list()
         assert memory.text == "The user's OpenAI key is sk-abc…1234"
+
+
+class WideProvider(AxisProvider):
+    """Another model: 96-dimensional vectors."""
+
+    @property
+    def dims(self) -> int:
+        return 96
+
+    def _vec(self, text: str) -> list[float]:
+        return [*super()._vec(text), *super()._vec(text + "!")[:32]]
+
+
+def test_a_damaged_table_after_reembed_refills_the_rows_of_the_old_model_with_new_vectors(tmp_path: Path) -> None:
+    """Rows filled in from a version before ``reembed`` carried the old model's vectors: the
+    rebuild failed on every command when the widths differed (the store never worked again)."""
+    texts = [f"The user's project number {i} is called P{i}" for i in range(3)]
+    with make(tmp_path) as ltm:
+        for t in texts:
+            ltm.store(t, category="fact")
+    with make(tmp_path, WideProvider(model="wide")) as ltm:
+        assert ltm.reembed() == 3
+        rewritten = max((ltm.db_path / "memories.lance" / "data").iterdir(), key=lambda p: p.stat().st_mtime_ns)
+    rewritten.write_bytes(os.urandom(100))
+    with make(tmp_path, WideProvider(model="wide")) as ltm:
+        assert sorted(r.text for r in ltm.list()) == texts
+        assert len(ltm.recoveries) == 1 and ltm.table.dims() == 96
+        for record in ltm.table.all(with_vectors=True):
+            assert record.vector is not None
+            assert float(record.vector @ ltm.embedder.documents([record.text])[0]) > 0.999
+        assert ltm.store("The user keeps bees", category="fact").action == "created"
