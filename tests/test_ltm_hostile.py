@@ -18,7 +18,7 @@ import pytest
 from helpers import cli_env
 from ltm_fakes import AxisProvider
 from memdir.config import load_config
-from memdir.ltm import LongTermMemory
+from memdir.ltm import LongTermMemory, LtmError
 from memdir.ltm.capture import capture_candidates, should_capture
 from memdir.tools import call_tool
 
@@ -206,3 +206,20 @@ def test_a_damaged_table_after_reembed_refills_the_rows_of_the_old_model_with_ne
             assert record.vector is not None
             assert float(record.vector @ ltm.embedder.documents([record.text])[0]) > 0.999
         assert ltm.store("The user keeps bees", category="fact").action == "created"
+
+
+def test_unwritable_characters_are_replaced_and_a_huge_memory_is_refused(tmp_path: Path) -> None:
+    """A lone surrogate (a JSON "\\ud800" escape, a non-UTF-8 argv) failed with a codec error, a
+    NUL went into the Markdown mirror, and a 10 MB memory was recalled into every later prompt."""
+    with make(tmp_path) as ltm:
+        result = call_tool(ltm, "memory_store", {"text": "The user\x00 likes caf\ud800 au lait"})
+        assert "error" not in result["details"], result
+        assert [r.text for r in ltm.list()] == ["The user\ufffd likes caf\ufffd au lait"]
+        assert ltm.search("caf\udcff", min_score=-1.0)
+        captured = ltm.auto_capture([{"role": "user", "content": "I prefer th\ud800 in the morning"}])
+        assert [r.action for r in captured] == ["created"]
+        huge = call_tool(ltm, "memory_store", {"text": "I prefer " + "x" * 10_000_000})
+        assert huge["details"]["error"].startswith("memory too long (10000009 characters, at most 10000)")
+        with pytest.raises(LtmError, match="line 2: memory too long"):
+            ltm.import_markdown("- I prefer tea\n- I prefer " + "y" * 20_000)
+        assert len(ltm.list()) == 2

@@ -34,6 +34,7 @@ from memdir.ltm.capture import (
 )
 from memdir.ltm.results import ForgetResult, ImportReport, StoreResult
 from memdir.ltm.store import ID_PREFIX_RE, UUID_RE, LanceTable, LtmError, MemoryRecord, require_uuid
+from memdir.sessions.store import clean_text
 
 if TYPE_CHECKING:
     from memdir.config import Settings
@@ -51,6 +52,15 @@ FORGET_SEARCH_LIMIT = 5
 FORGET_MIN_SCORE = 0.7
 FORGET_AUTO_SCORE = 0.9
 DEFAULT_IMPORTANCE = 0.7
+#: The longest memory: ``captureMaxChars``'s ceiling.  Auto-recall puts memories in every prompt, so
+#: one of megabytes (a pasted file through ``memory_store``) made every later turn overflow the model.
+MAX_MEMORY_CHARS = 10_000
+
+
+def _check_length(text: str, where: str = "") -> None:
+    if len(text) > MAX_MEMORY_CHARS:
+        raise LtmError(f"{where}memory too long ({len(text)} characters, at most {MAX_MEMORY_CHARS}): "
+                       "store one short statement")
 
 
 def _now_ms() -> int:
@@ -196,7 +206,7 @@ class LongTermMemory:
         return self._healing(lambda: self._search_once(query, limit, min_score))
 
     def _search_once(self, query: str, limit: int, min_score: float) -> list[MemoryRecord]:
-        query = (query or "").strip()
+        query = clean_text(query or "").strip()
         if not query:
             raise LtmError("query required")
         if not self.table.exists():
@@ -231,9 +241,10 @@ class LongTermMemory:
     def store(self, text: str, *, importance: float = DEFAULT_IMPORTANCE, category: str | None = None,
               source: str = "api") -> StoreResult:
         """Store a memory unless a near-identical one exists (score ≥ 0.95); supersede close ones."""
-        text = (text or "").strip()
+        text = clean_text(text or "").strip()
         if not text:
             raise LtmError("text required")
+        _check_length(text)
         category = category or detect_category(text)
         if category not in CATEGORIES:
             raise LtmError(f"unknown category {category!r} (expected one of {', '.join(CATEGORIES)})")
@@ -327,7 +338,8 @@ class LongTermMemory:
 
     def auto_capture(self, messages: Iterable[Mapping[str, Any] | str]) -> list[StoreResult]:
         """R§14 ``agent_end``: store up to 3 user statements worth keeping (duplicates skipped)."""
-        texts = capture_candidates(messages, self.config.capture_max_chars, MAX_CAPTURES_PER_TURN)
+        texts = [clean_text(t) for t in capture_candidates(messages, self.config.capture_max_chars,
+                                                             MAX_CAPTURES_PER_TURN)]
         if not texts:
             return []
         return self._healing(lambda: self._capture_once(texts))
@@ -364,7 +376,7 @@ class LongTermMemory:
     def _import_once(self, text: str) -> ImportReport:
         from memdir.ltm.markdown import ms_of_day, parse
 
-        items, skipped = parse(text)
+        items, skipped = parse(clean_text(text))
         report = ImportReport(skipped_lines=skipped)
         if not items:
             return report
@@ -372,6 +384,7 @@ class LongTermMemory:
             if item.category is not None and item.category not in CATEGORIES:
                 raise LtmError(f"line {item.line}: unknown category {item.category!r} "
                                f"(expected one of {', '.join(CATEGORIES)})")
+            _check_length(item.text, f"line {item.line}: ")
         vectors = self._vectors([i.text for i in items])
         tz = self.settings.user_timezone
         with self._lock():
