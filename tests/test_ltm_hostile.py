@@ -223,3 +223,41 @@ def test_unwritable_characters_are_replaced_and_a_huge_memory_is_refused(tmp_pat
         with pytest.raises(LtmError, match="line 2: memory too long"):
             ltm.import_markdown("- I prefer tea\n- I prefer " + "y" * 20_000)
         assert len(ltm.list()) == 2
+
+
+# A store whose process dies right after the new mirror file is in place (before its hash is noted).
+DIE_AFTER_MIRROR = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    from ltm_fakes import AxisProvider
+    from memdir.config import load_config
+    from memdir.ltm import LongTermMemory, markdown
+    tmp = Path(sys.argv[2])
+    settings = load_config(workspace=tmp / "ws", state_dir=tmp / "state", agent_id="main",
+                           overrides={"longTermMemory": {"mirror": {"enabled": True}}}).settings
+    real = markdown.replace_file
+    def replace_then_die(path, data):
+        real(path, data)
+        if Path(path).suffix == ".md":
+            os._exit(9)
+    markdown.replace_file = replace_then_die
+    LongTermMemory(settings, provider=AxisProvider()).store("The user lives in Porto", category="fact")
+""")
+
+
+def test_a_process_killed_while_writing_the_mirror_leaves_no_edited_copy(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    settings = load_config(workspace=tmp_path / "ws", state_dir=tmp_path / "state", agent_id="main",
+                           overrides={"longTermMemory": {"mirror": {"enabled": True}}}).settings
+    with LongTermMemory(settings, provider=AxisProvider()) as ltm:
+        ltm.store("The user prefers tea", category="preference")
+    died = subprocess.run([sys.executable, "-c", DIE_AFTER_MIRROR, str(TESTS), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, env=cli_env(tmp_path / "state"))
+    assert died.returncode == 9, died.stderr
+    with LongTermMemory(settings, provider=AxisProvider()) as ltm:
+        result = ltm.store("The user keeps bees", category="fact")
+        assert result.warnings == []
+        mirror = ltm.mirror_path
+    assert sorted(p.name for p in mirror.parent.iterdir()) == ["long-term.md"]
+    assert all(t in mirror.read_text() for t in ("tea", "Porto", "bees"))
