@@ -18,7 +18,7 @@ import pytest
 from helpers import cli_env
 from ltm_fakes import AxisProvider
 from memdir.config import load_config
-from memdir.ltm import LongTermMemory, LtmError
+from memdir.ltm import LongTermMemory, LtmError, ModelMismatchError
 from memdir.ltm.capture import capture_candidates, should_capture
 from memdir.tools import call_tool
 
@@ -261,3 +261,18 @@ def test_a_process_killed_while_writing_the_mirror_leaves_no_edited_copy(tmp_pat
         mirror = ltm.mirror_path
     assert sorted(p.name for p in mirror.parent.iterdir()) == ["long-term.md"]
     assert all(t in mirror.read_text() for t in ("tea", "Porto", "bees"))
+
+
+def test_a_long_running_store_is_told_when_another_process_reembedded_with_another_model(tmp_path: Path) -> None:
+    """A server that had checked the model once then failed every call with LanceDB's "There is
+    no vector column in the data" after ``memdir ltm reembed`` with another model elsewhere."""
+    with make(tmp_path) as server:
+        server.store("The user prefers tea", category="preference")
+        assert server.search("The user prefers tea")
+        with make(tmp_path, WideProvider(model="wide")) as other:
+            assert other.reembed() == 1
+        for call in (lambda: server.search("The user prefers tea"),
+                     lambda: server.store("The user keeps bees", category="fact")):
+            with pytest.raises(ModelMismatchError, match="memdir ltm reembed"):
+                call()
+        assert [r.text for r in server.list()] == ["The user prefers tea"]

@@ -159,9 +159,26 @@ class LongTermMemory:
         try:
             return op()
         except Exception as exc:
-            if not heal.is_damage(exc) or self._recover(exc, started) is None:
+            if not heal.is_damage(exc):
+                self._recheck_model()
+                raise
+            if self._recover(exc, started) is None:
                 raise
         return op()
+
+    def _recheck_model(self) -> None:
+        """After a failure: if another process re-embedded the table with another model since this
+        object checked it, say so (:class:`ModelMismatchError`) instead of LanceDB's "There is no
+        vector column" or cast error, which a long-running server repeated on every call."""
+        if self._checked:
+            self._checked = False
+            try:
+                self.table.close()
+                self.table.check_compatible(self.embedder.identity, None)
+            except LtmError:
+                raise
+            except Exception:  # the check itself failed: the original error says more
+                return
 
     def _finish_rebuilds(self) -> None:
         """Under the lock: complete a rebuild a killed process left ready (before any table is made)."""
