@@ -276,3 +276,14 @@ def test_a_long_running_store_is_told_when_another_process_reembedded_with_anoth
             with pytest.raises(ModelMismatchError, match="memdir ltm reembed"):
                 call()
         assert [r.text for r in server.list()] == ["The user prefers tea"]
+
+
+def test_search_limits_and_scores_out_of_range(tmp_path: Path) -> None:
+    """A limit past 32 bits failed with "out of range integral type conversion attempted" (or
+    "Python int too large"), and a NaN minimum score matched nothing without saying why."""
+    with make(tmp_path) as ltm:
+        ltm.store("The user prefers tea", category="preference")
+        for limit in (2**63 - 1, 10**20, -5, 0):
+            assert [h.text for h in ltm.search("The user prefers tea", limit=limit)] == ["The user prefers tea"]
+        with pytest.raises(LtmError, match="min score must be a number"):
+            ltm.search("tea", min_score=float("nan"))

@@ -18,6 +18,7 @@ mirror), says so once through ``notice`` and in :attr:`LongTermMemory.recoveries
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -55,6 +56,7 @@ DEFAULT_IMPORTANCE = 0.7
 #: The longest memory: ``captureMaxChars``'s ceiling.  Auto-recall puts memories in every prompt, so
 #: one of megabytes (a pasted file through ``memory_store``) made every later turn overflow the model.
 MAX_MEMORY_CHARS = 10_000
+MAX_SEARCH_LIMIT = 10_000
 
 
 def _check_length(text: str, where: str = "") -> None:
@@ -226,9 +228,13 @@ class LongTermMemory:
         query = clean_text(query or "").strip()
         if not query:
             raise LtmError("query required")
+        if math.isnan(float(min_score)):
+            raise LtmError("min score must be a number")
         if not self.table.exists():
             return []
-        return self.table.search(self._query_vector(query), limit=max(1, int(limit)), min_score=min_score)
+        # LanceDB takes a 32-bit limit ("out of range integral type conversion attempted")
+        limit = max(1, min(int(limit), MAX_SEARCH_LIMIT))
+        return self.table.search(self._query_vector(query), limit=limit, min_score=min_score)
 
     def list(self, *, include_superseded: bool = False) -> list[MemoryRecord]:
         """Every active memory, oldest first (superseded ones too with ``include_superseded``)."""
