@@ -287,3 +287,22 @@ def test_search_limits_and_scores_out_of_range(tmp_path: Path) -> None:
             assert [h.text for h in ltm.search("The user prefers tea", limit=limit)] == ["The user prefers tea"]
         with pytest.raises(LtmError, match="min score must be a number"):
             ltm.search("tea", min_score=float("nan"))
+
+
+def test_a_large_import_compacts_as_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each bullet is one write (one fragment) and the duplicate check before it searches every
+    fragment: an import of 1,000 memories was quadratic (300: 10.7 s, now 4.5 s) until it ended."""
+    from memdir.ltm.store import LanceTable
+
+    seen: list[int] = []
+    real = LanceTable.maybe_compact
+
+    def counting(self: LanceTable, *args: Any) -> bool:
+        seen.append(int(self.table().stats()["fragment_stats"]["num_fragments"]))
+        return real(self, *args)
+
+    monkeypatch.setattr(LanceTable, "maybe_compact", counting)
+    with make(tmp_path) as ltm:
+        report = ltm.import_markdown("\n".join(f"- The user's fact number {i} is F{i}" for i in range(70)))
+        assert len(report.created) == 70 and len(ltm.list()) == 70
+    assert max(seen) <= 33 and len(seen) >= 2

@@ -34,7 +34,15 @@ from memdir.ltm.capture import (
     format_relevant_memories_context,
 )
 from memdir.ltm.results import ForgetResult, ImportReport, StoreResult
-from memdir.ltm.store import ID_PREFIX_RE, UUID_RE, LanceTable, LtmError, MemoryRecord, require_uuid
+from memdir.ltm.store import (
+    COMPACT_AT_FRAGMENTS,
+    ID_PREFIX_RE,
+    UUID_RE,
+    LanceTable,
+    LtmError,
+    MemoryRecord,
+    require_uuid,
+)
 from memdir.sessions.store import clean_text
 
 if TYPE_CHECKING:
@@ -412,6 +420,8 @@ class LongTermMemory:
         tz = self.settings.user_timezone
         with self._lock():
             for position, (item, vector) in enumerate(zip(items, vectors, strict=True)):
+                if position and position % COMPACT_AT_FRAGMENTS == 0:
+                    self._compact()  # each bullet is a write and each search visits every fragment
                 category = item.category or detect_category(item.text)
                 # A bullet's date has no time of day: file order breaks ties, so a restore lists alike.
                 created = ms_of_day(item.date, tz) + position if item.date else None
@@ -470,11 +480,14 @@ class LongTermMemory:
 
     def _after_write(self) -> list[str]:
         """Under the write lock: compact the table when it has many fragments, then the mirror."""
+        self._compact()
+        return self._sync_mirror()
+
+    def _compact(self) -> None:
         try:
             self.table.maybe_compact()
         except Exception as exc:  # a slower search later, never a lost write
             log.warning("long-term memory compaction failed: %s", exc)
-        return self._sync_mirror()
 
     def _sync_mirror(self) -> list[str]:
         if self.mirror_path is None:
