@@ -306,3 +306,19 @@ def test_a_large_import_compacts_as_it_goes(tmp_path: Path, monkeypatch: pytest.
         report = ltm.import_markdown("\n".join(f"- The user's fact number {i} is F{i}" for i in range(70)))
         assert len(report.created) == 70 and len(ltm.list()) == 70
     assert max(seen) <= 33 and len(seen) >= 2
+
+
+def test_rows_with_foreign_ids_can_still_be_written(tmp_path: Path) -> None:
+    """The read-back after a write must not refuse ids memdir would not make (a rebuild copies a
+    foreign table's rows as they are; a refused id failed the rebuild, and so every command)."""
+    import numpy as np
+
+    from memdir.ltm.store import LanceTable, MemoryRecord
+
+    table = LanceTable(tmp_path / "db")
+    table.create(4, {"provider": "fake", "model": "m"})
+    ids = ["note-1", "0B4E7C1E-5D2F-4C1A-9A55-0D4F2F3F6B1E"]
+    table.add([MemoryRecord(id=i, text=f"text {i}", category="fact", importance=0.7, created_at=1,
+                            vector=np.array([1, 0, 0, 0], dtype=np.float32)) for i in ids])
+    assert sorted(r.id for r in table.all()) == sorted(ids)
+    table.close()

@@ -294,10 +294,10 @@ class LanceTable:
         from memdir.ltm.heal import first_line, is_damage
 
         try:
-            if ids is None:
+            if ids is None or not all(UUID_RE.match(i) for i in ids):  # a foreign table's ids stay out of filters
                 table.to_arrow()
             else:
-                quoted = ", ".join(f"'{require_uuid(i)}'" for i in ids)
+                quoted = ", ".join(f"'{i}'" for i in ids)  # as stored: a foreign table may use upper case
                 found = table.search().where(f"id IN ({quoted})").select(["id"]).limit(len(ids)).to_list()
                 if len(found) < len(set(ids)):
                     raise LtmError(f"wrote {len(ids)} rows but {len(found)} read back")
