@@ -11,7 +11,9 @@ Deviation, fixing R§18.12 ("autoCapture rarely fires", #71349): besides OpenCla
 "my favourite editor is …" (up to three words between *my* and *is*), "I'm a …", "I live/work
 …", "we chose/agreed/switched to …", "call me …", "from now on", "keep in mind", "note that",
 "don't forget", "favourite", "birthday", "allergic".  The negative rules are unchanged, so
-everything OpenClaw refuses is still refused (R§17 vectors 66–68 hold).
+everything OpenClaw refuses is still refused (R§17 vectors 66–68 hold).  A message holding a
+secret :mod:`memdir.redact` recognises (an API key, a password) is not captured either: the
+memory would be recalled into later prompts and written to the indexed mirror.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from memdir.redact import redact_text
 
 CATEGORIES: tuple[str, ...] = ("preference", "fact", "decision", "entity", "other")
 DEFAULT_CAPTURE_MAX_CHARS = 500
@@ -86,6 +90,8 @@ def should_capture(text: str, max_chars: int = DEFAULT_CAPTURE_MAX_CHARS) -> boo
         return False
     if looks_like_prompt_injection(text):
         return False
+    if redact_text(text) != text:
+        return False  # a key or password: never kept unasked (transcripts mask them, the mirror is indexed)
     return any(p.search(text) for p in _TRIGGERS)
 
 

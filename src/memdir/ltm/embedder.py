@@ -13,16 +13,22 @@ index, and losing it loses nothing.
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from memdir.db import enable_wal
+from memdir.stores.sqlite_health import is_damage_error
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Cache rows kept (least recently used pruned first); MiniLM rows are ~1.6 KB each.
 DEFAULT_CACHE_ENTRIES = 20_000
@@ -60,25 +66,58 @@ class EmbeddingCache:
         return self._conn
 
     def get(self, key: tuple[str, str, str], hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        """Cached vectors of ``hashes``; an unreadable cache counts as empty (see :meth:`_guarded`)."""
         if not hashes:
             return {}
+        rows = self._guarded("read", lambda: self._read(key, hashes), [])
+        if rows:  # the LRU touch is a write: a read-only or full store still uses the hits
+            self._guarded("update", lambda: self._touch(key, [h for h, _ in rows]), None)
+        return {h: np.frombuffer(blob, dtype="<f4").astype(np.float32) for h, blob in rows}
+
+    def _read(self, key: tuple[str, str, str], hashes: Sequence[str]) -> list[tuple[str, bytes]]:
+        with self._lock:
+            marks = ",".join("?" * len(hashes))
+            return self._db().execute(
+                f"SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? "
+                f"AND hash IN ({marks})", (*key, *hashes)).fetchall()
+
+    def _touch(self, key: tuple[str, str, str], hashes: list[str]) -> None:
         with self._lock:
             db = self._db()
             marks = ",".join("?" * len(hashes))
-            rows = db.execute(
-                f"SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? "
-                f"AND hash IN ({marks})", (*key, *hashes)).fetchall()
-            if rows:
-                hits = ",".join("?" * len(rows))
-                db.execute(
-                    f"UPDATE embedding_cache SET updated_at = ? WHERE provider = ? AND model = ? AND provider_key = ? "
-                    f"AND hash IN ({hits})", (int(time.time() * 1000), *key, *[h for h, _ in rows]))
-                db.commit()
-        return {h: np.frombuffer(blob, dtype="<f4").astype(np.float32) for h, blob in rows}
+            db.execute(
+                f"UPDATE embedding_cache SET updated_at = ? WHERE provider = ? AND model = ? AND provider_key = ? "
+                f"AND hash IN ({marks})", (int(time.time() * 1000), *key, *hashes))
+            db.commit()
+
+    def _guarded(self, what: str, op: Callable[[], T], default: T) -> T:
+        """Run a cache operation; if SQLite or the disk fails, go on without the cache.
+
+        The cache only saves embedding calls: a cache file that is damaged, read-only or on a full
+        disk must not make every store and search of long-term memory fail.  A damaged file is
+        deleted (the next call starts a new one); any other failure is left for next time.
+        """
+        try:
+            return op()
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("long-term memory embedding cache %s failed (%s): continuing without it", what, exc)
+            if is_damage_error(exc):
+                self._discard()
+            return default
+
+    def _discard(self) -> None:
+        self.close()
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.unlink(f"{self.path}{suffix}")
+            except OSError:
+                pass
 
     def put(self, key: tuple[str, str, str], items: dict[str, np.ndarray]) -> None:
-        if not items:
-            return
+        if items:
+            self._guarded("write", lambda: self._write(key, items), None)
+
+    def _write(self, key: tuple[str, str, str], items: dict[str, np.ndarray]) -> None:
         now = int(time.time() * 1000)
         with self._lock:
             db = self._db()

@@ -18,7 +18,8 @@ rows are read per fragment: LanceDB's row ids are ``fragment << 32 | offset`` an
 ``_rowid`` skips the fragments outside its range, so ranges of fragments are bisected down to the
 unreadable ones.  When rows are still missing, earlier versions fill in (at most as many rows as
 are missing, never a row of a fragment the newest version still reads: those rows were deleted
-or updated since).  Then the Markdown mirror, when it is this store's: memories it lists that
+or updated since; a row from before a ``reembed`` keeps its text and is embedded again with the
+current model).  Then the Markdown mirror, when it is this store's: memories it lists that
 are still missing are restored with their ids, dates and categories, re-embedded.
 
 **Swapping**, under ``ltm.lock`` so that one process recovers and the others wait, then use the
@@ -223,6 +224,12 @@ def _identity(schema: Any) -> dict[str, str]:
     return out
 
 
+def _made_by(schema: Any) -> tuple[dict[str, str], int | None]:
+    """The model identity and vector width of a table version."""
+    dims = int(schema.field("vector").type.list_size) if "vector" in schema.names else None
+    return _identity(schema), dims
+
+
 @dataclass
 class Salvage:
     """What :func:`salvage` read from a damaged table."""
@@ -256,9 +263,8 @@ def salvage(table_dir: Path, work: Path, *, keep_ids: set[str] | None = None) ->
             rows, readable, out.lost_fragments = read_by_fragment(table)
         except Exception:  # this manifest (or what it names) does not open: try the one before
             continue
-        out.version, out.expected, out.identity = version, expected, _identity(schema)
-        if "vector" in schema.names:
-            out.dims = int(schema.field("vector").type.list_size)
+        out.version, out.expected = version, expected
+        out.identity, out.dims = _made_by(schema)
         start = i + 1
         break
     have = {str(r["id"]) for r in rows}
@@ -270,6 +276,7 @@ def salvage(table_dir: Path, work: Path, *, keep_ids: set[str] | None = None) ->
             manifests = [m for v, m in versions if v <= version]
             table = _connect(_shadow(table_dir, manifests, work / f"v{version}")).open_table(TABLE)
             older, _, _ = read_by_fragment(table)
+            other_model = out.version is not None and _made_by(table.schema) != (out.identity, out.dims)
         except Exception:
             continue
         candidates = [r for r in older if str(r["id"]) not in have and int(r["_rowid"]) >> 32 not in readable
@@ -277,6 +284,8 @@ def salvage(table_dir: Path, work: Path, *, keep_ids: set[str] | None = None) ->
         candidates.sort(key=lambda r: (keep_ids is not None and str(r["id"]).lower() not in keep_ids,
                                        -int(r.get("createdAt") or 0)))
         for row in candidates[:missing]:
+            if other_model:  # before a reembed: the text is kept, the vector is made again by the rebuild
+                row["vector"] = None
             rows.append(row)
             have.add(str(row["id"]))
             out.from_earlier += 1

@@ -188,7 +188,7 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
             current = path.read_bytes() if not path.is_symlink() else None
         except OSError:
             current = None
-        ours = current is not None and _sha(current) == state.get(str(path))
+        ours = current is not None and _sha(current) in state.get(str(path), "").split()
         theirs = _owner_line(current.decode("utf-8", "replace")) if current is not None and not ours else None
         if current is not None and not ours and theirs is None and str(path) not in state:
             # Never written here and no mirror at all: a person's own note (MEMORY.md?), not an edit.
@@ -210,6 +210,10 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
                        f"to {aside.name} (apply it with `memdir ltm import {aside}`) and the mirror regenerated")
     path.parent.mkdir(parents=True, exist_ok=True)
     data = content.encode("utf-8")
+    # Until the new file is in place both it and the one it replaces are ours: a process killed
+    # between the two writes left a mirror whose hash was not recorded, moved aside as "edited".
+    state[str(path)] = f"{state.get(str(path), '')} {_sha(data)}".strip()
+    _write_state(state_file, state)
     replace_file(path, data)
     state[str(path)] = _sha(data)
     _write_state(state_file, state)

@@ -18,6 +18,7 @@ mirror), says so once through ``notice`` and in :attr:`LongTermMemory.recoveries
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -33,7 +34,16 @@ from memdir.ltm.capture import (
     format_relevant_memories_context,
 )
 from memdir.ltm.results import ForgetResult, ImportReport, StoreResult
-from memdir.ltm.store import ID_PREFIX_RE, UUID_RE, LanceTable, LtmError, MemoryRecord, require_uuid
+from memdir.ltm.store import (
+    COMPACT_AT_FRAGMENTS,
+    ID_PREFIX_RE,
+    UUID_RE,
+    LanceTable,
+    LtmError,
+    MemoryRecord,
+    require_uuid,
+)
+from memdir.sessions.store import clean_text
 
 if TYPE_CHECKING:
     from memdir.config import Settings
@@ -51,6 +61,16 @@ FORGET_SEARCH_LIMIT = 5
 FORGET_MIN_SCORE = 0.7
 FORGET_AUTO_SCORE = 0.9
 DEFAULT_IMPORTANCE = 0.7
+#: The longest memory: ``captureMaxChars``'s ceiling.  Auto-recall puts memories in every prompt, so
+#: one of megabytes (a pasted file through ``memory_store``) made every later turn overflow the model.
+MAX_MEMORY_CHARS = 10_000
+MAX_SEARCH_LIMIT = 10_000
+
+
+def _check_length(text: str, where: str = "") -> None:
+    if len(text) > MAX_MEMORY_CHARS:
+        raise LtmError(f"{where}memory too long ({len(text)} characters, at most {MAX_MEMORY_CHARS}): "
+                       "store one short statement")
 
 
 def _now_ms() -> int:
@@ -149,9 +169,26 @@ class LongTermMemory:
         try:
             return op()
         except Exception as exc:
-            if not heal.is_damage(exc) or self._recover(exc, started) is None:
+            if not heal.is_damage(exc):
+                self._recheck_model()
+                raise
+            if self._recover(exc, started) is None:
                 raise
         return op()
+
+    def _recheck_model(self) -> None:
+        """After a failure: if another process re-embedded the table with another model since this
+        object checked it, say so (:class:`ModelMismatchError`) instead of LanceDB's "There is no
+        vector column" or cast error, which a long-running server repeated on every call."""
+        if self._checked:
+            self._checked = False
+            try:
+                self.table.close()
+                self.table.check_compatible(self.embedder.identity, None)
+            except LtmError:
+                raise
+            except Exception:  # the check itself failed: the original error says more
+                return
 
     def _finish_rebuilds(self) -> None:
         """Under the lock: complete a rebuild a killed process left ready (before any table is made)."""
@@ -196,12 +233,16 @@ class LongTermMemory:
         return self._healing(lambda: self._search_once(query, limit, min_score))
 
     def _search_once(self, query: str, limit: int, min_score: float) -> list[MemoryRecord]:
-        query = (query or "").strip()
+        query = clean_text(query or "").strip()
         if not query:
             raise LtmError("query required")
+        if math.isnan(float(min_score)):
+            raise LtmError("min score must be a number")
         if not self.table.exists():
             return []
-        return self.table.search(self._query_vector(query), limit=max(1, int(limit)), min_score=min_score)
+        # LanceDB takes a 32-bit limit ("out of range integral type conversion attempted")
+        limit = max(1, min(int(limit), MAX_SEARCH_LIMIT))
+        return self.table.search(self._query_vector(query), limit=limit, min_score=min_score)
 
     def list(self, *, include_superseded: bool = False) -> list[MemoryRecord]:
         """Every active memory, oldest first (superseded ones too with ``include_superseded``)."""
@@ -231,9 +272,10 @@ class LongTermMemory:
     def store(self, text: str, *, importance: float = DEFAULT_IMPORTANCE, category: str | None = None,
               source: str = "api") -> StoreResult:
         """Store a memory unless a near-identical one exists (score ≥ 0.95); supersede close ones."""
-        text = (text or "").strip()
+        text = clean_text(text or "").strip()
         if not text:
             raise LtmError("text required")
+        _check_length(text)
         category = category or detect_category(text)
         if category not in CATEGORIES:
             raise LtmError(f"unknown category {category!r} (expected one of {', '.join(CATEGORIES)})")
@@ -327,7 +369,8 @@ class LongTermMemory:
 
     def auto_capture(self, messages: Iterable[Mapping[str, Any] | str]) -> list[StoreResult]:
         """R§14 ``agent_end``: store up to 3 user statements worth keeping (duplicates skipped)."""
-        texts = capture_candidates(messages, self.config.capture_max_chars, MAX_CAPTURES_PER_TURN)
+        texts = [clean_text(t) for t in capture_candidates(messages, self.config.capture_max_chars,
+                                                             MAX_CAPTURES_PER_TURN)]
         if not texts:
             return []
         return self._healing(lambda: self._capture_once(texts))
@@ -364,7 +407,7 @@ class LongTermMemory:
     def _import_once(self, text: str) -> ImportReport:
         from memdir.ltm.markdown import ms_of_day, parse
 
-        items, skipped = parse(text)
+        items, skipped = parse(clean_text(text))
         report = ImportReport(skipped_lines=skipped)
         if not items:
             return report
@@ -372,10 +415,13 @@ class LongTermMemory:
             if item.category is not None and item.category not in CATEGORIES:
                 raise LtmError(f"line {item.line}: unknown category {item.category!r} "
                                f"(expected one of {', '.join(CATEGORIES)})")
+            _check_length(item.text, f"line {item.line}: ")
         vectors = self._vectors([i.text for i in items])
         tz = self.settings.user_timezone
         with self._lock():
             for position, (item, vector) in enumerate(zip(items, vectors, strict=True)):
+                if position and position % COMPACT_AT_FRAGMENTS == 0:
+                    self._compact()  # each bullet is a write and each search visits every fragment
                 category = item.category or detect_category(item.text)
                 # A bullet's date has no time of day: file order breaks ties, so a restore lists alike.
                 created = ms_of_day(item.date, tz) + position if item.date else None
@@ -385,9 +431,8 @@ class LongTermMemory:
                     if (existing.text, existing.category) == (item.text, category):
                         report.unchanged.append(existing.id)
                         continue
-                    self.table.delete(existing.id)
                     existing.text, existing.category, existing.vector = item.text, category, vector
-                    self.table.add([existing])
+                    self.table.replace(existing)
                     report.updated.append(existing.id)
                 elif item.id:
                     if not self.table.exists():
@@ -435,11 +480,14 @@ class LongTermMemory:
 
     def _after_write(self) -> list[str]:
         """Under the write lock: compact the table when it has many fragments, then the mirror."""
+        self._compact()
+        return self._sync_mirror()
+
+    def _compact(self) -> None:
         try:
             self.table.maybe_compact()
         except Exception as exc:  # a slower search later, never a lost write
             log.warning("long-term memory compaction failed: %s", exc)
-        return self._sync_mirror()
 
     def _sync_mirror(self) -> list[str]:
         if self.mirror_path is None:

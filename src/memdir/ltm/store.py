@@ -33,6 +33,9 @@ UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 ID_PREFIX_RE = re.compile(r"^[0-9a-f-]{8,36}$", re.IGNORECASE)
 _META_PREFIX = "memdir."
 COMPACT_AT_FRAGMENTS = 32
+#: ``optimize`` compacts and cleans up in one call; this keeps every version until the compacted
+#: table has been read back (``compact_files`` alone needs ``pylance``, which lancedb does not install).
+KEEP_VERSIONS_WHILE_COMPACTING = timedelta(days=36500)
 EXTRA_COLUMNS = {"supersededBy": "CAST(NULL AS STRING)", "supersededAt": "CAST(NULL AS BIGINT)",
                  "source": "CAST(NULL AS STRING)"}
 
@@ -110,6 +113,12 @@ def _record(row: dict[str, Any], score: float | None = None) -> MemoryRecord:
         created_at=int(row.get("createdAt") or 0), superseded_by=row.get("supersededBy") or None,
         superseded_at=row.get("supersededAt"), source=row.get("source") or None, score=score,
         vector=np.asarray(vec, dtype=np.float32) if vec is not None else None)
+
+
+def _row(r: MemoryRecord) -> dict[str, Any]:
+    return {"id": r.id, "text": r.text, "vector": np.asarray(r.vector, dtype=np.float32).tolist(),
+            "importance": float(r.importance), "category": r.category, "createdAt": int(r.created_at),
+            "supersededBy": r.superseded_by, "supersededAt": r.superseded_at, "source": r.source}
 
 
 class LanceTable:
@@ -258,11 +267,49 @@ class LanceTable:
         table = self.table()
         if table is None:
             raise LtmError("internal: table not created before add")
-        table.add([{
-            "id": r.id, "text": r.text, "vector": np.asarray(r.vector, dtype=np.float32).tolist(),
-            "importance": float(r.importance), "category": r.category, "createdAt": int(r.created_at),
-            "supersededBy": r.superseded_by, "supersededAt": r.superseded_at, "source": r.source,
-        } for r in records])
+        before = table.version
+        table.add([_row(r) for r in records])
+        self._read_back(table, before, [r.id for r in records])
+
+    def replace(self, record: MemoryRecord) -> None:
+        """Rewrite one memory in place (an edited text and its vector) in one commit.
+
+        A delete then an add was two commits: a crash or a full disk between them lost the memory.
+        """
+        table = self.table()
+        if table is None:
+            raise LtmError("internal: table not created before replace")
+        before = table.version
+        table.merge_insert("id").when_matched_update_all().execute([_row(record)])
+        self._read_back(table, before, [record.id])
+
+    def _read_back(self, table: Any, before: int, ids: list[str] | None) -> None:
+        """Read what a write just committed (the rows ``ids``, or every row); if it does not read,
+        go back to version ``before`` and fail.
+
+        LanceDB 0.40 commits a data file cut short by a full disk or a file size limit without
+        an error (measured with RLIMIT_FSIZE): the write was reported done, and the next read
+        found the table damaged and the new memory gone.
+        """
+        from memdir.ltm.heal import first_line, is_damage
+
+        try:
+            if ids is None or not all(UUID_RE.match(i) for i in ids):  # a foreign table's ids stay out of filters
+                table.to_arrow()
+            else:
+                quoted = ", ".join(f"'{i}'" for i in ids)  # as stored: a foreign table may use upper case
+                found = table.search().where(f"id IN ({quoted})").select(["id"]).limit(len(ids)).to_list()
+                if len(found) < len(set(ids)):
+                    raise LtmError(f"wrote {len(ids)} rows but {len(found)} read back")
+        except Exception as exc:
+            if not isinstance(exc, LtmError) and not is_damage(exc):
+                raise
+            try:
+                table.restore(before)
+            except Exception:  # no room even for a manifest: the next operation heals the table
+                pass
+            raise LtmError(f"the long-term memory store could not be written (is the disk full?): "
+                           f"{first_line(exc)}") from None
 
     def delete(self, memory_id: str) -> None:
         table = self.table()
@@ -274,7 +321,9 @@ class LanceTable:
         if table is None or not memory_ids:
             return
         quoted = ", ".join(f"'{require_uuid(i)}'" for i in memory_ids)
+        before = table.version
         table.update(where=f"id IN ({quoted})", values={"supersededBy": require_uuid(by), "supersededAt": int(at_ms)})
+        self._read_back(table, before, memory_ids)
 
     def replace_all(self, records: list[MemoryRecord], dims: int, identity: dict[str, str]) -> None:
         """Rewrite the table with new vectors (``reembed``): one overwrite, readers see old or new."""
@@ -283,13 +332,10 @@ class LanceTable:
         old = self.table()
         schema = pa.schema([f if f.name != "vector" else pa.field("vector", pa.list_(pa.float32(), dims))
                             for f in old.schema], metadata={f"{_META_PREFIX}{k}": v for k, v in identity.items()})
-        rows = [{
-            "id": r.id, "text": r.text, "vector": np.asarray(r.vector, dtype=np.float32).tolist(),
-            "importance": float(r.importance), "category": r.category, "createdAt": int(r.created_at),
-            "supersededBy": r.superseded_by, "supersededAt": r.superseded_at, "source": r.source,
-        } for r in records]
-        data = pa.Table.from_pylist(rows, schema=schema)
+        data = pa.Table.from_pylist([_row(r) for r in records], schema=schema)
+        before = old.version
         self._table = self._connect().create_table(TABLE, data=data, schema=schema, mode="overwrite")
+        self._read_back(self._table, before, None)
 
     def maybe_compact(self, max_fragments: int = COMPACT_AT_FRAGMENTS) -> bool:
         """Merge small fragments once there are ``max_fragments``; returns whether it compacted.
@@ -305,6 +351,9 @@ class LanceTable:
         fragments = int((table.stats().get("fragment_stats") or {}).get("num_fragments") or 0)
         if fragments < max_fragments:
             return False
+        before = table.version
+        table.optimize(cleanup_older_than=KEEP_VERSIONS_WHILE_COMPACTING)
+        self._read_back(table, before, None)  # before old versions go: they hold the rows otherwise
         table.optimize(cleanup_older_than=timedelta(hours=1))
         return True
 

@@ -12,7 +12,9 @@ back as a text that says so and ``details.error``.
 memdir's differences: ``memory_store`` without a category uses ``detect_category`` (OpenClaw:
 "other"), so a stated preference can supersede an older one; ``memory_forget`` accepts the
 8-character id prefix its own candidate list shows (OpenClaw shows 8 characters but needs the
-full UUID) and says when an id matches nothing (OpenClaw reports success).
+full UUID) and says when an id matches nothing (OpenClaw reports success); ``memory_store``
+masks secrets as transcripts mask them (:func:`memdir.redact.redact_text`): a model asked to
+remember a key must not put it in every later prompt and in the indexed mirror.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memdir.ltm.capture import CATEGORIES
+from memdir.redact import redact_text
 from memdir.tools import ToolInputError, ToolResult, ToolSpec, _raw, parse_args, read_number, read_string
 
 RECALL_DESCRIPTION = (
@@ -152,7 +155,7 @@ def memory_store(target: Any, args: Any = None, *, source: str = "tool") -> Tool
         category = read_string(params, "category")
         if category is not None and category.lower() not in CATEGORIES:
             raise ToolInputError(f"unknown category {category!r} (expected one of {', '.join(CATEGORIES)})")
-        result = _long_term(target).store(raw.strip(), importance=importance,
+        result = _long_term(target).store(redact_text(raw.strip()), importance=importance,
                                           category=category.lower() if category else None, source=source)
     except ToolInputError as exc:
         return _result(str(exc), {"error": str(exc)})
