@@ -29,8 +29,20 @@ class FileEntry:
     path: str
     abs_path: str
     source: str
-    mtime_ns: int
+    #: :func:`change_stamp` of the file (stored as the index's ``mtime``).
+    stamp_ns: int
     size: int
+
+
+def change_stamp(st: os.stat_result) -> int:
+    """What the index compares, with the size, to tell a file changed without reading it: the
+    later of its mtime and ctime.
+
+    Why not the mtime alone: it can be set back (``touch -d``, ``cp -p``, ``rsync -t``, an editor
+    or sync tool that restores it), and an edit that kept the size then looked unchanged for
+    good.  The ctime moves with every write, rename, chmod and ``utime`` and cannot be set by
+    hand; a change that leaves the content as it was only costs a re-hash."""
+    return max(st.st_mtime_ns, st.st_ctime_ns)
 
 
 @dataclass
@@ -228,7 +240,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         if identity in seen:
             continue
         seen.add(identity)
-        found.files.append(FileEntry(rel, abs_path, "memory", st.st_mtime_ns, st.st_size))
+        found.files.append(FileEntry(rel, abs_path, "memory", change_stamp(st), st.st_size))
     if not found.files:
         found.issues.insert(0, f"no memory files found in {workspace}")
     if folders is not None and not found.issues and not found.skipped:
@@ -258,7 +270,7 @@ def restat(listing: Discovery) -> list[FileEntry] | None:
             st = os.lstat(f.abs_path)
             if not stat.S_ISREG(st.st_mode):
                 return None
-            files.append(FileEntry(f.path, f.abs_path, f.source, st.st_mtime_ns, st.st_size))
+            files.append(FileEntry(f.path, f.abs_path, f.source, change_stamp(st), st.st_size))
     except OSError:
         return None
     return files

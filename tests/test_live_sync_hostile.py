@@ -1,0 +1,50 @@
+"""Live sync against what editors, sync tools and signals do to a workspace and its index.
+
+Every test here failed once: a same-size edit whose mtime was set back stayed unindexed, and the
+other cases are described on each test.
+"""
+
+from __future__ import annotations
+
+import os
+
+from memdir.api import Memory
+
+KEYWORDS = {"memorySearch": {"provider": "none"}}
+
+
+def _found(mem: Memory, query: str) -> list[str]:
+    return [r.path for r in mem.search(query, sync=False).results]
+
+
+def test_a_same_size_edit_with_its_mtime_set_back_is_indexed(make_workspace) -> None:
+    """``cp -p``, ``rsync -t``, ``touch -r`` or an editor restoring the mtime: the size and mtime
+    were all the index compared, so the new text was never indexed (not by a sync, not before a
+    search, not by the watcher woken by the write)."""
+    ws = make_workspace({"memory/notes.md": "The locker code is alpha.\n"})
+    note = ws / "memory" / "notes.md"
+    before = os.stat(note)
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        note.write_text("The locker code is omega.\n")  # same length
+        os.utime(note, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert os.stat(note).st_mtime_ns == before.st_mtime_ns and os.stat(note).st_size == before.st_size
+        assert mem.status()["dirty"]
+        assert mem.sync().indexed == 1
+        assert _found(mem, "omega") == ["memory/notes.md"]
+        assert _found(mem, "alpha") == []
+
+
+def test_a_file_replaced_with_an_older_copy_of_the_same_size_is_seen_before_a_search(make_workspace) -> None:
+    """The read-your-writes check before a search re-stats the files it listed: it too must see a
+    file swapped (a rename over it) for one with the same size and an mtime from the past."""
+    ws = make_workspace({"memory/a.md": "Parking spot 17.\n", "memory/b.md": "Unrelated.\n"})
+    note = ws / "memory" / "a.md"
+    with Memory(ws, config={"memorySearch": {"provider": "none", "sync": {"watch": False}}}) as mem:
+        assert [r.path for r in mem.search("parking").results] == ["memory/a.md"]
+        old = os.stat(note)
+        temp = ws / "memory" / ".a.md.tmp"
+        temp.write_text("Parking spot 42.\n")
+        os.utime(temp, ns=(old.st_atime_ns, old.st_mtime_ns))
+        os.replace(temp, note)
+        assert [r.path for r in mem.search("42").results] == ["memory/a.md"]
