@@ -7,6 +7,8 @@ other cases are described on each test.
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 from memdir.api import Memory
 
@@ -48,3 +50,46 @@ def test_a_file_replaced_with_an_older_copy_of_the_same_size_is_seen_before_a_se
         os.utime(temp, ns=(old.st_atime_ns, old.st_mtime_ns))
         os.replace(temp, note)
         assert [r.path for r in mem.search("42").results] == ["memory/a.md"]
+
+
+class _GatedProvider:
+    """8-dim vectors; the first batch waits until the test opens the gate."""
+
+    id, model, provider_key, max_input_bytes, dims = "gated", "gated-8", "gated-key", 8000, 8
+
+    def __init__(self) -> None:
+        self.entered, self.gate = threading.Event(), threading.Event()
+        self.batches = 0
+
+    def embed_query(self, text: str) -> list[float]:
+        return [1.0] * 8
+
+    def embed_batch(self, texts: list[str]) -> list[list[float]]:
+        self.batches += 1
+        self.entered.set()
+        self.gate.wait(60)
+        return [[1.0] * 8 for _ in texts]
+
+    def close(self) -> None:
+        pass
+
+
+def test_stopping_a_watcher_stops_its_sync_before_the_next_file(make_workspace) -> None:
+    """``Watcher.stop()`` (Ctrl-C or SIGTERM on ``memdir watch``) during a long build waited the
+    whole join timeout, the sync ran on behind it to the end, and once the Memory was closed its
+    cut-short sync was reported as an error ("trying again in 2 s") after the "stop" event."""
+    ws = make_workspace({f"memory/n{i:03d}.md": f"Note {i} about quinces.\n" for i in range(300)})
+    provider = _GatedProvider()
+    events: list[dict] = []
+    with Memory(ws, provider=provider) as mem:
+        watcher = mem.watch(on_event=events.append, sync_at_start=True, files=False)
+        assert provider.entered.wait(60), "the first sync never embedded"
+        stopper = threading.Thread(target=watcher.stop, kwargs={"timeout": 60})
+        stopper.start()
+        while not watcher.stopped:
+            time.sleep(0.01)
+        provider.gate.set()
+        stopper.join(60)
+        assert not any(t.is_alive() for t in watcher._threads)
+        assert provider.batches == 1  # 300 chunks are 5 batches: it stopped after the one under way
+    assert [e for e in events if e["event"] == "error"] == []

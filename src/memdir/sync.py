@@ -357,8 +357,9 @@ class Indexer:
                  extra_sources: Sequence[Any] = (), notice: Notice | None = None,
                  closing: Callable[[], bool] | None = None):
         self.settings = settings
-        #: Whether the owner is being closed: a sync then stops before its next file (what was
-        #: committed stays; a rebuild leaves the index as it was) instead of running for minutes.
+        #: Whether the owner is being closed (or the watcher running this sync stopped): a sync then
+        #: stops before its next file (what was committed stays; a rebuild leaves the index as it
+        #: was) instead of running for minutes.
         self.closing = closing
         self.store = store
         self.provider = provider

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from memdir.errors import MemdirError, MemoryClosed
 from memdir.workspace import MEMORY_DIR, ROOT_FILES, is_ignored_dir, is_transcript_name
 
 Event = dict[str, Any]
@@ -41,6 +42,19 @@ _CHANGE_NAMES = {1: "added", 2: "modified", 3: "deleted"}
 #: Seconds before a failed sync is tried again (doubled after each failure in a row, up to the max).
 RETRY_FIRST_SECONDS = 2.0
 RETRY_MAX_SECONDS = 60.0
+
+#: In a watcher's sync thread, ``event`` is that watcher's stop event (see :func:`stop_requested`).
+_sync_thread = threading.local()
+
+
+def stop_requested() -> bool:
+    """Whether this thread is a watcher's sync thread and its watcher is being stopped.
+
+    Why: the sync it runs then ends before its next file (what it committed stays; a rebuild
+    leaves the index as it was).  Without it, stopping during a first build with a model (Ctrl-C
+    on ``memdir watch``) waited the full join timeout and left the sync running behind it."""
+    stop = getattr(_sync_thread, "event", None)
+    return stop is not None and stop.is_set()
 
 
 def _is_dir(path: str) -> bool:
@@ -187,8 +201,6 @@ class Watcher:
             try:
                 import watchfiles  # noqa: F401  (fail here, clearly, rather than in the thread)
             except ImportError as exc:
-                from memdir.errors import MemdirError
-
                 raise MemdirError(f"watching needs the watchfiles package ({exc}): pip install watchfiles") from None
             loops.insert(0, (self._watch_loop, "memdir-watch"))
         for target, name in loops:
@@ -302,6 +314,7 @@ class Watcher:
 
     # -- syncing -----------------------------------------------------------------------------
     def _sync_loop(self) -> None:
+        _sync_thread.event = self._stop
         while not self._stop.is_set():
             with self._cond:
                 now = time.monotonic()
@@ -334,6 +347,8 @@ class Watcher:
         try:
             report = self.memory.sync(reason=reason)
         except Exception as exc:
+            if self._stop.is_set() or isinstance(exc, MemoryClosed):
+                return  # cut short by stop() or close(): not a failure, and nothing to try again
             self.failures += 1
             delay = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (self.failures - 1))
             self.last_error = f"sync failed ({reason}): {exc}"
@@ -410,4 +425,4 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
     return 0
 
 
-__all__ = ["WatchPlan", "Watcher", "folders_under", "run_foreground"]
+__all__ = ["WatchPlan", "Watcher", "folders_under", "run_foreground", "stop_requested"]
