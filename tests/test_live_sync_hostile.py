@@ -7,6 +7,7 @@ other cases are described on each test.
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 
@@ -93,3 +94,24 @@ def test_stopping_a_watcher_stops_its_sync_before_the_next_file(make_workspace) 
         assert not any(t.is_alive() for t in watcher._threads)
         assert provider.batches == 1  # 300 chunks are 5 batches: it stopped after the one under way
     assert [e for e in events if e["event"] == "error"] == []
+
+
+def test_a_watcher_whose_state_folder_is_deleted_writes_a_new_index_there(make_workspace, state_dir) -> None:
+    """The index file deleted under a long-running watcher: it kept indexing into the file that no
+    longer had a name, so every other process (``memdir search``, ``status``) found no index."""
+    ws = make_workspace({"memory/a.md": "Apricot jam.\n"})
+    told: list[str] = []
+    with Memory(ws, config=KEYWORDS, notice=told.append) as mem:
+        mem.sync()
+        watcher = mem.watch(debounce_ms=50)
+        assert watcher.ready.wait(60)
+        shutil.rmtree(state_dir)
+        (ws / "memory" / "b.md").write_text("Blackberry crumble.\n")
+        deadline = time.monotonic() + 60
+        while not mem.index_path.exists() or watcher.pending:
+            assert time.monotonic() < deadline, "the watcher never wrote a new index"
+            time.sleep(0.05)
+        assert any("was deleted or replaced while in use" in t for t in told)
+    with Memory(ws, config=KEYWORDS) as other:  # another process's view: the file at the path
+        assert _found(other, "blackberry") == ["memory/b.md"]
+        assert _found(other, "apricot") == ["memory/a.md"]

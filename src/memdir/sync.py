@@ -434,6 +434,7 @@ class Indexer:
         started = time.monotonic()
         self._acquire(lock_timeout)
         try:
+            self._follow_replaced_index()
             meta = self.store.read_meta()
             self._claim(meta)  # first thing under the lock: a racing workspace is told at once
             self.store.cleanup_leftovers()
@@ -480,6 +481,19 @@ class Indexer:
                         f"writing {self.store.location}")
         if lock_timeout == 0 or not self.lock.acquire(lock_timeout):
             raise LockTimeout(f"another process is writing {self.store.location}")
+
+    def _follow_replaced_index(self) -> None:
+        """Under the writer lock: if the index file was deleted (its state folder removed) or
+        replaced since it was opened, open the one at its path now (a new, empty one if none).
+
+        Why: a long-running process (a watcher, ``memdir mcp``) otherwise kept indexing into a
+        file that no longer had a name, and every other process found no index."""
+        replaced = getattr(self.store, "replaced", None)  # (a file-backed store only)
+        if replaced is None or not replaced():
+            return
+        if self.notice is not None:
+            self.notice(f"the index {self.store.location} was deleted or replaced while in use: opening it again")
+        self.store.reopen()  # type: ignore[attr-defined]
 
     def _claim(self, meta: dict[str, Any] | None) -> None:
         """Check, under the writer lock, that this index is ours, and claim it if nobody has.
