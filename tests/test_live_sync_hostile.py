@@ -6,6 +6,7 @@ other cases are described on each test.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import threading
@@ -115,3 +116,26 @@ def test_a_watcher_whose_state_folder_is_deleted_writes_a_new_index_there(make_w
     with Memory(ws, config=KEYWORDS) as other:  # another process's view: the file at the path
         assert _found(other, "blackberry") == ["memory/b.md"]
         assert _found(other, "apricot") == ["memory/a.md"]
+
+
+def test_stopping_a_watcher_whose_sync_waits_for_another_writer_does_not_wait_for_it(make_workspace) -> None:
+    """Ctrl-C on ``memdir watch`` while another process held the writer lock (a long ``memdir
+    index``) took 20 s: the sync waited for the lock with no way to give up, and went on waiting
+    behind the closed Memory."""
+    ws = make_workspace({"memory/a.md": "Apple.\n"})
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        watcher = mem.watch(debounce_ms=50)
+        assert watcher.ready.wait(60)
+        fd = os.open(f"{mem.index_path}.lock", os.O_RDWR)  # another process's writer lock
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            (ws / "memory" / "b.md").write_text("Banana.\n")
+            deadline = time.monotonic() + 60
+            while not watcher.syncing:
+                assert time.monotonic() < deadline, "the watcher never started its sync"
+                time.sleep(0.02)
+            watcher.stop(timeout=15)
+            assert not any(t.is_alive() for t in watcher._threads), "the sync still waits for the lock"
+        finally:
+            os.close(fd)

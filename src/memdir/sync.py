@@ -70,6 +70,8 @@ KEYWORD_PUBLISH_INTERVAL = 2.0
 #: batches it is given ahead of the one being written.
 WORKER_BATCH_BYTES = 64_000
 WORKER_AHEAD = 8
+#: Seconds between looks at whether a sync waiting for the writer lock should give up (closing).
+LOCK_WAIT_SLICE = 0.25
 
 
 @dataclass
@@ -479,8 +481,22 @@ class Indexer:
             holder = self.lock.holder() or {}
             self.notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish "
                         f"writing {self.store.location}")
-        if lock_timeout == 0 or not self.lock.acquire(lock_timeout):
+        if lock_timeout == 0:
             raise LockTimeout(f"another process is writing {self.store.location}")
+        # Waited for in slices, so a watcher stopped or a Memory closed meanwhile stops waiting:
+        # Ctrl-C on `memdir watch` while another process wrote the index took 20 s to exit.
+        deadline = None if lock_timeout is None else time.monotonic() + lock_timeout
+        while True:
+            left = LOCK_WAIT_SLICE if deadline is None else min(LOCK_WAIT_SLICE, deadline - time.monotonic())
+            if self.lock.acquire(max(0.0, left)):
+                return
+            self._stop_if_closing()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise LockTimeout(f"another process is writing {self.store.location}")
+
+    def _stop_if_closing(self) -> None:
+        if self.closing is not None and self.closing():
+            raise MemoryClosed(f"the sync of {self.store.location} stopped: its Memory is being closed")
 
     def _follow_replaced_index(self) -> None:
         """Under the writer lock: if the index file was deleted (its state folder removed) or
@@ -620,8 +636,7 @@ class Indexer:
                 if deadline is not None and time.monotonic() > deadline:
                     report.incomplete = True
                     break
-                if self.closing is not None and self.closing():
-                    raise MemoryClosed(f"the sync of {self.store.location} stopped: its Memory is being closed")
+                self._stop_if_closing()
                 try:
                     doc = self.load(f) if loaded is None else loaded.doc
                 except Exception as exc:  # one unreadable file never blocks the rest; retried next sync
