@@ -7,11 +7,17 @@ other cases are described on each test.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 
+import pytest
+
+from helpers import cli_env
 from memdir.api import Memory
 
 KEYWORDS = {"memorySearch": {"provider": "none"}}
@@ -139,3 +145,46 @@ def test_stopping_a_watcher_whose_sync_waits_for_another_writer_does_not_wait_fo
             assert not any(t.is_alive() for t in watcher._threads), "the sync still waits for the lock"
         finally:
             os.close(fd)
+
+
+_PAST_THE_LIMIT = r"""
+import json, sys, time
+from pathlib import Path
+from memdir.api import Memory
+
+ws = Path(sys.argv[1])
+events = []
+with Memory(ws, config={"memorySearch": {"provider": "none"}}) as mem:
+    mem.sync()
+    watcher = mem.watch(on_event=events.append, debounce_ms=50)
+    assert watcher.ready.wait(60)
+    (ws / "memory" / "d29" / "late.md").write_text("Written past the watch limit: kumquat.\n")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not mem.search("kumquat", sync=False).results:
+        time.sleep(0.05)
+    found = [r.path for r in mem.search("kumquat", sync=False).results]
+    print(json.dumps({"found": found, "polling": watcher.state()["polling"],
+                      "errors": [e["error"] for e in events if e["event"] == "error"]}))
+"""
+
+
+def test_a_watcher_past_the_os_watch_limit_polls_and_says_so(make_workspace, tmp_path) -> None:
+    """Past ``fs.inotify.max_user_watches`` watchfiles (asked to ignore permission errors) left the
+    folders beyond the limit unwatched without a word: notes written there were never indexed by
+    the watcher.  Run in a user namespace whose watch limit is 8 (skipped where there are none)."""
+    ws = make_workspace({f"memory/d{i:02d}/n.md": f"Note {i}.\n" for i in range(30)})
+    script = tmp_path / "limit.py"
+    script.write_text(_PAST_THE_LIMIT)
+    probe = subprocess.run(["unshare", "-Ur", "sh", "-c", "echo 8 > /proc/sys/user/max_inotify_watches"],
+                           capture_output=True) if shutil.which("unshare") else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("no user namespaces here to lower the watch limit in")
+    proc = subprocess.run(["unshare", "-Ur", "sh", "-c",
+                           'echo 8 > /proc/sys/user/max_inotify_watches && exec "$0" "$1" "$2"',
+                           sys.executable, str(script), str(ws)],
+                          capture_output=True, text=True, timeout=120, env=cli_env(tmp_path / "state"))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["found"] == ["memory/d29/late.md"]
+    assert out["polling"] is True
+    assert len(out["errors"]) == 1 and "watch limit" in out["errors"][0]

@@ -42,6 +42,8 @@ _CHANGE_NAMES = {1: "added", 2: "modified", 3: "deleted"}
 #: Seconds before a failed sync is tried again (doubled after each failure in a row, up to the max).
 RETRY_FIRST_SECONDS = 2.0
 RETRY_MAX_SECONDS = 60.0
+#: How often the folders are scanned for changes when the OS refuses file watches (milliseconds).
+POLL_DELAY_MS = 1000
 
 #: In a watcher's sync thread, ``event`` is that watcher's stop event (see :func:`stop_requested`).
 _sync_thread = threading.local()
@@ -107,7 +109,9 @@ class WatchPlan:
         self.trees = [self.memory_dir, *self.extra_dirs]
 
     def folders(self) -> list[str]:
-        """Every folder to watch right now (missing roots: their nearest existing parent)."""
+        """Every folder to watch right now (missing roots: their nearest existing parent), except
+        those this process may not read: the OS refuses to watch them (one made readable again is
+        seen through its parent's watch)."""
         found: set[str] = set()
         for anchor in self.anchors:
             if _is_dir(anchor):
@@ -117,7 +121,7 @@ class WatchPlan:
         for tree in self.trees:
             if _is_dir(tree):
                 found.update(folders_under(tree))
-        return sorted(found)
+        return sorted(f for f in found if os.access(f, os.R_OK))
 
     def _under(self, path: str, root: str) -> str | None:
         if path == root or not path.startswith(root + os.sep):
@@ -191,6 +195,8 @@ class Watcher:
         self.last_sync: dict[str, Any] | None = None
         self.last_error: str | None = None
         self.syncs = 0
+        #: Set once the OS refused native file watches (inotify's limits): the folders are polled.
+        self.polling = False
         #: Syncs failed in a row (reset by one that succeeds); each is tried again later on its own.
         self.failures = 0
 
@@ -249,7 +255,7 @@ class Watcher:
         return {"active": self.running, "files": self.files, "ready": self.ready.is_set(), "pending": self.pending,
                 "debounceMs": int(self.debounce * 1000), "intervalMinutes": (self.interval or 0) / 60,
                 "watchedFolders": len(self._watched), "syncs": self.syncs, "lastSync": self.last_sync,
-                "lastError": self.last_error, "failures": self.failures}
+                "lastError": self.last_error, "failures": self.failures, "polling": self.polling}
 
     def _emit(self, event: Event) -> None:
         if self.on_event is not None:
@@ -272,7 +278,8 @@ class Watcher:
                 # exist, which is when the catch-up comparison below can no longer miss a change.
                 for changes in watchfiles.watch(*folders, watch_filter=None, recursive=False, debounce=200, step=30,
                                                 stop_event=self._stop, raise_interrupt=False, rust_timeout=500,
-                                                yield_on_timeout=True, ignore_permission_denied=True):
+                                                yield_on_timeout=True, force_polling=self.polling or None,
+                                                poll_delay_ms=POLL_DELAY_MS):
                     if not established:
                         established = True
                         self._catch_up()
@@ -282,6 +289,16 @@ class Watcher:
             except FileNotFoundError:
                 time.sleep(0.1)  # a folder vanished between listing and watching: list again
             except Exception as exc:
+                if not established and not self.polling and not isinstance(exc, PermissionError):
+                    # The OS refused the watches themselves (fs.inotify.max_user_watches or
+                    # max_user_instances reached).  watchfiles' ignore_permission_denied hid that:
+                    # the folders past the limit went unwatched without a word.  Polling works anywhere.
+                    self.polling = True
+                    reason = str(exc).splitlines()[0].split(" about [")[0]  # (watchfiles adds the paths)
+                    self.last_error = (f"file watching unavailable ({reason}); checking the folders every "
+                                       f"{POLL_DELAY_MS / 1000:g} s instead")
+                    self._emit({"event": "error", "error": self.last_error})
+                    continue
                 self.last_error = f"watcher failed: {exc}"
                 self._emit({"event": "error", "error": self.last_error})
                 self._stop.wait(1.0)
