@@ -45,6 +45,37 @@ def test_a_same_size_edit_with_its_mtime_set_back_is_indexed(make_workspace) -> 
         assert _found(mem, "alpha") == []
 
 
+def test_a_same_size_edit_that_keeps_a_future_mtime_is_indexed(make_workspace) -> None:
+    """Copied with ``rsync -t`` from a machine whose clock is ahead: the mtime is in the future and
+    stays there across the edit; the ctime alone says the file changed."""
+    ws = make_workspace({"memory/notes.md": "The locker code is alpha.\n"})
+    note = ws / "memory" / "notes.md"
+    future = 4_102_444_800 * 10**9  # 2100-01-01
+    os.utime(note, ns=(future, future))
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        note.write_text("The locker code is omega.\n")
+        os.utime(note, ns=(future, future))
+        assert mem.sync().indexed == 1
+        assert _found(mem, "omega") == ["memory/notes.md"]
+
+
+def test_a_file_dated_past_2262_does_not_stop_every_sync(make_workspace) -> None:
+    """``touch -d 3000-01-01`` on one note: its mtime in nanoseconds no longer fit SQLite's 64-bit
+    integer, and every sync (and so every search) failed "Python int too large to convert"."""
+    ws = make_workspace({"memory/far.md": "Dated in the far future: zucchini.\n", "memory/now.md": "Today: yam.\n"})
+    far = ws / "memory" / "far.md"
+    os.utime(far, (32_503_680_000, 32_503_680_000))  # 3000-01-01 (ext4 keeps it as 2446)
+    with Memory(ws, config=KEYWORDS) as mem:
+        assert mem.sync().indexed == 2
+        assert _found(mem, "zucchini") == ["memory/far.md"] and _found(mem, "yam") == ["memory/now.md"]
+        assert not mem.status()["dirty"]
+        far.write_text("Dated in the far future: zucchini and leek.\n")
+        os.utime(far, (32_503_680_000, 32_503_680_000))
+        assert mem.sync().indexed == 1
+        assert _found(mem, "leek") == ["memory/far.md"]
+
+
 def test_a_file_replaced_with_an_older_copy_of_the_same_size_is_seen_before_a_search(make_workspace) -> None:
     """The read-your-writes check before a search re-stats the files it listed: it too must see a
     file swapped (a rename over it) for one with the same size and an mtime from the past."""

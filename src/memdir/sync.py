@@ -1,6 +1,6 @@
 """Keeping the index in step with the files (R§6), incrementally and safely.
 
-* Unchanged files cost one ``stat`` (size, and mtime or ctime: :func:`memdir.workspace.change_stamp`);
+* Unchanged files cost one ``stat`` (size, mtime and ctime: :func:`memdir.workspace.change_stamp`);
   changed ones are hashed (SHA-256) and re-chunked only if their content differs; vanished files
   are deleted.
 * Only chunks whose text is new are embedded: vectors come from the embedding cache, keyed by

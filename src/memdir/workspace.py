@@ -34,15 +34,26 @@ class FileEntry:
     size: int
 
 
-def change_stamp(st: os.stat_result) -> int:
-    """What the index compares, with the size, to tell a file changed without reading it: the
-    later of its mtime and ctime.
+#: Values a signed 64-bit integer column holds.
+_INT64_SPAN = 1 << 64
 
-    Why not the mtime alone: it can be set back (``touch -d``, ``cp -p``, ``rsync -t``, an editor
-    or sync tool that restores it), and an edit that kept the size then looked unchanged for
-    good.  The ctime moves with every write, rename, chmod and ``utime`` and cannot be set by
-    hand; a change that leaves the content as it was only costs a re-hash."""
-    return max(st.st_mtime_ns, st.st_ctime_ns)
+
+def change_stamp(st: os.stat_result) -> int:
+    """What the index compares, with the size, to tell a file changed without reading it: its
+    mtime, plus its ctime when the two differ.
+
+    Why not the mtime alone: it can be set back or forward (``touch -d``, ``cp -p``, ``rsync -t``
+    from a machine whose clock is ahead, an editor or sync tool that restores it), and an edit that
+    kept the size then looked unchanged for good.  The ctime moves with every write, rename, chmod
+    and ``utime`` and cannot be set by hand, so a change to either shows; a file written and left
+    alone has both equal and keeps the stamp earlier indexes stored.  A change that leaves the
+    content as it was only costs a re-hash.
+
+    Folded into a signed 64-bit integer, what SQLite and PostgreSQL store: a file dated past 2262
+    (``touch -d 3000-01-01``; ext4 keeps dates to 2446) overflowed it, and every sync failed."""
+    mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
+    stamp = mtime if ctime == mtime else mtime + ctime
+    return (stamp + _INT64_SPAN // 2) % _INT64_SPAN - _INT64_SPAN // 2
 
 
 @dataclass
