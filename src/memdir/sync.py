@@ -572,7 +572,7 @@ class Indexer:
         (``reuse``: see :meth:`list_files`)."""
         files, _ = self.list_files(reuse=reuse)
         rows = self.store.file_rows()
-        changed = [f for f in files if rows.get((f.path, f.source), ("", -1, -1))[1:] != (f.stamp_ns, f.size)]
+        changed = [f for f in files if rows.get((f.path, f.source), ("", -1, -1))[1:] != (f.mtime_ns, f.size)]
         present = {(f.path, f.source) for f in files}
         gone = [key for key in rows if key not in present]
         return changed, gone
@@ -594,7 +594,7 @@ class Indexer:
         touched: list[tuple[FileEntry, str]] = []
         for f in files:
             known = rows.get((f.path, f.source))
-            if known and known[1:] == (f.stamp_ns, f.size) and (f.path, f.source) not in needs_vectors:
+            if known and known[1:] == (f.mtime_ns, f.size) and (f.path, f.source) not in needs_vectors:
                 report.unchanged += 1
                 continue
             source = self._source(f.source)
@@ -668,7 +668,7 @@ class Indexer:
         report.skipped[:0] = [s.as_dict() for s in self._skipped]
         with store.transaction():
             for f, file_hash in touched:
-                store.touch_file(f.path, f.source, file_hash, f.stamp_ns, f.size)
+                store.touch_file(f.path, f.source, file_hash, f.mtime_ns, f.size)
             if not report.incomplete:
                 for path, source in gone:
                     store.delete_file(path, source)
@@ -914,7 +914,7 @@ class Indexer:
                     rows.append(ChunkRow(cid, f.path, f.source, c.start_line, c.end_line, c.hash, model, c.text,
                                          embedding, pc.ts, pc.date_start, pc.date_end,
                                          len(pc.windows) if embedding is not None else 1, pc.fts))
-                store.replace_file(f.path, f.source, doc.hash, f.stamp_ns, f.size, rows)
+                store.replace_file(f.path, f.source, doc.hash, f.mtime_ns, f.size, rows)
                 report.chunks += len(rows)
                 report.indexed += 1
         return len(batch)

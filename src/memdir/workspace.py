@@ -29,8 +29,8 @@ class FileEntry:
     path: str
     abs_path: str
     source: str
-    #: :func:`change_stamp` of the file (stored as the index's ``mtime``).
-    stamp_ns: int
+    #: Not the bare mtime: the file's :func:`change_stamp` (what the index stores as ``mtime``).
+    mtime_ns: int
     size: int
 
 
