@@ -219,3 +219,29 @@ def test_a_watcher_past_the_os_watch_limit_polls_and_says_so(make_workspace, tmp
     assert out["found"] == ["memory/d29/late.md"]
     assert out["polling"] is True
     assert len(out["errors"]) == 1 and "watch limit" in out["errors"][0]
+
+
+def test_a_folder_whose_name_is_not_utf8_does_not_break_watching(make_workspace) -> None:
+    """watchfiles cannot take a path that is not UTF-8: such a folder in the watch set failed it,
+    and even a listing of one (every sync lists it) failed the watch again: an error every second
+    and edits elsewhere seen late or never.  The watch leaves it out, polls, and says so once."""
+    ws = make_workspace({"memory/a.md": "Apple.\n"})
+    bad = os.path.join(os.fsencode(ws / "memory"), b"caf\xe9")
+    os.mkdir(bad)
+    with open(os.path.join(bad, b"x.md"), "wb") as fh:
+        fh.write(b"Not indexable: its folder name is Latin-1.\n")
+    events: list[dict] = []
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        watcher = mem.watch(on_event=events.append, debounce_ms=50)
+        assert watcher.ready.wait(60)
+        (ws / "memory" / "b.md").write_text("Banana bread.\n")
+        deadline = time.monotonic() + 60
+        while _found(mem, "banana") != ["memory/b.md"]:
+            assert time.monotonic() < deadline, f"the edit was never indexed: {events[-3:]}"
+            time.sleep(0.05)
+        os.listdir(bad)  # what every sync does: seen by inotify as an event on that name
+        mem.sync()
+        time.sleep(3)  # failed every second before
+        errors = [e["error"] for e in events if e["event"] == "error"]
+        assert len(errors) <= 1 and watcher.running, errors

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from memdir.errors import MemdirError, MemoryClosed
-from memdir.workspace import MEMORY_DIR, ROOT_FILES, is_ignored_dir, is_transcript_name
+from memdir.workspace import MEMORY_DIR, ROOT_FILES, is_ignored_dir, is_transcript_name, valid_name
 
 Event = dict[str, Any]
 
@@ -110,8 +110,9 @@ class WatchPlan:
 
     def folders(self) -> list[str]:
         """Every folder to watch right now (missing roots: their nearest existing parent), except
-        those this process may not read: the OS refuses to watch them (one made readable again is
-        seen through its parent's watch)."""
+        those this process may not read (the OS refuses to watch them; one made readable again is
+        seen through its parent's watch) and those whose name is not UTF-8 (watchfiles cannot
+        take it, and failed the whole watch set every second; their notes cannot be indexed)."""
         found: set[str] = set()
         for anchor in self.anchors:
             if _is_dir(anchor):
@@ -121,7 +122,7 @@ class WatchPlan:
         for tree in self.trees:
             if _is_dir(tree):
                 found.update(folders_under(tree))
-        return sorted(f for f in found if os.access(f, os.R_OK))
+        return sorted(f for f in found if valid_name(f) and os.access(f, os.R_OK))
 
     def _under(self, path: str, root: str) -> str | None:
         if path == root or not path.startswith(root + os.sep):
@@ -289,10 +290,7 @@ class Watcher:
             except FileNotFoundError:
                 time.sleep(0.1)  # a folder vanished between listing and watching: list again
             except Exception as exc:
-                if not established and not self.polling and not isinstance(exc, PermissionError):
-                    # The OS refused the watches themselves (fs.inotify.max_user_watches or
-                    # max_user_instances reached).  watchfiles' ignore_permission_denied hid that:
-                    # the folders past the limit went unwatched without a word.  Polling works anywhere.
+                if not self.polling and _native_watching_fails(exc, established):
                     self.polling = True
                     reason = str(exc).splitlines()[0].split(" about [")[0]  # (watchfiles adds the paths)
                     self.last_error = (f"file watching unavailable ({reason}); checking the folders every "
@@ -380,6 +378,22 @@ class Watcher:
         self._emit({"event": "sync", "reason": reason, "full": report.full, "indexed": report.indexed,
                     "removed": report.removed, "unchanged": report.unchanged, "chunks": report.chunks,
                     "skipped": report.skipped, "seconds": round(report.seconds, 3)})
+
+
+def _native_watching_fails(exc: Exception, established: bool) -> bool:
+    """Whether the OS's file events cannot serve here and polling would.
+
+    * The OS refused the watches themselves (``fs.inotify.max_user_watches`` or
+      ``max_user_instances`` reached), when they are set up.  watchfiles' ``ignore_permission_denied``
+      hid that: the folders past the limit went unwatched without a word.
+    * A name that is not UTF-8 was touched: watchfiles fails the whole batch of changes holding
+      one, and inotify reports even a listing of such a folder (each sync's), so the watch
+      failed again every second.  Polling reports changes only."""
+    if isinstance(exc, PermissionError):
+        return False
+    if "decode path" in str(exc):  # (watchfiles: 'Unable to decode path "…" to string')
+        return True
+    return not established and isinstance(exc, (OSError, RuntimeError))
 
 
 def _line(event: Event) -> str | None:
