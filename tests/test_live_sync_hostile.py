@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -245,3 +246,23 @@ def test_a_folder_whose_name_is_not_utf8_does_not_break_watching(make_workspace)
         time.sleep(3)  # failed every second before
         errors = [e["error"] for e in events if e["event"] == "error"]
         assert len(errors) <= 1 and watcher.running, errors
+
+
+def test_a_workspace_whose_path_is_not_utf8_is_still_kept_in_step(tmp_path) -> None:
+    """watchfiles takes only UTF-8 paths: with the folders it cannot take left out, such a
+    workspace left nothing to watch, and the watcher watched nothing without a word."""
+    ws = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"notes-\xe9"))
+    os.makedirs(os.path.join(ws, "memory"))
+    Path(ws, "memory", "a.md").write_text("Apple.\n")
+    events: list[dict] = []
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        watcher = mem.watch(on_event=events.append, debounce_ms=50)
+        assert watcher.ready.wait(60)
+        Path(ws, "memory", "b.md").write_text("Banana bread.\n")
+        deadline = time.monotonic() + 60
+        while _found(mem, "banana") != ["memory/b.md"]:
+            assert time.monotonic() < deadline, f"the edit was never indexed: {events[-3:]}"
+            time.sleep(0.05)
+        errors = [e["error"] for e in events if e["event"] == "error"]
+        assert len(errors) == 1 and "not UTF-8" in errors[0]

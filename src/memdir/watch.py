@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from memdir.errors import MemdirError, MemoryClosed
-from memdir.workspace import MEMORY_DIR, ROOT_FILES, is_ignored_dir, is_transcript_name, valid_name
+from memdir.workspace import MEMORY_DIR, ROOT_FILES, display_path, is_ignored_dir, is_transcript_name, valid_name
 
 Event = dict[str, Any]
 
@@ -159,6 +159,9 @@ class WatchPlan:
                 return True
         return False
 
+    def display_root(self) -> str:
+        return display_path(self.workspace)
+
     def display(self, path: str) -> str:
         rel = os.path.relpath(path, self.workspace)
         return Path(rel).as_posix()
@@ -271,6 +274,9 @@ class Watcher:
 
         while not self._stop.is_set():
             folders = self.plan.folders()
+            if not folders:
+                self._compare_instead()
+                continue
             self._watched = set(folders)
             self._emit({"event": "watching", "folders": len(folders)})
             established = False
@@ -300,6 +306,20 @@ class Watcher:
                 self.last_error = f"watcher failed: {exc}"
                 self._emit({"event": "error", "error": self.last_error})
                 self._stop.wait(1.0)
+
+    def _compare_instead(self) -> None:
+        """Nothing watchfiles can watch (a workspace whose path is not UTF-8, which it cannot take,
+        or none of its folders readable): compare the index with the files every poll period
+        instead, and say so once.  Before, such a watcher watched nothing without a word."""
+        if not self.polling:
+            self.polling = True
+            why = "its path is not UTF-8" if not valid_name(self.plan.workspace) else "no folder of it is readable"
+            self.last_error = (f"cannot watch {self.plan.display_root()} ({why}): comparing the index with the files "
+                               f"every {POLL_DELAY_MS / 1000:g} s instead")
+            self._emit({"event": "error", "error": self.last_error})
+        self._catch_up()
+        self.ready.set()
+        self._stop.wait(POLL_DELAY_MS / 1000)
 
     def _catch_up(self) -> None:
         """Sync soon if the files changed while nothing was watching them."""
