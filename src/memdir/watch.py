@@ -296,7 +296,7 @@ class Watcher:
             except FileNotFoundError:
                 time.sleep(0.1)  # a folder vanished between listing and watching: list again
             except Exception as exc:
-                if not self.polling and _native_watching_fails(exc, established):
+                if not self.polling and _native_watching_fails(exc):
                     self.polling = True
                     reason = str(exc).splitlines()[0].split(" about [")[0]  # (watchfiles adds the paths)
                     self.last_error = (f"file watching unavailable ({reason}); checking the folders every "
@@ -400,20 +400,23 @@ class Watcher:
                     "skipped": report.skipped, "seconds": round(report.seconds, 3)})
 
 
-def _native_watching_fails(exc: Exception, established: bool) -> bool:
+#: What watchfiles says when the OS's file events cannot serve (see :func:`_native_watching_fails`).
+_NATIVE_FAILURES = ("watch limit", "Too many open files", "No space left on device", "decode path")
+
+
+def _native_watching_fails(exc: Exception) -> bool:
     """Whether the OS's file events cannot serve here and polling would.
 
     * The OS refused the watches themselves (``fs.inotify.max_user_watches`` or
-      ``max_user_instances`` reached), when they are set up.  watchfiles' ``ignore_permission_denied``
-      hid that: the folders past the limit went unwatched without a word.
-    * A name that is not UTF-8 was touched: watchfiles fails the whole batch of changes holding
-      one, and inotify reports even a listing of such a folder (each sync's), so the watch
-      failed again every second.  Polling reports changes only."""
-    if isinstance(exc, PermissionError):
-        return False
-    if "decode path" in str(exc):  # (watchfiles: 'Unable to decode path "…" to string')
-        return True
-    return not established and isinstance(exc, (OSError, RuntimeError))
+      ``max_user_instances`` reached).  watchfiles' ``ignore_permission_denied`` hid that: the
+      folders past the limit went unwatched without a word.
+    * A name that is not UTF-8 was touched (watchfiles: 'Unable to decode path'): it fails the
+      whole batch of changes holding one, and inotify reports even a listing of such a folder
+      (each sync's), so the watch failed again every second.  Polling reports changes only.
+
+    Other errors (a folder that vanished while being watched) are passing: the watch is set up
+    again."""
+    return not isinstance(exc, PermissionError) and any(text in str(exc) for text in _NATIVE_FAILURES)
 
 
 def _line(event: Event) -> str | None:
