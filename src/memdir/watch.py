@@ -12,13 +12,16 @@ A :class:`Watcher` runs two threads beside a :class:`memdir.api.Memory`:
   is deleted is awaited through its nearest existing parent and picked up when it comes back.
   Each time the watches are (re)established the index is compared with the files once, so a
   change made while nothing was watching yet (just after :meth:`Watcher.start`, or while the
-  watch set was being rebuilt) is not missed.
+  watch set was being rebuilt) is not missed.  Where the OS's file events cannot serve (its
+  watch limits reached, a name that is not UTF-8, which watchfiles cannot take) the folders are
+  polled every :data:`POLL_DELAY_MS` instead, and the watcher says so once.
 * the *sync* thread runs ``memory.sync(reason="watch")`` ``watchDebounceMs`` after the last
   change (and at most 5 debounces after the first one, so a file appended every second is still
   indexed), every ``intervalMinutes``, and whenever :meth:`Watcher.sync_soon` asks.  A sync that
   fails (a full disk, a provider down, a damaged file being healed) is tried again on its own,
   :data:`RETRY_FIRST_SECONDS` later and twice as long each time up to :data:`RETRY_MAX_SECONDS`:
   without that, an edit made while the disk was full stayed unindexed until the next edit.
+  :meth:`Watcher.stop` ends a sync under way before its next file (:func:`stop_requested`).
 
 Nothing here writes to the workspace; failures are reported as events and never stop watching.
 """
