@@ -266,3 +266,30 @@ def test_a_workspace_whose_path_is_not_utf8_is_still_kept_in_step(tmp_path) -> N
             time.sleep(0.05)
         errors = [e["error"] for e in events if e["event"] == "error"]
         assert len(errors) == 1 and "not UTF-8" in errors[0]
+
+
+def test_a_search_after_the_index_file_was_deleted_builds_it_as_a_first_index(make_workspace, state_dir) -> None:
+    """A long-running server whose index file was deleted: the search's own sync found no index
+    at the path and rebuilt it whole inside the search (every note embedded again, the embedding
+    cache gone with it), instead of answering "being built" as for any first index."""
+    ws = make_workspace({f"memory/n{i}.md": f"Note {i} about persimmons.\n" for i in range(5)})
+    provider = _GatedProvider()
+    provider.gate.set()
+    with Memory(ws, provider=provider) as mem:
+        mem.sync()
+        mem.first_index_wait = 0.2
+        provider.gate.clear()
+        shutil.rmtree(state_dir)
+        (ws / "memory" / "n9.md").write_text("Note 9 about medlars.\n")
+        answers: list = []
+        searcher = threading.Thread(target=lambda: answers.append(mem.search("medlars")), daemon=True)
+        searcher.start()
+        searcher.join(20)
+        provider.gate.set()
+        assert answers, "the search waited for a whole rebuild"
+        assert answers[0].stale and any("being built" in w for w in answers[0].warnings), answers[0].warnings
+        deadline = time.monotonic() + 60
+        while "memory/n9.md" not in [r.path for r in mem.search("medlars").results]:
+            assert time.monotonic() < deadline, "the index was never built again"
+            time.sleep(0.05)
+    assert mem.index_path.exists()

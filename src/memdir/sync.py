@@ -511,6 +511,18 @@ class Indexer:
             self.notice(f"the index {self.store.location} was deleted or replaced while in use: opening it again")
         self.store.reopen()  # type: ignore[attr-defined]
 
+    def follow_replaced_index(self) -> None:
+        """:meth:`_follow_replaced_index` before a search, when the writer lock is free (a sync
+        holding it follows the file itself): the search then sees the index at the path, and a
+        missing one is built as any first index is, not by a full rebuild inside the search."""
+        replaced = getattr(self.store, "replaced", None)
+        if replaced is None or not replaced() or not self.lock.acquire(0):
+            return
+        try:
+            self._follow_replaced_index()
+        finally:
+            self.lock.release()
+
     def _claim(self, meta: dict[str, Any] | None) -> None:
         """Check, under the writer lock, that this index is ours, and claim it if nobody has.
 
