@@ -516,7 +516,15 @@ class Indexer:
         holding it follows the file itself): the search then sees the index at the path, and a
         missing one is built as any first index is, not by a full rebuild inside the search."""
         replaced = getattr(self.store, "replaced", None)
-        if replaced is None or not replaced() or not self.lock.acquire(0):
+        if replaced is None or not replaced():
+            return
+        if self.store.readonly:  # (a read-only state folder has no lock to take, and nothing is written)
+            self._follow_replaced_index()
+            return
+        try:
+            if not self.lock.acquire(0):
+                return
+        except OSError:
             return
         try:
             self._follow_replaced_index()
