@@ -202,7 +202,7 @@ class Watcher:
         self.last_sync: dict[str, Any] | None = None
         self.last_error: str | None = None
         self.syncs = 0
-        #: Set once the OS refused native file watches (inotify's limits): the folders are polled.
+        #: Set once the OS's file events cannot serve (its watch limits, a name that is not UTF-8): polled.
         self.polling = False
         #: Syncs failed in a row (reset by one that succeeds); each is tried again later on its own.
         self.failures = 0
