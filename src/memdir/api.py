@@ -281,13 +281,14 @@ class Memory(IndexUpkeep):
             if self._indexer is None:
                 self._check_open()
                 from memdir.sync import Indexer
+                from memdir.watch import stop_requested
 
                 sel = self.selection
                 transient = sel.provider is None and sel.requested not in ("none", "off", "fts-only")
                 self._indexer = Indexer(self.settings, self.store, sel.provider,
                                         provider_transiently_missing=transient,
                                         extra_sources=self._extra_sources(), notice=self.notice,
-                                        closing=lambda: self._closed)
+                                        closing=lambda: self._closed or stop_requested())
             return self._indexer
 
     def _extra_sources(self) -> list[Any]:

@@ -531,7 +531,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from memdir.watch import run_foreground
+    from memdir.watch_foreground import run_foreground
 
     with _memory(args) as mem:
         return run_foreground(mem, as_json=args.json, debounce_ms=args.debounce_ms)

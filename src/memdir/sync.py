@@ -1,7 +1,8 @@
 """Keeping the index in step with the files (R§6), incrementally and safely.
 
-* Unchanged files cost one ``stat`` (size + mtime); changed ones are hashed (SHA-256) and
-  re-chunked only if their content differs; vanished files are deleted.
+* Unchanged files cost one ``stat`` (size, mtime and ctime: :func:`memdir.workspace.change_stamp`);
+  changed ones are hashed (SHA-256) and re-chunked only if their content differs; vanished files
+  are deleted.
 * Only chunks whose text is new are embedded: vectors come from the embedding cache, keyed by
   (provider, model, provider key, chunk hash).
 * When the index identity changes (provider, model, key, dims, chunking, sources, tokenizer,
@@ -69,6 +70,8 @@ KEYWORD_PUBLISH_INTERVAL = 2.0
 #: batches it is given ahead of the one being written.
 WORKER_BATCH_BYTES = 64_000
 WORKER_AHEAD = 8
+#: Seconds between looks at whether a sync waiting for the writer lock should give up (closing).
+LOCK_WAIT_SLICE = 0.25
 
 
 @dataclass
@@ -357,8 +360,9 @@ class Indexer:
                  extra_sources: Sequence[Any] = (), notice: Notice | None = None,
                  closing: Callable[[], bool] | None = None):
         self.settings = settings
-        #: Whether the owner is being closed: a sync then stops before its next file (what was
-        #: committed stays; a rebuild leaves the index as it was) instead of running for minutes.
+        #: Whether the owner is being closed (or the watcher running this sync stopped): a sync then
+        #: stops before its next file (what was committed stays; a rebuild leaves the index as it
+        #: was) instead of running for minutes.
         self.closing = closing
         self.store = store
         self.provider = provider
@@ -437,6 +441,7 @@ class Indexer:
         started = time.monotonic()
         self._acquire(lock_timeout)
         try:
+            self._follow_replaced_index()
             meta = self.store.read_meta()
             self._claim(meta)  # first thing under the lock: a racing workspace is told at once
             self.store.cleanup_leftovers()
@@ -481,8 +486,55 @@ class Indexer:
             holder = self.lock.holder() or {}
             self.notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish "
                         f"writing {self.store.location}")
-        if lock_timeout == 0 or not self.lock.acquire(lock_timeout):
+        if lock_timeout == 0:
             raise LockTimeout(f"another process is writing {self.store.location}")
+        # Waited for in slices, so a watcher stopped or a Memory closed meanwhile stops waiting:
+        # Ctrl-C on `memdir watch` while another process wrote the index took 20 s to exit.
+        deadline = None if lock_timeout is None else time.monotonic() + lock_timeout
+        while True:
+            left = LOCK_WAIT_SLICE if deadline is None else min(LOCK_WAIT_SLICE, deadline - time.monotonic())
+            if self.lock.acquire(max(0.0, left)):
+                return
+            self._stop_if_closing()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise LockTimeout(f"another process is writing {self.store.location}")
+
+    def _stop_if_closing(self) -> None:
+        if self.closing is not None and self.closing():
+            raise MemoryClosed(f"the sync of {self.store.location} stopped: its Memory is being closed")
+
+    def _follow_replaced_index(self) -> None:
+        """Under the writer lock: if the index file was deleted (its state folder removed) or
+        replaced since it was opened, open the one at its path now (a new, empty one if none).
+
+        Why: a long-running process (a watcher, ``memdir mcp``) otherwise kept indexing into a
+        file that no longer had a name, and every other process found no index."""
+        replaced = getattr(self.store, "replaced", None)  # (a file-backed store only)
+        if replaced is None or not replaced():
+            return
+        if self.notice is not None:
+            self.notice(f"the index {self.store.location} was deleted or replaced while in use: opening it again")
+        self.store.reopen()  # type: ignore[attr-defined]
+
+    def follow_replaced_index(self) -> None:
+        """:meth:`_follow_replaced_index` before a search, when the writer lock is free (a sync
+        holding it follows the file itself): the search then sees the index at the path, and a
+        missing one is built as any first index is, not by a full rebuild inside the search."""
+        replaced = getattr(self.store, "replaced", None)
+        if replaced is None or not replaced():
+            return
+        if self.store.readonly:  # (a read-only state folder has no lock to take, and nothing is written)
+            self._follow_replaced_index()
+            return
+        try:
+            if not self.lock.acquire(0):
+                return
+        except OSError:
+            return
+        try:
+            self._follow_replaced_index()
+        finally:
+            self.lock.release()
 
     def _claim(self, meta: dict[str, Any] | None) -> None:
         """Check, under the writer lock, that this index is ours, and claim it if nobody has.
@@ -611,8 +663,7 @@ class Indexer:
                 if deadline is not None and time.monotonic() > deadline:
                     report.incomplete = True
                     break
-                if self.closing is not None and self.closing():
-                    raise MemoryClosed(f"the sync of {self.store.location} stopped: its Memory is being closed")
+                self._stop_if_closing()
                 try:
                     doc = self.load(f) if loaded is None else loaded.doc
                 except Exception as exc:  # one unreadable file never blocks the rest; retried next sync

@@ -119,6 +119,7 @@ class IndexUpkeep:
         response, and while a first index is being built a read-only view of what it holds so far.
         """
         store = self.store
+        self.indexer.follow_replaced_index()
         if store.readonly and not writable_again(store):
             # A read-only index (a read replica, a read-only state folder) is stale only when the
             # files have moved on since it was written: then say why it could not catch up.

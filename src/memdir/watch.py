@@ -12,13 +12,16 @@ A :class:`Watcher` runs two threads beside a :class:`memdir.api.Memory`:
   is deleted is awaited through its nearest existing parent and picked up when it comes back.
   Each time the watches are (re)established the index is compared with the files once, so a
   change made while nothing was watching yet (just after :meth:`Watcher.start`, or while the
-  watch set was being rebuilt) is not missed.
+  watch set was being rebuilt) is not missed.  Where the OS's file events cannot serve (its
+  watch limits reached, a name that is not UTF-8, which watchfiles cannot take) the folders are
+  polled every :data:`POLL_DELAY_MS` instead, and the watcher says so once.
 * the *sync* thread runs ``memory.sync(reason="watch")`` ``watchDebounceMs`` after the last
   change (and at most 5 debounces after the first one, so a file appended every second is still
   indexed), every ``intervalMinutes``, and whenever :meth:`Watcher.sync_soon` asks.  A sync that
   fails (a full disk, a provider down, a damaged file being healed) is tried again on its own,
   :data:`RETRY_FIRST_SECONDS` later and twice as long each time up to :data:`RETRY_MAX_SECONDS`:
   without that, an edit made while the disk was full stayed unindexed until the next edit.
+  :meth:`Watcher.stop` ends a sync under way before its next file (:func:`stop_requested`).
 
 Nothing here writes to the workspace; failures are reported as events and never stop watching.
 """
@@ -33,7 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memdir.workspace import MEMORY_DIR, ROOT_FILES, is_ignored_dir, is_transcript_name
+from memdir.errors import MemdirError, MemoryClosed
+from memdir.workspace import MEMORY_DIR, ROOT_FILES, display_path, is_ignored_dir, is_transcript_name, valid_name
 
 Event = dict[str, Any]
 
@@ -41,6 +45,21 @@ _CHANGE_NAMES = {1: "added", 2: "modified", 3: "deleted"}
 #: Seconds before a failed sync is tried again (doubled after each failure in a row, up to the max).
 RETRY_FIRST_SECONDS = 2.0
 RETRY_MAX_SECONDS = 60.0
+#: How often the folders are scanned for changes when the OS refuses file watches (milliseconds).
+POLL_DELAY_MS = 1000
+
+#: In a watcher's sync thread, ``event`` is that watcher's stop event (see :func:`stop_requested`).
+_sync_thread = threading.local()
+
+
+def stop_requested() -> bool:
+    """Whether this thread is a watcher's sync thread and its watcher is being stopped.
+
+    Why: the sync it runs then ends before its next file (what it committed stays; a rebuild
+    leaves the index as it was).  Without it, stopping during a first build with a model (Ctrl-C
+    on ``memdir watch``) waited the full join timeout and left the sync running behind it."""
+    stop = getattr(_sync_thread, "event", None)
+    return stop is not None and stop.is_set()
 
 
 def _is_dir(path: str) -> bool:
@@ -93,7 +112,10 @@ class WatchPlan:
         self.trees = [self.memory_dir, *self.extra_dirs]
 
     def folders(self) -> list[str]:
-        """Every folder to watch right now (missing roots: their nearest existing parent)."""
+        """Every folder to watch right now (missing roots: their nearest existing parent), except
+        those this process may not read (the OS refuses to watch them; one made readable again is
+        seen through its parent's watch) and those whose name is not UTF-8 (watchfiles cannot
+        take it, and failed the whole watch set every second; their notes cannot be indexed)."""
         found: set[str] = set()
         for anchor in self.anchors:
             if _is_dir(anchor):
@@ -103,7 +125,7 @@ class WatchPlan:
         for tree in self.trees:
             if _is_dir(tree):
                 found.update(folders_under(tree))
-        return sorted(found)
+        return sorted(f for f in found if valid_name(f) and os.access(f, os.R_OK))
 
     def _under(self, path: str, root: str) -> str | None:
         if path == root or not path.startswith(root + os.sep):
@@ -139,6 +161,9 @@ class WatchPlan:
             if rel is not None and not any(is_ignored_dir(p) for p in rel.split(os.sep)):
                 return True
         return False
+
+    def display_root(self) -> str:
+        return display_path(self.workspace)
 
     def display(self, path: str) -> str:
         rel = os.path.relpath(path, self.workspace)
@@ -177,6 +202,8 @@ class Watcher:
         self.last_sync: dict[str, Any] | None = None
         self.last_error: str | None = None
         self.syncs = 0
+        #: Set once the OS's file events cannot serve (its watch limits, a name that is not UTF-8): polled.
+        self.polling = False
         #: Syncs failed in a row (reset by one that succeeds); each is tried again later on its own.
         self.failures = 0
 
@@ -187,8 +214,6 @@ class Watcher:
             try:
                 import watchfiles  # noqa: F401  (fail here, clearly, rather than in the thread)
             except ImportError as exc:
-                from memdir.errors import MemdirError
-
                 raise MemdirError(f"watching needs the watchfiles package ({exc}): pip install watchfiles") from None
             loops.insert(0, (self._watch_loop, "memdir-watch"))
         for target, name in loops:
@@ -237,7 +262,7 @@ class Watcher:
         return {"active": self.running, "files": self.files, "ready": self.ready.is_set(), "pending": self.pending,
                 "debounceMs": int(self.debounce * 1000), "intervalMinutes": (self.interval or 0) / 60,
                 "watchedFolders": len(self._watched), "syncs": self.syncs, "lastSync": self.last_sync,
-                "lastError": self.last_error, "failures": self.failures}
+                "lastError": self.last_error, "failures": self.failures, "polling": self.polling}
 
     def _emit(self, event: Event) -> None:
         if self.on_event is not None:
@@ -252,6 +277,9 @@ class Watcher:
 
         while not self._stop.is_set():
             folders = self.plan.folders()
+            if not folders:
+                self._compare_instead()
+                continue
             self._watched = set(folders)
             self._emit({"event": "watching", "folders": len(folders)})
             established = False
@@ -260,7 +288,8 @@ class Watcher:
                 # exist, which is when the catch-up comparison below can no longer miss a change.
                 for changes in watchfiles.watch(*folders, watch_filter=None, recursive=False, debounce=200, step=30,
                                                 stop_event=self._stop, raise_interrupt=False, rust_timeout=500,
-                                                yield_on_timeout=True, ignore_permission_denied=True):
+                                                yield_on_timeout=True, force_polling=self.polling or None,
+                                                poll_delay_ms=POLL_DELAY_MS):
                     if not established:
                         established = True
                         self._catch_up()
@@ -270,9 +299,30 @@ class Watcher:
             except FileNotFoundError:
                 time.sleep(0.1)  # a folder vanished between listing and watching: list again
             except Exception as exc:
+                if not self.polling and _native_watching_fails(exc):
+                    self.polling = True
+                    reason = str(exc).splitlines()[0].split(" about [")[0]  # (watchfiles adds the paths)
+                    self.last_error = (f"file watching unavailable ({reason}); checking the folders every "
+                                       f"{POLL_DELAY_MS / 1000:g} s instead")
+                    self._emit({"event": "error", "error": self.last_error})
+                    continue
                 self.last_error = f"watcher failed: {exc}"
                 self._emit({"event": "error", "error": self.last_error})
                 self._stop.wait(1.0)
+
+    def _compare_instead(self) -> None:
+        """Nothing watchfiles can watch (a workspace whose path is not UTF-8, which it cannot take,
+        or none of its folders readable): compare the index with the files every poll period
+        instead, and say so once.  Before, such a watcher watched nothing without a word."""
+        if not self.polling:
+            self.polling = True
+            why = "its path is not UTF-8" if not valid_name(self.plan.workspace) else "no folder of it is readable"
+            self.last_error = (f"cannot watch {self.plan.display_root()} ({why}): comparing the index with the files "
+                               f"every {POLL_DELAY_MS / 1000:g} s instead")
+            self._emit({"event": "error", "error": self.last_error})
+        self._catch_up()
+        self.ready.set()
+        self._stop.wait(POLL_DELAY_MS / 1000)
 
     def _catch_up(self) -> None:
         """Sync soon if the files changed while nothing was watching them."""
@@ -302,6 +352,7 @@ class Watcher:
 
     # -- syncing -----------------------------------------------------------------------------
     def _sync_loop(self) -> None:
+        _sync_thread.event = self._stop
         while not self._stop.is_set():
             with self._cond:
                 now = time.monotonic()
@@ -334,6 +385,8 @@ class Watcher:
         try:
             report = self.memory.sync(reason=reason)
         except Exception as exc:
+            if self._stop.is_set() or isinstance(exc, MemoryClosed):
+                return  # cut short by stop() or close(): not a failure, and nothing to try again
             self.failures += 1
             delay = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (self.failures - 1))
             self.last_error = f"sync failed ({reason}): {exc}"
@@ -350,64 +403,23 @@ class Watcher:
                     "skipped": report.skipped, "seconds": round(report.seconds, 3)})
 
 
-def _line(event: Event) -> str | None:
-    """One human line for an event (``None``: not worth a line)."""
-    kind = event.get("event")
-    stamp = time.strftime("%H:%M:%S", time.localtime(event.get("time", time.time())))
-    if kind in ("change", "folder"):
-        return f"{stamp} {event['change']} {event['path']}" + ("/" if kind == "folder" else "")
-    if kind == "sync":
-        skipped = f", {len(event['skipped'])} skipped" if event.get("skipped") else ""
-        what = "full reindex" if event.get("full") else "synced"
-        return (f"{stamp} {what} ({event['reason']}): {event['indexed']} indexed, {event['removed']} removed"
-                f"{skipped} in {event['seconds']:.2f}s")
-    if kind == "error":
-        again = f" (trying again in {event['retryInSeconds']:g} s)" if event.get("retryInSeconds") else ""
-        return f"{stamp} error: {event['error']}{again}"
-    if kind == "start":
-        return (f"Watching {event['workspace']} (index {event['indexPath']}; sync {event['debounceMs']} ms after "
-                "a change). Ctrl-C stops.")
-    return None
+#: What watchfiles says when the OS's file events cannot serve (see :func:`_native_watching_fails`).
+_NATIVE_FAILURES = ("watch limit", "Too many open files", "No space left on device", "decode path")
 
 
-def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | None = None) -> int:
-    """``memdir watch``: sync now, then on every change until Ctrl-C or SIGTERM (exit 0)."""
-    import json
-    import signal
-    import sys
+def _native_watching_fails(exc: Exception) -> bool:
+    """Whether the OS's file events cannot serve here and polling would.
 
-    lock = threading.Lock()
+    * The OS refused the watches themselves (``fs.inotify.max_user_watches`` or
+      ``max_user_instances`` reached).  watchfiles' ``ignore_permission_denied`` hid that: the
+      folders past the limit went unwatched without a word.
+    * A name that is not UTF-8 was touched (watchfiles: 'Unable to decode path'): it fails the
+      whole batch of changes holding one, and inotify reports even a listing of such a folder
+      (each sync's), so the watch failed again every second.  Polling reports changes only.
 
-    def show(event: Event) -> None:
-        text = json.dumps(event, ensure_ascii=False) if as_json else _line(event)
-        if text is not None:
-            with lock:
-                print(text, flush=True)
-
-    watcher = Watcher(memory, on_event=show, debounce_ms=debounce_ms, sync_at_start=True)
-    show({"event": "start", "time": round(time.time(), 3), "workspace": str(memory.workspace),
-          "indexPath": str(memory.index_path), "debounceMs": int(watcher.debounce * 1000)})
-    # Ctrl-C and SIGTERM only note the request: a KeyboardInterrupt raised inside Event.wait can
-    # leave the event's own lock held, and stopping would then wait on it forever.
-    requested: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, _frame: requested.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    memory.watcher = watcher
-    try:
-        watcher.start()
-        while not requested and not watcher.stopped:
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        watcher.stop()
-        memory.watcher = None
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    show({"event": "stop", "time": round(time.time(), 3)})
-    if not as_json:
-        print("Stopped watching.", file=sys.stderr)
-    return 0
+    Other errors (a folder that vanished while being watched) are passing: the watch is set up
+    again."""
+    return not isinstance(exc, PermissionError) and any(text in str(exc) for text in _NATIVE_FAILURES)
 
 
-__all__ = ["WatchPlan", "Watcher", "folders_under", "run_foreground"]
+__all__ = ["WatchPlan", "Watcher", "folders_under", "stop_requested"]

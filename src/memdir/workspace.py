@@ -30,11 +30,34 @@ class FileEntry:
     path: str
     abs_path: str
     source: str
+    #: Not the bare mtime: the file's :func:`change_stamp` (what the index stores as ``mtime``).
     mtime_ns: int
     size: int
     #: The allowed root it was found under (``abs_path`` is below it): the indexer reads it from
     #: there without following a symlink (:func:`memdir.reading.read_beneath`); ``""``: by path.
     root: str = ""
+
+
+#: Values a signed 64-bit integer column holds.
+_INT64_SPAN = 1 << 64
+
+
+def change_stamp(st: os.stat_result) -> int:
+    """What the index compares, with the size, to tell a file changed without reading it: its
+    mtime, plus its ctime when the two differ.
+
+    Why not the mtime alone: it can be set back or forward (``touch -d``, ``cp -p``, ``rsync -t``
+    from a machine whose clock is ahead, an editor or sync tool that restores it), and an edit that
+    kept the size then looked unchanged for good.  The ctime moves with every write, rename, chmod
+    and ``utime`` and cannot be set by hand, so a change to either shows; a file written and left
+    alone has both equal and keeps the stamp earlier indexes stored.  A change that leaves the
+    content as it was only costs a re-hash.
+
+    Folded into a signed 64-bit integer, what SQLite and PostgreSQL store: a file dated past 2262
+    (``touch -d 3000-01-01``; ext4 keeps dates to 2446) overflowed it, and every sync failed."""
+    mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
+    stamp = mtime if ctime == mtime else mtime + ctime
+    return (stamp + _INT64_SPAN // 2) % _INT64_SPAN - _INT64_SPAN // 2
 
 
 @dataclass
@@ -235,7 +258,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         if identity in seen:
             continue
         seen.add(identity)
-        found.files.append(FileEntry(rel, abs_path, "memory", st.st_mtime_ns, st.st_size, root))
+        found.files.append(FileEntry(rel, abs_path, "memory", change_stamp(st), st.st_size, root))
     if not found.files:
         found.issues.insert(0, f"no memory files found in {workspace}")
     if folders is not None and not found.issues and not found.skipped:
@@ -265,7 +288,7 @@ def restat(listing: Discovery) -> list[FileEntry] | None:
             st = os.lstat(f.abs_path)
             if not stat.S_ISREG(st.st_mode):
                 return None
-            files.append(FileEntry(f.path, f.abs_path, f.source, st.st_mtime_ns, st.st_size, f.root))
+            files.append(FileEntry(f.path, f.abs_path, f.source, change_stamp(st), st.st_size, f.root))
     except OSError:
         return None
     return files

@@ -22,7 +22,7 @@ from pathlib import Path
 from memdir.sessions.store import list_transcripts
 from memdir.sessions.transcript import count_newlines, session_document, session_rel_path
 from memdir.sync import SourceDoc
-from memdir.workspace import FileEntry
+from memdir.workspace import FileEntry, change_stamp
 
 
 class SessionsSource:
@@ -42,7 +42,7 @@ class SessionsSource:
                 st = os.lstat(p)
             except FileNotFoundError:
                 continue
-            out.append(FileEntry(session_rel_path(p), str(p), self.name, st.st_mtime_ns, st.st_size))
+            out.append(FileEntry(session_rel_path(p), str(p), self.name, change_stamp(st), st.st_size))
         return out
 
     def issues(self) -> list[str]:

@@ -97,7 +97,8 @@ class Hit:
 #: damaged index (a backend's :meth:`Store.recover` writes it; full rebuilds carry it over).
 SKIPPED_STATE, OWNER_STATE, RECOVERED_STATE = "skipped", "owner", "recovered"
 
-#: ``{(path, source): (content hash, mtime_ns, size)}`` of every indexed file.
+#: ``{(path, source): (content hash, change stamp, size)}`` of every indexed file (the stamp: mtime and
+#: ctime in one number, :func:`memdir.workspace.change_stamp`; its column is named ``mtime``).
 FileRows = dict[tuple[str, str], tuple[str, int, int]]
 
 

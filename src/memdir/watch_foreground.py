@@ -1,0 +1,76 @@
+"""``memdir watch``: a :class:`memdir.watch.Watcher` in the foreground, its events as lines.
+
+Apart from :mod:`memdir.watch` because it is the CLI's, not the library's: the API and the
+long-running hosts (``memdir mcp``, the agent loop) start a watcher without it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from memdir.watch import Event, Watcher
+
+
+def _line(event: Event) -> str | None:
+    """One human line for an event (``None``: not worth a line)."""
+    kind = event.get("event")
+    stamp = time.strftime("%H:%M:%S", time.localtime(event.get("time", time.time())))
+    if kind in ("change", "folder"):
+        return f"{stamp} {event['change']} {event['path']}" + ("/" if kind == "folder" else "")
+    if kind == "sync":
+        skipped = f", {len(event['skipped'])} skipped" if event.get("skipped") else ""
+        what = "full reindex" if event.get("full") else "synced"
+        return (f"{stamp} {what} ({event['reason']}): {event['indexed']} indexed, {event['removed']} removed"
+                f"{skipped} in {event['seconds']:.2f}s")
+    if kind == "error":
+        again = f" (trying again in {event['retryInSeconds']:g} s)" if event.get("retryInSeconds") else ""
+        return f"{stamp} error: {event['error']}{again}"
+    if kind == "start":
+        return (f"Watching {event['workspace']} (index {event['indexPath']}; sync {event['debounceMs']} ms after "
+                "a change). Ctrl-C stops.")
+    return None
+
+
+def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | None = None) -> int:
+    """``memdir watch``: sync now, then on every change until Ctrl-C or SIGTERM (exit 0)."""
+    import json
+    import signal
+    import sys
+
+    lock = threading.Lock()
+
+    def show(event: Event) -> None:
+        text = json.dumps(event, ensure_ascii=False) if as_json else _line(event)
+        if text is not None:
+            with lock:
+                print(text, flush=True)
+
+    watcher = Watcher(memory, on_event=show, debounce_ms=debounce_ms, sync_at_start=True)
+    show({"event": "start", "time": round(time.time(), 3), "workspace": str(memory.workspace),
+          "indexPath": str(memory.index_path), "debounceMs": int(watcher.debounce * 1000)})
+    # Ctrl-C and SIGTERM only note the request: a KeyboardInterrupt raised inside Event.wait can
+    # leave the event's own lock held, and stopping would then wait on it forever.
+    requested: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: requested.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    memory.watcher = watcher
+    try:
+        watcher.start()
+        while not requested and not watcher.stopped:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        watcher.stop()
+        memory.watcher = None
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    show({"event": "stop", "time": round(time.time(), 3)})
+    if not as_json:
+        print("Stopped watching.", file=sys.stderr)
+    return 0
+
+
+__all__ = ["run_foreground"]
