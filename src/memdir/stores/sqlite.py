@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memdir import db
-from memdir.errors import StoreError
+from memdir.errors import IndexDamaged, StoreError
 from memdir.lock import FileWriterLock
 from memdir.query import fts5_phrases, match_phrases
 from memdir.stores import sqlite_health as health
@@ -606,8 +606,12 @@ class SqliteStore(SqliteLifecycle):
         c.execute("DELETE FROM chunks WHERE path = ? AND source = ?", (path, source))
 
     def delete_file(self, path: str, source: str) -> None:
+        """Forget a file :meth:`file_rows` listed.  Its row not found by its key means a damaged
+        key (a scan lists it, no lookup finds it, ``PRAGMA quick_check`` misses it): said, so that
+        the index is rebuilt, instead of "1 removed" on every sync for ever."""
         self._delete_file_rows(path, source)
-        self.conn.execute("DELETE FROM files WHERE path = ? AND source = ?", (path, source))
+        if self.conn.execute("DELETE FROM files WHERE path = ? AND source = ?", (path, source)).rowcount == 0:
+            raise IndexDamaged(f"database disk image is malformed (the row of {path} cannot be found by its key)")
 
     def paths_missing_vectors(self) -> set[tuple[str, str]]:
         with self.lock:

@@ -1,0 +1,97 @@
+"""Damage that ``PRAGMA quick_check`` does not see is still found, and healed by the next sync.
+
+A flipped byte in a key (a row a scan lists but no lookup finds) or in a stored text (not UTF-8
+any more) leaves every page readable.  Before, each sync failed the same way for ever ("1
+removed" on every run with ``status`` dirty, or "Could not decode to UTF-8"), and ``status
+--deep`` said all was well or failed without healing.  Each case patches the bytes of one row of
+the ``files`` table in a real index, then runs the real CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from memdir.api import Memory
+
+NONE = {"MEMDIR_PROVIDER": "none"}
+N_FILES = 10
+
+
+def _built(make_workspace) -> tuple[Path, Path]:
+    ws = make_workspace({f"memory/2026-01-{i:03d}.md": f"# Day {i}\n\nThe codeword is kiwi{i}x.\n"
+                         for i in range(N_FILES)})
+    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as mem:
+        assert mem.sync().indexed == N_FILES
+        index = mem.index_path
+    assert not Path(f"{index}-wal").exists()
+    return ws, index
+
+
+def _patch_files_page(index: Path, old: bytes, new: bytes) -> None:
+    """Replace ``old`` by ``new`` (as long) in the page of the ``files`` table (small: one page)."""
+    assert len(old) == len(new)
+    with sqlite3.connect(index) as conn:
+        (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'files'").fetchone()
+        (page,) = conn.execute("PRAGMA page_size").fetchone()
+    conn.close()
+    data = bytearray(index.read_bytes())
+    start = (root - 1) * page
+    at = data.index(old, start, start + page)
+    data[at : at + len(old)] = new
+    index.write_bytes(bytes(data))
+
+
+def _a_files_hash(index: Path) -> bytes:
+    with sqlite3.connect(index) as conn:
+        (value,) = conn.execute("SELECT hash FROM files WHERE path = 'memory/2026-01-004.md'").fetchone()
+    conn.close()
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _damage_key(index: Path) -> None:
+    # 005 -> 00x: the row now sorts after 009 but sits before 006
+    _patch_files_page(index, b"memory/2026-01-005.md", b"memory/2026-01-00x.md")
+
+
+def _damage_text(index: Path) -> None:
+    value = _a_files_hash(index)
+    _patch_files_page(index, value, value[:10] + b"\xff" + value[11:])
+
+
+def _corrupt_copies(index: Path) -> list[Path]:
+    return [p for p in index.parent.iterdir() if ".corrupt-" in p.name and not p.name.endswith("-wal")]
+
+
+@pytest.mark.parametrize("damage", [_damage_key, _damage_text], ids=["key-out-of-order", "text-not-utf8"])
+def test_the_next_index_heals_damage_quick_check_misses(damage, make_workspace, run_cli):
+    ws, index = _built(make_workspace)
+    damage(index)
+
+    first = run_cli("index", "-w", str(ws), env=NONE)
+    assert first.returncode == 0, first.stderr
+    assert "Traceback" not in first.stderr and "was damaged" in first.stderr, first.stderr
+    assert len(_corrupt_copies(index)) == 1
+    again = run_cli("index", "-w", str(ws), env=NONE)
+    assert again.returncode == 0 and "0 removed" in again.stdout and "was damaged" not in again.stderr, again
+    status = json.loads(run_cli("status", "--json", "-w", str(ws), env=NONE).stdout)
+    assert status["files"] == N_FILES and status["dirty"] is False
+    found = run_cli("search", "kiwi5x", "--json", "-w", str(ws), env=NONE)
+    assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["memory/2026-01-005.md"]
+
+
+@pytest.mark.parametrize("damage", [_damage_key, _damage_text], ids=["key-out-of-order", "text-not-utf8"])
+def test_status_deep_finds_damage_quick_check_misses(damage, make_workspace, run_cli):
+    ws, index = _built(make_workspace)
+    damage(index)
+
+    deep = run_cli("status", "--deep", "--json", "-w", str(ws), env=NONE)
+    assert deep.returncode == 0, deep.stderr
+    assert "was damaged" in deep.stderr and "Traceback" not in deep.stderr, deep.stderr
+    assert json.loads(deep.stdout)["recovered"]["corruptPath"] == str(_corrupt_copies(index)[0])
+    assert run_cli("index", "-w", str(ws), env=NONE).returncode == 0
+    status = json.loads(run_cli("status", "--deep", "--json", "-w", str(ws), env=NONE).stdout)
+    assert status["files"] == N_FILES and status["dirty"] is False and len(_corrupt_copies(index)) == 1
