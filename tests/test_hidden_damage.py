@@ -95,3 +95,22 @@ def test_status_deep_finds_damage_quick_check_misses(damage, make_workspace, run
     assert run_cli("index", "-w", str(ws), env=NONE).returncode == 0
     status = json.loads(run_cli("status", "--deep", "--json", "-w", str(ws), env=NONE).stdout)
     assert status["files"] == N_FILES and status["dirty"] is False and len(_corrupt_copies(index)) == 1
+
+
+def test_a_damaged_schema_name_that_is_not_utf8_is_healed(make_workspace, run_cli):
+    """SQLite's "malformed database schema (<name>)" quotes the damaged name: not UTF-8, the binding
+    raised UnicodeDecodeError instead, and every command failed with "cannot open the index"."""
+    ws, index = _built(make_workspace)
+    with sqlite3.connect(index) as conn:
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute("UPDATE sqlite_master SET name = CAST(x'6964785fff' AS TEXT), sql = 'CREATE INDEX broken' "
+                      "WHERE name = 'idx_chunks_date'")
+    conn.close()
+
+    found = run_cli("search", "kiwi5x", "--json", "-w", str(ws), env=NONE)
+    assert found.returncode == 0, found.stderr
+    assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["memory/2026-01-005.md"]
+    assert found.stderr.count("was damaged") == 1 and "not UTF-8" in found.stderr, found.stderr
+    assert len(_corrupt_copies(index)) == 1
+    status = json.loads(run_cli("status", "--deep", "--json", "-w", str(ws), env=NONE).stdout)
+    assert status["files"] == N_FILES and status["dirty"] is False and len(_corrupt_copies(index)) == 1

@@ -55,7 +55,9 @@ REQUIRED_TABLES = ("meta", "files", "chunks")
 
 
 def is_damage_error(exc: BaseException) -> bool:
-    if isinstance(exc, IndexDamaged):
+    # UnicodeDecodeError: the binding could not decode a value or SQLite's own error message (which
+    # quotes a damaged schema entry), so "malformed database schema" reached no one.
+    if isinstance(exc, IndexDamaged | UnicodeDecodeError):
         return True
     code = getattr(exc, "sqlite_errorcode", None)
     if isinstance(code, int) and code & 0xFF in _DAMAGE_CODES:
@@ -88,6 +90,8 @@ def is_unwritable_error(exc: BaseException) -> bool:
 
 
 def first_line(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"database disk image is malformed (text that is not UTF-8: {exc})"
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
