@@ -137,6 +137,25 @@ def _copy_cache(conn: Any, schema: str) -> None:
         f"e.dims, e.updated_at FROM {schema}.embedding_cache e) WHERE length(emb) > 0")
 
 
+def _columns(conn: Any, schema: str, table: str) -> list[tuple[Any, ...]]:
+    return [tuple(row[1:]) for row in conn.execute(f"PRAGMA {schema}.table_info({table})")]
+
+
+def _same_tables(conn: Any, schema: str, tables: Sequence[str]) -> None:
+    """Make each of ``tables`` in the live index again as the attached ``schema`` has it (with its
+    indexes), where their columns differ: an index a newer memdir wrote (a column more) failed
+    every rebuild's copy ("table main.files has 6 columns but 5 values were supplied") for ever."""
+    for table in tables:
+        live = _columns(conn, "main", table)
+        if not live or live == _columns(conn, schema, table):
+            continue
+        conn.execute(f"DROP TABLE main.{table}")
+        # unqualified, as sqlite_master keeps it: created in main; the table before its indexes
+        for (sql,) in conn.execute(f"SELECT sql FROM {schema}.sqlite_master WHERE tbl_name = ? AND sql IS NOT NULL "
+                                   "ORDER BY type != 'table'", (table,)).fetchall():
+            conn.execute(sql)
+
+
 #: FTS5's pending-terms limit while a rebuild's shadow is filled (see :meth:`SqliteStore._bulk_begin`).
 BULK_FTS_HASH_BYTES = 8 << 20
 
@@ -1307,6 +1326,7 @@ class SqliteStore(SqliteLifecycle):
         try:
             c.execute("BEGIN IMMEDIATE")
             try:
+                _same_tables(c, "fresh", ("files", "embedding_cache", "meta", "chunks"))
                 if has_cache(c, "fresh"):
                     ensure_cache(c)
                 for table in ("files", "embedding_cache", "meta"):
