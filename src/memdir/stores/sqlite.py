@@ -1237,7 +1237,7 @@ class SqliteStore(SqliteLifecycle):
         for leftover in glob.glob(glob.escape(self._temp_prefix()) + "*"):
             try:
                 os.unlink(leftover)
-            except FileNotFoundError:
+            except OSError:  # gone, or not ours to remove (a folder of that name failed every command)
                 pass
         remove_sidecar_leftovers(sidecar_path(self.path))
 
