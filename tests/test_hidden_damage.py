@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from memdir.api import Memory
+from memdir.stores.sqlite import to_blob
+from test_cache_refs import HashProvider, _notes
 
 NONE = {"MEMDIR_PROVIDER": "none"}
 N_FILES = 10
@@ -114,3 +116,31 @@ def test_a_damaged_schema_name_that_is_not_utf8_is_healed(make_workspace, run_cl
     assert len(_corrupt_copies(index)) == 1
     status = json.loads(run_cli("status", "--deep", "--json", "-w", str(ws), env=NONE).stdout)
     assert status["files"] == N_FILES and status["dirty"] is False and len(_corrupt_copies(index)) == 1
+
+
+def test_a_damaged_vector_is_not_salvaged_into_the_rebuilt_index(make_workspace, tmp_path: Path):
+    """A recovery keeps the embedding cache, but a vector whose bytes the damage changed (SQLite cannot
+    tell) is embedded again: salvaged, it was served by every rebuild after."""
+    ws = make_workspace(_notes(12))
+    state = tmp_path / "state"
+    with Memory(ws, provider=HashProvider(), state_dir=state) as mem:
+        mem.sync()
+        index = mem.index_path
+        (text,) = mem.store.conn.execute("SELECT text FROM chunks WHERE path = 'memory/2026-01-05.md'").fetchone()
+    with sqlite3.connect(index) as conn:
+        # one bit of a float's exponent flipped (it grows by 2**64 or more), in the chunk holding
+        # the vector its cache entry refers to
+        (blob,) = conn.execute("SELECT embedding FROM chunks WHERE path = 'memory/2026-01-05.md'").fetchone()
+        conn.execute("UPDATE chunks SET embedding = ? WHERE path = 'memory/2026-01-05.md'",
+                     (blob[:3] + bytes([blob[3] ^ 0x40]) + blob[4:],))
+        conn.execute("UPDATE meta SET value = '{' WHERE key = 'memory_index_meta_v1'")  # found damaged
+    conn.close()
+
+    provider = HashProvider()
+    with Memory(ws, provider=provider, state_dir=state) as mem:
+        report = mem.sync()
+        assert mem.recoveries and mem.recoveries[-1]["salvagedCacheEntries"] == 11
+        assert report.full and provider.embedded == 1
+        (stored,) = mem.store.conn.execute("SELECT embedding FROM chunks WHERE path = ?", ("memory/2026-01-05.md",)
+                                           ).fetchone()
+        assert stored == to_blob(provider._vec(text))

@@ -300,8 +300,8 @@ def _read_cache(source: Path, conn: Any, batch: int) -> int:
                 rows = []
             rows = [_held(old, r) if isinstance(r[4], bytes | bytearray) and not r[4] else r for r in rows]
             # hashes as the new index stores them (an index before schema 4 kept them as hex text)
-            good = [(*r[:3], _hash_key(r[3]), *r[4:]) for r in rows
-                    if isinstance(r[4], bytes | bytearray) and r[5] and len(r[4]) == 4 * r[5]]
+            good = _sound([(*r[:3], _hash_key(r[3]), *r[4:]) for r in rows
+                           if isinstance(r[4], bytes | bytearray) and r[5] and len(r[4]) == 4 * r[5]])
             if good:
                 from memdir.stores.sqlite import ensure_cache
 
@@ -312,6 +312,28 @@ def _read_cache(source: Path, conn: Any, batch: int) -> int:
     finally:
         old.close()
     return saved
+
+
+def _sound(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The cache rows whose vector looks like the others of its model: finite, no one component
+    holding most of its length, a length within a factor of 2 of the median of its model's vectors
+    here.  Damage that changed bytes inside a vector is invisible to SQLite; salvaged, the wrong
+    vector was served by every rebuild after (one flipped exponent bit dropped a note out of the
+    results of a search for its own codeword).  Dropping a good one only costs its embedding again."""
+    import numpy as np
+
+    lengths: list[float | None] = []
+    for row in rows:
+        squares = np.frombuffer(row[4], dtype="<f4").astype(np.float64) ** 2
+        total = float(squares.sum())
+        lengths.append(total ** 0.5 if np.isfinite(total) and total > 0 and squares.max() <= total / 2 else None)
+    medians: dict[Any, list[float]] = {}
+    for row, length in zip(rows, lengths, strict=True):
+        if length is not None:
+            medians.setdefault((row[1], row[5]), []).append(length)
+    middle = {key: float(np.median(found)) for key, found in medians.items()}
+    return [row for row, length in zip(rows, lengths, strict=True)
+            if length is not None and middle[(row[1], row[5])] / 2 <= length <= middle[(row[1], row[5])] * 2]
 
 
 def _hash_key(value: Any) -> Any:
