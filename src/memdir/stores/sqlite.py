@@ -625,11 +625,13 @@ class SqliteStore(SqliteLifecycle):
         c.execute("DELETE FROM chunks WHERE path = ? AND source = ?", (path, source))
 
     def delete_file(self, path: str, source: str) -> None:
-        """Forget a file :meth:`file_rows` listed.  Its row not found by its key means a damaged
-        key (a scan lists it, no lookup finds it, ``PRAGMA quick_check`` misses it): said, so that
-        the index is rebuilt, instead of "1 removed" on every sync for ever."""
+        """Forget a file.  A row that a scan lists but its key does not find is a damaged key
+        (``PRAGMA quick_check`` misses it): said, so that the index is rebuilt, instead of
+        "1 removed" on every sync for ever."""
         self._delete_file_rows(path, source)
-        if self.conn.execute("DELETE FROM files WHERE path = ? AND source = ?", (path, source)).rowcount == 0:
+        if self.conn.execute("DELETE FROM files WHERE path = ? AND source = ?", (path, source)).rowcount == 0 \
+                and self.conn.execute("SELECT 1 FROM files WHERE path || '' = ? AND source || '' = ?",  # a scan
+                                      (path, source)).fetchone():
             raise IndexDamaged(f"database disk image is malformed (the row of {path} cannot be found by its key)")
 
     def paths_missing_vectors(self) -> set[tuple[str, str]]:
