@@ -138,12 +138,12 @@ def quick_check(conn: Any, *, full: bool = False) -> str | None:
     pragma = "integrity_check" if full else "quick_check"
     try:
         rows = conn.execute(f"PRAGMA {pragma}").fetchall()
+        if rows and rows[0][0] == "ok":
+            return undecodable_text(conn) if full else None
     except Exception as exc:
         if is_damage_error(exc):
             return first_line(exc)
         raise
-    if rows and rows[0][0] == "ok":
-        return undecodable_text(conn) if full else None
     lines = [ln.strip() for r in rows for ln in str(r[0]).splitlines()]
     lines = [ln for ln in lines if ln and not ln.startswith("***")]
     if not lines:
