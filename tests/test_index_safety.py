@@ -185,6 +185,20 @@ def test_a_killed_rebuilds_temp_files_are_removed_on_the_next_open(make_workspac
     assert json.loads(st.stdout)["files"] == 5
 
 
+def test_a_folder_named_like_a_rebuilds_temp_file_is_left_alone(make_workspace, state_dir, run_cli):
+    """Removing it failed (IsADirectoryError), and with it every search, index and status."""
+    ws = make_workspace(_notes("kiwi", 5))
+    assert run_cli("index", "-w", str(ws), env=NONE).returncode == 0
+    index = index_of(ws, state_dir)
+    folder = Path(f"{index}.tmp-notmine")
+    folder.mkdir()
+    (ws / "memory" / "new.md").write_text("# New\n\nzebra77q\n")
+    for args in (("search", "zebra77q", "--json"), ("index",), ("index", "--force"), ("status", "--json")):
+        proc = run_cli(*args, "-w", str(ws), env=NONE)
+        assert proc.returncode == 0, (args, proc.stderr)
+    assert folder.is_dir()
+
+
 def test_an_index_path_that_is_a_directory_is_named(make_workspace, tmp_path: Path, run_cli):
     ws = make_workspace(_notes("lime", 2))
     folder = tmp_path / "index-dir"

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memdir import db
-from memdir.errors import StoreError
+from memdir.errors import IndexDamaged, StoreError
 from memdir.lock import FileWriterLock
 from memdir.query import fts5_phrases, match_phrases
 from memdir.stores import sqlite_health as health
@@ -135,6 +135,25 @@ def _copy_cache(conn: Any, schema: str) -> None:
         f"memdir_hex_key(e.hash), "
         f"CASE WHEN length(e.embedding) > 0 THEN e.embedding ELSE ({_HELD.format(db=schema + '.')}) END AS emb, "
         f"e.dims, e.updated_at FROM {schema}.embedding_cache e) WHERE length(emb) > 0")
+
+
+def _columns(conn: Any, schema: str, table: str) -> list[tuple[Any, ...]]:
+    return [tuple(row[1:]) for row in conn.execute(f"PRAGMA {schema}.table_info({table})")]
+
+
+def _same_tables(conn: Any, schema: str, tables: Sequence[str]) -> None:
+    """Make each of ``tables`` in the live index again as the attached ``schema`` has it (with its
+    indexes), where their columns differ: an index a newer memdir wrote (a column more) failed
+    every rebuild's copy ("table main.files has 6 columns but 5 values were supplied") for ever."""
+    for table in tables:
+        live = _columns(conn, "main", table)
+        if not live or live == _columns(conn, schema, table):
+            continue
+        conn.execute(f"DROP TABLE main.{table}")
+        # unqualified, as sqlite_master keeps it: created in main; the table before its indexes
+        for (sql,) in conn.execute(f"SELECT sql FROM {schema}.sqlite_master WHERE tbl_name = ? AND sql IS NOT NULL "
+                                   "ORDER BY type != 'table'", (table,)).fetchall():
+            conn.execute(sql)
 
 
 #: FTS5's pending-terms limit while a rebuild's shadow is filled (see :meth:`SqliteStore._bulk_begin`).
@@ -606,8 +625,14 @@ class SqliteStore(SqliteLifecycle):
         c.execute("DELETE FROM chunks WHERE path = ? AND source = ?", (path, source))
 
     def delete_file(self, path: str, source: str) -> None:
+        """Forget a file.  A row that a scan lists but its key does not find is a damaged key
+        (``PRAGMA quick_check`` misses it): said, so that the index is rebuilt, instead of
+        "1 removed" on every sync for ever."""
         self._delete_file_rows(path, source)
-        self.conn.execute("DELETE FROM files WHERE path = ? AND source = ?", (path, source))
+        if self.conn.execute("DELETE FROM files WHERE path = ? AND source = ?", (path, source)).rowcount == 0 \
+                and self.conn.execute("SELECT 1 FROM files WHERE path || '' = ? AND source || '' = ?",  # a scan
+                                      (path, source)).fetchone():
+            raise IndexDamaged(f"database disk image is malformed (the row of {path} cannot be found by its key)")
 
     def paths_missing_vectors(self) -> set[tuple[str, str]]:
         with self.lock:
@@ -1214,7 +1239,7 @@ class SqliteStore(SqliteLifecycle):
         for leftover in glob.glob(glob.escape(self._temp_prefix()) + "*"):
             try:
                 os.unlink(leftover)
-            except FileNotFoundError:
+            except OSError:  # gone, or not ours to remove (a folder of that name failed every command)
                 pass
         remove_sidecar_leftovers(sidecar_path(self.path))
 
@@ -1303,6 +1328,7 @@ class SqliteStore(SqliteLifecycle):
         try:
             c.execute("BEGIN IMMEDIATE")
             try:
+                _same_tables(c, "fresh", ("files", "embedding_cache", "meta", "chunks"))
                 if has_cache(c, "fresh"):
                     ensure_cache(c)
                 for table in ("files", "embedding_cache", "meta"):

@@ -140,7 +140,8 @@ class SqliteLifecycle:
     def check(self, *, thorough: bool = False, max_bytes: int | None = None) -> str | None:
         """What is wrong with the index file, or ``None``.  Cheap (a few pages) unless
         ``thorough``: then ``PRAGMA quick_check`` reads every page (~300 MB/s), when the file is
-        at most ``max_bytes`` (``None``: whatever its size)."""
+        at most ``max_bytes``; ``None`` (``status --deep``): whatever its size, and the full
+        check (keys in order, indexes agreeing with their tables, text that decodes: ~30% more)."""
         if self.damage:
             return self.damage
         with self.lock:
@@ -151,7 +152,7 @@ class SqliteLifecycle:
                 except OSError:
                     size = 0
                 if max_bytes is None or size <= max_bytes:
-                    problem = health.quick_check(self.conn)
+                    problem = health.quick_check(self.conn, full=max_bytes is None)
         return problem
 
     def change_token(self) -> Any:
