@@ -67,6 +67,24 @@ def test_symlinked_memory_dir_is_not_walked(make_workspace, tmp_path: Path):
     assert paths(ws) == ["MEMORY.md"]
 
 
+def test_a_symlinked_memory_folder_or_extra_path_is_reported_skipped(make_workspace, tmp_path: Path):
+    """Not followed, as before, but no longer in silence: a memory/ folder linked in from a synced
+    drive, or a link listed in extraPaths, indexed nothing without a word."""
+    from memdir.workspace import discover
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "x.md").write_text("x")
+    ws = make_workspace({"MEMORY.md": "m"})
+    os.symlink(real, ws / "memory")
+    os.symlink(real, tmp_path / "extra-link")
+    found = discover(ws, [tmp_path / "extra-link"])
+    assert [f.path for f in found.files] == ["MEMORY.md"]
+    assert [(s.path, "symlink" in s.error) for s in found.skipped] == [("memory", True), ("../extra-link", True)]
+    assert "extraPaths" in found.skipped[0].error
+    assert paths(ws, [real]) == ["MEMORY.md", "../real/x.md"]  # what the message advises
+
+
 def test_overlapping_extra_paths_are_deduplicated(make_workspace, tmp_path: Path):
     ws = make_workspace({"memory/a.md": "a"})
     assert paths(ws, [ws / "memory", ws / "memory" / "a.md"]) == ["memory/a.md"]

@@ -227,6 +227,9 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
                 folders.append((str(mem_dir), _folder_id(st)))
             candidates.extend((*c, base) for c in _walk(str(mem_dir), MEMORY_DIR + "/", found.issues, found.skipped,
                                                         folders))
+        elif stat.S_ISLNK(st.st_mode):  # said, as for MEMORY.md: a folder linked in from a synced drive
+            found.skipped.append(Skipped(MEMORY_DIR, "a symlink (not followed: keep the folder itself in the "
+                                                     "workspace, or list the folder it points to in extraPaths)"))
     except OSError as exc:
         if not isinstance(exc, FileNotFoundError):
             found.issues.append(f"memory directory not accessible ({mem_dir}): {_errname(exc)}")
@@ -240,6 +243,8 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             found.issues.append(f"additional memory path not accessible ({extra}): {exc.strerror}")
             continue
         if stat.S_ISLNK(st.st_mode):
+            found.skipped.append(Skipped(display_path(rel_path(workspace, extra)),
+                                         "a symlink in extraPaths (not followed: list what it points to instead)"))
             continue
         if stat.S_ISDIR(st.st_mode):
             candidates.extend((*c, str(extra)) for c in _walk(str(extra), rel_path(workspace, extra) + "/",
