@@ -322,3 +322,21 @@ def test_rows_with_foreign_ids_can_still_be_written(tmp_path: Path) -> None:
                             vector=np.array([1, 0, 0, 0], dtype=np.float32)) for i in ids])
     assert sorted(r.id for r in table.all()) == sorted(ids)
     table.close()
+
+
+@pytest.mark.parametrize("raised", [
+    "lance error: Invalid user input: bad filter, /root/.cargo/registry/src/index.crates.io-6f17d22bba15001f/"
+    "lance-0.21.0/src/dataset/scanner.rs:1234:22",
+    "External error: out of range integral type conversion attempted, "
+    "/rustc/90b35a6239c3d8bdabc530a6a0816f7ff89a0aaf/library/core/src/num/mod.rs:123:5",
+])
+def test_lancedb_errors_reach_people_without_their_rust_source_location(raised: str) -> None:
+    # LanceDB appends where in its Rust source it raised; the CLI line and the tool result carried it
+    from memdir.errors import without_source_location
+    from memdir.ltm.tools import _failure
+
+    assert ".rs:" not in without_source_location(raised) and without_source_location(raised).startswith(
+        raised.split(",")[0])
+    result = _failure(RuntimeError(raised))
+    assert ".rs:" not in json.dumps(result)  # the text and the details
+    assert without_source_location("see /notes/file.md:12 for it") == "see /notes/file.md:12 for it"

@@ -674,7 +674,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "ltm": "memdir ltm"}.get(args.command, "memdir")
         if isinstance(exc, ConfigError):
             label = "memdir: configuration error"
-        message = str(exc)
+        from memdir.errors import without_source_location
+
+        message = without_source_location(str(exc))
         if "disk I/O error" in message or "database or disk is full" in message:
             # SQLite says no more than this when it could not write: the usual cause, in words
             message += " (is the disk full, or a file size limit reached?)"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class MemdirError(RuntimeError):
     """memdir could not do what was asked; the message says why."""
@@ -27,3 +29,12 @@ class IndexDamaged(StoreError):
 def ownership_message(index: str, owner: str, workspace: str) -> str:
     return (f"index {index} belongs to workspace {owner}, not {workspace}; "
             "give this workspace its own agent id (--agent NAME) or index path (store.path)")
+
+
+#: ``, /root/.cargo/registry/.../file.rs:123:45``: where in its Rust source LanceDB raised.
+_RUST_LOCATION = re.compile(r",? (?:/|[A-Za-z]:\\)\S*?\.rs:\d+(?::\d+)?")
+
+
+def without_source_location(text: str) -> str:
+    """``text`` without the Rust source locations LanceDB appends to its messages (not for people)."""
+    return _RUST_LOCATION.sub("", text)

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from memdir.atomic_write import replace_file
+from memdir.errors import without_source_location
 from memdir.ltm.store import TABLE, LtmError, MemoryRecord, _record
 
 TABLE_DIR = f"{TABLE}.lance"
@@ -94,12 +95,7 @@ def table_problem(db_path: Path) -> str | None:
 
 
 def first_line(exc: BaseException) -> str:
-    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    # LanceDB appends the Rust source location: not for people.
-    for cut in (", /rustc/", ", /root/.cargo/", ", /home/"):
-        if cut in text:
-            text = text.split(cut)[0]
-    return text
+    return without_source_location((str(exc).strip().splitlines() or [type(exc).__name__])[0])
 
 
 # --- reading what is left ---------------------------------------------------------------------

@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from memdir.errors import without_source_location
 from memdir.ltm.capture import CATEGORIES
 from memdir.redact import redact_text
 from memdir.tools import ToolInputError, ToolResult, ToolSpec, _raw, parse_args, read_number, read_string
@@ -89,7 +90,7 @@ def _percent(score: float) -> int:
 
 
 def _failure(exc: BaseException) -> ToolResult:
-    message = str(exc).strip() or type(exc).__name__
+    message = without_source_location(str(exc).strip()) or type(exc).__name__
     return _result(f"Long-term memory error: {message}", {"error": message})
 
 
