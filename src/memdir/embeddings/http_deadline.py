@@ -94,11 +94,12 @@ def bound_transports(client: Any) -> bool:
     transports = [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]
     wrapped = True
     for transport in transports:
+        if transport is None:  # a mount that sends nowhere (e.g. excluded from a proxy)
+            continue
         pool = getattr(transport, "_pool", None)
         backend = getattr(pool, "_network_backend", None)
         if backend is None:
-            wrapped = wrapped and transport is None
-            continue
-        if not isinstance(backend, _Backend):
+            wrapped = False
+        elif not isinstance(backend, _Backend):
             pool._network_backend = _Backend(backend)
     return wrapped
