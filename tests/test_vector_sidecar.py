@@ -135,7 +135,7 @@ def test_a_writer_killed_mid_write_leaves_no_usable_half_file(tmp_path: Path, in
     side.unlink()
     # a process that dies (SIGKILL) while writing: only its temp file remains
     code = ("import os, sys; f = open(sys.argv[1] + '.tmp-%d-abcd' % os.getpid(), 'wb'); "
-            "f.write(b'MEMDIR-VEC8-1\\n' + b'x' * 1000); f.flush(); os.kill(os.getpid(), 9)")
+            "f.write(b'MEMDIR-VEC8-2\\n' + b'x' * 1000); f.flush(); os.kill(os.getpid(), 9)")
     proc = subprocess.run([sys.executable, "-c", code, str(side)], check=False)
     assert proc.returncode == -9
     leftovers = list(tmp_path.glob("idx.sqlite.vec8.tmp-*"))
@@ -160,3 +160,41 @@ def test_small_indexes_keep_float32(tmp_path: Path):
     assert not store.matrix.quantized
     assert not vector_sidecar.sidecar_path(store.path).exists()
     store.close()
+
+
+def test_a_sidecar_from_another_history_of_a_restored_index_is_not_used(tmp_path: Path, int8: None):
+    """An index restored from a backup, then written to, can reach the change-log position a
+    sidecar written for the *other* history names (same rebuild epoch): its rows are not used."""
+    import shutil
+
+    path = tmp_path / "idx.sqlite"
+    side = vector_sidecar.sidecar_path(path)
+    _filled(path).close()
+    shutil.copy(path, tmp_path / "backup.sqlite")
+
+    one = SqliteStore(path)  # history A: f1 rewritten, and a sidecar saved at its position
+    with one.transaction():
+        one.replace_file("f1.md", "memory", "h1a", 2, 2, _rows("f1.md", 30, 77))
+    side.unlink(missing_ok=True)
+    one.vector_search(np.ones(DIMS).tolist(), 3)
+    one.close()
+    assert side.is_file()
+
+    shutil.copy(tmp_path / "backup.sqlite", path)  # the backup comes back; history B: f3 rewritten
+    two = SqliteStore(path)
+    with two.transaction():
+        two.replace_file("f3.md", "memory", "h3b", 2, 2, _rows("f3.md", 30, 88))
+    two.close()
+
+    third = SqliteStore(path)
+    for probe in (_rows("f1.md", 60, 1, windows=2)[5], _rows("f3.md", 30, 88)[7]):  # one of each history's notes
+        q = np.asarray(probe.embedding[:DIMS], dtype=np.float32)
+        got = [h.id for h in third.vector_search(q.tolist(), 8)]
+        assert got[0] == probe.id
+        assert got == [c for c, _ in _exact(third, q, 8)]
+    assert not third.matrix.from_sidecar and third.matrix.loads == 1
+    third.close()
+    fourth = SqliteStore(path)  # the sidecar written for this history is used again
+    fourth.vector_search(np.ones(DIMS).tolist(), 3)
+    assert fourth.matrix.from_sidecar
+    fourth.close()

@@ -5,7 +5,10 @@ SQLite to build its matrix; reading this file (a quarter of the float32 bytes) t
 milliseconds.  It is derived state and never trusted blindly: its header names the index's
 vectors epoch and the change-log position it reflects, and a CRC covers its arrays.  A reader
 uses it only when the epoch matches and the log still holds every change since (the caller
-applies those), else it reloads from SQLite and writes a new one.  Writes go to a temp file
+applies those), else it reloads from SQLite and writes a new one.  The position alone is not
+proof: an index restored from a backup and written to again reaches the same positions by another
+history.  So the header also keeps the last few log entries it reflects, each with a CRC of its
+chunk's vectors then (``tail``), and the caller checks them against the index before use.  Writes go to a temp file
 renamed over the old one, so a process killed at any moment leaves the old file, the new one,
 or a temp file nobody reads; a truncated or corrupt file fails the size or CRC check and is
 rebuilt.
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-MAGIC = b"MEMDIR-VEC8-1\n"
+MAGIC = b"MEMDIR-VEC8-2\n"  # -1 files had no ``tail``: rebuilt once
 _ALIGN = 64
 
 
@@ -38,16 +41,18 @@ def _crc(*parts: Any) -> int:
 
 
 def write(path: Path, matrix: np.ndarray, scale: np.ndarray, chunks: np.ndarray, *, epoch: str | None,
-          seq: int, max_windows: int) -> bool:
-    """Save ``matrix`` (int8 rows), ``scale`` (per row) and ``chunks`` (rowid per row); False if
-    the folder is not writable."""
+          seq: int, max_windows: int, tail: list[list[Any]]) -> bool:
+    """Save ``matrix`` (int8 rows), ``scale`` (per row) and ``chunks`` (rowid per row), with
+    ``tail`` (the last log entries at ``seq``, see :func:`memdir.stores.vectors.log_tail`); False
+    if the folder is not writable."""
     import numpy as np
 
     matrix = np.ascontiguousarray(matrix, dtype=np.int8)
     scale = np.ascontiguousarray(scale, dtype="<f4")
     chunks = np.ascontiguousarray(chunks, dtype="<i8")
     header = json.dumps({"epoch": epoch, "seq": int(seq), "rows": len(chunks), "dims": int(matrix.shape[1]),
-                         "maxWindows": int(max_windows), "crc": _crc(chunks, scale, matrix)}).encode()
+                         "maxWindows": int(max_windows), "tail": tail,
+                         "crc": _crc(chunks, scale, matrix)}).encode()
     head = MAGIC + len(header).to_bytes(4, "little") + header
     head += b"\0" * (-len(head) % _ALIGN)
     tmp = Path(f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
@@ -84,9 +89,10 @@ def remove_leftovers(path: Path) -> None:
 
 
 def read(path: Path, *, dims: int, epoch: str | None, lo: int, hi: int
-         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int] | None:
-    """``(matrix, scale, chunks, seq, max_windows)`` read from ``path``, or ``None`` if it is
-    missing, damaged, for other vectors, or older than the change log can bring up to date.
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, list[Any]] | None:
+    """``(matrix, scale, chunks, seq, max_windows, tail)`` read from ``path``, or ``None`` if it is
+    missing, damaged, for other vectors, or older than the change log can bring up to date (the
+    caller still checks ``tail``).
 
     Read into memory, not mapped: a file truncated under a mapping would kill the process."""
     import numpy as np
@@ -101,7 +107,8 @@ def read(path: Path, *, dims: int, epoch: str | None, lo: int, hi: int
             meta = json.loads(head[start : start + n])
             offset = start + n + (-(start + n) % _ALIGN)
             rows, width, seq = int(meta["rows"]), int(meta["dims"]), int(meta["seq"])
-            if width != dims or meta["epoch"] != epoch or not (lo - 1 <= seq <= hi):
+            tail = meta["tail"]
+            if width != dims or meta["epoch"] != epoch or not (lo - 1 <= seq <= hi) or not isinstance(tail, list):
                 return None
             size = rows * (8 + 4 + width)
             if os.fstat(fh.fileno()).st_size != offset + size:
@@ -117,4 +124,4 @@ def read(path: Path, *, dims: int, epoch: str | None, lo: int, hi: int
     matrix = data[rows * 12 :].view(np.int8).reshape(rows, width)
     if _crc(chunks, scale, matrix) != meta.get("crc"):
         return None
-    return matrix, scale, chunks, seq, int(meta.get("maxWindows") or 1)
+    return matrix, scale, chunks, seq, int(meta.get("maxWindows") or 1), tail

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,50 @@ def changed_chunks(conn: Any, after: int, upto: int) -> list[int] | None:
         return None
     rows = conn.execute("SELECT DISTINCT chunk FROM vec_log WHERE seq > ? AND seq <= ?", (after, upto)).fetchall()
     return sorted(int(r) for (r,) in rows)
+
+
+#: Log entries a saved matrix records of the history it reflects (:func:`log_tail`).
+TAIL = 16
+
+
+def _blob_crc(blob: bytes | None) -> int | None:
+    return zlib.crc32(blob) if blob else None
+
+
+def log_tail(conn: Any, upto: int) -> list[list[Any]]:
+    """The last :data:`TAIL` log entries up to ``upto`` as ``[seq, chunk, alive, CRC of the chunk's
+    vectors now]``: what a matrix saved at ``upto`` reflects (read in the same snapshot)."""
+    rows = conn.execute("SELECT seq, chunk, alive FROM vec_log WHERE seq <= ? ORDER BY seq DESC LIMIT ?",
+                        (upto, TAIL)).fetchall()
+    blobs = dict(rows_in(conn, "SELECT rowid, embedding FROM chunks WHERE rowid IN ({marks})",
+                         sorted({c for _, c, _ in rows})))
+    return [[int(s), int(c), int(a), _blob_crc(blobs.get(c))] for s, c, a in reversed(rows)]
+
+
+def tail_matches(conn: Any, tail: Any, seq: int, lo: int) -> bool:
+    """Whether the index went through the history ``tail`` records (:func:`log_tail` at ``seq``):
+    the same log entries, and the same vectors for chunks not written since.  An index restored
+    from a backup and written to again reaches ``seq`` by other writes, and fails."""
+    try:
+        entries = [(int(s), int(c), int(a), None if h is None else int(h)) for s, c, a, h in tail]
+    except (TypeError, ValueError):
+        return False
+    if not entries:  # saved right after a rebuild (same epoch): nothing happened before it
+        return seq == 0
+    kept = [e for e in entries if e[0] >= lo]
+    if not kept:  # trimmed: cannot be checked
+        return False
+    logged = {s: (c, a) for s, c, a in rows_in(
+        conn, "SELECT seq, chunk, alive FROM vec_log WHERE seq IN ({marks})", [e[0] for e in kept])}
+    if any(logged.get(s) != (c, a) for s, c, a, _ in kept):
+        return False
+    chunks = sorted({e[1] for e in kept})
+    since = {c for (c,) in rows_in(conn, "SELECT DISTINCT chunk FROM vec_log WHERE seq > ? AND chunk IN ({marks})",
+                                   chunks, (seq,))}
+    still = [c for c in chunks if c not in since]
+    blobs = dict(rows_in(conn, "SELECT rowid, embedding FROM chunks WHERE rowid IN ({marks})", still))
+    recorded = {c: h for _, c, _, h in kept}
+    return all(_blob_crc(blobs.get(c)) == recorded[c] for c in still)
 
 
 def state(conn: Any) -> tuple[str | None, int, int]:
@@ -175,7 +220,7 @@ class VectorMatrix:
         epoch, lo, hi = state(conn) if now is None else now
         if self.dims == dims and epoch == self.epoch and hi == self.seq:
             return
-        if (self.dims is None and self.sidecar is not None and self._from_sidecar(dims, epoch, lo, hi)
+        if (self.dims is None and self.sidecar is not None and self._from_sidecar(conn, dims, epoch, lo, hi)
                 and self.seq == hi):
             return
         rows = self.rows
@@ -185,13 +230,15 @@ class VectorMatrix:
         else:
             self._apply(conn, dims, hi)
 
-    def _from_sidecar(self, dims: int, epoch: str | None, lo: int, hi: int) -> bool:
+    def _from_sidecar(self, conn: Any, dims: int, epoch: str | None, lo: int, hi: int) -> bool:
         from memdir.stores import vector_sidecar
 
         got = vector_sidecar.read(self.sidecar, dims=dims, epoch=epoch, lo=lo, hi=hi)
         if got is None:
             return False
-        matrix, scale, chunks, seq, most = got
+        matrix, scale, chunks, seq, most, tail = got
+        if not tail_matches(conn, tail, seq, lo):
+            return False
         self.blocks = [_Block(matrix, chunks, scale)] if len(chunks) else []
         self.max_windows, self.dims, self.epoch, self.seq = most, dims, epoch, seq
         self.from_sidecar = True
@@ -233,16 +280,16 @@ class VectorMatrix:
         self.loads += 1
         self.from_sidecar = False
         self.load_ms = (time.perf_counter() - t0) * 1000
-        self._save()
+        self._save(conn)
 
-    def _save(self) -> None:
+    def _save(self, conn: Any) -> None:
         if self.sidecar is None or not self.save_sidecar or not self.quantized or len(self.blocks) != 1:
             return
         from memdir.stores import vector_sidecar
 
         b = self.blocks[0]
         vector_sidecar.write(self.sidecar, b.matrix, b.scale, b.chunks, epoch=self.epoch, seq=self.seq,
-                             max_windows=self.max_windows)
+                             max_windows=self.max_windows, tail=log_tail(conn, self.seq))
 
     def _apply(self, conn: Any, dims: int, seq: int) -> None:
         import numpy as np
@@ -269,7 +316,7 @@ class VectorMatrix:
         self.updates += 1
         if len(self.blocks) > 1 and sum(len(b.chunks) for b in self.blocks[1:]) > MERGE_FRACTION * self.rows + 64:
             self._merge()
-            self._save()
+            self._save(conn)
 
     def _merge(self) -> None:
         import numpy as np
