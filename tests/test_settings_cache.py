@@ -86,6 +86,27 @@ def test_cli_search_reuses_the_snapshot_and_sees_config_edits(ws: Path, run_cli,
     assert bad.returncode == 1 and "memdir.json" in bad.stderr  # an invalid config is still reported
 
 
+def test_a_config_edit_that_keeps_size_and_mtime_is_still_seen(ws: Path, run_cli, state_dir: Path):
+    """An edit in place whose mtime is set back (``cp -p``, ``touch -r``, an editor keeping times)
+    with the same size and inode changes only the file's ctime: the snapshot must not survive it."""
+    env = {"MEMDIR_PROVIDER": "none"}
+    config = ws / "memdir.json"
+    config.write_text(json.dumps({"memorySearch": {"query": {"maxResults": 2}}}))
+    before = config.stat()
+
+    def found() -> int:
+        out = run_cli("search", "ramen", "--json", "-w", str(ws), env=env, check=True).stdout
+        return len(json.loads(out)["results"])
+
+    assert found() == 2
+    with open(config, "r+") as fh:  # same inode, same size
+        fh.write(json.dumps({"memorySearch": {"query": {"maxResults": 3}}}))
+    os.utime(config, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = config.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    assert found() == 3
+
+
 def test_a_damaged_or_unwritable_snapshot_only_costs_time(ws: Path, run_cli, state_dir: Path):
     env = {"MEMDIR_PROVIDER": "none"}
     run_cli("search", "ramen", "-w", str(ws), env=env, check=True)

@@ -164,11 +164,13 @@ class SnapshotConfig:
 # -- keys and files ----------------------------------------------------------------------------
 
 def _stat_sig(path: Path) -> list[Any] | None:
+    """What changes when a file does: its ctime too, which moves with every write even when the
+    mtime is set back and the size kept (``cp -p``, ``touch -r``)."""
     try:
         st = path.stat()
     except OSError:
         return None
-    return [str(path), st.st_mtime_ns, st.st_size, st.st_ino]
+    return [str(path), st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino]
 
 
 def snapshot_key(*, config_path: str | None, workspace: str | None, agent_id: str | None,
