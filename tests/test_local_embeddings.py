@@ -116,6 +116,20 @@ def test_empty_batch_and_whitespace(provider: LocalEmbeddingProvider) -> None:
     assert cos(empty, spaces) > 0.9999
 
 
+def test_tokenizing_in_slices_changes_no_vector_and_no_count(provider: LocalEmbeddingProvider,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file's chunks are tokenized a slice at a time (the tokenizer's per-text objects are large):
+    the vectors and the token counts are the same bits as from one call over every text."""
+    texts = [f"note {i}: " + "replication backups staging cluster " * (i % 9) + "Déployé 🚀 東京" * (i % 2)
+             for i in range(23)] + ["", "x"]
+    whole = provider.embed_matrix(texts)
+    counts = provider.count_tokens(texts)
+    monkeypatch.setattr(local, "TOKENIZE_SLICE", 4)
+    assert np.array_equal(provider.embed_matrix(texts), whole)
+    assert provider.count_tokens(texts) == counts
+    assert [len(t) for t in texts[:3]] != counts[:3] and counts[0] < counts[9]
+
+
 def test_batch_preserves_order_and_matches_single(provider: LocalEmbeddingProvider) -> None:
     texts = [
         "a much longer text about databases, replication, backups and the staging cluster " * 8,
