@@ -248,3 +248,28 @@ def test_a_file_name_with_a_backslash_is_read_as_it_is_indexed(mem: Memory, tmp_
     assert mem.get("memory\\..\\MEMORY.md").as_dict() == {"text": "line 1\nline 2\nline 3", "path": "MEMORY.md"}
     with pytest.raises(PathError, match="not allowed"):
         mem.get("memory\\..\\..\\secret.md")
+
+
+def test_a_name_stored_in_nfd_is_read_when_asked_in_nfc(mem: Memory, tmp_path: Path):
+    """A note named in NFD (``e`` + combining accent: macOS, some archives) came back from an agent
+    in NFC and read as missing; the other normal form is tried when only it exists, and is still
+    held to the allowed roots."""
+    import unicodedata
+
+    ws = mem.workspace
+    nfd = unicodedata.normalize("NFD", "memory/café-réunion.md")
+    nfc = unicodedata.normalize("NFC", nfd)
+    assert nfd != nfc
+    (ws / nfd).write_text("- the crème brûlée vote\n")
+    mem.sync()
+    [hit] = [h for h in mem.search("brûlée vote").results if h.path.endswith(".md") and "caf" in h.path]
+    assert hit.path == nfd
+    assert mem.get(nfc).as_dict() == {"text": "- the crème brûlée vote\n", "path": nfd}
+    assert mem.get(nfd).text == "- the crème brûlée vote\n"
+    (ws / nfc).write_text("- its NFC twin\n")  # both exist: each name reads its own file
+    assert mem.get(nfc).text == "- its NFC twin\n" and mem.get(nfd).text == "- the crème brûlée vote\n"
+    outside = tmp_path / unicodedata.normalize("NFD", "dehors-é.md")
+    outside.write_text("secret\n")
+    with pytest.raises(PathError, match="not allowed"):
+        mem.get(f"memory/../../{unicodedata.normalize('NFC', outside.name)}")
+    assert mem.get(unicodedata.normalize("NFC", "memory/absent-é.md")).text == ""

@@ -395,6 +395,8 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
         root = _allowed_root(absolute, rel, workspace, extra_paths)
         if root is not None and (spelling is spellings[-1] or os.path.lexists(absolute)):
             break
+    if root is not None and not text.isascii() and not os.path.lexists(absolute):
+        absolute, rel, root = _other_normal_form(spellings, absolute, rel, root, workspace, extra_paths)
     if root is None:
         also = ", session transcripts as sessions/<name>.jsonl" if sessions else ""
         raise PathError(
@@ -423,6 +425,27 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
         except FileNotFoundError:
             pass
     return ResolvedPath(absolute, rel, root, nofollow)
+
+
+def _other_normal_form(spellings: list[str], absolute: Path, rel: str, root: Path, workspace: Path,
+                       extra_paths: list[Path]) -> tuple[Path, str, Path]:
+    """The same path in another Unicode normal form when only that one exists: a name written in
+    NFD (macOS, some editors and archives) comes back from an agent in NFC (``café`` typed, or
+    re-encoded by the model), and was "missing".  Checked against the allowed roots as any path."""
+    import unicodedata
+
+    for form in ("NFC", "NFD"):
+        for spelling in spellings:
+            other = unicodedata.normalize(form, spelling)
+            if other == spelling:
+                continue
+            candidate = Path(os.path.expanduser(other))
+            found = Path(os.path.normpath(candidate if candidate.is_absolute() else workspace / candidate))
+            found_rel = rel_path(workspace, found)
+            found_root = _allowed_root(found, found_rel, workspace, extra_paths)
+            if found_root is not None and os.path.lexists(found):
+                return found, found_rel, found_root
+    return absolute, rel, root
 
 
 def read_allowed(path: str | os.PathLike[str], rel: str, *, dir_fd: int | None = None,
