@@ -41,6 +41,21 @@ class LockTimeout(TimeoutError):
     """Another process holds the index's writer lock."""
 
 
+class WriterLockLost(LockTimeout):
+    """The lock file was deleted or replaced while held, and another process took the new one:
+    the sync stops before its next write (what it committed stays)."""
+
+
+def _is_file_at(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is the file ``path`` names now (not one deleted or replaced since it was opened)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
+
+
 class FileWriterLock:
     def __init__(self, index_path: Path):
         self.path = Path(str(index_path) + ".lock")
@@ -55,18 +70,25 @@ class FileWriterLock:
             return False
         fd, taken = None, False
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
             while True:
+                if fd is None:
+                    fd = self._open()
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
                 except BlockingIOError:
                     if deadline is not None and time.monotonic() >= deadline:
                         return False
                     time.sleep(0.05)
-            os.ftruncate(fd, 0)
-            os.write(fd, json.dumps({"pid": os.getpid(), "since": time.time()}).encode())
+                    continue
+                if _is_file_at(fd, self.path):
+                    break
+                # The file was deleted or replaced since it was opened: a lock on it excludes nobody
+                # (the next writer opens the file at the path), so the one at the path is taken.
+                os.close(fd)
+                fd = None
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+            self._stamp(fd)
             self._fd, self._thread_lock, taken = fd, thread_lock, True
             return True
         finally:
@@ -76,6 +98,44 @@ class FileWriterLock:
                 if fd is not None:
                     os.close(fd)  # (drops the flock too)
                 thread_lock.release()
+
+    def still_held(self) -> bool:
+        """Whether this holder still excludes other writers; checked before each write.
+
+        Why: a lock file deleted or replaced while held (``rm -rf`` of the state folder, a cleanup
+        script, a sync tool restoring it) leaves this lock on a file without a name, and the next
+        writer takes the new file's at once.  When the file at the path is not ours, its lock is
+        taken now without waiting; ``False`` when another process already holds it.
+        """
+        fd = self._fd
+        if fd is None:
+            return False
+        new = None
+        try:
+            if _is_file_at(fd, self.path):
+                return True
+            new = self._open()
+            fcntl.flock(new, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not _is_file_at(new, self.path):  # replaced again meanwhile: nothing sure to hold
+                return False
+            self._stamp(new)
+            self._fd, new = new, None
+        except OSError:  # (BlockingIOError: another writer has it; or the folder is gone or unusable)
+            return False
+        finally:
+            if new is not None:
+                os.close(new)
+        os.close(fd)
+        return True
+
+    def _open(self) -> int:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+
+    @staticmethod
+    def _stamp(fd: int) -> None:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "since": time.time()}).encode(), 0)
 
     def release(self) -> None:
         fd, thread_lock, self._fd, self._thread_lock = self._fd, self._thread_lock, None, None

@@ -30,7 +30,7 @@ from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
 from memdir.errors import IndexOwnershipError, MemoryClosed, ownership_message
 from memdir.indexing_switches import INDEXING
-from memdir.lock import LockTimeout
+from memdir.lock import LockTimeout, WriterLockLost
 from memdir.progress import ProgressFile
 from memdir.reading import read_note
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
@@ -499,6 +499,14 @@ class Indexer:
             if deadline is not None and time.monotonic() >= deadline:
                 raise LockTimeout(f"another process is writing {self.store.location}")
 
+    def _still_writer(self) -> None:
+        """Before each write: stop if another process became the index's writer meanwhile (this
+        one's lock file was deleted or replaced, see :meth:`FileWriterLock.still_held`)."""
+        if not self.lock.still_held():
+            raise WriterLockLost(f"the writer lock of {self.store.location} was deleted or replaced during this sync "
+                                 "and another memdir process is writing the index now: this sync stopped (what it "
+                                 "wrote stays; run it again once that one is done)")
+
     def _stop_if_closing(self) -> None:
         if self.closing is not None and self.closing():
             raise MemoryClosed(f"the sync of {self.store.location} stopped: its Memory is being closed")
@@ -693,6 +701,7 @@ class Indexer:
             done += self._write_batch(store, batch, report, strict=strict, on_embedded=on_embedded)
             chunks_done += pending_chunks
         report.skipped[:0] = [s.as_dict() for s in self._skipped]
+        self._still_writer()
         with store.transaction():
             for f, file_hash in touched:
                 store.touch_file(f.path, f.source, file_hash, f.mtime_ns, f.size)
@@ -929,6 +938,7 @@ class Indexer:
                      report: SyncReport, *, strict: bool, on_embedded: Callable[[int], None] | None = None) -> int:
         model = self.model_name
         all_chunks = [c for _, _, chunks in batch for c in chunks]
+        self._still_writer()
         with store.transaction():
             try:
                 vectors = self._embed(store, all_chunks, report, on_embedded)
@@ -995,6 +1005,7 @@ class Indexer:
             ident = self.identity()
             if self.provider is not None and self.provider.dims:
                 ident["vectorDims"] = self.provider.dims
+            self._still_writer()  # (the rebuild is copied in next)
             with fresh.transaction():
                 fresh.write_meta({**ident, "builtAt": int(time.time() * 1000)})
                 fresh.cache_prune(ms.cache.max_entries if ms.cache.enabled else None)

@@ -1,0 +1,125 @@
+"""The writer lock and the state folder under hostile conditions: the lock file deleted or
+replaced while held, folders and files other users own, other processes holding the lock.
+
+Each test sets up the race by hand (a raw ``flock`` from this process, a child waiting at a known
+point) rather than hoping it shows up.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import SRC
+from memdir import Memory
+from memdir.lock import FileWriterLock, LockTimeout
+
+FILES = {
+    "MEMORY.md": "# Decisions\n- Billing uses Kafka, not RabbitMQ.\n",
+    "memory/2026-01-10.md": "- Dana's cat Miso had surgery.\n",
+}
+
+
+def _hold_new_file(path: Path) -> int:
+    """Another writer: the file now at ``path`` (created if missing), ``flock``-ed."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def _has_open(pid: int, path: Path, timeout: float = 20) -> bool:
+    """Whether process ``pid`` has ``path`` open (waits for it to open it)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") == str(path):
+                        return True
+                except OSError:
+                    pass
+        except FileNotFoundError:
+            return False
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to see the waiter's files")
+def test_a_waiter_whose_lock_file_was_replaced_waits_for_the_one_at_the_path(tmp_path: Path):
+    # Before: a writer waiting on the lock file got its flock once the old holder let go, although
+    # the file had been replaced meanwhile and another writer held the one at the path: two writers.
+    index = tmp_path / "index.sqlite"
+    holder = FileWriterLock(index)
+    assert holder.acquire(0)
+    code = (f"import sys; sys.path.insert(0, {str(SRC)!r}); from pathlib import Path; "
+            f"from memdir.lock import FileWriterLock; "
+            f"print(FileWriterLock(Path({str(index)!r})).acquire(timeout=1.5), flush=True)")
+    waiter = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert _has_open(waiter.pid, holder.path)  # waiting on the original file
+        os.unlink(holder.path)
+        other = _hold_new_file(holder.path)  # another writer takes the new file at the path
+        try:
+            holder.release()  # the original file's lock is free now
+            out, _ = waiter.communicate(timeout=30)
+        finally:
+            os.close(other)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+    assert out.strip() == "False"
+
+
+def test_a_sync_whose_lock_file_is_deleted_and_taken_by_another_writer_stops_before_writing(
+        make_workspace, keyword_config):
+    # Before: deleting <index>.lock while a sync ran let the next writer flock a new file and
+    # write the same index at the same time as the first one.
+    ws = make_workspace(FILES)
+    mem = Memory(ws, config=keyword_config)
+    lock_path = Path(f"{mem.index_path}.lock")
+    other: list[int] = []
+
+    def progress(done: int, total: int, label: object = None) -> None:
+        if not other:  # (called before anything is written)
+            os.unlink(lock_path)
+            other.append(_hold_new_file(lock_path))
+
+    try:
+        with pytest.raises(LockTimeout, match="deleted or replaced"):
+            mem.sync(progress=progress)
+        assert mem.status()["files"] == 0  # nothing written alongside the other writer
+    finally:
+        for fd in other:
+            os.close(fd)
+    assert mem.sync(lock_timeout=2).indexed == 2
+    assert mem.search("Kafka", mode="keyword").results[0].path == "MEMORY.md"
+    mem.close()
+
+
+def test_a_sync_whose_lock_file_is_deleted_takes_the_new_one_and_goes_on(make_workspace, keyword_config):
+    # Nobody else is writing: the sync takes the lock at the path again (so a writer starting now
+    # waits for it) and finishes.
+    ws = make_workspace(FILES)
+    mem = Memory(ws, config=keyword_config)
+    lock_path = Path(f"{mem.index_path}.lock")
+    seen: list[object] = []
+
+    def progress(done: int, total: int, label: object = None) -> None:
+        if not seen:
+            os.unlink(lock_path)
+            seen.append(None)
+        elif len(seen) == 1 and lock_path.exists():
+            seen.append(FileWriterLock(mem.index_path).holder())
+
+    report = mem.sync(progress=progress)
+    assert report.indexed == 2
+    assert seen[1] is not None and seen[1]["pid"] == os.getpid()  # held while it wrote
+    assert FileWriterLock(mem.index_path).holder() is None  # and given back
+    mem.close()
