@@ -8,6 +8,7 @@ point) rather than hoping it shows up.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 from helpers import SRC
 from memdir import Memory
 from memdir.lock import FileWriterLock, LockTimeout
+from unprivileged import give_away, run_cli_as_user, shared_scratch
 
 FILES = {
     "MEMORY.md": "# Decisions\n- Billing uses Kafka, not RabbitMQ.\n",
@@ -123,3 +125,39 @@ def test_a_sync_whose_lock_file_is_deleted_takes_the_new_one_and_goes_on(make_wo
     assert seen[1] is not None and seen[1]["pid"] == os.getpid()  # held while it wrote
     assert FileWriterLock(mem.index_path).holder() is None  # and given back
     mem.close()
+
+
+def _run_as_user(root: Path, *args: str) -> dict:
+    proc = run_cli_as_user(root / "state", *args, "-w", str(root / "ws"), "--config", str(root / "memdir.json"))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout) if "--json" in args else {"out": proc.stdout + proc.stderr}
+
+
+@pytest.mark.parametrize("locked", ["memory/sub", "memory"])
+def test_notes_in_a_folder_made_unreadable_are_kept_and_the_folder_named(locked: str):
+    # Before: after `chmod 000 memory/sub` the next sync removed every note indexed from it (the
+    # files were all still there) and the index lost them until the folder was readable again.
+    with shared_scratch() as root:
+        ws = root / "ws"
+        (ws / "memory" / "sub").mkdir(parents=True)
+        (ws / "MEMORY.md").write_text("# Prefs\n- The launch codename is Bluebird.\n")
+        (ws / "memory" / "sub" / "trip.md").write_text("- Renew the passport before the Lisbon trip.\n")
+        (root / "state").mkdir()
+        (root / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+        give_away(root)
+        _run_as_user(root, "index")
+        os.chmod(ws / locked, 0)
+
+        out = _run_as_user(root, "index")["out"]
+        assert f"skipped {locked}: folder not readable: Permission denied" in out
+        assert "0 removed" in out
+        st = _run_as_user(root, "status", "--json")
+        assert st["files"] == 2 and st["removedCount"] == 0
+        assert [s["path"] for s in st["skipped"]] == [locked]
+        found = _run_as_user(root, "search", "Lisbon passport", "--json")
+        assert [r["path"] for r in found["results"]] == ["memory/sub/trip.md"]
+
+        os.chmod(ws / locked, 0o755)  # readable again, and the note deleted: now it goes
+        os.unlink(ws / "memory" / "sub" / "trip.md")
+        assert "1 removed" in _run_as_user(root, "index")["out"]
+        assert _run_as_user(root, "status", "--json")["skipped"] == []

@@ -42,6 +42,7 @@ from memdir.workspace import (
     decode_note,
     discover,
     display_path,
+    is_unlisted,
     restat,
     valid_name,
 )
@@ -374,6 +375,8 @@ class Indexer:
         self.progress_file = ProgressFile(Path(settings.index_path), workspace=str(settings.workspace_path),
                                           min_interval=0.5)
         self._skipped: list[Skipped] = []
+        #: What the last listing could not look at (see :attr:`memdir.workspace.Discovery.unlisted`).
+        self._unlisted: list[str] = []
         #: Width of the vectors in the index being written (its meta's, else the first written).
         self._width: int | None = None
         #: A full build whose provider has not told its width yet: ask it once (see _learn_width).
@@ -575,15 +578,15 @@ class Indexer:
         files = restat(last[1]) if reuse and last is not None and last[0] == key else None
         if files is not None:
             issues: list[str] = []  # a listing is reused only when it had no issues and skipped nothing
-            self._skipped = []
+            self._skipped, self._unlisted = [], []
         else:
             found = discover(workspace, extra)
             self._listing = (key, found) if found.folders is not None else None
             files = list(found.files)
-            self._skipped = list(found.skipped)
+            self._skipped, self._unlisted = list(found.skipped), list(found.unlisted)
             issues = list(found.issues)
         if "memory" not in self.settings.memory_search.sources:
-            files, self._skipped = [], []
+            files, self._skipped, self._unlisted = [], [], []
         for source in self.extra_sources:
             for entry in source.list_files():
                 if valid_name(entry.path):
@@ -606,9 +609,15 @@ class Indexer:
         files, _ = self.list_files(reuse=reuse)
         rows = self.store.file_rows()
         changed = [f for f in files if rows.get((f.path, f.source), ("", -1, -1))[1:] != (f.mtime_ns, f.size)]
+        return changed, self._gone(rows, files)
+
+    def _gone(self, rows: dict[tuple[str, str], Any], files: list[FileEntry]) -> list[tuple[str, str]]:
+        """Indexed files the last listing did not find, but for memory files in a folder (or
+        themselves) that could not be looked at: their notes were not deleted, and a folder made
+        unreadable (a chmod, an unmounted share) used to drop them from the index without a word."""
         present = {(f.path, f.source) for f in files}
-        gone = [key for key in rows if key not in present]
-        return changed, gone
+        return [key for key in rows if key not in present
+                and not (key[1] == "memory" and is_unlisted(key[0], self._unlisted))]
 
     # -- incremental -------------------------------------------------------------------------
     def _incremental(self, store: Store, progress: Progress | None, deadline: float | None,
@@ -637,8 +646,7 @@ class Indexer:
                 report.deferred += 1
                 continue
             todo.append(f)
-        present = {(f.path, f.source) for f in files}
-        gone = [key for key in rows if key not in present]
+        gone = self._gone(rows, files)
 
         total = len(todo)
         label = "Indexing memory files…"
