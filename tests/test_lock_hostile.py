@@ -161,3 +161,33 @@ def test_notes_in_a_folder_made_unreadable_are_kept_and_the_folder_named(locked:
         os.unlink(ws / "memory" / "sub" / "trip.md")
         assert "1 removed" in _run_as_user(root, "index")["out"]
         assert _run_as_user(root, "status", "--json")["skipped"] == []
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o600])
+def test_a_write_ahead_log_left_by_another_user_is_named(mode: int):
+    # Before: a -wal (and -shm) left by memdir run as root made every `index` fail with "attempt to
+    # write a readonly database" or "unable to open database file", naming neither the file nor
+    # the fix, and searches went stale without saying why.
+    if os.geteuid() != 0:
+        pytest.skip("needs root to leave a file owned by another user")
+    with shared_scratch() as root:
+        ws = root / "ws"
+        (ws / "memory").mkdir(parents=True)
+        (ws / "memory" / "a.md").write_text("- The boiler was serviced in March.\n")
+        (root / "state").mkdir()
+        (root / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+        give_away(root)
+        _run_as_user(root, "index")
+        index = Path(_run_as_user(root, "status", "--json")["indexPath"])
+        for suffix in ("-wal", "-shm"):  # what a root process killed while it wrote leaves behind
+            Path(f"{index}{suffix}").write_bytes(b"")
+            os.chmod(f"{index}{suffix}", mode)
+        (ws / "memory" / "b.md").write_text("- Renew the passport before June.\n")
+        give_away(ws)
+
+        proc = run_cli_as_user(root / "state", "index", "-w", str(ws), "--config", str(root / "memdir.json"))
+        assert proc.returncode == 1
+        assert f"{index}-wal belongs to root (uid 0)" in proc.stderr and "chown" in proc.stderr
+        found = _run_as_user(root, "search", "boiler", "--json")
+        assert [r["path"] for r in found["results"]] == ["memory/a.md"] and found["stale"]
+        assert any(f"{index}-wal belongs to root" in w for w in found["warnings"])

@@ -89,6 +89,39 @@ def is_unwritable_error(exc: BaseException) -> bool:
     return any(m in text for m in NO_SPACE_MARKERS)
 
 
+def _user(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def unwritable_file(path: Path) -> str | None:
+    """Why this user cannot update the index although its folder may be writable: the index, its
+    write-ahead log (``-wal``) or its shared memory (``-shm``) is a file this user cannot write,
+    typically one left by memdir run as another user (root).  ``None`` when each can be written.
+
+    Why: SQLite only says "attempt to write a readonly database" or "unable to open database
+    file", which names neither the file nor what to do; and a ``-wal`` this user cannot read
+    hides the index's latest writes, so its searches are stale.
+    """
+    for suffix in ("", "-wal", "-shm"):
+        name = f"{path}{suffix}"
+        try:
+            st = os.stat(name)
+        except OSError:
+            continue
+        if os.access(name, os.W_OK):
+            continue
+        readable = "" if os.access(name, os.R_OK) else " or read"
+        also = " (what was written last may be missing from searches)" if suffix == "-wal" and readable else ""
+        return (f"{name} belongs to {_user(st.st_uid)} and this user, {_user(os.geteuid())}, cannot write{readable} "
+                f"it{also}: run memdir as that user, or give the index's files to this one (chown)")
+    return None
+
+
 def first_line(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return f"database disk image is malformed (text that is not UTF-8: {exc})"

@@ -95,6 +95,9 @@ class SqliteLifecycle:
         # Only an index that was there before this open has something to serve read-only (a
         # rebuild's new shadow, made on a full disk, must fail, not open empty).
         existed = self.path.is_file() and self.path.stat().st_size > 0
+        foreign = health.unwritable_file(self.path) if existed and not self.readonly else None
+        if foreign is not None:  # (else the first write fails, saying only "readonly database")
+            self.readonly, self.readonly_reason, self.readonly_for_space = True, foreign, False
         if not self.readonly:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
