@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -191,3 +192,47 @@ def test_a_write_ahead_log_left_by_another_user_is_named(mode: int):
         found = _run_as_user(root, "search", "boiler", "--json")
         assert [r["path"] for r in found["results"]] == ["memory/a.md"] and found["stale"]
         assert any(f"{index}-wal belongs to root" in w for w in found["warnings"])
+
+
+def _lock_holder(index: Path) -> subprocess.Popen[str]:
+    """Another process holding ``index``'s writer lock (until killed)."""
+    code = (f"import sys, time; sys.path.insert(0, {str(SRC)!r}); from pathlib import Path; "
+            f"from memdir.lock import FileWriterLock; FileWriterLock(Path({str(index)!r})).acquire(); "
+            f"print('held', flush=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc to see a process is stopped")
+def test_a_writer_stopped_while_holding_the_lock_is_named_and_not_waited_for_forever(
+        make_workspace, keyword_config, run_cli, monkeypatch):
+    # Before: `memdir index` waited for ever for a writer stopped with Ctrl-Z or SIGSTOP (it never
+    # releases the lock until resumed), and `status` said it "is indexing".
+    import memdir.sync
+    from memdir.lock import is_stopped
+
+    ws = make_workspace(FILES)
+    (ws / "memdir.json").write_text(json.dumps(keyword_config))
+    mem = Memory(ws)
+    mem.sync()
+    (ws / "memory" / "2026-01-11.md").write_text("- Picked ramen for lunch.\n")
+    holder = _lock_holder(mem.index_path)
+    try:
+        os.kill(holder.pid, signal.SIGSTOP)
+        end = time.monotonic() + 10
+        while not is_stopped(holder.pid) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert FileWriterLock(mem.index_path).holder()["stopped"] is True
+        text = run_cli("status", "-w", str(ws)).stdout
+        assert f"Writer: pid {holder.pid} is stopped (Ctrl-Z or SIGSTOP)" in text and f"kill -CONT {holder.pid}" in text
+
+        monkeypatch.setattr(memdir.sync, "STOPPED_WRITER_WAIT", 0.0)  # (10 s by default)
+        with pytest.raises(LockTimeout, match=f"pid {holder.pid} holds the writer lock .* but is stopped"):
+            mem.sync(lock_timeout=20)
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.kill()
+        holder.wait()
+    assert mem.sync(lock_timeout=5).indexed == 1  # once it is gone, syncs go on
+    mem.close()

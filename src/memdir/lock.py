@@ -46,6 +46,22 @@ class WriterLockLost(LockTimeout):
     the sync stops before its next write (what it committed stays)."""
 
 
+def is_stopped(pid: object) -> bool:
+    """Whether process ``pid`` of this host is stopped (Ctrl-Z, SIGSTOP, a debugger): a writer
+    stopped while it holds the lock never releases it until it is resumed.  ``False`` when that
+    cannot be told (no such process, no ``/proc``)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return False
+    # "pid (comm) S ...": the name may hold spaces and parentheses, the state follows the last ")"
+    state = raw[raw.rfind(b")") + 2:raw.rfind(b")") + 3]
+    return state in (b"T", b"t")
+
+
 def _is_file_at(fd: int, path: Path) -> bool:
     """Whether ``fd`` is the file ``path`` names now (not one deleted or replaced since it was opened)."""
     try:
@@ -166,9 +182,14 @@ class FileWriterLock:
             except BlockingIOError:
                 raw = os.read(fd, 4096)
                 try:
-                    return json.loads(raw or b"{}")
+                    who = json.loads(raw or b"{}")
                 except ValueError:
                     return {}
+                if not isinstance(who, dict):
+                    return {}
+                if is_stopped(who.get("pid")):
+                    who["stopped"] = True
+                return who
         finally:
             os.close(fd)
 

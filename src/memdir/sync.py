@@ -73,6 +73,9 @@ WORKER_BATCH_BYTES = 64_000
 WORKER_AHEAD = 8
 #: Seconds between looks at whether a sync waiting for the writer lock should give up (closing).
 LOCK_WAIT_SLICE = 0.25
+#: How long a sync waits for a writer that is stopped (Ctrl-Z, SIGSTOP) before it gives up and says
+#: so: a stopped process never releases the lock, and `memdir index` used to wait for it for ever.
+STOPPED_WRITER_WAIT = 10.0
 
 
 @dataclass
@@ -353,6 +356,10 @@ def _isolate_refused(provider: EmbeddingProvider, texts: list[str],
     return out
 
 
+def _stopped_advice(pid: object) -> str:
+    return f"resume it with `kill -CONT {pid}` (or `fg` in its terminal) or end it"
+
+
 class Indexer:
     """Writes the index for one workspace; holds the writer lock while it does."""
 
@@ -487,13 +494,17 @@ class Indexer:
         # (another thread of this process, e.g. a watcher's sync: the wait is short and no news)
         if lock_timeout is None and self.notice is not None and not self.lock.held_here():
             holder = self.lock.holder() or {}
+            stopped = (f"; it is stopped (Ctrl-Z or SIGSTOP): {_stopped_advice(holder['pid'])}"
+                       if holder.get("stopped") else "")
             self.notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish "
-                        f"writing {self.store.location}")
+                        f"writing {self.store.location}{stopped}")
         if lock_timeout == 0:
             raise LockTimeout(f"another process is writing {self.store.location}")
         # Waited for in slices, so a watcher stopped or a Memory closed meanwhile stops waiting:
         # Ctrl-C on `memdir watch` while another process wrote the index took 20 s to exit.
         deadline = None if lock_timeout is None else time.monotonic() + lock_timeout
+        stopped_since: float | None = None
+        look_at = time.monotonic()
         while True:
             left = LOCK_WAIT_SLICE if deadline is None else min(LOCK_WAIT_SLICE, deadline - time.monotonic())
             if self.lock.acquire(max(0.0, left)):
@@ -501,6 +512,21 @@ class Indexer:
             self._stop_if_closing()
             if deadline is not None and time.monotonic() >= deadline:
                 raise LockTimeout(f"another process is writing {self.store.location}")
+            now = time.monotonic()
+            if now >= look_at and not self.lock.held_here():  # (about once a second)
+                look_at = now + 1.0
+                holder = self._holder()
+                stopped_since = (now if stopped_since is None else stopped_since) if holder.get("stopped") else None
+                if stopped_since is not None and now - stopped_since >= STOPPED_WRITER_WAIT:
+                    raise LockTimeout(f"pid {holder['pid']} holds the writer lock of {self.store.location} but is "
+                                      f"stopped (Ctrl-Z or SIGSTOP), so it cannot finish: "
+                                      f"{_stopped_advice(holder['pid'])}, then try again")
+
+    def _holder(self) -> dict[str, Any]:
+        try:
+            return self.lock.holder() or {}
+        except Exception:  # (a database lock's holder is a query; the wait goes on without it)
+            return {}
 
     def _still_writer(self) -> None:
         """Before each write: stop if another process became the index's writer meanwhile (this
