@@ -236,3 +236,40 @@ def test_a_writer_stopped_while_holding_the_lock_is_named_and_not_waited_for_for
         holder.wait()
     assert mem.sync(lock_timeout=5).indexed == 1  # once it is gone, syncs go on
     mem.close()
+
+
+@pytest.mark.parametrize("folder", ["notes#2", "what?", "100%41"])
+def test_an_index_in_a_folder_named_with_uri_characters_opens_read_only(tmp_path: Path, folder: str):
+    # Before: read-only opens went through a ``file:`` URI with the path as it was: a '#' or '?'
+    # cut it short and '%41' was decoded, so a read-only state folder (and salvaging a damaged
+    # index's cache) failed with "unable to open database file" or read another file.
+    from memdir import db
+    from memdir.stores import sqlite_health
+
+    path = tmp_path / folder / "index.sqlite"
+    path.parent.mkdir()
+    conn = db.connect(path)
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("INSERT INTO t VALUES (42)")
+    conn.close()
+    for open_ in (lambda: db.connect(path, readonly=True), lambda: sqlite_health.connect_readonly(path)):
+        ro = open_()
+        assert ro.execute("SELECT x FROM t").fetchall() == [(42,)]
+        ro.close()
+
+
+def test_the_embedding_cache_is_salvaged_from_a_state_folder_named_with_a_hash(make_workspace, tmp_path: Path):
+    from test_self_heal import CASES, N_FILES, HashProvider, notes
+
+    ws = make_workspace(notes())
+    provider = HashProvider()
+    state = tmp_path / "state#2"
+    with Memory(ws, provider=provider, state_dir=state) as mem:
+        mem.sync()
+        index = mem.index_path
+    paid = provider.embedded
+    CASES["bad-meta-json"](index)
+    with Memory(ws, provider=provider, state_dir=state, notice=lambda m: None) as mem:
+        assert mem.sync().indexed == N_FILES
+        assert mem.recoveries[0]["salvagedCacheEntries"] > 0
+    assert provider.embedded == paid  # nothing embedded again

@@ -310,7 +310,7 @@ def _untruncated_copy(corrupt: Path) -> Path | None:
 
 def _read_cache(source: Path, conn: Any, batch: int) -> int:
     try:
-        old = db.binding().connect(f"file:{source.as_posix()}?mode=ro&immutable=1", uri=True,
+        old = db.binding().connect(db.file_uri(source, "mode=ro&immutable=1"), uri=True,
                                    check_same_thread=False)
         # Read past schema entries that point at lost pages (a truncated file's later tables);
         # the connection is read-only, so nothing can be written through it.
@@ -415,7 +415,7 @@ def connect_readonly(path: Path) -> Any:
         if not is_unwritable_error(exc):
             raise
     mod = db.binding()
-    conn = mod.connect(f"file:{Path(path).as_posix()}?mode=ro&immutable=1", uri=True, check_same_thread=False,
+    conn = mod.connect(db.file_uri(path, "mode=ro&immutable=1"), uri=True, check_same_thread=False,
                        isolation_level=None)
     conn.execute("PRAGMA temp_store = MEMORY")
     return conn
