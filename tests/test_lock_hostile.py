@@ -273,3 +273,36 @@ def test_the_embedding_cache_is_salvaged_from_a_state_folder_named_with_a_hash(m
         assert mem.sync().indexed == N_FILES
         assert mem.recoveries[0]["salvagedCacheEntries"] > 0
     assert provider.embedded == paid  # nothing embedded again
+
+
+def test_symlinks_planted_beside_an_index_in_a_cloned_repository_are_not_written_through(tmp_path: Path):
+    # Before: a repository whose memdir.json puts the index in the repository, with a symlink at
+    # the lock file's name, emptied the file it pointed to (here ~/.bashrc) on `memdir index`
+    # (taking the lock truncates the file); the progress file's temporary name likewise.
+    from helpers import cli_env
+    from memdir.progress import ProgressFile, read_progress
+
+    victim = tmp_path / "home" / ".bashrc"
+    victim.parent.mkdir()
+    victim.write_text("export PATH=$HOME/bin:$PATH\n")
+    repo = tmp_path / "repo"
+    (repo / "memory").mkdir(parents=True)
+    (repo / "memory" / "notes.md").write_text("- The kettle descaler is under the sink.\n")
+    (repo / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none",
+                                                                   "store": {"path": ".idx/index.sqlite"}}}))
+    (repo / ".idx").mkdir()
+    (repo / ".idx" / "index.sqlite.lock").symlink_to(victim)
+    proc = subprocess.run([sys.executable, "-m", "memdir", "index"], cwd=repo, capture_output=True, text=True,
+                          env=cli_env(tmp_path / "state"), timeout=120)
+    assert victim.read_text() == "export PATH=$HOME/bin:$PATH\n"
+    assert proc.returncode == 1 and "index.sqlite.lock is a symbolic link" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+    index = tmp_path / "index.sqlite"
+    Path(f"{index}.progress.{os.getpid()}.tmp").symlink_to(victim)
+    progress = ProgressFile(index, workspace=str(repo))
+    progress.start("full")  # (not written: the link is removed instead)
+    assert victim.read_text() == "export PATH=$HOME/bin:$PATH\n"
+    progress.update(1, 2)
+    assert victim.read_text() == "export PATH=$HOME/bin:$PATH\n"
+    assert read_progress(index)["done"] == 1

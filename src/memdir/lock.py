@@ -7,6 +7,7 @@ only so ``status`` can say who is writing.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 # flock is per open file description, not per thread: two threads of one process must also
 # exclude each other, so each index path gets a process-wide thread lock taken first.
 _THREAD_LOCKS: dict[str, threading.Lock] = {}
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _THREAD_LOCKS_GUARD = threading.Lock()
 
 
@@ -145,8 +147,16 @@ class FileWriterLock:
         return True
 
     def _open(self) -> int:
+        """The lock file, never through a symlink: taking the lock empties the file, and a link
+        planted at its name (an index path in a cloned repository's config) emptied its target."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | _NOFOLLOW, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP and os.path.islink(self.path):
+                raise OSError(exc.errno, f"the writer lock {self.path} is a symbolic link: memdir does not write "
+                                         "through it; remove it") from exc
+            raise
 
     @staticmethod
     def _stamp(fd: int) -> None:
