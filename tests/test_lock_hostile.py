@@ -306,3 +306,15 @@ def test_symlinks_planted_beside_an_index_in_a_cloned_repository_are_not_written
     progress.update(1, 2)
     assert victim.read_text() == "export PATH=$HOME/bin:$PATH\n"
     assert read_progress(index)["done"] == 1
+
+
+def test_the_writer_lock_is_taken_when_its_holder_note_cannot_be_written(tmp_path: Path):
+    # Before: on a full disk (here: a file size limit) writing the holder's pid into the lock file
+    # failed, and with it every sync, with a bare "[Errno 28] No space left on device".
+    code = (f"import resource, signal, sys; sys.path.insert(0, {str(SRC)!r}); "
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)); "
+            "from pathlib import Path; from memdir.lock import FileWriterLock; "
+            f"lock = FileWriterLock(Path({str(tmp_path / 'index.sqlite')!r})); print(lock.acquire(0)); "
+            f"print(lock.holder() is not None)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["True", "True"], proc.stderr

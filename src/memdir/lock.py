@@ -160,8 +160,13 @@ class FileWriterLock:
 
     @staticmethod
     def _stamp(fd: int) -> None:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "since": time.time()}).encode(), 0)
+        """Say who holds the lock (for ``status``); only a courtesy: on a full disk the lock is held
+        without it (the failed write made every sync fail with a bare "No space left on device")."""
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "since": time.time()}).encode(), 0)
+        except OSError:
+            pass
 
     def release(self) -> None:
         fd, thread_lock, self._fd, self._thread_lock = self._fd, self._thread_lock, None, None
