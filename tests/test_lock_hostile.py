@@ -318,3 +318,28 @@ def test_the_writer_lock_is_taken_when_its_holder_note_cannot_be_written(tmp_pat
             f"print(lock.holder() is not None)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.split() == ["True", "True"], proc.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc to see a process is stopped")
+def test_a_search_waiting_for_a_stopped_first_build_says_it_is_stopped(make_workspace, run_cli, state_dir):
+    # Before: "the index is being built (pid N); results will appear when it is done", which they
+    # never would while that builder stays stopped.
+    from memdir.lock import is_stopped
+
+    ws = make_workspace(FILES)
+    env = {"MEMDIR_PROVIDER": "none"}
+    index = Path(json.loads(run_cli("status", "--json", "-w", str(ws), env=env).stdout)["indexPath"])
+    holder = _lock_holder(index)
+    try:
+        os.kill(holder.pid, signal.SIGSTOP)
+        end = time.monotonic() + 10
+        while not is_stopped(holder.pid) and time.monotonic() < end:
+            time.sleep(0.01)
+        found = run_cli("search", "Kafka", "--json", "-w", str(ws), env=env)
+        warnings = json.loads(found.stdout)["warnings"]
+        assert any("the index is being built" in w and f"pid {holder.pid} is stopped" in w
+                   and f"kill -CONT {holder.pid}" in w for w in warnings), warnings
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.kill()
+        holder.wait()

@@ -64,6 +64,11 @@ def is_stopped(pid: object) -> bool:
     return state in (b"T", b"t")
 
 
+def resume_advice(pid: object) -> str:
+    """What to do about a writer :func:`is_stopped` says is stopped."""
+    return f"resume it with `kill -CONT {pid}` (or `fg` in its terminal) or end it"
+
+
 def _is_file_at(fd: int, path: Path) -> bool:
     """Whether ``fd`` is the file ``path`` names now (not one deleted or replaced since it was opened)."""
     try:

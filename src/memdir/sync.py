@@ -30,7 +30,7 @@ from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
 from memdir.errors import IndexOwnershipError, MemoryClosed, ownership_message
 from memdir.indexing_switches import INDEXING
-from memdir.lock import LockTimeout, WriterLockLost
+from memdir.lock import LockTimeout, WriterLockLost, resume_advice
 from memdir.progress import ProgressFile
 from memdir.reading import read_note
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
@@ -356,10 +356,6 @@ def _isolate_refused(provider: EmbeddingProvider, texts: list[str],
     return out
 
 
-def _stopped_advice(pid: object) -> str:
-    return f"resume it with `kill -CONT {pid}` (or `fg` in its terminal) or end it"
-
-
 class Indexer:
     """Writes the index for one workspace; holds the writer lock while it does."""
 
@@ -494,7 +490,7 @@ class Indexer:
         # (another thread of this process, e.g. a watcher's sync: the wait is short and no news)
         if lock_timeout is None and self.notice is not None and not self.lock.held_here():
             holder = self.lock.holder() or {}
-            stopped = (f"; it is stopped (Ctrl-Z or SIGSTOP): {_stopped_advice(holder['pid'])}"
+            stopped = (f"; it is stopped (Ctrl-Z or SIGSTOP): {resume_advice(holder['pid'])}"
                        if holder.get("stopped") else "")
             self.notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish "
                         f"writing {self.store.location}{stopped}")
@@ -520,7 +516,7 @@ class Indexer:
                 if stopped_since is not None and now - stopped_since >= STOPPED_WRITER_WAIT:
                     raise LockTimeout(f"pid {holder['pid']} holds the writer lock of {self.store.location} but is "
                                       f"stopped (Ctrl-Z or SIGSTOP), so it cannot finish: "
-                                      f"{_stopped_advice(holder['pid'])}, then try again")
+                                      f"{resume_advice(holder['pid'])}, then try again")
 
     def _holder(self) -> dict[str, Any]:
         try:
