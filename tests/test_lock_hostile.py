@@ -343,3 +343,41 @@ def test_a_search_waiting_for_a_stopped_first_build_says_it_is_stopped(make_work
         os.kill(holder.pid, signal.SIGCONT)
         holder.kill()
         holder.wait()
+
+
+def test_an_append_waiting_for_a_stopped_writer_of_the_file_gives_up_and_says_so(tmp_path: Path, monkeypatch):
+    # Before: an append waited for ever for another process's lock on the daily file (a writer
+    # stopped mid-append with Ctrl-Z, a script holding it): `memdir append` hung without a word.
+    import threading
+
+    import memdir.memfiles
+    from memdir.memfiles import MemoryFileError, append_memory_file
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    note = ws / "memory" / "2026-01-10.md"
+    note.write_text("- first entry\n")
+    monkeypatch.setattr(memdir.memfiles, "APPEND_LOCK_WAIT", 0.3)
+    other = _hold_new_file(note)  # (another open file: flock excludes it even in this process)
+    outcome: list[BaseException | None] = []
+
+    def append() -> None:
+        try:
+            append_memory_file(ws, "2026-01-10.md", "second entry")
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=append, daemon=True)
+    thread.start()
+    try:
+        thread.join(10)
+        assert not thread.is_alive(), "the append is still waiting for the lock"
+    finally:
+        os.close(other)
+        thread.join(10)
+    assert isinstance(outcome[0], MemoryFileError)
+    assert "memory/2026-01-10.md" in str(outcome[0]) and "nothing was written" in str(outcome[0])
+    assert note.read_text() == "- first entry\n"
+    append_memory_file(ws, "2026-01-10.md", "second entry")  # the lock free again: appended
+    assert note.read_text().endswith("second entry\n")
