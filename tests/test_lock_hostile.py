@@ -381,3 +381,25 @@ def test_an_append_waiting_for_a_stopped_writer_of_the_file_gives_up_and_says_so
     assert note.read_text() == "- first entry\n"
     append_memory_file(ws, "2026-01-10.md", "second entry")  # the lock free again: appended
     assert note.read_text().endswith("second entry\n")
+
+
+def test_a_folder_deleted_during_the_listing_is_not_kept_as_unreadable(make_workspace, monkeypatch):
+    # Only folders that may still hold notes keep them: one deleted between being seen and being
+    # listed is gone (its notes too), one that cannot be read is kept.
+    import memdir.workspace
+    from memdir.workspace import discover
+
+    ws = make_workspace({"memory/gone/a.md": "a\n", "memory/locked/b.md": "b\n", "memory/c.md": "c\n"})
+    real = os.scandir
+
+    def scandir(path):
+        if str(path).endswith("gone"):
+            raise FileNotFoundError(2, "No such file or directory")
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied")
+        return real(path)
+
+    monkeypatch.setattr(memdir.workspace.os, "scandir", scandir)
+    found = discover(ws)
+    assert [f.path for f in found.files] == ["memory/c.md"]
+    assert found.unlisted == ["memory/locked"]

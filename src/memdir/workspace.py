@@ -142,7 +142,8 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
             except OSError as exc:
                 issues.append(f"memory directory not accessible ({display_path(path)}): {_errname(exc)}")
                 skipped.append(Skipped(display_path(prefix.rstrip("/")), f"folder not readable: {_errname(exc)}"))
-                unlisted.append(prefix.rstrip("/"))
+                if _still_there(exc):
+                    unlisted.append(prefix.rstrip("/"))
                 entries = []
             stack.append((entries, 0, prefix))
         if not stack:
@@ -179,7 +180,14 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
         except OSError as exc:
             issues.append(f"{display_path(entry.path)} not readable ({_errname(exc)})")
             skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
-            unlisted.append(prefix + entry.name)
+            if _still_there(exc):
+                unlisted.append(prefix + entry.name)
+
+
+def _still_there(exc: OSError) -> bool:
+    """Whether what failed to be looked at may still hold notes (not deleted, or replaced by a file,
+    in the middle of the listing)."""
+    return exc.errno not in (errno.ENOENT, errno.ENOTDIR)
 
 
 def _folder_id(st: os.stat_result) -> tuple[int, int]:
