@@ -403,3 +403,19 @@ def test_a_folder_deleted_during_the_listing_is_not_kept_as_unreadable(make_work
     found = discover(ws)
     assert [f.path for f in found.files] == ["memory/c.md"]
     assert found.unlisted == ["memory/locked"]
+
+
+def test_a_workspace_moved_under_the_same_agent_id_is_told_how_to_take_its_index_back(make_workspace, run_cli,
+                                                                                       state_dir, tmp_path: Path):
+    # Before: only "give this workspace its own agent id": a renamed workspace had no way forward
+    # (`index --force` is refused as well).
+    ws = make_workspace(FILES, name="notes")
+    env = {"MEMDIR_PROVIDER": "none"}
+    assert run_cli("-w", str(ws), "--agent", "main", "index", env=env).returncode == 0
+    moved = ws.rename(tmp_path / "notes-2026")
+    refused = run_cli("-w", str(moved), "--agent", "main", "index", env=env)
+    index = state_dir / "memory" / "main.sqlite"
+    assert refused.returncode == 1
+    assert f"{ws} no longer exists: if it was moved here, delete {index}" in refused.stderr
+    index.unlink()
+    assert run_cli("-w", str(moved), "--agent", "main", "index", env=env).returncode == 0
