@@ -164,8 +164,8 @@ def test_notes_in_a_folder_made_unreadable_are_kept_and_the_folder_named(locked:
         assert _run_as_user(root, "status", "--json")["skipped"] == []
 
 
-@pytest.mark.parametrize("mode", [0o644, 0o600])
-def test_a_write_ahead_log_left_by_another_user_is_named(mode: int):
+@pytest.mark.parametrize(("suffix", "mode"), [("-wal", 0o644), ("-wal", 0o600), (".lock", 0o644)])
+def test_a_write_ahead_log_or_lock_left_by_another_user_is_named(suffix: str, mode: int):
     # Before: a -wal (and -shm) left by memdir run as root made every `index` fail with "attempt to
     # write a readonly database" or "unable to open database file", naming neither the file nor
     # the fix, and searches went stale without saying why.
@@ -180,18 +180,20 @@ def test_a_write_ahead_log_left_by_another_user_is_named(mode: int):
         give_away(root)
         _run_as_user(root, "index")
         index = Path(_run_as_user(root, "status", "--json")["indexPath"])
-        for suffix in ("-wal", "-shm"):  # what a root process killed while it wrote leaves behind
-            Path(f"{index}{suffix}").write_bytes(b"")
-            os.chmod(f"{index}{suffix}", mode)
+        # what a root process killed while it wrote leaves behind (its lock file: an older memdir)
+        for left in (("-wal", "-shm") if suffix == "-wal" else (suffix,)):
+            Path(f"{index}{left}").unlink(missing_ok=True)
+            Path(f"{index}{left}").write_bytes(b"")
+            os.chmod(f"{index}{left}", mode)
         (ws / "memory" / "b.md").write_text("- Renew the passport before June.\n")
         give_away(ws)
 
         proc = run_cli_as_user(root / "state", "index", "-w", str(ws), "--config", str(root / "memdir.json"))
         assert proc.returncode == 1
-        assert f"{index}-wal belongs to root (uid 0)" in proc.stderr and "chown" in proc.stderr
+        assert f"{index}{suffix} belongs to root (uid 0)" in proc.stderr and "chown" in proc.stderr
         found = _run_as_user(root, "search", "boiler", "--json")
         assert [r["path"] for r in found["results"]] == ["memory/a.md"] and found["stale"]
-        assert any(f"{index}-wal belongs to root" in w for w in found["warnings"])
+        assert any(f"{index}{suffix} belongs to root" in w for w in found["warnings"])
 
 
 def _lock_holder(index: Path) -> subprocess.Popen[str]:
@@ -419,3 +421,27 @@ def test_a_workspace_moved_under_the_same_agent_id_is_told_how_to_take_its_index
     assert f"{ws} no longer exists: if it was moved here, delete {index}" in refused.stderr
     index.unlink()
     assert run_cli("-w", str(moved), "--agent", "main", "index", env=env).returncode == 0
+
+
+def test_memdir_run_as_root_in_a_users_state_folder_leaves_the_lock_file_to_that_user():
+    # Before: `sudo memdir index` on a user's state folder left <index>.lock owned by root, and
+    # every later run as the user failed with "Permission denied: …lock".
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    with shared_scratch() as root:
+        ws = root / "ws"
+        (ws / "memory").mkdir(parents=True)
+        (ws / "memory" / "a.md").write_text("- The boiler was serviced in March.\n")
+        (root / "state").mkdir()
+        (root / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+        give_away(root)
+        _run_as_user(root, "index")
+        index = Path(_run_as_user(root, "status", "--json")["indexPath"])
+        Path(f"{index}.lock").unlink()
+        (ws / "memory" / "b.md").write_text("- Renew the passport before June.\n")
+        with Memory(ws, config=root / "memdir.json", state_dir=root / "state") as mem:  # as root
+            assert mem.sync().indexed == 1
+        assert os.stat(f"{index}.lock").st_uid != 0
+        (ws / "memory" / "c.md").write_text("- The zebra crossing is repainted.\n")
+        give_away(ws)
+        assert "1 indexed" in _run_as_user(root, "index")["out"]  # the user indexes again

@@ -69,6 +69,18 @@ def resume_advice(pid: object) -> str:
     return f"resume it with `kill -CONT {pid}` (or `fg` in its terminal) or end it"
 
 
+def _give_to_folder_owner(fd: int, folder: Path) -> None:
+    """Run as root in another user's state folder (``sudo memdir index``): the lock file goes to
+    that user, as SQLite does with the ``-wal`` and ``-shm``; a root-owned one made every later
+    run as the user fail ("Permission denied: …lock")."""
+    try:
+        owner, mine = os.stat(folder), os.fstat(fd)
+        if owner.st_uid != 0 and mine.st_uid == 0:
+            os.fchown(fd, owner.st_uid, owner.st_gid)
+    except OSError:
+        pass
+
+
 def _is_file_at(fd: int, path: Path) -> bool:
     """Whether ``fd`` is the file ``path`` names now (not one deleted or replaced since it was opened)."""
     try:
@@ -156,12 +168,15 @@ class FileWriterLock:
         planted at its name (an index path in a cloned repository's config) emptied its target."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            return os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | _NOFOLLOW, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | _NOFOLLOW, 0o644)
         except OSError as exc:
             if exc.errno == errno.ELOOP and os.path.islink(self.path):
                 raise OSError(exc.errno, f"the writer lock {self.path} is a symbolic link: memdir does not write "
                                          "through it; remove it") from exc
             raise
+        if os.geteuid() == 0:
+            _give_to_folder_owner(fd, self.path.parent)
+        return fd
 
     @staticmethod
     def _stamp(fd: int) -> None:

@@ -100,14 +100,15 @@ def _user(uid: int) -> str:
 
 def unwritable_file(path: Path) -> str | None:
     """Why this user cannot update the index although its folder may be writable: the index, its
-    write-ahead log (``-wal``) or its shared memory (``-shm``) is a file this user cannot write,
-    typically one left by memdir run as another user (root).  ``None`` when each can be written.
+    write-ahead log (``-wal``), its shared memory (``-shm``) or its writer lock (``.lock``) is a
+    file this user cannot write, typically one left by memdir run as another user (root).
+    ``None`` when each can be written.
 
     Why: SQLite only says "attempt to write a readonly database" or "unable to open database
     file", which names neither the file nor what to do; and a ``-wal`` this user cannot read
     hides the index's latest writes, so its searches are stale.
     """
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm", ".lock"):
         name = f"{path}{suffix}"
         try:
             st = os.stat(name)
