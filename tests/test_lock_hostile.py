@@ -211,7 +211,7 @@ def test_a_writer_stopped_while_holding_the_lock_is_named_and_not_waited_for_for
         make_workspace, keyword_config, run_cli, monkeypatch):
     # Before: `memdir index` waited for ever for a writer stopped with Ctrl-Z or SIGSTOP (it never
     # releases the lock until resumed), and `status` said it "is indexing".
-    import memdir.sync
+    import memdir.lock
     from memdir.lock import is_stopped
 
     ws = make_workspace(FILES)
@@ -229,7 +229,7 @@ def test_a_writer_stopped_while_holding_the_lock_is_named_and_not_waited_for_for
         text = run_cli("status", "-w", str(ws)).stdout
         assert f"Writer: pid {holder.pid} is stopped (Ctrl-Z or SIGSTOP)" in text and f"kill -CONT {holder.pid}" in text
 
-        monkeypatch.setattr(memdir.sync, "STOPPED_WRITER_WAIT", 0.0)  # (10 s by default)
+        monkeypatch.setattr(memdir.lock, "STOPPED_WRITER_WAIT", 0.0)  # (10 s by default)
         with pytest.raises(LockTimeout, match=f"pid {holder.pid} holds the writer lock .* but is stopped"):
             mem.sync(lock_timeout=20)
     finally:
@@ -445,3 +445,49 @@ def test_memdir_run_as_root_in_a_users_state_folder_leaves_the_lock_file_to_that
         (ws / "memory" / "c.md").write_text("- The zebra crossing is repainted.\n")
         give_away(ws)
         assert "1 indexed" in _run_as_user(root, "index")["out"]  # the user indexes again
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc to see a process is stopped")
+def test_healing_a_damaged_index_does_not_wait_for_ever_for_a_stopped_writer(make_workspace, keyword_config,
+                                                                             monkeypatch):
+    # Before: moving a damaged index aside waited for the writer lock with no limit: a writer
+    # stopped with Ctrl-Z hung every process that opened the index.
+    import threading
+
+    import memdir.lock
+    from memdir.lock import is_stopped
+    from test_self_heal import CASES
+
+    ws = make_workspace(FILES)
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        index = mem.index_path
+    CASES["garbage-header"](index)
+    monkeypatch.setattr(memdir.lock, "STOPPED_WRITER_WAIT", 0.0)
+    holder = _lock_holder(index)
+    outcome: list[BaseException | None] = []
+
+    def search() -> None:
+        try:
+            with Memory(ws, config=keyword_config, notice=lambda m: None) as mem:
+                mem.search("Kafka", mode="keyword")
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=search, daemon=True)
+    try:
+        os.kill(holder.pid, signal.SIGSTOP)
+        end = time.monotonic() + 10
+        while not is_stopped(holder.pid) and time.monotonic() < end:
+            time.sleep(0.01)
+        thread.start()
+        thread.join(20)
+        assert not thread.is_alive(), "still waiting for the stopped writer"
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.kill()
+        holder.wait()
+        thread.join(20)
+    assert isinstance(outcome[0], LockTimeout) and f"pid {holder.pid}" in str(outcome[0])
+    assert "is stopped" in str(outcome[0])

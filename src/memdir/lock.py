@@ -13,7 +13,9 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
 # flock is per open file description, not per thread: two threads of one process must also
 # exclude each other, so each index path gets a process-wide thread lock taken first.
@@ -89,6 +91,49 @@ def _is_file_at(fd: int, path: Path) -> bool:
         return False
     held = os.fstat(fd)
     return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
+
+
+#: Seconds between looks at whether a writer waiting for the lock should give up (``between``).
+LOCK_WAIT_SLICE = 0.25
+#: How long a writer waits for one that is stopped (Ctrl-Z, SIGSTOP) before it gives up and says
+#: so: a stopped process never releases the lock, and `memdir index` used to wait for it for ever.
+STOPPED_WRITER_WAIT = 10.0
+
+
+class _Lock(Protocol):
+    def acquire(self, timeout: float | None = None) -> bool: ...
+    def held_here(self) -> bool: ...
+    def holder(self) -> dict[str, Any] | None: ...
+
+
+def wait_for_writer(lock: _Lock, timeout: float | None, location: str, *,
+                    between: Callable[[], None] | None = None) -> None:
+    """Take ``lock``, waiting up to ``timeout`` seconds (``None``: as long as its holder runs), in
+    slices with ``between()`` after each (it may raise to stop waiting).  Raises
+    :class:`LockTimeout` when the time is up, or when the holder has been stopped for
+    :data:`STOPPED_WRITER_WAIT` seconds, saying how to resume it."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    stopped_since: float | None = None
+    look_at = time.monotonic()
+    while True:
+        left = LOCK_WAIT_SLICE if deadline is None else min(LOCK_WAIT_SLICE, deadline - time.monotonic())
+        if lock.acquire(max(0.0, left)):
+            return
+        if between is not None:
+            between()
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            raise LockTimeout(f"another process is writing {location}")
+        if now >= look_at and not lock.held_here():  # (about once a second)
+            look_at = now + 1.0
+            try:
+                holder = lock.holder() or {}
+            except Exception:  # (a database lock's holder is a query; the wait goes on without it)
+                holder = {}
+            stopped_since = (now if stopped_since is None else stopped_since) if holder.get("stopped") else None
+            if stopped_since is not None and now - stopped_since >= STOPPED_WRITER_WAIT:
+                raise LockTimeout(f"pid {holder['pid']} holds the writer lock of {location} but is stopped (Ctrl-Z "
+                                  f"or SIGSTOP), so it cannot finish: {resume_advice(holder['pid'])}, then try again")
 
 
 class FileWriterLock:

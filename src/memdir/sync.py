@@ -30,7 +30,7 @@ from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
 from memdir.errors import IndexOwnershipError, MemoryClosed, ownership_message
 from memdir.indexing_switches import INDEXING
-from memdir.lock import LockTimeout, WriterLockLost, resume_advice
+from memdir.lock import LockTimeout, WriterLockLost, resume_advice, wait_for_writer
 from memdir.progress import ProgressFile
 from memdir.reading import read_note
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
@@ -71,11 +71,6 @@ KEYWORD_PUBLISH_INTERVAL = 2.0
 #: batches it is given ahead of the one being written.
 WORKER_BATCH_BYTES = 64_000
 WORKER_AHEAD = 8
-#: Seconds between looks at whether a sync waiting for the writer lock should give up (closing).
-LOCK_WAIT_SLICE = 0.25
-#: How long a sync waits for a writer that is stopped (Ctrl-Z, SIGSTOP) before it gives up and says
-#: so: a stopped process never releases the lock, and `memdir index` used to wait for it for ever.
-STOPPED_WRITER_WAIT = 10.0
 
 
 @dataclass
@@ -496,33 +491,9 @@ class Indexer:
                         f"writing {self.store.location}{stopped}")
         if lock_timeout == 0:
             raise LockTimeout(f"another process is writing {self.store.location}")
-        # Waited for in slices, so a watcher stopped or a Memory closed meanwhile stops waiting:
-        # Ctrl-C on `memdir watch` while another process wrote the index took 20 s to exit.
-        deadline = None if lock_timeout is None else time.monotonic() + lock_timeout
-        stopped_since: float | None = None
-        look_at = time.monotonic()
-        while True:
-            left = LOCK_WAIT_SLICE if deadline is None else min(LOCK_WAIT_SLICE, deadline - time.monotonic())
-            if self.lock.acquire(max(0.0, left)):
-                return
-            self._stop_if_closing()
-            if deadline is not None and time.monotonic() >= deadline:
-                raise LockTimeout(f"another process is writing {self.store.location}")
-            now = time.monotonic()
-            if now >= look_at and not self.lock.held_here():  # (about once a second)
-                look_at = now + 1.0
-                holder = self._holder()
-                stopped_since = (now if stopped_since is None else stopped_since) if holder.get("stopped") else None
-                if stopped_since is not None and now - stopped_since >= STOPPED_WRITER_WAIT:
-                    raise LockTimeout(f"pid {holder['pid']} holds the writer lock of {self.store.location} but is "
-                                      f"stopped (Ctrl-Z or SIGSTOP), so it cannot finish: "
-                                      f"{resume_advice(holder['pid'])}, then try again")
-
-    def _holder(self) -> dict[str, Any]:
-        try:
-            return self.lock.holder() or {}
-        except Exception:  # (a database lock's holder is a query; the wait goes on without it)
-            return {}
+        # (a watcher stopped or a Memory closed meanwhile stops waiting: Ctrl-C on `memdir watch`
+        # while another process wrote the index took 20 s to exit)
+        wait_for_writer(self.lock, lock_timeout, self.store.location, between=self._stop_if_closing)
 
     def _still_writer(self) -> None:
         """Before each write: stop if another process became the index's writer meanwhile (this
