@@ -491,3 +491,20 @@ def test_healing_a_damaged_index_does_not_wait_for_ever_for_a_stopped_writer(mak
         thread.join(20)
     assert isinstance(outcome[0], LockTimeout) and f"pid {holder.pid}" in str(outcome[0])
     assert "is stopped" in str(outcome[0])
+
+
+def test_a_fifo_at_the_lock_files_name_is_refused_and_status_does_not_hang(make_workspace, run_cli, state_dir):
+    # Before: `status` opened <index>.lock to read its holder and, a FIFO being there, waited for
+    # a writer for ever; `index` failed with a bare "[Errno 22] Invalid argument".
+    ws = make_workspace(FILES)
+    env = {"MEMDIR_PROVIDER": "none"}
+    assert run_cli("index", "-w", str(ws), env=env).returncode == 0
+    index = Path(json.loads(run_cli("status", "--json", "-w", str(ws), env=env).stdout)["indexPath"])
+    lock = Path(f"{index}.lock")
+    lock.unlink()
+    os.mkfifo(lock)
+    status = run_cli("status", "--json", "-w", str(ws), env=env, timeout=20)
+    assert status.returncode == 0 and json.loads(status.stdout)["writer"] is None
+    refused = run_cli("index", "-w", str(ws), env=env, timeout=20)
+    assert refused.returncode == 1
+    assert f"the writer lock {lock} is a FIFO, not a regular file: remove it" in refused.stderr, refused.stderr

@@ -11,6 +11,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -212,13 +213,20 @@ class FileWriterLock:
         """The lock file, never through a symlink: taking the lock empties the file, and a link
         planted at its name (an index path in a cloned repository's config) emptied its target."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | _NOFOLLOW
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | _NOFOLLOW, 0o644)
+            fd = os.open(self.path, flags, 0o644)
         except OSError as exc:
             if exc.errno == errno.ELOOP and os.path.islink(self.path):
-                raise OSError(exc.errno, f"the writer lock {self.path} is a symbolic link: memdir does not write "
-                                         "through it; remove it") from exc
+                raise OSError(f"the writer lock {self.path} is a symbolic link: memdir does not write through it; "
+                              "remove it") from exc
             raise
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            from memdir.reading import kind_of
+
+            raise OSError(f"the writer lock {self.path} is {kind_of(mode)}, not a regular file: remove it")
         if os.geteuid() == 0:
             _give_to_folder_owner(fd, self.path.parent)
         return fd
@@ -250,11 +258,13 @@ class FileWriterLock:
 
     def holder(self) -> dict[str, float] | None:
         """Who holds the lock right now, or ``None`` if nobody does."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
+        try:  # (non-blocking: opening a FIFO planted at that name waited for a writer for ever)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
         except OSError:
             return None
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None  # (never taken: see _open)
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
                 fcntl.flock(fd, fcntl.LOCK_UN)
