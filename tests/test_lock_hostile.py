@@ -508,3 +508,49 @@ def test_a_fifo_at_the_lock_files_name_is_refused_and_status_does_not_hang(make_
     refused = run_cli("index", "-w", str(ws), env=env, timeout=20)
     assert refused.returncode == 1
     assert f"the writer lock {lock} is a FIFO, not a regular file: remove it" in refused.stderr, refused.stderr
+
+
+def test_a_fifo_in_place_of_the_settings_snapshot_does_not_hang_the_cli(make_workspace, run_cli, state_dir):
+    # Before: every command opened <state>/cache/settings-*.json and, a FIFO being there, waited
+    # for a writer for ever.
+    ws = make_workspace(FILES)
+    env = {"MEMDIR_PROVIDER": "none"}
+    assert run_cli("search", "Kafka", "-w", str(ws), env=env).returncode == 0
+    snapshots = list((state_dir / "cache").glob("settings-*.json"))
+    assert snapshots
+    for snapshot in snapshots:
+        snapshot.unlink()
+        os.mkfifo(snapshot)
+    found = run_cli("search", "Kafka", "--json", "-w", str(ws), env=env, timeout=30)
+    assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["MEMORY.md"]
+
+
+def test_a_fifo_in_place_of_the_vector_sidecar_does_not_hang_a_search(make_workspace):
+    # Before: loading the vectors opened <index>.vec8 and, a FIFO being there, waited for ever.
+    import threading
+
+    from memdir.stores.vector_sidecar import sidecar_path
+    from test_self_heal import HashProvider
+
+    ws = make_workspace(FILES)
+    with Memory(ws, provider=HashProvider()) as mem:
+        mem.sync()
+        mem.search("Kafka")  # (writes the sidecar)
+        sidecar = sidecar_path(mem.index_path)
+    sidecar.unlink(missing_ok=True)
+    os.mkfifo(sidecar)
+    found: list[list[str]] = []
+
+    def search() -> None:
+        with Memory(ws, provider=HashProvider()) as mem:
+            found.append([r.path for r in mem.search("Kafka", mode="vector").results])
+
+    thread = threading.Thread(target=search, daemon=True)
+    thread.start()
+    thread.join(30)
+    if thread.is_alive():  # (let the stuck reader go before failing)
+        fd = os.open(sidecar, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        thread.join(10)
+        pytest.fail("the search waited on the FIFO")
+    assert len(found) == 1  # (answered; hash vectors carry no meaning to rank by)
