@@ -493,7 +493,7 @@ def test_healing_a_damaged_index_does_not_wait_for_ever_for_a_stopped_writer(mak
     assert "is stopped" in str(outcome[0])
 
 
-def test_a_fifo_at_the_lock_files_name_is_refused_and_status_does_not_hang(make_workspace, run_cli, state_dir):
+def test_a_fifo_at_the_lock_or_progress_files_name_does_not_hang_status(make_workspace, run_cli, state_dir):
     # Before: `status` opened <index>.lock to read its holder and, a FIFO being there, waited for
     # a writer for ever; `index` failed with a bare "[Errno 22] Invalid argument".
     ws = make_workspace(FILES)
@@ -505,6 +505,18 @@ def test_a_fifo_at_the_lock_files_name_is_refused_and_status_does_not_hang(make_
     os.mkfifo(lock)
     status = run_cli("status", "--json", "-w", str(ws), env=env, timeout=20)
     assert status.returncode == 0 and json.loads(status.stdout)["writer"] is None
+    progress = Path(f"{index}.progress")  # and one at the progress file's, while a writer runs
+    os.mkfifo(progress)
+    lock.unlink()
+    holder = _lock_holder(index)
+    try:
+        status = run_cli("status", "--json", "-w", str(ws), env=env, timeout=20)
+        assert json.loads(status.stdout)["writer"]["pid"] == holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+    lock.unlink()
+    os.mkfifo(lock)
     refused = run_cli("index", "-w", str(ws), env=env, timeout=20)
     assert refused.returncode == 1
     assert f"the writer lock {lock} is a FIFO, not a regular file: remove it" in refused.stderr, refused.stderr

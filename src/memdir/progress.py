@@ -89,8 +89,10 @@ class ProgressFile:
 
 def read_progress(index_path: Path) -> dict[str, Any] | None:
     """The last progress a writer recorded (callers check the writer lock is still held)."""
-    try:
-        data = json.loads(Path(str(index_path) + ".progress").read_text())
+    from memdir.reading import read_regular
+
+    try:  # (a FIFO at that name waited for a writer for ever)
+        data = json.loads(read_regular(str(index_path) + ".progress", limit=1 << 20))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
