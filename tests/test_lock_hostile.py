@@ -566,3 +566,24 @@ def test_a_fifo_in_place_of_the_vector_sidecar_does_not_hang_a_search(make_works
         thread.join(10)
         pytest.fail("the search waited on the FIFO")
     assert len(found) == 1  # (answered; hash vectors carry no meaning to rank by)
+
+
+def test_a_file_system_without_file_locks_is_named(make_workspace, keyword_config, monkeypatch):
+    # Before: a state folder on an NFS mount without a lock service failed every sync with a bare
+    # "[Errno 37] No locks available", naming neither the file nor the cause.
+    import errno
+
+    import memdir.lock
+
+    ws = make_workspace(FILES)
+    real = fcntl.flock
+
+    def flock(fd: int, op: int) -> None:
+        if op & fcntl.LOCK_EX:
+            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+        real(fd, op)
+
+    monkeypatch.setattr(memdir.lock.fcntl, "flock", flock)
+    expected = r"cannot lock .*\.lock: No locks available \(does its file system support"
+    with Memory(ws, config=keyword_config) as mem, pytest.raises(OSError, match=expected):
+        mem.sync()

@@ -161,6 +161,10 @@ class FileWriterLock:
                         return False
                     time.sleep(0.05)
                     continue
+                except OSError as exc:  # (a bare "[Errno 37] No locks available" named nothing)
+                    raise OSError(f"cannot lock {self.path}: {exc.strerror or exc} (does its file system support "
+                                  "file locks? an NFS mount without a lock service does not; keep the state folder "
+                                  "on a local disk: --state-dir or MEMDIR_STATE_DIR)") from exc
                 if _is_file_at(fd, self.path):
                     break
                 # The file was deleted or replaced since it was opened: a lock on it excludes nobody
