@@ -500,8 +500,8 @@ class Indexer:
         one's lock file was deleted or replaced, see :meth:`FileWriterLock.still_held`)."""
         if not self.lock.still_held():
             raise WriterLockLost(f"the writer lock of {self.store.location} was deleted or replaced during this sync "
-                                 "and another memdir process is writing the index now: this sync stopped (what it "
-                                 "wrote stays; run it again once that one is done)")
+                                 "and could not be taken again (another memdir process holds it now, or its folder "
+                                 "cannot be written): this sync stopped (what it wrote stays; run it again)")
 
     def _stop_if_closing(self) -> None:
         if self.closing is not None and self.closing():
