@@ -587,3 +587,23 @@ def test_a_file_system_without_file_locks_is_named(make_workspace, keyword_confi
     expected = r"cannot lock .*\.lock: No locks available \(does its file system support"
     with Memory(ws, config=keyword_config) as mem, pytest.raises(OSError, match=expected):
         mem.sync()
+
+
+def test_an_index_made_read_only_by_its_owner_says_how_to_make_it_writable():
+    # Before: "attempt to write a readonly database" on every index; the "belongs to another user"
+    # wording would be wrong here (the file is this user's).
+    with shared_scratch() as root:
+        ws = root / "ws"
+        (ws / "memory").mkdir(parents=True)
+        (ws / "memory" / "a.md").write_text("- The boiler was serviced in March.\n")
+        (root / "state").mkdir()
+        (root / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+        give_away(root)
+        _run_as_user(root, "index")
+        index = Path(_run_as_user(root, "status", "--json")["indexPath"])
+        os.chmod(index, 0o444)
+        (ws / "memory" / "b.md").write_text("- Renew the passport before June.\n")
+        give_away(ws)
+        proc = run_cli_as_user(root / "state", "index", "-w", str(ws), "--config", str(root / "memdir.json"))
+        assert proc.returncode == 1
+        assert f"{index} is read-only (mode 444): make it writable (chmod u+rw)" in proc.stderr, proc.stderr

@@ -18,6 +18,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,8 @@ def unwritable_file(path: Path) -> str | None:
             continue
         readable = "" if os.access(name, os.R_OK) else " or read"
         also = " (what was written last may be missing from searches)" if suffix == "-wal" and readable else ""
+        if st.st_uid == os.geteuid():  # this user's own file, made read-only
+            return f"{name} is read-only (mode {stat.S_IMODE(st.st_mode):o}){also}: make it writable (chmod u+rw)"
         return (f"{name} belongs to {_user(st.st_uid)} and this user, {_user(os.geteuid())}, cannot write{readable} "
                 f"it{also}: run memdir as that user, or give the index's files to this one (chown)")
     return None
