@@ -102,7 +102,9 @@ def test_a_folder_made_unreadable_is_listed_again(make_workspace, listing_reused
         assert _paths(mem, "heron report") == ["memory/sub/b.md"]
         os.chmod(ws / "memory/sub", 0o300)  # no listing; the file itself can still be stat'ed
         try:
-            assert _paths(mem, "heron report") == []  # as a full listing says: the folder is skipped
+            # as a full listing says: the folder is skipped (and what was indexed from it kept)
+            assert _paths(mem, "heron report") == ["memory/sub/b.md"]
+            assert [s["path"] for s in mem.status()["skipped"]] == ["memory/sub"]
         finally:
             os.chmod(ws / "memory/sub", 0o755)
     finally:

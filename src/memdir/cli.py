@@ -465,7 +465,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
             far = (f" ({counts(w.get('done') or 0, w['total'], w.get('chunksDone') or 0, w.get('chunksPlanned') or 0)})"
                    if w.get("total") else "")
-            lines.append(f"Writer: pid {w.get('pid')}{host} is indexing{far}")
+            if w.get("stopped"):  # (it holds the lock, but nothing is indexed until it is resumed)
+                from memdir.lock import resume_advice
+
+                lines.append(f"Writer: pid {w.get('pid')}{host} is stopped (Ctrl-Z or SIGSTOP) while indexing{far}: "
+                             f"{resume_advice(w.get('pid'))}")
+            else:
+                lines.append(f"Writer: pid {w.get('pid')}{host} is indexing{far}")
     if st.get("readOnly"):
         lines.append(f"Read-only: {st['readOnly']} (searches answer from the index as it is)")
     if st.get("recovered"):

@@ -120,6 +120,15 @@ def rows_in(conn: Any, sql: str, ids: Sequence[Any], args: Sequence[Any] = (), s
         yield from conn.execute(sql.replace("{marks}", ",".join("?" * len(part))), (*args, *part))
 
 
+def file_uri(path: Path | str, query: str) -> str:
+    """SQLite's ``file:`` URI for ``path`` with ``query`` (``mode=ro``...): the path percent-encoded,
+    since a ``?``, ``#`` or ``%`` in it (a state folder named ``notes#2``) otherwise cut it short or
+    decoded it into another path, and every read-only open failed ("unable to open database file")."""
+    from urllib.parse import quote
+
+    return f"file:{quote(Path(path).as_posix(), safe='/')}?{query}"
+
+
 #: Page size of a new database (SQLite's default is 4096).
 PAGE_SIZE = 8192
 
@@ -134,7 +143,7 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0, 
     :meth:`memdir.stores.sqlite.SqliteStore.rebuild`)."""
     mod = binding()
     if readonly:
-        uri = f"file:{Path(path).as_posix()}?mode=ro"
+        uri = file_uri(path, "mode=ro")
         conn = mod.connect(uri, uri=True, timeout=timeout, check_same_thread=False, isolation_level=None)
     else:
         conn = mod.connect(str(path), timeout=timeout, check_same_thread=False, isolation_level=None)

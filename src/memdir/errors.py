@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 
@@ -27,8 +28,13 @@ class IndexDamaged(StoreError):
 
 
 def ownership_message(index: str, owner: str, workspace: str) -> str:
-    return (f"index {index} belongs to workspace {owner}, not {workspace}; "
-            "give this workspace its own agent id (--agent NAME) or index path (store.path)")
+    advice = "give this workspace its own agent id (--agent NAME) or index path (store.path)"
+    if os.path.isdir(owner):
+        return f"index {index} belongs to workspace {owner}, not {workspace}; {advice}"
+    # A workspace moved or renamed under the same agent id met only the advice above (`index
+    # --force` is refused too): say what to do when the owner is gone.
+    return (f"index {index} belongs to workspace {owner}, not {workspace}, and {owner} no longer exists: if it was "
+            f"moved here, delete {index} (memdir rebuilds it from the Markdown files); otherwise {advice}")
 
 
 #: ``, /root/.cargo/registry/.../file.rs:123:45``: where in its Rust source LanceDB raised.

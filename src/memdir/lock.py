@@ -7,16 +7,21 @@ only so ``status`` can say who is writing.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
 # flock is per open file description, not per thread: two threads of one process must also
 # exclude each other, so each index path gets a process-wide thread lock taken first.
 _THREAD_LOCKS: dict[str, threading.Lock] = {}
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _THREAD_LOCKS_GUARD = threading.Lock()
 
 
@@ -41,6 +46,97 @@ class LockTimeout(TimeoutError):
     """Another process holds the index's writer lock."""
 
 
+class WriterLockLost(LockTimeout):
+    """The lock file was deleted or replaced while held, and another process took the new one:
+    the sync stops before its next write (what it committed stays)."""
+
+
+def is_stopped(pid: object) -> bool:
+    """Whether process ``pid`` of this host is stopped (Ctrl-Z, SIGSTOP, a debugger): a writer
+    stopped while it holds the lock never releases it until it is resumed.  ``False`` when that
+    cannot be told (no such process, no ``/proc``)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return False
+    # "pid (comm) S ...": the name may hold spaces and parentheses, the state follows the last ")"
+    state = raw[raw.rfind(b")") + 2:raw.rfind(b")") + 3]
+    return state in (b"T", b"t")
+
+
+def resume_advice(pid: object) -> str:
+    """What to do about a writer :func:`is_stopped` says is stopped."""
+    return f"resume it with `kill -CONT {pid}` (or `fg` in its terminal) or end it"
+
+
+def _give_to_folder_owner(fd: int, folder: Path) -> None:
+    """Run as root in another user's state folder (``sudo memdir index``): the lock file goes to
+    that user, as SQLite does with the ``-wal`` and ``-shm``; a root-owned one made every later
+    run as the user fail ("Permission denied: …lock")."""
+    try:
+        owner, mine = os.stat(folder), os.fstat(fd)
+        if owner.st_uid != 0 and mine.st_uid == 0:
+            os.fchown(fd, owner.st_uid, owner.st_gid)
+    except OSError:
+        pass
+
+
+def _is_file_at(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is the file ``path`` names now (not one deleted or replaced since it was opened)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
+
+
+#: Seconds between looks at whether a writer waiting for the lock should give up (``between``).
+LOCK_WAIT_SLICE = 0.25
+#: How long a writer waits for one that is stopped (Ctrl-Z, SIGSTOP) before it gives up and says
+#: so: a stopped process never releases the lock, and `memdir index` used to wait for it for ever.
+STOPPED_WRITER_WAIT = 10.0
+
+
+class _Lock(Protocol):
+    def acquire(self, timeout: float | None = None) -> bool: ...
+    def held_here(self) -> bool: ...
+    def holder(self) -> dict[str, Any] | None: ...
+
+
+def wait_for_writer(lock: _Lock, timeout: float | None, location: str, *,
+                    between: Callable[[], None] | None = None) -> None:
+    """Take ``lock``, waiting up to ``timeout`` seconds (``None``: as long as its holder runs), in
+    slices with ``between()`` after each (it may raise to stop waiting).  Raises
+    :class:`LockTimeout` when the time is up, or when the holder has been stopped for
+    :data:`STOPPED_WRITER_WAIT` seconds, saying how to resume it."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    stopped_since: float | None = None
+    look_at = time.monotonic()
+    while True:
+        left = LOCK_WAIT_SLICE if deadline is None else min(LOCK_WAIT_SLICE, deadline - time.monotonic())
+        if lock.acquire(max(0.0, left)):
+            return
+        if between is not None:
+            between()
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            raise LockTimeout(f"another process is writing {location}")
+        if now >= look_at and not lock.held_here():  # (about once a second)
+            look_at = now + 1.0
+            try:
+                holder = lock.holder() or {}
+            except Exception:  # (a database lock's holder is a query; the wait goes on without it)
+                holder = {}
+            stopped_since = (now if stopped_since is None else stopped_since) if holder.get("stopped") else None
+            if stopped_since is not None and now - stopped_since >= STOPPED_WRITER_WAIT:
+                raise LockTimeout(f"pid {holder['pid']} holds the writer lock of {location} but is stopped (Ctrl-Z "
+                                  f"or SIGSTOP), so it cannot finish: {resume_advice(holder['pid'])}, then try again")
+
+
 class FileWriterLock:
     def __init__(self, index_path: Path):
         self.path = Path(str(index_path) + ".lock")
@@ -55,18 +151,29 @@ class FileWriterLock:
             return False
         fd, taken = None, False
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
             while True:
+                if fd is None:
+                    fd = self._open()
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
                 except BlockingIOError:
                     if deadline is not None and time.monotonic() >= deadline:
                         return False
                     time.sleep(0.05)
-            os.ftruncate(fd, 0)
-            os.write(fd, json.dumps({"pid": os.getpid(), "since": time.time()}).encode())
+                    continue
+                except OSError as exc:  # (a bare "[Errno 37] No locks available" named nothing)
+                    raise OSError(f"cannot lock {self.path}: {exc.strerror or exc} (does its file system support "
+                                  "file locks? an NFS mount without a lock service does not; keep the state folder "
+                                  "on a local disk: --state-dir or MEMDIR_STATE_DIR)") from exc
+                if _is_file_at(fd, self.path):
+                    break
+                # The file was deleted or replaced since it was opened: a lock on it excludes nobody
+                # (the next writer opens the file at the path), so the one at the path is taken.
+                os.close(fd)
+                fd = None
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+            self._stamp(fd)
             self._fd, self._thread_lock, taken = fd, thread_lock, True
             return True
         finally:
@@ -76,6 +183,67 @@ class FileWriterLock:
                 if fd is not None:
                     os.close(fd)  # (drops the flock too)
                 thread_lock.release()
+
+    def still_held(self) -> bool:
+        """Whether this holder still excludes other writers; checked before each write.
+
+        Why: a lock file deleted or replaced while held (``rm -rf`` of the state folder, a cleanup
+        script, a sync tool restoring it) leaves this lock on a file without a name, and the next
+        writer takes the new file's at once.  When the file at the path is not ours, its lock is
+        taken now without waiting; ``False`` when another process already holds it.
+        """
+        fd = self._fd
+        if fd is None:
+            return False
+        new = None
+        try:
+            if _is_file_at(fd, self.path):
+                return True
+            new = self._open()
+            fcntl.flock(new, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not _is_file_at(new, self.path):  # replaced again meanwhile: nothing sure to hold
+                return False
+            self._stamp(new)
+            self._fd, new = new, None
+        except OSError:  # (BlockingIOError: another writer has it; or the folder is gone or unusable)
+            return False
+        finally:
+            if new is not None:
+                os.close(new)
+        os.close(fd)
+        return True
+
+    def _open(self) -> int:
+        """The lock file, never through a symlink: taking the lock empties the file, and a link
+        planted at its name (an index path in a cloned repository's config) emptied its target."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | _NOFOLLOW
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP and os.path.islink(self.path):
+                raise OSError(f"the writer lock {self.path} is a symbolic link: memdir does not write through it; "
+                              "remove it") from exc
+            raise
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            from memdir.reading import kind_of
+
+            raise OSError(f"the writer lock {self.path} is {kind_of(mode)}, not a regular file: remove it")
+        if os.geteuid() == 0:
+            _give_to_folder_owner(fd, self.path.parent)
+        return fd
+
+    @staticmethod
+    def _stamp(fd: int) -> None:
+        """Say who holds the lock (for ``status``); only a courtesy: on a full disk the lock is held
+        without it (the failed write made every sync fail with a bare "No space left on device")."""
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "since": time.time()}).encode(), 0)
+        except OSError:
+            pass
 
     def release(self) -> None:
         fd, thread_lock, self._fd, self._thread_lock = self._fd, self._thread_lock, None, None
@@ -94,11 +262,13 @@ class FileWriterLock:
 
     def holder(self) -> dict[str, float] | None:
         """Who holds the lock right now, or ``None`` if nobody does."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
+        try:  # (non-blocking: opening a FIFO planted at that name waited for a writer for ever)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
         except OSError:
             return None
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None  # (never taken: see _open)
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -106,9 +276,14 @@ class FileWriterLock:
             except BlockingIOError:
                 raw = os.read(fd, 4096)
                 try:
-                    return json.loads(raw or b"{}")
+                    who = json.loads(raw or b"{}")
                 except ValueError:
                     return {}
+                if not isinstance(who, dict):
+                    return {}
+                if is_stopped(who.get("pid")):
+                    who["stopped"] = True
+                return who
         finally:
             os.close(fd)
 

@@ -26,6 +26,7 @@ import os
 import re
 import secrets
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,6 +129,45 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+#: How long an append waits for another writer's lock on the file: appends hold it for one write
+#: and an fsync, so only a stopped (Ctrl-Z, SIGSTOP) or hung holder keeps it this long.
+APPEND_LOCK_WAIT = 30.0
+
+
+def _lock_for_append(fd: int, name: str) -> None:
+    """Take the file's exclusive ``flock``, waiting at most :data:`APPEND_LOCK_WAIT` seconds.
+
+    Why not block: a holder stopped mid-append made every later ``memdir append`` and
+    ``memory_append`` wait for ever, without a word.  Why not poll: a waiter that sleeps between
+    tries loses the lock to a busy appender every time; the wait stays in the kernel's queue, in a
+    helper thread on a duplicate of ``fd`` (same open file, so the same lock), and is abandoned
+    after the time is up (a lock it takes later is let go as its descriptor closes).
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    dup = os.dup(fd)
+    done, failed = threading.Event(), []
+
+    def wait() -> None:
+        try:
+            fcntl.flock(dup, fcntl.LOCK_EX)
+        except OSError as exc:
+            failed.append(exc)
+        finally:
+            os.close(dup)
+            done.set()
+
+    threading.Thread(target=wait, name="memdir-append-lock", daemon=True).start()
+    if not done.wait(APPEND_LOCK_WAIT):
+        raise MemoryFileError(f"cannot append to {MEMORY_DIR}/{name}: another process has held its lock for "
+                              f"{APPEND_LOCK_WAIT:g} s (is it stopped, with Ctrl-Z or SIGSTOP?); nothing was written")
+    if failed:
+        raise failed[0]
+
+
 def _undo_append(fd: int, size: int) -> None:
     """Cut a failed append (disk full, file size limit) back to the file's size before it, so the
     log never keeps a half-written line; still under the writer's ``flock``, so no other entry
@@ -165,7 +205,7 @@ def append_memory_file(
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise UnsafeMemoryPath(errno.EINVAL, f"{MEMORY_DIR}/{name} is not a regular file")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _lock_for_append(fd, name)
             try:
                 size = os.fstat(fd).st_size
                 try:

@@ -68,7 +68,10 @@ class ProgressFile:
             self.before_write()
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_text(json.dumps({**self._state, "updatedAt": time.time()}))
+            # (not through a symlink planted at that name: it would empty and overwrite its target)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps({**self._state, "updatedAt": time.time()}))
             os.replace(tmp, self.path)
         except OSError:  # a read-only or full state folder: progress is a courtesy
             try:
@@ -86,8 +89,10 @@ class ProgressFile:
 
 def read_progress(index_path: Path) -> dict[str, Any] | None:
     """The last progress a writer recorded (callers check the writer lock is still held)."""
-    try:
-        data = json.loads(Path(str(index_path) + ".progress").read_text())
+    from memdir.reading import read_regular
+
+    try:  # (a FIFO at that name waited for a writer for ever)
+        data = json.loads(read_regular(str(index_path) + ".progress", limit=1 << 20))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None

@@ -207,9 +207,10 @@ def snapshot_key(*, config_path: str | None, workspace: str | None, agent_id: st
 
 def load_snapshot(path: Path, key: str) -> SnapshotConfig | None:
     """The snapshot at ``path`` if it is intact and was written for ``key``; else ``None``."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+    from memdir.reading import read_regular
+
+    try:  # (a FIFO at that name waited for a writer for ever: every CLI command hung)
+        data = json.loads(read_regular(path, limit=None))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("settings"), dict):

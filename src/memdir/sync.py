@@ -30,7 +30,7 @@ from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
 from memdir.errors import IndexOwnershipError, MemoryClosed, ownership_message
 from memdir.indexing_switches import INDEXING
-from memdir.lock import LockTimeout
+from memdir.lock import LockTimeout, WriterLockLost, resume_advice, wait_for_writer
 from memdir.progress import ProgressFile
 from memdir.reading import read_note
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
@@ -42,6 +42,7 @@ from memdir.workspace import (
     decode_note,
     discover,
     display_path,
+    is_unlisted,
     restat,
     valid_name,
 )
@@ -70,8 +71,6 @@ KEYWORD_PUBLISH_INTERVAL = 2.0
 #: batches it is given ahead of the one being written.
 WORKER_BATCH_BYTES = 64_000
 WORKER_AHEAD = 8
-#: Seconds between looks at whether a sync waiting for the writer lock should give up (closing).
-LOCK_WAIT_SLICE = 0.25
 
 
 @dataclass
@@ -374,6 +373,8 @@ class Indexer:
         self.progress_file = ProgressFile(Path(settings.index_path), workspace=str(settings.workspace_path),
                                           min_interval=0.5)
         self._skipped: list[Skipped] = []
+        #: What the last listing could not look at (see :attr:`memdir.workspace.Discovery.unlisted`).
+        self._unlisted: list[str] = []
         #: Width of the vectors in the index being written (its meta's, else the first written).
         self._width: int | None = None
         #: A full build whose provider has not told its width yet: ask it once (see _learn_width).
@@ -484,20 +485,23 @@ class Indexer:
         # (another thread of this process, e.g. a watcher's sync: the wait is short and no news)
         if lock_timeout is None and self.notice is not None and not self.lock.held_here():
             holder = self.lock.holder() or {}
+            stopped = (f"; it is stopped (Ctrl-Z or SIGSTOP): {resume_advice(holder['pid'])}"
+                       if holder.get("stopped") else "")
             self.notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish "
-                        f"writing {self.store.location}")
+                        f"writing {self.store.location}{stopped}")
         if lock_timeout == 0:
             raise LockTimeout(f"another process is writing {self.store.location}")
-        # Waited for in slices, so a watcher stopped or a Memory closed meanwhile stops waiting:
-        # Ctrl-C on `memdir watch` while another process wrote the index took 20 s to exit.
-        deadline = None if lock_timeout is None else time.monotonic() + lock_timeout
-        while True:
-            left = LOCK_WAIT_SLICE if deadline is None else min(LOCK_WAIT_SLICE, deadline - time.monotonic())
-            if self.lock.acquire(max(0.0, left)):
-                return
-            self._stop_if_closing()
-            if deadline is not None and time.monotonic() >= deadline:
-                raise LockTimeout(f"another process is writing {self.store.location}")
+        # (a watcher stopped or a Memory closed meanwhile stops waiting: Ctrl-C on `memdir watch`
+        # while another process wrote the index took 20 s to exit)
+        wait_for_writer(self.lock, lock_timeout, self.store.location, between=self._stop_if_closing)
+
+    def _still_writer(self) -> None:
+        """Before each write: stop if another process became the index's writer meanwhile (this
+        one's lock file was deleted or replaced, see :meth:`FileWriterLock.still_held`)."""
+        if not self.lock.still_held():
+            raise WriterLockLost(f"the writer lock of {self.store.location} was deleted or replaced during this sync "
+                                 "and could not be taken again (another memdir process holds it now, or its folder "
+                                 "cannot be written): this sync stopped (what it wrote stays; run it again)")
 
     def _stop_if_closing(self) -> None:
         if self.closing is not None and self.closing():
@@ -567,15 +571,15 @@ class Indexer:
         files = restat(last[1]) if reuse and last is not None and last[0] == key else None
         if files is not None:
             issues: list[str] = []  # a listing is reused only when it had no issues and skipped nothing
-            self._skipped = []
+            self._skipped, self._unlisted = [], []
         else:
             found = discover(workspace, extra)
             self._listing = (key, found) if found.folders is not None else None
             files = list(found.files)
-            self._skipped = list(found.skipped)
+            self._skipped, self._unlisted = list(found.skipped), list(found.unlisted)
             issues = list(found.issues)
         if "memory" not in self.settings.memory_search.sources:
-            files, self._skipped = [], []
+            files, self._skipped, self._unlisted = [], [], []
         for source in self.extra_sources:
             for entry in source.list_files():
                 if valid_name(entry.path):
@@ -598,9 +602,15 @@ class Indexer:
         files, _ = self.list_files(reuse=reuse)
         rows = self.store.file_rows()
         changed = [f for f in files if rows.get((f.path, f.source), ("", -1, -1))[1:] != (f.mtime_ns, f.size)]
+        return changed, self._gone(rows, files)
+
+    def _gone(self, rows: dict[tuple[str, str], Any], files: list[FileEntry]) -> list[tuple[str, str]]:
+        """Indexed files the last listing did not find, but for memory files in a folder (or
+        themselves) that could not be looked at: their notes were not deleted, and a folder made
+        unreadable (a chmod, an unmounted share) used to drop them from the index without a word."""
         present = {(f.path, f.source) for f in files}
-        gone = [key for key in rows if key not in present]
-        return changed, gone
+        return [key for key in rows if key not in present
+                and not (key[1] == "memory" and is_unlisted(key[0], self._unlisted))]
 
     # -- incremental -------------------------------------------------------------------------
     def _incremental(self, store: Store, progress: Progress | None, deadline: float | None,
@@ -629,8 +639,7 @@ class Indexer:
                 report.deferred += 1
                 continue
             todo.append(f)
-        present = {(f.path, f.source) for f in files}
-        gone = [key for key in rows if key not in present]
+        gone = self._gone(rows, files)
 
         total = len(todo)
         label = "Indexing memory files…"
@@ -693,6 +702,7 @@ class Indexer:
             done += self._write_batch(store, batch, report, strict=strict, on_embedded=on_embedded)
             chunks_done += pending_chunks
         report.skipped[:0] = [s.as_dict() for s in self._skipped]
+        self._still_writer()
         with store.transaction():
             for f, file_hash in touched:
                 store.touch_file(f.path, f.source, file_hash, f.mtime_ns, f.size)
@@ -929,6 +939,7 @@ class Indexer:
                      report: SyncReport, *, strict: bool, on_embedded: Callable[[int], None] | None = None) -> int:
         model = self.model_name
         all_chunks = [c for _, _, chunks in batch for c in chunks]
+        self._still_writer()
         with store.transaction():
             try:
                 vectors = self._embed(store, all_chunks, report, on_embedded)
@@ -995,6 +1006,7 @@ class Indexer:
             ident = self.identity()
             if self.provider is not None and self.provider.dims:
                 ident["vectorDims"] = self.provider.dims
+            self._still_writer()  # (the rebuild is copied in next)
             with fresh.transaction():
                 fresh.write_meta({**ident, "builtAt": int(time.time() * 1000)})
                 fresh.cache_prune(ms.cache.max_entries if ms.cache.enabled else None)

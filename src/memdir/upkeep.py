@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memdir.errors import IndexDamaged, IndexOwnershipError, ownership_message
-from memdir.lock import LockTimeout
+from memdir.lock import LockTimeout, resume_advice
 from memdir.stores.base import OWNER_STATE
 
 if TYPE_CHECKING:
@@ -199,6 +199,8 @@ class IndexUpkeep:
                 partial = None
         note = (f"the index is being built ({describe_progress(progress)}); "
                 + ("results so far are partial" if partial else "results will appear when it is done"))
+        if holder.get("stopped"):  # (and never will, until it is resumed)
+            note += f"; but pid {holder['pid']} is stopped (Ctrl-Z or SIGSTOP): {resume_advice(holder['pid'])}"
         return True, [note], partial
 
     def _build_first_index_now(self) -> None:

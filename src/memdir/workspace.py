@@ -66,6 +66,10 @@ class Discovery:
     issues: list[str] = field(default_factory=list)
     #: Memory-looking files that cannot be indexed (bad name, not a regular file, unreadable folder).
     skipped: list[Skipped] = field(default_factory=list)
+    #: Workspace-relative files and folders that exist but could not be looked at (permission
+    #: denied, I/O error): whether their notes are still there is unknown, so a sync keeps what it
+    #: indexed from them instead of removing it (see :func:`is_unlisted`).
+    unlisted: list[str] = field(default_factory=list)
     #: ``(path, (inode, ctime_ns))`` of every folder whose listing made ``files``, each taken before
     #: it was listed; ``None`` when the listing cannot be reused (see :func:`restat`).
     folders: list[tuple[str, tuple[int, int]]] | None = None
@@ -114,14 +118,15 @@ class Skipped:
         return {"path": self.path, "error": self.error}
 
 
-def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped],
+def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unlisted: list[str],
           folders: list[tuple[str, tuple[int, int]]] | None = None) -> Iterator[tuple[str, str, os.stat_result]]:
     """``(abs, rel, stat)`` of regular ``*.md`` files under ``folder``, depth first, sorted.
 
     Iterative, so folders nested thousands deep cannot exhaust the recursion limit; each folder
     is listed and closed before its subfolders are entered, so open descriptors stay bounded.
     Symlinks and :data:`IGNORED_DIRS` are skipped; ``.md`` names that are not valid UTF-8 or not
-    regular files are reported in ``skipped``.  Paths stay strings: on 10,000 files, building
+    regular files are reported in ``skipped``, folders and files that cannot be looked at also in
+    ``unlisted``.  Paths stay strings: on 10,000 files, building
     ``Path`` objects cost more than all the ``stat`` calls together.  The subfolders entered are
     added to ``folders`` with their stat, taken before they are listed.
     """
@@ -137,6 +142,8 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped],
             except OSError as exc:
                 issues.append(f"memory directory not accessible ({display_path(path)}): {_errname(exc)}")
                 skipped.append(Skipped(display_path(prefix.rstrip("/")), f"folder not readable: {_errname(exc)}"))
+                if _still_there(exc):
+                    unlisted.append(prefix.rstrip("/"))
                 entries = []
             stack.append((entries, 0, prefix))
         if not stack:
@@ -173,6 +180,14 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped],
         except OSError as exc:
             issues.append(f"{display_path(entry.path)} not readable ({_errname(exc)})")
             skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
+            if _still_there(exc):
+                unlisted.append(prefix + entry.name)
+
+
+def _still_there(exc: OSError) -> bool:
+    """Whether what failed to be looked at may still hold notes (not deleted, or replaced by a file,
+    in the middle of the listing)."""
+    return exc.errno not in (errno.ENOENT, errno.ENOTDIR)
 
 
 def _folder_id(st: os.stat_result) -> tuple[int, int]:
@@ -209,6 +224,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         except OSError as exc:
             found.issues.append(f"{p} not readable ({_errname(exc)})")
             found.skipped.append(Skipped(name, _errname(exc)))
+            found.unlisted.append(name)
             continue
         if stat.S_ISREG(st.st_mode):
             candidates.append((str(p), name, st, base))
@@ -226,13 +242,14 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             if folders is not None:
                 folders.append((str(mem_dir), _folder_id(st)))
             candidates.extend((*c, base) for c in _walk(str(mem_dir), MEMORY_DIR + "/", found.issues, found.skipped,
-                                                        folders))
+                                                        found.unlisted, folders))
         elif stat.S_ISLNK(st.st_mode):  # said, as for MEMORY.md: a folder linked in from a synced drive
             found.skipped.append(Skipped(MEMORY_DIR, "a symlink (not followed: keep the folder itself in the "
                                                      "workspace, or list the folder it points to in extraPaths)"))
     except OSError as exc:
         if not isinstance(exc, FileNotFoundError):
             found.issues.append(f"memory directory not accessible ({mem_dir}): {_errname(exc)}")
+            found.unlisted.append(MEMORY_DIR)
     for extra in extra_paths or []:
         try:
             st = os.lstat(extra)
@@ -241,6 +258,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             continue
         except OSError as exc:
             found.issues.append(f"additional memory path not accessible ({extra}): {exc.strerror}")
+            found.unlisted.append(rel_path(workspace, extra))
             continue
         if stat.S_ISLNK(st.st_mode):
             found.skipped.append(Skipped(display_path(rel_path(workspace, extra)),
@@ -248,7 +266,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             continue
         if stat.S_ISDIR(st.st_mode):
             candidates.extend((*c, str(extra)) for c in _walk(str(extra), rel_path(workspace, extra) + "/",
-                                                              found.issues, found.skipped))
+                                                              found.issues, found.skipped, found.unlisted))
         elif stat.S_ISREG(st.st_mode) and extra.name.endswith(".md"):
             if valid_name(str(extra)):
                 candidates.append((str(extra), rel_path(workspace, extra), st, str(extra.parent)))
@@ -269,6 +287,11 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
     if folders is not None and not found.issues and not found.skipped:
         found.folders = folders
     return found
+
+
+def is_unlisted(path: str, unlisted: list[str]) -> bool:
+    """Whether the indexed ``path`` is, or is below, one of a listing's :attr:`Discovery.unlisted`."""
+    return any(path == u or path.startswith(u + "/") for u in unlisted)
 
 
 def restat(listing: Discovery) -> list[FileEntry] | None:

@@ -111,6 +111,10 @@ class WriterLock(Protocol):
 
     def release(self) -> None: ...
 
+    def still_held(self) -> bool:
+        """Whether this holder still excludes every other writer (checked before each write)."""
+        ...
+
     def holder(self) -> dict[str, Any] | None:
         """Who holds the lock now (``{"pid": …, "since": …}``), or ``None``."""
         ...

@@ -326,6 +326,10 @@ class AdvisoryWriterLock:
             conn.close()
             self._thread_lock.release()
 
+    def still_held(self) -> bool:
+        """Held while its connection is: the server drops the lock only with the session."""
+        return self._conn is not None
+
     def holder(self) -> dict[str, Any] | None:
         """The holding client's pid and host (from its application name) and since when."""
         with self.db.connection() as conn:

@@ -18,6 +18,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,42 @@ def is_unwritable_error(exc: BaseException) -> bool:
         return True
     text = str(exc).lower()
     return any(m in text for m in NO_SPACE_MARKERS)
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def unwritable_file(path: Path) -> str | None:
+    """Why this user cannot update the index although its folder may be writable: the index, its
+    write-ahead log (``-wal``), its shared memory (``-shm``) or its writer lock (``.lock``) is a
+    file this user cannot write, typically one left by memdir run as another user (root).
+    ``None`` when each can be written.
+
+    Why: SQLite only says "attempt to write a readonly database" or "unable to open database
+    file", which names neither the file nor what to do; and a ``-wal`` this user cannot read
+    hides the index's latest writes, so its searches are stale.
+    """
+    for suffix in ("", "-wal", "-shm", ".lock"):
+        name = f"{path}{suffix}"
+        try:
+            st = os.stat(name)
+        except OSError:
+            continue
+        if os.access(name, os.W_OK):
+            continue
+        readable = "" if os.access(name, os.R_OK) else " or read"
+        also = " (what was written last may be missing from searches)" if suffix == "-wal" and readable else ""
+        if st.st_uid == os.geteuid():  # this user's own file, made read-only
+            return f"{name} is read-only (mode {stat.S_IMODE(st.st_mode):o}){also}: make it writable (chmod u+rw)"
+        return (f"{name} belongs to {_user(st.st_uid)} and this user, {_user(os.geteuid())}, cannot write{readable} "
+                f"it{also}: run memdir as that user, or give the index's files to this one (chown)")
+    return None
 
 
 def first_line(exc: BaseException) -> str:
@@ -277,7 +314,7 @@ def _untruncated_copy(corrupt: Path) -> Path | None:
 
 def _read_cache(source: Path, conn: Any, batch: int) -> int:
     try:
-        old = db.binding().connect(f"file:{source.as_posix()}?mode=ro&immutable=1", uri=True,
+        old = db.binding().connect(db.file_uri(source, "mode=ro&immutable=1"), uri=True,
                                    check_same_thread=False)
         # Read past schema entries that point at lost pages (a truncated file's later tables);
         # the connection is read-only, so nothing can be written through it.
@@ -382,7 +419,7 @@ def connect_readonly(path: Path) -> Any:
         if not is_unwritable_error(exc):
             raise
     mod = db.binding()
-    conn = mod.connect(f"file:{Path(path).as_posix()}?mode=ro&immutable=1", uri=True, check_same_thread=False,
+    conn = mod.connect(db.file_uri(path, "mode=ro&immutable=1"), uri=True, check_same_thread=False,
                        isolation_level=None)
     conn.execute("PRAGMA temp_store = MEMORY")
     return conn

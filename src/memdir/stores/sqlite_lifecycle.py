@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from memdir import db
 from memdir.errors import StoreError
-from memdir.lock import FileWriterLock
+from memdir.lock import FileWriterLock, wait_for_writer
 from memdir.stores import sqlite_health as health
 from memdir.stores.base import RECOVERED_STATE
 
@@ -95,6 +95,9 @@ class SqliteLifecycle:
         # Only an index that was there before this open has something to serve read-only (a
         # rebuild's new shadow, made on a full disk, must fail, not open empty).
         existed = self.path.is_file() and self.path.stat().st_size > 0
+        foreign = health.unwritable_file(self.path) if existed and not self.readonly else None
+        if foreign is not None:  # (else the first write fails, saying only "readonly database")
+            self.readonly, self.readonly_reason, self.readonly_for_space = True, foreign, False
         if not self.readonly:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -248,7 +251,7 @@ def recover_path(path: Path, problem: str, factory: Callable[[Path], Any], *, no
         if notice is not None:
             holder = lock.holder() or {}
             notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish writing {path}")
-        lock.acquire()
+        wait_for_writer(lock, None, str(path))  # (not for ever for one that is stopped)
     try:
         if identity is not None and health.file_identity(path) != identity:
             return None  # another process already replaced the damaged file

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,7 +99,11 @@ def read(path: Path, *, dims: int, epoch: str | None, lo: int, hi: int
     import numpy as np
 
     try:
-        with open(path, "rb") as fh:
+        # (non-blocking, regular files only: a FIFO at that name waited for a writer for ever)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with open(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
             head = fh.read(4096)
             if head[: len(MAGIC)] != MAGIC:
                 return None
