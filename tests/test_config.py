@@ -192,6 +192,10 @@ def test_config_show_lists_values_and_origins(tmp_path: Path, run_cli):
     ("[memorySearch.sync]\nsearchBudgetMs = -1", "memorySearch.sync.searchBudgetMs", "greater than or equal to 0"),
     ('[memorySearch]\nprovider = "opneai"', "memorySearch.provider", "did you mean 'openai'"),
     ('[memorySearch]\nfallback = "lokal"', "memorySearch.fallback", "did you mean 'local'"),
+    # an unknown zone silently meant the machine's (dates a day off); 'Europe' is a folder of zones
+    ('userTimezone = "Europe/Berln"', "userTimezone", "did you mean 'Europe/Berlin'"),
+    ('userTimezone = "Mars/Olympus_Mons"', "userTimezone", "must be an IANA name"),
+    ('[agents.defaults]\nuserTimezone = "Europe"', "userTimezone", "unknown timezone 'Europe'"),
 ])
 def test_nonsense_values_are_rejected_naming_key_and_file(tmp_path: Path, toml: str, key: str, why: str):
     cfg = tmp_path / "memdir.toml"
@@ -200,6 +204,13 @@ def test_nonsense_values_are_rejected_naming_key_and_file(tmp_path: Path, toml: 
         load_config(workspace=tmp_path)
     message = str(info.value).replace("greater than or equal to", ">=") if why == ">= 0" else str(info.value)
     assert key in message and str(cfg) in message and why in message
+
+
+def test_an_unknown_timezone_from_the_environment_names_the_variable(tmp_path: Path):
+    with pytest.raises(ConfigError, match=r"userTimezone from \$MEMDIR_USER_TIMEZONE: unknown timezone 'Pacific'"):
+        load_config(workspace=tmp_path, env={"MEMDIR_USER_TIMEZONE": "Pacific"})
+    known = load_config(workspace=tmp_path, env={"MEMDIR_USER_TIMEZONE": "Pacific/Auckland"}).settings
+    assert known.user_timezone == "Pacific/Auckland"
 
 
 def test_sensible_out_of_range_values_are_still_clamped():

@@ -12,7 +12,7 @@ Values R§1 *clamps* stay clamped (weights normalised to sum 1, ``overlap < toke
 are rejected instead of being silently turned into something that disables a feature (OpenClaw
 would turn ``maxResults = 0`` into "every search returns nothing"): ``maxResults ≤ 0``,
 ``chunking.tokens ≤ 0``, ``halfLifeDays ≤ 0``, negative weights, ``cache.maxEntries < 0``,
-``searchBudgetMs < 0``, ``sources = []``, an unknown ``provider``, and an agent id that is not a
+``searchBudgetMs < 0``, ``sources = []``, an unknown ``provider`` or ``userTimezone``, and an agent id that is not a
 plain name (it becomes a file name under the state folder).
 """
 
@@ -535,6 +535,20 @@ class Settings(_Model):
     @classmethod
     def _plain_agent_id(cls, value: str) -> str:
         check_agent_id(value)
+        return value
+
+    @field_validator("user_timezone")
+    @classmethod
+    def _known_timezone(cls, value: str | None) -> str | None:
+        # an unknown zone silently meant the machine's: "yesterday" in a search and the day a note
+        # was filed under could be a day off without a word ('Europe' even failed every dated search)
+        from memdir.timezones import unknown_timezone
+
+        problem = unknown_timezone(value)
+        if problem:
+            from zoneinfo import available_timezones
+
+            raise ValueError(problem + did_you_mean(str(value).strip(), available_timezones()))
         return value
 
     @model_validator(mode="after")
