@@ -104,6 +104,22 @@ def test_a_damaged_or_unwritable_snapshot_only_costs_time(ws: Path, run_cli, sta
             (state_dir / "cache").chmod(0o700)
 
 
+def test_a_workspace_gone_since_the_snapshot_is_an_error_not_an_emptied_index(ws: Path, run_cli):
+    """The snapshot skipped load_config's check that the workspace exists: a search after the folder
+    was moved (or its drive unmounted) synced an empty listing, said "No matches." and left the
+    index empty; without a snapshot the same command was a configuration error."""
+    env = {"MEMDIR_PROVIDER": "none"}
+    run_cli("search", "ramen", "-w", str(ws), env=env, check=True)  # writes the snapshot
+    moved = ws.with_name("moved")
+    ws.rename(moved)
+    out = run_cli("search", "ramen", "--json", "-w", str(ws), env=env)
+    assert out.returncode == 1 and f"workspace {ws} does not exist" in out.stderr
+    assert json.loads(out.stdout)["error"]["kind"] == "config"
+    moved.rename(ws)
+    kept = run_cli("search", "ramen", "--no-sync", "--json", "-w", str(ws), env=env, check=True)
+    assert len(json.loads(kept.stdout)["results"]) == 6  # the index still holds the notes
+
+
 def test_keyword_search_imports_neither_pydantic_nor_numpy_nor_the_indexer(ws: Path, run_cli, state_dir: Path):
     env = {**cli_env(state_dir), "MEMDIR_PROVIDER": "none"}
     run_cli("index", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"}, check=True)

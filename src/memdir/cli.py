@@ -309,7 +309,7 @@ def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
     key, path = settings_cache.snapshot_key(config_path=getattr(args, "config", None),
                                             agent_id=getattr(args, "agent", None), **flags)
     remembered = settings_cache.load_snapshot(path, key)
-    if remembered is not None:
+    if remembered is not None and remembered.settings.workspace_path.is_dir():  # else load_config says why
         return Memory(config=remembered, notice=_notice)
     loaded = _load_config(args)
     settings_cache.save_snapshot(path, key, loaded)
