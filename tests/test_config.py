@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memdir.config import ConfigError, candidate_count, load_config, parse_byte_size
+from memdir.config import ConfigError, candidate_count, load_config, mask_dsn_password, parse_byte_size
 
 
 def ms(**kw):
@@ -318,3 +318,14 @@ def test_a_home_path_without_a_home_is_refused_not_made_in_the_current_folder(ho
                     overrides={"memorySearch": {"extraPaths": ["~/notes"]}})
     assert load_config(workspace=ws, state_dir=tmp_path / "state", env={}).settings.state_path == tmp_path / "state"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]
+
+
+@pytest.mark.parametrize("dsn,shown", [
+    ("postgresql://u:pw1@h/db?sslpassword=pw2&sslmode=require", "postgresql://u:***@h/db?sslpassword=***&sslmode=require"),
+    ("host=h password=pw1 sslpassword=pw2 dbname=x", "host=h password=*** sslpassword=*** dbname=x"),
+    ("postgresql://u@h/db?password=pw1&sslmode=require", "postgresql://u@h/db?password=***&sslmode=require"),
+    ("host=h password='pw1 pw2' dbname=x", "host=h password=*** dbname=x"),
+])
+def test_config_show_masks_every_password_in_a_dsn(dsn: str, shown: str):
+    """libpq's ``sslpassword`` (the client key's passphrase) was printed by ``config show`` as given."""
+    assert mask_dsn_password(dsn) == shown

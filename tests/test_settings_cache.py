@@ -120,6 +120,17 @@ def test_a_workspace_gone_since_the_snapshot_is_an_error_not_an_emptied_index(ws
     assert len(json.loads(kept.stdout)["results"]) == 6  # the index still holds the notes
 
 
+def test_the_snapshot_holding_secrets_is_readable_by_its_owner_only(ws: Path, run_cli, state_dir: Path):
+    """The remembered settings hold ``remote.apiKey`` and the DSN's password: the snapshot was
+    written 0644 in a 0755 folder, so a key kept in a 0600 config file was readable by every user."""
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n[memorySearch.remote]\napiKey = "sk-secret"\n')
+    (ws / "memdir.toml").chmod(0o600)
+    run_cli("search", "ramen", "-w", str(ws), check=True)
+    (snap,) = _snapshots(state_dir)
+    assert "sk-secret" in snap.read_text()  # what is at stake
+    assert snap.stat().st_mode & 0o777 == 0o600 and snap.parent.stat().st_mode & 0o777 == 0o700
+
+
 def test_keyword_search_imports_neither_pydantic_nor_numpy_nor_the_indexer(ws: Path, run_cli, state_dir: Path):
     env = {**cli_env(state_dir), "MEMDIR_PROVIDER": "none"}
     run_cli("index", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"}, check=True)

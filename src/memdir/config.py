@@ -850,7 +850,7 @@ class LoadedConfig:
 def mask_dsn_password(dsn: str) -> str:
     """A connection string with its password replaced by ``***`` (URL or ``key=value`` form)."""
     dsn = re.sub(r"(://[^:/@?#]*:)[^/?#]*@", r"\1***@", dsn)
-    return re.sub(r"(\bpassword\s*=\s*)('[^']*'|\S+)", r"\1***", dsn)
+    return re.sub(r"(\b\w*password\s*=\s*)('[^']*'|[^\s&]+)", r"\1***", dsn)  # sslpassword too
 
 
 def load_config(

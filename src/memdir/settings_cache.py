@@ -221,9 +221,13 @@ def save_snapshot(path: Path, key: str, loaded: Any) -> bool:
     try:
         payload = {"key": key, "settings": dump_with_properties(loaded.settings), "origins": loaded.origins,
                    "configFile": str(loaded.config_file) if loaded.config_file else None}
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
+        # the settings hold secrets (remote.apiKey, a DSN's password, perhaps from a 0600 config
+        # file or the environment): readable by its owner only, as the config file should be
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # a leftover of a killed run keeps the mode it was made with
+        with open(fd, "w", encoding="utf-8") as fh:
             json.dump(payload, fh)
         os.replace(tmp, path)
         return True
