@@ -177,6 +177,22 @@ def test_config_show_lists_values_and_origins(tmp_path: Path, run_cli):
     assert proc.returncode == 1 and "memorySearch.bogus" in proc.stderr
 
 
+def test_config_show_masks_api_keys_and_credential_headers(tmp_path: Path):
+    """``config show`` masked a DSN's password but printed ``remote.apiKey`` and an
+    ``Authorization`` header as they are: its output is what people paste into bug reports."""
+    (tmp_path / "memdir.toml").write_text(
+        '[memorySearch.remote]\napiKey = "sk-secret1"\n'
+        'headers = { Authorization = "Bearer sk-secret2", "X-Api-Key" = "sk-secret3", "X-Org" = "acme" }\n'
+        '[longTermMemory.embedding]\napiKey = "${OPENAI_API_KEY}"\n')
+    loaded = load_config(workspace=tmp_path)
+    rows = {key: value for key, value, _origin in loaded.rows()}
+    assert "sk-secret" not in json.dumps(rows)
+    assert rows["memorySearch.remote.apiKey"] == "***"
+    assert rows["memorySearch.remote.headers"] == {"Authorization": "***", "X-Api-Key": "***", "X-Org": "acme"}
+    assert rows["longTermMemory.embedding.apiKey"] == "${OPENAI_API_KEY}"  # where the key comes from: no secret
+    assert loaded.settings.memory_search.remote.api_key == "sk-secret1"  # only the display is masked
+
+
 # --- values are checked, not silently changed (issue 11 §4) ------------------------------------
 
 @pytest.mark.parametrize("toml,key,why", [

@@ -836,15 +836,29 @@ class LoadedConfig:
                 if isinstance(value, BaseModel):
                     walk(value, key + ".", camel + ".")
                 else:
-                    if key == "memory_search.store.dsn" and isinstance(value, str):
-                        value = mask_dsn_password(value)
-                    rows.append((camel, value, self.origins.get(key, "default")))
+                    rows.append((camel, _shown(name, value), self.origins.get(key, "default")))
 
         walk(self.settings, "", "")
         rows.append(("indexPath", str(self.settings.index_path), "derived"))
         rows.append(("stateKey", self.settings.state_key, "derived"))
         rows.append(("sessionsDir", str(self.settings.sessions_dir), "derived"))
         return rows
+
+
+#: Header names whose values are credentials (``Authorization``, ``X-Api-Key``, ``Cookie``, ...).
+_SECRET_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
+
+
+def _shown(name: str, value: Any) -> Any:
+    """A setting as ``config show`` prints it: credentials masked (its output gets pasted into bug
+    reports), a ``${VAR}`` reference kept, since it is no secret and says where the key comes from."""
+    if name == "dsn" and isinstance(value, str):
+        return mask_dsn_password(value)
+    if name == "api_key" and isinstance(value, str) and value and not re.fullmatch(r"\$\{\w+\}", value.strip()):
+        return "***"
+    if name == "headers" and isinstance(value, Mapping):
+        return {k: "***" if _SECRET_HEADER.search(str(k)) else v for k, v in value.items()}
+    return value
 
 
 def mask_dsn_password(dsn: str) -> str:
