@@ -136,6 +136,19 @@ def test_json_output_escapes_a_path_argument_that_is_not_utf8(ws: Path, run_cli)
     assert out.stdout.isascii() and json.loads(out.stdout) == {"text": "", "path": "memory/\udcff.md"}
 
 
+def test_append_from_a_closed_stdin_is_bad_usage(ws: Path, state_dir: Path):
+    """``memdir append - <&-`` said "'NoneType' object has no attribute 'buffer'"."""
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+
+    out = subprocess.run(["sh", "-c", 'exec "$0" -m memdir append - --json -w "$1" <&-', sys.executable, str(ws)],
+                         capture_output=True, text=True, env=cli_env(state_dir), timeout=60)
+    assert out.returncode == 2 and "stdin is closed" in out.stderr and "NoneType" not in out.stderr
+    assert json.loads(out.stdout)["error"]["kind"] == "usage"
+
+
 def test_no_matches_message(ws: Path, run_cli):
     out = run_cli("search", "xylophone", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"})
     assert out.returncode == 0 and out.stdout.strip() == "No matches."

@@ -444,6 +444,8 @@ def cmd_get(args: argparse.Namespace) -> int:
 def cmd_append(args: argparse.Namespace) -> int:
     text = " ".join(args.text)
     if args.text == ["-"]:
+        if sys.stdin is None:  # started with stdin closed (`<&-`): "'NoneType' object has no attribute"
+            raise UsageError("- reads the note from stdin, and stdin is closed")
         # bytes that are not UTF-8 are kept as surrogates whatever the locale, so the note is
         # refused with one clear message (memfiles.normalise_entry) rather than a codec error
         text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
