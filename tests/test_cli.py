@@ -149,6 +149,22 @@ def test_append_from_a_closed_stdin_is_bad_usage(ws: Path, state_dir: Path):
     assert json.loads(out.stdout)["error"]["kind"] == "usage"
 
 
+def test_commands_run_with_stdout_closed(ws: Path, state_dir: Path):
+    """``memdir status >&-`` failed with "'NoneType' object has no attribute 'closed'" (``search
+    --json`` with a traceback): the output now goes nowhere, as with ``>/dev/null``."""
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+
+    for argv in (["status"], ["search", "pagination", "--json"], ["append", "closed stdout note"]):
+        out = subprocess.run(["sh", "-c", 'exec "$0" -m memdir "$@" >&-', sys.executable, *argv, "-w", str(ws)],
+                             capture_output=True, text=True, env=cli_env(state_dir, MEMDIR_PROVIDER="none"),
+                             timeout=60)
+        assert out.returncode == 0 and "NoneType" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert any("closed stdout note" in p.read_text() for p in (ws / "memory").glob("*.md"))
+
+
 def test_no_matches_message(ws: Path, run_cli):
     out = run_cli("search", "xylophone", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"})
     assert out.returncode == 0 and out.stdout.strip() == "No matches."
