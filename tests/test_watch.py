@@ -129,6 +129,20 @@ def test_interval_sync_runs_without_any_change(make_workspace):
                    "two interval syncs")
 
 
+def test_an_endless_interval_leaves_the_watcher_syncing(make_workspace):
+    """``intervalMinutes = inf`` (or 1e308) made the sync thread's wait an OverflowError: the thread
+    died and the watcher never synced a change again."""
+    ws = make_workspace({"memory/a.md": "Alpha.\n"})
+    with Memory(ws, config={"memorySearch": {"provider": "none", "sync": {"intervalMinutes": float("inf")}}}) as mem:
+        mem.sync()
+        events: list[dict] = []
+        mem.watch(on_event=events.append, debounce_ms=50)
+        eventually(lambda: mem.watcher.ready.is_set(), "the watches in place")
+        (ws / "memory" / "b.md").write_text("Bravo: the okapi plan.\n")
+        eventually(lambda: found(mem, "okapi plan") == ["memory/b.md"], "a change synced")
+        assert all(t.is_alive() for t in mem.watcher._threads)
+
+
 def test_status_says_when_a_sync_is_pending(make_workspace):
     ws = make_workspace({"memory/a.md": "Alpha.\n"})
     cfg = {"memorySearch": {"provider": "none", "sync": {"searchBudgetMs": 60_000}}}  # a loaded machine
