@@ -229,6 +229,19 @@ def test_an_unknown_timezone_from_the_environment_names_the_variable(tmp_path: P
     assert known.user_timezone == "Pacific/Auckland"
 
 
+def test_an_empty_state_dir_or_workspace_is_refused_not_the_current_folder(tmp_path: Path, monkeypatch):
+    """``--state-dir "$UNSET"`` resolved to the current folder (a workspace: the index went into its
+    memory/ folder); ``stateDir = 5`` in a file failed with "expected str, bytes or os.PathLike"."""
+    monkeypatch.chdir(tmp_path)
+    for flags in ({"state_dir": ""}, {"workspace": " "}):
+        with pytest.raises(ConfigError, match=r"\(given as --(state-dir|workspace)\): cannot be empty"):
+            load_config(**flags)
+    for value in ('""', "5"):
+        (tmp_path / "memdir.toml").write_text(f"stateDir = {value}\n")
+        with pytest.raises(ConfigError, match=rf"stateDir.* in {tmp_path / 'memdir.toml'}: (cannot be empty|must be)"):
+            load_config(workspace=tmp_path, env={})
+
+
 def test_sensible_out_of_range_values_are_still_clamped():
     h = ms(query={"hybrid": {"vectorWeight": 3, "textWeight": 0.5}}).query.hybrid
     assert (h.vector_weight, h.text_weight) == pytest.approx((2 / 3, 1 / 3))

@@ -537,6 +537,15 @@ class Settings(_Model):
         check_agent_id(value)
         return value
 
+    @field_validator("state_dir", "workspace")
+    @classmethod
+    def _not_empty(cls, value: str) -> str:
+        # "" resolved to the current folder: `--state-dir "$UNSET"` put the index inside the
+        # workspace's memory/ folder, `-w "$UNSET"` indexed wherever the command ran
+        if not value.strip():
+            raise ValueError("cannot be empty (leave it out for the default)")
+        return value
+
     @field_validator("user_timezone")
     @classmethod
     def _known_timezone(cls, value: str | None) -> str | None:
@@ -953,8 +962,10 @@ def load_config(
     # Relative paths in a config file are relative to the file's folder.
     if cfg_file is not None:
         for key in ("workspace", "state_dir"):
-            if origins.get(key, "").startswith("file:") and not os.path.isabs(os.path.expanduser(data[key])):
-                data[key] = str((cfg_file.parent / data[key]).resolve())
+            value = data[key]  # an empty or non-string value is left for validation to name
+            if (origins.get(key, "").startswith("file:") and isinstance(value, str) and value.strip()
+                    and not os.path.isabs(os.path.expanduser(value))):
+                data[key] = str((cfg_file.parent / value).resolve())
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
