@@ -248,6 +248,10 @@ def test_sensible_out_of_range_values_are_still_clamped():
     assert ms(cache={"maxEntries": 0}).cache.max_entries == 1
     assert ms(query={"minScore": -2}).query.min_score == 0
     assert ms(sources=["sessions"]).sources == ["memory"]  # filtered, not empty: R§1's fallback
+    # floor(inf) was an OverflowError the CLI printed as "cannot convert float infinity to integer"
+    assert ms(query={"hybrid": {"candidateMultiplier": float("inf")}}).query.hybrid.candidate_multiplier == 20
+    with pytest.raises(ConfigError, match=r"memorySearch\.query\.hybrid .*: candidateMultiplier must be a number"):
+        ms(query={"hybrid": {"candidateMultiplier": float("nan")}})
 
 
 def test_provider_ids_match_the_registry():

@@ -299,7 +299,10 @@ class HybridConfig(_Model):
             tw = _clamp(float(1 - vw if self.text_weight is None else self.text_weight), 0.0, 1.0)
             total = vw + tw
             self.vector_weight, self.text_weight = (0.7, 0.3) if total <= 0 else (vw / total, tw / total)
-        self.candidate_multiplier = int(_clamp(math.floor(float(self.candidate_multiplier)), 1, 20))
+        multiplier = float(self.candidate_multiplier)
+        if math.isnan(multiplier):  # floor(NaN) said "cannot convert float NaN to integer"; inf is clamped to 20
+            raise ValueError("candidateMultiplier must be a number (1 to 20), not NaN")
+        self.candidate_multiplier = math.floor(_clamp(multiplier, 1, 20))
         return self
 
 
