@@ -242,6 +242,14 @@ def test_an_empty_state_dir_or_workspace_is_refused_not_the_current_folder(tmp_p
             load_config(workspace=tmp_path, env={})
 
 
+@pytest.mark.parametrize("entry", ['workspace = "elsewhere"', "id = 5", 'id = ""'])
+def test_an_agents_list_entry_without_an_id_is_refused(tmp_path: Path, entry: str):
+    """An ``agents.list`` entry without a string id applied to no agent, without a word."""
+    (tmp_path / "memdir.toml").write_text(f"[[agents.list]]\n{entry}\n")
+    with pytest.raises(ConfigError, match=r"agents\.list\[0\] in .*memdir\.toml: needs an id"):
+        load_config(workspace=tmp_path)
+
+
 def test_sensible_out_of_range_values_are_still_clamped():
     h = ms(query={"hybrid": {"vectorWeight": 3, "textWeight": 0.5}}).query.hybrid
     assert (h.vector_weight, h.text_weight) == pytest.approx((2 / 3, 1 / 3))
