@@ -131,6 +131,26 @@ def test_the_snapshot_holding_secrets_is_readable_by_its_owner_only(ws: Path, ru
     assert snap.stat().st_mode & 0o777 == 0o600 and snap.parent.stat().st_mode & 0o777 == 0o700
 
 
+def test_old_snapshots_are_pruned(ws: Path, run_cli, state_dir: Path):
+    """One snapshot is written per set of inputs (every config edit, every folder memdir runs from)
+    and none was ever removed: the cache folder only grew."""
+    cache = state_dir / "cache"
+    cache.mkdir(parents=True)
+    for i in range(settings_cache.MAX_SNAPSHOTS + 10):
+        old = cache / f"settings-old{i:03d}.json"
+        old.write_text("{}")
+        os.utime(old, (1_000_000 + i, 1_000_000 + i))
+    (cache / "settings-left.json.123.tmp").write_text("{")  # a killed run's, long ago
+    os.utime(cache / "settings-left.json.123.tmp", (1_000_000, 1_000_000))
+    (cache / "settings-busy.json.456.tmp").write_text("{")  # being written right now
+    run_cli("search", "ramen", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"}, check=True)
+    names = sorted(p.name for p in cache.iterdir())
+    assert len([n for n in names if n.endswith(".json")]) == settings_cache.MAX_SNAPSHOTS
+    assert "settings-old000.json" not in names and "settings-old073.json" in names  # the oldest went
+    assert any(json.loads(p.read_text()).get("key") for p in _snapshots(state_dir))  # this run's is kept
+    assert "settings-left.json.123.tmp" not in names and "settings-busy.json.456.tmp" in names
+
+
 def test_keyword_search_imports_neither_pydantic_nor_numpy_nor_the_indexer(ws: Path, run_cli, state_dir: Path):
     env = {**cli_env(state_dir), "MEMDIR_PROVIDER": "none"}
     run_cli("index", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"}, check=True)

@@ -230,6 +230,32 @@ def save_snapshot(path: Path, key: str, loaded: Any) -> bool:
         with open(fd, "w", encoding="utf-8") as fh:
             json.dump(payload, fh)
         os.replace(tmp, path)
-        return True
     except (OSError, TypeError, ValueError):
         return False
+    _prune(path.parent)
+    return True
+
+
+#: Snapshots kept: one is written per set of inputs (each edit of a config file, each folder memdir
+#: runs from), so without a bound the folder only grew.
+MAX_SNAPSHOTS = 64
+
+
+def _prune(folder: Path) -> None:
+    """Remove all but the :data:`MAX_SNAPSHOTS` most recently written snapshots (and temporary files
+    a killed run left, once they are a minute old); only after a miss, so a search that hits pays nothing."""
+    import time  # here: a search that finds its snapshot never gets this far
+
+    try:
+        entries = [(e.stat().st_mtime, e.path, e.name.endswith(".tmp")) for e in os.scandir(folder)
+                   if e.name.startswith("settings-") and e.is_file(follow_symlinks=False)]
+    except OSError:
+        return
+    snapshots = sorted((e for e in entries if not e[2]), reverse=True)
+    old = [p for _, p, _ in snapshots[MAX_SNAPSHOTS:]]
+    old += [p for mtime, p, tmp in entries if tmp and mtime < time.time() - 60]
+    for name in old:
+        try:
+            os.unlink(name)
+        except OSError:  # another process removed it first
+            pass
