@@ -250,6 +250,25 @@ def test_an_agents_list_entry_without_an_id_is_refused(tmp_path: Path, entry: st
         load_config(workspace=tmp_path)
 
 
+@pytest.mark.parametrize("name,text,why", [
+    ("memdir.json", '{"memorySearch": {"provider": "none"}, "memory_search": {"model": "m"}}',
+     "memorySearch is set twice in {file} (as 'memorySearch' and 'memory_search'): keep one spelling"),
+    ("memdir.toml", "[memorySearch.query]\nmaxResults = 3\nmax_results = 4\n",
+     "memorySearch.query.maxResults is set twice in {file}"),
+    ("memdir.json", '{"memorySearch": {"provider": "none"}, "memorySearch": {"model": "m"}}',
+     "cannot parse config file {file}: key 'memorySearch' appears twice"),
+    ("memdir.json5", "{memorySearch: {provider: 'none'}, memorySearch: {model: 'm'}}",
+     "cannot parse config file {file}: key 'memorySearch' appears twice"),
+])
+def test_a_setting_given_twice_is_refused_not_half_dropped(tmp_path: Path, name: str, text: str, why: str):
+    """The later of two spellings (or of a JSON key given twice) replaced the earlier section whole:
+    ``provider = "none"`` was dropped without a word."""
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(workspace=tmp_path)
+    assert why.format(file=tmp_path / name) in str(info.value)
+
+
 def test_sensible_out_of_range_values_are_still_clamped():
     h = ms(query={"hybrid": {"vectorWeight": 3, "textWeight": 0.5}}).query.hybrid
     assert (h.vector_weight, h.text_weight) == pytest.approx((2 / 3, 1 / 3))

@@ -689,6 +689,7 @@ def normalise_keys(model: type[BaseModel], raw: Any, where: str, where_file: Pat
         raise ConfigError(f"{where or 'config'}{_in_file(where_file)}: expected a table/object, "
                           f"got {type(raw).__name__}")
     out: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for key, value in raw.items():
         found = _field_for(model, str(key))
         dotted = f"{where}.{key}" if where else str(key)
@@ -700,6 +701,10 @@ def normalise_keys(model: type[BaseModel], raw: Any, where: str, where_file: Pat
             known = ", ".join(sorted(set(spellings.values())))
             raise ConfigError(f"unknown config key '{dotted}'{hint}{_in_file(where_file)} (known keys here: {known})")
         name, info = found
+        if name in out:  # memorySearch and memory_search: the later replaced the earlier, silently
+            raise ConfigError(f"{prefix(dotted)}{info.alias or name} is set twice{_in_file(where_file)} (as "
+                              f"'{spelled[name]}' and '{key}'): keep one spelling")
+        spelled[name] = str(key)
         if any(isinstance(v, str) and "\0" in v for v in (value if isinstance(value, list) else [value])):
             # a JSON "\u0000" passes the file's own NUL check; as a path it failed later, unnamed
             raise ConfigError(f"{dotted}{_in_file(where_file)}: contains a NUL byte")
@@ -760,16 +765,27 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
             data = tomllib.loads(text)
         elif path.suffix == ".json":
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_keys)
         else:
             import json5
 
-            data = json5.loads(text)
+            data = json5.loads(text, object_pairs_hook=_unique_keys)
     except Exception as exc:
         raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table/object at the top level")
     return data
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different: with a key given twice, JSON keeps the last and the
+    first section was dropped without a word (TOML refuses it already)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice in one object (the first would be ignored: merge them)")
+        out[key] = value
+    return out
 
 
 def find_config_file(workspace: Path, state_dir: Path) -> Path | None:
