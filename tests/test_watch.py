@@ -180,6 +180,30 @@ def test_watch_plan_walks_iteratively_and_skips_ignored(tmp_path: Path):
         f.rmdir()
 
 
+def test_memdir_watch_stops_when_the_reader_of_its_output_goes_away(make_workspace, state_dir):
+    """``memdir watch --json | head -1``: the watcher's threads swallowed the BrokenPipeError, so the
+    watch ran on, unread, until killed; it now exits quietly with 141 at the next event."""
+    ws = make_workspace({"memory/a.md": "Alpha note.\n"})
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "watch", "--json", "--debounce-ms", "50", "-w", str(ws)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
+    try:
+        assert json.loads(proc.stdout.readline())["event"] == "start"
+        proc.stdout.close()  # the reader goes away, as head does
+        deadline = time.monotonic() + DEADLINE
+        for i in range(10_000):  # each change is an event to write
+            (ws / "memory" / "b.md").write_text(f"Beta note {i}.\n")
+            if proc.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        proc.wait(timeout=30)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 141 and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
 def test_memdir_watch_cli_prints_json_events_and_stops_cleanly_on_ctrl_c(make_workspace, state_dir, stop_signal):
     ws = make_workspace({"memory/a.md": "Alpha note.\n"})
