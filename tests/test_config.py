@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -327,8 +328,16 @@ def test_agent_id_must_be_a_plain_name(tmp_path: Path, agent: str):
         load_config(config_path=env_cfg, state_dir=tmp_path)
 
 
+@pytest.mark.parametrize("agent,why", [("a\udcff", "not valid UTF-8"), ("x" * 201, "too long (201 bytes")])
+def test_agent_id_must_name_a_file(tmp_path: Path, agent: str, why: str):
+    """A byte that is not UTF-8 (``--agent $'a\\xff'``) or a 300-character id left an empty index
+    behind and failed with "surrogates not allowed" / "File name too long"."""
+    with pytest.raises(ConfigError, match=rf"agentId \(given as --agent\): agent id .*{re.escape(why)}"):
+        load_config(agent_id=agent, state_dir=tmp_path)
+
+
 def test_agent_ids_that_are_plain_names_are_fine(tmp_path: Path):
-    for agent in ("main", "ops-2", "my_agent", "v1.2", "café"):
+    for agent in ("main", "ops-2", "my_agent", "v1.2", "café", "x" * 200):
         assert load_config(agent_id=agent, state_dir=tmp_path).settings.index_path.name == f"{agent}.sqlite"
 
 

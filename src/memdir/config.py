@@ -94,6 +94,10 @@ def did_you_mean(word: str, choices: Any) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+#: ``<id>.sqlite.lock`` must fit a file name (255 bytes on most file systems).
+MAX_AGENT_ID_BYTES = 200
+
+
 def check_agent_id(agent_id: str) -> None:
     """An agent id names files (``memory/<id>.sqlite``, ``agents/<id>/``): a plain name only."""
     if not agent_id or not agent_id.strip():
@@ -102,6 +106,13 @@ def check_agent_id(agent_id: str) -> None:
     if bad or agent_id.strip() in (".", "..") or agent_id != agent_id.strip():
         raise ValueError(f"agent id {agent_id!r} is not a plain name: use letters, digits, '-', '_' or '.' "
                          "(not '.' or '..' alone), without '/', '\\' or surrounding spaces")
+    # SQLite and the file system then failed with "surrogates not allowed" / "File name too long"
+    try:
+        size = len(agent_id.encode("utf-8"))
+    except UnicodeEncodeError:  # a byte that is not UTF-8, from the command line or environment
+        raise ValueError(f"agent id {agent_id!r} is not valid UTF-8 text") from None
+    if size > MAX_AGENT_ID_BYTES:
+        raise ValueError(f"agent id is too long ({size} bytes; at most {MAX_AGENT_ID_BYTES}: it names files)")
 
 
 # --- memorySearch ---------------------------------------------------------------------------
