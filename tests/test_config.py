@@ -270,6 +270,13 @@ def test_a_setting_given_twice_is_refused_not_half_dropped(tmp_path: Path, name:
     assert why.format(file=tmp_path / name) in str(info.value)
 
 
+def test_a_bad_header_value_names_the_file(tmp_path: Path):
+    """``remote.headers`` is kept whole, so an error inside it found no origin and named no file."""
+    (tmp_path / "memdir.toml").write_text("[memorySearch.remote]\nheaders = { X-Org = 1 }\n")
+    with pytest.raises(ConfigError, match=rf"memorySearch\.remote\.headers\.X-Org = 1 in {re.escape(str(tmp_path))}"):
+        load_config(workspace=tmp_path)
+
+
 def test_sensible_out_of_range_values_are_still_clamped():
     h = ms(query={"hybrid": {"vectorWeight": 3, "textWeight": 0.5}}).query.hybrid
     assert (h.vector_weight, h.text_weight) == pytest.approx((2 / 3, 1 / 3))
