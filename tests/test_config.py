@@ -135,6 +135,13 @@ def test_missing_and_unparsable_config_files(tmp_path: Path):
     bad.write_text("[memorySearch\n")
     with pytest.raises(ConfigError, match="cannot parse"):
         load_config(config_path=bad)
+    upper = tmp_path / "memdir.TOML"  # was read as JSON5: "Unexpected '['"
+    upper.write_text('[memorySearch]\nprovider = "none"\n')
+    assert load_config(config_path=upper).settings.memory_search.provider == "none"
+    named = tmp_path / "myconfig"
+    named.write_text('[memorySearch]\nprovider = "none"\n')
+    with pytest.raises(ConfigError, match=r"myconfig as JSON5 \(the format follows the name: \.toml, \.json or"):
+        load_config(config_path=named)
 
 
 def test_precedence_file_then_env_then_flags(tmp_path: Path):

@@ -770,19 +770,23 @@ def read_config_file(path: Path) -> dict[str, Any]:
                           "is it the right file?") from None
     if "\0" in text:
         raise ConfigError(f"config file {path} holds binary data (a NUL byte); is it the right file?")
+    suffix = path.suffix.lower()  # memdir.TOML is TOML too
     try:
-        if path.suffix == ".toml":
+        if suffix == ".toml":
             import tomllib
 
             data = tomllib.loads(text)
-        elif path.suffix == ".json":
+        elif suffix == ".json":
             data = json.loads(text, object_pairs_hook=_unique_keys)
         else:
             import json5
 
             data = json5.loads(text, object_pairs_hook=_unique_keys)
     except Exception as exc:
-        raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
+        # the format is the name's: a TOML file named `config` failed as JSON5 with no word of it
+        how = "" if suffix in (".toml", ".json", ".json5") else (
+            " as JSON5 (the format follows the name: .toml, .json or .json5)")
+        raise ConfigError(f"cannot parse config file {path}{how}: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table/object at the top level")
     return data
