@@ -280,8 +280,11 @@ def test_a_setting_given_twice_is_refused_not_half_dropped(tmp_path: Path, name:
 def test_a_bad_header_value_names_the_file(tmp_path: Path):
     """``remote.headers`` is kept whole, so an error inside it found no origin and named no file."""
     (tmp_path / "memdir.toml").write_text("[memorySearch.remote]\nheaders = { X-Org = 1 }\n")
-    with pytest.raises(ConfigError, match=rf"memorySearch\.remote\.headers\.X-Org = 1 in {re.escape(str(tmp_path))}"):
+    with pytest.raises(ConfigError) as info:
         load_config(workspace=tmp_path)
+    where = tmp_path / "memdir.toml"
+    assert str(info.value) == (f"invalid configuration: memorySearch.remote.headers.X-Org = 1 in {where}: "
+                               "must be a valid string")
 
 
 def test_sensible_out_of_range_values_are_still_clamped():

@@ -1087,10 +1087,10 @@ def _describe_validation(exc: ValidationError, data: Mapping[str, Any] | None = 
         if origins is not None:
             # a model-level check reports the section; look for the first leaf set under it
             origin = origins.get(dotted) or next((o for k, o in origins.items() if k.startswith(dotted + ".")), "")
-            parts = dotted.split(".")
-            while not origin and len(parts) > 1:  # inside a value kept whole: remote.headers.<name>
-                parts.pop()
-                origin = origins.get(".".join(parts), "")
+            outer = dotted.split(".")
+            while not origin and len(outer) > 1:  # inside a value kept whole: remote.headers.<name>
+                outer.pop()
+                origin = origins.get(".".join(outer), "")
             where = _origin_text(origin, dotted)
         msg = str(err["msg"]).removeprefix("Value error, ").replace("Input should be", "must be")
         value = ""
