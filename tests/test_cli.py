@@ -180,6 +180,21 @@ def test_mcp_on_a_port_in_use_is_one_clear_error(ws: Path, run_cli):
                          "(choose another with --port)\n"
 
 
+@pytest.mark.parametrize("argv,code,words", [
+    (("bench", "quality", "{tmp}", "--json"), 1, "no samples in"),
+    (("bench", "quality", "{tmp}", "--mode", "bogus", "--json"), 2, "unknown mode 'bogus'"),
+    (("ltm", "forget", "--json"), 2, "give a memory id or --query"),
+    (("ltm", "import", "{tmp}/absent.md", "--json"), 1, "ltm import: cannot read"),
+])
+def test_bench_and_ltm_failures_print_the_json_failure_too(ws: Path, run_cli, tmp_path: Path, argv, code, words):
+    """``bench`` and ``ltm`` printed their own errors and returned a code: with ``--json`` stdout
+    stayed empty."""
+    out = run_cli("-w", str(ws), *(a.format(tmp=tmp_path) for a in argv), env={"MEMDIR_PROVIDER": "none"})
+    assert out.returncode == code and words in out.stderr, out.stderr
+    got = json.loads(out.stdout)
+    assert got["ok"] is False and got["error"]["exitCode"] == code and words in got["error"]["message"]
+
+
 def test_no_matches_message(ws: Path, run_cli):
     out = run_cli("search", "xylophone", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"})
     assert out.returncode == 0 and out.stdout.strip() == "No matches."
