@@ -144,6 +144,24 @@ def test_missing_and_unparsable_config_files(tmp_path: Path):
         load_config(config_path=named)
 
 
+@pytest.mark.parametrize("kind,what", [("dangling", "a symlink to nothing"), ("folder", "a directory"),
+                                       ("fifo", "not a regular file")])
+def test_a_config_file_that_is_no_file_is_an_error_not_passed_over(tmp_path: Path, kind: str, what: str):
+    """A broken symlink (dotfiles), a folder or a FIFO named memdir.toml was skipped without a word and
+    the state folder's config, or none, used instead."""
+    import os
+
+    ws, state = tmp_path / "ws", tmp_path / "state"
+    ws.mkdir()
+    state.mkdir()
+    (state / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n')
+    found = ws / "memdir.toml"
+    {"dangling": lambda: found.symlink_to(tmp_path / "gone.toml"), "folder": found.mkdir,
+     "fifo": lambda: os.mkfifo(found)}[kind]()
+    with pytest.raises(ConfigError, match=rf"config file {re.escape(str(found))} is {what}: make it a file or remove"):
+        load_config(workspace=ws, state_dir=state)
+
+
 def test_precedence_file_then_env_then_flags(tmp_path: Path):
     (tmp_path / "memdir.toml").write_text('[memorySearch]\nprovider = "openai"\nmodel = "m-file"\n')
     env = {"MEMDIR_PROVIDER": "gemini"}

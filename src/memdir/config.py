@@ -804,11 +804,18 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def find_config_file(workspace: Path, state_dir: Path) -> Path | None:
+    """The first config file in the workspace, then the state folder.  One that is there but is no
+    file (a broken symlink, a folder, a FIFO) is an error: it was passed over without a word, and
+    the next one, or none, used instead."""
     for folder in (workspace, state_dir):
         for name in CONFIG_FILENAMES:
             candidate = folder / name
             if candidate.is_file():
                 return candidate
+            if os.path.lexists(candidate):
+                what = ("a symlink to nothing" if not candidate.exists() else
+                        "a directory" if candidate.is_dir() else "not a regular file")
+                raise ConfigError(f"config file {candidate} is {what}: make it a file or remove it")
     return None
 
 
