@@ -604,10 +604,10 @@ def _check_port_free(host: str, port: int) -> None:
     import socket
 
     try:
-        family, kind, proto, _name, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-            probe.bind(address)
+        for family, kind, proto, _name, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+            with socket.socket(family, kind, proto) as probe:  # each address: the server binds them all
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+                probe.bind(address)
     except OSError as exc:
         why = "another process listens on it" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
         raise CliError(f"cannot serve on {host} port {port}: {why} (choose another with --port)") from None
