@@ -232,6 +232,9 @@ def test_config_show_masks_api_keys_and_credential_headers(tmp_path: Path):
     ("[memorySearch.query.hybrid]\ntextWeight = -1", "memorySearch.query.hybrid.textWeight", ">= 0"),
     ("[memorySearch]\nsources = []", "memorySearch.sources", "at least one source"),
     ("[memorySearch.sync]\nsearchBudgetMs = -1", "memorySearch.sync.searchBudgetMs", "greater than or equal to 0"),
+    ("[memorySearch.query]\nembedTimeoutMs = 0", "memorySearch.query.embedTimeoutMs", "greater than 0"),
+    ("[memorySearch.remote.batch]\ntimeoutMinutes = nan", "memorySearch.remote.batch.timeoutMinutes", "greater than 0"),
+    ("[longTermMemory.embedding]\ndimensions = -1", "longTermMemory.embedding.dimensions", "greater than 0"),
     ('[memorySearch]\nprovider = "opneai"', "memorySearch.provider", "did you mean 'openai'"),
     ('[memorySearch]\nfallback = "lokal"', "memorySearch.fallback", "did you mean 'local'"),
     # an unknown zone silently meant the machine's (dates a day off); 'Europe' is a folder of zones

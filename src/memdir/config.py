@@ -123,7 +123,7 @@ class BatchConfig(_Model):
     wait: bool = True
     concurrency: int = 2
     poll_interval_ms: int = 2000
-    timeout_minutes: float = 60
+    timeout_minutes: float = Field(60, gt=0)  # NaN or ≤ 0: every batch job timed out at once, or never
 
     @model_validator(mode="after")
     def _clamp(self) -> BatchConfig:
@@ -321,7 +321,7 @@ class QueryConfig(_Model):
     max_results: int = Field(6, gt=0)
     min_score: float = 0.35
     hybrid: HybridConfig = Field(default_factory=HybridConfig)
-    embed_timeout_ms: int = 3000
+    embed_timeout_ms: int = Field(3000, gt=0)  # ≤ 0: every remote query embedding 'exceeded 0 ms'
 
     @model_validator(mode="after")
     def _clamp(self) -> QueryConfig:
@@ -468,7 +468,7 @@ class LtmEmbeddingConfig(_Model):
     api_key: str | None = None
     base_url: str | None = None
     #: The vector width the model must produce (R§14 needs it for unknown models); checked, not sent.
-    dimensions: int | None = None
+    dimensions: int | None = Field(None, gt=0)
 
 
 class LtmMirrorConfig(_Model):
