@@ -572,7 +572,8 @@ class Settings(_Model):
             from zoneinfo import available_timezones
 
             raise ValueError(problem + did_you_mean(str(value).strip(), available_timezones()))
-        return value
+        # trimmed, as resolve_timezone reads it: long-term memory's dates took " UTC " for unknown
+        return value.strip() or None if value else None
 
     @model_validator(mode="after")
     def _clamp_context(self) -> Settings:
