@@ -91,6 +91,110 @@ def test_failures_with_json_print_one_json_error_on_stdout(ws: Path, run_cli, tm
     assert plain.returncode == 1 and plain.stdout == ""  # without --json, stdout stays empty
 
 
+@pytest.mark.parametrize("argv,words", [
+    (("search", "x", "--json", "--bogus"), "unrecognized arguments: --bogus"),
+    (("search", "x", "--json", "--files"), "not allowed with argument --json"),
+    (("get", "--json"), "required: path"),
+    (("migrate", "--json"), "required: --to"),
+    (("config", "--js"), "required: action"),  # argparse takes a prefix of --json for it
+    (("search", "x", "--max-results", "many", "--json"), "expected a whole number, not 'many'"),
+])
+def test_usage_errors_argparse_finds_print_the_json_failure_too(ws: Path, run_cli, argv, words):
+    """README: "a command that fails with --json also prints one object on stdout", kind usage;
+    argparse's own errors (unknown option, missing argument) printed nothing there."""
+    out = run_cli(*argv, "-w", str(ws))
+    assert out.returncode == 2 and words in out.stderr and "usage: memdir" in out.stderr
+    got = json.loads(out.stdout)
+    assert got == {"ok": False, "error": {"kind": "usage", "message": got["error"]["message"], "exitCode": 2}}
+    assert words in got["error"]["message"]
+    if "--files" not in argv:
+        plain = run_cli(*(a for a in argv if a not in ("--json", "--js")), "-w", str(ws))
+        assert plain.returncode == 2 and plain.stdout == ""  # without --json, stdout stays empty
+
+
+@pytest.mark.parametrize("argv,words", [
+    (("search", "x", "--max-results=0"), "--max-results: must be 1 or more, not 0"),
+    (("search", "x", "--max-results=-3"), "--max-results: must be 1 or more, not -3"),
+    (("search", "x", "--min-score", "inf"), "--min-score: must be a number from 0 to 1, not inf"),
+    (("search", "x", "--min-score", "nan"), "--min-score: must be a number from 0 to 1, not nan"),
+    (("search", "x", "--min-score=-0.5"), "--min-score: must be a number from 0 to 1, not -0.5"),
+    (("get", "MEMORY.md", "--from", "0"), "--from: must be 1 or more, not 0"),
+    (("get", "MEMORY.md", "--lines=-1"), "--lines: must be 1 or more, not -1"),
+])
+def test_numbers_that_can_only_be_mistakes_are_bad_usage(ws: Path, run_cli, argv, words):
+    """``--max-results 0`` answered "No matches.", ``--min-score inf`` the same, ``--lines -1`` one
+    line and ``--from 0`` the whole file: each is now refused as the config file refuses them."""
+    out = run_cli(*argv, "-w", str(ws), env={"MEMDIR_PROVIDER": "none"})
+    assert out.returncode == 2 and words in out.stderr and out.stdout == "", out.stderr
+
+
+def test_json_output_escapes_a_path_argument_that_is_not_utf8(ws: Path, run_cli):
+    """A byte that is not UTF-8 in ``memdir get PATH --json`` came back in ``path``: on a strict
+    UTF-8 stdout (any locale but C) the command failed with "surrogates not allowed"."""
+    out = run_cli("get", "memory/\udcff.md", "--json", "-w", str(ws), env={"PYTHONIOENCODING": "utf-8"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.isascii() and json.loads(out.stdout) == {"text": "", "path": "memory/\udcff.md"}
+
+
+def test_append_from_a_closed_stdin_is_bad_usage(ws: Path, state_dir: Path):
+    """``memdir append - <&-`` said "'NoneType' object has no attribute 'buffer'"."""
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+
+    out = subprocess.run(["sh", "-c", 'exec "$0" -m memdir append - --json -w "$1" <&-', sys.executable, str(ws)],
+                         capture_output=True, text=True, env=cli_env(state_dir), timeout=60)
+    assert out.returncode == 2 and "stdin is closed" in out.stderr and "NoneType" not in out.stderr
+    assert json.loads(out.stdout)["error"]["kind"] == "usage"
+
+
+def test_commands_run_with_stdout_closed(ws: Path, state_dir: Path):
+    """``memdir status >&-`` failed with "'NoneType' object has no attribute 'closed'" (``search
+    --json`` with a traceback): the output now goes nowhere, as with ``>/dev/null``."""
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+
+    for argv in (["status"], ["search", "pagination", "--json"], ["append", "closed stdout note"]):
+        out = subprocess.run(["sh", "-c", 'exec "$0" -m memdir "$@" >&-', sys.executable, *argv, "-w", str(ws)],
+                             capture_output=True, text=True, env=cli_env(state_dir, MEMDIR_PROVIDER="none"),
+                             timeout=60)
+        assert out.returncode == 0 and "NoneType" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert any("closed stdout note" in p.read_text() for p in (ws / "memory").glob("*.md"))
+
+
+def test_mcp_on_a_port_in_use_is_one_clear_error(ws: Path, run_cli):
+    """The server printed its address as if serving, then uvicorn's "address already in use" and
+    exited with 3, a code memdir does not use."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = run_cli("mcp", "--transport", "http", "--port", str(port), "-w", str(ws), timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr == f"memdir: cannot serve on 127.0.0.1 port {port}: another process listens on it " \
+                         "(choose another with --port)\n"
+
+
+@pytest.mark.parametrize("argv,code,words", [
+    (("bench", "quality", "{tmp}", "--json"), 1, "no samples in"),
+    (("bench", "quality", "{tmp}", "--mode", "bogus", "--json"), 2, "unknown mode 'bogus'"),
+    (("ltm", "forget", "--json"), 2, "give a memory id or --query"),
+    (("ltm", "import", "{tmp}/absent.md", "--json"), 1, "ltm import: cannot read"),
+])
+def test_bench_and_ltm_failures_print_the_json_failure_too(ws: Path, run_cli, tmp_path: Path, argv, code, words):
+    """``bench`` and ``ltm`` printed their own errors and returned a code: with ``--json`` stdout
+    stayed empty."""
+    out = run_cli("-w", str(ws), *(a.format(tmp=tmp_path) for a in argv), env={"MEMDIR_PROVIDER": "none"})
+    assert out.returncode == code and words in out.stderr, out.stderr
+    got = json.loads(out.stdout)
+    assert got["ok"] is False and got["error"]["exitCode"] == code and words in got["error"]["message"]
+
+
 def test_no_matches_message(ws: Path, run_cli):
     out = run_cli("search", "xylophone", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"})
     assert out.returncode == 0 and out.stdout.strip() == "No matches."

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from memdir.config import ConfigError, candidate_count, load_config, parse_byte_size
+from memdir.config import ConfigError, candidate_count, load_config, mask_dsn_password, parse_byte_size
 
 
 def ms(**kw):
@@ -134,6 +135,31 @@ def test_missing_and_unparsable_config_files(tmp_path: Path):
     bad.write_text("[memorySearch\n")
     with pytest.raises(ConfigError, match="cannot parse"):
         load_config(config_path=bad)
+    upper = tmp_path / "memdir.TOML"  # was read as JSON5: "Unexpected '['"
+    upper.write_text('[memorySearch]\nprovider = "none"\n')
+    assert load_config(config_path=upper).settings.memory_search.provider == "none"
+    named = tmp_path / "myconfig"
+    named.write_text('[memorySearch]\nprovider = "none"\n')
+    with pytest.raises(ConfigError, match=r"myconfig as JSON5 \(the format follows the name: \.toml, \.json or"):
+        load_config(config_path=named)
+
+
+@pytest.mark.parametrize("kind,what", [("dangling", "a symlink to nothing"), ("folder", "a directory"),
+                                       ("fifo", "not a regular file")])
+def test_a_config_file_that_is_no_file_is_an_error_not_passed_over(tmp_path: Path, kind: str, what: str):
+    """A broken symlink (dotfiles), a folder or a FIFO named memdir.toml was skipped without a word and
+    the state folder's config, or none, used instead."""
+    import os
+
+    ws, state = tmp_path / "ws", tmp_path / "state"
+    ws.mkdir()
+    state.mkdir()
+    (state / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n')
+    found = ws / "memdir.toml"
+    {"dangling": lambda: found.symlink_to(tmp_path / "gone.toml"), "folder": found.mkdir,
+     "fifo": lambda: os.mkfifo(found)}[kind]()
+    with pytest.raises(ConfigError, match=rf"config file {re.escape(str(found))} is {what}: make it a file or remove"):
+        load_config(workspace=ws, state_dir=state)
 
 
 def test_precedence_file_then_env_then_flags(tmp_path: Path):
@@ -177,6 +203,22 @@ def test_config_show_lists_values_and_origins(tmp_path: Path, run_cli):
     assert proc.returncode == 1 and "memorySearch.bogus" in proc.stderr
 
 
+def test_config_show_masks_api_keys_and_credential_headers(tmp_path: Path):
+    """``config show`` masked a DSN's password but printed ``remote.apiKey`` and an
+    ``Authorization`` header as they are: its output is what people paste into bug reports."""
+    (tmp_path / "memdir.toml").write_text(
+        '[memorySearch.remote]\napiKey = "sk-secret1"\n'
+        'headers = { Authorization = "Bearer sk-secret2", "X-Api-Key" = "sk-secret3", "X-Org" = "acme" }\n'
+        '[longTermMemory.embedding]\napiKey = "${OPENAI_API_KEY}"\n')
+    loaded = load_config(workspace=tmp_path)
+    rows = {key: value for key, value, _origin in loaded.rows()}
+    assert "sk-secret" not in json.dumps(rows)
+    assert rows["memorySearch.remote.apiKey"] == "***"
+    assert rows["memorySearch.remote.headers"] == {"Authorization": "***", "X-Api-Key": "***", "X-Org": "acme"}
+    assert rows["longTermMemory.embedding.apiKey"] == "${OPENAI_API_KEY}"  # where the key comes from: no secret
+    assert loaded.settings.memory_search.remote.api_key == "sk-secret1"  # only the display is masked
+
+
 # --- values are checked, not silently changed (issue 11 §4) ------------------------------------
 
 @pytest.mark.parametrize("toml,key,why", [
@@ -190,8 +232,15 @@ def test_config_show_lists_values_and_origins(tmp_path: Path, run_cli):
     ("[memorySearch.query.hybrid]\ntextWeight = -1", "memorySearch.query.hybrid.textWeight", ">= 0"),
     ("[memorySearch]\nsources = []", "memorySearch.sources", "at least one source"),
     ("[memorySearch.sync]\nsearchBudgetMs = -1", "memorySearch.sync.searchBudgetMs", "greater than or equal to 0"),
+    ("[memorySearch.query]\nembedTimeoutMs = 0", "memorySearch.query.embedTimeoutMs", "greater than 0"),
+    ("[memorySearch.remote.batch]\ntimeoutMinutes = nan", "memorySearch.remote.batch.timeoutMinutes", "greater than 0"),
+    ("[longTermMemory.embedding]\ndimensions = -1", "longTermMemory.embedding.dimensions", "greater than 0"),
     ('[memorySearch]\nprovider = "opneai"', "memorySearch.provider", "did you mean 'openai'"),
     ('[memorySearch]\nfallback = "lokal"', "memorySearch.fallback", "did you mean 'local'"),
+    # an unknown zone silently meant the machine's (dates a day off); 'Europe' is a folder of zones
+    ('userTimezone = "Europe/Berln"', "userTimezone", "did you mean 'Europe/Berlin'"),
+    ('userTimezone = "Mars/Olympus_Mons"', "userTimezone", "must be an IANA name"),
+    ('[agents.defaults]\nuserTimezone = "Europe"', "userTimezone", "unknown timezone 'Europe'"),
 ])
 def test_nonsense_values_are_rejected_naming_key_and_file(tmp_path: Path, toml: str, key: str, why: str):
     cfg = tmp_path / "memdir.toml"
@@ -202,12 +251,73 @@ def test_nonsense_values_are_rejected_naming_key_and_file(tmp_path: Path, toml: 
     assert key in message and str(cfg) in message and why in message
 
 
+def test_an_unknown_timezone_from_the_environment_names_the_variable(tmp_path: Path):
+    with pytest.raises(ConfigError, match=r"userTimezone from \$MEMDIR_USER_TIMEZONE: unknown timezone 'Pacific'"):
+        load_config(workspace=tmp_path, env={"MEMDIR_USER_TIMEZONE": "Pacific"})
+    known = load_config(workspace=tmp_path, env={"MEMDIR_USER_TIMEZONE": " Pacific/Auckland "}).settings
+    assert known.user_timezone == "Pacific/Auckland"  # trimmed: long-term memory's dates read " UTC " as unknown
+
+
+def test_an_empty_state_dir_or_workspace_is_refused_not_the_current_folder(tmp_path: Path, monkeypatch):
+    """``--state-dir "$UNSET"`` resolved to the current folder (a workspace: the index went into its
+    memory/ folder); ``stateDir = 5`` in a file failed with "expected str, bytes or os.PathLike"."""
+    monkeypatch.chdir(tmp_path)
+    for flags in ({"state_dir": ""}, {"workspace": " "}):
+        with pytest.raises(ConfigError, match=r"\(given as --(state-dir|workspace)\): cannot be empty"):
+            load_config(**flags)
+    for value in ('""', "5"):
+        (tmp_path / "memdir.toml").write_text(f"stateDir = {value}\n")
+        with pytest.raises(ConfigError, match=rf"stateDir.* in {tmp_path / 'memdir.toml'}: (cannot be empty|must be)"):
+            load_config(workspace=tmp_path, env={})
+
+
+@pytest.mark.parametrize("entry", ['workspace = "elsewhere"', "id = 5", 'id = ""'])
+def test_an_agents_list_entry_without_an_id_is_refused(tmp_path: Path, entry: str):
+    """An ``agents.list`` entry without a string id applied to no agent, without a word."""
+    (tmp_path / "memdir.toml").write_text(f"[[agents.list]]\n{entry}\n")
+    with pytest.raises(ConfigError, match=r"agents\.list\[0\] in .*memdir\.toml: needs an id"):
+        load_config(workspace=tmp_path)
+
+
+@pytest.mark.parametrize("name,text,why", [
+    ("memdir.json", '{"memorySearch": {"provider": "none"}, "memory_search": {"model": "m"}}',
+     "memorySearch is set twice in {file} (as 'memorySearch' and 'memory_search'): keep one spelling"),
+    ("memdir.toml", "[memorySearch.query]\nmaxResults = 3\nmax_results = 4\n",
+     "memorySearch.query.maxResults is set twice in {file}"),
+    ("memdir.json", '{"memorySearch": {"provider": "none"}, "memorySearch": {"model": "m"}}',
+     "cannot parse config file {file}: key 'memorySearch' appears twice"),
+    ("memdir.json5", "{memorySearch: {provider: 'none'}, memorySearch: {model: 'm'}}",
+     "cannot parse config file {file}: key 'memorySearch' appears twice"),
+])
+def test_a_setting_given_twice_is_refused_not_half_dropped(tmp_path: Path, name: str, text: str, why: str):
+    """The later of two spellings (or of a JSON key given twice) replaced the earlier section whole:
+    ``provider = "none"`` was dropped without a word."""
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(workspace=tmp_path)
+    assert why.format(file=tmp_path / name) in str(info.value)
+
+
+def test_a_bad_header_value_names_the_file(tmp_path: Path):
+    """``remote.headers`` is kept whole, so an error inside it found no origin and named no file."""
+    (tmp_path / "memdir.toml").write_text("[memorySearch.remote]\nheaders = { X-Org = 1 }\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(workspace=tmp_path)
+    where = tmp_path / "memdir.toml"
+    assert str(info.value) == (f"invalid configuration: memorySearch.remote.headers.X-Org = 1 in {where}: "
+                               "must be a valid string")
+
+
 def test_sensible_out_of_range_values_are_still_clamped():
     h = ms(query={"hybrid": {"vectorWeight": 3, "textWeight": 0.5}}).query.hybrid
     assert (h.vector_weight, h.text_weight) == pytest.approx((2 / 3, 1 / 3))
     assert ms(cache={"maxEntries": 0}).cache.max_entries == 1
     assert ms(query={"minScore": -2}).query.min_score == 0
     assert ms(sources=["sessions"]).sources == ["memory"]  # filtered, not empty: R§1's fallback
+    # floor(inf) was an OverflowError the CLI printed as "cannot convert float infinity to integer"
+    assert ms(query={"hybrid": {"candidateMultiplier": float("inf")}}).query.hybrid.candidate_multiplier == 20
+    with pytest.raises(ConfigError, match=r"memorySearch\.query\.hybrid .*: candidateMultiplier must be a number"):
+        ms(query={"hybrid": {"candidateMultiplier": float("nan")}})
 
 
 def test_provider_ids_match_the_registry():
@@ -256,8 +366,16 @@ def test_agent_id_must_be_a_plain_name(tmp_path: Path, agent: str):
         load_config(config_path=env_cfg, state_dir=tmp_path)
 
 
+@pytest.mark.parametrize("agent,why", [("a\udcff", "not valid UTF-8"), ("x" * 201, "too long (201 bytes")])
+def test_agent_id_must_name_a_file(tmp_path: Path, agent: str, why: str):
+    """A byte that is not UTF-8 (``--agent $'a\\xff'``) or a 300-character id left an empty index
+    behind and failed with "surrogates not allowed" / "File name too long"."""
+    with pytest.raises(ConfigError, match=rf"agentId \(given as --agent\): agent id .*{re.escape(why)}"):
+        load_config(agent_id=agent, state_dir=tmp_path)
+
+
 def test_agent_ids_that_are_plain_names_are_fine(tmp_path: Path):
-    for agent in ("main", "ops-2", "my_agent", "v1.2", "café"):
+    for agent in ("main", "ops-2", "my_agent", "v1.2", "café", "x" * 200):
         assert load_config(agent_id=agent, state_dir=tmp_path).settings.index_path.name == f"{agent}.sqlite"
 
 
@@ -307,3 +425,14 @@ def test_a_home_path_without_a_home_is_refused_not_made_in_the_current_folder(ho
                     overrides={"memorySearch": {"extraPaths": ["~/notes"]}})
     assert load_config(workspace=ws, state_dir=tmp_path / "state", env={}).settings.state_path == tmp_path / "state"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]
+
+
+@pytest.mark.parametrize("dsn,shown", [
+    ("postgresql://u:pw1@h/db?sslpassword=pw2&sslmode=require", "postgresql://u:***@h/db?sslpassword=***&sslmode=require"),
+    ("host=h password=pw1 sslpassword=pw2 dbname=x", "host=h password=*** sslpassword=*** dbname=x"),
+    ("postgresql://u@h/db?password=pw1&sslmode=require", "postgresql://u@h/db?password=***&sslmode=require"),
+    ("host=h password='pw1 pw2' dbname=x", "host=h password=*** dbname=x"),
+])
+def test_config_show_masks_every_password_in_a_dsn(dsn: str, shown: str):
+    """libpq's ``sslpassword`` (the client key's passphrase) was printed by ``config show`` as given."""
+    assert mask_dsn_password(dsn) == shown

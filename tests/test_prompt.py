@@ -236,8 +236,9 @@ def test_text_within_budget_is_untouched(make_workspace):
 
 def test_unknown_timezone_falls_back_to_the_machines_zone(make_workspace):
     ws = make_workspace({"memory/2026-03-04.md": "- today note\n"})
-    ctx = build_session_context(workspace=ws, chat_type="direct", timezone="Mars/Olympus_Mons", now=MAR4)
-    assert ctx.files  # no exception: the log is today's (or yesterday's) in the machine's zone
+    for name in ("Mars/Olympus_Mons", "Europe", "x" * 300):  # a folder of zones, a name too long: OSErrors
+        ctx = build_session_context(workspace=ws, chat_type="direct", timezone=name, now=MAR4)
+        assert ctx.files  # no exception: the log is today's (or yesterday's) in the machine's zone
 
 
 def test_a_fifo_memory_md_never_blocks_the_session_start(make_workspace):

@@ -125,6 +125,53 @@ def test_a_damaged_or_unwritable_snapshot_only_costs_time(ws: Path, run_cli, sta
             (state_dir / "cache").chmod(0o700)
 
 
+def test_a_workspace_gone_since_the_snapshot_is_an_error_not_an_emptied_index(ws: Path, run_cli):
+    """The snapshot skipped load_config's check that the workspace exists: a search after the folder
+    was moved (or its drive unmounted) synced an empty listing, said "No matches." and left the
+    index empty; without a snapshot the same command was a configuration error."""
+    env = {"MEMDIR_PROVIDER": "none"}
+    run_cli("search", "ramen", "-w", str(ws), env=env, check=True)  # writes the snapshot
+    moved = ws.with_name("moved")
+    ws.rename(moved)
+    out = run_cli("search", "ramen", "--json", "-w", str(ws), env=env)
+    assert out.returncode == 1 and f"workspace {ws} does not exist" in out.stderr
+    assert json.loads(out.stdout)["error"]["kind"] == "config"
+    moved.rename(ws)
+    kept = run_cli("search", "ramen", "--no-sync", "--json", "-w", str(ws), env=env, check=True)
+    assert len(json.loads(kept.stdout)["results"]) == 6  # the index still holds the notes
+
+
+def test_the_snapshot_holding_secrets_is_readable_by_its_owner_only(ws: Path, run_cli, state_dir: Path):
+    """The remembered settings hold ``remote.apiKey`` and the DSN's password: the snapshot was
+    written 0644 in a 0755 folder, so a key kept in a 0600 config file was readable by every user."""
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n[memorySearch.remote]\napiKey = "sk-secret"\n')
+    (ws / "memdir.toml").chmod(0o600)
+    run_cli("search", "ramen", "-w", str(ws), check=True)
+    (snap,) = _snapshots(state_dir)
+    assert "sk-secret" in snap.read_text()  # what is at stake
+    assert snap.stat().st_mode & 0o777 == 0o600 and snap.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_old_snapshots_are_pruned(ws: Path, run_cli, state_dir: Path):
+    """One snapshot is written per set of inputs (every config edit, every folder memdir runs from)
+    and none was ever removed: the cache folder only grew."""
+    cache = state_dir / "cache"
+    cache.mkdir(parents=True)
+    for i in range(settings_cache.MAX_SNAPSHOTS + 10):
+        old = cache / f"settings-old{i:03d}.json"
+        old.write_text("{}")
+        os.utime(old, (1_000_000 + i, 1_000_000 + i))
+    (cache / "settings-left.json.123.tmp").write_text("{")  # a killed run's, long ago
+    os.utime(cache / "settings-left.json.123.tmp", (1_000_000, 1_000_000))
+    (cache / "settings-busy.json.456.tmp").write_text("{")  # being written right now
+    run_cli("search", "ramen", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"}, check=True)
+    names = sorted(p.name for p in cache.iterdir())
+    assert len([n for n in names if n.endswith(".json")]) == settings_cache.MAX_SNAPSHOTS
+    assert "settings-old000.json" not in names and "settings-old073.json" in names  # the oldest went
+    assert any(json.loads(p.read_text()).get("key") for p in _snapshots(state_dir))  # this run's is kept
+    assert "settings-left.json.123.tmp" not in names and "settings-busy.json.456.tmp" in names
+
+
 def test_keyword_search_imports_neither_pydantic_nor_numpy_nor_the_indexer(ws: Path, run_cli, state_dir: Path):
     env = {**cli_env(state_dir), "MEMDIR_PROVIDER": "none"}
     run_cli("index", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"}, check=True)

@@ -129,6 +129,20 @@ def test_interval_sync_runs_without_any_change(make_workspace):
                    "two interval syncs")
 
 
+def test_an_endless_interval_leaves_the_watcher_syncing(make_workspace):
+    """``intervalMinutes = inf`` (or 1e308) made the sync thread's wait an OverflowError: the thread
+    died and the watcher never synced a change again."""
+    ws = make_workspace({"memory/a.md": "Alpha.\n"})
+    with Memory(ws, config={"memorySearch": {"provider": "none", "sync": {"intervalMinutes": float("inf")}}}) as mem:
+        mem.sync()
+        events: list[dict] = []
+        mem.watch(on_event=events.append, debounce_ms=50)
+        eventually(lambda: mem.watcher.ready.is_set(), "the watches in place")
+        (ws / "memory" / "b.md").write_text("Bravo: the okapi plan.\n")
+        eventually(lambda: found(mem, "okapi plan") == ["memory/b.md"], "a change synced")
+        assert all(t.is_alive() for t in mem.watcher._threads)
+
+
 def test_status_says_when_a_sync_is_pending(make_workspace):
     ws = make_workspace({"memory/a.md": "Alpha.\n"})
     cfg = {"memorySearch": {"provider": "none", "sync": {"searchBudgetMs": 60_000}}}  # a loaded machine
@@ -164,6 +178,30 @@ def test_watch_plan_walks_iteratively_and_skips_ignored(tmp_path: Path):
         chain.append(subs[0])
     for f in reversed(chain[1:]):
         f.rmdir()
+
+
+def test_memdir_watch_stops_when_the_reader_of_its_output_goes_away(make_workspace, state_dir):
+    """``memdir watch --json | head -1``: the watcher's threads swallowed the BrokenPipeError, so the
+    watch ran on, unread, until killed; it now exits quietly with 141 at the next event."""
+    ws = make_workspace({"memory/a.md": "Alpha note.\n"})
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "watch", "--json", "--debounce-ms", "50", "-w", str(ws)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
+    try:
+        assert json.loads(proc.stdout.readline())["event"] == "start"
+        proc.stdout.close()  # the reader goes away, as head does
+        deadline = time.monotonic() + DEADLINE
+        for i in range(10_000):  # each change is an event to write
+            (ws / "memory" / "b.md").write_text(f"Beta note {i}.\n")
+            if proc.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        proc.wait(timeout=30)
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 141 and "Traceback" not in err, err
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])

@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 log = logging.getLogger("memdir.cli")
 
@@ -45,6 +45,57 @@ class UsageError(CliError):
     exit_code = 2
 
 
+class _UsageExit(SystemExit):
+    """argparse's exit for bad usage (code 2), keeping its message for ``--json`` (see :func:`main`)."""
+
+    def __init__(self, message: str):
+        super().__init__(2)
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors say what argparse says and exit as it does, with the
+    message kept, so a run with ``--json`` can also print it as the failure object on stdout."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise _UsageExit(message)
+
+
+def _asks_for_json(argv: Sequence[str]) -> bool:
+    """Whether a command line has ``--json`` (or a prefix argparse would take for it) before ``--``."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if len(arg) > 3 and "--json".startswith(arg):
+            return True
+    return False
+
+
+def _count(text: str) -> int:
+    """A whole number of 1 or more (``--max-results``, ``--from``, ``--lines``): ``0`` or ``-1`` gave
+    "No matches." or the whole file instead of an error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
+def _score(text: str) -> float:
+    """A score floor from 0 to 1 (``--min-score``): ``inf`` or ``5`` left nothing to return, quietly."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, not {text!r}") from None
+    if not 0 <= value <= 1:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, not {text}")
+    return value
+
+
 def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     group = parser.add_argument_group("global options")
     for long, short, help_text, extra in _GLOBALS:
@@ -59,6 +110,18 @@ def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
 
 def _quiet(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "quiet", False))
+
+
+def _json_text(value: Any, *, indent: int | None = None) -> str:
+    """``value`` as JSON, non-ASCII text as it is, except a lone surrogate (a byte that is not UTF-8
+    in a path given on the command line), which is escaped: printed raw it was a codec error on a
+    UTF-8 terminal, or a stray byte no strict JSON reader takes."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, indent=indent)
+    return text
 
 
 def _note(args: argparse.Namespace, text: str) -> None:
@@ -89,7 +152,7 @@ def command_in(argv: Sequence[str]) -> str | None:
     return None
 
 
-class _Unused(argparse.ArgumentParser):
+class _Unused(_Parser):
     """Stands in for the subcommands a run does not use (see :func:`build_parser`): takes their
     arguments and keeps none of them."""
 
@@ -106,7 +169,7 @@ class _Unused(argparse.ArgumentParser):
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The CLI's parser; with ``only``, that subcommand alone is defined (a ``memdir search``
     does not build the other twelve: 26 parsers and their help were a tenth of its start)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="memdir",
         description="Persistent, searchable memory for AI agents: Markdown files in, hybrid search out.",
     )
@@ -129,8 +192,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = cmd("search", "search memory")
     p.add_argument("query", nargs="?", help="what to look for")
     p.add_argument("--query", dest="query_opt", help="the query (wins over the positional one)")
-    p.add_argument("--max-results", type=int, help="results to return (default 6)")
-    p.add_argument("--min-score", type=float,
+    p.add_argument("--max-results", type=_count, help="results to return (default 6)")
+    p.add_argument("--min-score", type=_score,
                    help="drop results scoring below this; a value given here is strict. Default: the configured "
                         "minScore (0.35), below which a strong keyword match or a close vector match may still be "
                         "returned in a spare slot ('rescued', see --explain)")
@@ -153,8 +216,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = cmd("get", "print a memory file or some of its lines")
     p.add_argument("path", help="e.g. MEMORY.md or memory/2026-01-12.md")
-    p.add_argument("--from", dest="from_line", type=int, help="first line (1-based)")
-    p.add_argument("--lines", type=int, help="number of lines")
+    p.add_argument("--from", dest="from_line", type=_count, help="first line (1-based)")
+    p.add_argument("--lines", type=_count, help="number of lines")
     p.add_argument("--json", action="store_true", help="JSON output")
 
     p = cmd("status", "what is indexed, what is stale, what works")
@@ -246,7 +309,7 @@ def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
     key, path = settings_cache.snapshot_key(config_path=getattr(args, "config", None),
                                             agent_id=getattr(args, "agent", None), **flags)
     remembered = settings_cache.load_snapshot(path, key)
-    if remembered is not None:
+    if remembered is not None and remembered.settings.workspace_path.is_dir():  # else load_config says why
         return Memory(config=remembered, notice=_notice)
     loaded = _load_config(args)
     settings_cache.save_snapshot(path, key, loaded)
@@ -329,7 +392,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         resp = mem.search(query, max_results=args.max_results, min_score=args.min_score, explain=args.explain,
                           sync=False if args.no_sync else None, mode=args.mode)
         if args.json:
-            print(json.dumps(resp.as_dict(), indent=2, ensure_ascii=False))
+            print(_json_text(resp.as_dict(), indent=2))
             return 0
         for w in resp.warnings:
             _note(args, f"note: {w}")
@@ -372,7 +435,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         except PathError as exc:
             raise CliError(str(exc)) from None
         if args.json:
-            print(json.dumps(got.as_dict(), ensure_ascii=False, indent=2))
+            print(_json_text(got.as_dict(), indent=2))
         else:
             sys.stdout.write(got.text + ("" if got.text.endswith("\n") or not got.text else "\n"))
     return 0
@@ -381,6 +444,8 @@ def cmd_get(args: argparse.Namespace) -> int:
 def cmd_append(args: argparse.Namespace) -> int:
     text = " ".join(args.text)
     if args.text == ["-"]:
+        if sys.stdin is None:  # started with stdin closed (`<&-`): "'NoneType' object has no attribute"
+            raise UsageError("- reads the note from stdin, and stdin is closed")
         # bytes that are not UTF-8 are kept as surrogates whatever the locale, so the note is
         # refused with one clear message (memfiles.normalise_entry) rather than a codec error
         text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
@@ -418,7 +483,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         st = mem.status(deep=args.deep)
     if args.json:
-        print(json.dumps(st, indent=2, ensure_ascii=False))
+        print(_json_text(st, indent=2))
         return 0
     lines = [f"Memory Search ({st['agentId']})",
              f"Provider: {st['provider']} (requested: {st['requestedProvider']})",
@@ -531,9 +596,27 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if not 0 < args.port < 65536:
         raise CliError(f"invalid port {args.port} (expected 1-65535)")
+    if args.transport != "stdio":
+        _check_port_free(args.host, args.port)
     with _memory(args) as mem:
         serve(mem, transport=args.transport, host=args.host, port=args.port, session_key=args.session_key)
     return 0
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a port another process listens on before anything starts: the server printed its
+    address as if serving, then uvicorn's own "address already in use" and exit code 3."""
+    import errno
+    import socket
+
+    try:
+        for family, kind, proto, _name, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+            with socket.socket(family, kind, proto) as probe:  # each address: the server binds them all
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+                probe.bind(address)
+    except OSError as exc:
+        why = "another process listens on it" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+        raise CliError(f"cannot serve on {host} port {port}: {why} (choose another with --port)") from None
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -642,13 +725,20 @@ ONE_SHOT_COMMANDS = frozenset({"search", "get", "status"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.stdout is None:  # started with stdout closed (`memdir append x >&-`): every print failed
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115  (output goes nowhere, as >/dev/null)
     completing = "_ARGCOMPLETE" in os.environ
     parser = build_parser(None if completing else command_in(sys.argv[1:] if argv is None else argv))
     if completing:  # a shell asking for completions (see `memdir completion`)
         import argcomplete
 
         argcomplete.autocomplete(parser)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _UsageExit as exc:  # argparse said what is wrong on stderr; --json also wants it on stdout
+        if _asks_for_json(sys.argv[1:] if argv is None else argv):
+            _print_failure("usage", exc.message, 2)
+        raise
     if args.version:
         from memdir import __version__
 
@@ -698,13 +788,17 @@ def _json_failure(args: argparse.Namespace, kind: str, message: str, code: int) 
     so a program reading stdout gets a document it can parse, not an empty string; the one-line
     message stays on stderr for people.  Returns ``code``."""
     if getattr(args, "json", False):
-        try:
-            print(json.dumps({"ok": False, "error": {"kind": kind, "message": message, "exitCode": code}},
-                             ensure_ascii=False))
-            _flush_stdout()
-        except (BrokenPipeError, OSError, ValueError):  # stdout gone or closed: stderr said it
-            pass
+        _print_failure(kind, message, code)
     return code
+
+
+def _print_failure(kind: str, message: str, code: int) -> None:
+    """The ``--json`` failure object on stdout."""
+    try:
+        print(_json_text({"ok": False, "error": {"kind": kind, "message": message, "exitCode": code}}))
+        _flush_stdout()
+    except (BrokenPipeError, OSError, ValueError):  # stdout gone or closed: stderr said it
+        pass
 
 
 if __name__ == "__main__":

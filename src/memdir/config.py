@@ -12,7 +12,7 @@ Values R§1 *clamps* stay clamped (weights normalised to sum 1, ``overlap < toke
 are rejected instead of being silently turned into something that disables a feature (OpenClaw
 would turn ``maxResults = 0`` into "every search returns nothing"): ``maxResults ≤ 0``,
 ``chunking.tokens ≤ 0``, ``halfLifeDays ≤ 0``, negative weights, ``cache.maxEntries < 0``,
-``searchBudgetMs < 0``, ``sources = []``, an unknown ``provider``, and an agent id that is not a
+``searchBudgetMs < 0``, ``sources = []``, an unknown ``provider`` or ``userTimezone``, and an agent id that is not a
 plain name (it becomes a file name under the state folder).
 """
 
@@ -94,6 +94,10 @@ def did_you_mean(word: str, choices: Any) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+#: ``<id>.sqlite.lock`` must fit a file name (255 bytes on most file systems).
+MAX_AGENT_ID_BYTES = 200
+
+
 def check_agent_id(agent_id: str) -> None:
     """An agent id names files (``memory/<id>.sqlite``, ``agents/<id>/``): a plain name only."""
     if not agent_id or not agent_id.strip():
@@ -102,6 +106,13 @@ def check_agent_id(agent_id: str) -> None:
     if bad or agent_id.strip() in (".", "..") or agent_id != agent_id.strip():
         raise ValueError(f"agent id {agent_id!r} is not a plain name: use letters, digits, '-', '_' or '.' "
                          "(not '.' or '..' alone), without '/', '\\' or surrounding spaces")
+    # SQLite and the file system then failed with "surrogates not allowed" / "File name too long"
+    try:
+        size = len(agent_id.encode("utf-8"))
+    except UnicodeEncodeError:  # a byte that is not UTF-8, from the command line or environment
+        raise ValueError(f"agent id {agent_id!r} is not valid UTF-8 text") from None
+    if size > MAX_AGENT_ID_BYTES:
+        raise ValueError(f"agent id is too long ({size} bytes; at most {MAX_AGENT_ID_BYTES}: it names files)")
 
 
 # --- memorySearch ---------------------------------------------------------------------------
@@ -112,7 +123,7 @@ class BatchConfig(_Model):
     wait: bool = True
     concurrency: int = 2
     poll_interval_ms: int = 2000
-    timeout_minutes: float = 60
+    timeout_minutes: float = Field(60, gt=0)  # NaN or ≤ 0: every batch job timed out at once, or never
 
     @model_validator(mode="after")
     def _clamp(self) -> BatchConfig:
@@ -299,7 +310,10 @@ class HybridConfig(_Model):
             tw = _clamp(float(1 - vw if self.text_weight is None else self.text_weight), 0.0, 1.0)
             total = vw + tw
             self.vector_weight, self.text_weight = (0.7, 0.3) if total <= 0 else (vw / total, tw / total)
-        self.candidate_multiplier = int(_clamp(math.floor(float(self.candidate_multiplier)), 1, 20))
+        multiplier = float(self.candidate_multiplier)
+        if math.isnan(multiplier):  # floor(NaN) said "cannot convert float NaN to integer"; inf is clamped to 20
+            raise ValueError("candidateMultiplier must be a number (1 to 20), not NaN")
+        self.candidate_multiplier = math.floor(_clamp(multiplier, 1, 20))
         return self
 
 
@@ -307,7 +321,7 @@ class QueryConfig(_Model):
     max_results: int = Field(6, gt=0)
     min_score: float = 0.35
     hybrid: HybridConfig = Field(default_factory=HybridConfig)
-    embed_timeout_ms: int = 3000
+    embed_timeout_ms: int = Field(3000, gt=0)  # ≤ 0: every remote query embedding 'exceeded 0 ms'
 
     @model_validator(mode="after")
     def _clamp(self) -> QueryConfig:
@@ -454,7 +468,7 @@ class LtmEmbeddingConfig(_Model):
     api_key: str | None = None
     base_url: str | None = None
     #: The vector width the model must produce (R§14 needs it for unknown models); checked, not sent.
-    dimensions: int | None = None
+    dimensions: int | None = Field(None, gt=0)
 
 
 class LtmMirrorConfig(_Model):
@@ -536,6 +550,30 @@ class Settings(_Model):
     def _plain_agent_id(cls, value: str) -> str:
         check_agent_id(value)
         return value
+
+    @field_validator("state_dir", "workspace")
+    @classmethod
+    def _not_empty(cls, value: str) -> str:
+        # "" resolved to the current folder: `--state-dir "$UNSET"` put the index inside the
+        # workspace's memory/ folder, `-w "$UNSET"` indexed wherever the command ran
+        if not value.strip():
+            raise ValueError("cannot be empty (leave it out for the default)")
+        return value
+
+    @field_validator("user_timezone")
+    @classmethod
+    def _known_timezone(cls, value: str | None) -> str | None:
+        # an unknown zone silently meant the machine's: "yesterday" in a search and the day a note
+        # was filed under could be a day off without a word ('Europe' even failed every dated search)
+        from memdir.timezones import unknown_timezone
+
+        problem = unknown_timezone(value)
+        if problem:
+            from zoneinfo import available_timezones
+
+            raise ValueError(problem + did_you_mean(str(value).strip(), available_timezones()))
+        # trimmed, as resolve_timezone reads it: long-term memory's dates took " UTC " for unknown
+        return value.strip() or None if value else None
 
     @model_validator(mode="after")
     def _clamp_context(self) -> Settings:
@@ -663,6 +701,7 @@ def normalise_keys(model: type[BaseModel], raw: Any, where: str, where_file: Pat
         raise ConfigError(f"{where or 'config'}{_in_file(where_file)}: expected a table/object, "
                           f"got {type(raw).__name__}")
     out: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for key, value in raw.items():
         found = _field_for(model, str(key))
         dotted = f"{where}.{key}" if where else str(key)
@@ -674,6 +713,10 @@ def normalise_keys(model: type[BaseModel], raw: Any, where: str, where_file: Pat
             known = ", ".join(sorted(set(spellings.values())))
             raise ConfigError(f"unknown config key '{dotted}'{hint}{_in_file(where_file)} (known keys here: {known})")
         name, info = found
+        if name in out:  # memorySearch and memory_search: the later replaced the earlier, silently
+            raise ConfigError(f"{prefix(dotted)}{info.alias or name} is set twice{_in_file(where_file)} (as "
+                              f"'{spelled[name]}' and '{key}'): keep one spelling")
+        spelled[name] = str(key)
         if any(isinstance(v, str) and "\0" in v for v in (value if isinstance(value, list) else [value])):
             # a JSON "\u0000" passes the file's own NUL check; as a path it failed later, unnamed
             raise ConfigError(f"{dotted}{_in_file(where_file)}: contains a NUL byte")
@@ -728,30 +771,52 @@ def read_config_file(path: Path) -> dict[str, Any]:
                           "is it the right file?") from None
     if "\0" in text:
         raise ConfigError(f"config file {path} holds binary data (a NUL byte); is it the right file?")
+    suffix = path.suffix.lower()  # memdir.TOML is TOML too
     try:
-        if path.suffix == ".toml":
+        if suffix == ".toml":
             import tomllib
 
             data = tomllib.loads(text)
-        elif path.suffix == ".json":
-            data = json.loads(text)
+        elif suffix == ".json":
+            data = json.loads(text, object_pairs_hook=_unique_keys)
         else:
             import json5
 
-            data = json5.loads(text)
+            data = json5.loads(text, object_pairs_hook=_unique_keys)
     except Exception as exc:
-        raise ConfigError(f"cannot parse config file {path}: {exc}") from exc
+        # the format is the name's: a TOML file named `config` failed as JSON5 with no word of it
+        how = "" if suffix in (".toml", ".json", ".json5") else (
+            " as JSON5 (the format follows the name: .toml, .json or .json5)")
+        raise ConfigError(f"cannot parse config file {path}{how}: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table/object at the top level")
     return data
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different: with a key given twice, JSON keeps the last and the
+    first section was dropped without a word (TOML refuses it already)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice in one object (the first would be ignored: merge them)")
+        out[key] = value
+    return out
+
+
 def find_config_file(workspace: Path, state_dir: Path) -> Path | None:
+    """The first config file in the workspace, then the state folder.  One that is there but is no
+    file (a broken symlink, a folder, a FIFO) is an error: it was passed over without a word, and
+    the next one, or none, used instead."""
     for folder in (workspace, state_dir):
         for name in CONFIG_FILENAMES:
             candidate = folder / name
             if candidate.is_file():
                 return candidate
+            if os.path.lexists(candidate):
+                what = ("a symlink to nothing" if not candidate.exists() else
+                        "a directory" if candidate.is_dir() else "not a regular file")
+                raise ConfigError(f"config file {candidate} is {what}: make it a file or remove it")
     return None
 
 
@@ -822,9 +887,7 @@ class LoadedConfig:
                 if isinstance(value, BaseModel):
                     walk(value, key + ".", camel + ".")
                 else:
-                    if key == "memory_search.store.dsn" and isinstance(value, str):
-                        value = mask_dsn_password(value)
-                    rows.append((camel, value, self.origins.get(key, "default")))
+                    rows.append((camel, _shown(name, value), self.origins.get(key, "default")))
 
         walk(self.settings, "", "")
         rows.append(("indexPath", str(self.settings.index_path), "derived"))
@@ -833,10 +896,26 @@ class LoadedConfig:
         return rows
 
 
+#: Header names whose values are credentials (``Authorization``, ``X-Api-Key``, ``Cookie``, ...).
+_SECRET_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
+
+
+def _shown(name: str, value: Any) -> Any:
+    """A setting as ``config show`` prints it: credentials masked (its output gets pasted into bug
+    reports), a ``${VAR}`` reference kept, since it is no secret and says where the key comes from."""
+    if name == "dsn" and isinstance(value, str):
+        return mask_dsn_password(value)
+    if name == "api_key" and isinstance(value, str) and value and not re.fullmatch(r"\$\{\w+\}", value.strip()):
+        return "***"
+    if name == "headers" and isinstance(value, Mapping):
+        return {k: "***" if _SECRET_HEADER.search(str(k)) else v for k, v in value.items()}
+    return value
+
+
 def mask_dsn_password(dsn: str) -> str:
     """A connection string with its password replaced by ``***`` (URL or ``key=value`` form)."""
     dsn = re.sub(r"(://[^:/@?#]*:)[^/?#]*@", r"\1***@", dsn)
-    return re.sub(r"(\bpassword\s*=\s*)('[^']*'|\S+)", r"\1***", dsn)
+    return re.sub(r"(\b\w*password\s*=\s*)('[^']*'|[^\s&]+)", r"\1***", dsn)  # sslpassword too
 
 
 def load_config(
@@ -909,7 +988,10 @@ def load_config(
     # The agent id decides which agents.list entry applies, so settle it before that layer.
     agent = flag_layer.get("agent_id") or env_layer.get("agent_id") or data.get("agent_id")
     if file_agents:
-        for entry in file_agents.get("entries") or []:
+        for i, entry in enumerate(file_agents.get("entries") or []):
+            if not isinstance(entry.get("id"), str) or not entry["id"].strip():  # it applied to no agent, silently
+                raise ConfigError(f"agents.list[{i}]{_in_file(cfg_file)}: needs an id, the agent it configures "
+                                  f"(a name such as \"main\"), not {entry.get('id')!r}")
             if entry.get("id") == agent:
                 origin = f"file:{cfg_file} (agents.list[{agent}])"
                 if entry.get("memory_search"):
@@ -925,8 +1007,10 @@ def load_config(
     # Relative paths in a config file are relative to the file's folder.
     if cfg_file is not None:
         for key in ("workspace", "state_dir"):
-            if origins.get(key, "").startswith("file:") and not os.path.isabs(os.path.expanduser(data[key])):
-                data[key] = str((cfg_file.parent / data[key]).resolve())
+            value = data[key]  # an empty or non-string value is left for validation to name
+            if (origins.get(key, "").startswith("file:") and isinstance(value, str) and value.strip()
+                    and not os.path.isabs(os.path.expanduser(value))):
+                data[key] = str((cfg_file.parent / value).resolve())
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
@@ -1011,6 +1095,10 @@ def _describe_validation(exc: ValidationError, data: Mapping[str, Any] | None = 
         if origins is not None:
             # a model-level check reports the section; look for the first leaf set under it
             origin = origins.get(dotted) or next((o for k, o in origins.items() if k.startswith(dotted + ".")), "")
+            outer = dotted.split(".")
+            while not origin and len(outer) > 1:  # inside a value kept whole: remote.headers.<name>
+                outer.pop()
+                origin = origins.get(".".join(outer), "")
             where = _origin_text(origin, dotted)
         msg = str(err["msg"]).removeprefix("Value error, ").replace("Input should be", "must be")
         value = ""

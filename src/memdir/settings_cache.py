@@ -224,11 +224,41 @@ def save_snapshot(path: Path, key: str, loaded: Any) -> bool:
     try:
         payload = {"key": key, "settings": dump_with_properties(loaded.settings), "origins": loaded.origins,
                    "configFile": str(loaded.config_file) if loaded.config_file else None}
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
+        # the settings hold secrets (remote.apiKey, a DSN's password, perhaps from a 0600 config
+        # file or the environment): readable by its owner only, as the config file should be
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # a leftover of a killed run keeps the mode it was made with
+        with open(fd, "w", encoding="utf-8") as fh:
             json.dump(payload, fh)
         os.replace(tmp, path)
-        return True
     except (OSError, TypeError, ValueError):
         return False
+    _prune(path.parent)
+    return True
+
+
+#: Snapshots kept: one is written per set of inputs (each edit of a config file, each folder memdir
+#: runs from), so without a bound the folder only grew.
+MAX_SNAPSHOTS = 64
+
+
+def _prune(folder: Path) -> None:
+    """Remove all but the :data:`MAX_SNAPSHOTS` most recently written snapshots (and temporary files
+    a killed run left, once they are a minute old); only after a miss, so a search that hits pays nothing."""
+    import time  # here: a search that finds its snapshot never gets this far
+
+    try:
+        entries = [(e.stat().st_mtime, e.path, e.name.endswith(".tmp")) for e in os.scandir(folder)
+                   if e.name.startswith("settings-") and e.is_file(follow_symlinks=False)]
+    except OSError:
+        return
+    snapshots = sorted((e for e in entries if not e[2]), reverse=True)
+    old = [p for _, p, _ in snapshots[MAX_SNAPSHOTS:]]
+    old += [p for mtime, p, tmp in entries if tmp and mtime < time.time() - 60]
+    for name in old:
+        try:
+            os.unlink(name)
+        except OSError:  # another process removed it first
+            pass

@@ -22,8 +22,20 @@ def _zone(name: str | None) -> ZoneInfo | None:
 
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: 'Europe' is a folder, a name too long
         return None
+
+
+def unknown_timezone(name: str | None) -> str | None:
+    """Why ``name`` cannot be the ``userTimezone``, or ``None`` when it is unset or a zone this
+    machine knows."""
+    wanted = (name or "").strip()
+    if not wanted or _zone(wanted) is not None:
+        return None
+    from zoneinfo import available_timezones
+
+    database = "" if available_timezones() else "; this machine has no timezone database (pip install tzdata)"
+    return f"unknown timezone {name!r} (userTimezone must be an IANA name such as 'Europe/Berlin'){database}"
 
 
 #: How long the machine's zone is trusted before ``/etc/localtime`` is read again: resolving that
@@ -73,8 +85,7 @@ def resolve_timezone(name: str | None = None, *, strict: bool = False) -> tuple[
         if strict:
             from memdir.memfiles import MemoryFileError  # daily.DailyLogError
 
-            raise MemoryFileError(f"unknown timezone {name!r} (userTimezone must be an IANA name such as "
-                                "'Europe/Berlin')")
+            raise MemoryFileError(unknown_timezone(name) or f"unknown timezone {name!r}")
     return _host_zone()
 
 

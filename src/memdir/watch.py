@@ -363,7 +363,9 @@ class Watcher:
                     reason = "interval"
                 if reason is None:
                     wake = [t for t in (self._due, self._next_interval) if t is not None]
-                    self._cond.wait(max(0.01, min(wake) - now) if wake else None)
+                    # capped: intervalMinutes = inf (or 1e308, or a huge debounce) was an OverflowError
+                    # that ended this thread, and the watcher never synced again
+                    self._cond.wait(min(max(0.01, min(wake) - now), threading.TIMEOUT_MAX) if wake else None)
                     continue
                 if self.interval:
                     self._next_interval = now + self.interval

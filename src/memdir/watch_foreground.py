@@ -40,12 +40,18 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
     import sys
 
     lock = threading.Lock()
+    #: Set when the reader of stdout went away (`memdir watch --json | head -3`): the watcher's
+    #: threads swallowed the BrokenPipeError, and the watch ran on, unread, until killed.
+    gone = threading.Event()
 
     def show(event: Event) -> None:
         text = json.dumps(event, ensure_ascii=False) if as_json else _line(event)
-        if text is not None:
+        if text is not None and not gone.is_set():
             with lock:
-                print(text, flush=True)
+                try:
+                    print(text, flush=True)
+                except BrokenPipeError:
+                    gone.set()
 
     watcher = Watcher(memory, on_event=show, debounce_ms=debounce_ms, sync_at_start=True)
     show({"event": "start", "time": round(time.time(), 3), "workspace": str(memory.workspace),
@@ -58,7 +64,7 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
     memory.watcher = watcher
     try:
         watcher.start()
-        while not requested and not watcher.stopped:
+        while not requested and not watcher.stopped and not gone.is_set():
             time.sleep(0.2)
     except KeyboardInterrupt:
         pass
@@ -68,6 +74,8 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     show({"event": "stop", "time": round(time.time(), 3)})
+    if gone.is_set():
+        raise BrokenPipeError  # the CLI exits quietly with 141, as a tool killed by SIGPIPE
     if not as_json:
         print("Stopped watching.", file=sys.stderr)
     return 0

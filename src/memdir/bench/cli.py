@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memdir.cli import CliError, UsageError  # failures the CLI reports (as JSON too with --json)
+
 
 def _int_list(raw: str) -> list[int]:
     try:
@@ -133,8 +135,7 @@ def run(args: argparse.Namespace) -> int:
     """Dispatch ``memdir bench …``; returns the exit code."""
     cmd = getattr(args, "bench_command", None)
     if cmd is None:
-        print("usage: memdir bench {quality,compare,speed,rescore} ... (memdir bench -h)", file=sys.stderr)
-        return 2
+        raise UsageError("choose a benchmark: memdir bench {quality,compare,speed,rescore} ... (memdir bench -h)")
     _check_plots(args)
     if cmd in ("quality", "compare"):
         return _quality(args, cmd)
@@ -153,8 +154,7 @@ def _backends(args: argparse.Namespace) -> int:
 
     dsn = args.dsn or os.environ.get("MEMDIR_DATABASE_URL", "")
     if not dsn:
-        print("memdir: bench backends needs a PostgreSQL: --dsn URL or $MEMDIR_DATABASE_URL", file=sys.stderr)
-        return 2
+        raise UsageError("bench backends needs a PostgreSQL: --dsn URL or $MEMDIR_DATABASE_URL")
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="memdir-bench-backends-"))
     report: dict[str, Any] = {}
     if args.sizes:
@@ -181,9 +181,7 @@ def _quality(args: argparse.Namespace, cmd: str) -> int:
         modes = list(MEMDIR_MODES) if args.mode == "all" else [m.strip() for m in args.mode.split(",") if m.strip()]
         bad = [m for m in modes if m not in MEMDIR_MODES]
         if bad or not modes:
-            print(f"memdir: unknown mode {','.join(bad) or args.mode!r} (keyword, vector, hybrid or all)",
-                  file=sys.stderr)
-            return 2
+            raise UsageError(f"unknown mode {','.join(bad) or args.mode!r} (keyword, vector, hybrid or all)")
         names = [f"memdir:{m}" for m in modes]
     else:
         names = [n.strip() for n in args.adapters.split(",") if n.strip()]
@@ -193,8 +191,7 @@ def _quality(args: argparse.Namespace, cmd: str) -> int:
         report = run_quality(args.dataset, ks=args.k, adapters=adapters, out_dir=args.out, limit=args.limit,
                              progress=_progress(args), config_file=getattr(args, "config", None))
     except ValueError as exc:
-        print(f"memdir: {exc}", file=sys.stderr)
-        return 1
+        raise CliError(str(exc)) from None
     if args.plot:
         from memdir.bench.plots import plot_quality
 
@@ -245,8 +242,7 @@ def _rescore(args: argparse.Namespace) -> int:
     try:
         result = rescore(args.dataset, args.results, args.k)
     except ValueError as exc:
-        print(f"memdir: {exc}", file=sys.stderr)
-        return 1
+        raise CliError(str(exc)) from None
     if args.json:
         print(json.dumps(result, indent=2))
     else:

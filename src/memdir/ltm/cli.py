@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from memdir.cli import CliError, UsageError  # failures the CLI reports (as JSON too with --json)
+
 
 def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.ArgumentParser], None]) -> None:
     """Add the ``ltm`` subcommands; ``add_globals`` adds ``--agent`` and friends to each."""
@@ -73,9 +75,7 @@ def run(args: argparse.Namespace, loaded: Any) -> int:
     """Run one ``ltm`` action with the resolved configuration."""
     action = getattr(args, "ltm_command", None)
     if not action:
-        print("memdir ltm: choose an action: list, stats, store, search, forget, export, import, reembed",
-              file=sys.stderr)
-        return 2
+        raise UsageError("ltm: choose an action: list, stats, store, search, forget, export, import, reembed")
     from memdir.ltm.memory import LongTermMemory
 
     with LongTermMemory(loaded.settings) as ltm:
@@ -138,8 +138,7 @@ def _search(ltm: Any, args: argparse.Namespace) -> int:
 
 def _forget(ltm: Any, args: argparse.Namespace) -> int:
     if bool(args.id) == bool(args.query):
-        print("memdir ltm forget: give a memory id or --query (one of them)", file=sys.stderr)
-        return 2
+        raise UsageError("ltm forget: give a memory id or --query (one of them)")
     result = ltm.forget(args.id) if args.id else ltm.forget(query=args.query)
     if args.json:
         _print(result.as_dict())
@@ -178,8 +177,7 @@ def _import(ltm: Any, args: argparse.Namespace) -> int:
         try:
             text = args.file.read_text(encoding="utf-8")
         except OSError as exc:
-            print(f"memdir ltm import: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
-            return 1
+            raise CliError(f"ltm import: cannot read {args.file}: {exc.strerror or exc}") from None
     report = ltm.import_markdown(text)
     if args.json:
         _print(report.as_dict())
