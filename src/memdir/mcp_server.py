@@ -28,16 +28,21 @@ This module imports ``mcp``; nothing else in memdir does, so ``memdir search`` s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
+import errno
 import ipaddress
 import json
 import logging
 import math
 import os
+import queue
+import socket
 import sys
 import threading
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import anyio
@@ -60,6 +65,7 @@ from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from memdir.errors import MemdirError
 from memdir.prompt import memory_recall_section
 from memdir.tools import (
     LTM_TOOL_NAMES,
@@ -77,6 +83,9 @@ DEFAULT_HTTP_PORT = 8765
 DEFAULT_CALL_TIMEOUT = 120.0
 #: Seconds a search waits for a first index it started before answering "being built".
 FIRST_INDEX_WAIT = 2.0
+#: Seconds the HTTP server gives requests in flight once asked to stop (SIGTERM, Ctrl-C) before it
+#: cancels them: a stalled call, or a client that never finishes sending, must not hold it up.
+SHUTDOWN_GRACE = 5.0
 _TITLES = {"memory_search": "Search memory", "memory_get": "Read memory lines", "memory_append": "Remember a note",
            "memory_recall": "Recall long-term memories", "memory_store": "Store a long-term memory",
            "memory_forget": "Forget a long-term memory"}
@@ -90,6 +99,10 @@ def default_tools(memory: Any) -> tuple[str, ...]:
 
 class HostNotAllowed(ValueError):
     """``--host`` is not a loopback address: memdir never serves memory to the network."""
+
+
+class PortUnavailable(MemdirError):
+    """The HTTP server cannot listen on its port (another server has it, or it is not allowed)."""
 
 
 def check_loopback_host(host: str) -> str:
@@ -110,6 +123,22 @@ def check_loopback_host(host: str) -> str:
     )
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host:port``, bound before anything else starts.
+
+    Why: uvicorn binds only once the server runs, after the banner and the start-up index, and
+    reports a port in use as a log line and exit code 3; here it is one clear error.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        shown = f"[{host}]" if ":" in host else host
+        why = ("the port is already in use (another memdir mcp?); stop that server or choose another --port"
+               if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc))
+        raise PortUnavailable(f"cannot listen on http://{shown}:{port}: {why}") from None
+
+
 def transport_security(host: str) -> TransportSecuritySettings:
     """Host/Origin allow-lists: loopback names on any port (and no port), http and https."""
     names = {"127.0.0.1", "localhost", "[::1]"}
@@ -120,6 +149,63 @@ def transport_security(host: str) -> TransportSecuritySettings:
                       for suffix in ("", ":*")})
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
                                      allowed_origins=origins)
+
+
+class CallThreads:
+    """Worker threads for tool calls that never keep the process alive (daemon threads, reused).
+
+    Why not anyio's: its worker threads are joined when the interpreter exits, so a call stuck
+    for good (say on a lock another process never releases) kept ``memdir mcp`` from exiting
+    after Ctrl-C or the end of its stdio input, however long ago the call had been abandoned.
+    """
+
+    #: Seconds an idle thread waits for another call before it ends.
+    IDLE_SECONDS = 10.0
+
+    def __init__(self) -> None:
+        self._idle: list[queue.SimpleQueue[Any]] = []
+        self._lock = threading.Lock()
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread; cancelling the caller abandons the thread's work."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._work, args=(inbox,), name="memdir-mcp-call", daemon=True).start()
+        inbox.put((loop, future, contextvars.copy_context(), fn, args))
+        return await future
+
+    def _work(self, inbox: queue.SimpleQueue[Any]) -> None:
+        while True:
+            try:
+                loop, future, context, fn, args = inbox.get(timeout=self.IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if inbox in self._idle:  # else a call was handed to this thread just now
+                        self._idle.remove(inbox)
+                        return
+                continue
+            try:
+                outcome: tuple[Any, BaseException | None] = (context.run(fn, *args), None)
+            except BaseException as exc:
+                outcome = (None, exc)
+            with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody waits for it
+                loop.call_soon_threadsafe(_settle, future, *outcome)
+            del loop, future, context, fn, args, outcome
+            with self._lock:
+                self._idle.append(inbox)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller was cancelled: the call was abandoned
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 class MemdirMCP(FastMCP):  # type: ignore[type-arg]
@@ -141,14 +227,18 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         # Core tool calls run concurrently (Memory serialises its own index access); the long-term
         # memory tools (LanceDB) one at a time, and after its warm-up load.
         self._ltm_lock = threading.Lock()
-        # Stalled calls keep their (abandoned) thread: give calls their own pool so they can never
-        # starve the SDK's.
+        # Stalled calls keep their (abandoned) thread: give calls their own threads so they can never
+        # starve the SDK's, and keep at most 64 running that are not abandoned.
         self._limiter = anyio.CapacityLimiter(64)
+        self._threads = CallThreads()
+        self._stoppable: set[anyio.CancelScope] = set()
         # Set when the session has ended: the Memory is closed under the start-up sync, which is
         # then cut short on purpose (the next start indexes again), not a failure to report.
         self.stopping = threading.Event()
         #: The ``tools/call`` fast path in front of the streamable-HTTP app, once that app is built.
         self.fast_path: ToolCallFastPath | None = None
+        #: The socket :func:`serve` bound for the HTTP transport (``None``: uvicorn binds its own).
+        self.http_socket: socket.socket | None = None
         citations = getattr(getattr(getattr(memory, "settings", None), "memory", None), "citations", "auto")
         kwargs.setdefault("instructions", memory_recall_section(self.tool_names, citations).strip())
         kwargs.setdefault("log_level", "WARNING")
@@ -239,6 +329,28 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         async with stdio_transport() as (read_stream, write_stream):
             await self._mcp_server.run(read_stream, write_stream, self._mcp_server.create_initialization_options())
 
+    async def run_streamable_http_async(self) -> None:
+        """As the SDK's, on :attr:`http_socket`, and stopping promptly when asked.
+
+        Why: uvicorn otherwise waits for every request to finish before it stops, so SIGTERM
+        with a call stalled in flight took until the call's deadline, and a client that sent
+        half a request held it forever.  Now calls in flight are answered at once
+        (:meth:`stop_calls`) and any other request is cut off after :data:`SHUTDOWN_GRACE`.
+        """
+        import uvicorn
+
+        config = uvicorn.Config(self.streamable_http_app(), host=self.settings.host, port=self.settings.port,
+                                log_level=self.settings.log_level.lower(), timeout_graceful_shutdown=SHUTDOWN_GRACE)
+        server = uvicorn.Server(config)
+        loop, stop_serving = asyncio.get_running_loop(), server.handle_exit
+
+        def handle_exit(sig: int, frame: Any) -> None:  # SIGINT/SIGTERM: calls in flight are answered at once
+            stop_serving(sig, frame)
+            loop.call_soon_threadsafe(self.stop_calls)
+
+        server.handle_exit = handle_exit  # type: ignore[method-assign]
+        await server.serve(sockets=None if self.http_socket is None else [self.http_socket])
+
     def streamable_http_app(self) -> Any:
         """The SDK's app behind :class:`ToolCallFastPath` (unless ``MEMDIR_MCP_FAST_PATH=0``)."""
         app = super().streamable_http_app()
@@ -264,13 +376,25 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         return content, payload
 
     async def run_tool(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
-        """One of memdir's tools in a worker thread, within the call deadline (a timeout is a payload)."""
+        """One of memdir's tools in a worker thread, within the call deadline (a timeout is a payload,
+        and so is a call cut short because the server is stopping: :meth:`stop_calls`)."""
         try:
-            with anyio.fail_after(self.call_timeout):
-                return await anyio.to_thread.run_sync(self._call_sync, name, arguments, abandon_on_cancel=True,
-                                                      limiter=self._limiter)
+            with anyio.fail_after(self.call_timeout), anyio.CancelScope() as stop:
+                self._stoppable.add(stop)
+                try:
+                    async with self._limiter:
+                        return await self._threads.run(self._call_sync, name, arguments)  # type: ignore[no-any-return]
+                finally:
+                    self._stoppable.discard(stop)
         except TimeoutError:
             return tool_result(timeout_payload(name, arguments, self.call_timeout))
+        return tool_result(failure_payload(name, arguments, f"{name} was not finished: the memdir MCP server is "
+                                                            "stopping"))
+
+    def stop_calls(self) -> None:
+        """Answer every tool call in flight now (as not finished): the server has been asked to stop."""
+        for scope in list(self._stoppable):
+            scope.cancel()
 
 
 #: What :class:`ToolCallFastPath` needs of the SDK's per-session transport; without any of it
@@ -494,9 +618,10 @@ def _holding_session(transport: Any) -> Iterator[None]:
 
 
 #: Exceptions that only mean "the HTTP client went away" (a closed or broken stream, or a
-#: request body cut off when the client vanished before sending all of it).
+#: request body cut off when the client vanished before sending all of it), or never finished
+#: its request: uvicorn cancels such a request when the server stops (:data:`SHUTDOWN_GRACE`).
 _CLIENT_GONE = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError,
-                ClientDisconnect)
+                ClientDisconnect, asyncio.CancelledError)
 #: The SDK forwards a cut-off request body to the session as an exception and logs it without a
 #: traceback; a client disconnect has an empty description, so the line ends right after the colon.
 _STREAM_EXCEPTION_NO_TEXT = "Received exception from stream: "
@@ -538,7 +663,12 @@ def quiet_client_disconnects() -> None:
 
 def timeout_payload(name: str, arguments: dict[str, Any] | None, seconds: float) -> dict[str, Any]:
     """The tool's own error shape for a call that did not finish in time."""
-    error = f"{name} did not finish within {seconds:g} s; the server is still serving other calls"
+    return failure_payload(name, arguments,
+                           f"{name} did not finish within {seconds:g} s; the server is still serving other calls")
+
+
+def failure_payload(name: str, arguments: dict[str, Any] | None, error: str) -> dict[str, Any]:
+    """The tool's own error shape for a call the server gave up on (``error`` says why)."""
     if name == "memory_search":
         return search_unavailable_payload(error)
     if name == "memory_get":
@@ -569,6 +699,7 @@ def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", por
         raise ValueError(f"unknown transport {transport!r} (expected stdio or http)")
     server = build_server(memory, host=host, port=port, session_key=session_key)
     if kind == "streamable-http":
+        server.http_socket = listen(server.settings.host, int(port))
         shown = f"[{server.settings.host}]" if ":" in server.settings.host else server.settings.host
         print(f"memdir MCP server: http://{shown}:{port}{server.settings.streamable_http_path} "
               f"(workspace {getattr(memory, 'workspace', '?')}; Ctrl-C stops it)", file=sys.stderr, flush=True)
@@ -589,8 +720,10 @@ __all__ = [
     "ClientGoneFilter",
     "HostNotAllowed",
     "MemdirMCP",
+    "PortUnavailable",
     "build_server",
     "check_loopback_host",
+    "listen",
     "quiet_client_disconnects",
     "serve",
     "transport_security",

@@ -1,0 +1,133 @@
+"""``memdir mcp --transport http`` against hostile clients and signals.
+
+A port in use is one clear error, and SIGTERM stops the server promptly even with a call stalled
+in flight or a client that sent half a request.  Real ``memdir mcp`` subprocesses.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from helpers import cli_env
+from test_mcp_fast_path import _call, _free_port, _open_session
+
+
+@pytest.fixture
+def workspace(make_workspace, tmp_path: Path) -> tuple[Path, Path]:
+    ws = make_workspace({"MEMORY.md": "# Long-term\n\nBilling uses Kafka because ordering matters.\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    return ws, cfg
+
+
+def test_a_port_in_use_is_one_clear_error_before_anything_starts(workspace, state_dir):
+    ws, cfg = workspace
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "memdir", "mcp", "--transport", "http", "--port", str(port),
+                               "-w", str(ws), "-c", str(cfg)], capture_output=True, text=True, timeout=60,
+                              env=cli_env(state_dir))
+    assert proc.returncode == 1
+    assert proc.stderr == (f"memdir: cannot listen on http://127.0.0.1:{port}: the port is already in use "
+                           "(another memdir mcp?); stop that server or choose another --port\n")
+
+
+def _flock_waiters(pid: int) -> bool:
+    """Whether process ``pid`` is blocked waiting for an flock (``/proc/locks`` marks waiters ``->``)."""
+    rows = [line.split() for line in Path("/proc/locks").read_text().splitlines()]
+    return any(len(row) > 5 and row[1] == "->" and row[5] == str(pid) for row in rows)
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
+def test_sigterm_answers_a_stalled_call_and_stops_with_a_half_sent_request(workspace, state_dir, tmp_path):
+    """uvicorn waited for every request: SIGTERM took the call's 120 s deadline, or forever."""
+    ws, cfg = workspace
+    port = _free_port()
+    errors = (tmp_path / "stderr").open("w+")
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "mcp", "--transport", "http", "--port", str(port),
+                             "-w", str(ws), "-c", str(cfg)], stdout=subprocess.DEVNULL, stderr=errors,
+                            env=cli_env(state_dir))
+    url = f"http://127.0.0.1:{port}/mcp"
+    daily = ws / "memory" / f"{dt.date.today().isoformat()}.md"
+    daily.parent.mkdir(exist_ok=True)
+    answers: dict[str, Any] = {}
+    try:
+        with httpx.Client(timeout=60) as client, daily.open("a") as held:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    headers = _open_session(client, url)
+                    break
+                except httpx.TransportError:
+                    assert proc.poll() is None and time.monotonic() < deadline
+                    time.sleep(0.05)
+            fcntl.flock(held, fcntl.LOCK_EX)  # another writer holds today's log: the append waits
+
+            def append() -> None:
+                answers["append"] = client.post(url, json=_call(2, "memory_append", {"text": "- note"}),
+                                                headers=headers)
+
+            caller = threading.Thread(target=append)
+            caller.start()
+            while not _flock_waiters(proc.pid):
+                assert caller.is_alive() and time.monotonic() < deadline
+                time.sleep(0.02)
+            with socket.create_connection(("127.0.0.1", port)) as half:  # a body that never comes whole
+                head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+                half.sendall(f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{head}"
+                             "Content-Length: 1000\r\n\r\n{".encode())
+                time.sleep(0.2)
+                proc.terminate()
+                caller.join(30)
+                assert not caller.is_alive()
+                proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    payload = answers["append"].json()["result"]["structuredContent"]
+    assert payload == {"path": "", "appended": False,
+                       "error": "memory_append was not finished: the memdir MCP server is stopping"}
+    errors.seek(0)
+    assert "Traceback" not in errors.read()
+    assert "- note" not in daily.read_text()
+
+
+def test_a_call_stuck_for_good_does_not_keep_the_process_alive(tmp_path):
+    """anyio's worker threads are joined at exit: a call abandoned at its deadline but never
+    returning kept the interpreter (``memdir mcp`` after its client left) running for ever."""
+    script = tmp_path / "stuck.py"
+    script.write_text(
+        "import anyio, threading\n"
+        "from mcp.shared.memory import create_connected_server_and_client_session\n"
+        "from memdir.api import Memory\n"
+        "from memdir.mcp_server import build_server\n"
+        "class Stuck(Memory):\n"
+        "    def get(self, path, **kw):\n"
+        "        threading.Event().wait()\n"
+        f"memory = Stuck({str(tmp_path)!r}, config={{'memorySearch': {{'provider': 'none'}}}})\n"
+        "server = build_server(memory, call_timeout=0.5)\n"
+        "async def main():\n"
+        "    async with create_connected_server_and_client_session(server._mcp_server) as client:\n"
+        "        result = await client.call_tool('memory_get', {'path': 'MEMORY.md'})\n"
+        "        print(result.structuredContent['error'], flush=True)\n"
+        "anyio.run(main)\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                          env=cli_env(tmp_path / "state"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "memory_get did not finish within 0.5 s; the server is still serving other calls\n"
