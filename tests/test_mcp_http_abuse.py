@@ -1,7 +1,9 @@
 """``memdir mcp --transport http`` against hostile clients and signals.
 
-A port in use is one clear error, and SIGTERM stops the server promptly even with a call stalled
-in flight or a client that sent half a request.  Real ``memdir mcp`` subprocesses.
+Every request gets an answer (an ``id`` the SDK cannot use, a batch, JSON nested too deeply), a
+port in use is one clear error, and SIGTERM stops the server promptly even with a call stalled in
+flight or a client that sent half a request.  Real servers: uvicorn in a thread over one Memory,
+and ``memdir mcp`` as a subprocess.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import httpx
 import pytest
 
 from helpers import cli_env
-from test_mcp_fast_path import _call, _free_port, _open_session
+from memdir.api import Memory
+from test_mcp_fast_path import HEADERS, INIT, _call, _free_port, _open_session, serving
 
 
 @pytest.fixture
@@ -30,6 +33,41 @@ def workspace(make_workspace, tmp_path: Path) -> tuple[Path, Path]:
     cfg = tmp_path / "memdir.json"
     cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
     return ws, cfg
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_every_request_the_sdk_would_leave_unanswered_gets_an_error(workspace, monkeypatch, fast):
+    ws, _ = workspace
+    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as memory, \
+            serving(memory, monkeypatch, fast=fast) as (url, _), httpx.Client(timeout=30) as client:
+        headers = _open_session(client, url)
+        assert client.post(url, json=_call(1, "memory_search", {"query": "Kafka"}), headers=headers).is_success
+
+        def refused(content: bytes, code: int, why: str) -> None:
+            answer = client.post(url, content=content, headers=headers)
+            assert answer.status_code == 400
+            assert answer.json() == {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": why}}
+
+        for bad_id in ({"a": 1}, [2], None, True, 1.5):  # the SDK took these as notifications: 202, no answer
+            refused(json.dumps(_call(bad_id, "memory_search", {"query": "Kafka"})).encode(), -32600,
+                    "Invalid Request: an id must be a string or an integer")
+        refused(json.dumps({"jsonrpc": "2.0", "id": {}, "method": "tools/list"}).encode(), -32600,
+                "Invalid Request: an id must be a string or an integer")
+        refused(json.dumps([_call(3, "memory_search", {"query": "Kafka"})]).encode(), -32600,
+                "Invalid Request: batches are not supported: send one message per request")
+        deep = b"[" * 100_000 + b"]" * 100_000  # a 500 and a traceback, through the SDK and the fast path
+        refused(deep, -32700, "Parse error: the JSON is nested too deeply")
+        nested_call = json.dumps(_call(4, "memory_search", {"query": "Kafka"})).encode()
+        refused(nested_call.replace(b'"Kafka"', b"[" * 5000 + b"]" * 5000), -32700,
+                "Parse error: the JSON is nested too deeply")
+
+        # What the SDK answers itself is left to it; a foreign Origin is refused before anything else.
+        assert client.post(url, content=b"nope", headers=headers).json()["error"]["code"] == -32700
+        evil = client.post(url, json=_call({"a": 1}, "memory_search", {"query": "Kafka"}),
+                           headers={**headers, "Origin": "http://evil.example.com"})
+        assert evil.status_code == 403
+        good = client.post(url, json=_call(5, "memory_search", {"query": "Kafka"}), headers=headers)
+        assert good.json()["id"] == 5 and good.json()["result"]["isError"] is False
 
 
 def test_a_port_in_use_is_one_clear_error_before_anything_starts(workspace, state_dir):
@@ -131,3 +169,16 @@ def test_a_call_stuck_for_good_does_not_keep_the_process_alive(tmp_path):
                           env=cli_env(tmp_path / "state"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "memory_get did not finish within 0.5 s; the server is still serving other calls\n"
+
+
+def test_init_answers_with_the_guard_in_front(workspace, monkeypatch):
+    """The guard replays what it read: an ordinary session still opens and lists the tools."""
+    ws, _ = workspace
+    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as memory, \
+            serving(memory, monkeypatch, fast=True) as (url, _), httpx.Client(timeout=30) as client:
+        opened = client.post(url, json=INIT, headers=HEADERS)
+        assert opened.status_code == 200 and opened.json()["result"]["serverInfo"]["name"] == "memdir"
+        headers = _open_session(client, url)
+        listed = client.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=headers)
+        assert [t["name"] for t in listed.json()["result"]["tools"]] == ["memory_search", "memory_get",
+                                                                        "memory_append"]

@@ -50,6 +50,8 @@ from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
 from mcp.types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
     CallToolResult,
     ErrorData,
     JSONRPCError,
@@ -352,8 +354,9 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         await server.serve(sockets=None if self.http_socket is None else [self.http_socket])
 
     def streamable_http_app(self) -> Any:
-        """The SDK's app behind :class:`ToolCallFastPath` (unless ``MEMDIR_MCP_FAST_PATH=0``)."""
-        app = super().streamable_http_app()
+        """The SDK's app behind :class:`RequestGuard`, and :class:`ToolCallFastPath` (unless
+        ``MEMDIR_MCP_FAST_PATH=0``)."""
+        app = RequestGuard(super().streamable_http_app(), self)
         if (os.environ.get("MEMDIR_MCP_FAST_PATH", "1") == "0" or self.settings.stateless_http
                 or not self.settings.json_response or self.settings.auth is not None):
             return app
@@ -458,7 +461,8 @@ class ToolCallFastPath:
         received, body = await _read_body(receive, self.max_body)
         message = _json(body)
         call = self._plain_call(message)
-        passed = message is not None and await self._headers_pass(scope, headers) and _session_open(transport)
+        passed = (message is not None and await _headers_pass(scope, headers, self.security)
+                  and _session_open(transport))
         if call is None or not passed:
             if passed:
                 self._cancel_if_asked(transport, message)
@@ -483,15 +487,6 @@ class ToolCallFastPath:
         if arguments is not None and not isinstance(arguments, dict):
             return None
         return message["id"], name, arguments or {}
-
-    async def _headers_pass(self, scope: Any, headers: Headers) -> bool:
-        """The checks the SDK makes before it would take the request (any refusal is left to it)."""
-        accepted = [t.strip() for t in headers.get("accept", "").split(",")]
-        content_type = [p.strip() for p in headers.get("content-type", "").split(";")[0].split(",")]
-        version = headers.get("mcp-protocol-version")
-        return (any(t.startswith(_JSON) for t in accepted) and _JSON in content_type
-                and (version is None or version in SUPPORTED_PROTOCOL_VERSIONS)
-                and await self.security.validate_request(Request(scope), is_post=True) is None)
 
     def _cancel_if_asked(self, transport: Any, message: Any) -> None:
         """A ``notifications/cancelled`` for a call answered here: cancel it, as the SDK would.
@@ -557,13 +552,68 @@ def result_json(request_id: Any, text: str, payload: dict[str, Any]) -> bytes | 
         return None
 
 
+async def _headers_pass(scope: Any, headers: Headers, security: TransportSecurityMiddleware) -> bool:
+    """The checks the SDK makes before it would take the request (any refusal is left to it)."""
+    accepted = [t.strip() for t in headers.get("accept", "").split(",")]
+    content_type = [p.strip() for p in headers.get("content-type", "").split(";")[0].split(",")]
+    version = headers.get("mcp-protocol-version")
+    return (any(t.startswith(_JSON) for t in accepted) and _JSON in content_type
+            and (version is None or version in SUPPORTED_PROTOCOL_VERSIONS)
+            and await security.validate_request(Request(scope), is_post=True) is None)
+
+
+class RequestGuard:
+    """ASGI front of the SDK's streamable-HTTP app: answers the bodies the SDK leaves unanswered.
+
+    Why: the SDK takes a request whose ``id`` is neither a string nor an integer (an object, a
+    float, ``null``, ``true``) for a notification (202, no answer: the client waits forever), and
+    JSON nested deeper than Python's parser goes made it fail with a 500 and a traceback.  Those
+    are answered with a JSON-RPC error (400, ``id: null``) as over stdio (:mod:`memdir.mcp_stdio`),
+    and so is a batch, with a plainer message than the SDK's validation dump.  Only a request
+    whose headers the SDK would take is refused here; everything else goes to the SDK untouched.
+    """
+
+    def __init__(self, app: Any, server: MemdirMCP):
+        self.app = app
+        self.path = server.settings.streamable_http_path
+        self.security = TransportSecurityMiddleware(server.settings.transport_security)
+        self.max_body = int(getattr(server.settings, "max_request_body_size", 4 * 1024 * 1024))
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
+            return await self.app(scope, receive, send)
+        received, body = await _read_body(receive, self.max_body)
+        refused = None if body is None else refusal(body)
+        if refused is None or not await _headers_pass(scope, Headers(scope=scope), self.security):
+            return await self.app(scope, _replay(received, receive), send)
+        code, message = refused
+        answer = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+        response = Response(json.dumps(answer, separators=(",", ":")), status_code=400, media_type=_JSON)
+        await response(scope, receive, send)
+
+
+def refusal(body: bytes) -> tuple[int, str] | None:
+    """The JSON-RPC error ``(code, message)`` for a body :class:`RequestGuard` answers itself."""
+    try:
+        message = json.loads(body)
+    except RecursionError:
+        return PARSE_ERROR, "Parse error: the JSON is nested too deeply"
+    except ValueError:
+        return None  # not JSON: the SDK answers that (-32700)
+    if isinstance(message, list):
+        return INVALID_REQUEST, "Invalid Request: batches are not supported: send one message per request"
+    if isinstance(message, dict) and "method" in message and "id" in message and type(message["id"]) not in (int, str):
+        return INVALID_REQUEST, "Invalid Request: an id must be a string or an integer"
+    return None
+
+
 def _json(body: bytes | None) -> Any:
-    """The request's JSON, or None when there is no whole body or it is not JSON."""
+    """The request's JSON, or None when there is no whole body or it is not JSON (or too deep)."""
     if body is None:
         return None
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 
