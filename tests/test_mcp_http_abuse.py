@@ -182,3 +182,29 @@ def test_init_answers_with_the_guard_in_front(workspace, monkeypatch):
         listed = client.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=headers)
         assert [t["name"] for t in listed.json()["result"]["tools"]] == ["memory_search", "memory_get",
                                                                         "memory_append"]
+
+
+def test_connections_to_the_bound_port_have_nagle_off():
+    """asyncio sets TCP_NODELAY only on connections of a socket made as IPPROTO_TCP; a plain
+    ``create_server`` socket left Nagle on, and the SDK's client waited 40 ms a call for it."""
+    import asyncio
+
+    from memdir.mcp_server import listen
+
+    async def main() -> int:
+        accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: Any) -> None:
+                accepted.set_result(transport.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP,
+                                                                                  socket.TCP_NODELAY))
+
+        sock = listen("127.0.0.1", 0)
+        server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
+        async with server:
+            _, writer = await asyncio.open_connection(*sock.getsockname())
+            nodelay = await asyncio.wait_for(accepted, 10)
+            writer.close()
+        return nodelay
+
+    assert asyncio.run(main()) != 0

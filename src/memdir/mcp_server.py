@@ -129,12 +129,20 @@ def listen(host: str, port: int) -> socket.socket:
     """A socket listening on ``host:port``, bound before anything else starts.
 
     Why: uvicorn binds only once the server runs, after the banner and the start-up index, and
-    reports a port in use as a log line and exit code 3; here it is one clear error.
+    reports a port in use as a log line and exit code 3; here it is one clear error.  The socket
+    says it is TCP (``IPPROTO_TCP``, as asyncio's own): asyncio turns Nagle's algorithm off only
+    on connections of such sockets, and with it on an answer written in two parts waited for the
+    client's delayed ACK (40 ms a call).
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
-        return socket.create_server((host, port), family=family, backlog=2048)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+        return sock
     except OSError as exc:
+        sock.close()
         shown = f"[{host}]" if ":" in host else host
         why = ("the port is already in use (another memdir mcp?); stop that server or choose another --port"
                if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc))
