@@ -70,6 +70,31 @@ def test_every_request_the_sdk_would_leave_unanswered_gets_an_error(workspace, m
         assert good.json()["id"] == 5 and good.json()["result"]["isError"] is False
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_lone_surrogate_is_replaced_as_over_stdio_not_a_500(workspace, monkeypatch, fast):
+    """The SDK could not write a lone surrogate back (an id, the path in memory_get's answer): 500."""
+    ws, _ = workspace
+    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as memory, \
+            serving(memory, monkeypatch, fast=fast) as (url, _), httpx.Client(timeout=30) as client:
+        headers = _open_session(client, url)
+        assert client.post(url, json=_call(1, "memory_search", {"query": "Kafka"}), headers=headers).is_success
+        for body in (b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"memory_get",'
+                     b'"arguments":{"path":"memory/\\udc80x.md"}}}',
+                     b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"memory_get",'
+                     b'"arguments":{"path":"memory/\xed\xb2\x80x.md"}}}'):  # the same, as raw UTF-8 bytes
+            answer = client.post(url, content=body, headers=headers)
+            assert answer.status_code == 200
+            assert answer.json()["result"]["structuredContent"] == {"text": "", "path": "memory/\ufffd\ufffd\ufffdx.md"}
+        answer = client.post(url, content=b'{"jsonrpc":"2.0","id":"r\\ud800","method":"tools/call","params":'
+                                           b'{"name":"memory_search","arguments":{"query":"Kafka"}}}', headers=headers)
+        assert answer.status_code == 200 and answer.json()["id"] == "r\ufffd\ufffd\ufffd"
+        appended = client.post(url, content=b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":'
+                                             b'"memory_append","arguments":{"text":"- tea \\ud83d please"}}}',
+                               headers=headers).json()["result"]["structuredContent"]
+        assert appended["appended"] is True
+        assert (ws / appended["path"]).read_text(encoding="utf-8").endswith("- tea \ufffd\ufffd\ufffd please\n")
+
+
 def test_a_port_in_use_is_one_clear_error_before_anything_starts(workspace, state_dir):
     ws, cfg = workspace
     with socket.socket() as taken:

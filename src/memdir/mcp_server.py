@@ -68,6 +68,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from memdir.errors import MemdirError
+from memdir.mcp_stdio import without_lone_surrogates
 from memdir.prompt import memory_recall_section
 from memdir.tools import (
     LTM_TOOL_NAMES,
@@ -468,6 +469,8 @@ class ToolCallFastPath:
             return await self.app(scope, receive, send)
         received, body = await _read_body(receive, self.max_body)
         message = _json(body)
+        if body is not None and _maybe_lone_surrogates(body):
+            message = without_lone_surrogates(message)
         call = self._plain_call(message)
         passed = (message is not None and await _headers_pass(scope, headers, self.security)
                   and _session_open(transport))
@@ -578,7 +581,9 @@ class RequestGuard:
     JSON nested deeper than Python's parser goes made it fail with a 500 and a traceback.  Those
     are answered with a JSON-RPC error (400, ``id: null``) as over stdio (:mod:`memdir.mcp_stdio`),
     and so is a batch, with a plainer message than the SDK's validation dump.  Only a request
-    whose headers the SDK would take is refused here; everything else goes to the SDK untouched.
+    whose headers the SDK would take is refused here; everything else goes to the SDK, with any
+    lone surrogate in its strings replaced by U+FFFD, as over stdio (the SDK answered a 500 when
+    it had to write one back: an ``id``, or the path in ``memory_get``'s error).
     """
 
     def __init__(self, app: Any, server: MemdirMCP):
@@ -593,6 +598,9 @@ class RequestGuard:
         received, body = await _read_body(receive, self.max_body)
         refused = None if body is None else refusal(body)
         if refused is None or not await _headers_pass(scope, Headers(scope=scope), self.security):
+            cleaned = None if body is None else _without_lone_surrogates(body)
+            if cleaned is not None:
+                received = [{"type": "http.request", "body": cleaned, "more_body": False}]
             return await self.app(scope, _replay(received, receive), send)
         code, message = refused
         answer = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
@@ -613,6 +621,23 @@ def refusal(body: bytes) -> tuple[int, str] | None:
     if isinstance(message, dict) and "method" in message and "id" in message and type(message["id"]) not in (int, str):
         return INVALID_REQUEST, "Invalid Request: an id must be a string or an integer"
     return None
+
+
+def _maybe_lone_surrogates(body: bytes) -> bool:
+    """Whether ``body`` may hold a lone surrogate: escaped (``\\udXXX``) or raw (UTF-8 lead byte 0xED).
+
+    A quick test on the bytes, so the common body is never walked; false positives (other
+    ``\\ud`` escapes, Hangul) only cost the walk."""
+    return b"\\ud" in body or b"\\uD" in body or b"\xed" in body
+
+
+def _without_lone_surrogates(body: bytes) -> bytes | None:
+    """``body`` rewritten with each lone surrogate replaced by U+FFFD; ``None`` when there is none."""
+    if not _maybe_lone_surrogates(body):
+        return None
+    message = _json(body)
+    cleaned = without_lone_surrogates(message)
+    return None if cleaned == message else json.dumps(cleaned, ensure_ascii=False).encode()
 
 
 def _json(body: bytes | None) -> Any:
