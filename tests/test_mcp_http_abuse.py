@@ -233,3 +233,38 @@ def test_connections_to_the_bound_port_have_nagle_off():
         return nodelay
 
     assert asyncio.run(main()) != 0
+
+
+def test_call_threads_run_calls_side_by_side_and_pass_errors_back():
+    """The daemon threads that replaced anyio's: parallel calls, answers and errors, thread reuse."""
+    import anyio
+
+    from memdir.mcp_server import CallThreads
+
+    threads = CallThreads()
+    barrier = threading.Barrier(8, timeout=10)  # eight calls that only finish if they all run at once
+
+    def meet(n: int) -> tuple[int, bool]:
+        barrier.wait()
+        return n, threading.current_thread().daemon
+
+    def fail() -> None:
+        raise ValueError("refused")
+
+    async def main() -> None:
+        answers: list[tuple[int, bool]] = []
+
+        async def one(n: int) -> None:
+            answers.append(await threads.run(meet, n))
+
+        async with anyio.create_task_group() as tg:
+            for n in range(8):
+                tg.start_soon(one, n)
+        assert sorted(answers) == [(n, True) for n in range(8)]
+        with pytest.raises(ValueError, match="refused"):
+            await threads.run(fail)
+        names = {await threads.run(lambda: threading.current_thread().name) for _ in range(20)}
+        assert names == {"memdir-mcp-call"}
+        assert len(threads._idle) == 8  # one after another, the calls reused the idle threads
+
+    anyio.run(main)

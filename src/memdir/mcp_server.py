@@ -199,13 +199,15 @@ class CallThreads:
                         self._idle.remove(inbox)
                         return
                 continue
-            try:
-                outcome: tuple[Any, BaseException | None] = (context.run(fn, *args), None)
-            except BaseException as exc:
-                outcome = (None, exc)
-            with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody waits for it
-                loop.call_soon_threadsafe(_settle, future, *outcome)
-            del loop, future, context, fn, args, outcome
+            if not future.cancelled():  # (a call cancelled before it started is not run, as anyio's)
+                try:
+                    outcome: tuple[Any, BaseException | None] = (context.run(fn, *args), None)
+                except BaseException as exc:
+                    outcome = (None, exc)
+                with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody waits for it
+                    loop.call_soon_threadsafe(_settle, future, *outcome)
+                del outcome
+            del loop, future, context, fn, args  # an idle thread holds no call's arguments or answer
             with self._lock:
                 self._idle.append(inbox)
 
