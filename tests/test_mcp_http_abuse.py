@@ -8,6 +8,7 @@ and ``memdir mcp`` as a subprocess.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import json
@@ -268,3 +269,47 @@ def test_call_threads_run_calls_side_by_side_and_pass_errors_back():
         assert len(threads._idle) == 8  # one after another, the calls reused the idle threads
 
     anyio.run(main)
+
+
+def test_stopping_with_a_client_connected_says_nothing_but_the_banner(workspace, state_dir, tmp_path):
+    """uvicorn logged "ERROR: ASGI callable returned without completing response." for the SDK
+    client's open event stream when the server stopped under it."""
+    import anyio
+    from mcp import ClientSession
+
+    from test_mcp_fast_path import http_client
+
+    ws, cfg = workspace
+    port = _free_port()
+    errors = (tmp_path / "stderr").open("w+")
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "mcp", "--transport", "http", "--port", str(port),
+                             "-w", str(ws), "-c", str(cfg)], stdout=subprocess.DEVNULL, stderr=errors,
+                            env=cli_env(state_dir))
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    async def connected() -> None:
+        async with http_client(url) as (read, write, _), ClientSession(read, write) as session:
+            await session.initialize()
+            assert (await session.call_tool("memory_search", {"query": "Kafka"})).isError is False
+            proc.terminate()
+            await anyio.to_thread.run_sync(proc.wait, 30)
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(url, timeout=5)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+        with contextlib.suppress(Exception):  # the client may complain that its server went away
+            anyio.run(connected)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    errors.seek(0)
+    assert errors.read().splitlines() == [f"memdir MCP server: http://127.0.0.1:{port}/mcp (workspace {ws}; "
+                                          "Ctrl-C stops it)"]

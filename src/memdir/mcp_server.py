@@ -710,6 +710,8 @@ _CLIENT_GONE = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndO
 #: The SDK forwards a cut-off request body to the session as an exception and logs it without a
 #: traceback; a client disconnect has an empty description, so the line ends right after the colon.
 _STREAM_EXCEPTION_NO_TEXT = "Received exception from stream: "
+#: What uvicorn says (at ERROR) of a client's open SSE stream that the server ended: when it stops.
+_STREAM_ENDED_BY_SERVER = "ASGI callable returned without completing response."
 #: Loggers through which the SDK and uvicorn report such a disconnect with a full traceback.
 _DISCONNECT_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager",
                        "mcp.server.lowlevel.server", "uvicorn.error")
@@ -724,15 +726,16 @@ def _only_client_gone(exc: BaseException | None) -> bool:
 class ClientGoneFilter(logging.Filter):
     """Drops the traceback the SDK logs when an HTTP client disconnects mid-stream.
 
-    A client closing its connection (or its SSE stream) is normal, not a server error; the
-    record is kept only when memdir logs at DEBUG (``memdir -vv mcp``).
+    A client closing its connection (or its SSE stream) is normal, not a server error, and so
+    is the server ending a client's open stream when it stops (Ctrl-C with a client connected);
+    the record is kept only when memdir logs at DEBUG (``memdir -vv mcp``).
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         gone = exc is not None and _only_client_gone(exc)
         if not gone and exc is None:
-            gone = record.getMessage() == _STREAM_EXCEPTION_NO_TEXT
+            gone = record.getMessage() in (_STREAM_EXCEPTION_NO_TEXT, _STREAM_ENDED_BY_SERVER)
         if gone:
             return logging.getLogger("memdir").isEnabledFor(logging.DEBUG)
         return True
