@@ -86,8 +86,12 @@ DEFAULT_HTTP_PORT = 8765
 DEFAULT_CALL_TIMEOUT = 120.0
 #: Seconds a search waits for a first index it started before answering "being built".
 FIRST_INDEX_WAIT = 2.0
-#: Seconds the HTTP server gives requests in flight once asked to stop (SIGTERM, Ctrl-C) before it
-#: cancels them: a stalled call, or a client that never finishes sending, must not hold it up.
+#: Seconds tool calls in flight get to finish once the HTTP server is asked to stop (SIGTERM,
+#: Ctrl-C) before they are answered as not finished: a call that is only slow still reports what
+#: it did (an append the client is told failed may be sent again), a stalled one cannot hold it up.
+CALL_GRACE = 2.0
+#: Seconds the HTTP server gives any other request in flight once asked to stop before it cancels
+#: it: a client that never finishes sending its request must not hold it up either.
 SHUTDOWN_GRACE = 5.0
 _TITLES = {"memory_search": "Search memory", "memory_get": "Read memory lines", "memory_append": "Remember a note",
            "memory_recall": "Recall long-term memories", "memory_store": "Store a long-term memory",
@@ -347,8 +351,9 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
 
         Why: uvicorn otherwise waits for every request to finish before it stops, so SIGTERM
         with a call stalled in flight took until the call's deadline, and a client that sent
-        half a request held it forever.  Now calls in flight are answered at once
-        (:meth:`stop_calls`) and any other request is cut off after :data:`SHUTDOWN_GRACE`.
+        half a request held it forever.  Now calls still in flight after :data:`CALL_GRACE` are
+        answered as not finished (:meth:`stop_calls`), and any other request is cut off after
+        :data:`SHUTDOWN_GRACE`.
         """
         import uvicorn
 
@@ -357,9 +362,9 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         server = uvicorn.Server(config)
         loop, stop_serving = asyncio.get_running_loop(), server.handle_exit
 
-        def handle_exit(sig: int, frame: Any) -> None:  # SIGINT/SIGTERM: calls in flight are answered at once
+        def handle_exit(sig: int, frame: Any) -> None:  # SIGINT/SIGTERM (a signal handler: hand over to the loop)
             stop_serving(sig, frame)
-            loop.call_soon_threadsafe(self.stop_calls)
+            loop.call_soon_threadsafe(loop.call_later, CALL_GRACE, self.stop_calls)
 
         server.handle_exit = handle_exit  # type: ignore[method-assign]
         await server.serve(sockets=None if self.http_socket is None else [self.http_socket])
