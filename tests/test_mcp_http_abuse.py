@@ -62,6 +62,11 @@ def test_every_request_the_sdk_would_leave_unanswered_gets_an_error(workspace, m
         refused(nested_call.replace(b'"Kafka"', b"[" * 5000 + b"]" * 5000), -32700,
                 "Parse error: the JSON is nested too deeply")
 
+        latin1 = json.dumps(_call(6, "memory_search", {"query": "café"}), ensure_ascii=False).encode("latin-1")
+        refused(latin1, -32700, "Parse error: the body is not UTF-8 (invalid continuation byte at byte 115)")
+        refused(b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"ping"}', -32700,
+                "Parse error: a number has too many digits")
+
         # What the SDK answers itself is left to it; a foreign Origin is refused before anything else.
         assert client.post(url, content=b"nope", headers=headers).json()["error"]["code"] == -32700
         evil = client.post(url, json=_call({"a": 1}, "memory_search", {"query": "Kafka"}),

@@ -587,6 +587,7 @@ class RequestGuard:
     float, ``null``, ``true``) for a notification (202, no answer: the client waits forever), and
     JSON nested deeper than Python's parser goes made it fail with a 500 and a traceback.  Those
     are answered with a JSON-RPC error (400, ``id: null``) as over stdio (:mod:`memdir.mcp_stdio`),
+    as are a body that is not UTF-8 and a number too long for Python to read (500s through the SDK),
     and so is a batch, with a plainer message than the SDK's validation dump.  Only a request
     whose headers the SDK would take is refused here; everything else goes to the SDK, with any
     lone surrogate in its strings replaced by U+FFFD, as over stdio (the SDK answered a 500 when
@@ -621,8 +622,12 @@ def refusal(body: bytes) -> tuple[int, str] | None:
         message = json.loads(body)
     except RecursionError:
         return PARSE_ERROR, "Parse error: the JSON is nested too deeply"
-    except ValueError:
+    except UnicodeDecodeError as exc:  # the SDK catches only JSONDecodeError: these were 500s
+        return PARSE_ERROR, f"Parse error: the body is not UTF-8 ({exc.reason} at byte {exc.start})"
+    except json.JSONDecodeError:
         return None  # not JSON: the SDK answers that (-32700)
+    except ValueError:  # Python's limit on the digits of an integer (4300)
+        return PARSE_ERROR, "Parse error: a number has too many digits"
     if isinstance(message, list):
         return INVALID_REQUEST, "Invalid Request: batches are not supported: send one message per request"
     if isinstance(message, dict) and "method" in message and "id" in message and type(message["id"]) not in (int, str):
