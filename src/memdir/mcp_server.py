@@ -439,9 +439,10 @@ class ToolCallFastPath:
     Content-Type and protocol-version headers pass the SDK's checks, carrying one plain request
     ``{"jsonrpc", "id", "method": "tools/call", "params": {"name", "arguments"}}`` for one of
     memdir's tools.  Anything else (other methods, batches, unknown tools, ``_meta``, bad headers,
-    an unknown or ended session) goes to the SDK with its body replayed, and the SDK answers as
-    always.  A ``notifications/cancelled`` for a call in flight here cancels it with the SDK's
-    answer ("Request cancelled").  ``MEMDIR_MCP_FAST_PATH=0`` turns the fast path off.
+    an unknown or ended session) goes on with its body replayed, to :class:`RequestGuard` and the
+    SDK, which answer as always.  A lone surrogate in a call is replaced by U+FFFD, as there.
+    A ``notifications/cancelled`` for a call in flight here cancels it with the SDK's answer
+    ("Request cancelled").  ``MEMDIR_MCP_FAST_PATH=0`` turns the fast path off.
     """
 
     def __init__(self, app: Any, server: MemdirMCP):
