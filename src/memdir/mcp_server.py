@@ -28,16 +28,21 @@ This module imports ``mcp``; nothing else in memdir does, so ``memdir search`` s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
+import errno
 import ipaddress
 import json
 import logging
 import math
 import os
+import queue
+import socket
 import sys
 import threading
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import anyio
@@ -45,6 +50,8 @@ from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
 from mcp.types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
     CallToolResult,
     ErrorData,
     JSONRPCError,
@@ -60,6 +67,8 @@ from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from memdir.errors import MemdirError
+from memdir.mcp_stdio import without_lone_surrogates
 from memdir.prompt import memory_recall_section
 from memdir.tools import (
     LTM_TOOL_NAMES,
@@ -77,6 +86,13 @@ DEFAULT_HTTP_PORT = 8765
 DEFAULT_CALL_TIMEOUT = 120.0
 #: Seconds a search waits for a first index it started before answering "being built".
 FIRST_INDEX_WAIT = 2.0
+#: Seconds tool calls in flight get to finish once the HTTP server is asked to stop (SIGTERM,
+#: Ctrl-C) before they are answered as not finished: a call that is only slow still reports what
+#: it did (an append the client is told failed may be sent again), a stalled one cannot hold it up.
+CALL_GRACE = 2.0
+#: Seconds the HTTP server gives any other request in flight once asked to stop before it cancels
+#: it: a client that never finishes sending its request must not hold it up either.
+SHUTDOWN_GRACE = 5.0
 _TITLES = {"memory_search": "Search memory", "memory_get": "Read memory lines", "memory_append": "Remember a note",
            "memory_recall": "Recall long-term memories", "memory_store": "Store a long-term memory",
            "memory_forget": "Forget a long-term memory"}
@@ -90,6 +106,10 @@ def default_tools(memory: Any) -> tuple[str, ...]:
 
 class HostNotAllowed(ValueError):
     """``--host`` is not a loopback address: memdir never serves memory to the network."""
+
+
+class PortUnavailable(MemdirError):
+    """The HTTP server cannot listen on its port (another server has it, or it is not allowed)."""
 
 
 def check_loopback_host(host: str) -> str:
@@ -110,6 +130,30 @@ def check_loopback_host(host: str) -> str:
     )
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host:port``, bound before anything else starts.
+
+    Why: uvicorn binds only once the server runs, after the banner and the start-up index, and
+    reports a port in use as a log line and exit code 3; here it is one clear error.  The socket
+    says it is TCP (``IPPROTO_TCP``, as asyncio's own): asyncio turns Nagle's algorithm off only
+    on connections of such sockets, and with it on an answer written in two parts waited for the
+    client's delayed ACK (40 ms a call).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+        return sock
+    except OSError as exc:
+        sock.close()
+        shown = f"[{host}]" if ":" in host else host
+        why = ("the port is already in use (another memdir mcp?); stop that server or choose another --port"
+               if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc))
+        raise PortUnavailable(f"cannot listen on http://{shown}:{port}: {why}") from None
+
+
 def transport_security(host: str) -> TransportSecuritySettings:
     """Host/Origin allow-lists: loopback names on any port (and no port), http and https."""
     names = {"127.0.0.1", "localhost", "[::1]"}
@@ -120,6 +164,65 @@ def transport_security(host: str) -> TransportSecuritySettings:
                       for suffix in ("", ":*")})
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
                                      allowed_origins=origins)
+
+
+class CallThreads:
+    """Worker threads for tool calls that never keep the process alive (daemon threads, reused).
+
+    Why not anyio's: its worker threads are joined when the interpreter exits, so a call stuck
+    for good (say on a lock another process never releases) kept ``memdir mcp`` from exiting
+    after Ctrl-C or the end of its stdio input, however long ago the call had been abandoned.
+    """
+
+    #: Seconds an idle thread waits for another call before it ends.
+    IDLE_SECONDS = 10.0
+
+    def __init__(self) -> None:
+        self._idle: list[queue.SimpleQueue[Any]] = []
+        self._lock = threading.Lock()
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread; cancelling the caller abandons the thread's work."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._work, args=(inbox,), name="memdir-mcp-call", daemon=True).start()
+        inbox.put((loop, future, contextvars.copy_context(), fn, args))
+        return await future
+
+    def _work(self, inbox: queue.SimpleQueue[Any]) -> None:
+        while True:
+            try:
+                loop, future, context, fn, args = inbox.get(timeout=self.IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if inbox in self._idle:  # else a call was handed to this thread just now
+                        self._idle.remove(inbox)
+                        return
+                continue
+            if not future.cancelled():  # (a call cancelled before it started is not run, as anyio's)
+                try:
+                    outcome: tuple[Any, BaseException | None] = (context.run(fn, *args), None)
+                except BaseException as exc:
+                    outcome = (None, exc)
+                with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody waits for it
+                    loop.call_soon_threadsafe(_settle, future, *outcome)
+                del outcome
+            del loop, future, context, fn, args  # an idle thread holds no call's arguments or answer
+            with self._lock:
+                self._idle.append(inbox)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller was cancelled: the call was abandoned
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 class MemdirMCP(FastMCP):  # type: ignore[type-arg]
@@ -141,14 +244,18 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         # Core tool calls run concurrently (Memory serialises its own index access); the long-term
         # memory tools (LanceDB) one at a time, and after its warm-up load.
         self._ltm_lock = threading.Lock()
-        # Stalled calls keep their (abandoned) thread: give calls their own pool so they can never
-        # starve the SDK's.
+        # Stalled calls keep their (abandoned) thread: give calls their own threads so they can never
+        # starve the SDK's, and keep at most 64 running that are not abandoned.
         self._limiter = anyio.CapacityLimiter(64)
+        self._threads = CallThreads()
+        self._stoppable: set[anyio.CancelScope] = set()
         # Set when the session has ended: the Memory is closed under the start-up sync, which is
         # then cut short on purpose (the next start indexes again), not a failure to report.
         self.stopping = threading.Event()
         #: The ``tools/call`` fast path in front of the streamable-HTTP app, once that app is built.
         self.fast_path: ToolCallFastPath | None = None
+        #: The socket :func:`serve` bound for the HTTP transport (``None``: uvicorn binds its own).
+        self.http_socket: socket.socket | None = None
         citations = getattr(getattr(getattr(memory, "settings", None), "memory", None), "citations", "auto")
         kwargs.setdefault("instructions", memory_recall_section(self.tool_names, citations).strip())
         kwargs.setdefault("log_level", "WARNING")
@@ -239,9 +346,33 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         async with stdio_transport() as (read_stream, write_stream):
             await self._mcp_server.run(read_stream, write_stream, self._mcp_server.create_initialization_options())
 
+    async def run_streamable_http_async(self) -> None:
+        """As the SDK's, on :attr:`http_socket`, and stopping promptly when asked.
+
+        Why: uvicorn otherwise waits for every request to finish before it stops, so SIGTERM
+        with a call stalled in flight took until the call's deadline, and a client that sent
+        half a request held it forever.  Now calls still in flight after :data:`CALL_GRACE` are
+        answered as not finished (:meth:`stop_calls`), and any other request is cut off after
+        :data:`SHUTDOWN_GRACE`.
+        """
+        import uvicorn
+
+        config = uvicorn.Config(self.streamable_http_app(), host=self.settings.host, port=self.settings.port,
+                                log_level=self.settings.log_level.lower(), timeout_graceful_shutdown=SHUTDOWN_GRACE)
+        server = uvicorn.Server(config)
+        loop, stop_serving = asyncio.get_running_loop(), server.handle_exit
+
+        def handle_exit(sig: int, frame: Any) -> None:  # SIGINT/SIGTERM (a signal handler: hand over to the loop)
+            stop_serving(sig, frame)
+            loop.call_soon_threadsafe(loop.call_later, CALL_GRACE, self.stop_calls)
+
+        server.handle_exit = handle_exit  # type: ignore[method-assign]
+        await server.serve(sockets=None if self.http_socket is None else [self.http_socket])
+
     def streamable_http_app(self) -> Any:
-        """The SDK's app behind :class:`ToolCallFastPath` (unless ``MEMDIR_MCP_FAST_PATH=0``)."""
-        app = super().streamable_http_app()
+        """The SDK's app behind :class:`RequestGuard`, and :class:`ToolCallFastPath` (unless
+        ``MEMDIR_MCP_FAST_PATH=0``)."""
+        app = RequestGuard(super().streamable_http_app(), self)
         if (os.environ.get("MEMDIR_MCP_FAST_PATH", "1") == "0" or self.settings.stateless_http
                 or not self.settings.json_response or self.settings.auth is not None):
             return app
@@ -264,13 +395,25 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         return content, payload
 
     async def run_tool(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:
-        """One of memdir's tools in a worker thread, within the call deadline (a timeout is a payload)."""
+        """One of memdir's tools in a worker thread, within the call deadline (a timeout is a payload,
+        and so is a call cut short because the server is stopping: :meth:`stop_calls`)."""
         try:
-            with anyio.fail_after(self.call_timeout):
-                return await anyio.to_thread.run_sync(self._call_sync, name, arguments, abandon_on_cancel=True,
-                                                      limiter=self._limiter)
+            with anyio.fail_after(self.call_timeout), anyio.CancelScope() as stop:
+                self._stoppable.add(stop)
+                try:
+                    async with self._limiter:
+                        return await self._threads.run(self._call_sync, name, arguments)  # type: ignore[no-any-return]
+                finally:
+                    self._stoppable.discard(stop)
         except TimeoutError:
             return tool_result(timeout_payload(name, arguments, self.call_timeout))
+        return tool_result(failure_payload(name, arguments, f"{name} was not finished: the memdir MCP server is "
+                                                            "stopping"))
+
+    def stop_calls(self) -> None:
+        """Answer every tool call in flight now (as not finished): the server has been asked to stop."""
+        for scope in list(self._stoppable):
+            scope.cancel()
 
 
 #: What :class:`ToolCallFastPath` needs of the SDK's per-session transport; without any of it
@@ -296,9 +439,10 @@ class ToolCallFastPath:
     Content-Type and protocol-version headers pass the SDK's checks, carrying one plain request
     ``{"jsonrpc", "id", "method": "tools/call", "params": {"name", "arguments"}}`` for one of
     memdir's tools.  Anything else (other methods, batches, unknown tools, ``_meta``, bad headers,
-    an unknown or ended session) goes to the SDK with its body replayed, and the SDK answers as
-    always.  A ``notifications/cancelled`` for a call in flight here cancels it with the SDK's
-    answer ("Request cancelled").  ``MEMDIR_MCP_FAST_PATH=0`` turns the fast path off.
+    an unknown or ended session) goes on with its body replayed, to :class:`RequestGuard` and the
+    SDK, which answer as always.  A lone surrogate in a call is replaced by U+FFFD, as there.
+    A ``notifications/cancelled`` for a call in flight here cancels it with the SDK's answer
+    ("Request cancelled").  ``MEMDIR_MCP_FAST_PATH=0`` turns the fast path off.
     """
 
     def __init__(self, app: Any, server: MemdirMCP):
@@ -333,8 +477,11 @@ class ToolCallFastPath:
             return await self.app(scope, receive, send)
         received, body = await _read_body(receive, self.max_body)
         message = _json(body)
+        if body is not None and _maybe_lone_surrogates(body):
+            message = without_lone_surrogates(message)
         call = self._plain_call(message)
-        passed = message is not None and await self._headers_pass(scope, headers) and _session_open(transport)
+        passed = (message is not None and await _headers_pass(scope, headers, self.security)
+                  and _session_open(transport))
         if call is None or not passed:
             if passed:
                 self._cancel_if_asked(transport, message)
@@ -359,15 +506,6 @@ class ToolCallFastPath:
         if arguments is not None and not isinstance(arguments, dict):
             return None
         return message["id"], name, arguments or {}
-
-    async def _headers_pass(self, scope: Any, headers: Headers) -> bool:
-        """The checks the SDK makes before it would take the request (any refusal is left to it)."""
-        accepted = [t.strip() for t in headers.get("accept", "").split(",")]
-        content_type = [p.strip() for p in headers.get("content-type", "").split(";")[0].split(",")]
-        version = headers.get("mcp-protocol-version")
-        return (any(t.startswith(_JSON) for t in accepted) and _JSON in content_type
-                and (version is None or version in SUPPORTED_PROTOCOL_VERSIONS)
-                and await self.security.validate_request(Request(scope), is_post=True) is None)
 
     def _cancel_if_asked(self, transport: Any, message: Any) -> None:
         """A ``notifications/cancelled`` for a call answered here: cancel it, as the SDK would.
@@ -433,13 +571,95 @@ def result_json(request_id: Any, text: str, payload: dict[str, Any]) -> bytes | 
         return None
 
 
+async def _headers_pass(scope: Any, headers: Headers, security: TransportSecurityMiddleware) -> bool:
+    """The checks the SDK makes before it would take the request (any refusal is left to it)."""
+    accepted = [t.strip() for t in headers.get("accept", "").split(",")]
+    content_type = [p.strip() for p in headers.get("content-type", "").split(";")[0].split(",")]
+    version = headers.get("mcp-protocol-version")
+    return (any(t.startswith(_JSON) for t in accepted) and _JSON in content_type
+            and (version is None or version in SUPPORTED_PROTOCOL_VERSIONS)
+            and await security.validate_request(Request(scope), is_post=True) is None)
+
+
+class RequestGuard:
+    """ASGI front of the SDK's streamable-HTTP app: answers the bodies the SDK leaves unanswered.
+
+    Why: the SDK takes a request whose ``id`` is neither a string nor an integer (an object, a
+    float, ``null``, ``true``) for a notification (202, no answer: the client waits forever), and
+    JSON nested deeper than Python's parser goes made it fail with a 500 and a traceback.  Those
+    are answered with a JSON-RPC error (400, ``id: null``) as over stdio (:mod:`memdir.mcp_stdio`),
+    as are a body that is not UTF-8 and a number too long for Python to read (500s through the SDK),
+    and so is a batch, with a plainer message than the SDK's validation dump.  Only a request
+    whose headers the SDK would take is refused here; everything else goes to the SDK, with any
+    lone surrogate in its strings replaced by U+FFFD, as over stdio (the SDK answered a 500 when
+    it had to write one back: an ``id``, or the path in ``memory_get``'s error).
+    """
+
+    def __init__(self, app: Any, server: MemdirMCP):
+        self.app = app
+        self.path = server.settings.streamable_http_path
+        self.security = TransportSecurityMiddleware(server.settings.transport_security)
+        self.max_body = int(getattr(server.settings, "max_request_body_size", 4 * 1024 * 1024))
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
+            return await self.app(scope, receive, send)
+        received, body = await _read_body(receive, self.max_body)
+        refused = None if body is None else refusal(body)
+        if refused is None or not await _headers_pass(scope, Headers(scope=scope), self.security):
+            cleaned = None if body is None else _without_lone_surrogates(body)
+            if cleaned is not None:
+                received = [{"type": "http.request", "body": cleaned, "more_body": False}]
+            return await self.app(scope, _replay(received, receive), send)
+        code, message = refused
+        answer = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+        response = Response(json.dumps(answer, separators=(",", ":")), status_code=400, media_type=_JSON)
+        await response(scope, receive, send)
+
+
+def refusal(body: bytes) -> tuple[int, str] | None:
+    """The JSON-RPC error ``(code, message)`` for a body :class:`RequestGuard` answers itself."""
+    try:
+        message = json.loads(body)
+    except RecursionError:
+        return PARSE_ERROR, "Parse error: the JSON is nested too deeply"
+    except UnicodeDecodeError as exc:  # the SDK catches only JSONDecodeError: these were 500s
+        return PARSE_ERROR, f"Parse error: the body is not UTF-8 ({exc.reason} at byte {exc.start})"
+    except json.JSONDecodeError:
+        return None  # not JSON: the SDK answers that (-32700)
+    except ValueError:  # Python's limit on the digits of an integer (4300)
+        return PARSE_ERROR, "Parse error: a number has too many digits"
+    if isinstance(message, list):
+        return INVALID_REQUEST, "Invalid Request: batches are not supported: send one message per request"
+    if isinstance(message, dict) and "method" in message and "id" in message and type(message["id"]) not in (int, str):
+        return INVALID_REQUEST, "Invalid Request: an id must be a string or an integer"
+    return None
+
+
+def _maybe_lone_surrogates(body: bytes) -> bool:
+    """Whether ``body`` may hold a lone surrogate: escaped (``\\udXXX``) or raw (UTF-8 lead byte 0xED).
+
+    A quick test on the bytes, so the common body is never walked; false positives (other
+    ``\\ud`` escapes, Hangul) only cost the walk."""
+    return b"\\ud" in body or b"\\uD" in body or b"\xed" in body
+
+
+def _without_lone_surrogates(body: bytes) -> bytes | None:
+    """``body`` rewritten with each lone surrogate replaced by U+FFFD; ``None`` when there is none."""
+    if not _maybe_lone_surrogates(body):
+        return None
+    message = _json(body)
+    cleaned = without_lone_surrogates(message)
+    return None if cleaned == message else json.dumps(cleaned, ensure_ascii=False).encode()
+
+
 def _json(body: bytes | None) -> Any:
-    """The request's JSON, or None when there is no whole body or it is not JSON."""
+    """The request's JSON, or None when there is no whole body or it is not JSON (or too deep)."""
     if body is None:
         return None
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 
@@ -494,12 +714,15 @@ def _holding_session(transport: Any) -> Iterator[None]:
 
 
 #: Exceptions that only mean "the HTTP client went away" (a closed or broken stream, or a
-#: request body cut off when the client vanished before sending all of it).
+#: request body cut off when the client vanished before sending all of it), or never finished
+#: its request: uvicorn cancels such a request when the server stops (:data:`SHUTDOWN_GRACE`).
 _CLIENT_GONE = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ConnectionError,
-                ClientDisconnect)
+                ClientDisconnect, asyncio.CancelledError)
 #: The SDK forwards a cut-off request body to the session as an exception and logs it without a
 #: traceback; a client disconnect has an empty description, so the line ends right after the colon.
 _STREAM_EXCEPTION_NO_TEXT = "Received exception from stream: "
+#: What uvicorn says (at ERROR) of a client's open SSE stream that the server ended: when it stops.
+_STREAM_ENDED_BY_SERVER = "ASGI callable returned without completing response."
 #: Loggers through which the SDK and uvicorn report such a disconnect with a full traceback.
 _DISCONNECT_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager",
                        "mcp.server.lowlevel.server", "uvicorn.error")
@@ -514,15 +737,16 @@ def _only_client_gone(exc: BaseException | None) -> bool:
 class ClientGoneFilter(logging.Filter):
     """Drops the traceback the SDK logs when an HTTP client disconnects mid-stream.
 
-    A client closing its connection (or its SSE stream) is normal, not a server error; the
-    record is kept only when memdir logs at DEBUG (``memdir -vv mcp``).
+    A client closing its connection (or its SSE stream) is normal, not a server error, and so
+    is the server ending a client's open stream when it stops (Ctrl-C with a client connected);
+    the record is kept only when memdir logs at DEBUG (``memdir -vv mcp``).
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         gone = exc is not None and _only_client_gone(exc)
         if not gone and exc is None:
-            gone = record.getMessage() == _STREAM_EXCEPTION_NO_TEXT
+            gone = record.getMessage() in (_STREAM_EXCEPTION_NO_TEXT, _STREAM_ENDED_BY_SERVER)
         if gone:
             return logging.getLogger("memdir").isEnabledFor(logging.DEBUG)
         return True
@@ -538,7 +762,12 @@ def quiet_client_disconnects() -> None:
 
 def timeout_payload(name: str, arguments: dict[str, Any] | None, seconds: float) -> dict[str, Any]:
     """The tool's own error shape for a call that did not finish in time."""
-    error = f"{name} did not finish within {seconds:g} s; the server is still serving other calls"
+    return failure_payload(name, arguments,
+                           f"{name} did not finish within {seconds:g} s; the server is still serving other calls")
+
+
+def failure_payload(name: str, arguments: dict[str, Any] | None, error: str) -> dict[str, Any]:
+    """The tool's own error shape for a call the server gave up on (``error`` says why)."""
     if name == "memory_search":
         return search_unavailable_payload(error)
     if name == "memory_get":
@@ -569,6 +798,7 @@ def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", por
         raise ValueError(f"unknown transport {transport!r} (expected stdio or http)")
     server = build_server(memory, host=host, port=port, session_key=session_key)
     if kind == "streamable-http":
+        server.http_socket = listen(server.settings.host, int(port))
         shown = f"[{server.settings.host}]" if ":" in server.settings.host else server.settings.host
         print(f"memdir MCP server: http://{shown}:{port}{server.settings.streamable_http_path} "
               f"(workspace {getattr(memory, 'workspace', '?')}; Ctrl-C stops it)", file=sys.stderr, flush=True)
@@ -589,8 +819,10 @@ __all__ = [
     "ClientGoneFilter",
     "HostNotAllowed",
     "MemdirMCP",
+    "PortUnavailable",
     "build_server",
     "check_loopback_host",
+    "listen",
     "quiet_client_disconnects",
     "serve",
     "transport_security",

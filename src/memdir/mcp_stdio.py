@@ -33,14 +33,14 @@ from mcp.shared.message import SessionMessage
 from mcp.types import INVALID_REQUEST, PARSE_ERROR, JSONRPCMessage
 
 
-def _without_lone_surrogates(value: Any) -> Any:
+def without_lone_surrogates(value: Any) -> Any:
     """``value`` with every lone surrogate in its strings (and keys) replaced by U+FFFD."""
     if isinstance(value, str):
         return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if _lone(value) else value
     if isinstance(value, list):
-        return [_without_lone_surrogates(v) for v in value]
+        return [without_lone_surrogates(v) for v in value]
     if isinstance(value, dict):
-        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+        return {without_lone_surrogates(k): without_lone_surrogates(v) for k, v in value.items()}
     return value
 
 
@@ -76,7 +76,7 @@ def read_message(line: str) -> JSONRPCMessage | str:
         except (ValueError, RecursionError):
             return _error_line(None, PARSE_ERROR, "Parse error: the line is not JSON")
         try:
-            message = JSONRPCMessage.model_validate(_without_lone_surrogates(raw))
+            message = JSONRPCMessage.model_validate(without_lone_surrogates(raw))
         except Exception:
             if isinstance(raw, list):
                 why = "batches are not supported: send one message per line"
