@@ -165,21 +165,6 @@ def test_commands_run_with_stdout_closed(ws: Path, state_dir: Path):
     assert any("closed stdout note" in p.read_text() for p in (ws / "memory").glob("*.md"))
 
 
-def test_mcp_on_a_port_in_use_is_one_clear_error(ws: Path, run_cli):
-    """The server printed its address as if serving, then uvicorn's "address already in use" and
-    exited with 3, a code memdir does not use."""
-    import socket
-
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        out = run_cli("mcp", "--transport", "http", "--port", str(port), "-w", str(ws), timeout=60)
-    assert out.returncode == 1, out.stderr
-    assert out.stderr == f"memdir: cannot serve on 127.0.0.1 port {port}: another process listens on it " \
-                         "(choose another with --port)\n"
-
-
 @pytest.mark.parametrize("argv,code,words", [
     (("bench", "quality", "{tmp}", "--json"), 1, "no samples in"),
     (("bench", "quality", "{tmp}", "--mode", "bogus", "--json"), 2, "unknown mode 'bogus'"),

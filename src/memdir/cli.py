@@ -596,27 +596,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if not 0 < args.port < 65536:
         raise CliError(f"invalid port {args.port} (expected 1-65535)")
-    if args.transport != "stdio":
-        _check_port_free(args.host, args.port)
     with _memory(args) as mem:
         serve(mem, transport=args.transport, host=args.host, port=args.port, session_key=args.session_key)
     return 0
-
-
-def _check_port_free(host: str, port: int) -> None:
-    """Refuse a port another process listens on before anything starts: the server printed its
-    address as if serving, then uvicorn's own "address already in use" and exit code 3."""
-    import errno
-    import socket
-
-    try:
-        for family, kind, proto, _name, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
-            with socket.socket(family, kind, proto) as probe:  # each address: the server binds them all
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
-                probe.bind(address)
-    except OSError as exc:
-        why = "another process listens on it" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
-        raise CliError(f"cannot serve on {host} port {port}: {why} (choose another with --port)") from None
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
