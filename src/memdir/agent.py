@@ -151,7 +151,24 @@ def _log_watch_errors(event: dict[str, Any]) -> None:
 
 
 class ChatError(RuntimeError):
-    """The chat API failed; the message carries the HTTP status and body."""
+    """The chat API failed; the message carries the HTTP status and body (``status``: 0 when the
+    reply came with a success status but could not be used)."""
+
+    def __init__(self, message: str, status: int = 0):
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def context_overflow(self) -> bool:
+        """Whether the API refused the request because it does not fit the model's context."""
+        text = str(self).lower()
+        return self.status in (400, 413, 422) and any(k in text for k in _OVERFLOW_WORDS)
+
+
+#: How APIs say a request is longer than the context: OpenAI ``context_length_exceeded``,
+#: vLLM/llama.cpp "maximum context length", Anthropic-style "prompt is too long", and others.
+_OVERFLOW_WORDS = ("context_length", "context length", "context window", "prompt is too long",
+                   "too many tokens", "maximum context", "exceeds the context", "n_ctx")
 
 
 @dataclass
@@ -177,7 +194,9 @@ class ChatClient:
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                  timeout: float | None = None) -> ChatReply:
-        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        # "stream": false said aloud: a server whose default is to stream sent server-sent events,
+        # which are not the JSON reply this client reads.
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": False}
         if tools:
             body["tools"] = tools
         # ASCII JSON, not httpx's UTF-8: a lone surrogate anywhere in the conversation (a tool call's
@@ -191,16 +210,76 @@ class ChatClient:
         with attempt_deadline(time.monotonic() + (self.timeout if timeout is None else timeout)):
             resp = self._http.post("/chat/completions", **kwargs)
         if resp.status_code >= 400:
-            raise ChatError(f"chat API returned {resp.status_code}: {resp.text[:500]}")
-        data = resp.json()
-        message = data["choices"][0]["message"]
-        usage = {k: int(v) for k, v in (data.get("usage") or {}).items() if isinstance(v, (int, float))}
-        # A reply cut inside a surrogate pair ("\\ud83d"): U+FFFD, so the transcript, the daily log
-        # and the index can store it.
-        return ChatReply(clean_text(message.get("content") or ""), message.get("tool_calls") or [], usage)
+            raise ChatError(f"chat API returned {resp.status_code}: {resp.text[:500]}", resp.status_code)
+        return parse_reply(resp)
 
     def close(self) -> None:
         self._http.close()
+
+
+def parse_reply(resp: Any) -> ChatReply:
+    """The reply in an HTTP response, in the shapes the loop and the transcript rely on.
+
+    A model API is outside our control: an empty ``choices``, an HTML error page sent with 200, a
+    streamed reply, content as a list of parts, tool calls that are not a list of objects or whose
+    arguments are an object, a ``usage`` of strings or ``1e400`` — each raised a bare ``KeyError``,
+    ``TypeError`` or ``OverflowError`` out of the turn, or was written to the transcript as it came
+    and made every later request of the session invalid.  Now a reply the loop cannot use is a
+    :class:`ChatError` naming the problem, and a usable one is normalised.
+    """
+    try:
+        data = resp.json()
+    except ValueError:
+        kind = resp.headers.get("content-type", "no content type")
+        raise ChatError(f"chat API returned {resp.status_code} with a body that is not JSON ({kind}): "
+                        f"{resp.text[:200]!r}") from None
+    choices = data.get("choices") if isinstance(data, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict):
+        raise ChatError(f"chat API reply has no choices[0].message: {json.dumps(data)[:300]}")
+    raw_usage = data.get("usage")
+    usage = {k: int(v) for k, v in (raw_usage.items() if isinstance(raw_usage, dict) else ())
+             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0}
+    # A reply cut inside a surrogate pair ("\\ud83d"): U+FFFD, so the transcript, the daily log
+    # and the index can store it.
+    return ChatReply(clean_text(_text_of(message.get("content"))), _tool_calls(message.get("tool_calls")), usage)
+
+
+def _text_of(content: Any) -> str:
+    """Message content as text: a string, or the text of a list of parts (``[{"type": "text", ...}]``)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] if isinstance(p, dict) and isinstance(p.get("text"), str) else
+                       p if isinstance(p, str) else "" for p in content)
+    return json.dumps(content)
+
+
+def _tool_calls(calls: Any) -> list[dict[str, Any]]:
+    """Tool calls as ``[{"id": str, "type": "function", "function": {"name": str, "arguments": str}}]``.
+
+    Every call keeps an id (one is made up when missing), so its result can answer it; entries
+    that are not objects are dropped."""
+    if isinstance(calls, dict):
+        calls = [calls]
+    if not isinstance(calls, list):
+        return []
+    out: list[dict[str, Any]] = []
+    for i, call in enumerate(calls):
+        if not isinstance(call, dict):
+            continue
+        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        name, args = fn.get("name"), fn.get("arguments")
+        call_id = call.get("id")
+        out.append({"id": call_id if isinstance(call_id, str) and call_id else f"call_{i}_{os.urandom(4).hex()}",
+                    "type": "function",
+                    "function": {"name": clean_text(name) if isinstance(name, str) else "",
+                                 "arguments": clean_text(args) if isinstance(args, str) else
+                                 "" if args is None else json.dumps(args)}})
+    return out
 
 
 # --- tools ----------------------------------------------------------------------------------
@@ -231,6 +310,42 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 TOOL_NAMES = tuple(tool["function"]["name"] for tool in TOOLS)
+
+UNANSWERED = json.dumps({"error": "no result: the turn was interrupted before this tool call was answered"})
+
+
+def wire_messages(convo: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as a chat API accepts it: every tool call answered, no stray tool results.
+
+    A turn interrupted between a reply's tool calls and their results (Ctrl-C during a search,
+    ``kill -9``, a crash) left them unanswered in the transcript, and chat APIs refuse such a
+    conversation ("tool_calls must be followed by tool messages"): every later turn of the session
+    failed, after a restart too.  Unanswered calls get an error result here; a tool result that
+    answers no call of the reply before it is left out.  Nothing is rewritten on disk.
+    """
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []
+
+    def answer_pending() -> None:
+        out.extend({"role": "tool", "tool_call_id": call_id, "content": UNANSWERED} for call_id in pending)
+        pending.clear()
+
+    for message in convo:
+        if message.get("role") == "tool":
+            if message.get("tool_call_id") in pending:
+                pending.remove(message["tool_call_id"])
+                out.append(message)
+            continue
+        answer_pending()
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            calls = _tool_calls(message["tool_calls"])  # transcripts written before replies were normalised
+            message = {k: v for k, v in message.items() if k != "tool_calls"}
+            if calls:  # an empty list is refused too
+                message["tool_calls"] = calls
+            pending[:] = [call["id"] for call in calls]
+        out.append(message)
+    answer_pending()
+    return out
 
 
 # --- the agent ------------------------------------------------------------------------------
@@ -509,8 +624,11 @@ class Agent:
         for m in older:
             if m["role"] in ("user", "assistant") and m.get("content"):
                 lines.append(f"{m['role'].title()}: {m['content']}")
+        # Three quarters of the window at most (tokens ≈ characters / 4), the newest: the summary
+        # request must fit the model's context too, or a conversation that overflowed stayed stuck.
+        text = "\n".join(lines)[-3 * self.options.context_window:]
         reply = self.client.complete([{"role": "system", "content": COMPACTION_PROMPT},
-                                      {"role": "user", "content": "\n".join(lines)}])
+                                      {"role": "user", "content": text}])
         self.stats.model_calls += 1
         before = self.entry.total_tokens
         self.summary, self.history = reply.content.strip(), recent
@@ -559,8 +677,20 @@ class Agent:
                    system: str | None = None) -> str:
         content = ""
         for _ in range(self.options.max_tool_rounds):
-            messages = [{"role": "system", "content": system or self.system_prompt()}, *self._with_turn_context(convo)]
-            reply = self.client.complete(messages, tools=self.tools)
+            messages = [{"role": "system", "content": system or self.system_prompt()},
+                        *wire_messages(self._with_turn_context(convo))]
+            try:
+                reply = self.client.complete(messages, tools=self.tools)
+            except ChatError as exc:
+                if not exc.context_overflow:
+                    raise
+                # Compacting is what makes the conversation fit again: without it every later
+                # turn of the session was refused the same way.
+                if persist and convo is self.history and self.compact():
+                    convo = self.history  # compaction replaced the list
+                    continue
+                raise ChatError(f"{exc} — the conversation does not fit the model's context; /new starts a new "
+                                "session (the current one is saved to memory)", exc.status) from exc
             self.stats.model_calls += 1
             if persist:
                 self._account(reply.usage)
@@ -573,9 +703,18 @@ class Agent:
                 return content
             for call in reply.tool_calls:
                 result = self._call_tool(call, plan)
-                text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+                text = self._bounded(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
                 self._add(convo, {"role": "tool", "tool_call_id": call.get("id", ""), "content": text}, persist)
         return content or f"(stopped after {self.options.max_tool_rounds} tool rounds)"
+
+    def _bounded(self, text: str) -> str:
+        """A tool result cut to a quarter of the context window (tokens ≈ characters / 4): a
+        ``memory_get`` of a 5 MB note made every later request too long for the model."""
+        limit = max(2_000, self.options.context_window)
+        if len(text) <= limit:
+            return text
+        return (text[:limit] + f"\n[… truncated: {len(text) - limit} more characters; ask for less, e.g. "
+                "memory_get with from/lines]")
 
     def _add(self, convo: list[dict[str, Any]], message: dict[str, Any], persist: bool) -> None:
         if persist and convo is self.history:
@@ -640,9 +779,9 @@ class Agent:
             return {"path": path, "text": "", "disabled": True, "error": str(exc) or "path required"}
 
     def _tool_append(self, args: dict[str, Any], plan: FlushPlan | None) -> dict[str, Any]:
-        text = str(args.get("text") or "")
-        if not text.strip():
-            return {"ok": False, "error": "text required"}
+        text = args.get("text")
+        if not isinstance(text, str) or not text.strip():  # a list was written to the log as "['a', 'b']"
+            return {"ok": False, "error": "text required (a string)"}
         day = plan.day if plan is not None else today(self.options.timezone, now=self.clock(), strict=False)
         try:
             path = self.backend.append_daily(text, day=day.isoformat())

@@ -1,0 +1,248 @@
+"""The reference agent loop against a model API that misbehaves: real HTTP on loopback, real files.
+
+Replies of the wrong shape, tool calls that are not what the protocol says, a turn interrupted
+between a tool call and its result, a conversation the model's context no longer holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memdir.agent import Agent, AgentOptions, ChatClient, ChatError, MemoryIndexBackend
+from memdir.api import Memory
+from memdir.sessions.store import SessionStore, read_records
+from memdir.testing.chat_server import ScriptedChatServer, ScriptQueue
+
+DONE = {"content": "done"}
+
+
+def raw_message(**message: Any) -> dict[str, Any]:
+    """A 200 reply whose ``choices[0].message`` is exactly ``message``."""
+    return {"raw": {"choices": [{"index": 0, "message": {"role": "assistant", **message}}]}}
+
+
+def wire_errors(messages: list[dict[str, Any]]) -> list[str]:
+    """What OpenAI's API refuses in a request: tool calls not answered right after their reply,
+    tool results answering no call, tool calls that are not a non-empty list of complete calls."""
+    errors, pending = [], []
+    for m in messages:
+        if m["role"] == "tool":
+            if m.get("tool_call_id") not in pending:
+                errors.append(f"stray tool result {m.get('tool_call_id')!r}")
+            else:
+                pending.remove(m["tool_call_id"])
+            continue
+        if pending:
+            errors.append(f"unanswered tool calls {pending}")
+            pending = []
+        if "tool_calls" in m:
+            calls = m["tool_calls"]
+            if not isinstance(calls, list) or not calls:
+                errors.append(f"tool_calls is {calls!r}")
+                continue
+            for c in calls:
+                if not (isinstance(c, dict) and isinstance(c.get("id"), str) and c["id"]
+                        and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
+                        and isinstance(c["function"].get("arguments"), str)):
+                    errors.append(f"malformed tool call {c!r}")
+                else:
+                    pending.append(c["id"])
+    if pending:
+        errors.append(f"unanswered tool calls {pending}")
+    return errors
+
+
+class Env:
+    def __init__(self, tmp: Path, steps: list[Any], **options: Any):
+        self.ws = tmp / "ws"
+        self.ws.mkdir()
+        (self.ws / "MEMORY.md").write_text("# Pets\nThe dog is called Rex.\n")
+        self.server = ScriptedChatServer(ScriptQueue(steps)).start()
+        self.memory = Memory(self.ws, state_dir=tmp / "state", config={"memorySearch": {"provider": "none"}})
+        self.backend = MemoryIndexBackend(self.memory, timezone="UTC")
+        self.store = SessionStore(self.memory.settings.sessions_dir)
+        self.client = ChatClient(self.server.url, "hostile")
+        self.options = {"timezone": "UTC", **options}
+
+    def agent(self, backend: Any = None) -> Agent:
+        return Agent(client=self.client, backend=backend or self.backend, store=self.store,
+                     session_key="agent:main:main", workspace=self.ws, options=AgentOptions(**self.options))
+
+    def bodies(self) -> list[dict[str, Any]]:
+        return [r["body"] for r in self.server.requests]
+
+    def close(self) -> None:
+        self.client.close()
+        self.memory.close()
+        self.server.stop()
+
+
+@pytest.fixture
+def make_env(tmp_path: Path) -> Iterator[Any]:
+    made: list[Env] = []
+
+    def make(steps: list[Any], **options: Any) -> Env:
+        made.append(Env(tmp_path, steps, **options))
+        return made[-1]
+
+    yield make
+    for e in made:
+        e.close()
+
+
+@pytest.mark.parametrize(("reply", "says"), [
+    ({"raw": {"choices": []}}, "has no choices"),
+    ({"raw": {"object": "chat.completion"}}, "has no choices"),
+    ({"raw": {"choices": [{"message": None}]}}, "has no choices"),
+    ({"raw": [1, 2]}, "has no choices"),
+    ({"raw": b"<html>Bad gateway</html>"}, "not JSON"),
+    ({"raw": b'data: {"choices": []}\n\ndata: [DONE]\n\n'}, "not JSON"),
+])
+def test_a_reply_of_the_wrong_shape_is_one_clear_error_and_the_session_goes_on(
+        make_env: Any, reply: dict[str, Any], says: str) -> None:
+    # a bare KeyError: 'choices' / IndexError / JSONDecodeError came out of the turn
+    e = make_env([reply, DONE])
+    agent = e.agent()
+    with pytest.raises(ChatError, match=says):
+        agent.send("hello")
+    assert agent.send("hello again") == "done"
+    assert e.bodies()[0]["stream"] is False
+
+
+@pytest.mark.parametrize(("message", "text"), [
+    ({"content": [{"type": "text", "text": "Rex, "}, {"type": "text", "text": "the dog."}]}, "Rex, the dog."),
+    ({"content": 42}, "42"),
+    ({"content": None}, ""),
+])
+def test_reply_content_of_any_shape_is_text(make_env: Any, message: dict[str, Any], text: str) -> None:
+    e = make_env([raw_message(**message), DONE])
+    agent = e.agent()
+    assert agent.send("what is the dog called?") == text
+    assert agent.send("thanks") == "done"  # the transcript took it: the next turn works
+
+
+@pytest.mark.parametrize("usage", ["lots", {"total_tokens": 1e400, "prompt_tokens": -5}, [1, 2],
+                                   {"total_tokens": True}])
+def test_usage_of_any_shape_never_fails_the_turn(make_env: Any, usage: Any) -> None:
+    # "lots" raised AttributeError, 1e400 (JSON's infinity) OverflowError
+    e = make_env([{"raw": {"choices": [{"message": {"role": "assistant", "content": "hi"}}], "usage": usage}}])
+    assert e.agent().send("hello") == "hi"
+
+
+@pytest.mark.parametrize("tool_calls", [
+    "memory_search",  # a string
+    {"id": "c1", "function": {"name": "memory_search", "arguments": '{"query": "dog"}'}},  # one object
+    [{"id": "c1", "function": {"name": "memory_search", "arguments": {"query": "dog"}}}],  # object arguments
+    [{"function": {"name": "memory_search", "arguments": '{"query": "dog"}'}}],  # no id
+    [{"id": 7, "function": "memory_search"}],  # an int id, function as a string
+    ["memory_search", None, 3],  # no call objects at all
+    [{"id": "c1", "function": {"name": 5, "arguments": 5}}],
+])
+def test_malformed_tool_calls_never_break_the_turn_or_the_session(make_env: Any, tool_calls: Any) -> None:
+    e = make_env([raw_message(content=None, tool_calls=tool_calls), DONE, DONE])
+    agent = e.agent()
+    agent.send("what is the dog called?")
+    assert agent.send("and the cat?") == "done"
+    for body in e.bodies():
+        assert wire_errors(body["messages"]) == []
+    # the transcript holds what was sent: a restarted session's request is as valid
+    records = [r["message"] for r in read_records(agent.transcript) if r.get("type") == "message"]
+    assert wire_errors(records) == []
+
+
+def test_object_arguments_are_used_as_the_arguments(make_env: Any) -> None:
+    calls = [{"id": "c1", "function": {"name": "memory_search", "arguments": {"query": "dog"}}}]
+    e = make_env([raw_message(content=None, tool_calls=calls), DONE])
+    e.agent().send("what is the dog called?")
+    result = json.loads(e.bodies()[1]["messages"][-1]["content"])
+    assert [r["path"] for r in result["results"]] == ["MEMORY.md"]
+
+
+def test_an_unknown_tool_and_arguments_that_are_not_json_are_answered_with_errors(make_env: Any) -> None:
+    calls = [{"id": "a", "type": "function", "function": {"name": "shell_exec", "arguments": "{}"}},
+             {"id": "b", "type": "function", "function": {"name": "memory_search", "arguments": "{query: dog"}}]
+    e = make_env([raw_message(content=None, tool_calls=calls), DONE])
+    assert e.agent().send("run ls") == "done"
+    answers = {m["tool_call_id"]: json.loads(m["content"]) for m in e.bodies()[1]["messages"] if m["role"] == "tool"}
+    assert "unknown tool" in answers["a"]["error"] and "not valid JSON" in answers["b"]["error"]
+
+
+def test_an_endless_tool_call_loop_is_bounded(make_env: Any) -> None:
+    call = {"tool_calls": [{"name": "memory_search", "arguments": {"query": "dog"}}]}
+    e = make_env([call] * 50 + [DONE], max_tool_rounds=3)
+    agent = e.agent()
+    assert agent.send("loop forever") == "(stopped after 3 tool rounds)"
+    assert len(e.server.requests) == 3
+    assert agent.send("stop") != ""  # the next turn starts on a valid conversation
+    assert wire_errors(e.bodies()[-1]["messages"]) == []
+
+
+def test_memory_append_of_a_list_writes_nothing(make_env: Any) -> None:
+    # str(["a", "b"]) was appended to the user's daily log as "['a', 'b']"
+    e = make_env([{"tool_calls": [{"name": "memory_append", "arguments": {"text": ["a", "b"]}}]}, DONE])
+    e.agent().send("remember this")
+    assert not (e.ws / "memory").exists()
+    assert json.loads(e.bodies()[1]["messages"][-1]["content"])["ok"] is False
+
+
+class InterruptedSearch(MemoryIndexBackend):
+    def search(self, *args: Any, **kwargs: Any) -> list[dict]:
+        raise KeyboardInterrupt  # Ctrl-C while the first index is being built
+
+
+def test_a_turn_interrupted_between_tool_call_and_result_does_not_break_the_session(make_env: Any) -> None:
+    # the reply's tool call stayed unanswered in the transcript, and chat APIs refuse such a
+    # conversation: every later turn failed, after a restart too
+    e = make_env([{"tool_calls": [{"name": "memory_search", "arguments": {"query": "dog"}}]}, DONE, DONE])
+    with pytest.raises(KeyboardInterrupt):
+        e.agent(InterruptedSearch(e.memory, "UTC")).send("what is the dog called?")
+    assert e.agent().send("are you there?") == "done"  # resumed from the transcript
+    sent = e.bodies()[1]["messages"]
+    assert wire_errors(sent) == []
+    assert "interrupted" in next(m["content"] for m in sent if m["role"] == "tool")
+    records = [r["message"] for r in read_records(e.agent().transcript) if r.get("type") == "message"]
+    assert sum(1 for m in records if m["role"] == "tool") == 0  # nothing made up was written to disk
+
+
+def overflowing(limit: int) -> Any:
+    """A model whose context holds ``limit`` characters of messages; it says so as OpenAI does."""
+    def reply(body: dict[str, Any]) -> dict[str, Any]:
+        size = sum(len(json.dumps(m)) for m in body["messages"])
+        if size > limit:
+            return {"raw": {"error": {"message": "This model's maximum context length is 8192 tokens.",
+                                      "code": "context_length_exceeded"}}, "rawStatus": 400}
+        system = body["messages"][0]["content"]
+        return {"content": "summary" if system.startswith("You compact") else f"ok {size}"}
+    return reply
+
+
+def test_a_conversation_that_overflows_the_context_is_compacted_and_the_turn_answered(make_env: Any) -> None:
+    # the API's refusal was raised as it came, turn after turn: the session never got going again
+    e = make_env([overflowing(9_000)] * 20, keep_recent_turns=1)
+    agent = e.agent()
+    for i in range(8):
+        assert agent.send(f"chapter {i}: " + "words " * 300).startswith("ok")
+    assert agent.stats.compactions >= 1 and agent.summary == "summary"
+
+
+def test_an_overflow_compaction_cannot_fix_says_how_to_go_on(make_env: Any) -> None:
+    e = make_env([overflowing(2_000)] * 5)
+    agent = e.agent()
+    with pytest.raises(ChatError, match="/new starts a new session"):
+        agent.send("x" * 5_000)
+    assert agent.send("/new").startswith("Started a new session.")
+
+
+def test_a_huge_tool_result_is_cut_to_fit_the_context(make_env: Any) -> None:
+    e = make_env([{"tool_calls": [{"name": "memory_get", "arguments": {"path": "memory/big.md"}}]}, DONE],
+                 context_window=8_000)
+    (e.ws / "memory").mkdir()
+    (e.ws / "memory" / "big.md").write_text("line of a very long note\n" * 40_000)  # 1 MB
+    assert e.agent().send("read the big note") == "done"
+    result = e.bodies()[1]["messages"][-1]["content"]
+    assert len(result) < 8_200 and "truncated" in result and "memory_get with from/lines" in result
