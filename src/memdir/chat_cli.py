@@ -154,6 +154,7 @@ def run_demo(out: Any = None) -> int:
     """Play :data:`DEMO_SCRIPT` against the scripted model; print every step; return 0 on success."""
     from memdir.agent import Agent, AgentOptions, ChatClient, MemoryIndexBackend
     from memdir.api import Memory
+    from memdir.config import load_config
     from memdir.sessions.store import SessionStore, session_key
     from memdir.testing.chat_server import FactKeeperModel, ScriptedChatServer
 
@@ -188,8 +189,12 @@ def run_demo(out: Any = None) -> int:
         say("memdir chat demo: the whole agent loop, offline, against a scripted stand-in model")
         say(f"(temporary workspace {ws}; embeddings off to start instantly; deleted at the end)")
         say()
-        with ScriptedChatServer(FactKeeperModel()) as server, \
-                Memory(ws, state_dir=state, config={"memorySearch": {"provider": "none"}}) as memory:
+        # Without the environment: MEMDIR_CONFIG / MEMDIR_INDEX_PATH / MEMDIR_STORE_DRIVER are the
+        # user's, and the demo wrote its index into the user's index file (or database) and searched
+        # the user's extraPaths.
+        demo_config = load_config(workspace=ws, state_dir=state, env={},
+                                  overrides={"memorySearch": {"provider": "none"}})
+        with ScriptedChatServer(FactKeeperModel()) as server, Memory(config=demo_config) as memory:
             settings = memory.settings
             client = ChatClient(server.url, "memdir-demo")
             agent = Agent(client=client, backend=ShowingBackend(memory, "UTC"),
