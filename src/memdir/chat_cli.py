@@ -72,6 +72,16 @@ def run_chat(args: argparse.Namespace) -> int:
 
     base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
     model = args.model or os.environ.get("MEMDIR_CHAT_MODEL") or DEFAULT_CHAT_MODEL
+    # Said before the chat starts, once: a URL without http:// failed every turn with httpx's words,
+    # and a window of -5 compacted the conversation at every turn.
+    if not base_url.lower().startswith(("http://", "https://")):
+        print(f"memdir chat: the base URL {base_url!r} must start with http:// or https:// "
+              "(e.g. http://127.0.0.1:8000/v1)", file=sys.stderr)
+        return 2
+    if args.context_window is not None and args.context_window <= 0:
+        print(f"memdir chat: --context-window must be a positive number of tokens, not {args.context_window}",
+              file=sys.stderr)
+        return 2
     try:
         loaded = load_config(config_path=getattr(args, "config", None), workspace=getattr(args, "workspace", None),
                              agent_id=getattr(args, "agent", None), state_dir=getattr(args, "state_dir", None))
@@ -109,18 +119,21 @@ def run_chat(args: argparse.Namespace) -> int:
                 print("you> ", end="", flush=True)
             line = sys.stdin.readline()
             if not line:
+                if interactive:  # Ctrl-D: the shell's prompt goes on a line of its own
+                    print()
                 break
             text = line.strip()
             if not text:
                 continue
             if text in ("/quit", "/exit"):
                 break
-            turns += 1
+            turn = text.lower() not in ("/new", "/reset")  # a command may not ask the model at all
+            turns += turn
             try:
                 reply = agent.send(text)
             except Exception as exc:  # keep the session alive; the transcript has what happened
                 print(f"error: {exc}", file=sys.stderr)
-                failed += 1
+                failed += turn
                 continue
             if reply:
                 print(reply, flush=True)

@@ -1,0 +1,67 @@
+"""``memdir chat`` given bad options, a model API that always fails, and a terminal closed with Ctrl-D."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from memdir.chat_cli import chat_main
+from memdir.testing.chat_server import FactKeeperModel, ScriptedChatServer
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    (folder / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}, "userTimezone": "UTC"}))
+    return folder
+
+
+def chat(ws: Path, *args: str) -> int:
+    return chat_main(["--model", "m", "--api-key-env", "CHAT_TEST_KEY", "--workspace", str(ws),
+                      "--state-dir", str(ws.parent / "state"), *args])
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--base-url", "127.0.0.1:8000/v1"], "must start with http:// or https://"),
+    (["--base-url", "ftp://127.0.0.1/v1"], "must start with http:// or https://"),
+    (["--base-url", "http://127.0.0.1:9/v1", "--context-window", "-5"], "--context-window must be a positive"),
+])
+def test_bad_options_are_one_clear_line_before_the_chat_starts(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str],
+        says: str) -> None:
+    # a URL without http:// failed every turn with httpx's words; a window of -5 was taken
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    assert chat(ws, *args) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1
+    assert not (ws.parent / "state").exists()
+
+
+def test_a_model_api_that_always_fails_exits_1_even_when_new_worked(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # /new needs no model (the slug falls back to the time): it counted as a turn that got
+    # through, and a script learnt nothing of a 500 storm from the exit status
+    with ScriptedChatServer(lambda body: {"status": 500, "error": "overloaded"}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n/new\nstill there?\n"))
+        assert chat(ws, "--base-url", server.url) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("error: chat API returned 500") == 2
+    assert "Started a new session." in captured.out
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_ctrl_d_at_the_prompt_ends_the_line(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    with ScriptedChatServer(FactKeeperModel()) as server:
+        monkeypatch.setattr(sys, "stdin", Terminal("hello\n"))
+        assert chat(ws, "--base-url", server.url) == 0
+    assert capsys.readouterr().out.endswith("you> \n")  # the shell's prompt is not glued to ours
