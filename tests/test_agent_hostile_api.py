@@ -209,21 +209,27 @@ def test_a_turn_interrupted_between_tool_call_and_result_does_not_break_the_sess
     assert sum(1 for m in records if m["role"] == "tool") == 0  # nothing made up was written to disk
 
 
-def overflowing(limit: int) -> Any:
-    """A model whose context holds ``limit`` characters of messages; it says so as OpenAI does."""
+OPENAI_OVERFLOW = {"raw": {"error": {"message": "This model's maximum context length is 8192 tokens.",
+                                     "code": "context_length_exceeded"}}, "rawStatus": 400}
+PROXY_TOO_LARGE = {"raw": b"<html><body>413 Request Entity Too Large</body></html>", "rawStatus": 413}
+
+
+def overflowing(limit: int, refusal: dict[str, Any] = OPENAI_OVERFLOW, compacts: bool = True) -> Any:
+    """A model whose context holds ``limit`` characters of messages; ``refusal`` is how it says so."""
     def reply(body: dict[str, Any]) -> dict[str, Any]:
         size = sum(len(json.dumps(m)) for m in body["messages"])
-        if size > limit:
-            return {"raw": {"error": {"message": "This model's maximum context length is 8192 tokens.",
-                                      "code": "context_length_exceeded"}}, "rawStatus": 400}
-        system = body["messages"][0]["content"]
-        return {"content": "summary" if system.startswith("You compact") else f"ok {size}"}
+        compaction = body["messages"][0]["content"].startswith("You compact")
+        if size > limit or (compaction and not compacts):
+            return refusal
+        return {"content": "summary" if compaction else f"ok {size}"}
     return reply
 
 
-def test_a_conversation_that_overflows_the_context_is_compacted_and_the_turn_answered(make_env: Any) -> None:
+@pytest.mark.parametrize("refusal", [OPENAI_OVERFLOW, PROXY_TOO_LARGE])
+def test_a_conversation_that_overflows_the_context_is_compacted_and_the_turn_answered(
+        make_env: Any, refusal: dict[str, Any]) -> None:
     # the API's refusal was raised as it came, turn after turn: the session never got going again
-    e = make_env([overflowing(9_000)] * 20, keep_recent_turns=1)
+    e = make_env([overflowing(9_000, refusal)] * 20, keep_recent_turns=1)
     agent = e.agent()
     for i in range(8):
         assert agent.send(f"chapter {i}: " + "words " * 300).startswith("ok")
@@ -246,3 +252,11 @@ def test_a_huge_tool_result_is_cut_to_fit_the_context(make_env: Any) -> None:
     assert e.agent().send("read the big note") == "done"
     result = e.bodies()[1]["messages"][-1]["content"]
     assert len(result) < 8_200 and "truncated" in result and "memory_get with from/lines" in result
+
+
+def test_an_overflow_whose_compaction_overflows_too_says_how_to_go_on(make_env: Any) -> None:
+    e = make_env([overflowing(6_000, compacts=False)] * 20, keep_recent_turns=1)
+    agent = e.agent()
+    with pytest.raises(ChatError, match="/new starts a new session"):
+        for i in range(8):
+            agent.send(f"chapter {i}: " + "words " * 300)

@@ -162,7 +162,7 @@ class ChatError(RuntimeError):
     def context_overflow(self) -> bool:
         """Whether the API refused the request because it does not fit the model's context."""
         text = str(self).lower()
-        return self.status in (400, 413, 422) and any(k in text for k in _OVERFLOW_WORDS)
+        return self.status == 413 or (self.status in (400, 422) and any(k in text for k in _OVERFLOW_WORDS))
 
 
 #: How APIs say a request is longer than the context: OpenAI ``context_length_exceeded``,
@@ -686,7 +686,11 @@ class Agent:
                     raise
                 # Compacting is what makes the conversation fit again: without it every later
                 # turn of the session was refused the same way.
-                if persist and convo is self.history and self.compact():
+                try:
+                    compacted = persist and convo is self.history and self.compact()
+                except ChatError:  # the summary request did not fit either (contextTokens too high)
+                    compacted = False
+                if compacted:
                     convo = self.history  # compaction replaced the list
                     continue
                 raise ChatError(f"{exc} — the conversation does not fit the model's context; /new starts a new "
