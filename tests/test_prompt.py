@@ -285,3 +285,8 @@ def test_a_note_posing_as_the_system_prompt_stays_quoted_and_bounded(make_worksp
     assert re.findall(r"<\s*/?\s*memory-file", body, re.IGNORECASE) == ["<memory-file", "</memory-file"] * 2
     for block in body.split("<memory-file>\n")[1:]:  # the forged heading is inside a quote
         assert "## Summary of the earlier conversation" not in block.split("\n</memory-file>", 1)[1]
+
+
+def test_one_tool_name_given_as_a_string_is_that_tool():
+    # set("memory_search") is its letters: the section silently came out empty
+    assert memory_recall_section("memory_search") == memory_recall_section(["memory_search"]) != ""

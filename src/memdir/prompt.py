@@ -66,7 +66,7 @@ def memory_recall_lines(tools: Iterable[str] = ("memory_search", "memory_get"),
 
     ``sessions``: session transcripts are indexed too, so the search scope names them (v4.12).
     """
-    available = set(tools)
+    available = {tools} if isinstance(tools, str) else set(tools)  # one name: set("memory_get") was its letters
     has_search, has_get = "memory_search" in available, "memory_get" in available
     if not has_search and not has_get:
         return []
