@@ -65,3 +65,33 @@ def test_ctrl_d_at_the_prompt_ends_the_line(
         monkeypatch.setattr(sys, "stdin", Terminal("hello\n"))
         assert chat(ws, "--base-url", server.url) == 0
     assert capsys.readouterr().out.endswith("you> \n")  # the shell's prompt is not glued to ours
+
+
+ESCAPES = "Rex\x1b[2J\x1b]52;c;cm0gLXJmIH4=\x07\r\x08done"
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_escape_sequences_in_a_reply_never_reach_a_terminal(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, terminal: bool) -> None:
+    # a reply echoing a note's escape sequences cleared the screen and set the clipboard (OSC 52)
+    out = Terminal() if terminal else io.StringIO()
+    with ScriptedChatServer(lambda body: {"content": ESCAPES}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("what is the dog called?\n"))
+        monkeypatch.setattr(sys, "stdout", out)
+        assert chat(ws, "--base-url", server.url) == 0
+    printed = out.getvalue()
+    if terminal:
+        assert "Rex\\x1b[2J\\x1b]52;c;cm0gLXJmIH4=\\x07\\x0d\\x08done" in printed
+        assert not any(ch in printed for ch in "\x1b\x07\r\x08")
+    else:  # a pipe gets the reply as it came
+        assert ESCAPES in printed
+
+
+def test_an_html_error_page_is_one_error_line(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    page = b"<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n<h1>502</h1>\n</body>\n</html>\n"
+    with ScriptedChatServer(lambda body: {"raw": page, "rawStatus": 502}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        assert chat(ws, "--base-url", server.url) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "chat API returned 502: <html> <head><title>502 Bad Gateway" in err

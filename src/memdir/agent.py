@@ -210,7 +210,8 @@ class ChatClient:
         with attempt_deadline(time.monotonic() + (self.timeout if timeout is None else timeout)):
             resp = self._http.post("/chat/completions", **kwargs)
         if resp.status_code >= 400:
-            raise ChatError(f"chat API returned {resp.status_code}: {resp.text[:500]}", resp.status_code)
+            body = " ".join(resp.text[:500].split())  # one line: an HTML error page spanned dozens
+            raise ChatError(f"chat API returned {resp.status_code}: {body}", resp.status_code)
         return parse_reply(resp)
 
     def close(self) -> None:
@@ -232,7 +233,7 @@ def parse_reply(resp: Any) -> ChatReply:
     except ValueError:
         kind = resp.headers.get("content-type", "no content type")
         raise ChatError(f"chat API returned {resp.status_code} with a body that is not JSON ({kind}): "
-                        f"{resp.text[:200]!r}") from None
+                        f"{' '.join(resp.text[:200].split())}") from None
     choices = data.get("choices") if isinstance(data, dict) else None
     first = choices[0] if isinstance(choices, list) and choices else None
     message = first.get("message") if isinstance(first, dict) else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -49,6 +50,19 @@ def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--demo", action="store_true",
                        help="run a scripted conversation offline against a built-in stand-in model in a "
                             "temporary workspace: no API key, no network, nothing of yours is touched")
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def for_terminal(text: str, stream: Any) -> str:
+    """``text`` with control characters shown as ``\\xNN`` when ``stream`` is a terminal: a reply
+    (or an API's error page) echoing a note's escape sequences could clear the screen, rewrite
+    the lines above or set the clipboard (OSC 52).  Piped output stays as it came."""
+    isatty = getattr(stream, "isatty", None)
+    if not (callable(isatty) and isatty()):
+        return text
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def chat_main(argv: list[str] | None = None) -> int:
@@ -132,11 +146,11 @@ def run_chat(args: argparse.Namespace) -> int:
             try:
                 reply = agent.send(text)
             except Exception as exc:  # keep the session alive; the transcript has what happened
-                print(f"error: {exc}", file=sys.stderr)
+                print(for_terminal(f"error: {exc}", sys.stderr), file=sys.stderr)
                 failed += turn
                 continue
             if reply:
-                print(reply, flush=True)
+                print(for_terminal(reply, sys.stdout), flush=True)
     finally:
         client.close()
         memory.close()
