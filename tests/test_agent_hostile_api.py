@@ -260,3 +260,20 @@ def test_an_overflow_whose_compaction_overflows_too_says_how_to_go_on(make_env: 
     with pytest.raises(ChatError, match="/new starts a new session"):
         for i in range(8):
             agent.send(f"chapter {i}: " + "words " * 300)
+
+
+def test_a_compaction_without_a_summary_keeps_the_conversation(make_env: Any) -> None:
+    # the older turns and the earlier summary were dropped for an empty summary
+    def model(body: dict[str, Any]) -> dict[str, Any]:
+        if body["messages"][0]["content"].startswith("You compact"):
+            return {"tool_calls": [{"name": "memory_search", "arguments": {"query": "x"}}]}
+        return {"content": "ok"}
+
+    e = make_env([model] * 10, keep_recent_turns=1)
+    agent = e.agent()
+    agent.summary = "The user's dog is called Rex."
+    for text in ("first", "second", "third"):
+        agent.send(text)
+    assert agent.compact() is False
+    assert agent.summary == "The user's dog is called Rex."
+    assert [m["content"] for m in agent.history if m["role"] == "user"] == ["first", "second", "third"]

@@ -631,6 +631,10 @@ class Agent:
         reply = self.client.complete([{"role": "system", "content": COMPACTION_PROMPT},
                                       {"role": "user", "content": text}])
         self.stats.model_calls += 1
+        if not reply.content.strip():  # (only tool calls, a content filter): the older turns and the
+            # earlier summary were dropped for nothing; kept, the next turn tries again
+            log.warning("compaction skipped: the model returned no summary")
+            return False
         before = self.entry.total_tokens
         self.summary, self.history = reply.content.strip(), recent
         self._record({"type": "compaction", "timestamp": self._now_ms(), "summary": self.summary,
