@@ -811,5 +811,5 @@ def chat_main(argv: list[str] | None = None) -> int:
     return main(argv)
 
 
-__all__ = ["Agent", "AgentOptions", "AgentStats", "ChatClient", "ChatReply", "MemoryBackend", "MemoryIndexBackend",
-           "SessionEntry", "chat_main"]
+__all__ = ["Agent", "AgentOptions", "AgentStats", "ChatClient", "ChatError", "ChatReply", "MemoryBackend",
+           "MemoryIndexBackend", "SessionEntry", "chat_main", "parse_reply", "wire_messages"]
