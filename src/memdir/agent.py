@@ -595,14 +595,16 @@ class Agent:
         appended = self.stats.notes_appended
         try:
             reply = self._tool_loop(convo, persist=False, plan=plan, system=system)
-        except Exception as exc:  # R§11.2: a failed flush never breaks the user's turn
-            log.warning("memory flush failed: %s", exc)
+        except BaseException as exc:  # R§11.2: a failed flush never breaks the user's turn
+            log.warning("memory flush failed: %s", exc or type(exc).__name__)
             wrote = self.stats.notes_appended - appended
-            self._record({"type": "memory_flush", "phase": "error", "timestamp": self._now_ms(), "error": str(exc),
-                          "notesAppended": wrote})
+            self._record({"type": "memory_flush", "phase": "error", "timestamp": self._now_ms(),
+                          "error": str(exc) or type(exc).__name__, "notesAppended": wrote})
             # Notes on disk keep the claim: a retry in this cycle would append them a second time.
             self.entry = (self.store.get(self.key) if wrote else release_flush(self.store, self.key, previous)) \
                 or self.entry
+            if not isinstance(exc, Exception):  # Ctrl-C: given back as well (it kept the cycle's flush
+                raise  # from ever running: the notes were never written before compaction)
             return False
         self.entry = mark_flushed(self.store, self.key, compaction_count=self.entry.compaction_count or 0,
                                   at_ms=self._now_ms())
