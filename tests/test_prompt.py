@@ -290,3 +290,20 @@ def test_a_note_posing_as_the_system_prompt_stays_quoted_and_bounded(make_worksp
 def test_one_tool_name_given_as_a_string_is_that_tool():
     # set("memory_search") is its letters: the section silently came out empty
     assert memory_recall_section("memory_search") == memory_recall_section(["memory_search"]) != ""
+
+
+def test_hundreds_of_session_captures_stay_within_the_budget(make_workspace):
+    """Three hundred ``/new`` captures of one day: their headings and truncation markers alone were
+    three times the budget (every later request of the session too long for a small model), and
+    every file showed nothing.  The logs and MEMORY.md come first; the rest is named in one line."""
+    files = {f"memory/2026-03-04-session-{i:03d}.md": f"# Session {i}\n" + "- a saved line of talk\n" * 40
+             for i in range(300)}
+    ws = make_workspace({"MEMORY.md": "- The dog is called Rex.\n", "memory/2026-03-04.md": "- today: shipped v2\n",
+                         "memory/2026-03-03.md": "- yesterday: fixed the build\n", **files})
+    ctx = build_session_context(workspace=ws, chat_type="direct", timezone="UTC", now=MAR4, max_chars=20_000)
+    assert len(ctx.text) <= 20_000
+    for line in ("- The dog is called Rex.", "- today: shipped v2", "- yesterday: fixed the build"):
+        assert line in ctx.text
+    shown = [f for f in ctx.files if f.path.startswith("memory/2026-03-04-session-")]
+    assert shown and all(f.included > 0 for f in shown)
+    assert f"[… {300 - len(shown)} more memory file(s) of yesterday and today not shown here" in ctx.text
