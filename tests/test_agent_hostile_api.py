@@ -277,3 +277,12 @@ def test_a_compaction_without_a_summary_keeps_the_conversation(make_env: Any) ->
     assert agent.compact() is False
     assert agent.summary == "The user's dog is called Rex."
     assert [m["content"] for m in agent.history if m["role"] == "user"] == ["first", "second", "third"]
+
+
+def test_the_session_start_memory_fits_a_small_context_window(make_env: Any) -> None:
+    # 20,000 characters of notes went into every request of a 4k-token model: refused at once
+    e = make_env([overflowing(16_000)] * 3, context_window=4_096)
+    (e.ws / "MEMORY.md").write_text("".join(f"- durable fact number {i}\n" for i in range(2_000)))
+    agent = e.agent()
+    assert agent.send("hello").startswith("ok")
+    assert "- durable fact number 0\n" in agent.system_prompt() and len(agent.system_prompt()) < 6_000

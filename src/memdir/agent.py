@@ -482,11 +482,18 @@ class Agent:
         self.entry = self.store.update(self.key, **fields)
 
     # -- prompts -------------------------------------------------------------------------------
+    @property
+    def start_context_chars(self) -> int:
+        """The session-start memory's budget: ``context_budget_chars``, but at most a quarter of the
+        context window (tokens ≈ characters / 4) — 20,000 characters of notes in every request
+        overflowed a 4k-token model before the conversation began, which no compaction could fix."""
+        return min(self.options.context_budget_chars, max(2_000, self.options.context_window))
+
     def system_prompt(self) -> str:
         if self._start_context is None:
             self._start_context = build_session_context(
                 workspace=self.workspace, chat_type=self.chat_type, timezone=self.options.timezone,
-                now=self.clock(), max_chars=self.options.context_budget_chars).text
+                now=self.clock(), max_chars=self.start_context_chars).text
         parts = [self.options.system_prompt, memory_recall_section(TOOL_NAMES, self.options.citations)]
         if self.long_term is not None:
             parts.append(LONG_TERM_GUIDANCE)
