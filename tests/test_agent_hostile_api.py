@@ -286,3 +286,21 @@ def test_the_session_start_memory_fits_a_small_context_window(make_env: Any) -> 
     agent = e.agent()
     assert agent.send("hello").startswith("ok")
     assert "- durable fact number 0\n" in agent.system_prompt() and len(agent.system_prompt()) < 6_000
+
+
+@pytest.mark.parametrize("remove", ["sessions.json", "the sessions folder"])
+def test_session_state_deleted_under_a_running_chat(make_env: Any, remove: str) -> None:
+    # "no session entry for 'agent:main:main'" / FileNotFoundError on every later turn
+    import shutil
+
+    usage = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    e = make_env([{"content": "one", "usage": usage}, {"content": "two", "usage": usage}])
+    agent = e.agent()
+    assert agent.send("hello") == "one"
+    if remove == "sessions.json":
+        (e.store.dir / "sessions.json").unlink()
+    else:
+        shutil.rmtree(e.store.dir)
+    assert agent.send("still there?") == "two"
+    assert e.store.get(agent.key).session_id == agent.entry.session_id
+    assert [r["message"]["content"] for r in read_records(agent.transcript) if r.get("type") == "message"][-1] == "two"

@@ -450,7 +450,11 @@ class Agent:
         return int(self.clock().timestamp() * 1000)
 
     def _record(self, record: dict[str, Any]) -> None:
-        self.store.append_file(self.transcript, record)
+        try:
+            self.store.append_file(self.transcript, record)
+        except FileNotFoundError:  # the state folder was deleted under a running chat: every turn failed
+            self.transcript.parent.mkdir(parents=True, exist_ok=True)
+            self.store.append_file(self.transcript, record)
 
     def _remember(self, message: dict[str, Any]) -> None:
         """Add a message to the live context and write it to the transcript."""
@@ -479,7 +483,13 @@ class Agent:
                 self.history = self.history[-kept:] if kept else []
 
     def _update_entry(self, **fields: Any) -> None:
-        self.entry = self.store.update(self.key, **fields)
+        try:
+            self.entry = self.store.update(self.key, **fields)
+        except KeyError:  # sessions.json deleted (or the entry removed) under a running chat: every
+            # later turn failed with "no session entry"; this session is put back as it was
+            entry = self.entry
+            self.store.mutate(lambda entries: entries.setdefault(self.key, entry))
+            self.entry = self.store.update(self.key, **fields)
 
     # -- prompts -------------------------------------------------------------------------------
     @property
