@@ -95,3 +95,33 @@ def test_an_html_error_page_is_one_error_line(
         assert chat(ws, "--base-url", server.url) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "chat API returned 502: <html> <head><title>502 Bad Gateway" in err
+
+
+def test_an_unreachable_model_api_is_named_in_the_error(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # httpx's own words were all: "error: [Errno 111] Connection refused"
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    assert chat(ws, "--base-url", url) == 1
+    assert f"error: cannot reach the chat API at {url}: " in capsys.readouterr().err
+
+
+def test_a_model_api_that_does_not_answer_in_time_is_named_in_the_error(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from helpers import Trickler
+
+    from memdir.agent import ChatClient
+
+    trickler = Trickler(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9999\r\n\r\n", " ")
+    real = ChatClient.__init__
+    monkeypatch.setattr(ChatClient, "__init__", lambda self, *a, **kw: real(self, *a, **{**kw, "timeout": 0.5}))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    try:
+        assert chat(ws, "--base-url", trickler.url) == 1
+    finally:
+        trickler.close()
+    assert f"error: the chat API at {trickler.url.rstrip('/')} did not answer within 0.5 s" in capsys.readouterr().err

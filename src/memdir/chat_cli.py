@@ -65,6 +65,19 @@ def for_terminal(text: str, stream: Any) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+def describe_failure(exc: BaseException, client: Any) -> str:
+    """A failed turn in words that say where it went wrong: httpx says only "timed out" or
+    "[Errno 111] Connection refused", not which server, nor after how long."""
+    import httpx
+
+    url = str(client._http.base_url).rstrip("/")
+    if isinstance(exc, httpx.TimeoutException):
+        return f"the chat API at {url} did not answer within {client.timeout:g} s ({exc or 'timed out'})"
+    if isinstance(exc, httpx.TransportError):
+        return f"cannot reach the chat API at {url}: {exc}"
+    return str(exc) or type(exc).__name__
+
+
 def chat_main(argv: list[str] | None = None) -> int:
     """``memdir chat``: talk to an OpenAI-compatible model with this workspace as its memory."""
     parser = argparse.ArgumentParser(prog="memdir chat", description=chat_main.__doc__, epilog=CHAT_EPILOG,
@@ -146,7 +159,7 @@ def run_chat(args: argparse.Namespace) -> int:
             try:
                 reply = agent.send(text)
             except Exception as exc:  # keep the session alive; the transcript has what happened
-                print(for_terminal(f"error: {exc}", sys.stderr), file=sys.stderr)
+                print(for_terminal(f"error: {describe_failure(exc, client)}", sys.stderr), file=sys.stderr)
                 failed += turn
                 continue
             if reply:
