@@ -113,7 +113,6 @@ def test_an_unreachable_model_api_is_named_in_the_error(
 def test_a_model_api_that_does_not_answer_in_time_is_named_in_the_error(
         ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from helpers import Trickler
-
     from memdir.agent import ChatClient
 
     trickler = Trickler(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9999\r\n\r\n", " ")
