@@ -21,6 +21,12 @@ user's message — in the request only, never in the transcript — with the
 said that is worth keeping (user text only).  Memory failures there are logged as warnings:
 a turn never fails because long-term memory did.  Everything is written to the JSONL transcript as
 it happens, and token counts come from the API's ``usage``.
+
+The model API is not trusted: a reply of the wrong shape is a :class:`ChatError` naming the
+problem, tool calls are normalised before they are kept, calls a turn left unanswered (Ctrl-C,
+a crash) are answered with an error in the next request (:func:`wire_messages`), tool results
+are cut to a quarter of the context window, the tool rounds of a turn are bounded
+(``max_tool_rounds``), and a request the context refuses is compacted and sent again once.
 """
 
 from __future__ import annotations
