@@ -304,3 +304,34 @@ def test_session_state_deleted_under_a_running_chat(make_env: Any, remove: str) 
     assert agent.send("still there?") == "two"
     assert e.store.get(agent.key).session_id == agent.entry.session_id
     assert [r["message"]["content"] for r in read_records(agent.transcript) if r.get("type") == "message"][-1] == "two"
+
+
+def refused(status: int, retry_after: str | None = None, message: str = "Rate limit reached") -> dict[str, Any]:
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    return {"raw": {"error": {"message": message}}, "rawStatus": status, "rawHeaders": headers}
+
+
+def test_a_rate_limited_request_is_sent_again_after_retry_after(make_env: Any) -> None:
+    # a 429 failed the turn (and the flush) at once, though the server said when to come back
+    e = make_env([refused(429, "0"), refused(503, "0"), DONE])
+    assert e.agent().send("hello") == "done"
+    assert len(e.server.requests) == 3
+
+
+@pytest.mark.parametrize("reply", [
+    refused(429, None, "You exceeded your current quota: insufficient_quota"),  # retrying cannot fix it
+    refused(429, "3600"),  # longer than a turn should wait
+    refused(500, "0"),  # the model's own error: not a gateway's
+])
+def test_a_refusal_retrying_cannot_fix_is_reported_at_once(make_env: Any, reply: dict[str, Any]) -> None:
+    e = make_env([reply, DONE])
+    with pytest.raises(ChatError, match=f"returned {reply['rawStatus']}"):
+        e.agent().send("hello")
+    assert len(e.server.requests) == 1
+
+
+def test_a_storm_of_gateway_errors_is_bounded(make_env: Any) -> None:
+    e = make_env([refused(502, "0")] * 10)
+    with pytest.raises(ChatError, match="returned 502"):
+        e.agent().send("hello")
+    assert len(e.server.requests) == 3  # the request and two retries

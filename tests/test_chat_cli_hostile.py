@@ -89,12 +89,12 @@ def test_escape_sequences_in_a_reply_never_reach_a_terminal(
 
 def test_an_html_error_page_is_one_error_line(
         ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    page = b"<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n<h1>502</h1>\n</body>\n</html>\n"
-    with ScriptedChatServer(lambda body: {"raw": page, "rawStatus": 502}) as server:
+    page = b"<html>\n<head><title>500 Internal Server Error</title></head>\n<body>\n<h1>500</h1>\n</body>\n</html>\n"
+    with ScriptedChatServer(lambda body: {"raw": page, "rawStatus": 500}) as server:
         monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
         assert chat(ws, "--base-url", server.url) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "chat API returned 502: <html> <head><title>502 Bad Gateway" in err
+    assert err.count("\n") == 1 and "chat API returned 500: <html> <head><title>500 Internal Server Error" in err
 
 
 def test_an_unreachable_model_api_is_named_in_the_error(

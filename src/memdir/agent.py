@@ -184,10 +184,21 @@ class ChatReply:
     usage: dict[str, int]
 
 
-class ChatClient:
-    """Minimal client for ``POST {base_url}/chat/completions`` (OpenAI-compatible)."""
+#: Statuses a chat request is sent again for: rate limited, or a gateway between us and the model.
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+#: The longest ``Retry-After`` waited for; a longer one is reported at once.
+RETRY_AFTER_CAP = 20.0
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 120.0):
+
+class ChatClient:
+    """Minimal client for ``POST {base_url}/chat/completions`` (OpenAI-compatible).
+
+    A 429 or a gateway's 502/503/504 is sent again up to ``retries`` times (R§5.3's backoff, or
+    the server's ``Retry-After`` up to :data:`RETRY_AFTER_CAP`), within the same ``timeout``;
+    an exhausted quota is reported at once."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 120.0,
+                 retries: int = 2):
         import httpx  # optional dependency, only needed by the agent
 
         from memdir.embeddings.http_deadline import bound_transports
@@ -195,6 +206,7 @@ class ChatClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.model = model
         self.timeout = timeout
+        self.retries = retries
         self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
         bound_transports(self._http)  # the timeout bounds the whole reply, not each read
 
@@ -213,15 +225,38 @@ class ChatClient:
             kwargs["timeout"] = timeout
         from memdir.embeddings.http_deadline import attempt_deadline
 
-        with attempt_deadline(time.monotonic() + (self.timeout if timeout is None else timeout)):
-            resp = self._http.post("/chat/completions", **kwargs)
-        if resp.status_code >= 400:
-            body = " ".join(resp.text[:500].split())  # one line: an HTML error page spanned dozens
-            raise ChatError(f"chat API returned {resp.status_code}: {body}", resp.status_code)
-        return parse_reply(resp)
+        ends = time.monotonic() + (self.timeout if timeout is None else timeout)
+        for attempt in range(self.retries + 1):
+            with attempt_deadline(ends):
+                resp = self._http.post("/chat/completions", **kwargs)
+            if resp.status_code < 400:
+                return parse_reply(resp)
+            text = " ".join(resp.text[:500].split())  # one line: an HTML error page spanned dozens
+            wait = _retry_wait(resp, text, attempt)
+            if wait is None or attempt == self.retries or time.monotonic() + wait >= ends:
+                raise ChatError(f"chat API returned {resp.status_code}: {text}", resp.status_code)
+            log.info("chat API returned %s; sending again in %.1f s", resp.status_code, wait)
+            time.sleep(wait)
+        raise AssertionError("unreachable")  # the last attempt returned or raised
 
     def close(self) -> None:
         self._http.close()
+
+
+def _retry_wait(resp: Any, text: str, attempt: int) -> float | None:
+    """Seconds to wait before sending a refused request again, or ``None``: not worth it."""
+    import random
+
+    from memdir.embeddings.retry import RetryPolicy, is_quota_exhausted, parse_retry_after
+
+    if resp.status_code not in RETRY_STATUSES:
+        return None
+    hint = parse_retry_after(resp.headers.get("retry-after"))
+    if resp.status_code == 429 and is_quota_exhausted(text, has_retry_hint=hint is not None):
+        return None
+    if hint is not None:
+        return hint if hint <= RETRY_AFTER_CAP else None
+    return RetryPolicy().backoff(attempt, random.random())
 
 
 def parse_reply(resp: Any) -> ChatReply:

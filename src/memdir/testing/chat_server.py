@@ -4,7 +4,8 @@
 request body goes to ``responder(body)``, which returns ``{"content": ..., "tool_calls":
 [{"name", "arguments"}], "usage": {...}}`` (usage defaults to characters/4 of the request and
 reply) or ``{"status": 500, "error": "..."}``, or ``{"raw": body}`` to send ``body`` (JSON, or
-bytes) exactly as given, with ``"rawStatus"`` (default 200): a model API misbehaving.  Every
+bytes) exactly as given, with ``"rawStatus"`` (default 200) and ``"rawHeaders"``: a model API
+misbehaving.  Every
 request is recorded in ``.requests``.
 
 ``FactKeeperModel`` is a deterministic stand-in for an LLM that follows memdir's protocols: it
@@ -46,6 +47,7 @@ class ScriptedChatServer:
         self.requests: list[dict[str, Any]] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._extra_headers: dict[int, dict[str, str]] = {}  # by handler thread, for the reply being sent
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -59,6 +61,8 @@ class ScriptedChatServer:
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
+                for name, value in (server._extra_headers.pop(threading.get_ident(), None) or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -97,6 +101,8 @@ class ScriptedChatServer:
         except Exception as exc:
             return 500, {"error": {"message": f"responder failed: {exc!r}"}}
         if "raw" in step:
+            if step.get("rawHeaders"):
+                self._extra_headers[threading.get_ident()] = step["rawHeaders"]
             return int(step.get("rawStatus", 200)), step["raw"]
         if "status" in step:
             return int(step["status"]), {"error": {"message": step.get("error", "scripted error")}}
