@@ -335,3 +335,12 @@ def test_a_storm_of_gateway_errors_is_bounded(make_env: Any) -> None:
     with pytest.raises(ChatError, match="returned 502"):
         e.agent().send("hello")
     assert len(e.server.requests) == 3  # the request and two retries
+
+
+@pytest.mark.parametrize("text", [None, b"hello", 42])
+def test_a_message_that_is_not_text_is_refused_before_anything_is_written(make_env: Any, text: Any) -> None:
+    e = make_env([DONE])
+    agent = e.agent()
+    with pytest.raises(TypeError, match="the message must be a string"):
+        agent.send(text)
+    assert not e.server.requests and agent.stats.turns == 0

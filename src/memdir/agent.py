@@ -557,6 +557,8 @@ class Agent:
     # -- public API ----------------------------------------------------------------------------
     def send(self, text: str, *, heartbeat: bool = False) -> str:
         """One user turn; returns the reply ("" when the model stayed silent)."""
+        if not isinstance(text, str):  # clean_text's own words were "expected string or bytes-like object"
+            raise TypeError(f"the message must be a string, not {type(text).__name__}")
         text = clean_text(text)  # a lone surrogate (stdin read with surrogateescape) cannot be stored
         command = text.strip().lower()
         if command in ("/new", "/reset"):
