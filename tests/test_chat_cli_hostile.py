@@ -124,3 +124,41 @@ def test_a_model_api_that_does_not_answer_in_time_is_named_in_the_error(
     finally:
         trickler.close()
     assert f"error: the chat API at {trickler.url.rstrip('/')} did not answer within 0.5 s" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_an_answer_stops_that_turn_not_the_chat(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # at a terminal, Ctrl-C on a slow answer ended the whole chat ("memdir: interrupted")
+    from memdir.agent import Agent
+
+    real_send = Agent.send
+    pressed = []
+
+    def send(self: Agent, text: str, **kwargs: object) -> str:
+        if not pressed:
+            pressed.append(text)
+            raise KeyboardInterrupt
+        return real_send(self, text, **kwargs)
+
+    monkeypatch.setattr(Agent, "send", send)
+    with ScriptedChatServer(FactKeeperModel()) as server:
+        monkeypatch.setattr(sys, "stdin", Terminal("a slow question\nhello again\n"))
+        try:
+            assert chat(ws, "--base-url", server.url) == 0
+        except KeyboardInterrupt:  # (raised out of a test, it would stop the whole test run)
+            pytest.fail("Ctrl-C during an answer ended the chat")
+    captured = capsys.readouterr()
+    assert "(interrupted)" in captured.err and "Okay, noted. (2 words received)" in captured.out
+
+
+def test_ctrl_c_in_a_piped_chat_still_ends_it(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memdir.agent import Agent
+
+    def send(self: Agent, text: str, **kwargs: object) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Agent, "send", send)
+    with ScriptedChatServer(FactKeeperModel()) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\nagain\n"))
+        with pytest.raises(KeyboardInterrupt):
+            chat(ws, "--base-url", server.url)

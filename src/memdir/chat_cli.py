@@ -31,7 +31,8 @@ environment:
   OPENAI_API_KEY      the API key (or the variable named by --api-key-env)
 
 Type a message per line; /new or /reset starts a new session (the previous one is saved to
-memory/YYYY-MM-DD-<slug>.md), /quit or Ctrl-D ends. Try it with no key: memdir chat --demo"""
+memory/YYYY-MM-DD-<slug>.md), /quit or Ctrl-D ends; Ctrl-C stops an answer, or at the prompt
+ends. Try it with no key: memdir chat --demo"""
 
 
 def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
@@ -158,6 +159,14 @@ def run_chat(args: argparse.Namespace) -> int:
             turns += turn
             try:
                 reply = agent.send(text)
+            except KeyboardInterrupt:
+                if not interactive:
+                    raise
+                # Ctrl-C on a slow answer stops that turn, not the chat (Ctrl-C at the prompt ends
+                # it): the next request answers what the turn left unanswered (wire_messages)
+                print("\n(interrupted)", file=sys.stderr, flush=True)
+                failed += turn
+                continue
             except Exception as exc:  # keep the session alive; the transcript has what happened
                 print(for_terminal(f"error: {describe_failure(exc, client)}", sys.stderr), file=sys.stderr)
                 failed += turn
