@@ -162,3 +162,13 @@ def test_ctrl_c_in_a_piped_chat_still_ends_it(ws: Path, monkeypatch: pytest.Monk
         monkeypatch.setattr(sys, "stdin", io.StringIO("hello\nagain\n"))
         with pytest.raises(KeyboardInterrupt):
             chat(ws, "--base-url", server.url)
+
+
+def test_a_base_url_without_its_v1_gets_a_hint(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    with ScriptedChatServer(FactKeeperModel()) as server:
+        url = server.url.removesuffix("/v1")
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        assert chat(ws, "--base-url", url) == 1
+    err = capsys.readouterr().err
+    assert "chat API returned 404" in err and f"is {url} the API's base URL?" in err and "ends in /v1" in err

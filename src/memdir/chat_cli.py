@@ -76,6 +76,8 @@ def describe_failure(exc: BaseException, client: Any) -> str:
         return f"the chat API at {url} did not answer within {client.timeout:g} s ({exc or 'timed out'})"
     if isinstance(exc, httpx.TransportError):
         return f"cannot reach the chat API at {url}: {exc}"
+    if getattr(exc, "status", None) == 404:  # the usual cause: a base URL without its /v1
+        return f"{exc} — is {url} the API's base URL? ({url}/chat/completions was not found; it often ends in /v1)"
     return str(exc) or type(exc).__name__
 
 
