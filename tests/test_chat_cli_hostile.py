@@ -172,3 +172,12 @@ def test_a_base_url_without_its_v1_gets_a_hint(
         assert chat(ws, "--base-url", url) == 1
     err = capsys.readouterr().err
     assert "chat API returned 404" in err and f"is {url} the API's base URL?" in err and "ends in /v1" in err
+
+
+def test_a_refused_api_key_names_the_variable(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("CHAT_TEST_KEY", "wrong")
+    with ScriptedChatServer(FactKeeperModel(), api_key="right") as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        assert chat(ws, "--base-url", server.url) == 1
+    assert "chat API returned 401" in (err := capsys.readouterr().err) and "check the API key in $CHAT_TEST_KEY" in err

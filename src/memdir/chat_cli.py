@@ -66,7 +66,7 @@ def for_terminal(text: str, stream: Any) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def describe_failure(exc: BaseException, client: Any) -> str:
+def describe_failure(exc: BaseException, client: Any, key_env: str = "OPENAI_API_KEY") -> str:
     """A failed turn in words that say where it went wrong: httpx says only "timed out" or
     "[Errno 111] Connection refused", not which server, nor after how long."""
     import httpx
@@ -76,6 +76,8 @@ def describe_failure(exc: BaseException, client: Any) -> str:
         return f"the chat API at {url} did not answer within {client.timeout:g} s ({exc or 'timed out'})"
     if isinstance(exc, httpx.TransportError):
         return f"cannot reach the chat API at {url}: {exc}"
+    if getattr(exc, "status", None) in (401, 403):
+        return f"{exc} — check the API key in ${key_env} (--api-key-env names another variable)"
     if getattr(exc, "status", None) == 404:  # the usual cause: a base URL without its /v1
         return f"{exc} — is {url} the API's base URL? ({url}/chat/completions was not found; it often ends in /v1)"
     return str(exc) or type(exc).__name__
@@ -170,7 +172,8 @@ def run_chat(args: argparse.Namespace) -> int:
                 failed += turn
                 continue
             except Exception as exc:  # keep the session alive; the transcript has what happened
-                print(for_terminal(f"error: {describe_failure(exc, client)}", sys.stderr), file=sys.stderr)
+                message = f"error: {describe_failure(exc, client, args.api_key_env)}"
+                print(for_terminal(message, sys.stderr), file=sys.stderr)
                 failed += turn
                 continue
             if reply:
