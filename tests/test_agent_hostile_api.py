@@ -344,3 +344,18 @@ def test_a_message_that_is_not_text_is_refused_before_anything_is_written(make_e
     with pytest.raises(TypeError, match="the message must be a string"):
         agent.send(text)
     assert not e.server.requests and agent.stats.turns == 0
+
+
+def test_a_runaway_note_is_refused_by_memory_append(make_env: Any) -> None:
+    # a model appended megabytes to the user's daily log (past 64 MB no longer indexable)
+    from memdir.tools import MAX_APPEND_CHARS, memory_append_payload
+
+    huge = "- the same line again\n" * 100_000  # 2.2 MB
+    e = make_env([{"tool_calls": [{"name": "memory_append", "arguments": {"text": huge}}]}, DONE])
+    e.agent().send("remember everything")
+    assert not (e.ws / "memory").exists()
+    assert "note too long" in json.loads(e.bodies()[1]["messages"][-1]["content"])["error"]
+    refused = memory_append_payload(e.memory, {"text": huge})  # the MCP tool too
+    assert refused["appended"] is False and f"at most {MAX_APPEND_CHARS}" in refused["error"]
+    assert not (e.ws / "memory").exists()
+    assert memory_append_payload(e.memory, {"text": "x" * MAX_APPEND_CHARS})["appended"] is True

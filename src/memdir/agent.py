@@ -68,6 +68,7 @@ from memdir.sessions.store import (
 )
 from memdir.tools import (
     LTM_TOOL_NAMES,
+    append_too_long,
     decorate_citations,
     openai_tools,
     read_number,
@@ -853,6 +854,8 @@ class Agent:
         text = args.get("text")
         if not isinstance(text, str) or not text.strip():  # a list was written to the log as "['a', 'b']"
             return {"ok": False, "error": "text required (a string)"}
+        if (too_long := append_too_long(text)) is not None:
+            return {"ok": False, "error": too_long}
         day = plan.day if plan is not None else today(self.options.timezone, now=self.clock(), strict=False)
         try:
             path = self.backend.append_daily(text, day=day.isoformat())
