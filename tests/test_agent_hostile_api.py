@@ -359,3 +359,17 @@ def test_a_runaway_note_is_refused_by_memory_append(make_env: Any) -> None:
     assert refused["appended"] is False and f"at most {MAX_APPEND_CHARS}" in refused["error"]
     assert not (e.ws / "memory").exists()
     assert memory_append_payload(e.memory, {"text": "x" * MAX_APPEND_CHARS})["appended"] is True
+
+
+@pytest.mark.parametrize("asked", [10**9, -5, 0])
+def test_memory_search_results_are_capped_as_for_the_mcp_tool(make_env: Any, asked: int) -> None:
+    from memdir.tools import MAX_RESULTS_CAP
+
+    e = make_env([{"tool_calls": [{"name": "memory_search", "arguments": {"query": "walrus", "maxResults": asked}}]},
+                  DONE])
+    (e.ws / "memory").mkdir()
+    for i in range(MAX_RESULTS_CAP + 20):
+        (e.ws / "memory" / f"note-{i:03d}.md").write_text(f"The walrus number {i} sleeps on ice.\n")
+    e.agent().send("find every walrus")
+    results = json.loads(e.bodies()[1]["messages"][-1]["content"])["results"]
+    assert 1 <= len(results) <= MAX_RESULTS_CAP

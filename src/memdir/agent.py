@@ -68,6 +68,7 @@ from memdir.sessions.store import (
 )
 from memdir.tools import (
     LTM_TOOL_NAMES,
+    MAX_RESULTS_CAP,
     append_too_long,
     decorate_citations,
     openai_tools,
@@ -832,6 +833,8 @@ class Agent:
         # read as the MCP tools read them: a number too large for a float (valid JSON) used to raise
         # out of the turn, leaving its tool call unanswered; a minScore of "high" failed the search
         max_results = read_number(args, "maxResults", integer=True)
+        if max_results is not None:  # as the MCP tool: a model asking for 10**9 results got every chunk
+            max_results = max(1, min(MAX_RESULTS_CAP, int(max_results)))
         min_score = read_number(args, "minScore")
         try:
             hits = self.backend.search(query, max_results=max_results, min_score=min_score)
