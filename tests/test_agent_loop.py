@@ -235,6 +235,34 @@ def test_a_flush_that_failed_after_writing_is_not_run_again_in_the_cycle(tmp_pat
         e.close()
 
 
+class _InterruptedGet(MemoryIndexBackend):
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict:
+        raise KeyboardInterrupt  # Ctrl-C during the flush turn
+
+
+def test_a_flush_interrupted_by_ctrl_c_is_run_again_in_the_cycle(tmp_path: Path) -> None:
+    """Ctrl-C during the flush turn kept the cycle claimed: the flush never ran again before
+    compaction, and what the user asked to remember was never written."""
+    script = ScriptQueue([
+        {"content": "hello", "usage": {"prompt_tokens": 1600, "completion_tokens": 0, "total_tokens": 1600}},
+        {"content": "", "tool_calls": [{"name": "memory_get", "arguments": {"path": "memory/2026-03-04.md"}}]},
+        {"content": "NO_REPLY"},  # the flush, run again after the restart
+        {"content": "fine", "usage": {"prompt_tokens": 1660, "completion_tokens": 0, "total_tokens": 1660}},
+    ])
+    e = Env(tmp_path, script)
+    try:
+        agent = _flushing_agent(e)
+        assert agent.send("hi") == "hello"
+        agent.backend = _InterruptedGet(e.memory, "UTC")
+        with pytest.raises(KeyboardInterrupt):
+            agent.send("next")
+        resumed = _flushing_agent(e)  # `memdir chat` started again
+        assert resumed.send("again") == "fine"
+        assert resumed.stats.flushes == 1 and env_phase(resumed) == ["start", "error", "start", "end"]
+    finally:
+        e.close()
+
+
 @pytest.mark.parametrize("record", [
     {"type": "message", "message": "just a string"},
     {"type": "message", "message": ["a", "list"]},

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from memdir.aio import AsyncMemory
+from memdir.errors import MemoryClosed
 
 
 def test_async_memory_appends_searches_and_reads(make_workspace, keyword_config):
@@ -76,3 +77,35 @@ def test_a_call_cancelled_while_it_waits_for_the_one_before_never_runs(make_work
             assert (ws / "memory" / "2026-01-12.md").read_text().count("written once") == 1
 
     asyncio.run(run())
+
+
+def test_an_aclose_that_times_out_still_closes(make_workspace, keyword_config):
+    # the cancelled close was skipped like any cancelled call: the Memory stayed open for ever
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka.\n"})
+
+    async def run() -> AsyncMemory:
+        mem = AsyncMemory(ws, config=keyword_config)
+        inside, go = threading.Event(), threading.Event()
+        real_get = mem.memory.get
+
+        def slow_get(path, **kwargs):
+            inside.set()
+            go.wait(10)
+            return real_get(path, **kwargs)
+
+        mem.memory.get = slow_get  # type: ignore[method-assign]
+        busy = asyncio.create_task(mem.get("MEMORY.md"))
+        assert await asyncio.to_thread(inside.wait, 10)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(mem.aclose(), 0.2)
+        go.set()
+        assert (await busy).text == "Billing uses Kafka.\n"
+        for _ in range(100):
+            if mem.memory._closed:
+                break
+            await asyncio.sleep(0.05)
+        return mem
+
+    mem = asyncio.run(run())
+    with pytest.raises(MemoryClosed):
+        mem.memory.search("Kafka")

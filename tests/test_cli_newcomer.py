@@ -68,6 +68,28 @@ def test_chat_demo_runs_the_whole_loop_offline(run_cli, tmp_path: Path):
     assert not (tmp_path / ".memdir").exists()  # nothing of the user's is touched
 
 
+def test_chat_demo_ignores_the_users_memdir_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The demo promises that nothing of the user's is touched: with ``MEMDIR_INDEX_PATH`` set it
+    wrote its index into the user's index file (failing the next demo, whose workspace was not the
+    index's owner), and ``MEMDIR_CONFIG``'s extraPaths put the user's notes into its searches."""
+    import io
+
+    from memdir.chat_cli import run_demo
+
+    private = tmp_path / "private"
+    private.mkdir()
+    (private / "notes.md").write_text("- The billing service publishes its events to my private queue.\n")
+    config = tmp_path / "user.json"
+    config.write_text(json.dumps({"memorySearch": {"extraPaths": [str(private)]}}))
+    index = tmp_path / "user-index" / "mine.sqlite"
+    monkeypatch.setenv("MEMDIR_CONFIG", str(config))
+    monkeypatch.setenv("MEMDIR_INDEX_PATH", str(index))
+    out = io.StringIO()
+    assert run_demo(out) == 0
+    assert "billing service publish its events to?') -> 1 result(s), best: MEMORY.md" in out.getvalue()
+    assert not index.parent.exists()
+
+
 # --- 3. a workspace that does not exist ----------------------------------------------------------
 
 @pytest.mark.parametrize("command", [["index"], ["search", "x"], ["status"], ["get", "MEMORY.md"],

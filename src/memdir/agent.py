@@ -21,6 +21,12 @@ user's message — in the request only, never in the transcript — with the
 said that is worth keeping (user text only).  Memory failures there are logged as warnings:
 a turn never fails because long-term memory did.  Everything is written to the JSONL transcript as
 it happens, and token counts come from the API's ``usage``.
+
+The model API is not trusted: a reply of the wrong shape is a :class:`ChatError` naming the
+problem, tool calls are normalised before they are kept, calls a turn left unanswered (Ctrl-C,
+a crash) are answered with an error in the next request (:func:`wire_messages`), tool results
+are cut to a quarter of the context window, the tool rounds of a turn are bounded
+(``max_tool_rounds``), and a request the context refuses is compacted and sent again once.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ from memdir.sessions.store import (
 )
 from memdir.tools import (
     LTM_TOOL_NAMES,
+    MAX_RESULTS_CAP,
+    append_too_long,
     decorate_citations,
     openai_tools,
     read_number,
@@ -151,7 +159,24 @@ def _log_watch_errors(event: dict[str, Any]) -> None:
 
 
 class ChatError(RuntimeError):
-    """The chat API failed; the message carries the HTTP status and body."""
+    """The chat API failed; the message carries the HTTP status and body (``status``: 0 when the
+    reply came with a success status but could not be used)."""
+
+    def __init__(self, message: str, status: int = 0):
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def context_overflow(self) -> bool:
+        """Whether the API refused the request because it does not fit the model's context."""
+        text = str(self).lower()
+        return self.status == 413 or (self.status in (400, 422) and any(k in text for k in _OVERFLOW_WORDS))
+
+
+#: How APIs say a request is longer than the context: OpenAI ``context_length_exceeded``,
+#: vLLM/llama.cpp "maximum context length", Anthropic-style "prompt is too long", and others.
+_OVERFLOW_WORDS = ("context_length", "context length", "context window", "prompt is too long",
+                   "too many tokens", "maximum context", "exceeds the context", "n_ctx")
 
 
 @dataclass
@@ -161,10 +186,21 @@ class ChatReply:
     usage: dict[str, int]
 
 
-class ChatClient:
-    """Minimal client for ``POST {base_url}/chat/completions`` (OpenAI-compatible)."""
+#: Statuses a chat request is sent again for: rate limited, or a gateway between us and the model.
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+#: The longest ``Retry-After`` waited for; a longer one is reported at once.
+RETRY_AFTER_CAP = 20.0
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 120.0):
+
+class ChatClient:
+    """Minimal client for ``POST {base_url}/chat/completions`` (OpenAI-compatible).
+
+    A 429 or a gateway's 502/503/504 is sent again up to ``retries`` times (R§5.3's backoff, or
+    the server's ``Retry-After`` up to :data:`RETRY_AFTER_CAP`), within the same ``timeout``;
+    an exhausted quota is reported at once."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 120.0,
+                 retries: int = 2):
         import httpx  # optional dependency, only needed by the agent
 
         from memdir.embeddings.http_deadline import bound_transports
@@ -172,12 +208,15 @@ class ChatClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.model = model
         self.timeout = timeout
+        self.retries = retries
         self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
         bound_transports(self._http)  # the timeout bounds the whole reply, not each read
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                  timeout: float | None = None) -> ChatReply:
-        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        # "stream": false said aloud: a server whose default is to stream sent server-sent events,
+        # which are not the JSON reply this client reads.
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": False}
         if tools:
             body["tools"] = tools
         # ASCII JSON, not httpx's UTF-8: a lone surrogate anywhere in the conversation (a tool call's
@@ -188,19 +227,103 @@ class ChatClient:
             kwargs["timeout"] = timeout
         from memdir.embeddings.http_deadline import attempt_deadline
 
-        with attempt_deadline(time.monotonic() + (self.timeout if timeout is None else timeout)):
-            resp = self._http.post("/chat/completions", **kwargs)
-        if resp.status_code >= 400:
-            raise ChatError(f"chat API returned {resp.status_code}: {resp.text[:500]}")
-        data = resp.json()
-        message = data["choices"][0]["message"]
-        usage = {k: int(v) for k, v in (data.get("usage") or {}).items() if isinstance(v, (int, float))}
-        # A reply cut inside a surrogate pair ("\\ud83d"): U+FFFD, so the transcript, the daily log
-        # and the index can store it.
-        return ChatReply(clean_text(message.get("content") or ""), message.get("tool_calls") or [], usage)
+        ends = time.monotonic() + (self.timeout if timeout is None else timeout)
+        for attempt in range(self.retries + 1):
+            with attempt_deadline(ends):
+                resp = self._http.post("/chat/completions", **kwargs)
+            if resp.status_code < 400:
+                return parse_reply(resp)
+            text = " ".join(resp.text[:500].split())  # one line: an HTML error page spanned dozens
+            wait = _retry_wait(resp, text, attempt)
+            if wait is None or attempt == self.retries or time.monotonic() + wait >= ends:
+                raise ChatError(f"chat API returned {resp.status_code}: {text}", resp.status_code)
+            log.info("chat API returned %s; sending again in %.1f s", resp.status_code, wait)
+            time.sleep(wait)
+        raise AssertionError("unreachable")  # the last attempt returned or raised
 
     def close(self) -> None:
         self._http.close()
+
+
+def _retry_wait(resp: Any, text: str, attempt: int) -> float | None:
+    """Seconds to wait before sending a refused request again, or ``None``: not worth it."""
+    import random
+
+    from memdir.embeddings.retry import RetryPolicy, is_quota_exhausted, parse_retry_after
+
+    if resp.status_code not in RETRY_STATUSES:
+        return None
+    hint = parse_retry_after(resp.headers.get("retry-after"))
+    if resp.status_code == 429 and is_quota_exhausted(text, has_retry_hint=hint is not None):
+        return None
+    if hint is not None:
+        return hint if hint <= RETRY_AFTER_CAP else None
+    return RetryPolicy().backoff(attempt, random.random())
+
+
+def parse_reply(resp: Any) -> ChatReply:
+    """The reply in an HTTP response, in the shapes the loop and the transcript rely on.
+
+    A model API is outside our control: an empty ``choices``, an HTML error page sent with 200, a
+    streamed reply, content as a list of parts, tool calls that are not a list of objects or whose
+    arguments are an object, a ``usage`` of strings or ``1e400`` — each raised a bare ``KeyError``,
+    ``TypeError`` or ``OverflowError`` out of the turn, or was written to the transcript as it came
+    and made every later request of the session invalid.  Now a reply the loop cannot use is a
+    :class:`ChatError` naming the problem, and a usable one is normalised.
+    """
+    try:
+        data = resp.json()
+    except ValueError:
+        kind = resp.headers.get("content-type", "no content type")
+        raise ChatError(f"chat API returned {resp.status_code} with a body that is not JSON ({kind}): "
+                        f"{' '.join(resp.text[:200].split())}") from None
+    choices = data.get("choices") if isinstance(data, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict):
+        raise ChatError(f"chat API reply has no choices[0].message: {json.dumps(data)[:300]}")
+    raw_usage = data.get("usage")
+    usage = {k: int(v) for k, v in (raw_usage.items() if isinstance(raw_usage, dict) else ())
+             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0}
+    # A reply cut inside a surrogate pair ("\\ud83d"): U+FFFD, so the transcript, the daily log
+    # and the index can store it.
+    return ChatReply(clean_text(_text_of(message.get("content"))), _tool_calls(message.get("tool_calls")), usage)
+
+
+def _text_of(content: Any) -> str:
+    """Message content as text: a string, or the text of a list of parts (``[{"type": "text", ...}]``)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] if isinstance(p, dict) and isinstance(p.get("text"), str) else
+                       p if isinstance(p, str) else "" for p in content)
+    return json.dumps(content)
+
+
+def _tool_calls(calls: Any) -> list[dict[str, Any]]:
+    """Tool calls as ``[{"id": str, "type": "function", "function": {"name": str, "arguments": str}}]``.
+
+    Every call keeps an id (one is made up when missing), so its result can answer it; entries
+    that are not objects are dropped."""
+    if isinstance(calls, dict):
+        calls = [calls]
+    if not isinstance(calls, list):
+        return []
+    out: list[dict[str, Any]] = []
+    for i, call in enumerate(calls):
+        if not isinstance(call, dict):
+            continue
+        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        name, args = fn.get("name"), fn.get("arguments")
+        call_id = call.get("id")
+        out.append({"id": call_id if isinstance(call_id, str) and call_id else f"call_{i}_{os.urandom(4).hex()}",
+                    "type": "function",
+                    "function": {"name": clean_text(name) if isinstance(name, str) else "",
+                                 "arguments": clean_text(args) if isinstance(args, str) else
+                                 "" if args is None else json.dumps(args)}})
+    return out
 
 
 # --- tools ----------------------------------------------------------------------------------
@@ -231,6 +354,42 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 TOOL_NAMES = tuple(tool["function"]["name"] for tool in TOOLS)
+
+UNANSWERED = json.dumps({"error": "no result: the turn was interrupted before this tool call was answered"})
+
+
+def wire_messages(convo: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as a chat API accepts it: every tool call answered, no stray tool results.
+
+    A turn interrupted between a reply's tool calls and their results (Ctrl-C during a search,
+    ``kill -9``, a crash) left them unanswered in the transcript, and chat APIs refuse such a
+    conversation ("tool_calls must be followed by tool messages"): every later turn of the session
+    failed, after a restart too.  Unanswered calls get an error result here; a tool result that
+    answers no call of the reply before it is left out.  Nothing is rewritten on disk.
+    """
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []
+
+    def answer_pending() -> None:
+        out.extend({"role": "tool", "tool_call_id": call_id, "content": UNANSWERED} for call_id in pending)
+        pending.clear()
+
+    for message in convo:
+        if message.get("role") == "tool":
+            if message.get("tool_call_id") in pending:
+                pending.remove(message["tool_call_id"])
+                out.append(message)
+            continue
+        answer_pending()
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            calls = _tool_calls(message["tool_calls"])  # transcripts written before replies were normalised
+            message = {k: v for k, v in message.items() if k != "tool_calls"}
+            if calls:  # an empty list is refused too
+                message["tool_calls"] = calls
+            pending[:] = [call["id"] for call in calls]
+        out.append(message)
+    answer_pending()
+    return out
 
 
 # --- the agent ------------------------------------------------------------------------------
@@ -334,7 +493,11 @@ class Agent:
         return int(self.clock().timestamp() * 1000)
 
     def _record(self, record: dict[str, Any]) -> None:
-        self.store.append_file(self.transcript, record)
+        try:
+            self.store.append_file(self.transcript, record)
+        except FileNotFoundError:  # the state folder was deleted under a running chat: every turn failed
+            self.transcript.parent.mkdir(parents=True, exist_ok=True)
+            self.store.append_file(self.transcript, record)
 
     def _remember(self, message: dict[str, Any]) -> None:
         """Add a message to the live context and write it to the transcript."""
@@ -363,14 +526,27 @@ class Agent:
                 self.history = self.history[-kept:] if kept else []
 
     def _update_entry(self, **fields: Any) -> None:
-        self.entry = self.store.update(self.key, **fields)
+        try:
+            self.entry = self.store.update(self.key, **fields)
+        except KeyError:  # sessions.json deleted (or the entry removed) under a running chat: every
+            # later turn failed with "no session entry"; this session is put back as it was
+            entry = self.entry
+            self.store.mutate(lambda entries: entries.setdefault(self.key, entry))
+            self.entry = self.store.update(self.key, **fields)
 
     # -- prompts -------------------------------------------------------------------------------
+    @property
+    def start_context_chars(self) -> int:
+        """The session-start memory's budget: ``context_budget_chars``, but at most a quarter of the
+        context window (tokens ≈ characters / 4) — 20,000 characters of notes in every request
+        overflowed a 4k-token model before the conversation began, which no compaction could fix."""
+        return min(self.options.context_budget_chars, max(2_000, self.options.context_window))
+
     def system_prompt(self) -> str:
         if self._start_context is None:
             self._start_context = build_session_context(
                 workspace=self.workspace, chat_type=self.chat_type, timezone=self.options.timezone,
-                now=self.clock(), max_chars=self.options.context_budget_chars).text
+                now=self.clock(), max_chars=self.start_context_chars).text
         parts = [self.options.system_prompt, memory_recall_section(TOOL_NAMES, self.options.citations)]
         if self.long_term is not None:
             parts.append(LONG_TERM_GUIDANCE)
@@ -383,6 +559,8 @@ class Agent:
     # -- public API ----------------------------------------------------------------------------
     def send(self, text: str, *, heartbeat: bool = False) -> str:
         """One user turn; returns the reply ("" when the model stayed silent)."""
+        if not isinstance(text, str):  # clean_text's own words were "expected string or bytes-like object"
+            raise TypeError(f"the message must be a string, not {type(text).__name__}")
         text = clean_text(text)  # a lone surrogate (stdin read with surrogateescape) cannot be stored
         command = text.strip().lower()
         if command in ("/new", "/reset"):
@@ -479,14 +657,16 @@ class Agent:
         appended = self.stats.notes_appended
         try:
             reply = self._tool_loop(convo, persist=False, plan=plan, system=system)
-        except Exception as exc:  # R§11.2: a failed flush never breaks the user's turn
-            log.warning("memory flush failed: %s", exc)
+        except BaseException as exc:  # R§11.2: a failed flush never breaks the user's turn
+            log.warning("memory flush failed: %s", exc or type(exc).__name__)
             wrote = self.stats.notes_appended - appended
-            self._record({"type": "memory_flush", "phase": "error", "timestamp": self._now_ms(), "error": str(exc),
-                          "notesAppended": wrote})
+            self._record({"type": "memory_flush", "phase": "error", "timestamp": self._now_ms(),
+                          "error": str(exc) or type(exc).__name__, "notesAppended": wrote})
             # Notes on disk keep the claim: a retry in this cycle would append them a second time.
             self.entry = (self.store.get(self.key) if wrote else release_flush(self.store, self.key, previous)) \
                 or self.entry
+            if not isinstance(exc, Exception):  # Ctrl-C: given back as well (it kept the cycle's flush
+                raise  # from ever running: the notes were never written before compaction)
             return False
         self.entry = mark_flushed(self.store, self.key, compaction_count=self.entry.compaction_count or 0,
                                   at_ms=self._now_ms())
@@ -509,9 +689,16 @@ class Agent:
         for m in older:
             if m["role"] in ("user", "assistant") and m.get("content"):
                 lines.append(f"{m['role'].title()}: {m['content']}")
+        # Three quarters of the window at most (tokens ≈ characters / 4), the newest: the summary
+        # request must fit the model's context too, or a conversation that overflowed stayed stuck.
+        text = "\n".join(lines)[-3 * self.options.context_window:]
         reply = self.client.complete([{"role": "system", "content": COMPACTION_PROMPT},
-                                      {"role": "user", "content": "\n".join(lines)}])
+                                      {"role": "user", "content": text}])
         self.stats.model_calls += 1
+        if not reply.content.strip():  # (only tool calls, a content filter): the older turns and the
+            # earlier summary were dropped for nothing; kept, the next turn tries again
+            log.warning("compaction skipped: the model returned no summary")
+            return False
         before = self.entry.total_tokens
         self.summary, self.history = reply.content.strip(), recent
         self._record({"type": "compaction", "timestamp": self._now_ms(), "summary": self.summary,
@@ -559,8 +746,24 @@ class Agent:
                    system: str | None = None) -> str:
         content = ""
         for _ in range(self.options.max_tool_rounds):
-            messages = [{"role": "system", "content": system or self.system_prompt()}, *self._with_turn_context(convo)]
-            reply = self.client.complete(messages, tools=self.tools)
+            messages = [{"role": "system", "content": system or self.system_prompt()},
+                        *wire_messages(self._with_turn_context(convo))]
+            try:
+                reply = self.client.complete(messages, tools=self.tools)
+            except ChatError as exc:
+                if not exc.context_overflow:
+                    raise
+                # Compacting is what makes the conversation fit again: without it every later
+                # turn of the session was refused the same way.
+                try:
+                    compacted = persist and convo is self.history and self.compact()
+                except ChatError:  # the summary request did not fit either (contextTokens too high)
+                    compacted = False
+                if compacted:
+                    convo = self.history  # compaction replaced the list
+                    continue
+                raise ChatError(f"{exc} — the conversation does not fit the model's context; /new starts a new "
+                                "session (the current one is saved to memory)", exc.status) from exc
             self.stats.model_calls += 1
             if persist:
                 self._account(reply.usage)
@@ -573,9 +776,18 @@ class Agent:
                 return content
             for call in reply.tool_calls:
                 result = self._call_tool(call, plan)
-                text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+                text = self._bounded(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
                 self._add(convo, {"role": "tool", "tool_call_id": call.get("id", ""), "content": text}, persist)
         return content or f"(stopped after {self.options.max_tool_rounds} tool rounds)"
+
+    def _bounded(self, text: str) -> str:
+        """A tool result cut to a quarter of the context window (tokens ≈ characters / 4): a
+        ``memory_get`` of a 5 MB note made every later request too long for the model."""
+        limit = max(2_000, self.options.context_window)
+        if len(text) <= limit:
+            return text
+        return (text[:limit] + f"\n[… truncated: {len(text) - limit} more characters; ask for less, e.g. "
+                "memory_get with from/lines]")
 
     def _add(self, convo: list[dict[str, Any]], message: dict[str, Any], persist: bool) -> None:
         if persist and convo is self.history:
@@ -621,6 +833,8 @@ class Agent:
         # read as the MCP tools read them: a number too large for a float (valid JSON) used to raise
         # out of the turn, leaving its tool call unanswered; a minScore of "high" failed the search
         max_results = read_number(args, "maxResults", integer=True)
+        if max_results is not None:  # as the MCP tool: a model asking for 10**9 results got every chunk
+            max_results = max(1, min(MAX_RESULTS_CAP, int(max_results)))
         min_score = read_number(args, "minScore")
         try:
             hits = self.backend.search(query, max_results=max_results, min_score=min_score)
@@ -640,9 +854,11 @@ class Agent:
             return {"path": path, "text": "", "disabled": True, "error": str(exc) or "path required"}
 
     def _tool_append(self, args: dict[str, Any], plan: FlushPlan | None) -> dict[str, Any]:
-        text = str(args.get("text") or "")
-        if not text.strip():
-            return {"ok": False, "error": "text required"}
+        text = args.get("text")
+        if not isinstance(text, str) or not text.strip():  # a list was written to the log as "['a', 'b']"
+            return {"ok": False, "error": "text required (a string)"}
+        if (too_long := append_too_long(text)) is not None:
+            return {"ok": False, "error": too_long}
         day = plan.day if plan is not None else today(self.options.timezone, now=self.clock(), strict=False)
         try:
             path = self.backend.append_daily(text, day=day.isoformat())
@@ -663,5 +879,5 @@ def chat_main(argv: list[str] | None = None) -> int:
     return main(argv)
 
 
-__all__ = ["Agent", "AgentOptions", "AgentStats", "ChatClient", "ChatReply", "MemoryBackend", "MemoryIndexBackend",
-           "SessionEntry", "chat_main"]
+__all__ = ["Agent", "AgentOptions", "AgentStats", "ChatClient", "ChatError", "ChatReply", "MemoryBackend",
+           "MemoryIndexBackend", "SessionEntry", "chat_main", "parse_reply", "wire_messages"]

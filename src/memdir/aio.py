@@ -11,7 +11,8 @@ the event loop never stalls on SQLite, file I/O or a local embedding model.  Cal
 ``AsyncMemory`` run one at a time: searches are milliseconds, and
 one-at-a-time keeps a long-lived object's index connection and writer lock simple.  For real
 parallelism open one ``AsyncMemory`` per task; different processes are always safe.  A call
-cancelled while it waits for the one before it never runs; one already running completes.
+cancelled while it waits for the one before it never runs (but a cancelled ``aclose`` still
+closes); one already running completes.
 """
 
 from __future__ import annotations
@@ -79,7 +80,13 @@ class AsyncMemory:
         return await self._run(call_tool, self.memory, name, args, session_key=session_key)
 
     async def aclose(self) -> None:
-        await self._run(self.memory.close)
+        """Close the ``Memory`` after the call in progress.  Unlike the other calls, one cancelled
+        while it waits still closes: a timed-out ``aclose`` left the index open and the watcher running."""
+        def close() -> None:
+            with self._lock:
+                self.memory.close()
+
+        await asyncio.to_thread(close)
 
     async def __aenter__(self) -> AsyncMemory:
         return self

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +31,8 @@ environment:
   OPENAI_API_KEY      the API key (or the variable named by --api-key-env)
 
 Type a message per line; /new or /reset starts a new session (the previous one is saved to
-memory/YYYY-MM-DD-<slug>.md), /quit or Ctrl-D ends. Try it with no key: memdir chat --demo"""
+memory/YYYY-MM-DD-<slug>.md), /quit or Ctrl-D ends; Ctrl-C stops an answer, or at the prompt
+ends. Try it with no key: memdir chat --demo"""
 
 
 def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +51,36 @@ def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--demo", action="store_true",
                        help="run a scripted conversation offline against a built-in stand-in model in a "
                             "temporary workspace: no API key, no network, nothing of yours is touched")
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def for_terminal(text: str, stream: Any) -> str:
+    """``text`` with control characters shown as ``\\xNN`` when ``stream`` is a terminal: a reply
+    (or an API's error page) echoing a note's escape sequences could clear the screen, rewrite
+    the lines above or set the clipboard (OSC 52).  Piped output stays as it came."""
+    isatty = getattr(stream, "isatty", None)
+    if not (callable(isatty) and isatty()):
+        return text
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def describe_failure(exc: BaseException, client: Any, key_env: str = "OPENAI_API_KEY") -> str:
+    """A failed turn in words that say where it went wrong: httpx says only "timed out" or
+    "[Errno 111] Connection refused", not which server, nor after how long."""
+    import httpx
+
+    url = str(client._http.base_url).rstrip("/")
+    if isinstance(exc, httpx.TimeoutException):
+        return f"the chat API at {url} did not answer within {client.timeout:g} s ({exc or 'timed out'})"
+    if isinstance(exc, httpx.TransportError):
+        return f"cannot reach the chat API at {url}: {exc}"
+    if getattr(exc, "status", None) in (401, 403):
+        return f"{exc} — check the API key in ${key_env} (--api-key-env names another variable)"
+    if getattr(exc, "status", None) == 404:  # the usual cause: a base URL without its /v1
+        return f"{exc} — is {url} the API's base URL? ({url}/chat/completions was not found; it often ends in /v1)"
+    return str(exc) or type(exc).__name__
 
 
 def chat_main(argv: list[str] | None = None) -> int:
@@ -72,6 +104,16 @@ def run_chat(args: argparse.Namespace) -> int:
 
     base_url = args.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
     model = args.model or os.environ.get("MEMDIR_CHAT_MODEL") or DEFAULT_CHAT_MODEL
+    # Said before the chat starts, once: a URL without http:// failed every turn with httpx's words,
+    # and a window of -5 compacted the conversation at every turn.
+    if not base_url.lower().startswith(("http://", "https://")):
+        print(f"memdir chat: the base URL {base_url!r} must start with http:// or https:// "
+              "(e.g. http://127.0.0.1:8000/v1)", file=sys.stderr)
+        return 2
+    if args.context_window is not None and args.context_window <= 0:
+        print(f"memdir chat: --context-window must be a positive number of tokens, not {args.context_window}",
+              file=sys.stderr)
+        return 2
     try:
         loaded = load_config(config_path=getattr(args, "config", None), workspace=getattr(args, "workspace", None),
                              agent_id=getattr(args, "agent", None), state_dir=getattr(args, "state_dir", None))
@@ -109,21 +151,33 @@ def run_chat(args: argparse.Namespace) -> int:
                 print("you> ", end="", flush=True)
             line = sys.stdin.readline()
             if not line:
+                if interactive:  # Ctrl-D: the shell's prompt goes on a line of its own
+                    print()
                 break
             text = line.strip()
             if not text:
                 continue
             if text in ("/quit", "/exit"):
                 break
-            turns += 1
+            turn = text.lower() not in ("/new", "/reset")  # a command may not ask the model at all
+            turns += turn
             try:
                 reply = agent.send(text)
+            except KeyboardInterrupt:
+                if not interactive:
+                    raise
+                # Ctrl-C on a slow answer stops that turn, not the chat (Ctrl-C at the prompt ends
+                # it): the next request answers what the turn left unanswered (wire_messages)
+                print("\n(interrupted)", file=sys.stderr, flush=True)
+                failed += turn
+                continue
             except Exception as exc:  # keep the session alive; the transcript has what happened
-                print(f"error: {exc}", file=sys.stderr)
-                failed += 1
+                message = f"error: {describe_failure(exc, client, args.api_key_env)}"
+                print(for_terminal(message, sys.stderr), file=sys.stderr)
+                failed += turn
                 continue
             if reply:
-                print(reply, flush=True)
+                print(for_terminal(reply, sys.stdout), flush=True)
     finally:
         client.close()
         memory.close()
@@ -154,6 +208,7 @@ def run_demo(out: Any = None) -> int:
     """Play :data:`DEMO_SCRIPT` against the scripted model; print every step; return 0 on success."""
     from memdir.agent import Agent, AgentOptions, ChatClient, MemoryIndexBackend
     from memdir.api import Memory
+    from memdir.config import load_config
     from memdir.sessions.store import SessionStore, session_key
     from memdir.testing.chat_server import FactKeeperModel, ScriptedChatServer
 
@@ -188,8 +243,12 @@ def run_demo(out: Any = None) -> int:
         say("memdir chat demo: the whole agent loop, offline, against a scripted stand-in model")
         say(f"(temporary workspace {ws}; embeddings off to start instantly; deleted at the end)")
         say()
-        with ScriptedChatServer(FactKeeperModel()) as server, \
-                Memory(ws, state_dir=state, config={"memorySearch": {"provider": "none"}}) as memory:
+        # Without the environment: MEMDIR_CONFIG / MEMDIR_INDEX_PATH / MEMDIR_STORE_DRIVER are the
+        # user's, and the demo wrote its index into the user's index file (or database) and searched
+        # the user's extraPaths.
+        demo_config = load_config(workspace=ws, state_dir=state, env={},
+                                  overrides={"memorySearch": {"provider": "none"}})
+        with ScriptedChatServer(FactKeeperModel()) as server, Memory(config=demo_config) as memory:
             settings = memory.settings
             client = ChatClient(server.url, "memdir-demo")
             agent = Agent(client=client, backend=ShowingBackend(memory, "UTC"),

@@ -481,6 +481,18 @@ def memory_get_payload(memory: Any, args: Any = None) -> dict[str, Any]:
         return {"path": requested, "text": "", "disabled": True, "error": _error_text(exc)}
 
 
+#: The longest note ``memory_append`` takes from a model: "one short, self-contained entry".  A
+#: runaway model appended megabytes to the user's daily log, past 64 MB no longer indexable.
+MAX_APPEND_CHARS = 20_000
+
+
+def append_too_long(text: str) -> str | None:
+    """Why a model's note is refused for its length, or ``None``."""
+    if len(text) <= MAX_APPEND_CHARS:
+        return None
+    return f"note too long ({len(text)} characters, at most {MAX_APPEND_CHARS}): append one short note"
+
+
 def memory_append_payload(memory: Any, args: Any = None) -> dict[str, Any]:
     """Run ``memory_append``; ``{path, appended: true}`` or ``{path, appended: false, error}``."""
     try:
@@ -488,6 +500,8 @@ def memory_append_payload(memory: Any, args: Any = None) -> dict[str, Any]:
         raw_text = _raw(params, "text", ("content", "note"))
         if not isinstance(raw_text, str) or not raw_text.strip():
             raise ToolInputError("text required")
+        if (too_long := append_too_long(raw_text)) is not None:
+            raise ToolInputError(too_long)
         if memory is None:
             raise RuntimeError("memory unavailable")
         rel = memory.append_daily(raw_text)
@@ -527,6 +541,7 @@ __all__ = [
     "APPEND_DESCRIPTION",
     "GET_DESCRIPTION",
     "LTM_TOOL_NAMES",
+    "MAX_APPEND_CHARS",
     "SEARCH_DESCRIPTION",
     "TOOL_NAMES",
     "TOOL_SPECS",
@@ -534,6 +549,7 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "anthropic_tools",
+    "append_too_long",
     "call_tool",
     "call_tool_payload",
     "chat_type_from_session_key",

@@ -3,7 +3,10 @@
 ``ScriptedChatServer(responder)`` serves ``POST /v1/chat/completions`` on ``127.0.0.1``; each
 request body goes to ``responder(body)``, which returns ``{"content": ..., "tool_calls":
 [{"name", "arguments"}], "usage": {...}}`` (usage defaults to characters/4 of the request and
-reply) or ``{"status": 500, "error": "..."}``.  Every request is recorded in ``.requests``.
+reply) or ``{"status": 500, "error": "..."}``, or ``{"raw": body}`` to send ``body`` (JSON, or
+bytes) exactly as given, with ``"rawStatus"`` (default 200) and ``"rawHeaders"``: a model API
+misbehaving.  Every
+request is recorded in ``.requests``.
 
 ``FactKeeperModel`` is a deterministic stand-in for an LLM that follows memdir's protocols: it
 answers the pre-compaction flush by reading today's log and appending the facts the user asked
@@ -44,6 +47,7 @@ class ScriptedChatServer:
         self.requests: list[dict[str, Any]] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._extra_headers: dict[int, dict[str, str]] = {}  # by handler thread, for the reply being sent
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -54,9 +58,11 @@ class ScriptedChatServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 status, payload = server._handle(self.path, dict(self.headers), body)
-                data = json.dumps(payload).encode()
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
+                for name, value in (server._extra_headers.pop(threading.get_ident(), None) or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -83,7 +89,7 @@ class ScriptedChatServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _handle(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def _handle(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
         with self._lock:
             self.requests.append({"path": path, "headers": headers, "body": body})
         if path.rstrip("/") != "/v1/chat/completions":
@@ -94,6 +100,10 @@ class ScriptedChatServer:
             step = self.responder(body)
         except Exception as exc:
             return 500, {"error": {"message": f"responder failed: {exc!r}"}}
+        if "raw" in step:
+            if step.get("rawHeaders"):
+                self._extra_headers[threading.get_ident()] = step["rawHeaders"]
+            return int(step.get("rawStatus", 200)), step["raw"]
         if "status" in step:
             return int(step["status"]), {"error": {"message": step.get("error", "scripted error")}}
         content = step.get("content")

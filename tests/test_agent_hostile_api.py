@@ -1,0 +1,375 @@
+"""The reference agent loop against a model API that misbehaves: real HTTP on loopback, real files.
+
+Replies of the wrong shape, tool calls that are not what the protocol says, a turn interrupted
+between a tool call and its result, a conversation the model's context no longer holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memdir.agent import Agent, AgentOptions, ChatClient, ChatError, MemoryIndexBackend
+from memdir.api import Memory
+from memdir.sessions.store import SessionStore, read_records
+from memdir.testing.chat_server import ScriptedChatServer, ScriptQueue
+
+DONE = {"content": "done"}
+
+
+def raw_message(**message: Any) -> dict[str, Any]:
+    """A 200 reply whose ``choices[0].message`` is exactly ``message``."""
+    return {"raw": {"choices": [{"index": 0, "message": {"role": "assistant", **message}}]}}
+
+
+def wire_errors(messages: list[dict[str, Any]]) -> list[str]:
+    """What OpenAI's API refuses in a request: tool calls not answered right after their reply,
+    tool results answering no call, tool calls that are not a non-empty list of complete calls."""
+    errors, pending = [], []
+    for m in messages:
+        if m["role"] == "tool":
+            if m.get("tool_call_id") not in pending:
+                errors.append(f"stray tool result {m.get('tool_call_id')!r}")
+            else:
+                pending.remove(m["tool_call_id"])
+            continue
+        if pending:
+            errors.append(f"unanswered tool calls {pending}")
+            pending = []
+        if "tool_calls" in m:
+            calls = m["tool_calls"]
+            if not isinstance(calls, list) or not calls:
+                errors.append(f"tool_calls is {calls!r}")
+                continue
+            for c in calls:
+                if not (isinstance(c, dict) and isinstance(c.get("id"), str) and c["id"]
+                        and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
+                        and isinstance(c["function"].get("arguments"), str)):
+                    errors.append(f"malformed tool call {c!r}")
+                else:
+                    pending.append(c["id"])
+    if pending:
+        errors.append(f"unanswered tool calls {pending}")
+    return errors
+
+
+class Env:
+    def __init__(self, tmp: Path, steps: list[Any], **options: Any):
+        self.ws = tmp / "ws"
+        self.ws.mkdir()
+        (self.ws / "MEMORY.md").write_text("# Pets\nThe dog is called Rex.\n")
+        self.server = ScriptedChatServer(ScriptQueue(steps)).start()
+        self.memory = Memory(self.ws, state_dir=tmp / "state", config={"memorySearch": {"provider": "none"}})
+        self.backend = MemoryIndexBackend(self.memory, timezone="UTC")
+        self.store = SessionStore(self.memory.settings.sessions_dir)
+        self.client = ChatClient(self.server.url, "hostile")
+        self.options = {"timezone": "UTC", **options}
+
+    def agent(self, backend: Any = None) -> Agent:
+        return Agent(client=self.client, backend=backend or self.backend, store=self.store,
+                     session_key="agent:main:main", workspace=self.ws, options=AgentOptions(**self.options))
+
+    def bodies(self) -> list[dict[str, Any]]:
+        return [r["body"] for r in self.server.requests]
+
+    def close(self) -> None:
+        self.client.close()
+        self.memory.close()
+        self.server.stop()
+
+
+@pytest.fixture
+def make_env(tmp_path: Path) -> Iterator[Any]:
+    made: list[Env] = []
+
+    def make(steps: list[Any], **options: Any) -> Env:
+        made.append(Env(tmp_path, steps, **options))
+        return made[-1]
+
+    yield make
+    for e in made:
+        e.close()
+
+
+@pytest.mark.parametrize(("reply", "says"), [
+    ({"raw": {"choices": []}}, "has no choices"),
+    ({"raw": {"object": "chat.completion"}}, "has no choices"),
+    ({"raw": {"choices": [{"message": None}]}}, "has no choices"),
+    ({"raw": [1, 2]}, "has no choices"),
+    ({"raw": b"<html>Bad gateway</html>"}, "not JSON"),
+    ({"raw": b'data: {"choices": []}\n\ndata: [DONE]\n\n'}, "not JSON"),
+])
+def test_a_reply_of_the_wrong_shape_is_one_clear_error_and_the_session_goes_on(
+        make_env: Any, reply: dict[str, Any], says: str) -> None:
+    # a bare KeyError: 'choices' / IndexError / JSONDecodeError came out of the turn
+    e = make_env([reply, DONE])
+    agent = e.agent()
+    with pytest.raises(ChatError, match=says):
+        agent.send("hello")
+    assert agent.send("hello again") == "done"
+    assert e.bodies()[0]["stream"] is False
+
+
+@pytest.mark.parametrize(("message", "text"), [
+    ({"content": [{"type": "text", "text": "Rex, "}, {"type": "text", "text": "the dog."}]}, "Rex, the dog."),
+    ({"content": 42}, "42"),
+    ({"content": None}, ""),
+])
+def test_reply_content_of_any_shape_is_text(make_env: Any, message: dict[str, Any], text: str) -> None:
+    e = make_env([raw_message(**message), DONE])
+    agent = e.agent()
+    assert agent.send("what is the dog called?") == text
+    assert agent.send("thanks") == "done"  # the transcript took it: the next turn works
+
+
+@pytest.mark.parametrize("usage", ["lots", {"total_tokens": 1e400, "prompt_tokens": -5}, [1, 2],
+                                   {"total_tokens": True}])
+def test_usage_of_any_shape_never_fails_the_turn(make_env: Any, usage: Any) -> None:
+    # "lots" raised AttributeError, 1e400 (JSON's infinity) OverflowError
+    e = make_env([{"raw": {"choices": [{"message": {"role": "assistant", "content": "hi"}}], "usage": usage}}])
+    assert e.agent().send("hello") == "hi"
+
+
+@pytest.mark.parametrize("tool_calls", [
+    "memory_search",  # a string
+    {"id": "c1", "function": {"name": "memory_search", "arguments": '{"query": "dog"}'}},  # one object
+    [{"id": "c1", "function": {"name": "memory_search", "arguments": {"query": "dog"}}}],  # object arguments
+    [{"function": {"name": "memory_search", "arguments": '{"query": "dog"}'}}],  # no id
+    [{"id": 7, "function": "memory_search"}],  # an int id, function as a string
+    ["memory_search", None, 3],  # no call objects at all
+    [{"id": "c1", "function": {"name": 5, "arguments": 5}}],
+])
+def test_malformed_tool_calls_never_break_the_turn_or_the_session(make_env: Any, tool_calls: Any) -> None:
+    e = make_env([raw_message(content=None, tool_calls=tool_calls), DONE, DONE])
+    agent = e.agent()
+    agent.send("what is the dog called?")
+    assert agent.send("and the cat?") == "done"
+    for body in e.bodies():
+        assert wire_errors(body["messages"]) == []
+    # the transcript holds what was sent: a restarted session's request is as valid
+    records = [r["message"] for r in read_records(agent.transcript) if r.get("type") == "message"]
+    assert wire_errors(records) == []
+
+
+def test_object_arguments_are_used_as_the_arguments(make_env: Any) -> None:
+    calls = [{"id": "c1", "function": {"name": "memory_search", "arguments": {"query": "dog"}}}]
+    e = make_env([raw_message(content=None, tool_calls=calls), DONE])
+    e.agent().send("what is the dog called?")
+    result = json.loads(e.bodies()[1]["messages"][-1]["content"])
+    assert [r["path"] for r in result["results"]] == ["MEMORY.md"]
+
+
+def test_an_unknown_tool_and_arguments_that_are_not_json_are_answered_with_errors(make_env: Any) -> None:
+    calls = [{"id": "a", "type": "function", "function": {"name": "shell_exec", "arguments": "{}"}},
+             {"id": "b", "type": "function", "function": {"name": "memory_search", "arguments": "{query: dog"}}]
+    e = make_env([raw_message(content=None, tool_calls=calls), DONE])
+    assert e.agent().send("run ls") == "done"
+    answers = {m["tool_call_id"]: json.loads(m["content"]) for m in e.bodies()[1]["messages"] if m["role"] == "tool"}
+    assert "unknown tool" in answers["a"]["error"] and "not valid JSON" in answers["b"]["error"]
+
+
+def test_an_endless_tool_call_loop_is_bounded(make_env: Any) -> None:
+    call = {"tool_calls": [{"name": "memory_search", "arguments": {"query": "dog"}}]}
+    e = make_env([call] * 50 + [DONE], max_tool_rounds=3)
+    agent = e.agent()
+    assert agent.send("loop forever") == "(stopped after 3 tool rounds)"
+    assert len(e.server.requests) == 3
+    assert agent.send("stop") != ""  # the next turn starts on a valid conversation
+    assert wire_errors(e.bodies()[-1]["messages"]) == []
+
+
+def test_memory_append_of_a_list_writes_nothing(make_env: Any) -> None:
+    # str(["a", "b"]) was appended to the user's daily log as "['a', 'b']"
+    e = make_env([{"tool_calls": [{"name": "memory_append", "arguments": {"text": ["a", "b"]}}]}, DONE])
+    e.agent().send("remember this")
+    assert not (e.ws / "memory").exists()
+    assert json.loads(e.bodies()[1]["messages"][-1]["content"])["ok"] is False
+
+
+class InterruptedSearch(MemoryIndexBackend):
+    def search(self, *args: Any, **kwargs: Any) -> list[dict]:
+        raise KeyboardInterrupt  # Ctrl-C while the first index is being built
+
+
+def test_a_turn_interrupted_between_tool_call_and_result_does_not_break_the_session(make_env: Any) -> None:
+    # the reply's tool call stayed unanswered in the transcript, and chat APIs refuse such a
+    # conversation: every later turn failed, after a restart too
+    e = make_env([{"tool_calls": [{"name": "memory_search", "arguments": {"query": "dog"}}]}, DONE, DONE])
+    with pytest.raises(KeyboardInterrupt):
+        e.agent(InterruptedSearch(e.memory, "UTC")).send("what is the dog called?")
+    assert e.agent().send("are you there?") == "done"  # resumed from the transcript
+    sent = e.bodies()[1]["messages"]
+    assert wire_errors(sent) == []
+    assert "interrupted" in next(m["content"] for m in sent if m["role"] == "tool")
+    records = [r["message"] for r in read_records(e.agent().transcript) if r.get("type") == "message"]
+    assert sum(1 for m in records if m["role"] == "tool") == 0  # nothing made up was written to disk
+
+
+OPENAI_OVERFLOW = {"raw": {"error": {"message": "This model's maximum context length is 8192 tokens.",
+                                     "code": "context_length_exceeded"}}, "rawStatus": 400}
+PROXY_TOO_LARGE = {"raw": b"<html><body>413 Request Entity Too Large</body></html>", "rawStatus": 413}
+
+
+def overflowing(limit: int, refusal: dict[str, Any] = OPENAI_OVERFLOW, compacts: bool = True) -> Any:
+    """A model whose context holds ``limit`` characters of messages; ``refusal`` is how it says so."""
+    def reply(body: dict[str, Any]) -> dict[str, Any]:
+        size = sum(len(json.dumps(m)) for m in body["messages"])
+        compaction = body["messages"][0]["content"].startswith("You compact")
+        if size > limit or (compaction and not compacts):
+            return refusal
+        return {"content": "summary" if compaction else f"ok {size}"}
+    return reply
+
+
+@pytest.mark.parametrize("refusal", [OPENAI_OVERFLOW, PROXY_TOO_LARGE])
+def test_a_conversation_that_overflows_the_context_is_compacted_and_the_turn_answered(
+        make_env: Any, refusal: dict[str, Any]) -> None:
+    # the API's refusal was raised as it came, turn after turn: the session never got going again
+    e = make_env([overflowing(9_000, refusal)] * 20, keep_recent_turns=1)
+    agent = e.agent()
+    for i in range(8):
+        assert agent.send(f"chapter {i}: " + "words " * 300).startswith("ok")
+    assert agent.stats.compactions >= 1 and agent.summary == "summary"
+
+
+def test_an_overflow_compaction_cannot_fix_says_how_to_go_on(make_env: Any) -> None:
+    e = make_env([overflowing(2_000)] * 5)
+    agent = e.agent()
+    with pytest.raises(ChatError, match="/new starts a new session"):
+        agent.send("x" * 5_000)
+    assert agent.send("/new").startswith("Started a new session.")
+
+
+def test_a_huge_tool_result_is_cut_to_fit_the_context(make_env: Any) -> None:
+    e = make_env([{"tool_calls": [{"name": "memory_get", "arguments": {"path": "memory/big.md"}}]}, DONE],
+                 context_window=8_000)
+    (e.ws / "memory").mkdir()
+    (e.ws / "memory" / "big.md").write_text("line of a very long note\n" * 40_000)  # 1 MB
+    assert e.agent().send("read the big note") == "done"
+    result = e.bodies()[1]["messages"][-1]["content"]
+    assert len(result) < 8_200 and "truncated" in result and "memory_get with from/lines" in result
+
+
+def test_an_overflow_whose_compaction_overflows_too_says_how_to_go_on(make_env: Any) -> None:
+    e = make_env([overflowing(6_000, compacts=False)] * 20, keep_recent_turns=1)
+    agent = e.agent()
+    with pytest.raises(ChatError, match="/new starts a new session"):
+        for i in range(8):
+            agent.send(f"chapter {i}: " + "words " * 300)
+
+
+def test_a_compaction_without_a_summary_keeps_the_conversation(make_env: Any) -> None:
+    # the older turns and the earlier summary were dropped for an empty summary
+    def model(body: dict[str, Any]) -> dict[str, Any]:
+        if body["messages"][0]["content"].startswith("You compact"):
+            return {"tool_calls": [{"name": "memory_search", "arguments": {"query": "x"}}]}
+        return {"content": "ok"}
+
+    e = make_env([model] * 10, keep_recent_turns=1)
+    agent = e.agent()
+    agent.summary = "The user's dog is called Rex."
+    for text in ("first", "second", "third"):
+        agent.send(text)
+    assert agent.compact() is False
+    assert agent.summary == "The user's dog is called Rex."
+    assert [m["content"] for m in agent.history if m["role"] == "user"] == ["first", "second", "third"]
+
+
+def test_the_session_start_memory_fits_a_small_context_window(make_env: Any) -> None:
+    # 20,000 characters of notes went into every request of a 4k-token model: refused at once
+    e = make_env([overflowing(16_000)] * 3, context_window=4_096)
+    (e.ws / "MEMORY.md").write_text("".join(f"- durable fact number {i}\n" for i in range(2_000)))
+    agent = e.agent()
+    assert agent.send("hello").startswith("ok")
+    assert "- durable fact number 0\n" in agent.system_prompt() and len(agent.system_prompt()) < 6_000
+
+
+@pytest.mark.parametrize("remove", ["sessions.json", "the sessions folder"])
+def test_session_state_deleted_under_a_running_chat(make_env: Any, remove: str) -> None:
+    # "no session entry for 'agent:main:main'" / FileNotFoundError on every later turn
+    import shutil
+
+    usage = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    e = make_env([{"content": "one", "usage": usage}, {"content": "two", "usage": usage}])
+    agent = e.agent()
+    assert agent.send("hello") == "one"
+    if remove == "sessions.json":
+        (e.store.dir / "sessions.json").unlink()
+    else:
+        shutil.rmtree(e.store.dir)
+    assert agent.send("still there?") == "two"
+    assert e.store.get(agent.key).session_id == agent.entry.session_id
+    assert [r["message"]["content"] for r in read_records(agent.transcript) if r.get("type") == "message"][-1] == "two"
+
+
+def refused(status: int, retry_after: str | None = None, message: str = "Rate limit reached") -> dict[str, Any]:
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    return {"raw": {"error": {"message": message}}, "rawStatus": status, "rawHeaders": headers}
+
+
+def test_a_rate_limited_request_is_sent_again_after_retry_after(make_env: Any) -> None:
+    # a 429 failed the turn (and the flush) at once, though the server said when to come back
+    e = make_env([refused(429, "0"), refused(503, "0"), DONE])
+    assert e.agent().send("hello") == "done"
+    assert len(e.server.requests) == 3
+
+
+@pytest.mark.parametrize("reply", [
+    refused(429, None, "You exceeded your current quota: insufficient_quota"),  # retrying cannot fix it
+    refused(429, "3600"),  # longer than a turn should wait
+    refused(500, "0"),  # the model's own error: not a gateway's
+])
+def test_a_refusal_retrying_cannot_fix_is_reported_at_once(make_env: Any, reply: dict[str, Any]) -> None:
+    e = make_env([reply, DONE])
+    with pytest.raises(ChatError, match=f"returned {reply['rawStatus']}"):
+        e.agent().send("hello")
+    assert len(e.server.requests) == 1
+
+
+def test_a_storm_of_gateway_errors_is_bounded(make_env: Any) -> None:
+    e = make_env([refused(502, "0")] * 10)
+    with pytest.raises(ChatError, match="returned 502"):
+        e.agent().send("hello")
+    assert len(e.server.requests) == 3  # the request and two retries
+
+
+@pytest.mark.parametrize("text", [None, b"hello", 42])
+def test_a_message_that_is_not_text_is_refused_before_anything_is_written(make_env: Any, text: Any) -> None:
+    e = make_env([DONE])
+    agent = e.agent()
+    with pytest.raises(TypeError, match="the message must be a string"):
+        agent.send(text)
+    assert not e.server.requests and agent.stats.turns == 0
+
+
+def test_a_runaway_note_is_refused_by_memory_append(make_env: Any) -> None:
+    # a model appended megabytes to the user's daily log (past 64 MB no longer indexable)
+    from memdir.tools import MAX_APPEND_CHARS, memory_append_payload
+
+    huge = "- the same line again\n" * 100_000  # 2.2 MB
+    e = make_env([{"tool_calls": [{"name": "memory_append", "arguments": {"text": huge}}]}, DONE])
+    e.agent().send("remember everything")
+    assert not (e.ws / "memory").exists()
+    assert "note too long" in json.loads(e.bodies()[1]["messages"][-1]["content"])["error"]
+    refused = memory_append_payload(e.memory, {"text": huge})  # the MCP tool too
+    assert refused["appended"] is False and f"at most {MAX_APPEND_CHARS}" in refused["error"]
+    assert not (e.ws / "memory").exists()
+    assert memory_append_payload(e.memory, {"text": "x" * MAX_APPEND_CHARS})["appended"] is True
+
+
+@pytest.mark.parametrize("asked", [10**9, -5, 0])
+def test_memory_search_results_are_capped_as_for_the_mcp_tool(make_env: Any, asked: int) -> None:
+    from memdir.tools import MAX_RESULTS_CAP
+
+    e = make_env([{"tool_calls": [{"name": "memory_search", "arguments": {"query": "walrus", "maxResults": asked}}]},
+                  DONE])
+    (e.ws / "memory").mkdir()
+    for i in range(MAX_RESULTS_CAP + 20):
+        (e.ws / "memory" / f"note-{i:03d}.md").write_text(f"The walrus number {i} sleeps on ice.\n")
+    e.agent().send("find every walrus")
+    results = json.loads(e.bodies()[1]["messages"][-1]["content"])["results"]
+    assert 1 <= len(results) <= MAX_RESULTS_CAP

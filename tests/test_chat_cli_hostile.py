@@ -1,0 +1,183 @@
+"""``memdir chat`` given bad options, a model API that always fails, and a terminal closed with Ctrl-D."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from memdir.chat_cli import chat_main
+from memdir.testing.chat_server import FactKeeperModel, ScriptedChatServer
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    (folder / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}, "userTimezone": "UTC"}))
+    return folder
+
+
+def chat(ws: Path, *args: str) -> int:
+    return chat_main(["--model", "m", "--api-key-env", "CHAT_TEST_KEY", "--workspace", str(ws),
+                      "--state-dir", str(ws.parent / "state"), *args])
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--base-url", "127.0.0.1:8000/v1"], "must start with http:// or https://"),
+    (["--base-url", "ftp://127.0.0.1/v1"], "must start with http:// or https://"),
+    (["--base-url", "http://127.0.0.1:9/v1", "--context-window", "-5"], "--context-window must be a positive"),
+])
+def test_bad_options_are_one_clear_line_before_the_chat_starts(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str],
+        says: str) -> None:
+    # a URL without http:// failed every turn with httpx's words; a window of -5 was taken
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    assert chat(ws, *args) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1
+    assert not (ws.parent / "state").exists()
+
+
+def test_a_model_api_that_always_fails_exits_1_even_when_new_worked(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # /new needs no model (the slug falls back to the time): it counted as a turn that got
+    # through, and a script learnt nothing of a 500 storm from the exit status
+    with ScriptedChatServer(lambda body: {"status": 500, "error": "overloaded"}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n/new\nstill there?\n"))
+        assert chat(ws, "--base-url", server.url) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("error: chat API returned 500") == 2
+    assert "Started a new session." in captured.out
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_ctrl_d_at_the_prompt_ends_the_line(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    with ScriptedChatServer(FactKeeperModel()) as server:
+        monkeypatch.setattr(sys, "stdin", Terminal("hello\n"))
+        assert chat(ws, "--base-url", server.url) == 0
+    assert capsys.readouterr().out.endswith("you> \n")  # the shell's prompt is not glued to ours
+
+
+ESCAPES = "Rex\x1b[2J\x1b]52;c;cm0gLXJmIH4=\x07\r\x08done"
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_escape_sequences_in_a_reply_never_reach_a_terminal(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, terminal: bool) -> None:
+    # a reply echoing a note's escape sequences cleared the screen and set the clipboard (OSC 52)
+    out = Terminal() if terminal else io.StringIO()
+    with ScriptedChatServer(lambda body: {"content": ESCAPES}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("what is the dog called?\n"))
+        monkeypatch.setattr(sys, "stdout", out)
+        assert chat(ws, "--base-url", server.url) == 0
+    printed = out.getvalue()
+    if terminal:
+        assert "Rex\\x1b[2J\\x1b]52;c;cm0gLXJmIH4=\\x07\\x0d\\x08done" in printed
+        assert not any(ch in printed for ch in "\x1b\x07\r\x08")
+    else:  # a pipe gets the reply as it came
+        assert ESCAPES in printed
+
+
+def test_an_html_error_page_is_one_error_line(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    page = b"<html>\n<head><title>500 Internal Server Error</title></head>\n<body>\n<h1>500</h1>\n</body>\n</html>\n"
+    with ScriptedChatServer(lambda body: {"raw": page, "rawStatus": 500}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        assert chat(ws, "--base-url", server.url) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "chat API returned 500: <html> <head><title>500 Internal Server Error" in err
+
+
+def test_an_unreachable_model_api_is_named_in_the_error(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # httpx's own words were all: "error: [Errno 111] Connection refused"
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    assert chat(ws, "--base-url", url) == 1
+    assert f"error: cannot reach the chat API at {url}: " in capsys.readouterr().err
+
+
+def test_a_model_api_that_does_not_answer_in_time_is_named_in_the_error(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from helpers import Trickler
+    from memdir.agent import ChatClient
+
+    trickler = Trickler(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 9999\r\n\r\n", " ")
+    real = ChatClient.__init__
+    monkeypatch.setattr(ChatClient, "__init__", lambda self, *a, **kw: real(self, *a, **{**kw, "timeout": 0.5}))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    try:
+        assert chat(ws, "--base-url", trickler.url) == 1
+    finally:
+        trickler.close()
+    assert f"error: the chat API at {trickler.url.rstrip('/')} did not answer within 0.5 s" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_an_answer_stops_that_turn_not_the_chat(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # at a terminal, Ctrl-C on a slow answer ended the whole chat ("memdir: interrupted")
+    from memdir.agent import Agent
+
+    real_send = Agent.send
+    pressed = []
+
+    def send(self: Agent, text: str, **kwargs: object) -> str:
+        if not pressed:
+            pressed.append(text)
+            raise KeyboardInterrupt
+        return real_send(self, text, **kwargs)
+
+    monkeypatch.setattr(Agent, "send", send)
+    with ScriptedChatServer(FactKeeperModel()) as server:
+        monkeypatch.setattr(sys, "stdin", Terminal("a slow question\nhello again\n"))
+        try:
+            assert chat(ws, "--base-url", server.url) == 0
+        except KeyboardInterrupt:  # (raised out of a test, it would stop the whole test run)
+            pytest.fail("Ctrl-C during an answer ended the chat")
+    captured = capsys.readouterr()
+    assert "(interrupted)" in captured.err and "Okay, noted. (2 words received)" in captured.out
+
+
+def test_ctrl_c_in_a_piped_chat_still_ends_it(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memdir.agent import Agent
+
+    def send(self: Agent, text: str, **kwargs: object) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Agent, "send", send)
+    with ScriptedChatServer(FactKeeperModel()) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\nagain\n"))
+        with pytest.raises(KeyboardInterrupt):
+            chat(ws, "--base-url", server.url)
+
+
+def test_a_base_url_without_its_v1_gets_a_hint(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    with ScriptedChatServer(FactKeeperModel()) as server:
+        url = server.url.removesuffix("/v1")
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        assert chat(ws, "--base-url", url) == 1
+    err = capsys.readouterr().err
+    assert "chat API returned 404" in err and f"is {url} the API's base URL?" in err and "ends in /v1" in err
+
+
+def test_a_refused_api_key_names_the_variable(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("CHAT_TEST_KEY", "wrong")
+    with ScriptedChatServer(FactKeeperModel(), api_key="right") as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        assert chat(ws, "--base-url", server.url) == 1
+    assert "chat API returned 401" in (err := capsys.readouterr().err) and "check the API key in $CHAT_TEST_KEY" in err
