@@ -393,3 +393,22 @@ def test_concurrent_writers_store_one_copy(tmp_path: Path) -> None:
     finally:
         for w in writers:
             w.close()
+
+
+def test_a_table_folder_without_a_committed_version_is_no_table_yet(tmp_path: Path) -> None:
+    """LanceDB lists ``memories.lance`` as a table from the moment its folder exists, and opening it
+    before its first version is committed fails ("Table 'memories' was not found"): a writer seen
+    mid-creation by another (a concurrent-writers test failed so once), or a creator killed in
+    between, made every later call fail for good."""
+    provider = AxisProvider({"I prefer tea": axis(0), "tea": axis(0)})
+    ltm = make(tmp_path, provider)
+    folder = ltm.table.path / "memories.lance"
+    folder.mkdir(parents=True)  # what a creator leaves before its first commit
+    (folder / "_versions").mkdir()
+    assert ltm.list() == [] and ltm.search("tea") == [] and ltm.stats()["total"] == 0
+    assert ltm.store("I prefer tea").action == "created"
+    assert [m.text for m in ltm.list()] == ["I prefer tea"]
+    ltm.close()
+    again = make(tmp_path, provider)
+    assert [m.text for m in again.list()] == ["I prefer tea"]
+    again.close()

@@ -20,7 +20,9 @@ never does.  Reads see other processes' writes at once (``read_consistency_inter
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -141,9 +143,32 @@ class LanceTable:
     def exists(self) -> bool:
         if self._table is not None:
             return True
-        if not (self.path / f"{TABLE}.lance").exists():
+        if not self._committed():
             return False
         return TABLE in _table_names(self._connect())
+
+    def _committed(self) -> bool:
+        """Whether the table folder holds a committed version (a ``_versions/*.manifest``).
+
+        LanceDB lists a ``memories.lance`` folder as a table as soon as it exists, and opening one
+        with no version fails ("Table 'memories' was not found"): a store seen mid-creation by
+        another writer, or left so by a creator killed in between, failed every call for good.
+        Such a folder holds no row, so it counts as no table yet."""
+        versions = self.path / f"{TABLE}.lance" / "_versions"
+        try:
+            return any(name.endswith(".manifest") for name in os.listdir(versions))
+        except OSError:
+            return False
+
+    def _clear_uncommitted(self) -> None:
+        """Remove a table folder with no committed version (under the writers' lock: no creator is
+        running, so it is a killed one's leftover and holds no row) so the table can be created."""
+        folder = self.path / f"{TABLE}.lance"
+        if (folder.exists() or folder.is_symlink()) and not self._committed():
+            if folder.is_dir() and not folder.is_symlink():
+                shutil.rmtree(folder)
+            else:
+                folder.unlink()
 
     def table(self) -> Any | None:
         """The table, or ``None`` before the first memory is stored."""
@@ -169,6 +194,7 @@ class LanceTable:
             pa.field("supersededAt", pa.int64()),
             pa.field("source", pa.string()),
         ], metadata={f"{_META_PREFIX}{k}": str(v) for k, v in identity.items()})
+        self._clear_uncommitted()
         self._table = self._connect().create_table(TABLE, schema=schema, exist_ok=True)
         return self._table
 
