@@ -306,3 +306,16 @@ def test_help_lists_every_command(run_cli) -> None:
     for name in ("index", "search", "get", "status", "watch", "append", "chat", "mcp", "migrate", "config",
                  "ltm", "bench", "completion"):
         assert f"\n    {name} " in out, name
+
+
+def test_get_of_a_missing_file_says_so_on_stderr(ws: Path, run_cli):
+    """``memdir get memory/typo.md`` printed nothing and exited 0: a mistyped name looked like an
+    empty note.  It still reads as empty (R§10.2; ``--json`` is memory_get's payload), and says so."""
+    out = run_cli("get", "memory/typo.md", "-w", str(ws))
+    assert (out.returncode, out.stdout) == (0, "")
+    assert out.stderr == "memdir: no file memory/typo.md (a missing file reads as empty, as memory_get returns it)\n"
+    assert run_cli("get", "memory/typo.md", "-q", "-w", str(ws)).stderr == ""
+    js = run_cli("get", "memory/typo.md", "--json", "-w", str(ws))
+    assert json.loads(js.stdout) == {"text": "", "path": "memory/typo.md"} and js.stderr == ""
+    present = run_cli("get", "MEMORY.md", "-w", str(ws))
+    assert present.returncode == 0 and present.stdout and "no file" not in present.stderr

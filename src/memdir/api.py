@@ -117,6 +117,9 @@ def _call(method: F) -> F:
 class GetResult:
     text: str
     path: str
+    #: No file at ``path``: it reads as ``""`` (R§10.2, the tools' payload is the same), but the
+    #: CLI says so, for a mistyped name printed nothing at all.
+    missing: bool = False
 
     def as_dict(self) -> dict[str, str]:
         return {"text": self.text, "path": self.path}
@@ -493,7 +496,8 @@ class Memory(IndexUpkeep):
             text = read_session_lines(path, self.settings.sessions_dir, from_line, lines)
             return GetResult(text, session_relative(path))
         resolved = resolve_readable(path, self.workspace, self.settings.extra_paths, sessions=sessions)
-        return GetResult(read_lines(resolved, from_line, lines), resolved.rel)
+        text = read_lines(resolved, from_line, lines)
+        return GetResult(text, resolved.rel, missing=not text and not os.path.lexists(resolved.abs_path))
 
     @_call
     def append_daily(self, text: str, *, date: Any = None) -> str:

@@ -438,6 +438,8 @@ def cmd_get(args: argparse.Namespace) -> int:
             print(_json_text(got.as_dict(), indent=2))
         else:
             sys.stdout.write(got.text + ("" if got.text.endswith("\n") or not got.text else "\n"))
+            if got.missing and not _quiet(args):
+                _notice(f"no file {got.path} (a missing file reads as empty, as memory_get returns it)")
     return 0
 
 
