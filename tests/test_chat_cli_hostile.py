@@ -181,3 +181,41 @@ def test_a_refused_api_key_names_the_variable(
         monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
         assert chat(ws, "--base-url", server.url) == 1
     assert "chat API returned 401" in (err := capsys.readouterr().err) and "check the API key in $CHAT_TEST_KEY" in err
+
+
+class Endless(io.StringIO):
+    """Standard input that never ends a line (``< /dev/zero``), then one ordinary line."""
+
+    def __init__(self, size: int, then: str) -> None:
+        super().__init__()
+        self.left, self.then, self.biggest = size, then, 0
+
+    def readline(self, limit: int = -1) -> str:
+        assert limit > 0, "a line must be read with a bound"
+        self.biggest = max(self.biggest, limit)
+        if self.left:
+            n = min(limit, self.left)
+            self.left -= n
+            return "x" * n + ("\n" if not self.left else "")
+        line, self.then = self.then, ""
+        return line
+
+
+def test_an_endless_line_of_input_is_refused_with_memory_bounded(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # ``memdir chat < /dev/zero``: one line read whole took every byte of memory
+    from memdir.chat_cli import MAX_MESSAGE_CHARS
+
+    asked: list[str] = []
+
+    def model(body: dict) -> dict:
+        asked.append(body["messages"][-1]["content"])
+        return {"content": "hi"}
+
+    stdin = Endless(3 * MAX_MESSAGE_CHARS + 7, "hello\n")
+    with ScriptedChatServer(model) as server:
+        monkeypatch.setattr(sys, "stdin", stdin)
+        assert chat(ws, "--base-url", server.url) == 0
+    err = capsys.readouterr().err
+    assert f"a message over {MAX_MESSAGE_CHARS:,} characters was not sent" in err
+    assert asked == ["hello"] and stdin.biggest <= MAX_MESSAGE_CHARS + 1

@@ -23,6 +23,9 @@ from typing import Any
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_CHAT_MODEL = "gpt-4o-mini"
+#: Longest message a line of input may carry: a line read whole grew without bound (``memdir chat
+#: < /dev/zero`` took every byte of memory), and no model's context holds more.
+MAX_MESSAGE_CHARS = 1_000_000
 
 CHAT_EPILOG = """\
 environment:
@@ -149,11 +152,16 @@ def run_chat(args: argparse.Namespace) -> int:
         while True:
             if interactive:
                 print("you> ", end="", flush=True)
-            line = sys.stdin.readline()
+            line = sys.stdin.readline(MAX_MESSAGE_CHARS + 1)
             if not line:
                 if interactive:  # Ctrl-D: the shell's prompt goes on a line of its own
                     print()
                 break
+            if len(line) > MAX_MESSAGE_CHARS and not line.endswith("\n"):
+                if not _skip_rest_of_line():
+                    break
+                print(f"memdir chat: a message over {MAX_MESSAGE_CHARS:,} characters was not sent", file=sys.stderr)
+                continue
             text = line.strip()
             if not text:
                 continue
@@ -183,6 +191,17 @@ def run_chat(args: argparse.Namespace) -> int:
         memory.close()
     # a script piping turns in learns that none got through (a wrong URL, a refused connection)
     return 1 if turns and failed == turns else 0
+
+
+def _skip_rest_of_line() -> bool:
+    """Read past the rest of an over-long line a piece at a time (memory stays bounded); False at
+    the end of the input."""
+    while True:
+        piece = sys.stdin.readline(MAX_MESSAGE_CHARS)
+        if not piece:
+            return False
+        if piece.endswith("\n"):
+            return True
 
 
 # --- the offline demo ---------------------------------------------------------------------------
