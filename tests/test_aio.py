@@ -49,6 +49,22 @@ def test_async_memory_wraps_an_existing_memory(make_workspace, keyword_config):
     asyncio.run(run())
 
 
+async def _get_held_in_its_thread(mem: AsyncMemory) -> tuple[asyncio.Task, threading.Event]:
+    """A ``get`` running in the Memory's thread and held there until the returned event is set."""
+    inside, go = threading.Event(), threading.Event()
+    real_get = mem.memory.get
+
+    def slow_get(path, **kwargs):
+        inside.set()
+        go.wait(10)
+        return real_get(path, **kwargs)
+
+    mem.memory.get = slow_get  # type: ignore[method-assign]
+    busy = asyncio.create_task(mem.get("MEMORY.md"))
+    assert await asyncio.to_thread(inside.wait, 10)
+    return busy, go
+
+
 def test_a_call_cancelled_while_it_waits_for_the_one_before_never_runs(make_workspace, keyword_config):
     # Before: ``wait_for(amem.append_daily(...), 0.2)`` timed out while a slow call held the
     # AsyncMemory, yet the append was still made later: the caller's retry wrote it twice.
@@ -57,17 +73,7 @@ def test_a_call_cancelled_while_it_waits_for_the_one_before_never_runs(make_work
     async def run() -> None:
         async with AsyncMemory(ws, config=keyword_config) as mem:
             await mem.sync()
-            inside, go = threading.Event(), threading.Event()
-            real_get = mem.memory.get
-
-            def slow_get(path, **kwargs):
-                inside.set()
-                go.wait(10)
-                return real_get(path, **kwargs)
-
-            mem.memory.get = slow_get  # type: ignore[method-assign]
-            busy = asyncio.create_task(mem.get("MEMORY.md"))
-            assert await asyncio.to_thread(inside.wait, 10)
+            busy, go = await _get_held_in_its_thread(mem)
             with pytest.raises(TimeoutError):
                 await asyncio.wait_for(mem.append_daily("written once", date="2026-01-12"), 0.2)
             go.set()
@@ -85,17 +91,7 @@ def test_an_aclose_that_times_out_still_closes(make_workspace, keyword_config):
 
     async def run() -> AsyncMemory:
         mem = AsyncMemory(ws, config=keyword_config)
-        inside, go = threading.Event(), threading.Event()
-        real_get = mem.memory.get
-
-        def slow_get(path, **kwargs):
-            inside.set()
-            go.wait(10)
-            return real_get(path, **kwargs)
-
-        mem.memory.get = slow_get  # type: ignore[method-assign]
-        busy = asyncio.create_task(mem.get("MEMORY.md"))
-        assert await asyncio.to_thread(inside.wait, 10)
+        busy, go = await _get_held_in_its_thread(mem)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(mem.aclose(), 0.2)
         go.set()

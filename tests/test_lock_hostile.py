@@ -134,6 +134,19 @@ def _run_as_user(root: Path, *args: str) -> dict:
     return json.loads(proc.stdout) if "--json" in args else {"out": proc.stdout + proc.stderr}
 
 
+def _indexed_by_user(root: Path) -> tuple[Path, Path]:
+    """A workspace with one note under ``root`` (keyword-only config, state folder), handed to the
+    unprivileged user and indexed by them: ``(workspace, index path)``."""
+    ws = root / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "a.md").write_text("- The boiler was serviced in March.\n")
+    (root / "state").mkdir()
+    (root / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    give_away(root)
+    _run_as_user(root, "index")
+    return ws, Path(_run_as_user(root, "status", "--json")["indexPath"])
+
+
 @pytest.mark.parametrize("locked", ["memory/sub", "memory"])
 def test_notes_in_a_folder_made_unreadable_are_kept_and_the_folder_named(locked: str):
     # Before: after `chmod 000 memory/sub` the next sync removed every note indexed from it (the
@@ -172,14 +185,7 @@ def test_a_write_ahead_log_or_lock_left_by_another_user_is_named(suffix: str, mo
     if os.geteuid() != 0:
         pytest.skip("needs root to leave a file owned by another user")
     with shared_scratch() as root:
-        ws = root / "ws"
-        (ws / "memory").mkdir(parents=True)
-        (ws / "memory" / "a.md").write_text("- The boiler was serviced in March.\n")
-        (root / "state").mkdir()
-        (root / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}}))
-        give_away(root)
-        _run_as_user(root, "index")
-        index = Path(_run_as_user(root, "status", "--json")["indexPath"])
+        ws, index = _indexed_by_user(root)
         # what a root process killed while it wrote leaves behind (its lock file: an older memdir)
         for left in (("-wal", "-shm") if suffix == "-wal" else (suffix,)):
             Path(f"{index}{left}").unlink(missing_ok=True)
@@ -429,14 +435,7 @@ def test_memdir_run_as_root_in_a_users_state_folder_leaves_the_lock_file_to_that
     if os.geteuid() != 0:
         pytest.skip("needs root")
     with shared_scratch() as root:
-        ws = root / "ws"
-        (ws / "memory").mkdir(parents=True)
-        (ws / "memory" / "a.md").write_text("- The boiler was serviced in March.\n")
-        (root / "state").mkdir()
-        (root / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}}))
-        give_away(root)
-        _run_as_user(root, "index")
-        index = Path(_run_as_user(root, "status", "--json")["indexPath"])
+        ws, index = _indexed_by_user(root)
         Path(f"{index}.lock").unlink()
         (ws / "memory" / "b.md").write_text("- Renew the passport before June.\n")
         with Memory(ws, config=root / "memdir.json", state_dir=root / "state") as mem:  # as root
@@ -593,14 +592,7 @@ def test_an_index_made_read_only_by_its_owner_says_how_to_make_it_writable():
     # Before: "attempt to write a readonly database" on every index; the "belongs to another user"
     # wording would be wrong here (the file is this user's).
     with shared_scratch() as root:
-        ws = root / "ws"
-        (ws / "memory").mkdir(parents=True)
-        (ws / "memory" / "a.md").write_text("- The boiler was serviced in March.\n")
-        (root / "state").mkdir()
-        (root / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}}))
-        give_away(root)
-        _run_as_user(root, "index")
-        index = Path(_run_as_user(root, "status", "--json")["indexPath"])
+        ws, index = _indexed_by_user(root)
         os.chmod(index, 0o444)
         (ws / "memory" / "b.md").write_text("- Renew the passport before June.\n")
         give_away(ws)

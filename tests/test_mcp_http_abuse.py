@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,19 @@ def workspace(make_workspace, tmp_path: Path) -> tuple[Path, Path]:
     return ws, cfg
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_every_request_the_sdk_would_leave_unanswered_gets_an_error(workspace, monkeypatch, fast):
-    ws, _ = workspace
+@contextlib.contextmanager
+def _warm_session(ws: Path, monkeypatch, fast: bool) -> Iterator[tuple[httpx.Client, str, dict[str, str]]]:
+    """``(client, url, session headers)`` of a served keyword-only Memory that answered one search."""
     with Memory(ws, config={"memorySearch": {"provider": "none"}}) as memory, \
             serving(memory, monkeypatch, fast=fast) as (url, _), httpx.Client(timeout=30) as client:
         headers = _open_session(client, url)
         assert client.post(url, json=_call(1, "memory_search", {"query": "Kafka"}), headers=headers).is_success
+        yield client, url, headers
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_every_request_the_sdk_would_leave_unanswered_gets_an_error(workspace, monkeypatch, fast):
+    with _warm_session(workspace[0], monkeypatch, fast) as (client, url, headers):
 
         def refused(content: bytes, code: int, why: str) -> None:
             answer = client.post(url, content=content, headers=headers)
@@ -80,10 +87,7 @@ def test_every_request_the_sdk_would_leave_unanswered_gets_an_error(workspace, m
 def test_a_lone_surrogate_is_replaced_as_over_stdio_not_a_500(workspace, monkeypatch, fast):
     """The SDK could not write a lone surrogate back (an id, the path in memory_get's answer): 500."""
     ws, _ = workspace
-    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as memory, \
-            serving(memory, monkeypatch, fast=fast) as (url, _), httpx.Client(timeout=30) as client:
-        headers = _open_session(client, url)
-        assert client.post(url, json=_call(1, "memory_search", {"query": "Kafka"}), headers=headers).is_success
+    with _warm_session(ws, monkeypatch, fast) as (client, url, headers):
         for body in (b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"memory_get",'
                      b'"arguments":{"path":"memory/\\udc80x.md"}}}',
                      b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"memory_get",'
