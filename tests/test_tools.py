@@ -79,6 +79,21 @@ def test_openai_and_anthropic_schemas_carry_openclaw_descriptions_and_parameters
         anthropic_tools(["memory_delete"])
 
 
+def test_schemas_take_every_number_openclaw_takes():
+    """OpenClaw declares maxResults/minScore/from/lines as "number" and truncates: a host that checks
+    arguments against memdir's schema ("integer") refused ``from: 2.9``, which vector 48 reads as line 2."""
+    jsonschema = pytest.importorskip("jsonschema")
+    get = openai_tools(["memory_get"])[0]["function"]["parameters"]
+    search = openai_tools(["memory_search"])[0]["function"]["parameters"]
+    assert {k: v["type"] for k, v in get["properties"].items()} == {"path": "string", "from": "number",
+                                                                    "lines": "number"}
+    assert {k: v["type"] for k, v in search["properties"].items()} == {"query": "string", "maxResults": "number",
+                                                                       "minScore": "number"}
+    for args in ({"path": "memory/a.md", "from": 2.9, "lines": 1}, {"path": "memory/a.md", "from": 1, "lines": 1.5}):
+        jsonschema.validate(args, get)
+    jsonschema.validate({"query": "x", "maxResults": 2.5, "minScore": 0.2}, search)
+
+
 # --- memory_get: vectors 47 and 48 -----------------------------------------------------------------
 
 

@@ -59,11 +59,13 @@ APPEND_DESCRIPTION = (
     "store secrets or small talk. The note is searchable with memory_search right away."
 )
 
+# OpenClaw's types (R§10): counts are "number", truncated to integers when read, so a host that
+# checks arguments against the schema passes on what OpenClaw takes (``from: 2.9`` reads line 2).
 SEARCH_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
         "query": {"type": "string", "description": "What to look for, in natural language or keywords."},
-        "maxResults": {"type": "integer", "description": "How many snippets to return (default 6)."},
+        "maxResults": {"type": "number", "description": "How many snippets to return (default 6)."},
         "minScore": {"type": "number", "description": "Drop snippets scoring below this, 0-1 (default 0.35)."},
     },
     "required": ["query"],
@@ -73,8 +75,8 @@ GET_PARAMETERS: dict[str, Any] = {
     "properties": {
         "path": {"type": "string", "description": "Workspace-relative path from a search result, e.g. MEMORY.md "
                                                   "or memory/2026-01-12.md (or sessions/<name>.jsonl)."},
-        "from": {"type": "integer", "description": "First line to read (1-based). Omit to read from the start."},
-        "lines": {"type": "integer", "description": "Number of lines to read. Omit (with from) for the whole file."},
+        "from": {"type": "number", "description": "First line to read (1-based). Omit to read from the start."},
+        "lines": {"type": "number", "description": "Number of lines to read. Omit (with from) for the whole file."},
     },
     "required": ["path"],
 }
