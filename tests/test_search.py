@@ -57,6 +57,19 @@ def test_cjk_queries_find_their_notes(mem: Memory, query: str, path: str):
     assert results and results[0].path == path
 
 
+def test_cjk_questions_are_not_one_phrase_nor_all_terms_at_once(make_workspace, keyword_config):
+    """R§18.4: OpenClaw ANDed the CJK terms of a question (#83384: terms from two notes → no hit)
+    and matched a long CJK question as one exact phrase (#110500: a reworded note → text score 0)."""
+    ws = make_workspace({"memory/2026-01-13.md": "部署策略已经确定。\n", "memory/2026-01-14.md": "预算方案需要修改。\n",
+                         "memory/2026-01-15.md": "我们之前讨论过这个迁移方案。\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        found = {r.path for r in mem.search("部署 预算", max_results=6).results}
+        assert {"memory/2026-01-13.md", "memory/2026-01-14.md"} <= found
+        top = mem.search("之前讨论的那个迁移方案", explain=True).results[0]
+        assert top.path == "memory/2026-01-15.md" and top.explain["textScore"] > 0
+
+
 def test_result_shape_and_snippet_limit(mem: Memory):
     r = mem.search("alpha release").results[0]
     d = r.as_dict()

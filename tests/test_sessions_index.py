@@ -86,6 +86,22 @@ def test_forced_reindex_includes_sessions(setup):
         assert mem.search("flamingo").results[0].source == "sessions"
 
 
+@pytest.mark.parametrize("reason", ["watch", "session-start"])
+def test_a_rebuild_started_by_the_watcher_or_a_session_start_keeps_the_transcripts(setup, reason: str):
+    """OpenClaw left sessions out of a full reindex triggered by ``watch`` or ``session-start`` and
+    published an index without session rows while its meta still listed ``sessions`` (R§6, R§18)."""
+    ws, _, cfg = setup
+    with Memory(ws, config=cfg) as mem:
+        mem.sync()
+    cfg["memorySearch"]["chunking"] = {"tokens": 300, "overlap": 30}  # a new index fingerprint: full rebuild
+    with Memory(ws, config=cfg) as mem:
+        report = mem.sync(reason=reason)
+        assert report.full
+        counts = {c["source"]: c for c in mem.status()["sourceCounts"]}
+        assert counts["sessions"]["files"] == 1 and counts["sessions"]["chunks"] >= 1
+        assert mem.search("flamingo migration", sync=False).results[0].source == "sessions"
+
+
 def test_session_hits_decay_by_message_time(setup):
     ws, _, cfg = setup
     cfg["memorySearch"]["query"] = {"hybrid": {"temporalDecay": {"enabled": True, "halfLifeDays": 30}}}

@@ -130,6 +130,14 @@ def test_vector_48_memory_get_slices(mem, args, expected):
     assert memory_get_payload(mem, {"path": "memory/a.md", **args}) == {"text": expected, "path": "memory/a.md"}
 
 
+def test_a_long_single_line_is_read_whole(mem):
+    """R§18.14 (PR #124662): a long single line came back cut, with no way to read the rest."""
+    line = "decision log: " + "kafka ordering " * 20_000
+    (mem.workspace / "memory" / "long.md").write_text(f"head\n{line}\ntail\n")
+    assert memory_get_payload(mem, {"path": "memory/long.md", "from": 2, "lines": 1}) == {
+        "text": line, "path": "memory/long.md"}
+
+
 def test_read_number_accepts_numbers_and_numeric_strings_only():
     assert read_number({"maxResults": "5"}, "maxResults") == 5.0
     assert read_number({"max_results": 3}, "maxResults", integer=True) == 3
