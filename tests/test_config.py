@@ -15,6 +15,35 @@ def ms(**kw):
     return load_config(overrides={"memorySearch": kw}).settings.memory_search
 
 
+def test_builtin_defaults_are_openclaws():
+    """R§1's builtin defaults, leaf by leaf, so a drift from OpenClaw shows up here."""
+    s = load_config(env={}).settings
+    m = s.memory_search
+    q, h, sync, batch = m.query, m.query.hybrid, m.sync, m.remote.batch
+    assert (m.enabled, m.provider, m.model, m.fallback, m.sources, m.extra_paths) == (True, "auto", "", "none",
+                                                                                       ["memory"], [])
+    assert (batch.enabled, batch.wait, batch.concurrency, batch.poll_interval_ms, batch.timeout_minutes) == (
+        False, True, 2, 2000, 60)
+    assert (m.experimental.session_memory, m.store.driver, m.store.vector.enabled) == (False, "sqlite", True)
+    assert (sync.on_session_start, sync.on_search, sync.watch, sync.watch_debounce_ms, sync.interval_minutes) == (
+        True, True, True, 1500, 0)
+    assert (sync.sessions.delta_bytes, sync.sessions.delta_messages, sync.sessions.post_compaction_force) == (
+        100_000, 50, True)
+    assert (q.max_results, q.min_score, q.candidates, h.enabled, h.candidate_multiplier) == (6, 0.35, 24, True, 4)
+    assert (h.mmr.enabled, h.mmr.lambda_, h.temporal_decay.enabled, h.temporal_decay.half_life_days) == (
+        False, 0.7, False, 30)
+    assert (m.cache.enabled, m.cache.max_entries) == (True, None)
+    assert (s.memory.citations, s.compaction.reserve_tokens_floor) == ("auto", 20_000)
+    flush = s.compaction.memory_flush
+    assert (flush.enabled, flush.soft_threshold_tokens, s.context_tokens) == (True, 4000, 200_000)
+    assert (s.hooks.session_memory.enabled, s.hooks.session_memory.messages) == (True, 15)
+    # Deliberate deviations: weights per embedding model (SPEC §5; None: measured for the model, 0.7/0.3
+    # for others) and chunks of 200/40 tokens widened to 1600 characters (SPEC §4 says 400/80; chosen by
+    # cross-validation, docs/benchmarks.md).
+    assert (h.vector_weight, h.text_weight) == (None, None)
+    assert (m.chunking.tokens, m.chunking.overlap) == (200, 40)
+
+
 @pytest.mark.parametrize(
     "vw,tw,expected",
     [(0.5, 0.5, (0.5, 0.5)), (1, 1, (0.5, 0.5)), (0, 0, (0.7, 0.3)), (0.9, 0.3, (0.75, 0.25)),
