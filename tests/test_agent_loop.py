@@ -435,6 +435,25 @@ def test_direct_chat_gets_citations(env: Env) -> None:
     assert "Rex" in agent.system_prompt()  # direct chat: MEMORY.md is in the start context
 
 
+def test_memory_search_disabled_offers_no_recall_tools_nor_their_prompt(env: Env) -> None:
+    """R§10: with ``memorySearch.enabled = false`` the search tools do not exist, and so neither does
+    the "Memory Recall" section; the loop offered both, and every turn's search said "disabled"."""
+    settings = load_config(workspace=env.ws, state_dir=env.state, env={},
+                           overrides={"memorySearch": {"enabled": False}}).settings
+    assert AgentOptions.from_settings(settings).memory_search is False
+    (env.ws / "MEMORY.md").write_text("# Pets\nThe dog is called Rex.\n")
+    agent = env.agent(memory_search=False)
+    agent.send("What is the dog called?")  # the scripted model calls memory_search all the same
+    request = env.server.requests[0]["body"]
+    assert [t["function"]["name"] for t in request["tools"]] == ["memory_append"]
+    assert "## Memory Recall" not in request["messages"][0]["content"]
+    (refused,) = [json.loads(m["content"]) for m in agent.history if m["role"] == "tool"]
+    assert "memory search is disabled" in refused["error"] and "results" not in refused
+    on = env.agent(key="agent:main:other")
+    assert [t["function"]["name"] for t in on.tools] == ["memory_search", "memory_get", "memory_append"]
+    assert "## Memory Recall" in on.system_prompt()
+
+
 def test_bad_api_key_surfaces_error(env: Env) -> None:
     client = ChatClient(env.server.url, "scripted", "wrong")
     agent = Agent(client=client, backend=env.backend, store=env.store, session_key="agent:main:x",

@@ -428,6 +428,9 @@ class AgentOptions:
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     cli_provider: bool = False
     read_only: bool = False
+    #: ``memorySearch.enabled``: off, the model gets neither memory_search/memory_get nor the "Memory
+    #: Recall" section telling it to call them (R§10: the tools exist only when memory search is on).
+    memory_search: bool = True
     #: Long-term memory (only with ``Agent(long_term=...)``): R§14's defaults.
     auto_recall: bool = True
     auto_capture: bool = False
@@ -439,7 +442,8 @@ class AgentOptions:
         base = cls(context_window=settings.context_tokens, flush=FlushSettings.from_settings(settings),
                    hook_enabled=hook.enabled, hook_messages=hook.messages, llm_slug=hook.llm_slug,
                    citations=settings.memory.citations, timezone=settings.user_timezone,
-                   auto_recall=ltm.auto_recall, auto_capture=ltm.auto_capture)
+                   auto_recall=ltm.auto_recall, auto_capture=ltm.auto_capture,
+                   memory_search=settings.memory_search.enabled)
         return replace(base, **overrides)
 
 
@@ -468,13 +472,14 @@ class Agent:
                  clock: Callable[[], datetime] | None = None, long_term: Any = None):
         self.client = client
         self.long_term = long_term
-        self.tools = [*TOOLS, *openai_tools(LTM_TOOL_NAMES)] if long_term is not None else TOOLS
         self._turn_context: str | None = None
         self.backend = backend
         self.store = store
         self.key = session_key
         self.workspace = Path(workspace).expanduser()
         self.options = options or AgentOptions()
+        core = TOOLS if self.options.memory_search else [t for t in TOOLS if t["function"]["name"] == "memory_append"]
+        self.tools = [*core, *openai_tools(LTM_TOOL_NAMES)] if long_term is not None else core
         self.clock = clock or (lambda: datetime.now(UTC))
         self.chat_type = chat_type_from_session_key(session_key)
         self.stats = AgentStats()
@@ -547,7 +552,8 @@ class Agent:
             self._start_context = build_session_context(
                 workspace=self.workspace, chat_type=self.chat_type, timezone=self.options.timezone,
                 now=self.clock(), max_chars=self.start_context_chars).text
-        parts = [self.options.system_prompt, memory_recall_section(TOOL_NAMES, self.options.citations)]
+        offered = [t["function"]["name"] for t in self.tools]
+        parts = [self.options.system_prompt, memory_recall_section(offered, self.options.citations)]
         if self.long_term is not None:
             parts.append(LONG_TERM_GUIDANCE)
         if self._start_context:
@@ -814,6 +820,8 @@ class Agent:
             return {"error": "tool arguments are not valid JSON"}
         if not isinstance(args, dict):
             return {"error": "tool arguments must be a JSON object"}
+        if name in ("memory_search", "memory_get") and not self.options.memory_search:
+            return {"error": f"{name} is not available: memory search is disabled (memorySearch.enabled = false)"}
         if name == "memory_search":
             return self._tool_search(args)
         if name == "memory_get":
