@@ -185,6 +185,18 @@ def test_no_matches_message(ws: Path, run_cli):
     assert out.returncode == 0 and out.stdout.strip() == "No matches."
 
 
+def test_search_with_memory_search_disabled_says_so(ws: Path, run_cli, tmp_path: Path):
+    """``memorySearch.enabled = false``: memory_search answers "disabled" and OpenClaw's CLI prints
+    "Memory search disabled."; ``memdir search`` searched anyway and printed hits."""
+    cfg = tmp_path / "off.toml"
+    cfg.write_text('[memorySearch]\nenabled = false\nprovider = "none"\n')
+    out = run_cli("search", "PostgreSQL", "-w", str(ws), "--config", str(cfg))
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.strip() == "memdir: memory search is disabled in the configuration (memorySearch.enabled = false)"
+    failed = json.loads(run_cli("search", "PostgreSQL", "--json", "-w", str(ws), "--config", str(cfg)).stdout)
+    assert failed["ok"] is False and "memorySearch.enabled = false" in failed["error"]["message"]
+
+
 def test_status_names_issues_for_an_empty_workspace(make_workspace, run_cli):
     empty = make_workspace(name="empty")
     st = json.loads(run_cli("status", "--json", "-w", str(empty), env={"MEMDIR_PROVIDER": "none"}).stdout)

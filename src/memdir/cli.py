@@ -389,6 +389,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.null and not args.files:
         raise UsageError("-0/--null ends the paths printed by --files: use it with --files")
     with _memory(args, snapshot=True) as mem:
+        if not mem.settings.memory_search.enabled:  # as memory_search (and OpenClaw's CLI): no search
+            from memdir.tools import SEARCH_DISABLED
+
+            raise CliError(SEARCH_DISABLED)
         resp = mem.search(query, max_results=args.max_results, min_score=args.min_score, explain=args.explain,
                           sync=False if args.no_sync else None, mode=args.mode)
         if args.json:

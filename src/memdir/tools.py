@@ -400,7 +400,7 @@ def _error_text(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-_DISABLED = "memory search is disabled in the configuration (memorySearch.enabled = false)"
+SEARCH_DISABLED = "memory search is disabled in the configuration (memorySearch.enabled = false)"
 
 
 def _enabled(memory: Any) -> bool:
@@ -432,7 +432,7 @@ def memory_search_payload(memory: Any, args: Any = None, *, session_key: str | N
     if memory is None:
         return search_unavailable_payload(None)
     if not _enabled(memory):
-        payload = search_unavailable_payload(_DISABLED)
+        payload = search_unavailable_payload(SEARCH_DISABLED)
         payload["warning"] = "Memory search is disabled in the memdir configuration."
         payload["action"] = "Set memorySearch.enabled = true, then retry memory_search."
         return payload
@@ -476,7 +476,7 @@ def memory_get_payload(memory: Any, args: Any = None) -> dict[str, Any]:
         if memory is None:
             raise RuntimeError("memory unavailable")
         if not _enabled(memory):
-            raise RuntimeError(_DISABLED)
+            raise RuntimeError(SEARCH_DISABLED)
         got = memory.get(requested, from_line=start, lines=count)
         return {"text": got.text, "path": got.path}
     except Exception as exc:
