@@ -92,6 +92,8 @@ def test_schemas_take_every_number_openclaw_takes():
     for args in ({"path": "memory/a.md", "from": 2.9, "lines": 1}, {"path": "memory/a.md", "from": 1, "lines": 1.5}):
         jsonschema.validate(args, get)
     jsonschema.validate({"query": "x", "maxResults": 2.5, "minScore": 0.2}, search)
+    recall = openai_tools(["memory_recall"])[0]["function"]["parameters"]  # R§14: limit is a number too
+    jsonschema.validate({"query": "x", "limit": 2.5}, recall)
 
 
 # --- memory_get: vectors 47 and 48 -----------------------------------------------------------------

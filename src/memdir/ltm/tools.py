@@ -50,7 +50,7 @@ RECALL_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
         "query": {"type": "string", "description": "What to look for."},
-        "limit": {"type": "integer", "description": "Maximum memories to return (default 5)."},
+        "limit": {"type": "number", "description": "Maximum memories to return (default 5)."},
     },
     "required": ["query"],
 }
