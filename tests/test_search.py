@@ -70,6 +70,19 @@ def test_cjk_questions_are_not_one_phrase_nor_all_terms_at_once(make_workspace, 
         assert top.path == "memory/2026-01-15.md" and top.explain["textScore"] > 0
 
 
+def test_a_search_of_an_index_never_built_says_so(make_workspace):
+    """R§18.5: a search before the first sync answered "no results" as if memory held nothing; with
+    ``sync.onSearch = false`` (or ``sync=False``) memdir does not build it, and now says so."""
+    ws = make_workspace({"memory/2026-01-12.md": "kafka ordering decision\n"})
+    with Memory(ws, config={"memorySearch": {"provider": "none", "sync": {"onSearch": False}}}) as mem:
+        resp = mem.search("kafka")
+        assert resp.results == [] and resp.stale
+        assert any("has not been built yet" in w for w in resp.warnings)
+        mem.sync()
+        resp = mem.search("kafka")
+        assert resp.results and not resp.stale and not any("built yet" in w for w in resp.warnings)
+
+
 def test_result_shape_and_snippet_limit(mem: Memory):
     r = mem.search("alpha release").results[0]
     d = r.as_dict()

@@ -419,6 +419,8 @@ class Memory(IndexUpkeep):
                 stale, notes = True, [f"sync before search failed: {exc}"]
         elif store.readonly:
             stale, notes = True, [self._readonly_note()]
+        elif store.read_meta() is None:  # never built (R§18.5): "no results" would read as "nothing there"
+            stale, notes = True, ["the index has not been built yet: run `memdir index` (or search with sync on)"]
         try:
             response = self._search_index(partial or store, query, max_results, min_score, explain, mode,
                                           verify=partial is None and bool(query.strip()))
