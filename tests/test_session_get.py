@@ -120,6 +120,8 @@ def test_range_is_messages_on_jsonl_lines_from_up_to_from_plus_lines(ws: Path, s
     assert get(lines=3) == ["User: m1", "Assistant: m2"]  # from line 1: header, m1, m2
     assert get(from_line=1, lines=1) == [""]  # the header is never shown
     assert get(from_line=99) == [""]
+    assert get(from_line=4, lines=0) == ["User: m3"]  # R§10.2: `lines ?? to the end`, at least one line
+    assert get(from_line=0, lines=0) == get()  # neither given: the whole transcript
     # "./" before it names the same transcript, as for memory paths, and the answer names it plainly
     with Memory(ws, state_dir=state_dir, config=SESSIONS) as mem:
         got = mem.get("./sessions/s.jsonl", from_line=3, lines=3)

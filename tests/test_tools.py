@@ -123,6 +123,8 @@ def test_vector_47_memory_get_paths(mem):
     ({"from": 0, "lines": 0}, "line 1\nline 2\nline 3"),
     ({"from": -5, "lines": 2}, "line 1\nline 2"),
     ({"from": 3}, "line 3"),
+    ({"from": 2, "lines": 0}, "line 2"),  # `lines ?? total`: an explicit 0 is one line, not the rest
+    ({"lines": 0}, "line 1\nline 2\nline 3"),
     ({"from": 2.9, "lines": 1}, "line 2"),
     ({"from": "2.9", "lines": "1"}, "line 2"),
     ({"from_line": "2", "lines": 2}, "line 2\nline 3"),

@@ -544,5 +544,5 @@ def read_lines(resolved: ResolvedPath, from_line: int | None = None, lines: int 
         return text
     all_lines = text.split("\n")
     start = max(1, int(from_line or 1))
-    count = max(1, int(lines if lines else len(all_lines)))
+    count = max(1, int(len(all_lines) if lines is None else lines))  # R§10.2: `lines ?? total`, so 0 is one line
     return "\n".join(all_lines[start - 1 : start - 1 + count])
