@@ -77,6 +77,21 @@ def test_growth_past_the_message_threshold_is_indexed_on_search(setup):
         assert mem.search("heron").results
 
 
+@pytest.mark.parametrize(("delta_bytes", "delta_messages", "indexed"), [
+    (0, 50, True),  # R§6: a bytes threshold of 0 is hit by any growth (it waited for 50 messages)
+    (0, 0, True),
+    (100_000, 0, False),  # messages are not counted without a threshold: wait for 100 KB
+])
+def test_a_zero_delta_threshold_is_openclaws(setup, delta_bytes: int, delta_messages: int, indexed: bool):
+    ws, t, cfg = setup
+    cfg["memorySearch"]["sync"] = {"sessions": {"deltaBytes": delta_bytes, "deltaMessages": delta_messages}}
+    with Memory(ws, config=cfg) as mem:
+        mem.sync()
+        with t.open("a") as fh:
+            fh.write(_msg("user", "remember the pelican protocol", 1_700_000_200_000))
+        assert bool(mem.search("pelican").results) is indexed
+
+
 def test_forced_reindex_includes_sessions(setup):
     ws, _, cfg = setup
     with Memory(ws, config=cfg) as mem:

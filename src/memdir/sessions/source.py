@@ -56,12 +56,13 @@ class SessionsSource:
         return SourceDoc(doc.text, doc.hash, doc.line_map, doc.timestamps_ms)
 
     def defer(self, entry: FileEntry, indexed_size: int) -> bool:
-        """True when growth since the last index is below both delta thresholds."""
+        """True when growth since the last index is below both delta thresholds (R§6: a threshold
+        of 0 bytes is hit by any growth; with 0 messages, messages are not counted at all)."""
         grown = entry.size - indexed_size
         if grown <= 0:
             return False  # truncated or rewritten: index now
-        if self.delta_bytes > 0 and grown >= self.delta_bytes:
+        if self.delta_bytes <= 0 or grown >= self.delta_bytes:
             return False
         if self.delta_messages <= 0:
-            return self.delta_bytes > 0
+            return True
         return count_newlines(Path(entry.abs_path), indexed_size, entry.size) < self.delta_messages
