@@ -172,6 +172,33 @@ def _hook_ws(make_workspace):
     })
 
 
+@pytest.mark.parametrize("sessions", [True, False])
+def test_the_mcp_server_and_the_agent_name_transcripts_when_they_are_indexed(make_workspace, sessions: bool):
+    """R§10.3 [v4.12]: with the ``sessions`` source on, the section's search scope names the indexed
+    transcripts; ``memory_recall_section(sessions=)`` had it, but neither surface ever passed it."""
+    from memdir.agent import Agent, AgentOptions, ChatClient
+    from memdir.mcp_server import MemdirMCP
+    from memdir.sessions.store import SessionStore
+
+    cfg = {"memorySearch": {"provider": "none"}}
+    if sessions:
+        cfg["memorySearch"].update(sources=["memory", "sessions"], experimental={"sessionMemory": True})
+    named = "MEMORY.md + memory/*.md + indexed session transcripts;"
+    with Memory(make_workspace({"MEMORY.md": "x\n"}), config=cfg) as mem:
+        instructions = MemdirMCP(mem).instructions
+        client = ChatClient("http://127.0.0.1:9", "model", "key")  # never called: only the prompt is built
+        try:
+            agent = Agent(client=client, backend=None, store=SessionStore(mem.settings.sessions_dir),  # type: ignore[arg-type]
+                          session_key="agent:main:main", workspace=mem.workspace,
+                          options=AgentOptions.from_settings(mem.settings))
+            assert (named in agent.system_prompt()) is sessions
+        finally:
+            client.close()
+    assert (named in instructions) is sessions
+    expected = memory_recall_section(("memory_search", "memory_get", "memory_append"), sessions=sessions)
+    assert instructions == expected.strip()
+
+
 def test_session_hook_captures_of_today_and_yesterday_are_loaded(make_workspace):
     ctx = build_session_context(workspace=_hook_ws(make_workspace), chat_type="direct", timezone="UTC", now=MAR4)
     assert "## MEMORY.md (long-term memory)" in ctx.text and "Rex" in ctx.text

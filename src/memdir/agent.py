@@ -431,6 +431,8 @@ class AgentOptions:
     #: ``memorySearch.enabled``: off, the model gets neither memory_search/memory_get nor the "Memory
     #: Recall" section telling it to call them (R§10: the tools exist only when memory search is on).
     memory_search: bool = True
+    #: The ``sessions`` source is indexed: the recall section names the transcripts (R§10.3 [v4.12]).
+    sessions_indexed: bool = False
     #: Long-term memory (only with ``Agent(long_term=...)``): R§14's defaults.
     auto_recall: bool = True
     auto_capture: bool = False
@@ -443,7 +445,8 @@ class AgentOptions:
                    hook_enabled=hook.enabled, hook_messages=hook.messages, llm_slug=hook.llm_slug,
                    citations=settings.memory.citations, timezone=settings.user_timezone,
                    auto_recall=ltm.auto_recall, auto_capture=ltm.auto_capture,
-                   memory_search=settings.memory_search.enabled)
+                   memory_search=settings.memory_search.enabled,
+                   sessions_indexed="sessions" in settings.memory_search.sources)
         return replace(base, **overrides)
 
 
@@ -553,7 +556,8 @@ class Agent:
                 workspace=self.workspace, chat_type=self.chat_type, timezone=self.options.timezone,
                 now=self.clock(), max_chars=self.start_context_chars).text
         offered = [t["function"]["name"] for t in self.tools]
-        parts = [self.options.system_prompt, memory_recall_section(offered, self.options.citations)]
+        parts = [self.options.system_prompt,
+                 memory_recall_section(offered, self.options.citations, sessions=self.options.sessions_indexed)]
         if self.long_term is not None:
             parts.append(LONG_TERM_GUIDANCE)
         if self._start_context:

@@ -256,8 +256,11 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         self.fast_path: ToolCallFastPath | None = None
         #: The socket :func:`serve` bound for the HTTP transport (``None``: uvicorn binds its own).
         self.http_socket: socket.socket | None = None
-        citations = getattr(getattr(getattr(memory, "settings", None), "memory", None), "citations", "auto")
-        kwargs.setdefault("instructions", memory_recall_section(self.tool_names, citations).strip())
+        settings = getattr(memory, "settings", None)
+        citations = getattr(getattr(settings, "memory", None), "citations", "auto")
+        sources = getattr(getattr(settings, "memory_search", None), "sources", ())
+        kwargs.setdefault("instructions", memory_recall_section(self.tool_names, citations,
+                                                                sessions="sessions" in sources).strip())
         kwargs.setdefault("log_level", "WARNING")
         super().__init__("memdir", **kwargs)
         from memdir import __version__
