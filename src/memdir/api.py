@@ -419,14 +419,16 @@ class Memory(IndexUpkeep):
                 stale, notes = True, [f"sync before search failed: {exc}"]
         elif store.readonly:
             stale, notes = True, [self._readonly_note()]
-        elif store.read_meta() is None:  # never built (R§18.5): "no results" would read as "nothing there"
-            stale, notes = True, ["the index has not been built yet: run `memdir index` (or search with sync on)"]
         try:
             response = self._search_index(partial or store, query, max_results, min_score, explain, mode,
                                           verify=partial is None and bool(query.strip()))
         finally:
             if partial is not None:
                 partial.close()
+        if not (do_sync or stale or response.results) and store.read_meta() is None:
+            # never built (R§18.5): "no results" would read as "nothing there"; asked only when
+            # nothing was found, so a search with results pays no second read of the meta
+            stale, notes = True, ["the index has not been built yet: run `memdir index` (or search with sync on)"]
         response.stale = response.stale or stale
         response.warnings.extend(notes)
         return response
