@@ -72,6 +72,67 @@ def resume_advice(pid: object) -> str:
     return f"resume it with `kill -CONT {pid}` (or `fg` in its terminal) or end it"
 
 
+def flock_within(fd: int, seconds: float) -> bool:
+    """Take ``fd``'s exclusive ``flock``, waiting at most ``seconds``; ``False`` when the time is up.
+
+    Why not block: a holder stopped (Ctrl-Z, SIGSTOP) or hung made every later writer wait for
+    ever, without a word.  Why not poll: a waiter that sleeps between tries loses the lock to a
+    busy writer every time; the wait stays in the kernel's queue, in a helper thread on a
+    duplicate of ``fd`` (same open file, so the same lock), and is abandoned after the time is
+    up (a lock it takes later is let go as its descriptor closes).
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        pass
+    dup = os.dup(fd)
+    done, failed = threading.Event(), []
+
+    def wait() -> None:
+        try:
+            fcntl.flock(dup, fcntl.LOCK_EX)
+        except OSError as exc:
+            failed.append(exc)
+        finally:
+            os.close(dup)
+            done.set()
+
+    threading.Thread(target=wait, name="memdir-flock-wait", daemon=True).start()
+    if not done.wait(seconds):
+        return False
+    if failed:
+        raise failed[0]
+    return True
+
+
+def flock_holder(fd: int) -> int | None:
+    """The pid holding an ``flock`` on ``fd``'s file, from ``/proc/locks``; ``None`` when that
+    cannot be told (no ``/proc``, a holder in another pid namespace, released meanwhile)."""
+    try:
+        st = os.fstat(fd)
+        key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:2203701 0 EOF" (a waiter's line has "->")
+                parts = line.split()
+                if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == key and parts[4].isdigit():
+                    return int(parts[4]) or None
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def busy_holder(fd: int) -> str:
+    """Who keeps ``fd``'s file locked, and what to do about it, for an error message."""
+    pid = flock_holder(fd)
+    if pid is None:
+        return "another process holds its lock (is it stopped, with Ctrl-Z or SIGSTOP, or hung?)"
+    if is_stopped(pid):
+        return f"pid {pid} holds its lock but is stopped (Ctrl-Z or SIGSTOP): {resume_advice(pid)}"
+    return f"pid {pid} holds its lock (is it hung? end it if it does not finish)"
+
+
 def _give_to_folder_owner(fd: int, folder: Path) -> None:
     """Run as root in another user's state folder (``sudo memdir index``): the lock file goes to
     that user, as SQLite does with the ``-wal`` and ``-shm``; a root-owned one made every later
