@@ -11,6 +11,7 @@ import errno
 import fcntl
 import json
 import os
+import socket
 import stat
 import threading
 import time
@@ -133,6 +134,21 @@ def busy_holder(fd: int) -> str:
     return f"pid {pid} holds its lock (is it hung? end it if it does not finish)"
 
 
+def writer_words(holder: dict[str, Any] | None) -> str:
+    """Who holds a writer lock, for messages: ``another memdir process (pid 123)`` (``on host h``
+    for another host's).  A lock that does not say who (a holder killed between taking and
+    stamping it, a database lock taken by a client other than memdir) is named as such rather
+    than as "pid ?"."""
+    holder = holder or {}
+    pid, host = holder.get("pid"), holder.get("host")
+    if pid not in (None, ""):
+        where = f" on host {host}" if host and host != socket.gethostname() else ""
+        return f"another memdir process (pid {pid}{where})"
+    if holder.get("backendPid"):
+        return f"a PostgreSQL client that is not memdir (server backend pid {holder['backendPid']})"
+    return "another process (the lock does not say which)"
+
+
 def _give_to_folder_owner(fd: int, folder: Path) -> None:
     """Run as root in another user's state folder (``sudo memdir index``): the lock file goes to
     that user, as SQLite does with the ``-wal`` and ``-shm``; a root-owned one made every later
@@ -168,6 +184,13 @@ class _Lock(Protocol):
     def holder(self) -> dict[str, Any] | None: ...
 
 
+def _holder(lock: _Lock) -> dict[str, Any]:
+    try:
+        return lock.holder() or {}
+    except Exception:  # (a database lock's holder is a query; the wait goes on without it)
+        return {}
+
+
 def wait_for_writer(lock: _Lock, timeout: float | None, location: str, *,
                     between: Callable[[], None] | None = None) -> None:
     """Take ``lock``, waiting up to ``timeout`` seconds (``None``: as long as its holder runs), in
@@ -185,13 +208,10 @@ def wait_for_writer(lock: _Lock, timeout: float | None, location: str, *,
             between()
         now = time.monotonic()
         if deadline is not None and now >= deadline:
-            raise LockTimeout(f"another process is writing {location}")
+            raise LockTimeout(f"{writer_words(_holder(lock))} is writing {location} (waited {timeout:g} s)")
         if now >= look_at and not lock.held_here():  # (about once a second)
             look_at = now + 1.0
-            try:
-                holder = lock.holder() or {}
-            except Exception:  # (a database lock's holder is a query; the wait goes on without it)
-                holder = {}
+            holder = _holder(lock)
             stopped_since = (now if stopped_since is None else stopped_since) if holder.get("stopped") else None
             if stopped_since is not None and now - stopped_since >= STOPPED_WRITER_WAIT:
                 raise LockTimeout(f"pid {holder['pid']} holds the writer lock of {location} but is stopped (Ctrl-Z "
