@@ -599,3 +599,32 @@ def test_an_index_made_read_only_by_its_owner_says_how_to_make_it_writable():
         proc = run_cli_as_user(root / "state", "index", "-w", str(ws), "--config", str(root / "memdir.json"))
         assert proc.returncode == 1
         assert f"{index} is read-only (mode 444): make it writable (chmod u+rw)" in proc.stderr, proc.stderr
+
+
+def test_a_lock_whose_holder_is_not_recorded_is_named_without_pid_question_marks(make_workspace, keyword_config):
+    # Before: "waiting for another memdir process (pid ?)" and "the index is being built (pid ?, …)"
+    # when the lock file did not say who held it (taken by another tool, or its note not written).
+    import threading
+
+    ws = make_workspace(FILES)
+    (ws / "memdir.json").write_text(json.dumps(keyword_config))
+    told: list[str] = []
+    with Memory(ws, notice=told.append) as mem:
+        mem.index_path.parent.mkdir(parents=True, exist_ok=True)
+        other = _hold_new_file(Path(str(mem.index_path) + ".lock"))  # flock-ed, nothing written in it
+        try:
+            found = mem.search("Kafka")
+            building = [w for w in found.warnings if "the index is being built" in w]
+            assert building and building[0].startswith("the index is being built (listing files)"), found.warnings
+            syncing = threading.Thread(target=mem.sync, daemon=True)
+            syncing.start()
+            end = time.monotonic() + 10
+            while not told and time.monotonic() < end:
+                time.sleep(0.01)
+        finally:
+            os.close(other)
+        syncing.join(20)
+        assert not syncing.is_alive()
+        location = mem.store.location
+    assert told[0] == f"waiting for another process (the lock does not say which) to finish writing {location}", told
+    assert not any("pid ?" in line for line in told + found.warnings)

@@ -30,7 +30,7 @@ from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
 from memdir.errors import IndexOwnershipError, MemoryClosed, ownership_message
 from memdir.indexing_switches import INDEXING
-from memdir.lock import LockTimeout, WriterLockLost, resume_advice, wait_for_writer
+from memdir.lock import LockTimeout, WriterLockLost, resume_advice, wait_for_writer, writer_words
 from memdir.progress import ProgressFile
 from memdir.reading import read_note
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
@@ -489,8 +489,7 @@ class Indexer:
             holder = self.lock.holder() or {}
             stopped = (f"; it is stopped (Ctrl-Z or SIGSTOP): {resume_advice(holder['pid'])}"
                        if holder.get("stopped") else "")
-            self.notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish "
-                        f"writing {self.store.location}{stopped}")
+            self.notice(f"waiting for {writer_words(holder)} to finish writing {self.store.location}{stopped}")
         if lock_timeout == 0:
             raise LockTimeout(f"another process is writing {self.store.location}")
         # (a watcher stopped or a Memory closed meanwhile stops waiting: Ctrl-C on `memdir watch`

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from memdir import db
 from memdir.errors import StoreError
-from memdir.lock import FileWriterLock, wait_for_writer
+from memdir.lock import FileWriterLock, wait_for_writer, writer_words
 from memdir.stores import sqlite_health as health
 from memdir.stores.base import RECOVERED_STATE
 
@@ -250,7 +250,7 @@ def recover_path(path: Path, problem: str, factory: Callable[[Path], Any], *, no
     if not lock.acquire(0):
         if notice is not None:
             holder = lock.holder() or {}
-            notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish writing {path}")
+            notice(f"waiting for {writer_words(holder)} to finish writing {path}")
         wait_for_writer(lock, None, str(path))  # (not for ever for one that is stopped)
     try:
         if identity is not None and health.file_identity(path) != identity:
