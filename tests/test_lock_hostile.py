@@ -628,3 +628,35 @@ def test_a_lock_whose_holder_is_not_recorded_is_named_without_pid_question_marks
         location = mem.store.location
     assert told[0] == f"waiting for another process (the lock does not say which) to finish writing {location}", told
     assert not any("pid ?" in line for line in told + found.warnings)
+
+
+def test_a_state_folder_deleted_as_the_index_is_opened_is_named_and_the_next_try_rebuilds(
+        make_workspace, keyword_config, tmp_path: Path, monkeypatch):
+    # Before: `rm -rf` of the state folder between the index's folder being made and the file's
+    # first write made SQLite say "disk I/O error", printed as "(is the disk full, or a file size
+    # limit reached?)".  The removal is timed by hand: just before the index file's first write.
+    import shutil
+
+    import memdir.db
+    from memdir.errors import StoreError
+
+    ws = make_workspace(FILES)
+    (ws / "memdir.json").write_text(json.dumps(keyword_config))
+    state = tmp_path / "gone-state"
+    real = memdir.db.enable_wal
+    removed: list[str] = []
+
+    def enable_wal(conn, *args, **kwargs):
+        if not removed:
+            removed.append("yes")
+            shutil.rmtree(state)
+        return real(conn, *args, **kwargs)
+
+    monkeypatch.setattr(memdir.db, "enable_wal", enable_wal)
+    with Memory(ws, state_dir=state) as mem:
+        with pytest.raises(StoreError) as caught:
+            mem.search("Kafka")
+        message = str(caught.value)
+        assert removed and f"its folder {state / 'memory'} was removed while it was being opened" in message
+        assert "run the command again" in message and "disk I/O" not in message
+        assert [r.path for r in mem.search("Kafka").results] == ["MEMORY.md"]  # the next try builds it
