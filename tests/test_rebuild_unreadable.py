@@ -8,6 +8,7 @@ unreadable with chmod, the CLI (or a script) run as a user that permissions appl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -127,3 +128,49 @@ def test_a_rebuild_keeps_the_vectors_of_an_unreadable_folder_for_the_same_model(
         got = json.loads(out.stdout)
         assert got["full"] and got["rows"] == [["memory/a.md", 1], ["memory/sub/b.md", 1]]
         assert got["top"][0] == "memory/sub/b.md"
+
+
+class _OtherModel:
+    """Another model (another width): a rebuild after switching to it must not keep old vectors."""
+
+    id, model, provider_key, max_input_bytes, dims = "hash", "hash-32", "hash-key", 8000, 32
+
+    def embed_query(self, text: str) -> list[float]:
+        return [(b - 127.5) / 128 for b in hashlib.sha256(text.encode()).digest()]
+
+    def embed_batch(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_query(t) for t in texts]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_rebuild_for_another_model_keeps_unreadable_notes_for_keywords_only(backend, make_workspace,
+                                                                              tmp_path: Path, monkeypatch):
+    # The read failure is made by hand here (root reads any file; the tests above use chmod):
+    # the rows kept are searchable by keywords, their old vectors (another model's, another
+    # width) are left out, and the first sync that can read the file embeds it.
+    import memdir.sync
+    from test_cache_refs import HashProvider
+
+    ws = make_workspace({"memory/a.md": "the quokka ate lunch\n", "memory/b.md": "the heron report is due\n"})
+    config = backend.config()
+    with Memory(ws, config=config, state_dir=tmp_path, provider=HashProvider()) as mem:
+        mem.sync()
+    real = memdir.sync.read_memory_file
+
+    def read(entry):
+        if entry.path == "memory/b.md":
+            raise PermissionError(13, "Permission denied")
+        return real(entry)
+
+    monkeypatch.setattr(memdir.sync, "read_memory_file", read)
+    with Memory(ws, config=config, state_dir=tmp_path, provider=_OtherModel()) as mem:
+        report = mem.sync()
+        assert report.full and [w for w in report.warnings if w.startswith("kept")]
+        assert [r.path for r in mem.search("heron report", sync=False, mode="keyword").results] == ["memory/b.md"]
+        vector = [r.path for r in mem.search("heron report", sync=False, mode="vector", min_score=0).results]
+        assert "memory/b.md" not in vector and "memory/a.md" in vector
+        monkeypatch.setattr(memdir.sync, "read_memory_file", real)
+        assert mem.sync().indexed == 1
+        assert "memory/b.md" in [r.path for r in mem.search("heron report", sync=False, mode="vector", min_score=0).results]
