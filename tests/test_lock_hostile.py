@@ -601,7 +601,8 @@ def test_an_index_made_read_only_by_its_owner_says_how_to_make_it_writable():
         assert f"{index} is read-only (mode 444): make it writable (chmod u+rw)" in proc.stderr, proc.stderr
 
 
-def test_a_lock_whose_holder_is_not_recorded_is_named_without_pid_question_marks(make_workspace, keyword_config):
+def test_a_lock_whose_holder_is_not_recorded_is_named_without_pid_question_marks(make_workspace, keyword_config,
+                                                                               run_cli):
     # Before: "waiting for another memdir process (pid ?)" and "the index is being built (pid ?, …)"
     # when the lock file did not say who held it (taken by another tool, or its note not written).
     import threading
@@ -616,6 +617,9 @@ def test_a_lock_whose_holder_is_not_recorded_is_named_without_pid_question_marks
             found = mem.search("Kafka")
             building = [w for w in found.warnings if "the index is being built" in w]
             assert building and building[0].startswith("the index is being built (listing files)"), found.warnings
+            assert mem.status()["writer"] == {}  # (it said nothing of a writer)
+            text = run_cli("status", "-w", str(ws)).stdout
+            assert "Writer: another process (the lock does not say which) holds the writer lock" in text, text
             syncing = threading.Thread(target=mem.sync, daemon=True)
             syncing.start()
             end = time.monotonic() + 10

@@ -173,4 +173,5 @@ def test_a_rebuild_for_another_model_keeps_unreadable_notes_for_keywords_only(ba
         assert "memory/b.md" not in vector and "memory/a.md" in vector
         monkeypatch.setattr(memdir.sync, "read_memory_file", real)
         assert mem.sync().indexed == 1
-        assert "memory/b.md" in [r.path for r in mem.search("heron report", sync=False, mode="vector", min_score=0).results]
+        found = mem.search("heron report", sync=False, mode="vector", min_score=0).results
+        assert "memory/b.md" in [r.path for r in found]

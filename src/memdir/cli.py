@@ -540,14 +540,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         cache = st["cache"]
         lines.append(f"Embedding cache: {'enabled' if cache['enabled'] else 'disabled'} ({cache['entries']} entries)"
                      + (f" · cap {cache['maxEntries']}" if cache.get("maxEntries") else ""))
-        if st.get("writer"):
+        if st.get("writer") is not None:  # ({} when the lock does not say who holds it)
             w = st["writer"]
             host = f" on {w['host']}" if w.get("host") else ""
             from memdir.progress import counts
 
             far = (f" ({counts(w.get('done') or 0, w['total'], w.get('chunksDone') or 0, w.get('chunksPlanned') or 0)})"
                    if w.get("total") else "")
-            if w.get("stopped"):  # (it holds the lock, but nothing is indexed until it is resumed)
+            if w.get("pid") in (None, ""):
+                from memdir.lock import writer_words
+
+                lines.append(f"Writer: {writer_words(w)} holds the writer lock")
+            elif w.get("stopped"):  # (it holds the lock, but nothing is indexed until it is resumed)
                 from memdir.lock import resume_advice
 
                 lines.append(f"Writer: pid {w.get('pid')}{host} is stopped (Ctrl-Z or SIGSTOP) while indexing{far}: "
