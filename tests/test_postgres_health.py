@@ -127,6 +127,14 @@ def test_a_table_dropped_by_hand_is_named_with_what_to_do(pg: Backend, make_work
     assert [r["path"] for r in hits["results"]] == ["memory/a.md"]
 
 
+def _raised(fn: Callable[[], object]) -> BaseException | None:
+    try:
+        fn()
+    except BaseException as exc:  # handed back to the test
+        return exc
+    return None
+
+
 _HOLD_WRITER = """
 import json, sys, time
 from memdir.api import Memory
@@ -199,6 +207,13 @@ def test_healing_waits_a_bounded_time_for_a_writer_that_never_finishes(pg: Backe
         assert holder.stdout.readline() == "held\n"
         os.kill(holder.pid, signal.SIGSTOP)  # a memdir writer of this host, stopped with Ctrl-Z
         monkeypatch.setattr(memdir.stores.pghealth, "RECOVER_LOCK_WAIT", 60.0)  # given up on sooner: it is stopped
+        with Memory(ws, config=config, state_dir=tmp_path) as mem:  # a sync, too, gives up on it
+            syncing: list[BaseException | None] = []
+            t = threading.Thread(target=lambda: syncing.append(_raised(mem.sync)), daemon=True)
+            t.start()
+            t.join(30)
+            assert not t.is_alive(), "a sync waited for a stopped writer without end"
+            assert isinstance(syncing[0], LockTimeout) and f"kill -CONT {holder.pid}" in str(syncing[0]), syncing
         got = open_damaged()
         assert isinstance(got, LockTimeout), got
         assert f"pid {holder.pid} holds the writer lock" in str(got) and f"kill -CONT {holder.pid}" in str(got)
