@@ -47,6 +47,10 @@ class LockTimeout(TimeoutError):
     """Another process holds the index's writer lock."""
 
 
+class WriterStopped(LockTimeout):
+    """The holder of the lock waited for is stopped (Ctrl-Z, SIGSTOP): the message says how to resume it."""
+
+
 class WriterLockLost(LockTimeout):
     """The lock file was deleted or replaced while held, and another process took the new one:
     the sync stops before its next write (what it committed stays)."""
@@ -184,7 +188,8 @@ class _Lock(Protocol):
     def holder(self) -> dict[str, Any] | None: ...
 
 
-def _holder(lock: _Lock) -> dict[str, Any]:
+def holder_of(lock: _Lock) -> dict[str, Any]:
+    """``lock.holder()``, ``{}`` when nobody or it cannot be told."""
     try:
         return lock.holder() or {}
     except Exception:  # (a database lock's holder is a query; the wait goes on without it)
@@ -208,13 +213,13 @@ def wait_for_writer(lock: _Lock, timeout: float | None, location: str, *,
             between()
         now = time.monotonic()
         if deadline is not None and now >= deadline:
-            raise LockTimeout(f"{writer_words(_holder(lock))} is writing {location} (waited {timeout:g} s)")
+            raise LockTimeout(f"another process is writing {location}")
         if now >= look_at and not lock.held_here():  # (about once a second)
             look_at = now + 1.0
-            holder = _holder(lock)
+            holder = holder_of(lock)
             stopped_since = (now if stopped_since is None else stopped_since) if holder.get("stopped") else None
             if stopped_since is not None and now - stopped_since >= STOPPED_WRITER_WAIT:
-                raise LockTimeout(f"pid {holder['pid']} holds the writer lock of {location} but is stopped (Ctrl-Z "
+                raise WriterStopped(f"pid {holder['pid']} holds the writer lock of {location} but is stopped (Ctrl-Z "
                                   f"or SIGSTOP), so it cannot finish: {resume_advice(holder['pid'])}, then try again")
 
 

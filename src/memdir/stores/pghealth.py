@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from memdir.errors import IndexDamaged, StoreError
-from memdir.lock import LockTimeout, wait_for_writer, writer_words
+from memdir.lock import LockTimeout, WriterStopped, holder_of, wait_for_writer, writer_words
 from memdir.stores.base import RECOVERED_STATE
 from memdir.stores.pgschema import TABLES  # one of them missing is damage no rebuild can mend
 
@@ -148,7 +148,9 @@ class PgHealth:
             try:
                 wait_for_writer(lock, RECOVER_LOCK_WAIT, self.location)
             except LockTimeout as exc:
-                raise LockTimeout(f"the index {self.location} is damaged ({problem}) and was not rebuilt: {exc}; "
+                why = (str(exc) if isinstance(exc, WriterStopped) else
+                       f"{writer_words(holder_of(lock))} has held its writer lock for {RECOVER_LOCK_WAIT:g} s")
+                raise LockTimeout(f"the index {self.location} is damaged ({problem}) and was not rebuilt: {why}; "
                                   "try again when it is done (its next sync rebuilds it)") from exc
         try:
             confirmed = self.check(thorough=True)
