@@ -101,7 +101,11 @@ def make_env(tmp_path: Path) -> Iterator[Any]:
     ({"raw": {"choices": [{"message": None}]}}, "has no choices"),
     ({"raw": [1, 2]}, "has no choices"),
     ({"raw": b"<html>Bad gateway</html>"}, "not JSON"),
-    ({"raw": b'data: {"choices": []}\n\ndata: [DONE]\n\n'}, "not JSON"),
+    ({"raw": b'data: {"choices": []}\n\ndata: [DONE]\n\n'}, "streamed reply has no choices"),
+    # a stream cut short (a proxy's timeout), an error sent as an event, an event that is not JSON
+    ({"raw": b'data: {"choices": [{"index": 0, "delta": {"content": "Rex is"}}]}\n\n'}, "cut short"),
+    ({"raw": b'data: {"error": {"message": "overloaded"}}\n\n'}, "streamed an error: .*overloaded"),
+    ({"raw": b"data: {oops\n\n"}, "streamed an event that is not JSON"),
 ])
 def test_a_reply_of_the_wrong_shape_is_one_clear_error_and_the_session_goes_on(
         make_env: Any, reply: dict[str, Any], says: str) -> None:
@@ -373,3 +377,33 @@ def test_memory_search_results_are_capped_as_for_the_mcp_tool(make_env: Any, ask
     e.agent().send("find every walrus")
     results = json.loads(e.bodies()[1]["messages"][-1]["content"])["results"]
     assert 1 <= len(results) <= MAX_RESULTS_CAP
+
+
+def test_a_reply_sent_as_server_sent_events_is_read(tmp_path: Path) -> None:
+    # Before: a proxy (or server) that streams whatever is asked answered with text/event-stream,
+    # and every turn failed with "a body that is not JSON".  Now the deltas make the reply: the
+    # tool call (its arguments sent in pieces) runs, and the answer is whole in the transcript.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "MEMORY.md").write_text("# Pets\nThe dog is called Rex.\n")
+    steps = [{"content": None, "tool_calls": [{"name": "memory_search", "arguments": {"query": "dog name"}}]},
+             lambda body: {"content": "Your dog is Rex (" + ("found" if "Rex" in body["messages"][-1]["content"]
+                                                             else "not found") + ").",
+                           "usage": {"prompt_tokens": 900, "completion_tokens": 7, "total_tokens": 907}}]
+    with ScriptedChatServer(ScriptQueue(steps), sse=True) as server, \
+            Memory(ws, state_dir=tmp_path / "state", config={"memorySearch": {"provider": "none"}}) as memory:
+        client = ChatClient(server.url, "streamed")
+        store = SessionStore(memory.settings.sessions_dir)
+        try:
+            agent = Agent(client=client, backend=MemoryIndexBackend(memory, timezone="UTC"), store=store,
+                          session_key="agent:main:main", workspace=ws, options=AgentOptions(timezone="UTC"))
+            assert agent.send("what is the dog called?") == "Your dog is Rex (found)."
+        finally:
+            client.close()
+        tool_result = server.requests[1]["body"]["messages"][-1]
+        assert tool_result["role"] == "tool" and "Rex" in tool_result["content"]
+        assert server.requests[1]["body"]["messages"][-2]["tool_calls"][0]["function"] == {
+            "name": "memory_search", "arguments": '{"query": "dog name"}'}
+        records = [r for r in read_records(store.transcript_path(store.get("agent:main:main")))
+                   if r.get("type") == "message"]
+        assert records[-1]["message"]["content"] == "Your dog is Rex (found)."

@@ -118,6 +118,11 @@ def test_usage_errors_argparse_finds_print_the_json_failure_too(ws: Path, run_cl
     (("search", "x", "--min-score", "inf"), "--min-score: must be a number from 0 to 1, not inf"),
     (("search", "x", "--min-score", "nan"), "--min-score: must be a number from 0 to 1, not nan"),
     (("search", "x", "--min-score=-0.5"), "--min-score: must be a number from 0 to 1, not -0.5"),
+    # a negative number after a space: search's -0 option made argparse take it for an option
+    # ("expected one argument"; -0.5 was read as -0 given ".5")
+    (("search", "x", "--max-results", "-5"), "--max-results: must be 1 or more, not -5"),
+    (("search", "x", "--max-results", "-1e3"), "--max-results: expected a whole number, not '-1e3'"),
+    (("search", "x", "--min-score", "-0.5"), "--min-score: must be a number from 0 to 1, not -0.5"),
     (("get", "MEMORY.md", "--from", "0"), "--from: must be 1 or more, not 0"),
     (("get", "MEMORY.md", "--lines=-1"), "--lines: must be 1 or more, not -1"),
 ])

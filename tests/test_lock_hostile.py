@@ -599,3 +599,68 @@ def test_an_index_made_read_only_by_its_owner_says_how_to_make_it_writable():
         proc = run_cli_as_user(root / "state", "index", "-w", str(ws), "--config", str(root / "memdir.json"))
         assert proc.returncode == 1
         assert f"{index} is read-only (mode 444): make it writable (chmod u+rw)" in proc.stderr, proc.stderr
+
+
+def test_a_lock_whose_holder_is_not_recorded_is_named_without_pid_question_marks(make_workspace, keyword_config,
+                                                                               run_cli):
+    # Before: "waiting for another memdir process (pid ?)" and "the index is being built (pid ?, …)"
+    # when the lock file did not say who held it (taken by another tool, or its note not written).
+    import threading
+
+    ws = make_workspace(FILES)
+    (ws / "memdir.json").write_text(json.dumps(keyword_config))
+    told: list[str] = []
+    with Memory(ws, notice=told.append) as mem:
+        mem.index_path.parent.mkdir(parents=True, exist_ok=True)
+        other = _hold_new_file(Path(str(mem.index_path) + ".lock"))  # flock-ed, nothing written in it
+        try:
+            found = mem.search("Kafka")
+            building = [w for w in found.warnings if "the index is being built" in w]
+            assert building and building[0].startswith("the index is being built (listing files)"), found.warnings
+            assert mem.status()["writer"] == {}  # (it said nothing of a writer)
+            text = run_cli("status", "-w", str(ws)).stdout
+            assert "Writer: another process (the lock does not say which) holds the writer lock" in text, text
+            syncing = threading.Thread(target=mem.sync, daemon=True)
+            syncing.start()
+            end = time.monotonic() + 10
+            while not told and time.monotonic() < end:
+                time.sleep(0.01)
+        finally:
+            os.close(other)
+        syncing.join(20)
+        assert not syncing.is_alive()
+        location = mem.store.location
+    assert told[0] == f"waiting for another process (the lock does not say which) to finish writing {location}", told
+    assert not any("pid ?" in line for line in told + found.warnings)
+
+
+def test_a_state_folder_deleted_as_the_index_is_opened_is_named_and_the_next_try_rebuilds(
+        make_workspace, keyword_config, tmp_path: Path, monkeypatch):
+    # Before: `rm -rf` of the state folder between the index's folder being made and the file's
+    # first write made SQLite say "disk I/O error", printed as "(is the disk full, or a file size
+    # limit reached?)".  The removal is timed by hand: just before the index file's first write.
+    import shutil
+
+    import memdir.db
+    from memdir.errors import StoreError
+
+    ws = make_workspace(FILES)
+    (ws / "memdir.json").write_text(json.dumps(keyword_config))
+    state = tmp_path / "gone-state"
+    real = memdir.db.enable_wal
+    removed: list[str] = []
+
+    def enable_wal(conn, *args, **kwargs):
+        if not removed:
+            removed.append("yes")
+            shutil.rmtree(state)
+        return real(conn, *args, **kwargs)
+
+    monkeypatch.setattr(memdir.db, "enable_wal", enable_wal)
+    with Memory(ws, state_dir=state) as mem:
+        with pytest.raises(StoreError) as caught:
+            mem.search("Kafka")
+        message = str(caught.value)
+        assert removed and f"its folder {state / 'memory'} was removed while it was being opened" in message
+        assert "run the command again" in message and "disk I/O" not in message
+        assert [r.path for r in mem.search("Kafka").results] == ["MEMORY.md"]  # the next try builds it

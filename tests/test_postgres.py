@@ -500,3 +500,24 @@ def test_bench_backends_measures_both_backends_side_by_side(pg_url: str, run_cli
         assert "load average" in proc.stdout
     finally:
         pg_query(pg_url, 'DROP SCHEMA IF EXISTS "bench_300" CASCADE')
+
+
+@pytest.mark.parametrize("to", ["postgres", "sqlite"])
+def test_migrate_without_a_source_index_creates_nothing(pg: Backend, make_workspace, run_cli, state_dir: Path,
+                                                        to: str):
+    # Before: `memdir migrate --to postgres` of a workspace never indexed created an empty SQLite
+    # index (and copied its nothing into the database) and said "copied 0 files"; --to sqlite
+    # likewise left an empty index file behind.
+    ws = make_workspace({"memory/a.md": "the quokka ate lunch"})
+    env = {"MEMDIR_PROVIDER": "none", "MEMDIR_DATABASE_URL": pg.url, "MEMDIR_PG_SCHEMA": pg.schema}
+    if to == "sqlite":
+        env["MEMDIR_STORE_DRIVER"] = "postgres"
+    out = run_cli("migrate", "--to", to, "--json", "-w", str(ws), env=env)
+    assert out.returncode == 1, out.stdout
+    error = json.loads(out.stdout)["error"]["message"]
+    assert error.startswith("nothing to migrate: ") and "holds no index yet (run memdir index first)" in error, error
+    assert "Traceback" not in out.stderr
+    assert not list(state_dir.rglob("*.sqlite*")), list(state_dir.rglob("*"))
+    agents = pg_query(pg.url, "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s", (pg.schema,))
+    if agents[0][0]:
+        assert pg_query(pg.url, f'SELECT agent FROM "{pg.schema}".indexes') == []

@@ -125,3 +125,102 @@ def test_a_table_dropped_by_hand_is_named_with_what_to_do(pg: Backend, make_work
     pg_query(pg.url, f'DROP SCHEMA "{pg.schema}" CASCADE')  # as the message says: memdir starts over
     hits = json.loads(run_cli("search", "quokka", "--json", "-w", str(ws), env=env, check=True).stdout)
     assert [r["path"] for r in hits["results"]] == ["memory/a.md"]
+
+
+def _raised(fn: Callable[[], object]) -> BaseException | None:
+    try:
+        fn()
+    except BaseException as exc:  # handed back to the test
+        return exc
+    return None
+
+
+_HOLD_WRITER = """
+import json, sys, time
+from memdir.api import Memory
+mem = Memory(sys.argv[1], config=json.loads(sys.argv[2]), state_dir=sys.argv[3])
+lock = mem.store.writer_lock()
+assert lock.acquire(5)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_healing_waits_a_bounded_time_for_a_writer_that_never_finishes(pg: Backend, make_workspace, tmp_path: Path,
+                                                                        monkeypatch):
+    # Before: healing a damaged index waited for the writer lock without end: a search (or any
+    # open) of a damaged index hung for as long as another client held it, or a memdir writer was
+    # stopped with Ctrl-Z.  Now it gives up with one line naming the holder and what to do.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    import psycopg
+
+    import memdir.lock
+    import memdir.stores.pghealth
+    from memdir.lock import LockTimeout
+
+    monkeypatch.setattr(memdir.stores.pghealth, "RECOVER_LOCK_WAIT", 1.0, raising=False)
+    monkeypatch.setattr(memdir.lock, "STOPPED_WRITER_WAIT", 0.0)
+    ws = make_workspace({"memory/a.md": "the quokka ate lunch\n"})
+    config = pg.config({"memorySearch": {"provider": "none"}})
+    with Memory(ws, config=config, state_dir=tmp_path) as mem:
+        mem.sync()
+        key = mem.store.writer_lock().key
+
+    def open_damaged() -> BaseException | None:
+        meta_not_an_object(pg)
+        outcome: list[BaseException | None] = []
+
+        def run() -> None:
+            try:
+                with Memory(ws, config=config, state_dir=tmp_path) as opened:
+                    opened.search("quokka")
+                outcome.append(None)
+            except BaseException as exc:  # handed back to the test
+                outcome.append(exc)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join(30)
+        assert not t.is_alive(), "healing waited for the writer lock without end"
+        return outcome[0]
+
+    other = psycopg.connect(pg.url, autocommit=True)  # a client that is not memdir holds the lock
+    try:
+        other.execute("SELECT pg_advisory_lock(%s)", (key,))
+        backend = other.info.backend_pid
+        got = open_damaged()
+        assert isinstance(got, LockTimeout), got
+        assert "is damaged (the index metadata" in str(got) and "was not rebuilt" in str(got)
+        who = f"a PostgreSQL client that is not memdir (server backend pid {backend})"
+        assert f"{who} has held its writer lock for 1 s" in str(got)
+        assert "pid ?" not in str(got) and "\n" not in str(got)
+    finally:
+        other.close()
+
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_WRITER, str(ws), json.dumps(config), str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        os.kill(holder.pid, signal.SIGSTOP)  # a memdir writer of this host, stopped with Ctrl-Z
+        monkeypatch.setattr(memdir.stores.pghealth, "RECOVER_LOCK_WAIT", 60.0)  # given up on sooner: it is stopped
+        with Memory(ws, config=config, state_dir=tmp_path) as mem:  # a sync, too, gives up on it
+            syncing: list[BaseException | None] = []
+            t = threading.Thread(target=lambda: syncing.append(_raised(mem.sync)), daemon=True)
+            t.start()
+            t.join(30)
+            assert not t.is_alive(), "a sync waited for a stopped writer without end"
+            assert isinstance(syncing[0], LockTimeout) and f"kill -CONT {holder.pid}" in str(syncing[0]), syncing
+        got = open_damaged()
+        assert isinstance(got, LockTimeout), got
+        assert f"pid {holder.pid} holds the writer lock" in str(got) and f"kill -CONT {holder.pid}" in str(got)
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.kill()
+        holder.wait()
+    with Memory(ws, config=config, state_dir=tmp_path) as mem:  # the lock free again: healed
+        assert [r.path for r in mem.search("quokka").results] == ["memory/a.md"] and mem.recoveries

@@ -259,3 +259,55 @@ def test_list_transcripts_can_include_the_ones_set_aside(tmp_path: Path) -> None
     assert list_transcripts(tmp_path) == [live]
     assert [p.name for p in list_transcripts(tmp_path, archived=True)] == [
         "a.jsonl", "b.jsonl.reset.2026-01-16T14-30-05.123Z", "c.jsonl.deleted.2026-01-16T14-30-05.123Z"]
+
+
+_HOLD = "import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n" \
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n"
+
+
+def test_a_write_waiting_for_a_stopped_holder_of_the_store_gives_up_and_names_it(tmp_path: Path, monkeypatch):
+    # Before: a writer stopped (Ctrl-Z, SIGSTOP) or hung while it held sessions.json's lock or a
+    # transcript's made every later chat turn, hook and flush wait for ever, without a word.
+    import memdir.sessions.store
+    from memdir.lock import LockTimeout
+
+    monkeypatch.setattr(memdir.sessions.store, "SESSION_LOCK_WAIT", 0.3, raising=False)
+    store = SessionStore(tmp_path)
+    key = "agent:main:main"
+    store.append(key, message_record("user", "first"))
+    before = store.path.read_bytes()
+    transcript = store.transcript_path(store.get(key))
+    written = transcript.read_bytes()
+    for locked in (tmp_path / "sessions.json.lock", transcript):
+        holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(locked)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline() == "held\n"
+            os.kill(holder.pid, signal.SIGSTOP)
+            outcome: list[BaseException | None] = []
+
+            def write(locked: Path = locked, outcome: list[BaseException | None] = outcome) -> None:
+                try:
+                    if locked == transcript:
+                        store.append(key, message_record("user", "second"))
+                    else:
+                        store.rotate(key)
+                    outcome.append(None)
+                except BaseException as exc:
+                    outcome.append(exc)
+
+            writer = threading.Thread(target=write, daemon=True)
+            writer.start()
+            writer.join(10)
+            assert not writer.is_alive(), f"the write is still waiting for the lock of {locked}"
+            assert isinstance(outcome[0], LockTimeout), outcome
+            message = str(outcome[0])
+            assert str(locked) in message and "nothing was written" in message
+            assert f"pid {holder.pid} holds its lock but is stopped" in message
+            assert f"kill -CONT {holder.pid}" in message
+            assert store.path.read_bytes() == before and transcript.read_bytes() == written
+        finally:
+            os.kill(holder.pid, signal.SIGCONT)
+            holder.kill()
+            holder.wait()
+    store.append(key, message_record("user", "second"))  # the lock free again: written
+    assert [r.get("message", {}).get("content") for _, r in iter_records(transcript)][-2:] == ["first", "second"]

@@ -271,12 +271,15 @@ def parse_reply(resp: Any) -> ChatReply:
     and made every later request of the session invalid.  Now a reply the loop cannot use is a
     :class:`ChatError` naming the problem, and a usable one is normalised.
     """
-    try:
-        data = resp.json()
-    except ValueError:
-        kind = resp.headers.get("content-type", "no content type")
-        raise ChatError(f"chat API returned {resp.status_code} with a body that is not JSON ({kind}): "
-                        f"{' '.join(resp.text[:200].split())}") from None
+    kind = resp.headers.get("content-type", "no content type")
+    if kind.lower().startswith("text/event-stream") or resp.text.lstrip().startswith("data:"):
+        data = _streamed(resp.text)
+    else:
+        try:
+            data = resp.json()
+        except ValueError:
+            raise ChatError(f"chat API returned {resp.status_code} with a body that is not JSON ({kind}): "
+                            f"{' '.join(resp.text[:200].split())}") from None
     choices = data.get("choices") if isinstance(data, dict) else None
     first = choices[0] if isinstance(choices, list) and choices else None
     message = first.get("message") if isinstance(first, dict) else None
@@ -288,6 +291,65 @@ def parse_reply(resp: Any) -> ChatReply:
     # A reply cut inside a surrogate pair ("\\ud83d"): U+FFFD, so the transcript, the daily log
     # and the index can store it.
     return ChatReply(clean_text(_text_of(message.get("content"))), _tool_calls(message.get("tool_calls")), usage)
+
+
+def _streamed(body: str) -> dict[str, Any]:
+    """A reply sent as server-sent events, as the one JSON reply it stands for.
+
+    Why: a proxy or server that streams whatever is asked (``"stream": false`` is sent) answered
+    with ``data: {chunk}`` events, and every turn failed with "not JSON".  Each chunk's
+    ``choices[0].delta`` adds to the message (content pieces; tool calls by ``index``, their
+    arguments in pieces) up to ``data: [DONE]``; a chunk's ``usage`` is kept.  A stream that ends
+    before a finish reason or ``[DONE]`` was cut short: an error, never half a reply.
+    """
+    content: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    usage: Any = None
+    seen = finished = False
+    for line in body.splitlines():
+        if not line.startswith("data:"):
+            continue  # blank lines, comments (": keep-alive"), event:, id: and retry: fields
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            finished = True
+            break
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            raise ChatError(f"chat API streamed an event that is not JSON: {' '.join(payload[:200].split())}") from None
+        if not isinstance(chunk, dict):
+            continue
+        if chunk.get("error"):
+            raise ChatError(f"chat API streamed an error: {json.dumps(chunk['error'])[:300]}")
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        choices = chunk.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+        delta = first.get("delta")
+        if not isinstance(delta, dict):
+            continue
+        seen = True
+        finished = finished or bool(first.get("finish_reason"))
+        if isinstance(delta.get("content"), str):
+            content.append(delta["content"])
+        parts = delta.get("tool_calls")
+        for n, part in enumerate(parts if isinstance(parts, list) else []):
+            if not isinstance(part, dict):
+                continue
+            call = calls.setdefault(part["index"] if isinstance(part.get("index"), int) else n,
+                                    {"type": "function", "function": {"name": "", "arguments": ""}})
+            if isinstance(part.get("id"), str) and part["id"]:
+                call["id"] = part["id"]
+            fn = part.get("function") if isinstance(part.get("function"), dict) else {}
+            for key in ("name", "arguments"):
+                if isinstance(fn.get(key), str):
+                    call["function"][key] += fn[key]
+    if not seen:
+        raise ChatError(f"chat API streamed reply has no choices[0].delta: {' '.join(body[:300].split())}")
+    if not finished:
+        raise ChatError("chat API streamed reply was cut short (no finish reason, no data: [DONE]); nothing was kept")
+    message = {"role": "assistant", "content": "".join(content), "tool_calls": [calls[i] for i in sorted(calls)]}
+    return {"choices": [{"message": message}], "usage": usage}
 
 
 def _text_of(content: Any) -> str:

@@ -531,7 +531,13 @@ class Memory(IndexUpkeep):
         if to == current:
             raise MemdirError(f"this agent's index is already on {to} (store.driver); migrate copies it to the "
                               "other backend")
+        # Checked before anything is opened: opening a missing SQLite index (the source, or the
+        # target) creates an empty one, which a failed migrate used to leave behind.
+        if current != "postgres" and not self.index_path.exists():
+            raise MemdirError(f"nothing to migrate: {self.index_path} holds no index yet (run memdir index first)")
         source = self.store
+        if source.read_meta() is None:
+            raise MemdirError(f"nothing to migrate: {source.location} holds no index yet (run memdir index first)")
         target = open_store(self.settings, driver=to)
         try:
             owner = (target.read_meta() or {}).get("workspace")

@@ -14,6 +14,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -53,9 +54,23 @@ class _UsageExit(SystemExit):
         self.message = message
 
 
+#: A negative number, as a value on the command line (``-5``, ``-0.5``, ``-1e3``).
+_NEGATIVE = re.compile(r"-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose usage errors say what argparse says and exit as it does, with the
     message kept, so a run with ``--json`` can also print it as the failure object on stdout."""
+
+    def _parse_optional(self, arg_string: str) -> Any:
+        """A negative number is a value, never an option (unless it is one: ``-0``).
+
+        Why: search's ``-0`` (``--null``) made argparse take every negative number for an option,
+        so ``--max-results -5`` said "expected one argument" where ``--max-results=-5`` says what
+        is wrong with -5, and ``--min-score -0.5`` was read as ``-0`` given ``.5``."""
+        if _NEGATIVE.fullmatch(arg_string) and arg_string not in self._option_string_actions:
+            return None
+        return super()._parse_optional(arg_string)
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
@@ -529,14 +544,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         cache = st["cache"]
         lines.append(f"Embedding cache: {'enabled' if cache['enabled'] else 'disabled'} ({cache['entries']} entries)"
                      + (f" · cap {cache['maxEntries']}" if cache.get("maxEntries") else ""))
-        if st.get("writer"):
+        if st.get("writer") is not None:  # ({} when the lock does not say who holds it)
             w = st["writer"]
             host = f" on {w['host']}" if w.get("host") else ""
             from memdir.progress import counts
 
             far = (f" ({counts(w.get('done') or 0, w['total'], w.get('chunksDone') or 0, w.get('chunksPlanned') or 0)})"
                    if w.get("total") else "")
-            if w.get("stopped"):  # (it holds the lock, but nothing is indexed until it is resumed)
+            if w.get("pid") in (None, ""):
+                from memdir.lock import writer_words
+
+                lines.append(f"Writer: {writer_words(w)} holds the writer lock")
+            elif w.get("stopped"):  # (it holds the lock, but nothing is indexed until it is resumed)
                 from memdir.lock import resume_advice
 
                 lines.append(f"Writer: pid {w.get('pid')}{host} is stopped (Ctrl-Z or SIGSTOP) while indexing{far}: "

@@ -11,6 +11,7 @@ import errno
 import fcntl
 import json
 import os
+import socket
 import stat
 import threading
 import time
@@ -46,6 +47,10 @@ class LockTimeout(TimeoutError):
     """Another process holds the index's writer lock."""
 
 
+class WriterStopped(LockTimeout):
+    """The holder of the lock waited for is stopped (Ctrl-Z, SIGSTOP): the message says how to resume it."""
+
+
 class WriterLockLost(LockTimeout):
     """The lock file was deleted or replaced while held, and another process took the new one:
     the sync stops before its next write (what it committed stays)."""
@@ -70,6 +75,82 @@ def is_stopped(pid: object) -> bool:
 def resume_advice(pid: object) -> str:
     """What to do about a writer :func:`is_stopped` says is stopped."""
     return f"resume it with `kill -CONT {pid}` (or `fg` in its terminal) or end it"
+
+
+def flock_within(fd: int, seconds: float) -> bool:
+    """Take ``fd``'s exclusive ``flock``, waiting at most ``seconds``; ``False`` when the time is up.
+
+    Why not block: a holder stopped (Ctrl-Z, SIGSTOP) or hung made every later writer wait for
+    ever, without a word.  Why not poll: a waiter that sleeps between tries loses the lock to a
+    busy writer every time; the wait stays in the kernel's queue, in a helper thread on a
+    duplicate of ``fd`` (same open file, so the same lock), and is abandoned after the time is
+    up (a lock it takes later is let go as its descriptor closes).
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        pass
+    dup = os.dup(fd)
+    done, failed = threading.Event(), []
+
+    def wait() -> None:
+        try:
+            fcntl.flock(dup, fcntl.LOCK_EX)
+        except OSError as exc:
+            failed.append(exc)
+        finally:
+            os.close(dup)
+            done.set()
+
+    threading.Thread(target=wait, name="memdir-flock-wait", daemon=True).start()
+    if not done.wait(seconds):
+        return False
+    if failed:
+        raise failed[0]
+    return True
+
+
+def flock_holder(fd: int) -> int | None:
+    """The pid holding an ``flock`` on ``fd``'s file, from ``/proc/locks``; ``None`` when that
+    cannot be told (no ``/proc``, a holder in another pid namespace, released meanwhile)."""
+    try:
+        st = os.fstat(fd)
+        key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:2203701 0 EOF" (a waiter's line has "->")
+                parts = line.split()
+                if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == key and parts[4].isdigit():
+                    return int(parts[4]) or None
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def busy_holder(fd: int) -> str:
+    """Who keeps ``fd``'s file locked, and what to do about it, for an error message."""
+    pid = flock_holder(fd)
+    if pid is None:
+        return "another process holds its lock (is it stopped, with Ctrl-Z or SIGSTOP, or hung?)"
+    if is_stopped(pid):
+        return f"pid {pid} holds its lock but is stopped (Ctrl-Z or SIGSTOP): {resume_advice(pid)}"
+    return f"pid {pid} holds its lock (is it hung? end it if it does not finish)"
+
+
+def writer_words(holder: dict[str, Any] | None) -> str:
+    """Who holds a writer lock, for messages: ``another memdir process (pid 123)`` (``on host h``
+    for another host's).  A lock that does not say who (a holder killed between taking and
+    stamping it, a database lock taken by a client other than memdir) is named as such rather
+    than as "pid ?"."""
+    holder = holder or {}
+    pid, host = holder.get("pid"), holder.get("host")
+    if pid not in (None, ""):
+        where = f" on host {host}" if host and host != socket.gethostname() else ""
+        return f"another memdir process (pid {pid}{where})"
+    if holder.get("backendPid"):
+        return f"a PostgreSQL client that is not memdir (server backend pid {holder['backendPid']})"
+    return "another process (the lock does not say which)"
 
 
 def _give_to_folder_owner(fd: int, folder: Path) -> None:
@@ -107,6 +188,14 @@ class _Lock(Protocol):
     def holder(self) -> dict[str, Any] | None: ...
 
 
+def holder_of(lock: _Lock) -> dict[str, Any]:
+    """``lock.holder()``, ``{}`` when nobody or it cannot be told."""
+    try:
+        return lock.holder() or {}
+    except Exception:  # (a database lock's holder is a query; the wait goes on without it)
+        return {}
+
+
 def wait_for_writer(lock: _Lock, timeout: float | None, location: str, *,
                     between: Callable[[], None] | None = None) -> None:
     """Take ``lock``, waiting up to ``timeout`` seconds (``None``: as long as its holder runs), in
@@ -127,13 +216,10 @@ def wait_for_writer(lock: _Lock, timeout: float | None, location: str, *,
             raise LockTimeout(f"another process is writing {location}")
         if now >= look_at and not lock.held_here():  # (about once a second)
             look_at = now + 1.0
-            try:
-                holder = lock.holder() or {}
-            except Exception:  # (a database lock's holder is a query; the wait goes on without it)
-                holder = {}
+            holder = holder_of(lock)
             stopped_since = (now if stopped_since is None else stopped_since) if holder.get("stopped") else None
             if stopped_since is not None and now - stopped_since >= STOPPED_WRITER_WAIT:
-                raise LockTimeout(f"pid {holder['pid']} holds the writer lock of {location} but is stopped (Ctrl-Z "
+                raise WriterStopped(f"pid {holder['pid']} holds the writer lock of {location} but is stopped (Ctrl-Z "
                                   f"or SIGSTOP), so it cannot finish: {resume_advice(holder['pid'])}, then try again")
 
 

@@ -26,10 +26,10 @@ import os
 import re
 import secrets
 import stat
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from memdir.lock import busy_holder, flock_within
 from memdir.workspace import MEMORY_DIR
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.md$")
@@ -135,37 +135,12 @@ APPEND_LOCK_WAIT = 30.0
 
 
 def _lock_for_append(fd: int, name: str) -> None:
-    """Take the file's exclusive ``flock``, waiting at most :data:`APPEND_LOCK_WAIT` seconds.
-
-    Why not block: a holder stopped mid-append made every later ``memdir append`` and
-    ``memory_append`` wait for ever, without a word.  Why not poll: a waiter that sleeps between
-    tries loses the lock to a busy appender every time; the wait stays in the kernel's queue, in a
-    helper thread on a duplicate of ``fd`` (same open file, so the same lock), and is abandoned
-    after the time is up (a lock it takes later is let go as its descriptor closes).
-    """
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return
-    except BlockingIOError:
-        pass
-    dup = os.dup(fd)
-    done, failed = threading.Event(), []
-
-    def wait() -> None:
-        try:
-            fcntl.flock(dup, fcntl.LOCK_EX)
-        except OSError as exc:
-            failed.append(exc)
-        finally:
-            os.close(dup)
-            done.set()
-
-    threading.Thread(target=wait, name="memdir-append-lock", daemon=True).start()
-    if not done.wait(APPEND_LOCK_WAIT):
-        raise MemoryFileError(f"cannot append to {MEMORY_DIR}/{name}: another process has held its lock for "
-                              f"{APPEND_LOCK_WAIT:g} s (is it stopped, with Ctrl-Z or SIGSTOP?); nothing was written")
-    if failed:
-        raise failed[0]
+    """Take the file's exclusive ``flock``, waiting at most :data:`APPEND_LOCK_WAIT` seconds
+    (:func:`memdir.lock.flock_within`): a holder stopped mid-append made every later
+    ``memdir append`` and ``memory_append`` wait for ever, without a word."""
+    if not flock_within(fd, APPEND_LOCK_WAIT):
+        raise MemoryFileError(f"cannot append to {MEMORY_DIR}/{name}: the file has been locked for "
+                              f"{APPEND_LOCK_WAIT:g} s: {busy_holder(fd)}; nothing was written")
 
 
 def _undo_append(fd: int, size: int) -> None:

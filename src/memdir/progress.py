@@ -108,7 +108,8 @@ def describe_progress(p: dict[str, Any]) -> str:
     total = p.get("total")
     where = (counts(p.get("done") or 0, total, p.get("chunksDone") or 0, p.get("chunksPlanned") or 0)
              if total else "listing files")
-    return f"pid {p.get('pid', '?')}, {where}"
+    pid = p.get("pid")
+    return f"pid {pid}, {where}" if pid not in (None, "") else where  # (a lock that does not say who: no "pid ?")
 
 
 #: Seconds between the lines ``memdir index`` prints on a stderr that is not a terminal;

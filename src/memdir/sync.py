@@ -19,7 +19,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
 from memdir.errors import IndexOwnershipError, MemoryClosed, ownership_message
 from memdir.indexing_switches import INDEXING
-from memdir.lock import LockTimeout, WriterLockLost, resume_advice, wait_for_writer
+from memdir.lock import LockTimeout, WriterLockLost, resume_advice, wait_for_writer, writer_words
 from memdir.progress import ProgressFile
 from memdir.reading import read_note
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
@@ -375,6 +375,8 @@ class Indexer:
         self._skipped: list[Skipped] = []
         #: What the last listing could not look at (see :attr:`memdir.workspace.Discovery.unlisted`).
         self._unlisted: list[str] = []
+        #: Listed files the running sync could not read (``(path, source)``; see :meth:`_carry_over`).
+        self._unread: set[tuple[str, str]] = set()
         #: Width of the vectors in the index being written (its meta's, else the first written).
         self._width: int | None = None
         #: A full build whose provider has not told its width yet: ask it once (see _learn_width).
@@ -487,8 +489,7 @@ class Indexer:
             holder = self.lock.holder() or {}
             stopped = (f"; it is stopped (Ctrl-Z or SIGSTOP): {resume_advice(holder['pid'])}"
                        if holder.get("stopped") else "")
-            self.notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish "
-                        f"writing {self.store.location}{stopped}")
+            self.notice(f"waiting for {writer_words(holder)} to finish writing {self.store.location}{stopped}")
         if lock_timeout == 0:
             raise LockTimeout(f"another process is writing {self.store.location}")
         # (a watcher stopped or a Memory closed meanwhile stops waiting: Ctrl-C on `memdir watch`
@@ -623,6 +624,7 @@ class Indexer:
         self._failed = None
         self._uncounted = False
         self._deadline = deadline
+        self._unread = set()
         files, _ = self.list_files()
         report.scanned = len(files)
         rows = {} if everything else store.file_rows()
@@ -677,6 +679,7 @@ class Indexer:
                     doc = self.load(f) if loaded is None else loaded.doc
                 except Exception as exc:  # one unreadable file never blocks the rest; retried next sync
                     report.skipped.append(Skipped(f.path, _why(exc)).as_dict())
+                    self._unread.add((f.path, f.source))
                     continue
                 if doc is None:
                     continue
@@ -1003,6 +1006,7 @@ class Indexer:
                 self.progress_file.before_write = None
                 self.progress_file.min_interval = interval
             report.full = True
+            self._carry_over(fresh, report)
             ident = self.identity()
             if self.provider is not None and self.provider.dims:
                 ident["vectorDims"] = self.provider.dims
@@ -1011,3 +1015,34 @@ class Indexer:
                 fresh.write_meta({**ident, "builtAt": int(time.time() * 1000)})
                 fresh.cache_prune(ms.cache.max_entries if ms.cache.enabled else None)
         return report
+
+    def _carry_over(self, fresh: Store, report: SyncReport) -> None:
+        """Copy into a full rebuild the live index's rows of the files it could not look at now:
+        those below a folder that could not be listed, and those that could not be read.
+
+        Why: an incremental sync keeps them, but a rebuild (``memdir index --force``, a changed
+        model) started from nothing, so a transient permission problem made notes vanish from
+        search.  Their stamp is cleared (hash, mtime and size): the first sync that can read them
+        indexes them anew, in the new build's chunking and model.  A vector is kept only when it
+        is of this build's model and width; otherwise the chunk is found by its keywords until then.
+        """
+        keep = {key for key in self.store.file_rows()
+                if key in self._unread or (key[1] == "memory" and is_unlisted(key[0], self._unlisted))}
+        if not keep:
+            return
+        model, dims = self.model_name, (self.provider.dims if self.provider is not None else None)
+
+        def fits(c: ChunkRow) -> bool:
+            return c.embedding is not None and c.model == model and bool(dims) and len(c.embedding) == dims * c.windows
+
+        kept = []
+        self._still_writer()
+        with fresh.transaction():
+            for path, source, _hash, _mtime, _size, chunks in self.store.export_files(only=keep):
+                rows = [c if fits(c) else replace(c, embedding=None, windows=1) for c in chunks]
+                fresh.replace_file(path, source, "", 0, 0, rows)
+                kept.append(path)
+        if kept:
+            report.warnings.append(
+                f"kept what the previous index held of {len(kept)} file(s) that could not be read now "
+                f"({', '.join(kept[:5])}{', …' if len(kept) > 5 else ''}): they are indexed anew once readable")

@@ -186,7 +186,7 @@ class IndexUpkeep:
         holder = lock.holder() or {}
         progress = read_progress(self.index_path) or {}
         if progress.get("pid") != holder.get("pid") or progress.get("workspace") != str(self.workspace):
-            progress = {"pid": holder.get("pid", "?")}
+            progress = {"pid": holder.get("pid")}
         partial = None
         if progress.get("temp"):
             try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -34,6 +33,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from memdir.atomic_write import replace_file
+from memdir.lock import LockTimeout, busy_holder, flock_within
 from memdir.reading import NotRegularFile, kind_of
 from memdir.tools import chat_type_from_session_key, parse_session_key
 from memdir.workspace import is_transcript_name
@@ -121,7 +121,7 @@ def append_record(path: str | os.PathLike[str], record: Mapping[str, Any]) -> No
         line = json.dumps(record, separators=(",", ":")).encode("ascii") + b"\n"
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _lock_within(fd, path)
         size = os.fstat(fd).st_size
         if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line
@@ -220,11 +220,26 @@ def list_transcripts(sessions_dir: str | os.PathLike[str], *, archived: bool = F
 # --- the store ------------------------------------------------------------------------------
 
 
+#: How long a write to the sessions store waits for another process's lock (on ``sessions.json``
+#: or a transcript): writers hold it for one small write, so only a stopped or hung one this long.
+SESSION_LOCK_WAIT = 30.0
+
+
+def _lock_within(fd: int, path: str | os.PathLike[str]) -> None:
+    """Take ``fd``'s exclusive ``flock`` within :data:`SESSION_LOCK_WAIT` seconds.
+
+    Why: a holder stopped (Ctrl-Z, SIGSTOP) or hung made every later ``memdir chat``, hook and
+    flush wait for ever, without a word; now it names the holder and what to do."""
+    if not flock_within(fd, SESSION_LOCK_WAIT):
+        raise LockTimeout(f"cannot write the sessions store: {path} has been locked for {SESSION_LOCK_WAIT:g} s: "
+                          f"{busy_holder(fd)}; nothing was written (try again)")
+
+
 @contextlib.contextmanager
 def _locked(lock_path: Path) -> Iterator[None]:
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _lock_within(fd, lock_path)
         yield
     finally:
         os.close(fd)

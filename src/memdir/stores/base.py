@@ -39,7 +39,7 @@ The contract every backend keeps:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -251,8 +251,10 @@ class Store(Protocol):
         ...
 
     # -- export (``memdir migrate`` copies an index between backends) ---------------------------
-    def export_files(self) -> Iterator[tuple[str, str, str, int, int, list[ChunkRow]]]:
-        """Every indexed file as ``(path, source, hash, mtime_ns, size, chunks with their vectors)``."""
+    def export_files(self, only: Collection[tuple[str, str]] | None = None,
+                     ) -> Iterator[tuple[str, str, str, int, int, list[ChunkRow]]]:
+        """Every indexed file (or those of ``only``, ``(path, source)`` keys) as
+        ``(path, source, hash, mtime_ns, size, chunks with their vectors)``."""
         ...
 
     def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:

@@ -10,7 +10,7 @@ feeds ``memdir migrate``: every file with its chunks and vectors, and the cache 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -85,13 +85,17 @@ class PgCache:
             return int(c.execute("SELECT count(*) FROM embedding_cache").fetchone()[0])
 
     # -- export (migrate between backends) ---------------------------------------------------
-    def export_files(self) -> Iterator[tuple[str, str, str, int, int, list[ChunkRow]]]:
-        """Every file row with its chunks and vectors, for copying an index to another store."""
+    def export_files(self, only: Collection[tuple[str, str]] | None = None,
+                     ) -> Iterator[tuple[str, str, str, int, int, list[ChunkRow]]]:
+        """Every file row (or those of ``only``) with its chunks and vectors, for copying an index
+        to another store, or a file's rows into a rebuild."""
         scope, args = self._scope()
         with self._conn() as c:
             files = c.execute(f"SELECT path, source, hash, mtime, size FROM files WHERE index_id = {scope} "
                               "ORDER BY source, path", args).fetchall()
             ix = self._index_id(c, create=False)
+        if only is not None:
+            files = [f for f in files if (f[0], f[1]) in only]
         for path, source, fhash, mtime, size in files:
             with self._conn() as c:
                 rows = c.execute(

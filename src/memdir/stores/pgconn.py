@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from memdir.errors import StoreError
+from memdir.lock import is_stopped
 from memdir.stores.pgschema import TABLES, lock_key, migrate, set_search_path
 
 EXTRA_HINT = "PostgreSQL support needs the postgres extra: pip install 'memdir[postgres]'"
@@ -346,6 +347,9 @@ class AdvisoryWriterLock:
         if name and name.startswith("memdir writer "):
             pid, _, host = name[len("memdir writer "):].partition("@")
             out.update({"pid": int(pid) if pid.isdigit() else pid, "host": host})
+            # (a writer of this host stopped with Ctrl-Z never lets go: waits give up on it and say so)
+            if host == socket.gethostname() and is_stopped(out["pid"]):
+                out["stopped"] = True
         return out
 
     def __enter__(self) -> AdvisoryWriterLock:

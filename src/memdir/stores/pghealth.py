@@ -23,11 +23,18 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from memdir.errors import IndexDamaged, StoreError
+from memdir.lock import LockTimeout, WriterStopped, holder_of, wait_for_writer, writer_words
 from memdir.stores.base import RECOVERED_STATE
 from memdir.stores.pgschema import TABLES  # one of them missing is damage no rebuild can mend
 
 if TYPE_CHECKING:
     from memdir.stores.pgconn import AdvisoryWriterLock, Database
+
+#: How long healing waits for another writer (seconds): one holding the lock that long is a long
+#: rebuild (which replaces the damaged generation anyway), or stopped or hung; a search that met the
+#: damage used to wait for it for ever.  A stopped holder on this host is given up on sooner
+#: (:func:`memdir.lock.wait_for_writer`).
+RECOVER_LOCK_WAIT = 60.0
 
 #: data_corrupted, index_corrupted (a damaged page or index), undefined_table (a table dropped by hand).
 DAMAGE_SQLSTATES = ("XX001", "XX002", "42P01")
@@ -137,10 +144,14 @@ class PgHealth:
         lock = self.writer_lock()
         if not lock.acquire(0):
             if notice is not None:
-                holder = lock.holder() or {}
-                notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish writing "
-                       f"{self.location}")
-            lock.acquire()
+                notice(f"waiting for {writer_words(lock.holder())} to finish writing {self.location}")
+            try:
+                wait_for_writer(lock, RECOVER_LOCK_WAIT, self.location)
+            except LockTimeout as exc:
+                why = (str(exc) if isinstance(exc, WriterStopped) else
+                       f"{writer_words(holder_of(lock))} has held its writer lock for {RECOVER_LOCK_WAIT:g} s")
+                raise LockTimeout(f"the index {self.location} is damaged ({problem}) and was not rebuilt: {why}; "
+                                  "try again when it is done (its next sync rebuilds it)") from exc
         try:
             confirmed = self.check(thorough=True)
             if confirmed is None:

@@ -24,7 +24,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -1246,10 +1246,13 @@ class SqliteStore(SqliteLifecycle):
     def optimize(self) -> None:
         """Nothing to do: SQLite's indexes are maintained as rows are written."""
 
-    def export_files(self) -> Iterator[tuple[str, str, str, int, int, list[ChunkRow]]]:
+    def export_files(self, only: Collection[tuple[str, str]] | None = None,
+                     ) -> Iterator[tuple[str, str, str, int, int, list[ChunkRow]]]:
         with self.lock:
             files = self.conn.execute(
                 "SELECT path, source, hash, mtime, size FROM files ORDER BY source, path").fetchall()
+        if only is not None:
+            files = [f for f in files if (f[0], f[1]) in only]
         # a chunk of several windows stores them concatenated: its window count is its length over the
         # index's width (from the identity, else the shortest stored vector, which is one window)
         dims = int((self.read_meta() or {}).get("vectorDims") or 0)

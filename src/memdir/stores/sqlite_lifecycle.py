@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from memdir import db
 from memdir.errors import StoreError
-from memdir.lock import FileWriterLock, wait_for_writer
+from memdir.lock import FileWriterLock, wait_for_writer, writer_words
 from memdir.stores import sqlite_health as health
 from memdir.stores.base import RECOVERED_STATE
 
@@ -110,7 +110,7 @@ class SqliteLifecycle:
                     raise health.IndexDamaged(health.first_line(exc)) from exc
                 readable = health.is_readonly_error(exc) or (existed and health.is_unwritable_error(exc))
                 if not (readable and self.path.is_file()):
-                    raise StoreError(f"cannot open the index {self.path}: {health.first_line(exc)}") from exc
+                    raise StoreError(f"cannot open the index {self.path}: {self._why_not(exc)}") from exc
                 self.readonly = True
                 self.readonly_reason = health.first_line(exc)
                 self.readonly_for_space = not health.is_readonly_error(exc)
@@ -120,7 +120,7 @@ class SqliteLifecycle:
             except Exception as exc:
                 if health.is_damage_error(exc):
                     raise health.IndexDamaged(health.first_line(exc)) from exc
-                raise StoreError(f"cannot open the index {self.path}: {health.first_line(exc)}") from exc
+                raise StoreError(f"cannot open the index {self.path}: {self._why_not(exc)}") from exc
         self.conn = conn
         self._identity = health.file_identity(self.path)
         if not self.readonly:
@@ -135,6 +135,17 @@ class SqliteLifecycle:
                 if not health.is_readonly_error(exc):
                     raise
                 self.readonly, self.readonly_reason = True, health.first_line(exc)
+
+    def _why_not(self, exc: BaseException) -> str:
+        """Why the index could not be opened, in words.
+
+        Why: a state folder deleted (``rm -rf``) just as a command opened its index made SQLite
+        say "disk I/O error" or "unable to open database file", which read as a full disk."""
+        if not self.path.parent.is_dir():
+            return (f"its folder {self.path.parent} was removed while it was being opened (was memdir's state "
+                    "folder deleted?); nothing is lost: run the command again, and the index is rebuilt from "
+                    "the Markdown files")
+        return health.first_line(exc)
 
     # -- health ------------------------------------------------------------------------------
     def is_damage(self, exc: BaseException) -> bool:
@@ -250,7 +261,7 @@ def recover_path(path: Path, problem: str, factory: Callable[[Path], Any], *, no
     if not lock.acquire(0):
         if notice is not None:
             holder = lock.holder() or {}
-            notice(f"waiting for another memdir process (pid {holder.get('pid', '?')}) to finish writing {path}")
+            notice(f"waiting for {writer_words(holder)} to finish writing {path}")
         wait_for_writer(lock, None, str(path))  # (not for ever for one that is stopped)
     try:
         if identity is not None and health.file_identity(path) != identity:

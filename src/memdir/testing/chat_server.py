@@ -6,7 +6,9 @@ request body goes to ``responder(body)``, which returns ``{"content": ..., "tool
 reply) or ``{"status": 500, "error": "..."}``, or ``{"raw": body}`` to send ``body`` (JSON, or
 bytes) exactly as given, with ``"rawStatus"`` (default 200) and ``"rawHeaders"``: a model API
 misbehaving.  Every
-request is recorded in ``.requests``.
+request is recorded in ``.requests``.  With ``sse=True`` every reply is sent as server-sent
+events (``text/event-stream``, the content and tool calls in pieces, ``data: [DONE]`` last), as a
+proxy that forces streaming does, whatever the request's ``"stream"`` says.
 
 ``FactKeeperModel`` is a deterministic stand-in for an LLM that follows memdir's protocols: it
 answers the pre-compaction flush by reading today's log and appending the facts the user asked
@@ -41,9 +43,10 @@ def _chars(messages: Iterable[dict[str, Any]]) -> int:
 class ScriptedChatServer:
     """Threaded loopback HTTP server speaking the chat-completions protocol."""
 
-    def __init__(self, responder: Responder, *, api_key: str | None = None):
+    def __init__(self, responder: Responder, *, api_key: str | None = None, sse: bool = False):
         self.responder = responder
         self.api_key = api_key
+        self.sse = sse
         self.requests: list[dict[str, Any]] = []
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -58,6 +61,15 @@ class ScriptedChatServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 status, payload = server._handle(self.path, dict(self.headers), body)
+                if server.sse and status == 200 and isinstance(payload, dict):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Cache-Control", "no-cache")
+                    self.end_headers()  # no length: the body ends as the connection closes (HTTP/1.0)
+                    for event in sse_events(payload):
+                        self.wfile.write(event)
+                        self.wfile.flush()
+                    return
                 data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -124,6 +136,33 @@ class ScriptedChatServer:
             "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
             "usage": usage,
         }
+
+
+def sse_events(reply: dict[str, Any], piece: int = 7) -> list[bytes]:
+    """A chat completion as the server-sent events a streaming server sends: a role chunk, the
+    content and each tool call's arguments in ``piece``-character deltas, the finish reason, the
+    usage (as ``stream_options.include_usage`` asks), then ``data: [DONE]``."""
+    head = {k: reply.get(k) for k in ("id", "model")} | {"object": "chat.completion.chunk"}
+    choice = (reply.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    content = message.get("content") or ""
+    chunks += [chunk({"content": content[i:i + piece]}) for i in range(0, len(content), piece)]
+    for n, call in enumerate(message.get("tool_calls") or []):
+        fn = call["function"]
+        chunks.append(chunk({"tool_calls": [{"index": n, "id": call["id"], "type": "function",
+                                             "function": {"name": fn["name"], "arguments": ""}}]}))
+        args = fn["arguments"]
+        chunks += [chunk({"tool_calls": [{"index": n, "function": {"arguments": args[i:i + piece]}}]})
+                   for i in range(0, len(args), piece)]
+    chunks.append(chunk({}, choice.get("finish_reason") or "stop"))
+    if reply.get("usage"):
+        chunks.append({**head, "choices": [], "usage": reply["usage"]})
+    return [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
 
 
 class ScriptQueue:
