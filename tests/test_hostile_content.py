@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 
 from conftest import parse_json
+from memdir import Memory
 
 
 def _index_counts(index: Path) -> tuple[int, int]:
@@ -90,3 +91,43 @@ def test_a_note_with_classic_mac_line_ends_has_lines(make_workspace, run_cli, tm
                              "-w", str(ws)))
     assert got["text"] == "the okapi sleeps at noon"
     assert (ws / "memory" / "mac.md").read_bytes() == raw  # read as lines, never rewritten
+
+
+def test_a_bom_before_a_dated_heading_still_dates_its_lines(make_workspace, keyword_config):
+    """A UTF-8 byte order mark (Windows editors write one) was read as text: line 1's heading
+    ``\\ufeff## 2024-03-02`` was no heading, so the day's notes were undated and a question
+    naming the day did not prefer them; the snippet began with the invisible mark."""
+    ws = make_workspace()
+    raw = b"\xef\xbb\xbf## 2024-03-02\nthe okapi vet visit\n\n## 2024-04-09\nthe okapi ate hay\n"
+    note = ws / "memory" / "pets.md"
+    note.parent.mkdir()
+    note.write_bytes(raw)
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        found = mem.search("okapi on 2024-03-02", explain=True).results
+        assert [(r.start_line, r.end_line) for r in found][:1] == [(1, 3)], found
+        assert found[0].explain["inPeriod"] is True and found[0].snippet.startswith("## 2024-03-02"), found[0]
+        assert mem.get("memory/pets.md", from_line=1, lines=1).text == "## 2024-03-02"
+    assert note.read_bytes() == raw
+
+
+def test_a_utf16_note_is_found_cited_and_appended_to_in_utf16(make_workspace, keyword_config):
+    """Windows PowerShell's ``>`` and Notepad's "Unicode" save write UTF-16 with a byte order
+    mark.  Read as UTF-8 its words were letters between NULs that no search found; an append
+    wrote UTF-8 into it, which the user's editor then showed as garbage."""
+    ws = make_workspace()
+    log = ws / "memory" / "2026-03-04.md"
+    log.parent.mkdir()
+    raw = "\ufeff# Standup\r\nthe wombat deploy moved to Friday\r\n".encode("utf-16-le")
+    log.write_bytes(raw)
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        found = mem.search("wombat deploy").results
+        assert [(r.path, r.start_line, r.end_line) for r in found] == [("memory/2026-03-04.md", 1, 3)]
+        assert "the wombat deploy moved to Friday" in found[0].snippet
+        assert mem.get("memory/2026-03-04.md", from_line=2, lines=1).text == "the wombat deploy moved to Friday\r"
+        assert mem.append_daily("caf\u00e9 numbat \U0001f993", date="2026-03-04") == "memory/2026-03-04.md"
+        assert log.read_bytes().startswith(raw)  # appended, never rewritten
+        assert log.read_bytes().decode("utf-16") == ("# Standup\r\nthe wombat deploy moved to Friday\r\n"
+                                                     "caf\u00e9 numbat \U0001f993\n")
+        assert [r.path for r in mem.search("numbat").results] == ["memory/2026-03-04.md"]
