@@ -7,6 +7,7 @@ removed), so ``NEAR``, ``*``, ``-``, ``OR`` or unbalanced parentheses are just w
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 from memdir.stemming import query_languages, query_stems
@@ -26,6 +27,16 @@ _KO_PARTICLES = sorted(
     key=len,
     reverse=True,
 )
+
+
+def normalise_query(query: str) -> str:
+    """A question stripped and in Unicode NFC, the form editors save notes in.
+
+    A question typed or pasted decomposed (NFD: macOS file names, some PDFs) had its accents as
+    separate combining marks, which split its words (``résumé`` became ``re`` and ``sume``) and
+    found no note.  ASCII text is returned as it is, at no cost."""
+    text = query.strip()
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
 
 
 def build_fts_query(raw: str) -> str | None:

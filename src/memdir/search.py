@@ -39,7 +39,7 @@ from memdir import ranking
 from memdir.dates import GRACE_DAYS, Period, file_date, query_periods
 from memdir.embeddings.base import EmbeddingProvider, is_zero
 from memdir.indexing_switches import INDEXING
-from memdir.query import extract_keywords, keyword_terms
+from memdir.query import extract_keywords, keyword_terms, normalise_query
 from memdir.ranking import Candidate, Tuning, apply_decay, memory_timestamp, mmr_rerank, model_weights, rrf_scores
 from memdir.settings_cache import candidate_count
 from memdir.stores.base import Hit, Store
@@ -214,7 +214,7 @@ def run_search(
     """``vector_dims``: the width of the index's vectors; a query vector of another width (the
     provider's model changed behind its name) is not compared with them: keywords answer."""
     tune = tuning or ranking.TUNING
-    cleaned = (query or "").strip()
+    cleaned = normalise_query(query or "")
     qcfg = cfg.query
     hybrid = qcfg.hybrid
     max_n = qcfg.max_results if max_results is None else max(0, int(max_results))
