@@ -12,6 +12,7 @@ from pathlib import Path
 
 from conftest import parse_json
 from memdir import Memory
+from memdir.tools import clamp_results_by_chars
 
 
 def _index_counts(index: Path) -> tuple[int, int]:
@@ -131,3 +132,19 @@ def test_a_utf16_note_is_found_cited_and_appended_to_in_utf16(make_workspace, ke
         assert log.read_bytes().decode("utf-16") == ("# Standup\r\nthe wombat deploy moved to Friday\r\n"
                                                      "caf\u00e9 numbat \U0001f993\n")
         assert [r.path for r in mem.search("numbat").results] == ["memory/2026-03-04.md"]
+
+
+def test_a_cut_snippet_never_splits_what_a_reader_sees_as_one_character(make_workspace, keyword_config):
+    """A snippet was cut at 700 code points wherever they fell: inside a family emoji (its
+    snippet ended in a zero-width joiner), between a skin tone and its hand, or between a
+    letter and its accent."""
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
+    notes = {"memory/family.md": "x" * 697 + family + " kiwi\n",
+             "memory/wave.md": "y" * 699 + "\U0001f44b\U0001f3fd quokka\n",
+             "memory/accent.md": "z" * 699 + "e\u0301 numbat\n"}
+    ws = make_workspace(notes)
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        snippets = {word: mem.search(word).results[0].snippet for word in ("kiwi", "quokka", "numbat")}
+    assert snippets == {"kiwi": "x" * 697, "quokka": "y" * 699, "numbat": "z" * 699}
+    assert clamp_results_by_chars([{"snippet": "x" * 697 + family}], 699) == [{"snippet": "x" * 697}]

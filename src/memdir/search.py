@@ -43,6 +43,7 @@ from memdir.query import extract_keywords, keyword_terms, normalise_query
 from memdir.ranking import Candidate, Tuning, apply_decay, memory_timestamp, mmr_rerank, model_weights, rrf_scores
 from memdir.settings_cache import candidate_count
 from memdir.stores.base import Hit, Store
+from memdir.textutil import cut_text
 from memdir.timezones import resolve_timezone
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ class SearchResponse:
 
 
 def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
-    return text if len(text) <= limit else text[:limit]
+    return cut_text(text, limit)
 
 
 _embed_pool: ThreadPoolExecutor | None = None
