@@ -7,7 +7,7 @@ import unicodedata
 import pytest
 
 from memdir import Memory
-from memdir.query import build_fts_query, extract_keywords, keyword_match_expression
+from memdir.query import build_fts_query, extract_keywords, keyword_match_expression, keyword_terms
 
 
 @pytest.mark.parametrize("raw,expected", [
@@ -84,3 +84,15 @@ def test_a_decomposed_question_finds_its_composed_note(make_workspace, keyword_c
             nfd = unicodedata.normalize("NFD", word)
             assert nfd != word
             assert [r.path for r in mem.search(nfd).results] == [path], word
+
+
+def test_a_question_with_a_turkish_capital_i_keeps_its_word_whole(make_workspace, keyword_config):
+    """Python lowers ``İ`` to ``i`` plus a combining dot, which split ``İstanbul`` into ``i`` and
+    ``stanbul``: the note saying "istanbul" was missed and one saying "stanbul" ranked first."""
+    assert keyword_terms("İstanbul İZMİR") == ["istanbul", "izmir"]
+    ws = make_workspace({"memory/trip.md": "# Trip\nmeeting in İstanbul on Friday\n",
+                         "memory/food.md": "# Food\nistanbul kebab place\n",
+                         "memory/odd.md": "# Odd\nthe stanbul typo\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        assert sorted(r.path for r in mem.search("İstanbul").results) == ["memory/food.md", "memory/trip.md"]

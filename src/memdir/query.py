@@ -39,6 +39,14 @@ def normalise_query(query: str) -> str:
     return text if text.isascii() else unicodedata.normalize("NFC", text)
 
 
+def lower(text: str) -> str:
+    """``text`` in lower case as FTS5 folds it: Python lowers the Turkish ``İ`` to ``i`` plus a
+    combining dot, which then split the word (``İstanbul`` searched for ``i`` and ``stanbul`` and
+    missed every note saying Istanbul)."""
+    low = text.lower()
+    return low.replace("i\u0307", "i") if "\u0307" in low else low
+
+
 def build_fts_query(raw: str) -> str | None:
     """OpenClaw's ``buildFtsQuery``: every ``[\\p{L}\\p{N}_]+`` run quoted, joined with AND."""
     tokens = [t.replace('"', "") for t in word_runs(raw)]
@@ -71,7 +79,7 @@ def _korean_tokens(segment: str) -> list[str]:
 def extract_keywords(query: str) -> list[str]:
     """Content words of a question, stop words dropped, CJK split as R§9 (order kept, deduped)."""
     tokens: list[str] = []
-    for segment in split_words(query.strip().lower()):
+    for segment in split_words(lower(query.strip())):
         if segment.isascii():
             tokens.append(segment)
         elif _KANA.search(segment):
@@ -125,7 +133,7 @@ def id_terms(query: str) -> list[str]:
     would vanish; kept as the phrase ``qx 1773`` it matches the identifier exactly.
     """
     out: list[str] = []
-    for m in _ID_TOKEN.finditer(query.lower()):
+    for m in _ID_TOKEN.finditer(lower(query)):
         tok = m.group(0)
         if any(ch.isdigit() for ch in tok) and any(ch.isalpha() for ch in tok) and tok.isascii():
             phrase = " ".join(word_runs(tok))
@@ -169,7 +177,7 @@ def keyword_terms(query: str) -> list[str]:
     ids = id_terms(query) if ID_PHRASES else []
     numbers = number_terms(query) if NUMBERS else []
     if not keywords and not ids and not numbers:
-        keywords = [t.lower() for t in word_runs(query) if t.replace('"', "")]
+        keywords = [lower(t) for t in word_runs(query) if t.replace('"', "")]
     terms: list[str] = [*ids, *(n for n in numbers if n not in ids)]
     for kw in keywords:
         for part in word_runs(kw) if not has_han_or_kana(kw) else [kw]:

@@ -39,7 +39,7 @@ from memdir import ranking
 from memdir.dates import GRACE_DAYS, Period, file_date, query_periods
 from memdir.embeddings.base import EmbeddingProvider, is_zero
 from memdir.indexing_switches import INDEXING
-from memdir.query import extract_keywords, keyword_terms, normalise_query
+from memdir.query import extract_keywords, keyword_terms, lower, normalise_query
 from memdir.ranking import Candidate, Tuning, apply_decay, memory_timestamp, mmr_rerank, model_weights, rrf_scores
 from memdir.settings_cache import candidate_count
 from memdir.stores.base import Hit, Store
@@ -190,7 +190,7 @@ def embed_query_with_budget(provider: EmbeddingProvider, query: str, budget_s: f
 
 
 def covers_all_keywords(text: str, keywords: list[str]) -> bool:
-    low = text.lower()
+    low = lower(text)  # as the keywords were lowered (a note's "İstanbul" covers "istanbul")
     return bool(keywords) and all(k in low for k in keywords)
 
 
