@@ -155,7 +155,10 @@ def number_terms(query: str) -> list[str]:
     out: list[str] = []
     for m in _NUMBER.finditer(query):
         tok = m.group(0)
-        if not 1900 <= int(tok) <= 2099 and tok not in out:
+        # a year has four digits after any leading zeros: read as an int, a number of 4,301 digits
+        # or more raised ValueError and failed the whole search
+        digits = tok.lstrip("0")
+        if not (len(digits) == 4 and 1900 <= int(digits) <= 2099) and tok not in out:
             out.append(tok)
     return out
 
