@@ -148,3 +148,21 @@ def test_a_cut_snippet_never_splits_what_a_reader_sees_as_one_character(make_wor
         snippets = {word: mem.search(word).results[0].snippet for word in ("kiwi", "quokka", "numbat")}
     assert snippets == {"kiwi": "x" * 697, "quokka": "y" * 699, "numbat": "z" * 699}
     assert clamp_results_by_chars([{"snippet": "x" * 697 + family}], 699) == [{"snippet": "x" * 697}]
+
+
+def test_a_latin1_note_keeps_its_accented_words(make_workspace, keyword_config):
+    """Bytes that are not UTF-8 were read as U+FFFD: a note saved by an old Windows editor (or a
+    line pasted from one into a UTF-8 note) had "caf\\ufffd" where it said café, which no
+    search found.  They are read as Windows-1252; the file is never rewritten."""
+    ws = make_workspace()
+    raw = "# Réunion\r\nJosé brings the café crème\r\n".encode("cp1252") + "and the “menu” in UTF-8: thé\n".encode()
+    note = ws / "memory" / "paris.md"
+    note.parent.mkdir()
+    note.write_bytes(raw)
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        for word in ("café", "José", "thé"):
+            assert [r.path for r in mem.search(word).results] == ["memory/paris.md"], word
+        assert mem.get("memory/paris.md", from_line=2, lines=2).text == ("José brings the café crème\r\n"
+                                                                          "and the “menu” in UTF-8: thé")
+    assert note.read_bytes() == raw
