@@ -166,3 +166,19 @@ def test_a_latin1_note_keeps_its_accented_words(make_workspace, keyword_config):
         assert mem.get("memory/paris.md", from_line=2, lines=2).text == ("José brings the café crème\r\n"
                                                                           "and the “menu” in UTF-8: thé")
     assert note.read_bytes() == raw
+
+
+def test_an_index_built_before_notes_were_decoded_by_their_mark_is_rebuilt(make_workspace, keyword_config):
+    """An index of a UTF-16 note made before it was decoded as UTF-16 held its NUL-strewn text;
+    the note unchanged since, an incremental sync never read it again and its words stayed
+    unfindable.  The chunker's version names how notes are read, so such an index is rebuilt."""
+    ws = make_workspace()
+    (ws / "memory").mkdir()
+    (ws / "memory" / "win.md").write_bytes("\ufeffthe wombat plan\n".encode("utf-16-le"))
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        with sqlite3.connect(mem.index_path) as conn:  # as an older memdir left it
+            conn.execute("UPDATE meta SET value = json_set(value, '$.chunker', 9) WHERE key = 'memory_index_meta_v1'")
+    with Memory(ws, config=keyword_config) as mem:
+        assert "chunker changed" in mem.sync().reason
+        assert [r.path for r in mem.search("wombat").results] == ["memory/win.md"]
