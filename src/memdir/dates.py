@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memdir.textutil import LazyPattern
+from memdir.textutil import LazyPattern, fenced_lines
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})
@@ -341,11 +341,14 @@ def line_dates(path: str, content: str) -> list[dt.date | None]:
     out: list[dt.date | None] = []
     current = base
     line, pos = 0, 0  # the line number (from 0) of character ``pos``
+    fenced = fenced_lines(content)  # a "# 2024-01-05" comment in a code block dates nothing
     # Only headings change the day: find them in the whole text, not line by line (the loop over
     # every line was a tenth of a keyword-only index build).
     for m in _HEADING_AFTER_NL.finditer("\n" + content):
         line += content.count("\n", pos, m.start())  # the line starts at m.start() in ``content``
         pos = m.start()
+        if line in fenced:
+            continue
         out.extend([current] * (line - len(out)))
         level = len(m.group(1)) + 1
         while stack and stack[-1][0] >= level:

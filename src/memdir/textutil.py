@@ -65,6 +65,31 @@ def has_han_or_kana(text: str) -> bool:
     return not text.isascii() and not _all_below(text, _HAN_OR_KANA_FROM) and bool(_HAN_OR_KANA.search(text))
 
 
+#: A fence line of a fenced code block (CommonMark: up to three spaces, then ``` or ~~~ at least thrice).
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+
+
+def fenced_lines(text: str) -> set[int]:
+    """The 0-based numbers of the lines of ``text`` in fenced code blocks, fences included (an
+    unclosed fence runs to the end, as Markdown renders it): a ``# comment`` in a shell snippet
+    is code, not a heading that starts a section or dates the lines below it."""
+    if "```" not in text and "~~~" not in text:
+        return set()
+    out: set[int] = set()
+    fence = ""
+    for n, line in enumerate(text.split("\n")):
+        m = _FENCE.match(line)
+        if not fence:
+            if m and not (m.group(1)[0] == "`" and "`" in line[m.end():]):  # `` ```x` `` is inline code
+                fence = m.group(1)
+                out.add(n)
+            continue
+        out.add(n)
+        if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not line[m.end():].strip():
+            fence = ""
+    return out
+
+
 _ZWJ = "\u200d"
 
 
