@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import parse_json
+from helpers import cli_env
 from memdir import Memory
 from memdir.tools import clamp_results_by_chars
 
@@ -182,3 +185,14 @@ def test_an_index_built_before_notes_were_decoded_by_their_mark_is_rebuilt(make_
     with Memory(ws, config=keyword_config) as mem:
         assert "chunker changed" in mem.sync().reason
         assert [r.path for r in mem.search("wombat").results] == ["memory/win.md"]
+
+
+def test_a_note_piped_with_a_byte_order_mark_is_appended_without_it(make_workspace, state_dir: Path):
+    """``memdir append -`` fed by a Windows tool kept its UTF-8 byte order mark: an invisible
+    U+FEFF landed in the middle of the daily log, glued to the entry's first word."""
+    ws = make_workspace({"memory/2026-03-04.md": "- first\n"})
+    proc = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "append", "-", "--date", "2026-03-04"],
+                          input="\ufeff- the okapi note\r\n".encode(), capture_output=True, timeout=60,
+                          env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
+    assert proc.returncode == 0, proc.stderr
+    assert (ws / "memory" / "2026-03-04.md").read_bytes() == b"- first\n- the okapi note\n"
