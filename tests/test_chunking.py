@@ -6,7 +6,10 @@ import hashlib
 
 import pytest
 
-from memdir.chunking import chunk_id, chunk_markdown, remap_lines, sha256_text
+from memdir import Memory
+from memdir.chunking import chunk_id, chunk_markdown, chunk_sections, remap_lines, sha256_text
+from memdir.dates import line_dates
+from memdir.note_lines import heading_lines
 
 
 def shape(chunks):
@@ -144,3 +147,26 @@ def test_weighted_len_counts_cjk_four_times_without_compiling_the_class_for_othe
     finally:
         textutil._CJK_WEIGHT = real
     assert textutil.has_hangul("회의 — 노트") and textutil.has_han_or_kana("かな — ok")
+
+
+DEPLOY = ("# Projects\n\n## Deploy\nTo deploy the okapi app run:\n```bash\n# build the image\ndocker build -t app .\n\n"
+          "# 2024-05-05 push it\ndocker push app\n```\nThen tell the team.\n\n## Other\nunrelated words here\n")
+
+
+def test_a_code_block_is_one_block_and_its_comments_no_headings(make_workspace, keyword_config):
+    """A ``# comment`` line in a fenced shell snippet was taken for a heading: a small section
+    was cut into scraps (a search for "docker push" gave the second half of the snippet and the
+    first as another result, "deploy okapi" the heading with "```bash" and no command), and a
+    dated comment dated the lines below it."""
+    sections = chunk_sections(DEPLOY)
+    assert [(c.start_line, c.end_line) for c in sections] == [(1, 2), (3, 13), (14, 16)]
+    assert list(heading_lines(DEPLOY)) == [1, 3, 14]
+    assert set(line_dates("MEMORY.md", DEPLOY)) == {None}
+    unclosed = "## A\n```\n# not a heading\n\n## nor this\n"
+    assert [(c.start_line, c.end_line) for c in chunk_sections(unclosed)] == [(1, 6)]
+    ws = make_workspace({"MEMORY.md": DEPLOY})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        for question in ("docker push", "deploy okapi"):
+            found = [(r.start_line, r.end_line) for r in mem.search(question).results]
+            assert found == [(3, 13)], question

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -177,3 +179,16 @@ def test_transcript_chunks_are_dated_by_their_messages(make_workspace, keyword_c
         mem.sync()
         rows = mem.store.chunks_in_period("2025-06-01", "2025-06-01", 10)
         assert [h.source for h in rows] == ["sessions"] and rows[0].date_start == "2025-06-01"
+
+
+def test_a_question_naming_thousands_of_dates_is_read_in_linear_time() -> None:
+    """Each match was checked against every period found before it, the word before each month
+    was found by splitting all the text before it, and joined ranges were looked up by value in
+    the list: a 500 KB question (a pasted log; MCP takes 4 MB) kept a search busy for minutes.
+    Run in a child process so a regression fails on the timeout instead of hanging the suite."""
+    code = ("import datetime as dt; from memdir.dates import query_periods\n"
+            "q = '2024-01-01 to 2024-01-02 ' * 20000 + 'May 1 ' * 50000 + 'in May ' * 50000\n"
+            "ps = query_periods(q, dt.date(2026, 1, 1))\n"
+            "print(len(ps), ps[0].as_dict()['text'], sum(p.text == 'May' for p in ps))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["119999", "2024-01-01", "to", "2024-01-02", "50000"]

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import parse_json
+from helpers import cli_env
+from memdir import Memory
+from memdir.tools import clamp_results_by_chars
 
 
 def _index_counts(index: Path) -> tuple[int, int]:
@@ -90,3 +95,104 @@ def test_a_note_with_classic_mac_line_ends_has_lines(make_workspace, run_cli, tm
                              "-w", str(ws)))
     assert got["text"] == "the okapi sleeps at noon"
     assert (ws / "memory" / "mac.md").read_bytes() == raw  # read as lines, never rewritten
+
+
+def test_a_bom_before_a_dated_heading_still_dates_its_lines(make_workspace, keyword_config):
+    """A UTF-8 byte order mark (Windows editors write one) was read as text: line 1's heading
+    ``\\ufeff## 2024-03-02`` was no heading, so the day's notes were undated and a question
+    naming the day did not prefer them; the snippet began with the invisible mark."""
+    ws = make_workspace()
+    raw = b"\xef\xbb\xbf## 2024-03-02\nthe okapi vet visit\n\n## 2024-04-09\nthe okapi ate hay\n"
+    note = ws / "memory" / "pets.md"
+    note.parent.mkdir()
+    note.write_bytes(raw)
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        found = mem.search("okapi on 2024-03-02", explain=True).results
+        assert [(r.start_line, r.end_line) for r in found][:1] == [(1, 3)], found
+        assert found[0].explain["inPeriod"] is True and found[0].snippet.startswith("## 2024-03-02"), found[0]
+        assert mem.get("memory/pets.md", from_line=1, lines=1).text == "## 2024-03-02"
+    assert note.read_bytes() == raw
+
+
+def test_a_utf16_note_is_found_cited_and_appended_to_in_utf16(make_workspace, keyword_config):
+    """Windows PowerShell's ``>`` and Notepad's "Unicode" save write UTF-16 with a byte order
+    mark.  Read as UTF-8 its words were letters between NULs that no search found; an append
+    wrote UTF-8 into it, which the user's editor then showed as garbage."""
+    ws = make_workspace()
+    log = ws / "memory" / "2026-03-04.md"
+    log.parent.mkdir()
+    raw = "\ufeff# Standup\r\nthe wombat deploy moved to Friday\r\n".encode("utf-16-le")
+    log.write_bytes(raw)
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        found = mem.search("wombat deploy").results
+        assert [(r.path, r.start_line, r.end_line) for r in found] == [("memory/2026-03-04.md", 1, 3)]
+        assert "the wombat deploy moved to Friday" in found[0].snippet
+        assert mem.get("memory/2026-03-04.md", from_line=2, lines=1).text == "the wombat deploy moved to Friday\r"
+        assert mem.append_daily("caf\u00e9 numbat \U0001f993", date="2026-03-04") == "memory/2026-03-04.md"
+        assert log.read_bytes().startswith(raw)  # appended, never rewritten
+        assert log.read_bytes().decode("utf-16") == ("# Standup\r\nthe wombat deploy moved to Friday\r\n"
+                                                     "caf\u00e9 numbat \U0001f993\n")
+        assert [r.path for r in mem.search("numbat").results] == ["memory/2026-03-04.md"]
+
+
+def test_a_cut_snippet_never_splits_what_a_reader_sees_as_one_character(make_workspace, keyword_config):
+    """A snippet was cut at 700 code points wherever they fell: inside a family emoji (its
+    snippet ended in a zero-width joiner), between a skin tone and its hand, or between a
+    letter and its accent."""
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
+    notes = {"memory/family.md": "x" * 697 + family + " kiwi\n",
+             "memory/wave.md": "y" * 699 + "\U0001f44b\U0001f3fd quokka\n",
+             "memory/accent.md": "z" * 699 + "e\u0301 numbat\n"}
+    ws = make_workspace(notes)
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        snippets = {word: mem.search(word).results[0].snippet for word in ("kiwi", "quokka", "numbat")}
+    assert snippets == {"kiwi": "x" * 697, "quokka": "y" * 699, "numbat": "z" * 699}
+    assert clamp_results_by_chars([{"snippet": "x" * 697 + family}], 699) == [{"snippet": "x" * 697}]
+
+
+def test_a_latin1_note_keeps_its_accented_words(make_workspace, keyword_config):
+    """Bytes that are not UTF-8 were read as U+FFFD: a note saved by an old Windows editor (or a
+    line pasted from one into a UTF-8 note) had "caf\\ufffd" where it said café, which no
+    search found.  They are read as Windows-1252; the file is never rewritten."""
+    ws = make_workspace()
+    raw = "# Réunion\r\nJosé brings the café crème\r\n".encode("cp1252") + "and the “menu” in UTF-8: thé\n".encode()
+    note = ws / "memory" / "paris.md"
+    note.parent.mkdir()
+    note.write_bytes(raw)
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        for word in ("café", "José", "thé"):
+            assert [r.path for r in mem.search(word).results] == ["memory/paris.md"], word
+        assert mem.get("memory/paris.md", from_line=2, lines=2).text == ("José brings the café crème\r\n"
+                                                                          "and the “menu” in UTF-8: thé")
+    assert note.read_bytes() == raw
+
+
+def test_an_index_built_before_notes_were_decoded_by_their_mark_is_rebuilt(make_workspace, keyword_config):
+    """An index of a UTF-16 note made before it was decoded as UTF-16 held its NUL-strewn text;
+    the note unchanged since, an incremental sync never read it again and its words stayed
+    unfindable.  The chunker's version names how notes are read, so such an index is rebuilt."""
+    ws = make_workspace()
+    (ws / "memory").mkdir()
+    (ws / "memory" / "win.md").write_bytes("\ufeffthe wombat plan\n".encode("utf-16-le"))
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        with sqlite3.connect(mem.index_path) as conn:  # as an older memdir left it
+            conn.execute("UPDATE meta SET value = json_set(value, '$.chunker', 9) WHERE key = 'memory_index_meta_v1'")
+    with Memory(ws, config=keyword_config) as mem:
+        assert "chunker changed" in mem.sync().reason
+        assert [r.path for r in mem.search("wombat").results] == ["memory/win.md"]
+
+
+def test_a_note_piped_with_a_byte_order_mark_is_appended_without_it(make_workspace, state_dir: Path):
+    """``memdir append -`` fed by a Windows tool kept its UTF-8 byte order mark: an invisible
+    U+FEFF landed in the middle of the daily log, glued to the entry's first word."""
+    ws = make_workspace({"memory/2026-03-04.md": "- first\n"})
+    proc = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "append", "-", "--date", "2026-03-04"],
+                          input="\ufeff- the okapi note\r\n".encode(), capture_output=True, timeout=60,
+                          env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
+    assert proc.returncode == 0, proc.stderr
+    assert (ws / "memory" / "2026-03-04.md").read_bytes() == b"- first\n- the okapi note\n"

@@ -295,3 +295,13 @@ def test_get_arguments_of_the_wrong_type_are_named(make_workspace, keyword_confi
             with pytest.raises(TypeError, match="lines must be an integer"):
                 mem.get("MEMORY.md", lines=bad)  # type: ignore[arg-type]
         assert mem.get("MEMORY.md", from_line=2.9, lines=1).text == "line 2"  # type: ignore[arg-type]
+
+
+def test_a_question_holding_a_number_of_thousands_of_digits_is_answered(make_workspace, run_cli):
+    """Read as an int to tell a year from a number, a run of 4,301 digits or more raised
+    "Exceeds the limit (4300 digits) for integer string conversion": the whole search failed."""
+    ws = make_workspace({"memory/orders.md": "# Orders\nthe okapi order shipped\n"})
+    proc = run_cli("search", "okapi order " + "7" * 5000, "--json", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = json.loads(proc.stdout)
+    assert [r["path"] for r in found["results"]] == ["memory/orders.md"]

@@ -335,3 +335,16 @@ def test_hundreds_of_session_captures_stay_within_the_budget(make_workspace):
     shown = [f for f in ctx.files if f.path.startswith("memory/2026-03-04-session-")]
     assert shown and all(f.included > 0 for f in shown)
     assert f"[… {300 - len(shown)} more memory file(s) of yesterday and today not shown here" in ctx.text
+
+
+def test_session_start_reads_notes_as_the_index_does(make_workspace):
+    """A UTF-16 ``MEMORY.md`` reached the model as letters between NUL characters and a note with
+    classic Mac line ends as one line; the context reads notes as search and ``memory_get`` do."""
+    ws = make_workspace({})
+    (ws / "MEMORY.md").write_bytes("\ufeff# Private\r\nLives at 12 Elm Street\r\n".encode("utf-16-le"))
+    (ws / "memory").mkdir()
+    (ws / "memory" / "2026-01-13.md").write_bytes(b"\xef\xbb\xbfshipped it\rthen slept\r")
+    text = build_session_context(workspace=ws, chat_type="direct", timezone="Pacific/Kiritimati",
+                                 now=NOW).text
+    assert "Lives at 12 Elm Street" in text and "\x00" not in text and "\ufeff" not in text
+    assert "shipped it\nthen slept" in text and "\r" not in text.replace("\r\n", "")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 
-from memdir.query import build_fts_query, extract_keywords, keyword_match_expression
+from memdir import Memory
+from memdir.query import build_fts_query, extract_keywords, keyword_match_expression, keyword_terms
 
 
 @pytest.mark.parametrize("raw,expected", [
@@ -66,3 +69,30 @@ def test_word_forms_match_by_stem_and_identifiers_as_phrases():
     assert expr == ('text : ("qx 1773" OR "frustrating" OR "broken" OR "checkups") OR '
                     'stems : ("frustrat" OR "frustrating" OR "broken" OR "checkup" OR "checkups")')
     assert keyword_match_expression("!!! ???") is None
+
+
+def test_a_decomposed_question_finds_its_composed_note(make_workspace, keyword_config):
+    """A question in NFD (pasted from a macOS file name or a PDF) had its accents as combining
+    marks, which split its words: ``résumé`` searched for ``re`` and ``sume`` and ``Σίσυφος``
+    for ``σ`` and ``συφος``, so the note (saved in NFC, as editors do) was never found."""
+    ws = make_workspace({"memory/people.md": "# People\nAda sent her résumé\n", "memory/myths.md": "# Myths\nΣίσυφος\n",
+                         "memory/korean.md": "# 회의\n회의록 정리\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        for word, path in (("résumé", "memory/people.md"), ("Σίσυφος", "memory/myths.md"),
+                           ("회의록", "memory/korean.md")):
+            nfd = unicodedata.normalize("NFD", word)
+            assert nfd != word
+            assert [r.path for r in mem.search(nfd).results] == [path], word
+
+
+def test_a_question_with_a_turkish_capital_i_keeps_its_word_whole(make_workspace, keyword_config):
+    """Python lowers ``İ`` to ``i`` plus a combining dot, which split ``İstanbul`` into ``i`` and
+    ``stanbul``: the note saying "istanbul" was missed and one saying "stanbul" ranked first."""
+    assert keyword_terms("İstanbul İZMİR") == ["istanbul", "izmir"]
+    ws = make_workspace({"memory/trip.md": "# Trip\nmeeting in İstanbul on Friday\n",
+                         "memory/food.md": "# Food\nistanbul kebab place\n",
+                         "memory/odd.md": "# Odd\nthe stanbul typo\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        assert sorted(r.path for r in mem.search("İstanbul").results) == ["memory/food.md", "memory/trip.md"]

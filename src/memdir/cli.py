@@ -468,8 +468,9 @@ def cmd_append(args: argparse.Namespace) -> int:
         if sys.stdin is None:  # started with stdin closed (`<&-`): "'NoneType' object has no attribute"
             raise UsageError("- reads the note from stdin, and stdin is closed")
         # bytes that are not UTF-8 are kept as surrogates whatever the locale, so the note is
-        # refused with one clear message (memfiles.normalise_entry) rather than a codec error
-        text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+        # refused with one clear message (memfiles.normalise_entry) rather than a codec error; a
+        # byte order mark (Windows tools write one) is not part of the note
+        text = sys.stdin.buffer.read().decode("utf-8-sig", "surrogateescape")
     if not text.strip():
         raise UsageError("Nothing to append. Give the note as arguments, or - to read it from stdin.")
     if args.date is not None:

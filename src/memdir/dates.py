@@ -12,6 +12,7 @@ questions, and a date that is not recognised simply does not boost anything.
 
 from __future__ import annotations
 
+import bisect
 import calendar
 import datetime as dt
 import functools
@@ -21,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memdir.textutil import LazyPattern
+from memdir.textutil import LazyPattern, fenced_lines
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})
@@ -53,6 +54,7 @@ _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 
 #: Words before a bare month name that make it a date ("in March"), not a verb or a name ("may").
 _MONTH_CUES = {"in", "of", "during", "since", "early", "late", "mid", "last", "this", "next", "by", "until",
                "before", "after", "from", "through", "throughout", "around", "till"}
+_NON_SPACE = re.compile(r"\S+")
 _WEEKDAYS = [d.lower() for d in calendar.day_name]
 #: Notes are written on or after the day they talk about ("last Tuesday I ..."): a chunk dated up to
 #: this many days after a period still belongs to it.
@@ -147,16 +149,20 @@ def query_periods(text: str, today: dt.date | Callable[[], dt.date]) -> list[Per
     get_today = functools.cache(today) if callable(today) else lambda: today
     found: list[Period] = []
     taken: list[tuple[int, int]] = []
+    # the characters of the periods found: a match is checked against them in one C call (checked
+    # against every period found before it, 10,000 words of dates took minutes)
+    in_period = bytearray(len(text))
     named_years = [int(y) for y in _YEAR.findall(text)]
     named_year = named_years[-1] if named_years else None
 
     def free(m: re.Match[str]) -> bool:
-        return all(m.end() <= a or m.start() >= b for a, b in taken)
+        return in_period.find(1, m.start(), m.end()) < 0
 
     def add(m: re.Match[str], start: dt.date | None, end: dt.date | None, any_year: bool = False) -> None:
         if start is None or end is None or not free(m) or start < _EARLIEST or end > _LATEST:
             return
         taken.append((m.start(), m.end()))
+        in_period[m.start():m.end()] = b"\x01" * (m.end() - m.start())
         found.append(Period(start, end, m.group(0), any_year))
 
     def year_for(given: str | None, mon: int, day: int) -> tuple[int, bool]:
@@ -181,11 +187,17 @@ def query_periods(text: str, today: dt.date | Callable[[], dt.date]) -> list[Per
         days.append((a, b, p))
     for m in _MONTH_YEAR.finditer(text):
         add(m, *_month(int(m.group(2)), _MONTHS[m.group(1).lower()]))
+    word_starts: list[int] = []
     for m in _BARE_MONTH.finditer(text):
         if not free(m):  # the month of a date found above
             continue
         word = m.group(1)
-        before = text[: m.start()].split()
+        # the word before the month (what ``text[:m.start()].split()[-1]`` is), found by bisection:
+        # splitting all the text before each month made a long question's months quadratic
+        if not word_starts:
+            word_starts = [w.start() for w in _NON_SPACE.finditer(text)]
+        at = bisect.bisect_left(word_starts, m.start()) - 1
+        before = text[word_starts[at]:m.start()].split()[:1] if at >= 0 else []
         cue = bool(before) and before[-1].lower().strip(",") in _MONTH_CUES
         if not cue and not (word[0].isupper() and word.lower() not in ("may", "march", "august") and before):
             continue
@@ -211,13 +223,19 @@ def _may_name_a_period(text: str) -> bool:
 
 
 def _join_ranges(text: str, days: list[tuple[int, int, Period]], found: list[Period]) -> None:
-    """Two named days joined by "and"/"to" ("between May 3 and May 9") become one period."""
+    """Two named days joined by "and"/"to" ("between May 3 and May 9") become one period.
+
+    Periods are told apart by identity, and ``found`` rebuilt once: looked up and removed by value
+    in the list, a question of 20,000 ranges took minutes."""
     days.sort(key=lambda x: x[0])
+    joined: dict[int, Period] = {}
+    gone: set[int] = set()
     for (_, end_a, a), (start_b, _, b) in itertools.pairwise(days):
-        if a in found and b in found and a.start <= b.end and _RANGE_JOIN.fullmatch(text[end_a:start_b]):
-            found[found.index(a)] = Period(a.start, b.end, f"{a.text}{text[end_a:start_b]}{b.text}",
-                                           a.any_year and b.any_year)
-            found.remove(b)
+        if id(a) not in gone and a.start <= b.end and _RANGE_JOIN.fullmatch(text[end_a:start_b]):
+            joined[id(a)] = Period(a.start, b.end, f"{a.text}{text[end_a:start_b]}{b.text}", a.any_year and b.any_year)
+            gone.add(id(b))
+    if joined:
+        found[:] = [joined.get(id(p), p) for p in found if id(p) not in gone]
 
 
 def _relative(text: str, base: Callable[[], dt.date], add: object) -> None:
@@ -323,11 +341,14 @@ def line_dates(path: str, content: str) -> list[dt.date | None]:
     out: list[dt.date | None] = []
     current = base
     line, pos = 0, 0  # the line number (from 0) of character ``pos``
+    fenced = fenced_lines(content)  # a "# 2024-01-05" comment in a code block dates nothing
     # Only headings change the day: find them in the whole text, not line by line (the loop over
     # every line was a tenth of a keyword-only index build).
     for m in _HEADING_AFTER_NL.finditer("\n" + content):
         line += content.count("\n", pos, m.start())  # the line starts at m.start() in ``content``
         pos = m.start()
+        if line in fenced:
+            continue
         out.extend([current] * (line - len(out)))
         level = len(m.group(1)) + 1
         while stack and stack[-1][0] >= level:

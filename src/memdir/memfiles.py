@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from memdir.lock import busy_holder, flock_within
+from memdir.reading import note_encoding
 from memdir.workspace import MEMORY_DIR
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.md$")
@@ -111,17 +112,20 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _separator(fd: int, blank_line: bool) -> bytes:
-    """What goes before the entry so it starts on its own line (after a blank line if asked)."""
+def _separator(fd: int, blank_line: bool, encoding: str = "utf-8") -> bytes:
+    """What goes before the entry so it starts on its own line (after a blank line if asked), in
+    the file's ``encoding``; nothing in a file that holds no text yet (empty, or only a UTF-16
+    byte order mark)."""
     size = os.fstat(fd).st_size
-    if size == 0:
+    if size <= (0 if encoding == "utf-8" else 2):
         return b""
-    tail = os.pread(fd, 2, max(0, size - 2))
+    nl = "\n".encode(encoding)
+    tail = os.pread(fd, 2 * len(nl), max(0, size - 2 * len(nl)))
     if not blank_line:
-        return b"" if tail.endswith(b"\n") else b"\n"
-    if tail.endswith(b"\n\n"):
+        return b"" if tail.endswith(nl) else nl
+    if tail.endswith(nl * 2):
         return b""
-    return b"\n" if tail.endswith(b"\n") else b"\n\n"
+    return nl if tail.endswith(nl) else nl * 2
 
 
 def _reason(exc: OSError) -> str:
@@ -168,7 +172,7 @@ def append_memory_file(
     are consecutive lines.
     """
     _check_name(name)
-    entry = normalise_entry(text).encode("utf-8")
+    entry = normalise_entry(text)
     with memory_dir_fd(workspace, create_workspace=create_workspace) as dfd:
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _CLOEXEC
         try:
@@ -184,7 +188,10 @@ def append_memory_file(
             try:
                 size = os.fstat(fd).st_size
                 try:
-                    _write_all(fd, _separator(fd, blank_line) + entry)
+                    # a UTF-16 log (a Windows editor's) is appended to in UTF-16: UTF-8 bytes in it
+                    # read back as garbage, and the entry was lost to search and to the user's editor
+                    encoding = note_encoding(os.pread(fd, 2, 0))
+                    _write_all(fd, _separator(fd, blank_line, encoding) + entry.encode(encoding))
                     if fsync:
                         os.fsync(fd)
                 except BaseException as exc:  # an interrupt mid-write is cut back too

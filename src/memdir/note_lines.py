@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
-from memdir.textutil import weighted_len
+from memdir.textutil import fenced_lines, weighted_len
 
 #: Lines whose widths are held before the least recently used notes are let go (~4 bytes each).
 MAX_LINES = 4_000_000
@@ -124,11 +124,13 @@ def line_widths(text: str) -> array[int]:
 
 
 def heading_lines(text: str) -> array[int]:
-    """The 1-based numbers of the lines that are Markdown headings, in order."""
+    """The 1-based numbers of the lines that are Markdown headings, in order (not a ``#`` line
+    of a fenced code block, as the sections chunker reads it)."""
     if "#" not in text:
         return array("I")
+    fenced = fenced_lines(text)
     return array("I", [n for n, line in enumerate(text.split("\n"), start=1)
-                       if line[:1] == "#" and _HEADING.match(line)])
+                       if line[:1] == "#" and _HEADING.match(line) and n - 1 not in fenced])
 
 
 def _read_text(path: str) -> str | None:

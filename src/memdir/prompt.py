@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from memdir.daily import daily_rel_path, today
-from memdir.reading import read_beneath
+from memdir.reading import decode_note, read_beneath
 from memdir.tools import ChatType, chat_type_from_session_key, resolve_citations_mode
 from memdir.workspace import MEMORY_DIR
 
@@ -125,9 +125,10 @@ def _read_note(workspace: Path, rel: str) -> str | None:
     """A note's text, or ``None`` (missing, a symlink on the way, a FIFO or other special file,
     unreadable).  Through :func:`memdir.reading.read_beneath`: its own open (no ``O_NONBLOCK``)
     made a FIFO named ``MEMORY.md`` block the session start until a writer came, and ``memory/``
-    checked, then opened by name, could be swapped for a symlink in between."""
+    checked, then opened by name, could be swapped for a symlink in between.  Decoded as the
+    indexer and ``memory_get`` read it (a UTF-16 ``MEMORY.md`` was NUL-strewn garbage here)."""
     try:
-        return read_beneath(workspace, rel).decode("utf-8", errors="replace")
+        return decode_note(read_beneath(workspace, rel))
     except OSError:
         return None
 

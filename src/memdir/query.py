@@ -7,6 +7,7 @@ removed), so ``NEAR``, ``*``, ``-``, ``OR`` or unbalanced parentheses are just w
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 from memdir.stemming import query_languages, query_stems
@@ -26,6 +27,24 @@ _KO_PARTICLES = sorted(
     key=len,
     reverse=True,
 )
+
+
+def normalise_query(query: str) -> str:
+    """A question stripped and in Unicode NFC, the form editors save notes in.
+
+    A question typed or pasted decomposed (NFD: macOS file names, some PDFs) had its accents as
+    separate combining marks, which split its words (``résumé`` became ``re`` and ``sume``) and
+    found no note.  ASCII text is returned as it is, at no cost."""
+    text = query.strip()
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+
+def lower(text: str) -> str:
+    """``text`` in lower case as FTS5 folds it: Python lowers the Turkish ``İ`` to ``i`` plus a
+    combining dot, which then split the word (``İstanbul`` searched for ``i`` and ``stanbul`` and
+    missed every note saying Istanbul)."""
+    low = text.lower()
+    return low.replace("i\u0307", "i") if "\u0307" in low else low
 
 
 def build_fts_query(raw: str) -> str | None:
@@ -60,7 +79,7 @@ def _korean_tokens(segment: str) -> list[str]:
 def extract_keywords(query: str) -> list[str]:
     """Content words of a question, stop words dropped, CJK split as R§9 (order kept, deduped)."""
     tokens: list[str] = []
-    for segment in split_words(query.strip().lower()):
+    for segment in split_words(lower(query.strip())):
         if segment.isascii():
             tokens.append(segment)
         elif _KANA.search(segment):
@@ -114,7 +133,7 @@ def id_terms(query: str) -> list[str]:
     would vanish; kept as the phrase ``qx 1773`` it matches the identifier exactly.
     """
     out: list[str] = []
-    for m in _ID_TOKEN.finditer(query.lower()):
+    for m in _ID_TOKEN.finditer(lower(query)):
         tok = m.group(0)
         if any(ch.isdigit() for ch in tok) and any(ch.isalpha() for ch in tok) and tok.isascii():
             phrase = " ".join(word_runs(tok))
@@ -136,7 +155,10 @@ def number_terms(query: str) -> list[str]:
     out: list[str] = []
     for m in _NUMBER.finditer(query):
         tok = m.group(0)
-        if not 1900 <= int(tok) <= 2099 and tok not in out:
+        # a year has four digits after any leading zeros: read as an int, a number of 4,301 digits
+        # or more raised ValueError and failed the whole search
+        digits = tok.lstrip("0")
+        if not (len(digits) == 4 and 1900 <= int(digits) <= 2099) and tok not in out:
             out.append(tok)
     return out
 
@@ -158,7 +180,7 @@ def keyword_terms(query: str) -> list[str]:
     ids = id_terms(query) if ID_PHRASES else []
     numbers = number_terms(query) if NUMBERS else []
     if not keywords and not ids and not numbers:
-        keywords = [t.lower() for t in word_runs(query) if t.replace('"', "")]
+        keywords = [lower(t) for t in word_runs(query) if t.replace('"', "")]
     terms: list[str] = [*ids, *(n for n in numbers if n not in ids)]
     for kw in keywords:
         for part in word_runs(kw) if not has_han_or_kana(kw) else [kw]:

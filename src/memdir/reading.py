@@ -7,6 +7,7 @@ and should not import discovery to do so.
 
 from __future__ import annotations
 
+import codecs
 import errno
 import os
 import re
@@ -26,12 +27,44 @@ def kind_of(mode: int) -> str:
 _LONE_CR = re.compile(r"\r(?!\n)")
 
 
+#: Byte order marks of UTF-16 notes (Windows PowerShell 5's ``>`` and Notepad's "Unicode" save
+#: write them); neither can begin a UTF-8 text (``0xFE``/``0xFF`` are never UTF-8).
+UTF16_BOMS = {codecs.BOM_UTF16_LE: "utf-16-le", codecs.BOM_UTF16_BE: "utf-16-be"}
+
+
+def note_encoding(head: bytes) -> str:
+    """The encoding a note starting with ``head`` (its first two bytes or more) is read and
+    appended in: UTF-16 when it starts with a UTF-16 byte order mark, else UTF-8."""
+    return UTF16_BOMS.get(head[:2], "utf-8")
+
+
+def _as_windows_1252(exc: UnicodeError) -> tuple[str, int]:
+    """Decode error handler: a byte that is not UTF-8 read as Windows-1252 (which Latin-1 is
+    nearly all of).  A note saved in an old Windows or Latin-1 editor, or one pasted into from
+    one, had each accented letter as U+FFFD, so ``café`` was ``caf\ufffd`` and never found."""
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    bad = exc.object[exc.start:exc.end]
+    return bad.decode("cp1252", errors="replace"), exc.end
+
+
+codecs.register_error("memdir-cp1252", _as_windows_1252)
+
+
 def decode_note(raw: bytes) -> str:
     """A note's text with lines ending in ``\n``: a lone ``\r`` (classic Mac line ends) becomes
     ``\n``, so such a note has lines, not one long one.  ``\r\n`` is left as it is (the ``\r``
-    stays on its line).  The indexer, ``memory_get`` and widening all read notes through this, so
-    their line numbers agree."""
-    text = raw.decode("utf-8", errors="replace")
+    stays on its line).  A byte order mark is not text: a UTF-8 one is dropped (it hid a heading
+    on line 1 from the chunker and the dates), and a UTF-16 note is decoded as UTF-16 (read as
+    UTF-8 its words were NUL-separated letters no search found).  The indexer, ``memory_get`` and
+    widening all read notes through this, so their line numbers agree.  A byte that is not UTF-8
+    is read as Windows-1252 (Latin-1): a note in that encoding, or with a line pasted from one,
+    keeps its accented words."""
+    encoding = note_encoding(raw)
+    if encoding != "utf-8":
+        text = raw[2:].decode(encoding, errors="replace")
+    else:
+        text = raw.removeprefix(codecs.BOM_UTF8).decode("utf-8", errors="memdir-cp1252")
     return _LONE_CR.sub("\n", text) if "\r" in text else text
 
 

@@ -39,10 +39,11 @@ from memdir import ranking
 from memdir.dates import GRACE_DAYS, Period, file_date, query_periods
 from memdir.embeddings.base import EmbeddingProvider, is_zero
 from memdir.indexing_switches import INDEXING
-from memdir.query import extract_keywords, keyword_terms
+from memdir.query import extract_keywords, keyword_terms, lower, normalise_query
 from memdir.ranking import Candidate, Tuning, apply_decay, memory_timestamp, mmr_rerank, model_weights, rrf_scores
 from memdir.settings_cache import candidate_count
 from memdir.stores.base import Hit, Store
+from memdir.textutil import cut_text
 from memdir.timezones import resolve_timezone
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ class SearchResponse:
 
 
 def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
-    return text if len(text) <= limit else text[:limit]
+    return cut_text(text, limit)
 
 
 _embed_pool: ThreadPoolExecutor | None = None
@@ -189,7 +190,7 @@ def embed_query_with_budget(provider: EmbeddingProvider, query: str, budget_s: f
 
 
 def covers_all_keywords(text: str, keywords: list[str]) -> bool:
-    low = text.lower()
+    low = lower(text)  # as the keywords were lowered (a note's "İstanbul" covers "istanbul")
     return bool(keywords) and all(k in low for k in keywords)
 
 
@@ -214,7 +215,7 @@ def run_search(
     """``vector_dims``: the width of the index's vectors; a query vector of another width (the
     provider's model changed behind its name) is not compared with them: keywords answer."""
     tune = tuning or ranking.TUNING
-    cleaned = (query or "").strip()
+    cleaned = normalise_query(query or "")
     qcfg = cfg.query
     hybrid = qcfg.hybrid
     max_n = qcfg.max_results if max_results is None else max(0, int(max_results))

@@ -65,6 +65,60 @@ def has_han_or_kana(text: str) -> bool:
     return not text.isascii() and not _all_below(text, _HAN_OR_KANA_FROM) and bool(_HAN_OR_KANA.search(text))
 
 
+#: A fence line of a fenced code block (CommonMark: up to three spaces, then ``` or ~~~ at least thrice).
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+
+
+def fenced_lines(text: str) -> set[int]:
+    """The 0-based numbers of the lines of ``text`` in fenced code blocks, fences included (an
+    unclosed fence runs to the end, as Markdown renders it): a ``# comment`` in a shell snippet
+    is code, not a heading that starts a section or dates the lines below it."""
+    if "```" not in text and "~~~" not in text:
+        return set()
+    out: set[int] = set()
+    fence = ""
+    for n, line in enumerate(text.split("\n")):
+        m = _FENCE.match(line)
+        if not fence:
+            if m and not (m.group(1)[0] == "`" and "`" in line[m.end():]):  # `` ```x` `` is inline code
+                fence = m.group(1)
+                out.add(n)
+            continue
+        out.add(n)
+        if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not line[m.end():].strip():
+            fence = ""
+    return out
+
+
+_ZWJ = "\u200d"
+
+
+def _joined(before: str, after: str) -> bool:
+    """Whether ``after`` belongs to the same user-perceived character as ``before``: a combining
+    mark, a zero-width joiner or what follows one, a variation selector, a skin tone or an emoji
+    tag character continues the character before it."""
+    return (before == _ZWJ or after == _ZWJ or "\ufe00" <= after <= "\ufe0f"
+            or "\U0001f3fb" <= after <= "\U0001f3ff" or "\U000e0020" <= after <= "\U000e007f"
+            or unicodedata.category(after) in ("Mn", "Mc", "Me"))
+
+
+#: How far :func:`cut_text` backs off to the start of a character: a cluster longer than this
+#: (a letter under a thousand accents) is cut where the limit falls.
+_MAX_CLUSTER = 32
+
+
+def cut_text(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` code points, never inside a character a reader sees as
+    one (``e`` + an accent, a family emoji joined by ZWJs, a waving hand and its skin tone): a
+    snippet cut there ended in a dangling joiner or lost a letter's accent."""
+    if len(text) <= limit:
+        return text
+    cut = limit
+    while cut > 0 and limit - cut < _MAX_CLUSTER and _joined(text[cut - 1], text[cut]):
+        cut -= 1
+    return text[:cut] if cut > 0 and not _joined(text[cut - 1], text[cut]) else text[:limit]
+
+
 def fts_text(text: str) -> str:
     """The text given to FTS5: Han/Kana characters spaced apart so each is its own token.
 

@@ -358,6 +358,8 @@ def clamp_results_by_chars(results: list[dict[str, Any]], budget: int | None) ->
     """
     if not budget or budget <= 0:
         return results
+    from memdir.textutil import cut_text
+
     remaining = budget
     out: list[dict[str, Any]] = []
     for entry in results:
@@ -368,7 +370,7 @@ def clamp_results_by_chars(results: list[dict[str, Any]], budget: int | None) ->
             out.append(entry)
             remaining -= len(snippet)
         else:
-            out.append({**entry, "snippet": snippet[:remaining]})
+            out.append({**entry, "snippet": cut_text(snippet, remaining)})
             break
     return out
 
