@@ -96,3 +96,31 @@ def test_a_question_with_a_turkish_capital_i_keeps_its_word_whole(make_workspace
     with Memory(ws, config=keyword_config) as mem:
         mem.sync()
         assert sorted(r.path for r in mem.search("İstanbul").results) == ["memory/food.md", "memory/trip.md"]
+
+
+def test_a_word_with_an_invisible_character_inside_is_found(make_workspace, keyword_config):
+    """A soft hyphen (PDFs, word processors) or a zero-width space inside a word was a separator
+    for FTS5, so ``infor\\u00admation`` was indexed as ``infor`` and ``mation``: "information" never
+    found the note.  A note in NFD (Korean decomposed to its jamo) is indexed composed.  Editing
+    and deleting such notes hands FTS5 the same values again, so the index stays whole."""
+    ws = make_workspace({"memory/pdf.md": "# Pasted\nthe infor\u00admation desk opens at nine\n",
+                         "memory/web.md": "# Web\nzero\u200bwidth\u2060joiner trick\n",
+                         "memory/nfd.md": "# " + unicodedata.normalize("NFD", "회의록") + "\nminutes\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        assert [r.path for r in mem.search("information").results] == ["memory/pdf.md"]
+        assert [r.path for r in mem.search("zerowidthjoiner").results] == ["memory/web.md"]
+        assert [r.path for r in mem.search("회의록").results] == ["memory/nfd.md"]
+        # a question carrying the invisible character finds the note too
+        assert [r.path for r in mem.search("infor\u00admation").results] == ["memory/pdf.md"]
+        (ws / "memory/pdf.md").write_text("# Pasted\nthe infor\u00admation desk moved\n", encoding="utf-8")
+        (ws / "memory/web.md").unlink()
+        mem.sync()
+        assert [r.path for r in mem.search("information moved").results] == ["memory/pdf.md"]
+        assert mem.search("zerowidthjoiner").results == []
+        conn = mem.store.conn
+        conn.execute("CREATE VIRTUAL TABLE temp.words USING fts5vocab(main, chunks_fts, row)")
+        terms = {t for (t,) in conn.execute("SELECT term FROM temp.words")}
+    # the deleted and rewritten rows were taken out with the very values they were indexed with
+    assert "zerowidthjoiner" not in terms and "information" in terms and "infor" not in terms
+    assert "mation" not in terms and "nine" not in terms

@@ -7,13 +7,12 @@ removed), so ``NEAR``, ``*``, ``-``, ``OR`` or unbalanced parentheses are just w
 from __future__ import annotations
 
 import re
-import unicodedata
 from typing import Any
 
 from memdir.stemming import query_languages, query_stems
 from memdir.stopwords import ALL as STOP_WORDS
 from memdir.stopwords import KO as KO_STOP
-from memdir.textutil import LazyPattern, has_han_or_kana, has_hangul, split_words, word_runs
+from memdir.textutil import LazyPattern, has_han_or_kana, has_hangul, split_words, word_form, word_runs
 
 _KANA: Any = LazyPattern("[\u3040-\u30ff]")
 _HAN: Any = LazyPattern("[\u4e00-\u9fff]")
@@ -30,13 +29,14 @@ _KO_PARTICLES = sorted(
 
 
 def normalise_query(query: str) -> str:
-    """A question stripped and in Unicode NFC, the form editors save notes in.
+    """A question stripped, in Unicode NFC, without invisible characters inside its words: the form
+    notes are indexed in (:func:`memdir.textutil.word_form`).
 
     A question typed or pasted decomposed (NFD: macOS file names, some PDFs) had its accents as
     separate combining marks, which split its words (``résumé`` became ``re`` and ``sume``) and
     found no note.  ASCII text is returned as it is, at no cost."""
     text = query.strip()
-    return text if text.isascii() else unicodedata.normalize("NFC", text)
+    return text if text.isascii() else word_form(text)
 
 
 def lower(text: str) -> str:

@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from memdir.config import Settings
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
-CHUNKER_VERSION = 10  # 9: a lone \r ends a line; 10: notes decoded by their byte order mark, non-UTF-8
-# bytes as cp1252, code blocks have no headings
+CHUNKER_VERSION = 11  # 9: a lone \r ends a line; 10: notes decoded by their byte order mark, non-UTF-8
+# bytes as cp1252, code blocks have no headings; 11: words indexed without invisible characters, in NFC
 FTS_ONLY_MODEL = "fts-only"
 
 Progress = Callable[[int, int, str], None]

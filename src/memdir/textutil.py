@@ -119,14 +119,36 @@ def cut_text(text: str, limit: int) -> str:
     return text[:cut] if cut > 0 and not _joined(text[cut - 1], text[cut]) else text[:limit]
 
 
+#: Characters invisible inside a word: the soft hyphen (PDFs, word processors, web pages), zero-width
+#: space, non-joiner and joiner, word joiner, and a byte order mark left mid-text.  ``unicode61``
+#: takes each for a separator, so a note saying ``infor\u00admation`` was indexed as ``infor`` and
+#: ``mation`` and never found by "information".
+_INVISIBLE = re.compile("[\u00ad\u200b-\u200d\u2060\ufeff]")
+
+
+def word_form(text: str) -> str:
+    """Text as its words are indexed and searched: invisible characters inside words dropped, and
+    in Unicode NFC (a note or question saved decomposed, e.g. Korean or Greek in NFD, matches its
+    composed form).  ASCII text is returned as it is, at no cost."""
+    if text.isascii():
+        return text
+    if _INVISIBLE.search(text):
+        text = _INVISIBLE.sub("", text)
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+
+
 def fts_text(text: str) -> str:
-    """The text given to FTS5: Han/Kana characters spaced apart so each is its own token.
+    """The text given to FTS5 (:func:`word_form`): Han/Kana characters spaced apart so each is its
+    own token.
 
     ``unicode61`` treats a whole CJK run as one token, so a query for 讨论 would never match a
     note saying 之前讨论的那个方案 (R§18.4).  With one token per character, a CJK word becomes a
     phrase query ("讨 论") that matches it anywhere, and BM25 still ranks it.
     """
-    if text.isascii() or _all_below(text, _HAN_OR_KANA_FROM) or not _HAN_OR_KANA.search(text):
+    if text.isascii():
+        return text
+    text = word_form(text)
+    if _all_below(text, _HAN_OR_KANA_FROM) or not _HAN_OR_KANA.search(text):
         return text
     return _SPLIT_CHARS.sub(r" \1 ", text)
 
@@ -202,6 +224,7 @@ def stem_counts(text: str, wanted: set[str]) -> dict[str, int]:
     stemmed (scoring a few candidates must not cost a full :func:`stem_text` each)."""
     from memdir.stemming import DEFAULT_LANGUAGE, detect_language, text_stems
 
+    text = word_form(text)
     if detect_language(text) != DEFAULT_LANGUAGE:  # stemmed by its own language's rules
         counts: dict[str, int] = {}
         for s in text_stems(text).split():
@@ -229,7 +252,7 @@ def stem_text(text: str) -> str:
     """
     from memdir.stemming import text_stems
 
-    return text_stems(text)
+    return text_stems(word_form(text))
 
 
 def fts_values(text: str) -> tuple[str, str]:
