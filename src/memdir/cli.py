@@ -96,9 +96,12 @@ def _score(text: str) -> float:
     return value
 
 
-def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool, only: Sequence[str] | None = None) -> None:
+    """The global options (those named in ``only``), so they may also follow the command."""
     group = parser.add_argument_group("global options")
     for long, short, help_text, extra in _GLOBALS:
+        if only is not None and long not in only:
+            continue
         names = [long, short] if short else [long]
         kwargs: dict[str, Any] = {"help": help_text, "dest": long.lstrip("-").replace("-", "_"), **extra}
         if suppress:
@@ -269,7 +272,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     if not isinstance(p, _Unused):
         from memdir.bench.cli import configure as configure_bench  # argparse only: keeps start-up light
 
-        configure_bench(p)
+        # -v and -q after the command too (a bench has its own --config, and no workspace or agent)
+        configure_bench(p, lambda p: _add_globals(p, suppress=True, only=("--verbose", "--quiet")))
 
     p = cmd("completion", "print a shell completion script, e.g. eval \"$(memdir completion bash)\"")
     p.add_argument("shell", choices=["bash", "zsh", "fish"], help="the shell to complete in")
