@@ -225,7 +225,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = cmd("status", "what is indexed, what is stale, what works")
     p.add_argument("--json", action="store_true", help="JSON output")
-    p.add_argument("--deep", action="store_true", help="also probe the embedding provider")
+    p.add_argument("--deep", action="store_true",
+                   help="also probe the embedding provider, read every page of a SQLite index of any size "
+                        "(without it: of one up to 512 MB) and show the PostgreSQL server's versions")
 
     p = cmd("watch", "keep the index in step with the files until Ctrl-C (sync.watchDebounceMs, intervalMinutes)")
     p.add_argument("--json", action="store_true", help="one JSON event per line")
