@@ -613,7 +613,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from memdir.watch_foreground import run_foreground
 
     with _memory(args) as mem:
-        return run_foreground(mem, as_json=args.json, debounce_ms=args.debounce_ms)
+        return run_foreground(mem, as_json=args.json, debounce_ms=args.debounce_ms, quiet=_quiet(args))
 
 
 def cmd_config(args: argparse.Namespace) -> int:
