@@ -247,7 +247,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p.formatter_class = argparse.RawDescriptionHelpFormatter
         add_chat_arguments(p)
 
-    p = cmd("mcp", "serve memory_search / memory_get / memory_append to MCP clients (Claude, Cursor, ...)")
+    p = cmd("mcp", "serve memory_search / memory_get / memory_append to MCP clients (Claude, Cursor, ...); "
+                   "memory_recall / memory_store / memory_forget too with longTermMemory.enabled")
     p.add_argument("--transport", choices=["stdio", "http", "streamable-http"], default="stdio",
                    help="stdio (default; what MCP hosts launch) or http (streamable HTTP on loopback)")
     p.add_argument("--host", default="127.0.0.1", help="HTTP address: 127.0.0.1 (default), ::1 or localhost only")
