@@ -311,3 +311,26 @@ def test_client_gone_filter_keeps_real_errors_only():
     assert gone.filter(record("Error handling POST request", ValueError("bad json")))
     assert gone.filter(record("x", BaseExceptionGroup("g", [ClientDisconnect(), ValueError("bad")])))
     assert gone.filter(record("Received exception from stream: boom", None))
+
+
+def test_stdio_server_run_at_a_terminal_says_what_it_waits_for(make_workspace, state_dir):
+    # ``memdir --workspace ~/agent mcp``, as listed in the README, sat silent at a terminal
+    import os
+    import pty
+    import threading
+
+    ws = make_workspace({"MEMORY.md": "- a note\n"})
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "mcp", "-w", str(ws)], stdin=slave,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
+    os.close(slave)
+    stuck = threading.Timer(60, proc.kill)  # no line at all fails the test, never hangs it
+    stuck.start()
+    try:
+        line = proc.stderr.readline()
+    finally:
+        stuck.cancel()
+        stop_process(proc)
+        os.close(master)
+    assert "MCP server on stdio" in line and str(ws) in line and "Ctrl-C" in line

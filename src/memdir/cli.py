@@ -606,6 +606,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise CliError(f"invalid port {args.port} (expected 1-65535)")
     with _memory(args) as mem:
+        if args.transport == "stdio" and sys.stdin.isatty():
+            # Run by hand from the README's list, it waited in silence: say what it is waiting for.
+            _note(args, f"memdir MCP server on stdio (workspace {mem.workspace}): an MCP host (Claude, Cursor, ...) "
+                        "starts it and talks to it on stdin/stdout; Ctrl-C ends it")
         serve(mem, transport=args.transport, host=args.host, port=args.port, session_key=args.session_key)
     return 0
 
