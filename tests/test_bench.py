@@ -299,6 +299,19 @@ def test_cli_bench_compare_table_and_strict(run_cli: Callable[..., subprocess.Co
     assert strict.returncode == 0
 
 
+def test_cli_bench_takes_the_global_quiet_and_verbose_before_or_after_it(
+        run_cli: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    # ``memdir -q bench quality ...`` still printed progress (the bench's own --quiet default won),
+    # and ``-v``/``-q`` after the bench were unknown options, though the README says global options
+    # go before or after the command
+    for args in (["-q", "bench", "quality"], ["bench", "quality", "-q"], ["bench", "quality", "--quiet"]):
+        quiet = run_cli(*args, str(GATE), "--mode", "keyword", "--k", "1", check=True)
+        assert quiet.stderr == "" and "memdir:keyword" in quiet.stdout, args
+    for args in (["-v", "bench", "quality"], ["bench", "quality", "-v"]):
+        loud = run_cli(*args, str(GATE), "--mode", "keyword", "--k", "1", check=True)
+        assert "INFO" in loud.stderr and "[memdir:keyword] sample notes" in loud.stderr, args
+
+
 def test_cli_bench_usage_errors(run_cli: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     bad_mode = run_cli("bench", "quality", str(GATE), "--mode", "semantic")
     assert bad_mode.returncode == 2 and "unknown mode" in bad_mode.stderr

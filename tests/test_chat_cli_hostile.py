@@ -219,3 +219,21 @@ def test_an_endless_line_of_input_is_refused_with_memory_bounded(
     err = capsys.readouterr().err
     assert f"a message over {MAX_MESSAGE_CHARS:,} characters was not sent" in err
     assert asked == ["hello"] and stdin.biggest <= MAX_MESSAGE_CHARS + 1
+
+
+def test_quitting_before_the_first_index_is_done_is_not_a_warning(
+        ws: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # ``printf '/quit\n' | memdir chat`` on a new workspace: closing the chat stopped the
+    # session-start index, and that printed "WARNING: memory sync at session start failed: ...
+    # its Memory is being closed", as if something had gone wrong
+    import logging
+
+    from memdir.agent import MemoryIndexBackend
+    from memdir.api import Memory
+
+    mem = Memory(ws, state_dir=ws.parent / "state")
+    backend = MemoryIndexBackend(mem, timezone="UTC")
+    mem.close()  # what the chat does on /quit, here before the background index ran
+    with caplog.at_level(logging.WARNING, logger="memdir"):
+        backend._warm()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -112,3 +112,25 @@ def test_core_modules_never_import_lancedb(state_dir: Path) -> None:
                           env=cli_env(state_dir))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_an_edited_mirror_is_reported_once_and_q_silences_it(tmp_path: Path, make_workspace, run_cli) -> None:
+    # the warning came twice ("memdir: WARNING: …" logged, then "warning: …" from the command),
+    # and -q, "only errors", still printed the second copy
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}, "longTermMemory": {"mirror": {"enabled": True}}}))
+    base = ("--workspace", str(ws), "--config", str(cfg))
+    run_cli("ltm", "store", "I prefer dark mode", *base, check=True)
+    mirror = ws / "memory" / "long-term.md"
+    with mirror.open("a") as fh:
+        fh.write("- my own edit\n")
+    loud = run_cli("ltm", "store", "The office wifi is called Gondor", *base, check=True)
+    assert loud.stderr.count("was changed outside memdir") == 1, loud.stderr
+    with mirror.open("a") as fh:
+        fh.write("- another edit\n")
+    quiet = run_cli("-q", "ltm", "store", "Standup is at 9:30", "--json", *base, check=True)
+    assert quiet.stderr == ""
+    assert "was changed outside memdir" in json.loads(quiet.stdout)["warnings"][0]
+    assert len(list(mirror.parent.glob("long-term.md.edited-*"))) == 2

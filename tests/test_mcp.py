@@ -311,3 +311,51 @@ def test_client_gone_filter_keeps_real_errors_only():
     assert gone.filter(record("Error handling POST request", ValueError("bad json")))
     assert gone.filter(record("x", BaseExceptionGroup("g", [ClientDisconnect(), ValueError("bad")])))
     assert gone.filter(record("Received exception from stream: boom", None))
+
+
+def test_stdio_server_run_at_a_terminal_says_what_it_waits_for(make_workspace, state_dir):
+    # ``memdir --workspace ~/agent mcp``, as listed in the README, sat silent at a terminal
+    import os
+    import pty
+    import threading
+
+    ws = make_workspace({"MEMORY.md": "- a note\n"})
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "mcp", "-w", str(ws)], stdin=slave,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
+    os.close(slave)
+    stuck = threading.Timer(60, proc.kill)  # no line at all fails the test, never hangs it
+    stuck.start()
+    try:
+        line = proc.stderr.readline()
+    finally:
+        stuck.cancel()
+        stop_process(proc)
+        os.close(master)
+    assert "MCP server on stdio" in line and str(ws) in line and "Ctrl-C" in line
+
+
+def test_ctrl_c_ends_the_stdio_server_while_it_waits_for_input(make_workspace, state_dir):
+    # the read of stdin ran in a worker thread that SIGINT could neither cancel nor leave behind:
+    # memdir mcp went on (even after a second Ctrl-C) until a line or the end of input came
+    import os
+    import signal
+
+    ws = make_workspace({"MEMORY.md": "- a note\n"})
+    read_end, write_end = os.pipe()  # input that stays open, as a host's or a terminal's
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "mcp", "-w", str(ws)], stdin=read_end,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
+    os.close(read_end)
+    try:
+        os.write(write_end, b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}\n')
+        assert '"id":1' in proc.stdout.readline().replace(" ", "")  # serving, and reading stdin
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        os.close(write_end)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "Traceback" not in err and "Fatal" not in err, err

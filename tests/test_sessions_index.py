@@ -255,3 +255,17 @@ def test_a_conversation_stays_searchable_after_new_sets_its_transcript_aside(tmp
         assert [h.path for h in hits] == [f"sessions/{rotated.name}"]
         assert mem.get(hits[0].path).text == "User: the narwhal budget was approved on Tuesday"
         assert WatchPlan(ws, [], mem.settings.sessions_dir).file_matters(str(rotated))
+
+
+def test_status_counts_the_transcripts_it_would_index(setup):
+    # "Indexed: 2/1 files": the indexed count took in transcripts, the scanned count did not
+    ws, _, cfg = setup
+    with Memory(ws, config=cfg) as mem:
+        mem.sync()
+        st = mem.status()
+        assert (st["files"], st["scannedFiles"]) == (2, 2)
+    only_sessions = {**cfg, "memorySearch": {**cfg["memorySearch"], "sources": ["sessions"]}}
+    with Memory(ws, config=only_sessions) as mem:
+        mem.sync()
+        st = mem.status()
+        assert (st["files"], st["scannedFiles"]) == (1, 1)

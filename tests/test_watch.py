@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -253,3 +254,23 @@ def test_the_reference_agent_loop_warms_and_watches(make_workspace):
         eventually(lambda: "memory/hand.md" in found(mem, "Lyon"), "the agent's watcher")
     finally:
         mem.close()
+
+
+def test_memdir_watch_with_q_says_nothing_on_stderr(make_workspace, state_dir):
+    # "Stopped watching." was printed on stderr under -q, which leaves only errors there
+    ws = make_workspace({"memory/a.md": "Alpha note.\n"})
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "-q", "watch", "-w", str(ws)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
+    stuck = threading.Timer(DEADLINE, proc.kill)  # a readline that never returns fails the test, never hangs it
+    stuck.start()
+    try:
+        while "(start):" not in (line := proc.stdout.readline()):
+            assert line, f"watch exited before its first sync: {proc.stderr.read()}"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        stuck.cancel()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and err == "", err

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from memdir.daily import append_daily, today
+from memdir.errors import MemoryClosed
 from memdir.prompt import DEFAULT_CONTEXT_CHARS, build_session_context, memory_recall_section
 from memdir.sessions.flush import (
     FlushDecision,
@@ -146,6 +147,8 @@ class MemoryIndexBackend:
     def _warm(self) -> None:
         try:
             self.memory.sync(reason="session-start")
+        except MemoryClosed:
+            pass  # the chat ended before this first index did: nothing failed, the next sync goes on
         except Exception as exc:
             log.warning("memory sync at session start failed: %s", exc)
 

@@ -605,7 +605,9 @@ class Memory(IndexUpkeep):
             "extraPaths": [str(p) for p in self.settings.extra_paths],
             "files": sum(f for f, _ in counts.values()),
             "chunks": sum(c for _, c in counts.values()),
-            "scannedFiles": len(found.files),
+            # what a sync would index: every source's files (transcripts too), none of the memory
+            # files when "memory" is not a source ("Indexed: 2/1 files" counted memory files only)
+            "scannedFiles": len(self.indexer.list_files()[0]),
             "sourceCounts": [
                 {"source": s, "files": counts.get(s, (0, 0))[0], "chunks": counts.get(s, (0, 0))[1]}
                 for s in ms.sources

@@ -111,9 +111,12 @@ def _score(text: str) -> float:
     return value
 
 
-def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool, only: Sequence[str] | None = None) -> None:
+    """The global options (those named in ``only``), so they may also follow the command."""
     group = parser.add_argument_group("global options")
     for long, short, help_text, extra in _GLOBALS:
+        if only is not None and long not in only:
+            continue
         names = [long, short] if short else [long]
         kwargs: dict[str, Any] = {"help": help_text, "dest": long.lstrip("-").replace("-", "_"), **extra}
         if suppress:
@@ -237,7 +240,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = cmd("status", "what is indexed, what is stale, what works")
     p.add_argument("--json", action="store_true", help="JSON output")
-    p.add_argument("--deep", action="store_true", help="also probe the embedding provider")
+    p.add_argument("--deep", action="store_true",
+                   help="also probe the embedding provider, read every page of a SQLite index of any size "
+                        "(without it: of one up to 512 MB) and show the PostgreSQL server's versions")
 
     p = cmd("watch", "keep the index in step with the files until Ctrl-C (sync.watchDebounceMs, intervalMinutes)")
     p.add_argument("--json", action="store_true", help="one JSON event per line")
@@ -257,7 +262,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p.formatter_class = argparse.RawDescriptionHelpFormatter
         add_chat_arguments(p)
 
-    p = cmd("mcp", "serve memory_search / memory_get / memory_append to MCP clients (Claude, Cursor, ...)")
+    p = cmd("mcp", "serve memory_search / memory_get / memory_append to MCP clients (Claude, Cursor, ...); "
+                   "memory_recall / memory_store / memory_forget too with longTermMemory.enabled")
     p.add_argument("--transport", choices=["stdio", "http", "streamable-http"], default="stdio",
                    help="stdio (default; what MCP hosts launch) or http (streamable HTTP on loopback)")
     p.add_argument("--host", default="127.0.0.1", help="HTTP address: 127.0.0.1 (default), ::1 or localhost only")
@@ -284,7 +290,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     if not isinstance(p, _Unused):
         from memdir.bench.cli import configure as configure_bench  # argparse only: keeps start-up light
 
-        configure_bench(p)
+        # -v and -q after the command too (a bench has its own --config, and no workspace or agent)
+        configure_bench(p, lambda p: _add_globals(p, suppress=True, only=("--verbose", "--quiet")))
 
     p = cmd("completion", "print a shell completion script, e.g. eval \"$(memdir completion bash)\"")
     p.add_argument("shell", choices=["bash", "zsh", "fish"], help="the shell to complete in")
@@ -623,6 +630,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise CliError(f"invalid port {args.port} (expected 1-65535)")
     with _memory(args) as mem:
+        if args.transport == "stdio" and sys.stdin.isatty():
+            # Run by hand from the README's list, it waited in silence: say what it is waiting for.
+            _note(args, f"memdir MCP server on stdio (workspace {mem.workspace}): an MCP host (Claude, Cursor, ...) "
+                        "starts it and talks to it on stdin/stdout; Ctrl-C ends it")
         serve(mem, transport=args.transport, host=args.host, port=args.port, session_key=args.session_key)
     return 0
 
@@ -631,7 +642,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from memdir.watch_foreground import run_foreground
 
     with _memory(args) as mem:
-        return run_foreground(mem, as_json=args.json, debounce_ms=args.debounce_ms)
+        return run_foreground(mem, as_json=args.json, debounce_ms=args.debounce_ms, quiet=_quiet(args))
 
 
 def cmd_config(args: argparse.Namespace) -> int:

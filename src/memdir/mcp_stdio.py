@@ -19,14 +19,18 @@ line under one lock, so they never interleave.
 
 from __future__ import annotations
 
+import codecs
 import json
+import os
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from io import TextIOWrapper
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
@@ -90,13 +94,52 @@ def read_message(line: str) -> JSONRPCMessage | str:
     return message
 
 
+async def _lines_read_aside(fd: int) -> AsyncIterator[str]:
+    """The lines of file descriptor ``fd`` (UTF-8), read by a daemon thread of their own with
+    ``os.read``.
+
+    Why: read in anyio's worker thread, a read waiting on a terminal or a pipe could be neither
+    cancelled nor left behind, so Ctrl-C (SIGINT) did not end ``memdir mcp`` until the next line
+    or the end of input came.  A daemon thread's read is abandoned at exit; it holds no lock of
+    ``sys.stdin``'s (which would abort the interpreter's shutdown).
+    """
+    send, receive = anyio.create_memory_object_stream[str](1)
+    token = anyio.lowlevel.current_token()
+
+    def pump() -> None:
+        decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+        parts: list[str] = []
+        try:
+            while chunk := os.read(fd, 65536):
+                *lines, rest = decode(chunk).split("\n")
+                for line in lines:
+                    parts.append(line)
+                    anyio.from_thread.run(send.send, "".join(parts) + "\n", token=token)
+                    parts = []
+                parts.append(rest)
+            if tail := "".join(parts) + decode(b"", True):
+                anyio.from_thread.run(send.send, tail, token=token)
+        except Exception:  # the loop is gone (the server stopped), or stdin failed: input is over
+            pass
+        finally:
+            try:
+                anyio.from_thread.run_sync(send.close, token=token)
+            except Exception:
+                pass
+
+    threading.Thread(target=pump, name="memdir-mcp-stdin", daemon=True).start()
+    async with receive:
+        async for line in receive:
+            yield line
+
+
 @asynccontextmanager
 async def stdio_transport(stdin: Any = None, stdout: Any = None) -> AsyncIterator[
         tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]]:
     """``(read_stream, write_stream)`` over this process's stdin and stdout (UTF-8 whatever the
     locale, as the SDK's), for ``Server.run``; ends when stdin does."""
     if stdin is None:
-        stdin = anyio.wrap_file(TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+        stdin = _lines_read_aside(sys.stdin.fileno())
     if stdout is None:
         stdout = anyio.wrap_file(TextIOWrapper(sys.stdout.buffer, encoding="utf-8"))
     to_server, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)

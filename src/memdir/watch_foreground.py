@@ -33,8 +33,10 @@ def _line(event: Event) -> str | None:
     return None
 
 
-def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | None = None) -> int:
-    """``memdir watch``: sync now, then on every change until Ctrl-C or SIGTERM (exit 0)."""
+def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | None = None,
+                   quiet: bool = False) -> int:
+    """``memdir watch``: sync now, then on every change until Ctrl-C or SIGTERM (exit 0); ``quiet``
+    (``-q``): no closing note on stderr."""
     import json
     import signal
     import sys
@@ -76,7 +78,7 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
     show({"event": "stop", "time": round(time.time(), 3)})
     if gone.is_set():
         raise BrokenPipeError  # the CLI exits quietly with 141, as a tool killed by SIGPIPE
-    if not as_json:
+    if not as_json and not quiet:
         print("Stopped watching.", file=sys.stderr)
     return 0
 

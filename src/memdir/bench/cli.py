@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,9 @@ def _size_list(raw: str) -> list[int]:
     return out
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    """Add the bench subcommands to ``memdir bench``."""
+def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add the bench subcommands to ``memdir bench``; ``add_globals`` adds ``-v``/``-q`` to each (a
+    bench's own ``--quiet`` kept ``memdir -q bench ...`` printing progress: its default won)."""
     sub = parser.add_subparsers(dest="bench_command", metavar="BENCH")
 
     def common_quality(p: argparse.ArgumentParser) -> None:
@@ -58,13 +60,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="score only the first N questions of each sample (quick runs, slow systems)")
         p.add_argument("--strict", action="store_true",
                        help="exit 1 when a system was skipped or did not run in its intended mode")
-        p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+        add_globals(p)
         p.add_argument("--config", "-c", default=argparse.SUPPRESS,
                        help="config file whose memorySearch settings every memdir run uses (runs are labelled "
                             "with its name; a missing file is an error)")
 
     p = sub.add_parser("quality", help="recall@k, hit@k, MRR and lines returned on a labelled dataset",
-                       description="Score memdir's search modes on a dataset (SPEC §11).")
+                       description="Score memdir's search modes (keyword, vector, hybrid) on a labelled dataset.")
     common_quality(p)
     p.add_argument("--mode", default="all",
                    help="keyword, vector, hybrid, all, or a comma list (default all); a mode that cannot run "
@@ -92,7 +94,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.add_argument("--out", type=Path, help="write report.json here")
     p.add_argument("--plot-dir", type=Path, help="write latency and indexing charts (PNG) here; needs memdir[bench]")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_globals(p)
 
     p = sub.add_parser("backends", help="SQLite and PostgreSQL side by side: indexing, sync, search, disk, "
                                         "concurrent searchers, recall",
@@ -108,14 +110,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--work-dir", type=Path, help="keep corpora and SQLite indexes here")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--out", type=Path, help="write report.json here")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_globals(p)
 
     p = sub.add_parser("rescore", help="re-score ranked results written by --out against a dataset",
                        description="Score a folder of <sample>.jsonl ranked results (as written by --out).")
-    p.add_argument("dataset", type=Path)
+    p.add_argument("dataset", type=Path, help="folder of <sample>/workspace + <sample>/queries.jsonl")
     p.add_argument("results", type=Path, help="one system's folder, e.g. OUT/memdir-keyword")
-    p.add_argument("--k", type=_int_list, default=[1, 3, 6, 10])
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--k", type=_int_list, default=[1, 3, 6, 10], help="cut-offs (default 1,3,6,10)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_globals(p)
 
 
 def _progress(args: argparse.Namespace) -> Any:
@@ -135,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
     """Dispatch ``memdir bench …``; returns the exit code."""
     cmd = getattr(args, "bench_command", None)
     if cmd is None:
-        raise UsageError("choose a benchmark: memdir bench {quality,compare,speed,rescore} ... (memdir bench -h)")
+        raise UsageError("choose a benchmark: memdir bench {quality,compare,speed,backends,rescore} ... "
+                         "(memdir bench -h)")
     _check_plots(args)
     if cmd in ("quality", "compare"):
         return _quality(args, cmd)

@@ -54,13 +54,10 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
     cmd("reembed", "re-embed every memory with the configured model (after changing models)")
 
 
+# A result's warnings (a mirror edited by hand, moved aside) are not printed here: the store logs
+# each one as it happens (printed twice before, and -q did not silence the copy), and --json has them.
 def _print(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
-
-
-def _warn(warnings: list[str]) -> None:
-    for w in warnings:
-        print(f"warning: {w}", file=sys.stderr)
 
 
 def _line(r: Any, tz: str | None) -> str:
@@ -121,7 +118,6 @@ def _store(ltm: Any, args: argparse.Namespace) -> int:
         print(f"Stored: {result.record.id} [{result.record.category}] {result.record.text}")
         for old in result.superseded:
             print(f"Superseded: {old.id} [{old.category}] {old.text}")
-    _warn(result.warnings)
     return 0
 
 
@@ -151,7 +147,6 @@ def _forget(ltm: Any, args: argparse.Namespace) -> int:
         print(f"memdir ltm forget: no memory with id {args.id}", file=sys.stderr)
     else:
         print("No matching memories found.", file=sys.stderr)
-    _warn(result.warnings)
     return 0 if result.action == "deleted" else 1
 
 
@@ -186,7 +181,6 @@ def _import(ltm: Any, args: argparse.Namespace) -> int:
               f"{len(report.unchanged)} unchanged, {len(report.duplicates)} duplicates")
         if report.skipped_lines:
             print(f"Lines not understood (not bullets): {', '.join(map(str, report.skipped_lines))}", file=sys.stderr)
-    _warn(report.warnings)
     return 0
 
 
