@@ -176,9 +176,15 @@ def test_rebuild_keeps_serving_concurrent_readers(make_workspace, state_dir, bac
                 except BaseException as exc:
                     errors.append(exc)
 
+    def searched(n: int) -> None:  # wait for the reader's n-th search (machines under load are slow)
+        deadline = time.monotonic() + 60
+        while len(results) + len(errors) < n and time.monotonic() < deadline and t.is_alive():
+            time.sleep(0.01)
+
     t = threading.Thread(target=reader)
     t.start()
     try:
+        searched(1)  # the reader is searching before the rebuild starts...
         # a chunking change forces the full rebuild while the reader runs
         cfg = ws / "memdir.toml"
         cfg.write_text('[memorySearch]\nprovider = "none"\n[memorySearch.chunking]\ntokens = 100\n' + backend.toml())
@@ -186,11 +192,12 @@ def test_rebuild_keeps_serving_concurrent_readers(make_workspace, state_dir, bac
                               env=cli_env(state_dir), capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         assert '"full": true' in proc.stdout
+        searched(len(results) + 2)  # ...and goes on searching the rebuilt index after the swap
     finally:
         stop.set()
         t.join(30)
     assert not errors, errors[:3]
-    assert len(results) > 5 and all(n > 0 for n in results)
+    assert len(results) >= 3 and all(n > 0 for n in results)
 
 
 def test_killed_rebuild_leaves_old_index_searchable(make_workspace, state_dir):
