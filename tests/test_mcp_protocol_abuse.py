@@ -187,3 +187,19 @@ def test_every_line_the_server_cannot_take_is_answered_so_no_client_waits(worksp
     assert len(got) == 7
     assert json.loads(by_id["5"]["result"]["content"][0]["text"])["results"][0]["path"] == "MEMORY.md"
     assert proc.returncode == 0
+
+
+def test_a_line_too_long_is_skipped_and_answered_not_held_whole(workspace, state_dir: Path):
+    """A line with no end (``memdir mcp < /dev/zero``, a client that never sends its newline) was
+    gathered whole, taking every byte of memory: a line over the limit is dropped to its newline,
+    answered with an error, and the server keeps serving."""
+    from memdir.mcp_stdio import MAX_LINE_CHARS
+
+    ws, cfg = workspace
+    huge = '{"jsonrpc": "2.0", "method": "tools/list", "pad": "' + "x" * (MAX_LINE_CHARS + 10) + '"}'
+    proc, answers = _serve(ws, cfg, state_dir, [json.dumps(INIT), json.dumps(INITIALIZED), huge,
+                                                json.dumps(_call(5, "memory_search", {"query": "kafka"}))])
+    assert "over 16,777,216 characters was skipped" in answers[None]["error"]["message"]
+    assert answers[None]["error"]["code"] == -32600
+    assert json.loads(answers[5]["result"]["content"][0]["text"])["results"][0]["path"] == "MEMORY.md"
+    assert proc.returncode == 0

@@ -94,6 +94,14 @@ def read_message(line: str) -> JSONRPCMessage | str:
     return message
 
 
+#: Longest line taken from stdin (characters): 4 times the HTTP transport's body limit.  Longer
+#: lines are skipped to their end and answered with an error: ``memdir mcp < /dev/zero`` (or a
+#: client that never sends a newline) took every byte of memory.
+MAX_LINE_CHARS = 16 * 1024 * 1024
+#: Put in place of a skipped line, for the reader to answer (no JSON text can start with a NUL).
+TOO_LONG = "\x00too long\n"
+
+
 async def _lines_read_aside(fd: int) -> AsyncIterator[str]:
     """The lines of file descriptor ``fd`` (UTF-8), read by a daemon thread of their own with
     ``os.read``.
@@ -109,15 +117,25 @@ async def _lines_read_aside(fd: int) -> AsyncIterator[str]:
     def pump() -> None:
         decode = codecs.getincrementaldecoder("utf-8")("replace").decode
         parts: list[str] = []
+        held = 0  # characters in parts
+        skipping = False  # in a line over MAX_LINE_CHARS: dropped up to its newline
         try:
             while chunk := os.read(fd, 65536):
                 *lines, rest = decode(chunk).split("\n")
                 for line in lines:
                     parts.append(line)
-                    anyio.from_thread.run(send.send, "".join(parts) + "\n", token=token)
-                    parts = []
-                parts.append(rest)
-            if tail := "".join(parts) + decode(b"", True):
+                    whole = TOO_LONG if skipping or held + len(line) > MAX_LINE_CHARS else "".join(parts) + "\n"
+                    anyio.from_thread.run(send.send, whole, token=token)
+                    parts, held, skipping = [], 0, False
+                held += len(rest)
+                if held > MAX_LINE_CHARS:
+                    parts, held, skipping = [], 0, True
+                else:
+                    parts.append(rest)
+            tail = "".join(parts) + decode(b"", True)
+            if skipping or len(tail) > MAX_LINE_CHARS:
+                tail = TOO_LONG
+            if tail:
                 anyio.from_thread.run(send.send, tail, token=token)
         except Exception:  # the loop is gone (the server stopped), or stdin failed: input is over
             pass
@@ -157,7 +175,9 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None) -> AsyncIterato
                 async for line in stdin:
                     if not line.strip():
                         continue
-                    got = read_message(line)
+                    got = read_message(line) if line != TOO_LONG else _error_line(
+                        None, INVALID_REQUEST, f"Invalid Request: a line over {MAX_LINE_CHARS:,} characters "
+                                               "was skipped")
                     if isinstance(got, str):
                         await write(got)
                     else:
