@@ -465,3 +465,23 @@ def test_a_home_path_without_a_home_is_refused_not_made_in_the_current_folder(ho
 def test_config_show_masks_every_password_in_a_dsn(dsn: str, shown: str):
     """libpq's ``sslpassword`` (the client key's passphrase) was printed by ``config show`` as given."""
     assert mask_dsn_password(dsn) == shown
+
+
+def test_a_second_config_file_beside_the_one_read_is_named(tmp_path: Path):
+    """With memdir.toml and memdir.json both in a workspace, the TOML file was read and edits to
+    the JSON one changed nothing, without a word: the CLI names the file it ignores."""
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n')
+    (ws / "memdir.json").write_text('{"memorySearch": {"provider": "openai"}}')
+    proc = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "config", "show", "--json"],
+                          env=cli_env(tmp_path / "state"), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count(f"{ws / 'memdir.json'} is ignored: memdir.toml is read") == 1
+    shown = {row["key"]: row["value"] for row in json.loads(proc.stdout)["settings"]}
+    assert shown["memorySearch.provider"] == "none"

@@ -804,14 +804,26 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+_NAMED_IGNORED: set[Path] = set()
+
+
 def find_config_file(workspace: Path, state_dir: Path) -> Path | None:
     """The first config file in the workspace, then the state folder.  One that is there but is no
     file (a broken symlink, a folder, a FIFO) is an error: it was passed over without a word, and
-    the next one, or none, used instead."""
+    the next one, or none, used instead.  Another config file beside the one read is named on
+    stderr: edits to it changed nothing, without a word."""
     for folder in (workspace, state_dir):
-        for name in CONFIG_FILENAMES:
+        for i, name in enumerate(CONFIG_FILENAMES):
             candidate = folder / name
             if candidate.is_file():
+                ignored = [other for other in CONFIG_FILENAMES[i + 1:] if (folder / other).is_file()]
+                if ignored and candidate not in _NAMED_IGNORED:  # once a process (settings load twice)
+                    _NAMED_IGNORED.add(candidate)
+                    import logging
+
+                    logging.getLogger("memdir").warning(
+                        "%s is ignored: %s is read (the first of %s); merge them into one",
+                        " and ".join(str(folder / other) for other in ignored), name, ", ".join(CONFIG_FILENAMES))
                 return candidate
             if os.path.lexists(candidate):
                 what = ("a symlink to nothing" if not candidate.exists() else
