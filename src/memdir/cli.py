@@ -100,6 +100,17 @@ def _count(text: str) -> int:
     return value
 
 
+def _millis(text: str) -> int:
+    """A wait in whole milliseconds, 0 or more (``--debounce-ms``): ``-5`` was taken as 0, quietly."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of milliseconds, not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
 def _score(text: str) -> float:
     """A score floor from 0 to 1 (``--min-score``): ``inf`` or ``5`` left nothing to return, quietly."""
     try:
@@ -246,7 +257,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = cmd("watch", "keep the index in step with the files until Ctrl-C (sync.watchDebounceMs, intervalMinutes)")
     p.add_argument("--json", action="store_true", help="one JSON event per line")
-    p.add_argument("--debounce-ms", type=int, help="sync this long after the last change (default: config)")
+    p.add_argument("--debounce-ms", type=_millis, help="sync this long after the last change (default: config)")
 
     p = cmd("append", "append a note to today's daily log memory/YYYY-MM-DD.md (append-only, never rewrites)")
     p.add_argument("text", nargs="*", help="the note (several words are joined with spaces); - reads stdin")
