@@ -124,3 +124,17 @@ def test_a_word_with_an_invisible_character_inside_is_found(make_workspace, keyw
     # the deleted and rewritten rows were taken out with the very values they were indexed with
     assert "zerowidthjoiner" not in terms and "information" in terms and "infor" not in terms
     assert "mation" not in terms and "nine" not in terms
+
+
+def test_text_the_fast_path_passes_over_is_its_own_word_form():
+    """fts_values skips word_form and the Han/Kana spacing for a text with no character of
+    ``_MAY_CHANGE``: every character it leaves out must be one those steps never change, alone
+    or after a letter (U+2000 and U+2001 are canonical singletons, so they are in the class)."""
+    from memdir.textutil import _MAY_CHANGE, fts_text, fts_values, word_form
+
+    skipped = [chr(cp) for cp in range(0x80, 0x2100) if not _MAY_CHANGE.search(chr(cp))]
+    assert "\u2014" in skipped and "\u00e9" in skipped and "\u2000" not in skipped and "\u00ad" not in skipped
+    for ch in skipped:
+        for text in (ch, "a" + ch, "\u1100" + ch, "e" + ch + "x"):
+            assert word_form(text) == text and fts_text(text) == text, hex(ord(ch))
+    assert fts_values("caf\u00e9 \u2014 infor\u00admation")[0] == "caf\u00e9 \u2014 information"

@@ -129,6 +129,14 @@ _INVISIBLE_CHARS = "\u00ad\u200b\u200c\u200d\u2060\ufeff"
 _DROP_INVISIBLE = dict.fromkeys(map(ord, _INVISIBLE_CHARS))
 
 
+#: Every character :func:`word_form` or the Han/Kana spacing of :func:`fts_text` can act on, and
+#: more: the invisible ones, combining marks and everything from U+0300 on but general punctuation
+#: and currency (U+2002-U+20CF, as the em dash of a plain English note; U+2000/U+2001 have
+#: canonical singletons).  A text with none of them is its own word form and needs no spacing,
+#: which one search tells (a note's non-ASCII text is most often a dash or a quote).
+_MAY_CHANGE = re.compile("[\u00ad\u0300-\u2001\u200b-\u200d\u2060\u20d0-\U0010ffff]")
+
+
 def word_form(text: str) -> str:
     """Text as its words are indexed and searched: invisible characters inside words dropped, and
     in Unicode NFC (a note or question saved decomposed, e.g. Korean or Greek in NFD, matches its
@@ -149,6 +157,8 @@ def fts_text(text: str) -> str:
     note saying 之前讨论的那个方案 (R§18.4).  With one token per character, a CJK word becomes a
     phrase query ("讨 论") that matches it anywhere, and BM25 still ranks it.
     """
+    if text.isascii() or not _MAY_CHANGE.search(text):
+        return text
     return _spaced(word_form(text))
 
 
@@ -258,7 +268,7 @@ def stem_text(text: str) -> str:
     """
     from memdir.stemming import text_stems
 
-    return text_stems(word_form(text))
+    return text_stems(text if text.isascii() or not _MAY_CHANGE.search(text) else word_form(text))
 
 
 def fts_values(text: str) -> tuple[str, str]:
@@ -270,5 +280,7 @@ def fts_values(text: str) -> tuple[str, str]:
     :mod:`memdir.build_worker` alike."""
     from memdir.stemming import text_stems
 
+    if text.isascii() or not _MAY_CHANGE.search(text):
+        return text, text_stems(text)
     form = word_form(text)  # once for both columns
     return _spaced(form), text_stems(form)
