@@ -88,27 +88,26 @@ def _asks_for_json(argv: Sequence[str]) -> bool:
     return False
 
 
-def _count(text: str) -> int:
-    """A whole number of 1 or more (``--max-results``, ``--from``, ``--lines``): ``0`` or ``-1`` gave
-    "No matches." or the whole file instead of an error."""
+def _whole(text: str, least: int, unit: str = "") -> int:
+    """A whole number of at least ``least``, or the usage error saying what is wrong with ``text``."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+        raise argparse.ArgumentTypeError(f"expected a whole number{unit}, not {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more, not {value}")
     return value
+
+
+def _count(text: str) -> int:
+    """A whole number of 1 or more (``--max-results``, ``--from``, ``--lines``): ``0`` or ``-1`` gave
+    "No matches." or the whole file instead of an error."""
+    return _whole(text, 1)
 
 
 def _millis(text: str) -> int:
     """A wait in whole milliseconds, 0 or more (``--debounce-ms``): ``-5`` was taken as 0, quietly."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of milliseconds, not {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
+    return _whole(text, 0, " of milliseconds")
 
 
 def _score(text: str) -> float:
