@@ -66,7 +66,7 @@ def has_han_or_kana(text: str) -> bool:
 
 
 #: A fence line of a fenced code block (CommonMark: up to three spaces, then ``` or ~~~ at least thrice).
-_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+_FENCE = LazyPattern(r" {0,3}(`{3,}|~{3,})")
 
 
 def fenced_lines(text: str) -> set[int]:
@@ -134,7 +134,10 @@ _DROP_INVISIBLE = dict.fromkeys(map(ord, _INVISIBLE_CHARS))
 #: and currency (U+2002-U+20CF, as the em dash of a plain English note; U+2000/U+2001 have
 #: canonical singletons).  A text with none of them is its own word form and needs no spacing,
 #: which one search tells (a note's non-ASCII text is most often a dash or a quote).
-_MAY_CHANGE = re.compile("[\u00ad\u0300-\u2001\u200b-\u200d\u2060\u20d0-\U0010ffff]")
+#: Written as what it is not (ASCII, Latin-1 but the soft hyphen, up to U+02FF, general punctuation
+#: but the invisible ones, currency): compiled in 0.35 ms where the same class spelled up to
+#: U+10FFFF took 3.2 ms (on first use: ``memdir search`` starts without it), and searched a fifth faster.
+_MAY_CHANGE = LazyPattern("[^\x00-\xac\xae-\u02ff\u2002-\u200a\u200e-\u205f\u2061-\u20cf]")
 
 
 def word_form(text: str) -> str:
