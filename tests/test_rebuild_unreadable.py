@@ -175,3 +175,48 @@ def test_a_rebuild_for_another_model_keeps_unreadable_notes_for_keywords_only(ba
         assert mem.sync().indexed == 1
         found = mem.search("heron report", sync=False, mode="vector", min_score=0).results
         assert "memory/b.md" in [r.path for r in found]
+
+
+def test_an_unreadable_sessions_folder_keeps_its_transcripts_and_the_notes_are_indexed():
+    # Before: a sessions folder the user could not list failed every sync with one PermissionError
+    # (`memdir index` exited 1, and new notes were never indexed); listing it as empty instead
+    # would have dropped every indexed transcript.  Now it is named as skipped, its transcripts are
+    # kept (by a forced rebuild too), and the memory files are indexed as usual.
+    from memdir.config import load_config
+
+    with shared_scratch() as root:
+        ws, state = root / "ws", root / "state"
+        (ws / "memory").mkdir(parents=True)
+        (ws / "memory/a.md").write_text("Alpha: the boiler was serviced in March.\n")
+        state.mkdir()
+        cfg = root / "memdir.json"
+        cfg.write_text(json.dumps({"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                                                    "experimental": {"sessionMemory": True}}}))
+        sessions = load_config(workspace=ws, state_dir=state, config_path=cfg).settings.sessions_dir
+        sessions.mkdir(parents=True)
+        (sessions / "s1.jsonl").write_text(json.dumps(
+            {"type": "message", "timestamp": 1_700_000_000_000,
+             "message": {"role": "user", "content": "The flamingo migration is on Friday."}}) + "\n")
+        give_away(root)
+        index = ("index", "-w", str(ws), "--config", str(cfg), "--json")
+        assert run_cli_as_user(state, *index).returncode == 0
+        assert _paths(state, cfg, ws, "flamingo migration") == ["sessions/s1.jsonl"]
+
+        (ws / "memory/b.md").write_text("The heron report is due on Friday.\n")
+        give_away(ws)
+        os.chmod(sessions, 0)
+        try:
+            for extra in ((), ("--force",)):
+                out = run_cli_as_user(state, *index, *extra)
+                assert out.returncode == 0, out.stderr
+                report = json.loads(out.stdout)
+                assert report["removed"] == 0
+                assert report["skipped"] == [{"path": "sessions", "error": "folder not readable: Permission denied"}]
+                assert _paths(state, cfg, ws, "flamingo migration") == ["sessions/s1.jsonl"]
+                assert _paths(state, cfg, ws, "heron report") == ["memory/b.md"]
+        finally:
+            os.chmod(sessions, 0o755)
+        # listed again: the transcript is indexed anew and nothing is warned about
+        again = json.loads(run_cli_as_user(state, *index).stdout)
+        assert not again["skipped"] and not again["warnings"]
+        assert _paths(state, cfg, ws, "flamingo migration") == ["sessions/s1.jsonl"]

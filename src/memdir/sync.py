@@ -376,6 +376,8 @@ class Indexer:
         self._skipped: list[Skipped] = []
         #: What the last listing could not look at (see :attr:`memdir.workspace.Discovery.unlisted`).
         self._unlisted: list[str] = []
+        #: Extra sources (transcripts) whose folder could not be listed: their indexed files are kept.
+        self._unlisted_sources: set[str] = set()
         #: Listed files the running sync could not read (``(path, source)``; see :meth:`_carry_over`).
         self._unread: set[tuple[str, str]] = set()
         #: Width of the vectors in the index being written (its meta's, else the first written).
@@ -582,8 +584,17 @@ class Indexer:
             issues = list(found.issues)
         if "memory" not in self.settings.memory_search.sources:
             files, self._skipped, self._unlisted = [], [], []
+        self._unlisted_sources = set()
         for source in self.extra_sources:
-            for entry in source.list_files():
+            try:
+                entries = source.list_files()
+            except OSError as exc:  # a transcripts folder made unreadable: keep what is indexed
+                reason = exc.strerror or str(exc)
+                issues.append(f"{source.name} directory not accessible: {reason}")
+                self._skipped.append(Skipped(source.name, f"folder not readable: {reason}"))
+                self._unlisted_sources.add(source.name)
+                continue
+            for entry in entries:
                 if valid_name(entry.path):
                     files.append(entry)
                 else:  # e.g. a transcript whose name is not UTF-8: the index cannot store its path
@@ -611,8 +622,11 @@ class Indexer:
         themselves) that could not be looked at: their notes were not deleted, and a folder made
         unreadable (a chmod, an unmounted share) used to drop them from the index without a word."""
         present = {(f.path, f.source) for f in files}
-        return [key for key in rows if key not in present
-                and not (key[1] == "memory" and is_unlisted(key[0], self._unlisted))]
+        return [key for key in rows if key not in present and not self._unlisted_key(key)]
+
+    def _unlisted_key(self, key: tuple[str, str]) -> bool:
+        """Whether an indexed file sits where the last listing could not look (kept, not gone)."""
+        return key[1] in self._unlisted_sources or (key[1] == "memory" and is_unlisted(key[0], self._unlisted))
 
     # -- incremental -------------------------------------------------------------------------
     def _incremental(self, store: Store, progress: Progress | None, deadline: float | None,
@@ -1027,8 +1041,9 @@ class Indexer:
         indexes them anew, in the new build's chunking and model.  A vector is kept only when it
         is of this build's model and width; otherwise the chunk is found by its keywords until then.
         """
-        keep = {key for key in self.store.file_rows()
-                if key in self._unread or (key[1] == "memory" and is_unlisted(key[0], self._unlisted))}
+        if not (self._unread or self._unlisted or self._unlisted_sources):
+            return  # everything was read: nothing to carry (and no need to read the old rows)
+        keep = {key for key in self.store.file_rows() if key in self._unread or self._unlisted_key(key)}
         if not keep:
             return
         model, dims = self.model_name, (self.provider.dims if self.provider is not None else None)
