@@ -337,3 +337,55 @@ def test_get_of_a_missing_file_says_so_on_stderr(ws: Path, run_cli):
     assert json.loads(js.stdout) == {"text": "", "path": "memory/typo.md"} and js.stderr == ""
     present = run_cli("get", "MEMORY.md", "-w", str(ws))
     assert present.returncode == 0 and present.stdout and "no file" not in present.stderr
+
+
+_HOSTILE = "- Build log: \x1b[2J\x1b]52;c;ZWNobyBwd25lZA==\x07 colour \x1b[31mred\x1b[0m \x9b done.\n"
+
+
+def test_control_characters_of_a_note_are_spelt_out_for_a_person(make_workspace, run_cli, state_dir: Path):
+    # Before: a snippet was printed as it is, so a note holding captured terminal output (or a
+    # hostile page) could clear the screen, recolour it or write to the clipboard (OSC 52) when
+    # searched.  For a person its control characters are spelt out; --json and a piped get keep them.
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+
+    ws = make_workspace({"memory/2026-01-12.md": "# build\n" + _HOSTILE, "memory/2026-01-13.md": "# lunch\n- ramen\n"})
+    env = {"MEMDIR_PROVIDER": "none"}
+    shown = run_cli("search", "build log colour", "-w", str(ws), env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "\\x1b[2J\\x1b]52;c;ZWNobyBwd25lZA==\\x07 colour \\x1b[31mred\\x1b[0m \\x9b done." in shown.stdout
+    assert not any(c in shown.stdout for c in "\x1b\x07\x9b")
+
+    js = json.loads(run_cli("search", "build log colour", "--json", "-w", str(ws), env=env).stdout)
+    assert _HOSTILE.strip() in js["results"][0]["snippet"]  # data for a program: as written
+    piped = run_cli("get", "memory/2026-01-12.md", "-w", str(ws), env=env)
+    assert piped.stdout == "# build\n" + _HOSTILE  # the note's own text when piped or redirected
+
+    # `get` at a terminal: spelt out (a pseudo-terminal as stdout)
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "memdir", "get", "memory/2026-01-12.md", "-w", str(ws)],
+                              stdout=follower, stderr=subprocess.PIPE, timeout=120,
+                              env={**cli_env(state_dir), **env})
+        assert proc.returncode == 0, proc.stderr
+        os.close(follower)
+        follower = -1
+        out = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal's other end is closed and drained
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        if follower >= 0:
+            os.close(follower)
+        os.close(leader)
+    text = out.decode().replace("\r\n", "\n")
+    assert "\\x1b]52;c;ZWNobyBwd25lZA==\\x07" in text and "\x1b" not in text and "\x07" not in text

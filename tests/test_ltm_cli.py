@@ -134,3 +134,19 @@ def test_an_edited_mirror_is_reported_once_and_q_silences_it(tmp_path: Path, mak
     assert quiet.stderr == ""
     assert "was changed outside memdir" in json.loads(quiet.stdout)["warnings"][0]
     assert len(list(mirror.parent.glob("long-term.md.edited-*"))) == 2
+
+
+def test_ltm_prints_control_characters_spelt_out(tmp_path: Path, make_workspace, run_cli) -> None:
+    # Before: `ltm store/search/list` printed a memory's text as it is: one captured from a
+    # conversation holding an escape sequence could clear or retitle the user's terminal.
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    base = ("--workspace", str(ws), "--config", str(cfg))
+    stored = run_cli("ltm", "store", "I prefer \x1b]0;pwned\x07 dark mode", *base, check=True)
+    assert "I prefer \\x1b]0;pwned\\x07 dark mode" in stored.stdout and "\x1b" not in stored.stdout
+    listed = run_cli("ltm", "list", *base, check=True)
+    assert "\\x1b]0;pwned\\x07" in listed.stdout and "\x07" not in listed.stdout
+    raw = json.loads(run_cli("ltm", "list", "--json", *base, check=True).stdout)
+    assert raw[0]["text"] == "I prefer \x1b]0;pwned\x07 dark mode"

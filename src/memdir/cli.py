@@ -152,6 +152,21 @@ def _json_text(value: Any, *, indent: int | None = None) -> str:
     return text
 
 
+#: Control characters shown as ``\\xNN`` in text printed for a person: every C0 but tab and newline,
+#: DEL and the C1 range.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))}
+
+
+def for_terminal(text: str) -> str:
+    """``text`` safe to print at a terminal: its control characters spelt out.
+
+    Why: notes and transcripts hold what was pasted or captured (a tool's coloured output, a
+    hostile page); printed raw, an escape sequence in a search snippet could recolour or clear the
+    terminal, retitle it, or write to the clipboard (OSC 52).  ``--json`` and a piped ``get`` keep
+    the text as it is."""
+    return text.translate(_CONTROLS) if not text.isprintable() else text
+
+
 def _note(args: argparse.Namespace, text: str) -> None:
     """A note or warning for a person at a terminal (stderr; silenced by ``-q``)."""
     if not _quiet(args):
@@ -445,8 +460,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             return 0
         out = []
         for r in resp.results:
-            out.append(f"{r.score:.3f} {r.path}:{r.start_line}-{r.end_line}")
-            out.append(r.snippet)
+            out.append(f"{r.score:.3f} {for_terminal(r.path)}:{r.start_line}-{r.end_line}")
+            out.append(for_terminal(r.snippet))
             if r.explain:
                 e = r.explain
                 dated = f", dates {e['dates']}" if e.get("dates") else ""
@@ -473,7 +488,8 @@ def cmd_get(args: argparse.Namespace) -> int:
         if args.json:
             print(_json_text(got.as_dict(), indent=2))
         else:
-            sys.stdout.write(got.text + ("" if got.text.endswith("\n") or not got.text else "\n"))
+            text = for_terminal(got.text) if sys.stdout.isatty() else got.text  # piped: the note's own bytes
+            sys.stdout.write(text + ("" if text.endswith("\n") or not text else "\n"))
             if got.missing and not _quiet(args):
                 _notice(f"no file {got.path} (a missing file reads as empty, as memory_get returns it)")
     return 0

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memdir.cli import CliError, UsageError  # failures the CLI reports (as JSON too with --json)
+from memdir.cli import CliError, UsageError, for_terminal  # failures the CLI reports (as JSON too with --json)
 
 
 def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -65,7 +65,7 @@ def _line(r: Any, tz: str | None) -> str:
 
     score = f"{r.score:.3f} " if r.score is not None else ""
     flag = f"  (superseded by {r.superseded_by[:8]})" if r.superseded_by else ""
-    return f"{score}{r.id[:8]}  {day_of(r.created_at, tz)} [{r.category}] {r.text}{flag}"
+    return f"{score}{r.id[:8]}  {day_of(r.created_at, tz)} [{r.category}] {for_terminal(r.text)}{flag}"
 
 
 def run(args: argparse.Namespace, loaded: Any) -> int:
@@ -113,11 +113,11 @@ def _store(ltm: Any, args: argparse.Namespace) -> int:
     if args.json:
         _print(result.as_dict())
     elif result.action == "duplicate":
-        print(f'Similar memory already exists: {result.record.id} "{result.record.text}"')
+        print(f'Similar memory already exists: {result.record.id} "{for_terminal(result.record.text)}"')
     else:
-        print(f"Stored: {result.record.id} [{result.record.category}] {result.record.text}")
+        print(f"Stored: {result.record.id} [{result.record.category}] {for_terminal(result.record.text)}")
         for old in result.superseded:
-            print(f"Superseded: {old.id} [{old.category}] {old.text}")
+            print(f"Superseded: {old.id} [{old.category}] {for_terminal(old.text)}")
     return 0
 
 
@@ -139,7 +139,7 @@ def _forget(ltm: Any, args: argparse.Namespace) -> int:
     if args.json:
         _print(result.as_dict())
     elif result.action == "deleted":
-        print(f"Forgotten: {result.record.id} [{result.record.category}] {result.record.text}")
+        print(f"Forgotten: {result.record.id} [{result.record.category}] {for_terminal(result.record.text)}")
     elif result.action == "candidates":
         print("\n".join(_line(c, ltm.settings.user_timezone) for c in result.candidates))
         print("Several memories match; forget one by id.", file=sys.stderr)
