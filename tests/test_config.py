@@ -262,6 +262,10 @@ def test_config_show_masks_api_keys_and_credential_headers(tmp_path: Path):
     ("[memorySearch]\nsources = []", "memorySearch.sources", "at least one source"),
     ("[memorySearch.sync]\nsearchBudgetMs = -1", "memorySearch.sync.searchBudgetMs", "greater than or equal to 0"),
     ("[memorySearch.query]\nembedTimeoutMs = 0", "memorySearch.query.embedTimeoutMs", "greater than 0"),
+    # beyond ~10^10 s a wait overflows the OS's clock: every query embedding 'failed: timestamp out of range'
+    ("[memorySearch.query]\nembedTimeoutMs = 1e14", "memorySearch.query.embedTimeoutMs", "less than or equal to"),
+    ("[memorySearch.remote]\ntimeoutSeconds = 1e12", "memorySearch.remote", "a week at most"),
+    ("[memorySearch.remote]\nqueryTimeoutSeconds = 700000", "memorySearch.remote", "a week at most"),
     ("[memorySearch.remote.batch]\ntimeoutMinutes = nan", "memorySearch.remote.batch.timeoutMinutes", "greater than 0"),
     ("[longTermMemory.embedding]\ndimensions = -1", "longTermMemory.embedding.dimensions", "greater than 0"),
     ('[memorySearch]\nprovider = "opneai"', "memorySearch.provider", "did you mean 'openai'"),

@@ -81,6 +81,11 @@ class _Model(BaseModel):
         return value
 
 
+#: The longest timeout a remote call or query embedding may be given (a week): beyond ~10^10 s it
+#: overflows the OS's clock types, and every query embedding failed "timestamp out of range".
+MAX_WAIT_SECONDS = 7 * 86400
+
+
 def _clamp(value: float, lo: float, hi: float) -> float:
     return min(hi, max(lo, value))
 
@@ -154,12 +159,12 @@ class RemoteConfig(_Model):
         self.max_retries = int(_clamp(int(self.max_retries), 0, 10))
         for name in ("query_timeout_seconds", "batch_timeout_seconds", "retry_after_max_seconds"):
             value = float(getattr(self, name))
-            if not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{_camel(name)} must be a positive number of seconds")
+            if not math.isfinite(value) or not 0 < value <= MAX_WAIT_SECONDS:
+                raise ValueError(f"{_camel(name)} must be a positive number of seconds (a week at most)")
         if self.timeout_seconds is not None:
             value = float(self.timeout_seconds)
-            if not math.isfinite(value) or value <= 0:
-                raise ValueError("timeoutSeconds must be a positive number of seconds")
+            if not math.isfinite(value) or not 0 < value <= MAX_WAIT_SECONDS:
+                raise ValueError("timeoutSeconds must be a positive number of seconds (a week at most)")
         return self
 
     @property
@@ -321,7 +326,8 @@ class QueryConfig(_Model):
     max_results: int = Field(6, gt=0)
     min_score: float = 0.35
     hybrid: HybridConfig = Field(default_factory=HybridConfig)
-    embed_timeout_ms: int = Field(3000, gt=0)  # ≤ 0: every remote query embedding 'exceeded 0 ms'
+    #: ≤ 0: every remote query embedding 'exceeded 0 ms'; over a week: 'timestamp out of range'
+    embed_timeout_ms: int = Field(3000, gt=0, le=MAX_WAIT_SECONDS * 1000)
 
     @model_validator(mode="after")
     def _clamp(self) -> QueryConfig:
