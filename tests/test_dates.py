@@ -192,3 +192,44 @@ def test_a_question_naming_thousands_of_dates_is_read_in_linear_time() -> None:
             "print(len(ps), ps[0].as_dict()['text'], sum(p.text == 'May' for p in ps))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["119999", "2024-01-01", "to", "2024-01-02", "50000"]
+
+
+def test_a_session_capture_is_dated_by_the_users_day_not_its_utc_header(make_workspace, tmp_path, monkeypatch) -> None:
+    """The hook names a capture by the user's day but heads it ``# Session: <UTC date> <time> UTC``;
+    that heading dated its lines by Greenwich's day, so in Tokyo a session ended at 08:00 on the
+    28th (23:00 UTC on the 27th) was indexed as the 27th and "yesterday", asked on the 29th, missed
+    it.  The worker that plans a large rebuild dates it the same way."""
+    from memdir import sync
+    from memdir.search import run_search
+    from memdir.sessions.hook import run_session_memory_hook
+
+    ws = make_workspace({"MEMORY.md": "# Memory\n"})
+    transcript = tmp_path / "s" / "abc.jsonl"
+    transcript.parent.mkdir()
+    rec = {"type": "message", "message": {"role": "user", "content": "Book the ferry to Hvar"}}
+    transcript.write_text(json.dumps(rec) + "\n")
+    ended = dt.datetime(2026, 11, 27, 23, 0, tzinfo=dt.UTC)
+    res = run_session_memory_hook(action="new", session_key="agent:main:main", workspace=ws, now=ended,
+                                  previous_entry={"sessionId": "abc", "sessionFile": str(transcript)},
+                                  timezone="Asia/Tokyo")
+    assert res.path.name == "2026-11-28-0800.md" and "2026-11-27 23:00:00 UTC" in res.path.read_text()
+    cfg = {"memorySearch": {"provider": "none"}, "userTimezone": "Asia/Tokyo"}
+    asked = int(dt.datetime(2026, 11, 29, 3, 0, tzinfo=dt.UTC).timestamp() * 1000)  # noon on the 29th there
+    for worker in (False, True):
+        if worker:
+            monkeypatch.setattr(sync, "WORKER_MIN_BYTES", 0)
+            monkeypatch.setattr(sync, "free_core", lambda: True)
+        with Memory(ws, config=cfg, state_dir=tmp_path / f"state-{worker}") as mem:
+            assert mem.sync().full
+            rows = mem.store.chunks_in_period("2026-11-01", "2026-11-30", 10)
+            assert [(h.path, h.date_start, h.date_end) for h in rows] == [
+                ("memory/2026-11-28-0800.md", "2026-11-28", "2026-11-28")], worker
+            resp = run_search(mem.store, mem.settings.memory_search, "which ferry did I book yesterday",
+                              provider=None, workspace=ws, now_ms=asked, timezone="Asia/Tokyo", explain=True)
+            assert resp.results[0].explain["inPeriod"] is True
+    # a heading's UTC time without a zone to convert to, or an impossible one, keeps the written day
+    assert line_dates("x.md", "# 2026-11-27 23:00 UTC\n- a") == [dt.date(2026, 11, 27)] * 2
+    tokyo = dt.timezone(dt.timedelta(hours=9))
+    assert line_dates("x.md", "# 2026-11-27 25:61 UTC\n- a\n# 2026-11-27T15:00Z\n- b", tokyo) == [
+        dt.date(2026, 11, 27)] * 2 + [dt.date(2026, 11, 28)] * 2
+    assert line_dates("x.md", "# 9999-12-31 23:00 UTC", tokyo) == [dt.date(9999, 12, 31)]
