@@ -153,3 +153,21 @@ def test_host_zone_follows_tz_at_once_and_reads_localtime_once_per_ttl(monkeypat
     daily.resolve_timezone(None)
     daily.resolve_timezone(None)
     assert reads == ["/etc/localtime"] * 3
+
+
+def test_long_term_memory_days_follow_the_machines_zone_rules_across_dst():
+    """With no userTimezone, long-term memory's dates took the machine's offset of *today*
+    (``astimezone()``): in Berlin, a memory stored at 00:30 in July showed as the day before once
+    the clocks went back (and one stored in January did so in summer).  Run with ``TZ`` set, as a
+    machine in Berlin is."""
+    code = textwrap.dedent("""
+        import datetime as dt
+        from memdir.ltm.markdown import day_of, ms_of_day
+        summer = dt.datetime(2026, 7, 14, 22, 30, tzinfo=dt.UTC)  # 00:30 CEST on 15 July
+        winter = dt.datetime(2026, 1, 14, 23, 30, tzinfo=dt.UTC)  # 00:30 CET on 15 January
+        print(day_of(int(summer.timestamp() * 1000)), day_of(int(winter.timestamp() * 1000)))
+        print(ms_of_day("2026-07-15") == int(dt.datetime(2026, 7, 14, 22, 0, tzinfo=dt.UTC).timestamp() * 1000))
+    """)
+    env = {**os.environ, "TZ": "Europe/Berlin", "PYTHONPATH": str(SRC)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True)
+    assert out.stdout.split() == ["2026-07-15", "2026-01-15", "True"]

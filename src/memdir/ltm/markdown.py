@@ -32,6 +32,7 @@ from pathlib import Path
 
 from memdir.atomic_write import replace_file
 from memdir.ltm.store import MemoryRecord
+from memdir.timezones import resolve_timezone
 
 DEFAULT_IMPORTANCE = 0.7
 TITLE = "# Long-term memory"
@@ -61,14 +62,9 @@ class ParsedMemory:
 
 
 def _zone(timezone: str | None) -> tzinfo:
-    if timezone:
-        try:
-            from zoneinfo import ZoneInfo
-
-            return ZoneInfo(timezone)
-        except Exception:
-            pass
-    return datetime.now().astimezone().tzinfo or UTC
+    """The user's zone with its rules: the machine's offset of today (its ``astimezone()``) put a
+    summer memory written after midnight on the day before, once the clocks went back."""
+    return resolve_timezone(timezone)[0]
 
 
 def day_of(created_ms: int, timezone: str | None = None) -> str:
