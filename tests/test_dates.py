@@ -233,3 +233,14 @@ def test_a_session_capture_is_dated_by_the_users_day_not_its_utc_header(make_wor
     assert line_dates("x.md", "# 2026-11-27 25:61 UTC\n- a\n# 2026-11-27T15:00Z\n- b", tokyo) == [
         dt.date(2026, 11, 27)] * 2 + [dt.date(2026, 11, 28)] * 2
     assert line_dates("x.md", "# 9999-12-31 23:00 UTC", tokyo) == [dt.date(9999, 12, 31)]
+
+
+def test_a_leap_day_without_a_year_is_that_day_of_the_leap_years() -> None:
+    """"On 29 February" was read in this year, where the day does not exist: it fell back to all of
+    February (or, as "Feb 29", named nothing)."""
+    for question in ("what did we do on 29 February?", "Feb 29 party"):
+        (p,) = query_periods(question, TODAY)
+        assert (p.start, p.end, p.any_year) == (dt.date(2024, 2, 29), dt.date(2024, 2, 29), True), question
+        assert p.covers("2020-02-29", "2020-02-29") and not p.covers("2026-02-27", "2026-02-28")
+    (p,) = query_periods("on 29 February", dt.date(2024, 2, 28))  # this year's is still ahead
+    assert p.start == dt.date(2020, 2, 29)

@@ -174,7 +174,10 @@ def query_periods(text: str, today: dt.date | Callable[[], dt.date]) -> list[Per
             return int(given), False
         if named_year is not None:
             return named_year, False
-        return _past_year(get_today(), mon, day), True
+        year = _past_year(get_today(), mon, day)
+        while (mon, day) == (2, 29) and not calendar.isleap(year):  # a leap day: the latest past one
+            year -= 1
+        return year, True
 
     days: list[tuple[int, int, Period]] = []  # full days with their place in the text, for ranges
     for m in _ISO.finditer(text):
