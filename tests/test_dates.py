@@ -244,3 +244,23 @@ def test_a_leap_day_without_a_year_is_that_day_of_the_leap_years() -> None:
         assert p.covers("2020-02-29", "2020-02-29") and not p.covers("2026-02-27", "2026-02-28")
     (p,) = query_periods("on 29 February", dt.date(2024, 2, 28))  # this year's is still ahead
     assert p.start == dt.date(2020, 2, 29)
+
+
+def test_another_user_timezone_re_dates_the_index(make_workspace, state_dir) -> None:
+    """Transcripts' messages (and headings' UTC times) are dated in userTimezone when indexed; a
+    changed userTimezone left them on the old zone's days until each file changed."""
+    ws = make_workspace({"MEMORY.md": "# Memory\n"})
+    sessions = load_config(workspace=ws, state_dir=state_dir).settings.sessions_dir
+    sessions.mkdir(parents=True)
+    ts = int(dt.datetime(2025, 6, 1, 20, 0, tzinfo=dt.UTC).timestamp() * 1000)  # 2 June in Tokyo
+    rec = {"type": "message", "timestamp": ts, "message": {"role": "user", "content": "Book the ferry to Hvar"}}
+    (sessions / "s1.jsonl").write_text(json.dumps(rec) + "\n")
+    days = []
+    for zone in ("Asia/Tokyo", "America/Los_Angeles", "America/Los_Angeles"):
+        cfg = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                                "experimental": {"sessionMemory": True}}, "userTimezone": zone}
+        with Memory(ws, config=cfg, state_dir=state_dir) as mem:
+            full = mem.sync().full
+            (row,) = mem.store.chunks_in_period("2025-05-01", "2025-06-30", 10)
+            days.append((row.date_start, full))
+    assert days == [("2025-06-02", True), ("2025-06-01", True), ("2025-06-01", False)]

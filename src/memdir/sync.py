@@ -413,6 +413,8 @@ class Indexer:
             "ftsTokenizer": ms.store.fts.tokenizer,
             "scopeHash": scope,
             "workspace": str(self.settings.workspace_path),
+            # the zone that gave transcripts' and UTC headings' days: another one re-dates them
+            "userTimezone": self.settings.user_timezone,
         }
 
     def rebuild_reason(self, meta: dict[str, Any] | None) -> str | None:
@@ -423,7 +425,7 @@ class Indexer:
         if self.provider is None and self.transient_missing and meta.get("provider") not in (None, "none"):
             ident = {**ident, **{k: meta.get(k) for k in ("provider", "model", "providerKey", "vectorDims")}}
         for key in ("schema", "chunker", "provider", "model", "providerKey", "sources", "chunkTokens",
-                    "chunkOverlap", "ftsTokenizer", "scopeHash"):
+                    "chunkOverlap", "ftsTokenizer", "scopeHash", "userTimezone"):
             if meta.get(key) != ident.get(key):
                 return f"{key} changed ({meta.get(key)!r} → {ident.get(key)!r})"
         if ident.get("vectorDims") and meta.get("vectorDims") and ident["vectorDims"] != meta["vectorDims"]:
