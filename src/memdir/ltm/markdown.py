@@ -68,11 +68,24 @@ def _zone(timezone: str | None) -> tzinfo:
 
 
 def day_of(created_ms: int, timezone: str | None = None) -> str:
-    return datetime.fromtimestamp(created_ms / 1000, tz=_zone(timezone)).date().isoformat()
+    """The memory's day in the user's zone; at the calendar's ends (a bullet dated 0001-01-01
+    imported in Tokyo is stored before year 1 in UTC) its UTC day or that end, never an error:
+    one such memory made every ``ltm list``, export and mirror fail with "year 0 is out of range"."""
+    for zone in (_zone(timezone), UTC):
+        try:
+            return datetime.fromtimestamp(created_ms / 1000, tz=zone).date().isoformat()
+        except (OverflowError, ValueError, OSError):
+            continue
+    return "0001-01-01" if created_ms < 0 else "9999-12-31"
 
 
 def ms_of_day(day: str, timezone: str | None = None) -> int:
-    d = datetime.strptime(day, "%Y-%m-%d").date()
+    """Midnight of ``day`` (``YYYY-MM-DD``) in the user's zone; ``ValueError`` naming the date
+    when there is no such day (2026-02-30, 0000-01-01)."""
+    try:
+        d = datetime.strptime(day, "%Y-%m-%d").date()
+    except ValueError as exc:
+        raise ValueError(f"invalid date {day!r}: {exc}") from None
     return int(datetime.combine(d, time(0, 0), tzinfo=_zone(timezone)).timestamp() * 1000)
 
 
