@@ -233,6 +233,7 @@ def test_a_session_capture_is_dated_by_the_users_day_not_its_utc_header(make_wor
     assert line_dates("x.md", "# 2026-11-27 25:61 UTC\n- a\n# 2026-11-27T15:00Z\n- b", tokyo) == [
         dt.date(2026, 11, 27)] * 2 + [dt.date(2026, 11, 28)] * 2
     assert line_dates("x.md", "# 9999-12-31 23:00 UTC", tokyo) == [dt.date(9999, 12, 31)]
+    assert line_dates("x.md", "# 2026-11-27 23:00 UTC+2", tokyo) == [dt.date(2026, 11, 27)]  # not UTC itself
 
 
 def test_a_leap_day_without_a_year_is_that_day_of_the_leap_years() -> None:

@@ -51,7 +51,7 @@ _HEADING_AFTER_NL = re.compile(r"\n#(#{0,5})[^\S\n]+(.*)$", re.MULTILINE)
 _FILE_DATE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 #: A clock time in UTC right after a heading's ISO date (the session hook's ``# Session: 2026-11-28
 #: 03:30:00 UTC``): an instant, whose day is the user's, not Greenwich's.
-_UTC_TIME = re.compile(r"[T ]\s*(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\.\d+)?\s*(?:UTC|GMT|Z)\b", re.I)
+_UTC_TIME = re.compile(r"[T ]\s*(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\.\d+)?\s*(?:UTC|GMT|Z)(?![\w+-])", re.I)
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
             "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3, "several": 3}
 #: Words before a bare month name that make it a date ("in March"), not a verb or a name ("may").
