@@ -198,3 +198,5 @@ def test_a_copied_or_path_named_machine_zone_keeps_its_daylight_saving_rules(mon
         else:
             monkeypatch.setenv("TZ", env)
         assert [today(None, now=t) for t in (summer, winter)] == [dt.date(2026, 7, 15), dt.date(2026, 1, 15)], env
+    os.mkfifo(tmp_path / "fifo")  # no zone, and never waited on for a writer
+    assert timezones._zone_file(str(tmp_path / "fifo")) is None and timezones._zone_file(str(tmp_path)) is None

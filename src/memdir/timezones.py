@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import stat
 import time
 from typing import TYPE_CHECKING
 
@@ -85,11 +86,10 @@ def _zone_file(path: str) -> dt.tzinfo | None:
     message written after midnight on the day before, once the clocks went back."""
     from zoneinfo import ZoneInfo
 
-    if not os.path.isfile(path):  # a FIFO would block the open
-        return None
     try:
-        with open(path, "rb") as fh:
-            return ZoneInfo.from_file(fh)
+        # non-blocking, and only a regular file: a FIFO would wait for a writer
+        with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as fh:
+            return ZoneInfo.from_file(fh) if stat.S_ISREG(os.fstat(fh.fileno()).st_mode) else None
     except (OSError, ValueError):  # missing, a folder, not a zone file
         return None
 
