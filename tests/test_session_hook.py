@@ -212,6 +212,16 @@ def test_reset_action_and_naive_time(tmp_path: Path) -> None:
     assert res.path.name == "2026-05-01-0907.md"  # a naive time is the machine's: its own wall clock
 
 
+def test_a_time_at_the_calendars_ends_is_reported_not_raised(tmp_path: Path) -> None:
+    """The hook never raises (its failures are reported), but a ``now`` with no day in the user's
+    zone (9999-12-31 23:00 UTC is year 10000 in Kiritimati) raised OverflowError to the host."""
+    for now, zone in ((datetime(9999, 12, 31, 23, 0, tzinfo=UTC), "Pacific/Kiritimati"),
+                      (datetime(1, 1, 1, 0, 30, tzinfo=UTC), "America/Los_Angeles")):
+        res = run(tmp_path / "ws", None, now=now, timezone=zone)
+        assert res.path is None and res.error and "out of range" in res.error
+    assert not (tmp_path / "ws" / "memory").exists()
+
+
 def test_a_naive_time_is_the_machines_as_for_the_flush(tmp_path: Path) -> None:
     """The hook alone took a naive ``now`` for UTC: a host passing ``datetime.now()`` on a machine in
     Los Angeles at 01:00 on the 28th had its capture filed under the 27th (17:00 there), while the

@@ -250,10 +250,12 @@ def run_session_memory_hook(
     """
     if not enabled or action not in HOOK_ACTIONS:
         return None
-    now = local_time(now, UTC)  # a naive time is the machine's, as for the flush and the start-up context
-    local = local_time(now, resolve_timezone(timezone)[0])
-    fallback_slug = f"{local:%H%M}"
+    fallback_slug = ""
     try:
+        # a time at the calendar's ends has no day in the user's zone: one more failure reported
+        now = local_time(now, UTC)  # a naive time is the machine's, as for the flush and the start-up context
+        local = local_time(now, resolve_timezone(timezone)[0])
+        fallback_slug = f"{local:%H%M}"
         if isinstance(previous_entry, Mapping):
             previous_entry = SessionEntry.model_validate(previous_entry)
         session_id = previous_entry.session_id if previous_entry else None
