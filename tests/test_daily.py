@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -153,3 +154,49 @@ def test_host_zone_follows_tz_at_once_and_reads_localtime_once_per_ttl(monkeypat
     daily.resolve_timezone(None)
     daily.resolve_timezone(None)
     assert reads == ["/etc/localtime"] * 3
+
+
+def test_long_term_memory_days_follow_the_machines_zone_rules_across_dst():
+    """With no userTimezone, long-term memory's dates took the machine's offset of *today*
+    (``astimezone()``): in Berlin, a memory stored at 00:30 in July showed as the day before once
+    the clocks went back (and one stored in January did so in summer).  Run with ``TZ`` set, as a
+    machine in Berlin is."""
+    code = textwrap.dedent("""
+        import datetime as dt
+        from memdir.ltm.markdown import day_of, ms_of_day
+        summer = dt.datetime(2026, 7, 14, 22, 30, tzinfo=dt.UTC)  # 00:30 CEST on 15 July
+        winter = dt.datetime(2026, 1, 14, 23, 30, tzinfo=dt.UTC)  # 00:30 CET on 15 January
+        print(day_of(int(summer.timestamp() * 1000)), day_of(int(winter.timestamp() * 1000)))
+        print(ms_of_day("2026-07-15") == int(dt.datetime(2026, 7, 14, 22, 0, tzinfo=dt.UTC).timestamp() * 1000))
+    """)
+    env = {**os.environ, "TZ": "Europe/Berlin", "PYTHONPATH": str(SRC)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True)
+    assert out.stdout.split() == ["2026-07-15", "2026-01-15", "True"]
+
+
+def test_a_copied_or_path_named_machine_zone_keeps_its_daylight_saving_rules(monkeypatch, tmp_path):
+    """``/etc/localtime`` copied rather than linked (many container images), or ``$TZ`` naming a zone
+    file by its path, gave the machine's offset of today: a July message sent at 00:30 in Berlin was
+    dated the 14th in winter.  Such a file is read with its rules."""
+    from zoneinfo import TZPATH
+
+    from memdir import timezones
+
+    found = [os.path.join(root, "Europe", "Berlin") for root in TZPATH
+             if os.path.isfile(os.path.join(root, "Europe", "Berlin"))]
+    if not found:
+        pytest.skip("no system zone database")
+    copy = tmp_path / "localtime"
+    copy.write_bytes(Path(found[0]).read_bytes())
+    summer = dt.datetime(2026, 7, 14, 22, 30, tzinfo=dt.UTC)  # 00:30 CEST on 15 July
+    winter = dt.datetime(2026, 1, 14, 23, 30, tzinfo=dt.UTC)  # 00:30 CET on 15 January
+    for env in (str(copy), ":" + str(copy), None):
+        monkeypatch.setattr(timezones, "_host_zone_cache", None)
+        if env is None:
+            monkeypatch.delenv("TZ", raising=False)
+            monkeypatch.setattr(timezones, "LOCALTIME", str(copy))
+        else:
+            monkeypatch.setenv("TZ", env)
+        assert [today(None, now=t) for t in (summer, winter)] == [dt.date(2026, 7, 15), dt.date(2026, 1, 15)], env
+    os.mkfifo(tmp_path / "fifo")  # no zone, and never waited on for a writer
+    assert timezones._zone_file(str(tmp_path / "fifo")) is None and timezones._zone_file(str(tmp_path)) is None

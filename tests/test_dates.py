@@ -192,3 +192,76 @@ def test_a_question_naming_thousands_of_dates_is_read_in_linear_time() -> None:
             "print(len(ps), ps[0].as_dict()['text'], sum(p.text == 'May' for p in ps))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["119999", "2024-01-01", "to", "2024-01-02", "50000"]
+
+
+def test_a_session_capture_is_dated_by_the_users_day_not_its_utc_header(make_workspace, tmp_path, monkeypatch) -> None:
+    """The hook names a capture by the user's day but heads it ``# Session: <UTC date> <time> UTC``;
+    that heading dated its lines by Greenwich's day, so in Tokyo a session ended at 08:00 on the
+    28th (23:00 UTC on the 27th) was indexed as the 27th and "yesterday", asked on the 29th, missed
+    it.  The worker that plans a large rebuild dates it the same way."""
+    from memdir import sync
+    from memdir.search import run_search
+    from memdir.sessions.hook import run_session_memory_hook
+
+    ws = make_workspace({"MEMORY.md": "# Memory\n"})
+    transcript = tmp_path / "s" / "abc.jsonl"
+    transcript.parent.mkdir()
+    rec = {"type": "message", "message": {"role": "user", "content": "Book the ferry to Hvar"}}
+    transcript.write_text(json.dumps(rec) + "\n")
+    ended = dt.datetime(2026, 11, 27, 23, 0, tzinfo=dt.UTC)
+    res = run_session_memory_hook(action="new", session_key="agent:main:main", workspace=ws, now=ended,
+                                  previous_entry={"sessionId": "abc", "sessionFile": str(transcript)},
+                                  timezone="Asia/Tokyo")
+    assert res.path.name == "2026-11-28-0800.md" and "2026-11-27 23:00:00 UTC" in res.path.read_text()
+    cfg = {"memorySearch": {"provider": "none"}, "userTimezone": "Asia/Tokyo"}
+    asked = int(dt.datetime(2026, 11, 29, 3, 0, tzinfo=dt.UTC).timestamp() * 1000)  # noon on the 29th there
+    for worker in (False, True):
+        if worker:
+            monkeypatch.setattr(sync, "WORKER_MIN_BYTES", 0)
+            monkeypatch.setattr(sync, "free_core", lambda: True)
+        with Memory(ws, config=cfg, state_dir=tmp_path / f"state-{worker}") as mem:
+            assert mem.sync().full
+            rows = mem.store.chunks_in_period("2026-11-01", "2026-11-30", 10)
+            assert [(h.path, h.date_start, h.date_end) for h in rows] == [
+                ("memory/2026-11-28-0800.md", "2026-11-28", "2026-11-28")], worker
+            resp = run_search(mem.store, mem.settings.memory_search, "which ferry did I book yesterday",
+                              provider=None, workspace=ws, now_ms=asked, timezone="Asia/Tokyo", explain=True)
+            assert resp.results[0].explain["inPeriod"] is True
+    # a heading's UTC time without a zone to convert to, or an impossible one, keeps the written day
+    assert line_dates("x.md", "# 2026-11-27 23:00 UTC\n- a") == [dt.date(2026, 11, 27)] * 2
+    tokyo = dt.timezone(dt.timedelta(hours=9))
+    assert line_dates("x.md", "# 2026-11-27 25:61 UTC\n- a\n# 2026-11-27T15:00Z\n- b", tokyo) == [
+        dt.date(2026, 11, 27)] * 2 + [dt.date(2026, 11, 28)] * 2
+    assert line_dates("x.md", "# 9999-12-31 23:00 UTC", tokyo) == [dt.date(9999, 12, 31)]
+    assert line_dates("x.md", "# 2026-11-27 23:00 UTC+2", tokyo) == [dt.date(2026, 11, 27)]  # not UTC itself
+
+
+def test_a_leap_day_without_a_year_is_that_day_of_the_leap_years() -> None:
+    """"On 29 February" was read in this year, where the day does not exist: it fell back to all of
+    February (or, as "Feb 29", named nothing)."""
+    for question in ("what did we do on 29 February?", "Feb 29 party"):
+        (p,) = query_periods(question, TODAY)
+        assert (p.start, p.end, p.any_year) == (dt.date(2024, 2, 29), dt.date(2024, 2, 29), True), question
+        assert p.covers("2020-02-29", "2020-02-29") and not p.covers("2026-02-27", "2026-02-28")
+    (p,) = query_periods("on 29 February", dt.date(2024, 2, 28))  # this year's is still ahead
+    assert p.start == dt.date(2020, 2, 29)
+
+
+def test_another_user_timezone_re_dates_the_index(make_workspace, state_dir) -> None:
+    """Transcripts' messages (and headings' UTC times) are dated in userTimezone when indexed; a
+    changed userTimezone left them on the old zone's days until each file changed."""
+    ws = make_workspace({"MEMORY.md": "# Memory\n"})
+    sessions = load_config(workspace=ws, state_dir=state_dir).settings.sessions_dir
+    sessions.mkdir(parents=True)
+    ts = int(dt.datetime(2025, 6, 1, 20, 0, tzinfo=dt.UTC).timestamp() * 1000)  # 2 June in Tokyo
+    rec = {"type": "message", "timestamp": ts, "message": {"role": "user", "content": "Book the ferry to Hvar"}}
+    (sessions / "s1.jsonl").write_text(json.dumps(rec) + "\n")
+    days = []
+    for zone in ("Asia/Tokyo", "America/Los_Angeles", "America/Los_Angeles"):
+        cfg = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                                "experimental": {"sessionMemory": True}}, "userTimezone": zone}
+        with Memory(ws, config=cfg, state_dir=state_dir) as mem:
+            full = mem.sync().full
+            (row,) = mem.store.chunks_in_period("2025-05-01", "2025-06-30", 10)
+            days.append((row.date_start, full))
+    assert days == [("2025-06-02", True), ("2025-06-01", True), ("2025-06-01", False)]

@@ -109,6 +109,23 @@ def test_the_mirror_restores_what_the_table_lost(tmp_path: Path) -> None:
         assert all(ids[t] in ltm.mirror_path.read_text() for t in TEXTS)
 
 
+def test_a_mirror_bullet_with_an_impossible_date_is_still_restored(tmp_path: Path) -> None:
+    """A date edited by hand into the mirror (2026-02-30) failed the whole recovery with "day is
+    out of range for month"; that memory is restored as of now, the others with their days."""
+    mirror = {"mirror": {"enabled": True}}
+    db, ids = stored(tmp_path, ltm=mirror)
+    path = tmp_path / "ws" / "memory" / "long-term.md"
+    lines = path.read_text().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if TEXTS[0] in line)
+    lines[first] = "- 2026-02-30 " + lines[first].split(" ", 2)[2]
+    path.write_text("".join(lines))
+    for data in data_files(db):
+        garble(data)
+    with make(tmp_path, ltm=mirror) as ltm:
+        assert {r.id: r.text for r in ltm.list()} == {v: k for k, v in ids.items()}
+        assert ltm.recoveries and ltm.recoveries[0]["recovered"] == 3
+
+
 def test_errors_that_are_no_damage_recover_nothing(tmp_path: Path) -> None:
     db, _ = stored(tmp_path)
     with make(tmp_path) as ltm:

@@ -274,6 +274,25 @@ def test_import_edits_and_plain_bullets(tmp_path: Path) -> None:
             ltm.import_markdown("- [mood] grumpy\n")
 
 
+def test_imported_dates_at_the_calendars_ends_or_impossible(tmp_path: Path) -> None:
+    """A bullet dated 0001-01-01 imported in Tokyo is stored before year 1 in UTC: every list,
+    export and mirror then failed with "year 0 is out of range".  An impossible date (2026-02-30)
+    failed with "day is out of range for month", naming no line, after the bullets before it were
+    stored."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    settings = load_config(workspace=ws, state_dir=tmp_path / "state", overrides={
+        "userTimezone": "Asia/Tokyo", "longTermMemory": {"mirror": {"enabled": True}}}).settings
+    with LongTermMemory(settings, provider=AxisProvider()) as ltm:
+        with pytest.raises(LtmError, match=r"line 2: invalid date '2026-02-30'"):
+            ltm.import_markdown("- 2026-03-01 [fact] The user likes coffee\n- 2026-02-30 [fact] The user likes tea\n")
+        assert ltm.list() == []
+        ltm.import_markdown("- 0001-01-01 [fact] The user likes green tea\n- 9999-12-31 [fact] The user likes mate\n")
+        assert "- 0001-01-01 [fact] The user likes green tea" in ltm.export()
+        assert "- 9999-12-31 [fact] The user likes mate" in (ws / "memory" / "long-term.md").read_text()
+        assert len(ltm.list()) == 2
+
+
 def test_mirror_follows_the_store_and_never_clobbers_edits(tmp_path: Path) -> None:
     with make(tmp_path, ltm={"mirror": {"enabled": True}}) as ltm:
         mirror = tmp_path / "ws" / "memory" / "long-term.md"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from memdir.config import Settings
-from memdir.daily import today
+from memdir.daily import append_daily, today
 from memdir.memfiles import UnsafeMemoryPath
 from memdir.sessions.flush import (
     DEFAULT_FLUSH_PROMPT,
@@ -238,6 +238,17 @@ def test_flush_target_path() -> None:
 
 
 # --- safe append ----------------------------------------------------------------------------
+
+
+def test_append_daily_note_files_an_instant_under_the_users_day(tmp_path: Path) -> None:
+    """A ``datetime`` day went to its own zone's date (a UTC time of 03:30 on the 28th: the 28th)
+    while append_daily, given the same, used the user's (the 27th in Los Angeles)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    at = datetime(2026, 11, 28, 3, 30, tzinfo=UTC)
+    p = append_daily_note(ws, "- late note", day=at, timezone="America/Los_Angeles")
+    assert p.name == "2026-11-27.md" == Path(append_daily(ws, "- same", date=at, timezone="America/Los_Angeles")).name
+    assert append_daily_note(ws, "- tokyo", day=at, timezone="Asia/Tokyo").name == "2026-11-28.md"
 
 
 def test_append_daily_note_creates_dir_and_only_appends(tmp_path: Path) -> None:

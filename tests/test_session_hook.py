@@ -208,8 +208,47 @@ def test_other_actions_and_disabled_are_ignored(tmp_path: Path) -> None:
 
 
 def test_reset_action_and_naive_time(tmp_path: Path) -> None:
-    res = run(tmp_path / "ws", None, action="reset", now=datetime(2026, 5, 1, 9, 7, 0))
-    assert res.path.name == "2026-05-01-0907.md"
+    res = run(tmp_path / "ws", None, action="reset", now=datetime(2026, 5, 1, 9, 7, 0), timezone=None)
+    assert res.path.name == "2026-05-01-0907.md"  # a naive time is the machine's: its own wall clock
+
+
+def test_a_time_at_the_calendars_ends_is_reported_not_raised(tmp_path: Path) -> None:
+    """The hook never raises (its failures are reported), but a ``now`` with no day in the user's
+    zone (9999-12-31 23:00 UTC is year 10000 in Kiritimati) raised OverflowError to the host."""
+    for now, zone in ((datetime(9999, 12, 31, 23, 0, tzinfo=UTC), "Pacific/Kiritimati"),
+                      (datetime(1, 1, 1, 0, 30, tzinfo=UTC), "America/Los_Angeles")):
+        res = run(tmp_path / "ws", None, now=now, timezone=zone)
+        assert res.path is None and res.error and "out of range" in res.error
+    assert not (tmp_path / "ws" / "memory").exists()
+
+
+def test_a_naive_time_is_the_machines_as_for_the_flush(tmp_path: Path) -> None:
+    """The hook alone took a naive ``now`` for UTC: a host passing ``datetime.now()`` on a machine in
+    Los Angeles at 01:00 on the 28th had its capture filed under the 27th (17:00 there), while the
+    flush and the start-up context, given the same time, used the 28th."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from helpers import SRC
+
+    code = textwrap.dedent("""
+        import sys
+        from datetime import datetime
+        from memdir.sessions.flush import build_flush_plan
+        from memdir.sessions.hook import run_session_memory_hook
+        now = datetime(2026, 11, 28, 1, 0)
+        res = run_session_memory_hook(action="new", session_key="agent:main:main", workspace=sys.argv[1],
+                                      previous_entry=None, now=now, timezone="America/Los_Angeles")
+        print(res.path.name, build_flush_plan(now=now, timezone="America/Los_Angeles").relative_path)
+        print(res.path.read_text().splitlines()[0])
+    """)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    env = {**os.environ, "TZ": "America/Los_Angeles", "PYTHONPATH": str(SRC)}
+    out = subprocess.run([sys.executable, "-c", code, str(ws)], capture_output=True, text=True, env=env,
+                         timeout=60, check=True).stdout.splitlines()
+    assert out == ["2026-11-28-0100.md memory/2026-11-28.md", "# Session: 2026-11-28 09:00:00 UTC"]
 
 
 def test_symlinked_memory_dir_is_refused_and_reported(tmp_path: Path) -> None:

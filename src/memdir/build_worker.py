@@ -30,6 +30,7 @@ from memdir.chunking import Chunk, chunk_id, chunk_markdown, chunk_sections, rem
 from memdir.dates import line_dates, ms_to_day, span
 from memdir.reading import decode_note, read_note
 from memdir.textutil import fts_values
+from memdir.timezones import resolve_timezone
 
 
 def plan(content: str, path: str, *, curated: bool, tokens: int, overlap: int,
@@ -37,10 +38,11 @@ def plan(content: str, path: str, *, curated: bool, tokens: int, overlap: int,
          tz: dt.tzinfo | None = None) -> list[tuple[Chunk, int | None, str | None, str | None]]:
     """A document's chunks with their time (transcripts) and the days they are about.
 
-    Curated files are chunked by their structure, daily logs and transcripts by size (R§3)."""
+    Curated files are chunked by their structure, daily logs and transcripts by size (R§3); ``tz``
+    (the user's zone) gives the day of a message's time or of a heading's UTC time."""
     chunker = chunk_sections if curated else chunk_markdown
     chunks = [c for c in chunker(content, tokens, overlap) if c.text.strip()]
-    days = [ms_to_day(t, tz) for t in timestamps_ms] if timestamps_ms else line_dates(path, content)
+    days = [ms_to_day(t, tz) for t in timestamps_ms] if timestamps_ms else line_dates(path, content, tz)
     # Most files are about one day (a daily log) or none: then every chunk's span is that day
     # (a span per chunk was a tenth of the Python work of a keyword-only build).
     one_day = bool(days) and days.count(days[0]) == len(days)
@@ -68,7 +70,8 @@ def _read(abs_path: str, root: str) -> tuple[str, str]:
 
 
 def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
-    tokens, overlap, model = pickle.load(inp)
+    tokens, overlap, model, timezone = pickle.load(inp)
+    tz = resolve_timezone(timezone)[0]  # by its name: a zone read from a file cannot be pickled
     while True:
         try:
             jobs = pickle.load(inp)
@@ -85,7 +88,8 @@ def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
                 continue
             rows = [(chunk_id("memory", path, c.start_line, c.end_line, c.hash, model),
                      c.start_line, c.end_line, c.text, c.hash, first, last, *fts_values(c.text))
-                    for c, _ts, first, last in plan(content, path, curated=curated, tokens=tokens, overlap=overlap)]
+                    for c, _ts, first, last in plan(content, path, curated=curated, tokens=tokens, overlap=overlap,
+                                                       tz=tz)]
             reply.append((digest, rows))
         pickle.dump(reply, out, protocol=pickle.HIGHEST_PROTOCOL)
         out.flush()
@@ -101,7 +105,7 @@ class ChunkWorker:
     Any failure (no Python to start, a worker that died) surfaces as an exception from
     :meth:`submit` or :meth:`reply`; the caller then plans the remaining files itself."""
 
-    def __init__(self, tokens: int, overlap: int, model: str):
+    def __init__(self, tokens: int, overlap: int, model: str, timezone: str | None = None):
         if not sys.executable:  # embedded: no interpreter known to be this one (with these stemmers)
             raise RuntimeError("no Python executable to start a worker with")
         root = str(Path(__file__).resolve().parents[1])  # the directory holding this memdir package
@@ -113,7 +117,7 @@ class ChunkWorker:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      env=env)
         self._widen(self.proc.stdout)
-        self.submit((tokens, overlap, model))
+        self.submit((tokens, overlap, model, timezone))
 
     @staticmethod
     def _widen(pipe: Any) -> None:

@@ -49,6 +49,9 @@ _LAST_WEEKDAY: Any = LazyPattern(r"\b(last|this|on)\s+(monday|tuesday|wednesday|
 #: instead of the leading ``\n#`` made the regex engine try every character, not only line ends.)
 _HEADING_AFTER_NL = re.compile(r"\n#(#{0,5})[^\S\n]+(.*)$", re.MULTILINE)
 _FILE_DATE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+#: A clock time in UTC right after a heading's ISO date (the session hook's ``# Session: 2026-11-28
+#: 03:30:00 UTC``): an instant, whose day is the user's, not Greenwich's.
+_UTC_TIME = re.compile(r"[T ]\s*(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\.\d+)?\s*(?:UTC|GMT|Z)(?![\w+-])", re.I)
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
             "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3, "several": 3}
 #: Words before a bare month name that make it a date ("in March"), not a verb or a name ("may").
@@ -171,7 +174,10 @@ def query_periods(text: str, today: dt.date | Callable[[], dt.date]) -> list[Per
             return int(given), False
         if named_year is not None:
             return named_year, False
-        return _past_year(get_today(), mon, day), True
+        year = _past_year(get_today(), mon, day)
+        while (mon, day) == (2, 29) and not calendar.isleap(year):  # a leap day: the latest past one
+            year -= 1
+        return year, True
 
     days: list[tuple[int, int, Period]] = []  # full days with their place in the text, for ranges
     for m in _ISO.finditer(text):
@@ -319,11 +325,23 @@ def file_date(path: str) -> dt.date | None:
     return _date(int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
 
 
-def text_date(text: str) -> dt.date | None:
-    """A full date (day, month and year) written in a heading, or ``None``."""
+def text_date(text: str, tz: dt.tzinfo | None = None) -> dt.date | None:
+    """A full date (day, month and year) written in a heading, or ``None``.
+
+    An ISO date with a UTC clock time after it is an instant: its day in ``tz`` (the user's zone)
+    is the day it is about, as a daily log's name is that day."""
     m = _ISO.search(text)
     if m:
-        return _date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+        day = _date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+        clock = _UTC_TIME.match(text, m.end()) if tz is not None and day is not None else None
+        if clock is not None and day is not None:
+            h, mi, sec = int(clock.group(1)), int(clock.group(2)), int(clock.group(3) or 0)
+            try:
+                at = dt.datetime(day.year, day.month, day.day, h, mi, sec, tzinfo=dt.UTC)
+                return at.astimezone(tz).date()
+            except (ValueError, OverflowError):  # 25:61, or past the calendar's ends: the day as written
+                return day
+        return day
     for pattern, mon_group, day_group in ((_MONTH_DAY, 1, 2), (_DAY_MONTH, 2, 1)):
         m = pattern.search(text)
         if m and m.group(3):
@@ -331,10 +349,11 @@ def text_date(text: str) -> dt.date | None:
     return None
 
 
-def line_dates(path: str, content: str) -> list[dt.date | None]:
+def line_dates(path: str, content: str, tz: dt.tzinfo | None = None) -> list[dt.date | None]:
     """The day each line of a file belongs to: its nearest dated heading above, else the file's date.
 
-    A heading without a date ends the dated section of a heading at its level or deeper.
+    A heading without a date ends the dated section of a heading at its level or deeper; ``tz``
+    (the user's zone) turns a heading's UTC time into the user's day (see :func:`text_date`).
     """
     base = file_date(path)
     stack: list[tuple[int, dt.date | None]] = []  # (heading level, its date)
@@ -353,7 +372,7 @@ def line_dates(path: str, content: str) -> list[dt.date | None]:
         level = len(m.group(1)) + 1
         while stack and stack[-1][0] >= level:
             stack.pop()
-        stack.append((level, text_date(m.group(2))))
+        stack.append((level, text_date(m.group(2), tz)))
         current = next((d for _, d in reversed(stack) if d is not None), base)
     out.extend([current] * (content.count("\n") + 1 - len(out)))
     return out

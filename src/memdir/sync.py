@@ -53,8 +53,9 @@ if TYPE_CHECKING:
     from memdir.config import Settings
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
-CHUNKER_VERSION = 11  # 9: a lone \r ends a line; 10: notes decoded by their byte order mark, non-UTF-8
-# bytes as cp1252, code blocks have no headings; 11: words indexed without invisible characters, in NFC
+CHUNKER_VERSION = 12  # 9: a lone \r ends a line; 10: notes decoded by their byte order mark, non-UTF-8
+# bytes as cp1252, code blocks have no headings; 11: words indexed without invisible characters, in NFC;
+# 12: a heading's UTC time (the session hook's captures) dates its lines by the user's day
 FTS_ONLY_MODEL = "fts-only"
 
 Progress = Callable[[int, int, str], None]
@@ -414,6 +415,8 @@ class Indexer:
             "ftsTokenizer": ms.store.fts.tokenizer,
             "scopeHash": scope,
             "workspace": str(self.settings.workspace_path),
+            # the zone that gave transcripts' and UTC headings' days: another one re-dates them
+            "userTimezone": self.settings.user_timezone,
         }
 
     def rebuild_reason(self, meta: dict[str, Any] | None) -> str | None:
@@ -424,7 +427,7 @@ class Indexer:
         if self.provider is None and self.transient_missing and meta.get("provider") not in (None, "none"):
             ident = {**ident, **{k: meta.get(k) for k in ("provider", "model", "providerKey", "vectorDims")}}
         for key in ("schema", "chunker", "provider", "model", "providerKey", "sources", "chunkTokens",
-                    "chunkOverlap", "ftsTokenizer", "scopeHash"):
+                    "chunkOverlap", "ftsTokenizer", "scopeHash", "userTimezone"):
             if meta.get(key) != ident.get(key):
                 return f"{key} changed ({meta.get(key)!r} → {ident.get(key)!r})"
         if ident.get("vectorDims") and meta.get("vectorDims") and ident["vectorDims"] != meta["vectorDims"]:
@@ -757,7 +760,7 @@ class Indexer:
         model = self.model_name
         worker: ChunkWorker | None = None
         try:
-            worker = ChunkWorker(cfg.tokens, cfg.overlap, model)
+            worker = ChunkWorker(cfg.tokens, cfg.overlap, model, self.settings.user_timezone)
             for batch in batches[:WORKER_AHEAD]:  # small messages: never more than a pipe holds
                 worker.submit(batch)
         except Exception:  # e.g. no Python to start: everything is planned here
@@ -799,7 +802,7 @@ class Indexer:
         """A document's chunks with their time (transcripts), days and embedding windows
         (:func:`memdir.build_worker.plan`)."""
         cfg = self.settings.memory_search.chunking
-        tz = resolve_timezone(self.settings.user_timezone)[0] if doc.timestamps_ms else None
+        tz = resolve_timezone(self.settings.user_timezone)[0]
         return [PlannedChunk(c, ts, first, last, self._windows(c.text))
                 for c, ts, first, last in plan(doc.content, entry.path, curated=self._curated(entry),
                                                tokens=cfg.tokens, overlap=cfg.overlap,

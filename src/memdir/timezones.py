@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import stat
 import time
 from typing import TYPE_CHECKING
 
@@ -57,18 +58,40 @@ def _host_zone() -> tuple[dt.tzinfo, str]:
     return found
 
 
+#: The machine's zone file when ``$TZ`` is unset (a link into the zone database, or a copy of one).
+LOCALTIME = "/etc/localtime"
+
+
 def _read_host_zone(env: str | None) -> tuple[dt.tzinfo, str]:
     """The machine's zone with a name for humans: ``$TZ``, else ``/etc/localtime``'s target."""
     if env is not None:
         name: str | None = env.lstrip(":")
+        path = name if name.startswith("/") else None  # TZ=/usr/share/zoneinfo/Europe/Berlin (glibc)
     else:
-        target = os.path.realpath("/etc/localtime")
-        name = target.split("zoneinfo/", 1)[1] if "zoneinfo/" in target else None
+        name = path = os.path.realpath(LOCALTIME)
+    if path is not None:
+        name = path.split("zoneinfo/", 1)[1] if "zoneinfo/" in path else None
     zone = _zone(name)
     if zone is not None and name:
         return zone, name
+    if path is not None and (copied := _zone_file(path)) is not None:
+        return copied, dt.datetime.now(copied).tzname() or "UTC"
     local = dt.datetime.now().astimezone().tzinfo or dt.UTC  # what the C library uses (e.g. a POSIX $TZ rule)
     return local, local.tzname(None) or "UTC"
+
+
+def _zone_file(path: str) -> dt.tzinfo | None:
+    """The zone in a zone file outside the database (``/etc/localtime`` copied rather than linked,
+    as in many container images), with its rules: the offset of today alone puts a summer
+    message written after midnight on the day before, once the clocks went back."""
+    from zoneinfo import ZoneInfo
+
+    try:
+        # non-blocking, and only a regular file: a FIFO would wait for a writer
+        with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as fh:
+            return ZoneInfo.from_file(fh) if stat.S_ISREG(os.fstat(fh.fileno()).st_mode) else None
+    except (OSError, ValueError):  # missing, a folder, not a zone file
+        return None
 
 
 def resolve_timezone(name: str | None = None, *, strict: bool = False) -> tuple[dt.tzinfo, str]:

@@ -321,7 +321,10 @@ def mirror_records(mirror: Path | None, header: str, *, known: list[MemoryRecord
         if (memory_id and memory_id in ids) or item.text in texts or item.superseded:
             continue
         category = item.category if item.category in CATEGORIES else detect_category(item.text)
-        created = ms_of_day(item.date, timezone) + position if item.date else clock()
+        try:
+            created = ms_of_day(item.date, timezone) + position if item.date else clock()
+        except ValueError:  # a hand-edited impossible date (2026-02-30): recovered as of now
+            created = clock()
         out.append(MemoryRecord(id=memory_id or str(uuid.uuid4()), text=item.text, category=category,
                                 importance=item.importance if item.importance is not None else DEFAULT_IMPORTANCE,
                                 created_at=created, source="mirror"))

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from memdir.atomic_write import replace_file
 from memdir.ltm.store import MemoryRecord
+from memdir.timezones import resolve_timezone
 
 DEFAULT_IMPORTANCE = 0.7
 TITLE = "# Long-term memory"
@@ -61,22 +62,30 @@ class ParsedMemory:
 
 
 def _zone(timezone: str | None) -> tzinfo:
-    if timezone:
-        try:
-            from zoneinfo import ZoneInfo
-
-            return ZoneInfo(timezone)
-        except Exception:
-            pass
-    return datetime.now().astimezone().tzinfo or UTC
+    """The user's zone with its rules: the machine's offset of today (its ``astimezone()``) put a
+    summer memory written after midnight on the day before, once the clocks went back."""
+    return resolve_timezone(timezone)[0]
 
 
 def day_of(created_ms: int, timezone: str | None = None) -> str:
-    return datetime.fromtimestamp(created_ms / 1000, tz=_zone(timezone)).date().isoformat()
+    """The memory's day in the user's zone; at the calendar's ends (a bullet dated 0001-01-01
+    imported in Tokyo is stored before year 1 in UTC) its UTC day or that end, never an error:
+    one such memory made every ``ltm list``, export and mirror fail with "year 0 is out of range"."""
+    for zone in (_zone(timezone), UTC):
+        try:
+            return datetime.fromtimestamp(created_ms / 1000, tz=zone).date().isoformat()
+        except (OverflowError, ValueError, OSError):
+            continue
+    return "0001-01-01" if created_ms < 0 else "9999-12-31"
 
 
 def ms_of_day(day: str, timezone: str | None = None) -> int:
-    d = datetime.strptime(day, "%Y-%m-%d").date()
+    """Midnight of ``day`` (``YYYY-MM-DD``) in the user's zone; ``ValueError`` naming the date
+    when there is no such day (2026-02-30, 0000-01-01)."""
+    try:
+        d = datetime.strptime(day, "%Y-%m-%d").date()
+    except ValueError as exc:
+        raise ValueError(f"invalid date {day!r}: {exc}") from None
     return int(datetime.combine(d, time(0, 0), tzinfo=_zone(timezone)).timestamp() * 1000)
 
 

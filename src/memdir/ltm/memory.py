@@ -411,20 +411,24 @@ class LongTermMemory:
         report = ImportReport(skipped_lines=skipped)
         if not items:
             return report
-        for item in items:
+        tz = self.settings.user_timezone
+        days: list[int | None] = []  # checked before the first write: a bad line imports nothing
+        for position, item in enumerate(items):
             if item.category is not None and item.category not in CATEGORIES:
                 raise LtmError(f"line {item.line}: unknown category {item.category!r} "
                                f"(expected one of {', '.join(CATEGORIES)})")
             _check_length(item.text, f"line {item.line}: ")
+            try:
+                # A bullet's date has no time of day: file order breaks ties, so a restore lists alike.
+                days.append(ms_of_day(item.date, tz) + position if item.date else None)
+            except ValueError as exc:
+                raise LtmError(f"line {item.line}: {exc}") from None
         vectors = self._vectors([i.text for i in items])
-        tz = self.settings.user_timezone
         with self._lock():
-            for position, (item, vector) in enumerate(zip(items, vectors, strict=True)):
+            for position, (item, vector, created) in enumerate(zip(items, vectors, days, strict=True)):
                 if position and position % COMPACT_AT_FRAGMENTS == 0:
                     self._compact()  # each bullet is a write and each search visits every fragment
                 category = item.category or detect_category(item.text)
-                # A bullet's date has no time of day: file order breaks ties, so a restore lists alike.
-                created = ms_of_day(item.date, tz) + position if item.date else None
                 importance = item.importance if item.importance is not None else DEFAULT_IMPORTANCE
                 existing = self.table.get(item.id) if item.id and self.table.exists() else None
                 if existing is not None:

@@ -347,7 +347,10 @@ def append_daily_note(
 
     Confined to exactly that file through :mod:`memdir.memfiles`: append-only, never
     overwrites, creates ``memory/`` if needed, locks against concurrent appenders and refuses
-    symlinks.  Notes are separated by a blank line.
+    symlinks.  Notes are separated by a blank line.  A ``datetime`` ``day`` is an instant: its
+    day in ``timezone``, as for :func:`memdir.daily.append_daily` (not its own zone's date).
     """
-    rel = flush_target_path(day if day is not None else today(timezone, strict=False))
+    if day is None or isinstance(day, datetime):
+        day = today(timezone, now=day, strict=False)
+    rel = flush_target_path(day)
     return append_memory_file(workspace, rel.split("/", 1)[1], text, blank_line=True)

@@ -242,18 +242,20 @@ def run_session_memory_hook(
     unset → the machine's zone), like the daily log's: OpenClaw names the file by the UTC day, so
     a session that ended in the user's evening west of Greenwich was filed under tomorrow, and the
     next session's start-up context (today's and yesterday's logs and captures, in the user's
-    zone) missed the capture it had just written.  The header keeps UTC (R§13, vector 64).
+    zone) missed the capture it had just written.  The header keeps UTC (R§13, vector 64).  A naive
+    ``now`` is the machine's local time, as everywhere in memdir (it was taken for UTC here alone).
 
     Never raises: a failure is logged and returned in ``HookResult.error`` so the caller can
     tell the user (OpenClaw only logged it, #45819).
     """
     if not enabled or action not in HOOK_ACTIONS:
         return None
-    now = datetime.now(UTC) if now is None else now if now.tzinfo else now.replace(tzinfo=UTC)
-    now = now.astimezone(UTC)
-    local = local_time(now, resolve_timezone(timezone)[0])
-    fallback_slug = f"{local:%H%M}"
+    fallback_slug = ""
     try:
+        # a time at the calendar's ends has no day in the user's zone: one more failure reported
+        now = local_time(now, UTC)  # a naive time is the machine's, as for the flush and the start-up context
+        local = local_time(now, resolve_timezone(timezone)[0])
+        fallback_slug = f"{local:%H%M}"
         if isinstance(previous_entry, Mapping):
             previous_entry = SessionEntry.model_validate(previous_entry)
         session_id = previous_entry.session_id if previous_entry else None
