@@ -265,3 +265,20 @@ def test_another_user_timezone_re_dates_the_index(make_workspace, state_dir) -> 
             (row,) = mem.store.chunks_in_period("2025-05-01", "2025-06-30", 10)
             days.append((row.date_start, full))
     assert days == [("2025-06-02", True), ("2025-06-01", True), ("2025-06-01", False)]
+
+
+@pytest.mark.parametrize("question", [
+    "did the budget go over $2000?", "a refund of €1999", "the 2024% spike", "ticket #2024",
+    "version 1.2024 of the api", "a score of 2024.5",
+])
+def test_an_amount_or_a_number_is_no_year(question: str) -> None:
+    # Before: "$2000" was the year 2000, so notes of that year were ranked twice as high (and a
+    # day named without a year in the same question was put in it).
+    assert query_periods(question, TODAY) == []
+    (p,) = query_periods("what did the $2000 trip on 8 May cost", TODAY)
+    assert p.any_year and p.start.year != 2000
+
+
+@pytest.mark.parametrize("question", ["what happened in 2023.", "in (2023)", "the 2023's plan", "FY 2023, Q3"])
+def test_a_year_still_reads_at_a_sentence_end_or_in_brackets(question: str) -> None:
+    assert [(p.start, p.end) for p in query_periods(question, TODAY)] == [(dt.date(2023, 1, 1), dt.date(2023, 12, 31))]
