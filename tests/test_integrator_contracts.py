@@ -4,10 +4,13 @@ states must give a clear answer (a payload, a named error, one JSON document), n
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
 from memdir import Memory
+from memdir.config import ConfigError
 from memdir.tools import call_tool, call_tool_payload, chat_type_from_session_key
 
 
@@ -30,3 +33,32 @@ def test_ltm_export_with_json_prints_one_json_document(make_workspace, run_cli):
     exported = json.loads(done.stdout)
     assert exported["path"] is None and exported["memories"] == 0
     assert exported["text"].startswith("# Long-term memory\n")
+
+
+def test_a_memory_opened_on_a_relative_workspace_stays_there_after_chdir(tmp_path: Path, monkeypatch,
+                                                                          keyword_config):
+    """Relative, the workspace followed the process's cwd while the index stayed the first one's:
+    after a chdir a search was refused, and get read and append wrote the other folder's notes."""
+    for name in ("a", "b"):
+        (tmp_path / name / "ws" / "memory").mkdir(parents=True)
+        (tmp_path / name / "ws" / "MEMORY.md").write_text(f"zebra note of {name}\n")
+    monkeypatch.chdir(tmp_path / "a")
+    with Memory("ws", state_dir="state", config=keyword_config) as mem:
+        assert mem.search("zebra").results[0].snippet == "zebra note of a\n"
+        monkeypatch.chdir(tmp_path / "b")
+        assert mem.workspace == tmp_path / "a" / "ws" and mem.index_path.is_relative_to(tmp_path / "a" / "state")
+        assert mem.search("zebra").results[0].snippet == "zebra note of a\n"
+        assert mem.get("MEMORY.md").text == "zebra note of a\n"
+        rel = mem.append_daily("written after the chdir")
+    assert (tmp_path / "a" / "ws" / rel).read_text() == "written after the chdir\n"
+    assert os.listdir(tmp_path / "b" / "ws" / "memory") == [] and not (tmp_path / "b" / "state").exists()
+
+
+def test_a_workspace_given_as_bytes_is_that_folder_and_a_number_is_named(make_workspace, keyword_config):
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    with Memory(os.fsencode(ws), config=keyword_config) as mem:
+        assert mem.workspace == ws and mem.get("MEMORY.md").text == "kiwi\n"
+    with pytest.raises(ConfigError, match=r"^workspace must be a path \(a str or os.PathLike\), not int$"):
+        Memory(123, config=keyword_config)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^state dir must be a path .* not list$"):
+        Memory(ws, state_dir=["x"], config=keyword_config)  # type: ignore[arg-type]

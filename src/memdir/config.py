@@ -944,9 +944,12 @@ def load_config(
 
     ``overrides`` is a nested mapping (camel or snake keys) applied last, as CLI flags are.
     A workspace folder that does not exist is an error (``check_workspace=False`` skips that,
-    for callers that only want to inspect settings).
+    for callers that only want to inspect settings).  A relative workspace or state dir is taken
+    from the current folder now, once: a later ``os.chdir`` does not move them.
     """
     env = os.environ if env is None else env
+    workspace, state_dir, config_path = (_path_argument(key, value) for key, value in (
+        ("workspace", workspace), ("state_dir", state_dir), ("config_path", config_path)))
     for key, given in (("workspace", workspace), ("agent_id", agent_id), ("state_dir", state_dir),
                        ("config_path", config_path)):
         if given is not None and "\0" in str(given):
@@ -1023,6 +1026,13 @@ def load_config(
             if (origins.get(key, "").startswith("file:") and isinstance(value, str) and value.strip()
                     and not os.path.isabs(os.path.expanduser(value))):
                 data[key] = str((cfg_file.parent / value).resolve())
+    for key in ("workspace", "state_dir"):
+        value = data[key]
+        if (isinstance(value, str) and value.strip() and not value.startswith("~")  # (~ unexpandable: _check_home)
+                and not os.path.isabs(value)):
+            # Pinned to the folder it was given in: relative, a Memory followed the process's
+            # chdir, reading and appending to another folder's notes beside the first one's index.
+            data[key] = os.path.abspath(value)
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
@@ -1041,6 +1051,18 @@ def load_config(
             what = "is not a folder" if ws.exists() else "does not exist"
             raise ConfigError(f"workspace {ws} {what}{_origin_text(origins.get('workspace', ''), 'workspace')}")
     return LoadedConfig(settings, origins, cfg_file)
+
+
+def _path_argument(key: str, value: Any) -> str | None:
+    """A path argument as text: ``str``, ``bytes`` or ``os.PathLike`` (``None`` stays ``None``);
+    anything else is a :class:`ConfigError` naming it (``str(b"/ws")`` was a folder "b'/ws'")."""
+    if value is None:
+        return None
+    try:
+        return os.fsdecode(value)
+    except TypeError:
+        raise ConfigError(f"{key.replace('_', ' ')} must be a path (a str or os.PathLike), not "
+                          f"{type(value).__name__}") from None
 
 
 def _check_home(settings: Settings, origins: Origins) -> None:
