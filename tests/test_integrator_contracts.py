@@ -11,6 +11,7 @@ import pytest
 
 from memdir import Memory
 from memdir.config import ConfigError
+from memdir.errors import MemdirError
 from memdir.tools import call_tool, call_tool_payload, chat_type_from_session_key
 
 
@@ -85,3 +86,15 @@ def test_a_workspace_that_vanishes_under_a_running_memory_keeps_its_index(tmp_pa
         (ws / "MEMORY.md").unlink()  # a note deleted in a workspace that is there still leaves the index
         assert mem.sync().removed == 1
         assert [r.path for r in mem.search("kiwi").results] == ["memory/2026-01-12.md"]
+
+
+def test_a_state_dir_that_is_a_file_is_named_not_told_to_run_again(tmp_path: Path, make_workspace, keyword_config):
+    """A file where the state folder should be was reported as "its folder was removed while it
+    was being opened ...: run the command again", which never helps."""
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    (tmp_path / "state-file").write_text("not a folder\n")
+    with Memory(ws, state_dir=tmp_path / "state-file", config=keyword_config) as mem:
+        with pytest.raises(MemdirError, match=r"state-file is not a folder, so the index's folder .* cannot be made"):
+            mem.search("kiwi")
+        assert mem.get("MEMORY.md").text == "kiwi\n"  # reading notes needs no index
+    assert (tmp_path / "state-file").read_text() == "not a folder\n"
