@@ -3,8 +3,10 @@ states must give a clear answer (a payload, a named error, one JSON document), n
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,15 @@ def test_a_state_dir_that_is_a_file_is_named_not_told_to_run_again(tmp_path: Pat
             mem.search("kiwi")
         assert mem.get("MEMORY.md").text == "kiwi\n"  # reading notes needs no index
     assert (tmp_path / "state-file").read_text() == "not a folder\n"
+
+
+def test_pickling_or_copying_a_memory_is_refused_in_words(make_workspace, keyword_config):
+    """multiprocessing pickles its arguments: a Memory failed with "cannot pickle '_thread.RLock'
+    object"; copy.copy made a twin sharing the index connection, which closing either one closed."""
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.search("kiwi")
+        for copier in (pickle.dumps, copy.copy, copy.deepcopy):
+            with pytest.raises(TypeError, match=r"^a Memory cannot be pickled or copied .* make one in each process"):
+                copier(mem)
+        assert mem.search("kiwi").results[0].path == "MEMORY.md"

@@ -740,6 +740,12 @@ class Memory(IndexUpkeep):
                     return
                 self._calls_changed.wait(left)
 
+    def __reduce__(self) -> Any:
+        """Refused in words: a Memory holds an open index, locks and threads, so passing one to
+        ``multiprocessing`` (or ``copy``) failed with "cannot pickle '_thread.RLock' object"."""
+        raise TypeError("a Memory cannot be pickled or copied (it holds an open index, locks and threads): "
+                        "make one in each process, Memory(...) with the same arguments")
+
     def __enter__(self) -> Memory:
         return self
 
