@@ -112,3 +112,22 @@ def test_pickling_or_copying_a_memory_is_refused_in_words(make_workspace, keywor
             with pytest.raises(TypeError, match=r"^a Memory cannot be pickled or copied .* make one in each process"):
                 copier(mem)
         assert mem.search("kiwi").results[0].path == "MEMORY.md"
+
+
+def test_get_takes_an_absolute_path_spelled_through_a_symlinked_workspace(tmp_path: Path, keyword_config):
+    """The workspace is resolved, so a path spelled as the workspace was given (a symlink to it,
+    macOS's /tmp) was "path not allowed"; what is below the workspace is checked as before."""
+    real = tmp_path / "real"
+    (real / "memory").mkdir(parents=True)
+    (real / "MEMORY.md").write_text("kiwi\n")
+    (tmp_path / "outside.md").write_text("secret\n")
+    (tmp_path / "link").symlink_to(real)
+    os.symlink(tmp_path / "outside.md", real / "memory" / "leak.md")
+    with Memory(tmp_path / "link", config=keyword_config) as mem:
+        assert mem.workspace == real
+        for spelled in (f"{tmp_path}/link/MEMORY.md", f"{tmp_path}/link/memory/../MEMORY.md", f"{real}/MEMORY.md"):
+            got = mem.get(spelled)
+            assert (got.path, got.text) == ("MEMORY.md", "kiwi\n"), spelled
+        for refused in (f"{tmp_path}/link/../outside.md", f"{tmp_path}/link/memory/leak.md"):
+            payload = call_tool_payload(mem, "memory_get", {"path": refused})
+            assert payload["disabled"] is True and "secret" not in json.dumps(payload), refused

@@ -499,9 +499,21 @@ class Memory(IndexUpkeep):
 
             text = read_session_lines(path, self.settings.sessions_dir, from_line, lines)
             return GetResult(text, session_relative(path))
-        resolved = resolve_readable(path, self.workspace, self.settings.extra_paths, sessions=sessions)
+        resolved = resolve_readable(self._through_workspace(path), self.workspace, self.settings.extra_paths,
+                                    sessions=sessions)
         text = read_lines(resolved, from_line, lines)
         return GetResult(text, resolved.rel, missing=not text and not os.path.lexists(resolved.abs_path))
+
+    def _through_workspace(self, path: str) -> str:
+        """An absolute ``path`` spelled through the workspace as it was given (a symlink to it;
+        macOS's ``/tmp``) as the same path under the resolved workspace, the root reads are
+        checked against: ``get("/link/MEMORY.md")`` was "path not allowed" for ``Memory("/link")``."""
+        given = os.path.normpath(os.path.expanduser(self.settings.workspace))
+        wanted = os.path.normpath(os.path.expanduser(path.strip()))
+        resolved = str(self.workspace)
+        if given != resolved and os.path.isabs(wanted) and wanted.startswith(given.rstrip("/") + "/"):
+            return resolved + wanted[len(given.rstrip("/")):]
+        return path
 
     @_call
     def append_daily(self, text: str, *, date: Any = None) -> str:
