@@ -131,3 +131,14 @@ def test_get_takes_an_absolute_path_spelled_through_a_symlinked_workspace(tmp_pa
         for refused in (f"{tmp_path}/link/../outside.md", f"{tmp_path}/link/memory/leak.md"):
             payload = call_tool_payload(mem, "memory_get", {"path": refused})
             assert payload["disabled"] is True and "secret" not in json.dumps(payload), refused
+
+
+def test_json_given_a_value_fails_with_a_json_document(make_workspace, run_cli):
+    """``--json=1`` is bad usage (exit 2); with it the failure came on stderr only, stdout empty."""
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    for flag in ("--json=1", "--js=true"):
+        done = run_cli("--workspace", str(ws), "search", "kiwi", flag)
+        assert done.returncode == 2
+        assert json.loads(done.stdout)["error"] == {"kind": "usage", "exitCode": 2,
+                                                    "message": "argument --json: ignored explicit argument "
+                                                               f"'{flag.split('=')[1]}'"}

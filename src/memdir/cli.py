@@ -79,11 +79,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _asks_for_json(argv: Sequence[str]) -> bool:
-    """Whether a command line has ``--json`` (or a prefix argparse would take for it) before ``--``."""
+    """Whether a command line has ``--json`` (or a prefix argparse would take for it) before ``--``;
+    also given a value (``--json=1``, which argparse refuses: that failure is JSON too)."""
     for arg in argv:
         if arg == "--":
             return False
-        if len(arg) > 3 and "--json".startswith(arg):
+        name = arg.split("=", 1)[0]
+        if len(name) > 3 and "--json".startswith(name):
             return True
     return False
 
