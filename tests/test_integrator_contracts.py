@@ -142,3 +142,25 @@ def test_json_given_a_value_fails_with_a_json_document(make_workspace, run_cli):
         assert json.loads(done.stdout)["error"] == {"kind": "usage", "exitCode": 2,
                                                     "message": "argument --json: ignored explicit argument "
                                                                f"'{flag.split('=')[1]}'"}
+
+
+def test_a_writer_lock_freed_just_as_a_sync_looked_is_taken_without_a_notice(make_workspace, keyword_config):
+    """Threads sharing one Memory: another thread's sync ended between this sync's first try for
+    the writer lock and its look at the holder, which it then reported as "waiting for another
+    process (the lock does not say which)"."""
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    notices: list[str] = []
+    with Memory(ws, config=keyword_config, notice=notices.append) as mem:
+        mem.sync()
+        lock = mem.indexer.lock
+        tries: list[float | None] = []
+        real_acquire = lock.acquire
+
+        def acquire(timeout: float | None = None) -> bool:
+            tries.append(timeout)
+            return False if len(tries) == 1 else real_acquire(timeout)  # held at the first try, free since
+
+        lock.acquire = acquire  # type: ignore[method-assign]
+        (ws / "MEMORY.md").write_text("kiwi and lime\n")
+        assert mem.sync().indexed == 1
+    assert tries[:2] == [0, 0] and notices == []
