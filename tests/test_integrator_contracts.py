@@ -164,3 +164,19 @@ def test_a_writer_lock_freed_just_as_a_sync_looked_is_taken_without_a_notice(mak
         (ws / "MEMORY.md").write_text("kiwi and lime\n")
         assert mem.sync().indexed == 1
     assert tries[:2] == [0, 0] and notices == []
+
+
+def test_one_tool_name_given_as_a_string_is_that_tool_for_schemas_and_servers(make_workspace, keyword_config):
+    """As for the prompt section: openai_tools("memory_search") was refused letter by letter, and
+    an MCP server given tools="memory_get" served no tool at all."""
+    pytest.importorskip("mcp")
+    from memdir.mcp_server import build_server
+    from memdir.tools import anthropic_tools, openai_tools
+
+    assert openai_tools("memory_search") == openai_tools(["memory_search"])
+    assert [t["name"] for t in anthropic_tools("memory_get")] == ["memory_get"]
+    with pytest.raises(ValueError, match=r"^unknown memdir tool\(s\): 5 \(known: memory_search, "):
+        openai_tools([5])  # type: ignore[list-item]
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        assert build_server(mem, tools="memory_get").tool_names == ["memory_get"]  # type: ignore[arg-type]

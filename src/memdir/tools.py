@@ -131,21 +131,29 @@ def tool_spec(name: str) -> ToolSpec:
     raise ValueError(f"unknown memdir tool(s): {name} (known: {known})")
 
 
-def _specs(names: Iterable[str] | None) -> list[ToolSpec]:
-    chosen = list(TOOL_NAMES if names is None else names)
+def chosen_tools(names: Iterable[str] | str | None) -> list[str]:
+    """Tool names as given: ``None`` is the core tools, and one name is that tool
+    (``openai_tools("memory_search")`` was refused letter by letter: "m, e, m, o, ...")."""
+    if names is None:
+        return list(TOOL_NAMES)
+    return [names] if isinstance(names, str) else list(names)
+
+
+def _specs(names: Iterable[str] | str | None) -> list[ToolSpec]:
+    chosen = chosen_tools(names)
     unknown = [n for n in chosen if n not in TOOL_SPECS and n not in LTM_TOOL_NAMES]
     if unknown:
         known = ", ".join((*TOOL_NAMES, *LTM_TOOL_NAMES))
-        raise ValueError(f"unknown memdir tool(s): {', '.join(unknown)} (known: {known})")
+        raise ValueError(f"unknown memdir tool(s): {', '.join(map(str, unknown))} (known: {known})")
     return [tool_spec(n) for n in chosen]
 
 
-def openai_tools(names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+def openai_tools(names: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
     """Schemas for OpenAI-style tool calling (``{"type": "function", "function": {...}}``)."""
     return [json.loads(json.dumps(s.openai())) for s in _specs(names)]
 
 
-def anthropic_tools(names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+def anthropic_tools(names: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
     """Schemas for Anthropic tool use (``{name, description, input_schema}``)."""
     return [json.loads(json.dumps(s.anthropic())) for s in _specs(names)]
 
@@ -563,6 +571,7 @@ __all__ = [
     "call_tool",
     "call_tool_payload",
     "chat_type_from_session_key",
+    "chosen_tools",
     "clamp_results_by_chars",
     "decorate_citations",
     "format_citation",
