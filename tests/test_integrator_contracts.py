@@ -7,6 +7,7 @@ import copy
 import json
 import os
 import pickle
+import threading
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,24 @@ def test_one_tool_name_given_as_a_string_is_that_tool_for_schemas_and_servers(ma
     ws = make_workspace({"MEMORY.md": "kiwi\n"})
     with Memory(ws, config=keyword_config) as mem:
         assert build_server(mem, tools="memory_get").tool_names == ["memory_get"]  # type: ignore[arg-type]
+
+
+def test_threads_asking_for_long_term_memory_at_once_share_one_store(make_workspace, keyword_config):
+    """Each thread asking for ``mem.long_term`` at the same moment opened its own LanceDB store and
+    embedder, and ``close`` closed only the last one."""
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    cfg = {**keyword_config, "longTermMemory": {"embedding": {"provider": "none"}}}
+    opened: list[object] = []
+    start = threading.Barrier(6)
+    with Memory(ws, config=cfg) as mem:
+        def ask() -> None:
+            start.wait(10)
+            opened.append(mem.long_term)
+
+        threads = [threading.Thread(target=ask) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert len(opened) == 6 and len({id(ltm) for ltm in opened}) == 1

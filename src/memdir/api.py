@@ -97,6 +97,8 @@ def _forget_other_threads_calls() -> None:
             mem._calls_changed = threading.Condition()
             if not mem._init_lock._is_owned():  # type: ignore[attr-defined]  (held by a thread gone here)
                 mem._init_lock = threading.RLock()
+            if not mem._long_term_lock._is_owned():  # type: ignore[attr-defined]
+                mem._long_term_lock = threading.RLock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -179,6 +181,8 @@ class Memory(IndexUpkeep):
         #: Recoveries of a damaged index made by this Memory (``store.recovery`` records).
         self.recoveries: list[dict[str, Any]] = []
         self._init_lock = threading.RLock()
+        #: Long-term memory opens on its own lock: loading LanceDB (seconds) must not hold up searches.
+        self._long_term_lock = threading.RLock()
         self._bootstrap: threading.Thread | None = None
         self._bootstrap_error: BaseException | None = None
         self._checked_ok: Any = None
@@ -306,12 +310,16 @@ class Memory(IndexUpkeep):
     @property
     def long_term(self) -> Any:
         """This agent's long-term memory (:class:`memdir.ltm.LongTermMemory`; needs ``memdir[lancedb]``);
-        :class:`MemoryClosed` once closed (it used to open a new store that nothing closed)."""
+        :class:`MemoryClosed` once closed (it used to open a new store that nothing closed).  Opened
+        once: threads asking at the same time each opened their own (an embedding model loaded
+        for each), and ``close`` closed only the last."""
         if self._long_term is None:
-            self._check_open()
-            from memdir.ltm.memory import LongTermMemory
+            with self._long_term_lock:
+                if self._long_term is None:
+                    self._check_open()
+                    from memdir.ltm.memory import LongTermMemory
 
-            self._long_term = LongTermMemory.for_memory(self)
+                    self._long_term = LongTermMemory.for_memory(self)
         return self._long_term
 
     # -- operations --------------------------------------------------------------------------
@@ -728,7 +736,8 @@ class Memory(IndexUpkeep):
         if bootstrap is not None:
             bootstrap.join(5.0)  # a first index still building in the background
         self._wait_for_calls(CLOSE_WAIT_SECONDS)
-        long_term, self._long_term = self._long_term, None
+        with self._long_term_lock:  # (after one being opened now: it is closed too)
+            long_term, self._long_term = self._long_term, None
         if long_term is not None:
             long_term.close()
         store, self._store, self._indexer = self._store, None, None
