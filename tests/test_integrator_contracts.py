@@ -202,3 +202,15 @@ def test_threads_asking_for_long_term_memory_at_once_share_one_store(make_worksp
         for thread in threads:
             thread.join(60)
     assert len(opened) == 6 and len({id(ltm) for ltm in opened}) == 1
+
+
+def test_async_memory_given_a_memory_and_other_arguments_says_so(make_workspace, keyword_config):
+    """``AsyncMemory(other_ws, memory=mem)`` used ``mem`` and dropped the rest without a word."""
+    from memdir.aio import AsyncMemory
+
+    ws, other = make_workspace({"MEMORY.md": "kiwi\n"}), make_workspace({}, name="other")
+    with Memory(ws, config=keyword_config) as mem:
+        for args, kwargs in (((other,), {}), ((), {"config": keyword_config})):
+            with pytest.raises(TypeError, match=r"^AsyncMemory takes a Memory \(memory=\) or Memory's arguments"):
+                AsyncMemory(*args, memory=mem, **kwargs)
+        assert AsyncMemory(memory=mem).memory is mem
