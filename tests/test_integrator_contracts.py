@@ -214,3 +214,19 @@ def test_async_memory_given_a_memory_and_other_arguments_says_so(make_workspace,
             with pytest.raises(TypeError, match=r"^AsyncMemory takes a Memory \(memory=\) or Memory's arguments"):
                 AsyncMemory(*args, memory=mem, **kwargs)
         assert AsyncMemory(memory=mem).memory is mem
+
+
+def test_search_limits_of_the_wrong_type_are_named(make_workspace, keyword_config):
+    """``search(max_results="abc")`` said "invalid literal for int() with base 10: 'abc'" and a
+    NumPy NaN floor passed every hit; each now names the argument, as ``get`` does."""
+    np = pytest.importorskip("numpy")
+    ws = make_workspace({"MEMORY.md": "- the walrus budget\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        for name, bad in (("max_results", "abc"), ("max_results", [3]), ("max_results", True), ("min_score", "0.1"),
+                          ("min_score", {"x": 1})):
+            with pytest.raises(TypeError, match=rf"^{name} must be a number, not {type(bad).__name__}$"):
+                mem.search("walrus", **{name: bad})
+        with pytest.raises(ValueError, match=r"min_score must be a number .*NaN"):
+            mem.search("walrus", min_score=np.float32("nan"))
+        assert [r.path for r in mem.search("walrus", max_results=np.int64(1), min_score=np.float64(0)).results] == [
+            "MEMORY.md"]

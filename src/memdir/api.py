@@ -23,6 +23,7 @@ import atexit
 import functools
 import logging
 import math
+import numbers
 import os
 import threading
 import time
@@ -125,6 +126,18 @@ class GetResult:
 
     def as_dict(self) -> dict[str, str]:
         return {"text": self.text, "path": self.path}
+
+
+def _check_limits(max_results: Any, min_score: Any) -> None:
+    """``search``'s ``max_results``/``min_score`` as numbers, or an error naming the argument (a
+    string was "invalid literal for int() with base 10", a list "int() argument must be ...")."""
+    for name, value in (("max_results", max_results), ("min_score", min_score)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    if not isinstance(min_score, int | None) and math.isnan(min_score):  # NaN: the floor would become 0, all pass
+        raise ValueError("min_score must be a number (0 to 1), not NaN")
+    if not isinstance(max_results, int | None) and not math.isfinite(max_results):
+        raise ValueError(f"max_results must be a whole number, not {max_results}")
 
 
 def _stale_model_note(meta: dict[str, Any], provider: Any) -> str:
@@ -402,10 +415,7 @@ class Memory(IndexUpkeep):
             raise TypeError(f"query must be a string, not {type(query).__name__}")
         if mode not in SEARCH_MODES:
             raise ValueError(f"unknown search mode {mode!r} (expected one of {', '.join(SEARCH_MODES)})")
-        if isinstance(min_score, float) and min_score != min_score:  # NaN: the floor would become 0, all pass
-            raise ValueError("min_score must be a number (0 to 1), not NaN")
-        if isinstance(max_results, float) and not math.isfinite(max_results):
-            raise ValueError(f"max_results must be a whole number, not {max_results}")
+        _check_limits(max_results, min_score)
         return self._healing(lambda: self._search_once(query, max_results, min_score, explain, sync, mode))
 
     def _search_once(self, query: str, max_results: int | None, min_score: float | None, explain: bool,
