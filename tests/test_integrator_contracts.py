@@ -230,3 +230,4 @@ def test_search_limits_of_the_wrong_type_are_named(make_workspace, keyword_confi
             mem.search("walrus", min_score=np.float32("nan"))
         assert [r.path for r in mem.search("walrus", max_results=np.int64(1), min_score=np.float64(0)).results] == [
             "MEMORY.md"]
+        assert mem.get("MEMORY.md", from_line=np.int64(1), lines=np.float32(1.5)).text == "- the walrus budget"

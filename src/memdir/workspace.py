@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import math
+import numbers
 import os
 import stat
 import sys
@@ -535,9 +536,9 @@ def line_number(name: str, value: object) -> int | None:
     "cannot convert float NaN to integer"."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # (NumPy's numbers too)
         raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
-    if isinstance(value, float) and not math.isfinite(value):
+    if not isinstance(value, int) and not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, not {value}")
     return int(value)
 
