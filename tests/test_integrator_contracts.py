@@ -231,3 +231,21 @@ def test_search_limits_of_the_wrong_type_are_named(make_workspace, keyword_confi
         assert [r.path for r in mem.search("walrus", max_results=np.int64(1), min_score=np.float64(0)).results] == [
             "MEMORY.md"]
         assert mem.get("MEMORY.md", from_line=np.int64(1), lines=np.float32(1.5)).text == "- the walrus budget"
+
+
+def test_a_workspace_given_beside_resolved_settings_is_refused_not_dropped(make_workspace, tmp_path: Path,
+                                                                           monkeypatch):
+    """``Memory(ws, config=Settings())`` took the Settings' workspace (the current folder) and
+    dropped ``ws`` without a word: searches and appends went to whatever folder Python ran in."""
+    from memdir.config import Settings, load_config
+
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    monkeypatch.chdir(tmp_path)
+    for config in (Settings(), load_config(workspace=tmp_path)):
+        for named in ({"workspace": ws}, {"agent_id": "ops"}, {"state_dir": tmp_path / "s"}):
+            args = (named.pop("workspace"),) if "workspace" in named else ()
+            with pytest.raises(TypeError, match=r"^workspace, agent_id and state_dir are taken from the settings"):
+                Memory(*args, config=config, **named)
+    with Memory(config=load_config(workspace=ws, overrides={"memorySearch": {"provider": "none"}})) as mem:
+        assert mem.workspace == ws and mem.get("MEMORY.md").text == "kiwi\n"
+    assert list(tmp_path.glob("memory/*.md")) == []

@@ -160,6 +160,7 @@ class Memory(IndexUpkeep):
         provider: Any = None,
         notice: Callable[[str], None] | None = None,
     ):
+        named = (workspace, agent_id, state_dir) != (None, None, None)
         if isinstance(config, SnapshotConfig):  # the CLI's remembered settings (memdir.settings_cache)
             self.loaded: Any = config
             self.settings: Any = config.settings
@@ -167,10 +168,11 @@ class Memory(IndexUpkeep):
             return
         from memdir.config import LoadedConfig, Settings, load_config
 
-        if isinstance(config, LoadedConfig):
-            loaded = config
-        elif isinstance(config, Settings):
-            loaded = LoadedConfig(config, {}, None)
+        if isinstance(config, LoadedConfig | Settings):
+            if named:  # they name all three already: Memory(ws, config=Settings()) used the cwd
+                raise TypeError("workspace, agent_id and state_dir are taken from the settings given as config: set "
+                                "them there (load_config(workspace=...)), or give config as a dict or a file")
+            loaded = config if isinstance(config, LoadedConfig) else LoadedConfig(config, {}, None)
         elif isinstance(config, Mapping):
             loaded = load_config(workspace=workspace, agent_id=agent_id, state_dir=state_dir, overrides=config)
         else:
