@@ -23,7 +23,6 @@ import atexit
 import functools
 import logging
 import math
-import numbers
 import os
 import threading
 import time
@@ -132,7 +131,7 @@ def _check_limits(max_results: Any, min_score: Any) -> None:
     """``search``'s ``max_results``/``min_score`` as numbers, or an error naming the argument (a
     string was "invalid literal for int() with base 10", a list "int() argument must be ...")."""
     for name, value in (("max_results", max_results), ("min_score", min_score)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+        if value is not None and (isinstance(value, bool) or not hasattr(type(value), "__float__")):  # (NumPy's too)
             raise TypeError(f"{name} must be a number, not {type(value).__name__}")
     if not isinstance(min_score, int | None) and math.isnan(min_score):  # NaN: the floor would become 0, all pass
         raise ValueError("min_score must be a number (0 to 1), not NaN")

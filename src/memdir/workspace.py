@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import math
-import numbers
 import os
 import stat
 import sys
@@ -536,7 +535,7 @@ def line_number(name: str, value: object) -> int | None:
     "cannot convert float NaN to integer"."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # (NumPy's numbers too)
+    if isinstance(value, bool) or not hasattr(type(value), "__float__"):  # (NumPy's numbers too)
         raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
     if not isinstance(value, int) and not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, not {value}")
