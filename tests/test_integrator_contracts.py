@@ -7,11 +7,15 @@ import copy
 import json
 import os
 import pickle
+import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
+from helpers import cli_env
 from memdir import Memory
 from memdir.config import ConfigError
 from memdir.errors import MemdirError
@@ -251,3 +255,20 @@ def test_a_workspace_given_beside_resolved_settings_is_refused_not_dropped(make_
     with Memory(config=load_config(workspace=ws, overrides={"memorySearch": {"provider": "none"}})) as mem:
         assert mem.workspace == ws and mem.get("MEMORY.md").text == "kiwi\n"
     assert list(tmp_path.glob("memory/*.md")) == []
+
+
+def test_an_append_whose_confirmation_cannot_be_written_says_the_note_is_in(make_workspace, state_dir):
+    """stdout on a full disk: the note was appended, but the command failed with a bare "No space
+    left on device", which a script reads as "not appended" and runs again (the note twice)."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    for extra in ((), ("--json",)):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "append", "the note", *extra],
+                                  stdout=full, stderr=subprocess.PIPE, text=True, env=cli_env(state_dir), timeout=60)
+        assert done.returncode == 1
+        assert re.fullmatch(r"memdir: appended to memory/\d{4}-\d\d-\d\d\.md, but this could not be said on stdout: "
+                            r"No space left on device \(do not append the note again\)\n", done.stderr), done.stderr
+    (log,) = (ws / "memory").iterdir()
+    assert log.read_text() == "the note\nthe note\n"
