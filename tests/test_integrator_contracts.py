@@ -272,3 +272,17 @@ def test_an_append_whose_confirmation_cannot_be_written_says_the_note_is_in(make
                             r"No space left on device \(do not append the note again\)\n", done.stderr), done.stderr
     (log,) = (ws / "memory").iterdir()
     assert log.read_text() == "the note\nthe note\n"
+
+
+def test_a_notice_that_is_not_a_function_is_refused_at_once(make_workspace, keyword_config):
+    """``Memory(ws, notice=logging.getLogger())`` was taken, and the first thing to say (an index
+    healed, a writer waited for) failed that operation with "'Logger' object is not callable"."""
+    import logging
+
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    with pytest.raises(TypeError, match=r"^notice must be a function taking the message, e.g. logger.warning, "
+                                        r"not Logger$"):
+        Memory(ws, config=keyword_config, notice=logging.getLogger("x"))  # type: ignore[arg-type]
+    told: list[str] = []
+    with Memory(ws, config=keyword_config, notice=told.append) as mem:
+        assert mem.search("kiwi").results[0].path == "MEMORY.md"

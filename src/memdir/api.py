@@ -181,6 +181,9 @@ class Memory(IndexUpkeep):
         self._init_parts(provider, notice)
 
     def _init_parts(self, provider: Any, notice: Callable[[str], None] | None) -> None:
+        if notice is not None and not callable(notice):  # (a Logger): else a TypeError in the middle of a heal
+            raise TypeError(f"notice must be a function taking the message, e.g. logger.warning, not "
+                            f"{type(notice).__name__}")
         self._provider_override = provider
         self._workspace: tuple[Any, str, Path] | None = None
         self._selection: ProviderSelection | None = None
