@@ -286,3 +286,37 @@ def test_a_notice_that_is_not_a_function_is_refused_at_once(make_workspace, keyw
     told: list[str] = []
     with Memory(ws, config=keyword_config, notice=told.append) as mem:
         assert mem.search("kiwi").results[0].path == "MEMORY.md"
+
+
+class _Provider:
+    """A custom embedding provider with every member memdir reads (dims as a property)."""
+
+    id, model, provider_key, max_input_bytes = "mine", "mine-4", "mine-key", 8000
+
+    @property
+    def dims(self) -> int:
+        return 4
+
+    def embed_query(self, text: str) -> list[float]:
+        return [1.0, 0.0, 0.0, 0.0]
+
+    def embed_batch(self, texts: list[str]) -> list[list[float]]:
+        return [[1.0, 0.0, 0.0, 0.0] for _ in texts]
+
+
+def test_a_custom_provider_missing_members_is_named_at_once(make_workspace):
+    """A provider without ``max_input_bytes`` was taken, then every sync failed with "'P' object has
+    no attribute 'max_input_bytes'" and every search answered stale from an empty index."""
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+
+    class Partial:
+        id, model = "partial", "p-1"
+
+        def embed_batch(self, texts: list[str]) -> list[list[float]]:
+            return [[1.0] for _ in texts]
+
+    with pytest.raises(TypeError, match=r"^provider lacks provider_key, max_input_bytes, dims, embed_query: an "
+                                        r"embedding provider has id, model, "):
+        Memory(ws, provider=Partial())
+    with Memory(ws, provider=_Provider()) as mem:
+        assert mem.sync().indexed == 1 and mem.search("kiwi").results[0].path == "MEMORY.md"

@@ -59,6 +59,9 @@ CLOSE_WAIT_SECONDS = 10.0
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: What indexing and searching use of a ``provider`` passed to :class:`Memory` (``close`` is optional).
+PROVIDER_MEMBERS = ("id", "model", "provider_key", "max_input_bytes", "dims", "embed_batch", "embed_query")
+
 
 def _log_notice(message: str) -> None:
     log.warning("%s", message)
@@ -181,6 +184,13 @@ class Memory(IndexUpkeep):
         self._init_parts(provider, notice)
 
     def _init_parts(self, provider: Any, notice: Callable[[str], None] | None) -> None:
+        # (looked up without reading them: a provider's dims may load its model; a proxy's are not known)
+        kind = type(provider)
+        missing = [name for name in PROVIDER_MEMBERS if provider is not None and not hasattr(kind, "__getattr__")
+                   and not hasattr(kind, name) and name not in getattr(provider, "__dict__", {})]
+        if missing:  # else every sync failed with "'P' object has no attribute 'max_input_bytes'", searches stale
+            raise TypeError(f"provider lacks {', '.join(missing)}: an embedding provider has "
+                            f"{', '.join(PROVIDER_MEMBERS)} (memdir.embeddings.base.EmbeddingProvider)")
         if notice is not None and not callable(notice):  # (a Logger): else a TypeError in the middle of a heal
             raise TypeError(f"notice must be a function taking the message, e.g. logger.warning, not "
                             f"{type(notice).__name__}")
