@@ -320,3 +320,20 @@ def test_a_custom_provider_missing_members_is_named_at_once(make_workspace):
         Memory(ws, provider=Partial())
     with Memory(ws, provider=_Provider()) as mem:
         assert mem.sync().indexed == 1 and mem.search("kiwi").results[0].path == "MEMORY.md"
+
+
+def test_a_relative_store_path_stays_where_it_was_given_after_chdir(tmp_path: Path, make_workspace, monkeypatch):
+    """``store.path = "idx/{agentId}.sqlite"`` followed the cwd: after a chdir ``status`` looked for the
+    index elsewhere ("indexExists": false, 0 files) while searches used the one opened first."""
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    config = {"memorySearch": {"provider": "none", "store": {"path": "idx/{agentId}.sqlite"}}}
+    with Memory(ws, agent_id="ops", config=config) as mem:
+        mem.sync()
+        monkeypatch.chdir(tmp_path / "b")
+        status = mem.status()
+    assert status["indexPath"] == str(tmp_path / "a" / "idx" / "ops.sqlite")
+    assert status["indexExists"] is True and status["files"] == 1
+    assert not (tmp_path / "b" / "idx").exists()

@@ -944,8 +944,8 @@ def load_config(
 
     ``overrides`` is a nested mapping (camel or snake keys) applied last, as CLI flags are.
     A workspace folder that does not exist is an error (``check_workspace=False`` skips that,
-    for callers that only want to inspect settings).  A relative workspace or state dir is taken
-    from the current folder now, once: a later ``os.chdir`` does not move them.
+    for callers that only want to inspect settings).  A relative workspace, state dir or
+    ``store.path`` is taken from the current folder now, once: a later ``os.chdir`` does not move it.
     """
     env = os.environ if env is None else env
     workspace, state_dir, config_path = (_path_argument(key, value) for key, value in (
@@ -1026,13 +1026,14 @@ def load_config(
             if (origins.get(key, "").startswith("file:") and isinstance(value, str) and value.strip()
                     and not os.path.isabs(os.path.expanduser(value))):
                 data[key] = str((cfg_file.parent / value).resolve())
-    for key in ("workspace", "state_dir"):
-        value = data[key]
+    store = data.get("memory_search", {}).get("store") if isinstance(data.get("memory_search"), dict) else None
+    for holder, key in ((data, "workspace"), (data, "state_dir"), (store, "path")):
+        value = holder.get(key) if isinstance(holder, dict) else None
         if (isinstance(value, str) and value.strip() and not value.startswith("~")  # (~ unexpandable: _check_home)
                 and not os.path.isabs(value)):
             # Pinned to the folder it was given in: relative, a Memory followed the process's
             # chdir, reading and appending to another folder's notes beside the first one's index.
-            data[key] = os.path.abspath(value)
+            holder[key] = os.path.abspath(value)  # type: ignore[index]
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
