@@ -337,3 +337,24 @@ def test_a_relative_store_path_stays_where_it_was_given_after_chdir(tmp_path: Pa
     assert status["indexPath"] == str(tmp_path / "a" / "idx" / "ops.sqlite")
     assert status["indexExists"] is True and status["files"] == 1
     assert not (tmp_path / "b" / "idx").exists()
+
+
+def test_a_question_of_a_hundred_thousand_words_is_parsed_in_linear_time():
+    """Each word was looked up in the list of those kept so far: a 1 MB question (an agent pasting
+    a document into memory_search) held a search for five minutes; 60 s here is a wide margin
+    over the second it takes now."""
+    import random
+    import string
+
+    from memdir.query import extract_keywords, keyword_terms
+
+    rng = random.Random(7)
+    words = list(dict.fromkeys("".join(rng.choice(string.ascii_lowercase) for _ in range(8)) for _ in range(100_000)))
+    question = " ".join(words)
+    found: dict[str, list[str]] = {}
+    worker = threading.Thread(target=lambda: found.update(keywords=extract_keywords(question),
+                                                          terms=keyword_terms(question)), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "parsing the question took over a minute"
+    assert found["keywords"] == words and found["terms"] == words[:64]
