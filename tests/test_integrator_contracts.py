@@ -23,6 +23,8 @@ from memdir.tools import call_tool, call_tool_payload, chat_type_from_session_ke
 
 
 def test_a_tool_name_or_session_key_that_is_not_a_string_is_a_payload(make_workspace, keyword_config):
+    """A model's tool name 123 raised AttributeError out of call_tool, which never raises; a session
+    key 5 failed the search as an "embedding/provider error"."""
     ws = make_workspace({"MEMORY.md": "billing uses Kafka\n"})
     with Memory(ws, config=keyword_config) as mem:
         for name in (123, ["memory_search"], {"name": "memory_get"}):
@@ -35,6 +37,7 @@ def test_a_tool_name_or_session_key_that_is_not_a_string_is_a_payload(make_works
 
 
 def test_ltm_export_with_json_prints_one_json_document(make_workspace, run_cli):
+    """Without --out, ``ltm export --json`` printed the bare Markdown: no JSON reader could parse it."""
     pytest.importorskip("lancedb")
     ws = make_workspace({"MEMORY.md": "# notes\n"})
     done = run_cli("--workspace", str(ws), "ltm", "export", "--json", check=True)
@@ -63,6 +66,7 @@ def test_a_memory_opened_on_a_relative_workspace_stays_there_after_chdir(tmp_pat
 
 
 def test_a_workspace_given_as_bytes_is_that_folder_and_a_number_is_named(make_workspace, keyword_config):
+    """``str(b"/ws")`` made the workspace a folder named "b'/ws'" ("does not exist")."""
     ws = make_workspace({"MEMORY.md": "kiwi\n"})
     with Memory(os.fsencode(ws), config=keyword_config) as mem:
         assert mem.workspace == ws and mem.get("MEMORY.md").text == "kiwi\n"
