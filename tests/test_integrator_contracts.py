@@ -89,9 +89,7 @@ def test_a_workspace_that_vanishes_under_a_running_memory_keeps_its_index(tmp_pa
         assert mem.sync().removed == 0
         assert {r.path for r in mem.search("kiwi").results} == {"MEMORY.md", "memory/2026-01-12.md"}
         status = mem.status()
-        assert status["files"] == 2 and [i for i in status["issues"] if "workspace" in i] == [
-            f"the workspace {ws} is missing (moved, or its drive unmounted?): what was indexed from it stays until it "
-            "is back"]
+        assert status["files"] == 2 and any("workspace" in i and "missing" in i for i in status["issues"])
         ws.write_text("a file where the folder was")
         assert mem.sync().removed == 0 and mem.status()["files"] == 2
         ws.unlink()

@@ -290,7 +290,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             continue
         seen.add(identity)
         found.files.append(FileEntry(rel, abs_path, "memory", change_stamp(st), st.st_size, root))
-    if not found.files and MEMORY_DIR not in found.unlisted:
+    if not found.files:
         found.issues.insert(0, f"no memory files found in {workspace}")
     if folders is not None and not found.issues and not found.skipped:
         found.folders = folders
