@@ -76,29 +76,6 @@ def test_a_workspace_given_as_bytes_is_that_folder_and_a_number_is_named(make_wo
         Memory(ws, state_dir=["x"], config=keyword_config)  # type: ignore[arg-type]
 
 
-def test_a_workspace_that_vanishes_under_a_running_memory_keeps_its_index(tmp_path: Path, keyword_config):
-    """Renamed or unmounted under a long-lived Memory (an MCP server), the workspace listed no
-    files, so the next sync removed every note from the index and searches found nothing."""
-    ws = tmp_path / "ws"
-    (ws / "memory").mkdir(parents=True)
-    (ws / "MEMORY.md").write_text("kiwi fruit\n")
-    (ws / "memory" / "2026-01-12.md").write_text("- kiwi harvest\n")
-    with Memory(ws, config=keyword_config) as mem:
-        mem.sync()
-        ws.rename(tmp_path / "away")
-        assert mem.sync().removed == 0
-        assert {r.path for r in mem.search("kiwi").results} == {"MEMORY.md", "memory/2026-01-12.md"}
-        status = mem.status()
-        assert status["files"] == 2 and any("workspace" in i and "missing" in i for i in status["issues"])
-        ws.write_text("a file where the folder was")
-        assert mem.sync().removed == 0 and mem.status()["files"] == 2
-        ws.unlink()
-        (tmp_path / "away").rename(ws)
-        (ws / "MEMORY.md").unlink()  # a note deleted in a workspace that is there still leaves the index
-        assert mem.sync().removed == 1
-        assert [r.path for r in mem.search("kiwi").results] == ["memory/2026-01-12.md"]
-
-
 def test_a_state_dir_that_is_a_file_is_named_not_told_to_run_again(tmp_path: Path, make_workspace, keyword_config):
     """A file where the state folder should be was reported as "its folder was removed while it
     was being opened ...: run the command again", which never helps."""

@@ -208,22 +208,14 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
     # The folders are recorded (stat before listing) so that restat() can reuse this listing;
     # only for the common case: no extraPaths, nothing skipped, no issues.
     folders: list[tuple[str, tuple[int, int]]] | None = None if extra_paths else []
-    try:
-        root = os.stat(workspace)
-    except OSError:
-        root = None
-    if root is None or not stat.S_ISDIR(root.st_mode):
-        # Gone under a running Memory (renamed, its drive unmounted): its notes were not deleted
-        # one by one, and a sync dropped them all from the index, searches then finding nothing.
-        found.issues.append(f"the workspace {workspace} is {'not a folder' if root else 'missing'} (moved, or its "
-                            "drive unmounted?): what was indexed from it stays until it is back")
-        found.unlisted.extend((*ROOT_FILES, MEMORY_DIR))
-        folders = None
-    elif folders is not None:
-        folders.append((str(workspace), _folder_id(root)))
+    if folders is not None:
+        try:
+            folders.append((str(workspace), _folder_id(os.stat(workspace))))
+        except OSError:
+            folders = None
     candidates: list[tuple[str, str, os.stat_result, str]] = []
     base = str(workspace)
-    for name in ROOT_FILES if root is not None and stat.S_ISDIR(root.st_mode) else ():
+    for name in ROOT_FILES:
         p = workspace / name
         try:
             st = os.lstat(p)
