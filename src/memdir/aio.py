@@ -33,6 +33,8 @@ class AsyncMemory:
     """Async wrapper over one :class:`Memory` (pass one in, or the same arguments as ``Memory``)."""
 
     def __init__(self, workspace: Any = None, *, memory: Memory | None = None, **kwargs: Any):
+        if memory is not None and (workspace is not None or kwargs):  # they were dropped without a word
+            raise TypeError("AsyncMemory takes a Memory (memory=) or Memory's arguments, not both")
         self.memory = memory if memory is not None else Memory(workspace, **kwargs)
         self._lock = threading.Lock()  # a thread lock: the work itself happens in worker threads
 

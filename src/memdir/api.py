@@ -59,6 +59,9 @@ CLOSE_WAIT_SECONDS = 10.0
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: What indexing and searching use of a ``provider`` passed to :class:`Memory` (``close`` is optional).
+PROVIDER_MEMBERS = ("id", "model", "provider_key", "max_input_bytes", "dims", "embed_batch", "embed_query")
+
 
 def _log_notice(message: str) -> None:
     log.warning("%s", message)
@@ -97,6 +100,8 @@ def _forget_other_threads_calls() -> None:
             mem._calls_changed = threading.Condition()
             if not mem._init_lock._is_owned():  # type: ignore[attr-defined]  (held by a thread gone here)
                 mem._init_lock = threading.RLock()
+            if not mem._long_term_lock._is_owned():  # type: ignore[attr-defined]
+                mem._long_term_lock = threading.RLock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -125,6 +130,18 @@ class GetResult:
         return {"text": self.text, "path": self.path}
 
 
+def _check_limits(max_results: Any, min_score: Any) -> None:
+    """``search``'s ``max_results``/``min_score`` as numbers, or an error naming the argument (a
+    string was "invalid literal for int() with base 10", a list "int() argument must be ...")."""
+    for name, value in (("max_results", max_results), ("min_score", min_score)):
+        if value is not None and (isinstance(value, bool) or not hasattr(type(value), "__float__")):  # (NumPy's too)
+            raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    if not isinstance(min_score, int | None) and math.isnan(min_score):  # NaN: the floor would become 0, all pass
+        raise ValueError("min_score must be a number (0 to 1), not NaN")
+    if not isinstance(max_results, int | None) and not math.isfinite(max_results):
+        raise ValueError(f"max_results must be a whole number, not {max_results}")
+
+
 def _stale_model_note(meta: dict[str, Any], provider: Any) -> str:
     """Why searches use keywords only: the index holds another model's vectors."""
     return (f"the index holds {meta.get('provider')}/{meta.get('model')} vectors, not {provider.id}/{provider.model}'s "
@@ -145,6 +162,7 @@ class Memory(IndexUpkeep):
         provider: Any = None,
         notice: Callable[[str], None] | None = None,
     ):
+        named = (workspace, agent_id, state_dir) != (None, None, None)
         if isinstance(config, SnapshotConfig):  # the CLI's remembered settings (memdir.settings_cache)
             self.loaded: Any = config
             self.settings: Any = config.settings
@@ -152,10 +170,11 @@ class Memory(IndexUpkeep):
             return
         from memdir.config import LoadedConfig, Settings, load_config
 
-        if isinstance(config, LoadedConfig):
-            loaded = config
-        elif isinstance(config, Settings):
-            loaded = LoadedConfig(config, {}, None)
+        if isinstance(config, LoadedConfig | Settings):
+            if named:  # they name all three already: Memory(ws, config=Settings()) used the cwd
+                raise TypeError("workspace, agent_id and state_dir are taken from the settings given as config: set "
+                                "them there (load_config(workspace=...)), or give config as a dict or a file")
+            loaded = config if isinstance(config, LoadedConfig) else LoadedConfig(config, {}, None)
         elif isinstance(config, Mapping):
             loaded = load_config(workspace=workspace, agent_id=agent_id, state_dir=state_dir, overrides=config)
         else:
@@ -165,6 +184,16 @@ class Memory(IndexUpkeep):
         self._init_parts(provider, notice)
 
     def _init_parts(self, provider: Any, notice: Callable[[str], None] | None) -> None:
+        # (looked up without reading them: a provider's dims may load its model; a proxy's are not known)
+        kind = type(provider)
+        missing = [name for name in PROVIDER_MEMBERS if provider is not None and not hasattr(kind, "__getattr__")
+                   and not hasattr(kind, name) and name not in getattr(provider, "__dict__", {})]
+        if missing:  # else every sync failed with "'P' object has no attribute 'max_input_bytes'", searches stale
+            raise TypeError(f"provider lacks {', '.join(missing)}: an embedding provider has "
+                            f"{', '.join(PROVIDER_MEMBERS)} (memdir.embeddings.base.EmbeddingProvider)")
+        if notice is not None and not callable(notice):  # (a Logger): else a TypeError in the middle of a heal
+            raise TypeError(f"notice must be a function taking the message, e.g. logger.warning, not "
+                            f"{type(notice).__name__}")
         self._provider_override = provider
         self._workspace: tuple[Any, str, Path] | None = None
         self._selection: ProviderSelection | None = None
@@ -179,6 +208,8 @@ class Memory(IndexUpkeep):
         #: Recoveries of a damaged index made by this Memory (``store.recovery`` records).
         self.recoveries: list[dict[str, Any]] = []
         self._init_lock = threading.RLock()
+        #: Long-term memory opens on its own lock: loading LanceDB (seconds) must not hold up searches.
+        self._long_term_lock = threading.RLock()
         self._bootstrap: threading.Thread | None = None
         self._bootstrap_error: BaseException | None = None
         self._checked_ok: Any = None
@@ -306,12 +337,16 @@ class Memory(IndexUpkeep):
     @property
     def long_term(self) -> Any:
         """This agent's long-term memory (:class:`memdir.ltm.LongTermMemory`; needs ``memdir[lancedb]``);
-        :class:`MemoryClosed` once closed (it used to open a new store that nothing closed)."""
+        :class:`MemoryClosed` once closed (it used to open a new store that nothing closed).  Opened
+        once: threads asking at the same time each opened their own (an embedding model loaded
+        for each), and ``close`` closed only the last."""
         if self._long_term is None:
-            self._check_open()
-            from memdir.ltm.memory import LongTermMemory
+            with self._long_term_lock:
+                if self._long_term is None:
+                    self._check_open()
+                    from memdir.ltm.memory import LongTermMemory
 
-            self._long_term = LongTermMemory.for_memory(self)
+                    self._long_term = LongTermMemory.for_memory(self)
         return self._long_term
 
     # -- operations --------------------------------------------------------------------------
@@ -394,10 +429,7 @@ class Memory(IndexUpkeep):
             raise TypeError(f"query must be a string, not {type(query).__name__}")
         if mode not in SEARCH_MODES:
             raise ValueError(f"unknown search mode {mode!r} (expected one of {', '.join(SEARCH_MODES)})")
-        if isinstance(min_score, float) and min_score != min_score:  # NaN: the floor would become 0, all pass
-            raise ValueError("min_score must be a number (0 to 1), not NaN")
-        if isinstance(max_results, float) and not math.isfinite(max_results):
-            raise ValueError(f"max_results must be a whole number, not {max_results}")
+        _check_limits(max_results, min_score)
         return self._healing(lambda: self._search_once(query, max_results, min_score, explain, sync, mode))
 
     def _search_once(self, query: str, max_results: int | None, min_score: float | None, explain: bool,
@@ -499,9 +531,21 @@ class Memory(IndexUpkeep):
 
             text = read_session_lines(path, self.settings.sessions_dir, from_line, lines)
             return GetResult(text, session_relative(path))
-        resolved = resolve_readable(path, self.workspace, self.settings.extra_paths, sessions=sessions)
+        resolved = resolve_readable(self._through_workspace(path), self.workspace, self.settings.extra_paths,
+                                    sessions=sessions)
         text = read_lines(resolved, from_line, lines)
         return GetResult(text, resolved.rel, missing=not text and not os.path.lexists(resolved.abs_path))
+
+    def _through_workspace(self, path: str) -> str:
+        """An absolute ``path`` spelled through the workspace as it was given (a symlink to it;
+        macOS's ``/tmp``) as the same path under the resolved workspace, the root reads are
+        checked against: ``get("/link/MEMORY.md")`` was "path not allowed" for ``Memory("/link")``."""
+        given = os.path.normpath(os.path.expanduser(self.settings.workspace))
+        wanted = os.path.normpath(os.path.expanduser(path.strip()))
+        resolved = str(self.workspace)
+        if given != resolved and os.path.isabs(wanted) and wanted.startswith(given.rstrip("/") + "/"):
+            return resolved + wanted[len(given.rstrip("/")):]
+        return path
 
     @_call
     def append_daily(self, text: str, *, date: Any = None) -> str:
@@ -716,7 +760,8 @@ class Memory(IndexUpkeep):
         if bootstrap is not None:
             bootstrap.join(5.0)  # a first index still building in the background
         self._wait_for_calls(CLOSE_WAIT_SECONDS)
-        long_term, self._long_term = self._long_term, None
+        with self._long_term_lock:  # (after one being opened now: it is closed too)
+            long_term, self._long_term = self._long_term, None
         if long_term is not None:
             long_term.close()
         store, self._store, self._indexer = self._store, None, None
@@ -739,6 +784,12 @@ class Memory(IndexUpkeep):
                     log.warning("closing %s with calls still running in other threads", self.workspace)
                     return
                 self._calls_changed.wait(left)
+
+    def __reduce__(self) -> Any:
+        """Refused in words: a Memory holds an open index, locks and threads, so passing one to
+        ``multiprocessing`` (or ``copy``) failed with "cannot pickle '_thread.RLock' object"."""
+        raise TypeError("a Memory cannot be pickled or copied (it holds an open index, locks and threads): "
+                        "make one in each process, Memory(...) with the same arguments")
 
     def __enter__(self) -> Memory:
         return self

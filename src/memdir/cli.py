@@ -79,11 +79,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _asks_for_json(argv: Sequence[str]) -> bool:
-    """Whether a command line has ``--json`` (or a prefix argparse would take for it) before ``--``."""
+    """Whether a command line has ``--json`` (or a prefix argparse would take for it) before ``--``;
+    also given a value (``--json=1``, which argparse refuses: that failure is JSON too)."""
     for arg in argv:
         if arg == "--":
             return False
-        if len(arg) > 3 and "--json".startswith(arg):
+        name = arg.split("=", 1)[0]
+        if len(name) > 3 and "--json".startswith(name):
             return True
     return False
 
@@ -518,10 +520,13 @@ def cmd_append(args: argparse.Namespace) -> int:
             rel = mem.append_daily(text, date=args.date)
         except (OSError, ValueError) as exc:  # a refused write (symlink, not a file, ...) names the path
             raise CliError(str(exc)) from None
-    if args.json:
-        print(json.dumps({"path": rel, "appended": True}))
-    else:
-        print(f"Appended to {rel}")
+    try:
+        print(json.dumps({"path": rel, "appended": True}) if args.json else f"Appended to {rel}", flush=True)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # (stdout on a full disk) "No space left on device" alone read as "not appended"
+        raise CliError(f"appended to {rel}, but this could not be said on stdout: {exc.strerror or exc} (do not "
+                       "append the note again)") from None
     return 0
 
 

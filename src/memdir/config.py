@@ -950,9 +950,12 @@ def load_config(
 
     ``overrides`` is a nested mapping (camel or snake keys) applied last, as CLI flags are.
     A workspace folder that does not exist is an error (``check_workspace=False`` skips that,
-    for callers that only want to inspect settings).
+    for callers that only want to inspect settings).  A relative workspace, state dir or
+    ``store.path`` is taken from the current folder now, once: a later ``os.chdir`` does not move it.
     """
     env = os.environ if env is None else env
+    workspace, state_dir, config_path = (_path_argument(key, value) for key, value in (
+        ("workspace", workspace), ("state_dir", state_dir), ("config_path", config_path)))
     for key, given in (("workspace", workspace), ("agent_id", agent_id), ("state_dir", state_dir),
                        ("config_path", config_path)):
         if given is not None and "\0" in str(given):
@@ -1029,6 +1032,14 @@ def load_config(
             if (origins.get(key, "").startswith("file:") and isinstance(value, str) and value.strip()
                     and not os.path.isabs(os.path.expanduser(value))):
                 data[key] = str((cfg_file.parent / value).resolve())
+    store = data.get("memory_search", {}).get("store") if isinstance(data.get("memory_search"), dict) else None
+    for holder, key in ((data, "workspace"), (data, "state_dir"), (store, "path")):
+        value = holder.get(key) if isinstance(holder, dict) else None
+        if (isinstance(value, str) and value.strip() and not value.startswith("~")  # (~ unexpandable: _check_home)
+                and not os.path.isabs(value)):
+            # Pinned to the folder it was given in: relative, a Memory followed the process's
+            # chdir, reading and appending to another folder's notes beside the first one's index.
+            holder[key] = os.path.abspath(value)  # type: ignore[index]
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
@@ -1047,6 +1058,18 @@ def load_config(
             what = "is not a folder" if ws.exists() else "does not exist"
             raise ConfigError(f"workspace {ws} {what}{_origin_text(origins.get('workspace', ''), 'workspace')}")
     return LoadedConfig(settings, origins, cfg_file)
+
+
+def _path_argument(key: str, value: Any) -> str | None:
+    """A path argument as text: ``str``, ``bytes`` or ``os.PathLike`` (``None`` stays ``None``);
+    anything else is a :class:`ConfigError` naming it (``str(b"/ws")`` was a folder "b'/ws'")."""
+    if value is None:
+        return None
+    try:
+        return os.fsdecode(value)
+    except TypeError:
+        raise ConfigError(f"{key.replace('_', ' ')} must be a path (a str or os.PathLike), not "
+                          f"{type(value).__name__}") from None
 
 
 def _check_home(settings: Settings, origins: Origins) -> None:

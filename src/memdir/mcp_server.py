@@ -75,6 +75,7 @@ from memdir.tools import (
     TOOL_NAMES,
     ToolResult,
     call_tool,
+    chosen_tools,
     is_error_payload,
     search_unavailable_payload,
     tool_result,
@@ -235,11 +236,11 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
     """
 
     def __init__(self, memory: Any, *, session_key: str | None = None,
-                 tools: Iterable[str] | None = None, call_timeout: float = DEFAULT_CALL_TIMEOUT, **kwargs: Any):
+                 tools: Iterable[str] | str | None = None, call_timeout: float = DEFAULT_CALL_TIMEOUT, **kwargs: Any):
         self.memory = memory
         self.session_key = session_key
         known = (*TOOL_NAMES, *LTM_TOOL_NAMES)
-        self.tool_names = [t for t in (default_tools(memory) if tools is None else tools) if t in known]
+        self.tool_names = [t for t in (default_tools(memory) if tools is None else chosen_tools(tools)) if t in known]
         self.call_timeout = call_timeout
         # Core tool calls run concurrently (Memory serialises its own index access); the long-term
         # memory tools (LanceDB) one at a time, and after its warm-up load.
@@ -782,7 +783,7 @@ def failure_payload(name: str, arguments: dict[str, Any] | None, error: str) -> 
 
 
 def build_server(memory: Any, *, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
-                 session_key: str | None = None, tools: Iterable[str] | None = None,
+                 session_key: str | None = None, tools: Iterable[str] | str | None = None,
                  call_timeout: float = DEFAULT_CALL_TIMEOUT) -> MemdirMCP:
     """A ready-to-run server over ``memory``; ``host`` must be loopback even for stdio."""
     bound = check_loopback_host(host)

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from memdir.build_worker import ChunkWorker, plan
 from memdir.chunking import Chunk, chunk_id, embedding_windows, sha256_text
@@ -490,17 +490,43 @@ class Indexer:
         """Take the writer lock; when that means waiting indefinitely, say for whom (once)."""
         if self.lock.acquire(0):
             return
-        # (another thread of this process, e.g. a watcher's sync: the wait is short and no news)
-        if lock_timeout is None and self.notice is not None and not self.lock.held_here():
-            holder = self.lock.holder() or {}
-            stopped = (f"; it is stopped (Ctrl-Z or SIGSTOP): {resume_advice(holder['pid'])}"
-                       if holder.get("stopped") else "")
-            self.notice(f"waiting for {writer_words(holder)} to finish writing {self.store.location}{stopped}")
+        if lock_timeout is None and self.notice is not None:
+            holder = self._writer_elsewhere()
+            if holder is None:
+                return  # taken meanwhile
+            if holder is not False:
+                stopped = (f"; it is stopped (Ctrl-Z or SIGSTOP): {resume_advice(holder['pid'])}"
+                           if holder.get("stopped") else "")
+                self.notice(f"waiting for {writer_words(holder)} to finish writing {self.store.location}{stopped}")
         if lock_timeout == 0:
             raise LockTimeout(f"another process is writing {self.store.location}")
         # (a watcher stopped or a Memory closed meanwhile stops waiting: Ctrl-C on `memdir watch`
         # while another process wrote the index took 20 s to exit)
         wait_for_writer(self.lock, lock_timeout, self.store.location, between=self._stop_if_closing)
+
+    def _writer_elsewhere(self) -> dict[str, Any] | Literal[False] | None:
+        """Who holds the writer lock, to say whom a sync waits for; ``False`` when that is no news
+        (threads of this process, e.g. a watcher's sync: the wait is short); ``None`` when the
+        lock was free by then, and is taken now.
+
+        Why the second looks: threads sharing one Memory hand the lock on within microseconds,
+        and one looking just then saw it free, or held with no note yet, and said "waiting for
+        another process (the lock does not say which)".  A holder whose note is still missing a
+        moment later is told as such."""
+        for look in range(3):
+            if self.lock.held_here():
+                return False
+            holder = self.lock.holder()
+            if holder is None:
+                if self.lock.acquire(0):
+                    return None
+                continue
+            if holder.get("pid") == os.getpid():
+                return False
+            if "pid" in holder or look == 2:
+                return holder
+            time.sleep(0.01)
+        return False  # free at every look: threads of this process took turns (no other process has it)
 
     def _still_writer(self) -> None:
         """Before each write: stop if another process became the index's writer meanwhile (this

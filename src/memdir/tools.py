@@ -131,21 +131,29 @@ def tool_spec(name: str) -> ToolSpec:
     raise ValueError(f"unknown memdir tool(s): {name} (known: {known})")
 
 
-def _specs(names: Iterable[str] | None) -> list[ToolSpec]:
-    chosen = list(TOOL_NAMES if names is None else names)
+def chosen_tools(names: Iterable[str] | str | None) -> list[str]:
+    """Tool names as given: ``None`` is the core tools, and one name is that tool
+    (``openai_tools("memory_search")`` was refused letter by letter: "m, e, m, o, ...")."""
+    if names is None:
+        return list(TOOL_NAMES)
+    return [names] if isinstance(names, str) else list(names)
+
+
+def _specs(names: Iterable[str] | str | None) -> list[ToolSpec]:
+    chosen = chosen_tools(names)
     unknown = [n for n in chosen if n not in TOOL_SPECS and n not in LTM_TOOL_NAMES]
     if unknown:
         known = ", ".join((*TOOL_NAMES, *LTM_TOOL_NAMES))
-        raise ValueError(f"unknown memdir tool(s): {', '.join(unknown)} (known: {known})")
+        raise ValueError(f"unknown memdir tool(s): {', '.join(map(str, unknown))} (known: {known})")
     return [tool_spec(n) for n in chosen]
 
 
-def openai_tools(names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+def openai_tools(names: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
     """Schemas for OpenAI-style tool calling (``{"type": "function", "function": {...}}``)."""
     return [json.loads(json.dumps(s.openai())) for s in _specs(names)]
 
 
-def anthropic_tools(names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+def anthropic_tools(names: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
     """Schemas for Anthropic tool use (``{name, description, input_schema}``)."""
     return [json.loads(json.dumps(s.anthropic())) for s in _specs(names)]
 
@@ -302,7 +310,7 @@ def resolve_citations_mode(value: Any) -> CitationsMode:
 
 def parse_session_key(session_key: str | None) -> tuple[str, str] | None:
     """``agent:<id>:<rest>`` → ``(id, rest)`` (lowercased); anything else → ``None``."""
-    raw = (session_key or "").strip().lower()
+    raw = session_key.strip().lower() if isinstance(session_key, str) else ""  # 5 read as "'int' has no strip"
     parts = [p for p in raw.split(":") if p]
     if len(parts) < 3 or parts[0] != "agent":
         return None
@@ -514,9 +522,15 @@ def memory_append_payload(memory: Any, args: Any = None) -> dict[str, Any]:
         return {"path": "", "appended": False, "error": _error_text(exc)}
 
 
+def tool_name(name: Any) -> str:
+    """The tool a model named, trimmed; ``""`` for a name that is not a string (a model's ``123``
+    raised AttributeError out of :func:`call_tool`, which must never raise)."""
+    return name.strip() if isinstance(name, str) else ""
+
+
 def call_tool_payload(memory: Any, name: str, args: Any = None, *, session_key: str | None = None) -> dict[str, Any]:
     """Run the named tool and return its plain payload dict (never raises)."""
-    tool = (name or "").strip()
+    tool = tool_name(name)
     if tool == "memory_search":
         return memory_search_payload(memory, args, session_key=session_key)
     if tool == "memory_get":
@@ -534,10 +548,10 @@ def call_tool(memory: Any, name: str, args: Any = None, *, session_key: str | No
     The long-term memory tools (:data:`LTM_TOOL_NAMES`) run on ``memory.long_term`` (or on a
     :class:`memdir.ltm.LongTermMemory` passed as ``memory``); their text is written for the model.
     """
-    if (name or "").strip() in LTM_TOOL_NAMES:
+    if (tool := tool_name(name)) in LTM_TOOL_NAMES:
         from memdir.ltm.tools import call_ltm_tool
 
-        return call_ltm_tool(memory, name.strip(), args)
+        return call_ltm_tool(memory, tool, args)
     return tool_result(call_tool_payload(memory, name, args, session_key=session_key))
 
 
@@ -557,6 +571,7 @@ __all__ = [
     "call_tool",
     "call_tool_payload",
     "chat_type_from_session_key",
+    "chosen_tools",
     "clamp_results_by_chars",
     "decorate_citations",
     "format_citation",
@@ -572,6 +587,7 @@ __all__ = [
     "resolve_citations_mode",
     "search_unavailable_payload",
     "should_include_citations",
+    "tool_name",
     "tool_result",
     "tool_spec",
 ]

@@ -527,9 +527,9 @@ def line_number(name: str, value: object) -> int | None:
     "cannot convert float NaN to integer"."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not hasattr(type(value), "__float__"):  # (NumPy's numbers too)
         raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
-    if isinstance(value, float) and not math.isfinite(value):
+    if not isinstance(value, int) and not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, not {value}")
     return int(value)
 

@@ -152,12 +152,16 @@ def _forget(ltm: Any, args: argparse.Namespace) -> int:
 
 def _export(ltm: Any, args: argparse.Namespace) -> int:
     text = ltm.export(include_superseded=args.all)
+    count = sum(1 for line in text.splitlines() if line.startswith("- "))
     if args.out is None:
-        sys.stdout.write(text)
+        # with --json stdout is one JSON document: the Markdown went out bare, which no reader parsed
+        if args.json:
+            _print({"path": None, "memories": count, "text": text})
+        else:
+            sys.stdout.write(text)
         return 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
-    count = sum(1 for line in text.splitlines() if line.startswith("- "))
     if args.json:
         _print({"path": str(args.out), "memories": count})
     else:

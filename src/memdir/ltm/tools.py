@@ -27,7 +27,7 @@ from typing import Any
 from memdir.errors import without_source_location
 from memdir.ltm.capture import CATEGORIES
 from memdir.redact import redact_text
-from memdir.tools import ToolInputError, ToolResult, ToolSpec, _raw, parse_args, read_number, read_string
+from memdir.tools import ToolInputError, ToolResult, ToolSpec, _raw, parse_args, read_number, read_string, tool_name
 
 RECALL_DESCRIPTION = (
     "Search long-term memory: preferences, facts, decisions and people the user shared in earlier "
@@ -210,7 +210,7 @@ def memory_forget(target: Any, args: Any = None) -> ToolResult:
 
 def call_ltm_tool(target: Any, name: str, args: Any = None) -> ToolResult:
     """Run one of the three tools on a LongTermMemory (or a Memory's ``long_term``); never raises."""
-    tool = (name or "").strip()
+    tool = tool_name(name)
     if tool == "memory_recall":
         return memory_recall(target, args)
     if tool == "memory_store":

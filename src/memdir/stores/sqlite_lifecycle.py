@@ -141,7 +141,12 @@ class SqliteLifecycle:
 
         Why: a state folder deleted (``rm -rf``) just as a command opened its index made SQLite
         say "disk I/O error" or "unable to open database file", which read as a full disk."""
-        if not self.path.parent.is_dir():
+        folder = self.path.parent
+        nearest = next((p for p in (folder, *folder.parents) if os.path.lexists(p)), None)
+        if nearest is not None and not nearest.is_dir():  # a file named as the state dir: "run it again" never helps
+            return (f"{nearest} is not a folder, so the index's folder {folder} cannot be made (check the state "
+                    "folder: --state-dir, MEMDIR_STATE_DIR, stateDir; or memorySearch.store.path)")
+        if not folder.is_dir():
             return (f"its folder {self.path.parent} was removed while it was being opened (was memdir's state "
                     "folder deleted?); nothing is lost: run the command again, and the index is rebuilt from "
                     "the Markdown files")
