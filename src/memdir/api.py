@@ -125,11 +125,21 @@ class GetResult:
         return {"text": self.text, "path": self.path}
 
 
+def _holds_other_vectors(meta: dict[str, Any], provider: Any) -> bool:
+    """The index's vectors are not this provider's: another model, or the same name with another
+    provider key (a model re-exported to the same path, other numerics, another endpoint)."""
+    return provider is not None and (meta.get("model") not in (None, provider.model)
+                                     or meta.get("providerKey") not in (None, provider.provider_key))
+
+
 def _stale_model_note(meta: dict[str, Any], provider: Any) -> str:
     """Why searches use keywords only: the index holds another model's vectors."""
-    return (f"the index holds {meta.get('provider')}/{meta.get('model')} vectors, not {provider.id}/{provider.model}'s "
-            "(built by a fallback, or the model changed): searches use keywords only until the next index run "
-            "rebuilds it")
+    if meta.get("model") == provider.model:
+        held = f"vectors of another version of {provider.id}/{provider.model} (its files, settings or endpoint changed)"
+    else:
+        held = (f"{meta.get('provider')}/{meta.get('model')} vectors, not {provider.id}/{provider.model}'s "
+                "(built by a fallback, or the model changed)")
+    return f"the index holds {held}: searches use keywords only until the next index run rebuilds it"
 
 
 class Memory(IndexUpkeep):
@@ -442,7 +452,7 @@ class Memory(IndexUpkeep):
         meta = store.read_meta() or {}
         if verify:
             self._check_owner(store, meta)
-        stale_model = provider is not None and meta.get("model") not in (None, provider.model)
+        stale_model = _holds_other_vectors(meta, provider)
         if stale_model:
             provider = None  # the index still holds another model's vectors: keywords only
         cfg = ms
@@ -629,7 +639,7 @@ class Memory(IndexUpkeep):
         out["provider"] = sel.provider.id if sel.provider else "none"
         out["model"] = sel.provider.model if sel.provider else "fts-only"
         out["mode"] = sel.mode
-        if sel.provider is not None and meta.get("model") not in (None, sel.provider.model):
+        if _holds_other_vectors(meta, sel.provider):
             out["issues"].append(_stale_model_note(meta, sel.provider))
         if sel.fallback_from:
             out["fallback"] = {"from": sel.fallback_from, "reason": sel.fallback_reason}

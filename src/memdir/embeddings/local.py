@@ -207,6 +207,18 @@ def _read(data: ModelData) -> bytes:
         raise EmbeddingError(f"{_PREFIX}: cannot read {data}: {exc}") from exc
 
 
+def _stamp(*files: ModelData) -> list[list[int]]:
+    """``[size, mtime_ns]`` of each file (``[]`` for one that cannot be read: loading names it)."""
+    out: list[list[int]] = []
+    for data in files:
+        try:
+            st = os.stat(str(data))
+            out.append([st.st_size, st.st_mtime_ns])
+        except OSError:
+            out.append([])
+    return out
+
+
 def verify_sha256(data: ModelData, expected: str) -> None:
     """Raise :class:`EmbeddingError` naming the file when its SHA-256 is not ``expected``."""
     digest = hashlib.sha256()
@@ -268,6 +280,10 @@ class OnnxBackend:
         #: Load onnxruntime's optimised graph saved in the user cache (:mod:`memdir.embeddings.saved_graph`);
         #: needs a known source SHA-256 (the embedded default).
         self.saved_graph = saved_graph
+        #: Size and mtime of a user-supplied model and tokenizer (part of the provider key): a model
+        #: re-exported to the same path must not be served the old one's cached vectors.  Taken
+        #: again when the session is built, so the key names the files the vectors come from.
+        self.files_stamp: list[list[int]] | None = None if sha256[0] else _stamp(model_file, tokenizer_file)
         self._graph_step: tuple[str, Any] | None = None
         #: The file (or bytes) the session was built from: the derived model or ``model_file``.
         self.loaded_from: ModelData | bytes | None = None
@@ -285,6 +301,8 @@ class OnnxBackend:
     def load(self) -> None:
         if self._session is not None:
             return
+        if self.files_stamp is not None:
+            self.files_stamp = _stamp(self.model_file, self.tokenizer_file)
         install = "Install it with: pip install onnxruntime tokenizers"
         ort = _import("onnxruntime", install, "running an ONNX embedding model")
         tokenizers = _import("tokenizers", install, "running an ONNX embedding model")
@@ -1039,10 +1057,14 @@ class LocalEmbeddingProvider:
     @property
     def provider_key(self) -> str:
         """Identity of the vectors (cache rows, index meta): the model, and how it is computed when
-        that differs from running the file as is, so vectors of the two paths are never mixed."""
+        that differs from running the file as is, so vectors of the two paths are never mixed; for a
+        user's ONNX model also its files' sizes and mtimes (a new export at the same path)."""
         numerics = getattr(self._backend, "numerics", None)
         if numerics:
             return make_provider_key({"provider": self.id, "model": self.model, "numerics": numerics})
+        stamp = getattr(self._backend, "files_stamp", None)
+        if stamp is not None:
+            return make_provider_key({"provider": self.id, "model": self.model, "files": stamp})
         return simple_provider_key(self.id, self.model)
 
     @property

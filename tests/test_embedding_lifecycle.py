@@ -1,0 +1,73 @@
+"""The embedding layer as a user meets it: custom ONNX models replaced or misconfigured, odd
+``local.*`` values, the model cache after a killed process, providers switched between runs."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memdir.api import Memory
+
+onnx = pytest.importorskip("onnx")
+TOKENIZER = Path(__file__).resolve().parent.parent / "src" / "memdir" / "data" / "minilm" / "tokenizer.json"
+NOTES = {"MEMORY.md": "# Notes\n\nCaroline adopted a dog named Biscuit in May.\n\n"
+                      "The pottery class meets on Tuesdays.\n"}
+
+
+def tiny_encoder(folder: Path, *, dims: int = 8, seed: int = 0) -> Path:
+    """A real ONNX text encoder (an embedding lookup: ``input_ids`` → ``last_hidden_state``) with the
+    bundled WordPiece tokenizer next to it; ``seed`` picks its weights, as a re-export would."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    folder.mkdir(parents=True, exist_ok=True)
+    table = np.random.default_rng(seed).standard_normal((30522, dims)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "input_ids"], ["last_hidden_state"])], "tiny",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"])],
+        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["b", "s", dims])],
+        [numpy_helper.from_array(table, "table")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(folder / "model.onnx"))
+    shutil.copy(TOKENIZER, folder / "tokenizer.json")
+    return folder
+
+
+def stored_vectors(mem: Memory) -> dict[str, np.ndarray]:
+    with sqlite3.connect(mem.index_path) as conn:
+        rows = conn.execute("SELECT text, embedding FROM chunks").fetchall()
+    return {text: np.frombuffer(blob, dtype=np.float32) for text, blob in rows}
+
+
+def test_a_model_re_exported_to_the_same_path_is_re_embedded_not_served_from_the_cache(
+    tmp_path: Path, make_workspace: Callable[..., Path]
+) -> None:
+    """The index and the embedding cache are keyed by the model; a new export at the same path
+    (same name, same width) used to keep the old export's vectors, even through ``index --force``,
+    and searches compared them with the new model's query vectors."""
+    ws = make_workspace(NOTES)
+    folder = tiny_encoder(tmp_path / "encoder", seed=1)
+    config = {"memorySearch": {"provider": "local", "local": {"modelPath": str(folder)}}}
+    first = Memory(ws, state_dir=tmp_path / "state", config=config)
+    assert first.sync().embedded > 0
+    first.close()
+
+    tiny_encoder(folder, seed=2)  # the user exports a retrained model over the old one
+    second = Memory(ws, state_dir=tmp_path / "state", config=config)
+    found = second.search("dog", sync=False)  # not yet rebuilt: the old vectors must not be compared
+    assert found.mode == "fts-only" or any("another version" in w for w in found.warnings), found
+    assert any("another version" in issue for issue in second.status()["issues"])
+    report = second.sync()
+    assert report.full and report.cache_hits == 0, report
+    provider = second.selection.provider
+    assert provider is not None
+    for text, vector in stored_vectors(second).items():
+        fresh = np.asarray(provider.embed_batch([text])[0], dtype=np.float32)
+        assert float(vector @ fresh) == pytest.approx(1, abs=1e-5)
+    assert second.status()["issues"] == []
+    second.close()
