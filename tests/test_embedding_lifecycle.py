@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 from collections.abc import Callable
@@ -71,3 +72,20 @@ def test_a_model_re_exported_to_the_same_path_is_re_embedded_not_served_from_the
         assert float(vector @ fresh) == pytest.approx(1, abs=1e-5)
     assert second.status()["issues"] == []
     second.close()
+
+
+@pytest.mark.parametrize("threads", [5000, 10**17])
+def test_a_huge_threads_setting_runs_on_the_cpus_there_are(tmp_path: Path, threads: int) -> None:
+    """``local.threads = 10**17`` failed every embedding with onnxruntime's multi-line argument
+    error (search fell back to keywords); 5000 started 5000 threads."""
+    from memdir.config import MemorySearchConfig
+    from memdir.embeddings.local import create_local_provider
+
+    folder = tiny_encoder(tmp_path / "encoder")
+    cfg = MemorySearchConfig.model_validate(
+        {"provider": "local", "local": {"modelPath": str(folder), "threads": threads}})
+    provider = create_local_provider(cfg)
+    assert len(provider.embed_query("a dog named Biscuit")) == 8
+    cpus = os.cpu_count() or 1
+    assert provider._backend.run.threads == cpus
+    assert provider._backend._session.get_session_options().intra_op_num_threads == cpus

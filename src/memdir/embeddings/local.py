@@ -112,8 +112,10 @@ class RunSettings:
     def make(
         cls, threads: int | None = None, batch_size: int | None = None, batch_tokens: int | None = None
     ) -> RunSettings:
+        # More threads than CPUs only slows a run down, and onnxruntime refused a number beyond
+        # 32 bits with a multi-line error (local.threads = 5000 started 5000 threads).
         return cls(
-            threads=max(1, threads) if threads else default_threads(),
+            threads=max(1, min(threads, os.cpu_count() or 1)) if threads else default_threads(),
             batch_size=max(1, batch_size or DEFAULT_BATCH_SIZE),
             batch_tokens=max(1, batch_tokens or DEFAULT_BATCH_TOKENS),
         )
