@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -89,3 +91,25 @@ def test_a_huge_threads_setting_runs_on_the_cpus_there_are(tmp_path: Path, threa
     cpus = os.cpu_count() or 1
     assert provider._backend.run.threads == cpus
     assert provider._backend._session.get_session_options().intra_op_num_threads == cpus
+
+
+def test_a_relative_model_path_is_found_beside_the_config_file_from_any_folder(
+    tmp_path: Path, make_workspace: Callable[..., Path], run_cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    """``modelPath = "./models/enc"`` in the workspace's memdir.toml was looked up from the current
+    folder: an index built from the workspace, then a search from elsewhere (as an MCP client
+    starts the server) found no model and answered with keywords only."""
+    ws = make_workspace(NOTES)
+    tiny_encoder(ws / "models" / "enc")
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "local"\n'
+                                    '[memorySearch.local]\nmodelPath = "./models/enc"\nmodelCacheDir = "hf"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    found = json.loads(run_cli("-w", str(ws), "search", "--json", "dog", cwd=elsewhere, check=True).stdout)
+    assert found["mode"] == "hybrid" and found["model"] == str(ws / "models" / "enc"), found
+    from memdir.config import load_config
+
+    local = load_config(workspace=ws).settings.memory_search.local
+    assert local.model_cache_dir == str(ws / "hf")
+    (ws / "memdir.toml").write_text('[memorySearch.local]\nmodelPath = "sentence-transformers/all-MiniLM-L6-v2"\n')
+    assert load_config(workspace=ws).settings.memory_search.local.model_path == "sentence-transformers/all-MiniLM-L6-v2"
