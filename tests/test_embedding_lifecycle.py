@@ -113,3 +113,23 @@ def test_a_relative_model_path_is_found_beside_the_config_file_from_any_folder(
     assert local.model_cache_dir == str(ws / "hf")
     (ws / "memdir.toml").write_text('[memorySearch.local]\nmodelPath = "sentence-transformers/all-MiniLM-L6-v2"\n')
     assert load_config(workspace=ws).settings.memory_search.local.model_path == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def test_status_says_which_chunks_have_no_vector(tmp_path: Path, make_workspace: Callable[..., Path]) -> None:
+    """A model that could not run at indexing time (here a damaged tokenizer.json; no onnxruntime,
+    an outage) leaves chunks for keywords only, and searches do not retry them: status said
+    "Mode: hybrid" with no word of it ("Dirty: no", no issue)."""
+    ws = make_workspace(NOTES)
+    folder = tiny_encoder(tmp_path / "encoder")
+    (folder / "tokenizer.json").write_text("{ not json")
+    config = {"memorySearch": {"provider": "local", "local": {"modelPath": str(folder)}}}
+    with Memory(ws, state_dir=tmp_path / "state", config=config) as mem:
+        report = mem.sync()
+        assert report.chunks == 2 and report.embedded == 0, report
+        status = mem.status()
+        assert status["mode"] == "hybrid" and status["vector"]["vectors"] == 0
+        assert [i for i in status["issues"] if i.startswith("2 of 2 chunks have no vector")], status["issues"]
+    shutil.copy(TOKENIZER, folder / "tokenizer.json")
+    with Memory(ws, state_dir=tmp_path / "state", config=config) as mem:
+        mem.sync()
+        assert mem.status()["issues"] == []

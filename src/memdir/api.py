@@ -669,6 +669,14 @@ class Memory(IndexUpkeep):
                              "dims": store.vec_dims(), **backend["vector"]}
             out["cache"] = {"enabled": ms.cache.enabled, "entries": store.cache_count(),
                             "maxEntries": ms.cache.max_entries}
+            missing = out["chunks"] - out["vector"]["vectors"]
+            if sel.provider is not None and ms.store.vector.enabled and missing > 0 and not _holds_other_vectors(
+                    meta, sel.provider):
+                # "Mode: hybrid" and nothing else said, while an embedding failure (no onnxruntime,
+                # an outage) left text that only keywords find, and searches do not retry it
+                out["issues"].append(f"{missing} of {out['chunks']} chunks have no vector (embedding failed or was "
+                                     "refused when they were indexed): keywords alone find them; `memdir index` tries "
+                                     "again")
         if deep and postgres and store is not None:
             facts = store.describe()
             out["postgres"] = {k: facts.get(k) for k in ("server", "pgvector", "schema", "schemaVersion")}
