@@ -133,3 +133,28 @@ def test_status_says_which_chunks_have_no_vector(tmp_path: Path, make_workspace:
     with Memory(ws, state_dir=tmp_path / "state", config=config) as mem:
         mem.sync()
         assert mem.status()["issues"] == []
+
+
+def test_an_openai_compatible_server_answering_in_base64_is_understood() -> None:
+    """Some OpenAI-compatible gateways send ``encoding_format: "base64"`` vectors (float32,
+    little-endian) although floats were asked for: every embedding failed ("not a non-empty list
+    of numbers").  A string that is not such a vector, or holds NaN, is still refused."""
+    import base64
+
+    from memdir.embeddings.errors import RemoteEmbeddingError
+    from memdir.embeddings.registry import create_provider
+    from memdir.testing.provider_server import ProviderServer, Reply, make_cfg, unit
+
+    def encoded(*values: float) -> str:
+        return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode()
+
+    with ProviderServer() as server:
+        provider = create_provider("openai", make_cfg("openai", server.url))
+        server.script("/embeddings", Reply(200, {"object": "list", "data": [
+            {"object": "embedding", "index": 1, "embedding": encoded(0, 3, 4)},
+            {"object": "embedding", "index": 0, "embedding": encoded(1, 2, 2)}]}))
+        assert np.allclose(provider.embed_batch(["a", "b"]), [unit([1, 2, 2]), unit([0, 3, 4])])
+        for junk in ("not base64!", base64.b64encode(b"12345").decode(), encoded(1, float("nan"), 2)):
+            server.script("/embeddings", Reply(200, {"data": [{"index": 0, "embedding": junk}]}))
+            with pytest.raises(RemoteEmbeddingError, match=r"base64|non-finite"):
+                provider.embed_batch([f"c {junk}"])
