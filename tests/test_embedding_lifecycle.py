@@ -158,3 +158,17 @@ def test_an_openai_compatible_server_answering_in_base64_is_understood() -> None
             server.script("/embeddings", Reply(200, {"data": [{"index": 0, "embedding": junk}]}))
             with pytest.raises(RemoteEmbeddingError, match=r"base64|non-finite"):
                 provider.embed_batch([f"c {junk}"])
+
+
+def test_a_query_with_a_lone_surrogate_is_still_embedded(tmp_path: Path, make_workspace: Callable[..., Path]) -> None:
+    """JSON may carry ``"\\ud800"`` (an MCP client's query, a transcript line); the tokenizer refused
+    such a str with a TypeError, so the query's vector failed and the search fell back to keywords."""
+    ws = make_workspace(NOTES)
+    with Memory(ws, state_dir=tmp_path / "state", config={"memorySearch": {"provider": "local"}}) as mem:
+        mem.sync()
+        found = mem.search("puppy \ud800 adopted", mode="vector")
+        assert found.mode == "vector" and not found.fallback, found
+        assert found.results and found.results[0].path == "MEMORY.md"
+        provider = mem.selection.provider
+        assert provider.embed_query("dog \udcff walks") == provider.embed_query("dog ? walks")
+        assert provider.count_tokens(["dog \ud800 walks"]) == provider.count_tokens(["dog ? walks"])

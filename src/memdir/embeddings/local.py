@@ -202,6 +202,17 @@ class _Backend(Protocol):
     def close(self) -> None: ...
 
 
+def encode_batch(tokenizer: Any, texts: list[str], **options: Any) -> list[Any]:
+    """``tokenizer.encode_batch``, with lone surrogates (a JSON ``"\\ud800"`` in a query or a
+    transcript) replaced by ``?`` when it refuses them: its TypeError failed the whole query's
+    vector (the search fell back to keywords) or batch.  Clean texts pay nothing."""
+    try:
+        return tokenizer.encode_batch(texts, **options)
+    except TypeError:
+        clean = [t.encode("utf-8", "replace").decode("utf-8") for t in texts]
+        return tokenizer.encode_batch(clean, **options)
+
+
 def _read(data: ModelData) -> bytes:
     try:
         return data.read_bytes()
@@ -645,7 +656,7 @@ class OnnxBackend:
 
         out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for start in range(0, len(texts), TOKENIZE_SLICE):
-            for enc in self._tokenizer.encode_batch(texts[start : start + TOKENIZE_SLICE]):
+            for enc in encode_batch(self._tokenizer, texts[start : start + TOKENIZE_SLICE]):
                 out.append((np.asarray(enc.ids, dtype=np.int32), np.asarray(enc.attention_mask, dtype=np.int8),
                             np.asarray(enc.type_ids, dtype=np.int8)))
         return out
@@ -1099,7 +1110,7 @@ class LocalEmbeddingProvider:
             if tokenizer is not None and hasattr(tokenizer, "encode_batch"):
                 items = list(texts)  # a slice at a time, as _tokenize does (its objects are large)
                 return [len(e.ids) for start in range(0, len(items), TOKENIZE_SLICE)
-                        for e in tokenizer.encode_batch(items[start:start + TOKENIZE_SLICE], add_special_tokens=False)]
+                        for e in encode_batch(tokenizer, items[start:start + TOKENIZE_SLICE], add_special_tokens=False)]
         return [len(t) // 3 + 1 for t in texts]
 
     def embed_query(self, text: str) -> list[float]:
