@@ -172,3 +172,17 @@ def test_a_query_with_a_lone_surrogate_is_still_embedded(tmp_path: Path, make_wo
         provider = mem.selection.provider
         assert provider.embed_query("dog \udcff walks") == provider.embed_query("dog ? walks")
         assert provider.count_tokens(["dog \ud800 walks"]) == provider.count_tokens(["dog ? walks"])
+
+
+@pytest.mark.parametrize("name", ["openai", "gemini", "voyage", "mistral", "ollama"])
+def test_remote_providers_send_a_lone_surrogate_as_utf8(name: str) -> None:
+    """The request body is UTF-8: a lone surrogate raised UnicodeEncodeError before anything was sent,
+    failing the query's vector or every text of its batch."""
+    from memdir.embeddings.registry import create_provider
+    from memdir.testing.provider_server import ProviderServer, make_cfg
+
+    with ProviderServer() as server:
+        provider = create_provider(name, make_cfg(name, server.url))
+        assert provider.embed_query("dog \ud800 walks") == provider.embed_query("dog ? walks")
+        assert len(provider.embed_batch(["x \udcff y", "fine"])) == 2
+        assert "x ? y" in server.requests[-1].text

@@ -96,6 +96,15 @@ def response_cap(inputs: int) -> int:
     return RESPONSE_BASE_BYTES + max(1, inputs) * RESPONSE_BYTES_PER_VECTOR
 
 
+def _utf8_safe(text: str) -> str:
+    """``text``, or a copy with what UTF-8 cannot encode (lone surrogates) replaced by ``?``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
 def all_finite(vector: Sequence[float]) -> bool:
     """Whether every value is a finite float (an integer too large for a float is not)."""
     try:
@@ -360,10 +369,13 @@ class RemoteEmbeddingProvider:
 
     # -- helpers for subclasses -------------------------------------------------------------
     def outgoing(self, texts: Sequence[str]) -> list[str]:
-        """The texts as they will leave the machine (redacted when ``remote.redactSecrets``)."""
+        """The texts as they will leave the machine (redacted when ``remote.redactSecrets``), lone
+        surrogates (a JSON ``"\\ud800"`` in a query or a transcript) replaced by ``?``: the request
+        body is UTF-8, and their UnicodeEncodeError failed the query's vector or the whole batch."""
         self._stats.add(texts=len(texts))
+        texts = [_utf8_safe(t) for t in texts]
         if not self.settings.redact:
-            return list(texts)
+            return texts
         from memdir.redact import redact_text
 
         out = [redact_text(t) for t in texts]
