@@ -186,3 +186,27 @@ def test_remote_providers_send_a_lone_surrogate_as_utf8(name: str) -> None:
         assert provider.embed_query("dog \ud800 walks") == provider.embed_query("dog ? walks")
         assert len(provider.embed_batch(["x \udcff y", "fine"])) == 2
         assert "x ? y" in server.requests[-1].text
+
+
+def test_an_ollama_older_than_0_3_is_asked_through_its_old_api() -> None:
+    """Before 0.3.0 Ollama had only ``/api/embeddings`` (one ``prompt``, one ``embedding``):
+    every request failed with "404 404 page not found".  A model not pulled (Ollama's own 404)
+    is still an error, not a reason to switch."""
+    from memdir.embeddings.errors import RemoteEmbeddingError
+    from memdir.embeddings.registry import create_provider
+    from memdir.testing.provider_server import ProviderServer, Reply, fake_vector, make_cfg, unit
+
+    with ProviderServer() as server:
+        server.ollama_legacy = True
+        provider = create_provider("ollama", make_cfg("ollama", server.url, api_key=None))
+        assert np.allclose(provider.embed_batch(["a", "b"]), [unit(fake_vector("a")), unit(fake_vector("b"))])
+        assert np.allclose(provider.embed_query("q"), unit(fake_vector("q")))
+        assert server.paths() == ["/api/embed", "/api/embeddings", "/api/embeddings", "/api/embeddings"]
+        assert [r.json for r in server.requests[1:3]] == [{"model": "nomic-embed-text", "prompt": t} for t in "ab"]
+
+        server.ollama_legacy = False
+        fresh = create_provider("ollama", make_cfg("ollama", server.url, api_key=None))
+        server.script("/api/embed", Reply(404, {"error": 'model "nomic-embed-text" not found, try pulling it first'}))
+        with pytest.raises(RemoteEmbeddingError, match="try pulling it first"):
+            fresh.embed_query("z")
+        assert not fresh.legacy_api
