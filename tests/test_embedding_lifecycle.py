@@ -210,3 +210,34 @@ def test_an_ollama_older_than_0_3_is_asked_through_its_old_api() -> None:
         with pytest.raises(RemoteEmbeddingError, match="try pulling it first"):
             fresh.embed_query("z")
         assert not fresh.legacy_api
+
+
+def test_a_query_is_embedded_between_the_runs_of_a_long_document_call(tmp_path: Path) -> None:
+    """The provider held one lock for a whole call: in a long-lived process (the MCP server and its
+    watcher) a search waited until an index run had embedded an entire file (64 s behind 600
+    chunks of the default model).  Now the query takes the model between two runs."""
+    import threading
+
+    from memdir.embeddings.local import LocalEmbeddingProvider
+
+    provider = LocalEmbeddingProvider(str(tiny_encoder(tmp_path / "encoder")), batch_size=1)
+    texts = [f"note {i} about the dog named Biscuit" for i in range(6)]
+    alone = provider.embed_batch(texts)
+    asked: list[list[float]] = []
+    answered = threading.Event()
+
+    def ask() -> None:
+        asked.append(provider.embed_query("where is Biscuit"))
+        answered.set()
+
+    runs: list[bool] = []
+
+    def progress(label: str, done: int, total: int) -> None:
+        if not runs:
+            threading.Thread(target=ask, daemon=True).start()
+            answered.wait(10)  # the document call's next run must not start before the query's
+        runs.append(answered.is_set())
+
+    assert provider.embed_batch(texts, progress=progress) == alone  # the same runs, the same vectors
+    assert runs == [True] * len(texts)
+    assert asked == [provider.embed_batch(["where is Biscuit"])[0]]

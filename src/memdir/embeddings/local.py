@@ -18,6 +18,7 @@ Why this shape:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -25,7 +26,8 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -184,6 +186,40 @@ def normalized_float32(matrix: np.ndarray) -> np.ndarray:
 # --- backends ------------------------------------------------------------------------------------
 
 
+#: A context in which the backend may run the model once (:meth:`ModelTurns.turn`).
+Turn = Callable[[], AbstractContextManager[object]]
+
+
+class ModelTurns:
+    """One model run at a time (concurrent runs on 2 cores only add memory, not speed), and a
+    query that waits goes before the next run of a long call.
+
+    Why: a lock held for a whole call made a search in a long-lived process (the MCP server with
+    its watcher) wait until an index run had embedded an entire file: 64 s behind a 600-chunk file."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._busy = False
+        self._urgent = 0
+
+    @contextlib.contextmanager
+    def turn(self, urgent: bool = False) -> Iterator[None]:
+        with self._changed:
+            self._urgent += urgent
+            try:
+                while self._busy or (self._urgent and not urgent):
+                    self._changed.wait()
+            finally:
+                self._urgent -= urgent
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._busy = False
+                self._changed.notify_all()
+
+
 class _Backend(Protocol):
     """A loaded model that turns texts into raw (un-normalised) vectors."""
 
@@ -195,8 +231,10 @@ class _Backend(Protocol):
 
     def load(self) -> None: ...
 
-    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
-        """``progress(n)``: ``n`` of the texts are embedded (after each run the backend makes)."""
+    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None,
+               turn: Turn | None = None) -> np.ndarray:
+        """``progress(n)``: ``n`` of the texts are embedded (after each run the backend makes);
+        each model run happens inside ``turn()`` (see :class:`ModelTurns`)."""
         ...
 
     def close(self) -> None: ...
@@ -612,11 +650,13 @@ class OnnxBackend:
         if isinstance(last, int) and last > 0:
             self.dims = last
 
-    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
+    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None,
+               turn: Turn | None = None) -> np.ndarray:
         import numpy as np
 
         self.load()
-        tokens = self._tokenize(texts)
+        session, tokenizer = self._session, self._tokenizer  # (a close() between two runs drops them)
+        tokens = self._tokenize(texts, tokenizer)
         lengths = [len(t[0]) for t in tokens]
         result: np.ndarray | None = None
         done = 0
@@ -631,7 +671,8 @@ class OnnxBackend:
             arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
             feeds = {name: arrays[name].astype(dtype, copy=False) for name, dtype in self._feeds.items()}
             try:
-                (out,) = self._session.run([self._output], feeds)
+                with turn() if turn is not None else contextlib.nullcontext():
+                    (out,) = session.run([self._output], feeds)
             except Exception as exc:
                 raise EmbeddingError(
                     f"{_PREFIX}: the ONNX model {self.model_file} failed to run: {exc}"
@@ -647,7 +688,7 @@ class OnnxBackend:
         assert result is not None
         return result
 
-    def _tokenize(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def _tokenize(self, texts: list[str], tokenizer: Any) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Each text's ``(token ids, attention mask, type ids)`` as small arrays, tokenized
         :data:`TOKENIZE_SLICE` texts at a time.  Why: the tokenizer's ``Encoding`` objects (tokens,
         offsets and masks as Python-visible lists) took ~22 KB a chunk, 440 MB for a 20,000-chunk
@@ -656,7 +697,7 @@ class OnnxBackend:
 
         out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for start in range(0, len(texts), TOKENIZE_SLICE):
-            for enc in encode_batch(self._tokenizer, texts[start : start + TOKENIZE_SLICE]):
+            for enc in encode_batch(tokenizer, texts[start : start + TOKENIZE_SLICE]):
                 out.append((np.asarray(enc.ids, dtype=np.int32), np.asarray(enc.attention_mask, dtype=np.int8),
                             np.asarray(enc.type_ids, dtype=np.int8)))
         return out
@@ -724,18 +765,20 @@ class SentenceTransformersBackend:
         self.max_tokens = getattr(model, "max_seq_length", None)
         self._model = model
 
-    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
+    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None,
+               turn: Turn | None = None) -> np.ndarray:
         import numpy as np
 
         self.load()
         try:
-            out = self._model.encode(
-                texts,
-                batch_size=self.run.batch_size,
-                convert_to_numpy=True,
-                normalize_embeddings=False,
-                show_progress_bar=False,
-            )
+            with turn() if turn is not None else contextlib.nullcontext():  # one call runs them all
+                out = self._model.encode(
+                    texts,
+                    batch_size=self.run.batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=False,
+                    show_progress_bar=False,
+                )
         except Exception as exc:
             raise EmbeddingError(
                 f"{_PREFIX}: the model '{self.name_or_path}' failed to embed: {exc}"
@@ -824,10 +867,11 @@ class HubBackend:
         self.dims, self.max_tokens = inner.dims, inner.max_tokens
         self._inner = inner
 
-    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
+    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None,
+               turn: Turn | None = None) -> np.ndarray:
         self.load()
         assert self._inner is not None
-        out = self._inner.encode(texts, progress)
+        out = self._inner.encode(texts, progress, turn)
         self.dims = self._inner.dims
         return out
 
@@ -1063,8 +1107,9 @@ class LocalEmbeddingProvider:
             fused_attention=fused_attention,
         )
         self.max_input_bytes = max_input_bytes
-        # One run at a time: concurrent runs on 2 cores only add memory, not speed.
+        #: Loading and closing the model, one at a time.
         self._lock = threading.Lock()
+        self._turns = ModelTurns()
         self.query_vectors = QueryVectors()
 
     @property
@@ -1107,15 +1152,16 @@ class LocalEmbeddingProvider:
         with self._lock:
             self._backend.load()
             tokenizer = getattr(self._backend, "_tokenizer", None)
-            if tokenizer is not None and hasattr(tokenizer, "encode_batch"):
-                items = list(texts)  # a slice at a time, as _tokenize does (its objects are large)
-                return [len(e.ids) for start in range(0, len(items), TOKENIZE_SLICE)
-                        for e in encode_batch(tokenizer, items[start:start + TOKENIZE_SLICE], add_special_tokens=False)]
+        if tokenizer is not None and hasattr(tokenizer, "encode_batch"):
+            items = list(texts)  # a slice at a time, as _tokenize does (its objects are large)
+            return [len(e.ids) for start in range(0, len(items), TOKENIZE_SLICE)
+                    for e in encode_batch(tokenizer, items[start:start + TOKENIZE_SLICE], add_special_tokens=False)]
         return [len(t) // 3 + 1 for t in texts]
 
     def embed_query(self, text: str) -> list[float]:
         """A query's vector; a query asked recently is answered from :class:`QueryVectors`."""
-        return self.query_vectors.get_or_embed(self.provider_key, text, lambda t: self.embed_batch([t])[0])
+        return self.query_vectors.get_or_embed(
+            self.provider_key, text, lambda t: normalize_rows(self._encode([t], None, urgent=True)).tolist()[0])
 
     def embed_batch(self, texts: Sequence[str], *,
                     progress: Callable[[str, int, int], None] | None = None) -> list[list[float]]:
@@ -1139,16 +1185,18 @@ class LocalEmbeddingProvider:
             return np.zeros((0, self.dims or 0), dtype=np.float32)
         return normalized_float32(self._encode(items, progress))
 
-    def _encode(self, items: list[str], progress: Callable[[str, int, int], None] | None) -> np.ndarray:
-        """The backend's raw float32 vectors for ``items`` (one model call, runs serialised)."""
+    def _encode(self, items: list[str], progress: Callable[[str, int, int], None] | None, *,
+                urgent: bool = False) -> np.ndarray:
+        """The backend's raw float32 vectors for ``items``, its runs taking turns with other calls'
+        (``urgent``: a query's, which goes before the next run of a long call)."""
         for i, text in enumerate(items):
             if not isinstance(text, str):
                 raise TypeError(f"embed_batch expects strings; item {i} is {type(text).__name__}")
         with self._lock:
-            if progress is None:
-                return self._backend.encode(items)
-            total = len(items)
-            return self._backend.encode(items, lambda n: progress(f"{self.id} embeddings", n, total))
+            self._backend.load()
+        total = len(items)
+        done = None if progress is None else (lambda n: progress(f"{self.id} embeddings", n, total))
+        return self._backend.encode(items, done, lambda: self._turns.turn(urgent))
 
     def close(self) -> None:
         """Drop the model session; a later embed loads it again."""
