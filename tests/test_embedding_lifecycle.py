@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import cli_env
 from memdir.api import Memory
 
 onnx = pytest.importorskip("onnx")
@@ -241,3 +242,31 @@ def test_a_query_is_embedded_between_the_runs_of_a_long_document_call(tmp_path: 
     assert provider.embed_batch(texts, progress=progress) == alone  # the same runs, the same vectors
     assert runs == [True] * len(texts)
     assert asked == [provider.embed_batch(["where is Biscuit"])[0]]
+
+
+def test_an_onnxruntime_that_refuses_this_cpu_is_one_clear_line_and_the_fallback_takes_over(
+    tmp_path: Path, make_workspace: Callable[..., Path], run_cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    """An onnxruntime that cannot run here raised a bare RuntimeError from its import: the line
+    named neither memdir's model nor a fix, and as it did not mention embeddings the configured
+    ``fallback`` never took over (keywords only)."""
+    from memdir.testing.provider_server import ProviderServer
+
+    ws = make_workspace(NOTES)
+    shadow = tmp_path / "shadow" / "onnxruntime"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text('raise RuntimeError("this CPU lacks the AVX instructions this build needs")\n')
+    env = {"PYTHONPATH": f"{shadow.parent}{os.pathsep}{cli_env(tmp_path)['PYTHONPATH']}"}
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "local"\n')
+    keywords = run_cli("-w", str(ws), "index", env=env, check=True)
+    [line] = [ln for ln in keywords.stderr.splitlines() if ln.strip()]
+    assert "local embeddings" in line and "onnxruntime" in line and "pip install onnxruntime" in line, line
+    found = json.loads(run_cli("-w", str(ws), "search", "--json", "Biscuit", env=env, check=True).stdout)
+    assert found["results"] and found["mode"] == "fts-only"
+
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "local"\nfallback = "openai"\n')
+    with ProviderServer() as server:
+        env |= {"OPENAI_API_KEY": server.api_key, "OPENAI_BASE_URL": server.url}
+        run_cli("-w", str(ws), "index", env=env, check=True)
+        status = json.loads(run_cli("-w", str(ws), "status", "--json", env=env, check=True).stdout)
+    assert status["indexedWith"]["provider"] == "openai" and status["vector"]["vectors"] == status["chunks"] == 2

@@ -147,11 +147,15 @@ def _require(module: str, install: str, purpose: str) -> None:
 
 
 def _import(module: str, install: str, purpose: str) -> Any:
+    """The module, or an :class:`EmbeddingError` naming it, whatever its import raised: a library
+    refusing this CPU or platform raises RuntimeError or OSError, not ImportError, and its bare
+    message named neither memdir's model nor a fix (nor matched the runtime fallback's rule)."""
     try:
         return importlib.import_module(module)
-    except ImportError as exc:
+    except Exception as exc:
         raise EmbeddingError(
-            f"{_PREFIX}: {purpose} needs '{module}', which failed to import ({exc}). {install}"
+            f"{_PREFIX}: {purpose} needs '{module}', which failed to import ({type(exc).__name__}: {exc}). "
+            f"{install}"
         ) from exc
 
 
