@@ -270,3 +270,24 @@ def test_an_onnxruntime_that_refuses_this_cpu_is_one_clear_line_and_the_fallback
         run_cli("-w", str(ws), "index", env=env, check=True)
         status = json.loads(run_cli("-w", str(ws), "status", "--json", env=env, check=True).stdout)
     assert status["indexedWith"]["provider"] == "openai" and status["vector"]["vectors"] == status["chunks"] == 2
+
+
+@pytest.mark.parametrize("hf_weights", [False, True])
+def test_a_folder_of_several_onnx_exports_says_to_pick_one(tmp_path: Path, hf_weights: bool) -> None:
+    """A Hugging Face repo's ``onnx/`` folder often holds model_quantized.onnx, model_fp16.onnx...
+    and no model.onnx: the error said "no tokenizer.json" (it was there) or, beside config.json and
+    weights, to install torch."""
+    from memdir.embeddings.base import EmbeddingError
+    from memdir.embeddings.local import LocalEmbeddingProvider
+
+    folder = tiny_encoder(tmp_path / "repo")
+    (folder / "onnx").mkdir()
+    (folder / "model.onnx").rename(folder / "onnx" / "model_quantized.onnx")
+    shutil.copy(folder / "onnx" / "model_quantized.onnx", folder / "onnx" / "model_fp16.onnx")
+    if hf_weights:
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(b"")
+    with pytest.raises(EmbeddingError, match="several ONNX models") as failed:
+        LocalEmbeddingProvider(str(folder))
+    assert "onnx/model_fp16.onnx, onnx/model_quantized.onnx" in str(failed.value)
+    assert len(LocalEmbeddingProvider(str(folder / "onnx" / "model_fp16.onnx")).embed_query("dog")) == 8

@@ -1043,9 +1043,18 @@ def resolve_local_model(
             onnx = _onnx_from_folder(path, run)
             if onnx is not None:
                 return str(path), onnx
-            if any((path / m).is_file() for m in _ST_MARKERS) or (
-                (path / "config.json").is_file() and any((path / w).is_file() for w in _HF_WEIGHTS)
-            ):
+            exports = sorted(path.glob("*.onnx")) + sorted(path.glob("onnx/*.onnx"))
+            sentence_transformers = any((path / m).is_file() for m in _ST_MARKERS) or (
+                (path / "config.json").is_file() and any((path / w).is_file() for w in _HF_WEIGHTS))
+            if len(exports) > 1 and _find_tokenizer(path, path / "onnx") and not (
+                    sentence_transformers and importlib.util.find_spec("sentence_transformers")):
+                # (it said "no tokenizer.json", or to install torch, with the tokenizer right there)
+                names = ", ".join(e.relative_to(path).as_posix() for e in exports)
+                raise EmbeddingError(
+                    f"{_PREFIX}: the folder {path} holds several ONNX models ({names}) and none is "
+                    "model.onnx; set local.modelPath to the file to use"
+                )
+            if sentence_transformers:
                 _require(
                     "sentence_transformers", _TORCH_HINT, f"the sentence-transformers model folder {path}"
                 )
