@@ -248,14 +248,14 @@ def test_an_onnxruntime_that_refuses_this_cpu_is_one_clear_line_and_the_fallback
     tmp_path: Path, make_workspace: Callable[..., Path], run_cli: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
     """An onnxruntime that cannot run here raised a bare RuntimeError from its import: the line
-    named neither memdir's model nor a fix, and as it did not mention embeddings the configured
-    ``fallback`` never took over (keywords only)."""
+    named neither memdir's model nor a fix (and a message of two lines was printed as two), and as
+    it did not mention embeddings the configured ``fallback`` never took over (keywords only)."""
     from memdir.testing.provider_server import ProviderServer
 
     ws = make_workspace(NOTES)
     shadow = tmp_path / "shadow" / "onnxruntime"
     shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text('raise RuntimeError("this CPU lacks the AVX instructions this build needs")\n')
+    (shadow / "__init__.py").write_text('raise RuntimeError("this CPU lacks the AVX instructions\\nthis build needs")')
     env = {"PYTHONPATH": f"{shadow.parent}{os.pathsep}{cli_env(tmp_path)['PYTHONPATH']}"}
     (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "local"\n')
     keywords = run_cli("-w", str(ws), "index", env=env, check=True)
@@ -263,6 +263,9 @@ def test_an_onnxruntime_that_refuses_this_cpu_is_one_clear_line_and_the_fallback
     assert "local embeddings" in line and "onnxruntime" in line and "pip install onnxruntime" in line, line
     found = json.loads(run_cli("-w", str(ws), "search", "--json", "Biscuit", env=env, check=True).stdout)
     assert found["results"] and found["mode"] == "fts-only"
+    searched = run_cli("-w", str(ws), "search", "Biscuit", env=env, check=True)
+    assert len([ln for ln in searched.stderr.splitlines() if ln.strip()]) == 1, searched.stderr  # (messages
+    # spanning lines, as onnxruntime's and the Hugging Face hub's do, were printed as they came)
 
     (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "local"\nfallback = "openai"\n')
     with ProviderServer() as server:
