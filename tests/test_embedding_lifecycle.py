@@ -294,3 +294,20 @@ def test_a_folder_of_several_onnx_exports_says_to_pick_one(tmp_path: Path, hf_we
         LocalEmbeddingProvider(str(folder))
     assert "onnx/model_fp16.onnx, onnx/model_quantized.onnx" in str(failed.value)
     assert len(LocalEmbeddingProvider(str(folder / "onnx" / "model_fp16.onnx")).embed_query("dog")) == 8
+
+
+def test_a_404_names_the_url_asked_for_without_credentials() -> None:
+    """A base URL given with the endpoint's path (``…/v1/embeddings``) is asked for
+    ``…/v1/embeddings/embeddings``: the 404 said "404 page not found" and nothing of where."""
+    from memdir.embeddings.errors import RemoteEmbeddingError
+    from memdir.embeddings.registry import create_provider
+    from memdir.testing.provider_server import ProviderServer, Reply, make_cfg
+
+    with ProviderServer() as server:
+        server.script("/embeddings", Reply(404, "404 page not found", {"Content-Type": "text/plain"}))
+        url = server.url.replace("http://", "http://someone:pa55word@") + "/v1/embeddings"
+        provider = create_provider("openai", make_cfg("openai", url))
+        with pytest.raises(RemoteEmbeddingError) as failed:
+            provider.embed_query("where is Biscuit")
+    message = str(failed.value)
+    assert f"(POST {server.url}/v1/embeddings/embeddings)" in message and "pa55word" not in message, message
