@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -311,3 +312,36 @@ def test_a_404_names_the_url_asked_for_without_credentials() -> None:
             provider.embed_query("where is Biscuit")
     message = str(failed.value)
     assert f"(POST {server.url}/v1/embeddings/embeddings)" in message and "pa55word" not in message, message
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("http://localhost:abc/v1", "is not a valid URL"),
+    ("http://localhost:99999/v1", "is not a valid URL"),
+    ("http://[::1/v1", "is not a valid URL"),
+    ("http://local host/v1", "has a space in its host"),
+    ("https://example.com/v1?api-version=2024-02-01", "has a query or fragment"),
+])
+def test_a_base_url_that_cannot_work_is_refused_when_the_provider_is_made(url: str, why: str) -> None:
+    """A bad port or bracket raised a bare ValueError (``memdir index`` failed with "Invalid IPv6
+    URL") or httpx.InvalidURL at every request (every chunk keywords-only, "Invalid port: 'abc'");
+    a space in the host was retried four times as a DNS failure; a query swallowed the
+    ``/embeddings`` appended to it."""
+    from memdir.embeddings.base import EmbeddingError
+    from memdir.embeddings.registry import create_provider
+    from memdir.testing.provider_server import make_cfg
+
+    for name in ("openai", "ollama"):
+        with pytest.raises(EmbeddingError, match=f"{name} embeddings: base URL .* {re.escape(why)}"):
+            create_provider(name, make_cfg(name, url))
+
+
+def test_a_bad_base_url_is_one_line_on_the_cli(
+    make_workspace: Callable[..., Path], run_cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    ws = make_workspace(NOTES)
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "openai"\n'
+                                    '[memorySearch.remote]\nbaseUrl = "http://[::1/v1"\napiKey = "k"\n')
+    failed = run_cli("-w", str(ws), "search", "--json", "dog")
+    assert failed.returncode == 1
+    error = json.loads(failed.stdout)["error"]
+    assert error["message"].startswith("openai embeddings: base URL 'http://[::1/v1' is not a valid URL"), error

@@ -103,11 +103,26 @@ def is_loopback_url(url: str) -> bool:
 
 
 def clean_base_url(url: str, provider: str) -> str:
-    """Trim and drop trailing slashes; refuse anything that is not an absolute http(s) URL."""
+    """Trim and drop trailing slashes; refuse anything that is not an absolute http(s) URL to which
+    a path can be appended.  Why: a bad port or bracket (``localhost:abc``, ``[::1``) raised a bare
+    ValueError or httpx.InvalidURL on every request, a host with a space was retried as a DNS
+    failure, and a query or fragment swallowed the ``/embeddings`` appended after it."""
     url = url.strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise EmbeddingError(f"{provider} embeddings: base URL {url!r} is not an absolute http(s) URL")
+    problem = None
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not one)
+    except ValueError as exc:
+        problem = f"is not a valid URL ({exc})"
+    else:
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            problem = "is not an absolute http(s) URL"
+        elif any(c.isspace() for c in parts.netloc):
+            problem = "has a space in its host"
+        elif parts.query or parts.fragment or url.endswith(("?", "#")):
+            problem = "has a query or fragment (memdir appends the endpoint's path to it)"
+    if problem:
+        raise EmbeddingError(f"{provider} embeddings: base URL {url!r} {problem}")
     return url
 
 
