@@ -345,3 +345,26 @@ def test_a_bad_base_url_is_one_line_on_the_cli(
     assert failed.returncode == 1
     error = json.loads(failed.stdout)["error"]
     assert error["message"].startswith("openai embeddings: base URL 'http://[::1/v1' is not a valid URL"), error
+
+
+@pytest.mark.parametrize(("key", "headers", "why"), [
+    ("sk-abc\ndef", {}, "the API key holds a line break"),
+    ("sk-abc\x00def", {}, "the API key holds a line break"),
+    ("sk-abc…", {}, "the API key holds a line break"),
+    ("sk-abc", {"X-Org": "a\nb"}, "the value of 'X-Org' holds a line break"),
+    ("sk-abc", {"X-Org": "café"}, "the value of 'X-Org' holds a line break"),
+    ("sk-abc", {"Bad Name": "x"}, "'Bad Name' is not an HTTP header name"),
+])
+def test_a_key_or_header_http_cannot_carry_is_refused_without_showing_it(
+    key: str, headers: dict[str, str], why: str
+) -> None:
+    """A key pasted with a line break failed every request as a "connection error", retried four
+    times, with the key in the message; a non-ASCII one raised a bare UnicodeEncodeError."""
+    from memdir.embeddings.base import EmbeddingError
+    from memdir.embeddings.registry import create_provider
+    from memdir.testing.provider_server import make_cfg
+
+    for name in ("openai", "gemini"):
+        with pytest.raises(EmbeddingError, match=re.escape(why)) as failed:
+            create_provider(name, make_cfg(name, "http://127.0.0.1:9", api_key=key, headers=headers))
+        assert "abc" not in str(failed.value)

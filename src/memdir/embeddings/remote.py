@@ -54,6 +54,7 @@ from memdir.embeddings.remote_config import (
     SECRET_HEADERS,
     Endpoint,
     RemoteSettings,
+    check_sendable,
     clean_base_url,
     first_nonblank,
     is_loopback_url,
@@ -205,6 +206,7 @@ class RemoteEmbeddingProvider:
             cls.provider_headers(),
             remote.headers if use_remote_endpoint else None,
         )
+        check_sendable(cls.id, api_key, headers)
         return cls(
             model=cls.resolve_model(model if model is not None else cfg.model),
             endpoint=Endpoint(base_url=base_url, api_key=api_key, headers=headers),
