@@ -267,6 +267,9 @@ def test_an_onnxruntime_that_refuses_this_cpu_is_one_clear_line_and_the_fallback
     searched = run_cli("-w", str(ws), "search", "Biscuit", env=env, check=True)
     assert len([ln for ln in searched.stderr.splitlines() if ln.strip()]) == 1, searched.stderr  # (messages
     # spanning lines, as onnxruntime's and the Hugging Face hub's do, were printed as they came)
+    deep = run_cli("-w", str(ws), "status", "--deep", env=env, check=True).stdout
+    [probe] = [ln for ln in deep.splitlines() if ln.startswith("Embeddings: unavailable")]
+    assert probe.endswith("this build needs). Install it with: pip install onnxruntime tokenizers)"), probe
 
     (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "local"\nfallback = "openai"\n')
     with ProviderServer() as server:

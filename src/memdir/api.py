@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from memdir.embeddings.base import one_line
 from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
 from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, ownership_message
 from memdir.lock import LockTimeout
@@ -717,7 +718,7 @@ class Memory(IndexUpkeep):
             vec = sel.provider.embed_batch(["ping"])[0]
             return {"ok": True, "dims": len(vec), "ms": round((time.perf_counter() - t0) * 1000, 1)}
         except Exception as exc:
-            return {"ok": False, "error": str(exc)}
+            return {"ok": False, "error": one_line(exc)}
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
