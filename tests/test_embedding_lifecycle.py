@@ -371,3 +371,18 @@ def test_a_key_or_header_http_cannot_carry_is_refused_without_showing_it(
         with pytest.raises(EmbeddingError, match=re.escape(why)) as failed:
             create_provider(name, make_cfg(name, "http://127.0.0.1:9", api_key=key, headers=headers))
         assert "abc" not in str(failed.value)
+
+
+@pytest.mark.parametrize("pointer", ["model.onnx", "tokenizer.json"])
+def test_a_git_lfs_pointer_in_place_of_the_model_says_so(tmp_path: Path, pointer: str) -> None:
+    """A model repository cloned without git-lfs holds small pointer files in place of the weights:
+    the error only said "Protobuf parsing failed" (or a JSON error for the tokenizer)."""
+    from memdir.embeddings.base import EmbeddingError
+    from memdir.embeddings.local import LocalEmbeddingProvider
+
+    folder = tiny_encoder(tmp_path / "clone")
+    (folder / pointer).write_text("version https://git-lfs.github.com/spec/v1\n"
+                                  "oid sha256:4c2d0a8b7e3f09f1d2c3b4a5968778695a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d\n"
+                                  "size 90405214\n")
+    with pytest.raises(EmbeddingError, match=f"{pointer} \\(it is a Git LFS pointer.*git lfs pull"):
+        LocalEmbeddingProvider(str(folder)).embed_query("dog")

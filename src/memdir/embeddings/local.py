@@ -274,6 +274,19 @@ def _stamp(*files: ModelData) -> list[list[int]]:
     return out
 
 
+def _lfs_pointer(data: ModelData) -> str | None:
+    """What to do when ``data`` is a Git LFS pointer (a model repository cloned without git-lfs
+    holds these small text files in place of the weights), else None."""
+    try:
+        with data.open("rb") as fh:
+            head = fh.read(64)
+    except OSError:
+        return None
+    if not head.startswith(b"version https://git-lfs.github.com/spec/"):
+        return None
+    return "it is a Git LFS pointer, not the file itself: run 'git lfs pull' in its repository, or download the file"
+
+
 def verify_sha256(data: ModelData, expected: str) -> None:
     """Raise :class:`EmbeddingError` naming the file when its SHA-256 is not ``expected``."""
     digest = hashlib.sha256()
@@ -434,9 +447,9 @@ class OnnxBackend:
             self.loaded_from = self.model_file
             return session
         except Exception as exc:
+            what = _lfs_pointer(self.model_file) or "is it a valid .onnx export of a text encoder?"
             raise EmbeddingError(
-                f"{_PREFIX}: could not load the ONNX model {self.model_file} "
-                f"(is it a valid .onnx export of a text encoder?): {exc}"
+                f"{_PREFIX}: could not load the ONNX model {self.model_file} ({what}): {exc}"
             ) from exc
 
     def _saved_graph_session(self, ort: Any) -> Any:
@@ -597,9 +610,9 @@ class OnnxBackend:
         except EmbeddingError:
             raise
         except Exception as exc:
+            what = _lfs_pointer(self.tokenizer_file) or "expected a Hugging Face tokenizer.json"
             raise EmbeddingError(
-                f"{_PREFIX}: could not load the tokenizer {self.tokenizer_file} "
-                f"(expected a Hugging Face tokenizer.json): {exc}"
+                f"{_PREFIX}: could not load the tokenizer {self.tokenizer_file} ({what}): {exc}"
             ) from exc
         padding = tokenizer.padding
         if padding and isinstance(padding.get("pad_id"), int):
