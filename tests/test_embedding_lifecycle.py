@@ -24,13 +24,14 @@ NOTES = {"MEMORY.md": "# Notes\n\nCaroline adopted a dog named Biscuit in May.\n
                       "The pottery class meets on Tuesdays.\n"}
 
 
-def tiny_encoder(folder: Path, *, dims: int = 8, seed: int = 0) -> Path:
+def tiny_encoder(folder: Path, *, dims: int = 8, seed: int = 0, vocab: int = 30522) -> Path:
     """A real ONNX text encoder (an embedding lookup: ``input_ids`` → ``last_hidden_state``) with the
-    bundled WordPiece tokenizer next to it; ``seed`` picks its weights, as a re-export would."""
+    bundled WordPiece tokenizer next to it; ``seed`` picks its weights, as a re-export would; a
+    ``vocab`` under the tokenizer's 30522 makes a model that does not match its tokenizer."""
     from onnx import TensorProto, helper, numpy_helper
 
     folder.mkdir(parents=True, exist_ok=True)
-    table = np.random.default_rng(seed).standard_normal((30522, dims)).astype(np.float32)
+    table = np.random.default_rng(seed).standard_normal((vocab, dims)).astype(np.float32)
     graph = helper.make_graph(
         [helper.make_node("Gather", ["table", "input_ids"], ["last_hidden_state"])], "tiny",
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"])],
@@ -386,3 +387,18 @@ def test_a_git_lfs_pointer_in_place_of_the_model_says_so(tmp_path: Path, pointer
                                   "size 90405214\n")
     with pytest.raises(EmbeddingError, match=f"{pointer} \\(it is a Git LFS pointer.*git lfs pull"):
         LocalEmbeddingProvider(str(folder)).embed_query("dog")
+
+
+def test_a_model_that_fails_to_run_is_told_once(
+    tmp_path: Path, make_workspace: Callable[..., Path], run_cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    """A model whose tokenizer is not its own (token ids beyond its vocabulary) fails every run:
+    besides memdir's warning, onnxruntime printed its own coloured log line of the error."""
+    ws = make_workspace(NOTES)
+    folder = tiny_encoder(tmp_path / "encoder", vocab=1000)
+    (ws / "memdir.toml").write_text(f'[memorySearch]\nprovider = "local"\n'
+                                    f'[memorySearch.local]\nmodelPath = "{folder}"\n')
+    indexed = run_cli("-w", str(ws), "index", check=True)
+    [line] = [ln for ln in indexed.stderr.splitlines() if ln.strip()]
+    assert line.startswith("warning: embedding failed, 2 chunks indexed for keywords only: local embeddings: "
+                           f"the ONNX model {folder / 'model.onnx'} failed to run"), line

@@ -407,7 +407,9 @@ class OnnxBackend:
         opts.enable_cpu_mem_arena = False
         # Idle worker threads sleep instead of spinning: the model shares the process with an agent.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.log_severity_level = 3
+        # Fatal only: a failure reaches the user once, as the EmbeddingError naming the model; at
+        # level 3 onnxruntime also printed its own coloured log line of it to stderr.
+        opts.log_severity_level = 4
         return opts
 
     def _create_session(self, ort: Any) -> Any:
