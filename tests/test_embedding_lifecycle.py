@@ -402,3 +402,22 @@ def test_a_model_that_fails_to_run_is_told_once(
     [line] = [ln for ln in indexed.stderr.splitlines() if ln.strip()]
     assert line.startswith("warning: embedding failed, 2 chunks indexed for keywords only: local embeddings: "
                            f"the ONNX model {folder / 'model.onnx'} failed to run"), line
+
+
+def test_without_onnxruntime_a_search_says_why_on_one_line_and_finds_by_keywords(
+    tmp_path: Path, make_workspace: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``auto`` gives a reason per provider: a search printed them as nine lines of notes (blank
+    lines between), the first saying "local embeddings unavailable: local embeddings: ..."."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name.partition(".")[0] == "onnxruntime" else find_spec(name, *a))
+    with Memory(make_workspace(NOTES), state_dir=tmp_path / "state", config={}) as mem:
+        found = mem.search("Biscuit")
+    assert found.mode == "fts-only" and found.results
+    [warning] = found.warnings
+    assert warning.startswith("local embeddings unavailable: the embedded default model needs the Python package "
+                              "'onnxruntime'. Install it with: pip install onnxruntime; No API key found"), warning
+    assert "\n" not in warning

@@ -126,6 +126,12 @@ class GetResult:
         return {"text": self.text, "path": self.path}
 
 
+def _one_warning(reasons: str) -> str:
+    """Why embeddings are unavailable as one line: ``auto`` lists a reason per provider, a line and
+    a blank line each, which a search printed as nine lines of notes."""
+    return "; ".join(line.strip().removesuffix(".") for line in reasons.splitlines() if line.strip())
+
+
 def _holds_other_vectors(meta: dict[str, Any], provider: Any) -> bool:
     """The index's vectors are not this provider's: another model, or the same name with another
     provider key (a model re-exported to the same path, other numerics, another endpoint)."""
@@ -357,7 +363,7 @@ class Memory(IndexUpkeep):
         """Say where it happens that a provider was asked for but the index gets keywords only."""
         sel = self.selection
         if sel.provider is None and sel.requested not in DISABLED and sel.unavailable_reason:
-            why = "; ".join(line.strip() for line in sel.unavailable_reason.splitlines() if line.strip())
+            why = _one_warning(sel.unavailable_reason)
             report.warnings.insert(0, f"building a keyword-only index (no vectors) because embeddings are "
                                       f"unavailable: {why}")
 
@@ -481,7 +487,7 @@ class Memory(IndexUpkeep):
         if sel.fallback_from:
             response.fallback = {"from": sel.fallback_from, "reason": sel.fallback_reason or ""}
         elif sel.provider is None and sel.unavailable_reason and response.fallback is None:
-            response.warnings.append(sel.unavailable_reason)
+            response.warnings.append(_one_warning(sel.unavailable_reason))
         return response
 
     @_call
