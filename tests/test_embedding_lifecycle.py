@@ -421,3 +421,17 @@ def test_without_onnxruntime_a_search_says_why_on_one_line_and_finds_by_keywords
     assert warning.startswith("local embeddings unavailable: the embedded default model needs the Python package "
                               "'onnxruntime'. Install it with: pip install onnxruntime; No API key found"), warning
     assert "\n" not in warning
+
+
+def test_a_server_answering_a_vector_per_token_is_told_to_pool_them() -> None:
+    """llama.cpp's server without pooling answers ``"embedding": [[...], [...]]`` (a vector per
+    token): the error only said the embedding was "not a non-empty list of numbers"."""
+    from memdir.embeddings.errors import RemoteEmbeddingError
+    from memdir.embeddings.registry import create_provider
+    from memdir.testing.provider_server import ProviderServer, Reply, make_cfg
+
+    with ProviderServer() as server:
+        provider = create_provider("openai", make_cfg("openai", server.url))
+        server.script("/embeddings", Reply(200, {"data": [{"index": 0, "embedding": [[0.1, 0.2], [0.3, 0.4]]}]}))
+        with pytest.raises(RemoteEmbeddingError, match=r"a vector per token.*--pooling mean"):
+            provider.embed_query("dog")

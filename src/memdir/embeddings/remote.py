@@ -395,6 +395,9 @@ class RemoteEmbeddingProvider:
                 or not vector
                 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vector)
             ):
+                if isinstance(vector, list) and vector and all(isinstance(x, list) for x in vector):
+                    raise shape_error(self.id, "an embedding is a list of lists: the server returns a vector per "
+                                               "token; have it pool them (llama.cpp server: --pooling mean)")
                 raise shape_error(self.id, "an embedding is not a non-empty list of numbers")
             if not all_finite(vector):
                 # a broken server (JSON NaN/Infinity, 1e400): zeroing those values, as for the local
