@@ -435,3 +435,33 @@ def test_a_server_answering_a_vector_per_token_is_told_to_pool_them() -> None:
         server.script("/embeddings", Reply(200, {"data": [{"index": 0, "embedding": [[0.1, 0.2], [0.3, 0.4]]}]}))
         with pytest.raises(RemoteEmbeddingError, match=r"a vector per token.*--pooling mean"):
             provider.embed_query("dog")
+
+
+@pytest.mark.parametrize("shape", [(1, 16), (2, 16), (1, None)])
+def test_an_export_with_fixed_shapes_runs(tmp_path: Path, shape: tuple[int, int | None]) -> None:
+    """An export without dynamic axes takes only its dummy input's shape ([1, 128] say): every run
+    of another batch or length failed ("Got invalid dimensions for input: input_ids"), so every
+    chunk was indexed for keywords only."""
+    from onnx import TensorProto, helper
+
+    from memdir.embeddings.local import LocalEmbeddingProvider
+
+    folder = tiny_encoder(tmp_path / "dynamic")
+    dynamic = LocalEmbeddingProvider(str(folder))
+    model = onnx.load(str(folder / "model.onnx"))
+    fixed = [d if d is not None else "s" for d in shape]
+    del model.graph.input[:], model.graph.output[:]
+    model.graph.input.append(helper.make_tensor_value_info("input_ids", TensorProto.INT64, fixed))
+    model.graph.output.append(helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [*fixed, 8]))
+    static = tmp_path / "static"
+    static.mkdir()
+    onnx.save(model, str(static / "model.onnx"))
+    shutil.copy(folder / "tokenizer.json", static)
+    provider = LocalEmbeddingProvider(str(static))
+    texts = ["dog", "the pottery class meets on Tuesdays with friends", "cat"]
+    got = provider.embed_batch(texts)
+    assert np.allclose(got, dynamic.embed_batch(texts), atol=1e-6)  # texts within 16 tokens: the same vectors
+    assert np.allclose(provider.embed_query("dog"), got[0], atol=1e-6)
+    if shape[1] is not None:
+        assert provider.max_tokens == 16
+        assert len(provider.embed_batch(["word " * 100])[0]) == 8  # cut to the export's length

@@ -361,6 +361,8 @@ class OnnxBackend:
         self._output: str = ""
         self._pooled_output = False
         self._pad_id = 0
+        #: ``input_ids``' batch and length when the export fixed them (no dynamic axes), else None.
+        self._fixed_shape: tuple[int | None, int | None] = (None, None)
 
     @property
     def loaded(self) -> bool:
@@ -393,6 +395,8 @@ class OnnxBackend:
                 check.result()
             tokenizer = loading.result()
         self._inspect(session)
+        if self._fixed_shape[1] is not None:  # the export's length is the window: cut there, [SEP] kept
+            tokenizer.enable_truncation(max_length=self.max_tokens)
         if self._graph_step is not None:
             session = self._settle_saved_graph(ort, session, tokenizer)
         self._session, self._tokenizer = session, tokenizer
@@ -646,6 +650,13 @@ class OnnxBackend:
             name: np.dtype(np.int32) if "int32" in inp.type else np.dtype(np.int64)
             for name, inp in inputs.items()
         }
+        # An export without dynamic axes takes only the dummy input's shape (often [1, 128]): every
+        # run of another shape failed, so runs are padded to it and cut to its batch and length.
+        batch, length = ([d if isinstance(d, int) and d > 0 else None for d in inputs["input_ids"].shape or ()]
+                         + [None, None])[:2]
+        self._fixed_shape = (batch, length)
+        if length is not None:
+            self.max_tokens = min(self.max_tokens or length, length)
         outputs = session.get_outputs()
         by_name = {o.name: o for o in outputs}
         chosen = None
@@ -676,17 +687,23 @@ class OnnxBackend:
         self.load()
         session, tokenizer = self._session, self._tokenizer  # (a close() between two runs drops them)
         tokens = self._tokenize(texts, tokenizer)
+        fixed_rows, fixed_width = self._fixed_shape
         lengths = [len(t[0]) for t in tokens]
+        if fixed_width is not None:  # (the tokenizer cuts there too; a text is never longer)
+            lengths = [min(n, fixed_width) for n in lengths]
+        batch_size = min(self.run.batch_size, fixed_rows or self.run.batch_size)
         result: np.ndarray | None = None
         done = 0
-        for idx in plan_micro_batches(lengths, self.run.batch_size, self.run.batch_tokens):
-            width = max(1, max(lengths[i] for i in idx))
-            ids = np.full((len(idx), width), self._pad_id, dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            types = np.zeros((len(idx), width), dtype=np.int64)
+        for idx in plan_micro_batches(lengths, batch_size, self.run.batch_tokens):
+            width = fixed_width or max(1, max(lengths[i] for i in idx))
+            rows = fixed_rows or len(idx)
+            ids = np.full((rows, width), self._pad_id, dtype=np.int64)
+            mask = np.zeros((rows, width), dtype=np.int64)
+            types = np.zeros((rows, width), dtype=np.int64)
             for row, i in enumerate(idx):
                 n = lengths[i]
-                ids[row, :n], mask[row, :n], types[row, :n] = tokens[i]
+                ids[row, :n], mask[row, :n], types[row, :n] = tokens[i] if fixed_width is None else (
+                    part[:n] for part in tokens[i])
             arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
             feeds = {name: arrays[name].astype(dtype, copy=False) for name, dtype in self._feeds.items()}
             try:
@@ -697,6 +714,7 @@ class OnnxBackend:
                     f"{_PREFIX}: the ONNX model {self.model_file} failed to run: {exc}"
                 ) from exc
             vectors = out if self._pooled_output else self._pool(np.asarray(out, dtype=np.float32), mask)
+            vectors = vectors[: len(idx)]  # (a fixed batch's padding rows)
             if result is None:
                 result = np.zeros((len(texts), vectors.shape[-1]), dtype=np.float32)
                 self.dims = vectors.shape[-1]
