@@ -465,3 +465,20 @@ def test_an_export_with_fixed_shapes_runs(tmp_path: Path, shape: tuple[int, int 
     if shape[1] is not None:
         assert provider.max_tokens == 16
         assert len(provider.embed_batch(["word " * 100])[0]) == 8  # cut to the export's length
+
+
+@pytest.mark.parametrize(("host", "url"), [
+    ("ollama.lan", "http://ollama.lan:11434"),
+    ("0.0.0.0", "http://127.0.0.1:11434"),
+    ("https://ollama.example.com", "https://ollama.example.com"),
+    ("http://ollama.lan/", "http://ollama.lan"),
+    ("ollama.lan:8080", "http://ollama.lan:8080"),
+])
+def test_ollama_host_is_read_as_ollama_reads_it(host: str, url: str) -> None:
+    """Ollama's own client takes OLLAMA_HOST "https://host" as port 443 (a TLS proxy in front of
+    it) and "http://host" as 80; only a bare host means its port 11434.  Every form without a port
+    was sent to 11434, so an Ollama behind a proxy could not be reached."""
+    from memdir.embeddings.ollama import create_ollama_provider
+    from memdir.testing.provider_server import make_cfg
+
+    assert create_ollama_provider(make_cfg("ollama", None, api_key=None), {"OLLAMA_HOST": host}).base_url == url

@@ -34,12 +34,15 @@ class OllamaProvider(RemoteEmbeddingProvider):
     def resolve_base_url(cls, configured: str | None, env: Mapping[str, str]) -> str:
         """Accept ``OLLAMA_HOST`` forms (``host:port``, ``0.0.0.0``) and drop ``/v1`` or ``/api``."""
         raw = (configured or "").strip() or (env.get("OLLAMA_HOST") or "").strip() or cls.default_base_url
-        if "://" not in raw:
+        schemeless = "://" not in raw
+        if schemeless:
             raw = f"http://{raw}"
         raw = raw.rstrip("/")
         raw = re.sub(r"^(https?://)0\.0\.0\.0(?=[:/]|$)", r"\g<1>127.0.0.1", raw)
-        if re.match(r"^https?://[^/:]+$", raw) and not configured:
-            raw += ":11434"  # OLLAMA_HOST without a port means Ollama's default port
+        if re.match(r"^https?://[^/:]+$", raw) and not configured and schemeless:
+            # OLLAMA_HOST "host" means Ollama's port, as Ollama reads it; "https://host" means 443
+            # (a proxy in front of it), "http://host" 80: they were sent to port 11434
+            raw += ":11434"
         return clean_base_url(_API_SUFFIX.sub("", raw), cls.id)
 
     #: The server has no ``/api/embed`` (Ollama before 0.3.0): texts go one at a time to ``/api/embeddings``.
