@@ -67,7 +67,8 @@ def test_a_model_re_exported_to_the_same_path_is_re_embedded_not_served_from_the
     second = Memory(ws, state_dir=tmp_path / "state", config=config)
     found = second.search("dog", sync=False)  # not yet rebuilt: the old vectors must not be compared
     assert found.mode == "fts-only" or any("another version" in w for w in found.warnings), found
-    assert any("another version" in issue for issue in second.status()["issues"])
+    status = second.status()
+    assert status["mode"] == "fts-only" and any("another version" in issue for issue in status["issues"])
     report = second.sync()
     assert report.full and report.cache_hits == 0, report
     provider = second.selection.provider
@@ -75,7 +76,7 @@ def test_a_model_re_exported_to_the_same_path_is_re_embedded_not_served_from_the
     for text, vector in stored_vectors(second).items():
         fresh = np.asarray(provider.embed_batch([text])[0], dtype=np.float32)
         assert float(vector @ fresh) == pytest.approx(1, abs=1e-5)
-    assert second.status()["issues"] == []
+    assert second.status()["issues"] == [] and second.status()["mode"] == "hybrid"
     second.close()
 
 

@@ -647,6 +647,7 @@ class Memory(IndexUpkeep):
         out["model"] = sel.provider.model if sel.provider else "fts-only"
         out["mode"] = sel.mode
         if _holds_other_vectors(meta, sel.provider):
+            out["mode"] = "fts-only"  # what searches do until a rebuild ("hybrid" said the opposite)
             out["issues"].append(_stale_model_note(meta, sel.provider))
         if sel.fallback_from:
             out["fallback"] = {"from": sel.fallback_from, "reason": sel.fallback_reason}
