@@ -63,7 +63,9 @@ def test_a_model_re_exported_to_the_same_path_is_re_embedded_not_served_from_the
     assert first.sync().embedded > 0
     first.close()
 
-    tiny_encoder(folder, seed=2)  # the user exports a retrained model over the old one
+    before = (folder / "model.onnx").stat().st_mtime_ns
+    tiny_encoder(folder, seed=2)  # the user exports a retrained model over the old one (same size)
+    os.utime(folder / "model.onnx", ns=(before + 10**9, before + 10**9))  # (a second later, on any file system)
     second = Memory(ws, state_dir=tmp_path / "state", config=config)
     found = second.search("dog", sync=False)  # not yet rebuilt: the old vectors must not be compared
     assert found.mode == "fts-only" or any("another version" in w for w in found.warnings), found
