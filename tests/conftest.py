@@ -61,10 +61,10 @@ def keyword_config() -> dict[str, object]:
 @pytest.fixture
 def run_cli(state_dir: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     def run(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
-            check: bool = False) -> subprocess.CompletedProcess[str]:
+            check: bool = False, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             [sys.executable, "-m", "memdir", *args],
-            capture_output=True, text=True, timeout=timeout, env={**cli_env(state_dir), **(env or {})},
+            capture_output=True, text=True, timeout=timeout, env={**cli_env(state_dir), **(env or {})}, cwd=cwd,
         )
         if check and proc.returncode != 0:
             raise AssertionError(f"memdir {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")

@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -474,9 +475,9 @@ def test_loaded_model_embeds_the_query_on_the_searching_thread() -> None:
     seen: list[int] = []
     encode = p._backend.encode
 
-    def recording(texts: list[str]) -> np.ndarray:
+    def recording(texts: list[str], *args: Any) -> np.ndarray:
         seen.append(threading.get_ident())
-        return encode(texts)
+        return encode(texts, *args)
 
     p._backend.encode = recording  # type: ignore[method-assign]
     assert p.loaded_in_process is False

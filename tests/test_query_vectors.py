@@ -7,6 +7,7 @@ loopback HTTP (:class:`ProviderServer`) for the remote one, whose requests are c
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -54,9 +55,9 @@ def test_local_repeat_skips_the_model_and_returns_a_private_copy() -> None:
     runs: list[list[str]] = []
     encode = p._backend.encode
 
-    def counting(texts: list[str]) -> np.ndarray:
+    def counting(texts: list[str], *args: Any) -> np.ndarray:
         runs.append(list(texts))
-        return encode(texts)
+        return encode(texts, *args)
 
     p._backend.encode = counting  # type: ignore[method-assign]
     first = p.embed_query("where did we park the car")

@@ -188,3 +188,33 @@ def test_discarding_a_graph_another_process_already_removed_leaves_nothing(tmp_p
     gone = tmp_path / "gone"
     saved_graph._remove(gone)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_what_killed_builders_left_is_removed_by_the_next_build(cache: Path) -> None:
+    """A process killed while saving the graph (or the fused copy) left its staging folder (up to
+    90 MB) or temporary file in the cache for good: nothing ever looked at them again."""
+    import time
+
+    models = graph(cache).parent
+    models.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        killed = models / f".{graph(cache).name}.{dead_pid}.abcd1234.tmp"
+        killed.mkdir()
+        (killed / "weights.data").write_bytes(b"\0" * 1024)
+        killed_file = models / f".minilm-{KEY[0][:32]}-fused-attn-v1.onnx.{dead_pid}.zz9_ab12.tmp"
+        killed_file.write_bytes(b"half")
+        running = models / f".{graph(cache).name}.{alive.pid}.efgh5678.tmp"
+        running.mkdir()
+        old_style = models / f".{graph(cache).name}.ijkl9012.tmp"  # no pid in the name: by age
+        old_style.mkdir()
+        hour_ago = time.time() - saved_graph.LEFTOVER_AFTER_S - 60
+        os.utime(old_style, (hour_ago, hour_ago))
+        embed(TEXTS[:1])
+        assert saved_graph.find(*KEY, cache) is not None
+        assert sorted(p.name for p in models.iterdir()) == sorted([graph(cache).name, running.name])
+    finally:
+        alive.kill()
+        alive.wait()

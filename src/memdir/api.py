@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from memdir.embeddings.base import one_line
 from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
 from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, ownership_message
 from memdir.lock import LockTimeout
@@ -142,11 +143,27 @@ def _check_limits(max_results: Any, min_score: Any) -> None:
         raise ValueError(f"max_results must be a whole number, not {max_results}")
 
 
+def _one_warning(reasons: str) -> str:
+    """Why embeddings are unavailable as one line: ``auto`` lists a reason per provider, a line and
+    a blank line each, which a search printed as nine lines of notes."""
+    return "; ".join(line.strip().removesuffix(".") for line in reasons.splitlines() if line.strip())
+
+
+def _holds_other_vectors(meta: dict[str, Any], provider: Any) -> bool:
+    """The index's vectors are not this provider's: another model, or the same name with another
+    provider key (a model re-exported to the same path, other numerics, another endpoint)."""
+    return provider is not None and (meta.get("model") not in (None, provider.model)
+                                     or meta.get("providerKey") not in (None, provider.provider_key))
+
+
 def _stale_model_note(meta: dict[str, Any], provider: Any) -> str:
     """Why searches use keywords only: the index holds another model's vectors."""
-    return (f"the index holds {meta.get('provider')}/{meta.get('model')} vectors, not {provider.id}/{provider.model}'s "
-            "(built by a fallback, or the model changed): searches use keywords only until the next index run "
-            "rebuilds it")
+    if meta.get("model") == provider.model:
+        held = f"vectors of another version of {provider.id}/{provider.model} (its files, settings or endpoint changed)"
+    else:
+        held = (f"{meta.get('provider')}/{meta.get('model')} vectors, not {provider.id}/{provider.model}'s "
+                "(built by a fallback, or the model changed)")
+    return f"the index holds {held}: searches use keywords only until the next index run rebuilds it"
 
 
 class Memory(IndexUpkeep):
@@ -381,7 +398,7 @@ class Memory(IndexUpkeep):
         """Say where it happens that a provider was asked for but the index gets keywords only."""
         sel = self.selection
         if sel.provider is None and sel.requested not in DISABLED and sel.unavailable_reason:
-            why = "; ".join(line.strip() for line in sel.unavailable_reason.splitlines() if line.strip())
+            why = _one_warning(sel.unavailable_reason)
             report.warnings.insert(0, f"building a keyword-only index (no vectors) because embeddings are "
                                       f"unavailable: {why}")
 
@@ -474,7 +491,7 @@ class Memory(IndexUpkeep):
         meta = store.read_meta() or {}
         if verify:
             self._check_owner(store, meta)
-        stale_model = provider is not None and meta.get("model") not in (None, provider.model)
+        stale_model = _holds_other_vectors(meta, provider)
         if stale_model:
             provider = None  # the index still holds another model's vectors: keywords only
         cfg = ms
@@ -502,7 +519,7 @@ class Memory(IndexUpkeep):
         if sel.fallback_from:
             response.fallback = {"from": sel.fallback_from, "reason": sel.fallback_reason or ""}
         elif sel.provider is None and sel.unavailable_reason and response.fallback is None:
-            response.warnings.append(sel.unavailable_reason)
+            response.warnings.append(_one_warning(sel.unavailable_reason))
         return response
 
     @_call
@@ -673,7 +690,8 @@ class Memory(IndexUpkeep):
         out["provider"] = sel.provider.id if sel.provider else "none"
         out["model"] = sel.provider.model if sel.provider else "fts-only"
         out["mode"] = sel.mode
-        if sel.provider is not None and meta.get("model") not in (None, sel.provider.model):
+        if _holds_other_vectors(meta, sel.provider):
+            out["mode"] = "fts-only"  # what searches do until a rebuild ("hybrid" said the opposite)
             out["issues"].append(_stale_model_note(meta, sel.provider))
         if sel.fallback_from:
             out["fallback"] = {"from": sel.fallback_from, "reason": sel.fallback_reason}
@@ -703,6 +721,14 @@ class Memory(IndexUpkeep):
                              "dims": store.vec_dims(), **backend["vector"]}
             out["cache"] = {"enabled": ms.cache.enabled, "entries": store.cache_count(),
                             "maxEntries": ms.cache.max_entries}
+            missing = out["chunks"] - out["vector"]["vectors"]
+            if sel.provider is not None and ms.store.vector.enabled and missing > 0 and not _holds_other_vectors(
+                    meta, sel.provider):
+                # "Mode: hybrid" and nothing else said, while an embedding failure (no onnxruntime,
+                # an outage) left text that only keywords find, and searches do not retry it
+                out["issues"].append(f"{missing} of {out['chunks']} chunks have no vector (embedding failed or was "
+                                     "refused when they were indexed): keywords alone find them; `memdir index` tries "
+                                     "again")
         if deep and postgres and store is not None:
             facts = store.describe()
             out["postgres"] = {k: facts.get(k) for k in ("server", "pgvector", "schema", "schemaVersion")}
@@ -743,7 +769,7 @@ class Memory(IndexUpkeep):
             vec = sel.provider.embed_batch(["ping"])[0]
             return {"ok": True, "dims": len(vec), "ms": round((time.perf_counter() - t0) * 1000, 1)}
         except Exception as exc:
-            return {"ok": False, "error": str(exc)}
+            return {"ok": False, "error": one_line(exc)}
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:

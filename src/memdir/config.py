@@ -1032,6 +1032,7 @@ def load_config(
             if (origins.get(key, "").startswith("file:") and isinstance(value, str) and value.strip()
                     and not os.path.isabs(os.path.expanduser(value))):
                 data[key] = str((cfg_file.parent / value).resolve())
+        _local_paths_beside(data, origins, cfg_file)
     store = data.get("memory_search", {}).get("store") if isinstance(data.get("memory_search"), dict) else None
     for holder, key in ((data, "workspace"), (data, "state_dir"), (store, "path")):
         value = holder.get(key) if isinstance(holder, dict) else None
@@ -1070,6 +1071,24 @@ def _path_argument(key: str, value: Any) -> str | None:
     except TypeError:
         raise ConfigError(f"{key.replace('_', ' ')} must be a path (a str or os.PathLike), not "
                           f"{type(value).__name__}") from None
+
+
+def _local_paths_beside(data: dict[str, Any], origins: Origins, cfg_file: Path) -> None:
+    """``local.modelPath`` / ``local.modelCacheDir`` relative to the config file's folder, as the
+    other paths in it: a model found only from the CWD of the first run was lost to a later one
+    (an MCP client starts the server elsewhere) and every search fell back to keywords.  A model
+    path is taken beside the file only when it is there: else it may name a Hugging Face model."""
+    local = (data.get("memory_search") or {}).get("local")
+    if not isinstance(local, dict):
+        return
+    for key in ("model_path", "model_cache_dir"):
+        value = local.get(key)
+        if not (origins.get(f"memory_search.local.{key}", "").startswith("file:") and isinstance(value, str)
+                and value.strip() and not os.path.isabs(os.path.expanduser(value.strip()))):
+            continue
+        beside = Path(os.path.abspath(cfg_file.parent / value.strip()))  # symlinks kept (HF cache layouts)
+        if key == "model_cache_dir" or beside.exists():
+            local[key] = str(beside)
 
 
 def _check_home(settings: Settings, origins: Origins) -> None:

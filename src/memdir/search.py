@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from memdir import ranking
 from memdir.dates import GRACE_DAYS, Period, file_date, query_periods
-from memdir.embeddings.base import EmbeddingProvider, is_zero
+from memdir.embeddings.base import EmbeddingProvider, is_zero, one_line
 from memdir.indexing_switches import INDEXING
 from memdir.query import extract_keywords, keyword_terms, lower, normalise_query
 from memdir.ranking import Candidate, Tuning, apply_decay, memory_timestamp, mmr_rerank, model_weights, rrf_scores
@@ -280,7 +280,7 @@ def run_search(
             response.fallback = {"from": "hybrid", "reason": f"query embedding exceeded {qcfg.embed_timeout_ms} ms"}
         except Exception as exc:
             response.mode = "fts-only"
-            response.fallback = {"from": "hybrid", "reason": f"query embedding failed: {exc}"}
+            response.fallback = {"from": "hybrid", "reason": f"query embedding failed: {one_line(exc)}"}
 
     keyword_only = provider is None or response.mode == "fts-only"
     vector_only = not keyword_only and not hybrid.enabled

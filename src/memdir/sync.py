@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from memdir.build_worker import ChunkWorker, plan
 from memdir.chunking import Chunk, chunk_id, embedding_windows, sha256_text
 from memdir.dates import file_date
-from memdir.embeddings.base import EmbeddingProvider, split_by_bytes
+from memdir.embeddings.base import EmbeddingProvider, one_line, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
 from memdir.errors import IndexOwnershipError, MemoryClosed, ownership_message
 from memdir.indexing_switches import INDEXING
@@ -927,7 +927,7 @@ class Indexer:
         retried: each batch paid the retries again, 4 s a batch when the endpoint was down, and
         the files are embedded at the next sync anyway); one warning counts every such chunk."""
         done = self._failed[1] if self._failed is not None else 0
-        msg = f"embedding failed, {done + chunks} chunks indexed for keywords only: {exc}"
+        msg = f"embedding failed, {done + chunks} chunks indexed for keywords only: {one_line(exc)}"
         if self._failed is None:
             report.warnings.append(msg)
             self._failed = (exc, chunks, len(report.warnings) - 1)

@@ -151,6 +151,12 @@ def is_zero(vector: Sequence[float]) -> bool:
     return not vector or all((not math.isfinite(v)) or abs(v) < 1e-12 for v in vector)
 
 
+def one_line(error: BaseException | str) -> str:
+    """An error's message on one line: a library's (onnxruntime's argument list, the Hugging Face
+    hub's advice) may span several, and a warning or fallback note must stay one line."""
+    return " ".join(str(error).split())
+
+
 def utf8_len(text: str) -> int:
     return len(text.encode("utf-8"))
 

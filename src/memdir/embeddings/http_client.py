@@ -344,6 +344,9 @@ class HttpClient:
         message = f"{prefix} failed: {status} {body_excerpt(text, secrets=self.secrets)}".rstrip()
         if quota:
             message += " (quota exhausted; not retried - check the provider account's plan and billing)"
+        if status in (404, 405):  # the path asked for, as a base URL given with one ("…/v1/embeddings") doubles it
+            url = response.request.url
+            message += f" ({response.request.method} {url.scheme}://{url.netloc.decode('ascii').rpartition('@')[2]}{url.path})"
         return RemoteEmbeddingError(
             message,
             provider=self.provider,

@@ -181,7 +181,10 @@ def write_atomic(path: Path, data: bytes, source_sha256: str, numerics: str = NU
     meta = {"source_sha256": source_sha256, "numerics": numerics, "size": len(data),
             "sha256": hashlib.sha256(data).hexdigest()}
     for target, payload in ((path, data), (_sidecar(path), json.dumps(meta).encode())):
-        replace_file(target, payload)
+        replace_file(target, payload, prefix=f".{target.name}.{os.getpid()}.")  # the pid: see remove_leftovers
+    from memdir.embeddings.saved_graph import remove_leftovers
+
+    remove_leftovers(path.parent)
 
 
 def load_or_build(source_sha256: str, read_source: Callable[[], bytes], folder: Path | None = None, *,

@@ -18,6 +18,7 @@ Why this shape:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -25,7 +26,8 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -112,8 +114,10 @@ class RunSettings:
     def make(
         cls, threads: int | None = None, batch_size: int | None = None, batch_tokens: int | None = None
     ) -> RunSettings:
+        # More threads than CPUs only slows a run down, and onnxruntime refused a number beyond
+        # 32 bits with a multi-line error (local.threads = 5000 started 5000 threads).
         return cls(
-            threads=max(1, threads) if threads else default_threads(),
+            threads=max(1, min(threads, os.cpu_count() or 1)) if threads else default_threads(),
             batch_size=max(1, batch_size or DEFAULT_BATCH_SIZE),
             batch_tokens=max(1, batch_tokens or DEFAULT_BATCH_TOKENS),
         )
@@ -143,11 +147,15 @@ def _require(module: str, install: str, purpose: str) -> None:
 
 
 def _import(module: str, install: str, purpose: str) -> Any:
+    """The module, or an :class:`EmbeddingError` naming it, whatever its import raised: a library
+    refusing this CPU or platform raises RuntimeError or OSError, not ImportError, and its bare
+    message named neither memdir's model nor a fix (nor matched the runtime fallback's rule)."""
     try:
         return importlib.import_module(module)
-    except ImportError as exc:
+    except Exception as exc:
         raise EmbeddingError(
-            f"{_PREFIX}: {purpose} needs '{module}', which failed to import ({exc}). {install}"
+            f"{_PREFIX}: {purpose} needs '{module}', which failed to import ({type(exc).__name__}: {exc}). "
+            f"{install}"
         ) from exc
 
 
@@ -182,6 +190,40 @@ def normalized_float32(matrix: np.ndarray) -> np.ndarray:
 # --- backends ------------------------------------------------------------------------------------
 
 
+#: A context in which the backend may run the model once (:meth:`ModelTurns.turn`).
+Turn = Callable[[], AbstractContextManager[object]]
+
+
+class ModelTurns:
+    """One model run at a time (concurrent runs on 2 cores only add memory, not speed), and a
+    query that waits goes before the next run of a long call.
+
+    Why: a lock held for a whole call made a search in a long-lived process (the MCP server with
+    its watcher) wait until an index run had embedded an entire file: 64 s behind a 600-chunk file."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._busy = False
+        self._urgent = 0
+
+    @contextlib.contextmanager
+    def turn(self, urgent: bool = False) -> Iterator[None]:
+        with self._changed:
+            self._urgent += urgent
+            try:
+                while self._busy or (self._urgent and not urgent):
+                    self._changed.wait()
+            finally:
+                self._urgent -= urgent
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._busy = False
+                self._changed.notify_all()
+
+
 class _Backend(Protocol):
     """A loaded model that turns texts into raw (un-normalised) vectors."""
 
@@ -193,11 +235,24 @@ class _Backend(Protocol):
 
     def load(self) -> None: ...
 
-    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
-        """``progress(n)``: ``n`` of the texts are embedded (after each run the backend makes)."""
+    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None,
+               turn: Turn | None = None) -> np.ndarray:
+        """``progress(n)``: ``n`` of the texts are embedded (after each run the backend makes);
+        each model run happens inside ``turn()`` (see :class:`ModelTurns`)."""
         ...
 
     def close(self) -> None: ...
+
+
+def encode_batch(tokenizer: Any, texts: list[str], **options: Any) -> list[Any]:
+    """``tokenizer.encode_batch``, with lone surrogates (a JSON ``"\\ud800"`` in a query or a
+    transcript) replaced by ``?`` when it refuses them: its TypeError failed the whole query's
+    vector (the search fell back to keywords) or batch.  Clean texts pay nothing."""
+    try:
+        return tokenizer.encode_batch(texts, **options)
+    except TypeError:
+        clean = [t.encode("utf-8", "replace").decode("utf-8") for t in texts]
+        return tokenizer.encode_batch(clean, **options)
 
 
 def _read(data: ModelData) -> bytes:
@@ -205,6 +260,31 @@ def _read(data: ModelData) -> bytes:
         return data.read_bytes()
     except OSError as exc:
         raise EmbeddingError(f"{_PREFIX}: cannot read {data}: {exc}") from exc
+
+
+def _stamp(*files: ModelData) -> list[list[int]]:
+    """``[size, mtime_ns]`` of each file (``[]`` for one that cannot be read: loading names it)."""
+    out: list[list[int]] = []
+    for data in files:
+        try:
+            st = os.stat(str(data))
+            out.append([st.st_size, st.st_mtime_ns])
+        except OSError:
+            out.append([])
+    return out
+
+
+def _lfs_pointer(data: ModelData) -> str | None:
+    """What to do when ``data`` is a Git LFS pointer (a model repository cloned without git-lfs
+    holds these small text files in place of the weights), else None."""
+    try:
+        with data.open("rb") as fh:
+            head = fh.read(64)
+    except OSError:
+        return None
+    if not head.startswith(b"version https://git-lfs.github.com/spec/"):
+        return None
+    return "it is a Git LFS pointer, not the file itself: run 'git lfs pull' in its repository, or download the file"
 
 
 def verify_sha256(data: ModelData, expected: str) -> None:
@@ -268,6 +348,10 @@ class OnnxBackend:
         #: Load onnxruntime's optimised graph saved in the user cache (:mod:`memdir.embeddings.saved_graph`);
         #: needs a known source SHA-256 (the embedded default).
         self.saved_graph = saved_graph
+        #: Size and mtime of a user-supplied model and tokenizer (part of the provider key): a model
+        #: re-exported to the same path must not be served the old one's cached vectors.  Taken
+        #: again when the session is built, so the key names the files the vectors come from.
+        self.files_stamp: list[list[int]] | None = None if sha256[0] else _stamp(model_file, tokenizer_file)
         self._graph_step: tuple[str, Any] | None = None
         #: The file (or bytes) the session was built from: the derived model or ``model_file``.
         self.loaded_from: ModelData | bytes | None = None
@@ -277,6 +361,8 @@ class OnnxBackend:
         self._output: str = ""
         self._pooled_output = False
         self._pad_id = 0
+        #: ``input_ids``' batch and length when the export fixed them (no dynamic axes), else None.
+        self._fixed_shape: tuple[int | None, int | None] = (None, None)
 
     @property
     def loaded(self) -> bool:
@@ -285,6 +371,8 @@ class OnnxBackend:
     def load(self) -> None:
         if self._session is not None:
             return
+        if self.files_stamp is not None:
+            self.files_stamp = _stamp(self.model_file, self.tokenizer_file)
         install = "Install it with: pip install onnxruntime tokenizers"
         ort = _import("onnxruntime", install, "running an ONNX embedding model")
         tokenizers = _import("tokenizers", install, "running an ONNX embedding model")
@@ -307,6 +395,8 @@ class OnnxBackend:
                 check.result()
             tokenizer = loading.result()
         self._inspect(session)
+        if self._fixed_shape[1] is not None:  # the export's length is the window: cut there, [SEP] kept
+            tokenizer.enable_truncation(max_length=self.max_tokens)
         if self._graph_step is not None:
             session = self._settle_saved_graph(ort, session, tokenizer)
         self._session, self._tokenizer = session, tokenizer
@@ -321,7 +411,9 @@ class OnnxBackend:
         opts.enable_cpu_mem_arena = False
         # Idle worker threads sleep instead of spinning: the model shares the process with an agent.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.log_severity_level = 3
+        # Fatal only: a failure reaches the user once, as the EmbeddingError naming the model; at
+        # level 3 onnxruntime also printed its own coloured log line of it to stderr.
+        opts.log_severity_level = 4
         return opts
 
     def _create_session(self, ort: Any) -> Any:
@@ -361,9 +453,9 @@ class OnnxBackend:
             self.loaded_from = self.model_file
             return session
         except Exception as exc:
+            what = _lfs_pointer(self.model_file) or "is it a valid .onnx export of a text encoder?"
             raise EmbeddingError(
-                f"{_PREFIX}: could not load the ONNX model {self.model_file} "
-                f"(is it a valid .onnx export of a text encoder?): {exc}"
+                f"{_PREFIX}: could not load the ONNX model {self.model_file} ({what}): {exc}"
             ) from exc
 
     def _saved_graph_session(self, ort: Any) -> Any:
@@ -524,9 +616,9 @@ class OnnxBackend:
         except EmbeddingError:
             raise
         except Exception as exc:
+            what = _lfs_pointer(self.tokenizer_file) or "expected a Hugging Face tokenizer.json"
             raise EmbeddingError(
-                f"{_PREFIX}: could not load the tokenizer {self.tokenizer_file} "
-                f"(expected a Hugging Face tokenizer.json): {exc}"
+                f"{_PREFIX}: could not load the tokenizer {self.tokenizer_file} ({what}): {exc}"
             ) from exc
         padding = tokenizer.padding
         if padding and isinstance(padding.get("pad_id"), int):
@@ -558,6 +650,13 @@ class OnnxBackend:
             name: np.dtype(np.int32) if "int32" in inp.type else np.dtype(np.int64)
             for name, inp in inputs.items()
         }
+        # An export without dynamic axes takes only the dummy input's shape (often [1, 128]): every
+        # run of another shape failed, so runs are padded to it and cut to its batch and length.
+        batch, length = ([d if isinstance(d, int) and d > 0 else None for d in inputs["input_ids"].shape or ()]
+                         + [None, None])[:2]
+        self._fixed_shape = (batch, length)
+        if length is not None:
+            self.max_tokens = min(self.max_tokens or length, length)
         outputs = session.get_outputs()
         by_name = {o.name: o for o in outputs}
         chosen = None
@@ -581,31 +680,41 @@ class OnnxBackend:
         if isinstance(last, int) and last > 0:
             self.dims = last
 
-    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
+    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None,
+               turn: Turn | None = None) -> np.ndarray:
         import numpy as np
 
         self.load()
-        tokens = self._tokenize(texts)
+        session, tokenizer = self._session, self._tokenizer  # (a close() between two runs drops them)
+        tokens = self._tokenize(texts, tokenizer)
+        fixed_rows, fixed_width = self._fixed_shape
         lengths = [len(t[0]) for t in tokens]
+        if fixed_width is not None:  # (the tokenizer cuts there too; a text is never longer)
+            lengths = [min(n, fixed_width) for n in lengths]
+        batch_size = min(self.run.batch_size, fixed_rows or self.run.batch_size)
         result: np.ndarray | None = None
         done = 0
-        for idx in plan_micro_batches(lengths, self.run.batch_size, self.run.batch_tokens):
-            width = max(1, max(lengths[i] for i in idx))
-            ids = np.full((len(idx), width), self._pad_id, dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            types = np.zeros((len(idx), width), dtype=np.int64)
+        for idx in plan_micro_batches(lengths, batch_size, self.run.batch_tokens):
+            width = fixed_width or max(1, max(lengths[i] for i in idx))
+            rows = fixed_rows or len(idx)
+            ids = np.full((rows, width), self._pad_id, dtype=np.int64)
+            mask = np.zeros((rows, width), dtype=np.int64)
+            types = np.zeros((rows, width), dtype=np.int64)
             for row, i in enumerate(idx):
                 n = lengths[i]
-                ids[row, :n], mask[row, :n], types[row, :n] = tokens[i]
+                ids[row, :n], mask[row, :n], types[row, :n] = tokens[i] if fixed_width is None else (
+                    part[:n] for part in tokens[i])
             arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
             feeds = {name: arrays[name].astype(dtype, copy=False) for name, dtype in self._feeds.items()}
             try:
-                (out,) = self._session.run([self._output], feeds)
+                with turn() if turn is not None else contextlib.nullcontext():
+                    (out,) = session.run([self._output], feeds)
             except Exception as exc:
                 raise EmbeddingError(
                     f"{_PREFIX}: the ONNX model {self.model_file} failed to run: {exc}"
                 ) from exc
             vectors = out if self._pooled_output else self._pool(np.asarray(out, dtype=np.float32), mask)
+            vectors = vectors[: len(idx)]  # (a fixed batch's padding rows)
             if result is None:
                 result = np.zeros((len(texts), vectors.shape[-1]), dtype=np.float32)
                 self.dims = vectors.shape[-1]
@@ -616,7 +725,7 @@ class OnnxBackend:
         assert result is not None
         return result
 
-    def _tokenize(self, texts: list[str]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def _tokenize(self, texts: list[str], tokenizer: Any) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Each text's ``(token ids, attention mask, type ids)`` as small arrays, tokenized
         :data:`TOKENIZE_SLICE` texts at a time.  Why: the tokenizer's ``Encoding`` objects (tokens,
         offsets and masks as Python-visible lists) took ~22 KB a chunk, 440 MB for a 20,000-chunk
@@ -625,7 +734,7 @@ class OnnxBackend:
 
         out: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for start in range(0, len(texts), TOKENIZE_SLICE):
-            for enc in self._tokenizer.encode_batch(texts[start : start + TOKENIZE_SLICE]):
+            for enc in encode_batch(tokenizer, texts[start : start + TOKENIZE_SLICE]):
                 out.append((np.asarray(enc.ids, dtype=np.int32), np.asarray(enc.attention_mask, dtype=np.int8),
                             np.asarray(enc.type_ids, dtype=np.int8)))
         return out
@@ -693,18 +802,20 @@ class SentenceTransformersBackend:
         self.max_tokens = getattr(model, "max_seq_length", None)
         self._model = model
 
-    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
+    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None,
+               turn: Turn | None = None) -> np.ndarray:
         import numpy as np
 
         self.load()
         try:
-            out = self._model.encode(
-                texts,
-                batch_size=self.run.batch_size,
-                convert_to_numpy=True,
-                normalize_embeddings=False,
-                show_progress_bar=False,
-            )
+            with turn() if turn is not None else contextlib.nullcontext():  # one call runs them all
+                out = self._model.encode(
+                    texts,
+                    batch_size=self.run.batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=False,
+                    show_progress_bar=False,
+                )
         except Exception as exc:
             raise EmbeddingError(
                 f"{_PREFIX}: the model '{self.name_or_path}' failed to embed: {exc}"
@@ -793,10 +904,11 @@ class HubBackend:
         self.dims, self.max_tokens = inner.dims, inner.max_tokens
         self._inner = inner
 
-    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
+    def encode(self, texts: list[str], progress: Callable[[int], None] | None = None,
+               turn: Turn | None = None) -> np.ndarray:
         self.load()
         assert self._inner is not None
-        out = self._inner.encode(texts, progress)
+        out = self._inner.encode(texts, progress, turn)
         self.dims = self._inner.dims
         return out
 
@@ -964,9 +1076,18 @@ def resolve_local_model(
             onnx = _onnx_from_folder(path, run)
             if onnx is not None:
                 return str(path), onnx
-            if any((path / m).is_file() for m in _ST_MARKERS) or (
-                (path / "config.json").is_file() and any((path / w).is_file() for w in _HF_WEIGHTS)
-            ):
+            exports = sorted(path.glob("*.onnx")) + sorted(path.glob("onnx/*.onnx"))
+            sentence_transformers = any((path / m).is_file() for m in _ST_MARKERS) or (
+                (path / "config.json").is_file() and any((path / w).is_file() for w in _HF_WEIGHTS))
+            if len(exports) > 1 and _find_tokenizer(path, path / "onnx") and not (
+                    sentence_transformers and importlib.util.find_spec("sentence_transformers")):
+                # (it said "no tokenizer.json", or to install torch, with the tokenizer right there)
+                names = ", ".join(e.relative_to(path).as_posix() for e in exports)
+                raise EmbeddingError(
+                    f"{_PREFIX}: the folder {path} holds several ONNX models ({names}) and none is "
+                    "model.onnx; set local.modelPath to the file to use"
+                )
+            if sentence_transformers:
                 _require(
                     "sentence_transformers", _TORCH_HINT, f"the sentence-transformers model folder {path}"
                 )
@@ -1032,17 +1153,22 @@ class LocalEmbeddingProvider:
             fused_attention=fused_attention,
         )
         self.max_input_bytes = max_input_bytes
-        # One run at a time: concurrent runs on 2 cores only add memory, not speed.
+        #: Loading and closing the model, one at a time.
         self._lock = threading.Lock()
+        self._turns = ModelTurns()
         self.query_vectors = QueryVectors()
 
     @property
     def provider_key(self) -> str:
         """Identity of the vectors (cache rows, index meta): the model, and how it is computed when
-        that differs from running the file as is, so vectors of the two paths are never mixed."""
+        that differs from running the file as is, so vectors of the two paths are never mixed; for a
+        user's ONNX model also its files' sizes and mtimes (a new export at the same path)."""
         numerics = getattr(self._backend, "numerics", None)
         if numerics:
             return make_provider_key({"provider": self.id, "model": self.model, "numerics": numerics})
+        stamp = getattr(self._backend, "files_stamp", None)
+        if stamp is not None:
+            return make_provider_key({"provider": self.id, "model": self.model, "files": stamp})
         return simple_provider_key(self.id, self.model)
 
     @property
@@ -1072,15 +1198,16 @@ class LocalEmbeddingProvider:
         with self._lock:
             self._backend.load()
             tokenizer = getattr(self._backend, "_tokenizer", None)
-            if tokenizer is not None and hasattr(tokenizer, "encode_batch"):
-                items = list(texts)  # a slice at a time, as _tokenize does (its objects are large)
-                return [len(e.ids) for start in range(0, len(items), TOKENIZE_SLICE)
-                        for e in tokenizer.encode_batch(items[start:start + TOKENIZE_SLICE], add_special_tokens=False)]
+        if tokenizer is not None and hasattr(tokenizer, "encode_batch"):
+            items = list(texts)  # a slice at a time, as _tokenize does (its objects are large)
+            return [len(e.ids) for start in range(0, len(items), TOKENIZE_SLICE)
+                    for e in encode_batch(tokenizer, items[start:start + TOKENIZE_SLICE], add_special_tokens=False)]
         return [len(t) // 3 + 1 for t in texts]
 
     def embed_query(self, text: str) -> list[float]:
         """A query's vector; a query asked recently is answered from :class:`QueryVectors`."""
-        return self.query_vectors.get_or_embed(self.provider_key, text, lambda t: self.embed_batch([t])[0])
+        return self.query_vectors.get_or_embed(
+            self.provider_key, text, lambda t: normalize_rows(self._encode([t], None, urgent=True)).tolist()[0])
 
     def embed_batch(self, texts: Sequence[str], *,
                     progress: Callable[[str, int, int], None] | None = None) -> list[list[float]]:
@@ -1104,16 +1231,18 @@ class LocalEmbeddingProvider:
             return np.zeros((0, self.dims or 0), dtype=np.float32)
         return normalized_float32(self._encode(items, progress))
 
-    def _encode(self, items: list[str], progress: Callable[[str, int, int], None] | None) -> np.ndarray:
-        """The backend's raw float32 vectors for ``items`` (one model call, runs serialised)."""
+    def _encode(self, items: list[str], progress: Callable[[str, int, int], None] | None, *,
+                urgent: bool = False) -> np.ndarray:
+        """The backend's raw float32 vectors for ``items``, its runs taking turns with other calls'
+        (``urgent``: a query's, which goes before the next run of a long call)."""
         for i, text in enumerate(items):
             if not isinstance(text, str):
                 raise TypeError(f"embed_batch expects strings; item {i} is {type(text).__name__}")
         with self._lock:
-            if progress is None:
-                return self._backend.encode(items)
-            total = len(items)
-            return self._backend.encode(items, lambda n: progress(f"{self.id} embeddings", n, total))
+            self._backend.load()
+        total = len(items)
+        done = None if progress is None else (lambda n: progress(f"{self.id} embeddings", n, total))
+        return self._backend.encode(items, done, lambda: self._turns.turn(urgent))
 
     def close(self) -> None:
         """Drop the model session; a later embed loads it again."""

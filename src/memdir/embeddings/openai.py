@@ -74,12 +74,31 @@ def read_openai_data(data: Any, provider: str) -> list[Any]:
         raise shape_error(provider, "an item in 'data' has no 'embedding'")
     indexes = [item.get("index") for item in items]
     if all(i is None for i in indexes):
-        return [item["embedding"] for item in items]
+        return [_floats(item["embedding"], provider) for item in items]
     if sorted(i if isinstance(i, int) and not isinstance(i, bool) else -1 for i in indexes) != list(
         range(len(items))
     ):
         raise shape_error(provider, f"the 'index' fields of 'data' are not 0..{len(items) - 1}, each once")
-    return [item["embedding"] for item in sorted(items, key=lambda item: item["index"])]
+    return [_floats(item["embedding"], provider) for item in sorted(items, key=lambda item: item["index"])]
+
+
+def _floats(embedding: Any, provider: str) -> Any:
+    """An embedding as sent, or decoded when a server sends ``encoding_format: "base64"`` (float32,
+    little-endian) although floats were asked for, as some OpenAI-compatible gateways do."""
+    if not isinstance(embedding, str):
+        return embedding
+    import base64
+    import binascii
+
+    import numpy as np
+
+    try:
+        raw = base64.b64decode(embedding, validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if not raw or len(raw) % 4:
+        raise shape_error(provider, "an embedding is a string but not base64-encoded float32 values")
+    return np.frombuffer(raw, dtype="<f4").astype(float).tolist()
 
 
 class OpenAIProvider(OpenAICompatibleProvider):

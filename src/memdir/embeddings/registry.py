@@ -102,7 +102,8 @@ def _create_local(cfg: MemorySearchConfig) -> EmbeddingProvider:
     except ProviderUnavailableError:
         raise
     except Exception as exc:  # a model that fails to load must not take memory search down
-        raise ProviderUnavailableError(f"local embeddings unavailable: {exc}") from exc
+        why = str(exc).removeprefix("local embeddings: ")  # (it said "local embeddings" twice)
+        raise ProviderUnavailableError(f"local embeddings unavailable: {why}") from exc
     return provider
 
 

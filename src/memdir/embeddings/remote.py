@@ -54,6 +54,7 @@ from memdir.embeddings.remote_config import (
     SECRET_HEADERS,
     Endpoint,
     RemoteSettings,
+    check_sendable,
     clean_base_url,
     first_nonblank,
     is_loopback_url,
@@ -94,6 +95,15 @@ RESPONSE_BYTES_PER_VECTOR = 512 << 10
 def response_cap(inputs: int) -> int:
     """Bytes an answer for ``inputs`` embeddings may take before it is refused as junk."""
     return RESPONSE_BASE_BYTES + max(1, inputs) * RESPONSE_BYTES_PER_VECTOR
+
+
+def _utf8_safe(text: str) -> str:
+    """``text``, or a copy with what UTF-8 cannot encode (lone surrogates) replaced by ``?``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def all_finite(vector: Sequence[float]) -> bool:
@@ -196,6 +206,7 @@ class RemoteEmbeddingProvider:
             cls.provider_headers(),
             remote.headers if use_remote_endpoint else None,
         )
+        check_sendable(cls.id, api_key, headers)
         return cls(
             model=cls.resolve_model(model if model is not None else cfg.model),
             endpoint=Endpoint(base_url=base_url, api_key=api_key, headers=headers),
@@ -360,10 +371,13 @@ class RemoteEmbeddingProvider:
 
     # -- helpers for subclasses -------------------------------------------------------------
     def outgoing(self, texts: Sequence[str]) -> list[str]:
-        """The texts as they will leave the machine (redacted when ``remote.redactSecrets``)."""
+        """The texts as they will leave the machine (redacted when ``remote.redactSecrets``), lone
+        surrogates (a JSON ``"\\ud800"`` in a query or a transcript) replaced by ``?``: the request
+        body is UTF-8, and their UnicodeEncodeError failed the query's vector or the whole batch."""
         self._stats.add(texts=len(texts))
+        texts = [_utf8_safe(t) for t in texts]
         if not self.settings.redact:
-            return list(texts)
+            return texts
         from memdir.redact import redact_text
 
         out = [redact_text(t) for t in texts]
@@ -381,6 +395,9 @@ class RemoteEmbeddingProvider:
                 or not vector
                 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vector)
             ):
+                if isinstance(vector, list) and vector and all(isinstance(x, list) for x in vector):
+                    raise shape_error(self.id, "an embedding is a list of lists: the server returns a vector per "
+                                               "token; have it pool them (llama.cpp server: --pooling mean)")
                 raise shape_error(self.id, "an embedding is not a non-empty list of numbers")
             if not all_finite(vector):
                 # a broken server (JSON NaN/Infinity, 1e400): zeroing those values, as for the local

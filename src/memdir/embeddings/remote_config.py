@@ -18,6 +18,7 @@ the settings that shape every request.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -103,12 +104,51 @@ def is_loopback_url(url: str) -> bool:
 
 
 def clean_base_url(url: str, provider: str) -> str:
-    """Trim and drop trailing slashes; refuse anything that is not an absolute http(s) URL."""
+    """Trim and drop trailing slashes; refuse anything that is not an absolute http(s) URL to which
+    a path can be appended.  Why: a bad port or bracket (``localhost:abc``, ``[::1``) raised a bare
+    ValueError or httpx.InvalidURL on every request, a host with a space was retried as a DNS
+    failure, and a query or fragment swallowed the ``/embeddings`` appended after it."""
     url = url.strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise EmbeddingError(f"{provider} embeddings: base URL {url!r} is not an absolute http(s) URL")
+    problem = None
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not one)
+    except ValueError as exc:
+        problem = f"is not a valid URL ({exc})"
+    else:
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            problem = "is not an absolute http(s) URL"
+        elif any(c.isspace() for c in parts.netloc):
+            problem = "has a space in its host"
+        elif parts.query or parts.fragment or url.endswith(("?", "#")):
+            problem = "has a query or fragment (memdir appends the endpoint's path to it)"
+    if problem:
+        raise EmbeddingError(f"{provider} embeddings: base URL {url!r} {problem}")
     return url
+
+
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def _unsendable(value: str) -> bool:
+    """A header value HTTP cannot carry as is: a line break, another control character, non-ASCII."""
+    return not value.isascii() or any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in value)
+
+
+def check_sendable(provider: str, api_key: str | None, headers: Mapping[str, str]) -> None:
+    """Refuse an API key or ``remote.headers`` entry that cannot go into an HTTP header, naming it
+    but never showing a value.  Why: a key pasted with a line break (or NUL) failed every request
+    as a "connection error", retried four times, the key itself in the message; a non-ASCII one
+    (a "…" copied from a web page) raised a bare UnicodeEncodeError."""
+    if api_key is not None and _unsendable(api_key):
+        raise EmbeddingError(f"{provider} embeddings: the API key holds a line break, control or non-ASCII "
+                             "character (pasted with it?), which an HTTP header cannot carry")
+    for name, value in headers.items():
+        if not _HEADER_NAME.match(name):
+            raise EmbeddingError(f"{provider} embeddings: remote.headers: {name!r} is not an HTTP header name")
+        if _unsendable(value):
+            raise EmbeddingError(f"{provider} embeddings: remote.headers: the value of {name!r} holds a line "
+                                 "break, control or non-ASCII character, which an HTTP header cannot carry")
 
 
 def first_nonblank(*values: str | None) -> str | None:

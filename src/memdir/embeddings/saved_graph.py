@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,8 @@ DATA_NAME = "weights.data"
 META_NAME = "meta.json"
 #: A saved graph of another onnxruntime version (or format) unused this long is removed when a new one is saved.
 STALE_AFTER_S = 7 * 24 * 3600
+#: A leftover (staging folder, temporary file) whose writer may still run is removed after this long.
+LEFTOVER_AFTER_S = 3600
 #: Probe mismatches (files intact) after which a key is no longer rebuilt.
 MAX_MISMATCHES = 2
 _ENV_SWITCH = "MEMDIR_SAVED_GRAPH"
@@ -110,7 +113,7 @@ def start_build(source_sha256: str, ort_version: str, folder: Path | None = None
     try:
         final = graph_dir(source_sha256, ort_version, folder)
         final.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+        return Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".tmp", dir=final.parent))
     except OSError:
         return None
 
@@ -126,7 +129,7 @@ def save_options(opts: Any, ort: Any, staging: Path) -> None:
 def _remove(path: Path) -> None:
     """Move ``path`` aside (atomic) and delete it, so no reader sees it half-deleted."""
     try:
-        trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+        trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".old", dir=path.parent))
     except OSError:
         return
     try:
@@ -165,7 +168,48 @@ def finish_build(staging: Path, source_sha256: str, ort_version: str, probe_sha2
         shutil.rmtree(staging, ignore_errors=True)
         return False
     _remove_stale(final, source_sha256)
+    remove_leftovers(final.parent)
     return True
+
+
+def remove_leftovers(folder: Path) -> None:
+    """Delete what killed processes left in the model cache: staging folders (up to 90 MB each),
+    half-deleted ``.old`` folders and temporary files (:mod:`memdir.atomic_write`), named
+    ``.<name>.<pid>.<random>.tmp|.old`` by their writer.  One whose writer is gone is removed; one of
+    a live process (or of a writer whose pid it does not name) only after :data:`LEFTOVER_AFTER_S`."""
+    import time
+
+    cutoff = time.time() - LEFTOVER_AFTER_S
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        if not (entry.name.startswith(".minilm-") and entry.name.endswith((".tmp", ".old"))):
+            continue
+        try:
+            if not _writer_gone(entry.name) and entry.stat(follow_symlinks=False).st_mtime >= cutoff:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass  # another process removed it first
+
+
+def _writer_gone(name: str) -> bool:
+    """True when ``name`` (``.<name>.<pid>.<random>.<ext>``) names a process that no longer runs."""
+    parts = name.rsplit(".", 3)
+    if len(parts) < 4 or not parts[1].isdigit() or sys.platform == "win32":  # (signal 0 is Ctrl-C there)
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError, ValueError):
+        return False  # alive but another user's, or not a pid at all
+    return False
 
 
 def touch(model_file: Path) -> None:

@@ -79,6 +79,8 @@ class ProviderServer:
         #: Longer inputs are refused as a model with a short context refuses them (400), e.g. a
         #: small model behind an OpenAI-compatible URL; ``None``: any length.
         self.max_input_chars: int | None = None
+        #: Answer as an Ollama older than 0.3.0: no ``/api/embed``, ``/api/embeddings`` with one ``prompt``.
+        self.ollama_legacy = False
         self.requests: list[Recorded] = []
         self.violations: list[str] = []
         self.forbidden: list[str] = []
@@ -226,6 +228,8 @@ class ProviderServer:
 
     def _route(self, rec: Recorded) -> Reply:
         path = rec.path
+        if self.ollama_legacy and rec.method == "POST" and path.endswith(("/api/embed", "/api/embeddings")):
+            return self._ollama_legacy(rec)
         if rec.method == "POST" and path.endswith("/embeddings"):
             return self._openai_embeddings(rec)
         if rec.method == "POST" and path.endswith("/api/embed"):
@@ -297,6 +301,14 @@ class ProviderServer:
         if refused := self._too_long(body["input"]):
             return refused
         return Reply(200, {"model": body["model"], "embeddings": self._vectors(body["input"])})
+
+    def _ollama_legacy(self, rec: Recorded) -> Reply:
+        if rec.path.endswith("/api/embed"):  # Go's answer for a route it does not have
+            return Reply(404, "404 page not found", {"Content-Type": "text/plain"})
+        body = rec.json
+        if not isinstance(body.get("model"), str) or not isinstance(body.get("prompt"), str):
+            return Reply(400, {"error": "model and prompt are required"})
+        return Reply(200, {"embedding": self._vectors([body["prompt"]])[0]})
 
     def _gemini_embedContent(self, rec: Recorded, model: str) -> Reply:
         body = rec.json
