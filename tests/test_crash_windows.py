@@ -11,7 +11,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from helpers import cli_env
+from memdir.testing.provider_server import ProviderServer
 
 #: Runs the CLI with ``os.replace`` killing the process (SIGKILL) the first time its source
 #: path contains the marker in ``argv[1]``, after the call when ``argv[2]`` is "after".
@@ -58,3 +61,56 @@ def test_progress_temp_files_of_killed_writers_do_not_pile_up(tmp_path: Path, ma
     assert sorted(p.name for p in folder.iterdir() if ".progress" in p.name) == []
     hits = json.loads(run_cli("search", "descaler", "--json", *base, check=True).stdout)["results"]
     assert [h["path"] for h in hits] == ["memory/notes.md"]
+
+
+def test_a_mirror_write_killed_leaves_no_temp_file_in_the_workspace(tmp_path: Path, make_workspace, run_cli,
+                                                                    state_dir: Path) -> None:
+    """``ltm store`` killed between writing the long-term memory mirror's temp file and renaming
+    it used to leave a hidden ``.long-term.md.<random>.tmp`` in the user's ``memory/`` folder for
+    ever (one more per kill); the next write removes it, and the memory stored before the kill stays."""
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    cfg = tmp_path / "memdir.json"
+    with ProviderServer(api_key="test-key") as server:
+        cfg.write_text(json.dumps({"memorySearch": {"provider": "openai", "remote": {
+            "baseUrl": f"{server.url}/v1", "apiKey": "test-key", "maxRetries": 0}},
+            "longTermMemory": {"mirror": {"enabled": True}}}))
+        base = ("--workspace", str(ws), "--config", str(cfg))
+        killed_cli(state_dir, ".long-term.md.", "before", "ltm", "store", "The boiler is serviced in May", *base)
+        assert [p.name for p in (ws / "memory").glob(".long-term.md.*.tmp")], "the kill should leave a temp"
+        run_cli("ltm", "store", "The bins go out on Tuesday", *base, check=True)
+        listed = json.loads(run_cli("ltm", "list", "--json", *base, check=True).stdout)
+    assert sorted(m["text"] for m in listed) == ["The bins go out on Tuesday", "The boiler is serviced in May"]
+    assert sorted(p.name for p in (ws / "memory").iterdir()) == ["long-term.md"]
+    assert "The boiler is serviced in May" in (ws / "memory" / "long-term.md").read_text()
+
+
+SESSION_WRITE_KILLED = textwrap.dedent("""
+    import os, signal, sys
+    from memdir.sessions.store import SessionStore
+    real = os.replace
+    def replace(src, dst, **kw):
+        if "sessions.json.tmp-" in str(src) and os.path.exists(dst):  # the second write
+            os.kill(os.getpid(), signal.SIGKILL)
+        real(src, dst, **kw)
+    os.replace = replace
+    store = SessionStore(sys.argv[1])
+    store.open_session("agent:main:main")
+    store.update("agent:main:main", total_tokens=7)
+""")
+
+
+def test_a_session_store_write_killed_leaves_no_temp_file_behind(tmp_path: Path, state_dir: Path) -> None:
+    """The same for ``sessions.json``: each writer killed mid-replace left a ``sessions.json.tmp-*``."""
+    from memdir.sessions.store import SessionStore
+
+    folder = tmp_path / "sessions"
+    proc = subprocess.run([sys.executable, "-c", SESSION_WRITE_KILLED, str(folder)], capture_output=True, text=True,
+                          env=cli_env(state_dir), timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert list(folder.glob("sessions.json.tmp-*")), "the kill should leave a temp"
+    store = SessionStore(folder)
+    assert store.get("agent:main:main") is not None  # the first write stayed whole
+    store.update("agent:main:main", total_tokens=9)
+    assert not list(folder.glob("sessions.json.tmp-*"))
+    assert SessionStore(folder).get("agent:main:main").total_tokens == 9
