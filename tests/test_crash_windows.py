@@ -114,3 +114,40 @@ def test_a_session_store_write_killed_leaves_no_temp_file_behind(tmp_path: Path,
     store.update("agent:main:main", total_tokens=9)
     assert not list(folder.glob("sessions.json.tmp-*"))
     assert SessionStore(folder).get("agent:main:main").total_tokens == 9
+
+
+def test_a_memory_stored_while_reembed_embeds_is_kept(tmp_path: Path) -> None:
+    """``ltm reembed`` read every memory, embedded them (minutes with a local model) and then
+    overwrote the table with what it had read: a memory another process stored meanwhile (an MCP
+    server, ``ltm store``) was lost, and one forgotten meanwhile came back."""
+    pytest.importorskip("lancedb")
+    from ltm_fakes import AxisProvider
+    from memdir.config import load_config
+    from memdir.ltm import LongTermMemory
+
+    (tmp_path / "ws").mkdir()
+    settings = load_config(workspace=tmp_path / "ws", state_dir=tmp_path / "state", agent_id="main").settings
+    texts = ["The user's cat is named Miso", "The user lives in Lisbon", "The user prefers tea over coffee"]
+    with LongTermMemory(settings, provider=AxisProvider(model="axis-1")) as first:
+        ids = [first.store(t, category="fact").record.id for t in texts]
+    other = LongTermMemory(settings, provider=AxisProvider(model="axis-1"))
+    ltm = LongTermMemory(settings, provider=AxisProvider(model="axis-1"))
+    embed = ltm.embedder.documents
+    calls: list[list[str]] = []
+
+    def documents(batch: list[str]) -> list:
+        if not calls:  # while the reembed embeds, another writer stores one memory and forgets one
+            other.store("The user plays the cello", category="fact")
+            other.forget(ids[0])
+        calls.append(list(batch))
+        return embed(batch)
+
+    ltm.embedder.documents = documents
+    try:
+        assert ltm.reembed() == 3
+        assert sorted(r.text for r in ltm.list()) == sorted([*texts[1:], "The user plays the cello"])
+        assert calls[1:] == [["The user plays the cello"]]  # only the new text embedded under the lock
+        assert ltm.search("The user plays the cello")[0].text == "The user plays the cello"  # its new vector
+    finally:
+        ltm.close()
+        other.close()

@@ -462,14 +462,23 @@ class LongTermMemory:
         return self._healing(self._reembed_once)
 
     def _reembed_once(self) -> int:
-        records = self.table.all(include_superseded=True)
-        if not records:
+        """Embed outside the lock (it can take minutes), then rewrite the table as it is under the
+        lock: overwriting it with the rows read before lost every memory stored, and undid every
+        forget, made meanwhile by another process (an MCP server, ``ltm store``)."""
+        texts = list(dict.fromkeys(r.text for r in self.table.all(include_superseded=True)))
+        if not texts:
             return 0
-        vectors = self.embedder.documents([r.text for r in records])
+        vectors = dict(zip(texts, self.embedder.documents(texts), strict=True))
         with self._lock():
-            for record, vector in zip(records, vectors, strict=True):
-                record.vector = vector
-            self.table.replace_all(records, int(vectors[0].size), self.embedder.identity)
+            records = self.table.all(include_superseded=True)
+            if not records:
+                return 0
+            new = list(dict.fromkeys(r.text for r in records if r.text not in vectors))
+            if new:
+                vectors.update(zip(new, self.embedder.documents(new), strict=True))
+            for record in records:
+                record.vector = vectors[record.text]
+            self.table.replace_all(records, int(records[0].vector.size), self.embedder.identity)
         self._checked = False
         return len(records)
 
