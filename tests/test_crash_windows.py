@@ -151,3 +151,31 @@ def test_a_memory_stored_while_reembed_embeds_is_kept(tmp_path: Path) -> None:
     finally:
         ltm.close()
         other.close()
+
+
+SAVED_GRAPH_BUILD_KILLED = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from memdir.embeddings import saved_graph
+    staging = saved_graph.start_build("ab" * 32, "1.0", Path(sys.argv[1]))
+    (staging / saved_graph.DATA_NAME).write_bytes(b"w" * 100_000)  # (90 MB for the real model)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_a_saved_graph_build_killed_leaves_no_staging_folder_for_ever(tmp_path: Path, state_dir: Path) -> None:
+    """A first run killed while onnxruntime saved the model's optimised graph left its staging
+    folder (40-90 MB) in the model cache for ever, one more per kill; the next build removes it."""
+    from memdir.embeddings import saved_graph
+
+    cache = tmp_path / "cache"
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", SAVED_GRAPH_BUILD_KILLED, str(cache)], capture_output=True,
+                              text=True, env=cli_env(state_dir), timeout=60)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr
+    models = cache / "models"
+    assert len([p for p in models.iterdir() if p.name.endswith(".tmp")]) == 1  # the second removed the first's
+    staging = saved_graph.start_build("ab" * 32, "1.0", cache)
+    assert staging is not None
+    assert [p.name for p in models.iterdir()] == [staging.name]
+    saved_graph.abandon(staging)

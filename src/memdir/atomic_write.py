@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -36,22 +37,28 @@ def replace_file(path: Path, data: bytes, *, prefix: str | None = None) -> None:
         raise
 
 
-def remove_dead_temps(folder: Path, prefix: str) -> None:
-    """Delete the ``<prefix><pid>-….tmp`` files in ``folder`` whose writer is no longer running.
+def remove_dead_temps(folder: Path, prefix: str, suffixes: tuple[str, ...] = (".tmp",)) -> None:
+    """Delete the ``<prefix><pid>-…<suffix>`` files and folders in ``folder`` whose writer (``pid``)
+    is no longer running.
 
     Why: a writer killed (SIGKILL, power cut) between creating its temporary file and renaming
     it left the file for ever, one more per kill: in the workspace's ``memory/`` folder for the
-    long-term memory mirror, in the sessions folder for ``sessions.json``."""
+    long-term memory mirror, in the sessions folder for ``sessions.json``, 40-90 MB in the model
+    cache for a saved model graph."""
     try:
         names = os.listdir(folder)
     except OSError:
         return
     for name in names:
         pid = name[len(prefix):].split("-", 1)[0]
-        if not (name.startswith(prefix) and name.endswith(".tmp") and pid.isdigit()) or _alive(int(pid)):
+        if not (name.startswith(prefix) and name.endswith(suffixes) and pid.isdigit()) or _alive(int(pid)):
             continue
-        with contextlib.suppress(OSError):
-            os.unlink(Path(folder) / name)
+        path = Path(folder) / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def _alive(pid: int) -> bool:

@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from memdir.atomic_write import remove_dead_temps
 from memdir.embeddings.int8 import cache_dir
 
 #: Bumped when the layout, the save options or the probe change: older folders are ignored.
@@ -110,7 +111,9 @@ def start_build(source_sha256: str, ort_version: str, folder: Path | None = None
     try:
         final = graph_dir(source_sha256, ort_version, folder)
         final.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+        # (the pid in the name: a builder killed mid-save left its folder, 40-90 MB, for ever)
+        remove_dead_temps(final.parent, f".{final.name}.", (".tmp", ".old"))
+        return Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}-", suffix=".tmp", dir=final.parent))
     except OSError:
         return None
 
@@ -126,7 +129,7 @@ def save_options(opts: Any, ort: Any, staging: Path) -> None:
 def _remove(path: Path) -> None:
     """Move ``path`` aside (atomic) and delete it, so no reader sees it half-deleted."""
     try:
-        trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+        trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".old", dir=path.parent))
     except OSError:
         return
     try:
