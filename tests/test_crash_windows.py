@@ -179,3 +179,31 @@ def test_a_saved_graph_build_killed_leaves_no_staging_folder_for_ever(tmp_path: 
     assert staging is not None
     assert [p.name for p in models.iterdir()] == [staging.name]
     saved_graph.abandon(staging)
+
+
+KILL_BEFORE_KEYWORD_TABLE = textwrap.dedent("""
+    import os, signal, sys
+    from memdir.stores.sqlite import SqliteStore
+    def ddl(self, name):  # a new index's keyword table is about to be created
+        os.kill(os.getpid(), signal.SIGKILL)
+    SqliteStore._fts_ddl = ddl
+    from memdir.cli import main
+    raise SystemExit(main(sys.argv[1:]))
+""")
+
+
+def test_a_first_index_killed_while_creating_its_tables_is_not_called_damaged(tmp_path: Path, make_workspace,
+                                                                             run_cli, state_dir: Path) -> None:
+    """A first ``memdir index`` killed after the new index's change-log epoch was committed but
+    before its keyword table existed left an index that the next run called damaged ("index table
+    missing: chunks_fts"), moving it aside as ``.corrupt-*`` files that piled up."""
+    _, base = keyword_workspace(tmp_path, make_workspace)
+    proc = subprocess.run([sys.executable, "-c", KILL_BEFORE_KEYWORD_TABLE, "index", *base], capture_output=True,
+                          text=True, env=cli_env(state_dir), timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert list((state_dir / "memory").glob("*.sqlite")), "the kill should leave the new index file"
+    done = run_cli("index", *base, check=True)
+    assert "damaged" not in done.stderr, done.stderr
+    assert sorted(p.name for p in (state_dir / "memory").iterdir() if ".corrupt-" in p.name) == []
+    hits = json.loads(run_cli("search", "descaler", "--json", *base, check=True).stdout)["results"]
+    assert [h["path"] for h in hits] == ["memory/notes.md"]
