@@ -207,3 +207,51 @@ def test_a_first_index_killed_while_creating_its_tables_is_not_called_damaged(tm
     assert sorted(p.name for p in (state_dir / "memory").iterdir() if ".corrupt-" in p.name) == []
     hits = json.loads(run_cli("search", "descaler", "--json", *base, check=True).stdout)["results"]
     assert [h["path"] for h in hits] == ["memory/notes.md"]
+
+
+def test_a_stopped_long_term_memory_writer_does_not_make_others_wait_for_ever(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process stopped (Ctrl-Z, SIGSTOP) while it held the long-term memory store's lock made
+    every later store, forget and capture wait for ever without a word; now they fail saying how
+    to resume it, as index writers do."""
+    pytest.importorskip("lancedb")
+    import threading
+
+    import memdir.lock
+    from ltm_fakes import AxisProvider
+    from memdir.config import load_config
+    from memdir.lock import WriterStopped
+    from memdir.ltm import LongTermMemory
+
+    monkeypatch.setattr(memdir.lock, "STOPPED_WRITER_WAIT", 0.5)
+    (tmp_path / "ws").mkdir()
+    settings = load_config(workspace=tmp_path / "ws", state_dir=tmp_path / "state", agent_id="main").settings
+    ltm = LongTermMemory(settings, provider=AxisProvider())
+    ltm.db_path.mkdir(parents=True)
+    code = ("import os, signal, sys; from pathlib import Path; from memdir.lock import FileWriterLock; "
+            "lock = FileWriterLock(Path(sys.argv[1])); print(lock.acquire(0), flush=True); "
+            "os.kill(os.getpid(), signal.SIGSTOP)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(ltm.db_path / "ltm")], stdout=subprocess.PIPE,
+                              text=True, env=cli_env(tmp_path / "state"))
+    outcome: list[BaseException | None] = []
+
+    def store() -> None:
+        try:
+            ltm.store("The user plays the cello", category="fact")
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=store, daemon=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "True"
+        worker.start()
+        worker.join(30)
+        assert outcome, "the store is still waiting for the stopped holder"
+        assert isinstance(outcome[0], WriterStopped) and f"kill -CONT {holder.pid}" in str(outcome[0])
+    finally:
+        holder.kill()
+        holder.wait()
+        if worker.is_alive():
+            worker.join(30)
+        ltm.close()

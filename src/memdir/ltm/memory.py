@@ -21,7 +21,8 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -154,11 +155,22 @@ class LongTermMemory:
             self.table.check_compatible(self.embedder.identity, dims)
             self._checked = True
 
-    def _lock(self) -> Any:
-        from memdir.lock import FileWriterLock
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        """The store's writers' lock, waited for as long as its holder runs.
+
+        Why: a holder stopped with Ctrl-Z or SIGSTOP (an ``ltm reembed`` in a suspended shell)
+        made every later store, forget and capture (an MCP server's too) wait for ever without
+        a word; now they fail after a few seconds, saying how to resume it."""
+        from memdir.lock import FileWriterLock, wait_for_writer
 
         self.db_path.mkdir(parents=True, exist_ok=True)
-        return FileWriterLock(self.db_path / "ltm")
+        lock = FileWriterLock(self.db_path / "ltm")
+        wait_for_writer(lock, None, f"the long-term memory store {self.db_path}")
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _healing(self, op: Callable[[], T]) -> T:
         """Run ``op``; if it failed on a damaged table, recover the table and run ``op`` once more."""
