@@ -255,3 +255,33 @@ def test_a_stopped_long_term_memory_writer_does_not_make_others_wait_for_ever(
         if worker.is_alive():
             worker.join(30)
         ltm.close()
+
+
+HOOK_FILE_KILLED = textwrap.dedent("""
+    import os, signal, sys
+    import memdir.memfiles as mf
+    real = mf._write_all
+    def write_then_die(fd, data):  # the temp file written, not yet linked to its name
+        real(fd, data)
+        os.kill(os.getpid(), signal.SIGKILL)
+    mf._write_all = write_then_die
+    mf.create_memory_file(sys.argv[1], sys.argv[2], "walrus " * 50)
+""")
+
+
+def test_a_session_file_killed_mid_write_leaves_no_temp_once_another_is_written(tmp_path: Path,
+                                                                                state_dir: Path) -> None:
+    """A session hook killed while writing its dated file left a hidden temp in ``memory/``; only
+    a file of the very same name removed it, and the next session's file has another name (its
+    slug), so each kill left one more there for ever."""
+    from memdir.memfiles import create_memory_file
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for stem in ("2026-03-04-walrus-facts", "2026-03-05-0930"):
+        proc = subprocess.run([sys.executable, "-c", HOOK_FILE_KILLED, str(ws), stem], capture_output=True,
+                              text=True, env=cli_env(state_dir), timeout=60)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert len(list((ws / "memory").glob(".*.md.tmp-*"))) == 1  # the second run removed the first's
+    path = create_memory_file(ws, "2026-03-06-kettle", "The kettle descaler is under the sink.\n")
+    assert sorted(p.name for p in (ws / "memory").iterdir()) == [path.name]
