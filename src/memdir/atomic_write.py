@@ -9,13 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
+#: (folder, prefix) pairs this process has already swept for dead writers' temporary files.
+_swept: set[tuple[str, str]] = set()
+
 
 def replace_file(path: Path, data: bytes, *, prefix: str | None = None) -> None:
-    """Write ``data`` to ``path`` whole; the temporary file (``prefix``, else ``.<name>.``) never stays."""
-    fd, tmp = tempfile.mkstemp(prefix=prefix or f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write ``data`` to ``path`` whole; the temporary file (``prefix``, else ``.<name>.``, then the
+    writer's pid) never stays, nor does one a killed writer left (see :func:`remove_dead_temps`)."""
+    start = prefix or f".{path.name}."
+    if (str(path.parent), start) not in _swept:  # once per process: a folder of transcripts can be long
+        _swept.add((str(path.parent), start))
+        remove_dead_temps(path.parent, start)
+    fd, tmp = tempfile.mkstemp(prefix=f"{start}{os.getpid()}-", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -26,3 +35,38 @@ def replace_file(path: Path, data: bytes, *, prefix: str | None = None) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def remove_dead_temps(folder: Path, prefix: str, suffixes: tuple[str, ...] = (".tmp",)) -> None:
+    """Delete the ``<prefix><pid>-…<suffix>`` files and folders in ``folder`` whose writer (``pid``)
+    is no longer running.
+
+    Why: a writer killed (SIGKILL, power cut) between creating its temporary file and renaming
+    it left the file for ever, one more per kill: in the workspace's ``memory/`` folder for the
+    long-term memory mirror, in the sessions folder for ``sessions.json``, 40-90 MB in the model
+    cache for a saved model graph."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split("-", 1)[0]
+        if not (name.startswith(prefix) and name.endswith(suffixes) and pid.isdigit()) or _alive(int(pid)):
+            continue
+        path = Path(folder) / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts as alive: not ours to judge)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # (EPERM: another user's)
+        return True
+    return True

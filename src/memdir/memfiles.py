@@ -223,7 +223,7 @@ def create_memory_file(
     data = text.encode("utf-8")
     with memory_dir_fd(workspace) as dfd:
         _check_name(f"{stem}.md")
-        _remove_stale_temps(dfd, stem)
+        _remove_stale_temps(dfd)
         temp = f".{stem}.md.tmp-{os.getpid()}-{secrets.token_hex(4)}"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644, dir_fd=dfd)
         try:
@@ -256,12 +256,16 @@ def create_memory_file(
     raise FileExistsError(f"no free file name for {MEMORY_DIR}/{stem}.md after {max_tries} tries")
 
 
-def _remove_stale_temps(dfd: int, stem: str) -> None:
-    """Remove the temporary files of ``stem`` that a killed process left (its pid is gone)."""
-    prefix = f".{stem}.md.tmp-"
+def _remove_stale_temps(dfd: int) -> None:
+    """Remove the temporary files that killed processes left (their pid is gone), of any note.
+
+    Why any: the next file created is rarely of the same name (the session hook's names end in
+    each session's slug), so only removing the temps of the name being created left every killed
+    hook's ``.<stem>.md.tmp-<pid>-<random>`` in the user's ``memory/`` folder for ever."""
     for entry in os.listdir(dfd):
-        owner = entry[len(prefix):].split("-", 1)[0]  # <pid>-<random>, or <pid> (older versions)
-        if not entry.startswith(prefix) or not owner.isdigit():
+        _, marker, rest = entry.rpartition(".md.tmp-")
+        owner = rest.split("-", 1)[0]  # <pid>-<random>, or <pid> (older versions)
+        if not (entry.startswith(".") and marker and owner.isdigit()):
             continue
         pid = int(owner)
         try:

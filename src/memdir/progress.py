@@ -28,6 +28,7 @@ class ProgressFile:
         self._last = 0.0
         self._last_chunks = 0.0
         self._state: dict[str, Any] = {}
+        self._swept = False
         #: Called before a batch count is shown: a rebuild's shadow commits, so that a search
         #: reading it finds at least what the file says is done.
         self.before_write: Callable[[], None] | None = None
@@ -35,7 +36,28 @@ class ProgressFile:
     def start(self, phase: str, temp: str | None = None) -> None:
         self._state = {"pid": os.getpid(), "workspace": self.workspace, "phase": phase, "temp": temp,
                        "done": 0, "total": None, "startedAt": time.time()}
+        if not self._swept:  # once per process (a listing of the state folder): most are short-lived
+            self._swept = True
+            self._remove_dead_temps()
         self._write()
+
+    def _remove_dead_temps(self) -> None:
+        """Remove the temp files of writers killed while writing progress.
+
+        Why: each is named by its writer's pid, so every ``kill -9`` landing in :meth:`_write`
+        left one more ``<index>.progress.<pid>.tmp`` beside the index, for ever.  Called at this
+        process's first sync, under the writer lock: no other process writes progress meanwhile."""
+        folder, prefix, own = self.path.parent, self.path.name + ".", f"{self.path.name}.{os.getpid()}.tmp"
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return
+        for name in names:
+            if name != own and name.startswith(prefix) and name.endswith(".tmp") and name[len(prefix):-4].isdigit():
+                try:
+                    os.unlink(folder / name)
+                except OSError:
+                    pass
 
     def update(self, done: int, total: int, chunks: tuple[int, int] | None = None) -> None:
         """Files done (their batch committed), and ``chunks`` ``(done, planned)`` when known."""

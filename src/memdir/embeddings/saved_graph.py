@@ -113,6 +113,7 @@ def start_build(source_sha256: str, ort_version: str, folder: Path | None = None
     try:
         final = graph_dir(source_sha256, ort_version, folder)
         final.parent.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(final.parent)  # a builder killed mid-save left its folder (40-90 MB) for ever
         return Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".tmp", dir=final.parent))
     except OSError:
         return None

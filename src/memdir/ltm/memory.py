@@ -21,7 +21,8 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -154,11 +155,22 @@ class LongTermMemory:
             self.table.check_compatible(self.embedder.identity, dims)
             self._checked = True
 
-    def _lock(self) -> Any:
-        from memdir.lock import FileWriterLock
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        """The store's writers' lock, waited for as long as its holder runs.
+
+        Why: a holder stopped with Ctrl-Z or SIGSTOP (an ``ltm reembed`` in a suspended shell)
+        made every later store, forget and capture (an MCP server's too) wait for ever without
+        a word; now they fail after a few seconds, saying how to resume it."""
+        from memdir.lock import FileWriterLock, wait_for_writer
 
         self.db_path.mkdir(parents=True, exist_ok=True)
-        return FileWriterLock(self.db_path / "ltm")
+        lock = FileWriterLock(self.db_path / "ltm")
+        wait_for_writer(lock, None, f"the long-term memory store {self.db_path}")
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _healing(self, op: Callable[[], T]) -> T:
         """Run ``op``; if it failed on a damaged table, recover the table and run ``op`` once more."""
@@ -462,14 +474,23 @@ class LongTermMemory:
         return self._healing(self._reembed_once)
 
     def _reembed_once(self) -> int:
-        records = self.table.all(include_superseded=True)
-        if not records:
+        """Embed outside the lock (it can take minutes), then rewrite the table as it is under the
+        lock: overwriting it with the rows read before lost every memory stored, and undid every
+        forget, made meanwhile by another process (an MCP server, ``ltm store``)."""
+        texts = list(dict.fromkeys(r.text for r in self.table.all(include_superseded=True)))
+        if not texts:
             return 0
-        vectors = self.embedder.documents([r.text for r in records])
+        vectors = dict(zip(texts, self.embedder.documents(texts), strict=True))
         with self._lock():
-            for record, vector in zip(records, vectors, strict=True):
-                record.vector = vector
-            self.table.replace_all(records, int(vectors[0].size), self.embedder.identity)
+            records = self.table.all(include_superseded=True)
+            if not records:
+                return 0
+            new = list(dict.fromkeys(r.text for r in records if r.text not in vectors))
+            if new:
+                vectors.update(zip(new, self.embedder.documents(new), strict=True))
+            for record in records:
+                record.vector = vectors[record.text]
+            self.table.replace_all(records, int(records[0].vector.size), self.embedder.identity)
         self._checked = False
         return len(records)
 

@@ -455,9 +455,6 @@ class SqliteStore(SqliteLifecycle):
                 """
             )
             c.executescript(vecs.SCHEMA)
-            if c.execute("SELECT 1 FROM meta WHERE key = ?", (vecs.EPOCH_KEY,)).fetchone() is None:
-                with self.transaction():
-                    vecs.new_epoch(c)
             self._drop_legacy_vec_table()
             cols = {row[1] for row in c.execute("PRAGMA table_info(chunks)")}
             for col, kind in (("ts", "INTEGER"), ("date_start", "TEXT"), ("date_end", "TEXT")):
@@ -469,6 +466,12 @@ class SqliteStore(SqliteLifecycle):
                 self.fts_error = None
             except Exception as exc:
                 self.fts_error = f"FTS5 unavailable: {exc}"
+            # Last: the first row in ``meta`` makes the health probe expect every table, so a
+            # process killed before the keyword table existed left an index the next open called
+            # damaged ("index table missing: chunks_fts") and moved aside as ``.corrupt-*``.
+            if c.execute("SELECT 1 FROM meta WHERE key = ?", (vecs.EPOCH_KEY,)).fetchone() is None:
+                with self.transaction():
+                    vecs.new_epoch(c)
 
     def _drop_legacy_vec_table(self) -> None:
         """Indexes written before the in-process matrix kept a second copy of every vector in a
