@@ -504,11 +504,14 @@ class Indexer:
 
     def _still_writer(self) -> None:
         """Before each write: stop if another process became the index's writer meanwhile (this
-        one's lock file was deleted or replaced, see :meth:`FileWriterLock.still_held`)."""
+        one's lock file was deleted or replaced, or its database session closed: see the locks'
+        ``still_held``)."""
         if not self.lock.still_held():
-            raise WriterLockLost(f"the writer lock of {self.store.location} was deleted or replaced during this sync "
-                                 "and could not be taken again (another memdir process holds it now, or its folder "
-                                 "cannot be written): this sync stopped (what it wrote stays; run it again)")
+            how = getattr(self.lock, "how_lost", "was deleted or replaced during this sync and could not be taken "
+                                                 "again (another memdir process holds it now, or its folder cannot "
+                                                 "be written)")
+            raise WriterLockLost(f"the writer lock of {self.store.location} {how}: this sync stopped (what it wrote "
+                                 "stays; run it again)")
 
     def _stop_if_closing(self) -> None:
         if self.closing is not None and self.closing():

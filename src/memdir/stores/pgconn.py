@@ -273,6 +273,10 @@ _THREAD_GUARD = threading.Lock()
 class AdvisoryWriterLock:
     """One writer per agent index across hosts: a session-level advisory lock on its own connection."""
 
+    #: What a sync says when :meth:`still_held` finds the lock gone.
+    how_lost = ("went with its connection to the database server, closed during this sync, and could not be "
+                "taken again (another memdir process holds it now, or the server cannot be reached)")
+
     def __init__(self, db: Database, agent: str):
         self.db = db
         self.key = lock_key("writer", db.schema, agent)
@@ -290,11 +294,7 @@ class AdvisoryWriterLock:
             return False
         conn = None
         try:
-            conn = self.db.dedicated(f"memdir writer {os.getpid()}@{socket.gethostname()}")
-            if conn.info.server_version >= 140000:
-                # The connection idles while the sync reads and embeds; a server's idle_session_timeout
-                # (managed services set one) closed it, and with it the lock, while the sync went on writing.
-                conn.execute("SELECT set_config('idle_session_timeout', '0', false)")
+            conn = self._connect()
             while not conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0]:
                 if deadline is not None and time.monotonic() >= deadline:
                     conn.close()
@@ -327,9 +327,33 @@ class AdvisoryWriterLock:
             conn.close()
             self._thread_lock.release()
 
+    def _connect(self) -> Any:
+        conn = self.db.dedicated(f"memdir writer {os.getpid()}@{socket.gethostname()}")
+        if conn.info.server_version >= 140000:
+            # The connection idles while the sync reads and embeds; a server's idle_session_timeout
+            # (managed services set one) closed it, and with it the lock, while the sync went on writing.
+            conn.execute("SELECT set_config('idle_session_timeout', '0', false)")
+        return conn
+
     def still_held(self) -> bool:
-        """Held while its connection is: the server drops the lock only with the session."""
-        return self._conn is not None
+        """Held while its session is, checked before each write: the server drops the lock with the
+        session (pg_terminate_backend, a proxy closing an idle connection), and a sync that went on
+        writing then wrote beside the next writer.  A lock so lost is taken again if it is free."""
+        conn = self._conn
+        if conn is None:
+            return False
+        if not _dead(conn):
+            return True
+        conn.close()
+        try:
+            fresh = self._connect()
+        except Exception:
+            return False
+        if fresh.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0]:
+            self._conn = fresh
+            return True
+        fresh.close()
+        return False
 
     def holder(self) -> dict[str, Any] | None:
         """The holding client's pid and host (from its application name) and since when."""

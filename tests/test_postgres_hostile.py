@@ -1,0 +1,113 @@
+"""PostgreSQL under a team's crashes and races: a writer whose lock connection was killed,
+another process taking the agent's lock over meanwhile, timeouts the server imposes.
+
+Runs against a real server (pgserver's PostgreSQL 16 + pgvector, or $MEMDIR_TEST_DATABASE_URL).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from helpers import Backend, pg_query
+from memdir.api import Memory
+from memdir.lock import WriterLockLost
+
+
+class _GatedProvider:
+    """Embeds when the test lets it: the first batch waits until ``go`` is set."""
+
+    id = "gated"
+    model = "gated-4"
+    provider_key = "gated"
+    max_input_bytes = 1 << 20
+    dims = 4
+
+    def __init__(self) -> None:
+        self.embedding = threading.Event()
+        self.go = threading.Event()
+
+    def embed_query(self, text: str) -> list[float]:
+        return [1.0, 0.0, 0.0, 0.0]
+
+    def embed_batch(self, texts: list[str]) -> list[list[float]]:
+        self.embedding.set()
+        assert self.go.wait(60), "the test never let the batch go"
+        return [[1.0, float(len(t) % 7), 0.0, 0.0] for t in texts]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_writer_whose_lock_connection_was_killed_stops_before_writing_beside_the_new_writer(
+        pg: Backend, make_workspace, tmp_path: Path):
+    """The connection that holds a sync's advisory lock was closed by the server (an administrator's
+    pg_terminate_backend, a proxy or firewall dropping an idle connection): the lock went with it and
+    another process took it, but the sync believed it still held it and kept writing beside the new
+    writer (two writers of one agent: statistics counted twice, the index thrown away as damaged)."""
+    ws = make_workspace({f"memory/n{i:03d}.md": f"heron note number {i}\n" for i in range(100)})  # two batches
+    provider = _GatedProvider()
+    cfg = pg.config({"memorySearch": {"sync": {"onSearch": False}}})
+    with Memory(ws, config=cfg, state_dir=tmp_path, provider=provider) as mem:
+        outcome: list[Any] = []
+        worker = threading.Thread(target=lambda: outcome.append(_raised(mem.sync)))
+        worker.start()
+        other = psycopg.connect(pg.url, autocommit=True)
+        try:
+            assert provider.embedding.wait(60), "the sync never reached its first batch"
+            key = mem.store.writer_lock().key
+            killed = pg_query(pg.url, "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity "
+                                      "WHERE application_name LIKE 'memdir writer %%'")[0][0]
+            assert killed == 1
+            # another host's writer takes the agent's lock at once
+            assert other.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+            provider.go.set()
+            worker.join(60)
+            assert not worker.is_alive()
+        finally:
+            provider.go.set()
+            other.close()
+        assert isinstance(outcome[0], WriterLockLost), outcome
+        assert "writer lock" in str(outcome[0]) and "connection" in str(outcome[0]), outcome
+        # nothing was written after the lock was lost: at most the batch being embedded then
+        assert mem.store.chunk_count() <= 64
+        assert mem.store.check(thorough=True) is None
+        # and the next sync (the other writer gone) completes the index
+        report = mem.sync()
+        assert mem.store.chunk_count() == 100 and report.indexed + 64 >= 100
+
+
+def _raised(fn: Any) -> Any:
+    try:
+        return fn()
+    except BaseException as exc:  # handed to the test
+        return exc
+
+
+def test_a_writer_whose_lock_connection_was_killed_takes_the_free_lock_again_and_finishes(
+        pg: Backend, make_workspace, tmp_path: Path):
+    """The same, with no other writer about: the sync takes the lock again on a new connection and
+    completes, and the lock is held by this process (not left to the dead session) until it ends."""
+    ws = make_workspace({f"memory/n{i:03d}.md": f"heron note number {i}\n" for i in range(100)})
+    provider = _GatedProvider()
+    cfg = pg.config({"memorySearch": {"sync": {"onSearch": False}}})
+    with Memory(ws, config=cfg, state_dir=tmp_path, provider=provider) as mem:
+        outcome: list[Any] = []
+        worker = threading.Thread(target=lambda: outcome.append(_raised(mem.sync)))
+        worker.start()
+        try:
+            assert provider.embedding.wait(60), "the sync never reached its first batch"
+            killed = pg_query(pg.url, "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity "
+                                      "WHERE application_name LIKE 'memdir writer %%'")[0][0]
+            assert killed == 1
+        finally:
+            provider.go.set()
+            worker.join(60)
+        assert not worker.is_alive()
+        assert not isinstance(outcome[0], BaseException), outcome
+        assert outcome[0].indexed == 100 and mem.store.chunk_count() == 100
+        assert mem.store.writer_lock().holder() is None  # released at the end
+        assert mem.store.check(thorough=True) is None
