@@ -6,11 +6,13 @@ Runs against a real server (pgserver's PostgreSQL 16 + pgvector, or $MEMDIR_TEST
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from helpers import Backend, pg_query
 from memdir.api import Memory
@@ -111,3 +113,26 @@ def test_a_writer_whose_lock_connection_was_killed_takes_the_free_lock_again_and
         assert outcome[0].indexed == 100 and mem.store.chunk_count() == 100
         assert mem.store.writer_lock().holder() is None  # released at the end
         assert mem.store.check(thorough=True) is None
+
+
+@pytest.mark.parametrize("table", ["schema_version", "chunks"])
+def test_a_statement_the_servers_statement_timeout_cancels_is_named_as_such(table: str, pg: Backend, make_workspace,
+                                                                           run_cli):
+    """A role or database with a short statement_timeout: the statement cancelled while opening the
+    schema was reported as "cannot connect to PostgreSQL", and one cancelled in a search as a bare
+    "canceling statement due to statement timeout" naming neither the server nor what to change."""
+    ws = make_workspace({"memory/a.md": "the ibis wades in the marsh\n"})
+    run_cli("index", "-w", str(ws), env={**pg.env(), "MEMDIR_PROVIDER": "none"}, check=True)
+    url = pg.url + ("&" if "?" in pg.url else "?") + "options=-c%20statement_timeout%3D300"
+    holder = psycopg.connect(pg.url)  # another session's long transaction holds the table
+    try:
+        holder.execute(f'LOCK TABLE "{pg.schema}".{table} IN ACCESS EXCLUSIVE MODE')
+        proc = run_cli("search", "ibis", "--json", "--no-sync", "-w", str(ws),
+                       env={**pg.env(), "MEMDIR_PROVIDER": "none", "MEMDIR_DATABASE_URL": url})
+    finally:
+        holder.close()
+    assert proc.returncode == 1, proc.stdout
+    error = json.loads(proc.stdout)["error"]["message"]
+    assert error.startswith("PostgreSQL at postgresql://") and "cancelled one of memdir's statements" in error, error
+    assert "statement_timeout" in error and "cannot connect" not in error, error
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

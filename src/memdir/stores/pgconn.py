@@ -134,6 +134,8 @@ class Database:
                 info = TypeInfo.fetch(conn, f'"{self.facts["vector_schema"]}".vector')
         except psycopg.errors.LockNotAvailable as exc:
             raise self.lock_error(exc) from None
+        except psycopg.errors.QueryCanceled as exc:  # (an OperationalError, but the server was reached)
+            raise self.cancel_error(exc) from None
         except StoreError as exc:  # pgvector missing, a schema this role may not create…: say which server
             raise type(exc)(f"PostgreSQL at {self.where}: {exc}") from None
         except psycopg.OperationalError as exc:
@@ -169,6 +171,14 @@ class Database:
         return DatabaseUnavailable(
             f"PostgreSQL at {self.where}: gave up after waiting {LOCK_TIMEOUT} for a lock another session holds "
             f"on memdir's tables (a long transaction? see pg_stat_activity): {_one_line(exc)}")
+
+    def cancel_error(self, exc: BaseException) -> DatabaseUnavailable:
+        """A statement the server cancelled (its ``statement_timeout``), named as such: it was shown
+        bare ("canceling statement due to statement timeout"), or as a failure to connect."""
+        return DatabaseUnavailable(
+            f"PostgreSQL at {self.where} cancelled one of memdir's statements: {_one_line(exc)} (the role's or "
+            "database's statement_timeout is too short for it, or an administrator cancelled it); try again, or "
+            "raise statement_timeout for memdir's role")
 
     @classmethod
     def acquire(cls, dsn: str, schema: str, pool_size: int) -> Database:
@@ -222,6 +232,8 @@ class Database:
             yield conn
         except psycopg.errors.LockNotAvailable as exc:
             raise self.lock_error(exc) from exc
+        except psycopg.errors.QueryCanceled as exc:
+            raise self.cancel_error(exc) from exc
         except psycopg.OperationalError as exc:
             if not (conn.closed or conn.broken):
                 raise  # a query cancelled, a statement timeout: the connection is fine
