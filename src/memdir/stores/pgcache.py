@@ -9,30 +9,53 @@ feeds ``memdir migrate``: every file with its chunks and vectors, and the cache 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from memdir.stores.base import ChunkRow
 from memdir.stores.pgsearch import floats, vec
 
+if TYPE_CHECKING:
+    from memdir.stores.pgconn import Database
+
 
 class PgCache:
     """Shared embedding cache and export."""
 
+    _local: threading.local
     if TYPE_CHECKING:  # provided by PostgresStore
+        db: Database
+
+        def _refuse_writes(self) -> None: ...
         def _conn(self) -> AbstractContextManager[Any]: ...
         def _write(self) -> AbstractContextManager[Any]: ...
         def _scope(self) -> tuple[str, dict[str, Any]]: ...
         def _index_id(self, conn: Any = None, *, create: bool = True) -> int | None: ...
 
     # -- embedding cache (shared by every agent in the schema) -------------------------------
+    @contextmanager
+    def _cache_conn(self, write: bool = False) -> Iterator[Any]:
+        """A connection for one cache statement; inside the caller's transaction, in a savepoint.
+
+        Why: a cache statement that failed there (a deadlock, a lock or statement timeout) aborted
+        the sync's whole batch transaction; the sync carries on without the cache, as it should, but
+        each of its writes then failed with "current transaction is aborted" and the sync with them.
+        """
+        with self._write() if write else self._conn() as c:
+            if c is getattr(self._local, "conn", None):
+                with c.transaction():
+                    yield c
+            else:
+                yield c
+
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, list[float]]:
         wanted = sorted(set(hashes))
         if not wanted:
             return {}
-        with self._conn() as c:
+        with self._cache_conn() as c:
             rows = c.execute("SELECT hash, embedding FROM embedding_cache WHERE provider = %s AND model = %s "
                              "AND provider_key = %s AND hash = ANY(%s)", (provider, model, provider_key, wanted))
             found = {h: floats(v) for h, v in rows if v is not None}
@@ -44,7 +67,7 @@ class PgCache:
         rows = [(provider, model, provider_key, h, len(v), vec(v), now) for h, v in sorted(items.items()) if len(v)]
         if not rows:
             return
-        with self._write() as c, c.cursor() as cur:
+        with self._cache_conn(write=True) as c, c.cursor() as cur:
             cur.executemany("INSERT INTO embedding_cache(provider, model, provider_key, hash, dims, embedding, "
                             "updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (provider, model, provider_key, "
                             "hash) DO UPDATE SET embedding = EXCLUDED.embedding, dims = EXCLUDED.dims, "
@@ -52,11 +75,14 @@ class PgCache:
 
     def cache_touch(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> None:
         """Rows another agent's transaction holds are skipped, not waited for (it is using them right
-        now, so they are recent anyway): a touch sits in a sync's batch transaction, whose locks last
-        through the embedding call, and two agents touching and writing shared rows deadlocked."""
+        now, so they are recent anyway).  In a short transaction of its own, never the sync's batch
+        transaction: the touched rows stayed locked there through the embedding call and the writes,
+        and an agent writing a vector another had touched waited for it while that one waited to
+        write a vector this one had touched ("deadlock detected", and the batch lost its vectors)."""
         wanted = sorted(set(hashes))
         if wanted:
-            with self._write() as c:
+            self._refuse_writes()
+            with self.db.connection() as c:
                 c.execute("UPDATE embedding_cache e SET updated_at = %s FROM (SELECT hash FROM embedding_cache "
                           "WHERE provider = %s AND model = %s AND provider_key = %s AND hash = ANY(%s) "
                           "ORDER BY hash FOR UPDATE SKIP LOCKED) s WHERE e.provider = %s AND e.model = %s "
