@@ -16,9 +16,7 @@ import pytest
 
 from helpers import Backend, pg_query
 from memdir.api import Memory
-from memdir.config import load_config
 from memdir.lock import WriterLockLost
-from memdir.stores import open_store
 
 
 class _GatedProvider:
@@ -142,23 +140,36 @@ def test_a_statement_the_servers_statement_timeout_cancels_is_named_as_such(tabl
 
 # -- the shared embedding cache ---------------------------------------------------------------------
 
-def test_a_cache_touch_holds_no_row_lock_in_the_syncs_batch_transaction(pg: Backend, tmp_path: Path):
-    """Agents syncing overlapping notes: a touch inside a sync's batch transaction kept the touched
-    rows locked through the embedding call and the writes.  Agent A touched h0 and wrote h1 while
-    agent B touched h1 and wrote h0: each waited for the other ("deadlock detected"; 4 agents
-    x 5 syncs of 300 shared notes: 1-3 syncs failed per run)."""
-    store = open_store(load_config(overrides=pg.config(), state_dir=tmp_path, agent_id="a").settings)
-    other = psycopg.connect(pg.url, autocommit=True)
-    try:
-        with store.transaction():
-            store.cache_put("p", "m", "k", {"h0": [1.0, 0.0], "h1": [0.0, 1.0]})
-        with store.transaction():  # a sync's batch transaction
-            store.cache_touch("p", "m", "k", ["h0"])
-            # another agent writes the same vector meanwhile: it must not wait for this transaction
-            other.execute(f'SELECT 1 FROM "{pg.schema}".embedding_cache WHERE hash = \'h0\' FOR UPDATE NOWAIT')
-    finally:
-        other.close()
-        store.close()
+def test_a_sync_embedding_a_batch_holds_no_lock_on_the_cache_rows_it_found(pg: Backend, make_workspace,
+                                                                           tmp_path: Path):
+    """Agents syncing overlapping notes share the cache: a sync touched the rows it found before
+    embedding, inside its batch transaction, and kept them locked through the embedding and the
+    writes.  Agent A touched h0 and went on to write h1 while agent B touched h1 and went on to write
+    h0: each waited for the other ("deadlock detected"; 4 agents x 5 syncs of 300 shared notes:
+    1-3 syncs failed per run).  The touch now comes after the batch's own cache writes."""
+    cfg = pg.config({"memorySearch": {"sync": {"onSearch": False}}})
+    seed = _GatedProvider()
+    seed.go.set()
+    with Memory(make_workspace({"memory/a.md": "the ibis wades\n"}, name="seed"), config=cfg, state_dir=tmp_path,
+                provider=seed, agent_id="seed") as mem:
+        mem.sync()
+    ws = make_workspace({"memory/a.md": "the ibis wades\n", "memory/b.md": "the heron waits\n"})
+    provider = _GatedProvider()
+    other = psycopg.connect(pg.url)  # another agent's batch transaction
+    with Memory(ws, config=cfg, state_dir=tmp_path, provider=provider) as mem:
+        outcome: list[Any] = []
+        worker = threading.Thread(target=lambda: outcome.append(_raised(mem.sync)))
+        worker.start()
+        try:
+            assert provider.embedding.wait(60), "the sync never reached its batch"  # a.md's vector: a hit
+            rows = other.execute(f'SELECT hash FROM "{pg.schema}".embedding_cache FOR UPDATE NOWAIT').fetchall()
+            assert len(rows) == 1
+        finally:
+            provider.go.set()
+            worker.join(60)
+            other.close()
+        assert not isinstance(outcome[0], BaseException), outcome
+        assert mem.store.vector_count() == 2 and mem.store.cache_count() == 2
 
 
 def test_a_failed_cache_write_costs_the_batch_its_vectors_not_the_sync(pg: Backend, make_workspace, tmp_path: Path,

@@ -868,8 +868,7 @@ class Indexer:
             found = {}
         report.cache_hits += len(found)
         missing = [h for h in hashes if h not in found]
-        if found and cache_on:
-            store.cache_touch(p.id, p.model, p.provider_key, found.keys())
+        hits = list(found) if cache_on else []
         if missing:
             fresh = self._embed_missing(p, [by_hash[h] for h in missing], missing, report, chunks, len(hashes),
                                         on_embedded)
@@ -886,6 +885,11 @@ class Indexer:
             found.update(fresh)
         else:
             self._check_width({}, found)
+        if hits:
+            # Touched last: a shared cache (PostgreSQL) keeps the touched rows locked until the batch
+            # commits, and touched before the embedding and the write, two agents each waited to write
+            # a vector the other had touched (deadlock).
+            store.cache_touch(p.id, p.model, p.provider_key, hits)
         return found
 
     def _learn_width(self, p: EmbeddingProvider, text: str) -> None:

@@ -18,18 +18,12 @@ from typing import TYPE_CHECKING, Any
 from memdir.stores.base import ChunkRow
 from memdir.stores.pgsearch import floats, vec
 
-if TYPE_CHECKING:
-    from memdir.stores.pgconn import Database
-
 
 class PgCache:
     """Shared embedding cache and export."""
 
     _local: threading.local
     if TYPE_CHECKING:  # provided by PostgresStore
-        db: Database
-
-        def _refuse_writes(self) -> None: ...
         def _conn(self) -> AbstractContextManager[Any]: ...
         def _write(self) -> AbstractContextManager[Any]: ...
         def _scope(self) -> tuple[str, dict[str, Any]]: ...
@@ -75,14 +69,12 @@ class PgCache:
 
     def cache_touch(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> None:
         """Rows another agent's transaction holds are skipped, not waited for (it is using them right
-        now, so they are recent anyway).  In a short transaction of its own, never the sync's batch
-        transaction: the touched rows stayed locked there through the embedding call and the writes,
-        and an agent writing a vector another had touched waited for it while that one waited to
-        write a vector this one had touched ("deadlock detected", and the batch lost its vectors)."""
+        now, so they are recent anyway): a touch sits in a sync's batch transaction, whose locks last
+        until it commits, and two agents touching and writing shared rows deadlocked (the sync
+        touches after it writes, see :meth:`memdir.sync.Indexer._embed`)."""
         wanted = sorted(set(hashes))
         if wanted:
-            self._refuse_writes()
-            with self.db.connection() as c:
+            with self._cache_conn(write=True) as c:
                 c.execute("UPDATE embedding_cache e SET updated_at = %s FROM (SELECT hash FROM embedding_cache "
                           "WHERE provider = %s AND model = %s AND provider_key = %s AND hash = ANY(%s) "
                           "ORDER BY hash FOR UPDATE SKIP LOCKED) s WHERE e.provider = %s AND e.model = %s "
