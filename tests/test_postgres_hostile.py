@@ -197,3 +197,40 @@ def test_a_failed_cache_write_costs_the_batch_its_vectors_not_the_sync(pg: Backe
         assert [h.path for h in mem.search("ibis").results][:1] == ["memory/a.md"]
         mem.sync()
         assert mem.store.vector_count() == 2 and mem.store.cache_count() == 2
+
+
+# -- the server gone and back -------------------------------------------------------------------------
+
+def test_a_long_lived_memory_fails_at_once_while_the_server_is_gone_and_answers_when_it_is_back(
+        pg_url: str, make_workspace, tmp_path: Path, monkeypatch):
+    """The pool retries a lost server with a growing back-off (1, 2, 4 … 128 s apart).  While the
+    server was down, every call of a long-lived process (an MCP server) waited the whole pool
+    timeout (a search twice: 30 s) for a failure libpq reports at once; once it was back, calls kept
+    failing until the pool's next retry, minutes later after a long outage (emulated here by
+    retries 300 s apart and a pool timeout of 600 s: both waits would outlast the test)."""
+    from psycopg_pool.base import AttemptWithBackoff
+
+    from memdir.errors import StoreError
+    from memdir.stores import pgconn
+    from test_postgres_faults import _in_thread, _scratch_database, _terminate_other_backends
+
+    monkeypatch.setattr(pgconn, "CONNECT_TIMEOUT", 600, raising=False)
+    monkeypatch.setattr(AttemptWithBackoff, "INITIAL_DELAY", 300.0)
+    with _scratch_database(pg_url) as (db, url):
+        ws = make_workspace({"memory/a.md": "zebra crossing\n"})
+        cfg = Backend("postgres", url, "memdir").config({"memorySearch": {"provider": "none"}})
+        with Memory(ws, config=cfg, state_dir=tmp_path) as mem:
+            mem.sync()
+            pg_query(pg_url, f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS false')  # the server is gone
+            assert _terminate_other_backends(pg_url, db) >= 1
+            done, outcome = _in_thread(lambda: mem.search("zebra"), 60)
+            assert done, "a search waited for the pool while the server refused every connection"
+            assert isinstance(outcome, StoreError) and "cannot connect to PostgreSQL" in str(outcome), outcome
+            assert "\n" not in str(outcome)
+            pg_query(pg_url, f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS true')  # and back
+            done, outcome = _in_thread(lambda: mem.search("zebra"), 60)
+            assert done, "the first search after the server came back waited for the pool's next retry"
+            assert not isinstance(outcome, BaseException), outcome
+            assert [h.path for h in outcome.results] == ["memory/a.md"]
+            (ws / "memory" / "b.md").write_text("zebra stripes\n")
+            assert mem.sync().indexed == 1

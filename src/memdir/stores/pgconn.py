@@ -34,6 +34,13 @@ from memdir.stores.pgschema import TABLES, lock_key, migrate, set_search_path
 EXTRA_HINT = "PostgreSQL support needs the postgres extra: pip install 'memdir[postgres]'"
 #: Seconds to wait for the server to accept a connection (and for a free pooled connection).
 CONNECT_TIMEOUT = 15
+#: Seconds a call waits for the pool to hand out or open a connection before opening one itself
+#: (or, if the server cannot be reached, saying so at once), unless every pooled connection is in use.
+POOL_QUICK_WAIT = 1.0
+#: Seconds the pool retries a lost server (1, 2, 4 s apart) before it stops and the next call starts
+#: over: with psycopg_pool's default (300 s, the gaps doubling to 128 s) a process went on failing for
+#: minutes after the server was back.
+RECONNECT_TIMEOUT = 10.0
 #: How long a statement waits for a lock another session holds on memdir's tables (SQLite's busy timeout).
 LOCK_TIMEOUT = "30s"
 #: libpq keepalives: a server that vanished (host down, network cut) is noticed within about a minute.
@@ -162,10 +169,11 @@ class Database:
             conn.execute("SELECT set_config('idle_in_transaction_session_timeout', '0', false)")
 
         self.pool = ConnectionPool(dsn, min_size=1, max_size=pool_size, timeout=CONNECT_TIMEOUT,
+                                   reconnect_timeout=RECONNECT_TIMEOUT,
                                    kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, **KEEPALIVES},
                                    configure=configure_pooled, open=True, name=f"memdir-{schema}")
         self.pool.wait(timeout=30)
-        self._register = configure
+        self._configure = configure_pooled
 
     def lock_error(self, exc: BaseException) -> DatabaseUnavailable:
         return DatabaseUnavailable(
@@ -224,10 +232,22 @@ class Database:
         from psycopg_pool import PoolTimeout
 
         try:
-            conn = self._live_connection()
+            conn = self._live_connection(POOL_QUICK_WAIT)
         except PoolTimeout:
-            raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}: {self._why_unreachable()}"
-                                      ) from None
+            conn = None
+        pooled = conn is not None
+        if conn is None and self.pool.get_stats().get("pool_size", 0) >= self.pool.max_size:
+            try:  # every connection is in use: wait for one
+                conn = self._live_connection(CONNECT_TIMEOUT)
+                pooled = True
+            except PoolTimeout:
+                raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}: "
+                                          f"{self._why_unreachable()}") from None
+        if conn is None:
+            # The pool could open one but has none: the server was lost and the pool waits to retry.
+            # Opened here instead: the server's own reason at once if it is still down, else a
+            # connection for this call while the pool catches up.
+            conn = self.dedicated("memdir")
         try:
             yield conn
         except psycopg.errors.LockNotAvailable as exc:
@@ -240,17 +260,20 @@ class Database:
             raise DatabaseUnavailable(f"lost the connection to PostgreSQL at {self.where}: {_one_line(exc)}"
                                       ) from exc
         finally:
-            self.pool.putconn(conn)
+            if pooled:
+                self.pool.putconn(conn)
+            else:
+                conn.close()
 
-    def _live_connection(self) -> Any:
+    def _live_connection(self, timeout: float) -> Any:
         """From the pool, skipping (and closing) connections the server closed while they sat idle."""
         for _ in range(self.pool.max_size + 1):
-            conn = self.pool.getconn()
+            conn = self.pool.getconn(timeout)
             if not _dead(conn):
                 return conn
             conn.close()
             self.pool.putconn(conn)  # closed: the pool discards it and opens a fresh one
-        return self.pool.getconn()
+        return self.pool.getconn(timeout)
 
     def _why_unreachable(self) -> str:
         """Why no pooled connection came: one direct attempt gives libpq's own reason."""
@@ -271,8 +294,7 @@ class Database:
                                    connect_timeout=CONNECT_TIMEOUT, **KEEPALIVES)
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}: {_one_line(exc)}") from None
-        self._register(conn)
-        conn.execute("SELECT set_config('lock_timeout', %s, false)", (LOCK_TIMEOUT,))
+        self._configure(conn)
         return conn
 
 
