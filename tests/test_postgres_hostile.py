@@ -234,3 +234,16 @@ def test_a_long_lived_memory_fails_at_once_while_the_server_is_gone_and_answers_
             assert [h.path for h in outcome.results] == ["memory/a.md"]
             (ws / "memory" / "b.md").write_text("zebra stripes\n")
             assert mem.sync().indexed == 1
+
+
+def test_index_json_names_the_database_index_not_a_sqlite_file(pg: Backend, make_workspace, run_cli):
+    """``memdir index --json`` on PostgreSQL reported ``indexPath`` as a SQLite file that does not exist
+    (as did the first search's notice): a newcomer checking where the index went
+    looked for a file.  ``status`` already named the database."""
+    ws = make_workspace({"memory/a.md": "the ibis wades\n"})
+    env = {**pg.env(), "MEMDIR_PROVIDER": "none",
+           "MEMDIR_DATABASE_URL": pg.url.replace("postgres:@", "postgres:s3cret@", 1)}
+    report = json.loads(run_cli("index", "--json", "-w", str(ws), env=env, check=True).stdout)
+    status = json.loads(run_cli("status", "--json", "-w", str(ws), env=env, check=True).stdout)
+    assert report["indexPath"] == status["indexPath"] and report["indexPath"].startswith("postgresql://")
+    assert f"#{pg.schema}/" in report["indexPath"] and "s3cret" not in report["indexPath"]

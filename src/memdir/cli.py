@@ -418,7 +418,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         for item in report.skipped:
             _note(args, f"warning: skipped {item['path']}: {item['error']} (retried on the next sync)")
         if args.json:
-            print(json.dumps({"agentId": mem.settings.agent_id, "indexPath": str(mem.index_path),
+            print(json.dumps({"agentId": mem.settings.agent_id, "indexPath": mem.store.location,
                               "indexKey": mem.settings.index_key, "mode": mem.selection.mode,
                               **report.as_dict()}, indent=2))
         else:
