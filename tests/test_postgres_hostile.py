@@ -7,6 +7,8 @@ Runs against a real server (pgserver's PostgreSQL 16 + pgvector, or $MEMDIR_TEST
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -247,3 +249,17 @@ def test_index_json_names_the_database_index_not_a_sqlite_file(pg: Backend, make
     status = json.loads(run_cli("status", "--json", "-w", str(ws), env=env, check=True).stdout)
     assert report["indexPath"] == status["indexPath"] and report["indexPath"].startswith("postgresql://")
     assert f"#{pg.schema}/" in report["indexPath"] and "s3cret" not in report["indexPath"]
+
+
+def test_the_pools_reconnection_reports_stay_out_of_the_clis_one_error_line():
+    """A server restarted during ``memdir migrate``/``index``: besides memdir's one error line, the
+    CLI printed psycopg_pool's warning for each reconnection attempt ("memdir: WARNING: error
+    connecting in 'memdir-…': …").  They are shown with -v."""
+    code = ("import argparse, logging, sys; from memdir.cli import _configure_logging; "
+            "_configure_logging(argparse.Namespace(verbose=int(sys.argv[1]), quiet=False)); "
+            "logging.getLogger('psycopg.pool').warning(\"error connecting in 'memdir-x'\"); "
+            "logging.getLogger('memdir.sync').warning('own warning')")
+    quiet, verbose = (subprocess.run([sys.executable, "-c", code, v], capture_output=True, text=True, timeout=60)
+                      for v in ("0", "1"))
+    assert "own warning" in quiet.stderr and "error connecting" not in quiet.stderr, quiet.stderr
+    assert "error connecting" in verbose.stderr, verbose.stderr

@@ -730,6 +730,10 @@ def _configure_logging(args: argparse.Namespace) -> None:
                         "memdir: %(levelname)s: %(message)s")
     own = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.getLogger("memdir").setLevel(own)
+    if not verbose:
+        # The pool's own reports of each reconnection attempt ("error connecting in 'memdir-…'", a line
+        # per attempt, in the middle of a --json run): memdir reports the failure itself, in one line.
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 def _stdout_gone() -> int:
