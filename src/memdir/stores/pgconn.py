@@ -379,14 +379,17 @@ class AdvisoryWriterLock:
         if not _dead(conn):
             return True
         conn.close()
+        fresh = None
         try:
             fresh = self._connect()
+            if fresh.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0]:
+                self._conn, fresh = fresh, None
+                return True
         except Exception:
-            return False
-        if fresh.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0]:
-            self._conn = fresh
-            return True
-        fresh.close()
+            pass  # the server cannot be reached (or dropped this connection too): not held
+        finally:
+            if fresh is not None:
+                fresh.close()
         return False
 
     def holder(self) -> dict[str, Any] | None:
