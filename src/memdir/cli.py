@@ -420,7 +420,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         for item in report.skipped:
             _note(args, f"warning: skipped {item['path']}: {item['error']} (retried on the next sync)")
         if args.json:
-            print(json.dumps({"agentId": mem.settings.agent_id, "indexPath": str(mem.index_path),
+            print(json.dumps({"agentId": mem.settings.agent_id, "indexPath": mem.store.location,
                               "indexKey": mem.settings.index_key, "mode": mem.selection.mode,
                               **report.as_dict()}, indent=2))
         else:
@@ -735,6 +735,10 @@ def _configure_logging(args: argparse.Namespace) -> None:
                         "memdir: %(levelname)s: %(message)s")
     own = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.getLogger("memdir").setLevel(own)
+    if not verbose:
+        # The pool's own reports of each reconnection attempt ("error connecting in 'memdir-…'", a line
+        # per attempt, in the middle of a --json run): memdir reports the failure itself, in one line.
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 def _stdout_gone() -> int:

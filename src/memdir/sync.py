@@ -530,11 +530,14 @@ class Indexer:
 
     def _still_writer(self) -> None:
         """Before each write: stop if another process became the index's writer meanwhile (this
-        one's lock file was deleted or replaced, see :meth:`FileWriterLock.still_held`)."""
+        one's lock file was deleted or replaced, or its database session closed: see the locks'
+        ``still_held``)."""
         if not self.lock.still_held():
-            raise WriterLockLost(f"the writer lock of {self.store.location} was deleted or replaced during this sync "
-                                 "and could not be taken again (another memdir process holds it now, or its folder "
-                                 "cannot be written): this sync stopped (what it wrote stays; run it again)")
+            how = getattr(self.lock, "how_lost", "was deleted or replaced during this sync and could not be taken "
+                                                 "again (another memdir process holds it now, or its folder cannot "
+                                                 "be written)")
+            raise WriterLockLost(f"the writer lock of {self.store.location} {how}: this sync stopped (what it wrote "
+                                 "stays; run it again)")
 
     def _stop_if_closing(self) -> None:
         if self.closing is not None and self.closing():
@@ -891,8 +894,7 @@ class Indexer:
             found = {}
         report.cache_hits += len(found)
         missing = [h for h in hashes if h not in found]
-        if found and cache_on:
-            store.cache_touch(p.id, p.model, p.provider_key, found.keys())
+        hits = list(found) if cache_on else []
         if missing:
             fresh = self._embed_missing(p, [by_hash[h] for h in missing], missing, report, chunks, len(hashes),
                                         on_embedded)
@@ -909,6 +911,11 @@ class Indexer:
             found.update(fresh)
         else:
             self._check_width({}, found)
+        if hits:
+            # Touched last: a shared cache (PostgreSQL) keeps the touched rows locked until the batch
+            # commits, and touched before the embedding and the write, two agents each waited to write
+            # a vector the other had touched (deadlock).
+            store.cache_touch(p.id, p.model, p.provider_key, hits)
         return found
 
     def _learn_width(self, p: EmbeddingProvider, text: str) -> None:

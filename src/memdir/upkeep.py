@@ -209,7 +209,7 @@ class IndexUpkeep:
         timer = None
         if not self.recoveries:  # after a recovery, the recovery message has said it already
             timer = threading.Timer(1.0, self.notice, args=(
-                f"no index yet for {self.workspace}: building it before searching ({self.index_path}; "
+                f"no index yet for {self.workspace}: building it before searching ({self.store.location}; "
                 "later searches use it)",))
             timer.daemon = True
             timer.start()

@@ -9,9 +9,10 @@ feeds ``memdir migrate``: every file with its chunks and vectors, and the cache 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from memdir.stores.base import ChunkRow
@@ -21,6 +22,7 @@ from memdir.stores.pgsearch import floats, vec
 class PgCache:
     """Shared embedding cache and export."""
 
+    _local: threading.local
     if TYPE_CHECKING:  # provided by PostgresStore
         def _conn(self) -> AbstractContextManager[Any]: ...
         def _write(self) -> AbstractContextManager[Any]: ...
@@ -28,11 +30,26 @@ class PgCache:
         def _index_id(self, conn: Any = None, *, create: bool = True) -> int | None: ...
 
     # -- embedding cache (shared by every agent in the schema) -------------------------------
+    @contextmanager
+    def _cache_conn(self, write: bool = False) -> Iterator[Any]:
+        """A connection for one cache statement; inside the caller's transaction, in a savepoint.
+
+        Why: a cache statement that failed there (a deadlock, a lock or statement timeout) aborted
+        the sync's whole batch transaction; the sync carries on without the cache, as it should, but
+        each of its writes then failed with "current transaction is aborted" and the sync with them.
+        """
+        with self._write() if write else self._conn() as c:
+            if c is getattr(self._local, "conn", None):
+                with c.transaction():
+                    yield c
+            else:
+                yield c
+
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, list[float]]:
         wanted = sorted(set(hashes))
         if not wanted:
             return {}
-        with self._conn() as c:
+        with self._cache_conn() as c:
             rows = c.execute("SELECT hash, embedding FROM embedding_cache WHERE provider = %s AND model = %s "
                              "AND provider_key = %s AND hash = ANY(%s)", (provider, model, provider_key, wanted))
             found = {h: floats(v) for h, v in rows if v is not None}
@@ -44,7 +61,7 @@ class PgCache:
         rows = [(provider, model, provider_key, h, len(v), vec(v), now) for h, v in sorted(items.items()) if len(v)]
         if not rows:
             return
-        with self._write() as c, c.cursor() as cur:
+        with self._cache_conn(write=True) as c, c.cursor() as cur:
             cur.executemany("INSERT INTO embedding_cache(provider, model, provider_key, hash, dims, embedding, "
                             "updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (provider, model, provider_key, "
                             "hash) DO UPDATE SET embedding = EXCLUDED.embedding, dims = EXCLUDED.dims, "
@@ -53,10 +70,11 @@ class PgCache:
     def cache_touch(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> None:
         """Rows another agent's transaction holds are skipped, not waited for (it is using them right
         now, so they are recent anyway): a touch sits in a sync's batch transaction, whose locks last
-        through the embedding call, and two agents touching and writing shared rows deadlocked."""
+        until it commits, and two agents touching and writing shared rows deadlocked (the sync
+        touches after it writes, see :meth:`memdir.sync.Indexer._embed`)."""
         wanted = sorted(set(hashes))
         if wanted:
-            with self._write() as c:
+            with self._cache_conn(write=True) as c:
                 c.execute("UPDATE embedding_cache e SET updated_at = %s FROM (SELECT hash FROM embedding_cache "
                           "WHERE provider = %s AND model = %s AND provider_key = %s AND hash = ANY(%s) "
                           "ORDER BY hash FOR UPDATE SKIP LOCKED) s WHERE e.provider = %s AND e.model = %s "

@@ -34,6 +34,13 @@ from memdir.stores.pgschema import TABLES, lock_key, migrate, set_search_path
 EXTRA_HINT = "PostgreSQL support needs the postgres extra: pip install 'memdir[postgres]'"
 #: Seconds to wait for the server to accept a connection (and for a free pooled connection).
 CONNECT_TIMEOUT = 15
+#: Seconds a call waits for the pool to hand out or open a connection before opening one itself
+#: (or, if the server cannot be reached, saying so at once), unless every pooled connection is in use.
+POOL_QUICK_WAIT = 1.0
+#: Seconds the pool retries a lost server (1, 2, 4 s apart) before it stops and the next call starts
+#: over: with psycopg_pool's default (300 s, the gaps doubling to 128 s) a process went on failing for
+#: minutes after the server was back.
+RECONNECT_TIMEOUT = 10.0
 #: How long a statement waits for a lock another session holds on memdir's tables (SQLite's busy timeout).
 LOCK_TIMEOUT = "30s"
 #: libpq keepalives: a server that vanished (host down, network cut) is noticed within about a minute.
@@ -134,6 +141,8 @@ class Database:
                 info = TypeInfo.fetch(conn, f'"{self.facts["vector_schema"]}".vector')
         except psycopg.errors.LockNotAvailable as exc:
             raise self.lock_error(exc) from None
+        except psycopg.errors.QueryCanceled as exc:  # (an OperationalError, but the server was reached)
+            raise self.cancel_error(exc) from None
         except StoreError as exc:  # pgvector missing, a schema this role may not create…: say which server
             raise type(exc)(f"PostgreSQL at {self.where}: {exc}") from None
         except psycopg.OperationalError as exc:
@@ -160,15 +169,24 @@ class Database:
             conn.execute("SELECT set_config('idle_in_transaction_session_timeout', '0', false)")
 
         self.pool = ConnectionPool(dsn, min_size=1, max_size=pool_size, timeout=CONNECT_TIMEOUT,
+                                   reconnect_timeout=RECONNECT_TIMEOUT,
                                    kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, **KEEPALIVES},
                                    configure=configure_pooled, open=True, name=f"memdir-{schema}")
         self.pool.wait(timeout=30)
-        self._register = configure
+        self._configure = configure_pooled
 
     def lock_error(self, exc: BaseException) -> DatabaseUnavailable:
         return DatabaseUnavailable(
             f"PostgreSQL at {self.where}: gave up after waiting {LOCK_TIMEOUT} for a lock another session holds "
             f"on memdir's tables (a long transaction? see pg_stat_activity): {_one_line(exc)}")
+
+    def cancel_error(self, exc: BaseException) -> DatabaseUnavailable:
+        """A statement the server cancelled (its ``statement_timeout``), named as such: it was shown
+        bare ("canceling statement due to statement timeout"), or as a failure to connect."""
+        return DatabaseUnavailable(
+            f"PostgreSQL at {self.where} cancelled one of memdir's statements: {_one_line(exc)} (the role's or "
+            "database's statement_timeout is too short for it, or an administrator cancelled it); try again, or "
+            "raise statement_timeout for memdir's role")
 
     @classmethod
     def acquire(cls, dsn: str, schema: str, pool_size: int) -> Database:
@@ -214,31 +232,48 @@ class Database:
         from psycopg_pool import PoolTimeout
 
         try:
-            conn = self._live_connection()
+            conn = self._live_connection(POOL_QUICK_WAIT)
         except PoolTimeout:
-            raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}: {self._why_unreachable()}"
-                                      ) from None
+            conn = None
+        pooled = conn is not None
+        if conn is None and self.pool.get_stats().get("pool_size", 0) >= self.pool.max_size:
+            try:  # every connection is in use: wait for one
+                conn = self._live_connection(CONNECT_TIMEOUT)
+                pooled = True
+            except PoolTimeout:
+                raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}: "
+                                          f"{self._why_unreachable()}") from None
+        if conn is None:
+            # The pool could open one but has none: the server was lost and the pool waits to retry.
+            # Opened here instead: the server's own reason at once if it is still down, else a
+            # connection for this call while the pool catches up.
+            conn = self.dedicated("memdir")
         try:
             yield conn
         except psycopg.errors.LockNotAvailable as exc:
             raise self.lock_error(exc) from exc
+        except psycopg.errors.QueryCanceled as exc:
+            raise self.cancel_error(exc) from exc
         except psycopg.OperationalError as exc:
             if not (conn.closed or conn.broken):
                 raise  # a query cancelled, a statement timeout: the connection is fine
             raise DatabaseUnavailable(f"lost the connection to PostgreSQL at {self.where}: {_one_line(exc)}"
                                       ) from exc
         finally:
-            self.pool.putconn(conn)
+            if pooled:
+                self.pool.putconn(conn)
+            else:
+                conn.close()
 
-    def _live_connection(self) -> Any:
+    def _live_connection(self, timeout: float) -> Any:
         """From the pool, skipping (and closing) connections the server closed while they sat idle."""
         for _ in range(self.pool.max_size + 1):
-            conn = self.pool.getconn()
+            conn = self.pool.getconn(timeout)
             if not _dead(conn):
                 return conn
             conn.close()
             self.pool.putconn(conn)  # closed: the pool discards it and opens a fresh one
-        return self.pool.getconn()
+        return self.pool.getconn(timeout)
 
     def _why_unreachable(self) -> str:
         """Why no pooled connection came: one direct attempt gives libpq's own reason."""
@@ -259,8 +294,7 @@ class Database:
                                    connect_timeout=CONNECT_TIMEOUT, **KEEPALIVES)
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}: {_one_line(exc)}") from None
-        self._register(conn)
-        conn.execute("SELECT set_config('lock_timeout', %s, false)", (LOCK_TIMEOUT,))
+        self._configure(conn)
         return conn
 
 
@@ -272,6 +306,10 @@ _THREAD_GUARD = threading.Lock()
 
 class AdvisoryWriterLock:
     """One writer per agent index across hosts: a session-level advisory lock on its own connection."""
+
+    #: What a sync says when :meth:`still_held` finds the lock gone.
+    how_lost = ("went with its connection to the database server, closed during this sync, and could not be "
+                "taken again (another memdir process holds it now, or the server cannot be reached)")
 
     def __init__(self, db: Database, agent: str):
         self.db = db
@@ -290,11 +328,7 @@ class AdvisoryWriterLock:
             return False
         conn = None
         try:
-            conn = self.db.dedicated(f"memdir writer {os.getpid()}@{socket.gethostname()}")
-            if conn.info.server_version >= 140000:
-                # The connection idles while the sync reads and embeds; a server's idle_session_timeout
-                # (managed services set one) closed it, and with it the lock, while the sync went on writing.
-                conn.execute("SELECT set_config('idle_session_timeout', '0', false)")
+            conn = self._connect()
             while not conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0]:
                 if deadline is not None and time.monotonic() >= deadline:
                     conn.close()
@@ -327,9 +361,36 @@ class AdvisoryWriterLock:
             conn.close()
             self._thread_lock.release()
 
+    def _connect(self) -> Any:
+        conn = self.db.dedicated(f"memdir writer {os.getpid()}@{socket.gethostname()}")
+        if conn.info.server_version >= 140000:
+            # The connection idles while the sync reads and embeds; a server's idle_session_timeout
+            # (managed services set one) closed it, and with it the lock, while the sync went on writing.
+            conn.execute("SELECT set_config('idle_session_timeout', '0', false)")
+        return conn
+
     def still_held(self) -> bool:
-        """Held while its connection is: the server drops the lock only with the session."""
-        return self._conn is not None
+        """Held while its session is, checked before each write: the server drops the lock with the
+        session (pg_terminate_backend, a proxy closing an idle connection), and a sync that went on
+        writing then wrote beside the next writer.  A lock so lost is taken again if it is free."""
+        conn = self._conn
+        if conn is None:
+            return False
+        if not _dead(conn):
+            return True
+        conn.close()
+        fresh = None
+        try:
+            fresh = self._connect()
+            if fresh.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0]:
+                self._conn, fresh = fresh, None
+                return True
+        except Exception:
+            pass  # the server cannot be reached (or dropped this connection too): not held
+        finally:
+            if fresh is not None:
+                fresh.close()
+        return False
 
     def holder(self) -> dict[str, Any] | None:
         """The holding client's pid and host (from its application name) and since when."""

@@ -159,6 +159,8 @@ def _ensure_extension(conn: Any, readonly: str | None) -> tuple[str, str]:
             try:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
             except Exception as exc:
+                if getattr(exc, "sqlstate", None) == "57014":  # query_canceled: the server's timeout, not the role
+                    raise
                 why = f"this role cannot install it ({_first_line(exc)})"
             found = _extension(conn)
         if found is None:
