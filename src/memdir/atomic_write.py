@@ -51,7 +51,7 @@ def remove_dead_temps(folder: Path, prefix: str, suffixes: tuple[str, ...] = (".
         return
     for name in names:
         pid = name[len(prefix):].split("-", 1)[0]
-        if not (name.startswith(prefix) and name.endswith(suffixes) and pid.isdigit()) or _alive(int(pid)):
+        if not (name.startswith(prefix) and name.endswith(suffixes) and pid.isdigit()) or process_alive(int(pid)):
             continue
         path = Path(folder) / name
         if path.is_dir() and not path.is_symlink():
@@ -61,8 +61,9 @@ def remove_dead_temps(folder: Path, prefix: str, suffixes: tuple[str, ...] = (".
                 path.unlink()
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (one of another user counts as alive: not ours to judge)."""
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts as alive: not ours to judge); a
+    writer's pid in a temporary file's name tells whether the file may still be written."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -29,6 +29,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from memdir.atomic_write import process_alive
 from memdir.lock import busy_holder, flock_within
 from memdir.reading import note_encoding
 from memdir.workspace import MEMORY_DIR
@@ -267,14 +268,8 @@ def _remove_stale_temps(dfd: int) -> None:
         owner = rest.split("-", 1)[0]  # <pid>-<random>, or <pid> (older versions)
         if not (entry.startswith(".") and marker and owner.isdigit()):
             continue
-        pid = int(owner)
-        try:
-            os.kill(pid, 0)
-            continue  # still running: its write may be under way
-        except ProcessLookupError:
-            pass
-        except (PermissionError, OverflowError):
-            continue
+        if process_alive(int(owner)):
+            continue  # still running (or another user's): its write may be under way
         with contextlib.suppress(OSError):
             os.unlink(entry, dir_fd=dfd)
 

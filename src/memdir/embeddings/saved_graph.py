@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from memdir.atomic_write import process_alive
 from memdir.embeddings.int8 import cache_dir
 
 #: Bumped when the layout, the save options or the probe change: older folders are ignored.
@@ -204,13 +205,7 @@ def _writer_gone(name: str) -> bool:
     parts = name.rsplit(".", 3)
     if len(parts) < 4 or not parts[1].isdigit() or sys.platform == "win32":  # (signal 0 is Ctrl-C there)
         return False
-    try:
-        os.kill(int(parts[1]), 0)
-    except ProcessLookupError:
-        return True
-    except (OSError, OverflowError, ValueError):
-        return False  # alive but another user's, or not a pid at all
-    return False
+    return not process_alive(int(parts[1]))
 
 
 def touch(model_file: Path) -> None:
