@@ -243,3 +243,15 @@ def test_status_deep_names_the_vector_path(ws: Path, model):
         assert warm["rows"] == st["vector"]["vectors"] > 0 and warm["dims"] == 384 and warm["loads"] == 1
         assert "phraseCounts" in mem.status()["fts"]["warm"]
         assert st["embeddingProbe"]["ok"] and st["embeddingProbe"]["dims"] == 384
+
+
+def test_a_vector_search_whose_query_cannot_be_embedded_answers_from_keywords(ws: Path, model):
+    with Memory(ws, provider=BrokenQueryProvider(model, error="model went away")) as mem:
+        mem.sync()
+        resp = mem.search("Kafka billing", sync=False, mode="vector")
+        assert resp.mode == "fts-only"
+        assert resp.fallback == {"from": "vector", "reason": "query embedding failed: model went away"}
+        assert [r.path for r in resp.results][:1] == ["memory/2026-01-10.md"]
+        hybrid = mem.search("Kafka billing", sync=False)
+        assert hybrid.fallback["from"] == "hybrid"
+        assert [r.path for r in hybrid.results] == [r.path for r in resp.results]

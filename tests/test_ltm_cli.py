@@ -62,6 +62,10 @@ def test_ltm_commands_end_to_end(tmp_path: Path, make_workspace, run_cli) -> Non
 
     missing = run_cli("ltm", "forget", "0123abcd", *base)
     assert missing.returncode == 1 and "no memory with id 0123abcd" in missing.stderr
+    missing_json = run_cli("ltm", "forget", "0123abcd", "--json", *base)
+    assert missing_json.returncode == 1
+    assert json.loads(missing_json.stdout) == {"ok": False, "action": "not_found", "error": {
+        "kind": "not_found", "message": "no memory with id 0123abcd", "exitCode": 1}}
     bad = run_cli("ltm", "forget", "nope!", *base)
     assert bad.returncode == 1 and "Invalid memory ID format: nope!" in bad.stderr
     assert run_cli("ltm", "forget", *base).returncode == 2

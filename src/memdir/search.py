@@ -258,6 +258,7 @@ def run_search(
     vector_hits: list[Hit] = []
     qvec: list[float] | None = None
     if embedding is not None:
+        asked = "hybrid" if hybrid.enabled else "vector"
         t1 = time.perf_counter()
         try:
             # the budget counts from the embedding's start; "embed" is what the search waited for it
@@ -267,7 +268,7 @@ def run_search(
                 qvec = None
             elif vector_dims and len(qvec) != vector_dims:
                 response.mode = "fts-only"
-                response.fallback = {"from": "hybrid", "reason": (
+                response.fallback = {"from": asked, "reason": (
                     f"the query vector has {len(qvec)} dimensions, the index's vectors {vector_dims} (did the "
                     "model change behind its name?); keywords only until the index is rebuilt")}
                 qvec = None
@@ -277,10 +278,22 @@ def run_search(
                 timings["vector"] = (time.perf_counter() - t2) * 1000
         except TimeoutError:  # concurrent.futures' own since Python 3.11
             response.mode = "fts-only"
-            response.fallback = {"from": "hybrid", "reason": f"query embedding exceeded {qcfg.embed_timeout_ms} ms"}
+            response.fallback = {"from": asked, "reason": f"query embedding exceeded {qcfg.embed_timeout_ms} ms"}
         except Exception as exc:
             response.mode = "fts-only"
-            response.fallback = {"from": "hybrid", "reason": f"query embedding failed: {one_line(exc)}"}
+            response.fallback = {"from": asked, "reason": f"query embedding failed: {one_line(exc)}"}
+        if response.mode == "fts-only" and not use_keywords:
+            # a vector-only search whose query could not be embedded answers from keywords (and
+            # says so) rather than with nothing
+            t4 = time.perf_counter()
+            use_keywords = bool(terms) and store.fts_available
+            if use_keywords:
+                try:
+                    keyword_hits = store.keyword_search(terms, candidates)
+                except Exception as exc:
+                    response.warnings.append(f"keyword search failed: {exc}")
+                    use_keywords = False
+            timings["keyword"] += (time.perf_counter() - t4) * 1000
 
     keyword_only = provider is None or response.mode == "fts-only"
     vector_only = not keyword_only and not hybrid.enabled

@@ -137,7 +137,13 @@ def _forget(ltm: Any, args: argparse.Namespace) -> int:
         raise UsageError("ltm forget: give a memory id or --query (one of them)")
     result = ltm.forget(args.id) if args.id else ltm.forget(query=args.query)
     if args.json:
-        _print(result.as_dict())
+        out = result.as_dict()
+        if result.action != "deleted":  # a failure like any other --json failure, the matches kept
+            message = ("several memories match; forget one by id" if result.action == "candidates" else
+                       f"no memory with id {args.id}" if result.action == "not_found" else
+                       "no matching memories found")
+            out = {"ok": False, "error": {"kind": result.action, "message": message, "exitCode": 1}, **out}
+        _print(out)
     elif result.action == "deleted":
         print(f"Forgotten: {result.record.id} [{result.record.category}] {for_terminal(result.record.text)}")
     elif result.action == "candidates":
