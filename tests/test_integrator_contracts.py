@@ -337,3 +337,16 @@ def test_a_question_of_a_hundred_thousand_words_is_parsed_in_linear_time():
     worker.join(60)
     assert not worker.is_alive(), "parsing the question took over a minute"
     assert found["keywords"] == words and found["terms"] == words[:64]
+
+
+def test_sync_waits_of_nan_or_the_wrong_type_are_named(make_workspace, keyword_config):
+    """``sync(lock_timeout=nan)`` waited for another writer as if unbounded; a string failed deep in
+    the lock with a TypeError about ``float`` and ``str``."""
+    ws = make_workspace({"MEMORY.md": "- the walrus budget\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        for name, unit in (("lock_timeout", "a number of seconds"), ("deadline", r"a time\.monotonic\(\) value")):
+            with pytest.raises(ValueError, match=rf"^{name} must be {unit} or None, not NaN$"):
+                mem.sync(**{name: float("nan")})
+            with pytest.raises(TypeError, match=rf"^{name} must be {unit} or None, not str$"):
+                mem.sync(**{name: "5"})
+        assert mem.sync(lock_timeout=5).indexed == 1

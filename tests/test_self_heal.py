@@ -231,3 +231,22 @@ def test_cached_vectors_of_the_wrong_size_are_embedded_again(make_workspace, run
     assert widths == {384 * 4}
     found = run_cli("-w", str(ws), "search", "striped animal pen", "--mode", "vector", "--files")
     assert found.returncode == 0 and found.stdout.splitlines()[0] == "MEMORY.md"
+
+
+def test_a_notice_callback_that_raises_does_not_fail_the_heal_it_reports(built, caplog):
+    """A host's ``notice`` that raised (a closed log file) failed the search whose damaged index
+    was being healed: the message is logged instead and the search answers."""
+    ws, index = built
+    whole_garbage(index)
+    told: list[str] = []
+
+    def broken(message: str) -> None:
+        told.append(message)
+        raise ValueError("I/O operation on closed file")
+
+    with caplog.at_level("WARNING", logger="memdir"), \
+            Memory(ws, config={"memorySearch": {"provider": "none"}}, notice=broken) as mem:
+        assert [r.path for r in mem.search("kiwi77x").results] == ["memory/2026-01-077.md"]
+    assert told and "was damaged" in told[0]
+    assert any("the notice callback failed on it" in r.getMessage() and "was damaged" in r.getMessage()
+               for r in caplog.records)

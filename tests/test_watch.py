@@ -274,3 +274,17 @@ def test_memdir_watch_with_q_says_nothing_on_stderr(make_workspace, state_dir):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0 and err == "", err
+
+
+def test_a_tiny_interval_syncs_at_most_once_a_second_and_nan_is_refused(make_workspace):
+    """``intervalMinutes = 1e-9`` synced ~130 times a second; NaN silently meant "off"."""
+    from memdir.config import ConfigError
+    from memdir.watch import MIN_INTERVAL_SECONDS, Watcher
+
+    ws = make_workspace({"memory/a.md": "Alpha.\n"})
+    with Memory(ws, config={"memorySearch": {"provider": "none", "sync": {"intervalMinutes": 1e-9}}}) as mem:
+        assert Watcher(mem, files=False).interval == MIN_INTERVAL_SECONDS == 1.0
+        assert Watcher(mem, files=False, interval_minutes=1e300).interval == 7 * 86400
+        assert Watcher(mem, files=False, interval_minutes=-1).interval is None
+    with pytest.raises(ConfigError, match="intervalMinutes must be a number of minutes"):
+        Memory(ws, config={"memorySearch": {"provider": "none", "sync": {"intervalMinutes": float("nan")}}})

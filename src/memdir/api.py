@@ -68,6 +68,18 @@ def _log_notice(message: str) -> None:
     log.warning("%s", message)
 
 
+def _contained(notice: Callable[[str], None]) -> Callable[[str], None]:
+    """A host's ``notice`` whose own failure (a closed log file, a bug) is logged, not raised in
+    the middle of the heal or wait it reports on, which it used to fail."""
+    @functools.wraps(notice)
+    def tell(message: str) -> None:
+        try:
+            notice(message)
+        except Exception:
+            log.warning("%s (the notice callback failed on it)", message, exc_info=True)
+    return tell
+
+
 #: Every ``Memory`` of this process not yet collected (plain references: no callbacks).
 _MEMORIES: list[weakref.ref[Memory]] = []
 
@@ -141,6 +153,16 @@ def _check_limits(max_results: Any, min_score: Any) -> None:
         raise ValueError("min_score must be a number (0 to 1), not NaN")
     if not isinstance(max_results, int | None) and not math.isfinite(max_results):
         raise ValueError(f"max_results must be a whole number, not {max_results}")
+
+
+def _check_wait(name: str, value: Any, unit: str) -> None:
+    """A bound that is ``None`` (none) or a number: NaN waited as if unbounded."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not hasattr(type(value), "__float__"):
+        raise TypeError(f"{name} must be {unit} or None, not {type(value).__name__}")
+    if math.isnan(value):
+        raise ValueError(f"{name} must be {unit} or None, not NaN")
 
 
 def _one_warning(reasons: str) -> str:
@@ -217,7 +239,7 @@ class Memory(IndexUpkeep):
         self._store: Store | None = None
         self._indexer: Indexer | None = None
         #: Where memdir says things once, outside any result: an index healed, a writer waited for.
-        self.notice: Callable[[str], None] = notice or _log_notice
+        self.notice: Callable[[str], None] = _contained(notice) if notice else _log_notice
         #: How long a search waits for a *first* full index it had to start (``None``: until it is
         #: built, what a one-shot CLI search needs); long-running servers set a short wait and
         #: answer "the index is being built: 120/997 files" instead.
@@ -376,6 +398,8 @@ class Memory(IndexUpkeep):
         to it once (R§5.1) and rebuilds the index with it; the switch is recorded in the report,
         in ``status`` and in search responses.
         """
+        _check_wait("deadline", deadline, "a time.monotonic() value")
+        _check_wait("lock_timeout", lock_timeout, "a number of seconds")
         kwargs = {"progress": progress, "deadline": deadline, "lock_timeout": lock_timeout}
         log.info("sync (%s%s): %s -> %s", reason, ", full" if force else "", self.workspace, self.index_path)
         if self.store.readonly and not writable_again(self.store):

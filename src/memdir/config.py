@@ -274,6 +274,13 @@ class SyncConfig(_Model):
     search_budget_ms: int = Field(2000, ge=0)
     sessions: SessionSyncConfig = Field(default_factory=SessionSyncConfig)
 
+    @model_validator(mode="after")
+    def _check_interval(self) -> SyncConfig:
+        # 0 or less turns the interval sync off (as OpenClaw's), a huge value waits a week; NaN is a typo
+        if math.isnan(float(self.interval_minutes)):
+            raise ValueError("intervalMinutes must be a number of minutes (0 turns it off)")
+        return self
+
 
 class MmrConfig(_Model):
     enabled: bool = False

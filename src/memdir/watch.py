@@ -45,6 +45,9 @@ _CHANGE_NAMES = {1: "added", 2: "modified", 3: "deleted"}
 #: Seconds before a failed sync is tried again (doubled after each failure in a row, up to the max).
 RETRY_FIRST_SECONDS = 2.0
 RETRY_MAX_SECONDS = 60.0
+#: The interval sync's shortest and longest period.
+MIN_INTERVAL_SECONDS = 1.0
+MAX_INTERVAL_SECONDS = 7 * 86400.0
 #: How often the folders are scanned for changes when the OS refuses file watches (milliseconds).
 POLL_DELAY_MS = 1000
 
@@ -181,7 +184,9 @@ class Watcher:
         self.memory = memory
         self.debounce = max(0, int(cfg.watch_debounce_ms if debounce_ms is None else debounce_ms)) / 1000
         minutes = cfg.interval_minutes if interval_minutes is None else interval_minutes
-        self.interval = float(minutes) * 60 if minutes and minutes > 0 else None
+        # at most one interval sync a second: 1e-9 minutes asked for ~130 syncs a second
+        seconds = float(minutes) * 60 if minutes and minutes > 0 else None  # NaN is not > 0: off
+        self.interval = None if seconds is None else min(max(MIN_INTERVAL_SECONDS, seconds), MAX_INTERVAL_SECONDS)
         self.max_wait = max(2.0, 5 * self.debounce)
         self.on_event = on_event
         #: False: no file watching, only the interval sync (``sync.watch`` off, ``intervalMinutes`` on).
