@@ -350,3 +350,20 @@ def test_sync_waits_of_nan_or_the_wrong_type_are_named(make_workspace, keyword_c
             with pytest.raises(TypeError, match=rf"^{name} must be {unit} or None, not str$"):
                 mem.sync(**{name: "5"})
         assert mem.sync(lock_timeout=5).indexed == 1
+
+
+def test_every_error_memdir_raises_on_purpose_is_a_memdir_error(make_workspace, keyword_config, tmp_path):
+    """A bad setting, a refused ``get`` path and a refused append were ``ValueError``s only, so a
+    host catching ``MemdirError`` (as the docstrings invite) let them through."""
+    from memdir.errors import MemdirError
+
+    ws = make_workspace({"MEMORY.md": "- kiwi\n"})
+    with pytest.raises(MemdirError, match="userTimezone") as bad_setting:
+        Memory(ws, config={**keyword_config, "userTimezone": "Mars/Olympus"})
+    with Memory(ws, config=keyword_config) as mem:
+        with pytest.raises(MemdirError) as outside:
+            mem.get("../../etc/passwd")
+        with pytest.raises(MemdirError) as refused:
+            mem.append_daily("   ")  # nothing to write
+    for caught in (bad_setting, outside, refused):
+        assert isinstance(caught.value, ValueError)  # what callers caught before stays caught

@@ -40,6 +40,7 @@ from pydantic import (
     model_validator,
 )
 
+from memdir.errors import MemdirError
 from memdir.settings_cache import candidate_count, resolve_store_path
 
 CONFIG_FILENAMES = ("memdir.toml", "memdir.json", "memdir.json5")
@@ -50,7 +51,7 @@ DEFAULT_STATE_DIR = "~/.memdir"
 PROVIDER_IDS = ("auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none", "fts-only", "off")
 
 
-class ConfigError(ValueError):
+class ConfigError(MemdirError, ValueError):
     """A configuration problem the user must fix; the message names the key or file."""
 
 

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from memdir.atomic_write import process_alive
+from memdir.errors import MemdirError
 from memdir.lock import busy_holder, flock_within
 from memdir.reading import note_encoding
 from memdir.workspace import MEMORY_DIR
@@ -40,7 +41,7 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-class MemoryFileError(ValueError):
+class MemoryFileError(MemdirError, ValueError):
     """A write to a memory file was refused or failed; the message says why."""
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memdir.errors import MemdirError
 from memdir.reading import MAX_NOTE_BYTES, NotRegularFile, decode_note, kind_of, open_beneath, read_regular
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
@@ -372,7 +373,7 @@ def session_relative(raw: str) -> str:
     return text
 
 
-class PathError(ValueError):
+class PathError(MemdirError, ValueError):
     """A path memory_get refuses or cannot read; the message says which and why."""
 
 
