@@ -521,3 +521,16 @@ def test_migrate_without_a_source_index_creates_nothing(pg: Backend, make_worksp
     agents = pg_query(pg.url, "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s", (pg.schema,))
     if agents[0][0]:
         assert pg_query(pg.url, f'SELECT agent FROM "{pg.schema}".indexes') == []
+
+
+def test_a_rebuild_leaves_fresh_planner_statistics(pg: Backend, make_workspace, state_dir: Path):
+    """The first searches after a build were planned on the tables' old statistics (none at all
+    on a new schema) until autovacuum looked, a minute or more later."""
+    ws = _workspace(make_workspace, 20)
+    with Memory(ws, config=pg.config({"memorySearch": {"provider": "none"}}), state_dir=state_dir) as mem:
+        mem.sync()
+        rows = pg_query(pg.url, "SELECT relname, last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE "
+                                f"schemaname = '{pg.schema}' AND relname IN ('chunks', 'files') ORDER BY relname")
+        assert rows == [("chunks", True), ("files", True)]
+        counted = pg_query(pg.url, f"SELECT reltuples FROM pg_class WHERE oid = '\"{pg.schema}\".chunks'::regclass")
+        assert counted[0][0] == mem.status()["chunks"]

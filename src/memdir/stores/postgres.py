@@ -439,6 +439,20 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
             raise
         if old is not None:
             self._drop_generation(int(old[0]))
+        self._analyze()
+
+    def _analyze(self) -> None:
+        """Fresh planner statistics after a rebuild (best effort): until autovacuum's next look (a
+        minute or more) the planner costed the new generation's searches on the old row counts."""
+        try:
+            conn = self.db.dedicated("memdir analyze")
+            try:
+                conn.execute("SET lock_timeout = '2s'")  # another agent's ANALYZE or HNSW build: skip it
+                conn.execute(f'ANALYZE "{self.schema}".chunks, "{self.schema}".vectors, "{self.schema}".files')
+            finally:
+                conn.close()
+        except Exception:
+            pass
 
     def _drop_generation(self, ix: int) -> None:
         """Delete one generation's rows and its HNSW index (best effort: cleanup retries)."""
