@@ -534,3 +534,17 @@ def test_a_rebuild_leaves_fresh_planner_statistics(pg: Backend, make_workspace, 
         assert rows == [("chunks", True), ("files", True)]
         counted = pg_query(pg.url, f"SELECT reltuples FROM pg_class WHERE oid = '\"{pg.schema}\".chunks'::regclass")
         assert counted[0][0] == mem.status()["chunks"]
+
+
+def test_watch_names_the_database_index_not_a_sqlite_file(pg: Backend, make_workspace, state_dir: Path):
+    ws = _workspace(make_workspace, 2)
+    env = cli_env(state_dir, MEMDIR_PROVIDER="none", **pg.env())
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "watch", "--json", "-w", str(ws)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        start = json.loads(proc.stdout.readline())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    assert start["event"] == "start"
+    assert pg.schema in start["indexPath"] and not start["indexPath"].endswith(".sqlite"), start

@@ -57,7 +57,7 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
 
     watcher = Watcher(memory, on_event=show, debounce_ms=debounce_ms, sync_at_start=True)
     show({"event": "start", "time": round(time.time(), 3), "workspace": str(memory.workspace),
-          "indexPath": str(memory.index_path), "debounceMs": int(watcher.debounce * 1000)})
+          "indexPath": memory.store.location, "debounceMs": int(watcher.debounce * 1000)})  # (a database: its name)
     # Ctrl-C and SIGTERM only note the request: a KeyboardInterrupt raised inside Event.wait can
     # leave the event's own lock held, and stopping would then wait on it forever.
     requested: list[int] = []
