@@ -254,3 +254,28 @@ def test_a_curated_result_grows_within_its_section_only(make_workspace, keyword_
     assert alone[1] - alone[0] <= 3  # its bullet group
     assert garden <= grown[0] < alone[0] and grown[1] >= alone[1]  # grew over its section
     assert grown[1] < travel  # and not into the next one
+
+
+def test_equal_scores_come_in_path_order_whatever_the_index_row_order(make_workspace, keyword_config):
+    """The same line in three notes scores the same: they came in the index's row order, so a
+    note edited (its rows written again, last) moved behind the others, and a rebuild moved it
+    back: one question, two orders.  Ties are in path order, as OpenClaw sorts."""
+    note = "# Notes\n- call the plumber about the leaking sink\n"
+    ws = make_workspace({f"memory/{n}.md": note for n in "abc"})
+
+    def order(mem: Memory) -> list[str]:
+        results = mem.search("plumber leaking sink", min_score=0).results
+        assert len({r.score for r in results}) == 1  # a real tie
+        return [r.path for r in results]
+
+    want = ["memory/a.md", "memory/b.md", "memory/c.md"]
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        assert order(mem) == want
+        (ws / "memory/a.md").write_text("other", encoding="utf-8")
+        mem.sync()
+        (ws / "memory/a.md").write_text(note, encoding="utf-8")
+        mem.sync()
+        assert order(mem) == want
+        mem.sync(force=True)
+        assert order(mem) == want
