@@ -474,6 +474,8 @@ class Memory(IndexUpkeep):
         finally:
             if partial is not None:
                 partial.close()
+        if partial is None and (stale or not do_sync):
+            self._flag_moved_lines(store, response)
         if not (do_sync or stale or response.results) and store.read_meta() is None:
             # never built (R§18.5): "no results" would read as "nothing there"; asked only when
             # nothing was found, so a search with results pays no second read of the meta

@@ -1,0 +1,40 @@
+"""What an agent cites from a search result: its path and lines must lead ``memory_get`` to the
+text the snippet shows, in the note as it is on disk, or the response must say they may not."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from memdir.api import Memory
+
+FILLER = "\n".join(f"- filler line {i} about nothing in particular really" for i in range(80))
+
+
+def test_a_note_edited_since_indexing_is_named_when_the_search_did_not_sync(
+        make_workspace: Callable[..., Path], keyword_config: dict[str, Any]) -> None:
+    """``sync=False`` (``memdir search --no-sync``) answers from the index as built: with 30 lines
+    inserted at the top of the note since, its result cited lines 30 above the match, and nothing
+    said so."""
+    ws = make_workspace({"memory/2024-03-03.md": f"# Day\n{FILLER}\n- the zanzibar trip is booked\n{FILLER}\n",
+                         "memory/2024-03-04.md": "# Next day\n- zanzibar visa forms sent\n"})
+    note = ws / "memory/2024-03-03.md"
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        quiet = mem.search("zanzibar", sync=False)
+        assert not quiet.stale and not any("changed since indexed" in w for w in quiet.warnings)
+        note.write_text("# Day\n" + "".join(f"- inserted {i}\n" for i in range(30)) + note.read_text()[6:])
+        moved = mem.search("zanzibar", sync=False)
+        hit = next(r for r in moved.results if r.path == "memory/2024-03-03.md")
+        shown = mem.get(hit.path, from_line=hit.start_line, lines=hit.end_line - hit.start_line + 1).text
+        assert "zanzibar" not in shown  # the lines moved: what the warning is for
+        assert moved.stale
+        assert [w for w in moved.warnings if "changed since indexed" in w] == [
+            "memory/2024-03-03.md changed since indexed: results from there may cite moved lines "
+            "(run `memdir index`, or search with sync on)"]
+        synced = mem.search("zanzibar")  # a search that syncs first cites the note as it is
+        assert not synced.stale and not any("changed since indexed" in w for w in synced.warnings)
+        hit = next(r for r in synced.results if r.path == "memory/2024-03-03.md")
+        shown = mem.get(hit.path, from_line=hit.start_line, lines=hit.end_line - hit.start_line + 1).text
+        assert "zanzibar" in shown
