@@ -38,3 +38,21 @@ def test_a_note_edited_since_indexing_is_named_when_the_search_did_not_sync(
         hit = next(r for r in synced.results if r.path == "memory/2024-03-03.md")
         shown = mem.get(hit.path, from_line=hit.start_line, lines=hit.end_line - hit.start_line + 1).text
         assert "zanzibar" in shown
+
+
+def test_notes_of_the_workspace_given_as_an_extra_path_are_cited_as_memory_get_names_them(
+        make_workspace: Callable[..., Path]) -> None:
+    """``extraPaths: ["."]`` (or the workspace's own absolute path: "index all my notes") cited
+    ``./notes/c.md#L1-L2`` while ``memory_get`` of it answered for ``notes/c.md``."""
+    from memdir.tools import call_tool
+
+    ws = make_workspace({"notes/c.md": "- the walrus handbook\n", "memory/x.md": "- walrus sightings\n"})
+    for extra in (".", str(ws)):
+        config = {"memorySearch": {"provider": "none", "extraPaths": [extra]}, "memory": {"citations": "on"}}
+        with Memory(ws, config=config, state_dir=ws.parent / f"state-{len(extra)}") as mem:
+            mem.sync()
+            found = call_tool(mem, "memory_search", {"query": "walrus", "minScore": 0}).payload["results"]
+            assert sorted(r["citation"] for r in found) == ["memory/x.md#L1-L2", "notes/c.md#L1-L2"]
+            for r in found:
+                got = call_tool(mem, "memory_get", {"path": r["path"], "from": r["startLine"], "lines": 2}).payload
+                assert got["path"] == r["path"] and "walrus" in got["text"]

@@ -265,7 +265,10 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
                                          "a symlink in extraPaths (not followed: list what it points to instead)"))
             continue
         if stat.S_ISDIR(st.st_mode):
-            candidates.extend((*c, str(extra)) for c in _walk(str(extra), rel_path(workspace, extra) + "/",
+            # the workspace itself (``"."``) lists ``notes/x.md``, not ``./notes/x.md``: the path
+            # memory_get gives back, and the one every other extra folder's notes are cited by
+            below = rel_path(workspace, extra)
+            candidates.extend((*c, str(extra)) for c in _walk(str(extra), "" if below == "." else below + "/",
                                                               found.issues, found.skipped, found.unlisted))
         elif stat.S_ISREG(st.st_mode) and extra.name.endswith(".md"):
             if valid_name(str(extra)):
