@@ -165,8 +165,9 @@ def for_terminal(text: str) -> str:
     Why: notes and transcripts hold what was pasted or captured (a tool's coloured output, a
     hostile page); printed raw, an escape sequence in a search snippet could recolour or clear the
     terminal, retitle it, or write to the clipboard (OSC 52).  ``--json`` and a piped ``get`` keep
-    the text as it is."""
-    return text.translate(_CONTROLS) if not text.isprintable() else text
+    the text as it is.  A ``\r`` ending a line (a note saved on Windows) is a line end, not shown:
+    every line of such a note ended in ``\x0d``; a lone one is spelt out."""
+    return text if text.isprintable() else text.replace("\r\n", "\n").translate(_CONTROLS)
 
 
 def _note(args: argparse.Namespace, text: str) -> None:
