@@ -56,3 +56,33 @@ def test_notes_of_the_workspace_given_as_an_extra_path_are_cited_as_memory_get_n
             for r in found:
                 got = call_tool(mem, "memory_get", {"path": r["path"], "from": r["startLine"], "lines": 2}).payload
                 assert got["path"] == r["path"] and "walrus" in got["text"]
+
+
+def test_memory_get_reads_a_citation_handed_back_as_its_path(make_workspace: Callable[..., Path],
+                                                             state_dir: Path) -> None:
+    """The recall prompt asks for ``Source: <path#line>`` citations, and an agent hands them back to
+    ``memory_get``: ``memory/x.md#L2-L3`` was refused as "not a Markdown file"."""
+    import json
+
+    from memdir.config import load_config
+    from memdir.tools import call_tool
+
+    config = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                               "experimental": {"sessionMemory": True}}, "memory": {"citations": "on"}}
+    ws = make_workspace({"memory/x.md": "# Day\n- the ibis came back\n- more\n"})
+    sessions = load_config(workspace=ws, overrides=config, state_dir=state_dir).settings.sessions_dir
+    sessions.mkdir(parents=True)
+    (sessions / "s1.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        {"type": "session", "id": "s1"},
+        {"type": "message", "message": {"role": "user", "content": [{"type": "text", "text": "the ibis again"}]}},
+    ]) + "\n", encoding="utf-8")
+    with Memory(ws, config=config, state_dir=state_dir) as mem:
+        found = call_tool(mem, "memory_search", {"query": "ibis", "minScore": 0}).payload["results"]
+        assert sorted(r["citation"] for r in found) == ["memory/x.md#L1-L4", "sessions/s1.jsonl#L2"]
+        for r in found:
+            by_citation = call_tool(mem, "memory_get", {"path": r["citation"]}).payload
+            by_lines = call_tool(mem, "memory_get", {"path": r["path"], "from": r["startLine"],
+                                                     "lines": r["endLine"] - r["startLine"] + 1}).payload
+            assert by_citation == by_lines and "ibis" in by_citation["text"]
+        assert mem.get("memory/x.md#L2").text == "- the ibis came back"
+        assert mem.get("memory/x.md#L2-L3", from_line=3, lines=1).text == "- more"  # given lines win

@@ -534,6 +534,7 @@ class Memory(IndexUpkeep):
         session paths, but a result must cite a range the agent can open).
         """
         from memdir.workspace import (  # not for search
+            cited_range,
             is_session_path,
             line_number,
             read_lines,
@@ -544,6 +545,7 @@ class Memory(IndexUpkeep):
         if not isinstance(path, str):  # 123 raised "'int' object has no attribute 'strip'"
             raise TypeError(f"path must be a string, not {type(path).__name__}")
         from_line, lines = line_number("from_line", from_line), line_number("lines", lines)
+        path, from_line, lines = cited_range(path, from_line, lines)
         sessions = "sessions" in self.settings.memory_search.sources
         if sessions and is_session_path(path):
             from memdir.sessions.readable import read_session_lines

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import re
 import stat
 import sys
 import time
@@ -535,6 +536,23 @@ def line_number(name: str, value: object) -> int | None:
     if not isinstance(value, int) and not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, not {value}")
     return int(value)
+
+
+#: ``path#L5`` or ``path#L5-L7`` (:func:`memdir.tools.format_citation`) of a note or a transcript.
+_CITATION = r"(.+\.(?:md|jsonl[^#/]*))#L(\d+)(?:-L(\d+))?"
+
+
+def cited_range(path: str, from_line: int | None, lines: int | None) -> tuple[str, int | None, int | None]:
+    """A citation ``memory_search`` gave (``memory/x.md#L5-L7``) as its path and lines, which
+    ``from``/``lines`` given too override: an agent handing one back to ``memory_get`` was told
+    "not a Markdown file".  Any other path is returned as it is."""
+    m = re.fullmatch(_CITATION, path.strip()) if "#L" in path else None
+    if m is None:
+        return path, from_line, lines
+    first, last = int(m[2]), int(m[3] or m[2])
+    if from_line is None and lines is None:
+        return m[1], first, max(1, last - first + 1)
+    return m[1], from_line, lines
 
 
 def read_lines(resolved: ResolvedPath, from_line: int | None = None, lines: int | None = None) -> str:
