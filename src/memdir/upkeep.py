@@ -119,7 +119,11 @@ class IndexUpkeep:
         paths = list(dict.fromkeys(r.path for r in response.results if r.source == "memory"))
         if not paths:
             return
-        rows = store.file_rows("memory")
+        try:
+            rows = store.file_rows("memory")
+        except Exception:  # the results stand; the search says only that it may be stale
+            response.stale = True
+            return
         moved = []
         for path in paths:
             row = rows.get((path, "memory"))
