@@ -86,3 +86,21 @@ def test_memory_get_reads_a_citation_handed_back_as_its_path(make_workspace: Cal
             assert by_citation == by_lines and "ibis" in by_citation["text"]
         assert mem.get("memory/x.md#L2").text == "- the ibis came back"
         assert mem.get("memory/x.md#L2-L3", from_line=3, lines=1).text == "- more"  # given lines win
+
+
+def test_a_note_the_sync_cannot_read_again_is_named_beside_its_old_results(
+        make_workspace: Callable[..., Path], keyword_config: dict[str, Any]) -> None:
+    """A note grown past the size limit (or made unreadable) keeps what the index held of it, so it
+    is still found; its results cite lines as they were, in a file that changed, and a search that
+    synced first said nothing of it."""
+    ws = make_workspace({"memory/big.md": "# Big\n- the osprey nest\n", "memory/small.md": "- osprey seen\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        with open(ws / "memory/big.md", "ab") as f:
+            f.truncate((64 << 20) + 1)  # sparse: past the 64 MiB a note may be
+        found = mem.search("osprey")
+        assert [s["path"] for s in mem.status()["skipped"]] == ["memory/big.md"]
+        assert "memory/big.md" in [r.path for r in found.results] and found.stale
+        assert [w for w in found.warnings if "changed since indexed" in w] == [
+            "memory/big.md changed since indexed: results from there may cite moved lines "
+            "(it could not be indexed again: see `memdir status`)"]

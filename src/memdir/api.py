@@ -475,7 +475,9 @@ class Memory(IndexUpkeep):
             if partial is not None:
                 partial.close()
         if partial is None and (stale or not do_sync):
-            self._flag_moved_lines(store, response)
+            self._flag_moved_lines(store, response, "run `memdir index`, or search with sync on")
+        elif partial is None and self._indexer is not None and self._indexer.kept_unread:
+            self._flag_moved_lines(store, response, "it could not be indexed again: see `memdir status`")
         if not (do_sync or stale or response.results) and store.read_meta() is None:
             # never built (R§18.5): "no results" would read as "nothing there"; asked only when
             # nothing was found, so a search with results pays no second read of the meta

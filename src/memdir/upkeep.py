@@ -109,11 +109,12 @@ class IndexUpkeep:
             raise IndexDamaged(problem)
         self._checked_ok = version
 
-    def _flag_moved_lines(self, store: Store, response: SearchResponse) -> None:
+    def _flag_moved_lines(self, store: Store, response: SearchResponse, advice: str) -> None:
         """A search that did not index changed notes first (``sync=False``, ``--no-sync``, a sync cut
-        short, a read-only index) cites lines as they were indexed: a note edited since may have
-        moved them, and its results then pointed at other lines without a word.  Such results'
-        notes are named and the response is ``stale`` (one ``stat`` per note a result comes from)."""
+        short, a read-only index, a note the sync could not read again) cites lines as they were
+        indexed: a note edited since may have moved them, and its results then pointed at other
+        lines without a word.  Such results' notes are named, with ``advice``, and the response is
+        ``stale`` (one ``stat`` per note a result comes from)."""
         from memdir.workspace import change_stamp
 
         paths = list(dict.fromkeys(r.path for r in response.results if r.source == "memory"))
@@ -137,7 +138,7 @@ class IndexUpkeep:
             response.stale = True
             response.warnings.append(
                 f"{', '.join(moved[:3])}{f' and {len(moved) - 3} more' if len(moved) > 3 else ''} changed since "
-                "indexed: results from there may cite moved lines (run `memdir index`, or search with sync on)")
+                f"indexed: results from there may cite moved lines ({advice})")
 
     def _readonly_note(self) -> str:
         return (f"the index {self.store.location} could not be updated ({self.store.readonly_reason or 'read-only'}); "
