@@ -453,7 +453,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         if resp.fallback:
             _note(args, f"note: {resp.fallback['from']} fallback: {resp.fallback['reason']}")
         if resp.stale:
-            _note(args, "note: the index may be stale (sync was cut short or another process is writing)")
+            # (why: the notes above; --no-sync, a sync cut short, another writer, a read-only index)
+            _note(args, "note: the index may be stale: results may not match the files as they are now")
         if args.files:
             end = "\0" if args.null else "\n"
             sys.stdout.write("".join(path + end for path in dict.fromkeys(r.path for r in resp.results)))
