@@ -113,8 +113,9 @@ class IndexUpkeep:
         """A search that did not index changed notes first (``sync=False``, ``--no-sync``, a sync cut
         short, a read-only index, a note the sync could not read again) cites lines as they were
         indexed: a note edited since may have moved them, and its results then pointed at other
-        lines without a word.  Such results' notes are named, with ``advice``, and the response is
-        ``stale`` (one ``stat`` per note a result comes from)."""
+        lines without a word.  Such results' notes are named (all of them: an agent must know which
+        results to doubt), with ``advice``, and the response is ``stale`` (one ``stat`` per note a
+        result comes from)."""
         from memdir.workspace import change_stamp
 
         paths = list(dict.fromkeys(r.path for r in response.results if r.source == "memory"))
@@ -137,8 +138,7 @@ class IndexUpkeep:
         if moved:
             response.stale = True
             response.warnings.append(
-                f"{', '.join(moved[:3])}{f' and {len(moved) - 3} more' if len(moved) > 3 else ''} changed since "
-                f"indexed: results from there may cite moved lines ({advice})")
+                f"{', '.join(moved)} changed since indexed: results from there may cite moved lines ({advice})")
 
     def _readonly_note(self) -> str:
         return (f"the index {self.store.location} could not be updated ({self.store.readonly_reason or 'read-only'}); "
