@@ -576,3 +576,31 @@ def test_tool_numbers_of_any_shape_never_break_the_turn(tmp_path: Path) -> None:
         assert got == {"text": "# Pets\nThe dog is called Rex.\n", "path": "MEMORY.md"}
     finally:
         e.close()
+
+
+def test_the_search_tool_tells_the_model_what_the_mcp_tool_does(tmp_path: Path) -> None:
+    """The loop's ``memory_search`` gave the model its results alone: results from a note edited
+    since indexing (a search that does not sync first) cited lines that may have moved, and the
+    model was not told, where the MCP tool says ``stale`` with the warning naming the note."""
+    captured: list[list[dict[str, Any]]] = []
+
+    def record(body: dict[str, Any]) -> dict[str, Any]:
+        captured.append(body["messages"])
+        return {"content": "done"}
+
+    e = Env(tmp_path, ScriptQueue([{"tool_calls": [{"name": "memory_search", "arguments": {"query": "Rex dog"}}]},
+                                   record]))
+    try:
+        e.memory.close()
+        e.memory = Memory(e.ws, state_dir=e.state,
+                          config={"memorySearch": {"provider": "none", "sync": {"onSearch": False}}})
+        e.backend = MemoryIndexBackend(e.memory, timezone="UTC")
+        (e.ws / "MEMORY.md").write_text("# Pets\nThe dog is called Rex.\n")
+        e.memory.sync()
+        (e.ws / "MEMORY.md").write_text("# Pets\n\nA new first line.\nThe dog is called Rex.\n")
+        assert e.agent("agent:main:discord:group:g1").send("what is the dog called") == "done"
+        search = next(json.loads(m["content"]) for m in captured[0] if m["role"] == "tool")
+        assert search["results"][0]["path"] == "MEMORY.md" and search["stale"] is True
+        assert any(w.startswith("MEMORY.md changed since indexed") for w in search["warnings"])
+    finally:
+        e.close()

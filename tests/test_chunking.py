@@ -7,9 +7,10 @@ import hashlib
 import pytest
 
 from memdir import Memory
-from memdir.chunking import chunk_id, chunk_markdown, chunk_sections, remap_lines, sha256_text
+from memdir.chunking import _segments, chunk_id, chunk_markdown, chunk_sections, remap_lines, sha256_text
 from memdir.dates import line_dates
 from memdir.note_lines import heading_lines
+from memdir.textutil import weighted_len
 
 
 def shape(chunks):
@@ -170,3 +171,18 @@ def test_a_code_block_is_one_block_and_its_comments_no_headings(make_workspace, 
         for question in ("docker push", "deploy okapi"):
             found = [(r.start_line, r.end_line) for r in mem.search(question).results]
             assert found == [(3, 13)], question
+
+
+def test_a_long_line_mixing_cjk_and_latin_is_cut_only_where_it_must_be() -> None:
+    """Each 800-character slice of a CJK-heavy line was cut by weight on its own: its short
+    remainder, carried as overlap, shared a chunk with the line's next slice, so the chunk (the
+    snippet an agent cites) had a line break in the middle of the note's line."""
+    line = ("你" * 50 + "a" * 750) * 3  # a slice weighs 950: 650 characters fit, 150 were left over
+    text = f"# Notes\n{line}\nlast line\n"
+    lines = text.split("\n")
+    chunks = chunk_markdown(text, 200, 40)
+    for c in chunks:
+        assert c.text in "\n".join(lines[c.start_line - 1:c.end_line]), (c.start_line, c.end_line)
+        assert weighted_len(c.text) <= 800 + 161  # the size cap holds (one carried line at most)
+    pieces = _segments(line, 800, 200)
+    assert "".join(pieces) == line and all(weighted_len(p) > 800 - 4 for p in pieces[:-1])

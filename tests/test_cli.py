@@ -389,3 +389,16 @@ def test_control_characters_of_a_note_are_spelt_out_for_a_person(make_workspace,
         os.close(leader)
     text = out.decode().replace("\r\n", "\n")
     assert "\\x1b]52;c;ZWNobyBwd25lZA==\\x07" in text and "\x1b" not in text and "\x07" not in text
+
+
+def test_a_note_saved_on_windows_prints_without_a_control_code_per_line(tmp_path: Path, run_cli):
+    """A CRLF note's snippet printed every line ending in ``\\x0d`` (its ``\\r`` spelt out as a
+    control character); a ``\\r`` before a newline is a line end.  ``--json`` keeps it."""
+    ws = tmp_path / "crlf"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory/n.md").write_bytes(b"# Notes\r\n- the heron nests by the lake\r\n- second line\r\n")
+    out = run_cli("-w", str(ws), "search", "heron", check=True).stdout
+    assert "\\x0d" not in out and "\r" not in out
+    assert "# Notes\n- the heron nests by the lake\n- second line\n" in out
+    raw = json.loads(run_cli("-w", str(ws), "search", "heron", "--json", check=True).stdout)
+    assert raw["results"][0]["snippet"].startswith("# Notes\r\n- the heron nests by the lake\r\n")

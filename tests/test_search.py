@@ -155,6 +155,48 @@ def test_mmr_tells_cjk_snippets_apart():
     assert [x.id for x in mmr_rerank(c, 0.5)] == ["1", "3", "2"]
 
 
+def test_mmr_compares_each_candidate_with_each_chosen_one_once(monkeypatch: pytest.MonkeyPatch):
+    """MMR over a full pool (maxResults 50 × the multiplier, both signals: ~400 candidates) took
+    ~10 s a search: every step compared every remaining candidate with every chosen one again.
+    The order is the greedy one of R§7.2 (checked against it here), at n²/2 comparisons."""
+    import random
+
+    from memdir import ranking
+
+    rng = random.Random(7)
+    words = [f"w{i}" for i in range(40)]
+    spec = [(i, round(rng.random(), 2), " ".join(rng.choice(words) for _ in range(6))) for i in range(120)]
+    toks = {str(i): ranking.mmr_tokens(text) for i, _, text in spec}
+
+    def greedy(cands: list[Candidate], lam: float) -> list[str]:
+        lo, hi = min(c.score for c in cands), max(c.score for c in cands)
+        rel = {c.id: (c.score - lo) / (hi - lo) for c in cands}
+        left, chosen = list(cands), []
+        while left:
+            best, val = left[0], -math.inf
+            for c in left:
+                v = lam * rel[c.id] - (1 - lam) * max((ranking.jaccard(toks[c.id], toks[j]) for j in chosen),
+                                                      default=0.0)
+                if v > val or (v == val and c.score > best.score):
+                    best, val = c, v
+            chosen.append(best.id)
+            left.remove(best)
+        return chosen
+
+    want = greedy(_cands(spec), 0.6)
+    calls = 0
+    real = ranking.jaccard
+
+    def counted(a: frozenset[str], b: frozenset[str]) -> float:
+        nonlocal calls
+        calls += 1
+        return real(a, b)
+
+    monkeypatch.setattr(ranking, "jaccard", counted)
+    assert [c.id for c in mmr_rerank(_cands(spec), 0.6)] == want
+    assert calls <= len(spec) ** 2 // 2, calls  # not ~n³/6 (288k here)
+
+
 def test_v36_decay_ranks_recent_dated_notes_first(make_workspace):
     import os
     import time as _t
@@ -212,3 +254,28 @@ def test_a_curated_result_grows_within_its_section_only(make_workspace, keyword_
     assert alone[1] - alone[0] <= 3  # its bullet group
     assert garden <= grown[0] < alone[0] and grown[1] >= alone[1]  # grew over its section
     assert grown[1] < travel  # and not into the next one
+
+
+def test_equal_scores_come_in_path_order_whatever_the_index_row_order(make_workspace, backend):
+    """The same line in three notes scores the same: they came in the index's row order, so a
+    note edited (its rows written again, last) moved behind the others, and a rebuild moved it
+    back: one question, two orders.  Ties are in path order, as OpenClaw sorts, on either store."""
+    note = "# Notes\n- call the plumber about the leaking sink\n"
+    ws = make_workspace({f"memory/{n}.md": note for n in "abc"})
+
+    def order(mem: Memory) -> list[str]:
+        results = mem.search("plumber leaking sink", min_score=0).results
+        assert len({r.score for r in results}) == 1  # a real tie
+        return [r.path for r in results]
+
+    want = ["memory/a.md", "memory/b.md", "memory/c.md"]
+    with Memory(ws, config=backend.config({"memorySearch": {"provider": "none"}})) as mem:
+        mem.sync()
+        assert order(mem) == want
+        (ws / "memory/a.md").write_text("other", encoding="utf-8")
+        mem.sync()
+        (ws / "memory/a.md").write_text(note, encoding="utf-8")
+        mem.sync()
+        assert order(mem) == want
+        mem.sync(force=True)
+        assert order(mem) == want

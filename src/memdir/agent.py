@@ -113,10 +113,15 @@ class MemoryIndexBackend:
     def __init__(self, memory: Any, timezone: str | None = None):
         self.memory = memory
         self.timezone = timezone
+        #: What the last search said beside its results (``stale``, ``warnings``, ``fallback``):
+        #: the ``memory_search`` tool passes it on, as the MCP tool does.
+        self.last_search_notes: dict[str, Any] = {}
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> list[dict]:
-        response = self.memory.search(query, max_results=max_results, min_score=min_score)
-        return [r.as_dict() for r in response.results]
+        self.last_search_notes = {}
+        response = self.memory.search(query, max_results=max_results, min_score=min_score).as_dict()
+        self.last_search_notes = {k: response[k] for k in ("fallback", "warnings", "stale") if k in response}
+        return response["results"]
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict:
         return self.memory.get(path, from_line=from_line, lines=lines).as_dict()
@@ -918,7 +923,10 @@ class Agent:
         except Exception as exc:
             return search_unavailable_payload(exc)
         mode = self.options.citations
-        return {"results": decorate_citations(hits, should_include_citations(mode, self.key)), "citations": mode}
+        # the model is told what the MCP tool tells it: results that may cite moved lines (stale), a fallback
+        notes = getattr(self.backend, "last_search_notes", None)
+        return {"results": decorate_citations(hits, should_include_citations(mode, self.key)), "citations": mode,
+                **(notes if isinstance(notes, dict) else {})}
 
     def _tool_get(self, args: dict[str, Any]) -> dict[str, Any]:
         path = str(args.get("path") or "").strip()

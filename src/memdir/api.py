@@ -498,6 +498,10 @@ class Memory(IndexUpkeep):
         finally:
             if partial is not None:
                 partial.close()
+        if partial is None and (stale or not do_sync):
+            self._flag_moved_lines(store, response, "run `memdir index`, or search with sync on")
+        elif partial is None and self._indexer is not None and self._indexer.kept_unread:
+            self._flag_moved_lines(store, response, "it could not be indexed again: see `memdir status`")
         if not (do_sync or stale or response.results) and store.read_meta() is None:
             # never built (R§18.5): "no results" would read as "nothing there"; asked only when
             # nothing was found, so a search with results pays no second read of the meta
@@ -556,6 +560,7 @@ class Memory(IndexUpkeep):
         session paths, but a result must cite a range the agent can open).
         """
         from memdir.workspace import (  # not for search
+            cited_range,
             is_session_path,
             line_number,
             read_lines,
@@ -566,6 +571,7 @@ class Memory(IndexUpkeep):
         if not isinstance(path, str):  # 123 raised "'int' object has no attribute 'strip'"
             raise TypeError(f"path must be a string, not {type(path).__name__}")
         from_line, lines = line_number("from_line", from_line), line_number("lines", lines)
+        path, from_line, lines = cited_range(path, from_line, lines)
         sessions = "sessions" in self.settings.memory_search.sources
         if sessions and is_session_path(path):
             from memdir.sessions.readable import read_session_lines

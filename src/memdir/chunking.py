@@ -43,27 +43,27 @@ def chunk_id(source: str, path: str, start_line: int, end_line: int, chunk_hash:
 
 
 def _segments(line: str, max_chars: int, tokens: int) -> list[str]:
-    """Cut one line into slices of at most ``max_chars`` characters and ``max_chars`` weight."""
+    """Cut one line into slices of at most ``max_chars`` characters and ``max_chars`` weight, each
+    as long as that allows: only a line's last slice is short.
+
+    A CJK-heavy slice of ``max_chars`` characters used to be cut by weight on its own, leaving a
+    short remainder in the middle of the line: short enough to be carried as overlap, it shared a
+    chunk with the line's next slice, and the snippet showed a line break the note does not have."""
     if not line:
         return [""]
     out: list[str] = []
-    for start in range(0, len(line), max_chars):
+    start = 0
+    while start < len(line):
         piece = line[start : start + max_chars]
-        if weighted_len(piece) <= max_chars:
-            out.append(piece)
-            continue
-        # CJK-heavy slice: cut greedily by weight so each piece weighs at most max_chars.
-        current: list[str] = []
-        weight = 0
-        for ch in piece:
-            w = 4 if is_cjk(ch) else 1
-            if current and weight + w > max_chars:
-                out.append("".join(current))
-                current, weight = [], 0
-            current.append(ch)
-            weight += w
-        if current:
-            out.append("".join(current))
+        if weighted_len(piece) > max_chars:  # CJK-heavy: the longest start that weighs at most max_chars
+            weight = 0
+            for n, ch in enumerate(piece):
+                weight += 4 if is_cjk(ch) else 1
+                if weight > max_chars:
+                    piece = piece[:n]
+                    break
+        out.append(piece)
+        start += len(piece)
     return out
 
 

@@ -165,8 +165,9 @@ def for_terminal(text: str) -> str:
     Why: notes and transcripts hold what was pasted or captured (a tool's coloured output, a
     hostile page); printed raw, an escape sequence in a search snippet could recolour or clear the
     terminal, retitle it, or write to the clipboard (OSC 52).  ``--json`` and a piped ``get`` keep
-    the text as it is."""
-    return text.translate(_CONTROLS) if not text.isprintable() else text
+    the text as it is.  A ``\r`` ending a line (a note saved on Windows) is a line end, not shown:
+    every line of such a note ended in ``\x0d``; a lone one is spelt out."""
+    return text if text.isprintable() else text.replace("\r\n", "\n").translate(_CONTROLS)
 
 
 def _note(args: argparse.Namespace, text: str) -> None:
@@ -452,7 +453,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         if resp.fallback:
             _note(args, f"note: {resp.fallback['from']} fallback: {resp.fallback['reason']}")
         if resp.stale:
-            _note(args, "note: the index may be stale (sync was cut short or another process is writing)")
+            # (why: the notes above; --no-sync, a sync cut short, another writer, a read-only index)
+            _note(args, "note: the index may be stale: results may not match the files as they are now")
         if args.files:
             end = "\0" if args.null else "\n"
             sys.stdout.write("".join(path + end for path in dict.fromkeys(r.path for r in resp.results)))

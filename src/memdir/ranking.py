@@ -234,7 +234,11 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 
 def mmr_rerank(cands: list[Candidate], lam: float) -> list[Candidate]:
-    """Greedy maximal marginal relevance over all candidates (the caller cuts to maxResults)."""
+    """Greedy maximal marginal relevance over all candidates (the caller cuts to maxResults).
+
+    Each remaining candidate's highest similarity to the chosen ones is kept and raised as each
+    is chosen: recomputed against all of them at every step, 400 candidates (maxResults 50 and
+    the default multiplier, both signals) took ~10 s a search."""
     if len(cands) <= 1:
         return list(cands)
     lam = min(1.0, max(0.0, lam))
@@ -245,15 +249,17 @@ def mmr_rerank(cands: list[Candidate], lam: float) -> list[Candidate]:
     rel = [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
     toks = [mmr_tokens(c.snippet) for c in cands]
     remaining = list(range(len(cands)))
+    most_like = [0.0] * len(cands)  # each candidate's highest Jaccard to a chosen one
     chosen: list[int] = []
     while remaining:
         best, best_val = remaining[0], -math.inf
         for i in remaining:
-            sim = max((jaccard(toks[i], toks[j]) for j in chosen), default=0.0)
-            val = lam * rel[i] - (1 - lam) * sim
+            val = lam * rel[i] - (1 - lam) * most_like[i]
             if val > best_val or (val == best_val and cands[i].score > cands[best].score):
                 best, best_val = i, val
         chosen.append(best)
         remaining.remove(best)
+        for i in remaining:
+            most_like[i] = max(most_like[i], jaccard(toks[i], toks[best]))
     return [cands[i] for i in chosen]
 

@@ -334,7 +334,9 @@ def run_search(
     if hybrid.temporal_decay.enabled:
         apply_decay(cands, hybrid.temporal_decay.half_life_days, now,
                     lambda p, s: memory_timestamp(p, s, workspace, source_timestamp))
-    cands.sort(key=lambda c: -c.score)
+    # equal scores (the same line in two notes) in path order, as OpenClaw sorts: the pool's order
+    # is the index's row order, which an edit or a rebuild changes
+    cands.sort(key=lambda c: (-c.score, c.source, c.path, c.start_line))
     for i, c in enumerate(cands):
         c.rank_before_mmr = i
     if hybrid.mmr.enabled:

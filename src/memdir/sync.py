@@ -660,6 +660,12 @@ class Indexer:
         """Whether an indexed file sits where the last listing could not look (kept, not gone)."""
         return key[1] in self._unlisted_sources or (key[1] == "memory" and is_unlisted(key[0], self._unlisted))
 
+    @property
+    def kept_unread(self) -> bool:
+        """Whether the last sync could not read a changed file (grown past the size limit, made
+        unreadable) and kept what the index held of it: its results may cite lines that moved."""
+        return bool(self._unread)
+
     # -- incremental -------------------------------------------------------------------------
     def _incremental(self, store: Store, progress: Progress | None, deadline: float | None,
                      *, everything: bool = False, lazy: bool = False, strict: bool | None = None) -> SyncReport:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -107,6 +108,37 @@ class IndexUpkeep:
         if problem:
             raise IndexDamaged(problem)
         self._checked_ok = version
+
+    def _flag_moved_lines(self, store: Store, response: SearchResponse, advice: str) -> None:
+        """A search that did not index changed notes first (``sync=False``, ``--no-sync``, a sync cut
+        short, a read-only index, a note the sync could not read again) cites lines as they were
+        indexed: a note edited since may have moved them, and its results then pointed at other
+        lines without a word.  Such results' notes are named (all of them: an agent must know which
+        results to doubt), with ``advice``, and the response is ``stale`` (one ``stat`` per note a
+        result comes from)."""
+        from memdir.workspace import change_stamp
+
+        paths = list(dict.fromkeys(r.path for r in response.results if r.source == "memory"))
+        if not paths:
+            return
+        try:
+            rows = store.file_rows("memory")
+        except Exception:  # the results stand; the search says only that it may be stale
+            response.stale = True
+            return
+        moved = []
+        for path in paths:
+            row = rows.get((path, "memory"))
+            try:
+                st = os.lstat(os.path.join(self.workspace, path))
+            except OSError:
+                st = None
+            if row is None or st is None or row[1:] != (change_stamp(st), st.st_size):
+                moved.append(path)
+        if moved:
+            response.stale = True
+            response.warnings.append(
+                f"{', '.join(moved)} changed since indexed: results from there may cite moved lines ({advice})")
 
     def _readonly_note(self) -> str:
         return (f"the index {self.store.location} could not be updated ({self.store.readonly_reason or 'read-only'}); "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import re
 import stat
 import sys
 import time
@@ -266,7 +267,10 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
                                          "a symlink in extraPaths (not followed: list what it points to instead)"))
             continue
         if stat.S_ISDIR(st.st_mode):
-            candidates.extend((*c, str(extra)) for c in _walk(str(extra), rel_path(workspace, extra) + "/",
+            # the workspace itself (``"."``) lists ``notes/x.md``, not ``./notes/x.md``: the path
+            # memory_get gives back, and the one every other extra folder's notes are cited by
+            below = rel_path(workspace, extra)
+            candidates.extend((*c, str(extra)) for c in _walk(str(extra), "" if below == "." else below + "/",
                                                               found.issues, found.skipped, found.unlisted))
         elif stat.S_ISREG(st.st_mode) and extra.name.endswith(".md"):
             if valid_name(str(extra)):
@@ -533,6 +537,23 @@ def line_number(name: str, value: object) -> int | None:
     if not isinstance(value, int) and not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, not {value}")
     return int(value)
+
+
+#: ``path#L5`` or ``path#L5-L7`` (:func:`memdir.tools.format_citation`) of a note or a transcript.
+_CITATION = r"(.+\.(?:md|jsonl[^#/]*))#L(\d+)(?:-L(\d+))?"
+
+
+def cited_range(path: str, from_line: int | None, lines: int | None) -> tuple[str, int | None, int | None]:
+    """A citation ``memory_search`` gave (``memory/x.md#L5-L7``) as its path and lines, which
+    ``from``/``lines`` given too override: an agent handing one back to ``memory_get`` was told
+    "not a Markdown file".  Any other path is returned as it is."""
+    m = re.fullmatch(_CITATION, path.strip()) if "#L" in path else None
+    if m is None:
+        return path, from_line, lines
+    first, last = int(m[2]), int(m[3] or m[2])
+    if from_line is None and lines is None:
+        return m[1], first, max(1, last - first + 1)
+    return m[1], from_line, lines
 
 
 def read_lines(resolved: ResolvedPath, from_line: int | None = None, lines: int | None = None) -> str:
