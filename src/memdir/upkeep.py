@@ -122,15 +122,16 @@ class IndexUpkeep:
         if not paths:
             return
         try:
-            rows = store.file_rows("memory")
+            rows = store.file_rows("memory", paths)
         except Exception:  # the results stand; the search says only that it may be stale
             response.stale = True
             return
         moved = []
+        base = os.path.join(self.workspace, "")  # (joined once: this runs on every such search)
         for path in paths:
             row = rows.get((path, "memory"))
             try:
-                st = os.lstat(os.path.join(self.workspace, path))
+                st = os.lstat(path if os.path.isabs(path) else base + path)
             except OSError:
                 st = None
             if row is None or st is None or row[1:] != (change_stamp(st), st.st_size):

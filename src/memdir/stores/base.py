@@ -161,7 +161,10 @@ class Store(Protocol):
         ...
 
     # -- files and chunks ---------------------------------------------------------------------
-    def file_rows(self, source: str | None = None) -> FileRows: ...
+    def file_rows(self, source: str | None = None, paths: Sequence[str] | None = None) -> FileRows:
+        """``{(path, source): (hash, mtime_ns, size)}`` of every indexed file (of ``source``; of
+        ``paths`` only, when given: a search checks its few results' notes, not the whole table)."""
+        ...
 
     def touch_file(self, path: str, source: str, file_hash: str, mtime_ns: int, size: int) -> None:
         """Record a new stat for a file whose content did not change."""

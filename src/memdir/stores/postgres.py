@@ -297,12 +297,15 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         return (int(row[0]), int(row[1])) if row else None
 
     # -- files and chunks --------------------------------------------------------------------
-    def file_rows(self, source: str | None = None) -> FileRows:
+    def file_rows(self, source: str | None = None, paths: Sequence[str] | None = None) -> FileRows:
         scope, args = self._scope()
         sql = f"SELECT path, source, hash, mtime, size FROM files WHERE index_id = {scope}"
         if source:
             sql += " AND source = %(source)s"
             args = {**args, "source": source}
+        if paths is not None:
+            sql += " AND path = ANY(%(paths)s)"
+            args = {**args, "paths": list(paths)}
         with self._conn() as c:
             return {(p, s): (h, int(m), int(z)) for p, s, h, m, z in c.execute(sql, args)}
 

@@ -543,15 +543,19 @@ class SqliteStore(SqliteLifecycle):
         )
 
     # -- files -------------------------------------------------------------------------------
-    def file_rows(self, source: str | None = None) -> dict[tuple[str, str], tuple[str, int, int]]:
-        """``{(path, source): (hash, mtime_ns, size)}`` for every indexed file."""
+    def file_rows(self, source: str | None = None,
+                  paths: Sequence[str] | None = None) -> dict[tuple[str, str], tuple[str, int, int]]:
+        """``{(path, source): (hash, mtime_ns, size)}`` for every indexed file (see the protocol)."""
         sql = "SELECT path, source, hash, mtime, size FROM files"
         args: tuple[Any, ...] = ()
         if source:
             sql += " WHERE source = ?"
             args = (source,)
         with self.lock:
-            return {(p, s): (h, m, z) for p, s, h, m, z in self.conn.execute(sql, args)}
+            if paths is None:
+                return {(p, s): (h, m, z) for p, s, h, m, z in self.conn.execute(sql, args)}
+            sql += (" AND" if source else " WHERE") + " path IN ({marks})"
+            return {(p, s): (h, m, z) for p, s, h, m, z in db.rows_in(self.conn, sql, list(paths), args)}
 
     def touch_file(self, path: str, source: str, file_hash: str, mtime_ns: int, size: int) -> None:
         """Record a new stat for a file whose content did not change."""
