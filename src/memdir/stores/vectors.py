@@ -63,11 +63,17 @@ def log_changes(conn: Any, chunk_rowids: Sequence[int], alive: bool) -> None:
 
 
 def trim_log(conn: Any, chunks: int | None = None) -> None:
-    """Keep the log about as long as the index (readers that fell behind the trimmed part reload)."""
-    if chunks is None:
-        (chunks,) = conn.execute("SELECT coalesce(max(rowid), 0) FROM chunks").fetchone()
+    """Keep the log about as long as the index (readers that fell behind the trimmed part reload).
+
+    ``chunks`` defaults to the number of chunk rows, counted only once the log is long enough to
+    matter.  (It was ``max(rowid)``, which every rewrite of the last file raises: after weeks of
+    edits it counted every chunk ever written, and the log was never trimmed.)"""
     row = conn.execute("SELECT (SELECT min(seq) FROM vec_log), (SELECT max(seq) FROM vec_log)").fetchone()
-    if row and row[0] is not None and row[1] - row[0] > chunks + LOG_SLACK:
+    if not row or row[0] is None or row[1] - row[0] <= LOG_SLACK:
+        return
+    if chunks is None:
+        (chunks,) = conn.execute("SELECT count(*) FROM chunks").fetchone()
+    if row[1] - row[0] > chunks + LOG_SLACK:
         conn.execute("DELETE FROM vec_log WHERE seq < ?", (row[1] - chunks - LOG_SLACK // 2,))
 
 

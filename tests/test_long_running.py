@@ -1,0 +1,50 @@
+"""Derived state that must stay bounded while notes are edited for weeks in one process.
+
+Each test counts rows, bytes, descriptors or threads after many real edits and syncs; none
+measures time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from memdir import Memory
+from memdir.stores import vectors as vecs
+
+
+def _rows(store_conn, table: str) -> int:
+    return int(store_conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+def test_change_log_stays_bounded_after_many_rewrites(make_workspace: Callable[..., Path], keyword_config,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: the log was trimmed to ``max(rowid) + LOG_SLACK`` entries, and every rewrite of the
+    # other files raises max(rowid): the log kept about one entry per chunk ever written (85k
+    # entries, 1.1 MB of a 2.2 MB index, after 3000 edits of a 300-chunk workspace).
+    monkeypatch.setattr(vecs, "LOG_SLACK", 40)
+    ws = make_workspace({"MEMORY.md": "# Memory\n\nLong-term facts.\n"})
+    (ws / "memory").mkdir()
+    mem = Memory(ws, config=keyword_config)
+    try:
+        for i in range(80):  # two files in turn: each rewrite takes rowids above the other's
+            text = "".join(f"## Part {j}\n\nEdit {i} of part {j}: the boiler and kafka.\n\n" for j in range(5))
+            (ws / "memory" / f"notes{i % 2}.md").write_text(text)
+            mem.sync()
+        conn = mem.store.conn
+        chunks = _rows(conn, "chunks")
+        assert chunks >= 5
+        # one sync's entries (a rewrite logs its old and new chunks) beyond what the trim keeps
+        assert _rows(conn, "vec_log") <= chunks + vecs.LOG_SLACK + 2 * chunks
+        churned = [(h.path, h.start_line, h.snippet) for h in mem.search("boiler kafka", mode="keyword").results]
+    finally:
+        mem.close()
+    fresh = Memory(ws, config=keyword_config, state_dir=ws.parent / "fresh-state")
+    try:
+        assert churned == [(h.path, h.start_line, h.snippet)
+                           for h in fresh.search("boiler kafka", mode="keyword").results]
+        assert "Edit 79 of part 0" in "".join(text for _, _, text in churned)
+    finally:
+        fresh.close()
