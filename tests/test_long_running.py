@@ -48,3 +48,33 @@ def test_change_log_stays_bounded_after_many_rewrites(make_workspace: Callable[.
         assert "Edit 79 of part 0" in "".join(text for _, _, text in churned)
     finally:
         fresh.close()
+
+
+def test_long_term_memory_cleans_old_versions_when_fragments_stay_few(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: only 32 fragments started a compaction (and its cleanup).  A memory stored and then
+    # forgotten, over and over, never makes a second fragment: every version's manifest,
+    # transaction and data file stayed (200 rounds: 1,000 files, 3.9 MB for one live memory).
+    pytest.importorskip("lancedb")
+    from datetime import timedelta
+
+    from ltm_fakes import AxisProvider
+    from memdir.config import load_config
+    from memdir.ltm import LongTermMemory
+    from memdir.ltm import store as ltm_store
+
+    monkeypatch.setattr(ltm_store, "KEEP_OLD_VERSIONS", timedelta(milliseconds=1), raising=False)  # all old
+    monkeypatch.setattr(ltm_store, "CLEAN_AT_OLD_VERSIONS", 8, raising=False)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    settings = load_config(workspace=ws, state_dir=tmp_path / "state", agent_id="main").settings
+    with LongTermMemory(settings, provider=AxisProvider()) as ltm:
+        kept = ltm.store("The user lives in Porto", category="fact").record.id
+        for i in range(30):
+            ltm.forget(ltm.store(f"Passing fact number {i} about the zebra", category="fact").record.id)
+        table_dir = ltm.table.path / f"{ltm_store.TABLE}.lance"
+        manifests = [p for p in (table_dir / "_versions").iterdir() if p.name.endswith(".manifest")]
+        assert len(manifests) <= 8 + 2
+        assert sum(1 for p in table_dir.rglob("*") if p.is_file()) <= 4 * (8 + 2)
+        assert [r.id for r in ltm.list()] == [kept]
+        assert [r.id for r in ltm.search("The user lives in Porto")] == [kept]
