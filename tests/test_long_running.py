@@ -78,3 +78,25 @@ def test_long_term_memory_cleans_old_versions_when_fragments_stay_few(tmp_path: 
         assert sum(1 for p in table_dir.rglob("*") if p.is_file()) <= 4 * (8 + 2)
         assert [r.id for r in ltm.list()] == [kept]
         assert [r.id for r in ltm.search("The user lives in Porto")] == [kept]
+
+
+def test_long_term_embedding_cache_is_pruned_by_short_lived_processes(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: only a process's 200th write checked the size, so one command per prompt (a hook
+    # running ``memdir ltm search``, which caches each query's vector) grew the cache for ever.
+    import numpy as np
+
+    from memdir.ltm import embedder
+
+    path = tmp_path / "embedding-cache.sqlite"
+    key = ("fake", "m", "k")
+    for process in range(12):  # one cache object per "process", two new vectors each
+        cache = embedder.EmbeddingCache(path, max_entries=5)
+        cache.put(key, {f"h{process}-{i}": np.ones(4, dtype=np.float32) for i in range(2)})
+        cache.close()
+    cache = embedder.EmbeddingCache(path, max_entries=5)
+    try:
+        assert cache.count() == 5
+        assert set(cache.get(key, ["h11-0", "h11-1"])) == {"h11-0", "h11-1"}  # the newest are kept
+    finally:
+        cache.close()
