@@ -100,3 +100,33 @@ def test_long_term_embedding_cache_is_pruned_by_short_lived_processes(tmp_path: 
         assert set(cache.get(key, ["h11-0", "h11-1"])) == {"h11-0", "h11-1"}  # the newest are kept
     finally:
         cache.close()
+
+
+def test_the_wal_shrinks_after_a_big_write_while_another_process_keeps_the_index_open(tmp_path: Path) -> None:
+    # Before: SQLite reuses a write-ahead log at its largest.  A rebuild copies the whole index
+    # in one transaction, and while a ``memdir mcp`` or ``watch`` kept the index open (so the
+    # WAL was never deleted) a WAL as big as the index stayed beside it.
+    import numpy as np
+
+    from memdir.stores.base import ChunkRow
+    from memdir.stores.sqlite import SqliteStore
+
+    limit = 4 * 1024 * 1024  # memdir.db.WAL_SIZE_LIMIT
+    path = tmp_path / "index.sqlite"
+    wal = Path(f"{path}-wal")
+    writer, server = SqliteStore(path), SqliteStore(path)  # the server only keeps its connection
+    try:
+        vec = np.ones(4096, dtype=np.float32)
+        big = [ChunkRow(f"c{i}", "big.md", "memory", i + 1, i + 1, f"h{i}", "m", f"chunk {i}", vec) for i in range(400)]
+        with writer.transaction():
+            writer.replace_file("big.md", "memory", "b", 1, 1, big)
+        assert wal.stat().st_size > 1.5 * limit
+        writer.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        with writer.transaction():  # the next write starts the log over, and cuts it down
+            writer.replace_file("small.md", "memory", "s", 1, 1,
+                                [ChunkRow("s", "small.md", "memory", 1, 1, "hs", "m", "small note")])
+        assert wal.stat().st_size <= limit
+        assert server.chunk_count() == 401
+    finally:
+        writer.close()
+        server.close()
