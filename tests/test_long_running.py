@@ -130,3 +130,36 @@ def test_the_wal_shrinks_after_a_big_write_while_another_process_keeps_the_index
     finally:
         writer.close()
         server.close()
+
+
+def test_the_watcher_keeps_retrying_after_a_day_of_failed_syncs(make_workspace: Callable[..., Path], keyword_config,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: the retry delay was 2 s × 2 ** (failures - 1), capped after computing it: past 1,024
+    # failures in a row (17 hours of a full disk or a provider down, one a minute) the power
+    # overflowed a float, the OverflowError ended the sync thread, and the watcher never synced again.
+    import threading
+
+    from memdir import watch
+
+    monkeypatch.setattr(watch, "RETRY_MAX_SECONDS", 0.02)
+    ws = make_workspace({"MEMORY.md": "# Memory\n"})
+    mem = Memory(ws, config=keyword_config)
+    calls: list[int] = []
+    again = threading.Event()
+
+    def failing_sync(**_: object) -> None:
+        calls.append(1)
+        if len(calls) >= 3:
+            again.set()
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(mem, "sync", failing_sync)
+    watcher = watch.Watcher(mem, files=False, sync_at_start=True)
+    watcher.failures = 2000  # as after a day and a half of failures, one a minute
+    watcher.start()
+    try:
+        assert again.wait(15), f"the sync thread stopped after {len(calls)} attempt(s)"
+        assert watcher.failures >= 2002 and "No space left" in (watcher.last_error or "")
+    finally:
+        watcher.stop()
+        mem.close()
