@@ -163,3 +163,44 @@ def test_the_watcher_keeps_retrying_after_a_day_of_failed_syncs(make_workspace: 
     finally:
         watcher.stop()
         mem.close()
+
+
+def test_appends_timing_out_on_a_stopped_holder_keep_threads_and_descriptors_bounded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: each append that gave up on the file's lock left its waiting thread (and a
+    # duplicate descriptor) queued in the kernel until the holder let go: a holder stopped for
+    # hours took a long-lived server, one ``memory_append`` at a time, to "Too many open files".
+    import os
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from memdir import lock, memfiles
+
+    monkeypatch.setattr(memfiles, "APPEND_LOCK_WAIT", 0.02)
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    note = ws / "memory" / "2026-11-28.md"
+    note.write_text("first\n")
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               f"fd = os.open({str(note)!r}, os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX)\n"
+                               "print('held', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        threads, fds = threading.active_count(), len(os.listdir("/proc/self/fd"))
+        for i in range(30):
+            with pytest.raises(memfiles.MemoryFileError, match="locked"):
+                memfiles.append_memory_file(ws, note.name, f"entry {i}")
+        assert threading.active_count() <= threads + 8  # lock.MAX_ABANDONED_WAITS
+        assert len(os.listdir("/proc/self/fd")) <= fds + 8
+    finally:
+        holder.communicate("", timeout=10)  # the holder ends: its lock goes, and every waiter with it
+    memfiles.APPEND_LOCK_WAIT = 5.0
+    memfiles.append_memory_file(ws, note.name, "after the holder")
+    deadline = time.monotonic() + 10
+    while threading.active_count() > threads and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() <= threads and getattr(lock, "_abandoned", 0) == 0
+    assert note.read_text() == "first\n\nafter the holder\n"
