@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from helpers import cli_env
 from memdir.api import Memory
@@ -174,3 +175,30 @@ def test_sigkill_during_sync_leaves_matrix_and_index_consistent(make_workspace, 
                 return out
 
             assert every_score(warm) == every_score(clean)
+
+
+@pytest.mark.parametrize("int8", [False, True])
+def test_a_long_lived_reader_keeps_few_blocks_through_many_small_writes(tmp_path: Path, monkeypatch, int8: bool):
+    # Before: each refresh that found a new vector added a block, and only side rows adding up to
+    # a tenth of the matrix merged them: one small edit between searches, for weeks, left
+    # thousands of one-row blocks, each a pass of its own in every search and refresh.
+    if int8:
+        if not vecs.can_quantize():
+            pytest.skip("int8 matrices need NumKong")
+        monkeypatch.setattr(vecs, "QUANT_MIN_ROWS", 100)
+    path = tmp_path / "idx.sqlite"
+    writer, reader = SqliteStore(path), SqliteStore(path)
+    queries = np.random.default_rng(7).standard_normal((3, DIMS)).astype(np.float32)
+    with writer.transaction():
+        writer.replace_file("big.md", "memory", "b", 1, 1, _rows("big.md", 300, 1, windows=2))
+    _same(reader, writer, queries)
+    for round_ in range(80):  # a small note rewritten (its one chunk replaced), then a search
+        with writer.transaction():
+            writer.replace_file(f"small{round_ % 3}.md", "memory", f"s{round_}", 1, 1,
+                                _rows(f"small{round_ % 3}.md", 1 + round_ % 2, 200 + round_, windows=2))
+        _same(reader, writer, queries[:1])
+        assert len(reader.matrix.blocks) <= 17  # the main block and vecs.MAX_SIDE_BLOCKS
+    assert reader.matrix.loads == 1 and reader.matrix.quantized is int8  # kept in step, never reloaded
+    _same(reader, writer, queries)
+    writer.close()
+    reader.close()

@@ -131,6 +131,10 @@ def file_uri(path: Path | str, query: str) -> str:
 
 #: Page size of a new database (SQLite's default is 4096).
 PAGE_SIZE = 8192
+#: Bytes a write-ahead log keeps once checkpointed.  Without a limit SQLite reuses the file at its
+#: largest: after a rebuild copied a 5 MB index in one transaction, the WAL stayed 5 MB beside it
+#: for as long as a ``memdir mcp`` or ``watch`` kept the index open.
+WAL_SIZE_LIMIT = 4 * 1024 * 1024
 
 
 def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0, page_size: int = PAGE_SIZE,
@@ -157,5 +161,6 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0, 
             conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         enable_wal(conn, timeout)
         conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
     conn.execute("PRAGMA temp_store = MEMORY")
     return conn

@@ -34,9 +34,10 @@ def _thread_lock(path: Path) -> threading.Lock:
 def _forget_thread_locks() -> None:
     """In a forked child: the parent's thread locks may have been held by threads that do not
     exist here (a watcher's sync), and would never be released; the child starts with its own."""
-    global _THREAD_LOCKS_GUARD
+    global _THREAD_LOCKS_GUARD, _abandoned, _abandoned_guard
     _THREAD_LOCKS_GUARD = threading.Lock()
     _THREAD_LOCKS.clear()
+    _abandoned, _abandoned_guard = 0, threading.Lock()  # (their threads are not in the child)
 
 
 if hasattr(os, "register_at_fork"):
@@ -77,6 +78,15 @@ def resume_advice(pid: object) -> str:
     return f"resume it with `kill -CONT {pid}` (or `fg` in its terminal) or end it"
 
 
+#: Waits given up on that may still be queued in the kernel: each keeps a thread and a descriptor
+#: until the lock's holder lets go.  Past this many, a wait polls instead of queueing: a holder
+#: stopped for hours (Ctrl-Z, SIGSTOP) otherwise left one of each per ``memory_append`` a
+#: long-lived server was asked for, until it ran out of descriptors.
+MAX_ABANDONED_WAITS = 8
+_abandoned = 0
+_abandoned_guard = threading.Lock()
+
+
 def flock_within(fd: int, seconds: float) -> bool:
     """Take ``fd``'s exclusive ``flock``, waiting at most ``seconds``; ``False`` when the time is up.
 
@@ -84,31 +94,58 @@ def flock_within(fd: int, seconds: float) -> bool:
     ever, without a word.  Why not poll: a waiter that sleeps between tries loses the lock to a
     busy writer every time; the wait stays in the kernel's queue, in a helper thread on a
     duplicate of ``fd`` (same open file, so the same lock), and is abandoned after the time is
-    up (a lock it takes later is let go as its descriptor closes).
+    up (a lock it takes later is let go as its descriptor closes).  With
+    :data:`MAX_ABANDONED_WAITS` of them still queued, this wait polls.
     """
+    global _abandoned
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except BlockingIOError:
         pass
+    with _abandoned_guard:
+        queue = _abandoned < MAX_ABANDONED_WAITS
+    if not queue:
+        return _poll_flock(fd, seconds)
     dup = os.dup(fd)
-    done, failed = threading.Event(), []
+    done, failed, given_up = threading.Event(), [], []
 
     def wait() -> None:
+        global _abandoned
         try:
             fcntl.flock(dup, fcntl.LOCK_EX)
         except OSError as exc:
             failed.append(exc)
         finally:
             os.close(dup)
-            done.set()
+            with _abandoned_guard:
+                done.set()
+                if given_up:
+                    _abandoned -= 1
 
     threading.Thread(target=wait, name="memdir-flock-wait", daemon=True).start()
     if not done.wait(seconds):
-        return False
+        with _abandoned_guard:
+            if not done.is_set():
+                given_up.append(True)
+                _abandoned += 1
+                return False
     if failed:
         raise failed[0]
     return True
+
+
+def _poll_flock(fd: int, seconds: float) -> bool:
+    """:func:`flock_within` by trying again every few milliseconds (no thread, no descriptor)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+        time.sleep(0.01)
 
 
 def flock_holder(fd: int) -> int | None:

@@ -395,7 +395,8 @@ class Watcher:
             if self._stop.is_set() or isinstance(exc, MemoryClosed):
                 return  # cut short by stop() or close(): not a failure, and nothing to try again
             self.failures += 1
-            delay = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (self.failures - 1))
+            # (the power capped first: 2 ** 1024 overflowed a float and ended this thread for good)
+            delay = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** min(self.failures - 1, 32))
             self.last_error = f"sync failed ({reason}): {exc}"
             self._retry_later(delay)
             self._emit({"event": "error", "reason": reason, "error": str(exc), "retryInSeconds": delay})

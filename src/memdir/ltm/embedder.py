@@ -49,7 +49,9 @@ class EmbeddingCache:
         self.max_entries = max_entries
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
-        self._puts = 0
+        # The first write checks the size too: counting only this process's writes, a command
+        # run per prompt (``memdir ltm search`` caches each query) never reached a prune.
+        self._puts = _PRUNE_EVERY
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:

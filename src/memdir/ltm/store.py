@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -38,6 +39,11 @@ COMPACT_AT_FRAGMENTS = 32
 #: ``optimize`` compacts and cleans up in one call; this keeps every version until the compacted
 #: table has been read back (``compact_files`` alone needs ``pylance``, which lancedb does not install).
 KEEP_VERSIONS_WHILE_COMPACTING = timedelta(days=36500)
+#: How long a version is kept after a newer one (a reader in another process may be reading it).
+KEEP_OLD_VERSIONS = timedelta(hours=1)
+#: Versions older than :data:`KEEP_OLD_VERSIONS` that start a cleanup although the fragments are
+#: few: a store then a forget, over and over, adds a version each and never a 2nd fragment.
+CLEAN_AT_OLD_VERSIONS = 64
 EXTRA_COLUMNS = {"supersededBy": "CAST(NULL AS STRING)", "supersededAt": "CAST(NULL AS BIGINT)",
                  "source": "CAST(NULL AS STRING)"}
 
@@ -159,6 +165,15 @@ class LanceTable:
             return any(name.endswith(".manifest") for name in os.listdir(versions))
         except OSError:
             return False
+
+    def _old_versions(self) -> int:
+        """How many committed versions are older than :data:`KEEP_OLD_VERSIONS` (by their manifest)."""
+        cutoff = time.time() - KEEP_OLD_VERSIONS.total_seconds()
+        try:
+            with os.scandir(self.path / f"{TABLE}.lance" / "_versions") as entries:
+                return sum(1 for e in entries if e.name.endswith(".manifest") and e.stat().st_mtime <= cutoff)
+        except OSError:
+            return 0
 
     def _clear_uncommitted(self) -> None:
         """Remove a table folder with no committed version (under the writers' lock: no creator is
@@ -364,23 +379,26 @@ class LanceTable:
         self._read_back(self._table, before, None)
 
     def maybe_compact(self, max_fragments: int = COMPACT_AT_FRAGMENTS) -> bool:
-        """Merge small fragments once there are ``max_fragments``; returns whether it compacted.
+        """Merge small fragments once there are ``max_fragments``, or once
+        :data:`CLEAN_AT_OLD_VERSIONS` old versions wait to be removed; returns whether it compacted.
 
         Every LanceDB write adds a fragment, and a search visits each one: measured at 1,000
         memories stored one by one, a search took ~200 ms over 1,000 fragments and ~8 ms after
-        compaction.  Versions older than an hour are cleaned up with it (readers re-check the
-        latest version on every query, so none still needs them).
+        compaction.  Versions older than :data:`KEEP_OLD_VERSIONS` are cleaned up with it (readers
+        re-check the latest version on every query, so none still needs them).  Every version keeps
+        its files until then: 200 stores each forgotten at once left 1,000 files (3.9 MB) for one
+        memory when only the fragment count started a cleanup.
         """
         table = self.table()
         if table is None:
             return False
         fragments = int((table.stats().get("fragment_stats") or {}).get("num_fragments") or 0)
-        if fragments < max_fragments:
+        if fragments < max_fragments and self._old_versions() < CLEAN_AT_OLD_VERSIONS:
             return False
         before = table.version
         table.optimize(cleanup_older_than=KEEP_VERSIONS_WHILE_COMPACTING)
         self._read_back(table, before, None)  # before old versions go: they hold the rows otherwise
-        table.optimize(cleanup_older_than=timedelta(hours=1))
+        table.optimize(cleanup_older_than=KEEP_OLD_VERSIONS)
         return True
 
     def close(self) -> None:

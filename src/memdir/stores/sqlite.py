@@ -607,7 +607,6 @@ class SqliteStore(SqliteLifecycle):
                           [(rid, *(ch.fts or fts_values(ch.text))) for rid, ch in zip(rowids, chunks, strict=True)])
         if bulk is None:
             vecs.log_changes(c, rowids, alive=True)
-            vecs.trim_log(c)
         c.execute(
             "INSERT OR REPLACE INTO files(path, source, hash, mtime, size) VALUES (?,?,?,?,?)",
             (path, source, file_hash, mtime_ns, size),
@@ -1251,7 +1250,10 @@ class SqliteStore(SqliteLifecycle):
         remove_sidecar_leftovers(sidecar_path(self.path))
 
     def optimize(self) -> None:
-        """Nothing to do: SQLite's indexes are maintained as rows are written."""
+        """Trim the change log (once a sync, not per file: counting the chunks reads an index).
+        SQLite's own indexes and FTS5's segments are maintained as rows are written."""
+        with self.transaction() as c:
+            vecs.trim_log(c)
 
     def export_files(self, only: Collection[tuple[str, str]] | None = None,
                      ) -> Iterator[tuple[str, str, str, int, int, list[ChunkRow]]]:

@@ -35,6 +35,10 @@ EPOCH_KEY = "vectors_epoch"
 LOG_SLACK = 20_000
 #: Rows in the side matrix (appended since the last load) before it is merged into the main one.
 MERGE_FRACTION = 0.1
+#: Side blocks (one per refresh that found new vectors) before they are merged into one.  Each
+#: costs every search and every refresh a pass of its own: 5,000 one-row blocks (a long-lived
+#: server, one small edit between searches) took a 100k-row search from 6 to 50 ms.
+MAX_SIDE_BLOCKS = 16
 #: From this many vector rows the matrix is held as int8, one scale per row (a quarter of the
 #: memory, and of the bytes each scan reads), scanned by NumKong's int8 dot products, and the
 #: best candidates are re-scored exactly from the stored float32 vectors.  Below it, float32.
@@ -63,11 +67,17 @@ def log_changes(conn: Any, chunk_rowids: Sequence[int], alive: bool) -> None:
 
 
 def trim_log(conn: Any, chunks: int | None = None) -> None:
-    """Keep the log about as long as the index (readers that fell behind the trimmed part reload)."""
-    if chunks is None:
-        (chunks,) = conn.execute("SELECT coalesce(max(rowid), 0) FROM chunks").fetchone()
+    """Keep the log about as long as the index (readers that fell behind the trimmed part reload).
+
+    ``chunks`` defaults to the number of chunk rows, counted only once the log is long enough to
+    matter.  (It was ``max(rowid)``, which every rewrite of the last file raises: after weeks of
+    edits it counted every chunk ever written, and the log was never trimmed.)"""
     row = conn.execute("SELECT (SELECT min(seq) FROM vec_log), (SELECT max(seq) FROM vec_log)").fetchone()
-    if row and row[0] is not None and row[1] - row[0] > chunks + LOG_SLACK:
+    if not row or row[0] is None or row[1] - row[0] <= LOG_SLACK:
+        return
+    if chunks is None:
+        (chunks,) = conn.execute("SELECT count(*) FROM chunks").fetchone()
+    if row[1] - row[0] > chunks + LOG_SLACK:
         conn.execute("DELETE FROM vec_log WHERE seq < ?", (row[1] - chunks - LOG_SLACK // 2,))
 
 
@@ -187,6 +197,20 @@ def _unit_rows(blobs: Sequence[bytes], dims: int) -> tuple[np.ndarray, np.ndarra
     norms[norms == 0] = 1.0
     matrix /= norms[:, None]
     return matrix, np.repeat(np.arange(len(blobs), dtype=np.int64), counts)
+
+
+def _merged(blocks: list[_Block]) -> _Block:
+    """The live rows of ``blocks`` as one block, in rowid order (a chunk's rows stay one slice:
+    they are alive in one block only, since a write marks the chunk dead in every older one)."""
+    import numpy as np
+
+    alive = [~b.dead for b in blocks]
+    matrix = np.concatenate([b.matrix[a] for b, a in zip(blocks, alive, strict=True)])
+    chunks = np.concatenate([b.chunks[a] for b, a in zip(blocks, alive, strict=True)])
+    scale = (np.concatenate([b.scale[a] for b, a in zip(blocks, alive, strict=True)])
+             if blocks[0].scale is not None else None)
+    order = np.argsort(chunks, kind="stable")
+    return _Block(matrix[order], chunks[order], None if scale is None else scale[order])
 
 
 class VectorMatrix:
@@ -317,17 +341,11 @@ class VectorMatrix:
         if len(self.blocks) > 1 and sum(len(b.chunks) for b in self.blocks[1:]) > MERGE_FRACTION * self.rows + 64:
             self._merge()
             self._save(conn)
+        elif len(self.blocks) > 1 + MAX_SIDE_BLOCKS:  # the main block (and its saved copy) stays as it is
+            self.blocks = [self.blocks[0], _merged(self.blocks[1:])]
 
     def _merge(self) -> None:
-        import numpy as np
-
-        alive = [~b.dead for b in self.blocks]
-        matrix = np.concatenate([b.matrix[a] for b, a in zip(self.blocks, alive, strict=True)])
-        chunks = np.concatenate([b.chunks[a] for b, a in zip(self.blocks, alive, strict=True)])
-        scale = (np.concatenate([b.scale[a] for b, a in zip(self.blocks, alive, strict=True)])
-                 if self.blocks[0].scale is not None else None)
-        order = np.argsort(chunks, kind="stable")  # rowid order: a chunk's rows stay one slice
-        self.blocks = [_Block(matrix[order], chunks[order], None if scale is None else scale[order])]
+        self.blocks = [_merged(self.blocks)]
 
     @property
     def rows(self) -> int:
