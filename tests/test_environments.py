@@ -42,3 +42,21 @@ def test_a_state_folder_that_cannot_be_made_or_written_is_named_as_such():
         error = json.loads(out.stdout)["error"]
         assert f"its folder {root / 'theirs' / 'memory'} is not writable" in error["message"]
         assert "--state-dir" in error["message"]
+
+
+def test_a_home_that_cannot_be_written_gets_no_onnxruntime_warning():
+    """Run as a user whose ``$HOME`` cannot be written (a container's bare uid), every command that
+    loaded the embedded model printed onnxruntime's coloured "Failed to persist telemetry device
+    ID" warning on stderr: onnxruntime writes a telemetry id under ``~/.cache`` when imported."""
+    with shared_scratch() as root:
+        ws, state = root / "ws", root / "state"
+        ws.mkdir()
+        state.mkdir()
+        (ws / "MEMORY.md").write_text("- The otter eats fish.\n")
+        give_away(ws)
+        give_away(state)
+        # run_cli_as_user sets HOME to state's parent: root's folder, which the user cannot write
+        out = run_cli_as_user(state, "search", "what does the otter eat?", "-w", str(ws), "--json")
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["mode"] == "hybrid"  # the embedded model ran
+        assert out.stderr == ""
