@@ -142,14 +142,16 @@ def _quiet(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "quiet", False))
 
 
-def _json_text(value: Any, *, indent: int | None = None) -> str:
-    """``value`` as JSON, non-ASCII text as it is, except a lone surrogate (a byte that is not UTF-8
-    in a path given on the command line), which is escaped: printed raw it was a codec error on a
-    UTF-8 terminal, or a stray byte no strict JSON reader takes."""
+def json_text(value: Any, *, indent: int | None = None) -> str:
+    """``value`` as JSON for stdout, non-ASCII text as it is where stdout can encode it; else
+    (a lone surrogate: a byte that is not UTF-8 in a path given on the command line; an ASCII
+    stdout: ``PYTHONIOENCODING=ascii``, a C locale with ``PYTHONUTF8=0``) all ``\\u`` escapes.
+    Why: printed raw it was a codec error, a stray byte no strict JSON reader takes, or, through
+    the backslash escapes of :func:`_lossless_streams`, ``"caf\\xe9"``, which is not JSON."""
     text = json.dumps(value, ensure_ascii=False, indent=indent)
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
+        text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
         return json.dumps(value, indent=indent)
     return text
 
@@ -445,7 +447,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         resp = mem.search(query, max_results=args.max_results, min_score=args.min_score, explain=args.explain,
                           sync=False if args.no_sync else None, mode=args.mode)
         if args.json:
-            print(_json_text(resp.as_dict(), indent=2))
+            print(json_text(resp.as_dict(), indent=2))
             return 0
         for w in resp.warnings:
             _note(args, f"note: {w}")
@@ -488,7 +490,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         except PathError as exc:
             raise CliError(str(exc)) from None
         if args.json:
-            print(_json_text(got.as_dict(), indent=2))
+            print(json_text(got.as_dict(), indent=2))
         else:
             text = for_terminal(got.text) if sys.stdout.isatty() else got.text  # piped: the note's own bytes
             sys.stdout.write(text + ("" if text.endswith("\n") or not text else "\n"))
@@ -543,7 +545,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         st = mem.status(deep=args.deep)
     if args.json:
-        print(_json_text(st, indent=2))
+        print(json_text(st, indent=2))
         return 0
     lines = [f"Memory Search ({st['agentId']})",
              f"Provider: {st['provider']} (requested: {st['requestedProvider']})",
@@ -849,7 +851,7 @@ def _json_failure(args: argparse.Namespace, kind: str, message: str, code: int) 
 def _print_failure(kind: str, message: str, code: int) -> None:
     """The ``--json`` failure object on stdout."""
     try:
-        print(_json_text({"ok": False, "error": {"kind": kind, "message": message, "exitCode": code}}))
+        print(json_text({"ok": False, "error": {"kind": kind, "message": message, "exitCode": code}}))
         _flush_stdout()
     except (BrokenPipeError, OSError, ValueError):  # stdout gone or closed: stderr said it
         pass

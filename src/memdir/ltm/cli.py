@@ -11,14 +11,14 @@ Only ``argparse`` is imported at module level: ``memdir --help`` must not load L
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memdir.cli import CliError, UsageError, for_terminal  # failures the CLI reports (as JSON too with --json)
+# failures the CLI reports (as JSON too with --json), and its JSON for stdout
+from memdir.cli import CliError, UsageError, for_terminal, json_text
 
 
 def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -57,7 +57,7 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
 # A result's warnings (a mirror edited by hand, moved aside) are not printed here: the store logs
 # each one as it happens (printed twice before, and -q did not silence the copy), and --json has them.
 def _print(data: Any) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False))
+    print(json_text(data, indent=2))
 
 
 def _line(r: Any, tz: str | None) -> str:
