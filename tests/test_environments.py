@@ -59,4 +59,37 @@ def test_a_home_that_cannot_be_written_gets_no_onnxruntime_warning():
         out = run_cli_as_user(state, "search", "what does the otter eat?", "-w", str(ws), "--json")
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["mode"] == "hybrid"  # the embedded model ran
-        assert out.stderr == ""
+        assert "onnxruntime" not in out.stderr and "\x1b[" not in out.stderr, out.stderr
+
+
+#: Python with an ASCII file-system and stdio encoding: a C locale with UTF-8 mode turned off.
+ASCII_PYTHON = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "MEMDIR_PROVIDER": "none"}
+
+
+def test_a_non_ascii_file_name_is_indexed_and_read_when_python_decodes_names_as_ascii(make_workspace, run_cli):
+    """Under ``LC_ALL=C PYTHONUTF8=0`` ``memory/projets/café.md`` was skipped as "file name is not
+    valid UTF-8" (it is: Python only saw it as surrogate escapes), so its notes were never found,
+    and ``get`` of it failed with "'ascii' codec can't encode character"."""
+    ws = make_workspace({"MEMORY.md": "- plain\n", "memory/projets/café.md": "- le budget du kiwi est 12 €\n"})
+    assert run_cli("-w", str(ws), "status", env={"MEMDIR_PROVIDER": "none"}).returncode == 0  # a UTF-8 Python: fine
+    indexed = run_cli("-w", str(ws), "index", "--force", env=ASCII_PYTHON)
+    assert indexed.returncode == 0 and "skipped" not in indexed.stderr, indexed.stderr
+    found = run_cli("-w", str(ws), "search", "kiwi budget", "--json", env=ASCII_PYTHON)
+    assert found.returncode == 0, found.stderr
+    (hit,) = json.loads(found.stdout)["results"]
+    assert hit["path"] == "memory/projets/café.md" and "12 €" in hit["snippet"]
+    got = run_cli("-w", str(ws), "get", "memory/projets/café.md", "--json", env=ASCII_PYTHON)
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout) == {"text": "- le budget du kiwi est 12 €\n", "path": "memory/projets/café.md"}
+
+
+def test_json_on_an_ascii_stdout_is_still_json(make_workspace, run_cli):
+    """``--json`` on a stdout that cannot encode a note's text (``PYTHONIOENCODING=ascii``) printed
+    ``"caf\\xe9"`` (the CLI's backslash escapes for people), which no JSON reader takes."""
+    ws = make_workspace({"MEMORY.md": "- the café kiwi plan 🥝\n"})
+    env = {"MEMDIR_PROVIDER": "none", "PYTHONIOENCODING": "ascii"}
+    for args in (("search", "kiwi", "--json"), ("get", "MEMORY.md", "--json")):
+        out = run_cli("-w", str(ws), *args, env=env)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.isascii()
+        assert "café kiwi plan 🥝" in json.dumps(json.loads(out.stdout), ensure_ascii=False)
