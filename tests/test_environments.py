@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from unprivileged import give_away, run_cli_as_user, shared_scratch
 
@@ -93,3 +94,19 @@ def test_json_on_an_ascii_stdout_is_still_json(make_workspace, run_cli):
         assert out.returncode == 0, out.stderr
         assert out.stdout.isascii()
         assert "café kiwi plan 🥝" in json.dumps(json.loads(out.stdout), ensure_ascii=False)
+
+
+def test_a_library_error_of_several_lines_is_one_line_on_the_cli(make_workspace, run_cli, tmp_path: Path):
+    """A hub model that cannot be fetched (here: no hub at the address) failed ``index`` with
+    huggingface_hub's message, whose advice ran onto a second line of stderr (and into
+    ``--json``'s message)."""
+    ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})
+    assert run_cli("-w", str(ws), "index").returncode == 0  # vectors of the embedded model
+    config = tmp_path / "hub.json"
+    config.write_text(json.dumps({"memorySearch": {"local": {"modelPath": "nobody/no-such-model"}}}))
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0"}
+    out = run_cli("-w", str(ws), "--config", str(config), "index", "--json", env=env)
+    assert out.returncode == 1 and "nobody/no-such-model" in out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr
+    message = json.loads(out.stdout)["error"]["message"]
+    assert "\n" not in message and "Hugging Face hub" in message

@@ -828,7 +828,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             label = "memdir: configuration error"
         from memdir.errors import without_source_location
 
-        message = without_source_location(str(exc))
+        # one line: a library's message can run over several (huggingface_hub's advice, pydantic's report)
+        message = " ".join(without_source_location(str(exc)).split())
         if "disk I/O error" in message or "database or disk is full" in message:
             # SQLite says no more than this when it could not write: the usual cause, in words
             message += " (is the disk full, or a file size limit reached?)"
