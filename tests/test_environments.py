@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
+from helpers import cli_env
 from unprivileged import give_away, run_cli_as_user, shared_scratch
 
 KEYWORD = json.dumps({"memorySearch": {"provider": "none"}})
@@ -110,3 +113,17 @@ def test_a_library_error_of_several_lines_is_one_line_on_the_cli(make_workspace,
     assert out.stderr.count("\n") == 1, out.stderr
     message = json.loads(out.stdout)["error"]["message"]
     assert "\n" not in message and "Hugging Face hub" in message
+
+
+def test_commands_run_with_stderr_closed(make_workspace, state_dir: Path):
+    """``memdir index 2>&-`` (a cron job or daemon started with stderr closed) failed with "Memory
+    index failed: 'NoneType' object has no attribute 'isatty'", printed on stdout."""
+    ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})
+    env = cli_env(state_dir, MEMDIR_PROVIDER="none")
+    for argv, closed in ((["index", "--force"], "2>&-"), (["index", "--force"], ">&- 2>&-"),
+                         (["search", "otter", "--files"], "2>&-"), (["append", "closed stderr note"], "2>&-")):
+        out = subprocess.run(["sh", "-c", f'exec "$0" -m memdir "$@" {closed}', sys.executable, *argv, "-w", str(ws)],
+                             capture_output=True, text=True, env=env, timeout=60)
+        assert out.returncode == 0 and "NoneType" not in out.stdout, (argv, out.stdout)
+    assert "otter" in (ws / "MEMORY.md").read_text()
+    assert any("closed stderr note" in p.read_text() for p in (ws / "memory").glob("*.md"))

@@ -783,6 +783,8 @@ ONE_SHOT_COMMANDS = frozenset({"search", "get", "status"})
 def main(argv: Sequence[str] | None = None) -> int:
     if sys.stdout is None:  # started with stdout closed (`memdir append x >&-`): every print failed
         sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115  (output goes nowhere, as >/dev/null)
+    if sys.stderr is None:  # stderr closed (`memdir index 2>&-`): index failed on the progress's isatty()
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
     completing = "_ARGCOMPLETE" in os.environ
     parser = build_parser(None if completing else command_in(sys.argv[1:] if argv is None else argv))
     if completing:  # a shell asking for completions (see `memdir completion`)
