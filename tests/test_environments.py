@@ -127,3 +127,13 @@ def test_commands_run_with_stderr_closed(make_workspace, state_dir: Path):
         assert out.returncode == 0 and "NoneType" not in out.stdout, (argv, out.stdout)
     assert "otter" in (ws / "MEMORY.md").read_text()
     assert any("closed stderr note" in p.read_text() for p in (ws / "memory").glob("*.md"))
+
+
+def test_the_stdio_mcp_server_with_stdin_closed_is_bad_usage_in_words(make_workspace, state_dir: Path):
+    """``memdir mcp <&-`` said only "memdir: 'NoneType' object has no attribute 'isatty'"."""
+    ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})
+    out = subprocess.run(["sh", "-c", 'exec "$0" -m memdir mcp "$@" <&-', sys.executable, "-w", str(ws)],
+                         capture_output=True, text=True, env=cli_env(state_dir, MEMDIR_PROVIDER="none"), timeout=60)
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    assert out.stderr == ("memdir: the MCP server on stdio reads its requests from stdin, and stdin is closed "
+                          "(--transport http serves without it)\n")

@@ -662,6 +662,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if not 0 < args.port < 65536:
         raise CliError(f"invalid port {args.port} (expected 1-65535)")
+    if args.transport == "stdio" and sys.stdin is None:  # `memdir mcp <&-`: "'NoneType' ... 'isatty'"
+        raise UsageError("the MCP server on stdio reads its requests from stdin, and stdin is closed "
+                         "(--transport http serves without it)")
     with _memory(args) as mem:
         if args.transport == "stdio" and sys.stdin.isatty():
             # Run by hand from the README's list, it waited in silence: say what it is waiting for.
