@@ -137,3 +137,35 @@ def test_the_stdio_mcp_server_with_stdin_closed_is_bad_usage_in_words(make_works
     assert out.returncode == 2 and out.stdout == "", out.stderr
     assert out.stderr == ("memdir: the MCP server on stdio reads its requests from stdin, and stdin is closed "
                           "(--transport http serves without it)\n")
+
+
+def test_notes_memdir_writes_get_the_umask_s_permissions(make_workspace, state_dir: Path, tmp_path: Path):
+    """In a group-shared workspace (umask 002) ``memory/`` came out 0755 and a new daily log 0644
+    (made with those modes, not 0777/0666 less the umask), and the long-term memory mirror 0600
+    (a temporary file's mode): the rest of the group could not append, or index the mirror."""
+    import stat as st
+
+    from memdir.ltm.markdown import MIRROR_MARK, write_mirror
+
+    def mode(path: Path) -> int:
+        return st.S_IMODE(path.stat().st_mode)
+
+    for umask, folder, file in ((0o002, 0o775, 0o664), (0o077, 0o700, 0o600)):
+        ws = make_workspace({}, name=f"ws-{umask:o}")
+        out = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "append", "a group note"],
+                             capture_output=True, text=True, env=cli_env(state_dir, MEMDIR_PROVIDER="none"),
+                             timeout=60, preexec_fn=lambda u=umask: os.umask(u))
+        assert out.returncode == 0, out.stderr
+        (log,) = (ws / "memory").glob("*.md")
+        assert (mode(ws / "memory"), mode(log)) == (folder, file)
+
+        old = os.umask(umask)
+        try:
+            mirror = ws / "memory" / "long-term.md"
+            assert write_mirror(mirror, f"{MIRROR_MARK} x -->\n- one\n", tmp_path / f"state-{umask:o}.json") is None
+            assert mode(mirror) == file
+            mirror.chmod(0o640)  # a mode the user chose is kept when the mirror is regenerated
+            assert write_mirror(mirror, f"{MIRROR_MARK} x -->\n- two\n", tmp_path / f"state-{umask:o}.json") is None
+            assert mode(mirror) == 0o640 and "- two" in mirror.read_text()
+        finally:
+            os.umask(old)
