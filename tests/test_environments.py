@@ -169,3 +169,39 @@ def test_notes_memdir_writes_get_the_umask_s_permissions(make_workspace, state_d
             assert mode(mirror) == 0o640 and "- two" in mirror.read_text()
         finally:
             os.umask(old)
+
+
+def test_watch_sees_a_non_ascii_file_name_when_python_decodes_names_as_ascii(make_workspace, state_dir: Path):
+    """Under ``LC_ALL=C PYTHONUTF8=0`` a note added as ``memory/grüße.md`` stopped ``memdir watch``'s
+    watcher with "watcher failed: 'ascii' codec can't encode characters" (watchfiles gives names as
+    UTF-8 text, which this Python cannot hand to the OS)."""
+    import threading
+
+    ws = make_workspace({"memory/a.md": "- Alpha note.\n"})
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "watch", "--json", "--debounce-ms", "100", "-w", str(ws)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(state_dir, **ASCII_PYTHON))
+    assert proc.stdout is not None
+    stuck = threading.Timer(90, proc.kill)  # a watch that never reports fails the test, never hangs it
+    stuck.start()
+    events: list[dict[str, object]] = []
+    try:
+        def until(what: str) -> dict[str, object]:
+            while True:
+                line = proc.stdout.readline()
+                assert line, f"watch ended before {what}: {events}"
+                events.append(json.loads(line))
+                if events[-1]["event"] == what or events[-1]["event"] == "error":
+                    return events[-1]
+
+        assert until("sync")["reason"] == "start", events
+        (ws / "memory" / "grüße.md").write_text("- the puffin note\n", encoding="utf-8")
+        change = until("change")
+        assert change == {**change, "event": "change", "change": "added", "path": "memory/grüße.md"}, events
+        assert until("sync")["indexed"] == 1, events
+        proc.send_signal(2)
+        proc.communicate(timeout=60)
+    finally:
+        stuck.cancel()
+        if proc.poll() is None:
+            proc.kill()
+    assert not [e for e in events if e["event"] == "error"]

@@ -476,7 +476,7 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
                 raise PathError(f"symlinks are not followed: {root}")
         except FileNotFoundError:
             pass
-    return ResolvedPath(absolute, rel if FS_UTF8 else text_name(rel) or rel, root, nofollow)
+    return ResolvedPath(absolute, text_name(rel) or rel, root, nofollow)
 
 
 def _other_normal_form(spellings: list[str], absolute: Path, rel: str, root: Path, workspace: Path,
