@@ -205,3 +205,16 @@ def test_watch_sees_a_non_ascii_file_name_when_python_decodes_names_as_ascii(mak
         if proc.poll() is None:
             proc.kill()
     assert not [e for e in events if e["event"] == "error"]
+
+
+def test_a_note_or_query_on_the_command_line_is_utf8_when_python_decodes_it_as_ascii(make_workspace, run_cli):
+    """Under ``LC_ALL=C PYTHONUTF8=0`` ``memdir append "café crème"`` was refused as "text is not
+    valid UTF-8" (Python gave it as surrogate escapes), and ``search "crème"`` found nothing."""
+    ws = make_workspace({"MEMORY.md": "- plain\n", "memory/2026-03-04.md": "- first\n"})
+    out = run_cli("-w", str(ws), "append", "le café crème de Zoé", "--date", "2026-03-04", env=ASCII_PYTHON)
+    assert out.returncode == 0, out.stderr
+    assert (ws / "memory" / "2026-03-04.md").read_text(encoding="utf-8") == "- first\nle café crème de Zoé\n"
+    found = run_cli("-w", str(ws), "search", "crème Zoé", "--json", env=ASCII_PYTHON)
+    assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["memory/2026-03-04.md"], found.stderr
+    bad = run_cli("-w", str(ws), "append", "half \udcff a note", "--date", "2026-03-04", env=ASCII_PYTHON)
+    assert bad.returncode == 1 and "not valid UTF-8" in bad.stderr  # a byte that is not UTF-8 is still refused

@@ -776,6 +776,27 @@ def _lossless_streams() -> None:
                 pass
 
 
+def _utf8_arguments(args: argparse.Namespace) -> None:
+    """A query or note given on the command line as the UTF-8 text it is, when Python decoded the
+    command line as ASCII (a C/POSIX locale with ``PYTHONUTF8=0``): ``memdir append "café"`` was
+    refused as "text is not valid UTF-8", and ``search "crème"`` found nothing.  Paths are left
+    as the OS gave them (``memdir.workspace.fs_name``)."""
+    if sys.getfilesystemencoding().lower().replace("-", "").replace("_", "") == "utf8":
+        return
+
+    def text(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return os.fsencode(value).decode("utf-8", "surrogateescape")
+        except UnicodeError:  # not from the command line (main(argv) given text): already text
+            return value
+
+    for name in ("query", "query_opt", "text"):
+        value = getattr(args, name, None)
+        setattr(args, name, [text(v) for v in value] if isinstance(value, list) else text(value))
+
+
 #: Commands that answer once and exit.  Their process starts no BLAS thread pool: starting it costs
 #: a fresh hybrid ``memdir search`` 40-50 ms of its ~400 ms (NumPy's import), and the search's one
 #: matrix-vector product gives the same bits on one thread.  Long-lived commands (``mcp``,
@@ -810,6 +831,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _configure_logging(args)
     _lossless_streams()
+    _utf8_arguments(args)
     if argv is None and args.command in ONE_SHOT_COMMANDS:  # this process is the command, not a caller's
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
