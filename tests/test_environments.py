@@ -218,3 +218,29 @@ def test_a_note_or_query_on_the_command_line_is_utf8_when_python_decodes_it_as_a
     assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["memory/2026-03-04.md"], found.stderr
     bad = run_cli("-w", str(ws), "append", "half \udcff a note", "--date", "2026-03-04", env=ASCII_PYTHON)
     assert bad.returncode == 1 and "not valid UTF-8" in bad.stderr  # a byte that is not UTF-8 is still refused
+
+
+def test_extra_paths_with_names_beyond_ascii_or_utf8_are_indexed_or_skipped(make_workspace, run_cli,
+                                                                            tmp_path: Path):
+    """An extra folder named ``été`` in the config failed every ``index`` under ``LC_ALL=C
+    PYTHONUTF8=0`` ("'ascii' codec can't encode") and ``get`` refused its notes as "not allowed";
+    one whose name is not UTF-8 (``"bad\\udcff"`` in JSON) failed every index in any locale
+    ("surrogates not allowed", hashing the extra paths), where it should be skipped and named."""
+    ws = make_workspace({"MEMORY.md": "- plain\n"})
+    (tmp_path / "été").mkdir()
+    (tmp_path / "été" / "lynx.md").write_text("- the extra lynx note\n")
+    bad = os.fsencode(tmp_path) + b"/bad\xff"
+    os.mkdir(bad)
+    with open(bad + b"/o.md", "w") as fh:
+        fh.write("- the ocelot note\n")
+    config = tmp_path / "memdir.json"
+    config.write_text(json.dumps({"memorySearch": {"provider": "none",
+                                                   "extraPaths": [str(tmp_path / "été"), os.fsdecode(bad)]}}))
+    for env in (ASCII_PYTHON, {}):
+        indexed = run_cli("-w", str(ws), "--config", str(config), "index", "--force", env=env)
+        assert indexed.returncode == 0, indexed.stderr
+        assert "bad\\xff/o.md: file name is not valid UTF-8" in indexed.stderr
+        found = run_cli("-w", str(ws), "--config", str(config), "search", "lynx", "--json", env=env)
+        assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["../été/lynx.md"], found.stderr
+        got = run_cli("-w", str(ws), "--config", str(config), "get", str(tmp_path / "été" / "lynx.md"), env=env)
+        assert got.returncode == 0 and got.stdout == "- the extra lynx note\n", got.stderr
