@@ -244,3 +244,13 @@ def test_extra_paths_with_names_beyond_ascii_or_utf8_are_indexed_or_skipped(make
         assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["../été/lynx.md"], found.stderr
         got = run_cli("-w", str(ws), "--config", str(config), "get", str(tmp_path / "été" / "lynx.md"), env=env)
         assert got.returncode == 0 and got.stdout == "- the extra lynx note\n", got.stderr
+
+
+def test_chat_with_stdin_closed_says_so(make_workspace, state_dir: Path):
+    """``memdir chat <&-`` said only "memdir: 'NoneType' object has no attribute 'isatty'"."""
+    ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})
+    out = subprocess.run(["sh", "-c", 'exec "$0" -m memdir chat "$@" <&-', sys.executable, "-w", str(ws),
+                          "--base-url", "http://127.0.0.1:9/v1", "--model", "m"],
+                         capture_output=True, text=True, env=cli_env(state_dir, MEMDIR_PROVIDER="none"), timeout=60)
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    assert out.stderr == "memdir chat: the chat reads your messages from stdin, and stdin is closed\n"

@@ -113,6 +113,9 @@ def run_chat(args: argparse.Namespace) -> int:
         print(f"memdir chat: the base URL {base_url!r} must start with http:// or https:// "
               "(e.g. http://127.0.0.1:8000/v1)", file=sys.stderr)
         return 2
+    if sys.stdin is None:  # `memdir chat <&-` failed with "'NoneType' object has no attribute 'isatty'"
+        print("memdir chat: the chat reads your messages from stdin, and stdin is closed", file=sys.stderr)
+        return 2
     if args.context_window is not None and args.context_window <= 0:
         print(f"memdir chat: --context-window must be a positive number of tokens, not {args.context_window}",
               file=sys.stderr)
