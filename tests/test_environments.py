@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers import cli_env
 from unprivileged import give_away, run_cli_as_user, shared_scratch
 
@@ -254,3 +256,31 @@ def test_chat_with_stdin_closed_says_so(make_workspace, state_dir: Path):
                          capture_output=True, text=True, env=cli_env(state_dir, MEMDIR_PROVIDER="none"), timeout=60)
     assert out.returncode == 2 and out.stdout == "", out.stderr
     assert out.stderr == "memdir chat: the chat reads your messages from stdin, and stdin is closed\n"
+
+
+def test_ltm_import_reads_utf8_whatever_the_locale_and_refuses_what_is_not(make_workspace, run_cli, tmp_path: Path):
+    """``memdir ltm import -`` read stdin in the locale's encoding: under ``LC_ALL=C PYTHONUTF8=0``
+    "le café crème" was stored as "le caf\\ufffd\\ufffd cr\\ufffd\\ufffdme", and a byte that is not
+    UTF-8 became U+FFFD without a word (``append`` refuses it); with stdin closed it said "'NoneType'
+    object has no attribute 'read'"."""
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    base = ("-w", str(ws), "--config", str(cfg), "ltm")
+    env = cli_env(tmp_path / "state", **ASCII_PYTHON)
+
+    def ltm_import(data: bytes) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable, "-m", "memdir", *base, "import", "-"], input=data,
+                              capture_output=True, env=env, timeout=120)
+
+    out = ltm_import("- le café crème de Zoé\n".encode())
+    assert out.returncode == 0, out.stderr
+    bad = ltm_import(b"- half \xff a memory\n")
+    assert bad.returncode == 1 and bad.stderr == b"memdir: ltm import: stdin is not valid UTF-8 (at byte 8); " \
+                                                 b"nothing imported\n"
+    closed = subprocess.run(["sh", "-c", 'exec "$0" -m memdir "$@" <&-', sys.executable, *base, "import", "-"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert closed.returncode == 2 and "stdin is closed" in closed.stderr, closed.stderr
+    listed = json.loads(run_cli(*base, "list", "--json", check=True).stdout)
+    assert [m["text"] for m in listed] == ["le café crème de Zoé"]

@@ -170,13 +170,21 @@ def _export(ltm: Any, args: argparse.Namespace) -> int:
 
 
 def _import(ltm: Any, args: argparse.Namespace) -> int:
+    # Bytes, decoded as UTF-8 whatever the locale: under LC_ALL=C PYTHONUTF8=0 stdin's "café" was
+    # stored as "caf\ufffd\ufffd", and a byte that is not UTF-8 as U+FFFD, without a word.
     if str(args.file) == "-":
-        text = sys.stdin.read()
+        if sys.stdin is None:  # `<&-`: "'NoneType' object has no attribute 'read'"
+            raise UsageError("ltm import: - reads stdin, and stdin is closed")
+        name, data = "stdin", sys.stdin.buffer.read()
     else:
         try:
-            text = args.file.read_text(encoding="utf-8")
+            name, data = str(args.file), args.file.read_bytes()
         except OSError as exc:
             raise CliError(f"ltm import: cannot read {args.file}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"ltm import: {name} is not valid UTF-8 (at byte {exc.start + 1}); nothing imported") from None
     report = ltm.import_markdown(text)
     if args.json:
         _print(report.as_dict())
