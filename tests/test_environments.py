@@ -284,3 +284,18 @@ def test_ltm_import_reads_utf8_whatever_the_locale_and_refuses_what_is_not(make_
     assert closed.returncode == 2 and "stdin is closed" in closed.stderr, closed.stderr
     listed = json.loads(run_cli(*base, "list", "--json", check=True).stdout)
     assert [m["text"] for m in listed] == ["le café crème de Zoé"]
+
+
+def test_chat_reads_messages_as_utf8_under_an_ascii_locale(make_workspace, state_dir: Path):
+    """Under ``LC_ALL=C PYTHONUTF8=0`` a message typed as "le café crème" reached the model (and
+    the transcript) as "le caf\\ufffd\\ufffd cr\\ufffd\\ufffdme"."""
+    from memdir.testing.chat_server import ScriptedChatServer
+
+    ws = make_workspace({"MEMORY.md": "- plain\n"})
+    with ScriptedChatServer(lambda body: {"content": "noted"}) as server:
+        out = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "chat", "--base-url", server.url,
+                              "--model", "m"], input="le café crème\n".encode(), capture_output=True,
+                             env=cli_env(state_dir, **ASCII_PYTHON), timeout=120)
+        assert out.returncode == 0 and out.stdout == b"noted\n", out.stderr
+        said = [m["content"] for r in server.requests for m in r["body"].get("messages", []) if m["role"] == "user"]
+    assert said == ["le café crème"]

@@ -150,6 +150,7 @@ def run_chat(args: argparse.Namespace) -> int:
                   store=SessionStore(settings.sessions_dir), session_key=session_key(settings.agent_id, args.session),
                   workspace=settings.workspace_path, options=options, long_term=long_term)
     interactive = sys.stdin.isatty()
+    _utf8_input()
     turns = failed = 0
     try:
         while True:
@@ -194,6 +195,23 @@ def run_chat(args: argparse.Namespace) -> int:
         memory.close()
     # a script piping turns in learns that none got through (a wrong URL, a refused connection)
     return 1 if turns and failed == turns else 0
+
+
+def _utf8_input() -> None:
+    """Read messages as UTF-8 where the locale says ASCII (``LC_ALL=C`` with ``PYTHONUTF8=0``):
+    "le café" reached the model, and the transcript, as "le caf\ufffd\ufffd"."""
+    import codecs
+
+    encoding = getattr(sys.stdin, "encoding", None) or ""
+    try:
+        ascii_in = codecs.lookup(encoding).name == "ascii"
+    except LookupError:
+        return
+    if ascii_in and hasattr(sys.stdin, "reconfigure"):
+        try:
+            sys.stdin.reconfigure(encoding="utf-8", errors="replace")
+        except (ValueError, OSError):  # (already read from, or detached): as it is
+            pass
 
 
 def _skip_rest_of_line() -> bool:
