@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli_env
+from helpers import SRC, cli_env
 from unprivileged import give_away, run_cli_as_user, shared_scratch
 
 KEYWORD = json.dumps({"memorySearch": {"provider": "none"}})
@@ -299,3 +299,27 @@ def test_chat_reads_messages_as_utf8_under_an_ascii_locale(make_workspace, state
         assert out.returncode == 0 and out.stdout == b"noted\n", out.stderr
         said = [m["content"] for r in server.requests for m in r["body"].get("messages", []) if m["role"] == "user"]
     assert said == ["le café crème"]
+
+
+def test_a_deleted_current_folder(make_workspace, state_dir: Path, tmp_path: Path):
+    """Run from a folder that was deleted (a shell left in a removed checkout), ``search`` failed
+    with "[Errno 2] No such file or directory" even with ``-w`` a full path (its settings snapshot
+    named the current folder); without ``-w`` that was all it said."""
+    ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})
+    gone = tmp_path / "gone"
+    env = cli_env(state_dir, MEMDIR_PROVIDER="none", PYTHONPATH=str(SRC))  # (no relative entry to resolve)
+
+    def memdir(*args: str) -> subprocess.CompletedProcess[str]:
+        # (-c as the memdir script runs it: ``-m`` has Python itself complain that the folder is gone)
+        return subprocess.run(["sh", "-c", 'mkdir "$0" && cd "$0" && rmdir "$0" && exec "$@"', str(gone),
+                               sys.executable, "-c", "import sys; from memdir.cli import main; sys.exit(main())",
+                               *args], capture_output=True, text=True, env=env, timeout=60)
+
+    for args, says in ((("search", "otter", "--files"), "MEMORY.md\n"), (("status", "--json"), '"files": 1,'),
+                       (("get", "MEMORY.md"), "otter")):
+        out = memdir("-w", str(ws), *args)
+        assert out.returncode == 0 and says in out.stdout and "Errno" not in out.stderr, out.stderr
+    out = memdir("search", "otter")
+    assert out.returncode == 1 and out.stderr == (
+        "Memory search failed: the current folder no longer exists (was it deleted?): cd to a folder that does, "
+        "or give --workspace as a full path\n")

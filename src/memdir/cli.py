@@ -357,8 +357,11 @@ def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
     from memdir import settings_cache
 
     flags = {name: getattr(args, name, None) for name in ("workspace", "state_dir")}
-    key, path = settings_cache.snapshot_key(config_path=getattr(args, "config", None),
-                                            agent_id=getattr(args, "agent", None), **flags)
+    try:
+        key, path = settings_cache.snapshot_key(config_path=getattr(args, "config", None),
+                                                agent_id=getattr(args, "agent", None), **flags)
+    except FileNotFoundError:  # the current folder was deleted (the key holds os.getcwd()): no snapshot
+        return Memory(config=_load_config(args), notice=_notice)
     remembered = settings_cache.load_snapshot(path, key)
     if remembered is not None and remembered.settings.workspace_path.is_dir():  # else load_config says why
         return Memory(config=remembered, notice=_notice)
@@ -857,6 +860,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # one line: a library's message can run over several (huggingface_hub's advice, pydantic's report)
         message = " ".join(without_source_location(str(exc)).split())
+        if isinstance(exc, FileNotFoundError) and not exc.filename and _cwd_gone():  # (said no path at all)
+            message = ("the current folder no longer exists (was it deleted?): cd to a folder that does, or give "
+                       "--workspace as a full path")
         if "disk I/O error" in message or "database or disk is full" in message:
             # SQLite says no more than this when it could not write: the usual cause, in words
             message += " (is the disk full, or a file size limit reached?)"
@@ -865,6 +871,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         log.debug("traceback", exc_info=True)
         return _json_failure(args, "config" if isinstance(exc, ConfigError) else "error", message or label, 1)
+
+
+def _cwd_gone() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 def _json_failure(args: argparse.Namespace, kind: str, message: str, code: int) -> int:
