@@ -323,3 +323,21 @@ def test_a_deleted_current_folder(make_workspace, state_dir: Path, tmp_path: Pat
     assert out.returncode == 1 and out.stderr == (
         "Memory search failed: the current folder no longer exists (was it deleted?): cd to a folder that does, "
         "or give --workspace as a full path\n")
+
+
+@pytest.mark.parametrize("variable", ["HTTP_PROXY", "http_proxy", "ALL_PROXY"])
+def test_chat_reaches_a_model_on_this_machine_past_a_proxy_setting(monkeypatch: pytest.MonkeyPatch, variable: str):
+    """With a proxy in the environment (a company network) every turn of ``memdir chat`` against a
+    model served on this machine went to the proxy: "cannot reach the chat API at
+    http://127.0.0.1:…: Connection refused", though the server was up."""
+    from memdir.agent import ChatClient
+    from memdir.testing.chat_server import ScriptedChatServer
+
+    monkeypatch.setenv(variable, "http://127.0.0.1:9")  # nothing listens there
+    with ScriptedChatServer(lambda body: {"content": "noted"}) as server:
+        client = ChatClient(server.url, "m", timeout=20)
+        try:
+            reply = client.complete([{"role": "user", "content": "hello"}])
+        finally:
+            client.close()
+    assert reply.content == "noted" and len(server.requests) == 1

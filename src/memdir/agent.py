@@ -207,12 +207,17 @@ class ChatClient:
         import httpx  # optional dependency, only needed by the agent
 
         from memdir.embeddings.http_deadline import bound_transports
+        from memdir.embeddings.remote_config import is_loopback_url
 
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.model = model
         self.timeout = timeout
         self.retries = retries
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        # A model on this machine is reached directly: with HTTP_PROXY/ALL_PROXY set (a company
+        # network), every turn went to the proxy and failed as "cannot reach the chat API at
+        # http://127.0.0.1:...: Connection refused" (the remote embedding providers do the same).
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
+                                  trust_env=not is_loopback_url(base_url))
         bound_transports(self._http)  # the timeout bounds the whole reply, not each read
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
