@@ -341,3 +341,24 @@ def test_chat_reaches_a_model_on_this_machine_past_a_proxy_setting(monkeypatch: 
         finally:
             client.close()
     assert reply.content == "noted" and len(server.requests) == 1
+
+
+def test_a_stale_ca_certificates_setting_is_named(monkeypatch: pytest.MonkeyPatch, make_workspace, tmp_path: Path):
+    """``SSL_CERT_FILE`` naming a file that is gone (httpx reads it) failed every remote embedding
+    and every chat turn with a bare "[Errno 2] No such file or directory" (or "[Errno 21] Is a
+    directory"), naming neither the file nor the variable."""
+    from memdir.agent import ChatClient
+    from memdir.api import Memory
+    from memdir.errors import MemdirError
+
+    stale = str(tmp_path / "gone" / "ca.pem")
+    monkeypatch.setenv("SSL_CERT_FILE", stale)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with pytest.raises(MemdirError, match=f"CA certificates for HTTPS from SSL_CERT_FILE={stale}"):
+        ChatClient("https://chat.example.invalid/v1", "m")
+    ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})
+    config = {"memorySearch": {"provider": "openai", "fallback": "none",
+                               "remote": {"baseUrl": "https://embed.example.invalid/v1", "apiKey": "k"}}}
+    with Memory(ws, config=config, state_dir=tmp_path / "state") as mem:
+        report = mem.sync()
+    assert any(f"SSL_CERT_FILE={stale}" in w for w in report.warnings), report.warnings
