@@ -362,3 +362,14 @@ def test_a_stale_ca_certificates_setting_is_named(monkeypatch: pytest.MonkeyPatc
     with Memory(ws, config=config, state_dir=tmp_path / "state") as mem:
         report = mem.sync()
     assert any(f"SSL_CERT_FILE={stale}" in w for w in report.warnings), report.warnings
+
+
+def test_a_tz_of_a_whole_day_does_not_stop_append(make_workspace, run_cli):
+    """``TZ=UTC+24`` (POSIX allows hours up to 24; glibc clamps larger ones to it) made every
+    ``append`` fail with "offset must be a timedelta strictly between -timedelta(hours=24) and
+    timedelta(hours=24)": Python cannot hold that offset.  The note now goes to the UTC day."""
+    ws = make_workspace({"MEMORY.md": "- plain\n"})
+    for tz in ("UTC+24", "UTC+99"):
+        out = run_cli("-w", str(ws), "append", f"a note under TZ={tz}", env={"TZ": tz, "MEMDIR_PROVIDER": "none"})
+        assert out.returncode == 0 and out.stdout.startswith("Appended to memory/"), out.stderr
+    assert "TZ=UTC+99" in "".join(p.read_text() for p in (ws / "memory").glob("*.md"))
