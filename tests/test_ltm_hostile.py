@@ -237,8 +237,8 @@ DIE_AFTER_MIRROR = textwrap.dedent("""
     settings = load_config(workspace=tmp / "ws", state_dir=tmp / "state", agent_id="main",
                            overrides={"longTermMemory": {"mirror": {"enabled": True}}}).settings
     real = markdown.replace_file
-    def replace_then_die(path, data):
-        real(path, data)
+    def replace_then_die(path, data, **kwargs):
+        real(path, data, **kwargs)
         if Path(path).suffix == ".md":
             os._exit(9)
     markdown.replace_file = replace_then_die

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from memdir.daily import append_daily, today
-from memdir.errors import MemoryClosed
+from memdir.errors import MemdirError, MemoryClosed
 from memdir.prompt import DEFAULT_CONTEXT_CHARS, build_session_context, memory_recall_section
 from memdir.sessions.flush import (
     FlushDecision,
@@ -211,13 +211,21 @@ class ChatClient:
                  retries: int = 2):
         import httpx  # optional dependency, only needed by the agent
 
-        from memdir.embeddings.http_deadline import bound_transports
+        from memdir.embeddings.http_deadline import bound_transports, ca_certificates_error
+        from memdir.embeddings.remote_config import is_loopback_url
 
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.model = model
         self.timeout = timeout
         self.retries = retries
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        # A model on this machine is reached directly: with HTTP_PROXY/ALL_PROXY set (a company
+        # network), every turn went to the proxy and failed as "cannot reach the chat API at
+        # http://127.0.0.1:...: Connection refused" (the remote embedding providers do the same).
+        try:
+            self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
+                                      trust_env=not is_loopback_url(base_url))
+        except OSError as exc:
+            raise MemdirError(f"chat API {base_url}: {ca_certificates_error(exc)}") from exc
         bound_transports(self._http)  # the timeout bounds the whole reply, not each read
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,

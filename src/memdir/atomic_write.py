@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -17,15 +18,26 @@ from pathlib import Path
 _swept: set[tuple[str, str]] = set()
 
 
-def replace_file(path: Path, data: bytes, *, prefix: str | None = None) -> None:
+def replace_file(path: Path, data: bytes, *, prefix: str | None = None, mode: int | None = None) -> None:
     """Write ``data`` to ``path`` whole; the temporary file (``prefix``, else ``.<name>.``, then the
-    writer's pid) never stays, nor does one a killed writer left (see :func:`remove_dead_temps`)."""
+    writer's pid) never stays, nor does one a killed writer left (see :func:`remove_dead_temps`).
+
+    The file is private (``0600``, as the temporary file is made) unless ``mode`` is given: then
+    it keeps the permissions of the file it replaces, or gets a new file's (``mode`` less the
+    umask).  Why: a note in a group-shared workspace (umask 002) came out readable by its writer
+    alone, and the rest of the group's indexes skipped it ("Permission denied")."""
     start = prefix or f".{path.name}."
     if (str(path.parent), start) not in _swept:  # once per process: a folder of transcripts can be long
         _swept.add((str(path.parent), start))
         remove_dead_temps(path.parent, start)
     fd, tmp = tempfile.mkstemp(prefix=f"{start}{os.getpid()}-", suffix=".tmp", dir=path.parent)
     try:
+        if mode is not None:
+            try:
+                bits = stat.S_IMODE(os.stat(path).st_mode)
+            except OSError:
+                bits = mode & ~umask()
+            os.fchmod(fd, bits)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -35,6 +47,21 @@ def replace_file(path: Path, data: bytes, *, prefix: str | None = None) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def umask() -> int:
+    """This process's umask, read without setting it (``os.umask`` sets it for every thread while
+    it is read) where Linux shows it."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
 
 
 def remove_dead_temps(folder: Path, prefix: str, suffixes: tuple[str, ...] = (".tmp",)) -> None:

@@ -113,6 +113,9 @@ def run_chat(args: argparse.Namespace) -> int:
         print(f"memdir chat: the base URL {base_url!r} must start with http:// or https:// "
               "(e.g. http://127.0.0.1:8000/v1)", file=sys.stderr)
         return 2
+    if sys.stdin is None:  # `memdir chat <&-` failed with "'NoneType' object has no attribute 'isatty'"
+        print("memdir chat: the chat reads your messages from stdin, and stdin is closed", file=sys.stderr)
+        return 2
     if args.context_window is not None and args.context_window <= 0:
         print(f"memdir chat: --context-window must be a positive number of tokens, not {args.context_window}",
               file=sys.stderr)
@@ -147,6 +150,7 @@ def run_chat(args: argparse.Namespace) -> int:
                   store=SessionStore(settings.sessions_dir), session_key=session_key(settings.agent_id, args.session),
                   workspace=settings.workspace_path, options=options, long_term=long_term)
     interactive = sys.stdin.isatty()
+    _utf8_input()
     turns = failed = 0
     try:
         while True:
@@ -191,6 +195,23 @@ def run_chat(args: argparse.Namespace) -> int:
         memory.close()
     # a script piping turns in learns that none got through (a wrong URL, a refused connection)
     return 1 if turns and failed == turns else 0
+
+
+def _utf8_input() -> None:
+    """Read messages as UTF-8 where the locale says ASCII (``LC_ALL=C`` with ``PYTHONUTF8=0``):
+    "le café" reached the model, and the transcript, as "le caf\ufffd\ufffd"."""
+    import codecs
+
+    encoding = getattr(sys.stdin, "encoding", None) or ""
+    try:
+        ascii_in = codecs.lookup(encoding).name == "ascii"
+    except LookupError:
+        return
+    if ascii_in and hasattr(sys.stdin, "reconfigure"):
+        try:
+            sys.stdin.reconfigure(encoding="utf-8", errors="replace")
+        except (ValueError, OSError):  # (already read from, or detached): as it is
+            pass
 
 
 def _skip_rest_of_line() -> bool:

@@ -142,14 +142,16 @@ def _quiet(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "quiet", False))
 
 
-def _json_text(value: Any, *, indent: int | None = None) -> str:
-    """``value`` as JSON, non-ASCII text as it is, except a lone surrogate (a byte that is not UTF-8
-    in a path given on the command line), which is escaped: printed raw it was a codec error on a
-    UTF-8 terminal, or a stray byte no strict JSON reader takes."""
+def json_text(value: Any, *, indent: int | None = None) -> str:
+    """``value`` as JSON for stdout, non-ASCII text as it is where stdout can encode it; else
+    (a lone surrogate: a byte that is not UTF-8 in a path given on the command line; an ASCII
+    stdout: ``PYTHONIOENCODING=ascii``, a C locale with ``PYTHONUTF8=0``) all ``\\u`` escapes.
+    Why: printed raw it was a codec error, a stray byte no strict JSON reader takes, or, through
+    the backslash escapes of :func:`_lossless_streams`, ``"caf\\xe9"``, which is not JSON."""
     text = json.dumps(value, ensure_ascii=False, indent=indent)
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
+        text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
         return json.dumps(value, indent=indent)
     return text
 
@@ -356,8 +358,11 @@ def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
     from memdir import settings_cache
 
     flags = {name: getattr(args, name, None) for name in ("workspace", "state_dir")}
-    key, path = settings_cache.snapshot_key(config_path=getattr(args, "config", None),
-                                            agent_id=getattr(args, "agent", None), **flags)
+    try:
+        key, path = settings_cache.snapshot_key(config_path=getattr(args, "config", None),
+                                                agent_id=getattr(args, "agent", None), **flags)
+    except FileNotFoundError:  # the current folder was deleted (the key holds os.getcwd()): no snapshot
+        return Memory(config=_load_config(args), notice=_notice)
     remembered = settings_cache.load_snapshot(path, key)
     if remembered is not None and remembered.settings.workspace_path.is_dir():  # else load_config says why
         return Memory(config=remembered, notice=_notice)
@@ -446,7 +451,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         resp = mem.search(query, max_results=args.max_results, min_score=args.min_score, explain=args.explain,
                           sync=False if args.no_sync else None, mode=args.mode)
         if args.json:
-            print(_json_text(resp.as_dict(), indent=2))
+            print(json_text(resp.as_dict(), indent=2))
             return 0
         for w in resp.warnings:
             _note(args, f"note: {w}")
@@ -490,7 +495,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         except PathError as exc:
             raise CliError(str(exc)) from None
         if args.json:
-            print(_json_text(got.as_dict(), indent=2))
+            print(json_text(got.as_dict(), indent=2))
         else:
             text = for_terminal(got.text) if sys.stdout.isatty() else got.text  # piped: the note's own bytes
             sys.stdout.write(text + ("" if text.endswith("\n") or not text else "\n"))
@@ -545,7 +550,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         st = mem.status(deep=args.deep)
     if args.json:
-        print(_json_text(st, indent=2))
+        print(json_text(st, indent=2))
         return 0
     lines = [f"Memory Search ({st['agentId']})",
              f"Provider: {st['provider']} (requested: {st['requestedProvider']})",
@@ -662,6 +667,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if not 0 < args.port < 65536:
         raise CliError(f"invalid port {args.port} (expected 1-65535)")
+    if args.transport == "stdio" and sys.stdin is None:  # `memdir mcp <&-`: "'NoneType' ... 'isatty'"
+        raise UsageError("the MCP server on stdio reads its requests from stdin, and stdin is closed "
+                         "(--transport http serves without it)")
     with _memory(args) as mem:
         if args.transport == "stdio" and sys.stdin.isatty():
             # Run by hand from the README's list, it waited in silence: say what it is waiting for.
@@ -773,6 +781,27 @@ def _lossless_streams() -> None:
                 pass
 
 
+def _utf8_arguments(args: argparse.Namespace) -> None:
+    """A query or note given on the command line as the UTF-8 text it is, when Python decoded the
+    command line as ASCII (a C/POSIX locale with ``PYTHONUTF8=0``): ``memdir append "café"`` was
+    refused as "text is not valid UTF-8", and ``search "crème"`` found nothing.  Paths are left
+    as the OS gave them (``memdir.workspace.fs_name``)."""
+    if sys.getfilesystemencoding().lower().replace("-", "").replace("_", "") == "utf8":
+        return
+
+    def text(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return os.fsencode(value).decode("utf-8", "surrogateescape")
+        except UnicodeError:  # not from the command line (main(argv) given text): already text
+            return value
+
+    for name in ("query", "query_opt", "text"):
+        value = getattr(args, name, None)
+        setattr(args, name, [text(v) for v in value] if isinstance(value, list) else text(value))
+
+
 #: Commands that answer once and exit.  Their process starts no BLAS thread pool: starting it costs
 #: a fresh hybrid ``memdir search`` 40-50 ms of its ~400 ms (NumPy's import), and the search's one
 #: matrix-vector product gives the same bits on one thread.  Long-lived commands (``mcp``,
@@ -783,6 +812,8 @@ ONE_SHOT_COMMANDS = frozenset({"search", "get", "status"})
 def main(argv: Sequence[str] | None = None) -> int:
     if sys.stdout is None:  # started with stdout closed (`memdir append x >&-`): every print failed
         sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115  (output goes nowhere, as >/dev/null)
+    if sys.stderr is None:  # stderr closed (`memdir index 2>&-`): index failed on the progress's isatty()
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
     completing = "_ARGCOMPLETE" in os.environ
     parser = build_parser(None if completing else command_in(sys.argv[1:] if argv is None else argv))
     if completing:  # a shell asking for completions (see `memdir completion`)
@@ -805,6 +836,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     _configure_logging(args)
     _lossless_streams()
+    _utf8_arguments(args)
     if argv is None and args.command in ONE_SHOT_COMMANDS:  # this process is the command, not a caller's
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
@@ -828,7 +860,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             label = "memdir: configuration error"
         from memdir.errors import without_source_location
 
-        message = without_source_location(str(exc))
+        # one line: a library's message can run over several (huggingface_hub's advice, pydantic's report)
+        message = " ".join(without_source_location(str(exc)).split())
+        if isinstance(exc, FileNotFoundError) and not exc.filename and _cwd_gone():  # (said no path at all)
+            message = ("the current folder no longer exists (was it deleted?): cd to a folder that does, or give "
+                       "--workspace as a full path")
         if "disk I/O error" in message or "database or disk is full" in message:
             # SQLite says no more than this when it could not write: the usual cause, in words
             message += " (is the disk full, or a file size limit reached?)"
@@ -837,6 +873,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         log.debug("traceback", exc_info=True)
         return _json_failure(args, "config" if isinstance(exc, ConfigError) else "error", message or label, 1)
+
+
+def _cwd_gone() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 def _json_failure(args: argparse.Namespace, kind: str, message: str, code: int) -> int:
@@ -851,7 +895,7 @@ def _json_failure(args: argparse.Namespace, kind: str, message: str, code: int) 
 def _print_failure(kind: str, message: str, code: int) -> None:
     """The ``--json`` failure object on stdout."""
     try:
-        print(_json_text({"ok": False, "error": {"kind": kind, "message": message, "exitCode": code}}))
+        print(json_text({"ok": False, "error": {"kind": kind, "message": message, "exitCode": code}}))
         _flush_stdout()
     except (BrokenPipeError, OSError, ValueError):  # stdout gone or closed: stderr said it
         pass

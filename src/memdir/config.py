@@ -42,6 +42,7 @@ from pydantic import (
 
 from memdir.errors import MemdirError
 from memdir.settings_cache import candidate_count, resolve_store_path
+from memdir.workspace import fs_name
 
 CONFIG_FILENAMES = ("memdir.toml", "memdir.json", "memdir.json5")
 DEFAULT_AGENT_ID = "main"
@@ -598,11 +599,11 @@ class Settings(_Model):
     # -- derived paths -------------------------------------------------------------------------
     @property
     def state_path(self) -> Path:
-        return Path(os.path.expanduser(self.state_dir)).resolve()
+        return Path(os.path.expanduser(fs_name(self.state_dir))).resolve()
 
     @property
     def workspace_path(self) -> Path:
-        return Path(os.path.expanduser(self.workspace)).resolve()
+        return Path(os.path.expanduser(fs_name(self.workspace))).resolve()
 
     @property
     def agent_explicit(self) -> bool:
@@ -656,7 +657,7 @@ class Settings(_Model):
         """extraPaths resolved: ``~`` expanded, relative to the workspace (fixes #58027)."""
         out: list[Path] = []
         for raw in self.memory_search.extra_paths:
-            p = Path(os.path.expanduser(raw))
+            p = Path(os.path.expanduser(fs_name(raw)))  # (a config file's text: not the OS's name under ASCII)
             p = p if p.is_absolute() else self.workspace_path / p
             p = Path(os.path.normpath(p))
             if p not in out:

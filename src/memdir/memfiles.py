@@ -86,7 +86,7 @@ def memory_dir_fd(workspace: str | os.PathLike[str], *, create_workspace: bool =
     if create_workspace:
         ws.mkdir(parents=True, exist_ok=True)
     try:
-        os.mkdir(folder, 0o755)
+        os.mkdir(folder, 0o777)  # as mkdir(1) and editors: the umask decides (077 private, 002 group-shared)
     except FileExistsError:
         pass
     except FileNotFoundError as exc:
@@ -178,7 +178,7 @@ def append_memory_file(
     with memory_dir_fd(workspace, create_workspace=create_workspace) as dfd:
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _CLOEXEC
         try:
-            fd = os.open(name, flags, 0o644, dir_fd=dfd)
+            fd = os.open(name, flags, 0o666, dir_fd=dfd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise UnsafeMemoryPath(exc.errno, f"refusing to write through a symlink: {MEMORY_DIR}/{name}") from exc
@@ -227,7 +227,7 @@ def create_memory_file(
         _check_name(f"{stem}.md")
         _remove_stale_temps(dfd)
         temp = f".{stem}.md.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644, dir_fd=dfd)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=dfd)
         try:
             try:
                 _write_all(fd, data)
@@ -282,7 +282,7 @@ def _create_in_place(workspace: str | os.PathLike[str], dfd: int, stem: str, dat
         name = f"{stem}.md" if n == 1 else f"{stem}-{n}.md"
         _check_name(name)
         try:
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o644, dir_fd=dfd)
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=dfd)
         except FileExistsError:
             continue
         try:

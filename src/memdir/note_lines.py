@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from memdir.textutil import fenced_lines, weighted_len
+from memdir.workspace import fs_name
 
 #: Lines whose widths are held before the least recently used notes are let go (~4 bytes each).
 MAX_LINES = 4_000_000
@@ -57,7 +58,7 @@ class NoteLines:
         return top, bottom
 
     def _read(self, path: str | Path) -> tuple[Sequence[int], Sequence[int]]:
-        key = str(path)
+        key = fs_name(str(path))  # an indexed path is text; with an ASCII file-system encoding, not the OS's name
         try:
             st = os.lstat(key)
         except OSError:

@@ -399,7 +399,9 @@ class Indexer:
     def identity(self) -> dict[str, Any]:
         ms = self.settings.memory_search
         p = self.provider
-        scope = hashlib.sha256("\n".join(sorted(str(x) for x in self.settings.extra_paths)).encode()).hexdigest()
+        # (the OS's bytes of each path: a name that is not UTF-8 failed the whole index)
+        paths = "\n".join(sorted(str(x) for x in self.settings.extra_paths))
+        scope = hashlib.sha256(paths.encode("utf-8", "surrogateescape")).hexdigest()
         return {
             # 4: SQLite stores 64-hex chunk ids as 32-byte blobs; 5: no empty embedding cache in a
             # keyword-only SQLite index, meta and files WITHOUT ROWID (a page less each)

@@ -76,7 +76,10 @@ def _read_host_zone(env: str | None) -> tuple[dt.tzinfo, str]:
         return zone, name
     if path is not None and (copied := _zone_file(path)) is not None:
         return copied, dt.datetime.now(copied).tzname() or "UTC"
-    local = dt.datetime.now().astimezone().tzinfo or dt.UTC  # what the C library uses (e.g. a POSIX $TZ rule)
+    try:
+        local = dt.datetime.now().astimezone().tzinfo or dt.UTC  # what the C library uses (e.g. a POSIX $TZ rule)
+    except ValueError:  # an offset of a whole day (TZ=UTC+24, POSIX's limit), which Python cannot hold:
+        local = dt.UTC  # every append failed with "offset must be a timedelta strictly between ..."
     return local, local.tzname(None) or "UTC"
 
 

@@ -37,7 +37,16 @@ from pathlib import Path
 from typing import Any
 
 from memdir.errors import MemdirError, MemoryClosed
-from memdir.workspace import MEMORY_DIR, ROOT_FILES, display_path, is_ignored_dir, is_transcript_name, valid_name
+from memdir.workspace import (
+    MEMORY_DIR,
+    ROOT_FILES,
+    display_path,
+    fs_name,
+    is_ignored_dir,
+    is_transcript_name,
+    text_name,
+    valid_name,
+)
 
 Event = dict[str, Any]
 
@@ -169,8 +178,8 @@ class WatchPlan:
         return display_path(self.workspace)
 
     def display(self, path: str) -> str:
-        rel = os.path.relpath(path, self.workspace)
-        return Path(rel).as_posix()
+        rel = Path(os.path.relpath(path, self.workspace)).as_posix()
+        return text_name(rel) or rel
 
 
 class Watcher:
@@ -342,7 +351,8 @@ class Watcher:
     def _handle(self, changes: set[tuple[Any, str]]) -> bool:
         restart = False
         relevant = False
-        for change, path in sorted(changes, key=lambda c: c[1]):
+        for change, text in sorted(changes, key=lambda c: c[1]):
+            path = fs_name(text)  # watchfiles gives UTF-8 text; with an ASCII file-system encoding, not the OS's name
             kind = _CHANGE_NAMES.get(int(change), "modified")
             if self.plan.folder_matters(path, self._watched):
                 restart = True

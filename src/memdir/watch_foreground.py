@@ -37,9 +37,10 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
                    quiet: bool = False) -> int:
     """``memdir watch``: sync now, then on every change until Ctrl-C or SIGTERM (exit 0); ``quiet``
     (``-q``): no closing note on stderr."""
-    import json
     import signal
     import sys
+
+    from memdir.cli import json_text
 
     lock = threading.Lock()
     #: Set when the reader of stdout went away (`memdir watch --json | head -3`): the watcher's
@@ -47,7 +48,7 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
     gone = threading.Event()
 
     def show(event: Event) -> None:
-        text = json.dumps(event, ensure_ascii=False) if as_json else _line(event)
+        text = json_text(event) if as_json else _line(event)
         if text is not None and not gone.is_set():
             with lock:
                 try:

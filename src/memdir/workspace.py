@@ -105,6 +105,34 @@ def valid_name(path: str) -> bool:
         return False
 
 
+#: Whether this Python decodes file names as UTF-8: always, but under a C/POSIX locale with UTF-8
+#: mode turned off (``PYTHONUTF8=0``), where it is ASCII and every other byte a surrogate escape.
+FS_UTF8 = sys.getfilesystemencoding().lower().replace("-", "").replace("_", "") == "utf8"
+
+
+def text_name(name: str) -> str | None:
+    """A listed name (as ``os`` functions give it) as the UTF-8 text the index stores, or ``None``
+    when its bytes are not UTF-8.  Why: with an ASCII file-system encoding, ``café.md`` came as
+    surrogate escapes and was skipped as "file name is not valid UTF-8", its notes never found."""
+    if FS_UTF8:
+        return name if valid_name(name) else None
+    try:
+        return os.fsencode(name).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def fs_name(text: str) -> str:
+    """The inverse of :func:`text_name`: a path given as text, as ``os`` functions take it (the
+    same string but with an ASCII file-system encoding; a name already escaped is kept)."""
+    if FS_UTF8:
+        return text
+    try:
+        return os.fsdecode(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return text
+
+
 def _errname(exc: OSError) -> str:
     return exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
 
@@ -170,15 +198,15 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 continue
             if not entry.name.endswith(".md"):
                 continue
-            shown = display_path(prefix + entry.name)
-            if not valid_name(entry.name) or not valid_name(prefix):
-                skipped.append(Skipped(shown, "file name is not valid UTF-8"))
+            name = text_name(prefix + entry.name)
+            if name is None:
+                skipped.append(Skipped(display_path(prefix + entry.name), "file name is not valid UTF-8"))
                 continue
             st = entry.stat(follow_symlinks=False)
             if not stat.S_ISREG(st.st_mode):
-                skipped.append(Skipped(shown, f"{kind_of(st.st_mode)}, not a regular file"))
+                skipped.append(Skipped(name, f"{kind_of(st.st_mode)}, not a regular file"))
                 continue
-            yield entry.path, prefix + entry.name, st
+            yield entry.path, name, st
         except OSError as exc:
             issues.append(f"{display_path(entry.path)} not readable ({_errname(exc)})")
             skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
@@ -413,6 +441,7 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
         raise PathError("path required")
     if "\x00" in text:
         raise PathError("invalid path: contains a NUL byte")
+    text = fs_name(text)
     # A backslash is a separator to an agent on Windows, but a file name character here: the name
     # as given wins when it is an allowed file (``memory/a\b.md`` is indexed under that name).
     spellings = [text, text.replace("\\", "/")] if "\\" in text else [text]
@@ -452,7 +481,7 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
                 raise PathError(f"symlinks are not followed: {root}")
         except FileNotFoundError:
             pass
-    return ResolvedPath(absolute, rel, root, nofollow)
+    return ResolvedPath(absolute, text_name(rel) or rel, root, nofollow)
 
 
 def _other_normal_form(spellings: list[str], absolute: Path, rel: str, root: Path, workspace: Path,

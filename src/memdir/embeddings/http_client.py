@@ -131,13 +131,16 @@ class HttpClient:
                 raise EmbeddingError(f"{self.provider} embeddings: provider is closed")
             if self._client_obj is None:
                 # Proxies from the environment are for the internet, not for this machine.
-                from memdir.embeddings.http_deadline import bound_transports
+                from memdir.embeddings.http_deadline import bound_transports, ca_certificates_error
 
-                self._client_obj = self._httpx.Client(
-                    follow_redirects=False,
-                    trust_env=not self._loopback,
-                    headers={"User-Agent": USER_AGENT},
-                )
+                try:
+                    self._client_obj = self._httpx.Client(
+                        follow_redirects=False,
+                        trust_env=not self._loopback,
+                        headers={"User-Agent": USER_AGENT},
+                    )
+                except OSError as exc:
+                    raise EmbeddingError(f"{self.provider} embeddings: {ca_certificates_error(exc)}") from exc
                 if not bound_transports(self._client_obj):
                     log.debug("%s: httpx transports not bounded; only response bodies are", self.provider)
             return self._client_obj

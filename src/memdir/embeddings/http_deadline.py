@@ -12,6 +12,7 @@ wrapping is skipped (the body bound still holds).  Imported only when a remote c
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -103,3 +104,11 @@ def bound_transports(client: Any) -> bool:
         elif not isinstance(backend, _Backend):
             pool._network_backend = _Backend(backend)
     return wrapped
+
+
+def ca_certificates_error(exc: OSError) -> str:
+    """Why an HTTPS client could not be built, naming what it read.  Why: a stale ``SSL_CERT_FILE``
+    or ``SSL_CERT_DIR`` (which httpx reads) failed every remote call with a bare "[Errno 2] No such
+    file or directory" or "[Errno 21] Is a directory", naming neither the file nor the variable."""
+    named = " or ".join(f"{k}={os.environ[k]}" for k in ("SSL_CERT_FILE", "SSL_CERT_DIR") if os.environ.get(k))
+    return f"cannot load the CA certificates for HTTPS from {named or 'the certifi bundle'}: {exc.strerror or exc}"

@@ -149,7 +149,13 @@ def _require(module: str, install: str, purpose: str) -> None:
 def _import(module: str, install: str, purpose: str) -> Any:
     """The module, or an :class:`EmbeddingError` naming it, whatever its import raised: a library
     refusing this CPU or platform raises RuntimeError or OSError, not ImportError, and its bare
-    message named neither memdir's model nor a fix (nor matched the runtime fallback's rule)."""
+    message named neither memdir's model nor a fix (nor matched the runtime fallback's rule).
+
+    onnxruntime's telemetry is turned off first (unless the user set ``ORT_DISABLE_TELEMETRY``):
+    on import it writes a device id under ``~/.cache/Microsoft``, and where it cannot (no
+    ``$HOME``, a read-only one: a container run as a bare uid) it printed a coloured warning on
+    stderr at every command."""
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     try:
         return importlib.import_module(module)
     except Exception as exc:

@@ -11,14 +11,14 @@ Only ``argparse`` is imported at module level: ``memdir --help`` must not load L
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memdir.cli import CliError, UsageError, for_terminal  # failures the CLI reports (as JSON too with --json)
+# failures the CLI reports (as JSON too with --json), and its JSON for stdout
+from memdir.cli import CliError, UsageError, for_terminal, json_text
 
 
 def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -57,7 +57,7 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
 # A result's warnings (a mirror edited by hand, moved aside) are not printed here: the store logs
 # each one as it happens (printed twice before, and -q did not silence the copy), and --json has them.
 def _print(data: Any) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False))
+    print(json_text(data, indent=2))
 
 
 def _line(r: Any, tz: str | None) -> str:
@@ -176,13 +176,21 @@ def _export(ltm: Any, args: argparse.Namespace) -> int:
 
 
 def _import(ltm: Any, args: argparse.Namespace) -> int:
+    # Bytes, decoded as UTF-8 whatever the locale: under LC_ALL=C PYTHONUTF8=0 stdin's "café" was
+    # stored as "caf\ufffd\ufffd", and a byte that is not UTF-8 as U+FFFD, without a word.
     if str(args.file) == "-":
-        text = sys.stdin.read()
+        if sys.stdin is None:  # `<&-`: "'NoneType' object has no attribute 'read'"
+            raise UsageError("ltm import: - reads stdin, and stdin is closed")
+        name, data = "stdin", sys.stdin.buffer.read()
     else:
         try:
-            text = args.file.read_text(encoding="utf-8")
+            name, data = str(args.file), args.file.read_bytes()
         except OSError as exc:
             raise CliError(f"ltm import: cannot read {args.file}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"ltm import: {name} is not valid UTF-8 (at byte {exc.start + 1}); nothing imported") from None
     report = ltm.import_markdown(text)
     if args.json:
         _print(report.as_dict())

@@ -223,7 +223,7 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
     # between the two writes left a mirror whose hash was not recorded, moved aside as "edited".
     state[str(path)] = f"{state.get(str(path), '')} {_sha(data)}".strip()
     _write_state(state_file, state)
-    replace_file(path, data)
+    replace_file(path, data, mode=0o666)  # a note in the workspace: readable as the user's own notes
     state[str(path)] = _sha(data)
     _write_state(state_file, state)
     return warning

@@ -11,6 +11,7 @@ files when no writer is running.  The detection and salvage primitives live in
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import threading
@@ -146,6 +147,13 @@ class SqliteLifecycle:
         if nearest is not None and not nearest.is_dir():  # a file named as the state dir: "run it again" never helps
             return (f"{nearest} is not a folder, so the index's folder {folder} cannot be made (check the state "
                     "folder: --state-dir, MEMDIR_STATE_DIR, stateDir; or memorySearch.store.path)")
+        advice = "choose a writable state folder: --state-dir, MEMDIR_STATE_DIR, stateDir; or memorySearch.store.path"
+        if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            # the state folder could not be made: a read-only $HOME, or a folder of another user's.
+            # Said as it is, not as "was removed while it was being opened" (it never existed).
+            return f"cannot create {exc.filename or folder}: {exc.strerror} ({advice})"
+        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):  # SQLite: "unable to open database file"
+            return f"its folder {folder} is not writable ({advice})"
         if not folder.is_dir():
             return (f"its folder {self.path.parent} was removed while it was being opened (was memdir's state "
                     "folder deleted?); nothing is lost: run the command again, and the index is rebuilt from "
