@@ -28,7 +28,7 @@ from memdir.chunking import Chunk, chunk_id, embedding_windows, sha256_text
 from memdir.dates import file_date
 from memdir.embeddings.base import EmbeddingProvider, one_line, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
-from memdir.errors import IndexOwnershipError, MemoryClosed, ownership_message
+from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, ownership_message
 from memdir.indexing_switches import INDEXING
 from memdir.lock import LockTimeout, WriterLockLost, resume_advice, wait_for_writer, writer_words
 from memdir.progress import ProgressFile
@@ -140,6 +140,15 @@ def read_memory_file(entry: FileEntry) -> SourceDoc | None:
     except FileNotFoundError:
         return None  # vanished between listing and reading: not an error (R§2)
     return SourceDoc(decode_note(raw), hashlib.sha256(raw).hexdigest())
+
+
+def _check_workspace_there(workspace: Path) -> None:
+    """Refuse to sync a workspace folder that is gone (renamed, moved, deleted, its drive
+    unmounted) while memdir runs: found empty, every note was removed from the index, and searches
+    answered nothing without a word (the next start refuses it as a configuration error)."""
+    if not os.path.isdir(workspace):
+        raise MemdirError(f"workspace {workspace} no longer exists (moved, renamed or deleted?): its index keeps "
+                          "what it holds until the folder is back; for a moved workspace, run memdir there")
 
 
 def running_tasks() -> int | None:
@@ -610,6 +619,8 @@ class Indexer:
             self._skipped, self._unlisted = [], []
         else:
             found = discover(workspace, extra)
+            if not found.files and "memory" in self.settings.memory_search.sources:
+                _check_workspace_there(workspace)
             self._listing = (key, found) if found.folders is not None else None
             files = list(found.files)
             self._skipped, self._unlisted = list(found.skipped), list(found.unlisted)
