@@ -3,7 +3,9 @@ runs or between runs, its state folder carried to another place."""
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -27,3 +29,23 @@ def test_a_workspace_renamed_under_a_running_memory_keeps_its_index_and_says_why
         os.rename(moved, ws)
         report = mem.sync()
         assert (report.indexed, report.removed, report.unchanged) == (0, 0, 2)
+
+
+def test_a_state_folder_moved_behind_its_symlink_is_the_one_searches_use(make_workspace, tmp_path: Path, run_cli):
+    """``mv ~/Sync/memdir ~/Other/memdir; ln -sfn ~/Other/memdir ~/.memdir``: the remembered CLI
+    settings still named the old target, so ``memdir search`` recreated it and built an index
+    there while ``index`` and ``status`` used the new one."""
+    ws = make_workspace({"MEMORY.md": "alpha note\n"})
+    link, old, new = tmp_path / "st", tmp_path / "v1", tmp_path / "v2"
+    old.mkdir()
+    link.symlink_to(old)
+    env = {"MEMDIR_STATE_DIR": str(link)}
+    args = ("-w", str(ws), "search", "alpha", "--mode", "keyword", "--json")
+    assert json.loads(run_cli(*args, env=env, check=True).stdout)["results"]  # builds the index, remembers settings
+    os.rename(old, new)
+    link.unlink()
+    link.symlink_to(new)
+    (ws / "MEMORY.md").write_text("alpha note\nbeta line\n")
+    out = run_cli("-w", str(ws), "search", "beta", "--mode", "keyword", "--json", env=env, check=True)
+    assert [r["path"] for r in json.loads(out.stdout)["results"]] == ["MEMORY.md"]
+    assert not old.exists()

@@ -195,6 +195,9 @@ def snapshot_key(*, config_path: str | None, workspace: str | None, agent_id: st
     code = [_stat_sig(Path(__file__).with_name(name)) for name in ("config.py", "settings_cache.py")]
     payload = {
         "v": SNAPSHOT_VERSION, "memdir": __version__, "code": code, "cwd": os.getcwd(),
+        # the state folder as the settings resolve it (a symlink repointed to a moved or copied
+        # state folder kept the old target: searches wrote an index there, recreating it if gone)
+        "state": str(sd_hint.resolve()),
         "flags": [config_path, workspace, agent_id, state_dir],
         "env": {k: env.get(k) for k in ENV_INPUTS}, "files": files,
     }
