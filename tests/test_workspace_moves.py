@@ -49,3 +49,20 @@ def test_a_state_folder_moved_behind_its_symlink_is_the_one_searches_use(make_wo
     out = run_cli("-w", str(ws), "search", "beta", "--mode", "keyword", "--json", env=env, check=True)
     assert [r["path"] for r in json.loads(out.stdout)["results"]] == ["MEMORY.md"]
     assert not old.exists()
+
+
+def test_a_workspace_symlink_repointed_is_followed_by_searches(tmp_path: Path, state_dir: Path, run_cli):
+    """``workspace = "~/agent/current"`` in a config file, the link moved to a new release: the
+    remembered settings still named the old target, so searches answered from the old notes."""
+    for name, word in (("w1", "one"), ("w2", "two")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "MEMORY.md").write_text(f"alpha {word}\n")
+    current = tmp_path / "current"
+    current.symlink_to(tmp_path / "w1")
+    state_dir.mkdir()
+    (state_dir / "memdir.toml").write_text(f'workspace = "{current}"\n[memorySearch]\nprovider = "none"\n')
+    search = ("search", "alpha", "--json")
+    assert json.loads(run_cli(*search, check=True, cwd=tmp_path).stdout)["results"][0]["snippet"] == "alpha one\n"
+    current.unlink()
+    current.symlink_to(tmp_path / "w2")
+    assert json.loads(run_cli(*search, check=True, cwd=tmp_path).stdout)["results"][0]["snippet"] == "alpha two\n"

@@ -195,9 +195,6 @@ def snapshot_key(*, config_path: str | None, workspace: str | None, agent_id: st
     code = [_stat_sig(Path(__file__).with_name(name)) for name in ("config.py", "settings_cache.py")]
     payload = {
         "v": SNAPSHOT_VERSION, "memdir": __version__, "code": code, "cwd": os.getcwd(),
-        # the state folder as the settings resolve it (a symlink repointed to a moved or copied
-        # state folder kept the old target: searches wrote an index there, recreating it if gone)
-        "state": str(sd_hint.resolve()),
         "flags": [config_path, workspace, agent_id, state_dir],
         "env": {k: env.get(k) for k in ENV_INPUTS}, "files": files,
     }
@@ -219,7 +216,26 @@ def load_snapshot(path: Path, key: str) -> SnapshotConfig | None:
     if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("settings"), dict):
         return None
     cfg = data.get("configFile")
-    return SnapshotConfig(View(data["settings"]), dict(data.get("origins") or {}), Path(cfg) if cfg else None)
+    settings = View(data["settings"])
+    if not _same_targets(settings):
+        return None
+    return SnapshotConfig(settings, dict(data.get("origins") or {}), Path(cfg) if cfg else None)
+
+
+def _same_targets(settings: View) -> bool:
+    """Whether the workspace, state folder and index path given still resolve to the folders the
+    snapshot holds: a symlink among them repointed (a ``current`` link to the workspace, a state
+    folder moved behind its link) changes no input of the key, and searches kept reading and
+    writing the old target (recreating it when it was gone)."""
+    try:
+        if (Path(os.path.expanduser(settings.workspace)).resolve() != settings.workspace_path
+                or Path(os.path.expanduser(settings.state_dir)).resolve() != settings.state_path):
+            return False
+        store_path = settings.memory_search.store.path
+        return not store_path or resolve_store_path(store_path, settings.state_key,
+                                                    settings.state_path) == settings.index_path
+    except (AttributeError, TypeError, OSError, RuntimeError):  # a snapshot of another shape, a symlink loop
+        return False
 
 
 def save_snapshot(path: Path, key: str, loaded: Any) -> bool:
