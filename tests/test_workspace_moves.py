@@ -66,3 +66,31 @@ def test_a_workspace_symlink_repointed_is_followed_by_searches(tmp_path: Path, s
     current.unlink()
     current.symlink_to(tmp_path / "w2")
     assert json.loads(run_cli(*search, check=True, cwd=tmp_path).stdout)["results"][0]["snippet"] == "alpha two\n"
+
+
+def test_status_names_the_transcripts_a_renamed_workspace_left_under_its_old_key(make_workspace, state_dir: Path,
+                                                                                  keyword_config, run_cli):
+    """State is kept by the workspace's path: renamed, a workspace starts with no transcripts and
+    no long-term memories, and nothing said where they went."""
+    from memdir.config import load_config, workspace_index_name
+    from memdir.sessions.store import SessionStore, message_record, session_key
+
+    ws = make_workspace({"MEMORY.md": "# notes\n"}, name="agent")
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+    settings = load_config(workspace=ws).settings
+    SessionStore(settings.sessions_dir).append(session_key(settings.agent_id, "main"), message_record("user", "hi"))
+    old = settings.sessions_dir.parent
+    renamed = ws.with_name("agent-renamed")
+    os.rename(ws, renamed)
+
+    st = json.loads(run_cli("status", "--json", "-w", str(renamed), check=True).stdout)
+    new = state_dir.resolve() / "agents" / workspace_index_name(renamed)
+    (note,) = [i for i in st["issues"] if "no longer exists" in i]
+    assert f"workspace {ws}" in note and f"mv {old} {new}" in note
+    assert f"mv {old} {new}" in run_cli("status", "-w", str(renamed), check=True).stdout
+
+    os.rename(old, new)  # as the note says: the transcripts are this workspace's again
+    st = json.loads(run_cli("status", "--json", "-w", str(renamed), check=True).stdout)
+    assert not [i for i in st["issues"] if "no longer exists" in i]
+    assert list(Path(st["sessionsDir"]).glob("*.jsonl"))

@@ -686,6 +686,8 @@ class Memory(IndexUpkeep):
             "indexedWith": {k: meta.get(k) for k in ("provider", "model", "vectorDims", "builtAt")} if meta else None,
             "issues": list(found.issues),
         }
+        if self.settings.state_key_kind == "workspace":
+            out["issues"].extend(self._left_behind())
         sel = self.selection
         out["provider"] = sel.provider.id if sel.provider else "none"
         out["model"] = sel.provider.model if sel.provider else "fts-only"
@@ -759,6 +761,19 @@ class Memory(IndexUpkeep):
             out["longTermMemoryPath"] = None
             log.debug("long-term memory path unknown: %s", exc)
         return out
+
+    def _left_behind(self) -> list[str]:
+        """Status notes on state a renamed or moved workspace left under its old key."""
+        from memdir.settings_cache import resolve_store_path
+        from memdir.state_key import left_behind
+
+        s = self.settings
+        try:
+            return left_behind(s.state_path, self.workspace, s.state_key,
+                               lambda key: resolve_store_path(s.memory_search.store.path, key, s.state_path))
+        except OSError as exc:  # a state folder that cannot be listed: nothing to say about it
+            log.debug("state of moved workspaces not looked for: %s", exc)
+            return []
 
     def _probe_embeddings(self) -> dict[str, Any]:
         sel = self.selection
