@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,21 @@ def test_status_names_the_transcripts_a_renamed_workspace_left_under_its_old_key
     st = json.loads(run_cli("status", "--json", "-w", str(renamed), check=True).stdout)
     assert not [i for i in st["issues"] if "no longer exists" in i]
     assert list(Path(st["sessionsDir"]).glob("*.jsonl"))
+
+
+def test_a_same_size_edit_within_one_coarse_timestamp_tick_is_indexed(make_workspace, keyword_config, monkeypatch):
+    """On a file system that keeps whole seconds (HFS+, FAT's 2 s, some network shares) a file
+    indexed and edited again within the same second, keeping its size, kept its stamp: the edit was
+    never indexed (git calls such a file "racily clean").  Simulated: every file's mtime and ctime
+    are this second."""
+    from memdir import workspace
+
+    tick = time.time_ns() // 1_000_000_000 * 1_000_000_000
+    monkeypatch.setattr(workspace, "times", lambda st: (tick, tick))
+    ws = make_workspace({"MEMORY.md": "colour red\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        assert mem.sync().indexed == 1
+        (ws / "MEMORY.md").write_text("colour tan\n")
+        mem.sync()
+        assert [r.path for r in mem.search("tan", sync=False).results] == ["MEMORY.md"]
+        assert mem.search("red", sync=False).results == []

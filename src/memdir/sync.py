@@ -743,7 +743,8 @@ class Indexer:
                     continue
                 known = rows.get((f.path, f.source))
                 if known and known[0] == doc.hash and (f.path, f.source) not in needs_vectors:
-                    touched.append((f, doc.hash))
+                    if known[1:] != (f.stored_stamp, f.size):  # (an unsettled file read again: nothing to write)
+                        touched.append((f, doc.hash))
                     report.unchanged += 1
                     continue
                 if chunks is None:
@@ -766,7 +767,7 @@ class Indexer:
         self._still_writer()
         with store.transaction():
             for f, file_hash in touched:
-                store.touch_file(f.path, f.source, file_hash, f.mtime_ns, f.size)
+                store.touch_file(f.path, f.source, file_hash, f.stored_stamp, f.size)
             if not report.incomplete:
                 for path, source in gone:
                     store.delete_file(path, source)
@@ -1038,7 +1039,7 @@ class Indexer:
                     rows.append(ChunkRow(cid, f.path, f.source, c.start_line, c.end_line, c.hash, model, c.text,
                                          embedding, pc.ts, pc.date_start, pc.date_end,
                                          len(pc.windows) if embedding is not None else 1, pc.fts))
-                store.replace_file(f.path, f.source, doc.hash, f.mtime_ns, f.size, rows)
+                store.replace_file(f.path, f.source, doc.hash, f.stored_stamp, f.size, rows)
                 report.chunks += len(rows)
                 report.indexed += 1
         return len(batch)
