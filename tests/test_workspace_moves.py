@@ -113,3 +113,19 @@ def test_a_same_size_edit_within_one_coarse_timestamp_tick_is_indexed(make_works
         mem.sync()
         assert [r.path for r in mem.search("tan", sync=False).results] == ["MEMORY.md"]
         assert mem.search("red", sync=False).results == []
+
+
+def test_memory_named_with_other_case_is_said_not_silently_left_out(make_workspace, keyword_config):
+    """A workspace made on macOS (case ignored) with ``Memory/`` and ``Memory.md`` has them indexed
+    there; on Linux they were left out, and nothing but "no memory files found" said why."""
+    ws = make_workspace({"Memory/2026-01-01.md": "kiwi\n", "Memory.md": "mango\n", "memorial.md": "not memory\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        report = mem.sync()
+        assert report.indexed == 0
+        assert {s["path"]: s["error"] for s in report.skipped} == {
+            "Memory": "not memory: names are case-sensitive here (rename it to memory/)",
+            "Memory.md": "not memory: names are case-sensitive here (rename it to MEMORY.md)"}
+        (ws / "Memory").rename(ws / "memory")
+        (ws / "Memory.md").rename(ws / "MEMORY.md")
+        report = mem.sync()
+        assert (report.indexed, report.skipped) == (2, [])

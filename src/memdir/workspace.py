@@ -242,11 +242,13 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             folders = None
     candidates: list[tuple[str, str, os.stat_result, str]] = []
     base = str(workspace)
+    absent: set[str] = set()  # canonical names not there, in lower case
     for name in ROOT_FILES:
         p = workspace / name
         try:
             st = os.lstat(p)
         except FileNotFoundError:
+            absent.add(name.lower())
             continue
         except OSError as exc:
             found.issues.append(f"{p} not readable ({_errname(exc)})")
@@ -273,10 +275,13 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         elif stat.S_ISLNK(st.st_mode):  # said, as for MEMORY.md: a folder linked in from a synced drive
             found.skipped.append(Skipped(MEMORY_DIR, "a symlink (not followed: keep the folder itself in the "
                                                      "workspace, or list the folder it points to in extraPaths)"))
+    except FileNotFoundError:
+        absent.add(MEMORY_DIR)
     except OSError as exc:
-        if not isinstance(exc, FileNotFoundError):
-            found.issues.append(f"memory directory not accessible ({mem_dir}): {_errname(exc)}")
-            found.unlisted.append(MEMORY_DIR)
+        found.issues.append(f"memory directory not accessible ({mem_dir}): {_errname(exc)}")
+        found.unlisted.append(MEMORY_DIR)
+    if absent & {"memory.md", MEMORY_DIR}:
+        found.skipped.extend(_case_variants(workspace, absent))
     for extra in extra_paths or []:
         try:
             st = os.lstat(extra)
@@ -315,6 +320,21 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
     if folders is not None and not found.issues and not found.skipped:
         found.folders = folders
     return found
+
+
+def _case_variants(workspace: Path, absent: set[str]) -> list[Skipped]:
+    """``Memory/``, ``Memory.md``…: named like a memory file or folder that is not there but for
+    case.  A workspace made on macOS, whose file system ignores case, has them indexed there; here
+    they were left out without a word.  (Looked for only when a memory name is missing: where case
+    is ignored, that name is found and nothing is said.)"""
+    try:
+        with os.scandir(workspace) as it:
+            names = sorted(e.name for e in it if e.name.lower() in absent)
+    except OSError:
+        return []
+    return [Skipped(display_path(name), "not memory: names are case-sensitive here (rename it to "
+                                        + ("memory/)" if name.lower() == MEMORY_DIR else "MEMORY.md)"))
+            for name in names if name not in ROOT_FILES and name != MEMORY_DIR]
 
 
 def is_unlisted(path: str, unlisted: list[str]) -> bool:
