@@ -129,3 +129,37 @@ def test_memory_named_with_other_case_is_said_not_silently_left_out(make_workspa
         (ws / "Memory.md").rename(ws / "MEMORY.md")
         report = mem.sync()
         assert (report.indexed, report.skipped) == (2, [])
+
+
+def test_the_long_term_memory_mirror_of_a_moved_workspace_is_kept_aside_and_regenerated(tmp_path: Path):
+    """Renamed, a workspace gets a store of its own, and its mirror (memory/long-term.md), naming
+    the old store, was refused as another agent's on every change, for good, even after the old
+    store was moved to the new key as ``memdir status`` says."""
+    pytest.importorskip("lancedb")
+    from ltm_fakes import AxisProvider
+    from memdir.config import load_config
+    from memdir.ltm import LongTermMemory
+
+    def ltm(ws: Path) -> LongTermMemory:
+        settings = load_config(workspace=ws, state_dir=tmp_path / "state",
+                               overrides={"longTermMemory": {"mirror": {"enabled": True}}}).settings
+        return LongTermMemory(settings, provider=AxisProvider())
+
+    ws = tmp_path / "agent"
+    ws.mkdir()
+    with ltm(ws) as old:
+        old.store("I prefer tea")
+        old_store = old.db_path
+    renamed = tmp_path / "agent-renamed"
+    os.rename(ws, renamed)
+    from memdir.ltm.settings import db_path
+
+    os.rename(old_store, db_path(load_config(workspace=renamed, state_dir=tmp_path / "state").settings))  # status's mv
+    with ltm(renamed) as new:
+        result = new.store("I prefer coffee")
+        mirror = renamed / "memory" / "long-term.md"
+        (aside,) = mirror.parent.glob("long-term.md.*")
+        assert "no longer there" in result.warnings[0] and aside.name in result.warnings[0]
+        assert "I prefer tea" in aside.read_text()
+        assert "I prefer tea" in mirror.read_text() and "I prefer coffee" in mirror.read_text()
+        assert str(new.db_path) in mirror.read_text()
