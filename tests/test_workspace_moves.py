@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -163,3 +166,25 @@ def test_the_long_term_memory_mirror_of_a_moved_workspace_is_kept_aside_and_rege
         assert "I prefer tea" in aside.read_text()
         assert "I prefer tea" in mirror.read_text() and "I prefer coffee" in mirror.read_text()
         assert str(new.db_path) in mirror.read_text()
+
+
+def _bind_mount_runs() -> bool:
+    """Whether this process may bind-mount in a private mount namespace (root, with ``unshare``)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", "-m", "mount", "--bind", "/", "/mnt"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _bind_mount_runs(), reason="needs root and unshare to bind-mount")
+def test_one_workspace_reached_by_two_paths_shares_its_agents_index(make_workspace, tmp_path: Path, state_dir: Path):
+    """A bind mount (or, on macOS, a path typed in another case) reaches the same folder by another
+    path: the agent's index was refused as "another workspace's", advising a new agent id."""
+    ws = make_workspace({"MEMORY.md": "We chose RabbitMQ for billing.\n"})
+    other = tmp_path / "mounted"
+    other.mkdir()
+    memdir = f"{sys.executable} -m memdir --agent ops --state-dir {state_dir}"
+    script = (f"mount --bind {ws} {other} && {memdir} -w {ws} index > /dev/null && "
+              f"{memdir} -w {other} search rabbitmq --mode keyword --json")
+    out = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert [r["path"] for r in json.loads(out.stdout)["results"]] == ["MEMORY.md"]

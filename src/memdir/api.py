@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from memdir.embeddings.base import one_line
 from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
-from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, ownership_message
+from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, owned_by_other, ownership_message
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig, with_value
@@ -323,7 +323,7 @@ class Memory(IndexUpkeep):
     def _check_owner(self, store: Store, meta: dict[str, Any] | None = None) -> None:
         meta = store.read_meta() if meta is None else meta
         owner = (meta or {}).get("workspace") or store.get_state(OWNER_STATE)
-        if owner and owner != str(self.workspace):
+        if owned_by_other(owner, str(self.workspace)):
             raise IndexOwnershipError(ownership_message(store.location, owner, str(self.workspace)))
 
     @property
@@ -602,7 +602,7 @@ class Memory(IndexUpkeep):
         target = open_store(self.settings, driver=to)
         try:
             owner = (target.read_meta() or {}).get("workspace")
-            if owner and owner != str(self.workspace):
+            if owned_by_other(owner, str(self.workspace)):
                 raise IndexOwnershipError(f"index {target.location} belongs to workspace {owner}, not {self.workspace}")
             locks = [source.writer_lock(), target.writer_lock()]
             taken = []

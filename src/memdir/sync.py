@@ -28,7 +28,7 @@ from memdir.chunking import Chunk, chunk_id, embedding_windows, sha256_text
 from memdir.dates import file_date
 from memdir.embeddings.base import EmbeddingProvider, one_line, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
-from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, ownership_message
+from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, owned_by_other, ownership_message
 from memdir.indexing_switches import INDEXING
 from memdir.lock import LockTimeout, WriterLockLost, resume_advice, wait_for_writer, writer_words
 from memdir.progress import ProgressFile
@@ -594,7 +594,7 @@ class Indexer:
         """
         mine = str(self.settings.workspace_path)
         owner = (meta or {}).get("workspace") or self.store.get_state(OWNER_STATE)
-        if owner and owner != mine:
+        if owned_by_other(owner, mine):
             raise IndexOwnershipError(ownership_message(self.store.location, owner, mine))
         if not owner:
             with self.store.transaction():
