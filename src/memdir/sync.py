@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -146,9 +147,16 @@ def _check_workspace_there(workspace: Path) -> None:
     """Refuse to sync a workspace folder that is gone (renamed, moved, deleted, its drive
     unmounted) while memdir runs: found empty, every note was removed from the index, and searches
     answered nothing without a word (the next start refuses it as a configuration error)."""
-    if not os.path.isdir(workspace):
-        raise MemdirError(f"workspace {workspace} no longer exists (moved, renamed or deleted?): its index keeps "
-                          "what it holds until the folder is back; for a moved workspace, run memdir there")
+    try:
+        if stat.S_ISDIR(os.stat(workspace).st_mode):
+            return
+        what = "is no longer a folder"
+    except FileNotFoundError:
+        what = "no longer exists (moved, renamed or deleted?)"
+    except OSError as exc:
+        what = f"cannot be reached ({exc.strerror or exc})"
+    raise MemdirError(f"workspace {workspace} {what}: its index keeps what it holds until the folder is back; "
+                      "for a moved workspace, run memdir there")
 
 
 def running_tasks() -> int | None:
