@@ -188,3 +188,15 @@ def test_one_workspace_reached_by_two_paths_shares_its_agents_index(make_workspa
     out = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert [r["path"] for r in json.loads(out.stdout)["results"]] == ["MEMORY.md"]
+
+
+def test_a_workspace_named_in_another_unicode_form_is_pointed_at(tmp_path: Path, run_cli):
+    """A folder copied from macOS keeps its decomposed (NFD) name; the path typed is composed (NFC),
+    and "workspace …/café does not exist" looked wrong beside ``ls`` showing café."""
+    import unicodedata
+
+    (tmp_path / unicodedata.normalize("NFD", "café")).mkdir()
+    typed = tmp_path / unicodedata.normalize("NFC", "café")
+    out = run_cli("-w", str(typed), "status")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "does not exist" in out.stderr and "another Unicode form (NFD" in out.stderr
