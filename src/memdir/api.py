@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from memdir.embeddings.base import one_line
 from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
-from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, ownership_message
+from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, owned_by_other, ownership_message
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig, with_value
@@ -345,7 +345,7 @@ class Memory(IndexUpkeep):
     def _check_owner(self, store: Store, meta: dict[str, Any] | None = None) -> None:
         meta = store.read_meta() if meta is None else meta
         owner = (meta or {}).get("workspace") or store.get_state(OWNER_STATE)
-        if owner and owner != str(self.workspace):
+        if owned_by_other(owner, str(self.workspace)):
             raise IndexOwnershipError(ownership_message(store.location, owner, str(self.workspace)))
 
     @property
@@ -632,7 +632,7 @@ class Memory(IndexUpkeep):
         target = open_store(self.settings, driver=to)
         try:
             owner = (target.read_meta() or {}).get("workspace")
-            if owner and owner != str(self.workspace):
+            if owned_by_other(owner, str(self.workspace)):
                 raise IndexOwnershipError(f"index {target.location} belongs to workspace {owner}, not {self.workspace}")
             locks = [source.writer_lock(), target.writer_lock()]
             taken = []
@@ -716,6 +716,8 @@ class Memory(IndexUpkeep):
             "indexedWith": {k: meta.get(k) for k in ("provider", "model", "vectorDims", "builtAt")} if meta else None,
             "issues": list(found.issues),
         }
+        if self.settings.state_key_kind == "workspace":
+            out["issues"].extend(self._left_behind())
         sel = self.selection
         out["provider"] = sel.provider.id if sel.provider else "none"
         out["model"] = sel.provider.model if sel.provider else "fts-only"
@@ -789,6 +791,19 @@ class Memory(IndexUpkeep):
             out["longTermMemoryPath"] = None
             log.debug("long-term memory path unknown: %s", exc)
         return out
+
+    def _left_behind(self) -> list[str]:
+        """Status notes on state a renamed or moved workspace left under its old key."""
+        from memdir.settings_cache import resolve_store_path
+        from memdir.state_key import left_behind
+
+        s = self.settings
+        try:
+            return left_behind(s.state_path, self.workspace, s.state_key,
+                               lambda key: resolve_store_path(s.memory_search.store.path, key, s.state_path))
+        except OSError as exc:  # a state folder that cannot be listed: nothing to say about it
+            log.debug("state of moved workspaces not looked for: %s", exc)
+            return []
 
     def _probe_embeddings(self) -> dict[str, Any]:
         sel = self.selection

@@ -1066,8 +1066,26 @@ def load_config(
         ws = settings.workspace_path
         if not ws.is_dir():
             what = "is not a folder" if ws.exists() else "does not exist"
-            raise ConfigError(f"workspace {ws} {what}{_origin_text(origins.get('workspace', ''), 'workspace')}")
+            raise ConfigError(f"workspace {ws} {what}{_origin_text(origins.get('workspace', ''), 'workspace')}"
+                              f"{_other_normal_form(ws)}")
     return LoadedConfig(settings, origins, cfg_file)
+
+
+def _other_normal_form(path: Path) -> str:
+    """``"; …/café (another Unicode form of the name) exists"`` when only the folder spelled the other
+    way exists: names copied from macOS are decomposed (NFD), a typed path composed (NFC), and the
+    two looked the same in the "does not exist" message and in ``ls``."""
+    import unicodedata
+
+    text = str(path)
+    if text.isascii():
+        return ""
+    for form in ("NFC", "NFD"):
+        other = unicodedata.normalize(form, text)
+        if other != text and os.path.isdir(other):
+            return (f"; {other!a} exists, named in another Unicode form ({form}, as copied from macOS): give the "
+                    "path as the shell completes it (Tab), or rename the folder")
+    return ""
 
 
 def _path_argument(key: str, value: Any) -> str | None:

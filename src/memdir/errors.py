@@ -27,6 +27,18 @@ class IndexDamaged(StoreError):
     callers set it aside and rebuild it from the files (``Store.recover``)."""
 
 
+def owned_by_other(owner: str | None, workspace: str) -> bool:
+    """Whether an index claimed by ``owner`` belongs to another workspace than ``workspace``: not
+    when both name the same folder by two paths (a bind mount; a name that differs only by case or
+    Unicode form on macOS), which was refused with "give this workspace its own agent id"."""
+    if not owner or owner == workspace:
+        return False
+    try:
+        return not os.path.samefile(owner, workspace)
+    except (OSError, ValueError):  # the owner is gone (moved, deleted), or not a path
+        return True
+
+
 def ownership_message(index: str, owner: str, workspace: str) -> str:
     advice = "give this workspace its own agent id (--agent NAME) or index path (store.path)"
     if os.path.isdir(owner):

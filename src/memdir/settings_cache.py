@@ -216,7 +216,26 @@ def load_snapshot(path: Path, key: str) -> SnapshotConfig | None:
     if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("settings"), dict):
         return None
     cfg = data.get("configFile")
-    return SnapshotConfig(View(data["settings"]), dict(data.get("origins") or {}), Path(cfg) if cfg else None)
+    settings = View(data["settings"])
+    if not _same_targets(settings):
+        return None
+    return SnapshotConfig(settings, dict(data.get("origins") or {}), Path(cfg) if cfg else None)
+
+
+def _same_targets(settings: View) -> bool:
+    """Whether the workspace, state folder and index path given still resolve to the folders the
+    snapshot holds: a symlink among them repointed (a ``current`` link to the workspace, a state
+    folder moved behind its link) changes no input of the key, and searches kept reading and
+    writing the old target (recreating it when it was gone)."""
+    try:
+        if (Path(os.path.expanduser(settings.workspace)).resolve() != settings.workspace_path
+                or Path(os.path.expanduser(settings.state_dir)).resolve() != settings.state_path):
+            return False
+        store_path = settings.memory_search.store.path
+        return not store_path or resolve_store_path(store_path, settings.state_key,
+                                                    settings.state_path) == settings.index_path
+    except (AttributeError, TypeError, OSError, RuntimeError):  # a snapshot of another shape, a symlink loop
+        return False
 
 
 def save_snapshot(path: Path, key: str, loaded: Any) -> bool:

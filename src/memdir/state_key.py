@@ -16,6 +16,8 @@ other workspace starts its own.  ``memdir status`` says which applies.
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 #: The agent id every workspace used before state was keyed by workspace.
@@ -72,4 +74,33 @@ def uses_legacy_state(state_dir: Path, workspace: Path, workspace_key: str, lega
     return index_owner(legacy_index) == str(workspace)
 
 
-__all__ = ["LEGACY_AGENT_ID", "index_owner", "legacy_state_dirs", "uses_legacy_state"]
+def left_behind(state_dir: Path, workspace: Path, own_key: str, index_of: Callable[[str], Path]) -> list[str]:
+    """What to say about the state of workspaces that no longer exist, while this one has none of
+    its own: a workspace renamed or moved gets a new key (its index is rebuilt from its notes), and
+    its transcripts and long-term memories stayed under the old one, unused and unmentioned.
+
+    ``index_of(key)``: the index file of a key (it names the workspace that owns it).  Only keys
+    made from their owner's path are considered (an agent id's state is reached with ``--agent``).
+    """
+    from memdir.config import workspace_index_name
+
+    if any(p.exists() for p in legacy_state_dirs(state_dir, own_key)):
+        return []
+    keys: set[str] = set()
+    for kind in ("agents", "ltm"):
+        try:
+            keys.update(e.name for e in os.scandir(state_dir / kind) if e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
+    notes = []
+    for key in sorted(keys - {own_key}):
+        owner = index_owner(index_of(key))
+        if not owner or os.path.isdir(owner) or workspace_index_name(Path(owner)) != key:
+            continue
+        moves = "; ".join(f"mv {p} {p.with_name(own_key)}" for p in legacy_state_dirs(state_dir, key) if p.exists())
+        notes.append(f"transcripts and long-term memories of workspace {owner}, which no longer exists, are kept "
+                     f"under its old key {key}: if {workspace} was moved or renamed from there, {moves}")
+    return notes
+
+
+__all__ = ["LEGACY_AGENT_ID", "index_owner", "left_behind", "legacy_state_dirs", "uses_legacy_state"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -28,7 +29,7 @@ from memdir.chunking import Chunk, chunk_id, embedding_windows, sha256_text
 from memdir.dates import file_date
 from memdir.embeddings.base import EmbeddingProvider, one_line, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
-from memdir.errors import IndexOwnershipError, MemoryClosed, ownership_message
+from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, owned_by_other, ownership_message
 from memdir.indexing_switches import INDEXING
 from memdir.lock import LockTimeout, WriterLockLost, resume_advice, wait_for_writer, writer_words
 from memdir.progress import ProgressFile
@@ -140,6 +141,22 @@ def read_memory_file(entry: FileEntry) -> SourceDoc | None:
     except FileNotFoundError:
         return None  # vanished between listing and reading: not an error (R§2)
     return SourceDoc(decode_note(raw), hashlib.sha256(raw).hexdigest())
+
+
+def _check_workspace_there(workspace: Path) -> None:
+    """Refuse to sync a workspace folder that is gone (renamed, moved, deleted, its drive
+    unmounted) while memdir runs: found empty, every note was removed from the index, and searches
+    answered nothing without a word (the next start refuses it as a configuration error)."""
+    try:
+        if stat.S_ISDIR(os.stat(workspace).st_mode):
+            return
+        what = "is no longer a folder"
+    except FileNotFoundError:
+        what = "no longer exists (moved, renamed or deleted?)"
+    except OSError as exc:
+        what = f"cannot be reached ({exc.strerror or exc})"
+    raise MemdirError(f"workspace {workspace} {what}: its index keeps what it holds until the folder is back; "
+                      "for a moved workspace, run memdir there")
 
 
 def running_tasks() -> int | None:
@@ -587,7 +604,7 @@ class Indexer:
         """
         mine = str(self.settings.workspace_path)
         owner = (meta or {}).get("workspace") or self.store.get_state(OWNER_STATE)
-        if owner and owner != mine:
+        if owned_by_other(owner, mine):
             raise IndexOwnershipError(ownership_message(self.store.location, owner, mine))
         if not owner:
             with self.store.transaction():
@@ -612,6 +629,8 @@ class Indexer:
             self._skipped, self._unlisted = [], []
         else:
             found = discover(workspace, extra)
+            if not found.files and "memory" in self.settings.memory_search.sources:
+                _check_workspace_there(workspace)
             self._listing = (key, found) if found.folders is not None else None
             files = list(found.files)
             self._skipped, self._unlisted = list(found.skipped), list(found.unlisted)
@@ -740,7 +759,8 @@ class Indexer:
                     continue
                 known = rows.get((f.path, f.source))
                 if known and known[0] == doc.hash and (f.path, f.source) not in needs_vectors:
-                    touched.append((f, doc.hash))
+                    if known[1:] != (f.stored_stamp, f.size):  # (an unsettled file read again: nothing to write)
+                        touched.append((f, doc.hash))
                     report.unchanged += 1
                     continue
                 if chunks is None:
@@ -763,7 +783,7 @@ class Indexer:
         self._still_writer()
         with store.transaction():
             for f, file_hash in touched:
-                store.touch_file(f.path, f.source, file_hash, f.mtime_ns, f.size)
+                store.touch_file(f.path, f.source, file_hash, f.stored_stamp, f.size)
             if not report.incomplete:
                 for path, source in gone:
                     store.delete_file(path, source)
@@ -1035,7 +1055,7 @@ class Indexer:
                     rows.append(ChunkRow(cid, f.path, f.source, c.start_line, c.end_line, c.hash, model, c.text,
                                          embedding, pc.ts, pc.date_start, pc.date_end,
                                          len(pc.windows) if embedding is not None else 1, pc.fts))
-                store.replace_file(f.path, f.source, doc.hash, f.mtime_ns, f.size, rows)
+                store.replace_file(f.path, f.source, doc.hash, f.stored_stamp, f.size, rows)
                 report.chunks += len(rows)
                 report.indexed += 1
         return len(batch)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memdir.errors import IndexDamaged, IndexOwnershipError, ownership_message
+from memdir.errors import IndexDamaged, IndexOwnershipError, owned_by_other, ownership_message
 from memdir.lock import LockTimeout, resume_advice
 from memdir.stores.base import OWNER_STATE
 
@@ -214,7 +214,7 @@ class IndexUpkeep:
             owner = self.store.get_state(OWNER_STATE) or (self.store.read_meta() or {}).get("workspace")
             if owner is None:
                 time.sleep(0.02)
-        if owner and owner != str(self.workspace):
+        if owned_by_other(owner, str(self.workspace)):
             raise IndexOwnershipError(ownership_message(self.store.location, owner, str(self.workspace)))
         holder = lock.holder() or {}
         progress = read_progress(self.index_path) or {}

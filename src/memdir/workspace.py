@@ -38,10 +38,23 @@ class FileEntry:
     #: The allowed root it was found under (``abs_path`` is below it): the indexer reads it from
     #: there without following a symlink (:func:`memdir.reading.read_beneath`); ``""``: by path.
     root: str = ""
+    #: Its stamp may yet be given to another edit (see :func:`unsettled`).
+    unsettled: bool = False
+
+    @property
+    def stored_stamp(self) -> int:
+        """What the index records for it: its stamp, or for an :attr:`unsettled` one a value no
+        stamp of a coarse file system takes, so the next sync reads it again."""
+        return self.mtime_ns ^ 1 if self.unsettled else self.mtime_ns
 
 
 #: Values a signed 64-bit integer column holds.
 _INT64_SPAN = 1 << 64
+
+
+def times(st: os.stat_result) -> tuple[int, int]:
+    """A file's mtime and ctime, in nanoseconds."""
+    return st.st_mtime_ns, st.st_ctime_ns
 
 
 def change_stamp(st: os.stat_result) -> int:
@@ -57,9 +70,23 @@ def change_stamp(st: os.stat_result) -> int:
 
     Folded into a signed 64-bit integer, what SQLite and PostgreSQL store: a file dated past 2262
     (``touch -d 3000-01-01``; ext4 keeps dates to 2446) overflowed it, and every sync failed."""
-    mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
+    mtime, ctime = times(st)
     stamp = mtime if ctime == mtime else mtime + ctime
     return (stamp + _INT64_SPAN // 2) % _INT64_SPAN - _INT64_SPAN // 2
+
+
+#: Timestamps that are whole multiples of this come from a file system that keeps them coarsely
+#: (FAT: 2 s, HFS+: 1 s, exFAT: 10 ms, some network shares); Linux's own keep nanoseconds.
+COARSE_TICK_NS = 10_000_000
+
+
+def unsettled(st: os.stat_result, listed_ns: int) -> bool:
+    """Whether a file stat'ed after ``listed_ns`` has a coarse stamp whose tick may still be open:
+    an edit later in the same tick that keeps the size gives the same stamp, and the index, which
+    read the content before it, would keep the old text for good (git's "racily clean" files)."""
+    mtime, ctime = times(st)
+    return (mtime % COARSE_TICK_NS == 0 and ctime % COARSE_TICK_NS == 0
+            and max(mtime, ctime) >= listed_ns - RELIST_MARGIN_NS)
 
 
 @dataclass
@@ -245,11 +272,13 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             folders = None
     candidates: list[tuple[str, str, os.stat_result, str]] = []
     base = str(workspace)
+    absent: set[str] = set()  # canonical names not there, in lower case
     for name in ROOT_FILES:
         p = workspace / name
         try:
             st = os.lstat(p)
         except FileNotFoundError:
+            absent.add(name.lower())
             continue
         except OSError as exc:
             found.issues.append(f"{p} not readable ({_errname(exc)})")
@@ -276,10 +305,13 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         elif stat.S_ISLNK(st.st_mode):  # said, as for MEMORY.md: a folder linked in from a synced drive
             found.skipped.append(Skipped(MEMORY_DIR, "a symlink (not followed: keep the folder itself in the "
                                                      "workspace, or list the folder it points to in extraPaths)"))
+    except FileNotFoundError:
+        absent.add(MEMORY_DIR)
     except OSError as exc:
-        if not isinstance(exc, FileNotFoundError):
-            found.issues.append(f"memory directory not accessible ({mem_dir}): {_errname(exc)}")
-            found.unlisted.append(MEMORY_DIR)
+        found.issues.append(f"memory directory not accessible ({mem_dir}): {_errname(exc)}")
+        found.unlisted.append(MEMORY_DIR)
+    if absent & {"memory.md", MEMORY_DIR}:
+        found.skipped.extend(_case_variants(workspace, absent))
     for extra in extra_paths or []:
         try:
             st = os.lstat(extra)
@@ -314,12 +346,28 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         if identity in seen:
             continue
         seen.add(identity)
-        found.files.append(FileEntry(rel, abs_path, "memory", change_stamp(st), st.st_size, root))
+        found.files.append(FileEntry(rel, abs_path, "memory", change_stamp(st), st.st_size, root,
+                                     unsettled(st, found.started_ns)))
     if not found.files:
         found.issues.insert(0, f"no memory files found in {workspace}")
     if folders is not None and not found.issues and not found.skipped:
         found.folders = folders
     return found
+
+
+def _case_variants(workspace: Path, absent: set[str]) -> list[Skipped]:
+    """``Memory/``, ``Memory.md``…: named like a memory file or folder that is not there but for
+    case.  A workspace made on macOS, whose file system ignores case, has them indexed there; here
+    they were left out without a word.  (Looked for only when a memory name is missing: where case
+    is ignored, that name is found and nothing is said.)"""
+    try:
+        with os.scandir(workspace) as it:
+            names = sorted(e.name for e in it if e.name.lower() in absent)
+    except OSError:
+        return []
+    return [Skipped(display_path(name), "not memory: names are case-sensitive here (rename it to "
+                                        + ("memory/)" if name.lower() == MEMORY_DIR else "MEMORY.md)"))
+            for name in names if name not in ROOT_FILES and name != MEMORY_DIR]
 
 
 def is_unlisted(path: str, unlisted: list[str]) -> bool:
@@ -339,6 +387,7 @@ def restat(listing: Discovery) -> list[FileEntry] | None:
     """
     if listing.folders is None:
         return None
+    now = time.time_ns()
     limit = listing.started_ns - RELIST_MARGIN_NS
     try:
         for path, ident in listing.folders:
@@ -349,7 +398,8 @@ def restat(listing: Discovery) -> list[FileEntry] | None:
             st = os.lstat(f.abs_path)
             if not stat.S_ISREG(st.st_mode):
                 return None
-            files.append(FileEntry(f.path, f.abs_path, f.source, change_stamp(st), st.st_size, f.root))
+            files.append(FileEntry(f.path, f.abs_path, f.source, change_stamp(st), st.st_size, f.root,
+                                   unsettled(st, now)))
     except OSError:
         return None
     return files

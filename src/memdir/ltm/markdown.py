@@ -184,6 +184,14 @@ def _owner_line(text: str) -> str | None:
     return next((line for line in text.splitlines() if line.startswith(MIRROR_MARK)), None)
 
 
+def _mirrored_store_exists(owner_line: str) -> bool:
+    """Whether the store a mirror's owner line names (``… of agent "x" (<db path>). Generated …``)
+    is still there; ``True`` when the line names none.  A workspace moved or renamed gets a new
+    store, and its mirror, naming the old one, was refused as another agent's for good."""
+    found = re.search(r'of agent ".*?" \((.*)\)\. Generated from the store', owner_line)
+    return found is None or os.path.exists(found.group(1))
+
+
 def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | None = None) -> str | None:
     """Write ``content`` to ``path`` atomically; returns a warning if an edited file was moved aside.
 
@@ -203,7 +211,8 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
             # Never written here and no mirror at all: a person's own note (MEMORY.md?), not an edit.
             return (f"{path} is a note memdir did not write, not a long-term memory mirror; not overwritten: "
                     "point longTermMemory.mirror.path at a file of its own (default memory/long-term.md)")
-        if theirs is not None and theirs != _owner_line(content):
+        gone = theirs is not None and theirs != _owner_line(content)  # another store's: gone, else refused here
+        if gone and _mirrored_store_exists(theirs or ""):
             return (f"{path} is the long-term memory mirror of another store ({theirs[len(MIRROR_MARK):80]}…); "
                     "not overwritten: give each agent its own longTermMemory.mirror.path, e.g. "
                     "memory/long-term-{agentId}.md")
@@ -215,8 +224,10 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
                 n += 1
                 aside = path.with_name(f"{path.name}.edited-{stamp}-{n}")
             os.replace(path, aside)
-            warning = (f"{path} was changed outside memdir since it was last generated; the edited file was moved "
-                       f"to {aside.name} (apply it with `memdir ltm import {aside}`) and the mirror regenerated")
+            why = ("was changed outside memdir since it was last generated; the edited file" if not gone else
+                   "mirrors a store that is no longer there (moved with its workspace, or deleted); that mirror")
+            warning = (f"{path} {why} was moved to {aside.name} (apply it with `memdir ltm import {aside}`) and the "
+                       "mirror regenerated")
     path.parent.mkdir(parents=True, exist_ok=True)
     data = content.encode("utf-8")
     # Until the new file is in place both it and the one it replaces are ours: a process killed

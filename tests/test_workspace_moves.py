@@ -1,0 +1,202 @@
+"""Workspaces and state over their lifetime: a workspace renamed, moved or copied while memdir
+runs or between runs, its state folder carried to another place."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memdir.api import Memory
+from memdir.errors import MemdirError
+
+
+def test_a_workspace_renamed_under_a_running_memory_keeps_its_index_and_says_why(make_workspace, keyword_config):
+    """A long-running server (MCP, watch) whose workspace folder was renamed away found no files,
+    removed every note from the index and answered searches with nothing, without a word."""
+    ws = make_workspace({"MEMORY.md": "We chose RabbitMQ for billing.\n", "memory/2026-01-01.md": "Cursors.\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        assert mem.sync().indexed == 2
+        moved = ws.with_name("ws-moved")
+        os.rename(ws, moved)
+        response = mem.search("rabbitmq")
+        assert [r.path for r in response.results] == ["MEMORY.md"]
+        assert any("no longer exists" in w for w in response.warnings)
+        with pytest.raises(MemdirError, match=f"workspace {ws} no longer exists"):
+            mem.sync()
+        os.rename(moved, ws)
+        report = mem.sync()
+        assert (report.indexed, report.removed, report.unchanged) == (0, 0, 2)
+
+
+def test_a_state_folder_moved_behind_its_symlink_is_the_one_searches_use(make_workspace, tmp_path: Path, run_cli):
+    """``mv ~/Sync/memdir ~/Other/memdir; ln -sfn ~/Other/memdir ~/.memdir``: the remembered CLI
+    settings still named the old target, so ``memdir search`` recreated it and built an index
+    there while ``index`` and ``status`` used the new one."""
+    ws = make_workspace({"MEMORY.md": "alpha note\n"})
+    link, old, new = tmp_path / "st", tmp_path / "v1", tmp_path / "v2"
+    old.mkdir()
+    link.symlink_to(old)
+    env = {"MEMDIR_STATE_DIR": str(link)}
+    args = ("-w", str(ws), "search", "alpha", "--mode", "keyword", "--json")
+    assert json.loads(run_cli(*args, env=env, check=True).stdout)["results"]  # builds the index, remembers settings
+    os.rename(old, new)
+    link.unlink()
+    link.symlink_to(new)
+    (ws / "MEMORY.md").write_text("alpha note\nbeta line\n")
+    out = run_cli("-w", str(ws), "search", "beta", "--mode", "keyword", "--json", env=env, check=True)
+    assert [r["path"] for r in json.loads(out.stdout)["results"]] == ["MEMORY.md"]
+    assert not old.exists()
+
+
+def test_a_workspace_symlink_repointed_is_followed_by_searches(tmp_path: Path, state_dir: Path, run_cli):
+    """``workspace = "~/agent/current"`` in a config file, the link moved to a new release: the
+    remembered settings still named the old target, so searches answered from the old notes."""
+    for name, word in (("w1", "one"), ("w2", "two")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "MEMORY.md").write_text(f"alpha {word}\n")
+    current = tmp_path / "current"
+    current.symlink_to(tmp_path / "w1")
+    state_dir.mkdir()
+    (state_dir / "memdir.toml").write_text(f'workspace = "{current}"\n[memorySearch]\nprovider = "none"\n')
+    search = ("search", "alpha", "--json")
+    assert json.loads(run_cli(*search, check=True, cwd=tmp_path).stdout)["results"][0]["snippet"] == "alpha one\n"
+    current.unlink()
+    current.symlink_to(tmp_path / "w2")
+    assert json.loads(run_cli(*search, check=True, cwd=tmp_path).stdout)["results"][0]["snippet"] == "alpha two\n"
+
+
+def test_status_names_the_transcripts_a_renamed_workspace_left_under_its_old_key(make_workspace, state_dir: Path,
+                                                                                  keyword_config, run_cli):
+    """State is kept by the workspace's path: renamed, a workspace starts with no transcripts and
+    no long-term memories, and nothing said where they went."""
+    from memdir.config import load_config, workspace_index_name
+    from memdir.sessions.store import SessionStore, message_record, session_key
+
+    ws = make_workspace({"MEMORY.md": "# notes\n"}, name="agent")
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+    settings = load_config(workspace=ws).settings
+    SessionStore(settings.sessions_dir).append(session_key(settings.agent_id, "main"), message_record("user", "hi"))
+    old = settings.sessions_dir.parent
+    renamed = ws.with_name("agent-renamed")
+    os.rename(ws, renamed)
+
+    st = json.loads(run_cli("status", "--json", "-w", str(renamed), check=True).stdout)
+    new = state_dir.resolve() / "agents" / workspace_index_name(renamed)
+    (note,) = [i for i in st["issues"] if "no longer exists" in i]
+    assert f"workspace {ws}" in note and f"mv {old} {new}" in note
+    assert f"mv {old} {new}" in run_cli("status", "-w", str(renamed), check=True).stdout
+
+    os.rename(old, new)  # as the note says: the transcripts are this workspace's again
+    st = json.loads(run_cli("status", "--json", "-w", str(renamed), check=True).stdout)
+    assert not [i for i in st["issues"] if "no longer exists" in i]
+    assert list(Path(st["sessionsDir"]).glob("*.jsonl"))
+
+
+def test_a_same_size_edit_within_one_coarse_timestamp_tick_is_indexed(make_workspace, keyword_config, monkeypatch):
+    """On a file system that keeps whole seconds (HFS+, FAT's 2 s, some network shares) a file
+    indexed and edited again within the same second, keeping its size, kept its stamp: the edit was
+    never indexed (git calls such a file "racily clean").  Simulated: every file's mtime and ctime
+    are this second."""
+    from memdir import workspace
+
+    tick = time.time_ns() // 1_000_000_000 * 1_000_000_000
+    monkeypatch.setattr(workspace, "times", lambda st: (tick, tick))
+    ws = make_workspace({"MEMORY.md": "colour red\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        assert mem.sync().indexed == 1
+        (ws / "MEMORY.md").write_text("colour tan\n")
+        mem.sync()
+        assert [r.path for r in mem.search("tan", sync=False).results] == ["MEMORY.md"]
+        assert mem.search("red", sync=False).results == []
+
+
+def test_memory_named_with_other_case_is_said_not_silently_left_out(make_workspace, keyword_config):
+    """A workspace made on macOS (case ignored) with ``Memory/`` and ``Memory.md`` has them indexed
+    there; on Linux they were left out, and nothing but "no memory files found" said why."""
+    ws = make_workspace({"Memory/2026-01-01.md": "kiwi\n", "Memory.md": "mango\n", "memorial.md": "not memory\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        report = mem.sync()
+        assert report.indexed == 0
+        assert {s["path"]: s["error"] for s in report.skipped} == {
+            "Memory": "not memory: names are case-sensitive here (rename it to memory/)",
+            "Memory.md": "not memory: names are case-sensitive here (rename it to MEMORY.md)"}
+        (ws / "Memory").rename(ws / "memory")
+        (ws / "Memory.md").rename(ws / "MEMORY.md")
+        report = mem.sync()
+        assert (report.indexed, report.skipped) == (2, [])
+
+
+def test_the_long_term_memory_mirror_of_a_moved_workspace_is_kept_aside_and_regenerated(tmp_path: Path):
+    """Renamed, a workspace gets a store of its own, and its mirror (memory/long-term.md), naming
+    the old store, was refused as another agent's on every change, for good, even after the old
+    store was moved to the new key as ``memdir status`` says."""
+    pytest.importorskip("lancedb")
+    from ltm_fakes import AxisProvider
+    from memdir.config import load_config
+    from memdir.ltm import LongTermMemory
+
+    def ltm(ws: Path) -> LongTermMemory:
+        settings = load_config(workspace=ws, state_dir=tmp_path / "state",
+                               overrides={"longTermMemory": {"mirror": {"enabled": True}}}).settings
+        return LongTermMemory(settings, provider=AxisProvider())
+
+    ws = tmp_path / "agent"
+    ws.mkdir()
+    with ltm(ws) as old:
+        old.store("I prefer tea")
+        old_store = old.db_path
+    renamed = tmp_path / "agent-renamed"
+    os.rename(ws, renamed)
+    from memdir.ltm.settings import db_path
+
+    os.rename(old_store, db_path(load_config(workspace=renamed, state_dir=tmp_path / "state").settings))  # status's mv
+    with ltm(renamed) as new:
+        result = new.store("I prefer coffee")
+        mirror = renamed / "memory" / "long-term.md"
+        (aside,) = mirror.parent.glob("long-term.md.*")
+        assert "no longer there" in result.warnings[0] and aside.name in result.warnings[0]
+        assert "I prefer tea" in aside.read_text()
+        assert "I prefer tea" in mirror.read_text() and "I prefer coffee" in mirror.read_text()
+        assert str(new.db_path) in mirror.read_text()
+
+
+def _bind_mount_runs() -> bool:
+    """Whether this process may bind-mount in a private mount namespace (root, with ``unshare``)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", "-m", "mount", "--bind", "/", "/mnt"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _bind_mount_runs(), reason="needs root and unshare to bind-mount")
+def test_one_workspace_reached_by_two_paths_shares_its_agents_index(make_workspace, tmp_path: Path, state_dir: Path):
+    """A bind mount (or, on macOS, a path typed in another case) reaches the same folder by another
+    path: the agent's index was refused as "another workspace's", advising a new agent id."""
+    ws = make_workspace({"MEMORY.md": "We chose RabbitMQ for billing.\n"})
+    other = tmp_path / "mounted"
+    other.mkdir()
+    memdir = f"{sys.executable} -m memdir --agent ops --state-dir {state_dir}"
+    script = (f"mount --bind {ws} {other} && {memdir} -w {ws} index > /dev/null && "
+              f"{memdir} -w {other} search rabbitmq --mode keyword --json")
+    out = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert [r["path"] for r in json.loads(out.stdout)["results"]] == ["MEMORY.md"]
+
+
+def test_a_workspace_named_in_another_unicode_form_is_pointed_at(tmp_path: Path, run_cli):
+    """A folder copied from macOS keeps its decomposed (NFD) name; the path typed is composed (NFC),
+    and "workspace …/café does not exist" looked wrong beside ``ls`` showing café."""
+    import unicodedata
+
+    (tmp_path / unicodedata.normalize("NFD", "café")).mkdir()
+    typed = tmp_path / unicodedata.normalize("NFC", "café")
+    out = run_cli("-w", str(typed), "status")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "does not exist" in out.stderr and "another Unicode form (NFD" in out.stderr
