@@ -5,13 +5,17 @@ machine load cannot move the figures; the cliffs they guard were super-linear in
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 import memdir.ranking as ranking
 from memdir.ranking import Candidate, jaccard, mmr_rerank, mmr_tokens
+from memdir.sessions.readable import read_session_lines
 
 
 def _naive_mmr(cands: list[Candidate], lam: float) -> list[str]:
@@ -63,3 +67,30 @@ def test_mmr_compares_each_pair_of_candidates_at_most_once(monkeypatch: pytest.M
     k = 80
     mmr_rerank(_candidates(k, 1), 0.7)
     assert calls <= k * (k - 1) // 2
+
+
+def test_reading_the_end_of_a_long_transcript_parses_only_the_lines_asked_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``memory_get sessions/x.jsonl --from N`` parsed every JSON line before ``N`` and dropped
+    them: the last lines of a million-message transcript took 3 s; now the lines asked for."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    n = 3000
+    lines = [json.dumps({"type": "message", "message": {"role": "user" if i % 2 else "assistant",
+                                                        "content": f"message {i}"}}) for i in range(1, n + 1)]
+    (sessions / "s.jsonl").write_text("\n".join(lines) + "\n")
+    parsed = 0
+    real = json.loads
+
+    def counting(text: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal parsed
+        parsed += 1
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counting)
+    text = read_session_lines("sessions/s.jsonl", sessions, n - 2, 3)
+    assert text.splitlines() == [f"Assistant: message {n - 2}", f"User: message {n - 1}", f"Assistant: message {n}"]
+    assert parsed <= 3
+    assert read_session_lines("sessions/s.jsonl", sessions, 2, 2).splitlines() == [
+        "Assistant: message 2", "User: message 3"]
+    assert read_session_lines("sessions/s.jsonl", sessions, n + 5, 2) == ""

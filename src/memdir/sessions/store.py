@@ -156,13 +156,14 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, 
         yield from parse_records(fh)
 
 
-def parse_records(lines: Iterable[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+def parse_records(lines: Iterable[bytes], start: int = 1) -> Iterator[tuple[int, dict[str, Any]]]:
     """:func:`iter_records` over lines already read (split on ``\\n`` only, as a file iterates), for
     a reader that must open the file itself (``memory_get``: no symlinks, regular files only).
+    ``start``: the line number of the first of ``lines`` (a reader that skipped those before it).
 
     A line with a byte that is not UTF-8 is read with U+FFFD in its place: one bad byte (a
     writer that cut a character, a binary paste) must not lose the whole message."""
-    for lineno, raw in enumerate(lines, start=1):
+    for lineno, raw in enumerate(lines, start=start):
         if not raw.strip():
             continue
         try:
