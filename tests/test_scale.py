@@ -94,3 +94,5 @@ def test_reading_the_end_of_a_long_transcript_parses_only_the_lines_asked_for(
     assert read_session_lines("sessions/s.jsonl", sessions, 2, 2).splitlines() == [
         "Assistant: message 2", "User: message 3"]
     assert read_session_lines("sessions/s.jsonl", sessions, n + 5, 2) == ""
+    assert read_session_lines("sessions/s.jsonl", sessions, 10**30, 10**30) == ""  # past what islice takes
+    assert read_session_lines("sessions/s.jsonl", sessions, n, 10**30) == f"Assistant: message {n}"

@@ -73,6 +73,7 @@ def read_session_lines(raw: str, sessions_dir: str | os.PathLike[str], from_line
     stop = None if lines is None or not (from_line or lines) else first + max(1, int(lines))
     # only the lines asked for are parsed: the last few lines of a long transcript parsed each of
     # its million JSON lines before them
-    wanted = itertools.islice(data.split(b"\n"), first - 1, None if stop is None else stop - 1)
+    parts = data.split(b"\n")
+    wanted = itertools.islice(parts, min(first - 1, len(parts)), None if stop is None else min(stop - 1, len(parts)))
     text, _line_map, _stamps = build_session_text(parse_records(wanted, start=first), redact=True)
     return text
