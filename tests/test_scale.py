@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -96,3 +97,22 @@ def test_reading_the_end_of_a_long_transcript_parses_only_the_lines_asked_for(
     assert read_session_lines("sessions/s.jsonl", sessions, n + 5, 2) == ""
     assert read_session_lines("sessions/s.jsonl", sessions, 10**30, 10**30) == ""  # past what islice takes
     assert read_session_lines("sessions/s.jsonl", sessions, n, 10**30) == f"Assistant: message {n}"
+
+
+def test_thousands_of_skipped_files_are_named_twenty_at_a_time(make_workspace, run_cli) -> None:
+    """5,000 FIFOs posing as notes printed 5,000 warnings at every ``memdir index`` and 5,000
+    status lines; now the first 20 and one line counting the rest.  ``--json`` keeps them all."""
+    ws = make_workspace({"MEMORY.md": "# Prefs\nThe launch codename is Bluebird.\n"})
+    (ws / "memory").mkdir()
+    for i in range(300):
+        os.mkfifo(ws / "memory" / f"pipe{i:03d}.md")
+    env = {"MEMDIR_PROVIDER": "none"}
+    index = run_cli("index", "-w", str(ws), env=env)
+    assert index.returncode == 0, index.stderr
+    warnings = [line for line in index.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 21 and "pipe000.md" in warnings[0]
+    assert warnings[-1] == "warning: … and 280 more skipped files (all of them: memdir status --json)"
+    text = run_cli("status", "-w", str(ws), env=env).stdout
+    assert "  … and 280 more skipped files" in text and text.count("a FIFO") == 20
+    listed = json.loads(run_cli("status", "--json", "-w", str(ws), env=env).stdout)["skipped"]
+    assert len(listed) == 300

@@ -175,6 +175,20 @@ def _note(args: argparse.Namespace, text: str) -> None:
         print(text, file=sys.stderr)
 
 
+#: Skipped files named one per line by ``index`` and ``status``; the rest are counted in one line.
+SHOWN_SKIPPED = 20
+
+
+def _first_few(lines: list[str], prefix: str) -> list[str]:
+    """The first :data:`SHOWN_SKIPPED` of ``lines``, then one line counting the rest: 5,000 files
+    that cannot be indexed (FIFOs, names that are not UTF-8) printed 5,000 warnings at every
+    ``memdir index``.  ``--json`` lists them all."""
+    if len(lines) <= SHOWN_SKIPPED:
+        return lines
+    more = len(lines) - SHOWN_SKIPPED
+    return [*lines[:SHOWN_SKIPPED], f"{prefix}… and {more:,} more skipped files (all of them: memdir status --json)"]
+
+
 #: Global options followed by a value (``-w DIR``), for :func:`command_in`.
 _GLOBALS_WITH_VALUE = frozenset(
     name for long, short, _help, extra in _GLOBALS if "action" not in extra for name in (long, short) if name
@@ -417,8 +431,9 @@ def cmd_index(args: argparse.Namespace) -> int:
             close()
         for w in report.warnings:  # with --json too: on stderr where it happens, and in the report
             _note(args, f"warning: {w}")
-        for item in report.skipped:
-            _note(args, f"warning: skipped {item['path']}: {item['error']} (retried on the next sync)")
+        for line in _first_few([f"warning: skipped {item['path']}: {item['error']} (retried on the next sync)"
+                                for item in report.skipped], "warning: "):
+            _note(args, line)
         if args.json:
             print(json.dumps({"agentId": mem.settings.agent_id, "indexPath": mem.store.location,
                               "indexKey": mem.settings.index_key, "mode": mem.selection.mode,
@@ -628,7 +643,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append("Embeddings: " + ("ready" if probe.get("ok") else f"unavailable ({probe.get('error')})"))
     if st.get("skipped"):
         lines.append("Skipped files (retried on every sync):")
-        lines += [f"  {item['path']}: {item['error']}" for item in st["skipped"]]
+        lines += _first_few([f"  {item['path']}: {item['error']}" for item in st["skipped"]], "  ")
     if st["issues"]:
         lines.append("Issues:")
         lines += [f"  {i}" for i in st["issues"]]
