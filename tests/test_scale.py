@@ -16,6 +16,8 @@ import pytest
 
 import memdir.ranking as ranking
 from memdir.ranking import Candidate, jaccard, mmr_rerank, mmr_tokens
+from memdir.sessions import store
+from memdir.sessions.hook import recent_messages
 from memdir.sessions.readable import read_session_lines
 
 
@@ -116,3 +118,50 @@ def test_thousands_of_skipped_files_are_named_twenty_at_a_time(make_workspace, r
     assert "  … and 280 more skipped files" in text and text.count("a FIFO") == 20
     listed = json.loads(run_cli("status", "--json", "-w", str(ws), env=env).stdout)["skipped"]
     assert len(listed) == 300
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 16])
+def test_records_read_from_the_end_are_the_records_read_from_the_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    """Blank, torn and non-object lines, a line longer than a block, a byte order mark, CRLF,
+    U+2028 and a byte that is not UTF-8: the same records, in reverse order, for any block size."""
+    monkeypatch.setattr(store, "_TAIL_BLOCK", block)
+    rnd = random.Random(block)
+    lines = [b'\xef\xbb\xbf{"type": "session"}', b"", b"  ", b"[1, 2]", b'{"torn": ', b'{"a": "caf\xe9"}\r',
+             json.dumps({"long": "x" * 300}).encode(), json.dumps({"sep": "a\u2028b"}).encode()]
+    lines += [json.dumps({"n": i, "pad": "y" * rnd.randrange(40)}).encode() for i in range(60)]
+    rnd.shuffle(lines)
+    for ending in (b"\n", b""):
+        path = tmp_path / f"t{len(ending)}.jsonl"
+        path.write_bytes(b"\n".join(lines) + ending)
+        forward = [record for _, record in store.iter_records(path)]
+        assert list(store.records_from_end(path)) == forward[::-1] and len(forward) >= 60
+    assert list(store.records_from_end(tmp_path / "missing.jsonl")) == []
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    assert list(store.records_from_end(tmp_path / "empty.jsonl")) == []
+
+
+def test_the_session_hook_reads_only_the_end_of_a_long_transcript(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook keeps the last 15 messages: it parsed every line of the transcript for them
+    (a million messages: 4.7 s); now it reads from the end until it has them."""
+    path = tmp_path / "s.jsonl"
+    texts = [f"message {i}" for i in range(3000)]
+    records = [{"type": "message", "message": {"role": "user" if i % 2 else "assistant", "content": t}}
+               for i, t in enumerate(texts)]
+    records[-2] = {"type": "message", "message": {"role": "user", "content": "/new"}}  # a command: not kept
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    parsed = 0
+    real = json.loads
+
+    def counting(text: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal parsed
+        parsed += 1
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counting)
+    got = recent_messages(path, 15)
+    assert parsed < 100
+    kept = [f"{r['message']['role']}: {r['message']['content']}" for r in records if r["message"]["content"] != "/new"]
+    assert got == kept[-15:]
+    assert recent_messages(path, 0) == kept  # no limit: every message, in order
