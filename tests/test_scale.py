@@ -9,12 +9,15 @@ import json
 import math
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import memdir.ranking as ranking
+from helpers import cli_env
 from memdir.ranking import Candidate, jaccard, mmr_rerank, mmr_tokens
 from memdir.sessions import store
 from memdir.sessions.hook import recent_messages
@@ -165,3 +168,20 @@ def test_the_session_hook_reads_only_the_end_of_a_long_transcript(
     kept = [f"{r['message']['role']}: {r['message']['content']}" for r in records if r["message"]["content"] != "/new"]
     assert got == kept[-15:]
     assert recent_messages(path, 0) == kept  # no limit: every message, in order
+
+
+def test_append_reads_no_more_of_stdin_than_a_note_may_hold(make_workspace, state_dir: Path) -> None:
+    """``yes | memdir append -`` read stdin until memory ran out; now at most a note's limit
+    (64 MiB; 1,000 bytes here), then one usage error, and nothing is appended."""
+    ws = make_workspace({"MEMORY.md": "# Prefs\n"})
+    code = ("import sys, memdir.reading as r; r.MAX_NOTE_BYTES = 1000; from memdir.cli import main; "
+            "sys.exit(main(['append', '-', '--json', '-w', sys.argv[1]]))")
+    out = subprocess.run([sys.executable, "-c", code, str(ws)], input="word " * 1000, capture_output=True,
+                         text=True, env=cli_env(state_dir), timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "the note on stdin is larger than" in out.stderr and json.loads(out.stdout)["error"]["kind"] == "usage"
+    assert not (ws / "memory").exists()
+    fits = subprocess.run([sys.executable, "-c", code, str(ws)], input="word " * 100, capture_output=True,
+                          text=True, env=cli_env(state_dir), timeout=60)
+    assert fits.returncode == 0, fits.stderr
+    assert json.loads(fits.stdout)["appended"] is True

@@ -520,7 +520,14 @@ def cmd_append(args: argparse.Namespace) -> int:
         # bytes that are not UTF-8 are kept as surrogates whatever the locale, so the note is
         # refused with one clear message (memfiles.normalise_entry) rather than a codec error; a
         # byte order mark (Windows tools write one) is not part of the note
-        text = sys.stdin.buffer.read().decode("utf-8-sig", "surrogateescape")
+        from memdir.reading import MAX_NOTE_BYTES
+
+        # at most what a note may be: `yes | memdir append -` read until memory ran out
+        raw = sys.stdin.buffer.read(MAX_NOTE_BYTES + 1)
+        if len(raw) > MAX_NOTE_BYTES:
+            raise UsageError(f"the note on stdin is larger than {MAX_NOTE_BYTES >> 20} MiB, the most a note may be; "
+                             "nothing was appended")
+        text = raw.decode("utf-8-sig", "surrogateescape")
     if not text.strip():
         raise UsageError("Nothing to append. Give the note as arguments, or - to read it from stdin.")
     if args.date is not None:
