@@ -185,3 +185,25 @@ def test_append_reads_no_more_of_stdin_than_a_note_may_hold(make_workspace, stat
                           text=True, env=cli_env(state_dir), timeout=60)
     assert fits.returncode == 0, fits.stderr
     assert json.loads(fits.stdout)["appended"] is True
+
+
+def test_ltm_import_reads_no_more_than_an_import_may_hold(tmp_path: Path, state_dir: Path) -> None:
+    """``memdir ltm import /dev/zero`` (or ``- < /dev/zero``) read until memory ran out; now at most
+    a note's limit (64 MiB; 1,000 characters here), then one error line, and nothing imported."""
+    pytest.importorskip("lancedb")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n')
+    big = tmp_path / "big.md"
+    big.write_text("- The user keeps notes about " + "bees " * 300 + "\n")
+    code = ("import sys, memdir.reading as r; r.MAX_NOTE_BYTES = 1000; from memdir.cli import main; "
+            "sys.exit(main(['-w', sys.argv[1], 'ltm', 'import', *sys.argv[2:]]))")
+    out = subprocess.run([sys.executable, "-c", code, str(ws), "-"], input=big.read_text(), capture_output=True,
+                         text=True, env=cli_env(state_dir), timeout=120)  # (a file is read the same way)
+    assert out.returncode == 1, out.stderr
+    assert "stdin holds more than 1,000 characters, the most an import may be; nothing was imported" in out.stderr
+    latin = tmp_path / "latin.md"
+    latin.write_bytes(b"- caf\xe9 latte\n")
+    out = subprocess.run([sys.executable, "-c", code, str(ws), str(latin)], capture_output=True, text=True,
+                         env=cli_env(state_dir), timeout=120)
+    assert out.returncode == 1 and f"ltm import: {latin} is not UTF-8 text" in out.stderr

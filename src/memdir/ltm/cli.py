@@ -170,13 +170,22 @@ def _export(ltm: Any, args: argparse.Namespace) -> int:
 
 
 def _import(ltm: Any, args: argparse.Namespace) -> int:
+    from memdir.reading import MAX_NOTE_BYTES
+
+    # at most what a note may hold (in characters): `ltm import /dev/zero` read until memory ran out
     if str(args.file) == "-":
-        text = sys.stdin.read()
+        text = sys.stdin.read(MAX_NOTE_BYTES + 1)
     else:
         try:
-            text = args.file.read_text(encoding="utf-8")
+            with open(args.file, encoding="utf-8") as fh:
+                text = fh.read(MAX_NOTE_BYTES + 1)
         except OSError as exc:
             raise CliError(f"ltm import: cannot read {args.file}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:  # said without naming the file before
+            raise CliError(f"ltm import: {args.file} is not UTF-8 text ({exc.reason}); nothing was imported") from None
+    if len(text) > MAX_NOTE_BYTES:
+        raise CliError(f"ltm import: {'stdin' if str(args.file) == '-' else args.file} holds more than "
+                       f"{MAX_NOTE_BYTES:,} characters, the most an import may be; nothing was imported")
     report = ltm.import_markdown(text)
     if args.json:
         _print(report.as_dict())
