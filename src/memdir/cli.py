@@ -178,6 +178,20 @@ def _note(args: argparse.Namespace, text: str) -> None:
         print(text, file=sys.stderr)
 
 
+#: Skipped files named one per line by ``index`` and ``status``; the rest are counted in one line.
+SHOWN_SKIPPED = 20
+
+
+def _first_few(lines: list[str], prefix: str) -> list[str]:
+    """The first :data:`SHOWN_SKIPPED` of ``lines``, then one line counting the rest: 5,000 files
+    that cannot be indexed (FIFOs, names that are not UTF-8) printed 5,000 warnings at every
+    ``memdir index``.  ``--json`` lists them all."""
+    if len(lines) <= SHOWN_SKIPPED:
+        return lines
+    more = len(lines) - SHOWN_SKIPPED
+    return [*lines[:SHOWN_SKIPPED], f"{prefix}… and {more:,} more skipped files (all of them: memdir status --json)"]
+
+
 #: Global options followed by a value (``-w DIR``), for :func:`command_in`.
 _GLOBALS_WITH_VALUE = frozenset(
     name for long, short, _help, extra in _GLOBALS if "action" not in extra for name in (long, short) if name
@@ -423,8 +437,9 @@ def cmd_index(args: argparse.Namespace) -> int:
             close()
         for w in report.warnings:  # with --json too: on stderr where it happens, and in the report
             _note(args, f"warning: {w}")
-        for item in report.skipped:
-            _note(args, f"warning: skipped {item['path']}: {item['error']} (retried on the next sync)")
+        for line in _first_few([f"warning: skipped {item['path']}: {item['error']} (retried on the next sync)"
+                                for item in report.skipped], "warning: "):
+            _note(args, line)
         if args.json:
             print(json.dumps({"agentId": mem.settings.agent_id, "indexPath": mem.store.location,
                               "indexKey": mem.settings.index_key, "mode": mem.selection.mode,
@@ -512,7 +527,14 @@ def cmd_append(args: argparse.Namespace) -> int:
         # bytes that are not UTF-8 are kept as surrogates whatever the locale, so the note is
         # refused with one clear message (memfiles.normalise_entry) rather than a codec error; a
         # byte order mark (Windows tools write one) is not part of the note
-        text = sys.stdin.buffer.read().decode("utf-8-sig", "surrogateescape")
+        from memdir.reading import MAX_NOTE_BYTES
+
+        # at most what a note may be: `yes | memdir append -` read until memory ran out
+        raw = sys.stdin.buffer.read(MAX_NOTE_BYTES + 1)
+        if len(raw) > MAX_NOTE_BYTES:
+            raise UsageError(f"the note on stdin is larger than {MAX_NOTE_BYTES >> 20} MiB, the most a note may be; "
+                             "nothing was appended")
+        text = raw.decode("utf-8-sig", "surrogateescape")
     if not text.strip():
         raise UsageError("Nothing to append. Give the note as arguments, or - to read it from stdin.")
     if args.date is not None:
@@ -635,7 +657,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append("Embeddings: " + ("ready" if probe.get("ok") else f"unavailable ({probe.get('error')})"))
     if st.get("skipped"):
         lines.append("Skipped files (retried on every sync):")
-        lines += [f"  {item['path']}: {item['error']}" for item in st["skipped"]]
+        lines += _first_few([f"  {item['path']}: {item['error']}" for item in st["skipped"]], "  ")
     if st["issues"]:
         lines.append("Issues:")
         lines += [f"  {i}" for i in st["issues"]]

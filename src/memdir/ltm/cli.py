@@ -176,17 +176,24 @@ def _export(ltm: Any, args: argparse.Namespace) -> int:
 
 
 def _import(ltm: Any, args: argparse.Namespace) -> int:
+    from memdir.reading import MAX_NOTE_BYTES
+
     # Bytes, decoded as UTF-8 whatever the locale: under LC_ALL=C PYTHONUTF8=0 stdin's "café" was
-    # stored as "caf\ufffd\ufffd", and a byte that is not UTF-8 as U+FFFD, without a word.
+    # stored as "caf\ufffd\ufffd", and a byte that is not UTF-8 as U+FFFD, without a word.  At most
+    # what a note may hold: `ltm import /dev/zero` read until memory ran out.
     if str(args.file) == "-":
         if sys.stdin is None:  # `<&-`: "'NoneType' object has no attribute 'read'"
             raise UsageError("ltm import: - reads stdin, and stdin is closed")
-        name, data = "stdin", sys.stdin.buffer.read()
+        name, data = "stdin", sys.stdin.buffer.read(MAX_NOTE_BYTES + 1)
     else:
         try:
-            name, data = str(args.file), args.file.read_bytes()
+            with open(args.file, "rb") as fh:
+                name, data = str(args.file), fh.read(MAX_NOTE_BYTES + 1)
         except OSError as exc:
             raise CliError(f"ltm import: cannot read {args.file}: {exc.strerror or exc}") from None
+    if len(data) > MAX_NOTE_BYTES:
+        raise CliError(f"ltm import: {name} holds more than {MAX_NOTE_BYTES:,} bytes, the most an import may be; "
+                       "nothing was imported")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -15,7 +15,6 @@ import concurrent.futures
 import logging
 import os
 import re
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,7 +23,7 @@ from typing import Any
 
 from memdir.memfiles import create_memory_file
 from memdir.redact import redact_text
-from memdir.sessions.store import RESET_MARKER, SessionEntry, clean_text, iter_records
+from memdir.sessions.store import RESET_MARKER, SessionEntry, clean_text, iter_records, records_from_end
 from memdir.timezones import local_time, resolve_timezone
 
 log = logging.getLogger(__name__)
@@ -130,9 +129,11 @@ def recent_messages(path: str | os.PathLike[str], limit: int = DEFAULT_MESSAGES,
     ``\\n`` only, so a message holding U+2028 or U+0085 (which ``str.splitlines`` splits) is kept, and
     a record nested too deep for the JSON parser is skipped rather than failing the hook.
     """
-    out: deque[tuple[str, str]] = deque(maxlen=limit if limit > 0 else None)  # never the whole transcript
+    out: list[tuple[str, str]] = []
     try:
-        for _, record in iter_records(path):
+        # the last ones first, read from the file's end, when only some are wanted
+        records = records_from_end(path) if limit > 0 else (record for _, record in iter_records(path))
+        for record in records:
             if record.get("type") != "message":
                 continue
             message = record.get("message")
@@ -146,8 +147,12 @@ def recent_messages(path: str | os.PathLike[str], limit: int = DEFAULT_MESSAGES,
             if not text or not text.strip() or text.lstrip().startswith("/"):
                 continue
             out.append((message["role"], text))
+            if len(out) == limit:
+                break
     except OSError:  # unreadable: the capture keeps its header, as for an empty transcript
         return []
+    if limit > 0:
+        out.reverse()
     return [f"{role}: {redact_text(clean_text(text)) if redact else clean_text(text)}" for role, text in out]
 
 

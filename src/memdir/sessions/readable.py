@@ -71,7 +71,9 @@ def read_session_lines(raw: str, sessions_dir: str | os.PathLike[str], from_line
     first = max(1, int(from_line or 1))
     # as memory files (R§10.2): neither given (or both 0) is everything, else `lines ?? to the end`, at least 1
     stop = None if lines is None or not (from_line or lines) else first + max(1, int(lines))
-    upto = itertools.takewhile(lambda rec: stop is None or rec[0] < stop, parse_records(data.split(b"\n")))
-    wanted = (rec for rec in upto if rec[0] >= first)
-    text, _line_map, _stamps = build_session_text(wanted, redact=True)
+    # only the lines asked for are parsed: the last few lines of a long transcript parsed each of
+    # its million JSON lines before them
+    parts = data.split(b"\n")
+    wanted = itertools.islice(parts, min(first - 1, len(parts)), None if stop is None else min(stop - 1, len(parts)))
+    text, _line_map, _stamps = build_session_text(parse_records(wanted, start=first), redact=True)
     return text

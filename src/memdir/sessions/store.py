@@ -139,30 +139,69 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, 
     the index's writer lock), and one swapped for a link was read wherever it pointed.  Either
     raises :class:`OSError` (the sync reports the file as skipped); a missing file yields nothing.
     """
+    fh = _open_transcript(path)
+    if fh is None:
+        return
+    with fh:  # the generator keeps it open while yielding
+        yield from parse_records(fh)
+
+
+def _open_transcript(path: str | os.PathLike[str]) -> Any:
+    """The transcript opened for reading (binary), or ``None`` if it is missing: see :func:`iter_records`."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        return
+        return None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise NotRegularFile(errno.EINVAL, f"{kind_of(mode)}, not a regular file", str(path))
-        fh = os.fdopen(fd, "rb")  # closed below; the generator keeps it open while yielding
+        return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+
+
+#: Bytes read at a time by :func:`records_from_end`.
+_TAIL_BLOCK = 64 * 1024
+
+
+def records_from_end(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """The records of :func:`iter_records`, last first, reading the file from its end a block at a
+    time: a reader that wants the last few messages (the session hook) parsed every line of a long
+    transcript (4.7 s for a million messages) to keep 15."""
+    fh = _open_transcript(path)
+    if fh is None:
+        return
     with fh:
-        yield from parse_records(fh)
+        pos = os.fstat(fh.fileno()).st_size
+        pending: list[bytes] = []  # the start of a line whose end was read already, last block first
+        while pos > 0:
+            step = min(_TAIL_BLOCK, pos)
+            pos -= step
+            fh.seek(pos)
+            block = fh.read(step)
+            cut = block.find(b"\n")
+            if cut < 0:  # inside one long line: kept as pieces, joined once its start is found
+                pending.append(block)
+                continue
+            lines = block[cut + 1:].split(b"\n")
+            lines[-1] += b"".join(reversed(pending))
+            pending = [block[:cut]]
+            for raw in reversed(lines):
+                yield from (record for _, record in parse_records((raw,)))
+        yield from (record for _, record in parse_records((b"".join(reversed(pending)),)))
 
 
-def parse_records(lines: Iterable[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+def parse_records(lines: Iterable[bytes], start: int = 1) -> Iterator[tuple[int, dict[str, Any]]]:
     """:func:`iter_records` over lines already read (split on ``\\n`` only, as a file iterates), for
     a reader that must open the file itself (``memory_get``: no symlinks, regular files only).
+    ``start``: the line number of the first of ``lines`` (a reader that skipped those before it).
 
     A line with a byte that is not UTF-8 is read with U+FFFD in its place: one bad byte (a
     writer that cut a character, a binary paste) must not lose the whole message."""
-    for lineno, raw in enumerate(lines, start=1):
+    for lineno, raw in enumerate(lines, start=start):
         if not raw.strip():
             continue
         try:
