@@ -338,7 +338,9 @@ class AdvisoryWriterLock:
         except BaseException as exc:
             # Whatever cut the wait short (the connection killed, Ctrl-C), the thread lock must not be
             # kept: every later sync of this agent in the process would wait for it for ever.
-            broken = conn is not None and (conn.closed or conn.broken)
+            # (a terminated session's error, class 57P, can arrive before psycopg marks the connection broken)
+            broken = conn is not None and (conn.closed or conn.broken
+                                           or str(getattr(exc, "sqlstate", None) or "").startswith("57P"))
             if conn is not None:
                 conn.close()
             self._thread_lock.release()
