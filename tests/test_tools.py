@@ -408,3 +408,18 @@ def test_to_json_is_pythons_indented_json_byte_for_byte(tmp_path):
     values += [{"deep": deep}, *({"score": x} for x in floats)]
     for value in values:
         assert _to_json(value) == python(value)
+
+
+def test_only_a_quota_error_gets_the_quota_advice():
+    """A path holding "429" (pytest's numbered temporary folders, ``pytest-429/``) gave an index
+    conflict the quota advice, and the conflict test failed now and then."""
+    from memdir.tools import search_unavailable_payload
+
+    quota = "Memory search is unavailable because the embedding provider quota is exhausted."
+    for reason in ("HTTP 429 Too Many Requests", "You exceeded your current quota.", "error: insufficient_quota",
+                   "rate limited (429)"):
+        assert search_unavailable_payload(RuntimeError(reason))["warning"] == quota, reason
+    for reason in ("index /tmp/pytest-of-root/pytest-429/one.sqlite belongs to workspace /tmp/a, not /tmp/b",
+                   "cannot open /home/quota-team/x.sqlite", "index /srv/4291/x.sqlite is damaged"):
+        assert search_unavailable_payload(RuntimeError(reason))["warning"] == \
+            "Memory search is unavailable due to an embedding/provider error.", reason

@@ -385,7 +385,9 @@ def clamp_results_by_chars(results: list[dict[str, Any]], budget: int | None) ->
 
 # --- failures ------------------------------------------------------------------------------------
 
-_QUOTA = re.compile(r"insufficient_quota|quota|429")
+#: Quota or HTTP 429 named as such: not inside a path or a name (a temporary folder ``pytest-429/``
+#: gave an index conflict the quota advice).
+_QUOTA = re.compile(r"insufficient_quota|(?<![\w/.-])(?:quota|429)(?![\w/-])")
 
 
 def search_unavailable_payload(error: Any = None) -> dict[str, Any]:
