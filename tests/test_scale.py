@@ -11,6 +11,7 @@ import os
 import random
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,20 @@ def test_mmr_compares_each_pair_of_candidates_at_most_once(monkeypatch: pytest.M
     assert calls <= k * (k - 1) // 2
 
 
+def _count_json_parses(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """Count ``json.loads`` calls from now on: how much of a transcript a reader parsed."""
+    calls = 0
+    real = json.loads
+
+    def counting(text: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counting)
+    return lambda: calls
+
+
 def test_reading_the_end_of_a_long_transcript_parses_only_the_lines_asked_for(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``memory_get sessions/x.jsonl --from N`` parsed every JSON line before ``N`` and dropped
@@ -85,18 +100,10 @@ def test_reading_the_end_of_a_long_transcript_parses_only_the_lines_asked_for(
     lines = [json.dumps({"type": "message", "message": {"role": "user" if i % 2 else "assistant",
                                                         "content": f"message {i}"}}) for i in range(1, n + 1)]
     (sessions / "s.jsonl").write_text("\n".join(lines) + "\n")
-    parsed = 0
-    real = json.loads
-
-    def counting(text: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal parsed
-        parsed += 1
-        return real(text, *args, **kwargs)
-
-    monkeypatch.setattr(json, "loads", counting)
+    parsed = _count_json_parses(monkeypatch)
     text = read_session_lines("sessions/s.jsonl", sessions, n - 2, 3)
     assert text.splitlines() == [f"Assistant: message {n - 2}", f"User: message {n - 1}", f"Assistant: message {n}"]
-    assert parsed <= 3
+    assert parsed() <= 3
     assert read_session_lines("sessions/s.jsonl", sessions, 2, 2).splitlines() == [
         "Assistant: message 2", "User: message 3"]
     assert read_session_lines("sessions/s.jsonl", sessions, n + 5, 2) == ""
@@ -154,17 +161,9 @@ def test_the_session_hook_reads_only_the_end_of_a_long_transcript(
                for i, t in enumerate(texts)]
     records[-2] = {"type": "message", "message": {"role": "user", "content": "/new"}}  # a command: not kept
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    parsed = 0
-    real = json.loads
-
-    def counting(text: Any, *args: Any, **kwargs: Any) -> Any:
-        nonlocal parsed
-        parsed += 1
-        return real(text, *args, **kwargs)
-
-    monkeypatch.setattr(json, "loads", counting)
+    parsed = _count_json_parses(monkeypatch)
     got = recent_messages(path, 15)
-    assert parsed < 100
+    assert parsed() < 100
     kept = [f"{r['message']['role']}: {r['message']['content']}" for r in records if r["message"]["content"] != "/new"]
     assert got == kept[-15:]
     assert recent_messages(path, 0) == kept  # no limit: every message, in order
