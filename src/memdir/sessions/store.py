@@ -411,9 +411,23 @@ class SessionStore:
         return entry
 
     def transcript_path(self, entry: SessionEntry) -> Path:
+        """The entry's transcript, always directly in this sessions folder.
+
+        ``sessionFile`` is read from ``sessions.json`` (untrusted, and stale after the state folder
+        moved): only its file name is used, and only if it names a transcript; else
+        ``<sessionId>.jsonl``.  Taken as given, a ``sessionFile`` of ``~/notes.txt`` had every chat
+        turn appended to that file and ``/new`` rename it away, and a ``sessionId`` of ``../x``
+        wrote ``x.jsonl`` outside the folder.
+        """
         if entry.session_file:
-            return Path(entry.session_file)
-        return self.dir / f"{entry.session_id}.jsonl"
+            name = Path(entry.session_file).name
+            if "\x00" not in name and is_transcript_name(name):
+                return self.dir / name
+        name = f"{entry.session_id}.jsonl"
+        if "/" in name or "\\" in name or "\x00" in name or not is_transcript_name(name):
+            raise SessionStoreError(f"{self.path}: session id {entry.session_id!r} cannot name a transcript "
+                                    f"file (it holds a path separator or a NUL byte)")
+        return self.dir / name
 
     def append(self, key: str, record: Mapping[str, Any]) -> None:
         entry = self.get(key)
