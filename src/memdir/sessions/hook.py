@@ -24,6 +24,7 @@ from typing import Any
 from memdir.memfiles import create_memory_file
 from memdir.redact import redact_text
 from memdir.sessions.store import RESET_MARKER, SessionEntry, clean_text, iter_records, records_from_end
+from memdir.sessions.transcript import elide_data_uris
 from memdir.timezones import local_time, resolve_timezone
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,8 @@ def recent_messages(path: str | os.PathLike[str], limit: int = DEFAULT_MESSAGES,
         return []
     if limit > 0:
         out.reverse()
-    return [f"{role}: {redact_text(clean_text(text)) if redact else clean_text(text)}" for role, text in out]
+    cleaned = ((role, elide_data_uris(clean_text(text))) for role, text in out)
+    return [f"{role}: {redact_text(text) if redact else text}" for role, text in cleaned]
 
 
 # --- slug -----------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,6 +26,20 @@ _ROLE_LABEL = {"user": "User", "assistant": "Assistant"}
 _SECONDS_CEILING = 1e11
 # 9999-12-31T23:59:59.999Z: a later "time" is junk, and no date can hold it.
 _MAX_MS = 253_402_300_799_999
+
+
+# An inline ``data:<type>;base64,<payload>`` (an image pasted as a data URI, a Markdown ``![](data:…)``):
+# its payload is opaque bytes, kept out of the index and the hook's file.  Bounded runs: linear time.
+_DATA_URI = re.compile(r"(data:[\w.+-]{1,100}/[\w.+-]{1,100}(?:;[\w.+-]{1,100}=[\w.+-]{1,200}){0,8};base64,)"
+                       r"[A-Za-z0-9+/_-]{64,}=*")
+
+
+def elide_data_uris(text: str) -> str:
+    """``text`` with the payload of each inline base64 data URI replaced by ``…``.
+
+    Why: a pasted image as a data URI put megabytes of base64 into the index (one huge token per
+    chunk, nothing a search can match) and into the session hook's memory file."""
+    return _DATA_URI.sub(r"\1…", text) if "base64," in text else text
 
 
 def normalize_message_text(content: Any) -> str | None:
@@ -135,7 +150,7 @@ def build_session_text(
         text = normalize_message_text(message.get("content"))
         if not text:
             continue
-        text = clean_text(text)
+        text = elide_data_uris(clean_text(text))
         if redact:
             text = redact_text(text)
         lines.append(f"{_ROLE_LABEL[role]}: {text}")
