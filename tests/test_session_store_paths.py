@@ -7,10 +7,12 @@ written; its ``sessionFile`` and ``sessionId`` must not steer appends and ``/new
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from memdir.sessions.hook import run_session_memory_hook
 from memdir.sessions.store import SessionStore, SessionStoreError, message_record, read_records
 
 KEY = "agent:main:main"
@@ -60,3 +62,30 @@ def test_session_id_with_a_path_is_refused(tmp_path: Path, session_id: str) -> N
         store.append(KEY, message_record("user", "hello"))
     assert not (tmp_path / "escaped.jsonl").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sessions"]
+
+
+def test_rotation_hands_the_hook_the_transcript_it_rotated(tmp_path: Path) -> None:
+    """/new after a stale sessionFile: the hook saves this agent's conversation, not the file named."""
+    other = tmp_path / "other-agent"
+    other.mkdir()
+    (other / "abc.jsonl").write_text(json.dumps(message_record("user", "someone else's chat")) + "\n",
+                                     encoding="utf-8")
+    store = _store(tmp_path, {"sessionId": "abc", "sessionFile": str(other / "abc.jsonl")})
+    store.append(KEY, message_record("user", "my own flamingo plan"))
+    rotation = store.rotate(KEY)
+    assert rotation.previous is not None and rotation.rotated_file is not None
+    result = run_session_memory_hook(action="new", session_key=KEY, workspace=tmp_path / "ws",
+                                     previous_entry=rotation.previous, sessions_dir=store.dir,
+                                     now=datetime(2026, 1, 16, 12, 0, tzinfo=UTC), timezone="UTC")
+    assert result is not None and result.error is None and result.path is not None
+    body = result.path.read_text(encoding="utf-8")
+    assert "my own flamingo plan" in body and "someone else" not in body
+
+
+def test_new_recovers_a_session_whose_id_names_no_file(tmp_path: Path) -> None:
+    """A refused sessionId must not also block /new, the user's way out of it."""
+    store = _store(tmp_path, {"sessionId": "../escaped"})
+    rotation = store.rotate(KEY)
+    assert rotation.rotated_file is None
+    store.append(KEY, message_record("user", "fresh start"))
+    assert store.transcript_path(store.get(KEY)).parent == tmp_path / "sessions"

@@ -455,11 +455,17 @@ class SessionStore:
         def apply(entries: dict[str, SessionEntry]) -> Rotation:
             previous = entries.get(key)
             rotated: Path | None = None
+            live: Path | None = None
             if previous is not None:
-                live = self.transcript_path(previous)
-                if live.is_file() and RESET_MARKER not in live.name:
-                    rotated = live.with_name(live.name + suffix)
-                    os.rename(live, rotated)
+                try:
+                    live = self.transcript_path(previous)
+                except SessionStoreError:  # an id naming no file here: nothing to set aside, start afresh
+                    live = None
+                else:  # the hook reads the file that was rotated, not one sessionFile names elsewhere
+                    previous = previous.model_copy(update={"session_file": str(live)})
+            if live is not None and live.is_file() and RESET_MARKER not in live.name:
+                rotated = live.with_name(live.name + suffix)
+                os.rename(live, rotated)
             current = entries[key] = self._new_entry(key, previous, model)
             return Rotation(previous=previous, rotated_file=rotated, current=current)
 
