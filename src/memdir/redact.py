@@ -16,6 +16,11 @@ _PATTERNS: list[re.Pattern[str]] = [
     # BEGIN): with "[\s\S]*?" every BEGIN without an END scanned to the end of the text, and a
     # transcript of pasted headers took minutes to index.
     re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[^-]*(?:-(?!----)[^-]*)*-----END [A-Z ]{0,40}PRIVATE KEY-----"),
+    # A key cut off before its END line (a paste or tool output truncated mid-key): the header and
+    # the body after it (a 16-character base64 run or an encrypted key's header first, so prose about
+    # the header is left alone), up to the first character no PEM body or header line holds.  Whole
+    # blocks were masked above, so only an endless remainder is left to match here.
+    re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----\s*(?:Proc-Type:|[A-Za-z0-9+/=]{16})[A-Za-z0-9+/=\s:,-]*"),
     # ENV-style assignments: OPENAI_API_KEY=..., DB_PASSWORD: ...  Matched from the keyword (not
     # preceded by a lowercase letter) with a bounded tail: "\b[A-Z0-9_]*KEY[A-Z0-9_]*" backtracked
     # over every KEY in a long upper-case run (300 KB of them took minutes).
