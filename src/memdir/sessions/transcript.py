@@ -72,7 +72,8 @@ def timestamp_ms(value: Any) -> int:
             value = float(text)
         except ValueError:
             try:
-                ms = int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+                # RFC 3339 allows a lower-case "z" (and "t"); fromisoformat takes neither
+                ms = int(datetime.fromisoformat(text.upper().replace("Z", "+00:00")).timestamp() * 1000)
             except (ValueError, OverflowError, OSError):
                 return 0
             return ms if 0 < ms <= _MAX_MS else 0
