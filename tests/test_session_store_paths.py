@@ -89,3 +89,13 @@ def test_new_recovers_a_session_whose_id_names_no_file(tmp_path: Path) -> None:
     assert rotation.rotated_file is None
     store.append(KEY, message_record("user", "fresh start"))
     assert store.transcript_path(store.get(KEY)).parent == tmp_path / "sessions"
+
+
+def test_opening_a_session_whose_id_names_no_file_starts_a_new_one(tmp_path: Path) -> None:
+    """``memdir chat`` opens its session first: a refused id must not stop it from ever starting."""
+    store = _store(tmp_path, {"sessionId": "../escaped", "model": "m1"})
+    entry = store.open_session(KEY)
+    assert entry.session_id != "../escaped" and entry.model == "m1"
+    assert store.transcript_path(entry).is_file()
+    store.append(KEY, message_record("user", "back in business"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sessions"]

@@ -399,6 +399,12 @@ class SessionStore:
 
         def apply(entries: dict[str, SessionEntry]) -> SessionEntry:
             entry = entries.get(key)
+            if entry is not None and not self._names_a_file(entry):
+                # a sessionId no transcript can be named after: started afresh, or the chat could never
+                # start again to reach /new (the entry is kept in the log, not silently)
+                log.warning("session %s: id %r cannot name a transcript; starting a new session", key,
+                            entry.session_id)
+                entry = entries[key] = self._new_entry(key, entry, model)
             if entry is None:
                 entry = entries[key] = self._new_entry(key, None, model)
             return entry
@@ -409,6 +415,13 @@ class SessionStore:
             self.append_file(path, {"type": "session", "version": 1, "id": entry.session_id,
                                  "timestamp": now_ms(), "sessionKey": key})
         return entry
+
+    def _names_a_file(self, entry: SessionEntry) -> bool:
+        try:
+            self.transcript_path(entry)
+        except SessionStoreError:
+            return False
+        return True
 
     def transcript_path(self, entry: SessionEntry) -> Path:
         """The entry's transcript, always directly in this sessions folder.
