@@ -323,10 +323,15 @@ class SessionStore:
 
     # -- metadata ------------------------------------------------------------------------------
     def _read(self) -> dict[str, SessionEntry]:
+        return self._read_all()[0]
+
+    def _read_all(self) -> tuple[dict[str, SessionEntry], dict[str, Any]]:
+        """``(entries, others)``: the session entries, and the values that are not one (no string
+        ``sessionId``: another tool's bookkeeping, a half-made entry), kept to be written back."""
         try:
             raw = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return {}
+            return {}, {}
         except UnicodeDecodeError as exc:
             raise SessionStoreError(f"{self.path}: not UTF-8 text ({exc})") from exc
         try:
@@ -336,6 +341,7 @@ class SessionStore:
         if not isinstance(data, dict):
             raise SessionStoreError(f"{self.path}: expected a JSON object")
         out: dict[str, SessionEntry] = {}
+        others: dict[str, Any] = {}
         for key, value in data.items():
             if isinstance(value, dict) and isinstance(value.get("sessionId"), str):
                 try:
@@ -343,10 +349,19 @@ class SessionStore:
                 except ValueError as exc:  # pydantic's ValidationError; refused, so never rewritten without it
                     first = str(exc).splitlines()[1:3]
                     raise SessionStoreError(f"{self.path}: entry {key!r} is invalid: {' '.join(first)}") from exc
-        return out
+            else:
+                others[key] = value
+        return out, others
 
-    def _write(self, entries: Mapping[str, SessionEntry]) -> None:
-        payload = json.dumps({k: v.to_json() for k, v in entries.items()}, indent=2, ensure_ascii=False)
+    def _write(self, entries: Mapping[str, SessionEntry], others: Mapping[str, Any] | None = None) -> None:
+        """Write ``entries``, and ``others`` (values that are no session entry) under the keys
+        ``entries`` does not hold: rewriting only what memdir understood deleted the rest."""
+        data: dict[str, Any] = {}
+        for k, v in (others or {}).items():  # (in the file's order, memdir's own entries after them)
+            if k not in entries:
+                data[k] = v
+        data.update((k, v.to_json()) for k, v in entries.items())
+        payload = json.dumps(data, indent=2, ensure_ascii=False)
         replace_file(self.path, (payload + "\n").encode("utf-8"), prefix=SESSIONS_FILE + ".tmp-")
         _fsync_dir(self.dir)
 
@@ -361,9 +376,9 @@ class SessionStore:
         """Locked read-modify-write of the whole mapping; ``fn`` edits it in place."""
         self.dir.mkdir(parents=True, exist_ok=True)
         with _locked(self._lock_path):
-            entries = self._read()
+            entries, others = self._read_all()
             result = fn(entries)
-            self._write(entries)
+            self._write(entries, others)
             return result
 
     def update(self, key: str, **fields: Any) -> SessionEntry:
