@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memdir.sessions.hook import run_session_memory_hook
-from memdir.sessions.store import SessionStore, SessionStoreError, message_record, read_records
+from memdir.sessions.store import SessionStore, SessionStoreError, append_record, message_record, read_records
 
 KEY = "agent:main:main"
 
@@ -99,3 +99,17 @@ def test_opening_a_session_whose_id_names_no_file_starts_a_new_one(tmp_path: Pat
     assert store.transcript_path(entry).is_file()
     store.append(KEY, message_record("user", "back in business"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sessions"]
+
+
+def test_hook_never_follows_a_session_id_out_of_the_sessions_folder(tmp_path: Path) -> None:
+    """/new on an entry whose sessionId is a path: another agent's chat is not copied into memory."""
+    other = tmp_path / "other-agent"
+    other.mkdir()
+    append_record(other / "abc.jsonl", message_record("user", "the other agent's private plan"))
+    store = _store(tmp_path, {"sessionId": "../other-agent/abc"})
+    rotation = store.rotate(KEY)
+    result = run_session_memory_hook(action="new", session_key=KEY, workspace=tmp_path / "ws",
+                                     previous_entry=rotation.previous, sessions_dir=store.dir,
+                                     now=datetime(2026, 1, 16, 12, 0, tzinfo=UTC), timezone="UTC")
+    assert result is not None and result.error is None and result.transcript is None
+    assert result.path is not None and "private plan" not in result.path.read_text(encoding="utf-8")

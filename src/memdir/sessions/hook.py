@@ -77,6 +77,8 @@ def find_transcript(
             candidates += [recorded.with_name(_strip_reset(recorded.name)), recorded]
         else:
             candidates.append(recorded)
+    if session_id and any(c in session_id for c in "/\\\x00"):
+        session_id = None  # "../other-agent/sessions/x" named a transcript outside these folders
     for folder in search_dirs:
         if session_id:
             candidates.append(folder / f"{session_id}.jsonl")
