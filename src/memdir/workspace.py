@@ -110,8 +110,12 @@ def rel_path(workspace: Path, abs_path: Path) -> str:
     return Path(os.path.relpath(abs_path, workspace)).as_posix()
 
 
-#: Folders never walked or watched (R§6): VCS data, dependency trees, virtualenvs, caches.
-IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox", "__pycache__"})
+#: Folders never walked or watched (R§6): VCS data, dependency trees, virtualenvs, caches, and
+#: where tools keep deleted or superseded copies of notes under their own names (Obsidian's
+#: ``.trash``, Syncthing's ``.stversions``, Dropbox's ``.dropbox.cache``): walked, a note deleted
+#: in Obsidian or overwritten by a sync was still found by every search, its old text cited.
+IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox", "__pycache__",
+                          ".trash", ".stversions", ".dropbox.cache"})
 
 
 
