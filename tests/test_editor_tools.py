@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from memdir.api import Memory
 
@@ -58,3 +59,54 @@ def test_a_note_deleted_in_obsidian_leaves_the_search_results_of_a_watcher(make_
         eventually(lambda: not watcher.pending and any(e["event"] == "sync" for e in events), "a sync")
         eventually(lambda: found(mem, "quokka", sync=False) == [], "the deleted note gone", timeout=20)
         assert mem.status()["files"] == 1
+
+
+def _evict(note: Path) -> None:
+    """What iCloud Drive does to a note it evicts ("Optimize Mac Storage"): the file goes, a small
+    hidden placeholder ``.<name>.icloud`` stays in its place."""
+    (note.parent / f".{note.name}.icloud").write_bytes(b"bplist00\xd1\x01\x02")
+    note.unlink()
+
+
+def test_a_note_icloud_evicted_stays_found_until_it_is_downloaded_again(make_workspace) -> None:
+    """Evicted, a note was removed from the index: the user's note (still in iCloud, downloaded
+    when opened) was no longer found by any search.  It is kept now, and status says why."""
+    ws = make_workspace({"MEMORY.md": "Prefers the aisle seat.\n", "memory/trip.md": "The ferry leaves at nine.\n",
+                         "memory/other.md": "Apple pie.\n"})
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        _evict(ws / "memory" / "trip.md")
+        _evict(ws / "MEMORY.md")
+        assert mem.sync().removed == 0
+        assert found(mem, "ferry") == ["memory/trip.md"]
+        assert found(mem, "aisle") == ["MEMORY.md"]
+        status = mem.status()
+        assert status["removedCount"] == 0 and status["files"] == 3
+        why = {s["path"]: s["error"] for s in status["skipped"]}
+        assert "evicted by iCloud" in why["memory/trip.md"] and "evicted by iCloud" in why["MEMORY.md"]
+        # downloaded again, edited elsewhere meanwhile: the new text is indexed
+        (ws / "memory" / ".trip.md.icloud").unlink()
+        (ws / "memory" / "trip.md").write_text("The ferry leaves at ten.\n")
+        mem.sync()
+        assert found(mem, "ten") == ["memory/trip.md"] and found(mem, "nine") == []
+        # deleted while evicted (the placeholder goes too): removed
+        _evict(ws / "memory" / "trip.md")
+        mem.sync()
+        (ws / "memory" / ".trip.md.icloud").unlink()
+        assert mem.sync().removed == 1
+        assert found(mem, "ferry") == []
+
+
+def test_a_watcher_removes_a_note_deleted_while_icloud_had_evicted_it(make_workspace) -> None:
+    """Deleting an evicted note removes only its placeholder: the watcher took that for no note of
+    its own and never synced, so the deleted note stayed in the index."""
+    ws = make_workspace({"memory/trip.md": "The ferry leaves at nine.\n", "memory/other.md": "Apple pie.\n"})
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        _evict(ws / "memory" / "trip.md")
+        mem.sync()
+        assert found(mem, "ferry", sync=False) == ["memory/trip.md"]
+        watcher = mem.watch(debounce_ms=50)
+        assert watcher.ready.wait(30)
+        (ws / "memory" / ".trip.md.icloud").unlink()
+        eventually(lambda: found(mem, "ferry", sync=False) == [], "the deleted note gone", timeout=20)

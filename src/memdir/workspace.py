@@ -7,6 +7,7 @@ allowed root, and name the real error instead of a catch-all "path required".
 
 from __future__ import annotations
 
+import bisect
 import errno
 import math
 import os
@@ -228,6 +229,9 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                     pending = (entry.path, f"{prefix}{entry.name}/")
                 continue
             if not entry.name.endswith(".md"):
+                evicted = evicted_note(entry.name)
+                if evicted is not None and not _listed(entries, evicted):
+                    _keep_evicted(prefix + evicted, skipped, unlisted)
                 continue
             name = text_name(prefix + entry.name)
             if name is None:
@@ -243,6 +247,35 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
             skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
             if _still_there(exc):
                 unlisted.append(prefix + entry.name)
+
+
+#: What iCloud Drive leaves of a file it evicted to save space ("Optimize Mac Storage"): ``.<name>.icloud``.
+ICLOUD_PLACEHOLDER = ".icloud"
+
+
+def evicted_note(name: str) -> str | None:
+    """The note an iCloud placeholder named ``name`` stands for (``.trip.md.icloud``: ``trip.md``)."""
+    if name.startswith(".") and name.endswith(".md" + ICLOUD_PLACEHOLDER) and len(name) > len(".md.icloud") + 1:
+        return name[1:-len(ICLOUD_PLACEHOLDER)]
+    return None
+
+
+def _listed(entries: list[os.DirEntry[str]], name: str) -> bool:
+    """Whether ``name`` is among a folder's ``entries`` (sorted by name)."""
+    i = bisect.bisect_left(entries, name, key=lambda e: e.name)
+    return i < len(entries) and entries[i].name == name
+
+
+def _keep_evicted(rel: str, skipped: list[Skipped], unlisted: list[str]) -> None:
+    """A note iCloud evicted is not deleted (it is downloaded when opened): what the index holds of
+    it is kept, as for a note that cannot be read now, and said.  Its removal dropped the user's
+    note from every search until it happened to be opened on this machine again."""
+    name = text_name(rel)
+    if name is None:
+        return
+    skipped.append(Skipped(name, "evicted by iCloud (only its placeholder is on this disk): what the index holds "
+                                 "of it is kept until it is downloaded again"))
+    unlisted.append(name)
 
 
 def _still_there(exc: OSError) -> bool:
@@ -283,6 +316,8 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             st = os.lstat(p)
         except FileNotFoundError:
             absent.add(name.lower())
+            if os.path.lexists(workspace / f".{name}{ICLOUD_PLACEHOLDER}"):
+                _keep_evicted(name, found.skipped, found.unlisted)
             continue
         except OSError as exc:
             found.issues.append(f"{p} not readable ({_errname(exc)})")
@@ -320,7 +355,10 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         try:
             st = os.lstat(extra)
         except FileNotFoundError:
-            found.issues.append(f"additional memory path missing ({extra})")
+            if extra.name.endswith(".md") and os.path.lexists(extra.parent / f".{extra.name}{ICLOUD_PLACEHOLDER}"):
+                _keep_evicted(rel_path(workspace, extra), found.skipped, found.unlisted)
+            else:
+                found.issues.append(f"additional memory path missing ({extra})")
             continue
         except OSError as exc:
             found.issues.append(f"additional memory path not accessible ({extra}): {exc.strerror}")
