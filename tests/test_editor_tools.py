@@ -29,19 +29,21 @@ def eventually(check, what: str, timeout: float = 60.0) -> None:
 
 def test_deleted_and_superseded_copies_that_tools_keep_are_not_notes(make_workspace) -> None:
     """Obsidian moves a deleted note to ``.trash/``, Syncthing keeps each overwritten version in
-    ``.stversions/`` (``note~20260101-120000.md``), Dropbox its cache in ``.dropbox.cache/``, all
-    under the note's own ``.md`` name: a search found the deleted or old text as if current."""
+    ``.stversions/`` (``note~20260101-120000.md``), Dropbox its cache in ``.dropbox.cache/``, an
+    interrupted ``rsync --delay-updates`` the new half copy in ``.~tmp~/``, all under the note's
+    ``.md`` name: a search found the deleted, old or half text as if current."""
     ws = make_workspace({
         "memory/trip.md": "The ferry now leaves at nine.\n",
         "memory/.trash/old-plan.md": "The ferry leaves at seven (deleted plan).\n",
         "memory/.stversions/trip~20260101-120000.md": "The ferry leaves at eight (old version).\n",
         "memory/.dropbox.cache/2026-01-01/trip (deleted 1234).md": "The ferry leaves at six.\n",
+        "memory/.~tmp~/trip.md": "The ferry leaves from wharf gam",  # rsync --delay-updates, interrupted
     })
     with Memory(ws, config=KEYWORDS) as mem:
         report = mem.sync()
         assert report.indexed == 1
         assert found(mem, "ferry") == ["memory/trip.md"]
-        assert found(mem, "seven") == found(mem, "eight") == found(mem, "six") == []
+        assert found(mem, "seven") == found(mem, "eight") == found(mem, "six") == found(mem, "wharf") == []
         assert mem.status()["files"] == 1
 
 

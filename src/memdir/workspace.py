@@ -112,11 +112,12 @@ def rel_path(workspace: Path, abs_path: Path) -> str:
 
 
 #: Folders never walked or watched (R§6): VCS data, dependency trees, virtualenvs, caches, and
-#: where tools keep deleted or superseded copies of notes under their own names (Obsidian's
-#: ``.trash``, Syncthing's ``.stversions``, Dropbox's ``.dropbox.cache``): walked, a note deleted
-#: in Obsidian or overwritten by a sync was still found by every search, its old text cited.
+#: where tools keep deleted, superseded or half-copied notes under their own names (Obsidian's
+#: ``.trash``, Syncthing's ``.stversions``, Dropbox's ``.dropbox.cache``, rsync's ``.~tmp~`` of
+#: ``--delay-updates``): walked, a note deleted in Obsidian or overwritten by a sync was still
+#: found by every search, its old text cited.
 IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox", "__pycache__",
-                          ".trash", ".stversions", ".dropbox.cache"})
+                          ".trash", ".stversions", ".dropbox.cache", ".~tmp~"})
 
 
 
