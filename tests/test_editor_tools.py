@@ -112,3 +112,33 @@ def test_a_watcher_removes_a_note_deleted_while_icloud_had_evicted_it(make_works
         assert watcher.ready.wait(30)
         (ws / "memory" / ".trip.md.icloud").unlink()
         eventually(lambda: found(mem, "ferry", sync=False) == [], "the deleted note gone", timeout=20)
+
+
+def test_a_note_or_folder_replaced_by_a_symlink_is_named_not_silently_dropped(make_workspace, tmp_path: Path) -> None:
+    """A note moved to a synced drive and linked back, or a folder of notes linked in: symlinks are
+    never followed, but inside ``memory/`` they were left out without a word (only a linked
+    ``MEMORY.md`` or ``memory/`` was named), and the note silently vanished from every search.
+    Emacs's lock files (``.#note.md``, links to nowhere) are no notes and stay unnamed."""
+    from memdir.workspace import discover
+
+    ws = make_workspace({"memory/trip.md": "The ferry leaves at nine.\n", "memory/other.md": "Apple pie.\n"})
+    drive = tmp_path / "drive"
+    (drive / "projects").mkdir(parents=True)
+    (drive / "projects" / "plan.md").write_text("Launch in May.\n")
+    (drive / "photo.png").write_bytes(b"\x89PNG")
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        os.replace(ws / "memory" / "trip.md", drive / "trip.md")
+        (ws / "memory" / "trip.md").symlink_to(drive / "trip.md")
+        (ws / "memory" / "projects").symlink_to(drive / "projects")
+        (ws / "memory" / "photo.png").symlink_to(drive / "photo.png")
+        (ws / "memory" / ".#other.md").symlink_to("user@host.4242:1700000000")
+        report = mem.sync()
+        assert report.removed == 1 and found(mem, "ferry") == []
+        why = {s["path"]: s["error"] for s in mem.status()["skipped"]}
+        assert sorted(why) == ["memory/projects", "memory/trip.md"]
+        assert why["memory/trip.md"].startswith("a symlink (not followed: keep the file itself")
+        assert why["memory/projects"].startswith("a symlink (not followed: keep the folder itself")
+        assert [s["path"] for s in report.skipped] == ["memory/projects", "memory/trip.md"]
+    # a listing holding only symlinks is still reused by the check before each search
+    assert discover(ws).folders is not None

@@ -176,6 +176,8 @@ class Skipped:
 
     path: str
     error: str
+    #: Stays so until the folder holding it changes (a symlink): a listing may be reused meanwhile.
+    lasting: bool = False
 
     def as_dict(self) -> dict[str, str]:
         return {"path": self.path, "error": self.error}
@@ -188,9 +190,9 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
     Iterative, so folders nested thousands deep cannot exhaust the recursion limit; each folder
     is listed and closed before its subfolders are entered, so open descriptors stay bounded.
     Symlinks and :data:`IGNORED_DIRS` are skipped; ``.md`` names that are not valid UTF-8 or not
-    regular files are reported in ``skipped``, folders and files that cannot be looked at also in
-    ``unlisted``.  Paths stay strings: on 10,000 files, building
-    ``Path`` objects cost more than all the ``stat`` calls together.  The subfolders entered are
+    regular files, and symlinks to notes or folders, are reported in ``skipped``, folders and
+    files that cannot be looked at also in ``unlisted``.  Paths stay strings: on 10,000 files,
+    building ``Path`` objects cost more than all the ``stat`` calls together.  The subfolders entered are
     added to ``folders`` with their stat, taken before they are listed.
     """
     stack: list[tuple[list[os.DirEntry[str]], int, str]] = []
@@ -219,6 +221,7 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
         entry = entries[i]
         try:
             if entry.is_symlink():
+                _say_linked(entry, prefix, skipped)
                 continue
             if entry.is_dir(follow_symlinks=False):
                 if not is_ignored_dir(entry.name):
@@ -248,6 +251,26 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
             skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
             if _still_there(exc):
                 unlisted.append(prefix + entry.name)
+
+
+def _say_linked(entry: os.DirEntry[str], prefix: str, skipped: list[Skipped]) -> None:
+    """Name a symlink to a note or to a folder among the skipped files: never followed, it was
+    left out without a word, and a note moved to a synced drive and linked back (or a folder of
+    notes linked in) silently vanished from every search.  Emacs's lock files (``.#note.md``,
+    links to nowhere) are no notes and are not named."""
+    name = entry.name
+    if name.startswith(".#") or is_ignored_dir(name):
+        return
+    try:
+        folder = entry.is_dir()  # (followed only to say what it links to)
+    except OSError:
+        folder = False
+    if not (folder or name.endswith(".md")):
+        return
+    what = "folder" if folder else "file"
+    skipped.append(Skipped(text_name(prefix + name) or display_path(prefix + name),
+                           f"a symlink (not followed: keep the {what} itself here, or list the {what} it points "
+                           "to in extraPaths)", lasting=True))
 
 
 #: What iCloud Drive leaves of a file it evicted to save space ("Optimize Mac Storage"): ``.<name>.icloud``.
@@ -331,7 +354,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             # never followed (a link could lead anywhere), but said: a user who keeps MEMORY.md in
             # a dotfiles repo and links it in would otherwise wonder why it is never found
             found.skipped.append(Skipped(name, "a symlink (not followed: keep the file itself in the workspace, "
-                                               "or list the file it points to in extraPaths)"))
+                                               "or list the file it points to in extraPaths)", lasting=True))
         else:
             found.skipped.append(Skipped(name, f"{kind_of(st.st_mode)}, not a regular file"))
     mem_dir = workspace / MEMORY_DIR
@@ -344,7 +367,8 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
                                                         found.unlisted, folders))
         elif stat.S_ISLNK(st.st_mode):  # said, as for MEMORY.md: a folder linked in from a synced drive
             found.skipped.append(Skipped(MEMORY_DIR, "a symlink (not followed: keep the folder itself in the "
-                                                     "workspace, or list the folder it points to in extraPaths)"))
+                                                     "workspace, or list the folder it points to in extraPaths)",
+                                         lasting=True))
     except FileNotFoundError:
         absent.add(MEMORY_DIR)
     except OSError as exc:
@@ -393,7 +417,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
                                      unsettled(st, found.started_ns)))
     if not found.files:
         found.issues.insert(0, f"no memory files found in {workspace}")
-    if folders is not None and not found.issues and not found.skipped:
+    if folders is not None and not found.issues and all(s.lasting for s in found.skipped):
         found.folders = folders
     return found
 
