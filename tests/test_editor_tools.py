@@ -142,3 +142,29 @@ def test_a_note_or_folder_replaced_by_a_symlink_is_named_not_silently_dropped(ma
         assert [s["path"] for s in report.skipped] == ["memory/projects", "memory/trip.md"]
     # a listing holding only symlinks is still reused by the check before each search
     assert discover(ws).folders is not None
+
+
+def _apple_double(xattr: bytes) -> bytes:
+    """The ``._<name>`` file macOS writes beside a file on a volume that cannot hold its metadata:
+    an AppleDouble header (magic, version, "Mac OS X" filler, two entries), then the entries."""
+    import struct
+
+    attr = b"ATTR" + b"\x00" * 30 + xattr
+    return (b"\x00\x05\x16\x07" + b"\x00\x02\x00\x00" + b"Mac OS X        " + struct.pack(">H", 2)
+            + struct.pack(">III", 9, 50, len(attr)) + struct.pack(">III", 2, 50 + len(attr), 286)
+            + attr + b"\x00" * 286)
+
+
+def test_macos_metadata_files_beside_notes_are_not_notes(make_workspace) -> None:
+    """Notes copied from a Mac (a network share, a USB drive, a tar or zip) come with a binary
+    ``._note.md`` each: those were indexed, and a search for "Safari" cited ``memory/._trip.md``
+    with a snippet of NUL bytes.  A note that merely has such a name is still indexed."""
+    ws = make_workspace({"memory/trip.md": "The ferry leaves at nine.\n",
+                         "memory/._real.md": "A note named oddly: kiwi.\n"})
+    (ws / "memory" / "._trip.md").write_bytes(_apple_double(b"com.apple.quarantine\x000083;65a1b2c3;Safari;"))
+    with Memory(ws, config=KEYWORDS) as mem:
+        report = mem.sync()
+        assert report.indexed == 2 and report.skipped == []
+        assert found(mem, "Safari quarantine") == []
+        assert found(mem, "kiwi") == ["memory/._real.md"]
+        assert mem.status()["files"] == 2

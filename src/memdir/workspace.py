@@ -245,12 +245,38 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
             if not stat.S_ISREG(st.st_mode):
                 skipped.append(Skipped(name, f"{kind_of(st.st_mode)}, not a regular file"))
                 continue
+            if entry.name.startswith(APPLE_DOUBLE_PREFIX) and _apple_double(entry.path):
+                continue
             yield entry.path, name, st
         except OSError as exc:
             issues.append(f"{display_path(entry.path)} not readable ({_errname(exc)})")
             skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
             if _still_there(exc):
                 unlisted.append(prefix + entry.name)
+
+
+#: macOS writes a file's metadata beside it as ``._<name>`` where the volume cannot hold it (a
+#: network share, a USB drive, a tar or zip made on a Mac): AppleDouble, or AppleSingle, binary.
+APPLE_DOUBLE_PREFIX = "._"
+_APPLE_MAGIC = (b"\x00\x05\x16\x07", b"\x00\x05\x16\x00")
+
+
+def _apple_double(path: str) -> bool:
+    """Whether ``path`` (a ``._note.md``) is macOS's metadata of ``note.md``, by its magic number.
+
+    Taken for a note, each one's binary was indexed: searches for "Safari" or "Mac OS X" cited
+    ``memory/._note.md`` with a snippet of NUL bytes, one such file beside every note copied from a
+    Mac.  A file of that name that is a note (no magic) is indexed as any other."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False  # (the indexer's read says why)
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 4) in _APPLE_MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _say_linked(entry: os.DirEntry[str], prefix: str, skipped: list[Skipped]) -> None:
