@@ -168,3 +168,49 @@ def test_macos_metadata_files_beside_notes_are_not_notes(make_workspace) -> None
         assert found(mem, "Safari quarantine") == []
         assert found(mem, "kiwi") == ["memory/._real.md"]
         assert mem.status()["files"] == 2
+
+
+class _VanishingListing:
+    """``os.scandir`` as when ``git checkout`` deletes while a sync lists: the folder ``gone`` is
+    deleted just before it is entered, the note ``going`` just after its folder was listed."""
+
+    def __init__(self, real, gone: Path, going: Path) -> None:
+        self.real, self.gone, self.going = real, gone, going
+
+    def __call__(self, path):
+        import contextlib
+        import shutil
+
+        if isinstance(path, int):  # (a folder descriptor: not a listing of discovery's)
+            return self.real(path)
+        if Path(path) == self.gone:
+            shutil.rmtree(path, ignore_errors=True)
+        with self.real(path) as it:
+            entries = list(it)
+        if Path(path) == self.going.parent:
+            with contextlib.suppress(FileNotFoundError):
+                self.going.unlink()
+        return contextlib.nullcontext(iter(entries))
+
+
+def test_folders_and_notes_deleted_while_a_sync_lists_them_are_gone_not_unreadable(make_workspace,
+                                                                                  monkeypatch) -> None:
+    """A sync that ran during a ``git checkout`` (the watcher's after five debounces, the check
+    before a search, ``memdir index``) reported each folder and note deleted under it as
+    "folder not readable: No such file or directory", and status kept listing them as skipped
+    files after the sync, though nothing was wrong."""
+    from memdir import workspace
+
+    ws = make_workspace({"memory/keep.md": "Aisle seat.\n", "memory/old/a.md": "Apple pie.\n",
+                         "memory/sub/b.md": "Banana bread.\n", "memory/sub/c.md": "Cherry tart.\n"})
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        monkeypatch.setattr(workspace.os, "scandir",
+                            _VanishingListing(os.scandir, ws / "memory" / "old", ws / "memory" / "sub" / "b.md"))
+        report = mem.sync()
+        monkeypatch.undo()
+        assert report.skipped == [] and report.removed == 2
+        assert found(mem, "apple") == found(mem, "banana") == []
+        assert found(mem, "cherry") == ["memory/sub/c.md"]
+        status = mem.status()
+        assert status["skipped"] == [] and status["issues"] == [] and not status["dirty"]

@@ -205,9 +205,12 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 with os.scandir(path) as it:
                     entries = sorted(it, key=lambda e: e.name)
             except OSError as exc:
-                issues.append(f"memory directory not accessible ({display_path(path)}): {_errname(exc)}")
-                skipped.append(Skipped(display_path(prefix.rstrip("/")), f"folder not readable: {_errname(exc)}"))
+                # one that vanished since its parent was listed (a git checkout, an rm -r under way)
+                # is simply gone: it was reported "not readable: No such file or directory", and
+                # status kept saying so after the sync
                 if _still_there(exc):
+                    issues.append(f"memory directory not accessible ({display_path(path)}): {_errname(exc)}")
+                    skipped.append(Skipped(display_path(prefix.rstrip("/")), f"folder not readable: {_errname(exc)}"))
                     unlisted.append(prefix.rstrip("/"))
                 entries = []
             stack.append((entries, 0, prefix))
@@ -249,9 +252,9 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 continue
             yield entry.path, name, st
         except OSError as exc:
-            issues.append(f"{display_path(entry.path)} not readable ({_errname(exc)})")
-            skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
-            if _still_there(exc):
+            if _still_there(exc):  # (one deleted since its folder was listed is gone, not unreadable)
+                issues.append(f"{display_path(entry.path)} not readable ({_errname(exc)})")
+                skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
                 unlisted.append(prefix + entry.name)
 
 
