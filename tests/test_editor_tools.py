@@ -118,7 +118,8 @@ def test_a_note_or_folder_replaced_by_a_symlink_is_named_not_silently_dropped(ma
     """A note moved to a synced drive and linked back, or a folder of notes linked in: symlinks are
     never followed, but inside ``memory/`` they were left out without a word (only a linked
     ``MEMORY.md`` or ``memory/`` was named), and the note silently vanished from every search.
-    Emacs's lock files (``.#note.md``, links to nowhere) are no notes and stay unnamed."""
+    Emacs's lock files (``.#note.md``, links to nowhere) are no notes and stay unnamed, as do
+    other hidden links and links to other files."""
     from memdir.workspace import discover
 
     ws = make_workspace({"memory/trip.md": "The ferry leaves at nine.\n", "memory/other.md": "Apple pie.\n"})
@@ -133,6 +134,7 @@ def test_a_note_or_folder_replaced_by_a_symlink_is_named_not_silently_dropped(ma
         (ws / "memory" / "projects").symlink_to(drive / "projects")
         (ws / "memory" / "photo.png").symlink_to(drive / "photo.png")
         (ws / "memory" / ".#other.md").symlink_to("user@host.4242:1700000000")
+        (ws / "memory" / ".obsidian").symlink_to(drive)
         report = mem.sync()
         assert report.removed == 1 and found(mem, "ferry") == []
         why = {s["path"]: s["error"] for s in mem.status()["skipped"]}

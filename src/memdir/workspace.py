@@ -285,16 +285,17 @@ def _apple_double(path: str) -> bool:
 def _say_linked(entry: os.DirEntry[str], prefix: str, skipped: list[Skipped]) -> None:
     """Name a symlink to a note or to a folder among the skipped files: never followed, it was
     left out without a word, and a note moved to a synced drive and linked back (or a folder of
-    notes linked in) silently vanished from every search.  Emacs's lock files (``.#note.md``,
-    links to nowhere) are no notes and are not named."""
+    notes linked in) silently vanished from every search.
+
+    Told apart by name, never by following the link (its target may be on a network mount that
+    hangs): ``*.md`` is a note, a name without an extension a folder, anything else is no note.
+    Hidden names are left alone: Emacs's lock files (``.#note.md``, links to nowhere), a shared
+    ``.obsidian`` linked in."""
     name = entry.name
-    if name.startswith(".#") or is_ignored_dir(name):
+    if name.startswith(".") or is_ignored_dir(name):
         return
-    try:
-        folder = entry.is_dir()  # (followed only to say what it links to)
-    except OSError:
-        folder = False
-    if not (folder or name.endswith(".md")):
+    folder = not name.endswith(".md")
+    if folder and os.path.splitext(name)[1]:
         return
     what = "folder" if folder else "file"
     skipped.append(Skipped(text_name(prefix + name) or display_path(prefix + name),
