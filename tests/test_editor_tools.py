@@ -216,3 +216,33 @@ def test_folders_and_notes_deleted_while_a_sync_lists_them_are_gone_not_unreadab
         assert found(mem, "cherry") == ["memory/sub/c.md"]
         status = mem.status()
         assert status["skipped"] == [] and status["issues"] == [] and not status["dirty"]
+
+
+def test_a_sync_conflict_copy_of_memory_md_is_named_not_silently_left_out(make_workspace, run_cli) -> None:
+    """Two machines changed MEMORY.md: Syncthing (or Dropbox, Nextcloud) keeps the other one's
+    version beside it as a conflict copy.  At the top of the workspace only MEMORY.md is memory,
+    so that version was never searched and nothing said so; status names it now."""
+    ws = make_workspace({
+        "MEMORY.md": "Prefers the aisle seat.\n",
+        "MEMORY.sync-conflict-20260112-093000-ABCDEFG.md": "Prefers the window seat.\n",
+        "MEMORY (Ann's conflicted copy 2026-01-12).md": "Prefers the middle seat.\n",
+        "memory/trip.sync-conflict-20260112-093000-ABCDEFG.md": "The ferry leaves at nine.\n",  # a note
+        "notes-conflict.md": "Not memory at all.\n",
+    })
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        assert found(mem, "ferry") == ["memory/trip.sync-conflict-20260112-093000-ABCDEFG.md"]
+        skipped = {s["path"]: s["error"] for s in mem.status()["skipped"]}
+    assert sorted(skipped) == ["MEMORY (Ann's conflicted copy 2026-01-12).md",
+                               "MEMORY.sync-conflict-20260112-093000-ABCDEFG.md"]
+    assert all("conflict copy of MEMORY.md" in why for why in skipped.values())
+    out = run_cli("--workspace", str(ws), "--config", str(_keyword_file(ws)), "status").stdout
+    assert "MEMORY.sync-conflict-20260112-093000-ABCDEFG.md: a sync tool's conflict copy" in out
+
+
+def _keyword_file(ws: Path) -> Path:
+    import json
+
+    path = ws.parent / "keywords.json"
+    path.write_text(json.dumps(KEYWORDS))
+    return path

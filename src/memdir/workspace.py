@@ -406,6 +406,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         found.unlisted.append(MEMORY_DIR)
     if absent & {"memory.md", MEMORY_DIR}:
         found.skipped.extend(_case_variants(workspace, absent))
+    found.skipped.extend(_conflict_copies(workspace))
     for extra in extra_paths or []:
         try:
             st = os.lstat(extra)
@@ -465,6 +466,22 @@ def _case_variants(workspace: Path, absent: set[str]) -> list[Skipped]:
     return [Skipped(display_path(name), "not memory: names are case-sensitive here (rename it to "
                                         + ("memory/)" if name.lower() == MEMORY_DIR else "MEMORY.md)"))
             for name in names if name not in ROOT_FILES and name != MEMORY_DIR]
+
+
+def _conflict_copies(workspace: Path) -> list[Skipped]:
+    """The copies of ``MEMORY.md`` a sync tool made when two machines changed it (Syncthing's
+    ``MEMORY.sync-conflict-20260112-093000-ABCDEFG.md``, Dropbox's and Nextcloud's
+    ``MEMORY (conflicted copy 2026-01-12).md``): at the workspace's top only ``MEMORY.md`` is
+    memory, so what the other machine wrote was left out of every search without a word."""
+    try:
+        with os.scandir(workspace) as it:
+            names = sorted(e.name for e in it if e.name.endswith(".md") and "conflict" in e.name.lower())
+    except OSError:
+        return []
+    return [Skipped(display_path(name), "a sync tool's conflict copy of MEMORY.md, not indexed (at the top of the "
+                                        "workspace only MEMORY.md is): merge what it holds into MEMORY.md",
+                    lasting=True)
+            for name in names if name.lower().startswith("memory") and name not in ROOT_FILES]
 
 
 def is_unlisted(path: str, unlisted: list[str]) -> bool:
