@@ -129,9 +129,12 @@ def test_restat_reuses_only_settled_clean_listings(make_workspace, monkeypatch):
     (ws / "memory/a.md").unlink()
     (ws / "memory/a.md").mkdir()  # not a regular file any more
     assert restat(found) is None
-    # Listings with extraPaths, skipped files or issues are never reused.
+    # Listings with extraPaths, skipped files or issues are never reused, but for symlinks (never
+    # followed, named as skipped): one replaced by a file changes its folder.
     assert discover(ws, [ws / "memory/sub"]).folders is None
-    (ws / "MEMORY.md").symlink_to(ws / "memory/sub/b.md")  # skipped: never followed
+    (ws / "MEMORY.md").symlink_to(ws / "memory/sub/b.md")
+    assert discover(ws).skipped and discover(ws).folders is not None
+    os.mkfifo(ws / "memory/pipe.md")  # skipped: not a regular file
     assert discover(ws).skipped and discover(ws).folders is None
     assert discover(make_workspace({}, name="empty")).folders is None  # "no memory files found"
 

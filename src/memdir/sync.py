@@ -623,10 +623,12 @@ class Indexer:
         workspace, extra = self.settings.workspace_path, self.settings.extra_paths
         key = (str(workspace), tuple(str(p) for p in extra))
         last = self._listing
-        files = restat(last[1]) if reuse and last is not None and last[0] == key else None
-        if files is not None:
-            issues: list[str] = []  # a listing is reused only when it had no issues and skipped nothing
-            self._skipped, self._unlisted = [], []
+        reused = last[1] if reuse and last is not None and last[0] == key else None
+        files = restat(reused) if reused is not None else None
+        if files is not None and reused is not None:
+            # a listing is reused only when it had no issues and skipped nothing but symlinks
+            issues: list[str] = []
+            self._skipped, self._unlisted = list(reused.skipped), []
         else:
             found = discover(workspace, extra)
             if not found.files and "memory" in self.settings.memory_search.sources:

@@ -41,6 +41,7 @@ from memdir.workspace import (
     MEMORY_DIR,
     ROOT_FILES,
     display_path,
+    evicted_note,
     fs_name,
     is_ignored_dir,
     is_transcript_name,
@@ -149,9 +150,12 @@ class WatchPlan:
 
     def file_matters(self, path: str) -> bool:
         """A memory file, an extra file or a session transcript (whether or not it still exists)."""
+        parent, name = os.path.split(path)
+        evicted = evicted_note(name)  # iCloud's placeholder of a note: the note's own change
+        if evicted is not None:
+            name, path = evicted, os.path.join(parent, evicted)
         if path in self.extra_files:
             return True
-        parent, name = os.path.split(path)
         if parent == self.workspace and name in ROOT_FILES:
             return True
         for tree in self.trees:

@@ -7,6 +7,7 @@ allowed root, and name the real error instead of a catch-all "path required".
 
 from __future__ import annotations
 
+import bisect
 import errno
 import math
 import os
@@ -110,8 +111,13 @@ def rel_path(workspace: Path, abs_path: Path) -> str:
     return Path(os.path.relpath(abs_path, workspace)).as_posix()
 
 
-#: Folders never walked or watched (R§6): VCS data, dependency trees, virtualenvs, caches.
-IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox", "__pycache__"})
+#: Folders never walked or watched (R§6): VCS data, dependency trees, virtualenvs, caches, and
+#: where tools keep deleted, superseded or half-copied notes under their own names (Obsidian's
+#: ``.trash``, Syncthing's ``.stversions``, Dropbox's ``.dropbox.cache``, rsync's ``.~tmp~`` of
+#: ``--delay-updates``): walked, a note deleted in Obsidian or overwritten by a sync was still
+#: found by every search, its old text cited.
+IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox", "__pycache__",
+                          ".trash", ".stversions", ".dropbox.cache", ".~tmp~"})
 
 
 
@@ -170,6 +176,8 @@ class Skipped:
 
     path: str
     error: str
+    #: Stays so until the folder holding it changes (a symlink): a listing may be reused meanwhile.
+    lasting: bool = False
 
     def as_dict(self) -> dict[str, str]:
         return {"path": self.path, "error": self.error}
@@ -182,9 +190,9 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
     Iterative, so folders nested thousands deep cannot exhaust the recursion limit; each folder
     is listed and closed before its subfolders are entered, so open descriptors stay bounded.
     Symlinks and :data:`IGNORED_DIRS` are skipped; ``.md`` names that are not valid UTF-8 or not
-    regular files are reported in ``skipped``, folders and files that cannot be looked at also in
-    ``unlisted``.  Paths stay strings: on 10,000 files, building
-    ``Path`` objects cost more than all the ``stat`` calls together.  The subfolders entered are
+    regular files, and symlinks to notes or folders, are reported in ``skipped``, folders and
+    files that cannot be looked at also in ``unlisted``.  Paths stay strings: on 10,000 files,
+    building ``Path`` objects cost more than all the ``stat`` calls together.  The subfolders entered are
     added to ``folders`` with their stat, taken before they are listed.
     """
     stack: list[tuple[list[os.DirEntry[str]], int, str]] = []
@@ -197,9 +205,12 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 with os.scandir(path) as it:
                     entries = sorted(it, key=lambda e: e.name)
             except OSError as exc:
-                issues.append(f"memory directory not accessible ({display_path(path)}): {_errname(exc)}")
-                skipped.append(Skipped(display_path(prefix.rstrip("/")), f"folder not readable: {_errname(exc)}"))
+                # one that vanished since its parent was listed (a git checkout, an rm -r under way)
+                # is simply gone: it was reported "not readable: No such file or directory", and
+                # status kept saying so after the sync
                 if _still_there(exc):
+                    issues.append(f"memory directory not accessible ({display_path(path)}): {_errname(exc)}")
+                    skipped.append(Skipped(display_path(prefix.rstrip("/")), f"folder not readable: {_errname(exc)}"))
                     unlisted.append(prefix.rstrip("/"))
                 entries = []
             stack.append((entries, 0, prefix))
@@ -213,6 +224,7 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
         entry = entries[i]
         try:
             if entry.is_symlink():
+                _say_linked(entry, prefix, skipped)
                 continue
             if entry.is_dir(follow_symlinks=False):
                 if not is_ignored_dir(entry.name):
@@ -224,6 +236,9 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                     pending = (entry.path, f"{prefix}{entry.name}/")
                 continue
             if not entry.name.endswith(".md"):
+                evicted = evicted_note(entry.name)
+                if evicted is not None and not _listed(entries, evicted):
+                    _keep_evicted(prefix + evicted, skipped, unlisted)
                 continue
             name = text_name(prefix + entry.name)
             if name is None:
@@ -233,12 +248,88 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
             if not stat.S_ISREG(st.st_mode):
                 skipped.append(Skipped(name, f"{kind_of(st.st_mode)}, not a regular file"))
                 continue
+            if entry.name.startswith(APPLE_DOUBLE_PREFIX) and _apple_double(entry.path):
+                continue
             yield entry.path, name, st
         except OSError as exc:
-            issues.append(f"{display_path(entry.path)} not readable ({_errname(exc)})")
-            skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
-            if _still_there(exc):
+            if _still_there(exc):  # (one deleted since its folder was listed is gone, not unreadable)
+                issues.append(f"{display_path(entry.path)} not readable ({_errname(exc)})")
+                skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
                 unlisted.append(prefix + entry.name)
+
+
+#: macOS writes a file's metadata beside it as ``._<name>`` where the volume cannot hold it (a
+#: network share, a USB drive, a tar or zip made on a Mac): AppleDouble, or AppleSingle, binary.
+APPLE_DOUBLE_PREFIX = "._"
+_APPLE_MAGIC = (b"\x00\x05\x16\x07", b"\x00\x05\x16\x00")
+
+
+def _apple_double(path: str) -> bool:
+    """Whether ``path`` (a ``._note.md``) is macOS's metadata of ``note.md``, by its magic number.
+
+    Taken for a note, each one's binary was indexed: searches for "Safari" or "Mac OS X" cited
+    ``memory/._note.md`` with a snippet of NUL bytes, one such file beside every note copied from a
+    Mac.  A file of that name that is a note (no magic) is indexed as any other."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False  # (the indexer's read says why)
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 4) in _APPLE_MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _say_linked(entry: os.DirEntry[str], prefix: str, skipped: list[Skipped]) -> None:
+    """Name a symlink to a note or to a folder among the skipped files: never followed, it was
+    left out without a word, and a note moved to a synced drive and linked back (or a folder of
+    notes linked in) silently vanished from every search.
+
+    Told apart by name, never by following the link (its target may be on a network mount that
+    hangs): ``*.md`` is a note, a name without an extension a folder, anything else is no note.
+    Hidden names are left alone: Emacs's lock files (``.#note.md``, links to nowhere), a shared
+    ``.obsidian`` linked in."""
+    name = entry.name
+    if name.startswith(".") or is_ignored_dir(name):
+        return
+    folder = not name.endswith(".md")
+    if folder and os.path.splitext(name)[1]:
+        return
+    what = "folder" if folder else "file"
+    skipped.append(Skipped(text_name(prefix + name) or display_path(prefix + name),
+                           f"a symlink (not followed: keep the {what} itself here, or list the {what} it points "
+                           "to in extraPaths)", lasting=True))
+
+
+#: What iCloud Drive leaves of a file it evicted to save space ("Optimize Mac Storage"): ``.<name>.icloud``.
+ICLOUD_PLACEHOLDER = ".icloud"
+
+
+def evicted_note(name: str) -> str | None:
+    """The note an iCloud placeholder named ``name`` stands for (``.trip.md.icloud``: ``trip.md``)."""
+    if name.startswith(".") and name.endswith(".md" + ICLOUD_PLACEHOLDER) and len(name) > len(".md.icloud") + 1:
+        return name[1:-len(ICLOUD_PLACEHOLDER)]
+    return None
+
+
+def _listed(entries: list[os.DirEntry[str]], name: str) -> bool:
+    """Whether ``name`` is among a folder's ``entries`` (sorted by name)."""
+    i = bisect.bisect_left(entries, name, key=lambda e: e.name)
+    return i < len(entries) and entries[i].name == name
+
+
+def _keep_evicted(rel: str, skipped: list[Skipped], unlisted: list[str]) -> None:
+    """A note iCloud evicted is not deleted (it is downloaded when opened): what the index holds of
+    it is kept, as for a note that cannot be read now, and said.  Its removal dropped the user's
+    note from every search until it happened to be opened on this machine again."""
+    name = text_name(rel)
+    if name is None:
+        return
+    skipped.append(Skipped(name, "evicted by iCloud (only its placeholder is on this disk): what the index holds "
+                                 "of it is kept until it is downloaded again"))
+    unlisted.append(name)
 
 
 def _still_there(exc: OSError) -> bool:
@@ -279,6 +370,8 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             st = os.lstat(p)
         except FileNotFoundError:
             absent.add(name.lower())
+            if os.path.lexists(workspace / f".{name}{ICLOUD_PLACEHOLDER}"):
+                _keep_evicted(name, found.skipped, found.unlisted)
             continue
         except OSError as exc:
             found.issues.append(f"{p} not readable ({_errname(exc)})")
@@ -291,7 +384,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             # never followed (a link could lead anywhere), but said: a user who keeps MEMORY.md in
             # a dotfiles repo and links it in would otherwise wonder why it is never found
             found.skipped.append(Skipped(name, "a symlink (not followed: keep the file itself in the workspace, "
-                                               "or list the file it points to in extraPaths)"))
+                                               "or list the file it points to in extraPaths)", lasting=True))
         else:
             found.skipped.append(Skipped(name, f"{kind_of(st.st_mode)}, not a regular file"))
     mem_dir = workspace / MEMORY_DIR
@@ -304,7 +397,8 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
                                                         found.unlisted, folders))
         elif stat.S_ISLNK(st.st_mode):  # said, as for MEMORY.md: a folder linked in from a synced drive
             found.skipped.append(Skipped(MEMORY_DIR, "a symlink (not followed: keep the folder itself in the "
-                                                     "workspace, or list the folder it points to in extraPaths)"))
+                                                     "workspace, or list the folder it points to in extraPaths)",
+                                         lasting=True))
     except FileNotFoundError:
         absent.add(MEMORY_DIR)
     except OSError as exc:
@@ -312,11 +406,15 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         found.unlisted.append(MEMORY_DIR)
     if absent & {"memory.md", MEMORY_DIR}:
         found.skipped.extend(_case_variants(workspace, absent))
+    found.skipped.extend(_conflict_copies(workspace))
     for extra in extra_paths or []:
         try:
             st = os.lstat(extra)
         except FileNotFoundError:
-            found.issues.append(f"additional memory path missing ({extra})")
+            if extra.name.endswith(".md") and os.path.lexists(extra.parent / f".{extra.name}{ICLOUD_PLACEHOLDER}"):
+                _keep_evicted(rel_path(workspace, extra), found.skipped, found.unlisted)
+            else:
+                found.issues.append(f"additional memory path missing ({extra})")
             continue
         except OSError as exc:
             found.issues.append(f"additional memory path not accessible ({extra}): {exc.strerror}")
@@ -350,7 +448,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
                                      unsettled(st, found.started_ns)))
     if not found.files:
         found.issues.insert(0, f"no memory files found in {workspace}")
-    if folders is not None and not found.issues and not found.skipped:
+    if folders is not None and not found.issues and all(s.lasting for s in found.skipped):
         found.folders = folders
     return found
 
@@ -368,6 +466,22 @@ def _case_variants(workspace: Path, absent: set[str]) -> list[Skipped]:
     return [Skipped(display_path(name), "not memory: names are case-sensitive here (rename it to "
                                         + ("memory/)" if name.lower() == MEMORY_DIR else "MEMORY.md)"))
             for name in names if name not in ROOT_FILES and name != MEMORY_DIR]
+
+
+def _conflict_copies(workspace: Path) -> list[Skipped]:
+    """The copies of ``MEMORY.md`` a sync tool made when two machines changed it (Syncthing's
+    ``MEMORY.sync-conflict-20260112-093000-ABCDEFG.md``, Dropbox's and Nextcloud's
+    ``MEMORY (conflicted copy 2026-01-12).md``): at the workspace's top only ``MEMORY.md`` is
+    memory, so what the other machine wrote was left out of every search without a word."""
+    try:
+        with os.scandir(workspace) as it:
+            names = sorted(e.name for e in it if e.name.endswith(".md") and "conflict" in e.name.lower())
+    except OSError:
+        return []
+    return [Skipped(display_path(name), "a sync tool's conflict copy of MEMORY.md, not indexed (at the top of the "
+                                        "workspace only MEMORY.md is): merge what it holds into MEMORY.md",
+                    lasting=True)
+            for name in names if name.lower().startswith("memory") and name not in ROOT_FILES]
 
 
 def is_unlisted(path: str, unlisted: list[str]) -> bool:

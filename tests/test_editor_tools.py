@@ -1,0 +1,248 @@
+"""Notes as editors, sync tools and version control leave them: what they keep beside a note (a
+deleted copy, an old version, a temporary file) is never found as the note itself.
+
+Real files in a temp workspace, real SQLite, a real watcher (inotify) where it matters.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from memdir.api import Memory
+
+KEYWORDS = {"memorySearch": {"provider": "none"}}
+
+
+def found(mem: Memory, query: str, *, sync: bool = True) -> list[str]:
+    return sorted({r.path for r in mem.search(query, sync=sync).results})
+
+
+def eventually(check, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the watcher never got there: {what}")
+        time.sleep(0.05)
+
+
+def test_deleted_and_superseded_copies_that_tools_keep_are_not_notes(make_workspace) -> None:
+    """Obsidian moves a deleted note to ``.trash/``, Syncthing keeps each overwritten version in
+    ``.stversions/`` (``note~20260101-120000.md``), Dropbox its cache in ``.dropbox.cache/``, an
+    interrupted ``rsync --delay-updates`` the new half copy in ``.~tmp~/``, all under the note's
+    ``.md`` name: a search found the deleted, old or half text as if current."""
+    ws = make_workspace({
+        "memory/trip.md": "The ferry now leaves at nine.\n",
+        "memory/.trash/old-plan.md": "The ferry leaves at seven (deleted plan).\n",
+        "memory/.stversions/trip~20260101-120000.md": "The ferry leaves at eight (old version).\n",
+        "memory/.dropbox.cache/2026-01-01/trip (deleted 1234).md": "The ferry leaves at six.\n",
+        "memory/.~tmp~/trip.md": "The ferry leaves from wharf gam",  # rsync --delay-updates, interrupted
+    })
+    with Memory(ws, config=KEYWORDS) as mem:
+        report = mem.sync()
+        assert report.indexed == 1
+        assert found(mem, "ferry") == ["memory/trip.md"]
+        assert found(mem, "seven") == found(mem, "eight") == found(mem, "six") == found(mem, "wharf") == []
+        assert mem.status()["files"] == 1
+
+
+def test_a_note_deleted_in_obsidian_leaves_the_search_results_of_a_watcher(make_workspace) -> None:
+    """Obsidian deletes a note by moving it into the vault's ``.trash/``: the watcher synced, found
+    it there and indexed it again, so the deleted note kept answering searches."""
+    ws = make_workspace({"memory/keep.md": "Aisle seat.\n", "memory/draft.md": "The quokka plan is off.\n"})
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        events: list[dict] = []
+        watcher = mem.watch(on_event=events.append, debounce_ms=50)
+        assert watcher.ready.wait(30)
+        (ws / "memory" / ".trash").mkdir()
+        os.rename(ws / "memory" / "draft.md", ws / "memory" / ".trash" / "draft.md")
+        eventually(lambda: not watcher.pending and any(e["event"] == "sync" for e in events), "a sync")
+        eventually(lambda: found(mem, "quokka", sync=False) == [], "the deleted note gone", timeout=20)
+        assert mem.status()["files"] == 1
+
+
+def _evict(note: Path) -> None:
+    """What iCloud Drive does to a note it evicts ("Optimize Mac Storage"): the file goes, a small
+    hidden placeholder ``.<name>.icloud`` stays in its place."""
+    (note.parent / f".{note.name}.icloud").write_bytes(b"bplist00\xd1\x01\x02")
+    note.unlink()
+
+
+def test_a_note_icloud_evicted_stays_found_until_it_is_downloaded_again(make_workspace) -> None:
+    """Evicted, a note was removed from the index: the user's note (still in iCloud, downloaded
+    when opened) was no longer found by any search.  It is kept now, and status says why."""
+    ws = make_workspace({"MEMORY.md": "Prefers the aisle seat.\n", "memory/trip.md": "The ferry leaves at nine.\n",
+                         "memory/other.md": "Apple pie.\n"})
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        _evict(ws / "memory" / "trip.md")
+        _evict(ws / "MEMORY.md")
+        assert mem.sync().removed == 0
+        assert found(mem, "ferry") == ["memory/trip.md"]
+        assert found(mem, "aisle") == ["MEMORY.md"]
+        status = mem.status()
+        assert status["removedCount"] == 0 and status["files"] == 3
+        why = {s["path"]: s["error"] for s in status["skipped"]}
+        assert "evicted by iCloud" in why["memory/trip.md"] and "evicted by iCloud" in why["MEMORY.md"]
+        # downloaded again, edited elsewhere meanwhile: the new text is indexed
+        (ws / "memory" / ".trip.md.icloud").unlink()
+        (ws / "memory" / "trip.md").write_text("The ferry leaves at ten.\n")
+        mem.sync()
+        assert found(mem, "ten") == ["memory/trip.md"] and found(mem, "nine") == []
+        # deleted while evicted (the placeholder goes too): removed
+        _evict(ws / "memory" / "trip.md")
+        mem.sync()
+        (ws / "memory" / ".trip.md.icloud").unlink()
+        assert mem.sync().removed == 1
+        assert found(mem, "ferry") == []
+
+
+def test_a_watcher_removes_a_note_deleted_while_icloud_had_evicted_it(make_workspace) -> None:
+    """Deleting an evicted note removes only its placeholder: the watcher took that for no note of
+    its own and never synced, so the deleted note stayed in the index."""
+    ws = make_workspace({"memory/trip.md": "The ferry leaves at nine.\n", "memory/other.md": "Apple pie.\n"})
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        _evict(ws / "memory" / "trip.md")
+        mem.sync()
+        assert found(mem, "ferry", sync=False) == ["memory/trip.md"]
+        watcher = mem.watch(debounce_ms=50)
+        assert watcher.ready.wait(30)
+        (ws / "memory" / ".trip.md.icloud").unlink()
+        eventually(lambda: found(mem, "ferry", sync=False) == [], "the deleted note gone", timeout=20)
+
+
+def test_a_note_or_folder_replaced_by_a_symlink_is_named_not_silently_dropped(make_workspace, tmp_path: Path) -> None:
+    """A note moved to a synced drive and linked back, or a folder of notes linked in: symlinks are
+    never followed, but inside ``memory/`` they were left out without a word (only a linked
+    ``MEMORY.md`` or ``memory/`` was named), and the note silently vanished from every search.
+    Emacs's lock files (``.#note.md``, links to nowhere) are no notes and stay unnamed, as do
+    other hidden links and links to other files."""
+    from memdir.workspace import discover
+
+    ws = make_workspace({"memory/trip.md": "The ferry leaves at nine.\n", "memory/other.md": "Apple pie.\n"})
+    drive = tmp_path / "drive"
+    (drive / "projects").mkdir(parents=True)
+    (drive / "projects" / "plan.md").write_text("Launch in May.\n")
+    (drive / "photo.png").write_bytes(b"\x89PNG")
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        os.replace(ws / "memory" / "trip.md", drive / "trip.md")
+        (ws / "memory" / "trip.md").symlink_to(drive / "trip.md")
+        (ws / "memory" / "projects").symlink_to(drive / "projects")
+        (ws / "memory" / "photo.png").symlink_to(drive / "photo.png")
+        (ws / "memory" / ".#other.md").symlink_to("user@host.4242:1700000000")
+        (ws / "memory" / ".obsidian").symlink_to(drive)
+        report = mem.sync()
+        assert report.removed == 1 and found(mem, "ferry") == []
+        why = {s["path"]: s["error"] for s in mem.status()["skipped"]}
+        assert sorted(why) == ["memory/projects", "memory/trip.md"]
+        assert why["memory/trip.md"].startswith("a symlink (not followed: keep the file itself")
+        assert why["memory/projects"].startswith("a symlink (not followed: keep the folder itself")
+        assert [s["path"] for s in report.skipped] == ["memory/projects", "memory/trip.md"]
+    # a listing holding only symlinks is still reused by the check before each search
+    assert discover(ws).folders is not None
+
+
+def _apple_double(xattr: bytes) -> bytes:
+    """The ``._<name>`` file macOS writes beside a file on a volume that cannot hold its metadata:
+    an AppleDouble header (magic, version, "Mac OS X" filler, two entries), then the entries."""
+    import struct
+
+    attr = b"ATTR" + b"\x00" * 30 + xattr
+    return (b"\x00\x05\x16\x07" + b"\x00\x02\x00\x00" + b"Mac OS X        " + struct.pack(">H", 2)
+            + struct.pack(">III", 9, 50, len(attr)) + struct.pack(">III", 2, 50 + len(attr), 286)
+            + attr + b"\x00" * 286)
+
+
+def test_macos_metadata_files_beside_notes_are_not_notes(make_workspace) -> None:
+    """Notes copied from a Mac (a network share, a USB drive, a tar or zip) come with a binary
+    ``._note.md`` each: those were indexed, and a search for "Safari" cited ``memory/._trip.md``
+    with a snippet of NUL bytes.  A note that merely has such a name is still indexed."""
+    ws = make_workspace({"memory/trip.md": "The ferry leaves at nine.\n",
+                         "memory/._real.md": "A note named oddly: kiwi.\n"})
+    (ws / "memory" / "._trip.md").write_bytes(_apple_double(b"com.apple.quarantine\x000083;65a1b2c3;Safari;"))
+    with Memory(ws, config=KEYWORDS) as mem:
+        report = mem.sync()
+        assert report.indexed == 2 and report.skipped == []
+        assert found(mem, "Safari quarantine") == []
+        assert found(mem, "kiwi") == ["memory/._real.md"]
+        assert mem.status()["files"] == 2
+
+
+class _VanishingListing:
+    """``os.scandir`` as when ``git checkout`` deletes while a sync lists: the folder ``gone`` is
+    deleted just before it is entered, the note ``going`` just after its folder was listed."""
+
+    def __init__(self, real, gone: Path, going: Path) -> None:
+        self.real, self.gone, self.going = real, gone, going
+
+    def __call__(self, path):
+        import contextlib
+        import shutil
+
+        if isinstance(path, int):  # (a folder descriptor: not a listing of discovery's)
+            return self.real(path)
+        if Path(path) == self.gone:
+            shutil.rmtree(path, ignore_errors=True)
+        with self.real(path) as it:
+            entries = list(it)
+        if Path(path) == self.going.parent:
+            with contextlib.suppress(FileNotFoundError):
+                self.going.unlink()
+        return contextlib.nullcontext(iter(entries))
+
+
+def test_folders_and_notes_deleted_while_a_sync_lists_them_are_gone_not_unreadable(make_workspace,
+                                                                                  monkeypatch) -> None:
+    """A sync that ran during a ``git checkout`` (the watcher's after five debounces, the check
+    before a search, ``memdir index``) reported each folder and note deleted under it as
+    "folder not readable: No such file or directory", and status kept listing them as skipped
+    files after the sync, though nothing was wrong."""
+    from memdir import workspace
+
+    ws = make_workspace({"memory/keep.md": "Aisle seat.\n", "memory/old/a.md": "Apple pie.\n",
+                         "memory/sub/b.md": "Banana bread.\n", "memory/sub/c.md": "Cherry tart.\n"})
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        monkeypatch.setattr(workspace.os, "scandir",
+                            _VanishingListing(os.scandir, ws / "memory" / "old", ws / "memory" / "sub" / "b.md"))
+        report = mem.sync()
+        monkeypatch.undo()
+        assert report.skipped == [] and report.removed == 2
+        assert found(mem, "apple") == found(mem, "banana") == []
+        assert found(mem, "cherry") == ["memory/sub/c.md"]
+        status = mem.status()
+        assert status["skipped"] == [] and status["issues"] == [] and not status["dirty"]
+
+
+def test_a_sync_conflict_copy_of_memory_md_is_named_not_silently_left_out(make_workspace, run_cli) -> None:
+    """Two machines changed MEMORY.md: Syncthing (or Dropbox, Nextcloud) keeps the other one's
+    version beside it as a conflict copy.  At the top of the workspace only MEMORY.md is memory,
+    so that version was never searched and nothing said so; status names it now."""
+    ws = make_workspace({
+        "MEMORY.md": "Prefers the aisle seat.\n",
+        "MEMORY.sync-conflict-20260112-093000-ABCDEFG.md": "Prefers the window seat.\n",
+        "MEMORY (Ann's conflicted copy 2026-01-12).md": "Prefers the middle seat.\n",
+        "memory/trip.sync-conflict-20260112-093000-ABCDEFG.md": "The ferry leaves at nine.\n",  # a note
+        "notes-conflict.md": "Not memory at all.\n",
+    })
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        assert found(mem, "ferry") == ["memory/trip.sync-conflict-20260112-093000-ABCDEFG.md"]
+        skipped = {s["path"]: s["error"] for s in mem.status()["skipped"]}
+    assert sorted(skipped) == ["MEMORY (Ann's conflicted copy 2026-01-12).md",
+                               "MEMORY.sync-conflict-20260112-093000-ABCDEFG.md"]
+    assert all("conflict copy of MEMORY.md" in why for why in skipped.values())
+    out = run_cli("--workspace", str(ws), "--config", str(_keyword_file(ws)), "status").stdout
+    assert "MEMORY.sync-conflict-20260112-093000-ABCDEFG.md: a sync tool's conflict copy" in out
+
+
+def _keyword_file(ws: Path) -> Path:
+    import json
+
+    path = ws.parent / "keywords.json"
+    path.write_text(json.dumps(KEYWORDS))
+    return path
