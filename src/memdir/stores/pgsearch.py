@@ -195,6 +195,13 @@ class PgSearch:
     def _hnsw_name(ix: int | None) -> str:
         return f"vectors_hnsw_{ix}" if ix is not None else ""
 
+    def _may_index(self) -> bool:
+        """Whether this role may build an index on the vectors table (only its owner's members may)."""
+        with self._conn() as c:
+            row = c.execute("SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class WHERE oid = "
+                            "to_regclass(format('%%I.vectors', %s::text))", (self.schema,)).fetchone()
+        return bool(row and row[0])
+
     def _index_exists(self, name: str, conn: Any = None) -> bool:
         with self._conn() if conn is None else same(conn) as c:
             row = c.execute("SELECT i.indisvalid FROM pg_class r JOIN pg_index i ON i.indexrelid = r.oid "
@@ -276,9 +283,17 @@ class PgSearch:
             # A concurrent build waits for every older transaction on the table to end: that is its
             # nature, not a stuck lock, and giving up would throw a finished rebuild away.
             conn.execute("SET lock_timeout = 0")
-            conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{self.schema}"."{name}"')  # an invalid leftover
-            conn.execute(f'CREATE INDEX CONCURRENTLY "{name}" ON "{self.schema}".vectors USING hnsw '
-                         f"((embedding::vector({int(dims)})) vector_cosine_ops) WHERE index_id = {int(ix)}")
+            try:
+                conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{self.schema}"."{name}"')  # an invalid leftover
+                conn.execute(f'CREATE INDEX CONCURRENTLY "{name}" ON "{self.schema}".vectors USING hnsw '
+                             f"((embedding::vector({int(dims)})) vector_cosine_ops) WHERE index_id = {int(ix)}")
+            except Exception as exc:
+                # Only the tables' owner may index them: a team's role granted reads and writes on a schema
+                # an administrator made failed every sync (and every rebuild) from this size on.  The index
+                # only speeds vector search up; without it the search is exact.
+                if getattr(exc, "sqlstate", None) != "42501":  # insufficient_privilege
+                    raise
+                return
             # Fresh statistics, so the planner knows this agent's rows are many and picks the new index.
             conn.execute(f'ANALYZE "{self.schema}".vectors')
         finally:

@@ -217,6 +217,8 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         vector = {"path": "hnsw" if has_hnsw else "exact", "version": f["pgvector"],
                   "why": (f"pgvector HNSW index (cosine) over this agent's {n} vectors" if has_hnsw else
                           f"exact cosine over this agent's {n} vectors (HNSW from {self.hnsw_min_vectors})")}
+        if not has_hnsw and n >= max(1, self.hnsw_min_vectors) and not self._may_index():
+            vector["why"] += f"; this role may not build it (only the owner of {self.schema}.vectors may)"
         return {"backend": "postgres", "location": self.location, "server": f["server"], "pgvector": f["pgvector"],
                 "schema": self.schema, "schemaVersion": f["schema_version"], "agent": self.agent,
                 "pool": {"max": self.db.pool.max_size},
@@ -462,7 +464,14 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         try:
             conn = self.db.dedicated("memdir cleanup")
             try:
-                conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{self.schema}"."{self._hnsw_name(ix)}"')
+                try:
+                    conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{self.schema}"."{self._hnsw_name(ix)}"')
+                except Exception as exc:
+                    # A role that does not own the tables may not drop an index the owner built: the rows
+                    # go all the same (a generation kept for that grew the tables with every rebuild),
+                    # and the partial index, matching no row any more, is left for the owner.
+                    if getattr(exc, "sqlstate", None) != "42501":
+                        raise
                 with conn.transaction():
                     for table in ("vectors", "chunks", "files", "index_state", "frequent_lexemes"):
                         conn.execute(f"DELETE FROM {table} WHERE index_id = %s", (ix,))

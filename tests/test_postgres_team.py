@@ -1,0 +1,69 @@
+"""A team's PostgreSQL: roles an administrator granted less than ownership, agents side by side."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.test_cache_refs import HashProvider
+
+from helpers import Backend, pg_query
+from memdir.api import Memory
+
+NOTES = {f"memory/plum-{i:02d}.md": f"# Plum {i}\n\nNote {i}: the codeword is plum{i}q.\n" for i in range(12)}
+
+
+@pytest.fixture
+def app_role(pg: Backend, make_workspace, state_dir: Path) -> Iterator[Backend]:
+    """A login role granted reads and writes on a schema an administrator created (not its owner)."""
+    from psycopg.conninfo import make_conninfo
+
+    with Memory(make_workspace({"MEMORY.md": "admin\n"}, name="admin"), agent_id="admin", config=pg.config(),
+                state_dir=state_dir, provider=HashProvider()) as mem:
+        mem.sync()  # the administrator's run creates the schema
+    role = "memdir_app_" + uuid.uuid4().hex[:8]
+    pg_query(pg.url, f"CREATE ROLE {role} LOGIN PASSWORD 'pw'")
+    try:
+        pg_query(pg.url, f'GRANT USAGE ON SCHEMA "{pg.schema}" TO {role}')
+        pg_query(pg.url, f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{pg.schema}" TO {role}')
+        pg_query(pg.url, f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA "{pg.schema}" TO {role}')
+        yield Backend("postgres", make_conninfo(pg.url, user=role, password="pw"), pg.schema)
+    finally:
+        pg_query(pg.url, f"DROP OWNED BY {role}")
+        pg_query(pg.url, f"DROP ROLE {role}")
+
+
+def test_a_role_that_does_not_own_the_tables_indexes_past_the_hnsw_threshold(app_role: Backend, make_workspace,
+                                                                            state_dir: Path):
+    """Only the owner may CREATE INDEX: the HNSW build raised "must be owner of table vectors" and
+    failed every sync (and rebuild) of an agent past ``hnswMinVectors``; now search stays exact."""
+    ws = make_workspace(NOTES)
+    cfg = app_role.config(hnswMinVectors=5)
+    with Memory(ws, agent_id="app", config=cfg, state_dir=state_dir, provider=HashProvider()) as mem:
+        assert mem.sync().indexed == 12
+        assert mem.sync(force=True).indexed == 12
+        assert [r.path for r in mem.search("plum3q", mode="keyword").results] == ["memory/plum-03.md"]
+        vector = mem.store.describe()["vector"]
+        assert vector["path"] == "exact" and "may not build it" in vector["why"], vector
+
+
+def test_a_rebuild_by_such_a_role_drops_the_old_generation_the_owner_indexed(pg: Backend, app_role: Backend,
+                                                                            make_workspace, state_dir: Path):
+    """The old generation's HNSW index (built by the owner) could not be dropped by the team's role,
+    and its rows were then kept too: every rebuild left a whole copy of the agent behind."""
+    ws = make_workspace(NOTES)
+    with Memory(ws, agent_id="app", config=pg.config(hnswMinVectors=5), state_dir=state_dir,
+                provider=HashProvider()) as mem:
+        mem.sync()
+        assert mem.store.describe()["vector"]["path"] == "hnsw"
+    with Memory(ws, agent_id="app", config=app_role.config(hnswMinVectors=5), state_dir=state_dir,
+                provider=HashProvider()) as mem:
+        assert mem.sync(force=True).indexed == 12
+    s = pg.schema
+    assert pg_query(pg.url, f"SELECT count(*) FROM \"{s}\".indexes WHERE agent = 'app'") == [(1,)]
+    assert pg_query(pg.url, f'SELECT count(*) FROM "{s}".chunks c JOIN "{s}".indexes i ON i.id = c.index_id '
+                            "WHERE i.agent = 'app'") == [(12,)]
+    assert pg_query(pg.url, f'SELECT count(*) FROM "{s}".chunks WHERE index_id NOT IN (SELECT id FROM "{s}".indexes)'
+                    ) == [(0,)]
