@@ -67,3 +67,27 @@ def test_a_rebuild_by_such_a_role_drops_the_old_generation_the_owner_indexed(pg:
                             "WHERE i.agent = 'app'") == [(12,)]
     assert pg_query(pg.url, f'SELECT count(*) FROM "{s}".chunks WHERE index_id NOT IN (SELECT id FROM "{s}".indexes)'
                     ) == [(0,)]
+
+
+def test_migrating_one_agent_to_sqlite_copies_its_cache_entries_not_the_teams(pg: Backend, make_workspace,
+                                                                            tmp_path: Path):
+    """The shared cache holds every agent's vectors: ``migrate --to sqlite`` of one agent copied all of
+    them (read into memory at once) into that agent's file.  Now only its own chunks' entries go."""
+    provider = HashProvider()
+    mine = make_workspace({"memory/a.md": "Alice keeps the orchid codeword.\n", "MEMORY.md": "alpha\n"}, name="mine")
+    theirs = make_workspace({f"memory/b{i}.md": f"Bob's private note {i}.\n" for i in range(5)}, name="theirs")
+    with Memory(theirs, agent_id="bob", config=pg.config(), state_dir=tmp_path / "s", provider=provider) as bob:
+        bob.sync()
+    with Memory(mine, agent_id="alice", config=pg.config(), state_dir=tmp_path / "s", provider=provider) as alice:
+        alice.sync()
+        assert alice.store.cache_count() == 7  # the team's table
+        embedded = provider.embedded
+        lite = tmp_path / "lite" / "alice.sqlite"
+        cfg = pg.config({"memorySearch": {"store": {"path": str(lite)}}})
+    with Memory(mine, agent_id="alice", config=cfg, state_dir=tmp_path / "s", provider=provider) as alice:
+        assert alice.migrate("sqlite")["cacheEntries"] == 2
+    with Memory(mine, agent_id="alice", config={"memorySearch": {"store": {"path": str(lite)}}},
+                state_dir=tmp_path / "s", provider=provider) as back:
+        assert back.store.cache_count() == 2
+        assert back.sync().indexed == 0 and provider.embedded == embedded
+        assert [r.path for r in back.search("orchid", mode="keyword").results] == ["memory/a.md"]
