@@ -91,3 +91,23 @@ def test_migrating_one_agent_to_sqlite_copies_its_cache_entries_not_the_teams(pg
         assert back.store.cache_count() == 2
         assert back.sync().indexed == 0 and provider.embedded == embedded
         assert [r.path for r in back.search("orchid", mode="keyword").results] == ["memory/a.md"]
+
+
+def test_a_dsn_naming_a_service_shows_the_server_it_reached(pg: Backend, make_workspace, state_dir: Path,
+                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Host, user and database from a service file (or ``PG*`` variables) were unknown to the DSN
+    parser: status and every message called the server ``postgresql://localhost/``."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    parts = conninfo_to_dict(pg.url)
+    service = tmp_path / "pg_service.conf"
+    service.write_text("[team]\n" + "".join(f"{k}={v}\n" for k, v in parts.items()))
+    monkeypatch.setenv("PGSERVICEFILE", str(service))
+    ws = make_workspace({"MEMORY.md": "the zebra rollback\n"})
+    with Memory(ws, agent_id="svc", config=Backend("postgres", "service=team", pg.schema).config(),
+                state_dir=state_dir, provider=HashProvider()) as mem:
+        mem.sync()
+        location = mem.status()["store"]["location"]
+    host = str(parts.get("host") or "localhost")
+    assert location.startswith(f"postgresql://{parts.get('user') or ''}") and host in location, location
+    assert location.endswith(f"/{parts.get('dbname')}#{pg.schema}/svc"), location

@@ -85,6 +85,15 @@ def redact_dsn(dsn: str, schema: str) -> str:
     return f"postgresql://{user + '@' if user else ''}{where}/{db}#{schema}"
 
 
+def connected_where(info: Any, schema: str) -> str:
+    """:func:`redact_dsn` for the server a connection reached: what libpq resolved (a service file,
+    ``PG*`` variables, the host of a list that answered), where the DSN alone said "localhost"."""
+    host = str(info.host or "localhost")
+    where = host if host.startswith("/") else f"{host}:{info.port}"
+    user = info.user or ""
+    return f"postgresql://{user + '@' if user else ''}{where}/{info.dbname}#{schema}"
+
+
 def _one_line(exc: BaseException) -> str:
     """libpq's message (a line per host tried, then hints) as one line."""
     return " ".join(line.strip() for line in str(exc).splitlines() if line.strip()) or type(exc).__name__
@@ -137,6 +146,7 @@ class Database:
         try:
             with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, **KEEPALIVES) as conn:
                 conn.execute("SELECT set_config('lock_timeout', %s, false)", (LOCK_TIMEOUT,))
+                self.where = connected_where(conn.info, schema)
                 self.facts = migrate(conn, schema)
                 info = TypeInfo.fetch(conn, f'"{self.facts["vector_schema"]}".vector')
         except psycopg.errors.LockNotAvailable as exc:

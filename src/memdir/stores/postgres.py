@@ -45,7 +45,7 @@ from memdir.errors import IndexDamaged, StoreError
 from memdir.stores import pgkeyword
 from memdir.stores.base import ChunkRow, FileRows
 from memdir.stores.pgcache import PgCache
-from memdir.stores.pgconn import AdvisoryWriterLock, Database, redact_dsn
+from memdir.stores.pgconn import AdvisoryWriterLock, Database
 from memdir.stores.pghealth import PgHealth
 from memdir.stores.pgkeyword import doc_length, pg_text
 from memdir.stores.pgsearch import PgSearch, same, vec
@@ -113,7 +113,7 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         self.db = _db or Database.acquire(dsn, schema, pool_size)
         self._owns_db = _db is None
         self.pinned = _index_id  # a generation being built (rebuild); None = whatever is live
-        self.location = redact_dsn(dsn, schema) + f"/{agent}"
+        self.location = self.db.where + f"/{agent}"
         server_ro = self.db.facts.get("readonly")
         #: Nothing may be written: asked for, or the server is a replica, or the role may not write.
         self.readonly = bool(readonly or server_ro)
