@@ -111,3 +111,27 @@ def test_a_dsn_naming_a_service_shows_the_server_it_reached(pg: Backend, make_wo
     host = str(parts.get("host") or "localhost")
     assert location.startswith(f"postgresql://{parts.get('user') or ''}") and host in location, location
     assert location.endswith(f"/{parts.get('dbname')}#{pg.schema}/svc"), location
+
+
+class Hash32(HashProvider):
+    """The same provider id and model with narrower vectors: a model changed behind its name."""
+
+    dims = 32
+
+    def _vec(self, text: str) -> list[float]:
+        return super()._vec(text)[:32]
+
+
+def test_a_query_of_another_width_finds_nothing_through_the_hnsw_index(pg: Backend, make_workspace,
+                                                                     state_dir: Path):
+    """The exact path skips vectors of another width; the HNSW path cast each row to the query's
+    width and failed with "expected 32 dimensions, not 64"; now it finds nothing, as the exact path."""
+    ws = make_workspace(NOTES)
+    with Memory(ws, agent_id="wide", config=pg.config(hnswMinVectors=5), state_dir=state_dir,
+                provider=HashProvider()) as mem:
+        mem.sync()
+        assert mem.store.describe()["vector"]["path"] == "hnsw"
+        assert mem.store.vector_search(Hash32()._vec("plum3q"), 5) == []
+    with Memory(ws, agent_id="wide", config=pg.config(hnswMinVectors=5), state_dir=state_dir,
+                provider=Hash32()) as mem:
+        assert [r.path for r in mem.search("plum3q", sync=False).results] == ["memory/plum-03.md"]

@@ -233,14 +233,17 @@ class PgSearch:
                 return [hit(r, cosine(r[9])) for r in rows]
             # HNSW returns windows; a chunk's several windows can take several places, so widen until
             # ``limit`` distinct chunks are found.  The index id is a literal: the planner must see that
-            # the partial index's predicate holds.
+            # the partial index's predicate holds.  ``dims`` as in the exact path: a query of another width
+            # (the model changed) cannot use the index, and casting each row to it raised "expected N
+            # dimensions" instead of finding nothing.
             order = f"(v.embedding::vector({dims})) <=> %(q)s::vector({dims})"
             k = int(limit)
             while True:
                 c.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(100, 2 * k))),))
                 rows = c.execute(
                     f"WITH w AS (SELECT v.chunk_id, {order} AS d FROM vectors v WHERE v.index_id = {int(ix)} "
-                    f"ORDER BY {order} LIMIT %(k)s), top AS (SELECT chunk_id, min(d) AS d FROM w GROUP BY chunk_id "
+                    f"AND v.dims = %(dims)s ORDER BY {order} LIMIT %(k)s), top AS (SELECT chunk_id, min(d) AS d "
+                    "FROM w GROUP BY chunk_id "
                     f"ORDER BY d, chunk_id LIMIT %(limit)s), n AS (SELECT count(*) AS n FROM w) "
                     f"SELECT {CHUNK_COLS}, 1 - top.d, n.n FROM top JOIN chunks c ON c.index_id = %(ix)s "
                     "AND c.id = top.chunk_id, n ORDER BY top.d, c.id", {**args, "k": k, "limit": int(limit)}
