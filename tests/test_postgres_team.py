@@ -135,3 +135,36 @@ def test_a_query_of_another_width_finds_nothing_through_the_hnsw_index(pg: Backe
     with Memory(ws, agent_id="wide", config=pg.config(hnswMinVectors=5), state_dir=state_dir,
                 provider=Hash32()) as mem:
         assert [r.path for r in mem.search("plum3q", sync=False).results] == ["memory/plum-03.md"]
+
+
+def test_a_writer_of_the_same_agent_in_another_database_is_not_this_indexs_writer(pg: Backend, make_workspace,
+                                                                                state_dir: Path):
+    """Advisory locks are per database but ``pg_locks`` lists every database's: a sync of the same
+    schema and agent in a staging database beside production was reported as production's writer
+    (status said so, and a first search waited for it), and in one process it held this index's
+    lock too (the threads' lock was keyed by schema and agent only)."""
+    from psycopg.conninfo import make_conninfo
+
+    ws = make_workspace(NOTES)
+    db = "staging_" + uuid.uuid4().hex[:8]
+    pg_query(pg.url, f"CREATE DATABASE {db}")
+    try:
+        staging = Backend("postgres", make_conninfo(pg.url, dbname=db), pg.schema)
+        with Memory(ws, agent_id="bot", config=staging.config(), state_dir=state_dir / "s",
+                    provider=HashProvider()) as other, \
+                Memory(ws, agent_id="bot", config=pg.config(), state_dir=state_dir / "p",
+                       provider=HashProvider()) as mem:
+            mem.sync()
+            lock = other.store.writer_lock()
+            assert lock.acquire(5)
+            try:
+                assert lock.holder() is not None  # seen from its own database
+                assert mem.store.writer_lock().holder() is None
+                assert mem.status().get("writer") is None
+                theirs = mem.store.writer_lock()
+                assert theirs.acquire(0), "another database's writer does not hold this index's lock"
+                theirs.release()
+            finally:
+                lock.release()
+    finally:
+        pg_query(pg.url, f"DROP DATABASE {db} WITH (FORCE)")

@@ -310,7 +310,10 @@ class Database:
 
 # -- the writer lock --------------------------------------------------------------------------
 
-_THREAD_LOCKS: dict[int, threading.Lock] = {}
+#: Per (DSN, lock key): the same schema and agent in another database (or server) is another index,
+#: whose sync must not wait for this one's; one database named by two DSNs is still excluded by the
+#: advisory lock itself (two sessions).
+_THREAD_LOCKS: dict[tuple[str, int], threading.Lock] = {}
 _THREAD_GUARD = threading.Lock()
 
 
@@ -326,7 +329,7 @@ class AdvisoryWriterLock:
         self.key = lock_key("writer", db.schema, agent)
         self._conn: Any = None
         with _THREAD_GUARD:  # advisory locks are re-entrant per session: threads exclude each other here
-            self._thread_lock = _THREAD_LOCKS.setdefault(self.key, threading.Lock())
+            self._thread_lock = _THREAD_LOCKS.setdefault((db.dsn, self.key), threading.Lock())
 
     def held_here(self) -> bool:
         """Whether a thread of this process holds the lock (or is taking it)."""
@@ -410,6 +413,9 @@ class AdvisoryWriterLock:
             row = conn.execute(
                 "SELECT a.application_name, extract(epoch FROM a.backend_start), a.pid FROM pg_locks l "
                 "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+                # advisory locks are per database, pg_locks shows every database's: the same schema and
+                # agent in another database of the server (staging beside production) is another index
+                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
                 "AND l.classid = %s AND l.objid = %s AND l.objsubid = 1",
                 ((self.key >> 32) & 0xFFFFFFFF, self.key & 0xFFFFFFFF),
             ).fetchone()
