@@ -168,3 +168,22 @@ def test_a_writer_of_the_same_agent_in_another_database_is_not_this_indexs_write
                 lock.release()
     finally:
         pg_query(pg.url, f"DROP DATABASE {db} WITH (FORCE)")
+
+
+def test_changing_the_text_search_configuration_rebuilds_the_stemmed_column(pg: Backend, make_workspace,
+                                                                          state_dir: Path):
+    """``textSearchConfig`` is not part of the index identity: after switching it, queries were
+    stemmed with the new configuration and the stored rows with the old one, so "running" never
+    found "runs", and the next sync found nothing to do."""
+    ws = make_workspace({"memory/a.md": "The dog runs along the beach every morning.\n",
+                         "memory/b.md": "A quiet note about lunch.\n"})
+    with Memory(ws, agent_id="cfg", config=pg.config(textSearchConfig="simple"), state_dir=state_dir,
+                provider=HashProvider()) as mem:
+        mem.sync()
+        assert not mem.search("running", mode="keyword", sync=False).results  # no stems with "simple"
+    with Memory(ws, agent_id="cfg", config=pg.config(textSearchConfig="english"), state_dir=state_dir,
+                provider=HashProvider()) as mem:
+        report = mem.sync()
+        assert report.full and "textSearchConfig" in report.reason, report
+        assert [r.path for r in mem.search("running", mode="keyword", sync=False).results] == ["memory/a.md"]
+        assert not mem.sync().full

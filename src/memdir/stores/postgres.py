@@ -124,6 +124,7 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         self._local = threading.local()
         self._closed = False
         self.fts_error: str | None = None
+        self._built_ts_config: str | None = None  # of the generation read_meta last read
         if self._owns_db:
             try:
                 self._check_ts_config()
@@ -259,12 +260,25 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
     def read_meta(self) -> dict[str, Any] | None:
         scope, args = self._scope()
         with self._conn() as c:
-            row = c.execute(f"SELECT meta FROM indexes WHERE id = {scope}", args).fetchone()
+            row = c.execute(f"SELECT meta, ts_config FROM indexes WHERE id = {scope}", args).fetchone()
+        self._built_ts_config = row[1] if row else None
         if not row or row[0] is None:
             return None
         if not isinstance(row[0], dict):
             raise IndexDamaged(f"the index metadata is a JSON {type(row[0]).__name__}, not an object ({self.location})")
         return dict(json_out(row[0]))
+
+    def rebuild_reason(self) -> str | None:
+        """Why the generation :meth:`read_meta` last read must be rebuilt for this store's settings.
+
+        Its keyword columns were stemmed with the text search configuration it records: after
+        ``textSearchConfig`` changed, queries stemmed with the new one missed every word whose stems
+        differ, and nothing rebuilt the index (the index identity has no such key).
+        """
+        built = self._built_ts_config
+        if built is None or built == self.ts_config or self.fts_error:
+            return None
+        return f"textSearchConfig changed ({built!r} → {self.ts_config!r})"
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         from psycopg.types.json import Jsonb
