@@ -187,3 +187,16 @@ def test_changing_the_text_search_configuration_rebuilds_the_stemmed_column(pg: 
         assert report.full and "textSearchConfig" in report.reason, report
         assert [r.path for r in mem.search("running", mode="keyword", sync=False).results] == ["memory/a.md"]
         assert not mem.sync().full
+
+
+def test_a_client_encoding_from_the_environment_does_not_refuse_unicode_notes(pg: Backend, make_workspace,
+                                                                            state_dir: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch):
+    """libpq takes ``PGCLIENTENCODING`` from the environment (set on some legacy hosts): with LATIN1,
+    a note with an emoji or CJK failed the sync with a bare UnicodeEncodeError."""
+    monkeypatch.setenv("PGCLIENTENCODING", "LATIN1")
+    ws = make_workspace({"memory/a.md": "Emoji 😀 and 東京 café note\n"})
+    with Memory(ws, agent_id="enc", config=pg.config(), state_dir=state_dir, provider=HashProvider()) as mem:
+        assert mem.sync().indexed == 1
+        assert [r.snippet for r in mem.search("東京", mode="keyword", sync=False).results] == [
+            "Emoji 😀 and 東京 café note\n"]

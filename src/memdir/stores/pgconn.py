@@ -44,7 +44,10 @@ RECONNECT_TIMEOUT = 10.0
 #: How long a statement waits for a lock another session holds on memdir's tables (SQLite's busy timeout).
 LOCK_TIMEOUT = "30s"
 #: libpq keepalives: a server that vanished (host down, network cut) is noticed within about a minute.
-KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+              # Notes are Unicode: a client encoding from the environment (PGCLIENTENCODING=LATIN1, a
+              # DSN's options) made every note with a character outside it fail with UnicodeEncodeError.
+              "client_encoding": "UTF8"}
 
 
 class DatabaseUnavailable(StoreError):
