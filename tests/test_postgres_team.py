@@ -200,3 +200,22 @@ def test_a_client_encoding_from_the_environment_does_not_refuse_unicode_notes(pg
         assert mem.sync().indexed == 1
         assert [r.snippet for r in mem.search("東京", mode="keyword", sync=False).results] == [
             "Emoji 😀 and 東京 café note\n"]
+
+
+def test_a_database_that_cannot_hold_a_notes_characters_is_named_with_the_note(pg_url: str, make_workspace,
+                                                                             run_cli):
+    """A LATIN1 database refused a note with an emoji as "… has no equivalent in encoding LATIN1",
+    CONTEXT "unnamed portal parameter $9": no note named, no cause, no way out."""
+    from psycopg.conninfo import make_conninfo
+
+    db = "latin_" + uuid.uuid4().hex[:8]
+    pg_query(pg_url, f"CREATE DATABASE {db} ENCODING 'LATIN1' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'")
+    try:
+        ws = make_workspace({"memory/a.md": "Plain café note\n", "memory/b.md": "Emoji 😀 note\n"})
+        env = {"MEMDIR_PROVIDER": "none", **Backend("postgres", make_conninfo(pg_url, dbname=db), "memdir").env()}
+        out = run_cli("index", "-w", str(ws), env=env)
+        assert out.returncode == 1
+        assert "cannot store memory/b.md" in out.stderr and "ENCODING 'UTF8'" in out.stderr, out.stderr
+        assert "portal" not in out.stderr
+    finally:
+        pg_query(pg_url, f"DROP DATABASE {db} WITH (FORCE)")

@@ -99,6 +99,24 @@ def stored_text(text: str) -> str:
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
+@contextmanager
+def _encodable(db: Database, path: str) -> Iterator[None]:
+    """Say what to do when the database's encoding cannot hold a character of a note.
+
+    A database created with another encoding than UTF-8 (LATIN1, WIN1252) refused the first note
+    with an emoji as "character with byte sequence … has no equivalent in encoding", CONTEXT:
+    "unnamed portal parameter $9", naming neither the note nor the cause, and nothing was indexed.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) != "22P05":  # untranslatable_character
+            raise
+        why = (str(exc).strip().splitlines() or ["untranslatable character"])[0]
+        raise StoreError(f"PostgreSQL at {db.where} cannot store {path}: {why}; memdir needs a database created "
+                         "with ENCODING 'UTF8' (CREATE DATABASE … ENCODING 'UTF8' TEMPLATE template0)") from None
+
+
 class PostgresStore(PgSearch, PgCache, PgHealth):
     """One agent's index in a shared PostgreSQL schema; thread-safe (a pooled connection per call)."""
 
@@ -349,7 +367,7 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
                     flat = vec(ch.embedding)  # type: ignore[arg-type]
                     dims = flat.size // windows
                     vectors.extend((ix, ch.id, w, dims, flat[w * dims:(w + 1) * dims]) for w in range(windows))
-            with c.cursor() as cur:
+            with c.cursor() as cur, _encodable(self.db, path):
                 cur.executemany(
                     "INSERT INTO chunks(index_id, id, path, source, start_line, end_line, hash, model, text, tsv, "
                     "tsv_stem, doc_len, embedded, updated_at, ts, date_start, date_end) VALUES (%s,%s,%s,%s,%s,%s,"
