@@ -276,7 +276,7 @@ class PgSearch:
         with self._conn() as c:
             row = c.execute("SELECT count(*), max(dims) FROM vectors WHERE index_id = %s", (ix,)).fetchone()
         count, dims = int(row[0]), row[1]
-        if not dims or count < max(1, self.hnsw_min_vectors) or self._index_exists(name):
+        if not dims or count < max(1, self.hnsw_min_vectors) or self._index_exists(name) or not self._may_index():
             return
         conn = self.db.dedicated("memdir index build")
         try:
