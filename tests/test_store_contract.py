@@ -134,6 +134,10 @@ def test_cache_put_get_touch_and_lru_prune(store: Store):
         assert store.cache_prune(2) == 1
     assert set(store.cache_get(*args, ["h1", "h2", "h3"])) == {"h1", "h3"}
     assert store.cache_prune(None) == 0 and store.cache_count() == 2
+    # the agent's entries (PostgreSQL's cache is the team's: there, those of the agent's chunk texts)
+    with store.transaction():
+        store.replace_file("memory/c.md", "memory", "fh", 1, 1, [
+            ChunkRow(f"c{h}", "memory/c.md", "memory", i, i, h, "m", h, None) for i, h in enumerate(["h1", "h3"], 1)])
     assert [e[3] for e in store.export_cache()] == ["h3", "h1"]  # least recently used first
 
 

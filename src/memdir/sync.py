@@ -451,7 +451,8 @@ class Indexer:
                 return f"{key} changed ({meta.get(key)!r} → {ident.get(key)!r})"
         if ident.get("vectorDims") and meta.get("vectorDims") and ident["vectorDims"] != meta["vectorDims"]:
             return f"vector dims changed ({meta['vectorDims']} → {ident['vectorDims']})"
-        return None
+        store_reason = getattr(self.store, "rebuild_reason", None)  # a backend's own settings (PostgreSQL's)
+        return store_reason() if store_reason is not None else None
 
     @property
     def model_name(self) -> str:

@@ -261,7 +261,9 @@ class Store(Protocol):
         ...
 
     def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
-        """Every cache entry as ``(provider, model, provider_key, hash, vector)``, least recently used first."""
+        """The agent's cache entries as ``(provider, model, provider_key, hash, vector)``, least recently
+        used first: all of SQLite's (its cache is the agent's own), those of the agent's chunk texts
+        from PostgreSQL's (shared by the team)."""
         ...
 
     # -- health -------------------------------------------------------------------------------

@@ -130,9 +130,16 @@ class PgCache:
             yield path, source, fhash, int(mtime), int(size), chunks
 
     def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
-        """Cache entries, least recently used first (so a copy keeps the LRU order)."""
+        """This agent's cache entries (those of its chunks' texts and models), least recently used
+        first (so a copy keeps the LRU order).
+
+        Not the whole table: it is the team's, and ``migrate --to sqlite`` of one agent copied every
+        other agent's vectors into that agent's file (read into memory at once, however many).
+        """
+        scope, args = self._scope()
         with self._conn() as c:
-            rows = c.execute("SELECT provider, model, provider_key, hash, embedding FROM embedding_cache "
-                             "ORDER BY updated_at, hash").fetchall()
+            rows = c.execute("SELECT e.provider, e.model, e.provider_key, e.hash, e.embedding FROM embedding_cache e "
+                             "WHERE (e.model, e.hash) IN (SELECT DISTINCT model, hash FROM chunks WHERE index_id = "
+                             f"{scope}) ORDER BY e.updated_at, e.hash", args).fetchall()
         for p, m, k, h, v in rows:
             yield p, m, k, h, floats(v)

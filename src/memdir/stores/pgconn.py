@@ -44,7 +44,10 @@ RECONNECT_TIMEOUT = 10.0
 #: How long a statement waits for a lock another session holds on memdir's tables (SQLite's busy timeout).
 LOCK_TIMEOUT = "30s"
 #: libpq keepalives: a server that vanished (host down, network cut) is noticed within about a minute.
-KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+              # Notes are Unicode: a client encoding from the environment (PGCLIENTENCODING=LATIN1, a
+              # DSN's options) made every note with a character outside it fail with UnicodeEncodeError.
+              "client_encoding": "UTF8"}
 
 
 class DatabaseUnavailable(StoreError):
@@ -83,6 +86,15 @@ def redact_dsn(dsn: str, schema: str) -> str:
     db = parts.get("dbname") or env.get("PGDATABASE") or user
     where = f"{host}:{port}" if port and not host.startswith("/") else host
     return f"postgresql://{user + '@' if user else ''}{where}/{db}#{schema}"
+
+
+def connected_where(info: Any, schema: str) -> str:
+    """:func:`redact_dsn` for the server a connection reached: what libpq resolved (a service file,
+    ``PG*`` variables, the host of a list that answered), where the DSN alone said "localhost"."""
+    host = str(info.host or "localhost")
+    where = host if host.startswith("/") else f"{host}:{info.port}"
+    user = info.user or ""
+    return f"postgresql://{user + '@' if user else ''}{where}/{info.dbname}#{schema}"
 
 
 def _one_line(exc: BaseException) -> str:
@@ -137,6 +149,7 @@ class Database:
         try:
             with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, **KEEPALIVES) as conn:
                 conn.execute("SELECT set_config('lock_timeout', %s, false)", (LOCK_TIMEOUT,))
+                self.where = connected_where(conn.info, schema)
                 self.facts = migrate(conn, schema)
                 info = TypeInfo.fetch(conn, f'"{self.facts["vector_schema"]}".vector')
         except psycopg.errors.LockNotAvailable as exc:
@@ -300,7 +313,10 @@ class Database:
 
 # -- the writer lock --------------------------------------------------------------------------
 
-_THREAD_LOCKS: dict[int, threading.Lock] = {}
+#: Per (DSN, lock key): the same schema and agent in another database (or server) is another index,
+#: whose sync must not wait for this one's; one database named by two DSNs is still excluded by the
+#: advisory lock itself (two sessions).
+_THREAD_LOCKS: dict[tuple[str, int], threading.Lock] = {}
 _THREAD_GUARD = threading.Lock()
 
 
@@ -316,7 +332,7 @@ class AdvisoryWriterLock:
         self.key = lock_key("writer", db.schema, agent)
         self._conn: Any = None
         with _THREAD_GUARD:  # advisory locks are re-entrant per session: threads exclude each other here
-            self._thread_lock = _THREAD_LOCKS.setdefault(self.key, threading.Lock())
+            self._thread_lock = _THREAD_LOCKS.setdefault((db.dsn, self.key), threading.Lock())
 
     def held_here(self) -> bool:
         """Whether a thread of this process holds the lock (or is taking it)."""
@@ -400,6 +416,9 @@ class AdvisoryWriterLock:
             row = conn.execute(
                 "SELECT a.application_name, extract(epoch FROM a.backend_start), a.pid FROM pg_locks l "
                 "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+                # advisory locks are per database, pg_locks shows every database's: the same schema and
+                # agent in another database of the server (staging beside production) is another index
+                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
                 "AND l.classid = %s AND l.objid = %s AND l.objsubid = 1",
                 ((self.key >> 32) & 0xFFFFFFFF, self.key & 0xFFFFFFFF),
             ).fetchone()

@@ -195,6 +195,13 @@ class PgSearch:
     def _hnsw_name(ix: int | None) -> str:
         return f"vectors_hnsw_{ix}" if ix is not None else ""
 
+    def _may_index(self) -> bool:
+        """Whether this role may build an index on the vectors table (only its owner's members may)."""
+        with self._conn() as c:
+            row = c.execute("SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class WHERE oid = "
+                            "to_regclass(format('%%I.vectors', %s::text))", (self.schema,)).fetchone()
+        return bool(row and row[0])
+
     def _index_exists(self, name: str, conn: Any = None) -> bool:
         with self._conn() if conn is None else same(conn) as c:
             row = c.execute("SELECT i.indisvalid FROM pg_class r JOIN pg_index i ON i.indexrelid = r.oid "
@@ -226,14 +233,17 @@ class PgSearch:
                 return [hit(r, cosine(r[9])) for r in rows]
             # HNSW returns windows; a chunk's several windows can take several places, so widen until
             # ``limit`` distinct chunks are found.  The index id is a literal: the planner must see that
-            # the partial index's predicate holds.
+            # the partial index's predicate holds.  ``dims`` as in the exact path: a query of another width
+            # (the model changed) cannot use the index, and casting each row to it raised "expected N
+            # dimensions" instead of finding nothing.
             order = f"(v.embedding::vector({dims})) <=> %(q)s::vector({dims})"
             k = int(limit)
             while True:
                 c.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(100, 2 * k))),))
                 rows = c.execute(
                     f"WITH w AS (SELECT v.chunk_id, {order} AS d FROM vectors v WHERE v.index_id = {int(ix)} "
-                    f"ORDER BY {order} LIMIT %(k)s), top AS (SELECT chunk_id, min(d) AS d FROM w GROUP BY chunk_id "
+                    f"AND v.dims = %(dims)s ORDER BY {order} LIMIT %(k)s), top AS (SELECT chunk_id, min(d) AS d "
+                    "FROM w GROUP BY chunk_id "
                     f"ORDER BY d, chunk_id LIMIT %(limit)s), n AS (SELECT count(*) AS n FROM w) "
                     f"SELECT {CHUNK_COLS}, 1 - top.d, n.n FROM top JOIN chunks c ON c.index_id = %(ix)s "
                     "AND c.id = top.chunk_id, n ORDER BY top.d, c.id", {**args, "k": k, "limit": int(limit)}
@@ -266,7 +276,7 @@ class PgSearch:
         with self._conn() as c:
             row = c.execute("SELECT count(*), max(dims) FROM vectors WHERE index_id = %s", (ix,)).fetchone()
         count, dims = int(row[0]), row[1]
-        if not dims or count < max(1, self.hnsw_min_vectors) or self._index_exists(name):
+        if not dims or count < max(1, self.hnsw_min_vectors) or self._index_exists(name) or not self._may_index():
             return
         conn = self.db.dedicated("memdir index build")
         try:
@@ -276,9 +286,17 @@ class PgSearch:
             # A concurrent build waits for every older transaction on the table to end: that is its
             # nature, not a stuck lock, and giving up would throw a finished rebuild away.
             conn.execute("SET lock_timeout = 0")
-            conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{self.schema}"."{name}"')  # an invalid leftover
-            conn.execute(f'CREATE INDEX CONCURRENTLY "{name}" ON "{self.schema}".vectors USING hnsw '
-                         f"((embedding::vector({int(dims)})) vector_cosine_ops) WHERE index_id = {int(ix)}")
+            try:
+                conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{self.schema}"."{name}"')  # an invalid leftover
+                conn.execute(f'CREATE INDEX CONCURRENTLY "{name}" ON "{self.schema}".vectors USING hnsw '
+                             f"((embedding::vector({int(dims)})) vector_cosine_ops) WHERE index_id = {int(ix)}")
+            except Exception as exc:
+                # Only the tables' owner may index them: a team's role granted reads and writes on a schema
+                # an administrator made failed every sync (and every rebuild) from this size on.  The index
+                # only speeds vector search up; without it the search is exact.
+                if getattr(exc, "sqlstate", None) != "42501":  # insufficient_privilege
+                    raise
+                return
             # Fresh statistics, so the planner knows this agent's rows are many and picks the new index.
             conn.execute(f'ANALYZE "{self.schema}".vectors')
         finally:

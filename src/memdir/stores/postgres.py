@@ -45,7 +45,7 @@ from memdir.errors import IndexDamaged, StoreError
 from memdir.stores import pgkeyword
 from memdir.stores.base import ChunkRow, FileRows
 from memdir.stores.pgcache import PgCache
-from memdir.stores.pgconn import AdvisoryWriterLock, Database, redact_dsn
+from memdir.stores.pgconn import AdvisoryWriterLock, Database
 from memdir.stores.pghealth import PgHealth
 from memdir.stores.pgkeyword import doc_length, pg_text
 from memdir.stores.pgsearch import PgSearch, same, vec
@@ -99,6 +99,24 @@ def stored_text(text: str) -> str:
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
+@contextmanager
+def _encodable(db: Database, path: str) -> Iterator[None]:
+    """Say what to do when the database's encoding cannot hold a character of a note.
+
+    A database created with another encoding than UTF-8 (LATIN1, WIN1252) refused the first note
+    with an emoji as "character with byte sequence … has no equivalent in encoding", CONTEXT:
+    "unnamed portal parameter $9", naming neither the note nor the cause, and nothing was indexed.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) != "22P05":  # untranslatable_character
+            raise
+        why = (str(exc).strip().splitlines() or ["untranslatable character"])[0]
+        raise StoreError(f"PostgreSQL at {db.where} cannot store {path}: {why}; memdir needs a database created "
+                         "with ENCODING 'UTF8' (CREATE DATABASE … ENCODING 'UTF8' TEMPLATE template0)") from None
+
+
 class PostgresStore(PgSearch, PgCache, PgHealth):
     """One agent's index in a shared PostgreSQL schema; thread-safe (a pooled connection per call)."""
 
@@ -113,7 +131,7 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         self.db = _db or Database.acquire(dsn, schema, pool_size)
         self._owns_db = _db is None
         self.pinned = _index_id  # a generation being built (rebuild); None = whatever is live
-        self.location = redact_dsn(dsn, schema) + f"/{agent}"
+        self.location = self.db.where + f"/{agent}"
         server_ro = self.db.facts.get("readonly")
         #: Nothing may be written: asked for, or the server is a replica, or the role may not write.
         self.readonly = bool(readonly or server_ro)
@@ -124,6 +142,7 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         self._local = threading.local()
         self._closed = False
         self.fts_error: str | None = None
+        self._built_ts_config: str | None = None  # of the generation read_meta last read
         if self._owns_db:
             try:
                 self._check_ts_config()
@@ -217,6 +236,8 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         vector = {"path": "hnsw" if has_hnsw else "exact", "version": f["pgvector"],
                   "why": (f"pgvector HNSW index (cosine) over this agent's {n} vectors" if has_hnsw else
                           f"exact cosine over this agent's {n} vectors (HNSW from {self.hnsw_min_vectors})")}
+        if not has_hnsw and n >= max(1, self.hnsw_min_vectors) and not self._may_index():
+            vector["why"] += f"; this role may not build it (only the owner of {self.schema}.vectors may)"
         return {"backend": "postgres", "location": self.location, "server": f["server"], "pgvector": f["pgvector"],
                 "schema": self.schema, "schemaVersion": f["schema_version"], "agent": self.agent,
                 "pool": {"max": self.db.pool.max_size},
@@ -257,12 +278,25 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
     def read_meta(self) -> dict[str, Any] | None:
         scope, args = self._scope()
         with self._conn() as c:
-            row = c.execute(f"SELECT meta FROM indexes WHERE id = {scope}", args).fetchone()
+            row = c.execute(f"SELECT meta, ts_config FROM indexes WHERE id = {scope}", args).fetchone()
+        self._built_ts_config = row[1] if row else None
         if not row or row[0] is None:
             return None
         if not isinstance(row[0], dict):
             raise IndexDamaged(f"the index metadata is a JSON {type(row[0]).__name__}, not an object ({self.location})")
         return dict(json_out(row[0]))
+
+    def rebuild_reason(self) -> str | None:
+        """Why the generation :meth:`read_meta` last read must be rebuilt for this store's settings.
+
+        Its keyword columns were stemmed with the text search configuration it records: after
+        ``textSearchConfig`` changed, queries stemmed with the new one missed every word whose stems
+        differ, and nothing rebuilt the index (the index identity has no such key).
+        """
+        built = self._built_ts_config
+        if built is None or built == self.ts_config or self.fts_error:
+            return None
+        return f"textSearchConfig changed ({built!r} → {self.ts_config!r})"
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         from psycopg.types.json import Jsonb
@@ -333,7 +367,7 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
                     flat = vec(ch.embedding)  # type: ignore[arg-type]
                     dims = flat.size // windows
                     vectors.extend((ix, ch.id, w, dims, flat[w * dims:(w + 1) * dims]) for w in range(windows))
-            with c.cursor() as cur:
+            with c.cursor() as cur, _encodable(self.db, path):
                 cur.executemany(
                     "INSERT INTO chunks(index_id, id, path, source, start_line, end_line, hash, model, text, tsv, "
                     "tsv_stem, doc_len, embedded, updated_at, ts, date_start, date_end) VALUES (%s,%s,%s,%s,%s,%s,"
@@ -462,7 +496,14 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         try:
             conn = self.db.dedicated("memdir cleanup")
             try:
-                conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{self.schema}"."{self._hnsw_name(ix)}"')
+                try:
+                    conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{self.schema}"."{self._hnsw_name(ix)}"')
+                except Exception as exc:
+                    # A role that does not own the tables may not drop an index the owner built: the rows
+                    # go all the same (a generation kept for that grew the tables with every rebuild),
+                    # and the partial index, matching no row any more, is left for the owner.
+                    if getattr(exc, "sqlstate", None) != "42501":
+                        raise
                 with conn.transaction():
                     for table in ("vectors", "chunks", "files", "index_state", "frequent_lexemes"):
                         conn.execute(f"DELETE FROM {table} WHERE index_id = %s", (ix,))
