@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memdir.errors import without_source_location
-from memdir.ltm.capture import CATEGORIES
+from memdir.ltm.capture import CATEGORIES, one_line
 from memdir.redact import redact_text
 from memdir.tools import ToolInputError, ToolResult, ToolSpec, _raw, parse_args, read_number, read_string, tool_name
 
@@ -137,7 +137,7 @@ def memory_recall(target: Any, args: Any = None) -> ToolResult:
         return _failure(exc)
     if not hits:
         return _result("No relevant memories found.", {"count": 0})
-    lines = [f"{i}. [{h.category}] {h.text} ({_percent(h.score or 0.0)}%)" for i, h in enumerate(hits, 1)]
+    lines = [f"{i}. [{h.category}] {one_line(h.text)} ({_percent(h.score or 0.0)}%)" for i, h in enumerate(hits, 1)]
     memories = [{"id": h.id, "text": h.text, "category": h.category, "importance": round(h.importance, 4),
                  "score": round(float(h.score or 0.0), 4)} for h in hits]
     return _result(f"Found {len(hits)} memories:\n\n" + "\n".join(lines), {"count": len(hits), "memories": memories})
@@ -201,7 +201,7 @@ def memory_forget(target: Any, args: Any = None) -> ToolResult:
         return _result(f"No memory with id {memory_id}.", {"action": "not_found", "id": memory_id})
     if result.action == "none_matched":
         return _result("No matching memories found.", {"found": 0})
-    lines = [f"- [{c.id[:8]}] {c.text[:60]}..." for c in result.candidates]
+    lines = [f"- [{c.id[:8]}] {one_line(c.text)[:60]}..." for c in result.candidates]
     candidates = [{"id": c.id, "text": c.text, "category": c.category, "score": round(float(c.score or 0.0), 4)}
                   for c in result.candidates]
     return _result(f"Found {len(candidates)} candidates. Specify memoryId:\n" + "\n".join(lines),
