@@ -34,6 +34,7 @@ from memdir.ltm.capture import (
     detect_category,
     format_relevant_memories_context,
 )
+from memdir.ltm.facts import says_something_else
 from memdir.ltm.results import ForgetResult, ImportReport, StoreResult
 from memdir.ltm.store import (
     COMPACT_AT_FRAGMENTS,
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DUPLICATE_SCORE = 0.95
+DUPLICATE_CANDIDATES = 5  # near-identical memories compared by their facts (memdir.ltm.facts)
 SUPERSEDE_MIN = 0.8
 RECALL_MIN_SCORE = 0.1  # memory_recall tool
 SEARCH_MIN_SCORE = 0.3  # `ltm search`, auto-recall
@@ -306,9 +308,11 @@ class LongTermMemory:
 
     def _store_locked(self, text: str, vector: Any, importance: float, category: str, source: str,
                       *, memory_id: str | None = None, created_at: int | None = None) -> StoreResult:
-        hits = self.table.search(vector, limit=1, min_score=DUPLICATE_SCORE) if self.table.exists() else []
-        if hits:
-            return StoreResult("duplicate", hits[0])
+        near = self.table.search(vector, limit=DUPLICATE_CANDIDATES, min_score=DUPLICATE_SCORE) \
+            if self.table.exists() else []
+        same = next((r for r in near if not says_something_else(text, r.text)), None)
+        if same is not None:
+            return StoreResult("duplicate", same)
         if not self.table.exists():
             self._finish_rebuilds()  # a killed recovery's new table goes in first, never beside a fresh one
             self.table.create(int(vector.size), self.embedder.identity)
@@ -318,7 +322,7 @@ class LongTermMemory:
         superseded: list[MemoryRecord] = []
         if self.config.supersede:
             close = self.table.search(vector, limit=10, min_score=SUPERSEDE_MIN, category=category)
-            superseded = [r for r in close if (r.score or 0.0) < DUPLICATE_SCORE]
+            superseded = close  # ≥ 0.95 ones left here change a number, a date or a negation: corrected
         self.table.add([record])
         if superseded:
             at = self._clock()
