@@ -378,8 +378,8 @@ class LongTermMemory:
     # -- around a turn -------------------------------------------------------------------------
     def auto_recall(self, prompt: str) -> str | None:
         """R§14 ``before_agent_start``: the ``<relevant-memories>`` block for ``prompt``, or ``None``."""
-        if not isinstance(prompt, str) or len(prompt) < AUTO_RECALL_MIN_PROMPT:
-            return None
+        if not isinstance(prompt, str) or len(prompt) < AUTO_RECALL_MIN_PROMPT or not clean_text(prompt).strip():
+            return None  # a blank prompt has nothing to recall by (it raised "query required")
         hits = self.search(prompt, limit=AUTO_RECALL_LIMIT, min_score=SEARCH_MIN_SCORE)
         return format_relevant_memories_context(hits) if hits else None
 
