@@ -54,3 +54,21 @@ def test_export_then_import_restores_multi_line_memories_unchanged(tmp_path: Pat
         assert {r.text: r.id for r in target.list()} == ids
         again = target.import_markdown(exported)
         assert again.updated == [] and sorted(again.unchanged) == sorted(ids.values())
+
+
+def test_an_edited_importance_is_imported_and_an_impossible_one_refused(tmp_path: Path) -> None:
+    """Why: only text and category were compared, so a bullet whose importance was edited came
+    back "unchanged" and the edit was lost; "importance: 5" was stored as it was (the tools and
+    ``ltm store`` refuse anything outside 0–1)."""
+    with make(tmp_path, "a") as ltm:
+        kept = ltm.store("The staging database lives in eu-west-1", category="fact", importance=0.9).record
+        exported = ltm.export()
+        assert f"(id: {kept.id}, importance: 0.9)" in exported
+        edited = exported.replace("importance: 0.9", "importance: 0.3")
+        report = ltm.import_markdown(edited)
+        assert (report.updated, report.unchanged) == ([kept.id], [])
+        assert round(ltm.get(kept.id).importance, 4) == 0.3
+        assert ltm.import_markdown(edited).unchanged == [kept.id]
+        with pytest.raises(Exception, match=r"line 3: importance must be between 0 and 1, got 5"):
+            ltm.import_markdown(exported.replace("importance: 0.9", "importance: 5"))
+        assert round(ltm.get(kept.id).importance, 4) == 0.3

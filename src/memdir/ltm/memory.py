@@ -434,6 +434,8 @@ class LongTermMemory:
                 raise LtmError(f"line {item.line}: unknown category {item.category!r} "
                                f"(expected one of {', '.join(CATEGORIES)})")
             _check_length(item.text, f"line {item.line}: ")
+            if item.importance is not None and not 0.0 <= item.importance <= 1.0:
+                raise LtmError(f"line {item.line}: importance must be between 0 and 1, got {item.importance:g}")
             try:
                 # A bullet's date has no time of day: file order breaks ties, so a restore lists alike.
                 days.append(ms_of_day(item.date, tz) + position if item.date else None)
@@ -448,10 +450,13 @@ class LongTermMemory:
                 importance = item.importance if item.importance is not None else DEFAULT_IMPORTANCE
                 existing = self.table.get(item.id) if item.id and self.table.exists() else None
                 if existing is not None:
-                    if (existing.text, existing.category) == (item.text, category):
+                    # An edited importance counts too: it was reported "unchanged" and dropped.
+                    if (existing.text, existing.category) == (item.text, category) and \
+                            abs(float(existing.importance) - importance) <= 1e-6:
                         report.unchanged.append(existing.id)
                         continue
                     existing.text, existing.category, existing.vector = item.text, category, vector
+                    existing.importance = importance
                     self.table.replace(existing)
                     report.updated.append(existing.id)
                 elif item.id:
