@@ -74,10 +74,24 @@ _INJECTION: tuple[re.Pattern[str], ...] = (
 #: ``password: x``, ``password=x``) lets through: "my password is hunter2", "the PIN is 4711".
 _STATED_SECRET = re.compile(
     r"\b(?:password|passwd|passphrase|passcode|pin(?: code| number)?|api[ _-]?key|secret key|access token|"
-    r"security code|cvv|credit card(?: number)?|social security number|ssn)(?:\s+(?:is|was)\b|\s*[=:])\s*\S", _I)
+    r"security code|cvv|credit card(?: number)?|social security number|ssn)(?:\s+(?:is|was)\b|\s*[=:])\s*"
+    r"(?!(?:stored|saved|kept|written|managed|shared|set|changed|reset|required|needed|expired|wrong|correct|"
+    r"valid|invalid|secret|private|long|short|strong|weak|same|different|also|still|now|not|in|on|at|the|a|an|"
+    r"my|your|our|their|his|her)\b)"
+    r"(?P<value>[^\s,;]+?(?:[ -]\d{2,})*)(?=[.!?]?(?:\s|$)|[,;])", _I)
 
 _EMOJI = re.compile("[\U0001F300-\U0001F9FF]")
 _WS = re.compile(r"\s+")
+
+
+def mask_stated_secrets(text: str) -> str:
+    """``text`` with each secret stated in prose masked ("my PIN is 4711" → "my PIN is ***").
+
+    Why: ``memory_store`` masks what :func:`memdir.redact.redact_text` knows, and "the wifi
+    password is Sunflower77" went into every later prompt and into the indexed mirror as it was."""
+    from memdir.redact import mask
+
+    return _STATED_SECRET.sub(lambda m: m.group(0)[:m.start("value") - m.start(0)] + mask(m.group("value")), text)
 
 
 def _plain(text: str, invisible: str = "") -> str:
@@ -204,6 +218,7 @@ __all__ = [
     "escape_memory_text",
     "format_relevant_memories_context",
     "looks_like_prompt_injection",
+    "mask_stated_secrets",
     "message_texts",
     "one_line",
     "should_capture",

@@ -13,7 +13,8 @@ memdir's differences: ``memory_store`` without a category uses ``detect_category
 "other"), so a stated preference can supersede an older one; ``memory_forget`` accepts the
 8-character id prefix its own candidate list shows (OpenClaw shows 8 characters but needs the
 full UUID) and says when an id matches nothing (OpenClaw reports success); ``memory_store``
-masks secrets as transcripts mask them (:func:`memdir.redact.redact_text`): a model asked to
+masks secrets as transcripts mask them (:func:`memdir.redact.redact_text`), and ones stated in
+prose ("the wifi password is …", :func:`memdir.ltm.capture.mask_stated_secrets`): a model asked to
 remember a key must not put it in every later prompt and in the indexed mirror.
 """
 
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memdir.errors import without_source_location
-from memdir.ltm.capture import CATEGORIES, one_line
+from memdir.ltm.capture import CATEGORIES, mask_stated_secrets, one_line
 from memdir.redact import redact_text
 from memdir.tools import ToolInputError, ToolResult, ToolSpec, _raw, parse_args, read_number, read_string, tool_name
 
@@ -156,7 +157,7 @@ def memory_store(target: Any, args: Any = None, *, source: str = "tool") -> Tool
         category = read_string(params, "category")
         if category is not None and category.lower() not in CATEGORIES:
             raise ToolInputError(f"unknown category {category!r} (expected one of {', '.join(CATEGORIES)})")
-        result = _long_term(target).store(redact_text(raw.strip()), importance=importance,
+        result = _long_term(target).store(mask_stated_secrets(redact_text(raw.strip())), importance=importance,
                                           category=category.lower() if category else None, source=source)
     except ToolInputError as exc:
         return _result(str(exc), {"error": str(exc)})
