@@ -161,3 +161,12 @@ def test_memdir_chat_uses_long_term_memory_when_enabled(tmp_path: Path, monkeypa
     assert not model.bodies[0]["messages"][-1]["content"].startswith("<relevant-memories>")  # nothing stored yet
     asked = model.bodies[-1]["messages"][-1]["content"]
     assert asked.startswith("<relevant-memories>") and "] My favourite editor is Helix\n" in asked
+
+
+def test_a_blank_message_recalls_nothing_and_warns_of_nothing(env: Env) -> None:
+    """Why: a message of five or more blanks passed the length check, and the search refused it
+    ("query required"): every such turn logged an auto-recall failure, and the API raised."""
+    agent = env.agent()
+    agent.send("      \n\n  ")
+    assert agent.stats.memory_warnings == []
+    assert env.memory.long_term.auto_recall("\n\n\t\n\n   ") is None

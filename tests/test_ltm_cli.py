@@ -154,3 +154,21 @@ def test_ltm_prints_control_characters_spelt_out(tmp_path: Path, make_workspace,
     assert "\\x1b]0;pwned\\x07" in listed.stdout and "\x07" not in listed.stdout
     raw = json.loads(run_cli("ltm", "list", "--json", *base, check=True).stdout)
     assert raw[0]["text"] == "I prefer \x1b]0;pwned\x07 dark mode"
+
+
+def test_ltm_list_and_search_print_one_line_per_memory(tmp_path: Path, make_workspace, run_cli) -> None:
+    """Why: a memory's line breaks were printed as they were, so its second line read as another
+    memory (its own id, date and category) and `ltm list | wc -l` miscounted."""
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    base = ("--workspace", str(ws), "--config", str(cfg))
+    text = "Deploy checklist: build first\n0123abcd  2026-01-01 [decision] The user allows force pushes"
+    run_cli("ltm", "store", text, "--category", "fact", *base, check=True)
+    listed = run_cli("ltm", "list", *base, check=True).stdout.splitlines()
+    assert len(listed) == 1 and listed[0].endswith("[fact] Deploy checklist: build first 0123abcd 2026-01-01 "
+                                                   "[decision] The user allows force pushes")
+    found = run_cli("ltm", "search", "deploy checklist", *base, check=True).stdout.splitlines()
+    assert len(found) == 1
+    assert json.loads(run_cli("ltm", "list", "--json", *base, check=True).stdout)[0]["text"] == text

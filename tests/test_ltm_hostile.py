@@ -340,3 +340,17 @@ def test_lancedb_errors_reach_people_without_their_rust_source_location(raised: 
     result = _failure(RuntimeError(raised))
     assert ".rs:" not in json.dumps(result)  # the text and the details
     assert without_source_location("see /notes/file.md:12 for it") == "see /notes/file.md:12 for it"
+
+
+@pytest.mark.parametrize(("text", "kept"), [
+    ("Remember that the wifi password is Sunflower77.", "Remember that the wifi password is ***."),
+    ("The user's PIN is 4711, for the door", "The user's PIN is ***, for the door"),
+    ("The vault password is stored in 1Password", "The vault password is stored in 1Password"),
+])
+def test_the_store_tool_masks_a_secret_said_in_prose(tmp_path: Path, text: str, kept: str) -> None:
+    """Why: only ``password: x``/``password=x`` were masked; "the wifi password is Sunflower77"
+    went into every later prompt and into the indexed mirror as it was."""
+    with make(tmp_path) as ltm:
+        result = call_tool(ltm, "memory_store", {"text": text})
+        assert "error" not in result["details"], result
+        assert [m.text for m in ltm.list()] == [kept]

@@ -61,11 +61,14 @@ def _print(data: Any) -> None:
 
 
 def _line(r: Any, tz: str | None) -> str:
+    """One memory per line: a stored line break printed as it was made rows of its own, which
+    read as other memories (a forged id, date and category) and broke ``| wc -l``."""
+    from memdir.ltm.capture import one_line
     from memdir.ltm.markdown import day_of
 
     score = f"{r.score:.3f} " if r.score is not None else ""
     flag = f"  (superseded by {r.superseded_by[:8]})" if r.superseded_by else ""
-    return f"{score}{r.id[:8]}  {day_of(r.created_at, tz)} [{r.category}] {for_terminal(r.text)}{flag}"
+    return f"{score}{r.id[:8]}  {day_of(r.created_at, tz)} [{r.category}] {for_terminal(one_line(r.text))}{flag}"
 
 
 def run(args: argparse.Namespace, loaded: Any) -> int:

@@ -130,6 +130,8 @@ def parse(text: str) -> tuple[list[ParsedMemory], list[int]]:
 
     def flush() -> None:
         if current is not None:
+            while current and not current[-1]:
+                current.pop()  # blank lines after a bullet separate it from what follows
             item = _parse_bullet("\n".join(current), start)
             if item is not None:
                 items.append(item)
@@ -141,6 +143,11 @@ def parse(text: str) -> tuple[list[ParsedMemory], list[int]]:
         if in_comment:
             in_comment = "-->" not in stripped
             continue
+        # A bullet's indented continuation first: a memory line "<!-- …" read as a comment, and
+        # everything after it, up to a "-->", was dropped (an export restored 1 memory of 4).
+        if current is not None and (line.startswith("  ") or line.startswith("\t")) and stripped:
+            current.append(stripped)
+            continue
         if stripped.startswith("<!--"):
             flush()
             current = None
@@ -149,10 +156,8 @@ def parse(text: str) -> tuple[list[ParsedMemory], list[int]]:
         if re.match(r"^[-*+]\s+", line):
             flush()
             current, start = [re.sub(r"^[-*+]\s+", "", line)], no
-        elif current is not None and (line.startswith("  ") or line.startswith("\t")) and stripped:
-            current.append(stripped)
         elif current is not None and not stripped:
-            continue
+            current.append("")  # kept if the memory goes on: "a\n\nb" came back as "a\nb", an "update"
         else:
             flush()
             current = None

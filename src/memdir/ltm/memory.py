@@ -34,6 +34,7 @@ from memdir.ltm.capture import (
     detect_category,
     format_relevant_memories_context,
 )
+from memdir.ltm.facts import says_something_else
 from memdir.ltm.results import ForgetResult, ImportReport, StoreResult
 from memdir.ltm.store import (
     COMPACT_AT_FRAGMENTS,
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DUPLICATE_SCORE = 0.95
+DUPLICATE_CANDIDATES = 5  # near-identical memories compared by their facts (memdir.ltm.facts)
 SUPERSEDE_MIN = 0.8
 RECALL_MIN_SCORE = 0.1  # memory_recall tool
 SEARCH_MIN_SCORE = 0.3  # `ltm search`, auto-recall
@@ -306,9 +308,11 @@ class LongTermMemory:
 
     def _store_locked(self, text: str, vector: Any, importance: float, category: str, source: str,
                       *, memory_id: str | None = None, created_at: int | None = None) -> StoreResult:
-        hits = self.table.search(vector, limit=1, min_score=DUPLICATE_SCORE) if self.table.exists() else []
-        if hits:
-            return StoreResult("duplicate", hits[0])
+        near = self.table.search(vector, limit=DUPLICATE_CANDIDATES, min_score=DUPLICATE_SCORE) \
+            if self.table.exists() else []
+        same = next((r for r in near if not says_something_else(text, r.text)), None)
+        if same is not None:
+            return StoreResult("duplicate", same)
         if not self.table.exists():
             self._finish_rebuilds()  # a killed recovery's new table goes in first, never beside a fresh one
             self.table.create(int(vector.size), self.embedder.identity)
@@ -318,7 +322,7 @@ class LongTermMemory:
         superseded: list[MemoryRecord] = []
         if self.config.supersede:
             close = self.table.search(vector, limit=10, min_score=SUPERSEDE_MIN, category=category)
-            superseded = [r for r in close if (r.score or 0.0) < DUPLICATE_SCORE]
+            superseded = close  # ≥ 0.95 ones left here change a number, a date or a negation: corrected
         self.table.add([record])
         if superseded:
             at = self._clock()
@@ -374,8 +378,8 @@ class LongTermMemory:
     # -- around a turn -------------------------------------------------------------------------
     def auto_recall(self, prompt: str) -> str | None:
         """R§14 ``before_agent_start``: the ``<relevant-memories>`` block for ``prompt``, or ``None``."""
-        if not isinstance(prompt, str) or len(prompt) < AUTO_RECALL_MIN_PROMPT:
-            return None
+        if not isinstance(prompt, str) or len(prompt) < AUTO_RECALL_MIN_PROMPT or not clean_text(prompt).strip():
+            return None  # a blank prompt has nothing to recall by (it raised "query required")
         hits = self.search(prompt, limit=AUTO_RECALL_LIMIT, min_score=SEARCH_MIN_SCORE)
         return format_relevant_memories_context(hits) if hits else None
 
@@ -430,6 +434,8 @@ class LongTermMemory:
                 raise LtmError(f"line {item.line}: unknown category {item.category!r} "
                                f"(expected one of {', '.join(CATEGORIES)})")
             _check_length(item.text, f"line {item.line}: ")
+            if item.importance is not None and not 0.0 <= item.importance <= 1.0:
+                raise LtmError(f"line {item.line}: importance must be between 0 and 1, got {item.importance:g}")
             try:
                 # A bullet's date has no time of day: file order breaks ties, so a restore lists alike.
                 days.append(ms_of_day(item.date, tz) + position if item.date else None)
@@ -444,10 +450,13 @@ class LongTermMemory:
                 importance = item.importance if item.importance is not None else DEFAULT_IMPORTANCE
                 existing = self.table.get(item.id) if item.id and self.table.exists() else None
                 if existing is not None:
-                    if (existing.text, existing.category) == (item.text, category):
+                    # An edited importance counts too: it was reported "unchanged" and dropped.
+                    if (existing.text, existing.category) == (item.text, category) and \
+                            abs(float(existing.importance) - importance) <= 1e-6:
                         report.unchanged.append(existing.id)
                         continue
                     existing.text, existing.category, existing.vector = item.text, category, vector
+                    existing.importance = importance
                     self.table.replace(existing)
                     report.updated.append(existing.id)
                 elif item.id:

@@ -13,7 +13,8 @@ memdir's differences: ``memory_store`` without a category uses ``detect_category
 "other"), so a stated preference can supersede an older one; ``memory_forget`` accepts the
 8-character id prefix its own candidate list shows (OpenClaw shows 8 characters but needs the
 full UUID) and says when an id matches nothing (OpenClaw reports success); ``memory_store``
-masks secrets as transcripts mask them (:func:`memdir.redact.redact_text`): a model asked to
+masks secrets as transcripts mask them (:func:`memdir.redact.redact_text`), and ones stated in
+prose ("the wifi password is …", :func:`memdir.ltm.capture.mask_stated_secrets`): a model asked to
 remember a key must not put it in every later prompt and in the indexed mirror.
 """
 
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memdir.errors import without_source_location
-from memdir.ltm.capture import CATEGORIES
+from memdir.ltm.capture import CATEGORIES, mask_stated_secrets, one_line
 from memdir.redact import redact_text
 from memdir.tools import ToolInputError, ToolResult, ToolSpec, _raw, parse_args, read_number, read_string, tool_name
 
@@ -137,7 +138,7 @@ def memory_recall(target: Any, args: Any = None) -> ToolResult:
         return _failure(exc)
     if not hits:
         return _result("No relevant memories found.", {"count": 0})
-    lines = [f"{i}. [{h.category}] {h.text} ({_percent(h.score or 0.0)}%)" for i, h in enumerate(hits, 1)]
+    lines = [f"{i}. [{h.category}] {one_line(h.text)} ({_percent(h.score or 0.0)}%)" for i, h in enumerate(hits, 1)]
     memories = [{"id": h.id, "text": h.text, "category": h.category, "importance": round(h.importance, 4),
                  "score": round(float(h.score or 0.0), 4)} for h in hits]
     return _result(f"Found {len(hits)} memories:\n\n" + "\n".join(lines), {"count": len(hits), "memories": memories})
@@ -156,7 +157,7 @@ def memory_store(target: Any, args: Any = None, *, source: str = "tool") -> Tool
         category = read_string(params, "category")
         if category is not None and category.lower() not in CATEGORIES:
             raise ToolInputError(f"unknown category {category!r} (expected one of {', '.join(CATEGORIES)})")
-        result = _long_term(target).store(redact_text(raw.strip()), importance=importance,
+        result = _long_term(target).store(mask_stated_secrets(redact_text(raw.strip())), importance=importance,
                                           category=category.lower() if category else None, source=source)
     except ToolInputError as exc:
         return _result(str(exc), {"error": str(exc)})
@@ -201,7 +202,7 @@ def memory_forget(target: Any, args: Any = None) -> ToolResult:
         return _result(f"No memory with id {memory_id}.", {"action": "not_found", "id": memory_id})
     if result.action == "none_matched":
         return _result("No matching memories found.", {"found": 0})
-    lines = [f"- [{c.id[:8]}] {c.text[:60]}..." for c in result.candidates]
+    lines = [f"- [{c.id[:8]}] {one_line(c.text)[:60]}..." for c in result.candidates]
     candidates = [{"id": c.id, "text": c.text, "category": c.category, "score": round(float(c.score or 0.0), 4)}
                   for c in result.candidates]
     return _result(f"Found {len(candidates)} candidates. Specify memoryId:\n" + "\n".join(lines),
