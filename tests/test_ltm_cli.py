@@ -172,3 +172,18 @@ def test_ltm_list_and_search_print_one_line_per_memory(tmp_path: Path, make_work
     found = run_cli("ltm", "search", "deploy checklist", *base, check=True).stdout.splitlines()
     assert len(found) == 1
     assert json.loads(run_cli("ltm", "list", "--json", *base, check=True).stdout)[0]["text"] == text
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--limit", "0", "must be 1 or more, not 0"),
+    ("--limit", "-3", "must be 1 or more, not -3"),
+    ("--min-score", "5", "must be a number from 0 to 1, not 5"),
+    ("--min-score", "nan", "must be a number from 0 to 1, not nan"),
+])
+def test_ltm_search_refuses_counts_and_scores_the_search_command_refuses(
+        tmp_path: Path, make_workspace, run_cli, option: str, value: str, says: str) -> None:
+    # Before: `ltm search Q --limit 0` printed one memory (the store clamps to 1) and `--min-score 5`
+    # printed nothing, both exiting 0, where `memdir search` refuses both as bad usage.
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    done = run_cli("ltm", "search", "dark mode", option, value, "--workspace", str(ws))
+    assert done.returncode == 2 and says in done.stderr and not done.stdout

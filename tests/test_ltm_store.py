@@ -314,6 +314,23 @@ def test_mirror_follows_the_store_and_never_clobbers_edits(tmp_path: Path) -> No
         assert len(report.created) == 1 and "I live in Porto" in mirror.read_text()
 
 
+def test_memory_forget_reports_the_mirror_warnings_memory_store_reports(tmp_path: Path) -> None:
+    # Before: a forget that moved a hand-edited mirror aside said only "Memory … forgotten.", so an
+    # agent (or its user) never learnt where the edit went; memory_store's details carry the warning.
+    with make(tmp_path, ltm={"mirror": {"enabled": True}}) as ltm:
+        mirror = tmp_path / "ws" / "memory" / "long-term.md"
+        kept, gone = ltm.store("I prefer tea").record, ltm.store("We decided to use Rust").record
+        mirror.write_text(mirror.read_text() + "- I live in Porto\n")  # a person edits the mirror
+        by_id = call_tool(ltm, "memory_forget", {"memoryId": gone.id}).payload
+        [aside] = mirror.parent.glob("long-term.md.edited-*")
+        assert by_id["action"] == "deleted" and aside.name in by_id["warnings"][0]
+        assert "I prefer tea" in mirror.read_text() and f"(id: {kept.id})" in mirror.read_text()
+        ltm.store("My email is me@example.com")
+        mirror.write_text(mirror.read_text() + "- I live in Lisbon\n")
+        by_query = call_tool(ltm, "memory_forget", {"query": "My email is me@example.com"}).payload
+        assert by_query["action"] == "deleted" and "warnings" in by_query
+
+
 def test_agents_sharing_a_workspace_do_not_overwrite_each_others_mirror(tmp_path: Path) -> None:
     with make(tmp_path, agent="a", ltm={"mirror": {"enabled": True}}) as a, \
             make(tmp_path, agent="b", ltm={"mirror": {"enabled": True}}) as b:

@@ -17,8 +17,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-# failures the CLI reports (as JSON too with --json), and its JSON for stdout
-from memdir.cli import CliError, UsageError, for_terminal, json_text
+# failures the CLI reports (as JSON too with --json), its JSON for stdout, and its argument checks
+# (`--limit 0` returned one memory and `--min-score 5` none, quietly, before they were used here)
+from memdir.cli import CliError, UsageError, _count, _score, for_terminal, json_text
 
 
 def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -41,8 +42,8 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
     p.add_argument("--importance", type=float, default=0.7, help="0-1 (default 0.7)")
     p = cmd("search", "find memories similar to a query")
     p.add_argument("query", help="what to look for")
-    p.add_argument("--limit", type=int, default=5, help="results (default 5)")
-    p.add_argument("--min-score", type=float, default=0.3, help="minimum similarity (default 0.3)")
+    p.add_argument("--limit", type=_count, default=5, help="results (default 5)")
+    p.add_argument("--min-score", type=_score, default=0.3, help="minimum similarity (default 0.3)")
     p = cmd("forget", "delete a memory by id (or its first 8 characters), or by --query")
     p.add_argument("id", nargs="?", help="memory id")
     p.add_argument("--query", help="delete the single strong match for this query, or list candidates")

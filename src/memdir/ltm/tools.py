@@ -194,7 +194,9 @@ def memory_forget(target: Any, args: Any = None) -> ToolResult:
             return _result(message, {"error": "invalid_id"})
         return _failure(exc)
     if result.action == "deleted" and result.record is not None:
-        details = {"action": "deleted", "id": result.record.id}
+        details: dict[str, Any] = {"action": "deleted", "id": result.record.id}
+        if result.warnings:  # the mirror moved aside or left alone: memory_store says so, forget did not
+            details["warnings"] = list(result.warnings)
         if memory_id is not None:
             return _result(f"Memory {result.record.id} forgotten.", details)
         return _result(f'Forgotten: "{result.record.text}"', details)
