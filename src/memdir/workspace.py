@@ -404,9 +404,10 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
     except OSError as exc:
         found.issues.append(f"memory directory not accessible ({mem_dir}): {_errname(exc)}")
         found.unlisted.append(MEMORY_DIR)
+    top = _top_names(workspace)  # listed once for both checks
     if absent & {"memory.md", MEMORY_DIR}:
-        found.skipped.extend(_case_variants(workspace, absent))
-    found.skipped.extend(_conflict_copies(workspace))
+        found.skipped.extend(_case_variants(top, absent))
+    found.skipped.extend(_conflict_copies(top))
     for extra in extra_paths or []:
         try:
             st = os.lstat(extra)
@@ -453,31 +454,33 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
     return found
 
 
-def _case_variants(workspace: Path, absent: set[str]) -> list[Skipped]:
+def _top_names(workspace: Path) -> list[str]:
+    """The names at the workspace's top, sorted (none when it cannot be listed: the checks below
+    only add advice, and a workspace that cannot be listed is reported elsewhere)."""
+    try:
+        with os.scandir(workspace) as it:
+            return sorted(e.name for e in it)
+    except OSError:
+        return []
+
+
+def _case_variants(top: list[str], absent: set[str]) -> list[Skipped]:
     """``Memory/``, ``Memory.md``…: named like a memory file or folder that is not there but for
     case.  A workspace made on macOS, whose file system ignores case, has them indexed there; here
     they were left out without a word.  (Looked for only when a memory name is missing: where case
     is ignored, that name is found and nothing is said.)"""
-    try:
-        with os.scandir(workspace) as it:
-            names = sorted(e.name for e in it if e.name.lower() in absent)
-    except OSError:
-        return []
+    names = [name for name in top if name.lower() in absent]
     return [Skipped(display_path(name), "not memory: names are case-sensitive here (rename it to "
                                         + ("memory/)" if name.lower() == MEMORY_DIR else "MEMORY.md)"))
             for name in names if name not in ROOT_FILES and name != MEMORY_DIR]
 
 
-def _conflict_copies(workspace: Path) -> list[Skipped]:
+def _conflict_copies(top: list[str]) -> list[Skipped]:
     """The copies of ``MEMORY.md`` a sync tool made when two machines changed it (Syncthing's
     ``MEMORY.sync-conflict-20260112-093000-ABCDEFG.md``, Dropbox's and Nextcloud's
     ``MEMORY (conflicted copy 2026-01-12).md``): at the workspace's top only ``MEMORY.md`` is
     memory, so what the other machine wrote was left out of every search without a word."""
-    try:
-        with os.scandir(workspace) as it:
-            names = sorted(e.name for e in it if e.name.endswith(".md") and "conflict" in e.name.lower())
-    except OSError:
-        return []
+    names = [name for name in top if name.endswith(".md") and "conflict" in name.lower()]
     return [Skipped(display_path(name), "a sync tool's conflict copy of MEMORY.md, not indexed (at the top of the "
                                         "workspace only MEMORY.md is): merge what it holds into MEMORY.md",
                     lasting=True)
