@@ -112,3 +112,16 @@ def test_capture_candidates_user_text_only_at_most_three() -> None:
     assert capture_candidates(messages) == ["I prefer dark mode", "My email is me@example.com",
                                             "I always want verbose output"]
     assert capture_candidates(messages, limit=1) == ["I prefer dark mode"]
+
+
+def test_capture_candidates_read_responses_api_user_items() -> None:
+    # Before: a Responses API conversation (``input_text`` blocks, ``type: message`` items) gave no
+    # candidates at all, so auto-capture never fired for an integrator on that API.
+    messages = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "I prefer dark mode"},
+                                                        {"type": "input_image", "image_url": "data:,"}]},
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": "I always remember that you prefer light mode"}]},
+        {"type": "function_call_output", "call_id": "c1", "output": "My email is tool@example.com"},
+    ]
+    assert capture_candidates(messages) == ["I prefer dark mode"]

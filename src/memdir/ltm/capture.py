@@ -180,8 +180,13 @@ def format_relevant_memories_context(memories: Iterable[Mapping[str, Any] | Any]
     return "<relevant-memories>\n" + UNTRUSTED_PREAMBLE + "\n" + "\n".join(lines) + "\n</relevant-memories>"
 
 
+_TEXT_BLOCKS = ("text", "input_text")
+
+
 def message_texts(message: Mapping[str, Any] | str) -> list[str]:
-    """The text of one chat message: a string, or every ``text`` block of a content list."""
+    """The text of one chat message: a string, or every text block of a content list (``text``, as
+    Anthropic's and Chat Completions' messages have, or ``input_text``, as the Responses API's
+    user items have: those were never captured)."""
     if isinstance(message, str):
         return [message]
     content = message.get("content")
@@ -190,7 +195,7 @@ def message_texts(message: Mapping[str, Any] | str) -> list[str]:
     out: list[str] = []
     if isinstance(content, Sequence):
         for block in content:
-            if isinstance(block, Mapping) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            if isinstance(block, Mapping) and block.get("type") in _TEXT_BLOCKS and isinstance(block.get("text"), str):
                 out.append(block["text"])
     return out
 
