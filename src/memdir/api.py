@@ -670,6 +670,7 @@ class Memory(IndexUpkeep):
         meta: dict[str, Any] = {}
         dirty_files: list[str] = []
         removed: list[str] = []
+        rebuild: str | None = None
         skipped: dict[str, dict[str, Any]] = {s.path: s.as_dict() for s in found.skipped}
         if store:
             def read() -> tuple[Any, ...]:
@@ -677,6 +678,8 @@ class Memory(IndexUpkeep):
                 return store.counts_by_source(), store.read_meta() or {}, changed, gone, store.get_state(SKIPPED_STATE)
 
             counts, meta, changed, gone, last_skipped = self._healing(read)
+            if meta:
+                rebuild = self.indexer.settings_rebuild_reason(meta)
             dirty_files = [f.path for f in changed]
             removed = [p for p, _ in gone]
             for item in last_skipped or []:
@@ -703,9 +706,12 @@ class Memory(IndexUpkeep):
                 {"source": s, "files": counts.get(s, (0, 0))[0], "chunks": counts.get(s, (0, 0))[1]}
                 for s in ms.sources
             ],
-            "dirty": bool(dirty_files or removed) or not exists,
+            "dirty": bool(dirty_files or removed or rebuild) or not exists,
             # The same, named for what it means to a user: the next search (or a watcher) syncs first.
-            "syncPending": bool(dirty_files or removed) or not exists,
+            "syncPending": bool(dirty_files or removed or rebuild) or not exists,
+            # Why the next sync rebuilds the whole index (the settings changed since it was built);
+            # "Dirty: no" hid an edited chunk size or tokenizer that no search had applied yet.
+            "rebuildReason": rebuild,
             "dirtyFiles": dirty_files[:50],  # the first 50; the counts are of all of them
             "removedFiles": removed[:50],
             "dirtyCount": len(dirty_files),
