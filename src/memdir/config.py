@@ -897,10 +897,15 @@ def _parse_bool(name: str, raw: str) -> bool:
 class LoadedConfig:
     """Resolved settings plus where each leaf came from."""
 
-    def __init__(self, settings: Settings, origins: Origins, config_file: Path | None):
+    def __init__(self, settings: Settings, origins: Origins, config_file: Path | None,
+                 probes: list[tuple[str, bool]] | None = None):
         self.settings = settings
         self.origins = origins
         self.config_file = config_file
+        #: ``(path, existed)`` for each path whose existence decided a setting (a relative
+        #: ``local.modelPath``: beside the config file, else a hub name); a settings snapshot is
+        #: good only while each still is, or is not, there.
+        self.probes: list[tuple[str, bool]] = probes or []
 
     def rows(self) -> list[tuple[str, Any, str]]:
         """Flattened ``(camelCaseKey, value, origin)`` rows for ``config show``."""
@@ -990,6 +995,7 @@ def load_config(
         cfg_file = find_config_file(ws_hint, sd_hint)
 
     file_agents: dict[str, Any] | None = None
+    probes: list[tuple[str, bool]] = []
     if cfg_file is not None:
         raw = normalise_keys(FileConfig, read_config_file(cfg_file), "", cfg_file)
         origin = f"file:{cfg_file}"
@@ -1041,7 +1047,8 @@ def load_config(
             if (origins.get(key, "").startswith("file:") and isinstance(value, str) and value.strip()
                     and not os.path.isabs(os.path.expanduser(value))):
                 data[key] = str((cfg_file.parent / value).resolve())
-        _local_paths_beside(data, origins, cfg_file)
+        probes = _local_paths_beside(data, origins, cfg_file)
+        _store_path_beside(data, origins, cfg_file)
     store = data.get("memory_search", {}).get("store") if isinstance(data.get("memory_search"), dict) else None
     for holder, key in ((data, "workspace"), (data, "state_dir"), (store, "path")):
         value = holder.get(key) if isinstance(holder, dict) else None
@@ -1068,7 +1075,7 @@ def load_config(
             what = "is not a folder" if ws.exists() else "does not exist"
             raise ConfigError(f"workspace {ws} {what}{_origin_text(origins.get('workspace', ''), 'workspace')}"
                               f"{_other_normal_form(ws)}")
-    return LoadedConfig(settings, origins, cfg_file)
+    return LoadedConfig(settings, origins, cfg_file, probes)
 
 
 def _other_normal_form(path: Path) -> str:
@@ -1100,22 +1107,39 @@ def _path_argument(key: str, value: Any) -> str | None:
                           f"{type(value).__name__}") from None
 
 
-def _local_paths_beside(data: dict[str, Any], origins: Origins, cfg_file: Path) -> None:
+def _local_paths_beside(data: dict[str, Any], origins: Origins, cfg_file: Path) -> list[tuple[str, bool]]:
     """``local.modelPath`` / ``local.modelCacheDir`` relative to the config file's folder, as the
     other paths in it: a model found only from the CWD of the first run was lost to a later one
     (an MCP client starts the server elsewhere) and every search fell back to keywords.  A model
-    path is taken beside the file only when it is there: else it may name a Hugging Face model."""
+    path is taken beside the file only when it is there: else it may name a Hugging Face model.
+    Returns the ``(path, existed)`` probes that decided it (see :attr:`LoadedConfig.probes`)."""
     local = (data.get("memory_search") or {}).get("local")
+    probes: list[tuple[str, bool]] = []
     if not isinstance(local, dict):
-        return
+        return probes
     for key in ("model_path", "model_cache_dir"):
         value = local.get(key)
         if not (origins.get(f"memory_search.local.{key}", "").startswith("file:") and isinstance(value, str)
                 and value.strip() and not os.path.isabs(os.path.expanduser(value.strip()))):
             continue
         beside = Path(os.path.abspath(cfg_file.parent / value.strip()))  # symlinks kept (HF cache layouts)
+        if key == "model_path":
+            probes.append((str(beside), beside.exists()))
         if key == "model_cache_dir" or beside.exists():
             local[key] = str(beside)
+    return probes
+
+
+def _store_path_beside(data: dict[str, Any], origins: Origins, cfg_file: Path) -> None:
+    """A relative ``store.path`` from a config file, from that file's folder, as its other paths: it
+    was taken from the current folder of each run, so ``path = "indexes/{agentId}.sqlite"`` in
+    ``~/.memdir/memdir.toml`` gave every folder memdir ran in an index of its own (an MCP client
+    starting the server elsewhere rebuilt a new one, beside the CLI's)."""
+    store = (data.get("memory_search") or {}).get("store")
+    value = store.get("path") if isinstance(store, dict) else None
+    if (origins.get("memory_search.store.path", "").startswith("file:") and isinstance(value, str)
+            and value.strip() and not value.startswith("~") and not os.path.isabs(value)):
+        store["path"] = os.path.abspath(cfg_file.parent / value)  # type: ignore[index]
 
 
 def _check_home(settings: Settings, origins: Origins) -> None:
