@@ -802,10 +802,26 @@ def read_config_file(path: Path) -> dict[str, Any]:
         # the format is the name's: a TOML file named `config` failed as JSON5 with no word of it
         how = "" if suffix in (".toml", ".json", ".json5") else (
             " as JSON5 (the format follows the name: .toml, .json or .json5)")
-        raise ConfigError(f"cannot parse config file {path}{how}: {exc}") from exc
+        raise ConfigError(f"cannot parse config file {path}{how}: {_parse_problem(exc, suffix, text)}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table/object at the top level")
     return data
+
+
+#: json5's way of placing a syntax error: ``<string>:4 Unexpected "x" at column 5``.
+_JSON5_PLACE = re.compile(r"<string>:(\d+) (.*) at column (\d+)", re.DOTALL)
+
+
+def _parse_problem(exc: Exception, suffix: str, text: str) -> str:
+    """A parser's message, placed as TOML's are (``at line 4, column 5``: json5 said ``<string>:4 …
+    at column 5``), with a hint for a JSON file holding comments (only JSON5 takes them)."""
+    message = str(exc)
+    placed = _JSON5_PLACE.fullmatch(message)
+    if placed:
+        message = f"{placed[2]} (at line {placed[1]}, column {placed[3]})"
+    if suffix == ".json" and re.search(r"^\s*(//|/\*)", text, re.MULTILINE):
+        message += " (JSON has no comments: name the file memdir.json5 to keep them)"
+    return message
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
