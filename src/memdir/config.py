@@ -710,6 +710,38 @@ def _in_file(path: Path | None) -> str:
     return f" in {path}" if path is not None else ""
 
 
+def _key_paths(model: type[BaseModel], head: str = "") -> list[str]:
+    """Every key under ``model`` as a user writes it (``query.hybrid.vectorWeight``), sections too;
+    not into lists (``agents.list``), whose items have an index."""
+    out: list[str] = []
+    for name, info in model.model_fields.items():
+        path = f"{head}{info.alias or _camel(name)}"
+        out.append(path)
+        sub = _submodel(info.annotation)
+        if sub is not None and get_origin(info.annotation) is not builtins.list:
+            out.extend(_key_paths(sub, path + "."))
+    return out
+
+
+def _placed_elsewhere(model: type[BaseModel], key: str, where: str) -> str | None:
+    """The full key a known name is at when given in the wrong section: ``maxResults`` under
+    ``[memorySearch]`` is ``memorySearch.query.maxResults``, a top-level ``provider`` is
+    ``memorySearch.provider``.  Looked for under this section first, then from the top; the
+    shortest such key wins.  (Only the closest spelling *here* was suggested, so the commonest
+    mistake, a right name in the wrong table, got none, or one that was another setting.)"""
+    wanted = _camel(key).lower()
+
+    def shortest(paths: list[str]) -> str | None:
+        hits = [p for p in paths if p.rpartition(".")[2].lower() == wanted]
+        return min(hits, key=lambda p: (p.count("."), len(p))) if hits else None
+
+    below = shortest([p for p in _key_paths(model) if "." in p])
+    if below is not None:
+        return f"{where}.{below}" if where else below
+    anywhere = shortest(_key_paths(FileConfig))
+    return anywhere if anywhere is not None and anywhere != (f"{where}.{key}" if where else key) else None
+
+
 def normalise_keys(model: type[BaseModel], raw: Any, where: str, where_file: Path | None = None) -> dict[str, Any]:
     """Map camelCase/snake_case keys onto field names; raise on unknown keys, naming them."""
     if not isinstance(raw, Mapping):
@@ -724,7 +756,9 @@ def normalise_keys(model: type[BaseModel], raw: Any, where: str, where_file: Pat
             spellings = {n: info.alias or n for n, info in model.model_fields.items()}
             spellings.update({alias: alias for alias in spellings.values()})
             close = difflib.get_close_matches(str(key), list(spellings), n=1, cutoff=0.6)
-            hint = f" (did you mean '{prefix(dotted)}{spellings[close[0]]}'?)" if close else ""
+            elsewhere = _placed_elsewhere(model, str(key), where)
+            hint = (f" (did you mean '{elsewhere}'?)" if elsewhere else
+                    f" (did you mean '{prefix(dotted)}{spellings[close[0]]}'?)" if close else "")
             known = ", ".join(sorted(set(spellings.values())))
             raise ConfigError(f"unknown config key '{dotted}'{hint}{_in_file(where_file)} (known keys here: {known})")
         name, info = found
