@@ -34,3 +34,18 @@ def test_comments_in_a_json_file_say_json5_takes_them(tmp_path: Path):
         load_config(config_path=path, workspace=tmp_path, env={})
     renamed = path.rename(tmp_path / "memdir.json5")
     assert load_config(config_path=renamed, workspace=tmp_path, env={}).settings.memory_search.provider == "none"
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ('{"memorySearch": {"remote": null}}', "memorySearch.remote = None"),
+    ('{"memorySearch": null}', "memorySearch = None"),
+    ('{"memorySearch": {"query": {"hybrid": null}}}', "memorySearch.query.hybrid = None"),
+])
+def test_a_section_given_as_null_is_named_without_a_class_name(tmp_path: Path, text: str, key: str):
+    """It said "must be a valid dictionary or instance of RemoteConfig": a Python class, not a key."""
+    path = tmp_path / "memdir.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(config_path=path, workspace=tmp_path, env={})
+    message = str(caught.value)
+    assert f"{key} in {path}: must be a table/object" in message and "instance of" not in message

@@ -1262,6 +1262,8 @@ def _describe_validation(exc: ValidationError, data: Mapping[str, Any] | None = 
                 origin = origins.get(".".join(outer), "")
             where = _origin_text(origin, dotted)
         msg = str(err["msg"]).removeprefix("Value error, ").replace("Input should be", "must be")
+        # a section given as null or a number: "a valid dictionary or instance of RemoteConfig" named a class
+        msg = re.sub(r"a valid dictionary( or instance of \w+)?", "a table/object", msg)
         value = ""
         if "input" in err and err.get("type") != "value_error" and not isinstance(err["input"], Mapping):
             value = f" = {err['input']!r}"
