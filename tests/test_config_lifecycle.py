@@ -138,3 +138,13 @@ def test_postgres_text_search_config_switch_is_applied_by_the_next_search(pg, ma
         assert "textSearchConfig" in (mem.status()["rebuildReason"] or "")
         assert [r.path for r in mem.search("running").results] == ["memory/a.md"]
         assert mem.status()["rebuildReason"] is None
+
+
+def test_search_help_gives_the_configured_result_count_as_the_default(make_workspace, run_cli):
+    """It said "(default 6)" whatever query.maxResults was set to."""
+    ws = make_workspace({"MEMORY.md": "".join(f"quokka fact {i}\n\n" + "filler " * 200 + "\n" for i in range(12))})
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n[memorySearch.query]\nmaxResults = 9\n'
+                                     "minScore = 0\n")
+    assert "the configured maxResults" in " ".join(run_cli("search", "--help", check=True).stdout.split())
+    out = json.loads(run_cli("search", "quokka fact", "-w", str(ws), "--json", check=True).stdout)
+    assert len(out["results"]) == 9

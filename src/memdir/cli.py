@@ -254,7 +254,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = cmd("search", "search memory")
     p.add_argument("query", nargs="?", help="what to look for")
     p.add_argument("--query", dest="query_opt", help="the query (wins over the positional one)")
-    p.add_argument("--max-results", type=_count, help="results to return (default 6)")
+    p.add_argument("--max-results", type=_count,
+                   help="results to return (default: the configured maxResults, 6 unless set)")
     p.add_argument("--min-score", type=_score,
                    help="drop results scoring below this; a value given here is strict. Default: the configured "
                         "minScore (0.35), below which a strong keyword match or a close vector match may still be "
