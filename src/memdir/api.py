@@ -171,6 +171,17 @@ def _one_warning(reasons: str) -> str:
     return "; ".join(line.strip().removesuffix(".") for line in reasons.splitlines() if line.strip())
 
 
+def _file_stamp(path: Path | None) -> tuple[int, int, int, int] | None:
+    """What changes when a file is edited or replaced (``None``: no such file)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
+
+
 def _holds_other_vectors(meta: dict[str, Any], provider: Any) -> bool:
     """The index's vectors are not this provider's: another model, or the same name with another
     provider key (a model re-exported to the same path, other numerics, another endpoint)."""
@@ -234,6 +245,9 @@ class Memory(IndexUpkeep):
             raise TypeError(f"notice must be a function taking the message, e.g. logger.warning, not "
                             f"{type(notice).__name__}")
         self._provider_override = provider
+        #: The config file read, as it was then (see :meth:`_config_edited`).
+        self._config_file: Path | None = getattr(self.loaded, "config_file", None)
+        self._config_seen = _file_stamp(self._config_file)
         self._workspace: tuple[Any, str, Path] | None = None
         self._selection: ProviderSelection | None = None
         self._store: Store | None = None
@@ -508,7 +522,25 @@ class Memory(IndexUpkeep):
             stale, notes = True, ["the index has not been built yet: run `memdir index` (or search with sync on)"]
         response.stale = response.stale or stale
         response.warnings.extend(notes)
+        edited = self._config_edited()
+        if edited:
+            response.warnings.append(edited)
         return response
+
+    def _config_edited(self) -> str | None:
+        """Once per edit: the config file changed after this ``Memory`` read it.  Settings are read
+        once; a long-running ``memdir mcp`` or ``memdir chat`` went on with the old ones without a
+        word (one ``stat`` per search)."""
+        if self._config_file is None:
+            return None
+        now = _file_stamp(self._config_file)
+        if now == self._config_seen:
+            return None
+        self._config_seen = now
+        message = (f"{self._config_file} changed after memdir read it: its new settings apply once memdir is "
+                   "restarted (a running memdir mcp, memdir watch or memdir chat keeps the settings it started with)")
+        self.notice(message)
+        return message
 
     def _search_index(self, store: Store, query: str, max_results: int | None, min_score: float | None,
                       explain: bool, mode: SearchMode, *, verify: bool) -> SearchResponse:
@@ -670,6 +702,7 @@ class Memory(IndexUpkeep):
         meta: dict[str, Any] = {}
         dirty_files: list[str] = []
         removed: list[str] = []
+        rebuild: str | None = None
         skipped: dict[str, dict[str, Any]] = {s.path: s.as_dict() for s in found.skipped}
         if store:
             def read() -> tuple[Any, ...]:
@@ -677,6 +710,8 @@ class Memory(IndexUpkeep):
                 return store.counts_by_source(), store.read_meta() or {}, changed, gone, store.get_state(SKIPPED_STATE)
 
             counts, meta, changed, gone, last_skipped = self._healing(read)
+            if meta:
+                rebuild = self.indexer.settings_rebuild_reason(meta)
             dirty_files = [f.path for f in changed]
             removed = [p for p, _ in gone]
             for item in last_skipped or []:
@@ -703,9 +738,12 @@ class Memory(IndexUpkeep):
                 {"source": s, "files": counts.get(s, (0, 0))[0], "chunks": counts.get(s, (0, 0))[1]}
                 for s in ms.sources
             ],
-            "dirty": bool(dirty_files or removed) or not exists,
+            "dirty": bool(dirty_files or removed or rebuild) or not exists,
             # The same, named for what it means to a user: the next search (or a watcher) syncs first.
-            "syncPending": bool(dirty_files or removed) or not exists,
+            "syncPending": bool(dirty_files or removed or rebuild) or not exists,
+            # Why the next sync rebuilds the whole index (the settings changed since it was built);
+            # "Dirty: no" hid an edited chunk size or tokenizer that no search had applied yet.
+            "rebuildReason": rebuild,
             "dirtyFiles": dirty_files[:50],  # the first 50; the counts are of all of them
             "removedFiles": removed[:50],
             "dirtyCount": len(dirty_files),

@@ -254,7 +254,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = cmd("search", "search memory")
     p.add_argument("query", nargs="?", help="what to look for")
     p.add_argument("--query", dest="query_opt", help="the query (wins over the positional one)")
-    p.add_argument("--max-results", type=_count, help="results to return (default 6)")
+    p.add_argument("--max-results", type=_count,
+                   help="results to return (default: the configured maxResults, 6 unless set)")
     p.add_argument("--min-score", type=_score,
                    help="drop results scoring below this; a value given here is strict. Default: the configured "
                         "minScore (0.35), below which a strong keyword match or a close vector match may still be "
@@ -446,6 +447,9 @@ def cmd_index(args: argparse.Namespace) -> int:
                               **report.as_dict()}, indent=2))
         else:
             kind = "full reindex" if report.full else "incremental"
+            why = report.reason.partition(": ")[2] if report.full else ""
+            if why and why not in ("forced", "no index yet"):  # a setting changed: say which, as --json does
+                kind += f" ({why})"
             print(f"Memory index updated ({_index_label(mem)}): {kind}, {report.indexed} indexed, "
                   f"{report.unchanged} unchanged, {report.removed} removed, {report.chunks} chunks "
                   f"in {report.seconds:.2f}s")
@@ -583,7 +587,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"Extra paths: {', '.join(st['extraPaths'])}")
     lines += [f"Indexed: {st['files']}/{st['scannedFiles']} files · {st['chunks']} chunks",
               f"Dirty: {'yes' if st['dirty'] else 'no'}"
-              + (f" ({st['dirtyCount']} changed, {st['removedCount']} removed; "
+              + (f" (to be rebuilt: {st['rebuildReason']}; the next search, memdir index or the watcher does it)"
+                 if st.get("rebuildReason") and not (st["dirtyCount"] or st["removedCount"]) else
+                 f" ({st['dirtyCount']} changed, {st['removedCount']} removed; "
                  "the next search or the watcher syncs them)" if st["dirty"] else ""),
               f"Store: {st['indexPath']}" + ("" if st["indexExists"] else " (not built yet: run memdir index)"),
               "Index for: " + {"workspace": "this workspace (no agent id chosen; --agent NAME for a named index)",

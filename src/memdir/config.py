@@ -710,6 +710,38 @@ def _in_file(path: Path | None) -> str:
     return f" in {path}" if path is not None else ""
 
 
+def _key_paths(model: type[BaseModel], head: str = "") -> list[str]:
+    """Every key under ``model`` as a user writes it (``query.hybrid.vectorWeight``), sections too;
+    not into lists (``agents.list``), whose items have an index."""
+    out: list[str] = []
+    for name, info in model.model_fields.items():
+        path = f"{head}{info.alias or _camel(name)}"
+        out.append(path)
+        sub = _submodel(info.annotation)
+        if sub is not None and get_origin(info.annotation) is not builtins.list:
+            out.extend(_key_paths(sub, path + "."))
+    return out
+
+
+def _placed_elsewhere(model: type[BaseModel], key: str, where: str) -> str | None:
+    """The full key a known name is at when given in the wrong section: ``maxResults`` under
+    ``[memorySearch]`` is ``memorySearch.query.maxResults``, a top-level ``provider`` is
+    ``memorySearch.provider``.  Looked for under this section first, then from the top; the
+    shortest such key wins.  (Only the closest spelling *here* was suggested, so the commonest
+    mistake, a right name in the wrong table, got none, or one that was another setting.)"""
+    wanted = _camel(key).lower()
+
+    def shortest(paths: list[str]) -> str | None:
+        hits = [p for p in paths if p.rpartition(".")[2].lower() == wanted]
+        return min(hits, key=lambda p: (p.count("."), len(p))) if hits else None
+
+    below = shortest([p for p in _key_paths(model) if "." in p])
+    if below is not None:
+        return f"{where}.{below}" if where else below
+    anywhere = shortest(_key_paths(FileConfig))
+    return anywhere if anywhere is not None and anywhere != (f"{where}.{key}" if where else key) else None
+
+
 def normalise_keys(model: type[BaseModel], raw: Any, where: str, where_file: Path | None = None) -> dict[str, Any]:
     """Map camelCase/snake_case keys onto field names; raise on unknown keys, naming them."""
     if not isinstance(raw, Mapping):
@@ -724,7 +756,9 @@ def normalise_keys(model: type[BaseModel], raw: Any, where: str, where_file: Pat
             spellings = {n: info.alias or n for n, info in model.model_fields.items()}
             spellings.update({alias: alias for alias in spellings.values()})
             close = difflib.get_close_matches(str(key), list(spellings), n=1, cutoff=0.6)
-            hint = f" (did you mean '{prefix(dotted)}{spellings[close[0]]}'?)" if close else ""
+            elsewhere = _placed_elsewhere(model, str(key), where)
+            hint = (f" (did you mean '{elsewhere}'?)" if elsewhere else
+                    f" (did you mean '{prefix(dotted)}{spellings[close[0]]}'?)" if close else "")
             known = ", ".join(sorted(set(spellings.values())))
             raise ConfigError(f"unknown config key '{dotted}'{hint}{_in_file(where_file)} (known keys here: {known})")
         name, info = found
@@ -802,10 +836,26 @@ def read_config_file(path: Path) -> dict[str, Any]:
         # the format is the name's: a TOML file named `config` failed as JSON5 with no word of it
         how = "" if suffix in (".toml", ".json", ".json5") else (
             " as JSON5 (the format follows the name: .toml, .json or .json5)")
-        raise ConfigError(f"cannot parse config file {path}{how}: {exc}") from exc
+        raise ConfigError(f"cannot parse config file {path}{how}: {_parse_problem(exc, suffix, text)}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table/object at the top level")
     return data
+
+
+#: json5's way of placing a syntax error: ``<string>:4 Unexpected "x" at column 5``.
+_JSON5_PLACE = re.compile(r"<string>:(\d+) (.*) at column (\d+)", re.DOTALL)
+
+
+def _parse_problem(exc: Exception, suffix: str, text: str) -> str:
+    """A parser's message, placed as TOML's are (``at line 4, column 5``: json5 said ``<string>:4 …
+    at column 5``), with a hint for a JSON file holding comments (only JSON5 takes them)."""
+    message = str(exc)
+    placed = _JSON5_PLACE.fullmatch(message)
+    if placed:
+        message = f"{placed[2]} (at line {placed[1]}, column {placed[3]})"
+    if suffix == ".json" and re.search(r"^\s*(//|/\*)", text, re.MULTILINE):
+        message += " (JSON has no comments: name the file memdir.json5 to keep them)"
+    return message
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -897,10 +947,15 @@ def _parse_bool(name: str, raw: str) -> bool:
 class LoadedConfig:
     """Resolved settings plus where each leaf came from."""
 
-    def __init__(self, settings: Settings, origins: Origins, config_file: Path | None):
+    def __init__(self, settings: Settings, origins: Origins, config_file: Path | None,
+                 probes: list[tuple[str, bool]] | None = None):
         self.settings = settings
         self.origins = origins
         self.config_file = config_file
+        #: ``(path, existed)`` for each path whose existence decided a setting (a relative
+        #: ``local.modelPath``: beside the config file, else a hub name); a settings snapshot is
+        #: good only while each still is, or is not, there.
+        self.probes: list[tuple[str, bool]] = probes or []
 
     def rows(self) -> list[tuple[str, Any, str]]:
         """Flattened ``(camelCaseKey, value, origin)`` rows for ``config show``."""
@@ -990,6 +1045,7 @@ def load_config(
         cfg_file = find_config_file(ws_hint, sd_hint)
 
     file_agents: dict[str, Any] | None = None
+    probes: list[tuple[str, bool]] = []
     if cfg_file is not None:
         raw = normalise_keys(FileConfig, read_config_file(cfg_file), "", cfg_file)
         origin = f"file:{cfg_file}"
@@ -1041,7 +1097,8 @@ def load_config(
             if (origins.get(key, "").startswith("file:") and isinstance(value, str) and value.strip()
                     and not os.path.isabs(os.path.expanduser(value))):
                 data[key] = str((cfg_file.parent / value).resolve())
-        _local_paths_beside(data, origins, cfg_file)
+        probes = _local_paths_beside(data, origins, cfg_file)
+        _store_path_beside(data, origins, cfg_file)
     store = data.get("memory_search", {}).get("store") if isinstance(data.get("memory_search"), dict) else None
     for holder, key in ((data, "workspace"), (data, "state_dir"), (store, "path")):
         value = holder.get(key) if isinstance(holder, dict) else None
@@ -1068,7 +1125,7 @@ def load_config(
             what = "is not a folder" if ws.exists() else "does not exist"
             raise ConfigError(f"workspace {ws} {what}{_origin_text(origins.get('workspace', ''), 'workspace')}"
                               f"{_other_normal_form(ws)}")
-    return LoadedConfig(settings, origins, cfg_file)
+    return LoadedConfig(settings, origins, cfg_file, probes)
 
 
 def _other_normal_form(path: Path) -> str:
@@ -1100,22 +1157,39 @@ def _path_argument(key: str, value: Any) -> str | None:
                           f"{type(value).__name__}") from None
 
 
-def _local_paths_beside(data: dict[str, Any], origins: Origins, cfg_file: Path) -> None:
+def _local_paths_beside(data: dict[str, Any], origins: Origins, cfg_file: Path) -> list[tuple[str, bool]]:
     """``local.modelPath`` / ``local.modelCacheDir`` relative to the config file's folder, as the
     other paths in it: a model found only from the CWD of the first run was lost to a later one
     (an MCP client starts the server elsewhere) and every search fell back to keywords.  A model
-    path is taken beside the file only when it is there: else it may name a Hugging Face model."""
+    path is taken beside the file only when it is there: else it may name a Hugging Face model.
+    Returns the ``(path, existed)`` probes that decided it (see :attr:`LoadedConfig.probes`)."""
     local = (data.get("memory_search") or {}).get("local")
+    probes: list[tuple[str, bool]] = []
     if not isinstance(local, dict):
-        return
+        return probes
     for key in ("model_path", "model_cache_dir"):
         value = local.get(key)
         if not (origins.get(f"memory_search.local.{key}", "").startswith("file:") and isinstance(value, str)
                 and value.strip() and not os.path.isabs(os.path.expanduser(value.strip()))):
             continue
         beside = Path(os.path.abspath(cfg_file.parent / value.strip()))  # symlinks kept (HF cache layouts)
+        if key == "model_path":
+            probes.append((str(beside), beside.exists()))
         if key == "model_cache_dir" or beside.exists():
             local[key] = str(beside)
+    return probes
+
+
+def _store_path_beside(data: dict[str, Any], origins: Origins, cfg_file: Path) -> None:
+    """A relative ``store.path`` from a config file, from that file's folder, as its other paths: it
+    was taken from the current folder of each run, so ``path = "indexes/{agentId}.sqlite"`` in
+    ``~/.memdir/memdir.toml`` gave every folder memdir ran in an index of its own (an MCP client
+    starting the server elsewhere rebuilt a new one, beside the CLI's)."""
+    store = (data.get("memory_search") or {}).get("store")
+    value = store.get("path") if isinstance(store, dict) else None
+    if (origins.get("memory_search.store.path", "").startswith("file:") and isinstance(value, str)
+            and value.strip() and not value.startswith("~") and not os.path.isabs(value)):
+        store["path"] = os.path.abspath(cfg_file.parent / value)  # type: ignore[index]
 
 
 def _check_home(settings: Settings, origins: Origins) -> None:
@@ -1188,6 +1262,8 @@ def _describe_validation(exc: ValidationError, data: Mapping[str, Any] | None = 
                 origin = origins.get(".".join(outer), "")
             where = _origin_text(origin, dotted)
         msg = str(err["msg"]).removeprefix("Value error, ").replace("Input should be", "must be")
+        # a section given as null or a number: "a valid dictionary or instance of RemoteConfig" named a class
+        msg = re.sub(r"a valid dictionary( or instance of \w+)?", "a table/object", msg)
         value = ""
         if "input" in err and err.get("type") != "value_error" and not isinstance(err["input"], Mapping):
             value = f" = {err['input']!r}"

@@ -215,11 +215,25 @@ def load_snapshot(path: Path, key: str) -> SnapshotConfig | None:
         return None
     if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("settings"), dict):
         return None
+    if not _same_probes(data.get("probes")):
+        return None
     cfg = data.get("configFile")
     settings = View(data["settings"])
     if not _same_targets(settings):
         return None
     return SnapshotConfig(settings, dict(data.get("origins") or {}), Path(cfg) if cfg else None)
+
+
+def _same_probes(probes: Any) -> bool:
+    """Whether every path whose existence decided a setting still is (or is not) there: a model
+    folder put beside the config file after the snapshot was written (``local.modelPath =
+    "models/e5"``) changes no input of the key, and searches kept taking the name for a hub model."""
+    if probes is None:
+        return True
+    try:
+        return all(os.path.exists(path) == bool(existed) for path, existed in probes)
+    except (TypeError, ValueError):  # a snapshot of another shape
+        return False
 
 
 def _same_targets(settings: View) -> bool:
@@ -242,7 +256,8 @@ def save_snapshot(path: Path, key: str, loaded: Any) -> bool:
     """Write ``loaded`` (a :class:`memdir.config.LoadedConfig`) for ``key``; ``False`` when it cannot."""
     try:
         payload = {"key": key, "settings": dump_with_properties(loaded.settings), "origins": loaded.origins,
-                   "configFile": str(loaded.config_file) if loaded.config_file else None}
+                   "configFile": str(loaded.config_file) if loaded.config_file else None,
+                   "probes": list(getattr(loaded, "probes", []))}
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         # the settings hold secrets (remote.apiKey, a DSN's password, perhaps from a 0600 config

@@ -58,6 +58,19 @@ CHUNKER_VERSION = 12  # 9: a lone \r ends a line; 10: notes decoded by their byt
 # bytes as cp1252, code blocks have no headings; 11: words indexed without invisible characters, in NFC;
 # 12: a heading's UTC time (the session hook's captures) dates its lines by the user's day
 FTS_ONLY_MODEL = "fts-only"
+#: Index identity keys that follow from the settings alone (compared before every search; the
+#: first two, in this order, also lead :meth:`Indexer.rebuild_reason`'s list).
+_SETTINGS_KEYS = ("schema", "chunker", "sources", "chunkTokens", "chunkOverlap", "ftsTokenizer", "scopeHash",
+                  "userTimezone")
+
+
+def _changed(key: str, meta: dict[str, Any], ident: dict[str, Any]) -> str:
+    """Why a rebuild, as ``status`` and ``memdir index`` say it: the key and both values, but for
+    the hash of the extra paths, which says nothing to a reader ("scopeHash changed ('9f…' → …)")."""
+    if key == "scopeHash":
+        return "extraPaths changed"
+    return f"{key} changed ({meta.get(key)!r} → {ident.get(key)!r})"
+
 
 Progress = Callable[[int, int, str], None]
 Notice = Callable[[str], None]
@@ -414,8 +427,18 @@ class Indexer:
 
     # -- identity ----------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
-        ms = self.settings.memory_search
         p = self.provider
+        return {
+            **self._settings_identity(),
+            "provider": p.id if p else "none",
+            "model": p.model if p else FTS_ONLY_MODEL,
+            "providerKey": p.provider_key if p else None,
+            "vectorDims": p.dims if p else None,
+        }
+
+    def _settings_identity(self) -> dict[str, Any]:
+        """The part of :meth:`identity` that follows from the settings alone (no provider needed)."""
+        ms = self.settings.memory_search
         # (the OS's bytes of each path: a name that is not UTF-8 failed the whole index)
         paths = "\n".join(sorted(str(x) for x in self.settings.extra_paths))
         scope = hashlib.sha256(paths.encode("utf-8", "surrogateescape")).hexdigest()
@@ -424,10 +447,6 @@ class Indexer:
             # keyword-only SQLite index, meta and files WITHOUT ROWID (a page less each)
             "schema": 5,
             "chunker": CHUNKER_VERSION,
-            "provider": p.id if p else "none",
-            "model": p.model if p else FTS_ONLY_MODEL,
-            "providerKey": p.provider_key if p else None,
-            "vectorDims": p.dims if p else None,
             "sources": sorted(ms.sources),
             "chunkTokens": ms.chunking.tokens,
             "chunkOverlap": ms.chunking.overlap,
@@ -438,6 +457,21 @@ class Indexer:
             "userTimezone": self.settings.user_timezone,
         }
 
+    def settings_rebuild_reason(self, meta: dict[str, Any]) -> str | None:
+        """Why the index must be rebuilt for the settings, whether or not any file changed: another
+        chunk size, FTS tokenizer, source set, extraPaths, timezone (or PostgreSQL's
+        textSearchConfig).  Cheap (no provider is asked), so a search checks it every time: a
+        search after such an edit answered from the old chunks for as long as no note changed,
+        and after a tokenizer change ranked them with the wrong tokens.  A provider or model
+        change is not here: the search sees those vectors are not the provider's and uses
+        keywords, saying so, until a sync rebuilds."""
+        ident = self._settings_identity()
+        for key in _SETTINGS_KEYS:
+            if meta.get(key) != ident.get(key):
+                return _changed(key, meta, ident)
+        store_reason = getattr(self.store, "rebuild_reason", None)
+        return store_reason() if store_reason is not None else None
+
     def rebuild_reason(self, meta: dict[str, Any] | None) -> str | None:
         """Why a full reindex is needed, or ``None`` when an incremental sync will do."""
         if meta is None:
@@ -445,10 +479,9 @@ class Indexer:
         ident = self.identity()
         if self.provider is None and self.transient_missing and meta.get("provider") not in (None, "none"):
             ident = {**ident, **{k: meta.get(k) for k in ("provider", "model", "providerKey", "vectorDims")}}
-        for key in ("schema", "chunker", "provider", "model", "providerKey", "sources", "chunkTokens",
-                    "chunkOverlap", "ftsTokenizer", "scopeHash", "userTimezone"):
+        for key in ("schema", "chunker", "provider", "model", "providerKey", *_SETTINGS_KEYS[2:]):
             if meta.get(key) != ident.get(key):
-                return f"{key} changed ({meta.get(key)!r} → {ident.get(key)!r})"
+                return _changed(key, meta, ident)
         if ident.get("vectorDims") and meta.get("vectorDims") and ident["vectorDims"] != meta["vectorDims"]:
             return f"vector dims changed ({meta['vectorDims']} → {ident['vectorDims']})"
         store_reason = getattr(self.store, "rebuild_reason", None)  # a backend's own settings (PostgreSQL's)

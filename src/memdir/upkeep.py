@@ -159,17 +159,38 @@ class IndexUpkeep:
             changed, gone = self.indexer.dirty_files(reuse=True)
             return (True, [self._readonly_note()], None) if changed or gone else (False, [], None)
         budget = self.settings.memory_search.sync.search_budget_ms / 1000
-        if store.read_meta() is None:
+        meta = store.read_meta()
+        if meta is None:
             return self._first_index()
         changed, gone = self.indexer.dirty_files(reuse=True)
         if not changed and not gone:
-            return False, [], None
+            why = self.indexer.settings_rebuild_reason(meta)
+            if why is None:
+                return False, [], None
+            return self._rebuild_for_settings(why, budget)
         deadline = time.monotonic() + budget
         try:
             # Wait for a sync already running (the watcher's, another process's) within the budget.
             report = self.sync(reason="search", deadline=deadline, lock_timeout=budget)
         except LockTimeout:
             return True, [], None
+        return report.incomplete, [], None
+
+    def _rebuild_for_settings(self, why: str, budget: float) -> tuple[bool, list[str], Store | None]:
+        """The settings changed in a way the index must be rebuilt for (chunk size, tokenizer, ...)
+        while no note did: rebuild before searching, as a sync would for an edited note, saying why
+        when that takes more than a second; the old index serves other readers meanwhile."""
+        timer = threading.Timer(1.0, self.notice, args=(
+            f"the settings changed ({why}): rebuilding the index {self.store.location} before searching",))
+        timer.daemon = True
+        timer.start()
+        try:
+            report = self.sync(reason="search", lock_timeout=budget)
+        except LockTimeout:  # another sync is writing it (perhaps rebuilding it already)
+            return True, [f"the index is to be rebuilt ({why}) and another sync is writing it now: "
+                          "results come from the index as it was"], None
+        finally:
+            timer.cancel()
         return report.incomplete, [], None
 
     def _first_index(self) -> tuple[bool, list[str], Store | None]:

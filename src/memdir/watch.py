@@ -343,13 +343,18 @@ class Watcher:
         self._stop.wait(POLL_DELAY_MS / 1000)
 
     def _catch_up(self) -> None:
-        """Sync soon if the files changed while nothing was watching them."""
+        """Sync soon if the files changed while nothing was watching them, or the settings since the
+        index was built (a chunk size edited before ``memdir mcp`` started: the watcher's first
+        sync rebuilds, not the first search)."""
         try:
-            changed, gone = self.memory.indexer.dirty_files()
+            indexer = self.memory.indexer
+            changed, gone = indexer.dirty_files()
+            meta = None if changed or gone else self.memory.store.read_meta()
+            rebuild = meta is not None and indexer.settings_rebuild_reason(meta) is not None
         except Exception as exc:  # the sync that follows a real change will report it
             self.last_error = f"could not compare the index with the files: {exc}"
             return
-        if changed or gone:
+        if changed or gone or rebuild:
             self.sync_soon("watch")
 
     def _handle(self, changes: set[tuple[Any, str]]) -> bool:

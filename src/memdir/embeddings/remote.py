@@ -56,6 +56,7 @@ from memdir.embeddings.remote_config import (
     RemoteSettings,
     check_sendable,
     clean_base_url,
+    expand_env_refs,
     first_nonblank,
     is_loopback_url,
     max_input_bytes_for,
@@ -196,16 +197,15 @@ class RemoteEmbeddingProvider:
                 f"({urlsplit(base_url).hostname}); use the local provider or set offline = false"
             )
         api_key = first_nonblank(
-            remote.api_key if use_remote_endpoint else None, *(env.get(name) for name in cls.api_key_env)
+            expand_env_refs(remote.api_key, "remote.apiKey", env) if use_remote_endpoint else None,
+            *(env.get(name) for name in cls.api_key_env),
         )
         if api_key is None and cls.requires_api_key:
             hint = " or ".join(["memorySearch.remote.apiKey", *cls.api_key_env])
             raise MissingApiKeyError(f'No API key found for provider "{cls.id}" (set {hint}).')
-        headers = merge_headers(
-            {"Content-Type": "application/json"},
-            cls.provider_headers(),
-            remote.headers if use_remote_endpoint else None,
-        )
+        configured = {name: expand_env_refs(value, f"remote.headers.{name}", env) or ""
+                      for name, value in (remote.headers or {}).items()} if use_remote_endpoint else None
+        headers = merge_headers({"Content-Type": "application/json"}, cls.provider_headers(), configured)
         check_sendable(cls.id, api_key, headers)
         return cls(
             model=cls.resolve_model(model if model is not None else cfg.model),

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from memdir.embeddings.base import HARD_INPUT_LIMIT_BYTES, EmbeddingError
+from memdir.embeddings.base import HARD_INPUT_LIMIT_BYTES, EmbeddingError, MissingApiKeyError
 from memdir.embeddings.batch import BatchSettings
 from memdir.embeddings.retry import RetryPolicy, Timing
 
@@ -149,6 +149,30 @@ def check_sendable(provider: str, api_key: str | None, headers: Mapping[str, str
         if _unsendable(value):
             raise EmbeddingError(f"{provider} embeddings: remote.headers: the value of {name!r} holds a line "
                                  "break, control or non-ASCII character, which an HTTP header cannot carry")
+
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env_refs(value: str | None, key: str, env: Mapping[str, str]) -> str | None:
+    """``value`` with every ``${NAME}`` replaced by that environment variable, as for
+    ``longTermMemory.embedding.apiKey``; one that is unset or empty is a :class:`MissingApiKeyError`
+    naming it and ``key`` (a missing key: ``auto`` passes the provider over, searches use keywords).
+
+    Why: ``remote.apiKey = "${OPENAI_API_KEY}"`` was sent as it is, the literal text as the bearer
+    token, and every request failed "invalid API key" while ``config show`` printed the reference
+    as one it understood."""
+    if not value or "${" not in value:
+        return value
+
+    def sub(match: re.Match[str]) -> str:
+        found = env.get(match.group(1))
+        if not found or not found.strip():
+            raise MissingApiKeyError(f"memorySearch.{key} = {value!r}: environment variable {match.group(1)} "
+                                     "is not set")
+        return found.strip()
+
+    return _ENV_REF.sub(sub, value)
 
 
 def first_nonblank(*values: str | None) -> str | None:
