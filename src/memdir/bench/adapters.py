@@ -9,7 +9,8 @@ Shipped adapters:
   path through :class:`memdir.api.Memory`.  Each answer carries the mode it *actually* ran in,
   so a vector or hybrid run without an embedding model is reported as keyword-only instead of
   passing off keyword numbers as hybrid ones.
-* ``bm25``: a plain SQLite FTS5 table over the same chunks (memdir's chunker) queried with an
+* ``bm25``: a plain SQLite FTS5 table over memdir's chunker's chunks at OpenClaw's 400/80 tokens
+  (not memdir's own 200/40, whose results are widened), queried with an
   OR of every word of the question: the textbook baseline, so a comparison is about ranking.
 * ``openclaw-v2.27-keyword``: an emulation of OpenClaw 2026.2.x's keyword leg (R§7 step 5):
   every word quoted and AND-ed (``buildFtsQuery``), each hit scored 1.0 by the bm25 clamp.
@@ -301,7 +302,7 @@ class Bm25Adapter(Adapter):
     """Plain FTS5 BM25 over memdir's chunks, OR of all words: the baseline to beat."""
 
     name = "bm25"
-    description = "plain SQLite FTS5 BM25, same chunks, OR of every query word"
+    description = "plain SQLite FTS5 BM25, memdir's chunker at 400/80 tokens, OR of every query word"
 
     def index(self, workspace: Path, state_dir: Path) -> Session:
         t0 = time.perf_counter()
