@@ -39,8 +39,16 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
+def _read(name: str) -> str:
+    """A file of the run; one that is missing stops the render with its name (it was a traceback)."""
+    try:
+        return (RESULTS / name).read_text()
+    except FileNotFoundError:
+        raise SystemExit(f"render_docs: {RESULTS / name} is missing (run bench/run_all.py)") from None
+
+
 def _load(name: str) -> Any:
-    return json.loads((RESULTS / name).read_text())
+    return json.loads(_read(name))
 
 
 def _run_block() -> str:
@@ -157,12 +165,12 @@ def render_block(name: str, steps: dict[str, dict[str, Any]]) -> str:
     if step["status"] != "ok":
         raise SystemExit(f"render_docs: step {name!r} {step['status']} (see bench/out/run-all/{name}.log)")
     if name in TEXT_STEPS:
-        body = _text((RESULTS / f"{name}.txt").read_text())
+        body = _text(_read(f"{name}.txt"))
     elif name in FORMATTERS:
         file, fmt = FORMATTERS[name]
         body = fmt(_load(file))
     else:
-        body = (RESULTS / f"{name}.md").read_text().strip()
+        body = _read(f"{name}.md").strip()
     return f"{body}\n\n_Step `{name}`: {step['seconds']} s, load average {step['loadBefore']:.1f} before it._"
 
 

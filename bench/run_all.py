@@ -181,7 +181,12 @@ def run_step(step: Step, results: Path = RESULTS) -> dict[str, Any]:
         return record
     print(f"-- {step.name}: {' '.join(record['argv'])}", file=sys.stderr, flush=True)
     LOGS.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "MEMDIR_QUERY_CACHE_SIZE": "0", **step.env}  # time every query's vector
+    from memdir.bench.adapters import CONFIG_ENV
+
+    # Not the shell's memdir settings: MEMDIR_CONFIG or MEMDIR_PROVIDER reached the scripts that
+    # build their own Memory (search_latency.py, watch_latency.py, ...), under the docs' figures.
+    env = {k: v for k, v in os.environ.items() if k not in CONFIG_ENV}
+    env.update({"MEMDIR_QUERY_CACHE_SIZE": "0", **step.env})  # time every query's vector
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # cold starts should use byte-code caches, as an install does
     t0 = time.monotonic()
     with open(LOGS / f"{step.name}.log", "w") as log:

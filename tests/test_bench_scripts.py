@@ -157,3 +157,17 @@ def test_a_partial_run_never_writes_into_the_docs_results(tmp_path: Path, monkey
     assert list(docs.iterdir()) == []
     assert (partial / "quality-gate.md").read_text() == "| R@6 | 0.9 |\n"
     assert json.loads((partial / "run-partial.json").read_text())["steps"][0]["status"] == "ok"
+
+
+def test_run_all_steps_do_not_inherit_the_shells_memdir_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  run_all: Any) -> None:
+    monkeypatch.setattr(run_all, "LOGS", tmp_path / "logs")
+    monkeypatch.setenv("MEMDIR_CONFIG", str(tmp_path / "mine.toml"))
+    monkeypatch.setenv("MEMDIR_PROVIDER", "openai")
+    code = "import os; print(os.environ.get('MEMDIR_CONFIG'), os.environ.get('MEMDIR_PROVIDER'), " \
+           "os.environ.get('MEMDIR_QUERY_CACHE_SIZE'), os.environ.get('MEMDIR_DATABASE_URL'))"
+    step = run_all.Step("search-latency", [sys.executable, "-c", code], "out.txt",
+                        env={"MEMDIR_DATABASE_URL": "postgresql://bench"})
+    record = run_all.run_step(step, tmp_path)
+    assert record["status"] == "ok"
+    assert (tmp_path / "out.txt").read_text().split() == ["None", "None", "0", "postgresql://bench"]

@@ -88,3 +88,10 @@ def test_a_malformed_marker_is_named_not_rendered_over(render_docs, doc, said):
     with pytest.raises(SystemExit, match=r"render_docs: benchmarks\.md ") as err:
         render_docs.render(doc)
     assert said in str(err.value)
+
+
+def test_a_step_whose_table_is_missing_is_named(render_docs):
+    # the step says ok but printed nothing (run_all writes no empty table): a FileNotFoundError traceback
+    write_run(render_docs.RESULTS, [{"name": "speed", "status": "ok", "seconds": 1.0, "loadBefore": 1.0}])
+    with pytest.raises(SystemExit, match=r"render_docs: .*speed\.md is missing \(run bench/run_all\.py\)"):
+        render_docs.render("<!-- results:speed -->\n<!-- /results -->\n")
