@@ -61,6 +61,9 @@ CHANGES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
 }
 
 
+PARTS = {"families", "ablations"}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("dataset", type=Path)
@@ -69,10 +72,21 @@ def main() -> int:
     ap.add_argument("--limit", type=int)
     ap.add_argument("--part", default="families,ablations")
     args = ap.parse_args()
+    parts = {p.strip() for p in args.part.split(",") if p.strip()}
+    if not parts or parts - PARTS:  # a typo ran nothing and printed an empty table
+        ap.error(f"--part: expected a comma list of {', '.join(sorted(PARTS))}, got {args.part!r}")
+    if args.limit is not None and args.limit < 1:
+        ap.error(f"--limit: expected at least 1, got {args.limit}")
+    try:
+        samples = load(args.dataset)
+    except ValueError as exc:
+        ap.exit(2, f"cv_locomo: {exc}\n")
+    if "families" in parts and len(samples) < 2:
+        ap.exit(2, f"cv_locomo: --part families chooses each setting on the other conversations: it needs at least "
+                   f"two samples, {args.dataset} has {len(samples)}\n")
     from memdir.embeddings.local import LocalEmbeddingProvider
 
     provider = CachedQueries(LocalEmbeddingProvider())
-    samples = load(args.dataset)
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     results: dict[str, list[dict[str, Any]]] = {}
     table: dict[str, dict[str, Any]] = {}
@@ -83,7 +97,6 @@ def main() -> int:
         if show:
             table[v.name] = summarise(results[v.name])
 
-    parts = set(args.part.split(","))
     if "families" in parts:
         fusion = []
         for vw in MAX_WEIGHTS:

@@ -54,7 +54,8 @@ LineMap = dict[tuple[str, int], tuple[str, int]]
 
 @dataclass
 class Day:
-    """One daily log: its date, session heading and turns ``(line, speaker, text)``."""
+    """One session of a daily log: the log's path and date, the session heading and its turns
+    ``(line, speaker, text)``."""
 
     path: str
     date: str
@@ -62,23 +63,27 @@ class Day:
     turns: list[tuple[int, str, str]] = field(default_factory=list)
 
 
-def parse_day(workspace: Path, rel: str) -> Day:
-    """A LoCoMo daily log (``# date``, ``## Session N, time``, one ``- Speaker: text`` turn a line)."""
-    lines = (workspace / rel).read_text(encoding="utf-8").split("\n")
+def parse_day(workspace: Path, rel: str) -> list[Day]:
+    """The sessions of a LoCoMo daily log (``# date``, then per session ``## Session N, time`` and
+    one ``- Speaker: text`` turn a line).  Two sessions on one day share the day's log, as
+    ``scripts/locomo_to_dataset.py`` writes them: such a log was refused ("a second session
+    heading"), so conversations with them could not be measured at all."""
+    where = workspace / rel  # named in full: the same file name is in every sample
+    lines = where.read_text(encoding="utf-8").split("\n")
     m = _DATE_HEADING.match(lines[0])
     if not m:
-        raise ValueError(f"{rel}: expected a '# YYYY-MM-DD' first line")
-    day = Day(rel, m.group(1), "")
+        raise ValueError(f"{where}: expected a '# YYYY-MM-DD' first line (a LoCoMo daily log)")
+    sessions = [Day(rel, m.group(1), "")]
     for n, line in enumerate(lines[1:], start=2):
         if _SESSION_HEADING.match(line):
-            if day.heading:
-                raise ValueError(f"{rel}:{n}: a second session heading")
-            day.heading = line
+            if sessions[-1].heading or sessions[-1].turns:
+                sessions.append(Day(rel, m.group(1), ""))
+            sessions[-1].heading = line
         elif (t := _TURN.match(line)) is not None:
-            day.turns.append((n, t.group(1), t.group(2)))
+            sessions[-1].turns.append((n, t.group(1), t.group(2)))
         elif line.strip():
-            raise ValueError(f"{rel}:{n}: not a heading or a turn: {line[:60]!r}")
-    return day
+            raise ValueError(f"{where}:{n}: not a heading or a turn: {line[:60]!r}")
+    return sessions
 
 
 def _session_time(day: Day) -> datetime:
@@ -117,7 +122,8 @@ def convert(workspace: Path, style: str, out: Path) -> LineMap:
     transcripts, ``out/sessions``); return the map ``(path, line) -> (new path, new line)`` of
     every turn."""
     memory = sorted(p.relative_to(workspace).as_posix() for p in (workspace / "memory").glob("*.md"))
-    days = [parse_day(workspace, rel) for rel in memory]
+    by_file = [parse_day(workspace, rel) for rel in memory]  # each log's sessions
+    days = [session for sessions in by_file for session in sessions]
     line_map: LineMap = {}
     ws = out / "workspace"
     (ws / "memory").mkdir(parents=True, exist_ok=True)
@@ -126,24 +132,26 @@ def convert(workspace: Path, style: str, out: Path) -> LineMap:
             n_lines = len((workspace / rel).read_text(encoding="utf-8").split("\n"))
             line_map.update({(rel, n): (rel, n) for n in range(1, n_lines + 1)})
             shutil.copyfile(workspace / rel, ws / rel)
-        for day in days:  # only turns are evidence; keep the map to them like the other styles
-            turns = {n for n, _, _ in day.turns}
-            for key in [k for k in line_map if k[0] == day.path and k[1] not in turns]:
-                del line_map[key]
+        turns = {(day.path, n) for day in days for n, _, _ in day.turns}
+        for key in [k for k in line_map if k not in turns]:  # only turns are evidence, as in the other styles
+            del line_map[key]
     elif style in ("undated", "memory-md"):
         single = _Writer("MEMORY.md", line_map) if style == "memory-md" else None
         if single:
             single.add("# Conversation notes")
             single.add("")
-        for i, day in enumerate(days, start=1):
+        for i, sessions in enumerate(by_file, start=1):
             w = single or _Writer(f"memory/conv-notes-{i:02d}.md", line_map)
-            w.add(day.heading)
-            w.add("")
-            for n, speaker, text in day.turns:
-                w.add(f"- {speaker}: {text}", (day.path, n))
-            if single:
+            for s, day in enumerate(sessions):
+                if s and not single:
+                    w.add("")
+                w.add(day.heading)
                 w.add("")
-            else:
+                for n, speaker, text in day.turns:
+                    w.add(f"- {speaker}: {text}", (day.path, n))
+                if single:
+                    w.add("")
+            if not single:
                 w.write(ws)
         if single:
             single.write(ws)
@@ -246,11 +254,10 @@ class StyleAdapter(MemdirAdapter):
     def index(self, workspace: Path, state_dir: Path) -> Session:
         import time
 
-        from memdir.api import Memory
-        from memdir.bench.adapters import _MemdirSession, mode_overrides
+        from memdir.bench.adapters import _MemdirSession, bench_memory, mode_overrides
 
         cfg = deep_merge(self.overrides, mode_overrides(self.mode))
-        mem = Memory(workspace, state_dir=state_dir, config=cfg, provider=self.provider)
+        mem = bench_memory(workspace, state_dir, cfg, provider=self.provider)
         sessions = workspace.parent / "sessions"
         if sessions.is_dir():
             target = mem.settings.sessions_dir
@@ -393,7 +400,7 @@ def transcript_cv(root: Path, work_dir: Path, provider: Any, *, limit: int | Non
     """Hybrid runs of :data:`TRANSCRIPT_VARIANTS` on the transcript style, and the CV choice;
     each run also counts the returned ranges that are not message lines of their transcript."""
     from memdir.bench.cv import leave_one_out, summarise
-    from memdir.bench.quality import score_query, scored_queries
+    from memdir.bench.quality import category_of, score_query, scored_queries
 
     say = progress or (lambda _m: None)
     results: dict[str, list[dict[str, Any]]] = {}
@@ -414,7 +421,7 @@ def transcript_cv(root: Path, work_dir: Path, provider: Any, *, limit: int | Non
                     for q in todo:
                         ans = session.search(q["query"], K)
                         sc = score_query(q["relevant"], ans.ranked, [K])
-                        rows.append({"sample": sample, "id": q["id"], "category": str(q.get("category", "-")),
+                        rows.append({"sample": sample, "id": q["id"], "category": category_of(q),
                                      "recall": sc.recall[K], "hit": sc.hit[K], "mrr": sc.rr[K],
                                      "lines": sc.lines[K], "ms": ans.ms, "mode": ans.mode})
                 finally:
@@ -463,15 +470,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--out", type=Path, help="also write the JSON report here")
     args = ap.parse_args(argv)
+    styles = [s.strip() for s in args.styles.split(",") if s.strip()]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    samples = [s.strip() for s in args.samples.split(",") if s.strip()] if args.samples else None
+    # Checked before the model loads and the work folder is emptied: a typo failed with a traceback
+    # half-way, and an unknown --samples name scored nothing ("dataset folder not found: <work-dir>/daily").
+    for what, given, known in (("--styles", styles, STYLES), ("--modes", modes, MODES)):
+        if not given or set(given) - set(known):
+            ap.error(f"{what}: expected a comma list of {', '.join(known)}, got {','.join(given) or 'nothing'}")
+    if args.limit is not None and args.limit < 1:
+        ap.error(f"--limit: expected at least 1, got {args.limit}")
+    try:
+        names = [name for name, _, _ in load_samples(args.dataset)]
+    except ValueError as exc:
+        ap.exit(2, f"note_styles: {exc}\n")
+    unknown = sorted(set(samples or ()) - set(names))
+    if unknown:
+        ap.error(f"--samples: no sample {', '.join(unknown)} in {args.dataset} (it has {', '.join(names)})")
+    if args.cv and len(samples or names) < 2:
+        ap.error("--cv chooses each candidate on the other conversations: it needs at least two samples")
     from memdir.embeddings.local import LocalEmbeddingProvider
 
     provider = CachedProvider(LocalEmbeddingProvider())
-    styles = [s for s in args.styles.split(",") if s]
-    modes = [m for m in args.modes.split(",") if m]
-    samples = [s for s in args.samples.split(",") if s] if args.samples else None
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    report = run(args.dataset, args.work_dir, styles, modes, samples=samples, limit=args.limit,
-                 provider=provider, progress=say)
+    try:
+        report = run(args.dataset, args.work_dir, styles, modes, samples=samples, limit=args.limit,
+                     provider=provider, progress=say)
+    except ValueError as exc:  # a daily log not in LoCoMo's layout, named
+        ap.exit(2, f"note_styles: {exc}\n")
     if args.cv:
         report["candidatesCV"] = {}
         for style in (s for s in styles if s in ("undated", "memory-md")):

@@ -29,6 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 DOC = ROOT / "docs" / "benchmarks.md"
 BLOCK = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results -->)", re.S)
+#: Any marker, however spaced, so that one the block pattern does not take is named, not skipped.
+MARKER = re.compile(r"<!--\s*(/?)\s*results\b[^>]*-->")
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
@@ -37,8 +39,16 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
+def _read(name: str) -> str:
+    """A file of the run; one that is missing stops the render with its name (it was a traceback)."""
+    try:
+        return (RESULTS / name).read_text()
+    except FileNotFoundError:
+        raise SystemExit(f"render_docs: {RESULTS / name} is missing (run bench/run_all.py)") from None
+
+
 def _load(name: str) -> Any:
-    return json.loads((RESULTS / name).read_text())
+    return json.loads(_read(name))
 
 
 def _run_block() -> str:
@@ -155,16 +165,43 @@ def render_block(name: str, steps: dict[str, dict[str, Any]]) -> str:
     if step["status"] != "ok":
         raise SystemExit(f"render_docs: step {name!r} {step['status']} (see bench/out/run-all/{name}.log)")
     if name in TEXT_STEPS:
-        body = _text((RESULTS / f"{name}.txt").read_text())
+        body = _text(_read(f"{name}.txt"))
     elif name in FORMATTERS:
         file, fmt = FORMATTERS[name]
         body = fmt(_load(file))
     else:
-        body = (RESULTS / f"{name}.md").read_text().strip()
+        body = _read(f"{name}.md").strip()
     return f"{body}\n\n_Step `{name}`: {step['seconds']} s, load average {step['loadBefore']:.1f} before it._"
 
 
+def check_markers(doc: str) -> None:
+    """Every block opens and closes once, in that order, spelled as :data:`BLOCK` reads it.
+
+    An opening marker without its closing one made the block run on to the *next* block's end:
+    the render replaced both with one table and deleted the second marker; a marker spelled
+    otherwise (a trailing space) was passed over, so ``--check`` said a stale block was current.
+    """
+    open_at: int | None = None
+    for m in MARKER.finditer(doc):
+        line = doc.count("\n", 0, m.start()) + 1
+        closing = bool(m.group(1))
+        if closing == (open_at is None):
+            what = "closes no block" if closing else f"opens a block inside the one opened on line {open_at}"
+            raise SystemExit(f"render_docs: {DOC.name} line {line}: {m.group(0)!r} {what}")
+        open_at = None if closing else line
+    if open_at is not None:
+        raise SystemExit(f"render_docs: {DOC.name} line {open_at}: a block is opened and never closed "
+                         "('<!-- /results -->')")
+    exact = {m.start(1) for m in BLOCK.finditer(doc)} | {m.start(4) for m in BLOCK.finditer(doc)}
+    for m in MARKER.finditer(doc):
+        if m.start() not in exact:
+            line = doc.count("\n", 0, m.start()) + 1
+            raise SystemExit(f"render_docs: {DOC.name} line {line}: {m.group(0)!r} is not a marker as written: "
+                             "'<!-- results:NAME -->' and a new line ... '<!-- /results -->'")
+
+
 def render(doc: str) -> str:
+    check_markers(doc)
     steps = {s["name"]: s for s in _load("run.json")["steps"]}
     return BLOCK.sub(lambda m: f"{m.group(1)}{render_block(m.group(2), steps)}\n{m.group(4)}", doc)
 

@@ -1,10 +1,11 @@
 """Re-run every benchmark that ``docs/benchmarks.md`` cites, in one run, from the checked-out code.
 
     .venv/bin/python bench/run_all.py                    # everything (45 min to 1.5 h on 2 cores)
-    .venv/bin/python bench/run_all.py --only quality-modes,gate --dataset ../shared/data/locomo-dev
+    .venv/bin/python bench/run_all.py --only quality-modes,quality-gate --dataset ../shared/data/locomo-dev
 
 Each step's report lands in ``docs/results/<step>.json`` (and ``.md`` where the bench prints a
-table), its log in ``bench/out/run-all/<step>.log``; ``docs/results/run.json`` records the commit,
+table), its log in ``bench/out/run-all/<step>.log``; a partial run (``--only``) writes its reports
+to ``bench/out/run-all/partial/`` instead, never into the docs; ``docs/results/run.json`` records the commit,
 the machine, the load before each step and what ran, was skipped (and why) or failed.  Then
 ``bench/render_docs.py`` copies the tables into ``docs/benchmarks.md``.  Steps that need a tool
 this machine may not have (OpenClaw, memsearch under ``.bench-tools/``; PostgreSQL through
@@ -23,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 IMG = ROOT / "docs" / "img"
 LOGS = ROOT / "bench" / "out" / "run-all"
+PARTIAL = LOGS / "partial"
 TOOLS = ROOT / ".bench-tools"
 PY = sys.executable
 MEMDIR = [PY, "-m", "memdir"]
@@ -59,9 +61,21 @@ def _memsearch() -> str | None:
     return None if found else "memsearch is not installed (bench/setup-memsearch.sh)"
 
 
-def steps(dev: Path, gate: Path, work: Path, dsn: str | None, fast: bool) -> list[Step]:
+def first_sample(dev: Path) -> Path | None:
+    """The conversation the one-sample steps use: LoCoMo's ``26`` (the docs' figures), else the
+    dataset's first sample (another dataset need not hold conversation 26)."""
+    if (dev / "26" / "workspace").is_dir():
+        return dev / "26"
+    found = sorted(p for p in dev.iterdir() if (p / "workspace").is_dir() and (p / "queries.jsonl").is_file()) \
+        if dev.is_dir() else []
+    return found[0] if found else None
+
+
+def steps(dev: Path, gate: Path, work: Path, dsn: str | None, fast: bool, results: Path = RESULTS,
+          img: Path = IMG) -> list[Step]:
+    """The benches in order; reports and charts are written under ``results`` and ``img``."""
     sizes = "1000,10000" if fast else "1000,10000,100000"
-    sample = dev / "26"
+    sample = first_sample(dev) or dev / "26"
     adapters = ["memdir:keyword", "memdir:vector", "memdir:hybrid", "bm25", "openclaw-v2.27-keyword"]
     if _memsearch() is None:
         adapters.append("memsearch")
@@ -71,32 +85,32 @@ def steps(dev: Path, gate: Path, work: Path, dsn: str | None, fast: bool) -> lis
     return [
         Step("quality-modes", [*MEMDIR, "bench", "quality", str(dev), "--mode", "all", "--k", "1,3,6,10",
                                "--markdown", "--quiet", "--out", str(out / "quality-modes"),
-                               "--plot", str(IMG / "quality-modes.png")], "quality-modes.md"),
+                               "--plot", str(img / "quality-modes.png")], "quality-modes.md"),
         Step("quality-gate", [*MEMDIR, "bench", "quality", str(gate), "--mode", "all", "--k", "1,3,6",
                               "--markdown", "--quiet", "--out", str(out / "quality-gate")], "quality-gate.md"),
         Step("cv-families", [PY, "bench/cv_locomo.py", str(dev), "--part", "families", "--work-dir", str(work / "cv"),
-                             "--out", str(RESULTS / "cv-families.json")], "cv-families.md"),
+                             "--out", str(results / "cv-families.json")], "cv-families.md"),
         Step("cv-ablations", [PY, "bench/cv_locomo.py", str(dev), "--part", "ablations", "--work-dir",
-                              str(work / "cv"), "--out", str(RESULTS / "cv-ablations.json")], "cv-ablations.md"),
+                              str(work / "cv"), "--out", str(results / "cv-ablations.json")], "cv-ablations.md"),
         Step("quality-compare", [*MEMDIR, "bench", "compare", str(dev), "--adapters", ",".join(adapters), "--k", "6",
                                  "--markdown", "--quiet", "--out", str(out / "quality-compare"),
-                                 "--plot", str(IMG / "quality-compare.png")], "quality-compare.md"),
+                                 "--plot", str(img / "quality-compare.png")], "quality-compare.md"),
         Step("note-styles", [PY, "bench/note_styles.py", str(dev), "--cv", "--work-dir", str(work / "styles")],
              "note-styles.txt"),
-        Step("search-latency", [PY, "bench/search_latency.py", "main", str(RESULTS / "search-latency.json"), str(dev)]),
+        Step("search-latency", [PY, "bench/search_latency.py", "main", str(results / "search-latency.json"), str(dev)]),
         Step("speed", [*MEMDIR, "bench", "speed", "--sizes", sizes, "--work-dir", str(work / "speed"), "--markdown",
-                       "--quiet", "--out", str(out / "speed"), "--plot-dir", str(IMG)], "speed.md"),
+                       "--quiet", "--out", str(out / "speed"), "--plot-dir", str(img)], "speed.md"),
         Step("openclaw-speed", [PY, "bench/openclaw_speed.py", str(sample), "--queries", "40", "--cli-runs", "5",
-                                "--out", str(RESULTS / "openclaw-speed.json")], "openclaw-speed.md", needs=_openclaw),
+                                "--out", str(results / "openclaw-speed.json")], "openclaw-speed.md", needs=_openclaw),
         Step("backends", [*MEMDIR, "bench", "backends", "--sizes", "10000" if fast else "10000,100000",
                           "--concurrency", "8", "--quality", str(dev), "--work-dir", str(work / "backends"),
                           "--out", str(out / "backends")], "backends.md",
              needs=lambda: None if dsn else "no PostgreSQL (pgserver not installed and $MEMDIR_DATABASE_URL unset)",
              env={"MEMDIR_DATABASE_URL": dsn or ""}),
         Step("ltm-latency", [PY, "bench/ltm_latency.py", "--n", "1000", "--queries", "200",
-                             "--json", str(RESULTS / "ltm-latency.json")]),
-        Step("ltm-recall", [PY, "bench/ltm_recall.py", "--json", str(RESULTS / "ltm-recall.json")]),
-        Step("agent-recall", [PY, "bench/agent_recall.py", "--json", str(RESULTS / "agent-recall.json")],
+                             "--json", str(results / "ltm-latency.json")]),
+        Step("ltm-recall", [PY, "bench/ltm_recall.py", "--json", str(results / "ltm-recall.json")]),
+        Step("agent-recall", [PY, "bench/agent_recall.py", "--json", str(results / "agent-recall.json")],
              "agent-recall.txt"),
         Step("watch-latency", [PY, "bench/watch_latency.py", str(sample / "workspace"), "--edits", "100"],
              "watch-latency.json"),
@@ -156,7 +170,7 @@ def postgres(dsn: str | None) -> Iterator[str | None]:
             shutil.rmtree(data, ignore_errors=True)
 
 
-def run_step(step: Step) -> dict[str, Any]:
+def run_step(step: Step, results: Path = RESULTS) -> dict[str, Any]:
     reason = step.needs()
     record: dict[str, Any] = {"name": step.name, "argv": [os.path.relpath(a, ROOT) if a.startswith(str(ROOT)) else a
                                                           for a in step.argv],
@@ -167,7 +181,12 @@ def run_step(step: Step) -> dict[str, Any]:
         return record
     print(f"-- {step.name}: {' '.join(record['argv'])}", file=sys.stderr, flush=True)
     LOGS.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "MEMDIR_QUERY_CACHE_SIZE": "0", **step.env}  # time every query's vector
+    from memdir.bench.adapters import CONFIG_ENV
+
+    # Not the shell's memdir settings: MEMDIR_CONFIG or MEMDIR_PROVIDER reached the scripts that
+    # build their own Memory (search_latency.py, watch_latency.py, ...), under the docs' figures.
+    env = {k: v for k, v in os.environ.items() if k not in CONFIG_ENV}
+    env.update({"MEMDIR_QUERY_CACHE_SIZE": "0", **step.env})  # time every query's vector
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # cold starts should use byte-code caches, as an install does
     t0 = time.monotonic()
     with open(LOGS / f"{step.name}.log", "w") as log:
@@ -180,11 +199,11 @@ def run_step(step: Step) -> dict[str, Any]:
     record.update(seconds=round(time.monotonic() - t0, 1), exitCode=code, loadAfter=os.getloadavg()[0],
                   status="ok" if code == 0 else "failed")
     if step.stdout and stdout:
-        (RESULTS / step.stdout).write_text(stdout if isinstance(stdout, str) else stdout.decode())
+        (results / step.stdout).write_text(stdout if isinstance(stdout, str) else stdout.decode())
     if code == 0 and "--out" in step.argv:  # the bench's full report beside its table
         report = Path(step.argv[step.argv.index("--out") + 1]) / "report.json"
         if report.is_file():
-            shutil.copyfile(report, RESULTS / f"{step.name}.json")
+            shutil.copyfile(report, results / f"{step.name}.json")
     print(f"   {record['status']} in {record['seconds']} s", file=sys.stderr, flush=True)
     return record
 
@@ -197,24 +216,36 @@ def main() -> int:
     ap.add_argument("--only", help="comma list of step names (a partial run: run.json says so)")
     ap.add_argument("--fast", action="store_true", help="smaller speed sizes (not for the docs)")
     args = ap.parse_args()
-    if not (args.dataset / "26").is_dir():
-        print(f"run_all: no LoCoMo dataset at {args.dataset} (see scripts/locomo_to_dataset.py)", file=sys.stderr)
+    if first_sample(args.dataset) is None:
+        print(f"run_all: no LoCoMo dataset at {args.dataset} (<sample>/workspace and <sample>/queries.jsonl; "
+              "see scripts/locomo_to_dataset.py)", file=sys.stderr)
         return 2
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    IMG.mkdir(parents=True, exist_ok=True)
-    only = set(args.only.split(",")) if args.only else None
+    only = {s.strip() for s in args.only.split(",") if s.strip()} if args.only is not None else None
+    known = [s.name for s in steps(args.dataset.resolve(), args.gate.resolve(), args.work_dir, None, args.fast)]
+    if only is not None and (not only or only - set(known)):  # a typo ran nothing and said nothing
+        print(f"run_all: unknown step {', '.join(sorted(only - set(known))) or '(none given)'} in --only "
+              f"(steps: {', '.join(known)})", file=sys.stderr)
+        return 2
+    # A partial run writes beside its logs, never into docs/: its tables landed in docs/results,
+    # where render_docs.py put them under the full run's header (commit, machine, times): one doc
+    # quoting two runs.  Only a full run is rendered.
+    results = RESULTS if only is None else PARTIAL
+    img = IMG if only is None else PARTIAL / "img"
+    results.mkdir(parents=True, exist_ok=True)
+    img.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     dirty = bool(git("status", "--porcelain", "--untracked-files=no"))  # tracked files only
     meta: dict[str, Any] = {"commit": git("rev-parse", "HEAD"), "dirty": dirty,
                             "started": started, "machine": machine(), "partial": only is not None,
                             "fast": args.fast, "steps": []}
-    with postgres(os.environ.get("MEMDIR_DATABASE_URL")) as dsn:
-        for step in steps(args.dataset.resolve(), args.gate.resolve(), args.work_dir, dsn, args.fast):
+    needs_pg = only is None or "backends" in only  # (a partial run without it starts no server)
+    with postgres(os.environ.get("MEMDIR_DATABASE_URL")) if needs_pg else nullcontext(None) as dsn:
+        for step in steps(args.dataset.resolve(), args.gate.resolve(), args.work_dir, dsn, args.fast, results, img):
             if only and step.name not in only:
                 continue
-            meta["steps"].append(run_step(step))
+            meta["steps"].append(run_step(step, results))
             meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            (RESULTS / ("run.json" if only is None else "run-partial.json")).write_text(json.dumps(meta, indent=2))
+            (results / ("run.json" if only is None else "run-partial.json")).write_text(json.dumps(meta, indent=2))
     failed = [s["name"] for s in meta["steps"] if s["status"] == "failed"]
     if failed:
         print(f"run_all: failed: {', '.join(failed)} (logs in {LOGS})", file=sys.stderr)

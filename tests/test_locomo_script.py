@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers import cli_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,3 +144,72 @@ def test_same_layout_as_the_development_split():
     assert all(line.startswith("- ") for line in first[4:] if line and not line.startswith("## ")) and first[4]
     query = json.loads((SHARED_DEV / "26" / "queries.jsonl").read_text().splitlines()[0])
     assert set(query) == {"id", "query", "category", "answer", "relevant"}
+
+
+def _one(sample_id: str, qa: list[dict], turns: list[dict] | None = None) -> dict:
+    return {"sample_id": sample_id, "conversation": {
+        "speaker_a": "Ana", "speaker_b": "Ben", "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": turns or [{"speaker": "Ana", "dia_id": "D1:1", "text": "Ich habe einen Windhund, Komet."},
+                               {"speaker": "Ben", "dia_id": "D1:2", "text": "東京 in June!"}]}, "qa": qa}
+
+
+def test_other_converters_evidence_ids_name_the_same_turns(tmp_path: Path):
+    # "D1:02", "d1:2", "D1: 2", a bare string instead of a list: each named turn 2 and was dropped
+    qa = [{"question": "Wohin?", "answer": 2023, "evidence": ["D1:02"], "category": 4},
+          {"question": "Where in June?", "answer": ["Tokyo", "Kyoto"], "evidence": "d1:2", "category": 1},
+          {"question": "Both", "answer": "x", "evidence": ["D1: 2; D1:1"], "category": 2},
+          {"question": "Half", "answer": "x", "evidence": ["D1:1", "D7:3"], "category": 3}]
+    src = tmp_path / "locomo.json"
+    src.write_text(json.dumps([_one("conv-9", qa)], ensure_ascii=False))
+    proc = run_script(str(src), str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "conv-9: 1 daily logs, 4 questions"
+    # a question that keeps part of its evidence is said, not silently scored on the rest
+    assert "note: 1 question(s) kept with only the evidence that names a turn of the conversation" in proc.stdout
+    queries = [json.loads(line) for line in (tmp_path / "out" / "9" / "queries.jsonl").read_text().splitlines()]
+    assert [[r["line"] for r in q["relevant"]] for q in queries] == [[6], [6], [6, 5], [5]]
+
+
+def test_samples_that_are_not_there_or_would_collide_are_refused(tmp_path: Path):
+    src = tmp_path / "locomo.json"
+    src.write_text(json.dumps([_one("conv-9", []), _one("conv-10", [])]))
+    # a sample asked for that the file does not hold: nothing was written, exit 0
+    proc = run_script(str(src), str(tmp_path / "a"), "--samples", "conv-9,conv-11")
+    assert proc.returncode == 1 and "no sample conv-11 in" in proc.stderr and "(it has conv-9, conv-10)" in proc.stderr
+    assert not (tmp_path / "a").exists()
+    proc = run_script(str(src), str(tmp_path / "b"), "--samples", "10")  # the folder's name is accepted too
+    assert proc.returncode == 0 and proc.stdout.startswith("conv-10:")
+    # "conv-9" and "9" are one folder: the second's questions replaced the first's, the logs merged
+    src.write_text(json.dumps([_one("conv-9", []), _one("9", [])]))
+    proc = run_script(str(src), str(tmp_path / "c"))
+    assert proc.returncode == 1 and "two samples would be written to one folder: 9" in proc.stderr
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(("sample", "said"), [
+    ("not an object", "sample #1: expected 'sample_id' and a 'conversation' object"),
+    ({"sample_id": "../up", "conversation": {}}, "sample '../up': not usable as a folder name"),
+    ({"sample_id": "conv-1", "conversation": {"session_1_date_time": "1:56 pm on 8 May, 2023",
+                                              "session_1": ["a turn as text"]}},
+     "conv-1 session 1: expected a list of turns"),
+    ({**_one("conv-1", []), "qa": [["a", "list"]]}, "conv-1: 'qa' must be a list of question objects"),
+], ids=["not-an-object", "path-in-id", "turn-not-an-object", "qa-not-objects"])
+def test_malformed_samples_are_named_not_a_traceback(tmp_path: Path, sample, said):
+    src = tmp_path / "locomo.json"
+    src.write_text(json.dumps([sample]))
+    proc = run_script(str(src), str(tmp_path / "out"))
+    assert proc.returncode == 1 and said in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_month_written_sept_is_read_and_an_impossible_day_is_named(tmp_path: Path):
+    sample = _one("conv-9", [{"question": "?", "answer": "x", "evidence": ["D1:1"], "category": 4}])
+    sample["conversation"]["session_1_date_time"] = "10:02 am on 27 Sept, 2023"  # "unknown month"
+    src = tmp_path / "locomo.json"
+    src.write_text(json.dumps([sample]))
+    proc = run_script(str(src), str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "9" / "workspace" / "memory" / "2023-09-27.md").is_file()
+    sample["conversation"]["session_1_date_time"] = "10:02 am on 31 February, 2023"  # was "unknown month" too
+    src.write_text(json.dumps([sample]))
+    proc = run_script(str(src), str(tmp_path / "out2"))
+    assert proc.returncode == 1 and "conv-9 session 1: there is no such day as" in proc.stderr

@@ -166,15 +166,51 @@ def test_transcript_candidates_cite_message_lines_and_restore_the_switches(style
                                                                            tmp_path: Path) -> None:
     """Every transcript candidate (chunk sizes, widening over messages) runs on a real index, its
     returned ranges all on message lines; CV picks one of them and the switches are put back."""
+    import shutil
+
     from memdir.indexing_switches import INDEXING
 
     before = dict(INDEXING)
+    shutil.copytree(dataset / "7", dataset / "8")  # leave-one-out needs a second conversation to choose on
     root = styles.build_dataset(dataset, "transcript", tmp_path / "out")
-    table = styles.transcript_cv(root, tmp_path / "cv", None)
+    table = styles.transcript_cv(root, tmp_path / "cv", None, limit=3)
     names = [v[0] for v in styles.TRANSCRIPT_VARIANTS]
     assert list(table) == [*names, "chosen by CV"]
     assert any(v[2].get("widen_sessions") for v in styles.TRANSCRIPT_VARIANTS)
     for name in names:
-        assert table[name]["overall"]["queries"] == 5 and table[name]["badRanges"] == 0
+        assert table[name]["overall"]["queries"] == 6 and table[name]["badRanges"] == 0
+    assert set(table["chosen by CV"]["chosen"]) == {"7", "8"}
     assert set(table["chosen by CV"]["chosen"].values()) <= set(names)
     assert before == INDEXING
+
+
+@pytest.mark.parametrize("style", ["daily", "undated", "memory-md", "transcript"])
+def test_two_sessions_on_one_day_are_converted(styles, tmp_path: Path, style: str) -> None:
+    """scripts/locomo_to_dataset.py writes two sessions of one day into that day's log; such a log
+    was refused ("a second session heading"), so those conversations could not be measured."""
+    sample = tmp_path / "data" / "9"
+    day = sample / "workspace" / "memory" / "2023-05-08.md"
+    day.parent.mkdir(parents=True)
+    day.write_text("# 2023-05-08\n\n## Session 1, 1:56 pm\n\n- Ana: Comet is a greyhound.\n\n"
+                   "## Session 2, 7:10 pm\n\n- Ben: I start pottery on Tuesday.\n- Ana: Lovely.\n")
+    queries = [{"id": f"9/q{i}", "query": "x", "category": 4, "relevant": [{"path": "memory/2023-05-08.md",
+                                                                           "line": line}]}
+               for i, line in enumerate((5, 9, 10))]
+    (sample / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    root = styles.build_dataset(tmp_path / "data", style, tmp_path / "out")
+    mapped = [json.loads(x)["relevant"][0] for x in (root / "9" / "queries.jsonl").read_text().splitlines()]
+    texts = ["Ana: Comet is a greyhound.", "Ben: I start pottery on Tuesday.", "Ana: Lovely."]
+    for rel, text in zip(mapped, texts, strict=True):
+        if style == "transcript":
+            doc = session_document(root / "9" / rel["path"])
+            assert doc.text.split("\n")[doc.line_map.index(rel["line"])].split(": ", 1)[1] == text
+        else:
+            line = (root / "9" / "workspace" / rel["path"]).read_text().split("\n")[rel["line"] - 1]
+            assert line == f"- {text}"
+    if style == "undated":
+        note = (root / "9" / "workspace" / "memory" / "conv-notes-01.md").read_text()
+        assert note == ("## Session 1, 1:56 pm\n\n- Ana: Comet is a greyhound.\n\n"
+                        "## Session 2, 7:10 pm\n\n- Ben: I start pottery on Tuesday.\n- Ana: Lovely.\n")
+    if style == "transcript":
+        assert [rel["path"] for rel in mapped] == ["sessions/session-01.jsonl", "sessions/session-02.jsonl",
+                                                   "sessions/session-02.jsonl"]

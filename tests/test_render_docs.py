@@ -69,3 +69,29 @@ def test_the_committed_benchmarks_doc_matches_the_committed_results():
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "render_docs.py"), "--check"], capture_output=True,
                           text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(("doc", "said"), [
+    # the unclosed block ran on to the next block's end: both became one table, a marker was lost
+    ("<!-- results:speed -->\nold\n<!-- results:backends -->\nx\n<!-- /results -->\n",
+     "line 3: '<!-- results:backends -->' opens a block inside the one opened on line 1"),
+    ("<!-- results:speed -->\nold\n", "line 1: a block is opened and never closed"),
+    ("text\n<!-- /results -->\n", "line 2: '<!-- /results -->' closes no block"),
+    # a trailing space: the block was passed over, and --check called the stale figures current
+    ("<!-- results:speed --> \nstale 99.9\n<!-- /results -->\n", "line 1: '<!-- results:speed -->' is not a marker"),
+], ids=["unclosed-then-another", "unclosed-at-end", "stray-close", "trailing-space"])
+def test_a_malformed_marker_is_named_not_rendered_over(render_docs, doc, said):
+    write_run(render_docs.RESULTS, [{"name": "speed", "status": "ok", "seconds": 1.0, "loadBefore": 1.0},
+                                    {"name": "backends", "status": "ok", "seconds": 1.0, "loadBefore": 1.0}])
+    (render_docs.RESULTS / "speed.md").write_text("| a |\n|---|\n| 1 |\n")
+    (render_docs.RESULTS / "backends.md").write_text("| b |\n|---|\n| 2 |\n")
+    with pytest.raises(SystemExit, match=r"render_docs: benchmarks\.md ") as err:
+        render_docs.render(doc)
+    assert said in str(err.value)
+
+
+def test_a_step_whose_table_is_missing_is_named(render_docs):
+    # the step says ok but printed nothing (run_all writes no empty table): a FileNotFoundError traceback
+    write_run(render_docs.RESULTS, [{"name": "speed", "status": "ok", "seconds": 1.0, "loadBefore": 1.0}])
+    with pytest.raises(SystemExit, match=r"render_docs: .*speed\.md is missing \(run bench/run_all\.py\)"):
+        render_docs.render("<!-- results:speed -->\n<!-- /results -->\n")

@@ -9,7 +9,8 @@ Shipped adapters:
   path through :class:`memdir.api.Memory`.  Each answer carries the mode it *actually* ran in,
   so a vector or hybrid run without an embedding model is reported as keyword-only instead of
   passing off keyword numbers as hybrid ones.
-* ``bm25``: a plain SQLite FTS5 table over the same chunks (memdir's chunker) queried with an
+* ``bm25``: a plain SQLite FTS5 table over memdir's chunker's chunks at OpenClaw's 400/80 tokens
+  (not memdir's own 200/40, whose results are widened), queried with an
   OR of every word of the question: the textbook baseline, so a comparison is about ranking.
 * ``openclaw-v2.27-keyword``: an emulation of OpenClaw 2026.2.x's keyword leg (R§7 step 5):
   every word quoted and AND-ed (``buildFtsQuery``), each hit scored 1.0 by the bm25 clamp.
@@ -124,6 +125,36 @@ def deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Settings a user's shell may carry that a bench must not pick up: the report says which settings
+#: ran (memdir's defaults, or a ``--config`` file's), and the figures are compared with ours.
+CONFIG_ENV = ("MEMDIR_CONFIG", "MEMDIR_PROVIDER", "MEMDIR_MODEL", "MEMDIR_FALLBACK", "MEMDIR_OFFLINE",
+              "MEMDIR_INDEX_PATH", "MEMDIR_STORE_DRIVER", "MEMDIR_DATABASE_URL", "MEMDIR_PG_SCHEMA",
+              "MEMDIR_CITATIONS", "MEMDIR_USER_TIMEZONE", "MEMDIR_STATE_DIR", "MEMDIR_WORKSPACE", "MEMDIR_AGENT")
+
+
+def ignored_environment(env: dict[str, str] | None = None) -> list[str]:
+    """The settings variables set in ``env`` (default: this process's) that would have changed a
+    bench's figures, and are ignored (where state goes, the workspace and agent are the bench's)."""
+    env = dict(os.environ) if env is None else env
+    quiet = ("MEMDIR_STATE_DIR", "MEMDIR_WORKSPACE", "MEMDIR_AGENT")
+    return [name for name in CONFIG_ENV if env.get(name) and name not in quiet]
+
+
+def bench_memory(workspace: Path | str, state_dir: Path | str, config: dict[str, Any], *, provider: Any = None,
+                 agent_id: str | None = None) -> Any:
+    """A :class:`memdir.api.Memory` on memdir's defaults plus ``config`` alone.
+
+    A bench run read the caller's ``MEMDIR_CONFIG`` file and ``MEMDIR_*`` variables as any memdir
+    does: ``MEMDIR_PROVIDER=openai`` in the shell made ``memdir:hybrid`` search with OpenAI's
+    model, a ``MEMDIR_CONFIG`` changed the chunking, while the report said memdir's defaults ran.
+    """
+    from memdir.api import Memory
+    from memdir.config import load_config
+
+    loaded = load_config(workspace=workspace, state_dir=state_dir, agent_id=agent_id, overrides=config, env={})
+    return Memory(config=loaded, provider=provider)
+
+
 class MemdirAdapter(Adapter):
     """memdir's real search path in one mode; ``min_score=None`` keeps the configured floor."""
 
@@ -136,6 +167,7 @@ class MemdirAdapter(Adapter):
         self.overrides = overrides or {}
         self.min_score = min_score
         self.provider = provider
+        self._ran_with: dict[str, Any] | None = None
         self.description = {
             "keyword": "memdir, keyword only (FTS5 BM25 on exact words and stems, content words OR-ed)",
             "vector": "memdir, vector only (hybrid disabled)",
@@ -143,18 +175,23 @@ class MemdirAdapter(Adapter):
         }[mode] + (f", config {label}" if label else "")
 
     def effective_config(self) -> dict[str, Any]:
-        """The ``memorySearch`` settings this adapter searches with (for the report)."""
+        """The ``memorySearch`` settings this adapter searched with (for the report): those of its
+        first index; before one, what it would use (no config file of the current folder, which
+        the runs never read, as the report once did)."""
+        if self._ran_with is not None:
+            return self._ran_with
         from memdir.config import load_config
 
         cfg = deep_merge(self.overrides, mode_overrides(self.mode))
-        loaded = load_config(workspace=".", state_dir="/nonexistent-memdir-bench", overrides=cfg, env={})
+        loaded = load_config(workspace="/nonexistent-memdir-bench", state_dir="/nonexistent-memdir-bench",
+                             overrides=cfg, env={}, check_workspace=False)
         return loaded.settings.memory_search.model_dump(mode="json", by_alias=True)
 
     def index(self, workspace: Path, state_dir: Path) -> Session:
-        from memdir.api import Memory
-
         cfg = deep_merge(self.overrides, mode_overrides(self.mode))
-        mem = Memory(workspace, state_dir=state_dir, config=cfg, provider=self.provider)
+        mem = bench_memory(workspace, state_dir, cfg, provider=self.provider)
+        if self._ran_with is None:
+            self._ran_with = mem.settings.memory_search.model_dump(mode="json", by_alias=True)
         t0 = time.perf_counter()
         try:
             mem.sync(reason="bench")
@@ -265,7 +302,7 @@ class Bm25Adapter(Adapter):
     """Plain FTS5 BM25 over memdir's chunks, OR of all words: the baseline to beat."""
 
     name = "bm25"
-    description = "plain SQLite FTS5 BM25, same chunks, OR of every query word"
+    description = "plain SQLite FTS5 BM25, memdir's chunker at 400/80 tokens, OR of every query word"
 
     def index(self, workspace: Path, state_dir: Path) -> Session:
         t0 = time.perf_counter()

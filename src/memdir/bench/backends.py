@@ -72,12 +72,12 @@ MODES = {"keyword": {"memorySearch": {"provider": "none"}},
 def _searcher(args: dict[str, Any]) -> list[float]:
     """One concurrent searcher process: opens and warms its index, waits for the others, then runs
     hybrid searches for ``seconds``; returns latencies in ms."""
-    from memdir.api import Memory
+    from memdir.bench.adapters import bench_memory
 
     cfg = args["config"]
     out: list[float] = []
-    with Memory(args["workspace"], agent_id=args["agent"], state_dir=args["state"], config=cfg,
-                provider=SyntheticProvider()) as mem:
+    with bench_memory(args["workspace"], args["state"], cfg, agent_id=args["agent"],
+                      provider=SyntheticProvider()) as mem:
         mem.search(args["queries"][0], sync=False)
         args["ready"].wait()  # every searcher opened and warmed: start together
         i = args["offset"]
@@ -92,7 +92,7 @@ def _searcher(args: dict[str, Any]) -> list[float]:
 
 def bench_backend(backend: str, corpus: Any, size: int, *, dsn: str, work: Path, budget_s: float,
                   concurrency: int, seconds: float) -> dict[str, Any]:
-    from memdir.api import Memory
+    from memdir.bench.adapters import bench_memory
 
     schema = f"bench_{size}"
     state = work / f"state-{backend}-{size}"
@@ -104,7 +104,7 @@ def bench_backend(backend: str, corpus: Any, size: int, *, dsn: str, work: Path,
             f.unlink()
     base = _config(backend, dsn, schema)
     out: dict[str, Any] = {}
-    with Memory(corpus.workspace, agent_id=agent, state_dir=state, config=base, provider=SyntheticProvider()) as mem:
+    with bench_memory(corpus.workspace, state, base, agent_id=agent, provider=SyntheticProvider()) as mem:
         t0 = time.perf_counter()
         rep = mem.sync(reason="bench", force=True)
         secs = time.perf_counter() - t0
@@ -119,8 +119,7 @@ def bench_backend(backend: str, corpus: Any, size: int, *, dsn: str, work: Path,
         out["diskBytes"] = _disk_bytes(backend, mem, dsn, schema)
     for mode, extra in MODES.items():
         provider = None if mode == "keyword" else SyntheticProvider()
-        with Memory(corpus.workspace, agent_id=agent, state_dir=state, config=_merge(base, extra),
-                    provider=provider) as mem:
+        with bench_memory(corpus.workspace, state, _merge(base, extra), agent_id=agent, provider=provider) as mem:
 
             def run(q: str, mem: Any = mem) -> float:
                 t0 = time.perf_counter()
@@ -175,13 +174,12 @@ class _AgentPerSample:
         return getattr(self.inner, name)
 
     def index(self, workspace: Path, state_dir: Path) -> Any:
-        from memdir.api import Memory
-        from memdir.bench.adapters import _MemdirSession, deep_merge, mode_overrides
+        from memdir.bench.adapters import _MemdirSession, bench_memory, deep_merge, mode_overrides
 
         inner = self.inner
         cfg = deep_merge(mode_overrides(inner.mode), inner.overrides)
-        mem = Memory(workspace, state_dir=state_dir, config=cfg, agent_id=f"q-{Path(workspace).parent.name}",
-                     provider=inner.provider)
+        mem = bench_memory(workspace, state_dir, cfg, agent_id=f"q-{Path(workspace).parent.name}",
+                           provider=inner.provider)
         t0 = time.perf_counter()
         try:
             mem.sync(reason="bench")

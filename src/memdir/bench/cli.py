@@ -26,6 +26,16 @@ def _int_list(raw: str) -> list[int]:
     return values
 
 
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {raw!r}")
+    return value
+
+
 def _size_list(raw: str) -> list[int]:
     """``1000,10k,100k`` → [1000, 10000, 100000]."""
     out = []
@@ -56,7 +66,7 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
         p.add_argument("--markdown", action="store_true", help="print Markdown tables")
         p.add_argument("--out", type=Path, help="write ranked results per query (JSONL per sample) and report.json")
         p.add_argument("--plot", type=Path, help="write a recall@k chart (PNG) here; needs memdir[bench]")
-        p.add_argument("--limit", type=int, default=None,
+        p.add_argument("--limit", type=_positive_int, default=None,
                        help="score only the first N questions of each sample (quick runs, slow systems)")
         p.add_argument("--strict", action="store_true",
                        help="exit 1 when a system was skipped or did not run in its intended mode")
@@ -86,7 +96,7 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
                    help="corpus sizes in chunks (default 1000,10000,100000; 10k style accepted)")
     p.add_argument("--embed-subset", type=int, default=256,
                    help="chunks embedded with the default model when one is available (default 256; 0 skips)")
-    p.add_argument("--queries", type=int, default=200, help="queries per corpus (default 200)")
+    p.add_argument("--queries", type=_positive_int, default=200, help="queries per corpus (default 200)")
     p.add_argument("--budget", type=float, default=20.0, help="seconds per latency series, at least 20 queries")
     p.add_argument("--seed", type=int, default=42, help="corpus seed (default 42)")
     p.add_argument("--work-dir", type=Path, help="keep corpora and indexes here (reused when seed/size match)")
@@ -101,7 +111,7 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
                        description="The same corpus and searches on both store backends (see memdir.bench.backends).")
     p.add_argument("--dsn", help="PostgreSQL to use (default $MEMDIR_DATABASE_URL); bench_* schemas are dropped")
     p.add_argument("--sizes", type=_size_list, default=[10000, 100000], help="corpus sizes (default 10k,100k)")
-    p.add_argument("--queries", type=int, default=200, help="queries per corpus (default 200)")
+    p.add_argument("--queries", type=_positive_int, default=200, help="queries per corpus (default 200)")
     p.add_argument("--budget", type=float, default=15.0, help="seconds per latency series, at least 20 queries")
     p.add_argument("--concurrency", type=int, default=8, help="concurrent searcher processes (default 8; 0 skips)")
     p.add_argument("--seconds", type=float, default=20.0, help="how long the concurrent searchers run")
@@ -116,7 +126,11 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
                        description="Score a folder of <sample>.jsonl ranked results (as written by --out).")
     p.add_argument("dataset", type=Path, help="folder of <sample>/workspace + <sample>/queries.jsonl")
     p.add_argument("results", type=Path, help="one system's folder, e.g. OUT/memdir-keyword")
-    p.add_argument("--k", type=_int_list, default=[1, 3, 6, 10], help="cut-offs (default 1,3,6,10)")
+    p.add_argument("--k", type=_int_list, default=None,
+                   help="cut-offs (default: the run's, from the report.json beside the folder, else 1,3,6,10)")
+    p.add_argument("--limit", type=_positive_int, default=None,
+                   help="score the first N questions of each sample (default: the run's --limit, from the "
+                        "report.json beside the folder)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_globals(p)
 
@@ -141,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("choose a benchmark: memdir bench {quality,compare,speed,backends,rescore} ... "
                          "(memdir bench -h)")
     _check_plots(args)
+    _note_ignored_environment(args, cmd)
     if cmd in ("quality", "compare"):
         return _quality(args, cmd)
     if cmd == "speed":
@@ -148,6 +163,20 @@ def run(args: argparse.Namespace) -> int:
     if cmd == "backends":
         return _backends(args)
     return _rescore(args)
+
+
+def _note_ignored_environment(args: argparse.Namespace, cmd: str) -> None:
+    """Say which of the shell's memdir settings the bench does not use (it runs memdir's defaults,
+    or the ``--config`` file's settings, whatever the shell holds)."""
+    if cmd == "rescore" or getattr(args, "quiet", False):
+        return
+    from memdir.bench.adapters import ignored_environment
+
+    ignored = [n for n in ignored_environment() if not (cmd == "backends" and n == "MEMDIR_DATABASE_URL")]
+    if ignored:
+        print(f"note: {', '.join(ignored)} ignored: benches run memdir's defaults"
+              + (", or the settings of a --config file" if cmd in ("quality", "compare") else ""),
+              file=sys.stderr, flush=True)
 
 
 def _backends(args: argparse.Namespace) -> int:
@@ -159,14 +188,24 @@ def _backends(args: argparse.Namespace) -> int:
     dsn = args.dsn or os.environ.get("MEMDIR_DATABASE_URL", "")
     if not dsn:
         raise UsageError("bench backends needs a PostgreSQL: --dsn URL or $MEMDIR_DATABASE_URL")
+    # Without --work-dir the corpora and SQLite indexes (hundreds of MB at 100k chunks) were left in
+    # the temp folder after every run.
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="memdir-bench-backends-"))
     report: dict[str, Any] = {}
-    if args.sizes:
-        report = run_backends(args.sizes, dsn=dsn, work_dir=work, seed=args.seed, n_queries=args.queries,
-                              budget_s=args.budget, concurrency=args.concurrency, seconds=args.seconds,
-                              progress=_progress(args))
-    if args.quality:
-        report["quality"] = quality_side_by_side(args.quality, dsn=dsn, progress=_progress(args))
+    try:
+        if args.sizes:
+            report = run_backends(args.sizes, dsn=dsn, work_dir=work, seed=args.seed, n_queries=args.queries,
+                                  budget_s=args.budget, concurrency=args.concurrency, seconds=args.seconds,
+                                  progress=_progress(args))
+        if args.quality:
+            report["quality"] = quality_side_by_side(args.quality, dsn=dsn, progress=_progress(args))
+    except ValueError as exc:  # a malformed --quality dataset, named
+        raise CliError(str(exc)) from None
+    finally:
+        if not args.work_dir:
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -189,6 +228,8 @@ def _quality(args: argparse.Namespace, cmd: str) -> int:
         names = [f"memdir:{m}" for m in modes]
     else:
         names = [n.strip() for n in args.adapters.split(",") if n.strip()]
+        if not names:  # it printed nothing and exited 0
+            raise UsageError("--adapters: name at least one system (memdir, memdir:keyword, bm25, ...)")
     try:
         overrides, label = _config_overrides(getattr(args, "config", None))
         adapters = make_adapters(names, min_score=args.min_score, overrides=overrides, label=label)
@@ -241,17 +282,18 @@ def _speed(args: argparse.Namespace) -> int:
 
 
 def _rescore(args: argparse.Namespace) -> int:
-    from memdir.bench.quality import rescore
+    from memdir.bench.quality import _cell, rescore
 
     try:
-        result = rescore(args.dataset, args.results, args.k)
+        result = rescore(args.dataset, args.results, args.k, limit=args.limit)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         o = result["overall"]
-        print(f"{result['queries']} questions ({result['missing']} without results) "
-              + "  ".join(f"R@{k} {o['recall'][str(k)]:.3f}" for k in result["ks"])
-              + f"  MRR@{result['ks'][-1]} {o['mrr'][str(result['ks'][-1])]:.3f}")
+        extra = f", {result['unknownIds']} results for questions not in the dataset" if result["unknownIds"] else ""
+        print(f"{result['queries']} questions ({result['missing']} without results{extra}) "
+              + "  ".join(f"R@{k} {_cell(o, 'recall', str(k))}" for k in result["ks"])
+              + f"  MRR@{result['ks'][-1]} {_cell(o, 'mrr', str(result['ks'][-1]))}")
     return 0

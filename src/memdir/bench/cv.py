@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from memdir.bench.adapters import Ranked, deep_merge, mode_overrides
-from memdir.bench.quality import LOCOMO_CATEGORIES, load_samples, score_query, scored_queries
+from memdir.bench.adapters import Ranked, bench_memory, deep_merge, mode_overrides
+from memdir.bench.quality import LOCOMO_CATEGORIES, category_of, load_samples, score_query, scored_queries
 
 Progress = Callable[[str], None]
 
@@ -70,11 +70,15 @@ Row = dict[str, Any]
 
 @contextmanager
 def indexing_switches(switches: dict[str, bool]) -> Iterator[None]:
-    """:data:`memdir.indexing_switches.INDEXING` with the known ones of ``switches`` set, restored on exit."""
+    """:data:`memdir.indexing_switches.INDEXING` with ``switches`` set, restored on exit; a name it does
+    not have is an error (a misspelt switch measured the defaults under the variant's name)."""
     from memdir.indexing_switches import INDEXING
 
+    unknown = sorted(set(switches) - set(INDEXING))
+    if unknown:
+        raise ValueError(f"unknown indexing switch {', '.join(unknown)} (known: {', '.join(INDEXING)})")
     old = dict(INDEXING)
-    INDEXING.update({k: v for k, v in switches.items() if k in INDEXING})
+    INDEXING.update(switches)
     try:
         yield
     finally:
@@ -86,7 +90,6 @@ def run_variant(variant: Variant, samples: Sequence[Any], work_dir: Path, provid
                 limit: int | None = None, progress: Progress | None = None) -> list[Row]:
     """Per-question scores of one variant on every sample (each question its own search at ``k``)."""
     from memdir import query, ranking
-    from memdir.api import Memory
 
     say = progress or (lambda _m: None)
     rows: list[Row] = []
@@ -103,8 +106,7 @@ def run_variant(variant: Variant, samples: Sequence[Any], work_dir: Path, provid
                 todo = todo[:limit] if limit else todo
                 cfg = deep_merge(mode_overrides(variant.mode), variant.config)
                 state = work_dir / f"{name}-{variant.index_key()}"
-                mem = Memory(workspace, state_dir=state, config=cfg,
-                             provider=None if variant.mode == "keyword" else provider)
+                mem = bench_memory(workspace, state, cfg, provider=None if variant.mode == "keyword" else provider)
                 try:
                     t0 = time.perf_counter()
                     mem.sync(reason="bench")
@@ -115,7 +117,7 @@ def run_variant(variant: Variant, samples: Sequence[Any], work_dir: Path, provid
                         ms = (time.perf_counter() - t1) * 1000
                         ranked = [Ranked(r.path, r.start_line, r.end_line, r.score) for r in resp.results]
                         s = score_query(q["relevant"], ranked, [k])
-                        rows.append({"sample": name, "id": q["id"], "category": str(q.get("category", "-")),
+                        rows.append({"sample": name, "id": q["id"], "category": category_of(q),
                                      "recall": s.recall[k], "hit": s.hit[k], "mrr": s.rr[k], "lines": s.lines[k],
                                      "ms": ms, "mode": resp.mode})
                 finally:
@@ -153,6 +155,8 @@ def objective(rows: Sequence[Row]) -> tuple[float, float]:
 def leave_one_out(results: dict[str, list[Row]], family: Sequence[str]) -> dict[str, Any]:
     """For each sample, pick the best variant of ``family`` on the other samples; pool held-out rows."""
     samples = sorted({r["sample"] for rows in results.values() for r in rows})
+    if len(samples) < 2:  # each fold would choose on no data at all: the family's first variant, called "CV"
+        raise ValueError(f"leave-one-out cross-validation needs at least two samples, not {len(samples)}")
     held: list[Row] = []
     chosen: dict[str, str] = {}
     for s in samples:

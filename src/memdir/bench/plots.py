@@ -42,7 +42,8 @@ def plot_quality(report: dict[str, Any], path: Path, title: str | None = None) -
     xs = [int(k) for k in ks]
     fig, ax = plt.subplots(figsize=(10, 5))
     markers = "osD^vP*X"
-    for i, (name, run) in enumerate(r for r in report["runs"].items() if not r[1].get("skipped")):
+    # (a run that scored no question has no figures to draw: it is in the table, said)
+    for i, (name, run) in enumerate(r for r in report["runs"].items() if not r[1].get("skipped") and r[1]["queries"]):
         label = name + (f" {run['version']}" if run.get("version") else "")
         if run.get("fallback"):
             label += f"\n(ran {run['ranAsText']})"

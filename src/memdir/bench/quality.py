@@ -27,7 +27,7 @@ from typing import Any
 from memdir.bench.adapters import MEMDIR_MODES, Adapter, MemdirAdapter, Ranked, mode_overrides
 
 MODES = MEMDIR_MODES
-SKIP_CATEGORIES = {5}
+SKIP_CATEGORIES = {"5"}  # compared with category_of(q)
 LOCOMO_CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
 METRICS = ("recall", "hit", "mrr", "lines")
 
@@ -91,18 +91,48 @@ Sample = tuple[str, Path, list[dict[str, Any]]]
 
 
 def load_samples(dataset: Path) -> list[Sample]:
-    """``(name, workspace, questions)`` for each sample folder, in name order."""
+    """``(name, workspace, questions)`` for each sample folder, in name order.
+
+    A dataset made elsewhere is checked here, before minutes of indexing, so that a mistake in it
+    is named (file, line, question) instead of quietly changing the figures: a sample folder
+    with a ``workspace/`` but no ``queries.jsonl`` (or the reverse), two questions with one id
+    (``--out`` and ``rescore`` key the ranked lists by id), and evidence that names a file the
+    sample does not hold or a line past its end (a question no system could ever score on).
+    """
     dataset = Path(dataset)
     if not dataset.is_dir():
         raise ValueError(f"dataset folder not found: {dataset}")
     samples = []
-    for sample in sorted(p for p in dataset.iterdir() if (p / "queries.jsonl").is_file()):
-        file = sample / "queries.jsonl"
-        lines = file.read_text(encoding="utf-8").splitlines()
-        queries = [_question(line, f"{file}:{n}") for n, line in enumerate(lines, start=1) if line.strip()]
-        samples.append((sample.name, sample / "workspace", queries))
+    for sample in sorted(p for p in dataset.iterdir() if p.is_dir()):
+        file, workspace = sample / "queries.jsonl", sample / "workspace"
+        if not file.is_file():
+            if workspace.is_dir():
+                raise ValueError(f"{sample}: has a workspace/ but no queries.jsonl (one question a line)")
+            continue
+        if not workspace.is_dir():
+            raise ValueError(f"{sample}: has queries.jsonl but no workspace/ folder to search")
+        lines = _read_text(file).splitlines()
+        queries = []
+        first_line: dict[str, int] = {}
+        line_counts: dict[str, int | None] = {}
+        for n, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{file}:{n}"
+            q = _question(line, where)
+            qid = str(q["id"])
+            if qid in first_line:
+                raise ValueError(f"{where}: question id {qid!r} is used again (first on line {first_line[qid]}); "
+                                 "ids must be unique within a sample")
+            first_line[qid] = n
+            for r in q["relevant"]:
+                _check_evidence(sample, r, line_counts, f"{where}: question {qid!r}")
+            queries.append(q)
+        samples.append((sample.name, workspace, queries))
     if not samples:
-        raise ValueError(f"no samples in {dataset} (expected <sample>/workspace and <sample>/queries.jsonl)")
+        hint = (" (this looks like one sample: give the folder that holds it)"
+                if (dataset / "queries.jsonl").is_file() else "")
+        raise ValueError(f"no samples in {dataset} (expected <sample>/workspace and <sample>/queries.jsonl){hint}")
     return samples
 
 
@@ -116,28 +146,95 @@ def _question(line: str, where: str) -> dict[str, Any]:
         raise ValueError(f"{where}: not a JSON object")
     if not isinstance(q.get("query"), str) or "id" not in q:
         raise ValueError(f"{where}: a question needs an \"id\" and a \"query\" string")
-    relevant = q.get("relevant", [])
+    relevant = q.get("relevant")
+    relevant = [] if relevant is None else relevant  # no evidence: counted, and left out of the figures
     if not isinstance(relevant, list) or not all(
             isinstance(r, dict) and isinstance(r.get("path"), str) and type(r.get("line")) is int for r in relevant):
         raise ValueError(f"{where}: \"relevant\" must be a list of {{\"path\": str, \"line\": int}}")
+    q["relevant"] = relevant
     return q
+
+
+def _read_text(file: Path) -> str:
+    """A queries file as text (a byte-order mark, as Windows editors write, is dropped)."""
+    try:
+        return file.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{file}: not UTF-8 text ({exc})") from None
+
+
+def _check_evidence(sample: Path, r: dict[str, Any], line_counts: dict[str, int | None], where: str) -> None:
+    """Evidence must name a line that exists: a file of the workspace (or, for session
+    transcripts, of the sample folder), written as the relative path results carry."""
+    path, line = r["path"], r["line"]
+    if path not in line_counts:
+        count = None
+        parts = path.split("/")
+        if path and not path.startswith("/") and all(p not in ("", ".", "..") for p in parts):
+            # (a transcript's evidence, as bench/note_styles.py writes it, is sample/sessions/*.jsonl)
+            for base in (sample / "workspace", sample) if parts[0] == "sessions" else (sample / "workspace",):
+                if (base / path).is_file():
+                    raw = (base / path).read_bytes()
+                    count = raw.count(b"\n") + (0 if raw.endswith(b"\n") else 1)
+                    break
+        line_counts[path] = count
+    count = line_counts[path]
+    if count is None:
+        raise ValueError(f"{where}: evidence {path!r} is not a file of the sample's workspace (a path relative to "
+                         f"its workspace/ folder, with / between folders, as search results give it)")
+    if not 1 <= line <= count:
+        raise ValueError(f"{where}: evidence line {line} of {path!r} does not exist (the file has {count} lines)")
+
+
+def category_of(q: dict[str, Any]) -> str:
+    """A question's category as the report keys it: ``5``, ``"5"`` and ``5.0`` are one category
+    (converters write LoCoMo's numbers as either), no category is ``-``."""
+    cat = q.get("category")
+    if cat is None:
+        return "-"
+    if isinstance(cat, float) and cat.is_integer():
+        cat = int(cat)
+    return str(cat).strip() or "-"
 
 
 def scored_queries(queries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The questions that count: with evidence, and not LoCoMo's adversarial category 5."""
-    return [q for q in queries if q.get("category") not in SKIP_CATEGORIES and q.get("relevant")]
+    return [q for q in queries if category_of(q) not in SKIP_CATEGORIES and q.get("relevant")]
+
+
+def left_out(samples: Sequence[Sample]) -> dict[str, int]:
+    """How many questions of the dataset are not scored, and why (the report says so: a
+    dataset whose questions mostly lack evidence gives figures over a few questions)."""
+    adversarial = sum(1 for _, _, qs in samples for q in qs if category_of(q) in SKIP_CATEGORIES)
+    no_evidence = sum(1 for _, _, qs in samples for q in qs
+                      if category_of(q) not in SKIP_CATEGORIES and not q.get("relevant"))
+    return {"total": sum(len(qs) for _, _, qs in samples), "adversarial": adversarial, "noEvidence": no_evidence}
 
 
 def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "run"
 
 
-def write_ranked(path: Path, rows: Sequence[tuple[str, Sequence[Ranked]]]) -> None:
-    """One JSON line per question: ``{id, results: [{path, startLine, endLine, score}]}``."""
+RankedRow = tuple[str, Sequence[Ranked], dict[int, Sequence[Ranked]]]
+
+
+def _spans(ranked: Sequence[Ranked]) -> list[tuple[str, int, int]]:
+    return [(r.path, r.start_line, r.end_line) for r in ranked]
+
+
+def write_ranked(path: Path, rows: Sequence[RankedRow]) -> None:
+    """One JSON line per question: ``{id, results: [{path, startLine, endLine, score}]}`` (the
+    search at the largest k) and ``resultsAtK: {k: [...]}`` for each smaller k whose own search
+    returned other ranges than the top k of that one (each k is its own search)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as fh:
-        for qid, ranked in rows:
-            fh.write(json.dumps({"id": qid, "results": [r.as_dict() for r in ranked]}, ensure_ascii=False) + "\n")
+        for qid, ranked, at_k in rows:
+            row: dict[str, Any] = {"id": qid, "results": [r.as_dict() for r in ranked]}
+            other = {str(k): [r.as_dict() for r in lst] for k, lst in sorted(at_k.items())
+                     if _spans(lst) != _spans(ranked[:k])}
+            if other:
+                row["resultsAtK"] = other
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def run_adapter(adapter: Adapter, samples: Sequence[Sample], ks: Sequence[int], *, out_dir: Path | None = None,
@@ -163,15 +260,17 @@ def run_adapter(adapter: Adapter, samples: Sequence[Sample], ks: Sequence[int], 
             session = adapter.index(workspace, Path(state))
             try:
                 index_s.append(session.index_seconds)
-                rows: list[tuple[str, list[Ranked]]] = []
+                rows: list[RankedRow] = []
                 for q in todo:
                     # Each cut-off is its own search, as an agent asking for k results makes it: a
                     # bigger k widens the candidate pool, so top-6 of a k=10 search is not a k=6 search.
                     merged = QueryScore({}, {}, {}, {})
                     ranked: list[Ranked] = []
+                    at_k: dict[int, list[Ranked]] = {}
                     for k in ks:
                         ans = session.search(q["query"], k)
                         query_ms.append(ans.ms)
+                        at_k[k] = ans.ranked
                         if k == kmax:
                             ranked = ans.ranked
                             modes[ans.mode] += 1
@@ -181,8 +280,8 @@ def run_adapter(adapter: Adapter, samples: Sequence[Sample], ks: Sequence[int], 
                         merged.recall[k], merged.hit[k], merged.rr[k], merged.lines[k] = (
                             s.recall[k], s.hit[k], s.rr[k], s.lines[k])
                     overall.add(merged)
-                    by_cat[str(q.get("category", "-"))].add(merged)
-                    rows.append((str(q["id"]), ranked))
+                    by_cat[category_of(q)].add(merged)
+                    rows.append((str(q["id"]), ranked, {k: v for k, v in at_k.items() if k != kmax}))
             finally:
                 session.close()
         if out_dir is not None:
@@ -244,6 +343,8 @@ def run_quality(dataset: Path, *, ks: Sequence[int] = (1, 3, 6, 10), modes: Sequ
     ks = sorted({int(k) for k in ks if int(k) > 0})
     if not ks:
         raise ValueError("no cut-off k given")
+    if limit is not None and limit < 1:  # a negative slice dropped the last questions of every sample
+        raise ValueError(f"limit must be at least 1 question per sample, not {limit}")
     if adapters is None:
         adapters = [MemdirAdapter(m, overrides=overrides, min_score=min_score) for m in modes]
     report: dict[str, Any] = {
@@ -252,6 +353,7 @@ def run_quality(dataset: Path, *, ks: Sequence[int] = (1, 3, 6, 10), modes: Sequ
         "ks": ks,
         "limitPerSample": limit,
         "configFile": config_file,
+        "questions": left_out(samples),
         "versions": versions(),
         "runs": {},
     }
@@ -264,31 +366,105 @@ def run_quality(dataset: Path, *, ks: Sequence[int] = (1, 3, 6, 10), modes: Sequ
     return report
 
 
-def rescore(dataset: Path, results_dir: Path, ks: Sequence[int] = (1, 3, 6, 10)) -> dict[str, Any]:
-    """Score ranked lists written by ``--out`` (one run's folder) against the dataset's labels."""
+def rescore(dataset: Path, results_dir: Path, ks: Sequence[int] | None = None,
+            limit: int | None = None) -> dict[str, Any]:
+    """Score ranked lists written by ``--out`` (one run's folder) against the dataset's labels.
+
+    Each k is scored on that k's own search where ``--out`` kept it (``resultsAtK``), as the run
+    itself scored it.  The run's ``report.json`` beside the folder gives the defaults: ``ks``
+    (else 1, 3, 6, 10; a k above the run's largest is refused: its lists hold no more) and
+    ``limit`` (its ``limitPerSample``: the questions the run asked, not the others as misses).
+    """
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise ValueError(f"results folder not found: {results_dir} (one system's folder of an --out run, "
+                         "e.g. OUT/memdir-keyword)")
+    run_ks, run_limit = _run_settings(results_dir.parent / "report.json")
+    limit = run_limit if limit is None else limit
+    ks = sorted(set(ks if ks else run_ks or (1, 3, 6, 10)))
+    if run_ks and ks[-1] > max(run_ks):
+        raise ValueError(f"the run searched for at most {max(run_ks)} results (its --k was "
+                         f"{','.join(map(str, run_ks))}): its lists cannot be scored at k = {ks[-1]}")
     overall = Aggregate()
     by_cat: dict[str, Aggregate] = defaultdict(Aggregate)
-    ks = sorted(set(ks))
-    missing = 0
+    missing = files = 0
+    unknown: list[str] = []
     for name, _, queries in load_samples(Path(dataset)):
-        path = Path(results_dir) / f"{name}.jsonl"
-        ranked_by_id: dict[str, list[Ranked]] = {}
+        path = results_dir / f"{name}.jsonl"
+        rows: dict[str, dict[str, Any]] = {}
         if path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                if line.strip():
-                    row = json.loads(line)
-                    ranked_by_id[str(row["id"])] = [Ranked(r["path"], int(r["startLine"]), int(r["endLine"]),
-                                                           float(r.get("score", 0.0))) for r in row["results"]]
-        for q in scored_queries(queries):
-            ranked = ranked_by_id.get(str(q["id"]))
-            if ranked is None:
+            files += 1
+            rows = _ranked_rows(path)
+        todo = scored_queries(queries)
+        todo = todo[:limit] if limit else todo
+        asked = {str(q["id"]) for q in queries}
+        unknown += [f"{name}:{qid}" for qid in rows if qid not in asked]
+        for q in todo:
+            row = rows.get(str(q["id"]))
+            if row is None:
                 missing += 1
-                ranked = []
-            s = score_query(q["relevant"], ranked, ks)
-            overall.add(s)
-            by_cat[str(q.get("category", "-"))].add(s)
-    return {"ks": ks, "queries": overall.n, "missing": missing, "overall": overall.means(),
+            merged = QueryScore({}, {}, {}, {})
+            for k in ks:
+                ranked = [] if row is None else row["atK"][k] if k in row["atK"] else row["results"][:k]
+                sc = score_query(q["relevant"], ranked, [k])
+                merged.recall[k], merged.hit[k], merged.rr[k], merged.lines[k] = (
+                    sc.recall[k], sc.hit[k], sc.rr[k], sc.lines[k])
+            overall.add(merged)
+            by_cat[category_of(q)].add(merged)
+    if not files:
+        raise ValueError(f"no <sample>.jsonl in {results_dir} for the samples of {dataset}: another dataset's results?")
+    return {"ks": ks, "queries": overall.n, "missing": missing, "limitPerSample": limit,
+            "unknownIds": len(unknown), "unknownIdExamples": unknown[:5], "overall": overall.means(),
             "byCategory": {c: {"queries": a.n, **a.means()} for c, a in sorted(by_cat.items())}}
+
+
+def _run_settings(report: Path) -> tuple[list[int], int | None]:
+    """The ``ks`` and ``limitPerSample`` of an ``--out`` run's report (none when it is not there)."""
+    try:
+        data = json.loads(report.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return [], None
+    if not isinstance(data, dict):
+        return [], None
+    ks, limit = data.get("ks"), data.get("limitPerSample")
+    ks = [k for k in ks if type(k) is int and k > 0] if isinstance(ks, list) else []
+    return ks, limit if type(limit) is int and limit > 0 else None
+
+
+def _ranked_rows(path: Path) -> dict[str, dict[str, Any]]:
+    """``{id: {results, atK}}`` of one ranked-results file; a malformed line is named."""
+    def ranked(items: Any, where: str) -> list[Ranked]:
+        if not isinstance(items, list):
+            raise ValueError(f"{where}: expected a list of results")
+        try:
+            return [Ranked(str(r["path"]), int(r["startLine"]), int(r["endLine"]), float(r.get("score", 0.0)))
+                    for r in items]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ValueError(f"{where}: each result needs \"path\", \"startLine\" and \"endLine\"") from None
+
+    out: dict[str, dict[str, Any]] = {}
+    for n, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{where}: not valid JSON ({exc})") from None
+        if not isinstance(row, dict) or "id" not in row:
+            raise ValueError(f"{where}: expected {{\"id\": ..., \"results\": [...]}}")
+        qid = str(row["id"])
+        if qid in out:
+            raise ValueError(f"{where}: question {qid!r} has results twice")
+        at_k = row.get("resultsAtK") or {}
+        if not isinstance(at_k, dict):
+            raise ValueError(f"{where}: \"resultsAtK\" must map k to a list of results")
+        try:
+            parsed_k = {int(k): ranked(v, where) for k, v in at_k.items()}
+        except ValueError as exc:
+            raise ValueError(str(exc) if str(exc).startswith(where) else f"{where}: bad k in \"resultsAtK\"") from None
+        out[qid] = {"results": ranked(row.get("results", []), where), "atK": parsed_k}
+    return out
 
 
 # -- output ----------------------------------------------------------------------------------
@@ -323,9 +499,11 @@ def format_table(report: dict[str, Any], *, markdown: bool = False, categories: 
         o = run["overall"]
         ran = run["ranAsText"] + (" !" if run.get("fallback") else "")
         label = name + (f" {run['version']}" if run.get("version") else "")
-        rows.append([label, ran, str(run["queries"])] + [f"{o['recall'][k]:.3f}" for k in ks] +
-                    [f"{o['hit'][k]:.3f}" for k in ks] + [f"{o['mrr'][kmax]:.3f}"] +
-                    [f"{o['lines'][k]:.1f}" for k in ks])
+        rows.append([label, ran, str(run["queries"])] + [_cell(o, "recall", k) for k in ks] +
+                    [_cell(o, "hit", k) for k in ks] + [_cell(o, "mrr", kmax)] +
+                    [_cell(o, "lines", k, ".1f") for k in ks])
+        if not run["queries"]:
+            notes.append(f"{name}: no question to score (every one is category 5 or has no evidence)")
         if run.get("fallback"):
             notes.append(f"{name}: ! {run['fallback']}")
     parts = [_grid(rows, markdown)] if len(rows) > 1 else []
@@ -339,6 +517,16 @@ def format_table(report: dict[str, Any], *, markdown: bool = False, categories: 
                              [f"{data['recall'][k]:.3f}" for k in ks] +
                              [f"{data['hit'][kmax]:.3f}", f"{data['mrr'][kmax]:.3f}"])
         parts.append(_grid(crows, markdown))
+    q = report.get("questions")
+    if q and (q["adversarial"] or q["noEvidence"]):
+        notes.insert(0, f"{q['total']} questions in the dataset; left out: {q['adversarial']} of category 5 "
+                        f"(adversarial), {q['noEvidence']} without evidence")
     if notes:
         parts.append("\n".join(("- " if markdown else "note: ") + n for n in notes))
     return "\n\n".join(parts)
+
+
+def _cell(means: dict[str, dict[str, float]], metric: str, k: str, fmt: str = ".3f") -> str:
+    """One figure of the table; ``-`` where a run scored no question (it has no means)."""
+    value = means.get(metric, {}).get(k)
+    return "-" if value is None else format(value, fmt)

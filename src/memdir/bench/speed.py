@@ -129,11 +129,11 @@ def timed_queries(fn: Callable[[str], Any], queries: Sequence[str], budget_s: fl
 # -- workers (each runs in its own process) --------------------------------------------------
 
 def _w_memdir_index(a: dict[str, Any]) -> dict[str, Any]:
-    from memdir.api import Memory
+    from memdir.bench.adapters import bench_memory
 
     provider = SyntheticProvider() if a["vectors"] == "synthetic" else None
     cfg = {} if provider else {"memorySearch": {"provider": "none"}}
-    with Memory(a["workspace"], state_dir=a["state"], config=cfg, provider=provider) as mem:
+    with bench_memory(a["workspace"], a["state"], cfg, provider=provider) as mem:
         c0, t0 = cpu_seconds(), time.perf_counter()
         rep = mem.sync(reason="bench")
         wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
@@ -145,11 +145,11 @@ def _w_memdir_index(a: dict[str, Any]) -> dict[str, Any]:
 
 
 def _w_memdir_search(a: dict[str, Any]) -> dict[str, Any]:
-    from memdir.api import Memory
+    from memdir.bench.adapters import bench_memory
 
     queries, budget = a["queries"], a["budget"]
     out: dict[str, Any] = {}
-    with Memory(a["workspace"], state_dir=a["state_kw"], config={"memorySearch": {"provider": "none"}}) as mem:
+    with bench_memory(a["workspace"], a["state_kw"], {"memorySearch": {"provider": "none"}}) as mem:
         mem.sync()
         noop = []
         for _ in range(5):
@@ -169,7 +169,7 @@ def _w_memdir_search(a: dict[str, Any]) -> dict[str, Any]:
         out["keyword"] = {**summary([t for t, _ in res]), "meanResults": statistics.mean(n for _, n in res)}
     if a.get("state_vec"):
         for mode, cfg in (("vector", {"memorySearch": {"query": {"hybrid": {"enabled": False}}}}), ("hybrid", {})):
-            with Memory(a["workspace"], state_dir=a["state_vec"], config=cfg, provider=SyntheticProvider()) as mem:
+            with bench_memory(a["workspace"], a["state_vec"], cfg, provider=SyntheticProvider()) as mem:
                 mem.store  # noqa: B018 - open before timing
 
                 def run(q: str) -> tuple[float, float, float, str]:
@@ -272,12 +272,11 @@ def _stat_walk(root: Path) -> int:
 
 def _w_embed(a: dict[str, Any]) -> dict[str, Any]:
     """The default embedding model: memdir indexing a subset, raw model throughput, query latency."""
-    from memdir.api import Memory
-    from memdir.bench.adapters import workspace_chunks
+    from memdir.bench.adapters import bench_memory, workspace_chunks
     from memdir.config import load_config
     from memdir.embeddings.registry import select_provider
 
-    sel = select_provider(load_config(overrides={}).settings.memory_search)
+    sel = select_provider(load_config(overrides={}, env={}, check_workspace=False).settings.memory_search)
     if sel.provider is None:
         return {"skipped": sel.unavailable_reason or "no embedding provider"}
     provider = sel.provider
@@ -289,7 +288,7 @@ def _w_embed(a: dict[str, Any]) -> dict[str, Any]:
         provider.embed_batch(texts[i : i + 16])
     raw = time.perf_counter() - t0
     out["raw"] = {"seconds": raw, "chunks": len(texts), "chunksPerSec": len(texts) / raw if raw else None}
-    with Memory(a["workspace"], state_dir=a["state"], config={}) as mem:
+    with bench_memory(a["workspace"], a["state"], {}) as mem:
         mem.selection  # noqa: B018
         t0 = time.perf_counter()
         rep = mem.sync(reason="bench")
@@ -326,7 +325,11 @@ def _package_root() -> str:
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a measured subprocess: this very memdir first on the path."""
-    env = dict(os.environ)
+    from memdir.bench.adapters import CONFIG_ENV
+
+    # The caller's MEMDIR_* settings are not the bench's: MEMDIR_INDEX_PATH sent the cold-start
+    # search to another index (which it then built), MEMDIR_CONFIG changed its settings.
+    env = {k: v for k, v in os.environ.items() if k not in CONFIG_ENV}
     # Time what an installed memdir does: with byte-code caches (pip writes them at install).  A
     # PYTHONDONTWRITEBYTECODE=1 in the caller's shell made every cold start recompile memdir.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -457,6 +460,8 @@ def run_speed(sizes: Sequence[int] = DEFAULT_SIZES, *, embed_subset: int = 256, 
               budget_s: float = 20.0, seed: int = 42, work_dir: Path | None = None,
               progress: Progress | None = None) -> dict[str, Any]:
     """Generate each corpus, measure memdir and the baselines side by side; the report."""
+    if n_queries < 1:  # else a statistics error after the corpus and both indexes were built
+        raise ValueError(f"n_queries must be at least 1, not {n_queries}")
     say = progress or (lambda _m: None)
     own_tmp = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="memdir-speed-")) if work_dir is None else Path(work_dir)
@@ -494,7 +499,7 @@ def run_speed(sizes: Sequence[int] = DEFAULT_SIZES, *, embed_subset: int = 256, 
             entry["baseline"] = run_worker("baseline", {"workspace": str(ws), "db": str(base_db),
                                                         "queries": corpus.queries, "budget": budget_s})
             say(f"[{n}] CLI cold start")
-            q = corpus.queries[1]
+            q = corpus.queries[min(1, len(corpus.queries) - 1)]  # (--queries 1 failed here, minutes in)
             env = child_env({"MEMDIR_STATE_DIR": str(st_kw), "MEMDIR_PROVIDER": "none"})
             env.pop("MEMDIR_CONFIG", None)
             base_cmd = [sys.executable, "-m", "memdir", "search", q, "--json", "--workspace", str(ws)]

@@ -1,0 +1,57 @@
+"""`bench speed` and `bench backends` at the smallest sizes and odd options: they finish, and leave
+nothing behind in the temp folder.
+
+`--queries 1` failed with an IndexError at the cold-start step, after both indexes and the
+baselines were built (the cold-start query was the *second* one); `--queries 0` failed on an
+empty mean.  `bench backends` without `--work-dir` left its corpora and SQLite indexes in the
+temp folder after every run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from memdir.bench.speed import run_speed
+
+
+def test_speed_with_one_query_on_a_one_chunk_corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    report = run_speed([1], embed_subset=0, n_queries=1, budget_s=0.0)
+    (entry,) = report["sizes"]
+    assert entry["corpus"]["chunks"] >= 1 and entry["memdirSearch"]["keyword"]["n"] == 1
+    assert entry["coldStart"]["memdir"]["medianMs"] > 0
+    assert not [p.name for p in tmp.iterdir() if p.name.startswith("memdir-speed-")]  # its own temp folder, gone
+    with pytest.raises(ValueError, match="n_queries must be at least 1"):
+        run_speed([1], embed_subset=0, n_queries=0)
+
+
+def test_speed_cli_refuses_no_queries(run_cli: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    proc = run_cli("bench", "speed", "--sizes", "1", "--queries", "0")
+    assert proc.returncode == 2 and "--queries" in proc.stderr and "expected at least 1" in proc.stderr
+
+
+def test_backends_without_a_work_dir_cleans_its_temp_folder(
+        tmp_path: Path, pg_url: str, run_cli: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = run_cli("bench", "backends", "--dsn", pg_url, "--sizes", "1", "--queries", "2", "--budget", "0",
+                   "--concurrency", "0", "--json", "--quiet", env={"TMPDIR": str(tmp)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["sizes"]["1"]["sqlite"]["index"]["chunks"] >= 1
+    assert report["sizes"]["1"]["postgres"]["index"]["chunks"] >= 1
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("memdir-bench-backends-")] == []
+
+
+def test_compare_with_no_adapter_is_a_usage_error(run_cli: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    gate = Path(__file__).parent / "data" / "gate"
+    proc = run_cli("bench", "compare", str(gate), "--adapters", " , ")
+    assert proc.returncode == 2 and "--adapters: name at least one system" in proc.stderr
