@@ -716,6 +716,15 @@ class Memory(IndexUpkeep):
             "indexedWith": {k: meta.get(k) for k in ("provider", "model", "vectorDims", "builtAt")} if meta else None,
             "issues": list(found.issues),
         }
+        rebuild = self.indexer.version_reason(meta) if meta else None
+        if rebuild and store is not None and store.readonly:
+            out["issues"].append(f"the index was written by another memdir version ({rebuild}) and cannot be "
+                                 "rebuilt here (read-only): searches read it as that version indexed the notes")
+        elif rebuild:
+            # (status said "Dirty: no" of an upgraded index, which the next search rebuilds)
+            out["dirty"] = out["syncPending"] = True
+            out["issues"].append(f"the index was written by another memdir version ({rebuild}): the next search, "
+                                 "`memdir index` or the watcher rebuilds it once, reusing its cached embeddings")
         if self.settings.state_key_kind == "workspace":
             out["issues"].extend(self._left_behind())
         sel = self.selection

@@ -159,10 +159,13 @@ class IndexUpkeep:
             changed, gone = self.indexer.dirty_files(reuse=True)
             return (True, [self._readonly_note()], None) if changed or gone else (False, [], None)
         budget = self.settings.memory_search.sync.search_budget_ms / 1000
-        if store.read_meta() is None:
+        meta = store.read_meta()
+        if meta is None:
             return self._first_index()
         changed, gone = self.indexer.dirty_files(reuse=True)
-        if not changed and not gone:
+        if not changed and not gone and self.indexer.version_reason(meta) is None:
+            # (an index another memdir version wrote is rebuilt even so: else every search of
+            # an upgraded index read it as that version had chunked it until some note changed)
             return False, [], None
         deadline = time.monotonic() + budget
         try:
