@@ -754,6 +754,15 @@ class Memory(IndexUpkeep):
             "indexedWith": {k: meta.get(k) for k in ("provider", "model", "vectorDims", "builtAt")} if meta else None,
             "issues": list(found.issues),
         }
+        version = self.indexer.version_reason(meta) if meta else None
+        if version and store is not None and store.readonly:
+            out["issues"].append(f"the index was written by another memdir version ({version}) and cannot be "
+                                 "rebuilt here (read-only): searches read it as that version indexed the notes")
+        elif version:
+            # (status said "Dirty: no" of an upgraded index, which the next search rebuilds)
+            out["dirty"] = out["syncPending"] = True
+            out["issues"].append(f"the index was written by another memdir version ({version}): the next search, "
+                                 "`memdir index` or the watcher rebuilds it once, reusing its cached embeddings")
         if self.settings.state_key_kind == "workspace":
             out["issues"].extend(self._left_behind())
         sel = self.selection

@@ -623,6 +623,11 @@ class Settings(_Model):
         return resolve_store_path(self.memory_search.store.path, self.state_key, self.state_path)
 
     @property
+    def workspace_key(self) -> str:
+        """The workspace's own key (``<folder-name>-<hash>``), whatever names its state now."""
+        return workspace_index_name(self.workspace_path)
+
+    @property
     def state_key(self) -> str:
         """The name of this agent's own state: ``agents/<key>/sessions``, ``ltm/<key>`` and
         ``{agentId}`` in configured paths.  The chosen agent id (OpenClaw's per-agent state), else
@@ -634,7 +639,7 @@ class Settings(_Model):
         if self._state_key_cache is None or self._state_key_cache[0] != inputs:
             from memdir.state_key import LEGACY_AGENT_ID, uses_legacy_state
 
-            own = workspace_index_name(self.workspace_path)
+            own = self.workspace_key
             legacy_index = resolve_store_path(self.memory_search.store.path, LEGACY_AGENT_ID, self.state_path)
             legacy = uses_legacy_state(self.state_path, self.workspace_path, own, legacy_index)
             self._state_key_cache = (inputs, LEGACY_AGENT_ID if legacy else own)

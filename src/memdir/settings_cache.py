@@ -246,10 +246,29 @@ def _same_targets(settings: View) -> bool:
                 or Path(os.path.expanduser(settings.state_dir)).resolve() != settings.state_path):
             return False
         store_path = settings.memory_search.store.path
-        return not store_path or resolve_store_path(store_path, settings.state_key,
-                                                    settings.state_path) == settings.index_path
+        if store_path and resolve_store_path(store_path, settings.state_key, settings.state_path) != \
+                settings.index_path:
+            return False
+        return _same_state_key(settings)
     except (AttributeError, TypeError, OSError, RuntimeError):  # a snapshot of another shape, a symlink loop
         return False
+
+
+def _same_state_key(settings: View) -> bool:
+    """Whether the workspace still keeps agent ``main``'s state exactly when the snapshot says so.
+
+    Which state is this workspace's depends on folders no input of the key covers
+    (:func:`memdir.state_key.uses_legacy_state`): once an upgraded workspace that kept ``main``'s
+    state had state of its own (``mv agents/main agents/<key>``), every search still indexed
+    ``agents/main/sessions``, dropping the moved transcripts that ``memdir index`` then put back.
+    A few ``stat`` calls, and a read of ``main.sqlite``'s owner only while ``main`` has state."""
+    if settings.agent_explicit:
+        return True
+    from memdir.state_key import LEGACY_AGENT_ID, uses_legacy_state
+
+    legacy_index = resolve_store_path(settings.memory_search.store.path, LEGACY_AGENT_ID, settings.state_path)
+    legacy = uses_legacy_state(settings.state_path, settings.workspace_path, settings.workspace_key, legacy_index)
+    return legacy == (settings.state_key == LEGACY_AGENT_ID)
 
 
 def save_snapshot(path: Path, key: str, loaded: Any) -> bool:

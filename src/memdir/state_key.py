@@ -86,14 +86,14 @@ def left_behind(state_dir: Path, workspace: Path, own_key: str, index_of: Callab
 
     if any(p.exists() for p in legacy_state_dirs(state_dir, own_key)):
         return []
+    notes = _unclaimed_main(state_dir, workspace, own_key, index_of(LEGACY_AGENT_ID))
     keys: set[str] = set()
     for kind in ("agents", "ltm"):
         try:
             keys.update(e.name for e in os.scandir(state_dir / kind) if e.is_dir(follow_symlinks=False))
         except OSError:
             continue
-    notes = []
-    for key in sorted(keys - {own_key}):
+    for key in sorted(keys - {own_key, LEGACY_AGENT_ID}):
         owner = index_owner(index_of(key))
         if not owner or os.path.isdir(owner) or workspace_index_name(Path(owner)) != key:
             continue
@@ -103,4 +103,27 @@ def left_behind(state_dir: Path, workspace: Path, own_key: str, index_of: Callab
     return notes
 
 
-__all__ = ["LEGACY_AGENT_ID", "index_owner", "left_behind", "legacy_state_dirs", "uses_legacy_state"]
+def unclaimed_legacy_state(state_dir: Path, own_key: str, legacy_index: Path) -> list[Path]:
+    """Agent ``main``'s state folders when no index claims them and this workspace has no state
+    of its own: what memdir from before state was keyed by workspace, but after indexes were
+    (11-23), wrote for every workspace used without an agent id.  Its index was the workspace's
+    own ``<folder-name>-<hash>.sqlite``, never ``main.sqlite``, so :func:`uses_legacy_state` cannot
+    tell whose they are, and an upgraded workspace started empty: its long-term memories and
+    transcripts were no longer listed, recalled or searched, and nothing said where they were."""
+    if any(p.exists() for p in legacy_state_dirs(state_dir, own_key)) or index_owner(legacy_index):
+        return []
+    return [p for p in legacy_state_dirs(state_dir) if p.exists()]
+
+
+def _unclaimed_main(state_dir: Path, workspace: Path, own_key: str, legacy_index: Path) -> list[str]:
+    found = unclaimed_legacy_state(state_dir, own_key, legacy_index)
+    if not found:
+        return []
+    moves = "; ".join(f"mv {p} {p.with_name(own_key)}" for p in found)
+    return [f"transcripts and long-term memories that memdir kept for every workspace used without --agent, "
+            f"before it kept them per workspace, are under {', '.join(str(p) for p in found)} and not used by "
+            f"{workspace}: if they are this workspace's, {moves}"]
+
+
+__all__ = ["LEGACY_AGENT_ID", "index_owner", "left_behind", "legacy_state_dirs", "unclaimed_legacy_state",
+           "uses_legacy_state"]

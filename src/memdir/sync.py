@@ -54,10 +54,16 @@ if TYPE_CHECKING:
     from memdir.config import Settings
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
-CHUNKER_VERSION = 12  # 9: a lone \r ends a line; 10: notes decoded by their byte order mark, non-UTF-8
+CHUNKER_VERSION = 13  # 9: a lone \r ends a line; 10: notes decoded by their byte order mark, non-UTF-8
 # bytes as cp1252, code blocks have no headings; 11: words indexed without invisible characters, in NFC;
-# 12: a heading's UTC time (the session hook's captures) dates its lines by the user's day
+# 12: a heading's UTC time (the session hook's captures) dates its lines by the user's day; 13: transcripts
+# mask a private key without its END line, leave base64 data-URI payloads out and read lower-case 'z'
+# times, '$2000' is no year, long CJK lines sliced anew (an unchanged file, e.g. a rotated transcript,
+# kept its old rows for good: the unmasked key stayed searchable)
 FTS_ONLY_MODEL = "fts-only"
+#: The index's layout: 4: SQLite stores 64-hex chunk ids as 32-byte blobs; 5: no empty embedding
+#: cache in a keyword-only SQLite index, meta and files WITHOUT ROWID (a page less each).
+INDEX_SCHEMA = 5
 #: Index identity keys that follow from the settings alone (compared before every search; the
 #: first two, in this order, also lead :meth:`Indexer.rebuild_reason`'s list).
 _SETTINGS_KEYS = ("schema", "chunker", "sources", "chunkTokens", "chunkOverlap", "ftsTokenizer", "scopeHash",
@@ -70,7 +76,6 @@ def _changed(key: str, meta: dict[str, Any], ident: dict[str, Any]) -> str:
     if key == "scopeHash":
         return "extraPaths changed"
     return f"{key} changed ({meta.get(key)!r} → {ident.get(key)!r})"
-
 
 Progress = Callable[[int, int, str], None]
 Notice = Callable[[str], None]
@@ -443,9 +448,7 @@ class Indexer:
         paths = "\n".join(sorted(str(x) for x in self.settings.extra_paths))
         scope = hashlib.sha256(paths.encode("utf-8", "surrogateescape")).hexdigest()
         return {
-            # 4: SQLite stores 64-hex chunk ids as 32-byte blobs; 5: no empty embedding cache in a
-            # keyword-only SQLite index, meta and files WITHOUT ROWID (a page less each)
-            "schema": 5,
+            "schema": INDEX_SCHEMA,
             "chunker": CHUNKER_VERSION,
             "sources": sorted(ms.sources),
             "chunkTokens": ms.chunking.tokens,
@@ -486,6 +489,15 @@ class Indexer:
             return f"vector dims changed ({meta['vectorDims']} → {ident['vectorDims']})"
         store_reason = getattr(self.store, "rebuild_reason", None)  # a backend's own settings (PostgreSQL's)
         return store_reason() if store_reason is not None else None
+
+    @staticmethod
+    def version_reason(meta: dict[str, Any]) -> str | None:
+        """Why an index another memdir version wrote (another schema or chunker) must be rebuilt,
+        or ``None``: the part of :meth:`rebuild_reason` no setting of this process can explain."""
+        for key, ours in (("schema", INDEX_SCHEMA), ("chunker", CHUNKER_VERSION)):
+            if meta.get(key) != ours:
+                return f"{key} changed ({meta.get(key)!r} → {ours!r})"
+        return None
 
     @property
     def model_name(self) -> str:

@@ -39,6 +39,7 @@ from memdir.ltm.results import ForgetResult, ImportReport, StoreResult
 from memdir.ltm.store import (
     COMPACT_AT_FRAGMENTS,
     ID_PREFIX_RE,
+    TABLE,
     UUID_RE,
     LanceTable,
     LtmError,
@@ -106,6 +107,7 @@ class LongTermMemory:
         self.notice: Callable[[str], None] = notice or (lambda message: log.warning("%s", message))
         #: What each recovery of a damaged table did in this process (see :mod:`memdir.ltm.heal`).
         self.recoveries: list[dict[str, Any]] = []
+        self._legacy_told = False
 
     @classmethod
     def for_memory(cls, memory: Any, **kwargs: Any) -> LongTermMemory:
@@ -174,8 +176,32 @@ class LongTermMemory:
         finally:
             lock.release()
 
+    def _tell_unclaimed_legacy(self) -> None:
+        """Once, when this workspace's own store has no table yet: name the memories memdir kept for
+        every workspace used without an agent id before it kept them per workspace (``ltm/main``,
+        which no index claims; see :func:`memdir.state_key.unclaimed_legacy_state`).  After an
+        upgrade they were simply gone from list, search and recall, without a word."""
+        if self._legacy_told:
+            return
+        self._legacy_told = True
+        s = self.settings
+        if s.agent_explicit or s.long_term_memory.db_path or self.db_path != s.state_path / "ltm" / s.state_key:
+            return
+        from memdir.settings_cache import resolve_store_path
+        from memdir.state_key import LEGACY_AGENT_ID, unclaimed_legacy_state
+
+        old = s.state_path / "ltm" / LEGACY_AGENT_ID
+        if old == self.db_path or not (old / f"{TABLE}.lance").exists() or self.table.exists():
+            return
+        legacy_index = resolve_store_path(s.memory_search.store.path, LEGACY_AGENT_ID, s.state_path)
+        if old in unclaimed_legacy_state(s.state_path, s.state_key, legacy_index):
+            self.notice(f"long-term memories stored before memdir kept them per workspace are in {old} (then "
+                        f"shared by every workspace used without --agent), not in this workspace's {self.db_path}: "
+                        f"if they are this workspace's, mv {old} {self.db_path}")
+
     def _healing(self, op: Callable[[], T]) -> T:
         """Run ``op``; if it failed on a damaged table, recover the table and run ``op`` once more."""
+        self._tell_unclaimed_legacy()
         if heal.pending(self.db_path):  # a rebuild another process was killed in the middle of
             with self._lock():
                 self._finish_rebuilds()
