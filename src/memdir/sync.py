@@ -77,6 +77,7 @@ def _changed(key: str, meta: dict[str, Any], ident: dict[str, Any]) -> str:
         return "extraPaths changed"
     return f"{key} changed ({meta.get(key)!r} → {ident.get(key)!r})"
 
+
 Progress = Callable[[int, int, str], None]
 Notice = Callable[[str], None]
 
