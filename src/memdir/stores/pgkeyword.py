@@ -40,10 +40,12 @@ from typing import Any
 from memdir.textutil import fts_text, has_han_or_kana, has_hangul, stem, stem_text
 
 K1, B = 1.2, 0.75
-_NON_WORD = re.compile(r"[^\w]+")
+#: Separators: everything but letters and digits (``_`` too, as for ``unicode61``: PostgreSQL's
+#: parser splits ``user_id`` in two as well, but :func:`doc_length` counted it as one word).
+_NON_WORD = re.compile(r"[\W_]+")
 #: How :func:`pg_text` spells an index's text; an index built with another spelling is rebuilt
 #: (:meth:`memdir.stores.postgres.PostgresStore.rebuild_reason`).  2: Latin letters lose their
-#: diacritics.
+#: diacritics, and ``_`` is a separator in the stored document lengths.
 TEXT_FORM = 2
 #: Latin letters with diacritics (Latin-1 Supplement to Latin Extended-B, Latin Extended Additional).
 _LATIN_RANGES = ((0xC0, 0x250), (0x1E00, 0x1F00))
