@@ -282,3 +282,13 @@ def test_an_amount_or_a_number_is_no_year(question: str) -> None:
 @pytest.mark.parametrize("question", ["what happened in 2023.", "in (2023)", "the 2023's plan", "FY 2023, Q3"])
 def test_a_year_still_reads_at_a_sentence_end_or_in_brackets(question: str) -> None:
     assert [(p.start, p.end) for p in query_periods(question, TODAY)] == [(dt.date(2023, 1, 1), dt.date(2023, 12, 31))]
+
+
+@pytest.mark.parametrize("question", ["did commit 2024ab break the build?", "build a2019f", "sha 3f2019 again",
+                                      "tenant 9c1e2020abf7"])
+def test_digits_inside_a_hash_or_an_identifier_are_no_year(question: str) -> None:
+    # Before: "2024ab" was the year 2024, so every note of 2024 was ranked twice as high as the
+    # note naming the commit.
+    assert query_periods(question, TODAY) == []
+    for glued, year in (("FY2024 budget", 2024), ("music of the 1990s", 1990), ("2024年の計画", 2024)):
+        assert [p.start for p in query_periods(glued, TODAY)] == [dt.date(year, 1, 1)]  # still years

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from memdir.query import fts5_match, keyword_terms
+from memdir.query import fts5_match, keyword_terms, match_phrases
 from memdir.stores.base import ChunkRow
 from memdir.stores.fts_scores import read_varints
 from memdir.stores.sqlite import SqliteStore, bm25_to_score
@@ -45,7 +45,7 @@ def test_scores_for_chosen_chunks_equal_fts5_bm25(tmp_path: Path, tokenizer: str
     checked = 0
     for q in QUERIES:
         terms = keyword_terms(q)
-        match = fts5_match(terms)
+        match = match_phrases(store._phrases(terms))  # as the store spells them for its tokenizer
         fts = {cid: bm25_to_score(rank) for cid, rank in store.conn.execute(
             "SELECT c.id, bm25(chunks_fts) FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid "
             "WHERE chunks_fts MATCH ?", (match,))} if match else {}

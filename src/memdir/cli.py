@@ -72,6 +72,21 @@ class _Parser(argparse.ArgumentParser):
             return None
         return super()._parse_optional(arg_string)
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """argparse's, with a hint for a search whose query starts with ``-``: ``memdir search
+        --dry-run`` (looking for notes about a flag) said only "unrecognized arguments: --dry-run"."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            message = f"unrecognized arguments: {' '.join(extras)}"
+            if (getattr(ns, "command", None) == "search" and getattr(ns, "query", None) is None
+                    and getattr(ns, "query_opt", None) is None and extras[0].startswith("-")):
+                import shlex
+
+                message += (f" (to search for text that starts with '-', put it after '--': memdir search -- "
+                            f"{shlex.quote(extras[0])}, or give it as --query={shlex.quote(extras[0])})")
+            self.error(message)
+        return ns
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)

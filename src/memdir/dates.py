@@ -39,8 +39,12 @@ _MONTH_YEAR: Any = LazyPattern(rf"\b({_MONTH_RE})\.?{_YEAR_SEP}(?:of\s+)?(\d{{4}
 #: Words joining the two ends of a range of days ("between May 3 and May 9", "from 3 May to 9 May").
 _RANGE_JOIN: Any = LazyPattern(r"\s*(?:and|to|until|till|through|-|–)\s*", re.I)
 _BARE_MONTH: Any = LazyPattern(rf"\b({_MONTH_RE})\b", re.I)
-#: A year on its own; not an amount ("$2000", "2024%"), a number ("#2024", "1.2024", "2024.5").
-_YEAR: Any = LazyPattern(r"(?<![\d\-$€£¥#.])((?:19|20)\d{2})(?![\d\-%]|\.\d)")
+#: A year on its own; not an amount ("$2000", "2024%"), a number ("#2024", "1.2024", "2024.5"), nor
+#: digits inside a hash or an identifier ("2024ab", "3f2019", "a2019f": letters after it, or a digit
+#: and a letter before it), which made "commit 2024ab" rank every note of 2024 twice as high.  A
+#: decade ("the 1990s"), a fiscal year ("FY2024") and CJK ("2024年") still name their year.
+_YEAR: Any = LazyPattern(r"(?<![\d\-$€£¥#.])(?<![0-9][A-Za-z])((?:19|20)\d{2})"
+                         r"(?![\d\-%]|\.\d|[sS]\w|[A-RT-Za-rt-z])")
 _AGO: Any = LazyPattern(r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|few|several)\s+"
                         r"(day|week|month|year)s?\s+ago\b", re.I)
 _LAST_WEEKDAY: Any = LazyPattern(r"\b(last|this|on)\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b",

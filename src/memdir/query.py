@@ -12,7 +12,7 @@ from typing import Any
 from memdir.stemming import query_languages, query_stems
 from memdir.stopwords import ALL as STOP_WORDS
 from memdir.stopwords import KO as KO_STOP
-from memdir.textutil import LazyPattern, has_han_or_kana, has_hangul, split_words, word_form, word_runs
+from memdir.textutil import LazyPattern, fts_text, has_han_or_kana, has_hangul, split_words, word_form, word_runs
 
 _KANA: Any = LazyPattern("[\u3040-\u30ff]")
 _HAN: Any = LazyPattern("[\u4e00-\u9fff]")
@@ -124,21 +124,38 @@ def fts_term(token: str) -> str:
 
 #: Identifier-like tokens: letters and digits mixed, parts joined by - _ . / : (QX-1773, 9f3c2a, v2.1).
 _ID_TOKEN = re.compile(r"(?<![\w])[^\W_]+(?:[-_./:][^\W_]+)*")
+#: Numbers joined by dots: a version, an IP address, a decimal (2.3.1, 10.0.0.12, 3.11).
+_DOTTED_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)+")
+#: A number written with thousands separators (1,200; 12,000,000), not a list of numbers ("1,2023").
+_GROUPED_NUMBER = re.compile(r"(?<![\w.,])[0-9]{1,3}(?:,[0-9]{3})+(?![\w]|[.,][0-9])")
 
 
 def id_terms(query: str) -> list[str]:
-    """Identifiers in a question (a letter and a digit in one token), as phrases of their parts.
+    """Identifiers in a question (a letter and a digit in one token, or words joined by ``_``), as
+    phrases of their parts.
 
     ``extract_keywords`` (R§9) drops short and all-digit words, so ``QX-1773`` inside a sentence
-    would vanish; kept as the phrase ``qx 1773`` it matches the identifier exactly.
+    would vanish; kept as the phrase ``qx 1773`` it matches the identifier exactly.  A snake_case
+    name is such a phrase too: FTS5 splits it at ``_`` and R§9 drops its short parts, so
+    ``user_id`` searched for ``user`` alone, which every note about a user matched as well as
+    the one naming the column, and that note was often not among the results at all.  So are
+    numbers joined by dots: "2.3.1" searched for the words 2, 3 and 1, which "1.3.2" has as
+    well, and "python 3.11" for "python" alone; and numbers written with thousands separators
+    ("$1,200" searched for 1 and 200, and any note with a 1 in it matched).
     """
     out: dict[str, None] = {}
     for m in _ID_TOKEN.finditer(lower(query)):
         tok = m.group(0)
-        if any(ch.isdigit() for ch in tok) and any(ch.isalpha() for ch in tok) and tok.isascii():
+        if not tok.isascii():
+            continue
+        if ("_" in tok or (any(ch.isdigit() for ch in tok) and any(ch.isalpha() for ch in tok))
+                or _DOTTED_NUMBER.fullmatch(tok)):
             phrase = " ".join(word_runs(tok))
             if phrase:
                 out[phrase] = None
+    if "," in query:
+        for m in _GROUPED_NUMBER.finditer(query):
+            out[m.group(0).replace(",", " ")] = None
     return list(out)
 
 
@@ -232,6 +249,30 @@ def fts5_match(terms: list[str]) -> str | None:
     ranks above one that only shares the stem.
     """
     return match_phrases(fts5_phrases(terms))
+
+
+def trigram_phrases(phrases: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``phrases`` for an index built with the ``trigram`` tokenizer (``store.fts.tokenizer``).
+
+    A trigram index matches the text itself, spaces included, and :func:`memdir.textutil.fts_text`
+    writes each Han or Kana character with a space on either side (two between neighbours): the
+    one-space phrase ``"讨 论"`` was found in no note, and a one-character term was too short
+    for any trigram, so no Chinese or Japanese question found anything.  Such a phrase is spelled
+    here as the index spells its text.  Likewise an identifier's phrase (``qx 1773``) matched no
+    text, where the identifier is written ``QX-1773``: its parts are searched instead."""
+    out: dict[tuple[str, str], None] = {}
+    for column, quoted in phrases:
+        if column == "text" and has_han_or_kana(quoted):
+            body = "".join(quoted.strip('"*').split())
+            out[(column, '"' + fts_text(body) + '"')] = None
+        elif column == "text" and " " in quoted:
+            # an identifier's parts (``qx 1773`` for QX-1773): the trigram index holds the text
+            # with its own separators, never these spaces, so its parts long enough are searched
+            parts = [p for p in quoted.strip('"').split() if len(p) >= 3]
+            out.update(dict.fromkeys((column, f'"{p}"') for p in parts) if parts else {(column, quoted): None})
+        else:
+            out[(column, quoted)] = None
+    return list(out)
 
 
 def match_phrases(phrases: list[tuple[str, str]]) -> str | None:

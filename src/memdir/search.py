@@ -253,6 +253,8 @@ def run_search(
             use_keywords = False
     elif not store.fts_available:
         response.warnings.append(store.fts_error or "FTS unavailable")
+    if use_keywords and getattr(store, "fts_tokenizer", None) == "trigram":
+        _warn_short_terms(terms, response.warnings)
     timings["keyword"] = (time.perf_counter() - t0) * 1000
 
     vector_hits: list[Hit] = []
@@ -366,6 +368,18 @@ def run_search(
             "textNorm": tune.text_norm}
     response.results = [_result(c, explain, info) for c in chosen]
     return response
+
+
+def _warn_short_terms(terms: list[str], warnings: list[str]) -> None:
+    """Say which words a ``trigram`` keyword index cannot match (``store.fts.tokenizer``): a
+    trigram needs three characters, so "AI", "v2" or the Korean "에러" silently matched nothing
+    (Han and Kana are spaced out in the index, and match)."""
+    from memdir.textutil import has_han_or_kana
+
+    short = [t for t in terms if len(t.replace(" ", "")) < 3 and not has_han_or_kana(t)]
+    if short:
+        warnings.append(f"the trigram keyword index cannot match words shorter than 3 characters "
+                        f"({', '.join(short[:5])}); store.fts.tokenizer = \"unicode61\" (the default) can")
 
 
 def hybrid_weights(hybrid: Any, model: str | None) -> tuple[float, float]:

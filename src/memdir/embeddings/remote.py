@@ -286,6 +286,11 @@ class RemoteEmbeddingProvider:
             attempt_timeout = min(attempt_timeout, timeout)
             deadline = timing.clock() + timeout
         [payload] = self.outgoing([text])
+        if len(payload) > self.max_input_bytes // 4:  # (no code point takes more than 4 bytes)
+            # as a chunk is, the query is held to the model's input limit: a question of 10,000
+            # words (a pasted document, an agent recalling on a long prompt) was refused by
+            # OpenAI with a 400, and the search lost its vectors for it
+            payload = payload.encode("utf-8")[:self.max_input_bytes].decode("utf-8", "ignore")
         vectors = self._request_query(payload, timeout=attempt_timeout, deadline=deadline)
         return self.finish(vectors, 1)[0]
 

@@ -51,6 +51,8 @@ from memdir.stores.pgkeyword import doc_length, pg_text
 from memdir.stores.pgsearch import PgSearch, same, vec
 
 _LIVE = "(SELECT id FROM indexes WHERE agent = %(agent)s AND state = 'live')"
+#: The meta key recording :data:`memdir.stores.pgkeyword.TEXT_FORM` (kept out of what read_meta returns).
+_TEXT_FORM_KEY = "pgTextForm"
 
 
 #: JSON values (meta, state) hold paths, and a path that is not UTF-8 comes with lone surrogates
@@ -143,6 +145,7 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         self._closed = False
         self.fts_error: str | None = None
         self._built_ts_config: str | None = None  # of the generation read_meta last read
+        self._built_text_form: int | None = None  # its pgkeyword.TEXT_FORM (None: no meta read)
         if self._owns_db:
             try:
                 self._check_ts_config()
@@ -280,11 +283,15 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         with self._conn() as c:
             row = c.execute(f"SELECT meta, ts_config FROM indexes WHERE id = {scope}", args).fetchone()
         self._built_ts_config = row[1] if row else None
+        self._built_text_form = None
         if not row or row[0] is None:
             return None
         if not isinstance(row[0], dict):
             raise IndexDamaged(f"the index metadata is a JSON {type(row[0]).__name__}, not an object ({self.location})")
-        return dict(json_out(row[0]))
+        meta = dict(json_out(row[0]))
+        form = meta.pop(_TEXT_FORM_KEY, 1)  # (an index from before the key: the first form)
+        self._built_text_form = form if isinstance(form, int) else 1
+        return meta
 
     def rebuild_reason(self) -> str | None:
         """Why the generation :meth:`read_meta` last read must be rebuilt for this store's settings.
@@ -293,8 +300,15 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         ``textSearchConfig`` changed, queries stemmed with the new one missed every word whose stems
         differ, and nothing rebuilt the index (the index identity has no such key).
         """
+        if self.fts_error:
+            return None
+        form = self._built_text_form
+        if form is not None and form != pgkeyword.TEXT_FORM:
+            # its keyword columns hold words as another version spelt them: the query's words,
+            # spelt as now, would miss them (accents: "café" was kept, is now "cafe")
+            return f"keyword text form changed ({form} → {pgkeyword.TEXT_FORM}: accents are folded as SQLite does)"
         built = self._built_ts_config
-        if built is None or built == self.ts_config or self.fts_error:
+        if built is None or built == self.ts_config:
             return None
         return f"textSearchConfig changed ({built!r} → {self.ts_config!r})"
 
@@ -302,7 +316,9 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         from psycopg.types.json import Jsonb
 
         with self._write() as c:
-            c.execute("UPDATE indexes SET meta = %s WHERE id = %s", (Jsonb(json_in(meta)), self._index_id(c)))
+            # the spelling of the keyword columns this generation's rows were written with
+            stored = {**meta, _TEXT_FORM_KEY: pgkeyword.TEXT_FORM}
+            c.execute("UPDATE indexes SET meta = %s WHERE id = %s", (Jsonb(json_in(stored)), self._index_id(c)))
 
     def get_state(self, key: str) -> Any:
         scope, args = self._scope()

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from memdir import db
 from memdir.errors import IndexDamaged, StoreError
 from memdir.lock import FileWriterLock
-from memdir.query import fts5_phrases, match_phrases
+from memdir.query import fts5_phrases, match_phrases, trigram_phrases
 from memdir.stores import sqlite_health as health
 from memdir.stores import vectors as vecs
 from memdir.stores.base import ChunkRow, Hit
@@ -879,7 +879,10 @@ class SqliteStore(SqliteLifecycle):
         key = (tuple(terms), query.STEMMING)
         memo = self._phrases_memo
         if memo is None or memo[0] != key:
-            memo = self._phrases_memo = (key, fts5_phrases(list(terms)))
+            phrases = fts5_phrases(list(terms))
+            if self.fts_tokenizer == "trigram":
+                phrases = trigram_phrases(phrases)
+            memo = self._phrases_memo = (key, phrases)
         return list(memo[1])
 
     def _keyword_postings(self) -> Any:

@@ -1,0 +1,42 @@
+"""The same workspace and question rank the same notes with the same BM25 on SQLite and PostgreSQL.
+
+PostgreSQL computes FTS5's BM25 itself, from document lengths it stores per chunk.  Its parser
+splits ``user_id`` in two, as FTS5 does, but the stored length counted such a word once: every
+note with snake_case names seemed shorter than on SQLite, scored higher, and outranked notes that
+SQLite put first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from helpers import Backend
+from memdir.api import Memory
+
+NOTES = {
+    "memory/2026-04-01.md": "- Deploy the api with retry_count and max_delay set from the config.\n",
+    "memory/2026-04-02.md": "- Deploy the api with retry count and max delay set from the config.\n",
+    "memory/2026-04-03.md": "- Lunch with the design team on Friday.\n",
+    "memory/2026-04-04.md": "- The quarterly report is due next month.\n",
+    "memory/2026-04-05.md": "- Booked the venue for the offsite.\n",
+    "memory/2026-04-06.md": "- Renewed the domain for two more years.\n",
+}
+
+
+def _ranked(ws: Path, config: dict[str, object], question: str) -> list[tuple[str, float]]:
+    with Memory(ws, config=config) as mem:
+        mem.sync()
+        return [(r.path, round(r.score, 6)) for r in mem.search(question, max_results=5).results]
+
+
+@pytest.mark.parametrize("question", ["deploy api", "config"])
+def test_both_backends_rank_alike(pg: Backend, make_workspace: Callable[..., Path], tmp_path: Path,
+                                  question: str) -> None:
+    ws = make_workspace(NOTES)
+    keyword = {"memorySearch": {"provider": "none"}}
+    on_sqlite = _ranked(ws, keyword, question)
+    on_postgres = _ranked(ws, pg.config(keyword), question)
+    assert on_sqlite and on_postgres == on_sqlite

@@ -1,0 +1,60 @@
+"""A word is found with or without its accents, on both backends alike.
+
+SQLite's FTS5 ``unicode61`` tokenizer removes diacritics from Latin letters, so there "cafe" finds
+a note saying "café" and "café" one saying "cafe".  PostgreSQL's ``simple`` configuration keeps
+them: the same workspace and question found the note on SQLite and nothing on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from helpers import Backend, pg_query
+from memdir.api import Memory
+from memdir.stores.pgkeyword import pg_text
+
+NOTES = {
+    "memory/2026-02-01.md": "- Lunch with the design team at the café on Rue Cler.\n",
+    "memory/2026-02-02.md": "- Upload your résumé to the hiring portal before Friday.\n",
+    "memory/2026-02-03.md": "- Herr Müller signs the purchase orders now.\n",
+    "memory/2026-02-04.md": "- The naive retry loop caused the outage.\n",
+    "memory/2026-02-05.md": "- Quarterly planning for the data platform.\n",
+}
+QUERIES = [("cafe", "2026-02-01"), ("resume", "2026-02-02"), ("muller", "2026-02-03"), ("naïve", "2026-02-04")]
+
+
+def test_pg_text_folds_latin_diacritics_as_unicode61_does() -> None:
+    assert pg_text("Café résumé Müller naïve Łódź Ørsted") == "Cafe resume Muller naive Łodz Ørsted"
+    assert pg_text("Ελληνικά и кириллица й") == "Ελληνικά и кириллица й"  # unicode61 folds Latin letters only
+    assert pg_text("user_id v2.3.1") == "user id v2 3 1"
+
+
+@pytest.mark.parametrize(("query", "day"), QUERIES)
+def test_a_word_is_found_with_or_without_its_accents(backend: Backend, make_workspace: Callable[..., Path],
+                                                     query: str, day: str) -> None:
+    config = backend.config({"memorySearch": {"provider": "none"}})
+    with Memory(make_workspace(NOTES), config=config) as mem:
+        mem.sync()
+        results = mem.search(query, max_results=3).results
+    assert results and results[0].path == f"memory/{day}.md", [(r.path, r.snippet) for r in results]
+
+
+def test_an_index_written_with_accents_is_rebuilt(pg: Backend, make_workspace: Callable[..., Path]) -> None:
+    """A PostgreSQL index written before accents were folded held "café" where the question now asks
+    for "cafe": the next sync rebuilds it rather than leave such words unfindable."""
+    config = pg.config({"memorySearch": {"provider": "none"}})
+    ws = make_workspace(NOTES)
+    with Memory(ws, config=config) as mem:
+        mem.sync()
+    # as an earlier version left it: accents kept, no text form recorded
+    pg_query(pg.url, f'UPDATE "{pg.schema}".chunks SET tsv = to_tsvector(\'simple\', text)')
+    pg_query(pg.url, f'UPDATE "{pg.schema}".indexes SET meta = meta - \'pgTextForm\'')
+    with Memory(ws, config=config) as mem:
+        report = mem.sync()
+        assert report.full and "keyword text form" in report.reason, report
+        results = mem.search("cafe", max_results=3).results
+        assert results and results[0].path == "memory/2026-02-01.md"
+        assert not mem.sync().full
