@@ -758,9 +758,7 @@ class Memory(IndexUpkeep):
         if version and store is not None and store.readonly:
             out["issues"].append(f"the index was written by another memdir version ({version}) and cannot be "
                                  "rebuilt here (read-only): searches read it as that version indexed the notes")
-        elif version:
-            # (status said "Dirty: no" of an upgraded index, which the next search rebuilds)
-            out["dirty"] = out["syncPending"] = True
+        elif version:  # (already dirty: rebuildReason names the version too)
             out["issues"].append(f"the index was written by another memdir version ({version}): the next search, "
                                  "`memdir index` or the watcher rebuilds it once, reusing its cached embeddings")
         if self.settings.state_key_kind == "workspace":
