@@ -92,6 +92,54 @@ def test_cli_status_and_search_after_editing_the_config_file(make_workspace, run
     assert not st["syncPending"] and st["rebuildReason"] is None
 
 
+def test_a_search_without_sync_says_the_index_was_built_with_other_settings(make_workspace, run_cli):
+    """``--no-sync`` (and ``sync=False``) cannot rebuild: it answered from the chunks cut with the
+    old chunk size, not ``stale`` and without a word; it now says which setting changed."""
+    ws = make_workspace({"memory/2026-01-12.md": NOTE})
+    cfg = ws / "memdir.toml"
+    cfg.write_text('[memorySearch]\nprovider = "none"\n')
+    run_cli("index", "-w", str(ws), check=True)
+    out = json.loads(run_cli("search", "quokka", "-w", str(ws), "--no-sync", "--json", check=True).stdout)
+    assert out["results"] and not out.get("stale")
+    assert not [w for w in out.get("warnings", []) if "rebuilt" in w]
+    cfg.write_text('[memorySearch]\nprovider = "none"\n[memorySearch.chunking]\ntokens = 80\n')
+    run = run_cli("search", "quokka", "-w", str(ws), "--no-sync", "--json", check=True)
+    out = json.loads(run.stdout)
+    assert out["results"] and out["stale"] is True
+    assert any("must be rebuilt (chunkTokens changed (200 → 80))" in w for w in out["warnings"]), out
+    text = run_cli("search", "quokka", "-w", str(ws), "--no-sync", check=True)
+    assert "chunkTokens changed (200 → 80)" in text.stderr
+    with Memory(ws, config=_keyword({"memorySearch": {"chunking": {"tokens": 80}}})) as mem:
+        response = mem.search("quokka", sync=False)
+        assert response.stale and any("chunkTokens changed" in w for w in response.warnings)
+        synced = mem.search("quokka")  # a sync-on search rebuilds, and then there is nothing to say
+        assert not synced.stale and not [w for w in synced.warnings if "rebuilt" in w]
+        again = mem.search("quokka", sync=False)
+        assert not again.stale and not [w for w in again.warnings if "rebuilt" in w]
+
+
+def test_a_search_without_sync_says_another_memdir_version_wrote_the_index(make_workspace):
+    import sqlite3
+
+    from memdir.index_identity import CHUNKER_VERSION
+    from memdir.stores.sqlite import META_KEY
+
+    ws = make_workspace({"memory/2026-01-12.md": NOTE})
+    with Memory(ws, config=_keyword()) as mem:
+        mem.sync()
+        path = mem.store.location
+    con = sqlite3.connect(path)
+    meta = json.loads(con.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchone()[0])
+    meta["chunker"] = CHUNKER_VERSION - 1
+    con.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(meta), META_KEY))
+    con.commit()
+    con.close()
+    with Memory(ws, config=_keyword()) as mem:
+        response = mem.search("quokka", sync=False)
+        assert response.results and response.stale
+        assert any(f"chunker changed ({CHUNKER_VERSION - 1} → {CHUNKER_VERSION})" in w for w in response.warnings)
+
+
 def test_the_watcher_rebuilds_for_settings_changed_while_it_was_not_running(make_workspace):
     """A host (``memdir mcp``) started after a chunk-size edit: its watcher finds no changed note,
     but the settings: it rebuilds, so the first search does not have to."""

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from memdir.api import Memory
+from memdir.index_identity import CHUNKER_VERSION
 from memdir.sessions.store import append_record, message_record
 from memdir.stores.sqlite import META_KEY
-from memdir.sync import CHUNKER_VERSION
 
 BODY = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAABlwAAAAdzc2gtcn"
 CONFIG = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],

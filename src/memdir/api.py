@@ -512,6 +512,12 @@ class Memory(IndexUpkeep):
         finally:
             if partial is not None:
                 partial.close()
+        if not do_sync and not stale:
+            why = self._rebuild_due(store)
+            if why:
+                stale = True
+                notes.append(f"the index must be rebuilt ({why}): its results may differ from a current index's "
+                             "(run `memdir index`, or search with sync on)")
         if partial is None and (stale or not do_sync):
             self._flag_moved_lines(store, response, "run `memdir index`, or search with sync on")
         elif partial is None and self._indexer is not None and self._indexer.kept_unread:
@@ -526,6 +532,20 @@ class Memory(IndexUpkeep):
         if edited:
             response.warnings.append(edited)
         return response
+
+    def _rebuild_due(self, store: Store) -> str | None:
+        """Why an index searched without a sync must be rebuilt (settings that shape it changed, or
+        another memdir version wrote it), else ``None``: ``--no-sync`` answered from chunks cut with
+        the old settings without a word.  No provider is asked and :mod:`memdir.sync` stays unloaded."""
+        from memdir.index_identity import settings_rebuild_reason, version_reason
+
+        try:
+            meta = store.read_meta()
+            if not meta:
+                return None  # never built: said apart when nothing is found
+            return version_reason(meta) or settings_rebuild_reason(self.settings, store, meta)
+        except Exception:  # the results stand; a damaged index is found and healed by the search itself
+            return None
 
     def _config_edited(self) -> str | None:
         """Once per edit: the config file changed after this ``Memory`` read it.  Settings are read

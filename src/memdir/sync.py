@@ -30,6 +30,13 @@ from memdir.dates import file_date
 from memdir.embeddings.base import EmbeddingProvider, one_line, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
 from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, owned_by_other, ownership_message
+from memdir.index_identity import (
+    SETTINGS_KEYS,
+    changed_reason,
+    settings_identity,
+    settings_rebuild_reason,
+    version_reason,
+)
 from memdir.indexing_switches import INDEXING
 from memdir.lock import LockTimeout, WriterLockLost, resume_advice, wait_for_writer, writer_words
 from memdir.progress import ProgressFile
@@ -53,29 +60,7 @@ if TYPE_CHECKING:
 
     from memdir.config import Settings
 
-#: Bump when chunking or indexing changes in a way that needs a rebuild.
-CHUNKER_VERSION = 13  # 9: a lone \r ends a line; 10: notes decoded by their byte order mark, non-UTF-8
-# bytes as cp1252, code blocks have no headings; 11: words indexed without invisible characters, in NFC;
-# 12: a heading's UTC time (the session hook's captures) dates its lines by the user's day; 13: transcripts
-# mask a private key without its END line, leave base64 data-URI payloads out and read lower-case 'z'
-# times, '$2000' is no year, long CJK lines sliced anew (an unchanged file, e.g. a rotated transcript,
-# kept its old rows for good: the unmasked key stayed searchable)
 FTS_ONLY_MODEL = "fts-only"
-#: The index's layout: 4: SQLite stores 64-hex chunk ids as 32-byte blobs; 5: no empty embedding
-#: cache in a keyword-only SQLite index, meta and files WITHOUT ROWID (a page less each).
-INDEX_SCHEMA = 5
-#: Index identity keys that follow from the settings alone (compared before every search; the
-#: first two, in this order, also lead :meth:`Indexer.rebuild_reason`'s list).
-_SETTINGS_KEYS = ("schema", "chunker", "sources", "chunkTokens", "chunkOverlap", "ftsTokenizer", "scopeHash",
-                  "userTimezone")
-
-
-def _changed(key: str, meta: dict[str, Any], ident: dict[str, Any]) -> str:
-    """Why a rebuild, as ``status`` and ``memdir index`` say it: the key and both values, but for
-    the hash of the extra paths, which says nothing to a reader ("scopeHash changed ('9f…' → …)")."""
-    if key == "scopeHash":
-        return "extraPaths changed"
-    return f"{key} changed ({meta.get(key)!r} → {ident.get(key)!r})"
 
 
 Progress = Callable[[int, int, str], None]
@@ -444,37 +429,11 @@ class Indexer:
 
     def _settings_identity(self) -> dict[str, Any]:
         """The part of :meth:`identity` that follows from the settings alone (no provider needed)."""
-        ms = self.settings.memory_search
-        # (the OS's bytes of each path: a name that is not UTF-8 failed the whole index)
-        paths = "\n".join(sorted(str(x) for x in self.settings.extra_paths))
-        scope = hashlib.sha256(paths.encode("utf-8", "surrogateescape")).hexdigest()
-        return {
-            "schema": INDEX_SCHEMA,
-            "chunker": CHUNKER_VERSION,
-            "sources": sorted(ms.sources),
-            "chunkTokens": ms.chunking.tokens,
-            "chunkOverlap": ms.chunking.overlap,
-            "ftsTokenizer": ms.store.fts.tokenizer,
-            "scopeHash": scope,
-            "workspace": str(self.settings.workspace_path),
-            # the zone that gave transcripts' and UTC headings' days: another one re-dates them
-            "userTimezone": self.settings.user_timezone,
-        }
+        return settings_identity(self.settings)
 
     def settings_rebuild_reason(self, meta: dict[str, Any]) -> str | None:
-        """Why the index must be rebuilt for the settings, whether or not any file changed: another
-        chunk size, FTS tokenizer, source set, extraPaths, timezone (or PostgreSQL's
-        textSearchConfig).  Cheap (no provider is asked), so a search checks it every time: a
-        search after such an edit answered from the old chunks for as long as no note changed,
-        and after a tokenizer change ranked them with the wrong tokens.  A provider or model
-        change is not here: the search sees those vectors are not the provider's and uses
-        keywords, saying so, until a sync rebuilds."""
-        ident = self._settings_identity()
-        for key in _SETTINGS_KEYS:
-            if meta.get(key) != ident.get(key):
-                return _changed(key, meta, ident)
-        store_reason = getattr(self.store, "rebuild_reason", None)
-        return store_reason() if store_reason is not None else None
+        """See :func:`memdir.index_identity.settings_rebuild_reason` (checked before every search)."""
+        return settings_rebuild_reason(self.settings, self.store, meta)
 
     def rebuild_reason(self, meta: dict[str, Any] | None) -> str | None:
         """Why a full reindex is needed, or ``None`` when an incremental sync will do."""
@@ -483,22 +442,15 @@ class Indexer:
         ident = self.identity()
         if self.provider is None and self.transient_missing and meta.get("provider") not in (None, "none"):
             ident = {**ident, **{k: meta.get(k) for k in ("provider", "model", "providerKey", "vectorDims")}}
-        for key in ("schema", "chunker", "provider", "model", "providerKey", *_SETTINGS_KEYS[2:]):
+        for key in ("schema", "chunker", "provider", "model", "providerKey", *SETTINGS_KEYS[2:]):
             if meta.get(key) != ident.get(key):
-                return _changed(key, meta, ident)
+                return changed_reason(key, meta, ident)
         if ident.get("vectorDims") and meta.get("vectorDims") and ident["vectorDims"] != meta["vectorDims"]:
             return f"vector dims changed ({meta['vectorDims']} → {ident['vectorDims']})"
         store_reason = getattr(self.store, "rebuild_reason", None)  # a backend's own settings (PostgreSQL's)
         return store_reason() if store_reason is not None else None
 
-    @staticmethod
-    def version_reason(meta: dict[str, Any]) -> str | None:
-        """Why an index another memdir version wrote (another schema or chunker) must be rebuilt,
-        or ``None``: the part of :meth:`rebuild_reason` no setting of this process can explain."""
-        for key, ours in (("schema", INDEX_SCHEMA), ("chunker", CHUNKER_VERSION)):
-            if meta.get(key) != ours:
-                return f"{key} changed ({meta.get(key)!r} → {ours!r})"
-        return None
+    version_reason = staticmethod(version_reason)
 
     @property
     def model_name(self) -> str:

@@ -1,0 +1,90 @@
+"""What an index was built with, and why it must be rebuilt for the settings or this version.
+
+Kept apart from :mod:`memdir.sync` (and free of its imports) so that a search that does not sync,
+``memdir search --no-sync`` on the CLI's hot path, can still tell an index built with other
+settings from a current one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memdir.config import Settings
+    from memdir.stores.base import Store
+
+#: Bump when chunking or indexing changes in a way that needs a rebuild.
+CHUNKER_VERSION = 13  # 9: a lone \r ends a line; 10: notes decoded by their byte order mark, non-UTF-8
+# bytes as cp1252, code blocks have no headings; 11: words indexed without invisible characters, in NFC;
+# 12: a heading's UTC time (the session hook's captures) dates its lines by the user's day; 13: transcripts
+# mask a private key without its END line, leave base64 data-URI payloads out and read lower-case 'z'
+# times, '$2000' is no year, long CJK lines sliced anew (an unchanged file, e.g. a rotated transcript,
+# kept its old rows for good: the unmasked key stayed searchable)
+#: The index's layout: 4: SQLite stores 64-hex chunk ids as 32-byte blobs; 5: no empty embedding
+#: cache in a keyword-only SQLite index, meta and files WITHOUT ROWID (a page less each).
+INDEX_SCHEMA = 5
+#: Index identity keys that follow from the settings alone (compared before every search; the
+#: first two, in this order, also lead :meth:`Indexer.rebuild_reason`'s list).
+#: sha256 of no extra paths at all: the scope of most indexes, compared before each search without
+#: importing hashlib (it loads OpenSSL: about 5 ms on the CLI's hot path).
+_NO_EXTRA_PATHS = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+SETTINGS_KEYS = ("schema", "chunker", "sources", "chunkTokens", "chunkOverlap", "ftsTokenizer", "scopeHash",
+                 "userTimezone")
+
+
+def changed_reason(key: str, meta: dict[str, Any], ident: dict[str, Any]) -> str:
+    """Why a rebuild, as ``status`` and ``memdir index`` say it: the key and both values, but for
+    the hash of the extra paths, which says nothing to a reader ("scopeHash changed ('9f…' → …)")."""
+    if key == "scopeHash":
+        return "extraPaths changed"
+    return f"{key} changed ({meta.get(key)!r} → {ident.get(key)!r})"
+
+
+def settings_identity(settings: Settings) -> dict[str, Any]:
+    """The part of an index's identity that follows from the settings alone (no provider needed)."""
+    ms = settings.memory_search
+    # (the OS's bytes of each path: a name that is not UTF-8 failed the whole index)
+    paths = "\n".join(sorted(str(x) for x in settings.extra_paths))
+    if paths:
+        import hashlib
+
+        scope = hashlib.sha256(paths.encode("utf-8", "surrogateescape")).hexdigest()
+    else:
+        scope = _NO_EXTRA_PATHS
+    return {
+        "schema": INDEX_SCHEMA,
+        "chunker": CHUNKER_VERSION,
+        "sources": sorted(ms.sources),
+        "chunkTokens": ms.chunking.tokens,
+        "chunkOverlap": ms.chunking.overlap,
+        "ftsTokenizer": ms.store.fts.tokenizer,
+        "scopeHash": scope,
+        "workspace": str(settings.workspace_path),
+        # the zone that gave transcripts' and UTC headings' days: another one re-dates them
+        "userTimezone": settings.user_timezone,
+    }
+
+
+def settings_rebuild_reason(settings: Settings, store: Store, meta: dict[str, Any]) -> str | None:
+    """Why the index must be rebuilt for the settings, whether or not any file changed: another
+    chunk size, FTS tokenizer, source set, extraPaths, timezone (or PostgreSQL's
+    textSearchConfig).  Cheap (no provider is asked), so a search checks it every time: a
+    search after such an edit answered from the old chunks for as long as no note changed,
+    and after a tokenizer change ranked them with the wrong tokens.  A provider or model
+    change is not here: the search sees those vectors are not the provider's and uses
+    keywords, saying so, until a sync rebuilds."""
+    ident = settings_identity(settings)
+    for key in SETTINGS_KEYS:
+        if meta.get(key) != ident.get(key):
+            return changed_reason(key, meta, ident)
+    store_reason = getattr(store, "rebuild_reason", None)
+    return store_reason() if store_reason is not None else None
+
+
+def version_reason(meta: dict[str, Any]) -> str | None:
+    """Why an index another memdir version wrote (another schema or chunker) must be rebuilt,
+    or ``None``: the part of a rebuild reason no setting of this process can explain."""
+    for key, ours in (("schema", INDEX_SCHEMA), ("chunker", CHUNKER_VERSION)):
+        if meta.get(key) != ours:
+            return f"{key} changed ({meta.get(key)!r} → {ours!r})"
+    return None
