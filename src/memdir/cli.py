@@ -387,6 +387,9 @@ def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
         return Memory(config=_load_config(args), notice=_notice)
     from memdir import settings_cache
 
+    misspelt = settings_cache.unknown_env_warning(os.environ)  # a snapshot hit skips load_config's
+    if misspelt:
+        log.warning("%s", misspelt)
     flags = {name: getattr(args, name, None) for name in ("workspace", "state_dir")}
     try:
         key, path = settings_cache.snapshot_key(config_path=getattr(args, "config", None),

@@ -41,7 +41,7 @@ from pydantic import (
 )
 
 from memdir.errors import MemdirError
-from memdir.settings_cache import candidate_count, resolve_store_path
+from memdir.settings_cache import candidate_count, resolve_store_path, unknown_env_warning
 from memdir.workspace import fs_name
 
 CONFIG_FILENAMES = ("memdir.toml", "memdir.json", "memdir.json5")
@@ -1023,6 +1023,11 @@ def load_config(
     ``store.path`` is taken from the current folder now, once: a later ``os.chdir`` does not move it.
     """
     env = os.environ if env is None else env
+    misspelt = unknown_env_warning(env)
+    if misspelt:
+        import logging
+
+        logging.getLogger("memdir").warning("%s", misspelt)
     workspace, state_dir, config_path = (_path_argument(key, value) for key, value in (
         ("workspace", workspace), ("state_dir", state_dir), ("config_path", config_path)))
     for key, given in (("workspace", workspace), ("agent_id", agent_id), ("state_dir", state_dir),

@@ -32,6 +32,35 @@ ENV_INPUTS = ("MEMDIR_CONFIG", "MEMDIR_STATE_DIR", "MEMDIR_WORKSPACE", "MEMDIR_A
               "MEMDIR_USER_TIMEZONE", "MEMDIR_STORE_DRIVER", "MEMDIR_DATABASE_URL", "MEMDIR_PG_SCHEMA", "HOME")
 
 
+#: Every other ``MEMDIR_*`` variable memdir reads (tuning knobs, not settings).
+OTHER_ENV = ("MEMDIR_CACHE_DIR", "MEMDIR_QUERY_CACHE_SIZE", "MEMDIR_SAVED_GRAPH", "MEMDIR_PROGRESS_INTERVAL",
+             "MEMDIR_MCP_FAST_PATH", "MEMDIR_CHAT_MODEL", "MEMDIR_SQLITE_BINDING", "MEMDIR_NO_SETTINGS_CACHE",
+             "MEMDIR_DEBUG")
+#: Prefixes of variables the benches and tests read; never a user's setting.
+_INTERNAL_ENV = ("MEMDIR_BENCH_", "MEMDIR_TEST_")
+_WARNED_ENV: set[str] = set()
+
+
+def unknown_env_warning(env: Mapping[str, str]) -> str | None:
+    """A warning naming ``MEMDIR_*`` variables memdir does not read (once per name and process).
+    A misspelt one (``MEMDIR_PROVDER=openai``) was ignored without a word: searches went on with the
+    default provider while the user believed they had set another."""
+    known = set(ENV_INPUTS) | set(OTHER_ENV)
+    unknown = sorted(name for name in env if name.startswith("MEMDIR_") and name not in known
+                     and not name.startswith(_INTERNAL_ENV) and name not in _WARNED_ENV)
+    if not unknown:
+        return None
+    import difflib
+
+    _WARNED_ENV.update(unknown)
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(known - {"HOME"}), n=1, cutoff=0.75)
+        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return (f"environment variable{'s' if len(parts) > 1 else ''} {', '.join(parts)} "
+            f"{'are' if len(parts) > 1 else 'is'} not read by memdir and ignored")
+
+
 def candidate_count(max_results: int, multiplier: float) -> int:
     """Size of each signal's candidate pool: ``min(200, max(1, floor(maxResults × mult)))``."""
     return min(200, max(1, math.floor(max_results * multiplier)))
