@@ -1,0 +1,79 @@
+"""What users outside this checkout get: the source distribution, built as ``python -m build`` builds it.
+
+Built once per module from a copy of the tracked files (the checkout itself is left untouched);
+about ten seconds.  The wheel from the tree is checked by ``test_install.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tracked_files() -> list[str]:
+    """The files a fresh clone holds (tracked, or new and not ignored), relative to the checkout."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True)
+    if files.returncode != 0:
+        pytest.skip("not a git checkout")
+    return [rel for rel in files.stdout.split("\0") if rel and (ROOT / rel).is_file() and not (ROOT / rel).is_symlink()]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[str]]:
+    """(sdist, wheel built from that sdist, tracked files) from a copy of the checkout."""
+    try:
+        import build  # noqa: F401
+    except ImportError:
+        pytest.skip("the 'build' package is not installed (pip install -e '.[dev]')")
+    base = tmp_path_factory.mktemp("packaging")
+    clone = base / "memdir"
+    files = tracked_files()
+    for rel in files:
+        (clone / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, clone / rel)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMDIR_")}
+    proc = subprocess.run([sys.executable, "-m", "build", "--outdir", str(base / "dist"), str(clone)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return next((base / "dist").glob("memdir-*.tar.gz")), next((base / "dist").glob("memdir-*.whl")), files
+
+
+def test_the_sdist_carries_the_test_suite_and_what_it_reads(built, tmp_path: Path):
+    """Regression: the sdist held tests/test_*.py but not conftest.py, helpers.py, tests/data or the
+    example workspace they read, so a packager running the tests from it got 55 collection errors."""
+    sdist, _wheel, files = built
+    with tarfile.open(sdist) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+        tar.extractall(tmp_path, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    wanted = {rel for rel in files if rel.split("/")[0] in ("src", "tests", "examples", "scripts", "bench", "docs")}
+    assert wanted <= names, sorted(wanted - names)[:20]
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    unpacked = tmp_path / top
+    assert os.access(unpacked / "scripts" / "test", os.X_OK)
+    # The tests run from the unpacked sdist (fixtures from its conftest.py, data from tests/data).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMDIR_") and k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "tests/test_chunking.py", "tests/test_bench_gate.py::test_gate_dataset_is_well_formed",
+                           "tests/test_bench_gate.py::test_keyword_finds_every_exact_identifier_first"],
+                          cwd=unpacked, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def test_the_wheel_built_from_the_sdist_has_the_package_data(built):
+    _sdist, wheel, _files = built
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for wanted in ("memdir/data/minilm/tokenizer.json", "memdir/data/minilm/LICENSE-NOTICE.md", "memdir/py.typed",
+                   "memdir/testing/chat_server.py", "memdir/bench/cli.py"):
+        assert wanted in names, wanted
+    assert not [n for n in names if n.startswith(("tests/", "examples/", "bench/", "docs/", "scripts/"))]
