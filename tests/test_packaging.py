@@ -113,3 +113,22 @@ def test_the_declared_onnxruntime_loads_the_embedded_model():
     ir = _ir_version(model)
     assert ir in FIRST_ORT_FOR_IR, f"IR version {ir}: add the first onnxruntime that loads it to the table"
     assert _declared_minimum("onnxruntime")[:2] >= FIRST_ORT_FOR_IR[ir]
+
+
+def test_the_readme_names_every_folder_memdir_leaves_after_an_uninstall(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path):
+    """Regression: the README said ~/.memdir holds everything memdir derives, and had no word on
+    uninstalling: ~/.cache/memdir (the model's prepared copies, ~115 MB) stayed behind unnamed."""
+    import re
+
+    from memdir.config import DEFAULT_STATE_DIR
+    from memdir.embeddings import int8
+
+    for name in ("MEMDIR_STATE_DIR", "MEMDIR_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"\nUninstalling .*?\n\n", readme, flags=re.S)
+    assert match, "no paragraph on uninstalling in the README"
+    for folder in (Path(os.path.expanduser(DEFAULT_STATE_DIR)), int8.cache_dir()):
+        assert f"`~/{folder.relative_to(tmp_path)}`" in match.group(0), folder
