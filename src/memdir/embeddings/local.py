@@ -342,12 +342,11 @@ class OnnxBackend:
         if integer_kernels and sha256[0]:
             from memdir.embeddings import int8
 
-            ort_version = int8.onnxruntime_version()
             if importlib.util.find_spec("onnx") is None:
                 logging.getLogger(__name__).warning(
                     "%s: local.integerKernels needs the package 'onnx' (pip install 'memdir[int8]'); "
                     "running the model as it is", _PREFIX)
-            elif ort_version is not None and ort_version < int8.MIN_ONNXRUNTIME:
+            elif (ort_version := int8.onnxruntime_version()) is not None and ort_version < int8.MIN_ONNXRUNTIME:
                 # Decided here, not when the copy fails to load: the provider key is read before the
                 # model loads, so every search saw "vectors of another version" and every index
                 # re-embedded everything, the key flipping between the two numerics.
