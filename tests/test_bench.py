@@ -342,3 +342,28 @@ def test_cli_plot_writes_a_png(run_cli: Callable[..., subprocess.CompletedProces
     run_cli("bench", "compare", str(GATE), "--adapters", "memdir:keyword,bm25", "--plot", str(png), "--quiet",
             check=True)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_installed_memdir_looks_for_bench_tools_only_where_they_can_be(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Regression: installed from a wheel, the tools were looked for (and the message said to put them)
+    under ``<venv>/lib/python3.11/.bench-tools``: the checkout's layout taken for granted."""
+    import memdir.bench
+    import memdir.bench.adapters
+    import memdir.bench.external
+    from memdir.bench.external import find_memsearch_python
+
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "memdir" / "bench"
+    for module in (memdir.bench, memdir.bench.adapters, memdir.bench.external):
+        monkeypatch.setattr(module, "__file__", str(site / Path(module.__file__).name))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    for name in ("MEMDIR_BENCH_OPENCLAW", "MEMDIR_BENCH_OPENCLAW_PREFIX", "MEMDIR_BENCH_MEMSEARCH_PYTHON"):
+        monkeypatch.delenv(name, raising=False)
+    said = find_openclaw()
+    assert isinstance(said, str) and "lib/python3.11" not in said and str(tmp_path / ".bench-tools") in said
+    assert isinstance(find_memsearch_python(), str)
+    monkeypatch.undo()
+    from memdir.bench import checkout_root
+
+    assert checkout_root() == Path(__file__).resolve().parents[1]  # run from this checkout

@@ -55,3 +55,37 @@ def test_compare_with_no_adapter_is_a_usage_error(run_cli: Callable[..., subproc
     gate = Path(__file__).parent / "data" / "gate"
     proc = run_cli("bench", "compare", str(gate), "--adapters", " , ")
     assert proc.returncode == 2 and "--adapters: name at least one system" in proc.stderr
+
+
+def test_backends_without_the_postgres_extra_names_it_before_any_work(tmp_path: Path, state_dir: Path) -> None:
+    """Regression: without psycopg the SQLite side was built first, then the run died with a bare
+    "No module named 'psycopg'" (minutes lost at 100k chunks, and no word of ``memdir[postgres]``)."""
+    import sys
+
+    from helpers import cli_env
+
+    work = tmp_path / "work"
+    code = ("import sys; sys.modules['psycopg'] = None; from memdir.cli import main; "
+            f"sys.exit(main(['bench', 'backends', '--dsn', 'postgresql://x@127.0.0.1:9/db', '--sizes', '1', "
+            f"'--queries', '2', '--budget', '0', '--concurrency', '0', '--work-dir', {str(work)!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=cli_env(state_dir))
+    assert proc.returncode == 1, proc.stderr
+    assert "pip install 'memdir[postgres]'" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "sqlite at" not in proc.stderr and not work.exists()  # nothing measured or written first
+
+
+def test_backends_with_an_unreachable_server_says_so_before_any_work(
+        tmp_path: Path, run_cli: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    """Regression: an unreachable server was found only after the SQLite side of the first size ran."""
+    import socket
+
+    with socket.socket() as s:  # a loopback port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    work = tmp_path / "work"
+    proc = run_cli("bench", "backends", "--dsn", f"postgresql://bob:s3cret@127.0.0.1:{port}/db", "--sizes", "1",
+                   "--queries", "2", "--budget", "0", "--concurrency", "0", "--work-dir", str(work))
+    assert proc.returncode == 1, proc.stderr
+    assert f"cannot reach PostgreSQL at postgresql://bob@127.0.0.1:{port}/db" in proc.stderr, proc.stderr
+    assert "s3cret" not in proc.stderr and "sqlite at" not in proc.stderr and not work.exists()

@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -234,3 +235,38 @@ def test_switching_the_setting_re_embeds_the_index_without_mixing(
     report = third.sync()
     assert report.full and report.embedded == 0 and report.cache_hits > 0, report
     third.close()
+
+
+def test_an_onnxruntime_without_8bit_matmulnbits_runs_the_original_model_from_the_start(
+    tmp_path: Path, cache: Path, make_workspace: Callable[..., Path], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Regression: with onnxruntime 1.18-1.21 (no 8-bit MatMulNBits) the copy failed only when the
+    session was built, after the provider key had been read with the integer numerics: every
+    ``memdir index`` re-embedded everything ("providerKey changed") and every search was keyword-only
+    ("the index holds vectors of another version")."""
+    import onnxruntime
+
+    from memdir.api import Memory
+
+    real = onnxruntime.InferenceSession
+
+    def old_runtime(source: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(source, str) and int8.NUMERICS in source:  # as 1.21 does
+            raise RuntimeError("Only 4b quantization is supported for MatMulNBits op")
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", old_runtime)
+    monkeypatch.setattr(int8, "onnxruntime_version", lambda: (1, 21, 1), raising=False)
+    ws = make_workspace({"MEMORY.md": "# Notes\n\nThe staging database moves to the new cluster on Friday.\n"})
+    state = tmp_path / "state-old-ort"
+    on = {"memorySearch": {"local": {"integerKernels": True}}}
+    with Memory(ws, state_dir=state, config=on) as first:
+        assert first.sync().embedded > 0
+    with Memory(ws, state_dir=state, config=on) as second:  # the next process
+        again = second.sync()
+        assert not again.full and again.embedded == 0, again
+        found = second.search("when does the staging database move?")
+        assert found.mode == "hybrid" and found.fallback is None and not found.warnings, found
+        assert found.results and found.results[0].path == "MEMORY.md"
+    assert "needs onnxruntime >= 1.22 (this is 1.21.1" in caplog.text

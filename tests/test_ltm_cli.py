@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -105,6 +106,24 @@ def test_without_the_extra_ltm_fails_clearly_and_the_core_still_works(tmp_path: 
                           env=cli_env(state_dir))
     assert proc.returncode == 0, proc.stderr
     assert "pip install 'memdir[lancedb]'" in proc.stdout
+
+
+def test_status_says_long_term_memory_is_on_without_its_extra(make_workspace, state_dir: Path) -> None:
+    """Regression: with ``longTermMemory.enabled`` and no lancedb, ``memdir status`` listed the
+    long-term memory folder and no issue, while every memory_recall/memory_store call failed."""
+    ws = make_workspace({"MEMORY.md": "- Billing uses Kafka.\n",
+                         "memdir.json": json.dumps({"longTermMemory": {"enabled": True}})})
+    code = BLOCK_LANCEDB + "from memdir.cli import main\nraise SystemExit(main(sys.argv[1:]))\n"
+    proc = subprocess.run([sys.executable, "-c", code, "status", "--workspace", str(ws), "--json"],
+                          capture_output=True, text=True, timeout=120, env=cli_env(state_dir, MEMDIR_PROVIDER="none"))
+    assert proc.returncode == 0, proc.stderr
+    issues = json.loads(proc.stdout)["issues"]
+    assert [i for i in issues if "pip install 'memdir[lancedb]'" in i and "longTermMemory.enabled" in i], issues
+    if importlib.util.find_spec("lancedb") is not None:  # with the extra: no such issue
+        with_it = subprocess.run([sys.executable, "-m", "memdir", "status", "--workspace", str(ws), "--json"],
+                                 capture_output=True, text=True, timeout=120,
+                                 env=cli_env(state_dir, MEMDIR_PROVIDER="none"))
+        assert not [i for i in json.loads(with_it.stdout)["issues"] if "lancedb" in i], with_it.stdout
 
 
 def test_core_modules_never_import_lancedb(state_dir: Path) -> None:

@@ -182,6 +182,16 @@ def _file_stamp(path: Path | None) -> tuple[int, int, int, int] | None:
     return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
 
 
+def _importable(module: str) -> bool:
+    """Whether ``module`` can be imported, found without importing it (an optional extra's package)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _holds_other_vectors(meta: dict[str, Any], provider: Any) -> bool:
     """The index's vectors are not this provider's: another model, or the same name with another
     provider key (a model re-exported to the same path, other numerics, another endpoint)."""
@@ -783,6 +793,10 @@ class Memory(IndexUpkeep):
                                  "`memdir index` or the watcher rebuilds it once, reusing its cached embeddings")
         if self.settings.state_key_kind == "workspace":
             out["issues"].extend(self._left_behind())
+        if self.settings.long_term_memory.enabled and not _importable("lancedb"):
+            # (status said nothing of it, and every long-term memory tool call failed)
+            out["issues"].append("longTermMemory.enabled, but the LanceDB extra is not installed: pip install "
+                                 "'memdir[lancedb]' (memory_recall, memory_store and memory_forget fail until it is)")
         sel = self.selection
         out["provider"] = sel.provider.id if sel.provider else "none"
         out["model"] = sel.provider.model if sel.provider else "fts-only"

@@ -364,8 +364,9 @@ def find_openclaw(prefixes: Sequence[Path] | None = None) -> OpenClawInstall | s
     roots = list(prefixes or [])
     if os.environ.get("MEMDIR_BENCH_OPENCLAW_PREFIX"):
         roots.insert(0, Path(os.environ["MEMDIR_BENCH_OPENCLAW_PREFIX"]))
-    repo_root = Path(__file__).resolve().parents[3]
-    roots += [repo_root / LOCAL_PREFIX, Path.cwd() / LOCAL_PREFIX]
+    from memdir.bench import checkout_root
+
+    roots += [folder / LOCAL_PREFIX for folder in (checkout_root(), Path.cwd()) if folder is not None]
     for root in roots:
         entry = root / "node_modules" / "openclaw" / "openclaw.mjs"
         if not entry.is_file():

@@ -57,6 +57,26 @@ def _disk_bytes(backend: str, mem: Any, dsn: str, schema: str) -> int:
     return int(row[0])
 
 
+def preflight(dsn: str) -> None:
+    """Check that PostgreSQL can be used before any work: the SQLite side of a size runs first, so a
+    missing ``memdir[postgres]`` extra or an unreachable server was found only after it (minutes at
+    100k chunks), and the extra was then reported as a bare ``No module named 'psycopg'``.
+
+    Raises ``ImportError`` naming the extra, or ``ValueError`` naming the server (never the password).
+    """
+    from memdir.stores.pgconn import CONNECT_TIMEOUT, _one_line, bad_dsn_message, redact_dsn, require_psycopg
+
+    psycopg = require_psycopg()
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.ProgrammingError as exc:  # a DSN libpq cannot parse: its message quotes the DSN
+        raise ValueError(f"bench backends: {bad_dsn_message(dsn, exc)}") from None
+    except psycopg.Error as exc:
+        where = redact_dsn(dsn, "bench").rsplit("#", 1)[0]
+        raise ValueError(f"bench backends cannot reach PostgreSQL at {where}: {_one_line(exc)}") from None
+
+
 def _drop_schema(dsn: str, schema: str) -> None:
     import psycopg
 

@@ -183,11 +183,15 @@ def _backends(args: argparse.Namespace) -> int:
     import os
     import tempfile
 
-    from memdir.bench.backends import format_report, quality_side_by_side, run_backends
+    from memdir.bench.backends import format_report, preflight, quality_side_by_side, run_backends
 
     dsn = args.dsn or os.environ.get("MEMDIR_DATABASE_URL", "")
     if not dsn:
         raise UsageError("bench backends needs a PostgreSQL: --dsn URL or $MEMDIR_DATABASE_URL")
+    try:
+        preflight(dsn)
+    except (ImportError, ValueError) as exc:
+        raise CliError(str(exc)) from None
     # Without --work-dir the corpora and SQLite indexes (hundreds of MB at 100k chunks) were left in
     # the temp folder after every run.
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="memdir-bench-backends-"))

@@ -110,8 +110,10 @@ def find_memsearch_python() -> Path | str:
     """The Python of a virtualenv holding memsearch, or why there is none."""
     env = os.environ.get("MEMDIR_BENCH_MEMSEARCH_PYTHON")
     candidates = [Path(env)] if env else []
-    repo_root = Path(__file__).resolve().parents[3]
-    candidates += [root / ".bench-tools" / "memsearch-venv" / "bin" / "python" for root in (repo_root, Path.cwd())]
+    from memdir.bench import checkout_root
+
+    candidates += [root / ".bench-tools" / "memsearch-venv" / "bin" / "python"
+                   for root in (checkout_root(), Path.cwd()) if root is not None]
     for c in candidates:
         if c.is_file():
             return c

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -37,6 +38,9 @@ NUMERICS = f"int8-matmulnbits-v{REWRITE_VERSION}"
 #: Rows of K per weight block and per activation quantisation block.  32 keeps the activation
 #: rounding error small (cosine to fp32 ≈ 0.9998 vs ≈ 0.9994 with 128) for ~0.4 ms per query.
 BLOCK = 32
+#: The first onnxruntime whose MatMulNBits takes 8-bit weights (1.18-1.21 refuse the copy when the
+#: session is built: "Only 4b quantization is supported").
+MIN_ONNXRUNTIME = (1, 22)
 #: MatMulNBits ``accuracy_level`` 4: int8 activations, integer products.
 ACCURACY_LEVEL = 4
 _MS_DOMAIN = "com.microsoft"
@@ -44,6 +48,26 @@ _MS_DOMAIN = "com.microsoft"
 
 class RewriteError(Exception):
     """The model has no weight pattern this rewrite knows, or the rewrite could not be done."""
+
+
+def onnxruntime_version() -> tuple[int, ...] | None:
+    """The installed onnxruntime's version from its package metadata (importing it costs ~0.2 s),
+    or ``None`` when no distribution of it is known by name."""
+    from importlib import metadata
+
+    for dist in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml"):
+        try:
+            text = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+        parts = []
+        for piece in text.split(".")[:3]:
+            digits = "".join(itertools.takewhile(str.isdigit, piece))
+            if not digits:
+                break
+            parts.append(int(digits))
+        return tuple(parts) or None
+    return None
 
 
 def cache_dir() -> Path:

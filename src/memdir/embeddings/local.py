@@ -340,13 +340,21 @@ class OnnxBackend:
         #: made (it needs ``onnx`` and a known source SHA-256), reset if building it fails.
         self.numerics: str | None = None
         if integer_kernels and sha256[0]:
+            from memdir.embeddings import int8
+
             if importlib.util.find_spec("onnx") is None:
                 logging.getLogger(__name__).warning(
                     "%s: local.integerKernels needs the package 'onnx' (pip install 'memdir[int8]'); "
                     "running the model as it is", _PREFIX)
+            elif (ort_version := int8.onnxruntime_version()) is not None and ort_version < int8.MIN_ONNXRUNTIME:
+                # Decided here, not when the copy fails to load: the provider key is read before the
+                # model loads, so every search saw "vectors of another version" and every index
+                # re-embedded everything, the key flipping between the two numerics.
+                logging.getLogger(__name__).warning(
+                    "%s: local.integerKernels needs onnxruntime >= %s (this is %s; pip install 'memdir[int8]'); "
+                    "running the model as it is", _PREFIX, ".".join(map(str, int8.MIN_ONNXRUNTIME)),
+                    ".".join(map(str, ort_version)))
             else:
-                from memdir.embeddings import int8
-
                 self.numerics = int8.NUMERICS
         #: Run the fused copy of :mod:`memdir.embeddings.fused` (needs a known source SHA-256); not
         #: part of the provider key, as its vectors are the original's to float rounding.
