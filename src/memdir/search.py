@@ -115,8 +115,59 @@ class SearchResponse:
         return out
 
 
-def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
+def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS, terms: Sequence[str] = ()) -> str:
+    """A chunk's text cut to ``limit`` characters: its head, or, when lines past the head hold
+    query ``terms`` (:func:`memdir.query.keyword_terms`) the head has none of, the run of whole
+    lines that shows the most of them.  A 700-character snippet of an 800-character chunk left
+    out the chunk's last lines: a search for a fact on one of them cited its lines but showed
+    only the lines above it (a bullet near the end of a group of MEMORY.md)."""
+    if len(text) <= limit:
+        return text
+    if terms and "\n" in text:
+        text = _focused(text, limit, terms)
     return cut_text(text, limit)
+
+
+def _focused(text: str, limit: int, terms: Sequence[str]) -> str:
+    """The lines of ``text`` a snippet of ``limit`` characters shows: from the first line on,
+    unless a later run of whole lines within ``limit`` holds more of the query's ``terms``
+    (each counted once, as a word or its stem); then the earliest such run."""
+    from memdir.textutil import stem, word_runs
+
+    needles: list[tuple[str, ...]] = []
+    for term in terms:
+        words = word_runs(lower(term)) or [lower(term)]
+        needles.append(tuple(dict.fromkeys(s for w in words for s in (w, stem(w)) if s)))
+    lines = text.split("\n")
+    found: list[frozenset[int]] = []
+    for line in lines:
+        low = lower(line)
+        found.append(frozenset(i for i, forms in enumerate(needles) if any(f in low for f in forms)))
+    if not any(found):
+        return text
+
+    def shown(first: int) -> tuple[int, int]:
+        """``(terms, end)``: the terms lines ``first..end-1`` hold, as many lines as fit ``limit``."""
+        size, end, held = -1, first, set()
+        while end < len(lines) and size + len(lines[end]) + 1 <= limit:
+            size += len(lines[end]) + 1
+            held |= found[end]
+            end += 1
+        return len(held), max(end, first + 1)
+
+    best, (most, end) = 0, shown(0)
+    for first in range(1, len(lines)):
+        if found[first]:  # a run worth more starts on a line holding a term
+            count, stop = shown(first)
+            if count > most:
+                best, most, end = first, count, stop
+    if best == 0:
+        return text
+    size = sum(len(line) + 1 for line in lines[best:end]) - 1
+    while best > 0 and size + len(lines[best - 1]) + 1 <= limit:  # room left: the lines above it
+        best -= 1
+        size += len(lines[best]) + 1
+    return "\n".join(lines[best:end])
 
 
 _embed_pool: ThreadPoolExecutor | None = None
@@ -365,7 +416,7 @@ def run_search(
         chosen = _fresh_files(chosen, [c for c, shown in ranked if shown], tune.fresh_slots,
                               floor if explicit_floor else 0.0)
     info = {"weights": weights, "periods": periods, "floor": floor, "fusion": tune.fusion,
-            "textNorm": tune.text_norm}
+            "textNorm": tune.text_norm, "terms": terms}
     response.results = [_result(c, explain, info) for c in chosen]
     return response
 
@@ -665,4 +716,5 @@ def _result(c: Candidate, explain: bool, info: dict[str, Any]) -> SearchResult:
         if info["periods"]:
             out["queryPeriods"] = [p.as_dict() for p in info["periods"]]
             out["inPeriod"] = c.in_period
-    return SearchResult(c.path, c.start_line, c.end_line, c.score, truncate_snippet(c.snippet), c.source, out)
+    return SearchResult(c.path, c.start_line, c.end_line, c.score, truncate_snippet(c.snippet, terms=info["terms"]),
+                        c.source, out)
