@@ -38,3 +38,67 @@ def test_a_snippet_keeps_its_head_when_no_later_line_holds_more_of_the_question(
     focused = truncate_snippet(text, 700, ["boathouse", "supplier"])
     assert focused.endswith("- the boathouse key") and focused.startswith("- supplier 01 ") and len(focused) <= 700
     assert truncate_snippet("x" * 800, 700, ["x"]) == "x" * 700  # one line: cut at the limit
+
+
+SETEXT = """Preferences
+===========
+
+- favourite tea is genmaicha from Kyoto
+- prefers window seats on trains
+
+People
+------
+
+- Alice works at Zorblax as an engineer
+- Bob's birthday is on the 14th; he likes kumquats
+"""
+
+
+def test_a_setext_heading_leads_its_section_as_a_hash_heading_does(
+        make_workspace: Callable[..., Path], keyword_config: dict[str, Any]) -> None:
+    """A Setext heading (a line underlined by ``===`` or ``---``, as pandoc writes levels 1 and 2)
+    was no heading: it was a chunk of its own ("People\\n------"), its bullets a chunk without it,
+    and a result grew over the whole file instead of its section."""
+    from memdir.chunking import chunk_sections
+
+    assert [(c.start_line, c.end_line) for c in chunk_sections(SETEXT)] == [(1, 6), (7, 12)]
+    ws = make_workspace({"MEMORY.md": SETEXT})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        hit = mem.search("people kumquats").results[0]
+        assert (hit.start_line, hit.end_line) == (7, 12) and hit.snippet.startswith("People\n------\n")
+        tea = mem.search("genmaicha").results[0]
+        assert (tea.start_line, tea.end_line) == (1, 6)  # grown within its section, not into People
+
+
+def test_a_setext_heading_dates_the_lines_below_it() -> None:
+    from memdir.dates import line_dates
+
+    text = "Log\n===\n\n2024-03-02\n----------\n- planted garlic\n\nMarch 9, 2024\n-------------\n- garlic up\n"
+    days = [d and d.isoformat() for d in line_dates("notes/garden.md", text)]
+    assert days[:3] == [None] * 3 and days[3:7] == ["2024-03-02"] * 4 and days[7:10] == ["2024-03-09"] * 3
+
+
+def test_front_matter_is_no_heading_and_dates_nothing() -> None:
+    """A YAML comment in front matter (``# 2024-01-05 imported``) was a dated heading: every line
+    of the note was dated that day, and the sections chunker cut the front matter at it.  Its
+    closing ``---`` is no Setext underline of the key above it either."""
+    from memdir.chunking import chunk_sections
+    from memdir.dates import line_dates
+
+    note = "---\n# 2024-01-05 imported\ntitle: Trip\n\ndate: 2023-11-02\n---\n\n- booked the ryokan in Hakone\n"
+    assert line_dates("notes/trip.md", note) == [None] * 9
+    assert [(c.start_line, c.end_line) for c in chunk_sections(note)] == [(1, 7), (8, 9)]
+    toml = "+++\n# 2024-01-05\ntitle = 'Trip'\n+++\n- booked\n"
+    assert line_dates("notes/trip.md", toml) == [None] * 6
+
+
+def test_a_note_opening_with_a_rule_keeps_its_headings() -> None:
+    """Only ``key: value`` lines between two ``---`` make front matter: a note opening with a
+    rule, a dated heading, prose and another rule is Markdown, its heading dating its lines."""
+    from memdir.dates import line_dates
+    from memdir.textutil import front_matter_lines
+
+    note = "---\n## 2024-03-02\nWent hiking with Bob\n\n---\n"
+    assert [d and d.isoformat() for d in line_dates("notes/walks.md", note)] == [None] + ["2024-03-02"] * 5
+    assert front_matter_lines("---\r\ntitle: Trip\r\n\r\ntags:\r\n  - travel\r\n---\r\nbody") == 6

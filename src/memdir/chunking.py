@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memdir.textutil import fenced_lines, is_cjk, weighted_len
+from memdir.textutil import is_cjk, literal_lines, setext_headings, weighted_len
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,25 +130,28 @@ _HEADING = re.compile(r"^#{1,6}\s")
 _TOP_ITEM = re.compile(r"^(?:[-*+]|\d+[.)])\s")
 
 
-def _items(lines: list[str], first: int, fenced: set[int]) -> list[tuple[int, int]]:
+def _items(lines: list[str], first: int, fenced: set[int], setext: dict[int, int]) -> list[tuple[int, int]]:
     """Line ranges (1-based, inclusive) of a block's top-level list items, each with its
     indented continuation (nested bullets stay with their parent); code (``fenced``: 0-based
-    line numbers of the file) starts none."""
+    line numbers of the file) starts none, a heading (``setext``: a Setext one's text line) one."""
     out: list[tuple[int, int]] = []
     for i, line in enumerate(lines):
-        if i == 0 or ((_TOP_ITEM.match(line) or _HEADING.match(line)) and (not fenced or first + i - 1 not in fenced)):
+        if i == 0 or first + i - 1 in setext or (
+                (_TOP_ITEM.match(line) or _HEADING.match(line)) and (not fenced or first + i - 1 not in fenced)):
             out.append((first + i, first + i))
         else:
             out[-1] = (out[-1][0], first + i)
     return out
 
 
-def _blocks(lines: list[str], fenced: set[int]) -> list[tuple[int, int]]:
+def _blocks(lines: list[str], fenced: set[int], setext: dict[int, int]) -> list[tuple[int, int]]:
     """Sections and, inside them, blank-line-separated blocks (a bullet group, a paragraph):
     a heading starts a block and keeps the section's first block with it; blank lines stay with
     the block above, so the blocks cover the file's lines without gaps (as OpenClaw's ranges do).
-    A fenced code block (``fenced``: its 0-based line numbers) is one block: its ``# comment``
-    lines are no headings and its blank lines part no paragraphs."""
+    A fenced code block or front matter (``fenced``: its 0-based line numbers) is one block: its
+    ``# comment`` lines are no headings and its blank lines part no paragraphs.  A Setext heading
+    (``setext``: its text line, 0-based) is a heading with its underline: it was a chunk of its
+    own (``Preferences`` and its ``===``), its section's lines a chunk without it."""
     blocks: list[tuple[int, int]] = []
     start = 1
     heading_only = False
@@ -158,8 +161,10 @@ def _blocks(lines: list[str], fenced: set[int]) -> list[tuple[int, int]]:
         code = bool(fenced) and n - 1 in fenced and n - 2 in fenced  # inside a fence, past its opening line
         if code:
             new = False
-        elif _HEADING.match(line):
+        elif _HEADING.match(line) or (setext and n - 1 in setext):
             new, heading_only = True, True
+        elif setext and n - 2 in setext:  # a Setext heading's underline
+            new = False
         elif not blank and prev_blank and not heading_only:
             new = True
         else:
@@ -182,7 +187,8 @@ def chunk_sections(content: str, tokens: int = 400, overlap: int = 80) -> list[C
     :func:`chunk_markdown`).  Line numbers are the file's."""
     max_chars = max(32, tokens * 4)
     lines = content.split("\n")
-    fenced = fenced_lines(content)
+    fenced = literal_lines(content)
+    setext = setext_headings(content, fenced)
     chunks: list[Chunk] = []
 
     # Sizes of lines a..b as differences of running totals: summed afresh for each item, a block of
@@ -197,12 +203,12 @@ def chunk_sections(content: str, tokens: int = 400, overlap: int = 80) -> list[C
         if text.strip():
             chunks.append(Chunk(a, b, text, sha256_text(text)))
 
-    for b_start, b_end in _blocks(lines, fenced):
+    for b_start, b_end in _blocks(lines, fenced, setext):
         if size(b_start, b_end) <= max_chars:
             emit(b_start, b_end)
             continue
         cur: tuple[int, int] | None = None
-        for i_start, i_end in _items(lines[b_start - 1 : b_end], b_start, fenced):
+        for i_start, i_end in _items(lines[b_start - 1 : b_end], b_start, fenced, setext):
             if size(i_start, i_end) > max_chars:
                 if cur:
                     emit(*cur)
