@@ -102,3 +102,25 @@ def test_a_note_opening_with_a_rule_keeps_its_headings() -> None:
     note = "---\n## 2024-03-02\nWent hiking with Bob\n\n---\n"
     assert [d and d.isoformat() for d in line_dates("notes/walks.md", note)] == [None] + ["2024-03-02"] * 5
     assert front_matter_lines("---\r\ntitle: Trip\r\n\r\ntags:\r\n  - travel\r\n---\r\nbody") == 6
+
+
+def test_a_long_paragraph_line_is_cut_between_words(
+        make_workspace: Callable[..., Path], keyword_config: dict[str, Any]) -> None:
+    """A line longer than a chunk (a paragraph saved on one line, as most editors do) was cut
+    every 800 characters wherever they fell: the word there was split in two ("zanz" and
+    "ibarite") and no search found it.  Slices end after a space; with none, never inside a
+    character a reader sees as one."""
+    from memdir.chunking import chunk_markdown
+
+    line = ("lorem ipsum dolor sit amet " * 40)[:795] + " zanzibarite crystals " + "consectetur adipiscing " * 40
+    ws = make_workspace({"memory/2024-03-02.md": "# Log\n" + line + "\n", "memory/2024-03-03.md": "# Other\n- tea\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        found = mem.search("zanzibarite").results
+        assert [(r.path, r.start_line) for r in found][:1] == [("memory/2024-03-02.md", 2)]
+        assert "zanzibarite crystals" in found[0].snippet
+    parts = [c.text for c in chunk_markdown(line, 200, 40)]
+    assert "".join(parts) == line and all(p.endswith(" ") for p in parts[:-1]) and max(map(len, parts)) <= 800
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
+    emoji = [c.text for c in chunk_markdown(family * 300, 200, 40)]  # no space at all: cut between families
+    assert "".join(emoji) == family * 300 and all(len(p) % 5 == 0 and p.startswith(family) for p in emoji)

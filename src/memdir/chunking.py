@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memdir.textutil import is_cjk, literal_lines, setext_headings, weighted_len
+from memdir.textutil import character_cut, is_cjk, literal_lines, setext_headings, weighted_len
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +44,14 @@ def chunk_id(source: str, path: str, start_line: int, end_line: int, chunk_hash:
 
 def _segments(line: str, max_chars: int, tokens: int) -> list[str]:
     """Cut one line into slices of at most ``max_chars`` characters and ``max_chars`` weight, each
-    as long as that allows: only a line's last slice is short.
+    as long as that allows, but ending after a space (one in its second half; a word, a path or
+    a URL is not cut) and never inside a character a reader sees as one.
 
     A CJK-heavy slice of ``max_chars`` characters used to be cut by weight on its own, leaving a
     short remainder in the middle of the line: short enough to be carried as overlap, it shared a
-    chunk with the line's next slice, and the snippet showed a line break the note does not have."""
+    chunk with the line's next slice, and the snippet showed a line break the note does not have.
+    A slice cut where the characters ran out split the word there in two: in a paragraph written
+    on one long line (as most editors save one), that word was found by no search."""
     if not line:
         return [""]
     out: list[str] = []
@@ -62,6 +65,11 @@ def _segments(line: str, max_chars: int, tokens: int) -> list[str]:
                 if weight > max_chars:
                     piece = piece[:n]
                     break
+        end = start + len(piece)
+        if end < len(line) and len(piece) > 1 and not line[end - 1].isspace() and not line[end].isspace():
+            space = max(piece.rfind(" "), piece.rfind("\t"))  # inside a word (a path, a URL): cut after a space
+            cut = space + 1 if space >= len(piece) // 2 else character_cut(line[start : end + 1], len(piece))
+            piece = piece[:cut]
         out.append(piece)
         start += len(piece)
     return out

@@ -193,10 +193,16 @@ def cut_text(text: str, limit: int) -> str:
     snippet cut there ended in a dangling joiner or lost a letter's accent."""
     if len(text) <= limit:
         return text
+    return text[:character_cut(text, limit)]
+
+
+def character_cut(text: str, limit: int) -> int:
+    """Where to cut ``text`` (``0 < limit < len(text)``) at or before ``limit`` so that no
+    character a reader sees as one is split (:func:`cut_text`); ``limit`` when it cannot be helped."""
     cut = limit
     while cut > 0 and limit - cut < _MAX_CLUSTER and _joined(text[cut - 1], text[cut]):
         cut -= 1
-    return text[:cut] if cut > 0 and not _joined(text[cut - 1], text[cut]) else text[:limit]
+    return cut if cut > 0 and not _joined(text[cut - 1], text[cut]) else limit
 
 
 #: Characters invisible inside a word: the soft hyphen (PDFs, word processors, web pages), zero-width
