@@ -124,3 +124,14 @@ def test_a_long_paragraph_line_is_cut_between_words(
     family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
     emoji = [c.text for c in chunk_markdown(family * 300, 200, 40)]  # no space at all: cut between families
     assert "".join(emoji) == family * 300 and all(len(p) % 5 == 0 and p.startswith(family) for p in emoji)
+
+
+def test_a_rule_under_an_entry_is_no_heading() -> None:
+    """One line under a dated heading then ``---`` (entries parted by rules, as agents write
+    logs) is an entry and a rule: it neither ends the dated section nor splits it."""
+    from memdir.chunking import chunk_sections
+    from memdir.dates import line_dates
+
+    log = "## 2024-03-02\nMet Sam for lunch, he moves to Berlin.\n---\n## 2024-03-03\nQuiet day.\n"
+    assert [d and d.isoformat() for d in line_dates("notes/log.md", log)] == ["2024-03-02"] * 3 + ["2024-03-03"] * 3
+    assert [(c.start_line, c.end_line) for c in chunk_sections(log)] == [(1, 3), (4, 6)]

@@ -141,8 +141,9 @@ _NO_SETEXT_TEXT = LazyPattern(r" {0,3}(?:[-*+](?:\s|$)|\d{1,9}[.)](?:\s|$)|[>#<|
 def setext_headings(text: str, literal: set[int]) -> dict[int, int]:
     """``{line: level}`` of the Setext headings of ``text`` (a line of text underlined by ``===``,
     level 1, or ``---``, level 2; 0-based numbers of the text lines): a heading as much as a
-    ``#`` one, which pandoc and many editors write.  Only a one-line paragraph counts (a ``---``
-    right under several lines of text is more often meant as a rule); ``literal`` lines
+    ``#`` one, which pandoc and many editors write.  Only a one-line paragraph after a blank line
+    counts: a ``---`` right under several lines of text, or under the one line below a heading
+    (``## 2024-03-02``, ``Met Sam.``, ``---``), is more often meant as a rule.  ``literal`` lines
     (:func:`literal_lines`) are none."""
     # one regex scan (~4 µs for 3 KB of bullets): looking for "--" or "\n-" first took as long
     if "-" not in text and "=" not in text:
@@ -162,10 +163,8 @@ def setext_headings(text: str, literal: set[int]) -> dict[int, int]:
         title = lines[head]
         if not title.strip() or _NO_SETEXT_TEXT.match(title):
             continue
-        above = lines[head - 1] if head > 0 else ""
-        if head > 0 and above.strip() and head - 1 not in literal and not above.startswith("#") \
-                and head - 2 not in out:
-            continue  # the last line of a longer paragraph
+        if head > 0 and lines[head - 1].strip() and head - 1 not in literal:
+            continue  # the last line of a longer paragraph, or a line right under a heading
         out[head] = 1 if m.group(1)[0] == "=" else 2
     return out
 
