@@ -146,21 +146,28 @@ def _focused(text: str, limit: int, terms: Sequence[str]) -> str:
     if not any(found):
         return text
 
-    def shown(first: int) -> tuple[int, int]:
-        """``(terms, end)``: the terms lines ``first..end-1`` hold, as many lines as fit ``limit``."""
-        size, end, held = -1, first, set()
+    # a window of whole lines slid down the chunk (each line in and out once: a chunk of
+    # thousands of short lines under a large chunking.tokens costs no more than its length)
+    counts = [0] * len(needles)  # how many lines of the window hold each term
+    held, size, end = 0, -1, 0  # terms held, the window's characters, its end (exclusive)
+    best, most, stop = 0, -1, 1
+    for first in range(len(lines)):
+        if end < first:  # the window was empty: a line longer than the limit
+            end, size = first, -1
+        elif first:  # line first-1 leaves the window
+            size -= len(lines[first - 1]) + 1
+            for i in found[first - 1]:
+                counts[i] -= 1
+                held -= counts[i] == 0
         while end < len(lines) and size + len(lines[end]) + 1 <= limit:
             size += len(lines[end]) + 1
-            held |= found[end]
+            for i in found[end]:
+                held += counts[i] == 0
+                counts[i] += 1
             end += 1
-        return len(held), max(end, first + 1)
-
-    best, (most, end) = 0, shown(0)
-    for first in range(1, len(lines)):
-        if found[first]:  # a run worth more starts on a line holding a term
-            count, stop = shown(first)
-            if count > most:
-                best, most, end = first, count, stop
+        if (first == 0 or found[first]) and held > most:  # a run worth more starts on a line holding a term
+            best, most, stop = first, held, max(end, first + 1)
+    end = stop
     if best == 0:
         return text
     size = sum(len(line) + 1 for line in lines[best:end]) - 1
