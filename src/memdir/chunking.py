@@ -1,6 +1,6 @@
-"""Line-based Markdown chunking (R§3), with one deliberate fix.
+"""Line-based Markdown chunking (R§3), with two deliberate fixes.
 
-A chunk holds whole lines (long lines are cut into ``maxChars`` segments) up to
+A chunk holds whole lines (long lines are cut into segments of at most ``maxChars``) up to
 ``maxChars = max(32, tokens*4)`` characters, where CJK characters weigh 4 (≈ one token each).
 After a chunk is emitted, its last lines are carried into the next one as overlap
 (``overlap*4`` characters, at least one line), exactly as OpenClaw does, except:
@@ -10,6 +10,9 @@ After a chunk is emitted, its last lines are carried into the next one as overla
   dropped until they do or one is left.  So a chunk never exceeds ``maxChars`` plus one carried
   line; OpenClaw can carry a whole 1600-character segment and emit 3201-character chunks
   (R§17 vector 5, R§18 "overlap carry doubles chunk size").
+* **word-end cuts** — a long line's segment ends after a space (one in its second half), else
+  never inside a character a reader sees as one; OpenClaw cuts every ``maxChars`` code units, so
+  the word there is split between two chunks and no keyword search finds it.
 
 Lengths are counted in code points, not UTF-16 units, so an emoji is one character.
 """
