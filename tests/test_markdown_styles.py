@@ -135,3 +135,19 @@ def test_a_rule_under_an_entry_is_no_heading() -> None:
     log = "## 2024-03-02\nMet Sam for lunch, he moves to Berlin.\n---\n## 2024-03-03\nQuiet day.\n"
     assert [d and d.isoformat() for d in line_dates("notes/log.md", log)] == ["2024-03-02"] * 3 + ["2024-03-03"] * 3
     assert [(c.start_line, c.end_line) for c in chunk_sections(log)] == [(1, 3), (4, 6)]
+
+
+def test_a_snippet_of_a_long_paragraph_line_shows_where_it_matched(
+        make_workspace: Callable[..., Path], keyword_config: dict[str, Any]) -> None:
+    """A paragraph saved as one line of 780 characters is one chunk, and its snippet was the
+    line's first 700 characters: a search for the sentence at its end showed everything else."""
+    para = ("We walked the ridge path past the old quarry and the pines, then down to the village "
+            "for lunch at the inn by the bridge. ") * 6 + "The spare boathouse key hangs behind the barometer."
+    ws = make_workspace({"memory/2024-03-02.md": para + "\n", "memory/2024-03-03.md": "- tea\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        hit = mem.search("boathouse key").results[0]
+    assert len(para) > 700 and (hit.start_line, hit.end_line) == (1, 2)
+    assert hit.snippet.rstrip().endswith("The spare boathouse key hangs behind the barometer.")
+    assert len(hit.snippet) <= 700 and para[para.index(hit.snippet.rstrip()) - 1] == " "  # it starts at a word
+    assert truncate_snippet(para, 700, ["ridge"]) == para[:700]  # the head shows it: the head

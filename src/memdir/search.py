@@ -123,21 +123,72 @@ def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS, terms: Sequence[
     only the lines above it (a bullet near the end of a group of MEMORY.md)."""
     if len(text) <= limit:
         return text
-    if terms and "\n" in text:
-        text = _focused(text, limit, terms)
+    if terms:
+        needles = _needles(terms)
+        if "\n" in text:
+            text = _focused(text, limit, needles)
+        if not 0 <= text.find("\n") <= limit:  # a line longer than the snippet leads it
+            text = _within_line(text, limit, needles)
     return cut_text(text, limit)
 
 
-def _focused(text: str, limit: int, terms: Sequence[str]) -> str:
-    """The lines of ``text`` a snippet of ``limit`` characters shows: from the first line on,
-    unless a later run of whole lines within ``limit`` holds more of the query's ``terms``
-    (each counted once, as a word or its stem); then the earliest such run."""
+def _needles(terms: Sequence[str]) -> list[tuple[str, ...]]:
+    """Each query term's forms to look for in a snippet: its words and their stems, lower case."""
     from memdir.textutil import stem, word_runs
 
     needles: list[tuple[str, ...]] = []
     for term in terms:
         words = word_runs(lower(term)) or [lower(term)]
         needles.append(tuple(dict.fromkeys(s for w in words for s in (w, stem(w)) if s)))
+    return needles
+
+
+def _within_line(text: str, limit: int, needles: list[tuple[str, ...]]) -> str:
+    """``text`` (led by a line longer than ``limit``) from a little before the place where the
+    most query terms lie within ``limit`` characters of one another, when its first ``limit``
+    characters show fewer of them: a paragraph saved as one long line showed only its first 700
+    characters, whatever matched further on."""
+    import re
+
+    from memdir.textutil import character_cut
+
+    low = lower(text)
+    if len(low) != len(text):  # lower case changed the length (a rare letter): places would not match
+        return text
+    hits = sorted((m.start(), m.end(), i) for i, forms in enumerate(needles) for form in forms
+                  for m in re.finditer(re.escape(form), low))
+    if not hits:
+        return text
+    head = len({i for _, end, i in hits if end <= limit})
+    best, most, last = 0, head, 0
+    counts: dict[int, int] = {}
+    b = 0
+    for a, (start, _, _) in enumerate(hits):  # hits a..b-1: those ending within limit of hit a
+        while b < len(hits) and hits[b][1] - start <= limit:
+            counts[hits[b][2]] = counts.get(hits[b][2], 0) + 1
+            b += 1
+        if len(counts) > most:
+            best, most, last = a, len(counts), b - 1
+        if b > a:
+            counts[hits[a][2]] -= 1
+            if not counts[hits[a][2]]:
+                del counts[hits[a][2]]
+    if most == head:
+        return text
+    first, end = hits[best][0], max(e for _, e, _ in hits[best:last + 1])
+    start = max(0, min(first - (limit - (end - first)) // 2, len(text) - limit))  # the hits centred
+    space = text.find(" ", start, first)
+    if 0 <= space < start + 40:  # begin with a whole word
+        start = space + 1
+    elif start:  # or at least a whole character
+        start = character_cut(text, start)
+    return text[start:]
+
+
+def _focused(text: str, limit: int, needles: list[tuple[str, ...]]) -> str:
+    """The lines of ``text`` a snippet of ``limit`` characters shows: from the first line on,
+    unless a later run of whole lines within ``limit`` holds more of the query's terms
+    (``needles``: each counted once, as a word or its stem); then the earliest such run."""
     lines = text.split("\n")
     found: list[frozenset[int]] = []
     for line in lines:
