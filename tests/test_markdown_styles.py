@@ -151,3 +151,14 @@ def test_a_snippet_of_a_long_paragraph_line_shows_where_it_matched(
     assert hit.snippet.rstrip().endswith("The spare boathouse key hangs behind the barometer.")
     assert len(hit.snippet) <= 700 and para[para.index(hit.snippet.rstrip()) - 1] == " "  # it starts at a word
     assert truncate_snippet(para, 700, ["ridge"]) == para[:700]  # the head shows it: the head
+
+
+def test_rules_and_empty_front_matter_are_no_setext_headings() -> None:
+    """``---`` under ``---`` (an empty front matter) or under another rule underlines no heading."""
+    from memdir.chunking import chunk_sections
+    from memdir.textutil import front_matter_lines, literal_lines, setext_headings
+
+    assert front_matter_lines("---\n---\n# Trip\n") == 2
+    for text in ("---\n---\n# Trip\n", "intro\n\n***\n---\n", "intro\n\n- - -\n---\n"):
+        assert setext_headings(text, literal_lines(text)) == {}, text
+    assert [(c.start_line, c.end_line) for c in chunk_sections("---\n---\n# Trip\n- booked\n")] == [(1, 2), (3, 5)]

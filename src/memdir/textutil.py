@@ -110,7 +110,7 @@ def front_matter_lines(text: str) -> int:
     if mark not in ("---", "+++"):
         return 0
     ends = (mark, "...") if mark == "---" else (mark,)
-    keys = False
+    keys = rest.split("\n", 1)[0].rstrip() in ends  # an empty block (``---`` twice) is front matter too
     for n, line in enumerate(rest.split("\n"), start=2):
         if line.rstrip() in ends:
             return n if keys else 0
@@ -161,7 +161,7 @@ def setext_headings(text: str, literal: set[int]) -> dict[int, int]:
         if lines is None:
             lines = text.split("\n")
         title = lines[head]
-        if not title.strip() or _NO_SETEXT_TEXT.match(title):
+        if not title.strip(" \t\r-*_=") or _NO_SETEXT_TEXT.match(title):  # blank, or a rule itself
             continue
         if head > 0 and lines[head - 1].strip() and head - 1 not in literal:
             continue  # the last line of a longer paragraph, or a line right under a heading
