@@ -162,3 +162,18 @@ def test_rules_and_empty_front_matter_are_no_setext_headings() -> None:
     for text in ("---\n---\n# Trip\n", "intro\n\n***\n---\n", "intro\n\n- - -\n---\n"):
         assert setext_headings(text, literal_lines(text)) == {}, text
     assert [(c.start_line, c.end_line) for c in chunk_sections("---\n---\n# Trip\n- booked\n")] == [(1, 2), (3, 5)]
+
+
+def test_a_date_written_with_unicode_hyphens_is_a_date() -> None:
+    """Word processors and language models write ``2025‑03‑04`` with non-breaking hyphens
+    (U+2011) or en dashes: a heading of it dated nothing, and a question naming it named only
+    the year 2025."""
+    import datetime as dt
+
+    from memdir.dates import line_dates, query_periods
+
+    note = "## 2025\u201103\u201104 standup\n- shipped the billing fix\n## 2025\u201303\u201305\n- retro\n"
+    assert [d and d.isoformat() for d in line_dates("notes/log.md", note)] == (
+        ["2025-03-04"] * 2 + ["2025-03-05"] * 3)
+    periods = query_periods("what shipped on 2025\u201103\u201104?", dt.date(2025, 6, 1))
+    assert [(p.start, p.end) for p in periods] == [(dt.date(2025, 3, 4), dt.date(2025, 3, 4))]

@@ -28,7 +28,10 @@ _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name
 _MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})
 _MONTHS["sept"] = 9
 _MONTH_RE = "|".join(sorted(_MONTHS, key=len, reverse=True))
-_ISO: Any = LazyPattern(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)")
+#: A year-month-day date; its parts may be parted by the Unicode hyphens and dashes (U+2010-U+2013)
+#: a word processor or a language model puts there (``2025\u201103\u201104``, non-breaking
+#: hyphens, looks like ``2025-03-04``: a heading of it dated nothing).
+_ISO: Any = LazyPattern("(?<!\\d)(\\d{4})[-/.\u2010-\u2013](\\d{1,2})[-/.\u2010-\u2013](\\d{1,2})(?!\\d)")
 #: Between a day and its year: "1 May 2023", "May 1, 2023", "May 1,2023".
 _YEAR_SEP = r"(?:,?\s+|,)"
 _DAY_MONTH: Any = LazyPattern(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_RE})\.?(?:{_YEAR_SEP}(\d{{4}}))?\b",
