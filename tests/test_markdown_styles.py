@@ -177,3 +177,25 @@ def test_a_date_written_with_unicode_hyphens_is_a_date() -> None:
         ["2025-03-04"] * 2 + ["2025-03-05"] * 3)
     periods = query_periods("what shipped on 2025\u201103\u201104?", dt.date(2025, 6, 1))
     assert [(p.start, p.end) for p in periods] == [(dt.date(2025, 3, 4), dt.date(2025, 3, 4))]
+
+
+def test_an_image_pasted_as_a_data_uri_is_not_indexed_as_text(
+        make_workspace: Callable[..., Path], keyword_config: dict[str, Any]) -> None:
+    """An image pasted into a note as a data URI (Typora, Obsidian plugins, an agent's
+    screenshot) was indexed as its base64: 150 KB of it made 253 chunks (a minute of embedding
+    with the local model) for a note of three lines.  Its payload is left out, as a transcript's
+    is; the note's lines keep their numbers and ``memory_get`` shows the note as it is."""
+    import base64
+
+    payload = base64.b64encode(bytes(range(256)) * 450).decode()
+    image = f"![ridge](data:image/png;base64,{payload})"
+    note = f"# Trip\n\n- the view from the ridge\n\n{image}\n\n- we camped by the lake\n"
+    ws = make_workspace({"memory/trip.md": note})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        rows = mem.store.conn.execute("SELECT start_line, end_line, text FROM chunks ORDER BY start_line").fetchall()
+        assert len(rows) <= 3 and not any(payload[:64] in text for _, _, text in rows)
+        assert any("![ridge](data:image/png;base64,…)" in text for _, _, text in rows)
+        lake = mem.search("camped lake").results[0]
+        assert lake.start_line <= 7 <= lake.end_line
+        assert mem.get("memory/trip.md", from_line=5, lines=1).text == image

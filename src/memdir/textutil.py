@@ -169,6 +169,21 @@ def setext_headings(text: str, literal: set[int]) -> dict[int, int]:
     return out
 
 
+# An inline ``data:<type>;base64,<payload>`` (an image pasted as a data URI, a Markdown ``![](data:…)``):
+# its payload is opaque bytes, kept out of the index and the hook's file.  Bounded runs: linear time.
+_DATA_URI: Any = LazyPattern(r"(data:[\w.+-]{1,100}/[\w.+-]{1,100}(?:;[\w.+-]{1,100}=[\w.+-]{1,200}){0,8};base64,)"
+                             r"[A-Za-z0-9+/_-]{64,}=*")
+
+
+def elide_data_uris(text: str) -> str:
+    """``text`` with the payload of each inline base64 data URI replaced by ``…``.
+
+    Why: a pasted image as a data URI put megabytes of base64 into the index (one huge token per
+    chunk, nothing a search can match) and into the session hook's memory file.  The payload
+    never holds a line end, so the text keeps its lines."""
+    return _DATA_URI.sub(r"\1…", text) if "base64," in text else text
+
+
 _ZWJ = "\u200d"
 
 
