@@ -127,7 +127,7 @@ def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS, terms: Sequence[
         needles = _needles(terms)
         if "\n" in text:
             text = _focused(text, limit, needles)
-        if not 0 <= text.find("\n") <= limit:  # a line longer than the snippet leads it
+        if len(text) > limit and not 0 <= text.find("\n") <= limit:  # a line longer than the snippet leads it
             text = _within_line(text, limit, needles)
     return cut_text(text, limit)
 
