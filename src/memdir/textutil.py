@@ -94,8 +94,8 @@ def fenced_lines(text: str) -> set[int]:
 
 #: A line of front matter: a ``key: value`` (YAML) or ``key = value`` (TOML) line, and the lines
 #: between them: blank, indented, a comment, a list item, a TOML table.
-_FRONT_MATTER_KEY = re.compile(r"[^\s#:=-][^:=]*[:=](?:\s|$)")
-_FRONT_MATTER_OTHER = re.compile(r"$|[ \t\r#\[]|-(?:\s|$)")
+_FRONT_MATTER_KEY: Any = LazyPattern(r"[^\s#:=-][^:=]*[:=](?:\s|$)")
+_FRONT_MATTER_OTHER: Any = LazyPattern(r"$|[ \t\r#\[]|-(?:\s|$)")
 
 
 def front_matter_lines(text: str) -> int:
@@ -132,10 +132,10 @@ def literal_lines(text: str) -> set[int]:
 
 #: A Setext heading's underline (``===`` or ``---``) in ``"\n" + text``: the ``\n`` before it
 #: anchors it, as the scan then jumps from line end to line end.
-_UNDERLINE = LazyPattern(r"\n {0,3}(=+|-{2,})[ \t\r]*(?=\n|\Z)")
+_UNDERLINE: Any = LazyPattern(r"\n {0,3}(=+|-{2,})[ \t\r]*(?=\n|\Z)")
 #: A line that is no Setext heading's text, whatever is under it: a list item, a quote, an ATX
 #: heading, HTML, a table row, indented code.
-_NO_SETEXT_TEXT = LazyPattern(r" {0,3}(?:[-*+](?:\s|$)|\d{1,9}[.)](?:\s|$)|[>#<|])|(?: {4}|\t)")
+_NO_SETEXT_TEXT: Any = LazyPattern(r" {0,3}(?:[-*+](?:\s|$)|\d{1,9}[.)](?:\s|$)|[>#<|])|(?: {4}|\t)")
 
 
 def setext_headings(text: str, literal: set[int]) -> dict[int, int]:
