@@ -199,3 +199,18 @@ def test_an_image_pasted_as_a_data_uri_is_not_indexed_as_text(
         lake = mem.search("camped lake").results[0]
         assert lake.start_line <= 7 <= lake.end_line
         assert mem.get("memory/trip.md", from_line=5, lines=1).text == image
+
+
+def test_a_heading_in_an_html_comment_is_no_heading() -> None:
+    """A commented-out entry (``<!--`` ... ``-->``, hidden when the note is shown) was read as
+    Markdown: its ``## 2024-01-05`` dated the lines below the comment, and in MEMORY.md it cut
+    the section in two."""
+    from memdir.chunking import chunk_sections
+    from memdir.dates import line_dates
+
+    note = ("## 2024-03-02\n- planted garlic\n<!--\n## 2024-01-05 old plan\n- dig the beds\n-->\n"
+            "- watered the garlic\n")
+    assert [d and d.isoformat() for d in line_dates("notes/garden.md", note)] == ["2024-03-02"] * 8
+    assert [(c.start_line, c.end_line) for c in chunk_sections(note)] == [(1, 8)]
+    indented = "## A\n    <!--\n## B\n"  # four spaces in: code, no comment
+    assert [(c.start_line, c.end_line) for c in chunk_sections(indented)] == [(1, 2), (3, 4)]

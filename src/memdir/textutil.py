@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Collection
 from typing import Any
 
 
@@ -123,11 +124,31 @@ def front_matter_lines(text: str) -> int:
 
 def literal_lines(text: str) -> set[int]:
     """The 0-based numbers of the lines of ``text`` that are no Markdown prose: fenced code
-    (:func:`fenced_lines`) and a front matter block (:func:`front_matter_lines`), whose
-    ``# comment`` is no heading and whose closing ``---`` underlines nothing."""
+    (:func:`fenced_lines`), a front matter block (:func:`front_matter_lines`) and HTML comment
+    blocks (:func:`comment_lines`), whose ``# comment`` or commented-out ``## 2024-01-05`` is no
+    heading and whose closing ``---`` underlines nothing."""
     fenced = fenced_lines(text)
     top = front_matter_lines(text)
-    return fenced | set(range(top)) if top else fenced
+    out = fenced | set(range(top)) if top else fenced
+    return out | comment_lines(text, out) if "<!--" in text else out
+
+
+def comment_lines(text: str, skip: Collection[int] = ()) -> set[int]:
+    """The 0-based numbers of the lines of ``text`` in HTML comment blocks (a line opening with
+    ``<!--``, up to three spaces in, to the line holding ``-->``, or the end as Markdown renders
+    it): hidden when the note is shown.  ``skip`` lines (code) open none."""
+    out: set[int] = set()
+    inside = False
+    for n, line in enumerate(text.split("\n")):
+        if inside:
+            out.add(n)
+            inside = "-->" not in line
+        elif "<!--" in line[:7] and n not in skip:
+            body = line.lstrip(" ")
+            if body.startswith("<!--") and len(line) - len(body) <= 3:
+                out.add(n)
+                inside = "-->" not in body[4:]
+    return out
 
 
 #: A Setext heading's underline (``===`` or ``---``) in ``"\n" + text``: the ``\n`` before it
