@@ -142,14 +142,15 @@ def test_a_cut_snippet_never_splits_what_a_reader_sees_as_one_character(make_wor
     snippet ended in a zero-width joiner), between a skin tone and its hand, or between a
     letter and its accent."""
     family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
-    notes = {"memory/family.md": "x" * 697 + family + " kiwi\n",
-             "memory/wave.md": "y" * 699 + "\U0001f44b\U0001f3fd quokka\n",
-             "memory/accent.md": "z" * 699 + "e\u0301 numbat\n"}
+    # the word searched for leads the line: the snippet is its head, cut at 700
+    notes = {"memory/family.md": "kiwi " + "x" * 692 + family + " end\n",
+             "memory/wave.md": "quokka " + "y" * 692 + "\U0001f44b\U0001f3fd end\n",
+             "memory/accent.md": "numbat " + "z" * 692 + "e\u0301 end\n"}
     ws = make_workspace(notes)
     with Memory(ws, config=keyword_config) as mem:
         mem.sync()
         snippets = {word: mem.search(word).results[0].snippet for word in ("kiwi", "quokka", "numbat")}
-    assert snippets == {"kiwi": "x" * 697, "quokka": "y" * 699, "numbat": "z" * 699}
+    assert snippets == {"kiwi": "kiwi " + "x" * 692, "quokka": "quokka " + "y" * 692, "numbat": "numbat " + "z" * 692}
     assert clamp_results_by_chars([{"snippet": "x" * 697 + family}], 699) == [{"snippet": "x" * 697}]
 
 

@@ -1,6 +1,6 @@
-"""Line-based Markdown chunking (R§3), with one deliberate fix.
+"""Line-based Markdown chunking (R§3), with two deliberate fixes.
 
-A chunk holds whole lines (long lines are cut into ``maxChars`` segments) up to
+A chunk holds whole lines (long lines are cut into segments of at most ``maxChars``) up to
 ``maxChars = max(32, tokens*4)`` characters, where CJK characters weigh 4 (≈ one token each).
 After a chunk is emitted, its last lines are carried into the next one as overlap
 (``overlap*4`` characters, at least one line), exactly as OpenClaw does, except:
@@ -10,6 +10,9 @@ After a chunk is emitted, its last lines are carried into the next one as overla
   dropped until they do or one is left.  So a chunk never exceeds ``maxChars`` plus one carried
   line; OpenClaw can carry a whole 1600-character segment and emit 3201-character chunks
   (R§17 vector 5, R§18 "overlap carry doubles chunk size").
+* **word-end cuts** — a long line's segment ends after a space (one in its second half), else
+  never inside a character a reader sees as one; OpenClaw cuts every ``maxChars`` code units, so
+  the word there is split between two chunks and no keyword search finds it.
 
 Lengths are counted in code points, not UTF-16 units, so an emoji is one character.
 """
@@ -22,7 +25,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memdir.textutil import fenced_lines, is_cjk, weighted_len
+from memdir.textutil import character_cut, is_cjk, literal_lines, setext_headings, weighted_len
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +47,14 @@ def chunk_id(source: str, path: str, start_line: int, end_line: int, chunk_hash:
 
 def _segments(line: str, max_chars: int, tokens: int) -> list[str]:
     """Cut one line into slices of at most ``max_chars`` characters and ``max_chars`` weight, each
-    as long as that allows: only a line's last slice is short.
+    as long as that allows, but ending after a space (one in its second half; a word, a path or
+    a URL is not cut) and never inside a character a reader sees as one.
 
     A CJK-heavy slice of ``max_chars`` characters used to be cut by weight on its own, leaving a
     short remainder in the middle of the line: short enough to be carried as overlap, it shared a
-    chunk with the line's next slice, and the snippet showed a line break the note does not have."""
+    chunk with the line's next slice, and the snippet showed a line break the note does not have.
+    A slice cut where the characters ran out split the word there in two: in a paragraph written
+    on one long line (as most editors save one), that word was found by no search."""
     if not line:
         return [""]
     out: list[str] = []
@@ -62,6 +68,11 @@ def _segments(line: str, max_chars: int, tokens: int) -> list[str]:
                 if weight > max_chars:
                     piece = piece[:n]
                     break
+        end = start + len(piece)
+        if end < len(line) and len(piece) > 1 and not line[end - 1].isspace() and not line[end].isspace():
+            space = max(piece.rfind(" "), piece.rfind("\t"))  # inside a word (a path, a URL): cut after a space
+            cut = space + 1 if space >= len(piece) // 2 else character_cut(line[start : end + 1], len(piece))
+            piece = piece[:cut]
         out.append(piece)
         start += len(piece)
     return out
@@ -130,25 +141,28 @@ _HEADING = re.compile(r"^#{1,6}\s")
 _TOP_ITEM = re.compile(r"^(?:[-*+]|\d+[.)])\s")
 
 
-def _items(lines: list[str], first: int, fenced: set[int]) -> list[tuple[int, int]]:
+def _items(lines: list[str], first: int, fenced: set[int], setext: dict[int, int]) -> list[tuple[int, int]]:
     """Line ranges (1-based, inclusive) of a block's top-level list items, each with its
     indented continuation (nested bullets stay with their parent); code (``fenced``: 0-based
-    line numbers of the file) starts none."""
+    line numbers of the file) starts none, a heading (``setext``: a Setext one's text line) one."""
     out: list[tuple[int, int]] = []
     for i, line in enumerate(lines):
-        if i == 0 or ((_TOP_ITEM.match(line) or _HEADING.match(line)) and (not fenced or first + i - 1 not in fenced)):
+        if i == 0 or first + i - 1 in setext or (
+                (_TOP_ITEM.match(line) or _HEADING.match(line)) and (not fenced or first + i - 1 not in fenced)):
             out.append((first + i, first + i))
         else:
             out[-1] = (out[-1][0], first + i)
     return out
 
 
-def _blocks(lines: list[str], fenced: set[int]) -> list[tuple[int, int]]:
+def _blocks(lines: list[str], fenced: set[int], setext: dict[int, int]) -> list[tuple[int, int]]:
     """Sections and, inside them, blank-line-separated blocks (a bullet group, a paragraph):
     a heading starts a block and keeps the section's first block with it; blank lines stay with
     the block above, so the blocks cover the file's lines without gaps (as OpenClaw's ranges do).
-    A fenced code block (``fenced``: its 0-based line numbers) is one block: its ``# comment``
-    lines are no headings and its blank lines part no paragraphs."""
+    A fenced code block or front matter (``fenced``: its 0-based line numbers) is one block: its
+    ``# comment`` lines are no headings and its blank lines part no paragraphs.  A Setext heading
+    (``setext``: its text line, 0-based) is a heading with its underline: it was a chunk of its
+    own (``Preferences`` and its ``===``), its section's lines a chunk without it."""
     blocks: list[tuple[int, int]] = []
     start = 1
     heading_only = False
@@ -158,8 +172,10 @@ def _blocks(lines: list[str], fenced: set[int]) -> list[tuple[int, int]]:
         code = bool(fenced) and n - 1 in fenced and n - 2 in fenced  # inside a fence, past its opening line
         if code:
             new = False
-        elif _HEADING.match(line):
+        elif _HEADING.match(line) or (setext and n - 1 in setext):
             new, heading_only = True, True
+        elif setext and n - 2 in setext:  # a Setext heading's underline
+            new = False
         elif not blank and prev_blank and not heading_only:
             new = True
         else:
@@ -182,7 +198,8 @@ def chunk_sections(content: str, tokens: int = 400, overlap: int = 80) -> list[C
     :func:`chunk_markdown`).  Line numbers are the file's."""
     max_chars = max(32, tokens * 4)
     lines = content.split("\n")
-    fenced = fenced_lines(content)
+    fenced = literal_lines(content)
+    setext = setext_headings(content, fenced)
     chunks: list[Chunk] = []
 
     # Sizes of lines a..b as differences of running totals: summed afresh for each item, a block of
@@ -197,12 +214,12 @@ def chunk_sections(content: str, tokens: int = 400, overlap: int = 80) -> list[C
         if text.strip():
             chunks.append(Chunk(a, b, text, sha256_text(text)))
 
-    for b_start, b_end in _blocks(lines, fenced):
+    for b_start, b_end in _blocks(lines, fenced, setext):
         if size(b_start, b_end) <= max_chars:
             emit(b_start, b_end)
             continue
         cur: tuple[int, int] | None = None
-        for i_start, i_end in _items(lines[b_start - 1 : b_end], b_start, fenced):
+        for i_start, i_end in _items(lines[b_start - 1 : b_end], b_start, fenced, setext):
             if size(i_start, i_end) > max_chars:
                 if cur:
                     emit(*cur)

@@ -22,13 +22,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memdir.textutil import LazyPattern, fenced_lines
+from memdir.textutil import LazyPattern, literal_lines, setext_headings
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})
 _MONTHS["sept"] = 9
 _MONTH_RE = "|".join(sorted(_MONTHS, key=len, reverse=True))
-_ISO: Any = LazyPattern(r"(?<!\d)(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})(?!\d)")
+#: A year-month-day date; its parts may be parted by the Unicode hyphens and dashes (U+2010-U+2013)
+#: a word processor or a language model puts there (``2025\u201103\u201104``, non-breaking
+#: hyphens, looks like ``2025-03-04``: a heading of it dated nothing).
+_ISO: Any = LazyPattern("(?<!\\d)(\\d{4})[-/.\u2010-\u2013](\\d{1,2})[-/.\u2010-\u2013](\\d{1,2})(?!\\d)")
 #: Between a day and its year: "1 May 2023", "May 1, 2023", "May 1,2023".
 _YEAR_SEP = r"(?:,?\s+|,)"
 _DAY_MONTH: Any = LazyPattern(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_RE})\.?(?:{_YEAR_SEP}(\d{{4}}))?\b",
@@ -365,19 +368,25 @@ def line_dates(path: str, content: str, tz: dt.tzinfo | None = None) -> list[dt.
     out: list[dt.date | None] = []
     current = base
     line, pos = 0, 0  # the line number (from 0) of character ``pos``
-    fenced = fenced_lines(content)  # a "# 2024-01-05" comment in a code block dates nothing
+    # a "# 2024-01-05" comment in a code block or in front matter dates nothing
+    fenced = literal_lines(content)
     # Only headings change the day: find them in the whole text, not line by line (the loop over
     # every line was a tenth of a keyword-only index build).
+    headings: list[tuple[int, int, str]] = []  # (line, level, title)
     for m in _HEADING_AFTER_NL.finditer("\n" + content):
         line += content.count("\n", pos, m.start())  # the line starts at m.start() in ``content``
         pos = m.start()
-        if line in fenced:
-            continue
+        if line not in fenced:
+            headings.append((line, len(m.group(1)) + 1, m.group(2)))
+    setext = setext_headings(content, fenced)  # "2024-03-02" underlined by "---" dates as "## 2024-03-02"
+    if setext:
+        lines = content.split("\n")
+        headings = sorted([*headings, *((n, level, lines[n]) for n, level in setext.items())])
+    for line, level, title in headings:
         out.extend([current] * (line - len(out)))
-        level = len(m.group(1)) + 1
         while stack and stack[-1][0] >= level:
             stack.pop()
-        stack.append((level, text_date(m.group(2), tz)))
+        stack.append((level, text_date(title, tz)))
         current = next((d for _, d in reversed(stack) if d is not None), base)
     out.extend([current] * (content.count("\n") + 1 - len(out)))
     return out

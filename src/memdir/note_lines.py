@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
-from memdir.textutil import fenced_lines, weighted_len
+from memdir.textutil import literal_lines, setext_headings, weighted_len
 from memdir.workspace import fs_name
 
 #: Lines whose widths are held before the least recently used notes are let go (~4 bytes each).
@@ -126,12 +126,14 @@ def line_widths(text: str) -> array[int]:
 
 def heading_lines(text: str) -> array[int]:
     """The 1-based numbers of the lines that are Markdown headings, in order (not a ``#`` line
-    of a fenced code block, as the sections chunker reads it)."""
+    of a fenced code block or front matter; a Setext heading's text line), as the sections
+    chunker reads them."""
+    fenced = literal_lines(text)
+    setext = setext_headings(text, fenced)
     if "#" not in text:
-        return array("I")
-    fenced = fenced_lines(text)
+        return array("I", [n + 1 for n in sorted(setext)])
     return array("I", [n for n, line in enumerate(text.split("\n"), start=1)
-                       if line[:1] == "#" and _HEADING.match(line) and n - 1 not in fenced])
+                       if (line[:1] == "#" and _HEADING.match(line) and n - 1 not in fenced) or n - 1 in setext])
 
 
 def _read_text(path: str) -> str | None:

@@ -115,8 +115,117 @@ class SearchResponse:
         return out
 
 
-def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS) -> str:
+def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS, terms: Sequence[str] = ()) -> str:
+    """A chunk's text cut to ``limit`` characters: its head, or, when lines past the head hold
+    query ``terms`` (:func:`memdir.query.keyword_terms`) the head has none of, the run of whole
+    lines that shows the most of them.  A 700-character snippet of an 800-character chunk left
+    out the chunk's last lines: a search for a fact on one of them cited its lines but showed
+    only the lines above it (a bullet near the end of a group of MEMORY.md)."""
+    if len(text) <= limit:
+        return text
+    if terms:
+        needles = _needles(terms)
+        if "\n" in text:
+            text = _focused(text, limit, needles)
+        if len(text) > limit and not 0 <= text.find("\n") <= limit:  # a line longer than the snippet leads it
+            text = _within_line(text, limit, needles)
     return cut_text(text, limit)
+
+
+def _needles(terms: Sequence[str]) -> list[tuple[str, ...]]:
+    """Each query term's forms to look for in a snippet: its words and their stems, lower case."""
+    from memdir.textutil import stem, word_runs
+
+    needles: list[tuple[str, ...]] = []
+    for term in terms:
+        words = word_runs(lower(term)) or [lower(term)]
+        needles.append(tuple(dict.fromkeys(s for w in words for s in (w, stem(w)) if s)))
+    return needles
+
+
+def _within_line(text: str, limit: int, needles: list[tuple[str, ...]]) -> str:
+    """``text`` (led by a line longer than ``limit``) from a little before the place where the
+    most query terms lie within ``limit`` characters of one another, when its first ``limit``
+    characters show fewer of them: a paragraph saved as one long line showed only its first 700
+    characters, whatever matched further on."""
+    import re
+
+    from memdir.textutil import character_cut
+
+    low = lower(text)
+    if len(low) != len(text):  # lower case changed the length (a rare letter): places would not match
+        return text
+    hits = sorted((m.start(), m.end(), i) for i, forms in enumerate(needles) for form in forms
+                  for m in re.finditer(re.escape(form), low))
+    if not hits:
+        return text
+    head = len({i for _, end, i in hits if end <= limit})
+    best, most, last = 0, head, 0
+    counts: dict[int, int] = {}
+    b = 0
+    for a, (start, _, _) in enumerate(hits):  # hits a..b-1: those ending within limit of hit a
+        while b < len(hits) and hits[b][1] - start <= limit:
+            counts[hits[b][2]] = counts.get(hits[b][2], 0) + 1
+            b += 1
+        if len(counts) > most:
+            best, most, last = a, len(counts), b - 1
+        if b > a:
+            counts[hits[a][2]] -= 1
+            if not counts[hits[a][2]]:
+                del counts[hits[a][2]]
+    if most == head:
+        return text
+    first, end = hits[best][0], max(e for _, e, _ in hits[best:last + 1])
+    start = max(0, min(first - (limit - (end - first)) // 2, len(text) - limit))  # the hits centred
+    space = text.find(" ", start, first)
+    if 0 <= space < start + 40:  # begin with a whole word
+        start = space + 1
+    elif start:  # or at least a whole character
+        start = character_cut(text, start)
+    return text[start:]
+
+
+def _focused(text: str, limit: int, needles: list[tuple[str, ...]]) -> str:
+    """The lines of ``text`` a snippet of ``limit`` characters shows: from the first line on,
+    unless a later run of whole lines within ``limit`` holds more of the query's terms
+    (``needles``: each counted once, as a word or its stem); then the earliest such run."""
+    lines = text.split("\n")
+    found: list[frozenset[int]] = []
+    for line in lines:
+        low = lower(line)
+        found.append(frozenset(i for i, forms in enumerate(needles) if any(f in low for f in forms)))
+    if not any(found):
+        return text
+
+    # a window of whole lines slid down the chunk (each line in and out once: a chunk of
+    # thousands of short lines under a large chunking.tokens costs no more than its length)
+    counts = [0] * len(needles)  # how many lines of the window hold each term
+    held, size, end = 0, -1, 0  # terms held, the window's characters, its end (exclusive)
+    best, most, stop = 0, -1, 1
+    for first in range(len(lines)):
+        if end < first:  # the window was empty: a line longer than the limit
+            end, size = first, -1
+        elif first:  # line first-1 leaves the window
+            size -= len(lines[first - 1]) + 1
+            for i in found[first - 1]:
+                counts[i] -= 1
+                held -= counts[i] == 0
+        while end < len(lines) and size + len(lines[end]) + 1 <= limit:
+            size += len(lines[end]) + 1
+            for i in found[end]:
+                held += counts[i] == 0
+                counts[i] += 1
+            end += 1
+        if (first == 0 or found[first]) and held > most:  # a run worth more starts on a line holding a term
+            best, most, stop = first, held, max(end, first + 1)
+    end = stop
+    if best == 0:
+        return text
+    size = sum(len(line) + 1 for line in lines[best:end]) - 1
+    while best > 0 and size + len(lines[best - 1]) + 1 <= limit:  # room left: the lines above it
+        best -= 1
+        size += len(lines[best]) + 1
+    return "\n".join(lines[best:end])
 
 
 _embed_pool: ThreadPoolExecutor | None = None
@@ -365,7 +474,7 @@ def run_search(
         chosen = _fresh_files(chosen, [c for c, shown in ranked if shown], tune.fresh_slots,
                               floor if explicit_floor else 0.0)
     info = {"weights": weights, "periods": periods, "floor": floor, "fusion": tune.fusion,
-            "textNorm": tune.text_norm}
+            "textNorm": tune.text_norm, "terms": terms}
     response.results = [_result(c, explain, info) for c in chosen]
     return response
 
@@ -665,4 +774,5 @@ def _result(c: Candidate, explain: bool, info: dict[str, Any]) -> SearchResult:
         if info["periods"]:
             out["queryPeriods"] = [p.as_dict() for p in info["periods"]]
             out["inPeriod"] = c.in_period
-    return SearchResult(c.path, c.start_line, c.end_line, c.score, truncate_snippet(c.snippet), c.source, out)
+    return SearchResult(c.path, c.start_line, c.end_line, c.score, truncate_snippet(c.snippet, terms=info["terms"]),
+                        c.source, out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Collection
 from typing import Any
 
 
@@ -92,6 +93,118 @@ def fenced_lines(text: str) -> set[int]:
     return out
 
 
+#: A line of front matter: a ``key: value`` (YAML) or ``key = value`` (TOML) line, and the lines
+#: between them: blank, indented, a comment, a list item, a TOML table.
+_FRONT_MATTER_KEY: Any = LazyPattern(r"[^\s#:=-][^:=]*[:=](?:\s|$)")
+_FRONT_MATTER_OTHER: Any = LazyPattern(r"$|[ \t\r#\[]|-(?:\s|$)")
+
+
+def front_matter_lines(text: str) -> int:
+    """How many lines a YAML (``---`` ... ``---`` or ``...``) or TOML (``+++`` ... ``+++``) front
+    matter block at the top of a note spans, both fences included; 0 when there is none: never
+    closed, or what lies between is no ``key: value`` lines (a note opening with a ``---`` rule,
+    prose and another rule)."""
+    if not text.startswith(("---", "+++")):
+        return 0
+    first, _, rest = text.partition("\n")
+    mark = first.rstrip()
+    if mark not in ("---", "+++"):
+        return 0
+    ends = (mark, "...") if mark == "---" else (mark,)
+    keys = rest.split("\n", 1)[0].rstrip() in ends  # an empty block (``---`` twice) is front matter too
+    for n, line in enumerate(rest.split("\n"), start=2):
+        if line.rstrip() in ends:
+            return n if keys else 0
+        if _FRONT_MATTER_KEY.match(line):
+            keys = True
+        elif not _FRONT_MATTER_OTHER.match(line):
+            return 0
+    return 0
+
+
+def literal_lines(text: str) -> set[int]:
+    """The 0-based numbers of the lines of ``text`` that are no Markdown prose: fenced code
+    (:func:`fenced_lines`), a front matter block (:func:`front_matter_lines`) and HTML comment
+    blocks (:func:`comment_lines`), whose ``# comment`` or commented-out ``## 2024-01-05`` is no
+    heading and whose closing ``---`` underlines nothing."""
+    fenced = fenced_lines(text)
+    top = front_matter_lines(text)
+    out = fenced | set(range(top)) if top else fenced
+    return out | comment_lines(text, out) if "<!--" in text else out
+
+
+def comment_lines(text: str, skip: Collection[int] = ()) -> set[int]:
+    """The 0-based numbers of the lines of ``text`` in HTML comment blocks (a line opening with
+    ``<!--``, up to three spaces in, to the line holding ``-->``, or the end as Markdown renders
+    it): hidden when the note is shown.  ``skip`` lines (code) open none."""
+    out: set[int] = set()
+    inside = False
+    for n, line in enumerate(text.split("\n")):
+        if inside:
+            out.add(n)
+            inside = "-->" not in line
+        elif "<!--" in line[:7] and n not in skip:
+            body = line.lstrip(" ")
+            if body.startswith("<!--") and len(line) - len(body) <= 3:
+                out.add(n)
+                inside = "-->" not in body[4:]
+    return out
+
+
+#: A Setext heading's underline (``===`` or ``---``) in ``"\n" + text``: the ``\n`` before it
+#: anchors it, as the scan then jumps from line end to line end.
+_UNDERLINE: Any = LazyPattern(r"\n {0,3}(=+|-{2,})[ \t\r]*(?=\n|\Z)")
+#: A line that is no Setext heading's text, whatever is under it: a list item, a quote, an ATX
+#: heading, HTML, a table row, indented code.
+_NO_SETEXT_TEXT: Any = LazyPattern(r" {0,3}(?:[-*+](?:\s|$)|\d{1,9}[.)](?:\s|$)|[>#<|])|(?: {4}|\t)")
+
+
+def setext_headings(text: str, literal: set[int]) -> dict[int, int]:
+    """``{line: level}`` of the Setext headings of ``text`` (a line of text underlined by ``===``,
+    level 1, or ``---``, level 2; 0-based numbers of the text lines): a heading as much as a
+    ``#`` one, which pandoc and many editors write.  Only a one-line paragraph after a blank line
+    counts: a ``---`` right under several lines of text, or under the one line below a heading
+    (``## 2024-03-02``, ``Met Sam.``, ``---``), is more often meant as a rule.  ``literal`` lines
+    (:func:`literal_lines`) are none."""
+    # one regex scan (~4 µs for 3 KB of bullets): looking for "--" or "\n-" first took as long
+    if "-" not in text and "=" not in text:
+        return {}
+    out: dict[int, int] = {}
+    lines: list[str] | None = None
+    line, pos = -1, 0  # the padding's line end is none of ``text``'s
+    padded = "\n" + text
+    for m in _UNDERLINE.finditer(padded):
+        line += padded.count("\n", pos, m.start() + 1)  # the underline's line (0-based in ``text``)
+        pos = m.start() + 1
+        head = line - 1
+        if head < 0 or line in literal or head in literal:
+            continue
+        if lines is None:
+            lines = text.split("\n")
+        title = lines[head]
+        if not title.strip(" \t\r-*_=") or _NO_SETEXT_TEXT.match(title):  # blank, or a rule itself
+            continue
+        if head > 0 and lines[head - 1].strip() and head - 1 not in literal:
+            continue  # the last line of a longer paragraph, or a line right under a heading
+        out[head] = 1 if m.group(1)[0] == "=" else 2
+    return out
+
+
+# An inline ``data:<type>;base64,<payload>`` (an image pasted as a data URI, a Markdown ``![](data:…)``):
+# its payload is opaque bytes, kept out of the index and the hook's file.  Bounded runs: linear time.
+_DATA_URI: Any = LazyPattern(r"(data:[\w.+-]{1,100}/[\w.+-]{1,100}(?:;[\w.+-]{1,100}=[\w.+-]{1,200}){0,8};base64,)"
+                             r"[A-Za-z0-9+/_-]{64,}=*")
+
+
+def elide_data_uris(text: str) -> str:
+    """``text`` with the payload of each inline base64 data URI replaced by ``…``.
+
+    Why: a pasted image as a data URI put megabytes of base64 into the index (one huge token per
+    chunk, nothing a search can match) and into the session hook's memory file.  The payload
+    never holds a line end, so the text keeps its lines."""
+    return _DATA_URI.sub(r"\1…", text) if "base64," in text else text
+
+
 _ZWJ = "\u200d"
 
 
@@ -115,10 +228,16 @@ def cut_text(text: str, limit: int) -> str:
     snippet cut there ended in a dangling joiner or lost a letter's accent."""
     if len(text) <= limit:
         return text
+    return text[:character_cut(text, limit)]
+
+
+def character_cut(text: str, limit: int) -> int:
+    """Where to cut ``text`` (``0 < limit < len(text)``) at or before ``limit`` so that no
+    character a reader sees as one is split (:func:`cut_text`); ``limit`` when it cannot be helped."""
     cut = limit
     while cut > 0 and limit - cut < _MAX_CLUSTER and _joined(text[cut - 1], text[cut]):
         cut -= 1
-    return text[:cut] if cut > 0 and not _joined(text[cut - 1], text[cut]) else text[:limit]
+    return cut if cut > 0 and not _joined(text[cut - 1], text[cut]) else limit
 
 
 #: Characters invisible inside a word: the soft hyphen (PDFs, word processors, web pages), zero-width

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,6 +19,7 @@ from typing import Any
 
 from memdir.redact import redact_text
 from memdir.sessions.store import clean_text, iter_records
+from memdir.textutil import elide_data_uris
 
 _ROLE_LABEL = {"user": "User", "assistant": "Assistant"}
 # Numbers below this are epoch seconds (ms values this small would be before 1973).
@@ -28,18 +28,6 @@ _SECONDS_CEILING = 1e11
 _MAX_MS = 253_402_300_799_999
 
 
-# An inline ``data:<type>;base64,<payload>`` (an image pasted as a data URI, a Markdown ``![](data:…)``):
-# its payload is opaque bytes, kept out of the index and the hook's file.  Bounded runs: linear time.
-_DATA_URI = re.compile(r"(data:[\w.+-]{1,100}/[\w.+-]{1,100}(?:;[\w.+-]{1,100}=[\w.+-]{1,200}){0,8};base64,)"
-                       r"[A-Za-z0-9+/_-]{64,}=*")
-
-
-def elide_data_uris(text: str) -> str:
-    """``text`` with the payload of each inline base64 data URI replaced by ``…``.
-
-    Why: a pasted image as a data URI put megabytes of base64 into the index (one huge token per
-    chunk, nothing a search can match) and into the session hook's memory file."""
-    return _DATA_URI.sub(r"\1…", text) if "base64," in text else text
 
 
 def normalize_message_text(content: Any) -> str | None:
