@@ -115,16 +115,19 @@ class SearchResponse:
         return out
 
 
-def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS, terms: Sequence[str] = ()) -> str:
+def truncate_snippet(text: str, limit: int = SNIPPET_MAX_CHARS, terms: Sequence[str] = (), *,
+                     needles: list[tuple[str, ...]] | None = None) -> str:
     """A chunk's text cut to ``limit`` characters: its head, or, when lines past the head hold
     query ``terms`` (:func:`memdir.query.keyword_terms`) the head has none of, the run of whole
     lines that shows the most of them.  A 700-character snippet of an 800-character chunk left
     out the chunk's last lines: a search for a fact on one of them cited its lines but showed
-    only the lines above it (a bullet near the end of a group of MEMORY.md)."""
+    only the lines above it (a bullet near the end of a group of MEMORY.md).  ``needles`` are
+    ``terms``' forms (:func:`_needles`) when the caller made them once for several snippets."""
     if len(text) <= limit:
         return text
-    if terms:
+    if needles is None and terms:
         needles = _needles(terms)
+    if needles:
         if "\n" in text:
             text = _focused(text, limit, needles)
         if len(text) > limit and not 0 <= text.find("\n") <= limit:  # a line longer than the snippet leads it
@@ -190,10 +193,7 @@ def _focused(text: str, limit: int, needles: list[tuple[str, ...]]) -> str:
     unless a later run of whole lines within ``limit`` holds more of the query's terms
     (``needles``: each counted once, as a word or its stem); then the earliest such run."""
     lines = text.split("\n")
-    found: list[frozenset[int]] = []
-    for line in lines:
-        low = lower(line)
-        found.append(frozenset(i for i, forms in enumerate(needles) if any(f in low for f in forms)))
+    found = _terms_per_line(text, lines, needles)
     if not any(found):
         return text
 
@@ -226,6 +226,29 @@ def _focused(text: str, limit: int, needles: list[tuple[str, ...]]) -> str:
         best -= 1
         size += len(lines[best]) + 1
     return "\n".join(lines[best:end])
+
+
+def _terms_per_line(text: str, lines: list[str], needles: list[tuple[str, ...]]) -> list[set[int]]:
+    """Which query terms (indexes into ``needles``) each line of ``text`` holds: each form is
+    looked for once in the whole text (a snippet is cut for every result of every search)."""
+    found: list[set[int]] = [set() for _ in lines]
+    low = lower(text)
+    if len(low) != len(text):  # lower case changed the length (a rare letter): line by line
+        for n, line in enumerate(lines):
+            low_line = lower(line)
+            found[n] = {i for i, forms in enumerate(needles) if any(f in low_line for f in forms)}
+        return found
+    starts, at = [0], 0
+    for line in lines[:-1]:
+        at += len(line) + 1
+        starts.append(at)
+    for i, forms in enumerate(needles):
+        for form in forms:
+            at = low.find(form)
+            while at >= 0:
+                found[bisect.bisect_right(starts, at) - 1].add(i)
+                at = low.find(form, at + 1)
+    return found
 
 
 _embed_pool: ThreadPoolExecutor | None = None
@@ -474,7 +497,7 @@ def run_search(
         chosen = _fresh_files(chosen, [c for c, shown in ranked if shown], tune.fresh_slots,
                               floor if explicit_floor else 0.0)
     info = {"weights": weights, "periods": periods, "floor": floor, "fusion": tune.fusion,
-            "textNorm": tune.text_norm, "terms": terms}
+            "textNorm": tune.text_norm, "needles": _needles(terms) if terms else None}
     response.results = [_result(c, explain, info) for c in chosen]
     return response
 
@@ -774,5 +797,5 @@ def _result(c: Candidate, explain: bool, info: dict[str, Any]) -> SearchResult:
         if info["periods"]:
             out["queryPeriods"] = [p.as_dict() for p in info["periods"]]
             out["inPeriod"] = c.in_period
-    return SearchResult(c.path, c.start_line, c.end_line, c.score, truncate_snippet(c.snippet, terms=info["terms"]),
+    return SearchResult(c.path, c.start_line, c.end_line, c.score, truncate_snippet(c.snippet, needles=info["needles"]),
                         c.source, out)
