@@ -46,6 +46,9 @@ class Candidate:
     in_period: bool = False
     #: Why a chunk below the floor was returned anyway (``None`` when it passed the floor).
     rescue_reason: str | None = None
+    #: The keyword figure the weighted fusion used (``text_score``'s BM25 over the pool's best with
+    #: ``Tuning.text_norm = "max"``), so ``explain`` adds up to the score; ``None`` under RRF.
+    text_fused: float | None = None
 
     @classmethod
     def from_hit(cls, h: Hit) -> Candidate:

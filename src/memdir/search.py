@@ -325,7 +325,8 @@ def run_search(
         # keyword-only scores stay r/(1+r): the floor and minScore keep their meaning there
         text = _text_signal(cands, tune.text_norm if not keyword_only else "ratio")
         for c in cands:
-            c.score = weights[0] * c.vector_score + weights[1] * text[c.id]
+            c.text_fused = text[c.id]
+            c.score = weights[0] * c.vector_score + weights[1] * c.text_fused
     if periods:
         for c in cands:
             c.in_period = any(p.covers(c.date_start, c.date_end) for p in periods)
@@ -658,6 +659,8 @@ def _result(c: Candidate, explain: bool, info: dict[str, Any]) -> SearchResult:
             "rescued": c.rescued,
             "floor": info["floor"],
         }
+        if c.text_fused is not None:  # what textWeight multiplied: textScore is BM25's r/(1+r) as stored
+            out["textFused"] = round(c.text_fused, 6)
         if c.rescued:
             out["rescuedBecause"] = c.rescue_reason
         if c.date_start:

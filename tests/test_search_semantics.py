@@ -1,0 +1,114 @@
+"""Search options and formulas checked on small workspaces whose right answers are worked out by hand
+(SPEC §5, R§7): what ``explain`` reports adds up to the score, on every surface."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memdir.api import Memory
+
+DIMS = 8
+
+
+class MarkerProvider:
+    """Chunks and queries embed by the first marker word they contain (a fixed direction each);
+    other text gets a stable pseudo-random vector away from the markers' axes."""
+
+    id = "fake"
+    max_input_bytes = 8000
+
+    def __init__(self, markers: dict[str, Sequence[float]], model: str = "marker-1") -> None:
+        self.markers = markers
+        self.model = model
+        self.provider_key = f"key-{model}"
+
+    @property
+    def dims(self) -> int:
+        return DIMS
+
+    def _vec(self, text: str) -> list[float]:
+        for word, direction in self.markers.items():
+            if word in text:
+                v = np.zeros(DIMS)
+                v[:len(direction)] = direction
+                return (v / np.linalg.norm(v)).tolist()
+        rng = np.random.default_rng(int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little"))
+        v = rng.standard_normal(DIMS)
+        v[:3] = 0.0
+        return (v / np.linalg.norm(v)).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._vec(text)
+
+    def embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
+        return [self._vec(t) for t in texts]
+
+    def close(self) -> None:
+        pass
+
+
+FILLER = ["The quarterly report is due next month.", "Booked the venue for the offsite.",
+          "Renewed the domain for two more years.", "Lunch with the design team on Friday.",
+          "Fixed the flaky login test.", "Call with the bank about the loan."]
+#: "billing" is in most notes (BM25 gives it almost nothing), "ledger" in one.
+NOTES = {
+    "memory/projects.md": "# Billing\nThe billing ledger moved to kafka. mkA\n",
+    "memory/2026-03-02.md": "- Billing review with Dana. mkB\n",
+    "memory/2026-03-05.md": "- Billing alerts tuned. mkC\n",
+    **{f"memory/2026-01-{10 + i:02d}.md": f"- {line}\n" for i, line in enumerate(FILLER)},
+}
+MARKERS = {"mkA": (1.0, 0.0, 0.0), "mkB": (0.6, 0.8, 0.0), "mkC": (0.3, 0.2, 0.93), "QQ": (1.0, 0.0, 0.0)}
+
+
+def _explained_score(e: dict[str, object]) -> float:
+    """The score ``explain`` describes: the weighted sum of the fused figures, times the decay."""
+    text = e.get("textFused", e["textScore"])
+    return (e["vectorWeight"] * e["vectorScore"] + e["textWeight"] * text) * e["decay"]  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("query", ["QQ billing", "QQ billing ledger", "billing"])
+def test_explain_adds_up_to_the_score_in_hybrid_search(make_workspace: Callable[..., Path], query: str) -> None:
+    """BM25 enters the fusion divided by the best match of the pool, but ``explain`` showed only
+    the stored ``r/(1+r)``: the best note read "vector 1.000×0.50 + text 0.826×0.50" for a
+    score of 1.0."""
+    ws = make_workspace(NOTES)
+    config = {"memorySearch": {"query": {"hybrid": {"vectorWeight": 0.5, "textWeight": 0.5}}}}
+    with Memory(ws, config=config, provider=MarkerProvider(MARKERS)) as mem:
+        mem.sync()
+        results = mem.search(query, explain=True, min_score=0).results
+    assert results and any(r.explain["textScore"] > 0 for r in results)
+    for r in results:
+        assert _explained_score(r.explain) == pytest.approx(r.score, abs=1e-5), (r.path, r.explain)
+    if query == "QQ billing ledger":  # by hand: the only note with both words is the best match (1),
+        top = results[0]               # and its vector is the query's (1): 0.5·1 + 0.5·1
+        assert top.path == "memory/projects.md" and top.score == pytest.approx(1.0)
+        assert top.explain["textScore"] < 1.0 and top.explain["textFused"] == pytest.approx(1.0)
+
+
+_EXPLAIN_LINE = re.compile(r"\[vector ([\d.]+)×([\d.]+) \+ text ([\d.]+)×([\d.]+).*?, decay ([\d.]+)")
+
+
+def test_cli_explain_line_adds_up_to_the_printed_score(make_workspace: Callable[..., Path], run_cli) -> None:
+    """``memdir search --explain`` on the embedded model: each result's bracket reads
+    ``vector v×vw + text t×tw`` and that sum is the score printed above it."""
+    ws = make_workspace(NOTES)
+    proc = run_cli("--workspace", str(ws), "search", "billing ledger kafka", "--explain", "--min-score", "0",
+                   check=True)
+    lines = proc.stdout.splitlines()
+    checked = 0
+    for i, line in enumerate(lines):
+        m = _EXPLAIN_LINE.search(line)
+        if not m:
+            continue
+        header = next(lines[j] for j in range(i - 1, -1, -1) if re.match(r"^\d\.\d{3} \S", lines[j]))
+        score = float(header.split()[0])
+        v, vw, t, tw, decay = (float(x) for x in m.groups())
+        assert (v * vw + t * tw) * decay == pytest.approx(score, abs=0.003), line
+        checked += vw > 0 and tw > 0  # hybrid: both figures count
+    assert checked >= 2, proc.stdout + proc.stderr
