@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -112,3 +113,28 @@ def test_cli_explain_line_adds_up_to_the_printed_score(make_workspace: Callable[
         assert (v * vw + t * tw) * decay == pytest.approx(score, abs=0.003), line
         checked += vw > 0 and tw > 0  # hybrid: both figures count
     assert checked >= 2, proc.stdout + proc.stderr
+
+
+def test_decay_dates_the_session_hooks_slugged_daily_files(make_workspace: Callable[..., Path]) -> None:
+    """``memory/YYYY-MM-DD-<slug>.md`` (what the session hook writes) decays by its date like
+    ``memory/YYYY-MM-DD.md``: R§7.1's pattern missed it, so with decay on a session summary of
+    2025-01-01 kept the full score of an evergreen note while that day's log scored 8e-5 of its own."""
+    from memdir.search import run_search
+
+    ws = make_workspace({"memory/2025-01-01.md": "ledger decision", "memory/2025-01-01-ledger-talk.md": "ledger chat",
+                         "memory/2026-02-10-1430.md": "ledger today", "memory/2026-02-30-x.md": "ledger invalid",
+                         "memory/projects.md": "ledger projects", "MEMORY.md": "ledger evergreen"})
+    now = 1770681600  # 2026-02-10T00:00Z
+    os.utime(ws / "memory/2026-02-30-x.md", (now - 90 * 86400, now - 90 * 86400))
+    cfg = {"memorySearch": {"provider": "none", "query": {"hybrid": {"temporalDecay": {"enabled": True}}}}}
+    with Memory(ws, config=cfg) as mem:
+        mem.sync()
+        resp = run_search(mem.store, mem.settings.memory_search, "ledger", provider=None, workspace=ws,
+                          now_ms=now * 1000, explain=True, max_results=10, min_score=0)
+    decay = {r.path: r.explain["decay"] for r in resp.results}
+    old = pytest.approx(2 ** (-405 / 30), abs=1e-6)
+    assert decay["memory/2025-01-01.md"] == old and decay["memory/2025-01-01-ledger-talk.md"] == old
+    assert decay["memory/2026-02-10-1430.md"] == 1.0
+    assert decay["MEMORY.md"] == 1.0 and decay["memory/projects.md"] == 1.0
+    # no such day: the file's time, as for memory/2026-02-30.md
+    assert decay["memory/2026-02-30-x.md"] == pytest.approx(0.125, abs=1e-6)
