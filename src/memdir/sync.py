@@ -54,12 +54,13 @@ if TYPE_CHECKING:
     from memdir.config import Settings
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
-CHUNKER_VERSION = 13  # 9: a lone \r ends a line; 10: notes decoded by their byte order mark, non-UTF-8
+CHUNKER_VERSION = 14  # 9: a lone \r ends a line; 10: notes decoded by their byte order mark, non-UTF-8
 # bytes as cp1252, code blocks have no headings; 11: words indexed without invisible characters, in NFC;
 # 12: a heading's UTC time (the session hook's captures) dates its lines by the user's day; 13: transcripts
 # mask a private key without its END line, leave base64 data-URI payloads out and read lower-case 'z'
 # times, '$2000' is no year, long CJK lines sliced anew (an unchanged file, e.g. a rotated transcript,
-# kept its old rows for good: the unmasked key stayed searchable)
+# kept its old rows for good: the unmasked key stayed searchable); 14: an English note's accented
+# words are in the stems column, without their accents ("cafés" → cafe)
 FTS_ONLY_MODEL = "fts-only"
 #: The index's layout: 4: SQLite stores 64-hex chunk ids as 32-byte blobs; 5: no empty embedding
 #: cache in a keyword-only SQLite index, meta and files WITHOUT ROWID (a page less each).
