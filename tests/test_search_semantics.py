@@ -138,3 +138,25 @@ def test_decay_dates_the_session_hooks_slugged_daily_files(make_workspace: Calla
     assert decay["MEMORY.md"] == 1.0 and decay["memory/projects.md"] == 1.0
     # no such day: the file's time, as for memory/2026-02-30.md
     assert decay["memory/2026-02-30-x.md"] == pytest.approx(0.125, abs=1e-6)
+
+
+def test_vectors_alone_rank_when_the_keyword_index_cannot_answer(make_workspace: Callable[..., Path],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """R§7.8 [v4.12]: with no keyword index to ask, vector results are scored as such.  A failing
+    keyword search left the fusion's text side 0 for every note: the note whose vector is the
+    question's scored 0.7 (0.7·1 + 0.3·0), and a 0.6 cosine 0.42 fell under an explicit 0.5 floor."""
+    import sqlite3
+
+    ws = make_workspace(NOTES)
+    with Memory(ws, provider=MarkerProvider(MARKERS)) as mem:
+        mem.sync()
+
+        def broken(*args: object, **kwargs: object) -> list[object]:
+            raise sqlite3.DatabaseError("database disk image is malformed")
+
+        monkeypatch.setattr(mem.store, "keyword_search", broken)
+        resp = mem.search("QQ billing", min_score=0.5, explain=True)
+    assert any("keyword search failed" in w for w in resp.warnings)
+    assert [(r.path, round(r.score, 6)) for r in resp.results] == [("memory/projects.md", 1.0),
+                                                                    ("memory/2026-03-02.md", 0.6)]
+    assert resp.results[0].explain["vectorWeight"] == 1.0

@@ -245,12 +245,15 @@ def run_search(
     keyword_hits: list[Hit] = []
     terms = keyword_terms(cleaned)
     use_keywords = bool(terms) and store.fts_available and (hybrid.enabled or provider is None)
+    # The keyword index could not answer (no FTS5, or it failed): vectors alone rank, as in R§7.8
+    # [v4.12], not a fusion whose text side is 0 for every note (a perfect match scored 0.7).
+    keywords_down = not store.fts_available
     if use_keywords:
         try:
             keyword_hits = store.keyword_search(terms, candidates)
         except Exception as exc:  # never let a query reach the user as an FTS error
             response.warnings.append(f"keyword search failed: {exc}")
-            use_keywords = False
+            use_keywords, keywords_down = False, True
     elif not store.fts_available:
         response.warnings.append(store.fts_error or "FTS unavailable")
     if use_keywords and getattr(store, "fts_tokenizer", None) == "trigram":
@@ -298,7 +301,7 @@ def run_search(
             timings["keyword"] += (time.perf_counter() - t4) * 1000
 
     keyword_only = provider is None or response.mode == "fts-only"
-    vector_only = not keyword_only and not hybrid.enabled
+    vector_only = not keyword_only and (not hybrid.enabled or keywords_down)
     if keyword_only:
         weights = (0.0, 1.0)
         qvec = None
