@@ -160,3 +160,22 @@ def test_vectors_alone_rank_when_the_keyword_index_cannot_answer(make_workspace:
     assert [(r.path, round(r.score, 6)) for r in resp.results] == [("memory/projects.md", 1.0),
                                                                     ("memory/2026-03-02.md", 0.6)]
     assert resp.results[0].explain["vectorWeight"] == 1.0
+
+
+def test_the_search_tools_schema_says_what_an_explicit_min_score_does(make_workspace: Callable[..., Path]) -> None:
+    """The schema said "minScore ... (default 0.35)", but an agent passing 0.35 did not get what it
+    got without it: an explicit floor is strict, the configured one lets strong matches fill spare
+    slots ("rescued").  And "(default 6)" held whatever maxResults was configured."""
+    from memdir.tools import call_tool_payload, tool_spec
+
+    # "team" is in every note: BM25 gives it almost nothing, but each note holds every word asked for
+    ws = make_workspace({f"memory/2026-01-{10 + i:02d}.md": f"- {line} The team met.\n"
+                         for i, line in enumerate(FILLER)})
+    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as mem:
+        mem.sync()
+        omitted = call_tool_payload(mem, "memory_search", {"query": "team"})["results"]
+        given = call_tool_payload(mem, "memory_search", {"query": "team", "minScore": 0.35})["results"]
+    assert omitted and all(r["score"] < 0.35 for r in omitted) and given == []  # the two differ...
+    props = tool_spec("memory_search").parameters["properties"]  # ...and the schema says so
+    assert "strict" in props["minScore"]["description"] and "(default 0.35)" not in props["minScore"]["description"]
+    assert "(default 6)" not in props["maxResults"]["description"]

@@ -65,8 +65,11 @@ SEARCH_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
         "query": {"type": "string", "description": "What to look for, in natural language or keywords."},
-        "maxResults": {"type": "number", "description": "How many snippets to return (default 6)."},
-        "minScore": {"type": "number", "description": "Drop snippets scoring below this, 0-1 (default 0.35)."},
+        "maxResults": {"type": "number", "description": "How many snippets to return (default: the configured "
+                                                        "maxResults, 6 unless set; at most 50)."},
+        "minScore": {"type": "number", "description": "Drop snippets scoring below this, 0-1; a value given is "
+                                                      "strict. Omitted: the configured minScore (0.35 unless set), "
+                                                      "below which a strong match may still fill a spare slot."},
     },
     "required": ["query"],
 }
