@@ -179,3 +179,29 @@ def test_the_search_tools_schema_says_what_an_explicit_min_score_does(make_works
     props = tool_spec("memory_search").parameters["properties"]  # ...and the schema says so
     assert "strict" in props["minScore"]["description"] and "(default 0.35)" not in props["minScore"]["description"]
     assert "(default 6)" not in props["maxResults"]["description"]
+
+
+def test_decay_does_not_age_the_period_the_question_names(make_workspace: Callable[..., Path]) -> None:
+    """Decay prefers recent notes when a question names no time; one that asks about March 2025
+    wants March 2025: its note scored 2 × 0.002 (270 days at a 30-day half-life) of its match and
+    came under a week-old note sharing one word with the question."""
+    from memdir.search import run_search
+
+    ws = make_workspace({"memory/2025-03-10.md": "- Decided on Postgres for the billing database.\n",
+                         "memory/2025-11-20.md": "- The database backup ran late again.\n",
+                         **{f"memory/2025-10-{10 + i:02d}.md": f"- {line}\n" for i, line in enumerate(FILLER)}})
+    cfg = {"memorySearch": {"provider": "none", "query": {"hybrid": {"temporalDecay": {"enabled": True}}}}}
+    now = 1764547200000  # 2025-12-01T00:00Z
+    with Memory(ws, config=cfg) as mem:
+        mem.sync()
+
+        def search(question: str) -> list[tuple[str, float]]:
+            resp = run_search(mem.store, mem.settings.memory_search, question, provider=None, workspace=ws,
+                              now_ms=now, explain=True, min_score=0)
+            return [(r.path, r.explain["decay"]) for r in resp.results]
+
+        asked = search("what did we decide about the database in March 2025?")
+        plain = search("what did we decide about the database?")
+    assert asked[0] == ("memory/2025-03-10.md", 1.0)
+    assert dict(asked)["memory/2025-11-20.md"] < 1.0  # outside the period: aged as before
+    assert plain[0][0] == "memory/2025-11-20.md" and dict(plain)["memory/2025-03-10.md"] < 0.01
