@@ -205,3 +205,24 @@ def test_decay_does_not_age_the_period_the_question_names(make_workspace: Callab
     assert asked[0] == ("memory/2025-03-10.md", 1.0)
     assert dict(asked)["memory/2025-11-20.md"] < 1.0  # outside the period: aged as before
     assert plain[0][0] == "memory/2025-11-20.md" and dict(plain)["memory/2025-03-10.md"] < 0.01
+
+
+@pytest.mark.parametrize("question", ["what did I do yesterday?", "what happened on 2025-11-30?"])
+def test_a_question_about_a_day_finds_that_days_log(make_workspace: Callable[..., Path], question: str) -> None:
+    """"What did I do yesterday?" shares no word with yesterday's log (and a small model puts it no
+    closer than any other note): the day's chunks joined the candidates, but at a score of 0 (×2)
+    under the floor, and nothing was returned at all.  They now fill the spare slots, rescued."""
+    from memdir.search import run_search
+
+    ws = make_workspace({"memory/2025-11-30.md": "- Dentist at nine, then fixed the flaky login test.\n",
+                         "memory/2025-10-02.md": "- Renewed the domain for two more years.\n",
+                         "MEMORY.md": "# Preferences\n- Dark mode everywhere.\n"})
+    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as mem:
+        mem.sync()
+        resp = run_search(mem.store, mem.settings.memory_search, question, provider=None, workspace=ws,
+                          now_ms=1764547200000, timezone="UTC", explain=True)  # 2025-12-01T00:00Z
+        strict = run_search(mem.store, mem.settings.memory_search, question, provider=None, workspace=ws,
+                            now_ms=1764547200000, timezone="UTC", min_score=0.1)
+    assert [r.path for r in resp.results] == ["memory/2025-11-30.md"]
+    assert resp.results[0].explain["rescuedBecause"] == "written in the period the question names"
+    assert strict.results == []  # an explicit floor stays strict

@@ -47,6 +47,8 @@ class Candidate:
     date_end: str | None = None
     #: Whether the chunk falls in a period the question names (see :mod:`memdir.dates`).
     in_period: bool = False
+    #: ... in one small enough that all its chunks joined the pool ("yesterday", "on 2024-03-02").
+    in_pooled_period: bool = False
     #: Why a chunk below the floor was returned anyway (``None`` when it passed the floor).
     rescue_reason: str | None = None
     #: The keyword figure the weighted fusion used (``text_score``'s BM25 over the pool's best with

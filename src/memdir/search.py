@@ -14,7 +14,8 @@ Differences from OpenClaw, each fixing a reported problem:
   contain every content word of the query or score at least ``RESCUE_TEXT_SCORE`` on BM25 (the
   floor otherwise drops exact name/ID/date hits: R§18.3; on LoCoMo this lifts hybrid recall@6
   from 0.772 to 0.793), and vector hits with a cosine of at least ``RESCUE_VECTOR_SCORE`` (so a
-  paraphrase is found with a small local model; neutral on LoCoMo);
+  paraphrase is found with a small local model; neutral on LoCoMo), and the chunks of a period
+  the question names when it is small enough to be pooled whole ("what did I do yesterday?");
 * a slow or failing query embedding falls back to keyword results within a time budget, and
   the response says so;
 * every candidate is scored on *both* signals before the merge (a keyword-only hit gets its
@@ -313,9 +314,10 @@ def run_search(
 
     t3 = time.perf_counter()
     pool = _pool(vector_hits, keyword_hits)
+    pooled: list[Period] = []
     try:
         if periods and tune.period_pool:
-            _add_period_chunks(store, pool, periods, candidates)
+            pooled = _add_period_chunks(store, pool, periods, candidates)
         _complete(store, pool, terms if use_keywords else None, qvec, complete_all=tune.complete)
     except Exception as exc:  # a lookup that fails leaves the scores the searches gave
         response.warnings.append(f"score lookup failed: {exc}")
@@ -335,6 +337,7 @@ def run_search(
             c.in_period = any(p.covers(c.date_start, c.date_end) for p in periods)
             if c.in_period:
                 c.score *= 1.0 + tune.date_boost
+                c.in_pooled_period = any(p.covers(c.date_start, c.date_end) for p in pooled)
     timings["merge"] = (time.perf_counter() - t3) * 1000
 
     if hybrid.temporal_decay.enabled:
@@ -412,17 +415,21 @@ def _pool(vector: list[Hit], keyword: list[Hit]) -> dict[str, Candidate]:
     return pool
 
 
-def _add_period_chunks(store: Store, pool: dict[str, Candidate], periods: list[Period], limit: int) -> None:
+def _add_period_chunks(store: Store, pool: dict[str, Candidate], periods: list[Period], limit: int) -> list[Period]:
     """Every chunk of a named period joins the pool, if the period is small enough to hold at most
-    ``limit`` chunks (a period as wide as "2023" would say nothing about which ones matter)."""
+    ``limit`` chunks (a period as wide as "2023" would say nothing about which ones matter); the
+    periods that did."""
+    pooled = []
     for p in periods:
         if p.any_year:
             continue
         start, end = p.iso(GRACE_DAYS)
         hits = store.chunks_in_period(start, end, limit + 1)
         if len(hits) <= limit:
+            pooled.append(p)
             for h in hits:
                 pool.setdefault(h.id, Candidate.from_hit(h))
+    return pooled
 
 
 def _complete(store: Store, pool: dict[str, Candidate], terms: list[str] | None, qvec: list[float] | None,
@@ -624,7 +631,8 @@ def _rescue(cands: Iterable[Candidate], chosen: list[Candidate], max_n: int, que
     if len(chosen) >= max_n:
         return
     taken = {c.id for c in chosen}
-    if not any(c.id not in taken and (c.text_score > 0 or (c.vector_score >= RESCUE_VECTOR_SCORE and not keyword_only))
+    if not any(c.id not in taken and (c.text_score > 0 or c.in_pooled_period
+                                      or (c.vector_score >= RESCUE_VECTOR_SCORE and not keyword_only))
                for c in pool):
         return  # nothing could qualify: walking the candidates would only widen them for nothing
     keywords = extract_keywords(query) or [query.lower()]
@@ -640,6 +648,10 @@ def _rescue(cands: Iterable[Candidate], chosen: list[Candidate], max_n: int, que
             reason = f"cosine {c.vector_score:.2f} >= {RESCUE_VECTOR_SCORE}"
         elif keyword_only and c.text_score > 0 and not chosen:
             reason = "best keyword match (nothing passed the floor)"
+        elif c.in_pooled_period:
+            # "what did I do yesterday?" shares no word with yesterday's log, and a small model
+            # finds it no closer than any other note: the day asked about answered nothing
+            reason = "written in the period the question names"
         if reason:
             c.rescued, c.rescue_reason = True, reason
             chosen.append(c)
