@@ -226,3 +226,20 @@ def test_a_question_about_a_day_finds_that_days_log(make_workspace: Callable[...
     assert [r.path for r in resp.results] == ["memory/2025-11-30.md"]
     assert resp.results[0].explain["rescuedBecause"] == "written in the period the question names"
     assert strict.results == []  # an explicit floor stays strict
+
+
+@pytest.mark.parametrize(("weights", "question", "found"), [
+    ((0.0, 1.0), "QQ quarterly", ["memory/2026-01-10.md"]),  # keywords alone: the cosine-only notes stay out
+    ((1.0, 0.0), "QQ quarterly", ["memory/projects.md", "memory/2026-03-02.md", "memory/2026-03-05.md"]),
+])
+def test_a_signal_weighted_zero_rescues_nothing(make_workspace: Callable[..., Path], weights: tuple[float, float],
+                                                question: str, found: list[str]) -> None:
+    """``vectorWeight = 0`` ranks by keywords alone, yet notes only the vectors found came back,
+    "rescued" at a score of 0.000 (cosine 1.0, 0.6, 0.3 ≥ 0.3); ``textWeight = 0`` likewise
+    brought back the one note sharing "quarterly", at 0.000."""
+    ws = make_workspace(NOTES)
+    config = {"memorySearch": {"query": {"hybrid": {"vectorWeight": weights[0], "textWeight": weights[1]}}}}
+    with Memory(ws, config=config, provider=MarkerProvider(MARKERS)) as mem:
+        mem.sync()
+        results = mem.search(question).results
+    assert [r.path for r in results] == found and all(r.score > 0 for r in results)

@@ -368,7 +368,7 @@ def run_search(
         if not above or len(chosen) == max_n:
             break
     if len(chosen) < max_n and not explicit_floor:
-        _rescue((c for c, shown in ranked if shown), chosen, max_n, cleaned, keyword_only, cands)
+        _rescue((c for c, shown in ranked if shown), chosen, max_n, cleaned, keyword_only, cands, weights)
     chosen = chosen[:max_n]
     if tune.fresh_slots > 0 and len(chosen) == max_n:
         chosen = _fresh_files(chosen, [c for c, shown in ranked if shown], tune.fresh_slots,
@@ -623,16 +623,19 @@ def _fresh_files(chosen: list[Candidate], cands: list[Candidate], slots: int, fl
 
 
 def _rescue(cands: Iterable[Candidate], chosen: list[Candidate], max_n: int, query: str, keyword_only: bool,
-            pool: Sequence[Candidate]) -> None:
+            pool: Sequence[Candidate], weights: tuple[float, float] = (1.0, 1.0)) -> None:
     """Fill spare slots below the configured floor with strong single-signal hits (see module doc).
 
     ``cands`` yields the shown candidates in rank order, widening each as it goes; ``pool`` is all
-    of them unwidened, checked first so that a search no candidate can be rescued from reads no note."""
+    of them unwidened, checked first so that a search no candidate can be rescued from reads no note.
+    A signal weighted 0 (``vectorWeight = 0``: keywords alone rank) rescues nothing: notes it alone
+    found came back at a score of 0."""
     if len(chosen) >= max_n:
         return
     taken = {c.id for c in chosen}
-    if not any(c.id not in taken and (c.text_score > 0 or c.in_pooled_period
-                                      or (c.vector_score >= RESCUE_VECTOR_SCORE and not keyword_only))
+    by_text, by_vector = weights[1] > 0, weights[0] > 0 and not keyword_only
+    if not any(c.id not in taken and ((c.text_score > 0 and by_text) or c.in_pooled_period
+                                      or (c.vector_score >= RESCUE_VECTOR_SCORE and by_vector))
                for c in pool):
         return  # nothing could qualify: walking the candidates would only widen them for nothing
     keywords = extract_keywords(query) or [query.lower()]
@@ -640,11 +643,11 @@ def _rescue(cands: Iterable[Candidate], chosen: list[Candidate], max_n: int, que
         if c in chosen:
             continue
         reason = None
-        if c.text_score >= RESCUE_TEXT_SCORE:
+        if c.text_score >= RESCUE_TEXT_SCORE and by_text:
             reason = f"keyword score {c.text_score:.2f} >= {RESCUE_TEXT_SCORE}"
-        elif c.text_score > 0 and covers_all_keywords(c.snippet, keywords):
+        elif c.text_score > 0 and by_text and covers_all_keywords(c.snippet, keywords):
             reason = "contains every keyword of the query"
-        elif c.vector_score >= RESCUE_VECTOR_SCORE and not keyword_only:
+        elif c.vector_score >= RESCUE_VECTOR_SCORE and by_vector:
             reason = f"cosine {c.vector_score:.2f} >= {RESCUE_VECTOR_SCORE}"
         elif keyword_only and c.text_score > 0 and not chosen:
             reason = "best keyword match (nothing passed the floor)"
