@@ -243,3 +243,31 @@ def test_a_signal_weighted_zero_rescues_nothing(make_workspace: Callable[..., Pa
         mem.sync()
         results = mem.search(question).results
     assert [r.path for r in results] == found and all(r.score > 0 for r in results)
+
+
+def _long_line(marker: str, words: str, width: int = 780) -> str:
+    """One line of a daily log as long as a chunk (so each line is a chunk of its own)."""
+    text = f"- {marker}"
+    while len(text) < width:
+        text += " " + words
+    return text[:width]
+
+
+def test_mmr_never_lets_a_result_under_the_floor_hide_a_returned_one(make_workspace: Callable[..., Path]) -> None:
+    """MMR (λ 0.3) put a dissimilar chunk scoring 0.07 second; widened before the 0.63 one below
+    it, its span took that one's lines, so the 0.63 result was dropped as "shown already" while
+    the 0.07 one, under the floor, was never returned: one result where λ 1 gave two."""
+    day = [_long_line("mkA", "kafka billing consumer lag fixed offsets replayed"),
+           _long_line("pad", "weather grey frost water"), _long_line("pad", "museum tickets train station"),
+           _long_line("mkB", "team lunch river holidays garden"),
+           _long_line("mkD", "kafka billing consumer lag fixed offsets retained")]
+    ws = make_workspace({"memory/2026-01-10.md": "\n".join(day) + "\n"})
+    markers = {"mkA": (1.0, 0.0, 0.0), "mkD": (0.9, 0.4359, 0.0), "mkB": (0.1, 0.0, 0.995), "QQ": (1.0, 0.0, 0.0)}
+    found = {}
+    for lam in (1.0, 0.3):
+        config = {"memorySearch": {"query": {"hybrid": {"mmr": {"enabled": True, "lambda": lam}}}}}
+        with Memory(ws, config=config, provider=MarkerProvider(markers), agent_id=f"mmr{int(lam * 10)}") as mem:
+            mem.sync()
+            found[lam] = [(r.start_line, round(r.score, 2)) for r in mem.search("QQ").results]
+    assert found[1.0] == [(1, 0.7), (4, 0.63)]  # the 0.63 chunk (line 5) widened over line 4 and the rest
+    assert found[0.3] == found[1.0]

@@ -352,6 +352,10 @@ def run_search(
         c.rank_before_mmr = i
     if hybrid.mmr.enabled:
         cands = mmr_rerank(cands, hybrid.mmr.lambda_)
+        # MMR puts a diverse candidate under the floor before better ones; widened first, its lines
+        # hid a returned result of the same note it was never returned in place of: those that pass
+        # the floor are widened (and returned) first, each in MMR's order
+        cands = [c for c in cands if c.score >= floor] + [c for c in cands if c.score < floor]
 
     # Widening reads notes, so a candidate is widened only when the choice below reaches it (in
     # rank order, each against the ones before it): none after the last one that can be returned.
