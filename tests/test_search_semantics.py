@@ -271,3 +271,26 @@ def test_mmr_never_lets_a_result_under_the_floor_hide_a_returned_one(make_worksp
             found[lam] = [(r.start_line, round(r.score, 2)) for r in mem.search("QQ").results]
     assert found[1.0] == [(1, 0.7), (4, 0.63)]  # the 0.63 chunk (line 5) widened over line 4 and the rest
     assert found[0.3] == found[1.0]
+
+
+def test_a_candidate_that_is_not_returned_never_hides_a_rescued_one(make_workspace: Callable[..., Path]) -> None:
+    """Below the floor, each candidate was widened in turn before its rescue was decided: a line
+    scoring 0.196 (cosine 0.28, no reason to rescue it) took the next line of its note, and that
+    line, holding every word of the question (BM25 0.91, rescued), was dropped as "shown already"
+    though nothing showed it."""
+    day = [_long_line("mkX", "weather grey frost water garden"),
+           _long_line("mkY", "the kafka export and the billing ledger were slow after lunch with the design team")]
+    ws = make_workspace({"memory/2026-01-10.md": "\n".join(day) + "\n",
+                         "memory/2026-01-20.md": "- kafka billing ledger: kafka billing ledger reconciled. mkZ\n",
+                         **{f"memory/2026-02-{10 + i:02d}.md": f"- {line}\n" for i, line in enumerate(FILLER)}})
+    markers = {"mkX": (0.28, 0.96, 0.0), "mkY": (-0.5, 0.0, 0.866), "mkZ": (0.2, 0.0, 0.98), "QQ": (1.0, 0.0, 0.0)}
+    with Memory(ws, provider=MarkerProvider(markers)) as mem:
+        mem.sync()
+        results = mem.search("QQ kafka billing ledger", explain=True).results
+        everything = mem.search("QQ kafka billing ledger", explain=True, min_score=0).results
+    assert [r.path for r in everything[:2]] == ["memory/2026-01-20.md", "memory/2026-01-10.md"]
+    assert everything[1].explain["vectorScore"] == pytest.approx(0.28)  # line 1 outranks line 2 under the floor
+    assert [r.path for r in results] == ["memory/2026-01-20.md", "memory/2026-01-10.md"]
+    rescued = results[1]
+    assert rescued.explain["rescued"] and rescued.explain["textScore"] > 0.6 and rescued.end_line >= 2
+    assert "kafka export" in rescued.snippet

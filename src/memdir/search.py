@@ -359,9 +359,15 @@ def run_search(
 
     # Widening reads notes, so a candidate is widened only when the choice below reaches it (in
     # rank order, each against the ones before it): none after the last one that can be returned.
-    ranked = _Replayable(_widen(cands, tune.expand_chars, workspace, disjoint=tune.expand_disjoint,
-                                sessions_dir=sessions_dir)
-                         if tune.expand_chars > 0 else ((c, True) for c in cands))
+    shown_so_far = _Shown()
+
+    def widen(items: Iterable[Candidate]) -> Iterator[tuple[Candidate, bool]]:
+        if tune.expand_chars <= 0:
+            return ((c, True) for c in items)
+        return _widen(items, tune.expand_chars, workspace, disjoint=tune.expand_disjoint,
+                      sessions_dir=sessions_dir, state=shown_so_far)
+
+    ranked = _Replayable(widen(cands))
     chosen: list[Candidate] = []
     above = sum(1 for c in cands if c.score >= floor)  # widening never changes a score
     for c, shown in ranked if above else ():
@@ -372,7 +378,7 @@ def run_search(
         if not above or len(chosen) == max_n:
             break
     if len(chosen) < max_n and not explicit_floor:
-        _rescue((c for c, shown in ranked if shown), chosen, max_n, cleaned, keyword_only, cands, weights)
+        _rescue([c for c in cands if c.score < floor], widen, chosen, max_n, cleaned, keyword_only, cands, weights)
     chosen = chosen[:max_n]
     if tune.fresh_slots > 0 and len(chosen) == max_n:
         chosen = _fresh_files(chosen, [c for c, shown in ranked if shown], tune.fresh_slots,
@@ -459,19 +465,31 @@ def _text_signal(cands: list[Candidate], norm: str) -> dict[str, float]:
     return {cid: (r / top if top > 0 else 0.0) for cid, r in raw.items()}
 
 
-def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: bool,
-           sessions_dir: Path | None = None) -> Iterator[tuple[Candidate, bool]]:
+class _Shown:
+    """What :func:`_widen` has shown so far (line spans per file) and the line widths it read:
+    shared by the widenings of one search, so a rescued result is widened against the results
+    chosen before it."""
+
+    def __init__(self) -> None:
+        self.costs: dict[str, Sequence[int]] = {}
+        self.messages: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
+        self.spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
+
+
+def _widen(cands: Iterable[Candidate], chars: int, workspace: Path, *, disjoint: bool,
+           sessions_dir: Path | None = None, state: _Shown | None = None) -> Iterator[tuple[Candidate, bool]]:
     """Each candidate in turn with whether it is still shown: a memory-file candidate widened to
     about ``chars`` characters of whole lines around its chunk, so small chunks rank precisely
     but a result still holds its context; a transcript's (in ``sessions_dir``) likewise over
     whole neighbouring messages of its own file; ``False`` for one whose own lines a better
-    (widened) candidate already shows.  A generator: what is never asked for is never read."""
+    (widened) candidate already shows.  A generator: what is never asked for is never read.
+
+    Every candidate asked for counts as shown from then on: ask only for those to be returned."""
     from memdir.note_lines import NOTE_LINES, TRANSCRIPT_LINES
 
-    costs: dict[str, Sequence[int]] = {}
-    messages: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
+    state = state or _Shown()
+    costs, messages, shown = state.costs, state.messages, state.spans
     root = str(workspace)
-    shown: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for c in cands:
         if c.source == "sessions" and sessions_dir is not None and INDEXING["widen_sessions"]:
             if c.path not in messages:
@@ -626,12 +644,15 @@ def _fresh_files(chosen: list[Candidate], cands: list[Candidate], slots: int, fl
     return keep
 
 
-def _rescue(cands: Iterable[Candidate], chosen: list[Candidate], max_n: int, query: str, keyword_only: bool,
+def _rescue(cands: Sequence[Candidate], widen: Callable[[Iterable[Candidate]], Iterator[tuple[Candidate, bool]]],
+            chosen: list[Candidate], max_n: int, query: str, keyword_only: bool,
             pool: Sequence[Candidate], weights: tuple[float, float] = (1.0, 1.0)) -> None:
     """Fill spare slots below the configured floor with strong single-signal hits (see module doc).
 
-    ``cands`` yields the shown candidates in rank order, widening each as it goes; ``pool`` is all
-    of them unwidened, checked first so that a search no candidate can be rescued from reads no note.
+    ``cands`` are the candidates under the floor in rank order; only those that qualify are
+    widened (``widen``), each against the results before it: one that does not qualify, widened
+    over a better one's lines, hid it though it was never returned itself.  ``pool`` is all of
+    them, checked first so that a search no candidate can be rescued from reads no note.
     A signal weighted 0 (``vectorWeight = 0``: keywords alone rank) rescues nothing: notes it alone
     found came back at a score of 0."""
     if len(chosen) >= max_n:
@@ -643,27 +664,40 @@ def _rescue(cands: Iterable[Candidate], chosen: list[Candidate], max_n: int, que
                for c in pool):
         return  # nothing could qualify: walking the candidates would only widen them for nothing
     keywords = extract_keywords(query) or [query.lower()]
-    for c in cands:  # stops as soon as the slots are full: a later candidate is never widened
-        if c in chosen:
+    reasons: dict[str, str] = {}
+
+    def qualifying() -> Iterator[Candidate]:
+        for c in cands:
+            reason = _rescue_reason(c, keywords, keyword_only, by_text, by_vector, chosen)
+            if reason:
+                reasons[c.id] = reason
+                yield c
+
+    for c, shown in widen(qualifying()):  # stops as soon as the slots are full: a later one is never widened
+        if not shown:
             continue
-        reason = None
-        if c.text_score >= RESCUE_TEXT_SCORE and by_text:
-            reason = f"keyword score {c.text_score:.2f} >= {RESCUE_TEXT_SCORE}"
-        elif c.text_score > 0 and by_text and covers_all_keywords(c.snippet, keywords):
-            reason = "contains every keyword of the query"
-        elif c.vector_score >= RESCUE_VECTOR_SCORE and by_vector:
-            reason = f"cosine {c.vector_score:.2f} >= {RESCUE_VECTOR_SCORE}"
-        elif keyword_only and c.text_score > 0 and not chosen:
-            reason = "best keyword match (nothing passed the floor)"
-        elif c.in_pooled_period:
-            # "what did I do yesterday?" shares no word with yesterday's log, and a small model
-            # finds it no closer than any other note: the day asked about answered nothing
-            reason = "written in the period the question names"
-        if reason:
-            c.rescued, c.rescue_reason = True, reason
-            chosen.append(c)
-            if len(chosen) >= max_n:
-                return
+        c.rescued, c.rescue_reason = True, reasons[c.id]
+        chosen.append(c)
+        if len(chosen) >= max_n:
+            return
+
+
+def _rescue_reason(c: Candidate, keywords: list[str], keyword_only: bool, by_text: bool, by_vector: bool,
+                   chosen: list[Candidate]) -> str | None:
+    """Why ``c``, under the floor, is returned in a spare slot (see :func:`_rescue`), or ``None``."""
+    if c.text_score >= RESCUE_TEXT_SCORE and by_text:
+        return f"keyword score {c.text_score:.2f} >= {RESCUE_TEXT_SCORE}"
+    if c.text_score > 0 and by_text and covers_all_keywords(c.snippet, keywords):
+        return "contains every keyword of the query"
+    if c.vector_score >= RESCUE_VECTOR_SCORE and by_vector:
+        return f"cosine {c.vector_score:.2f} >= {RESCUE_VECTOR_SCORE}"
+    if keyword_only and c.text_score > 0 and not chosen:
+        return "best keyword match (nothing passed the floor)"
+    if c.in_pooled_period:
+        # "what did I do yesterday?" shares no word with yesterday's log, and a small model finds it
+        # no closer than any other note: the day asked about answered nothing
+        return "written in the period the question names"
+    return None
 
 
 def _result(c: Candidate, explain: bool, info: dict[str, Any]) -> SearchResult:
