@@ -604,3 +604,33 @@ def test_the_search_tool_tells_the_model_what_the_mcp_tool_does(tmp_path: Path) 
         assert any(w.startswith("MEMORY.md changed since indexed") for w in search["warnings"])
     finally:
         e.close()
+
+
+def test_the_search_tool_reads_its_arguments_as_the_mcp_tool_does(tmp_path: Path) -> None:
+    """``limit`` (and ``k``) ask for ``maxResults`` over MCP and in ``memdir.tools``; the loop's own
+    ``memory_search`` ignored them: ``{"limit": 1}`` returned every match there, one over MCP."""
+    from memdir.tools import call_tool_payload
+
+    captured: list[list[dict[str, Any]]] = []
+
+    def record(body: dict[str, Any]) -> dict[str, Any]:
+        captured.append(body["messages"])
+        return {"content": "done"}
+
+    calls = [{"query": "Rex", "limit": 1}, {"query": "Rex", "k": "1"}, {"query": 5}]
+    e = Env(tmp_path, ScriptQueue([{"tool_calls": [{"name": "memory_search", "arguments": a} for a in calls]},
+                                   record]))
+    try:
+        (e.ws / "MEMORY.md").write_text("# Pets\nThe dog is called Rex.\n\n# Vet\nRex sees the vet in May.\n")
+        (e.ws / "memory").mkdir()
+        (e.ws / "memory" / "2026-03-01.md").write_text("- Walked Rex in the park.\n")
+        e.memory.sync()
+        assert e.agent().send("what is the dog called") == "done"
+        answers = [json.loads(m["content"]) for m in captured[0] if m["role"] == "tool"]
+        over_mcp = [call_tool_payload(e.memory, "memory_search", a) for a in calls]
+        assert len(over_mcp[0]["results"]) == 1
+        for ours, theirs in zip(answers, over_mcp, strict=True):
+            assert [r["path"] for r in ours.get("results", [])] == [r["path"] for r in theirs["results"]]
+            assert ours.get("error") == theirs.get("error")
+    finally:
+        e.close()

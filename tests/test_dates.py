@@ -129,6 +129,21 @@ def test_file_and_heading_dates() -> None:
     assert line_dates("memory/2023-08-05.md", "# x\n- y") == [dt.date(2023, 8, 5)] * 2
 
 
+@pytest.mark.parametrize("question,start,end", [
+    ("What did we ship from January to March 2024?", "2024-01-01", "2024-03-31"),
+    ("notes between Jan and Mar 2024", "2024-01-01", "2024-03-31"),
+    ("the budget talks between November 2023 and February 2024", "2023-11-01", "2024-02-29"),
+    ("the budget talks from November to February 2024", "2023-11-01", "2024-02-29"),
+    ("trips May-July 2023", "2023-05-01", "2023-07-31"),
+])
+def test_two_months_joined_by_and_or_to_are_one_range(question: str, start: str, end: str) -> None:
+    """Read month by month, "January to March 2024" preferred March 2024 alone (the first month,
+    with no year nor a word before it, was no date) and "between Jan and Mar 2024" March 2024 and
+    January of *any* year: notes of February 2024 were not preferred, notes of January 2019 were."""
+    (p,) = query_periods(question, TODAY)
+    assert (p.start.isoformat(), p.end.isoformat(), p.any_year) == (start, end, False)
+
+
 def test_search_prefers_the_named_day_and_explains_why(make_workspace, keyword_config) -> None:
     days = {f"memory/2025-02-{d:02d}.md": f"# 2025-02-{d:02d}\n\n- Rotated the bucket credentials.\n"
             for d in range(10, 20)}

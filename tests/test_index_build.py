@@ -16,7 +16,6 @@ from memdir.dates import file_date, line_dates, text_date
 
 # -- reference implementations: the straightforward reading of each rule -------------------------
 
-_WORD_EN = re.compile(r"(?<!\w)[a-z]{3,}(?!\w)")
 _WORD_ANY = re.compile(r"(?<!\w)[^\W\d_]{3,}(?!\w)")
 
 
@@ -24,8 +23,8 @@ def stems_reference(text: str) -> str:
     """The word pattern over the whole lower-cased text, every word stemmed by Snowball."""
     low = text.lower()
     language = stemming.detect_language(text)
-    if language == stemming.DEFAULT_LANGUAGE:
-        words = _WORD_EN.findall(low)
+    if language == stemming.DEFAULT_LANGUAGE:  # accented words without their accents ("café" → cafe)
+        words = [e for w in _WORD_ANY.findall(low) if stemming.is_latin_word(w) and (e := stemming.english_word(w))]
     else:
         words = [w for w in _WORD_ANY.findall(low) if stemming.is_latin_word(w)]
     return " ".join(str(s) for s in stemming.stemmer(language).stemWords(words))

@@ -69,11 +69,12 @@ from memdir.sessions.store import (
 )
 from memdir.tools import (
     LTM_TOOL_NAMES,
-    MAX_RESULTS_CAP,
+    ToolInputError,
     append_too_long,
     decorate_citations,
     openai_tools,
     read_number,
+    search_params,
     search_unavailable_payload,
     should_include_citations,
 )
@@ -917,15 +918,13 @@ class Agent:
         return {"error": f"unknown tool {name!r}"}
 
     def _tool_search(self, args: dict[str, Any]) -> dict[str, Any]:
-        query = str(args.get("query") or "").strip()
-        if not query:
-            return {"error": "query required"}
         # read as the MCP tools read them: a number too large for a float (valid JSON) used to raise
-        # out of the turn, leaving its tool call unanswered; a minScore of "high" failed the search
-        max_results = read_number(args, "maxResults", integer=True)
-        if max_results is not None:  # as the MCP tool: a model asking for 10**9 results got every chunk
-            max_results = max(1, min(MAX_RESULTS_CAP, int(max_results)))
-        min_score = read_number(args, "minScore")
+        # out of the turn, leaving its tool call unanswered; a minScore of "high" failed the search;
+        # a model asking for 10**9 results got every chunk
+        try:
+            query, max_results, min_score = search_params(args)
+        except ToolInputError as exc:
+            return {"error": str(exc)}
         try:
             hits = self.backend.search(query, max_results=max_results, min_score=min_score)
         except Exception as exc:

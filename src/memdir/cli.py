@@ -515,8 +515,11 @@ def cmd_search(args: argparse.Namespace) -> int:
                     dated += " (in the query's period: x2)" if e["inPeriod"] else " (outside the query's period)"
                 rescued = (f", below the {e['floor']} floor but rescued: {e['rescuedBecause']}"
                            if e["rescued"] else "")
-                out.append(f"  [vector {e['vectorScore']:.3f}×{e['vectorWeight']:.2f} + text {e['textScore']:.3f}"
-                           f"×{e['textWeight']:.2f}, decay {e['decay']:.3f}, rank before MMR "
+                fused = e.get("textFused", e["textScore"])  # the figure textWeight multiplied
+                scaled = ("" if round(fused, 3) == round(e["textScore"], 3)
+                          else f" (BM25 {e['textScore']:.3f} scaled by the pool's best match)")
+                out.append(f"  [vector {e['vectorScore']:.3f}×{e['vectorWeight']:.2f} + text {fused:.3f}"
+                           f"×{e['textWeight']:.2f}{scaled}, decay {e['decay']:.3f}, rank before MMR "
                            f"{e['rankBeforeMmr']}, matched {'+'.join(e['matched']) or '-'}{dated}{rescued}]")
             out.append("")
         sys.stdout.write("\n".join(out) + "\n")

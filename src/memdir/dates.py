@@ -39,6 +39,11 @@ _DAY_MONTH: Any = LazyPattern(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MO
 _MONTH_DAY: Any = LazyPattern(rf"\b({_MONTH_RE})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?(?!\d)(?:{_YEAR_SEP}(\d{{4}}))?\b",
                               re.I)
 _MONTH_YEAR: Any = LazyPattern(rf"\b({_MONTH_RE})\.?{_YEAR_SEP}(?:of\s+)?(\d{{4}})\b", re.I)
+#: Months joined into a range, the last with its year ("January to March 2024", "between Nov 2023
+#: and Feb 2024"): read month by month, the first had no year (so it was any year's, or not a
+#: date at all at the start of a question) and the months between were left out.
+_MONTH_RANGE: Any = LazyPattern(rf"\b({_MONTH_RE})\.?(?:{_YEAR_SEP}(\d{{4}}))?\s*(?:and|to|until|till|through|-|–)\s*"
+                                rf"({_MONTH_RE})\.?{_YEAR_SEP}(?:of\s+)?(\d{{4}})\b", re.I)
 #: Words joining the two ends of a range of days ("between May 3 and May 9", "from 3 May to 9 May").
 _RANGE_JOIN: Any = LazyPattern(r"\s*(?:and|to|until|till|through|-|–)\s*", re.I)
 _BARE_MONTH: Any = LazyPattern(rf"\b({_MONTH_RE})\b", re.I)
@@ -199,6 +204,14 @@ def query_periods(text: str, today: dt.date | Callable[[], dt.date]) -> list[Per
             add(m, d, d, any_year)
     for p, (a, b) in zip(found, taken, strict=True):
         days.append((a, b, p))
+    for m in _MONTH_RANGE.finditer(text):
+        first, last = _MONTHS[m.group(1).lower()], _MONTHS[m.group(3).lower()]
+        end_year = int(m.group(4))
+        # "November to February 2024" starts in the year before
+        start_year = int(m.group(2)) if m.group(2) else end_year - (first > last)
+        start, end = _month(start_year, first)[0], _month(end_year, last)[1]
+        if start is not None and end is not None and start <= end:
+            add(m, start, end)
     for m in _MONTH_YEAR.finditer(text):
         add(m, *_month(int(m.group(2)), _MONTHS[m.group(1).lower()]))
     word_starts: list[int] = []

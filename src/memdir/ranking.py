@@ -15,7 +15,10 @@ from memdir.stores.base import Hit
 from memdir.textutil import LazyPattern
 
 DAY_MS = 86_400_000
-_DATED = re.compile(r"(?:^|/)memory/(\d{4})-(\d{2})-(\d{2})\.md$")
+#: A daily log: ``memory/YYYY-MM-DD.md`` (R§7.1), or ``memory/YYYY-MM-DD-<slug>.md`` as the session
+#: hook names its files (OpenClaw's pattern misses those, so with decay on a year-old session
+#: summary kept its full score as if evergreen while that day's log decayed to nothing).
+_DATED = re.compile(r"(?:^|/)memory/(\d{4})-(\d{2})-(\d{2})(?:-[^/]*)?\.md$")
 _ASCII_TOKEN = re.compile(r"[a-z0-9_]+")
 _CJK_CHAR: Any = LazyPattern("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
@@ -44,8 +47,13 @@ class Candidate:
     date_end: str | None = None
     #: Whether the chunk falls in a period the question names (see :mod:`memdir.dates`).
     in_period: bool = False
+    #: ... in one small enough that all its chunks joined the pool ("yesterday", "on 2024-03-02").
+    in_pooled_period: bool = False
     #: Why a chunk below the floor was returned anyway (``None`` when it passed the floor).
     rescue_reason: str | None = None
+    #: The keyword figure the weighted fusion used (``text_score``'s BM25 over the pool's best with
+    #: ``Tuning.text_norm = "max"``), so ``explain`` adds up to the score; ``None`` under RRF.
+    text_fused: float | None = None
 
     @classmethod
     def from_hit(cls, h: Hit) -> Candidate:

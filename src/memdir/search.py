@@ -14,7 +14,8 @@ Differences from OpenClaw, each fixing a reported problem:
   contain every content word of the query or score at least ``RESCUE_TEXT_SCORE`` on BM25 (the
   floor otherwise drops exact name/ID/date hits: R§18.3; on LoCoMo this lifts hybrid recall@6
   from 0.772 to 0.793), and vector hits with a cosine of at least ``RESCUE_VECTOR_SCORE`` (so a
-  paraphrase is found with a small local model; neutral on LoCoMo);
+  paraphrase is found with a small local model; neutral on LoCoMo), and the chunks of a period
+  the question names when it is small enough to be pooled whole ("what did I do yesterday?");
 * a slow or failing query embedding falls back to keyword results within a time budget, and
   the response says so;
 * every candidate is scored on *both* signals before the merge (a keyword-only hit gets its
@@ -377,12 +378,15 @@ def run_search(
     keyword_hits: list[Hit] = []
     terms = keyword_terms(cleaned)
     use_keywords = bool(terms) and store.fts_available and (hybrid.enabled or provider is None)
+    # The keyword index could not answer (no FTS5, or it failed): vectors alone rank, as in R§7.8
+    # [v4.12], not a fusion whose text side is 0 for every note (a perfect match scored 0.7).
+    keywords_down = not store.fts_available
     if use_keywords:
         try:
             keyword_hits = store.keyword_search(terms, candidates)
         except Exception as exc:  # never let a query reach the user as an FTS error
             response.warnings.append(f"keyword search failed: {exc}")
-            use_keywords = False
+            use_keywords, keywords_down = False, True
     elif not store.fts_available:
         response.warnings.append(store.fts_error or "FTS unavailable")
     if use_keywords and getattr(store, "fts_tokenizer", None) == "trigram":
@@ -430,7 +434,7 @@ def run_search(
             timings["keyword"] += (time.perf_counter() - t4) * 1000
 
     keyword_only = provider is None or response.mode == "fts-only"
-    vector_only = not keyword_only and not hybrid.enabled
+    vector_only = not keyword_only and (not hybrid.enabled or keywords_down)
     if keyword_only:
         weights = (0.0, 1.0)
         qvec = None
@@ -442,9 +446,10 @@ def run_search(
 
     t3 = time.perf_counter()
     pool = _pool(vector_hits, keyword_hits)
+    pooled: list[Period] = []
     try:
         if periods and tune.period_pool:
-            _add_period_chunks(store, pool, periods, candidates)
+            pooled = _add_period_chunks(store, pool, periods, candidates)
         _complete(store, pool, terms if use_keywords else None, qvec, complete_all=tune.complete)
     except Exception as exc:  # a lookup that fails leaves the scores the searches gave
         response.warnings.append(f"score lookup failed: {exc}")
@@ -457,16 +462,20 @@ def run_search(
         # keyword-only scores stay r/(1+r): the floor and minScore keep their meaning there
         text = _text_signal(cands, tune.text_norm if not keyword_only else "ratio")
         for c in cands:
-            c.score = weights[0] * c.vector_score + weights[1] * text[c.id]
+            c.text_fused = text[c.id]
+            c.score = weights[0] * c.vector_score + weights[1] * c.text_fused
     if periods:
         for c in cands:
             c.in_period = any(p.covers(c.date_start, c.date_end) for p in periods)
             if c.in_period:
                 c.score *= 1.0 + tune.date_boost
+                c.in_pooled_period = any(p.covers(c.date_start, c.date_end) for p in pooled)
     timings["merge"] = (time.perf_counter() - t3) * 1000
 
     if hybrid.temporal_decay.enabled:
-        apply_decay(cands, hybrid.temporal_decay.half_life_days, now,
+        # a chunk of the period the question names is not aged: asked about March of last year, its
+        # notes scored 0.004 (×2 for the period, ×0.002 for 270 days) under any recent note
+        apply_decay([c for c in cands if not c.in_period], hybrid.temporal_decay.half_life_days, now,
                     lambda p, s: memory_timestamp(p, s, workspace, source_timestamp))
     # equal scores (the same line in two notes) in path order, as OpenClaw sorts: the pool's order
     # is the index's row order, which an edit or a rebuild changes
@@ -475,12 +484,22 @@ def run_search(
         c.rank_before_mmr = i
     if hybrid.mmr.enabled:
         cands = mmr_rerank(cands, hybrid.mmr.lambda_)
+        # MMR puts a diverse candidate under the floor before better ones; widened first, its lines
+        # hid a returned result of the same note it was never returned in place of: those that pass
+        # the floor are widened (and returned) first, each in MMR's order
+        cands = [c for c in cands if c.score >= floor] + [c for c in cands if c.score < floor]
 
     # Widening reads notes, so a candidate is widened only when the choice below reaches it (in
     # rank order, each against the ones before it): none after the last one that can be returned.
-    ranked = _Replayable(_widen(cands, tune.expand_chars, workspace, disjoint=tune.expand_disjoint,
-                                sessions_dir=sessions_dir)
-                         if tune.expand_chars > 0 else ((c, True) for c in cands))
+    shown_so_far = _Shown()
+
+    def widen(items: Iterable[Candidate]) -> Iterator[tuple[Candidate, bool]]:
+        if tune.expand_chars <= 0:
+            return ((c, True) for c in items)
+        return _widen(items, tune.expand_chars, workspace, disjoint=tune.expand_disjoint,
+                      sessions_dir=sessions_dir, state=shown_so_far)
+
+    ranked = _Replayable(widen(cands))
     chosen: list[Candidate] = []
     above = sum(1 for c in cands if c.score >= floor)  # widening never changes a score
     for c, shown in ranked if above else ():
@@ -491,7 +510,7 @@ def run_search(
         if not above or len(chosen) == max_n:
             break
     if len(chosen) < max_n and not explicit_floor:
-        _rescue((c for c, shown in ranked if shown), chosen, max_n, cleaned, keyword_only, cands)
+        _rescue([c for c in cands if c.score < floor], widen, chosen, max_n, cleaned, keyword_only, cands, weights)
     chosen = chosen[:max_n]
     if tune.fresh_slots > 0 and len(chosen) == max_n:
         chosen = _fresh_files(chosen, [c for c, shown in ranked if shown], tune.fresh_slots,
@@ -538,17 +557,21 @@ def _pool(vector: list[Hit], keyword: list[Hit]) -> dict[str, Candidate]:
     return pool
 
 
-def _add_period_chunks(store: Store, pool: dict[str, Candidate], periods: list[Period], limit: int) -> None:
+def _add_period_chunks(store: Store, pool: dict[str, Candidate], periods: list[Period], limit: int) -> list[Period]:
     """Every chunk of a named period joins the pool, if the period is small enough to hold at most
-    ``limit`` chunks (a period as wide as "2023" would say nothing about which ones matter)."""
+    ``limit`` chunks (a period as wide as "2023" would say nothing about which ones matter); the
+    periods that did."""
+    pooled = []
     for p in periods:
         if p.any_year:
             continue
         start, end = p.iso(GRACE_DAYS)
         hits = store.chunks_in_period(start, end, limit + 1)
         if len(hits) <= limit:
+            pooled.append(p)
             for h in hits:
                 pool.setdefault(h.id, Candidate.from_hit(h))
+    return pooled
 
 
 def _complete(store: Store, pool: dict[str, Candidate], terms: list[str] | None, qvec: list[float] | None,
@@ -574,19 +597,31 @@ def _text_signal(cands: list[Candidate], norm: str) -> dict[str, float]:
     return {cid: (r / top if top > 0 else 0.0) for cid, r in raw.items()}
 
 
-def _widen(cands: list[Candidate], chars: int, workspace: Path, *, disjoint: bool,
-           sessions_dir: Path | None = None) -> Iterator[tuple[Candidate, bool]]:
+class _Shown:
+    """What :func:`_widen` has shown so far (line spans per file) and the line widths it read:
+    shared by the widenings of one search, so a rescued result is widened against the results
+    chosen before it."""
+
+    def __init__(self) -> None:
+        self.costs: dict[str, Sequence[int]] = {}
+        self.messages: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
+        self.spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
+
+
+def _widen(cands: Iterable[Candidate], chars: int, workspace: Path, *, disjoint: bool,
+           sessions_dir: Path | None = None, state: _Shown | None = None) -> Iterator[tuple[Candidate, bool]]:
     """Each candidate in turn with whether it is still shown: a memory-file candidate widened to
     about ``chars`` characters of whole lines around its chunk, so small chunks rank precisely
     but a result still holds its context; a transcript's (in ``sessions_dir``) likewise over
     whole neighbouring messages of its own file; ``False`` for one whose own lines a better
-    (widened) candidate already shows.  A generator: what is never asked for is never read."""
+    (widened) candidate already shows.  A generator: what is never asked for is never read.
+
+    Every candidate asked for counts as shown from then on: ask only for those to be returned."""
     from memdir.note_lines import NOTE_LINES, TRANSCRIPT_LINES
 
-    costs: dict[str, Sequence[int]] = {}
-    messages: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
+    state = state or _Shown()
+    costs, messages, shown = state.costs, state.messages, state.spans
     root = str(workspace)
-    shown: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for c in cands:
         if c.source == "sessions" and sessions_dir is not None and INDEXING["widen_sessions"]:
             if c.path not in messages:
@@ -741,36 +776,60 @@ def _fresh_files(chosen: list[Candidate], cands: list[Candidate], slots: int, fl
     return keep
 
 
-def _rescue(cands: Iterable[Candidate], chosen: list[Candidate], max_n: int, query: str, keyword_only: bool,
-            pool: Sequence[Candidate]) -> None:
+def _rescue(cands: Sequence[Candidate], widen: Callable[[Iterable[Candidate]], Iterator[tuple[Candidate, bool]]],
+            chosen: list[Candidate], max_n: int, query: str, keyword_only: bool,
+            pool: Sequence[Candidate], weights: tuple[float, float] = (1.0, 1.0)) -> None:
     """Fill spare slots below the configured floor with strong single-signal hits (see module doc).
 
-    ``cands`` yields the shown candidates in rank order, widening each as it goes; ``pool`` is all
-    of them unwidened, checked first so that a search no candidate can be rescued from reads no note."""
+    ``cands`` are the candidates under the floor in rank order; only those that qualify are
+    widened (``widen``), each against the results before it: one that does not qualify, widened
+    over a better one's lines, hid it though it was never returned itself.  ``pool`` is all of
+    them, checked first so that a search no candidate can be rescued from reads no note.
+    A signal weighted 0 (``vectorWeight = 0``: keywords alone rank) rescues nothing: notes it alone
+    found came back at a score of 0."""
     if len(chosen) >= max_n:
         return
     taken = {c.id for c in chosen}
-    if not any(c.id not in taken and (c.text_score > 0 or (c.vector_score >= RESCUE_VECTOR_SCORE and not keyword_only))
+    by_text, by_vector = weights[1] > 0, weights[0] > 0 and not keyword_only
+    if not any(c.id not in taken and ((c.text_score > 0 and by_text) or c.in_pooled_period
+                                      or (c.vector_score >= RESCUE_VECTOR_SCORE and by_vector))
                for c in pool):
         return  # nothing could qualify: walking the candidates would only widen them for nothing
     keywords = extract_keywords(query) or [query.lower()]
-    for c in cands:  # stops as soon as the slots are full: a later candidate is never widened
-        if c in chosen:
+    reasons: dict[str, str] = {}
+
+    def qualifying() -> Iterator[Candidate]:
+        for c in cands:
+            reason = _rescue_reason(c, keywords, keyword_only, by_text, by_vector, chosen)
+            if reason:
+                reasons[c.id] = reason
+                yield c
+
+    for c, shown in widen(qualifying()):  # stops as soon as the slots are full: a later one is never widened
+        if not shown:
             continue
-        reason = None
-        if c.text_score >= RESCUE_TEXT_SCORE:
-            reason = f"keyword score {c.text_score:.2f} >= {RESCUE_TEXT_SCORE}"
-        elif c.text_score > 0 and covers_all_keywords(c.snippet, keywords):
-            reason = "contains every keyword of the query"
-        elif c.vector_score >= RESCUE_VECTOR_SCORE and not keyword_only:
-            reason = f"cosine {c.vector_score:.2f} >= {RESCUE_VECTOR_SCORE}"
-        elif keyword_only and c.text_score > 0 and not chosen:
-            reason = "best keyword match (nothing passed the floor)"
-        if reason:
-            c.rescued, c.rescue_reason = True, reason
-            chosen.append(c)
-            if len(chosen) >= max_n:
-                return
+        c.rescued, c.rescue_reason = True, reasons[c.id]
+        chosen.append(c)
+        if len(chosen) >= max_n:
+            return
+
+
+def _rescue_reason(c: Candidate, keywords: list[str], keyword_only: bool, by_text: bool, by_vector: bool,
+                   chosen: list[Candidate]) -> str | None:
+    """Why ``c``, under the floor, is returned in a spare slot (see :func:`_rescue`), or ``None``."""
+    if c.text_score >= RESCUE_TEXT_SCORE and by_text:
+        return f"keyword score {c.text_score:.2f} >= {RESCUE_TEXT_SCORE}"
+    if c.text_score > 0 and by_text and covers_all_keywords(c.snippet, keywords):
+        return "contains every keyword of the query"
+    if c.vector_score >= RESCUE_VECTOR_SCORE and by_vector:
+        return f"cosine {c.vector_score:.2f} >= {RESCUE_VECTOR_SCORE}"
+    if keyword_only and c.text_score > 0 and not chosen:
+        return "best keyword match (nothing passed the floor)"
+    if c.in_pooled_period:
+        # "what did I do yesterday?" shares no word with yesterday's log, and a small model finds it
+        # no closer than any other note: the day asked about answered nothing
+        return "written in the period the question names"
+    return None
 
 
 def _result(c: Candidate, explain: bool, info: dict[str, Any]) -> SearchResult:
@@ -790,6 +849,8 @@ def _result(c: Candidate, explain: bool, info: dict[str, Any]) -> SearchResult:
             "rescued": c.rescued,
             "floor": info["floor"],
         }
+        if c.text_fused is not None:  # what textWeight multiplied: textScore is BM25's r/(1+r) as stored
+            out["textFused"] = round(c.text_fused, 6)
         if c.rescued:
             out["rescuedBecause"] = c.rescue_reason
         if c.date_start:

@@ -54,10 +54,25 @@ MIN_CUES = 2.0
 #: Word runs as :func:`detect_language` counts them (cue words are letters only; any other run is no cue).
 _TOKEN = re.compile(r"\w+")
 #: The words a text's stems are made of: whole word runs (``\w+``) of letters only, three or more;
-#: ASCII letters for English (as :func:`memdir.textutil.stem_counts` counts them), any Latin
-#: letters for the other languages.
+#: ASCII letters for English (as :func:`memdir.textutil.stem_counts` counts them; a word with
+#: accents is stemmed without them, see :func:`english_word`), any Latin letters for the other
+#: languages.
 _ASCII_WORD = re.compile(r"(?<!\w)[a-z]{3,}(?!\w)")
 _LETTER_WORD = re.compile(r"(?<!\w)[^\W\d_]{3,}(?!\w)")
+
+
+def english_word(word: str) -> str | None:
+    """A Latin word as the English stemmer reads it: without its accents (``cafés`` → ``cafes``,
+    ``résumé`` → ``resume``), as FTS5 folds the stems it indexes; ``None`` if letters outside
+    ASCII remain (``straße``).  Stemmed with its accents, "cafés" became ``café`` and "résumé"
+    stayed ``résumé`` (folded: ``resume``, never ``resum``), and English notes' accented words
+    were left out of the stems column altogether: "cafe" found no note saying "cafés"."""
+    if word.isascii():
+        return word
+    from memdir.textutil import latin_fold_table
+
+    folded = word.translate(latin_fold_table())
+    return folded if folded.isascii() and folded.isalpha() else None
 
 
 def is_latin_word(word: str) -> bool:
@@ -122,7 +137,10 @@ class _TokenStems(dict[str, str]):
 
     def __missing__(self, token: str) -> str:
         if self.language == DEFAULT_LANGUAGE:
-            words = _ASCII_WORD.findall(token)
+            if token.isascii():
+                words = _ASCII_WORD.findall(token)
+            else:
+                words = [e for w in _LETTER_WORD.findall(token) if is_latin_word(w) and (e := english_word(w))]
         else:
             words = [w for w in _LETTER_WORD.findall(token) if is_latin_word(w)]
         if len(self) >= TOKEN_CACHE_MAX:
@@ -159,4 +177,10 @@ def query_stems(word: str, languages: list[str]) -> list[str]:
         return []
     # the word itself too: a note in another language may keep it whole as its stem (German
     # "Messing"), and then the note with the exact word ranks above one sharing an English stem
-    return list(dict.fromkeys([*(str(stemmer(lang).stemWord(word)) for lang in languages), word]))
+    stems = [str(stemmer(lang).stemWord(word if lang != DEFAULT_LANGUAGE else english_word(word) or word))
+             for lang in languages]
+    # one phrase per token the index holds: FTS5 folds accents, so "café" and its stem "cafe" are one
+    out: dict[str, str] = {}
+    for s in [*stems, word]:
+        out.setdefault(english_word(s) or s, s)
+    return list(out.values())

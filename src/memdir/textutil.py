@@ -315,6 +315,39 @@ def word_runs(text: str) -> list[str]:
     return _WORD.findall(text)
 
 
+#: Latin letters with diacritics (Latin-1 Supplement to Latin Extended-B, Latin Extended Additional).
+_LATIN_RANGES = ((0xC0, 0x250), (0x1E00, 0x1F00))
+_fold: dict[int, str] | None = None
+
+
+def latin_fold_table() -> dict[int, str]:
+    """``str.translate`` table taking each Latin letter to what FTS5's ``unicode61`` tokenizer
+    indexes it as (lower case, diacritics removed: ``é`` → ``e``), asked of FTS5 itself once;
+    without FTS5, the letter's decomposition less its combining marks."""
+    global _fold
+    if _fold is None:
+        import sqlite3
+
+        letters = [chr(c) for a, b in _LATIN_RANGES for c in range(a, b) if unicodedata.category(chr(c))[0] == "L"]
+        folded: dict[str, str] = {}
+        try:
+            conn = sqlite3.connect(":memory:")
+            try:
+                conn.execute("CREATE VIRTUAL TABLE f USING fts5(x)")
+                conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(f, instance)")
+                # one row, a letter a token (each letter is a word of its own: L* classes)
+                conn.execute("INSERT INTO f(rowid, x) VALUES (1, ?)", (" ".join(letters),))
+                folded = {letters[offset]: term for term, offset in conn.execute("SELECT term, offset FROM v")}
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            for ch in letters:
+                base = "".join(x for x in unicodedata.normalize("NFD", ch) if not unicodedata.combining(x))
+                folded[ch] = base.lower()
+        _fold = {ord(ch): to for ch, to in folded.items() if to and to != ch.lower() and to.isalpha()}
+    return _fold
+
+
 _stemmer: Any = None
 
 
@@ -363,7 +396,9 @@ def stem_counts(text: str, wanted: set[str]) -> dict[str, int]:
     from memdir.stemming import DEFAULT_LANGUAGE, detect_language, text_stems
 
     text = word_form(text)
-    if detect_language(text) != DEFAULT_LANGUAGE:  # stemmed by its own language's rules
+    # stemmed by its own language's rules, or an English text with accented words (stemmed without
+    # their accents, :mod:`memdir.stemming`): counted from the stems column's own words
+    if not text.isascii() or detect_language(text) != DEFAULT_LANGUAGE:
         counts: dict[str, int] = {}
         for s in text_stems(text).split():
             if s in wanted:

@@ -65,8 +65,11 @@ SEARCH_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
         "query": {"type": "string", "description": "What to look for, in natural language or keywords."},
-        "maxResults": {"type": "number", "description": "How many snippets to return (default 6)."},
-        "minScore": {"type": "number", "description": "Drop snippets scoring below this, 0-1 (default 0.35)."},
+        "maxResults": {"type": "number", "description": "How many snippets to return (default: the configured "
+                                                        "maxResults, 6 unless set; at most 50)."},
+        "minScore": {"type": "number", "description": "Drop snippets scoring below this, 0-1; a value given is "
+                                                      "strict. Omitted: the configured minScore (0.35 unless set), "
+                                                      "below which a strong match may still fill a spare slot."},
     },
     "required": ["query"],
 }
@@ -427,6 +430,18 @@ def _enabled(memory: Any) -> bool:
 MAX_RESULTS_CAP = 50
 
 
+def search_params(args: Mapping[str, Any]) -> tuple[str, int | None, float | None]:
+    """``memory_search``'s ``(query, maxResults, minScore)`` from its arguments, as every surface
+    reads them (``limit``/``k`` are ``maxResults`` too, clamped to 1..50); a missing or blank
+    query raises :class:`ToolInputError` "query required".  ``memdir chat``'s loop read only
+    ``maxResults``: ``{"limit": 2}`` returned 2 results over MCP and 6 there."""
+    query = read_string(args, "query", required=True)
+    max_results = read_number(args, "maxResults", integer=True, aliases=("limit", "k"))
+    if max_results is not None:
+        max_results = max(1, min(MAX_RESULTS_CAP, int(max_results)))
+    return query or "", max_results, read_number(args, "minScore")  # type: ignore[return-value]
+
+
 def memory_search_payload(memory: Any, args: Any = None, *, session_key: str | None = None,
                           citations: str | None = None, max_injected_chars: int | None = None) -> dict[str, Any]:
     """Run ``memory_search``; the payload of R§10.1 (plus memdir's ``stale``/``warnings``).
@@ -435,10 +450,7 @@ def memory_search_payload(memory: Any, args: Any = None, *, session_key: str | N
     snippet text (see :func:`clamp_results_by_chars`).
     """
     try:
-        params = parse_args(args)
-        query = read_string(params, "query", required=True)
-        max_results = read_number(params, "maxResults", integer=True, aliases=("limit", "k"))
-        min_score = read_number(params, "minScore")
+        query, max_results, min_score = search_params(parse_args(args))
     except ToolInputError as exc:
         return {"results": [], "error": str(exc)}
     if memory is None:
@@ -451,8 +463,6 @@ def memory_search_payload(memory: Any, args: Any = None, *, session_key: str | N
     try:
         mode = resolve_citations_mode(citations if citations is not None else memory.settings.memory.citations)
         include = should_include_citations(mode, session_key)
-        if max_results is not None:
-            max_results = max(1, min(MAX_RESULTS_CAP, int(max_results)))
         response = memory.search(query, max_results=max_results, min_score=min_score)
         raw = response.as_dict()
         payload: dict[str, Any] = {
@@ -587,6 +597,7 @@ __all__ = [
     "read_number",
     "read_string",
     "resolve_citations_mode",
+    "search_params",
     "search_unavailable_payload",
     "should_include_citations",
     "tool_name",

@@ -37,7 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memdir.textutil import fts_text, has_han_or_kana, has_hangul, stem, stem_text
+from memdir.stemming import english_word, is_latin_word
+from memdir.textutil import fts_text, has_han_or_kana, has_hangul, latin_fold_table, stem, stem_text
 
 K1, B = 1.2, 0.75
 #: Separators: everything but letters and digits (``_`` too, as for ``unicode61``: PostgreSQL's
@@ -47,39 +48,6 @@ _NON_WORD = re.compile(r"[\W_]+")
 #: (:meth:`memdir.stores.postgres.PostgresStore.rebuild_reason`).  2: Latin letters lose their
 #: diacritics, and ``_`` is a separator in the stored document lengths.
 TEXT_FORM = 2
-#: Latin letters with diacritics (Latin-1 Supplement to Latin Extended-B, Latin Extended Additional).
-_LATIN_RANGES = ((0xC0, 0x250), (0x1E00, 0x1F00))
-_fold: dict[int, str] | None = None
-
-
-def _diacritics_table() -> dict[int, str]:
-    """``str.translate`` table taking each Latin letter to what FTS5's ``unicode61`` tokenizer
-    indexes it as (lower case, diacritics removed: ``é`` → ``e``), asked of FTS5 itself once;
-    without FTS5, the letter's decomposition less its combining marks."""
-    global _fold
-    if _fold is None:
-        import sqlite3
-        import unicodedata
-
-        letters = [chr(c) for a, b in _LATIN_RANGES for c in range(a, b) if unicodedata.category(chr(c))[0] == "L"]
-        folded: dict[str, str] = {}
-        try:
-            conn = sqlite3.connect(":memory:")
-            try:
-                conn.execute("CREATE VIRTUAL TABLE f USING fts5(x)")
-                conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(f, instance)")
-                conn.executemany("INSERT INTO f(rowid, x) VALUES (?, ?)", enumerate(letters, start=1))
-                folded = {letters[doc - 1]: term for term, doc in conn.execute("SELECT term, doc FROM v")}
-            finally:
-                conn.close()
-        except sqlite3.Error:
-            for ch in letters:
-                base = "".join(x for x in unicodedata.normalize("NFD", ch) if not unicodedata.combining(x))
-                folded[ch] = base.lower()
-        _fold = {ord(ch): to for ch, to in folded.items() if to and to != ch.lower() and to.isalpha()}
-    return _fold
-
-
 def pg_text(text: str) -> str:
     """What the text search parser sees: CJK spaced, punctuation made a separator, Latin letters
     without their diacritics, as FTS5's ``unicode61`` reads text.
@@ -89,7 +57,7 @@ def pg_text(text: str) -> str:
     note saying "cafe", where SQLite finds them."""
     text = fts_text(text)
     if not text.isascii():
-        text = text.translate(_diacritics_table())
+        text = text.translate(latin_fold_table())
     return _NON_WORD.sub(" ", text)
 
 
@@ -119,10 +87,13 @@ def phrases(terms: Sequence[str], ts_config: str, pg_text: Any) -> list[Phrase]:
             out.append(Phrase("tsv", "phraseto_tsquery('simple', %s)", (pg_text(term),), "to_tsvector('simple', %s)"))
     seen: set[str] = set()
     for term in clean:
-        key = stem(term)
+        # without its accents, as the column holds the notes' words (:func:`pg_text`): "café" had no
+        # stem phrase, and found no note saying "cafés"
+        word = (english_word(term) if is_latin_word(term) else None) or term
+        key = stem(word)
         if key and key not in seen:
             seen.add(key)
-            out.append(Phrase("tsv_stem", "plainto_tsquery(%s::regconfig, %s)", (ts_config, term),
+            out.append(Phrase("tsv_stem", "plainto_tsquery(%s::regconfig, %s)", (ts_config, word),
                               "to_tsvector(%s::regconfig, %s)"))
     return out
 
