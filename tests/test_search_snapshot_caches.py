@@ -126,3 +126,63 @@ def test_the_remembered_phrases_follow_the_terms_and_the_stemming_switch(tmp_pat
     monkeypatch.setattr(query, "STEMMING", False)
     assert store._phrases(["cats"]) == [("text", '"cats"')]
     store.close()
+
+
+def test_the_files_rows_follow_other_connections_own_writes_rollbacks_and_rebuilds(tmp_path: Path):
+    """Read-your-writes asks for every file's row before each search; they are kept while the
+    index is unchanged, and every way the index moves shows in the next answer."""
+    path = tmp_path / "idx.sqlite"
+    writer, reader = SqliteStore(path), SqliteStore(path)
+    with writer.transaction():
+        writer.replace_file("a.md", "memory", "a", 1, 1, _rows("a.md", ["one"]))
+    first = reader.file_rows()
+    assert set(first) == {("a.md", "memory")}
+    assert reader.file_rows() is first  # unchanged: kept, not read again
+    assert not any("FROM files" in s for s in _statements(reader, reader.file_rows))
+
+    with writer.transaction():  # another connection's commit
+        writer.replace_file("b.md", "memory", "b", 2, 2, _rows("b.md", ["two"]))
+    assert set(reader.file_rows()) == {("a.md", "memory"), ("b.md", "memory")}
+    with reader.transaction():  # its own write
+        reader.touch_file("a.md", "memory", "a", 7, 1)
+    assert reader.file_rows()[("a.md", "memory")] == ("a", 7, 1)
+    with pytest.raises(RuntimeError), reader.transaction():  # a rolled-back write
+        reader.delete_file("b.md", "memory")
+        assert ("b.md", "memory") not in reader.file_rows()  # read inside the write: uncommitted
+        raise RuntimeError("abandon the write")
+    assert ("b.md", "memory") in reader.file_rows()
+    with reader.rebuild() as fresh, fresh.transaction():  # copied in page by page
+        fresh.replace_file("g.md", "memory", "g", 1, 1, _rows("g.md", ["gee"]))
+    assert set(reader.file_rows()) == {("g.md", "memory")}
+    assert set(reader.file_rows("memory", ["g.md", "a.md"])) == {("g.md", "memory")}
+    writer.close()
+    reader.close()
+
+
+def test_a_search_sees_every_edit_while_the_listing_and_the_rows_are_reused(tmp_path: Path):
+    """The check before each search keeps an unchanged file's entry and its last answer; an edit,
+    a note added or removed, and another process's sync all show at the next search."""
+    from memdir.api import Memory
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Notes\n- the boiler code is 4471\n", encoding="utf-8")
+    (ws / "memory" / "2026-03-04.md").write_text("- met Ana about the kiln\n", encoding="utf-8")
+    cfg = {"memorySearch": {"provider": "none"}}
+    with Memory(ws, state_dir=str(tmp_path / "state"), config=cfg) as mem:
+        assert mem.search("boiler").results
+        for _ in range(3):  # the same listing and rows: nothing to sync, the same answer
+            assert mem.indexer.dirty_files(reuse=True) == ([], [])
+            assert [r.path for r in mem.search("kiln").results] == ["memory/2026-03-04.md"]
+        (ws / "memory" / "2026-03-04.md").write_text("- met Ana about the glaze\n", encoding="utf-8")
+        assert [r.path for r in mem.search("glaze").results] == ["memory/2026-03-04.md"]
+        assert not mem.search("kiln").results
+        (ws / "memory" / "2026-03-05.md").write_text("- ordered clay\n", encoding="utf-8")
+        assert [r.path for r in mem.search("clay").results] == ["memory/2026-03-05.md"]
+        (ws / "memory" / "2026-03-05.md").unlink()
+        assert not mem.search("clay").results
+        with Memory(ws, state_dir=str(tmp_path / "state"), config=cfg) as other:  # another writer
+            (ws / "MEMORY.md").write_text("# Notes\n- the boiler code is 9902\n", encoding="utf-8")
+            other.sync()
+            assert mem.indexer.dirty_files(reuse=True) == ([], [])  # its rows moved with the file
+            assert "9902" in mem.search("boiler").results[0].snippet

@@ -415,6 +415,8 @@ class Indexer:
         self._deadline: float | None = None
         #: The last reusable listing of memory files, with what it was listed for.
         self._listing: tuple[tuple[str, tuple[str, ...]], Discovery] | None = None
+        #: ``(rows, files, unlisted, changed, gone)`` of the last :meth:`dirty_files`.
+        self._dirty_memo: tuple[Any, list[FileEntry], Any, list[FileEntry], list[tuple[str, str]]] | None = None
 
     # -- identity ----------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -668,8 +670,17 @@ class Indexer:
         (``reuse``: see :meth:`list_files`)."""
         files, _ = self.list_files(reuse=reuse)
         rows = self.store.file_rows()
+        unlisted = (tuple(self._unlisted), frozenset(self._unlisted_sources))
+        memo = self._dirty_memo
+        if (memo is not None and memo[0] is rows and memo[2] == unlisted and len(memo[1]) == len(files)
+                and all(a is b for a, b in zip(memo[1], files, strict=True))):
+            # The same index rows and the very entries the listing gave last time (a re-stat keeps
+            # an unchanged file's entry): the same answer, without comparing every file again.
+            return list(memo[3]), list(memo[4])
         changed = [f for f in files if rows.get((f.path, f.source), ("", -1, -1))[1:] != (f.mtime_ns, f.size)]
-        return changed, self._gone(rows, files)
+        gone = self._gone(rows, files)
+        self._dirty_memo = (rows, files, unlisted, changed, gone)
+        return list(changed), list(gone)
 
     def _gone(self, rows: dict[tuple[str, str], Any], files: list[FileEntry]) -> list[tuple[str, str]]:
         """Indexed files the last listing did not find, but for memory files in a folder (or
