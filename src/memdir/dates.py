@@ -1,8 +1,9 @@
 """Dates in memory and in questions: what day a chunk is about, and which period a question names.
 
-Memory is dated: a daily log's file name (``memory/2023-08-05.md``, ``2023-08-05-standup.md``),
-a dated heading (``## 2024-03-02``, ``### March 2, 2024``) or a transcript message's time says
-which day the lines below it belong to.  A question that names a day, a month, a year or a
+Memory is dated: a dated heading (``## 2024-03-02``, ``### March 2, 2024``, ``## 2 mars 2024``,
+``## 2024年3月2日``), a date in a note's path (``memory/2023-08-05.md``, ``2023-08-05-standup.md``,
+Logseq's ``journals/2023_08_05.md``, ``2023/08/05.md``), its front matter's ``date:`` or
+``created:``, or a transcript message's time says which day the lines below it belong to.  A question that names a day, a month, a year or a
 relative period ("yesterday", "last week", "in March", "two weeks ago", in the user's timezone)
 is turned into a :class:`Period`; search then prefers chunks of that period.
 
@@ -22,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memdir.textutil import LazyPattern, literal_lines, setext_headings
+from memdir.textutil import LazyPattern, front_matter_lines, literal_lines, setext_headings
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})
@@ -346,6 +347,65 @@ def file_date(path: str) -> dt.date | None:
     return _date(int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
 
 
+#: A date in a note's name parted by underscores or dots, the same both times: Logseq's journals
+#: (``journals/2024_03_05.md``), Dendron's (``daily.journal.2024.03.05.md``).
+_NAME_DATE: Any = LazyPattern(r"(?<!\d)(\d{4})([_.])(\d{2})\2(\d{2})(?!\d)")
+#: A note filed in year and month folders and named by its day (``2024/03/05.md``,
+#: ``2024/03/05 Tuesday.md``: a daily-notes layout Obsidian's plugins offer).
+_FOLDER_DATE: Any = LazyPattern(r"(?:^|/)(\d{4})/(\d{2})/(\d{2})(?:[^/\d][^/]*)?$")
+
+
+def path_date(path: str) -> dt.date | None:
+    """The day a note's path carries: a date in its name (:func:`file_date`, or Logseq's and
+    Dendron's ``2024_03_05`` / ``2024.03.05``), or its ``YYYY/MM/`` folders and a name starting
+    with the day.  Those journals were undated: a question about their day did not prefer them.
+
+    Only dates; whether a note is chunked as a daily log stays :func:`file_date`'s."""
+    d = file_date(path)
+    if d is not None:
+        return d
+    norm = path.replace("\\", "/")
+    name = norm.rsplit("/", 1)[-1]
+    m = _NAME_DATE.search(name) if name.count("_") >= 2 or name.count(".") >= 3 else None
+    if m:
+        d = _date(int(m.group(1)), int(m.group(3)), int(m.group(4)))
+    if d is None and norm.count("/") >= 2 and name[:1].isdigit():
+        m = _FOLDER_DATE.search(norm)
+        if m:
+            d = _date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    return d
+
+
+#: Front matter keys that say which day a note is about or was written (``date:`` in Obsidian,
+#: Jekyll, Hugo; ``created:`` in Joplin, Foam, Dendron); ``date`` wins.  ``updated``/``modified``
+#: say when it was last edited, not what day it belongs to.
+_FRONT_MATTER_DATE: Any = LazyPattern(
+    r"[\"']?(date|created|created[_ ]?(?:at|on|time|date)|date[_ ]?created|creation[_ ]?date)[\"']?"
+    r"[ \t]*[:=][ \t]*(.*?)[ \t\r]*$", re.I)
+
+
+def front_matter_date(content: str, tz: dt.tzinfo | None = None) -> dt.date | None:
+    """The day a note's YAML or TOML front matter gives (``date: 2024-03-05``, ``created =
+    2024-03-05T09:12:00Z``, Dendron's ``created: 1709625600000`` milliseconds), or ``None``."""
+    if not content.startswith(("---", "+++")):
+        return None
+    top = front_matter_lines(content)
+    found: dict[str, dt.date] = {}
+    for line in content.split("\n", top)[1:top - 1] if top else ():
+        m = _FRONT_MATTER_DATE.match(line)
+        if not m:
+            continue
+        key = "date" if m.group(1).lower() == "date" else "created"
+        value = m.group(2).strip("\"'")
+        if value.isdigit() and 12 <= len(value) <= 13:  # Dendron: milliseconds since 1970
+            day = ms_to_day(int(value), tz or dt.UTC)
+        else:
+            day = text_date(value, tz)
+        if day is not None:
+            found.setdefault(key, day)
+    return found.get("date") or found.get("created")
+
+
 def text_date(text: str, tz: dt.tzinfo | None = None) -> dt.date | None:
     """A full date (day, month and year) written in a heading, or ``None``.
 
@@ -367,16 +427,65 @@ def text_date(text: str, tz: dt.tzinfo | None = None) -> dt.date | None:
         m = pattern.search(text)
         if m and m.group(3):
             return _date(int(m.group(3)), _MONTHS[m.group(mon_group).lower()], int(m.group(day_group)))
+    return _other_date(text)
+
+
+#: Month names of the languages people keep notes in besides English (French, German, Spanish,
+#: Portuguese, Italian, Dutch), with and without their accents: ``## 5 mars 2024`` and ``## 5. März
+#: 2024`` dated nothing, so a question about that day did not prefer their lines.
+_OTHER_MONTHS = {name: i for i, names in enumerate((
+    "janvier janv jänner januar enero janeiro gennaio januari",
+    "février fevrier févr fevr februar febrero fevereiro febbraio februari",
+    "mars märz maerz marz marzo março marco maart mär",
+    "avril avr abril aprile",
+    "mai mayo maio maggio mei",
+    "juin junio junho giugno juni",
+    "juillet juil julio julho luglio juli",
+    "août aout agosto augustus",
+    "septembre septiembre setiembre setembro settembre",
+    "octobre oktober octubre outubro ottobre okt",
+    "noviembre novembro",
+    "décembre decembre dezember diciembre dezembro dicembre dez déc",
+), start=1) for name in names.split()}
+_OTHER_DAY_MONTH: Any = LazyPattern(
+    rf"(?<!\d)(\d{{1,2}})(?:er|\.|º|ª)?\s*(?:de\s+)?({'|'.join(sorted(_OTHER_MONTHS, key=len, reverse=True))})"
+    r"\b\.?,?\s+(?:de\s+|del\s+)?(\d{4})(?!\d)", re.I)
+#: ``2024年3月5日`` (Chinese, Japanese), ``2024년 3월 5일`` (Korean).
+_CJK_DATE: Any = LazyPattern(r"(\d{4})\s*[年년]\s*(\d{1,2})\s*[月월]\s*(\d{1,2})\s*[日일]")
+#: Day, month and year parted by dots (``05.03.2024``), as German, Russian and others write a date.
+_FOUR_DIGITS = re.compile(r"\d{4}")
+_DOTTED_DATE: Any = LazyPattern(r"(?<![\d.])(\d{1,2})\.(\d{1,2})\.(\d{4})(?!\d|\.\d)")
+
+
+def _other_date(text: str) -> dt.date | None:
+    """A full date in a heading written in another language or order (:data:`_OTHER_MONTHS`,
+    :data:`_CJK_DATE`, :data:`_DOTTED_DATE`), or ``None``; each needs a four-digit year."""
+    # most headings have no four-digit year: one plain search, not three (every heading of a
+    # MEMORY.md is read at each sync)
+    if _FOUR_DIGITS.search(text) is None:
+        return None
+    m = _OTHER_DAY_MONTH.search(text)
+    if m:
+        return _date(int(m.group(3)), _OTHER_MONTHS[m.group(2).lower()], int(m.group(1)))
+    m = _CJK_DATE.search(text) if "年" in text or "년" in text else None
+    if m:
+        return _date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    m = _DOTTED_DATE.search(text) if "." in text else None
+    if m:
+        return _date(int(m.group(3)), int(m.group(2)), int(m.group(1)))
     return None
 
 
 def line_dates(path: str, content: str, tz: dt.tzinfo | None = None) -> list[dt.date | None]:
-    """The day each line of a file belongs to: its nearest dated heading above, else the file's date.
+    """The day each line of a file belongs to: its nearest dated heading above, else the day its
+    path (:func:`path_date`) or its front matter (:func:`front_matter_date`) gives.
 
     A heading without a date ends the dated section of a heading at its level or deeper; ``tz``
     (the user's zone) turns a heading's UTC time into the user's day (see :func:`text_date`).
     """
-    base = file_date(path)
+    base = path_date(path)
+    if base is None:
+        base = front_matter_date(content, tz)
     stack: list[tuple[int, dt.date | None]] = []  # (heading level, its date)
     out: list[dt.date | None] = []
     current = base

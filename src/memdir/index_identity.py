@@ -22,7 +22,8 @@ CHUNKER_VERSION = 14  # 9: a lone \r ends a line; 10: notes decoded by their byt
 # kept its old rows for good: the unmasked key stayed searchable); 14: Setext headings are headings,
 # front matter is one block with no headings, a long line is cut after a space, 2025\u201103\u201104 is a date,
 # a note's data-URI payloads are left out, HTML comment blocks have no headings, an English note's accented
-# words are stemmed without their accents
+# words are stemmed without their accents; Logseq/Dendron/YYYY/MM/DD journals, front matter dates and
+# headings dated in other languages date their lines
 #: The index's layout: 4: SQLite stores 64-hex chunk ids as 32-byte blobs; 5: no empty embedding
 #: cache in a keyword-only SQLite index, meta and files WITHOUT ROWID (a page less each).
 INDEX_SCHEMA = 5
