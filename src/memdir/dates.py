@@ -3,9 +3,10 @@
 Memory is dated: a dated heading (``## 2024-03-02``, ``### March 2, 2024``, ``## 2 mars 2024``,
 ``## 2024年3月2日``), a date in a note's path (``memory/2023-08-05.md``, ``2023-08-05-standup.md``,
 Logseq's ``journals/2023_08_05.md``, ``2023/08/05.md``), its front matter's ``date:`` or
-``created:``, or a transcript message's time says which day the lines below it belong to.  A question that names a day, a month, a year or a
-relative period ("yesterday", "last week", "in March", "two weeks ago", in the user's timezone)
-is turned into a :class:`Period`; search then prefers chunks of that period.
+``created:``, or a transcript message's time says which day the lines below it belong to.  A
+question that names a day, a month, a year or a relative period ("yesterday", "last week", "in
+March", "two weeks ago", in the user's timezone) is turned into a :class:`Period`; search then
+prefers chunks of that period.
 
 Only the standard library: a handful of patterns covers the ways people name dates in English
 questions, and a date that is not recognised simply does not boost anything.
