@@ -9,7 +9,7 @@ import datetime as dt
 import pytest
 
 from memdir.api import Memory
-from memdir.dates import file_date, front_matter_date, line_dates, path_date, text_date
+from memdir.dates import file_date, front_matter_date, header_date, line_dates, path_date, text_date
 
 D = dt.date(2024, 3, 5)
 
@@ -54,7 +54,7 @@ TOKYO = dt.timezone(dt.timedelta(hours=9))
     ("---\ndate: 2024-02-30\n---\n", None),
     ("---\nmeta:\n  date: 2024-03-05\n---\n", None),  # a nested key is some other thing's date
     ("---\n---\n", None),
-    ("Date: 2024-03-05\n", None),  # no front matter
+    ("Some prose, date: 2024-03-05\n", None),  # no front matter
 ])
 def test_front_matter_dates_a_note(front: str, day: dt.date | None) -> None:
     """A note's front matter ``date:`` / ``created:`` (YAML or TOML) was ignored: an Obsidian or
@@ -68,6 +68,23 @@ def test_front_matter_dates_a_note(front: str, day: dt.date | None) -> None:
 def test_a_date_in_the_file_name_wins_over_front_matter() -> None:
     assert line_dates("memory/2024-03-06.md", "---\ndate: 2024-03-05\n---\n- a") == [dt.date(2024, 3, 6)] * 4
     assert line_dates("journals/2024_03_06.md", "---\ndate: 2024-03-05\n---\n- a") == [dt.date(2024, 3, 6)] * 4
+
+
+@pytest.mark.parametrize("note,day", [
+    ("# Roof quote\n\nCreated: March 5, 2024 9:12 AM\nTags: house\n\nThe roofer quoted 4000.\n", D),  # Notion
+    ("Gym plan\n\nCreated: 2024-03-05 08:00\n\nDeadlift day.\n", D),
+    ("# Standup\nAttendees: Bob\nDate: 5 mars 2024\n\n- shipped it\n", D),  # a meeting template
+    ("Date: 2024-03-05\n\n- shipped it\n", D),
+    ("---\ntags: [house]\n---\n# Roof quote\n\nCreated: 2024-03-05\n\nQuoted 4000.\n", D),
+    ("# Notes\n\nSome prose.\n\nDate: 2024-03-05\n", None),  # a line further down is no property of the note
+    ("# Memory\n\n- Ana: Created: 2024-03-05\n", None),
+    ("# Roof\n\nUpdated: 2024-03-05\n", None),
+])
+def test_properties_under_a_title_date_a_note(note: str, day: dt.date | None) -> None:
+    """Notion's export writes a page's properties under its title (``Created: March 5, 2024 9:12
+    AM``); such a note was undated though its day is written at its top."""
+    assert header_date(note) == day
+    assert set(line_dates("notes/roof.md", note)) == {day}
 
 
 @pytest.mark.parametrize("heading,day", [
@@ -93,6 +110,7 @@ def test_period_questions_find_notes_other_tools_dated(make_workspace, keyword_c
         "vault/Daily/2024/03/05.md": "Bought kayak paddles.\n",
         "vault/daily.journal.2024.03.05.md": "Repaired the bike chain.\n",
         "vault/trip.md": "---\ndate: 2024-03-05\n---\n# Trip\nBooked the ferry.\n",
+        "vault/Roof quote 3f2a.md": "# Roof quote\n\nCreated: 2024-03-05 9:12 AM\n\nQuoted 4000.\n",
         "vault/journal-fr.md": "# Journal\n\n## 5 mars 2024\nAcheté du pain.\n\n## 20 mars 2024\nLavé la voiture.\n",
     }
     ws = make_workspace({"MEMORY.md": "# Memory\n", **notes})
@@ -100,9 +118,9 @@ def test_period_questions_find_notes_other_tools_dated(make_workspace, keyword_c
     with Memory(ws, config=cfg) as mem:
         mem.sync()
         rows = mem.store.chunks_in_period("2024-03-05", "2024-03-05", 20)
-        assert sorted({h.path for h in rows}) == ["vault/Daily/2024/03/05.md", "vault/daily.journal.2024.03.05.md",
-                                                  "vault/journal-fr.md", "vault/journals/2024_03_05.md",
-                                                  "vault/trip.md"]
+        assert sorted({h.path for h in rows}) == sorted([
+            "vault/Daily/2024/03/05.md", "vault/daily.journal.2024.03.05.md", "vault/Roof quote 3f2a.md",
+            "vault/journal-fr.md", "vault/journals/2024_03_05.md", "vault/trip.md"])
         resp = mem.search("When did I see the dentist on 5 March 2024?", explain=True)
         top = resp.results[0]
         assert top.path == "vault/journals/2024_03_05.md" and top.explain["inPeriod"] is True

@@ -382,7 +382,7 @@ def path_date(path: str) -> dt.date | None:
 #: say when it was last edited, not what day it belongs to.
 _FRONT_MATTER_DATE: Any = LazyPattern(
     r"[\"']?(date|created|created[_ ]?(?:at|on|time|date)|date[_ ]?created|creation[_ ]?date)[\"']?"
-    r"[ \t]*[:=][ \t]*(.*?)[ \t\r]*$", re.I)
+    r"[ \t]*([:=])[ \t]*(.*?)[ \t\r]*$", re.I)
 
 
 def front_matter_date(content: str, tz: dt.tzinfo | None = None) -> dt.date | None:
@@ -391,13 +391,44 @@ def front_matter_date(content: str, tz: dt.tzinfo | None = None) -> dt.date | No
     if not content.startswith(("---", "+++")):
         return None
     top = front_matter_lines(content)
+    return _keyed_date(content.split("\n", top)[1:top - 1] if top else [], tz)
+
+
+#: A ``Key: value`` line: a note's properties under its title.
+_PROPERTY: Any = LazyPattern(r"[A-Za-z][\w .'-]{0,40}:[ \t]+\S")
+
+
+def header_date(content: str, tz: dt.tzinfo | None = None) -> dt.date | None:
+    """The day the property lines at the top of a note give, under its title if it has one, as
+    Notion's export writes them (``# Roof quote``, a blank line, ``Created: March 13, 2024 9:12
+    AM``, ``Tags: house``) and meeting templates do (``Date: 2024-03-05``), or ``None``.  Front
+    matter above them is passed over."""
+    top = front_matter_lines(content) if content.startswith(("---", "+++")) else 0
+    lines = content.split("\n", top + 16)[top:top + 16]
+    i, n = 0, len(lines)
+    while i < n and not lines[i].strip():
+        i += 1
+    if i < n and not _PROPERTY.match(lines[i]):  # the title
+        i += 1
+        while i < n and not lines[i].strip():
+            i += 1
+    block = []
+    while i < n and _PROPERTY.match(lines[i]):
+        block.append(lines[i])
+        i += 1
+    return _keyed_date(block, tz, seps=":") if block else None
+
+
+def _keyed_date(lines: list[str], tz: dt.tzinfo | None, seps: str = ":=") -> dt.date | None:
+    """The day ``date`` (else ``created``, :data:`_FRONT_MATTER_DATE`) of these ``key: value``
+    lines gives."""
     found: dict[str, dt.date] = {}
-    for line in content.split("\n", top)[1:top - 1] if top else ():
+    for line in lines:
         m = _FRONT_MATTER_DATE.match(line)
-        if not m:
+        if not m or m.group(2) not in seps:
             continue
         key = "date" if m.group(1).lower() == "date" else "created"
-        value = m.group(2).strip("\"'")
+        value = m.group(3).strip("\"'")
         if value.isdigit() and 12 <= len(value) <= 13:  # Dendron: milliseconds since 1970
             day = ms_to_day(int(value), tz or dt.UTC)
         else:
@@ -479,14 +510,15 @@ def _other_date(text: str) -> dt.date | None:
 
 def line_dates(path: str, content: str, tz: dt.tzinfo | None = None) -> list[dt.date | None]:
     """The day each line of a file belongs to: its nearest dated heading above, else the day its
-    path (:func:`path_date`) or its front matter (:func:`front_matter_date`) gives.
+    path (:func:`path_date`), its front matter (:func:`front_matter_date`) or the properties under
+    its title (:func:`header_date`) give.
 
     A heading without a date ends the dated section of a heading at its level or deeper; ``tz``
     (the user's zone) turns a heading's UTC time into the user's day (see :func:`text_date`).
     """
     base = path_date(path)
     if base is None:
-        base = front_matter_date(content, tz)
+        base = front_matter_date(content, tz) or header_date(content, tz)
     stack: list[tuple[int, dt.date | None]] = []  # (heading level, its date)
     out: list[dt.date | None] = []
     current = base
