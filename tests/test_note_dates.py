@@ -19,6 +19,10 @@ D = dt.date(2024, 3, 5)
     ("notes/daily.journal.2024.03.05.md", D),  # Dendron
     ("Daily/2024/03/05.md", D),  # year and month folders, the day's name
     ("2024/03/05 Tuesday.md", D),
+    ("Daily/Tuesday, March 5, 2024.md", D),  # Obsidian's daily notes in another format
+    ("journal/5 mars 2024.md", D),
+    ("journal/2024年3月5日.md", D),
+    ("Invoices/Invoice 2024.md", None),
     ("memory/2024-03-05-standup.md", D),  # the session hook's captures, as before
     ("2024/03/05/index.md", None),  # a folder of the day holding other notes: no guess
     ("2024/13/05.md", None),

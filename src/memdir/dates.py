@@ -357,9 +357,11 @@ _FOLDER_DATE: Any = LazyPattern(r"(?:^|/)(\d{4})/(\d{2})/(\d{2})(?:[^/\d][^/]*)?
 
 
 def path_date(path: str) -> dt.date | None:
-    """The day a note's path carries: a date in its name (:func:`file_date`, or Logseq's and
-    Dendron's ``2024_03_05`` / ``2024.03.05``), or its ``YYYY/MM/`` folders and a name starting
-    with the day.  Those journals were undated: a question about their day did not prefer them.
+    """The day a note's path carries: a date in its name (:func:`file_date`, Logseq's and
+    Dendron's ``2024_03_05`` / ``2024.03.05``, or any full date a heading may hold, as Obsidian's
+    daily notes named ``Tuesday, March 5, 2024.md``), or its ``YYYY/MM/`` folders and a name
+    starting with the day.  Those journals were undated: a question about their day did not
+    prefer them.
 
     Only dates; whether a note is chunked as a daily log stays :func:`file_date`'s."""
     d = file_date(path)
@@ -374,6 +376,8 @@ def path_date(path: str) -> dt.date | None:
         m = _FOLDER_DATE.search(norm)
         if m:
             d = _date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    if d is None and _FOUR_DIGITS.search(name):  # a name dated as a heading is: "March 5, 2024.md"
+        d = text_date(name.rsplit(".", 1)[0])
     return d
 
 
