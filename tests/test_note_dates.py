@@ -79,6 +79,8 @@ def test_a_date_in_the_file_name_wins_over_front_matter() -> None:
     ("Gym plan\n\nCreated: 2024-03-05 08:00\n\nDeadlift day.\n", D),
     ("# Standup\nAttendees: Bob\nDate: 5 mars 2024\n\n- shipped it\n", D),  # a meeting template
     ("Date: 2024-03-05\n\n- shipped it\n", D),
+    ("title:: Trip\ndate:: [[Mar 5th, 2024]]\n\n- booked the ferry\n", D),  # Logseq's page properties
+    ("created-at:: 1709596800000\n- booked the ferry\n", D),
     ("---\ntags: [house]\n---\n# Roof quote\n\nCreated: 2024-03-05\n\nQuoted 4000.\n", D),
     ("# Notes\n\nSome prose.\n\nDate: 2024-03-05\n", None),  # a line further down is no property of the note
     ("# Memory\n\n- Ana: Created: 2024-03-05\n", None),

@@ -385,8 +385,8 @@ def path_date(path: str) -> dt.date | None:
 #: Jekyll, Hugo; ``created:`` in Joplin, Foam, Dendron); ``date`` wins.  ``updated``/``modified``
 #: say when it was last edited, not what day it belongs to.
 _FRONT_MATTER_DATE: Any = LazyPattern(
-    r"[\"']?(date|created|created[_ ]?(?:at|on|time|date)|date[_ ]?created|creation[_ ]?date)[\"']?"
-    r"[ \t]*([:=])[ \t]*(.*?)[ \t\r]*$", re.I)
+    r"[\"']?(date|created|created[-_ ]?(?:at|on|time|date)|date[-_ ]?created|creation[-_ ]?date)[\"']?"
+    r"[ \t]*(::|[:=])[ \t]*(.*?)[ \t\r]*$", re.I)
 
 
 def front_matter_date(content: str, tz: dt.tzinfo | None = None) -> dt.date | None:
@@ -398,15 +398,15 @@ def front_matter_date(content: str, tz: dt.tzinfo | None = None) -> dt.date | No
     return _keyed_date(content.split("\n", top)[1:top - 1] if top else [], tz)
 
 
-#: A ``Key: value`` line: a note's properties under its title.
-_PROPERTY: Any = LazyPattern(r"[A-Za-z][\w .'-]{0,40}:[ \t]+\S")
+#: A ``Key: value`` line (Logseq's ``key:: value``): a note's properties under its title.
+_PROPERTY: Any = LazyPattern(r"[A-Za-z][\w .'-]{0,40}::?[ \t]+\S")
 
 
 def header_date(content: str, tz: dt.tzinfo | None = None) -> dt.date | None:
     """The day the property lines at the top of a note give, under its title if it has one, as
     Notion's export writes them (``# Roof quote``, a blank line, ``Created: March 13, 2024 9:12
-    AM``, ``Tags: house``) and meeting templates do (``Date: 2024-03-05``), or ``None``.  Front
-    matter above them is passed over."""
+    AM``, ``Tags: house``), Logseq its page's (``date:: [[Mar 5th, 2024]]``) and meeting
+    templates theirs (``Date: 2024-03-05``), or ``None``.  Front matter above them is passed over."""
     top = front_matter_lines(content) if content.startswith(("---", "+++")) else 0
     lines = content.split("\n", top + 16)[top:top + 16]
     i, n = 0, len(lines)
@@ -420,10 +420,10 @@ def header_date(content: str, tz: dt.tzinfo | None = None) -> dt.date | None:
     while i < n and _PROPERTY.match(lines[i]):
         block.append(lines[i])
         i += 1
-    return _keyed_date(block, tz, seps=":") if block else None
+    return _keyed_date(block, tz, seps=(":", "::")) if block else None
 
 
-def _keyed_date(lines: list[str], tz: dt.tzinfo | None, seps: str = ":=") -> dt.date | None:
+def _keyed_date(lines: list[str], tz: dt.tzinfo | None, seps: tuple[str, ...] = (":", "=")) -> dt.date | None:
     """The day ``date`` (else ``created``, :data:`_FRONT_MATTER_DATE`) of these ``key: value``
     lines gives."""
     found: dict[str, dt.date] = {}
