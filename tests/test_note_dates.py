@@ -69,6 +69,15 @@ def test_front_matter_dates_a_note(front: str, day: dt.date | None) -> None:
     assert days[n:] == [day, day, dt.date(2024, 4, 1), dt.date(2024, 4, 1)]  # a dated heading still wins
 
 
+def test_memory_md_stays_undated_by_its_front_matter() -> None:
+    """MEMORY.md is evergreen: a template's ``created:`` is not the day of its facts (its dated
+    headings still date their sections)."""
+    note = "---\ncreated: 2023-01-01\n---\n# Memory\n- likes tea\n## 2024-03-05\n- met Sam"
+    assert line_dates("MEMORY.md", note) == [None] * 5 + [D, D]
+    assert line_dates("memory.md", "Date: 2023-01-01\n- likes tea") == [None, None]
+    assert line_dates("notes/MEMORY.md", "Date: 2024-03-05\n- likes tea") == [D, D]
+
+
 def test_a_date_in_the_file_name_wins_over_front_matter() -> None:
     assert line_dates("memory/2024-03-06.md", "---\ndate: 2024-03-05\n---\n- a") == [dt.date(2024, 3, 6)] * 4
     assert line_dates("journals/2024_03_06.md", "---\ndate: 2024-03-05\n---\n- a") == [dt.date(2024, 3, 6)] * 4

@@ -521,7 +521,8 @@ def line_dates(path: str, content: str, tz: dt.tzinfo | None = None) -> list[dt.
     (the user's zone) turns a heading's UTC time into the user's day (see :func:`text_date`).
     """
     base = path_date(path)
-    if base is None:
+    # MEMORY.md is evergreen (R§7.1): a template's ``created:`` there is no day its facts are of
+    if base is None and path.replace("\\", "/").removeprefix("./") not in ("MEMORY.md", "memory.md"):
         base = front_matter_date(content, tz) or header_date(content, tz)
     stack: list[tuple[int, dt.date | None]] = []  # (heading level, its date)
     out: list[dt.date | None] = []
