@@ -469,7 +469,7 @@ def text_date(text: str, tz: dt.tzinfo | None = None) -> dt.date | None:
 #: Month names of the languages people keep notes in besides English (French, German, Spanish,
 #: Portuguese, Italian, Dutch), with and without their accents: ``## 5 mars 2024`` and ``## 5. März
 #: 2024`` dated nothing, so a question about that day did not prefer their lines.
-_OTHER_MONTHS = {name: i for i, names in enumerate((
+_OTHER_MONTH_NAMES = (
     "janvier janv jänner januar enero janeiro gennaio januari",
     "février fevrier févr fevr februar febrero fevereiro febbraio februari",
     "mars märz maerz marz marzo março marco maart mär",
@@ -482,27 +482,38 @@ _OTHER_MONTHS = {name: i for i, names in enumerate((
     "octobre oktober octubre outubro ottobre okt",
     "noviembre novembro",
     "décembre decembre dezember diciembre dezembro dicembre dez déc",
-), start=1) for name in names.split()}
-_OTHER_DAY_MONTH: Any = LazyPattern(
-    rf"(?<!\d)(\d{{1,2}})(?:er|\.|º|ª)?\s*(?:de\s+)?({'|'.join(sorted(_OTHER_MONTHS, key=len, reverse=True))})"
-    r"\b\.?,?\s+(?:de\s+|del\s+)?(\d{4})(?!\d)", re.I)
+)
+
+
+@functools.cache
+def _other_months() -> tuple[dict[str, int], re.Pattern[str]]:
+    """The month numbers of :data:`_OTHER_MONTH_NAMES` and the pattern of a day, one of them and a
+    year (``5 mars 2024``, ``5. März 2024``, ``5 de marzo de 2024``), made on first use: not at
+    every ``memdir search``'s import."""
+    months = {name: i for i, names in enumerate(_OTHER_MONTH_NAMES, start=1) for name in names.split()}
+    names = "|".join(sorted(months, key=len, reverse=True))
+    return months, re.compile(rf"(?<!\d)(\d{{1,2}})(?:er|\.|º|ª)?\s*(?:de\s+)?({names})"
+                              r"\b\.?,?\s+(?:de\s+|del\s+)?(\d{4})(?!\d)", re.I)
+
+
 #: ``2024年3月5日`` (Chinese, Japanese), ``2024년 3월 5일`` (Korean).
 _CJK_DATE: Any = LazyPattern(r"(\d{4})\s*[年년]\s*(\d{1,2})\s*[月월]\s*(\d{1,2})\s*[日일]")
 #: Day, month and year parted by dots (``05.03.2024``), as German, Russian and others write a date.
-_FOUR_DIGITS = re.compile(r"\d{4}")
 _DOTTED_DATE: Any = LazyPattern(r"(?<![\d.])(\d{1,2})\.(\d{1,2})\.(\d{4})(?!\d|\.\d)")
+_FOUR_DIGITS: Any = LazyPattern(r"\d{4}")
 
 
 def _other_date(text: str) -> dt.date | None:
-    """A full date in a heading written in another language or order (:data:`_OTHER_MONTHS`,
+    """A full date in a heading written in another language or order (:data:`_OTHER_MONTH_NAMES`,
     :data:`_CJK_DATE`, :data:`_DOTTED_DATE`), or ``None``; each needs a four-digit year."""
     # most headings have no four-digit year: one plain search, not three (every heading of a
     # MEMORY.md is read at each sync)
     if _FOUR_DIGITS.search(text) is None:
         return None
-    m = _OTHER_DAY_MONTH.search(text)
+    months, day_month = _other_months()
+    m = day_month.search(text)
     if m:
-        return _date(int(m.group(3)), _OTHER_MONTHS[m.group(2).lower()], int(m.group(1)))
+        return _date(int(m.group(3)), months[m.group(2).lower()], int(m.group(1)))
     m = _CJK_DATE.search(text) if "年" in text or "년" in text else None
     if m:
         return _date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
