@@ -395,7 +395,7 @@ def front_matter_date(content: str, tz: dt.tzinfo | None = None) -> dt.date | No
     if not content.startswith(("---", "+++")):
         return None
     top = front_matter_lines(content)
-    return _keyed_date(content.split("\n", top)[1:top - 1] if top else [], tz)
+    return _keyed_date(content.split("\n", top)[1:top - 1] if top else [], tz)  # top: 0 when unclosed
 
 
 #: A ``Key: value`` line (Logseq's ``key:: value``): a note's properties under its title.
@@ -408,7 +408,9 @@ def header_date(content: str, tz: dt.tzinfo | None = None) -> dt.date | None:
     AM``, ``Tags: house``), Logseq its page's (``date:: [[Mar 5th, 2024]]``) and meeting
     templates theirs (``Date: 2024-03-05``), or ``None``.  Front matter above them is passed over."""
     top = front_matter_lines(content) if content.startswith(("---", "+++")) else 0
-    lines = content.split("\n", top + 16)[top:top + 16]
+    lines = content[:20_000].split("\n", top + 16)[top:top + 16]  # not a copy of a big note's rest
+    if "ate" not in "".join(lines).lower():  # no "date" nor "created": most notes, read at each sync
+        return None
     i, n = 0, len(lines)
     while i < n and not lines[i].strip():
         i += 1
@@ -447,6 +449,9 @@ def text_date(text: str, tz: dt.tzinfo | None = None) -> dt.date | None:
 
     An ISO date with a UTC clock time after it is an instant: its day in ``tz`` (the user's zone)
     is the day it is about, as a daily log's name is that day."""
+    # every full date has a four-digit year; most headings have none: one search, not five
+    if _FOUR_DIGITS.search(text) is None:
+        return None
     m = _ISO.search(text)
     if m:
         day = _date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
@@ -505,11 +510,7 @@ _FOUR_DIGITS: Any = LazyPattern(r"\d{4}")
 
 def _other_date(text: str) -> dt.date | None:
     """A full date in a heading written in another language or order (:data:`_OTHER_MONTH_NAMES`,
-    :data:`_CJK_DATE`, :data:`_DOTTED_DATE`), or ``None``; each needs a four-digit year."""
-    # most headings have no four-digit year: one plain search, not three (every heading of a
-    # MEMORY.md is read at each sync)
-    if _FOUR_DIGITS.search(text) is None:
-        return None
+    :data:`_CJK_DATE`, :data:`_DOTTED_DATE`), or ``None``."""
     months, day_month = _other_months()
     m = day_month.search(text)
     if m:
