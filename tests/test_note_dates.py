@@ -5,6 +5,8 @@ question about that day prefers them, as it does daily logs."""
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 
 import pytest
 
@@ -140,3 +142,15 @@ def test_period_questions_find_notes_other_tools_dated(make_workspace, keyword_c
         top = resp.results[0]
         assert top.path == "vault/journals/2024_03_05.md" and top.explain["inPeriod"] is True
         assert top.explain["dates"] == "2024-03-05"
+
+
+def test_a_long_front_matter_value_is_read_in_linear_time() -> None:
+    """The value pattern (lazy, then trailing spaces) was quadratic: a front matter ``date:`` line
+    of 16,000 spaces held the sync for a second, one of 200,000 for minutes."""
+    code = ("from memdir.dates import line_dates\n"
+            "pad = ' ' * 200_000\n"
+            "print(line_dates('n.md', '---\\ndate: x' + pad + 'y\\n---\\nbody')[-1],"
+            " line_dates('n.md', '# T\\nDate: x' + pad + 'y\\n\\nbody')[-1],"
+            " line_dates('n.md', '---\\ndate: 2024-03-05' + pad + '\\n---\\nbody')[-1])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
+    assert out.stdout.split() == ["None", "None", "2024-03-05"]
