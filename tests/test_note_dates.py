@@ -5,6 +5,7 @@ question about that day prefers them, as it does daily logs."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import subprocess
 import sys
 
@@ -154,3 +155,23 @@ def test_a_long_front_matter_value_is_read_in_linear_time() -> None:
             " line_dates('n.md', '---\\ndate: 2024-03-05' + pad + '\\n---\\nbody')[-1])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
     assert out.stdout.split() == ["None", "None", "2024-03-05"]
+
+
+def test_the_cli_prefers_a_journal_of_the_day_asked_about(make_workspace, run_cli) -> None:
+    """``memdir search`` over an Obsidian vault in ``extraPaths``: the Logseq journal and the
+    front-matter-dated note of 5 March 2024 are of that day, the journal of the 20th is not."""
+    ws = make_workspace({
+        "memdir.toml": '[memorySearch]\nprovider = "none"\nextraPaths = ["vault"]\n',
+        "MEMORY.md": "# Memory\n",
+        "vault/journals/2024_03_05.md": "- Saw the dentist about the molar\n",
+        "vault/journals/2024_03_20.md": "- Saw the dentist about the crown\n",
+        "vault/visit.md": "---\ncreated: 2024-03-05T10:00:00Z\n---\nThe dentist's new address is Elm Street 4.\n",
+    })
+    out = run_cli("search", "When did I see the dentist on 5 March 2024?", "--json", "--explain", "-w", str(ws),
+                  env={"MEMDIR_USER_TIMEZONE": "UTC"}, check=True)
+    results = json.loads(out.stdout)["results"]
+    by_path = {r["path"]: r["explain"] for r in results}
+    assert by_path["vault/journals/2024_03_05.md"]["inPeriod"] is True
+    assert by_path["vault/visit.md"]["dates"] == "2024-03-05"
+    assert by_path.get("vault/journals/2024_03_20.md", {"inPeriod": False})["inPeriod"] is False
+    assert results[0]["path"] in ("vault/journals/2024_03_05.md", "vault/visit.md")
