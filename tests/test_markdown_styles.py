@@ -155,6 +155,18 @@ def test_a_snippet_of_a_long_paragraph_line_shows_where_it_matched(
     assert truncate_snippet(para, 700, ["ridge"]) == para[:700]  # the head shows it: the head
 
 
+def test_a_query_word_longer_than_the_snippet_does_not_break_it() -> None:
+    """A word of the question longer than the snippet's limit, twice in a long line, raised
+    ValueError while choosing where the line's snippet starts (an 800-character token against the
+    700-character snippet; under memory_search's character budget, a word longer than what was left
+    of it)."""
+    tok = "a" * 800
+    text = f"x {tok} y {tok} z"
+    assert truncate_snippet(text, 700, [tok]) == text[:700]
+    line = "the spare key " * 20 + "garage garage"
+    assert truncate_snippet(line, 4, ["garage"]) == line[:4]  # nor its stem (garag) fits: the head
+
+
 def test_rules_and_empty_front_matter_are_no_setext_headings() -> None:
     """``---`` under ``---`` (an empty front matter) or under another rule underlines no heading."""
     from memdir.chunking import chunk_sections
