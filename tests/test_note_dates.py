@@ -109,7 +109,8 @@ def test_properties_under_a_title_date_a_note(note: str, day: dt.date | None) ->
     ("5 mars 2024", D), ("mardi 5 mars 2024", D), ("1er mars 2024", dt.date(2024, 3, 1)),
     ("5. März 2024", D), ("Dienstag, 5. Maerz 2024", D), ("5 de marzo de 2024", D),
     ("5 de março de 2024", D), ("5 marzo 2024", D), ("5 maart 2024", D), ("5 févr. 2024", dt.date(2024, 2, 5)),
-    ("12 décembre 2024", dt.date(2024, 12, 12)), ("2024年3月5日", D), ("2024年03月05日（火）", D),
+    ("12 décembre 2024", dt.date(2024, 12, 12)), ("11 novembre 2024", dt.date(2024, 11, 11)),
+    ("3 ottobre 2024", dt.date(2024, 10, 3)), ("2024年3月5日", D), ("2024年03月05日（火）", D),
     ("2024년 3월 5일", D), ("05.03.2024", D), ("Tuesday, March 5, 2024", D),
     ("30 février 2024", None), ("Mars 2024 plans", None), ("Session 1, 1:56 pm", None), ("v1.2.3", None),
 ])

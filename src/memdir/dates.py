@@ -487,7 +487,7 @@ _OTHER_MONTH_NAMES = (
     "août aout agosto augustus",
     "septembre septiembre setiembre setembro settembre",
     "octobre oktober octubre outubro ottobre okt",
-    "noviembre novembro",
+    "novembre noviembre novembro",
     "décembre decembre dezember diciembre dezembro dicembre dez déc",
 )
 
