@@ -3,6 +3,7 @@ every fact is found, shown in its snippet and cited at its lines."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -79,15 +80,16 @@ def test_a_setext_heading_dates_the_lines_below_it() -> None:
     assert days[:3] == [None] * 3 and days[3:7] == ["2024-03-02"] * 4 and days[7:10] == ["2024-03-09"] * 3
 
 
-def test_front_matter_is_no_heading_and_dates_nothing() -> None:
+def test_front_matter_is_no_heading_and_its_comment_dates_nothing() -> None:
     """A YAML comment in front matter (``# 2024-01-05 imported``) was a dated heading: every line
     of the note was dated that day, and the sections chunker cut the front matter at it.  Its
-    closing ``---`` is no Setext underline of the key above it either."""
+    closing ``---`` is no Setext underline of the key above it either.  (Its ``date:`` key dates
+    the note: tests/test_note_dates.py.)"""
     from memdir.chunking import chunk_sections
     from memdir.dates import line_dates
 
     note = "---\n# 2024-01-05 imported\ntitle: Trip\n\ndate: 2023-11-02\n---\n\n- booked the ryokan in Hakone\n"
-    assert line_dates("notes/trip.md", note) == [None] * 9
+    assert line_dates("notes/trip.md", note) == [dt.date(2023, 11, 2)] * 9
     assert [(c.start_line, c.end_line) for c in chunk_sections(note)] == [(1, 7), (8, 9)]
     toml = "+++\n# 2024-01-05\ntitle = 'Trip'\n+++\n- booked\n"
     assert line_dates("notes/trip.md", toml) == [None] * 6
@@ -151,6 +153,18 @@ def test_a_snippet_of_a_long_paragraph_line_shows_where_it_matched(
     assert hit.snippet.rstrip().endswith("The spare boathouse key hangs behind the barometer.")
     assert len(hit.snippet) <= 700 and para[para.index(hit.snippet.rstrip()) - 1] == " "  # it starts at a word
     assert truncate_snippet(para, 700, ["ridge"]) == para[:700]  # the head shows it: the head
+
+
+def test_a_query_word_longer_than_the_snippet_does_not_break_it() -> None:
+    """A word of the question longer than the snippet's limit, twice in a long line, raised
+    ValueError while choosing where the line's snippet starts (an 800-character token against the
+    700-character snippet; under memory_search's character budget, a word longer than what was left
+    of it)."""
+    tok = "a" * 800
+    text = f"x {tok} y {tok} z"
+    assert truncate_snippet(text, 700, [tok]) == text[:700]
+    line = "the spare key " * 20 + "garage garage"
+    assert truncate_snippet(line, 4, ["garage"]) == line[:4]  # nor its stem (garag) fits: the head
 
 
 def test_rules_and_empty_front_matter_are_no_setext_headings() -> None:

@@ -234,6 +234,25 @@ def test_vector_50_clamp_by_injected_chars():
     assert clamp_results_by_chars(results, 0) == results
 
 
+def test_the_injected_chars_budget_keeps_the_line_that_matched(make_workspace, keyword_config) -> None:
+    """The budget cut a result's snippet from its start: asked where the garage key is, with 200
+    characters to spend, the tool showed the section's heading and two unrelated items, and the
+    line about the key (the snippet's last, 693 characters in) was lost."""
+    items = [f"- Item {i}: the shelf in the hallway holds box number {i} of old papers." for i in range(9)]
+    key = "- The spare key to the garage is under the blue flowerpot."
+    ws = make_workspace({"MEMORY.md": "\n".join(["# Household", "", *items, key]) + "\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        for citations in ("off", "on"):
+            args = {"query": "where is the spare garage key"}
+            full = memory_search_payload(mem, args, citations=citations)["results"]
+            assert key in full[0]["snippet"] and len(full[0]["snippet"]) > 200
+            (hit,) = memory_search_payload(mem, args, citations=citations, max_injected_chars=200)["results"]
+            assert key in hit["snippet"] and len(hit["snippet"]) <= 200, citations
+            assert (hit["startLine"], hit["endLine"]) == (full[0]["startLine"], full[0]["endLine"])
+    # with no query to focus on, the snippet's head as before
+    assert clamp_results_by_chars([{"snippet": "a\nb\nkey"}], 3, query="") == [{"snippet": "a\nb"}]
+
+
 def test_vector_51_failure_payloads():
     quota = search_unavailable_payload("openai embeddings failed: 429 insufficient_quota")
     assert quota == {

@@ -1,10 +1,12 @@
 """Dates in memory and in questions: what day a chunk is about, and which period a question names.
 
-Memory is dated: a daily log's file name (``memory/2023-08-05.md``, ``2023-08-05-standup.md``),
-a dated heading (``## 2024-03-02``, ``### March 2, 2024``) or a transcript message's time says
-which day the lines below it belong to.  A question that names a day, a month, a year or a
-relative period ("yesterday", "last week", "in March", "two weeks ago", in the user's timezone)
-is turned into a :class:`Period`; search then prefers chunks of that period.
+Memory is dated: a dated heading (``## 2024-03-02``, ``### March 2, 2024``, ``## 2 mars 2024``,
+``## 2024年3月2日``), a date in a note's path (``memory/2023-08-05.md``, ``2023-08-05-standup.md``,
+Logseq's ``journals/2023_08_05.md``, ``2023/08/05.md``), its front matter's ``date:`` or
+``created:``, or a transcript message's time says which day the lines below it belong to.  A
+question that names a day, a month, a year or a relative period ("yesterday", "last week", "in
+March", "two weeks ago", in the user's timezone) is turned into a :class:`Period`; search then
+prefers chunks of that period.
 
 Only the standard library: a handful of patterns covers the ways people name dates in English
 questions, and a date that is not recognised simply does not boost anything.
@@ -22,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memdir.textutil import LazyPattern, literal_lines, setext_headings
+from memdir.textutil import LazyPattern, front_matter_lines, literal_lines, setext_headings
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})
@@ -346,11 +348,112 @@ def file_date(path: str) -> dt.date | None:
     return _date(int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else None
 
 
+#: A date in a note's name parted by underscores or dots, the same both times: Logseq's journals
+#: (``journals/2024_03_05.md``), Dendron's (``daily.journal.2024.03.05.md``).
+_NAME_DATE: Any = LazyPattern(r"(?<!\d)(\d{4})([_.])(\d{2})\2(\d{2})(?!\d)")
+#: A note filed in year and month folders and named by its day (``2024/03/05.md``,
+#: ``2024/03/05 Tuesday.md``: a daily-notes layout Obsidian's plugins offer).
+_FOLDER_DATE: Any = LazyPattern(r"(?:^|/)(\d{4})/(\d{2})/(\d{2})(?:[^/\d][^/]*)?$")
+
+
+def path_date(path: str) -> dt.date | None:
+    """The day a note's path carries: a date in its name (:func:`file_date`, Logseq's and
+    Dendron's ``2024_03_05`` / ``2024.03.05``, or any full date a heading may hold, as Obsidian's
+    daily notes named ``Tuesday, March 5, 2024.md``), or its ``YYYY/MM/`` folders and a name
+    starting with the day.  Those journals were undated: a question about their day did not
+    prefer them.
+
+    Only dates; whether a note is chunked as a daily log stays :func:`file_date`'s."""
+    d = file_date(path)
+    if d is not None:
+        return d
+    norm = path.replace("\\", "/")
+    name = norm.rsplit("/", 1)[-1]
+    m = _NAME_DATE.search(name) if name.count("_") >= 2 or name.count(".") >= 3 else None
+    if m:
+        d = _date(int(m.group(1)), int(m.group(3)), int(m.group(4)))
+    if d is None and norm.count("/") >= 2 and name[:1].isdigit():
+        m = _FOLDER_DATE.search(norm)
+        if m:
+            d = _date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    if d is None and _FOUR_DIGITS.search(name):  # a name dated as a heading is: "March 5, 2024.md"
+        d = text_date(name.rsplit(".", 1)[0])
+    return d
+
+
+#: Front matter keys that say which day a note is about or was written (``date:`` in Obsidian,
+#: Jekyll, Hugo; ``created:`` in Joplin, Foam, Dendron); ``date`` wins.  ``updated``/``modified``
+#: say when it was last edited, not what day it belongs to.
+_FRONT_MATTER_DATE: Any = LazyPattern(
+    r"[\"']?(date|created|created[-_ ]?(?:at|on|time|date)|date[-_ ]?created|creation[-_ ]?date)[\"']?"
+    r"[ \t]*(::|[:=])(.*)", re.I)
+
+
+def front_matter_date(content: str, tz: dt.tzinfo | None = None) -> dt.date | None:
+    """The day a note's YAML or TOML front matter gives (``date: 2024-03-05``, ``created =
+    2024-03-05T09:12:00Z``, Dendron's ``created: 1709625600000`` milliseconds), or ``None``."""
+    if not content.startswith(("---", "+++")):
+        return None
+    top = front_matter_lines(content)
+    return _keyed_date(content.split("\n", top)[1:top - 1] if top else [], tz)  # top: 0 when unclosed
+
+
+#: A ``Key: value`` line (Logseq's ``key:: value``): a note's properties under its title.
+_PROPERTY: Any = LazyPattern(r"[A-Za-z][\w .'-]{0,40}::?[ \t]+\S")
+
+
+def header_date(content: str, tz: dt.tzinfo | None = None) -> dt.date | None:
+    """The day the property lines at the top of a note give, under its title if it has one, as
+    Notion's export writes them (``# Roof quote``, a blank line, ``Created: March 13, 2024 9:12
+    AM``, ``Tags: house``), Logseq its page's (``date:: [[Mar 5th, 2024]]``) and meeting
+    templates theirs (``Date: 2024-03-05``), or ``None``.  Front matter above them is passed over."""
+    top = front_matter_lines(content) if content.startswith(("---", "+++")) else 0
+    lines = content[:20_000].split("\n", top + 16)[top:top + 16]  # not a copy of a big note's rest
+    if "ate" not in "".join(lines).lower():  # no "date" nor "created": most notes, read at each sync
+        return None
+    i, n = 0, len(lines)
+    while i < n and not lines[i].strip():
+        i += 1
+    if i < n and not _PROPERTY.match(lines[i]):  # the title
+        i += 1
+        while i < n and not lines[i].strip():
+            i += 1
+    block = []
+    while i < n and _PROPERTY.match(lines[i]):
+        block.append(lines[i])
+        i += 1
+    return _keyed_date(block, tz, seps=(":", "::")) if block else None
+
+
+def _keyed_date(lines: list[str], tz: dt.tzinfo | None, seps: tuple[str, ...] = (":", "=")) -> dt.date | None:
+    """The day ``date`` (else ``created``, :data:`_FRONT_MATTER_DATE`) of these ``key: value``
+    lines gives."""
+    found: dict[str, dt.date] = {}
+    for line in lines:
+        m = _FRONT_MATTER_DATE.match(line)
+        if not m or m.group(2) not in seps:
+            continue
+        key = "date" if m.group(1).lower() == "date" else "created"
+        # stripped here: a lazy value before a pattern's trailing spaces took quadratic time (a
+        # 16,000-space value held the sync for a second, a front matter line of 200 KB minutes)
+        value = m.group(3)[:200].strip().strip("\"'")
+        if value.isdigit() and 12 <= len(value) <= 13:  # Dendron: milliseconds since 1970
+            day = ms_to_day(int(value), tz or dt.UTC)
+        else:
+            day = text_date(value, tz)
+        if day is not None:
+            found.setdefault(key, day)
+    return found.get("date") or found.get("created")
+
+
 def text_date(text: str, tz: dt.tzinfo | None = None) -> dt.date | None:
     """A full date (day, month and year) written in a heading, or ``None``.
 
     An ISO date with a UTC clock time after it is an instant: its day in ``tz`` (the user's zone)
     is the day it is about, as a daily log's name is that day."""
+    # every full date has a four-digit year; most headings have none: one search, not five
+    if _FOUR_DIGITS.search(text) is None:
+        return None
     m = _ISO.search(text)
     if m:
         day = _date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
@@ -367,16 +470,74 @@ def text_date(text: str, tz: dt.tzinfo | None = None) -> dt.date | None:
         m = pattern.search(text)
         if m and m.group(3):
             return _date(int(m.group(3)), _MONTHS[m.group(mon_group).lower()], int(m.group(day_group)))
+    return _other_date(text)
+
+
+#: Month names of the languages people keep notes in besides English (French, German, Spanish,
+#: Portuguese, Italian, Dutch), with and without their accents: ``## 5 mars 2024`` and ``## 5. März
+#: 2024`` dated nothing, so a question about that day did not prefer their lines.
+_OTHER_MONTH_NAMES = (
+    "janvier janv jänner januar enero janeiro gennaio januari",
+    "février fevrier févr fevr februar febrero fevereiro febbraio februari",
+    "mars märz maerz marz marzo março marco maart mär",
+    "avril avr abril aprile",
+    "mai mayo maio maggio mei",
+    "juin junio junho giugno juni",
+    "juillet juil julio julho luglio juli",
+    "août aout agosto augustus",
+    "septembre septiembre setiembre setembro settembre",
+    "octobre oktober octubre outubro ottobre okt",
+    "novembre noviembre novembro",
+    "décembre decembre dezember diciembre dezembro dicembre dez déc",
+)
+
+
+@functools.cache
+def _other_months() -> tuple[dict[str, int], re.Pattern[str]]:
+    """The month numbers of :data:`_OTHER_MONTH_NAMES` and the pattern of a day, one of them and a
+    year (``5 mars 2024``, ``5. März 2024``, ``5 de marzo de 2024``), made on first use: not at
+    every ``memdir search``'s import."""
+    months = {name: i for i, names in enumerate(_OTHER_MONTH_NAMES, start=1) for name in names.split()}
+    names = "|".join(sorted(months, key=len, reverse=True))
+    return months, re.compile(rf"(?<!\d)(\d{{1,2}})(?:er|\.|º|ª)?\s*(?:de\s+)?({names})"
+                              r"\b\.?,?\s+(?:de\s+|del\s+)?(\d{4})(?!\d)", re.I)
+
+
+#: ``2024年3月5日`` (Chinese, Japanese), ``2024년 3월 5일`` (Korean).
+_CJK_DATE: Any = LazyPattern(r"(\d{4})\s*[年년]\s*(\d{1,2})\s*[月월]\s*(\d{1,2})\s*[日일]")
+#: Day, month and year parted by dots (``05.03.2024``), as German, Russian and others write a date.
+_DOTTED_DATE: Any = LazyPattern(r"(?<![\d.])(\d{1,2})\.(\d{1,2})\.(\d{4})(?!\d|\.\d)")
+_FOUR_DIGITS: Any = LazyPattern(r"\d{4}")
+
+
+def _other_date(text: str) -> dt.date | None:
+    """A full date in a heading written in another language or order (:data:`_OTHER_MONTH_NAMES`,
+    :data:`_CJK_DATE`, :data:`_DOTTED_DATE`), or ``None``."""
+    months, day_month = _other_months()
+    m = day_month.search(text)
+    if m:
+        return _date(int(m.group(3)), months[m.group(2).lower()], int(m.group(1)))
+    m = _CJK_DATE.search(text) if "年" in text or "년" in text else None
+    if m:
+        return _date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    m = _DOTTED_DATE.search(text) if "." in text else None
+    if m:
+        return _date(int(m.group(3)), int(m.group(2)), int(m.group(1)))
     return None
 
 
 def line_dates(path: str, content: str, tz: dt.tzinfo | None = None) -> list[dt.date | None]:
-    """The day each line of a file belongs to: its nearest dated heading above, else the file's date.
+    """The day each line of a file belongs to: its nearest dated heading above, else the day its
+    path (:func:`path_date`), its front matter (:func:`front_matter_date`) or the properties under
+    its title (:func:`header_date`) give.
 
     A heading without a date ends the dated section of a heading at its level or deeper; ``tz``
     (the user's zone) turns a heading's UTC time into the user's day (see :func:`text_date`).
     """
-    base = file_date(path)
+    base = path_date(path)
+    # MEMORY.md is evergreen (R§7.1): a template's ``created:`` there is no day its facts are of
+    if base is None and path.replace("\\", "/").removeprefix("./") not in ("MEMORY.md", "memory.md"):
+        base = front_matter_date(content, tz) or header_date(content, tz)
     stack: list[tuple[int, dt.date | None]] = []  # (heading level, its date)
     out: list[dt.date | None] = []
     current = base

@@ -168,6 +168,11 @@ def _within_line(text: str, limit: int, needles: list[tuple[str, ...]]) -> str:
     counts: dict[int, int] = {}
     b = 0
     for a, (start, _, _) in enumerate(hits):  # hits a..b-1: those ending within limit of hit a
+        # a hit longer than the limit never joined the window: the next one's starts at itself
+        # (from the hit before it, the window held a hit it had left, and the snippet raised
+        # ValueError: a query word of 800 characters twice in a line, or one of 6 under a tool's
+        # character budget of 5)
+        b = max(b, a)
         while b < len(hits) and hits[b][1] - start <= limit:
             counts[hits[b][2]] = counts.get(hits[b][2], 0) + 1
             b += 1

@@ -361,16 +361,21 @@ def decorate_citations(results: list[dict[str, Any]], include: bool) -> list[dic
     return out
 
 
-def clamp_results_by_chars(results: list[dict[str, Any]], budget: int | None) -> list[dict[str, Any]]:
+def clamp_results_by_chars(results: list[dict[str, Any]], budget: int | None, *,
+                           query: str = "") -> list[dict[str, Any]]:
     """Keep whole snippets while they fit ``budget`` characters, cut the first that does not, stop.
 
     OpenClaw applies this to its QMD backend (``maxInjectedChars``); memdir offers it to any
-    caller that must bound how much memory text reaches the model.
+    caller that must bound how much memory text reaches the model.  The snippet cut keeps the
+    lines that hold the most of ``query``'s words, as a snippet cut to 700 characters does: cut
+    from its start, a section's first lines were kept and the line that answered was dropped.
     """
     if not budget or budget <= 0:
         return results
-    from memdir.textutil import cut_text
+    from memdir.query import keyword_terms
+    from memdir.search import truncate_snippet
 
+    terms = keyword_terms(query) if query else []
     remaining = budget
     out: list[dict[str, Any]] = []
     for entry in results:
@@ -381,7 +386,7 @@ def clamp_results_by_chars(results: list[dict[str, Any]], budget: int | None) ->
             out.append(entry)
             remaining -= len(snippet)
         else:
-            out.append({**entry, "snippet": cut_text(snippet, remaining)})
+            out.append({**entry, "snippet": truncate_snippet(snippet, remaining, terms)})
             break
     return out
 
@@ -466,7 +471,8 @@ def memory_search_payload(memory: Any, args: Any = None, *, session_key: str | N
         response = memory.search(query, max_results=max_results, min_score=min_score)
         raw = response.as_dict()
         payload: dict[str, Any] = {
-            "results": clamp_results_by_chars(decorate_citations(raw["results"], include), max_injected_chars),
+            "results": clamp_results_by_chars(decorate_citations(raw["results"], include), max_injected_chars,
+                                              query=query),
             "provider": raw.get("provider"),
             "model": raw.get("model"),
         }
