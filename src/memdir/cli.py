@@ -757,8 +757,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_ltm(args: argparse.Namespace) -> int:
-    from memdir.ltm.cli import run
+    from memdir.ltm.cli import check_usage, run
 
+    check_usage(args)  # bad usage is 2 whatever the config or the LanceDB extra
     return run(args, _load_config(args))
 
 
