@@ -876,10 +876,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _asks_for_json(sys.argv[1:] if argv is None else argv):
             _print_failure("usage", exc.message, 2)
         raise
-    if args.version:
+    if args.version:  # `memdir --version | true`: a traceback and exit 1 when printed outside main's try
         from memdir import __version__
 
-        print(f"memdir {__version__}")
+        try:
+            print(f"memdir {__version__}", flush=True)
+        except BrokenPipeError:
+            return _stdout_gone()
         return 0
     if not args.command:
         parser.print_help()
