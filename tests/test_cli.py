@@ -142,6 +142,28 @@ def test_json_output_escapes_a_path_argument_that_is_not_utf8(ws: Path, run_cli)
     assert out.stdout.isascii() and json.loads(out.stdout) == {"text": "", "path": "memory/\udcff.md"}
 
 
+def test_config_show_json_is_strict_json_with_a_setting_of_infinity(ws: Path, run_cli):
+    """``sync.intervalMinutes = inf`` (TOML) is a setting memdir takes, and ``config show --json``
+    wrote it as a bare ``Infinity``, which ``jq`` and ``JSON.parse`` refuse: the whole document was
+    unreadable.  It is the string JSON5 spells it, which reads back as the same setting."""
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n[memorySearch.sync]\n'
+                                    'intervalMinutes = inf\n[memorySearch.remote.batch]\ntimeoutMinutes = inf\n')
+    out = run_cli("config", "show", "--json", "-w", str(ws))
+    assert out.returncode == 0, out.stderr
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"not JSON: {constant}")
+
+    values = {s["key"]: s["value"] for s in json.loads(out.stdout, parse_constant=refuse)["settings"]}
+    assert values["memorySearch.sync.intervalMinutes"] == "Infinity"
+    assert values["memorySearch.remote.batch.timeoutMinutes"] == "Infinity"
+    (ws / "memdir.toml").unlink()
+    (ws / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none", "sync": {
+        "intervalMinutes": values["memorySearch.sync.intervalMinutes"]}}}))
+    again = json.loads(run_cli("config", "show", "--json", "-w", str(ws)).stdout, parse_constant=refuse)
+    assert {s["key"]: s["value"] for s in again["settings"]}["memorySearch.sync.intervalMinutes"] == "Infinity"
+
+
 def test_append_from_a_closed_stdin_is_bad_usage(ws: Path, state_dir: Path):
     """``memdir append - <&-`` said "'NoneType' object has no attribute 'buffer'"."""
     import subprocess

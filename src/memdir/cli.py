@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -157,18 +158,39 @@ def _quiet(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "quiet", False))
 
 
-def json_text(value: Any, *, indent: int | None = None) -> str:
+def json_text(value: Any, *, indent: int | None = None, default: Callable[[Any], Any] | None = None) -> str:
     """``value`` as JSON for stdout, non-ASCII text as it is where stdout can encode it; else
     (a lone surrogate: a byte that is not UTF-8 in a path given on the command line; an ASCII
     stdout: ``PYTHONIOENCODING=ascii``, a C locale with ``PYTHONUTF8=0``) all ``\\u`` escapes.
     Why: printed raw it was a codec error, a stray byte no strict JSON reader takes, or, through
-    the backslash escapes of :func:`_lossless_streams`, ``"caf\\xe9"``, which is not JSON."""
-    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    the backslash escapes of :func:`_lossless_streams`, ``"caf\\xe9"``, which is not JSON.
+    A float that is not finite is written as the string JSON5 spells it (:func:`_finite`)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, indent=indent, default=default, allow_nan=False)
+    except ValueError:  # NaN or an infinity somewhere
+        value = _finite(value)
+        text = json.dumps(value, ensure_ascii=False, indent=indent, default=default)
     try:
         text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
     except (UnicodeEncodeError, LookupError):
-        return json.dumps(value, indent=indent)
+        return json.dumps(value, indent=indent, default=default)
     return text
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with each float that is not finite as ``"Infinity"``, ``"-Infinity"`` or ``"NaN"``.
+
+    Why: ``json`` writes them bare, which is not JSON: ``memdir config show --json`` with
+    ``sync.intervalMinutes = inf`` (a setting memdir accepts) printed ``"value": Infinity``, and
+    every strict reader (``jq``, JavaScript's ``JSON.parse``) refused the whole document.  The
+    strings read back as the same setting (a config file's number may be given as a string)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 #: Control characters shown as ``\\xNN`` in text printed for a person: every C0 but tab and newline,
@@ -739,9 +761,9 @@ def cmd_config(args: argparse.Namespace) -> int:
     loaded = _load_config(args)
     rows = loaded.rows()
     if args.json:
-        print(json.dumps({"configFile": str(loaded.config_file) if loaded.config_file else None,
-                          "settings": [{"key": k, "value": v, "origin": o} for k, v, o in rows]},
-                         indent=2, default=str))
+        print(json_text({"configFile": str(loaded.config_file) if loaded.config_file else None,
+                         "settings": [{"key": k, "value": v, "origin": o} for k, v, o in rows]},
+                        indent=2, default=str))
         return 0
     print(f"# config file: {loaded.config_file or '(none found)'}")
     width = max(len(k) for k, _, _ in rows)
