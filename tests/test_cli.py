@@ -424,3 +424,24 @@ def test_a_note_saved_on_windows_prints_without_a_control_code_per_line(tmp_path
     assert "# Notes\n- the heron nests by the lake\n- second line\n" in out
     raw = json.loads(run_cli("-w", str(ws), "search", "heron", "--json", check=True).stdout)
     assert raw["results"][0]["snippet"].startswith("# Notes\r\n- the heron nests by the lake\r\n")
+
+
+def test_file_names_holding_escape_sequences_are_spelt_out_for_a_person(make_workspace, run_cli):
+    """A note synced from elsewhere may be named with an escape sequence: ``memdir index`` and
+    ``memdir status`` printed such a name raw (a FIFO's, skipped), retitling and clearing the
+    terminal, while ``search`` spelt the same names out; so did an error line quoting a path."""
+    import os
+
+    ws = make_workspace({"MEMORY.md": "- hello\n", "memdir.json": json.dumps({"memorySearch": {"provider": "none"}})})
+    (ws / "memory").mkdir()
+    os.mkfifo(ws / "memory" / "evil\x1b]0;PWNED\x07\x1b[2J.md")
+    spelt = "memory/evil\\x1b]0;PWNED\\x07\\x1b[2J.md"
+    index = run_cli("index", "-w", str(ws))
+    status = run_cli("status", "-w", str(ws))
+    refused = run_cli("get", "../evil\x1b[2J.md", "-w", str(ws))
+    assert index.returncode == 0 and status.returncode == 0 and refused.returncode == 1
+    assert spelt in index.stderr and spelt in status.stdout and "evil\\x1b[2J.md" in refused.stderr
+    for text in (index.stderr, status.stdout, refused.stderr):
+        assert "\x1b" not in text and "\x07" not in text, text
+    listed = json.loads(run_cli("status", "--json", "-w", str(ws)).stdout)["skipped"]  # JSON: the name as it is
+    assert [item["path"] for item in listed] == ["memory/evil\x1b]0;PWNED\x07\x1b[2J.md"]

@@ -205,14 +205,17 @@ def for_terminal(text: str) -> str:
     hostile page); printed raw, an escape sequence in a search snippet could recolour or clear the
     terminal, retitle it, or write to the clipboard (OSC 52).  ``--json`` and a piped ``get`` keep
     the text as it is.  A ``\r`` ending a line (a note saved on Windows) is a line end, not shown:
-    every line of such a note ended in ``\x0d``; a lone one is spelt out."""
+    every line of such a note ended in ``\x0d``; a lone one is spelt out.  File names are text
+    of the same kind (a note synced from elsewhere named with an escape sequence): ``index``,
+    ``status``, ``watch`` and the error lines print theirs through this too."""
     return text if text.isprintable() else text.replace("\r\n", "\n").translate(_CONTROLS)
 
 
 def _note(args: argparse.Namespace, text: str) -> None:
-    """A note or warning for a person at a terminal (stderr; silenced by ``-q``)."""
+    """A note or warning for a person at a terminal (stderr; silenced by ``-q``), its control
+    characters spelt out (:func:`for_terminal`): it may name a file of the workspace."""
     if not _quiet(args):
-        print(text, file=sys.stderr)
+        print(for_terminal(text), file=sys.stderr)
 
 
 #: Skipped files named one per line by ``index`` and ``status``; the rest are counted in one line.
@@ -397,7 +400,7 @@ def _load_config(args: argparse.Namespace) -> Any:
 
 def _notice(message: str) -> None:
     """Things memdir says once, beside any output: an index healed, a writer waited for."""
-    print(f"memdir: {message}", file=sys.stderr, flush=True)
+    print(f"memdir: {for_terminal(message)}", file=sys.stderr, flush=True)
 
 
 def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
@@ -710,7 +713,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if st["issues"]:
         lines.append("Issues:")
         lines += [f"  {i}" for i in st["issues"]]
-    print("\n".join(lines))
+    print(for_terminal("\n".join(lines)))  # (file names of the workspace: an escape sequence in one is spelt out)
     return 0
 
 
@@ -921,7 +924,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _stdout_gone()
     except CliError as exc:
-        print(f"memdir: {exc}", file=sys.stderr)
+        print(f"memdir: {for_terminal(str(exc))}", file=sys.stderr)
         return _json_failure(args, "usage" if isinstance(exc, UsageError) else "error", str(exc), exc.exit_code)
     except KeyboardInterrupt:
         print("memdir: interrupted", file=sys.stderr)
@@ -943,7 +946,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "disk I/O error" in message or "database or disk is full" in message:
             # SQLite says no more than this when it could not write: the usual cause, in words
             message += " (is the disk full, or a file size limit reached?)"
-        print(f"{label}: {message}", file=sys.stderr)
+        print(f"{label}: {for_terminal(message)}", file=sys.stderr)
         if os.environ.get("MEMDIR_DEBUG"):
             raise
         log.debug("traceback", exc_info=True)
