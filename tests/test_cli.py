@@ -126,6 +126,9 @@ def test_usage_errors_argparse_finds_print_the_json_failure_too(ws: Path, run_cl
     (("get", "MEMORY.md", "--from", "0"), "--from: must be 1 or more, not 0"),
     (("get", "MEMORY.md", "--lines=-1"), "--lines: must be 1 or more, not -1"),
     (("watch", "--debounce-ms", "-5"), "--debounce-ms: must be 0 or more, not -5"),  # was taken as 0
+    # exited 1 ("invalid port") after reading the config, where --port abc is bad usage
+    (("mcp", "--transport", "http", "--port", "0"), "--port: must be 1 or more, not 0"),
+    (("mcp", "--transport", "http", "--port", "70000"), "--port: must be a port from 1 to 65535, not 70000"),
 ])
 def test_numbers_that_can_only_be_mistakes_are_bad_usage(ws: Path, run_cli, argv, words):
     """``--max-results 0`` answered "No matches.", ``--min-score inf`` the same, ``--lines -1`` one

@@ -128,6 +128,15 @@ def _millis(text: str) -> int:
     return _whole(text, 0, " of milliseconds")
 
 
+def _port(text: str) -> int:
+    """A TCP port, 1 to 65535 (``mcp --port``): ``0`` or ``70000`` exited 1 after the config was
+    read, where ``--port abc`` is bad usage (2)."""
+    value = _whole(text, 1)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, not {value}")
+    return value
+
+
 def _score(text: str) -> float:
     """A score floor from 0 to 1 (``--min-score``): ``inf`` or ``5`` left nothing to return, quietly."""
     try:
@@ -352,7 +361,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=["stdio", "http", "streamable-http"], default="stdio",
                    help="stdio (default; what MCP hosts launch) or http (streamable HTTP on loopback)")
     p.add_argument("--host", default="127.0.0.1", help="HTTP address: 127.0.0.1 (default), ::1 or localhost only")
-    p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    p.add_argument("--port", type=_port, default=8765, help="HTTP port (default 8765)")
     p.add_argument("--session-key", help="session key for citation mode auto (agent:<id>:...:group:... → no "
                                          "citations); default: a private session")
 
@@ -739,8 +748,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         check_loopback_host(args.host)  # before anything starts: a clear refusal, exit 1
     except HostNotAllowed as exc:
         raise CliError(str(exc)) from None
-    if not 0 < args.port < 65536:
-        raise CliError(f"invalid port {args.port} (expected 1-65535)")
     if args.transport == "stdio" and sys.stdin is None:  # `memdir mcp <&-`: "'NoneType' ... 'isatty'"
         raise UsageError("the MCP server on stdio reads its requests from stdin, and stdin is closed "
                          "(--transport http serves without it)")
