@@ -128,6 +128,7 @@ def test_usage_errors_argparse_finds_print_the_json_failure_too(ws: Path, run_cl
     (("watch", "--debounce-ms", "-5"), "--debounce-ms: must be 0 or more, not -5"),  # was taken as 0
     # exited 1 ("invalid port") after reading the config, where --port abc is bad usage
     (("mcp", "--transport", "http", "--port", "0"), "--port: must be 1 or more, not 0"),
+    (("get", " "), "Missing path"),  # exited 1 ("path required"), where `search ""` is bad usage
     # scored every question with nothing returned (recall 0), exit 0
     (("bench", "quality", "nowhere", "--min-score", "7"), "--min-score: must be a number from 0 to 1, not 7"),
     (("mcp", "--transport", "http", "--port", "70000"), "--port: must be a port from 1 to 65535, not 70000"),

@@ -563,6 +563,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_get(args: argparse.Namespace) -> int:
     from memdir.workspace import PathError
 
+    if not args.path.strip():  # ("path required" exited 1, where `search ""` and `append ""` are bad usage)
+        raise UsageError("Missing path. Give a memory file, e.g. memdir get MEMORY.md or memdir get "
+                         "memory/2026-01-12.md (as search results name them).")
     with _memory(args) as mem:
         try:
             got = mem.get(args.path, from_line=args.from_line, lines=args.lines)
