@@ -236,3 +236,19 @@ def test_ltm_usage_errors_exit_2_whatever_the_extra_or_the_config(
                                                         "exitCode": 2}
         else:
             assert not done.stdout
+
+
+def test_ltm_export_to_dash_writes_stdout_as_import_reads_stdin(tmp_path: Path, make_workspace, run_cli) -> None:
+    """``ltm export --out -`` wrote a file named ``-`` in the current folder and said "Exported 1
+    memories to -", leaving the pipe it was meant for empty, where ``ltm import -`` reads stdin."""
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    base = ("--workspace", str(ws), "--config", str(cfg))
+    run_cli("ltm", "store", "I prefer dark mode", *base, check=True)
+    done = run_cli("ltm", "export", "--out", "-", *base, cwd=tmp_path, check=True)
+    assert not (tmp_path / "-").exists()
+    assert done.stdout.startswith("- ") and "I prefer dark mode" in done.stdout
+    as_json = json.loads(run_cli("ltm", "export", "--out", "-", "--json", *base, cwd=tmp_path, check=True).stdout)
+    assert as_json["path"] is None and as_json["memories"] == 1 and as_json["text"] == done.stdout

@@ -48,7 +48,7 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
     p.add_argument("id", nargs="?", help="memory id")
     p.add_argument("--query", help="delete the single strong match for this query, or list candidates")
     p = cmd("export", "write the memories as Markdown (one dated bullet per memory)")
-    p.add_argument("--out", type=Path, help="file to write (default: stdout)")
+    p.add_argument("--out", type=Path, help="file to write (default, or '-': stdout)")
     p.add_argument("--all", action="store_true", help="include superseded memories")
     p = cmd("import", "store the memories of a Markdown file (an export, an edited mirror, or plain bullets)")
     p.add_argument("file", type=Path, help="Markdown file; '-' reads stdin")
@@ -178,7 +178,7 @@ def _forget(ltm: Any, args: argparse.Namespace) -> int:
 def _export(ltm: Any, args: argparse.Namespace) -> int:
     text = ltm.export(include_superseded=args.all)
     count = sum(1 for line in text.splitlines() if line.startswith("- "))
-    if args.out is None:
+    if args.out is None or str(args.out) == "-":  # '-' as import reads it: it wrote a file named '-'
         # with --json stdout is one JSON document: the Markdown went out bare, which no reader parsed
         if args.json:
             _print({"path": None, "memories": count, "text": text})
