@@ -249,6 +249,6 @@ def test_ltm_export_to_dash_writes_stdout_as_import_reads_stdin(tmp_path: Path, 
     run_cli("ltm", "store", "I prefer dark mode", *base, check=True)
     done = run_cli("ltm", "export", "--out", "-", *base, cwd=tmp_path, check=True)
     assert not (tmp_path / "-").exists()
-    assert done.stdout.startswith("- ") and "I prefer dark mode" in done.stdout
+    assert "\n- " in done.stdout and "[preference] I prefer dark mode (id: " in done.stdout
     as_json = json.loads(run_cli("ltm", "export", "--out", "-", "--json", *base, cwd=tmp_path, check=True).stdout)
     assert as_json["path"] is None and as_json["memories"] == 1 and as_json["text"] == done.stdout
