@@ -237,3 +237,22 @@ def test_quitting_before_the_first_index_is_done_is_not_a_warning(
     with caplog.at_level(logging.WARNING, logger="memdir"):
         backend._warm()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_configuration_error_exits_1_as_in_every_other_command(tmp_path: Path, state_dir: Path) -> None:
+    """``memdir -w /missing chat`` (or a broken config file) exited 2, the code for bad usage, where
+    ``memdir -w /missing search x`` and every other command exit 1 for the same failure."""
+    import subprocess
+
+    from helpers import cli_env
+
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    for flags in (["-w", str(tmp_path / "missing")], ["-w", str(tmp_path), "-c", str(broken)]):
+        codes = []
+        for command in (["chat", "--base-url", "http://127.0.0.1:9/v1"], ["search", "x"]):
+            done = subprocess.run([sys.executable, "-m", "memdir", *flags, *command], input="", capture_output=True,
+                                  text=True, timeout=60, env=cli_env(state_dir))
+            assert "configuration error" in done.stderr and "Traceback" not in done.stderr, done.stderr
+            codes.append(done.returncode)
+        assert codes == [1, 1], (flags, codes)

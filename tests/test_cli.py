@@ -126,6 +126,12 @@ def test_usage_errors_argparse_finds_print_the_json_failure_too(ws: Path, run_cl
     (("get", "MEMORY.md", "--from", "0"), "--from: must be 1 or more, not 0"),
     (("get", "MEMORY.md", "--lines=-1"), "--lines: must be 1 or more, not -1"),
     (("watch", "--debounce-ms", "-5"), "--debounce-ms: must be 0 or more, not -5"),  # was taken as 0
+    # exited 1 ("invalid port") after reading the config, where --port abc is bad usage
+    (("mcp", "--transport", "http", "--port", "0"), "--port: must be 1 or more, not 0"),
+    (("get", " "), "Missing path"),  # exited 1 ("path required"), where `search ""` is bad usage
+    # scored every question with nothing returned (recall 0), exit 0
+    (("bench", "quality", "nowhere", "--min-score", "7"), "--min-score: must be a number from 0 to 1, not 7"),
+    (("mcp", "--transport", "http", "--port", "70000"), "--port: must be a port from 1 to 65535, not 70000"),
 ])
 def test_numbers_that_can_only_be_mistakes_are_bad_usage(ws: Path, run_cli, argv, words):
     """``--max-results 0`` answered "No matches.", ``--min-score inf`` the same, ``--lines -1`` one
@@ -140,6 +146,28 @@ def test_json_output_escapes_a_path_argument_that_is_not_utf8(ws: Path, run_cli)
     out = run_cli("get", "memory/\udcff.md", "--json", "-w", str(ws), env={"PYTHONIOENCODING": "utf-8"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.isascii() and json.loads(out.stdout) == {"text": "", "path": "memory/\udcff.md"}
+
+
+def test_config_show_json_is_strict_json_with_a_setting_of_infinity(ws: Path, run_cli):
+    """``sync.intervalMinutes = inf`` (TOML) is a setting memdir takes, and ``config show --json``
+    wrote it as a bare ``Infinity``, which ``jq`` and ``JSON.parse`` refuse: the whole document was
+    unreadable.  It is the string JSON5 spells it, which reads back as the same setting."""
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n[memorySearch.sync]\n'
+                                    'intervalMinutes = inf\n[memorySearch.remote.batch]\ntimeoutMinutes = inf\n')
+    out = run_cli("config", "show", "--json", "-w", str(ws))
+    assert out.returncode == 0, out.stderr
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"not JSON: {constant}")
+
+    values = {s["key"]: s["value"] for s in json.loads(out.stdout, parse_constant=refuse)["settings"]}
+    assert values["memorySearch.sync.intervalMinutes"] == "Infinity"
+    assert values["memorySearch.remote.batch.timeoutMinutes"] == "Infinity"
+    (ws / "memdir.toml").unlink()
+    (ws / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none", "sync": {
+        "intervalMinutes": values["memorySearch.sync.intervalMinutes"]}}}))
+    again = json.loads(run_cli("config", "show", "--json", "-w", str(ws)).stdout, parse_constant=refuse)
+    assert {s["key"]: s["value"] for s in again["settings"]}["memorySearch.sync.intervalMinutes"] == "Infinity"
 
 
 def test_append_from_a_closed_stdin_is_bad_usage(ws: Path, state_dir: Path):
@@ -402,3 +430,24 @@ def test_a_note_saved_on_windows_prints_without_a_control_code_per_line(tmp_path
     assert "# Notes\n- the heron nests by the lake\n- second line\n" in out
     raw = json.loads(run_cli("-w", str(ws), "search", "heron", "--json", check=True).stdout)
     assert raw["results"][0]["snippet"].startswith("# Notes\r\n- the heron nests by the lake\r\n")
+
+
+def test_file_names_holding_escape_sequences_are_spelt_out_for_a_person(make_workspace, run_cli):
+    """A note synced from elsewhere may be named with an escape sequence: ``memdir index`` and
+    ``memdir status`` printed such a name raw (a FIFO's, skipped), retitling and clearing the
+    terminal, while ``search`` spelt the same names out; so did an error line quoting a path."""
+    import os
+
+    ws = make_workspace({"MEMORY.md": "- hello\n", "memdir.json": json.dumps({"memorySearch": {"provider": "none"}})})
+    (ws / "memory").mkdir()
+    os.mkfifo(ws / "memory" / "evil\x1b]0;PWNED\x07\x1b[2J.md")
+    spelt = "memory/evil\\x1b]0;PWNED\\x07\\x1b[2J.md"
+    index = run_cli("index", "-w", str(ws))
+    status = run_cli("status", "-w", str(ws))
+    refused = run_cli("get", "../evil\x1b[2J.md", "-w", str(ws))
+    assert index.returncode == 0 and status.returncode == 0 and refused.returncode == 1
+    assert spelt in index.stderr and spelt in status.stdout and "evil\\x1b[2J.md" in refused.stderr
+    for text in (index.stderr, status.stdout, refused.stderr):
+        assert "\x1b" not in text and "\x07" not in text, text
+    listed = json.loads(run_cli("status", "--json", "-w", str(ws)).stdout)["skipped"]  # JSON: the name as it is
+    assert [item["path"] for item in listed] == ["memory/evil\x1b]0;PWNED\x07\x1b[2J.md"]

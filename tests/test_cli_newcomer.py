@@ -132,7 +132,8 @@ def test_missing_search_query_is_bad_usage(notes: Path, run_cli):
 # --- 6. a closed pipe is not an error ------------------------------------------------------------
 
 @pytest.mark.parametrize("args", [["config", "show", "--json"], ["search", "PostgreSQL", "--json"],
-                                  ["get", "MEMORY.md"]])
+                                  ["get", "MEMORY.md"],
+                                  ["--version"]])  # (was a traceback and exit 1: printed outside main's try)
 def test_reader_going_away_is_quiet(notes: Path, state_dir: Path, args: list[str]):
     env = cli_env(state_dir, **KW)
     proc = subprocess.Popen([sys.executable, "-m", "memdir", "-w", str(notes), *args], env=env,

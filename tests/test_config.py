@@ -292,12 +292,16 @@ def test_an_unknown_timezone_from_the_environment_names_the_variable(tmp_path: P
 
 
 def test_an_empty_state_dir_or_workspace_is_refused_not_the_current_folder(tmp_path: Path, monkeypatch):
-    """``--state-dir "$UNSET"`` resolved to the current folder (a workspace: the index went into its
-    memory/ folder); ``stateDir = 5`` in a file failed with "expected str, bytes or os.PathLike"."""
+    """``--config "$UNSET"`` read the config file found in the workspace instead; ``--state-dir
+    "$UNSET"`` resolved to the current folder (a workspace: the index went into its memory/
+    folder); ``stateDir = 5`` in a file failed with "expected str, bytes or os.PathLike"."""
     monkeypatch.chdir(tmp_path)
     for flags in ({"state_dir": ""}, {"workspace": " "}):
         with pytest.raises(ConfigError, match=r"\(given as --(state-dir|workspace)\): cannot be empty"):
             load_config(**flags)
+    (tmp_path / "memdir.toml").write_text("[memorySearch]\nprovider = 'none'\n")
+    with pytest.raises(ConfigError, match=r"config file \(given as --config\): cannot be empty"):
+        load_config(config_path="", workspace=tmp_path)  # (it read the memdir.toml found instead, quietly)
     for value in ('""', "5"):
         (tmp_path / "memdir.toml").write_text(f"stateDir = {value}\n")
         with pytest.raises(ConfigError, match=rf"stateDir.* in {tmp_path / 'memdir.toml'}: (cannot be empty|must be)"):

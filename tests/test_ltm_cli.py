@@ -206,3 +206,49 @@ def test_ltm_search_refuses_counts_and_scores_the_search_command_refuses(
     ws = make_workspace({"MEMORY.md": "# notes\n"})
     done = run_cli("ltm", "search", "dark mode", option, value, "--workspace", str(ws))
     assert done.returncode == 2 and says in done.stderr and not done.stdout
+
+
+@pytest.mark.parametrize("args, says", [
+    (("ltm", "forget"), "give a memory id or --query"),
+    (("ltm", "forget", "--json"), "give a memory id or --query"),
+    (("ltm", "store", "  "), "give the memory's text"),
+    (("ltm", "search", ""), "give a query"),
+    (("ltm", "store", "x", "--importance", "5"), "must be a number from 0 to 1, not 5"),
+    (("ltm",), "choose an action"),
+])
+def test_ltm_usage_errors_exit_2_whatever_the_extra_or_the_config(
+        tmp_path: Path, make_workspace, state_dir: Path, args: tuple[str, ...], says: str) -> None:
+    """Regression: the checks ran after LanceDB was opened, so without the extra (or with a
+    broken config) ``ltm forget`` with no id exited 1, and ``ltm store ""``, ``ltm search ""``
+    and ``--importance 5`` exited 1 everywhere, where ``memdir search ""`` is bad usage (2)."""
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    bad_config = tmp_path / "broken.json"
+    bad_config.write_text("{not json")
+    code = BLOCK_LANCEDB + "from memdir.cli import main\nraise SystemExit(main(sys.argv[1:]))\n"
+    for extra in ((), ("--config", str(bad_config))):
+        done = subprocess.run([sys.executable, "-c", code, *args, "--workspace", str(ws), *extra],
+                              capture_output=True, text=True, timeout=60,
+                              env=cli_env(state_dir, MEMDIR_PROVIDER="none"))
+        assert done.returncode == 2, (extra, done.stderr)
+        assert says in done.stderr and "lancedb" not in done.stderr.lower()
+        if "--json" in args:
+            assert json.loads(done.stdout)["error"] == {"kind": "usage", "message": done.stderr.strip()[8:],
+                                                        "exitCode": 2}
+        else:
+            assert not done.stdout
+
+
+def test_ltm_export_to_dash_writes_stdout_as_import_reads_stdin(tmp_path: Path, make_workspace, run_cli) -> None:
+    """``ltm export --out -`` wrote a file named ``-`` in the current folder and said "Exported 1
+    memories to -", leaving the pipe it was meant for empty, where ``ltm import -`` reads stdin."""
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    base = ("--workspace", str(ws), "--config", str(cfg))
+    run_cli("ltm", "store", "I prefer dark mode", *base, check=True)
+    done = run_cli("ltm", "export", "--out", "-", *base, cwd=tmp_path, check=True)
+    assert not (tmp_path / "-").exists()
+    assert "\n- " in done.stdout and "[preference] I prefer dark mode (id: " in done.stdout
+    as_json = json.loads(run_cli("ltm", "export", "--out", "-", "--json", *base, cwd=tmp_path, check=True).stdout)
+    assert as_json["path"] is None and as_json["memories"] == 1 and as_json["text"] == done.stdout

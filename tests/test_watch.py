@@ -288,3 +288,29 @@ def test_a_tiny_interval_syncs_at_most_once_a_second_and_nan_is_refused(make_wor
         assert Watcher(mem, files=False, interval_minutes=-1).interval is None
     with pytest.raises(ConfigError, match="intervalMinutes must be a number of minutes"):
         Memory(ws, config={"memorySearch": {"provider": "none", "sync": {"intervalMinutes": float("nan")}}})
+
+
+def test_memdir_watch_spells_out_an_escape_sequence_in_a_file_name(make_workspace, state_dir):
+    """``memdir watch`` printed each changed file's name raw: a note named with an escape sequence
+    (synced from elsewhere) retitled and cleared the terminal; ``--json`` keeps the name as it is."""
+    ws = make_workspace({"memory/a.md": "Alpha note.\n"})
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "watch", "--debounce-ms", "50", "-w", str(ws)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
+    stuck = threading.Timer(DEADLINE, proc.kill)  # a readline that never returns fails the test, never hangs it
+    stuck.start()
+    try:
+        while "(start):" not in (line := proc.stdout.readline()):
+            assert line, f"watch exited before its first sync: {proc.stderr.read()}"
+        (ws / "memory" / "b\x1b]0;PWNED\x07.md").write_text("Beta note.\n")
+        seen = ""
+        while "(watch):" not in (line := proc.stdout.readline()):
+            assert line, f"watch exited before its sync: {proc.stderr.read()}"
+            seen = line
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        stuck.cancel()
+        if proc.poll() is None:
+            proc.kill()
+    assert seen.rstrip("\n").endswith(" added memory/b\\x1b]0;PWNED\\x07.md"), seen

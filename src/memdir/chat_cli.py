@@ -123,9 +123,9 @@ def run_chat(args: argparse.Namespace) -> int:
     try:
         loaded = load_config(config_path=getattr(args, "config", None), workspace=getattr(args, "workspace", None),
                              agent_id=getattr(args, "agent", None), state_dir=getattr(args, "state_dir", None))
-    except ConfigError as exc:
-        print(f"memdir chat: {exc}", file=sys.stderr)
-        return 2
+    except ConfigError as exc:  # a failure (1) as in every other command, not bad usage (it was 2)
+        print(f"memdir chat: configuration error: {exc}", file=sys.stderr)
+        return 1
     settings = loaded.settings
     api_key = os.environ.get(args.api_key_env) or None
     if api_key is None and "api.openai.com" in base_url:
@@ -142,7 +142,7 @@ def run_chat(args: argparse.Namespace) -> int:
         except Exception as exc:  # e.g. the lancedb extra is missing: say so before the chat starts
             print(f"memdir chat: long-term memory: {exc}", file=sys.stderr)
             memory.close()
-            return 2
+            return 1  # as `memdir ltm` without the extra: a failure, not bad usage
     client = ChatClient(base_url, model, api_key)
     backend = MemoryIndexBackend(memory, settings.user_timezone)
     backend.start()  # index in the background (sync.onSessionStart) and watch the files (sync.watch)

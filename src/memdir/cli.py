@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -127,6 +128,15 @@ def _millis(text: str) -> int:
     return _whole(text, 0, " of milliseconds")
 
 
+def _port(text: str) -> int:
+    """A TCP port, 1 to 65535 (``mcp --port``): ``0`` or ``70000`` exited 1 after the config was
+    read, where ``--port abc`` is bad usage (2)."""
+    value = _whole(text, 1)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, not {value}")
+    return value
+
+
 def _score(text: str) -> float:
     """A score floor from 0 to 1 (``--min-score``): ``inf`` or ``5`` left nothing to return, quietly."""
     try:
@@ -157,18 +167,39 @@ def _quiet(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "quiet", False))
 
 
-def json_text(value: Any, *, indent: int | None = None) -> str:
+def json_text(value: Any, *, indent: int | None = None, default: Callable[[Any], Any] | None = None) -> str:
     """``value`` as JSON for stdout, non-ASCII text as it is where stdout can encode it; else
     (a lone surrogate: a byte that is not UTF-8 in a path given on the command line; an ASCII
     stdout: ``PYTHONIOENCODING=ascii``, a C locale with ``PYTHONUTF8=0``) all ``\\u`` escapes.
     Why: printed raw it was a codec error, a stray byte no strict JSON reader takes, or, through
-    the backslash escapes of :func:`_lossless_streams`, ``"caf\\xe9"``, which is not JSON."""
-    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    the backslash escapes of :func:`_lossless_streams`, ``"caf\\xe9"``, which is not JSON.
+    A float that is not finite is written as the string JSON5 spells it (:func:`_finite`)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, indent=indent, default=default, allow_nan=False)
+    except ValueError:  # NaN or an infinity somewhere
+        value = _finite(value)
+        text = json.dumps(value, ensure_ascii=False, indent=indent, default=default)
     try:
         text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
     except (UnicodeEncodeError, LookupError):
-        return json.dumps(value, indent=indent)
+        return json.dumps(value, indent=indent, default=default)
     return text
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with each float that is not finite as ``"Infinity"``, ``"-Infinity"`` or ``"NaN"``.
+
+    Why: ``json`` writes them bare, which is not JSON: ``memdir config show --json`` with
+    ``sync.intervalMinutes = inf`` (a setting memdir accepts) printed ``"value": Infinity``, and
+    every strict reader (``jq``, JavaScript's ``JSON.parse``) refused the whole document.  The
+    strings read back as the same setting (a config file's number may be given as a string)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 #: Control characters shown as ``\\xNN`` in text printed for a person: every C0 but tab and newline,
@@ -183,14 +214,17 @@ def for_terminal(text: str) -> str:
     hostile page); printed raw, an escape sequence in a search snippet could recolour or clear the
     terminal, retitle it, or write to the clipboard (OSC 52).  ``--json`` and a piped ``get`` keep
     the text as it is.  A ``\r`` ending a line (a note saved on Windows) is a line end, not shown:
-    every line of such a note ended in ``\x0d``; a lone one is spelt out."""
+    every line of such a note ended in ``\x0d``; a lone one is spelt out.  File names are text
+    of the same kind (a note synced from elsewhere named with an escape sequence): ``index``,
+    ``status``, ``watch`` and the error lines print theirs through this too."""
     return text if text.isprintable() else text.replace("\r\n", "\n").translate(_CONTROLS)
 
 
 def _note(args: argparse.Namespace, text: str) -> None:
-    """A note or warning for a person at a terminal (stderr; silenced by ``-q``)."""
+    """A note or warning for a person at a terminal (stderr; silenced by ``-q``), its control
+    characters spelt out (:func:`for_terminal`): it may name a file of the workspace."""
     if not _quiet(args):
-        print(text, file=sys.stderr)
+        print(for_terminal(text), file=sys.stderr)
 
 
 #: Skipped files named one per line by ``index`` and ``status``; the rest are counted in one line.
@@ -327,7 +361,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=["stdio", "http", "streamable-http"], default="stdio",
                    help="stdio (default; what MCP hosts launch) or http (streamable HTTP on loopback)")
     p.add_argument("--host", default="127.0.0.1", help="HTTP address: 127.0.0.1 (default), ::1 or localhost only")
-    p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    p.add_argument("--port", type=_port, default=8765, help="HTTP port (default 8765)")
     p.add_argument("--session-key", help="session key for citation mode auto (agent:<id>:...:group:... → no "
                                          "citations); default: a private session")
 
@@ -375,7 +409,7 @@ def _load_config(args: argparse.Namespace) -> Any:
 
 def _notice(message: str) -> None:
     """Things memdir says once, beside any output: an index healed, a writer waited for."""
-    print(f"memdir: {message}", file=sys.stderr, flush=True)
+    print(f"memdir: {for_terminal(message)}", file=sys.stderr, flush=True)
 
 
 def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
@@ -529,6 +563,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_get(args: argparse.Namespace) -> int:
     from memdir.workspace import PathError
 
+    if not args.path.strip():  # ("path required" exited 1, where `search ""` and `append ""` are bad usage)
+        raise UsageError("Missing path. Give a memory file, e.g. memdir get MEMORY.md or memdir get "
+                         "memory/2026-01-12.md (as search results name them).")
     with _memory(args) as mem:
         try:
             got = mem.get(args.path, from_line=args.from_line, lines=args.lines)
@@ -688,7 +725,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if st["issues"]:
         lines.append("Issues:")
         lines += [f"  {i}" for i in st["issues"]]
-    print("\n".join(lines))
+    print(for_terminal("\n".join(lines)))  # (file names of the workspace: an escape sequence in one is spelt out)
     return 0
 
 
@@ -714,8 +751,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         check_loopback_host(args.host)  # before anything starts: a clear refusal, exit 1
     except HostNotAllowed as exc:
         raise CliError(str(exc)) from None
-    if not 0 < args.port < 65536:
-        raise CliError(f"invalid port {args.port} (expected 1-65535)")
     if args.transport == "stdio" and sys.stdin is None:  # `memdir mcp <&-`: "'NoneType' ... 'isatty'"
         raise UsageError("the MCP server on stdio reads its requests from stdin, and stdin is closed "
                          "(--transport http serves without it)")
@@ -739,9 +774,9 @@ def cmd_config(args: argparse.Namespace) -> int:
     loaded = _load_config(args)
     rows = loaded.rows()
     if args.json:
-        print(json.dumps({"configFile": str(loaded.config_file) if loaded.config_file else None,
-                          "settings": [{"key": k, "value": v, "origin": o} for k, v, o in rows]},
-                         indent=2, default=str))
+        print(json_text({"configFile": str(loaded.config_file) if loaded.config_file else None,
+                         "settings": [{"key": k, "value": v, "origin": o} for k, v, o in rows]},
+                        indent=2, default=str))
         return 0
     print(f"# config file: {loaded.config_file or '(none found)'}")
     width = max(len(k) for k, _, _ in rows)
@@ -757,8 +792,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_ltm(args: argparse.Namespace) -> int:
-    from memdir.ltm.cli import run
+    from memdir.ltm.cli import check_usage, run
 
+    check_usage(args)  # bad usage is 2 whatever the config or the LanceDB extra
     return run(args, _load_config(args))
 
 
@@ -875,10 +911,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _asks_for_json(sys.argv[1:] if argv is None else argv):
             _print_failure("usage", exc.message, 2)
         raise
-    if args.version:
+    if args.version:  # `memdir --version | true`: a traceback and exit 1 when printed outside main's try
         from memdir import __version__
 
-        print(f"memdir {__version__}")
+        try:
+            print(f"memdir {__version__}", flush=True)
+        except BrokenPipeError:
+            return _stdout_gone()
         return 0
     if not args.command:
         parser.print_help()
@@ -895,7 +934,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _stdout_gone()
     except CliError as exc:
-        print(f"memdir: {exc}", file=sys.stderr)
+        print(f"memdir: {for_terminal(str(exc))}", file=sys.stderr)
         return _json_failure(args, "usage" if isinstance(exc, UsageError) else "error", str(exc), exc.exit_code)
     except KeyboardInterrupt:
         print("memdir: interrupted", file=sys.stderr)
@@ -917,7 +956,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "disk I/O error" in message or "database or disk is full" in message:
             # SQLite says no more than this when it could not write: the usual cause, in words
             message += " (is the disk full, or a file size limit reached?)"
-        print(f"{label}: {message}", file=sys.stderr)
+        print(f"{label}: {for_terminal(message)}", file=sys.stderr)
         if os.environ.get("MEMDIR_DEBUG"):
             raise
         log.debug("traceback", exc_info=True)

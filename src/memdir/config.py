@@ -1034,6 +1034,11 @@ def load_config(
                        ("config_path", config_path)):
         if given is not None and "\0" in str(given):
             raise ConfigError(f"{key.replace('_', ' ')} {str(given)!r} contains a NUL byte")
+    if config_path is not None and not config_path.strip():
+        # "" meant no file given: `-c "$UNSET"` read whichever memdir.toml was found instead (and
+        # `-w ""` / `--state-dir ""` are refused, for the same reason, by Settings)
+        raise ConfigError("invalid configuration: config file (given as --config): cannot be empty (leave it out "
+                          "for the default)")
     origins: Origins = {}
     data: dict[str, Any] = Settings().model_dump()
 

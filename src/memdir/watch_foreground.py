@@ -40,7 +40,7 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
     import signal
     import sys
 
-    from memdir.cli import json_text
+    from memdir.cli import for_terminal, json_text
 
     lock = threading.Lock()
     #: Set when the reader of stdout went away (`memdir watch --json | head -3`): the watcher's
@@ -49,6 +49,8 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
 
     def show(event: Event) -> None:
         text = json_text(event) if as_json else _line(event)
+        if text is not None and not as_json:  # (a file's name may hold an escape sequence)
+            text = for_terminal(text)
         if text is not None and not gone.is_set():
             with lock:
                 try:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memdir.cli import CliError, UsageError  # failures the CLI reports (as JSON too with --json)
+from memdir.cli import CliError, UsageError, _score  # failures the CLI reports (as JSON too with --json)
 
 
 def _int_list(raw: str) -> list[int]:
@@ -60,7 +60,7 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
     def common_quality(p: argparse.ArgumentParser) -> None:
         p.add_argument("dataset", type=Path, help="folder of <sample>/workspace + <sample>/queries.jsonl")
         p.add_argument("--k", type=_int_list, default=[1, 3, 6, 10], help="cut-offs (default 1,3,6,10)")
-        p.add_argument("--min-score", type=float, default=None,
+        p.add_argument("--min-score", type=_score, default=None,
                        help="memdir's score floor (default: configured, 0.35); 0 keeps every ranked result")
         p.add_argument("--json", action="store_true", help="print the report as JSON")
         p.add_argument("--markdown", action="store_true", help="print Markdown tables")

@@ -39,7 +39,7 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
     p.add_argument("text", help="the memory, e.g. 'I prefer dark mode'")
     p.add_argument("--category", choices=["preference", "fact", "decision", "entity", "other"],
                    help="default: detected from the text")
-    p.add_argument("--importance", type=float, default=0.7, help="0-1 (default 0.7)")
+    p.add_argument("--importance", type=_score, default=0.7, help="0-1 (default 0.7)")
     p = cmd("search", "find memories similar to a query")
     p.add_argument("query", help="what to look for")
     p.add_argument("--limit", type=_count, default=5, help="results (default 5)")
@@ -48,7 +48,7 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
     p.add_argument("id", nargs="?", help="memory id")
     p.add_argument("--query", help="delete the single strong match for this query, or list candidates")
     p = cmd("export", "write the memories as Markdown (one dated bullet per memory)")
-    p.add_argument("--out", type=Path, help="file to write (default: stdout)")
+    p.add_argument("--out", type=Path, help="file to write (default, or '-': stdout)")
     p.add_argument("--all", action="store_true", help="include superseded memories")
     p = cmd("import", "store the memories of a Markdown file (an export, an edited mirror, or plain bullets)")
     p.add_argument("file", type=Path, help="Markdown file; '-' reads stdin")
@@ -72,11 +72,28 @@ def _line(r: Any, tz: str | None) -> str:
     return f"{score}{r.id[:8]}  {day_of(r.created_at, tz)} [{r.category}] {for_terminal(one_line(r.text))}{flag}"
 
 
-def run(args: argparse.Namespace, loaded: Any) -> int:
-    """Run one ``ltm`` action with the resolved configuration."""
+def check_usage(args: argparse.Namespace) -> None:
+    """The usage errors argparse cannot see, raised before the configuration is read or LanceDB
+    opened.  Why: checked after, ``ltm forget`` with no id exited 1 (LanceDB missing, or a bad
+    config) where it exits 2 with both there, and ``ltm store ""`` / ``ltm search ""`` exited 1
+    ("text required") where ``memdir append ""`` and ``memdir search ""`` are bad usage (2)."""
     action = getattr(args, "ltm_command", None)
     if not action:
         raise UsageError("ltm: choose an action: list, stats, store, search, forget, export, import, reembed")
+    if action == "forget" and bool(args.id) == bool(args.query):
+        raise UsageError("ltm forget: give a memory id or --query (one of them)")
+    if action == "store" and not args.text.strip():
+        raise UsageError("ltm store: give the memory's text, e.g. memdir ltm store 'I prefer dark mode'")
+    if action == "search" and not args.query.strip():
+        raise UsageError("ltm search: give a query, e.g. memdir ltm search 'which theme do I like?'")
+    if action == "import" and str(args.file) == "-" and sys.stdin is None:  # `<&-`
+        raise UsageError("ltm import: - reads stdin, and stdin is closed")
+
+
+def run(args: argparse.Namespace, loaded: Any) -> int:
+    """Run one ``ltm`` action with the resolved configuration."""
+    check_usage(args)
+    action = args.ltm_command
     from memdir.ltm.memory import LongTermMemory
 
     with LongTermMemory(loaded.settings) as ltm:
@@ -137,8 +154,6 @@ def _search(ltm: Any, args: argparse.Namespace) -> int:
 
 
 def _forget(ltm: Any, args: argparse.Namespace) -> int:
-    if bool(args.id) == bool(args.query):
-        raise UsageError("ltm forget: give a memory id or --query (one of them)")
     result = ltm.forget(args.id) if args.id else ltm.forget(query=args.query)
     if args.json:
         out = result.as_dict()
@@ -163,7 +178,7 @@ def _forget(ltm: Any, args: argparse.Namespace) -> int:
 def _export(ltm: Any, args: argparse.Namespace) -> int:
     text = ltm.export(include_superseded=args.all)
     count = sum(1 for line in text.splitlines() if line.startswith("- "))
-    if args.out is None:
+    if args.out is None or str(args.out) == "-":  # '-' as import reads it: it wrote a file named '-'
         # with --json stdout is one JSON document: the Markdown went out bare, which no reader parsed
         if args.json:
             _print({"path": None, "memories": count, "text": text})
@@ -185,9 +200,7 @@ def _import(ltm: Any, args: argparse.Namespace) -> int:
     # Bytes, decoded as UTF-8 whatever the locale: under LC_ALL=C PYTHONUTF8=0 stdin's "café" was
     # stored as "caf\ufffd\ufffd", and a byte that is not UTF-8 as U+FFFD, without a word.  At most
     # what a note may hold: `ltm import /dev/zero` read until memory ran out.
-    if str(args.file) == "-":
-        if sys.stdin is None:  # `<&-`: "'NoneType' object has no attribute 'read'"
-            raise UsageError("ltm import: - reads stdin, and stdin is closed")
+    if str(args.file) == "-":  # (stdin closed: a usage error, see check_usage)
         name, data = "stdin", sys.stdin.buffer.read(MAX_NOTE_BYTES + 1)
     else:
         try:
