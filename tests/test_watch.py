@@ -6,6 +6,7 @@ Deadlines are generous and nothing asserts latency (the machine running this may
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,25 @@ from memdir.api import Memory
 from memdir.watch import WatchPlan, folders_under
 
 DEADLINE = 60.0
+
+
+@contextlib.contextmanager
+def watch_cli(ws: Path, state_dir, *args: str) -> Iterator[subprocess.Popen]:
+    """``memdir [args] watch`` on ``ws`` (keyword only), stopped once its first sync is printed
+    and killed on the way out; a readline that never returns fails the test, never hangs it."""
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", *args, "-w", str(ws)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
+    stuck = threading.Timer(DEADLINE, proc.kill)
+    stuck.start()
+    try:
+        while "(start):" not in (line := proc.stdout.readline()):
+            assert line, f"watch exited before its first sync: {proc.stderr.read()}"
+        yield proc
+    finally:
+        stuck.cancel()
+        if proc.poll() is None:
+            proc.kill()
 
 
 def found(mem: Memory, query: str) -> list[str]:
@@ -259,20 +280,9 @@ def test_the_reference_agent_loop_warms_and_watches(make_workspace):
 def test_memdir_watch_with_q_says_nothing_on_stderr(make_workspace, state_dir):
     # "Stopped watching." was printed on stderr under -q, which leaves only errors there
     ws = make_workspace({"memory/a.md": "Alpha note.\n"})
-    proc = subprocess.Popen([sys.executable, "-m", "memdir", "-q", "watch", "-w", str(ws)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
-    stuck = threading.Timer(DEADLINE, proc.kill)  # a readline that never returns fails the test, never hangs it
-    stuck.start()
-    try:
-        while "(start):" not in (line := proc.stdout.readline()):
-            assert line, f"watch exited before its first sync: {proc.stderr.read()}"
+    with watch_cli(ws, state_dir, "-q", "watch") as proc:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
-    finally:
-        stuck.cancel()
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 0 and err == "", err
 
 
@@ -294,14 +304,7 @@ def test_memdir_watch_spells_out_an_escape_sequence_in_a_file_name(make_workspac
     """``memdir watch`` printed each changed file's name raw: a note named with an escape sequence
     (synced from elsewhere) retitled and cleared the terminal; ``--json`` keeps the name as it is."""
     ws = make_workspace({"memory/a.md": "Alpha note.\n"})
-    proc = subprocess.Popen([sys.executable, "-m", "memdir", "watch", "--debounce-ms", "50", "-w", str(ws)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
-    stuck = threading.Timer(DEADLINE, proc.kill)  # a readline that never returns fails the test, never hangs it
-    stuck.start()
-    try:
-        while "(start):" not in (line := proc.stdout.readline()):
-            assert line, f"watch exited before its first sync: {proc.stderr.read()}"
+    with watch_cli(ws, state_dir, "watch", "--debounce-ms", "50") as proc:
         (ws / "memory" / "b\x1b]0;PWNED\x07.md").write_text("Beta note.\n")
         seen = ""
         while "(watch):" not in (line := proc.stdout.readline()):
@@ -309,8 +312,4 @@ def test_memdir_watch_spells_out_an_escape_sequence_in_a_file_name(make_workspac
             seen = line
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
-    finally:
-        stuck.cancel()
-        if proc.poll() is None:
-            proc.kill()
     assert seen.rstrip("\n").endswith(" added memory/b\\x1b]0;PWNED\\x07.md"), seen
