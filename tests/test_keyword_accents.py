@@ -26,6 +26,14 @@ NOTES = {
 QUERIES = [("cafe", "2026-02-01"), ("resume", "2026-02-02"), ("muller", "2026-02-03"), ("naïve", "2026-02-04")]
 
 
+def _assert_first(backend: Backend, workspace: Path, query: str, day: str) -> None:
+    """``query`` (keyword only) ranks ``memory/<day>.md`` first on ``backend``."""
+    with Memory(workspace, config=backend.config({"memorySearch": {"provider": "none"}})) as mem:
+        mem.sync()
+        results = mem.search(query, max_results=3).results
+    assert results and results[0].path == f"memory/{day}.md", [(r.path, r.snippet) for r in results]
+
+
 def test_pg_text_folds_latin_diacritics_as_unicode61_does() -> None:
     assert pg_text("Café résumé Müller naïve Łódź Ørsted") == "Cafe resume Muller naive Łodz Ørsted"
     assert pg_text("Ελληνικά и кириллица й") == "Ελληνικά и кириллица й"  # unicode61 folds Latin letters only
@@ -35,11 +43,7 @@ def test_pg_text_folds_latin_diacritics_as_unicode61_does() -> None:
 @pytest.mark.parametrize(("query", "day"), QUERIES)
 def test_a_word_is_found_with_or_without_its_accents(backend: Backend, make_workspace: Callable[..., Path],
                                                      query: str, day: str) -> None:
-    config = backend.config({"memorySearch": {"provider": "none"}})
-    with Memory(make_workspace(NOTES), config=config) as mem:
-        mem.sync()
-        results = mem.search(query, max_results=3).results
-    assert results and results[0].path == f"memory/{day}.md", [(r.path, r.snippet) for r in results]
+    _assert_first(backend, make_workspace(NOTES), query, day)
 
 
 def test_an_index_written_with_accents_is_rebuilt(pg: Backend, make_workspace: Callable[..., Path]) -> None:
@@ -77,11 +81,7 @@ def test_another_form_of_an_accented_word_is_found_on_both_backends(
     """Word forms are forgiven by stems, but an English note's accented words were left out of the
     stems column on SQLite, and an accented question word had no stem phrase on PostgreSQL: "cafe"
     found the note saying "cafés" on PostgreSQL only, "café" on neither, "resume" no "résumés"."""
-    config = backend.config({"memorySearch": {"provider": "none"}})
-    with Memory(make_workspace(FORMS), config=config) as mem:
-        mem.sync()
-        results = mem.search(query, max_results=3).results
-    assert results and results[0].path == f"memory/{day}.md", [(r.path, r.snippet) for r in results]
+    _assert_first(backend, make_workspace(FORMS), query, day)
 
 
 def test_accented_word_forms_score_alike_on_both_backends(pg: Backend, make_workspace: Callable[..., Path]) -> None:
