@@ -560,12 +560,11 @@ class SqliteStore(SqliteLifecycle):
             args = (source,)
         with self.lock:
             if paths is None and not source:
-                conn = self.conn
-                key = (conn, conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
+                key = self._change_key()
                 memo = self._rows_memo
                 if memo is not None and memo[0] == key:
                     return memo[1]
-                rows = {(p, s): (h, m, z) for p, s, h, m, z in conn.execute(sql, args)}
+                rows = {(p, s): (h, m, z) for p, s, h, m, z in self.conn.execute(sql, args)}
                 self._rows_memo = (key, rows)
                 return rows
             if paths is None:
@@ -685,18 +684,23 @@ class SqliteStore(SqliteLifecycle):
         this connection's ``total_changes`` (its own writes) moved since it was last read.  Writes
         neither shows (a page copy into this file, a rolled-back write) call :meth:`_forget_state`.
         """
-        conn = self.conn
         try:
-            key = (conn, conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
+            key = self._change_key()
             memo = self._state_memo
             if memo is not None and memo[0] == key:
                 return memo[1]
-            state = vecs.state(conn)
+            state = vecs.state(self.conn)
         except db.binding().OperationalError:
             return None
         # read after the key: a commit in between is newer than the key, and the key moved with it
         self._state_memo = (key, state)
         return state
+
+    def _change_key(self) -> tuple[Any, int, int]:
+        """What moves with any write this connection can see: another connection's commit
+        (``PRAGMA data_version``) or its own (``total_changes``)."""
+        conn = self.conn
+        return (conn, conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes)
 
     def _forget_state(self) -> None:
         """Drop what :meth:`_log_state` and :meth:`file_rows` remember (after writes
