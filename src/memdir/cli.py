@@ -821,6 +821,18 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+class _RedactingFormatter(logging.Formatter):
+    """Log lines (and their tracebacks) with secrets masked as transcripts mask them.
+
+    Why: at ``-vv`` httpx logs each request's URL, and a base URL's ``user:password@`` went to
+    stderr (and into bug reports) as it was; other libraries' lines may quote a key too."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from memdir.redact import redact_text
+
+        return redact_text(super().format(record))
+
+
 def _configure_logging(args: argparse.Namespace) -> None:
     """WARNING by default; ``-v`` INFO for memdir; ``-vv`` DEBUG for everything; ``-q`` errors only."""
     verbose = int(getattr(args, "verbose", 0) or 0)
@@ -828,6 +840,9 @@ def _configure_logging(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose >= 2 else logging.WARNING, stream=sys.stderr,
                         format="memdir: %(levelname)s: %(name)s: %(message)s" if verbose else
                         "memdir: %(levelname)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        if handler.formatter is not None and not isinstance(handler.formatter, _RedactingFormatter):
+            handler.setFormatter(_RedactingFormatter(handler.formatter._fmt))
     own = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.getLogger("memdir").setLevel(own)
     if not verbose:

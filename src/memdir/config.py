@@ -990,8 +990,8 @@ _SECRET_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNOREC
 def _shown(name: str, value: Any) -> Any:
     """A setting as ``config show`` prints it: credentials masked (its output gets pasted into bug
     reports), a ``${VAR}`` reference kept, since it is no secret and says where the key comes from."""
-    if name == "dsn" and isinstance(value, str):
-        return mask_dsn_password(value)
+    if name in ("dsn", "base_url") and isinstance(value, str):
+        return mask_dsn_password(value)  # https://user:token@proxy/v1: a password as much as the key
     if name == "api_key" and isinstance(value, str) and value and not re.fullmatch(r"\$\{\w+\}", value.strip()):
         return "***"
     if name == "headers" and isinstance(value, Mapping):

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 from memdir.embeddings.base import EmbeddingError
 from memdir.embeddings.errors import EmbeddingTimeoutError, RemoteEmbeddingError
-from memdir.embeddings.remote_config import RemoteSettings, is_loopback_url
+from memdir.embeddings.remote_config import RemoteSettings, is_loopback_url, shown_url, url_credentials
 from memdir.embeddings.retry import gemini_retry_delay, is_quota_exhausted, parse_retry_after
 
 if TYPE_CHECKING:
@@ -112,11 +112,11 @@ class HttpClient:
 
         self._httpx = httpx
         #: Scrubbed from error messages (servers sometimes echo the key they rejected).
-        self.secrets = tuple(s for s in secrets if s)
+        self.secrets = tuple(s for s in (*secrets, *url_credentials(base_url)) if s)
         self.provider = provider
         self.settings = settings
         self.stats = stats
-        parts = urlsplit(base_url)
+        parts = urlsplit(shown_url(base_url))
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self._loopback = is_loopback_url(base_url)
         self._client_obj: httpx.Client | None = None

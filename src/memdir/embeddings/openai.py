@@ -29,6 +29,7 @@ from memdir.embeddings.remote import (
     parse_json,
     shape_error,
 )
+from memdir.embeddings.remote_config import shown_url
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 OPENAI_TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -140,7 +141,7 @@ class OpenAIProvider(OpenAICompatibleProvider):
             for cid, t in zip(ids, texts, strict=True)
         ]
         jsonl = ("\n".join(lines) + "\n").encode("utf-8")
-        with batch_endpoint_required(self.id, f"openai batch API not available at {self.base_url}"):
+        with batch_endpoint_required(self.id, f"openai batch API not available at {shown_url(self.base_url)}"):
             upload = self._batch_call(
                 "POST",
                 "/files",

@@ -61,6 +61,7 @@ from memdir.embeddings.remote_config import (
     is_loopback_url,
     max_input_bytes_for,
     merge_headers,
+    shown_url,
     strip_model_prefixes,
 )
 from memdir.embeddings.retry import RetryPolicy, Timing, gemini_retry_delay, is_quota_exhausted, parse_retry_after
@@ -241,7 +242,7 @@ class RemoteEmbeddingProvider:
         return headers
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
+        return f"{type(self).__name__}(model={self.model!r}, base_url={shown_url(self.base_url)!r})"
 
     # -- EmbeddingProvider ----------------------------------------------------------------------
     @property

@@ -92,6 +92,29 @@ class RemoteSettings:
 # --- endpoint resolution ---------------------------------------------------------------------
 
 
+def url_credentials(url: str) -> tuple[str, ...]:
+    """A base URL's password as written and decoded, and the Basic token httpx sends for its
+    ``user:password@``: what error messages must never quote (a server may echo the headers)."""
+    import base64
+    from urllib.parse import unquote
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return ()
+    user, password = unquote(parts.username or ""), unquote(parts.password)
+    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return tuple(s for s in (parts.password, password, token) if s)
+
+
+def shown_url(url: str) -> str:
+    """``url`` for messages and reprs: a ``user:password@`` keeps the user, the password is ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
+
+
 def is_loopback_url(url: str) -> bool:
     """True when ``url`` points at this machine (so ``offline`` and proxies can ignore it)."""
     host = (urlsplit(url).hostname or "").strip("[]").lower()

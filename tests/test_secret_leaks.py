@@ -1,0 +1,94 @@
+"""Credentials never reach what memdir prints: a base URL's ``user:password@`` and the API key,
+against a real loopback server that echoes the request back in its errors, through the real CLI
+(``-vv`` logs, ``--json`` documents, ``status``, ``config show``)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+PASSWORD = "hunter2-proxy-pw"
+KEY = "k3y-0f-n0-kn0wn-sh4pe-2718281828"
+
+
+class _Echo(BaseHTTPRequestHandler):
+    """Every request answered 400 with its path and headers quoted back, as some proxies do; a
+    path ending in ``/redirect`` is sent to another host."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.endswith("/embeddings") and "redirect" in self.path:
+            self.send_response(302)
+            self.send_header("Location", "http://elsewhere.invalid/v1/embeddings")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = json.dumps({"error": {"message": f"rejected {self.path} {dict(self.headers)}"}}).encode()
+        self.send_response(400)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def echo_port() -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _leaks(text: str) -> list[str]:
+    token = base64.b64encode(f"user:{PASSWORD}".encode()).decode()
+    return [s for s in (PASSWORD, KEY, token) if s in text]
+
+
+def _config(tmp_path: Path, port: int, path: str = "/v1") -> Path:
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "openai", "fallback": "none", "remote": {
+        "baseUrl": f"http://user:{PASSWORD}@127.0.0.1:{port}{path}", "apiKey": KEY, "maxRetries": 0}}}))
+    return cfg
+
+
+def test_a_base_url_password_is_never_printed(tmp_path: Path, make_workspace, run_cli, echo_port: int) -> None:
+    """``-vv`` printed httpx's request line with the base URL's password in it; ``config show`` (and
+    its ``--json``) printed ``remote.baseUrl`` as written while masking ``apiKey``; a server quoting the
+    request's headers back put the Basic token httpx makes of ``user:password`` into the embedding
+    error that ``index``, ``search --json`` and ``status`` print."""
+    ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
+    base = ("-w", str(ws), "-c", str(_config(tmp_path, echo_port)))
+    runs = {args: run_cli(*args, *base) for args in (
+        ("index", "--json", "-vv"), ("index", "-v"), ("search", "heron", "--json", "-vv"), ("status", "--deep"),
+        ("status", "--json"), ("config", "show"), ("config", "show", "--json"))}
+    for args, proc in runs.items():
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert _leaks(proc.stdout + proc.stderr) == [], (args, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "HTTP Request: POST http://user:***@127.0.0.1:" in runs["index", "--json", "-vv"].stderr
+    assert "openai embeddings failed: 400" in runs["status", "--deep"].stdout  # the error is still told
+    assert f'"http://user:***@127.0.0.1:{echo_port}/v1"' in runs["config", "show"].stdout
+
+
+def test_a_refused_redirect_names_the_origin_without_its_password(tmp_path: Path, make_workspace, run_cli,
+                                                                  echo_port: int) -> None:
+    """The message for a redirect to another host named the configured origin with its
+    ``user:password@``, in the warning, the ``--json`` document and ``status``."""
+    ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
+    built = run_cli("index", "--json", "-w", str(ws), "-c", str(_config(tmp_path, echo_port, "/redirect/v1")))
+    assert built.returncode == 0, built.stderr
+    warnings = json.loads(built.stdout)["warnings"]
+    assert any("refused (memdir only sends requests to http://user:***@127.0.0.1:" in w for w in warnings), warnings
+    assert _leaks(built.stdout + built.stderr) == []
