@@ -256,3 +256,37 @@ def test_a_configuration_error_exits_1_as_in_every_other_command(tmp_path: Path,
             assert "configuration error" in done.stderr and "Traceback" not in done.stderr, done.stderr
             codes.append(done.returncode)
         assert codes == [1, 1], (flags, codes)
+
+
+CHAT_KEY = "k3y-0f-n0-kn0wn-sh4pe-1414213562"
+
+
+@pytest.mark.parametrize("step", [
+    {"status": 401, "error": f"Incorrect API key provided: {CHAT_KEY}"},
+    {"raw": f"<html>proxy error for Bearer {CHAT_KEY}</html>".encode(), "rawStatus": 200},
+])
+def test_a_server_quoting_the_key_back_never_gets_it_printed(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], step: dict) -> None:
+    """A model API quoting the key it was sent ("Incorrect API key provided: …", a proxy's error
+    page) had the key printed in the chat's error line, as the server sent it."""
+    monkeypatch.setenv("CHAT_TEST_KEY", CHAT_KEY)
+    with ScriptedChatServer(lambda body: step) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        assert chat(ws, "--base-url", server.url) == 1
+    err = capsys.readouterr().err
+    assert "error: chat API returned" in err and "***" in err
+    assert CHAT_KEY not in err and CHAT_KEY[:12] not in err
+
+
+def test_a_base_url_password_is_not_printed_when_the_server_cannot_be_reached(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """"cannot reach the chat API at http://user:hunter2pw@…" printed the base URL's password."""
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    assert chat(ws, "--base-url", f"http://user:hunter2pw@127.0.0.1:{port}/v1") == 1
+    err = capsys.readouterr().err
+    assert f"cannot reach the chat API at http://user:***@127.0.0.1:{port}/v1" in err and "hunter2pw" not in err

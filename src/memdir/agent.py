@@ -213,9 +213,13 @@ class ChatClient:
         import httpx  # optional dependency, only needed by the agent
 
         from memdir.embeddings.http_deadline import bound_transports, ca_certificates_error
-        from memdir.embeddings.remote_config import is_loopback_url
+        from memdir.embeddings.remote_config import is_loopback_url, shown_url, url_credentials
 
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        #: Masked in every error quoting the server (one that echoes the request quotes them).
+        self._secrets = tuple(s for s in (api_key or "", *url_credentials(base_url)) if s)
+        #: The base URL as messages show it (a ``user:password@`` with its password masked).
+        self.shown_url = shown_url(base_url.rstrip("/"))
         self.model = model
         self.timeout = timeout
         self.retries = retries
@@ -226,7 +230,7 @@ class ChatClient:
             self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
                                       trust_env=not is_loopback_url(base_url))
         except OSError as exc:
-            raise MemdirError(f"chat API {base_url}: {ca_certificates_error(exc)}") from exc
+            raise MemdirError(f"chat API {self.shown_url}: {ca_certificates_error(exc)}") from exc
         bound_transports(self._http)  # the timeout bounds the whole reply, not each read
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
@@ -249,14 +253,27 @@ class ChatClient:
             with attempt_deadline(ends):
                 resp = self._http.post("/chat/completions", **kwargs)
             if resp.status_code < 400:
-                return parse_reply(resp)
-            text = " ".join(resp.text[:500].split())  # one line: an HTML error page spanned dozens
+                try:
+                    return parse_reply(resp)
+                except ChatError as exc:  # it quotes the reply
+                    raise ChatError(self._scrubbed(str(exc)), exc.status) from None
+            # One line: an HTML error page spanned dozens.
+            text = " ".join(self._scrubbed(resp.text[:2000]).split())[:500]
             wait = _retry_wait(resp, text, attempt)
             if wait is None or attempt == self.retries or time.monotonic() + wait >= ends:
                 raise ChatError(f"chat API returned {resp.status_code}: {text}", resp.status_code)
             log.info("chat API returned %s; sending again in %.1f s", resp.status_code, wait)
             time.sleep(wait)
         raise AssertionError("unreachable")  # the last attempt returned or raised
+
+    def _scrubbed(self, text: str) -> str:
+        """``text`` from the server without the key or the URL's password, secrets masked as in
+        logs: a server echoing the request put ``Bearer <key>`` in the chat's error line."""
+        from memdir.redact import redact_text
+
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return redact_text(text)
 
     def close(self) -> None:
         self._http.close()

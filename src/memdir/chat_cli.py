@@ -74,7 +74,7 @@ def describe_failure(exc: BaseException, client: Any, key_env: str = "OPENAI_API
     "[Errno 111] Connection refused", not which server, nor after how long."""
     import httpx
 
-    url = str(client._http.base_url).rstrip("/")
+    url = client.shown_url
     if isinstance(exc, httpx.TimeoutException):
         return f"the chat API at {url} did not answer within {client.timeout:g} s ({exc or 'timed out'})"
     if isinstance(exc, httpx.TransportError):
