@@ -92,3 +92,24 @@ def test_a_refused_redirect_names_the_origin_without_its_password(tmp_path: Path
     warnings = json.loads(built.stdout)["warnings"]
     assert any("refused (memdir only sends requests to http://user:***@127.0.0.1:" in w for w in warnings), warnings
     assert _leaks(built.stdout + built.stderr) == []
+
+
+@pytest.mark.parametrize("remote", [
+    {"apiKey": [KEY]},  # a key given as a list (TOML "apiKey = [..]"): refused, quoting the key
+    {"apiKey": "a", "headers": {"Authorization": ["Bearer " + KEY]}},
+    {"apiKey": "a", "baseUrl": f"ftp://user:{PASSWORD}@127.0.0.1/v1"},  # refused base URLs quoted it whole
+    {"apiKey": "a", "baseUrl": f"http://user:{PASSWORD}@[::1/v1"},
+    {"apiKey": "a", "baseUrl": f"http://user:{PASSWORD}@127.0.0.1:99999/v1"},
+    {"apiKey": "a", "baseUrl": f"user:{PASSWORD}@127.0.0.1/v1"},
+])
+def test_a_refused_setting_never_quotes_its_credential(tmp_path: Path, make_workspace, run_cli, remote) -> None:
+    """A credential setting refused by validation, or a base URL refused as unusable, was quoted
+    whole in the error every command printed (and in the ``--json`` failure document)."""
+    ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "openai", "fallback": "none", "remote": remote}}))
+    runs = {args: run_cli(*args, "-w", str(ws), "-c", str(cfg)) for args in (("index", "--json"), ("config", "show"))}
+    for args, proc in runs.items():
+        assert _leaks(proc.stdout + proc.stderr) == [], (args, proc.stdout, proc.stderr)
+    failed = runs["index", "--json"]
+    assert failed.returncode == 1 and json.loads(failed.stdout)["ok"] is False  # still refused, and said why

@@ -213,7 +213,8 @@ class ChatClient:
         import httpx  # optional dependency, only needed by the agent
 
         from memdir.embeddings.http_deadline import bound_transports, ca_certificates_error
-        from memdir.embeddings.remote_config import is_loopback_url, shown_url, url_credentials
+        from memdir.embeddings.remote_config import is_loopback_url
+        from memdir.redact import shown_url, url_credentials
 
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         #: Masked in every error quoting the server (one that echoes the request quotes them).

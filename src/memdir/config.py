@@ -987,11 +987,24 @@ class LoadedConfig:
 _SECRET_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
 
 
+def _is_secret(loc: tuple[Any, ...]) -> bool:
+    """Whether a setting at ``loc`` is a credential or may hold one (a key, a DSN, a base URL with
+    ``user:password@``, a credential header): its value is never quoted in an error."""
+    names = [str(p) for p in loc]
+    if any(n in ("api_key", "dsn", "base_url") for n in names):
+        return True
+    return "headers" in names[:-1] and bool(_SECRET_HEADER.search(names[names.index("headers") + 1]))
+
+
 def _shown(name: str, value: Any) -> Any:
     """A setting as ``config show`` prints it: credentials masked (its output gets pasted into bug
     reports), a ``${VAR}`` reference kept, since it is no secret and says where the key comes from."""
-    if name in ("dsn", "base_url") and isinstance(value, str):
-        return mask_dsn_password(value)  # https://user:token@proxy/v1: a password as much as the key
+    if name == "dsn" and isinstance(value, str):
+        return mask_dsn_password(value)
+    if name == "base_url" and isinstance(value, str):
+        from memdir.redact import shown_url
+
+        return shown_url(value)  # https://user:token@proxy/v1: a password as much as the key
     if name == "api_key" and isinstance(value, str) and value and not re.fullmatch(r"\$\{\w+\}", value.strip()):
         return "***"
     if name == "headers" and isinstance(value, Mapping):
@@ -1282,6 +1295,8 @@ def _describe_validation(exc: ValidationError, data: Mapping[str, Any] | None = 
         value = ""
         if "input" in err and err.get("type") != "value_error" and not isinstance(err["input"], Mapping):
             value = f" = {err['input']!r}"
+            if _is_secret(loc):  # apiKey = ["sk-…"] printed the key it refused
+                value = f" = ({type(err['input']).__name__}, not shown)"
         parts.append(f"{key or 'config'}{value}{where}: {msg}")
     return "invalid configuration: " + "; ".join(parts)
 

@@ -95,3 +95,43 @@ def _replace(match: re.Match[str]) -> str:
         return whole
     start = match.start(1) - match.start(0)
     return whole[:start] + mask(secret) + whole[start + len(secret):]
+
+
+def url_credentials(url: str) -> tuple[str, ...]:
+    """A URL's password (or lone ``token@``) as written and decoded, and the Basic token httpx
+    sends for it: what error messages must never quote (a server may echo the headers)."""
+    import base64
+    from urllib.parse import unquote
+
+    userinfo = _userinfo(url)
+    if not userinfo:
+        return ()
+    user, colon, password = userinfo.partition(":")
+    basic = f"{unquote(user)}:{unquote(password)}"
+    if not colon:
+        password = user  # the token is the user name
+    token = base64.b64encode(basic.encode()).decode("ascii")
+    return tuple(s for s in (password, unquote(password), token) if s)
+
+
+def shown_url(url: str) -> str:
+    """``url`` for messages, reprs and ``config show``: a ``user:password@`` keeps the user, the
+    password is ``***`` (a lone ``token@`` is all ``***``).  Parsed by hand, so a URL too broken
+    for :func:`urllib.parse.urlsplit` (``http://u:pw@[::1``, no scheme) is masked as well."""
+    userinfo = _userinfo(url)
+    if userinfo is None:
+        return url
+    head, sep, tail = url.partition("://")
+    rest = tail if sep else url
+    user, colon, _ = userinfo.partition(":")
+    masked = f"{user}:***" if colon else "***"
+    return f"{head}{sep}" + masked + rest[len(userinfo):] if sep else masked + rest[len(userinfo):]
+
+
+def _userinfo(url: str) -> str | None:
+    """The ``user[:password]`` before the host of ``url``, or ``None``."""
+    rest = url.partition("://")[2] or url
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if "@" not in authority:
+        return None
+    return authority.rpartition("@")[0]

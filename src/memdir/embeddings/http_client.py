@@ -37,8 +37,9 @@ from urllib.parse import urlsplit
 
 from memdir.embeddings.base import EmbeddingError
 from memdir.embeddings.errors import EmbeddingTimeoutError, RemoteEmbeddingError
-from memdir.embeddings.remote_config import RemoteSettings, is_loopback_url, shown_url, url_credentials
+from memdir.embeddings.remote_config import RemoteSettings, is_loopback_url
 from memdir.embeddings.retry import gemini_retry_delay, is_quota_exhausted, parse_retry_after
+from memdir.redact import shown_url, url_credentials
 
 if TYPE_CHECKING:
     import httpx

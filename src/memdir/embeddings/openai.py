@@ -29,7 +29,7 @@ from memdir.embeddings.remote import (
     parse_json,
     shape_error,
 )
-from memdir.embeddings.remote_config import shown_url
+from memdir.redact import shown_url
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 OPENAI_TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})

@@ -61,10 +61,10 @@ from memdir.embeddings.remote_config import (
     is_loopback_url,
     max_input_bytes_for,
     merge_headers,
-    shown_url,
     strip_model_prefixes,
 )
 from memdir.embeddings.retry import RetryPolicy, Timing, gemini_retry_delay, is_quota_exhausted, parse_retry_after
+from memdir.redact import shown_url
 
 if TYPE_CHECKING:
     import httpx

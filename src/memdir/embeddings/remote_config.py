@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from memdir.embeddings.base import HARD_INPUT_LIMIT_BYTES, EmbeddingError, MissingApiKeyError
 from memdir.embeddings.batch import BatchSettings
 from memdir.embeddings.retry import RetryPolicy, Timing
+from memdir.redact import shown_url
 
 if TYPE_CHECKING:
     from memdir.config import MemorySearchConfig
@@ -92,29 +93,6 @@ class RemoteSettings:
 # --- endpoint resolution ---------------------------------------------------------------------
 
 
-def url_credentials(url: str) -> tuple[str, ...]:
-    """A base URL's password as written and decoded, and the Basic token httpx sends for its
-    ``user:password@``: what error messages must never quote (a server may echo the headers)."""
-    import base64
-    from urllib.parse import unquote
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return ()
-    user, password = unquote(parts.username or ""), unquote(parts.password)
-    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-    return tuple(s for s in (parts.password, password, token) if s)
-
-
-def shown_url(url: str) -> str:
-    """``url`` for messages and reprs: a ``user:password@`` keeps the user, the password is ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
-
-
 def is_loopback_url(url: str) -> bool:
     """True when ``url`` points at this machine (so ``offline`` and proxies can ignore it)."""
     host = (urlsplit(url).hostname or "").strip("[]").lower()
@@ -146,7 +124,7 @@ def clean_base_url(url: str, provider: str) -> str:
         elif parts.query or parts.fragment or url.endswith(("?", "#")):
             problem = "has a query or fragment (memdir appends the endpoint's path to it)"
     if problem:
-        raise EmbeddingError(f"{provider} embeddings: base URL {url!r} {problem}")
+        raise EmbeddingError(f"{provider} embeddings: base URL {shown_url(url)!r} {problem}")
     return url
 
 
