@@ -290,3 +290,12 @@ def test_a_base_url_password_is_not_printed_when_the_server_cannot_be_reached(
     assert chat(ws, "--base-url", f"http://user:hunter2pw@127.0.0.1:{port}/v1") == 1
     err = capsys.readouterr().err
     assert f"cannot reach the chat API at http://user:***@127.0.0.1:{port}/v1" in err and "hunter2pw" not in err
+
+
+def test_a_base_url_without_its_scheme_is_refused_without_its_password(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """"the base URL 'user:hunter2pw@127.0.0.1/v1' must start with http://" quoted the password."""
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    assert chat(ws, "--base-url", "user:hunter2pw@127.0.0.1/v1") == 2
+    err = capsys.readouterr().err
+    assert "the base URL 'user:***@127.0.0.1/v1' must start with http://" in err and "hunter2pw" not in err

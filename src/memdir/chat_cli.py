@@ -110,7 +110,9 @@ def run_chat(args: argparse.Namespace) -> int:
     # Said before the chat starts, once: a URL without http:// failed every turn with httpx's words,
     # and a window of -5 compacted the conversation at every turn.
     if not base_url.lower().startswith(("http://", "https://")):
-        print(f"memdir chat: the base URL {base_url!r} must start with http:// or https:// "
+        from memdir.redact import shown_url
+
+        print(f"memdir chat: the base URL {shown_url(base_url)!r} must start with http:// or https:// "
               "(e.g. http://127.0.0.1:8000/v1)", file=sys.stderr)
         return 2
     if sys.stdin is None:  # `memdir chat <&-` failed with "'NoneType' object has no attribute 'isatty'"
