@@ -113,3 +113,18 @@ def test_a_refused_setting_never_quotes_its_credential(tmp_path: Path, make_work
         assert _leaks(proc.stdout + proc.stderr) == [], (args, proc.stdout, proc.stderr)
     failed = runs["index", "--json"]
     assert failed.returncode == 1 and json.loads(failed.stdout)["ok"] is False  # still refused, and said why
+
+
+@pytest.mark.parametrize("name", ["openai", "gemini", "voyage", "mistral", "ollama"])
+def test_a_providers_info_and_repr_hold_no_credential(name: str) -> None:
+    """``info()`` ("everything status may show, no credentials") gave the base URL with its
+    ``user:password@`` as written, and so did the provider's repr."""
+    from memdir.embeddings.registry import create_provider
+    from memdir.testing.provider_server import make_cfg
+
+    provider = create_provider(name, make_cfg(name, f"http://user:{PASSWORD}@127.0.0.1:9/v1", api_key=KEY), {})
+    try:
+        shown = json.dumps(provider.info()) + repr(provider)
+        assert _leaks(shown) == [] and "http://user:***@127.0.0.1:9/v1" in shown
+    finally:
+        provider.close()

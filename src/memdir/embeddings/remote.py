@@ -264,7 +264,7 @@ class RemoteEmbeddingProvider:
         return {
             "provider": self.id,
             "model": self.model,
-            "baseUrl": self.base_url,
+            "baseUrl": shown_url(self.base_url),
             "providerKey": self.provider_key,
             "maxInputBytes": self.max_input_bytes,
             "dims": self._dims,
