@@ -125,6 +125,6 @@ def test_a_providers_info_and_repr_hold_no_credential(name: str) -> None:
     provider = create_provider(name, make_cfg(name, f"http://user:{PASSWORD}@127.0.0.1:9/v1", api_key=KEY), {})
     try:
         shown = json.dumps(provider.info()) + repr(provider)
-        assert _leaks(shown) == [] and "http://user:***@127.0.0.1:9/v1" in shown
+        assert _leaks(shown) == [] and "http://user:***@127.0.0.1:9" in shown  # (ollama drops the /v1)
     finally:
         provider.close()
