@@ -442,3 +442,18 @@ def test_only_a_quota_error_gets_the_quota_advice():
                    "cannot open /home/quota-team/x.sqlite", "index /srv/4291/x.sqlite is damaged"):
         assert search_unavailable_payload(RuntimeError(reason))["warning"] == \
             "Memory search is unavailable due to an embedding/provider error.", reason
+
+
+def test_a_model_note_has_its_secrets_masked_as_memory_store_masks_them(mem):
+    """A model told a key (or "the wifi password is …") put it in today's log as said, where every
+    session started today and tomorrow quotes it and the index holds it; ``memory_store`` masked
+    the same text.  ``memdir append`` (the user's own note) keeps what it is given."""
+    key = "sk-proj-Zq9xT4mW8vB2nK7pL3sD6fG1hJ5k"
+    note = f"- Staging uses OPENAI_API_KEY={key} and the wifi password is tangerine-42."
+    payload = call_tool(mem, "memory_append", {"text": note}).payload
+    assert payload["appended"] is True
+    written = (Path(mem.workspace) / payload["path"]).read_text()
+    assert key not in written and "tangerine-42" not in written
+    assert "- Staging uses OPENAI_API_KEY=sk-pro…hJ5k and the wifi password is ***" in written
+    rel = mem.append_daily(note)  # the API (and the CLI) write the user's words as they are
+    assert key in (Path(mem.workspace) / rel).read_text()

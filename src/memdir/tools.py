@@ -523,6 +523,17 @@ def append_too_long(text: str) -> str | None:
     return f"note too long ({len(text)} characters, at most {MAX_APPEND_CHARS}): append one short note"
 
 
+def model_note(text: str) -> str:
+    """A model's note with its secrets masked as ``memory_store`` masks them (a key, a password,
+    one stated in prose).  Why: a model told a key put it in today's log as said, and the log is
+    quoted into every session started today and tomorrow, and indexed (and embedded remotely);
+    ``memdir append``, the user's own note, is kept as written."""
+    from memdir.ltm.capture import mask_stated_secrets
+    from memdir.redact import redact_text
+
+    return mask_stated_secrets(redact_text(text))
+
+
 def memory_append_payload(memory: Any, args: Any = None) -> dict[str, Any]:
     """Run ``memory_append``; ``{path, appended: true}`` or ``{path, appended: false, error}``."""
     try:
@@ -534,7 +545,7 @@ def memory_append_payload(memory: Any, args: Any = None) -> dict[str, Any]:
             raise ToolInputError(too_long)
         if memory is None:
             raise RuntimeError("memory unavailable")
-        rel = memory.append_daily(raw_text)
+        rel = memory.append_daily(model_note(raw_text))
         return {"path": rel, "appended": True}
     except Exception as exc:
         return {"path": "", "appended": False, "error": _error_text(exc)}
