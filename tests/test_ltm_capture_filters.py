@@ -66,3 +66,19 @@ def test_a_secret_said_in_prose_is_not_captured_but_talk_about_secrets_is() -> N
     then recalled into every later prompt and written to the indexed mirror."""
     assert [t for t in SECRETS_IN_PROSE if should_capture(t)] == []
     assert [t for t in NEAR_MISSES if not should_capture(t)] == []
+
+
+def test_a_long_word_is_checked_for_an_email_address_in_linear_time(tmp_path) -> None:
+    """The e-mail trigger was tried at every character of a long run of word characters, each
+    try scanning to the run's end: a 10,000-character message (captureMaxChars' ceiling) of digits
+    cost 0.75 s, 200,000 characters minutes.  Run in a subprocess, so the old way fails on the
+    timeout instead of hanging."""
+    import subprocess
+    import sys
+
+    code = ("from memdir.ltm.capture import should_capture\n"
+            "print(should_capture('1' * 200_000, 10**6),\n"
+            "      should_capture('x' * 200_000 + ' mail me at a.b@example.org', 10**6))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
