@@ -194,9 +194,16 @@ def _owner_line(text: str) -> str | None:
 def _mirrored_store_exists(owner_line: str) -> bool:
     """Whether the store a mirror's owner line names (``… of agent "x" (<db path>). Generated …``)
     is still there; ``True`` when the line names none.  A workspace moved or renamed gets a new
-    store, and its mirror, naming the old one, was refused as another agent's for good."""
-    found = re.search(r'of agent ".*?" \((.*)\)\. Generated from the store', owner_line)
-    return found is None or os.path.exists(found.group(1))
+    store, and its mirror, naming the old one, was refused as another agent's for good.
+
+    Found by position, not a backtracking regex: a long owner line holding many ``" (`` (a
+    damaged or hostile mirror) took 0.84 s at 24 KB, 84 s at 240 KB."""
+    agent = owner_line.find('of agent "')
+    opening = owner_line.find('" (', agent + len('of agent "')) if agent >= 0 else -1
+    closing = owner_line.rfind("). Generated from the store")
+    if opening < 0 or closing < opening + 3:
+        return True
+    return os.path.exists(owner_line[opening + 3:closing])
 
 
 def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | None = None) -> str | None:

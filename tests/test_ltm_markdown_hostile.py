@@ -1,0 +1,47 @@
+"""The long-term memory mirror's Markdown read in linear time whatever a hostile or damaged file
+holds.  Each case runs in a subprocess with a timeout, so a quadratic reading fails instead of
+hanging the suite; no LanceDB needed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import cli_env
+
+
+def test_a_memory_bullet_with_a_long_run_of_blanks_is_read_in_linear_time(tmp_path: Path) -> None:
+    """A bullet holding a long run of spaces (a pasted column layout) in an imported or edited mirror
+    file was read in quadratic time: 40,000 spaces took 3 s, 150,000 about 40 s, before any memory
+    was imported.  Read in a subprocess, so the old behaviour fails on the timeout, not hangs."""
+    mem_id = "12345678-1234-1234-1234-123456789abc"
+    doc = tmp_path / "export.md"
+    doc.write_text(f"- [fact] left{' ' * 150_000}right (id: {mem_id})\n- plain{chr(9) * 150_000}x\n")
+    code = ("import json, sys\nfrom memdir.ltm.markdown import parse\n"
+            "items, skipped = parse(open(sys.argv[1], encoding='utf-8').read())\n"
+            "print(json.dumps([[i.id, i.category, i.text[:4], i.text[-5:], len(i.text)] for i in items]))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(doc)], capture_output=True, text=True, timeout=20,
+                          env=cli_env(tmp_path / "state"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [[mem_id, "fact", "left", "right", 150_009],
+                                       [None, None, "plai", "\t\t\t\tx", 150_006]]
+
+
+def test_a_mirror_whose_owner_line_is_long_and_damaged_is_judged_in_linear_time(tmp_path: Path) -> None:
+    """Writing the mirror over one whose owner line holds many '" (' (damaged, or hostile) looked
+    for the store it names with a backtracking regex: 24 KB took 0.84 s, 300 KB minutes.  It names
+    no store, so it is another agent's mirror and left alone, as before."""
+    mirror = tmp_path / "long-term.md"
+    code = ("import sys\nfrom pathlib import Path\n"
+            "from memdir.ltm.markdown import MIRROR_MARK, write_mirror\n"
+            "mirror = Path(sys.argv[1])\n"
+            "mirror.write_text(MIRROR_MARK + ' of agent \"x' + '\" (' * 100_000 + ' -->\\n- old\\n')\n"
+            "ours = MIRROR_MARK + ' of agent \"main\" (/nowhere). Generated from the store -->\\n- new\\n'\n"
+            "print(write_mirror(mirror, ours, mirror.with_name('state.json')))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(mirror)], capture_output=True, text=True, timeout=20,
+                          env=cli_env(tmp_path / "state"))
+    assert done.returncode == 0, done.stderr
+    assert "is the long-term memory mirror of another store" in done.stdout
+    assert mirror.read_text().endswith("- old\n") and not list(tmp_path.glob("long-term.md.edited-*"))
