@@ -128,3 +128,22 @@ def test_a_providers_info_and_repr_hold_no_credential(name: str) -> None:
         assert _leaks(shown) == [] and "http://user:***@127.0.0.1:9" in shown  # (ollama drops the /v1)
     finally:
         provider.close()
+
+
+def test_credential_headers_quoted_back_by_the_server_are_masked(tmp_path: Path, make_workspace, run_cli,
+                                                                 echo_port: int) -> None:
+    """Only the API key was scrubbed from a server's error: a ``Cookie`` or ``Proxy-Authorization``
+    given in ``remote.headers`` (which ``config show`` masks) came back in the warning, ``--json``
+    and ``status`` as the server quoted it."""
+    cookie, proxy = "session=c00kie-0f-n0-kn0wn-sh4pe", "cHJveHk6czNjcjN0LXByMHh5"
+    ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "openai", "fallback": "none", "remote": {
+        "baseUrl": f"http://127.0.0.1:{echo_port}/v1", "apiKey": KEY, "maxRetries": 0,
+        "headers": {"Cookie": cookie, "Proxy-Authorization": f"Basic {proxy}", "X-Team": "herons"}}}}))
+    base = ("-w", str(ws), "-c", str(cfg))
+    built, status = run_cli("index", "--json", *base), run_cli("status", "--deep", *base)
+    assert built.returncode == status.returncode == 0, built.stderr + status.stderr
+    out = built.stdout + built.stderr + status.stdout + status.stderr
+    assert "'Cookie': '***'" in built.stdout  # the server's answer is still quoted, masked
+    assert [s for s in (cookie, proxy, KEY) if s in out] == []

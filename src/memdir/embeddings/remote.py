@@ -56,6 +56,7 @@ from memdir.embeddings.remote_config import (
     RemoteSettings,
     check_sendable,
     clean_base_url,
+    credential_values,
     expand_env_refs,
     first_nonblank,
     is_loopback_url,
@@ -155,7 +156,7 @@ class RemoteEmbeddingProvider:
             self.base_url,
             settings=self.settings,
             stats=self._stats,
-            secrets=[endpoint.api_key or ""],
+            secrets=[endpoint.api_key or "", *credential_values(endpoint.headers)],
         )
         self.batch_state = BatchState(enabled=self.settings.batch.enabled, supported=self.supports_batch_api)
 

@@ -34,6 +34,21 @@ if TYPE_CHECKING:
 
 #: Header names that carry credentials: sent, but never part of the provider key or of logs.
 SECRET_HEADERS = frozenset({"authorization", "x-goog-api-key", "api-key", "x-api-key"})
+#: Header names whose values are scrubbed from error messages as the key is (as ``config show``
+#: masks them): ``Cookie``, ``Proxy-Authorization``, ``X-Auth-Token``, ...
+_CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
+
+
+def credential_values(headers: Mapping[str, str]) -> list[str]:
+    """The values of ``headers`` that are credentials, and a ``Bearer``/``Basic`` value's token."""
+    out: list[str] = []
+    for name, value in headers.items():
+        if _CREDENTIAL_HEADER.search(name) and value.strip():
+            out.append(value.strip())
+            scheme, _, token = value.strip().partition(" ")
+            if token.strip() and scheme.lower() in ("bearer", "basic", "token"):
+                out.append(token.strip())
+    return out
 
 
 # --- limits ---------------------------------------------------------------------------------
