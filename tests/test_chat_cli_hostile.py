@@ -299,3 +299,19 @@ def test_a_base_url_without_its_scheme_is_refused_without_its_password(
     assert chat(ws, "--base-url", "user:hunter2pw@127.0.0.1/v1") == 2
     err = capsys.readouterr().err
     assert "the base URL 'user:***@127.0.0.1/v1' must start with http://" in err and "hunter2pw" not in err
+
+
+@pytest.mark.parametrize("key", [CHAT_KEY + "\r", CHAT_KEY + "\nX-Evil: 1", CHAT_KEY[:10] + "…" + CHAT_KEY[10:]])
+def test_a_key_an_http_header_cannot_carry_is_refused_without_showing_it(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], key: str) -> None:
+    """A key read with a trailing "\\r" (a Windows .env file) failed every turn as "cannot reach the
+    chat API at …: Illegal header value b'Bearer <the key>\\r'", and a non-ASCII one with a bare
+    "'ascii' codec can't encode"; it is refused before the chat starts, naming the variable only."""
+    monkeypatch.setenv("CHAT_TEST_KEY", key)
+    with ScriptedChatServer(FactKeeperModel()) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        assert chat(ws, "--base-url", server.url) == 2
+        assert server.requests == []
+    err = capsys.readouterr().err
+    assert err == ("memdir chat: the key in $CHAT_TEST_KEY holds a line break, control or non-ASCII character "
+                   "(pasted with it?), which an HTTP header cannot carry\n")

@@ -213,9 +213,12 @@ class ChatClient:
         import httpx  # optional dependency, only needed by the agent
 
         from memdir.embeddings.http_deadline import bound_transports, ca_certificates_error
-        from memdir.embeddings.remote_config import is_loopback_url
+        from memdir.embeddings.remote_config import is_loopback_url, unsendable
         from memdir.redact import shown_url, url_credentials
 
+        if api_key and unsendable(api_key):  # httpx's "Illegal header value b'Bearer <key>\r'" showed it
+            raise MemdirError("the chat API key holds a line break, control or non-ASCII character (pasted with "
+                              "it?), which an HTTP header cannot carry")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         #: Masked in every error quoting the server (one that echoes the request quotes them).
         self._secrets = tuple(s for s in (api_key or "", *url_credentials(base_url)) if s)

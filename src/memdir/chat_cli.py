@@ -130,6 +130,14 @@ def run_chat(args: argparse.Namespace) -> int:
         return 1
     settings = loaded.settings
     api_key = os.environ.get(args.api_key_env) or None
+    from memdir.embeddings.remote_config import unsendable
+
+    if api_key is not None and unsendable(api_key):
+        # Said here, without the key: every turn failed as "cannot reach the chat API at …: Illegal
+        # header value b'Bearer sk-…\r'" (a key read from a Windows file), the key in full.
+        print(f"memdir chat: the key in ${args.api_key_env} holds a line break, control or non-ASCII character "
+              "(pasted with it?), which an HTTP header cannot carry", file=sys.stderr)
+        return 2
     if api_key is None and "api.openai.com" in base_url:
         print(f"memdir chat: set {args.api_key_env} (or pass --base-url for a local server; "
               "memdir chat --demo runs without any key)", file=sys.stderr)

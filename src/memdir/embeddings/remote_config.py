@@ -146,7 +146,7 @@ def clean_base_url(url: str, provider: str) -> str:
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
-def _unsendable(value: str) -> bool:
+def unsendable(value: str) -> bool:
     """A header value HTTP cannot carry as is: a line break, another control character, non-ASCII."""
     return not value.isascii() or any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in value)
 
@@ -156,13 +156,13 @@ def check_sendable(provider: str, api_key: str | None, headers: Mapping[str, str
     but never showing a value.  Why: a key pasted with a line break (or NUL) failed every request
     as a "connection error", retried four times, the key itself in the message; a non-ASCII one
     (a "…" copied from a web page) raised a bare UnicodeEncodeError."""
-    if api_key is not None and _unsendable(api_key):
+    if api_key is not None and unsendable(api_key):
         raise EmbeddingError(f"{provider} embeddings: the API key holds a line break, control or non-ASCII "
                              "character (pasted with it?), which an HTTP header cannot carry")
     for name, value in headers.items():
         if not _HEADER_NAME.match(name):
             raise EmbeddingError(f"{provider} embeddings: remote.headers: {name!r} is not an HTTP header name")
-        if _unsendable(value):
+        if unsendable(value):
             raise EmbeddingError(f"{provider} embeddings: remote.headers: the value of {name!r} holds a line "
                                  "break, control or non-ASCII character, which an HTTP header cannot carry")
 
