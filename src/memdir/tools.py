@@ -55,8 +55,8 @@ APPEND_DESCRIPTION = (
     "Remember something for future sessions: append a note to today's daily memory log "
     "(memory/YYYY-MM-DD.md). Use it when something should outlive this conversation: a durable fact, a "
     "decision and its reason, a user preference, a commitment or todo, a lesson learned. Write one short, "
-    "self-contained entry in Markdown (it is appended verbatim and never overwrites anything); do not "
-    "store secrets or small talk. The note is searchable with memory_search right away."
+    "self-contained entry in Markdown (it is appended as written, keys and passwords masked, and never "
+    "overwrites anything); do not store secrets or small talk. The note is searchable with memory_search right away."
 )
 
 # OpenClaw's types (R§10): counts are "number", truncated to integers when read, so a host that
