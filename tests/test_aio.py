@@ -105,3 +105,41 @@ def test_an_aclose_that_times_out_still_closes(make_workspace, keyword_config):
     mem = asyncio.run(run())
     with pytest.raises(MemoryClosed):
         mem.memory.search("Kafka")
+
+
+def test_calls_waiting_for_their_turn_leave_the_default_executor_free(make_workspace, keyword_config):
+    # Before: each call waited for the one before it on a thread lock, inside a worker thread of the
+    # loop's default executor: six searches queued behind a long call (a sync embedding its batches)
+    # held every thread, and any other asyncio.to_thread (a DNS lookup) of the program waited for it.
+    from concurrent.futures import ThreadPoolExecutor
+
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka.\n"})
+
+    async def run() -> None:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=4))
+        async with AsyncMemory(ws, config=keyword_config) as mem:
+            await mem.sync()
+            busy, go = await _get_held_in_its_thread(mem)
+            queued = [asyncio.create_task(mem.search("kafka")) for _ in range(6)]
+            await asyncio.sleep(0.1)
+            try:
+                assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), 5) == "free"
+            finally:
+                go.set()
+            await busy
+            assert all(response.results for response in await asyncio.gather(*queued))
+
+    asyncio.run(run())
+
+
+def test_one_async_memory_used_by_two_event_loops_in_turn(make_workspace, keyword_config):
+    # (calls queue on a lock of their loop's: a second asyncio.run must not find the first's)
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka.\n"})
+    mem = AsyncMemory(ws, config=keyword_config)
+
+    async def run() -> None:
+        assert all(r.results for r in await asyncio.gather(*(mem.search("kafka") for _ in range(4))))
+
+    asyncio.run(run())
+    asyncio.run(run())
+    asyncio.run(mem.aclose())

@@ -9,16 +9,19 @@
 Every call runs the blocking ``Memory`` method in a worker thread (``asyncio.to_thread``), so
 the event loop never stalls on SQLite, file I/O or a local embedding model.  Calls on one
 ``AsyncMemory`` run one at a time: searches are milliseconds, and
-one-at-a-time keeps a long-lived object's index connection and writer lock simple.  For real
-parallelism open one ``AsyncMemory`` per task; different processes are always safe.  A call
-cancelled while it waits for the one before it never runs (but a cancelled ``aclose`` still
-closes); one already running completes.
+one-at-a-time keeps a long-lived object's index connection and writer lock simple.  A call
+waits for its turn in the event loop, not in a worker thread: the loop's default executor
+(a handful of threads) stays free for the rest of the program.  For real parallelism open one
+``AsyncMemory`` per task; different processes are always safe.  A call cancelled while it
+waits for the one before it never runs (but a cancelled ``aclose`` still closes); one already
+running completes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -37,8 +40,25 @@ class AsyncMemory:
             raise TypeError("AsyncMemory takes a Memory (memory=) or Memory's arguments, not both")
         self.memory = memory if memory is not None else Memory(workspace, **kwargs)
         self._lock = threading.Lock()  # a thread lock: the work itself happens in worker threads
+        #: Each event loop's queue of calls (an ``asyncio.Lock`` belongs to one loop: asyncio.run twice).
+        self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+    def _turn(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        turn = self._turns.get(loop)
+        if turn is None:
+            turn = self._turns[loop] = asyncio.Lock()
+        return turn
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        # Calls queue here, in the loop: queued on the thread lock, each held one of the default
+        # executor's few threads (6 on two CPUs), so ten searches behind a long sync held up every
+        # other asyncio.to_thread (and DNS lookups) of the program until the sync ended.  The thread
+        # lock is still taken: a call cancelled while running goes on in its thread.
+        async with self._turn():
+            return await self._in_thread(fn, *args, **kwargs)
+
+    async def _in_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         cancelled = threading.Event()
 
         def locked() -> T:
