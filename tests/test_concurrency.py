@@ -375,3 +375,40 @@ def test_waiting_for_another_thread_of_this_process_is_no_notice(make_workspace,
         assert mem.sync().indexed == 1  # waited for it
         thread.join(10)
     assert not [n for n in notices if "waiting" in n], notices
+
+
+_FORK_REMOTE = """
+import os, signal, sys
+sys.path.insert(0, {src!r})
+from memdir.embeddings.registry import select_provider
+from memdir.testing.provider_server import make_cfg
+
+provider = select_provider(make_cfg("openai", {url!r} + "/v1", model="text-embedding-3-small")).provider
+provider.embed_batch(["parent before"])  # its connection stays open for the next request
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)
+    provider.embed_batch(["child"])
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, "child failed"
+provider.embed_batch(["parent after"])
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_sends_embedding_requests_on_connections_of_its_own(state_dir):
+    # Before: the child sent its request on the connection the parent kept alive, so the two
+    # processes' requests and answers crossed on one socket (one read the other's vector, or half
+    # of it: "malformed JSON in 200 response", or waited for an answer the other had read).
+    from memdir.testing.provider_server import ProviderServer
+
+    with ProviderServer(keep_alive=True) as server:
+        script = _FORK_REMOTE.format(src=str(SRC), url=server.url)
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "MEMDIR_STATE_DIR": str(state_dir)})
+        assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+        peers = {r.json["input"][0]: r.peer for r in server.requests}
+    assert peers["parent after"] == peers["parent before"], "the parent's connection was not kept"
+    assert peers["child"] != peers["parent before"], "the child used the parent's connection"
