@@ -412,3 +412,52 @@ def test_a_forked_child_sends_embedding_requests_on_connections_of_its_own(state
         peers = {r.json["input"][0]: r.peer for r in server.requests}
     assert peers["parent after"] == peers["parent before"], "the parent's connection was not kept"
     assert peers["child"] != peers["parent before"], "the child used the parent's connection"
+
+
+_FORK_MODEL_RUN = """
+import os, signal, sys, threading
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from memdir import Memory
+
+mem = Memory(Path({ws!r}))  # the local embedding model
+mem.sync()
+provider = mem.selection.provider
+held, done = threading.Event(), threading.Event()
+
+def run():  # another thread of the parent inside a model run at the fork (a watcher's sync)
+    with provider._turns.turn():
+        held.set()
+        done.wait()
+
+def load():  # and one loading or closing the model
+    with provider._lock:
+        held.wait()
+        done.wait()
+
+threads = [threading.Thread(target=run), threading.Thread(target=load)]
+for thread in threads:
+    thread.start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(15)  # a child that hangs must not outlive the test
+    response = mem.search("cat surgery")
+    print(response.mode, [hit.path for hit in response.results][:1], flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+done.set()
+for thread in threads:
+    thread.join()
+mem.close()
+print("child", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_runs_the_model_while_the_parent_was_running_it(make_workspace, state_dir):
+    # Before: the turn (and the load lock) another thread of the parent held at the fork was held
+    # for ever in the child: its first search waited on it and never returned (killed by its alarm, status -14).
+    proc = _run_script(_FORK_MODEL_RUN, make_workspace(FILES), state_dir, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:2] == ["hybrid ['memory/2026-01-10.md']", "child 0"], proc.stdout
