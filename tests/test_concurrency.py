@@ -461,3 +461,48 @@ def test_a_forked_child_runs_the_model_while_the_parent_was_running_it(make_work
     proc = _run_script(_FORK_MODEL_RUN, make_workspace(FILES), state_dir, timeout=90)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split("\n")[:2] == ["hybrid ['memory/2026-01-10.md']", "child 0"], proc.stdout
+
+
+_FORK_LTM_CACHE = """
+import os, signal, sys, threading
+sys.path.insert(0, {src!r})
+from pathlib import Path
+import numpy as np
+from memdir.ltm.embedder import EmbeddingCache
+
+cache = EmbeddingCache(Path({ws!r}) / "embedding-cache.sqlite")
+key = ("fake", "axis-1", "key")
+cache.put(key, {{"before": np.ones(4, dtype=np.float32)}})
+parent_conn = cache._conn
+held, done = threading.Event(), threading.Event()
+
+def writing():  # another thread of the parent inside a cache write at the fork
+    with cache._lock:
+        held.set()
+        done.wait()
+
+thread = threading.Thread(target=writing)
+thread.start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(15)  # a child that hangs must not outlive the test
+    cache.put(key, {{"child": np.full(4, 2, dtype=np.float32)}})
+    found = cache.get(key, ["before", "child"])
+    ok = sorted(found) == ["before", "child"] and cache._conn is not parent_conn
+    os._exit(0 if ok else 1)
+_, status = os.waitpid(pid, 0)
+done.set()
+thread.join()
+print("child", os.waitstatus_to_exitcode(status), sorted(cache.get(key, ["before", "child"])))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_opens_its_own_long_term_embedding_cache(tmp_path, state_dir):
+    # Before: the child used the parent's SQLite connection to the long-term memory's embedding
+    # cache (SQLite forbids it across fork), and a write of another parent thread under way at the
+    # fork held the cache's lock for ever: the child's first store or search never returned.
+    proc = _run_script(_FORK_LTM_CACHE, tmp_path, state_dir, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "child 0 ['before', 'child']", proc.stdout
