@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -40,15 +39,17 @@ class AsyncMemory:
             raise TypeError("AsyncMemory takes a Memory (memory=) or Memory's arguments, not both")
         self.memory = memory if memory is not None else Memory(workspace, **kwargs)
         self._lock = threading.Lock()  # a thread lock: the work itself happens in worker threads
-        #: Each event loop's queue of calls (an ``asyncio.Lock`` belongs to one loop: asyncio.run twice).
-        self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+        #: The queue of calls of the loop that used this object last (an ``asyncio.Lock`` belongs to
+        #: one loop: a second asyncio.run gets its own; loops used at once still exclude each other
+        #: by the thread lock).
+        self._turns: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     def _turn(self) -> asyncio.Lock:
         loop = asyncio.get_running_loop()
-        turn = self._turns.get(loop)
-        if turn is None:
-            turn = self._turns[loop] = asyncio.Lock()
-        return turn
+        turns = self._turns
+        if turns is None or turns[0] is not loop:
+            turns = self._turns = (loop, asyncio.Lock())
+        return turns[1]
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         # Calls queue here, in the loop: queued on the thread lock, each held one of the default
