@@ -569,3 +569,56 @@ def test_a_forked_child_opens_its_own_connections(pg: Backend, make_workspace, t
     script = _FORKED_CHILD.format(src=str(SRC), ws=str(ws), config=_keyword_config(pg), state=str(tmp_path / "state"))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_agents_syncing_at_once_leave_a_connection_for_the_processs_searches(pg: Backend, make_workspace,
+                                                                             tmp_path: Path, monkeypatch):
+    """Agents of one process share a pool of poolSize connections, and a sync holds one in its
+    batch's transaction while the batch is embedded: as many agents syncing as the pool is large
+    took them all, and a search of any agent waited 15 s, then failed with "cannot connect to
+    PostgreSQL ... no free connection within 15 s" (4 agents embedding with a slow model; here a
+    pool of 1 and the wait cut to 2 s).  Each further agent open in the process adds a connection."""
+    import hashlib
+
+    from memdir.stores import pgconn
+
+    monkeypatch.setattr(pgconn, "CONNECT_TIMEOUT", 2)
+    embedding, release = threading.Event(), threading.Event()
+
+    class HeldProvider:  # a model whose batch takes as long as the test says
+        id, model, provider_key, max_input_bytes, dims = "hash", "hash-64", "hash-key", 8000, 64
+        hold = False
+
+        def embed_query(self, text: str) -> list[float]:
+            return [(b - 127.5) / 128 for b in hashlib.sha512(text.encode()).digest()]
+
+        def embed_batch(self, texts: list[str]) -> list[list[float]]:
+            if self.hold:
+                embedding.set()
+                release.wait(20)
+            return [self.embed_query(t) for t in texts]
+
+    config = pg.config({"memorySearch": {"sync": {"onSearch": False}}}, poolSize=1)
+    syncing = HeldProvider()
+    a = Memory(make_workspace({"MEMORY.md": "- Billing uses Kafka.\n"}, name="a"), agent_id="a", config=config,
+               state_dir=tmp_path, provider=syncing)
+    b = Memory(make_workspace({"MEMORY.md": "- Dana's cat is Miso.\n"}, name="b"), agent_id="b", config=config,
+               state_dir=tmp_path, provider=HeldProvider())
+    try:
+        a.sync()
+        b.sync()
+        (a.workspace / "MEMORY.md").write_text("- Billing uses RabbitMQ now.\n")
+        syncing.hold = True
+        writer = threading.Thread(target=a.sync)
+        writer.start()
+        try:
+            assert embedding.wait(10)
+            done, response = _in_thread(lambda: b.search("miso", mode="keyword"), 10)
+        finally:
+            release.set()
+            writer.join(20)
+        assert done and not isinstance(response, BaseException), response
+        assert [hit.path for hit in response.results] == ["MEMORY.md"]
+    finally:
+        a.close()
+        b.close()

@@ -216,12 +216,25 @@ class Database:
     def _open_pool(self) -> Any:
         from psycopg_pool import ConnectionPool
 
-        pool = ConnectionPool(self.dsn, min_size=1, max_size=self._pool_size, timeout=CONNECT_TIMEOUT,
+        pool = ConnectionPool(self.dsn, min_size=1, max_size=self._max_size(), timeout=CONNECT_TIMEOUT,
                               reconnect_timeout=RECONNECT_TIMEOUT,
                               kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, **KEEPALIVES},
                               configure=self._configure, open=True, name=f"memdir-{self.schema}")
         pool.wait(timeout=30)
         return pool
+
+    def _max_size(self) -> int:
+        """``poolSize``, plus one for each further store using the pool (another agent open in this
+        process): a sync holds a pooled connection in its batch's transaction while the batch is
+        embedded (seconds, minutes with a remote batch job), so four agents syncing at once took
+        every connection of a pool of 4, and any search in the process waited 15 s, then failed
+        with "cannot connect to PostgreSQL ... no free connection within 15 s"."""
+        return self._pool_size + max(self.refs - 1, 0)
+
+    def _fit_pool(self) -> None:
+        pool = self.pool
+        if pool.max_size != self._max_size():
+            pool.resize(1, self._max_size())
 
     @property
     def pool(self) -> Any:
@@ -256,12 +269,15 @@ class Database:
                 db = cls(dsn, schema, pool_size)
                 cls._registry[(dsn, schema)] = db
             db.refs += 1
+            db._fit_pool()
             return db
 
     def release(self) -> None:
         with self._guard:
             self.refs -= 1
             if self.refs > 0:
+                if self._forks == _FORKS[0]:
+                    self._fit_pool()
                 return
             if self._registry.get((self.dsn, self.schema)) is self:  # (a forked child's may be another)
                 del self._registry[(self.dsn, self.schema)]
