@@ -72,6 +72,26 @@ def test_close_lets_a_search_in_another_thread_finish_then_refuses_calls(make_wo
     mem.close()  # twice: nothing more to do
 
 
+def test_a_long_term_memory_kept_from_a_closed_memory_refuses_calls(make_workspace):
+    # Before: ``lt = mem.long_term`` kept across ``mem.close()`` went on working: it opened the
+    # table again and embedded with the provider the close had closed (a local model loaded again,
+    # which nothing closed), where ``mem.long_term`` itself raised MemoryClosed.
+    pytest.importorskip("lancedb")
+    from ltm_fakes import AxisProvider
+
+    provider = AxisProvider()
+    mem = Memory(make_workspace(FILES), provider=provider)
+    long_term = mem.long_term
+    long_term.store("Billing uses Kafka, not RabbitMQ.")
+    mem.close()
+    calls = len(provider.calls)
+    for call in (lambda: long_term.search("which queue for billing"), lambda: long_term.store("Dana's cat is Miso."),
+                 long_term.list):
+        with pytest.raises(MemoryClosed):
+            call()
+    assert len(provider.calls) == calls and provider.closed
+
+
 def test_a_search_that_syncs_first_works_up_to_close_and_an_append_after_it_writes_nothing(
         make_workspace, keyword_config):
     ws = make_workspace(FILES)
