@@ -526,3 +526,56 @@ def test_a_forked_child_opens_its_own_long_term_embedding_cache(tmp_path, state_
     proc = _run_script(_FORK_LTM_CACHE, tmp_path, state_dir, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "child 0 ['before', 'child']", proc.stdout
+
+
+_FORK_DURING_FIRST_INDEX = """
+import hashlib, os, signal, sys, threading
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from memdir import Memory
+
+embedding, release = threading.Event(), threading.Event()
+
+
+class HeldProvider:  # the first index's embedding goes on until the test lets it finish
+    id, model, provider_key, max_input_bytes, dims = "hash", "hash-64", "hash-key", 8000, 64
+
+    def embed_query(self, text):
+        return [(b - 127.5) / 128 for b in hashlib.sha512(text.encode()).digest()]
+
+    def embed_batch(self, texts):
+        embedding.set()
+        release.wait(20)
+        return [self.embed_query(t) for t in texts]
+
+    def close(self):
+        pass
+
+
+mem = Memory(Path({ws!r}), provider=HeldProvider())
+mem.first_index_wait = 0.01  # a long-running host: the first index is built in the background
+assert mem.search("cat surgery").stale
+assert embedding.wait(20)
+pid = os.fork()
+if pid == 0:
+    signal.alarm(15)
+    response = mem.search("cat surgery")
+    building = [w for w in response.warnings if "being built" in w]
+    print(len(response.results), response.stale, len(building), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+release.set()
+mem.first_index_wait = 20
+print(mem.search("cat surgery").results[0].path, flush=True)
+mem.close()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_says_the_first_index_is_being_built(make_workspace, state_dir):
+    # Before: the child took its parent's background build for one that had ended (its thread is
+    # not in the child) and searched the empty index at once: no results, not stale, not a word of
+    # the build, which an agent reads as "nothing about it in memory".
+    proc = _run_script(_FORK_DURING_FIRST_INDEX, make_workspace(FILES), state_dir, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:2] == ["0 True 1", "memory/2026-01-10.md"], proc.stdout
