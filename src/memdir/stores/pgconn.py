@@ -4,6 +4,9 @@
   shared by every store that uses it and closed with the last of them.  Each connection gets
   ``search_path = <schema>, <pgvector's schema>, public`` and pgvector's binary type adapters.
   Opening the pool brings the schema up to date first (:mod:`memdir.stores.pgschema`).
+  A forked child (gunicorn ``--preload``, Celery prefork) opens pools of its own: the parent's
+  sessions are neither used nor closed there.  The pool holds ``poolSize`` connections plus one
+  for each further agent open in the process (a sync holds one while it embeds a batch).
 * **Failures are bounded and said in one line**: connecting gives up after ``CONNECT_TIMEOUT``,
   a lock held by someone else is waited for ``LOCK_TIMEOUT`` (SQLite's busy timeout), and both,
   like a connection lost mid-call, raise :class:`DatabaseUnavailable` naming the server (never
