@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -143,3 +146,55 @@ def test_one_async_memory_used_by_two_event_loops_in_turn(make_workspace, keywor
     asyncio.run(run())
     asyncio.run(run())
     asyncio.run(mem.aclose())
+
+
+_FORK_DURING_A_CALL = """
+import asyncio, os, signal, sys, threading
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from memdir.aio import AsyncMemory
+
+mem = AsyncMemory(Path({ws!r}), config={{"memorySearch": {{"provider": "none"}}}})
+inside, go = threading.Event(), threading.Event()
+real_get = mem.memory.get
+
+def slow_get(path, **kwargs):  # a call of the parent's still running in its worker thread at the fork
+    inside.set()
+    go.wait(20)
+    return real_get(path, **kwargs)
+
+mem.memory.get = slow_get
+
+async def parent():
+    busy = asyncio.create_task(mem.get("MEMORY.md"))
+    assert await asyncio.to_thread(inside.wait, 20)
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(15)  # a child that hangs must not outlive the test
+        os._exit(0 if await_child() else 1)
+    _, status = await asyncio.to_thread(os.waitpid, pid, 0)
+    go.set()
+    await busy
+    await mem.aclose()
+    return os.waitstatus_to_exitcode(status)
+
+def await_child():
+    async def child():
+        return (await mem.search("kafka")).results[0].path == "MEMORY.md"
+    return asyncio.run(child())
+
+print("child", asyncio.run(parent()), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_is_not_held_up_by_its_parents_call(make_workspace, state_dir):
+    # Before: the thread lock of the call the parent had running at the fork stayed held in the
+    # child (its worker thread is not there): the child's first call waited for ever.
+    from helpers import SRC
+
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka.\n"})
+    proc = subprocess.run([sys.executable, "-c", _FORK_DURING_A_CALL.format(src=str(SRC), ws=str(ws))],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "MEMDIR_STATE_DIR": str(state_dir)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "child 0", (proc.stdout, proc.stderr[-2000:])

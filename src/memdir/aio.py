@@ -20,7 +20,9 @@ running completes.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -29,6 +31,21 @@ from memdir.search import SearchResponse
 from memdir.sync import SyncReport
 
 T = TypeVar("T")
+
+#: Every AsyncMemory of this process, so a forked child can free what its parent's calls held.
+_ASYNC_MEMORIES: weakref.WeakSet[AsyncMemory] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child the calls the parent had running (in its worker threads) never end: their
+    thread lock was held for ever, and every call of the child waited on it."""
+    for mem in list(_ASYNC_MEMORIES):
+        mem._lock = threading.Lock()
+        mem._turns = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class AsyncMemory:
@@ -43,6 +60,7 @@ class AsyncMemory:
         #: one loop: a second asyncio.run gets its own; loops used at once still exclude each other
         #: by the thread lock).
         self._turns: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        _ASYNC_MEMORIES.add(self)
 
     def _turn(self) -> asyncio.Lock:
         loop = asyncio.get_running_loop()
