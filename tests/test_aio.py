@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -105,3 +108,93 @@ def test_an_aclose_that_times_out_still_closes(make_workspace, keyword_config):
     mem = asyncio.run(run())
     with pytest.raises(MemoryClosed):
         mem.memory.search("Kafka")
+
+
+def test_calls_waiting_for_their_turn_leave_the_default_executor_free(make_workspace, keyword_config):
+    # Before: each call waited for the one before it on a thread lock, inside a worker thread of the
+    # loop's default executor: six searches queued behind a long call (a sync embedding its batches)
+    # held every thread, and any other asyncio.to_thread (a DNS lookup) of the program waited for it.
+    from concurrent.futures import ThreadPoolExecutor
+
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka.\n"})
+
+    async def run() -> None:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=4))
+        async with AsyncMemory(ws, config=keyword_config) as mem:
+            await mem.sync()
+            busy, go = await _get_held_in_its_thread(mem)
+            queued = [asyncio.create_task(mem.search("kafka")) for _ in range(6)]
+            await asyncio.sleep(0.1)
+            try:
+                assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), 5) == "free"
+            finally:
+                go.set()
+            await busy
+            assert all(response.results for response in await asyncio.gather(*queued))
+
+    asyncio.run(run())
+
+
+def test_one_async_memory_used_by_two_event_loops_in_turn(make_workspace, keyword_config):
+    # (calls queue on a lock of their loop's: a second asyncio.run must not find the first's)
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka.\n"})
+    mem = AsyncMemory(ws, config=keyword_config)
+
+    async def run() -> None:
+        assert all(r.results for r in await asyncio.gather(*(mem.search("kafka") for _ in range(4))))
+
+    asyncio.run(run())
+    asyncio.run(run())
+    asyncio.run(mem.aclose())
+
+
+_FORK_DURING_A_CALL = """
+import asyncio, os, signal, sys, threading
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from memdir.aio import AsyncMemory
+
+mem = AsyncMemory(Path({ws!r}), config={{"memorySearch": {{"provider": "none"}}}})
+inside, go = threading.Event(), threading.Event()
+real_get = mem.memory.get
+
+def slow_get(path, **kwargs):  # a call of the parent's still running in its worker thread at the fork
+    inside.set()
+    go.wait(20)
+    return real_get(path, **kwargs)
+
+mem.memory.get = slow_get
+
+async def parent():
+    busy = asyncio.create_task(mem.get("MEMORY.md"))
+    assert await asyncio.to_thread(inside.wait, 20)
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(15)  # a child that hangs must not outlive the test
+        os._exit(0 if await_child() else 1)
+    _, status = await asyncio.to_thread(os.waitpid, pid, 0)
+    go.set()
+    await busy
+    await mem.aclose()
+    return os.waitstatus_to_exitcode(status)
+
+def await_child():
+    async def child():
+        return (await mem.search("kafka")).results[0].path == "MEMORY.md"
+    return asyncio.run(child())
+
+print("child", asyncio.run(parent()), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_is_not_held_up_by_its_parents_call(make_workspace, state_dir):
+    # Before: the thread lock of the call the parent had running at the fork stayed held in the
+    # child (its worker thread is not there): the child's first call waited for ever.
+    from helpers import SRC
+
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka.\n"})
+    proc = subprocess.run([sys.executable, "-c", _FORK_DURING_A_CALL.format(src=str(SRC), ws=str(ws))],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "MEMDIR_STATE_DIR": str(state_dir)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "child 0", (proc.stdout, proc.stderr[-2000:])

@@ -72,6 +72,26 @@ def test_close_lets_a_search_in_another_thread_finish_then_refuses_calls(make_wo
     mem.close()  # twice: nothing more to do
 
 
+def test_a_long_term_memory_kept_from_a_closed_memory_refuses_calls(make_workspace):
+    # Before: ``lt = mem.long_term`` kept across ``mem.close()`` went on working: it opened the
+    # table again and embedded with the provider the close had closed (a local model loaded again,
+    # which nothing closed), where ``mem.long_term`` itself raised MemoryClosed.
+    pytest.importorskip("lancedb")
+    from ltm_fakes import AxisProvider
+
+    provider = AxisProvider()
+    mem = Memory(make_workspace(FILES), provider=provider)
+    long_term = mem.long_term
+    long_term.store("Billing uses Kafka, not RabbitMQ.")
+    mem.close()
+    calls = len(provider.calls)
+    for call in (lambda: long_term.search("which queue for billing"), lambda: long_term.store("Dana's cat is Miso."),
+                 long_term.list):
+        with pytest.raises(MemoryClosed):
+            call()
+    assert len(provider.calls) == calls and provider.closed
+
+
 def test_a_search_that_syncs_first_works_up_to_close_and_an_append_after_it_writes_nothing(
         make_workspace, keyword_config):
     ws = make_workspace(FILES)
@@ -375,3 +395,187 @@ def test_waiting_for_another_thread_of_this_process_is_no_notice(make_workspace,
         assert mem.sync().indexed == 1  # waited for it
         thread.join(10)
     assert not [n for n in notices if "waiting" in n], notices
+
+
+_FORK_REMOTE = """
+import os, signal, sys
+sys.path.insert(0, {src!r})
+from memdir.embeddings.registry import select_provider
+from memdir.testing.provider_server import make_cfg
+
+provider = select_provider(make_cfg("openai", {url!r} + "/v1", model="text-embedding-3-small")).provider
+provider.embed_batch(["parent before"])  # its connection stays open for the next request
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)
+    provider.embed_batch(["child"])
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, "child failed"
+provider.embed_batch(["parent after"])
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_sends_embedding_requests_on_connections_of_its_own(state_dir):
+    # Before: the child sent its request on the connection the parent kept alive, so the two
+    # processes' requests and answers crossed on one socket (one read the other's vector, or half
+    # of it: "malformed JSON in 200 response", or waited for an answer the other had read).
+    from memdir.testing.provider_server import ProviderServer
+
+    with ProviderServer(keep_alive=True) as server:
+        script = _FORK_REMOTE.format(src=str(SRC), url=server.url)
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "MEMDIR_STATE_DIR": str(state_dir)})
+        assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+        peers = {r.json["input"][0]: r.peer for r in server.requests}
+    assert peers["parent after"] == peers["parent before"], "the parent's connection was not kept"
+    assert peers["child"] != peers["parent before"], "the child used the parent's connection"
+
+
+_FORK_MODEL_RUN = """
+import os, signal, sys, threading
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from memdir import Memory
+
+mem = Memory(Path({ws!r}))  # the local embedding model
+mem.sync()
+provider = mem.selection.provider
+held, done = threading.Event(), threading.Event()
+
+def run():  # another thread of the parent inside a model run at the fork (a watcher's sync)
+    with provider._turns.turn():
+        held.set()
+        done.wait()
+
+def load():  # and one loading or closing the model
+    with provider._lock:
+        held.wait()
+        done.wait()
+
+threads = [threading.Thread(target=run), threading.Thread(target=load)]
+for thread in threads:
+    thread.start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(15)  # a child that hangs must not outlive the test
+    response = mem.search("cat surgery")
+    print(response.mode, [hit.path for hit in response.results][:1], flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+done.set()
+for thread in threads:
+    thread.join()
+mem.close()
+print("child", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_runs_the_model_while_the_parent_was_running_it(make_workspace, state_dir):
+    # Before: the turn (and the load lock) another thread of the parent held at the fork was held
+    # for ever in the child: its first search waited on it and never returned (killed by its alarm, status -14).
+    proc = _run_script(_FORK_MODEL_RUN, make_workspace(FILES), state_dir, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:2] == ["hybrid ['memory/2026-01-10.md']", "child 0"], proc.stdout
+
+
+_FORK_LTM_CACHE = """
+import os, signal, sys, threading
+sys.path.insert(0, {src!r})
+from pathlib import Path
+import numpy as np
+from memdir.ltm.embedder import EmbeddingCache
+
+cache = EmbeddingCache(Path({ws!r}) / "embedding-cache.sqlite")
+key = ("fake", "axis-1", "key")
+cache.put(key, {{"before": np.ones(4, dtype=np.float32)}})
+parent_conn = cache._conn
+held, done = threading.Event(), threading.Event()
+
+def writing():  # another thread of the parent inside a cache write at the fork
+    with cache._lock:
+        held.set()
+        done.wait()
+
+thread = threading.Thread(target=writing)
+thread.start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(15)  # a child that hangs must not outlive the test
+    cache.put(key, {{"child": np.full(4, 2, dtype=np.float32)}})
+    found = cache.get(key, ["before", "child"])
+    ok = sorted(found) == ["before", "child"] and cache._conn is not parent_conn
+    os._exit(0 if ok else 1)
+_, status = os.waitpid(pid, 0)
+done.set()
+thread.join()
+print("child", os.waitstatus_to_exitcode(status), sorted(cache.get(key, ["before", "child"])))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_opens_its_own_long_term_embedding_cache(tmp_path, state_dir):
+    # Before: the child used the parent's SQLite connection to the long-term memory's embedding
+    # cache (SQLite forbids it across fork), and a write of another parent thread under way at the
+    # fork held the cache's lock for ever: the child's first store or search never returned.
+    proc = _run_script(_FORK_LTM_CACHE, tmp_path, state_dir, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "child 0 ['before', 'child']", proc.stdout
+
+
+_FORK_DURING_FIRST_INDEX = """
+import hashlib, os, signal, sys, threading
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from memdir import Memory
+
+embedding, release = threading.Event(), threading.Event()
+
+
+class HeldProvider:  # the first index's embedding goes on until the test lets it finish
+    id, model, provider_key, max_input_bytes, dims = "hash", "hash-64", "hash-key", 8000, 64
+
+    def embed_query(self, text):
+        return [(b - 127.5) / 128 for b in hashlib.sha512(text.encode()).digest()]
+
+    def embed_batch(self, texts):
+        embedding.set()
+        release.wait(20)
+        return [self.embed_query(t) for t in texts]
+
+    def close(self):
+        pass
+
+
+mem = Memory(Path({ws!r}), provider=HeldProvider())
+mem.first_index_wait = 0.01  # a long-running host: the first index is built in the background
+assert mem.search("cat surgery").stale
+assert embedding.wait(20)
+pid = os.fork()
+if pid == 0:
+    signal.alarm(15)
+    response = mem.search("cat surgery")
+    building = [w for w in response.warnings if "being built" in w]
+    print(len(response.results), response.stale, len(building), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+release.set()
+mem.first_index_wait = 20
+print(mem.search("cat surgery").results[0].path, flush=True)
+mem.close()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_says_the_first_index_is_being_built(make_workspace, state_dir):
+    # Before: the child took its parent's background build for one that had ended (its thread is
+    # not in the child) and searched the empty index at once: no results, not stale, not a word of
+    # the build, which an agent reads as "nothing about it in memory".
+    proc = _run_script(_FORK_DURING_FIRST_INDEX, make_workspace(FILES), state_dir, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:2] == ["0 True 1", "memory/2026-01-10.md"], proc.stdout

@@ -203,3 +203,43 @@ def test_a_line_too_long_is_skipped_and_answered_not_held_whole(workspace, state
     assert answers[None]["error"]["code"] == -32600
     assert json.loads(answers[5]["result"]["content"][0]["text"])["results"][0]["path"] == "MEMORY.md"
     assert proc.returncode == 0
+
+
+def test_a_client_that_stops_reading_ends_the_server_quietly_with_141(workspace, state_dir: Path):
+    """A host that closed the server's stdout (it went away, or stopped reading) while still
+    sending: the next answer failed to be written and the server exited 1 saying "memdir: unhandled
+    errors in a TaskGroup (1 sub-exception)"; it exits 141 quietly, as every command does when
+    its reader goes away."""
+    import os
+    import time
+
+    ws, cfg = workspace
+    read_end, write_end = os.pipe()
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen([sys.executable, "-m", "memdir", "mcp", "-w", str(ws), "-c", str(cfg)],
+                                stdin=subprocess.PIPE, stdout=write_end, stderr=errors, env=cli_env(state_dir))
+        os.close(write_end)
+        assert proc.stdin is not None
+        timer = threading.Timer(60, proc.kill)  # a server that never ends fails the test, never hangs it
+        timer.start()
+        try:
+            proc.stdin.write((json.dumps(INIT) + "\n" + json.dumps(INITIALIZED) + "\n").encode())
+            proc.stdin.flush()
+            with os.fdopen(read_end, "rb") as answers:
+                assert b'"id":1' in answers.readline()
+            for i in range(2, 40):  # the client is gone; its last calls still arrive
+                try:
+                    proc.stdin.write((json.dumps(_call(i, "memory_get", {"path": "MEMORY.md"})) + "\n").encode())
+                    proc.stdin.flush()
+                except BrokenPipeError:  # the server ended first
+                    break
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.05)
+            proc.wait(30)
+        finally:
+            timer.cancel()
+        errors.seek(0)
+        err = errors.read()
+    assert proc.returncode == 141, err
+    assert err.strip() == "", err

@@ -499,3 +499,126 @@ def test_a_rebuild_whose_generation_was_cleaned_away_is_not_published(pg: Backen
         assert leftovers == [(0,)]
     finally:
         store.close()
+
+
+_FORKED_CHILD = """
+import os, signal, sys, threading, time, traceback
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from memdir import Memory
+
+mem = Memory(Path({ws!r}), config={config!r}, state_dir=Path({state!r}))
+mem.sync()
+for _ in range(8):  # psycopg prepares a statement run often enough: the session holds it now
+    assert mem.search("kafka", mode="keyword", sync=False).results
+with mem.store.db.connection() as conn:
+    session = conn.info.backend_pid
+syncing, done = threading.Event(), threading.Event()
+
+def progress(*_):  # a thread of the parent inside a sync (holding the writer lock) at the fork
+    syncing.set()
+    done.wait()
+
+writer = threading.Thread(target=lambda: mem.sync(force=True, progress=progress))
+writer.start()
+syncing.wait()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)  # a child that hangs must not outlive the test
+    code = 1
+    try:
+        for _ in range(8):
+            hits = mem.search("kafka", mode="keyword", sync=False).results
+            assert [h.path for h in hits] == ["MEMORY.md"], hits
+        (Path({ws!r}) / "memory" / "2026-01-11.md").write_text("- Picked ramen for lunch.\\n")
+        assert mem.sync(lock_timeout=20).indexed == 1  # waits for the parent's writer, then writes
+        mem.close()
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+time.sleep(0.5)
+done.set()
+writer.join()
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, "child failed"
+for _ in range(8):  # the same statements on the parent's session: the child never used it
+    assert mem.search("kafka", mode="keyword", sync=False).results
+assert mem.search("ramen", mode="keyword", sync=False).results, "the child's write is not seen"
+with mem.store.db.connection() as conn:
+    assert conn.info.backend_pid == session, "the child's close ended the parent's session"
+mem.close()
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_opens_its_own_connections(pg: Backend, make_workspace, tmp_path: Path):
+    """gunicorn --preload, Celery prefork: a Memory used before the fork.  The child used the parent's
+    pooled connections, so the two processes' statements crossed on one session (the child's search
+    failed with 'prepared statement "_pg3_6" already exists', the parent's next ones too), the child's
+    close ended the parent's sessions, and its sync waited out its lock_timeout on the thread lock a
+    sync of the parent held at the fork."""
+    import subprocess
+
+    from helpers import SRC
+
+    ws = make_workspace({"MEMORY.md": "# Decisions\n- Billing uses Kafka, not RabbitMQ.\n",
+                         "memory/2026-01-10.md": "- Dana's cat Miso had surgery.\n"})
+    script = _FORKED_CHILD.format(src=str(SRC), ws=str(ws), config=_keyword_config(pg), state=str(tmp_path / "state"))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_agents_syncing_at_once_leave_a_connection_for_the_processs_searches(pg: Backend, make_workspace,
+                                                                             tmp_path: Path, monkeypatch):
+    """Agents of one process share a pool of poolSize connections, and a sync holds one in its
+    batch's transaction while the batch is embedded: as many agents syncing as the pool is large
+    took them all, and a search of any agent waited 15 s, then failed with "cannot connect to
+    PostgreSQL ... no free connection within 15 s" (4 agents embedding with a slow model; here a
+    pool of 1 and the wait cut to 2 s).  Each further agent open in the process adds a connection."""
+    import hashlib
+
+    from memdir.stores import pgconn
+
+    monkeypatch.setattr(pgconn, "CONNECT_TIMEOUT", 2)
+    embedding, release = threading.Event(), threading.Event()
+
+    class HeldProvider:  # a model whose batch takes as long as the test says
+        id, model, provider_key, max_input_bytes, dims = "hash", "hash-64", "hash-key", 8000, 64
+        hold = False
+
+        def embed_query(self, text: str) -> list[float]:
+            return [(b - 127.5) / 128 for b in hashlib.sha512(text.encode()).digest()]
+
+        def embed_batch(self, texts: list[str]) -> list[list[float]]:
+            if self.hold:
+                embedding.set()
+                release.wait(20)
+            return [self.embed_query(t) for t in texts]
+
+    config = pg.config({"memorySearch": {"sync": {"onSearch": False}}}, poolSize=1)
+    syncing = HeldProvider()
+    a = Memory(make_workspace({"MEMORY.md": "- Billing uses Kafka.\n"}, name="a"), agent_id="a", config=config,
+               state_dir=tmp_path, provider=syncing)
+    b = Memory(make_workspace({"MEMORY.md": "- Dana's cat is Miso.\n"}, name="b"), agent_id="b", config=config,
+               state_dir=tmp_path, provider=HeldProvider())
+    try:
+        a.sync()
+        b.sync()
+        (a.workspace / "MEMORY.md").write_text("- Billing uses RabbitMQ now.\n")
+        syncing.hold = True
+        writer = threading.Thread(target=a.sync)
+        writer.start()
+        try:
+            assert embedding.wait(10)
+            done, response = _in_thread(lambda: b.search("miso", mode="keyword"), 10)
+        finally:
+            release.set()
+            writer.join(20)
+        assert done and not isinstance(response, BaseException), response
+        assert [hit.path for hit in response.results] == ["MEMORY.md"]
+    finally:
+        a.close()
+        b.close()

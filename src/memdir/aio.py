@@ -9,16 +9,20 @@
 Every call runs the blocking ``Memory`` method in a worker thread (``asyncio.to_thread``), so
 the event loop never stalls on SQLite, file I/O or a local embedding model.  Calls on one
 ``AsyncMemory`` run one at a time: searches are milliseconds, and
-one-at-a-time keeps a long-lived object's index connection and writer lock simple.  For real
-parallelism open one ``AsyncMemory`` per task; different processes are always safe.  A call
-cancelled while it waits for the one before it never runs (but a cancelled ``aclose`` still
-closes); one already running completes.
+one-at-a-time keeps a long-lived object's index connection and writer lock simple.  A call
+waits for its turn in the event loop, not in a worker thread: the loop's default executor
+(a handful of threads) stays free for the rest of the program.  For real parallelism open one
+``AsyncMemory`` per task; different processes are always safe.  A call cancelled while it
+waits for the one before it never runs (but a cancelled ``aclose`` still closes); one already
+running completes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -27,6 +31,21 @@ from memdir.search import SearchResponse
 from memdir.sync import SyncReport
 
 T = TypeVar("T")
+
+#: Every AsyncMemory of this process, so a forked child can free what its parent's calls held.
+_ASYNC_MEMORIES: weakref.WeakSet[AsyncMemory] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child the calls the parent had running (in its worker threads) never end: their
+    thread lock was held for ever, and every call of the child waited on it."""
+    for mem in list(_ASYNC_MEMORIES):
+        mem._lock = threading.Lock()
+        mem._turns = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class AsyncMemory:
@@ -37,8 +56,28 @@ class AsyncMemory:
             raise TypeError("AsyncMemory takes a Memory (memory=) or Memory's arguments, not both")
         self.memory = memory if memory is not None else Memory(workspace, **kwargs)
         self._lock = threading.Lock()  # a thread lock: the work itself happens in worker threads
+        #: The queue of calls of the loop that used this object last (an ``asyncio.Lock`` belongs to
+        #: one loop: a second asyncio.run gets its own; loops used at once still exclude each other
+        #: by the thread lock).
+        self._turns: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        _ASYNC_MEMORIES.add(self)
+
+    def _turn(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        turns = self._turns
+        if turns is None or turns[0] is not loop:
+            turns = self._turns = (loop, asyncio.Lock())
+        return turns[1]
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        # Calls queue here, in the loop: queued on the thread lock, each held one of the default
+        # executor's few threads (6 on two CPUs), so ten searches behind a long sync held up every
+        # other asyncio.to_thread (and DNS lookups) of the program until the sync ended.  The thread
+        # lock is still taken: a call cancelled while running goes on in its thread.
+        async with self._turn():
+            return await self._in_thread(fn, *args, **kwargs)
+
+    async def _in_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         cancelled = threading.Event()
 
         def locked() -> T:

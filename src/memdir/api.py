@@ -400,7 +400,8 @@ class Memory(IndexUpkeep):
     @property
     def long_term(self) -> Any:
         """This agent's long-term memory (:class:`memdir.ltm.LongTermMemory`; needs ``memdir[lancedb]``);
-        :class:`MemoryClosed` once closed (it used to open a new store that nothing closed).  Opened
+        :class:`MemoryClosed` once closed (it used to open a new store that nothing closed), and so do
+        the calls of one kept from before the close.  Opened
         once: threads asking at the same time each opened their own (an embedding model loaded
         for each), and ``close`` closed only the last."""
         if self._long_term is None:
@@ -409,7 +410,10 @@ class Memory(IndexUpkeep):
                     self._check_open()
                     from memdir.ltm.memory import LongTermMemory
 
-                    self._long_term = LongTermMemory.for_memory(self)
+                    long_term = LongTermMemory.for_memory(self)
+                    owner = weakref.ref(self)  # (a reference back would keep an unclosed Memory alive)
+                    long_term._owner_closed = lambda: bool(getattr(owner(), "_closed", False))
+                    self._long_term = long_term
         return self._long_term
 
     # -- operations --------------------------------------------------------------------------

@@ -347,8 +347,16 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         """Over stdio with :mod:`memdir.mcp_stdio`, which answers every line it cannot take."""
         from memdir.mcp_stdio import stdio_transport
 
-        async with stdio_transport() as (read_stream, write_stream):
-            await self._mcp_server.run(read_stream, write_stream, self._mcp_server.create_initialization_options())
+        try:
+            async with stdio_transport() as (read_stream, write_stream):
+                await self._mcp_server.run(read_stream, write_stream, self._mcp_server.create_initialization_options())
+        except BaseExceptionGroup as group:
+            # The client stopped reading (it closed our stdout): memdir exits quietly with 141 as
+            # every command does when its reader goes; it said "memdir: unhandled errors in a
+            # TaskGroup (1 sub-exception)" and exited 1.
+            if _only_broken_pipes(group):
+                raise BrokenPipeError("the MCP client stopped reading") from None
+            raise
 
     async def run_streamable_http_async(self) -> None:
         """As the SDK's, on :attr:`http_socket`, and stopping promptly when asked.
@@ -730,6 +738,13 @@ _STREAM_ENDED_BY_SERVER = "ASGI callable returned without completing response."
 #: Loggers through which the SDK and uvicorn report such a disconnect with a full traceback.
 _DISCONNECT_LOGGERS = ("mcp.server.streamable_http", "mcp.server.streamable_http_manager",
                        "mcp.server.lowlevel.server", "uvicorn.error")
+
+
+def _only_broken_pipes(exc: BaseException) -> bool:
+    """Whether ``exc`` (a group, nested or not) holds nothing but writes to a closed pipe."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_broken_pipes(e) for e in exc.exceptions)
+    return isinstance(exc, BrokenPipeError)
 
 
 def _only_client_gone(exc: BaseException | None) -> bool:

@@ -203,7 +203,10 @@ class IndexUpkeep:
             if thread is not None and self._bootstrap_error is not None:
                 error, self._bootstrap, self._bootstrap_error = self._bootstrap_error, None, None
                 raise error
-            self._bootstrap = None
+            # (a build that ended is no answer: still no index, so another writer is building it.
+            # A forked child saw its parent's background build as ended, and answered at once
+            # from the empty index: no results, not stale, no word of a build)
+            thread = self._bootstrap = None
             if lock.acquire(0):
                 lock.release()
                 if self.first_index_wait is None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -45,6 +46,23 @@ if TYPE_CHECKING:
     import httpx
 
 log = logging.getLogger("memdir.embeddings")
+
+#: Forks this process descends from (moved in a forked child: see :attr:`HttpClient._client`).
+_FORKS = [0]
+#: Clients a forked child inherited: never used there (their kept-alive connections are the
+#: parent's sockets) nor closed (a TLS goodbye would go out on the parent's connection).
+_INHERITED: list[Any] = []
+_FORK_GUARD = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _FORK_GUARD
+    _FORKS[0] += 1
+    _FORK_GUARD = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 USER_AGENT = "memdir/0.1"
 BODY_EXCERPT_CHARS = 300
@@ -123,10 +141,26 @@ class HttpClient:
         self._client_obj: httpx.Client | None = None
         self._client_lock = threading.Lock()
         self._closed = False
+        self._forks = _FORKS[0]
+
+    def _forget_parents(self) -> None:
+        """In a forked child: the client's kept-alive connections are the parent's sockets, and a
+        request sent on one crossed with the parent's (one process read the other's answer: the
+        vector of another text, or half of it, "malformed JSON in 200 response"), so the child
+        makes a client of its own; a lock a parent thread held at the fork is not held here."""
+        with _FORK_GUARD:
+            if self._forks != _FORKS[0]:
+                if self._client_obj is not None:
+                    _INHERITED.append(self._client_obj)
+                self._client_obj = None
+                self._client_lock = threading.Lock()
+                self._forks = _FORKS[0]
 
     @property
     def _client(self) -> httpx.Client:
         """Created on first use: building a provider (e.g. for ``status``) costs no TLS setup."""
+        if self._forks != _FORKS[0]:
+            self._forget_parents()
         with self._client_lock:
             if self._closed:
                 raise EmbeddingError(f"{self.provider} embeddings: provider is closed")
@@ -147,6 +181,8 @@ class HttpClient:
             return self._client_obj
 
     def close(self) -> None:
+        if self._forks != _FORKS[0]:
+            self._forget_parents()
         with self._client_lock:
             self._closed = True
             if self._client_obj is not None:

@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -198,6 +199,23 @@ def normalized_float32(matrix: np.ndarray) -> np.ndarray:
 
 #: A context in which the backend may run the model once (:meth:`ModelTurns.turn`).
 Turn = Callable[[], AbstractContextManager[object]]
+
+
+#: Every local provider of this process, so a forked child can give each locks of its own.
+_PROVIDERS: weakref.WeakSet[LocalEmbeddingProvider] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child only the forking thread exists: a model run or load another thread of the
+    parent had under way at the fork held the turn (or the load lock) for ever here, and every
+    search and sync of the child waited on it.  The child's runs start with free ones."""
+    for provider in list(_PROVIDERS):
+        provider._lock = threading.Lock()
+        provider._turns = ModelTurns()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class ModelTurns:
@@ -1171,6 +1189,7 @@ class LocalEmbeddingProvider:
         self._lock = threading.Lock()
         self._turns = ModelTurns()
         self.query_vectors = QueryVectors()
+        _PROVIDERS.add(self)
 
     @property
     def provider_key(self) -> str:

@@ -18,6 +18,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,6 +34,27 @@ T = TypeVar("T")
 #: Cache rows kept (least recently used pruned first); MiniLM rows are ~1.6 KB each.
 DEFAULT_CACHE_ENTRIES = 20_000
 _PRUNE_EVERY = 200
+
+
+#: Every cache of this process, so a forked child can leave the parent's connections alone.
+_CACHES: weakref.WeakSet[EmbeddingCache] = weakref.WeakSet()
+#: Connections a forked child inherited: never used there (SQLite: a connection must not cross
+#: ``fork()``) nor closed (that could checkpoint on the parent's behalf), kept for the child's life.
+_INHERITED: list[sqlite3.Connection] = []
+
+
+def _after_fork_in_child() -> None:
+    """A forked child opens its own connection to each cache, and a write another thread of the
+    parent had under way at the fork (holding the cache's lock) does not hold it here for ever."""
+    for cache in list(_CACHES):
+        cache._lock = threading.Lock()
+        if cache._conn is not None:
+            _INHERITED.append(cache._conn)
+            cache._conn = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def text_hash(text: str, kind: str = "doc") -> str:
@@ -52,6 +74,7 @@ class EmbeddingCache:
         # The first write checks the size too: counting only this process's writes, a command
         # run per prompt (``memdir ltm search`` caches each query) never reached a prune.
         self._puts = _PRUNE_EVERY
+        _CACHES.add(self)
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:

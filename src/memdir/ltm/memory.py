@@ -108,6 +108,8 @@ class LongTermMemory:
         #: What each recovery of a damaged table did in this process (see :mod:`memdir.ltm.heal`).
         self.recoveries: list[dict[str, Any]] = []
         self._legacy_told = False
+        #: Whether the ``Memory`` whose :attr:`~memdir.Memory.long_term` this is was closed since.
+        self._owner_closed: Callable[[], bool] | None = None
 
     @classmethod
     def for_memory(cls, memory: Any, **kwargs: Any) -> LongTermMemory:
@@ -201,6 +203,12 @@ class LongTermMemory:
 
     def _healing(self, op: Callable[[], T]) -> T:
         """Run ``op``; if it failed on a damaged table, recover the table and run ``op`` once more."""
+        if self._owner_closed is not None and self._owner_closed():
+            # (it reopened the table and loaded the closed Memory's embedding model again, which
+            # nothing closed, where the Memory's own calls raise MemoryClosed)
+            from memdir.errors import MemoryClosed
+
+            raise MemoryClosed("this long-term memory's Memory is closed")
         self._tell_unclaimed_legacy()
         if heal.pending(self.db_path):  # a rebuild another process was killed in the middle of
             with self._lock():

@@ -4,6 +4,9 @@
   shared by every store that uses it and closed with the last of them.  Each connection gets
   ``search_path = <schema>, <pgvector's schema>, public`` and pgvector's binary type adapters.
   Opening the pool brings the schema up to date first (:mod:`memdir.stores.pgschema`).
+  A forked child (gunicorn ``--preload``, Celery prefork) opens pools of its own: the parent's
+  sessions are neither used nor closed there.  The pool holds ``poolSize`` connections plus one
+  for each further agent open in the process (a sync holds one while it embeds a batch).
 * **Failures are bounded and said in one line**: connecting gives up after ``CONNECT_TIMEOUT``,
   a lock held by someone else is waited for ``LOCK_TIMEOUT`` (SQLite's busy timeout), and both,
   like a connection lost mid-call, raise :class:`DatabaseUnavailable` naming the server (never
@@ -131,6 +134,34 @@ def _dead(conn: Any) -> bool:
 
 # -- pools ------------------------------------------------------------------------------------
 
+#: Forks this process descends from (moved in a forked child: see :attr:`Database.pool`).
+_FORKS = [0]
+#: Pools and writer-lock connections a forked child inherited from its parent: never used there
+#: (their sockets are the parent's sessions) nor closed (closing one ends the parent's session
+#: on the server), and kept for the child's life.
+_INHERITED: list[Any] = []
+#: Taken while a forked child replaces an inherited pool (made anew in the child).
+_POOL_GUARD = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: the parent's pools, their connections and its thread locks are not the
+    child's.  Using them interleaved the two processes' messages on one socket (a search failed with
+    'prepared statement "_pg3_6" already exists', or read another's rows), a child's ``close`` ended
+    the parent's sessions, and a lock a parent thread held at the fork (a sync) was held for ever."""
+    global _POOL_GUARD, _THREAD_GUARD
+    _FORKS[0] += 1
+    _POOL_GUARD = threading.Lock()
+    _THREAD_GUARD = threading.Lock()
+    _THREAD_LOCKS.clear()
+    Database._guard = threading.Lock()
+    Database._registry.clear()  # a store opened in the child gets a pool of its own
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Database:
     """A migrated schema and a connection pool onto it, shared per process and refcounted."""
 
@@ -141,7 +172,6 @@ class Database:
         psycopg = require_psycopg()
         from pgvector.psycopg.vector import register_vector_info
         from psycopg.types import TypeInfo
-        from psycopg_pool import ConnectionPool
 
         self.dsn, self.schema = dsn, schema
         self.where = redact_dsn(dsn, schema)
@@ -181,12 +211,45 @@ class Database:
             # dead client is still noticed, by the keepalives.
             conn.execute("SELECT set_config('idle_in_transaction_session_timeout', '0', false)")
 
-        self.pool = ConnectionPool(dsn, min_size=1, max_size=pool_size, timeout=CONNECT_TIMEOUT,
-                                   reconnect_timeout=RECONNECT_TIMEOUT,
-                                   kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, **KEEPALIVES},
-                                   configure=configure_pooled, open=True, name=f"memdir-{schema}")
-        self.pool.wait(timeout=30)
         self._configure = configure_pooled
+        self._pool_size = pool_size
+        self._pool = self._open_pool()
+        self._forks = _FORKS[0]
+
+    def _open_pool(self) -> Any:
+        from psycopg_pool import ConnectionPool
+
+        pool = ConnectionPool(self.dsn, min_size=1, max_size=self._max_size(), timeout=CONNECT_TIMEOUT,
+                              reconnect_timeout=RECONNECT_TIMEOUT,
+                              kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, **KEEPALIVES},
+                              configure=self._configure, open=True, name=f"memdir-{self.schema}")
+        pool.wait(timeout=30)
+        return pool
+
+    def _max_size(self) -> int:
+        """``poolSize``, plus one for each further store using the pool (another agent open in this
+        process): a sync holds a pooled connection in its batch's transaction while the batch is
+        embedded (seconds, minutes with a remote batch job), so four agents syncing at once took
+        every connection of a pool of 4, and any search in the process waited 15 s, then failed
+        with "cannot connect to PostgreSQL ... no free connection within 15 s"."""
+        return self._pool_size + max(self.refs - 1, 0)
+
+    def _fit_pool(self) -> None:
+        pool = self.pool
+        if pool.max_size != self._max_size():
+            pool.resize(1, self._max_size())
+
+    @property
+    def pool(self) -> Any:
+        """This process's pool: a forked child opens its own on first use (the parent's is kept,
+        unused and open, in :data:`_INHERITED`)."""
+        if self._forks != _FORKS[0]:
+            with _POOL_GUARD:
+                if self._forks != _FORKS[0]:
+                    _INHERITED.append(self._pool)
+                    self._pool = self._open_pool()
+                    self._forks = _FORKS[0]
+        return self._pool
 
     def lock_error(self, exc: BaseException) -> DatabaseUnavailable:
         return DatabaseUnavailable(
@@ -209,15 +272,20 @@ class Database:
                 db = cls(dsn, schema, pool_size)
                 cls._registry[(dsn, schema)] = db
             db.refs += 1
+            db._fit_pool()
             return db
 
     def release(self) -> None:
         with self._guard:
             self.refs -= 1
             if self.refs > 0:
+                if self._forks == _FORKS[0]:
+                    self._fit_pool()
                 return
-            self._registry.pop((self.dsn, self.schema), None)
-        self.pool.close()
+            if self._registry.get((self.dsn, self.schema)) is self:  # (a forked child's may be another)
+                del self._registry[(self.dsn, self.schema)]
+        if self._forks == _FORKS[0]:  # an inherited pool is the parent's: never closed here
+            self._pool.close()
 
     def recreate_schema(self) -> bool:
         """Create memdir's schema again if it was dropped whole (``DROP SCHEMA … CASCADE``, as the
@@ -244,14 +312,15 @@ class Database:
         import psycopg
         from psycopg_pool import PoolTimeout
 
+        pool = self.pool
         try:
-            conn = self._live_connection(POOL_QUICK_WAIT)
+            conn = self._live_connection(pool, POOL_QUICK_WAIT)
         except PoolTimeout:
             conn = None
         pooled = conn is not None
-        if conn is None and self.pool.get_stats().get("pool_size", 0) >= self.pool.max_size:
+        if conn is None and pool.get_stats().get("pool_size", 0) >= pool.max_size:
             try:  # every connection is in use: wait for one
-                conn = self._live_connection(CONNECT_TIMEOUT)
+                conn = self._live_connection(pool, CONNECT_TIMEOUT)
                 pooled = True
             except PoolTimeout:
                 raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}: "
@@ -274,19 +343,20 @@ class Database:
                                       ) from exc
         finally:
             if pooled:
-                self.pool.putconn(conn)
+                pool.putconn(conn)
             else:
                 conn.close()
 
-    def _live_connection(self, timeout: float) -> Any:
+    @staticmethod
+    def _live_connection(pool: Any, timeout: float) -> Any:
         """From the pool, skipping (and closing) connections the server closed while they sat idle."""
-        for _ in range(self.pool.max_size + 1):
-            conn = self.pool.getconn(timeout)
+        for _ in range(pool.max_size + 1):
+            conn = pool.getconn(timeout)
             if not _dead(conn):
                 return conn
             conn.close()
-            self.pool.putconn(conn)  # closed: the pool discards it and opens a fresh one
-        return self.pool.getconn(timeout)
+            pool.putconn(conn)  # closed: the pool discards it and opens a fresh one
+        return pool.getconn(timeout)
 
     def _why_unreachable(self) -> str:
         """Why no pooled connection came: one direct attempt gives libpq's own reason."""
@@ -331,15 +401,33 @@ class AdvisoryWriterLock:
         self.db = db
         self.key = lock_key("writer", db.schema, agent)
         self._conn: Any = None
-        with _THREAD_GUARD:  # advisory locks are re-entrant per session: threads exclude each other here
-            self._thread_lock = _THREAD_LOCKS.setdefault((db.dsn, self.key), threading.Lock())
+        self._forks = _FORKS[0]
+        self._thread_lock = self._process_lock()
+
+    def _process_lock(self) -> threading.Lock:
+        """This process's thread lock for the key (advisory locks are re-entrant per session:
+        threads exclude each other here)."""
+        with _THREAD_GUARD:
+            return _THREAD_LOCKS.setdefault((self.db.dsn, self.key), threading.Lock())
+
+    def _here(self) -> None:
+        """In a forked child, forget what the parent held: its thread lock (a sync of the parent's
+        held it for ever here) and its lock session (the parent's, kept open and unused)."""
+        if self._forks != _FORKS[0]:
+            self._forks = _FORKS[0]
+            self._thread_lock = self._process_lock()
+            if self._conn is not None:
+                _INHERITED.append(self._conn)
+                self._conn = None
 
     def held_here(self) -> bool:
         """Whether a thread of this process holds the lock (or is taking it)."""
+        self._here()
         return self._thread_lock.locked()
 
     def acquire(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._here()
         if not self._thread_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             return False
         conn = None
@@ -368,6 +456,7 @@ class AdvisoryWriterLock:
         return True
 
     def release(self) -> None:
+        self._here()
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -391,6 +480,7 @@ class AdvisoryWriterLock:
         """Held while its session is, checked before each write: the server drops the lock with the
         session (pg_terminate_backend, a proxy closing an idle connection), and a sync that went on
         writing then wrote beside the next writer.  A lock so lost is taken again if it is free."""
+        self._here()
         conn = self._conn
         if conn is None:
             return False

@@ -39,6 +39,8 @@ class Recorded:
     query: dict[str, list[str]]
     headers: dict[str, str]
     body: bytes
+    #: The client's address and port: requests on one kept-alive connection share it.
+    peer: tuple[str, int] | None = None
 
     @property
     def json(self) -> Any:
@@ -69,7 +71,9 @@ class ProviderServer:
 
     def __init__(self, *, api_key: str = "test-key", dims: int = DIMS,
                  embedder: Callable[[list[str]], list[list[float]]] | None = None,
-                 record_bodies: bool = True) -> None:
+                 record_bodies: bool = True, keep_alive: bool = False) -> None:
+        """``keep_alive``: answer in HTTP/1.1 and keep the connection open, as the real APIs do
+        (by default each answer closes its connection)."""
         self.api_key = api_key
         self.dims = dims
         #: Real vectors instead of fake ones: e.g. memdir's local model, so another system
@@ -103,6 +107,8 @@ class ProviderServer:
 
             def do_POST(self) -> None:
                 owner._handle(self)
+
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -158,6 +164,7 @@ class ProviderServer:
             query=parse_qs(parts.query),
             headers={k.lower(): v for k, v in h.headers.items()},
             body=body,
+            peer=tuple(h.client_address[:2]),  # type: ignore[arg-type]
         )
         with self._lock:
             if self.record_bodies:
