@@ -140,6 +140,17 @@ def test_numbers_that_can_only_be_mistakes_are_bad_usage(ws: Path, run_cli, argv
     assert out.returncode == 2 and words in out.stderr and out.stdout == "", out.stderr
 
 
+def test_a_negative_debounce_in_the_config_file_is_refused_as_the_flag_is(ws: Path, run_cli):
+    """``watch --debounce-ms -5`` is bad usage, but ``sync.watchDebounceMs = -1`` in memdir.toml was
+    taken, quietly, as 0: one setting, two answers.  The file names the key and its range too."""
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n[memorySearch.sync]\nwatchDebounceMs = -1\n')
+    out = run_cli("search", "standup", "-w", str(ws))
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "memorySearch.sync.watchDebounceMs = -1 in " in out.stderr and "greater than or equal to 0" in out.stderr
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n[memorySearch.sync]\nwatchDebounceMs = 0\n')
+    assert run_cli("search", "standup", "-w", str(ws)).returncode == 0
+
+
 def test_json_output_escapes_a_path_argument_that_is_not_utf8(ws: Path, run_cli):
     """A byte that is not UTF-8 in ``memdir get PATH --json`` came back in ``path``: on a strict
     UTF-8 stdout (any locale but C) the command failed with "surrogates not allowed"."""

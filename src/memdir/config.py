@@ -271,7 +271,8 @@ class SyncConfig(_Model):
     on_session_start: bool = True
     on_search: bool = True
     watch: bool = True
-    watch_debounce_ms: int = 1500
+    #: ≥ 0, as ``memdir watch --debounce-ms``: -1 was taken as 0 here where the flag refused it
+    watch_debounce_ms: int = Field(1500, ge=0)
     interval_minutes: float = 0
     search_budget_ms: int = Field(2000, ge=0)
     sessions: SessionSyncConfig = Field(default_factory=SessionSyncConfig)
