@@ -151,6 +151,23 @@ def test_a_negative_debounce_in_the_config_file_is_refused_as_the_flag_is(ws: Pa
     assert run_cli("search", "standup", "-w", str(ws)).returncode == 0
 
 
+@pytest.mark.parametrize("name,key", [
+    # wrote the index (and its lock) to a file named " " in the current folder, here the workspace
+    ("MEMDIR_INDEX_PATH", "memorySearch.store.path"),
+    # every search failed later, as no configuration error: "unknown embedding provider ''"
+    ("MEMDIR_PROVIDER", "memorySearch.provider"),
+    ("MEMDIR_FALLBACK", "memorySearch.fallback"),
+])
+def test_a_blank_setting_from_the_environment_is_a_configuration_error(ws: Path, run_cli, name, key):
+    """A variable set to spaces (``"$UNSET "``) is no value: it is refused naming the variable, as
+    ``MEMDIR_WORKSPACE=" "`` is, and nothing is written anywhere (an unset or empty one is the default)."""
+    before = sorted(p.name for p in ws.iterdir())
+    out = run_cli("search", "standup", "-w", str(ws), env={name: " "}, cwd=ws)
+    assert out.returncode == 1 and f"{key} from ${name}: cannot be blank" in out.stderr, out.stderr
+    assert sorted(p.name for p in ws.iterdir()) == before
+    assert run_cli("search", "standup", "-w", str(ws), env={name: "", "MEMDIR_PROVIDER": "none"}).returncode == 0
+
+
 def test_json_output_escapes_a_path_argument_that_is_not_utf8(ws: Path, run_cli):
     """A byte that is not UTF-8 in ``memdir get PATH --json`` came back in ``path``: on a strict
     UTF-8 stdout (any locale but C) the command failed with "surrogates not allowed"."""

@@ -238,6 +238,14 @@ class StoreConfig(_Model):
     vector: VectorStoreConfig = Field(default_factory=VectorStoreConfig)
     fts: FtsStoreConfig = Field(default_factory=FtsStoreConfig)
 
+    @field_validator("path")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        # `MEMDIR_INDEX_PATH=" "` wrote the index to a file named " " in the current folder (the workspace)
+        if value is not None and not value.strip():
+            raise ValueError("cannot be blank (leave it out for <stateDir>/memory/<agent or workspace>.sqlite)")
+        return value
+
 
 class ChunkingConfig(_Model):
     """Chunk size in tokens (≈ 4 characters each).  Deviation: OpenClaw's 400/80 halved; a result
@@ -389,7 +397,9 @@ class MemorySearchConfig(_Model):
     @classmethod
     def _known_provider(cls, value: str) -> str:
         name = (value or "").strip().lower()
-        if name and name not in PROVIDER_IDS:
+        if not name:  # `MEMDIR_PROVIDER=" "` failed every search later: "unknown embedding provider ''"
+            raise ValueError(f"cannot be blank: name one of {', '.join(PROVIDER_IDS)}, or leave it out for the default")
+        if name not in PROVIDER_IDS:
             raise ValueError(f"unknown embedding provider {value!r}{did_you_mean(name, PROVIDER_IDS)} "
                              f"(expected one of {', '.join(PROVIDER_IDS)})")
         return value
