@@ -505,6 +505,14 @@ class LtmMirrorConfig(_Model):
     #: workspace).
     path: str = "memory/long-term.md"
 
+    @field_validator("path")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        # "" resolved to the workspace folder itself, which was moved aside as an edited mirror
+        if not value.strip():
+            raise ValueError("cannot be blank (leave it out for memory/long-term.md)")
+        return value
+
 
 class LongTermMemoryConfig(_Model):
     """``longTermMemory``: OpenClaw's ``memory-lancedb`` plugin settings (R§14) and memdir's additions."""
