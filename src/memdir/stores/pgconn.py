@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from memdir.errors import StoreError
-from memdir.lock import is_stopped
+from memdir.lock import is_stopped, thread_wait
 from memdir.stores.pgschema import TABLES, lock_key, migrate, set_search_path
 
 EXTRA_HINT = "PostgreSQL support needs the postgres extra: pip install 'memdir[postgres]'"
@@ -340,7 +340,7 @@ class AdvisoryWriterLock:
 
     def acquire(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._thread_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+        if not self._thread_lock.acquire(timeout=thread_wait(timeout)):
             return False
         conn = None
         try:
