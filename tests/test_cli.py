@@ -168,6 +168,17 @@ def test_a_blank_setting_from_the_environment_is_a_configuration_error(ws: Path,
     assert run_cli("search", "standup", "-w", str(ws), env={name: "", "MEMDIR_PROVIDER": "none"}).returncode == 0
 
 
+def test_a_json_integer_too_large_for_a_float_is_clamped_as_the_reference_says(ws: Path, run_cli):
+    """``longTermMemory.captureMaxChars`` of 400 digits (valid JSON) failed every command, search
+    included, with "int too large to convert to float" and no word of the setting; R§14 floors it
+    into 100-10000, as it does 1e300."""
+    (ws / "memdir.json").write_text('{"memorySearch": {"provider": "none"}, "longTermMemory": '
+                                    '{"captureMaxChars": 1%s}}' % ("0" * 400))
+    assert run_cli("search", "standup", "-w", str(ws)).returncode == 0
+    shown = json.loads(run_cli("config", "show", "--json", "-w", str(ws), check=True).stdout)["settings"]
+    assert {r["key"]: r["value"] for r in shown}["longTermMemory.captureMaxChars"] == 10_000
+
+
 def test_json_output_escapes_a_path_argument_that_is_not_utf8(ws: Path, run_cli):
     """A byte that is not UTF-8 in ``memdir get PATH --json`` came back in ``path``: on a strict
     UTF-8 stdout (any locale but C) the command failed with "surrogates not allowed"."""

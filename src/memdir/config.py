@@ -535,8 +535,10 @@ class LongTermMemoryConfig(_Model):
     @model_validator(mode="after")
     def _clamp(self) -> LongTermMemoryConfig:
         # R§14: an integer floored into [100, 10000].
-        value = float(self.capture_max_chars)
-        self.capture_max_chars = 500 if not math.isfinite(value) else int(_clamp(math.floor(value), 100, 10_000))
+        value = self.capture_max_chars  # (not float(): a JSON integer of 400 digits failed every command with
+        # "int too large to convert to float", no configuration error)
+        finite = not isinstance(value, float) or math.isfinite(value)
+        self.capture_max_chars = int(_clamp(math.floor(value), 100, 10_000)) if finite else 500
         return self
 
 
