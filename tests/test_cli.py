@@ -179,6 +179,19 @@ def test_a_json_integer_too_large_for_a_float_is_clamped_as_the_reference_says(w
     assert {r["key"]: r["value"] for r in shown}["longTermMemory.captureMaxChars"] == 10_000
 
 
+def test_more_than_200_results_come_back_when_asked_for_and_there(make_workspace, run_cli):
+    """``--max-results 250`` with 250 notes matching returned 200: each signal's candidate pool is
+    capped at 200 (R§7.3), so any count beyond it was quietly cut.  The pool is at least the count
+    asked for (and no larger for 200 or fewer, as before)."""
+    ws = make_workspace({f"memory/note-{i}.md": f"# Note {i}\nThe zebra number {i} ran.\n" for i in range(250)})
+    env = {"MEMDIR_PROVIDER": "none"}
+    for asked, expected in ((250, 250), (1000, 250), (200, 200), (7, 7)):
+        out = run_cli("search", "zebra", "--max-results", str(asked), "--min-score", "0", "--json", "-w", str(ws),
+                      env=env, check=True)
+        results = json.loads(out.stdout)["results"]
+        assert len(results) == expected and len({r["path"] for r in results}) == expected, asked
+
+
 def test_json_output_escapes_a_path_argument_that_is_not_utf8(ws: Path, run_cli):
     """A byte that is not UTF-8 in ``memdir get PATH --json`` came back in ``path``: on a strict
     UTF-8 stdout (any locale but C) the command failed with "surrogates not allowed"."""

@@ -62,8 +62,10 @@ def unknown_env_warning(env: Mapping[str, str]) -> str | None:
 
 
 def candidate_count(max_results: int, multiplier: float) -> int:
-    """Size of each signal's candidate pool: ``min(200, max(1, floor(maxResults × mult)))``."""
-    return min(200, max(1, math.floor(max_results * multiplier)))
+    """Size of each signal's candidate pool: ``min(200, max(1, floor(maxResults × mult)))`` (R§7.3),
+    and never fewer than ``max_results``: ``--max-results 300`` returned 200 results with 300 notes
+    matching (R§'s cap; the same pool below 201, as the multiplier is at least 1)."""
+    return max(max_results, min(200, max(1, math.floor(max_results * multiplier))))
 
 
 def resolve_store_path(configured: str | None, agent_id: str, state_dir: Path) -> Path:
