@@ -255,6 +255,9 @@ def test_commands_run_with_stdout_closed(ws: Path, state_dir: Path):
     (("bench", "quality", "{tmp}", "--json"), 1, "no samples in"),
     (("bench", "quality", "{tmp}", "--mode", "bogus", "--json"), 2, "unknown mode 'bogus'"),
     (("ltm", "forget", "--json"), 2, "give a memory id or --query"),
+    # a blank id or query ("$ID" left empty) exited 1: "Invalid memory ID format:", "Provide query or memoryId."
+    (("ltm", "forget", " ", "--json"), 2, "give a memory id or --query"),
+    (("ltm", "forget", "--query", " ", "--json"), 2, "give a memory id or --query"),
     (("ltm", "import", "{tmp}/absent.md", "--json"), 1, "ltm import: cannot read"),
 ])
 def test_bench_and_ltm_failures_print_the_json_failure_too(ws: Path, run_cli, tmp_path: Path, argv, code, words):
