@@ -169,6 +169,19 @@ def test_the_long_term_mirror_never_moves_a_folder_aside(make_workspace, run_cli
         assert not list(tmp_path.rglob("*.edited-*")), mirror_path
 
 
+def test_an_unknown_long_term_memory_provider_is_named_as_its_setting(make_workspace, run_cli, tmp_path: Path):
+    """``longTermMemory.embedding.provider = " "`` failed ``ltm store`` with "unknown embedding
+    provider ''" (a typo the same, without a word of the key), where ``memorySearch.provider`` is
+    named; it is a configuration error naming ``longTermMemory.embedding.provider`` and its value."""
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"},
+                               "longTermMemory": {"embedding": {"provider": " "}}}))
+    out = run_cli("ltm", "store", "I prefer dark mode", "-w", str(ws), "-c", str(cfg))
+    assert out.returncode == 1 and "configuration error: longTermMemory.embedding.provider = ' ': unknown" in out.stderr
+
+
 def test_bench_quality_names_the_bad_line_of_a_queries_file(tmp_path: Path, run_cli):
     """A malformed queries.jsonl gave "memdir: Expecting ',' delimiter: line 1 column 24" (which
     file?) or "'list' object has no attribute 'get'"; the error now names the file and line."""
