@@ -276,8 +276,13 @@ class LongTermMemory:
         query = clean_text(query or "").strip()
         if not query:
             raise LtmError("query required")
-        if math.isnan(float(min_score)):
-            raise LtmError("min score must be a number")
+        # (limit=math.inf or NaN failed "cannot convert float infinity to integer", min_score="0.5" "'>=' not
+        # supported between instances of 'float' and 'str")
+        if isinstance(limit, bool) or not hasattr(type(limit), "__float__") or (
+                not isinstance(limit, int) and not math.isfinite(limit)):
+            raise LtmError(f"limit must be a whole number of memories, not {limit!r}")
+        if isinstance(min_score, bool) or not hasattr(type(min_score), "__float__") or math.isnan(float(min_score)):
+            raise LtmError(f"min score must be a number, not {min_score!r}")
         if not self.table.exists():
             return []
         # LanceDB takes a 32-bit limit ("out of range integral type conversion attempted")
