@@ -316,6 +316,19 @@ def test_an_agents_list_entry_without_an_id_is_refused(tmp_path: Path, entry: st
         load_config(workspace=tmp_path)
 
 
+def test_an_agent_configured_twice_in_agents_list_is_refused(tmp_path: Path, run_cli):
+    """Two ``agents.list`` entries with one id both applied, the later's values quietly replacing
+    the earlier's (``maxResults = 3`` then ``9``: 9, and no word of the 3), as a JSON key given twice
+    did before it was refused; it is refused naming both entries."""
+    (tmp_path / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n'
+                                          '[[agents.list]]\nid = "main"\nmemorySearch.query.maxResults = 3\n'
+                                          '[[agents.list]]\nid = "ops"\n'
+                                          '[[agents.list]]\nid = "main"\nmemorySearch.query.maxResults = 9\n')
+    out = run_cli("search", "x", "--agent", "ops", "-w", str(tmp_path))
+    assert out.returncode == 1, out.stderr
+    assert "agents.list[2] in " in out.stderr and "agent 'main' is configured twice (also agents.list[0])" in out.stderr
+
+
 @pytest.mark.parametrize("name,text,why", [
     ("memdir.json", '{"memorySearch": {"provider": "none"}, "memory_search": {"model": "m"}}',
      "memorySearch is set twice in {file} (as 'memorySearch' and 'memory_search'): keep one spelling"),

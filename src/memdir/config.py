@@ -1110,10 +1110,15 @@ def load_config(
     # The agent id decides which agents.list entry applies, so settle it before that layer.
     agent = flag_layer.get("agent_id") or env_layer.get("agent_id") or data.get("agent_id")
     if file_agents:
+        first_at: dict[str, int] = {}
         for i, entry in enumerate(file_agents.get("entries") or []):
             if not isinstance(entry.get("id"), str) or not entry["id"].strip():  # it applied to no agent, silently
                 raise ConfigError(f"agents.list[{i}]{_in_file(cfg_file)}: needs an id, the agent it configures "
                                   f"(a name such as \"main\"), not {entry.get('id')!r}")
+            if entry["id"] in first_at:  # both applied, the later's values quietly replacing the earlier's
+                raise ConfigError(f"agents.list[{i}]{_in_file(cfg_file)}: agent {entry['id']!r} is configured "
+                                  f"twice (also agents.list[{first_at[entry['id']]}]): merge the two entries")
+            first_at[entry["id"]] = i
             if entry.get("id") == agent:
                 origin = f"file:{cfg_file} (agents.list[{agent}])"
                 if entry.get("memory_search"):
