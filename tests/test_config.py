@@ -145,6 +145,10 @@ def test_a_boolean_is_not_a_number(tmp_path: Path):
         load_config(workspace=tmp_path)
     with pytest.raises(ConfigError, match=r"vectorWeight.*not false"):
         load_config(overrides={"memorySearch": {"query": {"hybrid": {"vectorWeight": False}}}})
+    # a number-or-text setting too: `forceFlushTranscriptBytes = true` was 1 byte, a flush every turn
+    cfg.write_text("[compaction.memoryFlush]\nforceFlushTranscriptBytes = true\n")
+    with pytest.raises(ConfigError, match=r"compaction\.memoryFlush\.forceFlushTranscriptBytes.*not true"):
+        load_config(workspace=tmp_path)
     # booleans stay booleans, and numbers stay numbers
     cfg.write_text("[memorySearch.query]\nmaxResults = 3\n[memorySearch.query.hybrid.mmr]\nenabled = true\n")
     settings = load_config(workspace=tmp_path).settings
@@ -209,6 +213,7 @@ def test_env_bool_is_validated():
 
 @pytest.mark.parametrize("value,expected", [
     (None, 2097152), ("2mb", 2097152), ("512kb", 524288), ("1.5m", 1572864), (0, 0), ("abc", 2097152),
+    (10**400, 10**400),  # (a JSON integer of 400 digits: OverflowError at every flush check)
 ])
 def test_v62_byte_sizes(value, expected):
     assert parse_byte_size(value, 2097152) == expected

@@ -62,10 +62,10 @@ def _camel(name: str) -> str:
 
 
 def _numeric_only(annotation: Any) -> bool:
-    """True for a number field (``int``, ``float``, optionally ``None``) that takes no boolean."""
+    """True for a field that takes a number (``int``, ``float``, also beside ``str`` or ``None``) and
+    no boolean: ``forceFlushTranscriptBytes = true`` (``int | str``) was read as 1 byte, a flush a turn."""
     kinds = set(get_args(annotation)) if get_args(annotation) else {annotation}
-    kinds.discard(type(None))
-    return bool(kinds) and kinds <= {int, float}
+    return bool(kinds & {int, float}) and bool not in kinds
 
 
 class _Model(BaseModel):
@@ -1321,7 +1321,9 @@ def parse_byte_size(value: int | float | str | None, default: int) -> int:
     """``"2mb"`` → 2097152 (1024-based); ``0`` disables; unparsable → ``default`` (R§11.3)."""
     if value is None:
         return default
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):  # (math.isfinite of an int of 400 digits: OverflowError)
+        return max(0, value)
+    if isinstance(value, float):
         return max(0, int(value)) if math.isfinite(value) else default
     match = _UNIT.match(str(value))
     if not match or match.group(2).lower() not in _FACTORS:
