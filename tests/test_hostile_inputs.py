@@ -182,6 +182,20 @@ def test_an_unknown_long_term_memory_provider_is_named_as_its_setting(make_works
     assert out.returncode == 1 and "configuration error: longTermMemory.embedding.provider = ' ': unknown" in out.stderr
 
 
+def test_a_long_term_memory_folder_that_is_a_file_is_named(make_workspace, run_cli, tmp_path: Path):
+    """``longTermMemory.dbPath`` on a file (a note) failed every ``ltm`` command with "[Errno 17] File
+    exists: '…/MEMORY.md'" after two embedding-cache warnings; it names the setting, and the note is kept."""
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# precious notes\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"},
+                               "longTermMemory": {"dbPath": str(ws / "MEMORY.md")}}))
+    out = run_cli("ltm", "store", "I prefer dark mode", "-w", str(ws), "-c", str(cfg))
+    assert out.returncode == 1 and "WARNING" not in out.stderr, out.stderr
+    assert f"{ws / 'MEMORY.md'} is a file: point longTermMemory.dbPath at a folder" in out.stderr
+    assert (ws / "MEMORY.md").read_text() == "# precious notes\n"
+
+
 def test_bench_quality_names_the_bad_line_of_a_queries_file(tmp_path: Path, run_cli):
     """A malformed queries.jsonl gave "memdir: Expecting ',' delimiter: line 1 column 24" (which
     file?) or "'list' object has no attribute 'get'"; the error now names the file and line."""

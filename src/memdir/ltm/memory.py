@@ -96,6 +96,10 @@ class LongTermMemory:
         self.settings = settings if settings is not None else Settings()
         self.config = self.settings.long_term_memory
         self.db_path = Path(db_path).expanduser().resolve() if db_path else ltm_settings.db_path(self.settings)
+        if self.db_path.exists() and not self.db_path.is_dir():
+            # (dbPath on a note failed every call with "[Errno 17] File exists" and two cache warnings)
+            raise LtmError(f"long-term memory keeps its tables in a folder, and {self.db_path} is a file: point "
+                           "longTermMemory.dbPath at a folder (or leave it out for <stateDir>/ltm/<agent>)")
         self.mirror_path = ltm_settings.mirror_path(self.settings)
         self._provider = provider
         self._owns_provider = provider is None
