@@ -12,9 +12,9 @@ Values R§1 *clamps* stay clamped (weights normalised to sum 1, ``overlap < toke
 are rejected instead of being silently turned into something that disables a feature (OpenClaw
 would turn ``maxResults = 0`` into "every search returns nothing"): ``maxResults ≤ 0``,
 ``chunking.tokens ≤ 0``, ``halfLifeDays ≤ 0``, negative weights, ``cache.maxEntries < 0``,
-``searchBudgetMs < 0``, ``sources = []``, an unknown ``provider`` or ``userTimezone``, and an agent id that is not a
-plain name (it becomes a file name under the state folder).
-"""
+``searchBudgetMs < 0``, ``watchDebounceMs < 0``, ``sources = []``, an unknown or blank ``provider``, an unknown
+``userTimezone``, a blank ``store.path`` or ``mirror.path``, an agent configured twice in ``agents.list``, and an
+agent id that is not a plain name (it becomes a file name under the state folder)."""
 
 from __future__ import annotations
 
