@@ -482,6 +482,14 @@ def test_a_home_path_without_a_home_is_refused_not_made_in_the_current_folder(ho
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]
 
 
+def test_a_path_under_an_unknown_user_says_so(tmp_path: Path, run_cli):
+    """``--state-dir '~nosuchuser/x'`` was refused as if the home directory were unknown ($HOME set)."""
+    out = run_cli("status", "--state-dir", "~nosuchuser-memdir/x", "-w", str(tmp_path))
+    assert out.returncode == 1, out.stderr
+    assert "stateDir = '~nosuchuser-memdir/x' (given as --state-dir): '~nosuchuser-memdir' cannot be expanded, " \
+           "there is no user 'nosuchuser-memdir'; give a full path" in out.stderr
+
+
 @pytest.mark.parametrize("dsn,shown", [
     ("postgresql://u:pw1@h/db?sslpassword=pw2&sslmode=require", "postgresql://u:***@h/db?sslpassword=***&sslmode=require"),
     ("host=h password=pw1 sslpassword=pw2 dbname=x", "host=h password=*** sslpassword=*** dbname=x"),

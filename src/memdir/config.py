@@ -1244,8 +1244,12 @@ def _check_home(settings: Settings, origins: Origins) -> None:
         if value and value.startswith("~") and os.path.expanduser(value).startswith("~"):
             origin = origins.get(key, "")
             hint = " (set MEMDIR_STATE_DIR or --state-dir)" if key == "state_dir" and not origin else ""
+            user = value[1:].split("/", 1)[0]
+            # ("~nosuchuser/x" was said to have no home directory, as if $HOME were unset)
+            why = f"'~{user}' cannot be expanded, there is no user {user!r}" if user else (
+                "'~' cannot be expanded, the home directory is unknown")
             raise ConfigError(f"{_config_key(tuple(key.split('.')))} = {value!r}{_origin_text(origin, key)}: "
-                              f"'~' cannot be expanded, the home directory is unknown{hint}; give a full path")
+                              f"{why}{hint}; give a full path")
 
 
 def _deep_update(base: dict[str, Any], over: Mapping[str, Any]) -> None:
