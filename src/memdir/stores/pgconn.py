@@ -355,8 +355,9 @@ class AdvisoryWriterLock:
             # Whatever cut the wait short (the connection killed, Ctrl-C), the thread lock must not be
             # kept: every later sync of this agent in the process would wait for it for ever.
             # (a terminated session's error, class 57P, can arrive before psycopg marks the connection broken)
-            broken = conn is not None and (conn.closed or conn.broken
-                                           or str(getattr(exc, "sqlstate", None) or "").startswith("57P"))
+            # (terminated while _connect set the connection up, conn is still None: AdminShutdown went out raw)
+            broken = str(getattr(exc, "sqlstate", None) or "").startswith("57P") or (
+                conn is not None and (conn.closed or conn.broken))
             if conn is not None:
                 conn.close()
             self._thread_lock.release()
