@@ -38,6 +38,27 @@ def test_speed_cli_refuses_no_queries(run_cli: Callable[..., subprocess.Complete
     assert proc.returncode == 2 and "--queries" in proc.stderr and "expected at least 1" in proc.stderr
 
 
+@pytest.mark.parametrize("argv,words", [
+    # a traceback (OverflowError) from the option's parser
+    (("speed", "--sizes", "inf"), "bad size 'inf'"),
+    (("backends", "--sizes", "1,1e400"), "bad size '1e400'"),
+    # ran every query and wrote "budgetSeconds": NaN into the --json report (jq refuses it)
+    (("speed", "--sizes", "1", "--budget", "nan"), "--budget: expected a finite number of seconds, 0 or more"),
+    (("speed", "--sizes", "1", "--budget", "-1"), "--budget: expected a finite number of seconds, 0 or more"),
+    (("backends", "--sizes", "1", "--budget", "inf"), "--budget: expected a finite number of seconds"),
+    # ZeroDivisionError after every searcher had run
+    (("backends", "--sizes", "1", "--seconds", "0"), "--seconds: expected a finite number of seconds, more than 0"),
+    # skipped the step as 0 does, without a word
+    (("speed", "--sizes", "1", "--embed-subset", "-1"), "--embed-subset: expected at least 0, got '-1'"),
+    (("backends", "--sizes", "1", "--concurrency", "-2"), "--concurrency: expected at least 0, got '-2'"),
+])
+def test_speed_and_backends_numbers_out_of_range_are_bad_usage(
+        run_cli: Callable[..., subprocess.CompletedProcess[str]], argv: tuple[str, ...], words: str) -> None:
+    proc = run_cli("bench", *argv, "--json")
+    assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["error"]["kind"] == "usage" and "Traceback" not in proc.stderr
+
+
 def test_backends_without_a_work_dir_cleans_its_temp_folder(
         tmp_path: Path, pg_url: str, run_cli: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     tmp = tmp_path / "tmp"

@@ -140,6 +140,58 @@ def test_numbers_that_can_only_be_mistakes_are_bad_usage(ws: Path, run_cli, argv
     assert out.returncode == 2 and words in out.stderr and out.stdout == "", out.stderr
 
 
+def test_a_negative_debounce_in_the_config_file_is_refused_as_the_flag_is(ws: Path, run_cli):
+    """``watch --debounce-ms -5`` is bad usage, but ``sync.watchDebounceMs = -1`` in memdir.toml was
+    taken, quietly, as 0: one setting, two answers.  The file names the key and its range too."""
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n[memorySearch.sync]\nwatchDebounceMs = -1\n')
+    out = run_cli("search", "standup", "-w", str(ws))
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "memorySearch.sync.watchDebounceMs = -1 in " in out.stderr and "greater than or equal to 0" in out.stderr
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n[memorySearch.sync]\nwatchDebounceMs = 0\n')
+    assert run_cli("search", "standup", "-w", str(ws)).returncode == 0
+
+
+@pytest.mark.parametrize("name,key", [
+    # wrote the index (and its lock) to a file named " " in the current folder, here the workspace
+    ("MEMDIR_INDEX_PATH", "memorySearch.store.path"),
+    # every search failed later, as no configuration error: "unknown embedding provider ''"
+    ("MEMDIR_PROVIDER", "memorySearch.provider"),
+    ("MEMDIR_FALLBACK", "memorySearch.fallback"),
+])
+def test_a_blank_setting_from_the_environment_is_a_configuration_error(ws: Path, run_cli, name, key):
+    """A variable set to spaces (``"$UNSET "``) is no value: it is refused naming the variable, as
+    ``MEMDIR_WORKSPACE=" "`` is, and nothing is written anywhere (an unset or empty one is the default)."""
+    before = sorted(p.name for p in ws.iterdir())
+    out = run_cli("search", "standup", "-w", str(ws), env={name: " "}, cwd=ws)
+    assert out.returncode == 1 and f"{key} from ${name}: cannot be blank" in out.stderr, out.stderr
+    assert sorted(p.name for p in ws.iterdir()) == before
+    assert run_cli("search", "standup", "-w", str(ws), env={name: "", "MEMDIR_PROVIDER": "none"}).returncode == 0
+
+
+def test_a_json_integer_too_large_for_a_float_is_clamped_as_the_reference_says(ws: Path, run_cli):
+    """``longTermMemory.captureMaxChars`` of 400 digits (valid JSON) failed every command, search
+    included, with "int too large to convert to float" and no word of the setting; R§14 floors it
+    into 100-10000, as it does 1e300."""
+    (ws / "memdir.json").write_text('{"memorySearch": {"provider": "none"}, "longTermMemory": '
+                                    '{"captureMaxChars": 1%s}}' % ("0" * 400))
+    assert run_cli("search", "standup", "-w", str(ws)).returncode == 0
+    shown = json.loads(run_cli("config", "show", "--json", "-w", str(ws), check=True).stdout)["settings"]
+    assert {r["key"]: r["value"] for r in shown}["longTermMemory.captureMaxChars"] == 10_000
+
+
+def test_more_than_200_results_come_back_when_asked_for_and_there(make_workspace, run_cli):
+    """``--max-results 250`` with 250 notes matching returned 200: each signal's candidate pool is
+    capped at 200 (R§7.3), so any count beyond it was quietly cut.  The pool is at least the count
+    asked for (and no larger for 200 or fewer, as before)."""
+    ws = make_workspace({f"memory/note-{i}.md": f"# Note {i}\nThe zebra number {i} ran.\n" for i in range(250)})
+    env = {"MEMDIR_PROVIDER": "none"}
+    for asked, expected in ((250, 250), (2**63, 250), (200, 200), (7, 7)):  # (2**63: past SQLite's LIMIT)
+        out = run_cli("search", "zebra", "--max-results", str(asked), "--min-score", "0", "--json", "-w", str(ws),
+                      env=env, check=True)
+        results = json.loads(out.stdout)["results"]
+        assert len(results) == expected and len({r["path"] for r in results}) == expected, asked
+
+
 def test_json_output_escapes_a_path_argument_that_is_not_utf8(ws: Path, run_cli):
     """A byte that is not UTF-8 in ``memdir get PATH --json`` came back in ``path``: on a strict
     UTF-8 stdout (any locale but C) the command failed with "surrogates not allowed"."""
@@ -203,6 +255,9 @@ def test_commands_run_with_stdout_closed(ws: Path, state_dir: Path):
     (("bench", "quality", "{tmp}", "--json"), 1, "no samples in"),
     (("bench", "quality", "{tmp}", "--mode", "bogus", "--json"), 2, "unknown mode 'bogus'"),
     (("ltm", "forget", "--json"), 2, "give a memory id or --query"),
+    # a blank id or query ("$ID" left empty) exited 1: "Invalid memory ID format:", "Provide query or memoryId."
+    (("ltm", "forget", " ", "--json"), 2, "give a memory id or --query"),
+    (("ltm", "forget", "--query", " ", "--json"), 2, "give a memory id or --query"),
     (("ltm", "import", "{tmp}/absent.md", "--json"), 1, "ltm import: cannot read"),
 ])
 def test_bench_and_ltm_failures_print_the_json_failure_too(ws: Path, run_cli, tmp_path: Path, argv, code, words):

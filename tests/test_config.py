@@ -145,6 +145,10 @@ def test_a_boolean_is_not_a_number(tmp_path: Path):
         load_config(workspace=tmp_path)
     with pytest.raises(ConfigError, match=r"vectorWeight.*not false"):
         load_config(overrides={"memorySearch": {"query": {"hybrid": {"vectorWeight": False}}}})
+    # a number-or-text setting too: `forceFlushTranscriptBytes = true` was 1 byte, a flush every turn
+    cfg.write_text("[compaction.memoryFlush]\nforceFlushTranscriptBytes = true\n")
+    with pytest.raises(ConfigError, match=r"compaction\.memoryFlush\.forceFlushTranscriptBytes.*not true"):
+        load_config(workspace=tmp_path)
     # booleans stay booleans, and numbers stay numbers
     cfg.write_text("[memorySearch.query]\nmaxResults = 3\n[memorySearch.query.hybrid.mmr]\nenabled = true\n")
     settings = load_config(workspace=tmp_path).settings
@@ -209,6 +213,7 @@ def test_env_bool_is_validated():
 
 @pytest.mark.parametrize("value,expected", [
     (None, 2097152), ("2mb", 2097152), ("512kb", 524288), ("1.5m", 1572864), (0, 0), ("abc", 2097152),
+    (10**400, 10**400),  # (a JSON integer of 400 digits: OverflowError at every flush check)
 ])
 def test_v62_byte_sizes(value, expected):
     assert parse_byte_size(value, 2097152) == expected
@@ -314,6 +319,19 @@ def test_an_agents_list_entry_without_an_id_is_refused(tmp_path: Path, entry: st
     (tmp_path / "memdir.toml").write_text(f"[[agents.list]]\n{entry}\n")
     with pytest.raises(ConfigError, match=r"agents\.list\[0\] in .*memdir\.toml: needs an id"):
         load_config(workspace=tmp_path)
+
+
+def test_an_agent_configured_twice_in_agents_list_is_refused(tmp_path: Path, run_cli):
+    """Two ``agents.list`` entries with one id both applied, the later's values quietly replacing
+    the earlier's (``maxResults = 3`` then ``9``: 9, and no word of the 3), as a JSON key given twice
+    did before it was refused; it is refused naming both entries."""
+    (tmp_path / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n'
+                                          '[[agents.list]]\nid = "main"\nmemorySearch.query.maxResults = 3\n'
+                                          '[[agents.list]]\nid = "ops"\n'
+                                          '[[agents.list]]\nid = "main"\nmemorySearch.query.maxResults = 9\n')
+    out = run_cli("search", "x", "--agent", "ops", "-w", str(tmp_path))
+    assert out.returncode == 1, out.stderr
+    assert "agents.list[2] in " in out.stderr and "agent 'main' is configured twice (also agents.list[0])" in out.stderr
 
 
 @pytest.mark.parametrize("name,text,why", [
@@ -462,6 +480,14 @@ def test_a_home_path_without_a_home_is_refused_not_made_in_the_current_folder(ho
                     overrides={"memorySearch": {"extraPaths": ["~/notes"]}})
     assert load_config(workspace=ws, state_dir=tmp_path / "state", env={}).settings.state_path == tmp_path / "state"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]
+
+
+def test_a_path_under_an_unknown_user_says_so(tmp_path: Path, run_cli):
+    """``--state-dir '~nosuchuser/x'`` was refused as if the home directory were unknown ($HOME set)."""
+    out = run_cli("status", "--state-dir", "~nosuchuser-memdir/x", "-w", str(tmp_path))
+    assert out.returncode == 1, out.stderr
+    assert "stateDir = '~nosuchuser-memdir/x' (given as --state-dir): '~nosuchuser-memdir' cannot be expanded, " \
+           "there is no user 'nosuchuser-memdir'; give a full path" in out.stderr
 
 
 @pytest.mark.parametrize("dsn,shown", [

@@ -147,6 +147,55 @@ def test_the_long_term_mirror_never_displaces_a_note_it_did_not_write(make_works
         assert not list(ws.rglob("*.edited-*"))
 
 
+def test_the_long_term_mirror_never_moves_a_folder_aside(make_workspace, run_cli, tmp_path: Path):
+    """``longTermMemory.mirror.path = ""`` named the workspace folder itself: the first ``ltm store``
+    took it for an edited mirror, renamed the whole workspace to ``ws.edited-<time>`` and wrote the
+    mirror as a file in its place ("." the same; "memory" moved every daily note out of search).  A
+    blank path is a configuration error; a folder is never touched, with a warning."""
+    pytest.importorskip("lancedb")
+    notes = {"MEMORY.md": "# precious notes\n", "memory/2026-01-12.md": "- daily\n"}
+    for mirror_path in ("", "."):
+        ws = make_workspace(notes, name=f"ws{len(mirror_path)}{mirror_path.strip('.')}")
+        cfg = tmp_path / "memdir.json"
+        cfg.write_text(json.dumps({"memorySearch": {"provider": "none"},
+                                   "longTermMemory": {"mirror": {"enabled": True, "path": mirror_path}}}))
+        out = run_cli("ltm", "store", "I prefer dark mode", "-w", str(ws), "-c", str(cfg))
+        if mirror_path:
+            assert out.returncode == 0 and "is a folder, not a long-term memory mirror" in out.stderr, out.stderr
+        else:
+            assert out.returncode == 1 and "longTermMemory.mirror.path" in out.stderr, out.stderr
+            assert "cannot be blank" in out.stderr
+        assert ws.is_dir() and {p: (ws / p).read_text() for p in notes} == notes
+        assert not list(tmp_path.rglob("*.edited-*")), mirror_path
+
+
+def test_an_unknown_long_term_memory_provider_is_named_as_its_setting(make_workspace, run_cli, tmp_path: Path):
+    """``longTermMemory.embedding.provider = " "`` failed ``ltm store`` with "unknown embedding
+    provider ''" (a typo the same, without a word of the key), where ``memorySearch.provider`` is
+    named; it is a configuration error naming ``longTermMemory.embedding.provider`` and its value."""
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"},
+                               "longTermMemory": {"embedding": {"provider": " "}}}))
+    out = run_cli("ltm", "store", "I prefer dark mode", "-w", str(ws), "-c", str(cfg))
+    assert out.returncode == 1 and "configuration error: longTermMemory.embedding.provider = ' ': unknown" in out.stderr
+
+
+def test_a_long_term_memory_folder_that_is_a_file_is_named(make_workspace, run_cli, tmp_path: Path):
+    """``longTermMemory.dbPath`` on a file (a note) failed every ``ltm`` command with "[Errno 17] File
+    exists: '…/MEMORY.md'" after two embedding-cache warnings; it names the setting, and the note is kept."""
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# precious notes\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"},
+                               "longTermMemory": {"dbPath": str(ws / "MEMORY.md")}}))
+    out = run_cli("ltm", "store", "I prefer dark mode", "-w", str(ws), "-c", str(cfg))
+    assert out.returncode == 1 and "WARNING" not in out.stderr, out.stderr
+    assert f"{ws / 'MEMORY.md'} is a file: point longTermMemory.dbPath at a folder" in out.stderr
+    assert (ws / "MEMORY.md").read_text() == "# precious notes\n"
+
+
 def test_bench_quality_names_the_bad_line_of_a_queries_file(tmp_path: Path, run_cli):
     """A malformed queries.jsonl gave "memdir: Expecting ',' delimiter: line 1 column 24" (which
     file?) or "'list' object has no attribute 'get'"; the error now names the file and line."""

@@ -287,6 +287,13 @@ def test_search_limits_and_scores_out_of_range(tmp_path: Path) -> None:
             assert [h.text for h in ltm.search("The user prefers tea", limit=limit)] == ["The user prefers tea"]
         with pytest.raises(LtmError, match="min score must be a number"):
             ltm.search("tea", min_score=float("nan"))
+        # OverflowError "cannot convert float infinity to integer", ValueError for NaN, and TypeError
+        # "'>=' not supported between instances of 'float' and 'str'": none named the argument
+        for limit in (float("inf"), float("nan"), "3", True):
+            with pytest.raises(LtmError, match="limit must be a whole number of memories"):
+                ltm.search("tea", limit=limit)
+        with pytest.raises(LtmError, match=r"min score must be a number, not '0\.5'"):
+            ltm.search("tea", min_score="0.5")
 
 
 def test_a_large_import_compacts_as_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -412,6 +412,25 @@ def test_migrate_cli(pg: Backend, make_workspace, run_cli):
     assert hits["results"][0]["path"] == "memory/a.md"
 
 
+def test_migrate_waits_for_the_locks_as_long_as_asked(pg: Backend, make_workspace, tmp_path: Path):
+    """``migrate(..., lock_timeout=math.inf)``, "wait as long as it takes", raised OverflowError
+    ("timestamp out of range for platform time_t") from the writer lock; NaN (which ``sync`` refuses)
+    was taken, and its deadline never came: behind a held lock it waited for ever."""
+    import math
+
+    ws = make_workspace({"memory/a.md": "the quokka ate lunch", "MEMORY.md": "# prefs\ndark mode"})
+    lite_cfg = deep_merge(pg.config(), {"memorySearch": {"provider": "none", "store": {"driver": "sqlite"}}})
+    with Memory(ws, agent_id="inf", config=lite_cfg, state_dir=tmp_path) as lite:
+        lite.sync()
+        with pytest.raises(ValueError, match="lock_timeout must be a number of seconds or None, not NaN"):
+            lite.migrate("postgres", lock_timeout=math.nan)
+        assert lite.migrate("postgres", lock_timeout=math.inf)["files"] == 2
+        with Memory(ws, agent_id="inf", config=deep_merge(pg.config(), {"memorySearch": {"provider": "none"}}),
+                    state_dir=tmp_path / "b") as post:
+            back = post.migrate("sqlite", lock_timeout=1e300)
+        assert back["files"] == 2
+
+
 def test_forward_migration_keeps_an_older_schemas_data(pg: Backend, tmp_path: Path):
     import psycopg
 

@@ -143,6 +143,33 @@ def test_the_writer_lock_outlives_the_servers_idle_session_timeout(pg_url: str, 
             store.close()
 
 
+def test_a_writer_lock_connection_terminated_while_it_is_set_up_is_a_lost_connection(
+        pg: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The server ended the writer lock's session while it was being set up (its
+    ``idle_session_timeout``; the fault test below hit it now and then under load): the raw
+    ``AdminShutdown`` went out, not the "lost the connection" error a wait cut later gives."""
+    import psycopg
+
+    from memdir.stores.pgconn import DatabaseUnavailable
+
+    store = open_store(load_config(overrides=pg.config(), state_dir=tmp_path).settings)
+    try:
+        lock = store.writer_lock()
+
+        def terminated() -> Any:
+            raise psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+
+        monkeypatch.setattr(lock, "_connect", terminated)
+        with pytest.raises(DatabaseUnavailable, match="lost the connection"):
+            lock.acquire(5)
+        monkeypatch.undo()
+        again = store.writer_lock()
+        assert again.acquire(5), "the thread lock was kept by the failed wait"
+        again.release()
+    finally:
+        store.close()
+
+
 def test_a_writer_lock_wait_cut_by_a_dropped_connection_leaves_the_lock_usable(pg: Backend, tmp_path: Path):
     """The connection a waiter polls the advisory lock on was killed (a server restart): the wait
     ended with an error but kept the process's per-agent thread lock, so every later sync of that

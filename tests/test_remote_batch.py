@@ -147,6 +147,19 @@ def test_batch_timeout_cancels_and_disables(server: ProviderServer, clock: FakeT
     assert "timed out after 0.05 minutes" in status["last_error"]
 
 
+def test_a_poll_interval_longer_than_the_timeout_waits_until_the_timeout(server: ProviderServer,
+                                                                        clock: FakeTiming) -> None:
+    """``pollIntervalMs`` past ``timeoutMinutes`` (poll every 2 hours, time out after 60 minutes)
+    cancelled every job right after its first poll, "timed out after 60 minutes" with no time gone,
+    and disabled the batch API; the last wait ends at the deadline and the job is polled then."""
+    server.batch_polls_before_done = 2  # (done at the second poll)
+    p = openai(server, clock, pollIntervalMs=2 * 3600 * 1000, timeoutMinutes=60)
+    assert p.embed_batch(TEXTS) == expected(TEXTS)
+    assert clock.sleeps == [3600.0]
+    assert not [r for r in server.requests if r.path.endswith("/cancel")]
+    assert p.batch_status()["failures"] == 0 and p.batch_status()["active"]
+
+
 def test_wait_false_disables_without_submitting(server: ProviderServer, clock: FakeTiming) -> None:
     p = openai(server, clock, wait=False)
     assert p.embed_batch(TEXTS) == expected(TEXTS)

@@ -76,6 +76,29 @@ def test_mmr_compares_each_pair_of_candidates_at_most_once(monkeypatch: pytest.M
     assert calls <= k * (k - 1) // 2
 
 
+def test_mmr_reorders_at_most_two_pools_of_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate pool grows past 200 to hold a larger ``maxResults`` (``--max-results 1000``: up
+    to 2,000 candidates, 28 s of MMR); MMR reorders the best 400 by score, as many as any search
+    had before, and the rest follow in score order."""
+    from memdir.ranking import MMR_MAX_CANDIDATES
+
+    calls = 0
+
+    def counting(a: frozenset[str], b: frozenset[str]) -> float:
+        nonlocal calls
+        calls += 1
+        return jaccard(a, b)
+
+    monkeypatch.setattr(ranking, "jaccard", counting)
+    cands = _candidates(500, 3)
+    out = mmr_rerank(cands, 0.0)
+    by_score = sorted(cands, key=lambda c: -c.score)
+    assert MMR_MAX_CANDIDATES == 400 and calls <= 400 * 399 // 2  # (all 500: 124,750)
+    assert sorted(c.id for c in out) == sorted(c.id for c in cands)
+    assert [c.id for c in out[400:]] == [c.id for c in by_score[400:]]
+    assert [c.id for c in out[:400]] == [c.id for c in mmr_rerank(by_score[:400], 0.0)]
+
+
 def _count_json_parses(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
     """Count ``json.loads`` calls from now on: how much of a transcript a reader parsed."""
     calls = 0

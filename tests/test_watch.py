@@ -165,6 +165,30 @@ def test_an_endless_interval_leaves_the_watcher_syncing(make_workspace):
         assert all(t.is_alive() for t in mem.watcher._threads)
 
 
+def test_watch_arguments_are_checked_as_the_config_and_the_flag_are(make_workspace, state_dir):
+    """``mem.watch(debounce_ms=-5)`` was taken as 0 (``--debounce-ms -5`` is bad usage, the config
+    key refuses it), ``math.inf`` raised OverflowError, ``interval_minutes=NaN`` (a config error)
+    turned the interval sync off quietly, and a debounce or interval of 400 digits (``memdir watch
+    --debounce-ms``, a JSON config) failed "integer division result too large for a float"."""
+    import math
+
+    ws = make_workspace({"memory/a.md": "Alpha.\n"})
+    huge = 10**400
+    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as mem:
+        for bad, kind, words in ((-5, ValueError, "debounce_ms must be a finite number of milliseconds, 0 or more"),
+                                 (math.inf, ValueError, "not inf"), ("10", TypeError, "not str")):
+            with pytest.raises(kind, match=words):
+                mem.watch(debounce_ms=bad)
+        with pytest.raises(ValueError, match="interval_minutes must be a number of minutes"):
+            mem.watch(interval_minutes=math.nan)
+        state = mem.watch(debounce_ms=huge, interval_minutes=huge, files=False).state()
+        assert (state["debounceMs"], state["intervalMinutes"]) == (7 * 86400 * 1000, 7 * 86400 / 60)
+    with watch_cli(ws, state_dir, "watch", "--debounce-ms", str(huge)) as proc:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+
+
 def test_status_says_when_a_sync_is_pending(make_workspace):
     ws = make_workspace({"memory/a.md": "Alpha.\n"})
     cfg = {"memorySearch": {"provider": "none", "sync": {"searchBudgetMs": 60_000}}}  # a loaded machine

@@ -682,6 +682,7 @@ class Memory(IndexUpkeep):
         from memdir.stores import open_store
         from memdir.stores.migrate import copy_index
 
+        _check_wait("lock_timeout", lock_timeout, "a number of seconds")  # as sync's: NaN waited for ever
         current = self.settings.memory_search.store.driver
         if to not in ("sqlite", "postgres"):
             raise MemdirError(f"unknown store driver {to!r} (expected sqlite or postgres)")

@@ -12,9 +12,9 @@ Values R§1 *clamps* stay clamped (weights normalised to sum 1, ``overlap < toke
 are rejected instead of being silently turned into something that disables a feature (OpenClaw
 would turn ``maxResults = 0`` into "every search returns nothing"): ``maxResults ≤ 0``,
 ``chunking.tokens ≤ 0``, ``halfLifeDays ≤ 0``, negative weights, ``cache.maxEntries < 0``,
-``searchBudgetMs < 0``, ``sources = []``, an unknown ``provider`` or ``userTimezone``, and an agent id that is not a
-plain name (it becomes a file name under the state folder).
-"""
+``searchBudgetMs < 0``, ``watchDebounceMs < 0``, ``sources = []``, an unknown or blank ``provider``, an unknown
+``userTimezone``, a blank ``store.path`` or ``mirror.path``, an agent configured twice in ``agents.list``, and an
+agent id that is not a plain name (it becomes a file name under the state folder)."""
 
 from __future__ import annotations
 
@@ -62,10 +62,10 @@ def _camel(name: str) -> str:
 
 
 def _numeric_only(annotation: Any) -> bool:
-    """True for a number field (``int``, ``float``, optionally ``None``) that takes no boolean."""
+    """True for a field that takes a number (``int``, ``float``, also beside ``str`` or ``None``) and
+    no boolean: ``forceFlushTranscriptBytes = true`` (``int | str``) was read as 1 byte, a flush a turn."""
     kinds = set(get_args(annotation)) if get_args(annotation) else {annotation}
-    kinds.discard(type(None))
-    return bool(kinds) and kinds <= {int, float}
+    return bool(kinds & {int, float}) and bool not in kinds
 
 
 class _Model(BaseModel):
@@ -238,6 +238,14 @@ class StoreConfig(_Model):
     vector: VectorStoreConfig = Field(default_factory=VectorStoreConfig)
     fts: FtsStoreConfig = Field(default_factory=FtsStoreConfig)
 
+    @field_validator("path")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        # `MEMDIR_INDEX_PATH=" "` wrote the index to a file named " " in the current folder (the workspace)
+        if value is not None and not value.strip():
+            raise ValueError("cannot be blank (leave it out for <stateDir>/memory/<agent or workspace>.sqlite)")
+        return value
+
 
 class ChunkingConfig(_Model):
     """Chunk size in tokens (≈ 4 characters each).  Deviation: OpenClaw's 400/80 halved; a result
@@ -271,7 +279,8 @@ class SyncConfig(_Model):
     on_session_start: bool = True
     on_search: bool = True
     watch: bool = True
-    watch_debounce_ms: int = 1500
+    #: ≥ 0, as ``memdir watch --debounce-ms``: -1 was taken as 0 here where the flag refused it
+    watch_debounce_ms: int = Field(1500, ge=0)
     interval_minutes: float = 0
     search_budget_ms: int = Field(2000, ge=0)
     sessions: SessionSyncConfig = Field(default_factory=SessionSyncConfig)
@@ -388,7 +397,9 @@ class MemorySearchConfig(_Model):
     @classmethod
     def _known_provider(cls, value: str) -> str:
         name = (value or "").strip().lower()
-        if name and name not in PROVIDER_IDS:
+        if not name:  # `MEMDIR_PROVIDER=" "` failed every search later: "unknown embedding provider ''"
+            raise ValueError(f"cannot be blank: name one of {', '.join(PROVIDER_IDS)}, or leave it out for the default")
+        if name not in PROVIDER_IDS:
             raise ValueError(f"unknown embedding provider {value!r}{did_you_mean(name, PROVIDER_IDS)} "
                              f"(expected one of {', '.join(PROVIDER_IDS)})")
         return value
@@ -494,6 +505,14 @@ class LtmMirrorConfig(_Model):
     #: workspace).
     path: str = "memory/long-term.md"
 
+    @field_validator("path")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        # "" resolved to the workspace folder itself, which was moved aside as an edited mirror
+        if not value.strip():
+            raise ValueError("cannot be blank (leave it out for memory/long-term.md)")
+        return value
+
 
 class LongTermMemoryConfig(_Model):
     """``longTermMemory``: OpenClaw's ``memory-lancedb`` plugin settings (R§14) and memdir's additions."""
@@ -516,8 +535,10 @@ class LongTermMemoryConfig(_Model):
     @model_validator(mode="after")
     def _clamp(self) -> LongTermMemoryConfig:
         # R§14: an integer floored into [100, 10000].
-        value = float(self.capture_max_chars)
-        self.capture_max_chars = 500 if not math.isfinite(value) else int(_clamp(math.floor(value), 100, 10_000))
+        value = self.capture_max_chars  # (not float(): a JSON integer of 400 digits failed every command with
+        # "int too large to convert to float", no configuration error)
+        finite = not isinstance(value, float) or math.isfinite(value)
+        self.capture_max_chars = int(_clamp(math.floor(value), 100, 10_000)) if finite else 500
         return self
 
 
@@ -1102,10 +1123,15 @@ def load_config(
     # The agent id decides which agents.list entry applies, so settle it before that layer.
     agent = flag_layer.get("agent_id") or env_layer.get("agent_id") or data.get("agent_id")
     if file_agents:
+        first_at: dict[str, int] = {}
         for i, entry in enumerate(file_agents.get("entries") or []):
             if not isinstance(entry.get("id"), str) or not entry["id"].strip():  # it applied to no agent, silently
                 raise ConfigError(f"agents.list[{i}]{_in_file(cfg_file)}: needs an id, the agent it configures "
                                   f"(a name such as \"main\"), not {entry.get('id')!r}")
+            if entry["id"] in first_at:  # both applied, the later's values quietly replacing the earlier's
+                raise ConfigError(f"agents.list[{i}]{_in_file(cfg_file)}: agent {entry['id']!r} is configured "
+                                  f"twice (also agents.list[{first_at[entry['id']]}]): merge the two entries")
+            first_at[entry["id"]] = i
             if entry.get("id") == agent:
                 origin = f"file:{cfg_file} (agents.list[{agent}])"
                 if entry.get("memory_search"):
@@ -1231,8 +1257,12 @@ def _check_home(settings: Settings, origins: Origins) -> None:
         if value and value.startswith("~") and os.path.expanduser(value).startswith("~"):
             origin = origins.get(key, "")
             hint = " (set MEMDIR_STATE_DIR or --state-dir)" if key == "state_dir" and not origin else ""
+            user = value[1:].split("/", 1)[0]
+            # ("~nosuchuser/x" was said to have no home directory, as if $HOME were unset)
+            why = f"'~{user}' cannot be expanded, there is no user {user!r}" if user else (
+                "'~' cannot be expanded, the home directory is unknown")
             raise ConfigError(f"{_config_key(tuple(key.split('.')))} = {value!r}{_origin_text(origin, key)}: "
-                              f"'~' cannot be expanded, the home directory is unknown{hint}; give a full path")
+                              f"{why}{hint}; give a full path")
 
 
 def _deep_update(base: dict[str, Any], over: Mapping[str, Any]) -> None:
@@ -1310,7 +1340,9 @@ def parse_byte_size(value: int | float | str | None, default: int) -> int:
     """``"2mb"`` → 2097152 (1024-based); ``0`` disables; unparsable → ``default`` (R§11.3)."""
     if value is None:
         return default
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):  # (math.isfinite of an int of 400 digits: OverflowError)
+        return max(0, value)
+    if isinstance(value, float):
         return max(0, int(value)) if math.isfinite(value) else default
     match = _UNIT.match(str(value))
     if not match or match.group(2).lower() not in _FACTORS:

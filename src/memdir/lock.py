@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import math
 import os
 import socket
 import stat
@@ -42,6 +43,18 @@ def _forget_thread_locks() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_thread_locks)
+
+
+def thread_wait(timeout: float | None) -> float:
+    """``timeout`` as :meth:`threading.Lock.acquire` takes it: ``-1`` (forever) for ``None``, else
+    0 to :data:`threading.TIMEOUT_MAX` (``lock_timeout=math.inf``, "wait as long as it takes", raised
+    OverflowError "timestamp out of range"); NaN is a :class:`ValueError` (its deadline was never
+    reached: the wait for a held lock never ended)."""
+    if timeout is None:
+        return -1
+    if math.isnan(timeout):
+        raise ValueError("a lock timeout must be a number of seconds or None, not NaN")
+    return min(max(0.0, timeout), threading.TIMEOUT_MAX)
 
 
 class LockTimeout(TimeoutError):
@@ -270,7 +283,7 @@ class FileWriterLock:
         """Take the lock; wait up to ``timeout`` seconds (``None`` = forever, 0 = don't wait)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         thread_lock = _thread_lock(self.path)  # looked up each time: a forked child has its own
-        if not thread_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+        if not thread_lock.acquire(timeout=thread_wait(timeout)):
             return False
         fd, taken = None, False
         try:

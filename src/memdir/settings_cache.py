@@ -62,8 +62,15 @@ def unknown_env_warning(env: Mapping[str, str]) -> str | None:
 
 
 def candidate_count(max_results: int, multiplier: float) -> int:
-    """Size of each signal's candidate pool: ``min(200, max(1, floor(maxResults × mult)))``."""
-    return min(200, max(1, math.floor(max_results * multiplier)))
+    """Size of each signal's candidate pool: ``min(200, max(1, floor(maxResults × mult)))`` (R§7.3),
+    and never fewer than ``max_results``: ``--max-results 300`` returned 200 results with 300 notes
+    matching (R§'s cap; the same pool below 201, as the multiplier is at least 1).  At most
+    :data:`MAX_POOL`: SQLite's LIMIT takes no number past 2**63 - 1 (``--max-results 2**63``)."""
+    return max(min(max_results, MAX_POOL), min(200, max(1, math.floor(max_results * multiplier))))
+
+
+#: The largest candidate pool (far more chunks than an index holds).
+MAX_POOL = 2**31 - 1
 
 
 def resolve_store_path(configured: str | None, agent_id: str, state_dir: Path) -> Path:

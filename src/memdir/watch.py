@@ -28,6 +28,7 @@ Nothing here writes to the workspace; failures are reported as events and never 
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import threading
@@ -186,6 +187,21 @@ class WatchPlan:
         return text_name(rel) or rel
 
 
+def _check_wait_argument(name: str, value: Any, unit: str, *, least: float | None = None) -> None:
+    """A watcher's ``debounce_ms``/``interval_minutes`` checked as the config file and ``memdir watch
+    --debounce-ms`` check them: ``debounce_ms=-5`` was taken as 0, ``math.inf`` raised OverflowError
+    and an ``interval_minutes`` of NaN (a config error) turned the interval sync off, quietly."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not hasattr(type(value), "__float__"):
+        raise TypeError(f"{name} must be a number of {unit}, not {type(value).__name__}")
+    number = value if isinstance(value, int) else float(value)  # (an int of 400 digits: no float)
+    if (isinstance(number, float) and math.isnan(number)) or (
+            least is not None and (number < least or number == math.inf)):
+        raise ValueError(f"{name} must be a finite number of {unit}, not {value}" if least is not None
+                         else f"{name} must be a number of {unit}, not NaN")
+
+
 class Watcher:
     """Keeps one ``Memory``'s index in step with its files until :meth:`stop`."""
 
@@ -194,11 +210,15 @@ class Watcher:
                  files: bool = True):
         settings = memory.settings
         cfg = settings.memory_search.sync
+        _check_wait_argument("debounce_ms", debounce_ms, "milliseconds, 0 or more", least=0)
+        _check_wait_argument("interval_minutes", interval_minutes, "minutes (0 or less: off)")
         self.memory = memory
-        self.debounce = max(0, int(cfg.watch_debounce_ms if debounce_ms is None else debounce_ms)) / 1000
+        # a week at most, as the interval: a 400-digit --debounce-ms failed "integer division result too large"
+        wait_ms = cfg.watch_debounce_ms if debounce_ms is None else debounce_ms
+        self.debounce = int(min(max(0, wait_ms), MAX_INTERVAL_SECONDS * 1000)) / 1000
         minutes = cfg.interval_minutes if interval_minutes is None else interval_minutes
         # at most one interval sync a second: 1e-9 minutes asked for ~130 syncs a second
-        seconds = float(minutes) * 60 if minutes and minutes > 0 else None  # NaN is not > 0: off
+        seconds = min(minutes, MAX_INTERVAL_SECONDS / 60) * 60 if minutes and minutes > 0 else None  # NaN: off
         self.interval = None if seconds is None else min(max(MIN_INTERVAL_SECONDS, seconds), MAX_INTERVAL_SECONDS)
         self.max_wait = max(2.0, 5 * self.debounce)
         self.on_event = on_event

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,13 +28,43 @@ def _int_list(raw: str) -> list[int]:
 
 
 def _positive_int(raw: str) -> int:
+    return _whole(raw, 1)
+
+
+def _whole(raw: str, least: int) -> int:
     try:
         value = int(raw)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, got {raw!r}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected at least {least}, got {raw!r}")
     return value
+
+
+def _count_or_zero(raw: str) -> int:
+    """A count where 0 skips the step (``--embed-subset``, ``--concurrency``): ``-1`` skipped it too, quietly."""
+    return _whole(raw, 0)
+
+
+def _seconds(raw: str, *, zero: bool) -> float:
+    """A finite number of seconds (0 allowed when ``zero``): ``--budget nan`` ran every query and wrote
+    ``NaN`` into the --json report, which jq refuses; ``--seconds 0`` divided by zero after the run."""
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {raw!r}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        least = "0 or more" if zero else "more than 0"
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds, {least}, got {raw!r}")
+    return value
+
+
+def _budget(raw: str) -> float:
+    return _seconds(raw, zero=True)
+
+
+def _duration(raw: str) -> float:
+    return _seconds(raw, zero=False)
 
 
 def _size_list(raw: str) -> list[int]:
@@ -45,7 +76,7 @@ def _size_list(raw: str) -> list[int]:
         mult = 1000 if part.endswith("k") else 1
         try:
             out.append(int(float(part.rstrip("k")) * mult))
-        except ValueError:
+        except (ValueError, OverflowError):  # inf, 1e400: a traceback
             raise argparse.ArgumentTypeError(f"bad size {part!r} (e.g. 1000,10k,100k)") from None
     if not out or any(v <= 0 for v in out):
         raise argparse.ArgumentTypeError(f"expected positive sizes, got {raw!r}")
@@ -94,10 +125,10 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
                                    "baseline measured in the same run.")
     p.add_argument("--sizes", type=_size_list, default=[1000, 10000, 100000],
                    help="corpus sizes in chunks (default 1000,10000,100000; 10k style accepted)")
-    p.add_argument("--embed-subset", type=int, default=256,
+    p.add_argument("--embed-subset", type=_count_or_zero, default=256,
                    help="chunks embedded with the default model when one is available (default 256; 0 skips)")
     p.add_argument("--queries", type=_positive_int, default=200, help="queries per corpus (default 200)")
-    p.add_argument("--budget", type=float, default=20.0, help="seconds per latency series, at least 20 queries")
+    p.add_argument("--budget", type=_budget, default=20.0, help="seconds per latency series, at least 20 queries")
     p.add_argument("--seed", type=int, default=42, help="corpus seed (default 42)")
     p.add_argument("--work-dir", type=Path, help="keep corpora and indexes here (reused when seed/size match)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -112,9 +143,10 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
     p.add_argument("--dsn", help="PostgreSQL to use (default $MEMDIR_DATABASE_URL); bench_* schemas are dropped")
     p.add_argument("--sizes", type=_size_list, default=[10000, 100000], help="corpus sizes (default 10k,100k)")
     p.add_argument("--queries", type=_positive_int, default=200, help="queries per corpus (default 200)")
-    p.add_argument("--budget", type=float, default=15.0, help="seconds per latency series, at least 20 queries")
-    p.add_argument("--concurrency", type=int, default=8, help="concurrent searcher processes (default 8; 0 skips)")
-    p.add_argument("--seconds", type=float, default=20.0, help="how long the concurrent searchers run")
+    p.add_argument("--budget", type=_budget, default=15.0, help="seconds per latency series, at least 20 queries")
+    p.add_argument("--concurrency", type=_count_or_zero, default=8,
+                   help="concurrent searcher processes (default 8; 0 skips)")
+    p.add_argument("--seconds", type=_duration, default=20.0, help="how long the concurrent searchers run")
     p.add_argument("--quality", type=Path, help="also score recall@k of both backends on this dataset")
     p.add_argument("--seed", type=int, default=42, help="corpus seed (default 42)")
     p.add_argument("--work-dir", type=Path, help="keep corpora and SQLite indexes here")

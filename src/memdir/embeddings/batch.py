@@ -181,7 +181,10 @@ def poll_job(
             progress(label, status.done, status.total)
         if status.terminal:
             return job
-        if clock() + settings.poll_interval > deadline:
+        now = clock()
+        # the last wait ends at the deadline: a pollIntervalMs past timeoutMinutes cancelled every job
+        # after its first poll, "timed out after 60 minutes" with no time gone
+        if now >= deadline:
             if on_timeout is not None:
                 try:
                     on_timeout()
@@ -191,7 +194,7 @@ def poll_job(
                 f"{label} timed out after {settings.timeout_minutes:g} minutes (last state {status.state})",
                 provider=provider,
             )
-        sleep(settings.poll_interval)
+        sleep(min(settings.poll_interval, deadline - now))
 
 
 def to_int(value: Any) -> int:

@@ -80,8 +80,13 @@ def check_usage(args: argparse.Namespace) -> None:
     action = getattr(args, "ltm_command", None)
     if not action:
         raise UsageError("ltm: choose an action: list, stats, store, search, forget, export, import, reembed")
-    if action == "forget" and bool(args.id) == bool(args.query):
-        raise UsageError("ltm forget: give a memory id or --query (one of them)")
+    if action == "forget":
+        # a blank one (a script's "$ID" left empty) is none: ' ' exited 1, "Invalid memory ID format:", and
+        # --query ' ' exited 1 with the tool's "Provide query or memoryId."
+        args.id = (args.id or "").strip() or None
+        args.query = (args.query or "").strip() or None
+        if bool(args.id) == bool(args.query):
+            raise UsageError("ltm forget: give a memory id or --query (one of them)")
     if action == "store" and not args.text.strip():
         raise UsageError("ltm store: give the memory's text, e.g. memdir ltm store 'I prefer dark mode'")
     if action == "search" and not args.query.strip():

@@ -215,10 +215,17 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
     warning = None
     state = _read_state(state_file)
     if path.is_symlink() or path.exists():
+        if not path.is_symlink() and not path.is_file():
+            # a folder was moved aside whole as an "edited" mirror: mirror.path "" or "." named the
+            # workspace itself (it became ws.edited-<time> and the mirror took its name), "memory" every note
+            what = "a folder" if path.is_dir() else "not a regular file"
+            return (f"{path} is {what}, not a long-term memory mirror; not touched: point "
+                    "longTermMemory.mirror.path at a file of its own (default memory/long-term.md)")
         try:
             current = path.read_bytes() if not path.is_symlink() else None
-        except OSError:
-            current = None
+        except OSError as exc:
+            # nothing says it is ours: a file that cannot be read is left where it is, not moved aside
+            return f"{path} cannot be read ({exc.strerror or exc}); the long-term memory mirror was not written"
         ours = current is not None and _sha(current) in state.get(str(path), "").split()
         theirs = _owner_line(current.decode("utf-8", "replace")) if current is not None and not ours else None
         if current is not None and not ours and theirs is None and str(path) not in state:

@@ -96,6 +96,10 @@ class LongTermMemory:
         self.settings = settings if settings is not None else Settings()
         self.config = self.settings.long_term_memory
         self.db_path = Path(db_path).expanduser().resolve() if db_path else ltm_settings.db_path(self.settings)
+        if self.db_path.exists() and not self.db_path.is_dir():
+            # (dbPath on a note failed every call with "[Errno 17] File exists" and two cache warnings)
+            raise LtmError(f"long-term memory keeps its tables in a folder, and {self.db_path} is a file: point "
+                           "longTermMemory.dbPath at a folder (or leave it out for <stateDir>/ltm/<agent>)")
         self.mirror_path = ltm_settings.mirror_path(self.settings)
         self._provider = provider
         self._owns_provider = provider is None
@@ -284,8 +288,13 @@ class LongTermMemory:
         query = clean_text(query or "").strip()
         if not query:
             raise LtmError("query required")
-        if math.isnan(float(min_score)):
-            raise LtmError("min score must be a number")
+        # (limit=math.inf or NaN failed "cannot convert float infinity to integer", min_score="0.5" "'>=' not
+        # supported between instances of 'float' and 'str")
+        if isinstance(limit, bool) or not hasattr(type(limit), "__float__") or (
+                not isinstance(limit, int) and not math.isfinite(limit)):
+            raise LtmError(f"limit must be a whole number of memories, not {limit!r}")
+        if isinstance(min_score, bool) or not hasattr(type(min_score), "__float__") or math.isnan(float(min_score)):
+            raise LtmError(f"min score must be a number, not {min_score!r}")
         if not self.table.exists():
             return []
         # LanceDB takes a 32-bit limit ("out of range integral type conversion attempted")

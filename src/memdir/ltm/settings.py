@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memdir.config import ConfigError
+from memdir.config import PROVIDER_IDS, ConfigError, did_you_mean
 
 if TYPE_CHECKING:
     from memdir.config import LongTermMemoryConfig, MemorySearchConfig, Settings
@@ -77,6 +77,10 @@ def embedding_config(settings: Settings, env: Mapping[str, str] | None = None) -
     if emb.provider is not None:
         cfg.provider = resolve_env(emb.provider, "embedding.provider", env)
         cfg.fallback = "none"
+        name = cfg.provider.strip().lower()
+        if name not in PROVIDER_IDS:  # (" " was "unknown embedding provider ''", the key unnamed)
+            raise ConfigError(f"longTermMemory.embedding.provider = {cfg.provider!r}: unknown embedding provider"
+                              f"{did_you_mean(name, PROVIDER_IDS)} (expected one of {', '.join(PROVIDER_IDS)})")
     if emb.model is not None:
         cfg.model = resolve_env(emb.model, "embedding.model", env)
     if emb.api_key is not None:

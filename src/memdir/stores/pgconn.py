@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from memdir.errors import StoreError
-from memdir.lock import is_stopped
+from memdir.lock import is_stopped, thread_wait
 from memdir.stores.pgschema import TABLES, lock_key, migrate, set_search_path
 
 EXTRA_HINT = "PostgreSQL support needs the postgres extra: pip install 'memdir[postgres]'"
@@ -428,7 +428,7 @@ class AdvisoryWriterLock:
     def acquire(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         self._here()
-        if not self._thread_lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+        if not self._thread_lock.acquire(timeout=thread_wait(timeout)):
             return False
         conn = None
         try:
@@ -443,8 +443,9 @@ class AdvisoryWriterLock:
             # Whatever cut the wait short (the connection killed, Ctrl-C), the thread lock must not be
             # kept: every later sync of this agent in the process would wait for it for ever.
             # (a terminated session's error, class 57P, can arrive before psycopg marks the connection broken)
-            broken = conn is not None and (conn.closed or conn.broken
-                                           or str(getattr(exc, "sqlstate", None) or "").startswith("57P"))
+            # (terminated while _connect set the connection up, conn is still None: AdminShutdown went out raw)
+            broken = str(getattr(exc, "sqlstate", None) or "").startswith("57P") or (
+                conn is not None and (conn.closed or conn.broken))
             if conn is not None:
                 conn.close()
             self._thread_lock.release()
