@@ -907,6 +907,22 @@ def _utf8_arguments(args: argparse.Namespace) -> None:
 #: matrix-vector product gives the same bits on one thread.  Long-lived commands (``mcp``,
 #: ``watch``, ``chat``) and indexing keep the pool.
 ONE_SHOT_COMMANDS = frozenset({"search", "get", "status"})
+#: Commands that stop on SIGTERM in their own way (a server or a loop finishing what is in flight).
+SIGTERM_OWNERS = frozenset({"watch", "mcp", "chat"})
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a supervisor or CI stopping a job) taken as Ctrl-C is taken.
+
+    Why: by default it ended the process on the spot (exit -15): a ``memdir index --force``
+    stopped so left its 16 MB temporary database beside the index until the next command, and no
+    ``--json`` failure was printed.  Raised in the main thread, it unwinds as Ctrl-C does: a
+    rebuild's temporary database is removed (the embeddings it paid for kept), the writer lock
+    given back, and the command exits 143."""
+
+
+def _terminate_as_interrupt(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -942,6 +958,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     _utf8_arguments(args)
     if argv is None and args.command in ONE_SHOT_COMMANDS:  # this process is the command, not a caller's
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if argv is None and args.command not in SIGTERM_OWNERS:
+        import signal
+
+        signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
         code = COMMANDS[args.command](args)
         _flush_stdout()  # inside the try: a reader that went away is handled like any other write
@@ -951,9 +971,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"memdir: {for_terminal(str(exc))}", file=sys.stderr)
         return _json_failure(args, "usage" if isinstance(exc, UsageError) else "error", str(exc), exc.exit_code)
-    except KeyboardInterrupt:
-        print("memdir: interrupted", file=sys.stderr)
-        return _json_failure(args, "interrupted", "interrupted", 130)
+    except KeyboardInterrupt as exc:
+        said, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+        print(f"memdir: {said}", file=sys.stderr)
+        return _json_failure(args, "interrupted", said, code)
     except Exception as exc:  # every other failure: one clear line, exit 1
         from memdir.config import ConfigError
 
