@@ -252,3 +252,25 @@ def test_ltm_export_to_dash_writes_stdout_as_import_reads_stdin(tmp_path: Path, 
     assert "\n- " in done.stdout and "[preference] I prefer dark mode (id: " in done.stdout
     as_json = json.loads(run_cli("ltm", "export", "--out", "-", "--json", *base, cwd=tmp_path, check=True).stdout)
     assert as_json["path"] is None and as_json["memories"] == 1 and as_json["text"] == done.stdout
+
+
+def test_ltm_export_never_overwrites_a_note_that_is_not_an_export(tmp_path: Path, make_workspace, run_cli) -> None:
+    """``ltm export --out MEMORY.md`` replaced a person's curated notes with the memories' bullets,
+    without a word; a file that is not an earlier export is refused (bad usage) and kept, and an
+    earlier export is replaced whole."""
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# notes\n\nThe spare key is under the blue pot.\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    base = ("--workspace", str(ws), "--config", str(cfg))
+    run_cli("ltm", "store", "I prefer dark mode", *base, check=True)
+    refused = run_cli("ltm", "export", "--out", str(ws / "MEMORY.md"), "--json", *base)
+    assert refused.returncode == 2, refused.stderr
+    assert "exists and is not an earlier export" in json.loads(refused.stdout)["error"]["message"]
+    assert (ws / "MEMORY.md").read_text() == "# notes\n\nThe spare key is under the blue pot.\n"
+    out = tmp_path / "backup.md"
+    run_cli("ltm", "export", "--out", str(out), *base, check=True)
+    run_cli("ltm", "store", "Deploys happen on Fridays", "--category", "decision", *base, check=True)
+    run_cli("ltm", "export", "--out", str(out), *base, check=True)  # an earlier export: replaced
+    assert out.read_text().count("\n- ") == 2
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".backup")) == []

@@ -191,7 +191,7 @@ def test_non_loopback_host_is_refused(run_cli, served, host):
     ws, cfg = served
     proc = run_cli("mcp", "--transport", "http", "--host", host, "--workspace", str(ws), "--config", str(cfg),
                    timeout=30)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # bad usage, as --port 70000 (it was 1)
     assert f"refusing to listen on '{host}'" in proc.stderr and "loopback only" in proc.stderr
 
 

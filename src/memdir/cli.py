@@ -748,9 +748,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise CliError(f"the MCP server needs the MCP SDK ({exc}): pip install 'mcp>=1.21.1,<2'") from None
 
     try:
-        check_loopback_host(args.host)  # before anything starts: a clear refusal, exit 1
+        check_loopback_host(args.host)  # before anything starts: bad usage (2), as --port 70000 is
     except HostNotAllowed as exc:
-        raise CliError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     if args.transport == "stdio" and sys.stdin is None:  # `memdir mcp <&-`: "'NoneType' ... 'isatty'"
         raise UsageError("the MCP server on stdio reads its requests from stdin, and stdin is closed "
                          "(--transport http serves without it)")

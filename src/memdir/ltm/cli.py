@@ -93,6 +93,27 @@ def check_usage(args: argparse.Namespace) -> None:
         raise UsageError("ltm search: give a query, e.g. memdir ltm search 'which theme do I like?'")
     if action == "import" and str(args.file) == "-" and sys.stdin is None:  # `<&-`
         raise UsageError("ltm import: - reads stdin, and stdin is closed")
+    if action == "export" and args.out is not None and str(args.out) != "-" and not _export_may_replace(args.out):
+        raise UsageError(f"ltm export: {args.out} exists and is not an earlier export; not "
+                         "overwritten: give another --out, or remove it first")
+
+
+def _export_may_replace(path: Path) -> bool:
+    """Whether ``ltm export --out`` may write ``path``: missing, empty, or an earlier export (its
+    first line is the export's title).  Why: ``--out MEMORY.md`` replaced a person's curated notes
+    with the memories' bullets, without a word."""
+    from memdir.ltm.markdown import TITLE
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(TITLE.encode()) + 3)  # (a BOM)
+    except FileNotFoundError:
+        return True
+    except IsADirectoryError:
+        return False
+    except OSError:
+        return True  # the write says why it cannot
+    return not head.strip() or head.decode("utf-8", "replace").lstrip("\ufeff").startswith(TITLE)
 
 
 def run(args: argparse.Namespace, loaded: Any) -> int:
@@ -190,8 +211,12 @@ def _export(ltm: Any, args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
         return 0
+    from memdir.atomic_write import replace_file
+
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text, encoding="utf-8")
+    # whole or not at all (a full disk left half an export in place of the last one), and with
+    # the permissions of the file it replaces, else a new file's
+    replace_file(args.out, text.encode("utf-8"), mode=0o666)
     if args.json:
         _print({"path": str(args.out), "memories": count})
     else:
