@@ -128,6 +128,8 @@ def check_agent_id(agent_id: str) -> None:
 class BatchConfig(_Model):
     enabled: bool = False
     wait: bool = True
+    #: OpenClaw's jobs in flight; accepted (and clamped as OpenClaw does) for its configurations,
+    #: but memdir runs one job at a time (each up to 50,000 requests): no effect.
     concurrency: int = 2
     poll_interval_ms: int = 2000
     timeout_minutes: float = Field(60, gt=0)  # NaN or ≤ 0: every batch job timed out at once, or never
