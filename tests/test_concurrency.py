@@ -579,3 +579,46 @@ def test_a_forked_child_says_the_first_index_is_being_built(make_workspace, stat
     proc = _run_script(_FORK_DURING_FIRST_INDEX, make_workspace(FILES), state_dir, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split("\n")[:2] == ["0 True 1", "memory/2026-01-10.md"], proc.stdout
+
+
+_FORK_LOCKS = """
+import os, sys
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from memdir import Memory
+
+mem = Memory(Path({ws!r}), config={{"memorySearch": {{"provider": "none"}}}})
+mem.sync()
+assert mem.search("kafka", mode="keyword", sync=False).results
+index = mem.store.path
+inode = os.stat(index).st_ino
+
+
+def held(pid):  # POSIX locks this process holds on the index file itself
+    return [line for line in open("/proc/locks")
+            if line.split()[4] == str(pid) and line.split()[5].rsplit(":", 1)[-1] == str(inode)]
+
+
+pid = os.fork()
+if pid == 0:
+    assert mem.search("cat surgery", mode="keyword", sync=False).results
+    print("child", len(held(os.getpid())), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("parent", len(held(os.getpid())), flush=True)
+mem.close()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not os.path.exists("/proc/locks"), reason="needs fork() and /proc/locks")
+def test_a_forked_child_holds_its_own_sqlite_locks(make_workspace, state_dir):
+    """SQLite keeps its lock counts per process, per file: a child forked from a process with the
+    index open inherited the parent's counts with the connection, so its own connection took no
+    shared lock on the index at all (the kernel's locks are not inherited), and with the parent
+    gone another process could checkpoint and delete the WAL under it.  A connection no thread
+    was using at the fork is closed in the child, whose own then locks as any process's does."""
+    proc = _run_script(_FORK_LOCKS, make_workspace(FILES), state_dir, timeout=40)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = dict(line.split() for line in proc.stdout.split("\n") if line)
+    assert int(counts["parent"]) >= 1, proc.stdout  # (an open WAL connection holds a shared lock)
+    assert int(counts["child"]) >= 1, proc.stdout

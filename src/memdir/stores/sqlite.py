@@ -24,6 +24,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -199,14 +200,46 @@ def _hit(row: Sequence[Any], score: float) -> Hit:
 
 #: Forks this process descends from (moved in a forked child: see :meth:`_UseLock.__enter__`).
 _FORKS = [0]
+#: The open stores of this process, so that a fork can leave the child no used connection.
+_STORES: weakref.WeakSet[SqliteStore] = weakref.WeakSet()
+#: Stores whose lock the forking thread holds across ``fork()``: no thread is inside their connection.
+_IDLE_AT_FORK: list[SqliteStore] = []
 
 
-def _count_fork() -> None:
+def _before_fork() -> None:
+    """Take the lock of every store no thread is using (never wait: a fork is not held up)."""
+    for store in list(_STORES):
+        if not store.lock.owned() and store.lock.acquire(blocking=False):
+            _IDLE_AT_FORK.append(store)
+
+
+def _after_fork_in_parent() -> None:
+    while _IDLE_AT_FORK:
+        _IDLE_AT_FORK.pop().lock.release()
+
+
+def _after_fork_in_child() -> None:
+    """Close the connections the parent left idle; the child's first use opens its own.
+
+    Why: SQLite counts the locks of every connection of a process to one file together, and
+    the kernel's locks are not inherited, so a child keeping the parent's connection open took
+    no shared lock on the index with its own (with the parent gone, another process could
+    checkpoint and delete the WAL under it).  Closed here, no thread being inside them, they
+    give their counts back (the parent's own locks are the parent's: closing cannot release or
+    checkpoint for it).  A connection a parent thread was using at the fork is left unused."""
     _FORKS[0] += 1
+    while _IDLE_AT_FORK:
+        store = _IDLE_AT_FORK.pop()
+        try:
+            store.conn.close()
+        except Exception:
+            pass
+        store.lock.release()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_count_fork)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 class _UseLock:
@@ -252,14 +285,19 @@ class _UseLock:
     def release(self) -> None:
         self._lock.release()
 
+    def owned(self) -> bool:
+        """Whether the calling thread holds the lock."""
+        return bool(self._lock._is_owned())  # type: ignore[attr-defined]
+
     def idle_for(self) -> float:
         """Seconds since the lock was last let go (0 while someone holds it)."""
         return 0.0 if self._depth else time.monotonic() - self.last_release
 
 
-#: Connections a forked child inherited from its parent: never used, and never closed by the
-#: child either (SQLite: a connection must not be carried across ``fork()``; closing it could
-#: release or checkpoint on the parent's behalf), so kept for the life of the child.
+#: Connections a forked child inherited from its parent: never used (SQLite: a connection must
+#: not be carried across ``fork()``).  Those no thread was using at the fork were closed by
+#: :func:`_after_fork_in_child`; one a parent thread was inside is kept open, unused, for the
+#: life of the child (closing it could wait for ever on its mutex).
 _INHERITED: list[Any] = []
 
 
@@ -282,6 +320,7 @@ class SqliteStore(SqliteLifecycle):
         self.lock = _UseLock(self._on_use)
         #: The process that opened :attr:`conn` (a forked child opens its own).
         self._pid = os.getpid()
+        _STORES.add(self)
         self.fts_error: str | None = None
         self.matrix = vecs.VectorMatrix()
         self._scorer: Any = None
