@@ -26,6 +26,17 @@ from memdir.redact import redact_text
         ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
          "jwt eyJhbG…sR8U"),
         ("glpat-abcdefghijklmnopqrst", "glpat-…qrst"),
+        # formats the first list missed (a sweep found them stored as said in transcripts)
+        ("stripe rk_live_51HqLyjWDarjtT1zdp7dcXYZ", "stripe rk_liv…cXYZ"),
+        ("whsec_abcdefghijklmnopqrstuvwx", "whsec_…uvwx"),
+        ("SG.abcdefghijklmnopqrstuv.abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG", "SG.abc…DEFG"),
+        ("ya29.a0AfH6SMBx-abcdefghijklmnopqrstuvwxyz", "ya29.a…wxyz"),
+        ("https://hooks.slack.com/services/T0000ABCD/B0000EFGH/XyZ0123456789abcdefGHIJ",
+         "https://hooks.slack.com/services/T0000ABCD/B0000EFGH/XyZ012…GHIJ"),
+        ("AccountName=x;AccountKey=abcdEFGH1234+/==;EndpointSuffix=core.windows.net",
+         "AccountName=x;AccountKey=***;EndpointSuffix=core.windows.net"),
+        ("DB_PASS=hunter2", "DB_PASS=***"),
+        ('{"Authorization": "Basic dXNlcjpwYXNzd29yZA=="}', '{"Authorization": "Basic dXNlcj…ZA=="}'),
         # R§8's own formats still read as before
         ("OPENAI_API_KEY=sk-proj-abcdefghijklmnop1234", "OPENAI_API_KEY=sk-pro…1234"),
         ('"password": "hunter2"', '"password": "***"'),
@@ -43,6 +54,8 @@ def test_common_secret_formats_are_masked(said: str, stored: str) -> None:
     "I like the password manager",
     "see http://localhost:8000/path and https://example.com/a:b@c",
     "token count is 400",
+    "TEST PASS: 12, FAIL: 0",
+    "SG.com is a site; ya29.short",
 ])
 def test_ordinary_text_is_left_alone(text: str) -> None:
     assert redact_text(text) == text
@@ -54,6 +67,10 @@ def test_ordinary_text_is_left_alone(text: str) -> None:
     "SECRET_" * 10_000,
     "eyJ-" * 100_000,
     "a." * 200_000,
+    "SG." * 100_000,
+    "hooks.slack.com/services/T/B/" * 20_000,
+    "A_PASS " * 50_000,
+    "AccountKey=" * 50_000,
 ])
 def test_hostile_text_is_redacted_in_linear_time(text: str) -> None:
     """A transcript is untrusted: pasted text of this shape took from seconds (60 KB) to minutes

@@ -35,8 +35,8 @@ _PATTERNS: list[re.Pattern[str]] = [
     ),
     # CLI flags: --token x, --api-key=x, --password x
     re.compile(r"--(?:api[_-]?key|token|secret|password)[= ]\s*[\"']?([^\s\"']+)", re.IGNORECASE),
-    # Authorization headers and bare bearer tokens.
-    re.compile(r"Authorization\s*:\s*(?:Bearer|Basic|Token)\s+([A-Za-z0-9._~+/=-]+)", re.IGNORECASE),
+    # Authorization headers (also quoted, as JSON holds them) and bare bearer tokens.
+    re.compile(r"Authorization[\"']?\s*:\s*[\"']?(?:Bearer|Basic|Token)\s+([A-Za-z0-9._~+/=-]+)", re.IGNORECASE),
     re.compile(r"\bBearer\s+([A-Za-z0-9._~+/=-]{18,})"),
     # Well-known key prefixes.
     re.compile(
@@ -69,6 +69,15 @@ _PATTERNS: list[re.Pattern[str]] = [
     re.compile(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b"),
     re.compile(r"(?<![A-Za-z0-9_.-])(eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"),
     re.compile(r"(?<![A-Za-z0-9_-])(glpat-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,})"),
+    # Stripe restricted keys and webhook secrets, SendGrid keys, Google OAuth access tokens
+    re.compile(r"(?<![A-Za-z0-9_-])((?:rk_live_|rk_test_|whsec_)[A-Za-z0-9]{16,}|SG\.[A-Za-z0-9_-]{16,}\."
+               r"[A-Za-z0-9_-]{16,}|ya29\.[A-Za-z0-9_-]{20,})"),
+    # a Slack incoming webhook's secret part (anyone holding the URL can post to the channel)
+    re.compile(r"hooks\.slack\.com/services/[A-Za-z0-9]{1,32}/[A-Za-z0-9]{1,32}/([A-Za-z0-9]{16,})"),
+    # Azure connection strings: AccountKey=...;  SharedAccessKey=...;
+    re.compile(r"(?<![A-Za-z0-9])(?:AccountKey|SharedAccessKey)\s*=\s*([^\s;\"']{8,})", re.IGNORECASE),
+    # DB_PASS=..., SMTP_PASS: ... (the ENV pattern above wants PASSWORD or PASSWD)
+    re.compile(r"(?<![A-Za-z0-9])[A-Z][A-Z0-9]{0,30}_PASS\s*[=:]\s*[\"']?([^\s\"']+)"),
 ]
 
 
