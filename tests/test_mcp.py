@@ -336,11 +336,12 @@ def test_stdio_server_run_at_a_terminal_says_what_it_waits_for(make_workspace, s
     assert "MCP server on stdio" in line and str(ws) in line and "Ctrl-C" in line
 
 
-def test_ctrl_c_ends_the_stdio_server_while_it_waits_for_input(make_workspace, state_dir):
+@pytest.mark.parametrize(("stop_signal", "code"), [(2, 130), (15, 143)], ids=["ctrl_c", "sigterm"])
+def test_ctrl_c_ends_the_stdio_server_while_it_waits_for_input(make_workspace, state_dir, stop_signal, code):
     # the read of stdin ran in a worker thread that SIGINT could neither cancel nor leave behind:
-    # memdir mcp went on (even after a second Ctrl-C) until a line or the end of input came
+    # memdir mcp went on (even after a second Ctrl-C) until a line or the end of input came; and
+    # SIGTERM, which a host stopping its server sends, ended it at once with -15
     import os
-    import signal
 
     ws = make_workspace({"MEMORY.md": "- a note\n"})
     read_end, write_end = os.pipe()  # input that stays open, as a host's or a terminal's
@@ -351,11 +352,11 @@ def test_ctrl_c_ends_the_stdio_server_while_it_waits_for_input(make_workspace, s
     try:
         os.write(write_end, b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}\n')
         assert '"id":1' in proc.stdout.readline().replace(" ", "")  # serving, and reading stdin
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop_signal)
         _, err = proc.communicate(timeout=20)
     finally:
         os.close(write_end)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130 and "Traceback" not in err and "Fatal" not in err, err
+    assert proc.returncode == code and "Traceback" not in err and "Fatal" not in err, err

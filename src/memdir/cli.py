@@ -907,8 +907,9 @@ def _utf8_arguments(args: argparse.Namespace) -> None:
 #: matrix-vector product gives the same bits on one thread.  Long-lived commands (``mcp``,
 #: ``watch``, ``chat``) and indexing keep the pool.
 ONE_SHOT_COMMANDS = frozenset({"search", "get", "status"})
-#: Commands that stop on SIGTERM in their own way (a server or a loop finishing what is in flight).
-SIGTERM_OWNERS = frozenset({"watch", "mcp", "chat"})
+#: Commands that stop on SIGTERM in their own way (a loop or a server finishing what is in flight;
+#: ``mcp`` over HTTP: the stdio server stops on it as on Ctrl-C).
+SIGTERM_OWNERS = frozenset({"watch", "chat"})
 
 
 class Terminated(KeyboardInterrupt):
@@ -918,7 +919,8 @@ class Terminated(KeyboardInterrupt):
     stopped so left its 16 MB temporary database beside the index until the next command, and no
     ``--json`` failure was printed.  Raised in the main thread, it unwinds as Ctrl-C does: a
     rebuild's temporary database is removed (the embeddings it paid for kept), the writer lock
-    given back, and the command exits 143."""
+    given back, and the command exits 143 (``memdir mcp`` on stdio: an MCP host stopping its
+    server sends it; it ended with -15)."""
 
 
 def _terminate_as_interrupt(signum: int, frame: object) -> None:
@@ -958,7 +960,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _utf8_arguments(args)
     if argv is None and args.command in ONE_SHOT_COMMANDS:  # this process is the command, not a caller's
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    if argv is None and args.command not in SIGTERM_OWNERS:
+    if argv is None and args.command not in SIGTERM_OWNERS and getattr(args, "transport", "stdio") == "stdio":
         import signal
 
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
