@@ -506,3 +506,14 @@ def test_file_names_holding_escape_sequences_are_spelt_out_for_a_person(make_wor
         assert "\x1b" not in text and "\x07" not in text, text
     listed = json.loads(run_cli("status", "--json", "-w", str(ws)).stdout)["skipped"]  # JSON: the name as it is
     assert [item["path"] for item in listed] == ["memory/evil\x1b]0;PWNED\x07\x1b[2J.md"]
+
+
+def test_a_logged_warning_spells_out_an_escape_sequence_in_a_folder_name(make_workspace, run_cli):
+    """Warnings go through logging, which printed a name raw: a workspace folder named with an
+    escape sequence, holding two config files, cleared the terminal when the ignored one was named."""
+    ws = make_workspace({"MEMORY.md": "- hello\n", "memdir.toml": "[memorySearch]\nprovider = \"none\"\n",
+                         "memdir.json": "{}"}, name="ws\x1b[2J\x1b]0;PWNED\x07")
+    status = run_cli("status", "-w", str(ws))
+    assert status.returncode == 0, status.stderr
+    assert "memdir.json is ignored" in status.stderr and "ws\\x1b[2J\\x1b]0;PWNED\\x07" in status.stderr
+    assert "\x1b" not in status.stderr and "\x07" not in status.stderr, status.stderr

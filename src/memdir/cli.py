@@ -822,15 +822,18 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 class _RedactingFormatter(logging.Formatter):
-    """Log lines (and their tracebacks) with secrets masked as transcripts mask them.
+    """Log lines (and their tracebacks) with secrets masked as transcripts mask them, and control
+    characters spelt out (:func:`for_terminal`).
 
     Why: at ``-vv`` httpx logs each request's URL, and a base URL's ``user:password@`` went to
-    stderr (and into bug reports) as it was; other libraries' lines may quote a key too."""
+    stderr (and into bug reports) as it was; other libraries' lines may quote a key too.  And a
+    warning naming a file or folder (a config file beside the one read, a session's transcript)
+    printed an escape sequence in its name raw, as ``index`` and ``status`` lines no longer do."""
 
     def format(self, record: logging.LogRecord) -> str:
         from memdir.redact import redact_text
 
-        return redact_text(super().format(record))
+        return for_terminal(redact_text(super().format(record)))
 
 
 def _configure_logging(args: argparse.Namespace) -> None:
