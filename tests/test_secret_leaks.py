@@ -147,3 +147,18 @@ def test_credential_headers_quoted_back_by_the_server_are_masked(tmp_path: Path,
     out = built.stdout + built.stderr + status.stdout + status.stderr
     assert "'Cookie': '***'" in built.stdout  # the server's answer is still quoted, masked
     assert [s for s in (cookie, proxy, KEY) if s in out] == []
+
+
+def test_the_settings_repr_holds_no_credential(make_workspace) -> None:
+    """A program printing or logging ``Memory(...).settings`` (a dataclass-like repr, as any
+    pydantic model's) showed the API keys, credential headers and the database URL's password."""
+    from memdir import Memory
+
+    ws = make_workspace({"MEMORY.md": "- a note\n"})
+    config = {"memorySearch": {"provider": "none", "remote": {"apiKey": KEY, "headers": {"X-Auth-Token": PASSWORD}},
+                               "store": {"dsn": f"postgresql://app:{PASSWORD}@db.example/memdir"}},
+              "longTermMemory": {"embedding": {"apiKey": KEY}}}
+    with Memory(ws, config=config) as mem:
+        shown = repr(mem.settings)
+        assert mem.settings.memory_search.remote.api_key == KEY  # (still there for the code that sends it)
+    assert "remote=RemoteConfig(" in shown and _leaks(shown) == [], shown

@@ -143,8 +143,9 @@ class BatchConfig(_Model):
 
 class RemoteConfig(_Model):
     base_url: str | None = None
-    api_key: str | None = None
-    headers: dict[str, str] | None = None
+    #: (Not in the repr, nor the headers: a program printing or logging its settings showed the key.)
+    api_key: str | None = Field(None, repr=False)
+    headers: dict[str, str] | None = Field(None, repr=False)
     batch: BatchConfig = Field(default_factory=BatchConfig)
     #: One timeout for every remote call; when set it overrides the two below.
     timeout_seconds: float | None = None
@@ -235,7 +236,7 @@ class StoreConfig(_Model):
     driver: Literal["sqlite", "postgres"] = "sqlite"
     path: str | None = None
     #: libpq connection string or URL for ``driver = "postgres"`` (else ``$MEMDIR_DATABASE_URL``, else PG* vars).
-    dsn: str | None = None
+    dsn: str | None = Field(None, repr=False)  # (its password: not in the repr)
     postgres: PostgresStoreConfig = Field(default_factory=PostgresStoreConfig)
     vector: VectorStoreConfig = Field(default_factory=VectorStoreConfig)
     fts: FtsStoreConfig = Field(default_factory=FtsStoreConfig)
@@ -493,7 +494,7 @@ class LtmEmbeddingConfig(_Model):
 
     provider: str | None = None
     model: str | None = None
-    api_key: str | None = None
+    api_key: str | None = Field(None, repr=False)
     base_url: str | None = None
     #: The vector width the model must produce (R§14 needs it for unknown models); checked, not sent.
     dimensions: int | None = Field(None, gt=0)
