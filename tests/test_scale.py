@@ -59,41 +59,38 @@ def test_mmr_order_is_the_greedy_order(lam: float) -> None:
         assert [c.id for c in mmr_rerank(cands, lam)] == _naive_mmr(cands, lam)
 
 
-def test_mmr_compares_each_pair_of_candidates_at_most_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A pool of k candidates costs at most k(k-1)/2 similarities.  Each pick recomputed every
-    remaining candidate's similarity to every chosen one (k³/6 in all): 200 candidates
-    (``maxResults`` 50, hybrid) took 11 s, 400 took 100 s; now 0.2 s and 0.9 s."""
-    calls = 0
+@pytest.fixture
+def jaccard_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many similarities MMR computes (``[count]``), the similarity itself unchanged."""
+    calls = [0]
 
     def counting(a: frozenset[str], b: frozenset[str]) -> float:
-        nonlocal calls
-        calls += 1
+        calls[0] += 1
         return jaccard(a, b)
 
     monkeypatch.setattr(ranking, "jaccard", counting)
+    return calls
+
+
+def test_mmr_compares_each_pair_of_candidates_at_most_once(jaccard_calls: list[int]) -> None:
+    """A pool of k candidates costs at most k(k-1)/2 similarities.  Each pick recomputed every
+    remaining candidate's similarity to every chosen one (k³/6 in all): 200 candidates
+    (``maxResults`` 50, hybrid) took 11 s, 400 took 100 s; now 0.2 s and 0.9 s."""
     k = 80
     mmr_rerank(_candidates(k, 1), 0.7)
-    assert calls <= k * (k - 1) // 2
+    assert jaccard_calls[0] <= k * (k - 1) // 2
 
 
-def test_mmr_reorders_at_most_two_pools_of_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mmr_reorders_at_most_two_pools_of_candidates(jaccard_calls: list[int]) -> None:
     """A candidate pool grows past 200 to hold a larger ``maxResults`` (``--max-results 1000``: up
     to 2,000 candidates, 28 s of MMR); MMR reorders the best 400 by score, as many as any search
     had before, and the rest follow in score order."""
     from memdir.ranking import MMR_MAX_CANDIDATES
 
-    calls = 0
-
-    def counting(a: frozenset[str], b: frozenset[str]) -> float:
-        nonlocal calls
-        calls += 1
-        return jaccard(a, b)
-
-    monkeypatch.setattr(ranking, "jaccard", counting)
     cands = _candidates(500, 3)
     out = mmr_rerank(cands, 0.0)
     by_score = sorted(cands, key=lambda c: -c.score)
-    assert MMR_MAX_CANDIDATES == 400 and calls <= 400 * 399 // 2  # (all 500: 124,750)
+    assert MMR_MAX_CANDIDATES == 400 and jaccard_calls[0] <= 400 * 399 // 2  # (all 500: 124,750)
     assert sorted(c.id for c in out) == sorted(c.id for c in cands)
     assert [c.id for c in out[400:]] == [c.id for c in by_score[400:]]
     assert [c.id for c in out[:400]] == [c.id for c in mmr_rerank(by_score[:400], 0.0)]
