@@ -429,13 +429,6 @@ def test_control_characters_of_a_note_are_spelt_out_for_a_person(make_workspace,
     # Before: a snippet was printed as it is, so a note holding captured terminal output (or a
     # hostile page) could clear the screen, recolour it or write to the clipboard (OSC 52) when
     # searched.  For a person its control characters are spelt out; --json and a piped get keep them.
-    import os
-    import pty
-    import subprocess
-    import sys
-
-    from helpers import cli_env
-
     ws = make_workspace({"memory/2026-01-12.md": "# build\n" + _HOSTILE, "memory/2026-01-13.md": "# lunch\n- ramen\n"})
     env = {"MEMDIR_PROVIDER": "none"}
     shown = run_cli("search", "build log colour", "-w", str(ws), env=env)
@@ -449,11 +442,23 @@ def test_control_characters_of_a_note_are_spelt_out_for_a_person(make_workspace,
     assert piped.stdout == "# build\n" + _HOSTILE  # the note's own text when piped or redirected
 
     # `get` at a terminal: spelt out (a pseudo-terminal as stdout)
+    text = _at_a_terminal(state_dir, "get", "memory/2026-01-12.md", "-w", str(ws), env=env)
+    assert "\\x1b]52;c;ZWNobyBwd25lZA==\\x07" in text and "\x1b" not in text and "\x07" not in text
+
+
+def _at_a_terminal(state_dir: Path, *argv: str, env: dict[str, str]) -> str:
+    """What ``memdir argv`` prints with a pseudo-terminal as its stdout."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.run([sys.executable, "-m", "memdir", "get", "memory/2026-01-12.md", "-w", str(ws)],
-                              stdout=follower, stderr=subprocess.PIPE, timeout=120,
-                              env={**cli_env(state_dir), **env})
+        proc = subprocess.run([sys.executable, "-m", "memdir", *argv], stdout=follower, stderr=subprocess.PIPE,
+                              timeout=120, env={**cli_env(state_dir), **env})
         assert proc.returncode == 0, proc.stderr
         os.close(follower)
         follower = -1
@@ -470,8 +475,20 @@ def test_control_characters_of_a_note_are_spelt_out_for_a_person(make_workspace,
         if follower >= 0:
             os.close(follower)
         os.close(leader)
-    text = out.decode().replace("\r\n", "\n")
-    assert "\\x1b]52;c;ZWNobyBwd25lZA==\\x07" in text and "\x1b" not in text and "\x07" not in text
+    return out.decode().replace("\r\n", "\n")
+
+
+def test_search_files_spells_out_a_name_at_a_terminal_and_pipes_it_as_it_is(make_workspace, run_cli, state_dir):
+    """``search --files`` printed a note's name raw at a terminal (an escape sequence in a synced
+    note's name cleared it), where every other printed path is spelt out; piped or with ``-0`` the
+    names stay as they are, for ``xargs``."""
+    name = "memory/evil\x1b[2J.md"
+    ws = make_workspace({"MEMORY.md": "- hello\n", name: "- the heron nests by the weir\n"})
+    env = {"MEMDIR_PROVIDER": "none"}
+    assert _at_a_terminal(state_dir, "search", "heron", "--files", "-w", str(ws), env=env) == \
+        "memory/evil\\x1b[2J.md\n"
+    assert run_cli("search", "heron", "--files", "-w", str(ws), env=env, check=True).stdout == name + "\n"
+    assert run_cli("search", "heron", "--files", "-0", "-w", str(ws), env=env, check=True).stdout == name + "\0"
 
 
 def test_a_note_saved_on_windows_prints_without_a_control_code_per_line(tmp_path: Path, run_cli):

@@ -533,7 +533,10 @@ def cmd_search(args: argparse.Namespace) -> int:
             _note(args, "note: the index may be stale: results may not match the files as they are now")
         if args.files:
             end = "\0" if args.null else "\n"
-            sys.stdout.write("".join(path + end for path in dict.fromkeys(r.path for r in resp.results)))
+            # at a terminal spelt out as every printed path is (an escape sequence in a synced note's
+            # name cleared or retitled it); piped, or with -0, the names as they are, for xargs
+            shown = for_terminal if sys.stdout.isatty() and not args.null else str
+            sys.stdout.write("".join(shown(path) + end for path in dict.fromkeys(r.path for r in resp.results)))
             return 0
         if not resp.results:
             print("No matches.")
