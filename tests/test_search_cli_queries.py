@@ -27,3 +27,23 @@ def test_a_query_that_looks_like_an_option_says_how_to_search_for_it(ws: Path, r
 
     other = run_cli("-w", str(ws), "search", "deploy", "--bogus")  # a query was given: no such hint
     assert other.returncode == 2 and other.stderr.rstrip().endswith("unrecognized arguments: --bogus")
+
+
+def test_a_note_that_looks_like_an_option_says_how_to_write_it(ws: Path, run_cli) -> None:
+    """``memdir append -x`` (a note starting with ``-``) said only "unrecognized arguments: -x", and
+    ``memdir ltm store --dry-run`` only that a text is required: the hint says to put it after ``--``,
+    which works, and a note given as well gets no such hint."""
+    out = run_cli("-w", str(ws), "append", "--dry-run")
+    assert out.returncode == 2 and "unrecognized arguments: --dry-run" in out.stderr
+    assert "put it after '--': memdir append -- --dry-run" in out.stderr
+    assert not list((ws / "memory").glob("*dry*")) and len(list((ws / "memory").iterdir())) == 2  # nothing written
+    done = run_cli("-w", str(ws), "append", "--", "--dry-run is on by default now")
+    assert done.returncode == 0, done.stderr
+    written = (ws / done.stdout.split()[-1]).read_text()
+    assert written.rstrip("\n").endswith("--dry-run is on by default now")
+    other = run_cli("-w", str(ws), "append", "a note", "--bogus")
+    assert other.returncode == 2 and other.stderr.rstrip().endswith("unrecognized arguments: --bogus")
+
+    stored = run_cli("-w", str(ws), "ltm", "store", "--dry-run")
+    assert stored.returncode == 2
+    assert "required: text (if it starts with '-', put it after '--': memdir ltm store -- TEXT)" in stored.stderr

@@ -74,21 +74,32 @@ class _Parser(argparse.ArgumentParser):
         return super()._parse_optional(arg_string)
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
-        """argparse's, with a hint for a search whose query starts with ``-``: ``memdir search
-        --dry-run`` (looking for notes about a flag) said only "unrecognized arguments: --dry-run"."""
+        """argparse's, with a hint for a query or a note that starts with ``-``: ``memdir search
+        --dry-run`` (looking for notes about a flag) or ``memdir append -x`` said only
+        "unrecognized arguments: --dry-run"."""
         ns, extras = self.parse_known_args(args, namespace)
         if extras:
             message = f"unrecognized arguments: {' '.join(extras)}"
-            if (getattr(ns, "command", None) == "search" and getattr(ns, "query", None) is None
-                    and getattr(ns, "query_opt", None) is None and extras[0].startswith("-")):
+            command = getattr(ns, "command", None)
+            if command == "ltm":
+                command = f"ltm {getattr(ns, 'ltm_command', None)}"
+            field = {"search": "query", "append": "text", "ltm store": "text", "ltm search": "query"}.get(command or "")
+            if (field and getattr(ns, field, None) in (None, [], "") and getattr(ns, "query_opt", None) is None
+                    and extras[0].startswith("-")):
                 import shlex
 
-                message += (f" (to search for text that starts with '-', put it after '--': memdir search -- "
-                            f"{shlex.quote(extras[0])}, or give it as --query={shlex.quote(extras[0])})")
+                what = "search for text" if field == "query" else "write a note"
+                message += (f" (to {what} that starts with '-', put it after '--': memdir {command} -- "
+                            f"{shlex.quote(extras[0])}" + (f", or give it as --query={shlex.quote(extras[0])}"
+                                                           if command == "search" else "") + ")")
             self.error(message)
         return ns
 
     def error(self, message: str) -> NoReturn:
+        missing = message.rpartition("the following arguments are required: ")[2]
+        if message.startswith("the following arguments are required: ") and missing in ("text", "query"):
+            # `memdir ltm store -x`: the text was taken for an unknown option, so none was given
+            message += f" (if it starts with '-', put it after '--': {self.prog} -- {missing.upper()})"
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise _UsageExit(message)
