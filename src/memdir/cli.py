@@ -930,18 +930,30 @@ SIGTERM_OWNERS = frozenset({"watch", "chat"})
 
 
 class Terminated(KeyboardInterrupt):
+    """SIGTERM, when Ctrl-C's own handling is off (SIGINT ignored: a job started in the background)."""
+
+
+#: Set once SIGTERM arrived: the interrupt that follows is its, exit 143.
+_TERMINATED = [False]
+
+
+def _terminate_as_interrupt(signum: int, frame: object) -> None:
     """SIGTERM (``kill``, a supervisor or CI stopping a job) taken as Ctrl-C is taken.
 
     Why: by default it ended the process on the spot (exit -15): a ``memdir index --force``
     stopped so left its 16 MB temporary database beside the index until the next command, and no
-    ``--json`` failure was printed.  Raised in the main thread, it unwinds as Ctrl-C does: a
-    rebuild's temporary database is removed (the embeddings it paid for kept), the writer lock
-    given back, and the command exits 143 (``memdir mcp`` on stdio: an MCP host stopping its
-    server sends it; it ended with -15)."""
+    ``--json`` failure was printed; ``memdir mcp`` on stdio, which a host stops with it, the same.
+    Ctrl-C's own path is taken (SIGINT raised here): a rebuild's temporary database is removed
+    (the embeddings it paid for kept), the writer lock given back, an asyncio server's task
+    cancelled as on Ctrl-C (an exception raised into it instead was logged with its traceback),
+    and the command exits 143."""
+    import signal
 
-
-def _terminate_as_interrupt(signum: int, frame: object) -> None:
-    raise Terminated
+    _TERMINATED[0] = True
+    if callable(signal.getsignal(signal.SIGINT)):
+        signal.raise_signal(signal.SIGINT)
+    else:
+        raise Terminated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -991,7 +1003,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memdir: {for_terminal(str(exc))}", file=sys.stderr)
         return _json_failure(args, "usage" if isinstance(exc, UsageError) else "error", str(exc), exc.exit_code)
     except KeyboardInterrupt as exc:
-        said, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+        said, code = ("terminated", 143) if isinstance(exc, Terminated) or _TERMINATED[0] else ("interrupted", 130)
         print(f"memdir: {said}", file=sys.stderr)
         return _json_failure(args, "interrupted", said, code)
     except Exception as exc:  # every other failure: one clear line, exit 1
