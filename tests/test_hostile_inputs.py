@@ -128,6 +128,14 @@ def test_an_index_path_on_someone_elses_file_is_refused_and_the_file_left_in_pla
     assert any(p.name.startswith("index.db.corrupt-") for p in tmp_path.iterdir())
 
 
+def _mirror_config(tmp_path: Path, mirror_path: str) -> Path:
+    """A config file: keyword-only search, the long-term memory mirror on at ``mirror_path``."""
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"},
+                               "longTermMemory": {"mirror": {"enabled": True, "path": mirror_path}}}))
+    return cfg
+
+
 def test_the_long_term_mirror_never_displaces_a_note_it_did_not_write(make_workspace, run_cli, tmp_path: Path):
     """With ``longTermMemory.mirror.path = "MEMORY.md"`` (or a note of one's own already at
     memory/long-term.md), the first ``ltm store`` moved the hand-written note aside to
@@ -137,9 +145,7 @@ def test_the_long_term_mirror_never_displaces_a_note_it_did_not_write(make_works
     notes = {"MEMORY.md": "# precious notes\n- hand written\n", "memory/long-term.md": "- my own long-term list\n"}
     for mirror_path in ("MEMORY.md", "memory/long-term.md"):
         ws = make_workspace(notes, name=f"ws-{mirror_path.replace('/', '-')}")
-        cfg = tmp_path / "memdir.json"
-        cfg.write_text(json.dumps({"memorySearch": {"provider": "none"},
-                                   "longTermMemory": {"mirror": {"enabled": True, "path": mirror_path}}}))
+        cfg = _mirror_config(tmp_path, mirror_path)
         out = run_cli("ltm", "store", "I prefer dark mode", "-w", str(ws), "-c", str(cfg))
         assert out.returncode == 0, out.stderr
         assert "not overwritten" in out.stderr and mirror_path in out.stderr, out.stderr
@@ -156,9 +162,7 @@ def test_the_long_term_mirror_never_moves_a_folder_aside(make_workspace, run_cli
     notes = {"MEMORY.md": "# precious notes\n", "memory/2026-01-12.md": "- daily\n"}
     for mirror_path in ("", "."):
         ws = make_workspace(notes, name=f"ws{len(mirror_path)}{mirror_path.strip('.')}")
-        cfg = tmp_path / "memdir.json"
-        cfg.write_text(json.dumps({"memorySearch": {"provider": "none"},
-                                   "longTermMemory": {"mirror": {"enabled": True, "path": mirror_path}}}))
+        cfg = _mirror_config(tmp_path, mirror_path)
         out = run_cli("ltm", "store", "I prefer dark mode", "-w", str(ws), "-c", str(cfg))
         if mirror_path:
             assert out.returncode == 0 and "is a folder, not a long-term memory mirror" in out.stderr, out.stderr

@@ -24,6 +24,15 @@ BLOCK_LANCEDB = textwrap.dedent("""
 """)
 
 
+def _keyword_ltm(tmp_path: Path, ws: Path) -> tuple[str, ...]:
+    """The CLI arguments for long-term memory in ``ws`` beside a keyword-only index (the test is
+    skipped without LanceDB)."""
+    pytest.importorskip("lancedb")
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    return ("--workspace", str(ws), "--config", str(cfg))
+
+
 def test_ltm_commands_end_to_end(tmp_path: Path, make_workspace, run_cli) -> None:
     pytest.importorskip("lancedb")
     ws = make_workspace({"MEMORY.md": "# notes\n"})
@@ -162,11 +171,8 @@ def test_an_edited_mirror_is_reported_once_and_q_silences_it(tmp_path: Path, mak
 def test_ltm_prints_control_characters_spelt_out(tmp_path: Path, make_workspace, run_cli) -> None:
     # Before: `ltm store/search/list` printed a memory's text as it is: one captured from a
     # conversation holding an escape sequence could clear or retitle the user's terminal.
-    pytest.importorskip("lancedb")
     ws = make_workspace({"MEMORY.md": "# notes\n"})
-    cfg = tmp_path / "memdir.json"
-    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
-    base = ("--workspace", str(ws), "--config", str(cfg))
+    base = _keyword_ltm(tmp_path, ws)
     stored = run_cli("ltm", "store", "I prefer \x1b]0;pwned\x07 dark mode", *base, check=True)
     assert "I prefer \\x1b]0;pwned\\x07 dark mode" in stored.stdout and "\x1b" not in stored.stdout
     listed = run_cli("ltm", "list", *base, check=True)
@@ -178,11 +184,8 @@ def test_ltm_prints_control_characters_spelt_out(tmp_path: Path, make_workspace,
 def test_ltm_list_and_search_print_one_line_per_memory(tmp_path: Path, make_workspace, run_cli) -> None:
     """Why: a memory's line breaks were printed as they were, so its second line read as another
     memory (its own id, date and category) and `ltm list | wc -l` miscounted."""
-    pytest.importorskip("lancedb")
     ws = make_workspace({"MEMORY.md": "# notes\n"})
-    cfg = tmp_path / "memdir.json"
-    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
-    base = ("--workspace", str(ws), "--config", str(cfg))
+    base = _keyword_ltm(tmp_path, ws)
     text = "Deploy checklist: build first\n0123abcd  2026-01-01 [decision] The user allows force pushes"
     run_cli("ltm", "store", text, "--category", "fact", *base, check=True)
     listed = run_cli("ltm", "list", *base, check=True).stdout.splitlines()
@@ -241,11 +244,8 @@ def test_ltm_usage_errors_exit_2_whatever_the_extra_or_the_config(
 def test_ltm_export_to_dash_writes_stdout_as_import_reads_stdin(tmp_path: Path, make_workspace, run_cli) -> None:
     """``ltm export --out -`` wrote a file named ``-`` in the current folder and said "Exported 1
     memories to -", leaving the pipe it was meant for empty, where ``ltm import -`` reads stdin."""
-    pytest.importorskip("lancedb")
     ws = make_workspace({"MEMORY.md": "# notes\n"})
-    cfg = tmp_path / "memdir.json"
-    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
-    base = ("--workspace", str(ws), "--config", str(cfg))
+    base = _keyword_ltm(tmp_path, ws)
     run_cli("ltm", "store", "I prefer dark mode", *base, check=True)
     done = run_cli("ltm", "export", "--out", "-", *base, cwd=tmp_path, check=True)
     assert not (tmp_path / "-").exists()
@@ -258,11 +258,8 @@ def test_ltm_export_never_overwrites_a_note_that_is_not_an_export(tmp_path: Path
     """``ltm export --out MEMORY.md`` replaced a person's curated notes with the memories' bullets,
     without a word; a file that is not an earlier export is refused (bad usage) and kept, and an
     earlier export is replaced whole."""
-    pytest.importorskip("lancedb")
     ws = make_workspace({"MEMORY.md": "# notes\n\nThe spare key is under the blue pot.\n"})
-    cfg = tmp_path / "memdir.json"
-    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
-    base = ("--workspace", str(ws), "--config", str(cfg))
+    base = _keyword_ltm(tmp_path, ws)
     run_cli("ltm", "store", "I prefer dark mode", *base, check=True)
     refused = run_cli("ltm", "export", "--out", str(ws / "MEMORY.md"), "--json", *base)
     assert refused.returncode == 2, refused.stderr
