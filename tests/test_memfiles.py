@@ -72,3 +72,53 @@ def test_consecutive_lines_or_blank_line_separated_entries(make_workspace) -> No
     append_daily(ws, "- c", date="2026-03-04", blank_line=True)
     append_daily(ws, "- d", date="2026-03-04", blank_line=True)
     assert (ws / "memory/2026-03-04.md").read_text() == "# hand-edited\n- a\n- b\n\n- c\n\n- d\n"
+
+
+def _waiting_for_flock(inode: int) -> bool:
+    """Whether some process waits for an ``flock`` on the file ``inode`` (``/proc/locks`` marks waiters ``->``)."""
+    rows = [line.split() for line in Path("/proc/locks").read_text().splitlines()]
+    return any(len(row) > 6 and row[1] == "->" and row[6].rsplit(":", 1)[-1] == str(inode) for row in rows)
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="needs Linux's /proc/locks")
+@pytest.mark.parametrize("how", ["rename-over", "delete"])
+def test_an_append_waiting_while_an_editor_replaces_the_log_lands_in_the_new_file(make_workspace, how: str) -> None:
+    """An editor saving by writing a new file and renaming it over the log (Vim, VS Code,
+    JetBrains, Obsidian, a sync tool), or a deletion, while an append waited for the file's lock:
+    the append wrote into the replaced file, which no name reaches, and said it had succeeded."""
+    import fcntl
+    import threading
+    import time
+
+    ws = make_workspace({"memory/2026-03-04.md": "# log\n- old\n"})
+    log = ws / "memory/2026-03-04.md"
+    holder = os.open(log, os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    inode = os.fstat(holder).st_ino
+    errors: list[BaseException] = []
+
+    def append() -> None:
+        try:
+            append_daily(ws, "- the new entry", date="2026-03-04")
+        except BaseException as exc:  # (reported below)
+            errors.append(exc)
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not _waiting_for_flock(inode):
+            assert time.monotonic() < deadline, "the append never waited for the lock"
+            time.sleep(0.01)
+        if how == "rename-over":
+            (ws / "memory/.2026-03-04.md.tmp").write_text("# log\n- old\n- edited\n")
+            os.replace(ws / "memory/.2026-03-04.md.tmp", log)
+        else:
+            log.unlink()
+    finally:
+        fcntl.flock(holder, fcntl.LOCK_UN)
+        os.close(holder)
+        thread.join(60)
+    assert not thread.is_alive() and errors == []
+    expected = "# log\n- old\n- edited\n- the new entry\n" if how == "rename-over" else "- the new entry\n"
+    assert log.read_text() == expected

@@ -157,6 +157,47 @@ def _undo_append(fd: int, size: int) -> None:
         os.ftruncate(fd, size)
 
 
+#: How many times an append opens the file again when it was replaced while the append waited.
+_REPLACED_TRIES = 20
+
+
+def _open_locked(dfd: int, name: str) -> int:
+    """``memory/<name>`` opened for appending (created if missing) and ``flock``-ed, and still the
+    file at that name once the lock is held.
+
+    Why the last check: an editor saving by writing a new file and renaming it over the old one
+    (Vim, VS Code, JetBrains, Obsidian, a sync tool), or a ``rm``, while the append waited for the
+    lock (or in the instant between open and write), left the append writing into the replaced
+    file, which no name reaches any more: it reported success and the entry was lost.  The file
+    now at the name is opened and locked again instead."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _CLOEXEC
+    for _ in range(_REPLACED_TRIES):
+        try:
+            fd = os.open(name, flags, 0o666, dir_fd=dfd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafeMemoryPath(exc.errno, f"refusing to write through a symlink: {MEMORY_DIR}/{name}") from exc
+            raise MemoryFileError(f"cannot open {MEMORY_DIR}/{name} for appending: {exc.strerror}") from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise UnsafeMemoryPath(errno.EINVAL, f"{MEMORY_DIR}/{name} is not a regular file")
+            _lock_for_append(fd, name)
+            try:
+                now = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                now = None
+            if now is not None and (now.st_ino, now.st_dev) == (st.st_ino, st.st_dev):
+                return fd
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise MemoryFileError(f"cannot append to {MEMORY_DIR}/{name}: it was replaced {_REPLACED_TRIES} times "
+                          "while the append waited; nothing was written")
+
+
 def append_memory_file(
     workspace: str | os.PathLike[str],
     name: str,
@@ -176,17 +217,8 @@ def append_memory_file(
     _check_name(name)
     entry = normalise_entry(text)
     with memory_dir_fd(workspace, create_workspace=create_workspace) as dfd:
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW | _CLOEXEC
+        fd = _open_locked(dfd, name)
         try:
-            fd = os.open(name, flags, 0o666, dir_fd=dfd)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise UnsafeMemoryPath(exc.errno, f"refusing to write through a symlink: {MEMORY_DIR}/{name}") from exc
-            raise MemoryFileError(f"cannot open {MEMORY_DIR}/{name} for appending: {exc.strerror}") from exc
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise UnsafeMemoryPath(errno.EINVAL, f"{MEMORY_DIR}/{name} is not a regular file")
-            _lock_for_append(fd, name)
             try:
                 size = os.fstat(fd).st_size
                 try:
