@@ -47,6 +47,46 @@ def test_deleted_and_superseded_copies_that_tools_keep_are_not_notes(make_worksp
         assert mem.status()["files"] == 1
 
 
+def test_deleted_and_old_copies_other_sync_tools_and_note_apps_keep_are_not_notes(make_workspace, tmp_path) -> None:
+    """Logseq moves a deleted page to ``logseq/.recycle/`` and keeps earlier versions in
+    ``logseq/bak/`` and ``logseq/version-files/``; MEGA keeps deleted and overwritten files in
+    ``.debris/``, Resilio Sync in ``.sync/Archive/``, VS Code's Local History in ``.history/``; a
+    file manager's trash on a shared or removable drive is ``.Trash-1000/``, ``.Trashes/``,
+    ``$RECYCLE.BIN/``, ``#recycle/`` or ``@Recycle/``.  All under the notes' ``.md`` names: a
+    search found the deleted or old text as if current, and the watcher watched those folders.
+    A ``bak/`` folder of one's own (not Logseq's) is notes."""
+    from memdir.watch import WatchPlan
+
+    old = "The ferry leaves at seven (deleted or old).\n"
+    graph = tmp_path / "graph"
+    for rel, text in {"pages/trip.md": "The ferry now leaves at nine.\n", "logseq/config.edn": "{}\n",
+                      "logseq/.recycle/pages_trip.md": old, "logseq/bak/pages/trip/2026-01-01T10_00_00.md": old,
+                      "logseq/version-files/base/pages/trip.md": old}.items():
+        (graph / rel).parent.mkdir(parents=True, exist_ok=True)
+        (graph / rel).write_text(text)
+    ws = make_workspace({
+        "memory/trip.md": "The ferry now leaves at nine.\n",
+        "memory/bak/ideas.md": "Kiwi jam.\n",
+        "memory/.debris/2026-01-01/trip.md": old,
+        "memory/.sync/Archive/trip.md": old,
+        "memory/.history/trip_20260101120000.md": old,
+        "memory/.Trash-1000/files/trip.md": old,
+        "memory/.Trashes/501/trip.md": old,
+        "memory/$RECYCLE.BIN/S-1-5-21/$Rtrip.md": old,
+        "memory/#recycle/trip.md": old,
+        "memory/@Recycle/trip.md": old,
+    })
+    with Memory(ws, config={**KEYWORDS, "memorySearch": {"provider": "none", "extraPaths": [str(graph)]}}) as mem:
+        report = mem.sync()
+        assert report.indexed == 3
+        assert found(mem, "ferry") == ["../graph/pages/trip.md", "memory/trip.md"]
+        assert found(mem, "seven") == []
+        assert found(mem, "kiwi") == ["memory/bak/ideas.md"]
+        watched = WatchPlan(ws, [graph], None).folders()
+    assert sorted(os.path.relpath(f, tmp_path) for f in watched) == [
+        "graph", "graph/logseq", "graph/pages", "ws", "ws/memory", "ws/memory/bak"]
+
+
 def test_a_note_deleted_in_obsidian_leaves_the_search_results_of_a_watcher(make_workspace) -> None:
     """Obsidian deletes a note by moving it into the vault's ``.trash/``: the watcher synced, found
     it there and indexed it again, so the deleted note kept answering searches."""

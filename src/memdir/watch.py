@@ -44,6 +44,7 @@ from memdir.workspace import (
     display_path,
     evicted_note,
     fs_name,
+    is_ignored_below,
     is_ignored_dir,
     is_transcript_name,
     text_name,
@@ -96,11 +97,12 @@ def folders_under(root: str) -> list[str]:
     while stack:
         folder = stack.pop()
         out.append(folder)
+        name = os.path.basename(folder)
         try:
             with os.scandir(folder) as it:
                 for entry in it:
                     try:
-                        if entry.is_dir(follow_symlinks=False) and not is_ignored_dir(entry.name):
+                        if entry.is_dir(follow_symlinks=False) and not is_ignored_dir(entry.name, name):
                             stack.append(entry.path)
                     except OSError:
                         continue
@@ -146,8 +148,8 @@ class WatchPlan:
             return None
         return path[len(root) + 1:]
 
-    def _ignored(self, rel: str) -> bool:
-        return any(is_ignored_dir(part) for part in rel.split(os.sep)[:-1])
+    def _ignored(self, rel: str, tree: str) -> bool:
+        return is_ignored_below(rel.split(os.sep)[:-1], os.path.basename(tree))
 
     def file_matters(self, path: str) -> bool:
         """A memory file, an extra file or a session transcript (whether or not it still exists)."""
@@ -161,7 +163,7 @@ class WatchPlan:
             return True
         for tree in self.trees:
             rel = self._under(path, tree)
-            if rel is not None and name.endswith(".md") and not self._ignored(rel):
+            if rel is not None and name.endswith(".md") and not self._ignored(rel, tree):
                 return True
         return bool(self.sessions_dir and parent == self.sessions_dir and is_transcript_name(name))
 
@@ -175,7 +177,7 @@ class WatchPlan:
             return False
         for tree in self.trees:
             rel = self._under(path, tree)
-            if rel is not None and not any(is_ignored_dir(p) for p in rel.split(os.sep)):
+            if rel is not None and not is_ignored_below(rel.split(os.sep), os.path.basename(tree)):
                 return True
         return False
 

@@ -117,12 +117,34 @@ def rel_path(workspace: Path, abs_path: Path) -> str:
 #: ``--delay-updates``): walked, a note deleted in Obsidian or overwritten by a sync was still
 #: found by every search, its old text cited.
 IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv", ".tox", "__pycache__",
-                          ".trash", ".stversions", ".dropbox.cache", ".~tmp~"})
+                          ".trash", ".stversions", ".dropbox.cache", ".~tmp~",
+                          # MEGA's and Resilio Sync's local rubbish and archive of deleted and
+                          # overwritten files, Logseq's (and Samba's) recycle bin, VS Code's Local
+                          # History, and the trash a file manager keeps on a shared or removable
+                          # drive (macOS, Windows, Synology, QNAP; XDG's .Trash-<uid> below)
+                          ".debris", ".sync", ".recycle", ".history", ".trashes", "$recycle.bin", "#recycle",
+                          "@recycle"})
+
+#: Folders ignored only inside a folder of the given name: Logseq keeps the earlier versions of
+#: its pages in ``logseq/bak/`` and ``logseq/version-files/`` (a ``bak/`` of one's own is notes).
+IGNORED_SUBDIRS = frozenset({("logseq", "bak"), ("logseq", "version-files")})
 
 
+def is_ignored_dir(name: str, parent: str = "") -> bool:
+    """Whether a folder ``name`` (inside a folder named ``parent``) is never walked nor watched."""
+    low = name.lower()
+    return (low in IGNORED_DIRS or (low.startswith(".trash-") and low[len(".trash-"):].isdigit())
+            or (parent.lower(), low) in IGNORED_SUBDIRS)
 
-def is_ignored_dir(name: str) -> bool:
-    return name.lower() in IGNORED_DIRS
+
+def is_ignored_below(parts: list[str], parent: str) -> bool:
+    """Whether the folders ``parts`` (each inside the one before, the first inside a folder named
+    ``parent``) pass through an ignored one."""
+    for part in parts:
+        if is_ignored_dir(part, parent):
+            return True
+        parent = part
+    return False
 
 
 def display_path(path: str) -> str:
@@ -227,7 +249,7 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 _say_linked(entry, prefix, skipped)
                 continue
             if entry.is_dir(follow_symlinks=False):
-                if not is_ignored_dir(entry.name):
+                if not is_ignored_dir(entry.name, os.path.basename(os.path.dirname(entry.path))):
                     if folders is not None:
                         try:
                             folders.append((entry.path, _folder_id(os.lstat(entry.path))))
