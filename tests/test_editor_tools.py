@@ -212,6 +212,22 @@ def test_macos_metadata_files_beside_notes_are_not_notes(make_workspace) -> None
         assert mem.status()["files"] == 2
 
 
+def test_an_emacs_lock_that_is_a_regular_file_is_not_a_note(make_workspace) -> None:
+    """Where the file system has no symlinks (exFAT, FAT, many SMB shares) Emacs locks a note it
+    edits with a regular file ``.#note.md`` holding ``user@host.pid:boot``: it was indexed while
+    the note was open, a search for the user or host citing it.  A note that merely has such a
+    name is still indexed."""
+    ws = make_workspace({"memory/trip.md": "The ferry leaves at nine.\n",
+                         "memory/.#trip.md": "ann@laptop.example.org.4242:1700000000",
+                         "memory/sub/.#plan.md": "ann@laptop.31337\n",
+                         "memory/.#real.md": "A note named oddly: ann@laptop kiwi.\n"})
+    with Memory(ws, config=KEYWORDS) as mem:
+        report = mem.sync()
+        assert report.indexed == 2 and report.skipped == []
+        assert found(mem, "laptop") == ["memory/.#real.md"]
+        assert mem.status()["files"] == 2
+
+
 class _VanishingListing:
     """``os.scandir`` as when ``git checkout`` deletes while a sync lists: the folder ``gone`` is
     deleted just before it is entered, the note ``going`` just after its folder was listed."""

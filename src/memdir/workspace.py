@@ -272,6 +272,8 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 continue
             if entry.name.startswith(APPLE_DOUBLE_PREFIX) and _apple_double(entry.path):
                 continue
+            if entry.name.startswith(EMACS_LOCK_PREFIX) and st.st_size <= _EMACS_LOCK_MAX and _emacs_lock(entry.path):
+                continue
             yield entry.path, name, st
         except OSError as exc:
             if _still_there(exc):  # (one deleted since its folder was listed is gone, not unreadable)
@@ -286,22 +288,45 @@ APPLE_DOUBLE_PREFIX = "._"
 _APPLE_MAGIC = (b"\x00\x05\x16\x07", b"\x00\x05\x16\x00")
 
 
+def _head(path: str, size: int) -> bytes | None:
+    """The first ``size`` bytes of the regular file ``path`` (never through a symlink); ``None``
+    when it cannot be read (the indexer's own read says why)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        return os.read(fd, size) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _apple_double(path: str) -> bool:
     """Whether ``path`` (a ``._note.md``) is macOS's metadata of ``note.md``, by its magic number.
 
     Taken for a note, each one's binary was indexed: searches for "Safari" or "Mac OS X" cited
     ``memory/._note.md`` with a snippet of NUL bytes, one such file beside every note copied from a
     Mac.  A file of that name that is a note (no magic) is indexed as any other."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return False  # (the indexer's read says why)
-    try:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, 4) in _APPLE_MAGIC
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+    return _head(path, 4) in _APPLE_MAGIC
+
+
+#: Emacs locks a file it edits with ``.#<name>``: a symlink to ``user@host.pid:boot``, or where the
+#: file system has no symlinks (exFAT, FAT, many SMB shares) a regular file holding that text.
+EMACS_LOCK_PREFIX = ".#"
+_EMACS_LOCK_MAX = 1024
+_EMACS_LOCK = re.compile(rb"[^\s@]+@\S+\.\d+(?::\d+)?\s*")
+
+
+def _emacs_lock(path: str) -> bool:
+    """Whether ``path`` (a ``.#note.md`` regular file) is Emacs's lock of ``note.md``, by its text.
+
+    Taken for a note, one was indexed for as long as the note was open in Emacs: a search cited
+    ``memory/.#note.md`` with ``user@host.4242:1700000000`` as its snippet.  A file of that name
+    holding anything else is indexed as any other."""
+    head = _head(path, _EMACS_LOCK_MAX + 1)
+    return head is not None and _EMACS_LOCK.fullmatch(head) is not None
 
 
 def _say_linked(entry: os.DirEntry[str], prefix: str, skipped: list[Skipped]) -> None:
