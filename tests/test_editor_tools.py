@@ -296,6 +296,21 @@ def test_a_sync_conflict_copy_of_memory_md_is_named_not_silently_left_out(make_w
     assert "MEMORY.sync-conflict-20260112-093000-ABCDEFG.md: a sync tool's conflict copy" in out
 
 
+def test_icloud_and_google_drive_copies_of_memory_md_are_named_not_silently_left_out(make_workspace) -> None:
+    """iCloud Drive keeps the other machine's version of a file both changed as ``MEMORY 2.md``,
+    Google Drive as ``MEMORY (1).md``: left out of every search (only MEMORY.md is memory at the
+    top) and named nowhere.  A note of one's own beside it (``MEMORY 2025.md``?) is left alone."""
+    ws = make_workspace({"MEMORY.md": "Prefers the aisle seat.\n", "MEMORY 2.md": "Prefers the window seat.\n",
+                         "MEMORY (1).md": "Prefers the middle seat.\n", "MEMORY 2025.md": "Plans.\n",
+                         "MEMORY 0.md": "Zero.\n"})
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        skipped = {s["path"]: s["error"] for s in mem.status()["skipped"]}
+    assert sorted(skipped) == ["MEMORY (1).md", "MEMORY 2.md"]
+    assert all(why.startswith("a copy of MEMORY.md (iCloud's or Google Drive's name for a conflicting version)")
+               for why in skipped.values())
+
+
 def _keyword_file(ws: Path) -> Path:
     import json
 

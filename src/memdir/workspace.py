@@ -526,12 +526,26 @@ def _conflict_copies(top: list[str]) -> list[Skipped]:
     """The copies of ``MEMORY.md`` a sync tool made when two machines changed it (Syncthing's
     ``MEMORY.sync-conflict-20260112-093000-ABCDEFG.md``, Dropbox's and Nextcloud's
     ``MEMORY (conflicted copy 2026-01-12).md``): at the workspace's top only ``MEMORY.md`` is
-    memory, so what the other machine wrote was left out of every search without a word."""
-    names = [name for name in top if name.endswith(".md") and "conflict" in name.lower()]
-    return [Skipped(display_path(name), "a sync tool's conflict copy of MEMORY.md, not indexed (at the top of the "
-                                        "workspace only MEMORY.md is): merge what it holds into MEMORY.md",
-                    lasting=True)
-            for name in names if name.lower().startswith("memory") and name not in ROOT_FILES]
+    memory, so what the other machine wrote was left out of every search without a word.
+    iCloud Drive keeps the other version as ``MEMORY 2.md``, Google Drive as ``MEMORY (1).md``: those
+    were left out without a word as well."""
+    advice = ", not indexed (at the top of the workspace only MEMORY.md is): merge what it holds into MEMORY.md"
+    copies = []
+    for name in top:
+        if name in ROOT_FILES or not name.lower().startswith("memory") or not name.endswith(".md"):
+            continue
+        if "conflict" in name.lower():
+            what = "a sync tool's conflict copy of MEMORY.md"
+        elif _NUMBERED_COPY.fullmatch(name):
+            what = "a copy of MEMORY.md (iCloud's or Google Drive's name for a conflicting version)"
+        else:
+            continue
+        copies.append(Skipped(display_path(name), what + advice, lasting=True))
+    return copies
+
+
+#: ``MEMORY 2.md`` (iCloud Drive's copy of a conflicting version), ``MEMORY (1).md`` (Google Drive's).
+_NUMBERED_COPY = re.compile(r"memory(?: [2-9]| [1-9]\d| \([1-9]\d?\))\.md", re.IGNORECASE)
 
 
 def is_unlisted(path: str, unlisted: list[str]) -> bool:
