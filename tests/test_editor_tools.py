@@ -10,6 +10,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from memdir.api import Memory
 
 KEYWORDS = {"memorySearch": {"provider": "none"}}
@@ -101,6 +103,30 @@ def test_a_note_deleted_in_obsidian_leaves_the_search_results_of_a_watcher(make_
         eventually(lambda: not watcher.pending and any(e["event"] == "sync" for e in events), "a sync")
         eventually(lambda: found(mem, "quokka", sync=False) == [], "the deleted note gone", timeout=20)
         assert mem.status()["files"] == 1
+
+
+@pytest.mark.parametrize("link", ["emacs lock", "loop"])
+def test_a_polling_watcher_is_not_misled_by_an_emacs_lock_or_a_symlink_loop(make_workspace, monkeypatch,
+                                                                            link: str) -> None:
+    """watchfiles polls instead of taking file events on WSL 2 and with WATCHFILES_FORCE_POLLING,
+    and its polling follows symlinks: Emacs's lock ``.#note.md`` (a link to nowhere) was reported
+    deleted at every poll, a sync a second while the note was open in Emacs, and a symlink loop
+    failed the whole watch every second, so no edit was ever indexed by the watcher."""
+    monkeypatch.setenv("WATCHFILES_FORCE_POLLING", "1")
+    ws = make_workspace({"memory/a.md": "Apple pie.\n"})
+    name = ".#a.md" if link == "emacs lock" else "loop"
+    (ws / "memory" / name).symlink_to("ann@laptop.4242:1700000000" if link == "emacs lock" else name)
+    events: list[dict] = []
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        watcher = mem.watch(on_event=events.append, debounce_ms=50)
+        assert watcher.ready.wait(30)
+        (ws / "memory" / "b.md").write_text("Banana bread.\n")
+        eventually(lambda: found(mem, "banana", sync=False) == ["memory/b.md"], "the new note indexed", timeout=30)
+        time.sleep(2.5)  # two more polls: none may report the link
+        watcher.stop()
+    assert [e for e in events if e["event"] == "error"] == []
+    assert [e["path"] for e in events if e["event"] == "change"] == ["memory/b.md"]
 
 
 def _evict(note: Path) -> None:

@@ -14,7 +14,9 @@ A :class:`Watcher` runs two threads beside a :class:`memdir.api.Memory`:
   change made while nothing was watching yet (just after :meth:`Watcher.start`, or while the
   watch set was being rebuilt) is not missed.  Where the OS's file events cannot serve (its
   watch limits reached, a name that is not UTF-8, which watchfiles cannot take) the folders are
-  polled every :data:`POLL_DELAY_MS` instead, and the watcher says so once.
+  polled every :data:`POLL_DELAY_MS` instead, and the watcher says so once; they are polled too
+  where watchfiles would poll by itself (WSL 2, ``WATCHFILES_FORCE_POLLING``), by memdir, which
+  never follows a symlink (:meth:`Watcher._poll`).
 * the *sync* thread runs ``memory.sync(reason="watch")`` ``watchDebounceMs`` after the last
   change (and at most 5 debounces after the first one, so a file appended every second is still
   indexed), every ``intervalMinutes``, and whenever :meth:`Watcher.sync_soon` asks.  A sync that
@@ -322,14 +324,16 @@ class Watcher:
                 continue
             self._watched = set(folders)
             self._emit({"event": "watching", "folders": len(folders)})
+            if self.polling or _polling_asked():
+                self._poll(folders)
+                continue
             established = False
             try:
                 # yield_on_timeout: the generator yields (maybe an empty set) once its watches
                 # exist, which is when the catch-up comparison below can no longer miss a change.
                 for changes in watchfiles.watch(*folders, watch_filter=None, recursive=False, debounce=200, step=30,
                                                 stop_event=self._stop, raise_interrupt=False, rust_timeout=500,
-                                                yield_on_timeout=True, force_polling=self.polling or None,
-                                                poll_delay_ms=POLL_DELAY_MS):
+                                                yield_on_timeout=True, force_polling=False):
                     if not established:
                         established = True
                         self._catch_up()
@@ -349,6 +353,25 @@ class Watcher:
                 self.last_error = f"watcher failed: {exc}"
                 self._emit({"event": "error", "error": self.last_error})
                 self._stop.wait(1.0)
+
+    def _poll(self, folders: list[str]) -> None:
+        """Look at ``folders`` every :data:`POLL_DELAY_MS` and handle what changed, until the
+        folders to watch change or the watcher stops.
+
+        Why not watchfiles' own polling (which it also chooses by itself on WSL 2 and with
+        ``WATCHFILES_FORCE_POLLING``): it follows symlinks.  An Emacs lock ``.#note.md`` (a link to
+        nowhere) was reported deleted at every poll, a sync a second for as long as the note was
+        open, and a symlink loop in a watched folder failed the whole watch every second: no edit
+        was indexed by the watcher.  Here entries are looked at, never followed, as discovery does."""
+        previous = _listing(folders)
+        self._catch_up()
+        self.ready.set()
+        while not self._stop.wait(POLL_DELAY_MS / 1000):
+            current = _listing(folders)
+            changes = _changes(previous, current)
+            previous = current
+            if changes and self._handle(changes):
+                return
 
     def _compare_instead(self) -> None:
         """Nothing watchfiles can watch (a workspace whose path is not UTF-8, which it cannot take,
@@ -450,6 +473,52 @@ class Watcher:
         self._emit({"event": "sync", "reason": reason, "full": report.full, "indexed": report.indexed,
                     "removed": report.removed, "unchanged": report.unchanged, "chunks": report.chunks,
                     "skipped": report.skipped, "seconds": round(report.seconds, 3)})
+
+
+def _polling_asked() -> bool:
+    """Whether watchfiles would poll here by itself: ``WATCHFILES_FORCE_POLLING`` set (and not to
+    false), or WSL 2, whose file events miss the changes made from Windows."""
+    asked = os.getenv("WATCHFILES_FORCE_POLLING")
+    if asked:
+        return asked.lower() not in {"false", "disable", "disabled"}
+    import platform
+
+    uname = platform.uname()
+    return "microsoft-standard" in uname.release.lower() and uname.system.lower() == "linux"
+
+
+#: What a poll records of an entry: a folder's kind and inode (its times change with its
+#: entries, which its own listing shows, as a file event would), a file's stat besides.
+_Seen = tuple[int, ...]
+
+
+def _listing(folders: list[str]) -> dict[str, _Seen]:
+    """What :meth:`Watcher._poll` compares: every entry of ``folders``, stat'ed without following
+    a symlink (a folder that cannot be listed has none: its parent's entry shows it going)."""
+    seen: dict[str, _Seen] = {}
+    for folder in folders:
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    seen[entry.path] = ((st.st_mode, st.st_ino) if stat.S_ISDIR(st.st_mode) else
+                                        (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        except OSError:
+            continue
+    return seen
+
+
+def _changes(before: dict[str, _Seen], after: dict[str, _Seen]) -> set[tuple[int, str]]:
+    """``(change, path)`` as watchfiles gives them (1 added, 2 modified, 3 deleted)."""
+    changes = {(3, path) for path in before.keys() - after.keys()}
+    for path, seen in after.items():
+        was = before.get(path)
+        if was != seen:
+            changes.add((1 if was is None else 2, path))
+    return changes
 
 
 #: What watchfiles says when the OS's file events cannot serve (see :func:`_native_watching_fails`).
