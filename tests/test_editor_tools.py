@@ -165,6 +165,29 @@ def test_a_note_icloud_evicted_stays_found_until_it_is_downloaded_again(make_wor
         assert found(mem, "ferry") == []
 
 
+def test_a_note_nextcloud_freed_stays_found_until_it_is_downloaded_again(make_workspace) -> None:
+    """Nextcloud's and ownCloud's desktop clients free a note's local copy ("virtual files") by
+    leaving ``<name>.nextcloud`` (``.owncloud``) in its place: as with iCloud's placeholders, the
+    note was removed from the index and dropped out of every search, though it is still there."""
+    ws = make_workspace({"MEMORY.md": "Prefers the aisle seat.\n", "memory/trip.md": "The ferry leaves at nine.\n",
+                         "memory/other.md": "Apple pie.\n"})
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        (ws / "memory" / "trip.md").unlink()
+        (ws / "memory" / "trip.md.nextcloud").write_bytes(b"\x00")
+        (ws / "MEMORY.md").unlink()
+        (ws / "MEMORY.md.owncloud").write_bytes(b"\x00")
+        assert mem.sync().removed == 0
+        assert found(mem, "ferry") == ["memory/trip.md"] and found(mem, "aisle") == ["MEMORY.md"]
+        why = {s["path"]: s["error"] for s in mem.status()["skipped"]}
+        assert why["memory/trip.md"].startswith("evicted by Nextcloud (only its placeholder is on this disk)")
+        assert why["MEMORY.md"].startswith("evicted by ownCloud")
+        watcher = mem.watch(debounce_ms=50)  # deleted while freed: its placeholder goes, and so does the note
+        assert watcher.ready.wait(30)
+        (ws / "memory" / "trip.md.nextcloud").unlink()
+        eventually(lambda: found(mem, "ferry", sync=False) == [], "the deleted note gone", timeout=20)
+
+
 def test_a_watcher_removes_a_note_deleted_while_icloud_had_evicted_it(make_workspace) -> None:
     """Deleting an evicted note removes only its placeholder: the watcher took that for no note of
     its own and never synced, so the deleted note stayed in the index."""

@@ -156,7 +156,7 @@ class WatchPlan:
     def file_matters(self, path: str) -> bool:
         """A memory file, an extra file or a session transcript (whether or not it still exists)."""
         parent, name = os.path.split(path)
-        evicted = evicted_note(name)  # iCloud's placeholder of a note: the note's own change
+        evicted = evicted_note(name)  # a placeholder of a note (iCloud's, Nextcloud's): the note's own change
         if evicted is not None:
             name, path = evicted, os.path.join(parent, evicted)
         if path in self.extra_files:

@@ -260,7 +260,7 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
             if not entry.name.endswith(".md"):
                 evicted = evicted_note(entry.name)
                 if evicted is not None and not _listed(entries, evicted):
-                    _keep_evicted(prefix + evicted, skipped, unlisted)
+                    _keep_evicted(prefix + evicted, skipped, unlisted, _evicted_by(entry.name))
                 continue
             name = text_name(prefix + entry.name)
             if name is None:
@@ -352,12 +352,32 @@ def _say_linked(entry: os.DirEntry[str], prefix: str, skipped: list[Skipped]) ->
 
 #: What iCloud Drive leaves of a file it evicted to save space ("Optimize Mac Storage"): ``.<name>.icloud``.
 ICLOUD_PLACEHOLDER = ".icloud"
+#: What Nextcloud's and ownCloud's desktop clients leave of a file whose local copy was freed
+#: (virtual files, suffix mode): ``<name>.nextcloud`` / ``<name>.owncloud``, by whom.
+SUFFIX_PLACEHOLDERS = {".nextcloud": "Nextcloud", ".owncloud": "ownCloud"}
 
 
 def evicted_note(name: str) -> str | None:
-    """The note an iCloud placeholder named ``name`` stands for (``.trip.md.icloud``: ``trip.md``)."""
+    """The note a placeholder named ``name`` stands for (iCloud's ``.trip.md.icloud``, Nextcloud's
+    ``trip.md.nextcloud``: ``trip.md``)."""
     if name.startswith(".") and name.endswith(".md" + ICLOUD_PLACEHOLDER) and len(name) > len(".md.icloud") + 1:
         return name[1:-len(ICLOUD_PLACEHOLDER)]
+    for suffix in SUFFIX_PLACEHOLDERS:
+        if name.endswith(".md" + suffix) and len(name) > len(".md" + suffix):
+            return name[:-len(suffix)]
+    return None
+
+
+def _evicted_by(placeholder: str) -> str:
+    """Which tool left ``placeholder`` (a name :func:`evicted_note` knows)."""
+    return SUFFIX_PLACEHOLDERS.get(os.path.splitext(placeholder)[1], "iCloud")
+
+
+def _placeholder_of(folder: Path, name: str) -> str | None:
+    """The name of a placeholder that stands for the missing note ``folder/name``, if one is there."""
+    for placeholder in (f".{name}{ICLOUD_PLACEHOLDER}", *(name + suffix for suffix in SUFFIX_PLACEHOLDERS)):
+        if os.path.lexists(folder / placeholder):
+            return placeholder
     return None
 
 
@@ -367,14 +387,15 @@ def _listed(entries: list[os.DirEntry[str]], name: str) -> bool:
     return i < len(entries) and entries[i].name == name
 
 
-def _keep_evicted(rel: str, skipped: list[Skipped], unlisted: list[str]) -> None:
-    """A note iCloud evicted is not deleted (it is downloaded when opened): what the index holds of
-    it is kept, as for a note that cannot be read now, and said.  Its removal dropped the user's
-    note from every search until it happened to be opened on this machine again."""
+def _keep_evicted(rel: str, skipped: list[Skipped], unlisted: list[str], by: str = "iCloud") -> None:
+    """A note iCloud evicted (or Nextcloud freed) is not deleted (it is downloaded when opened):
+    what the index holds of it is kept, as for a note that cannot be read now, and said.  Its
+    removal dropped the user's note from every search until it happened to be opened on this
+    machine again."""
     name = text_name(rel)
     if name is None:
         return
-    skipped.append(Skipped(name, "evicted by iCloud (only its placeholder is on this disk): what the index holds "
+    skipped.append(Skipped(name, f"evicted by {by} (only its placeholder is on this disk): what the index holds "
                                  "of it is kept until it is downloaded again"))
     unlisted.append(name)
 
@@ -417,8 +438,9 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             st = os.lstat(p)
         except FileNotFoundError:
             absent.add(name.lower())
-            if os.path.lexists(workspace / f".{name}{ICLOUD_PLACEHOLDER}"):
-                _keep_evicted(name, found.skipped, found.unlisted)
+            placeholder = _placeholder_of(workspace, name)
+            if placeholder is not None:
+                _keep_evicted(name, found.skipped, found.unlisted, _evicted_by(placeholder))
             continue
         except OSError as exc:
             found.issues.append(f"{p} not readable ({_errname(exc)})")
@@ -459,8 +481,9 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         try:
             st = os.lstat(extra)
         except FileNotFoundError:
-            if extra.name.endswith(".md") and os.path.lexists(extra.parent / f".{extra.name}{ICLOUD_PLACEHOLDER}"):
-                _keep_evicted(rel_path(workspace, extra), found.skipped, found.unlisted)
+            placeholder = _placeholder_of(extra.parent, extra.name) if extra.name.endswith(".md") else None
+            if placeholder is not None:
+                _keep_evicted(rel_path(workspace, extra), found.skipped, found.unlisted, _evicted_by(placeholder))
             else:
                 found.issues.append(f"additional memory path missing ({extra})")
             continue
