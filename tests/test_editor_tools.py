@@ -360,6 +360,28 @@ def test_icloud_and_google_drive_copies_of_memory_md_are_named_not_silently_left
                for why in skipped.values())
 
 
+def test_a_sync_conflict_copy_of_an_extra_file_is_named_not_silently_left_out(make_workspace, tmp_path) -> None:
+    """extraPaths lists a file in a synced folder (``~/Dropbox/team/decisions.md``): the copy a sync
+    tool kept of the other machine's version beside it was searched nowhere and named nowhere, as
+    MEMORY.md's copies were.  Other notes in that folder are not extraPaths' business."""
+    team = tmp_path / "team"
+    team.mkdir()
+    (team / "decisions.md").write_text("Ship on Tuesday.\n")
+    (team / "decisions (Ann's conflicted copy 2026-01-12).md").write_text("Ship on Thursday.\n")
+    (team / "decisions 2.md").write_text("Ship on Friday.\n")
+    (team / "decisions-archive.md").write_text("Shipped last year.\n")
+    (team / "other.sync-conflict-20260112-093000-ABCDEFG.md").write_text("Not listed.\n")
+    ws = make_workspace({"MEMORY.md": "Prefers the aisle seat.\n"})
+    config = {"memorySearch": {"provider": "none", "extraPaths": [str(team / "decisions.md")]}}
+    with Memory(ws, config=config) as mem:
+        mem.sync()
+        skipped = {s["path"]: s["error"] for s in mem.status()["skipped"]}
+    assert sorted(skipped) == ["../team/decisions (Ann's conflicted copy 2026-01-12).md", "../team/decisions 2.md"]
+    assert skipped["../team/decisions 2.md"] == (
+        "a copy of decisions.md (iCloud's or Google Drive's name for a conflicting version), not indexed "
+        "(extraPaths lists decisions.md, not it): merge what it holds into decisions.md")
+
+
 def _keyword_file(ws: Path) -> Path:
     import json
 

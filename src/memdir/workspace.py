@@ -504,6 +504,10 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         elif stat.S_ISREG(st.st_mode) and extra.name.endswith(".md"):
             if valid_name(str(extra)):
                 candidates.append((str(extra), rel_path(workspace, extra), st, str(extra.parent)))
+                below = rel_path(workspace, extra.parent)
+                found.skipped.extend(_conflict_copies(_top_names(extra.parent), extra.name,
+                                                      "" if below == "." else below + "/",
+                                                      f"extraPaths lists {extra.name}, not it"))
             else:
                 found.skipped.append(Skipped(display_path(rel_path(workspace, extra)), "file name is not valid UTF-8"))
         elif extra.name.endswith(".md"):
@@ -545,30 +549,29 @@ def _case_variants(top: list[str], absent: set[str]) -> list[Skipped]:
             for name in names if name not in ROOT_FILES and name != MEMORY_DIR]
 
 
-def _conflict_copies(top: list[str]) -> list[Skipped]:
-    """The copies of ``MEMORY.md`` a sync tool made when two machines changed it (Syncthing's
+def _conflict_copies(names: list[str], note: str = "MEMORY.md", below: str = "",
+                     why: str = "at the top of the workspace only MEMORY.md is") -> list[Skipped]:
+    """The copies of ``MEMORY.md`` (or of the extra file ``note``, among the ``names`` of its
+    folder, ``below`` the workspace) a sync tool made when two machines changed it (Syncthing's
     ``MEMORY.sync-conflict-20260112-093000-ABCDEFG.md``, Dropbox's and Nextcloud's
-    ``MEMORY (conflicted copy 2026-01-12).md``): at the workspace's top only ``MEMORY.md`` is
-    memory, so what the other machine wrote was left out of every search without a word.
-    iCloud Drive keeps the other version as ``MEMORY 2.md``, Google Drive as ``MEMORY (1).md``: those
-    were left out without a word as well."""
-    advice = ", not indexed (at the top of the workspace only MEMORY.md is): merge what it holds into MEMORY.md"
+    ``MEMORY (conflicted copy 2026-01-12).md``, iCloud Drive's ``MEMORY 2.md``, Google Drive's
+    ``MEMORY (1).md``): not memory, so what the other machine wrote was left out of every search
+    without a word."""
+    stem = note[:-len(".md")].lower()
+    numbered = re.compile(re.escape(stem) + r"(?: [2-9]| [1-9]\d| \([1-9]\d?\))\.md", re.IGNORECASE)
+    advice = f", not indexed ({why}): merge what it holds into {note}"
     copies = []
-    for name in top:
-        if name in ROOT_FILES or not name.lower().startswith("memory") or not name.endswith(".md"):
+    for name in names:
+        if name == note or name in ROOT_FILES or not name.lower().startswith(stem) or not name.endswith(".md"):
             continue
-        if "conflict" in name.lower():
-            what = "a sync tool's conflict copy of MEMORY.md"
-        elif _NUMBERED_COPY.fullmatch(name):
-            what = "a copy of MEMORY.md (iCloud's or Google Drive's name for a conflicting version)"
+        if "conflict" in name[len(stem):].lower():
+            what = f"a sync tool's conflict copy of {note}"
+        elif numbered.fullmatch(name):
+            what = f"a copy of {note} (iCloud's or Google Drive's name for a conflicting version)"
         else:
             continue
-        copies.append(Skipped(display_path(name), what + advice, lasting=True))
+        copies.append(Skipped(display_path(below + name), what + advice, lasting=True))
     return copies
-
-
-#: ``MEMORY 2.md`` (iCloud Drive's copy of a conflicting version), ``MEMORY (1).md`` (Google Drive's).
-_NUMBERED_COPY = re.compile(r"memory(?: [2-9]| [1-9]\d| \([1-9]\d?\))\.md", re.IGNORECASE)
 
 
 def is_unlisted(path: str, unlisted: list[str]) -> bool:
