@@ -88,6 +88,27 @@ def test_memory_get_reads_a_citation_handed_back_as_its_path(make_workspace: Cal
         assert mem.get("memory/x.md#L2-L3", from_line=3, lines=1).text == "- more"  # given lines win
 
 
+def test_a_long_path_of_many_extensions_is_told_from_a_citation_in_linear_time(tmp_path: Path) -> None:
+    """``memory_get`` told a citation from a path with a pattern that tried every ``.jsonl`` in
+    it, each scanning to the path's next ``#`` or ``/``: a 120 KB path (a hostile or confused
+    agent; MCP takes 4 MB) held the call 29 s, 360 KB five minutes.  In a child process, so the
+    old reading fails on the timeout instead of hanging the suite."""
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+
+    code = ("from memdir.workspace import cited_range\n"
+            "print(cited_range('.jsonl' * 60_000 + '#Lx', None, None)[0] == '.jsonl' * 60_000 + '#Lx')\n"
+            "print(cited_range('.jsonl' * 60_000 + '/x#L3', None, None)[1:])\n"
+            "print(cited_range('a' + '.jsonl' * 60_000 + '#L2-L4', None, None)[1:])\n"
+            "print(cited_range('memory/' + '#.md' * 60_000 + '#L7', None, None)[1:])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20,
+                          env=cli_env(tmp_path / "state"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["True", "(None, None)", "(2, 3)", "(7, 1)"]
+
+
 def test_a_note_the_sync_cannot_read_again_is_named_beside_its_old_results(
         make_workspace: Callable[..., Path], keyword_config: dict[str, Any]) -> None:
     """A note grown past the size limit (or made unreadable) keeps what the index held of it, so it

@@ -125,6 +125,64 @@ class Period:
         return out
 
 
+class Periods:
+    """Whether a chunk falls in any of a question's periods (:meth:`Period.covers` of one of
+    them), answered by bisection: asked period by period, a question naming thousands of days (a
+    pasted log) against the thousands of chunks those days pooled cost their product (4,000 days
+    over 4,000 daily notes: 16 s)."""
+
+    def __init__(self, periods: Sequence[Period], grace_days: int = GRACE_DAYS):
+        self._grace = grace_days
+        distinct = dict.fromkeys((p.start, p.end, p.any_year) for p in periods)
+        self._fixed = _reaching([(s.toordinal(), e.toordinal()) for s, e, any_year in distinct if not any_year])
+        # a period of any year, as days of the year (leap or not: all that decides a day's place),
+        # and None in a year that has not its day (Feb 29), where replace() raises
+        years: list[_Reach] = []
+        for ref in (2001, 2000):
+            spans = [(_day(ref, s), _day(ref, e)) for s, e, any_year in distinct if any_year]
+            years.append(_reaching([(s, e) for s, e in spans if s is not None and e is not None]))
+        self._any_year = years if any(any_year for _, _, any_year in distinct) else []
+
+    def covers(self, first: str | None, last: str | None) -> bool:
+        if not first or not last:
+            return False
+        try:
+            a, b = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
+        except ValueError:
+            return False
+        first_day = a.toordinal() - self._grace
+        if _reaches(self._fixed, first_day, b.toordinal()):
+            return True
+        for year in range(max(1, a.year - 1), b.year + 1) if self._any_year else ():
+            jan1 = dt.date(year, 1, 1).toordinal()
+            if _reaches(self._any_year[calendar.isleap(year)], first_day - jan1, b.toordinal() - jan1):
+                return True
+        return False
+
+
+#: Periods as day numbers sorted by start, with the latest end among each start and those before it.
+_Reach = tuple[list[int], list[int]]
+
+
+def _reaching(spans: list[tuple[int, int]]) -> _Reach:
+    spans.sort()
+    return [s for s, _ in spans], list(itertools.accumulate((e for _, e in spans), max))
+
+
+def _reaches(reach: _Reach, first: int, last: int) -> bool:
+    """Whether a period of ``reach`` starts on or before day ``last`` and ends on or after ``first``."""
+    k = bisect.bisect_right(reach[0], last)
+    return k > 0 and reach[1][k - 1] >= first
+
+
+def _day(year: int, d: dt.date) -> int | None:
+    """Day of ``year`` (from 0) of ``d``'s month and day, or None when that year has no such day."""
+    try:
+        return d.replace(year=year).toordinal() - dt.date(year, 1, 1).toordinal()
+    except ValueError:
+        return None
+
+
 def _date(y: int, m: int, d: int) -> dt.date | None:
     try:
         return dt.date(y, m, d)

@@ -191,9 +191,10 @@ INTRO = ("# Memory (loaded at session start)\n"
 OPEN_TAG, CLOSE_TAG = "<memory-file>", "</memory-file>"
 #: A fence tag's "<", also with invisible format characters (a zero-width space, a soft hyphen) or
 #: another slash (full-width, division) before the name: "<\u200b/memory-file>" reads as the
-#: closing tag to a model and ended the quote.
-_TAG = re.compile(r"<(?=[\s\u00ad\u200b-\u200f\u2060-\u2064\ufeff]*[/\uff0f\u2044\u2215]?"
-                  r"[\s\u00ad\u200b-\u200f\u2060-\u2064\ufeff]*memory-file)", re.IGNORECASE)
+#: closing tag to a model and ended the quote.  Each run of blanks is taken whole (possessive):
+#: split every way between the two runs, a "<" and 60,000 spaces in a note took 17 s to quote.
+_TAG = re.compile(r"<(?=[\s\u00ad\u200b-\u200f\u2060-\u2064\ufeff]*+[/\uff0f\u2044\u2215]?"
+                  r"[\s\u00ad\u200b-\u200f\u2060-\u2064\ufeff]*+memory-file)", re.IGNORECASE)
 
 
 def _shown_path(path: str) -> str:

@@ -829,21 +829,40 @@ def line_number(name: str, value: object) -> int | None:
     return int(value)
 
 
-#: ``path#L5`` or ``path#L5-L7`` (:func:`memdir.tools.format_citation`) of a note or a transcript.
-_CITATION = r"(.+\.(?:md|jsonl[^#/]*))#L(\d+)(?:-L(\d+))?"
+#: The lines of ``path#L5`` or ``path#L5-L7`` (:func:`memdir.tools.format_citation`), after the last ``#``.
+_CITED_LINES = re.compile(r"#L(\d+)(?:-L(\d+))?")
+
+
+def _cited_name(path: str) -> tuple[str, str, str | None] | None:
+    """``(path, first, last)`` of a citation of a note or a transcript: what fullmatching
+    ``(.+\\.(?:md|jsonl[^#/]*))#L(\\d+)(?:-L(\\d+))?`` gives, found by position.  The pattern
+    tried each ``.jsonl`` in the path, each scanning to the next ``#`` or ``/``: a 120 KB path of
+    ``.jsonl`` (a hostile ``memory_get``) held the call 29 s, 360 KB five minutes."""
+    cut = path.rfind("#")
+    lines = _CITED_LINES.fullmatch(path, cut) if cut > 0 else None
+    if lines is None:
+        return None
+    name = path[:cut]
+    head_end = name.find("\n")  # what comes before the extension holds no line end
+    head_end = len(name) if head_end < 0 else head_end
+    if name.endswith(".md") and 0 < len(name) - 3 <= head_end:
+        return name, lines[1], lines[2]
+    after = max(name.rfind("#"), name.rfind("/")) + 1  # a transcript's suffix holds no "#" or "/"
+    at = name.find(".jsonl", max(1, after - 6))
+    return (name, lines[1], lines[2]) if 0 < at <= head_end else None
 
 
 def cited_range(path: str, from_line: int | None, lines: int | None) -> tuple[str, int | None, int | None]:
     """A citation ``memory_search`` gave (``memory/x.md#L5-L7``) as its path and lines, which
     ``from``/``lines`` given too override: an agent handing one back to ``memory_get`` was told
     "not a Markdown file".  Any other path is returned as it is."""
-    m = re.fullmatch(_CITATION, path.strip()) if "#L" in path else None
+    m = _cited_name(path.strip()) if "#L" in path else None
     if m is None:
         return path, from_line, lines
-    first, last = int(m[2]), int(m[3] or m[2])
+    first, last = int(m[1]), int(m[2] or m[1])
     if from_line is None and lines is None:
-        return m[1], first, max(1, last - first + 1)
-    return m[1], from_line, lines
+        return m[0], first, max(1, last - first + 1)
+    return m[0], from_line, lines
 
 
 def read_lines(resolved: ResolvedPath, from_line: int | None = None, lines: int | None = None) -> str:
