@@ -222,3 +222,32 @@ def test_a_watching_host_started_on_a_full_disk_indexes_once_there_is_room(make_
         (out.stdout, out.stderr)
     found = _memdir(state_dir, "-w", str(ws), "search", "bilby", "--no-sync", "--json")
     assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["memory/2026-01-02.md"], found.stdout
+
+
+def test_a_transcript_record_cut_short_by_a_full_disk_is_not_left_half_written(tmp_path: Path) -> None:
+    """A chat turn whose transcript write hit a full disk left the record's first bytes as a torn
+    last line (and said only "[Errno 27] File too large"); the file is cut back and named."""
+    transcript = tmp_path / "abc.jsonl"
+    script = textwrap.dedent(f"""
+        import sys
+        from memdir.sessions.store import append_record
+        record = {{"type": "message", "message": {{"role": "user", "content": sys.argv[1]}}}}
+        try:
+            append_record({str(transcript)!r}, record)
+        except OSError as exc:
+            print("failed:", exc)
+    """)
+
+    def append(text: str, limit: int | None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", script, text], capture_output=True, text=True, timeout=60,
+                              preexec_fn=None if limit is None else _limited(limit))
+
+    assert append("the first message", None).stdout == ""
+    before = transcript.read_bytes()
+    cut = append("walrus " * 2000, len(before) + 300)
+    assert cut.returncode == 0, cut.stderr
+    assert "File too large" in cut.stdout and str(transcript) in cut.stdout, cut.stdout
+    assert transcript.read_bytes() == before
+    assert append("the third message", None).stdout == ""
+    lines = transcript.read_bytes().splitlines()
+    assert len(lines) == 2 and all(json.loads(line)["type"] == "message" for line in lines)
