@@ -251,3 +251,17 @@ def test_a_transcript_record_cut_short_by_a_full_disk_is_not_left_half_written(t
     assert append("the third message", None).stdout == ""
     lines = transcript.read_bytes().splitlines()
     assert len(lines) == 2 and all(json.loads(line)["type"] == "message" for line in lines)
+
+
+def test_searches_on_a_full_disk_leave_no_settings_temp_files(make_workspace, state_dir: Path) -> None:
+    """Each search that could not save its settings snapshot (a new pid each time) left its
+    cut-short ``settings-….json.<pid>.tmp`` in the state folder's cache, removed only once a save worked."""
+    ws = make_workspace({"memdir.json": KEYWORD, "MEMORY.md": "- the cassowary lives in the north\n"})
+    assert _memdir(state_dir, "-w", str(ws), "index").returncode == 0
+    for _ in range(2):
+        found = _memdir(state_dir, "-w", str(ws), "search", "cassowary", "--json", limit=200)
+        assert found.returncode == 0, found.stderr
+        assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["MEMORY.md"]
+    assert [p.name for p in (state_dir / "cache").iterdir()] == []
+    assert _memdir(state_dir, "-w", str(ws), "search", "cassowary").returncode == 0  # with room: saved
+    assert [p.suffix for p in (state_dir / "cache").iterdir()] == [".json"]
