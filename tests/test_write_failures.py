@@ -14,6 +14,8 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from helpers import cli_env
 
 KEYWORD = json.dumps({"memorySearch": {"provider": "none"}})
@@ -265,3 +267,19 @@ def test_searches_on_a_full_disk_leave_no_settings_temp_files(make_workspace, st
     assert [p.name for p in (state_dir / "cache").iterdir()] == []
     assert _memdir(state_dir, "-w", str(ws), "search", "cassowary").returncode == 0  # with room: saved
     assert [p.suffix for p in (state_dir / "cache").iterdir()] == [".json"]
+
+
+def test_an_export_on_a_full_disk_names_the_file_it_could_not_write(tmp_path: Path, make_workspace,
+                                                                     state_dir: Path) -> None:
+    """'memdir ltm export --out' on a full disk said only "[Errno 27] File too large" (and a chat
+    started on one "[Errno 28] No space left on device"): which file, it did not say."""
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"memdir.json": KEYWORD, "MEMORY.md": "- x\n"})
+    stored = _memdir(state_dir, "-w", str(ws), "ltm", "store", "The deploy server is named kestrel " + "word " * 100)
+    assert stored.returncode == 0, stored.stderr
+    out = tmp_path / "export" / "ltm.md"
+    out.parent.mkdir()
+    failed = _memdir(state_dir, "-w", str(ws), "ltm", "export", "--out", str(out), limit=300)
+    assert failed.returncode == 1
+    assert failed.stderr.strip().splitlines() == [f"memdir ltm: [Errno 27] File too large: '{out}'"], failed.stderr
+    assert list(out.parent.iterdir()) == []  # nothing half-written, no temporary file
