@@ -283,3 +283,33 @@ def test_an_export_on_a_full_disk_names_the_file_it_could_not_write(tmp_path: Pa
     assert failed.returncode == 1
     assert failed.stderr.strip().splitlines() == [f"memdir ltm: [Errno 27] File too large: '{out}'"], failed.stderr
     assert list(out.parent.iterdir()) == []  # nothing half-written, no temporary file
+
+
+@pytest.mark.parametrize("args", [("index",), ("index", "--force")])
+def test_an_index_that_cannot_be_opened_for_want_of_file_descriptors_says_so(make_workspace, state_dir: Path,
+                                                                             args: tuple[str, ...]) -> None:
+    """A process with (next to) no file descriptor left (a long-running host with many files open, a
+    low ``ulimit -n``) failed with SQLite's "unable to open database file", read as a permissions
+    problem; the line names the cause."""
+    ws = make_workspace({"memdir.json": KEYWORD, "MEMORY.md": "- the cassowary lives in the north\n"})
+    assert _memdir(state_dir, "-w", str(ws), "index").returncode == 0
+    script = textwrap.dedent("""
+        import os, resource, sys
+        from memdir.cli import main
+        import memdir.api, memdir.config, memdir.stores.sqlite, memdir.sync, memdir.watch  # before they run out
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))  # (a limit of a million would take a while to fill)
+        hog = []
+        try:
+            while True:
+                hog.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
+        os.close(hog.pop())  # one left
+        sys.exit(main(sys.argv[1:]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script, "-w", str(ws), *args], capture_output=True, text=True,
+                         timeout=60, env=cli_env(state_dir))
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "too many open files" in lines[0].lower(), out.stderr
+    assert _memdir(state_dir, "-w", str(ws), "search", "cassowary").returncode == 0

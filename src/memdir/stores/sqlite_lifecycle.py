@@ -158,7 +158,7 @@ class SqliteLifecycle:
             return (f"its folder {self.path.parent} was removed while it was being opened (was memdir's state "
                     "folder deleted?); nothing is lost: run the command again, and the index is rebuilt from "
                     "the Markdown files")
-        return health.first_line(exc)
+        return health.open_failure(exc)
 
     # -- health ------------------------------------------------------------------------------
     def is_damage(self, exc: BaseException) -> bool:
