@@ -313,3 +313,26 @@ def test_an_index_that_cannot_be_opened_for_want_of_file_descriptors_says_so(mak
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "too many open files" in lines[0].lower(), out.stderr
     assert _memdir(state_dir, "-w", str(ws), "search", "cassowary").returncode == 0
+
+
+def test_a_model_that_does_not_fit_under_a_memory_limit_is_said_to_be_out_of_memory() -> None:
+    """Loading the local model under a memory limit (``ulimit -v``, a container's) failed with
+    "could not load the ONNX model … (is it a valid .onnx export of a text encoder?): … std::bad_alloc",
+    which sent people to re-download a model that was fine."""
+    script = textwrap.dedent("""
+        import resource
+        import numpy, onnxruntime, tokenizers  # loaded first: the limit is for the model itself
+        from memdir.embeddings.local import LocalEmbeddingProvider
+        with open("/proc/self/status") as fh:
+            size = next(int(line.split()[1]) for line in fh if line.startswith("VmSize:")) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (size + (160 << 20), resource.RLIM_INFINITY))
+        try:
+            LocalEmbeddingProvider().embed_query("hello")
+            print("loaded")
+        except Exception as exc:
+            print(exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    if "could not load the ONNX model" not in out.stdout:  # loaded, or another allocation failed first
+        pytest.skip(f"the model's load did not fail for want of memory here: {out.stdout or out.stderr}"[:300])
+    assert "out of memory while loading it" in out.stdout and "is it a valid .onnx" not in out.stdout, out.stdout
