@@ -336,3 +336,28 @@ def test_a_model_that_does_not_fit_under_a_memory_limit_is_said_to_be_out_of_mem
     if "could not load the ONNX model" not in out.stdout:  # loaded, or another allocation failed first
         pytest.skip(f"the model's load did not fail for want of memory here: {out.stdout or out.stderr}"[:300])
     assert "out of memory while loading it" in out.stdout and "is it a valid .onnx" not in out.stdout, out.stdout
+
+
+def test_a_sync_on_a_full_disk_says_the_disk_may_be_full(make_workspace, state_dir: Path) -> None:
+    """An index opened read-only for want of room refused each sync with SQLite's bare "disk I/O
+    error" (the watcher printed it every retry, the MCP server and the API raised it); only the CLI's
+    last line named the usual cause."""
+    ws = make_workspace({"MEMORY.md": "- the cassowary lives in the north\n"})
+    script = textwrap.dedent(f"""
+        import resource
+        from memdir.api import Memory
+        cfg = {{"memorySearch": {{"provider": "none"}}}}
+        with Memory({str(ws)!r}, config=cfg, state_dir={str(state_dir)!r}) as mem:
+            mem.sync()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))  # the disk fills up
+        with Memory({str(ws)!r}, config=cfg, state_dir={str(state_dir)!r}) as mem:
+            try:
+                mem.sync(force=True)
+            except Exception as exc:
+                print(exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env=cli_env(state_dir))
+    assert out.returncode == 0, out.stderr
+    assert "cannot be updated: disk I/O error (is the disk full, or a file size limit reached?)" in out.stdout, \
+        out.stdout

@@ -432,6 +432,8 @@ class Memory(IndexUpkeep):
         log.info("sync (%s%s): %s -> %s", reason, ", full" if force else "", self.workspace, self.index_path)
         if self.store.readonly and not writable_again(self.store):
             why = self.store.readonly_reason or "read-only"
+            if getattr(self.store, "readonly_for_space", False):  # SQLite says only "disk I/O error"
+                why += " (is the disk full, or a file size limit reached?)"
             raise MemdirError(f"the index {self.store.location} cannot be updated: {why}")
         try:
             report = self._healing(lambda: self.indexer.sync(force=force, reason=reason, **kwargs))

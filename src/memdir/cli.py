@@ -1020,7 +1020,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, FileNotFoundError) and not exc.filename and _cwd_gone():  # (said no path at all)
             message = ("the current folder no longer exists (was it deleted?): cd to a folder that does, or give "
                        "--workspace as a full path")
-        if "disk I/O error" in message or "database or disk is full" in message:
+        if ("disk I/O error" in message or "database or disk is full" in message) and "is the disk full" not in message:
             # SQLite says no more than this when it could not write: the usual cause, in words
             message += " (is the disk full, or a file size limit reached?)"
         print(f"{label}: {for_terminal(message)}", file=sys.stderr)
