@@ -361,3 +361,18 @@ def test_a_sync_on_a_full_disk_says_the_disk_may_be_full(make_workspace, state_d
     assert out.returncode == 0, out.stderr
     assert "cannot be updated: disk I/O error (is the disk full, or a file size limit reached?)" in out.stdout, \
         out.stdout
+
+
+def test_a_first_index_on_a_full_disk_names_the_index(make_workspace, state_dir: Path) -> None:
+    """The first 'memdir index' on a full disk failed while making the new index's tables with
+    "Memory index failed: disk I/O error", naming no file."""
+    ws = make_workspace({"memdir.json": KEYWORD, "MEMORY.md": "- the cassowary lives in the north\n"})
+    out = _memdir(state_dir, "-w", str(ws), "index", limit=60_000)
+    assert out.returncode == 1
+    (index,) = (state_dir / "memory").glob("*.sqlite")
+    assert out.stderr.strip().splitlines() == [
+        f"Memory index failed: cannot create the index {index}: disk I/O error "
+        "(is the disk full, or a file size limit reached?)"], out.stderr
+    assert _memdir(state_dir, "-w", str(ws), "index").returncode == 0  # once there is room
+    found = _memdir(state_dir, "-w", str(ws), "search", "cassowary", "--json")
+    assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["MEMORY.md"]
