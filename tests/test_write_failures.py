@@ -99,6 +99,8 @@ def test_a_search_on_a_full_disk_answers_from_the_index_as_it_is(make_workspace,
     status = _memdir(state_dir, "-w", str(ws), "status", "--json", limit=1000)
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["files"] == 1
+    said = _memdir(state_dir, "-w", str(ws), "status", limit=1000).stdout  # it said "disk I/O error" and no more
+    assert "Read-only: disk I/O error (is the disk full, or a file size limit reached?); searches answer" in said
     refused = _memdir(state_dir, "-w", str(ws), "index", "--force", limit=1000)
     assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert index.read_bytes() == before

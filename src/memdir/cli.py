@@ -709,7 +709,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             else:
                 lines.append(f"Writer: pid {w.get('pid')}{host} is indexing{far}")
     if st.get("readOnly"):
-        lines.append(f"Read-only: {st['readOnly']} (searches answer from the index as it is)")
+        lines.append(f"Read-only: {st['readOnly']}; searches answer from the index as it is")
     if st.get("recovered"):
         r = st["recovered"]
         aside = (f"moved aside to {r['corruptPath']}" if r.get("corruptPath")
