@@ -378,3 +378,22 @@ def test_a_first_index_on_a_full_disk_names_the_index(make_workspace, state_dir:
     assert _memdir(state_dir, "-w", str(ws), "index").returncode == 0  # once there is room
     found = _memdir(state_dir, "-w", str(ws), "search", "cassowary", "--json")
     assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["MEMORY.md"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [("index",), ("search", "cassowary"), ("status", "--json")])
+def test_output_to_a_full_disk_is_not_said_to_be_the_commands_failure(make_workspace, state_dir: Path,
+                                                                      args: tuple[str, ...]) -> None:
+    """'memdir index > out.txt' on a full disk said "Memory index failed: [Errno 28] No space left on
+    device" for an index that was updated, read as a full state folder; it says the output was lost."""
+    ws = make_workspace({"memdir.json": KEYWORD, "MEMORY.md": "- the cassowary lives in the north\n"})
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), *args], stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=120, env=cli_env(state_dir))
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"memdir {args[0]}: its output could not be written to stdout: No space left on device (what the command "
+        "did stands: only its output is lost)"), out.stderr
+    assert "failed" not in out.stderr
+    if args[0] == "index":  # it did its work
+        assert json.loads(_memdir(state_dir, "-w", str(ws), "status", "--json").stdout)["files"] == 1

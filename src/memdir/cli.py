@@ -11,11 +11,13 @@ killed by SIGPIPE; stdout stays quiet then.  Shell completion comes from ``argco
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import math
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -878,6 +880,26 @@ def _stdout_gone() -> int:
     return _EXIT_SIGPIPE
 
 
+def _stdout_is_full(exc: OSError) -> bool:
+    """Whether ``exc`` (naming no file) is stdout's: a file on a full disk or at the file size limit,
+    or ``/dev/full``."""
+    if exc.filename is not None or exc.errno not in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", -1)):
+        return False
+    try:
+        fd = sys.stdout.fileno()
+        st = os.fstat(fd)
+        if exc.errno == errno.EFBIG:
+            import resource
+
+            limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+            return limit != resource.RLIM_INFINITY and st.st_size >= limit
+        if stat.S_ISCHR(st.st_mode):
+            return st.st_rdev == os.stat("/dev/full").st_rdev
+        return stat.S_ISREG(st.st_mode) and os.fstatvfs(fd).f_bavail == 0
+    except (OSError, ValueError, AttributeError, ImportError):
+        return False
+
+
 def _flush_stdout() -> None:
     """Flush what a command printed; a stdout already closed has nothing left to flush (the MCP
     SDK closes it when a stdio session ends, which made every session exit 1)."""
@@ -1007,6 +1029,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memdir: {said}", file=sys.stderr)
         return _json_failure(args, "interrupted", said, code)
     except Exception as exc:  # every other failure: one clear line, exit 1
+        if isinstance(exc, OSError) and _stdout_is_full(exc):
+            # "Memory index failed: [Errno 28] No space left on device" for an index that was updated,
+            # read as a full state folder: only `> out.json` on a full disk was
+            print(f"memdir {args.command}: its output could not be written to stdout: {exc.strerror} (what the "
+                  "command did stands: only its output is lost)", file=sys.stderr)
+            _stdout_gone()  # (the interpreter's final flush would fail again)
+            return 1
         from memdir.config import ConfigError
 
         label = {"index": "Memory index failed", "search": "Memory search failed",
