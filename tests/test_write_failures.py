@@ -397,3 +397,38 @@ def test_output_to_a_full_disk_is_not_said_to_be_the_commands_failure(make_works
     assert "failed" not in out.stderr
     if args[0] == "index":  # it did its work
         assert json.loads(_memdir(state_dir, "-w", str(ws), "status", "--json").stdout)["files"] == 1
+
+
+def test_a_search_that_could_not_open_the_notes_says_so(make_workspace, state_dir: Path) -> None:
+    """A long-running host out of file descriptors answered a search for a note written just before
+    it with no results, not stale and without a word (memory/ could not be listed, or the note not
+    opened), which an agent reads as nothing in memory; once descriptors are free it is found."""
+    ws = make_workspace({"MEMORY.md": "- the cassowary lives in the north\n"})
+    script = textwrap.dedent(f"""
+        import os, resource
+        from pathlib import Path
+        from memdir.api import Memory
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+        ws = Path({str(ws)!r})
+        with Memory(ws, config={{"memorySearch": {{"provider": "none"}}}}, state_dir={str(state_dir)!r}) as mem:
+            mem.search("cassowary")
+            (ws / "memory").mkdir()
+            (ws / "memory" / "2026-03-01.md").write_text("- an emu was seen at the gate\\n")
+            hog = []
+            try:
+                while True:
+                    hog.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                pass
+            for _ in range(3):  # none left, then one, then two
+                r = mem.search("emu")
+                print(r.results == [], r.stale, any("too many open files" in w for w in r.warnings))
+                os.close(hog.pop())
+            for fd in hog:
+                os.close(fd)
+            print([x.path for x in mem.search("emu").results])
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env=cli_env(state_dir))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["True True True"] * 3 + ["['memory/2026-03-01.md']"], out.stdout

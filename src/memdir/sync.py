@@ -694,6 +694,11 @@ class Indexer:
         return key[1] in self._unlisted_sources or (key[1] == "memory" and is_unlisted(key[0], self._unlisted))
 
     @property
+    def listing_skipped(self) -> list[Skipped]:
+        """What the last listing skipped (a folder it could not look in, a name that is not UTF-8)."""
+        return list(self._skipped)
+
+    @property
     def kept_unread(self) -> bool:
         """Whether the last sync could not read a changed file (grown past the size limit, made
         unreadable) and kept what the index held of it: its results may cite lines that moved."""
