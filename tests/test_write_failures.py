@@ -432,3 +432,27 @@ def test_a_search_that_could_not_open_the_notes_says_so(make_workspace, state_di
                          env=cli_env(state_dir))
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["True True True"] * 3 + ["['memory/2026-03-01.md']"], out.stdout
+
+
+@pytest.mark.parametrize("headroom_mb", [5, 15])
+def test_an_index_out_of_memory_says_so(make_workspace, state_dir: Path, headroom_mb: int) -> None:
+    """A large note indexed under a memory limit failed with "Memory index failed: " and nothing
+    more (a MemoryError has no message), or was skipped as "MemoryError: "; both say out of memory."""
+    words = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
+    text = "".join(" ".join(words[(i + j) % 8] for j in range(12)) + f" {i}\n" for i in range(60_000))
+    ws = make_workspace({"memdir.json": KEYWORD, "memory/2026-01-01.md": text})
+    script = textwrap.dedent("""
+        import resource, sys
+        from memdir.cli import main
+        import memdir.api, memdir.build_worker, memdir.chunking, memdir.config, memdir.stores.sqlite, memdir.sync
+        with open("/proc/self/status") as fh:
+            size = next(int(line.split()[1]) for line in fh if line.startswith("VmSize:")) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (size + (int(sys.argv[1]) << 20), resource.RLIM_INFINITY))
+        sys.exit(main(sys.argv[2:]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script, str(headroom_mb), "-w", str(ws), "index"],
+                         capture_output=True, text=True, timeout=120, env=cli_env(state_dir))
+    if out.returncode == 0 and "skipped" not in out.stderr:
+        pytest.skip("the note was indexed within this limit here")
+    assert "out of memory (is a memory limit, ulimit -v or a container's, too low for this?)" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and "MemoryError" not in out.stderr

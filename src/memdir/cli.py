@@ -1046,6 +1046,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # one line: a library's message can run over several (huggingface_hub's advice, pydantic's report)
         message = " ".join(without_source_location(str(exc)).split())
+        if isinstance(exc, MemoryError):
+            from memdir.errors import OUT_OF_MEMORY
+
+            message = OUT_OF_MEMORY
         if isinstance(exc, FileNotFoundError) and not exc.filename and _cwd_gone():  # (said no path at all)
             message = ("the current folder no longer exists (was it deleted?): cd to a folder that does, or give "
                        "--workspace as a full path")

@@ -213,6 +213,10 @@ class _Loaded:
 def _why(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
+    if isinstance(exc, MemoryError):  # ("MemoryError: " and nothing more)
+        from memdir.errors import OUT_OF_MEMORY
+
+        return OUT_OF_MEMORY
     return f"{type(exc).__name__}: {exc}"
 
 
