@@ -757,7 +757,15 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_log_formatting() -> None:
+    """Import what :class:`_RedactingFormatter` needs now, in a server that runs for long: out of
+    file descriptors, each log line's import failed and logging printed its own traceback instead
+    ("--- Logging error ---", 90,000 lines of them for 100 connections to ``mcp --transport http``)."""
+    import memdir.redact  # noqa: F401
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
+    _load_log_formatting()
     try:
         from memdir.mcp_server import HostNotAllowed, check_loopback_host, serve
     except ImportError as exc:
@@ -780,6 +788,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    _load_log_formatting()
     from memdir.watch_foreground import run_foreground
 
     with _memory(args) as mem:
