@@ -361,3 +361,19 @@ def test_the_store_tool_masks_a_secret_said_in_prose(tmp_path: Path, text: str, 
         result = call_tool(ltm, "memory_store", {"text": text})
         assert "error" not in result["details"], result
         assert [m.text for m in ltm.list()] == [kept]
+
+
+def test_a_store_refused_for_want_of_room_names_the_store(tmp_path: Path) -> None:
+    """A write LanceDB refused outright under a file size limit said "lance error: LanceError(IO):
+    File too large (os error 27), /root/.cargo/registry/…/structural.rs:258:9": not which store,
+    nor what to check."""
+    with make(tmp_path, cache=False) as ltm:
+        before = {ltm.store("The user's project is called P1", category="fact").record.id}
+        store = ltm.db_path
+    outcome = write_under_limit(tmp_path, 100)
+    assert outcome.get("error", "").startswith(
+        f"the long-term memory store {store} could not be written (is the disk full, or a file size limit "
+        "reached?): lance error: LanceError(IO): File too large (os error 27)"), outcome
+    assert ".rs:" not in outcome["error"]
+    with make(tmp_path, cache=False) as ltm:
+        assert {r.id for r in ltm.list()} == before
