@@ -361,3 +361,50 @@ def test_the_store_tool_masks_a_secret_said_in_prose(tmp_path: Path, text: str, 
         result = call_tool(ltm, "memory_store", {"text": text})
         assert "error" not in result["details"], result
         assert [m.text for m in ltm.list()] == [kept]
+
+
+def test_a_store_refused_for_want_of_room_names_the_store(tmp_path: Path) -> None:
+    """A write LanceDB refused outright under a file size limit said "lance error: LanceError(IO):
+    File too large (os error 27), /root/.cargo/registry/…/structural.rs:258:9": not which store,
+    nor what to check."""
+    with make(tmp_path, cache=False) as ltm:
+        before = {ltm.store("The user's project is called P1", category="fact").record.id}
+        store = ltm.db_path
+    outcome = write_under_limit(tmp_path, 100)
+    assert outcome.get("error", "").startswith(
+        f"the long-term memory store {store} could not be written (is the disk full, or a file size limit "
+        "reached?): lance error: LanceError(IO): File too large (os error 27)"), outcome
+    assert ".rs:" not in outcome["error"]
+    with make(tmp_path, cache=False) as ltm:
+        assert {r.id for r in ltm.list()} == before
+
+
+def test_a_mirror_that_could_not_be_written_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """The mirror's state file was written to ``mirror-state.json.tmp`` and renamed: a full disk left
+    that file behind in the store's folder (and its warning named only the mirror)."""
+    script = textwrap.dedent("""
+        import resource, sys
+        from pathlib import Path
+        sys.path.insert(0, sys.argv[1])
+        from ltm_fakes import AxisProvider
+        from memdir.config import load_config
+        from memdir.ltm import LongTermMemory
+        tmp = Path(sys.argv[2])
+        (tmp / "ws").mkdir()
+        settings = load_config(workspace=tmp / "ws", state_dir=tmp / "state", agent_id="main",
+                               overrides={"memorySearch": {"cache": {"enabled": False}},
+                                          "longTermMemory": {"mirror": {"enabled": True}}}).settings
+        with LongTermMemory(settings, provider=AxisProvider()) as ltm:
+            ltm.store("The user keeps bees in the garden", category="fact")
+            resource.setrlimit(resource.RLIMIT_FSIZE, (40, resource.RLIM_INFINITY))  # the disk fills up
+            warnings = ltm.sync_mirror()
+            resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            print(warnings)
+            print(sorted(p.name for p in ltm.db_path.iterdir()))
+    """)
+    out = subprocess.run([sys.executable, "-c", script, str(TESTS), str(tmp_path)], capture_output=True, text=True,
+                         timeout=120, env=cli_env(tmp_path / "state"))
+    assert out.returncode == 0, out.stderr
+    warnings, names = out.stdout.splitlines()
+    assert "File too large" in warnings and "mirror-state.json" in warnings, warnings
+    assert names == "['ltm.lock', 'memories.lance', 'mirror-state.json']", names

@@ -331,3 +331,53 @@ def test_stopping_with_a_client_connected_says_nothing_but_the_banner(workspace,
     errors.seek(0)
     assert errors.read().splitlines() == [f"memdir MCP server: http://127.0.0.1:{port}/mcp (workspace {ws}; "
                                           "Ctrl-C stops it)"]
+
+
+def test_a_server_out_of_file_descriptors_says_so_once_and_recovers(workspace, state_dir, tmp_path):
+    """100 connections held open to a server with ``ulimit -n 48``: asyncio logged each failed
+    accept with its traceback (up to 2048 a wake-up), and each log line's lazy import failed in
+    turn ("--- Logging error ---"): 340,000 lines on stderr in ten seconds.  Now one line says
+    why, and the server answers again once the connections are gone."""
+    import resource
+
+    ws, cfg = workspace
+    port = _free_port()
+    log = tmp_path / "stderr.txt"
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "memdir", "mcp", "--transport", "http", "--port", str(port),
+                                 "-w", str(ws), "-c", str(cfg)], stdout=subprocess.DEVNULL, stderr=err,
+                                env=cli_env(state_dir), preexec_fn=low_limit)
+    url = f"http://127.0.0.1:{port}/mcp"
+    held: list[socket.socket] = []
+    try:
+        with httpx.Client(timeout=10) as client:
+            deadline = time.monotonic() + 60
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    if client.post(url, json=INIT, headers=HEADERS).status_code == 200:
+                        break
+                assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+                time.sleep(0.2)
+            for _ in range(100):
+                held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            time.sleep(2)  # the server runs out of descriptors accepting them
+            for s in held:
+                s.close()
+            answered = None
+            deadline = time.monotonic() + 60
+            while answered != 200 and time.monotonic() < deadline:
+                with contextlib.suppress(httpx.TransportError):
+                    answered = client.post(url, json=INIT, headers=HEADERS).status_code
+            assert answered == 200, log.read_text()[-2000:]
+    finally:
+        for s in held:
+            s.close()
+        proc.terminate()
+        proc.wait(30)
+    lines = log.read_text().splitlines()
+    assert len(lines) < 10 and "Logging error" not in log.read_text(), lines[:20]
+    assert any("cannot accept connections: Too many open files" in line for line in lines), lines

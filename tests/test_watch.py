@@ -337,3 +337,23 @@ def test_memdir_watch_spells_out_an_escape_sequence_in_a_file_name(make_workspac
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
     assert seen.rstrip("\n").endswith(" added memory/b\\x1b]0;PWNED\\x07.md"), seen
+
+
+def test_memdir_watch_says_why_a_file_was_skipped(make_workspace, state_dir):
+    """A sync line said "1 skipped" and no more: a memory folder left unread for want of file
+    descriptors (every note in it missing from searches) looked like a stray file."""
+    ws = make_workspace({"memory/a.md": "Alpha note.\n"})
+    os.close(os.open(os.path.join(os.fsencode(ws / "memory"), b"caf\xe9.md"), os.O_CREAT | os.O_WRONLY))
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "watch", "--debounce-ms", "50", "-w", str(ws)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
+    try:
+        assert proc.stdout.readline().startswith("Watching ")
+        line = proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    said = "(start): 1 indexed, 0 removed, 1 skipped (memory/caf\\xe9.md: file name is not valid UTF-8) in"
+    assert said in line, line

@@ -14,6 +14,8 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from helpers import cli_env
 
 KEYWORD = json.dumps({"memorySearch": {"provider": "none"}})
@@ -97,6 +99,8 @@ def test_a_search_on_a_full_disk_answers_from_the_index_as_it_is(make_workspace,
     status = _memdir(state_dir, "-w", str(ws), "status", "--json", limit=1000)
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["files"] == 1
+    said = _memdir(state_dir, "-w", str(ws), "status", limit=1000).stdout  # it said "disk I/O error" and no more
+    assert "Read-only: disk I/O error (is the disk full, or a file size limit reached?); searches answer" in said
     refused = _memdir(state_dir, "-w", str(ws), "index", "--force", limit=1000)
     assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert index.read_bytes() == before
@@ -222,3 +226,233 @@ def test_a_watching_host_started_on_a_full_disk_indexes_once_there_is_room(make_
         (out.stdout, out.stderr)
     found = _memdir(state_dir, "-w", str(ws), "search", "bilby", "--no-sync", "--json")
     assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["memory/2026-01-02.md"], found.stdout
+
+
+def test_a_transcript_record_cut_short_by_a_full_disk_is_not_left_half_written(tmp_path: Path) -> None:
+    """A chat turn whose transcript write hit a full disk left the record's first bytes as a torn
+    last line (and said only "[Errno 27] File too large"); the file is cut back and named."""
+    transcript = tmp_path / "abc.jsonl"
+    script = textwrap.dedent(f"""
+        import sys
+        from memdir.sessions.store import append_record
+        record = {{"type": "message", "message": {{"role": "user", "content": sys.argv[1]}}}}
+        try:
+            append_record({str(transcript)!r}, record)
+        except OSError as exc:
+            print("failed:", exc)
+    """)
+
+    def append(text: str, limit: int | None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", script, text], capture_output=True, text=True, timeout=60,
+                              preexec_fn=None if limit is None else _limited(limit))
+
+    assert append("the first message", None).stdout == ""
+    before = transcript.read_bytes()
+    cut = append("walrus " * 2000, len(before) + 300)
+    assert cut.returncode == 0, cut.stderr
+    assert "File too large" in cut.stdout and str(transcript) in cut.stdout, cut.stdout
+    assert transcript.read_bytes() == before
+    assert append("the third message", None).stdout == ""
+    lines = transcript.read_bytes().splitlines()
+    assert len(lines) == 2 and all(json.loads(line)["type"] == "message" for line in lines)
+
+
+def test_searches_on_a_full_disk_leave_no_settings_temp_files(make_workspace, state_dir: Path) -> None:
+    """Each search that could not save its settings snapshot (a new pid each time) left its
+    cut-short ``settings-….json.<pid>.tmp`` in the state folder's cache, removed only once a save worked."""
+    ws = make_workspace({"memdir.json": KEYWORD, "MEMORY.md": "- the cassowary lives in the north\n"})
+    assert _memdir(state_dir, "-w", str(ws), "index").returncode == 0
+    for _ in range(2):
+        found = _memdir(state_dir, "-w", str(ws), "search", "cassowary", "--json", limit=200)
+        assert found.returncode == 0, found.stderr
+        assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["MEMORY.md"]
+    assert [p.name for p in (state_dir / "cache").iterdir()] == []
+    assert _memdir(state_dir, "-w", str(ws), "search", "cassowary").returncode == 0  # with room: saved
+    assert [p.suffix for p in (state_dir / "cache").iterdir()] == [".json"]
+
+
+def test_an_export_on_a_full_disk_names_the_file_it_could_not_write(tmp_path: Path, make_workspace,
+                                                                     state_dir: Path) -> None:
+    """'memdir ltm export --out' on a full disk said only "[Errno 27] File too large" (and a chat
+    started on one "[Errno 28] No space left on device"): which file, it did not say."""
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"memdir.json": KEYWORD, "MEMORY.md": "- x\n"})
+    stored = _memdir(state_dir, "-w", str(ws), "ltm", "store", "The deploy server is named kestrel " + "word " * 100)
+    assert stored.returncode == 0, stored.stderr
+    out = tmp_path / "export" / "ltm.md"
+    out.parent.mkdir()
+    failed = _memdir(state_dir, "-w", str(ws), "ltm", "export", "--out", str(out), limit=300)
+    assert failed.returncode == 1
+    assert failed.stderr.strip().splitlines() == [f"memdir ltm: [Errno 27] File too large: '{out}'"], failed.stderr
+    assert list(out.parent.iterdir()) == []  # nothing half-written, no temporary file
+
+
+@pytest.mark.parametrize("args", [("index",), ("index", "--force")])
+def test_an_index_that_cannot_be_opened_for_want_of_file_descriptors_says_so(make_workspace, state_dir: Path,
+                                                                             args: tuple[str, ...]) -> None:
+    """A process with (next to) no file descriptor left (a long-running host with many files open, a
+    low ``ulimit -n``) failed with SQLite's "unable to open database file", read as a permissions
+    problem; the line names the cause."""
+    ws = make_workspace({"memdir.json": KEYWORD, "MEMORY.md": "- the cassowary lives in the north\n"})
+    assert _memdir(state_dir, "-w", str(ws), "index").returncode == 0
+    script = textwrap.dedent("""
+        import os, resource, sys
+        from memdir.cli import main
+        import memdir.api, memdir.config, memdir.stores.sqlite, memdir.sync, memdir.watch  # before they run out
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))  # (a limit of a million would take a while to fill)
+        hog = []
+        try:
+            while True:
+                hog.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
+        os.close(hog.pop())  # one left
+        sys.exit(main(sys.argv[1:]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script, "-w", str(ws), *args], capture_output=True, text=True,
+                         timeout=60, env=cli_env(state_dir))
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "too many open files" in lines[0].lower(), out.stderr
+    assert _memdir(state_dir, "-w", str(ws), "search", "cassowary").returncode == 0
+
+
+def test_a_model_that_does_not_fit_under_a_memory_limit_is_said_to_be_out_of_memory() -> None:
+    """Loading the local model under a memory limit (``ulimit -v``, a container's) failed with
+    "could not load the ONNX model … (is it a valid .onnx export of a text encoder?): … std::bad_alloc",
+    which sent people to re-download a model that was fine."""
+    script = textwrap.dedent("""
+        import resource
+        import numpy, onnxruntime, tokenizers  # loaded first: the limit is for the model itself
+        from memdir.embeddings.local import LocalEmbeddingProvider
+        with open("/proc/self/status") as fh:
+            size = next(int(line.split()[1]) for line in fh if line.startswith("VmSize:")) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (size + (160 << 20), resource.RLIM_INFINITY))
+        try:
+            LocalEmbeddingProvider().embed_query("hello")
+            print("loaded")
+        except Exception as exc:
+            print(exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    if "could not load the ONNX model" not in out.stdout:  # loaded, or another allocation failed first
+        pytest.skip(f"the model's load did not fail for want of memory here: {out.stdout or out.stderr}"[:300])
+    assert "out of memory while loading it" in out.stdout and "is it a valid .onnx" not in out.stdout, out.stdout
+
+
+def test_a_sync_on_a_full_disk_says_the_disk_may_be_full(make_workspace, state_dir: Path) -> None:
+    """An index opened read-only for want of room refused each sync with SQLite's bare "disk I/O
+    error" (the watcher printed it every retry, the MCP server and the API raised it); only the CLI's
+    last line named the usual cause."""
+    ws = make_workspace({"MEMORY.md": "- the cassowary lives in the north\n"})
+    script = textwrap.dedent(f"""
+        import resource
+        from memdir.api import Memory
+        cfg = {{"memorySearch": {{"provider": "none"}}}}
+        with Memory({str(ws)!r}, config=cfg, state_dir={str(state_dir)!r}) as mem:
+            mem.sync()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))  # the disk fills up
+        with Memory({str(ws)!r}, config=cfg, state_dir={str(state_dir)!r}) as mem:
+            try:
+                mem.sync(force=True)
+            except Exception as exc:
+                print(exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env=cli_env(state_dir))
+    assert out.returncode == 0, out.stderr
+    assert "cannot be updated: disk I/O error (is the disk full, or a file size limit reached?)" in out.stdout, \
+        out.stdout
+
+
+def test_a_first_index_on_a_full_disk_names_the_index(make_workspace, state_dir: Path) -> None:
+    """The first 'memdir index' on a full disk failed while making the new index's tables with
+    "Memory index failed: disk I/O error", naming no file."""
+    ws = make_workspace({"memdir.json": KEYWORD, "MEMORY.md": "- the cassowary lives in the north\n"})
+    out = _memdir(state_dir, "-w", str(ws), "index", limit=60_000)
+    assert out.returncode == 1
+    (index,) = (state_dir / "memory").glob("*.sqlite")
+    assert out.stderr.strip().splitlines() == [
+        f"Memory index failed: cannot create the index {index}: disk I/O error "
+        "(is the disk full, or a file size limit reached?)"], out.stderr
+    assert _memdir(state_dir, "-w", str(ws), "index").returncode == 0  # once there is room
+    found = _memdir(state_dir, "-w", str(ws), "search", "cassowary", "--json")
+    assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["MEMORY.md"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [("index",), ("search", "cassowary"), ("status", "--json")])
+def test_output_to_a_full_disk_is_not_said_to_be_the_commands_failure(make_workspace, state_dir: Path,
+                                                                      args: tuple[str, ...]) -> None:
+    """'memdir index > out.txt' on a full disk said "Memory index failed: [Errno 28] No space left on
+    device" for an index that was updated, read as a full state folder; it says the output was lost."""
+    ws = make_workspace({"memdir.json": KEYWORD, "MEMORY.md": "- the cassowary lives in the north\n"})
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), *args], stdout=full,
+                             stderr=subprocess.PIPE, text=True, timeout=120, env=cli_env(state_dir))
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"memdir {args[0]}: its output could not be written to stdout: No space left on device (what the command "
+        "did stands: only its output is lost)"), out.stderr
+    assert "failed" not in out.stderr
+    if args[0] == "index":  # it did its work
+        assert json.loads(_memdir(state_dir, "-w", str(ws), "status", "--json").stdout)["files"] == 1
+
+
+def test_a_search_that_could_not_open_the_notes_says_so(make_workspace, state_dir: Path) -> None:
+    """A long-running host out of file descriptors answered a search for a note written just before
+    it with no results, not stale and without a word (memory/ could not be listed, or the note not
+    opened), which an agent reads as nothing in memory; once descriptors are free it is found."""
+    ws = make_workspace({"MEMORY.md": "- the cassowary lives in the north\n"})
+    script = textwrap.dedent(f"""
+        import os, resource
+        from pathlib import Path
+        from memdir.api import Memory
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+        ws = Path({str(ws)!r})
+        with Memory(ws, config={{"memorySearch": {{"provider": "none"}}}}, state_dir={str(state_dir)!r}) as mem:
+            mem.search("cassowary")
+            (ws / "memory").mkdir()
+            (ws / "memory" / "2026-03-01.md").write_text("- an emu was seen at the gate\\n")
+            hog = []
+            try:
+                while True:
+                    hog.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                pass
+            for _ in range(3):  # none left, then one, then two
+                r = mem.search("emu")
+                print(r.results == [], r.stale, any("too many open files" in w for w in r.warnings))
+                os.close(hog.pop())
+            for fd in hog:
+                os.close(fd)
+            print([x.path for x in mem.search("emu").results])
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env=cli_env(state_dir))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["True True True"] * 3 + ["['memory/2026-03-01.md']"], out.stdout
+
+
+@pytest.mark.parametrize("headroom_mb", [5, 15])
+def test_an_index_out_of_memory_says_so(make_workspace, state_dir: Path, headroom_mb: int) -> None:
+    """A large note indexed under a memory limit failed with "Memory index failed: " and nothing
+    more (a MemoryError has no message), or was skipped as "MemoryError: "; both say out of memory."""
+    words = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta")
+    text = "".join(" ".join(words[(i + j) % 8] for j in range(12)) + f" {i}\n" for i in range(60_000))
+    ws = make_workspace({"memdir.json": KEYWORD, "memory/2026-01-01.md": text})
+    script = textwrap.dedent("""
+        import resource, sys
+        from memdir.cli import main
+        import memdir.api, memdir.build_worker, memdir.chunking, memdir.config, memdir.stores.sqlite, memdir.sync
+        with open("/proc/self/status") as fh:
+            size = next(int(line.split()[1]) for line in fh if line.startswith("VmSize:")) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (size + (int(sys.argv[1]) << 20), resource.RLIM_INFINITY))
+        sys.exit(main(sys.argv[2:]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script, str(headroom_mb), "-w", str(ws), "index"],
+                         capture_output=True, text=True, timeout=120, env=cli_env(state_dir))
+    if out.returncode == 0 and "skipped" not in out.stderr:
+        pytest.skip("the note was indexed within this limit here")
+    assert "out of memory (is a memory limit, ulimit -v or a container's, too low for this?)" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and "MemoryError" not in out.stderr

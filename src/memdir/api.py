@@ -209,6 +209,15 @@ def _stale_model_note(meta: dict[str, Any], provider: Any) -> str:
     return f"the index holds {held}: searches use keywords only until the next index run rebuilds it"
 
 
+
+def _readonly_why(store: Any) -> str:
+    """Why ``store`` was opened read-only, in words: for want of room SQLite says only "disk I/O
+    error", which ``sync`` raised and ``status`` showed as it is."""
+    why = store.readonly_reason or "opened read-only"
+    if getattr(store, "readonly_for_space", False):
+        why += " (is the disk full, or a file size limit reached?)"
+    return why
+
 class Memory(IndexUpkeep):
     """One agent's memory: its workspace files, its index and its embedding provider."""
 
@@ -431,8 +440,7 @@ class Memory(IndexUpkeep):
         kwargs = {"progress": progress, "deadline": deadline, "lock_timeout": lock_timeout}
         log.info("sync (%s%s): %s -> %s", reason, ", full" if force else "", self.workspace, self.index_path)
         if self.store.readonly and not writable_again(self.store):
-            why = self.store.readonly_reason or "read-only"
-            raise MemdirError(f"the index {self.store.location} cannot be updated: {why}")
+            raise MemdirError(f"the index {self.store.location} cannot be updated: {_readonly_why(self.store)}")
         try:
             report = self._healing(lambda: self.indexer.sync(force=force, reason=reason, **kwargs))
         except (LockTimeout, IndexOwnershipError, MemoryClosed):
@@ -817,7 +825,7 @@ class Memory(IndexUpkeep):
         if recovered:
             out["recovered"] = recovered
         if store is not None and store.readonly:
-            out["readOnly"] = store.readonly_reason or "opened read-only"
+            out["readOnly"] = _readonly_why(store)
         if self.watcher is not None:
             out["watch"] = self.watcher.state()
         if store:

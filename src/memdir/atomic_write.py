@@ -43,9 +43,13 @@ def replace_file(path: Path, data: bytes, *, prefix: str | None = None, mode: in
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:
+            # a write's or flush's error names no file: "[Errno 28] No space left on device" alone did
+            # not say which (sessions.json at a chat's start, an ltm export's --out)
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
 
 

@@ -11,11 +11,13 @@ killed by SIGPIPE; stdout stays quiet then.  Shell completion comes from ``argco
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import math
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -709,7 +711,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             else:
                 lines.append(f"Writer: pid {w.get('pid')}{host} is indexing{far}")
     if st.get("readOnly"):
-        lines.append(f"Read-only: {st['readOnly']} (searches answer from the index as it is)")
+        lines.append(f"Read-only: {st['readOnly']}; searches answer from the index as it is")
     if st.get("recovered"):
         r = st["recovered"]
         aside = (f"moved aside to {r['corruptPath']}" if r.get("corruptPath")
@@ -755,7 +757,15 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_log_formatting() -> None:
+    """Import what :class:`_RedactingFormatter` needs now, in a server that runs for long: out of
+    file descriptors, each log line's import failed and logging printed its own traceback instead
+    ("--- Logging error ---", 90,000 lines of them for 100 connections to ``mcp --transport http``)."""
+    import memdir.redact  # noqa: F401
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
+    _load_log_formatting()
     try:
         from memdir.mcp_server import HostNotAllowed, check_loopback_host, serve
     except ImportError as exc:
@@ -778,6 +788,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    _load_log_formatting()
     from memdir.watch_foreground import run_foreground
 
     with _memory(args) as mem:
@@ -876,6 +887,26 @@ def _stdout_gone() -> int:
     except (OSError, ValueError):
         pass
     return _EXIT_SIGPIPE
+
+
+def _stdout_is_full(exc: OSError) -> bool:
+    """Whether ``exc`` (naming no file) is stdout's: a file on a full disk or at the file size limit,
+    or ``/dev/full``."""
+    if exc.filename is not None or exc.errno not in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", -1)):
+        return False
+    try:
+        fd = sys.stdout.fileno()
+        st = os.fstat(fd)
+        if exc.errno == errno.EFBIG:
+            import resource
+
+            limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+            return limit != resource.RLIM_INFINITY and st.st_size >= limit
+        if stat.S_ISCHR(st.st_mode):
+            return st.st_rdev == os.stat("/dev/full").st_rdev
+        return stat.S_ISREG(st.st_mode) and os.fstatvfs(fd).f_bavail == 0
+    except (OSError, ValueError, AttributeError, ImportError):
+        return False
 
 
 def _flush_stdout() -> None:
@@ -1007,6 +1038,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memdir: {said}", file=sys.stderr)
         return _json_failure(args, "interrupted", said, code)
     except Exception as exc:  # every other failure: one clear line, exit 1
+        if isinstance(exc, OSError) and _stdout_is_full(exc):
+            # "Memory index failed: [Errno 28] No space left on device" for an index that was updated,
+            # read as a full state folder: only `> out.json` on a full disk was
+            print(f"memdir {args.command}: its output could not be written to stdout: {exc.strerror} (what the "
+                  "command did stands: only its output is lost)", file=sys.stderr)
+            _stdout_gone()  # (the interpreter's final flush would fail again)
+            return 1
         from memdir.config import ConfigError
 
         label = {"index": "Memory index failed", "search": "Memory search failed",
@@ -1017,10 +1055,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # one line: a library's message can run over several (huggingface_hub's advice, pydantic's report)
         message = " ".join(without_source_location(str(exc)).split())
+        if isinstance(exc, MemoryError):
+            from memdir.errors import OUT_OF_MEMORY
+
+            message = OUT_OF_MEMORY
         if isinstance(exc, FileNotFoundError) and not exc.filename and _cwd_gone():  # (said no path at all)
             message = ("the current folder no longer exists (was it deleted?): cd to a folder that does, or give "
                        "--workspace as a full path")
-        if "disk I/O error" in message or "database or disk is full" in message:
+        if ("disk I/O error" in message or "database or disk is full" in message) and "is the disk full" not in message:
             # SQLite says no more than this when it could not write: the usual cause, in words
             message += " (is the disk full, or a file size limit reached?)"
         print(f"{label}: {for_terminal(message)}", file=sys.stderr)

@@ -56,3 +56,8 @@ _RUST_LOCATION = re.compile(r",? (?:/|[A-Za-z]:\\)\S*?\.rs:\d+(?::\d+)?")
 def without_source_location(text: str) -> str:
     """``text`` without the Rust source locations LanceDB appends to its messages (not for people)."""
     return _RUST_LOCATION.sub("", text)
+
+
+#: What a :class:`MemoryError` (which carries no message) is said as: "Memory index failed: " and
+#: nothing more was all a 25 MB note indexed under a 150 MB memory limit printed.
+OUT_OF_MEMORY = "out of memory (is a memory limit, ulimit -v or a container's, too low for this?)"

@@ -41,6 +41,7 @@ import queue
 import socket
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -771,12 +772,53 @@ class ClientGoneFilter(logging.Filter):
         return True
 
 
+class AcceptStormFilter(logging.Filter):
+    """One line a minute, not a traceback a try, for connections the server cannot take.
+
+    Why: out of file descriptors, asyncio (3.11) tries ``accept`` up to the listen backlog (2048)
+    times per wake-up, logs each failure with its traceback and schedules as many retries; 100
+    connections held open to ``memdir mcp --transport http`` with ``ulimit -n 48`` wrote 340,000
+    lines to stderr in ten seconds (and the retries left over when it stopped, 2,500 more
+    "Invalid file descriptor: -1" tracebacks).  The server recovers once descriptors are free.
+    """
+
+    INTERVAL = 60.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = -self.INTERVAL
+        self._dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        exc = record.exc_info[1] if record.exc_info else None
+        if "BaseSelectorEventLoop._start_serving" in message and isinstance(exc, ValueError):
+            return False  # a retry left over from the storm, run after the server closed its socket
+        if not message.startswith("socket.accept() out of system resource"):
+            return True
+        now = time.monotonic()
+        if now - self._last < self.INTERVAL:
+            self._dropped += 1
+            return False
+        more = f"; {self._dropped} more refusals since the last report" if self._dropped else ""
+        self._last, self._dropped = now, 0
+        record.msg, record.args = (f"cannot accept connections: {getattr(exc, 'strerror', None) or exc} (the process's "
+                                   f"limit, ulimit -n, is reached?); they wait and are taken once descriptors are "
+                                   f"free{more}"), ()
+        record.exc_info = record.exc_text = None
+        return True
+
+
 def quiet_client_disconnects() -> None:
-    """Install :class:`ClientGoneFilter` on the loggers that report disconnects (idempotent)."""
+    """Install :class:`ClientGoneFilter` on the loggers that report disconnects, and
+    :class:`AcceptStormFilter` on asyncio's (idempotent)."""
     for name in _DISCONNECT_LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(f, ClientGoneFilter) for f in logger.filters):
             logger.addFilter(ClientGoneFilter())
+    loop_logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, AcceptStormFilter) for f in loop_logger.filters):
+        loop_logger.addFilter(AcceptStormFilter())
 
 
 def timeout_payload(name: str, arguments: dict[str, Any] | None, seconds: float) -> dict[str, Any]:

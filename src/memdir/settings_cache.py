@@ -16,6 +16,7 @@ a state folder that cannot be written simply means no snapshot.
 from __future__ import annotations
 
 import binascii
+import contextlib
 import copy
 import json
 import math
@@ -314,7 +315,10 @@ def save_snapshot(path: Path, key: str, loaded: Any) -> bool:
                    "configFile": str(loaded.config_file) if loaded.config_file else None,
                    "probes": list(getattr(loaded, "probes", []))}
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    except (OSError, TypeError, ValueError):
+        return False
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
         # the settings hold secrets (remote.apiKey, a DSN's password, perhaps from a 0600 config
         # file or the environment): readable by its owner only, as the config file should be
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -323,6 +327,9 @@ def save_snapshot(path: Path, key: str, loaded: Any) -> bool:
             json.dump(payload, fh)
         os.replace(tmp, path)
     except (OSError, TypeError, ValueError):
+        # a full disk: each search (a new pid) left one more cut-short temp, pruned only after a save worked
+        with contextlib.suppress(OSError):
+            tmp.unlink()
         return False
     _prune(path.parent)
     return True

@@ -213,6 +213,10 @@ class _Loaded:
 def _why(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
+    if isinstance(exc, MemoryError):  # ("MemoryError: " and nothing more)
+        from memdir.errors import OUT_OF_MEMORY
+
+        return OUT_OF_MEMORY
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -692,6 +696,11 @@ class Indexer:
     def _unlisted_key(self, key: tuple[str, str]) -> bool:
         """Whether an indexed file sits where the last listing could not look (kept, not gone)."""
         return key[1] in self._unlisted_sources or (key[1] == "memory" and is_unlisted(key[0], self._unlisted))
+
+    @property
+    def listing_skipped(self) -> list[Skipped]:
+        """What the last listing skipped (a folder it could not look in, a name that is not UTF-8)."""
+        return list(self._skipped)
 
     @property
     def kept_unread(self) -> bool:

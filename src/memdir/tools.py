@@ -416,6 +416,10 @@ def search_unavailable_payload(error: Any = None) -> dict[str, Any]:
 
 
 def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, MemoryError):
+        from memdir.errors import OUT_OF_MEMORY
+
+        return OUT_OF_MEMORY
     text = str(exc).strip()
     return text or type(exc).__name__
 

@@ -164,6 +164,9 @@ class IndexUpkeep:
             return self._first_index()
         changed, gone = self.indexer.dirty_files(reuse=True)
         if not changed and not gone:
+            starved = _starved([s.as_dict() for s in self.indexer.listing_skipped])
+            if starved:  # memory/ could not be listed: "no changes" was no answer
+                return True, starved, None
             why = self.indexer.settings_rebuild_reason(meta)
             if why is None:
                 return False, [], None
@@ -174,7 +177,8 @@ class IndexUpkeep:
             report = self.sync(reason="search", deadline=deadline, lock_timeout=budget)
         except LockTimeout:
             return True, [], None
-        return report.incomplete, [], None
+        starved = _starved(report.skipped)
+        return report.incomplete or bool(starved), starved, None
 
     def _rebuild_for_settings(self, why: str, budget: float) -> tuple[bool, list[str], Store | None]:
         """The settings changed in a way the index must be rebuilt for (chunk size, tokenizer, ...)
@@ -316,3 +320,16 @@ class IndexUpkeep:
             # on their own after a failure) index what changed once there is room
             self.notice(f"{self._readonly_note()}; watching, and indexing again once there is room")
         return self.watch(on_event=on_event, files=cfg.watch)
+
+
+def _starved(skipped: list[dict[str, str]]) -> list[str]:
+    """A note for the files and folders a sync could not open for want of file descriptors (a
+    long-running host with many files open), else none.  Why: the search answered "no results",
+    not stale and without a word, for a note written just before it, which an agent reads as
+    nothing in memory; a file skipped for good (a name that is not UTF-8) is left to ``status``."""
+    names = [s["path"] for s in skipped if "Too many open files" in s.get("error", "")]
+    if not names:
+        return []
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return [f"could not open {shown}: too many open files (the process's limit, ulimit -n, is reached); results "
+            "may miss what changed there since the last sync"]

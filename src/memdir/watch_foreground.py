@@ -20,7 +20,7 @@ def _line(event: Event) -> str | None:
     if kind in ("change", "folder"):
         return f"{stamp} {event['change']} {event['path']}" + ("/" if kind == "folder" else "")
     if kind == "sync":
-        skipped = f", {len(event['skipped'])} skipped" if event.get("skipped") else ""
+        skipped = _skipped(event.get("skipped") or [])
         what = "full reindex" if event.get("full") else "synced"
         return (f"{stamp} {what} ({event['reason']}): {event['indexed']} indexed, {event['removed']} removed"
                 f"{skipped} in {event['seconds']:.2f}s")
@@ -31,6 +31,16 @@ def _line(event: Event) -> str | None:
         return (f"Watching {event['workspace']} (index {event['indexPath']}; sync {event['debounceMs']} ms after "
                 "a change). Ctrl-C stops.")
     return None
+
+
+def _skipped(skipped: list[dict[str, Any]]) -> str:
+    """The files a sync skipped, with why: "1 skipped" alone hid a folder unread for want of file
+    descriptors (every note in it left out) as well as a file that is not UTF-8."""
+    if not skipped:
+        return ""
+    first = f"{skipped[0].get('path')}: {skipped[0].get('error')}"
+    more = f"; {len(skipped) - 1} more: memdir status lists them" if len(skipped) > 1 else ""
+    return f", {len(skipped)} skipped ({first}{more})"
 
 
 def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | None = None,

@@ -298,6 +298,16 @@ def _stamp(*files: ModelData) -> list[list[int]]:
     return out
 
 
+def _out_of_memory(exc: BaseException) -> str | None:
+    """What to check when loading a model ran out of memory, else None.  Why: onnxruntime says
+    ``std::bad_alloc``, which beside "is it a valid .onnx export?" sent people to re-download a
+    model that was fine when a memory limit (``ulimit -v``, a container's) was the cause."""
+    text = str(exc)
+    if not isinstance(exc, MemoryError) and "bad_alloc" not in text and "Failed to allocate memory" not in text:
+        return None
+    return "out of memory while loading it: is a memory limit (ulimit -v, a container's) too low?"
+
+
 def _lfs_pointer(data: ModelData) -> str | None:
     """What to do when ``data`` is a Git LFS pointer (a model repository cloned without git-lfs
     holds these small text files in place of the weights), else None."""
@@ -485,7 +495,8 @@ class OnnxBackend:
             self.loaded_from = self.model_file
             return session
         except Exception as exc:
-            what = _lfs_pointer(self.model_file) or "is it a valid .onnx export of a text encoder?"
+            what = (_out_of_memory(exc) or _lfs_pointer(self.model_file)
+                    or "is it a valid .onnx export of a text encoder?")
             raise EmbeddingError(
                 f"{_PREFIX}: could not load the ONNX model {self.model_file} ({what}): {exc}"
             ) from exc

@@ -272,7 +272,6 @@ def _read_state(state_file: Path) -> dict[str, str]:
 
 
 def _write_state(state_file: Path, state: dict[str, str]) -> None:
+    """Replace the mirror's state file whole (a write that fails, a full disk, leaves no temporary file)."""
     state_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = state_file.with_name(state_file.name + ".tmp")
-    tmp.write_text(json.dumps(state, indent=2), encoding="utf-8")
-    os.replace(tmp, state_file)
+    replace_file(state_file, json.dumps(state, indent=2).encode("utf-8"))

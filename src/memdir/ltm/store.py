@@ -20,10 +20,12 @@ never does.  Reads see other processes' writes at once (``read_consistency_inter
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -309,7 +311,8 @@ class LanceTable:
         if table is None:
             raise LtmError("internal: table not created before add")
         before = table.version
-        table.add([_row(r) for r in records])
+        with self._no_room_said():
+            table.add([_row(r) for r in records])
         self._read_back(table, before, [r.id for r in records])
 
     def replace(self, record: MemoryRecord) -> None:
@@ -321,8 +324,26 @@ class LanceTable:
         if table is None:
             raise LtmError("internal: table not created before replace")
         before = table.version
-        table.merge_insert("id").when_matched_update_all().execute([_row(record)])
+        with self._no_room_said():
+            table.merge_insert("id").when_matched_update_all().execute([_row(record)])
         self._read_back(table, before, [record.id])
+
+    @contextlib.contextmanager
+    def _no_room_said(self) -> Iterator[None]:
+        """A write LanceDB refused for want of room said "lance error: LanceError(IO): File too large
+        (os error 27), <a Rust source path>", naming neither the store nor what to check."""
+        try:
+            yield
+        except Exception as exc:
+            from memdir.errors import without_source_location
+            from memdir.ltm.heal import first_line
+
+            text = str(exc)
+            if not any(m in text for m in ("os error 28", "os error 27", "os error 122", "No space left",
+                                           "File too large")):
+                raise
+            raise LtmError(f"the long-term memory store {self.path} could not be written (is the disk full, or a "
+                           f"file size limit reached?): {without_source_location(first_line(exc))}") from None
 
     def _read_back(self, table: Any, before: int, ids: list[str] | None) -> None:
         """Read what a write just committed (the rows ``ids``, or every row); if it does not read,
@@ -349,7 +370,7 @@ class LanceTable:
                 table.restore(before)
             except Exception:  # no room even for a manifest: the next operation heals the table
                 pass
-            raise LtmError(f"the long-term memory store could not be written (is the disk full?): "
+            raise LtmError(f"the long-term memory store {self.path} could not be written (is the disk full?): "
                            f"{first_line(exc)}") from None
 
     def delete(self, memory_id: str) -> None:

@@ -113,7 +113,8 @@ def append_record(path: str | os.PathLike[str], record: Mapping[str, Any]) -> No
     written first, so the torn fragment stays an isolated, skippable line.  A string holding a lone
     surrogate (a model reply cut inside an emoji's ``\\ud83d\\ude00`` pair, stdin read with
     ``surrogateescape``) has no UTF-8 form, so that record is written with ``\\u`` escapes instead:
-    the message is kept, and reads back as it was sent.
+    the message is kept, and reads back as it was sent.  A write that fails part-way (a full disk, a
+    file size limit) is cut back, so the file is as it was, and the error names it.
     """
     try:
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
@@ -125,8 +126,17 @@ def append_record(path: str | os.PathLike[str], record: Mapping[str, Any]) -> No
         size = os.fstat(fd).st_size
         if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
             line = b"\n" + line
-        _write_all(fd, line)
-        os.fsync(fd)
+        try:
+            _write_all(fd, line)
+            os.fsync(fd)
+        except BaseException as exc:
+            # Cut back to the size before (still under the flock, so nothing else landed after it):
+            # a full disk or a file size limit left the record's first bytes as a torn last line.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            if isinstance(exc, OSError) and exc.filename is None:  # name the file: "[Errno 28] ..." alone said nothing
+                raise OSError(exc.errno, f"{exc.strerror or exc}; the record was not written", str(path)) from exc
+            raise
     finally:
         os.close(fd)  # closing releases the flock
 

@@ -1279,7 +1279,7 @@ class SqliteStore(SqliteLifecycle):
             cause = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ is not None else exc
             if not isinstance(cause, db.binding().Error) or health.is_damage_error(cause):
                 raise
-            raise StoreError(f"rebuilding the index {self.path} failed: {health.first_line(cause)} (writing "
+            raise StoreError(f"rebuilding the index {self.path} failed: {health.open_failure(cause)} (writing "
                              f"{temp_path}); the index as it was is unchanged") from cause
         finally:
             if fresh is not None:

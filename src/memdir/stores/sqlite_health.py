@@ -132,6 +132,31 @@ def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+def open_failure(exc: BaseException) -> str:
+    """:func:`first_line` of an error opening a database, with the cause SQLite leaves out when the
+    process has (next to) no file descriptor left: it says only "unable to open database file",
+    which read as a permissions problem (a long-running host with many files open, a low ``ulimit -n``)."""
+    message = first_line(exc)
+    if "unable to open database" in message and _out_of_descriptors():
+        return f"{message}: too many open files (the process's limit, ulimit -n, is reached)"
+    return message
+
+
+def _out_of_descriptors(needed: int = 8) -> bool:
+    """Whether this process cannot open ``needed`` more files (a database takes up to four: the file,
+    its WAL, its shared memory, a journal; a failed open may have closed its own already)."""
+    fds: list[int] = []
+    try:
+        while len(fds) < needed:
+            fds.append(os.open(os.devnull, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+    except OSError as err:
+        return err.errno in (errno.EMFILE, errno.ENFILE)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return False
+
+
 def probe(conn: Any, *, fts_expected: bool) -> str | None:
     """Cheap checks (a few pages): schema readable, a built index has its tables and valid meta."""
     try:

@@ -133,6 +133,10 @@ class SqliteLifecycle:
                 if health.is_damage_error(exc):
                     self.conn.close()
                     raise health.IndexDamaged(health.first_line(exc)) from exc
+                if not health.is_readonly_error(exc) and health.is_unwritable_error(exc):
+                    # a new index's schema on a full disk: "disk I/O error" alone named no file
+                    self.conn.close()
+                    raise StoreError(f"cannot create the index {self.path}: {health.first_line(exc)}") from exc
                 if not health.is_readonly_error(exc):
                     raise
                 self.readonly, self.readonly_reason = True, health.first_line(exc)
@@ -158,7 +162,7 @@ class SqliteLifecycle:
             return (f"its folder {self.path.parent} was removed while it was being opened (was memdir's state "
                     "folder deleted?); nothing is lost: run the command again, and the index is rebuilt from "
                     "the Markdown files")
-        return health.first_line(exc)
+        return health.open_failure(exc)
 
     # -- health ------------------------------------------------------------------------------
     def is_damage(self, exc: BaseException) -> bool:
