@@ -131,6 +131,26 @@ def test_commands_run_with_stderr_closed(make_workspace, state_dir: Path):
     assert any("closed stderr note" in p.read_text() for p in (ws / "memory").glob("*.md"))
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_output_to_a_full_device_is_said_as_such_not_as_the_command_failing(make_workspace, state_dir: Path):
+    """``memdir index > /dev/full`` (stdout on a full disk) said "Memory index failed: [Errno 28] No
+    space left on device" once the index was updated, which reads as the index's disk being full;
+    ``--version`` printed a traceback and ``mcp`` "unhandled errors in a TaskGroup"."""
+    ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})
+    env = cli_env(state_dir, MEMDIR_PROVIDER="none")
+    init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "qa", "version": "1"}}}) + "\n"
+    for argv, given in ((["index"], ""), (["search", "otter", "--json"], ""), (["status"], ""),
+                        (["--version"], ""), (["mcp"], init)):
+        with open("/dev/full", "w") as full:
+            out = subprocess.run([sys.executable, "-m", "memdir", *argv, *(["-w", str(ws)] if argv[0][0] != "-" else [])],
+                                 input=given, stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=60)
+        assert (out.returncode, out.stderr) == (1, "memdir: could not write the output to stdout: No space left on "
+                                                   "device\n"), argv
+    assert subprocess.run([sys.executable, "-m", "memdir", "search", "otter", "--files", "--no-sync", "-w", str(ws)],
+                          capture_output=True, text=True, env=env, timeout=60).stdout == "MEMORY.md\n"
+
+
 def test_the_stdio_mcp_server_with_stdin_closed_is_bad_usage_in_words(make_workspace, state_dir: Path):
     """``memdir mcp <&-`` said only "memdir: 'NoneType' object has no attribute 'isatty'"."""
     ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})

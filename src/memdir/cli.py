@@ -11,6 +11,7 @@ killed by SIGPIPE; stdout stays quiet then.  Shell completion comes from ``argco
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import math
@@ -885,6 +886,47 @@ def _flush_stdout() -> None:
         sys.stdout.flush()
 
 
+class _StdoutFile(io.FileIO):
+    """Standard output's file, whose failed writes say they were stdout's (:class:`StdoutFailed`).
+
+    Why: ``memdir index > /dev/full`` said "Memory index failed: [Errno 28] No space left on
+    device" (the index was updated: only its report could not be written), and search the same,
+    which reads as the index's disk being full.  Once a write failed, later ones are dropped:
+    the output is incomplete already, and the interpreter's last flush at exit would otherwise
+    fail again with "Exception ignored" and exit 120."""
+
+    failed = False
+
+    def write(self, data: Any) -> int | None:  # type: ignore[override]
+        if self.failed:
+            return len(data)
+        try:
+            return super().write(data)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            from memdir.errors import StdoutFailed
+
+            self.failed = True
+            raise StdoutFailed(exc.errno, exc.strerror) from None
+
+
+def _tag_stdout_failures() -> None:
+    """Put :class:`_StdoutFile` under ``sys.stdout`` (only the process's own stdout: a caller's
+    captured stream is left as it is), with the same encoding, errors and buffering."""
+    stream = sys.stdout
+    if stream is not sys.__stdout__ or not isinstance(stream, io.TextIOWrapper):
+        return
+    try:
+        fd = stream.fileno()
+        stream.flush()
+        raw = _StdoutFile(fd, "w", closefd=False)
+    except (OSError, ValueError):  # closed, or not a file: nothing to tag
+        return
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors,
+                                  line_buffering=stream.line_buffering, write_through=stream.write_through)
+
+
 def _lossless_streams() -> None:
     """A note's text never makes a command fail on a terminal or pipe that cannot encode it
     (``PYTHONIOENCODING=ascii``, a C locale on Windows): what it cannot show comes out as
@@ -961,6 +1003,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115  (output goes nowhere, as >/dev/null)
     if sys.stderr is None:  # stderr closed (`memdir index 2>&-`): index failed on the progress's isatty()
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+    _tag_stdout_failures()
     completing = "_ARGCOMPLETE" in os.environ
     parser = build_parser(None if completing else command_in(sys.argv[1:] if argv is None else argv))
     if completing:  # a shell asking for completions (see `memdir completion`)
@@ -980,6 +1023,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"memdir {__version__}", flush=True)
         except BrokenPipeError:
             return _stdout_gone()
+        except OSError as exc:  # `memdir --version > /dev/full`: a traceback
+            print(f"memdir: could not write the output to stdout: {exc.strerror or exc}", file=sys.stderr)
+            return 1
         return 0
     if not args.command:
         parser.print_help()
@@ -1013,7 +1059,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "ltm": "memdir ltm"}.get(args.command, "memdir")
         if isinstance(exc, ConfigError):
             label = "memdir: configuration error"
-        from memdir.errors import without_source_location
+        from memdir.errors import StdoutFailed, without_source_location
+
+        if isinstance(exc, StdoutFailed):  # the command's work is done: only its output was lost
+            print(f"memdir: could not write the output to stdout: {exc.strerror or exc}", file=sys.stderr)
+            return 1
 
         # one line: a library's message can run over several (huggingface_hub's advice, pydantic's report)
         message = " ".join(without_source_location(str(exc)).split())
