@@ -348,7 +348,7 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         from memdir.mcp_stdio import stdio_transport
 
         try:
-            async with stdio_transport() as (read_stream, write_stream):
+            async with stdio_transport(drain_seconds=self.call_timeout + 30) as (read_stream, write_stream):
                 await self._mcp_server.run(read_stream, write_stream, self._mcp_server.create_initialization_options())
         except BaseExceptionGroup as group:
             # The client stopped reading (it closed our stdout): memdir exits quietly with 141 as
