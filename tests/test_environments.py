@@ -101,6 +101,23 @@ def test_json_on_an_ascii_stdout_is_still_json(make_workspace, run_cli):
         assert "café kiwi plan 🥝" in json.dumps(json.loads(out.stdout), ensure_ascii=False)
 
 
+def test_json_on_a_latin1_stdout_is_utf8_json(make_workspace, state_dir: Path):
+    """On a Latin-1 stdout (``LC_ALL=de_DE.ISO-8859-1``, ``PYTHONIOENCODING=latin-1``), which can
+    encode "café", ``--json`` printed it as the byte ``\\xe9``: JSON is UTF-8, and ``jq`` or
+    ``JSON.parse`` of those bytes fail or read "caf\ufffd"."""
+    ws = make_workspace({"MEMORY.md": "- the café kiwi plan\n"}, name="notes-été")  # status names it
+    env = cli_env(state_dir, MEMDIR_PROVIDER="none", PYTHONIOENCODING="latin-1")
+    for args in (("search", "kiwi", "--json"), ("get", "MEMORY.md", "--json"), ("status", "--json")):
+        out = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), *args], capture_output=True, env=env,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.isascii(), (args, out.stdout)
+        json.loads(out.stdout.decode("utf-8"))
+    got = json.loads(subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "get", "MEMORY.md", "--json"],
+                                    capture_output=True, env=env, timeout=60).stdout.decode("utf-8"))
+    assert got["text"] == "- the café kiwi plan\n"
+
+
 def test_a_library_error_of_several_lines_is_one_line_on_the_cli(make_workspace, run_cli, tmp_path: Path):
     """A hub model that cannot be fetched (here: no hub at the address) failed ``index`` with
     huggingface_hub's message, whose advice ran onto a second line of stderr (and into

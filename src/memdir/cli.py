@@ -11,6 +11,7 @@ killed by SIGPIPE; stdout stays quiet then.  Shell completion comes from ``argco
 from __future__ import annotations
 
 import argparse
+import codecs
 import io
 import json
 import logging
@@ -180,11 +181,13 @@ def _quiet(args: argparse.Namespace) -> bool:
 
 
 def json_text(value: Any, *, indent: int | None = None, default: Callable[[Any], Any] | None = None) -> str:
-    """``value`` as JSON for stdout, non-ASCII text as it is where stdout can encode it; else
-    (a lone surrogate: a byte that is not UTF-8 in a path given on the command line; an ASCII
-    stdout: ``PYTHONIOENCODING=ascii``, a C locale with ``PYTHONUTF8=0``) all ``\\u`` escapes.
-    Why: printed raw it was a codec error, a stray byte no strict JSON reader takes, or, through
-    the backslash escapes of :func:`_lossless_streams`, ``"caf\\xe9"``, which is not JSON.
+    """``value`` as JSON for stdout, non-ASCII text as it is where stdout is UTF-8 and can encode
+    it; else (a lone surrogate: a byte that is not UTF-8 in a path given on the command line; an
+    ASCII stdout: ``PYTHONIOENCODING=ascii``, a C locale with ``PYTHONUTF8=0``; a Latin-1 one:
+    ``LC_ALL=de_DE.ISO-8859-1``) all ``\\u`` escapes.
+    Why: printed raw it was a codec error, a stray byte no strict JSON reader takes (JSON is
+    UTF-8: ``caf\\xe9`` in Latin-1 is not), or, through the backslash escapes of
+    :func:`_lossless_streams`, ``"caf\\xe9"``, which is not JSON.
     A float that is not finite is written as the string JSON5 spells it (:func:`_finite`)."""
     try:
         text = json.dumps(value, ensure_ascii=False, indent=indent, default=default, allow_nan=False)
@@ -192,7 +195,9 @@ def json_text(value: Any, *, indent: int | None = None, default: Callable[[Any],
         value = _finite(value)
         text = json.dumps(value, ensure_ascii=False, indent=indent, default=default)
     try:
-        text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
+        if codecs.lookup(getattr(sys.stdout, "encoding", None) or "utf-8").name != "utf-8":
+            raise LookupError("not UTF-8")
+        text.encode("utf-8")
     except (UnicodeEncodeError, LookupError):
         return json.dumps(value, indent=indent, default=default)
     return text
