@@ -160,8 +160,9 @@ def test_output_to_a_full_device_is_said_as_such_not_as_the_command_failing(make
     for argv, given in ((["index"], ""), (["search", "otter", "--json"], ""), (["status"], ""),
                         (["--version"], ""), (["mcp"], init)):
         with open("/dev/full", "w") as full:
-            out = subprocess.run([sys.executable, "-m", "memdir", *argv, *(["-w", str(ws)] if argv[0][0] != "-" else [])],
-                                 input=given, stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=60)
+            where = ["-w", str(ws)] if argv[0][0] != "-" else []
+            out = subprocess.run([sys.executable, "-m", "memdir", *argv, *where], input=given, stdout=full,
+                                 stderr=subprocess.PIPE, text=True, env=env, timeout=60)
         assert (out.returncode, out.stderr) == (1, "memdir: could not write the output to stdout: No space left on "
                                                    "device\n"), argv
     assert subprocess.run([sys.executable, "-m", "memdir", "search", "otter", "--files", "--no-sync", "-w", str(ws)],
