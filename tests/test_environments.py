@@ -260,6 +260,43 @@ def test_a_note_or_query_on_the_command_line_is_utf8_when_python_decodes_it_as_a
     assert bad.returncode == 1 and "not valid UTF-8" in bad.stderr  # a byte that is not UTF-8 is still refused
 
 
+def _latin1_locale(tmp_path: Path) -> dict[str, str]:
+    """The environment of a Latin-1 locale (``de_DE.ISO-8859-1``), compiled into ``tmp_path``."""
+    import shutil
+
+    if not shutil.which("localedef"):
+        pytest.skip("needs localedef")
+    (tmp_path / "locales").mkdir()
+    made = subprocess.run(["localedef", "-f", "ISO-8859-1", "-i", "de_DE",
+                           str(tmp_path / "locales" / "de_DE.ISO-8859-1")], capture_output=True, text=True, timeout=60)
+    env = {"LOCPATH": str(tmp_path / "locales"), "LC_ALL": "de_DE.ISO-8859-1", "PYTHONUTF8": "0"}
+    probe = subprocess.run([sys.executable, "-c", "import sys; print(sys.getfilesystemencoding())"],
+                           capture_output=True, text=True, env={**os.environ, **env}, timeout=60)
+    if made.returncode not in (0, 1) or probe.stdout.strip() != "iso8859-1":  # 1: warnings only
+        pytest.skip(f"cannot make a Latin-1 locale here: {made.stderr.strip()[:200]}")
+    return env
+
+
+def test_a_note_typed_in_a_latin1_locale_is_appended_and_searched(make_workspace, state_dir: Path, tmp_path: Path):
+    """In a Latin-1 locale the terminal sends "Grüße aus Köln" as Latin-1 bytes, which Python
+    decodes right; the CLI then read them again as UTF-8 (meant for ASCII locales), so append
+    refused the note as "text is not valid UTF-8" and a search for "Köln" looked for a stray byte."""
+    ws = make_workspace({"MEMORY.md": "- Kiwi plan.\n"})
+    env = {**cli_env(state_dir, MEMDIR_PROVIDER="none"), **_latin1_locale(tmp_path)}
+
+    def memdir(*args: bytes) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable.encode(), b"-m", b"memdir", b"-w", bytes(ws), *args],
+                              capture_output=True, env=env, timeout=60)
+
+    done = memdir(b"append", b"--date", b"2026-03-03", "Grüße aus Köln".encode("latin-1"))
+    assert done.returncode == 0, done.stderr
+    utf8 = memdir(b"append", b"--date", b"2026-03-03", "crème brûlée".encode())  # a UTF-8 terminal's bytes
+    assert utf8.returncode == 0, utf8.stderr
+    assert (ws / "memory" / "2026-03-03.md").read_text(encoding="utf-8") == "Grüße aus Köln\ncrème brûlée\n"
+    found = memdir(b"search", "Köln".encode("latin-1"), b"--files")
+    assert found.stdout == b"memory/2026-03-03.md\n", found.stderr
+
+
 def test_extra_paths_with_names_beyond_ascii_or_utf8_are_indexed_or_skipped(make_workspace, run_cli,
                                                                             tmp_path: Path):
     """An extra folder named ``été`` in the config failed every ``index`` under ``LC_ALL=C

@@ -945,11 +945,22 @@ def _lossless_streams() -> None:
                 pass
 
 
+def _lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a byte the OS's encoding could not decode (a lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _utf8_arguments(args: argparse.Namespace) -> None:
     """A query or note given on the command line as the UTF-8 text it is, when Python decoded the
     command line as ASCII (a C/POSIX locale with ``PYTHONUTF8=0``): ``memdir append "café"`` was
-    refused as "text is not valid UTF-8", and ``search "crème"`` found nothing.  Paths are left
-    as the OS gave them (``memdir.workspace.fs_name``)."""
+    refused as "text is not valid UTF-8", and ``search "crème"`` found nothing.  Bytes that are not
+    UTF-8 are left as the locale read them: in a Latin-1 locale (``LC_ALL=de_DE.ISO-8859-1``) a
+    terminal sends "Grüße" as Latin-1, which Python read right and this made "not valid UTF-8".
+    Paths are left as the OS gave them (``memdir.workspace.fs_name``)."""
     if sys.getfilesystemencoding().lower().replace("-", "").replace("_", "") == "utf8":
         return
 
@@ -957,9 +968,15 @@ def _utf8_arguments(args: argparse.Namespace) -> None:
         if not isinstance(value, str):
             return value
         try:
-            return os.fsencode(value).decode("utf-8", "surrogateescape")
+            raw = os.fsencode(value)
         except UnicodeError:  # not from the command line (main(argv) given text): already text
             return value
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            # what the locale could read is kept (Latin-1); what it could not (an ASCII locale)
+            # stays a surrogate, refused or matched as a byte that is not UTF-8
+            return value if not _lone_surrogate(value) else raw.decode("utf-8", "surrogateescape")
 
     for name in ("query", "query_opt", "text"):
         value = getattr(args, name, None)
