@@ -101,6 +101,19 @@ def test_json_on_an_ascii_stdout_is_still_json(make_workspace, run_cli):
         assert "café kiwi plan 🥝" in json.dumps(json.loads(out.stdout), ensure_ascii=False)
 
 
+def test_memdir_s_own_punctuation_is_ascii_on_an_ascii_stdout(make_workspace, run_cli):
+    """Under ``LC_ALL=C PYTHONUTF8=0`` memdir's own lines came out with backslash escapes meant for
+    a note's text: "Indexed: 1/1 files \\xb7 1 chunks", "text 0.961\\xd71.00" (--explain), the
+    progress bar's "Indexing memory files\\u2026"; a note's letters still show as escapes."""
+    ws = make_workspace({"MEMORY.md": "- the café kiwi plan \u2014 “soon”\n"})
+    found = run_cli("-w", str(ws), "search", "kiwi", "--explain", env=ASCII_PYTHON)
+    assert "- the caf\\xe9 kiwi plan -- \"soon\"" in found.stdout, found.stdout
+    assert "\\x" not in found.stdout.split("[")[-1], found.stdout
+    status = run_cli("-w", str(ws), "status", env=ASCII_PYTHON)
+    assert status.returncode == 0, status.stderr
+    assert "Indexed: 1/1 files - 1 chunks\n" in status.stdout, status.stdout
+
+
 def test_json_on_a_latin1_stdout_is_utf8_json(make_workspace, state_dir: Path):
     """On a Latin-1 stdout (``LC_ALL=de_DE.ISO-8859-1``, ``PYTHONIOENCODING=latin-1``), which can
     encode "café", ``--json`` printed it as the byte ``\\xe9``: JSON is UTF-8, and ``jq`` or
