@@ -182,6 +182,23 @@ def test_output_to_a_full_device_is_said_as_such_not_as_the_command_failing(make
                           capture_output=True, text=True, env=env, timeout=60).stdout == "MEMORY.md\n"
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_stderr_on_a_full_device_never_fails_the_command(make_workspace, state_dir: Path):
+    """With stderr on a full disk (``2>>memdir.log`` on a full /var), the first warning raised:
+    ``memdir index`` exited 1 without its report (its index updated), bad usage exited 1, not 2."""
+    ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})
+    (ws / "memory").mkdir()
+    with open(bytes(ws / "memory") + b"/caf\xe9.md", "w") as note:
+        note.write("- A note named in Latin-1.\n")  # a name that is not UTF-8: a warning at each index
+    env = cli_env(state_dir, MEMDIR_PROVIDER="none")
+    for argv, code, said in ((["index"], 0, "Memory index updated"), (["search", "otter"], 0, "MEMORY.md:1"),
+                             (["search"], 2, ""), (["get", "../x.md"], 1, "")):
+        with open("/dev/full", "w") as full:
+            out = subprocess.run([sys.executable, "-m", "memdir", *argv, "-w", str(ws)], stdout=subprocess.PIPE,
+                                 stderr=full, text=True, env=env, timeout=60)
+        assert out.returncode == code and said in out.stdout, (argv, out.returncode, out.stdout)
+
+
 def test_the_stdio_mcp_server_with_stdin_closed_is_bad_usage_in_words(make_workspace, state_dir: Path):
     """``memdir mcp <&-`` said only "memdir: 'NoneType' object has no attribute 'isatty'"."""
     ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})

@@ -916,20 +916,38 @@ class _StdoutFile(io.FileIO):
             raise StdoutFailed(exc.errno, exc.strerror) from None
 
 
+class _StderrFile(io.FileIO):
+    """Standard error's file, whose failed writes are dropped: there is nowhere left to say so.
+
+    Why: with stderr on a full disk (``2>>memdir.log`` on a full /var) the first warning raised,
+    so ``memdir index`` exited 1 without printing its report, its index updated, and a usage
+    error exited 1, not 2."""
+
+    def write(self, data: Any) -> int | None:  # type: ignore[override]
+        try:
+            return super().write(data)
+        except OSError:
+            return len(data)
+
+
 def _tag_stdout_failures() -> None:
-    """Put :class:`_StdoutFile` under ``sys.stdout`` (only the process's own stdout: a caller's
-    captured stream is left as it is), with the same encoding, errors and buffering."""
-    stream = sys.stdout
-    if stream is not sys.__stdout__ or not isinstance(stream, io.TextIOWrapper):
-        return
-    try:
-        fd = stream.fileno()
-        stream.flush()
-        raw = _StdoutFile(fd, "w", closefd=False)
-    except (OSError, ValueError):  # closed, or not a file: nothing to tag
-        return
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors,
-                                  line_buffering=stream.line_buffering, write_through=stream.write_through)
+    """Put :class:`_StdoutFile` under ``sys.stdout`` and :class:`_StderrFile` under
+    ``sys.stderr`` (only the process's own streams: a caller's captured one is left as it is),
+    with the same encoding, errors and buffering."""
+    for name, original, kind in (("stdout", sys.__stdout__, _StdoutFile), ("stderr", sys.__stderr__, _StderrFile)):
+        stream = getattr(sys, name)
+        if stream is not original or not isinstance(stream, io.TextIOWrapper):
+            continue
+        try:
+            fd = stream.fileno()
+            stream.flush()
+            raw = kind(fd, "w", closefd=False)
+        except (OSError, ValueError):  # closed, or not a file: nothing to tag
+            continue
+        # unbuffered as it was (stderr, python -u): progress lines and warnings stay in order
+        layer = raw if isinstance(stream.buffer, io.RawIOBase) else io.BufferedWriter(raw)
+        setattr(sys, name, io.TextIOWrapper(layer, encoding=stream.encoding, errors=stream.errors,
+                                            line_buffering=stream.line_buffering, write_through=stream.write_through))
 
 
 #: Punctuation memdir's own lines use (and notes often do), as an ASCII terminal can show it.
