@@ -84,6 +84,11 @@ def test_a_non_ascii_file_name_is_indexed_and_read_when_python_decodes_names_as_
     assert found.returncode == 0, found.stderr
     (hit,) = json.loads(found.stdout)["results"]
     assert hit["path"] == "memory/projets/café.md" and "12 €" in hit["snippet"]
+    # a search that does not index first checks each result's note for edits: "Memory search
+    # failed: 'ascii' codec can't encode character '\xe9'"
+    unsynced = run_cli("-w", str(ws), "search", "kiwi budget", "--json", "--no-sync", env=ASCII_PYTHON)
+    assert unsynced.returncode == 0, unsynced.stderr
+    assert [r["path"] for r in json.loads(unsynced.stdout)["results"]] == ["memory/projets/café.md"]
     got = run_cli("-w", str(ws), "get", "memory/projets/café.md", "--json", env=ASCII_PYTHON)
     assert got.returncode == 0, got.stderr
     assert json.loads(got.stdout) == {"text": "- le budget du kiwi est 12 €\n", "path": "memory/projets/café.md"}
