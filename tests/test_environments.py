@@ -72,7 +72,8 @@ def test_a_home_that_cannot_be_written_gets_no_onnxruntime_warning():
 ASCII_PYTHON = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "MEMDIR_PROVIDER": "none"}
 
 
-def test_a_non_ascii_file_name_is_indexed_and_read_when_python_decodes_names_as_ascii(make_workspace, run_cli):
+def test_a_non_ascii_file_name_is_indexed_and_read_when_python_decodes_names_as_ascii(make_workspace, run_cli,
+                                                                                      state_dir: Path):
     """Under ``LC_ALL=C PYTHONUTF8=0`` ``memory/projets/café.md`` was skipped as "file name is not
     valid UTF-8" (it is: Python only saw it as surrogate escapes), so its notes were never found,
     and ``get`` of it failed with "'ascii' codec can't encode character"."""
@@ -89,6 +90,10 @@ def test_a_non_ascii_file_name_is_indexed_and_read_when_python_decodes_names_as_
     unsynced = run_cli("-w", str(ws), "search", "kiwi budget", "--json", "--no-sync", env=ASCII_PYTHON)
     assert unsynced.returncode == 0, unsynced.stderr
     assert [r["path"] for r in json.loads(unsynced.stdout)["results"]] == ["memory/projets/café.md"]
+    for null in ((), ("-0",)):  # names for xargs as the OS spells them: memory/caf\xe9.md opened nothing
+        listed = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "search", "kiwi budget", "--files",
+                                 *null], capture_output=True, env={**cli_env(state_dir), **ASCII_PYTHON}, timeout=60)
+        assert listed.stdout == "memory/projets/café.md".encode() + (b"\0" if null else b"\n"), listed.stderr
     got = run_cli("-w", str(ws), "get", "memory/projets/café.md", "--json", env=ASCII_PYTHON)
     assert got.returncode == 0, got.stderr
     assert json.loads(got.stdout) == {"text": "- le budget du kiwi est 12 €\n", "path": "memory/projets/café.md"}

@@ -552,8 +552,16 @@ def cmd_search(args: argparse.Namespace) -> int:
             end = "\0" if args.null else "\n"
             # at a terminal spelt out as every printed path is (an escape sequence in a synced note's
             # name cleared or retitled it); piped, or with -0, the names as they are, for xargs
-            shown = for_terminal if sys.stdout.isatty() and not args.null else str
-            sys.stdout.write("".join(shown(path) + end for path in dict.fromkeys(r.path for r in resp.results)))
+            paths = dict.fromkeys(r.path for r in resp.results)
+            if sys.stdout.isatty() and not args.null:
+                sys.stdout.write("".join(for_terminal(path) + end for path in paths))
+                return 0
+            # the OS's own bytes for each name: under an ASCII locale (LC_ALL=C PYTHONUTF8=0) the
+            # text memory/café.md came out as memory/caf\xe9.md, which xargs could not open
+            from memdir.workspace import fs_name
+
+            sys.stdout.flush()
+            sys.stdout.buffer.write(b"".join(os.fsencode(fs_name(path)) + end.encode() for path in paths))
             return 0
         if not resp.results:
             print("No matches.")
