@@ -175,13 +175,14 @@ def test_commands_run_with_stderr_closed(make_workspace, state_dir: Path):
 def test_output_to_a_full_device_is_said_as_such_not_as_the_command_failing(make_workspace, state_dir: Path):
     """``memdir index > /dev/full`` (stdout on a full disk) said "Memory index failed: [Errno 28] No
     space left on device" once the index was updated, which reads as the index's disk being full;
-    ``--version`` printed a traceback and ``mcp`` "unhandled errors in a TaskGroup"."""
+    ``--version`` printed a traceback, ``mcp`` "unhandled errors in a TaskGroup", and ``--help``
+    exited 0 with nothing written (argparse drops a failed write)."""
     ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})
     env = cli_env(state_dir, MEMDIR_PROVIDER="none")
     init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "qa", "version": "1"}}}) + "\n"
     for argv, given in ((["index"], ""), (["search", "otter", "--json"], ""), (["status"], ""),
-                        (["--version"], ""), (["mcp"], init)):
+                        (["--version"], ""), (["--help"], ""), (["search", "--help"], ""), (["mcp"], init)):
         with open("/dev/full", "w") as full:
             where = ["-w", str(ws)] if argv[0][0] != "-" else []
             out = subprocess.run([sys.executable, "-m", "memdir", *argv, *where], input=given, stdout=full,

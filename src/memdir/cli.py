@@ -908,7 +908,8 @@ class _StdoutFile(io.FileIO):
     the output is incomplete already, and the interpreter's last flush at exit would otherwise
     fail again with "Exception ignored" and exit 120."""
 
-    failed = False
+    #: The first failed write's error (a write argparse made for --help swallows it).
+    failed: OSError | None = None
 
     def write(self, data: Any) -> int | None:  # type: ignore[override]
         if self.failed:
@@ -920,8 +921,8 @@ class _StdoutFile(io.FileIO):
         except OSError as exc:
             from memdir.errors import StdoutFailed
 
-            self.failed = True
-            raise StdoutFailed(exc.errno, exc.strerror) from None
+            _StdoutFile.failed = StdoutFailed(exc.errno, exc.strerror)
+            raise _StdoutFile.failed from None
 
 
 class _StderrFile(io.FileIO):
@@ -1084,6 +1085,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageExit as exc:  # argparse said what is wrong on stderr; --json also wants it on stdout
         if _asks_for_json(sys.argv[1:] if argv is None else argv):
             _print_failure("usage", exc.message, 2)
+        raise
+    except SystemExit as exc:  # --help printed: `memdir --help > /dev/full` exited 0 with nothing written
+        if exc.code not in (0, None):
+            raise
+        try:
+            _flush_stdout()
+            if _StdoutFile.failed is not None:  # (argparse swallows a failed write)
+                raise _StdoutFile.failed
+        except BrokenPipeError:
+            return _stdout_gone()
+        except OSError as failed:
+            print(f"memdir: could not write the output to stdout: {failed.strerror or failed}", file=sys.stderr)
+            return 1
         raise
     if args.version:  # `memdir --version | true`: a traceback and exit 1 when printed outside main's try
         from memdir import __version__
