@@ -124,6 +124,16 @@ def test_memdir_s_own_punctuation_is_ascii_on_an_ascii_stdout(make_workspace, ru
     assert "Indexed: 1/1 files - 1 chunks\n" in status.stdout, status.stdout
 
 
+def test_a_note_piped_by_get_is_its_utf8_text_whatever_the_locale(make_workspace, state_dir: Path):
+    """``memdir get MEMORY.md > copy.md`` under ``LC_ALL=C PYTHONUTF8=0`` wrote "caf\\xe9" (the
+    escapes meant for people at a terminal), and on a Latin-1 stdout the byte \\xe9: not the note."""
+    ws = make_workspace({"MEMORY.md": "- the café kiwi plan — “soon” 🥝\n"})
+    for odd in (ASCII_PYTHON, {"MEMDIR_PROVIDER": "none", "PYTHONIOENCODING": "latin-1"}):
+        out = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "get", "MEMORY.md"], capture_output=True,
+                             env={**cli_env(state_dir), **odd}, timeout=60)
+        assert (out.returncode, out.stdout) == (0, (ws / "MEMORY.md").read_bytes()), out.stderr
+
+
 def test_json_on_a_latin1_stdout_is_utf8_json(make_workspace, state_dir: Path):
     """On a Latin-1 stdout (``LC_ALL=de_DE.ISO-8859-1``, ``PYTHONIOENCODING=latin-1``), which can
     encode "café", ``--json`` printed it as the byte ``\\xe9``: JSON is UTF-8, and ``jq`` or

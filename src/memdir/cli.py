@@ -203,6 +203,21 @@ def json_text(value: Any, *, indent: int | None = None, default: Callable[[Any],
     return text
 
 
+def write_document(text: str) -> None:
+    """``text`` (a note, an export: a document a pipe or a file keeps) on stdout: at a terminal as
+    text, else as UTF-8 whatever the locale.  Why: under an ASCII locale (``LC_ALL=C PYTHONUTF8=0``)
+    ``memdir get MEMORY.md > copy.md`` wrote ``caf\\xe9`` (the escapes meant for people), and in a
+    Latin-1 one ``ltm export --out - > backup.md`` wrote bytes ``ltm import`` refuses as not UTF-8."""
+    stream = sys.stdout
+    buffer = getattr(stream, "buffer", None)
+    encoding = codecs.lookup(getattr(stream, "encoding", None) or "utf-8").name
+    if buffer is None or encoding == "utf-8" or stream.isatty():
+        stream.write(text)
+        return
+    stream.flush()
+    buffer.write(text.encode("utf-8", "surrogateescape"))
+
+
 def _finite(value: Any) -> Any:
     """``value`` with each float that is not finite as ``"Infinity"``, ``"-Infinity"`` or ``"NaN"``.
 
@@ -603,7 +618,7 @@ def cmd_get(args: argparse.Namespace) -> int:
             print(json_text(got.as_dict(), indent=2))
         else:
             text = for_terminal(got.text) if sys.stdout.isatty() else got.text  # piped: the note's own bytes
-            sys.stdout.write(text + ("" if text.endswith("\n") or not text else "\n"))
+            write_document(text + ("" if text.endswith("\n") or not text else "\n"))
             if got.missing and not _quiet(args):
                 _notice(f"no file {got.path} (a missing file reads as empty, as memory_get returns it)")
     return 0
