@@ -348,6 +348,23 @@ def test_a_note_typed_in_a_latin1_locale_is_appended_and_searched(make_workspace
     assert found.stdout == b"memory/2026-03-03.md\n", found.stderr
 
 
+def test_a_workspace_named_beyond_ascii_works_in_a_latin1_locale(make_workspace, state_dir: Path, tmp_path: Path):
+    """In a Latin-1 locale Python reads the folder ``notes-été`` (UTF-8 bytes) as 'notes-Ã©tÃ©';
+    memdir took that for text and encoded it again, so every command there (or given it as
+    --workspace) failed with "workspace /…/notes-Ã\\x83©tÃ\\x83© does not exist", and ``get
+    memory/café.md`` said "no file"."""
+    ws = make_workspace({"MEMORY.md": "- Kiwi plan.\n", "memory/café.md": "- kiwi café\n"}, name="notes-été")
+    env = {**cli_env(state_dir, MEMDIR_PROVIDER="none"), **_latin1_locale(tmp_path)}
+    for where in ([], [b"-w", bytes(ws)]):
+        found = subprocess.run([sys.executable.encode(), b"-m", b"memdir", *where, b"search", b"kiwi", b"--files"],
+                               capture_output=True, env=env, cwd=ws, timeout=60)
+        listed = sorted(found.stdout.splitlines())
+        assert (found.returncode, listed) == (0, [b"MEMORY.md", "memory/café.md".encode()]), found.stderr
+    got = subprocess.run([sys.executable.encode(), b"-m", b"memdir", b"get", "memory/café.md".encode()],
+                         capture_output=True, env=env, cwd=ws, timeout=60)
+    assert got.stdout == "- kiwi café\n".encode(), got.stderr
+
+
 def test_extra_paths_with_names_beyond_ascii_or_utf8_are_indexed_or_skipped(make_workspace, run_cli,
                                                                             tmp_path: Path):
     """An extra folder named ``été`` in the config failed every ``index`` under ``LC_ALL=C
