@@ -174,7 +174,7 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: 
     write_stream, from_server = anyio.create_memory_object_stream[SessionMessage](0)
     lock = anyio.Lock()
     unanswered: dict[Any, int] = {}  # ids of the requests handed to the server, not yet answered
-    all_answered = anyio.Event()
+    answer_sent = [anyio.Event()]  # set at each answer (a new one once seen: answers may come before requests end)
 
     async def write(line: str) -> None:
         async with lock:
@@ -196,9 +196,10 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: 
                         if isinstance(got.root, JSONRPCRequest):
                             unanswered[got.root.id] = unanswered.get(got.root.id, 0) + 1
                         await to_server.send(SessionMessage(got))
-                if unanswered:  # the end of input: what was asked is answered first
-                    with anyio.move_on_after(drain_seconds):
-                        await all_answered.wait()
+                with anyio.move_on_after(drain_seconds):  # the end of input: what was asked is answered first
+                    while unanswered:
+                        await answer_sent[0].wait()
+                        answer_sent[0] = anyio.Event()
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):  # the server stopped first
             await anyio.lowlevel.checkpoint()
 
@@ -207,8 +208,7 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: 
             unanswered[message.root.id] -= 1
             if not unanswered[message.root.id]:
                 del unanswered[message.root.id]
-                if not unanswered:
-                    all_answered.set()
+            answer_sent[0].set()
 
     async def writer() -> None:
         try:
