@@ -72,7 +72,8 @@ def test_a_home_that_cannot_be_written_gets_no_onnxruntime_warning():
 ASCII_PYTHON = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "MEMDIR_PROVIDER": "none"}
 
 
-def test_a_non_ascii_file_name_is_indexed_and_read_when_python_decodes_names_as_ascii(make_workspace, run_cli):
+def test_a_non_ascii_file_name_is_indexed_and_read_when_python_decodes_names_as_ascii(make_workspace, run_cli,
+                                                                                      state_dir: Path):
     """Under ``LC_ALL=C PYTHONUTF8=0`` ``memory/projets/café.md`` was skipped as "file name is not
     valid UTF-8" (it is: Python only saw it as surrogate escapes), so its notes were never found,
     and ``get`` of it failed with "'ascii' codec can't encode character"."""
@@ -84,6 +85,15 @@ def test_a_non_ascii_file_name_is_indexed_and_read_when_python_decodes_names_as_
     assert found.returncode == 0, found.stderr
     (hit,) = json.loads(found.stdout)["results"]
     assert hit["path"] == "memory/projets/café.md" and "12 €" in hit["snippet"]
+    # a search that does not index first checks each result's note for edits: "Memory search
+    # failed: 'ascii' codec can't encode character '\xe9'"
+    unsynced = run_cli("-w", str(ws), "search", "kiwi budget", "--json", "--no-sync", env=ASCII_PYTHON)
+    assert unsynced.returncode == 0, unsynced.stderr
+    assert [r["path"] for r in json.loads(unsynced.stdout)["results"]] == ["memory/projets/café.md"]
+    for null in ((), ("-0",)):  # names for xargs as the OS spells them: memory/caf\xe9.md opened nothing
+        listed = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "search", "kiwi budget", "--files",
+                                 *null], capture_output=True, env={**cli_env(state_dir), **ASCII_PYTHON}, timeout=60)
+        assert listed.stdout == "memory/projets/café.md".encode() + (b"\0" if null else b"\n"), listed.stderr
     got = run_cli("-w", str(ws), "get", "memory/projets/café.md", "--json", env=ASCII_PYTHON)
     assert got.returncode == 0, got.stderr
     assert json.loads(got.stdout) == {"text": "- le budget du kiwi est 12 €\n", "path": "memory/projets/café.md"}
@@ -99,6 +109,46 @@ def test_json_on_an_ascii_stdout_is_still_json(make_workspace, run_cli):
         assert out.returncode == 0, out.stderr
         assert out.stdout.isascii()
         assert "café kiwi plan 🥝" in json.dumps(json.loads(out.stdout), ensure_ascii=False)
+
+
+def test_memdir_s_own_punctuation_is_ascii_on_an_ascii_stdout(make_workspace, run_cli):
+    """Under ``LC_ALL=C PYTHONUTF8=0`` memdir's own lines came out with backslash escapes meant for
+    a note's text: "Indexed: 1/1 files \\xb7 1 chunks", "text 0.961\\xd71.00" (--explain), the
+    progress bar's "Indexing memory files\\u2026"; a note's letters still show as escapes."""
+    ws = make_workspace({"MEMORY.md": "- the café kiwi plan \u2014 “soon”\n"})
+    found = run_cli("-w", str(ws), "search", "kiwi", "--explain", env=ASCII_PYTHON)
+    assert "- the caf\\xe9 kiwi plan -- \"soon\"" in found.stdout, found.stdout
+    assert "\\x" not in found.stdout.split("[")[-1], found.stdout
+    status = run_cli("-w", str(ws), "status", env=ASCII_PYTHON)
+    assert status.returncode == 0, status.stderr
+    assert "Indexed: 1/1 files - 1 chunks\n" in status.stdout, status.stdout
+
+
+def test_a_note_piped_by_get_is_its_utf8_text_whatever_the_locale(make_workspace, state_dir: Path):
+    """``memdir get MEMORY.md > copy.md`` under ``LC_ALL=C PYTHONUTF8=0`` wrote "caf\\xe9" (the
+    escapes meant for people at a terminal), and on a Latin-1 stdout the byte \\xe9: not the note."""
+    ws = make_workspace({"MEMORY.md": "- the café kiwi plan — “soon” 🥝\n"})
+    for odd in (ASCII_PYTHON, {"MEMDIR_PROVIDER": "none", "PYTHONIOENCODING": "latin-1"}):
+        out = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "get", "MEMORY.md"], capture_output=True,
+                             env={**cli_env(state_dir), **odd}, timeout=60)
+        assert (out.returncode, out.stdout) == (0, (ws / "MEMORY.md").read_bytes()), out.stderr
+
+
+def test_json_on_a_latin1_stdout_is_utf8_json(make_workspace, state_dir: Path):
+    """On a Latin-1 stdout (``LC_ALL=de_DE.ISO-8859-1``, ``PYTHONIOENCODING=latin-1``), which can
+    encode "café", ``--json`` printed it as the byte ``\\xe9``: JSON is UTF-8, and ``jq`` or
+    ``JSON.parse`` of those bytes fail or read "caf\ufffd"."""
+    ws = make_workspace({"MEMORY.md": "- the café kiwi plan\n"}, name="notes-été")  # status names it
+    env = cli_env(state_dir, MEMDIR_PROVIDER="none", PYTHONIOENCODING="latin-1")
+    for args in (("search", "kiwi", "--json"), ("get", "MEMORY.md", "--json"), ("status", "--json")):
+        out = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), *args], capture_output=True, env=env,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.isascii(), (args, out.stdout)
+        json.loads(out.stdout.decode("utf-8"))
+    got = json.loads(subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "get", "MEMORY.md", "--json"],
+                                    capture_output=True, env=env, timeout=60).stdout.decode("utf-8"))
+    assert got["text"] == "- the café kiwi plan\n"
 
 
 def test_a_library_error_of_several_lines_is_one_line_on_the_cli(make_workspace, run_cli, tmp_path: Path):
@@ -129,6 +179,45 @@ def test_commands_run_with_stderr_closed(make_workspace, state_dir: Path):
         assert out.returncode == 0 and "NoneType" not in out.stdout, (argv, out.stdout)
     assert "otter" in (ws / "MEMORY.md").read_text()
     assert any("closed stderr note" in p.read_text() for p in (ws / "memory").glob("*.md"))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_output_to_a_full_device_is_said_as_such_not_as_the_command_failing(make_workspace, state_dir: Path):
+    """``memdir index > /dev/full`` (stdout on a full disk) said "Memory index failed: [Errno 28] No
+    space left on device" once the index was updated, which reads as the index's disk being full;
+    ``--version`` printed a traceback, ``mcp`` "unhandled errors in a TaskGroup", and ``--help``
+    exited 0 with nothing written (argparse drops a failed write)."""
+    ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})
+    env = cli_env(state_dir, MEMDIR_PROVIDER="none")
+    init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "qa", "version": "1"}}}) + "\n"
+    for argv, given in ((["index"], ""), (["search", "otter", "--json"], ""), (["status"], ""),
+                        (["--version"], ""), (["--help"], ""), (["search", "--help"], ""), (["mcp"], init)):
+        with open("/dev/full", "w") as full:
+            where = ["-w", str(ws)] if argv[0][0] != "-" else []
+            out = subprocess.run([sys.executable, "-m", "memdir", *argv, *where], input=given, stdout=full,
+                                 stderr=subprocess.PIPE, text=True, env=env, timeout=60)
+        assert (out.returncode, out.stderr) == (1, "memdir: could not write the output to stdout: No space left on "
+                                                   "device\n"), argv
+    assert subprocess.run([sys.executable, "-m", "memdir", "search", "otter", "--files", "--no-sync", "-w", str(ws)],
+                          capture_output=True, text=True, env=env, timeout=60).stdout == "MEMORY.md\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_stderr_on_a_full_device_never_fails_the_command(make_workspace, state_dir: Path):
+    """With stderr on a full disk (``2>>memdir.log`` on a full /var), the first warning raised:
+    ``memdir index`` exited 1 without its report (its index updated), bad usage exited 1, not 2."""
+    ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})
+    (ws / "memory").mkdir()
+    with open(bytes(ws / "memory") + b"/caf\xe9.md", "w") as note:
+        note.write("- A note named in Latin-1.\n")  # a name that is not UTF-8: a warning at each index
+    env = cli_env(state_dir, MEMDIR_PROVIDER="none")
+    for argv, code, said in ((["index"], 0, "Memory index updated"), (["search", "otter"], 0, "MEMORY.md:1"),
+                             (["search"], 2, ""), (["get", "../x.md"], 1, "")):
+        with open("/dev/full", "w") as full:
+            out = subprocess.run([sys.executable, "-m", "memdir", *argv, "-w", str(ws)], stdout=subprocess.PIPE,
+                                 stderr=full, text=True, env=env, timeout=60)
+        assert out.returncode == code and said in out.stdout, (argv, out.returncode, out.stdout)
 
 
 def test_the_stdio_mcp_server_with_stdin_closed_is_bad_usage_in_words(make_workspace, state_dir: Path):
@@ -220,6 +309,60 @@ def test_a_note_or_query_on_the_command_line_is_utf8_when_python_decodes_it_as_a
     assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["memory/2026-03-04.md"], found.stderr
     bad = run_cli("-w", str(ws), "append", "half \udcff a note", "--date", "2026-03-04", env=ASCII_PYTHON)
     assert bad.returncode == 1 and "not valid UTF-8" in bad.stderr  # a byte that is not UTF-8 is still refused
+
+
+def _latin1_locale(tmp_path: Path) -> dict[str, str]:
+    """The environment of a Latin-1 locale (``de_DE.ISO-8859-1``), compiled into ``tmp_path``."""
+    import shutil
+
+    if not shutil.which("localedef"):
+        pytest.skip("needs localedef")
+    (tmp_path / "locales").mkdir()
+    made = subprocess.run(["localedef", "-f", "ISO-8859-1", "-i", "de_DE",
+                           str(tmp_path / "locales" / "de_DE.ISO-8859-1")], capture_output=True, text=True, timeout=60)
+    env = {"LOCPATH": str(tmp_path / "locales"), "LC_ALL": "de_DE.ISO-8859-1", "PYTHONUTF8": "0"}
+    probe = subprocess.run([sys.executable, "-c", "import sys; print(sys.getfilesystemencoding())"],
+                           capture_output=True, text=True, env={**os.environ, **env}, timeout=60)
+    if made.returncode not in (0, 1) or probe.stdout.strip() != "iso8859-1":  # 1: warnings only
+        pytest.skip(f"cannot make a Latin-1 locale here: {made.stderr.strip()[:200]}")
+    return env
+
+
+def test_a_note_typed_in_a_latin1_locale_is_appended_and_searched(make_workspace, state_dir: Path, tmp_path: Path):
+    """In a Latin-1 locale the terminal sends "Grüße aus Köln" as Latin-1 bytes, which Python
+    decodes right; the CLI then read them again as UTF-8 (meant for ASCII locales), so append
+    refused the note as "text is not valid UTF-8" and a search for "Köln" looked for a stray byte."""
+    ws = make_workspace({"MEMORY.md": "- Kiwi plan.\n"})
+    env = {**cli_env(state_dir, MEMDIR_PROVIDER="none"), **_latin1_locale(tmp_path)}
+
+    def memdir(*args: bytes) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable.encode(), b"-m", b"memdir", b"-w", bytes(ws), *args],
+                              capture_output=True, env=env, timeout=60)
+
+    done = memdir(b"append", b"--date", b"2026-03-03", "Grüße aus Köln".encode("latin-1"))
+    assert done.returncode == 0, done.stderr
+    utf8 = memdir(b"append", b"--date", b"2026-03-03", "crème brûlée".encode())  # a UTF-8 terminal's bytes
+    assert utf8.returncode == 0, utf8.stderr
+    assert (ws / "memory" / "2026-03-03.md").read_text(encoding="utf-8") == "Grüße aus Köln\ncrème brûlée\n"
+    found = memdir(b"search", "Köln".encode("latin-1"), b"--files")
+    assert found.stdout == b"memory/2026-03-03.md\n", found.stderr
+
+
+def test_a_workspace_named_beyond_ascii_works_in_a_latin1_locale(make_workspace, state_dir: Path, tmp_path: Path):
+    """In a Latin-1 locale Python reads the folder ``notes-été`` (UTF-8 bytes) as 'notes-Ã©tÃ©';
+    memdir took that for text and encoded it again, so every command there (or given it as
+    --workspace) failed with "workspace /…/notes-Ã\\x83©tÃ\\x83© does not exist", and ``get
+    memory/café.md`` said "no file"."""
+    ws = make_workspace({"MEMORY.md": "- Kiwi plan.\n", "memory/café.md": "- kiwi café\n"}, name="notes-été")
+    env = {**cli_env(state_dir, MEMDIR_PROVIDER="none"), **_latin1_locale(tmp_path)}
+    for where in ([], [b"-w", bytes(ws)]):
+        found = subprocess.run([sys.executable.encode(), b"-m", b"memdir", *where, b"search", b"kiwi", b"--files"],
+                               capture_output=True, env=env, cwd=ws, timeout=60)
+        listed = sorted(found.stdout.splitlines())
+        assert (found.returncode, listed) == (0, [b"MEMORY.md", "memory/café.md".encode()]), found.stderr
+    got = subprocess.run([sys.executable.encode(), b"-m", b"memdir", b"get", "memory/café.md".encode()],
+                         capture_output=True, env=env, cwd=ws, timeout=60)
+    assert got.stdout == "- kiwi café\n".encode(), got.stderr
 
 
 def test_extra_paths_with_names_beyond_ascii_or_utf8_are_indexed_or_skipped(make_workspace, run_cli,

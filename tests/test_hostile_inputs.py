@@ -284,8 +284,8 @@ def test_a_stream_that_cannot_encode_a_note_gets_escapes_not_an_error(make_works
     out = run_cli("-w", str(ws), "search", "kiwi", env=env)
     assert out.returncode == 0, out.stderr
     assert "caf\\xe9 plan for the kiwi \\U0001f95d" in out.stdout
-    got = run_cli("-w", str(ws), "get", "MEMORY.md", env=env)
-    assert got.returncode == 0 and "caf\\xe9" in got.stdout, got.stderr
+    got = run_cli("-w", str(ws), "get", "MEMORY.md", env=env)  # piped: the note as it is (UTF-8), not escapes
+    assert got.returncode == 0 and got.stdout == "# Notes\n- café plan for the kiwi 🥝\n", got.stderr
 
 
 def test_a_note_that_is_not_utf8_is_refused_in_one_line_and_nothing_is_written(make_workspace, run_cli,

@@ -254,6 +254,22 @@ def test_ltm_export_to_dash_writes_stdout_as_import_reads_stdin(tmp_path: Path, 
     assert as_json["path"] is None and as_json["memories"] == 1 and as_json["text"] == done.stdout
 
 
+def test_ltm_export_to_a_pipe_is_utf8_whatever_the_locale(tmp_path: Path, make_workspace, state_dir: Path) -> None:
+    """Under ``LC_ALL=C PYTHONUTF8=0`` (or a Latin-1 ``PYTHONIOENCODING``) ``ltm export --out - >
+    backup.md`` wrote "K\\xf6ln" (the escapes meant for people) or Latin-1 bytes, which ``ltm
+    import`` then stored as written or refused as not UTF-8: the backup did not round-trip."""
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    base = _keyword_ltm(tmp_path, ws)
+    env = cli_env(state_dir)
+    subprocess.run([sys.executable, "-m", "memdir", "ltm", "store", "I live in Köln — “really”", *base], env=env,
+                   check=True, capture_output=True, timeout=120)
+    for odd in ({"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"}, {"PYTHONIOENCODING": "latin-1"}):
+        out = subprocess.run([sys.executable, "-m", "memdir", "ltm", "export", "--out", "-", *base],
+                             env={**env, **odd}, capture_output=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "[other] I live in Köln — “really” (id: ".encode() in out.stdout, (odd, out.stdout)
+
+
 def test_ltm_export_never_overwrites_a_note_that_is_not_an_export(tmp_path: Path, make_workspace, run_cli) -> None:
     """``ltm export --out MEMORY.md`` replaced a person's curated notes with the memories' bullets,
     without a word; a file that is not an earlier export is refused (bad usage) and kept, and an

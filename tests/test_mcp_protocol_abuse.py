@@ -88,6 +88,25 @@ def test_the_stdio_server_exits_0_quietly_when_its_input_ends(workspace, state_d
     assert "closed file" not in proc.stderr
 
 
+def test_requests_piped_in_whole_are_all_answered_before_the_server_exits(workspace, state_dir: Path):
+    """``printf '…' | memdir mcp`` (the requests written, then stdin closed at once) got an answer to
+    ``initialize`` only: the SDK cancels the calls in flight when its input ends, so the others
+    were dropped without a word and the ``memory_append`` among them was not made."""
+    ws, cfg = workspace
+    lines = [INIT, INITIALIZED, _call(2, "memory_append", {"text": "The piped note about herons."}),
+             _call(3, "memory_search", {"query": "Kafka ordering"}), _call(4, "memory_get", {"path": "MEMORY.md"}),
+             {"jsonrpc": "2.0", "id": 5, "method": "tools/list"}]
+    proc = subprocess.run([sys.executable, "-m", "memdir", "mcp", "-w", str(ws), "-c", str(cfg)], text=True,
+                          input="".join(json.dumps(m) + "\n" for m in lines), capture_output=True,
+                          env=cli_env(state_dir), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    answers = {m["id"]: m for m in map(json.loads, proc.stdout.splitlines())}
+    assert sorted(answers) == [1, 2, 3, 4, 5] and all("result" in m for m in answers.values()), proc.stdout
+    assert answers[3]["result"]["structuredContent"]["results"][0]["path"] == "MEMORY.md"
+    (log,) = (ws / "memory").glob("*.md")
+    assert log.read_text() == "The piped note about herons.\n"
+
+
 def test_malformed_json_rpc_and_huge_arguments_never_stop_the_server(workspace, state_dir: Path):
     ws, cfg = workspace
     lines = [

@@ -11,13 +11,13 @@ killed by SIGPIPE; stdout stays quiet then.  Shell completion comes from ``argco
 from __future__ import annotations
 
 import argparse
-import errno
+import codecs
+import io
 import json
 import logging
 import math
 import os
 import re
-import stat
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -181,11 +181,13 @@ def _quiet(args: argparse.Namespace) -> bool:
 
 
 def json_text(value: Any, *, indent: int | None = None, default: Callable[[Any], Any] | None = None) -> str:
-    """``value`` as JSON for stdout, non-ASCII text as it is where stdout can encode it; else
-    (a lone surrogate: a byte that is not UTF-8 in a path given on the command line; an ASCII
-    stdout: ``PYTHONIOENCODING=ascii``, a C locale with ``PYTHONUTF8=0``) all ``\\u`` escapes.
-    Why: printed raw it was a codec error, a stray byte no strict JSON reader takes, or, through
-    the backslash escapes of :func:`_lossless_streams`, ``"caf\\xe9"``, which is not JSON.
+    """``value`` as JSON for stdout, non-ASCII text as it is where stdout is UTF-8 and can encode
+    it; else (a lone surrogate: a byte that is not UTF-8 in a path given on the command line; an
+    ASCII stdout: ``PYTHONIOENCODING=ascii``, a C locale with ``PYTHONUTF8=0``; a Latin-1 one:
+    ``LC_ALL=de_DE.ISO-8859-1``) all ``\\u`` escapes.
+    Why: printed raw it was a codec error, a stray byte no strict JSON reader takes (JSON is
+    UTF-8: ``caf\\xe9`` in Latin-1 is not), or, through the backslash escapes of
+    :func:`_lossless_streams`, ``"caf\\xe9"``, which is not JSON.
     A float that is not finite is written as the string JSON5 spells it (:func:`_finite`)."""
     try:
         text = json.dumps(value, ensure_ascii=False, indent=indent, default=default, allow_nan=False)
@@ -193,10 +195,27 @@ def json_text(value: Any, *, indent: int | None = None, default: Callable[[Any],
         value = _finite(value)
         text = json.dumps(value, ensure_ascii=False, indent=indent, default=default)
     try:
-        text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
+        if codecs.lookup(getattr(sys.stdout, "encoding", None) or "utf-8").name != "utf-8":
+            raise LookupError("not UTF-8")
+        text.encode("utf-8")
     except (UnicodeEncodeError, LookupError):
         return json.dumps(value, indent=indent, default=default)
     return text
+
+
+def write_document(text: str) -> None:
+    """``text`` (a note, an export: a document a pipe or a file keeps) on stdout: at a terminal as
+    text, else as UTF-8 whatever the locale.  Why: under an ASCII locale (``LC_ALL=C PYTHONUTF8=0``)
+    ``memdir get MEMORY.md > copy.md`` wrote ``caf\\xe9`` (the escapes meant for people), and in a
+    Latin-1 one ``ltm export --out - > backup.md`` wrote bytes ``ltm import`` refuses as not UTF-8."""
+    stream = sys.stdout
+    buffer = getattr(stream, "buffer", None)
+    encoding = codecs.lookup(getattr(stream, "encoding", None) or "utf-8").name
+    if buffer is None or encoding == "utf-8" or stream.isatty():
+        stream.write(text)
+        return
+    stream.flush()
+    buffer.write(text.encode("utf-8", "surrogateescape"))
 
 
 def _finite(value: Any) -> Any:
@@ -548,8 +567,16 @@ def cmd_search(args: argparse.Namespace) -> int:
             end = "\0" if args.null else "\n"
             # at a terminal spelt out as every printed path is (an escape sequence in a synced note's
             # name cleared or retitled it); piped, or with -0, the names as they are, for xargs
-            shown = for_terminal if sys.stdout.isatty() and not args.null else str
-            sys.stdout.write("".join(shown(path) + end for path in dict.fromkeys(r.path for r in resp.results)))
+            paths = dict.fromkeys(r.path for r in resp.results)
+            if sys.stdout.isatty() and not args.null:
+                sys.stdout.write("".join(for_terminal(path) + end for path in paths))
+                return 0
+            # the OS's own bytes for each name: under an ASCII locale (LC_ALL=C PYTHONUTF8=0) the
+            # text memory/café.md came out as memory/caf\xe9.md, which xargs could not open
+            from memdir.workspace import fs_name
+
+            sys.stdout.flush()
+            sys.stdout.buffer.write(b"".join(os.fsencode(fs_name(path)) + end.encode() for path in paths))
             return 0
         if not resp.results:
             print("No matches.")
@@ -591,7 +618,7 @@ def cmd_get(args: argparse.Namespace) -> int:
             print(json_text(got.as_dict(), indent=2))
         else:
             text = for_terminal(got.text) if sys.stdout.isatty() else got.text  # piped: the note's own bytes
-            sys.stdout.write(text + ("" if text.endswith("\n") or not text else "\n"))
+            write_document(text + ("" if text.endswith("\n") or not text else "\n"))
             if got.missing and not _quiet(args):
                 _notice(f"no file {got.path} (a missing file reads as empty, as memory_get returns it)")
     return 0
@@ -889,26 +916,6 @@ def _stdout_gone() -> int:
     return _EXIT_SIGPIPE
 
 
-def _stdout_is_full(exc: OSError) -> bool:
-    """Whether ``exc`` (naming no file) is stdout's: a file on a full disk or at the file size limit,
-    or ``/dev/full``."""
-    if exc.filename is not None or exc.errno not in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", -1)):
-        return False
-    try:
-        fd = sys.stdout.fileno()
-        st = os.fstat(fd)
-        if exc.errno == errno.EFBIG:
-            import resource
-
-            limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-            return limit != resource.RLIM_INFINITY and st.st_size >= limit
-        if stat.S_ISCHR(st.st_mode):
-            return st.st_rdev == os.stat("/dev/full").st_rdev
-        return stat.S_ISREG(st.st_mode) and os.fstatvfs(fd).f_bavail == 0
-    except (OSError, ValueError, AttributeError, ImportError):
-        return False
-
-
 def _flush_stdout() -> None:
     """Flush what a command printed; a stdout already closed has nothing left to flush (the MCP
     SDK closes it when a stdio session ends, which made every session exit 1)."""
@@ -916,24 +923,116 @@ def _flush_stdout() -> None:
         sys.stdout.flush()
 
 
+class _StdoutFile(io.FileIO):
+    """Standard output's file, whose failed writes say they were stdout's (:class:`StdoutFailed`).
+
+    Why: ``memdir index > /dev/full`` said "Memory index failed: [Errno 28] No space left on
+    device" (the index was updated: only its report could not be written), and search the same,
+    which reads as the index's disk being full.  Once a write failed, later ones are dropped:
+    the output is incomplete already, and the interpreter's last flush at exit would otherwise
+    fail again with "Exception ignored" and exit 120."""
+
+    #: The first failed write's error (a write argparse made for --help swallows it).
+    failed: OSError | None = None
+
+    def write(self, data: Any) -> int | None:  # type: ignore[override]
+        if self.failed:
+            return len(data)
+        try:
+            return super().write(data)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            from memdir.errors import StdoutFailed
+
+            _StdoutFile.failed = StdoutFailed(exc.errno, exc.strerror)
+            raise _StdoutFile.failed from None
+
+
+class _StderrFile(io.FileIO):
+    """Standard error's file, whose failed writes are dropped: there is nowhere left to say so.
+
+    Why: with stderr on a full disk (``2>>memdir.log`` on a full /var) the first warning raised,
+    so ``memdir index`` exited 1 without printing its report, its index updated, and a usage
+    error exited 1, not 2."""
+
+    def write(self, data: Any) -> int | None:  # type: ignore[override]
+        try:
+            return super().write(data)
+        except OSError:
+            return len(data)
+
+
+def _tag_stdout_failures() -> None:
+    """Put :class:`_StdoutFile` under ``sys.stdout`` and :class:`_StderrFile` under
+    ``sys.stderr`` (only the process's own streams: a caller's captured one is left as it is),
+    with the same encoding, errors and buffering."""
+    for name, original, kind in (("stdout", sys.__stdout__, _StdoutFile), ("stderr", sys.__stderr__, _StderrFile)):
+        stream = getattr(sys, name)
+        if stream is not original or not isinstance(stream, io.TextIOWrapper):
+            continue
+        try:
+            fd = stream.fileno()
+            stream.flush()
+            raw = kind(fd, "w", closefd=False)
+        except (OSError, ValueError):  # closed, or not a file: nothing to tag
+            continue
+        # unbuffered as it was (stderr, python -u): progress lines and warnings stay in order
+        layer = raw if isinstance(stream.buffer, io.RawIOBase) else io.BufferedWriter(raw)
+        setattr(sys, name, io.TextIOWrapper(layer, encoding=stream.encoding, errors=stream.errors,
+                                            line_buffering=stream.line_buffering, write_through=stream.write_through))
+
+
+#: Punctuation memdir's own lines use (and notes often do), as an ASCII terminal can show it.
+_ASCII_PUNCTUATION = {"\u2026": "...", "\u00b7": "-", "\u2014": "--", "\u2013": "-", "\u2192": "->",
+                      "\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u00a0": " ", "\u00d7": "x",
+                      "\u2264": "<=", "\u2265": ">="}
+
+
+def _readable_replace(exc: UnicodeError) -> tuple[str, int]:
+    """The ``memdir-readable`` codec error handler: :data:`_ASCII_PUNCTUATION` as ASCII, anything
+    else as a backslash escape (``caf\\xe9``)."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    return "".join(_ASCII_PUNCTUATION.get(ch) or ch.encode("ascii", "backslashreplace").decode("ascii")
+                    for ch in exc.object[exc.start:exc.end]), exc.end
+
+
 def _lossless_streams() -> None:
     """A note's text never makes a command fail on a terminal or pipe that cannot encode it
     (``PYTHONIOENCODING=ascii``, a C locale on Windows): what it cannot show comes out as
-    backslash escapes (``caf\\xe9``) instead of a UnicodeEncodeError."""
+    backslash escapes (``caf\\xe9``) instead of a UnicodeEncodeError, and the punctuation of
+    memdir's own lines as ASCII: under ``LC_ALL=C PYTHONUTF8=0`` status said "Indexed: 2/2 files
+    \\xb7 2 chunks" and the progress bar "Indexing memory files\\u2026"."""
     for stream in (sys.stdout, sys.stderr):
         encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
         if encoding not in ("utf8", "utf_8") and hasattr(stream, "reconfigure"):
             try:
-                stream.reconfigure(errors="backslashreplace")
+                codecs.lookup_error("memdir-readable")
+            except LookupError:
+                codecs.register_error("memdir-readable", _readable_replace)
+            try:
+                stream.reconfigure(errors="memdir-readable")
             except (ValueError, OSError):  # a closed or detached stream: nothing to change
                 pass
+
+
+def _lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a byte the OS's encoding could not decode (a lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _utf8_arguments(args: argparse.Namespace) -> None:
     """A query or note given on the command line as the UTF-8 text it is, when Python decoded the
     command line as ASCII (a C/POSIX locale with ``PYTHONUTF8=0``): ``memdir append "café"`` was
-    refused as "text is not valid UTF-8", and ``search "crème"`` found nothing.  Paths are left
-    as the OS gave them (``memdir.workspace.fs_name``)."""
+    refused as "text is not valid UTF-8", and ``search "crème"`` found nothing.  Bytes that are not
+    UTF-8 are left as the locale read them: in a Latin-1 locale (``LC_ALL=de_DE.ISO-8859-1``) a
+    terminal sends "Grüße" as Latin-1, which Python read right and this made "not valid UTF-8".
+    Paths are left as the OS gave them (``memdir.workspace.fs_name``)."""
     if sys.getfilesystemencoding().lower().replace("-", "").replace("_", "") == "utf8":
         return
 
@@ -941,9 +1040,15 @@ def _utf8_arguments(args: argparse.Namespace) -> None:
         if not isinstance(value, str):
             return value
         try:
-            return os.fsencode(value).decode("utf-8", "surrogateescape")
+            raw = os.fsencode(value)
         except UnicodeError:  # not from the command line (main(argv) given text): already text
             return value
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            # what the locale could read is kept (Latin-1); what it could not (an ASCII locale)
+            # stays a surrogate, refused or matched as a byte that is not UTF-8
+            return value if not _lone_surrogate(value) else raw.decode("utf-8", "surrogateescape")
 
     for name in ("query", "query_opt", "text"):
         value = getattr(args, name, None)
@@ -992,6 +1097,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115  (output goes nowhere, as >/dev/null)
     if sys.stderr is None:  # stderr closed (`memdir index 2>&-`): index failed on the progress's isatty()
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+    _tag_stdout_failures()
     completing = "_ARGCOMPLETE" in os.environ
     parser = build_parser(None if completing else command_in(sys.argv[1:] if argv is None else argv))
     if completing:  # a shell asking for completions (see `memdir completion`)
@@ -1004,6 +1110,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _asks_for_json(sys.argv[1:] if argv is None else argv):
             _print_failure("usage", exc.message, 2)
         raise
+    except SystemExit as exc:  # --help printed: `memdir --help > /dev/full` exited 0 with nothing written
+        if exc.code not in (0, None):
+            raise
+        try:
+            _flush_stdout()
+            if _StdoutFile.failed is not None:  # (argparse swallows a failed write)
+                raise _StdoutFile.failed
+        except BrokenPipeError:
+            return _stdout_gone()
+        except OSError as failed:
+            print(f"memdir: could not write the output to stdout: {failed.strerror or failed}", file=sys.stderr)
+            return 1
+        raise
     if args.version:  # `memdir --version | true`: a traceback and exit 1 when printed outside main's try
         from memdir import __version__
 
@@ -1011,6 +1130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"memdir {__version__}", flush=True)
         except BrokenPipeError:
             return _stdout_gone()
+        except OSError as exc:  # `memdir --version > /dev/full`: a traceback
+            print(f"memdir: could not write the output to stdout: {exc.strerror or exc}", file=sys.stderr)
+            return 1
         return 0
     if not args.command:
         parser.print_help()
@@ -1038,20 +1160,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memdir: {said}", file=sys.stderr)
         return _json_failure(args, "interrupted", said, code)
     except Exception as exc:  # every other failure: one clear line, exit 1
-        if isinstance(exc, OSError) and _stdout_is_full(exc):
-            # "Memory index failed: [Errno 28] No space left on device" for an index that was updated,
-            # read as a full state folder: only `> out.json` on a full disk was
-            print(f"memdir {args.command}: its output could not be written to stdout: {exc.strerror} (what the "
-                  "command did stands: only its output is lost)", file=sys.stderr)
-            _stdout_gone()  # (the interpreter's final flush would fail again)
-            return 1
         from memdir.config import ConfigError
 
         label = {"index": "Memory index failed", "search": "Memory search failed",
                  "ltm": "memdir ltm"}.get(args.command, "memdir")
         if isinstance(exc, ConfigError):
             label = "memdir: configuration error"
-        from memdir.errors import without_source_location
+        from memdir.errors import StdoutFailed, without_source_location
+
+        if isinstance(exc, StdoutFailed):  # the command's work is done: only its output was lost
+            print(f"memdir: could not write the output to stdout: {exc.strerror or exc}", file=sys.stderr)
+            return 1
 
         # one line: a library's message can run over several (huggingface_hub's advice, pydantic's report)
         message = " ".join(without_source_location(str(exc)).split())

@@ -27,6 +27,11 @@ class IndexDamaged(StoreError):
     callers set it aside and rebuild it from the files (``Store.recover``)."""
 
 
+class StdoutFailed(OSError):
+    """A write to the CLI's stdout that failed other than by its reader going away (a full disk,
+    ``> /dev/full``, an I/O error): the command's work was done, only its output was lost."""
+
+
 def owned_by_other(owner: str | None, workspace: str) -> bool:
     """Whether an index claimed by ``owner`` belongs to another workspace than ``workspace``: not
     when both name the same folder by two paths (a bind mount; a name that differs only by case or

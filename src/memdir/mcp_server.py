@@ -349,7 +349,7 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         from memdir.mcp_stdio import stdio_transport
 
         try:
-            async with stdio_transport() as (read_stream, write_stream):
+            async with stdio_transport(drain_seconds=self.call_timeout + 30) as (read_stream, write_stream):
                 await self._mcp_server.run(read_stream, write_stream, self._mcp_server.create_initialization_options())
         except BaseExceptionGroup as group:
             # The client stopped reading (it closed our stdout): memdir exits quietly with 141 as
@@ -357,6 +357,9 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
             # TaskGroup (1 sub-exception)" and exited 1.
             if _only_broken_pipes(group):
                 raise BrokenPipeError("the MCP client stopped reading") from None
+            failed = _stdout_failure(group)
+            if failed is not None:  # (> /dev/full) said as every command says it, not "unhandled errors in a TaskGroup"
+                raise failed from None
             raise
 
     async def run_streamable_http_async(self) -> None:
@@ -746,6 +749,16 @@ def _only_broken_pipes(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(_only_broken_pipes(e) for e in exc.exceptions)
     return isinstance(exc, BrokenPipeError)
+
+
+def _stdout_failure(exc: BaseException) -> BaseException | None:
+    """The failed write to stdout in ``exc`` (a group, nested or not) when that is all it holds."""
+    from memdir.errors import StdoutFailed
+
+    if isinstance(exc, BaseExceptionGroup):
+        found = [_stdout_failure(e) for e in exc.exceptions]
+        return found[0] if found and all(found) else None
+    return exc if isinstance(exc, StdoutFailed) else None
 
 
 def _only_client_gone(exc: BaseException | None) -> bool:

@@ -34,7 +34,7 @@ import anyio.from_thread
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
-from mcp.types import INVALID_REQUEST, PARSE_ERROR, JSONRPCMessage
+from mcp.types import INVALID_REQUEST, PARSE_ERROR, JSONRPCError, JSONRPCMessage, JSONRPCRequest, JSONRPCResponse
 
 
 def without_lone_surrogates(value: Any) -> Any:
@@ -151,11 +151,21 @@ async def _lines_read_aside(fd: int) -> AsyncIterator[str]:
             yield line
 
 
+#: Seconds the requests still being answered when stdin ends get before the server stops
+#: (a tool call is answered within its own deadline, 120 s unless set, well before).
+DRAIN_SECONDS = 300.0
+
+
 @asynccontextmanager
-async def stdio_transport(stdin: Any = None, stdout: Any = None) -> AsyncIterator[
+async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: float = DRAIN_SECONDS) -> AsyncIterator[
         tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]]:
     """``(read_stream, write_stream)`` over this process's stdin and stdout (UTF-8 whatever the
-    locale, as the SDK's), for ``Server.run``; ends when stdin does."""
+    locale, as the SDK's), for ``Server.run``; ends when stdin does, once every request read has
+    been answered (at most ``drain_seconds`` later).
+
+    Why wait: the SDK cancels the calls in flight when its input ends, so requests piped in
+    (``printf '…' | memdir mcp``, a script that writes its calls and closes stdin) got no answer
+    but the first, and a ``memory_append`` among them was not made, without a word."""
     if stdin is None:
         stdin = _lines_read_aside(sys.stdin.fileno())
     if stdout is None:
@@ -163,6 +173,8 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None) -> AsyncIterato
     to_server, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, from_server = anyio.create_memory_object_stream[SessionMessage](0)
     lock = anyio.Lock()
+    unanswered: dict[Any, int] = {}  # ids of the requests handed to the server, not yet answered
+    answer_sent = [anyio.Event()]  # set at each answer (a new one once seen: answers may come before requests end)
 
     async def write(line: str) -> None:
         async with lock:
@@ -181,15 +193,29 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None) -> AsyncIterato
                     if isinstance(got, str):
                         await write(got)
                     else:
+                        if isinstance(got.root, JSONRPCRequest):
+                            unanswered[got.root.id] = unanswered.get(got.root.id, 0) + 1
                         await to_server.send(SessionMessage(got))
+                with anyio.move_on_after(drain_seconds):  # the end of input: what was asked is answered first
+                    while unanswered:
+                        await answer_sent[0].wait()
+                        answer_sent[0] = anyio.Event()
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):  # the server stopped first
             await anyio.lowlevel.checkpoint()
+
+    def answered(message: JSONRPCMessage) -> None:
+        if isinstance(message.root, JSONRPCResponse | JSONRPCError) and message.root.id in unanswered:
+            unanswered[message.root.id] -= 1
+            if not unanswered[message.root.id]:
+                del unanswered[message.root.id]
+            answer_sent[0].set()
 
     async def writer() -> None:
         try:
             async with from_server:
                 async for message in from_server:
                     await write(message.message.model_dump_json(by_alias=True, exclude_none=True))
+                    answered(message.message)
         except anyio.ClosedResourceError:
             await anyio.lowlevel.checkpoint()
 

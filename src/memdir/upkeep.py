@@ -116,7 +116,7 @@ class IndexUpkeep:
         lines without a word.  Such results' notes are named (all of them: an agent must know which
         results to doubt), with ``advice``, and the response is ``stale`` (one ``stat`` per note a
         result comes from)."""
-        from memdir.workspace import change_stamp
+        from memdir.workspace import change_stamp, fs_name
 
         paths = list(dict.fromkeys(r.path for r in response.results if r.source == "memory"))
         if not paths:
@@ -131,7 +131,9 @@ class IndexUpkeep:
         for path in paths:
             row = rows.get((path, "memory"))
             try:
-                st = os.lstat(path if os.path.isabs(path) else base + path)
+                # an indexed path is text: with an ASCII file-system encoding (LC_ALL=C PYTHONUTF8=0)
+                # not the OS's name, and 'notes/été.md' failed the whole search with a codec error
+                st = os.lstat(fs_name(path if os.path.isabs(path) else base + path))
             except OSError:
                 st = None
             if row is None or st is None or row[1:] != (change_stamp(st), st.st_size):

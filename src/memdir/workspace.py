@@ -183,6 +183,14 @@ def fs_name(text: str) -> str:
     if FS_UTF8:
         return text
     try:
+        os.fsencode(text).decode("utf-8")
+        # already the OS's name of UTF-8 bytes: a Latin-1 file-system encoding (LC_ALL=
+        # de_DE.ISO-8859-1) read a folder été from the OS (getcwd, --workspace, a path argument)
+        # as 'Ã©tÃ©', which encoded again named a folder that does not exist
+        return text
+    except UnicodeError:  # text (not the OS's name): its UTF-8 bytes as the OS spells them
+        pass
+    try:
         return os.fsdecode(text.encode("utf-8"))
     except UnicodeEncodeError:
         return text

@@ -209,7 +209,9 @@ def _export(ltm: Any, args: argparse.Namespace) -> int:
         if args.json:
             _print({"path": None, "memories": count, "text": text})
         else:
-            sys.stdout.write(text)
+            from memdir.cli import write_document
+
+            write_document(text)  # UTF-8 whatever the locale: what `ltm import -` reads back
         return 0
     from memdir.atomic_write import replace_file
 
