@@ -98,12 +98,9 @@ class Period:
 
     def covers(self, first: str | None, last: str | None, grace_days: int = GRACE_DAYS) -> bool:
         """Whether a chunk dated ``first..last`` (ISO days) falls in the period (plus the grace days)."""
-        if not first or not last:
+        if (days := _chunk_days(first, last)) is None:
             return False
-        try:
-            a, b = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
-        except ValueError:
-            return False
+        a, b = days
         # Day numbers, not dates: a chunk dated 9999-12-31 plus the grace days is past the calendar.
         first_day = a.toordinal() - grace_days
         if not self.any_year:
@@ -125,6 +122,17 @@ class Period:
         return out
 
 
+def _chunk_days(first: str | None, last: str | None) -> tuple[dt.date, dt.date] | None:
+    """A chunk's first and last days from its ISO dates, or None for an undated chunk (or dates
+    that are not days)."""
+    if not first or not last:
+        return None
+    try:
+        return dt.date.fromisoformat(first), dt.date.fromisoformat(last)
+    except ValueError:
+        return None
+
+
 class Periods:
     """Whether a chunk falls in any of a question's periods (:meth:`Period.covers` of one of
     them), answered by bisection: asked period by period, a question naming thousands of days (a
@@ -144,12 +152,9 @@ class Periods:
         self._any_year = years if any(any_year for _, _, any_year in distinct) else []
 
     def covers(self, first: str | None, last: str | None) -> bool:
-        if not first or not last:
+        if (days := _chunk_days(first, last)) is None:
             return False
-        try:
-            a, b = dt.date.fromisoformat(first), dt.date.fromisoformat(last)
-        except ValueError:
-            return False
+        a, b = days
         first_day = a.toordinal() - self._grace
         if _reaches(self._fixed, first_day, b.toordinal()):
             return True
