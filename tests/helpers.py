@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -21,6 +22,14 @@ def cli_env(state_dir: Path, **extra: str) -> dict[str, str]:
     env["MEMDIR_STATE_DIR"] = str(state_dir)
     env.update(extra)
     return env
+
+
+def python_child(code: str, *args: str, state_dir: Path, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a fresh interpreter with ``args`` (memdir importable, its state in
+    ``state_dir``), output captured: a hang or a super-linear path fails on ``timeout`` instead of
+    holding the suite."""
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                          env=cli_env(state_dir))
 
 
 def deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

@@ -5,11 +5,9 @@ hanging the suite; no LanceDB needed."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from helpers import cli_env
+from helpers import python_child
 
 
 def test_a_memory_bullet_with_a_long_run_of_blanks_is_read_in_linear_time(tmp_path: Path) -> None:
@@ -22,8 +20,7 @@ def test_a_memory_bullet_with_a_long_run_of_blanks_is_read_in_linear_time(tmp_pa
     code = ("import json, sys\nfrom memdir.ltm.markdown import parse\n"
             "items, skipped = parse(open(sys.argv[1], encoding='utf-8').read())\n"
             "print(json.dumps([[i.id, i.category, i.text[:4], i.text[-5:], len(i.text)] for i in items]))\n")
-    done = subprocess.run([sys.executable, "-c", code, str(doc)], capture_output=True, text=True, timeout=20,
-                          env=cli_env(tmp_path / "state"))
+    done = python_child(code, str(doc), state_dir=tmp_path / "state")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [[mem_id, "fact", "left", "right", 150_009],
                                        [None, None, "plai", "\t\t\t\tx", 150_006]]
@@ -40,8 +37,7 @@ def test_a_memory_bullet_with_a_long_importance_is_read_in_linear_time(tmp_path:
     code = ("import json, sys\nfrom memdir.ltm.markdown import parse\n"
             "items, skipped = parse(open(sys.argv[1], encoding='utf-8').read())\n"
             "print(json.dumps([[i.id, i.text[:6], len(i.text), i.importance] for i in items]))\n")
-    done = subprocess.run([sys.executable, "-c", code, str(doc)], capture_output=True, text=True, timeout=20,
-                          env=cli_env(tmp_path / "state"))
+    done = python_child(code, str(doc), state_dir=tmp_path / "state")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [[None, "open (", 100_060, None], ["12345678-1234-1234-1234-123456789abc",
                                                                         "closed", 6, 0.5555555555555556]]
@@ -58,8 +54,7 @@ def test_a_mirror_whose_owner_line_is_long_and_damaged_is_judged_in_linear_time(
             "mirror.write_text(MIRROR_MARK + ' of agent \"x' + '\" (' * 100_000 + ' -->\\n- old\\n')\n"
             "ours = MIRROR_MARK + ' of agent \"main\" (/nowhere). Generated from the store -->\\n- new\\n'\n"
             "print(write_mirror(mirror, ours, mirror.with_name('state.json')))\n")
-    done = subprocess.run([sys.executable, "-c", code, str(mirror)], capture_output=True, text=True, timeout=20,
-                          env=cli_env(tmp_path / "state"))
+    done = python_child(code, str(mirror), state_dir=tmp_path / "state")
     assert done.returncode == 0, done.stderr
     assert "is the long-term memory mirror of another store" in done.stdout
     assert mirror.read_text().endswith("- old\n") and not list(tmp_path.glob("long-term.md.edited-*"))

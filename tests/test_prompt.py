@@ -320,10 +320,7 @@ def test_a_note_with_a_long_run_of_blanks_after_a_less_than_sign_is_quoted_in_li
     by splitting the run every way between the tag's two runs of blanks: 20,000 spaces (the
     default budget) took 2.3 s at every session start, 60,000 17 s.  In a child process, so the
     old reading fails on the timeout instead of hanging the suite; a real tag is still disarmed."""
-    import subprocess
-    import sys
-
-    from helpers import cli_env
+    from helpers import python_child
 
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -331,8 +328,7 @@ def test_a_note_with_a_long_run_of_blanks_after_a_less_than_sign_is_quoted_in_li
     code = ("import sys\nfrom memdir.prompt import build_session_context\n"
             "ctx = build_session_context(workspace=sys.argv[1], chat_type='direct', max_chars=300_000)\n"
             "print('- a <   ' in ctx.text, '- c \u2039\u200b' in ctx.text, ctx.text.count('\u2039'))\n")
-    done = subprocess.run([sys.executable, "-c", code, str(ws)], capture_output=True, text=True, timeout=20,
-                          env=cli_env(tmp_path / "state"))
+    done = python_child(code, str(ws), state_dir=tmp_path / "state")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True", "1"]  # the "<" kept, the forged tag disarmed
 

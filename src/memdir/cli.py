@@ -1017,15 +1017,6 @@ def _lossless_streams() -> None:
                 pass
 
 
-def _lone_surrogate(text: str) -> bool:
-    """Whether ``text`` holds a byte the OS's encoding could not decode (a lone surrogate)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 def _utf8_arguments(args: argparse.Namespace) -> None:
     """A query or note given on the command line as the UTF-8 text it is, when Python decoded the
     command line as ASCII (a C/POSIX locale with ``PYTHONUTF8=0``): ``memdir append "café"`` was
@@ -1035,6 +1026,7 @@ def _utf8_arguments(args: argparse.Namespace) -> None:
     Paths are left as the OS gave them (``memdir.workspace.fs_name``)."""
     if sys.getfilesystemencoding().lower().replace("-", "").replace("_", "") == "utf8":
         return
+    from memdir.textutil import has_lone_surrogate
 
     def text(value: Any) -> Any:
         if not isinstance(value, str):
@@ -1048,7 +1040,7 @@ def _utf8_arguments(args: argparse.Namespace) -> None:
         except UnicodeDecodeError:
             # what the locale could read is kept (Latin-1); what it could not (an ASCII locale)
             # stays a surrogate, refused or matched as a byte that is not UTF-8
-            return value if not _lone_surrogate(value) else raw.decode("utf-8", "surrogateescape")
+            return value if not has_lone_surrogate(value) else raw.decode("utf-8", "surrogateescape")
 
     for name in ("query", "query_opt", "text"):
         value = getattr(args, name, None)

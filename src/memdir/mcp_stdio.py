@@ -36,24 +36,18 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 from mcp.types import INVALID_REQUEST, PARSE_ERROR, JSONRPCError, JSONRPCMessage, JSONRPCRequest, JSONRPCResponse
 
+from memdir.textutil import has_lone_surrogate
+
 
 def without_lone_surrogates(value: Any) -> Any:
     """``value`` with every lone surrogate in its strings (and keys) replaced by U+FFFD."""
     if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if _lone(value) else value
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if has_lone_surrogate(value) else value
     if isinstance(value, list):
         return [without_lone_surrogates(v) for v in value]
     if isinstance(value, dict):
         return {without_lone_surrogates(k): without_lone_surrogates(v) for k, v in value.items()}
     return value
-
-
-def _lone(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def _usable_id(message: Any) -> int | str | None:

@@ -441,3 +441,13 @@ def fts_values(text: str) -> tuple[str, str]:
         return text, text_stems(text)
     form = word_form(text)  # once for both columns
     return _spaced(form), text_stems(form)
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate: a byte the OS's encoding could not decode (a
+    command-line argument), or a ``\\ud800`` escape in JSON; such text cannot be written as UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
