@@ -105,6 +105,36 @@ def test_a_lone_surrogate_is_replaced_as_over_stdio_not_a_500(workspace, monkeyp
         assert (ws / appended["path"]).read_text(encoding="utf-8").endswith("- tea \ufffd\ufffd\ufffd please\n")
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_unknown_method_or_bad_params_are_named_in_the_error(workspace, monkeypatch, caplog, fast):
+    """The SDK answered an unknown method, and params it could not take, with ``-32602 "Invalid
+    request parameters"`` and empty data, logging pydantic's forty-line dump (a notification it
+    does not know too); the error now has JSON-RPC's code and names the method or the field."""
+    with _warm_session(workspace[0], monkeypatch, fast) as (client, url, headers):
+
+        def error(message: dict[str, Any], session: dict[str, str] = headers) -> tuple[int, int, str]:
+            answer = client.post(url, json=message, headers=session)
+            assert answer.json()["id"] == message["id"]
+            return answer.status_code, answer.json()["error"]["code"], answer.json()["error"]["message"]
+
+        assert error({"jsonrpc": "2.0", "id": "m", "method": "no/such/method"}) == (
+            200, -32601, "Method not found: no/such/method")
+        assert error(_call(7, "memory_search", "Kafka")) == (
+            200, -32602, "Invalid params for tools/call: params.arguments: Input should be a valid dictionary")
+        opening = {**INIT, "params": {"capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        assert error(opening, HEADERS) == (
+            200, -32602, "Invalid params for initialize: params.protocolVersion: Field required")
+        quiet = client.post(url, json={"jsonrpc": "2.0", "method": "notifications/no-such-thing"}, headers=headers)
+        assert quiet.status_code == 202 and quiet.content == b""
+        # an unknown session is still the SDK's to refuse, and ordinary calls go on
+        unknown = client.post(url, json={"jsonrpc": "2.0", "id": 8, "method": "no/such/method"},
+                              headers={**headers, "mcp-session-id": "nope"})
+        assert unknown.status_code == 404
+        good = client.post(url, json=_call(9, "memory_search", {"query": "Kafka"}), headers=headers)
+        assert good.json()["result"]["isError"] is False
+    assert "validation error" not in caplog.text and "Field required [" not in caplog.text
+
+
 def test_a_port_in_use_is_one_clear_error_before_anything_starts(workspace, state_dir):
     ws, cfg = workspace
     with socket.socket() as taken:

@@ -125,7 +125,7 @@ def test_malformed_json_rpc_and_huge_arguments_never_stop_the_server(workspace, 
     ]
     proc, answers = _serve(ws, cfg, state_dir, lines)
     assert proc.returncode == 0, proc.stderr
-    assert answers[3]["error"]["code"] in (-32601, -32602)  # the SDK answers an unknown method with an error
+    assert answers[3]["error"]["code"] == -32601  # method not found
     assert "error" in answers[4] or answers[4]["result"]["isError"] is True
     assert answers[5]["result"]["isError"] is False
     assert json.loads(answers[5]["result"]["content"][0]["text"])["results"][0]["path"] == "MEMORY.md"
@@ -262,3 +262,33 @@ def test_a_client_that_stops_reading_ends_the_server_quietly_with_141(workspace,
         err = errors.read()
     assert proc.returncode == 141, err
     assert err.strip() == "", err
+
+
+def test_an_unknown_method_or_bad_params_are_named_in_the_error_not_a_dump_on_stderr(workspace, state_dir: Path):
+    """The SDK answered each of these ``-32602 "Invalid request parameters"`` with empty data (an
+    unknown method, a request before ``initialize``, ``arguments`` that are a string), which told a
+    client nothing, and wrote pydantic's forty-line dump to stderr for each, and for a notification
+    it does not know.  Each gets the code JSON-RPC gives it and a message naming what is wrong."""
+    ws, cfg = workspace
+    lines = [json.dumps({"jsonrpc": "2.0", "id": 0, "method": "tools/list"}),  # before initialize
+             json.dumps(INIT), json.dumps(INITIALIZED),
+             json.dumps({"jsonrpc": "2.0", "method": "notifications/no-such-thing", "params": {}}),
+             json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}}),
+             json.dumps({"jsonrpc": "2.0", "id": 2, "method": "no/such/method"}),
+             json.dumps(_call(3, "memory_search", "kafka")),
+             json.dumps({"jsonrpc": "2.0", "id": "4", "method": "tools/call", "params": {"arguments": {}}}),
+             json.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call"}),
+             json.dumps(_call(6, "memory_search", {"query": "ordering"}))]
+    proc, answers = _serve(ws, cfg, state_dir, lines)
+    assert proc.returncode == 0, proc.stderr
+    errors = {i: (answers[i]["error"]["code"], answers[i]["error"]["message"]) for i in (0, 2, 3, "4", 5)}
+    assert errors == {
+        0: (-32600, "Invalid Request: the session is not initialized: send initialize first"),
+        2: (-32601, "Method not found: no/such/method"),
+        3: (-32602, "Invalid params for tools/call: params.arguments: Input should be a valid dictionary"),
+        "4": (-32602, "Invalid params for tools/call: params.name: Field required"),
+        5: (-32602, "Invalid params for tools/call: params: Field required"),
+    }
+    assert answers[6]["result"]["structuredContent"]["results"][0]["path"] == "MEMORY.md"
+    assert len(answers) == 7  # initialize's too; the notifications are not answered
+    assert "validation error" not in proc.stderr and "Field required" not in proc.stderr, proc.stderr

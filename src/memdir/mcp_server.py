@@ -57,6 +57,8 @@ from mcp.types import (
     ErrorData,
     JSONRPCError,
     JSONRPCMessage,
+    JSONRPCNotification,
+    JSONRPCRequest,
     JSONRPCResponse,
     ServerResult,
     TextContent,
@@ -69,6 +71,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from memdir.errors import MemdirError
+from memdir.mcp_stdio import refusal as message_refusal
 from memdir.mcp_stdio import without_lone_surrogates
 from memdir.prompt import memory_recall_section
 from memdir.tools import (
@@ -612,7 +615,7 @@ class RequestGuard:
     """
 
     def __init__(self, app: Any, server: MemdirMCP):
-        self.app = app
+        self.app, self.server = app, server
         self.path = server.settings.streamable_http_path
         self.security = TransportSecurityMiddleware(server.settings.transport_security)
         self.max_body = int(getattr(server.settings, "max_request_body_size", 4 * 1024 * 1024))
@@ -622,6 +625,8 @@ class RequestGuard:
             return await self.app(scope, receive, send)
         received, body = await _read_body(receive, self.max_body)
         refused = None if body is None else refusal(body)
+        if refused is None and body is not None and await self._answered_in_session(scope, body, receive, send):
+            return None
         if refused is None or not await _headers_pass(scope, Headers(scope=scope), self.security):
             cleaned = None if body is None else _without_lone_surrogates(body)
             if cleaned is not None:
@@ -631,6 +636,41 @@ class RequestGuard:
         answer = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
         response = Response(json.dumps(answer, separators=(",", ":")), status_code=400, media_type=_JSON)
         await response(scope, receive, send)
+
+    async def _answered_in_session(self, scope: Any, body: bytes, receive: Any, send: Any) -> bool:
+        """Answer a request for a method the server does not have, or with params it cannot take,
+        as the SDK answers within a session (200, the request's id) but saying what is wrong; take
+        such a notification (202) without the SDK's forty-line dump on stderr.  Only on a session
+        the SDK would serve (or an ``initialize`` opening one): anything else is the SDK's to refuse."""
+        message = _json(body)
+        if not isinstance(message, dict) or "method" not in message:
+            return False
+        try:
+            parsed = JSONRPCMessage.model_validate(without_lone_surrogates(message)).root
+        except Exception:
+            return False
+        if not isinstance(parsed, JSONRPCRequest | JSONRPCNotification):
+            return False
+        refused = message_refusal(parsed)
+        if refused is None:
+            return False
+        headers = Headers(scope=scope)
+        session = headers.get("mcp-session-id")
+        transport = getattr(self.server._session_manager, "_server_instances", {}).get(session)
+        opening = session is None and parsed.method == "initialize"
+        if not ((opening or (transport is not None and not transport.is_terminated))
+                and await _headers_pass(scope, headers, self.security)):
+            return False
+        extra = {} if session is None else {"mcp-session-id": session}
+        if isinstance(parsed, JSONRPCNotification):  # never answered in JSON-RPC: taken, as the SDK does
+            response = Response(status_code=202, headers={"Content-Type": _JSON, **extra})
+        else:
+            code, why = refused
+            answer = JSONRPCError(jsonrpc="2.0", id=parsed.id, error=ErrorData(code=code, message=why))
+            response = Response(JSONRPCMessage(answer).model_dump_json(by_alias=True, exclude_none=True),
+                                status_code=200, headers={"Content-Type": _JSON, **extra})
+        await response(scope, receive, send)
+        return True
 
 
 def refusal(body: bytes) -> tuple[int, str] | None:

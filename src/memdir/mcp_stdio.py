@@ -10,6 +10,10 @@ and one that fails is answered as JSON-RPC 2.0 says:
 * not JSON: ``-32700`` Parse error, ``id: null``;
 * JSON, but not a message the server takes: ``-32600`` Invalid Request, with the request's own
   ``id`` when it has a usable one (so the client waiting on it gets its answer), else ``null``;
+* a request for a method the server does not have: ``-32601`` Method not found, naming it; one
+  whose params the method cannot take: ``-32602`` naming the field (:func:`refusal`); any
+  request but ``initialize`` and ``ping`` before ``initialize``: ``-32600`` saying so (the SDK
+  answered all three "Invalid request parameters", and such a notification is dropped);
 * a lone surrogate in a string is replaced by U+FFFD and the message goes on: the surrogate
   cannot be part of any note, and the rest of the question can still be answered.
 
@@ -20,6 +24,7 @@ line under one lock, so they never interleave.
 from __future__ import annotations
 
 import codecs
+import functools
 import json
 import os
 import sys
@@ -27,14 +32,26 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from io import TextIOWrapper
-from typing import Any
+from typing import Any, get_args
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
-from mcp.types import INVALID_REQUEST, PARSE_ERROR, JSONRPCError, JSONRPCMessage, JSONRPCRequest, JSONRPCResponse
+from mcp.types import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    ClientNotification,
+    ClientRequest,
+    JSONRPCError,
+    JSONRPCMessage,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
+)
 
 from memdir.textutil import has_lone_surrogate
 
@@ -86,6 +103,43 @@ def read_message(line: str) -> JSONRPCMessage | str:
         # is never answered: the client waiting on it would wait forever
         return _error_line(None, INVALID_REQUEST, "Invalid Request: an id must be a string or an integer")
     return message
+
+
+@functools.cache
+def _client_methods() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The SDK's model of each request and of each notification a client may send, by method."""
+    def by_method(union: Any) -> dict[str, Any]:
+        members = get_args(union.model_fields["root"].annotation)
+        return {get_args(m.model_fields["method"].annotation)[0]: m for m in members}
+    return by_method(ClientRequest), by_method(ClientNotification)
+
+
+def _readable(exc: Exception) -> str:
+    """A validation error in a line or two: where each problem is (``params.arguments``) and what it is."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc)
+    found = [f"{'.'.join(str(p) for p in e['loc']) or 'the message'}: {e['msg']}"
+             for e in errors(include_url=False, include_input=False)]
+    return "; ".join(found[:3]) + (f" (and {len(found) - 3} more)" if len(found) > 3 else "")
+
+
+def refusal(message: JSONRPCRequest | JSONRPCNotification) -> tuple[int, str] | None:
+    """The JSON-RPC error ``(code, message)`` for a request or notification the SDK cannot take.
+
+    Why: the SDK answers every such request ``-32602 "Invalid request parameters"`` with empty
+    ``data`` (an unknown method too, which is ``-32601``) and logs pydantic's whole dump against
+    each of its 17 request kinds, forty lines on stderr; a client (or the person writing one)
+    never learnt which method or field was wrong."""
+    requests, notifications = _client_methods()
+    model = (requests if isinstance(message, JSONRPCRequest) else notifications).get(message.method)
+    if model is None:
+        return METHOD_NOT_FOUND, f"Method not found: {message.method}"
+    try:
+        model.model_validate(message.model_dump(by_alias=True, mode="json", exclude_none=True))
+    except Exception as exc:
+        return INVALID_PARAMS, f"Invalid params for {message.method}: {_readable(exc)}"
+    return None
 
 
 #: Longest line taken from stdin (characters): 4 times the HTTP transport's body limit.  Longer
@@ -145,6 +199,22 @@ async def _lines_read_aside(fd: int) -> AsyncIterator[str]:
             yield line
 
 
+#: What :func:`_checked` gives for a notification the server cannot take (never answered: dropped).
+_DROPPED = JSONRPCMessage(JSONRPCNotification(jsonrpc="2.0", method="(dropped)"))
+
+
+def _checked(message: JSONRPCRequest | JSONRPCNotification, initialized: bool) -> str | JSONRPCMessage | None:
+    """The error line for a request the server cannot take, :data:`_DROPPED` for such a
+    notification (JSON-RPC answers none), else ``None``."""
+    refused = refusal(message)
+    if isinstance(message, JSONRPCNotification):
+        return None if refused is None else _DROPPED
+    if refused is None and not initialized and message.method not in ("initialize", "ping"):
+        # the SDK's own answer was "Invalid request parameters"
+        refused = INVALID_REQUEST, "Invalid Request: the session is not initialized: send initialize first"
+    return None if refused is None else _error_line(message.id, *refused)
+
+
 #: Seconds the requests still being answered when stdin ends get before the server stops
 #: (a tool call is answered within its own deadline, 120 s unless set, well before).
 DRAIN_SECONDS = 300.0
@@ -168,6 +238,7 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: 
     write_stream, from_server = anyio.create_memory_object_stream[SessionMessage](0)
     lock = anyio.Lock()
     unanswered: dict[Any, int] = {}  # ids of the requests handed to the server, not yet answered
+    initialized = False  # an initialize request was handed to the server (which answers it before reading on)
     answer_sent = [anyio.Event()]  # set at each answer (a new one once seen: answers may come before requests end)
 
     async def write(line: str) -> None:
@@ -176,6 +247,7 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: 
             await stdout.flush()
 
     async def reader() -> None:
+        nonlocal initialized
         try:
             async with to_server:
                 async for line in stdin:
@@ -184,10 +256,13 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: 
                     got = read_message(line) if line != TOO_LONG else _error_line(
                         None, INVALID_REQUEST, f"Invalid Request: a line over {MAX_LINE_CHARS:,} characters "
                                                "was skipped")
+                    if not isinstance(got, str) and isinstance(got.root, JSONRPCRequest | JSONRPCNotification):
+                        got = _checked(got.root, initialized) or got
                     if isinstance(got, str):
                         await write(got)
-                    else:
+                    elif got is not _DROPPED:
                         if isinstance(got.root, JSONRPCRequest):
+                            initialized = initialized or got.root.method == "initialize"
                             unanswered[got.root.id] = unanswered.get(got.root.id, 0) + 1
                         await to_server.send(SessionMessage(got))
                 with anyio.move_on_after(drain_seconds):  # the end of input: what was asked is answered first
