@@ -135,6 +135,21 @@ def test_an_unknown_method_or_bad_params_are_named_in_the_error(workspace, monke
     assert "validation error" not in caplog.text and "Field required [" not in caplog.text
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_json_that_is_no_message_is_an_invalid_request_not_a_validation_dump(workspace, monkeypatch, fast):
+    """A body of valid JSON that is no JSON-RPC message (42, a string, ``{"id": 1, "method": "ping"}``
+    without ``jsonrpc``) was answered ``-32602`` with pydantic's four-error dump as its message;
+    it is ``-32600`` with the words stdio uses."""
+    with _warm_session(workspace[0], monkeypatch, fast) as (client, url, headers):
+        for body in (b"42", b'"ping"', b"null", b'{"id": 1, "method": "ping"}', b'{"jsonrpc": "2.0"}'):
+            answer = client.post(url, content=body, headers=headers)
+            assert (answer.status_code, answer.json()) == (400, {"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32600, "message": "Invalid Request: not a JSON-RPC 2.0 request, notification or response "
+                                           "(jsonrpc, id, method, params)"}}), body
+        good = client.post(url, json=_call(9, "memory_search", {"query": "Kafka"}), headers=headers)
+        assert good.json()["result"]["isError"] is False
+
+
 def test_a_port_in_use_is_one_clear_error_before_anything_starts(workspace, state_dir):
     ws, cfg = workspace
     with socket.socket() as taken:

@@ -71,8 +71,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from memdir.errors import MemdirError
+from memdir.mcp_stdio import NOT_A_MESSAGE, without_lone_surrogates
 from memdir.mcp_stdio import refusal as message_refusal
-from memdir.mcp_stdio import without_lone_surrogates
 from memdir.prompt import memory_recall_section
 from memdir.tools import (
     LTM_TOOL_NAMES,
@@ -689,6 +689,10 @@ def refusal(body: bytes) -> tuple[int, str] | None:
         return INVALID_REQUEST, "Invalid Request: batches are not supported: send one message per request"
     if isinstance(message, dict) and "method" in message and "id" in message and type(message["id"]) not in (int, str):
         return INVALID_REQUEST, "Invalid Request: an id must be a string or an integer"
+    try:  # the SDK answered JSON that is no message (42, {"id": 1}) with pydantic's whole dump as the error
+        JSONRPCMessage.model_validate(message)
+    except Exception:
+        return INVALID_REQUEST, f"Invalid Request: {NOT_A_MESSAGE}"
     return None
 
 

@@ -67,6 +67,10 @@ def without_lone_surrogates(value: Any) -> Any:
     return value
 
 
+#: Why a line (or an HTTP body) that is JSON is refused as no message.
+NOT_A_MESSAGE = "not a JSON-RPC 2.0 request, notification or response (jsonrpc, id, method, params)"
+
+
 def _usable_id(message: Any) -> int | str | None:
     """The ``id`` of a request that can be answered by it: an integer (not a bool) or a string."""
     if isinstance(message, dict):
@@ -93,10 +97,7 @@ def read_message(line: str) -> JSONRPCMessage | str:
         try:
             message = JSONRPCMessage.model_validate(without_lone_surrogates(raw))
         except Exception:
-            if isinstance(raw, list):
-                why = "batches are not supported: send one message per line"
-            else:
-                why = "not a JSON-RPC 2.0 request, notification or response (jsonrpc, id, method, params)"
+            why = "batches are not supported: send one message per line" if isinstance(raw, list) else NOT_A_MESSAGE
             return _error_line(_usable_id(raw), INVALID_REQUEST, f"Invalid Request: {why}")
     if "id" in (getattr(message.root, "model_extra", None) or {}):
         # a request whose id is neither a string nor an integer validates as a notification, which
