@@ -292,3 +292,22 @@ def test_an_unknown_method_or_bad_params_are_named_in_the_error_not_a_dump_on_st
     assert answers[6]["result"]["structuredContent"]["results"][0]["path"] == "MEMORY.md"
     assert len(answers) == 7  # initialize's too; the notifications are not answered
     assert "validation error" not in proc.stderr and "Field required" not in proc.stderr, proc.stderr
+
+
+def test_a_prompt_or_resource_memdir_does_not_serve_is_the_specs_error_without_a_traceback(workspace,
+                                                                                          state_dir: Path):
+    """memdir lists no prompts and no resources; asking for one by name was answered with code 0
+    (no JSON-RPC code) and, for a prompt, a traceback on stderr.  The spec's codes now: -32602 for
+    an unknown prompt, -32002 "Resource not found" for a resource."""
+    ws, cfg = workspace
+    lines = [json.dumps(INIT), json.dumps(INITIALIZED),
+             json.dumps({"jsonrpc": "2.0", "id": 2, "method": "prompts/list"}),
+             json.dumps({"jsonrpc": "2.0", "id": 3, "method": "prompts/get", "params": {"name": "recall"}}),
+             json.dumps({"jsonrpc": "2.0", "id": 4, "method": "resources/read", "params": {"uri": "file:///etc/passwd"}})]
+    proc, answers = _serve(ws, cfg, state_dir, lines)
+    assert proc.returncode == 0
+    assert answers[2]["result"] == {"prompts": []}
+    assert answers[3]["error"] == {"code": -32602, "message": "Unknown prompt: recall (memdir serves no prompts)"}
+    assert answers[4]["error"] == {"code": -32002, "data": {"uri": "file:///etc/passwd"},
+                                   "message": "Resource not found: file:///etc/passwd (memdir serves no resources)"}
+    assert "Traceback" not in proc.stderr and "ERROR" not in proc.stderr, proc.stderr

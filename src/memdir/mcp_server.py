@@ -49,8 +49,10 @@ from typing import Any
 import anyio
 from mcp.server.fastmcp import FastMCP
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.shared.exceptions import McpError
 from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
 from mcp.types import (
+    INVALID_PARAMS,
     INVALID_REQUEST,
     PARSE_ERROR,
     CallToolResult,
@@ -87,6 +89,8 @@ from memdir.tools import (
 )
 
 DEFAULT_HTTP_PORT = 8765
+#: The MCP spec's error code for resources/read of a resource the server does not have.
+RESOURCE_NOT_FOUND = -32002
 #: Seconds a tool call may take before it is answered with an error (its thread is abandoned).
 DEFAULT_CALL_TIMEOUT = 120.0
 #: Seconds a search waits for a first index it started before answering "being built".
@@ -288,6 +292,16 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
                 ),
             ))
         return out
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
+        """memdir serves no prompts: ``-32602``, the spec's code for an unknown prompt (the SDK
+        answered code 0 and logged a traceback on stderr)."""
+        raise McpError(ErrorData(code=INVALID_PARAMS, message=f"Unknown prompt: {name} (memdir serves no prompts)"))
+
+    async def read_resource(self, uri: Any) -> Any:
+        """memdir serves no resources: ``-32002``, the spec's "Resource not found" (was code 0)."""
+        raise McpError(ErrorData(code=RESOURCE_NOT_FOUND, message=f"Resource not found: {uri} (memdir serves no "
+                                                                  "resources)", data={"uri": str(uri)}))
 
     def start_warmup(self) -> threading.Thread | None:
         """Index in the background at startup (``sync.onSessionStart``), so the first search is fast.
