@@ -311,3 +311,19 @@ def test_a_prompt_or_resource_memdir_does_not_serve_is_the_specs_error_without_a
     assert answers[4]["error"] == {"code": -32002, "data": {"uri": "file:///etc/passwd"},
                                    "message": "Resource not found: file:///etc/passwd (memdir serves no resources)"}
     assert "Traceback" not in proc.stderr and "ERROR" not in proc.stderr, proc.stderr
+
+
+def test_a_byte_order_mark_before_the_first_line_is_not_taken_for_bad_json(workspace, state_dir: Path):
+    """A host whose stdin encoding writes a BOM first (.NET's Encoding.UTF8, PowerShell with
+    $OutputEncoding set to it) had its initialize answered "Parse error: the line is not JSON"
+    with id null, so it waited for its answer until its timeout; Windows line ends are taken too."""
+    ws, cfg = workspace
+    lines = [INIT, INITIALIZED, _call(2, "memory_search", {"query": "Kafka"})]
+    piped = b"\xef\xbb\xbf" + b"".join(json.dumps(m).encode() + b"\r\n" for m in lines)
+    proc = subprocess.run([sys.executable, "-m", "memdir", "mcp", "-w", str(ws), "-c", str(cfg)], input=piped,
+                          capture_output=True, env=cli_env(state_dir), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    answers = {m["id"]: m for m in map(json.loads, proc.stdout.splitlines())}
+    assert sorted(answers) == [1, 2], proc.stdout
+    assert answers[1]["result"]["serverInfo"]["name"] == "memdir"
+    assert answers[2]["result"]["structuredContent"]["results"][0]["path"] == "MEMORY.md"

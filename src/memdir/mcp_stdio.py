@@ -164,7 +164,9 @@ async def _lines_read_aside(fd: int) -> AsyncIterator[str]:
     token = anyio.lowlevel.current_token()
 
     def pump() -> None:
-        decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+        # utf-8-sig: a byte order mark before the first line (a .NET host whose stdin encoding is
+        # Encoding.UTF8, PowerShell with $OutputEncoding set to it) made initialize "not JSON"
+        decode = codecs.getincrementaldecoder("utf-8-sig")("replace").decode
         parts: list[str] = []
         held = 0  # characters in parts
         skipping = False  # in a line over MAX_LINE_CHARS: dropped up to its newline
