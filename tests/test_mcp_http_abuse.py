@@ -150,6 +150,27 @@ def test_json_that_is_no_message_is_an_invalid_request_not_a_validation_dump(wor
         assert good.json()["result"]["isError"] is False
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_client_that_accepts_any_type_gets_json_not_406(workspace, monkeypatch, fast):
+    """curl, requests and fetch send ``Accept: */*`` and urllib no Accept at all; a request written
+    by hand with them got 406 "Client must accept application/json", which they do.  A type
+    that is not JSON is still refused."""
+    with Memory(workspace[0], config={"memorySearch": {"provider": "none"}}) as memory, \
+            serving(memory, monkeypatch, fast=fast) as (url, server), httpx.Client(timeout=30) as client:
+        del client.headers["accept"]  # httpx's own default is */*
+        for accept in ("*/*", "application/*", None):
+            headers = {"Content-Type": "application/json", **({} if accept is None else {"Accept": accept})}
+            opened = client.post(url, json=INIT, headers=headers)
+            assert opened.status_code == 200, (accept, opened.text)
+            session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+            for i in (2, 3):  # the second on a warm session: the fast path's, when it is on
+                answer = client.post(url, json=_call(i, "memory_search", {"query": "Kafka"}), headers=session)
+                assert answer.status_code == 200 and answer.json()["result"]["isError"] is False, answer.text
+        refused = client.post(url, json=INIT, headers={"Content-Type": "application/json", "Accept": "text/html"})
+        assert refused.status_code == 406
+    assert fast is (server.fast_path is not None and server.fast_path.calls > 0)
+
+
 def test_a_port_in_use_is_one_clear_error_before_anything_starts(workspace, state_dir):
     ws, cfg = workspace
     with socket.socket() as taken:

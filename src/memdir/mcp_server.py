@@ -606,12 +606,35 @@ def result_json(request_id: Any, text: str, payload: dict[str, Any]) -> bytes | 
 
 async def _headers_pass(scope: Any, headers: Headers, security: TransportSecurityMiddleware) -> bool:
     """The checks the SDK makes before it would take the request (any refusal is left to it)."""
-    accepted = [t.strip() for t in headers.get("accept", "").split(",")]
     content_type = [p.strip() for p in headers.get("content-type", "").split(";")[0].split(",")]
     version = headers.get("mcp-protocol-version")
-    return (any(t.startswith(_JSON) for t in accepted) and _JSON in content_type
+    return (_accepts_json(headers.get("accept")) and _JSON in content_type
             and (version is None or version in SUPPORTED_PROTOCOL_VERSIONS)
             and await security.validate_request(Request(scope), is_post=True) is None)
+
+
+def _names_json(accept: str) -> bool:
+    """Whether an Accept header names JSON, as the SDK looks for it."""
+    return any(t.strip().startswith(_JSON) for t in accept.split(","))
+
+
+def _accepts_json(accept: str | None) -> bool:
+    """Whether an Accept header takes a JSON answer: it names it, or a wildcard covering it
+    (``*/*``, ``application/*``), or there is none (RFC 9110: any type then)."""
+    if accept is None:
+        return True
+    return _names_json(accept) or any(t.split(";")[0].strip() in ("*/*", "application/*") for t in accept.split(","))
+
+
+def _json_accepted(scope: Any) -> Any:
+    """``scope`` with ``application/json`` named in its Accept header when the header takes JSON
+    without naming it (see :func:`_accepts_json`), as the SDK wants it named."""
+    accept = Headers(scope=scope).get("accept")
+    if not _accepts_json(accept) or (accept is not None and _names_json(accept)):
+        return scope
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() != b"accept"]
+    named = (accept + ", " if accept else "") + _JSON
+    return {**scope, "headers": [*headers, (b"accept", named.encode("latin-1"))]}
 
 
 class RequestGuard:
@@ -637,6 +660,9 @@ class RequestGuard:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
             return await self.app(scope, receive, send)
+        # curl, requests and fetch send 'Accept: */*' (urllib none): the SDK answered 406 "Client
+        # must accept application/json", which */* does
+        scope = _json_accepted(scope)
         received, body = await _read_body(receive, self.max_body)
         refused = None if body is None else refusal(body)
         if refused is None and body is not None and await self._answered_in_session(scope, body, receive, send):
