@@ -327,3 +327,23 @@ def test_a_byte_order_mark_before_the_first_line_is_not_taken_for_bad_json(works
     assert sorted(answers) == [1, 2], proc.stdout
     assert answers[1]["result"]["serverInfo"]["name"] == "memdir"
     assert answers[2]["result"]["structuredContent"]["results"][0]["path"] == "MEMORY.md"
+
+
+def test_a_response_to_nothing_the_server_asked_is_not_answered(workspace, state_dir: Path):
+    """memdir never asks the client anything, yet a stray response (a client replaying one, or
+    reporting an error with id null) got the client a log message "Internal Server Error", and
+    one the SDK could not read an "Invalid Request" error: a client that answers errors would
+    loop.  JSON-RPC never answers a response; the server goes on serving."""
+    ws, cfg = workspace
+    lines = [json.dumps(INIT), json.dumps(INITIALIZED),
+             json.dumps({"jsonrpc": "2.0", "id": 13, "result": {}}),
+             json.dumps({"jsonrpc": "2.0", "id": 14, "error": {"code": -32601, "message": "Method not found"}}),
+             json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}),
+             json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"})]
+    proc = subprocess.run([sys.executable, "-m", "memdir", "mcp", "-w", str(ws), "-c", str(cfg)], text=True,
+                          input="".join(line + "\n" for line in lines), capture_output=True,
+                          env=cli_env(state_dir), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    answers = {m.get("id"): m for m in map(json.loads, proc.stdout.splitlines())}
+    assert set(answers) == {1, 2} and answers[2]["result"] == {}, proc.stdout
+    assert "Internal Server Error" not in proc.stdout and "ERROR" not in proc.stderr, proc.stderr

@@ -85,6 +85,11 @@ def _error_line(rid: int | str | None, code: int, message: str) -> str:
                       ensure_ascii=False)
 
 
+#: What :func:`read_message` and :func:`_checked` give for a message that is never answered and not
+#: handed on: a notification the server cannot take, a response that is not one.
+_DROPPED = JSONRPCMessage(JSONRPCNotification(jsonrpc="2.0", method="(dropped)"))
+
+
 def read_message(line: str) -> JSONRPCMessage | str:
     """The message on ``line``, or the error line to answer it with."""
     try:
@@ -97,6 +102,8 @@ def read_message(line: str) -> JSONRPCMessage | str:
         try:
             message = JSONRPCMessage.model_validate(without_lone_surrogates(raw))
         except Exception:
+            if isinstance(raw, dict) and "method" not in raw and ("result" in raw or "error" in raw):
+                return _DROPPED  # a response is never answered: a client answering errors would loop
             why = "batches are not supported: send one message per line" if isinstance(raw, list) else NOT_A_MESSAGE
             return _error_line(_usable_id(raw), INVALID_REQUEST, f"Invalid Request: {why}")
     if "id" in (getattr(message.root, "model_extra", None) or {}):
@@ -202,10 +209,6 @@ async def _lines_read_aside(fd: int) -> AsyncIterator[str]:
             yield line
 
 
-#: What :func:`_checked` gives for a notification the server cannot take (never answered: dropped).
-_DROPPED = JSONRPCMessage(JSONRPCNotification(jsonrpc="2.0", method="(dropped)"))
-
-
 def _checked(message: JSONRPCRequest | JSONRPCNotification, initialized: bool) -> str | JSONRPCMessage | None:
     """The error line for a request the server cannot take, :data:`_DROPPED` for such a
     notification (JSON-RPC answers none), else ``None``."""
@@ -242,6 +245,7 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: 
     lock = anyio.Lock()
     unanswered: dict[Any, int] = {}  # ids of the requests handed to the server, not yet answered
     initialized = False  # an initialize request was handed to the server (which answers it before reading on)
+    asked: set[Any] = set()  # ids of the requests the server sent the client, not yet answered
     answer_sent = [anyio.Event()]  # set at each answer (a new one once seen: answers may come before requests end)
 
     async def write(line: str) -> None:
@@ -259,11 +263,19 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: 
                     got = read_message(line) if line != TOO_LONG else _error_line(
                         None, INVALID_REQUEST, f"Invalid Request: a line over {MAX_LINE_CHARS:,} characters "
                                                "was skipped")
+                    if got is _DROPPED:
+                        continue
                     if not isinstance(got, str) and isinstance(got.root, JSONRPCRequest | JSONRPCNotification):
                         got = _checked(got.root, initialized) or got
                     if isinstance(got, str):
                         await write(got)
+                    elif isinstance(got.root, JSONRPCResponse | JSONRPCError) and got.root.id not in asked:
+                        # an answer to nothing the server asked: the SDK took it for an internal error
+                        # and sent the client a log message "Internal Server Error"
+                        continue
                     elif got is not _DROPPED:
+                        if isinstance(got.root, JSONRPCResponse | JSONRPCError):
+                            asked.discard(got.root.id)
                         if isinstance(got.root, JSONRPCRequest):
                             initialized = initialized or got.root.method == "initialize"
                             unanswered[got.root.id] = unanswered.get(got.root.id, 0) + 1
@@ -286,6 +298,8 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: 
         try:
             async with from_server:
                 async for message in from_server:
+                    if isinstance(message.message.root, JSONRPCRequest):
+                        asked.add(message.message.root.id)
                     await write(message.message.model_dump_json(by_alias=True, exclude_none=True))
                     answered(message.message)
         except anyio.ClosedResourceError:
