@@ -347,3 +347,13 @@ def test_a_response_to_nothing_the_server_asked_is_not_answered(workspace, state
     answers = {m.get("id"): m for m in map(json.loads, proc.stdout.splitlines())}
     assert set(answers) == {1, 2} and answers[2]["result"] == {}, proc.stdout
     assert "Internal Server Error" not in proc.stdout and "ERROR" not in proc.stderr, proc.stderr
+
+
+def test_initialized_alone_lets_requests_through_as_the_sdk_does(workspace, state_dir: Path):
+    """The SDK counts a session as initialized at notifications/initialized too; the check made
+    before it (a request before initialize is refused) must not refuse what the SDK serves."""
+    ws, cfg = workspace
+    proc, answers = _serve(ws, cfg, state_dir, [json.dumps(INITIALIZED),
+                                                json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})])
+    assert proc.returncode == 0
+    assert [t["name"] for t in answers[2]["result"]["tools"]] == ["memory_search", "memory_get", "memory_append"]

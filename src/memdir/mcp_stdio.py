@@ -244,7 +244,7 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: 
     write_stream, from_server = anyio.create_memory_object_stream[SessionMessage](0)
     lock = anyio.Lock()
     unanswered: dict[Any, int] = {}  # ids of the requests handed to the server, not yet answered
-    initialized = False  # an initialize request was handed to the server (which answers it before reading on)
+    initialized = False  # initialize (answered before the server reads on) or initialized was handed on
     asked: set[Any] = set()  # ids of the requests the server sent the client, not yet answered
     answer_sent = [anyio.Event()]  # set at each answer (a new one once seen: answers may come before requests end)
 
@@ -276,8 +276,9 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: 
                     elif got is not _DROPPED:
                         if isinstance(got.root, JSONRPCResponse | JSONRPCError):
                             asked.discard(got.root.id)
+                        if isinstance(got.root, JSONRPCRequest | JSONRPCNotification):  # (as the SDK counts it)
+                            initialized = initialized or got.root.method in ("initialize", "notifications/initialized")
                         if isinstance(got.root, JSONRPCRequest):
-                            initialized = initialized or got.root.method == "initialize"
                             unanswered[got.root.id] = unanswered.get(got.root.id, 0) + 1
                         await to_server.send(SessionMessage(got))
                 with anyio.move_on_after(drain_seconds):  # the end of input: what was asked is answered first
