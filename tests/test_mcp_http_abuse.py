@@ -171,6 +171,27 @@ def test_a_client_that_accepts_any_type_gets_json_not_406(workspace, monkeypatch
     assert fast is (server.fast_path is not None and server.fast_path.calls > 0)
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_response_to_nothing_the_server_asked_is_taken_quietly(workspace, monkeypatch, caplog, fast):
+    """memdir asks a client nothing; a response POSTed anyway was taken by the SDK for an internal
+    error: "Internal Server Error" sent down the client's event stream, an ERROR logged."""
+    with _warm_session(workspace[0], monkeypatch, fast) as (client, url, headers), \
+            client.stream("GET", url, headers={**headers, "Accept": "text/event-stream"}) as events:
+        assert events.status_code == 200
+        for stray in ({"jsonrpc": "2.0", "id": 13, "result": {}},
+                      {"jsonrpc": "2.0", "id": "x", "error": {"code": -32601, "message": "Method not found"}}):
+            answer = client.post(url, json=stray, headers=headers)
+            assert (answer.status_code, answer.content) == (202, b"")
+        without_session = client.post(url, json={"jsonrpc": "2.0", "id": 14, "result": {}}, headers=HEADERS)
+        assert without_session.status_code == 400  # the SDK's "Missing session ID", not a 500
+        pong = client.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=headers)
+        assert pong.json() == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        # the event stream got nothing: ending the session ends it, and what it held is read
+        assert client.delete(url, headers=headers).status_code == 200
+        assert b"Internal Server Error" not in events.read()
+    assert "unknown request ID" not in caplog.text
+
+
 def test_a_port_in_use_is_one_clear_error_before_anything_starts(workspace, state_dir):
     ws, cfg = workspace
     with socket.socket() as taken:

@@ -680,31 +680,33 @@ class RequestGuard:
     async def _answered_in_session(self, scope: Any, body: bytes, receive: Any, send: Any) -> bool:
         """Answer a request for a method the server does not have, or with params it cannot take,
         as the SDK answers within a session (200, the request's id) but saying what is wrong; take
-        such a notification (202) without the SDK's forty-line dump on stderr.  Only on a session
+        such a notification, or a response (202), without the SDK's forty-line dump on stderr.  Only on a session
         the SDK would serve (or an ``initialize`` opening one): anything else is the SDK's to refuse."""
         message = _json(body)
-        if not isinstance(message, dict) or "method" not in message:
+        if not isinstance(message, dict):
             return False
         try:
             parsed = JSONRPCMessage.model_validate(without_lone_surrogates(message)).root
         except Exception:
             return False
-        if not isinstance(parsed, JSONRPCRequest | JSONRPCNotification):
-            return False
-        refused = message_refusal(parsed)
-        if refused is None:
+        # memdir's server asks a client nothing, so a response answers nothing: the SDK took one for
+        # an internal error, sending the client's event stream a log message "Internal Server Error"
+        stray = isinstance(parsed, JSONRPCResponse | JSONRPCError)
+        refused = None if stray else message_refusal(parsed)  # type: ignore[arg-type]
+        if refused is None and not stray:
             return False
         headers = Headers(scope=scope)
         session = headers.get("mcp-session-id")
         transport = getattr(self.server._session_manager, "_server_instances", {}).get(session)
-        opening = session is None and parsed.method == "initialize"
+        opening = session is None and getattr(parsed, "method", None) == "initialize"
         if not ((opening or (transport is not None and not transport.is_terminated))
                 and await _headers_pass(scope, headers, self.security)):
             return False
         extra = {} if session is None else {"mcp-session-id": session}
-        if isinstance(parsed, JSONRPCNotification):  # never answered in JSON-RPC: taken, as the SDK does
+        if stray or isinstance(parsed, JSONRPCNotification):  # never answered in JSON-RPC: taken, as the SDK does
             response = Response(status_code=202, headers={"Content-Type": _JSON, **extra})
         else:
+            assert refused is not None and isinstance(parsed, JSONRPCRequest)
             code, why = refused
             answer = JSONRPCError(jsonrpc="2.0", id=parsed.id, error=ErrorData(code=code, message=why))
             response = Response(JSONRPCMessage(answer).model_dump_json(by_alias=True, exclude_none=True),
