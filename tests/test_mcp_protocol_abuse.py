@@ -357,3 +357,22 @@ def test_initialized_alone_lets_requests_through_as_the_sdk_does(workspace, stat
                                                 json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})])
     assert proc.returncode == 0
     assert [t["name"] for t in answers[2]["result"]["tools"]] == ["memory_search", "memory_get", "memory_append"]
+
+
+def test_a_server_started_in_the_root_folder_without_a_workspace_says_so(workspace, state_dir: Path):
+    """Claude Desktop starts its servers in /: an entry without --workspace served the root's
+    memory, empty, so every search found nothing without a word and an append went to /memory.
+    It is bad usage naming the fix; --workspace or MEMDIR_WORKSPACE still serve from /."""
+    ws, cfg = workspace
+    command = [sys.executable, "-m", "memdir", "mcp", "-c", str(cfg)]
+    init = json.dumps(INIT) + "\n"
+    refused = subprocess.run(command, cwd="/", input=init, capture_output=True, text=True, timeout=60,
+                             env=cli_env(state_dir))
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert "no workspace given, and the current folder is / " in refused.stderr
+    assert "add --workspace /path/to/agent-workspace" in refused.stderr
+    for given, env in ((["-w", str(ws)], cli_env(state_dir)), ([], cli_env(state_dir, MEMDIR_WORKSPACE=str(ws)))):
+        served = subprocess.run(command + given, cwd="/", input=init, capture_output=True, text=True, timeout=60,
+                                env=env)
+        assert served.returncode == 0, served.stderr
+        assert json.loads(served.stdout)["result"]["serverInfo"]["name"] == "memdir"

@@ -805,7 +805,17 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if args.transport == "stdio" and sys.stdin is None:  # `memdir mcp <&-`: "'NoneType' ... 'isatty'"
         raise UsageError("the MCP server on stdio reads its requests from stdin, and stdin is closed "
                          "(--transport http serves without it)")
-    with _memory(args) as mem:
+    from memdir.api import Memory
+
+    loaded = _load_config(args)
+    workspace = loaded.settings.workspace_path
+    if loaded.origins.get("workspace") is None and workspace.parent == workspace:
+        # Claude Desktop (and other hosts) start a server in /: without --workspace in its args it
+        # served the root's (empty) memory, every search found nothing and appends went to /memory
+        raise UsageError(f"no workspace given, and the current folder is {workspace} (where MCP hosts such as "
+                         "Claude Desktop start their servers): add --workspace /path/to/agent-workspace to the "
+                         "server's args in the host's config (or set MEMDIR_WORKSPACE)")
+    with Memory(config=loaded, notice=_notice) as mem:
         if args.transport == "stdio" and sys.stdin.isatty():
             # Run by hand from the README's list, it waited in silence: say what it is waiting for.
             _note(args, f"memdir MCP server on stdio (workspace {mem.workspace}): an MCP host (Claude, Cursor, ...) "
