@@ -376,3 +376,23 @@ def test_a_server_started_in_the_root_folder_without_a_workspace_says_so(workspa
                                 env=env)
         assert served.returncode == 0, served.stderr
         assert json.loads(served.stdout)["result"]["serverInfo"]["name"] == "memdir"
+
+
+def test_a_call_the_client_cancels_gets_no_answer(workspace, state_dir: Path):
+    """The spec says a cancelled request is not answered; the SDK answered it "Request cancelled"
+    (code 0), which a client no longer waiting for it logs as a response for an unknown message
+    ID (each Esc in Claude Code).  A long memory_search cancelled in flight is not answered; the
+    server goes on."""
+    ws, cfg = workspace
+    words = [f"w{i:05d}x" for i in range(20_000)]
+    slow = " ".join(words[(i * 7919) % len(words)] for i in range(250_000))  # a 2 MB question: seconds of work
+    lines = [INIT, INITIALIZED, _call(2, "memory_search", {"query": slow}),
+             {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "Esc"}},
+             {"jsonrpc": "2.0", "id": 3, "method": "ping"}]
+    proc = subprocess.run([sys.executable, "-m", "memdir", "mcp", "-w", str(ws), "-c", str(cfg)], text=True,
+                          input="".join(json.dumps(m) + "\n" for m in lines), capture_output=True,
+                          env=cli_env(state_dir), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    answers = {m["id"]: m for m in map(json.loads, proc.stdout.splitlines())}
+    assert answers[3]["result"] == {}
+    assert "error" not in answers.get(2, {}), answers[2]  # (a search that beat its cancel may answer)

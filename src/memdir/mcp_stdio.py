@@ -17,7 +17,9 @@ and one that fails is answered as JSON-RPC 2.0 says:
 * a lone surrogate in a string is replaced by U+FFFD and the message goes on: the surrogate
   cannot be part of any note, and the rest of the question can still be answered.
 
-Blank lines are skipped.  Every write to stdout (the server's answers and these) is one whole
+A response from the client to nothing the server asked is dropped, and so is the SDK's error
+answer to a request the client cancelled (JSON-RPC and the spec answer neither).  Blank lines
+are skipped.  Every write to stdout (the server's answers and these) is one whole
 line under one lock, so they never interleave.
 """
 
@@ -246,6 +248,7 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: 
     unanswered: dict[Any, int] = {}  # ids of the requests handed to the server, not yet answered
     initialized = False  # initialize (answered before the server reads on) or initialized was handed on
     asked: set[Any] = set()  # ids of the requests the server sent the client, not yet answered
+    cancelled: set[Any] = set()  # ids of requests in flight the client cancelled (notifications/cancelled)
     answer_sent = [anyio.Event()]  # set at each answer (a new one once seen: answers may come before requests end)
 
     async def write(line: str) -> None:
@@ -280,6 +283,10 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: 
                             initialized = initialized or got.root.method in ("initialize", "notifications/initialized")
                         if isinstance(got.root, JSONRPCRequest):
                             unanswered[got.root.id] = unanswered.get(got.root.id, 0) + 1
+                        elif isinstance(got.root, JSONRPCNotification) and got.root.method == "notifications/cancelled":
+                            target = (got.root.params or {}).get("requestId")
+                            if target in unanswered:
+                                cancelled.add(target)
                         await to_server.send(SessionMessage(got))
                 with anyio.move_on_after(drain_seconds):  # the end of input: what was asked is answered first
                     while unanswered:
@@ -299,8 +306,17 @@ async def stdio_transport(stdin: Any = None, stdout: Any = None, drain_seconds: 
         try:
             async with from_server:
                 async for message in from_server:
-                    if isinstance(message.message.root, JSONRPCRequest):
-                        asked.add(message.message.root.id)
+                    root = message.message.root
+                    if isinstance(root, JSONRPCRequest):
+                        asked.add(root.id)
+                    if isinstance(root, JSONRPCResponse | JSONRPCError) and root.id in cancelled:
+                        cancelled.discard(root.id)
+                        if isinstance(root, JSONRPCError):
+                            # the SDK answers a request the client cancelled ("Request cancelled", code 0),
+                            # which the spec says not to: the client, which no longer waits for it, logs
+                            # "a response for an unknown message ID" (each Esc in Claude Code)
+                            answered(message.message)
+                            continue
                     await write(message.message.model_dump_json(by_alias=True, exclude_none=True))
                     answered(message.message)
         except anyio.ClosedResourceError:
