@@ -192,6 +192,19 @@ def test_a_response_to_nothing_the_server_asked_is_taken_quietly(workspace, monk
     assert "unknown request ID" not in caplog.text
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_stream_asked_to_resume_is_a_new_stream_not_a_500(workspace, monkeypatch, fast):
+    """A client reconnecting its event stream sends Last-Event-ID; with no event store the SDK
+    answered nothing, so uvicorn sent a 500 "Internal Server Error" and logged "ASGI callable
+    returned without starting response".  There is nothing to replay: it gets a new stream."""
+    with _warm_session(workspace[0], monkeypatch, fast) as (client, url, headers):
+        resume = {**headers, "Accept": "text/event-stream", "Last-Event-ID": "7"}
+        with client.stream("GET", url, headers=resume) as events:
+            assert (events.status_code, events.headers["content-type"]) == (200, "text/event-stream")
+            assert client.delete(url, headers=headers).status_code == 200  # ends the stream
+            assert events.read() == b""
+
+
 def test_a_port_in_use_is_one_clear_error_before_anything_starts(workspace, state_dir):
     ws, cfg = workspace
     with socket.socket() as taken:

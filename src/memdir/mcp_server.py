@@ -626,6 +626,12 @@ def _accepts_json(accept: str | None) -> bool:
     return _names_json(accept) or any(t.split(";")[0].strip() in ("*/*", "application/*") for t in accept.split(","))
 
 
+def _without_header(scope: Any, name: bytes) -> Any:
+    """``scope`` without the header ``name`` (lower case), itself when it has none."""
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() != name]
+    return scope if len(headers) == len(scope["headers"]) else {**scope, "headers": headers}
+
+
 def _json_accepted(scope: Any) -> Any:
     """``scope`` with ``application/json`` named in its Accept header when the header takes JSON
     without naming it (see :func:`_accepts_json`), as the SDK wants it named."""
@@ -656,8 +662,14 @@ class RequestGuard:
         self.path = server.settings.streamable_http_path
         self.security = TransportSecurityMiddleware(server.settings.transport_security)
         self.max_body = int(getattr(server.settings, "max_request_body_size", 4 * 1024 * 1024))
+        self.replays = getattr(server, "_event_store", None)  # the SDK's event store (memdir's: none)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == self.path:
+            # Without an event store there is nothing to replay: the SDK answered a GET that asked to
+            # resume (Last-Event-ID, as a client reconnecting its stream sends) with nothing, so uvicorn
+            # sent a 500 and logged "ASGI callable returned without starting response"; a new stream
+            scope = _without_header(scope, b"last-event-id") if self.replays is None else scope
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
             return await self.app(scope, receive, send)
         # curl, requests and fetch send 'Accept: */*' (urllib none): the SDK answered 406 "Client
