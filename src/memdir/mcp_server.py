@@ -692,8 +692,9 @@ class RequestGuard:
     async def _answered_in_session(self, scope: Any, body: bytes, receive: Any, send: Any) -> bool:
         """Answer a request for a method the server does not have, or with params it cannot take,
         as the SDK answers within a session (200, the request's id) but saying what is wrong; take
-        such a notification, or a response (202), without the SDK's forty-line dump on stderr.  Only on a session
-        the SDK would serve (or an ``initialize`` opening one): anything else is the SDK's to refuse."""
+        such a notification, or a response (202), without the SDK's forty-line dump on stderr.
+        Only on a session the SDK would serve (or an ``initialize`` opening one): anything else
+        is the SDK's to refuse."""
         message = _json(body)
         if not isinstance(message, dict):
             return False
@@ -704,7 +705,7 @@ class RequestGuard:
         # memdir's server asks a client nothing, so a response answers nothing: the SDK took one for
         # an internal error, sending the client's event stream a log message "Internal Server Error"
         stray = isinstance(parsed, JSONRPCResponse | JSONRPCError)
-        refused = None if stray else message_refusal(parsed)  # type: ignore[arg-type]
+        refused = message_refusal(parsed) if isinstance(parsed, JSONRPCRequest | JSONRPCNotification) else None
         if refused is None and not stray:
             return False
         headers = Headers(scope=scope)
