@@ -396,3 +396,18 @@ def test_a_call_the_client_cancels_gets_no_answer(workspace, state_dir: Path):
     answers = {m["id"]: m for m in map(json.loads, proc.stdout.splitlines())}
     assert answers[3]["result"] == {}
     assert "error" not in answers.get(2, {}), answers[2]  # (a search that beat its cancel may answer)
+
+
+def test_json_nested_too_deeply_is_said_so_not_called_not_json(workspace, state_dir: Path):
+    """A line of valid JSON nested deeper than Python reads was answered "the line is not JSON",
+    which sent the client's author looking for a syntax error; it says what HTTP says."""
+    ws, cfg = workspace
+    deep = json.dumps(_call(2, "memory_search", {"query": "Kafka"})).replace('"Kafka"', "[" * 50_000 + "]" * 50_000)
+    lines = [json.dumps(INIT), deep, json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"})]
+    proc = subprocess.run([sys.executable, "-m", "memdir", "mcp", "-w", str(ws), "-c", str(cfg)], text=True,
+                          input="".join(line + "\n" for line in lines), capture_output=True,
+                          env=cli_env(state_dir), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    answers = {m.get("id"): m for m in map(json.loads, proc.stdout.splitlines())}
+    assert answers[None]["error"] == {"code": -32700, "message": "Parse error: the JSON is nested too deeply"}
+    assert answers[3]["result"] == {}

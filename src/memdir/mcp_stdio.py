@@ -99,7 +99,9 @@ def read_message(line: str) -> JSONRPCMessage | str:
     except Exception:
         try:
             raw = json.loads(line)
-        except (ValueError, RecursionError):
+        except RecursionError:  # valid JSON, deeper than Python reads: "not JSON" sent the client looking elsewhere
+            return _error_line(None, PARSE_ERROR, "Parse error: the JSON is nested too deeply")
+        except ValueError:
             return _error_line(None, PARSE_ERROR, "Parse error: the line is not JSON")
         try:
             message = JSONRPCMessage.model_validate(without_lone_surrogates(raw))
