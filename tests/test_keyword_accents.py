@@ -93,3 +93,23 @@ def test_accented_word_forms_score_alike_on_both_backends(pg: Backend, make_work
             scores.append([[(r.path, round(r.score, 6)) for r in mem.search(q, max_results=3).results]
                            for q in ("cafes", "café", "resumes", "naive tokens")])
     assert scores[0] == scores[1] and all(scores[0])
+
+
+COMPAT = {
+    "memory/2026-04-01.md": "- The ＫＡＦＫＡ brokers moved to the new rack.\n",  # typed in an IME's full-width mode
+    "memory/2026-04-02.md": "- The ﬁnal ﬂight list is in the shared ﬁle.\n",  # ligatures, as a PDF pastes them
+    "memory/2026-04-03.md": "- Quarterly planning for the data platform.\n",
+    "memory/2026-04-04.md": "- Order ２０２６１１ ships from the ｶﾞｲﾄﾞ warehouse.\n",  # full-width digits, kana
+    "memory/2026-04-05.md": "- Renewed the redis lease for two more years.\n",
+}
+
+
+@pytest.mark.parametrize(("query", "day"), [("kafka", "2026-04-01"), ("final flight", "2026-04-02"),
+                                            ("ＲＥＤＩＳ", "2026-04-05"), ("ﬂight", "2026-04-02"),
+                                            ("202611", "2026-04-04"), ("ガイド", "2026-04-04")])
+def test_full_width_letters_and_ligatures_are_their_plain_letters(
+        backend: Backend, make_workspace: Callable[..., Path], query: str, day: str) -> None:
+    """unicode61 keeps a full-width ``ＫＡＦＫＡ`` or a ligature ``ﬁ`` as letters of their own: a note
+    written in an IME's full-width mode was found by no question typed in ASCII (and the reverse),
+    a PDF's ``ﬁnal ﬂight`` by no "final flight"; both backends index and search them as NFKC does."""
+    _assert_first(backend, make_workspace(COMPAT), query, day)

@@ -259,15 +259,33 @@ _DROP_INVISIBLE = dict.fromkeys(map(ord, _INVISIBLE_CHARS))
 _MAY_CHANGE = LazyPattern("[^\x00-\xac\xae-\u02ff\u2002-\u200a\u200e-\u205f\u2061-\u20cf]")
 
 
+#: Presentation forms (ligatures, Arabic and Hebrew presentation forms, small and vertical forms)
+#: and half-width and full-width forms: letters written another way for typesetting or an input
+#: method, which ``unicode61`` keeps as other letters.  A full-width ``ＫＡＦＫＡ`` (a Japanese or
+#: Chinese keyboard's Latin mode) found no note saying Kafka, a PDF's ``ﬁle`` (one ligature) no
+#: question asking for a file; each is indexed and searched as its compatibility form (NFKC).
+_COMPAT_FORMS: Any = LazyPattern("[\ufb00-\ufdff\ufe10-\ufe19\ufe30-\ufefe\uff00-\uffef]+")
+
+
+def _compat(match: re.Match[str]) -> str:
+    """The letters and digits of a run of :data:`_COMPAT_FORMS` in NFKC; its punctuation and symbols
+    as they are (separators either way; the rial sign's NFKC is a word, which is no word here)."""
+    return "".join(unicodedata.normalize("NFKC", ch) if unicodedata.category(ch)[0] in "LN" else ch
+                   for ch in match.group())
+
+
 def word_form(text: str) -> str:
-    """Text as its words are indexed and searched: invisible characters inside words dropped, and
-    in Unicode NFC (a note or question saved decomposed, e.g. Korean or Greek in NFD, matches its
-    composed form).  ASCII text is returned as it is, at no cost; other text costs about a
-    microsecond a chunk (one ``in`` scan a character is 20x cheaper than a regex search here)."""
+    """Text as its words are indexed and searched: invisible characters inside words dropped,
+    presentation and width forms as their plain letters (:data:`_COMPAT_FORMS`), and in Unicode NFC
+    (a note or question saved decomposed, e.g. Korean or Greek in NFD, matches its composed form).
+    ASCII text is returned as it is, at no cost; other text costs about a microsecond a chunk (one
+    ``in`` scan a character is 20x cheaper than a regex search here)."""
     if text.isascii():
         return text
     if any(ch in text for ch in _INVISIBLE_CHARS):
         text = text.translate(_DROP_INVISIBLE)
+    if not _all_below(text, "\ufb00") and _COMPAT_FORMS.search(text):
+        text = _COMPAT_FORMS.sub(_compat, text)
     return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
 
 
