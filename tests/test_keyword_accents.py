@@ -113,3 +113,21 @@ def test_full_width_letters_and_ligatures_are_their_plain_letters(
     written in an IME's full-width mode was found by no question typed in ASCII (and the reverse),
     a PDF's ``ﬁnal ﬂight`` by no "final flight"; both backends index and search them as NFKC does."""
     _assert_first(backend, make_workspace(COMPAT), query, day)
+
+
+TURKISH = {
+    "memory/2026-05-01.md": "- Arka kapı kilitli kalmıştı, anahtar bekçide.\n",
+    "memory/2026-05-02.md": "- KIRMIZI DOSYA müdürün masasında.\n",
+    "memory/2026-05-03.md": "- Quarterly planning for the data platform.\n",
+    "memory/2026-05-04.md": "- Renewed the domain for two more years.\n",
+}
+
+
+@pytest.mark.parametrize(("query", "day"), [("KAPI", "2026-05-01"), ("kapi", "2026-05-01"), ("kapı", "2026-05-01"),
+                                            ("kırmızı dosya", "2026-05-02"), ("Kırmızı", "2026-05-02")])
+def test_turkish_dotless_i_is_found_in_either_case(
+        backend: Backend, make_workspace: Callable[..., Path], query: str, day: str) -> None:
+    """The upper case of Turkish ``kapı`` is ``KAPI``, which FTS5 lowers to ``kapi``; ``unicode61``
+    folds ç ğ ö ş ü and İ but keeps ``ı``: "KAPI" found no note saying kapı, and "kırmızı" none
+    written in capitals.  ``ı`` is indexed and searched as ``i`` on both backends."""
+    _assert_first(backend, make_workspace(TURKISH), query, day)
