@@ -771,7 +771,43 @@ def _other_normal_form(spellings: list[str], absolute: Path, rel: str, root: Pat
             found_root = _allowed_root(found, found_rel, workspace, extra_paths)
             if found_root is not None and os.path.lexists(found):
                 return found, found_rel, found_root
+    # a path whose parts are in different forms (a folder made on macOS, a note in it on Linux)
+    found_below = _matching_entries(absolute, root)
+    if found_below is not None:
+        found_rel = rel_path(workspace, found_below)
+        if _allowed_root(found_below, found_rel, workspace, extra_paths) == root:
+            return found_below, found_rel, root
     return absolute, rel, root
+
+
+def _matching_entries(absolute: Path, root: Path) -> Path | None:
+    """``absolute`` with each part below ``root`` that does not exist replaced by the entry of its
+    folder that is the same name in NFC, if there is one: a folder named in NFD (made on macOS and
+    synced) holding a note named in NFC (written on Linux) was missing in either form.  Stops at a
+    symlink (refused by the caller), so no folder outside the root is listed."""
+    import unicodedata
+
+    try:
+        parts = absolute.relative_to(root).parts
+    except ValueError:
+        return None
+    probe = root
+    for part in parts:
+        step = probe / part
+        if not os.path.lexists(step):
+            want = unicodedata.normalize("NFC", part)
+            try:
+                if not stat.S_ISDIR(os.lstat(probe).st_mode):
+                    return None
+                with os.scandir(probe) as entries:
+                    name = next((e.name for e in entries if unicodedata.normalize("NFC", e.name) == want), None)
+            except OSError:
+                return None
+            if name is None:
+                return None
+            step = probe / name
+        probe = step
+    return probe
 
 
 def read_allowed(path: str | os.PathLike[str], rel: str, *, dir_fd: int | None = None,
