@@ -688,10 +688,26 @@ class Settings(_Model):
         for raw in self.memory_search.extra_paths:
             p = Path(os.path.expanduser(fs_name(raw)))  # (a config file's text: not the OS's name under ASCII)
             p = p if p.is_absolute() else self.workspace_path / p
-            p = Path(os.path.normpath(p))
+            p = _existing_form(Path(os.path.normpath(p)))
             if p not in out:
                 out.append(p)
         return out
+
+
+def _existing_form(path: Path) -> Path:
+    """``path``, or its name in the other Unicode normal form when only that one exists: a folder
+    synced from macOS is named in NFD, the same name typed into a config file in NFC, and the extra
+    path was "missing" (its notes searched nowhere) though ``ls`` showed it by the same name."""
+    text = str(path)
+    if text.isascii() or os.path.lexists(path):
+        return path
+    import unicodedata
+
+    for form in ("NFC", "NFD"):
+        other = unicodedata.normalize(form, text)
+        if other != text and os.path.lexists(other):
+            return Path(other)
+    return path
 
 
 def workspace_index_name(workspace: Path) -> str:

@@ -721,7 +721,8 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
         root = _allowed_root(absolute, rel, workspace, extra_paths)
         if root is not None and (spelling is spellings[-1] or os.path.lexists(absolute)):
             break
-    if root is not None and not text.isascii() and not os.path.lexists(absolute):
+    if not text.isascii() and (root is None or not os.path.lexists(absolute)):
+        # (not allowed as spelled: an extra folder named in the other form, see Settings.extra_paths)
         absolute, rel, root = _other_normal_form(spellings, absolute, rel, root, workspace, extra_paths)
     if root is None:
         also = ", session transcripts as sessions/<name>.jsonl" if sessions else ""
@@ -753,8 +754,8 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
     return ResolvedPath(absolute, text_name(rel) or rel, root, nofollow)
 
 
-def _other_normal_form(spellings: list[str], absolute: Path, rel: str, root: Path, workspace: Path,
-                       extra_paths: list[Path]) -> tuple[Path, str, Path]:
+def _other_normal_form(spellings: list[str], absolute: Path, rel: str, root: Path | None, workspace: Path,
+                       extra_paths: list[Path]) -> tuple[Path, str, Path | None]:
     """The same path in another Unicode normal form when only that one exists: a name written in
     NFD (macOS, some editors and archives) comes back from an agent in NFC (``café`` typed, or
     re-encoded by the model), and was "missing".  Checked against the allowed roots as any path."""
@@ -772,7 +773,7 @@ def _other_normal_form(spellings: list[str], absolute: Path, rel: str, root: Pat
             if found_root is not None and os.path.lexists(found):
                 return found, found_rel, found_root
     # a path whose parts are in different forms (a folder made on macOS, a note in it on Linux)
-    found_below = _matching_entries(absolute, root)
+    found_below = None if root is None else _matching_entries(absolute, root)
     if found_below is not None:
         found_rel = rel_path(workspace, found_below)
         if _allowed_root(found_below, found_rel, workspace, extra_paths) == root:
