@@ -115,6 +115,15 @@ def test_full_width_letters_and_ligatures_are_their_plain_letters(
     _assert_first(backend, make_workspace(COMPAT), query, day)
 
 
+
+@pytest.mark.parametrize("query", ["\u200b", "\u00ad\u2060\ufeff", "\ufdfd", "\uff0a", "ｶﾞ" * 300])
+def test_a_question_of_invisible_or_symbol_forms_finds_nothing_without_failing(
+        backend: Backend, make_workspace: Callable[..., Path], query: str) -> None:
+    # a question left empty once its invisible characters were dropped must not fail the search
+    with Memory(make_workspace(COMPAT), config=backend.config({"memorySearch": {"provider": "none"}})) as mem:
+        mem.sync()
+        assert mem.search(query, max_results=3).results == []
+
 TURKISH = {
     "memory/2026-05-01.md": "- Arka kapı kilitli kalmıştı, anahtar bekçide.\n",
     "memory/2026-05-02.md": "- KIRMIZI DOSYA müdürün masasında.\n",

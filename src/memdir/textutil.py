@@ -289,7 +289,7 @@ def word_form(text: str) -> str:
         return text
     if any(ch in text for ch in _FOLDED_CHARS):
         text = text.translate(_FOLD_WORDS)
-    if not _all_below(text, "\ufb00") and _COMPAT_FORMS.search(text):
+    if text and not _all_below(text, "\ufb00") and _COMPAT_FORMS.search(text):
         text = _COMPAT_FORMS.sub(_compat, text)
     return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
 
