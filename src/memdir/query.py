@@ -47,6 +47,19 @@ def lower(text: str) -> str:
     return low.replace("i\u0307", "i") if "\u0307" in low else low
 
 
+def match_form(text: str) -> str:
+    """``text`` as the keyword index matches it, for looking a query's words up in a note's own
+    text (which snippet lines hold them, whether a note holds them all): in word form (NFC, no
+    invisible characters, width forms as plain letters), lower case as FTS5 folds, Latin letters
+    without accents.  A note saved in NFD, or saying "café" to a question for "cafe", matched in
+    the index but held none of the question's words for these checks.  ASCII costs one ``lower``."""
+    if text.isascii():
+        return text.lower()
+    from memdir.textutil import latin_fold_table
+
+    return lower(word_form(text)).translate(latin_fold_table())
+
+
 def build_fts_query(raw: str) -> str | None:
     """OpenClaw's ``buildFtsQuery``: every ``[\\p{L}\\p{N}_]+`` run quoted, joined with AND."""
     tokens = [t.replace('"', "") for t in word_runs(raw)]

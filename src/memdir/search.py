@@ -40,7 +40,7 @@ from memdir import ranking
 from memdir.dates import GRACE_DAYS, Period, Periods, file_date, query_periods
 from memdir.embeddings.base import EmbeddingProvider, is_zero, one_line
 from memdir.indexing_switches import INDEXING
-from memdir.query import extract_keywords, keyword_terms, lower, normalise_query
+from memdir.query import extract_keywords, keyword_terms, match_form, normalise_query
 from memdir.ranking import Candidate, Tuning, apply_decay, memory_timestamp, mmr_rerank, model_weights, rrf_scores
 from memdir.settings_cache import candidate_count
 from memdir.stores.base import Hit, Store
@@ -142,7 +142,7 @@ def _needles(terms: Sequence[str]) -> list[tuple[str, ...]]:
 
     needles: list[tuple[str, ...]] = []
     for term in terms:
-        words = word_runs(lower(term)) or [lower(term)]
+        words = word_runs(match_form(term)) or [match_form(term)]
         needles.append(tuple(dict.fromkeys(s for w in words for s in (w, stem(w)) if s)))
     return needles
 
@@ -156,8 +156,8 @@ def _within_line(text: str, limit: int, needles: list[tuple[str, ...]]) -> str:
 
     from memdir.textutil import character_cut
 
-    low = lower(text)
-    if len(low) != len(text):  # lower case changed the length (a rare letter): places would not match
+    low = match_form(text)
+    if len(low) != len(text):  # matching changed the length (a rare letter, NFD): places would not match
         return text
     hits = sorted((m.start(), m.end(), i) for i, forms in enumerate(needles) for form in forms
                   for m in re.finditer(re.escape(form), low))
@@ -238,10 +238,10 @@ def _terms_per_line(text: str, lines: list[str], needles: list[tuple[str, ...]])
     """Which query terms (indexes into ``needles``) each line of ``text`` holds: each form is
     looked for once in the whole text (a snippet is cut for every result of every search)."""
     found: list[set[int]] = [set() for _ in lines]
-    low = lower(text)
-    if len(low) != len(text):  # lower case changed the length (a rare letter): line by line
+    low = match_form(text)
+    if len(low) != len(text):  # matching changed the length (a rare letter, NFD): line by line
         for n, line in enumerate(lines):
-            low_line = lower(line)
+            low_line = match_form(line)
             found[n] = {i for i, forms in enumerate(needles) if any(f in low_line for f in forms)}
         return found
     starts, at = [0], 0
@@ -328,8 +328,8 @@ def embed_query_with_budget(provider: EmbeddingProvider, query: str, budget_s: f
 
 
 def covers_all_keywords(text: str, keywords: list[str]) -> bool:
-    low = lower(text)  # as the keywords were lowered (a note's "İstanbul" covers "istanbul")
-    return bool(keywords) and all(k in low for k in keywords)
+    low = match_form(text)  # as the index matched (a note's "İstanbul" or NFD "café" covers "istanbul", "cafe")
+    return bool(keywords) and all(match_form(k) in low for k in keywords)
 
 
 def run_search(
