@@ -140,3 +140,24 @@ def test_turkish_dotless_i_is_found_in_either_case(
     folds ç ğ ö ş ü and İ but keeps ``ı``: "KAPI" found no note saying kapı, and "kırmızı" none
     written in capitals.  ``ı`` is indexed and searched as ``i`` on both backends."""
     _assert_first(backend, make_workspace(TURKISH), query, day)
+
+
+POINTED = {
+    "memory/2026-07-01.md": "- قال مَرْحَبًا بِكُم في المَدْرَسَة\n",  # vowel points, as a textbook writes them
+    "memory/2026-07-02.md": "- ذهبنا إلى المكتبة مساء الخميس\n",
+    "memory/2026-07-03.md": "- שָׁלוֹם עֲלֵיכֶם מִן הַבַּיִת\n",
+    "memory/2026-07-04.md": "- Quarterly planning for the data platform.\n",
+    "memory/2026-07-05.md": "- Renewed the domain for two more years.\n",
+}
+
+
+@pytest.mark.parametrize(("query", "day"), [("مرحبا", "2026-07-01"), ("المدرسة", "2026-07-01"),
+                                            ("المَكْتَبَة", "2026-07-02"), ("שלום", "2026-07-03"),
+                                            ("הַבַּיִת", "2026-07-03")])
+def test_arabic_and_hebrew_vowel_points_are_optional_on_both_backends(
+        backend: Backend, make_workspace: Callable[..., Path], query: str, day: str) -> None:
+    """unicode61 splits a word at an Arabic or Hebrew vowel point (it removes Latin accents only):
+    a note saying مَرْحَبًا was single letters to the index, found by no مرحبا, and the pointed
+    المَكْتَبَة found the note holding its letters in a row (المَدْرَسَة's), not the one saying
+    المكتبة.  The points are dropped as Latin accents are, on both backends."""
+    _assert_first(backend, make_workspace(POINTED), query, day)

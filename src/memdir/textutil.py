@@ -279,19 +279,34 @@ def _compat(match: re.Match[str]) -> str:
                    for ch in match.group())
 
 
+#: Arabic and Hebrew vowel points and cantillation marks, and the Arabic tatweel: optional marks
+#: (a Quran quote, a textbook, a name written out in full) most text and every question leave out.
+#: ``unicode61`` removes only Latin diacritics and splits a word at any other mark, so a note saying
+#: مَرْحَبًا was indexed as single letters, found by no مرحبا, and a pointed question matched whichever
+#: note held its letters in a row; they are dropped as Latin accents are.
+_POINTS: Any = LazyPattern("[\u0591-\u05bd\u05bf\u05c1\u05c2\u05c4\u05c5\u05c7\u0610-\u061a\u0640\u064b-\u065f"
+                           "\u0670\u06d6-\u06dc\u06df-\u06e4\u06e7\u06e8\u06ea-\u06ed]+")
+
+
 def word_form(text: str) -> str:
     """Text as its words are indexed and searched: invisible characters inside words dropped,
-    presentation and width forms as their plain letters (:data:`_COMPAT_FORMS`), and in Unicode NFC
-    (a note or question saved decomposed, e.g. Korean or Greek in NFD, matches its composed form).
-    ASCII text is returned as it is, at no cost; other text costs about a microsecond a chunk (one
-    ``in`` scan a character is 20x cheaper than a regex search here)."""
+    presentation and width forms as their plain letters (:data:`_COMPAT_FORMS`), in Unicode NFC
+    (a note or question saved decomposed, e.g. Korean or Greek in NFD, matches its composed form),
+    then without Arabic and Hebrew vowel points (:data:`_POINTS`; after NFC, which composes the
+    hamza and madda they share a range with).  ASCII text is returned as it is, at no cost; other
+    text costs about a microsecond a chunk (one ``in`` scan a character is 20x cheaper than a
+    regex search here)."""
     if text.isascii():
         return text
     if any(ch in text for ch in _FOLDED_CHARS):
         text = text.translate(_FOLD_WORDS)
     if text and not _all_below(text, "\ufb00") and _COMPAT_FORMS.search(text):
         text = _COMPAT_FORMS.sub(_compat, text)
-    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+    if not unicodedata.is_normalized("NFC", text):
+        text = unicodedata.normalize("NFC", text)
+    if text and not _all_below(text, "\u0591") and _POINTS.search(text):
+        text = _POINTS.sub("", text)
+    return text
 
 
 def fts_text(text: str) -> str:
