@@ -42,9 +42,12 @@ def normalise_query(query: str) -> str:
 def lower(text: str) -> str:
     """``text`` in lower case as FTS5 folds it: Python lowers the Turkish ``İ`` to ``i`` plus a
     combining dot, which then split the word (``İstanbul`` searched for ``i`` and ``stanbul`` and
-    missed every note saying Istanbul)."""
+    missed every note saying Istanbul), and a Greek ``Σ`` ending a word to ``ς``, which notes are
+    indexed without (:func:`memdir.textutil.word_form`)."""
     low = text.lower()
-    return low.replace("i\u0307", "i") if "\u0307" in low else low
+    if "\u0307" in low:
+        low = low.replace("i\u0307", "i")
+    return low.replace("\u03c2", "\u03c3") if "\u03c2" in low else low
 
 
 def match_form(text: str) -> str:
