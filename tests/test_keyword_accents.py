@@ -181,3 +181,15 @@ def test_greek_is_found_with_or_without_its_accents_and_in_capitals(
     without them, but unicode61 keeps them and lowers a word's last Σ to σ where the note has ς:
     "ΟΔΟΣ" and "οδος" found no note saying οδός, "συνάντηση" none written in capitals."""
     _assert_first(backend, make_workspace(GREEK), query, day)
+
+
+@pytest.mark.parametrize(("query", "day"), [("елку", "2026-09-01"), ("ЁЛКУ", "2026-09-01"), ("ещё", "2026-09-02"),
+                                            ("Ещё", "2026-09-02")])
+def test_russian_yo_and_ye_are_one_letter_on_both_backends(
+        backend: Backend, make_workspace: Callable[..., Path], query: str, day: str) -> None:
+    """Russian writes ё as е more often than not (ёлка and елка, ещё and еще are the same words),
+    but unicode61 keeps them apart: "елку" found no note saying ёлку, "ещё" none saying еще."""
+    notes = {"memory/2026-09-01.md": "- Купили ёлку и игрушки\n",
+             "memory/2026-09-02.md": "- Надо еще позвонить в банк\n",
+             "memory/2026-09-03.md": "- Quarterly planning for the data platform.\n"}
+    _assert_first(backend, make_workspace(notes), query, day)
