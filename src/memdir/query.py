@@ -28,15 +28,16 @@ _KO_PARTICLES = sorted(
 )
 
 
-def normalise_query(query: str) -> str:
+def normalise_query(query: str, *, fold: bool = True) -> str:
     """A question stripped, in Unicode NFC, without invisible characters inside its words: the form
-    notes are indexed in (:func:`memdir.textutil.word_form`).
+    notes are indexed in (:func:`memdir.textutil.word_form`); ``fold=False`` keeps its letters as
+    typed (accents, ё, vowel points), for the embedding model.
 
     A question typed or pasted decomposed (NFD: macOS file names, some PDFs) had its accents as
     separate combining marks, which split its words (``résumé`` became ``re`` and ``sume``) and
     found no note.  ASCII text is returned as it is, at no cost."""
     text = query.strip()
-    return text if text.isascii() else word_form(text)
+    return text if text.isascii() else word_form(text, fold=fold)
 
 
 def lower(text: str) -> str:

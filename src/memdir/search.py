@@ -370,7 +370,9 @@ def run_search(
     embedding: Future[list[float]] | _InlineEmbedding | None = None
     if provider is not None:
         t_submit = time.perf_counter()
-        embedding = submit_query_embedding(provider, cleaned, qcfg.embed_timeout_ms / 1000)
+        # (the model reads the question's letters as typed, as it read the notes': not folded)
+        as_typed = cleaned if cleaned.isascii() else normalise_query(query or "", fold=False)
+        embedding = submit_query_embedding(provider, as_typed, qcfg.embed_timeout_ms / 1000)
 
     periods: list[Period] = []
     if tune.dates:

@@ -245,12 +245,15 @@ def character_cut(text: str, limit: int) -> int:
 #: takes each for a separator, so a note saying ``infor\u00admation`` was indexed as ``infor`` and
 #: ``mation`` and never found by "information".
 _INVISIBLE_CHARS = "\u00ad\u200b\u200c\u200d\u2060\ufeff"
-#: Characters :func:`word_form` drops or replaces: the invisible ones, and the Turkish dotless ``ı``,
-#: which ``unicode61`` keeps (it folds every other Turkish letter: ç ğ ö ş ü İ), while the upper case
-#: of ``kapı`` is ``KAPI``: a note saying "kapı" was found by no "KAPI" nor "kapi" (and one saying
-#: "KAPI" by no "kapı"); it is indexed and searched as ``i``, as its dotted and accented kin are.
-_FOLDED_CHARS = _INVISIBLE_CHARS + "\u0131"
-_FOLD_WORDS = {**dict.fromkeys(map(ord, _INVISIBLE_CHARS)), 0x131: "i"}
+_DROP_INVISIBLE = dict.fromkeys(map(ord, _INVISIBLE_CHARS))
+#: Letters :func:`word_form` folds into others: the Turkish dotless ``ı``, which ``unicode61`` keeps
+#: (it folds every other Turkish letter: ç ğ ö ş ü İ), while the upper case of ``kapı`` is ``KAPI``:
+#: a note saying "kapı" was found by no "KAPI" nor "kapi" (and one saying "KAPI" by no "kapı"); it
+#: is indexed and searched as ``i``, as its dotted and accented kin are.  And Russian ё, which
+#: Russian text may write as е and mostly does (ещё and еще, ёлка and елка are the same words),
+#: while ``unicode61`` keeps the two apart: "елку" found no note saying ёлку.
+_FOLDED_LETTERS = "\u0131\u0451\u0401"
+_FOLD_LETTERS = {0x131: "i", 0x451: "\u0435", 0x401: "\u0415"}
 
 
 #: Every character :func:`word_form` or the Han/Kana spacing of :func:`fts_text` can act on, and
@@ -312,29 +315,28 @@ def _greek_table() -> dict[int, str]:
     return _greek
 
 
-#: Russian ё, which Russian text may write as е and mostly does (ещё and еще, ёлка and елка are the
-#: same words), while ``unicode61`` keeps the two apart: "елку" found no note saying ёлку.
-_YO = {0x451: "\u0435", 0x401: "\u0415"}
-
-
-def word_form(text: str) -> str:
+def word_form(text: str, *, fold: bool = True) -> str:
     """Text as its words are indexed and searched: invisible characters inside words dropped,
     presentation and width forms as their plain letters (:data:`_COMPAT_FORMS`), in Unicode NFC
-    (a note or question saved decomposed, e.g. Korean or Greek in NFD, matches its composed form),
-    then ё as е (:data:`_YO`), Greek letters without their accents (:data:`_GREEK_MARKED`), and
-    without Arabic and Hebrew vowel points (:data:`_POINTS`; after NFC, which composes the hamza and
-    madda they share a range with).  ASCII text is returned as it is, at no cost; other text costs
-    about a microsecond a chunk (one ``in`` scan a character is 20x cheaper than a regex search here)."""
+    (a note or question saved decomposed, e.g. Korean or Greek in NFD, matches its composed form);
+    then, with ``fold``, the Turkish ı and Russian ё as i and е (:data:`_FOLD_LETTERS`), Greek
+    letters without their accents (:data:`_GREEK_MARKED`), and without Arabic and Hebrew vowel points
+    (:data:`_POINTS`; after NFC, which composes the hamza and madda they share a range with).
+    Without ``fold``: a question as an embedding model is to read it (notes are embedded as
+    written).  ASCII text is returned as it is, at no cost; other text costs about a microsecond a
+    chunk (one ``in`` scan a character is 20x cheaper than a regex search here)."""
     if text.isascii():
         return text
-    if any(ch in text for ch in _FOLDED_CHARS):
-        text = text.translate(_FOLD_WORDS)
+    if any(ch in text for ch in _INVISIBLE_CHARS):
+        text = text.translate(_DROP_INVISIBLE)
     if text and not _all_below(text, "\ufb00") and _COMPAT_FORMS.search(text):
         text = _COMPAT_FORMS.sub(_compat, text)
     if not unicodedata.is_normalized("NFC", text):
         text = unicodedata.normalize("NFC", text)
-    if "\u0451" in text or "\u0401" in text:  # (after NFC: a decomposed ё is one by now)
-        text = text.translate(_YO)
+    if not fold:
+        return text
+    if any(ch in text for ch in _FOLDED_LETTERS):  # (after NFC: a decomposed ё is one by now)
+        text = text.translate(_FOLD_LETTERS)
     if text and not _all_below(text, "\u0386") and _GREEK_MARKED.search(text):
         text = text.translate(_greek_table())
     if text and not _all_below(text, "\u0591") and _POINTS.search(text):
