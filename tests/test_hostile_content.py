@@ -154,6 +154,27 @@ def test_a_cut_snippet_never_splits_what_a_reader_sees_as_one_character(make_wor
     assert clamp_results_by_chars([{"snippet": "x" * 697 + family}], 699) == [{"snippet": "x" * 697}]
 
 
+def test_korean_in_nfd_is_never_cut_inside_a_syllable(make_workspace, keyword_config):
+    """Korean in NFD (macOS, some PDFs) writes a syllable as two or three conjoining jamo, which
+    chunks and snippets were cut between: a long line's chunks began with a lone vowel jamo (한
+    split into ᄒ and ᅡᆫ), shown broken and indexed as no syllable."""
+    import sqlite3
+    import unicodedata
+
+    word = unicodedata.normalize("NFD", "한국어")
+    ws = make_workspace({"memory/ko.md": "korean " + word * 1500 + " end\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        snippet = mem.search("korean").results[0].snippet
+        index = mem.status()["indexPath"]
+    with sqlite3.connect(index) as conn:
+        texts = [t for (t,) in conn.execute("SELECT text FROM chunks ORDER BY start_line, id")]
+    assert len(texts) > 2
+    for text in [*texts, snippet]:
+        assert not "\u1160" <= text[0] <= "\u11ff", ascii(text[:4])  # begins with a syllable's first jamo
+        assert not "\u1100" <= text.rstrip("\n")[-1] <= "\u115f" or text.endswith(" end\n"), ascii(text[-4:])
+
+
 def test_a_latin1_note_keeps_its_accented_words(make_workspace, keyword_config):
     """Bytes that are not UTF-8 were read as U+FFFD: a note saved by an old Windows editor (or a
     line pasted from one into a UTF-8 note) had "caf\\ufffd" where it said café, which no

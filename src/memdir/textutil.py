@@ -211,9 +211,12 @@ _ZWJ = "\u200d"
 def _joined(before: str, after: str) -> bool:
     """Whether ``after`` belongs to the same user-perceived character as ``before``: a combining
     mark, a zero-width joiner or what follows one, a variation selector, a skin tone or an emoji
-    tag character continues the character before it."""
+    tag character continues the character before it; so do a Hangul syllable's vowel and final
+    consonant written as conjoining jamo (Korean in NFD, as macOS names and some PDFs give it:
+    a cut there left 한 as ᄒ at one chunk's end and ᅡᆫ at the next one's start)."""
     return (before == _ZWJ or after == _ZWJ or "\ufe00" <= after <= "\ufe0f"
             or "\U0001f3fb" <= after <= "\U0001f3ff" or "\U000e0020" <= after <= "\U000e007f"
+            or "\u1160" <= after <= "\u11ff" or "\ud7b0" <= after <= "\ud7ff"
             or unicodedata.category(after) in ("Mn", "Mc", "Me"))
 
 
