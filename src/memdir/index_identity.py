@@ -29,7 +29,7 @@ CHUNKER_VERSION = 17  # 9: a lone \r ends a line; 10: notes decoded by their byt
 # and a quoted "Authorization": "Basic …"; 17: full-width and half-width forms and ligatures are indexed as
 # their plain letters (NFKC), the Turkish dotless ı as i, Arabic and Hebrew vowel points left out, Greek
 # letters without accents and final sigma as σ, Russian ё as е; a name or heading in NFD dates as in NFC;
-# a long line of Korean in NFD is never cut inside a syllable
+# a long line of Korean in NFD is never cut inside a syllable; German ß as ss
 #: The index's layout: 4: SQLite stores 64-hex chunk ids as 32-byte blobs; 5: no empty embedding
 #: cache in a keyword-only SQLite index, meta and files WITHOUT ROWID (a page less each).
 INDEX_SCHEMA = 5

@@ -254,9 +254,11 @@ _DROP_INVISIBLE = dict.fromkeys(map(ord, _INVISIBLE_CHARS))
 #: a note saying "kapı" was found by no "KAPI" nor "kapi" (and one saying "KAPI" by no "kapı"); it
 #: is indexed and searched as ``i``, as its dotted and accented kin are.  And Russian ё, which
 #: Russian text may write as е and mostly does (ещё and еще, ёлка and елка are the same words),
-#: while ``unicode61`` keeps the two apart: "елку" found no note saying ёлку.
-_FOLDED_LETTERS = "\u0131\u0451\u0401"
-_FOLD_LETTERS = {0x131: "i", 0x451: "\u0435", 0x401: "\u0415"}
+#: while ``unicode61`` keeps the two apart: "елку" found no note saying ёлку.  And the German ß,
+#: which capitals write SS (STRASSE) and Swiss German always does (Strasse), where ``unicode61``
+#: keeps ß: "strasse" found no note saying Straße, "Straße" none saying STRASSE.
+_FOLDED_LETTERS = "\u0131\u0451\u0401\u00df\u1e9e"
+_FOLD_LETTERS = {0x131: "i", 0x451: "\u0435", 0x401: "\u0415", 0xDF: "ss", 0x1E9E: "SS"}
 
 
 #: Every character :func:`word_form` or the Han/Kana spacing of :func:`fts_text` can act on, and
@@ -264,10 +266,11 @@ _FOLD_LETTERS = {0x131: "i", 0x451: "\u0435", 0x401: "\u0415"}
 #: and currency (U+2002-U+20CF, as the em dash of a plain English note; U+2000/U+2001 have
 #: canonical singletons).  A text with none of them is its own word form and needs no spacing,
 #: which one search tells (a note's non-ASCII text is most often a dash or a quote).
-#: Written as what it is not (ASCII, Latin-1 but the soft hyphen, up to U+02FF but the dotless ı, general punctuation
-#: but the invisible ones, currency): compiled in 0.35 ms where the same class spelled up to
-#: U+10FFFF took 3.2 ms (on first use: ``memdir search`` starts without it), and searched a fifth faster.
-_MAY_CHANGE = LazyPattern("[^\x00-\xac\xae-\u0130\u0132-\u02ff\u2002-\u200a\u200e-\u205f\u2061-\u20cf]")
+#: Written as what it is not (ASCII, Latin-1 but the soft hyphen and ß, up to U+02FF but the
+#: dotless ı, general punctuation but the invisible ones, currency): compiled in 0.35 ms where the
+#: same class spelled up to U+10FFFF took 3.2 ms (on first use: ``memdir search`` starts without
+#: it), and searched a fifth faster.
+_MAY_CHANGE = LazyPattern("[^\x00-\xac\xae-\xde\xe0-\u0130\u0132-\u02ff\u2002-\u200a\u200e-\u205f\u2061-\u20cf]")
 
 
 #: Presentation forms (ligatures, Arabic and Hebrew presentation forms, small and vertical forms)
@@ -322,9 +325,10 @@ def word_form(text: str, *, fold: bool = True) -> str:
     """Text as its words are indexed and searched: invisible characters inside words dropped,
     presentation and width forms as their plain letters (:data:`_COMPAT_FORMS`), in Unicode NFC
     (a note or question saved decomposed, e.g. Korean or Greek in NFD, matches its composed form);
-    then, with ``fold``, the Turkish ı and Russian ё as i and е (:data:`_FOLD_LETTERS`), Greek
-    letters without their accents (:data:`_GREEK_MARKED`), and without Arabic and Hebrew vowel points
-    (:data:`_POINTS`; after NFC, which composes the hamza and madda they share a range with).
+    then, with ``fold``, the Turkish ı, Russian ё and German ß as i, е and ss
+    (:data:`_FOLD_LETTERS`), Greek letters without their accents (:data:`_GREEK_MARKED`), and
+    without Arabic and Hebrew vowel points (:data:`_POINTS`; after NFC, which composes the hamza
+    and madda they share a range with).
     Without ``fold``: a question as an embedding model is to read it (notes are embedded as
     written).  ASCII text is returned as it is, at no cost; other text costs about a microsecond a
     chunk (one ``in`` scan a character is 20x cheaper than a regex search here)."""
