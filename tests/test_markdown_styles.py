@@ -177,6 +177,23 @@ def test_a_snippet_of_a_long_paragraph_line_shows_where_it_matched(
     assert truncate_snippet(para, 700, ["ridge"]) == para[:700]  # the head shows it: the head
 
 
+def test_a_long_line_in_another_form_shows_where_it_matched() -> None:
+    """A long line's snippet is placed where the question's words are, found as the index matches
+    them; a line whose matching form has another length (an ß matched as ss, NFD accents, a soft
+    hyphen) showed its head instead, wherever the words were."""
+    import unicodedata
+
+    tail = "Der Ersatzschlüssel für das Bootshaus hängt hinter dem Barometer."
+    para = ("Wir gingen die Straße am alten Steinbruch entlang und dann hinunter ins Dorf zum "
+            "Mittagessen im Gasthaus an der Brücke. ") * 6 + tail
+    for line in (para, unicodedata.normalize("NFD", para), para.replace("Mittag", "Mit\u00adtag")):
+        snippet = truncate_snippet(line, 700, ["Bootshaus", "Barometer"])
+        assert len(snippet) <= 700 and unicodedata.normalize("NFC", snippet).endswith(tail), snippet[-80:]
+        assert line[line.index(snippet) - 1] == " "  # it starts at a word
+    nfd = unicodedata.normalize("NFD", para)
+    assert truncate_snippet(nfd, 700, ["Brücke"]) == nfd[:700]  # the head shows it: the head
+
+
 def test_a_query_word_longer_than_the_snippet_does_not_break_it() -> None:
     """A word of the question longer than the snippet's limit, twice in a long line, raised
     ValueError while choosing where the line's snippet starts (an 800-character token against the

@@ -147,6 +147,28 @@ def _needles(terms: Sequence[str]) -> list[tuple[str, ...]]:
     return needles
 
 
+def _matched_places(text: str) -> tuple[str, list[int], list[int]]:
+    """:func:`match_form` of ``text``, made character by character (with the marks and joiners
+    that continue one), and for each of its characters where in ``text`` the character it comes
+    from starts and ends."""
+    from memdir.textutil import continues_character
+
+    parts: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
+        j = i + 1
+        while j < n and continues_character(text[j - 1], text[j]):
+            j += 1
+        part = match_form(text[i:j])
+        parts.append(part)
+        starts.extend([i] * len(part))
+        ends.extend([j] * len(part))
+        i = j
+    return "".join(parts), starts, ends
+
+
 def _within_line(text: str, limit: int, needles: list[tuple[str, ...]]) -> str:
     """``text`` (led by a line longer than ``limit``) from a little before the place where the
     most query terms lie within ``limit`` characters of one another, when its first ``limit``
@@ -157,10 +179,13 @@ def _within_line(text: str, limit: int, needles: list[tuple[str, ...]]) -> str:
     from memdir.textutil import character_cut
 
     low = match_form(text)
-    if len(low) != len(text):  # matching changed the length (a rare letter, NFD): places would not match
-        return text
-    hits = sorted((m.start(), m.end(), i) for i, forms in enumerate(needles) for form in forms
-                  for m in re.finditer(re.escape(form), low))
+    if len(low) == len(text):
+        hits = sorted((m.start(), m.end(), i) for i, forms in enumerate(needles) for form in forms
+                      for m in re.finditer(re.escape(form), low))
+    else:  # matching changed the length (ß as ss, NFD, a soft hyphen): places found in it, mapped back
+        low, starts, ends = _matched_places(text)
+        hits = sorted((starts[m.start()], ends[m.end() - 1], i) for i, forms in enumerate(needles)
+                      for form in forms for m in re.finditer(re.escape(form), low) if m.end() > m.start())
     if not hits:
         return text
     head = len({i for _, end, i in hits if end <= limit})

@@ -208,7 +208,7 @@ def elide_data_uris(text: str) -> str:
 _ZWJ = "\u200d"
 
 
-def _joined(before: str, after: str) -> bool:
+def continues_character(before: str, after: str) -> bool:
     """Whether ``after`` belongs to the same user-perceived character as ``before``: a combining
     mark, a zero-width joiner or what follows one, a variation selector, a skin tone or an emoji
     tag character continues the character before it; so do a Hangul syllable's vowel and final
@@ -238,9 +238,9 @@ def character_cut(text: str, limit: int) -> int:
     """Where to cut ``text`` (``0 < limit < len(text)``) at or before ``limit`` so that no
     character a reader sees as one is split (:func:`cut_text`); ``limit`` when it cannot be helped."""
     cut = limit
-    while cut > 0 and limit - cut < _MAX_CLUSTER and _joined(text[cut - 1], text[cut]):
+    while cut > 0 and limit - cut < _MAX_CLUSTER and continues_character(text[cut - 1], text[cut]):
         cut -= 1
-    return cut if cut > 0 and not _joined(text[cut - 1], text[cut]) else limit
+    return cut if cut > 0 and not continues_character(text[cut - 1], text[cut]) else limit
 
 
 #: Characters invisible inside a word: the soft hyphen (PDFs, word processors, web pages), zero-width
