@@ -109,7 +109,13 @@ def check_agent_id(agent_id: str) -> None:
     """An agent id names files (``memory/<id>.sqlite``, ``agents/<id>/``): a plain name only."""
     if not agent_id or not agent_id.strip():
         raise ValueError("an agent id cannot be empty")
-    bad = [c for c in ("/", "\\", "\0") if c in agent_id] or [c for c in agent_id if ord(c) < 32]
+    # control and format characters (DEL, C1, a zero-width space, a right-to-left override) too: an
+    # id 'main\u200b' made another agent's index and state, shown as "main" wherever it was named
+    bad = [c for c in ("/", "\\", "\0") if c in agent_id] or [c for c in agent_id if ord(c) < 32 or c == "\x7f"]
+    if not bad and not agent_id.isascii():
+        import unicodedata
+
+        bad = [c for c in agent_id if unicodedata.category(c) in ("Cc", "Cf")]
     if bad or agent_id.strip() in (".", "..") or agent_id != agent_id.strip():
         raise ValueError(f"agent id {agent_id!r} is not a plain name: use letters, digits, '-', '_' or '.' "
                          "(not '.' or '..' alone), without '/', '\\' or surrounding spaces")
