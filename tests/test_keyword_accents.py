@@ -211,3 +211,17 @@ def test_german_sharp_s_is_found_as_ss_on_both_backends(
             assert mem.search(query, max_results=3).results == []
         return
     _assert_first(backend, make_workspace(notes), query, day)
+
+
+def test_a_full_width_identifier_is_searched_as_its_ascii_twin(backend: Backend,
+                                                               make_workspace: Callable[..., Path]) -> None:
+    """Full-width punctuation stayed as it was: 'ｕｓｅｒ＿ｉｄ' or 'ｖ２．３．１' typed in an IME's
+    full-width mode was no identifier to the question's parser (searched as separate words, lower
+    than 'user_id'); it is one as its ASCII twin is, same results and scores."""
+    notes = {"memory/a.md": "- the user_id field moved in v2.3.1\n", "memory/b.md": "- the user list is long\n",
+             "memory/c.md": "- version 2 of the id scheme\n"}
+    with Memory(make_workspace(notes), config=backend.config({"memorySearch": {"provider": "none"}})) as mem:
+        mem.sync()
+        for wide, plain in (("ｕｓｅｒ＿ｉｄ", "user_id"), ("ｖ２．３．１", "v2.3.1")):
+            assert [(r.path, r.score) for r in mem.search(wide).results] == \
+                [(r.path, r.score) for r in mem.search(plain).results], wide

@@ -282,9 +282,12 @@ _COMPAT_FORMS: Any = LazyPattern("[\ufb00-\ufdff\ufe10-\ufe19\ufe30-\ufefe\uff00
 
 
 def _compat(match: re.Match[str]) -> str:
-    """The letters and digits of a run of :data:`_COMPAT_FORMS` in NFKC; its punctuation and symbols
-    as they are (separators either way; the rial sign's NFKC is a word, which is no word here)."""
-    return "".join(unicodedata.normalize("NFKC", ch) if unicodedata.category(ch)[0] in "LN" else ch
+    """The letters and digits of a run of :data:`_COMPAT_FORMS` in NFKC, and full-width ASCII
+    punctuation (``ｕｓｅｒ＿ｉｄ`` is the identifier user_id to the question's parser); other
+    punctuation and symbols as they are (separators either way; the rial sign's NFKC is a word,
+    which is no word here)."""
+    return "".join(unicodedata.normalize("NFKC", ch)
+                   if "\uff01" <= ch <= "\uff5e" or unicodedata.category(ch)[0] in "LN" else ch
                    for ch in match.group())
 
 
