@@ -59,9 +59,9 @@ def match_form(text: str) -> str:
     the index but held none of the question's words for these checks.  ASCII costs one ``lower``."""
     if text.isascii():
         return text.lower()
-    from memdir.textutil import latin_fold_table
+    from memdir.textutil import fold_latin
 
-    return lower(word_form(text)).translate(latin_fold_table())
+    return fold_latin(lower(word_form(text)))
 
 
 def build_fts_query(raw: str) -> str | None:
