@@ -721,8 +721,10 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
         root = _allowed_root(absolute, rel, workspace, extra_paths)
         if root is not None and (spelling is spellings[-1] or os.path.lexists(absolute)):
             break
-    if not text.isascii() and (root is None or not os.path.lexists(absolute)):
-        # (not allowed as spelled: an extra folder named in the other form, see Settings.extra_paths)
+    # (not allowed as spelled: an extra folder named in the other form, see Settings.extra_paths; a
+    # path longer than any the OS opens names no file in any form, and a hostile one of 80,000 marks
+    # took 17 s to put in NFC and NFD)
+    if not text.isascii() and len(text) < PATH_MAX and (root is None or not os.path.lexists(absolute)):
         absolute, rel, root = _other_normal_form(spellings, absolute, rel, root, workspace, extra_paths)
     if root is None:
         also = ", session transcripts as sessions/<name>.jsonl" if sessions else ""
