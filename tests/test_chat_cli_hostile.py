@@ -87,6 +87,18 @@ def test_escape_sequences_in_a_reply_never_reach_a_terminal(
         assert ESCAPES in printed
 
 
+def test_bidi_overrides_in_a_reply_are_spelt_out_at_a_terminal(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a reply quoting a note's right-to-left override showed its words in another order than sent
+    out = Terminal()
+    with ScriptedChatServer(lambda body: {"content": "run \u202etxt.exe\u202c and \u2066x\u2069"}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("what is the file?\n"))
+        monkeypatch.setattr(sys, "stdout", out)
+        assert chat(ws, "--base-url", server.url) == 0
+    printed = out.getvalue()
+    assert "run \\u202etxt.exe\\u202c and \\u2066x\\u2069" in printed
+    assert not any(ch in printed for ch in "\u202c\u202e\u2066\u2069")
+
+
 def test_an_html_error_page_is_one_error_line(
         ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     page = b"<html>\n<head><title>500 Internal Server Error</title></head>\n<body>\n<h1>500</h1>\n</body>\n</html>\n"

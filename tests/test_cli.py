@@ -525,6 +525,25 @@ def test_file_names_holding_escape_sequences_are_spelt_out_for_a_person(make_wor
     assert [item["path"] for item in listed] == ["memory/evil\x1b]0;PWNED\x07\x1b[2J.md"]
 
 
+def test_bidi_overrides_in_a_note_or_its_name_are_spelt_out_for_a_person(make_workspace, run_cli):
+    """A right-to-left override (U+202E) or isolate in a note's name or text was printed as it is:
+    a terminal showed ``memory/invoice\u202efdp.exe.md`` as ``memory/invoicedm.exe.pdf`` and a
+    snippet's words in another order than the note's ("Trojan Source").  For a person they are spelt
+    out as ``\\u202e``, as control characters are; ``--json`` keeps them."""
+    name = "memory/invoice\u202efdp.exe.md"
+    ws = make_workspace({"MEMORY.md": "- hello\n", name: "- pay the heron \u2067invoice\u2069 \u202aby\u202c friday\n"})
+    env = {"MEMDIR_PROVIDER": "none"}
+    found = run_cli("search", "heron", "-w", str(ws), env=env, check=True).stdout
+    assert "memory/invoice\\u202efdp.exe.md:1-" in found
+    assert "- pay the heron \\u2067invoice\\u2069 \\u202aby\\u202c friday" in found
+    status = run_cli("status", "-w", str(ws), env=env, check=True).stdout + \
+        run_cli("get", "memory/nowhere\u202e.md", "-w", str(ws), env=env).stderr
+    for text in (found, status):
+        assert not any(ch in text for ch in "\u202a\u202c\u202e\u2067\u2069"), text
+    js = json.loads(run_cli("search", "heron", "--json", "-w", str(ws), env=env, check=True).stdout)
+    assert js["results"][0]["path"] == name and "\u2067invoice\u2069" in js["results"][0]["snippet"]
+
+
 def test_a_logged_warning_spells_out_an_escape_sequence_in_a_folder_name(make_workspace, run_cli):
     """Warnings go through logging, which printed a name raw: a workspace folder named with an
     escape sequence, holding two config files, cleared the terminal when the ignored one was named."""

@@ -429,6 +429,17 @@ def test_agent_id_must_name_a_file(tmp_path: Path, agent: str, why: str):
         load_config(agent_id=agent, state_dir=tmp_path)
 
 
+@pytest.mark.parametrize("agent", ["main\u200b", "\u202enim", "ma\u00adin", "main\x7f", "main\x85", "\ufeffmain"])
+def test_an_agent_id_with_an_invisible_or_control_character_is_refused(tmp_path: Path, agent: str):
+    """An id holding a zero-width space, a right-to-left override, a soft hyphen, DEL or a C1
+    control made another agent's index, transcripts and long-term memory, named "main" (or
+    shown reversed) wherever it was printed; it is refused as a name that is not plain, and
+    the message shows the character."""
+    with pytest.raises(ConfigError, match=r"is not a plain name") as refused:
+        load_config(agent_id=agent, state_dir=tmp_path)
+    assert repr(agent)[1:-1] in str(refused.value)
+
+
 def test_agent_ids_that_are_plain_names_are_fine(tmp_path: Path):
     for agent in ("main", "ops-2", "my_agent", "v1.2", "café", "x" * 200):
         assert load_config(agent_id=agent, state_dir=tmp_path).settings.index_path.name == f"{agent}.sqlite"

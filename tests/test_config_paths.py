@@ -61,3 +61,26 @@ def test_a_model_folder_put_beside_the_config_file_later_is_seen_by_the_cli_snap
     assert settings_cache.snapshot_key(**args, env={})[0] == key  # the key cannot see it ...
     assert settings_cache.load_snapshot(path, key) is None  # ... the snapshot does
     assert load_config(**args, env={}).settings.memory_search.local.model_path == str(ws / "models" / "mini")
+
+
+def test_an_extra_path_named_in_another_unicode_form_on_disk_is_indexed(tmp_path: Path, make_workspace) -> None:
+    """A folder synced from macOS is named in NFD; the same name typed into a config file is NFC.
+    The extra path was "missing" (status's issue, nothing said by index) and its notes searched
+    nowhere, though ``ls`` shows it by that name; the form that exists is the one indexed and read,
+    either way round."""
+    import unicodedata
+
+    from memdir.api import Memory
+
+    for typed, on_disk in (("NFC", "NFD"), ("NFD", "NFC")):
+        ws = make_workspace({"MEMORY.md": "- hello\n"}, name=f"ws-{typed}")
+        folder = ws / unicodedata.normalize(on_disk, "notes-été")
+        folder.mkdir()
+        (folder / "a.md").write_text("- the ocelot enclosure reopens in May\n")
+        config = {"memorySearch": {"provider": "none", "extraPaths": [unicodedata.normalize(typed, "notes-été")]}}
+        with Memory(ws, config=config, state_dir=tmp_path / f"state-{typed}") as mem:
+            report = mem.sync()
+            [hit] = mem.search("ocelot enclosure").results
+            assert hit.path == f"{folder.name}/a.md", report
+            assert mem.get(unicodedata.normalize(typed, "notes-été/a.md")).text.startswith("- the ocelot")
+            assert not any("missing" in issue for issue in mem.status()["issues"])

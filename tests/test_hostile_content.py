@@ -10,11 +10,13 @@ import json
 import sqlite3
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 from conftest import parse_json
-from helpers import cli_env
+from helpers import cli_env, python_child
 from memdir import Memory
+from memdir.textutil import nfc
 from memdir.tools import clamp_results_by_chars
 
 
@@ -154,6 +156,27 @@ def test_a_cut_snippet_never_splits_what_a_reader_sees_as_one_character(make_wor
     assert clamp_results_by_chars([{"snippet": "x" * 697 + family}], 699) == [{"snippet": "x" * 697}]
 
 
+def test_korean_in_nfd_is_never_cut_inside_a_syllable(make_workspace, keyword_config):
+    """Korean in NFD (macOS, some PDFs) writes a syllable as two or three conjoining jamo, which
+    chunks and snippets were cut between: a long line's chunks began with a lone vowel jamo (한
+    split into ᄒ and ᅡᆫ), shown broken and indexed as no syllable."""
+    import sqlite3
+    import unicodedata
+
+    word = unicodedata.normalize("NFD", "한국어")
+    ws = make_workspace({"memory/ko.md": "korean " + word * 1500 + " end\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        snippet = mem.search("korean").results[0].snippet
+        index = mem.status()["indexPath"]
+    with sqlite3.connect(index) as conn:
+        texts = [t for (t,) in conn.execute("SELECT text FROM chunks ORDER BY start_line, id")]
+    assert len(texts) > 2
+    for text in [*texts, snippet]:
+        assert not "\u1160" <= text[0] <= "\u11ff", ascii(text[:4])  # begins with a syllable's first jamo
+        assert not "\u1100" <= text.rstrip("\n")[-1] <= "\u115f" or text.endswith(" end\n"), ascii(text[-4:])
+
+
 def test_a_latin1_note_keeps_its_accented_words(make_workspace, keyword_config):
     """Bytes that are not UTF-8 were read as U+FFFD: a note saved by an old Windows editor (or a
     line pasted from one into a UTF-8 note) had "caf\\ufffd" where it said café, which no
@@ -197,3 +220,24 @@ def test_a_note_piped_with_a_byte_order_mark_is_appended_without_it(make_workspa
                           env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
     assert proc.returncode == 0, proc.stderr
     assert (ws / "memory" / "2026-03-04.md").read_bytes() == b"- first\n- the okapi note\n"
+
+
+def test_a_run_of_combining_marks_is_put_in_nfc_in_linear_time(tmp_path: Path) -> None:
+    """Python orders a run of combining marks by insertion, in the square of its length when two
+    classes alternate (U+0301, U+0316: a hostile "Zalgo" text): a question of 80,000 such marks
+    took 4.4 s and an MCP request's 4 MB hours, and a note's heading of them held every sync.  In a
+    subprocess, so the old behaviour fails on the timeout instead of holding the suite."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "z.md").write_text("# 2024-03-05 " + "\u0301\u0316" * 200_000 + "\n- the heron came back\n")
+    code = ("import sys\nfrom memdir.api import Memory\n"
+            "with Memory(sys.argv[1], config={'memorySearch': {'provider': 'none'}}) as mem:\n"
+            "    mem.sync()\n"
+            "    print([r.path for r in mem.search('heron').results])\n"
+            "    print(mem.search('heron ' + '\\u0301\\u0316' * 200_000).results[0].path)\n")
+    done = python_child(code, str(ws), state_dir=tmp_path / "state", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["['memory/z.md']", "memory/z.md"]
+    # pieces are cut where a character starts: the same NFC as in one piece for any real text
+    text = unicodedata.normalize("NFD", "Ça m'a coûté trop cher, dit Zoë à Málaga. 한국어 회의록. ") * 60
+    assert len(text) > 3000 and nfc(text) == unicodedata.normalize("NFC", text)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli_env
+from helpers import cli_env, python_child
 from memdir.api import Memory
 from memdir.config import load_config
 from memdir.memfiles import MemoryFileError
@@ -358,3 +358,22 @@ def test_a_question_holding_a_number_of_thousands_of_digits_is_answered(make_wor
     assert proc.returncode == 0, proc.stdout + proc.stderr
     found = json.loads(proc.stdout)
     assert [r["path"] for r in found["results"]] == ["memory/orders.md"]
+
+
+def test_a_long_path_of_combining_marks_is_refused_in_linear_time(tmp_path: Path) -> None:
+    """memory_get tries a missing non-ASCII path in its other Unicode forms; a hostile path of
+    80,000 alternating combining marks (an MCP request may hold 4 MB) took 17 s to put in NFC and
+    NFD, each in the square of its length.  A path longer than any the OS opens names no file in
+    any form: it is refused at once.  In a subprocess, so the old behaviour fails on the timeout."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("- hello\n")
+    code = ("import sys\nfrom memdir.api import Memory\nfrom memdir.workspace import PathError\n"
+            "with Memory(sys.argv[1], config={'memorySearch': {'provider': 'none'}}) as mem:\n"
+            "    try:\n"
+            "        mem.get('memory/a' + '\\u0301\\u0316' * 200_000 + '.md')\n"
+            "    except PathError as exc:\n"
+            "        print('refused:', str(exc)[:32])\n")
+    done = python_child(code, str(ws), state_dir=tmp_path / "state", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused: cannot access memory/a"), done.stdout

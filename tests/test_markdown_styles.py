@@ -32,6 +32,28 @@ def test_a_snippet_shows_the_matching_line_at_the_end_of_a_long_chunk(
         assert first.snippet.startswith("# Suppliers\n\n- supplier 00 ")
 
 
+def test_a_note_in_another_unicode_form_shows_and_returns_its_match_as_its_nfc_twin(
+        make_workspace: Callable[..., Path], keyword_config: dict[str, Any]) -> None:
+    """The index matches a word whatever its form (NFD from macOS, a soft hyphen, full-width
+    letters, accents the question left out), but a snippet's lines and a result under the floor
+    that holds every word of the question were told by the note's raw text: an NFD note's snippet
+    stopped short of its matching last bullet, and of four notes saying the same, in four forms,
+    only the NFC and full-width ones were returned (the others were under the floor unrescued)."""
+    import unicodedata
+
+    forms = {"nfc": "résumé", "nfd": unicodedata.normalize("NFD", "résumé"), "shy": "re\u00adsumé",
+             "plain": "resume"}
+    ws = make_workspace({f"memory/{name}.md": "# Suppliers\n\n" + "\n".join(GROUP)
+                         + f"\n- Ana sent her {word} to the boathouse recruiter\n" for name, word in forms.items()})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        for question in ("résumé", unicodedata.normalize("NFD", "résumé boathouse"), "resume"):
+            hits = mem.search(question, max_results=6).results
+            assert sorted(h.path for h in hits) == sorted(f"memory/{name}.md" for name in forms), question
+            for hit in hits:
+                assert len(hit.snippet) <= 700 and hit.snippet.rstrip().endswith("boathouse recruiter"), hit
+
+
 def test_a_snippet_keeps_its_head_when_no_later_line_holds_more_of_the_question() -> None:
     text = "\n".join([*GROUP, "- the boathouse key"])
     assert truncate_snippet(text, 700) == text[:700]  # no terms: the head, as before
@@ -153,6 +175,23 @@ def test_a_snippet_of_a_long_paragraph_line_shows_where_it_matched(
     assert hit.snippet.rstrip().endswith("The spare boathouse key hangs behind the barometer.")
     assert len(hit.snippet) <= 700 and para[para.index(hit.snippet.rstrip()) - 1] == " "  # it starts at a word
     assert truncate_snippet(para, 700, ["ridge"]) == para[:700]  # the head shows it: the head
+
+
+def test_a_long_line_in_another_form_shows_where_it_matched() -> None:
+    """A long line's snippet is placed where the question's words are, found as the index matches
+    them; a line whose matching form has another length (an ß matched as ss, NFD accents, a soft
+    hyphen) showed its head instead, wherever the words were."""
+    import unicodedata
+
+    tail = "Der Ersatzschlüssel für das Bootshaus hängt hinter dem Barometer."
+    para = ("Wir gingen die Straße am alten Steinbruch entlang und dann hinunter ins Dorf zum "
+            "Mittagessen im Gasthaus an der Brücke. ") * 6 + tail
+    for line in (para, unicodedata.normalize("NFD", para), para.replace("Mittag", "Mit\u00adtag")):
+        snippet = truncate_snippet(line, 700, ["Bootshaus", "Barometer"])
+        assert len(snippet) <= 700 and unicodedata.normalize("NFC", snippet).endswith(tail), snippet[-80:]
+        assert line[line.index(snippet) - 1] == " "  # it starts at a word
+    nfd = unicodedata.normalize("NFD", para)
+    assert truncate_snippet(nfd, 700, ["Brücke"]) == nfd[:700]  # the head shows it: the head
 
 
 def test_a_query_word_longer_than_the_snippet_does_not_break_it() -> None:

@@ -121,6 +121,26 @@ def test_headings_in_other_languages_are_dated(heading: str, day: dt.date | None
     assert line_dates("notes/log.md", f"# Log\n## {heading}\n- a")[1:] == [day, day]
 
 
+def test_a_name_or_heading_in_nfd_is_dated_as_in_nfc(make_workspace, keyword_config) -> None:
+    """A note named on macOS is named in NFD: '3 fe\u0301vrier 2024.md' (or '5. Ma\u0308rz 2024.md',
+    a heading pasted from a PDF the same) was undated, the month names being read in NFC only."""
+    import unicodedata
+
+    nfd = {unicodedata.normalize("NFD", name): text for name, text in {
+        "memory/journal/3 février 2024.md": "- Repaired the kayak paddles.\n",
+        "memory/journal/5. März 2024.md": "- Booked the ferry.\n",
+    }.items()}
+    heading = "# " + unicodedata.normalize("NFD", "12 décembre 2023") + "\n\n- Bought the skis.\n"
+    assert text_date(unicodedata.normalize("NFD", "2 août 2023")) == dt.date(2023, 8, 2)
+    ws = make_workspace({"MEMORY.md": "# Memory\n", "memory/ski.md": heading, **nfd})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        for day, path in (("2024-02-03", "3 février 2024.md"), ("2024-03-05", "5. März 2024.md"),
+                          ("2023-12-12", "ski.md")):
+            [hit] = mem.store.chunks_in_period(day, day, 20)
+            assert unicodedata.normalize("NFC", hit.path).endswith(path), (day, hit.path)
+
+
 def test_period_questions_find_notes_other_tools_dated(make_workspace, keyword_config) -> None:
     """Through sync and search: every note of 5 March 2024, whatever tool wrote it, is of that day."""
     notes = {

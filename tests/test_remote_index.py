@@ -106,3 +106,18 @@ def test_runtime_fallback_switches_once_and_rebuilds(make_workspace, server):
         resp = mem.search("Kafka billing")
         assert resp.provider == "local" and resp.fallback["from"] == "openai"
         assert resp.results[0].path == "memory/2026-01-10.md"
+
+
+def test_the_question_is_embedded_with_its_letters_as_typed(make_workspace, server):
+    """Keywords fold a question's Greek accents, Russian ё and Arabic vowel points, as the notes'
+    words are indexed; the embedding model reads it as typed, as it read the notes (NFC, without
+    invisible characters: a question in NFD is sent composed)."""
+    import unicodedata
+
+    ws = make_workspace({"MEMORY.md": "- Η οδός Σταδίου είναι κλειστή\n"})
+    with Memory(ws, config=openai_cfg(server)) as mem:
+        mem.sync()
+        question = unicodedata.normalize("NFD", "οδός Σταδίου, ёлка, مَرْحَبًا") + "\u200b"
+        mem.search(question)
+    sent = [r.json["input"] for r in server.requests if r.method == "POST" and r.path.endswith("/embeddings")][-1]
+    assert sent in ("οδός Σταδίου, ёлка, مَرْحَبًا", ["οδός Σταδίου, ёлка, مَرْحَبًا"])

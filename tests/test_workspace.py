@@ -273,3 +273,28 @@ def test_a_name_stored_in_nfd_is_read_when_asked_in_nfc(mem: Memory, tmp_path: P
     with pytest.raises(PathError, match="not allowed"):
         mem.get(f"memory/../../{unicodedata.normalize('NFC', outside.name)}")
     assert mem.get(unicodedata.normalize("NFC", "memory/absent-é.md")).text == ""
+
+
+def test_a_path_whose_parts_are_in_different_normal_forms_is_read_in_either_form(mem: Memory, tmp_path: Path):
+    """A folder named in NFD (made on macOS and synced) holding a note named in NFC (appended on
+    Linux) was missing when an agent asked for the path in NFC or in NFD, as neither whole form
+    exists; each missing part is matched in its folder by its NFC, still below the allowed roots."""
+    import os
+    import unicodedata
+
+    ws = mem.workspace
+    folder = ws / "memory" / unicodedata.normalize("NFD", "projets-été")
+    folder.mkdir(parents=True)
+    (folder / unicodedata.normalize("NFC", "réunion.md")).write_text("- the lynx survey moves to June\n")
+    mem.sync()
+    [hit] = mem.search("lynx survey").results
+    for form in ("NFC", "NFD"):
+        asked = unicodedata.normalize(form, "memory/projets-été/réunion.md")
+        assert mem.get(f"{asked}#L1").as_dict() == {"text": "- the lynx survey moves to June", "path": hit.path}
+    assert mem.get(unicodedata.normalize("NFC", "memory/projets-été/absent.md")).text == ""
+    # a symlinked folder is not listed for the other form: refused as any symlink
+    (ws / "outside-é").mkdir()
+    (ws / "outside-é" / unicodedata.normalize("NFD", "secret-é.md")).write_text("secret\n")
+    os.symlink(ws / "outside-é", ws / "memory" / "link-é")
+    with pytest.raises(PathError, match="symlink"):
+        mem.get(unicodedata.normalize("NFC", "memory/link-é/secret-é.md"))

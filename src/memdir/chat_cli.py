@@ -56,7 +56,9 @@ def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
                             "temporary workspace: no API key, no network, nothing of yours is touched")
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: Control characters, and the bidirectional embeddings, overrides and isolates that make a terminal
+#: show text in another order than it is (as :func:`memdir.cli.for_terminal` spells them).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def for_terminal(text: str, stream: Any) -> str:
@@ -66,7 +68,8 @@ def for_terminal(text: str, stream: Any) -> str:
     isatty = getattr(stream, "isatty", None)
     if not (callable(isatty) and isatty()):
         return text
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if m.group() < "\u0100" else f"\\u{ord(m.group()):04x}",
+                        text)
 
 
 def describe_failure(exc: BaseException, client: Any, key_env: str = "OPENAI_API_KEY") -> str:

@@ -235,8 +235,11 @@ def _finite(value: Any) -> Any:
 
 
 #: Control characters shown as ``\\xNN`` in text printed for a person: every C0 but tab and newline,
-#: DEL and the C1 range.
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))}
+#: DEL and the C1 range; and as ``\\uNNNN`` the bidirectional embeddings, overrides and isolates
+#: (U+202A-U+202E, U+2066-U+2069), which make a terminal show text in another order than it is
+#: (a note named ``report\u202eexe.md`` shows as ``reportdm.exe``: "Trojan Source").
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))} | {
+    c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
 
 
 def for_terminal(text: str) -> str:

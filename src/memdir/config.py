@@ -109,7 +109,13 @@ def check_agent_id(agent_id: str) -> None:
     """An agent id names files (``memory/<id>.sqlite``, ``agents/<id>/``): a plain name only."""
     if not agent_id or not agent_id.strip():
         raise ValueError("an agent id cannot be empty")
-    bad = [c for c in ("/", "\\", "\0") if c in agent_id] or [c for c in agent_id if ord(c) < 32]
+    # control and format characters (DEL, C1, a zero-width space, a right-to-left override) too: an
+    # id 'main\u200b' made another agent's index and state, shown as "main" wherever it was named
+    bad = [c for c in ("/", "\\", "\0") if c in agent_id] or [c for c in agent_id if ord(c) < 32 or c == "\x7f"]
+    if not bad and not agent_id.isascii():
+        import unicodedata
+
+        bad = [c for c in agent_id if unicodedata.category(c) in ("Cc", "Cf")]
     if bad or agent_id.strip() in (".", "..") or agent_id != agent_id.strip():
         raise ValueError(f"agent id {agent_id!r} is not a plain name: use letters, digits, '-', '_' or '.' "
                          "(not '.' or '..' alone), without '/', '\\' or surrounding spaces")
@@ -688,10 +694,26 @@ class Settings(_Model):
         for raw in self.memory_search.extra_paths:
             p = Path(os.path.expanduser(fs_name(raw)))  # (a config file's text: not the OS's name under ASCII)
             p = p if p.is_absolute() else self.workspace_path / p
-            p = Path(os.path.normpath(p))
+            p = _existing_form(Path(os.path.normpath(p)))
             if p not in out:
                 out.append(p)
         return out
+
+
+def _existing_form(path: Path) -> Path:
+    """``path``, or its name in the other Unicode normal form when only that one exists: a folder
+    synced from macOS is named in NFD, the same name typed into a config file in NFC, and the extra
+    path was "missing" (its notes searched nowhere) though ``ls`` showed it by the same name."""
+    text = str(path)
+    if text.isascii() or os.path.lexists(path):
+        return path
+    import unicodedata
+
+    for form in ("NFC", "NFD"):
+        other = unicodedata.normalize(form, text)
+        if other != text and os.path.lexists(other):
+            return Path(other)
+    return path
 
 
 def workspace_index_name(workspace: Path) -> str:

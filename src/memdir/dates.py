@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memdir.textutil import LazyPattern, front_matter_lines, literal_lines, setext_headings
+from memdir.textutil import LazyPattern, front_matter_lines, literal_lines, nfc, setext_headings
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})
@@ -517,6 +517,10 @@ def text_date(text: str, tz: dt.tzinfo | None = None) -> dt.date | None:
     # every full date has a four-digit year; most headings have none: one search, not five
     if _FOUR_DIGITS.search(text) is None:
         return None
+    if not text.isascii():
+        # a name from macOS (or a heading pasted from a PDF) in NFD: '3 fe\u0301vrier 2024.md' is
+        # février to the month names
+        text = nfc(text)
     m = _ISO.search(text)
     if m:
         day = _date(int(m.group(1)), int(m.group(2)), int(m.group(3)))

@@ -191,10 +191,14 @@ INTRO = ("# Memory (loaded at session start)\n"
 OPEN_TAG, CLOSE_TAG = "<memory-file>", "</memory-file>"
 #: A fence tag's "<", also with invisible format characters (a zero-width space, a soft hyphen) or
 #: another slash (full-width, division) before the name: "<\u200b/memory-file>" reads as the
-#: closing tag to a model and ended the quote.  Each run of blanks is taken whole (possessive):
-#: split every way between the two runs, a "<" and 60,000 spaces in a note took 17 s to quote.
-_TAG = re.compile(r"<(?=[\s\u00ad\u200b-\u200f\u2060-\u2064\ufeff]*+[/\uff0f\u2044\u2215]?"
-                  r"[\s\u00ad\u200b-\u200f\u2060-\u2064\ufeff]*+memory-file)", re.IGNORECASE)
+#: closing tag to a model and ended the quote.  So do a full-width or small "<" (＜, ﹤) and a name
+#: in full-width letters or with another hyphen ("＜/ｍｅｍｏｒｙ‐ｆｉｌｅ＞", as an IME types it).
+#: Each run of blanks is taken whole (possessive): split every way between the two runs, a "<" and
+#: 60,000 spaces in a note took 17 s to quote.
+_TAG_NAME = "".join(f"[{c}{chr(ord(c) + 0xFEE0)}]" if c.isalpha() else "[-\u2010\u2011\uff0d]"
+                    for c in "memory-file")
+_TAG = re.compile(r"[<\uff1c\ufe64](?=[\s\u00ad\u200b-\u200f\u2060-\u2064\ufeff]*+[/\uff0f\u2044\u2215]?"
+                  rf"[\s\u00ad\u200b-\u200f\u2060-\u2064\ufeff]*+{_TAG_NAME})", re.IGNORECASE)
 
 
 def _shown_path(path: str) -> str:

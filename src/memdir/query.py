@@ -28,23 +28,40 @@ _KO_PARTICLES = sorted(
 )
 
 
-def normalise_query(query: str) -> str:
+def normalise_query(query: str, *, fold: bool = True) -> str:
     """A question stripped, in Unicode NFC, without invisible characters inside its words: the form
-    notes are indexed in (:func:`memdir.textutil.word_form`).
+    notes are indexed in (:func:`memdir.textutil.word_form`); ``fold=False`` keeps its letters as
+    typed (accents, ё, vowel points), for the embedding model.
 
     A question typed or pasted decomposed (NFD: macOS file names, some PDFs) had its accents as
     separate combining marks, which split its words (``résumé`` became ``re`` and ``sume``) and
     found no note.  ASCII text is returned as it is, at no cost."""
     text = query.strip()
-    return text if text.isascii() else word_form(text)
+    return text if text.isascii() else word_form(text, fold=fold)
 
 
 def lower(text: str) -> str:
     """``text`` in lower case as FTS5 folds it: Python lowers the Turkish ``İ`` to ``i`` plus a
     combining dot, which then split the word (``İstanbul`` searched for ``i`` and ``stanbul`` and
-    missed every note saying Istanbul)."""
+    missed every note saying Istanbul), and a Greek ``Σ`` ending a word to ``ς``, which notes are
+    indexed without (:func:`memdir.textutil.word_form`)."""
     low = text.lower()
-    return low.replace("i\u0307", "i") if "\u0307" in low else low
+    if "\u0307" in low:
+        low = low.replace("i\u0307", "i")
+    return low.replace("\u03c2", "\u03c3") if "\u03c2" in low else low
+
+
+def match_form(text: str) -> str:
+    """``text`` as the keyword index matches it, for looking a query's words up in a note's own
+    text (which snippet lines hold them, whether a note holds them all): in word form (NFC, no
+    invisible characters, width forms as plain letters), lower case as FTS5 folds, Latin letters
+    without accents.  A note saved in NFD, or saying "café" to a question for "cafe", matched in
+    the index but held none of the question's words for these checks.  ASCII costs one ``lower``."""
+    if text.isascii():
+        return text.lower()
+    from memdir.textutil import fold_latin
+
+    return fold_latin(lower(word_form(text)))
 
 
 def build_fts_query(raw: str) -> str | None:

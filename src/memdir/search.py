@@ -40,7 +40,7 @@ from memdir import ranking
 from memdir.dates import GRACE_DAYS, Period, Periods, file_date, query_periods
 from memdir.embeddings.base import EmbeddingProvider, is_zero, one_line
 from memdir.indexing_switches import INDEXING
-from memdir.query import extract_keywords, keyword_terms, lower, normalise_query
+from memdir.query import extract_keywords, keyword_terms, match_form, normalise_query
 from memdir.ranking import Candidate, Tuning, apply_decay, memory_timestamp, mmr_rerank, model_weights, rrf_scores
 from memdir.settings_cache import candidate_count
 from memdir.stores.base import Hit, Store
@@ -142,9 +142,31 @@ def _needles(terms: Sequence[str]) -> list[tuple[str, ...]]:
 
     needles: list[tuple[str, ...]] = []
     for term in terms:
-        words = word_runs(lower(term)) or [lower(term)]
+        words = word_runs(match_form(term)) or [match_form(term)]
         needles.append(tuple(dict.fromkeys(s for w in words for s in (w, stem(w)) if s)))
     return needles
+
+
+def _matched_places(text: str) -> tuple[str, list[int], list[int]]:
+    """:func:`match_form` of ``text``, made character by character (with the marks and joiners
+    that continue one), and for each of its characters where in ``text`` the character it comes
+    from starts and ends."""
+    from memdir.textutil import continues_character
+
+    parts: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
+        j = i + 1
+        while j < n and continues_character(text[j - 1], text[j]):
+            j += 1
+        part = match_form(text[i:j])
+        parts.append(part)
+        starts.extend([i] * len(part))
+        ends.extend([j] * len(part))
+        i = j
+    return "".join(parts), starts, ends
 
 
 def _within_line(text: str, limit: int, needles: list[tuple[str, ...]]) -> str:
@@ -156,11 +178,14 @@ def _within_line(text: str, limit: int, needles: list[tuple[str, ...]]) -> str:
 
     from memdir.textutil import character_cut
 
-    low = lower(text)
-    if len(low) != len(text):  # lower case changed the length (a rare letter): places would not match
-        return text
-    hits = sorted((m.start(), m.end(), i) for i, forms in enumerate(needles) for form in forms
-                  for m in re.finditer(re.escape(form), low))
+    low = match_form(text)
+    if len(low) == len(text):
+        hits = sorted((m.start(), m.end(), i) for i, forms in enumerate(needles) for form in forms
+                      for m in re.finditer(re.escape(form), low))
+    else:  # matching changed the length (ß as ss, NFD, a soft hyphen): places found in it, mapped back
+        low, starts, ends = _matched_places(text)
+        hits = sorted((starts[m.start()], ends[m.end() - 1], i) for i, forms in enumerate(needles)
+                      for form in forms for m in re.finditer(re.escape(form), low) if m.end() > m.start())
     if not hits:
         return text
     head = len({i for _, end, i in hits if end <= limit})
@@ -238,10 +263,10 @@ def _terms_per_line(text: str, lines: list[str], needles: list[tuple[str, ...]])
     """Which query terms (indexes into ``needles``) each line of ``text`` holds: each form is
     looked for once in the whole text (a snippet is cut for every result of every search)."""
     found: list[set[int]] = [set() for _ in lines]
-    low = lower(text)
-    if len(low) != len(text):  # lower case changed the length (a rare letter): line by line
+    low = match_form(text)
+    if len(low) != len(text):  # matching changed the length (a rare letter, NFD): line by line
         for n, line in enumerate(lines):
-            low_line = lower(line)
+            low_line = match_form(line)
             found[n] = {i for i, forms in enumerate(needles) if any(f in low_line for f in forms)}
         return found
     starts, at = [0], 0
@@ -328,8 +353,8 @@ def embed_query_with_budget(provider: EmbeddingProvider, query: str, budget_s: f
 
 
 def covers_all_keywords(text: str, keywords: list[str]) -> bool:
-    low = lower(text)  # as the keywords were lowered (a note's "İstanbul" covers "istanbul")
-    return bool(keywords) and all(k in low for k in keywords)
+    low = match_form(text)  # as the index matched (a note's "İstanbul" or NFD "café" covers "istanbul", "cafe")
+    return bool(keywords) and all(match_form(k) in low for k in keywords)
 
 
 def run_search(
@@ -370,7 +395,9 @@ def run_search(
     embedding: Future[list[float]] | _InlineEmbedding | None = None
     if provider is not None:
         t_submit = time.perf_counter()
-        embedding = submit_query_embedding(provider, cleaned, qcfg.embed_timeout_ms / 1000)
+        # (the model reads the question's letters as typed, as it read the notes': not folded)
+        as_typed = cleaned if cleaned.isascii() else normalise_query(query or "", fold=False)
+        embedding = submit_query_embedding(provider, as_typed, qcfg.embed_timeout_ms / 1000)
 
     periods: list[Period] = []
     if tune.dates:

@@ -208,12 +208,15 @@ def elide_data_uris(text: str) -> str:
 _ZWJ = "\u200d"
 
 
-def _joined(before: str, after: str) -> bool:
+def continues_character(before: str, after: str) -> bool:
     """Whether ``after`` belongs to the same user-perceived character as ``before``: a combining
     mark, a zero-width joiner or what follows one, a variation selector, a skin tone or an emoji
-    tag character continues the character before it."""
+    tag character continues the character before it; so do a Hangul syllable's vowel and final
+    consonant written as conjoining jamo (Korean in NFD, as macOS names and some PDFs give it:
+    a cut there left 한 as ᄒ at one chunk's end and ᅡᆫ at the next one's start)."""
     return (before == _ZWJ or after == _ZWJ or "\ufe00" <= after <= "\ufe0f"
             or "\U0001f3fb" <= after <= "\U0001f3ff" or "\U000e0020" <= after <= "\U000e007f"
+            or "\u1160" <= after <= "\u11ff" or "\ud7b0" <= after <= "\ud7ff"
             or unicodedata.category(after) in ("Mn", "Mc", "Me"))
 
 
@@ -235,9 +238,40 @@ def character_cut(text: str, limit: int) -> int:
     """Where to cut ``text`` (``0 < limit < len(text)``) at or before ``limit`` so that no
     character a reader sees as one is split (:func:`cut_text`); ``limit`` when it cannot be helped."""
     cut = limit
-    while cut > 0 and limit - cut < _MAX_CLUSTER and _joined(text[cut - 1], text[cut]):
+    while cut > 0 and limit - cut < _MAX_CLUSTER and continues_character(text[cut - 1], text[cut]):
         cut -= 1
-    return cut if cut > 0 and not _joined(text[cut - 1], text[cut]) else limit
+    return cut if cut > 0 and not continues_character(text[cut - 1], text[cut]) else limit
+
+
+#: Longest text :func:`nfc` normalises in one piece.
+_NFC_PIECE = 1024
+
+
+def nfc(text: str) -> str:
+    """``text`` in Unicode NFC, in linear time.
+
+    Python puts a run of combining marks in canonical order by insertion: marks of two alternating
+    classes (U+0301 and U+0316, a hostile "Zalgo" text) cost the square of the run, a question of
+    80,000 such characters 4.4 s and an MCP request's 4 MB hours.  A long text is normalised in
+    pieces of at most :data:`_NFC_PIECE` characters, each cut before a character that starts one
+    (:func:`continues_character`); a run of marks longer than that is ordered piece by piece."""
+    if unicodedata.is_normalized("NFC", text):
+        return text
+    if len(text) <= _NFC_PIECE:
+        return unicodedata.normalize("NFC", text)
+    parts: list[str] = []
+    start, n = 0, len(text)
+    while start < n:
+        end = min(start + _NFC_PIECE, n)
+        if end < n:
+            cut = end
+            while cut > end - _MAX_CLUSTER and continues_character(text[cut - 1], text[cut]):
+                cut -= 1
+            if not continues_character(text[cut - 1], text[cut]):
+                end = cut
+        parts.append(unicodedata.normalize("NFC", text[start:end]))
+        start = end
+    return "".join(parts)
 
 
 #: Characters invisible inside a word: the soft hyphen (PDFs, word processors, web pages), zero-width
@@ -246,6 +280,16 @@ def character_cut(text: str, limit: int) -> int:
 #: ``mation`` and never found by "information".
 _INVISIBLE_CHARS = "\u00ad\u200b\u200c\u200d\u2060\ufeff"
 _DROP_INVISIBLE = dict.fromkeys(map(ord, _INVISIBLE_CHARS))
+#: Letters :func:`word_form` folds into others: the Turkish dotless ``ı``, which ``unicode61`` keeps
+#: (it folds every other Turkish letter: ç ğ ö ş ü İ), while the upper case of ``kapı`` is ``KAPI``:
+#: a note saying "kapı" was found by no "KAPI" nor "kapi" (and one saying "KAPI" by no "kapı"); it
+#: is indexed and searched as ``i``, as its dotted and accented kin are.  And Russian ё, which
+#: Russian text may write as е and mostly does (ещё and еще, ёлка and елка are the same words),
+#: while ``unicode61`` keeps the two apart: "елку" found no note saying ёлку.  And the German ß,
+#: which capitals write SS (STRASSE) and Swiss German always does (Strasse), where ``unicode61``
+#: keeps ß: "strasse" found no note saying Straße, "Straße" none saying STRASSE.
+_FOLDED_LETTERS = "\u0131\u0451\u0401\u00df\u1e9e"
+_FOLD_LETTERS = {0x131: "i", 0x451: "\u0435", 0x401: "\u0415", 0xDF: "ss", 0x1E9E: "SS"}
 
 
 #: Every character :func:`word_form` or the Han/Kana spacing of :func:`fts_text` can act on, and
@@ -253,22 +297,91 @@ _DROP_INVISIBLE = dict.fromkeys(map(ord, _INVISIBLE_CHARS))
 #: and currency (U+2002-U+20CF, as the em dash of a plain English note; U+2000/U+2001 have
 #: canonical singletons).  A text with none of them is its own word form and needs no spacing,
 #: which one search tells (a note's non-ASCII text is most often a dash or a quote).
-#: Written as what it is not (ASCII, Latin-1 but the soft hyphen, up to U+02FF, general punctuation
-#: but the invisible ones, currency): compiled in 0.35 ms where the same class spelled up to
-#: U+10FFFF took 3.2 ms (on first use: ``memdir search`` starts without it), and searched a fifth faster.
-_MAY_CHANGE = LazyPattern("[^\x00-\xac\xae-\u02ff\u2002-\u200a\u200e-\u205f\u2061-\u20cf]")
+#: Written as what it is not (ASCII, Latin-1 but the soft hyphen and ß, up to U+02FF but the
+#: dotless ı, general punctuation but the invisible ones, currency): compiled in 0.35 ms where the
+#: same class spelled up to U+10FFFF took 3.2 ms (on first use: ``memdir search`` starts without
+#: it), and searched a fifth faster.
+_MAY_CHANGE = LazyPattern("[^\x00-\xac\xae-\xde\xe0-\u0130\u0132-\u02ff\u2002-\u200a\u200e-\u205f\u2061-\u20cf]")
 
 
-def word_form(text: str) -> str:
-    """Text as its words are indexed and searched: invisible characters inside words dropped, and
-    in Unicode NFC (a note or question saved decomposed, e.g. Korean or Greek in NFD, matches its
-    composed form).  ASCII text is returned as it is, at no cost; other text costs about a
-    microsecond a chunk (one ``in`` scan a character is 20x cheaper than a regex search here)."""
-    if text.isascii():
+#: Presentation forms (ligatures, Arabic and Hebrew presentation forms, small and vertical forms)
+#: and half-width and full-width forms: letters written another way for typesetting or an input
+#: method, which ``unicode61`` keeps as other letters.  A full-width ``ＫＡＦＫＡ`` (a Japanese or
+#: Chinese keyboard's Latin mode) found no note saying Kafka, a PDF's ``ﬁle`` (one ligature) no
+#: question asking for a file; each is indexed and searched as its compatibility form (NFKC).
+_COMPAT_FORMS: Any = LazyPattern("[\ufb00-\ufdff\ufe10-\ufe19\ufe30-\ufefe\uff00-\uffef]+")
+
+
+def _compat(match: re.Match[str]) -> str:
+    """The letters and digits of a run of :data:`_COMPAT_FORMS` in NFKC, and full-width ASCII
+    punctuation (``ｕｓｅｒ＿ｉｄ`` is the identifier user_id to the question's parser); other
+    punctuation and symbols as they are (separators either way; the rial sign's NFKC is a word,
+    which is no word here)."""
+    return "".join(unicodedata.normalize("NFKC", ch)
+                   if "\uff01" <= ch <= "\uff5e" or unicodedata.category(ch)[0] in "LN" else ch
+                   for ch in match.group())
+
+
+#: Arabic and Hebrew vowel points and cantillation marks, and the Arabic tatweel: optional marks
+#: (a Quran quote, a textbook, a name written out in full) most text and every question leave out.
+#: ``unicode61`` removes only Latin diacritics and splits a word at any other mark, so a note saying
+#: مَرْحَبًا was indexed as single letters, found by no مرحبا, and a pointed question matched whichever
+#: note held its letters in a row; they are dropped as Latin accents are.
+_POINTS: Any = LazyPattern("[\u0591-\u05bd\u05bf\u05c1\u05c2\u05c4\u05c5\u05c7\u0610-\u061a\u0640\u064b-\u065f"
+                           "\u0670\u06d6-\u06dc\u06df-\u06e4\u06e7\u06e8\u06ea-\u06ed]+")
+
+
+#: Greek letters that carry an accent, a breathing, a diaeresis or an iota subscript, and the final
+#: sigma.  Greek written in capitals leaves its accents out (ΟΔΟΣ for οδός) and people type
+#: questions without them, but ``unicode61`` keeps them (it folds Latin letters only), and lowers
+#: ``Σ`` to ``σ`` where a word's end has ``ς``: "ΟΔΟΣ" and "οδος" found no note saying οδός, nor
+#: "συνάντηση" one written in capitals.  Each becomes its bare letter (:func:`_greek_table`).
+_GREEK_MARKED: Any = LazyPattern("[\u0386-\u03ce\u03d3\u03d4\u1f00-\u1ffc]")
+_greek: dict[int, str] | None = None
+
+
+def _greek_table() -> dict[int, str]:
+    """``str.translate`` table taking each marked Greek letter to its bare letter, and ``ς`` to ``σ``."""
+    global _greek
+    if _greek is None:
+        table = {0x3C2: "\u03c3"}
+        for code in (*range(0x386, 0x3D5), *range(0x1F00, 0x1FFD)):
+            ch = chr(code)
+            if unicodedata.category(ch)[0] == "L":
+                bare = "".join(x for x in unicodedata.normalize("NFD", ch) if not unicodedata.combining(x))
+                if bare and bare != ch:
+                    table[code] = bare
+        _greek = table
+    return _greek
+
+
+def word_form(text: str, *, fold: bool = True) -> str:
+    """Text as its words are indexed and searched: invisible characters inside words dropped,
+    presentation and width forms as their plain letters (:data:`_COMPAT_FORMS`), in Unicode NFC
+    (a note or question saved decomposed, e.g. Korean or Greek in NFD, matches its composed form);
+    then, with ``fold``, the Turkish ı, Russian ё and German ß as i, е and ss
+    (:data:`_FOLD_LETTERS`), Greek letters without their accents (:data:`_GREEK_MARKED`), and
+    without Arabic and Hebrew vowel points (:data:`_POINTS`; after NFC, which composes the hamza
+    and madda they share a range with).
+    Without ``fold``: a question as an embedding model is to read it (notes are embedded as
+    written).  ASCII text is returned as it is, at no cost; other text costs about a microsecond a
+    chunk (one ``in`` scan a character is 20x cheaper than a regex search here)."""
+    if text.isascii() or not _MAY_CHANGE.search(text):  # (an English note's dashes and quotes)
         return text
     if any(ch in text for ch in _INVISIBLE_CHARS):
         text = text.translate(_DROP_INVISIBLE)
-    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+    if text and not _all_below(text, "\ufb00") and _COMPAT_FORMS.search(text):
+        text = _COMPAT_FORMS.sub(_compat, text)
+    text = nfc(text)
+    if not fold:
+        return text
+    if any(ch in text for ch in _FOLDED_LETTERS):  # (after NFC: a decomposed ё is one by now)
+        text = text.translate(_FOLD_LETTERS)
+    if text and not _all_below(text, "\u0386") and _GREEK_MARKED.search(text):
+        text = text.translate(_greek_table())
+    if text and not _all_below(text, "\u0591") and _POINTS.search(text):
+        text = _POINTS.sub("", text)
+    return text
 
 
 def fts_text(text: str) -> str:
@@ -346,6 +459,17 @@ def latin_fold_table() -> dict[int, str]:
                 folded[ch] = base.lower()
         _fold = {ord(ch): to for ch, to in folded.items() if to and to != ch.lower() and to.isalpha()}
     return _fold
+
+
+#: The ranges of the letters :func:`latin_fold_table` may change.
+_LATIN_FOLDABLE: Any = LazyPattern("[\xc0-\u024f\u1e00-\u1eff]")
+
+
+def fold_latin(text: str) -> str:
+    """``text`` with its Latin letters as FTS5 indexes them (:func:`latin_fold_table`), each looked
+    up where it is (a translate of the whole text cost 60 ns a character, accented or not)."""
+    table = latin_fold_table()
+    return _LATIN_FOLDABLE.sub(lambda m: table.get(ord(m.group()), m.group()), text)
 
 
 _stemmer: Any = None

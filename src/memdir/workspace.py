@@ -721,7 +721,10 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
         root = _allowed_root(absolute, rel, workspace, extra_paths)
         if root is not None and (spelling is spellings[-1] or os.path.lexists(absolute)):
             break
-    if root is not None and not text.isascii() and not os.path.lexists(absolute):
+    # (not allowed as spelled: an extra folder named in the other form, see Settings.extra_paths; a
+    # path longer than any the OS opens names no file in any form, and a hostile one of 80,000 marks
+    # took 17 s to put in NFC and NFD)
+    if not text.isascii() and len(text) < PATH_MAX and (root is None or not os.path.lexists(absolute)):
         absolute, rel, root = _other_normal_form(spellings, absolute, rel, root, workspace, extra_paths)
     if root is None:
         also = ", session transcripts as sessions/<name>.jsonl" if sessions else ""
@@ -753,8 +756,8 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
     return ResolvedPath(absolute, text_name(rel) or rel, root, nofollow)
 
 
-def _other_normal_form(spellings: list[str], absolute: Path, rel: str, root: Path, workspace: Path,
-                       extra_paths: list[Path]) -> tuple[Path, str, Path]:
+def _other_normal_form(spellings: list[str], absolute: Path, rel: str, root: Path | None, workspace: Path,
+                       extra_paths: list[Path]) -> tuple[Path, str, Path | None]:
     """The same path in another Unicode normal form when only that one exists: a name written in
     NFD (macOS, some editors and archives) comes back from an agent in NFC (``café`` typed, or
     re-encoded by the model), and was "missing".  Checked against the allowed roots as any path."""
@@ -771,7 +774,43 @@ def _other_normal_form(spellings: list[str], absolute: Path, rel: str, root: Pat
             found_root = _allowed_root(found, found_rel, workspace, extra_paths)
             if found_root is not None and os.path.lexists(found):
                 return found, found_rel, found_root
+    # a path whose parts are in different forms (a folder made on macOS, a note in it on Linux)
+    found_below = None if root is None else _matching_entries(absolute, root)
+    if found_below is not None:
+        found_rel = rel_path(workspace, found_below)
+        if _allowed_root(found_below, found_rel, workspace, extra_paths) == root:
+            return found_below, found_rel, root
     return absolute, rel, root
+
+
+def _matching_entries(absolute: Path, root: Path) -> Path | None:
+    """``absolute`` with each part below ``root`` that does not exist replaced by the entry of its
+    folder that is the same name in NFC, if there is one: a folder named in NFD (made on macOS and
+    synced) holding a note named in NFC (written on Linux) was missing in either form.  Stops at a
+    symlink (refused by the caller), so no folder outside the root is listed."""
+    import unicodedata
+
+    try:
+        parts = absolute.relative_to(root).parts
+    except ValueError:
+        return None
+    probe = root
+    for part in parts:
+        step = probe / part
+        if not os.path.lexists(step):
+            want = unicodedata.normalize("NFC", part)
+            try:
+                if not stat.S_ISDIR(os.lstat(probe).st_mode):
+                    return None
+                with os.scandir(probe) as entries:
+                    name = next((e.name for e in entries if unicodedata.normalize("NFC", e.name) == want), None)
+            except OSError:
+                return None
+            if name is None:
+                return None
+            step = probe / name
+        probe = step
+    return probe
 
 
 def read_allowed(path: str | os.PathLike[str], rel: str, *, dir_fd: int | None = None,
