@@ -385,3 +385,32 @@ def test_connections_opening_one_new_database_at_once_all_get_wal(tmp_path: Path
         for t in threads:
             t.join()
     assert errors == [] and modes == ["wal"] * 240
+
+
+def test_an_index_on_a_read_only_mount_is_not_said_to_need_a_chmod(make_workspace, tmp_path: Path, run_cli):
+    """An index on a file system mounted read-only (a container's ``:ro`` volume) was refused with
+    "… is read-only (mode 644): make it writable (chmod u+rw)": its mode is writable and a chmod
+    fails there too.  It says the mount is read-only; searches still answer from the index."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})
+        env = {"MEMDIR_STATE_DIR": str(mnt / "state")}
+        assert run_cli("index", "-w", str(ws), env=NONE | env).returncode == 0
+        index = index_of(ws, mnt / "state")
+        assert subprocess.run(["mount", "-o", "remount,ro", str(mnt)], capture_output=True).returncode == 0
+        (ws / "memory").mkdir()
+        (ws / "memory" / "a.md").write_text("- Deploy on Tuesday.\n")
+
+        out = run_cli("index", "-w", str(ws), env=NONE | env)
+        assert out.returncode == 1
+        assert f"{index} is on a file system mounted read-only: remount it read-write" in out.stderr, out.stderr
+        assert "chmod" not in out.stderr
+        found = json.loads(run_cli("search", "otter", "--json", "-w", str(ws), env=NONE | env).stdout)
+        assert [r["path"] for r in found["results"]] == ["MEMORY.md"] and found["stale"]
+        assert any("mounted read-only" in w for w in found["warnings"])
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)

@@ -117,6 +117,9 @@ def unwritable_file(path: Path) -> str | None:
             continue
         if os.access(name, os.W_OK):
             continue
+        if _on_read_only_mount(name):  # no mode or owner change can help (a container's ro mount, a CD)
+            return (f"{name} is on a file system mounted read-only: remount it read-write, or choose a writable "
+                    "state folder (--state-dir, MEMDIR_STATE_DIR, stateDir; or memorySearch.store.path)")
         readable = "" if os.access(name, os.R_OK) else " or read"
         also = " (what was written last may be missing from searches)" if suffix == "-wal" and readable else ""
         if st.st_uid == os.geteuid():  # this user's own file, made read-only
@@ -124,6 +127,16 @@ def unwritable_file(path: Path) -> str | None:
         return (f"{name} belongs to {_user(st.st_uid)} and this user, {_user(os.geteuid())}, cannot write{readable} "
                 f"it{also}: run memdir as that user, or give the index's files to this one (chown)")
     return None
+
+
+def _on_read_only_mount(name: str) -> bool:
+    """Whether ``name`` lies on a file system mounted read-only.  Why: a state folder on a read-only
+    mount (a container's ``:ro`` volume, ``mount -o remount,ro``) was said to be "read-only (mode
+    644): make it writable (chmod u+rw)", which a chmod cannot fix (it fails there too)."""
+    try:
+        return bool(os.statvfs(name).f_flag & getattr(os, "ST_RDONLY", 1))
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        return False
 
 
 def first_line(exc: BaseException) -> str:
