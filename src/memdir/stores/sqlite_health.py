@@ -129,6 +129,26 @@ def unwritable_file(path: Path) -> str | None:
     return None
 
 
+def folder_not_entered(path: Path) -> str | None:
+    """Why this user cannot reach ``path``: a folder on its way that exists and cannot be entered,
+    typically one memdir run as root (``sudo memdir index``) made private; ``None`` when each can be.
+
+    Why: every command then failed with Python's bare "[Errno 13] Permission denied: '<index>'",
+    naming neither the folder nor its owner nor the fix."""
+    for folder in reversed(path.parents):
+        try:
+            st = os.stat(folder)
+        except OSError:
+            return None  # not there (yet): made when the index is
+        if os.access(folder, os.X_OK):
+            continue
+        if st.st_uid == os.geteuid():
+            return f"its folder {folder} cannot be entered (mode {stat.S_IMODE(st.st_mode):o}): chmod u+rwx it"
+        return (f"its folder {folder} belongs to {_user(st.st_uid)} and this user, {_user(os.geteuid())}, cannot "
+                "enter it: run memdir as that user, or give the folder to this one (chown -R)")
+    return None
+
+
 def _on_read_only_mount(name: str) -> bool:
     """Whether ``name`` lies on a file system mounted read-only.  Why: a state folder on a read-only
     mount (a container's ``:ro`` volume, ``mount -o remount,ro``) was said to be "read-only (mode

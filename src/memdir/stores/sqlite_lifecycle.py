@@ -86,6 +86,9 @@ class SqliteLifecycle:
 
     def _open(self) -> None:
         """Connect (writable unless that is impossible) and create the schema."""
+        blocked = health.folder_not_entered(self.path)
+        if blocked is not None:
+            raise StoreError(f"cannot open the index {self.path}: {blocked}")
         if self.path.is_dir():
             raise StoreError(f"cannot open the index {self.path}: it is a directory, not an index file "
                              "(point memorySearch.store.path at a file)")
@@ -121,7 +124,10 @@ class SqliteLifecycle:
             except Exception as exc:
                 if health.is_damage_error(exc):
                     raise health.IndexDamaged(health.first_line(exc)) from exc
-                raise StoreError(f"cannot open the index {self.path}: {self._why_not(exc)}") from exc
+                # a file of another user's that this one cannot read either (one memdir run as root
+                # made private): its owner and the fix, not SQLite's "unable to open database file"
+                why = foreign if foreign is not None else self._why_not(exc)
+                raise StoreError(f"cannot open the index {self.path}: {why}") from exc
         self.conn = conn
         self._identity = health.file_identity(self.path)
         if not self.readonly:
