@@ -262,6 +262,44 @@ def test_notes_memdir_writes_get_the_umask_s_permissions(make_workspace, state_d
             os.umask(old)
 
 
+PRIVATE_STATE = """
+import importlib.util, json, os, stat, sys
+from pathlib import Path
+from memdir import Memory
+from memdir.sessions.store import SessionStore
+ws, state = Path(sys.argv[1]), Path(sys.argv[2])
+mode = lambda p: oct(stat.S_IMODE(os.stat(p).st_mode))
+with Memory(ws, state_dir=state) as mem:
+    mem.sync()
+    index = mem.index_path
+    seen = {"memory/": mode(index.parent), "index": mode(index), "-wal": mode(f"{index}-wal")}
+    mem.sync(force=True)  # a rebuild's new database, swapped in
+    seen["rebuilt"] = mode(index)
+    sessions = SessionStore(mem.settings.sessions_dir)
+    sessions.append("agent:main:main", {"type": "message", "message": {"role": "user", "content": "hi"}})
+    seen["sessions/"] = mode(sessions.dir)
+    if importlib.util.find_spec("lancedb"):
+        mem.long_term.store("The vault code is 4411")
+        seen["ltm/"] = mode(mem.long_term.db_path)
+print(json.dumps(seen))
+"""
+
+
+def test_the_state_that_holds_the_notes_text_is_private_whatever_the_umask(make_workspace, tmp_path: Path):
+    """Under the usual umask 022 the index (the notes' text and embeddings) came out 0644 in a 0755
+    ``memory/`` folder, and the long-term memory store likewise: any local user could read notes
+    kept in a private workspace, where transcripts and the settings cache were already 0600.  The
+    folders memdir makes for its state are 0700 and a new index (its -wal too) 0600, as ssh's."""
+    ws = make_workspace({"MEMORY.md": "- The vault code is 4411.\n"})
+    out = subprocess.run([sys.executable, "-c", PRIVATE_STATE, str(ws), str(tmp_path / "state")],
+                         capture_output=True, text=True, timeout=120, preexec_fn=lambda: os.umask(0o022),
+                         env=cli_env(tmp_path / "state", MEMDIR_PROVIDER="none"))
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen.pop("memory/") == seen.pop("sessions/") == seen.pop("ltm/", "0o700") == "0o700"
+    assert seen == {"index": "0o600", "-wal": "0o600", "rebuilt": "0o600"}
+
+
 def test_watch_sees_a_non_ascii_file_name_when_python_decodes_names_as_ascii(make_workspace, state_dir: Path):
     """Under ``LC_ALL=C PYTHONUTF8=0`` a note added as ``memory/grüße.md`` stopped ``memdir watch``'s
     watcher with "watcher failed: 'ascii' codec can't encode characters" (watchfiles gives names as

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from memdir.db import enable_wal
+from memdir.db import create_private, enable_wal
 from memdir.stores.sqlite_health import is_damage_error
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,8 @@ class EmbeddingCache:
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            create_private(self.path)  # cached vectors of the memories' text
             conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
             enable_wal(conn, 10)  # several stores opening one new cache at once (threads, agents)
             conn.execute(

@@ -174,7 +174,7 @@ class LongTermMemory:
         a word; now they fail after a few seconds, saying how to resume it."""
         from memdir.lock import FileWriterLock, wait_for_writer
 
-        self.db_path.mkdir(parents=True, exist_ok=True)
+        self.db_path.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, as the index's folder
         lock = FileWriterLock(self.db_path / "ltm")
         wait_for_writer(lock, None, f"the long-term memory store {self.db_path}")
         try:

@@ -144,7 +144,7 @@ class LanceTable:
     def _connect(self) -> Any:
         if self._db is None:
             lancedb = import_lancedb()
-            self.path.mkdir(parents=True, exist_ok=True)
+            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)  # private: LanceDB's files follow the umask
             self._db = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
         return self._db
 

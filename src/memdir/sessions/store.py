@@ -384,7 +384,7 @@ class SessionStore:
 
     def mutate(self, fn: Callable[[dict[str, SessionEntry]], T]) -> T:
         """Locked read-modify-write of the whole mapping; ``fn`` edits it in place."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, as the transcripts in it
         with _locked(self._lock_path):
             entries, others = self._read_all()
             result = fn(entries)

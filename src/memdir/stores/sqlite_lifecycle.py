@@ -104,7 +104,7 @@ class SqliteLifecycle:
             self.readonly, self.readonly_reason, self.readonly_for_space = True, foreign, False
         if not self.readonly:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # private: it holds the notes' text
                 conn = db.connect(self.path, page_size=self.new_page_size, auto_vacuum=self.new_auto_vacuum)
             except Exception as exc:
                 if conn is not None:
