@@ -129,23 +129,31 @@ def unwritable_file(path: Path) -> str | None:
     return None
 
 
-def folder_not_entered(path: Path) -> str | None:
-    """Why this user cannot reach ``path``: a folder on its way that exists and cannot be entered,
-    typically one memdir run as root (``sudo memdir index``) made private; ``None`` when each can be.
+def folder_refused(folder: Path, need: int = os.X_OK) -> str | None:
+    """Why this user cannot use ``folder`` as ``need`` says (``os.X_OK`` to reach what is in it; with
+    ``os.R_OK`` or ``os.W_OK`` to list or write it): the first folder on the way it cannot enter, or
+    the folder itself, with its owner and the fix, or its read-only mount.  ``None`` when it can, or
+    when a folder on the way is not there (yet: it is made when it is written).
 
-    Why: every command then failed with Python's bare "[Errno 13] Permission denied: '<index>'",
-    naming neither the folder nor its owner nor the fix."""
-    for folder in reversed(path.parents):
+    Why: a folder memdir run as root (``sudo memdir index``) made private failed every later
+    command of the user with Python's bare "[Errno 13] Permission denied: '<index>'", naming neither
+    the folder nor its owner nor the fix."""
+    for here in (*reversed(folder.parents), folder):
         try:
-            st = os.stat(folder)
+            st = os.stat(here)
         except OSError:
-            return None  # not there (yet): made when the index is
-        if os.access(folder, os.X_OK):
+            return None
+        want = need if here == folder else os.X_OK
+        if not stat.S_ISDIR(st.st_mode) or os.access(here, want):
             continue
+        if want & os.W_OK and _on_read_only_mount(str(here)):
+            return f"{here} is on a file system mounted read-only"
+        doing = next(verb for bit, verb in ((os.X_OK, "enter"), (os.R_OK, "read"), (os.W_OK, "write"))
+                     if want & bit and not os.access(here, bit))
         if st.st_uid == os.geteuid():
-            return f"its folder {folder} cannot be entered (mode {stat.S_IMODE(st.st_mode):o}): chmod u+rwx it"
-        return (f"its folder {folder} belongs to {_user(st.st_uid)} and this user, {_user(os.geteuid())}, cannot "
-                "enter it: run memdir as that user, or give the folder to this one (chown -R)")
+            return f"this user cannot {doing} its own folder {here} (mode {stat.S_IMODE(st.st_mode):o}): chmod u+rwx it"
+        return (f"{here} belongs to {_user(st.st_uid)} and this user, {_user(os.geteuid())}, cannot {doing} it: "
+                "run memdir as that user, or give the folder to this one (chown -R)")
     return None
 
 

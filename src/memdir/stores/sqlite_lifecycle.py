@@ -86,7 +86,7 @@ class SqliteLifecycle:
 
     def _open(self) -> None:
         """Connect (writable unless that is impossible) and create the schema."""
-        blocked = health.folder_not_entered(self.path)
+        blocked = health.folder_refused(self.path.parent)
         if blocked is not None:
             raise StoreError(f"cannot open the index {self.path}: {blocked}")
         if self.path.is_dir():
