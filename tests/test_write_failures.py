@@ -520,3 +520,28 @@ def test_an_append_into_a_memory_folder_that_cannot_be_opened_names_it() -> None
         (ws / "memory").chmod(0)
         out = run_cli_as_user(root / "state", "-w", str(ws), "append", "a note")
         assert out.returncode == 1 and out.stderr == f"memdir: cannot open {ws / 'memory'}: Permission denied\n"
+
+
+def test_an_append_after_sudo_memdir_append_names_the_owner(state_dir: Path) -> None:
+    """After one ``sudo memdir append`` (memory/ and today's log made by root) every later append of
+    the user failed with "Permission denied" alone, naming neither the owner nor the fix."""
+    import os
+
+    from unprivileged import give_away, run_cli_as_user, shared_scratch
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to leave files owned by another user")
+    with shared_scratch() as root:
+        ws = root / "ws"
+        ws.mkdir()
+        (root / "state").mkdir()
+        give_away(root)
+        assert _memdir(state_dir, "-w", str(ws), "append", "--date", "2026-05-01", "a note as root").returncode == 0
+        log = ws / "memory" / "2026-05-01.md"
+        before = log.read_bytes()
+        for day, what in (("2026-05-01", "memory/2026-05-01.md"), ("2026-05-02", "memory/")):
+            out = run_cli_as_user(root / "state", "-w", str(ws), "append", "--date", day, "a note as the user")
+            assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+            assert f"Permission denied ({what} belongs to root (uid 0), not to this user, nobody (uid 65534)" \
+                in out.stderr and "chown" in out.stderr, out.stderr
+        assert log.read_bytes() == before and os.listdir(ws / "memory") == ["2026-05-01.md"]

@@ -169,6 +169,26 @@ def _undo_append(fd: int, size: int) -> None:
 _REPLACED_TRIES = 20
 
 
+def _whose(dfd: int, name: str) -> str:
+    """`` (<it> belongs to root (uid 0) …: …)`` when another user's file or ``memory/`` folder is why
+    this user cannot write ``memory/<name>``, else ``""``.  Why: after one ``sudo memdir append``
+    every later append of the user failed with "Permission denied" alone, naming neither the owner
+    nor the fix."""
+    from memdir.stores.sqlite_health import user_name
+
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        what = f"{MEMORY_DIR}/{name}"
+    except FileNotFoundError:
+        st, what = os.fstat(dfd), f"{MEMORY_DIR}/"
+    except OSError:
+        return ""
+    if st.st_uid == os.geteuid():
+        return ""
+    return (f" ({what} belongs to {user_name(st.st_uid)}, not to this user, {user_name(os.geteuid())}: run memdir "
+            "as that user, or give it to this one (chown))")
+
+
 def _open_locked(dfd: int, name: str) -> int:
     """``memory/<name>`` opened for appending (created if missing) and ``flock``-ed, and still the
     file at that name once the lock is held.
@@ -185,7 +205,8 @@ def _open_locked(dfd: int, name: str) -> int:
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise UnsafeMemoryPath(exc.errno, f"refusing to write through a symlink: {MEMORY_DIR}/{name}") from exc
-            raise MemoryFileError(f"cannot open {MEMORY_DIR}/{name} for appending: {exc.strerror}") from exc
+            raise MemoryFileError(f"cannot open {MEMORY_DIR}/{name} for appending: {exc.strerror}"
+                                  f"{_whose(dfd, name) if exc.errno in (errno.EACCES, errno.EPERM) else ''}") from exc
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):

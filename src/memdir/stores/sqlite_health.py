@@ -90,7 +90,8 @@ def is_unwritable_error(exc: BaseException) -> bool:
     return any(m in text for m in NO_SPACE_MARKERS)
 
 
-def _user(uid: int) -> str:
+def user_name(uid: int) -> str:
+    """``name (uid N)``, or ``uid N`` for a uid with no account (a container's)."""
     try:
         import pwd
 
@@ -124,8 +125,8 @@ def unwritable_file(path: Path) -> str | None:
         also = " (what was written last may be missing from searches)" if suffix == "-wal" and readable else ""
         if st.st_uid == os.geteuid():  # this user's own file, made read-only
             return f"{name} is read-only (mode {stat.S_IMODE(st.st_mode):o}){also}: make it writable (chmod u+rw)"
-        return (f"{name} belongs to {_user(st.st_uid)} and this user, {_user(os.geteuid())}, cannot write{readable} "
-                f"it{also}: run memdir as that user, or give the index's files to this one (chown)")
+        return (f"{name} belongs to {user_name(st.st_uid)} and this user, {user_name(os.geteuid())}, cannot "
+                f"write{readable} it{also}: run memdir as that user, or give the index's files to this one (chown)")
     return None
 
 
@@ -152,8 +153,8 @@ def folder_refused(folder: Path, need: int = os.X_OK) -> str | None:
                      if want & bit and not os.access(here, bit))
         if st.st_uid == os.geteuid():
             return f"this user cannot {doing} its own folder {here} (mode {stat.S_IMODE(st.st_mode):o}): chmod u+rwx it"
-        return (f"{here} belongs to {_user(st.st_uid)} and this user, {_user(os.geteuid())}, cannot {doing} it: "
-                "run memdir as that user, or give the folder to this one (chown -R)")
+        return (f"{here} belongs to {user_name(st.st_uid)} and this user, {user_name(os.geteuid())}, cannot "
+                f"{doing} it: run memdir as that user, or give the folder to this one (chown -R)")
     return None
 
 
