@@ -50,6 +50,37 @@ def test_a_state_folder_that_cannot_be_made_or_written_is_named_as_such():
         assert "--state-dir" in error["message"]
 
 
+def test_a_state_folder_or_workspace_that_cannot_be_entered_is_named_with_the_fix():
+    """A state folder left by 'sudo memdir index' under root's umask 077 (``~/.memdir`` 0700, root's),
+    or one's own folder of mode 000, failed every command with Python's bare "[Errno 13] Permission
+    denied: '<folder>/memdir.toml'" (looking for a config file there), naming neither the folder
+    nor the fix; a workspace of mode 000 the same."""
+    with shared_scratch() as root:
+        ws, state = root / "ws", root / "state"
+        ws.mkdir()
+        state.mkdir()
+        (ws / "MEMORY.md").write_text("- The otter eats fish.\n")
+        give_away(root)
+        cases = [(state, "state folder", f"this user cannot enter its own folder {state} (mode 0): chmod u+rwx it"),
+                 (ws, "workspace", f"this user cannot enter its own folder {ws} (mode 0): chmod u+rwx it")]
+        if os.geteuid() == 0:
+            cases.append((state, "state folder", f"{state} belongs to root (uid 0) and this user, nobody (uid "
+                                                 "65534), cannot enter it: run memdir as that user, or give the "
+                                                 "folder to this one (chown -R)"))
+        for i, (folder, what, why) in enumerate(cases):
+            folder.chmod(0)
+            if i == 2:
+                os.chown(folder, 0, 0)
+                folder.chmod(0o700)
+            try:
+                out = run_cli_as_user(state, "search", "otter", "-w", str(ws))
+            finally:
+                folder.chmod(0o755)
+                give_away(folder)
+            assert out.returncode == 1, out.stderr
+            assert out.stderr == f"memdir: configuration error: cannot look for a config file in the {what}: {why}\n"
+
+
 def test_a_home_that_cannot_be_written_gets_no_onnxruntime_warning():
     """Run as a user whose ``$HOME`` cannot be written (a container's bare uid), every command that
     loaded the embedded model printed onnxruntime's coloured "Failed to persist telemetry device
