@@ -71,6 +71,8 @@ class EmbeddingCache:
         self.max_entries = max_entries
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        #: Set once the cache's folder is found read-only: the cache is left alone from then on.
+        self._off = False
         # The first write checks the size too: counting only this process's writes, a command
         # run per prompt (``memdir ltm search`` caches each query) never reached a prune.
         self._puts = _PRUNE_EVERY
@@ -123,9 +125,19 @@ class EmbeddingCache:
         disk must not make every store and search of long-term memory fail.  A damaged file is
         deleted (the next call starts a new one); any other failure is left for next time.
         """
+        if self._off:
+            return default
         try:
             return op()
         except (sqlite3.Error, OSError) as exc:
+            from memdir.stores.sqlite_health import folder_refused
+
+            if folder_refused(self.path.parent, os.W_OK | os.X_OK) is not None:
+                # a read-only store (a read-only mount or state folder) is searched as it is: every
+                # 'ltm search' and memory_recall printed two warnings that the cache "failed"
+                self._off = True
+                log.debug("long-term memory embedding cache %s: its folder is read-only (%s)", what, exc)
+                return default
             log.warning("long-term memory embedding cache %s failed (%s): continuing without it", what, exc)
             if is_damage_error(exc):
                 self._discard()
