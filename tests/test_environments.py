@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import SRC, cli_env
+from helpers import SRC, cli_env, python_child
 from unprivileged import give_away, run_cli_as_user, shared_scratch
 
 KEYWORD = json.dumps({"memorySearch": {"provider": "none"}})
@@ -585,3 +586,30 @@ def test_a_tz_of_a_whole_day_does_not_stop_append(make_workspace, run_cli):
         out = run_cli("-w", str(ws), "append", f"a note under TZ={tz}", env={"TZ": tz, "MEMDIR_PROVIDER": "none"})
         assert out.returncode == 0 and out.stdout.startswith("Appended to memory/"), out.stderr
     assert "TZ=UTC+99" in "".join(p.read_text() for p in (ws / "memory").glob("*.md"))
+
+
+NOTICES_FROM_THREADS = """
+import sys, threading
+sys.setswitchinterval(1e-6)  # a thread switch wherever one may fall
+from memdir.cli import _notice
+def run(tag):
+    for i in range(1500):
+        _notice(f"{tag} could not update the index, notice {i}")
+threads = [threading.Thread(target=run, args=(t,)) for t in "ABCD"]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
+def test_notices_said_from_threads_at_once_stay_whole_lines(state_dir: Path):
+    """An MCP server on an unwritable state folder said two things at start-up from two threads
+    (its background index, its watcher), and stderr got "…changed files firstmemdir: background
+    index…" and an empty line: a notice's text and its line break were written apart."""
+    out = python_child(NOTICES_FROM_THREADS, state_dir=state_dir, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 6000
+    bad = [line for line in lines if not re.fullmatch(r"memdir: [ABCD] could not update the index, notice \d+", line)]
+    assert bad == []
