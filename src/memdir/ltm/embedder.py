@@ -83,13 +83,17 @@ class EmbeddingCache:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             create_private(self.path)  # cached vectors of the memories' text
             conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
-            enable_wal(conn, 10)  # several stores opening one new cache at once (threads, agents)
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS embedding_cache(provider TEXT NOT NULL, model TEXT NOT NULL, "
-                "provider_key TEXT NOT NULL, hash TEXT NOT NULL, embedding BLOB NOT NULL, dims INTEGER, "
-                "updated_at INTEGER NOT NULL, PRIMARY KEY(provider, model, provider_key, hash))"
-            )
-            conn.execute("CREATE INDEX IF NOT EXISTS idx_cache_updated ON embedding_cache(updated_at)")
+            try:
+                enable_wal(conn, 10)  # several stores opening one new cache at once (threads, agents)
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS embedding_cache(provider TEXT NOT NULL, model TEXT NOT NULL, "
+                    "provider_key TEXT NOT NULL, hash TEXT NOT NULL, embedding BLOB NOT NULL, dims INTEGER, "
+                    "updated_at INTEGER NOT NULL, PRIMARY KEY(provider, model, provider_key, hash))"
+                )
+                conn.execute("CREATE INDEX IF NOT EXISTS idx_cache_updated ON embedding_cache(updated_at)")
+            except BaseException:
+                conn.close()  # (it stayed open, its file held, until collected: a read-only mount stayed busy)
+                raise
             self._conn = conn
         return self._conn
 
