@@ -545,3 +545,30 @@ def test_an_append_after_sudo_memdir_append_names_the_owner(state_dir: Path) -> 
             assert f"Permission denied ({what} belongs to root (uid 0), not to this user, nobody (uid 65534)" \
                 in out.stderr and "chown" in out.stderr, out.stderr
         assert log.read_bytes() == before and os.listdir(ws / "memory") == ["2026-05-01.md"]
+
+
+def test_an_export_into_a_read_only_folder_names_the_file_not_a_temporary_one(tmp_path: Path, make_workspace,
+                                                                             state_dir: Path) -> None:
+    """'memdir ltm export --out' into a folder it may not write named the temporary file it could not
+    make: "[Errno 13] Permission denied: '/…/.ltm.md.4242-hbsgimf0.tmp'"."""
+    import os
+
+    from memdir.atomic_write import replace_file
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    mounted = os.geteuid() == 0  # root writes a chmod a-w folder: it takes a read-only mount
+    if mounted and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(folder)],
+                                  capture_output=True).returncode != 0:
+        pytest.skip("root, and cannot mount a small tmpfs here")
+    if not mounted:
+        folder.chmod(0o555)
+    try:
+        with pytest.raises(OSError) as caught:
+            replace_file(folder / "ltm.md", b"- a memory\n", mode=0o666)
+        assert caught.value.filename == str(folder / "ltm.md") and ".tmp" not in str(caught.value)
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(folder)], capture_output=True)
+        else:
+            folder.chmod(0o755)
