@@ -297,7 +297,12 @@ def recover_path(path: Path, problem: str, factory: Callable[[Path], Any], *, no
         if not health.may_replace(path):
             raise StoreError(f"{path} is not an SQLite index ({confirmed or problem}); memdir will not move "
                              "or replace it: point memorySearch.store.path (or MEMDIR_INDEX_PATH) at a .sqlite file")
-        corrupt = health.quarantine(path)
+        try:
+            corrupt = health.quarantine(path)
+        except OSError as exc:  # a folder that cannot be written: "[Errno 13] Permission denied: 'x' -> 'x.corrupt-…'"
+            why = health.folder_refused(path.parent, os.W_OK | os.X_OK) or exc.strerror or str(exc)
+            raise StoreError(f"the index {path} is damaged ({confirmed or problem}) and cannot be moved aside to be "
+                             f"rebuilt: {why}") from exc
         fresh = factory(path)
         try:
             with fresh.transaction() as c:
