@@ -127,6 +127,12 @@ def unwritable_file(path: Path) -> str | None:
             return f"{name} is read-only (mode {stat.S_IMODE(st.st_mode):o}){also}: make it writable (chmod u+rw)"
         return (f"{name} belongs to {user_name(st.st_uid)} and this user, {user_name(os.geteuid())}, cannot "
                 f"write{readable} it{also}: run memdir as that user, or give the index's files to this one (chown)")
+    if not all(os.path.exists(f"{path}{suffix}") for suffix in ("-wal", "-shm")):
+        # the files can be written but not the folder, where SQLite makes the -wal and -shm: it said
+        # only "attempt to write a readonly database"
+        why = folder_refused(path.parent, os.W_OK | os.X_OK)
+        if why is not None:
+            return f"{why} (the index's write-ahead log is made there)"
     return None
 
 
