@@ -97,6 +97,33 @@ def test_an_unreadable_changed_file_does_not_block_the_sync():
         assert [r["path"] for r in leaks["results"]] == ["memory/a.md"]
 
 
+def test_a_search_says_which_notes_it_may_not_read():
+    """With MEMORY.md of mode 000 and memory/sub of mode 000 a search answered "No matches." without
+    a word (only status and index named them), which an agent reads as nothing in memory."""
+    with shared_scratch() as root:
+        ws = root / "ws"
+        (ws / "memory" / "sub").mkdir(parents=True)
+        (ws / "MEMORY.md").write_text("- The vet is Dr Okafor.\n")
+        (ws / "memory" / "sub" / "a.md").write_text("- Dr Okafor moved to Leeds.\n")
+        (ws / "memory" / "b.md").write_text("- The boiler was serviced in March.\n")
+        (root / "state").mkdir()
+        args = ("--json", "-w", str(ws), "--config", _none_config(root))
+        give_away(root)
+        os.chmod(ws / "MEMORY.md", 0)
+        os.chmod(ws / "memory" / "sub", 0)
+        for _ in range(2):  # the sync that skips them, then one with nothing changed
+            found = json.loads(run_cli_as_user(root / "state", "search", "Okafor", *args).stdout)
+            assert found["results"] == []
+            assert ("could not read MEMORY.md, memory/sub (permission denied): results may miss what is there "
+                    "(memdir status lists the files skipped)") in found["warnings"] or \
+                ("could not read memory/sub, MEMORY.md (permission denied): results may miss what is there "
+                 "(memdir status lists the files skipped)") in found["warnings"], found["warnings"]
+        os.chmod(ws / "MEMORY.md", 0o644)
+        os.chmod(ws / "memory" / "sub", 0o755)
+        found = json.loads(run_cli_as_user(root / "state", "search", "Okafor", *args).stdout)
+        assert len(found["results"]) == 2 and not any("could not read" in w for w in found["warnings"])
+
+
 def _none_config(root: Path) -> str:
     cfg = root / "memdir.json"
     if not cfg.exists():

@@ -327,3 +327,16 @@ def test_a_key_an_http_header_cannot_carry_is_refused_without_showing_it(
     err = capsys.readouterr().err
     assert err == ("memdir chat: the key in $CHAT_TEST_KEY holds a line break, control or non-ASCII character "
                    "(pasted with it?), which an HTTP header cannot carry\n")
+
+
+def test_the_demo_without_a_writable_temporary_folder_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # in a sandbox whose /tmp, /var/tmp and current folder are read-only, 'memdir chat --demo' (the
+    # README's first try) failed with "memdir: [Errno 2] No usable temporary directory found in [...]"
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-folder"))
+    assert chat_main(["--demo"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("memdir chat --demo: it needs a folder it can write for its scratch workspace") and \
+        err.rstrip().endswith("point TMPDIR at one") and err.count("\n") == 1, err

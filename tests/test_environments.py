@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import SRC, cli_env
+from helpers import SRC, cli_env, python_child
 from unprivileged import give_away, run_cli_as_user, shared_scratch
 
 KEYWORD = json.dumps({"memorySearch": {"provider": "none"}})
@@ -48,6 +49,37 @@ def test_a_state_folder_that_cannot_be_made_or_written_is_named_as_such():
         error = json.loads(out.stdout)["error"]
         assert f"its folder {root / 'theirs' / 'memory'} is not writable" in error["message"]
         assert "--state-dir" in error["message"]
+
+
+def test_a_state_folder_or_workspace_that_cannot_be_entered_is_named_with_the_fix():
+    """A state folder left by 'sudo memdir index' under root's umask 077 (``~/.memdir`` 0700, root's),
+    or one's own folder of mode 000, failed every command with Python's bare "[Errno 13] Permission
+    denied: '<folder>/memdir.toml'" (looking for a config file there), naming neither the folder
+    nor the fix; a workspace of mode 000 the same."""
+    with shared_scratch() as root:
+        ws, state = root / "ws", root / "state"
+        ws.mkdir()
+        state.mkdir()
+        (ws / "MEMORY.md").write_text("- The otter eats fish.\n")
+        give_away(root)
+        cases = [(state, "state folder", f"this user cannot enter its own folder {state} (mode 0): chmod u+rwx it"),
+                 (ws, "workspace", f"this user cannot enter its own folder {ws} (mode 0): chmod u+rwx it")]
+        if os.geteuid() == 0:
+            cases.append((state, "state folder", f"{state} belongs to root (uid 0) and this user, nobody (uid "
+                                                 "65534), cannot enter it: run memdir as that user, or give the "
+                                                 "folder to this one (chown -R)"))
+        for i, (folder, what, why) in enumerate(cases):
+            folder.chmod(0)
+            if i == 2:
+                os.chown(folder, 0, 0)
+                folder.chmod(0o700)
+            try:
+                out = run_cli_as_user(state, "search", "otter", "-w", str(ws))
+            finally:
+                folder.chmod(0o755)
+                give_away(folder)
+            assert out.returncode == 1, out.stderr
+            assert out.stderr == f"memdir: configuration error: cannot look for a config file in the {what}: {why}\n"
 
 
 def test_a_home_that_cannot_be_written_gets_no_onnxruntime_warning():
@@ -260,6 +292,44 @@ def test_notes_memdir_writes_get_the_umask_s_permissions(make_workspace, state_d
             assert mode(mirror) == 0o640 and "- two" in mirror.read_text()
         finally:
             os.umask(old)
+
+
+PRIVATE_STATE = """
+import importlib.util, json, os, stat, sys
+from pathlib import Path
+from memdir import Memory
+from memdir.sessions.store import SessionStore
+ws, state = Path(sys.argv[1]), Path(sys.argv[2])
+mode = lambda p: oct(stat.S_IMODE(os.stat(p).st_mode))
+with Memory(ws, state_dir=state) as mem:
+    mem.sync()
+    index = mem.index_path
+    seen = {"memory/": mode(index.parent), "index": mode(index), "-wal": mode(f"{index}-wal")}
+    mem.sync(force=True)  # a rebuild's new database, swapped in
+    seen["rebuilt"] = mode(index)
+    sessions = SessionStore(mem.settings.sessions_dir)
+    sessions.append("agent:main:main", {"type": "message", "message": {"role": "user", "content": "hi"}})
+    seen["sessions/"] = mode(sessions.dir)
+    if importlib.util.find_spec("lancedb"):
+        mem.long_term.store("The vault code is 4411")
+        seen["ltm/"] = mode(mem.long_term.db_path)
+print(json.dumps(seen))
+"""
+
+
+def test_the_state_that_holds_the_notes_text_is_private_whatever_the_umask(make_workspace, tmp_path: Path):
+    """Under the usual umask 022 the index (the notes' text and embeddings) came out 0644 in a 0755
+    ``memory/`` folder, and the long-term memory store likewise: any local user could read notes
+    kept in a private workspace, where transcripts and the settings cache were already 0600.  The
+    folders memdir makes for its state are 0700 and a new index (its -wal too) 0600, as ssh's."""
+    ws = make_workspace({"MEMORY.md": "- The vault code is 4411.\n"})
+    out = subprocess.run([sys.executable, "-c", PRIVATE_STATE, str(ws), str(tmp_path / "state")],
+                         capture_output=True, text=True, timeout=120, preexec_fn=lambda: os.umask(0o022),
+                         env=cli_env(tmp_path / "state", MEMDIR_PROVIDER="none"))
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen.pop("memory/") == seen.pop("sessions/") == seen.pop("ltm/", "0o700") == "0o700"
+    assert seen == {"index": "0o600", "-wal": "0o600", "rebuilt": "0o600"}
 
 
 def test_watch_sees_a_non_ascii_file_name_when_python_decodes_names_as_ascii(make_workspace, state_dir: Path):
@@ -516,3 +586,30 @@ def test_a_tz_of_a_whole_day_does_not_stop_append(make_workspace, run_cli):
         out = run_cli("-w", str(ws), "append", f"a note under TZ={tz}", env={"TZ": tz, "MEMDIR_PROVIDER": "none"})
         assert out.returncode == 0 and out.stdout.startswith("Appended to memory/"), out.stderr
     assert "TZ=UTC+99" in "".join(p.read_text() for p in (ws / "memory").glob("*.md"))
+
+
+NOTICES_FROM_THREADS = """
+import sys, threading
+sys.setswitchinterval(1e-6)  # a thread switch wherever one may fall
+from memdir.cli import _notice
+def run(tag):
+    for i in range(1500):
+        _notice(f"{tag} could not update the index, notice {i}")
+threads = [threading.Thread(target=run, args=(t,)) for t in "ABCD"]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
+def test_notices_said_from_threads_at_once_stay_whole_lines(state_dir: Path):
+    """An MCP server on an unwritable state folder said two things at start-up from two threads
+    (its background index, its watcher), and stderr got "…changed files firstmemdir: background
+    index…" and an empty line: a notice's text and its line break were written apart."""
+    out = python_child(NOTICES_FROM_THREADS, state_dir=state_dir, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 6000
+    bad = [line for line in lines if not re.fullmatch(r"memdir: [ABCD] could not update the index, notice \d+", line)]
+    assert bad == []

@@ -21,7 +21,7 @@ from helpers import cli_env
 from memdir.api import Memory
 from memdir.config import load_config
 from memdir.lock import FileWriterLock
-from unprivileged import run_cli_as_user, shared_scratch
+from unprivileged import give_away, run_cli_as_user, shared_scratch
 
 NONE = {"MEMDIR_PROVIDER": "none"}
 
@@ -385,3 +385,60 @@ def test_connections_opening_one_new_database_at_once_all_get_wal(tmp_path: Path
         for t in threads:
             t.join()
     assert errors == [] and modes == ["wal"] * 240
+
+
+def test_an_index_on_a_read_only_mount_is_not_said_to_need_a_chmod(make_workspace, tmp_path: Path, run_cli):
+    """An index on a file system mounted read-only (a container's ``:ro`` volume) was refused with
+    "… is read-only (mode 644): make it writable (chmod u+rw)": its mode is writable and a chmod
+    fails there too.  It says the mount is read-only; searches still answer from the index."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here")
+    try:
+        ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})
+        env = {"MEMDIR_STATE_DIR": str(mnt / "state")}
+        assert run_cli("index", "-w", str(ws), env=NONE | env).returncode == 0
+        index = index_of(ws, mnt / "state")
+        assert subprocess.run(["mount", "-o", "remount,ro", str(mnt)], capture_output=True).returncode == 0
+        (ws / "memory").mkdir()
+        (ws / "memory" / "a.md").write_text("- Deploy on Tuesday.\n")
+
+        out = run_cli("index", "-w", str(ws), env=NONE | env)
+        assert out.returncode == 1
+        assert f"{index} is on a file system mounted read-only: remount it read-write" in out.stderr, out.stderr
+        assert "chmod" not in out.stderr
+        found = json.loads(run_cli("search", "otter", "--json", "-w", str(ws), env=NONE | env).stdout)
+        assert [r["path"] for r in found["results"]] == ["MEMORY.md"] and found["stale"]
+        assert any("mounted read-only" in w for w in found["warnings"])
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_an_index_whose_folder_cannot_be_written_names_the_folder():
+    """An index file this user may write in a folder it may not (chmod a-w on the state folder's
+    memory/) failed every update with SQLite's "attempt to write a readonly database": the -wal
+    and -shm are made in the folder, which nothing named."""
+    with shared_scratch() as root:
+        ws, state = root / "ws", root / "state"
+        ws.mkdir()
+        state.mkdir()
+        (ws / "MEMORY.md").write_text("- The otter eats fish.\n")
+        cfg = root / "cfg.json"
+        cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+        os.chmod(cfg, 0o644)
+        give_away(root)
+        args = ("-w", str(ws), "--config", str(cfg))
+        assert run_cli_as_user(state, "index", *args).returncode == 0
+        (state / "memory").chmod(0o500)
+        (ws / "MEMORY.md").write_text("- The otter eats fish.\n- The kiwi is new.\n")
+        why = f"this user cannot write its own folder {state / 'memory'} (mode 500): chmod u+rwx it"
+        try:
+            out = run_cli_as_user(state, "index", *args)
+            assert out.returncode == 1 and why in out.stderr and "readonly database" not in out.stderr, out.stderr
+            found = json.loads(run_cli_as_user(state, "search", "otter", "--json", *args).stdout)
+            assert [r["path"] for r in found["results"]] == ["MEMORY.md"] and found["stale"]
+            assert any(why in w for w in found["warnings"]), found["warnings"]
+        finally:
+            (state / "memory").chmod(0o700)

@@ -202,6 +202,38 @@ def test_a_write_ahead_log_or_lock_left_by_another_user_is_named(suffix: str, mo
         assert any(f"{index}{suffix} belongs to root" in w for w in found["warnings"])
 
 
+@pytest.mark.parametrize("made_by_root", ["the state folder's memory/", "the index file"])
+def test_an_index_made_private_by_root_is_named_with_its_owner(made_by_root: str):
+    # Before: 'sudo memdir index' under root's umask 077 left memory/ 0700 (or the index 0600)
+    # owned by root, and every later command of the user failed with Python's bare "[Errno 13]
+    # Permission denied: '<index>'" (search, index, status) or SQLite's "unable to open database
+    # file", naming neither the owner nor the fix.
+    if os.geteuid() != 0:
+        pytest.skip("needs root to leave a folder owned by another user")
+    with shared_scratch() as root:
+        ws = root / "ws"
+        (ws / "memory").mkdir(parents=True)
+        (ws / "memory" / "a.md").write_text("- The boiler was serviced in March.\n")
+        (root / "state").mkdir()
+        (root / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+        give_away(root)
+        if made_by_root == "the index file":
+            (root / "state" / "memory").mkdir(mode=0o755)
+            give_away(root / "state")
+        args = ("-w", str(ws), "--config", str(root / "memdir.json"))
+        env = {**os.environ, "PYTHONPATH": str(SRC), "MEMDIR_STATE_DIR": str(root / "state")}
+        subprocess.run([sys.executable, "-m", "memdir", "index", *args], env=env, check=True, capture_output=True,
+                       preexec_fn=lambda: os.umask(0o077))  # what sudo runs it as
+        (index,) = (root / "state" / "memory").glob("*.sqlite")
+        blocked = root / "state" / "memory" if made_by_root != "the index file" else index
+
+        for command in (("search", "boiler"), ("index",), ("status",)):
+            proc = run_cli_as_user(root / "state", *command, *args)
+            assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+            assert f"{blocked} belongs to root (uid 0)" in proc.stderr and "chown" in proc.stderr, proc.stderr
+            assert "Errno" not in proc.stderr and "unable to open" not in proc.stderr
+
+
 def _lock_holder(index: Path) -> subprocess.Popen[str]:
     """Another process holding ``index``'s writer lock (until killed)."""
     code = (f"import sys, time; sys.path.insert(0, {str(SRC)!r}); from pathlib import Path; "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli_env
+from helpers import SRC, cli_env
+from unprivileged import give_away, run_cli_as_user, shared_scratch
 
 BLOCK_LANCEDB = textwrap.dedent("""
     import sys
@@ -287,3 +289,38 @@ def test_ltm_export_never_overwrites_a_note_that_is_not_an_export(tmp_path: Path
     run_cli("ltm", "export", "--out", str(out), *base, check=True)  # an earlier export: replaced
     assert out.read_text().count("\n- ") == 2
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".backup")) == []
+
+
+@pytest.mark.parametrize("mode", [0o700, 0o755])
+def test_a_store_left_by_root_is_named_with_its_owner_not_listed_empty(mode: int) -> None:
+    # Before: after 'sudo memdir ltm store' the user's 'ltm list' said "No memories." and 'ltm
+    # search' "No matches." (a store made private by root could not be read: the memories are
+    # there), and 'ltm store' failed with "[Errno 13] Permission denied: '…/ltm.lock'" after two
+    # warnings about the embedding cache.
+    pytest.importorskip("lancedb")
+    if os.geteuid() != 0:
+        pytest.skip("needs root to leave a store owned by another user")
+    with shared_scratch() as root:
+        ws, state = root / "ws", root / "state"
+        ws.mkdir()
+        state.mkdir()
+        (root / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+        give_away(root)
+        args = ("-w", str(ws), "--config", str(root / "memdir.json"))
+        subprocess.run([sys.executable, "-m", "memdir", "ltm", "store", "I prefer dark mode", *args], check=True,
+                       capture_output=True, env={**os.environ, "PYTHONPATH": str(SRC), "MEMDIR_STATE_DIR": str(state)})
+        (store,) = (state / "ltm").iterdir()
+        os.chmod(store, mode)
+
+        commands = [("ltm", "store", "The boiler is serviced in March")]
+        if mode == 0o700:
+            commands += [("ltm", "list"), ("ltm", "search", "dark mode"), ("ltm", "stats")]
+        for command in commands:
+            out = run_cli_as_user(state, *command, *args)
+            assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+            doing = "write" if mode == 0o755 else "enter"
+            assert f"{store} belongs to root (uid 0) and this user, nobody (uid 65534), cannot {doing} it" \
+                in out.stderr and "chown" in out.stderr, out.stderr
+            assert "Errno" not in out.stderr and "No memories" not in out.stdout
+        if mode == 0o755:  # readable: listed as it is
+            assert "I prefer dark mode" in run_cli_as_user(state, "ltm", "list", *args).stdout

@@ -408,3 +408,44 @@ def test_a_mirror_that_could_not_be_written_leaves_no_temporary_file(tmp_path: P
     warnings, names = out.stdout.splitlines()
     assert "File too large" in warnings and "mirror-state.json" in warnings, warnings
     assert names == "['ltm.lock', 'memories.lance', 'mirror-state.json']", names
+
+
+def test_a_read_only_store_is_searched_without_warnings_about_its_cache(tmp_path: Path,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A long-term memory store on a read-only mount (or in a read-only state folder) was searched
+    with two warnings each time, "embedding cache read failed (unable to open database file)" and
+    "… write failed …": the cache cannot be opened where nothing may be written, which is no failure."""
+    import numpy as np
+
+    from memdir.ltm.embedder import EmbeddingCache
+
+    root = tmp_path / "ro"
+    root.mkdir()
+    mounted = os.geteuid() == 0  # root writes a chmod a-w folder: it takes a read-only mount
+    if mounted and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(root)],
+                                  capture_output=True).returncode != 0:
+        pytest.skip("root, and cannot mount a small tmpfs here")
+    key = ("local", "m", "")
+    try:
+        cache = EmbeddingCache(root / "embedding-cache.sqlite")
+        cache.put(key, {"h1": np.ones(4, dtype=np.float32)})
+        cache.close()
+        if mounted:
+            assert subprocess.run(["mount", "-o", "remount,ro", str(root)], capture_output=True).returncode == 0
+        else:
+            root.chmod(0o555)
+        caplog.set_level("WARNING", logger="memdir")
+        ro = EmbeddingCache(root / "embedding-cache.sqlite")
+        for _ in range(2):
+            ro.get(key, ["h1", "h2"])
+            ro.put(key, {"h2": np.ones(4, dtype=np.float32)})
+        ro.close()
+        assert [r.getMessage() for r in caplog.records] == []
+    finally:
+        if mounted:
+            busy = subprocess.run(["umount", str(root)], capture_output=True).returncode != 0
+            if busy:
+                subprocess.run(["umount", "-l", str(root)], capture_output=True)
+            assert not busy, "a file of the cache left open"
+        else:
+            root.chmod(0o755)

@@ -250,3 +250,33 @@ def test_a_notice_callback_that_raises_does_not_fail_the_heal_it_reports(built, 
     assert told and "was damaged" in told[0]
     assert any("the notice callback failed on it" in r.getMessage() and "was damaged" in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_damaged_index_in_a_folder_that_cannot_be_written_says_so():
+    """A damaged index whose folder this user may not write (a read-only state folder) failed search,
+    status and index with "[Errno 13] Permission denied: 'x.sqlite' -> 'x.sqlite.corrupt-…'"."""
+    from unprivileged import give_away, run_cli_as_user, shared_scratch
+
+    with shared_scratch() as root:
+        ws, state = root / "ws", root / "state"
+        ws.mkdir()
+        state.mkdir()
+        (ws / "MEMORY.md").write_text("- The otter eats fish.\n")
+        (root / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+        give_away(root)
+        args = ("-w", str(ws), "--config", str(root / "memdir.json"))
+        assert run_cli_as_user(state, "index", *args).returncode == 0
+        (index,) = (state / "memory").glob("*.sqlite")
+        with open(index, "r+b") as fh:
+            fh.write(b"garbage in the header!")
+        damaged = index.read_bytes()
+        (state / "memory").chmod(0o500)
+        try:
+            for command in (("search", "otter"), ("status",), ("index",)):
+                out = run_cli_as_user(state, *command, *args)
+                assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+                assert (f"the index {index} is damaged (file is not a database) and cannot be moved aside to be "
+                        f"rebuilt: this user cannot write its own folder {state / 'memory'} (mode 500)") in out.stderr
+            assert index.read_bytes() == damaged and not list((state / "memory").glob("*.corrupt-*"))
+        finally:
+            (state / "memory").chmod(0o700)

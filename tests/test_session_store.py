@@ -311,3 +311,37 @@ def test_a_write_waiting_for_a_stopped_holder_of_the_store_gives_up_and_names_it
             holder.wait()
     store.append(key, message_record("user", "second"))  # the lock free again: written
     assert [r.get("message", {}).get("content") for _, r in iter_records(transcript)][-2:] == ["first", "second"]
+
+
+def test_a_sessions_folder_that_cannot_be_written_is_named_with_the_fix(tmp_path: Path) -> None:
+    """A read-only state folder (a container's ro mount, chmod a-w, one left by 'sudo memdir chat')
+    failed 'memdir chat' with Python's bare "[Errno 13] Permission denied: '…/sessions.json.lock'"
+    (or the sessions folder it could not make); it names the store, the folder and the fix."""
+    from memdir.sessions.store import SessionStoreError
+
+    root = tmp_path / "ro"
+    root.mkdir()
+    mounted = os.geteuid() == 0  # root writes a chmod a-w folder: it takes a read-only mount
+    if mounted and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(root)],
+                                  capture_output=True).returncode != 0:
+        pytest.skip("root, and cannot mount a small tmpfs here")
+    (root / "old" / "sessions").mkdir(parents=True)
+    try:
+        if mounted:
+            assert subprocess.run(["mount", "-o", "remount,ro", str(root)], capture_output=True).returncode == 0
+        else:
+            for folder in (root, root / "old" / "sessions"):
+                folder.chmod(0o555)
+        for sessions, blocking in ((root / "new" / "sessions", root), (root / "old" / "sessions", None)):
+            blocking = blocking or sessions
+            why = (f"{blocking} is on a file system mounted read-only" if mounted else
+                   f"this user cannot write its own folder {blocking} (mode 555): chmod u+rwx it")
+            with pytest.raises(SessionStoreError) as caught:
+                SessionStore(sessions).append("agent:main:main", {"type": "message"})
+            assert str(caught.value) == f"cannot write the sessions store {sessions}: {why}"
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(root)], capture_output=True)
+        else:
+            for folder in (root, root / "old" / "sessions"):
+                folder.chmod(0o755)

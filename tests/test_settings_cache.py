@@ -200,3 +200,23 @@ def test_every_environment_setting_is_an_input_of_the_snapshot_key():
     from memdir.settings_cache import ENV_INPUTS
 
     assert set(ENV_KEYS) <= set(ENV_INPUTS)
+
+
+def test_the_snapshot_is_never_written_through_a_link_planted_at_its_temporary_name(tmp_path: Path):
+    """The snapshot's temporary file was named by the pid alone and opened with O_TRUNC through any
+    symlink at that name: in a state folder others can write (``MEMDIR_STATE_DIR=/tmp/…`` on a
+    shared runner) a link planted there emptied the file it pointed to and wrote the settings, API
+    key included, into it."""
+    (tmp_path / "ws").mkdir()
+    loaded = load_config(workspace=tmp_path / "ws", state_dir=tmp_path / "st",
+                         overrides={"memorySearch": {"provider": "none", "remote": {"apiKey": "sk-secret"}}})
+    key, path = settings_cache.snapshot_key(config_path=None, workspace=str(tmp_path / "ws"), agent_id=None,
+                                            state_dir=str(tmp_path / "st"))
+    path.parent.mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    os.symlink(victim, path.with_name(f"{path.name}.{os.getpid()}.tmp"))
+    assert settings_cache.save_snapshot(path, key, loaded)
+    assert victim.read_text() == "precious\n"
+    assert settings_cache.load_snapshot(path, key) is not None and not path.is_symlink()
+    assert path.stat().st_mode & 0o777 == 0o600

@@ -198,3 +198,18 @@ def test_a_sidecar_from_another_history_of_a_restored_index_is_not_used(tmp_path
     fourth.vector_search(np.ones(DIMS).tolist(), 3)
     assert fourth.matrix.from_sidecar
     fourth.close()
+
+
+def test_the_sidecar_is_private_as_the_index(tmp_path: Path, int8: None):
+    """The index is made 0600 (its text and embeddings are the notes'); its int8 sidecar of the same
+    vectors came out 0644 under the usual umask 022."""
+    old = os.umask(0o022)
+    try:
+        store = _filled(tmp_path / "idx.sqlite")
+        store.vector_search(np.ones(DIMS, dtype=np.float32).tolist(), 3)
+        store.close()
+    finally:
+        os.umask(old)
+    side = vector_sidecar.sidecar_path(tmp_path / "idx.sqlite")
+    assert side.is_file() and side.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "idx.sqlite").stat().st_mode & 0o777 == 0o600

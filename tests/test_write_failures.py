@@ -455,3 +455,120 @@ def test_an_index_out_of_memory_says_so(make_workspace, state_dir: Path, headroo
         pytest.skip("the note was indexed within this limit here")
     assert "out of memory (is a memory limit, ulimit -v or a container's, too low for this?)" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr and "MemoryError" not in out.stderr
+
+
+def test_writes_into_a_read_only_workspace_name_the_folder_and_the_cause(tmp_path: Path, state_dir: Path) -> None:
+    """A read-only workspace (a container's ro mount, ``chmod -R a-w``) failed an append with
+    Python's bare "[Errno 13] Permission denied: '<ws>/memory'" when memory/ was still to be made
+    or could not be opened, and the session hook named its temporary file
+    ("…: '.2026-05-01-1200.md.tmp-…'"); each says which folder or file and why, nothing written."""
+    import os
+
+    from memdir.memfiles import MemoryFileError, append_memory_file, create_memory_file
+    from memdir.sessions.hook import run_session_memory_hook
+
+    root = tmp_path / "ro"
+    root.mkdir()
+    mounted = os.geteuid() == 0  # root writes a chmod a-w folder: it takes a read-only mount
+    if mounted and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(root)],
+                                  capture_output=True).returncode != 0:
+        pytest.skip("root, and cannot mount a small tmpfs here")
+    bare, dated = root / "bare", root / "dated"
+    try:
+        for ws in (bare, dated):
+            ws.mkdir()
+            (ws / "MEMORY.md").write_text("- The otter eats fish.\n")
+        (dated / "memory").mkdir()
+        if mounted:
+            assert subprocess.run(["mount", "-o", "remount,ro", str(root)], capture_output=True).returncode == 0
+        else:
+            for folder in (root, bare, dated, dated / "memory"):
+                folder.chmod(0o555)
+
+        with pytest.raises(MemoryFileError, match=rf"^cannot create memory/ in {bare}: (Read-only|Permission)"):
+            append_memory_file(bare, "2026-05-01.md", "a note")
+        hook = run_session_memory_hook(action="new", session_key="agent:main:main", workspace=bare,
+                                       previous_entry=None)
+        assert hook is not None and hook.error is not None and hook.error.startswith(f"cannot create memory/ in {bare}")
+        hook = run_session_memory_hook(action="new", session_key="agent:main:main", workspace=root / "new",
+                                       previous_entry=None)
+        assert hook is not None and hook.error is not None
+        assert hook.error.startswith(f"cannot create the workspace {root / 'new'}: "), hook.error
+        with pytest.raises(MemoryFileError, match=r"^cannot create memory/2026-05-01-1200\.md: "):
+            create_memory_file(dated, "2026-05-01-1200", "a session")
+        out = _memdir(state_dir, "-w", str(bare), "append", "a note")
+        assert out.returncode == 1 and out.stderr.startswith(f"memdir: cannot create memory/ in {bare}: "), out.stderr
+        assert "Errno" not in out.stderr
+        assert not (bare / "memory").exists() and os.listdir(dated / "memory") == []
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(root)], capture_output=True)
+        else:
+            for folder in (root, bare, dated, dated / "memory"):
+                folder.chmod(0o755)
+
+
+def test_an_append_into_a_memory_folder_that_cannot_be_opened_names_it() -> None:
+    """``memory/`` of mode 000 failed an append with Python's bare "[Errno 13] Permission denied"."""
+    from unprivileged import give_away, run_cli_as_user, shared_scratch
+
+    with shared_scratch() as root:
+        ws = root / "ws"
+        (ws / "memory").mkdir(parents=True)
+        (root / "state").mkdir()
+        give_away(root)
+        (ws / "memory").chmod(0)
+        out = run_cli_as_user(root / "state", "-w", str(ws), "append", "a note")
+        assert out.returncode == 1 and out.stderr == f"memdir: cannot open {ws / 'memory'}: Permission denied\n"
+
+
+def test_an_append_after_sudo_memdir_append_names_the_owner(state_dir: Path) -> None:
+    """After one ``sudo memdir append`` (memory/ and today's log made by root) every later append of
+    the user failed with "Permission denied" alone, naming neither the owner nor the fix."""
+    import os
+
+    from unprivileged import give_away, run_cli_as_user, shared_scratch
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to leave files owned by another user")
+    with shared_scratch() as root:
+        ws = root / "ws"
+        ws.mkdir()
+        (root / "state").mkdir()
+        give_away(root)
+        assert _memdir(state_dir, "-w", str(ws), "append", "--date", "2026-05-01", "a note as root").returncode == 0
+        log = ws / "memory" / "2026-05-01.md"
+        before = log.read_bytes()
+        for day, what in (("2026-05-01", "memory/2026-05-01.md"), ("2026-05-02", "memory/")):
+            out = run_cli_as_user(root / "state", "-w", str(ws), "append", "--date", day, "a note as the user")
+            assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+            assert f"Permission denied ({what} belongs to root (uid 0), not to this user, nobody (uid 65534)" \
+                in out.stderr and "chown" in out.stderr, out.stderr
+        assert log.read_bytes() == before and os.listdir(ws / "memory") == ["2026-05-01.md"]
+
+
+def test_an_export_into_a_read_only_folder_names_the_file_not_a_temporary_one(tmp_path: Path, make_workspace,
+                                                                             state_dir: Path) -> None:
+    """'memdir ltm export --out' into a folder it may not write named the temporary file it could not
+    make: "[Errno 13] Permission denied: '/…/.ltm.md.4242-hbsgimf0.tmp'"."""
+    import os
+
+    from memdir.atomic_write import replace_file
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    mounted = os.geteuid() == 0  # root writes a chmod a-w folder: it takes a read-only mount
+    if mounted and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(folder)],
+                                  capture_output=True).returncode != 0:
+        pytest.skip("root, and cannot mount a small tmpfs here")
+    if not mounted:
+        folder.chmod(0o555)
+    try:
+        with pytest.raises(OSError) as caught:
+            replace_file(folder / "ltm.md", b"- a memory\n", mode=0o666)
+        assert caught.value.filename == str(folder / "ltm.md") and ".tmp" not in str(caught.value)
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(folder)], capture_output=True)
+        else:
+            folder.chmod(0o755)

@@ -604,7 +604,7 @@ class Agent:
         try:
             self.store.append_file(self.transcript, record)
         except FileNotFoundError:  # the state folder was deleted under a running chat: every turn failed
-            self.transcript.parent.mkdir(parents=True, exist_ok=True)
+            self.transcript.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.store.append_file(self.transcript, record)
 
     def _remember(self, message: dict[str, Any]) -> None:

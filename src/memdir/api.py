@@ -182,6 +182,18 @@ def _file_stamp(path: Path | None) -> tuple[int, int, int, int] | None:
     return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
 
 
+def _index_file_there(path: Path) -> bool:
+    """Whether an index file may be at ``path``: one in a folder this user cannot enter counts, so
+    that opening it says whose folder it is (``Path.exists`` raised "[Errno 13] Permission denied")."""
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def _importable(module: str) -> bool:
     """Whether ``module`` can be imported, found without importing it (an optional extra's package)."""
     import importlib.util
@@ -699,7 +711,7 @@ class Memory(IndexUpkeep):
                               "other backend")
         # Checked before anything is opened: opening a missing SQLite index (the source, or the
         # target) creates an empty one, which a failed migrate used to leave behind.
-        if current != "postgres" and not self.index_path.exists():
+        if current != "postgres" and not _index_file_there(self.index_path):
             raise MemdirError(f"nothing to migrate: {self.index_path} holds no index yet (run memdir index first)")
         source = self.store
         if source.read_meta() is None:
@@ -733,7 +745,7 @@ class Memory(IndexUpkeep):
         found = discover(self.workspace, self.settings.extra_paths)
         postgres = ms.store.driver == "postgres"
         # A database index is looked up (opening it creates nothing but memdir's schema); a file is not opened.
-        exists = self.store.read_meta() is not None if postgres else self.index_path.exists()
+        exists = self.store.read_meta() is not None if postgres else _index_file_there(self.index_path)
         store = self.store if exists or postgres else None
         if store is not None and not store.readonly:
             # Status reads every page (up to 512 MB; always with --deep): "all is well" must be true.

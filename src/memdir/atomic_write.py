@@ -30,7 +30,10 @@ def replace_file(path: Path, data: bytes, *, prefix: str | None = None, mode: in
     if (str(path.parent), start) not in _swept:  # once per process: a folder of transcripts can be long
         _swept.add((str(path.parent), start))
         remove_dead_temps(path.parent, start)
-    fd, tmp = tempfile.mkstemp(prefix=f"{start}{os.getpid()}-", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f"{start}{os.getpid()}-", suffix=".tmp", dir=path.parent)
+    except OSError as exc:  # a read-only folder: it named the temporary file ('.out.md.4242-hbsgimf0.tmp')
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     try:
         if mode is not None:
             try:

@@ -289,7 +289,13 @@ def run_demo(out: Any = None) -> int:
             say(f"    [tool] memory_append -> {rel}: {' / '.join(text.splitlines())}")
             return rel
 
-    with tempfile.TemporaryDirectory(prefix="memdir-demo-") as tmp:
+    try:
+        scratch = tempfile.TemporaryDirectory(prefix="memdir-demo-")
+    except OSError as exc:  # a sandbox with no writable temporary folder: "[Errno 2] No usable temporary …"
+        print(f"memdir chat --demo: it needs a folder it can write for its scratch workspace, and none of the "
+              f"temporary folders can be ({exc.strerror or exc}): point TMPDIR at one", file=sys.stderr)
+        return 1
+    with scratch as tmp:
         ws, state = Path(tmp) / "workspace", Path(tmp) / "state"
         ws.mkdir()
         (ws / "MEMORY.md").write_text(DEMO_MEMORY, encoding="utf-8")

@@ -444,7 +444,9 @@ def _load_config(args: argparse.Namespace) -> Any:
 
 def _notice(message: str) -> None:
     """Things memdir says once, beside any output: an index healed, a writer waited for."""
-    print(f"memdir: {for_terminal(message)}", file=sys.stderr, flush=True)
+    from memdir.errors import say
+
+    say(f"memdir: {for_terminal(message)}")  # one write: notices come from threads too
 
 
 def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:

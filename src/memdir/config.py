@@ -929,6 +929,18 @@ def find_config_file(workspace: Path, state_dir: Path) -> Path | None:
     the next one, or none, used instead.  Another config file beside the one read is named on
     stderr: edits to it changed nothing, without a word."""
     for folder in (workspace, state_dir):
+        try:
+            os.stat(folder / CONFIG_FILENAMES[0])
+        except PermissionError:
+            # a folder this user cannot enter (one 'sudo memdir' made private): Python's bare
+            # "[Errno 13] Permission denied: '<folder>/memdir.toml'" named neither it nor the fix
+            from memdir.stores.sqlite_health import folder_refused
+
+            what = "the workspace" if folder == workspace else "the state folder"
+            why = folder_refused(folder) or f"{folder}: permission denied"
+            raise ConfigError(f"cannot look for a config file in {what}: {why}") from None
+        except OSError:
+            pass
         for i, name in enumerate(CONFIG_FILENAMES):
             candidate = folder / name
             if candidate.is_file():

@@ -137,6 +137,20 @@ PAGE_SIZE = 8192
 WAL_SIZE_LIMIT = 4 * 1024 * 1024
 
 
+def create_private(path: Path | str) -> None:
+    """Make a database file that is not there yet readable and writable by this user alone (0600),
+    for SQLite to fill: its ``-wal`` and ``-shm`` then get the same mode.
+
+    Why: an index holds the notes' text and their embeddings, and came out 0644 under the usual
+    umask 022, so any local user could read notes kept in a private workspace (a 0700 folder, a
+    0600 ``MEMORY.md``), where transcripts and the settings cache were already 0600."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError:
+        return  # there already (or a link there), or it cannot be made: SQLite says why in its own words
+    os.close(fd)
+
+
 def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0, page_size: int = PAGE_SIZE,
             auto_vacuum: bool = False) -> Any:
     """A connection with WAL, a busy timeout and rows as tuples; ``check_same_thread`` off
@@ -150,6 +164,8 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0, 
         uri = file_uri(path, "mode=ro")
         conn = mod.connect(uri, uri=True, timeout=timeout, check_same_thread=False, isolation_level=None)
     else:
+        if str(path) != ":memory:":
+            create_private(path)
         conn = mod.connect(str(path), timeout=timeout, check_same_thread=False, isolation_level=None)
     conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
     if not readonly:

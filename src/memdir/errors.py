@@ -66,3 +66,14 @@ def without_source_location(text: str) -> str:
 #: What a :class:`MemoryError` (which carries no message) is said as: "Memory index failed: " and
 #: nothing more was all a 25 MB note indexed under a 150 MB memory limit printed.
 OUT_OF_MEMORY = "out of memory (is a memory limit, ulimit -v or a container's, too low for this?)"
+
+
+def say(line: str) -> None:
+    """Write ``line`` and its line break to stderr in one write.  Why: ``print(..., file=sys.stderr)``
+    writes the text and the line break apart, so two threads saying something at once (an MCP
+    server's start-up index and its watcher failing on an unwritable state folder) ran their lines
+    together ("…changed files firstmemdir: background index…", then an empty line)."""
+    import sys
+
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()

@@ -352,7 +352,7 @@ class FileWriterLock:
     def _open(self) -> int:
         """The lock file, never through a symlink: taking the lock empties the file, and a link
         planted at its name (an index path in a cloned repository's config) emptied its target."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # the index's folder: private
         flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | _NOFOLLOW
         try:
             fd = os.open(self.path, flags, 0o644)

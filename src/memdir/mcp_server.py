@@ -72,7 +72,7 @@ from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from memdir.errors import MemdirError
+from memdir.errors import MemdirError, say
 from memdir.mcp_stdio import NOT_A_MESSAGE, without_lone_surrogates
 from memdir.mcp_stdio import refusal as message_refusal
 from memdir.prompt import memory_recall_section
@@ -320,7 +320,7 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
             except Exception as exc:
                 if self.stopping.is_set():
                     return
-                print(f"memdir: background index at startup failed: {exc}", file=sys.stderr, flush=True)
+                say(f"memdir: background index at startup failed: {exc}")
             try:  # a server searches again and again: read the common words' postings ahead
                 start = getattr(self.memory.store, "start_warmup", None)
                 if start is not None and not self.stopping.is_set():
@@ -332,7 +332,7 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
                     try:
                         _ = self.memory.long_term  # loads LanceDB (seconds) before the first call needs it
                     except Exception as exc:
-                        print(f"memdir: long-term memory unavailable: {exc}", file=sys.stderr, flush=True)
+                        say(f"memdir: long-term memory unavailable: {exc}")
 
         thread = threading.Thread(target=warm, name="memdir-warmup", daemon=True)
         thread.start()
@@ -346,13 +346,12 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
 
         def report(event: dict[str, Any]) -> None:
             if event.get("event") == "error":
-                print(f"memdir: watch: {event.get('error')}", file=sys.stderr, flush=True)
+                say(f"memdir: watch: {event.get('error')}")
 
         try:
             return self.memory.start_live_sync(on_event=report)
         except Exception as exc:  # e.g. watchfiles missing: searches still sync what changed
-            print(f"memdir: not watching files ({exc}); searches still index changed files first",
-                  file=sys.stderr, flush=True)
+            say(f"memdir: not watching files ({exc}); searches still index changed files first")
             return None
 
     def _call_sync(self, name: str, arguments: dict[str, Any] | None) -> ToolResult:

@@ -83,21 +83,29 @@ def memory_dir_fd(workspace: str | os.PathLike[str], *, create_workspace: bool =
     """
     ws = Path(workspace)
     folder = ws / MEMORY_DIR
+    # Each failure names the folder and its cause: a read-only workspace (a container's ro mount, a
+    # chmod a-w) failed the append, the hook and the flush with Python's bare "[Errno 13]
+    # Permission denied: '<ws>/memory'", or named the hook's temporary file.
     if create_workspace:
-        ws.mkdir(parents=True, exist_ok=True)
+        try:
+            ws.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MemoryFileError(f"cannot create the workspace {ws}: {exc.strerror}") from exc
     try:
         os.mkdir(folder, 0o777)  # as mkdir(1) and editors: the umask decides (077 private, 002 group-shared)
     except FileExistsError:
         pass
     except FileNotFoundError as exc:
         raise MemoryFileError(f"workspace does not exist: {ws}") from exc
+    except OSError as exc:
+        raise MemoryFileError(f"cannot create {MEMORY_DIR}/ in {ws}: {exc.strerror}") from exc
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | _CLOEXEC)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             what = "a symlink" if os.path.islink(folder) else "not a folder"
             raise UnsafeMemoryPath(exc.errno, f"refusing to write through {MEMORY_DIR}/: it is {what}") from exc
-        raise
+        raise MemoryFileError(f"cannot open {folder}: {exc.strerror}") from exc
     try:
         yield fd
     finally:
@@ -161,6 +169,26 @@ def _undo_append(fd: int, size: int) -> None:
 _REPLACED_TRIES = 20
 
 
+def _whose(dfd: int, name: str) -> str:
+    """`` (<it> belongs to root (uid 0) …: …)`` when another user's file or ``memory/`` folder is why
+    this user cannot write ``memory/<name>``, else ``""``.  Why: after one ``sudo memdir append``
+    every later append of the user failed with "Permission denied" alone, naming neither the owner
+    nor the fix."""
+    from memdir.stores.sqlite_health import user_name
+
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        what = f"{MEMORY_DIR}/{name}"
+    except FileNotFoundError:
+        st, what = os.fstat(dfd), f"{MEMORY_DIR}/"
+    except OSError:
+        return ""
+    if st.st_uid == os.geteuid():
+        return ""
+    return (f" ({what} belongs to {user_name(st.st_uid)}, not to this user, {user_name(os.geteuid())}: run memdir "
+            "as that user, or give it to this one (chown))")
+
+
 def _open_locked(dfd: int, name: str) -> int:
     """``memory/<name>`` opened for appending (created if missing) and ``flock``-ed, and still the
     file at that name once the lock is held.
@@ -177,7 +205,8 @@ def _open_locked(dfd: int, name: str) -> int:
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise UnsafeMemoryPath(exc.errno, f"refusing to write through a symlink: {MEMORY_DIR}/{name}") from exc
-            raise MemoryFileError(f"cannot open {MEMORY_DIR}/{name} for appending: {exc.strerror}") from exc
+            raise MemoryFileError(f"cannot open {MEMORY_DIR}/{name} for appending: {exc.strerror}"
+                                  f"{_whose(dfd, name) if exc.errno in (errno.EACCES, errno.EPERM) else ''}") from exc
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -259,7 +288,10 @@ def create_memory_file(
         _check_name(f"{stem}.md")
         _remove_stale_temps(dfd)
         temp = f".{stem}.md.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=dfd)
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=dfd)
+        except OSError as exc:  # it named the temporary file, which the user never sees
+            raise MemoryFileError(f"cannot create {MEMORY_DIR}/{stem}.md: {exc.strerror}") from exc
         try:
             try:
                 _write_all(fd, data)

@@ -317,19 +317,25 @@ def save_snapshot(path: Path, key: str, loaded: Any) -> bool:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     except (OSError, TypeError, ValueError):
         return False
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp: Path | None = None
     try:
+        import tempfile
+
         # the settings hold secrets (remote.apiKey, a DSN's password, perhaps from a 0600 config
-        # file or the environment): readable by its owner only, as the config file should be
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)  # a leftover of a killed run keeps the mode it was made with
+        # file or the environment): readable by its owner only (mkstemp's 0600), as the config file
+        # should be.  A new file of a name no one can guess: one named by the pid alone was opened
+        # through a symlink planted at that name (in a state folder others can write, /tmp/…),
+        # which emptied the file it pointed to and wrote the settings' secrets into it.
+        fd, name = tempfile.mkstemp(prefix=f"{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+        tmp = Path(name)
         with open(fd, "w", encoding="utf-8") as fh:
             json.dump(payload, fh)
         os.replace(tmp, path)
     except (OSError, TypeError, ValueError):
         # a full disk: each search (a new pid) left one more cut-short temp, pruned only after a save worked
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
         return False
     _prune(path.parent)
     return True

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from memdir.errors import IndexDamaged, IndexOwnershipError, owned_by_other, ownership_message
 from memdir.lock import LockTimeout, resume_advice
-from memdir.stores.base import OWNER_STATE
+from memdir.stores.base import OWNER_STATE, SKIPPED_STATE
 
 if TYPE_CHECKING:
     from memdir.config import Settings
@@ -166,9 +166,13 @@ class IndexUpkeep:
             return self._first_index()
         changed, gone = self.indexer.dirty_files(reuse=True)
         if not changed and not gone:
-            starved = _starved([s.as_dict() for s in self.indexer.listing_skipped])
+            listing = [s.as_dict() for s in self.indexer.listing_skipped]
+            starved = _starved(listing)
             if starved:  # memory/ could not be listed: "no changes" was no answer
                 return True, starved, None
+            unreadable = _refused(listing)
+            if unreadable:
+                return False, unreadable, None
             why = self.indexer.settings_rebuild_reason(meta)
             if why is None:
                 return False, [], None
@@ -180,7 +184,7 @@ class IndexUpkeep:
         except LockTimeout:
             return True, [], None
         starved = _starved(report.skipped)
-        return report.incomplete or bool(starved), starved, None
+        return report.incomplete or bool(starved), starved + _refused(report.skipped), None
 
     def _rebuild_for_settings(self, why: str, budget: float) -> tuple[bool, list[str], Store | None]:
         """The settings changed in a way the index must be rebuilt for (chunk size, tokenizer, ...)
@@ -198,6 +202,11 @@ class IndexUpkeep:
         finally:
             timer.cancel()
         return report.incomplete, [], None
+
+    def _refused_by_build(self) -> list[str]:
+        """:func:`_refused` for what the first build skipped (kept in the index's state)."""
+        skipped = self.store.get_state(SKIPPED_STATE)
+        return _refused([s for s in skipped if isinstance(s, dict)] if isinstance(skipped, list) else [])
 
     def _first_index(self) -> tuple[bool, list[str], Store | None]:
         """No index yet: build it (waiting ``first_index_wait``), or report a build in progress."""
@@ -217,7 +226,7 @@ class IndexUpkeep:
                 lock.release()
                 if self.first_index_wait is None:
                     self._build_first_index_now()
-                    return False, [], None
+                    return False, self._refused_by_build(), None
                 thread = self._bootstrap = threading.Thread(target=self._bootstrap_run, name="memdir-first-index",
                                                             daemon=True)
                 thread.start()
@@ -228,7 +237,7 @@ class IndexUpkeep:
                 if self._bootstrap_error is not None:
                     error, self._bootstrap_error = self._bootstrap_error, None
                     raise error
-                return False, [], None
+                return False, self._refused_by_build(), None
         elif self.first_index_wait:
             # Another thread or process is building it: a long-running host gives it a moment.
             deadline = time.monotonic() + self.first_index_wait
@@ -322,6 +331,20 @@ class IndexUpkeep:
             # on their own after a failure) index what changed once there is room
             self.notice(f"{self._readonly_note()}; watching, and indexing again once there is room")
         return self.watch(on_event=on_event, files=cfg.watch)
+
+
+def _refused(skipped: list[dict[str, str]]) -> list[str]:
+    """A note for the notes and folders this user may not read (a ``chmod 000``, a file of another
+    user's), else none.  Why: with MEMORY.md or memory/ unreadable a search answered "No matches."
+    without a word (only ``status`` and ``index`` named them), which an agent reads as nothing in
+    memory."""
+    names = [s["path"] for s in skipped if any(m in s.get("error", "") for m in ("Permission denied",
+                                                                                "Operation not permitted"))]
+    if not names:
+        return []
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return [f"could not read {shown} (permission denied): results may miss what is there (memdir status lists "
+            "the files skipped)"]
 
 
 def _starved(skipped: list[dict[str, str]]) -> list[str]:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from memdir.db import enable_wal
+from memdir.db import create_private, enable_wal
 from memdir.stores.sqlite_health import is_damage_error
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,8 @@ class EmbeddingCache:
         self.max_entries = max_entries
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        #: Set once the cache's folder is found read-only: the cache is left alone from then on.
+        self._off = False
         # The first write checks the size too: counting only this process's writes, a command
         # run per prompt (``memdir ltm search`` caches each query) never reached a prune.
         self._puts = _PRUNE_EVERY
@@ -78,15 +80,20 @@ class EmbeddingCache:
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            create_private(self.path)  # cached vectors of the memories' text
             conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
-            enable_wal(conn, 10)  # several stores opening one new cache at once (threads, agents)
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS embedding_cache(provider TEXT NOT NULL, model TEXT NOT NULL, "
-                "provider_key TEXT NOT NULL, hash TEXT NOT NULL, embedding BLOB NOT NULL, dims INTEGER, "
-                "updated_at INTEGER NOT NULL, PRIMARY KEY(provider, model, provider_key, hash))"
-            )
-            conn.execute("CREATE INDEX IF NOT EXISTS idx_cache_updated ON embedding_cache(updated_at)")
+            try:
+                enable_wal(conn, 10)  # several stores opening one new cache at once (threads, agents)
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS embedding_cache(provider TEXT NOT NULL, model TEXT NOT NULL, "
+                    "provider_key TEXT NOT NULL, hash TEXT NOT NULL, embedding BLOB NOT NULL, dims INTEGER, "
+                    "updated_at INTEGER NOT NULL, PRIMARY KEY(provider, model, provider_key, hash))"
+                )
+                conn.execute("CREATE INDEX IF NOT EXISTS idx_cache_updated ON embedding_cache(updated_at)")
+            except BaseException:
+                conn.close()  # (it stayed open, its file held, until collected: a read-only mount stayed busy)
+                raise
             self._conn = conn
         return self._conn
 
@@ -122,9 +129,19 @@ class EmbeddingCache:
         disk must not make every store and search of long-term memory fail.  A damaged file is
         deleted (the next call starts a new one); any other failure is left for next time.
         """
+        if self._off:
+            return default
         try:
             return op()
         except (sqlite3.Error, OSError) as exc:
+            from memdir.stores.sqlite_health import folder_refused
+
+            if folder_refused(self.path.parent, os.W_OK | os.X_OK) is not None:
+                # a read-only store (a read-only mount or state folder) is searched as it is: every
+                # 'ltm search' and memory_recall printed two warnings that the cache "failed"
+                self._off = True
+                log.debug("long-term memory embedding cache %s: its folder is read-only (%s)", what, exc)
+                return default
             log.warning("long-term memory embedding cache %s failed (%s): continuing without it", what, exc)
             if is_damage_error(exc):
                 self._discard()

@@ -145,6 +145,7 @@ class LongTermMemory:
                                    f"{selection.unavailable_reason or 'no provider'}")
                 provider = self._provider = selection.provider
                 self._owns_provider = True
+            self.table.check_readable()  # said once, not as two warnings about the cache in it
             cache = EmbeddingCache(self.db_path / "embedding-cache.sqlite") if \
                 self.settings.memory_search.cache.enabled else None
             self._embedder = Embedder(provider, cache, expected_dims=self.config.embedding.dimensions)
@@ -174,7 +175,8 @@ class LongTermMemory:
         a word; now they fail after a few seconds, saying how to resume it."""
         from memdir.lock import FileWriterLock, wait_for_writer
 
-        self.db_path.mkdir(parents=True, exist_ok=True)
+        self.table.check_writable()
+        self.db_path.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, as the index's folder
         lock = FileWriterLock(self.db_path / "ltm")
         wait_for_writer(lock, None, f"the long-term memory store {self.db_path}")
         try:
@@ -342,6 +344,7 @@ class LongTermMemory:
         return self._healing(lambda: self._store_once(text, importance, category, source))
 
     def _store_once(self, text: str, importance: float, category: str, source: str) -> StoreResult:
+        self.table.check_writable()  # before the text is embedded (its cache is in the store's folder)
         vector = self._vectors([text])[0]
         with self._lock():
             result = self._store_locked(text, vector, importance, category, source)

@@ -139,18 +139,42 @@ class LanceTable:
         self.scoring = scoring
         self._db: Any = None
         self._table: Any = None
+        self._readable = False
 
     # -- opening -------------------------------------------------------------------------------
     def _connect(self) -> Any:
         if self._db is None:
             lancedb = import_lancedb()
-            self.path.mkdir(parents=True, exist_ok=True)
+            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)  # private: LanceDB's files follow the umask
             self._db = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
         return self._db
+
+    def check_readable(self) -> None:
+        """Raise :class:`LtmError` naming the folder, its owner and the fix when this user cannot read
+        the store.  Why: a store made private by memdir run as root (``sudo memdir ltm store``) was
+        listed as "No memories." and searched as "No matches.": the memories were there."""
+        if not self._readable:
+            from memdir.stores.sqlite_health import folder_refused
+
+            why = folder_refused(self.path, os.R_OK | os.X_OK)
+            if why is not None:
+                raise LtmError(f"cannot read the long-term memory store: {why}")
+            self._readable = True
+
+    def check_writable(self) -> None:
+        """The same for writing: a store this user cannot write failed with "[Errno 13] Permission
+        denied: '…/ltm.lock'" after two warnings about its embedding cache."""
+        from memdir.stores.sqlite_health import folder_refused
+
+        self.check_readable()
+        why = folder_refused(self.path, os.W_OK | os.X_OK)
+        if why is not None:
+            raise LtmError(f"cannot write the long-term memory store: {why}")
 
     def exists(self) -> bool:
         if self._table is not None:
             return True
+        self.check_readable()
         if not self._committed():
             return False
         return TABLE in _table_names(self._connect())

@@ -284,9 +284,25 @@ def _lock_within(fd: int, path: str | os.PathLike[str]) -> None:
                           f"{busy_holder(fd)}; nothing was written (try again)")
 
 
+def _unwritable(folder: Path, exc: OSError, blocking: Path | None = None) -> SessionStoreError | None:
+    """The sessions folder cannot be written (a read-only state folder or mount, one made by
+    ``sudo memdir chat``), said with the folder, its owner and the fix; ``None`` for other errors.
+    Why: ``memdir chat`` failed with Python's bare "[Errno 13] Permission denied:
+    '…/sessions.json.lock'"."""
+    if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return None
+    from memdir.stores.sqlite_health import folder_refused
+
+    why = folder_refused(blocking or folder, os.W_OK | os.X_OK) or f"{exc.filename or folder}: {exc.strerror}"
+    return SessionStoreError(f"cannot write the sessions store {folder}: {why}")
+
+
 @contextlib.contextmanager
 def _locked(lock_path: Path) -> Iterator[None]:
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise _unwritable(lock_path.parent, exc) or exc from None
     try:
         _lock_within(fd, lock_path)
         yield
@@ -384,7 +400,11 @@ class SessionStore:
 
     def mutate(self, fn: Callable[[dict[str, SessionEntry]], T]) -> T:
         """Locked read-modify-write of the whole mapping; ``fn`` edits it in place."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, as the transcripts in it
+        except OSError as exc:
+            nearest = next((p for p in (self.dir, *self.dir.parents) if os.path.exists(p)), self.dir)
+            raise _unwritable(self.dir, exc, nearest) or exc from None
         with _locked(self._lock_path):
             entries, others = self._read_all()
             result = fn(entries)

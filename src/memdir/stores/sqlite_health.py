@@ -90,7 +90,8 @@ def is_unwritable_error(exc: BaseException) -> bool:
     return any(m in text for m in NO_SPACE_MARKERS)
 
 
-def _user(uid: int) -> str:
+def user_name(uid: int) -> str:
+    """``name (uid N)``, or ``uid N`` for a uid with no account (a container's)."""
     try:
         import pwd
 
@@ -117,13 +118,60 @@ def unwritable_file(path: Path) -> str | None:
             continue
         if os.access(name, os.W_OK):
             continue
+        if _on_read_only_mount(name):  # no mode or owner change can help (a container's ro mount, a CD)
+            return (f"{name} is on a file system mounted read-only: remount it read-write, or choose a writable "
+                    "state folder (--state-dir, MEMDIR_STATE_DIR, stateDir; or memorySearch.store.path)")
         readable = "" if os.access(name, os.R_OK) else " or read"
         also = " (what was written last may be missing from searches)" if suffix == "-wal" and readable else ""
         if st.st_uid == os.geteuid():  # this user's own file, made read-only
             return f"{name} is read-only (mode {stat.S_IMODE(st.st_mode):o}){also}: make it writable (chmod u+rw)"
-        return (f"{name} belongs to {_user(st.st_uid)} and this user, {_user(os.geteuid())}, cannot write{readable} "
-                f"it{also}: run memdir as that user, or give the index's files to this one (chown)")
+        return (f"{name} belongs to {user_name(st.st_uid)} and this user, {user_name(os.geteuid())}, cannot "
+                f"write{readable} it{also}: run memdir as that user, or give the index's files to this one (chown)")
+    if not all(os.path.exists(f"{path}{suffix}") for suffix in ("-wal", "-shm")):
+        # the files can be written but not the folder, where SQLite makes the -wal and -shm: it said
+        # only "attempt to write a readonly database"
+        why = folder_refused(path.parent, os.W_OK | os.X_OK)
+        if why is not None:
+            return f"{why} (the index's write-ahead log is made there)"
     return None
+
+
+def folder_refused(folder: Path, need: int = os.X_OK) -> str | None:
+    """Why this user cannot use ``folder`` as ``need`` says (``os.X_OK`` to reach what is in it; with
+    ``os.R_OK`` or ``os.W_OK`` to list or write it): the first folder on the way it cannot enter, or
+    the folder itself, with its owner and the fix, or its read-only mount.  ``None`` when it can, or
+    when a folder on the way is not there (yet: it is made when it is written).
+
+    Why: a folder memdir run as root (``sudo memdir index``) made private failed every later
+    command of the user with Python's bare "[Errno 13] Permission denied: '<index>'", naming neither
+    the folder nor its owner nor the fix."""
+    for here in (*reversed(folder.parents), folder):
+        try:
+            st = os.stat(here)
+        except OSError:
+            return None
+        want = need if here == folder else os.X_OK
+        if not stat.S_ISDIR(st.st_mode) or os.access(here, want):
+            continue
+        if want & os.W_OK and _on_read_only_mount(str(here)):
+            return f"{here} is on a file system mounted read-only"
+        doing = next(verb for bit, verb in ((os.X_OK, "enter"), (os.R_OK, "read"), (os.W_OK, "write"))
+                     if want & bit and not os.access(here, bit))
+        if st.st_uid == os.geteuid():
+            return f"this user cannot {doing} its own folder {here} (mode {stat.S_IMODE(st.st_mode):o}): chmod u+rwx it"
+        return (f"{here} belongs to {user_name(st.st_uid)} and this user, {user_name(os.geteuid())}, cannot "
+                f"{doing} it: run memdir as that user, or give the folder to this one (chown -R)")
+    return None
+
+
+def _on_read_only_mount(name: str) -> bool:
+    """Whether ``name`` lies on a file system mounted read-only.  Why: a state folder on a read-only
+    mount (a container's ``:ro`` volume, ``mount -o remount,ro``) was said to be "read-only (mode
+    644): make it writable (chmod u+rw)", which a chmod cannot fix (it fails there too)."""
+    try:
+        return bool(os.statvfs(name).f_flag & getattr(os, "ST_RDONLY", 1))
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        return False
 
 
 def first_line(exc: BaseException) -> str:

@@ -86,6 +86,9 @@ class SqliteLifecycle:
 
     def _open(self) -> None:
         """Connect (writable unless that is impossible) and create the schema."""
+        blocked = health.folder_refused(self.path.parent)
+        if blocked is not None:
+            raise StoreError(f"cannot open the index {self.path}: {blocked}")
         if self.path.is_dir():
             raise StoreError(f"cannot open the index {self.path}: it is a directory, not an index file "
                              "(point memorySearch.store.path at a file)")
@@ -101,7 +104,7 @@ class SqliteLifecycle:
             self.readonly, self.readonly_reason, self.readonly_for_space = True, foreign, False
         if not self.readonly:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # private: it holds the notes' text
                 conn = db.connect(self.path, page_size=self.new_page_size, auto_vacuum=self.new_auto_vacuum)
             except Exception as exc:
                 if conn is not None:
@@ -121,7 +124,10 @@ class SqliteLifecycle:
             except Exception as exc:
                 if health.is_damage_error(exc):
                     raise health.IndexDamaged(health.first_line(exc)) from exc
-                raise StoreError(f"cannot open the index {self.path}: {self._why_not(exc)}") from exc
+                # a file of another user's that this one cannot read either (one memdir run as root
+                # made private): its owner and the fix, not SQLite's "unable to open database file"
+                why = foreign if foreign is not None else self._why_not(exc)
+                raise StoreError(f"cannot open the index {self.path}: {why}") from exc
         self.conn = conn
         self._identity = health.file_identity(self.path)
         if not self.readonly:
@@ -291,7 +297,12 @@ def recover_path(path: Path, problem: str, factory: Callable[[Path], Any], *, no
         if not health.may_replace(path):
             raise StoreError(f"{path} is not an SQLite index ({confirmed or problem}); memdir will not move "
                              "or replace it: point memorySearch.store.path (or MEMDIR_INDEX_PATH) at a .sqlite file")
-        corrupt = health.quarantine(path)
+        try:
+            corrupt = health.quarantine(path)
+        except OSError as exc:  # a folder that cannot be written: "[Errno 13] Permission denied: 'x' -> 'x.corrupt-…'"
+            why = health.folder_refused(path.parent, os.W_OK | os.X_OK) or exc.strerror or str(exc)
+            raise StoreError(f"the index {path} is damaged ({confirmed or problem}) and cannot be moved aside to be "
+                             f"rebuilt: {why}") from exc
         fresh = factory(path)
         try:
             with fresh.transaction() as c:

@@ -58,7 +58,9 @@ def write(path: Path, matrix: np.ndarray, scale: np.ndarray, chunks: np.ndarray,
     head += b"\0" * (-len(head) % _ALIGN)
     tmp = Path(f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
     try:
-        with open(tmp, "wb") as fh:
+        # private (0600), as the index: its vectors are the notes' embeddings (it came out 0644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        with open(fd, "wb") as fh:
             fh.write(head)
             fh.write(memoryview(chunks).cast("B"))
             fh.write(memoryview(scale).cast("B"))
