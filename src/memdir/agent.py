@@ -212,7 +212,7 @@ class ChatClient:
                  retries: int = 2):
         import httpx  # optional dependency, only needed by the agent
 
-        from memdir.embeddings.http_deadline import bound_transports, ca_certificates_error
+        from memdir.embeddings.http_deadline import bound_transports, ca_certificates_error, tls_context
         from memdir.embeddings.remote_config import is_loopback_url, unsendable
         from memdir.redact import shown_url, url_credentials
 
@@ -232,7 +232,7 @@ class ChatClient:
         # http://127.0.0.1:...: Connection refused" (the remote embedding providers do the same).
         try:
             self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
-                                      trust_env=not is_loopback_url(base_url))
+                                      verify=tls_context(), trust_env=not is_loopback_url(base_url))
         except OSError as exc:
             raise MemdirError(f"chat API {self.shown_url}: {ca_certificates_error(exc)}") from exc
         bound_transports(self._http)  # the timeout bounds the whole reply, not each read

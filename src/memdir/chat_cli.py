@@ -78,7 +78,9 @@ def describe_failure(exc: BaseException, client: Any, key_env: str = "OPENAI_API
     if isinstance(exc, httpx.TimeoutException):
         return f"the chat API at {url} did not answer within {client.timeout:g} s ({exc or 'timed out'})"
     if isinstance(exc, httpx.TransportError):
-        return f"cannot reach the chat API at {url}: {exc}"
+        from memdir.embeddings.http_deadline import certificate_problem
+
+        return f"cannot reach the chat API at {url}: {certificate_problem(exc) or exc}"
     if getattr(exc, "status", None) in (401, 403):
         return f"{exc} — check the API key in ${key_env} (--api-key-env names another variable)"
     if getattr(exc, "status", None) == 404:  # the usual cause: a base URL without its /v1

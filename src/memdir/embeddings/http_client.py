@@ -166,10 +166,11 @@ class HttpClient:
                 raise EmbeddingError(f"{self.provider} embeddings: provider is closed")
             if self._client_obj is None:
                 # Proxies from the environment are for the internet, not for this machine.
-                from memdir.embeddings.http_deadline import bound_transports, ca_certificates_error
+                from memdir.embeddings.http_deadline import bound_transports, ca_certificates_error, tls_context
 
                 try:
                     self._client_obj = self._httpx.Client(
+                        verify=tls_context(),
                         follow_redirects=False,
                         trust_env=not self._loopback,
                         headers={"User-Agent": USER_AGENT},
@@ -210,7 +211,7 @@ class HttpClient:
 
         ``timeout`` bounds each attempt from sending to the last byte; ``max_bytes`` caps the
         (decoded) body of a response."""
-        from memdir.embeddings.http_deadline import attempt_deadline
+        from memdir.embeddings.http_deadline import attempt_deadline, certificate_problem
 
         httpx = self._httpx
         timing = self.settings.timing
@@ -253,6 +254,10 @@ class HttpClient:
                     retryable=True,
                 )
             except httpx.TransportError as exc:  # refused, reset, protocol errors
+                untrusted = certificate_problem(exc)
+                if untrusted:  # retrying cannot help
+                    self.stats.add(failures=1)
+                    raise RemoteEmbeddingError(f"{prefix} failed: {untrusted}", provider=self.provider) from None
                 error = RemoteEmbeddingError(
                     f"{prefix} failed: connection error ({type(exc).__name__}: {exc})",
                     provider=self.provider,

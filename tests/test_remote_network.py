@@ -1,0 +1,75 @@
+"""Hostile networks between memdir and a remote model, over real loopback servers: TLS with a
+private CA, proxies, broken content encodings, redirects and oversized answers from the chat API.
+Each test failed before the fix it guards."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memdir.agent import ChatClient
+from memdir.chat_cli import describe_failure
+from memdir.embeddings.errors import RemoteEmbeddingError
+from memdir.embeddings.registry import create_provider
+from memdir.testing.provider_server import FakeTiming, ProviderServer, make_cfg
+
+FIXTURES = Path(__file__).parent / "fixtures"
+#: A self-signed certificate for localhost, 127.0.0.1 and ::1 (valid until 2126), and its key.
+TLS = (str(FIXTURES / "tls-localhost.pem"), str(FIXTURES / "tls-localhost.key"))
+
+
+@pytest.fixture
+def tls_server() -> Iterator[ProviderServer]:
+    with ProviderServer(api_key="test-key", tls=TLS) as srv:
+        yield srv
+
+
+def openai(url: str, clock: FakeTiming | None = None, **remote: Any) -> Any:
+    cfg = make_cfg("openai", url, **remote)
+    return create_provider("openai", cfg, {}, timing=(clock or FakeTiming()).timing())
+
+
+# --- TLS ---------------------------------------------------------------------------------------
+
+
+def test_a_local_https_server_is_trusted_through_ssl_cert_file(tls_server: ProviderServer,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # a server on this machine is reached without proxies (trust_env=False), which dropped
+    # SSL_CERT_FILE too: a local gateway with a private CA's certificate failed whatever it said
+    monkeypatch.setenv("SSL_CERT_FILE", TLS[0])
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with openai(f"{tls_server.url}/v1") as p:
+        assert len(p.embed_batch(["a", "b"])) == 2
+    client = ChatClient(f"{tls_server.url}/v1", "m", api_key="test-key", timeout=10)
+    try:  # the chat client: its TLS is set up as the providers' (a 404 here: the server has no chat)
+        with pytest.raises(Exception) as caught:
+            client.complete([{"role": "user", "content": "hi"}])
+        assert getattr(caught.value, "status", None) == 404, describe_failure(caught.value, client)
+    finally:
+        client.close()
+
+
+def test_an_untrusted_certificate_says_how_to_trust_a_ca_and_is_not_retried(
+        tls_server: ProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # it read as one more 'connection error (ConnectError: [SSL: CERTIFICATE_VERIFY_FAILED] …)',
+    # retried three times, with no word of how a corporate CA is trusted
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    clock = FakeTiming()
+    with openai(f"{tls_server.url}/v1", clock) as p, pytest.raises(RemoteEmbeddingError) as caught:
+        p.embed_batch(["a"])
+    message = str(caught.value)
+    assert "TLS certificate could not be verified (self-signed certificate)" in message, message
+    assert "SSL_CERT_FILE" in message and not caught.value.retryable
+    assert clock.sleeps == []
+    client = ChatClient(f"{tls_server.url}/v1", "m", api_key="test-key", timeout=10)
+    try:
+        with pytest.raises(Exception) as chat_error:
+            client.complete([{"role": "user", "content": "hi"}])
+        said = describe_failure(chat_error.value, client)
+        assert "TLS certificate could not be verified" in said and "SSL_CERT_FILE" in said, said
+    finally:
+        client.close()
