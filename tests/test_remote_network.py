@@ -14,11 +14,17 @@ from memdir.agent import ChatClient
 from memdir.chat_cli import describe_failure
 from memdir.embeddings.errors import RemoteEmbeddingError
 from memdir.embeddings.registry import create_provider
-from memdir.testing.provider_server import FakeTiming, ProviderServer, make_cfg
+from memdir.testing.provider_server import FakeTiming, ProviderServer, Reply, make_cfg
 
 FIXTURES = Path(__file__).parent / "fixtures"
 #: A self-signed certificate for localhost, 127.0.0.1 and ::1 (valid until 2126), and its key.
 TLS = (str(FIXTURES / "tls-localhost.pem"), str(FIXTURES / "tls-localhost.key"))
+
+
+@pytest.fixture
+def server() -> Iterator[ProviderServer]:
+    with ProviderServer(api_key="test-key") as srv:
+        yield srv
 
 
 @pytest.fixture
@@ -73,3 +79,22 @@ def test_an_untrusted_certificate_says_how_to_trust_a_ca_and_is_not_retried(
         assert "TLS certificate could not be verified" in said and "SSL_CERT_FILE" in said, said
     finally:
         client.close()
+
+
+# --- bodies that are not what they say -----------------------------------------------------------
+
+
+def test_a_body_that_is_not_its_content_encoding_names_the_provider(server: ProviderServer) -> None:
+    # a proxy's 'Content-Encoding: gzip' on a plain body: searches and index warnings said only
+    # 'Error -3 while decompressing data: incorrect header check' (httpx's DecodingError, bare)
+    server.script("/embeddings", Reply(200, b"plain, not gzip", {"Content-Encoding": "gzip"}))
+    with openai(f"{server.url}/v1", maxRetries=0) as p, pytest.raises(RemoteEmbeddingError) as caught:
+        p.embed_batch(["a"])
+    assert str(caught.value).startswith("openai embeddings failed: the 200 response's body is not valid gzip"), \
+        caught.value
+    # an error status whose body is broken keeps its status: a 503 is still retried
+    server.script("/embeddings", Reply(503, b"busy", {"Content-Encoding": "gzip"}))
+    clock = FakeTiming()
+    with openai(f"{server.url}/v1", clock) as p:
+        assert len(p.embed_batch(["a"])) == 1
+    assert len(clock.sleeps) == 1

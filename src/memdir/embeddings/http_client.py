@@ -32,7 +32,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -361,7 +361,7 @@ class HttpClient:
         status keeps what came until then: its status decides, its text is only quoted)."""
         parts: list[bytes] = []
         size = 0
-        for part in response.iter_bytes():
+        for part in self._decoded(response, prefix):
             size += len(part)
             if max_bytes is not None and size > max_bytes:
                 if response.status_code >= 300:
@@ -377,6 +377,24 @@ class HttpClient:
             if time.monotonic() > ends:
                 raise self._httpx.ReadTimeout(f"response not complete after {_fmt_seconds(timeout)}s")
         return b"".join(parts)
+
+    def _decoded(self, response: httpx.Response, prefix: str) -> Iterator[bytes]:
+        """The body's parts with its ``Content-Encoding`` undone.  Why: a body that is not what its
+        encoding says (a proxy's gzip header on a plain page, a cut deflate stream) raised httpx's
+        DecodingError, which searches and warnings showed bare ("Error -3 while decompressing data:
+        incorrect header check"), naming neither the provider nor the response."""
+        try:
+            yield from response.iter_bytes()
+        except self._httpx.DecodingError as exc:
+            if response.status_code >= 300:  # its status decides; its text is only quoted
+                return
+            encoding = response.headers.get("content-encoding", "")
+            raise RemoteEmbeddingError(
+                f"{prefix} failed: the {response.status_code} response's body is not valid {encoding} as its "
+                f"Content-Encoding says ({exc}); is a proxy altering it?",
+                provider=self.provider,
+                status=response.status_code,
+            ) from None
 
     def _http_error(self, response: httpx.Response, prefix: str) -> RemoteEmbeddingError:
         status = response.status_code
