@@ -98,3 +98,18 @@ def test_a_body_that_is_not_its_content_encoding_names_the_provider(server: Prov
     with openai(f"{server.url}/v1", clock) as p:
         assert len(p.embed_batch(["a"])) == 1
     assert len(clock.sleeps) == 1
+
+
+def test_a_header_that_is_not_ascii_is_read_not_fatal(server: ProviderServer) -> None:
+    # the answer was rebuilt from its decoded headers, which httpx could not encode again: a proxy's
+    # 'X-Served-By: café' (or a UTF-8 Location) failed every request with a bare UnicodeEncodeError
+    body = {"data": [{"index": 0, "embedding": [1.0, 2.0, 2.0, 0, 0, 0, 0, 0]}]}
+    server.script("/embeddings", Reply(200, body, {"X-Served-By": "café-proxy"}))
+    with openai(f"{server.url}/v1", maxRetries=0) as p:
+        assert p.embed_batch(["a"]) == [[1 / 3, 2 / 3, 2 / 3, 0, 0, 0, 0, 0]]
+    server.script("/embeddings", Reply(429, {"error": {"message": "slow down"}},
+                                       {"Retry-After": "2", "X-Served-By": "café-proxy"}))
+    clock = FakeTiming()
+    with openai(f"{server.url}/v1", clock) as p:
+        assert len(p.embed_batch(["a"])) == 1
+    assert clock.sleeps == [2.0]

@@ -327,11 +327,13 @@ class HttpClient:
                 received = self._read_body(streamed, ends, timeout, max_bytes, prefix)
             finally:
                 streamed.close()
-            # the body as read, in a response of its own (its encoding already undone)
+            # the body as read, in a response of its own (its encoding already undone); the headers
+            # as bytes: decoded, one that is not ASCII ('X-Served-By: café', a UTF-8 Location) could
+            # not be encoded again and every request failed with a bare UnicodeEncodeError
             response = self._httpx.Response(
                 streamed.status_code,
-                headers=[(k, v) for k, v in streamed.headers.multi_items()
-                         if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")],
+                headers=[(k, v) for k, v in streamed.headers.raw
+                         if k.lower() not in (b"content-encoding", b"content-length", b"transfer-encoding")],
                 content=received,
                 request=request,
             )
