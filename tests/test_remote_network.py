@@ -113,3 +113,15 @@ def test_a_header_that_is_not_ascii_is_read_not_fatal(server: ProviderServer) ->
     with openai(f"{server.url}/v1", clock) as p:
         assert len(p.embed_batch(["a"])) == 1
     assert clock.sleeps == [2.0]
+
+
+# --- redirects -----------------------------------------------------------------------------------
+
+
+def test_a_redirect_status_without_a_location_is_an_error_status(server: ProviderServer) -> None:
+    # it was followed to the same URL: the request sent 4 times, then 'too many redirects'
+    server.script("/embeddings", Reply(307, "gateway lost its way"), Reply(307, "gateway lost its way"))
+    with openai(f"{server.url}/v1", maxRetries=0) as p, pytest.raises(RemoteEmbeddingError) as caught:
+        p.embed_batch(["a"])
+    assert str(caught.value) == "openai embeddings failed: 307 gateway lost its way"
+    assert server.paths("POST") == ["/v1/embeddings"]

@@ -338,7 +338,9 @@ class HttpClient:
                 request=request,
             )
             self.stats.add(bytes_received=len(received))
-            if not response.is_redirect:
+            # a 3xx without a Location (300, 304, a broken gateway) is an answer, not a redirect: it
+            # was "followed" to the same URL, the request sent four times, then "too many redirects"
+            if not response.has_redirect_location:
                 return response
             target = request.url.join(response.headers.get("location", ""))
             same_origin = (target.scheme, target.host, target.port) == (
