@@ -348,10 +348,20 @@ class HttpClient:
                 request.url.host,
                 request.url.port,
             )
-            if not same_origin or (method != "GET" and response.status_code not in (307, 308)):
+            # where it points, with its port: "redirect to http://127.0.0.1 refused (memdir only sends
+            # requests to http://127.0.0.1:8080)" read as a contradiction
+            where = f"{target.scheme}://{target.netloc.decode('ascii').rpartition('@')[2]}"
+            if not same_origin:
+                why = (f"memdir only sends requests to {self.origin}; if the API has moved there, "
+                       "point the base URL at it")
+            elif method != "GET" and response.status_code not in (307, 308):
+                where += target.path
+                why = f"a {response.status_code} would send the {method} again without its body"
+            else:
+                why = ""
+            if why:
                 raise RemoteEmbeddingError(
-                    f"{prefix} failed: {response.status_code} redirect to {target.scheme}://{target.host} "
-                    f"refused (memdir only sends requests to {self.origin})",
+                    f"{prefix} failed: {response.status_code} redirect to {where} refused ({why})",
                     provider=self.provider,
                     status=response.status_code,
                 )
