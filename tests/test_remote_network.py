@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from memdir.agent import ChatClient
+from memdir.agent import ChatClient, ChatError
 from memdir.chat_cli import describe_failure
 from memdir.embeddings.errors import RemoteEmbeddingError
 from memdir.embeddings.registry import create_provider
@@ -125,3 +125,35 @@ def test_a_redirect_status_without_a_location_is_an_error_status(server: Provide
         p.embed_batch(["a"])
     assert str(caught.value) == "openai embeddings failed: 307 gateway lost its way"
     assert server.paths("POST") == ["/v1/embeddings"]
+
+
+# --- the chat API --------------------------------------------------------------------------------
+
+REPLY = {"choices": [{"message": {"role": "assistant", "content": "hello"}}]}
+
+
+def chat(server: ProviderServer, timeout: float = 10) -> ChatClient:
+    return ChatClient(f"{server.url}/v1", "m", api_key="test-key", timeout=timeout)
+
+
+def test_the_chat_api_names_a_redirect_and_follows_one_on_its_origin(server: ProviderServer) -> None:
+    # a redirect was read as the reply: 'chat API returned 301 with a body that is not JSON (no
+    # content type): ', naming neither the redirect nor where it pointed
+    client = chat(server)
+    try:
+        server.script("/chat/completions", Reply(301, "", {"Location": "https://api.example.com/v1/chat/completions"}))
+        with pytest.raises(ChatError) as caught:
+            client.complete([{"role": "user", "content": "hi"}])
+        assert str(caught.value) == (
+            "chat API answered 301: a redirect to https://api.example.com/v1/chat/completions, not followed (the API "
+            f"key is only sent to {server.url}/v1; if the API is there now, make https://api.example.com/v1 the base "
+            "URL)")
+        # a gateway adding a slash: followed on the same origin, the key and the body sent again
+        server.script("/v1/chat/completions", Reply(308, "", {"Location": "/v1/chat/completions/"}))
+        server.script("/v1/chat/completions/", Reply(200, REPLY))
+        assert client.complete([{"role": "user", "content": "hi"}]).content == "hello"
+        again = server.requests[-1]
+        assert again.path == "/v1/chat/completions/" and again.headers["authorization"] == "Bearer test-key"
+        assert again.json["messages"] == [{"role": "user", "content": "hi"}]
+    finally:
+        client.close()

@@ -255,7 +255,7 @@ class ChatClient:
         ends = time.monotonic() + (self.timeout if timeout is None else timeout)
         for attempt in range(self.retries + 1):
             with attempt_deadline(ends):
-                resp = self._http.post("/chat/completions", **kwargs)
+                resp = self._post(kwargs)
             if resp.status_code < 400:
                 try:
                     return parse_reply(resp)
@@ -269,6 +269,33 @@ class ChatClient:
             log.info("chat API returned %s; sending again in %.1f s", resp.status_code, wait)
             time.sleep(wait)
         raise AssertionError("unreachable")  # the last attempt returned or raised
+
+    def _post(self, kwargs: dict[str, Any]) -> Any:
+        """One request; a 307/308 to the same origin is followed (the key goes nowhere else).
+
+        Why: a redirect was read as the reply, "chat API returned 301 with a body that is not JSON
+        (no content type):", which named neither the redirect nor where it pointed (an ``http://``
+        base URL its API moves to ``https://``, a gateway adding a trailing slash)."""
+        url = "/chat/completions"
+        for _hop in range(4):
+            request = self._http.build_request("POST", url, **kwargs)
+            resp = self._http.send(request)
+            if not resp.has_redirect_location:
+                return resp
+            target = request.url.join(resp.headers["location"])
+            where = f"{target.scheme}://{target.netloc.decode('ascii').rpartition('@')[2]}{target.path}"
+            base = where.removesuffix("/chat/completions")
+            here = (request.url.scheme, request.url.host, request.url.port)
+            if (target.scheme, target.host, target.port) != here:
+                why = f"the API key is only sent to {self.shown_url}; if the API is there now, make {base} the base URL"
+            elif resp.status_code not in (307, 308):
+                why = f"a {resp.status_code} would send the request again without its body; make {base} the base URL"
+            else:
+                url = str(target)
+                continue
+            raise ChatError(f"chat API answered {resp.status_code}: a redirect to {where}, not followed ({why})",
+                            resp.status_code)
+        raise ChatError(f"chat API at {self.shown_url} redirected the request more than 3 times")
 
     def _scrubbed(self, text: str) -> str:
         """``text`` from the server without the key or the URL's password, secrets masked as in
