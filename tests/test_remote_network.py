@@ -4,6 +4,7 @@ Each test failed before the fix it guards."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -155,5 +156,38 @@ def test_the_chat_api_names_a_redirect_and_follows_one_on_its_origin(server: Pro
         again = server.requests[-1]
         assert again.path == "/v1/chat/completions/" and again.headers["authorization"] == "Bearer test-key"
         assert again.json["messages"] == [{"role": "user", "content": "hi"}]
+    finally:
+        client.close()
+
+
+def test_a_huge_chat_reply_is_refused_while_it_is_read(server: ProviderServer) -> None:
+    # the reply was read whole: a gateway (or a wrong base URL) streaming 300 MB held 940 MB of
+    # memory before the turn failed as 'not JSON'
+    size = 300 << 20
+    sent = []
+
+    def junk() -> Iterator[bytes]:
+        for _ in range(size >> 20):
+            sent.append(1)
+            yield b" " * (1 << 20)
+
+    server.script("/chat/completions", Reply(200, junk, {"Content-Length": str(size)}))
+    client = chat(server)
+    try:
+        with pytest.raises(ChatError, match=r"chat API's 200 reply is larger than 33,554,432 bytes; refused"):
+            client.complete([{"role": "user", "content": "hi"}])
+    finally:
+        client.close()
+    time.sleep(0.2)
+    assert len(sent) < 64  # the client hung up past the 32 MB cap
+
+
+def test_a_chat_reply_that_is_not_its_content_encoding_is_named(server: ProviderServer) -> None:
+    # the turn failed with zlib's bare 'Error -3 while decompressing data: incorrect header check'
+    server.script("/chat/completions", Reply(200, b"plain", {"Content-Encoding": "gzip"}))
+    client = chat(server)
+    try:
+        with pytest.raises(ChatError, match=r"chat API's 200 reply is not valid gzip as its Content-Encoding says"):
+            client.complete([{"role": "user", "content": "hi"}])
     finally:
         client.close()

@@ -199,6 +199,8 @@ class ChatReply:
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: The longest ``Retry-After`` waited for; a longer one is reported at once.
 RETRY_AFTER_CAP = 20.0
+#: The largest reply body read (a reply of a whole context window of text is far smaller).
+MAX_REPLY_BYTES = 32 << 20
 
 
 class ChatClient:
@@ -276,10 +278,21 @@ class ChatClient:
         Why: a redirect was read as the reply, "chat API returned 301 with a body that is not JSON
         (no content type):", which named neither the redirect nor where it pointed (an ``http://``
         base URL its API moves to ``https://``, a gateway adding a trailing slash)."""
+        import httpx
+
         url = "/chat/completions"
         for _hop in range(4):
             request = self._http.build_request("POST", url, **kwargs)
-            resp = self._http.send(request)
+            streamed = self._http.send(request, stream=True)
+            try:
+                body = self._read(streamed)
+            finally:
+                streamed.close()
+            # the body as read, its encoding undone (its headers as bytes: httpx cannot encode a
+            # decoded header that is not ASCII again)
+            resp = httpx.Response(streamed.status_code, content=body, request=request,
+                                  headers=[(k, v) for k, v in streamed.headers.raw if k.lower() not in
+                                           (b"content-encoding", b"content-length", b"transfer-encoding")])
             if not resp.has_redirect_location:
                 return resp
             target = request.url.join(resp.headers["location"])
@@ -296,6 +309,33 @@ class ChatClient:
             raise ChatError(f"chat API answered {resp.status_code}: a redirect to {where}, not followed ({why})",
                             resp.status_code)
         raise ChatError(f"chat API at {self.shown_url} redirected the request more than 3 times")
+
+    def _read(self, streamed: Any) -> bytes:
+        """A reply's body, refused past :data:`MAX_REPLY_BYTES` while it is read.
+
+        Why: the whole body was read into memory, however large: a gateway or a wrong base URL
+        streaming 300 MB held 940 MB until the turn failed ("not JSON"); and a body that was not
+        what its Content-Encoding said failed the turn with zlib's bare "Error -3 while
+        decompressing data"."""
+        import httpx
+
+        parts: list[bytes] = []
+        size = 0
+        try:
+            for part in streamed.iter_bytes():
+                size += len(part)
+                if size > MAX_REPLY_BYTES:
+                    if streamed.status_code >= 400:  # its status decides; its text is only quoted
+                        break
+                    raise ChatError(f"chat API's {streamed.status_code} reply is larger than {MAX_REPLY_BYTES:,} "
+                                    f"bytes; refused (is {self.shown_url} a chat completions API?)")
+                parts.append(part)
+        except httpx.DecodingError as exc:
+            if streamed.status_code < 400:
+                encoding = streamed.headers.get("content-encoding", "")
+                raise ChatError(f"chat API's {streamed.status_code} reply is not valid {encoding} as its "
+                                f"Content-Encoding says ({exc}); is a proxy altering it?") from None
+        return b"".join(parts)
 
     def _scrubbed(self, text: str) -> str:
         """``text`` from the server without the key or the URL's password, secrets masked as in
