@@ -191,3 +191,17 @@ def test_a_chat_reply_that_is_not_its_content_encoding_is_named(server: Provider
             client.complete([{"role": "user", "content": "hi"}])
     finally:
         client.close()
+
+
+def test_a_chat_retry_after_too_long_to_wait_says_so(server: ProviderServer) -> None:
+    # 'chat API returned 429: slow down', as if the server had not said when to come back
+    server.script("/chat/completions", Reply(429, {"error": {"message": "slow down"}}, {"Retry-After": "3600"}))
+    client = chat(server)
+    try:
+        with pytest.raises(ChatError) as caught:
+            client.complete([{"role": "user", "content": "hi"}])
+    finally:
+        client.close()
+    assert str(caught.value).endswith("slow down\"}} (it asked to be sent the request again in 3600 s; memdir "
+                                      "waits 20 s at most)"), caught.value
+    assert len(server.requests) == 1

@@ -267,7 +267,8 @@ class ChatClient:
             text = " ".join(self._scrubbed(resp.text[:2000]).split())[:500]
             wait = _retry_wait(resp, text, attempt)
             if wait is None or attempt == self.retries or time.monotonic() + wait >= ends:
-                raise ChatError(f"chat API returned {resp.status_code}: {text}", resp.status_code)
+                raise ChatError(f"chat API returned {resp.status_code}: {text}{_unwaited(resp, ends)}",
+                                resp.status_code)
             log.info("chat API returned %s; sending again in %.1f s", resp.status_code, wait)
             time.sleep(wait)
         raise AssertionError("unreachable")  # the last attempt returned or raised
@@ -364,6 +365,22 @@ def _retry_wait(resp: Any, text: str, attempt: int) -> float | None:
     if hint is not None:
         return hint if hint <= RETRY_AFTER_CAP else None
     return RetryPolicy().backoff(attempt, random.random())
+
+
+def _unwaited(resp: Any, ends: float) -> str:
+    """Why a ``Retry-After`` the server sent was not waited for, or ``""``.  Why: a 429 asking for
+    an hour failed at once as "chat API returned 429: slow down", as if memdir had not been told
+    when to come back, or had ignored it."""
+    from memdir.embeddings.retry import parse_retry_after
+
+    hint = parse_retry_after(resp.headers.get("retry-after"))
+    if resp.status_code not in RETRY_STATUSES or hint is None:
+        return ""
+    if hint > RETRY_AFTER_CAP:
+        return f" (it asked to be sent the request again in {hint:g} s; memdir waits {RETRY_AFTER_CAP:g} s at most)"
+    if time.monotonic() + hint >= ends:
+        return f" (it asked to be sent the request again in {hint:g} s, past this request's time limit)"
+    return ""
 
 
 def parse_reply(resp: Any) -> ChatReply:
