@@ -4,6 +4,7 @@ Each test failed before the fix it guards."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,3 +206,42 @@ def test_a_chat_retry_after_too_long_to_wait_says_so(server: ProviderServer) -> 
     assert str(caught.value).endswith("slow down\"}} (it asked to be sent the request again in 3600 s; memdir "
                                       "waits 20 s at most)"), caught.value
     assert len(server.requests) == 1
+
+
+# --- proxies -------------------------------------------------------------------------------------
+
+
+def _only_proxy(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv("HTTP_PROXY", url)
+
+
+def test_a_proxy_that_cannot_be_reached_is_named(server: ProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every call failed as 'connection error (ConnectError: [Errno 111] Connection refused)',
+    # read as the API being down, with no word of the proxy it went to
+    _only_proxy(monkeypatch, server.url)  # a working proxy: the request reaches the API through it
+    with openai("http://embeddings.example.invalid/v1", maxRetries=0) as p:
+        assert len(p.embed_batch(["a"])) == 1
+    assert server.requests[-1].headers["host"] == "embeddings.example.invalid"
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    _only_proxy(monkeypatch, f"http://user:proxy-pw@127.0.0.1:{closed}")
+    with openai("http://embeddings.example.invalid/v1", maxRetries=0) as p, \
+            pytest.raises(RemoteEmbeddingError) as caught:
+        p.embed_batch(["a"])
+    assert str(caught.value).startswith(f"openai embeddings failed: connection error through the proxy "
+                                        f"http://127.0.0.1:{closed} (set by the *_PROXY environment variables) "
+                                        "(ConnectError: "), caught.value
+    assert "proxy-pw" not in str(caught.value)
+    client = ChatClient("http://chat.example.invalid/v1", "m", api_key="test-key", timeout=10)
+    try:
+        with pytest.raises(Exception) as chat_error:
+            client.complete([{"role": "user", "content": "hi"}])
+        said = describe_failure(chat_error.value, client)
+    finally:
+        client.close()
+    assert said.startswith("cannot reach the chat API at http://chat.example.invalid/v1 through the proxy "
+                           f"http://127.0.0.1:{closed} (set by"), said

@@ -78,9 +78,12 @@ def describe_failure(exc: BaseException, client: Any, key_env: str = "OPENAI_API
     if isinstance(exc, httpx.TimeoutException):
         return f"the chat API at {url} did not answer within {client.timeout:g} s ({exc or 'timed out'})"
     if isinstance(exc, httpx.TransportError):
-        from memdir.embeddings.http_deadline import certificate_problem
+        from memdir.embeddings.http_deadline import certificate_problem, proxy_for
 
-        return f"cannot reach the chat API at {url}: {certificate_problem(exc) or exc}"
+        http = getattr(client, "_http", None)
+        via = proxy_for(http, f"{http.base_url}chat/completions") if http is not None else None
+        through = f" through the proxy {via} (set by the *_PROXY environment variables)" if via else ""
+        return f"cannot reach the chat API at {url}{through}: {certificate_problem(exc) or exc}"
     if getattr(exc, "status", None) in (401, 403):
         return f"{exc} — check the API key in ${key_env} (--api-key-env names another variable)"
     if getattr(exc, "status", None) == 404:  # the usual cause: a base URL without its /v1

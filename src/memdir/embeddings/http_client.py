@@ -211,7 +211,7 @@ class HttpClient:
 
         ``timeout`` bounds each attempt from sending to the last byte; ``max_bytes`` caps the
         (decoded) body of a response."""
-        from memdir.embeddings.http_deadline import attempt_deadline, certificate_problem
+        from memdir.embeddings.http_deadline import attempt_deadline, certificate_problem, proxy_for
 
         httpx = self._httpx
         timing = self.settings.timing
@@ -258,8 +258,10 @@ class HttpClient:
                 if untrusted:  # retrying cannot help
                     self.stats.add(failures=1)
                     raise RemoteEmbeddingError(f"{prefix} failed: {untrusted}", provider=self.provider) from None
+                via = proxy_for(self._client, url)
+                through = f" through the proxy {via} (set by the *_PROXY environment variables)" if via else ""
                 error = RemoteEmbeddingError(
-                    f"{prefix} failed: connection error ({type(exc).__name__}: {exc})",
+                    f"{prefix} failed: connection error{through} ({type(exc).__name__}: {exc})",
                     provider=self.provider,
                     retryable=True,
                 )

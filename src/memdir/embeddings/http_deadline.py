@@ -117,6 +117,28 @@ def tls_context() -> Any:
     return httpx.create_ssl_context(verify=True, trust_env=True)
 
 
+def proxy_for(client: Any, url: Any) -> str | None:
+    """The proxy ``client`` sends a request for ``url`` through (``HTTPS_PROXY``, ``ALL_PROXY``, …,
+    as httpx applies them with ``NO_PROXY``), without credentials; ``None`` when it goes direct.
+    Why: a proxy that refused or could not be reached failed every call as "connection error
+    (ConnectError: [Errno 111] Connection refused)", read as the API being down."""
+    import httpx
+
+    try:
+        pool = getattr(client._transport_for_url(httpx.URL(str(url))), "_pool", None)
+    except Exception:  # a future httpx without it: the error is said without the proxy
+        return None
+    proxy = getattr(pool, "_proxy_url", None)
+    if proxy is None:
+        return None
+    try:
+        host = proxy.host.decode("ascii")
+        host = f"[{host}]" if ":" in host else host
+        return f"{proxy.scheme.decode('ascii')}://{host}" + (f":{proxy.port}" if proxy.port else "")
+    except (AttributeError, UnicodeDecodeError):
+        return None
+
+
 def certificate_problem(exc: BaseException) -> str | None:
     """What to do when ``exc`` (or what caused it) is a failed verification of a server's TLS
     certificate, else ``None``.  Why: the error read as one more connection error ("ConnectError:
