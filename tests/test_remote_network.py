@@ -245,3 +245,19 @@ def test_a_proxy_that_cannot_be_reached_is_named(server: ProviderServer, monkeyp
         client.close()
     assert said.startswith("cannot reach the chat API at http://chat.example.invalid/v1 through the proxy "
                            f"http://127.0.0.1:{closed} (set by"), said
+
+
+# --- hosts that cannot be reached ----------------------------------------------------------------
+
+
+def test_a_host_that_cannot_be_reached_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 'connection error (ConnectError: [Errno -2] Name or service not known)' named no host: a typo
+    # in the base URL (which status does not show) could not be told from the network being down
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    with openai(f"http://user:url-pw@127.0.0.1:{closed}/v1", maxRetries=0) as p, \
+            pytest.raises(RemoteEmbeddingError) as caught:
+        p.embed_batch(["a"])
+    assert str(caught.value).startswith(f"openai embeddings failed: connection error to http://user:***@127.0.0.1:"
+                                        f"{closed} (ConnectError: "), caught.value

@@ -259,7 +259,12 @@ class HttpClient:
                     self.stats.add(failures=1)
                     raise RemoteEmbeddingError(f"{prefix} failed: {untrusted}", provider=self.provider) from None
                 via = proxy_for(self._client, url)
-                through = f" through the proxy {via} (set by the *_PROXY environment variables)" if via else ""
+                if via:
+                    through = f" through the proxy {via} (set by the *_PROXY environment variables)"
+                elif isinstance(exc, httpx.ConnectError):  # which host: "Name or service not known" named none
+                    through = f" to {self.origin}"
+                else:
+                    through = ""
                 error = RemoteEmbeddingError(
                     f"{prefix} failed: connection error{through} ({type(exc).__name__}: {exc})",
                     provider=self.provider,
