@@ -261,3 +261,13 @@ def test_a_host_that_cannot_be_reached_is_named(monkeypatch: pytest.MonkeyPatch)
         p.embed_batch(["a"])
     assert str(caught.value).startswith(f"openai embeddings failed: connection error to http://user:***@127.0.0.1:"
                                         f"{closed} (ConnectError: "), caught.value
+
+
+def test_json_nested_too_deeply_is_a_malformed_answer(server: ProviderServer) -> None:
+    # '[[[[…' 200,000 deep: a bare RecursionError ('maximum recursion depth exceeded while decoding
+    # a JSON array') was the index warning and the search note, naming no provider
+    server.script("/embeddings", Reply(200, b"[" * 200_000 + b"]" * 200_000))
+    with openai(f"{server.url}/v1", maxRetries=0) as p, pytest.raises(RemoteEmbeddingError) as caught:
+        p.embed_batch(["a"])
+    assert str(caught.value) == ("openai embeddings failed: malformed JSON in 200 response: nested too deeply "
+                                 "(400,000 bytes)")

@@ -402,6 +402,9 @@ def parse_reply(resp: Any) -> ChatReply:
         except ValueError:
             raise ChatError(f"chat API returned {resp.status_code} with a body that is not JSON ({kind}): "
                             f"{' '.join(resp.text[:200].split())}") from None
+        except RecursionError:  # "[[[[…" deeper than Python's recursion limit: the bare error ended the turn
+            raise ChatError(f"chat API returned {resp.status_code} with JSON nested too deeply to read "
+                            f"({len(resp.content):,} bytes)") from None
     choices = data.get("choices") if isinstance(data, dict) else None
     first = choices[0] if isinstance(choices, list) and choices else None
     message = first.get("message") if isinstance(first, dict) else None
@@ -439,6 +442,9 @@ def _streamed(body: str) -> dict[str, Any]:
             chunk = json.loads(payload)
         except ValueError:
             raise ChatError(f"chat API streamed an event that is not JSON: {' '.join(payload[:200].split())}") from None
+        except RecursionError:
+            raise ChatError(f"chat API streamed an event of JSON nested too deeply to read ({len(payload):,} "
+                            "characters)") from None
         if not isinstance(chunk, dict):
             continue
         if chunk.get("error"):
@@ -1004,7 +1010,7 @@ class Agent:
         name = fn.get("name", "")
         try:
             args = json.loads(fn.get("arguments") or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # a model's arguments nested past Python's limit
             return {"error": "tool arguments are not valid JSON"}
         if not isinstance(args, dict):
             return {"error": "tool arguments must be a JSON object"}

@@ -445,6 +445,13 @@ def parse_json(response: httpx.Response, provider: str, what: str = "embeddings"
     """The response body as JSON, or a clear error naming the provider (not retried)."""
     try:
         return json.loads(response.content)
+    except RecursionError:  # "[[[[…" a few hundred thousand deep: Python's recursion limit, bare
+        raise RemoteEmbeddingError(
+            f"{provider} {what} failed: malformed JSON in {response.status_code} response: nested too deeply "
+            f"({len(response.content):,} bytes)",
+            provider=provider,
+            status=response.status_code,
+        ) from None
     except ValueError:
         raise RemoteEmbeddingError(
             f"{provider} {what} failed: malformed JSON in {response.status_code} response: "
