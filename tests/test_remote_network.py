@@ -271,3 +271,21 @@ def test_json_nested_too_deeply_is_a_malformed_answer(server: ProviderServer) ->
         p.embed_batch(["a"])
     assert str(caught.value) == ("openai embeddings failed: malformed JSON in 200 response: nested too deeply "
                                  "(400,000 bytes)")
+
+
+def test_a_base_url_at_the_any_address_stays_on_this_machine(server: ProviderServer,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # 'http://0.0.0.0:8000/v1', copied from a local server's 'running on http://0.0.0.0:8000', was
+    # refused by offline = true as a network provider and sent through HTTP_PROXY
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    _only_proxy(monkeypatch, f"http://127.0.0.1:{closed}")
+    with openai(f"http://0.0.0.0:{server.port}/v1", offline=True, maxRetries=0) as p:
+        assert len(p.embed_batch(["a"])) == 1
+    client = ChatClient(f"http://0.0.0.0:{server.port}/v1", "m", api_key="test-key", timeout=10)
+    try:
+        server.script("/chat/completions", Reply(200, REPLY))
+        assert client.complete([{"role": "user", "content": "hi"}]).content == "hello"
+    finally:
+        client.close()
