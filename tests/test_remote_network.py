@@ -289,3 +289,29 @@ def test_a_base_url_at_the_any_address_stays_on_this_machine(server: ProviderSer
         assert client.complete([{"role": "user", "content": "hi"}]).content == "hello"
     finally:
         client.close()
+
+
+def test_a_host_that_drops_connections_costs_seconds_not_the_batch_timeout() -> None:
+    # a host that never completes the connection (a firewall dropping packets, a wrong address):
+    # each attempt waited the whole batch timeout (120 s) to connect, four attempts, eight minutes
+    # before a first index (or the first search building it) fell back to keywords
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        port = full.getsockname()[1]
+        held = socket.create_connection(("127.0.0.1", port))  # fills the backlog: later SYNs are dropped
+        client = ChatClient(f"http://127.0.0.1:{port}/v1", "m", api_key="test-key", timeout=60)
+        try:
+            with openai(f"http://127.0.0.1:{port}/v1", maxRetries=0, batchTimeoutSeconds=60) as p, \
+                    pytest.raises(RemoteEmbeddingError) as caught:
+                p.embed_batch(["a"])
+            with pytest.raises(Exception) as chat_error:  # the chat: 60 s a turn before
+                client.complete([{"role": "user", "content": "hi"}])
+            said = describe_failure(chat_error.value, client)
+        finally:
+            client.close()
+            held.close()
+    assert str(caught.value) == (f"openai embeddings failed: could not connect to http://127.0.0.1:{port} within "
+                                 "5s (is the host down, or a firewall dropping the connection?)")
+    assert said == (f"could not connect to the chat API at http://127.0.0.1:{port}/v1 within 5 s (is the host down, "
+                    "or a firewall dropping the connection?)")

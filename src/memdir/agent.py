@@ -233,7 +233,11 @@ class ChatClient:
         # network), every turn went to the proxy and failed as "cannot reach the chat API at
         # http://127.0.0.1:...: Connection refused" (the remote embedding providers do the same).
         try:
-            self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
+            from memdir.embeddings.http_client import CONNECT_TIMEOUT
+
+            # a host that drops packets held each turn for the whole timeout just to connect
+            self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers,
+                                      timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
                                       verify=tls_context(), trust_env=not is_loopback_url(base_url))
         except OSError as exc:
             raise MemdirError(f"chat API {self.shown_url}: {ca_certificates_error(exc)}") from exc

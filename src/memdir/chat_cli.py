@@ -75,6 +75,11 @@ def describe_failure(exc: BaseException, client: Any, key_env: str = "OPENAI_API
     import httpx
 
     url = client.shown_url
+    if isinstance(exc, httpx.ConnectTimeout):
+        from memdir.embeddings.http_client import CONNECT_TIMEOUT
+
+        return (f"could not connect to the chat API at {url} within {min(client.timeout, CONNECT_TIMEOUT):g} s "
+                "(is the host down, or a firewall dropping the connection?)")
     if isinstance(exc, httpx.TimeoutException):
         return f"the chat API at {url} did not answer within {client.timeout:g} s ({exc or 'timed out'})"
     if isinstance(exc, httpx.TransportError):

@@ -65,6 +65,10 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 USER_AGENT = "memdir/0.1"
+#: Seconds a connection may take to open (within an attempt's timeout).  Why: a host that drops
+#: packets (a firewall, a VPN down, a wrong address) held each attempt for the whole batch timeout
+#: just to connect: four attempts, eight minutes, before a first index fell back to keywords.
+CONNECT_TIMEOUT = 5.0
 BODY_EXCERPT_CHARS = 300
 
 
@@ -247,6 +251,15 @@ class HttpClient:
                         prefix=prefix,
                         max_bytes=max_bytes,
                     )
+            except httpx.ConnectTimeout:
+                via = proxy_for(self._client, url)
+                error = EmbeddingTimeoutError(
+                    f"{prefix} failed: could not connect to {f'the proxy {via}' if via else self.origin} within "
+                    f"{_fmt_seconds(min(attempt_timeout, CONNECT_TIMEOUT))}s (is the host down, or a firewall "
+                    "dropping the connection?)",
+                    provider=self.provider,
+                    retryable=True,
+                )
             except httpx.TimeoutException:
                 error = EmbeddingTimeoutError(
                     f"{prefix} {timeout_label} timed out after {_fmt_seconds(attempt_timeout)}s",
@@ -325,7 +338,7 @@ class HttpClient:
                 files=files,
                 data=data,
                 params=params,
-                timeout=timeout,
+                timeout=self._httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
             )
             sent = request.read()
             self.stats.add(requests=1, bytes_sent=len(sent))
