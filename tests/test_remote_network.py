@@ -315,3 +315,21 @@ def test_a_host_that_drops_connections_costs_seconds_not_the_batch_timeout() -> 
                                  "5s (is the host down, or a firewall dropping the connection?)")
     assert said == (f"could not connect to the chat API at http://127.0.0.1:{port}/v1 within 5 s (is the host down, "
                     "or a firewall dropping the connection?)")
+
+
+def test_status_deep_probes_a_provider_that_does_not_answer_within_the_query_timeout(
+        server: ProviderServer, tmp_path: Path) -> None:
+    # the probe took the batch route: each attempt waited the batch timeout (120 s) and was retried,
+    # so 'memdir status --deep' against a server that accepted and never answered took 6 minutes
+    from memdir.api import Memory
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("- The heron nests by the weir.\n")
+    cfg = {"memorySearch": {"provider": "openai", "sync": {"onSearch": False},
+                            "remote": {"baseUrl": f"{server.url}/v1", "apiKey": "test-key",
+                                       "queryTimeoutSeconds": 1, "batchTimeoutSeconds": 60}}}
+    server.script("/embeddings", *[Reply(500, {"error": {"message": "stuck"}}, delay=3)] * 5)
+    with Memory(ws, config=cfg) as mem:
+        probe = mem.status(deep=True)["embeddingProbe"]
+    assert not probe["ok"] and "openai embeddings batch timed out after" in probe["error"], probe
