@@ -106,6 +106,9 @@ def make_env(tmp_path: Path) -> Iterator[Any]:
     ({"raw": b'data: {"choices": [{"index": 0, "delta": {"content": "Rex is"}}]}\n\n'}, "cut short"),
     ({"raw": b'data: {"error": {"message": "overloaded"}}\n\n'}, "streamed an error: .*overloaded"),
     ({"raw": b"data: {oops\n\n"}, "streamed an event that is not JSON"),
+    # JSON nested past Python's recursion limit: a bare RecursionError ended the turn
+    ({"raw": b"[" * 200_000 + b"]" * 200_000}, "JSON nested too deeply"),
+    ({"raw": b"data: " + b"[" * 200_000 + b"]" * 200_000 + b"\n\n"}, "JSON nested too deeply"),
 ])
 def test_a_reply_of_the_wrong_shape_is_one_clear_error_and_the_session_goes_on(
         make_env: Any, reply: dict[str, Any], says: str) -> None:
@@ -169,11 +172,15 @@ def test_object_arguments_are_used_as_the_arguments(make_env: Any) -> None:
 
 def test_an_unknown_tool_and_arguments_that_are_not_json_are_answered_with_errors(make_env: Any) -> None:
     calls = [{"id": "a", "type": "function", "function": {"name": "shell_exec", "arguments": "{}"}},
-             {"id": "b", "type": "function", "function": {"name": "memory_search", "arguments": "{query: dog"}}]
+             {"id": "b", "type": "function", "function": {"name": "memory_search", "arguments": "{query: dog"}},
+             # nested past Python's recursion limit: a bare RecursionError ended the turn
+             {"id": "c", "type": "function", "function": {"name": "memory_search",
+                                                          "arguments": "[" * 200_000 + "]" * 200_000}}]
     e = make_env([raw_message(content=None, tool_calls=calls), DONE])
     assert e.agent().send("run ls") == "done"
     answers = {m["tool_call_id"]: json.loads(m["content"]) for m in e.bodies()[1]["messages"] if m["role"] == "tool"}
     assert "unknown tool" in answers["a"]["error"] and "not valid JSON" in answers["b"]["error"]
+    assert "not valid JSON" in answers["c"]["error"]
 
 
 def test_an_endless_tool_call_loop_is_bounded(make_env: Any) -> None:

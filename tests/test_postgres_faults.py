@@ -7,6 +7,7 @@ Runs against a real server (pgserver's PostgreSQL 16 + pgvector, or $MEMDIR_TEST
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 import time
@@ -125,6 +126,28 @@ def test_a_malformed_dsn_never_prints_the_password(make_workspace, run_cli):
         assert proc.returncode == 1, proc.stderr
         assert "s3cret" not in proc.stderr + proc.stdout, proc.stderr
         assert "PostgreSQL" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_an_ipv6_server_is_named_with_its_brackets(make_workspace, run_cli):
+    # 'cannot connect to PostgreSQL at postgresql://bob@::1:5433/db#memdir' (and status's Store
+    # line): the host could not be told from '::1:5433'
+    from types import SimpleNamespace
+
+    from memdir.stores.pgconn import connected_where
+
+    ws = make_workspace({"memory/a.md": "hello"})
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+            closed = s.getsockname()[1]
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    proc = run_cli("search", "hello", "-w", str(ws), env={
+        "MEMDIR_STORE_DRIVER": "postgres", "MEMDIR_DATABASE_URL": f"postgresql://bob:s3cret@[::1]:{closed}/db"})
+    assert proc.returncode == 1, proc.stderr
+    assert f"cannot connect to PostgreSQL at postgresql://bob@[::1]:{closed}/db#memdir: " in proc.stderr, proc.stderr
+    info = SimpleNamespace(host="fd00::2", port=5432, user="bob", dbname="db")  # psycopg's ConnectionInfo
+    assert connected_where(info, "memdir") == "postgresql://bob@[fd00::2]:5432/db#memdir"
 
 
 def test_the_writer_lock_outlives_the_servers_idle_session_timeout(pg_url: str, tmp_path: Path):

@@ -188,6 +188,17 @@ def test_failed_request_inside_a_batch_counts_as_failure(server: ProviderServer,
     assert "request x failed" in p.batch_status()["last_error"]
 
 
+def test_a_batch_output_line_nested_too_deeply_is_a_failed_batch(server: ProviderServer, clock: FakeTiming) -> None:
+    # a bare RecursionError came out of the batch (not an EmbeddingError): no fallback to direct requests
+    def deep_output(rec: object) -> bool:
+        return getattr(rec, "path", "").startswith("/v1/files/file-out")
+
+    server.script(deep_output, Reply(200, "[" * 200_000 + "]" * 200_000 + "\n"))
+    p = openai(server, clock)
+    assert p.embed_batch(TEXTS) == expected(TEXTS)
+    assert "output line 1 is not a batch result" in p.batch_status()["last_error"]
+
+
 def test_batch_disabled_by_default(server: ProviderServer, clock: FakeTiming) -> None:
     p = create_openai_provider(make_cfg("openai", f"{server.url}/v1"), {}, timing=clock.timing())
     p.embed_batch(TEXTS)
@@ -241,6 +252,16 @@ def test_gemini_async_batch_responses_file(server: ProviderServer, clock: FakeTi
     download = server.requests[-1]
     assert download.path.startswith("/download/v1beta/files/gemout") and download.path.endswith(":download")
     assert download.query == {"alt": ["media"]}
+
+
+def test_a_gemini_responses_file_line_nested_too_deeply_is_a_failed_batch(server: ProviderServer,
+                                                                          clock: FakeTiming) -> None:
+    # a bare RecursionError came out of the batch (not an EmbeddingError): no fallback to direct requests
+    server.gemini_output = "file"
+    server.script(":download", Reply(200, "[" * 200_000 + "]" * 200_000 + "\n"))
+    p = gemini(server, clock)
+    assert p.embed_batch(TEXTS) == expected(TEXTS)
+    assert "responses file line 1 is not JSON" in p.batch_status()["last_error"]
 
 
 def test_gemini_async_batch_not_available_disables_at_once(server: ProviderServer, clock: FakeTiming) -> None:

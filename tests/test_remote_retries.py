@@ -283,7 +283,8 @@ def test_cross_host_redirect_is_refused(server: ProviderServer, clock: FakeTimin
     with ProviderServer() as elsewhere:
         target = f"http://localhost:{elsewhere.port}/v1/embeddings"
         server.script("/embeddings", Reply(307, "", {"Location": target}))
-        with pytest.raises(RemoteEmbeddingError, match="307 redirect to http://localhost refused") as info:
+        with pytest.raises(RemoteEmbeddingError, match=f"307 redirect to http://localhost:{elsewhere.port} refused "
+                           rf"\(memdir only sends requests to http://127\.0\.0\.1:{server.port}; ") as info:
             openai(server, clock).embed_query("x")
         assert not info.value.retryable
         assert elsewhere.requests == []
@@ -300,7 +301,8 @@ def test_same_origin_redirect_is_followed(server: ProviderServer, clock: FakeTim
 
 def test_post_redirect_that_would_drop_the_body_is_refused(server: ProviderServer, clock: FakeTiming) -> None:
     server.script("/v1/embeddings", Reply(302, "", {"Location": "/v2/embeddings"}))
-    with pytest.raises(RemoteEmbeddingError, match="302 redirect"):
+    with pytest.raises(RemoteEmbeddingError, match=rf"302 redirect to http://127\.0\.0\.1:{server.port}/v2/embeddings "
+                       r"refused \(a 302 would send the POST again without its body\)"):
         openai(server, clock).embed_query("x")
     assert server.paths() == ["/v1/embeddings"]
 

@@ -199,6 +199,8 @@ class ChatReply:
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: The longest ``Retry-After`` waited for; a longer one is reported at once.
 RETRY_AFTER_CAP = 20.0
+#: The largest reply body read (a reply of a whole context window of text is far smaller).
+MAX_REPLY_BYTES = 32 << 20
 
 
 class ChatClient:
@@ -212,7 +214,7 @@ class ChatClient:
                  retries: int = 2):
         import httpx  # optional dependency, only needed by the agent
 
-        from memdir.embeddings.http_deadline import bound_transports, ca_certificates_error
+        from memdir.embeddings.http_deadline import bound_transports, ca_certificates_error, tls_context
         from memdir.embeddings.remote_config import is_loopback_url, unsendable
         from memdir.redact import shown_url, url_credentials
 
@@ -231,8 +233,12 @@ class ChatClient:
         # network), every turn went to the proxy and failed as "cannot reach the chat API at
         # http://127.0.0.1:...: Connection refused" (the remote embedding providers do the same).
         try:
-            self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout,
-                                      trust_env=not is_loopback_url(base_url))
+            from memdir.embeddings.http_client import CONNECT_TIMEOUT
+
+            # a host that drops packets held each turn for the whole timeout just to connect
+            self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers,
+                                      timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
+                                      verify=tls_context(), trust_env=not is_loopback_url(base_url))
         except OSError as exc:
             raise MemdirError(f"chat API {self.shown_url}: {ca_certificates_error(exc)}") from exc
         bound_transports(self._http)  # the timeout bounds the whole reply, not each read
@@ -255,7 +261,7 @@ class ChatClient:
         ends = time.monotonic() + (self.timeout if timeout is None else timeout)
         for attempt in range(self.retries + 1):
             with attempt_deadline(ends):
-                resp = self._http.post("/chat/completions", **kwargs)
+                resp = self._post(kwargs)
             if resp.status_code < 400:
                 try:
                     return parse_reply(resp)
@@ -265,10 +271,76 @@ class ChatClient:
             text = " ".join(self._scrubbed(resp.text[:2000]).split())[:500]
             wait = _retry_wait(resp, text, attempt)
             if wait is None or attempt == self.retries or time.monotonic() + wait >= ends:
-                raise ChatError(f"chat API returned {resp.status_code}: {text}", resp.status_code)
+                raise ChatError(f"chat API returned {resp.status_code}: {text}{_unwaited(resp, ends)}",
+                                resp.status_code)
             log.info("chat API returned %s; sending again in %.1f s", resp.status_code, wait)
             time.sleep(wait)
         raise AssertionError("unreachable")  # the last attempt returned or raised
+
+    def _post(self, kwargs: dict[str, Any]) -> Any:
+        """One request; a 307/308 to the same origin is followed (the key goes nowhere else).
+
+        Why: a redirect was read as the reply, "chat API returned 301 with a body that is not JSON
+        (no content type):", which named neither the redirect nor where it pointed (an ``http://``
+        base URL its API moves to ``https://``, a gateway adding a trailing slash)."""
+        import httpx
+
+        url = "/chat/completions"
+        for _hop in range(4):
+            request = self._http.build_request("POST", url, **kwargs)
+            streamed = self._http.send(request, stream=True)
+            try:
+                body = self._read(streamed)
+            finally:
+                streamed.close()
+            # the body as read, its encoding undone (its headers as bytes: httpx cannot encode a
+            # decoded header that is not ASCII again)
+            resp = httpx.Response(streamed.status_code, content=body, request=request,
+                                  headers=[(k, v) for k, v in streamed.headers.raw if k.lower() not in
+                                           (b"content-encoding", b"content-length", b"transfer-encoding")])
+            if not resp.has_redirect_location:
+                return resp
+            target = request.url.join(resp.headers["location"])
+            where = f"{target.scheme}://{target.netloc.decode('ascii').rpartition('@')[2]}{target.path}"
+            base = where.removesuffix("/chat/completions")
+            here = (request.url.scheme, request.url.host, request.url.port)
+            if (target.scheme, target.host, target.port) != here:
+                why = f"the API key is only sent to {self.shown_url}; if the API is there now, make {base} the base URL"
+            elif resp.status_code not in (307, 308):
+                why = f"a {resp.status_code} would send the request again without its body; make {base} the base URL"
+            else:
+                url = str(target)
+                continue
+            raise ChatError(f"chat API answered {resp.status_code}: a redirect to {where}, not followed ({why})",
+                            resp.status_code)
+        raise ChatError(f"chat API at {self.shown_url} redirected the request more than 3 times")
+
+    def _read(self, streamed: Any) -> bytes:
+        """A reply's body, refused past :data:`MAX_REPLY_BYTES` while it is read.
+
+        Why: the whole body was read into memory, however large: a gateway or a wrong base URL
+        streaming 300 MB held 940 MB until the turn failed ("not JSON"); and a body that was not
+        what its Content-Encoding said failed the turn with zlib's bare "Error -3 while
+        decompressing data"."""
+        import httpx
+
+        parts: list[bytes] = []
+        size = 0
+        try:
+            for part in streamed.iter_bytes():
+                size += len(part)
+                if size > MAX_REPLY_BYTES:
+                    if streamed.status_code >= 400:  # its status decides; its text is only quoted
+                        break
+                    raise ChatError(f"chat API's {streamed.status_code} reply is larger than {MAX_REPLY_BYTES:,} "
+                                    f"bytes; refused (is {self.shown_url} a chat completions API?)")
+                parts.append(part)
+        except httpx.DecodingError as exc:
+            if streamed.status_code < 400:
+                encoding = streamed.headers.get("content-encoding", "")
+                raise ChatError(f"chat API's {streamed.status_code} reply is not valid {encoding} as its "
+                                f"Content-Encoding says ({exc}); is a proxy altering it?") from None
+        return b"".join(parts)
 
     def _scrubbed(self, text: str) -> str:
         """``text`` from the server without the key or the URL's password, secrets masked as in
@@ -299,6 +371,22 @@ def _retry_wait(resp: Any, text: str, attempt: int) -> float | None:
     return RetryPolicy().backoff(attempt, random.random())
 
 
+def _unwaited(resp: Any, ends: float) -> str:
+    """Why a ``Retry-After`` the server sent was not waited for, or ``""``.  Why: a 429 asking for
+    an hour failed at once as "chat API returned 429: slow down", as if memdir had not been told
+    when to come back, or had ignored it."""
+    from memdir.embeddings.retry import parse_retry_after
+
+    hint = parse_retry_after(resp.headers.get("retry-after"))
+    if resp.status_code not in RETRY_STATUSES or hint is None:
+        return ""
+    if hint > RETRY_AFTER_CAP:
+        return f" (it asked to be sent the request again in {hint:g} s; memdir waits {RETRY_AFTER_CAP:g} s at most)"
+    if time.monotonic() + hint >= ends:
+        return f" (it asked to be sent the request again in {hint:g} s, past this request's time limit)"
+    return ""
+
+
 def parse_reply(resp: Any) -> ChatReply:
     """The reply in an HTTP response, in the shapes the loop and the transcript rely on.
 
@@ -318,6 +406,9 @@ def parse_reply(resp: Any) -> ChatReply:
         except ValueError:
             raise ChatError(f"chat API returned {resp.status_code} with a body that is not JSON ({kind}): "
                             f"{' '.join(resp.text[:200].split())}") from None
+        except RecursionError:  # "[[[[…" deeper than Python's recursion limit: the bare error ended the turn
+            raise ChatError(f"chat API returned {resp.status_code} with JSON nested too deeply to read "
+                            f"({len(resp.content):,} bytes)") from None
     choices = data.get("choices") if isinstance(data, dict) else None
     first = choices[0] if isinstance(choices, list) and choices else None
     message = first.get("message") if isinstance(first, dict) else None
@@ -355,6 +446,9 @@ def _streamed(body: str) -> dict[str, Any]:
             chunk = json.loads(payload)
         except ValueError:
             raise ChatError(f"chat API streamed an event that is not JSON: {' '.join(payload[:200].split())}") from None
+        except RecursionError:
+            raise ChatError(f"chat API streamed an event of JSON nested too deeply to read ({len(payload):,} "
+                            "characters)") from None
         if not isinstance(chunk, dict):
             continue
         if chunk.get("error"):
@@ -920,7 +1014,7 @@ class Agent:
         name = fn.get("name", "")
         try:
             args = json.loads(fn.get("arguments") or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # a model's arguments nested past Python's limit
             return {"error": "tool arguments are not valid JSON"}
         if not isinstance(args, dict):
             return {"error": "tool arguments must be a JSON object"}

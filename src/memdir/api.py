@@ -913,9 +913,16 @@ class Memory(IndexUpkeep):
         sel = self.selection
         if sel.provider is None:
             return {"ok": False, "error": sel.unavailable_reason or "No embedding provider available (FTS-only mode)"}
+        from memdir.embeddings.remote import RemoteEmbeddingProvider
+
         t0 = time.perf_counter()
         try:
-            vec = sel.provider.embed_batch(["ping"])[0]
+            if isinstance(sel.provider, RemoteEmbeddingProvider):
+                # bounded as a query's embedding is, retries included: a server that accepted and
+                # never answered held `status --deep` for the batch timeout of each attempt (6 minutes)
+                vec = sel.provider.embed_batch(["ping"], timeout=sel.provider.settings.query_timeout)[0]
+            else:
+                vec = sel.provider.embed_batch(["ping"])[0]
             return {"ok": True, "dims": len(vec), "ms": round((time.perf_counter() - t0) * 1000, 1)}
         except Exception as exc:
             return {"ok": False, "error": one_line(exc)}

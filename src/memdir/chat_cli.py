@@ -78,10 +78,20 @@ def describe_failure(exc: BaseException, client: Any, key_env: str = "OPENAI_API
     import httpx
 
     url = client.shown_url
+    if isinstance(exc, httpx.ConnectTimeout):
+        from memdir.embeddings.http_client import CONNECT_TIMEOUT
+
+        return (f"could not connect to the chat API at {url} within {min(client.timeout, CONNECT_TIMEOUT):g} s "
+                "(is the host down, or a firewall dropping the connection?)")
     if isinstance(exc, httpx.TimeoutException):
         return f"the chat API at {url} did not answer within {client.timeout:g} s ({exc or 'timed out'})"
     if isinstance(exc, httpx.TransportError):
-        return f"cannot reach the chat API at {url}: {exc}"
+        from memdir.embeddings.http_deadline import certificate_problem, proxy_for
+
+        http = getattr(client, "_http", None)
+        via = proxy_for(http, f"{http.base_url}chat/completions") if http is not None else None
+        through = f" through the proxy {via} (set by the *_PROXY environment variables)" if via else ""
+        return f"cannot reach the chat API at {url}{through}: {certificate_problem(exc) or exc}"
     if getattr(exc, "status", None) in (401, 403):
         return f"{exc} — check the API key in ${key_env} (--api-key-env names another variable)"
     if getattr(exc, "status", None) == 404:  # the usual cause: a base URL without its /v1

@@ -917,8 +917,10 @@ def _configure_logging(args: argparse.Namespace) -> None:
     logging.getLogger("memdir").setLevel(own)
     if not verbose:
         # The pool's own reports of each reconnection attempt ("error connecting in 'memdir-…'", a line
-        # per attempt, in the middle of a --json run): memdir reports the failure itself, in one line.
-        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+        # per attempt, in the middle of a --json run), and psycopg's of a connection lost mid-sync
+        # ("error ignored terminating <psycopg.Pipeline [BAD] at 0x7f…>: the connection is lost"):
+        # memdir reports the failure itself, in one line.
+        logging.getLogger("psycopg").setLevel(logging.ERROR)
 
 
 def _stdout_gone() -> int:

@@ -185,7 +185,7 @@ class GeminiProvider(RemoteEmbeddingProvider):
             if line.strip():
                 try:
                     rows.append(json.loads(line))
-                except ValueError:
+                except (ValueError, RecursionError):
                     raise shape_error(self.id, f"responses file line {n} is not JSON", "batch") from None
         return rows
 

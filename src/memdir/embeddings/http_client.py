@@ -32,7 +32,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -65,6 +65,10 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 USER_AGENT = "memdir/0.1"
+#: Seconds a connection may take to open (within an attempt's timeout).  Why: a host that drops
+#: packets (a firewall, a VPN down, a wrong address) held each attempt for the whole batch timeout
+#: just to connect: four attempts, eight minutes, before a first index fell back to keywords.
+CONNECT_TIMEOUT = 5.0
 BODY_EXCERPT_CHARS = 300
 
 
@@ -166,10 +170,11 @@ class HttpClient:
                 raise EmbeddingError(f"{self.provider} embeddings: provider is closed")
             if self._client_obj is None:
                 # Proxies from the environment are for the internet, not for this machine.
-                from memdir.embeddings.http_deadline import bound_transports, ca_certificates_error
+                from memdir.embeddings.http_deadline import bound_transports, ca_certificates_error, tls_context
 
                 try:
                     self._client_obj = self._httpx.Client(
+                        verify=tls_context(),
                         follow_redirects=False,
                         trust_env=not self._loopback,
                         headers={"User-Agent": USER_AGENT},
@@ -210,7 +215,7 @@ class HttpClient:
 
         ``timeout`` bounds each attempt from sending to the last byte; ``max_bytes`` caps the
         (decoded) body of a response."""
-        from memdir.embeddings.http_deadline import attempt_deadline
+        from memdir.embeddings.http_deadline import attempt_deadline, certificate_problem, proxy_for
 
         httpx = self._httpx
         timing = self.settings.timing
@@ -246,6 +251,15 @@ class HttpClient:
                         prefix=prefix,
                         max_bytes=max_bytes,
                     )
+            except httpx.ConnectTimeout:
+                via = proxy_for(self._client, url)
+                error = EmbeddingTimeoutError(
+                    f"{prefix} failed: could not connect to {f'the proxy {via}' if via else self.origin} within "
+                    f"{_fmt_seconds(min(attempt_timeout, CONNECT_TIMEOUT))}s (is the host down, or a firewall "
+                    "dropping the connection?)",
+                    provider=self.provider,
+                    retryable=True,
+                )
             except httpx.TimeoutException:
                 error = EmbeddingTimeoutError(
                     f"{prefix} {timeout_label} timed out after {_fmt_seconds(attempt_timeout)}s",
@@ -253,8 +267,19 @@ class HttpClient:
                     retryable=True,
                 )
             except httpx.TransportError as exc:  # refused, reset, protocol errors
+                untrusted = certificate_problem(exc)
+                if untrusted:  # retrying cannot help
+                    self.stats.add(failures=1)
+                    raise RemoteEmbeddingError(f"{prefix} failed: {untrusted}", provider=self.provider) from None
+                via = proxy_for(self._client, url)
+                if via:
+                    through = f" through the proxy {via} (set by the *_PROXY environment variables)"
+                elif isinstance(exc, httpx.ConnectError):  # which host: "Name or service not known" named none
+                    through = f" to {self.origin}"
+                else:
+                    through = ""
                 error = RemoteEmbeddingError(
-                    f"{prefix} failed: connection error ({type(exc).__name__}: {exc})",
+                    f"{prefix} failed: connection error{through} ({type(exc).__name__}: {exc})",
                     provider=self.provider,
                     retryable=True,
                 )
@@ -313,7 +338,7 @@ class HttpClient:
                 files=files,
                 data=data,
                 params=params,
-                timeout=timeout,
+                timeout=self._httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
             )
             sent = request.read()
             self.stats.add(requests=1, bytes_sent=len(sent))
@@ -322,16 +347,20 @@ class HttpClient:
                 received = self._read_body(streamed, ends, timeout, max_bytes, prefix)
             finally:
                 streamed.close()
-            # the body as read, in a response of its own (its encoding already undone)
+            # the body as read, in a response of its own (its encoding already undone); the headers
+            # as bytes: decoded, one that is not ASCII ('X-Served-By: café', a UTF-8 Location) could
+            # not be encoded again and every request failed with a bare UnicodeEncodeError
             response = self._httpx.Response(
                 streamed.status_code,
-                headers=[(k, v) for k, v in streamed.headers.multi_items()
-                         if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")],
+                headers=[(k, v) for k, v in streamed.headers.raw
+                         if k.lower() not in (b"content-encoding", b"content-length", b"transfer-encoding")],
                 content=received,
                 request=request,
             )
             self.stats.add(bytes_received=len(received))
-            if not response.is_redirect:
+            # a 3xx without a Location (300, 304, a broken gateway) is an answer, not a redirect: it
+            # was "followed" to the same URL, the request sent four times, then "too many redirects"
+            if not response.has_redirect_location:
                 return response
             target = request.url.join(response.headers.get("location", ""))
             same_origin = (target.scheme, target.host, target.port) == (
@@ -339,10 +368,20 @@ class HttpClient:
                 request.url.host,
                 request.url.port,
             )
-            if not same_origin or (method != "GET" and response.status_code not in (307, 308)):
+            # where it points, with its port: "redirect to http://127.0.0.1 refused (memdir only sends
+            # requests to http://127.0.0.1:8080)" read as a contradiction
+            where = f"{target.scheme}://{target.netloc.decode('ascii').rpartition('@')[2]}"
+            if not same_origin:
+                why = (f"memdir only sends requests to {self.origin}; if the API has moved there, "
+                       "point the base URL at it")
+            elif method != "GET" and response.status_code not in (307, 308):
+                where += target.path
+                why = f"a {response.status_code} would send the {method} again without its body"
+            else:
+                why = ""
+            if why:
                 raise RemoteEmbeddingError(
-                    f"{prefix} failed: {response.status_code} redirect to {target.scheme}://{target.host} "
-                    f"refused (memdir only sends requests to {self.origin})",
+                    f"{prefix} failed: {response.status_code} redirect to {where} refused ({why})",
                     provider=self.provider,
                     status=response.status_code,
                 )
@@ -356,7 +395,7 @@ class HttpClient:
         status keeps what came until then: its status decides, its text is only quoted)."""
         parts: list[bytes] = []
         size = 0
-        for part in response.iter_bytes():
+        for part in self._decoded(response, prefix):
             size += len(part)
             if max_bytes is not None and size > max_bytes:
                 if response.status_code >= 300:
@@ -372,6 +411,24 @@ class HttpClient:
             if time.monotonic() > ends:
                 raise self._httpx.ReadTimeout(f"response not complete after {_fmt_seconds(timeout)}s")
         return b"".join(parts)
+
+    def _decoded(self, response: httpx.Response, prefix: str) -> Iterator[bytes]:
+        """The body's parts with its ``Content-Encoding`` undone.  Why: a body that is not what its
+        encoding says (a proxy's gzip header on a plain page, a cut deflate stream) raised httpx's
+        DecodingError, which searches and warnings showed bare ("Error -3 while decompressing data:
+        incorrect header check"), naming neither the provider nor the response."""
+        try:
+            yield from response.iter_bytes()
+        except self._httpx.DecodingError as exc:
+            if response.status_code >= 300:  # its status decides; its text is only quoted
+                return
+            encoding = response.headers.get("content-encoding", "")
+            raise RemoteEmbeddingError(
+                f"{prefix} failed: the {response.status_code} response's body is not valid {encoding} as its "
+                f"Content-Encoding says ({exc}); is a proxy altering it?",
+                provider=self.provider,
+                status=response.status_code,
+            ) from None
 
     def _http_error(self, response: httpx.Response, prefix: str) -> RemoteEmbeddingError:
         status = response.status_code
@@ -401,6 +458,13 @@ def parse_json(response: httpx.Response, provider: str, what: str = "embeddings"
     """The response body as JSON, or a clear error naming the provider (not retried)."""
     try:
         return json.loads(response.content)
+    except RecursionError:  # "[[[[…" a few hundred thousand deep: Python's recursion limit, bare
+        raise RemoteEmbeddingError(
+            f"{provider} {what} failed: malformed JSON in {response.status_code} response: nested too deeply "
+            f"({len(response.content):,} bytes)",
+            provider=provider,
+            status=response.status_code,
+        ) from None
     except ValueError:
         raise RemoteEmbeddingError(
             f"{provider} {what} failed: malformed JSON in {response.status_code} response: "

@@ -106,6 +106,58 @@ def bound_transports(client: Any) -> bool:
     return wrapped
 
 
+def tls_context() -> Any:
+    """The TLS context every remote client verifies servers with: ``SSL_CERT_FILE``, else
+    ``SSL_CERT_DIR``, else certifi's bundle.  Why: a server on this machine is reached with
+    ``trust_env=False`` (no proxy for it), which made httpx drop those variables too, so a local
+    gateway whose certificate a corporate or private CA signed failed "certificate verify failed"
+    whatever ``SSL_CERT_FILE`` said (a remote host with the same certificate worked)."""
+    import httpx
+
+    return httpx.create_ssl_context(verify=True, trust_env=True)
+
+
+def proxy_for(client: Any, url: Any) -> str | None:
+    """The proxy ``client`` sends a request for ``url`` through (``HTTPS_PROXY``, ``ALL_PROXY``, …,
+    as httpx applies them with ``NO_PROXY``), without credentials; ``None`` when it goes direct.
+    Why: a proxy that refused or could not be reached failed every call as "connection error
+    (ConnectError: [Errno 111] Connection refused)", read as the API being down."""
+    import httpx
+
+    try:
+        pool = getattr(client._transport_for_url(httpx.URL(str(url))), "_pool", None)
+    except Exception:  # a future httpx without it: the error is said without the proxy
+        return None
+    proxy = getattr(pool, "_proxy_url", None)
+    if proxy is None:
+        return None
+    try:
+        host = proxy.host.decode("ascii")
+        host = f"[{host}]" if ":" in host else host
+        return f"{proxy.scheme.decode('ascii')}://{host}" + (f":{proxy.port}" if proxy.port else "")
+    except (AttributeError, UnicodeDecodeError):
+        return None
+
+
+def certificate_problem(exc: BaseException) -> str | None:
+    """What to do when ``exc`` (or what caused it) is a failed verification of a server's TLS
+    certificate, else ``None``.  Why: the error read as one more connection error ("ConnectError:
+    [SSL: CERTIFICATE_VERIFY_FAILED] …"), was retried as if the network might heal it, and nothing
+    said how a private or corporate CA is trusted."""
+    import ssl
+
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            reason = cause.verify_message or cause.reason or "certificate verify failed"
+            return (f"the server's TLS certificate could not be verified ({reason}); to trust a private or "
+                    "corporate CA, set SSL_CERT_FILE to a PEM bundle that holds it")
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def ca_certificates_error(exc: OSError) -> str:
     """Why an HTTPS client could not be built, naming what it read.  Why: a stale ``SSL_CERT_FILE``
     or ``SSL_CERT_DIR`` (which httpx reads) failed every remote call with a bare "[Errno 2] No such

@@ -226,7 +226,7 @@ def _parse_openai_output(text: str, label: str, provider: str) -> dict[str, Any]
         try:
             row = json.loads(line)
             cid = row["custom_id"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise shape_error(provider, f"{label} output line {n} is not a batch result", "batch") from None
         response = row.get("response") or {}
         if row.get("error") or to_int(response.get("status_code", 200)) >= 400:

@@ -114,9 +114,13 @@ def is_loopback_url(url: str) -> bool:
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    # 0.0.0.0 and [::] reach this machine too: a local server's own log says "running on
+    # http://0.0.0.0:8000" (vLLM, LM Studio), and a base URL copied from it was refused by
+    # offline = true and sent through HTTP_PROXY
+    return address.is_loopback or address.is_unspecified
 
 
 def clean_base_url(url: str, provider: str) -> str:

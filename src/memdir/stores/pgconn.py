@@ -87,15 +87,21 @@ def redact_dsn(dsn: str, schema: str) -> str:
     host = str(parts.get("host") or env.get("PGHOST") or "localhost")
     port = parts.get("port") or env.get("PGPORT") or ""
     db = parts.get("dbname") or env.get("PGDATABASE") or user
-    where = f"{host}:{port}" if port and not host.startswith("/") else host
+    where = f"{_bracketed(host)}:{port}" if port and not host.startswith("/") else _bracketed(host)
     return f"postgresql://{user + '@' if user else ''}{where}/{db}#{schema}"
+
+
+def _bracketed(host: str) -> str:
+    """An IPv6 address in brackets, as in a URL: "postgresql://bob@::1:5433/db" could not be told
+    from host "::1:5433"."""
+    return f"[{host}]" if ":" in host and not host.startswith(("/", "[")) else host
 
 
 def connected_where(info: Any, schema: str) -> str:
     """:func:`redact_dsn` for the server a connection reached: what libpq resolved (a service file,
     ``PG*`` variables, the host of a list that answered), where the DSN alone said "localhost"."""
     host = str(info.host or "localhost")
-    where = host if host.startswith("/") else f"{host}:{info.port}"
+    where = host if host.startswith("/") else f"{_bracketed(host)}:{info.port}"
     user = info.user or ""
     return f"postgresql://{user + '@' if user else ''}{where}/{info.dbname}#{schema}"
 

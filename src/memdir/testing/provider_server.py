@@ -71,9 +71,11 @@ class ProviderServer:
 
     def __init__(self, *, api_key: str = "test-key", dims: int = DIMS,
                  embedder: Callable[[list[str]], list[list[float]]] | None = None,
-                 record_bodies: bool = True, keep_alive: bool = False) -> None:
+                 record_bodies: bool = True, keep_alive: bool = False,
+                 tls: tuple[str, str] | None = None) -> None:
         """``keep_alive``: answer in HTTP/1.1 and keep the connection open, as the real APIs do
-        (by default each answer closes its connection)."""
+        (by default each answer closes its connection); ``tls``: (certificate, key) PEM files to
+        answer over HTTPS with."""
         self.api_key = api_key
         self.dims = dims
         #: Real vectors instead of fake ones: e.g. memdir's local model, so another system
@@ -115,6 +117,14 @@ class ProviderServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
+        self.scheme = "http"
+        if tls is not None:
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True)
+            self.scheme = "https"
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
@@ -127,7 +137,7 @@ class ProviderServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         self._httpd.shutdown()
