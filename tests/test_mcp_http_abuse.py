@@ -219,6 +219,69 @@ def test_a_port_in_use_is_one_clear_error_before_anything_starts(workspace, stat
                            "(another memdir mcp?); stop that server or choose another --port\n")
 
 
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="needs the IPv6 loopback address")
+def test_host_localhost_is_served_on_both_loopback_addresses(workspace, state_dir, tmp_path):
+    """``localhost`` is ``::1`` first on macOS and many Linux systems, and a client that does not
+    fall back to IPv4 (Node before 20) was refused by a server bound to 127.0.0.1 alone."""
+    ws, cfg = workspace
+    port = _free_port()
+    errors = (tmp_path / "stderr").open("w+")
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "mcp", "--transport", "http", "--host", "localhost",
+                             "--port", str(port), "-w", str(ws), "-c", str(cfg)], stdout=subprocess.DEVNULL,
+                            stderr=errors, env=cli_env(state_dir))
+    try:
+        with httpx.Client(timeout=60) as client:
+            for address in (f"[::1]:{port}", f"127.0.0.1:{port}"):
+                deadline = time.monotonic() + 60
+                while True:
+                    try:
+                        # the Host header a client that resolved localhost sends, whichever address
+                        answer = client.post(f"http://{address}/mcp", json=INIT,
+                                             headers={**HEADERS, "Host": f"localhost:{port}"})
+                        break
+                    except httpx.TransportError:
+                        assert proc.poll() is None and time.monotonic() < deadline, address
+                        time.sleep(0.05)
+                assert answer.status_code == 200, address
+                assert answer.json()["result"]["serverInfo"]["name"]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    errors.seek(0)
+    assert f"http://localhost:{port}/mcp" in errors.read()
+
+
+def test_host_localhost_with_its_ipv6_port_taken_is_one_clear_error(workspace, state_dir):
+    """Another program on ``[::1]:port`` would answer the clients that reach localhost there."""
+    if not _ipv6_loopback():
+        pytest.skip("needs the IPv6 loopback address")
+    ws, cfg = workspace
+    with socket.socket(socket.AF_INET6) as taken:
+        taken.bind(("::1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with socket.socket() as probe:  # the test needs the IPv4 side of that port free
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                pytest.skip("the port is taken on 127.0.0.1 too")
+        proc = subprocess.run([sys.executable, "-m", "memdir", "mcp", "--transport", "http", "--host", "localhost",
+                               "--port", str(port), "-w", str(ws), "-c", str(cfg)], capture_output=True, text=True,
+                              timeout=60, env=cli_env(state_dir))
+    assert proc.returncode == 1
+    assert proc.stderr == (f"memdir: cannot listen on http://localhost (::1):{port}: the port is already in use "
+                           "(another memdir mcp?); stop that server or choose another --port\n")
+
+
 def _flock_waiters(pid: int) -> bool:
     """Whether process ``pid`` is blocked waiting for an flock (``/proc/locks`` marks waiters ``->``)."""
     rows = [line.split() for line in Path("/proc/locks").read_text().splitlines()]

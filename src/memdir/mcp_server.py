@@ -163,6 +163,36 @@ def listen(host: str, port: int) -> socket.socket:
         raise PortUnavailable(f"cannot listen on http://{shown}:{port}: {why}") from None
 
 
+def listen_sockets(host: str, port: int) -> list[socket.socket]:
+    """The sockets ``host:port`` is served on: both loopback addresses for ``localhost``.
+
+    Why: ``localhost`` resolves to ``::1`` first on macOS and many Linux systems, and clients that
+    do not fall back to IPv4 (Node before 20, whose ``fetch`` many MCP clients use) could not reach
+    a server bound to ``127.0.0.1`` alone.  ``::1`` is skipped where this machine has no IPv6; a
+    ``::1`` port another program holds is an error, as it would answer those clients.
+    """
+    if host.lower() != "localhost":
+        return [listen(host, port)]
+    sockets = [listen("127.0.0.1", port)]
+    try:
+        sockets.append(listen("::1", port))
+    except (PortUnavailable, OSError) as exc:  # (OSError: no IPv6 socket can be made at all)
+        if not _no_ipv6():
+            sockets[0].close()
+            raise PortUnavailable(str(exc).replace("http://[::1]", "http://localhost (::1)")) from None
+    return sockets
+
+
+def _no_ipv6() -> bool:
+    """Whether this machine cannot bind the IPv6 loopback address at all (no IPv6 stack)."""
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return True
+    return False
+
+
 def transport_security(host: str) -> TransportSecuritySettings:
     """Host/Origin allow-lists: loopback names on any port (and no port), http and https."""
     names = {"127.0.0.1", "localhost", "[::1]"}
@@ -263,8 +293,8 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         self.stopping = threading.Event()
         #: The ``tools/call`` fast path in front of the streamable-HTTP app, once that app is built.
         self.fast_path: ToolCallFastPath | None = None
-        #: The socket :func:`serve` bound for the HTTP transport (``None``: uvicorn binds its own).
-        self.http_socket: socket.socket | None = None
+        #: The sockets :func:`serve` bound for the HTTP transport (empty: uvicorn binds its own).
+        self.http_sockets: list[socket.socket] = []
         settings = getattr(memory, "settings", None)
         citations = getattr(getattr(settings, "memory", None), "citations", "auto")
         sources = getattr(getattr(settings, "memory_search", None), "sources", ())
@@ -379,7 +409,7 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
             raise
 
     async def run_streamable_http_async(self) -> None:
-        """As the SDK's, on :attr:`http_socket`, and stopping promptly when asked.
+        """As the SDK's, on :attr:`http_sockets`, and stopping promptly when asked.
 
         Why: uvicorn otherwise waits for every request to finish before it stops, so SIGTERM
         with a call stalled in flight took until the call's deadline, and a client that sent
@@ -399,7 +429,7 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
             loop.call_soon_threadsafe(loop.call_later, CALL_GRACE, self.stop_calls)
 
         server.handle_exit = handle_exit  # type: ignore[method-assign]
-        await server.serve(sockets=None if self.http_socket is None else [self.http_socket])
+        await server.serve(sockets=self.http_sockets or None)
 
     def streamable_http_app(self) -> Any:
         """The SDK's app behind :class:`RequestGuard`, and :class:`ToolCallFastPath` (unless
@@ -970,7 +1000,7 @@ def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", por
         raise ValueError(f"unknown transport {transport!r} (expected stdio or http)")
     server = build_server(memory, host=host, port=port, session_key=session_key)
     if kind == "streamable-http":
-        server.http_socket = listen(server.settings.host, int(port))
+        server.http_sockets = listen_sockets(server.settings.host, int(port))
         shown = f"[{server.settings.host}]" if ":" in server.settings.host else server.settings.host
         print(f"memdir MCP server: http://{shown}:{port}{server.settings.streamable_http_path} "
               f"(workspace {getattr(memory, 'workspace', '?')}; Ctrl-C stops it)", file=sys.stderr, flush=True)
