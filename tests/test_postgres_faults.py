@@ -672,3 +672,85 @@ def test_agents_syncing_at_once_leave_a_connection_for_the_processs_searches(pg:
     finally:
         a.close()
         b.close()
+
+
+# -- a frozen server --------------------------------------------------------------------------------
+
+class _FreezableProxy:
+    """A TCP proxy in front of the test server that can stop forwarding, both ways, while keeping its
+    sockets open: what a server stopped with SIGSTOP, or a stalled proxy or VPN, looks like to a client
+    (the kernel still acknowledges every packet, so keepalives never fire)."""
+
+    def __init__(self, url: str):
+        from psycopg.conninfo import conninfo_to_dict
+
+        parts = conninfo_to_dict(url)
+        host, port = str(parts.get("host") or "localhost"), int(parts.get("port") or 5432)
+        self.target: Any = f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
+        self.url = f"postgresql://{parts.get('user') or ''}@127.0.0.1:{{}}/{parts.get('dbname') or 'postgres'}"
+        if parts.get("password"):
+            self.url += f"?password={parts['password']}"
+        self.frozen = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = self.url.format(self.listener.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            family = socket.AF_UNIX if isinstance(self.target, str) else socket.AF_INET
+            server = socket.socket(family)
+            server.connect(self.target)
+            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        import select
+
+        with a, b:
+            while True:
+                if self.frozen.is_set():
+                    time.sleep(0.05)
+                    continue
+                for s in select.select([a, b], [], [], 0.05)[0]:
+                    data = s.recv(65536)
+                    if not data:
+                        return
+                    (b if s is a else a).sendall(data)
+
+    def close(self) -> None:
+        self.frozen.clear()
+        self.listener.close()
+
+
+def test_a_search_against_a_frozen_server_gives_up_naming_it_then_answers_again(pg: Backend, make_workspace,
+                                                                                 tmp_path: Path, monkeypatch):
+    """A server that stops answering after the connection was made (SIGSTOP of its backend, a proxy
+    that stops forwarding) held a search of a long-lived Memory (the MCP server) for ever: keepalives
+    are acknowledged by the kernel.  Each statement of a search waits a bounded time; after that the
+    search fails naming the server, and once it answers again the next search does, nothing lost."""
+    import memdir.api
+
+    monkeypatch.setattr(memdir.api, "SEARCH_ANSWER_SECONDS", 2.0)
+    proxy = _FreezableProxy(pg.url)
+    config = Backend("postgres", proxy.url, pg.schema).config({"memorySearch": {"provider": "none"}})
+    ws = make_workspace({"MEMORY.md": "- billing uses Kafka for ordering\n"})
+    try:
+        with Memory(ws, config=config, state_dir=tmp_path) as mem:
+            mem.sync()
+            assert mem.search("kafka").results
+            (ws / "memory").mkdir(exist_ok=True)
+            (ws / "memory" / "2026-01-02.md").write_text("- kafka retention is seven days\n")
+            proxy.frozen.set()
+            done, value = _in_thread(lambda: mem.search("kafka retention"), 60)
+            assert done, "the search hung on the frozen server"
+            assert isinstance(value, StoreError), value
+            assert "no answer within 2 s" in str(value) and "127.0.0.1" in str(value), value
+            proxy.frozen.clear()
+            response = mem.search("kafka retention")
+            assert not response.stale, response.warnings
+            assert response.results[0].path == "memory/2026-01-02.md"
+    finally:
+        proxy.close()

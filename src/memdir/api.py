@@ -40,7 +40,7 @@ from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig, with_value
 from memdir.stores import Store, open_store
-from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE
+from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SEARCH_ANSWER_SECONDS, SKIPPED_STATE, bounded_answers
 from memdir.upkeep import STATUS_CHECK_MAX_BYTES, IndexUpkeep, writable_again
 
 if TYPE_CHECKING:  # imported where used: pydantic and the indexer are not needed to answer a search
@@ -519,7 +519,10 @@ class Memory(IndexUpkeep):
         if mode not in SEARCH_MODES:
             raise ValueError(f"unknown search mode {mode!r} (expected one of {', '.join(SEARCH_MODES)})")
         _check_limits(max_results, min_score)
-        return self._healing(lambda: self._search_once(query, max_results, min_score, explain, sync, mode))
+        # A database server that stops answering (frozen, a stalled proxy) fails the search in a
+        # bounded time, naming the server, instead of holding the agent's call for ever.
+        with bounded_answers(SEARCH_ANSWER_SECONDS):
+            return self._healing(lambda: self._search_once(query, max_results, min_score, explain, sync, mode))
 
     def _search_once(self, query: str, max_results: int | None, min_score: float | None, explain: bool,
                      sync: bool | None, mode: SearchMode) -> SearchResponse:

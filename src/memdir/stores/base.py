@@ -40,12 +40,55 @@ The contract every backend keeps:
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
+
+
+#: Seconds each database statement of a search waits for the server's answer before its connection
+#: is closed (a frozen server or network path); more than PostgreSQL's lock wait (30 s), so a lock
+#: held by another session is named as such first.
+SEARCH_ANSWER_SECONDS = 45.0
+
+
+class AnswerBound:
+    """How long each statement of the call in progress may wait for a database server's answer.
+
+    A server (or a proxy, a VPN) that is frozen still acknowledges packets, so neither TCP
+    keepalives nor a server-side timeout end the wait: a search against it hung for ever.  The
+    PostgreSQL store closes a connection whose statement outlives ``seconds`` (see
+    :mod:`memdir.stores.pgconn`); once one has, the rest of the call fails at once instead of
+    waiting again.  SQLite's waits are bounded by its busy timeout and ignore this.
+    """
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+        #: The statement that went unanswered (set once one has), for the error of the next.
+        self.expired: str | None = None
+
+
+_ANSWER_BOUND: ContextVar[AnswerBound | None] = ContextVar("memdir_answer_bound", default=None)
+
+
+def answer_bound() -> AnswerBound | None:
+    """The bound of the call in progress in this thread (None: statements may wait as long as they take)."""
+    return _ANSWER_BOUND.get()
+
+
+@contextmanager
+def bounded_answers(seconds: float | None) -> Iterator[AnswerBound]:
+    """Within the block each database statement waits at most ``seconds`` for its answer (a search);
+    ``None`` lifts an enclosing bound (an index build, a cleanup: legitimately minutes)."""
+    bound = AnswerBound(seconds)
+    token = _ANSWER_BOUND.set(bound)
+    try:
+        yield bound
+    finally:
+        _ANSWER_BOUND.reset(token)
 
 
 @dataclass(frozen=True, slots=True)

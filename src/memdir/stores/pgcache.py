@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
-from memdir.stores.base import ChunkRow
+from memdir.stores.base import ChunkRow, bounded_answers
 from memdir.stores.pgsearch import floats, vec
 
 
@@ -90,7 +90,7 @@ class PgCache:
         """
         if not max_entries:
             return 0
-        with self._write() as c:
+        with bounded_answers(None), self._write() as c:  # (one statement over the whole cache)
             row = c.execute("WITH old AS (SELECT provider, model, provider_key, hash FROM embedding_cache "
                             "ORDER BY updated_at DESC, hash DESC OFFSET %s), v AS (SELECT e.ctid AS t FROM "
                             "embedding_cache e JOIN old USING (provider, model, provider_key, hash) "

@@ -13,6 +13,12 @@
   the password).  A pooled connection the server closed while it sat idle (a restart,
   ``pg_terminate_backend``) is noticed when it is taken and replaced: a long-lived process
   (the MCP server, a reused ``Memory``) keeps answering instead of failing once per connection.
+* **A frozen server is given up on**: within a search (:func:`memdir.stores.base.bounded_answers`)
+  a statement whose answer does not come in ``SEARCH_ANSWER_SECONDS`` has its connection's socket
+  shut from a timer thread, which ends libpq's wait; the pool then replaces the connection.  A
+  server stopped with SIGSTOP, or a proxy that stopped forwarding, still acknowledges packets, so
+  keepalives never fire and ``statement_timeout`` runs on the frozen server itself: without this a
+  search hung for ever.  Index builds, migrations and cleanups are not bounded (minutes is normal).
 * **The writer lock** is a session-level ``pg_try_advisory_lock`` on a hash of (schema, agent),
   held on a connection of its own for a whole sync: it works across hosts (``flock`` does not),
   and the server drops it when the holder's connection dies, so there are no stale locks.
@@ -32,6 +38,7 @@ from typing import Any, ClassVar
 
 from memdir.errors import StoreError
 from memdir.lock import is_stopped, thread_wait
+from memdir.stores.base import AnswerBound, answer_bound
 from memdir.stores.pgschema import TABLES, lock_key, migrate, set_search_path
 
 EXTRA_HINT = "PostgreSQL support needs the postgres extra: pip install 'memdir[postgres]'"
@@ -119,6 +126,90 @@ def bad_dsn_message(dsn: str, exc: BaseException) -> str:
             text = text.replace(f'"{quoted}"', "the DSN")
     text = re.sub(r"(://[^:/@?#\s]*:)[^@\s]*@", r"\1***@", text)
     return f"invalid PostgreSQL connection string (store.dsn / MEMDIR_DATABASE_URL): {text}"
+
+
+class _Cut:
+    """Shuts a waiting connection's socket if the timer fires before the wait ends (once only)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.lock = threading.Lock()
+        self.state = "waiting"  # -> "answered" | "cut"
+
+    def fire(self) -> None:
+        with self.lock:
+            if self.state != "waiting":
+                return
+            self.state = "cut"
+            try:  # a duplicate of the descriptor: the connection's own is closed by its owner only
+                sock = socket.socket(fileno=os.dup(self.fd))
+            except OSError:
+                return
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # libpq's poll wakes up and reads the end of the stream
+            except OSError:
+                pass
+            finally:
+                sock.close()
+
+    def finish(self) -> bool:
+        """Stop the timer's effect; whether it already cut the connection."""
+        with self.lock:
+            if self.state == "waiting":
+                self.state = "answered"
+            return self.state == "cut"
+
+
+_WATCHED: list[Any] = []
+
+
+def watched_class() -> Any:
+    """psycopg's ``Connection`` whose waits for the server honour :func:`answer_bound` (made once,
+    psycopg being imported only when PostgreSQL is used)."""
+    if _WATCHED:
+        return _WATCHED[0]
+    import psycopg
+
+    class NoAnswer(psycopg.OperationalError):
+        """The server did not answer a bounded statement in time; the connection was closed."""
+
+    class WatchedConnection(psycopg.Connection):  # type: ignore[type-arg]
+        def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
+            bound = answer_bound()
+            if bound is None or bound.seconds is None:
+                return super().wait(gen, *args, **kwargs)
+            if bound.expired is not None:  # one statement went unanswered: do not wait on another
+                self.close()
+                raise NoAnswer(bound.expired)
+            try:
+                cut = _Cut(self.pgconn.socket)
+            except psycopg.Error:
+                return super().wait(gen, *args, **kwargs)  # closed: psycopg says so
+            timer = threading.Timer(bound.seconds, cut.fire)
+            timer.daemon = True
+            timer.start()
+            try:
+                result = super().wait(gen, *args, **kwargs)
+            except psycopg.OperationalError:
+                if not cut.finish():
+                    raise
+                self.close()
+                bound.expired = no_answer(bound)
+                raise NoAnswer(bound.expired) from None
+            finally:
+                timer.cancel()
+            if cut.finish():  # the answer came as the socket was shut: the session cannot go on
+                self.close()
+            return result
+
+    WatchedConnection.NoAnswer = NoAnswer  # type: ignore[attr-defined]
+    _WATCHED.append(WatchedConnection)
+    return WatchedConnection
+
+
+def no_answer(bound: AnswerBound) -> str:
+    return (f"no answer within {bound.seconds:g} s (the server, or a proxy or VPN on the way, is frozen or "
+            "stopped forwarding): memdir closed the connection, and the next call opens another")
 
 
 def _dead(conn: Any) -> bool:
@@ -228,6 +319,7 @@ class Database:
         pool = ConnectionPool(self.dsn, min_size=1, max_size=self._max_size(), timeout=CONNECT_TIMEOUT,
                               reconnect_timeout=RECONNECT_TIMEOUT,
                               kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT, **KEEPALIVES},
+                              connection_class=watched_class(),
                               configure=self._configure, open=True, name=f"memdir-{self.schema}")
         pool.wait(timeout=30)
         return pool
@@ -318,6 +410,9 @@ class Database:
         import psycopg
         from psycopg_pool import PoolTimeout
 
+        bound = answer_bound()
+        if bound is not None and bound.expired is not None:  # (a connection is not even waited for)
+            raise DatabaseUnavailable(f"PostgreSQL at {self.where}: {bound.expired}")
         pool = self.pool
         try:
             conn = self._live_connection(pool, POOL_QUICK_WAIT)
@@ -338,6 +433,8 @@ class Database:
             conn = self.dedicated("memdir")
         try:
             yield conn
+        except watched_class().NoAnswer as exc:
+            raise DatabaseUnavailable(f"PostgreSQL at {self.where}: {exc}") from None
         except psycopg.errors.LockNotAvailable as exc:
             raise self.lock_error(exc) from exc
         except psycopg.errors.QueryCanceled as exc:
@@ -374,12 +471,14 @@ class Database:
             return _one_line(exc)
         return f"no free connection within {CONNECT_TIMEOUT} s"
 
-    def dedicated(self, application_name: str) -> Any:
-        """A connection outside the pool (the writer lock, concurrent index builds)."""
+    def dedicated(self, application_name: str, *, watched: bool = False) -> Any:
+        """A connection outside the pool (the writer lock, concurrent index builds); ``watched``: its
+        statements honour :func:`answer_bound` (the writer lock's, not an index build's)."""
         import psycopg
 
         try:
-            conn = psycopg.connect(self.dsn, autocommit=True, application_name=application_name[:63],
+            cls = watched_class() if watched else psycopg.Connection
+            conn = cls.connect(self.dsn, autocommit=True, application_name=application_name[:63],
                                    connect_timeout=CONNECT_TIMEOUT, **KEEPALIVES)
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {self.where}: {_one_line(exc)}") from None
@@ -476,7 +575,7 @@ class AdvisoryWriterLock:
             self._thread_lock.release()
 
     def _connect(self) -> Any:
-        conn = self.db.dedicated(f"memdir writer {os.getpid()}@{socket.gethostname()}")
+        conn = self.db.dedicated(f"memdir writer {os.getpid()}@{socket.gethostname()}", watched=True)
         if conn.info.server_version >= 140000:
             # The connection idles while the sync reads and embeds; a server's idle_session_timeout
             # (managed services set one) closed it, and with it the lock, while the sync went on writing.

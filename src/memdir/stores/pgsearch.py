@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memdir.stores import pgkeyword
-from memdir.stores.base import Hit
+from memdir.stores.base import Hit, bounded_answers
 from memdir.stores.pgkeyword import pg_text
 
 if TYPE_CHECKING:
@@ -304,8 +304,9 @@ class PgSearch:
 
     def _count_frequent(self, ix: int) -> None:
         """Recount ``frequent_lexemes`` (one pass over the generation's tsvectors) once a share of its
-        chunks has been rewritten since the last count (see :func:`pgkeyword.frequent_sql`)."""
-        with self._write() as c:
+        chunks has been rewritten since the last count (see :func:`pgkeyword.frequent_sql`); one pass
+        over a large index may take minutes, so not under a search's bound on answers."""
+        with bounded_answers(None), self._write() as c:
             row = c.execute("SELECT n_docs, churn, frequent_at FROM indexes WHERE id = %s FOR UPDATE", (ix,)).fetchone()
             if row is None:
                 return  # the generation is gone (cleaned away by another writer): the rebuild says so
