@@ -385,6 +385,33 @@ def test_a_search_waiting_for_a_stopped_first_build_says_it_is_stopped(make_work
         holder.wait()
 
 
+def test_a_search_giving_up_on_a_stopped_writer_says_who_and_how_to_resume_it(make_workspace, run_cli, state_dir):
+    # Before: the search answered within its budget, stale, with only "the index may be stale":
+    # read as a moment's lag, though the edited note would not be indexed until the stopped
+    # writer was resumed, and nothing named it (only `status` did).
+    from memdir.lock import is_stopped
+
+    ws = make_workspace(FILES)
+    env = {"MEMDIR_PROVIDER": "none"}
+    run_cli("index", "-w", str(ws), env=env)
+    index = Path(json.loads(run_cli("status", "--json", "-w", str(ws), env=env).stdout)["indexPath"])
+    (ws / "memory" / "2026-01-11.md").write_text("- Kafka retention is seven days.\n")
+    holder = _lock_holder(index)
+    try:
+        os.kill(holder.pid, signal.SIGSTOP)
+        end = time.monotonic() + 10
+        while not is_stopped(holder.pid) and time.monotonic() < end:
+            time.sleep(0.01)
+        out = json.loads(run_cli("search", "Kafka", "--json", "-w", str(ws), env=env).stdout)
+        assert out["stale"] is True and out["results"], out
+        assert any(f"pid {holder.pid} is writing the index but is stopped" in w and f"kill -CONT {holder.pid}" in w
+                   for w in out["warnings"]), out["warnings"]
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.kill()
+        holder.wait()
+
+
 def test_an_append_waiting_for_a_stopped_writer_of_the_file_gives_up_and_says_so(tmp_path: Path, monkeypatch):
     # Before: an append waited for ever for another process's lock on the daily file (a writer
     # stopped mid-append with Ctrl-Z, a script holding it): `memdir append` hung without a word.

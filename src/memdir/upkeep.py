@@ -182,9 +182,21 @@ class IndexUpkeep:
             # Wait for a sync already running (the watcher's, another process's) within the budget.
             report = self.sync(reason="search", deadline=deadline, lock_timeout=budget)
         except LockTimeout:
-            return True, [], None
+            return True, self._stopped_writer(), None
         starved = _starved(report.skipped)
         return report.incomplete or bool(starved), starved + _refused(report.skipped), None
+
+    def _stopped_writer(self) -> list[str]:
+        """Why a search that gave up waiting for the writer lock is stale, when its holder is stopped
+        (Ctrl-Z, SIGSTOP): the changed notes wait for it until it is resumed, where the bare "may be
+        stale" read as a moment's lag and named nobody (``status`` alone said who)."""
+        from memdir.lock import holder_of
+
+        holder = holder_of(self.indexer.lock)
+        if not holder.get("stopped"):
+            return []
+        return [f"pid {holder['pid']} is writing the index but is stopped (Ctrl-Z or SIGSTOP), so the changed files "
+                f"wait for it: {resume_advice(holder['pid'])}"]
 
     def _rebuild_for_settings(self, why: str, budget: float) -> tuple[bool, list[str], Store | None]:
         """The settings changed in a way the index must be rebuilt for (chunk size, tokenizer, ...)
