@@ -250,6 +250,50 @@ def test_memdir_watch_stops_when_the_reader_of_its_output_goes_away(make_workspa
     assert proc.returncode == 141 and "Traceback" not in err, err
 
 
+def test_memdir_watch_keeps_indexing_while_its_output_is_not_read(make_workspace, state_dir):
+    """A reader that stops reading (a consumer that froze, a pager left at a page): the watcher's sync
+    thread printed each event, so once the pipe was full the next write blocked it, nothing more was
+    indexed and SIGTERM waited for ever.  Events are written by a thread of their own."""
+    import fcntl
+    import termios
+
+    ws = make_workspace({"memory/a.md": "Alpha note.\n"})
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "watch", "--json", "--debounce-ms", "50", "-w", str(ws)],
+                            stdout=write_end, stderr=subprocess.DEVNULL,
+                            env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
+    os.close(write_end)
+    probe = Memory(ws, config={"memorySearch": {"provider": "none"}}, state_dir=state_dir)
+    try:
+        def pending() -> int:
+            return int.from_bytes(fcntl.ioctl(read_end, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
+
+        deadline = time.monotonic() + DEADLINE
+        while pending() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)  # started: the first line is out
+        long = "n" * 200  # (each change event is a few hundred bytes: the pipe fills in a few hundred)
+        for i in range(400):
+            (ws / "memory" / f"{long}{i}.md").write_text(f"Note {i}.\n")
+            if i % 20 == 19:
+                time.sleep(0.2)
+        while pending() < 60_000 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pending() >= 60_000, "the pipe never filled"
+        (ws / "memory" / "last.md").write_text("Zebrafinch sighting.\n")
+        while not probe.search("zebrafinch", sync=False).results and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert probe.search("zebrafinch", sync=False).results, "the watch stopped indexing once its output was full"
+        proc.terminate()
+        proc.wait(timeout=30)  # the pipe still full
+    finally:
+        probe.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(read_end)
+    assert proc.returncode == 0
+
+
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
 def test_memdir_watch_cli_prints_json_events_and_stops_cleanly_on_ctrl_c(make_workspace, state_dir, stop_signal):
     ws = make_workspace({"memory/a.md": "Alpha note.\n"})

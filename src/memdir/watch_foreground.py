@@ -6,8 +6,11 @@ long-running hosts (``memdir mcp``, the agent loop) start a watcher without it.
 
 from __future__ import annotations
 
+import collections
+import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from memdir.watch import Event, Watcher
@@ -43,6 +46,82 @@ def _skipped(skipped: list[dict[str, Any]]) -> str:
     return f", {len(skipped)} skipped ({first}{more})"
 
 
+#: Event lines kept for a reader that stopped reading; more are counted and dropped, said once it reads again.
+OUTPUT_BACKLOG = 10_000
+#: Seconds the closing line waits for a reader that stopped reading before the watch exits without it.
+CLOSE_WAIT = 2.0
+
+
+class _Output:
+    """The event lines, written to stdout by a thread of their own.
+
+    Printed by the watcher's sync thread, a reader that stopped reading (a pipe into a consumer
+    that froze, ``memdir watch | less`` left at a page) filled the pipe and the next line's write
+    blocked the sync: nothing more was indexed, and SIGTERM waited on it for ever.  Lines beyond
+    :data:`OUTPUT_BACKLOG` are dropped and counted; the writes go straight to the descriptor, so the
+    interpreter's exit never waits on a buffer a blocked write holds.
+    """
+
+    def __init__(self, stream: Any, dropped_line: Callable[[int], str]):
+        self.fd = stream.fileno()
+        # (a name the terminal's encoding cannot write is shown escaped: an error here lost the line)
+        self.encoding = stream.encoding or "utf-8"
+        self.errors = "backslashreplace" if stream.errors in (None, "strict") else stream.errors
+        self.dropped_line = dropped_line
+        self.lines: collections.deque[str] = collections.deque()
+        self.dropped = 0
+        self.busy = False
+        self.cond = threading.Condition()
+        #: Set when the reader went away (``memdir watch --json | head -3``: EPIPE).
+        self.gone = threading.Event()
+        threading.Thread(target=self._run, name="memdir-watch-output", daemon=True).start()
+
+    def put(self, text: str) -> None:
+        with self.cond:
+            if len(self.lines) >= OUTPUT_BACKLOG:
+                self.dropped += 1
+                return
+            self.lines.append(text)
+            self.cond.notify_all()
+
+    def _run(self) -> None:
+        while not self.gone.is_set():
+            with self.cond:
+                while not self.lines:
+                    self.cond.wait()
+                text = self.lines.popleft()
+                dropped, self.dropped = self.dropped, 0
+                self.busy = True
+            try:
+                if dropped:
+                    self._write(self.dropped_line(dropped))
+                self._write(text)
+            except BrokenPipeError:
+                self.gone.set()
+            except (OSError, UnicodeError):
+                pass  # (a full disk under a redirect: the watch goes on indexing)
+            finally:
+                with self.cond:
+                    self.busy = False
+                    self.cond.notify_all()
+
+    def _write(self, text: str) -> None:
+        data = (text + "\n").encode(self.encoding, self.errors)
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every line to be written; whether they were."""
+        end = time.monotonic() + timeout
+        with self.cond:
+            while (self.lines or self.busy) and not self.gone.is_set():
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(left)
+        return True
+
+
 def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | None = None,
                    quiet: bool = False) -> int:
     """``memdir watch``: sync now, then on every change until Ctrl-C or SIGTERM (exit 0); ``quiet``
@@ -52,21 +131,24 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
 
     from memdir.cli import for_terminal, json_text
 
-    lock = threading.Lock()
+    def dropped_line(count: int) -> str:
+        note = f"{count} event(s) not shown: the output was not being read"
+        if as_json:
+            return json_text({"event": "dropped", "time": round(time.time(), 3), "count": count, "why": note})
+        return f"{time.strftime('%H:%M:%S')} {note}"
+
+    sys.stdout.flush()
+    output = _Output(sys.stdout, dropped_line)
     #: Set when the reader of stdout went away (`memdir watch --json | head -3`): the watcher's
     #: threads swallowed the BrokenPipeError, and the watch ran on, unread, until killed.
-    gone = threading.Event()
+    gone = output.gone
 
     def show(event: Event) -> None:
         text = json_text(event) if as_json else _line(event)
         if text is not None and not as_json:  # (a file's name may hold an escape sequence)
             text = for_terminal(text)
         if text is not None and not gone.is_set():
-            with lock:
-                try:
-                    print(text, flush=True)
-                except BrokenPipeError:
-                    gone.set()
+            output.put(text)
 
     watcher = Watcher(memory, on_event=show, debounce_ms=debounce_ms, sync_at_start=True)
     show({"event": "start", "time": round(time.time(), 3), "workspace": str(memory.workspace),
@@ -89,6 +171,7 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     show({"event": "stop", "time": round(time.time(), 3)})
+    output.drain(CLOSE_WAIT)  # (a reader that stopped reading does not hold the exit)
     if gone.is_set():
         raise BrokenPipeError  # the CLI exits quietly with 141, as a tool killed by SIGPIPE
     if not as_json and not quiet:
