@@ -337,6 +337,48 @@ def test_a_worker_that_dies_or_cannot_start_leaves_the_files_to_the_indexer(
     assert sync.WORKER_MIN_BYTES == 0
 
 
+def test_a_worker_stopped_mid_build_leaves_the_files_to_the_indexer(
+        make_workspace, tmp_path: Path, worker_calls: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: a chunking worker stopped with SIGSTOP (a debugger, a hostile tester) held the build in
+    # a read of its next reply for ever, without a word: `memdir index` never finished.
+    import os
+    import signal
+    import threading
+
+    from memdir import build_worker
+
+    ws = make_workspace(_worker_notes())
+    expected = _build(ws, tmp_path / "reference", {"memorySearch": {"provider": "none"}})
+    monkeypatch.setattr(build_worker, "STOPPED_WORKER_WAIT", 0.5)
+    real_reply = build_worker.ChunkWorker.reply
+    stopped: list[int] = []
+    answered: list[int] = []
+
+    def stopping_reply(self):
+        if len(answered) == 2 and not stopped:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+            stopped.append(self.proc.pid)
+        answer = real_reply(self)
+        answered.append(len(answer))
+        return answer
+
+    monkeypatch.setattr(build_worker.ChunkWorker, "reply", stopping_reply)
+    out: list[object] = []
+    thread = threading.Thread(target=lambda: out.append(_build(ws, tmp_path / "stopped",
+                                                                {"memorySearch": {"provider": "none"}})), daemon=True)
+    thread.start()
+    thread.join(60)
+    try:
+        assert not thread.is_alive(), "the build waited for ever for the stopped worker"
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # (killed by the indexer, as it should be)
+    assert stopped and out == [expected]
+
+
 def test_a_file_the_worker_cannot_read_is_reported_as_skipped(make_workspace, tmp_path: Path,
                                                                worker_calls: list[str]) -> None:
     import os

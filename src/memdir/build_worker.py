@@ -95,12 +95,20 @@ def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
                     for c, _ts, first, last in plan(content, path, curated=curated, tokens=tokens, overlap=overlap,
                                                        tz=tz)]
             reply.append((digest, rows))
-        pickle.dump(reply, out, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        out.write(len(data).to_bytes(8, "little") + data)  # (sized: the reader never blocks mid-reply)
         out.flush()
 
 
 #: How many bytes of answers may wait in the pipe for the indexing process to read them.
 WORKER_PIPE_BYTES = 1 << 20
+#: Seconds a reply is waited for while the worker is stopped (SIGSTOP, a debugger) before the
+#: indexing process plans the remaining files itself.
+STOPPED_WORKER_WAIT = 3.0
+
+
+class WorkerStopped(RuntimeError):
+    """The worker was stopped while the indexing process waited for its reply."""
 
 
 class ChunkWorker:
@@ -141,8 +149,39 @@ class ChunkWorker:
         self.proc.stdin.flush()
 
     def reply(self) -> list[tuple[str, list[tuple[Any, ...]]] | None]:
+        size = int.from_bytes(self._read(8), "little")
+        return pickle.loads(self._read(size))
+
+    def _read(self, n: int) -> bytes:
+        """``n`` bytes of the worker's answers.  A worker stopped (SIGSTOP) held ``memdir index``
+        in a read for ever without a word, its build never finished: one stopped for
+        :data:`STOPPED_WORKER_WAIT` seconds raises :class:`WorkerStopped`, and the indexer plans the
+        rest itself (the worker is killed: it only computes, nothing is lost)."""
+        import select
+        import time
+
+        from memdir.lock import is_stopped
+
         assert self.proc.stdout is not None
-        return pickle.load(self.proc.stdout)
+        fd = self.proc.stdout.fileno()
+        parts: list[bytes] = []
+        stopped_since: float | None = None
+        while n > 0:
+            if not select.select([fd], [], [], 0.5)[0]:
+                if not is_stopped(self.proc.pid):
+                    stopped_since = None
+                    continue
+                now = time.monotonic()
+                stopped_since = now if stopped_since is None else stopped_since
+                if now - stopped_since >= STOPPED_WORKER_WAIT:
+                    raise WorkerStopped(f"the chunking worker (pid {self.proc.pid}) is stopped")
+                continue
+            part = os.read(fd, min(n, WORKER_PIPE_BYTES))
+            if not part:
+                raise EOFError("the chunking worker ended")
+            parts.append(part)
+            n -= len(part)
+        return b"".join(parts)
 
     def close(self) -> None:
         """Stop the worker (it is never left running: it only computes, nothing is lost)."""
