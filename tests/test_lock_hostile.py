@@ -396,6 +396,7 @@ def test_a_search_giving_up_on_a_stopped_writer_says_who_and_how_to_resume_it(ma
     run_cli("index", "-w", str(ws), env=env)
     index = Path(json.loads(run_cli("status", "--json", "-w", str(ws), env=env).stdout)["indexPath"])
     (ws / "memory" / "2026-01-11.md").write_text("- Kafka retention is seven days.\n")
+    (ws / "MEMORY.md").write_text("# Moved down\n\n" + FILES["MEMORY.md"])  # (a result whose lines moved)
     holder = _lock_holder(index)
     try:
         os.kill(holder.pid, signal.SIGSTOP)
@@ -406,6 +407,8 @@ def test_a_search_giving_up_on_a_stopped_writer_says_who_and_how_to_resume_it(ma
         assert out["stale"] is True and out["results"], out
         assert any(f"pid {holder.pid} is writing the index but is stopped" in w and f"kill -CONT {holder.pid}" in w
                    for w in out["warnings"]), out["warnings"]
+        # (the search had sync on: it is no advice to a search that could not catch up)
+        assert not any("search with sync on" in w for w in out["warnings"]), out["warnings"]
     finally:
         os.kill(holder.pid, signal.SIGCONT)
         holder.kill()

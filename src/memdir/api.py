@@ -556,7 +556,9 @@ class Memory(IndexUpkeep):
                 notes.append(f"the index must be rebuilt ({why}): its results may differ from a current index's "
                              "(run `memdir index`, or search with sync on)")
         if partial is None and (stale or not do_sync):
-            self._flag_moved_lines(store, response, "run `memdir index`, or search with sync on")
+            # (with sync on, the sync could not catch up: "search with sync on" sent the user in circles)
+            self._flag_moved_lines(store, response, "run `memdir index`" if do_sync else
+                                   "run `memdir index`, or search with sync on")
         elif partial is None and self._indexer is not None and self._indexer.kept_unread:
             self._flag_moved_lines(store, response, "it could not be indexed again: see `memdir status`")
         if not (do_sync or stale or response.results) and store.read_meta() is None:
