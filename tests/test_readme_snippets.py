@@ -48,3 +48,31 @@ def test_the_python_example_uses_the_same_index_as_the_cli(tmp_path: Path):
     assert re.search(r"^\d\.\d{3} memory/2026-01-12\.md:\d+-\d+$", run.stdout, flags=re.M), run.stdout
     assert "# Long-term memory" in run.stdout
     assert sorted(p.name for p in index_dir.glob("*.sqlite")) == before  # no second index
+
+
+def test_a_folder_of_ordinary_notes_is_not_indexed_without_a_word(tmp_path: Path):
+    """Regression: the Quick start's next step, ``memdir --workspace ~/notes index`` on a folder of
+    ordinary notes (no MEMORY.md, no memory/), printed "0 indexed" and every search "No matches."
+    with nothing saying why; both name the memory files memdir reads and how to add the others."""
+    env = _home(tmp_path)
+    env["MEMDIR_PROVIDER"] = "none"
+    notes = Path(env["HOME"]) / "notes"
+    notes.mkdir()
+    (notes / "ideas.md").write_text("# Ideas\n- use Kafka for billing\n", encoding="utf-8")
+
+    def memdir(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "memdir", "--workspace", "~/notes", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    index = memdir("index")
+    assert index.returncode == 0, index.stderr
+    assert "no memory files in" in index.stderr and "(ideas.md)" in index.stderr, index.stderr
+    assert 'extraPaths = ["."]' in index.stderr
+    search = memdir("search", "kafka")
+    assert search.returncode == 0 and search.stdout == "No matches.\n"
+    assert "no memory files in" in search.stderr and "ideas.md" in search.stderr, search.stderr
+    # the fix it names works, and then nothing more is said
+    (notes / "memdir.toml").write_text('[memorySearch]\nextraPaths = ["."]\n', encoding="utf-8")
+    index = memdir("index")
+    assert index.returncode == 0 and "1 indexed" in index.stdout and "no memory files" not in index.stderr
+    assert "ideas.md" in memdir("search", "kafka").stdout

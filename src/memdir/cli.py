@@ -518,6 +518,18 @@ def _index_label(mem: Any) -> str:
     return s.agent_id if s.index_key == "agent" else f"{s.workspace_path.name or s.workspace_path}"
 
 
+def _no_notes(mem: Any, nothing_indexed: bool) -> str | None:
+    """The hint for a workspace without memory files (:func:`memdir.workspace.no_notes_hint`),
+    when nothing is indexed and memory files are a source."""
+    if not nothing_indexed or "memory" not in mem.settings.memory_search.sources:
+        return None
+    from memdir.workspace import discover, no_notes_hint
+
+    if discover(mem.settings.workspace_path, mem.settings.extra_paths).files:
+        return None  # notes there, none indexed yet (e.g. a search run with --no-sync)
+    return no_notes_hint(mem.settings.workspace_path)
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         progress, close = _progress_bar(not args.no_progress and not args.json and not _quiet(args))
@@ -525,6 +537,9 @@ def cmd_index(args: argparse.Namespace) -> int:
             report = mem.sync(force=args.force, progress=progress, reason="cli")
         finally:
             close()
+        hint = _no_notes(mem, report.scanned == 0 and not report.skipped)
+        if hint:
+            report.warnings.append(hint)
         for w in report.warnings:  # with --json too: on stderr where it happens, and in the report
             _note(args, f"warning: {w}")
         for line in _first_few([f"warning: skipped {item['path']}: {item['error']} (retried on the next sync)"
@@ -585,6 +600,13 @@ def cmd_search(args: argparse.Namespace) -> int:
             return 0
         if not resp.results:
             print("No matches.")
+            try:
+                empty = not any(n for n, _ in mem.store.counts_by_source().values())
+            except Exception:  # only advice: an index that cannot be counted says its own trouble elsewhere
+                empty = False
+            hint = _no_notes(mem, empty)
+            if hint:
+                _note(args, f"note: {hint}")
             return 0
         out = []
         for r in resp.results:
