@@ -436,10 +436,16 @@ def _load_config(args: argparse.Namespace) -> Any:
         agent_id=getattr(args, "agent", None),
         state_dir=getattr(args, "state_dir", None),
     )
+    _log_settings(loaded)
+    return loaded
+
+
+def _log_settings(loaded: Any) -> None:
+    """``-v``: which workspace, index and config file this run uses (also for settings from a
+    snapshot: ``memdir -v search`` said nothing at all, where ``-v index`` named them)."""
     s = loaded.settings
     log.info("workspace %s; index %s (keyed by %s); config file %s", s.workspace_path, s.index_path,
              s.index_key, loaded.config_file or "(none)")
-    return loaded
 
 
 def _notice(message: str) -> None:
@@ -469,6 +475,7 @@ def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
         return Memory(config=_load_config(args), notice=_notice)
     remembered = settings_cache.load_snapshot(path, key)
     if remembered is not None and remembered.settings.workspace_path.is_dir():  # else load_config says why
+        _log_settings(remembered)
         return Memory(config=remembered, notice=_notice)
     loaded = _load_config(args)
     settings_cache.save_snapshot(path, key, loaded)
