@@ -292,6 +292,16 @@ def test_status_names_issues_for_an_empty_workspace(make_workspace, run_cli):
     assert st["indexExists"] is False and any("no memory files found" in i for i in st["issues"])
 
 
+def test_status_heading_names_the_index_not_agent_main(make_workspace, run_cli):
+    """Regression: without an agent id the index is the workspace's own, yet status was headed
+    'Memory Search (main)' (the default agent id), read as agent main's index; it names the index
+    as 'memdir index' does: the workspace folder, or the agent id chosen."""
+    ws = make_workspace({"memory/2026-01-01.md": "- a note\n"}, name="notes")
+    env = {"MEMDIR_PROVIDER": "none"}
+    assert run_cli("status", "-w", str(ws), env=env).stdout.splitlines()[0] == "Memory Search (notes)"
+    assert run_cli("status", "-w", str(ws), "--agent", "ops", env=env).stdout.splitlines()[0] == "Memory Search (ops)"
+
+
 def test_status_counts_every_changed_file_not_only_the_listed_ones(make_workspace, run_cli):
     """``status`` lists the first 50 changed files; it said "50 changed" with 70 waiting."""
     ws = make_workspace({"memory/2026-01-01.md": "- first\n"}, name="many")

@@ -710,10 +710,13 @@ def cmd_completion(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         st = mem.status(deep=args.deep)
+        # the index's own name, as index prints it: 'Memory Search (main)' over a workspace's index
+        # (no agent id chosen) read as agent main's
+        label = _index_label(mem)
     if args.json:
         print(json_text(st, indent=2))
         return 0
-    lines = [f"Memory Search ({st['agentId']})",
+    lines = [f"Memory Search ({label})",
              f"Provider: {st['provider']} (requested: {st['requestedProvider']})",
              f"Model: {st['model']}",
              f"Mode: {st['mode']}",
