@@ -76,3 +76,23 @@ def test_a_folder_of_ordinary_notes_is_not_indexed_without_a_word(tmp_path: Path
     index = memdir("index")
     assert index.returncode == 0 and "1 indexed" in index.stdout and "no memory files" not in index.stderr
     assert "ideas.md" in memdir("search", "kafka").stdout
+
+
+def test_watching_a_folder_of_ordinary_notes_says_none_is_memory(tmp_path: Path):
+    """Regression: 'memdir --workspace ~/notes watch' on ordinary notes watched nothing and said
+    'synced (start): 0 indexed', so edits to ideas.md were never indexed without a word why."""
+    env = _home(tmp_path)
+    env["MEMDIR_PROVIDER"] = "none"
+    notes = Path(env["HOME"]) / "notes"
+    notes.mkdir()
+    (notes / "ideas.md").write_text("- use Kafka for billing\n", encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "--workspace", "~/notes", "watch"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        started = [proc.stdout.readline() for _ in range(2)]  # "Watching …", "… (start): 0 indexed …"
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    assert "(start): 0 indexed" in started[1], started
+    assert "no memory files in" in err and "ideas.md" in err, err

@@ -866,6 +866,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from memdir.watch_foreground import run_foreground
 
     with _memory(args) as mem:
+        hint = None if args.json else _no_notes(mem, True)
+        if hint:  # watching a folder of ordinary notes saw none of them change, without a word
+            _note(args, f"note: {hint}")
         return run_foreground(mem, as_json=args.json, debounce_ms=args.debounce_ms, quiet=_quiet(args))
 
 
