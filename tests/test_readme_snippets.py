@@ -96,3 +96,26 @@ def test_watching_a_folder_of_ordinary_notes_says_none_is_memory(tmp_path: Path)
         _, err = proc.communicate(timeout=60)
     assert "(start): 0 indexed" in started[1], started
     assert "no memory files in" in err and "ideas.md" in err, err
+
+
+def test_the_readme_config_example_names_a_missing_extra_folder(tmp_path: Path):
+    """Regression: the README's example memdir.toml lists extraPaths = ["~/team-notes"]; with no
+    such folder (or a misspelt one) 'memdir index' indexed nothing from it and said nothing, only
+    'memdir status' did.  The example is written as given, then the folder made."""
+    env = _home(tmp_path)
+    section = README.split("\n### Configuration\n", 1)[1].split("\n### ", 1)[0]
+    (block,) = re.findall(r"```toml\n(.*?)```", section, flags=re.S)
+    agent = Path(env["HOME"]) / "agent"
+    (agent / "memdir.toml").write_text(block.replace('provider = "auto"', 'provider = "none"'), encoding="utf-8")
+
+    def index() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "memdir", "-w", "~/agent", "index"], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    first = index()
+    assert first.returncode == 0, first.stderr
+    assert "extraPaths" in first.stderr and str(Path(env["HOME"]) / "team-notes") in first.stderr, first.stderr
+    (Path(env["HOME"]) / "team-notes").mkdir()
+    (Path(env["HOME"]) / "team-notes" / "roster.md").write_text("- Dana owns billing\n", encoding="utf-8")
+    second = index()
+    assert second.returncode == 0 and "1 indexed" in second.stdout and "extraPaths" not in second.stderr

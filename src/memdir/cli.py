@@ -537,6 +537,18 @@ def _no_notes(mem: Any, nothing_indexed: bool) -> str | None:
     return no_notes_hint(mem.settings.workspace_path)
 
 
+def _extra_path_issues(mem: Any) -> list[str]:
+    """What is wrong with ``memorySearch.extraPaths`` (a folder missing or unreadable): 'memdir
+    index' with a misspelt or absent extra folder (the README's example ``~/team-notes``) indexed
+    nothing from it without a word; only 'memdir status' named it."""
+    if not mem.settings.extra_paths or "memory" not in mem.settings.memory_search.sources:
+        return []
+    from memdir.workspace import discover
+
+    found = discover(mem.settings.workspace_path, mem.settings.extra_paths)
+    return [f"memorySearch.extraPaths: {issue}" for issue in found.issues if issue.startswith("additional memory path")]
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         progress, close = _progress_bar(not args.no_progress and not args.json and not _quiet(args))
@@ -547,6 +559,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         hint = _no_notes(mem, report.scanned == 0 and not report.skipped)
         if hint:
             report.warnings.append(hint)
+        report.warnings.extend(_extra_path_issues(mem))
         for w in report.warnings:  # with --json too: on stderr where it happens, and in the report
             _note(args, f"warning: {w}")
         for line in _first_few([f"warning: skipped {item['path']}: {item['error']} (retried on the next sync)"
