@@ -406,7 +406,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print what was copied as JSON")
 
     p = cmd("config", "configuration")
-    p.add_argument("action", choices=["show"], help="show: every setting, its value and where it came from")
+    p.add_argument("action", choices=["show"], nargs="?", help="show: every setting, its value and where it came from")
     p.add_argument("--json", action="store_true", help="JSON output")
 
     p = cmd("ltm", "long-term memory (LanceDB): list, stats, store, search, forget, export, import, "
@@ -886,6 +886,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    if args.action is None:  # argparse said "the following arguments are required: action", a name no help shows
+        raise UsageError("config: choose an action: show (memdir config show)")
     loaded = _load_config(args)
     rows = loaded.rows()
     if args.json:
