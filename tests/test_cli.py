@@ -96,7 +96,7 @@ def test_failures_with_json_print_one_json_error_on_stdout(ws: Path, run_cli, tm
     (("search", "x", "--json", "--files"), "not allowed with argument --json"),
     (("get", "--json"), "required: path"),
     (("migrate", "--json"), "required: --to"),
-    (("config", "--js"), "required: action"),  # argparse takes a prefix of --json for it
+    (("config", "bogus", "--js"), "invalid choice: 'bogus'"),  # argparse takes a prefix of --json for it
     (("search", "x", "--max-results", "many", "--json"), "expected a whole number, not 'many'"),
 ])
 def test_usage_errors_argparse_finds_print_the_json_failure_too(ws: Path, run_cli, argv, words):
@@ -290,6 +290,16 @@ def test_status_names_issues_for_an_empty_workspace(make_workspace, run_cli):
     empty = make_workspace(name="empty")
     st = json.loads(run_cli("status", "--json", "-w", str(empty), env={"MEMDIR_PROVIDER": "none"}).stdout)
     assert st["indexExists"] is False and any("no memory files found" in i for i in st["issues"])
+
+
+def test_status_heading_names_the_index_not_agent_main(make_workspace, run_cli):
+    """Regression: without an agent id the index is the workspace's own, yet status was headed
+    'Memory Search (main)' (the default agent id), read as agent main's index; it names the index
+    as 'memdir index' does: the workspace folder, or the agent id chosen."""
+    ws = make_workspace({"memory/2026-01-01.md": "- a note\n"}, name="notes")
+    env = {"MEMDIR_PROVIDER": "none"}
+    assert run_cli("status", "-w", str(ws), env=env).stdout.splitlines()[0] == "Memory Search (notes)"
+    assert run_cli("status", "-w", str(ws), "--agent", "ops", env=env).stdout.splitlines()[0] == "Memory Search (ops)"
 
 
 def test_status_counts_every_changed_file_not_only_the_listed_ones(make_workspace, run_cli):
@@ -553,3 +563,14 @@ def test_a_logged_warning_spells_out_an_escape_sequence_in_a_folder_name(make_wo
     assert status.returncode == 0, status.stderr
     assert "memdir.json is ignored" in status.stderr and "ws\\x1b[2J\\x1b]0;PWNED\\x07" in status.stderr
     assert "\x1b" not in status.stderr and "\x07" not in status.stderr, status.stderr
+
+
+def test_config_without_an_action_names_the_one_there_is(run_cli, tmp_path: Path):
+    """Regression: 'memdir config' alone failed 'the following arguments are required: action', a
+    name its help never shows (it lists {show}); it says which action to choose, as 'memdir ltm' and
+    'memdir bench' do, exit 2 (with --json, the usage failure object)."""
+    out = run_cli("config", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.strip() == "memdir: config: choose an action: show (memdir config show)"
+    failed = json.loads(run_cli("config", "--json", cwd=tmp_path).stdout)
+    assert failed["ok"] is False and failed["error"]["kind"] == "usage"
+    assert "memdir config show" in failed["error"]["message"]

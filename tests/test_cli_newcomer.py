@@ -182,6 +182,17 @@ def test_verbose_and_quiet(notes: Path, run_cli):
     assert gone.returncode == 1 and gone.stderr.startswith("memdir: ")  # errors still show with -q
 
 
+def test_verbose_names_the_index_on_every_command(notes: Path, run_cli):
+    """Regression: a search's settings come from a snapshot after the first run, and with them
+    ``-v`` said nothing at all: 'memdir -v search' could not tell which workspace, index and config
+    file it used, as '-v index' and '-v status' do."""
+    assert run_cli("-w", str(notes), "index", env=KW).returncode == 0
+    for _ in range(2):  # the second run takes the settings from the snapshot the first one saved
+        loud = run_cli("-w", str(notes), "-v", "search", "PostgreSQL", "--no-sync", env=KW)
+        assert loud.returncode == 0 and "memdir: INFO: memdir.cli: workspace" in loud.stderr, loud.stderr
+        assert ".sqlite (keyed by workspace)" in loud.stderr
+
+
 def test_shell_completion_scripts_and_live_completion(run_cli, state_dir: Path, tmp_path: Path):
     for shell in ("bash", "zsh", "fish"):
         script = run_cli("completion", shell)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -62,3 +63,31 @@ def test_ltm_tools_are_served_when_enabled(make_workspace, tmp_path: Path, state
 
     # no agent id: the store is this workspace's own, keyed like its index
     assert (state_dir / "ltm" / workspace_index_name(ws) / "memories.lance").is_dir()
+
+
+def test_a_client_gone_during_the_warmup_leaves_no_false_ltm_error(make_workspace, tmp_path: Path,
+                                                                    state_dir: Path) -> None:
+    """Regression: a client that listed the tools and left while the startup index was still being
+    built (a host checking the server, a restart) closed the Memory under the warm-up thread, which
+    then loaded long-term memory anyway and ended every such session with 'memdir: long-term memory
+    unavailable: this Memory is closed' on stderr."""
+    # the embedded model: the startup sync spends its time in one file (loading the model, embedding)
+    # and finishes after the client left, as a first index does
+    ws = make_workspace({"memory/2025-01-01.md": "".join(f"- decision {i}: the billing queue stays on Kafka "
+                                                         f"partition {i}\n" for i in range(150))})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"longTermMemory": {"enabled": True}}))
+    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-03-26", "capabilities": {},
+                         "clientInfo": {"name": "t", "version": "1"}}},
+             {"jsonrpc": "2.0", "method": "notifications/initialized"},
+             {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+    for run in range(3):  # the thread may lose the race to the process's exit: three times, new notes each
+        proc = subprocess.run([sys.executable, "-m", "memdir", "mcp", "--workspace", str(ws), "--config", str(cfg)],
+                              input="".join(json.dumps(m) + "\n" for m in lines), env=cli_env(state_dir),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert '"memory_recall"' in proc.stdout
+        assert "long-term memory unavailable" not in proc.stderr, proc.stderr
+        (ws / "memory" / "2025-01-01.md").write_text("".join(f"- run {run}: queue {i} moved to topic {i * 7}\n"
+                                                             for i in range(150)), encoding="utf-8")

@@ -406,7 +406,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print what was copied as JSON")
 
     p = cmd("config", "configuration")
-    p.add_argument("action", choices=["show"], help="show: every setting, its value and where it came from")
+    p.add_argument("action", choices=["show"], nargs="?", help="show: every setting, its value and where it came from")
     p.add_argument("--json", action="store_true", help="JSON output")
 
     p = cmd("ltm", "long-term memory (LanceDB): list, stats, store, search, forget, export, import, "
@@ -436,10 +436,16 @@ def _load_config(args: argparse.Namespace) -> Any:
         agent_id=getattr(args, "agent", None),
         state_dir=getattr(args, "state_dir", None),
     )
+    _log_settings(loaded)
+    return loaded
+
+
+def _log_settings(loaded: Any) -> None:
+    """``-v``: which workspace, index and config file this run uses (also for settings from a
+    snapshot: ``memdir -v search`` said nothing at all, where ``-v index`` named them)."""
     s = loaded.settings
     log.info("workspace %s; index %s (keyed by %s); config file %s", s.workspace_path, s.index_path,
              s.index_key, loaded.config_file or "(none)")
-    return loaded
 
 
 def _notice(message: str) -> None:
@@ -469,6 +475,7 @@ def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
         return Memory(config=_load_config(args), notice=_notice)
     remembered = settings_cache.load_snapshot(path, key)
     if remembered is not None and remembered.settings.workspace_path.is_dir():  # else load_config says why
+        _log_settings(remembered)
         return Memory(config=remembered, notice=_notice)
     loaded = _load_config(args)
     settings_cache.save_snapshot(path, key, loaded)
@@ -518,6 +525,30 @@ def _index_label(mem: Any) -> str:
     return s.agent_id if s.index_key == "agent" else f"{s.workspace_path.name or s.workspace_path}"
 
 
+def _no_notes(mem: Any, nothing_indexed: bool) -> str | None:
+    """The hint for a workspace without memory files (:func:`memdir.workspace.no_notes_hint`),
+    when nothing is indexed and memory files are a source."""
+    if not nothing_indexed or "memory" not in mem.settings.memory_search.sources:
+        return None
+    from memdir.workspace import discover, no_notes_hint
+
+    if discover(mem.settings.workspace_path, mem.settings.extra_paths).files:
+        return None  # notes there, none indexed yet (e.g. a search run with --no-sync)
+    return no_notes_hint(mem.settings.workspace_path)
+
+
+def _extra_path_issues(mem: Any) -> list[str]:
+    """What is wrong with ``memorySearch.extraPaths`` (a folder missing or unreadable): 'memdir
+    index' with a misspelt or absent extra folder (the README's example ``~/team-notes``) indexed
+    nothing from it without a word; only 'memdir status' named it."""
+    if not mem.settings.extra_paths or "memory" not in mem.settings.memory_search.sources:
+        return []
+    from memdir.workspace import discover
+
+    found = discover(mem.settings.workspace_path, mem.settings.extra_paths)
+    return [f"memorySearch.extraPaths: {issue}" for issue in found.issues if issue.startswith("additional memory path")]
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         progress, close = _progress_bar(not args.no_progress and not args.json and not _quiet(args))
@@ -525,6 +556,10 @@ def cmd_index(args: argparse.Namespace) -> int:
             report = mem.sync(force=args.force, progress=progress, reason="cli")
         finally:
             close()
+        hint = _no_notes(mem, report.scanned == 0 and not report.skipped)
+        if hint:
+            report.warnings.append(hint)
+        report.warnings.extend(_extra_path_issues(mem))
         for w in report.warnings:  # with --json too: on stderr where it happens, and in the report
             _note(args, f"warning: {w}")
         for line in _first_few([f"warning: skipped {item['path']}: {item['error']} (retried on the next sync)"
@@ -585,6 +620,13 @@ def cmd_search(args: argparse.Namespace) -> int:
             return 0
         if not resp.results:
             print("No matches.")
+            try:
+                empty = not any(n for n, _ in mem.store.counts_by_source().values())
+            except Exception:  # only advice: an index that cannot be counted says its own trouble elsewhere
+                empty = False
+            hint = _no_notes(mem, empty)
+            if hint:
+                _note(args, f"note: {hint}")
             return 0
         out = []
         for r in resp.results:
@@ -681,10 +723,13 @@ def cmd_completion(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     with _memory(args) as mem:
         st = mem.status(deep=args.deep)
+        # the index's own name, as index prints it: 'Memory Search (main)' over a workspace's index
+        # (no agent id chosen) read as agent main's
+        label = _index_label(mem)
     if args.json:
         print(json_text(st, indent=2))
         return 0
-    lines = [f"Memory Search ({st['agentId']})",
+    lines = [f"Memory Search ({label})",
              f"Provider: {st['provider']} (requested: {st['requestedProvider']})",
              f"Model: {st['model']}",
              f"Mode: {st['mode']}",
@@ -834,10 +879,15 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from memdir.watch_foreground import run_foreground
 
     with _memory(args) as mem:
+        hint = None if args.json else _no_notes(mem, True)
+        if hint:  # watching a folder of ordinary notes saw none of them change, without a word
+            _note(args, f"note: {hint}")
         return run_foreground(mem, as_json=args.json, debounce_ms=args.debounce_ms, quiet=_quiet(args))
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    if args.action is None:  # argparse said "the following arguments are required: action", a name no help shows
+        raise UsageError("config: choose an action: show (memdir config show)")
     loaded = _load_config(args)
     rows = loaded.rows()
     if args.json:

@@ -357,12 +357,16 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
                     start()
             except Exception:
                 pass  # only ever a help: searches read what they need
-            if any(t in LTM_TOOL_NAMES for t in self.tool_names):
+            if any(t in LTM_TOOL_NAMES for t in self.tool_names) and not self.stopping.is_set():
                 with self._ltm_lock:
                     try:
                         _ = self.memory.long_term  # loads LanceDB (seconds) before the first call needs it
                     except Exception as exc:
-                        say(f"memdir: long-term memory unavailable: {exc}")
+                        # a client gone before the index was warm: the Memory closed under this
+                        # thread, and every such short session ended 'long-term memory unavailable:
+                        # this Memory is closed' on stderr, which nothing was
+                        if not self.stopping.is_set():
+                            say(f"memdir: long-term memory unavailable: {exc}")
 
         thread = threading.Thread(target=warm, name="memdir-warmup", daemon=True)
         thread.start()

@@ -536,6 +536,25 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
     return found
 
 
+def no_notes_hint(workspace: Path) -> str:
+    """What to say when a workspace holds no memory file at all.
+
+    ``memdir --workspace ~/notes index`` on a folder of ordinary notes (``ideas.md``, ``todo.md``)
+    indexed nothing and searches answered "No matches." without a word: only MEMORY.md, memory.md
+    and memory/ are memory.  This names the notes that are there and how to include them.
+    """
+    others = [n for n in _top_names(workspace)
+              if n.lower().endswith(".md") and not n.startswith(".") and n not in ROOT_FILES]
+    where = display_path(str(workspace))
+    said = (f"no memory files in {where}: memdir indexes MEMORY.md, memory.md and memory/**/*.md there, "
+            "plus what memorySearch.extraPaths lists")
+    if not others:
+        return said + " (memdir append writes today's memory/YYYY-MM-DD.md)"
+    named = ", ".join(display_path(n) for n in others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    return (f"{said}; to index its other notes ({named}) too, set extraPaths = [\".\"] under [memorySearch] "
+            "in a memdir.toml there")
+
+
 def _top_names(workspace: Path) -> list[str]:
     """The names at the workspace's top, sorted (none when it cannot be listed: the checks below
     only add advice, and a workspace that cannot be listed is reported elsewhere)."""
