@@ -80,7 +80,9 @@ def max_cosine(blob: bytes, q: np.ndarray) -> float | None:
     m = np.frombuffer(blob, dtype="<f4").reshape(-1, q.size)
     norms = np.linalg.norm(m, axis=1)
     norms[norms == 0] = 1.0
-    return float(np.max((m @ q) / norms))
+    sims = (m @ q) / norms
+    # a window holding NaN or infinity (a damaged blob) has no direction: 0, as in the matrix
+    return float(np.max(np.where(np.isfinite(sims), sims, 0.0)))
 
 
 def bm25_to_score(rank: float) -> float:
@@ -1154,6 +1156,8 @@ class SqliteStore(SqliteLifecycle):
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, np.ndarray]:
         """Cached vectors by chunk hash, looked up 400 at a time (R§5.4): float32 arrays over the
         stored bytes (read-only), so a big file's cached vectors take no more room than on disk."""
+        import numpy as np
+
         wanted = list(dict.fromkeys(hashes))
         out: dict[str, np.ndarray] = {}
         with self.lock:
@@ -1176,7 +1180,10 @@ class SqliteStore(SqliteLifecycle):
                     if not isinstance(blob, bytes | bytearray) or not isinstance(dims, int) or dims <= 0 \
                             or len(blob) != 4 * dims:
                         continue
-                    out[hex_str(h)] = from_blob(blob)
+                    vector = from_blob(blob)
+                    if not np.isfinite(vector).all():  # NaN or infinity: damaged bytes, re-embedded too
+                        continue
+                    out[hex_str(h)] = vector
         return out
 
     def cache_put(self, provider: str, model: str, provider_key: str,

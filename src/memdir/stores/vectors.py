@@ -193,6 +193,12 @@ def _unit_rows(blobs: Sequence[bytes], dims: int) -> tuple[np.ndarray, np.ndarra
 
     counts = np.fromiter((len(b) // (4 * dims) for b in blobs), dtype=np.int64, count=len(blobs))
     matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, dims).astype(np.float32)
+    # A stored vector holding NaN or infinity (bytes damaged inside a blob, which SQLite cannot see)
+    # scored NaN, and a NaN fused score dropped its chunk from every search, keyword matches
+    # included: such a row has no direction, as an all-zero one, and scores 0.
+    bad = ~np.isfinite(matrix).all(axis=1)
+    if bad.any():
+        matrix[bad] = 0.0
     norms = np.linalg.norm(matrix, axis=1)
     norms[norms == 0] = 1.0
     matrix /= norms[:, None]
