@@ -299,10 +299,25 @@ def _unwritable(folder: Path, exc: OSError, blocking: Path | None = None) -> Ses
 
 @contextlib.contextmanager
 def _locked(lock_path: Path) -> Iterator[None]:
+    """Hold ``sessions.json.lock``: a regular file, never opened through a symlink.  A link planted
+    at its name (a state folder restored from a backup, another user's ``/tmp`` folder) made the
+    file it pointed to, outside the state folder; a directory there failed with a bare "[Errno 21]"."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(lock_path, flags, 0o600)
     except OSError as exc:
+        if exc.errno == errno.ELOOP and os.path.islink(lock_path):
+            raise SessionStoreError(f"cannot write the sessions store: {lock_path} is a symbolic link: memdir "
+                                    "does not write through it; remove it") from None
+        if exc.errno == errno.EISDIR:
+            raise SessionStoreError(f"cannot write the sessions store: {lock_path} is a directory, not a regular "
+                                    "file: remove it (memdir makes the file again)") from None
         raise _unwritable(lock_path.parent, exc) or exc from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise SessionStoreError(f"cannot write the sessions store: {lock_path} is {kind_of(mode)}, not a regular "
+                                "file: remove it (memdir makes the file again)")
     try:
         _lock_within(fd, lock_path)
         yield
