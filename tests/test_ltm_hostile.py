@@ -153,6 +153,36 @@ def test_a_damaged_or_unopenable_embedding_cache_never_stops_long_term_memory(tm
             assert len(provider.calls) == calls
 
 
+@pytest.mark.parametrize("damage", ["odd-length", "short", "nan"])
+def test_a_damaged_embedding_cache_row_is_embedded_again_not_trusted(tmp_path: Path, damage: str) -> None:
+    """A cache row whose bytes changed (a damaged page SQLite cannot see, a hand edit) was taken as
+    it was: a length that is no number of floats failed every store and search of that text with
+    NumPy's "buffer size must be a multiple of element size", a short one was said to be a model of
+    other dimensions ("run ltm reembed"), and NaN made the search "No matches." and the store a
+    bare "lance error: … Vector column contains NaN values"."""
+    import sqlite3
+    import struct
+
+    provider = AxisProvider()
+    text = "The user prefers green tea"
+    with make(tmp_path, provider) as ltm:
+        ltm.store(text, category="preference")
+        assert [h.text for h in ltm.search(text)] == [text]  # its query vector is cached too
+        cache = ltm.db_path / "embedding-cache.sqlite"
+    blob = {"odd-length": b"\x01" * 5, "short": struct.pack("<10f", *[0.3] * 10),
+            "nan": struct.pack("<64f", *[float("nan")] * 64)}[damage]
+    with sqlite3.connect(cache) as conn:
+        assert conn.execute("UPDATE embedding_cache SET embedding = ?", (blob,)).rowcount >= 2
+    conn.close()
+    with make(tmp_path, provider) as ltm:
+        assert [h.text for h in ltm.search(text, min_score=0.99)] == [text]
+        assert ltm.store(text, category="preference").action == "duplicate"
+        assert len(ltm.list()) == 1
+    with sqlite3.connect(cache) as conn:  # the damaged rows were replaced
+        assert {n for (n,) in conn.execute("SELECT length(embedding) FROM embedding_cache")} == {64 * 4}
+    conn.close()
+
+
 SECRETS = ["Remember my API key is sk-abcdefghijklmnop1234",
            "Remember: OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuv",
            "I always use the password: hunter2 for the staging box",

@@ -102,16 +102,17 @@ class EmbeddingCache:
         if not hashes:
             return {}
         rows = self._guarded("read", lambda: self._read(key, hashes), [])
-        if rows:  # the LRU touch is a write: a read-only or full store still uses the hits
-            self._guarded("update", lambda: self._touch(key, [h for h, _ in rows]), None)
-        return {h: np.frombuffer(blob, dtype="<f4").astype(np.float32) for h, blob in rows}
+        found = {h: vec for h, blob, dims in rows if (vec := _cached_vector(blob, dims)) is not None}
+        if found:  # the LRU touch is a write: a read-only or full store still uses the hits
+            self._guarded("update", lambda: self._touch(key, list(found)), None)
+        return found
 
-    def _read(self, key: tuple[str, str, str], hashes: Sequence[str]) -> list[tuple[str, bytes]]:
+    def _read(self, key: tuple[str, str, str], hashes: Sequence[str]) -> list[tuple[str, Any, Any]]:
         with self._lock:
             marks = ",".join("?" * len(hashes))
             return self._db().execute(
-                f"SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? "
-                f"AND hash IN ({marks})", (*key, *hashes)).fetchall()
+                f"SELECT hash, embedding, dims FROM embedding_cache WHERE provider = ? AND model = ? "
+                f"AND provider_key = ? AND hash IN ({marks})", (*key, *hashes)).fetchall()
 
     def _touch(self, key: tuple[str, str, str], hashes: list[str]) -> None:
         with self._lock:
@@ -244,6 +245,20 @@ class Embedder:
     def close(self) -> None:
         if self.cache is not None:
             self.cache.close()
+
+
+def _cached_vector(blob: Any, dims: Any) -> np.ndarray | None:
+    """A cache row's vector, or ``None`` (a miss, embedded again and the row replaced) when its
+    bytes are not ``dims`` finite floats of some length.  Trusted, a damaged row failed every store
+    and search of its text ("buffer size must be a multiple of element size"), a short one was
+    "a table of 384-dimensional vectors, but the model makes 100: run ltm reembed", and one holding
+    NaN made a search "No matches." and a store a bare Lance error."""
+    if not isinstance(blob, bytes) or not blob or len(blob) % 4 or (isinstance(dims, int) and len(blob) != 4 * dims):
+        return None
+    vec = np.frombuffer(blob, dtype="<f4").astype(np.float32)
+    if not np.isfinite(vec).all() or not vec.any():
+        return None
+    return vec
 
 
 def _unit(vector: Sequence[float]) -> np.ndarray:
