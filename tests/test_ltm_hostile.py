@@ -293,6 +293,41 @@ def test_a_process_killed_while_writing_the_mirror_leaves_no_edited_copy(tmp_pat
     assert all(t in mirror.read_text() for t in ("tea", "Porto", "bees"))
 
 
+# A store of one memory with the mirror on, in a child (a hang fails on the timeout, not the suite).
+STORE_WITH_MIRROR = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    from ltm_fakes import AxisProvider
+    from memdir.config import load_config
+    from memdir.ltm import LongTermMemory
+    tmp = Path(sys.argv[2])
+    settings = load_config(workspace=tmp / "ws", state_dir=tmp / "state", agent_id="main",
+                           overrides={"longTermMemory": {"mirror": {"enabled": True}}}).settings
+    with LongTermMemory(settings, provider=AxisProvider()) as ltm:
+        print(json.dumps(ltm.store(sys.argv[3], category="fact").warnings))
+""")
+
+
+def test_a_fifo_at_the_mirror_state_files_name_does_not_hang_a_store(tmp_path: Path) -> None:
+    """``mirror-state.json`` was read with a plain open: a FIFO at its name made every store wait
+    for a writer for ever, holding the store's lock, so every other ``ltm`` command waited too."""
+    (tmp_path / "ws").mkdir()
+    settings = load_config(workspace=tmp_path / "ws", state_dir=tmp_path / "state", agent_id="main",
+                           overrides={"longTermMemory": {"mirror": {"enabled": True}}}).settings
+    with LongTermMemory(settings, provider=AxisProvider()) as ltm:
+        ltm.store("The user keeps bees", category="fact")
+        state = ltm.db_path / "mirror-state.json"
+    state.unlink()
+    os.mkfifo(state)
+    second = subprocess.run([sys.executable, "-c", STORE_WITH_MIRROR, str(TESTS), str(tmp_path),
+                             "The user lives in Porto"],
+                            capture_output=True, text=True, timeout=60, env=cli_env(tmp_path / "state"))
+    assert second.returncode == 0, second.stderr
+    assert state.is_file()  # replaced by the state it records
+    assert all(t in (tmp_path / "ws" / "memory" / "long-term.md").read_text() for t in ("bees", "Porto"))
+
+
 def test_a_long_running_store_is_told_when_another_process_reembedded_with_another_model(tmp_path: Path) -> None:
     """A server that had checked the model once then failed every call with LanceDB's "There is
     no vector column in the data" after ``memdir ltm reembed`` with another model elsewhere."""

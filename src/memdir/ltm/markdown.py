@@ -264,8 +264,13 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
 
 
 def _read_state(state_file: Path) -> dict[str, str]:
+    """The mirror's recorded hashes; ``{}`` when the file is missing, damaged or no regular file
+    (a FIFO at its name was opened as a file: every store waited for a writer for ever, holding
+    the store's lock, so every other ``ltm`` command of the agent waited too)."""
+    from memdir.reading import read_regular
+
     try:
-        data = json.loads(state_file.read_text(encoding="utf-8"))
+        data = json.loads(read_regular(state_file, limit=16 << 20).decode("utf-8"))
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
