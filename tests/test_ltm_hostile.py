@@ -328,6 +328,35 @@ def test_a_fifo_at_the_mirror_state_files_name_does_not_hang_a_store(tmp_path: P
     assert all(t in (tmp_path / "ws" / "memory" / "long-term.md").read_text() for t in ("bees", "Porto"))
 
 
+@pytest.mark.parametrize("damage", ["zero-filled", "truncated", "deleted"])
+def test_a_lost_mirror_record_is_not_called_an_edit_of_the_mirror(tmp_path: Path, damage: str) -> None:
+    """With ``mirror-state.json`` zero-filled (a crash on ext4/xfs), cut short or gone, the next store
+    said the untouched mirror "was changed outside memdir since it was last generated", sending the
+    user looking for an edit nobody made; it says the mirror could not be checked, as it is, and
+    keeps the copy; a mirror holding what is about to be written is not moved aside at all."""
+    (tmp_path / "ws").mkdir()
+    settings = load_config(workspace=tmp_path / "ws", state_dir=tmp_path / "state", agent_id="main",
+                           overrides={"longTermMemory": {"mirror": {"enabled": True}}}).settings
+    with LongTermMemory(settings, provider=AxisProvider()) as ltm:
+        ltm.store("The user keeps bees", category="fact")
+        state, mirror = ltm.db_path / "mirror-state.json", ltm.mirror_path
+        size = state.stat().st_size
+        if damage == "zero-filled":
+            state.write_bytes(b"\0" * size)
+        elif damage == "truncated":
+            state.write_bytes(state.read_bytes()[: size // 2])
+        else:
+            state.unlink()
+        assert ltm.sync_mirror() == []  # the same memories: nothing to keep aside
+        assert sorted(p.name for p in mirror.parent.iterdir()) == ["long-term.md"]
+        (state.write_bytes(b"\0" * state.stat().st_size) if damage == "zero-filled" else state.unlink())
+        warnings = ltm.store("The user lives in Porto", category="fact").warnings
+    assert len(warnings) == 1 and "could not be checked" in warnings[0] and str(state) in warnings[0]
+    assert "changed outside memdir" not in warnings[0]
+    assert "bees" in next(mirror.parent.glob("long-term.md.edited-*")).read_text()
+    assert all(t in mirror.read_text() for t in ("bees", "Porto"))
+
+
 def test_a_long_running_store_is_told_when_another_process_reembedded_with_another_model(tmp_path: Path) -> None:
     """A server that had checked the model once then failed every call with LanceDB's "There is
     no vector column in the data" after ``memdir ltm reembed`` with another model elsewhere."""
