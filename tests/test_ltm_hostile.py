@@ -183,6 +183,26 @@ def test_a_damaged_embedding_cache_row_is_embedded_again_not_trusted(tmp_path: P
     conn.close()
 
 
+def test_a_table_that_holds_no_memories_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    """A ``memories`` table of another program (dbPath naming its LanceDB folder, a folder copied
+    over the store) got memdir's columns added, then every command failed with the bare name of a
+    column it lacks: "memdir ltm: 'text'"."""
+    import lancedb
+
+    folder = tmp_path / "state" / "ltm" / "main"
+    lancedb.connect(folder).create_table("memories", data=[{"id": "x", "foo": "bar", "vector": [0.1] * 8}])
+    for action in ("list", "store", "search"):
+        with make(tmp_path) as ltm, pytest.raises(LtmError) as refused:
+            if action == "list":
+                ltm.list()
+            elif action == "store":
+                ltm.store("The user keeps bees", category="fact")
+            else:
+                ltm.search("bees")
+        assert "is not a long-term memory table (its columns: id, foo, vector;" in str(refused.value)
+    assert lancedb.connect(folder).open_table("memories").schema.names == ["id", "foo", "vector"]
+
+
 SECRETS = ["Remember my API key is sk-abcdefghijklmnop1234",
            "Remember: OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuv",
            "I always use the password: hunter2 for the staging box",
