@@ -200,6 +200,34 @@ def test_a_sidecar_from_another_history_of_a_restored_index_is_not_used(tmp_path
     fourth.close()
 
 
+def test_a_warm_store_notices_its_index_restored_from_a_backup_and_written_again(tmp_path: Path):
+    """An index restored from a backup under a running server (sqlite3's ``.restore``) went back to an
+    earlier change-log position of the same epoch, and the next writes brought it to the old position
+    by another history (the same rowids too): the warm matrix and the rows of hits it held were
+    taken as current, and a search answered with a note deleted since, its text and path."""
+    import sqlite3
+
+    path = tmp_path / "idx.sqlite"
+    one = _filled(path)
+    with sqlite3.connect(path) as live, sqlite3.connect(tmp_path / "backup.sqlite") as backup:
+        live.backup(backup)
+    with one.transaction():
+        one.replace_file("gone.md", "memory", "hg", 2, 2, _rows("gone.md", 5, 77))
+    q = np.asarray(_rows("gone.md", 5, 77)[2].embedding, dtype=np.float32)
+    assert one.vector_search(q.tolist(), 3)[0].path == "gone.md"  # held warm from here
+    with sqlite3.connect(tmp_path / "backup.sqlite") as backup, sqlite3.connect(path) as live:
+        backup.backup(live)
+    two = SqliteStore(path)  # another process writes another note at the same log positions
+    with two.transaction():
+        two.replace_file("other.md", "memory", "ho", 2, 2, _rows("other.md", 5, 88))
+    two.close()
+    for probe in (q, np.asarray(_rows("other.md", 5, 88)[3].embedding, dtype=np.float32)):
+        got = one.vector_search(probe.tolist(), 5)
+        assert "gone.md" not in {h.path for h in got}
+        assert [h.id for h in got] == [c for c, _ in _exact(one, probe, 5)]
+    one.close()
+
+
 def test_the_sidecar_is_private_as_the_index(tmp_path: Path, int8: None):
     """The index is made 0600 (its text and embeddings are the notes'); its int8 sidecar of the same
     vectors came out 0644 under the usual umask 022."""

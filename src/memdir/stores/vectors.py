@@ -142,6 +142,26 @@ def state(conn: Any) -> tuple[str | None, int, int]:
     return (row[0] if row else None), int(lo or 0), int(hi or 0)
 
 
+def entry_mark(conn: Any, seq: int) -> tuple[Any, ...] | None:
+    """The log entry at ``seq`` as ``(chunk rowid, alive, that chunk's id now)``, ``None`` if there
+    is none: what tells two histories that reached the same position apart (the id names the text)."""
+    row = conn.execute("SELECT v.chunk, v.alive, c.id FROM vec_log v LEFT JOIN chunks c ON c.rowid = v.chunk "
+                       "WHERE v.seq = ?", (int(seq),)).fetchone()
+    return None if row is None else tuple(row)
+
+
+def continues(conn: Any, seq: int, mark: tuple[Any, ...] | None) -> bool:
+    """Whether the log holds the entry :func:`entry_mark` saw at ``seq``: the same chunk and change,
+    and the same chunk id unless a later entry wrote that chunk again (a note edited since)."""
+    now = entry_mark(conn, seq)
+    if now is None or mark is None:
+        return now == mark
+    if now[:2] != mark[:2]:
+        return False
+    return now[2] == mark[2] or conn.execute("SELECT EXISTS (SELECT 1 FROM vec_log WHERE chunk = ? AND seq > ?)",
+                                             (now[0], int(seq))).fetchone()[0] == 1
+
+
 def quantize(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """int8 rows and each row's scale (``row ≈ scale × int8 row``): one scale per row keeps
     small components of every vector (a shared scale would crush them)."""
