@@ -203,6 +203,27 @@ def test_a_table_that_holds_no_memories_is_refused_and_left_as_it_is(tmp_path: P
     assert lancedb.connect(folder).open_table("memories").schema.names == ["id", "foo", "vector"]
 
 
+@pytest.mark.parametrize("planted", ["fifo", "directory"])
+def test_an_embedding_cache_that_is_no_file_is_named_once_with_what_to_remove(
+        tmp_path: Path, planted: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A FIFO or a folder at ``embedding-cache.sqlite`` was warned about twice a command, for ever,
+    in SQLite's words: "disk I/O error" (read as a failing disk) or "unable to open database file"."""
+    import logging
+
+    with make(tmp_path) as ltm:
+        ltm.store("The user prefers green tea", category="preference")
+        cache = ltm.db_path / "embedding-cache.sqlite"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{cache}{suffix}").unlink(missing_ok=True)
+    os.mkfifo(cache) if planted == "fifo" else cache.mkdir()
+    with caplog.at_level(logging.WARNING, logger="memdir"), make(tmp_path) as ltm:
+        assert ltm.store("The user lives in Porto", category="fact").action == "created"
+        assert [h.text for h in ltm.search("The user lives in Porto", min_score=0.99)] == ["The user lives in Porto"]
+    said = [r.getMessage() for r in caplog.records if "embedding cache" in r.getMessage()]
+    kind = "a FIFO" if planted == "fifo" else "a directory"
+    assert len(said) == 1 and f"{cache} is {kind}, not a regular file: remove it" in said[0], said
+
+
 SECRETS = ["Remember my API key is sk-abcdefghijklmnop1234",
            "Remember: OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuv",
            "I always use the password: hunter2 for the staging box",

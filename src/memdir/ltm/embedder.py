@@ -16,6 +16,7 @@ import hashlib
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 import weakref
@@ -81,6 +82,18 @@ class EmbeddingCache:
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            try:
+                mode = os.stat(self.path).st_mode
+            except FileNotFoundError:
+                mode = None
+            if mode is not None and not stat.S_ISREG(mode):
+                # SQLite said "disk I/O error" (a FIFO) or "unable to open database file" (a folder)
+                # twice a command, for ever: read as a failing disk, and nothing said what to remove
+                from memdir.reading import kind_of
+
+                self._off = True  # said once, then left alone for the rest of the process
+                raise OSError(f"{self.path} is {kind_of(mode)}, not a regular file: remove it (memdir makes the "
+                              "cache again)")
             create_private(self.path)  # cached vectors of the memories' text
             conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
             try:
