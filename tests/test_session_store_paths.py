@@ -141,3 +141,31 @@ def test_the_sessions_lock_is_never_opened_through_a_link_nor_taken_when_it_is_n
     assert f"{lock} is {kind}" in str(refused.value) and "remove it" in str(refused.value)
     assert (outside.read_text(encoding="utf-8") == "keep\n") if planted == "link to a file" else not outside.exists()
     assert sorted(p.name for p in sessions.iterdir()) == ["sessions.json.lock"]  # nothing else written
+
+
+@pytest.mark.parametrize("planted", ["link", "fifo", "directory"])
+def test_a_transcript_that_is_no_file_is_named_for_what_it_is(tmp_path: Path, planted: str) -> None:
+    """A transcript replaced by a symlink failed memdir chat (and the hook, the flush) with
+    "[Errno 40] Too many levels of symbolic links" for one link, a folder with a bare "[Errno 21]",
+    a FIFO with "Invalid argument"; each is named for what it is, nothing written through it."""
+    import os
+
+    store = _store(tmp_path, {"sessionId": "abc"})
+    transcript = tmp_path / "sessions" / "abc.jsonl"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n", encoding="utf-8")
+    if planted == "link":
+        transcript.symlink_to(victim)
+    elif planted == "fifo":
+        os.mkfifo(transcript)
+    else:
+        transcript.mkdir()
+    kind = {"link": "a symbolic link", "fifo": "a FIFO", "directory": "a directory"}[planted]
+    with pytest.raises(OSError) as refused:
+        store.append(KEY, message_record("user", "hello"))
+    assert f"{kind}, not a regular file" in str(refused.value) and str(transcript) in str(refused.value)
+    if planted != "directory":
+        with pytest.raises(OSError) as unread:
+            read_records(transcript)
+        assert f"{kind}, not a regular file" in str(unread.value)
+    assert victim.read_text(encoding="utf-8") == "keep\n"

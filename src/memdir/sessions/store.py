@@ -120,8 +120,20 @@ def append_record(path: str | os.PathLike[str], record: Mapping[str, Any]) -> No
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
     except UnicodeEncodeError:
         line = json.dumps(record, separators=(",", ":")).encode("ascii") + b"\n"
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        # (said "[Errno 40] Too many levels of symbolic links" for one link, "[Errno 21]" for a folder)
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            raise NotRegularFile(exc.errno, "a symbolic link, not a regular file: memdir does not write through "
+                                            "it; remove it or put the file itself there", str(path)) from None
+        if exc.errno == errno.EISDIR:
+            raise NotRegularFile(exc.errno, "a directory, not a regular file", str(path)) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO took the record into its pipe and lost it
+            raise NotRegularFile(errno.EINVAL, f"{kind_of(mode)}, not a regular file", str(path))
         _lock_within(fd, path)
         size = os.fstat(fd).st_size
         if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
@@ -163,6 +175,11 @@ def _open_transcript(path: str | os.PathLike[str]) -> Any:
         fd = os.open(path, flags)
     except FileNotFoundError:
         return None
+    except OSError as exc:  # (one link said "[Errno 40] Too many levels of symbolic links")
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            raise NotRegularFile(exc.errno, "a symbolic link, not a regular file: memdir does not follow it; "
+                                            "remove it or put the file itself there", str(path)) from None
+        raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
