@@ -126,6 +126,37 @@ def test_a_damaged_sidecar_is_rebuilt_not_trusted(tmp_path: Path, int8: None, da
         s.close()
 
 
+def test_a_sidecar_whose_header_claims_a_later_position_is_not_used(tmp_path: Path, int8: None):
+    """The header is JSON outside the arrays' CRC: one bit flipped in a digit of its log position
+    ('480' → '488', '0' and '8' differ by one bit) made a process take the file as reflecting writes
+    it never saw, and those writes' vectors were never applied: a note written since was found by
+    no vector search.  The position must be the last log entry the file records."""
+    import json
+
+    path = tmp_path / "idx.sqlite"
+    first = _filled(path)
+    first.vector_search(np.ones(DIMS).tolist(), 3)  # the sidecar, at the log's position now
+    side = vector_sidecar.sidecar_path(path)
+    with first.transaction():
+        first.replace_file("new.md", "memory", "hn", 2, 2, _rows("new.md", 8, 99))
+    first.close()
+    data = side.read_bytes()
+    start = len(vector_sidecar.MAGIC) + 4
+    n = int.from_bytes(data[len(vector_sidecar.MAGIC):start], "little")
+    header = json.loads(data[start:start + n])
+    old = json.dumps(header).encode()
+    header["seq"] += 8
+    new = json.dumps(header).encode()
+    assert len(new) == len(old) == n
+    side.write_bytes(data[:start] + new + data[start + n:])
+    second = SqliteStore(path)
+    probe = _rows("new.md", 8, 99)[4]
+    got = second.vector_search(probe.embedding, 3)
+    assert got and got[0].id == probe.id
+    assert not second.matrix.from_sidecar
+    second.close()
+
+
 def test_a_writer_killed_mid_write_leaves_no_usable_half_file(tmp_path: Path, int8: None):
     path = tmp_path / "idx.sqlite"
     first = _filled(path)

@@ -119,6 +119,8 @@ def tail_matches(conn: Any, tail: Any, seq: int, lo: int) -> bool:
         return False
     if not entries:  # saved right after a rebuild (same epoch): nothing happened before it
         return seq == 0
+    if entries[-1][0] != seq:  # the header's position (outside the CRC) is where its history ends
+        return False
     kept = [e for e in entries if e[0] >= lo]
     if not kept:  # trimmed: cannot be checked
         return False
