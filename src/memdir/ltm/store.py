@@ -58,6 +58,11 @@ class LtmUnavailableError(LtmError):
     """The ``lancedb`` extra is not installed."""
 
 
+class TableDamaged(RuntimeError):
+    """The table's newest version reads as no table at all (its manifest zero-filled or cut short):
+    damage to heal (:mod:`memdir.ltm.heal`), not a table of another program."""
+
+
 class ModelMismatchError(LtmError):
     """The table's vectors come from another embedding model than the configured one."""
 
@@ -229,6 +234,9 @@ class LanceTable:
         import pyarrow as pa
 
         names = schema.names
+        if not names:  # (a zero-filled newest manifest opens as a version 0 of no columns)
+            raise TableDamaged(f"the newest version of the table {self.path / (TABLE + '.lance')} holds no columns "
+                               "(its manifest is damaged)")
         vector = schema.field("vector").type if "vector" in names else None
         if "id" in names and "text" in names and vector is not None and pa.types.is_fixed_size_list(vector):
             return
