@@ -61,11 +61,16 @@ _FRAGMENT_SPACE = 1 << 31
 #: Bisection queries at most: each unreadable fragment costs about 2 × 31 (halvings down to it).
 MAX_BISECT_QUERIES = 4000
 _DAMAGE_MARKERS = ("lanceerror(io)", "lanceerror(corrupt", "corrupt file", "not found:")
+#: What Lance says (as a ``ValueError``) of a data file whose first bytes are not its magic number.
+_NOT_LANCE = "does not appear to be a lance file"
 
 
 def is_damage(exc: BaseException) -> bool:
     """Whether ``exc`` says a file of the table is unreadable (not a bad query, not a model change)."""
     if isinstance(exc, TableDamaged):
+        return True
+    if isinstance(exc, ValueError) and _NOT_LANCE in str(exc).lower():
+        # a data file zero-filled at its length (a crash on ext4 or xfs): Lance calls it invalid input
         return True
     if isinstance(exc, (LtmError, ValueError, PermissionError)):
         return False
