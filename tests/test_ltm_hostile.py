@@ -203,7 +203,7 @@ def test_a_table_that_holds_no_memories_is_refused_and_left_as_it_is(tmp_path: P
     assert lancedb.connect(folder).open_table("memories").schema.names == ["id", "foo", "vector"]
 
 
-@pytest.mark.parametrize("planted", ["fifo", "directory"])
+@pytest.mark.parametrize("planted", ["fifo", "directory", "link"])
 def test_an_embedding_cache_that_is_no_file_is_named_once_with_what_to_remove(
         tmp_path: Path, planted: str, caplog: pytest.LogCaptureFixture) -> None:
     """A FIFO or a folder at ``embedding-cache.sqlite`` was warned about twice a command, for ever,
@@ -215,13 +215,20 @@ def test_an_embedding_cache_that_is_no_file_is_named_once_with_what_to_remove(
         cache = ltm.db_path / "embedding-cache.sqlite"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{cache}{suffix}").unlink(missing_ok=True)
-    os.mkfifo(cache) if planted == "fifo" else cache.mkdir()
+    outside = tmp_path / "elsewhere.sqlite"  # a link's target: never made nor written
+    if planted == "fifo":
+        os.mkfifo(cache)
+    elif planted == "directory":
+        cache.mkdir()
+    else:
+        cache.symlink_to(outside)
     with caplog.at_level(logging.WARNING, logger="memdir"), make(tmp_path) as ltm:
         assert ltm.store("The user lives in Porto", category="fact").action == "created"
         assert [h.text for h in ltm.search("The user lives in Porto", min_score=0.99)] == ["The user lives in Porto"]
     said = [r.getMessage() for r in caplog.records if "embedding cache" in r.getMessage()]
-    kind = "a FIFO" if planted == "fifo" else "a directory"
+    kind = {"fifo": "a FIFO", "directory": "a directory", "link": "a symbolic link"}[planted]
     assert len(said) == 1 and f"{cache} is {kind}, not a regular file: remove it" in said[0], said
+    assert not outside.exists()
 
 
 SECRETS = ["Remember my API key is sk-abcdefghijklmnop1234",

@@ -83,17 +83,18 @@ class EmbeddingCache:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
-                mode = os.stat(self.path).st_mode
+                mode = os.lstat(self.path).st_mode
             except FileNotFoundError:
                 mode = None
             if mode is not None and not stat.S_ISREG(mode):
                 # SQLite said "disk I/O error" (a FIFO) or "unable to open database file" (a folder)
-                # twice a command, for ever: read as a failing disk, and nothing said what to remove
+                # twice a command, for ever: read as a failing disk, and nothing said what to remove;
+                # a link was followed, the cache made and written wherever it pointed
                 from memdir.reading import kind_of
 
                 self._off = True  # said once, then left alone for the rest of the process
-                raise OSError(f"{self.path} is {kind_of(mode)}, not a regular file: remove it (memdir makes the "
-                              "cache again)")
+                kind = "a symbolic link" if stat.S_ISLNK(mode) else kind_of(mode)
+                raise OSError(f"{self.path} is {kind}, not a regular file: remove it (memdir makes the cache again)")
             create_private(self.path)  # cached vectors of the memories' text
             conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
             try:
