@@ -726,3 +726,50 @@ def test_a_state_folder_deleted_as_the_index_is_opened_is_named_and_the_next_try
         assert removed and f"its folder {state / 'memory'} was removed while it was being opened" in message
         assert "run the command again" in message and "disk I/O" not in message
         assert [r.path for r in mem.search("Kafka").results] == ["MEMORY.md"]  # the next try builds it
+
+
+def test_a_directory_at_the_lock_files_name_is_named_with_what_to_do(make_workspace, run_cli, state_dir):
+    # Before: index failed, and a search's sync before searching, with Python's bare "[Errno 21]
+    # Is a directory: '…/x.sqlite.lock'", which said nothing of what the file is or what to do.
+    ws = make_workspace(FILES)
+    env = {"MEMDIR_PROVIDER": "none"}
+    assert run_cli("index", "-w", str(ws), env=env).returncode == 0
+    index = Path(json.loads(run_cli("status", "--json", "-w", str(ws), env=env).stdout)["indexPath"])
+    lock = Path(f"{index}.lock")
+    lock.unlink()
+    lock.mkdir()
+    says = f"the writer lock {lock} is a directory, not a regular file: remove it"
+    refused = run_cli("index", "-w", str(ws), env=env, timeout=20)
+    assert refused.returncode == 1 and says in refused.stderr, refused.stderr
+    assert "Errno" not in refused.stderr
+    (ws / "memory" / "2026-02-01.md").write_text("- A new note to index.\n")  # a search's sync writes
+    searched = run_cli("search", "-w", str(ws), "anything", env=env, timeout=20)
+    assert says in searched.stderr and "stale" in searched.stderr, searched.stderr
+    lock.rmdir()
+    assert run_cli("index", "-w", str(ws), env=env).returncode == 0
+
+
+@pytest.mark.parametrize(("suffix", "planted"), [("-wal", "link"), ("-shm", "link"), ("-wal", "directory")])
+def test_a_write_ahead_log_that_is_no_file_is_named_and_nothing_written_through_it(
+        make_workspace, run_cli, state_dir, tmp_path: Path, suffix: str, planted: str):
+    # Before: a -wal or -shm replaced by a symlink (a state folder restored from a backup tool that
+    # keeps links, a planted link) or a folder made every update fail with SQLite's "unable to open
+    # database file", and searches stale saying the same: nothing named the file or what to do.
+    ws = make_workspace(FILES)
+    env = {"MEMDIR_PROVIDER": "none"}
+    assert run_cli("index", "-w", str(ws), env=env).returncode == 0
+    index = Path(json.loads(run_cli("status", "--json", "-w", str(ws), env=env).stdout)["indexPath"])
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    for left in ("-wal", "-shm"):
+        Path(f"{index}{left}").unlink(missing_ok=True)
+    planted_at = Path(f"{index}{suffix}")
+    planted_at.symlink_to(victim) if planted == "link" else planted_at.mkdir()
+    (ws / "memory" / "b.md").write_text("- Renew the passport before June.\n")
+    kind = "a symbolic link" if planted == "link" else "a directory"
+    says = f"{planted_at} is {kind}, not a regular file: SQLite does not open the index's"
+    refused = run_cli("index", "-w", str(ws), env=env)
+    assert refused.returncode == 1 and says in refused.stderr, refused.stderr
+    searched = run_cli("search", "--json", "-w", str(ws), "anything", env=env)
+    assert any(says in w for w in json.loads(searched.stdout)["warnings"]), searched.stdout
+    assert victim.read_text() == "keep\n"

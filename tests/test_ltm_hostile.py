@@ -153,6 +153,84 @@ def test_a_damaged_or_unopenable_embedding_cache_never_stops_long_term_memory(tm
             assert len(provider.calls) == calls
 
 
+@pytest.mark.parametrize("damage", ["odd-length", "short", "nan"])
+def test_a_damaged_embedding_cache_row_is_embedded_again_not_trusted(tmp_path: Path, damage: str) -> None:
+    """A cache row whose bytes changed (a damaged page SQLite cannot see, a hand edit) was taken as
+    it was: a length that is no number of floats failed every store and search of that text with
+    NumPy's "buffer size must be a multiple of element size", a short one was said to be a model of
+    other dimensions ("run ltm reembed"), and NaN made the search "No matches." and the store a
+    bare "lance error: … Vector column contains NaN values"."""
+    import sqlite3
+    import struct
+
+    provider = AxisProvider()
+    text = "The user prefers green tea"
+    with make(tmp_path, provider) as ltm:
+        ltm.store(text, category="preference")
+        assert [h.text for h in ltm.search(text)] == [text]  # its query vector is cached too
+        cache = ltm.db_path / "embedding-cache.sqlite"
+    blob = {"odd-length": b"\x01" * 5, "short": struct.pack("<10f", *[0.3] * 10),
+            "nan": struct.pack("<64f", *[float("nan")] * 64)}[damage]
+    with sqlite3.connect(cache) as conn:
+        assert conn.execute("UPDATE embedding_cache SET embedding = ?", (blob,)).rowcount >= 2
+    conn.close()
+    with make(tmp_path, provider) as ltm:
+        assert [h.text for h in ltm.search(text, min_score=0.99)] == [text]
+        assert ltm.store(text, category="preference").action == "duplicate"
+        assert len(ltm.list()) == 1
+    with sqlite3.connect(cache) as conn:  # the damaged rows were replaced
+        assert {n for (n,) in conn.execute("SELECT length(embedding) FROM embedding_cache")} == {64 * 4}
+    conn.close()
+
+
+def test_a_table_that_holds_no_memories_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    """A ``memories`` table of another program (dbPath naming its LanceDB folder, a folder copied
+    over the store) got memdir's columns added, then every command failed with the bare name of a
+    column it lacks: "memdir ltm: 'text'"."""
+    import lancedb
+
+    folder = tmp_path / "state" / "ltm" / "main"
+    lancedb.connect(folder).create_table("memories", data=[{"id": "x", "foo": "bar", "vector": [0.1] * 8}])
+    for action in ("list", "store", "search"):
+        with make(tmp_path) as ltm, pytest.raises(LtmError) as refused:
+            if action == "list":
+                ltm.list()
+            elif action == "store":
+                ltm.store("The user keeps bees", category="fact")
+            else:
+                ltm.search("bees")
+        assert "is not a long-term memory table (its columns: id, foo, vector;" in str(refused.value)
+    assert lancedb.connect(folder).open_table("memories").schema.names == ["id", "foo", "vector"]
+
+
+@pytest.mark.parametrize("planted", ["fifo", "directory", "link"])
+def test_an_embedding_cache_that_is_no_file_is_named_once_with_what_to_remove(
+        tmp_path: Path, planted: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A FIFO or a folder at ``embedding-cache.sqlite`` was warned about twice a command, for ever,
+    in SQLite's words: "disk I/O error" (read as a failing disk) or "unable to open database file"."""
+    import logging
+
+    with make(tmp_path) as ltm:
+        ltm.store("The user prefers green tea", category="preference")
+        cache = ltm.db_path / "embedding-cache.sqlite"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{cache}{suffix}").unlink(missing_ok=True)
+    outside = tmp_path / "elsewhere.sqlite"  # a link's target: never made nor written
+    if planted == "fifo":
+        os.mkfifo(cache)
+    elif planted == "directory":
+        cache.mkdir()
+    else:
+        cache.symlink_to(outside)
+    with caplog.at_level(logging.WARNING, logger="memdir"), make(tmp_path) as ltm:
+        assert ltm.store("The user lives in Porto", category="fact").action == "created"
+        assert [h.text for h in ltm.search("The user lives in Porto", min_score=0.99)] == ["The user lives in Porto"]
+    said = [r.getMessage() for r in caplog.records if "embedding cache" in r.getMessage()]
+    kind = {"fifo": "a FIFO", "directory": "a directory", "link": "a symbolic link"}[planted]
+    assert len(said) == 1 and f"{cache} is {kind}, not a regular file: remove it" in said[0], said
+    assert not outside.exists()
+
+
 SECRETS = ["Remember my API key is sk-abcdefghijklmnop1234",
            "Remember: OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuv",
            "I always use the password: hunter2 for the staging box",
@@ -261,6 +339,70 @@ def test_a_process_killed_while_writing_the_mirror_leaves_no_edited_copy(tmp_pat
         mirror = ltm.mirror_path
     assert sorted(p.name for p in mirror.parent.iterdir()) == ["long-term.md"]
     assert all(t in mirror.read_text() for t in ("tea", "Porto", "bees"))
+
+
+# A store of one memory with the mirror on, in a child (a hang fails on the timeout, not the suite).
+STORE_WITH_MIRROR = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[1])
+    from ltm_fakes import AxisProvider
+    from memdir.config import load_config
+    from memdir.ltm import LongTermMemory
+    tmp = Path(sys.argv[2])
+    settings = load_config(workspace=tmp / "ws", state_dir=tmp / "state", agent_id="main",
+                           overrides={"longTermMemory": {"mirror": {"enabled": True}}}).settings
+    with LongTermMemory(settings, provider=AxisProvider()) as ltm:
+        print(json.dumps(ltm.store(sys.argv[3], category="fact").warnings))
+""")
+
+
+def test_a_fifo_at_the_mirror_state_files_name_does_not_hang_a_store(tmp_path: Path) -> None:
+    """``mirror-state.json`` was read with a plain open: a FIFO at its name made every store wait
+    for a writer for ever, holding the store's lock, so every other ``ltm`` command waited too."""
+    (tmp_path / "ws").mkdir()
+    settings = load_config(workspace=tmp_path / "ws", state_dir=tmp_path / "state", agent_id="main",
+                           overrides={"longTermMemory": {"mirror": {"enabled": True}}}).settings
+    with LongTermMemory(settings, provider=AxisProvider()) as ltm:
+        ltm.store("The user keeps bees", category="fact")
+        state = ltm.db_path / "mirror-state.json"
+    state.unlink()
+    os.mkfifo(state)
+    second = subprocess.run([sys.executable, "-c", STORE_WITH_MIRROR, str(TESTS), str(tmp_path),
+                             "The user lives in Porto"],
+                            capture_output=True, text=True, timeout=60, env=cli_env(tmp_path / "state"))
+    assert second.returncode == 0, second.stderr
+    assert state.is_file()  # replaced by the state it records
+    assert all(t in (tmp_path / "ws" / "memory" / "long-term.md").read_text() for t in ("bees", "Porto"))
+
+
+@pytest.mark.parametrize("damage", ["zero-filled", "truncated", "deleted"])
+def test_a_lost_mirror_record_is_not_called_an_edit_of_the_mirror(tmp_path: Path, damage: str) -> None:
+    """With ``mirror-state.json`` zero-filled (a crash on ext4/xfs), cut short or gone, the next store
+    said the untouched mirror "was changed outside memdir since it was last generated", sending the
+    user looking for an edit nobody made; it says the mirror could not be checked, as it is, and
+    keeps the copy; a mirror holding what is about to be written is not moved aside at all."""
+    (tmp_path / "ws").mkdir()
+    settings = load_config(workspace=tmp_path / "ws", state_dir=tmp_path / "state", agent_id="main",
+                           overrides={"longTermMemory": {"mirror": {"enabled": True}}}).settings
+    with LongTermMemory(settings, provider=AxisProvider()) as ltm:
+        ltm.store("The user keeps bees", category="fact")
+        state, mirror = ltm.db_path / "mirror-state.json", ltm.mirror_path
+        size = state.stat().st_size
+        if damage == "zero-filled":
+            state.write_bytes(b"\0" * size)
+        elif damage == "truncated":
+            state.write_bytes(state.read_bytes()[: size // 2])
+        else:
+            state.unlink()
+        assert ltm.sync_mirror() == []  # the same memories: nothing to keep aside
+        assert sorted(p.name for p in mirror.parent.iterdir()) == ["long-term.md"]
+        (state.write_bytes(b"\0" * state.stat().st_size) if damage == "zero-filled" else state.unlink())
+        warnings = ltm.store("The user lives in Porto", category="fact").warnings
+    assert len(warnings) == 1 and "could not be checked" in warnings[0] and str(state) in warnings[0]
+    assert "changed outside memdir" not in warnings[0]
+    assert "bees" in next(mirror.parent.glob("long-term.md.edited-*")).read_text()
+    assert all(t in mirror.read_text() for t in ("bees", "Porto"))
 
 
 def test_a_long_running_store_is_told_when_another_process_reembedded_with_another_model(tmp_path: Path) -> None:

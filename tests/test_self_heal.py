@@ -280,3 +280,34 @@ def test_a_damaged_index_in_a_folder_that_cannot_be_written_says_so():
             assert index.read_bytes() == damaged and not list((state / "memory").glob("*.corrupt-*"))
         finally:
             (state / "memory").chmod(0o700)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_stored_vector_holding_nan_or_infinity_still_lets_its_note_be_found(make_workspace, run_cli, state_dir,
+                                                                            bad):
+    """A vector whose bytes were damaged inside its blob (SQLite sees nothing wrong) scored NaN, and
+    a NaN fused score dropped the note from every search, its exact keywords included; the embedding
+    cache (whose entries point at these vectors) handed the same NaN to ``index --force``, so no
+    rebuild healed it.  Such a vector scores 0 and is embedded again by a rebuild."""
+    import struct
+
+    ws = make_workspace({"MEMORY.md": "# Notes\n\n- The zebra enclosure needs a new gate.\n",
+                         "memory/2026-01-12.md": "- Lunch with Dana about the quarterly budget.\n"})
+    assert run_cli("-w", str(ws), "index").returncode == 0  # the embedded model
+    index = next((state_dir / "memory").glob("*.sqlite"))
+    with sqlite3.connect(index) as conn:
+        conn.execute("UPDATE chunks SET embedding = ? WHERE path = 'MEMORY.md'",
+                     (struct.pack("<384f", 0.1, bad, *[0.05] * 382),))
+    conn.close()
+    found = run_cli("-w", str(ws), "search", "zebra enclosure gate", "--files")
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.splitlines()[:1] == ["MEMORY.md"]
+    out = run_cli("-w", str(ws), "index", "--force", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["embedded"] >= 1  # the damaged vector was not taken from the cache
+    with sqlite3.connect(index) as conn:
+        (blob,) = conn.execute("SELECT embedding FROM chunks WHERE path = 'MEMORY.md'").fetchone()
+    conn.close()
+    assert all(x == x and abs(x) != float("inf") for x in struct.unpack("<384f", blob))
+    found = run_cli("-w", str(ws), "search", "striped animal pen", "--mode", "vector", "--files")
+    assert found.returncode == 0 and found.stdout.splitlines()[0] == "MEMORY.md"

@@ -113,3 +113,59 @@ def test_hook_never_follows_a_session_id_out_of_the_sessions_folder(tmp_path: Pa
                                      now=datetime(2026, 1, 16, 12, 0, tzinfo=UTC), timezone="UTC")
     assert result is not None and result.error is None and result.transcript is None
     assert result.path is not None and "private plan" not in result.path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("planted", ["dangling link", "link to a file", "directory", "fifo"])
+def test_the_sessions_lock_is_never_opened_through_a_link_nor_taken_when_it_is_no_file(
+        tmp_path: Path, planted: str) -> None:
+    """``sessions.json.lock`` was opened as it was, with O_CREAT: a symlink planted at its name made
+    the file it pointed to outside the state folder (0600, empty), and a directory there failed
+    ``memdir chat`` with a bare "[Errno 21] Is a directory"."""
+    import os
+
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    lock = sessions / "sessions.json.lock"
+    outside = tmp_path / "elsewhere"
+    if planted == "link to a file":
+        outside.write_text("keep\n", encoding="utf-8")
+    if planted.endswith(("link", "file")):
+        lock.symlink_to(outside)
+    elif planted == "directory":
+        lock.mkdir()
+    else:
+        os.mkfifo(lock)
+    with pytest.raises(SessionStoreError) as refused:
+        SessionStore(sessions).open_session(KEY)
+    kind = {"directory": "a directory", "fifo": "a FIFO"}.get(planted, "a symbolic link")
+    assert f"{lock} is {kind}" in str(refused.value) and "remove it" in str(refused.value)
+    assert (outside.read_text(encoding="utf-8") == "keep\n") if planted == "link to a file" else not outside.exists()
+    assert sorted(p.name for p in sessions.iterdir()) == ["sessions.json.lock"]  # nothing else written
+
+
+@pytest.mark.parametrize("planted", ["link", "fifo", "directory"])
+def test_a_transcript_that_is_no_file_is_named_for_what_it_is(tmp_path: Path, planted: str) -> None:
+    """A transcript replaced by a symlink failed memdir chat (and the hook, the flush) with
+    "[Errno 40] Too many levels of symbolic links" for one link, a folder with a bare "[Errno 21]",
+    a FIFO with "Invalid argument"; each is named for what it is, nothing written through it."""
+    import os
+
+    store = _store(tmp_path, {"sessionId": "abc"})
+    transcript = tmp_path / "sessions" / "abc.jsonl"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n", encoding="utf-8")
+    if planted == "link":
+        transcript.symlink_to(victim)
+    elif planted == "fifo":
+        os.mkfifo(transcript)
+    else:
+        transcript.mkdir()
+    kind = {"link": "a symbolic link", "fifo": "a FIFO", "directory": "a directory"}[planted]
+    with pytest.raises(OSError) as refused:
+        store.append(KEY, message_record("user", "hello"))
+    assert f"{kind}, not a regular file" in str(refused.value) and str(transcript) in str(refused.value)
+    if planted != "directory":
+        with pytest.raises(OSError) as unread:
+            read_records(transcript)
+        assert f"{kind}, not a regular file" in str(unread.value)
+    assert victim.read_text(encoding="utf-8") == "keep\n"

@@ -126,6 +126,37 @@ def test_a_damaged_sidecar_is_rebuilt_not_trusted(tmp_path: Path, int8: None, da
         s.close()
 
 
+def test_a_sidecar_whose_header_claims_a_later_position_is_not_used(tmp_path: Path, int8: None):
+    """The header is JSON outside the arrays' CRC: one bit flipped in a digit of its log position
+    ('480' → '488', '0' and '8' differ by one bit) made a process take the file as reflecting writes
+    it never saw, and those writes' vectors were never applied: a note written since was found by
+    no vector search.  The position must be the last log entry the file records."""
+    import json
+
+    path = tmp_path / "idx.sqlite"
+    first = _filled(path)
+    first.vector_search(np.ones(DIMS).tolist(), 3)  # the sidecar, at the log's position now
+    side = vector_sidecar.sidecar_path(path)
+    with first.transaction():
+        first.replace_file("new.md", "memory", "hn", 2, 2, _rows("new.md", 8, 99))
+    first.close()
+    data = side.read_bytes()
+    start = len(vector_sidecar.MAGIC) + 4
+    n = int.from_bytes(data[len(vector_sidecar.MAGIC):start], "little")
+    header = json.loads(data[start:start + n])
+    old = json.dumps(header).encode()
+    header["seq"] += 8
+    new = json.dumps(header).encode()
+    assert len(new) == len(old) == n
+    side.write_bytes(data[:start] + new + data[start + n:])
+    second = SqliteStore(path)
+    probe = _rows("new.md", 8, 99)[4]
+    got = second.vector_search(probe.embedding, 3)
+    assert got and got[0].id == probe.id
+    assert not second.matrix.from_sidecar
+    second.close()
+
+
 def test_a_writer_killed_mid_write_leaves_no_usable_half_file(tmp_path: Path, int8: None):
     path = tmp_path / "idx.sqlite"
     first = _filled(path)
@@ -198,6 +229,34 @@ def test_a_sidecar_from_another_history_of_a_restored_index_is_not_used(tmp_path
     fourth.vector_search(np.ones(DIMS).tolist(), 3)
     assert fourth.matrix.from_sidecar
     fourth.close()
+
+
+def test_a_warm_store_notices_its_index_restored_from_a_backup_and_written_again(tmp_path: Path):
+    """An index restored from a backup under a running server (sqlite3's ``.restore``) went back to an
+    earlier change-log position of the same epoch, and the next writes brought it to the old position
+    by another history (the same rowids too): the warm matrix and the rows of hits it held were
+    taken as current, and a search answered with a note deleted since, its text and path."""
+    import sqlite3
+
+    path = tmp_path / "idx.sqlite"
+    one = _filled(path)
+    with sqlite3.connect(path) as live, sqlite3.connect(tmp_path / "backup.sqlite") as backup:
+        live.backup(backup)
+    with one.transaction():
+        one.replace_file("gone.md", "memory", "hg", 2, 2, _rows("gone.md", 5, 77))
+    q = np.asarray(_rows("gone.md", 5, 77)[2].embedding, dtype=np.float32)
+    assert one.vector_search(q.tolist(), 3)[0].path == "gone.md"  # held warm from here
+    with sqlite3.connect(tmp_path / "backup.sqlite") as backup, sqlite3.connect(path) as live:
+        backup.backup(live)
+    two = SqliteStore(path)  # another process writes another note at the same log positions
+    with two.transaction():
+        two.replace_file("other.md", "memory", "ho", 2, 2, _rows("other.md", 5, 88))
+    two.close()
+    for probe in (q, np.asarray(_rows("other.md", 5, 88)[3].embedding, dtype=np.float32)):
+        got = one.vector_search(probe.tolist(), 5)
+        assert "gone.md" not in {h.path for h in got}
+        assert [h.id for h in got] == [c for c, _ in _exact(one, probe, 5)]
+    one.close()
 
 
 def test_the_sidecar_is_private_as_the_index(tmp_path: Path, int8: None):

@@ -360,6 +360,9 @@ class FileWriterLock:
             if exc.errno == errno.ELOOP and os.path.islink(self.path):
                 raise OSError(f"the writer lock {self.path} is a symbolic link: memdir does not write through it; "
                               "remove it") from exc
+            if exc.errno == errno.EISDIR:  # (said "[Errno 21] Is a directory" and nothing of what to do)
+                raise OSError(f"the writer lock {self.path} is a directory, not a regular file: remove it "
+                              "(memdir makes the file again)") from exc
             raise
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

@@ -16,6 +16,7 @@ import hashlib
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 import weakref
@@ -81,6 +82,19 @@ class EmbeddingCache:
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            try:
+                mode = os.lstat(self.path).st_mode
+            except FileNotFoundError:
+                mode = None
+            if mode is not None and not stat.S_ISREG(mode):
+                # SQLite said "disk I/O error" (a FIFO) or "unable to open database file" (a folder)
+                # twice a command, for ever: read as a failing disk, and nothing said what to remove;
+                # a link was followed, the cache made and written wherever it pointed
+                from memdir.reading import kind_of
+
+                self._off = True  # said once, then left alone for the rest of the process
+                kind = "a symbolic link" if stat.S_ISLNK(mode) else kind_of(mode)
+                raise OSError(f"{self.path} is {kind}, not a regular file: remove it (memdir makes the cache again)")
             create_private(self.path)  # cached vectors of the memories' text
             conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
             try:
@@ -102,16 +116,17 @@ class EmbeddingCache:
         if not hashes:
             return {}
         rows = self._guarded("read", lambda: self._read(key, hashes), [])
-        if rows:  # the LRU touch is a write: a read-only or full store still uses the hits
-            self._guarded("update", lambda: self._touch(key, [h for h, _ in rows]), None)
-        return {h: np.frombuffer(blob, dtype="<f4").astype(np.float32) for h, blob in rows}
+        found = {h: vec for h, blob, dims in rows if (vec := _cached_vector(blob, dims)) is not None}
+        if found:  # the LRU touch is a write: a read-only or full store still uses the hits
+            self._guarded("update", lambda: self._touch(key, list(found)), None)
+        return found
 
-    def _read(self, key: tuple[str, str, str], hashes: Sequence[str]) -> list[tuple[str, bytes]]:
+    def _read(self, key: tuple[str, str, str], hashes: Sequence[str]) -> list[tuple[str, Any, Any]]:
         with self._lock:
             marks = ",".join("?" * len(hashes))
             return self._db().execute(
-                f"SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? "
-                f"AND hash IN ({marks})", (*key, *hashes)).fetchall()
+                f"SELECT hash, embedding, dims FROM embedding_cache WHERE provider = ? AND model = ? "
+                f"AND provider_key = ? AND hash IN ({marks})", (*key, *hashes)).fetchall()
 
     def _touch(self, key: tuple[str, str, str], hashes: list[str]) -> None:
         with self._lock:
@@ -244,6 +259,20 @@ class Embedder:
     def close(self) -> None:
         if self.cache is not None:
             self.cache.close()
+
+
+def _cached_vector(blob: Any, dims: Any) -> np.ndarray | None:
+    """A cache row's vector, or ``None`` (a miss, embedded again and the row replaced) when its
+    bytes are not ``dims`` finite floats of some length.  Trusted, a damaged row failed every store
+    and search of its text ("buffer size must be a multiple of element size"), a short one was
+    "a table of 384-dimensional vectors, but the model makes 100: run ltm reembed", and one holding
+    NaN made a search "No matches." and a store a bare Lance error."""
+    if not isinstance(blob, bytes) or not blob or len(blob) % 4 or (isinstance(dims, int) and len(blob) != 4 * dims):
+        return None
+    vec = np.frombuffer(blob, dtype="<f4").astype(np.float32)
+    if not np.isfinite(vec).all() or not vec.any():
+        return None
+    return vec
 
 
 def _unit(vector: Sequence[float]) -> np.ndarray:

@@ -47,7 +47,7 @@ from typing import Any
 
 from memdir.atomic_write import replace_file
 from memdir.errors import without_source_location
-from memdir.ltm.store import TABLE, LtmError, MemoryRecord, _record
+from memdir.ltm.store import TABLE, LtmError, MemoryRecord, TableDamaged, _record
 
 TABLE_DIR = f"{TABLE}.lance"
 DAMAGED_INFIX = ".damaged-"
@@ -61,10 +61,17 @@ _FRAGMENT_SPACE = 1 << 31
 #: Bisection queries at most: each unreadable fragment costs about 2 × 31 (halvings down to it).
 MAX_BISECT_QUERIES = 4000
 _DAMAGE_MARKERS = ("lanceerror(io)", "lanceerror(corrupt", "corrupt file", "not found:")
+#: What Lance says (as a ``ValueError``) of a data file whose first bytes are not its magic number.
+_NOT_LANCE = "does not appear to be a lance file"
 
 
 def is_damage(exc: BaseException) -> bool:
     """Whether ``exc`` says a file of the table is unreadable (not a bad query, not a model change)."""
+    if isinstance(exc, TableDamaged):
+        return True
+    if isinstance(exc, ValueError) and _NOT_LANCE in str(exc).lower():
+        # a data file zero-filled at its length (a crash on ext4 or xfs): Lance calls it invalid input
+        return True
     if isinstance(exc, (LtmError, ValueError, PermissionError)):
         return False
     if not isinstance(exc, (RuntimeError, OSError)):
@@ -86,6 +93,8 @@ def table_problem(db_path: Path) -> str | None:
         return None
     try:
         table = _connect(db_path).open_table(TABLE)
+        if not table.schema.names:  # a zero-filled newest manifest: read as "version 0", no columns
+            return "the newest version of the table holds no columns (its manifest is damaged)"
         table.to_arrow()
     except Exception as exc:
         if is_damage(exc):
@@ -255,6 +264,8 @@ def salvage(table_dir: Path, work: Path, *, keep_ids: set[str] | None = None) ->
         try:
             table = _connect(_shadow(table_dir, [m for _, m in versions[i:]], work / f"v{version}")).open_table(TABLE)
             schema = table.schema
+            if not schema.names:  # a zero-filled manifest opens as an empty "version 0": no version at all
+                continue
             expected = int(table.count_rows())
             rows, readable, out.lost_fragments = read_by_fragment(table)
         except Exception:  # this manifest (or what it names) does not open: try the one before

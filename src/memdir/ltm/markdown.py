@@ -228,7 +228,9 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
         except OSError as exc:
             # nothing says it is ours: a file that cannot be read is left where it is, not moved aside
             return f"{path} cannot be read ({exc.strerror or exc}); the long-term memory mirror was not written"
-        ours = current is not None and _sha(current) in state.get(str(path), "").split()
+        data = content.encode("utf-8")
+        # (the very bytes about to be written need no copy kept, whatever the record says)
+        ours = current is not None and (_sha(current) in state.get(str(path), "").split() or current == data)
         theirs = _owner_line(current.decode("utf-8", "replace")) if current is not None and not ours else None
         if current is not None and not ours and theirs is None and str(path) not in state:
             # Never written here and no mirror at all: a person's own note (MEMORY.md?), not an edit.
@@ -247,8 +249,16 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
                 n += 1
                 aside = path.with_name(f"{path.name}.edited-{stamp}-{n}")
             os.replace(path, aside)
-            why = ("was changed outside memdir since it was last generated; the edited file" if not gone else
-                   "mirrors a store that is no longer there (moved with its workspace, or deleted); that mirror")
+            if gone:
+                why = "mirrors a store that is no longer there (moved with its workspace, or deleted); that mirror"
+            elif str(path) not in state:
+                # the record of what memdir wrote is missing or damaged (a zero-filled or truncated
+                # mirror-state.json, a state folder restored or copied): an edit cannot be told, and
+                # "was changed outside memdir" sent the user looking for an edit nobody made
+                why = (f"could not be checked against the mirror memdir last wrote (its record {state_file} is "
+                       "missing or damaged); kept in case it was edited, it")
+            else:
+                why = "was changed outside memdir since it was last generated; the edited file"
             warning = (f"{path} {why} was moved to {aside.name} (apply it with `memdir ltm import {aside}`) and the "
                        "mirror regenerated")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -264,8 +274,13 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
 
 
 def _read_state(state_file: Path) -> dict[str, str]:
+    """The mirror's recorded hashes; ``{}`` when the file is missing, damaged or no regular file
+    (a FIFO at its name was opened as a file: every store waited for a writer for ever, holding
+    the store's lock, so every other ``ltm`` command of the agent waited too)."""
+    from memdir.reading import read_regular
+
     try:
-        data = json.loads(state_file.read_text(encoding="utf-8"))
+        data = json.loads(read_regular(state_file, limit=16 << 20).decode("utf-8"))
         return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}

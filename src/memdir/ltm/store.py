@@ -58,6 +58,11 @@ class LtmUnavailableError(LtmError):
     """The ``lancedb`` extra is not installed."""
 
 
+class TableDamaged(RuntimeError):
+    """The table's newest version reads as no table at all (its manifest zero-filled or cut short):
+    damage to heal (:mod:`memdir.ltm.heal`), not a table of another program."""
+
+
 class ModelMismatchError(LtmError):
     """The table's vectors come from another embedding model than the configured one."""
 
@@ -215,11 +220,29 @@ class LanceTable:
         """The table, or ``None`` before the first memory is stored."""
         if self._table is None and self.exists():
             table = self._connect().open_table(TABLE)
+            self._check_schema(table.schema)
             missing = {k: v for k, v in EXTRA_COLUMNS.items() if k not in table.schema.names}
             if missing:  # a table written by OpenClaw: add memdir's columns, keep every row
                 table.add_columns(missing)
             self._table = table
         return self._table
+
+    def _check_schema(self, schema: Any) -> None:
+        """Refuse a ``memories`` table that holds no memories (another program's LanceDB folder
+        named as ``dbPath``, a folder copied over it): it got memdir's columns added, and every
+        command then failed with the bare name of a column it lacks ("memdir ltm: 'text'")."""
+        import pyarrow as pa
+
+        names = schema.names
+        if not names:  # (a zero-filled newest manifest opens as a version 0 of no columns)
+            raise TableDamaged(f"the newest version of the table {self.path / (TABLE + '.lance')} holds no columns "
+                               "(its manifest is damaged)")
+        vector = schema.field("vector").type if "vector" in names else None
+        if "id" in names and "text" in names and vector is not None and pa.types.is_fixed_size_list(vector):
+            return
+        raise LtmError(f"the table {self.path / (TABLE + '.lance')} is not a long-term memory table (its columns: "
+                       f"{', '.join(names) or 'none'}; memdir needs id, text and a vector of fixed width): it was "
+                       "left as it is; set longTermMemory.dbPath to a folder of its own, or move that table aside")
 
     def create(self, dims: int, identity: dict[str, str]) -> Any:
         import pyarrow as pa

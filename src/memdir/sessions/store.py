@@ -120,8 +120,20 @@ def append_record(path: str | os.PathLike[str], record: Mapping[str, Any]) -> No
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
     except UnicodeEncodeError:
         line = json.dumps(record, separators=(",", ":")).encode("ascii") + b"\n"
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        # (said "[Errno 40] Too many levels of symbolic links" for one link, "[Errno 21]" for a folder)
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            raise NotRegularFile(exc.errno, "a symbolic link, not a regular file: memdir does not write through "
+                                            "it; remove it or put the file itself there", str(path)) from None
+        if exc.errno == errno.EISDIR:
+            raise NotRegularFile(exc.errno, "a directory, not a regular file", str(path)) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO took the record into its pipe and lost it
+            raise NotRegularFile(errno.EINVAL, f"{kind_of(mode)}, not a regular file", str(path))
         _lock_within(fd, path)
         size = os.fstat(fd).st_size
         if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
@@ -163,6 +175,11 @@ def _open_transcript(path: str | os.PathLike[str]) -> Any:
         fd = os.open(path, flags)
     except FileNotFoundError:
         return None
+    except OSError as exc:  # (one link said "[Errno 40] Too many levels of symbolic links")
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            raise NotRegularFile(exc.errno, "a symbolic link, not a regular file: memdir does not follow it; "
+                                            "remove it or put the file itself there", str(path)) from None
+        raise
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -299,10 +316,25 @@ def _unwritable(folder: Path, exc: OSError, blocking: Path | None = None) -> Ses
 
 @contextlib.contextmanager
 def _locked(lock_path: Path) -> Iterator[None]:
+    """Hold ``sessions.json.lock``: a regular file, never opened through a symlink.  A link planted
+    at its name (a state folder restored from a backup, another user's ``/tmp`` folder) made the
+    file it pointed to, outside the state folder; a directory there failed with a bare "[Errno 21]"."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(lock_path, flags, 0o600)
     except OSError as exc:
+        if exc.errno == errno.ELOOP and os.path.islink(lock_path):
+            raise SessionStoreError(f"cannot write the sessions store: {lock_path} is a symbolic link: memdir "
+                                    "does not write through it; remove it") from None
+        if exc.errno == errno.EISDIR:
+            raise SessionStoreError(f"cannot write the sessions store: {lock_path} is a directory, not a regular "
+                                    "file: remove it (memdir makes the file again)") from None
         raise _unwritable(lock_path.parent, exc) or exc from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise SessionStoreError(f"cannot write the sessions store: {lock_path} is {kind_of(mode)}, not a regular "
+                                "file: remove it (memdir makes the file again)")
     try:
         _lock_within(fd, lock_path)
         yield

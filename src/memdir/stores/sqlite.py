@@ -80,7 +80,9 @@ def max_cosine(blob: bytes, q: np.ndarray) -> float | None:
     m = np.frombuffer(blob, dtype="<f4").reshape(-1, q.size)
     norms = np.linalg.norm(m, axis=1)
     norms[norms == 0] = 1.0
-    return float(np.max((m @ q) / norms))
+    sims = (m @ q) / norms
+    # a window holding NaN or infinity (a damaged blob) has no direction: 0, as in the matrix
+    return float(np.max(np.where(np.isfinite(sims), sims, 0.0)))
 
 
 def bm25_to_score(rank: float) -> float:
@@ -336,6 +338,8 @@ class SqliteStore(SqliteLifecycle):
         self._bulk: _BulkLoad | None = None
         #: ``((connection, data_version, total_changes), vec_log state)`` (see :meth:`_log_state`).
         self._state_memo: tuple[Any, tuple[str | None, int, int]] | None = None
+        #: ``(epoch, last seq, that entry's mark)`` of the change log when last read (:meth:`_check_history`).
+        self._log_mark: tuple[str | None, int, Any] | None = None
         #: ``(the same key, every file's row)`` of the last :meth:`file_rows` of all files.
         self._rows_memo: tuple[Any, dict[tuple[str, str], tuple[str, int, int]]] | None = None
         #: ``((terms, stemming), phrases)`` of the last :meth:`_phrases`.
@@ -350,7 +354,7 @@ class SqliteStore(SqliteLifecycle):
         self._stop_warmup()
         self._scorer = None
         self._postings = None
-        self._state_memo = None
+        self._state_memo = self._log_mark = None
         self._hit_rows = (None, {}, {})
         super()._open()
         self._pid = os.getpid()
@@ -729,11 +733,33 @@ class SqliteStore(SqliteLifecycle):
             if memo is not None and memo[0] == key:
                 return memo[1]
             state = vecs.state(self.conn)
+            self._check_history(state)
         except db.binding().OperationalError:
             return None
         # read after the key: a commit in between is newer than the key, and the key moved with it
         self._state_memo = (key, state)
         return state
+
+    def _check_history(self, state: tuple[str | None, int, int]) -> None:
+        """Drop what is held warm when the change log is not the one it was read from.
+
+        Everything held warm (the vector matrix, the rows of hits, the keyword postings and counts)
+        is valid for a position of the log, and followed from it by the entries after it.  An
+        index restored from a backup (sqlite3's ``.restore``, a copy over the file) while a server
+        had it open went back to an earlier position of the same epoch, and the writes after
+        brought it to the old position again by another history: a warm search answered with a
+        note deleted since, its old text and path.  So the entry at the position last seen must
+        still be there as it was (its chunk and that chunk's id, which names its text)."""
+        epoch, lo, hi = state
+        seen, self._log_mark = self._log_mark, (epoch, hi, vecs.entry_mark(self.conn, hi) if hi else None)
+        if seen is None or seen[0] != epoch or seen[1] < lo or not seen[1]:  # a new epoch, trimmed: reloaded anyway
+            return
+        if seen[1] <= hi and vecs.continues(self.conn, seen[1], seen[2]):
+            return
+        self._stop_warmup()
+        self._scorer = self._postings = self._phrases_memo = self._rows_memo = None
+        self._hit_rows = (None, {}, {})
+        self.matrix = vecs.VectorMatrix(sidecar_path(self.path), save=not self.readonly)
 
     def _change_key(self) -> tuple[Any, int, int]:
         """What moves with any write this connection can see: another connection's commit
@@ -1154,6 +1180,8 @@ class SqliteStore(SqliteLifecycle):
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, np.ndarray]:
         """Cached vectors by chunk hash, looked up 400 at a time (R§5.4): float32 arrays over the
         stored bytes (read-only), so a big file's cached vectors take no more room than on disk."""
+        import numpy as np
+
         wanted = list(dict.fromkeys(hashes))
         out: dict[str, np.ndarray] = {}
         with self.lock:
@@ -1176,7 +1204,10 @@ class SqliteStore(SqliteLifecycle):
                     if not isinstance(blob, bytes | bytearray) or not isinstance(dims, int) or dims <= 0 \
                             or len(blob) != 4 * dims:
                         continue
-                    out[hex_str(h)] = from_blob(blob)
+                    vector = from_blob(blob)
+                    if not np.isfinite(vector).all():  # NaN or infinity: damaged bytes, re-embedded too
+                        continue
+                    out[hex_str(h)] = vector
         return out
 
     def cache_put(self, provider: str, model: str, provider_key: str,

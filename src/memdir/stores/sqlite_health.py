@@ -112,6 +112,20 @@ def unwritable_file(path: Path) -> str | None:
     """
     for suffix in ("", "-wal", "-shm", ".lock"):
         name = f"{path}{suffix}"
+        if suffix in ("-wal", "-shm"):
+            # SQLite never opens these through a link (nor as a folder), and said only "unable to open
+            # database file" for each update, the index stale for ever
+            try:
+                mode = os.lstat(name).st_mode
+            except OSError:
+                mode = None
+            if mode is not None and not stat.S_ISREG(mode):
+                from memdir.reading import kind_of
+
+                kind = "a symbolic link" if stat.S_ISLNK(mode) else kind_of(mode)
+                return (f"{name} is {kind}, not a regular file: SQLite does not open the index's "
+                        f"{'write-ahead log' if suffix == '-wal' else 'shared memory'} through it; remove it "
+                        "(SQLite makes the file again)")
         try:
             st = os.stat(name)
         except OSError:

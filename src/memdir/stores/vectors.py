@@ -119,6 +119,8 @@ def tail_matches(conn: Any, tail: Any, seq: int, lo: int) -> bool:
         return False
     if not entries:  # saved right after a rebuild (same epoch): nothing happened before it
         return seq == 0
+    if entries[-1][0] != seq:  # the header's position (outside the CRC) is where its history ends
+        return False
     kept = [e for e in entries if e[0] >= lo]
     if not kept:  # trimmed: cannot be checked
         return False
@@ -140,6 +142,26 @@ def state(conn: Any) -> tuple[str | None, int, int]:
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (EPOCH_KEY,)).fetchone()
     lo, hi = conn.execute("SELECT (SELECT min(seq) FROM vec_log), (SELECT max(seq) FROM vec_log)").fetchone()
     return (row[0] if row else None), int(lo or 0), int(hi or 0)
+
+
+def entry_mark(conn: Any, seq: int) -> tuple[Any, ...] | None:
+    """The log entry at ``seq`` as ``(chunk rowid, alive, that chunk's id now)``, ``None`` if there
+    is none: what tells two histories that reached the same position apart (the id names the text)."""
+    row = conn.execute("SELECT v.chunk, v.alive, c.id FROM vec_log v LEFT JOIN chunks c ON c.rowid = v.chunk "
+                       "WHERE v.seq = ?", (int(seq),)).fetchone()
+    return None if row is None else tuple(row)
+
+
+def continues(conn: Any, seq: int, mark: tuple[Any, ...] | None) -> bool:
+    """Whether the log holds the entry :func:`entry_mark` saw at ``seq``: the same chunk and change,
+    and the same chunk id unless a later entry wrote that chunk again (a note edited since)."""
+    now = entry_mark(conn, seq)
+    if now is None or mark is None:
+        return now == mark
+    if now[:2] != mark[:2]:
+        return False
+    return now[2] == mark[2] or conn.execute("SELECT EXISTS (SELECT 1 FROM vec_log WHERE chunk = ? AND seq > ?)",
+                                             (now[0], int(seq))).fetchone()[0] == 1
 
 
 def quantize(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -193,6 +215,12 @@ def _unit_rows(blobs: Sequence[bytes], dims: int) -> tuple[np.ndarray, np.ndarra
 
     counts = np.fromiter((len(b) // (4 * dims) for b in blobs), dtype=np.int64, count=len(blobs))
     matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(-1, dims).astype(np.float32)
+    # A stored vector holding NaN or infinity (bytes damaged inside a blob, which SQLite cannot see)
+    # scored NaN, and a NaN fused score dropped its chunk from every search, keyword matches
+    # included: such a row has no direction, as an all-zero one, and scores 0.
+    bad = ~np.isfinite(matrix).all(axis=1)
+    if bad.any():
+        matrix[bad] = 0.0
     norms = np.linalg.norm(matrix, axis=1)
     norms[norms == 0] = 1.0
     matrix /= norms[:, None]
