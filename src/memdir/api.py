@@ -759,12 +759,19 @@ class Memory(IndexUpkeep):
         removed: list[str] = []
         rebuild: str | None = None
         skipped: dict[str, dict[str, Any]] = {s.path: s.as_dict() for s in found.skipped}
+        listed: list[Any] | None = None
+        if store is None:  # never built: every file is to index (the indexer would open, so create, the index)
+            listed = self._listed_without_index(found)
+            dirty_files = [f.path for f in listed]
         if store:
             def read() -> tuple[Any, ...]:
                 changed, gone = self.indexer.dirty_files()
                 return store.counts_by_source(), store.read_meta() or {}, changed, gone, store.get_state(SKIPPED_STATE)
 
             counts, meta, changed, gone, last_skipped = self._healing(read)
+            # a file with no index in it (left by a first build killed before it published, or by
+            # an older status) is no index: "Store: …" said built, and the next index "no index yet"
+            exists = bool(meta)
             if meta:
                 rebuild = self.indexer.settings_rebuild_reason(meta)
             dirty_files = [f.path for f in changed]
@@ -788,7 +795,7 @@ class Memory(IndexUpkeep):
             "chunks": sum(c for _, c in counts.values()),
             # what a sync would index: every source's files (transcripts too), none of the memory
             # files when "memory" is not a source ("Indexed: 2/1 files" counted memory files only)
-            "scannedFiles": len(self.indexer.list_files()[0]),
+            "scannedFiles": len(self.indexer.list_files()[0] if listed is None else listed),
             "sourceCounts": [
                 {"source": s, "files": counts.get(s, (0, 0))[0], "chunks": counts.get(s, (0, 0))[1]}
                 for s in ms.sources
@@ -882,6 +889,17 @@ class Memory(IndexUpkeep):
             out["issues"].append(f"the provider's vectors now have {probed} dimensions, the index's {held} (did the "
                                  "model change behind its name?): searches use keywords only until it is rebuilt")
         return out
+
+    def _listed_without_index(self, found: Any) -> list[Any]:
+        """What a first sync would index, listed without opening the index: status on a workspace
+        never indexed made an empty index file, and every later status called it built."""
+        files = list(found.files) if "memory" in self.settings.memory_search.sources else []
+        for source in self._extra_sources():
+            try:
+                files += source.list_files()
+            except OSError as exc:  # (a sync names it as skipped)
+                log.debug("%s not listed: %s", source.name, exc)
+        return files
 
     def _state_paths(self) -> dict[str, Any]:
         s = self.settings

@@ -693,7 +693,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"Extra paths: {', '.join(st['extraPaths'])}")
     lines += [f"Indexed: {st['files']}/{st['scannedFiles']} files · {st['chunks']} chunks",
               f"Dirty: {'yes' if st['dirty'] else 'no'}"
-              + (f" (to be rebuilt: {st['rebuildReason']}; the next search, memdir index or the watcher does it)"
+              + (f" (never indexed: {st['dirtyCount']} files to index; the next search, memdir index or the "
+                 "watcher does it)" if not st["indexExists"] else
+                 f" (to be rebuilt: {st['rebuildReason']}; the next search, memdir index or the watcher does it)"
                  if st.get("rebuildReason") and not (st["dirtyCount"] or st["removedCount"]) else
                  f" ({st['dirtyCount']} changed, {st['removedCount']} removed; "
                  "the next search or the watcher syncs them)" if st["dirty"] else ""),
