@@ -757,6 +757,7 @@ class Memory(IndexUpkeep):
         meta: dict[str, Any] = {}
         dirty_files: list[str] = []
         removed: list[str] = []
+        waiting: list[Any] = []
         rebuild: str | None = None
         skipped: dict[str, dict[str, Any]] = {s.path: s.as_dict() for s in found.skipped}
         listed: list[Any] | None = None
@@ -766,9 +767,10 @@ class Memory(IndexUpkeep):
         if store:
             def read() -> tuple[Any, ...]:
                 changed, gone = self.indexer.dirty_files()
-                return store.counts_by_source(), store.read_meta() or {}, changed, gone, store.get_state(SKIPPED_STATE)
+                return (store.counts_by_source(), store.read_meta() or {}, changed, gone,
+                        store.get_state(SKIPPED_STATE), self.indexer.waiting_for_growth(changed))
 
-            counts, meta, changed, gone, last_skipped = self._healing(read)
+            counts, meta, changed, gone, last_skipped, waiting = self._healing(read)
             # a file with no index in it (left by a first build killed before it published, or by
             # an older status) is no index: "Store: …" said built, and the next index "no index yet"
             exists = bool(meta)
@@ -801,8 +803,9 @@ class Memory(IndexUpkeep):
                 for s in ms.sources
             ],
             "dirty": bool(dirty_files or removed or rebuild) or not exists,
-            # The same, named for what it means to a user: the next search (or a watcher) syncs first.
-            "syncPending": bool(dirty_files or removed or rebuild) or not exists,
+            # What it means to a user: the next search (or a watcher) syncs first; not for transcripts
+            # alone that grew less than the delta thresholds, which those syncs leave for later.
+            "syncPending": bool(len(dirty_files) > len(waiting) or removed or rebuild) or not exists,
             # Why the next sync rebuilds the whole index (the settings changed since it was built);
             # "Dirty: no" hid an edited chunk size or tokenizer that no search had applied yet.
             "rebuildReason": rebuild,
@@ -810,6 +813,9 @@ class Memory(IndexUpkeep):
             "removedFiles": removed[:50],
             "dirtyCount": len(dirty_files),
             "removedCount": len(removed),
+            # Of dirtyCount, the transcripts grown less than sync.sessions.deltaBytes / deltaMessages
+            # since they were indexed: `memdir index` indexes them, searches and the watcher wait.
+            "waitingCount": len(waiting),
             # Files that look like memory but could not be indexed; retried on every sync.
             "skipped": list(skipped.values()),
             "requestedProvider": ms.provider,

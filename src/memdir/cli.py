@@ -692,13 +692,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if st["extraPaths"]:
         lines.append(f"Extra paths: {', '.join(st['extraPaths'])}")
     lines += [f"Indexed: {st['files']}/{st['scannedFiles']} files · {st['chunks']} chunks",
-              f"Dirty: {'yes' if st['dirty'] else 'no'}"
-              + (f" (never indexed: {st['dirtyCount']} files to index; the next search, memdir index or the "
-                 "watcher does it)" if not st["indexExists"] else
-                 f" (to be rebuilt: {st['rebuildReason']}; the next search, memdir index or the watcher does it)"
-                 if st.get("rebuildReason") and not (st["dirtyCount"] or st["removedCount"]) else
-                 f" ({st['dirtyCount']} changed, {st['removedCount']} removed; "
-                 "the next search or the watcher syncs them)" if st["dirty"] else ""),
+              f"Dirty: {'yes' if st['dirty'] else 'no'}{_dirty_words(st)}",
               f"Store: {st['indexPath']}" + ("" if st["indexExists"] else " (not built yet: run memdir index)"),
               "Index for: " + {"workspace": "this workspace (no agent id chosen; --agent NAME for a named index)",
                                "agent": f"agent {st['agentId']}",
@@ -777,6 +771,27 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines += [f"  {i}" for i in st["issues"]]
     print(for_terminal("\n".join(lines)))  # (file names of the workspace: an escape sequence in one is spelt out)
     return 0
+
+
+def _dirty_words(st: dict[str, Any]) -> str:
+    """What the status's Dirty line adds: what is out of date, and which sync brings it up to date."""
+    if not st["dirty"]:
+        return ""
+    if not st["indexExists"]:
+        return (f" (never indexed: {st['dirtyCount']} files to index; the next search, memdir index or the watcher "
+                "does it)")
+    waiting = st.get("waitingCount") or 0
+    changed = st["dirtyCount"] - waiting
+    if st.get("rebuildReason") and not (changed or st["removedCount"]):
+        return f" (to be rebuilt: {st['rebuildReason']}; the next search, memdir index or the watcher does it)"
+    parts = []
+    if changed or st["removedCount"] or not waiting:
+        parts.append(f"{changed} changed, {st['removedCount']} removed; the next search or the watcher syncs them")
+    if waiting:
+        parts.append(f"{waiting} transcript{'s' * (waiting != 1)} grown less than sync.sessions.deltaBytes / "
+                     "deltaMessages, which searches and the watcher wait for: memdir index indexes "
+                     + ("them" if waiting != 1 else "it") + " now")
+    return f" ({'; '.join(parts)})"
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
