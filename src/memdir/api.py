@@ -215,6 +215,9 @@ def _stale_model_note(meta: dict[str, Any], provider: Any) -> str:
     """Why searches use keywords only: the index holds another model's vectors."""
     if meta.get("model") == provider.model:
         held = f"vectors of another version of {provider.id}/{provider.model} (its files, settings or endpoint changed)"
+    elif meta.get("provider") == "none":  # ("the index holds none/fts-only vectors" said it had some)
+        held = (f"no vectors, not {provider.id}/{provider.model}'s (it was built for keywords only: provider none, "
+                "or no embeddings could be made then)")
     else:
         held = (f"{meta.get('provider')}/{meta.get('model')} vectors, not {provider.id}/{provider.model}'s "
                 "(built by a fallback, or the model changed)")
