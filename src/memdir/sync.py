@@ -1101,7 +1101,8 @@ class Indexer:
         ms = self.settings.memory_search
         recovered = self.store.get_state(RECOVERED_STATE)
         with self.store.rebuild() as fresh:
-            self.progress_file.start("full", temp=fresh.location)
+            # (the file a search may read meanwhile: a database's new generation is no such file)
+            self.progress_file.start("full", temp=fresh.location if hasattr(fresh, "path") else None)
             if recovered:
                 with fresh.transaction():
                     fresh.set_state(RECOVERED_STATE, recovered)
