@@ -782,8 +782,11 @@ def _dirty_words(st: dict[str, Any]) -> str:
                 "does it)")
     waiting = st.get("waitingCount") or 0
     changed = st["dirtyCount"] - waiting
-    if st.get("rebuildReason") and not (changed or st["removedCount"]):
-        return f" (to be rebuilt: {st['rebuildReason']}; the next search, memdir index or the watcher does it)"
+    if st.get("rebuildReason"):  # (with files changed too, it said their counts alone, not the rebuild)
+        counts = (f"; {st['dirtyCount']} changed, {st['removedCount']} removed"  # (a rebuild reads all)
+                  if st["dirtyCount"] or st["removedCount"] else "")
+        return (f" (to be rebuilt: {st['rebuildReason']}{counts}; the next search, memdir index or the watcher "
+                "does it)")
     parts = []
     if changed or st["removedCount"] or not waiting:
         parts.append(f"{changed} changed, {st['removedCount']} removed; the next search or the watcher syncs them")
