@@ -158,6 +158,25 @@ def test_an_index_built_for_keywords_only_is_said_to_hold_no_vectors(
         assert not [i for i in said if "none/fts-only" in i], said
 
 
+def test_status_says_an_index_with_vectors_is_rebuilt_without_them_when_embeddings_are_off(
+        tmp_path: Path, make_workspace: Callable[..., Path]) -> None:
+    """Built with a model, then run with provider none: status said "Dirty: no" and nothing
+    else, and the next index run rebuilt it, every vector dropped."""
+    ws = make_workspace(NOTES)
+    config = {"memorySearch": {"provider": "local", "local": {"modelPath": str(tiny_encoder(tmp_path / "enc"))}}}
+    with Memory(ws, state_dir=tmp_path / "state", config=config) as mem:
+        mem.sync()
+    with Memory(ws, state_dir=tmp_path / "state", config={"memorySearch": {"provider": "none"}}) as mem:
+        st = mem.status()
+        assert st["vector"]["vectors"] == 2 and st["mode"] == "fts-only"
+        said = [i for i in st["issues"] if i.startswith("the index holds local/")]
+        assert said and "embeddings are off here (provider none)" in said[0]
+        assert "rebuilds it without vectors" in said[0]
+        report = mem.sync()
+        assert report.full and "provider changed" in report.reason  # (what status warned of)
+        assert mem.status()["issues"] == []
+
+
 def test_an_openai_compatible_server_answering_in_base64_is_understood() -> None:
     """Some OpenAI-compatible gateways send ``encoding_format: "base64"`` vectors (float32,
     little-endian) although floats were asked for: every embedding failed ("not a non-empty list

@@ -845,6 +845,12 @@ class Memory(IndexUpkeep):
         if _holds_other_vectors(meta, sel.provider):
             out["mode"] = "fts-only"  # what searches do until a rebuild ("hybrid" said the opposite)
             out["issues"].append(_stale_model_note(meta, sel.provider))
+        elif sel.provider is None and sel.requested in DISABLED and meta.get("provider") not in (None, "none"):
+            # ("Dirty: no", and the next `memdir index` rebuilt it, every vector dropped)
+            out["issues"].append(f"the index holds {meta.get('provider')}/{meta.get('model')} vectors, and embeddings "
+                                 f"are off here (provider {sel.requested}): searches use keywords only, and the next "
+                                 "`memdir index` (or sync after a note changed) rebuilds it without vectors (their "
+                                 "embeddings stay in the cache)")
         if sel.fallback_from:
             out["fallback"] = {"from": sel.fallback_from, "reason": sel.fallback_reason}
         if sel.unavailable_reason:
