@@ -744,8 +744,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         r = st["recovered"]
         aside = (f"moved aside to {r['corruptPath']}" if r.get("corruptPath")
                  else f"dropped its rows (generation {r.get('droppedGeneration')})")
+        # (the record stays after the rebuild: "by the next index or search" then read as still to do)
         lines.append(f"Recovered: the index was damaged ({r['problem']}); {aside}; "
-                     "rebuilt from the Markdown files by the next index or search")
+                     + ("it has been rebuilt from the Markdown files since" if st["indexExists"] else
+                        "rebuilt from the Markdown files by the next index or search"))
     if st.get("watch"):
         wt = st["watch"]
         lines.append(f"Watch: {'sync pending' if wt.get('pending') else 'idle'}"
