@@ -309,6 +309,27 @@ def test_status_of_a_workspace_never_indexed_creates_no_index_and_counts_its_fil
     assert "Dirty: yes (never indexed: 2 files to index;" in text and "(not built yet: run memdir index)" in text
 
 
+def test_status_during_a_first_build_says_it_is_being_built(make_workspace, keyword_config, run_cli):
+    """While a first index is built (by another process) status must not say "not built yet: run
+    memdir index" beside the Writer line that says it is being built."""
+    from memdir import Memory
+
+    ws = make_workspace({f"memory/2026-01-{i + 1:02d}.md": "- a note about the Atlas service\n" * 800
+                         for i in range(30)}, name="building")
+    seen: list[str] = []
+    with Memory(ws, config=keyword_config) as mem:
+        mem.indexer.progress_file.min_interval = 0
+
+        def progress(done: int, total: int, label: str) -> None:
+            if 0 < done < total and not seen:
+                seen.append(run_cli("status", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"}).stdout)
+
+        mem.sync(progress=progress)
+    assert seen, "the build had one batch only"
+    assert "Store: " in seen[0] and "(being built)" in seen[0] and "run memdir index" not in seen[0], seen[0]
+    assert "being built now: see Writer" in seen[0] and "Writer: pid " in seen[0], seen[0]
+
+
 def test_status_calls_an_index_file_holding_no_index_not_built(make_workspace, keyword_config):
     """An index file with memdir's tables and nothing built in it (a first index killed before it
     published) is no index: status said it existed, and 'memdir index' then said 'no index yet'."""

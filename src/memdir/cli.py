@@ -693,7 +693,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"Extra paths: {', '.join(st['extraPaths'])}")
     lines += [f"Indexed: {st['files']}/{st['scannedFiles']} files · {st['chunks']} chunks",
               f"Dirty: {'yes' if st['dirty'] else 'no'}{_dirty_words(st)}",
-              f"Store: {st['indexPath']}" + ("" if st["indexExists"] else " (not built yet: run memdir index)"),
+              f"Store: {st['indexPath']}" + ("" if st["indexExists"] else " (being built)"
+                                             if st.get("writer") is not None else " (not built yet: run memdir index)"),
               "Index for: " + {"workspace": "this workspace (no agent id chosen; --agent NAME for a named index)",
                                "agent": f"agent {st['agentId']}",
                                "path": "memorySearch.store.path"}.get(st.get("indexKey", ""), "?"),
@@ -780,8 +781,9 @@ def _dirty_words(st: dict[str, Any]) -> str:
     if not st["dirty"]:
         return ""
     if not st["indexExists"]:
-        return (f" (never indexed: {st['dirtyCount']} files to index; the next search, memdir index or the watcher "
-                "does it)")
+        return (f" (never indexed: {st['dirtyCount']} files to index; "
+                + ("being built now: see Writer)" if st.get("writer") is not None else
+                   "the next search, memdir index or the watcher does it)"))
     waiting = st.get("waitingCount") or 0
     changed = st["dirtyCount"] - waiting
     if st.get("rebuildReason"):  # (with files changed too, it said their counts alone, not the rebuild)
