@@ -32,6 +32,21 @@ def test_fts_only_workspace_indexes_every_chunk(make_workspace, keyword_config, 
         assert 0 < hits[0].score < 1
 
 
+def test_a_full_rebuild_counts_the_files_it_dropped(make_workspace, keyword_config, backend):
+    """A rebuild (index --force, a changed setting) after notes were deleted reported "0 removed",
+    while status had counted them and the new index no longer held them."""
+    ws = make_workspace({f"memory/2026-01-{i:02d}.md": f"- note {i}\n" for i in range(1, 6)})
+    with Memory(ws, config=backend.config(keyword_config)) as mem:
+        assert mem.sync().removed == 0
+        for i in (1, 2):
+            (ws / "memory" / f"2026-01-{i:02d}.md").unlink()
+        assert mem.status()["removedCount"] == 2
+        report = mem.sync(force=True)
+        assert report.full and (report.scanned, report.indexed, report.removed) == (3, 3, 2)
+        assert mem.status()["files"] == 3
+        assert mem.sync(force=True).removed == 0
+
+
 def _chunk_stamps(mem: Memory) -> dict[str, int]:
     """``{chunk id: updated_at}``: when each chunk row was last written, read from either backend."""
     store = mem.store

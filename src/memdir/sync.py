@@ -1123,6 +1123,9 @@ class Indexer:
                 self.progress_file.min_interval = interval
             report.full = True
             self._carry_over(fresh, report)
+            # what the live index held and the new one does not ("0 removed" after a rebuild that
+            # dropped the notes deleted since the last sync, which status had counted)
+            report.removed = len(self.store.file_rows().keys() - fresh.file_rows().keys())
             ident = self.identity()
             if self.provider is not None and self.provider.dims:
                 ident["vectorDims"] = self.provider.dims
