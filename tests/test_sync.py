@@ -152,6 +152,32 @@ def test_writer_lock_excludes_a_second_writer_and_recovers_from_death(tmp_path: 
     assert FileWriterLock(index).acquire(0)
 
 
+def test_a_stale_search_says_why(make_workspace, keyword_config, tmp_path):
+    """A search whose sync ran out of its time, or waited its time for another writer, answered
+    "stale": true and not a word of why (no warning in --json or the MCP payload)."""
+    ws = make_workspace({"memory/a.md": "- apples\n", "memory/b.md": "- pears\n"})
+    cfg = {"memorySearch": {**keyword_config["memorySearch"], "sync": {"searchBudgetMs": 0}}}
+    with Memory(ws, config=cfg) as mem:
+        mem.sync()
+        (ws / "memory" / "a.md").write_text("- apples and quinces\n")
+        resp = mem.search("quinces")
+        assert resp.stale and [w for w in resp.warnings if w.startswith(
+            "the sync before this search ran out of its time (sync.searchBudgetMs = 0 ms) after indexing 0 of")]
+        code = ("import sys, pathlib; from memdir.lock import FileWriterLock; "
+                f"lock = FileWriterLock(pathlib.Path({str(mem.index_path)!r})); lock.acquire(); "
+                "print('held', flush=True); sys.stdin.read()")
+        holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True, env=cli_env(tmp_path))
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            resp = mem.search("quinces")
+        finally:
+            holder.communicate("", timeout=30)
+        assert resp.stale and [w for w in resp.warnings if w.startswith(
+            f"1 changed file(s) not indexed: another memdir process (pid {holder.pid}) was writing the index")], \
+            resp.warnings
+
+
 def test_sync_reports_lock_timeout(make_workspace, keyword_config, backend):
     ws = make_workspace({"memory/a.md": "a"})
     with Memory(ws, config=backend.config(keyword_config)) as mem:
