@@ -302,6 +302,59 @@ def test_status_heading_names_the_index_not_agent_main(make_workspace, run_cli):
     assert run_cli("status", "-w", str(ws), "--agent", "ops", env=env).stdout.splitlines()[0] == "Memory Search (ops)"
 
 
+def test_status_of_a_workspace_never_indexed_creates_no_index_and_counts_its_files(make_workspace, run_cli,
+                                                                                    state_dir: Path):
+    """``status`` before any index made an empty index file, so the next ``status`` called it
+    built ("indexExists": true, no "not built yet"), and said "Dirty: yes (0 changed, 0 removed)"
+    with every file still to index."""
+    ws = make_workspace({"MEMORY.md": "- one\n", "memory/2026-01-01.md": "- two\n"}, name="fresh")
+    env = {"MEMDIR_PROVIDER": "none"}
+    for _ in range(2):
+        st = json.loads(run_cli("status", "--json", "-w", str(ws), env=env).stdout)
+        assert st["indexExists"] is False and st["dirty"] is True
+        assert (st["scannedFiles"], st["dirtyCount"]) == (2, 2)
+        assert sorted(st["dirtyFiles"]) == ["MEMORY.md", "memory/2026-01-01.md"]
+        assert not Path(st["indexPath"]).exists()
+    text = run_cli("status", "-w", str(ws), env=env).stdout
+    assert "Dirty: yes (never indexed: 2 files to index;" in text and "(not built yet: run memdir index)" in text
+
+
+def test_status_during_a_first_build_says_it_is_being_built(make_workspace, keyword_config, run_cli):
+    """While a first index is built (by another process) status must not say "not built yet: run
+    memdir index" beside the Writer line that says it is being built."""
+    from memdir import Memory
+
+    ws = make_workspace({f"memory/2026-01-{i + 1:02d}.md": "- a note about the Atlas service\n" * 800
+                         for i in range(30)}, name="building")
+    seen: list[str] = []
+    with Memory(ws, config=keyword_config) as mem:
+        mem.indexer.progress_file.min_interval = 0
+
+        def progress(done: int, total: int, label: str) -> None:
+            if 0 < done < total and not seen:
+                seen.append(run_cli("status", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"}).stdout)
+
+        mem.sync(progress=progress)
+    assert seen, "the build had one batch only"
+    assert "Store: " in seen[0] and "(being built)" in seen[0] and "run memdir index" not in seen[0], seen[0]
+    assert "being built now: see Writer" in seen[0] and "Writer: pid " in seen[0], seen[0]
+
+
+def test_status_calls_an_index_file_holding_no_index_not_built(make_workspace, keyword_config):
+    """An index file with memdir's tables and nothing built in it (a first index killed before it
+    published) is no index: status said it existed, and 'memdir index' then said 'no index yet'."""
+    from memdir import Memory
+
+    ws = make_workspace({"MEMORY.md": "- one\n"}, name="empty-file")
+    with Memory(ws, config=keyword_config) as mem:
+        assert mem.store.read_meta() is None  # (opening it makes the file)
+        st = mem.status()
+        assert Path(st["indexPath"]).exists()
+        assert st["indexExists"] is False and st["dirtyCount"] == 1
+        mem.sync()
+        assert mem.status()["indexExists"] is True
+
+
 def test_status_counts_every_changed_file_not_only_the_listed_ones(make_workspace, run_cli):
     """``status`` lists the first 50 changed files; it said "50 changed" with 70 waiting."""
     ws = make_workspace({"memory/2026-01-01.md": "- first\n"}, name="many")

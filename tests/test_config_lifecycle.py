@@ -92,6 +92,22 @@ def test_cli_status_and_search_after_editing_the_config_file(make_workspace, run
     assert not st["syncPending"] and st["rebuildReason"] is None
 
 
+def test_status_names_a_pending_rebuild_when_notes_changed_too(make_workspace, tmp_path, run_cli):
+    """extraPaths (or sources) changed and a note edited: status said "Dirty: yes (1 changed, 0
+    removed; the next search or the watcher syncs them)", not that the whole index is rebuilt."""
+    ws = make_workspace({"memory/2026-01-12.md": NOTE})
+    extra = make_workspace({"team.md": "- the zebra crossing\n"}, name="extra")
+    cfg = ws / "memdir.toml"
+    cfg.write_text('[memorySearch]\nprovider = "none"\n')
+    run_cli("index", "-w", str(ws), check=True)
+    cfg.write_text(f'[memorySearch]\nprovider = "none"\nextraPaths = ["{extra}"]\n')
+    st = json.loads(run_cli("status", "-w", str(ws), "--json", check=True).stdout)
+    assert st["rebuildReason"] == "extraPaths changed" and st["dirtyCount"] == 1
+    text = run_cli("status", "-w", str(ws), check=True).stdout
+    assert ("Dirty: yes (to be rebuilt: extraPaths changed; 1 changed, 0 removed; the next search, memdir index or "
+            "the watcher does it)") in text, text
+
+
 def test_a_search_without_sync_says_the_index_was_built_with_other_settings(make_workspace, run_cli):
     """``--no-sync`` (and ``sync=False``) cannot rebuild: it answered from the chunks cut with the
     old chunk size, not ``stale`` and without a word; it now says which setting changed."""

@@ -141,6 +141,42 @@ def test_status_says_which_chunks_have_no_vector(tmp_path: Path, make_workspace:
         assert mem.status()["issues"] == []
 
 
+def test_an_index_built_for_keywords_only_is_said_to_hold_no_vectors(
+        tmp_path: Path, make_workspace: Callable[..., Path]) -> None:
+    """Built with provider none, then searched with a model: status and every search said "the
+    index holds none/fts-only vectors", as if it held vectors of a model named so."""
+    ws = make_workspace(NOTES)
+    with Memory(ws, state_dir=tmp_path / "state", config={"memorySearch": {"provider": "none"}}) as mem:
+        mem.sync()
+    config = {"memorySearch": {"provider": "local", "local": {"modelPath": str(tiny_encoder(tmp_path / "enc"))}}}
+    with Memory(ws, state_dir=tmp_path / "state", config=config) as mem:
+        issues = mem.status()["issues"]
+        warnings = mem.search("pottery class").warnings
+    for said in (issues, warnings):
+        assert [i for i in said if i.startswith("the index holds no vectors, not local/")
+                and "built for keywords only" in i], said
+        assert not [i for i in said if "none/fts-only" in i], said
+
+
+def test_status_says_an_index_with_vectors_is_rebuilt_without_them_when_embeddings_are_off(
+        tmp_path: Path, make_workspace: Callable[..., Path]) -> None:
+    """Built with a model, then run with provider none: status said "Dirty: no" and nothing
+    else, and the next index run rebuilt it, every vector dropped."""
+    ws = make_workspace(NOTES)
+    config = {"memorySearch": {"provider": "local", "local": {"modelPath": str(tiny_encoder(tmp_path / "enc"))}}}
+    with Memory(ws, state_dir=tmp_path / "state", config=config) as mem:
+        mem.sync()
+    with Memory(ws, state_dir=tmp_path / "state", config={"memorySearch": {"provider": "none"}}) as mem:
+        st = mem.status()
+        assert st["vector"]["vectors"] == 2 and st["mode"] == "fts-only"
+        said = [i for i in st["issues"] if i.startswith("the index holds local/")]
+        assert said and "embeddings are off here (provider none)" in said[0]
+        assert "rebuilds it without vectors" in said[0]
+        report = mem.sync()
+        assert report.full and "provider changed" in report.reason  # (what status warned of)
+        assert mem.status()["issues"] == []
+
+
 def test_an_openai_compatible_server_answering_in_base64_is_understood() -> None:
     """Some OpenAI-compatible gateways send ``encoding_format: "base64"`` vectors (float32,
     little-endian) although floats were asked for: every embedding failed ("not a non-empty list

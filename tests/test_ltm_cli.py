@@ -90,6 +90,25 @@ def test_ltm_commands_end_to_end(tmp_path: Path, make_workspace, run_cli) -> Non
     assert mem_id in mirror.read_text()
 
 
+def test_ltm_stats_says_the_table_holds_another_models_vectors(tmp_path: Path, make_workspace, run_cli) -> None:
+    """Memories stored with one model, the config then naming another: 'ltm stats' showed the
+    table's model alone, as if all were well, while every search and store failed."""
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    base = ("--workspace", str(ws), "--config", str(tmp_path / "memdir.json"))
+    (tmp_path / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    run_cli("ltm", "store", "I prefer dark mode", *base, check=True)
+    assert json.loads(run_cli("ltm", "stats", "--json", *base, check=True).stdout)["issue"] is None
+    (tmp_path / "memdir.json").write_text(json.dumps({"memorySearch": {  # (stats asks it nothing)
+        "provider": "openai", "model": "text-embedding-3-small",
+        "remote": {"baseUrl": "http://127.0.0.1:9/v1", "apiKey": "x"}}}))
+    st = json.loads(run_cli("ltm", "stats", "--json", *base, check=True).stdout)
+    assert st["model"] == "all-MiniLM-L6-v2-int8" and st["total"] == 1
+    assert "but the configured model is openai/text-embedding-3-small; run `memdir ltm reembed`" in st["issue"]
+    text = run_cli("ltm", "stats", *base, check=True).stdout
+    assert f"Issue: {st['issue']}" in text
+
+
 def test_without_the_extra_ltm_fails_clearly_and_the_core_still_works(tmp_path: Path, make_workspace,
                                                                       state_dir: Path) -> None:
     ws = make_workspace({"MEMORY.md": "Billing uses Kafka because ordering matters.\n"})

@@ -567,3 +567,28 @@ def test_watch_names_the_database_index_not_a_sqlite_file(pg: Backend, make_work
         proc.communicate(timeout=60)
     assert start["event"] == "start"
     assert pg.schema in start["indexPath"] and not start["indexPath"].endswith(".sqlite"), start
+
+
+# -- progress -----------------------------------------------------------------------------------
+
+def test_status_and_searches_say_how_far_a_build_into_postgresql_is(pg: Backend, make_workspace):
+    """The build's progress file goes beside where a SQLite index would be, a folder nothing makes
+    for an index in PostgreSQL: its write failed without a word, so while a first build ran status
+    named the writer's pid alone and every search said "(pid N, listing files)" to its end."""
+    para = "- Reviewed the Atlas billing service with Dana; replay and retention came up again.\n" * 40
+    ws = make_workspace({f"memory/2026-02-{i % 28 + 1:02d}-n{i}.md": f"# Note {i}\n\n" + para * 3
+                         for i in range(60)})
+    cfg = pg.config({"memorySearch": {"provider": "none"}})
+    seen: list[tuple[dict, list[str]]] = []
+    with Memory(ws, config=cfg) as mem, Memory(ws, config=cfg) as other:
+        mem.indexer.progress_file.min_interval = 0
+
+        def progress(done: int, total: int, label: str) -> None:
+            if 0 < done < total and not seen:
+                seen.append((other.status()["writer"], other.search("Atlas billing").warnings))
+
+        mem.sync(progress=progress)
+    assert seen, "the build had one batch only"
+    writer, warnings = seen[0]
+    assert writer["pid"] == os.getpid() and 0 < writer["done"] < writer["total"] == 60, writer
+    assert [w for w in warnings if f"{writer['done']}/60 files" in w], warnings

@@ -141,6 +141,12 @@ def test_status_no_longer_says_all_is_well_on_a_damaged_index(built, run_cli):
     assert status["files"] == 0 and status["syncPending"] is True
     text = run_cli("status", "-w", str(ws), env=NONE)
     assert "Dirty: yes" in text.stdout
+    assert "; rebuilt from the Markdown files by the next index or search" in text.stdout
+    # rebuilt: the record stays, in the past tense (it said "by the next index or search" for ever)
+    assert run_cli("index", "-w", str(ws), env=NONE).returncode == 0
+    text = run_cli("status", "-w", str(ws), env=NONE).stdout
+    assert "Dirty: no" in text and "by the next index or search" not in text
+    assert "; it has been rebuilt from the Markdown files since" in text
 
 
 class HashProvider:

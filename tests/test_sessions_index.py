@@ -66,6 +66,31 @@ def test_small_growth_waits_for_the_delta_threshold_on_search(setup):
         assert mem.search("pelican").results[0].path == "sessions/s1.jsonl"
 
 
+def test_status_does_not_promise_a_search_syncs_a_transcript_it_waits_for(setup):
+    """A transcript grown less than the delta thresholds was "changed; the next search or the
+    watcher syncs them" in status, before and after every search (which leave it for later)."""
+    from memdir.cli import _dirty_words
+
+    ws, t, cfg = setup
+    with Memory(ws, config=cfg) as mem:
+        mem.sync()
+        with t.open("a") as fh:
+            fh.write(_msg("user", "remember the pelican protocol", 1_700_000_200_000))
+        for _ in range(2):
+            st = mem.status()
+            assert (st["dirty"], st["dirtyCount"], st["waitingCount"], st["syncPending"]) == (True, 1, 1, False)
+            assert "1 transcript grown less than sync.sessions.deltaBytes" in _dirty_words(st)
+            assert "the next search" not in _dirty_words(st)
+            mem.search("pelican")
+        (ws / "memory" / "2026-01-13.md").write_text("- a new note\n")
+        st = mem.status()
+        assert (st["dirtyCount"], st["waitingCount"], st["syncPending"]) == (2, 1, True)
+        assert _dirty_words(st).startswith(" (1 changed, 0 removed; the next search or the watcher syncs them; 1 ")
+        mem.sync(reason="cli")
+        st = mem.status()
+        assert (st["dirty"], st["waitingCount"], st["syncPending"]) == (False, 0, False)
+
+
 def test_growth_past_the_message_threshold_is_indexed_on_search(setup):
     ws, t, cfg = setup
     cfg["memorySearch"]["sync"] = {"sessions": {"deltaMessages": 3}}

@@ -32,6 +32,21 @@ def test_fts_only_workspace_indexes_every_chunk(make_workspace, keyword_config, 
         assert 0 < hits[0].score < 1
 
 
+def test_a_full_rebuild_counts_the_files_it_dropped(make_workspace, keyword_config, backend):
+    """A rebuild (index --force, a changed setting) after notes were deleted reported "0 removed",
+    while status had counted them and the new index no longer held them."""
+    ws = make_workspace({f"memory/2026-01-{i:02d}.md": f"- note {i}\n" for i in range(1, 6)})
+    with Memory(ws, config=backend.config(keyword_config)) as mem:
+        assert mem.sync().removed == 0
+        for i in (1, 2):
+            (ws / "memory" / f"2026-01-{i:02d}.md").unlink()
+        assert mem.status()["removedCount"] == 2
+        report = mem.sync(force=True)
+        assert report.full and (report.scanned, report.indexed, report.removed) == (3, 3, 2)
+        assert mem.status()["files"] == 3
+        assert mem.sync(force=True).removed == 0
+
+
 def _chunk_stamps(mem: Memory) -> dict[str, int]:
     """``{chunk id: updated_at}``: when each chunk row was last written, read from either backend."""
     store = mem.store
@@ -135,6 +150,32 @@ def test_writer_lock_excludes_a_second_writer_and_recovers_from_death(tmp_path: 
             f"l = FileWriterLock(__import__('pathlib').Path({str(index)!r})); l.acquire(); os._exit(0)")
     subprocess.run([sys.executable, "-c", code], check=True, env=cli_env(tmp_path))
     assert FileWriterLock(index).acquire(0)
+
+
+def test_a_stale_search_says_why(make_workspace, keyword_config, tmp_path):
+    """A search whose sync ran out of its time, or waited its time for another writer, answered
+    "stale": true and not a word of why (no warning in --json or the MCP payload)."""
+    ws = make_workspace({"memory/a.md": "- apples\n", "memory/b.md": "- pears\n"})
+    cfg = {"memorySearch": {**keyword_config["memorySearch"], "sync": {"searchBudgetMs": 0}}}
+    with Memory(ws, config=cfg) as mem:
+        mem.sync()
+        (ws / "memory" / "a.md").write_text("- apples and quinces\n")
+        resp = mem.search("quinces")
+        assert resp.stale and [w for w in resp.warnings if w.startswith(
+            "the sync before this search ran out of its time (sync.searchBudgetMs = 0 ms) after indexing 0 of")]
+        code = ("import sys, pathlib; from memdir.lock import FileWriterLock; "
+                f"lock = FileWriterLock(pathlib.Path({str(mem.index_path)!r})); lock.acquire(); "
+                "print('held', flush=True); sys.stdin.read()")
+        holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True, env=cli_env(tmp_path))
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            resp = mem.search("quinces")
+        finally:
+            holder.communicate("", timeout=30)
+        assert resp.stale and [w for w in resp.warnings if w.startswith(
+            f"1 changed file(s) not indexed: another memdir process (pid {holder.pid}) was writing the index")], \
+            resp.warnings
 
 
 def test_sync_reports_lock_timeout(make_workspace, keyword_config, backend):

@@ -215,6 +215,9 @@ def _stale_model_note(meta: dict[str, Any], provider: Any) -> str:
     """Why searches use keywords only: the index holds another model's vectors."""
     if meta.get("model") == provider.model:
         held = f"vectors of another version of {provider.id}/{provider.model} (its files, settings or endpoint changed)"
+    elif meta.get("provider") == "none":  # ("the index holds none/fts-only vectors" said it had some)
+        held = (f"no vectors, not {provider.id}/{provider.model}'s (it was built for keywords only: provider none, "
+                "or no embeddings could be made then)")
     else:
         held = (f"{meta.get('provider')}/{meta.get('model')} vectors, not {provider.id}/{provider.model}'s "
                 "(built by a fallback, or the model changed)")
@@ -762,14 +765,23 @@ class Memory(IndexUpkeep):
         meta: dict[str, Any] = {}
         dirty_files: list[str] = []
         removed: list[str] = []
+        waiting: list[Any] = []
         rebuild: str | None = None
         skipped: dict[str, dict[str, Any]] = {s.path: s.as_dict() for s in found.skipped}
+        listed: list[Any] | None = None
+        if store is None:  # never built: every file is to index (the indexer would open, so create, the index)
+            listed = self._listed_without_index(found)
+            dirty_files = [f.path for f in listed]
         if store:
             def read() -> tuple[Any, ...]:
                 changed, gone = self.indexer.dirty_files()
-                return store.counts_by_source(), store.read_meta() or {}, changed, gone, store.get_state(SKIPPED_STATE)
+                return (store.counts_by_source(), store.read_meta() or {}, changed, gone,
+                        store.get_state(SKIPPED_STATE), self.indexer.waiting_for_growth(changed))
 
-            counts, meta, changed, gone, last_skipped = self._healing(read)
+            counts, meta, changed, gone, last_skipped, waiting = self._healing(read)
+            # a file with no index in it (left by a first build killed before it published, or by
+            # an older status) is no index: "Store: …" said built, and the next index "no index yet"
+            exists = bool(meta)
             if meta:
                 rebuild = self.indexer.settings_rebuild_reason(meta)
             dirty_files = [f.path for f in changed]
@@ -793,14 +805,15 @@ class Memory(IndexUpkeep):
             "chunks": sum(c for _, c in counts.values()),
             # what a sync would index: every source's files (transcripts too), none of the memory
             # files when "memory" is not a source ("Indexed: 2/1 files" counted memory files only)
-            "scannedFiles": len(self.indexer.list_files()[0]),
+            "scannedFiles": len(self.indexer.list_files()[0] if listed is None else listed),
             "sourceCounts": [
                 {"source": s, "files": counts.get(s, (0, 0))[0], "chunks": counts.get(s, (0, 0))[1]}
                 for s in ms.sources
             ],
             "dirty": bool(dirty_files or removed or rebuild) or not exists,
-            # The same, named for what it means to a user: the next search (or a watcher) syncs first.
-            "syncPending": bool(dirty_files or removed or rebuild) or not exists,
+            # What it means to a user: the next search (or a watcher) syncs first; not for transcripts
+            # alone that grew less than the delta thresholds, which those syncs leave for later.
+            "syncPending": bool(len(dirty_files) > len(waiting) or removed or rebuild) or not exists,
             # Why the next sync rebuilds the whole index (the settings changed since it was built);
             # "Dirty: no" hid an edited chunk size or tokenizer that no search had applied yet.
             "rebuildReason": rebuild,
@@ -808,6 +821,9 @@ class Memory(IndexUpkeep):
             "removedFiles": removed[:50],
             "dirtyCount": len(dirty_files),
             "removedCount": len(removed),
+            # Of dirtyCount, the transcripts grown less than sync.sessions.deltaBytes / deltaMessages
+            # since they were indexed: `memdir index` indexes them, searches and the watcher wait.
+            "waitingCount": len(waiting),
             # Files that look like memory but could not be indexed; retried on every sync.
             "skipped": list(skipped.values()),
             "requestedProvider": ms.provider,
@@ -834,6 +850,12 @@ class Memory(IndexUpkeep):
         if _holds_other_vectors(meta, sel.provider):
             out["mode"] = "fts-only"  # what searches do until a rebuild ("hybrid" said the opposite)
             out["issues"].append(_stale_model_note(meta, sel.provider))
+        elif sel.provider is None and sel.requested in DISABLED and meta.get("provider") not in (None, "none"):
+            # ("Dirty: no", and the next `memdir index` rebuilt it, every vector dropped)
+            out["issues"].append(f"the index holds {meta.get('provider')}/{meta.get('model')} vectors, and embeddings "
+                                 f"are off here (provider {sel.requested}): searches use keywords only, and the next "
+                                 "`memdir index` (or sync after a note changed) rebuilds it without vectors (their "
+                                 "embeddings stay in the cache)")
         if sel.fallback_from:
             out["fallback"] = {"from": sel.fallback_from, "reason": sel.fallback_reason}
         if sel.unavailable_reason:
@@ -887,6 +909,17 @@ class Memory(IndexUpkeep):
             out["issues"].append(f"the provider's vectors now have {probed} dimensions, the index's {held} (did the "
                                  "model change behind its name?): searches use keywords only until it is rebuilt")
         return out
+
+    def _listed_without_index(self, found: Any) -> list[Any]:
+        """What a first sync would index, listed without opening the index: status on a workspace
+        never indexed made an empty index file, and every later status called it built."""
+        files = list(found.files) if "memory" in self.settings.memory_search.sources else []
+        for source in self._extra_sources():
+            try:
+                files += source.list_files()
+            except OSError as exc:  # (a sync names it as skipped)
+                log.debug("%s not listed: %s", source.name, exc)
+        return files
 
     def _state_paths(self) -> dict[str, Any]:
         s = self.settings

@@ -737,12 +737,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if st["extraPaths"]:
         lines.append(f"Extra paths: {', '.join(st['extraPaths'])}")
     lines += [f"Indexed: {st['files']}/{st['scannedFiles']} files · {st['chunks']} chunks",
-              f"Dirty: {'yes' if st['dirty'] else 'no'}"
-              + (f" (to be rebuilt: {st['rebuildReason']}; the next search, memdir index or the watcher does it)"
-                 if st.get("rebuildReason") and not (st["dirtyCount"] or st["removedCount"]) else
-                 f" ({st['dirtyCount']} changed, {st['removedCount']} removed; "
-                 "the next search or the watcher syncs them)" if st["dirty"] else ""),
-              f"Store: {st['indexPath']}" + ("" if st["indexExists"] else " (not built yet: run memdir index)"),
+              f"Dirty: {'yes' if st['dirty'] else 'no'}{_dirty_words(st)}",
+              f"Store: {st['indexPath']}" + ("" if st["indexExists"] else " (being built)"
+                                             if st.get("writer") is not None else " (not built yet: run memdir index)"),
               "Index for: " + {"workspace": "this workspace (no agent id chosen; --agent NAME for a named index)",
                                "agent": f"agent {st['agentId']}",
                                "path": "memorySearch.store.path"}.get(st.get("indexKey", ""), "?"),
@@ -793,8 +790,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         r = st["recovered"]
         aside = (f"moved aside to {r['corruptPath']}" if r.get("corruptPath")
                  else f"dropped its rows (generation {r.get('droppedGeneration')})")
+        # (the record stays after the rebuild: "by the next index or search" then read as still to do)
         lines.append(f"Recovered: the index was damaged ({r['problem']}); {aside}; "
-                     "rebuilt from the Markdown files by the next index or search")
+                     + ("it has been rebuilt from the Markdown files since" if st["indexExists"] else
+                        "rebuilt from the Markdown files by the next index or search"))
     if st.get("watch"):
         wt = st["watch"]
         lines.append(f"Watch: {'sync pending' if wt.get('pending') else 'idle'}"
@@ -820,6 +819,31 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines += [f"  {i}" for i in st["issues"]]
     print(for_terminal("\n".join(lines)))  # (file names of the workspace: an escape sequence in one is spelt out)
     return 0
+
+
+def _dirty_words(st: dict[str, Any]) -> str:
+    """What the status's Dirty line adds: what is out of date, and which sync brings it up to date."""
+    if not st["dirty"]:
+        return ""
+    if not st["indexExists"]:
+        return (f" (never indexed: {st['dirtyCount']} files to index; "
+                + ("being built now: see Writer)" if st.get("writer") is not None else
+                   "the next search, memdir index or the watcher does it)"))
+    waiting = st.get("waitingCount") or 0
+    changed = st["dirtyCount"] - waiting
+    if st.get("rebuildReason"):  # (with files changed too, it said their counts alone, not the rebuild)
+        counts = (f"; {st['dirtyCount']} changed, {st['removedCount']} removed"  # (a rebuild reads all)
+                  if st["dirtyCount"] or st["removedCount"] else "")
+        return (f" (to be rebuilt: {st['rebuildReason']}{counts}; the next search, memdir index or the watcher "
+                "does it)")
+    parts = []
+    if changed or st["removedCount"] or not waiting:
+        parts.append(f"{changed} changed, {st['removedCount']} removed; the next search or the watcher syncs them")
+    if waiting:
+        parts.append(f"{waiting} transcript{'s' * (waiting != 1)} grown less than sync.sessions.deltaBytes / "
+                     "deltaMessages, which searches and the watcher wait for: memdir index indexes "
+                     + ("them" if waiting != 1 else "it") + " now")
+    return f" ({'; '.join(parts)})"
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

@@ -38,6 +38,11 @@ class ProgressFile:
                        "done": 0, "total": None, "startedAt": time.time()}
         if not self._swept:  # once per process (a listing of the state folder): most are short-lived
             self._swept = True
+            try:  # an index in PostgreSQL makes no file beside this one: status and searches
+                # told a build's pid alone ("listing files" for all of it), never how far it was
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            except OSError:
+                pass
             self._remove_dead_temps()
         self._write()
 

@@ -686,6 +686,21 @@ class Indexer:
         self._dirty_memo = (rows, files, unlisted, changed, gone)
         return list(changed), list(gone)
 
+    def waiting_for_growth(self, changed: list[FileEntry]) -> list[FileEntry]:
+        """Of ``changed``, the indexed transcripts grown less than the delta thresholds
+        (``sync.sessions``): a search's or a watcher's sync leaves them for later, ``memdir index``
+        indexes them (status said "the next search or the watcher syncs them", and went on saying
+        it after every search)."""
+        if not self.extra_sources:
+            return []
+        rows = self.store.file_rows()
+        out = []
+        for f in changed:
+            known, source = rows.get((f.path, f.source)), self._source(f.source)
+            if known and source is not None and source.defer(f, known[2]):
+                out.append(f)
+        return out
+
     def _gone(self, rows: dict[tuple[str, str], Any], files: list[FileEntry]) -> list[tuple[str, str]]:
         """Indexed files the last listing did not find, but for memory files in a folder (or
         themselves) that could not be looked at: their notes were not deleted, and a folder made
@@ -1086,7 +1101,8 @@ class Indexer:
         ms = self.settings.memory_search
         recovered = self.store.get_state(RECOVERED_STATE)
         with self.store.rebuild() as fresh:
-            self.progress_file.start("full", temp=fresh.location)
+            # (the file a search may read meanwhile: a database's new generation is no such file)
+            self.progress_file.start("full", temp=fresh.location if hasattr(fresh, "path") else None)
             if recovered:
                 with fresh.transaction():
                     fresh.set_state(RECOVERED_STATE, recovered)
@@ -1107,6 +1123,9 @@ class Indexer:
                 self.progress_file.min_interval = interval
             report.full = True
             self._carry_over(fresh, report)
+            # what the live index held and the new one does not ("0 removed" after a rebuild that
+            # dropped the notes deleted since the last sync, which status had counted)
+            report.removed = len(self.store.file_rows().keys() - fresh.file_rows().keys())
             ident = self.identity()
             if self.provider is not None and self.provider.dims:
                 ident["vectorDims"] = self.provider.dims

@@ -182,9 +182,26 @@ class IndexUpkeep:
             # Wait for a sync already running (the watcher's, another process's) within the budget.
             report = self.sync(reason="search", deadline=deadline, lock_timeout=budget)
         except LockTimeout:
-            return True, self._stopped_writer(), None
+            # a stopped holder is named as such (it waits for a resume); any other, as busy
+            return True, self._stopped_writer() or [self._busy_note(budget, len(changed) + len(gone))], None
         starved = _starved(report.skipped)
-        return report.incomplete or bool(starved), starved + _refused(report.skipped), None
+        notes = starved + _refused(report.skipped)
+        if report.incomplete:  # ("stale": true, and not a word of why)
+            notes.insert(0, f"the sync before this search ran out of its time (sync.searchBudgetMs = "
+                            f"{budget * 1000:g} ms) after indexing {report.indexed} of the changed files: the next "
+                            "search, `memdir index` or the watcher indexes the rest")
+        return report.incomplete or bool(starved), notes, None
+
+    def _busy_note(self, budget: float, changed: int) -> str:
+        """Why a search answered from the index as it was: another sync held the writer lock for
+        longer than the search may wait ("stale": true said nothing of it)."""
+        from memdir.lock import writer_words
+
+        holder = self.indexer.lock.holder()
+        who = ("a sync of this process (its watcher, or another thread)" if (holder or {}).get("pid") == os.getpid()
+               else writer_words(holder))
+        return (f"{changed} changed file(s) not indexed: {who} was writing the index for longer than a search waits "
+                f"(sync.searchBudgetMs = {budget * 1000:g} ms); results come from the index as it was")
 
     def _stopped_writer(self) -> list[str]:
         """Why a search that gave up waiting for the writer lock is stale, when its holder is stopped

@@ -152,6 +152,8 @@ def _stats(ltm: Any, args: argparse.Namespace) -> int:
     if st.get("recovery"):
         when = datetime.fromtimestamp(float(st["recovery"].get("at") or 0) / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
         print(f"Recovered {when}: {st['recovery'].get('message')}")
+    if st.get("issue"):
+        print(f"Issue: {st['issue']}")
     return 0
 
 

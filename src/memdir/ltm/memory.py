@@ -44,6 +44,7 @@ from memdir.ltm.store import (
     LanceTable,
     LtmError,
     MemoryRecord,
+    ModelMismatchError,
     require_uuid,
 )
 from memdir.sessions.store import clean_text
@@ -325,7 +326,31 @@ class LongTermMemory:
                 "scoring": self.config.scoring, "autoRecall": self.config.auto_recall,
                 "autoCapture": self.config.auto_capture, "enabled": self.config.enabled,
                 "mirror": str(self.mirror_path) if self.mirror_path else None,
-                "recovery": heal.last_recovery(self.db_path)}
+                "recovery": heal.last_recovery(self.db_path), "issue": self._model_issue(identity)}
+
+    def _model_issue(self, held: dict[str, str]) -> str | None:
+        """Why searches and stores fail until ``ltm reembed``: the table holds another model's
+        vectors than the configured one (stats named the table's model alone, as if all were well,
+        while every search failed), or no model can be had."""
+        if not held.get("model"):
+            return None
+        try:
+            if self._provider is None:
+                from memdir.embeddings.registry import select_provider
+                from memdir.ltm.settings import embedding_config
+
+                selection = select_provider(embedding_config(self.settings))
+                if selection.provider is None:
+                    return ("long-term memory needs an embedding model, and none is available: "
+                            f"{selection.unavailable_reason or 'no provider'}")
+                self._provider, self._owns_provider = selection.provider, True
+            p = self._provider
+            self.table.check_compatible({"provider": str(p.id), "model": str(p.model)}, None)
+        except ModelMismatchError as exc:
+            return str(exc)
+        except Exception as exc:  # what the next search says too
+            log.debug("long-term memory model not checked: %s", exc)
+        return None
 
     # -- writing -------------------------------------------------------------------------------
     def store(self, text: str, *, importance: float = DEFAULT_IMPORTANCE, category: str | None = None,
