@@ -133,3 +133,40 @@ class Trickler:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class ReadOnlyFolder:
+    """A folder a test makes read-only midway: a small tmpfs remounted read-only when the tests run
+    as root (root writes through a ``chmod a-w`` folder), ``chmod 555`` of the folders named
+    otherwise.  Skips the test when root cannot mount one here."""
+
+    def __init__(self, root: Path):
+        import pytest
+
+        root.mkdir()
+        self.root = root
+        self.mounted = os.geteuid() == 0
+        if self.mounted and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(root)],
+                                           capture_output=True).returncode != 0:
+            pytest.skip("root, and cannot mount a small tmpfs here")
+        self._locked: list[Path] = []
+
+    def lock(self, *folders: Path) -> None:
+        """Read-only from now: the whole mount, or the folder and ``folders`` below it (mode 555)."""
+        if self.mounted:
+            assert subprocess.run(["mount", "-o", "remount,ro", str(self.root)], capture_output=True).returncode == 0
+            return
+        self._locked = [self.root, *folders]
+        for folder in self._locked:
+            folder.chmod(0o555)
+
+    def release(self) -> bool:
+        """Writable again (unmounted); ``False`` when the mount was busy: a file left open in it."""
+        if self.mounted:
+            busy = subprocess.run(["umount", str(self.root)], capture_output=True).returncode != 0
+            if busy:
+                subprocess.run(["umount", "-l", str(self.root)], capture_output=True)
+            return not busy
+        for folder in self._locked:
+            folder.chmod(0o755)
+        return True

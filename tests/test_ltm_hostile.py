@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from helpers import cli_env
+from helpers import ReadOnlyFolder, cli_env
 from ltm_fakes import AxisProvider
 from memdir.config import load_config
 from memdir.ltm import LongTermMemory, LtmError, ModelMismatchError
@@ -561,21 +561,14 @@ def test_a_read_only_store_is_searched_without_warnings_about_its_cache(tmp_path
 
     from memdir.ltm.embedder import EmbeddingCache
 
-    root = tmp_path / "ro"
-    root.mkdir()
-    mounted = os.geteuid() == 0  # root writes a chmod a-w folder: it takes a read-only mount
-    if mounted and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(root)],
-                                  capture_output=True).returncode != 0:
-        pytest.skip("root, and cannot mount a small tmpfs here")
+    folder = ReadOnlyFolder(tmp_path / "ro")
+    root = folder.root
     key = ("local", "m", "")
     try:
         cache = EmbeddingCache(root / "embedding-cache.sqlite")
         cache.put(key, {"h1": np.ones(4, dtype=np.float32)})
         cache.close()
-        if mounted:
-            assert subprocess.run(["mount", "-o", "remount,ro", str(root)], capture_output=True).returncode == 0
-        else:
-            root.chmod(0o555)
+        folder.lock()
         caplog.set_level("WARNING", logger="memdir")
         ro = EmbeddingCache(root / "embedding-cache.sqlite")
         for _ in range(2):
@@ -584,10 +577,4 @@ def test_a_read_only_store_is_searched_without_warnings_about_its_cache(tmp_path
         ro.close()
         assert [r.getMessage() for r in caplog.records] == []
     finally:
-        if mounted:
-            busy = subprocess.run(["umount", str(root)], capture_output=True).returncode != 0
-            if busy:
-                subprocess.run(["umount", "-l", str(root)], capture_output=True)
-            assert not busy, "a file of the cache left open"
-        else:
-            root.chmod(0o755)
+        assert folder.release(), "a file of the cache left open"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import ReadOnlyFolder
 from memdir.sessions.store import (
     SessionEntry,
     SessionStore,
@@ -319,29 +320,17 @@ def test_a_sessions_folder_that_cannot_be_written_is_named_with_the_fix(tmp_path
     (or the sessions folder it could not make); it names the store, the folder and the fix."""
     from memdir.sessions.store import SessionStoreError
 
-    root = tmp_path / "ro"
-    root.mkdir()
-    mounted = os.geteuid() == 0  # root writes a chmod a-w folder: it takes a read-only mount
-    if mounted and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(root)],
-                                  capture_output=True).returncode != 0:
-        pytest.skip("root, and cannot mount a small tmpfs here")
+    folder = ReadOnlyFolder(tmp_path / "ro")
+    root = folder.root
     (root / "old" / "sessions").mkdir(parents=True)
     try:
-        if mounted:
-            assert subprocess.run(["mount", "-o", "remount,ro", str(root)], capture_output=True).returncode == 0
-        else:
-            for folder in (root, root / "old" / "sessions"):
-                folder.chmod(0o555)
+        folder.lock(root / "old" / "sessions")
         for sessions, blocking in ((root / "new" / "sessions", root), (root / "old" / "sessions", None)):
             blocking = blocking or sessions
-            why = (f"{blocking} is on a file system mounted read-only" if mounted else
+            why = (f"{blocking} is on a file system mounted read-only" if folder.mounted else
                    f"this user cannot write its own folder {blocking} (mode 555): chmod u+rwx it")
             with pytest.raises(SessionStoreError) as caught:
                 SessionStore(sessions).append("agent:main:main", {"type": "message"})
             assert str(caught.value) == f"cannot write the sessions store {sessions}: {why}"
     finally:
-        if mounted:
-            subprocess.run(["umount", str(root)], capture_output=True)
-        else:
-            for folder in (root, root / "old" / "sessions"):
-                folder.chmod(0o755)
+        folder.release()

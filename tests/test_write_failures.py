@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli_env
+from helpers import ReadOnlyFolder, cli_env
 
 KEYWORD = json.dumps({"memorySearch": {"provider": "none"}})
 
@@ -467,23 +467,15 @@ def test_writes_into_a_read_only_workspace_name_the_folder_and_the_cause(tmp_pat
     from memdir.memfiles import MemoryFileError, append_memory_file, create_memory_file
     from memdir.sessions.hook import run_session_memory_hook
 
-    root = tmp_path / "ro"
-    root.mkdir()
-    mounted = os.geteuid() == 0  # root writes a chmod a-w folder: it takes a read-only mount
-    if mounted and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(root)],
-                                  capture_output=True).returncode != 0:
-        pytest.skip("root, and cannot mount a small tmpfs here")
+    folder = ReadOnlyFolder(tmp_path / "ro")
+    root = folder.root
     bare, dated = root / "bare", root / "dated"
     try:
         for ws in (bare, dated):
             ws.mkdir()
             (ws / "MEMORY.md").write_text("- The otter eats fish.\n")
         (dated / "memory").mkdir()
-        if mounted:
-            assert subprocess.run(["mount", "-o", "remount,ro", str(root)], capture_output=True).returncode == 0
-        else:
-            for folder in (root, bare, dated, dated / "memory"):
-                folder.chmod(0o555)
+        folder.lock(bare, dated, dated / "memory")
 
         with pytest.raises(MemoryFileError, match=rf"^cannot create memory/ in {bare}: (Read-only|Permission)"):
             append_memory_file(bare, "2026-05-01.md", "a note")
@@ -501,11 +493,7 @@ def test_writes_into_a_read_only_workspace_name_the_folder_and_the_cause(tmp_pat
         assert "Errno" not in out.stderr
         assert not (bare / "memory").exists() and os.listdir(dated / "memory") == []
     finally:
-        if mounted:
-            subprocess.run(["umount", str(root)], capture_output=True)
-        else:
-            for folder in (root, bare, dated, dated / "memory"):
-                folder.chmod(0o755)
+        folder.release()
 
 
 def test_an_append_into_a_memory_folder_that_cannot_be_opened_names_it() -> None:
