@@ -549,8 +549,13 @@ class AdvisoryWriterLock:
             # kept: every later sync of this agent in the process would wait for it for ever.
             # (a terminated session's error, class 57P, can arrive before psycopg marks the connection broken)
             # (terminated while _connect set the connection up, conn is still None: AdminShutdown went out raw)
-            broken = str(getattr(exc, "sqlstate", None) or "").startswith("57P") or (
-                conn is not None and (conn.closed or conn.broken))
+            # (or libpq's own "consuming input failed", no SQLSTATE at all, also before it is marked broken:
+            # the polling statement cannot fail otherwise)
+            import psycopg
+
+            state = str(getattr(exc, "sqlstate", None) or "")
+            broken = state.startswith(("57P", "08")) or (conn is not None and (
+                conn.closed or conn.broken or (not state and isinstance(exc, psycopg.OperationalError))))
             if conn is not None:
                 conn.close()
             self._thread_lock.release()
