@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -554,13 +555,18 @@ def test_healing_a_damaged_index_does_not_wait_for_ever_for_a_stopped_writer(mak
     assert "is stopped" in str(outcome[0])
 
 
+def _indexed(ws: Path, run_cli: Any, env: dict[str, str]) -> Path:
+    """The index of ``ws`` after a ``memdir index`` that succeeded: the file the tests tamper with."""
+    assert run_cli("index", "-w", str(ws), env=env).returncode == 0
+    return Path(json.loads(run_cli("status", "--json", "-w", str(ws), env=env).stdout)["indexPath"])
+
+
 def test_a_fifo_at_the_lock_or_progress_files_name_does_not_hang_status(make_workspace, run_cli, state_dir):
     # Before: `status` opened <index>.lock to read its holder and, a FIFO being there, waited for
     # a writer for ever; `index` failed with a bare "[Errno 22] Invalid argument".
     ws = make_workspace(FILES)
     env = {"MEMDIR_PROVIDER": "none"}
-    assert run_cli("index", "-w", str(ws), env=env).returncode == 0
-    index = Path(json.loads(run_cli("status", "--json", "-w", str(ws), env=env).stdout)["indexPath"])
+    index = _indexed(ws, run_cli, env)
     lock = Path(f"{index}.lock")
     lock.unlink()
     os.mkfifo(lock)
@@ -733,8 +739,7 @@ def test_a_directory_at_the_lock_files_name_is_named_with_what_to_do(make_worksp
     # Is a directory: '…/x.sqlite.lock'", which said nothing of what the file is or what to do.
     ws = make_workspace(FILES)
     env = {"MEMDIR_PROVIDER": "none"}
-    assert run_cli("index", "-w", str(ws), env=env).returncode == 0
-    index = Path(json.loads(run_cli("status", "--json", "-w", str(ws), env=env).stdout)["indexPath"])
+    index = _indexed(ws, run_cli, env)
     lock = Path(f"{index}.lock")
     lock.unlink()
     lock.mkdir()
@@ -757,8 +762,7 @@ def test_a_write_ahead_log_that_is_no_file_is_named_and_nothing_written_through_
     # database file", and searches stale saying the same: nothing named the file or what to do.
     ws = make_workspace(FILES)
     env = {"MEMDIR_PROVIDER": "none"}
-    assert run_cli("index", "-w", str(ws), env=env).returncode == 0
-    index = Path(json.loads(run_cli("status", "--json", "-w", str(ws), env=env).stdout)["indexPath"])
+    index = _indexed(ws, run_cli, env)
     victim = tmp_path / "victim.txt"
     victim.write_text("keep\n")
     for left in ("-wal", "-shm"):
