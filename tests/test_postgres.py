@@ -484,6 +484,16 @@ def test_config_show_never_prints_the_database_password(run_cli, make_workspace)
     assert "postgresql://bob:***@db:5432/m" in out and "s3cret" not in out
 
 
+def test_config_show_names_the_postgresql_index_not_an_unused_sqlite_file(run_cli, make_workspace):
+    ws = make_workspace({"memory/a.md": "a"})
+    env = {"MEMDIR_DATABASE_URL": "postgresql://bob:s3cret@db:5432/m", "MEMDIR_STORE_DRIVER": "postgres"}
+    proc = run_cli("config", "show", "-w", str(ws), "--agent", "bot", "--json", env=env, check=True)
+    rows = {row["key"]: row["value"] for row in json.loads(proc.stdout)["settings"]}
+    assert rows["memorySearch.store.driver"] == "postgres"
+    assert rows["indexPath"] == "postgresql://bob@db:5432/m#memdir/bot", rows["indexPath"]
+    assert "s3cret" not in proc.stdout
+
+
 def test_a_bad_schema_name_is_named_as_the_user_writes_it(run_cli, make_workspace):
     ws = make_workspace({"memory/a.md": "a"})
     proc = run_cli("config", "show", "-w", str(ws), env={"MEMDIR_PG_SCHEMA": "1bad"})

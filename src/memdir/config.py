@@ -1020,6 +1020,21 @@ class LoadedConfig:
         #: good only while each still is, or is not, there.
         self.probes: list[tuple[str, bool]] = probes or []
 
+    def _index_location(self) -> str:
+        """Where the index lives: the SQLite file, or the PostgreSQL database and agent key (no password),
+        as ``status`` names it; the SQLite path shown for a PostgreSQL store was a file never used."""
+        store = self.settings.memory_search.store
+        if store.driver != "postgres":
+            return str(self.settings.index_path)
+        from memdir.stores import postgres_agent_key
+        from memdir.stores.pgconn import redact_dsn, resolve_dsn
+
+        try:
+            where = redact_dsn(resolve_dsn(store.dsn), store.postgres.db_schema)
+        except ImportError:  # psycopg missing: status and index say how to install it
+            where = f"postgresql://?#{store.postgres.db_schema}"
+        return f"{where}/{postgres_agent_key(self.settings)}"
+
     def rows(self) -> list[tuple[str, Any, str]]:
         """Flattened ``(camelCaseKey, value, origin)`` rows for ``config show``."""
         rows: list[tuple[str, Any, str]] = []
@@ -1035,7 +1050,7 @@ class LoadedConfig:
                     rows.append((camel, _shown(name, value), self.origins.get(key, "default")))
 
         walk(self.settings, "", "")
-        rows.append(("indexPath", str(self.settings.index_path), "derived"))
+        rows.append(("indexPath", self._index_location(), "derived"))
         rows.append(("stateKey", self.settings.state_key, "derived"))
         rows.append(("sessionsDir", str(self.settings.sessions_dir), "derived"))
         return rows

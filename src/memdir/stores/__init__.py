@@ -15,6 +15,12 @@ if TYPE_CHECKING:
     from memdir.config import Settings
 
 
+def postgres_agent_key(settings: Settings) -> str:
+    """The agent's key in PostgreSQL's shared tables: it follows the SQLite file's naming (the chosen
+    agent id, else a name derived from the workspace, so two workspaces never share an index)."""
+    return settings.index_path.stem if settings.index_key == "workspace" else settings.agent_id
+
+
 def open_store(settings: Settings, *, readonly: bool = False, notice: Callable[[str], None] | None = None,
                driver: str | None = None) -> Store:
     """The configured store for one agent's index (created on first use unless ``readonly``).
@@ -32,11 +38,8 @@ def open_store(settings: Settings, *, readonly: bool = False, notice: Callable[[
         from memdir.stores.postgres import PostgresStore
 
         pg = store_cfg.postgres
-        # The agent's key in the shared tables follows the SQLite file's naming: the chosen agent id,
-        # else a name derived from the workspace (so two workspaces never share an index by default).
-        key = settings.index_path.stem if settings.index_key == "workspace" else settings.agent_id
-        return PostgresStore.open(resolve_dsn(store_cfg.dsn), key, notice=notice, readonly=readonly,
-                                  schema=pg.db_schema, pool_size=pg.pool_size,
+        return PostgresStore.open(resolve_dsn(store_cfg.dsn), postgres_agent_key(settings), notice=notice,
+                                  readonly=readonly, schema=pg.db_schema, pool_size=pg.pool_size,
                                   text_search_config=pg.text_search_config,
                                   hnsw_min_vectors=pg.hnsw_min_vectors, ranking=pg.ranking)
     from memdir.stores.sqlite import SqliteStore
