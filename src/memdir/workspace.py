@@ -481,7 +481,8 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
     except OSError as exc:
         found.issues.append(f"memory directory not accessible ({mem_dir}): {_errname(exc)}")
         found.unlisted.append(MEMORY_DIR)
-    top = _top_names(workspace)  # listed once for both checks
+    top = _top_names(workspace)  # listed once for the checks below
+    candidates = _without_case_aliases(candidates, top)
     if absent & {"memory.md", MEMORY_DIR}:
         found.skipped.extend(_case_variants(top, absent))
     found.skipped.extend(_conflict_copies(top))
@@ -563,6 +564,25 @@ def _top_names(workspace: Path) -> list[str]:
             return sorted(e.name for e in it)
     except OSError:
         return []
+
+
+def _without_case_aliases(candidates: list[tuple[str, str, os.stat_result, str]],
+                          top: list[str]) -> list[tuple[str, str, os.stat_result, str]]:
+    """``candidates`` less a root file found only because the folder ignores case: where it does
+    (exFAT, FAT, an SMB share, APFS reached over sshfs), ``MEMORY.md`` and ``memory.md`` both open
+    the one file there, and a FUSE file system gives each name an inode of its own, so the
+    ``(st_dev, st_ino)`` check did not see them as one: the note was indexed twice and every
+    search answered each of its chunks twice.  The name the folder lists is kept (``MEMORY.md``
+    when it lists neither, as for ``Memory.md``); both are kept where both are listed (a
+    case-sensitive folder holding two files), or when the folder cannot be listed."""
+    roots = [c for c in candidates if c[1] in ROOT_FILES]
+    if len(roots) < 2 or not top:
+        return candidates
+    listed = [c for c in roots if c[1] in top]
+    if len(listed) == len(roots):
+        return candidates
+    alias = {c[1] for c in roots} - {c[1] for c in (listed or roots[:1])}
+    return [c for c in candidates if c[1] not in alias]
 
 
 def _case_variants(top: list[str], absent: set[str]) -> list[Skipped]:

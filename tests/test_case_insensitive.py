@@ -1,0 +1,68 @@
+"""Workspaces on file systems that ignore the case of names (a USB drive's exFAT, a Windows or
+macOS volume mounted here) and on case-sensitive ones holding names from them: every note is
+read once, under the name memdir cites, and what a user types in another case still works."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers import CaseInsensitiveFolder, cli_env
+
+KEYWORDS = '[memorySearch]\nprovider = "none"\n'
+
+
+@pytest.fixture
+def nocase(tmp_path: Path) -> Iterator[Path]:
+    """A workspace folder on a mounted exFAT image (names' case ignored, kept as written)."""
+    folder = CaseInsensitiveFolder(tmp_path / "exfat.img", tmp_path / "mnt")
+    try:
+        ws = folder.root / "ws"
+        ws.mkdir()
+        yield ws
+    finally:
+        folder.close()
+
+
+def _cli(state_dir: Path, ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memdir", "--workspace", str(ws), *args],
+                          capture_output=True, text=True, timeout=120, env=cli_env(state_dir))
+
+
+def test_memory_md_on_a_case_insensitive_folder_is_indexed_once(nocase: Path, tmp_path: Path):
+    """Where ``MEMORY.md`` and ``memory.md`` open the same file, each with an inode of its own
+    (FUSE), the note was indexed under both names and every search answered it twice."""
+    (nocase / "memdir.toml").write_text(KEYWORDS)
+    (nocase / "Memory.md").write_text("# Memory\n\nThe pagination decision: cursor based.\n")
+    (nocase / "memory").mkdir()
+    (nocase / "memory" / "2026-01-02.md").write_text("Cursor pagination shipped today.\n")
+    state = tmp_path / "state"
+    index = _cli(state, nocase, "index", "--json")
+    assert index.returncode == 0, index.stderr
+    out = _cli(state, nocase, "search", "--json", "cursor pagination")
+    assert out.returncode == 0, out.stderr
+    paths = sorted(r["path"] for r in json.loads(out.stdout)["results"])
+    assert paths == ["MEMORY.md", "memory/2026-01-02.md"]
+
+
+def test_lowercase_memory_md_there_is_cited_by_its_own_name(nocase: Path, tmp_path: Path):
+    (nocase / "memdir.toml").write_text(KEYWORDS)
+    (nocase / "memory.md").write_text("The okapi lives in the forest.\n")
+    state = tmp_path / "state"
+    out = _cli(state, nocase, "search", "--json", "okapi")
+    assert out.returncode == 0, out.stderr
+    assert [r["path"] for r in json.loads(out.stdout)["results"]] == ["memory.md"]
+
+
+def test_both_root_files_on_a_case_sensitive_folder_are_both_memory(make_workspace, tmp_path: Path):
+    """As OpenClaw: two files, two notes (only one file reached by two names is one note)."""
+    ws = make_workspace({"MEMORY.md": "The okapi lives in the forest.\n",
+                         "memory.md": "The okapi eats leaves.\n", "memdir.toml": KEYWORDS})
+    out = _cli(tmp_path / "state", ws, "search", "--json", "okapi")
+    assert out.returncode == 0, out.stderr
+    assert sorted(r["path"] for r in json.loads(out.stdout)["results"]) == ["MEMORY.md", "memory.md"]
