@@ -5,6 +5,7 @@ read once, under the name memdir cites, and what a user types in another case st
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -66,3 +67,39 @@ def test_both_root_files_on_a_case_sensitive_folder_are_both_memory(make_workspa
     out = _cli(tmp_path / "state", ws, "search", "--json", "okapi")
     assert out.returncode == 0, out.stderr
     assert sorted(r["path"] for r in json.loads(out.stdout)["results"]) == ["MEMORY.md", "memory.md"]
+
+
+def test_the_watcher_indexes_an_edit_of_memory_md_in_another_case(nocase: Path):
+    """There a change is named by the name the file has (``Memory.md``), which the watcher took for
+    no memory file: the edit waited for the next search or ``memdir index``."""
+    import time
+
+    from memdir.api import Memory
+
+    note = nocase / "Memory.md"
+    note.write_text("Prefers the aisle seat.\n")
+    os.utime(note, (1_700_000_000, 1_700_000_000))  # settled: the watcher has no reason to look again
+    mem = Memory(nocase, config={"memorySearch": {"provider": "none"}})
+    try:
+        mem.sync()
+        events: list[dict] = []
+        assert mem.watch(on_event=events.append, debounce_ms=100).ready.wait(30)  # caught up, watching
+        deadline = time.monotonic() + 30
+        note.write_text("Prefers the gondola now.\n")
+        while not [r.path for r in mem.search("gondola", sync=False).results]:
+            assert time.monotonic() < deadline, f"the edit of Memory.md was never indexed: {events}"
+            time.sleep(0.05)
+        assert [r.path for r in mem.search("gondola", sync=False).results] == ["MEMORY.md"], events
+    finally:
+        mem.close()
+
+
+def test_a_change_to_a_root_note_or_memory_folder_in_another_case_is_watched(tmp_path: Path):
+    from memdir.watch import WatchPlan
+
+    ws = tmp_path / "ws"
+    (ws / "Memory").mkdir(parents=True)
+    plan = WatchPlan(ws, [], None)
+    assert plan.file_matters(str(ws / "Memory.md")) and plan.file_matters(str(ws / "MEMORY.md"))
+    assert plan.folder_matters(str(ws / "Memory"), set())
+    assert not plan.file_matters(str(ws / "Memory.txt")) and not plan.folder_matters(str(ws / "Notes"), set())

@@ -113,6 +113,18 @@ def folders_under(root: str) -> list[str]:
     return out
 
 
+#: ``MEMORY.md`` and ``memory.md`` in lower case.
+_ROOT_NAMES = frozenset(name.lower() for name in ROOT_FILES)
+
+
+def _case_named(path: str, anchor: str) -> bool:
+    """Whether ``path`` is ``anchor`` spelt in another case, in the same folder: on a folder that
+    ignores case (exFAT, FAT, an SMB share) the OS names a change by the name the file has there,
+    so an edit of ``Memory.md``, which is indexed as ``MEMORY.md``, or a ``Memory/`` folder made
+    there, were not the workspace's memory to the watcher and waited for the next search."""
+    return path != anchor and path.lower() == anchor.lower() and os.path.dirname(path) == os.path.dirname(anchor)
+
+
 class WatchPlan:
     """Which folders to watch for one workspace, and which changed paths matter."""
 
@@ -161,7 +173,7 @@ class WatchPlan:
             name, path = evicted, os.path.join(parent, evicted)
         if path in self.extra_files:
             return True
-        if parent == self.workspace and name in ROOT_FILES:
+        if parent == self.workspace and name.lower() in _ROOT_NAMES:  # any case: see _case_named
             return True
         for tree in self.trees:
             rel = self._under(path, tree)
@@ -174,6 +186,8 @@ class WatchPlan:
         if path in watched:
             return True
         if path in self.anchors or any(a.startswith(path + os.sep) for a in self.anchors):
+            return True
+        if _case_named(path, self.memory_dir):
             return True
         if not _is_dir(path):
             return False

@@ -574,15 +574,32 @@ def _without_case_aliases(candidates: list[tuple[str, str, os.stat_result, str]]
     ``(st_dev, st_ino)`` check did not see them as one: the note was indexed twice and every
     search answered each of its chunks twice.  The name the folder lists is kept (``MEMORY.md``
     when it lists neither, as for ``Memory.md``); both are kept where both are listed (a
-    case-sensitive folder holding two files), or when the folder cannot be listed."""
+    case-sensitive folder holding two files), or when the folder cannot be listed.
+
+    A root file kept that the folder lists in another case (``Memory.md``) is stat'ed and read by
+    that name: through FUSE each name has its own cached attributes, and an edit of
+    ``Memory.md`` (the name the user and the watcher see) left ``MEMORY.md``'s stale for a second,
+    so the sync the edit started found the note unchanged, and nothing synced it again."""
     roots = [c for c in candidates if c[1] in ROOT_FILES]
-    if len(roots) < 2 or not top:
+    if not roots or not top:
         return candidates
     listed = [c for c in roots if c[1] in top]
-    if len(listed) == len(roots):
-        return candidates
-    alias = {c[1] for c in roots} - {c[1] for c in (listed or roots[:1])}
-    return [c for c in candidates if c[1] not in alias]
+    if len(roots) > 1 and len(listed) < len(roots):
+        alias = {c[1] for c in roots} - {c[1] for c in (listed or roots[:1])}
+        candidates = [c for c in candidates if c[1] not in alias]
+    out = []
+    for abs_path, rel, st, base in candidates:
+        spelt = [n for n in top if n.lower() == rel.lower()] if rel in ROOT_FILES and rel not in top else []
+        if len(spelt) == 1:
+            try:
+                named = os.path.join(os.path.dirname(abs_path), spelt[0])
+                again = os.lstat(named)
+                if stat.S_ISREG(again.st_mode):
+                    abs_path, st = named, again
+            except OSError:
+                pass
+        out.append((abs_path, rel, st, base))
+    return out
 
 
 def _case_variants(top: list[str], absent: set[str]) -> list[Skipped]:
