@@ -103,6 +103,10 @@ def did_you_mean(word: str, choices: Any) -> str:
 
 #: ``<id>.sqlite.lock`` must fit a file name (255 bytes on most file systems).
 MAX_AGENT_ID_BYTES = 200
+#: The longest name ``store.path`` may give the index: memdir names files beside it after it with
+#: up to 35 bytes more (``.corrupt-<time>-<n>-journal``, ``.tmp-<id>-journal``, ``.vec8.tmp-<pid>-<id>``),
+#: and each must fit a file name (255 bytes).  An agent id's index, ``<id>.sqlite``, is shorter.
+MAX_INDEX_NAME_BYTES = 215
 
 
 def check_agent_id(agent_id: str) -> None:
@@ -1210,6 +1214,14 @@ def load_config(
         origin = _origin_text(origins.get("memory_search.store.path", ""))
         raise ConfigError(f"memorySearch.store.path = {store.path!r}{origin} is a Markdown file "
                           f"({settings.index_path}); the index must not be a memory file: use a .sqlite path")
+    if store.path and len(os.fsencode(settings.index_path.name)) > MAX_INDEX_NAME_BYTES:
+        # A first build failed "[Errno 36] File name too long: '….sqlite.tmp-f72d33cc9af5'", and
+        # a name a few bytes longer "unable to open database file", though the index's own fitted.
+        origin = _origin_text(origins.get("memory_search.store.path", ""))
+        raise ConfigError(f"memorySearch.store.path = {store.path!r}{origin} names an index file of "
+                          f"{len(os.fsencode(settings.index_path.name))} bytes; at most {MAX_INDEX_NAME_BYTES}: "
+                          "memdir keeps files named after it beside it (….sqlite-wal, ….sqlite.lock, "
+                          "….sqlite.tmp-…), and a file name has at most 255 bytes")
     if check_workspace:
         ws = settings.workspace_path
         if not ws.is_dir():
