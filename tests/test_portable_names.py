@@ -36,3 +36,34 @@ def test_the_longest_store_path_allowed_builds_rebuilds_and_searches(make_worksp
         out = _cli(state, ws, *args)
         assert out.returncode == 0, (args, out.stderr)
     assert "MEMORY.md" in out.stdout and index.is_file()
+
+
+def test_a_file_replaced_whole_may_have_the_longest_name_a_file_system_takes(tmp_path: Path):
+    """``ltm export --out`` (and the long-term memory mirror) write through a temporary file named
+    ``.<name>.<pid>-<random>.tmp``: to a name of 234 to 255 bytes it failed "File name too long"."""
+    import memdir.atomic_write as aw
+    from memdir.atomic_write import replace_file
+
+    target = tmp_path / ("ü" * 126 + ".md")  # 255 bytes
+    replace_file(target, b"first\n")
+    assert target.read_bytes() == b"first\n" and sorted(p.name for p in tmp_path.iterdir()) == [target.name]
+    # a temporary file a killed writer left under that (shortened) name is swept by the next writer
+    dead = tmp_path / f".{'ü' * 116}.4194303-abcdefgh.tmp"  # as cut to fit: 234 bytes before the pid
+    dead.write_bytes(b"half")
+    aw._swept.clear()
+    replace_file(target, b"second\n", mode=0o666)
+    assert target.read_bytes() == b"second\n" and sorted(p.name for p in tmp_path.iterdir()) == [target.name]
+
+
+def test_ltm_export_to_a_name_of_255_bytes(make_workspace, tmp_path: Path):
+    import pytest
+
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "x\n", "memdir.toml": '[memorySearch]\nprovider = "none"\n'
+                                                            "[longTermMemory]\nenabled = true\n"})
+    state = tmp_path / "state"
+    assert _cli(state, ws, "ltm", "store", "The heron prefers the weir").returncode == 0
+    out_file = tmp_path / ("ü" * 126 + ".md")
+    out = _cli(state, ws, "ltm", "export", "--out", str(out_file))
+    assert out.returncode == 0, out.stderr
+    assert "heron prefers the weir" in out_file.read_text()
