@@ -67,3 +67,31 @@ def test_ltm_export_to_a_name_of_255_bytes(make_workspace, tmp_path: Path):
     out = _cli(state, ws, "ltm", "export", "--out", str(out_file))
     assert out.returncode == 0, out.stderr
     assert "heron prefers the weir" in out_file.read_text()
+
+
+def test_extra_paths_written_on_windows(make_workspace, tmp_path: Path):
+    """``notes\\team`` (a config copied from Windows) named no folder, its notes were searched
+    nowhere; ``C:\\Users\\me\\notes`` was 'missing (<workspace>/C:\\Users\\me\\notes)', a path
+    nobody wrote, without a word of why."""
+    ws = make_workspace({"MEMORY.md": "x\n", "notes/team/a.md": "The avocet wades at dawn.\n"})
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\n'
+                                    'extraPaths = ["notes\\\\team", "C:\\\\Users\\\\me\\\\notes"]\n')
+    state = tmp_path / "state"
+    index = _cli(state, ws, "index")
+    assert index.returncode == 0, index.stderr
+    assert "notes\\team" not in index.stderr
+    assert ("'C:' is a Windows drive, which names no folder here; give the path where that drive is mounted "
+            "(under WSL: /mnt/c/Users/me/notes)") in index.stderr
+    out = _cli(state, ws, "search", "avocet")
+    assert out.returncode == 0 and out.stdout.split()[1] == "notes/team/a.md:1-2", out.stdout
+    got = _cli(state, ws, "get", "notes\\team\\a.md")
+    assert got.returncode == 0 and got.stdout == "The avocet wades at dawn.\n", got.stderr
+
+
+def test_a_backslash_in_an_extra_path_that_exists_as_written_is_a_name(make_workspace, tmp_path: Path):
+    ws = make_workspace({"MEMORY.md": "x\n", "notes\\team/a.md": "The stilt wades.\n",
+                         "notes/team/b.md": "The stilt sleeps.\n"})
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\nextraPaths = ["notes\\\\team"]\n')
+    out = _cli(tmp_path / "state", ws, "search", "stilt")
+    assert out.returncode == 0 and [line.split()[1] for line in out.stdout.splitlines()
+                                    if line[:1].isdigit()] == ["notes\\team/a.md:1-2"], out.stdout

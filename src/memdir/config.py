@@ -696,12 +696,21 @@ class Settings(_Model):
         """extraPaths resolved: ``~`` expanded, relative to the workspace (fixes #58027)."""
         out: list[Path] = []
         for raw in self.memory_search.extra_paths:
-            p = Path(os.path.expanduser(fs_name(raw)))  # (a config file's text: not the OS's name under ASCII)
-            p = p if p.is_absolute() else self.workspace_path / p
-            p = _existing_form(Path(os.path.normpath(p)))
+            p = self._extra_path(raw)
+            if "\\" in raw and not os.path.lexists(p):
+                # a path written on Windows (notes\\team): a backslash is a name's character here,
+                # but as it is no such file exists, and its notes were searched nowhere
+                slashed = self._extra_path(raw.replace("\\", "/"))
+                p = slashed if os.path.lexists(slashed) else p
             if p not in out:
                 out.append(p)
         return out
+
+
+    def _extra_path(self, raw: str) -> Path:
+        p = Path(os.path.expanduser(fs_name(raw)))  # (a config file's text: not the OS's name under ASCII)
+        p = p if p.is_absolute() else self.workspace_path / p
+        return _existing_form(Path(os.path.normpath(p)))
 
 
 def _existing_form(path: Path) -> Path:

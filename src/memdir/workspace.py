@@ -494,7 +494,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             if placeholder is not None:
                 _keep_evicted(rel_path(workspace, extra), found.skipped, found.unlisted, _evicted_by(placeholder))
             else:
-                found.issues.append(f"additional memory path missing ({extra})")
+                found.issues.append(f"additional memory path missing ({extra}){_windows_path_hint(extra)}")
             continue
         except OSError as exc:
             found.issues.append(f"additional memory path not accessible ({extra}): {exc.strerror}")
@@ -535,6 +535,21 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
     if folders is not None and not found.issues and all(s.lasting for s in found.skipped):
         found.folders = folders
     return found
+
+
+#: ``C:\\Users\\me\\notes`` or ``D:/notes`` in extraPaths, joined to the workspace as a relative path.
+_DRIVE_PATH = re.compile(r"(?:^|/)([A-Za-z]):[\\/](.*)$", re.DOTALL)
+
+
+def _windows_path_hint(extra: Path) -> str:
+    """What to say of a missing extra path written as on Windows: ``C:\\Users\\me\\notes`` was
+    said to be missing as ``<workspace>/C:\\Users\\me\\notes``, a path no one wrote."""
+    m = _DRIVE_PATH.search(str(extra))
+    if m is None:
+        return ""
+    rest = m[2].replace("\\", "/").strip("/")
+    return (f": '{m[1]}:' is a Windows drive, which names no folder here; give the path where that "
+            f"drive is mounted (under WSL: /mnt/{m[1].lower()}/{rest})")
 
 
 def no_notes_hint(workspace: Path) -> str:
