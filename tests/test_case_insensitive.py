@@ -103,3 +103,21 @@ def test_a_change_to_a_root_note_or_memory_folder_in_another_case_is_watched(tmp
     assert plan.file_matters(str(ws / "Memory.md")) and plan.file_matters(str(ws / "MEMORY.md"))
     assert plan.folder_matters(str(ws / "Memory"), set())
     assert not plan.file_matters(str(ws / "Memory.txt")) and not plan.folder_matters(str(ws / "Notes"), set())
+
+
+def test_a_note_ending_in_upper_case_md_is_named_not_silently_left_out(make_workspace, tmp_path: Path):
+    """As in OpenClaw only ``.md`` in lower case is memory; ``memory/2026-01-02.MD`` (a Windows
+    tool's name) was searched nowhere without a word, and ``get`` called it 'not a Markdown file'."""
+    ws = make_workspace({"MEMORY.md": "x\n", "memory/2026-01-02.MD": "The knot feeds.\n",
+                         "memory/._2026-01-03.MD": "", "memdir.toml": KEYWORDS})
+    state = tmp_path / "state"
+    index = _cli(state, ws, "index", "--json")
+    assert index.returncode == 0, index.stderr
+    status = _cli(state, ws, "status", "--json")
+    assert json.loads(status.stdout)["skipped"] == [
+        {"path": "memory/2026-01-02.MD",
+         "error": "not memory: only names ending in .md (lower case) are (rename it to 2026-01-02.md)"}]
+    got = _cli(state, ws, "get", "memory/2026-01-02.MD")
+    assert got.returncode != 0
+    assert ("not memory: memory/2026-01-02.MD (only names ending in .md, in lower case, are memory: "
+            "rename it to 2026-01-02.md)") in got.stderr

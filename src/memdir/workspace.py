@@ -269,6 +269,8 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 evicted = evicted_note(entry.name)
                 if evicted is not None and not _listed(entries, evicted):
                     _keep_evicted(prefix + evicted, skipped, unlisted, _evicted_by(entry.name))
+                elif entry.name[-3:].lower() == ".md" and not entry.name.startswith(APPLE_DOUBLE_PREFIX):
+                    skipped.append(_upper_case_md(prefix, entry.name))
                 continue
             name = text_name(prefix + entry.name)
             if name is None:
@@ -288,6 +290,13 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 issues.append(f"{display_path(entry.path)} not readable ({_errname(exc)})")
                 skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
                 unlisted.append(prefix + entry.name)
+
+
+def _upper_case_md(prefix: str, name: str) -> Skipped:
+    """A note named ``2026-01-02.MD`` (a Windows tool's, or one renamed on a Mac): as in OpenClaw
+    only ``.md`` in lower case is memory, and such a daily log was searched nowhere without a word."""
+    return Skipped(display_path(prefix + name), f"not memory: only names ending in .md (lower case) are "
+                                                f"(rename it to {display_path(name[:-3])}.md)", lasting=True)
 
 
 #: macOS writes a file's metadata beside it as ``._<name>`` where the volume cannot hold it (a
@@ -804,6 +813,9 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
             "and configured extraPaths only)"
         )
     if absolute.suffix != ".md":
+        if absolute.suffix.lower() == ".md":  # ("not a Markdown file" of a .MD note read as nonsense)
+            raise PathError(f"not memory: {text} (only names ending in .md, in lower case, are memory: "
+                            f"rename it to {absolute.stem}.md)")
         raise PathError(f"not a Markdown file: {text} (only .md files are memory)")
     # No symlink anywhere from the allowed root down to the file (fixes PRs #68597/#80331).
     probe = root
