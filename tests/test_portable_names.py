@@ -95,3 +95,19 @@ def test_a_backslash_in_an_extra_path_that_exists_as_written_is_a_name(make_work
     out = _cli(tmp_path / "state", ws, "search", "stilt")
     assert out.returncode == 0 and [line.split()[1] for line in out.stdout.splitlines()
                                     if line[:1].isdigit()] == ["notes\\team/a.md:1-2"], out.stdout
+
+
+def test_a_config_file_saved_as_utf16_by_windows_is_read(make_workspace, tmp_path: Path):
+    """Windows PowerShell's ``>`` and Notepad's "Unicode" write UTF-16 with a byte order mark:
+    such a memdir.toml was refused, "not UTF-8 text (byte 0: b'\\xff'); is it the right file?"."""
+    ws = make_workspace({"MEMORY.md": "The ruff displays.\n"})
+    state = tmp_path / "state"
+    for bom, encoding in ((b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be")):
+        (ws / "memdir.toml").write_bytes(bom + '[memorySearch]\r\nprovider = "none"\r\n'.encode(encoding))
+        out = _cli(state, ws, "config", "show")
+        assert out.returncode == 0, out.stderr
+        assert [line.split()[1] for line in out.stdout.splitlines()
+                if line.startswith("memorySearch.provider ")] == ['"none"']
+    (ws / "memdir.toml").write_bytes(b"\xff\xfe[\x00\xd8")  # half a surrogate pair: still named
+    out = _cli(state, ws, "config", "show")
+    assert out.returncode != 0 and "is not UTF-16-LE text (byte 4: b'\\xd8')" in out.stderr, out.stderr

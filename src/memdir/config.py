@@ -877,11 +877,18 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    from memdir.reading import note_encoding
+
+    encoding = note_encoding(raw)
     try:
-        text = raw.decode("utf-8-sig")  # a BOM (Windows editors add one) is not an error
+        # a BOM (Windows editors add one) is not an error, and one of UTF-16 says how to read the
+        # rest: Windows PowerShell's `>` and Notepad's "Unicode" write it, and such a file was
+        # "not UTF-8 text (byte 0: b'\xff'); is it the right file?"
+        text = raw.decode("utf-8-sig") if encoding == "utf-8" else raw[2:].decode(encoding)
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}); "
-                          "is it the right file?") from None
+        start = exc.start + (0 if encoding == "utf-8" else 2)
+        raise ConfigError(f"config file {path} is not {encoding.upper()} text (byte {start}: "
+                          f"{raw[start:start + 1]!r}); is it the right file?") from None
     if "\0" in text:
         raise ConfigError(f"config file {path} holds binary data (a NUL byte); is it the right file?")
     suffix = path.suffix.lower()  # memdir.TOML is TOML too
