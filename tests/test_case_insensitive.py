@@ -121,3 +121,25 @@ def test_a_note_ending_in_upper_case_md_is_named_not_silently_left_out(make_work
     assert got.returncode != 0
     assert ("not memory: memory/2026-01-02.MD (only names ending in .md, in lower case, are memory: "
             "rename it to 2026-01-02.md)") in got.stderr
+
+
+def test_a_memory_folder_in_another_case_beside_memory_is_still_named(make_workspace, tmp_path: Path):
+    """``Memory/`` synced from a Mac was named 'not memory' until ``memdir append`` made
+    ``memory/`` beside it: from then on its notes were left out without a word."""
+    ws = make_workspace({"MEMORY.md": "x\n", "Memory/2026-01-01.md": "The stint feeds.\n", "memdir.toml": KEYWORDS})
+    state = tmp_path / "state"
+    assert _cli(state, ws, "append", "A new note.").returncode == 0
+    index = _cli(state, ws, "index", "--json")
+    assert index.returncode == 0, index.stderr
+    assert json.loads(index.stdout)["skipped"] == [
+        {"path": "Memory", "error": "not memory: names are case-sensitive here (merge it into memory/)"}]
+
+
+def test_the_memory_folder_reached_in_another_case_is_not_named(nocase: Path, tmp_path: Path):
+    (nocase / "memdir.toml").write_text(KEYWORDS)
+    (nocase / "Memory").mkdir()
+    (nocase / "Memory" / "2026-01-01.md").write_text("The stint feeds.\n")
+    index = _cli(tmp_path / "state", nocase, "index", "--json")
+    assert index.returncode == 0, index.stderr
+    report = json.loads(index.stdout)
+    assert (report["indexed"], report["skipped"]) == (1, [])

@@ -492,8 +492,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         found.unlisted.append(MEMORY_DIR)
     top = _top_names(workspace)  # listed once for the checks below
     candidates = _without_case_aliases(candidates, top)
-    if absent & {"memory.md", MEMORY_DIR}:
-        found.skipped.extend(_case_variants(top, absent))
+    found.skipped.extend(_case_variants(top, absent))
     found.skipped.extend(_conflict_copies(top))
     for extra in extra_paths or []:
         try:
@@ -627,14 +626,26 @@ def _without_case_aliases(candidates: list[tuple[str, str, os.stat_result, str]]
 
 
 def _case_variants(top: list[str], absent: set[str]) -> list[Skipped]:
-    """``Memory/``, ``Memory.md``…: named like a memory file or folder that is not there but for
-    case.  A workspace made on macOS, whose file system ignores case, has them indexed there; here
-    they were left out without a word.  (Looked for only when a memory name is missing: where case
-    is ignored, that name is found and nothing is said.)"""
-    names = [name for name in top if name.lower() in absent]
-    return [Skipped(display_path(name), "not memory: names are case-sensitive here (rename it to "
-                                        + ("memory/)" if name.lower() == MEMORY_DIR else "MEMORY.md)"))
-            for name in names if name not in ROOT_FILES and name != MEMORY_DIR]
+    """``Memory/``, ``Memory.md``…: named like a memory file or folder but for case.  A workspace
+    made on macOS, whose file system ignores case, has them indexed there; here they were left out
+    without a word.  Said when the memory name itself is missing, or listed beside them (two
+    entries of one name but for case: this folder does not ignore case).  Not when the memory name
+    is found but not listed: then the folder ignores case, and this is that file, indexed.
+
+    Why beside too: ``memdir append`` (or the session hook) made ``memory/`` next to a ``Memory/``
+    synced from a Mac, and from then on ``Memory/``'s notes were left out without a word."""
+    folded = [name.lower() for name in top]
+    said = []
+    for name, low in zip(top, folded, strict=True):
+        if low not in ("memory.md", MEMORY_DIR) or name in ROOT_FILES or name == MEMORY_DIR:
+            continue
+        if low in absent or folded.count(low) > 1:
+            canonical = MEMORY_DIR + "/" if low == MEMORY_DIR else "MEMORY.md"
+            there = [n for n in top if n in ROOT_FILES or n == MEMORY_DIR if n.lower() == low]
+            advice = f"merge it into {there[0]}{'/' if there[0] == MEMORY_DIR else ''}" if there else \
+                f"rename it to {canonical}"
+            said.append(Skipped(display_path(name), f"not memory: names are case-sensitive here ({advice})"))
+    return said
 
 
 def _conflict_copies(names: list[str], note: str = "MEMORY.md", below: str = "",
