@@ -143,3 +143,18 @@ def test_the_memory_folder_reached_in_another_case_is_not_named(nocase: Path, tm
     assert index.returncode == 0, index.stderr
     report = json.loads(index.stdout)
     assert (report["indexed"], report["skipped"]) == (1, [])
+
+
+def test_the_whole_workspace_as_an_extra_path_there_reads_each_note_once(nocase: Path, tmp_path: Path):
+    """With ``extraPaths = ["."]`` the walk of the workspace reaches ``Memory/x.md`` by the name it
+    has, the memory folder's walk ``memory/x.md``: through FUSE two inodes, two notes, each
+    answered twice."""
+    (nocase / "memdir.toml").write_text(KEYWORDS + 'extraPaths = ["."]\n')
+    (nocase / "Memory.md").write_text("Notes about the okapi.\n")
+    (nocase / "Memory").mkdir()
+    (nocase / "Memory" / "2026-01-01.md").write_text("Daily okapi.\n")
+    (nocase / "ideas.md").write_text("An okapi idea.\n")
+    out = _cli(tmp_path / "state", nocase, "search", "--json", "okapi")
+    assert out.returncode == 0, out.stderr
+    assert sorted(r["path"] for r in json.loads(out.stdout)["results"]) == [
+        "MEMORY.md", "ideas.md", "memory/2026-01-01.md"]

@@ -474,9 +474,11 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         else:
             found.skipped.append(Skipped(name, f"{kind_of(st.st_mode)}, not a regular file"))
     mem_dir = workspace / MEMORY_DIR
+    top = _top_names(workspace)  # listed once for the checks below
     try:
         st = os.lstat(mem_dir)
         if stat.S_ISDIR(st.st_mode):
+            mem_dir, st = _as_listed_folder(mem_dir, st, top)
             if folders is not None:
                 folders.append((str(mem_dir), _folder_id(st)))
             candidates.extend((*c, base) for c in _walk(str(mem_dir), MEMORY_DIR + "/", found.issues, found.skipped,
@@ -490,7 +492,6 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
     except OSError as exc:
         found.issues.append(f"memory directory not accessible ({mem_dir}): {_errname(exc)}")
         found.unlisted.append(MEMORY_DIR)
-    top = _top_names(workspace)  # listed once for the checks below
     candidates = _without_case_aliases(candidates, top)
     found.skipped.extend(_case_variants(top, absent))
     found.skipped.extend(_conflict_copies(top))
@@ -587,6 +588,24 @@ def _top_names(workspace: Path) -> list[str]:
             return sorted(e.name for e in it)
     except OSError:
         return []
+
+
+def _as_listed_folder(mem_dir: Path, st: os.stat_result, top: list[str]) -> tuple[Path, os.stat_result]:
+    """The ``memory/`` folder found by that name, as the workspace lists it (``Memory/`` where the
+    folder ignores case), so its notes are the same paths as the ones an extra folder (``"."``)
+    walks: through FUSE (exFAT, FAT) each name has an inode of its own, and ``memory/x.md`` and
+    ``Memory/x.md`` were indexed as two notes, every search answering each twice."""
+    if not top or MEMORY_DIR in top:
+        return mem_dir, st
+    spelt = [n for n in top if n.lower() == MEMORY_DIR]
+    if len(spelt) == 1:
+        try:
+            again = os.lstat(mem_dir.parent / spelt[0])
+            if stat.S_ISDIR(again.st_mode):
+                return mem_dir.parent / spelt[0], again
+        except OSError:
+            pass
+    return mem_dir, st
 
 
 def _without_case_aliases(candidates: list[tuple[str, str, os.stat_result, str]],
