@@ -205,3 +205,30 @@ class CaseInsensitiveFolder:
         if subprocess.run(["umount", str(self.root)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(self.root)], capture_output=True)
         subprocess.run(["losetup", "-d", self.device], capture_output=True)
+
+
+class FatFolder:
+    """A folder on a FAT file system, as on a USB stick or an SD card: no Unix modes (a chmod is
+    refused), names without ``:`` ``*`` ``?`` ``"`` ``<`` ``>`` ``|``, 2-second times, case
+    ignored.  A small image mounted by fusefat (the kernel here may have no vfat).  Skips the test
+    unless root has ``mkfs.vfat`` and ``fusefat`` (Debian: dosfstools, fusefat)."""
+
+    def __init__(self, image: Path, root: Path):
+        import shutil
+
+        import pytest
+
+        if os.geteuid() != 0 or not (shutil.which("mkfs.vfat") and shutil.which("fusefat")):
+            pytest.skip("needs root with mkfs.vfat and fusefat (dosfstools, fusefat)")
+        with open(image, "wb") as f:
+            f.truncate(16 << 20)
+        if subprocess.run(["mkfs.vfat", str(image)], capture_output=True).returncode != 0:
+            pytest.skip("mkfs.vfat failed here")
+        root.mkdir()
+        self.root = root
+        if subprocess.run(["fusefat", "-o", "rw+", str(image), str(root)], capture_output=True).returncode != 0:
+            pytest.skip("cannot mount FAT through FUSE here")
+
+    def close(self) -> None:
+        if subprocess.run(["umount", str(self.root)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(self.root)], capture_output=True)

@@ -111,3 +111,21 @@ def test_a_config_file_saved_as_utf16_by_windows_is_read(make_workspace, tmp_pat
     (ws / "memdir.toml").write_bytes(b"\xff\xfe[\x00\xd8")  # half a surrogate pair: still named
     out = _cli(state, ws, "config", "show")
     assert out.returncode != 0 and "is not UTF-16-LE text (byte 4: b'\\xd8')" in out.stderr, out.stderr
+
+
+def test_a_file_replaced_whole_on_a_file_system_without_unix_modes(tmp_path: Path):
+    """FAT (a USB stick) refuses a chmod to a mode it cannot show (EPERM; through FUSE ENOSYS):
+    ``ltm export --out /media/usb/x.md`` and the long-term memory mirror in a workspace there
+    failed '[Errno 38] Function not implemented' for a mode every file there has anyway."""
+    from helpers import FatFolder
+    from memdir.atomic_write import replace_file
+
+    fat = FatFolder(tmp_path / "fat.img", tmp_path / "usb")
+    try:
+        target = fat.root / "export.md"
+        replace_file(target, b"# Long-term memory\n", mode=0o666)
+        replace_file(target, b"# Long-term memory, again\n", mode=0o666)
+        assert target.read_bytes() == b"# Long-term memory, again\n"
+        assert [p.name for p in fat.root.iterdir()] == ["export.md"]
+    finally:
+        fat.close()

@@ -8,6 +8,7 @@ temporary file is renamed over the target (atomic on POSIX and on Windows' same 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -40,7 +41,14 @@ def replace_file(path: Path, data: bytes, *, prefix: str | None = None, mode: in
                 bits = stat.S_IMODE(os.stat(path).st_mode)
             except OSError:
                 bits = mode & ~umask()
-            os.fchmod(fd, bits)
+            try:
+                os.fchmod(fd, bits)
+            except OSError as exc:
+                # a file system that keeps no Unix modes (FAT, exFAT: a USB drive) refuses any it
+                # cannot show, EPERM (FUSE: ENOSYS), and the export or mirror failed for a mode
+                # it gives every file anyway
+                if exc.errno not in (errno.EPERM, errno.ENOSYS, errno.EOPNOTSUPP):
+                    raise
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
