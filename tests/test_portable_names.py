@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers import cli_env
 
 
@@ -129,3 +131,32 @@ def test_a_file_replaced_whole_on_a_file_system_without_unix_modes(tmp_path: Pat
         assert [p.name for p in fat.root.iterdir()] == ["export.md"]
     finally:
         fat.close()
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    (b"- first\r\n- second\r\n", b"- first\r\n- second\r\n- third\r\n  more\r\n"),  # Windows
+    (b"- first\r\n- second", b"- first\r\n- second\r\n- third\r\n  more\r\n"),  # (no final line end)
+    (b"- first\r- second\r", b"- first\r- second\r- third\r  more\r"),  # classic Mac
+    (b"- first\n- second\n", b"- first\n- second\n- third\n  more\n"),
+])
+def test_an_entry_is_appended_in_the_line_ends_of_its_note(make_workspace, before: bytes, after: bytes):
+    """Appended in ``\\n`` to a log saved on Windows, the note had mixed line ends; to a classic Mac
+    one, the ``\\n`` after its last ``\\r`` made a ``\\r\\n``."""
+    from memdir.memfiles import append_memory_file
+
+    ws = make_workspace({})
+    (ws / "memory").mkdir()
+    (ws / "memory" / "2026-01-02.md").write_bytes(before)
+    append_memory_file(ws, "2026-01-02.md", "- third\n  more", blank_line=False)
+    assert (ws / "memory" / "2026-01-02.md").read_bytes() == after
+
+
+def test_an_entry_appended_to_a_windows_utf16_note_keeps_its_line_ends(make_workspace):
+    from memdir.memfiles import append_memory_file
+
+    ws = make_workspace({})
+    (ws / "memory").mkdir()
+    note = ws / "memory" / "2026-01-02.md"
+    note.write_bytes("\ufeff- first\r\n".encode("utf-16-le"))
+    append_memory_file(ws, "2026-01-02.md", "- second")
+    assert note.read_bytes().decode("utf-16") == "- first\r\n\r\n- second\r\n"
