@@ -94,6 +94,33 @@ def test_the_watcher_indexes_an_edit_of_memory_md_in_another_case(nocase: Path):
         mem.close()
 
 
+def test_the_watcher_indexes_an_edit_in_a_memory_folder_named_in_another_case(nocase: Path):
+    """Through FUSE the watch of ``memory/`` is not the folder ``Memory/`` that editors write in:
+    its edits waited for the next search or ``memdir index``."""
+    import time
+
+    from memdir.api import Memory
+
+    (nocase / "Memory").mkdir()
+    note = nocase / "Memory" / "2026-01-01.md"
+    note.write_text("Prefers the aisle seat.\n")
+    os.utime(note, (1_700_000_000, 1_700_000_000))
+    mem = Memory(nocase, config={"memorySearch": {"provider": "none"}})
+    try:
+        mem.sync()
+        events: list[dict] = []
+        assert mem.watch(on_event=events.append, debounce_ms=100).ready.wait(30)
+        deadline = time.monotonic() + 30
+        with open(note, "a") as fh:
+            fh.write("Booked the gondola.\n")
+        while not [r.path for r in mem.search("gondola", sync=False).results]:
+            assert time.monotonic() < deadline, f"the edit in Memory/ was never indexed: {events}"
+            time.sleep(0.05)
+        assert [r.path for r in mem.search("gondola", sync=False).results] == ["memory/2026-01-01.md"]
+    finally:
+        mem.close()
+
+
 def test_a_change_to_a_root_note_or_memory_folder_in_another_case_is_watched(tmp_path: Path):
     from memdir.watch import WatchPlan
 

@@ -49,6 +49,7 @@ from memdir.workspace import (
     is_ignored_below,
     is_ignored_dir,
     is_transcript_name,
+    listed_memory_dir,
     text_name,
     valid_name,
 )
@@ -147,7 +148,12 @@ class WatchPlan:
         seen through its parent's watch) and those whose name is not UTF-8 (watchfiles cannot
         take it, and failed the whole watch set every second; their notes cannot be indexed)."""
         found: set[str] = set()
-        for anchor in self.anchors:
+        # watched by the name the workspace lists (Memory/ where case is ignored): through FUSE
+        # (exFAT, FAT) each name is a node of its own, and the watch of memory/ saw no edit made
+        # in Memory/, the name every editor and file manager uses there
+        listed = str(listed_memory_dir(Path(self.workspace)))
+        self.trees = [listed, *self.extra_dirs]
+        for anchor in {*self.anchors, listed}:
             if _is_dir(anchor):
                 found.add(anchor)
             else:

@@ -608,6 +608,17 @@ def _as_listed_folder(mem_dir: Path, st: os.stat_result, top: list[str]) -> tupl
     return mem_dir, st
 
 
+def listed_memory_dir(workspace: Path) -> Path:
+    """The workspace's ``memory/`` folder by the name the workspace lists it under (see
+    :func:`_as_listed_folder`); ``workspace/memory`` when it is not a folder."""
+    mem_dir = workspace / MEMORY_DIR
+    try:
+        st = os.lstat(mem_dir)
+    except OSError:
+        return mem_dir
+    return _as_listed_folder(mem_dir, st, _top_names(workspace))[0] if stat.S_ISDIR(st.st_mode) else mem_dir
+
+
 def _without_case_aliases(candidates: list[tuple[str, str, os.stat_result, str]],
                           top: list[str]) -> list[tuple[str, str, os.stat_result, str]]:
     """``candidates`` less a root file found only because the folder ignores case: where it does
