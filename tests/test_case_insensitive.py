@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import CaseInsensitiveFolder, cli_env
+from memdir.config import workspace_index_name
 
 KEYWORDS = '[memorySearch]\nprovider = "none"\n'
 
@@ -185,3 +186,44 @@ def test_the_whole_workspace_as_an_extra_path_there_reads_each_note_once(nocase:
     assert out.returncode == 0, out.stderr
     assert sorted(r["path"] for r in json.loads(out.stdout)["results"]) == [
         "MEMORY.md", "ideas.md", "memory/2026-01-01.md"]
+
+
+def test_a_workspace_given_in_another_case_is_the_same_workspace(nocase: Path, tmp_path: Path):
+    """``-w ~/Notes`` for ``~/notes`` (macOS, a USB drive) keyed a second index, transcripts and
+    long-term memory of the same folder: memories stored through one spelling were missing
+    through the other."""
+    (nocase / "memdir.toml").write_text(KEYWORDS)
+    (nocase / "MEMORY.md").write_text("The okapi lives in the forest.\n")
+    os.utime(nocase / "MEMORY.md", (1_700_000_000, 1_700_000_000))  # settled: not to be read again
+    other = nocase.parent / "WS"
+    state = tmp_path / "state"
+    assert _cli(state, nocase, "index").returncode == 0
+    out = _cli(state, other, "status", "--json")
+    assert out.returncode == 0, out.stderr
+    st = json.loads(out.stdout)
+    assert (st["workspace"], st["dirty"]) == (str(nocase), False)
+    assert sorted(p.name for p in (state / "memory").glob("*.sqlite")) == [
+        f"{workspace_index_name(nocase)}.sqlite"]
+
+
+def test_state_kept_under_the_key_of_another_case_is_pointed_to(nocase: Path, tmp_path: Path):
+    """What earlier versions kept under the key of ``WS`` (the same folder as ``ws`` there) is
+    named by status, with the move that gives it back."""
+    import sqlite3
+
+    (nocase / "memdir.toml").write_text(KEYWORDS)
+    (nocase / "MEMORY.md").write_text("x\n")
+    other = nocase.parent / "WS"
+    state = tmp_path / "state"
+    old_key = workspace_index_name(other)
+    (state / "memory").mkdir(parents=True)
+    (state / "ltm" / old_key / "memories.lance").mkdir(parents=True)
+    with sqlite3.connect(state / "memory" / f"{old_key}.sqlite") as conn:
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        conn.execute("INSERT INTO meta VALUES ('memdir:owner', ?)", (json.dumps(str(other)),))
+    conn.close()
+    out = _cli(state, nocase, "status", "--json")
+    assert out.returncode == 0, out.stderr
+    assert (f"transcripts and long-term memories of this workspace, given as {other} (the same folder in another "
+            f"case), are kept under the key {old_key}: mv {state / 'ltm' / old_key} "
+            f"{state / 'ltm' / workspace_index_name(nocase)}") in json.loads(out.stdout)["issues"]

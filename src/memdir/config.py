@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import difflib
+import functools
 import hashlib
 import json
 import math
@@ -637,7 +638,7 @@ class Settings(_Model):
 
     @property
     def workspace_path(self) -> Path:
-        return Path(os.path.expanduser(fs_name(self.workspace))).resolve()
+        return Path(listed_case(str(Path(os.path.expanduser(fs_name(self.workspace))).resolve())))
 
     @property
     def agent_explicit(self) -> bool:
@@ -727,6 +728,35 @@ def _existing_form(path: Path) -> Path:
         if other != text and os.path.lexists(other):
             return Path(other)
     return path
+
+
+@functools.lru_cache(maxsize=64)
+def listed_case(path: str) -> str:
+    """``path`` (absolute, resolved) with each name as its folder lists it, where the file system
+    ignores case (macOS, a USB drive's exFAT): ``~/Notes`` typed for ``~/notes``.
+
+    Why: the index, transcripts and long-term memory of a workspace are keyed by its path, and
+    ``memdir -w ~/Notes`` built a second index of the same notes, its memories and transcripts
+    apart from those ``-w ~/notes`` (or the MCP server configured so) had stored, as if gone.
+    A name is looked up in its folder only where the name in the other case exists too (one
+    ``lstat`` that fails, on a file system that keeps case); kept as given when it cannot be
+    listed, or is listed as given."""
+    parts = Path(path).parts
+    if len(parts) < 2:
+        return path
+    out = parts[0]
+    for part in parts[1:]:
+        other = part.swapcase()
+        if other != part and os.path.lexists(os.path.join(out, other)):
+            try:
+                names = os.listdir(out)
+            except OSError:
+                names = []
+            if part not in names:
+                spelt = [n for n in names if n.lower() == part.lower()]
+                part = spelt[0] if len(spelt) == 1 else part
+        out = os.path.join(out, part)
+    return out
 
 
 def workspace_index_name(workspace: Path) -> str:
