@@ -227,3 +227,23 @@ def test_state_kept_under_the_key_of_another_case_is_pointed_to(nocase: Path, tm
     assert (f"transcripts and long-term memories of this workspace, given as {other} (the same folder in another "
             f"case), are kept under the key {old_key}: mv {state / 'ltm' / old_key} "
             f"{state / 'ltm' / workspace_index_name(nocase)}") in json.loads(out.stdout)["issues"]
+
+
+def test_an_agent_index_claimed_by_the_workspace_in_another_case_is_its_own(nocase: Path, tmp_path: Path):
+    """An index made for ``--agent a -w …/WS`` records that spelling; through FUSE the two names
+    are two inodes, and ``-w …/ws`` was refused: 'belongs to workspace …/WS, not …/ws'."""
+    import sqlite3
+
+    (nocase / "memdir.toml").write_text(KEYWORDS)
+    (nocase / "MEMORY.md").write_text("x\n")
+    state = tmp_path / "state"
+    assert _cli(state, nocase, "--agent", "a", "index").returncode == 0
+    index = state / "memory" / "a.sqlite"
+    with sqlite3.connect(index) as conn:  # as an earlier version, given -w …/WS, recorded it
+        (value,) = conn.execute("SELECT value FROM meta WHERE key = 'memory_index_meta_v1'").fetchone()
+        meta = json.loads(value)
+        meta["workspace"] = str(nocase.parent / "WS")
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'memory_index_meta_v1'", (json.dumps(meta),))
+    conn.close()
+    out = _cli(state, nocase, "--agent", "a", "index")
+    assert out.returncode == 0, out.stderr
