@@ -247,3 +247,19 @@ def test_an_agent_index_claimed_by_the_workspace_in_another_case_is_its_own(noca
     conn.close()
     out = _cli(state, nocase, "--agent", "a", "index")
     assert out.returncode == 0, out.stderr
+
+
+def test_memory_get_of_the_root_note_in_the_other_case_cites_the_listed_name(nocase: Path, make_workspace):
+    """Where ``memory.md`` is the one note, ``get("MEMORY.md")`` read it but named it
+    ``MEMORY.md``, a second name for what searches cite as ``memory.md``."""
+    from memdir.api import Memory
+
+    (nocase / "memory.md").write_text("The okapi lives in the forest.\n")
+    with Memory(nocase, config={"memorySearch": {"provider": "none"}}) as mem:
+        got = mem.get("MEMORY.md")
+        assert (got.path, got.text) == ("memory.md", "The okapi lives in the forest.\n")
+        assert [r.path for r in mem.search("okapi").results] == ["memory.md"]
+    ws = make_workspace({"MEMORY.md": "upper\n", "memory.md": "lower\n"})  # case kept: two notes
+    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as mem:
+        assert [(g.path, g.text) for g in (mem.get("MEMORY.md"), mem.get("memory.md"))] == [
+            ("MEMORY.md", "upper\n"), ("memory.md", "lower\n")]

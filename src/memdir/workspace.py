@@ -853,6 +853,9 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
             f"path not allowed: {text} (memory_get reads MEMORY.md, memory.md, memory/**/*.md{also} "
             "and configured extraPaths only)"
         )
+    if rel in ROOT_FILES and root == workspace:
+        rel = _root_as_listed(workspace, rel)
+        absolute = workspace / rel
     if absolute.suffix != ".md":
         if absolute.suffix.lower() == ".md":  # ("not a Markdown file" of a .MD note read as nonsense)
             raise PathError(f"not memory: {text} (only names ending in .md, in lower case, are memory: "
@@ -878,6 +881,16 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
         except FileNotFoundError:
             pass
     return ResolvedPath(absolute, text_name(rel) or rel, root, nofollow)
+
+
+def _root_as_listed(workspace: Path, rel: str) -> str:
+    """``memory.md`` asked for where the folder ignores case and lists ``MEMORY.md`` (or the other
+    way round): the name the folder lists, which searches cite, not a second name for the note."""
+    other = ROOT_FILES[1] if rel == ROOT_FILES[0] else ROOT_FILES[0]
+    if not os.path.lexists(workspace / other):  # (one lstat: where case is kept, nothing more)
+        return rel
+    top = _top_names(workspace)
+    return other if rel not in top and other in top else rel
 
 
 def _other_normal_form(spellings: list[str], absolute: Path, rel: str, root: Path | None, workspace: Path,
