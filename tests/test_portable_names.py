@@ -160,3 +160,21 @@ def test_an_entry_appended_to_a_windows_utf16_note_keeps_its_line_ends(make_work
     note.write_bytes("\ufeff- first\r\n".encode("utf-16-le"))
     append_memory_file(ws, "2026-01-02.md", "- second")
     assert note.read_bytes().decode("utf-16") == "- first\r\n\r\n- second\r\n"
+
+
+@pytest.mark.parametrize(("setting", "shown"), [
+    ('[longTermMemory]\ndbPath = "D:\\\\memdir"', "longTermMemory.dbPath = 'D:\\\\memdir'"),
+    ('[memorySearch]\nstore.path = "C:\\\\memdir\\\\index.sqlite"',
+     "memorySearch.store.path = 'C:\\\\memdir\\\\index.sqlite'"),
+])
+def test_a_windows_path_for_a_file_memdir_writes_is_refused(make_workspace, tmp_path: Path, setting: str, shown: str):
+    """Taken as a relative path, ``D:\\memdir`` became a folder of that name in the workspace (or
+    wherever memdir ran), where the state, the index or long-term memory was written, and synced
+    back to Windows as a name it refuses."""
+    ws = make_workspace({"MEMORY.md": "x\n"})
+    (ws / "memdir.toml").write_text(setting + "\n")
+    out = _cli(tmp_path / "state", ws, "index")
+    assert out.returncode != 0
+    assert f"{shown} in {ws / 'memdir.toml'} is a Windows path: " in out.stderr, out.stderr
+    assert "give the path where that drive is mounted (under WSL: /mnt/" in out.stderr
+    assert sorted(p.name for p in ws.iterdir()) == ["MEMORY.md", "memdir.toml"]

@@ -1231,6 +1231,7 @@ def load_config(
     _deep_update(data, env_layer)
     _merge(data, flag_layer, origins, "flag")
 
+    _check_drive_letters(data, origins)
     # Relative paths in a config file are relative to the file's folder.
     if cfg_file is not None:
         for key in ("workspace", "state_dir"):
@@ -1339,6 +1340,31 @@ def _store_path_beside(data: dict[str, Any], origins: Origins, cfg_file: Path) -
     if (origins.get("memory_search.store.path", "").startswith("file:") and isinstance(value, str)
             and value.strip() and not value.startswith("~") and not os.path.isabs(value)):
         store["path"] = os.path.abspath(cfg_file.parent / value)  # type: ignore[index]
+
+
+#: A path as written on Windows: a drive letter, then a separator or nothing.
+_DRIVE = re.compile(r"([A-Za-z]):(?:[\\/](.*))?", re.DOTALL)
+#: The settings that name a file or folder memdir writes or reads as a whole.
+_PATH_KEYS = ("workspace", "state_dir", "memory_search.store.path", "memory_search.local.model_cache_dir",
+              "long_term_memory.db_path", "long_term_memory.mirror.path")
+
+
+def _check_drive_letters(data: dict[str, Any], origins: Origins) -> None:
+    """Refuse a path written on Windows (``stateDir = "D:\\memdir"``, a config copied from such a
+    machine): relative here, it became a file or folder named ``D:\\memdir`` in the workspace (or
+    wherever memdir ran), where the index or the state was written, and synced back to Windows as
+    a name it refuses.  (``extraPaths`` only reads: a drive there is said by ``index``.)"""
+    for key in _PATH_KEYS:
+        holder: Any = data
+        for part in key.split("."):
+            holder = holder.get(part) if isinstance(holder, dict) else None
+        m = _DRIVE.fullmatch(holder) if isinstance(holder, str) else None
+        if m is None or os.path.lexists(holder):  # (a folder named so here is that folder)
+            continue
+        rest = (m[2] or "").replace("\\", "/").strip("/")
+        raise ConfigError(f"{_config_key(tuple(key.split('.')))} = {holder!r}{_origin_text(origins.get(key, ''), key)} "
+                          f"is a Windows path: '{m[1]}:' names no drive here; give the path where that drive is "
+                          f"mounted (under WSL: /mnt/{m[1].lower()}{'/' + rest if rest else ''})")
 
 
 def _check_home(settings: Settings, origins: Origins) -> None:
