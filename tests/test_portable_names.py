@@ -3,6 +3,7 @@ long index name, Windows paths in the config, workspace paths with odd character
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,15 @@ def test_a_windows_path_for_a_file_memdir_writes_is_refused(make_workspace, tmp_
     assert f"{shown} in {ws / 'memdir.toml'} is a Windows path: " in out.stderr, out.stderr
     assert "give the path where that drive is mounted (under WSL: /mnt/" in out.stderr
     assert sorted(p.name for p in ws.iterdir()) == ["MEMORY.md", "memdir.toml"]
+
+
+def test_a_file_extra_paths_names_that_is_not_markdown_is_named(make_workspace, tmp_path: Path):
+    """``extraPaths = ["notes/Ideas.MD", "todo.txt"]``: both left out without a word."""
+    ws = make_workspace({"MEMORY.md": "x\n", "notes/Ideas.MD": "The godwit.\n", "todo.txt": "The godwit.\n"})
+    (ws / "memdir.toml").write_text('[memorySearch]\nprovider = "none"\nextraPaths = ["notes/Ideas.MD", "todo.txt"]\n')
+    out = _cli(tmp_path / "state", ws, "index", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["skipped"] == [
+        {"path": "notes/Ideas.MD", "error": "not memory: only names ending in .md (lower case) are "
+                                            "(rename it to notes/Ideas.md)"},
+        {"path": "todo.txt", "error": "listed in extraPaths, but not memory: only .md files are"}]

@@ -531,6 +531,11 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         elif extra.name.endswith(".md"):
             found.skipped.append(Skipped(display_path(rel_path(workspace, extra)),
                                          f"{kind_of(st.st_mode)}, not a regular file"))
+        elif stat.S_ISREG(st.st_mode):
+            # a file extraPaths names itself (notes/Ideas.MD, todo.txt) was left out without a word
+            shown = display_path(rel_path(workspace, extra))
+            found.skipped.append(_upper_case_md("", shown) if extra.name[-3:].lower() == ".md" else Skipped(
+                shown, "listed in extraPaths, but not memory: only .md files are", lasting=True))
     seen: set[tuple[int, int]] = set()
     for abs_path, rel, st, root in candidates:
         identity = (st.st_dev, st.st_ino)  # same file reached twice (overlapping extraPaths)
