@@ -170,3 +170,65 @@ class ReadOnlyFolder:
         for folder in self._locked:
             folder.chmod(0o755)
         return True
+
+
+class CaseInsensitiveFolder:
+    """A folder that ignores the case of names, as macOS's APFS, Windows' and a USB drive's exFAT
+    do: a small exFAT image mounted by exfat-fuse through a loop device (the kernel here may have
+    neither ext4's casefold nor exFAT).  Like any FUSE file system it gives each name its own inode,
+    so ``MEMORY.md`` and ``memory.md`` stat as two files.  Skips the test unless root has
+    ``mkfs.exfat``, ``mount.exfat-fuse`` and a free loop device (Debian: exfatprogs, exfat-fuse)."""
+
+    def __init__(self, image: Path, root: Path):
+        import shutil
+
+        import pytest
+
+        if os.geteuid() != 0 or not (shutil.which("mkfs.exfat") and shutil.which("mount.exfat-fuse")):
+            pytest.skip("needs root with mkfs.exfat and mount.exfat-fuse (exfatprogs, exfat-fuse)")
+        with open(image, "wb") as f:
+            f.truncate(16 << 20)
+        if subprocess.run(["mkfs.exfat", str(image)], capture_output=True).returncode != 0:
+            pytest.skip("mkfs.exfat failed here")
+        made = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True)
+        if made.returncode != 0:
+            pytest.skip(f"no loop device here: {made.stderr.strip()}")
+        self.device = made.stdout.strip()
+        root.mkdir()
+        self.root = root
+        if subprocess.run(["mount.exfat-fuse", self.device, str(root)], capture_output=True).returncode != 0:
+            subprocess.run(["losetup", "-d", self.device], capture_output=True)
+            pytest.skip("cannot mount exFAT through FUSE here")
+
+    def close(self) -> None:
+        """Unmounted (lazily when a file is still open in it) and the loop device let go."""
+        if subprocess.run(["umount", str(self.root)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(self.root)], capture_output=True)
+        subprocess.run(["losetup", "-d", self.device], capture_output=True)
+
+
+class FatFolder:
+    """A folder on a FAT file system, as on a USB stick or an SD card: no Unix modes (a chmod is
+    refused), names without ``:`` ``*`` ``?`` ``"`` ``<`` ``>`` ``|``, 2-second times, case
+    ignored.  A small image mounted by fusefat (the kernel here may have no vfat).  Skips the test
+    unless root has ``mkfs.vfat`` and ``fusefat`` (Debian: dosfstools, fusefat)."""
+
+    def __init__(self, image: Path, root: Path):
+        import shutil
+
+        import pytest
+
+        if os.geteuid() != 0 or not (shutil.which("mkfs.vfat") and shutil.which("fusefat")):
+            pytest.skip("needs root with mkfs.vfat and fusefat (dosfstools, fusefat)")
+        with open(image, "wb") as f:
+            f.truncate(16 << 20)
+        if subprocess.run(["mkfs.vfat", str(image)], capture_output=True).returncode != 0:
+            pytest.skip("mkfs.vfat failed here")
+        root.mkdir()
+        self.root = root
+        if subprocess.run(["fusefat", "-o", "rw+", str(image), str(root)], capture_output=True).returncode != 0:
+            pytest.skip("cannot mount FAT through FUSE here")
+
+    def close(self) -> None:
+        if subprocess.run(["umount", str(self.root)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(self.root)], capture_output=True)

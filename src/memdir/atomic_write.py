@@ -8,6 +8,7 @@ temporary file is renamed over the target (atomic on POSIX and on Windows' same 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -26,7 +27,7 @@ def replace_file(path: Path, data: bytes, *, prefix: str | None = None, mode: in
     it keeps the permissions of the file it replaces, or gets a new file's (``mode`` less the
     umask).  Why: a note in a group-shared workspace (umask 002) came out readable by its writer
     alone, and the rest of the group's indexes skipped it ("Permission denied")."""
-    start = prefix or f".{path.name}."
+    start = _fitting(prefix or f".{path.name}.")
     if (str(path.parent), start) not in _swept:  # once per process: a folder of transcripts can be long
         _swept.add((str(path.parent), start))
         remove_dead_temps(path.parent, start)
@@ -40,7 +41,14 @@ def replace_file(path: Path, data: bytes, *, prefix: str | None = None, mode: in
                 bits = stat.S_IMODE(os.stat(path).st_mode)
             except OSError:
                 bits = mode & ~umask()
-            os.fchmod(fd, bits)
+            try:
+                os.fchmod(fd, bits)
+            except OSError as exc:
+                # a file system that keeps no Unix modes (FAT, exFAT: a USB drive) refuses any it
+                # cannot show, EPERM (FUSE: ENOSYS), and the export or mirror failed for a mode
+                # it gives every file anyway
+                if exc.errno not in (errno.EPERM, errno.ENOSYS, errno.EOPNOTSUPP):
+                    raise
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -54,6 +62,30 @@ def replace_file(path: Path, data: bytes, *, prefix: str | None = None, mode: in
             # not say which (sessions.json at a chat's start, an ltm export's --out)
             raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         raise
+
+
+#: What :func:`replace_file` adds to its prefix: the pid (at most 7 digits on Linux), ``-``, 8
+#: random characters and ``.tmp``.
+_TEMP_TAIL_BYTES = 20
+#: The longest file name most file systems take.
+NAME_MAX = 255
+
+
+def _fitting(start: str) -> str:
+    """``start`` cut (at a character) so that a temporary name made from it fits a file name: a
+    file whose name is itself 234 to 255 bytes long (``ltm export --out`` to such a name, 118 'ü')
+    could not be written at all, "[Errno 36] File name too long" naming the file asked for."""
+    room = NAME_MAX - _TEMP_TAIL_BYTES - 1  # (its final ".")
+    raw = os.fsencode(start)
+    if len(raw) <= room + 1:
+        return start
+    cut = raw[:room]
+    try:
+        cut.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start >= len(cut) - 3:  # a character cut in two at the end
+            cut = cut[:exc.start]
+    return os.fsdecode(cut) + "."
 
 
 def umask() -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import difflib
+import functools
 import hashlib
 import json
 import math
@@ -103,6 +104,10 @@ def did_you_mean(word: str, choices: Any) -> str:
 
 #: ``<id>.sqlite.lock`` must fit a file name (255 bytes on most file systems).
 MAX_AGENT_ID_BYTES = 200
+#: The longest name ``store.path`` may give the index: memdir names files beside it after it with
+#: up to 35 bytes more (``.corrupt-<time>-<n>-journal``, ``.tmp-<id>-journal``, ``.vec8.tmp-<pid>-<id>``),
+#: and each must fit a file name (255 bytes).  An agent id's index, ``<id>.sqlite``, is shorter.
+MAX_INDEX_NAME_BYTES = 215
 
 
 def check_agent_id(agent_id: str) -> None:
@@ -633,7 +638,7 @@ class Settings(_Model):
 
     @property
     def workspace_path(self) -> Path:
-        return Path(os.path.expanduser(fs_name(self.workspace))).resolve()
+        return Path(listed_case(str(Path(os.path.expanduser(fs_name(self.workspace))).resolve())))
 
     @property
     def agent_explicit(self) -> bool:
@@ -692,12 +697,21 @@ class Settings(_Model):
         """extraPaths resolved: ``~`` expanded, relative to the workspace (fixes #58027)."""
         out: list[Path] = []
         for raw in self.memory_search.extra_paths:
-            p = Path(os.path.expanduser(fs_name(raw)))  # (a config file's text: not the OS's name under ASCII)
-            p = p if p.is_absolute() else self.workspace_path / p
-            p = _existing_form(Path(os.path.normpath(p)))
+            p = self._extra_path(raw)
+            if "\\" in raw and not os.path.lexists(p):
+                # a path written on Windows (notes\\team): a backslash is a name's character here,
+                # but as it is no such file exists, and its notes were searched nowhere
+                slashed = self._extra_path(raw.replace("\\", "/"))
+                p = slashed if os.path.lexists(slashed) else p
             if p not in out:
                 out.append(p)
         return out
+
+
+    def _extra_path(self, raw: str) -> Path:
+        p = Path(os.path.expanduser(fs_name(raw)))  # (a config file's text: not the OS's name under ASCII)
+        p = p if p.is_absolute() else self.workspace_path / p
+        return _existing_form(Path(os.path.normpath(p)))
 
 
 def _existing_form(path: Path) -> Path:
@@ -714,6 +728,35 @@ def _existing_form(path: Path) -> Path:
         if other != text and os.path.lexists(other):
             return Path(other)
     return path
+
+
+@functools.lru_cache(maxsize=64)
+def listed_case(path: str) -> str:
+    """``path`` (absolute, resolved) with each name as its folder lists it, where the file system
+    ignores case (macOS, a USB drive's exFAT): ``~/Notes`` typed for ``~/notes``.
+
+    Why: the index, transcripts and long-term memory of a workspace are keyed by its path, and
+    ``memdir -w ~/Notes`` built a second index of the same notes, its memories and transcripts
+    apart from those ``-w ~/notes`` (or the MCP server configured so) had stored, as if gone.
+    A name is looked up in its folder only where the name in the other case exists too (one
+    ``lstat`` that fails, on a file system that keeps case); kept as given when it cannot be
+    listed, or is listed as given."""
+    parts = Path(path).parts
+    if len(parts) < 2:
+        return path
+    out = parts[0]
+    for part in parts[1:]:
+        other = part.swapcase()
+        if other != part and os.path.lexists(os.path.join(out, other)):
+            try:
+                names = os.listdir(out)
+            except OSError:
+                names = []
+            if part not in names:
+                spelt = [n for n in names if n.lower() == part.lower()]
+                part = spelt[0] if len(spelt) == 1 else part
+        out = os.path.join(out, part)
+    return out
 
 
 def workspace_index_name(workspace: Path) -> str:
@@ -864,11 +907,18 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    from memdir.reading import note_encoding
+
+    encoding = note_encoding(raw)
     try:
-        text = raw.decode("utf-8-sig")  # a BOM (Windows editors add one) is not an error
+        # a BOM (Windows editors add one) is not an error, and one of UTF-16 says how to read the
+        # rest: Windows PowerShell's `>` and Notepad's "Unicode" write it, and such a file was
+        # "not UTF-8 text (byte 0: b'\xff'); is it the right file?"
+        text = raw.decode("utf-8-sig") if encoding == "utf-8" else raw[2:].decode(encoding)
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}); "
-                          "is it the right file?") from None
+        start = exc.start + (0 if encoding == "utf-8" else 2)
+        raise ConfigError(f"config file {path} is not {encoding.upper()} text (byte {start}: "
+                          f"{raw[start:start + 1]!r}); is it the right file?") from None
     if "\0" in text:
         raise ConfigError(f"config file {path} holds binary data (a NUL byte); is it the right file?")
     suffix = path.suffix.lower()  # memdir.TOML is TOML too
@@ -1196,6 +1246,7 @@ def load_config(
     _deep_update(data, env_layer)
     _merge(data, flag_layer, origins, "flag")
 
+    _check_drive_letters(data, origins)
     # Relative paths in a config file are relative to the file's folder.
     if cfg_file is not None:
         for key in ("workspace", "state_dir"):
@@ -1225,6 +1276,14 @@ def load_config(
         origin = _origin_text(origins.get("memory_search.store.path", ""))
         raise ConfigError(f"memorySearch.store.path = {store.path!r}{origin} is a Markdown file "
                           f"({settings.index_path}); the index must not be a memory file: use a .sqlite path")
+    if store.path and len(os.fsencode(settings.index_path.name)) > MAX_INDEX_NAME_BYTES:
+        # A first build failed "[Errno 36] File name too long: '….sqlite.tmp-f72d33cc9af5'", and
+        # a name a few bytes longer "unable to open database file", though the index's own fitted.
+        origin = _origin_text(origins.get("memory_search.store.path", ""))
+        raise ConfigError(f"memorySearch.store.path = {store.path!r}{origin} names an index file of "
+                          f"{len(os.fsencode(settings.index_path.name))} bytes; at most {MAX_INDEX_NAME_BYTES}: "
+                          "memdir keeps files named after it beside it (….sqlite-wal, ….sqlite.lock, "
+                          "….sqlite.tmp-…), and a file name has at most 255 bytes")
     if check_workspace:
         ws = settings.workspace_path
         if not ws.is_dir():
@@ -1296,6 +1355,31 @@ def _store_path_beside(data: dict[str, Any], origins: Origins, cfg_file: Path) -
     if (origins.get("memory_search.store.path", "").startswith("file:") and isinstance(value, str)
             and value.strip() and not value.startswith("~") and not os.path.isabs(value)):
         store["path"] = os.path.abspath(cfg_file.parent / value)  # type: ignore[index]
+
+
+#: A path as written on Windows: a drive letter, then a separator or nothing.
+_DRIVE = re.compile(r"([A-Za-z]):(?:[\\/](.*))?", re.DOTALL)
+#: The settings that name a file or folder memdir writes or reads as a whole.
+_PATH_KEYS = ("workspace", "state_dir", "memory_search.store.path", "memory_search.local.model_cache_dir",
+              "long_term_memory.db_path", "long_term_memory.mirror.path")
+
+
+def _check_drive_letters(data: dict[str, Any], origins: Origins) -> None:
+    """Refuse a path written on Windows (``stateDir = "D:\\memdir"``, a config copied from such a
+    machine): relative here, it became a file or folder named ``D:\\memdir`` in the workspace (or
+    wherever memdir ran), where the index or the state was written, and synced back to Windows as
+    a name it refuses.  (``extraPaths`` only reads: a drive there is said by ``index``.)"""
+    for key in _PATH_KEYS:
+        holder: Any = data
+        for part in key.split("."):
+            holder = holder.get(part) if isinstance(holder, dict) else None
+        m = _DRIVE.fullmatch(holder) if isinstance(holder, str) else None
+        if m is None or os.path.lexists(holder):  # (a folder named so here is that folder)
+            continue
+        rest = (m[2] or "").replace("\\", "/").strip("/")
+        raise ConfigError(f"{_config_key(tuple(key.split('.')))} = {holder!r}{_origin_text(origins.get(key, ''), key)} "
+                          f"is a Windows path: '{m[1]}:' names no drive here; give the path where that drive is "
+                          f"mounted (under WSL: /mnt/{m[1].lower()}{'/' + rest if rest else ''})")
 
 
 def _check_home(settings: Settings, origins: Origins) -> None:

@@ -39,7 +39,12 @@ def owned_by_other(owner: str | None, workspace: str) -> bool:
     if not owner or owner == workspace:
         return False
     try:
-        return not os.path.samefile(owner, workspace)
+        if os.path.samefile(owner, workspace):
+            return False
+        # through FUSE (exFAT, FAT) each name of a folder that ignores case has an inode of its own
+        from memdir.config import listed_case
+
+        return not os.path.isabs(owner) or listed_case(owner) != listed_case(workspace)
     except (OSError, ValueError):  # the owner is gone (moved, deleted), or not a path
         return True
 

@@ -122,14 +122,37 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _separator(fd: int, blank_line: bool, encoding: str = "utf-8") -> bytes:
+#: How much of a file's end is read to tell the line ends it uses.
+_LINE_END_PROBE = 4096
+
+
+def _line_end(fd: int, encoding: str = "utf-8") -> str:
+    """The line end the file uses, from its last one: ``\r\n`` (Windows), a lone ``\r`` (classic
+    Mac) or ``\n``.  Why: an entry appended in ``\n`` to a note saved on Windows left it with mixed
+    line ends, and to a classic Mac note its ``\n`` after the last ``\r`` made one ``\r\n`` line
+    end, so the blank line between entries was lost."""
+    size = os.fstat(fd).st_size
+    width = len("\n".encode(encoding))
+    start = max(0 if width == 1 else 2, size - _LINE_END_PROBE)
+    start -= (start - (0 if width == 1 else 2)) % width  # on a character of UTF-16
+    try:
+        tail = os.pread(fd, size - start, start).decode(encoding)
+    except UnicodeDecodeError:
+        return "\n"
+    at = tail.rfind("\n")
+    if at > 0 and tail[at - 1] == "\r":
+        return "\r\n"
+    return "\r" if at < 0 and "\r" in tail else "\n"
+
+
+def _separator(fd: int, blank_line: bool, encoding: str = "utf-8", line_end: str = "\n") -> bytes:
     """What goes before the entry so it starts on its own line (after a blank line if asked), in
-    the file's ``encoding``; nothing in a file that holds no text yet (empty, or only a UTF-16
-    byte order mark)."""
+    the file's ``encoding`` and ``line_end``; nothing in a file that holds no text yet (empty, or
+    only a UTF-16 byte order mark)."""
     size = os.fstat(fd).st_size
     if size <= (0 if encoding == "utf-8" else 2):
         return b""
-    nl = "\n".encode(encoding)
+    nl = line_end.encode(encoding)
     tail = os.pread(fd, 2 * len(nl), max(0, size - 2 * len(nl)))
     if not blank_line:
         return b"" if tail.endswith(nl) else nl
@@ -254,7 +277,9 @@ def append_memory_file(
                     # a UTF-16 log (a Windows editor's) is appended to in UTF-16: UTF-8 bytes in it
                     # read back as garbage, and the entry was lost to search and to the user's editor
                     encoding = note_encoding(os.pread(fd, 2, 0))
-                    _write_all(fd, _separator(fd, blank_line, encoding) + entry.encode(encoding))
+                    line_end = _line_end(fd, encoding)
+                    _write_all(fd, _separator(fd, blank_line, encoding, line_end)
+                               + entry.replace("\n", line_end).encode(encoding))
                     if fsync:
                         os.fsync(fd)
                 except BaseException as exc:  # an interrupt mid-write is cut back too

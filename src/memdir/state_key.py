@@ -82,7 +82,7 @@ def left_behind(state_dir: Path, workspace: Path, own_key: str, index_of: Callab
     ``index_of(key)``: the index file of a key (it names the workspace that owns it).  Only keys
     made from their owner's path are considered (an agent id's state is reached with ``--agent``).
     """
-    from memdir.config import workspace_index_name
+    from memdir.config import listed_case, workspace_index_name
 
     if any(p.exists() for p in legacy_state_dirs(state_dir, own_key)):
         return []
@@ -95,9 +95,16 @@ def left_behind(state_dir: Path, workspace: Path, own_key: str, index_of: Callab
             continue
     for key in sorted(keys - {own_key, LEGACY_AGENT_ID}):
         owner = index_owner(index_of(key))
-        if not owner or os.path.isdir(owner) or workspace_index_name(Path(owner)) != key:
+        if not owner or workspace_index_name(Path(owner)) != key:
             continue
         moves = "; ".join(f"mv {p} {p.with_name(own_key)}" for p in legacy_state_dirs(state_dir, key) if p.exists())
+        if os.path.isdir(owner):
+            # this folder, named in another case where case is ignored (`-w ~/Notes` for ~/notes):
+            # keyed apart before workspaces were keyed by the case their folders list
+            if owner != str(workspace) and listed_case(os.path.abspath(owner)) == str(workspace):
+                notes.append(f"transcripts and long-term memories of this workspace, given as {owner} (the same "
+                             f"folder in another case), are kept under the key {key}: {moves}")
+            continue
         notes.append(f"transcripts and long-term memories of workspace {owner}, which no longer exists, are kept "
                      f"under its old key {key}: if {workspace} was moved or renamed from there, {moves}")
     return notes

@@ -49,6 +49,7 @@ from memdir.workspace import (
     is_ignored_below,
     is_ignored_dir,
     is_transcript_name,
+    listed_memory_dir,
     text_name,
     valid_name,
 )
@@ -113,6 +114,18 @@ def folders_under(root: str) -> list[str]:
     return out
 
 
+#: ``MEMORY.md`` and ``memory.md`` in lower case.
+_ROOT_NAMES = frozenset(name.lower() for name in ROOT_FILES)
+
+
+def _case_named(path: str, anchor: str) -> bool:
+    """Whether ``path`` is ``anchor`` spelt in another case, in the same folder: on a folder that
+    ignores case (exFAT, FAT, an SMB share) the OS names a change by the name the file has there,
+    so an edit of ``Memory.md``, which is indexed as ``MEMORY.md``, or a ``Memory/`` folder made
+    there, were not the workspace's memory to the watcher and waited for the next search."""
+    return path != anchor and path.lower() == anchor.lower() and os.path.dirname(path) == os.path.dirname(anchor)
+
+
 class WatchPlan:
     """Which folders to watch for one workspace, and which changed paths matter."""
 
@@ -135,7 +148,12 @@ class WatchPlan:
         seen through its parent's watch) and those whose name is not UTF-8 (watchfiles cannot
         take it, and failed the whole watch set every second; their notes cannot be indexed)."""
         found: set[str] = set()
-        for anchor in self.anchors:
+        # watched by the name the workspace lists (Memory/ where case is ignored): through FUSE
+        # (exFAT, FAT) each name is a node of its own, and the watch of memory/ saw no edit made
+        # in Memory/, the name every editor and file manager uses there
+        listed = str(listed_memory_dir(Path(self.workspace)))
+        self.trees = [listed, *self.extra_dirs]
+        for anchor in {*self.anchors, listed}:
             if _is_dir(anchor):
                 found.add(anchor)
             else:
@@ -161,7 +179,7 @@ class WatchPlan:
             name, path = evicted, os.path.join(parent, evicted)
         if path in self.extra_files:
             return True
-        if parent == self.workspace and name in ROOT_FILES:
+        if parent == self.workspace and name.lower() in _ROOT_NAMES:  # any case: see _case_named
             return True
         for tree in self.trees:
             rel = self._under(path, tree)
@@ -174,6 +192,8 @@ class WatchPlan:
         if path in watched:
             return True
         if path in self.anchors or any(a.startswith(path + os.sep) for a in self.anchors):
+            return True
+        if _case_named(path, self.memory_dir):
             return True
         if not _is_dir(path):
             return False

@@ -269,6 +269,8 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 evicted = evicted_note(entry.name)
                 if evicted is not None and not _listed(entries, evicted):
                     _keep_evicted(prefix + evicted, skipped, unlisted, _evicted_by(entry.name))
+                elif entry.name[-3:].lower() == ".md" and not entry.name.startswith(APPLE_DOUBLE_PREFIX):
+                    skipped.append(_upper_case_md(prefix, entry.name))
                 continue
             name = text_name(prefix + entry.name)
             if name is None:
@@ -288,6 +290,13 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 issues.append(f"{display_path(entry.path)} not readable ({_errname(exc)})")
                 skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
                 unlisted.append(prefix + entry.name)
+
+
+def _upper_case_md(prefix: str, name: str) -> Skipped:
+    """A note named ``2026-01-02.MD`` (a Windows tool's, or one renamed on a Mac): as in OpenClaw
+    only ``.md`` in lower case is memory, and such a daily log was searched nowhere without a word."""
+    return Skipped(display_path(prefix + name), f"not memory: only names ending in .md (lower case) are "
+                                                f"(rename it to {display_path(name[:-3])}.md)", lasting=True)
 
 
 #: macOS writes a file's metadata beside it as ``._<name>`` where the volume cannot hold it (a
@@ -465,9 +474,11 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         else:
             found.skipped.append(Skipped(name, f"{kind_of(st.st_mode)}, not a regular file"))
     mem_dir = workspace / MEMORY_DIR
+    top = _top_names(workspace)  # listed once for the checks below
     try:
         st = os.lstat(mem_dir)
         if stat.S_ISDIR(st.st_mode):
+            mem_dir, st = _as_listed_folder(mem_dir, st, top)
             if folders is not None:
                 folders.append((str(mem_dir), _folder_id(st)))
             candidates.extend((*c, base) for c in _walk(str(mem_dir), MEMORY_DIR + "/", found.issues, found.skipped,
@@ -481,9 +492,8 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
     except OSError as exc:
         found.issues.append(f"memory directory not accessible ({mem_dir}): {_errname(exc)}")
         found.unlisted.append(MEMORY_DIR)
-    top = _top_names(workspace)  # listed once for both checks
-    if absent & {"memory.md", MEMORY_DIR}:
-        found.skipped.extend(_case_variants(top, absent))
+    candidates = _without_case_aliases(candidates, top)
+    found.skipped.extend(_case_variants(top, absent))
     found.skipped.extend(_conflict_copies(top))
     for extra in extra_paths or []:
         try:
@@ -493,7 +503,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             if placeholder is not None:
                 _keep_evicted(rel_path(workspace, extra), found.skipped, found.unlisted, _evicted_by(placeholder))
             else:
-                found.issues.append(f"additional memory path missing ({extra})")
+                found.issues.append(f"additional memory path missing ({extra}){_windows_path_hint(extra)}")
             continue
         except OSError as exc:
             found.issues.append(f"additional memory path not accessible ({extra}): {exc.strerror}")
@@ -521,6 +531,11 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
         elif extra.name.endswith(".md"):
             found.skipped.append(Skipped(display_path(rel_path(workspace, extra)),
                                          f"{kind_of(st.st_mode)}, not a regular file"))
+        elif stat.S_ISREG(st.st_mode):
+            # a file extraPaths names itself (notes/Ideas.MD, todo.txt) was left out without a word
+            shown = display_path(rel_path(workspace, extra))
+            found.skipped.append(_upper_case_md("", shown) if extra.name[-3:].lower() == ".md" else Skipped(
+                shown, "listed in extraPaths, but not memory: only .md files are", lasting=True))
     seen: set[tuple[int, int]] = set()
     for abs_path, rel, st, root in candidates:
         identity = (st.st_dev, st.st_ino)  # same file reached twice (overlapping extraPaths)
@@ -534,6 +549,21 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
     if folders is not None and not found.issues and all(s.lasting for s in found.skipped):
         found.folders = folders
     return found
+
+
+#: ``C:\\Users\\me\\notes`` or ``D:/notes`` in extraPaths, joined to the workspace as a relative path.
+_DRIVE_PATH = re.compile(r"(?:^|/)([A-Za-z]):[\\/](.*)$", re.DOTALL)
+
+
+def _windows_path_hint(extra: Path) -> str:
+    """What to say of a missing extra path written as on Windows: ``C:\\Users\\me\\notes`` was
+    said to be missing as ``<workspace>/C:\\Users\\me\\notes``, a path no one wrote."""
+    m = _DRIVE_PATH.search(str(extra))
+    if m is None:
+        return ""
+    rest = m[2].replace("\\", "/").strip("/")
+    return (f": '{m[1]}:' is a Windows drive, which names no folder here; give the path where that "
+            f"drive is mounted (under WSL: /mnt/{m[1].lower()}/{rest})")
 
 
 def no_notes_hint(workspace: Path) -> str:
@@ -565,15 +595,92 @@ def _top_names(workspace: Path) -> list[str]:
         return []
 
 
+def _as_listed_folder(mem_dir: Path, st: os.stat_result, top: list[str]) -> tuple[Path, os.stat_result]:
+    """The ``memory/`` folder found by that name, as the workspace lists it (``Memory/`` where the
+    folder ignores case), so its notes are the same paths as the ones an extra folder (``"."``)
+    walks: through FUSE (exFAT, FAT) each name has an inode of its own, and ``memory/x.md`` and
+    ``Memory/x.md`` were indexed as two notes, every search answering each twice."""
+    if not top or MEMORY_DIR in top:
+        return mem_dir, st
+    spelt = [n for n in top if n.lower() == MEMORY_DIR]
+    if len(spelt) == 1:
+        try:
+            again = os.lstat(mem_dir.parent / spelt[0])
+            if stat.S_ISDIR(again.st_mode):
+                return mem_dir.parent / spelt[0], again
+        except OSError:
+            pass
+    return mem_dir, st
+
+
+def listed_memory_dir(workspace: Path) -> Path:
+    """The workspace's ``memory/`` folder by the name the workspace lists it under (see
+    :func:`_as_listed_folder`); ``workspace/memory`` when it is not a folder."""
+    mem_dir = workspace / MEMORY_DIR
+    try:
+        st = os.lstat(mem_dir)
+    except OSError:
+        return mem_dir
+    return _as_listed_folder(mem_dir, st, _top_names(workspace))[0] if stat.S_ISDIR(st.st_mode) else mem_dir
+
+
+def _without_case_aliases(candidates: list[tuple[str, str, os.stat_result, str]],
+                          top: list[str]) -> list[tuple[str, str, os.stat_result, str]]:
+    """``candidates`` less a root file found only because the folder ignores case: where it does
+    (exFAT, FAT, an SMB share, APFS reached over sshfs), ``MEMORY.md`` and ``memory.md`` both open
+    the one file there, and a FUSE file system gives each name an inode of its own, so the
+    ``(st_dev, st_ino)`` check did not see them as one: the note was indexed twice and every
+    search answered each of its chunks twice.  The name the folder lists is kept (``MEMORY.md``
+    when it lists neither, as for ``Memory.md``); both are kept where both are listed (a
+    case-sensitive folder holding two files), or when the folder cannot be listed.
+
+    A root file kept that the folder lists in another case (``Memory.md``) is stat'ed and read by
+    that name: through FUSE each name has its own cached attributes, and an edit of
+    ``Memory.md`` (the name the user and the watcher see) left ``MEMORY.md``'s stale for a second,
+    so the sync the edit started found the note unchanged, and nothing synced it again."""
+    roots = [c for c in candidates if c[1] in ROOT_FILES]
+    if not roots or not top:
+        return candidates
+    listed = [c for c in roots if c[1] in top]
+    if len(roots) > 1 and len(listed) < len(roots):
+        alias = {c[1] for c in roots} - {c[1] for c in (listed or roots[:1])}
+        candidates = [c for c in candidates if c[1] not in alias]
+    out = []
+    for abs_path, rel, st, base in candidates:
+        spelt = [n for n in top if n.lower() == rel.lower()] if rel in ROOT_FILES and rel not in top else []
+        if len(spelt) == 1:
+            try:
+                named = os.path.join(os.path.dirname(abs_path), spelt[0])
+                again = os.lstat(named)
+                if stat.S_ISREG(again.st_mode):
+                    abs_path, st = named, again
+            except OSError:
+                pass
+        out.append((abs_path, rel, st, base))
+    return out
+
+
 def _case_variants(top: list[str], absent: set[str]) -> list[Skipped]:
-    """``Memory/``, ``Memory.md``…: named like a memory file or folder that is not there but for
-    case.  A workspace made on macOS, whose file system ignores case, has them indexed there; here
-    they were left out without a word.  (Looked for only when a memory name is missing: where case
-    is ignored, that name is found and nothing is said.)"""
-    names = [name for name in top if name.lower() in absent]
-    return [Skipped(display_path(name), "not memory: names are case-sensitive here (rename it to "
-                                        + ("memory/)" if name.lower() == MEMORY_DIR else "MEMORY.md)"))
-            for name in names if name not in ROOT_FILES and name != MEMORY_DIR]
+    """``Memory/``, ``Memory.md``…: named like a memory file or folder but for case.  A workspace
+    made on macOS, whose file system ignores case, has them indexed there; here they were left out
+    without a word.  Said when the memory name itself is missing, or listed beside them (two
+    entries of one name but for case: this folder does not ignore case).  Not when the memory name
+    is found but not listed: then the folder ignores case, and this is that file, indexed.
+
+    Why beside too: ``memdir append`` (or the session hook) made ``memory/`` next to a ``Memory/``
+    synced from a Mac, and from then on ``Memory/``'s notes were left out without a word."""
+    folded = [name.lower() for name in top]
+    said = []
+    for name, low in zip(top, folded, strict=True):
+        if low not in ("memory.md", MEMORY_DIR) or name in ROOT_FILES or name == MEMORY_DIR:
+            continue
+        if low in absent or folded.count(low) > 1:
+            canonical = MEMORY_DIR + "/" if low == MEMORY_DIR else "MEMORY.md"
+            there = [n for n in top if n in ROOT_FILES or n == MEMORY_DIR if n.lower() == low]
+            advice = f"merge it into {there[0]}{'/' if there[0] == MEMORY_DIR else ''}" if there else \
+                f"rename it to {canonical}"
+            said.append(Skipped(display_path(name), f"not memory: names are case-sensitive here ({advice})"))
+    return said
 
 
 def _conflict_copies(names: list[str], note: str = "MEMORY.md", below: str = "",
@@ -751,7 +858,13 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
             f"path not allowed: {text} (memory_get reads MEMORY.md, memory.md, memory/**/*.md{also} "
             "and configured extraPaths only)"
         )
+    if rel in ROOT_FILES and root == workspace:
+        rel = _root_as_listed(workspace, rel)
+        absolute = workspace / rel
     if absolute.suffix != ".md":
+        if absolute.suffix.lower() == ".md":  # ("not a Markdown file" of a .MD note read as nonsense)
+            raise PathError(f"not memory: {text} (only names ending in .md, in lower case, are memory: "
+                            f"rename it to {absolute.stem}.md)")
         raise PathError(f"not a Markdown file: {text} (only .md files are memory)")
     # No symlink anywhere from the allowed root down to the file (fixes PRs #68597/#80331).
     probe = root
@@ -773,6 +886,16 @@ def resolve_readable(raw: str, workspace: Path, extra_paths: list[Path], *, sess
         except FileNotFoundError:
             pass
     return ResolvedPath(absolute, text_name(rel) or rel, root, nofollow)
+
+
+def _root_as_listed(workspace: Path, rel: str) -> str:
+    """``memory.md`` asked for where the folder ignores case and lists ``MEMORY.md`` (or the other
+    way round): the name the folder lists, which searches cite, not a second name for the note."""
+    other = ROOT_FILES[1] if rel == ROOT_FILES[0] else ROOT_FILES[0]
+    if not os.path.lexists(workspace / other):  # (one lstat: where case is kept, nothing more)
+        return rel
+    top = _top_names(workspace)
+    return other if rel not in top and other in top else rel
 
 
 def _other_normal_form(spellings: list[str], absolute: Path, rel: str, root: Path | None, workspace: Path,
