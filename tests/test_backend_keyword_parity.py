@@ -40,3 +40,21 @@ def test_both_backends_rank_alike(pg: Backend, make_workspace: Callable[..., Pat
     on_sqlite = _ranked(ws, keyword, question)
     on_postgres = _ranked(ws, pg.config(keyword), question)
     assert on_sqlite and on_postgres == on_sqlite
+
+
+# PostgreSQL's own ``english`` configuration stemmed every token (identifiers and numbers too),
+# dropped stop words and stemmed a German note by English rules, where SQLite stems Latin words
+# only, each note in its own language.
+STEM_NOTES = {
+    "memory/2026-02-01.md": "- Fixed the user_id column in the accounts table.\n",
+    "memory/2026-02-02.md": "- Das Meeting mit den Kunden war gut und wir haben viel gelernt.\n",
+    "memory/2026-02-03.md": "- We were doing reviews all day; doing fine.\n",
+    "memory/2026-02-04.md": "- Lunch at noon with the design team.\n",
+}
+
+
+@pytest.mark.parametrize("question", ["users", "kunde", "doing", "user"])
+def test_both_backends_stem_alike(pg: Backend, make_workspace: Callable[..., Path], question: str) -> None:
+    ws = make_workspace(STEM_NOTES)
+    keyword = {"memorySearch": {"provider": "none"}}
+    assert _ranked(ws, pg.config(keyword), question) == _ranked(ws, keyword, question)

@@ -4,8 +4,12 @@ The columns mirror SQLite's two FTS5 columns (exact words, and word stems), so b
 rank alike:
 
 * ``tsv`` — every token, unstemmed (``simple``): exact words, numbers, identifiers, CJK;
-* ``tsv_stem`` — the configured text search configuration (``english`` by default: Snowball
-  stems and stop words; ``german``, ``french``… for notes in those languages).
+* ``tsv_stem`` — word stems.  With the default ``english`` configuration, memdir's own: the
+  stems SQLite's ``stems`` column holds (:func:`memdir.textutil.stem_text`: each note stemmed in
+  its own language, Latin words of three letters or more, no stop word dropped), looked up with
+  the stems SQLite's query looks up (:func:`memdir.query.stemmed_terms`), so both backends find
+  the same notes and score them alike.  Any other configuration (``german``, ``simple``…) is
+  PostgreSQL's own: its stems and stop words.
 
 A query is a set of *phrases*: each keyword term on ``tsv`` (Hangul as a prefix, CJK and
 identifiers as phrases), and each Latin word again on ``tsv_stem``; a note with the exact word
@@ -37,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memdir import query
 from memdir.stemming import english_word, is_latin_word
 from memdir.textutil import fts_text, has_han_or_kana, has_hangul, latin_fold_table, stem, stem_text
 
@@ -44,10 +49,31 @@ K1, B = 1.2, 0.75
 #: Separators: everything but letters and digits (``_`` too, as for ``unicode61``: PostgreSQL's
 #: parser splits ``user_id`` in two as well, but :func:`doc_length` counted it as one word).
 _NON_WORD = re.compile(r"[\W_]+")
-#: How :func:`pg_text` spells an index's text; an index built with another spelling is rebuilt
-#: (:meth:`memdir.stores.postgres.PostgresStore.rebuild_reason`).  2: Latin letters lose their
-#: diacritics, and ``_`` is a separator in the stored document lengths.
-TEXT_FORM = 2
+#: How :func:`pg_text` and :func:`stem_column` spell an index's text; an index built with another
+#: spelling is rebuilt (:meth:`memdir.stores.postgres.PostgresStore.rebuild_reason`).  2: Latin
+#: letters lose their diacritics, and ``_`` is a separator in the stored document lengths.  3: the
+#: ``english`` stems column holds memdir's stems, as SQLite's does.
+TEXT_FORM = 3
+#: The text search configuration whose stems column holds memdir's own stems (the default).
+MEMDIR_STEMS_CONFIG = "english"
+
+
+def memdir_stems(ts_config: str) -> bool:
+    """Whether ``ts_config`` (``textSearchConfig``) means memdir's stems, as SQLite indexes them.
+
+    PostgreSQL's ``english`` configuration stemmed every token, identifiers and numbers included,
+    dropped stop words and stemmed German or French notes by English rules, where SQLite stems
+    Latin words only, each note in its own language: "users" found a note saying only
+    ``user_id`` on PostgreSQL, "kunde" one saying "Kunden" on SQLite alone, and stop words
+    scored lower."""
+    return ts_config.rpartition(".")[2] == MEMDIR_STEMS_CONFIG
+
+
+def stem_column(text: str, ts_config: str) -> tuple[str, str]:
+    """``(configuration, text)`` whose ``to_tsvector`` is a chunk's ``tsv_stem``."""
+    if memdir_stems(ts_config):
+        return "simple", pg_text(stem_text(text))
+    return ts_config, pg_text(text)
 def pg_text(text: str) -> str:
     """What the text search parser sees: CJK spaced, punctuation made a separator, Latin letters
     without their diacritics, as FTS5's ``unicode61`` reads text.
@@ -85,6 +111,12 @@ def phrases(terms: Sequence[str], ts_config: str, pg_text: Any) -> list[Phrase]:
             out.append(Phrase("tsv", "to_tsquery('simple', quote_literal(%s) || ':*')", (term,)))
         else:
             out.append(Phrase("tsv", "phraseto_tsquery('simple', %s)", (pg_text(term),), "to_tsvector('simple', %s)"))
+    if memdir_stems(ts_config):
+        # the stems SQLite's query looks up (:func:`memdir.query.fts5_phrases`), in the same order
+        stems = dict.fromkeys(pg_text(s) for s in (query.stemmed_terms(list(terms)) if query.STEMMING else []))
+        out.extend(Phrase("tsv_stem", "phraseto_tsquery('simple', %s)", (s,), "to_tsvector('simple', %s)")
+                   for s in stems if s.strip())
+        return out
     seen: set[str] = set()
     for term in clean:
         # without its accents, as the column holds the notes' words (:func:`pg_text`): "café" had no

@@ -47,7 +47,7 @@ from memdir.stores.base import ChunkRow, FileRows
 from memdir.stores.pgcache import PgCache
 from memdir.stores.pgconn import AdvisoryWriterLock, Database
 from memdir.stores.pghealth import PgHealth
-from memdir.stores.pgkeyword import doc_length, pg_text
+from memdir.stores.pgkeyword import doc_length, pg_text, stem_column
 from memdir.stores.pgsearch import PgSearch, same, vec
 
 _LIVE = "(SELECT id FROM indexes WHERE agent = %(agent)s AND state = 'live')"
@@ -306,7 +306,7 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         if form is not None and form != pgkeyword.TEXT_FORM:
             # its keyword columns hold words as another version spelt them: the query's words,
             # spelt as now, would miss them (accents: "café" was kept, is now "cafe")
-            return f"keyword text form changed ({form} → {pgkeyword.TEXT_FORM}: accents are folded as SQLite does)"
+            return f"keyword text form changed ({form} → {pgkeyword.TEXT_FORM}: words spelt and stemmed as on SQLite)"
         built = self._built_ts_config
         if built is None or built == self.ts_config:
             return None
@@ -374,10 +374,9 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
             vectors = []
             for ch in chunks:
                 has_vec = ch.embedding is not None and len(ch.embedding) > 0
-                text = pg_text(ch.text)
                 rows.append((ix, ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model,
-                             stored_text(ch.text), text, self.ts_config, text, doc_length(ch.text), has_vec, now,
-                             ch.ts, ch.date_start, ch.date_end))
+                             stored_text(ch.text), pg_text(ch.text), *stem_column(ch.text, self.ts_config),
+                             doc_length(ch.text), has_vec, now, ch.ts, ch.date_start, ch.date_end))
                 if has_vec:
                     windows = max(1, int(ch.windows))
                     flat = vec(ch.embedding)  # type: ignore[arg-type]
