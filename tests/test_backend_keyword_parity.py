@@ -58,3 +58,19 @@ def test_both_backends_stem_alike(pg: Backend, make_workspace: Callable[..., Pat
     ws = make_workspace(STEM_NOTES)
     keyword = {"memorySearch": {"provider": "none"}}
     assert _ranked(ws, pg.config(keyword), question) == _ranked(ws, keyword, question)
+
+
+def test_a_trigram_tokenizer_on_postgresql_is_said_not_ignored(pg: Backend,
+                                                               make_workspace: Callable[..., Path]) -> None:
+    """``store.fts.tokenizer = "trigram"`` shapes a SQLite index alone: on PostgreSQL "ebra" found
+    no note saying zebra (SQLite's trigram index finds it), and index, search and status said nothing."""
+    ws = make_workspace({"memory/2026-01-01.md": "- the getUserAccountById helper and the zebra\n"})
+    trigram = {"memorySearch": {"provider": "none", "store": {"fts": {"tokenizer": "trigram"}}}}
+    with Memory(ws, config=trigram) as lite:
+        assert not lite.sync().warnings and lite.search("ebra").results and not lite.status()["issues"]
+    with Memory(ws, config=pg.config(trigram)) as post:
+        said = 'store.fts.tokenizer = "trigram" applies to SQLite indexes only'
+        assert any(said in w for w in post.sync().warnings)
+        response = post.search("ebra")
+        assert not response.results and any(said in w for w in response.warnings)
+        assert any(said in i for i in post.status()["issues"])

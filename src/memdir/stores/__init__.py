@@ -15,6 +15,20 @@ if TYPE_CHECKING:
     from memdir.config import Settings
 
 
+def unapplied_settings(settings: Settings) -> list[str]:
+    """What the configured store does not do of the settings given (said by index, search and status).
+
+    ``store.fts.tokenizer = "trigram"`` shapes a SQLite index alone: on PostgreSQL a part of a
+    word ("ebra", "UserAccount" inside getUserAccountById), which SQLite's trigram index finds,
+    found nothing, and nothing said why."""
+    store_cfg = settings.memory_search.store
+    if store_cfg.driver == "postgres" and store_cfg.fts.tokenizer == "trigram":
+        return ['store.fts.tokenizer = "trigram" applies to SQLite indexes only: PostgreSQL matches whole '
+                'words, so a part of a word (a substring) finds nothing; remove the setting, or keep this '
+                'index in SQLite (store.driver = "sqlite") to match substrings']
+    return []
+
+
 def open_store(settings: Settings, *, readonly: bool = False, notice: Callable[[str], None] | None = None,
                driver: str | None = None) -> Store:
     """The configured store for one agent's index (created on first use unless ``readonly``).
@@ -46,4 +60,4 @@ def open_store(settings: Settings, *, readonly: bool = False, notice: Callable[[
                             readonly=readonly)
 
 
-__all__ = ["ChunkRow", "FileRows", "Hit", "Store", "open_store"]
+__all__ = ["ChunkRow", "FileRows", "Hit", "Store", "open_store", "unapplied_settings"]
