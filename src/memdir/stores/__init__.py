@@ -52,7 +52,8 @@ def open_store(settings: Settings, *, readonly: bool = False, notice: Callable[[
         return PostgresStore.open(resolve_dsn(store_cfg.dsn), key, notice=notice, readonly=readonly,
                                   schema=pg.db_schema, pool_size=pg.pool_size,
                                   text_search_config=pg.text_search_config,
-                                  hnsw_min_vectors=pg.hnsw_min_vectors, ranking=pg.ranking)
+                                  hnsw_min_vectors=pg.hnsw_min_vectors, ranking=pg.ranking,
+                                  vector_enabled=store_cfg.vector.enabled)
     from memdir.stores.sqlite import SqliteStore
 
     return SqliteStore.open(settings.index_path, notice=notice, fts_tokenizer=store_cfg.fts.tokenizer,

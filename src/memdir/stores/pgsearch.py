@@ -72,6 +72,7 @@ class PgSearch:
     ts_config: str
     ranking: str
     hnsw_min_vectors: int
+    vector_enabled: bool
     pinned: int | None
     db: Database
     _dfs: pgkeyword.DfCache
@@ -212,7 +213,7 @@ class PgSearch:
     def vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
         """Nearest chunks by cosine (best of a chunk's windows): the agent's HNSW index if any, else exact."""
         q = vec(query)
-        if not q.size or not np.any(q) or limit <= 0:
+        if not q.size or not np.any(q) or limit <= 0 or not self.vector_enabled:
             return []
         dims = int(q.size)
         nested = getattr(self._local, "conn", None) is not None
@@ -256,7 +257,7 @@ class PgSearch:
         """Cosine of each given chunk that has a vector (best window), by primary key: no search."""
         q = vec(query)
         wanted = list(dict.fromkeys(ids))
-        if not q.size or not np.any(q) or not wanted:
+        if not q.size or not np.any(q) or not wanted or not self.vector_enabled:
             return {}
         scope, args = self._scope()
         with self._conn() as c:

@@ -124,9 +124,11 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
 
     def __init__(self, dsn: str, agent: str, *, schema: str = "memdir", pool_size: int = 4,
                  text_search_config: str = "english", hnsw_min_vectors: int = 20000,
-                 ranking: str = "bm25", readonly: bool = False, _db: Database | None = None,
-                 _index_id: int | None = None):
+                 ranking: str = "bm25", readonly: bool = False, vector_enabled: bool = True,
+                 _db: Database | None = None, _index_id: int | None = None):
         self.dsn, self.agent, self.schema = dsn, agent, schema
+        #: ``store.vector.enabled``: false turns vector search off, as on SQLite (vectors are still stored).
+        self.vector_enabled = vector_enabled
         self.ts_config = text_search_config
         self.hnsw_min_vectors = hnsw_min_vectors
         self.ranking = ranking
@@ -236,10 +238,13 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         n = self.vector_count()
         idx = self._hnsw_name(self._index_id(create=False)) if n else None
         has_hnsw = bool(idx) and self._index_exists(idx)
-        vector = {"path": "hnsw" if has_hnsw else "exact", "version": f["pgvector"],
-                  "why": (f"pgvector HNSW index (cosine) over this agent's {n} vectors" if has_hnsw else
-                          f"exact cosine over this agent's {n} vectors (HNSW from {self.hnsw_min_vectors})")}
-        if not has_hnsw and n >= max(1, self.hnsw_min_vectors) and not self._may_index():
+        vector: dict[str, Any] = {
+            "path": "hnsw" if has_hnsw else "exact", "version": f["pgvector"],
+            "why": (f"pgvector HNSW index (cosine) over this agent's {n} vectors" if has_hnsw else
+                    f"exact cosine over this agent's {n} vectors (HNSW from {self.hnsw_min_vectors})")}
+        if not self.vector_enabled:
+            vector = {"path": "disabled", "version": f["pgvector"], "why": "store.vector.enabled is false"}
+        elif not has_hnsw and n >= max(1, self.hnsw_min_vectors) and not self._may_index():
             vector["why"] += f"; this role may not build it (only the owner of {self.schema}.vectors may)"
         return {"backend": "postgres", "location": self.location, "server": f["server"], "pgvector": f["pgvector"],
                 "schema": self.schema, "schemaVersion": f["schema_version"], "agent": self.agent,
@@ -468,8 +473,8 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
                                    (self.agent, self.ts_config, self.location)).fetchone()[0])
         old = None
         fresh = PostgresStore(self.dsn, self.agent, schema=self.schema, text_search_config=self.ts_config,
-                              hnsw_min_vectors=self.hnsw_min_vectors, ranking=self.ranking, _db=self.db,
-                              _index_id=new_id)
+                              hnsw_min_vectors=self.hnsw_min_vectors, ranking=self.ranking,
+                              vector_enabled=self.vector_enabled, _db=self.db, _index_id=new_id)
         try:
             yield fresh
             fresh.optimize()
