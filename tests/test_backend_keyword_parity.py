@@ -74,3 +74,18 @@ def test_a_trigram_tokenizer_on_postgresql_is_said_not_ignored(pg: Backend,
         response = post.search("ebra")
         assert not response.results and any(said in w for w in response.warnings)
         assert any(said in i for i in post.status()["issues"])
+
+
+def test_equal_scores_come_in_reading_order_on_both_backends(pg: Backend, make_workspace: Callable[..., Path]) -> None:
+    """Every chunk of a long log says "database sharding" (more than half the chunks: BM25's IDF
+    floor, every score equal): SQLite returned the log's first chunks, PostgreSQL others, in the
+    order of their ids (hashes)."""
+    log = "- the migration plan covers database sharding and the rollout.\n" * 600
+    ws = make_workspace({"memory/2026-01-10.md": log, "MEMORY.md": "- Alice likes tea.\n"})
+    keyword = {"memorySearch": {"provider": "none"}}
+    found = []
+    for config in (keyword, pg.config(keyword)):
+        with Memory(ws, config=config) as mem:
+            mem.sync()
+            found.append([(r.path, r.start_line) for r in mem.search("database sharding", max_results=3).results])
+    assert found[0][0] == ("memory/2026-01-10.md", 1) and found[1] == found[0]

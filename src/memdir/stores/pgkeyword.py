@@ -196,9 +196,10 @@ def search_sql(ps: list[Phrase], scope_sql: str, scope_arg: Any, ranking: str, l
         params.append(int(limit))
     else:
         # Pass 1 — which phrase each matching row contains, straight from the GIN index (one bitmap scan
-        # per phrase, reading only id and length), giving exact document frequencies and a tf = 1 score.
-        hits = " UNION ALL ".join(f"SELECT c.id, c.doc_len, {i} AS i FROM chunks c, q, ix WHERE c.index_id = ix.id "
-                                  f"AND c.{ph.column} @@ q.q{i}" for i, ph in enumerate(ps))
+        # per phrase, reading id, length and place), giving exact document frequencies and a tf = 1 score.
+        hits = " UNION ALL ".join(f"SELECT c.id, c.doc_len, c.source, c.path, c.start_line, {i} AS i FROM chunks c, "
+                                  f"q, ix WHERE c.index_id = ix.id AND c.{ph.column} @@ q.q{i}"
+                                  for i, ph in enumerate(ps))
         norm = f"({K1} * (1 - {B} + {B} * {{dl}} / greatest(ix.total_len::float8 / greatest(ix.n_docs, 1), 1)))"
         idf = "greatest(ln(greatest((ix.n_docs - st.n + 0.5)::float8 / (st.n + 0.5), 1e-9)), 1e-6)"
         per = ", ".join(f"coalesce((SELECT idf FROM w WHERE i = {i}), 0) AS idf{i}, "
@@ -210,19 +211,26 @@ def search_sql(ps: list[Phrase], scope_sql: str, scope_arg: Any, ranking: str, l
                           for i, tf in enumerate(tfs))
         body = (f"hits AS ({hits}), st AS (SELECT i, count(*) AS n FROM hits GROUP BY i), "
                 f"w AS (SELECT st.i, st.n, {idf} AS idf FROM st, ix), wi AS (SELECT {per}), "
-                f"p AS (SELECT h.id, sum(w.idf) * {K1 + 1} / (1 + {norm.format(dl='h.doc_len')}) AS pre "
-                f"FROM hits h JOIN w USING (i), ix GROUP BY h.id, h.doc_len, ix.n_docs, ix.total_len "
-                f"ORDER BY pre DESC, h.id LIMIT %s), "
-                f"s AS (SELECT p.id, wi.*, {full} AS score FROM p JOIN chunks c ON c.index_id = (SELECT id FROM ix) "
-                f"AND c.id = p.id, q, ix, wi ORDER BY score DESC, p.id LIMIT %s) ")
+                f"p AS (SELECT h.id, h.source, h.path, h.start_line, sum(w.idf) * {K1 + 1} / "
+                f"(1 + {norm.format(dl='h.doc_len')}) AS pre FROM hits h JOIN w USING (i), ix GROUP BY h.id, "
+                f"h.doc_len, h.source, h.path, h.start_line, ix.n_docs, ix.total_len ORDER BY pre DESC, "
+                f"{TIES.format(t='h')} LIMIT %s), "
+                f"s AS (SELECT p.id, p.source, p.path, p.start_line, wi.*, {full} AS score FROM p JOIN chunks c ON "
+                f"c.index_id = (SELECT id FROM ix) AND c.id = p.id, q, ix, wi ORDER BY score DESC, "
+                f"{TIES.format(t='p')} LIMIT %s) ")
         params += [max(PREFILTER, 4 * int(limit)), int(limit)]
+    ties = TIES.format(t="c") if ranking != "ts_rank_cd" else "c.id"
     sql = (head + body + f"SELECT {cols}, s.score, {', '.join(f's.n{i}' for i in range(n))} FROM s "
-           f"JOIN chunks c ON c.index_id = (SELECT id FROM ix) AND c.id = s.id ORDER BY s.score DESC, c.id")
+           f"JOIN chunks c ON c.index_id = (SELECT id FROM ix) AND c.id = s.id ORDER BY s.score DESC, {ties}")
     return sql, params
 
 
 #: Rows re-scored with true term frequencies (at least four times the result count).
 PREFILTER = 200
+#: Chunks of equal score in reading order (each file's lines in order, files by name, as Python sorts
+#: them): by chunk id, a hash, equal scores came in no order a reader knows, and not in SQLite's,
+#: whose index returns them in the order it wrote them (a fresh build: the same).
+TIES = '{t}.source COLLATE "C", {t}.path COLLATE "C", {t}.start_line'
 
 
 def _term(_alias: str, tf: str, df: str, doc_len: str) -> str:
