@@ -53,6 +53,13 @@ STEM_NOTES = {
 }
 
 
+def test_status_says_the_default_stems_are_sqlites(pg: Backend, make_workspace: Callable[..., Path]) -> None:
+    """It said 'tsvector english', PostgreSQL's configuration, whose stems the index no longer holds."""
+    with Memory(make_workspace(STEM_NOTES), config=pg.config({"memorySearch": {"provider": "none"}})) as mem:
+        mem.sync()
+        assert "stems as SQLite's" in mem.status()["fts"]["tokenizer"]
+
+
 @pytest.mark.parametrize("question", ["users", "kunde", "doing", "user"])
 def test_both_backends_stem_alike(pg: Backend, make_workspace: Callable[..., Path], question: str) -> None:
     ws = make_workspace(STEM_NOTES)

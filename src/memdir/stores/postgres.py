@@ -47,7 +47,7 @@ from memdir.stores.base import ChunkRow, FileRows
 from memdir.stores.pgcache import PgCache
 from memdir.stores.pgconn import AdvisoryWriterLock, Database
 from memdir.stores.pghealth import PgHealth
-from memdir.stores.pgkeyword import doc_length, pg_text, stem_column
+from memdir.stores.pgkeyword import doc_length, memdir_stems, pg_text, stem_column
 from memdir.stores.pgsearch import PgSearch, same, vec
 
 _LIVE = "(SELECT id FROM indexes WHERE agent = %(agent)s AND state = 'live')"
@@ -250,7 +250,9 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
                 "schema": self.schema, "schemaVersion": f["schema_version"], "agent": self.agent,
                 "pool": {"max": self.db.pool.max_size},
                 "fts": {"available": self.fts_available, "error": self.fts_error, "config": self.ts_config,
-                        "tokenizer": f"tsvector {self.ts_config}, {self.ranking}",
+                        # the default's stems are memdir's own, as SQLite's (pgkeyword.memdir_stems)
+                        "tokenizer": (f"tsvector, stems as SQLite's, {self.ranking}" if memdir_stems(self.ts_config)
+                                      else f"tsvector {self.ts_config}, {self.ranking}"),
                         "ranking": self.ranking, "gin": "btree_gin (index_id, tsv)" if f["btree_gin"] else "tsv"},
                 "vector": vector}
 
