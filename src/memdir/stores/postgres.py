@@ -500,6 +500,21 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
             self._drop_generation(int(old[0]))
         self._analyze()
 
+    def reading_build(self, ix: int) -> PostgresStore | None:
+        """A read-only view of this agent's generation ``ix`` while it is being built, else ``None``.
+
+        README: a search during a first build answers from what is built so far; on PostgreSQL it
+        answered nothing ("results will appear when it is done") where SQLite reads the build's
+        temporary file: each file's rows are committed as it is written, so they can be read."""
+        with self._conn() as c:
+            row = c.execute("SELECT 1 FROM indexes WHERE id = %s AND agent = %s AND state = 'building'",
+                            (ix, self.agent)).fetchone()
+        if row is None:
+            return None
+        return PostgresStore(self.dsn, self.agent, schema=self.schema, text_search_config=self.ts_config,
+                             hnsw_min_vectors=self.hnsw_min_vectors, ranking=self.ranking, readonly=True,
+                             vector_enabled=self.vector_enabled, _db=self.db, _index_id=ix)
+
     def _analyze(self) -> None:
         """Fresh planner statistics after a rebuild (best effort): until autovacuum's next look (a
         minute or more) the planner costed the new generation's searches on the old row counts."""
