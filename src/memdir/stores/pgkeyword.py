@@ -74,6 +74,8 @@ def stem_column(text: str, ts_config: str) -> tuple[str, str]:
     if memdir_stems(ts_config):
         return "simple", pg_text(stem_text(text))
     return ts_config, pg_text(text)
+
+
 def pg_text(text: str) -> str:
     """What the text search parser sees: CJK spaced, punctuation made a separator, Latin letters
     without their diacritics, as FTS5's ``unicode61`` reads text.
