@@ -96,3 +96,21 @@ def test_equal_scores_come_in_reading_order_on_both_backends(pg: Backend, make_w
             mem.sync()
             found.append([(r.path, r.start_line) for r in mem.search("database sharding", max_results=3).results])
     assert found[0][0] == ("memory/2026-01-10.md", 1) and found[1] == found[0]
+
+
+def test_a_question_whose_other_words_no_note_holds_finds_the_frequent_one(pg: Backend, tmp_path: Path) -> None:
+    """From 2,000 chunks on, a phrase in half of them or more is left out of the match (BM25 floors its
+    IDF).  SQLite leaves out the phrases found nowhere as well, and ranks the rarest frequent one if
+    nothing is left; PostgreSQL kept "bananas" (no note says it; its stem "banana" is in every note)
+    or "zzzqqq" and matched nothing: SQLite answered with a banana note, PostgreSQL 'No matches.'."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "MEMORY.md").write_text("".join(f"## Note {i}\n\n- banana note {i}\n\n" for i in range(2100)))  # 2,100 chunks
+    keyword = {"memorySearch": {"provider": "none"}}
+    answers = []
+    for config in (keyword, pg.config(keyword)):
+        with Memory(ws, config=config) as mem:
+            mem.sync()
+            answers.append([[(r.path, r.start_line) for r in mem.search(q).results]
+                            for q in ("bananas", "banana zzzqqq")])
+    assert all(answers[0]) and answers[1] == answers[0]

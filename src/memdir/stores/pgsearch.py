@@ -108,10 +108,17 @@ class PgSearch:
                 return []
             frequent = self._frequent(c, stamp, ps) if self.ranking == "bm25" and len(ps) > 1 else {}
             keep = [ph for i, ph in enumerate(ps) if i not in frequent]
-            if not keep:
-                keep = [ps[min(frequent, key=lambda i: frequent[i])]]
-            sql, params = pgkeyword.search_sql(keep, "%s", stamp[0], self.ranking, limit, CHUNK_COLS)
+            rarest = [ps[min(frequent, key=lambda i: frequent[i])]] if frequent else []
+            sql, params = pgkeyword.search_sql(keep or rarest, "%s", stamp[0], self.ranking, limit, CHUNK_COLS)
             rows = c.execute(sql, params).fetchall()
+            if not rows and keep and rarest:
+                # The phrases left match nothing (a word no note holds, a stem no note has): as on
+                # SQLite, which leaves out phrases found nowhere too, the rarest frequent one ranks.
+                # "banana zzz" (banana in every chunk) answered nothing here, every banana note there.
+                keep = rarest
+                sql, params = pgkeyword.search_sql(keep, "%s", stamp[0], self.ranking, limit, CHUNK_COLS)
+                rows = c.execute(sql, params).fetchall()
+            keep = keep or rarest
         if rows:
             for ph, df in zip(keep, rows[0][10:], strict=True):
                 self._dfs.put((*stamp, ph), int(df))
