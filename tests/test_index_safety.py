@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli_env
+from helpers import Backend, cli_env
 from memdir.api import Memory
 from memdir.config import load_config
 from memdir.lock import FileWriterLock
@@ -295,6 +295,35 @@ def test_a_search_during_the_first_index_answers_at_once(make_workspace, state_d
     done = run_cli("search", "date140q", "--json", "-w", str(ws), env=NONE)
     payload = json.loads(done.stdout)
     assert "stale" not in payload and "memory/date-140.md" in [r["path"] for r in payload["results"]]
+
+
+def test_a_search_during_a_first_index_in_postgresql_answers_from_what_is_built(pg: Backend, make_workspace,
+                                                                                state_dir, tmp_path: Path, run_cli):
+    """As on SQLite (README: "a search answers at once from what is built so far"): PostgreSQL
+    answered nothing until the build was published ("results will appear when it is done")."""
+    ws = make_workspace(_notes("date", 150))
+    gate = tmp_path / "gate"
+    progress = Path(f"{index_of(ws, state_dir)}.progress")  # beside where a SQLite index would be
+    env = {**cli_env(state_dir), **pg.env()}
+    builder = subprocess.Popen([sys.executable, "-c", BUILDER, str(ws), str(gate)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        def first_batch_written() -> bool:
+            try:
+                return (json.loads(progress.read_text()).get("done") or 0) > 0
+            except (OSError, ValueError):
+                return False
+
+        _wait_for(first_batch_written, what="the builder's first batch")
+        found = run_cli("search", "date3q", "--json", "-w", str(ws), env={**NONE, **pg.env()}, timeout=120)
+        payload = json.loads(found.stdout)
+        assert payload["stale"] is True and any("partial" in w for w in payload["warnings"]), payload
+        assert [r["path"] for r in payload["results"]] == ["memory/date-003.md"]
+        assert builder.poll() is None, "the build finished before the search: nothing was tested"
+    finally:
+        gate.touch()
+        out, err = builder.communicate(timeout=180)
+    assert builder.returncode == 0 and out.strip() == "150", err
 
 
 def test_a_long_running_host_answers_while_it_builds_its_first_index(make_workspace, tmp_path: Path):

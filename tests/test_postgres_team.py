@@ -219,3 +219,25 @@ def test_a_database_that_cannot_hold_a_notes_characters_is_named_with_the_note(p
         assert "portal" not in out.stderr
     finally:
         pg_query(pg_url, f"DROP DATABASE {db} WITH (FORCE)")
+
+
+def test_a_workspace_moved_under_its_agent_id_is_told_how_to_start_over_in_postgresql(pg: Backend, make_workspace,
+                                                                                     state_dir: Path):
+    """The advice for SQLite ("delete postgresql://…/mover", "or index path (store.path)") named no
+    file and a setting PostgreSQL does not read; the statement it gives now lets the moved workspace
+    index again, and the old generation's rows go."""
+    from memdir.errors import IndexOwnershipError
+
+    ws = make_workspace({"memory/2026-01-01.md": "- the gamma note\n"}, name="before")
+    cfg = pg.config({"memorySearch": {"provider": "none"}})
+    with Memory(ws, agent_id="mover", config=cfg, state_dir=state_dir) as mem:
+        mem.sync()
+    moved = ws.rename(ws.with_name("after"))
+    with Memory(moved, agent_id="mover", config=cfg, state_dir=state_dir) as mem:
+        with pytest.raises(IndexOwnershipError) as refused:
+            mem.sync()
+        said = str(refused.value)
+        assert "store.path" not in said and "delete postgresql" not in said, said
+        pg_query(pg.url, said.split("psql: ")[1].split(";)")[0])
+        assert mem.sync().indexed == 1 and mem.search("gamma").results
+    assert pg_query(pg.url, f'SELECT count(DISTINCT index_id) FROM "{pg.schema}".chunks')[0][0] == 1

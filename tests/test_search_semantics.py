@@ -294,3 +294,18 @@ def test_a_candidate_that_is_not_returned_never_hides_a_rescued_one(make_workspa
     rescued = results[1]
     assert rescued.explain["rescued"] and rescued.explain["textScore"] > 0.6 and rescued.end_line >= 2
     assert "kafka export" in rescued.snippet
+
+
+@pytest.mark.parametrize("question", ["zebra\x00", "\x07zebra\x1b"])
+def test_a_control_character_glued_to_a_word_finds_what_the_word_finds(make_workspace: Callable[..., Path],
+                                                                       keyword_config, question: str) -> None:
+    """Three notes of five say zebra: each scores at BM25's IDF floor and is returned as holding every
+    keyword of the question; with a NUL after the word (an MCP client's "zebra\\u0000") the keyword
+    was "zebra\\x00", which no note holds, and two of the three were no longer returned."""
+    ws = make_workspace({"memory/2026-01-01.md": "- a note about lunch and zebra\n",
+                         "memory/2026-01-02.md": "- another zebra note\n", "memory/2026-01-03.md": "- third zebra\n",
+                         "memory/2026-01-04.md": "- nothing here\n", "memory/2026-01-05.md": "- nothing here either\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        plain = [r.path for r in mem.search("zebra").results]
+        assert len(plain) == 3 and [r.path for r in mem.search(question).results] == plain

@@ -39,7 +39,7 @@ from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, owned_
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig, with_value
-from memdir.stores import Store, open_store
+from memdir.stores import Store, open_store, unapplied_settings
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SEARCH_ANSWER_SECONDS, SKIPPED_STATE, bounded_answers
 from memdir.upkeep import STATUS_CHECK_MAX_BYTES, IndexUpkeep, writable_again
 
@@ -467,6 +467,7 @@ class Memory(IndexUpkeep):
         if report.embedding_error is not None and self._switch_to_fallback(report.embedding_error):
             return self._rebuild_after_fallback(reason, report.embedding_error, kwargs)
         self._warn_keyword_only(report)
+        report.warnings.extend(unapplied_settings(self.settings))
         return report
 
     def _warn_keyword_only(self, report: SyncReport) -> None:
@@ -570,6 +571,7 @@ class Memory(IndexUpkeep):
             stale, notes = True, ["the index has not been built yet: run `memdir index` (or search with sync on)"]
         response.stale = response.stale or stale
         response.warnings.extend(notes)
+        response.warnings.extend(unapplied_settings(self.settings))
         edited = self._config_edited()
         if edited:
             response.warnings.append(edited)
@@ -828,7 +830,7 @@ class Memory(IndexUpkeep):
             "skipped": list(skipped.values()),
             "requestedProvider": ms.provider,
             "indexedWith": {k: meta.get(k) for k in ("provider", "model", "vectorDims", "builtAt")} if meta else None,
-            "issues": list(found.issues),
+            "issues": [*found.issues, *unapplied_settings(self.settings)],
         }
         version = self.indexer.version_reason(meta) if meta else None
         if version and store is not None and store.readonly:

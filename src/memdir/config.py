@@ -235,7 +235,8 @@ class PostgresStoreConfig(_Model):
     #: Schema holding memdir's shared tables (one schema serves every agent; see stores/postgres.py).
     db_schema: str = Field("memdir", alias="schema", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
     pool_size: int = Field(4, ge=1, le=64)
-    #: PostgreSQL text search configuration for keywords (stemming, stop words): english, simple, ...
+    #: Keyword stems: "english" (the default) stems as SQLite does (memdir's own, each note in its own
+    #: language); another PostgreSQL text search configuration (german, simple, ...) uses its own.
     text_search_config: str = Field("english", pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,62}$")
     #: An agent's vectors get their own HNSW index from this many on; below it search is exact.
     hnsw_min_vectors: int = Field(20000, ge=0)

@@ -49,14 +49,32 @@ def owned_by_other(owner: str | None, workspace: str) -> bool:
         return True
 
 
+def _postgres_index(index: str) -> tuple[str, str] | None:
+    """``(schema, agent)`` of an index in PostgreSQL, by its location (``postgresql://…/db#schema/agent``)."""
+    if not index.startswith("postgresql://"):
+        return None
+    schema, _, agent = index.rpartition("#")[2].partition("/")
+    return (schema, agent) if schema and agent else None
+
+
 def ownership_message(index: str, owner: str, workspace: str) -> str:
-    advice = "give this workspace its own agent id (--agent NAME) or index path (store.path)"
+    # An index in PostgreSQL is no file: "delete postgresql://…/agent" and "index path (store.path)"
+    # (a SQLite setting) told its user nothing they could do.
+    pg = _postgres_index(index)
+    advice = "give this workspace its own agent id (--agent NAME)" + ("" if pg else " or index path (store.path)")
     if os.path.isdir(owner):
         return f"index {index} belongs to workspace {owner}, not {workspace}; {advice}"
     # A workspace moved or renamed under the same agent id met only the advice above (`index
     # --force` is refused too): say what to do when the owner is gone.
+    if pg:
+        schema, agent = pg
+        quoted = agent.replace("'", "''")
+        start_over = (f"retire it (psql: UPDATE \"{schema}\".indexes SET state = 'retired' WHERE agent = '{quoted}' "
+                      "AND state = 'live';) and memdir rebuilds it from the Markdown files, removing its old rows")
+    else:
+        start_over = f"delete {index} (memdir rebuilds it from the Markdown files)"
     return (f"index {index} belongs to workspace {owner}, not {workspace}, and {owner} no longer exists: if it was "
-            f"moved here, delete {index} (memdir rebuilds it from the Markdown files); otherwise {advice}")
+            f"moved here, {start_over}; otherwise {advice}")
 
 
 #: ``, /root/.cargo/registry/.../file.rs:123:45``: where in its Rust source LanceDB raised.

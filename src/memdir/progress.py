@@ -33,9 +33,13 @@ class ProgressFile:
         #: reading it finds at least what the file says is done.
         self.before_write: Callable[[], None] | None = None
 
-    def start(self, phase: str, temp: str | None = None) -> None:
+    def start(self, phase: str, temp: str | None = None, generation: int | None = None) -> None:
+        """``temp``: the file a SQLite rebuild writes; ``generation``: the one a database's writes
+        (PostgreSQL), which a search during a first build reads as it would that file."""
         self._state = {"pid": os.getpid(), "workspace": self.workspace, "phase": phase, "temp": temp,
                        "done": 0, "total": None, "startedAt": time.time()}
+        if generation is not None:
+            self._state["generation"] = generation
         if not self._swept:  # once per process (a listing of the state folder): most are short-lived
             self._swept = True
             try:  # an index in PostgreSQL makes no file beside this one: status and searches

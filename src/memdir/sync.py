@@ -1102,7 +1102,8 @@ class Indexer:
         recovered = self.store.get_state(RECOVERED_STATE)
         with self.store.rebuild() as fresh:
             # (the file a search may read meanwhile: a database's new generation is no such file)
-            self.progress_file.start("full", temp=fresh.location if hasattr(fresh, "path") else None)
+            self.progress_file.start("full", temp=fresh.location if hasattr(fresh, "path") else None,
+                                     generation=getattr(fresh, "pinned", None))
             if recovered:
                 with fresh.transaction():
                     fresh.set_state(RECOVERED_STATE, recovered)

@@ -405,11 +405,13 @@ def _spaced(text: str) -> str:
 
 
 def split_words(text: str) -> list[str]:
-    """Split on whitespace and Unicode punctuation (``\\p{P}``), keeping other characters."""
+    """Split on whitespace, Unicode punctuation (``\\p{P}``) and control characters, keeping other
+    characters: a NUL or other control byte glued to a word (an MCP client's ``"zebra\\u0000"``)
+    made a keyword no note contains, and notes holding "zebra" were no longer rescued."""
     words: list[str] = []
     current: list[str] = []
     for ch in text:
-        if ch.isspace() or unicodedata.category(ch).startswith("P"):
+        if ch.isspace() or (cat := unicodedata.category(ch)).startswith("P") or cat == "Cc":
             if current:
                 words.append("".join(current))
                 current = []

@@ -298,6 +298,11 @@ class IndexUpkeep:
                                       vector_enabled=self.settings.memory_search.store.vector.enabled)
             except Exception:
                 partial = None
+        elif isinstance(progress.get("generation"), int) and hasattr(self.store, "reading_build"):
+            try:  # PostgreSQL: the generation being written, as committed so far
+                partial = self.store.reading_build(progress["generation"])
+            except Exception:
+                partial = None
         note = (f"the index is being built ({describe_progress(progress)}); "
                 + ("results so far are partial" if partial else "results will appear when it is done"))
         if holder.get("stopped"):  # (and never will, until it is resumed)

@@ -21,6 +21,20 @@ def postgres_agent_key(settings: Settings) -> str:
     return settings.index_path.stem if settings.index_key == "workspace" else settings.agent_id
 
 
+def unapplied_settings(settings: Settings) -> list[str]:
+    """What the configured store does not do of the settings given (said by index, search and status).
+
+    ``store.fts.tokenizer = "trigram"`` shapes a SQLite index alone: on PostgreSQL a part of a
+    word ("ebra", "UserAccount" inside getUserAccountById), which SQLite's trigram index finds,
+    found nothing, and nothing said why."""
+    store_cfg = settings.memory_search.store
+    if store_cfg.driver == "postgres" and store_cfg.fts.tokenizer == "trigram":
+        return ['store.fts.tokenizer = "trigram" applies to SQLite indexes only: PostgreSQL matches whole '
+                'words, so a part of a word (a substring) finds nothing; remove the setting, or keep this '
+                'index in SQLite (store.driver = "sqlite") to match substrings']
+    return []
+
+
 def open_store(settings: Settings, *, readonly: bool = False, notice: Callable[[str], None] | None = None,
                driver: str | None = None) -> Store:
     """The configured store for one agent's index (created on first use unless ``readonly``).
@@ -41,7 +55,8 @@ def open_store(settings: Settings, *, readonly: bool = False, notice: Callable[[
         return PostgresStore.open(resolve_dsn(store_cfg.dsn), postgres_agent_key(settings), notice=notice,
                                   readonly=readonly, schema=pg.db_schema, pool_size=pg.pool_size,
                                   text_search_config=pg.text_search_config,
-                                  hnsw_min_vectors=pg.hnsw_min_vectors, ranking=pg.ranking)
+                                  hnsw_min_vectors=pg.hnsw_min_vectors, ranking=pg.ranking,
+                                  vector_enabled=store_cfg.vector.enabled)
     from memdir.stores.sqlite import SqliteStore
 
     return SqliteStore.open(settings.index_path, notice=notice, fts_tokenizer=store_cfg.fts.tokenizer,
@@ -49,4 +64,4 @@ def open_store(settings: Settings, *, readonly: bool = False, notice: Callable[[
                             readonly=readonly)
 
 
-__all__ = ["ChunkRow", "FileRows", "Hit", "Store", "open_store"]
+__all__ = ["ChunkRow", "FileRows", "Hit", "Store", "open_store", "postgres_agent_key", "unapplied_settings"]

@@ -4,8 +4,12 @@ The columns mirror SQLite's two FTS5 columns (exact words, and word stems), so b
 rank alike:
 
 * ``tsv`` — every token, unstemmed (``simple``): exact words, numbers, identifiers, CJK;
-* ``tsv_stem`` — the configured text search configuration (``english`` by default: Snowball
-  stems and stop words; ``german``, ``french``… for notes in those languages).
+* ``tsv_stem`` — word stems.  With the default ``english`` configuration, memdir's own: the
+  stems SQLite's ``stems`` column holds (:func:`memdir.textutil.stem_text`: each note stemmed in
+  its own language, Latin words of three letters or more, no stop word dropped), looked up with
+  the stems SQLite's query looks up (:func:`memdir.query.stemmed_terms`), so both backends find
+  the same notes and score them alike.  Any other configuration (``german``, ``simple``…) is
+  PostgreSQL's own: its stems and stop words.
 
 A query is a set of *phrases*: each keyword term on ``tsv`` (Hangul as a prefix, CJK and
 identifiers as phrases), and each Latin word again on ``tsv_stem``; a note with the exact word
@@ -37,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memdir import query
 from memdir.stemming import english_word, is_latin_word
 from memdir.textutil import fts_text, has_han_or_kana, has_hangul, latin_fold_table, stem, stem_text
 
@@ -44,10 +49,33 @@ K1, B = 1.2, 0.75
 #: Separators: everything but letters and digits (``_`` too, as for ``unicode61``: PostgreSQL's
 #: parser splits ``user_id`` in two as well, but :func:`doc_length` counted it as one word).
 _NON_WORD = re.compile(r"[\W_]+")
-#: How :func:`pg_text` spells an index's text; an index built with another spelling is rebuilt
-#: (:meth:`memdir.stores.postgres.PostgresStore.rebuild_reason`).  2: Latin letters lose their
-#: diacritics, and ``_`` is a separator in the stored document lengths.
-TEXT_FORM = 2
+#: How :func:`pg_text` and :func:`stem_column` spell an index's text; an index built with another
+#: spelling is rebuilt (:meth:`memdir.stores.postgres.PostgresStore.rebuild_reason`).  2: Latin
+#: letters lose their diacritics, and ``_`` is a separator in the stored document lengths.  3: the
+#: ``english`` stems column holds memdir's stems, as SQLite's does.
+TEXT_FORM = 3
+#: The text search configuration whose stems column holds memdir's own stems (the default).
+MEMDIR_STEMS_CONFIG = "english"
+
+
+def memdir_stems(ts_config: str) -> bool:
+    """Whether ``ts_config`` (``textSearchConfig``) means memdir's stems, as SQLite indexes them.
+
+    PostgreSQL's ``english`` configuration stemmed every token, identifiers and numbers included,
+    dropped stop words and stemmed German or French notes by English rules, where SQLite stems
+    Latin words only, each note in its own language: "users" found a note saying only
+    ``user_id`` on PostgreSQL, "kunde" one saying "Kunden" on SQLite alone, and stop words
+    scored lower."""
+    return ts_config.rpartition(".")[2] == MEMDIR_STEMS_CONFIG
+
+
+def stem_column(text: str, ts_config: str) -> tuple[str, str]:
+    """``(configuration, text)`` whose ``to_tsvector`` is a chunk's ``tsv_stem``."""
+    if memdir_stems(ts_config):
+        return "simple", pg_text(stem_text(text))
+    return ts_config, pg_text(text)
+
+
 def pg_text(text: str) -> str:
     """What the text search parser sees: CJK spaced, punctuation made a separator, Latin letters
     without their diacritics, as FTS5's ``unicode61`` reads text.
@@ -85,6 +113,12 @@ def phrases(terms: Sequence[str], ts_config: str, pg_text: Any) -> list[Phrase]:
             out.append(Phrase("tsv", "to_tsquery('simple', quote_literal(%s) || ':*')", (term,)))
         else:
             out.append(Phrase("tsv", "phraseto_tsquery('simple', %s)", (pg_text(term),), "to_tsvector('simple', %s)"))
+    if memdir_stems(ts_config):
+        # the stems SQLite's query looks up (:func:`memdir.query.fts5_phrases`), in the same order
+        stems = dict.fromkeys(pg_text(s) for s in (query.stemmed_terms(list(terms)) if query.STEMMING else []))
+        out.extend(Phrase("tsv_stem", "phraseto_tsquery('simple', %s)", (s,), "to_tsvector('simple', %s)")
+                   for s in stems if s.strip())
+        return out
     seen: set[str] = set()
     for term in clean:
         # without its accents, as the column holds the notes' words (:func:`pg_text`): "café" had no
@@ -164,9 +198,10 @@ def search_sql(ps: list[Phrase], scope_sql: str, scope_arg: Any, ranking: str, l
         params.append(int(limit))
     else:
         # Pass 1 — which phrase each matching row contains, straight from the GIN index (one bitmap scan
-        # per phrase, reading only id and length), giving exact document frequencies and a tf = 1 score.
-        hits = " UNION ALL ".join(f"SELECT c.id, c.doc_len, {i} AS i FROM chunks c, q, ix WHERE c.index_id = ix.id "
-                                  f"AND c.{ph.column} @@ q.q{i}" for i, ph in enumerate(ps))
+        # per phrase, reading id, length and place), giving exact document frequencies and a tf = 1 score.
+        hits = " UNION ALL ".join(f"SELECT c.id, c.doc_len, c.source, c.path, c.start_line, {i} AS i FROM chunks c, "
+                                  f"q, ix WHERE c.index_id = ix.id AND c.{ph.column} @@ q.q{i}"
+                                  for i, ph in enumerate(ps))
         norm = f"({K1} * (1 - {B} + {B} * {{dl}} / greatest(ix.total_len::float8 / greatest(ix.n_docs, 1), 1)))"
         idf = "greatest(ln(greatest((ix.n_docs - st.n + 0.5)::float8 / (st.n + 0.5), 1e-9)), 1e-6)"
         per = ", ".join(f"coalesce((SELECT idf FROM w WHERE i = {i}), 0) AS idf{i}, "
@@ -178,19 +213,26 @@ def search_sql(ps: list[Phrase], scope_sql: str, scope_arg: Any, ranking: str, l
                           for i, tf in enumerate(tfs))
         body = (f"hits AS ({hits}), st AS (SELECT i, count(*) AS n FROM hits GROUP BY i), "
                 f"w AS (SELECT st.i, st.n, {idf} AS idf FROM st, ix), wi AS (SELECT {per}), "
-                f"p AS (SELECT h.id, sum(w.idf) * {K1 + 1} / (1 + {norm.format(dl='h.doc_len')}) AS pre "
-                f"FROM hits h JOIN w USING (i), ix GROUP BY h.id, h.doc_len, ix.n_docs, ix.total_len "
-                f"ORDER BY pre DESC, h.id LIMIT %s), "
-                f"s AS (SELECT p.id, wi.*, {full} AS score FROM p JOIN chunks c ON c.index_id = (SELECT id FROM ix) "
-                f"AND c.id = p.id, q, ix, wi ORDER BY score DESC, p.id LIMIT %s) ")
+                f"p AS (SELECT h.id, h.source, h.path, h.start_line, sum(w.idf) * {K1 + 1} / "
+                f"(1 + {norm.format(dl='h.doc_len')}) AS pre FROM hits h JOIN w USING (i), ix GROUP BY h.id, "
+                f"h.doc_len, h.source, h.path, h.start_line, ix.n_docs, ix.total_len ORDER BY pre DESC, "
+                f"{TIES.format(t='h')} LIMIT %s), "
+                f"s AS (SELECT p.id, p.source, p.path, p.start_line, wi.*, {full} AS score FROM p JOIN chunks c ON "
+                f"c.index_id = (SELECT id FROM ix) AND c.id = p.id, q, ix, wi ORDER BY score DESC, "
+                f"{TIES.format(t='p')} LIMIT %s) ")
         params += [max(PREFILTER, 4 * int(limit)), int(limit)]
+    ties = TIES.format(t="c") if ranking != "ts_rank_cd" else "c.id"
     sql = (head + body + f"SELECT {cols}, s.score, {', '.join(f's.n{i}' for i in range(n))} FROM s "
-           f"JOIN chunks c ON c.index_id = (SELECT id FROM ix) AND c.id = s.id ORDER BY s.score DESC, c.id")
+           f"JOIN chunks c ON c.index_id = (SELECT id FROM ix) AND c.id = s.id ORDER BY s.score DESC, {ties}")
     return sql, params
 
 
 #: Rows re-scored with true term frequencies (at least four times the result count).
 PREFILTER = 200
+#: Chunks of equal score in reading order (each file's lines in order, files by name, as Python sorts
+#: them): by chunk id, a hash, equal scores came in no order a reader knows, and not in SQLite's,
+#: whose index returns them in the order it wrote them (a fresh build: the same).
+TIES = '{t}.source COLLATE "C", {t}.path COLLATE "C", {t}.start_line'
 
 
 def _term(_alias: str, tf: str, df: str, doc_len: str) -> str:

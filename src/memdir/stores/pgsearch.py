@@ -72,6 +72,7 @@ class PgSearch:
     ts_config: str
     ranking: str
     hnsw_min_vectors: int
+    vector_enabled: bool
     pinned: int | None
     db: Database
     _dfs: pgkeyword.DfCache
@@ -107,10 +108,17 @@ class PgSearch:
                 return []
             frequent = self._frequent(c, stamp, ps) if self.ranking == "bm25" and len(ps) > 1 else {}
             keep = [ph for i, ph in enumerate(ps) if i not in frequent]
-            if not keep:
-                keep = [ps[min(frequent, key=lambda i: frequent[i])]]
-            sql, params = pgkeyword.search_sql(keep, "%s", stamp[0], self.ranking, limit, CHUNK_COLS)
+            rarest = [ps[min(frequent, key=lambda i: frequent[i])]] if frequent else []
+            sql, params = pgkeyword.search_sql(keep or rarest, "%s", stamp[0], self.ranking, limit, CHUNK_COLS)
             rows = c.execute(sql, params).fetchall()
+            if not rows and keep and rarest:
+                # The phrases left match nothing (a word no note holds, a stem no note has): as on
+                # SQLite, which leaves out phrases found nowhere too, the rarest frequent one ranks.
+                # "banana zzz" (banana in every chunk) answered nothing here, every banana note there.
+                keep = rarest
+                sql, params = pgkeyword.search_sql(keep, "%s", stamp[0], self.ranking, limit, CHUNK_COLS)
+                rows = c.execute(sql, params).fetchall()
+            keep = keep or rarest
         if rows:
             for ph, df in zip(keep, rows[0][10:], strict=True):
                 self._dfs.put((*stamp, ph), int(df))
@@ -212,7 +220,7 @@ class PgSearch:
     def vector_search(self, query: Sequence[float], limit: int) -> list[Hit]:
         """Nearest chunks by cosine (best of a chunk's windows): the agent's HNSW index if any, else exact."""
         q = vec(query)
-        if not q.size or not np.any(q) or limit <= 0:
+        if not q.size or not np.any(q) or limit <= 0 or not self.vector_enabled:
             return []
         dims = int(q.size)
         nested = getattr(self._local, "conn", None) is not None
@@ -256,7 +264,7 @@ class PgSearch:
         """Cosine of each given chunk that has a vector (best window), by primary key: no search."""
         q = vec(query)
         wanted = list(dict.fromkeys(ids))
-        if not q.size or not np.any(q) or not wanted:
+        if not q.size or not np.any(q) or not wanted or not self.vector_enabled:
             return {}
         scope, args = self._scope()
         with self._conn() as c:

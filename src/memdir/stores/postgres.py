@@ -47,7 +47,7 @@ from memdir.stores.base import ChunkRow, FileRows
 from memdir.stores.pgcache import PgCache
 from memdir.stores.pgconn import AdvisoryWriterLock, Database
 from memdir.stores.pghealth import PgHealth
-from memdir.stores.pgkeyword import doc_length, pg_text
+from memdir.stores.pgkeyword import doc_length, memdir_stems, pg_text, stem_column
 from memdir.stores.pgsearch import PgSearch, same, vec
 
 _LIVE = "(SELECT id FROM indexes WHERE agent = %(agent)s AND state = 'live')"
@@ -124,9 +124,11 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
 
     def __init__(self, dsn: str, agent: str, *, schema: str = "memdir", pool_size: int = 4,
                  text_search_config: str = "english", hnsw_min_vectors: int = 20000,
-                 ranking: str = "bm25", readonly: bool = False, _db: Database | None = None,
-                 _index_id: int | None = None):
+                 ranking: str = "bm25", readonly: bool = False, vector_enabled: bool = True,
+                 _db: Database | None = None, _index_id: int | None = None):
         self.dsn, self.agent, self.schema = dsn, agent, schema
+        #: ``store.vector.enabled``: false turns vector search off, as on SQLite (vectors are still stored).
+        self.vector_enabled = vector_enabled
         self.ts_config = text_search_config
         self.hnsw_min_vectors = hnsw_min_vectors
         self.ranking = ranking
@@ -236,16 +238,21 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         n = self.vector_count()
         idx = self._hnsw_name(self._index_id(create=False)) if n else None
         has_hnsw = bool(idx) and self._index_exists(idx)
-        vector = {"path": "hnsw" if has_hnsw else "exact", "version": f["pgvector"],
-                  "why": (f"pgvector HNSW index (cosine) over this agent's {n} vectors" if has_hnsw else
-                          f"exact cosine over this agent's {n} vectors (HNSW from {self.hnsw_min_vectors})")}
-        if not has_hnsw and n >= max(1, self.hnsw_min_vectors) and not self._may_index():
+        vector: dict[str, Any] = {
+            "path": "hnsw" if has_hnsw else "exact", "version": f["pgvector"],
+            "why": (f"pgvector HNSW index (cosine) over this agent's {n} vectors" if has_hnsw else
+                    f"exact cosine over this agent's {n} vectors (HNSW from {self.hnsw_min_vectors})")}
+        if not self.vector_enabled:
+            vector = {"path": "disabled", "version": f["pgvector"], "why": "store.vector.enabled is false"}
+        elif not has_hnsw and n >= max(1, self.hnsw_min_vectors) and not self._may_index():
             vector["why"] += f"; this role may not build it (only the owner of {self.schema}.vectors may)"
         return {"backend": "postgres", "location": self.location, "server": f["server"], "pgvector": f["pgvector"],
                 "schema": self.schema, "schemaVersion": f["schema_version"], "agent": self.agent,
                 "pool": {"max": self.db.pool.max_size},
                 "fts": {"available": self.fts_available, "error": self.fts_error, "config": self.ts_config,
-                        "tokenizer": f"tsvector {self.ts_config}, {self.ranking}",
+                        # the default's stems are memdir's own, as SQLite's (pgkeyword.memdir_stems)
+                        "tokenizer": (f"tsvector, stems as SQLite's, {self.ranking}" if memdir_stems(self.ts_config)
+                                      else f"tsvector {self.ts_config}, {self.ranking}"),
                         "ranking": self.ranking, "gin": "btree_gin (index_id, tsv)" if f["btree_gin"] else "tsv"},
                 "vector": vector}
 
@@ -306,7 +313,7 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         if form is not None and form != pgkeyword.TEXT_FORM:
             # its keyword columns hold words as another version spelt them: the query's words,
             # spelt as now, would miss them (accents: "café" was kept, is now "cafe")
-            return f"keyword text form changed ({form} → {pgkeyword.TEXT_FORM}: accents are folded as SQLite does)"
+            return f"keyword text form changed ({form} → {pgkeyword.TEXT_FORM}: words spelt and stemmed as on SQLite)"
         built = self._built_ts_config
         if built is None or built == self.ts_config:
             return None
@@ -374,10 +381,9 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
             vectors = []
             for ch in chunks:
                 has_vec = ch.embedding is not None and len(ch.embedding) > 0
-                text = pg_text(ch.text)
                 rows.append((ix, ch.id, ch.path, ch.source, ch.start_line, ch.end_line, ch.hash, ch.model,
-                             stored_text(ch.text), text, self.ts_config, text, doc_length(ch.text), has_vec, now,
-                             ch.ts, ch.date_start, ch.date_end))
+                             stored_text(ch.text), pg_text(ch.text), *stem_column(ch.text, self.ts_config),
+                             doc_length(ch.text), has_vec, now, ch.ts, ch.date_start, ch.date_end))
                 if has_vec:
                     windows = max(1, int(ch.windows))
                     flat = vec(ch.embedding)  # type: ignore[arg-type]
@@ -469,8 +475,8 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
                                    (self.agent, self.ts_config, self.location)).fetchone()[0])
         old = None
         fresh = PostgresStore(self.dsn, self.agent, schema=self.schema, text_search_config=self.ts_config,
-                              hnsw_min_vectors=self.hnsw_min_vectors, ranking=self.ranking, _db=self.db,
-                              _index_id=new_id)
+                              hnsw_min_vectors=self.hnsw_min_vectors, ranking=self.ranking,
+                              vector_enabled=self.vector_enabled, _db=self.db, _index_id=new_id)
         try:
             yield fresh
             fresh.optimize()
@@ -493,6 +499,21 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         if old is not None:
             self._drop_generation(int(old[0]))
         self._analyze()
+
+    def reading_build(self, ix: int) -> PostgresStore | None:
+        """A read-only view of this agent's generation ``ix`` while it is being built, else ``None``.
+
+        README: a search during a first build answers from what is built so far; on PostgreSQL it
+        answered nothing ("results will appear when it is done") where SQLite reads the build's
+        temporary file: each file's rows are committed as it is written, so they can be read."""
+        with self._conn() as c:
+            row = c.execute("SELECT 1 FROM indexes WHERE id = %s AND agent = %s AND state = 'building'",
+                            (ix, self.agent)).fetchone()
+        if row is None:
+            return None
+        return PostgresStore(self.dsn, self.agent, schema=self.schema, text_search_config=self.ts_config,
+                             hnsw_min_vectors=self.hnsw_min_vectors, ranking=self.ranking, readonly=True,
+                             vector_enabled=self.vector_enabled, _db=self.db, _index_id=ix)
 
     def _analyze(self) -> None:
         """Fresh planner statistics after a rebuild (best effort): until autovacuum's next look (a
