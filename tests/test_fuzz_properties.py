@@ -1,0 +1,101 @@
+"""Property-based fuzzing of memdir's real components (hypothesis).
+
+Every property runs against real files in a temp workspace and a real index; the examples are
+derandomised (the same ones every run, so CI is deterministic) and few, so each property takes a
+few seconds.  Each failing example hypothesis found is kept as an ``@example`` and so checked for
+ever.  Properties that held when written are kept too, as guards.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from memdir.api import Memory
+
+#: Deterministic and quick: the same examples every run, no per-example deadline (a first search
+#: loads the index), no complaint about the tmp_path fixture shared by the examples of one test.
+FUZZ = settings(derandomize=True, deadline=None, max_examples=150, database=None,
+                suppress_health_check=list(HealthCheck))
+
+KEYWORDS = {"memorySearch": {"provider": "none", "query": {"minScore": 0}}}
+
+#: Letters and digits of any script (combining marks alone are left out: a word does not start
+#: with one, and NFC joins the common ones to their letter).
+_LETTERS = st.characters(categories=["Lu", "Ll", "Lo", "Lt", "Lm", "Nd", "Nl", "No"])
+#: What a user writes inside a word: C++, node.js, foo_bar, e-mail, O'Brien, a/b, C#, AT&T.
+_JOINERS = st.sampled_from([*"+.-_'/#@&:", "++", "..", "\u2019"])
+WORDS = st.one_of(
+    st.text(_LETTERS, min_size=1, max_size=12),
+    st.tuples(st.text(_LETTERS, min_size=1, max_size=8), _JOINERS, st.text(_LETTERS, max_size=8)).map("".join),
+)
+
+
+def _workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("- plain filler about lunch\n", encoding="utf-8")
+    for i in range(4):
+        (ws / "memory" / f"2026-01-1{i}.md").write_text(f"- filler note {i} about weather and lunch\n",
+                                                        encoding="utf-8")
+    return ws
+
+
+def test_a_note_is_found_by_a_keyword_search_for_any_word_it_holds(tmp_path: Path):
+    """A note saying ``word`` is among the results of a search for ``word``, as the user types it.
+
+    Han characters outside the unified block (extension A: Cantonese 㗎; B and later: 𨋢, names)
+    were no Han to the question: beside a letter they made a phrase of every character apart
+    ("ŝ n 𣾳 ě") that the index, which spaces out only the Han, never holds, so "ŝN𣾳ě", "OK㗎" or
+    "ÓWI7𠷄" found nothing."""
+    ws = _workspace(tmp_path)
+    numbers = itertools.count()
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+
+        @FUZZ
+        @given(WORDS)
+        @example("ŝN𣾳ě")
+        @example("ÓWI7𠷄")
+        @example("Ŭ𥮝oŉĞ")
+        @example("㟖ņôŨĢÅťĺ++")
+        @example("Ŀ캗𮧍닅ùOùÃ/")
+        @example("와..와&ĆŃõ𠈘")
+        @example("OK㗎")
+        @example("abc㐀")
+        @example("C++")
+        @example("node.js")
+        @example("foo_bar")
+        @example("e-mail")
+        @example("O'Brien")
+        @example("résumé")
+        @example("хорошо")
+        @example("שלום")
+        @example("ภาษาไทย")
+        def found_by_its_word(word: str) -> None:
+            note = ws / "memory" / f"w{next(numbers)}.md"
+            note.write_text(f"- Remember that {word} matters here.\n", encoding="utf-8")
+            try:
+                paths = [hit.path for hit in mem.search(word, max_results=20).results]
+                assert f"memory/{note.name}" in paths, (word, paths)
+            finally:
+                note.unlink()
+
+        found_by_its_word()
+
+
+def test_a_question_mixing_han_with_other_letters_searches_for_both(tmp_path: Path):
+    """"Python脚本" searched for 脚, 本 and 脚本 alone, so every note about any 脚本 ranked as the one
+    about Python's; and 搭𨋢 (an extension B character) searched for 搭 alone."""
+    from memdir.query import keyword_terms
+
+    assert "python" in keyword_terms("Python脚本")
+    assert "𨋢" in keyword_terms("搭𨋢")
+    ws = _workspace(tmp_path)
+    (ws / "memory" / "python.md").write_text("- 用Python写脚本\n", encoding="utf-8")
+    (ws / "memory" / "shell.md").write_text("- 用shell写脚本\n", encoding="utf-8")
+    with Memory(ws, config=KEYWORDS) as mem:
+        assert mem.search("Python脚本").results[0].path == "memory/python.md"
