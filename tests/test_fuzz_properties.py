@@ -9,6 +9,7 @@ ever.  Properties that held when written are kept too, as guards.
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 
 from hypothesis import HealthCheck, example, given, settings
@@ -99,3 +100,48 @@ def test_a_question_mixing_han_with_other_letters_searches_for_both(tmp_path: Pa
     (ws / "memory" / "shell.md").write_text("- 用shell写脚本\n", encoding="utf-8")
     with Memory(ws, config=KEYWORDS) as mem:
         assert mem.search("Python脚本").results[0].path == "memory/python.md"
+
+
+_ARGUMENT = st.one_of(
+    st.none(), st.integers(-10**30, 10**30), st.integers(-3, 25), st.floats(), st.text(max_size=6), st.booleans(),
+    st.sampled_from(["5", " 2.9 ", "1e3", "-1", "0x10", "NaN", "inf", "9" * 5000, ""]),
+    st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+_CITED = st.builds(lambda first, last: f"MEMORY.md#L{first}" + (f"-L{last}" if last is not None else ""),
+                   st.one_of(st.integers(0, 30).map(str), st.just("9" * 5000)),
+                   st.one_of(st.none(), st.integers(0, 30)))
+
+
+def test_memory_get_answers_any_from_and_lines_with_the_lines_or_a_clear_error(tmp_path: Path):
+    """``memory_get`` with any ``from``/``lines`` a model may send (JSON numbers, strings, floats,
+    objects, a citation ``path#Lm-Ln``): the lines R§10.2 names, or an error, never a Python one.
+
+    A citation of 4,301 digits or more ('MEMORY.md#L999…') failed "Exceeds the limit (4300 digits)
+    for integer string conversion: …; use sys.set_int_max_str_digits() to increase the limit", in
+    ``memdir get`` too; it is a line past the end (no text), as any other such line."""
+    import json
+
+    from memdir.tools import call_tool_payload
+
+    ws = _workspace(tmp_path)
+    lines = [f"line {i}" for i in range(1, 21)]
+    (ws / "MEMORY.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    every = [*lines, ""]
+    with Memory(ws, config=KEYWORDS) as mem:
+
+        @FUZZ
+        @given(st.one_of(st.just("MEMORY.md"), _CITED), _ARGUMENT, _ARGUMENT)
+        @example("MEMORY.md#L" + "9" * 5000, None, None)
+        @example("MEMORY.md#L3-L" + "9" * 5000, None, None)
+        def read(path: str, first: object, count: object) -> None:
+            args = {"path": path, **({"from": first} if first is not None else {}),
+                    **({"lines": count} if count is not None else {})}
+            finite = all(math.isfinite(v) for v in args.values() if isinstance(v, float))
+            out = call_tool_payload(mem, "memory_get", json.dumps(args) if finite else args)
+            assert not out.get("error"), (args, out)
+            assert out["path"] == "MEMORY.md"
+            if all(isinstance(v, int) and not isinstance(v, bool) for v in (first, count)) and "#" not in path:
+                start = max(1, first)  # type: ignore[call-overload]
+                want = every if not first and not count else every[start - 1 : start - 1 + max(1, count)]  # type: ignore[call-overload]
+                assert out["text"] == "\n".join(want), args
+
+        read()
