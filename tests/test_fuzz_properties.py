@@ -145,3 +145,53 @@ def test_memory_get_answers_any_from_and_lines_with_the_lines_or_a_clear_error(t
                 assert out["text"] == "\n".join(want), args
 
         read()
+
+
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _run(alphabet: str, size: int) -> st.SearchStrategy[str]:
+    return st.text(alphabet=alphabet, min_size=size, max_size=size + 12)
+
+
+#: One key of every format memdir masks, as its issuer writes them.
+SECRETS = st.one_of(
+    _run(_B64 + "_-", 20).map("sk-proj-".__add__), _run(_B64, 36).map("ghp_".__add__),
+    _run(_B64 + "_", 40).map("github_pat_".__add__), _run(_B64 + "-", 20).map("xoxb-".__add__),
+    st.text(alphabet=_B64 + "_-", min_size=35, max_size=35).map("AIza".__add__), _run(_B64, 20).map("gsk_".__add__),
+    st.text(alphabet=_B64[:26] + _B64[52:], min_size=16, max_size=16).map("AKIA".__add__),
+    _run(_B64 + "_-", 20).map("glpat-".__add__), _run(_B64, 34).map("hf_".__add__), _run(_B64, 36).map("npm_".__add__),
+    _run(_B64, 24).map("sk_live_".__add__), _run(_B64, 24).map("whsec_".__add__),
+    _run(_B64 + "-", 20).map("pplx-".__add__),
+    _run(_B64 + "_-", 30).map("ya29.".__add__),
+    st.tuples(_run(_B64, 10), _run(_B64, 10), _run(_B64, 10)).map(lambda p: f"eyJ{p[0]}.eyJ{p[1]}.{p[2]}"),
+    st.tuples(st.text(alphabet="0123456789", min_size=9, max_size=9),
+              st.text(alphabet=_B64 + "_-", min_size=35, max_size=35)).map(":".join),
+)
+#: What a key follows: a space, a quote, an assignment, a header, or a letter of a language written
+#: without spaces (Chinese, Japanese, Korean).
+_BEFORE = st.sampled_from(["", " ", "my key is ", "(", '"', "`", "token=", "OPENAI_API_KEY=", "Authorization: Bearer ",
+                           "\n", "[", "<", "--token ", "é ", "密钥是", "キーは", "키는", "ключ:", "「", "：", "→"])
+_AFTER = st.sampled_from(["", " ", ".", ",", ")", '"', "`", "\n", " and more", "]", ">", ";", "。", "」", "です",
+                          "입니다", "…", "/"])
+
+
+@FUZZ
+@given(st.text(max_size=12).filter(lambda s: not s or not (s[-1].isascii() and (s[-1].isalnum() or s[-1] == "_"))),
+       _BEFORE, SECRETS, _AFTER)
+@example("", "我的OpenAI密钥是", "sk-proj-abcdefghijklmnopqrstuvwx", "")
+@example("", "キーは", "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "です")
+@example("", "키는", "sk-abcdefghijklmnopqrstuvwx", "입니다")
+@example("", "密钥", "AKIAABCDEFGHIJKLMNOP", "です")
+@example("", "トークンは", "123456789:AAabcdefghijklmnopqrstuvwxyz0123456", "です")
+@example("", "é", "000000000:00000000000000000000000000000000000", "…")
+def test_no_key_of_a_supported_format_survives_masking(noise: str, before: str, secret: str, after: str):
+    """A key of any format memdir masks never survives :func:`memdir.redact.redact_text`, whatever
+    it is written between.  Keys were found at ``\\b``, for which a Chinese, Japanese or Korean
+    letter is a word character: written straight after one, as those languages are (我的密钥是sk-…,
+    キーはghp_…です), a key went unmasked into the index of transcripts and to a remote embedding
+    provider."""
+    from memdir.redact import redact_text
+
+    masked = redact_text(noise + before + secret + after)
+    assert secret not in masked, masked
