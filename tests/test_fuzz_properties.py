@@ -195,3 +195,116 @@ def test_no_key_of_a_supported_format_survives_masking(noise: str, before: str, 
 
     masked = redact_text(noise + before + secret + after)
     assert secret not in masked, masked
+
+
+#: Pieces of questions that mean something to FTS5, tsquery or memdir's own parsing.
+_QUERY_PIECES = st.sampled_from([
+    '"', "'", "(", ")", "NEAR", "NEAR(a b, 2)", "AND", "OR", "NOT", "*", "^", "path:", "text:", "stems:", "-", "+",
+    ":", "{", "}", "[", "]", "&", "|", "!", "<->", ":*", "\\", "%", "_", "😀", "讨论", "에러를", "שלום", "مرحبا",
+    "\u200f", "\x00", "\x01", "\u0301", "İ", "ς", "١٢٣", "½", "ｆｕｌｌ", "\ufeff", "0" * 30, "9" * 5000, "1,200",
+    "2.3.1", " ", "\n", "\t", "yesterday", "last week", "2026-01-12", "99999999 days ago", "Kafka", "𨋢", "OK㗎"])
+QUESTIONS = st.one_of(st.text(max_size=40), st.lists(_QUERY_PIECES, max_size=12).map(" ".join),
+                      st.lists(st.one_of(_QUERY_PIECES, st.text(max_size=5)), max_size=12).map("".join))
+
+
+def _answers_every_question(mem: Memory, examples: int) -> None:
+    @settings(FUZZ, max_examples=examples)
+    @given(QUESTIONS)
+    @example('text : "a" OR NEAR(')
+    @example("9" * 5000)
+    def answered(question: str) -> None:
+        mem.search(question)  # raises on a question it cannot answer: none may
+
+    answered()
+
+
+def test_any_question_is_answered_by_a_keyword_search(tmp_path: Path):
+    """No question a user can type (FTS5 syntax, quotes, column filters, control characters,
+    scripts of every kind) fails a keyword search, with either SQLite tokenizer.  Held when written."""
+    ws = _workspace(tmp_path)
+    (ws / "MEMORY.md").write_text("- Kafka deploy C++ node.js foo_bar e-mail QX-1773 讨论 에러 path:x NEAR AND\n")
+    for tokenizer in ("unicode61", "trigram"):
+        config = {"memorySearch": {"provider": "none", "store": {"fts": {"tokenizer": tokenizer}}}}
+        with Memory(ws, config=config, state_dir=tmp_path / tokenizer) as mem:
+            mem.sync()
+            _answers_every_question(mem, 100)
+
+
+def test_any_question_is_answered_and_any_word_found_on_postgres(tmp_path: Path, pg):
+    """The same on PostgreSQL (tsquery has syntax of its own: ``&``, ``|``, ``<->``, ``:*``), for a
+    smaller sample, and a note is found there by any word it holds.
+
+    A word of Hangul and an accented Latin letter ("À가") was searched there as the prefix "à가",
+    which the column, holding Latin letters without their accents ("a가"), never has: found on
+    SQLite, not on PostgreSQL."""
+    ws = _workspace(tmp_path)
+    numbers = itertools.count()
+    with Memory(ws, config=pg.config(KEYWORDS)) as mem:
+        mem.sync()
+        _answers_every_question(mem, 40)
+
+        @settings(FUZZ, max_examples=40)
+        @given(WORDS)
+        @example("ŝN𣾳ě")
+        @example("OK㗎")
+        @example("À가")
+        @example("Café카페")
+        def found(word: str) -> None:
+            note = ws / "memory" / f"w{next(numbers)}.md"
+            note.write_text(f"- Remember that {word} matters here.\n", encoding="utf-8")
+            try:
+                assert f"memory/{note.name}" in [hit.path for hit in mem.search(word, max_results=20).results], word
+            finally:
+                note.unlink()
+
+        found()
+
+
+#: Bytes of a note as an editor, a paste or a broken tool leaves them: every line end, headings,
+#: fences left open, front matter, lists, Setext underlines, long lines, NUL, bytes that are not
+#: UTF-8, a pasted image.
+_NOTE_PIECES = st.sampled_from([
+    "\n", "\r\n", "\r", "# H\n", "## Sub\n", "```\n", "~~~\n", "---\n", "title: x\n", "date: 2025-01-02\n", "- item\n",
+    "  - nested\n", "1. one\n", "Setext\n", "===\n", "\n\n", "   \n", "\x00", "word ", "x" * 50, "é", "讨论", "😀",
+    "a" * 300, "![i](data:image/png;base64," + "QUJD" * 100 + ")", "\t", "\u2028", "\x0b", "\x0c", "\x85", "<!--\n",
+    "-->\n", "> quote\n", "| a | b |\n"])
+NOTE_BYTES = st.lists(st.one_of(_NOTE_PIECES.map(str.encode), st.binary(max_size=12),
+                                st.text(max_size=20).map(lambda s: s.encode("utf-8", "surrogatepass"))),
+                      max_size=50).map(b"".join)
+
+
+def test_every_chunk_cites_lines_memory_get_reads_and_no_line_is_lost(tmp_path: Path):
+    """For any bytes in a daily log or MEMORY.md, indexed with small chunks: the note is never
+    written; every chunk's lines are within the file and ``memory_get`` of them reads the text the
+    chunk holds (a long line's pieces, a pasted image left out, are in those lines); every line
+    that is not blank is in some chunk.  Held when written."""
+    from memdir.reading import decode_note
+
+    ws = _workspace(tmp_path)
+    numbers = itertools.count()
+    config = {"memorySearch": {"provider": "none", "chunking": {"tokens": 16, "overlap": 4}}}
+    with Memory(ws, config=config) as mem:
+
+        @FUZZ
+        @given(NOTE_BYTES, st.booleans())
+        def cited(data: bytes, curated: bool) -> None:
+            rel = "MEMORY.md" if curated else f"memory/f{next(numbers)}.md"
+            (ws / rel).write_bytes(data)
+            mem.sync()
+            assert (ws / rel).read_bytes() == data
+            lines = decode_note(data).split("\n")
+            rows = mem.store.conn.execute(  # type: ignore[attr-defined]
+                "SELECT start_line, end_line, text FROM chunks WHERE path = ?", (rel,)).fetchall()
+            covered: set[int] = set()
+            for first, last, text in rows:
+                assert 1 <= first <= last <= len(lines), (first, last, len(lines))
+                cited_lines = lines[first - 1 : last]
+                assert mem.get(rel, from_line=first, lines=last - first + 1).text == "\n".join(cited_lines)
+                for piece in text.split("\n"):
+                    assert any(piece in line for line in cited_lines) or "data:" in "\n".join(cited_lines), piece
+                covered.update(range(first, last + 1))
+            assert all(n in covered for n, line in enumerate(lines, 1) if line.strip())
+            if not curated:
+                (ws / rel).unlink()
+
+        cited()
