@@ -308,3 +308,25 @@ def test_every_chunk_cites_lines_memory_get_reads_and_no_line_is_lost(tmp_path: 
                 (ws / rel).unlink()
 
         cited()
+
+
+_LINE_PIECES = st.sampled_from(["a", "bb", "word", "x" * 20, "y" * 70, "讨论讨论", "😀", " ", "  ", "\t", "é",
+                                "https://example.com/a/very/long/path/that/goes/on"])
+
+
+@FUZZ
+@given(st.lists(st.lists(_LINE_PIECES, max_size=40).map("".join), min_size=1, max_size=8).map("\n".join),
+       st.integers(8, 60), st.floats(0, 0.99), st.booleans())
+@example("y" * 70 + "😀\tbbhttps://example.com/a/very/long/path/that/goes/on😀é  " + "x" * 20 + "\t😀😀a讨论讨论aé",
+         29, 0.87, False)
+def test_a_chunk_never_breaks_a_line_the_note_does_not_break(content: str, tokens: int, share: float, curated: bool):
+    """A chunk's text has a line break only where the note has one, for any chunk size and overlap
+    (``overlap < tokens``, as the config clamps it).  With an overlap of half the chunk size or
+    more, a piece of a long line was carried into the next chunk beside the line's next piece, so
+    the snippet broke the line in two ("…/a/ve" and "ry/long/path…" on lines of their own) and the
+    chunk exceeded ``maxChars``."""
+    from memdir.chunking import chunk_markdown, chunk_sections
+
+    overlap = int(share * tokens)
+    for chunk in (chunk_sections if curated else chunk_markdown)(content, tokens, overlap):
+        assert chunk.text.count("\n") <= chunk.end_line - chunk.start_line, (tokens, overlap, chunk)
