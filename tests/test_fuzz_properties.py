@@ -88,6 +88,40 @@ def test_a_note_is_found_by_a_keyword_search_for_any_word_it_holds(tmp_path: Pat
         found_by_its_word()
 
 
+def test_a_note_is_found_by_any_word_of_three_letters_or_more_in_a_trigram_index(tmp_path: Path):
+    """The same with ``store.fts.tokenizer = "trigram"``, for words whose every part has three
+    characters or more (shorter ones cannot be matched by trigrams, and a search says so).
+
+    A word starting with the Turkish İ (İstanbul, İzmir) was found by no search at all there: the
+    trigram index keeps the letter as it is, the question is lowered to ``istanbul``, and the
+    stems column, where the question's stem is matched too, held "stanbul" (Python lowers İ to
+    an i and a combining dot, which split the word)."""
+    import re
+
+    ws = _workspace(tmp_path)
+    numbers = itertools.count()
+    config = {"memorySearch": {**KEYWORDS["memorySearch"], "store": {"fts": {"tokenizer": "trigram"}}}}
+    with Memory(ws, config=config) as mem:
+        mem.sync()
+
+        @FUZZ
+        @given(WORDS.filter(lambda w: all(len(part) >= 3 for part in re.split(r"[\W_]+", w) if part)))
+        @example("İstanbul")
+        @example("İzmir")
+        @example("GİRİŞ")
+        @example("résumé")
+        def found_by_its_word(word: str) -> None:
+            note = ws / "memory" / f"w{next(numbers)}.md"
+            note.write_text(f"- Remember that {word} matters here.\n", encoding="utf-8")
+            try:
+                paths = [hit.path for hit in mem.search(word, max_results=20).results]
+                assert f"memory/{note.name}" in paths, (word, paths)
+            finally:
+                note.unlink()
+
+        found_by_its_word()
+
+
 def test_a_question_mixing_han_with_other_letters_searches_for_both(tmp_path: Path):
     """"Python脚本" searched for 脚, 本 and 脚本 alone, so every note about any 脚本 ranked as the one
     about Python's; and 搭𨋢 (an extension B character) searched for 搭 alone."""

@@ -31,7 +31,8 @@ CHUNKER_VERSION = 18  # 9: a lone \r ends a line; 10: notes decoded by their byt
 # letters without accents and final sigma as σ, Russian ё as е; a name or heading in NFD dates as in NFC;
 # a long line of Korean in NFD is never cut inside a syllable; German ß as ss; 18: transcripts mask a key
 # written straight after a Chinese, Japanese or Korean letter (我的密钥是sk-…); a piece of a long line is
-# never carried into the chunk that goes on with that line (an overlap of half the chunk size or more)
+# never carried into the chunk that goes on with that line (an overlap of half the chunk size or more);
+# the stems column holds İstanbul as istanbul, not stanbul
 #: The index's layout: 4: SQLite stores 64-hex chunk ids as 32-byte blobs; 5: no empty embedding
 #: cache in a keyword-only SQLite index, meta and files WITHOUT ROWID (a page less each).
 INDEX_SCHEMA = 5
