@@ -364,3 +364,39 @@ def test_a_chunk_never_breaks_a_line_the_note_does_not_break(content: str, token
     overlap = int(share * tokens)
     for chunk in (chunk_sections if curated else chunk_markdown)(content, tokens, overlap):
         assert chunk.text.count("\n") <= chunk.end_line - chunk.start_line, (tokens, overlap, chunk)
+
+
+def test_memory_get_of_any_path_reads_memory_files_only_or_says_why_not(tmp_path: Path):
+    """``Memory.get`` of any path put together from ``..``, ``~``, links out of the workspace,
+    absolute paths, NUL, width forms and wildcards reads a memory file or raises memdir's own
+    error naming the problem: never text from outside the memory files.
+
+    A path starting with ``~`` and holding a NUL ("~x\\0", a model's JSON "\\u0000") failed
+    ``memory_get`` with Python's bare "embedded null byte" (a ValueError from the API)."""
+    from memdir.errors import MemdirError
+
+    ws = _workspace(tmp_path)
+    (tmp_path / "secret.md").write_text("TOPSECRET\n")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "x.md").write_text("TOPSECRET\n")
+    (ws / "memory" / "link.md").symlink_to(tmp_path / "secret.md")
+    (ws / "memory" / "dirlink").symlink_to(tmp_path / "outside")
+    (ws / "notes.md").write_text("TOPSECRET not a memory file\n")
+    parts = st.sampled_from(["..", ".", "memory", "MEMORY.md", "secret.md", "link.md", "dirlink", "x.md", "outside",
+                             "notes.md", "", "~", "%2e%2e", "\\", "ＭＥＭＯＲＹ.md", "\x00", str(tmp_path), str(ws),
+                             "/", "#L1", "*"])
+    with Memory(ws, config=KEYWORDS) as mem:
+
+        @FUZZ
+        @given(st.lists(parts, min_size=1, max_size=6).map("/".join)
+               | st.lists(parts, min_size=1, max_size=4).map("".join))
+        @example("~x\x00")
+        @example("~\x00/MEMORY.md")
+        def read(path: str) -> None:
+            try:
+                got = mem.get(path)
+            except MemdirError:
+                return
+            assert "TOPSECRET" not in got.text, (path, got.path)
+
+        read()
