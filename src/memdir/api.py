@@ -683,6 +683,8 @@ class Memory(IndexUpkeep):
         """An absolute ``path`` spelled through the workspace as it was given (a symlink to it;
         macOS's ``/tmp``) as the same path under the resolved workspace, the root reads are
         checked against: ``get("/link/MEMORY.md")`` was "path not allowed" for ``Memory("/link")``."""
+        if "\0" in path:  # refused by the reader, naming it ("~x\0" made expanduser fail "embedded null byte")
+            return path
         given = os.path.normpath(os.path.expanduser(self.settings.workspace))
         wanted = os.path.normpath(os.path.expanduser(path.strip()))
         resolved = str(self.workspace)

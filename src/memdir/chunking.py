@@ -90,9 +90,12 @@ def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[C
         text = "\n".join([seg for seg, _, _ in buffer])
         chunks.append(Chunk(buffer[0][1], buffer[-1][1], text, sha256_text(text)))
 
-    def carry(next_cost: int) -> None:
+    def carry(next_cost: int, next_line: int) -> None:
         nonlocal buffer, size
-        if overlap_chars <= 0:
+        if overlap_chars <= 0 or buffer[-1][1] == next_line:
+            # nor a piece of the line the next chunk goes on with: the two pieces, put together
+            # with a line break between them, made a snippet the note does not have (a long line
+            # of URLs with overlap = tokens / 2: "…/a/ve\nry/long/path…"), over maxChars
             buffer, size = [], 0
             return
         kept: list[tuple[str, int, int]] = []
@@ -116,7 +119,7 @@ def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[C
             cost = (len(seg) if plain else weighted_len(seg)) + 1
             if buffer and size + cost > max_chars:
                 flush()
-                carry(cost)
+                carry(cost, line_no)
             buffer.append((seg, line_no, cost))
             size += cost
     if buffer:

@@ -15,8 +15,14 @@ from memdir.stopwords import KO as KO_STOP
 from memdir.textutil import LazyPattern, fts_text, has_han_or_kana, has_hangul, split_words, word_form, word_runs
 
 _KANA: Any = LazyPattern("[\u3040-\u30ff]")
-_HAN: Any = LazyPattern("[\u4e00-\u9fff]")
-_JA_RUNS: Any = LazyPattern("[a-z0-9_]+|[\u30a0-\u30ffー]+|[\u4e00-\u9fff]+|[\u3040-\u309f]{2,}")
+#: Han characters as the index spaces them apart (:func:`memdir.textutil.fts_text`): the unified
+#: block and its extensions A, B and later (Cantonese 㗎 and 𨋢, rare names) and the compatibility
+#: ideographs.  Only the unified block was read as Han, so a question's extension characters were
+#: dropped (搭𨋢 searched for 搭) or, beside a letter, spelt a phrase the index never holds.
+_HAN_CHARS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
+_HAN: Any = LazyPattern(f"[{_HAN_CHARS}]")
+_JA_RUNS: Any = LazyPattern(
+    f"[^\\W\u3040-\u30ff{_HAN_CHARS}]+|[\u30a0-\u30ffー]+|[{_HAN_CHARS}]+|[\u3040-\u309f]{{2,}}")
 _ASCII_WORD = re.compile(r"^[a-z0-9_]+$")
 _KO_PARTICLES = sorted(
     [
@@ -109,6 +115,8 @@ def extract_keywords(query: str) -> list[str]:
             han = "".join(_HAN.findall(segment))
             tokens.extend(han)
             tokens.extend(_bigrams(han))
+            # its other words too: "Python脚本" searched for 脚, 本 and 脚本 alone, "OK㗎" for 㗎
+            tokens.extend(run for run in _HAN.split(segment) if run)
         elif has_hangul(segment):
             tokens.extend(_korean_tokens(segment))
         else:
@@ -133,7 +141,9 @@ def fts_term(token: str) -> str:
     """
     clean = token.replace('"', "")
     if has_han_or_kana(clean):
-        return '"' + " ".join(ch for ch in clean if not ch.isspace()) + '"'
+        # spelt as the index spaces it (each Han or Kana character a token, other letters words):
+        # every character apart, "ŝn 𣾳 ě" was "ŝ n 𣾳 ě", a phrase no note holds
+        return '"' + " ".join(fts_text(clean).split()) + '"'
     if has_hangul(clean):
         return f'"{clean}"*'
     return f'"{clean}"'

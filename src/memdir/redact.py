@@ -37,14 +37,17 @@ _PATTERNS: list[re.Pattern[str]] = [
     re.compile(r"--(?:api[_-]?key|token|secret|password)[= ]\s*[\"']?([^\s\"']+)", re.IGNORECASE),
     # Authorization headers (also quoted, as JSON holds them) and bare bearer tokens.
     re.compile(r"Authorization[\"']?\s*:\s*[\"']?(?:Bearer|Basic|Token)\s+([A-Za-z0-9._~+/=-]+)", re.IGNORECASE),
-    re.compile(r"\bBearer\s+([A-Za-z0-9._~+/=-]{18,})"),
-    # Well-known key prefixes.
+    re.compile(r"(?<![A-Za-z0-9_])Bearer\s+([A-Za-z0-9._~+/=-]{18,})"),
+    # Well-known key prefixes.  Where a key starts and ends is said in ASCII (not ``\b``, for
+    # which a Chinese, Japanese or Korean letter is a word character): a key written straight
+    # after one, as those languages are written without spaces (我的密钥是sk-…, キーはghp_…), was
+    # no key at all and went unmasked into the index and to a remote embedding provider.
     re.compile(
-        r"\b((?:sk-|sk_|ghp_|gho_|ghu_|ghs_|github_pat_|xox[abposr]-|xapp-|gsk_|AIza|pplx-|npm_)"
+        r"(?<![A-Za-z0-9_])((?:sk-|sk_|ghp_|gho_|ghu_|ghs_|github_pat_|xox[abposr]-|xapp-|gsk_|AIza|pplx-|npm_)"
         r"[A-Za-z0-9_\-]{6,})"
     ),
     # Telegram bot tokens: 123456789:AA...
-    re.compile(r"\b(\d{8,10}:[A-Za-z0-9_-]{35})\b"),
+    re.compile(r"(?<![A-Za-z0-9_])(\d{8,10}:[A-Za-z0-9_-]{35})(?![A-Za-z0-9_])"),
     # Beyond R§8, formats people paste into chats every day.  Each starts where no word character
     # precedes it and its runs are bounded, so text that almost matches costs linear time.
     # Lower- or mixed-case assignments: password=..., api_key = ..., aws_secret_access_key=...
@@ -66,7 +69,7 @@ _PATTERNS: list[re.Pattern[str]] = [
     # curl -u user:password
     re.compile(r"(?<!\S)(?:-u|--user)\s+[^\s:\"']{1,256}:([^\s\"']+)"),
     # AWS access key ids, JSON Web Tokens, GitLab and Hugging Face tokens
-    re.compile(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b"),
+    re.compile(r"(?<![A-Za-z0-9_])((?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9_])"),
     re.compile(r"(?<![A-Za-z0-9_.-])(eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"),
     re.compile(r"(?<![A-Za-z0-9_-])(glpat-[A-Za-z0-9_-]{20,}|hf_[A-Za-z0-9]{30,})"),
     # Stripe restricted keys and webhook secrets, SendGrid keys, Google OAuth access tokens

@@ -157,6 +157,8 @@ def _token_stems(language: str) -> _TokenStems:
 def text_stems(text: str) -> str:
     """The stems of a text's Latin words in the text's language, space-separated (the index column)."""
     low = text.lower()
+    if "\u0307" in low:  # Python lowers the Turkish İ to i and a combining dot, which split the word:
+        low = low.replace("i\u0307", "i")  # İstanbul's stem was "stanbul" (as memdir.query.lower does)
     stems = _token_stems(_language_of(low))
     return " ".join(filter(None, map(stems.__getitem__, low.split())))
 

@@ -1041,6 +1041,13 @@ def _cited_name(path: str) -> tuple[str, str, str | None] | None:
     return (name, lines[1], lines[2]) if 0 < at <= head_end else None
 
 
+def _cited_line(digits: str) -> int:
+    """A citation's line number; one of more digits than any file has lines is a line past its end
+    (``int`` of 4,301 digits or more raised "Exceeds the limit (4300 digits) for integer string
+    conversion; use sys.set_int_max_str_digits()", advice for a Python programmer)."""
+    return int(digits) if len(digits) <= 18 else 10**18
+
+
 def cited_range(path: str, from_line: int | None, lines: int | None) -> tuple[str, int | None, int | None]:
     """A citation ``memory_search`` gave (``memory/x.md#L5-L7``) as its path and lines, which
     ``from``/``lines`` given too override: an agent handing one back to ``memory_get`` was told
@@ -1048,7 +1055,7 @@ def cited_range(path: str, from_line: int | None, lines: int | None) -> tuple[st
     m = _cited_name(path.strip()) if "#L" in path else None
     if m is None:
         return path, from_line, lines
-    first, last = int(m[1]), int(m[2] or m[1])
+    first, last = _cited_line(m[1]), _cited_line(m[2] or m[1])
     if from_line is None and lines is None:
         return m[0], first, max(1, last - first + 1)
     return m[0], from_line, lines

@@ -109,8 +109,10 @@ def phrases(terms: Sequence[str], ts_config: str, pg_text: Any) -> list[Phrase]:
     out: list[Phrase] = []
     clean = list(dict.fromkeys(t.replace('"', "").strip().lower() for t in terms if t and t.strip()))
     for term in clean:
-        if has_hangul(term) and not has_han_or_kana(term) and " " not in term:
-            out.append(Phrase("tsv", "to_tsquery('simple', quote_literal(%s) || ':*')", (term,)))
+        spelt = pg_text(term).strip()  # as the column holds it: "à가" (a Latin letter with its accent)
+        # never matched the prefix of "a가", found by the same search on SQLite
+        if has_hangul(term) and not has_han_or_kana(term) and spelt and " " not in spelt:
+            out.append(Phrase("tsv", "to_tsquery('simple', quote_literal(%s) || ':*')", (spelt,)))
         else:
             out.append(Phrase("tsv", "phraseto_tsquery('simple', %s)", (pg_text(term),), "to_tsvector('simple', %s)"))
     if memdir_stems(ts_config):
