@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -480,10 +481,13 @@ def test_a_workspace_moved_under_the_same_agent_id_is_told_how_to_take_its_index
                                                                                        state_dir, tmp_path: Path):
     # Before: only "give this workspace its own agent id": a renamed workspace had no way forward
     # (`index --force` is refused as well).
+    # (moved to another disk: a copy, then the folder removed; a folder renamed is the same folder,
+    # and keeps its index)
     ws = make_workspace(FILES, name="notes")
     env = {"MEMDIR_PROVIDER": "none"}
     assert run_cli("-w", str(ws), "--agent", "main", "index", env=env).returncode == 0
-    moved = ws.rename(tmp_path / "notes-2026")
+    moved = Path(shutil.copytree(ws, tmp_path / "notes-2026"))
+    shutil.rmtree(ws)
     refused = run_cli("-w", str(moved), "--agent", "main", "index", env=env)
     index = state_dir / "memory" / "main.sqlite"
     assert refused.returncode == 1

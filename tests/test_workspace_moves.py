@@ -190,6 +190,46 @@ def test_one_workspace_reached_by_two_paths_shares_its_agents_index(make_workspa
     assert [r["path"] for r in json.loads(out.stdout)["results"]] == ["MEMORY.md"]
 
 
+def test_a_workspace_renamed_under_its_agent_id_keeps_its_index(make_workspace, run_cli, tmp_path: Path):
+    """A folder renamed is the same folder (its identity is recorded with the index): it keeps the
+    agent's index, nothing rebuilt, where it was refused as another workspace's."""
+    ws = make_workspace({"MEMORY.md": "We chose RabbitMQ for billing.\n"}, name="notes")
+    env = {"MEMDIR_PROVIDER": "none"}
+    assert run_cli("-w", str(ws), "--agent", "ops", "index", env=env).returncode == 0
+    moved = ws.rename(tmp_path / "notes-2026")
+    out = run_cli("-w", str(moved), "--agent", "ops", "index", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["indexed"] == 0
+
+
+@pytest.mark.skipif(not _bind_mount_runs(), reason="needs root and unshare to bind-mount")
+def test_a_shared_workspace_mounted_elsewhere_in_another_container_keeps_its_agents_index(tmp_path: Path,
+                                                                                          state_dir: Path):
+    """One volume, two containers: the workspace is /workspace in the first and /home/u/ws in the
+    second, where /workspace does not exist; the second was refused ("belongs to workspace …, and
+    … no longer exists: … delete …/ops.sqlite"), advising to delete the index the first one used."""
+    ws = tmp_path / "first" / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("We chose RabbitMQ for billing.\n")
+    other = tmp_path / "second" / "ws"
+    other.mkdir(parents=True)
+    memdir = f"{sys.executable} -m memdir --agent ops --state-dir {state_dir}"
+    first = subprocess.run([*memdir.split(), "-w", str(ws), "index"], capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    # the second container: the volume at another path, the first one's path not there at all
+    script = (f"mount --bind {ws} {other} && mount -t tmpfs none {ws.parent} && test ! -e {ws} && "
+              f"echo 'Kafka carries the events.' > {other}/memory/2026-03-01.md && "
+              f"{memdir} -w {other} search rabbitmq --mode keyword --json")
+    second = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert [r["path"] for r in json.loads(second.stdout)["results"]] == ["MEMORY.md"]
+    # and the first container goes on with the index the second one synced
+    back = subprocess.run([*memdir.split(), "-w", str(ws), "search", "kafka", "--mode", "keyword", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert back.returncode == 0, back.stderr
+    assert [r["path"] for r in json.loads(back.stdout)["results"]] == ["memory/2026-03-01.md"]
+
+
 def test_a_workspace_named_in_another_unicode_form_is_pointed_at(tmp_path: Path, run_cli):
     """A folder copied from macOS keeps its decomposed (NFD) name; the path typed is composed (NFC),
     and "workspace …/café does not exist" looked wrong beside ``ls`` showing café."""

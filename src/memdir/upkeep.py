@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from memdir.errors import IndexDamaged, IndexOwnershipError, owned_by_other, ownership_message
 from memdir.lock import LockTimeout, resume_advice
-from memdir.stores.base import OWNER_STATE, SKIPPED_STATE
+from memdir.stores.base import OWNER_FOLDER_STATE, OWNER_STATE, SKIPPED_STATE
 
 if TYPE_CHECKING:
     from memdir.config import Settings
@@ -282,7 +282,7 @@ class IndexUpkeep:
             owner = self.store.get_state(OWNER_STATE) or (self.store.read_meta() or {}).get("workspace")
             if owner is None:
                 time.sleep(0.02)
-        if owned_by_other(owner, str(self.workspace)):
+        if owned_by_other(owner, str(self.workspace), lambda: self.store.get_state(OWNER_FOLDER_STATE)):
             raise IndexOwnershipError(ownership_message(self.store.location, owner, str(self.workspace)))
         holder = lock.holder() or {}
         progress = read_progress(self.index_path) or {}
