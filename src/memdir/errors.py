@@ -33,29 +33,19 @@ class StdoutFailed(OSError):
     ``> /dev/full``, an I/O error): the command's work was done, only its output was lost."""
 
 
-_boot_id: str | None = None
-
-
 def folder_identity(path: str) -> str | None:
     """``<boot id>:<device>:<inode>`` of folder ``path`` (``None`` if it cannot be read): the same
     folder by whatever path it is reached on this machine, a bind mount or another container's mount
     of a shared volume included, where that folder's path in the other container may not exist here
     at all.  The kernel's boot id keeps two machines' folders apart (each fresh volume's root has
     the same inode), and a reboot makes the identity stale, never wrongly equal."""
-    global _boot_id
-    if _boot_id is None:
-        try:
-            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-                _boot_id = fh.read().strip()
-        except OSError:  # (no /proc: macOS)
-            import socket
+    from memdir.lock import boot_id
 
-            _boot_id = socket.gethostname()
     try:
         st = os.stat(path)
     except (OSError, ValueError):
         return None
-    return f"{_boot_id}:{st.st_dev}:{st.st_ino}"
+    return f"{boot_id()}:{st.st_dev}:{st.st_ino}"
 
 
 def owned_by_other(owner: str | None, workspace: str, owner_folder: Callable[[], object] | None = None) -> bool:

@@ -45,7 +45,7 @@ from memdir.index_identity import (
     version_reason,
 )
 from memdir.indexing_switches import INDEXING
-from memdir.lock import LockTimeout, WriterLockLost, resume_advice, wait_for_writer, writer_words
+from memdir.lock import LockTimeout, WriterLockLost, is_this_process, resume_advice, wait_for_writer, writer_words
 from memdir.progress import ProgressFile
 from memdir.reading import read_note
 from memdir.stores.base import OWNER_FOLDER_STATE, OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
@@ -552,7 +552,7 @@ class Indexer:
                 if self.lock.acquire(0):
                     return None
                 continue
-            if holder.get("pid") == os.getpid():
+            if is_this_process(holder):
                 return False
             if "pid" in holder or look == 2:
                 return holder

@@ -195,10 +195,10 @@ class IndexUpkeep:
     def _busy_note(self, budget: float, changed: int) -> str:
         """Why a search answered from the index as it was: another sync held the writer lock for
         longer than the search may wait ("stale": true said nothing of it)."""
-        from memdir.lock import writer_words
+        from memdir.lock import is_this_process, writer_words
 
         holder = self.indexer.lock.holder()
-        who = ("a sync of this process (its watcher, or another thread)" if (holder or {}).get("pid") == os.getpid()
+        who = ("a sync of this process (its watcher, or another thread)" if is_this_process(holder)
                else writer_words(holder))
         return (f"{changed} changed file(s) not indexed: {who} was writing the index for longer than a search waits "
                 f"(sync.searchBudgetMs = {budget * 1000:g} ms); results come from the index as it was")
