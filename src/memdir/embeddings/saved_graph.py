@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from memdir.atomic_write import process_alive
+from memdir.atomic_write import writer_gone
 from memdir.embeddings.int8 import cache_dir
 
 #: Bumped when the layout, the save options or the probe change: older folders are ignored.
@@ -190,7 +190,7 @@ def remove_leftovers(folder: Path) -> None:
         if not (entry.name.startswith(".minilm-") and entry.name.endswith((".tmp", ".old"))):
             continue
         try:
-            if not _writer_gone(entry.name) and entry.stat(follow_symlinks=False).st_mtime >= cutoff:
+            if not _writer_gone(entry.name, entry.path) and entry.stat(follow_symlinks=False).st_mtime >= cutoff:
                 continue
             if entry.is_dir(follow_symlinks=False):
                 shutil.rmtree(entry.path, ignore_errors=True)
@@ -200,12 +200,13 @@ def remove_leftovers(folder: Path) -> None:
             pass  # another process removed it first
 
 
-def _writer_gone(name: str) -> bool:
-    """True when ``name`` (``.<name>.<pid>.<random>.<ext>``) names a process that no longer runs."""
+def _writer_gone(name: str, path: str) -> bool:
+    """True when ``name`` (``.<name>.<pid>.<random>.<ext>``, at ``path``) names a process that no
+    longer runs, and none holds the file (a container's sharing the cache: :func:`writer_gone`)."""
     parts = name.rsplit(".", 3)
     if len(parts) < 4 or not parts[1].isdigit() or sys.platform == "win32":  # (signal 0 is Ctrl-C there)
         return False
-    return not process_alive(int(parts[1]))
+    return writer_gone(int(parts[1]), path)
 
 
 def touch(model_file: Path) -> None:
