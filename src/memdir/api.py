@@ -877,10 +877,11 @@ class Memory(IndexUpkeep):
         if store:
             holder = self.indexer.lock.holder()
             if holder:
+                from memdir.lock import stamped_pid
                 from memdir.progress import read_progress
 
                 progress = read_progress(self.index_path) or {}
-                if progress.get("pid") == holder.get("pid"):
+                if progress.get("pid") == stamped_pid(holder):
                     keys = ("phase", "done", "total", "chunksDone", "chunksPlanned")
                     holder = {**holder, **{k: progress.get(k) for k in keys if k in progress}}
             out["writer"] = holder

@@ -139,6 +139,12 @@ def is_this_process(holder: dict[str, Any] | None) -> bool:
     return bool(holder) and holder.get("pid") == os.getpid() and pid_here(holder)  # type: ignore[union-attr]
 
 
+def stamped_pid(holder: dict[str, Any]) -> object:
+    """The pid ``holder`` wrote for itself (what its progress file names), where :meth:`FileWriterLock.holder`
+    gave the pid this namespace knows it by."""
+    return holder.get("stampedPid", holder.get("pid"))
+
+
 def pid_words(holder: dict[str, Any]) -> str:
     """``pid 123``, ``pid 123 on host h`` or ``pid 1 in another container or pid namespace``."""
     pid, host = holder.get("pid"), holder.get("host")
@@ -484,8 +490,9 @@ class FileWriterLock:
                     return {}
                 if not pid_here(who) and (seen := flock_holder(fd)):
                     # a container's writer seen from its host (or a parent pid namespace): the
-                    # kernel names it by this namespace's pid, which `ps` and `kill` here know
-                    who.update(pid=seen, pids=pid_space())
+                    # kernel names it by this namespace's pid, which `ps` and `kill` here know (the
+                    # pid it wrote, "stampedPid", is the one its progress file names)
+                    who.update(pid=seen, pids=pid_space(), stampedPid=who.get("pid"))
                 if pid_here(who) and is_stopped(who.get("pid")):  # (not a stopped process of this
                     who["stopped"] = True  # container that has the number of another's writer)
                 return who

@@ -239,6 +239,7 @@ class IndexUpkeep:
 
     def _first_index(self) -> tuple[bool, list[str], Store | None]:
         """No index yet: build it (waiting ``first_index_wait``), or report a build in progress."""
+        from memdir.lock import stamped_pid
         from memdir.progress import describe_progress, read_progress
 
         lock = self.indexer.lock
@@ -286,8 +287,9 @@ class IndexUpkeep:
             raise IndexOwnershipError(ownership_message(self.store.location, owner, str(self.workspace)))
         holder = lock.holder() or {}
         progress = read_progress(self.index_path) or {}
-        if progress.get("pid") != holder.get("pid") or progress.get("workspace") != str(self.workspace):
-            progress = {"pid": holder.get("pid")}
+        if progress.get("pid") != stamped_pid(holder) or progress.get("workspace") != str(self.workspace):
+            progress = {}
+        progress = {**progress, "pid": holder.get("pid")}  # (the pid this namespace knows the writer by)
         partial = None
         if progress.get("temp"):
             try:
