@@ -90,13 +90,13 @@ def test_status_names_the_transcripts_a_renamed_workspace_left_under_its_old_key
 
     st = json.loads(run_cli("status", "--json", "-w", str(renamed), check=True).stdout)
     new = state_dir.resolve() / "agents" / workspace_index_name(renamed)
-    (note,) = [i for i in st["issues"] if "no longer exists" in i]
-    assert f"workspace {ws}" in note and f"mv {old} {new}" in note
+    (note,) = [i for i in st["issues"] if "mv " in i]
+    assert f"this folder, kept under the key of its path {ws}" in note and f"mv {old} {new}" in note
     assert f"mv {old} {new}" in run_cli("status", "-w", str(renamed), check=True).stdout
 
     os.rename(old, new)  # as the note says: the transcripts are this workspace's again
     st = json.loads(run_cli("status", "--json", "-w", str(renamed), check=True).stdout)
-    assert not [i for i in st["issues"] if "no longer exists" in i]
+    assert not [i for i in st["issues"] if "mv " in i]
     assert list(Path(st["sessionsDir"]).glob("*.jsonl"))
 
 
@@ -228,6 +228,31 @@ def test_a_shared_workspace_mounted_elsewhere_in_another_container_keeps_its_age
                           capture_output=True, text=True, timeout=120)
     assert back.returncode == 0, back.stderr
     assert [r["path"] for r in json.loads(back.stdout)["results"]] == ["memory/2026-03-01.md"]
+
+
+@pytest.mark.skipif(not _bind_mount_runs(), reason="needs root and unshare to bind-mount")
+def test_status_in_a_container_mounting_the_workspace_elsewhere_does_not_call_it_gone(tmp_path: Path,
+                                                                                      state_dir: Path):
+    """Without an agent id, a second container (the shared workspace at /home/u/ws, its
+    /workspace not there) was told the first one's transcripts belonged to 'workspace /workspace,
+    which no longer exists', with only the mv that takes them from the container still using them."""
+    from memdir.config import workspace_index_name
+
+    ws = tmp_path / "first" / "ws"
+    ws.mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("We chose RabbitMQ for billing.\n")
+    other = tmp_path / "second" / "ws"
+    other.mkdir(parents=True)
+    memdir = [sys.executable, "-m", "memdir", "--state-dir", str(state_dir)]
+    assert subprocess.run([*memdir, "-w", str(ws), "index"], capture_output=True, timeout=120).returncode == 0
+    (state_dir / "agents" / workspace_index_name(ws) / "sessions").mkdir(parents=True)  # its transcripts
+    script = (f"mount --bind {ws} {other} && mount -t tmpfs none {ws.parent} && "
+              f"{' '.join(memdir)} -w {other} status --json")
+    out = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    (note,) = [i for i in json.loads(out.stdout)["issues"] if "mv " in i]
+    assert "no longer exists" not in note
+    assert f"if it is also used at {ws} (a container or mount that sees it there), give both the same agent id" in note
 
 
 def test_a_workspace_named_in_another_unicode_form_is_pointed_at(tmp_path: Path, run_cli):
