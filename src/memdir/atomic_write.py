@@ -84,10 +84,19 @@ def hold_temp(fd: int, name: str, dir_fd: int | None = None) -> bool:
     workspace or state folder on a shared volume) has pids of its own: it took the writer for dead
     and removed the file under it, and the write failed ("cannot write memory/x.md: No such file
     or directory; nothing was kept": 613 of 900 notes, three containers writing at once)."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # (at once: a sweep only tests the lock for an instant)
-    except OSError:  # a file system without locks: the pid alone tells, as before
-        return True
+    import time
+
+    deadline = time.monotonic() + 1.0
+    while True:  # (at once but for a sweep testing the lock that instant; never a wait without end)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                break  # (someone else keeps it locked: the name check below still tells if it is ours)
+            time.sleep(0.001)
+        except OSError:  # a file system without locks: the pid alone tells, as before
+            return True
     try:
         named = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
