@@ -255,6 +255,45 @@ def test_status_in_a_container_mounting_the_workspace_elsewhere_does_not_call_it
     assert f"if it is also used at {ws} (a container or mount that sees it there), give both the same agent id" in note
 
 
+@pytest.mark.skipif(not _bind_mount_runs(), reason="needs root and unshare to bind-mount")
+def test_extra_paths_in_a_workspace_seen_at_two_paths_do_not_rebuild_the_agents_index(make_workspace, tmp_path: Path,
+                                                                                       state_dir: Path):
+    """extraPaths = ["."] (what memdir advises for a folder of ordinary notes) named two folders
+    for one workspace seen at two paths, and each path's sync rebuilt the whole shared index
+    ("full reindex (extraPaths changed)"), the other's next one again."""
+    ws = make_workspace({"ideas.md": "We chose RabbitMQ for billing.\n",
+                         "memdir.toml": '[memorySearch]\nextraPaths = ["."]\nprovider = "none"\n'})
+    other = tmp_path / "mounted"
+    other.mkdir()
+    memdir = f"{sys.executable} -m memdir --agent ops --state-dir {state_dir}"
+    script = (f"mount --bind {ws} {other} && {memdir} -w {ws} index --json && echo === && "
+              f"{memdir} -w {other} index --json && echo === && {memdir} -w {ws} index --json")
+    out = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    runs = [json.loads(part) for part in out.stdout.split("===")]
+    assert [r["full"] for r in runs] == [True, False, False], runs
+
+
+def test_an_index_whose_extra_paths_were_hashed_as_full_paths_is_not_rebuilt(make_workspace, state_dir: Path,
+                                                                              run_cli):
+    """An index an earlier memdir built (the extra paths hashed by their full paths) is no
+    reason for a rebuild now that paths within the workspace are hashed as such."""
+    import hashlib
+    import sqlite3
+
+    ws = make_workspace({"ideas.md": "We chose RabbitMQ for billing.\n",
+                         "memdir.toml": '[memorySearch]\nextraPaths = [".", "/nonexistent/team"]\nprovider = "none"\n'})
+    assert run_cli("-w", str(ws), "index", check=True)
+    index = Path(json.loads(run_cli("-w", str(ws), "status", "--json", check=True).stdout)["indexPath"])
+    with sqlite3.connect(index) as db:
+        (raw,) = db.execute("SELECT value FROM meta WHERE key = 'memory_index_meta_v1'").fetchone()
+        meta = json.loads(raw)
+        meta["scopeHash"] = hashlib.sha256("\n".join(sorted([str(ws), "/nonexistent/team"])).encode()).hexdigest()
+        db.execute("UPDATE meta SET value = ? WHERE key = 'memory_index_meta_v1'", (json.dumps(meta),))
+    out = json.loads(run_cli("-w", str(ws), "index", "--json", check=True).stdout)
+    assert out["full"] is False and out["reason"] == "cli"
+
+
 def test_a_workspace_named_in_another_unicode_form_is_pointed_at(tmp_path: Path, run_cli):
     """A folder copied from macOS keeps its decomposed (NFD) name; the path typed is composed (NFC),
     and "workspace …/café does not exist" looked wrong beside ``ls`` showing café."""

@@ -40,6 +40,7 @@ from memdir.errors import (
 from memdir.index_identity import (
     SETTINGS_KEYS,
     changed_reason,
+    differs,
     settings_identity,
     settings_rebuild_reason,
     version_reason,
@@ -456,7 +457,7 @@ class Indexer:
         if self.provider is None and self.transient_missing and meta.get("provider") not in (None, "none"):
             ident = {**ident, **{k: meta.get(k) for k in ("provider", "model", "providerKey", "vectorDims")}}
         for key in ("schema", "chunker", "provider", "model", "providerKey", *SETTINGS_KEYS[2:]):
-            if meta.get(key) != ident.get(key):
+            if differs(key, meta, ident, self.settings):
                 return changed_reason(key, meta, ident)
         if ident.get("vectorDims") and meta.get("vectorDims") and ident["vectorDims"] != meta["vectorDims"]:
             return f"vector dims changed ({meta['vectorDims']} → {ident['vectorDims']})"
