@@ -857,3 +857,24 @@ def test_a_stopped_process_of_this_container_is_not_taken_for_another_containers
         assert FileWriterLock(index).holder()["pid"] not in (1, 2)
     finally:
         holder.communicate("", timeout=30)
+
+
+@pytest.mark.skipif(not _pid_namespaces_run(), reason="needs root and unshare to make pid namespaces")
+def test_a_first_build_in_another_container_is_not_named_by_this_searchs_own_pid(make_workspace, keyword_config,
+                                                                                   state_dir):
+    """A search in a container (memdir its pid 1) while another container built the first index:
+    'the index is being built (pid 1, listing files)', pid 1 being the search itself there."""
+    ws = make_workspace(FILES)
+    (ws / "memdir.json").write_text(json.dumps(keyword_config))
+    with Memory(ws, state_dir=state_dir) as mem:
+        index = mem.index_path  # (nothing built)
+    holder = _holder_in_own_pid_namespace(index, "exec {}")
+    try:
+        search = subprocess.run(["unshare", "-pf", "--mount-proc", sys.executable, "-m", "memdir", "-w", str(ws),
+                                 "search", "ramen", "--json"], capture_output=True, text=True, timeout=60,
+                                env=cli_env(state_dir))
+    finally:
+        holder.communicate("", timeout=30)
+    assert search.returncode == 0, search.stderr
+    assert ("the index is being built (pid 1 in another container or pid namespace, listing files)"
+            in " ".join(json.loads(search.stdout)["warnings"]))

@@ -239,7 +239,7 @@ class IndexUpkeep:
 
     def _first_index(self) -> tuple[bool, list[str], Store | None]:
         """No index yet: build it (waiting ``first_index_wait``), or report a build in progress."""
-        from memdir.lock import stamped_pid
+        from memdir.lock import pid_words, stamped_pid
         from memdir.progress import describe_progress, read_progress
 
         lock = self.indexer.lock
@@ -300,7 +300,9 @@ class IndexUpkeep:
                                       vector_enabled=self.settings.memory_search.store.vector.enabled)
             except Exception:
                 partial = None
-        note = (f"the index is being built ({describe_progress(progress)}); "
+        # (pid 1 of another container sharing the state folder is not this search's own pid 1)
+        who = pid_words(holder) if holder.get("pid") not in (None, "") else None
+        note = (f"the index is being built ({describe_progress(progress, who)}); "
                 + ("results so far are partial" if partial else "results will appear when it is done"))
         if holder.get("stopped"):  # (and never will, until it is resumed)
             note += f"; but pid {holder['pid']} is stopped (Ctrl-Z or SIGSTOP): {resume_advice(holder['pid'])}"
