@@ -204,7 +204,7 @@ def test_a_workspace_renamed_under_its_agent_id_keeps_its_index(make_workspace, 
 
 @pytest.mark.skipif(not _bind_mount_runs(), reason="needs root and unshare to bind-mount")
 def test_a_shared_workspace_mounted_elsewhere_in_another_container_keeps_its_agents_index(tmp_path: Path,
-                                                                                          state_dir: Path):
+                                                                                          state_dir: Path, backend):
     """One volume, two containers: the workspace is /workspace in the first and /home/u/ws in the
     second, where /workspace does not exist; the second was refused ("belongs to workspace …, and
     … no longer exists: … delete …/ops.sqlite"), advising to delete the index the first one used."""
@@ -214,18 +214,21 @@ def test_a_shared_workspace_mounted_elsewhere_in_another_container_keeps_its_age
     other = tmp_path / "second" / "ws"
     other.mkdir(parents=True)
     memdir = f"{sys.executable} -m memdir --agent ops --state-dir {state_dir}"
-    first = subprocess.run([*memdir.split(), "-w", str(ws), "index"], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, **backend.env(), "MEMDIR_PROVIDER": "none"}
+    first = subprocess.run([*memdir.split(), "-w", str(ws), "index"], capture_output=True, text=True, timeout=120,
+                           env=env)
     assert first.returncode == 0, first.stderr
     # the second container: the volume at another path, the first one's path not there at all
     script = (f"mount --bind {ws} {other} && mount -t tmpfs none {ws.parent} && test ! -e {ws} && "
               f"echo 'Kafka carries the events.' > {other}/memory/2026-03-01.md && "
               f"{memdir} -w {other} search rabbitmq --mode keyword --json")
-    second = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    second = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120,
+                            env=env)
     assert second.returncode == 0, second.stderr
     assert [r["path"] for r in json.loads(second.stdout)["results"]] == ["MEMORY.md"]
     # and the first container goes on with the index the second one synced
     back = subprocess.run([*memdir.split(), "-w", str(ws), "search", "kafka", "--mode", "keyword", "--json"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=env)
     assert back.returncode == 0, back.stderr
     assert [r["path"] for r in json.loads(back.stdout)["results"]] == ["memory/2026-03-01.md"]
 
