@@ -148,11 +148,11 @@ def stamped_pid(holder: dict[str, Any]) -> object:
 def pid_words(holder: dict[str, Any]) -> str:
     """``pid 123``, ``pid 123 on host h`` or ``pid 1 in another container or pid namespace``."""
     pid, host = holder.get("pid"), holder.get("host")
+    if pid_here(holder):  # (a pid `ps` and `kill` here know, whatever host name its container has)
+        return f"pid {pid}"
     if host and host != socket.gethostname():
         return f"pid {pid} on host {host}"
-    if not pid_here(holder):
-        return f"pid {pid} in another container or pid namespace"
-    return f"pid {pid}"
+    return f"pid {pid} in another container or pid namespace"
 
 
 def resume_advice(pid: object) -> str:
