@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from helpers import SRC
+from helpers import SRC, cli_env
 from memdir import Memory
 from memdir.lock import FileWriterLock, LockTimeout
 from unprivileged import give_away, run_cli_as_user, shared_scratch
@@ -480,10 +481,13 @@ def test_a_workspace_moved_under_the_same_agent_id_is_told_how_to_take_its_index
                                                                                        state_dir, tmp_path: Path):
     # Before: only "give this workspace its own agent id": a renamed workspace had no way forward
     # (`index --force` is refused as well).
+    # (moved to another disk: a copy, then the folder removed; a folder renamed is the same folder,
+    # and keeps its index)
     ws = make_workspace(FILES, name="notes")
     env = {"MEMDIR_PROVIDER": "none"}
     assert run_cli("-w", str(ws), "--agent", "main", "index", env=env).returncode == 0
-    moved = ws.rename(tmp_path / "notes-2026")
+    moved = Path(shutil.copytree(ws, tmp_path / "notes-2026"))
+    shutil.rmtree(ws)
     refused = run_cli("-w", str(moved), "--agent", "main", "index", env=env)
     index = state_dir / "memory" / "main.sqlite"
     assert refused.returncode == 1
@@ -777,3 +781,100 @@ def test_a_write_ahead_log_that_is_no_file_is_named_and_nothing_written_through_
     searched = run_cli("search", "--json", "-w", str(ws), "anything", env=env)
     assert any(says in w for w in json.loads(searched.stdout)["warnings"]), searched.stdout
     assert victim.read_text() == "keep\n"
+
+
+def _pid_namespaces_run() -> bool:
+    """Whether this process may start processes in pid namespaces of their own (root, ``unshare``)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", "-pf", "--mount-proc", "true"], capture_output=True).returncode == 0
+
+
+def _holder_in_own_pid_namespace(index: Path, shell: str) -> subprocess.Popen[str]:
+    """A process of another container (pid namespace) holding ``index``'s writer lock until its
+    stdin closes; ``shell`` runs it (``{}`` is the holder's command line)."""
+    code = (f"import sys; sys.path.insert(0, {str(SRC)!r}); from pathlib import Path; "
+            f"from memdir.lock import FileWriterLock; FileWriterLock(Path({str(index)!r})).acquire(); "
+            f"print('held', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen(["unshare", "-pf", "--mount-proc", "sh", "-c", shell.format(f'{sys.executable} -c "$0"'),
+                             code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.mark.skipif(not _pid_namespaces_run(), reason="needs root and unshare to make pid namespaces")
+def test_a_writer_with_this_processs_pid_in_another_container_is_not_taken_for_a_thread_of_it(
+        make_workspace, keyword_config, state_dir):
+    """Two containers sharing the state folder, memdir pid 1 in each: a search said the other's
+    sync was 'a sync of this process (its watcher, or another thread)', and `memdir index` waited
+    for it without a word."""
+    ws = make_workspace(FILES)
+    config = {"memorySearch": {**keyword_config["memorySearch"], "sync": {"searchBudgetMs": 100}}}
+    (ws / "memdir.json").write_text(json.dumps(config))
+    with Memory(ws, state_dir=state_dir) as mem:
+        mem.sync()
+        index = mem.index_path
+    (ws / "memory" / "2026-01-11.md").write_text("- Picked ramen for lunch.\n")
+    holder = _holder_in_own_pid_namespace(index, "exec {}")  # (pid 1 there)
+    memdir = ["unshare", "-pf", "--mount-proc", sys.executable, "-m", "memdir", "-w", str(ws)]
+    try:
+        search = subprocess.run([*memdir, "search", "ramen", "--json"], capture_output=True, text=True, timeout=60,
+                                env=cli_env(state_dir))
+        assert search.returncode == 0, search.stderr
+        warnings = json.loads(search.stdout)["warnings"]
+        assert any("another memdir process (pid 1 in another container or pid namespace)" in w for w in warnings)
+        assert not any("this process" in w for w in warnings)
+        index_run = subprocess.Popen([*memdir, "index"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=cli_env(state_dir))
+        assert index_run.stderr is not None
+        assert "waiting for another memdir process (pid 1 in another container" in index_run.stderr.readline()
+    finally:
+        holder.communicate("", timeout=30)  # (lets go of the lock)
+    assert index_run.wait(timeout=60) == 0
+    assert "1 indexed" in index_run.communicate()[0]
+
+
+@pytest.mark.skipif(not _pid_namespaces_run(), reason="needs root and unshare to make pid namespaces")
+def test_a_stopped_process_of_this_container_is_not_taken_for_another_containers_writer(
+        make_workspace, keyword_config, state_dir):
+    """The writer is pid 2 of its container, and pid 2 of this one is a stopped process: status said
+    'Writer: pid 2 is stopped (Ctrl-Z or SIGSTOP) …: resume it with `kill -CONT 2`', a process
+    that had nothing to do with it, and waits gave up on a writer that was running."""
+    ws = make_workspace(FILES)
+    (ws / "memdir.json").write_text(json.dumps(keyword_config))
+    with Memory(ws, state_dir=state_dir) as mem:
+        mem.sync()
+        index = mem.index_path
+    holder = _holder_in_own_pid_namespace(index, "{}; true")  # (sh is pid 1 there, the holder pid 2)
+    try:
+        status = subprocess.run(["unshare", "-pf", "--mount-proc", "sh", "-c",
+                                 'sleep 60 & kill -STOP $!; exec "$0" -m memdir -w "$1" status; kill -9 $!',
+                                 sys.executable, str(ws)], capture_output=True, text=True, timeout=60,
+                                env=cli_env(state_dir))
+        assert status.returncode == 0, status.stderr
+        assert "Writer: pid 2 in another container or pid namespace is indexing" in status.stdout
+        # and from the host, which sees the holder by a pid of its own
+        assert FileWriterLock(index).holder()["pid"] not in (1, 2)
+    finally:
+        holder.communicate("", timeout=30)
+
+
+@pytest.mark.skipif(not _pid_namespaces_run(), reason="needs root and unshare to make pid namespaces")
+def test_a_first_build_in_another_container_is_not_named_by_this_searchs_own_pid(make_workspace, keyword_config,
+                                                                                   state_dir):
+    """A search in a container (memdir its pid 1) while another container built the first index:
+    'the index is being built (pid 1, listing files)', pid 1 being the search itself there."""
+    ws = make_workspace(FILES)
+    (ws / "memdir.json").write_text(json.dumps(keyword_config))
+    with Memory(ws, state_dir=state_dir) as mem:
+        index = mem.index_path  # (nothing built)
+    holder = _holder_in_own_pid_namespace(index, "exec {}")
+    try:
+        search = subprocess.run(["unshare", "-pf", "--mount-proc", sys.executable, "-m", "memdir", "-w", str(ws),
+                                 "search", "ramen", "--json"], capture_output=True, text=True, timeout=60,
+                                env=cli_env(state_dir))
+    finally:
+        holder.communicate("", timeout=30)
+    assert search.returncode == 0, search.stderr
+    assert ("the index is being built (pid 1 in another container or pid namespace, listing files)"
+            in " ".join(json.loads(search.stdout)["warnings"]))

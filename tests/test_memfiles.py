@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,3 +125,70 @@ def test_an_append_waiting_while_an_editor_replaces_the_log_lands_in_the_new_fil
     assert not thread.is_alive() and errors == []
     expected = "# log\n- old\n- edited\n- the new entry\n" if how == "rename-over" else "- the new entry\n"
     assert log.read_text() == expected
+
+
+def _pid_namespaces_run() -> bool:
+    """Whether this process may start processes in pid namespaces of their own (root, ``unshare``)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", "-pf", "--mount-proc", "true"], capture_output=True).returncode == 0
+
+
+#: A writer on a slow disk: its fsync waits for a line on stdin, its temporary file in place meanwhile.
+_SLOW_WRITER = """
+import os, sys
+from pathlib import Path
+real = os.fsync
+def slow(fd):
+    print("writing", flush=True)
+    sys.stdin.readline()
+    real(fd)
+os.fsync = slow
+if sys.argv[1] == "note":
+    from memdir.memfiles import create_memory_file
+    print(create_memory_file(sys.argv[2], "2026-03-01-theirs", "Theirs.\\n"), flush=True)
+else:
+    from memdir.atomic_write import replace_file
+    replace_file(Path(sys.argv[2]) / "sessions.json", b"theirs\\n")
+    print("replaced", flush=True)
+"""
+
+_SWEEPER = """
+import sys
+from pathlib import Path
+if sys.argv[1] == "note":
+    from memdir.memfiles import create_memory_file
+    create_memory_file(sys.argv[2], "2026-03-01-ours", "Ours.\\n")
+else:
+    from memdir.atomic_write import replace_file
+    replace_file(Path(sys.argv[2]) / "sessions.json", b"ours\\n")
+"""
+
+
+@pytest.mark.skipif(not _pid_namespaces_run(), reason="needs root and unshare to make pid namespaces")
+@pytest.mark.parametrize("kind", ["note", "replaced"])
+def test_a_write_under_way_in_another_container_keeps_its_temporary_file(tmp_path: Path, kind: str):
+    """A workspace (or state folder) shared by two containers: a note (or sessions.json) written in
+    one had its temporary file removed by the other, which cannot see the writer's pid and took it
+    for a killed one's: 'cannot write memory/x.md: No such file or directory; nothing was kept' (613
+    of 900 notes, three containers writing at once)."""
+    from helpers import cli_env
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    folder = str(ws) if kind == "note" else str(ws / "memory")
+    writer = subprocess.Popen([sys.executable, "-c", _SLOW_WRITER, kind, folder], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(tmp_path / "s"))
+    assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
+    try:  # the other container, where the writer's pid is no process
+        sweep = subprocess.run(["unshare", "-pf", "--mount-proc", sys.executable, "-c", _SWEEPER, kind, folder],
+                               capture_output=True, text=True, timeout=60, env=cli_env(tmp_path / "s"))
+        assert sweep.returncode == 0, sweep.stderr
+    finally:
+        out, err = writer.communicate("go\n", timeout=60)
+    assert writer.returncode == 0, err
+    if kind == "note":
+        assert (ws / "memory" / "2026-03-01-theirs.md").read_text() == "Theirs.\n"
+    else:
+        assert out.strip() == "replaced" and (ws / "memory" / "sessions.json").read_text() == "theirs\n"
+    assert not [n for n in os.listdir(ws / "memory") if "tmp" in n]

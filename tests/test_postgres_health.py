@@ -224,3 +224,35 @@ def test_healing_waits_a_bounded_time_for_a_writer_that_never_finishes(pg: Backe
         holder.wait()
     with Memory(ws, config=config, state_dir=tmp_path) as mem:  # the lock free again: healed
         assert [r.path for r in mem.search("quokka").results] == ["memory/a.md"] and mem.recoveries
+
+
+def test_a_stopped_writer_with_another_host_name_on_this_machine_is_seen_stopped(pg: Backend, make_workspace,
+                                                                                 tmp_path: Path):
+    """A writer in a container of its own host name that shares this one's pids (`--pid=host`, a
+    pod sharing its process namespace) was judged by its host name: stopped with Ctrl-Z, it was
+    'another memdir process (pid N on host box-2)' for ever, never the stopped writer it was."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or not shutil.which("unshare") or subprocess.run(
+            ["unshare", "--uts", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs root and unshare to give a process a host name of its own")
+    ws = make_workspace({"memory/a.md": "the quokka ate lunch\n"})
+    config = pg.config({"memorySearch": {"provider": "none"}})
+    holder = subprocess.Popen(["unshare", "--uts", "sh", "-c", 'hostname box-2 && exec "$0" -c "$1" "$2" "$3" "$4"',
+                               sys.executable, _HOLD_WRITER, str(ws), json.dumps(config), str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        os.kill(holder.pid, signal.SIGSTOP)
+        with Memory(ws, config=config, state_dir=tmp_path) as mem:
+            who = mem.store.writer_lock().holder()
+        assert who is not None and who["pid"] == holder.pid and who["host"] == "box-2"
+        assert who.get("stopped") is True
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.kill()
+        holder.wait()

@@ -218,3 +218,33 @@ def test_what_killed_builders_left_is_removed_by_the_next_build(cache: Path) -> 
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_a_graph_being_saved_in_another_container_is_not_removed(tmp_path: Path) -> None:
+    """A model cache shared by two containers: the staging folder of a graph being saved in one
+    (40-90 MB, written by onnxruntime) was removed by the other, which cannot see the builder's
+    pid and took it for a killed one's, and the graph was built for nothing."""
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("unshare") or subprocess.run(
+            ["unshare", "-pf", "--mount-proc", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs root and unshare to make pid namespaces")
+    folder = tmp_path / "cache"
+    builder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from memdir.embeddings import saved_graph; "
+         f"print(saved_graph.start_build(*{KEY!r}, Path(sys.argv[1])), flush=True); sys.stdin.readline()",
+         str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert builder.stdout is not None
+        staging = Path(builder.stdout.readline().strip())
+        assert staging.is_dir()
+        sweep = subprocess.run(["unshare", "-pf", "--mount-proc", sys.executable, "-c",
+                                "import sys; from pathlib import Path; from memdir.embeddings import saved_graph; "
+                                "saved_graph.remove_leftovers(Path(sys.argv[1]))", str(staging.parent)],
+                               capture_output=True, text=True, timeout=60)
+        assert sweep.returncode == 0, sweep.stderr
+        assert staging.is_dir()
+    finally:
+        builder.communicate("", timeout=30)
+    saved_graph.remove_leftovers(staging.parent)  # its builder gone (and its lock with it): removed
+    assert not staging.exists()

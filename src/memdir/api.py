@@ -40,7 +40,14 @@ from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig, with_value
 from memdir.stores import Store, open_store, unapplied_settings
-from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SEARCH_ANSWER_SECONDS, SKIPPED_STATE, bounded_answers
+from memdir.stores.base import (
+    OWNER_FOLDER_STATE,
+    OWNER_STATE,
+    RECOVERED_STATE,
+    SEARCH_ANSWER_SECONDS,
+    SKIPPED_STATE,
+    bounded_answers,
+)
 from memdir.upkeep import STATUS_CHECK_MAX_BYTES, IndexUpkeep, writable_again
 
 if TYPE_CHECKING:  # imported where used: pydantic and the indexer are not needed to answer a search
@@ -393,7 +400,7 @@ class Memory(IndexUpkeep):
     def _check_owner(self, store: Store, meta: dict[str, Any] | None = None) -> None:
         meta = store.read_meta() if meta is None else meta
         owner = (meta or {}).get("workspace") or store.get_state(OWNER_STATE)
-        if owned_by_other(owner, str(self.workspace)):
+        if owned_by_other(owner, str(self.workspace), lambda: store.get_state(OWNER_FOLDER_STATE)):
             raise IndexOwnershipError(ownership_message(store.location, owner, str(self.workspace)))
 
     @property
@@ -731,7 +738,7 @@ class Memory(IndexUpkeep):
         target = open_store(self.settings, driver=to)
         try:
             owner = (target.read_meta() or {}).get("workspace")
-            if owned_by_other(owner, str(self.workspace)):
+            if owned_by_other(owner, str(self.workspace), lambda: target.get_state(OWNER_FOLDER_STATE)):
                 raise IndexOwnershipError(f"index {target.location} belongs to workspace {owner}, not {self.workspace}")
             locks = [source.writer_lock(), target.writer_lock()]
             taken = []
@@ -874,10 +881,11 @@ class Memory(IndexUpkeep):
         if store:
             holder = self.indexer.lock.holder()
             if holder:
+                from memdir.lock import stamped_pid
                 from memdir.progress import read_progress
 
                 progress = read_progress(self.index_path) or {}
-                if progress.get("pid") == holder.get("pid"):
+                if progress.get("pid") == stamped_pid(holder):
                     keys = ("phase", "done", "total", "chunksDone", "chunksPlanned")
                     holder = {**holder, **{k: progress.get(k) for k in keys if k in progress}}
             out["writer"] = holder

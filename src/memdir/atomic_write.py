@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import shutil
 import stat
@@ -31,10 +32,13 @@ def replace_file(path: Path, data: bytes, *, prefix: str | None = None, mode: in
     if (str(path.parent), start) not in _swept:  # once per process: a folder of transcripts can be long
         _swept.add((str(path.parent), start))
         remove_dead_temps(path.parent, start)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f"{start}{os.getpid()}-", suffix=".tmp", dir=path.parent)
-    except OSError as exc:  # a read-only folder: it named the temporary file ('.out.md.4242-hbsgimf0.tmp')
-        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+    while True:
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f"{start}{os.getpid()}-", suffix=".tmp", dir=path.parent)
+        except OSError as exc:  # a read-only folder: it named the temporary file ('.out.md.4242-hbsgimf0.tmp')
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+        if hold_temp(fd, tmp):
+            break
     try:
         if mode is not None:
             try:
@@ -53,7 +57,7 @@ def replace_file(path: Path, data: bytes, *, prefix: str | None = None, mode: in
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)  # (still held: see hold_temp)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -103,6 +107,61 @@ def umask() -> int:
     return old
 
 
+def hold_temp(fd: int, name: str, dir_fd: int | None = None) -> bool:
+    """Hold an ``flock`` on a temporary file just made (``fd``, at ``name``) until it is closed, so
+    that :func:`writer_gone` knows it is being written; ``False`` when another process removed it
+    in the instant before (``fd`` closed: make another).
+
+    Why: a temporary file's name carries its writer's pid, and a container sharing the folder (a
+    workspace or state folder on a shared volume) has pids of its own: it took the writer for dead
+    and removed the file under it, and the write failed ("cannot write memory/x.md: No such file
+    or directory; nothing was kept": 613 of 900 notes, three containers writing at once)."""
+    import time
+
+    deadline = time.monotonic() + 1.0
+    while True:  # (at once but for a sweep testing the lock that instant; never a wait without end)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                break  # (someone else keeps it locked: the name check below still tells if it is ours)
+            time.sleep(0.001)
+        except OSError:  # a file system without locks: the pid alone tells, as before
+            return True
+    try:
+        named = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        named = None
+    held = os.fstat(fd)
+    if named is not None and (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+        return True
+    os.close(fd)
+    return False
+
+
+def writer_gone(pid: int, name: str, dir_fd: int | None = None) -> bool:
+    """Whether the writer of temporary file ``name`` (made by process ``pid``) is gone: no such
+    process here, and no process holds the file's lock (one of another pid namespace: see
+    :func:`hold_temp`)."""
+    if process_alive(pid):
+        return False
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                     dir_fd=dir_fd)
+    except OSError:
+        return True  # (gone already, or a link or folder: as before)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return True
+
+
 def remove_dead_temps(folder: Path, prefix: str, suffixes: tuple[str, ...] = (".tmp",)) -> None:
     """Delete the ``<prefix><pid>-…<suffix>`` files and folders in ``folder`` whose writer (``pid``)
     is no longer running.
@@ -117,9 +176,10 @@ def remove_dead_temps(folder: Path, prefix: str, suffixes: tuple[str, ...] = (".
         return
     for name in names:
         pid = name[len(prefix):].split("-", 1)[0]
-        if not (name.startswith(prefix) and name.endswith(suffixes) and pid.isdigit()) or process_alive(int(pid)):
-            continue
         path = Path(folder) / name
+        if not (name.startswith(prefix) and name.endswith(suffixes) and pid.isdigit()) or not writer_gone(
+                int(pid), str(path)):
+            continue
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:

@@ -768,7 +768,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                      + (f" · cap {cache['maxEntries']}" if cache.get("maxEntries") else ""))
         if st.get("writer") is not None:  # ({} when the lock does not say who holds it)
             w = st["writer"]
-            host = f" on {w['host']}" if w.get("host") else ""
+            from memdir.lock import pid_words
             from memdir.progress import counts
 
             far = (f" ({counts(w.get('done') or 0, w['total'], w.get('chunksDone') or 0, w.get('chunksPlanned') or 0)})"
@@ -780,10 +780,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             elif w.get("stopped"):  # (it holds the lock, but nothing is indexed until it is resumed)
                 from memdir.lock import resume_advice
 
-                lines.append(f"Writer: pid {w.get('pid')}{host} is stopped (Ctrl-Z or SIGSTOP) while indexing{far}: "
+                lines.append(f"Writer: {pid_words(w)} is stopped (Ctrl-Z or SIGSTOP) while indexing{far}: "
                              f"{resume_advice(w.get('pid'))}")
             else:
-                lines.append(f"Writer: pid {w.get('pid')}{host} is indexing{far}")
+                lines.append(f"Writer: {pid_words(w)} is indexing{far}")
     if st.get("readOnly"):
         lines.append(f"Read-only: {st['readOnly']}; searches answer from the index as it is")
     if st.get("recovered"):

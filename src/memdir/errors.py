@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 
 
 class MemdirError(RuntimeError):
@@ -32,11 +33,34 @@ class StdoutFailed(OSError):
     ``> /dev/full``, an I/O error): the command's work was done, only its output was lost."""
 
 
-def owned_by_other(owner: str | None, workspace: str) -> bool:
+def folder_identity(path: str) -> str | None:
+    """``<boot id>:<device>:<inode>`` of folder ``path`` (``None`` if it cannot be read): the same
+    folder by whatever path it is reached on this machine, a bind mount or another container's mount
+    of a shared volume included, where that folder's path in the other container may not exist here
+    at all.  The kernel's boot id keeps two machines' folders apart (each fresh volume's root has
+    the same inode), and a reboot makes the identity stale, never wrongly equal."""
+    from memdir.lock import boot_id
+
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return f"{boot_id()}:{st.st_dev}:{st.st_ino}"
+
+
+def owned_by_other(owner: str | None, workspace: str, owner_folder: Callable[[], object] | None = None) -> bool:
     """Whether an index claimed by ``owner`` belongs to another workspace than ``workspace``: not
     when both name the same folder by two paths (a bind mount; a name that differs only by case or
-    Unicode form on macOS), which was refused with "give this workspace its own agent id"."""
+    Unicode form on macOS), which was refused with "give this workspace its own agent id".
+
+    ``owner_folder``: reads the owner's :func:`folder_identity` as the index recorded it.  Why: a
+    workspace on a volume shared by two containers, mounted at ``/workspace`` in one and at
+    ``/home/u/ws`` in the other, was refused in the second (``/workspace`` is not there to compare),
+    with advice to delete the index the first one was using."""
     if not owner or owner == workspace:
+        return False
+    recorded = owner_folder() if owner_folder is not None else None
+    if isinstance(recorded, str) and recorded == folder_identity(workspace):
         return False
     try:
         if os.path.samefile(owner, workspace):

@@ -7,6 +7,7 @@ settings from a current one.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -62,14 +63,7 @@ def _shaping_identity(settings: Settings) -> dict[str, Any]:
     """:data:`SETTINGS_KEYS`' values for ``settings``; without the workspace, whose path is
     resolved anew at each call (~35 µs of a 0.7 ms warm search) and is no key compared here."""
     ms = settings.memory_search
-    # (the OS's bytes of each path: a name that is not UTF-8 failed the whole index)
-    paths = "\n".join(sorted(str(x) for x in settings.extra_paths))
-    if paths:
-        import hashlib
-
-        scope = hashlib.sha256(paths.encode("utf-8", "surrogateescape")).hexdigest()
-    else:
-        scope = _NO_EXTRA_PATHS
+    scope = _scope_hash(settings, within=True)
     return {
         "schema": INDEX_SCHEMA,
         "chunker": CHUNKER_VERSION,
@@ -83,6 +77,36 @@ def _shaping_identity(settings: Settings) -> dict[str, Any]:
     }
 
 
+def _scope_hash(settings: Settings, *, within: bool) -> str:
+    """The hash of the extra paths; ``within``: those inside the workspace by their path in it
+    (``.``, ``./team-notes``).  Why: one workspace is seen at two paths (a volume two containers
+    mount at ``/workspace`` and ``/home/u/ws``, sharing one agent's index), and its ``extraPaths =
+    ["."]`` named two folders, so each container's sync rebuilt the whole index ("extraPaths
+    changed"), the other's next one again."""
+    if not settings.extra_paths:
+        return _NO_EXTRA_PATHS
+    import hashlib
+
+    names = []
+    ws = str(settings.workspace_path)
+    for path in settings.extra_paths:
+        name = str(path)
+        if within and (name == ws or name.startswith(ws.rstrip(os.sep) + os.sep)):
+            name = os.path.join(".", os.path.relpath(name, ws)) if name != ws else "."
+        names.append(name)
+    # (the OS's bytes of each path: a name that is not UTF-8 failed the whole index)
+    return hashlib.sha256("\n".join(sorted(names)).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def differs(key: str, meta: dict[str, Any], ident: dict[str, Any], settings: Settings) -> bool:
+    """Whether the index (``meta``) was built with another ``key`` than ``ident`` says; an index
+    whose extra paths were hashed as full paths (memdir before the hash of paths within the
+    workspace) is not rebuilt for that alone."""
+    if meta.get(key) == ident.get(key):
+        return False
+    return not (key == "scopeHash" and meta.get(key) == _scope_hash(settings, within=False))
+
+
 def settings_rebuild_reason(settings: Settings, store: Store, meta: dict[str, Any]) -> str | None:
     """Why the index must be rebuilt for the settings, whether or not any file changed: another
     chunk size, FTS tokenizer, source set, extraPaths, timezone (or PostgreSQL's
@@ -93,7 +117,7 @@ def settings_rebuild_reason(settings: Settings, store: Store, meta: dict[str, An
     keywords, saying so, until a sync rebuilds."""
     ident = _shaping_identity(settings)
     for key in SETTINGS_KEYS:
-        if meta.get(key) != ident.get(key):
+        if differs(key, meta, ident, settings):
             return changed_reason(key, meta, ident)
     store_reason = getattr(store, "rebuild_reason", None)
     return store_reason() if store_reason is not None else None

@@ -86,6 +86,75 @@ def is_stopped(pid: object) -> bool:
     return state in (b"T", b"t")
 
 
+_pid_space: str | None = None
+_boot_id: str | None = None
+
+
+def boot_id() -> str:
+    """The running kernel's boot id (the host name where there is none to read): the same for
+    every container of one machine, another on another machine or after a reboot."""
+    global _boot_id
+    if _boot_id is None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+                _boot_id = fh.read().strip()
+        except OSError:
+            _boot_id = socket.gethostname()
+    return _boot_id
+
+
+def pid_space() -> str:
+    """Where this process's pid names it: the kernel's boot id and this pid namespace.
+
+    Why: a lock's holder is known by its pid, and a container sharing the state folder has pids of
+    its own: memdir as each container's pid 1 took another container's writer for itself ("a sync
+    of this process was writing the index", no word while it waited), and a stopped process of
+    this container with the holder's pid number for the holder."""
+    global _pid_space
+    if _pid_space is None:
+        import zlib
+
+        try:
+            ns = os.readlink("/proc/self/ns/pid")
+        except OSError:
+            ns = ""
+        # (8 hex digits: short enough for a PostgreSQL writer's application name)
+        _pid_space = f"{zlib.crc32(f'{boot_id()}/{ns}'.encode()):08x}"
+    return _pid_space
+
+
+def pid_here(holder: dict[str, Any]) -> bool:
+    """Whether ``holder``'s pid names a process this one can see (this machine, this pid
+    namespace); one that does not say (an older memdir's lock) is taken to be of this host's."""
+    space = holder.get("pids")
+    if isinstance(space, str) and space:
+        return space == pid_space()
+    host = holder.get("host")
+    return not host or host == socket.gethostname()
+
+
+def is_this_process(holder: dict[str, Any] | None) -> bool:
+    """Whether ``holder`` is this very process (a thread of it holds the lock), not another with
+    the same pid number in another container."""
+    return bool(holder) and holder.get("pid") == os.getpid() and pid_here(holder)  # type: ignore[union-attr]
+
+
+def stamped_pid(holder: dict[str, Any]) -> object:
+    """The pid ``holder`` wrote for itself (what its progress file names), where :meth:`FileWriterLock.holder`
+    gave the pid this namespace knows it by."""
+    return holder.get("stampedPid", holder.get("pid"))
+
+
+def pid_words(holder: dict[str, Any]) -> str:
+    """``pid 123``, ``pid 123 on host h`` or ``pid 1 in another container or pid namespace``."""
+    pid, host = holder.get("pid"), holder.get("host")
+    if pid_here(holder):  # (a pid `ps` and `kill` here know, whatever host name its container has)
+        return f"pid {pid}"
+    if host and host != socket.gethostname():
+        return f"pid {pid} on host {host}"
+    return f"pid {pid} in another container or pid namespace"
+
+
 def resume_advice(pid: object) -> str:
     """What to do about a writer :func:`is_stopped` says is stopped."""
     return f"resume it with `kill -CONT {pid}` (or `fg` in its terminal) or end it"
@@ -194,10 +263,8 @@ def writer_words(holder: dict[str, Any] | None) -> str:
     stamping it, a database lock taken by a client other than memdir) is named as such rather
     than as "pid ?"."""
     holder = holder or {}
-    pid, host = holder.get("pid"), holder.get("host")
-    if pid not in (None, ""):
-        where = f" on host {host}" if host and host != socket.gethostname() else ""
-        return f"another memdir process (pid {pid}{where})"
+    if holder.get("pid") not in (None, ""):
+        return f"another memdir process ({pid_words(holder)})"
     if holder.get("backendPid"):
         return f"a PostgreSQL client that is not memdir (server backend pid {holder['backendPid']})"
     return "another process (the lock does not say which)"
@@ -380,7 +447,8 @@ class FileWriterLock:
         without it (the failed write made every sync fail with a bare "No space left on device")."""
         try:
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"pid": os.getpid(), "since": time.time()}).encode(), 0)
+            who = {"pid": os.getpid(), "since": time.time(), "host": socket.gethostname(), "pids": pid_space()}
+            os.pwrite(fd, json.dumps(who).encode(), 0)
         except OSError:
             pass
 
@@ -420,8 +488,13 @@ class FileWriterLock:
                     return {}
                 if not isinstance(who, dict):
                     return {}
-                if is_stopped(who.get("pid")):
-                    who["stopped"] = True
+                if not pid_here(who) and (seen := flock_holder(fd)):
+                    # a container's writer seen from its host (or a parent pid namespace): the
+                    # kernel names it by this namespace's pid, which `ps` and `kill` here know (the
+                    # pid it wrote, "stampedPid", is the one its progress file names)
+                    who.update(pid=seen, pids=pid_space(), stampedPid=who.get("pid"))
+                if pid_here(who) and is_stopped(who.get("pid")):  # (not a stopped process of this
+                    who["stopped"] = True  # container that has the number of another's writer)
                 return who
         finally:
             os.close(fd)

@@ -29,7 +29,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from memdir.atomic_write import process_alive
+from memdir.atomic_write import hold_temp, writer_gone
 from memdir.errors import MemdirError
 from memdir.lock import busy_holder, flock_within
 from memdir.reading import note_encoding
@@ -312,18 +312,18 @@ def create_memory_file(
     with memory_dir_fd(workspace) as dfd:
         _check_name(f"{stem}.md")
         _remove_stale_temps(dfd)
-        temp = f".{stem}.md.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=dfd)
-        except OSError as exc:  # it named the temporary file, which the user never sees
-            raise MemoryFileError(f"cannot create {MEMORY_DIR}/{stem}.md: {exc.strerror}") from exc
-        try:
+        while True:
+            temp = f".{stem}.md.tmp-{os.getpid()}-{secrets.token_hex(4)}"
             try:
-                _write_all(fd, data)
-                if fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
+                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666, dir_fd=dfd)
+            except OSError as exc:  # it named the temporary file, which the user never sees
+                raise MemoryFileError(f"cannot create {MEMORY_DIR}/{stem}.md: {exc.strerror}") from exc
+            if hold_temp(fd, temp, dfd):  # (held until linked: a container sharing memory/ sees no pid)
+                break
+        try:
+            _write_all(fd, data)
+            if fsync:
+                os.fsync(fd)
             for n in range(1, max_tries + 1):
                 name = f"{stem}.md" if n == 1 else f"{stem}-{n}.md"
                 try:
@@ -344,6 +344,7 @@ def create_memory_file(
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=dfd)
+            os.close(fd)  # (and its lock, after the name is gone)
     raise FileExistsError(f"no free file name for {MEMORY_DIR}/{stem}.md after {max_tries} tries")
 
 
@@ -358,8 +359,8 @@ def _remove_stale_temps(dfd: int) -> None:
         owner = rest.split("-", 1)[0]  # <pid>-<random>, or <pid> (older versions)
         if not (entry.startswith(".") and marker and owner.isdigit()):
             continue
-        if process_alive(int(owner)):
-            continue  # still running (or another user's): its write may be under way
+        if not writer_gone(int(owner), entry, dfd):
+            continue  # still running (or another user's, or another container's): its write may be under way
         with contextlib.suppress(OSError):
             os.unlink(entry, dir_fd=dfd)
 

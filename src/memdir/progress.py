@@ -135,12 +135,14 @@ def counts(done: int, total: int, chunks_done: int = 0, chunks_planned: int = 0)
     return where + (f", {chunks_done:,}/{chunks_planned:,} chunks" if chunks_planned else "")
 
 
-def describe_progress(p: dict[str, Any]) -> str:
+def describe_progress(p: dict[str, Any], who: str | None = None) -> str:
+    """``pid 123, 30/601 files``; ``who`` for the writer when given (``pid 1 in another container …``)."""
     total = p.get("total")
     where = (counts(p.get("done") or 0, total, p.get("chunksDone") or 0, p.get("chunksPlanned") or 0)
              if total else "listing files")
     pid = p.get("pid")
-    return f"pid {pid}, {where}" if pid not in (None, "") else where  # (a lock that does not say who: no "pid ?")
+    who = who or (f"pid {pid}" if pid not in (None, "") else None)  # (a lock that does not say who: no "pid ?")
+    return f"{who}, {where}" if who else where
 
 
 #: Seconds between the lines ``memdir index`` prints on a stderr that is not a terminal;

@@ -26,25 +26,39 @@ _META_KEY = "memory_index_meta_v1"
 _OWNER_KEY = "memdir:owner"
 
 
+_OWNER_FOLDER_KEY = "memdir:ownerFolder"
+
+
 def index_owner(index: Path) -> str | None:
     """The workspace an index file says it belongs to (``None``: no file, unreadable, unclaimed).
 
     Read-only and quick (a one-second busy timeout): this runs while settings are resolved.
     """
+    return index_claim(index)[0]
+
+
+def index_claim(index: Path) -> tuple[str | None, str | None]:
+    """:func:`index_owner`, and the identity of its folder the index recorded
+    (:func:`memdir.errors.folder_identity`; ``None`` if none)."""
     if not index.is_file():
-        return None
+        return None, None
     from memdir import db
 
     try:
         conn = db.connect(index, readonly=True, timeout=1.0)
     except Exception:
-        return None
+        return None, None
     try:
-        rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN (?, ?)", (_META_KEY, _OWNER_KEY)))
+        rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN (?, ?, ?)",
+                                 (_META_KEY, _OWNER_KEY, _OWNER_FOLDER_KEY)))
     except Exception:
-        return None
+        return None, None
     finally:
         conn.close()
+    try:
+        folder = json.loads(rows[_OWNER_FOLDER_KEY]) if _OWNER_FOLDER_KEY in rows else None
+    except ValueError:
+        folder = None
     for key in (_META_KEY, _OWNER_KEY):
         try:
             value = json.loads(rows[key]) if key in rows else None
@@ -52,8 +66,8 @@ def index_owner(index: Path) -> str | None:
             continue
         owner = value.get("workspace") if isinstance(value, dict) else value
         if isinstance(owner, str) and owner:
-            return owner
-    return None
+            return owner, folder if isinstance(folder, str) else None
+    return None, None
 
 
 def legacy_state_dirs(state_dir: Path, agent_id: str = LEGACY_AGENT_ID) -> list[Path]:
@@ -83,6 +97,7 @@ def left_behind(state_dir: Path, workspace: Path, own_key: str, index_of: Callab
     made from their owner's path are considered (an agent id's state is reached with ``--agent``).
     """
     from memdir.config import listed_case, workspace_index_name
+    from memdir.errors import folder_identity
 
     if any(p.exists() for p in legacy_state_dirs(state_dir, own_key)):
         return []
@@ -93,8 +108,9 @@ def left_behind(state_dir: Path, workspace: Path, own_key: str, index_of: Callab
             keys.update(e.name for e in os.scandir(state_dir / kind) if e.is_dir(follow_symlinks=False))
         except OSError:
             continue
+    here = None
     for key in sorted(keys - {own_key, LEGACY_AGENT_ID}):
-        owner = index_owner(index_of(key))
+        owner, folder = index_claim(index_of(key))
         if not owner or workspace_index_name(Path(owner)) != key:
             continue
         moves = "; ".join(f"mv {p} {p.with_name(own_key)}" for p in legacy_state_dirs(state_dir, key) if p.exists())
@@ -104,6 +120,14 @@ def left_behind(state_dir: Path, workspace: Path, own_key: str, index_of: Callab
             if owner != str(workspace) and listed_case(os.path.abspath(owner)) == str(workspace):
                 notes.append(f"transcripts and long-term memories of this workspace, given as {owner} (the same "
                              f"folder in another case), are kept under the key {key}: {moves}")
+            continue
+        if folder is not None and folder == (here := here or folder_identity(str(workspace))):
+            # This very folder by another path: moved here, or a volume another container mounts at
+            # that path (where it does exist), whose state the mv would take away.
+            notes.append(f"transcripts and long-term memories of this folder, kept under the key of its path "
+                         f"{owner} ({key}), are not used at {workspace}: if it was moved or renamed from there, "
+                         f"{moves}; if it is also used at {owner} (a container or mount that sees it there), give "
+                         "both the same agent id (--agent NAME) instead, to share one index and its transcripts")
             continue
         notes.append(f"transcripts and long-term memories of workspace {owner}, which no longer exists, are kept "
                      f"under its old key {key}: if {workspace} was moved or renamed from there, {moves}")
@@ -132,5 +156,5 @@ def _unclaimed_main(state_dir: Path, workspace: Path, own_key: str, legacy_index
             f"{workspace}: if they are this workspace's, {moves}"]
 
 
-__all__ = ["LEGACY_AGENT_ID", "index_owner", "left_behind", "legacy_state_dirs", "unclaimed_legacy_state",
-           "uses_legacy_state"]
+__all__ = ["LEGACY_AGENT_ID", "index_claim", "index_owner", "left_behind", "legacy_state_dirs",
+           "unclaimed_legacy_state", "uses_legacy_state"]

@@ -29,19 +29,27 @@ from memdir.chunking import Chunk, chunk_id, embedding_windows, sha256_text
 from memdir.dates import file_date
 from memdir.embeddings.base import EmbeddingProvider, one_line, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
-from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, owned_by_other, ownership_message
+from memdir.errors import (
+    IndexOwnershipError,
+    MemdirError,
+    MemoryClosed,
+    folder_identity,
+    owned_by_other,
+    ownership_message,
+)
 from memdir.index_identity import (
     SETTINGS_KEYS,
     changed_reason,
+    differs,
     settings_identity,
     settings_rebuild_reason,
     version_reason,
 )
 from memdir.indexing_switches import INDEXING
-from memdir.lock import LockTimeout, WriterLockLost, resume_advice, wait_for_writer, writer_words
+from memdir.lock import LockTimeout, WriterLockLost, is_this_process, resume_advice, wait_for_writer, writer_words
 from memdir.progress import ProgressFile
 from memdir.reading import read_note
-from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
+from memdir.stores.base import OWNER_FOLDER_STATE, OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
 from memdir.timezones import resolve_timezone
 from memdir.workspace import (
     Discovery,
@@ -449,7 +457,7 @@ class Indexer:
         if self.provider is None and self.transient_missing and meta.get("provider") not in (None, "none"):
             ident = {**ident, **{k: meta.get(k) for k in ("provider", "model", "providerKey", "vectorDims")}}
         for key in ("schema", "chunker", "provider", "model", "providerKey", *SETTINGS_KEYS[2:]):
-            if meta.get(key) != ident.get(key):
+            if differs(key, meta, ident, self.settings):
                 return changed_reason(key, meta, ident)
         if ident.get("vectorDims") and meta.get("vectorDims") and ident["vectorDims"] != meta["vectorDims"]:
             return f"vector dims changed ({meta['vectorDims']} → {ident['vectorDims']})"
@@ -545,7 +553,7 @@ class Indexer:
                 if self.lock.acquire(0):
                     return None
                 continue
-            if holder.get("pid") == os.getpid():
+            if is_this_process(holder):
                 return False
             if "pid" in holder or look == 2:
                 return holder
@@ -609,11 +617,16 @@ class Indexer:
         """
         mine = str(self.settings.workspace_path)
         owner = (meta or {}).get("workspace") or self.store.get_state(OWNER_STATE)
-        if owned_by_other(owner, mine):
+        folder = self.store.get_state(OWNER_FOLDER_STATE)
+        if owned_by_other(owner, mine, lambda: folder):
             raise IndexOwnershipError(ownership_message(self.store.location, owner, mine))
-        if not owner:
+        here = folder_identity(mine)  # (recorded so another container's path to this folder is known as its)
+        if not owner or (here is not None and here != folder):
             with self.store.transaction():
-                self.store.set_state(OWNER_STATE, mine)
+                if not owner:
+                    self.store.set_state(OWNER_STATE, mine)
+                if here is not None:
+                    self.store.set_state(OWNER_FOLDER_STATE, here)
 
     def _tracked(self, progress: Progress | None) -> Progress:
         return _Tracker(self.progress_file, progress)
@@ -1133,6 +1146,7 @@ class Indexer:
             self._still_writer()  # (the rebuild is copied in next)
             with fresh.transaction():
                 fresh.write_meta({**ident, "builtAt": int(time.time() * 1000)})
+                fresh.set_state(OWNER_FOLDER_STATE, folder_identity(str(self.settings.workspace_path)))
                 fresh.cache_prune(ms.cache.max_entries if ms.cache.enabled else None)
         return report
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from memdir.errors import IndexDamaged, IndexOwnershipError, owned_by_other, ownership_message
 from memdir.lock import LockTimeout, resume_advice
-from memdir.stores.base import OWNER_STATE, SKIPPED_STATE
+from memdir.stores.base import OWNER_FOLDER_STATE, OWNER_STATE, SKIPPED_STATE
 
 if TYPE_CHECKING:
     from memdir.config import Settings
@@ -195,10 +195,10 @@ class IndexUpkeep:
     def _busy_note(self, budget: float, changed: int) -> str:
         """Why a search answered from the index as it was: another sync held the writer lock for
         longer than the search may wait ("stale": true said nothing of it)."""
-        from memdir.lock import writer_words
+        from memdir.lock import is_this_process, writer_words
 
         holder = self.indexer.lock.holder()
-        who = ("a sync of this process (its watcher, or another thread)" if (holder or {}).get("pid") == os.getpid()
+        who = ("a sync of this process (its watcher, or another thread)" if is_this_process(holder)
                else writer_words(holder))
         return (f"{changed} changed file(s) not indexed: {who} was writing the index for longer than a search waits "
                 f"(sync.searchBudgetMs = {budget * 1000:g} ms); results come from the index as it was")
@@ -239,6 +239,7 @@ class IndexUpkeep:
 
     def _first_index(self) -> tuple[bool, list[str], Store | None]:
         """No index yet: build it (waiting ``first_index_wait``), or report a build in progress."""
+        from memdir.lock import pid_words, stamped_pid
         from memdir.progress import describe_progress, read_progress
 
         lock = self.indexer.lock
@@ -282,12 +283,13 @@ class IndexUpkeep:
             owner = self.store.get_state(OWNER_STATE) or (self.store.read_meta() or {}).get("workspace")
             if owner is None:
                 time.sleep(0.02)
-        if owned_by_other(owner, str(self.workspace)):
+        if owned_by_other(owner, str(self.workspace), lambda: self.store.get_state(OWNER_FOLDER_STATE)):
             raise IndexOwnershipError(ownership_message(self.store.location, owner, str(self.workspace)))
         holder = lock.holder() or {}
         progress = read_progress(self.index_path) or {}
-        if progress.get("pid") != holder.get("pid") or progress.get("workspace") != str(self.workspace):
-            progress = {"pid": holder.get("pid")}
+        if progress.get("pid") != stamped_pid(holder) or progress.get("workspace") != str(self.workspace):
+            progress = {}
+        progress = {**progress, "pid": holder.get("pid")}  # (the pid this namespace knows the writer by)
         partial = None
         if progress.get("temp"):
             try:
@@ -303,7 +305,9 @@ class IndexUpkeep:
                 partial = self.store.reading_build(progress["generation"])
             except Exception:
                 partial = None
-        note = (f"the index is being built ({describe_progress(progress)}); "
+        # (pid 1 of another container sharing the state folder is not this search's own pid 1)
+        who = pid_words(holder) if holder.get("pid") not in (None, "") else None
+        note = (f"the index is being built ({describe_progress(progress, who)}); "
                 + ("results so far are partial" if partial else "results will appear when it is done"))
         if holder.get("stopped"):  # (and never will, until it is resumed)
             note += f"; but pid {holder['pid']} is stopped (Ctrl-Z or SIGSTOP): {resume_advice(holder['pid'])}"

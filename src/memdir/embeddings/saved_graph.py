@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from memdir.atomic_write import process_alive
+from memdir.atomic_write import hold_temp, writer_gone
 from memdir.embeddings.int8 import cache_dir
 
 #: Bumped when the layout, the save options or the probe change: older folders are ignored.
@@ -115,9 +115,25 @@ def start_build(source_sha256: str, ort_version: str, folder: Path | None = None
         final = graph_dir(source_sha256, ort_version, folder)
         final.parent.mkdir(parents=True, exist_ok=True)
         remove_leftovers(final.parent)  # a builder killed mid-save left its folder (40-90 MB) for ever
-        return Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".tmp", dir=final.parent))
+        while True:
+            staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".tmp", dir=final.parent))
+            fd = os.open(staging, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            if hold_temp(fd, str(staging)):  # (held until finished or abandoned: a container sharing
+                _held[str(staging)] = fd  # the cache cannot see this pid, see remove_leftovers)
+                return staging
     except OSError:
         return None
+
+
+#: Staging folders being built here, with the descriptor holding each one's lock.
+_held: dict[str, int] = {}
+
+
+def _let_go(staging: Path) -> None:
+    fd = _held.pop(str(staging), None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def save_options(opts: Any, ort: Any, staging: Path) -> None:
@@ -169,6 +185,8 @@ def finish_build(staging: Path, source_sha256: str, ort_version: str, probe_sha2
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)
         return False
+    finally:
+        _let_go(staging)
     _remove_stale(final, source_sha256)
     remove_leftovers(final.parent)
     return True
@@ -190,7 +208,7 @@ def remove_leftovers(folder: Path) -> None:
         if not (entry.name.startswith(".minilm-") and entry.name.endswith((".tmp", ".old"))):
             continue
         try:
-            if not _writer_gone(entry.name) and entry.stat(follow_symlinks=False).st_mtime >= cutoff:
+            if not _writer_gone(entry.name, entry.path) and entry.stat(follow_symlinks=False).st_mtime >= cutoff:
                 continue
             if entry.is_dir(follow_symlinks=False):
                 shutil.rmtree(entry.path, ignore_errors=True)
@@ -200,12 +218,13 @@ def remove_leftovers(folder: Path) -> None:
             pass  # another process removed it first
 
 
-def _writer_gone(name: str) -> bool:
-    """True when ``name`` (``.<name>.<pid>.<random>.<ext>``) names a process that no longer runs."""
+def _writer_gone(name: str, path: str) -> bool:
+    """True when ``name`` (``.<name>.<pid>.<random>.<ext>``, at ``path``) names a process that no
+    longer runs, and none holds the file (a container's sharing the cache: :func:`writer_gone`)."""
     parts = name.rsplit(".", 3)
     if len(parts) < 4 or not parts[1].isdigit() or sys.platform == "win32":  # (signal 0 is Ctrl-C there)
         return False
-    return not process_alive(int(parts[1]))
+    return writer_gone(int(parts[1]), path)
 
 
 def touch(model_file: Path) -> None:
@@ -234,3 +253,4 @@ def _remove_stale(current: Path, source_sha256: str) -> None:
 def abandon(staging: Path | None) -> None:
     if staging is not None:
         shutil.rmtree(staging, ignore_errors=True)
+        _let_go(staging)

@@ -139,6 +139,9 @@ class Hit:
 #: workspace that claimed the index before its first build finished, and the last recovery of a
 #: damaged index (a backend's :meth:`Store.recover` writes it; full rebuilds carry it over).
 SKIPPED_STATE, OWNER_STATE, RECOVERED_STATE = "skipped", "owner", "recovered"
+#: The owning workspace's folder as :func:`memdir.errors.folder_identity` names it: the same folder
+#: seen at another path (another container's mount of a shared volume), where its owner's path is not.
+OWNER_FOLDER_STATE = "ownerFolder"
 
 #: ``{(path, source): (content hash, change stamp, size)}`` of every indexed file (the stamp: mtime and
 #: ctime in one number, :func:`memdir.workspace.change_stamp`; its column is named ``mtime``).

@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from memdir.errors import StoreError
-from memdir.lock import is_stopped, thread_wait
+from memdir.lock import is_stopped, pid_here, pid_space, thread_wait
 from memdir.stores.base import AnswerBound, answer_bound
 from memdir.stores.pgschema import TABLES, lock_key, migrate, set_search_path
 
@@ -580,7 +580,8 @@ class AdvisoryWriterLock:
             self._thread_lock.release()
 
     def _connect(self) -> Any:
-        conn = self.db.dedicated(f"memdir writer {os.getpid()}@{socket.gethostname()}", watched=True)
+        # (the pid space before the host name: the server cuts an application name at 63 bytes)
+        conn = self.db.dedicated(f"memdir writer {os.getpid()}#{pid_space()}@{socket.gethostname()}", watched=True)
         if conn.info.server_version >= 140000:
             # The connection idles while the sync reads and embeds; a server's idle_session_timeout
             # (managed services set one) closed it, and with it the lock, while the sync went on writing.
@@ -629,9 +630,13 @@ class AdvisoryWriterLock:
         out: dict[str, Any] = {"since": float(since) if since is not None else None, "backendPid": backend}
         if name and name.startswith("memdir writer "):
             pid, _, host = name[len("memdir writer "):].partition("@")
+            pid, _, space = pid.partition("#")
             out.update({"pid": int(pid) if pid.isdigit() else pid, "host": host})
-            # (a writer of this host stopped with Ctrl-Z never lets go: waits give up on it and say so)
-            if host == socket.gethostname() and is_stopped(out["pid"]):
+            if space:
+                out["pids"] = space
+            # (a writer of this host stopped with Ctrl-Z never lets go: waits give up on it and say so;
+            # one of another container with the same host name is none of this one's processes)
+            if pid_here(out) and is_stopped(out["pid"]):  # (by the host name when an older memdir's)
                 out["stopped"] = True
         return out
 

@@ -56,16 +56,20 @@ def write(path: Path, matrix: np.ndarray, scale: np.ndarray, chunks: np.ndarray,
                          "crc": _crc(chunks, scale, matrix)}).encode()
     head = MAGIC + len(header).to_bytes(4, "little") + header
     head += b"\0" * (-len(head) % _ALIGN)
+    from memdir.atomic_write import hold_temp
+
     tmp = Path(f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         # private (0600), as the index: its vectors are the notes' embeddings (it came out 0644)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        if not hold_temp(fd, str(tmp)):  # (removed at once by another container's sweep: no file this time)
+            return False
         with open(fd, "wb") as fh:
             fh.write(head)
             fh.write(memoryview(chunks).cast("B"))
             fh.write(memoryview(scale).cast("B"))
             fh.write(memoryview(matrix).cast("B"))
-        os.replace(tmp, path)
+            os.replace(tmp, path)  # (still held)
         return True
     except OSError:
         tmp.unlink(missing_ok=True)
@@ -76,15 +80,12 @@ def remove_leftovers(path: Path) -> None:
     """Delete temp files of writers that died before renaming them (the pid is in the name)."""
     import glob
 
+    from memdir.atomic_write import writer_gone
+
     for leftover in glob.glob(glob.escape(f"{path}.tmp-") + "*"):
-        try:
-            pid = int(leftover.rsplit(".tmp-", 1)[1].split("-", 1)[0])
-            os.kill(pid, 0)
-            continue  # its writer is alive
-        except (ValueError, IndexError, ProcessLookupError):
-            pass
-        except PermissionError:
-            continue
+        pid = leftover.rsplit(".tmp-", 1)[1].split("-", 1)[0]
+        if pid.isdigit() and not writer_gone(int(pid), leftover):
+            continue  # its writer is alive (here, or in a container sharing the state folder)
         try:
             os.unlink(leftover)
         except OSError:
