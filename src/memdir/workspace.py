@@ -84,10 +84,17 @@ COARSE_TICK_NS = 10_000_000
 def unsettled(st: os.stat_result, listed_ns: int) -> bool:
     """Whether a file stat'ed after ``listed_ns`` has a coarse stamp whose tick may still be open:
     an edit later in the same tick that keeps the size gives the same stamp, and the index, which
-    read the content before it, would keep the old text for good (git's "racily clean" files)."""
+    read the content before it, would keep the old text for good (git's "racily clean" files).
+
+    Only a stamp within :data:`RELIST_MARGIN_NS` of ``listed_ns`` either way is a tick still open:
+    an mtime set ahead (``touch -d 2037-01-01``, ``rsync -t`` from a machine whose clock runs fast)
+    is no tick an edit made now falls in, and such a file was read again by every sync, ``memdir
+    status`` calling the index dirty for good (the ctime, which the kernel sets, still catches a
+    same-tick edit of it)."""
     mtime, ctime = times(st)
-    return (mtime % COARSE_TICK_NS == 0 and ctime % COARSE_TICK_NS == 0
-            and max(mtime, ctime) >= listed_ns - RELIST_MARGIN_NS)
+    if mtime % COARSE_TICK_NS or ctime % COARSE_TICK_NS:
+        return False
+    return any(abs(t - listed_ns) <= RELIST_MARGIN_NS for t in (mtime, ctime))
 
 
 @dataclass

@@ -1,0 +1,37 @@
+"""Clocks and time travel: file times in the future or far past, a clock stepped back, dates at the
+edges.  Each test failed once; the case is described on each."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from helpers import CoarseClockFolder
+from memdir.api import Memory
+
+KEYWORDS = {"memorySearch": {"provider": "none", "sync": {"watch": False}}}
+
+
+def _found(mem: Memory, query: str) -> list[str]:
+    return [r.path for r in mem.search(query, sync=False).results]
+
+
+def test_a_note_dated_ahead_on_a_whole_second_file_system_is_not_dirty_for_ever(tmp_path: Path) -> None:
+    """A note copied with ``rsync -t`` from a machine whose clock ran ahead, onto a USB stick or a
+    network share (whole-second times): its stamp looked like one of a tick still open, so every
+    sync read it again and ``memdir status`` said 'Dirty: yes (1 changed …)' for good."""
+    ahead = 2_114_380_800  # 2037-01-01
+    folder = CoarseClockFolder(tmp_path / "fat", {"ws/memory/ideas.md": "apple pie\n"}, mtime=ahead)
+    try:
+        ws = folder.root / "ws"
+        note = ws / "memory" / "ideas.md"
+        with Memory(ws, config=KEYWORDS) as mem:
+            assert mem.sync().indexed == 1
+            assert not mem.status()["dirty"]
+            assert mem.sync().indexed == 0
+            note.write_text("apple tan\n")  # same size, the time set ahead again: the ctime tells
+            os.utime(note, (ahead, ahead))
+            mem.sync()
+            assert _found(mem, "tan") == ["memory/ideas.md"]
+    finally:
+        folder.release()
