@@ -35,3 +35,20 @@ def test_a_note_dated_ahead_on_a_whole_second_file_system_is_not_dirty_for_ever(
             assert _found(mem, "tan") == ["memory/ideas.md"]
     finally:
         folder.release()
+
+
+def test_notes_whose_files_keep_no_time_are_not_aged_to_nothing(make_workspace) -> None:
+    """Notes from the Nix store (every file's time is 1), a reproducible tar (0) or a zip (its first
+    day, 1980-01-01) unpacked with their times: with temporal decay on they were aged from 1970,
+    ×2^-680, and the note that answered scored 0 under every other."""
+    ws = make_workspace({"MEMORY.md": "- zebra\n",
+                         "notes/deploy.md": "# Deploy\nWe deploy the billing service with blue-green releases.\n",
+                         "notes/pets.md": "# Pets\nMy cat is called Miso; billing is done.\n"})
+    for name, when in (("deploy.md", 1), ("pets.md", 0)):
+        os.utime(ws / "notes" / name, (when, when))
+    config = {"memorySearch": {"provider": "none", "extraPaths": ["notes"], "sync": {"watch": False},
+                               "query": {"hybrid": {"temporalDecay": {"enabled": True, "halfLifeDays": 30}}}}}
+    with Memory(ws, config=config) as mem:
+        results = mem.search("how do we deploy billing").results
+        assert [r.path for r in results][:1] == ["notes/deploy.md"]
+        assert results[0].score > 0.3
