@@ -52,3 +52,27 @@ def test_notes_whose_files_keep_no_time_are_not_aged_to_nothing(make_workspace) 
         results = mem.search("how do we deploy billing").results
         assert [r.path for r in results][:1] == ["notes/deploy.md"]
         assert results[0].score > 0.3
+
+
+def test_long_term_cache_entries_stamped_by_a_clock_that_ran_ahead_do_not_push_out_new_ones(tmp_path: Path) -> None:
+    """The long-term memory's embedding cache (20,000 entries): entries written while the clock ran
+    ahead outranked every later one, so each prune removed the vectors just made and kept those."""
+    import sqlite3
+
+    import numpy as np
+
+    from memdir.ltm.embedder import EmbeddingCache
+
+    path, key = tmp_path / "embedding-cache.sqlite", ("fake", "m", "k")
+    cache = EmbeddingCache(path, max_entries=4)
+    cache.put(key, {f"old-{i}": np.ones(4, dtype=np.float32) for i in range(4)})
+    cache.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE embedding_cache SET updated_at = 4102444800000")  # 2100-01-01
+    cache = EmbeddingCache(path, max_entries=4)  # (its first write prunes)
+    try:
+        cache.put(key, {f"new-{i}": np.ones(4, dtype=np.float32) for i in range(2)})
+        assert cache.count() == 4
+        assert set(cache.get(key, ["new-0", "new-1"])) == {"new-0", "new-1"}
+    finally:
+        cache.close()
