@@ -76,3 +76,35 @@ def test_long_term_cache_entries_stamped_by_a_clock_that_ran_ahead_do_not_push_o
         assert set(cache.get(key, ["new-0", "new-1"])) == {"new-0", "new-1"}
     finally:
         cache.close()
+
+
+def _transcript(make_workspace, state_dir: Path, stamps: list[object]) -> tuple[Path, dict[str, object]]:
+    """A workspace whose agent has one transcript: a user message per time in ``stamps``."""
+    import json
+
+    from memdir.config import load_config
+
+    ws = make_workspace({"MEMORY.md": "- zebra\n"})
+    sessions = load_config(workspace=ws, state_dir=state_dir).settings.sessions_dir
+    sessions.mkdir(parents=True)
+    (sessions / "s1.jsonl").write_text("".join(
+        json.dumps({"type": "message", "timestamp": t, "message": {"role": "user", "content": f"kiwi note {i}"}}) + "\n"
+        for i, t in enumerate(stamps)))
+    return ws, {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"], "sync": {"watch": False},
+                                 "experimental": {"sessionMemory": True}}}
+
+
+def _dates(ws: Path, config: dict[str, object], query: str) -> list[str]:
+    with Memory(ws, config=config) as mem:
+        return [r.explain.get("dates") for r in mem.search(query, explain=True).results if r.source == "sessions"]
+
+
+def test_a_message_sent_in_a_leap_second_keeps_its_day(make_workspace, state_dir: Path) -> None:
+    """RFC 3339 allows 23:59:60, a leap second, which Python's datetime cannot hold: the message was
+    undated, so a question naming its day did not prefer it (and decay read the file's time)."""
+    from memdir.sessions.transcript import timestamp_ms
+
+    assert timestamp_ms("2016-12-31T23:59:60Z") == timestamp_ms("2016-12-31T23:59:59.999Z")
+    assert timestamp_ms("2016-12-31 23:59:60.5+00:00") == timestamp_ms("2016-12-31T23:59:59.999Z")
+    ws, config = _transcript(make_workspace, state_dir, ["2016-12-31T23:59:60Z"])
+    assert _dates(ws, {**config, "userTimezone": "UTC"}, "kiwi on 31 December 2016") == ["2016-12-31"]

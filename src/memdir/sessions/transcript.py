@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +27,8 @@ _ROLE_LABEL = {"user": "User", "assistant": "Assistant"}
 _SECONDS_CEILING = 1e11
 # 9999-12-31T23:59:59.999Z: a later "time" is junk, and no date can hold it.
 _MAX_MS = 253_402_300_799_999
+#: A leap second's seconds field, with any fraction: ``23:59:60`` or ``23:59:60.5``.
+_LEAP_SECOND = re.compile(r"([T ]\d{2}:\d{2}:)60(?:\.\d+)?(?!\d)")
 
 
 
@@ -59,9 +62,12 @@ def timestamp_ms(value: Any) -> int:
         try:
             value = float(text)
         except ValueError:
+            # RFC 3339 allows a lower-case "z" (and "t"); fromisoformat takes neither.  A leap
+            # second (23:59:60, as RFC 3339 allows) is no time Python holds: its message was
+            # undated; it is the second before's last millisecond.
+            text = _LEAP_SECOND.sub(r"\g<1>59.999", text.upper().replace("Z", "+00:00"), count=1)
             try:
-                # RFC 3339 allows a lower-case "z" (and "t"); fromisoformat takes neither
-                ms = int(datetime.fromisoformat(text.upper().replace("Z", "+00:00")).timestamp() * 1000)
+                ms = int(datetime.fromisoformat(text).timestamp() * 1000)
             except (ValueError, OverflowError, OSError):
                 return 0
             return ms if 0 < ms <= _MAX_MS else 0
