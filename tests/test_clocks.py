@@ -108,3 +108,14 @@ def test_a_message_sent_in_a_leap_second_keeps_its_day(make_workspace, state_dir
     assert timestamp_ms("2016-12-31 23:59:60.5+00:00") == timestamp_ms("2016-12-31T23:59:59.999Z")
     ws, config = _transcript(make_workspace, state_dir, ["2016-12-31T23:59:60Z"])
     assert _dates(ws, {**config, "userTimezone": "UTC"}, "kiwi on 31 December 2016") == ["2016-12-31"]
+
+
+def test_message_times_in_micro_and_nanoseconds_date_their_messages(make_workspace, state_dir: Path) -> None:
+    """A transcript timed in microseconds or nanoseconds (Go's UnixNano, Python's time_ns(),
+    OpenTelemetry): read as milliseconds, past year 9999, every message was undated."""
+    from memdir.sessions.transcript import timestamp_ms
+
+    when = 1_767_607_200_000  # 2026-01-05 10:00:00 UTC
+    assert timestamp_ms(when * 1000) == timestamp_ms(when * 1_000_000) == timestamp_ms(str(when * 1_000_000)) == when
+    ws, config = _transcript(make_workspace, state_dir, [when * 1000, when * 1_000_000])
+    assert _dates(ws, config, "kiwi on 5 January 2026") == ["2026-01-05"]

@@ -50,7 +50,8 @@ def normalize_message_text(content: Any) -> str | None:
 
 
 def timestamp_ms(value: Any) -> int:
-    """Epoch ms from a number (seconds are scaled up), a numeric string or an ISO string; else 0.
+    """Epoch ms from a number (seconds are scaled up, micro- and nanoseconds down), a numeric
+    string or an ISO string; else 0.
 
     A time before 1970 or after 9999 is 0 (unknown): a transcript is untrusted input, and such a
     value has no calendar day for the index to record.
@@ -80,7 +81,12 @@ def timestamp_ms(value: Any) -> int:
     if not math.isfinite(value) or value <= 0:
         return 0
     ms = int(value * 1000) if value < _SECONDS_CEILING else int(value)
-    return ms if ms <= _MAX_MS else 0
+    # past year 9999 in ms: micro- then nanoseconds (Go's UnixNano, Python's time_ns(),
+    # OpenTelemetry), which read as ms left every message of such a transcript undated
+    for scale in (1, 1000, 1_000_000):
+        if ms // scale <= _MAX_MS:
+            return ms // scale
+    return 0
 
 
 def session_hash(content: str, line_map: Iterable[int], timestamps_ms: Iterable[int] | None = None) -> str:
