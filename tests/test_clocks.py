@@ -119,3 +119,36 @@ def test_message_times_in_micro_and_nanoseconds_date_their_messages(make_workspa
     assert timestamp_ms(when * 1000) == timestamp_ms(when * 1_000_000) == timestamp_ms(str(when * 1_000_000)) == when
     ws, config = _transcript(make_workspace, state_dir, [when * 1000, when * 1_000_000])
     assert _dates(ws, config, "kiwi on 5 January 2026") == ["2026-01-05"]
+
+
+def test_a_config_edited_twice_within_a_second_on_a_whole_second_file_system_is_not_remembered_stale(
+        tmp_path: Path) -> None:
+    """memdir.toml on a USB stick or a network share (whole-second times), edited again within the
+    second keeping its size (a script setting maxResults = 2, then 3): the CLI's settings snapshot
+    of the first version had the same key, and every later run searched with maxResults = 2."""
+    from memdir import settings_cache
+    from memdir.config import load_config
+
+    folder = CoarseClockFolder(tmp_path / "fat", {"ws/MEMORY.md": "- zebra\n"}, age=0)
+    try:
+        ws, state = folder.root / "ws", tmp_path / "st"
+        config = ws / "memdir.toml"
+
+        def key() -> tuple[str, Path]:
+            return settings_cache.snapshot_key(config_path=None, workspace=str(ws), agent_id=None,
+                                               state_dir=str(state))
+
+        for _ in range(5):  # both writes within one second (a retry when a second ends between them)
+            config.write_text("[memorySearch.query]\nmaxResults = 2\n")
+            first = config.stat()
+            k1, path = key()
+            settings_cache.save_snapshot(path, k1, load_config(workspace=ws, state_dir=state))
+            config.write_text("[memorySearch.query]\nmaxResults = 3\n")
+            if config.stat().st_ctime_ns == first.st_ctime_ns:
+                break
+        else:
+            raise AssertionError("no two writes fell within one second")
+        remembered = settings_cache.load_snapshot(*reversed(key()))
+        assert remembered is None or remembered.settings.memory_search.query.max_results == 3
+    finally:
+        folder.release()
