@@ -37,6 +37,23 @@ def test_a_note_dated_ahead_on_a_whole_second_file_system_is_not_dirty_for_ever(
         folder.release()
 
 
+def test_a_note_a_few_seconds_ahead_on_a_whole_second_file_system_is_read_again_until_its_second_has_passed(
+        tmp_path: Path) -> None:
+    """rsync -t from a machine whose clock runs a few seconds fast: the second its stamp names is
+    still to come, and a same-size edit made in it keeps that stamp, so the note is read again by
+    each sync until then (a stamp a year ahead is not: see above)."""
+    import time
+
+    ahead = int(time.time()) + 30
+    folder = CoarseClockFolder(tmp_path / "fat", {"ws/memory/ideas.md": "apple pie\n"}, mtime=ahead)
+    try:
+        with Memory(folder.root / "ws", config=KEYWORDS) as mem:
+            assert mem.sync().indexed == 1
+            assert mem.status()["dirty"]  # to be read again
+    finally:
+        folder.release()
+
+
 def test_notes_whose_files_keep_no_time_are_not_aged_to_nothing(make_workspace) -> None:
     """Notes from the Nix store (every file's time is 1), a reproducible tar (0) or a zip (its first
     day, 1980-01-01) unpacked with their times: with temporal decay on they were aged from 1970,
