@@ -169,3 +169,14 @@ def test_a_config_edited_twice_within_a_second_on_a_whole_second_file_system_is_
         assert remembered is None or remembered.settings.memory_search.query.max_results == 3
     finally:
         folder.release()
+
+
+def test_message_times_counted_from_the_session_start_are_no_dates(make_workspace, state_dir: Path) -> None:
+    """A transcript whose message times are milliseconds since the session began (1500, 3000), or
+    sequence numbers: read as seconds since 1970 they dated every message 1970-01-01, and with
+    temporal decay on the chunk kept 2^-680 of its score, under every other result."""
+    ws, config = _transcript(make_workspace, state_dir, [1500, 3000])
+    config["memorySearch"]["query"] = {"hybrid": {"temporalDecay": {"enabled": True, "halfLifeDays": 30}}}
+    with Memory(ws, config=config) as mem:
+        (hit,) = [r for r in mem.search("kiwi note", explain=True, min_score=0).results if r.source == "sessions"]
+        assert hit.explain["decay"] == 1 and "dates" not in hit.explain

@@ -27,6 +27,8 @@ _ROLE_LABEL = {"user": "User", "assistant": "Assistant"}
 _SECONDS_CEILING = 1e11
 # 9999-12-31T23:59:59.999Z: a later "time" is junk, and no date can hold it.
 _MAX_MS = 253_402_300_799_999
+# 1980-01-02T00:00Z: an earlier number is no date (see timestamp_ms; as memdir.ranking.NO_MTIME_BEFORE_MS).
+_FIRST_MS = 315_619_200_000
 #: A leap second's seconds field, with any fraction: ``23:59:60`` or ``23:59:60.5``.
 _LEAP_SECOND = re.compile(r"([T ]\d{2}:\d{2}:)60(?:\.\d+)?(?!\d)")
 
@@ -54,7 +56,9 @@ def timestamp_ms(value: Any) -> int:
     string or an ISO string; else 0.
 
     A time before 1970 or after 9999 is 0 (unknown): a transcript is untrusted input, and such a
-    value has no calendar day for the index to record.
+    value has no calendar day for the index to record.  So is a number before 1980: a time since
+    the session began, or a message's sequence number, not a date (taken for one, it dated its
+    messages 1970-01-01, and with temporal decay on their chunk scored 0).
     """
     if isinstance(value, bool) or value is None:
         return 0
@@ -85,7 +89,7 @@ def timestamp_ms(value: Any) -> int:
     # OpenTelemetry), which read as ms left every message of such a transcript undated
     for scale in (1, 1000, 1_000_000):
         if ms // scale <= _MAX_MS:
-            return ms // scale
+            return ms // scale if ms // scale >= _FIRST_MS else 0
     return 0
 
 
