@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from helpers import CoarseClockFolder
 from memdir.api import Memory
 
@@ -180,3 +182,26 @@ def test_message_times_counted_from_the_session_start_are_no_dates(make_workspac
     with Memory(ws, config=config) as mem:
         (hit,) = [r for r in mem.search("kiwi note", explain=True, min_score=0).results if r.source == "sessions"]
         assert hit.explain["decay"] == 1 and "dates" not in hit.explain
+
+
+def test_ltm_stats_with_a_recovery_record_whose_time_is_no_time(tmp_path: Path, make_workspace, run_cli,
+                                                                  state_dir: Path) -> None:
+    """recovery.json (which records when a damaged long-term memory table was recovered) edited or
+    damaged: a time of "abc", 1e300 or year 10000 failed ``memdir ltm stats`` with Python's bare
+    words after half its lines ('could not convert string to float'), and none was 1970-01-01."""
+    import json
+
+    from memdir.ltm.heal import recovery_ms
+
+    assert [recovery_ms({"at": at}) for at in ("abc", 1e300, 253_402_300_800_000, None, [1], True, 0)] == [None] * 7
+    assert recovery_ms({"at": 1_767_607_200_000}) == 1_767_607_200_000
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    (tmp_path / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    base = ("--workspace", str(ws), "--config", str(tmp_path / "memdir.json"))
+    run_cli("ltm", "store", "I prefer dark mode", *base, check=True)
+    (db,) = (state_dir / "ltm").iterdir()
+    (db / "recovery.json").write_text(json.dumps({"at": "abc", "message": "recovered 2 of 3 memories"}))
+    out = run_cli("ltm", "stats", *base)
+    assert out.returncode == 0, out.stderr
+    assert "Recovered at an unknown time: recovered 2 of 3 memories" in out.stdout
