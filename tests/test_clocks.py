@@ -196,11 +196,14 @@ def test_ltm_stats_with_a_recovery_record_whose_time_is_no_time(tmp_path: Path, 
     assert [recovery_ms({"at": at}) for at in ("abc", 1e300, 253_402_300_800_000, None, [1], True, 0)] == [None] * 7
     assert recovery_ms({"at": 1_767_607_200_000}) == 1_767_607_200_000
     pytest.importorskip("lancedb")
+    from memdir.config import load_config
+    from memdir.ltm.settings import db_path
+
     ws = make_workspace({"MEMORY.md": "# notes\n"})
     (tmp_path / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}}))
     base = ("--workspace", str(ws), "--config", str(tmp_path / "memdir.json"))
-    run_cli("ltm", "store", "I prefer dark mode", *base, check=True)
-    (db,) = (state_dir / "ltm").iterdir()
+    db = db_path(load_config(workspace=ws, state_dir=state_dir).settings)
+    db.mkdir(parents=True)
     (db / "recovery.json").write_text(json.dumps({"at": "abc", "message": "recovered 2 of 3 memories"}))
     out = run_cli("ltm", "stats", *base)
     assert out.returncode == 0, out.stderr
