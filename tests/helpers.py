@@ -232,3 +232,44 @@ class FatFolder:
     def close(self) -> None:
         if subprocess.run(["umount", str(self.root)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(self.root)], capture_output=True)
+
+
+class CoarseClockFolder:
+    """A folder whose files keep whole-second times, as FAT, exFAT, HFS+ and many network shares
+    do: an ext4 of 128-byte inodes (no room for nanoseconds, times end in 2038) in a loop-mounted
+    image, holding ``files`` (relative path: text) written ``age`` seconds ago (their ctime, which
+    only the image's tools can set), their mtime ``mtime`` when given.  Skips the test unless root
+    can make and mount one here."""
+
+    def __init__(self, root: Path, files: dict[str, str], *, mtime: int | None = None, age: int = 3600):
+        import shutil
+
+        import pytest
+
+        if os.geteuid() != 0:
+            pytest.skip("mounting a whole-second file system needs root")
+        source, self.image, self.root = root.with_name(root.name + ".src"), root.with_name(root.name + ".img"), root
+        for rel, text in files.items():
+            (source / rel).parent.mkdir(parents=True, exist_ok=True)
+            (source / rel).write_text(text)
+            if mtime is not None:
+                os.utime(source / rel, (mtime, mtime))
+        with open(self.image, "wb") as fh:
+            fh.truncate(8 << 20)
+        root.mkdir()
+        made = subprocess.run(["mkfs.ext4", "-q", "-F", "-I", "128", "-d", str(source), str(self.image)],
+                              capture_output=True)
+        ctime = f"@{int(time.time()) - age}"
+        for rel in files if made.returncode == 0 else ():
+            made = subprocess.run(["debugfs", "-w", "-R", f"set_inode_field /{rel} ctime {ctime}", str(self.image)],
+                                  capture_output=True)
+        shutil.rmtree(source)
+        if made.returncode != 0 or subprocess.run(["mount", "-o", "loop", str(self.image), str(root)],
+                                                  capture_output=True).returncode != 0:
+            self.image.unlink()
+            pytest.skip("cannot make and mount a whole-second file system (mkfs.ext4 -d, debugfs, a loop device)")
+
+    def release(self) -> None:
+        if subprocess.run(["umount", str(self.root)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(self.root)], capture_output=True)
+        self.image.unlink()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import pg_query
 from memdir.api import Memory
 from memdir.embeddings.local import create_local_provider
 
@@ -127,6 +128,26 @@ def test_cache_is_pruned_to_max_entries_least_recent_first(ws: Path, model, back
         newest = next(chunks[0].hash for path, *_, chunks in mem.store.export_files()
                       if path == "memory/2026-01-13.md")
         assert newest in hashes
+
+
+def test_cache_entries_stamped_by_a_clock_that_ran_ahead_do_not_push_out_those_in_use(ws: Path, model, backend):
+    """Entries written while the machine's clock ran ahead (a VM resumed with a wrong date, a clock
+    set right since) were stamped later than any use after it: pruned least recently used first,
+    the vectors of the notes in use went and those stayed, and every rebuild embedded the notes again."""
+    cfg = backend.config({"memorySearch": {"cache": {"maxEntries": 5}}})
+    ahead = "UPDATE {}embedding_cache SET updated_at = 4102444800000"  # 2100-01-01
+    with Memory(ws, provider=CountingProvider(model), config=cfg) as mem:
+        assert mem.sync().embedded == 5
+        if backend.postgres:
+            pg_query(backend.url, ahead.format(f'"{backend.schema}".'))
+        else:
+            with mem.store.transaction():
+                mem.store.conn.execute(ahead.format(""))
+        for i, name in enumerate(NOTES):
+            (ws / name).write_text(f"- Rewritten note {i}: the harbour ferry leaves at {i + 7} o'clock.\n")
+        assert mem.sync().embedded == 5  # pruned to 5 of the 10 entries
+        again = mem.sync(force=True)
+        assert (again.embedded, again.cache_hits) == (0, 5)
 
 
 def test_failing_query_embedding_falls_back_to_keywords(ws: Path, model):

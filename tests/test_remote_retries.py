@@ -90,6 +90,19 @@ def test_429_honours_retry_after_http_date(server: ProviderServer, clock: FakeTi
     assert 2.5 <= wait <= 4.0
 
 
+@pytest.mark.parametrize("skew", [3600, -3600])
+def test_a_retry_after_date_counts_from_the_servers_clock(server: ProviderServer, clock: FakeTiming, skew: int) -> None:
+    """This machine's clock an hour behind the server's (a VM resumed with an old time), or ahead:
+    a Retry-After date 4 s after the server's Date was counted from this clock, 3604 s (past what
+    memdir waits: the call failed at once, 'server asked to retry after 3604s') or none at all."""
+    sent = time.time() + skew
+    dates = {"Date": email.utils.formatdate(sent, usegmt=True),
+             "Retry-After": email.utils.formatdate(sent + 4, usegmt=True)}
+    server.script("/embeddings", Reply(429, RATE_LIMITED, dates))
+    assert openai(server, clock).embed_query("x") == unit(fake_vector("x"))
+    assert clock.sleeps == [4.0]
+
+
 def test_small_retry_after_never_shortens_our_backoff(server: ProviderServer, clock: FakeTiming) -> None:
     server.script("/embeddings", Reply(429, RATE_LIMITED, {"Retry-After": "0"}))
     openai(server, clock).embed_query("x")

@@ -359,11 +359,11 @@ def _retry_wait(resp: Any, text: str, attempt: int) -> float | None:
     """Seconds to wait before sending a refused request again, or ``None``: not worth it."""
     import random
 
-    from memdir.embeddings.retry import RetryPolicy, is_quota_exhausted, parse_retry_after
+    from memdir.embeddings.retry import RetryPolicy, is_quota_exhausted, retry_after
 
     if resp.status_code not in RETRY_STATUSES:
         return None
-    hint = parse_retry_after(resp.headers.get("retry-after"))
+    hint = retry_after(resp.headers)
     if resp.status_code == 429 and is_quota_exhausted(text, has_retry_hint=hint is not None):
         return None
     if hint is not None:
@@ -375,9 +375,9 @@ def _unwaited(resp: Any, ends: float) -> str:
     """Why a ``Retry-After`` the server sent was not waited for, or ``""``.  Why: a 429 asking for
     an hour failed at once as "chat API returned 429: slow down", as if memdir had not been told
     when to come back, or had ignored it."""
-    from memdir.embeddings.retry import parse_retry_after
+    from memdir.embeddings.retry import retry_after
 
-    hint = parse_retry_after(resp.headers.get("retry-after"))
+    hint = retry_after(resp.headers)
     if resp.status_code not in RETRY_STATUSES or hint is None:
         return ""
     if hint > RETRY_AFTER_CAP:

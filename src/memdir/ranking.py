@@ -15,6 +15,10 @@ from memdir.stores.base import Hit
 from memdir.textutil import LazyPattern
 
 DAY_MS = 86_400_000
+#: A file modified before this (1980-01-02 UTC) keeps no date: the Nix store gives every file the
+#: time 1, reproducible tar and zip builds 0 or zip's first day (1980-01-01, local time), and an
+#: archive unpacked with its times keeps them; no note was written then.
+NO_MTIME_BEFORE_MS = 315_619_200_000
 #: A daily log: ``memory/YYYY-MM-DD.md`` (R§7.1), or ``memory/YYYY-MM-DD-<slug>.md`` as the session
 #: hook names its files (OpenClaw's pattern misses those, so with decay on a year-old session
 #: summary kept its full score as if evergreen while that day's log decayed to nothing).
@@ -185,7 +189,8 @@ def is_evergreen(path: str, source: str) -> bool:
 
 def memory_timestamp(path: str, source: str, workspace: Path,
                      source_timestamp: Callable[[str, str], int | None] | None = None) -> int | None:
-    """When a hit's content was written, for decay: dated file name, evergreen, or mtime."""
+    """When a hit's content was written, for decay: dated file name, evergreen, or mtime (none for a
+    placeholder time before :data:`NO_MTIME_BEFORE_MS`)."""
     dated = dated_path_ms(path)
     if dated is not None:
         return dated
@@ -196,9 +201,11 @@ def memory_timestamp(path: str, source: str, workspace: Path,
         if ts is not None:
             return ts
     try:
-        return int(os.stat(workspace / path).st_mtime * 1000)
+        mtime = int(os.stat(workspace / path).st_mtime * 1000)
     except OSError:
         return None
+    # (aged from then, such a note kept 2^-680 of its score with a 30-day half-life: 0, under every other)
+    return mtime if mtime >= NO_MTIME_BEFORE_MS else None
 
 
 def apply_decay(cands: list[Candidate], half_life_days: float, now_ms: int,

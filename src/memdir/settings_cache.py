@@ -200,14 +200,28 @@ class SnapshotConfig:
 
 # -- keys and files ----------------------------------------------------------------------------
 
+#: In a key, a file whose times may yet be given to another edit: no snapshot is saved for it.
+OPEN_TICK = "open tick"
+
+
 def _stat_sig(path: Path) -> list[Any] | None:
     """What changes when a file does: its ctime too, which moves with every write even when the
-    mtime is set back and the size kept (``cp -p``, ``touch -r``)."""
+    mtime is set back and the size kept (``cp -p``, ``touch -r``).
+
+    On a file system that keeps whole seconds (FAT, HFS+, network shares) a config file edited
+    again within the second, keeping its size, keeps all of these: the snapshot of the first
+    version was read back after the edit, and on every run after it, until the file changed
+    again.  A file written in a tick that may still be open is marked :data:`OPEN_TICK`."""
+    import time
+
+    from memdir.workspace import unsettled
+
     try:
         st = path.stat()
     except OSError:
         return None
-    return [str(path), st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino]
+    sig = [str(path), st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino]
+    return [*sig, OPEN_TICK] if unsettled(st, time.time_ns()) else sig
 
 
 def snapshot_key(*, config_path: str | None, workspace: str | None, agent_id: str | None,
@@ -309,7 +323,10 @@ def _same_state_key(settings: View) -> bool:
 
 
 def save_snapshot(path: Path, key: str, loaded: Any) -> bool:
-    """Write ``loaded`` (a :class:`memdir.config.LoadedConfig`) for ``key``; ``False`` when it cannot."""
+    """Write ``loaded`` (a :class:`memdir.config.LoadedConfig`) for ``key``; ``False`` when it cannot,
+    or when an input file's times may yet be those of another edit (:data:`OPEN_TICK`)."""
+    if json.dumps(OPEN_TICK) in key:
+        return False
     try:
         payload = {"key": key, "settings": dump_with_properties(loaded.settings), "origins": loaded.origins,
                    "configFile": str(loaded.config_file) if loaded.config_file else None,

@@ -84,10 +84,23 @@ COARSE_TICK_NS = 10_000_000
 def unsettled(st: os.stat_result, listed_ns: int) -> bool:
     """Whether a file stat'ed after ``listed_ns`` has a coarse stamp whose tick may still be open:
     an edit later in the same tick that keeps the size gives the same stamp, and the index, which
-    read the content before it, would keep the old text for good (git's "racily clean" files)."""
+    read the content before it, would keep the old text for good (git's "racily clean" files).
+
+    A tick may still be open from :data:`RELIST_MARGIN_NS` before ``listed_ns`` to
+    :data:`FUTURE_TICK_NS` after it (a clock a few seconds fast, or set back): an mtime set far
+    ahead (``touch -d 2037-01-01``, ``rsync -t`` from a machine whose clock ran a year fast) is no
+    tick an edit made now falls in, and such a file was read again by every sync, ``memdir status``
+    calling the index dirty for good (the ctime, which the kernel sets, still catches a same-tick
+    edit of it)."""
     mtime, ctime = times(st)
-    return (mtime % COARSE_TICK_NS == 0 and ctime % COARSE_TICK_NS == 0
-            and max(mtime, ctime) >= listed_ns - RELIST_MARGIN_NS)
+    if mtime % COARSE_TICK_NS or ctime % COARSE_TICK_NS:
+        return False
+    return any(listed_ns - RELIST_MARGIN_NS <= t <= listed_ns + FUTURE_TICK_NS for t in (mtime, ctime))
+
+
+#: How far after a listing a coarse stamp is still taken for a tick that may be open (see
+#: :func:`unsettled`): a day, past any clock merely running fast or set back.
+FUTURE_TICK_NS = 86_400 * 10**9
 
 
 @dataclass

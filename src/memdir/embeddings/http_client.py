@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 from memdir.embeddings.base import EmbeddingError
 from memdir.embeddings.errors import EmbeddingTimeoutError, RemoteEmbeddingError
 from memdir.embeddings.remote_config import RemoteSettings, is_loopback_url
-from memdir.embeddings.retry import gemini_retry_delay, is_quota_exhausted, parse_retry_after
+from memdir.embeddings.retry import gemini_retry_delay, is_quota_exhausted, retry_after
 from memdir.redact import shown_url, url_credentials
 
 if TYPE_CHECKING:
@@ -433,10 +433,10 @@ class HttpClient:
     def _http_error(self, response: httpx.Response, prefix: str) -> RemoteEmbeddingError:
         status = response.status_code
         text = response.text
-        retry_after = parse_retry_after(response.headers.get("retry-after"))
-        if retry_after is None and status in (429, 503):
-            retry_after = gemini_retry_delay(text)
-        quota = status == 429 and is_quota_exhausted(text, has_retry_hint=retry_after is not None)
+        wait = retry_after(response.headers)
+        if wait is None and status in (429, 503):
+            wait = gemini_retry_delay(text)
+        quota = status == 429 and is_quota_exhausted(text, has_retry_hint=wait is not None)
         retryable = (status == 429 and not quota) or status == 408 or 500 <= status <= 599
         message = f"{prefix} failed: {status} {body_excerpt(text, secrets=self.secrets)}".rstrip()
         if quota:
@@ -450,7 +450,7 @@ class HttpClient:
             status=status,
             retryable=retryable,
             quota_exhausted=quota,
-            retry_after=retry_after,
+            retry_after=wait,
         )
 
 

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 
 @dataclass
@@ -67,6 +68,26 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         current = datetime.fromtimestamp(time.time() if now is None else now, UTC)
         seconds = (when - current).total_seconds()
     return max(0.0, seconds) if seconds == seconds else None  # NaN → None
+
+
+def retry_after(headers: Any) -> float | None:
+    """A response's ``Retry-After`` in seconds; a date in it counts from the response's own
+    ``Date`` (the server's clock), when it has one.
+
+    Why: counted from this machine's clock, a date five seconds after the server's time was an
+    hour off on a machine whose clock is an hour behind (a VM resumed with an old time): the wait
+    was past what memdir waits and the call failed at once ('server asked to retry after 3605s');
+    an hour ahead, it was no wait at all and every retry was spent at once."""
+    value = headers.get("retry-after")
+    sent = headers.get("date")
+    now = None
+    if value and sent:
+        try:
+            when = email.utils.parsedate_to_datetime(sent)
+            now = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+        except (TypeError, ValueError, OverflowError):
+            now = None
+    return parse_retry_after(value, now=now)
 
 
 _RETRY_DELAY = re.compile(r'"retryDelay"\s*:\s*"(\d+(?:\.\d+)?)s"')

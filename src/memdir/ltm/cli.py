@@ -150,7 +150,10 @@ def _stats(ltm: Any, args: argparse.Namespace) -> int:
     if st["mirror"]:
         print(f"Mirror: {st['mirror']}")
     if st.get("recovery"):
-        when = datetime.fromtimestamp(float(st["recovery"].get("at") or 0) / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        from memdir.ltm.heal import recovery_ms
+
+        at = recovery_ms(st["recovery"])
+        when = datetime.fromtimestamp(at / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC") if at else "at an unknown time"
         print(f"Recovered {when}: {st['recovery'].get('message')}")
     if st.get("issue"):
         print(f"Issue: {st['issue']}")

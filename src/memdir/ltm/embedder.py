@@ -18,7 +18,6 @@ import os
 import sqlite3
 import stat
 import threading
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from memdir.db import create_private, enable_wal
+from memdir.stores.base import lru_stamp
 from memdir.stores.sqlite_health import is_damage_error
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class EmbeddingCache:
             marks = ",".join("?" * len(hashes))
             db.execute(
                 f"UPDATE embedding_cache SET updated_at = ? WHERE provider = ? AND model = ? AND provider_key = ? "
-                f"AND hash IN ({marks})", (int(time.time() * 1000), *key, *hashes))
+                f"AND hash IN ({marks})", (lru_stamp(db), *key, *hashes))
             db.commit()
 
     def _guarded(self, what: str, op: Callable[[], T], default: T) -> T:
@@ -175,9 +175,9 @@ class EmbeddingCache:
             self._guarded("write", lambda: self._write(key, items), None)
 
     def _write(self, key: tuple[str, str, str], items: dict[str, np.ndarray]) -> None:
-        now = int(time.time() * 1000)
         with self._lock:
             db = self._db()
+            now = lru_stamp(db)
             db.executemany(
                 "INSERT OR REPLACE INTO embedding_cache(provider, model, provider_key, hash, embedding, dims, "
                 "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",

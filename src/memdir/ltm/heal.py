@@ -508,6 +508,21 @@ def last_recovery(db_path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def recovery_ms(info: dict[str, Any]) -> float | None:
+    """When a recovery record says the table was recovered (epoch ms), ``None`` when it does not
+    say it as a time: the record is a file anyone may edit or damage, and its ``"at"`` of
+    ``"abc"``, ``1e300`` or year 10000 failed ``memdir ltm stats`` with Python's bare words
+    ('could not convert string to float', 'timestamp out of range for platform time_t')."""
+    at = info.get("at")
+    if isinstance(at, bool) or not isinstance(at, (int, float)) or not 0 < at <= _LAST_MS:
+        return None
+    return float(at)
+
+
+#: 9999-12-31T23:59:59.999Z in ms: no recovery is recorded later.
+_LAST_MS = 253_402_300_799_999
+
+
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)

@@ -268,7 +268,7 @@ class LongTermMemory:
             problem = heal.table_problem(self.db_path)
             if problem is None:
                 last = heal.last_recovery(self.db_path)
-                return last if last and float(last.get("at") or 0) >= started_ms - 1000 else None
+                return last if last and (heal.recovery_ms(last) or 0) >= started_ms - 1000 else None
             info = heal.rebuild(self.db_path, problem, embed=lambda texts: self.embedder.documents(texts),
                                 identity=lambda: self.embedder.identity, mirror=self.mirror_path,
                                 mirror_header=mirror_header(self.settings.agent_id, self.db_path),

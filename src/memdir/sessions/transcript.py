@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +27,10 @@ _ROLE_LABEL = {"user": "User", "assistant": "Assistant"}
 _SECONDS_CEILING = 1e11
 # 9999-12-31T23:59:59.999Z: a later "time" is junk, and no date can hold it.
 _MAX_MS = 253_402_300_799_999
+# 1980-01-02T00:00Z: an earlier number is no date (see timestamp_ms; as memdir.ranking.NO_MTIME_BEFORE_MS).
+_FIRST_MS = 315_619_200_000
+#: A leap second's seconds field, with any fraction: ``23:59:60`` or ``23:59:60.5``.
+_LEAP_SECOND = re.compile(r"([T ]\d{2}:\d{2}:)60(?:\.\d+)?(?!\d)")
 
 
 
@@ -47,10 +52,13 @@ def normalize_message_text(content: Any) -> str | None:
 
 
 def timestamp_ms(value: Any) -> int:
-    """Epoch ms from a number (seconds are scaled up), a numeric string or an ISO string; else 0.
+    """Epoch ms from a number (seconds are scaled up, micro- and nanoseconds down), a numeric
+    string or an ISO string; else 0.
 
     A time before 1970 or after 9999 is 0 (unknown): a transcript is untrusted input, and such a
-    value has no calendar day for the index to record.
+    value has no calendar day for the index to record.  So is a number before 1980: a time since
+    the session began, or a message's sequence number, not a date (taken for one, it dated its
+    messages 1970-01-01, and with temporal decay on their chunk scored 0).
     """
     if isinstance(value, bool) or value is None:
         return 0
@@ -59,9 +67,12 @@ def timestamp_ms(value: Any) -> int:
         try:
             value = float(text)
         except ValueError:
+            # RFC 3339 allows a lower-case "z" (and "t"); fromisoformat takes neither.  A leap
+            # second (23:59:60, as RFC 3339 allows) is no time Python holds: its message was
+            # undated; it is the second before's last millisecond.
+            text = _LEAP_SECOND.sub(r"\g<1>59.999", text.upper().replace("Z", "+00:00"), count=1)
             try:
-                # RFC 3339 allows a lower-case "z" (and "t"); fromisoformat takes neither
-                ms = int(datetime.fromisoformat(text.upper().replace("Z", "+00:00")).timestamp() * 1000)
+                ms = int(datetime.fromisoformat(text).timestamp() * 1000)
             except (ValueError, OverflowError, OSError):
                 return 0
             return ms if 0 < ms <= _MAX_MS else 0
@@ -74,7 +85,12 @@ def timestamp_ms(value: Any) -> int:
     if not math.isfinite(value) or value <= 0:
         return 0
     ms = int(value * 1000) if value < _SECONDS_CEILING else int(value)
-    return ms if ms <= _MAX_MS else 0
+    # past year 9999 in ms: micro- then nanoseconds (Go's UnixNano, Python's time_ns(),
+    # OpenTelemetry), which read as ms left every message of such a transcript undated
+    for scale in (1, 1000, 1_000_000):
+        if ms // scale <= _MAX_MS:
+            return ms // scale if ms // scale >= _FIRST_MS else 0
+    return 0
 
 
 def session_hash(content: str, line_map: Iterable[int], timestamps_ms: Iterable[int] | None = None) -> str:

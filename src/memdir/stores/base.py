@@ -39,6 +39,7 @@ The contract every backend keeps:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
@@ -47,6 +48,24 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
+
+
+def lru_stamp(conn: Any) -> int:
+    """The last-use time (ms) to give embedding cache entries used now (``conn``: SQLite or
+    PostgreSQL): the clock's, but never before the latest one given.
+
+    Why: entries written while the clock ran ahead (a VM resumed with a wrong date, a clock set
+    right since) were stamped later than any use after it, so a prune, least recently used first,
+    removed the vectors of the notes in use and kept those for good, and every rebuild embedded the
+    notes again.  Two writers racing may give the same time: an order among equals.  A value no
+    clock gives (past year 9999, or text in SQLite: a damaged or edited row) is left out."""
+    (latest,) = conn.execute(f"SELECT MAX(updated_at) FROM embedding_cache WHERE updated_at < {_LAST_MS}").fetchone()
+    now = int(time.time() * 1000)
+    return latest + 1 if isinstance(latest, int) and latest >= now else now
+
+
+#: 10000-01-01T00:00Z in ms: no cache entry was used later (see :func:`lru_stamp`).
+_LAST_MS = 253_402_300_800_000
 
 
 #: Seconds each database statement of a search waits for the server's answer before its connection

@@ -10,12 +10,11 @@ feeds ``memdir migrate``: every file with its chunks and vectors, and the cache 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
-from memdir.stores.base import ChunkRow, bounded_answers
+from memdir.stores.base import ChunkRow, bounded_answers, lru_stamp
 from memdir.stores.pgsearch import floats, vec
 
 
@@ -56,12 +55,12 @@ class PgCache:
         return {h: v for h, v in found.items() if v}
 
     def cache_put(self, provider: str, model: str, provider_key: str, items: dict[str, Sequence[float]]) -> None:
-        now = int(time.time() * 1000)
-        # Sorted by key: concurrent writers of overlapping hashes lock rows in one order (no deadlock).
-        rows = [(provider, model, provider_key, h, len(v), vec(v), now) for h, v in sorted(items.items()) if len(v)]
-        if not rows:
+        if not any(len(v) for v in items.values()):
             return
         with self._cache_conn(write=True) as c, c.cursor() as cur:
+            now = lru_stamp(c)
+            # Sorted by key: concurrent writers of overlapping hashes lock rows in one order (no deadlock).
+            rows = [(provider, model, provider_key, h, len(v), vec(v), now) for h, v in sorted(items.items()) if len(v)]
             cur.executemany("INSERT INTO embedding_cache(provider, model, provider_key, hash, dims, embedding, "
                             "updated_at) VALUES (%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (provider, model, provider_key, "
                             "hash) DO UPDATE SET embedding = EXCLUDED.embedding, dims = EXCLUDED.dims, "
@@ -79,8 +78,7 @@ class PgCache:
                           "WHERE provider = %s AND model = %s AND provider_key = %s AND hash = ANY(%s) "
                           "ORDER BY hash FOR UPDATE SKIP LOCKED) s WHERE e.provider = %s AND e.model = %s "
                           "AND e.provider_key = %s AND e.hash = s.hash",
-                          (int(time.time() * 1000), provider, model, provider_key, wanted, provider, model,
-                           provider_key))
+                          (lru_stamp(c), provider, model, provider_key, wanted, provider, model, provider_key))
 
     def cache_prune(self, max_entries: int | None) -> int:
         """Least recently used first, across the whole shared cache (``max_entries`` bounds it all).

@@ -36,7 +36,7 @@ from memdir.lock import FileWriterLock
 from memdir.query import fts5_phrases, match_phrases, trigram_phrases
 from memdir.stores import sqlite_health as health
 from memdir.stores import vectors as vecs
-from memdir.stores.base import ChunkRow, Hit
+from memdir.stores.base import ChunkRow, Hit, lru_stamp
 from memdir.stores.sqlite_lifecycle import SqliteLifecycle
 from memdir.stores.vector_sidecar import remove_leftovers as remove_sidecar_leftovers
 from memdir.stores.vector_sidecar import sidecar_path
@@ -1212,10 +1212,10 @@ class SqliteStore(SqliteLifecycle):
 
     def cache_put(self, provider: str, model: str, provider_key: str,
                   items: dict[str, Sequence[float] | np.ndarray]) -> None:
-        now = int(time.time() * 1000)
         if not any(len(v) for v in items.values()):
             return
         ensure_cache(self.conn)
+        now = lru_stamp(self.conn)
         # a generator: one blob at a time, not a second copy of a big file's vectors
         self.conn.executemany(
             "INSERT OR REPLACE INTO embedding_cache(provider, model, provider_key, hash, embedding, dims, updated_at) "
@@ -1224,9 +1224,9 @@ class SqliteStore(SqliteLifecycle):
 
     def cache_touch(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> None:
         """Mark cache hits as recently used, so pruning drops the least recently used first."""
-        now = int(time.time() * 1000)
         if not has_cache(self.conn):
             return
+        now = lru_stamp(self.conn)
         self.conn.executemany(
             "UPDATE embedding_cache SET updated_at = ? WHERE provider = ? AND model = ? AND provider_key = ? "
             "AND hash = ?",

@@ -66,6 +66,15 @@ class Reply:
 Matcher = Callable[[Recorded], bool]
 
 
+def _status_line(h: BaseHTTPRequestHandler, reply: Reply) -> None:
+    """The status line, and the ``Date`` and ``Server`` headers ``send_response`` adds, but not a
+    ``Date`` the reply sets itself (a server whose clock differs from this machine's)."""
+    h.send_response_only(reply.status)
+    h.send_header("Server", h.version_string())
+    if not any(k.lower() == "date" for k in reply.headers):
+        h.send_header("Date", h.date_time_string())
+
+
 class ProviderServer:
     """Threaded server on 127.0.0.1:<free port>; use as a context manager or call ``stop()``."""
 
@@ -211,7 +220,7 @@ class ProviderServer:
         else:
             payload = json.dumps(reply.body).encode("utf-8")
         try:
-            h.send_response(reply.status)
+            _status_line(h, reply)
             headers = {"Content-Type": "application/json", **reply.headers}
             for k, v in headers.items():
                 h.send_header(k, v)
@@ -223,7 +232,7 @@ class ProviderServer:
 
     def _send_parts(self, h: BaseHTTPRequestHandler, reply: Reply) -> None:
         try:
-            h.send_response(reply.status)
+            _status_line(h, reply)
             for k, v in {"Content-Type": "application/json", **reply.headers}.items():
                 h.send_header(k, v)
             h.end_headers()
