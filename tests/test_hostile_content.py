@@ -135,7 +135,7 @@ def test_a_utf16_note_is_found_cited_and_appended_to_in_utf16(make_workspace, ke
         assert mem.append_daily("caf\u00e9 numbat \U0001f993", date="2026-03-04") == "memory/2026-03-04.md"
         assert log.read_bytes().startswith(raw)  # appended, never rewritten
         assert log.read_bytes().decode("utf-16") == ("# Standup\r\nthe wombat deploy moved to Friday\r\n"
-                                                     "caf\u00e9 numbat \U0001f993\n")
+                                                     "caf\u00e9 numbat \U0001f993\r\n")  # the note's line ends
         assert [r.path for r in mem.search("numbat").results] == ["memory/2026-03-04.md"]
 
 

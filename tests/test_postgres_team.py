@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -232,7 +233,10 @@ def test_a_workspace_moved_under_its_agent_id_is_told_how_to_start_over_in_postg
     cfg = pg.config({"memorySearch": {"provider": "none"}})
     with Memory(ws, agent_id="mover", config=cfg, state_dir=state_dir) as mem:
         mem.sync()
-    moved = ws.rename(ws.with_name("after"))
+    # moved by copying (a restore, `cp -r` then `rm`): another folder, so the index is refused (a folder
+    # renamed in place keeps its identity and its index)
+    moved = Path(shutil.copytree(ws, ws.with_name("after")))
+    shutil.rmtree(ws)
     with Memory(moved, agent_id="mover", config=cfg, state_dir=state_dir) as mem:
         with pytest.raises(IndexOwnershipError) as refused:
             mem.sync()
