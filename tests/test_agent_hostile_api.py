@@ -414,3 +414,38 @@ def test_a_reply_sent_as_server_sent_events_is_read(tmp_path: Path) -> None:
         records = [r for r in read_records(store.transcript_path(store.get("agent:main:main")))
                    if r.get("type") == "message"]
         assert records[-1]["message"]["content"] == "Your dog is Rex (found)."
+
+
+def small_model(limit: int) -> Any:
+    """A model whose context holds ``limit`` characters and that keeps the dog's name when flushing."""
+    def reply(body: dict[str, Any]) -> dict[str, Any]:
+        messages = body["messages"]
+        if messages[0]["content"].startswith("You compact"):
+            return {"content": "summary"}
+        if sum(len(json.dumps(m)) for m in messages) > limit:
+            return OPENAI_OVERFLOW
+        flushing = any("Pre-compaction memory flush." in str(m.get("content")) for m in messages
+                       if m["role"] == "user")
+        if flushing and messages[-1]["role"] == "user":
+            return {"tool_calls": [{"name": "memory_append", "arguments": {"text": "- The dog is called Rex."}}]}
+        return {"content": "NO_REPLY" if flushing else "ok"}
+    return reply
+
+
+def test_a_context_overflow_flushes_notes_before_it_compacts(make_env: Any) -> None:
+    # A local server's context (llama.cpp's n_ctx) far below contextTokens' 200,000: no count came
+    # near the flush's threshold, and the overflow's compaction summarised the older turns without
+    # the flush, so what they said reached no memory file (OpenClaw #114081, "the overflow-recovery
+    # path never flushes")
+    e = make_env([small_model(12_000)] * 40, keep_recent_turns=1)
+    agent = e.agent()
+    agent.send("My dog is called Rex. " + "words " * 300)
+    for i in range(6):
+        assert agent.send(f"chapter {i}: " + "words " * 300) == "ok"
+    assert agent.stats.compactions >= 1 and agent.stats.flushes == 1
+    notes = list((e.ws / "memory").glob("*.md"))
+    assert [p.read_text() for p in notes] == ["- The dog is called Rex.\n"]
+    kinds = [("flush" if "Pre-compaction" in str(b["messages"][-1]["content"]) else
+              "compact" if b["messages"][0]["content"].startswith("You compact") else "turn") for b in e.bodies()]
+    assert kinds.index("flush") < kinds.index("compact")
+    assert "context-overflow" in agent.stats.flush_decisions

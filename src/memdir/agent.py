@@ -670,6 +670,7 @@ class Agent:
         self.client = client
         self.long_term = long_term
         self._turn_context: str | None = None
+        self._heartbeat = False  # the turn being answered is a heartbeat: it never flushes
         self.backend = backend
         self.store = store
         self.key = session_key
@@ -770,6 +771,7 @@ class Agent:
         if command in ("/new", "/reset"):
             return self.reset(command[1:])
         self.stats.turns += 1
+        self._heartbeat = heartbeat
         self._before_turn(text, heartbeat=heartbeat)
         self._turn_context = self._auto_recall(text) if not heartbeat else None
         self._remember({"role": "user", "content": text})
@@ -819,7 +821,8 @@ class Agent:
                 return [*convo[:i], prefixed, *convo[i + 1:]]
         return convo
 
-    def flush_decision(self, pending_text: str = "", *, heartbeat: bool = False) -> FlushDecision:
+    def flush_decision(self, pending_text: str = "", *, heartbeat: bool = False,
+                       context_overflow: bool = False) -> FlushDecision:
         try:
             size = self.transcript.stat().st_size
         except OSError:
@@ -828,7 +831,7 @@ class Agent:
         return should_flush(self.entry, settings=self.options.flush, context_window=self.options.context_window,
                             transcript_bytes=size, pending_prompt_tokens=estimate_tokens(pending_text),
                             is_heartbeat=heartbeat, workspace_writable=writable,
-                            cli_provider=self.options.cli_provider)
+                            cli_provider=self.options.cli_provider, context_overflow=context_overflow)
 
     @property
     def compaction_threshold(self) -> int:
@@ -843,9 +846,11 @@ class Agent:
         if total is not None and total + estimate_tokens(text) >= self.compaction_threshold:
             self.compact()
 
-    def run_flush(self) -> bool:
+    def run_flush(self, history: list[dict[str, Any]] | None = None) -> bool:
         """The pre-compaction flush turn. Its messages stay out of the live context.
 
+        ``history``: the conversation the model is shown (default: all of it; after a context
+        overflow, the older turns about to be compacted, as all of it no longer fits).
         The cycle is claimed in ``sessions.json`` before the turn (:func:`claim_flush`), so another
         agent on this session that decided to flush too skips it; a turn that fails before writing
         a note gives the claim back, and the next turn retries it."""
@@ -855,7 +860,7 @@ class Agent:
             return False
         plan = build_flush_plan(self.options.flush, now=self.clock(), timezone=self.options.timezone)
         system = self.system_prompt() + "\n\n" + plan.system_prompt
-        convo = [*self.history, {"role": "user", "content": plan.prompt}]
+        convo = [*(self.history if history is None else history), {"role": "user", "content": plan.prompt}]
         self._record({"type": "memory_flush", "phase": "start", "timestamp": self._now_ms(),
                       "path": plan.relative_path})
         appended = self.stats.notes_appended
@@ -882,12 +887,35 @@ class Agent:
                       "reply": reply})
         return True
 
-    def compact(self) -> bool:
-        """Summarise all but the last ``keep_recent_turns`` user turns; bump ``compactionCount``."""
+    def _compaction_cut(self) -> int | None:
+        """Where the kept recent turns start, or None: too few turns to compact."""
         starts = [i for i, m in enumerate(self.history) if m["role"] == "user"]
         if len(starts) <= self.options.keep_recent_turns:
+            return None
+        return starts[-self.options.keep_recent_turns] if self.options.keep_recent_turns > 0 else len(self.history)
+
+    def _compact_after_overflow(self) -> bool:
+        """The API refused the conversation as too long: flush (once a cycle, R§11's guards), then compact.
+
+        Why: this compaction ran without the flush, so with a model whose context is smaller than
+        ``contextTokens`` (a local server's ``n_ctx``, the default 200,000 left as it is) no count
+        ever reached the flush's threshold, and what the older turns said was summarised away
+        without reaching a memory file (OpenClaw #114081).  The flush is shown those older turns:
+        the whole conversation is what did not fit."""
+        cut = self._compaction_cut()
+        if cut is None:
             return False
-        cut = starts[-self.options.keep_recent_turns] if self.options.keep_recent_turns > 0 else len(self.history)
+        decision = self.flush_decision(heartbeat=self._heartbeat, context_overflow=True)
+        self.stats.flush_decisions.append(decision.reason)
+        if decision:
+            self.run_flush(self.history[:cut])
+        return self.compact()
+
+    def compact(self) -> bool:
+        """Summarise all but the last ``keep_recent_turns`` user turns; bump ``compactionCount``."""
+        cut = self._compaction_cut()
+        if cut is None:
+            return False
         older, recent = self.history[:cut], self.history[cut:]
         lines = [f"Earlier summary: {self.summary}"] if self.summary else []
         for m in older:
@@ -960,7 +988,7 @@ class Agent:
                 # Compacting is what makes the conversation fit again: without it every later
                 # turn of the session was refused the same way.
                 try:
-                    compacted = persist and convo is self.history and self.compact()
+                    compacted = persist and convo is self.history and self._compact_after_overflow()
                 except ChatError:  # the summary request did not fit either (contextTokens too high)
                     compacted = False
                 if compacted:
