@@ -6,6 +6,7 @@ between a tool call and its result, a conversation the model's context no longer
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -449,3 +450,29 @@ def test_a_context_overflow_flushes_notes_before_it_compacts(make_env: Any) -> N
               "compact" if b["messages"][0]["content"].startswith("You compact") else "turn") for b in e.bodies()]
     assert kinds.index("flush") < kinds.index("compact")
     assert "context-overflow" in agent.stats.flush_decisions
+
+
+def alternating_template(body: dict[str, Any]) -> dict[str, Any]:
+    """A server applying a chat template that requires user and assistant turns to alternate (Mistral's,
+    Gemma's, Llama 2's under vLLM or llama.cpp --jinja), as it refuses a conversation that does not."""
+    roles = [m["role"] for m in body["messages"] if m["role"] in ("user", "assistant")]
+    if roles[:1] != ["user"] or any(a == b for a, b in itertools.pairwise(roles)):
+        return {"raw": {"error": {"message": "Conversation roles must alternate user/assistant/user/assistant/..."}},
+                "rawStatus": 400}
+    return {"content": "ok"}
+
+
+def test_a_failed_turn_does_not_break_a_session_whose_template_wants_turns_to_alternate(make_env: Any) -> None:
+    # the failed turn's message stayed in the conversation with no reply after it, and the next
+    # turn's made two user messages in a row: such a server refused every later turn, after a
+    # restart too, until /new
+    e = make_env([{"status": 500, "error": "the model crashed"}, *[alternating_template] * 4])
+    agent = e.agent()
+    with pytest.raises(ChatError, match="the model crashed"):
+        agent.send("My dog is called Rex.")
+    assert agent.send("What is my dog called?") == "ok"
+    assert e.agent().send("Still there?") == "ok"  # resumed from the transcript
+    sent = [m for m in e.bodies()[1]["messages"] if m["role"] == "user"]
+    assert [m["content"] for m in sent] == ["My dog is called Rex.\n\nWhat is my dog called?"]
+    records = [r["message"]["content"] for r in read_records(agent.transcript) if r.get("type") == "message"]
+    assert records[:2] == ["My dog is called Rex.", "What is my dog called?"]  # the transcript as it was

@@ -559,7 +559,10 @@ def wire_messages(convo: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ``kill -9``, a crash) left them unanswered in the transcript, and chat APIs refuse such a
     conversation ("tool_calls must be followed by tool messages"): every later turn of the session
     failed, after a restart too.  Unanswered calls get an error result here; a tool result that
-    answers no call of the reply before it is left out.  Nothing is rewritten on disk.
+    answers no call of the reply before it is left out.  User messages in a row (a turn that
+    failed, or was interrupted, before its reply) are sent as one: servers whose chat template
+    wants user and assistant turns to alternate (Mistral's, Gemma's under vLLM or llama.cpp)
+    refused every later turn with "Conversation roles must alternate".  Nothing is rewritten on disk.
     """
     out: list[dict[str, Any]] = []
     pending: list[str] = []
@@ -575,6 +578,9 @@ def wire_messages(convo: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 out.append(message)
             continue
         answer_pending()
+        if message.get("role") == "user" and out and out[-1].get("role") == "user":
+            out[-1] = {**out[-1], "content": _joined(out[-1].get("content"), message.get("content"))}
+            continue
         if message.get("role") == "assistant" and message.get("tool_calls"):
             calls = _tool_calls(message["tool_calls"])  # transcripts written before replies were normalised
             message = {k: v for k, v in message.items() if k != "tool_calls"}
@@ -584,6 +590,15 @@ def wire_messages(convo: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append(message)
     answer_pending()
     return out
+
+
+def _joined(first: Any, second: Any) -> Any:
+    """Two user messages' contents as one: text after a blank line, lists of parts one after the other."""
+    if isinstance(first, list) or isinstance(second, list):
+        def parts(content: Any) -> list[Any]:
+            return content if isinstance(content, list) else [{"type": "text", "text": content}] if content else []
+        return [*parts(first), *parts(second)]
+    return "\n\n".join(c for c in (first, second) if c)
 
 
 # --- the agent ------------------------------------------------------------------------------
