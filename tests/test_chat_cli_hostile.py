@@ -6,6 +6,7 @@ import io
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -340,3 +341,25 @@ def test_the_demo_without_a_writable_temporary_folder_says_so(
     err = capsys.readouterr().err
     assert err.startswith("memdir chat --demo: it needs a folder it can write for its scratch workspace") and \
         err.rstrip().endswith("point TMPDIR at one") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(("status", "error"), [
+    (404, {"error": {"message": 'model "llama9" not found, try pulling it first', "type": "api_error"}}),  # Ollama
+    (404, {"error": {"message": "The model `llama9` does not exist or you do not have access to it.",
+                     "type": "invalid_request_error", "code": "model_not_found"}}),  # OpenAI, Groq
+    (404, {"object": "error", "message": "The model `llama9` does not exist.", "type": "NotFoundError",
+           "code": 404}),  # vLLM
+    (400, {"error": {"message": "llama9 is not a valid model ID", "code": 400}}),  # OpenRouter
+])
+def test_a_model_the_server_does_not_serve_is_named_with_the_server(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], status: int,
+        error: dict[str, Any]) -> None:
+    # a 404 for the model was answered "is http://…/v1 the API's base URL? (…/chat/completions was
+    # not found; it often ends in /v1)": the URL was right, and the model was never named
+    monkeypatch.setenv("CHAT_TEST_KEY", "sk-secret-key-1234567890")
+    with ScriptedChatServer(lambda body: {"raw": error, "rawStatus": status}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        assert chat(ws, "--base-url", server.url, "--model", "llama9") == 1
+    err = capsys.readouterr().err
+    assert f"the model 'llama9' is not served at {server.url}" in err and "--model" in err
+    assert f"{server.url}/models" in err and "ends in /v1" not in err and "sk-secret" not in err
