@@ -476,3 +476,39 @@ def test_a_failed_turn_does_not_break_a_session_whose_template_wants_turns_to_al
     assert [m["content"] for m in sent] == ["My dog is called Rex.\n\nWhat is my dog called?"]
     records = [r["message"]["content"] for r in read_records(agent.transcript) if r.get("type") == "message"]
     assert records[:2] == ["My dog is called Rex.", "What is my dog called?"]  # the transcript as it was
+
+
+def error_in_200(error: Any) -> dict[str, Any]:
+    """An error sent as a 200 reply's body (OpenRouter and Together when the provider fails after the
+    request was accepted; LM Studio's ``{"error": "…"}``)."""
+    return {"raw": {"error": error}}
+
+
+def test_an_error_sent_with_200_is_the_error_it_says(make_env: Any) -> None:
+    # it was 'chat API reply has no choices[0].message: {"error": …}', never sent again for a
+    # provider's 502 or a 429, and an overflow said so was never compacted
+    e = make_env([error_in_200({"code": 502, "message": "Provider returned error",
+                                "metadata": {"provider_name": "Together"}}), DONE,
+                  error_in_200("Model is unloaded."), DONE])
+    agent = e.agent()
+    assert agent.send("hello") == "done"
+    assert len(e.server.requests) == 2
+    with pytest.raises(ChatError, match=r"chat API returned an error \(with status 200\): Model is unloaded\.$"):
+        agent.send("again")
+    assert agent.send("and again") == "done"
+
+
+OPENROUTER_OVERFLOW = {"code": 400, "message": "This endpoint's maximum context length is 2048 tokens. "
+                                               "However, you requested about 3000 tokens."}
+
+
+@pytest.mark.parametrize("refusal", [
+    error_in_200(OPENROUTER_OVERFLOW),
+    {"raw": b"data: " + json.dumps({"error": OPENROUTER_OVERFLOW}).encode() + b"\n\n"},  # streamed
+])
+def test_an_overflow_sent_with_200_is_compacted(make_env: Any, refusal: dict[str, Any]) -> None:
+    e = make_env([overflowing(9_000, refusal)] * 20, keep_recent_turns=1)
+    agent = e.agent()
+    for i in range(8):
+        assert agent.send(f"chapter {i}: " + "words " * 300).startswith("ok")
+    assert agent.stats.compactions >= 1

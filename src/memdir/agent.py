@@ -266,10 +266,17 @@ class ChatClient:
                 try:
                     return parse_reply(resp)
                 except ChatError as exc:  # it quotes the reply
-                    raise ChatError(self._scrubbed(str(exc)), exc.status) from None
+                    error = ChatError(self._scrubbed(str(exc)), exc.status)
+                # an error a 200 carried (its code as the status): sent again as that status would be
+                wait = _retry_wait(error.status, resp.headers, str(error), attempt)
+                if wait is None or attempt == self.retries or time.monotonic() + wait >= ends:
+                    raise error from None
+                log.info("chat API returned an error (%s); sending again in %.1f s", error.status, wait)
+                time.sleep(wait)
+                continue
             # One line: an HTML error page spanned dozens.
             text = " ".join(self._scrubbed(resp.text[:2000]).split())[:500]
-            wait = _retry_wait(resp, text, attempt)
+            wait = _retry_wait(resp.status_code, resp.headers, text, attempt)
             if wait is None or attempt == self.retries or time.monotonic() + wait >= ends:
                 raise ChatError(f"chat API returned {resp.status_code}: {text}{_unwaited(resp, ends)}",
                                 resp.status_code)
@@ -355,16 +362,16 @@ class ChatClient:
         self._http.close()
 
 
-def _retry_wait(resp: Any, text: str, attempt: int) -> float | None:
+def _retry_wait(status: int, headers: Any, text: str, attempt: int) -> float | None:
     """Seconds to wait before sending a refused request again, or ``None``: not worth it."""
     import random
 
     from memdir.embeddings.retry import RetryPolicy, is_quota_exhausted, parse_retry_after
 
-    if resp.status_code not in RETRY_STATUSES:
+    if status not in RETRY_STATUSES:
         return None
-    hint = parse_retry_after(resp.headers.get("retry-after"))
-    if resp.status_code == 429 and is_quota_exhausted(text, has_retry_hint=hint is not None):
+    hint = parse_retry_after(headers.get("retry-after"))
+    if status == 429 and is_quota_exhausted(text, has_retry_hint=hint is not None):
         return None
     if hint is not None:
         return hint if hint <= RETRY_AFTER_CAP else None
@@ -413,6 +420,8 @@ def parse_reply(resp: Any) -> ChatReply:
     first = choices[0] if isinstance(choices, list) and choices else None
     message = first.get("message") if isinstance(first, dict) else None
     if not isinstance(message, dict):
+        if isinstance(data, dict) and data.get("error"):
+            raise _error_in_reply(data["error"], resp.status_code)
         raise ChatError(f"chat API reply has no choices[0].message: {json.dumps(data)[:300]}")
     raw_usage = data.get("usage")
     usage = {k: int(v) for k, v in (raw_usage.items() if isinstance(raw_usage, dict) else ())
@@ -420,6 +429,24 @@ def parse_reply(resp: Any) -> ChatReply:
     # A reply cut inside a surrogate pair ("\\ud83d"): U+FFFD, so the transcript, the daily log
     # and the index can store it.
     return ChatReply(clean_text(_text_of(message.get("content"))), _tool_calls(message.get("tool_calls")), usage)
+
+
+def _error_in_reply(error: Any, status: int) -> ChatError:
+    """The error a success reply carried instead of choices, with its code as the status.
+
+    Why: OpenRouter and Together send a provider's failure after accepting the request as a 200
+    ``{"error": {"code": 502, "message": …}}`` (LM Studio a bare ``{"error": "…"}``): it was "reply
+    has no choices[0].message", a provider's 502 or 429 was never sent again, and an overflow said
+    that way (``code`` 400) was never compacted."""
+    message, code = error, None
+    if isinstance(error, dict):
+        message = error.get("message") or json.dumps(error)
+        raw = error.get("code")
+        code = int(raw) if isinstance(raw, (int, str)) and str(raw).isdigit() else None
+    text = " ".join(str(message).split())[:500]
+    where = f"with status {status}" + (f", code {code}" if code is not None else "")
+    return ChatError(f"chat API returned an error ({where}): {text}",
+                     code if code is not None and 400 <= code < 600 else 0)
 
 
 def _streamed(body: str) -> dict[str, Any]:
@@ -452,7 +479,8 @@ def _streamed(body: str) -> dict[str, Any]:
         if not isinstance(chunk, dict):
             continue
         if chunk.get("error"):
-            raise ChatError(f"chat API streamed an error: {json.dumps(chunk['error'])[:300]}")
+            raise ChatError(f"chat API streamed an error: {json.dumps(chunk['error'])[:300]}",
+                            _error_in_reply(chunk["error"], 200).status)  # its code: an overflow compacts
         if isinstance(chunk.get("usage"), dict):
             usage = chunk["usage"]
         choices = chunk.get("choices")
