@@ -512,3 +512,17 @@ def test_an_overflow_sent_with_200_is_compacted(make_env: Any, refusal: dict[str
     for i in range(8):
         assert agent.send(f"chapter {i}: " + "words " * 300).startswith("ok")
     assert agent.stats.compactions >= 1
+
+
+def test_a_legacy_function_call_is_run_as_a_tool_call(make_env: Any) -> None:
+    # a server of the older protocol (function_call, not tool_calls) had its call dropped without a
+    # word: the turn answered "" and nothing was searched
+    e = make_env([raw_message(content=None, function_call={"name": "memory_search", "arguments": '{"query": "dog"}'}),
+                  DONE, DONE])
+    agent = e.agent()
+    assert agent.send("what is the dog called?") == "done"
+    sent = e.bodies()[1]["messages"]
+    assert sent[-2]["tool_calls"][0]["function"] == {"name": "memory_search", "arguments": '{"query": "dog"}'}
+    assert sent[-1]["role"] == "tool" and "Rex" in sent[-1]["content"]
+    assert wire_errors(sent) == []
+    assert agent.send("thanks") == "done"

@@ -428,7 +428,12 @@ def parse_reply(resp: Any) -> ChatReply:
              if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0}
     # A reply cut inside a surrogate pair ("\\ud83d"): U+FFFD, so the transcript, the daily log
     # and the index can store it.
-    return ChatReply(clean_text(_text_of(message.get("content"))), _tool_calls(message.get("tool_calls")), usage)
+    calls = _tool_calls(message.get("tool_calls"))
+    if not calls and isinstance(message.get("function_call"), dict):
+        # the older protocol's one call (servers that predate tool_calls): it was dropped without a
+        # word, and the turn answered "" with nothing searched
+        calls = _tool_calls([{"function": message["function_call"]}])
+    return ChatReply(clean_text(_text_of(message.get("content"))), calls, usage)
 
 
 def _error_in_reply(error: Any, status: int) -> ChatError:
