@@ -237,7 +237,26 @@ def overflowing(limit: int, refusal: dict[str, Any] = OPENAI_OVERFLOW, compacts:
     return reply
 
 
-@pytest.mark.parametrize("refusal", [OPENAI_OVERFLOW, PROXY_TOO_LARGE])
+def refusing(status: int, body: Any) -> dict[str, Any]:
+    return {"raw": body, "rawStatus": status}
+
+
+@pytest.mark.parametrize("refusal", [
+    OPENAI_OVERFLOW, PROXY_TOO_LARGE,
+    # llama.cpp
+    refusing(400, {"error": {"code": 400, "type": "exceed_context_size_error",
+                             "message": "the request exceeds the available context size, try increasing it"}}),
+    # Hugging Face text-generation-inference (and endpoints built on it)
+    refusing(422, {"error": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 "
+                           "`inputs` tokens and 200 `max_new_tokens`", "error_type": "validation"}),
+    # Gemini's OpenAI-compatible endpoint
+    refusing(400, [{"error": {"code": 400, "message": "The input token count (1200000) exceeds the maximum number of "
+                                                     "tokens allowed (1048576).", "status": "INVALID_ARGUMENT"}}]),
+    # vLLM, a prompt longer than --max-model-len
+    refusing(400, {"object": "error", "message": "The decoder prompt (length 5000) is longer than the maximum model "
+                                                "length of 4096. Make sure that `max_model_len` is no smaller than the "
+                                                "number of text tokens.", "type": "BadRequestError", "code": 400}),
+])
 def test_a_conversation_that_overflows_the_context_is_compacted_and_the_turn_answered(
         make_env: Any, refusal: dict[str, Any]) -> None:
     # the API's refusal was raised as it came, turn after turn: the session never got going again

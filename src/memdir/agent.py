@@ -183,9 +183,13 @@ class ChatError(RuntimeError):
 
 
 #: How APIs say a request is longer than the context: OpenAI ``context_length_exceeded``,
-#: vLLM/llama.cpp "maximum context length", Anthropic-style "prompt is too long", and others.
+#: vLLM/llama.cpp "maximum context length", Anthropic-style "prompt is too long", llama.cpp "exceeds
+#: the available context size", vLLM "longer than the maximum model length", text-generation-inference
+#: "`inputs` tokens + `max_new_tokens` must be <=", Gemini "exceeds the maximum number of tokens
+#: allowed", Bedrock "Input is too long", and others.
 _OVERFLOW_WORDS = ("context_length", "context length", "context window", "prompt is too long",
-                   "too many tokens", "maximum context", "exceeds the context", "n_ctx")
+                   "too many tokens", "maximum context", "exceeds the context", "n_ctx", "context size",
+                   "maximum model length", "`inputs` tokens", "maximum number of tokens", "input is too long")
 
 
 @dataclass
