@@ -16,6 +16,7 @@ import pytest
 
 from memdir.agent import Agent, AgentOptions, ChatClient, ChatError, MemoryIndexBackend
 from memdir.api import Memory
+from memdir.sessions.flush import FlushSettings
 from memdir.sessions.store import SessionStore, read_records
 from memdir.testing.chat_server import ScriptedChatServer, ScriptQueue
 
@@ -545,3 +546,30 @@ def test_a_legacy_function_call_is_run_as_a_tool_call(make_env: Any) -> None:
     assert sent[-1]["role"] == "tool" and "Rex" in sent[-1]["content"]
     assert wire_errors(sent) == []
     assert agent.send("thanks") == "done"
+
+
+def test_a_server_that_sends_no_usage_still_flushes_and_compacts_in_time(make_env: Any) -> None:
+    # with no usage in its replies (a server or proxy that leaves it out, or zeros) no token count
+    # was ever known: the flush never ran and the conversation was never compacted, until the model's
+    # context overflowed (or, with a server that cuts the prompt's start silently, never)
+    def model(body: dict[str, Any]) -> dict[str, Any]:
+        step = small_model(10**9)(body)
+        message: dict[str, Any] = {"content": step.get("content")}
+        if step.get("tool_calls"):
+            message["tool_calls"] = [{"id": "c1", "type": "function", "function": {
+                "name": c["name"], "arguments": json.dumps(c["arguments"])}} for c in step["tool_calls"]]
+        reply = raw_message(**message)
+        if len(e.server.requests) % 2:
+            reply["raw"]["usage"] = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        return reply
+
+    e = make_env([model] * 40, context_window=3_000, keep_recent_turns=1,
+                 flush=FlushSettings(reserve_tokens_floor=1_000, soft_threshold_tokens=500))
+    agent = e.agent()
+    agent.send("My dog is called Rex.")
+    for i in range(8):
+        assert agent.send(f"chapter {i}: " + "words " * 150) == "ok"
+    assert agent.stats.flushes == 1 and "tokens" in agent.stats.flush_decisions
+    assert [p.read_text() for p in (e.ws / "memory").glob("*.md")] == ["- The dog is called Rex.\n"]
+    assert agent.stats.compactions >= 1
+    assert max(sum(len(json.dumps(m)) for m in b["messages"]) for b in e.bodies()) < 4 * 3_000

@@ -1050,7 +1050,7 @@ class Agent:
                                 "session (the current one is saved to memory)", exc.status) from exc
             self.stats.model_calls += 1
             if persist:
-                self._account(reply.usage)
+                self._account(reply, messages)
             content = reply.content
             assistant: dict[str, Any] = {"role": "assistant", "content": content}
             if reply.tool_calls:
@@ -1079,12 +1079,22 @@ class Agent:
         else:
             convo.append(message)
 
-    def _account(self, usage: dict[str, int]) -> None:
-        """Token accounting from the API: the last call's prompt + completion is the context size."""
-        if not usage:
-            return
+    def _account(self, reply: ChatReply, sent: list[dict[str, Any]]) -> None:
+        """Token accounting from the API: the last call's prompt + completion is the context size.
+
+        A reply without a count (no ``usage``, or zeros: servers and proxies that leave it out) is
+        counted as characters / 4 of what was sent and received.  Why: no count was ever known, so
+        the flush never ran and the conversation was never compacted until the model's context
+        overflowed (or, with a server that cuts a prompt's start silently, never)."""
+        usage = reply.usage
         prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
         total = usage.get("total_tokens") or prompt + completion
+        if not total:
+            total = estimate_tokens(json.dumps(sent, ensure_ascii=False) + reply.content
+                                    + (json.dumps(reply.tool_calls, ensure_ascii=False) if reply.tool_calls else ""))
+            self._update_entry(total_tokens=total, total_tokens_fresh=True, input_tokens=None, output_tokens=None,
+                               context_tokens=self.options.context_window, model=self.client.model)
+            return
         self._update_entry(total_tokens=total, total_tokens_fresh=True, input_tokens=prompt,
                            output_tokens=completion, context_tokens=self.options.context_window,
                            model=self.client.model)
