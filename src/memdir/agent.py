@@ -723,6 +723,7 @@ class Agent:
         self.long_term = long_term
         self._turn_context: str | None = None
         self._heartbeat = False  # the turn being answered is a heartbeat: it never flushes
+        self._turn_notes: dict[str, str] = {}  # the notes memory_append wrote this turn, and where
         self.backend = backend
         self.store = store
         self.key = session_key
@@ -1028,6 +1029,14 @@ class Agent:
     # -- the model/tool loop -------------------------------------------------------------------
     def _tool_loop(self, convo: list[dict[str, Any]], *, persist: bool, plan: FlushPlan | None = None,
                    system: str | None = None) -> str:
+        outer, self._turn_notes = self._turn_notes, {}  # a flush run inside a turn has notes of its own
+        try:
+            return self._tool_rounds(convo, persist=persist, plan=plan, system=system)
+        finally:
+            self._turn_notes = outer
+
+    def _tool_rounds(self, convo: list[dict[str, Any]], *, persist: bool, plan: FlushPlan | None,
+                     system: str | None) -> str:
         content = ""
         for _ in range(self.options.max_tool_rounds):
             messages = [{"role": "system", "content": system or self.system_prompt()},
@@ -1156,11 +1165,16 @@ class Agent:
             return {"ok": False, "error": "text required (a string)"}
         if (too_long := append_too_long(text)) is not None:
             return {"ok": False, "error": too_long}
+        # Why: small local models call memory_append again with the same note each round (and a
+        # call can come twice in one message): every copy was appended, up to max_tool_rounds of them
+        if (done := self._turn_notes.get(text.strip())) is not None:
+            return {"ok": True, "path": done, "note": "already appended in this turn: not written again"}
         day = plan.day if plan is not None else today(self.options.timezone, now=self.clock(), strict=False)
         try:
             path = self.backend.append_daily(text, day=day.isoformat())
         except Exception as exc:
             return {"ok": False, "error": str(exc)}
+        self._turn_notes[text.strip()] = path
         self.stats.notes_appended += 1
         self._safe_sync()
         return {"ok": True, "path": path}
