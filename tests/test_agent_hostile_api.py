@@ -573,3 +573,16 @@ def test_a_server_that_sends_no_usage_still_flushes_and_compacts_in_time(make_en
     assert [p.read_text() for p in (e.ws / "memory").glob("*.md")] == ["- The dog is called Rex.\n"]
     assert agent.stats.compactions >= 1
     assert max(sum(len(json.dumps(m)) for m in b["messages"]) for b in e.bodies()) < 4 * 3_000
+
+
+def test_a_base_url_with_a_query_keeps_it_as_the_query(tmp_path: Path) -> None:
+    # Azure OpenAI's base URL ends in ?api-version=…, and the request went to
+    # …/v1?api-version=2024-06-01/chat/completions: the path in the query, refused with a 404
+    with ScriptedChatServer(ScriptQueue([DONE])) as server:
+        client = ChatClient(server.url + "/?api-version=2024-06-01", "gpt-4o")
+        try:
+            assert client.complete([{"role": "user", "content": "hello"}]).content == "done"
+        finally:
+            client.close()
+        sent = [(r["path"], r["query"]) for r in server.requests]
+        assert sent == [("/v1/chat/completions", "api-version=2024-06-01")]

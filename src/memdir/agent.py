@@ -228,6 +228,10 @@ class ChatClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         #: Masked in every error quoting the server (one that echoes the request quotes them).
         self._secrets = tuple(s for s in (api_key or "", *url_credentials(base_url)) if s)
+        # A query is every request's query (Azure OpenAI's ?api-version=…): joined as a base URL, the
+        # path went into it (…/gpt-4o?api-version=2024-06-01/chat/completions) and the API said 404.
+        base_url, _, query = base_url.partition("#")[0].partition("?")
+        self._params = httpx.QueryParams(query)
         #: The base URL as messages show it (a ``user:password@`` with its password masked).
         self.shown_url = shown_url(base_url.rstrip("/"))
         self.model = model
@@ -297,8 +301,8 @@ class ChatClient:
         import httpx
 
         url = "/chat/completions"
-        for _hop in range(4):
-            request = self._http.build_request("POST", url, **kwargs)
+        for hop in range(4):  # a redirect's target carries its own query
+            request = self._http.build_request("POST", url, **kwargs, **({"params": self._params} if hop == 0 else {}))
             streamed = self._http.send(request, stream=True)
             try:
                 body = self._read(streamed)
