@@ -225,7 +225,8 @@ class ChatClient:
         if api_key and unsendable(api_key):  # httpx's "Illegal header value b'Bearer <key>\r'" showed it
             raise MemdirError("the chat API key holds a line break, control or non-ASCII character (pasted with "
                               "it?), which an HTTP header cannot carry")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = ({"api-key": api_key} if _is_azure(base_url) else {"Authorization": f"Bearer {api_key}"}) \
+            if api_key else {}
         #: Masked in every error quoting the server (one that echoes the request quotes them).
         self._secrets = tuple(s for s in (api_key or "", *url_credentials(base_url)) if s)
         # A query is every request's query (Azure OpenAI's ?api-version=…): joined as a base URL, the
@@ -368,6 +369,21 @@ class ChatClient:
 
     def close(self) -> None:
         self._http.close()
+
+
+#: Azure OpenAI's hosts, which read the key from an ``api-key`` header (a Bearer token there is
+#: Microsoft Entra ID's: the right key sent that way was refused with a 401).
+AZURE_HOST_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+
+
+def _is_azure(base_url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        host = (urlsplit(base_url).hostname or "").rstrip(".")
+    except ValueError:
+        return False
+    return host.endswith(AZURE_HOST_SUFFIXES)
 
 
 def _retry_wait(status: int, headers: Any, text: str, attempt: int) -> float | None:
