@@ -586,3 +586,20 @@ def test_a_base_url_with_a_query_keeps_it_as_the_query(tmp_path: Path) -> None:
             client.close()
         sent = [(r["path"], r["query"]) for r in server.requests]
         assert sent == [("/v1/chat/completions", "api-version=2024-06-01")]
+
+
+THINKING = "<think>\nThe user asks about the dog. MEMORY.md says Rex; maybe I should hedge.\n</think>\n\n"
+
+
+def test_a_reasoning_models_think_block_is_not_the_reply(make_env: Any) -> None:
+    # DeepSeek-R1 or Qwen3 behind vLLM without a reasoning parser (or llama.cpp with
+    # --reasoning-format none) put their reasoning in content: it was shown as the answer, kept in
+    # the conversation, and /new saved it into a memory file named from it ('think-the-user-asks-…')
+    e = make_env([{"content": THINKING + "Your dog is called Rex."},
+                  {"content": "<think>A slug for a talk about a dog.</think>\npet-names"}])
+    agent = e.agent()
+    assert agent.send("what is my dog called?") == "Your dog is called Rex."
+    notice = agent.send("/new")
+    assert "memory/" in notice and "-pet-names.md" in notice, notice
+    saved = next((e.ws / "memory").glob("*-pet-names.md")).read_text()
+    assert "assistant: Your dog is called Rex." in saved and "hedge" not in saved and "<think>" not in saved

@@ -35,6 +35,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -457,7 +458,20 @@ def parse_reply(resp: Any) -> ChatReply:
         # the older protocol's one call (servers that predate tool_calls): it was dropped without a
         # word, and the turn answered "" with nothing searched
         calls = _tool_calls([{"function": message["function_call"]}])
-    return ChatReply(clean_text(_text_of(message.get("content"))), calls, usage)
+    return ChatReply(_without_reasoning(clean_text(_text_of(message.get("content")))), calls, usage)
+
+
+#: A reasoning model's thinking at the start of its content (``<think>…</think>``, as DeepSeek-R1 and
+#: Qwen3 write it when the server has no reasoning parser).
+_THINK_BLOCK = re.compile(r"\A\s*<think>.*?</think>\s*", re.DOTALL)
+
+
+def _without_reasoning(text: str) -> str:
+    """``text`` without the thinking before its answer: it is what ``reasoning_content`` carries when
+    a server separates it, and it was shown as the answer, kept in the conversation, and saved by
+    /new into a memory file named from it (``…-think-the-user-asks-about.md``).  A block never
+    closed (the reply cut short while thinking) is left as it is."""
+    return _THINK_BLOCK.sub("", text, count=1) if "</think>" in text else text
 
 
 def _error_in_reply(error: Any, status: int) -> ChatError:
