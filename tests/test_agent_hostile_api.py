@@ -603,3 +603,24 @@ def test_a_reasoning_models_think_block_is_not_the_reply(make_env: Any) -> None:
     assert "memory/" in notice and "-pet-names.md" in notice, notice
     saved = next((e.ws / "memory").glob("*-pet-names.md")).read_text()
     assert "assistant: Your dog is called Rex." in saved and "hedge" not in saved and "<think>" not in saved
+
+
+def test_a_compaction_that_fails_before_a_turn_does_not_cost_the_turn(make_env: Any) -> None:
+    # the compaction due before a turn (the count past contextWindow - reserveTokensFloor) failed with
+    # the API (a 500, a timeout, a summary refused) and raised out of send(): the user's message was
+    # neither sent nor kept, and every later turn tried and failed the same way
+    def model(body: dict[str, Any]) -> dict[str, Any]:
+        if body["messages"][0]["content"].startswith("You compact"):
+            return {"status": 500, "error": "the summariser crashed"}
+        return {"content": "ok", "usage": {"prompt_tokens": 2_900, "completion_tokens": 10, "total_tokens": 2_910}}
+
+    e = make_env([model] * 20, context_window=3_000, keep_recent_turns=1,
+                 flush=FlushSettings(enabled=False, reserve_tokens_floor=500))
+    agent = e.agent()
+    assert agent.send("first") == "ok"
+    assert agent.send("My dog is called Rex.") == "ok"  # a compaction was due, and failed
+    assert agent.send("third") == "ok"
+    assert agent.stats.compactions == 0
+    users = [r["message"]["content"] for r in read_records(agent.transcript)
+             if r.get("type") == "message" and r["message"]["role"] == "user"]
+    assert users == ["first", "My dog is called Rex.", "third"]

@@ -931,7 +931,12 @@ class Agent:
             self.run_flush()
         total = fresh_total_tokens(self.entry)
         if total is not None and total + estimate_tokens(text) >= self.compaction_threshold:
-            self.compact()
+            try:
+                self.compact()
+            except Exception as exc:  # (a 500, a timeout): it raised out of send(), the user's message
+                # neither sent nor kept, and every later turn failed the same way; the reserve is there for
+                # the turn, and one that no longer fits is compacted on the API's refusal
+                log.warning("compaction before the turn failed: %s", exc or type(exc).__name__)
 
     def run_flush(self, history: list[dict[str, Any]] | None = None) -> bool:
         """The pre-compaction flush turn. Its messages stay out of the live context.
