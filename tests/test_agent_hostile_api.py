@@ -624,3 +624,30 @@ def test_a_compaction_that_fails_before_a_turn_does_not_cost_the_turn(make_env: 
     users = [r["message"]["content"] for r in read_records(agent.transcript)
              if r.get("type") == "message" and r["message"]["role"] == "user"]
     assert users == ["first", "My dog is called Rex.", "third"]
+
+
+@pytest.mark.parametrize("refusal", [
+    refusing(400, {"object": "error", "type": "BadRequestError", "code": 400, "message":
+                   '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'}),  # vLLM
+    refusing(400, {"error": {"message": "registry.ollama.ai/library/gemma:2b does not support tools",
+                             "type": "api_error"}}),  # Ollama
+    refusing(500, {"error": {"code": 500, "message": "tools param requires --jinja flag",
+                             "type": "server_error"}}),  # llama.cpp without --jinja
+])
+def test_a_server_that_takes_no_tools_is_talked_to_without_them(
+        make_env: Any, refusal: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    # every turn failed with the server's refusal of the tools: the chat never answered at all
+    def server(body: dict[str, Any]) -> dict[str, Any]:
+        return refusal if "tools" in body else {"content": "ok"}
+
+    e = make_env([server] * 10)
+    agent = e.agent()
+    with caplog.at_level("WARNING", logger="memdir.agent"):
+        assert agent.send("what is my dog called?") == "ok"
+        assert agent.send("and the cat?") == "ok"
+    assert [("tools" in b) for b in e.bodies()] == [True, False, False]
+    warned = [r.getMessage() for r in caplog.records if "tools" in r.getMessage()]
+    assert len(warned) == 1 and "memory_search" in warned[0] and e.server.url in warned[0]
+    assert "Rex" in e.bodies()[-1]["messages"][0]["content"]  # MEMORY.md, in the session-start memory
+    assert "memory_search" not in e.bodies()[-1]["messages"][0]["content"]
+    assert agent.flush_decision("x").reason == "no-tools"

@@ -183,6 +183,20 @@ class ChatError(RuntimeError):
         return self.status == 413 or (self.status in (400, 422) and any(k in text for k in _OVERFLOW_WORDS))
 
 
+    @property
+    def tools_refused(self) -> bool:
+        """Whether the API refused the request for carrying tools (the server, or the model, takes none)."""
+        text = str(self).lower().replace('"', "").replace("'", "").replace("`", "")
+        return self.status >= 400 and any(k in text for k in _TOOLS_REFUSED_WORDS)
+
+
+#: How servers say they take no tools: vLLM without --enable-auto-tool-choice, Ollama for a model
+#: without tool support, llama.cpp without --jinja, OpenAI's and DeepSeek's models without them.
+_TOOLS_REFUSED_WORDS = ("tool choice requires --enable-auto-tool-choice", "does not support tools",
+                        "tools param requires --jinja", "tools is not supported", "tools are not supported",
+                        "does not support function calling", "function calling is not supported",
+                        "tool use is not supported", "tool calling is not supported")
+
 #: How APIs say a request is longer than the context: OpenAI ``context_length_exceeded``,
 #: vLLM/llama.cpp "maximum context length", Anthropic-style "prompt is too long", llama.cpp "exceeds
 #: the available context size", vLLM "longer than the maximum model length", text-generation-inference
@@ -910,6 +924,8 @@ class Agent:
 
     def flush_decision(self, pending_text: str = "", *, heartbeat: bool = False,
                        context_overflow: bool = False) -> FlushDecision:
+        if not any(t["function"]["name"] == "memory_append" for t in self.tools):
+            return FlushDecision(False, "no-tools")  # the server refused them: the flush could write nothing
         try:
             size = self.transcript.stat().st_size
         except OSError:
@@ -1078,10 +1094,8 @@ class Agent:
                      system: str | None) -> str:
         content = ""
         for _ in range(self.options.max_tool_rounds):
-            messages = [{"role": "system", "content": system or self.system_prompt()},
-                        *wire_messages(self._with_turn_context(convo))]
             try:
-                reply = self.client.complete(messages, tools=self.tools)
+                reply, messages = self._ask(convo, system)
             except ChatError as exc:
                 if not exc.context_overflow:
                     raise
@@ -1111,6 +1125,31 @@ class Agent:
                 text = self._bounded(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
                 self._add(convo, {"role": "tool", "tool_call_id": call.get("id", ""), "content": text}, persist)
         return content or f"(stopped after {self.options.max_tool_rounds} tool rounds)"
+
+    def _ask(self, convo: list[dict[str, Any]], system: str | None) -> tuple[ChatReply, list[dict[str, Any]]]:
+        """One model call, and the messages it sent; a server that refuses the tools is asked again
+        without them, and never offered them again (:meth:`_drop_tools`)."""
+        while True:
+            messages = [{"role": "system", "content": system or self.system_prompt()},
+                        *wire_messages(self._with_turn_context(convo))]
+            try:
+                return self.client.complete(messages, tools=self.tools), messages
+            except ChatError as exc:
+                if not (self.tools and exc.tools_refused):
+                    raise
+                self._drop_tools(exc)
+
+    def _drop_tools(self, exc: ChatError) -> None:
+        """Go on without tools, said once.  Why: vLLM without --enable-auto-tool-choice, Ollama with a
+        model that has no tool support and llama.cpp without --jinja refuse every request carrying
+        tools: every turn failed, and the chat never answered at all.  Without them the model still
+        has the session-start memory (MEMORY.md, today's and yesterday's notes); the flush, which can
+        write only with memory_append, no longer runs."""
+        names = ", ".join(t["function"]["name"] for t in self.tools)
+        self.tools = []
+        log.warning("the chat API at %s takes no tools with the model %s (%s): %s are not offered in this chat, "
+                    "and the model answers from the session-start memory (MEMORY.md, today's and yesterday's "
+                    "notes) only", self.client.shown_url, self.client.model, exc, names)
 
     def _bounded(self, text: str) -> str:
         """A tool result cut to a quarter of the context window (tokens ≈ characters / 4): a
