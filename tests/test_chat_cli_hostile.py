@@ -363,3 +363,16 @@ def test_a_model_the_server_does_not_serve_is_named_with_the_server(
     err = capsys.readouterr().err
     assert f"the model 'llama9' is not served at {server.url}" in err and "--model" in err
     assert f"{server.url}/models" in err and "ends in /v1" not in err and "sk-secret" not in err
+
+
+def test_a_key_wanted_and_not_set_is_said_so(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # a local server started with --api-key, the variable not set: 'check the API key in
+    # $CHAT_TEST_KEY', a key that was never there, and no word of which server wanted one
+    monkeypatch.delenv("CHAT_TEST_KEY", raising=False)
+    with ScriptedChatServer(FactKeeperModel(), api_key="right") as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        assert chat(ws, "--base-url", server.url) == 1
+    err = capsys.readouterr().err
+    assert "chat API returned 401" in err
+    assert f"the chat API at {server.url} wants an API key and none was sent: $CHAT_TEST_KEY is not set" in err

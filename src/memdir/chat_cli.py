@@ -95,6 +95,9 @@ def describe_failure(exc: BaseException, client: Any, key_env: str = "OPENAI_API
     if _model_unknown(exc):  # before the 404's base-URL hint: the URL was right
         return (f"{exc} — the model {client.model!r} is not served at {url}: --model (or $MEMDIR_CHAT_MODEL) names "
                 f"another; {url}/models lists those it serves")
+    if getattr(exc, "status", None) == 401 and not os.environ.get(key_env):
+        return (f"{exc} — the chat API at {url} wants an API key and none was sent: ${key_env} is not set "
+                "(--api-key-env names another variable)")
     if getattr(exc, "status", None) in (401, 403):
         return f"{exc} — check the API key in ${key_env} (--api-key-env names another variable)"
     if getattr(exc, "status", None) == 404:  # the usual cause: a base URL without its /v1
