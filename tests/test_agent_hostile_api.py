@@ -651,3 +651,25 @@ def test_a_server_that_takes_no_tools_is_talked_to_without_them(
     assert "Rex" in e.bodies()[-1]["messages"][0]["content"]  # MEMORY.md, in the session-start memory
     assert "memory_search" not in e.bodies()[-1]["messages"][0]["content"]
     assert agent.flush_decision("x").reason == "no-tools"
+
+
+def no_empty_messages(body: dict[str, Any]) -> dict[str, Any]:
+    """A server that refuses a message without text (Anthropic's and Gemini's OpenAI-compatible APIs)."""
+    for m in body["messages"]:
+        if m["role"] != "tool" and not m.get("tool_calls") and not str(m.get("content") or "").strip():
+            return refusing(400, {"error": {"message": "messages: text content blocks must be non-empty",
+                                            "type": "invalid_request_error"}})
+    return {"content": "ok"}
+
+
+def test_an_empty_reply_does_not_break_the_session_with_a_server_that_refuses_empty_messages(
+        make_env: Any) -> None:
+    # a reply of no text (a reasoning model that spent its tokens thinking: reasoning_content only,
+    # a content filter) was kept and sent back as {"role": "assistant", "content": ""}, which such a
+    # server refuses: every later turn failed, after a restart too, until /new
+    e = make_env([raw_message(content="", reasoning_content="The user greets me. " * 50), *[no_empty_messages] * 3])
+    agent = e.agent()
+    assert agent.send("hello") == ""
+    assert agent.send("are you there?") == "ok"
+    assert e.agent().send("still there?") == "ok"  # resumed from the transcript
+    assert [m["content"] for m in e.bodies()[1]["messages"][1:]] == ["hello\n\nare you there?"]

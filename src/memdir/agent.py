@@ -647,7 +647,10 @@ def wire_messages(convo: list[dict[str, Any]]) -> list[dict[str, Any]]:
     answers no call of the reply before it is left out.  User messages in a row (a turn that
     failed, or was interrupted, before its reply) are sent as one: servers whose chat template
     wants user and assistant turns to alternate (Mistral's, Gemma's under vLLM or llama.cpp)
-    refused every later turn with "Conversation roles must alternate".  Nothing is rewritten on disk.
+    refused every later turn with "Conversation roles must alternate".  A reply of no text and no
+    tool calls (a reasoning model that spent its tokens thinking, a content filter) is left out:
+    servers that refuse a message without text (Anthropic's and Gemini's OpenAI-compatible APIs)
+    refused every later turn.  Nothing is rewritten on disk.
     """
     out: list[dict[str, Any]] = []
     pending: list[str] = []
@@ -672,9 +675,16 @@ def wire_messages(convo: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if calls:  # an empty list is refused too
                 message["tool_calls"] = calls
             pending[:] = [call["id"] for call in calls]
+        if message.get("role") == "assistant" and not message.get("tool_calls") and not _has_text(message):
+            continue
         out.append(message)
     answer_pending()
     return out
+
+
+def _has_text(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return bool(content) and (not isinstance(content, str) or bool(content.strip()))
 
 
 def _joined(first: Any, second: Any) -> Any:
