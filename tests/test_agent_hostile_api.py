@@ -673,3 +673,33 @@ def test_an_empty_reply_does_not_break_the_session_with_a_server_that_refuses_em
     assert agent.send("are you there?") == "ok"
     assert e.agent().send("still there?") == "ok"  # resumed from the transcript
     assert [m["content"] for m in e.bodies()[1]["messages"][1:]] == ["hello\n\nare you there?"]
+
+
+@pytest.mark.parametrize("text", [
+    '[{ "name": "memory_search", "parameters": { "query": "dog" } }]',  # gpt-oss under vLLM without a tool parser
+    '<tool_call>\n{"name": "memory_search", "arguments": {"query": "dog"}}\n</tool_call>',  # Qwen, Hermes
+    '```json\n{"name": "memory_search", "arguments": "{\\"query\\": \\"dog\\"}"}\n```',
+])
+def test_a_tool_call_written_as_text_is_run_as_a_tool_call(make_env: Any, text: str) -> None:
+    # a server with no tool-call parser for the model (llama.cpp, LM Studio, vLLM) sent the call as
+    # the reply's text: it was shown as the answer, nothing was searched, and /new saved the JSON
+    # into a memory file
+    e = make_env([raw_message(content=text), DONE, {"content": "dog-name"}])
+    agent = e.agent()
+    assert agent.send("what is my dog called?") == "done"
+    sent = e.bodies()[1]["messages"]
+    assert sent[-2]["tool_calls"][0]["function"]["name"] == "memory_search" and not sent[-2]["content"]
+    assert json.loads(sent[-2]["tool_calls"][0]["function"]["arguments"]) == {"query": "dog"}
+    assert sent[-1]["role"] == "tool" and "Rex" in sent[-1]["content"]
+    assert wire_errors(sent) == []
+    agent.send("/new")
+    saved = next((e.ws / "memory").glob("*-dog-name.md")).read_text()
+    assert "memory_search" not in saved and "assistant: done" in saved
+
+
+@pytest.mark.parametrize("text", ['{"name": "Rex", "age": 3}', 'Call it like this: {"name": "memory_search"}',
+                                  '{"name": "memory_search", "arguments": {"query": "dog"}} and then I answer'])
+def test_text_that_is_not_only_a_tool_call_stays_the_answer(make_env: Any, text: str) -> None:
+    e = make_env([raw_message(content=text)])
+    assert e.agent().send("show me some JSON") == text
+    assert len(e.server.requests) == 1

@@ -682,6 +682,54 @@ def wire_messages(convo: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+#: A reply's text that is a tool call's JSON and nothing else: in a Markdown code fence, or in
+#: ``<tool_call>`` tags (as Qwen and Hermes models write them), or bare.
+_FENCE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)
+_TOOL_CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+def calls_in_text(text: str, tools: list[str]) -> list[dict[str, Any]]:
+    """The tool calls a reply wrote as its text, or ``[]``: only when the whole text is calls, each
+    naming one of ``tools`` with an object of arguments (``arguments`` or ``parameters``).
+
+    Why: a server with no tool-call parser for the model (llama.cpp, LM Studio, vLLM; gpt-oss, Qwen,
+    Llama 3 write them so) sent the call as the reply's text: it was shown as the answer, nothing
+    was searched, and /new saved the JSON into a memory file."""
+    text = text.strip()
+    if not tools or not text or len(text) > 100_000 or not any(name in text for name in tools):
+        return []
+    if fenced := _FENCE.match(text):
+        text = fenced.group(1)
+    tagged = _TOOL_CALL_TAG.findall(text)
+    if tagged:
+        if _TOOL_CALL_TAG.sub("", text).strip():  # words beside the calls: an answer that shows one
+            return []
+        pieces = tagged
+    else:
+        pieces = [text]
+    items: list[Any] = []
+    for piece in pieces:
+        try:
+            data = json.loads(piece)
+        except (ValueError, RecursionError):
+            return []
+        items.extend(data if isinstance(data, list) else [data])
+    calls = []
+    for item in items:
+        if not isinstance(item, dict) or item.get("name") not in tools:
+            return []
+        args = item.get("arguments", item.get("parameters", {}))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except (ValueError, RecursionError):
+                return []
+        if not isinstance(args, dict):
+            return []
+        calls.append({"function": {"name": item["name"], "arguments": args}})
+    return _tool_calls(calls)
+
+
 def _has_text(message: dict[str, Any]) -> bool:
     content = message.get("content")
     return bool(content) and (not isinstance(content, str) or bool(content.strip()))
@@ -1121,6 +1169,9 @@ class Agent:
                 raise ChatError(f"{exc} — the conversation does not fit the model's context; /new starts a new "
                                 "session (the current one is saved to memory)", exc.status) from exc
             self.stats.model_calls += 1
+            if not reply.tool_calls and (calls := calls_in_text(reply.content, [t["function"]["name"]
+                                                                             for t in self.tools])):
+                reply = replace(reply, content="", tool_calls=calls)
             if persist:
                 self._account(reply, messages)
             content = reply.content
