@@ -703,3 +703,14 @@ def test_text_that_is_not_only_a_tool_call_stays_the_answer(make_env: Any, text:
     e = make_env([raw_message(content=text)])
     assert e.agent().send("show me some JSON") == text
     assert len(e.server.requests) == 1
+
+
+def test_arguments_encoded_twice_are_read(make_env: Any) -> None:
+    # arguments sent as a JSON string of the JSON object ('"{\"query\": \"dog\"}"', as some servers and
+    # gateways double-encode them) were answered 'tool arguments must be a JSON object': nothing searched
+    calls = [{"id": "c1", "type": "function",
+              "function": {"name": "memory_search", "arguments": json.dumps(json.dumps({"query": "dog"}))}}]
+    e = make_env([raw_message(content=None, tool_calls=calls), DONE])
+    assert e.agent().send("what is the dog called?") == "done"
+    result = json.loads(e.bodies()[1]["messages"][-1]["content"])
+    assert [r["path"] for r in result["results"]] == ["MEMORY.md"]

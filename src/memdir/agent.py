@@ -1252,6 +1252,8 @@ class Agent:
         name = fn.get("name", "")
         try:
             args = json.loads(fn.get("arguments") or "{}")
+            if isinstance(args, str) and args.lstrip().startswith("{"):  # encoded twice (some servers and
+                args = json.loads(args)  # gateways): it was "must be a JSON object", nothing searched
         except (ValueError, RecursionError):  # a model's arguments nested past Python's limit
             return {"error": "tool arguments are not valid JSON"}
         if not isinstance(args, dict):
