@@ -376,3 +376,19 @@ def test_a_key_wanted_and_not_set_is_said_so(
     err = capsys.readouterr().err
     assert "chat API returned 401" in err
     assert f"the chat API at {server.url} wants an API key and none was sent: $CHAT_TEST_KEY is not set" in err
+
+
+def test_a_reply_of_no_text_is_said_so(ws: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # a reasoning model that spent its tokens thinking (OpenRouter, vLLM and llama.cpp send the
+    # thinking as reasoning_content, content empty): the chat printed nothing at all, as for a
+    # silent NO_REPLY, and the user was left waiting
+    reply = {"choices": [{"index": 0, "finish_reason": "length", "message": {
+        "role": "assistant", "content": "", "reasoning_content": "Let me think about the dog. " * 40}}]}
+    with ScriptedChatServer(lambda body: {"raw": reply}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("what is my dog called?\n"))
+        assert chat(ws, "--base-url", server.url) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert ("memdir chat: the model sent no text, only its reasoning (1,120 characters); it stopped at its "
+            "token limit (finish_reason 'length')") in captured.err

@@ -212,6 +212,22 @@ class ChatReply:
     content: str
     tool_calls: list[dict[str, Any]]
     usage: dict[str, int]
+    #: ``choices[0].finish_reason`` ("stop", "length", "content_filter", …), "" when not given.
+    finish_reason: str = ""
+    #: Characters of reasoning sent beside the content (``reasoning_content``, ``reasoning``).
+    reasoning_chars: int = 0
+
+    def emptiness(self) -> str | None:
+        """Why a reply has no text and no tool calls, in words for the user; None if it has some."""
+        if self.content.strip() or self.tool_calls:
+            return None
+        why = "the model sent no text"
+        if self.reasoning_chars:
+            why += f", only its reasoning ({self.reasoning_chars:,} characters)"
+        reason = {"length": "it stopped at its token limit", "content_filter": "a content filter stopped it"}
+        if self.finish_reason:
+            why += f"; {reason.get(self.finish_reason, 'it stopped')} (finish_reason {self.finish_reason!r})"
+        return why
 
 
 #: Statuses a chat request is sent again for: rate limited, or a gateway between us and the model.
@@ -472,7 +488,10 @@ def parse_reply(resp: Any) -> ChatReply:
         # the older protocol's one call (servers that predate tool_calls): it was dropped without a
         # word, and the turn answered "" with nothing searched
         calls = _tool_calls([{"function": message["function_call"]}])
-    return ChatReply(_without_reasoning(clean_text(_text_of(message.get("content")))), calls, usage)
+    finish = first.get("finish_reason") if isinstance(first, dict) else None
+    reasoning = sum(len(r) for r in (message.get("reasoning_content"), message.get("reasoning")) if isinstance(r, str))
+    return ChatReply(_without_reasoning(clean_text(_text_of(message.get("content")))), calls, usage,
+                     finish if isinstance(finish, str) else "", reasoning)
 
 
 #: A reasoning model's thinking at the start of its content (``<think>…</think>``, as DeepSeek-R1 and
@@ -519,6 +538,8 @@ def _streamed(body: str) -> dict[str, Any]:
     calls: dict[int, dict[str, Any]] = {}
     usage: Any = None
     seen = finished = False
+    finish: str | None = None
+    reasoning: list[str] = []
     for line in body.splitlines():
         if not line.startswith("data:"):
             continue  # blank lines, comments (": keep-alive"), event:, id: and retry: fields
@@ -547,8 +568,13 @@ def _streamed(body: str) -> dict[str, Any]:
             continue
         seen = True
         finished = finished or bool(first.get("finish_reason"))
+        if isinstance(first.get("finish_reason"), str):
+            finish = first["finish_reason"]
         if isinstance(delta.get("content"), str):
             content.append(delta["content"])
+        for key in ("reasoning_content", "reasoning"):
+            if isinstance(delta.get(key), str):
+                reasoning.append(delta[key])
         parts = delta.get("tool_calls")
         for n, part in enumerate(parts if isinstance(parts, list) else []):
             if not isinstance(part, dict):
@@ -565,8 +591,9 @@ def _streamed(body: str) -> dict[str, Any]:
         raise ChatError(f"chat API streamed reply has no choices[0].delta: {' '.join(body[:300].split())}")
     if not finished:
         raise ChatError("chat API streamed reply was cut short (no finish reason, no data: [DONE]); nothing was kept")
-    message = {"role": "assistant", "content": "".join(content), "tool_calls": [calls[i] for i in sorted(calls)]}
-    return {"choices": [{"message": message}], "usage": usage}
+    message = {"role": "assistant", "content": "".join(content), "tool_calls": [calls[i] for i in sorted(calls)],
+               "reasoning_content": "".join(reasoning)}
+    return {"choices": [{"message": message, "finish_reason": finish}], "usage": usage}
 
 
 def _text_of(content: Any) -> str:
@@ -830,6 +857,9 @@ class Agent:
         self._turn_context: str | None = None
         self._heartbeat = False  # the turn being answered is a heartbeat: it never flushes
         self._turn_notes: dict[str, str] = {}  # the notes memory_append wrote this turn, and where
+        #: Why the last reply had no text and no tool calls (:meth:`ChatReply.emptiness`), else None:
+        #: ``send`` answers "" for it as for a silent NO_REPLY, and ``memdir chat`` says which it was.
+        self.empty_reply: str | None = None
         self.backend = backend
         self.store = store
         self.key = session_key
@@ -931,6 +961,7 @@ class Agent:
             return self.reset(command[1:])
         self.stats.turns += 1
         self._heartbeat = heartbeat
+        self.empty_reply = None
         self._before_turn(text, heartbeat=heartbeat)
         self._turn_context = self._auto_recall(text) if not heartbeat else None
         self._remember({"role": "user", "content": text})
@@ -1175,6 +1206,7 @@ class Agent:
             if persist:
                 self._account(reply, messages)
             content = reply.content
+            self.empty_reply = reply.emptiness()
             assistant: dict[str, Any] = {"role": "assistant", "content": content}
             if reply.tool_calls:
                 assistant["tool_calls"] = reply.tool_calls

@@ -233,6 +233,8 @@ def run_chat(args: argparse.Namespace) -> int:
                 continue
             if reply:
                 print(for_terminal(reply, sys.stdout), flush=True)
+            elif turn and agent.empty_reply:  # not a silent NO_REPLY: nothing printed left the user waiting
+                print(for_terminal(f"memdir chat: {agent.empty_reply}", sys.stderr), file=sys.stderr, flush=True)
     finally:
         client.close()
         memory.close()
