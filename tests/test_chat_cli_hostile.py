@@ -392,3 +392,17 @@ def test_a_reply_of_no_text_is_said_so(ws: Path, monkeypatch: pytest.MonkeyPatch
     assert captured.out == ""
     assert ("memdir chat: the model sent no text, only its reasoning (1,120 characters); it stopped at its "
             "token limit (finish_reason 'length')") in captured.err
+
+
+def test_a_refusal_sent_beside_no_content_is_shown_and_kept_out_of_memory(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # OpenAI's models say a refusal in message.refusal, content null: the chat printed nothing
+    reply = {"choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": None, "refusal": "I'm sorry, I can't help with that."}}]}
+    with ScriptedChatServer(lambda body: {"raw": reply}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("help me with this\n/new\n"))
+        assert chat(ws, "--base-url", server.url) == 0
+    captured = capsys.readouterr()
+    assert "memdir chat: the model refused: I'm sorry, I can't help with that." in captured.err
+    saved = "".join(p.read_text() for p in (ws / "memory").glob("*.md"))
+    assert "user: help me with this" in saved and "sorry" not in saved

@@ -216,11 +216,16 @@ class ChatReply:
     finish_reason: str = ""
     #: Characters of reasoning sent beside the content (``reasoning_content``, ``reasoning``).
     reasoning_chars: int = 0
+    #: ``message.refusal`` (OpenAI's models say a refusal there, content null): shown to the user by
+    #: :meth:`emptiness`, never kept in the conversation, so /new never saves it to a memory file.
+    refusal: str = ""
 
     def emptiness(self) -> str | None:
         """Why a reply has no text and no tool calls, in words for the user; None if it has some."""
         if self.content.strip() or self.tool_calls:
             return None
+        if self.refusal.strip():
+            return "the model refused: " + " ".join(self.refusal.split())[:500]
         why = "the model sent no text"
         if self.reasoning_chars:
             why += f", only its reasoning ({self.reasoning_chars:,} characters)"
@@ -490,8 +495,10 @@ def parse_reply(resp: Any) -> ChatReply:
         calls = _tool_calls([{"function": message["function_call"]}])
     finish = first.get("finish_reason") if isinstance(first, dict) else None
     reasoning = sum(len(r) for r in (message.get("reasoning_content"), message.get("reasoning")) if isinstance(r, str))
+    refusal = message.get("refusal")
     return ChatReply(_without_reasoning(clean_text(_text_of(message.get("content")))), calls, usage,
-                     finish if isinstance(finish, str) else "", reasoning)
+                     finish if isinstance(finish, str) else "", reasoning,
+                     clean_text(refusal) if isinstance(refusal, str) else "")
 
 
 #: A reasoning model's thinking at the start of its content (``<think>…</think>``, as DeepSeek-R1 and
