@@ -406,3 +406,19 @@ def test_a_refusal_sent_beside_no_content_is_shown_and_kept_out_of_memory(
     assert "memdir chat: the model refused: I'm sorry, I can't help with that." in captured.err
     saved = "".join(p.read_text() for p in (ws / "memory").glob("*.md"))
     assert "user: help me with this" in saved and "sorry" not in saved
+
+
+def test_an_azure_deployment_that_does_not_exist_is_named(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Azure OpenAI's 404 for a deployment name it does not have got the hint for a base URL
+    # without its /v1, which an Azure base URL never has
+    error = {"error": {"code": "DeploymentNotFound", "message": "The API deployment for this resource does not "
+                       "exist. If you created the deployment within the last 5 minutes, please wait a moment and "
+                       "try again."}}
+    with ScriptedChatServer(lambda body: {"raw": error, "rawStatus": 404}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        assert chat(ws, "--base-url", server.url + "?api-version=2024-10-21") == 1
+    err = capsys.readouterr().err
+    assert "ends in /v1" not in err
+    assert (f"there is no deployment of that name at {server.url}: the base URL ends in "
+            "/openai/deployments/<its name> as the Azure portal lists it") in err

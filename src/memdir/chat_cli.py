@@ -92,6 +92,9 @@ def describe_failure(exc: BaseException, client: Any, key_env: str = "OPENAI_API
         via = proxy_for(http, f"{http.base_url}chat/completions") if http is not None else None
         through = f" through the proxy {via} (set by the *_PROXY environment variables)" if via else ""
         return f"cannot reach the chat API at {url}{through}: {certificate_problem(exc) or exc}"
+    if "deploymentnotfound" in str(exc).lower():  # Azure OpenAI: the deployment is named in the URL
+        return (f"{exc} — there is no deployment of that name at {url}: the base URL ends in "
+                "/openai/deployments/<its name> as the Azure portal lists it")
     if _model_unknown(exc):  # before the 404's base-URL hint: the URL was right
         return (f"{exc} — the model {client.model!r} is not served at {url}: --model (or $MEMDIR_CHAT_MODEL) names "
                 f"another; {url}/models lists those it serves")
