@@ -714,3 +714,31 @@ def test_arguments_encoded_twice_are_read(make_env: Any) -> None:
     assert e.agent().send("what is the dog called?") == "done"
     result = json.loads(e.bodies()[1]["messages"][-1]["content"])
     assert [r["path"] for r in result["results"]] == ["MEMORY.md"]
+
+
+def mistral_template(body: dict[str, Any]) -> dict[str, Any]:
+    """A server rendering Mistral's chat template (vLLM, llama.cpp --jinja), which raises for a tool
+    call id that is not nine letters and digits."""
+    import re
+
+    for m in body["messages"]:
+        for call_id in [c["id"] for c in m.get("tool_calls") or []] + ([m["tool_call_id"]] if m["role"] == "tool"
+                                                                        else []):
+            if not re.fullmatch(r"[a-zA-Z0-9]{9}", call_id):
+                return refusing(400, {"object": "error", "message": "Tool call IDs should be alphanumeric strings "
+                                      "with length 9!", "type": "BadRequestError", "code": 400})
+    return {"content": "ok"}
+
+
+@pytest.mark.parametrize("reply", [
+    raw_message(content=None, tool_calls=[{"type": "function", "function": {"name": "memory_search",
+                                                                             "arguments": '{"query": "dog"}'}}]),
+    raw_message(content='[{"name": "memory_search", "arguments": {"query": "dog"}}]'),  # written as text
+])
+def test_an_id_memdir_gives_a_tool_call_is_one_every_chat_template_takes(make_env: Any, reply: dict[str, Any]) -> None:
+    # a call that came without an id (or written as text) was given 'call_0_1a2b3c4d', which
+    # Mistral's chat template refuses: the turn's next request and every later turn failed
+    e = make_env([reply, *[mistral_template] * 3])
+    agent = e.agent()
+    assert agent.send("what is my dog called?") == "ok"
+    assert agent.send("thanks") == "ok"

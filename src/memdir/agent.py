@@ -615,6 +615,13 @@ def _text_of(content: Any) -> str:
     return json.dumps(content)
 
 
+def _new_call_id() -> str:
+    """An id for a tool call that came without one: nine letters and digits, the one form every chat
+    template takes (Mistral's raises "Tool call IDs should be alphanumeric strings with length 9!"
+    under vLLM or llama.cpp --jinja, and ``call_0_1a2b3c4d`` failed every later turn)."""
+    return os.urandom(5).hex()[:9]
+
+
 def _tool_calls(calls: Any) -> list[dict[str, Any]]:
     """Tool calls as ``[{"id": str, "type": "function", "function": {"name": str, "arguments": str}}]``.
 
@@ -625,13 +632,13 @@ def _tool_calls(calls: Any) -> list[dict[str, Any]]:
     if not isinstance(calls, list):
         return []
     out: list[dict[str, Any]] = []
-    for i, call in enumerate(calls):
+    for call in calls:
         if not isinstance(call, dict):
             continue
         fn = call.get("function") if isinstance(call.get("function"), dict) else {}
         name, args = fn.get("name"), fn.get("arguments")
         call_id = call.get("id")
-        out.append({"id": call_id if isinstance(call_id, str) and call_id else f"call_{i}_{os.urandom(4).hex()}",
+        out.append({"id": call_id if isinstance(call_id, str) and call_id else _new_call_id(),
                     "type": "function",
                     "function": {"name": clean_text(name) if isinstance(name, str) else "",
                                  "arguments": clean_text(args) if isinstance(args, str) else
