@@ -742,3 +742,30 @@ def test_an_id_memdir_gives_a_tool_call_is_one_every_chat_template_takes(make_en
     agent = e.agent()
     assert agent.send("what is my dog called?") == "ok"
     assert agent.send("thanks") == "ok"
+
+
+def gemma_template(body: dict[str, Any]) -> dict[str, Any]:
+    """A server rendering Gemma 2's chat template (vLLM, TGI), which has no system role."""
+    if any(m["role"] == "system" for m in body["messages"]):
+        return refusing(400, {"object": "error", "message": "System role not supported", "type": "BadRequestError",
+                              "code": 400})
+    if body["messages"][0]["content"].startswith("You compact"):
+        return {"content": "summary"}
+    return {"content": "Rex" if "The dog is called Rex." in body["messages"][0]["content"] else "who?"}
+
+
+def test_a_server_whose_template_has_no_system_role_gets_it_in_the_first_message(
+        make_env: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # every request opens with the system prompt (the memory the session starts with in it), and such
+    # a server refused every one: the chat never answered, and no compaction could run
+    e = make_env([gemma_template] * 12, keep_recent_turns=1)
+    agent = e.agent()
+    with caplog.at_level("WARNING", logger="memdir.agent"):
+        assert agent.send("what is my dog called?") == "Rex"
+        assert agent.send("and again?") == "Rex"
+        assert agent.compact() is True
+    first = e.bodies()[-2]["messages"][0]
+    assert first["role"] == "user" and first["content"].endswith("\n\nwhat is my dog called?")
+    assert "MEMORY.md" in first["content"]
+    assert sum("system role" in r.getMessage() for r in caplog.records) == 1
+    assert len(e.server.requests) == 4  # the first request, sent again once; then as the server takes them

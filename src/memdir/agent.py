@@ -184,11 +184,19 @@ class ChatError(RuntimeError):
 
 
     @property
+    def system_refused(self) -> bool:
+        """Whether the API refused the request for its system message (the template has no system role)."""
+        return self.status >= 400 and any(k in str(self).lower() for k in _SYSTEM_REFUSED_WORDS)
+
+    @property
     def tools_refused(self) -> bool:
         """Whether the API refused the request for carrying tools (the server, or the model, takes none)."""
         text = str(self).lower().replace('"', "").replace("'", "").replace("`", "")
         return self.status >= 400 and any(k in text for k in _TOOLS_REFUSED_WORDS)
 
+
+#: How servers say their chat template has no system role (Gemma 2's, Mistral v0.1's).
+_SYSTEM_REFUSED_WORDS = ("system role not supported", "only user and assistant roles are supported")
 
 #: How servers say they take no tools: vLLM without --enable-auto-tool-choice, Ollama for a model
 #: without tool support, llama.cpp without --jinja, OpenAI's and DeepSeek's models without them.
@@ -274,6 +282,7 @@ class ChatClient:
         self.model = model
         self.timeout = timeout
         self.retries = retries
+        self._fold_system = False  # the server has no system role: see complete()
         # A model on this machine is reached directly: with HTTP_PROXY/ALL_PROXY set (a company
         # network), every turn went to the proxy and failed as "cannot reach the chat API at
         # http://127.0.0.1:...: Connection refused" (the remote embedding providers do the same).
@@ -290,6 +299,24 @@ class ChatClient:
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                  timeout: float | None = None) -> ChatReply:
+        """One chat completion.  A server whose chat template has no system role (Gemma 2's under vLLM
+        or TGI: "System role not supported") refused every request, each opening with the system
+        prompt, so the chat never answered; it is sent again with the system prompt at the start of
+        the first user message, and so is every later request (said once)."""
+        if self._fold_system:
+            return self._complete(_system_folded(messages), tools, timeout)
+        try:
+            return self._complete(messages, tools, timeout)
+        except ChatError as exc:
+            if not (exc.system_refused and any(m.get("role") == "system" for m in messages)):
+                raise
+            self._fold_system = True
+            log.warning("the chat API at %s has no system role for the model %s (%s): the system prompt is sent "
+                        "at the start of the first user message", self.shown_url, self.model, exc)
+            return self._complete(_system_folded(messages), tools, timeout)
+
+    def _complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                  timeout: float | None) -> ChatReply:
         # "stream": false said aloud: a server whose default is to stream sent server-sent events,
         # which are not the JSON reply this client reads.
         body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": False}
@@ -769,6 +796,18 @@ def calls_in_text(text: str, tools: list[str]) -> list[dict[str, Any]]:
             return []
         calls.append({"function": {"name": item["name"], "arguments": args}})
     return _tool_calls(calls)
+
+
+def _system_folded(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` without system messages: their text opens the first user message (or is one)."""
+    system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+    rest = [m for m in messages if m.get("role") != "system"]
+    if not system:
+        return rest
+    for i, m in enumerate(rest):
+        if m.get("role") == "user":
+            return [*rest[:i], {**m, "content": _joined(system, m.get("content"))}, *rest[i + 1:]]
+    return [{"role": "user", "content": system}, *rest]
 
 
 def _has_text(message: dict[str, Any]) -> bool:
