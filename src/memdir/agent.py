@@ -182,7 +182,6 @@ class ChatError(RuntimeError):
         text = str(self).lower()
         return self.status == 413 or (self.status in (400, 422) and any(k in text for k in _OVERFLOW_WORDS))
 
-
     @property
     def system_refused(self) -> bool:
         """Whether the API refused the request for its system message (the template has no system role)."""
