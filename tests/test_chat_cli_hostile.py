@@ -194,6 +194,7 @@ def test_a_refused_api_key_names_the_variable(
         monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
         assert chat(ws, "--base-url", server.url) == 1
     assert "chat API returned 401" in (err := capsys.readouterr().err) and "check the API key in $CHAT_TEST_KEY" in err
+    assert f"the chat API at {server.url} refused the key" in err  # which server: it was not said
 
 
 class Endless(io.StringIO):

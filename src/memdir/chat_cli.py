@@ -102,7 +102,8 @@ def describe_failure(exc: BaseException, client: Any, key_env: str = "OPENAI_API
         return (f"{exc} — the chat API at {url} wants an API key and none was sent: ${key_env} is not set "
                 "(--api-key-env names another variable)")
     if getattr(exc, "status", None) in (401, 403):
-        return f"{exc} — check the API key in ${key_env} (--api-key-env names another variable)"
+        return (f"{exc} — the chat API at {url} refused the key: check the API key in ${key_env} "
+                "(--api-key-env names another variable)")
     if getattr(exc, "status", None) == 404:  # the usual cause: a base URL without its /v1
         return f"{exc} — is {url} the API's base URL? ({url}/chat/completions was not found; it often ends in /v1)"
     return str(exc) or type(exc).__name__
