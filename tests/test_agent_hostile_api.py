@@ -769,3 +769,21 @@ def test_a_server_whose_template_has_no_system_role_gets_it_in_the_first_message
     assert "MEMORY.md" in first["content"]
     assert sum("system role" in r.getMessage() for r in caplog.records) == 1
     assert len(e.server.requests) == 4  # the first request, sent again once; then as the server takes them
+
+
+@pytest.mark.parametrize(("message", "size"), [
+    ("This model's maximum context length is 4096 tokens. However, you requested 9000 tokens.", 4096),  # vLLM
+    ('the request (9000 tokens) exceeds the available context size (4096 tokens), try increasing it', 4096),
+    ("Trying to keep the first 9000 tokens when context the overflows. However, the model is loaded with context "
+     "length of only 4096 tokens, which is not enough.", 4096),  # LM Studio
+])
+def test_a_model_whose_context_is_smaller_than_the_one_planned_for_is_named(
+        make_env: Any, message: str, size: int) -> None:
+    # a local model (n_ctx 4096) and contextTokens left at 200,000: the session-start memory alone
+    # (up to 20,000 characters of notes) overflowed it, every turn failed 'the conversation does not
+    # fit the model's context; /new starts a new session', and /new did not help
+    e = make_env([refusing(400, {"error": {"message": message, "code": 400}})] * 3)
+    with pytest.raises(ChatError) as caught:
+        e.agent().send("hello")
+    assert (f"the API says the model's context is {size} tokens, and this chat plans for 200000: set "
+            f"--context-window {size} (or contextTokens) to that") in str(caught.value)

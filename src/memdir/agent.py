@@ -809,6 +809,23 @@ def _system_folded(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"role": "user", "content": system}, *rest]
 
 
+#: Where servers state the model's context in an overflow: OpenAI and vLLM "maximum context length is
+#: N", llama.cpp "available context size (N tokens)" and "n_ctx": N, LM Studio "context length of only
+#: N", Mistral "model with N maximum context length", vLLM "maximum model length of N", TGI "must be <= N".
+_STATED_CONTEXT = re.compile(r"maximum context length is (\d+)|available context size \((\d+) tokens\)"
+                             r"|\bn_ctx\W{1,4}(\d+)|context length of only (\d+)|with (\d+) maximum context length"
+                             r"|maximum model length of (\d+)|must be <= (\d+)")
+
+
+def _stated_context(text: str) -> int | None:
+    """The model's context in tokens as an overflow message states it, or None."""
+    found = _STATED_CONTEXT.search(text)
+    if found is None:
+        return None
+    size = int(next(g for g in found.groups() if g))
+    return size if size >= 256 else None
+
+
 def _has_text(message: dict[str, Any]) -> bool:
     content = message.get("content")
     return bool(content) and (not isinstance(content, str) or bool(content.strip()))
@@ -1250,7 +1267,8 @@ class Agent:
                     convo = self.history  # compaction replaced the list
                     continue
                 raise ChatError(f"{exc} — the conversation does not fit the model's context; /new starts a new "
-                                "session (the current one is saved to memory)", exc.status) from exc
+                                f"session (the current one is saved to memory){self._window_hint(exc)}",
+                                exc.status) from exc
             self.stats.model_calls += 1
             if not reply.tool_calls and (calls := calls_in_text(reply.content, [t["function"]["name"]
                                                                              for t in self.tools])):
@@ -1270,6 +1288,18 @@ class Agent:
                 text = self._bounded(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
                 self._add(convo, {"role": "tool", "tool_call_id": call.get("id", ""), "content": text}, persist)
         return content or f"(stopped after {self.options.max_tool_rounds} tool rounds)"
+
+    def _window_hint(self, exc: ChatError) -> str:
+        """What to set when the API names a context smaller than the one this chat plans for, or "".
+
+        Why: a local model (n_ctx 4096) with contextTokens left at 200,000 was overflowed by the
+        session-start memory alone, every turn failed saying only that /new starts a new session, and
+        /new did not help: nothing said the window memdir plans for is not the model's."""
+        size = _stated_context(str(exc))
+        if size is None or size >= self.options.context_window:
+            return ""
+        return (f"; the API says the model's context is {size} tokens, and this chat plans for "
+                f"{self.options.context_window}: set --context-window {size} (or contextTokens) to that")
 
     def _ask(self, convo: list[dict[str, Any]], system: str | None) -> tuple[ChatReply, list[dict[str, Any]]]:
         """One model call, and the messages it sent; a server that refuses the tools is asked again
