@@ -787,3 +787,18 @@ def test_a_model_whose_context_is_smaller_than_the_one_planned_for_is_named(
         e.agent().send("hello")
     assert (f"the API says the model's context is {size} tokens, and this chat plans for 200000: set "
             f"--context-window {size} (or contextTokens) to that") in str(caught.value)
+
+
+def test_a_small_context_window_flushes_then_compacts_not_compacts_every_turn(make_env: Any) -> None:
+    # --context-window 8192 (a local model's) with reserveTokensFloor's 20,000 left as it is: the
+    # compaction threshold was 1 token, so every turn past the fourth began with a summary request,
+    # and the flush's threshold was 0 ('never'): no durable note was ever written before compacting
+    e = make_env([small_model(10**9)] * 60, context_window=8_192)
+    agent = e.agent()
+    agent.send("My dog is called Rex.")
+    for i in range(14):
+        assert agent.send(f"chapter {i}: " + "words " * 300) == "ok"
+    assert agent.stats.flushes == 1 and agent.stats.compactions >= 1
+    assert agent.stats.flush_turns[0] <= agent.stats.compaction_turns[0]
+    assert agent.stats.compaction_turns[0] > 6 and len(agent.stats.compaction_turns) < 5
+    assert [p.read_text() for p in (e.ws / "memory").glob("*.md")] == ["- The dog is called Rex.\n"]

@@ -53,6 +53,7 @@ from memdir.sessions.flush import (
     FlushSettings,
     build_flush_plan,
     claim_flush,
+    flush_threshold,
     fresh_total_tokens,
     is_silent_reply,
     mark_flushed,
@@ -1089,14 +1090,29 @@ class Agent:
         except OSError:
             size = None
         writable = not self.options.read_only and os.access(self.workspace, os.W_OK)
-        return should_flush(self.entry, settings=self.options.flush, context_window=self.options.context_window,
+        return should_flush(self.entry, settings=self.flush_settings, context_window=self.options.context_window,
                             transcript_bytes=size, pending_prompt_tokens=estimate_tokens(pending_text),
                             is_heartbeat=heartbeat, workspace_writable=writable,
                             cli_provider=self.options.cli_provider, context_overflow=context_overflow)
 
     @property
     def compaction_threshold(self) -> int:
-        return max(1, self.options.context_window - self.options.flush.reserve_tokens_floor)
+        return max(1, self.options.context_window - self.flush_settings.reserve_tokens_floor)
+
+    @property
+    def flush_settings(self) -> FlushSettings:
+        """The flush settings for this window: when the reserve and the soft threshold leave the flush no
+        room (its threshold 0), the reserve is a quarter of the window, the soft threshold an eighth at most.
+
+        Why: with a local model's window (--context-window 8192) and reserveTokensFloor's 20,000 the
+        compaction threshold was 1 token, so every turn past the kept ones began with a summary
+        request, and the flush's threshold was 0 ("never", R§11.2): no durable note was written
+        before any of those compactions."""
+        cfg, window = self.options.flush, self.options.context_window
+        if flush_threshold(window, cfg.reserve_tokens_floor, cfg.soft_threshold_tokens) > 0:
+            return cfg
+        return replace(cfg, reserve_tokens_floor=window // 4,
+                       soft_threshold_tokens=min(cfg.soft_threshold_tokens, window // 8))
 
     def _before_turn(self, text: str, *, heartbeat: bool) -> None:
         decision = self.flush_decision(text, heartbeat=heartbeat)
