@@ -679,6 +679,10 @@ def test_an_empty_reply_does_not_break_the_session_with_a_server_that_refuses_em
     '[{ "name": "memory_search", "parameters": { "query": "dog" } }]',  # gpt-oss under vLLM without a tool parser
     '<tool_call>\n{"name": "memory_search", "arguments": {"query": "dog"}}\n</tool_call>',  # Qwen, Hermes
     '```json\n{"name": "memory_search", "arguments": "{\\"query\\": \\"dog\\"}"}\n```',
+    # LM Studio, when the model's call did not parse as the one it asked for
+    '[TOOL_REQUEST]\n{"name": "memory_search", "arguments": {"query": "dog"}}\n[END_TOOL_REQUEST]',
+    '[TOOL_CALLS][{"name": "memory_search", "arguments": {"query": "dog"}}]',  # Mistral's, unparsed
+    '<|python_tag|>{"name": "memory_search", "parameters": {"query": "dog"}}',  # Llama 3's, unparsed
 ])
 def test_a_tool_call_written_as_text_is_run_as_a_tool_call(make_env: Any, text: str) -> None:
     # a server with no tool-call parser for the model (llama.cpp, LM Studio, vLLM) sent the call as

@@ -753,22 +753,27 @@ def wire_messages(convo: list[dict[str, Any]]) -> list[dict[str, Any]]:
 #: A reply's text that is a tool call's JSON and nothing else: in a Markdown code fence, or in
 #: ``<tool_call>`` tags (as Qwen and Hermes models write them), or bare.
 _FENCE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)
-_TOOL_CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+_TOOL_CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>|\[TOOL_REQUEST\]\s*(.*?)\s*\[END_TOOL_REQUEST\]",
+                            re.DOTALL)
+#: The marks before calls a model writes when the server does not parse them: Mistral's, Llama 3's.
+_CALL_PREFIXES = ("[TOOL_CALLS]", "<|python_tag|>")
 
 
 def calls_in_text(text: str, tools: list[str]) -> list[dict[str, Any]]:
     """The tool calls a reply wrote as its text, or ``[]``: only when the whole text is calls, each
     naming one of ``tools`` with an object of arguments (``arguments`` or ``parameters``).
 
-    Why: a server with no tool-call parser for the model (llama.cpp, LM Studio, vLLM; gpt-oss, Qwen,
-    Llama 3 write them so) sent the call as the reply's text: it was shown as the answer, nothing
-    was searched, and /new saved the JSON into a memory file."""
+    Why: a server with no tool-call parser for the model (llama.cpp, LM Studio's ``[TOOL_REQUEST]``,
+    vLLM; gpt-oss, Qwen, Mistral, Llama 3 write them so) sent the call as the reply's text: it was
+    shown as the answer, nothing was searched, and /new saved the JSON into a memory file."""
     text = text.strip()
     if not tools or not text or len(text) > 100_000 or not any(name in text for name in tools):
         return []
     if fenced := _FENCE.match(text):
         text = fenced.group(1)
-    tagged = _TOOL_CALL_TAG.findall(text)
+    for prefix in _CALL_PREFIXES:
+        text = text.removeprefix(prefix).lstrip()
+    tagged = ["".join(groups) for groups in _TOOL_CALL_TAG.findall(text)]
     if tagged:
         if _TOOL_CALL_TAG.sub("", text).strip():  # words beside the calls: an answer that shows one
             return []
