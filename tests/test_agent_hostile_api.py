@@ -806,3 +806,24 @@ def test_a_small_context_window_flushes_then_compacts_not_compacts_every_turn(ma
     assert agent.stats.flush_turns[0] <= agent.stats.compaction_turns[0]
     assert agent.stats.compaction_turns[0] > 6 and len(agent.stats.compaction_turns) < 5
     assert [p.read_text() for p in (e.ws / "memory").glob("*.md")] == ["- The dog is called Rex.\n"]
+
+
+def test_a_model_served_only_streamed_is_streamed(make_env: Any) -> None:
+    # a model its API serves only as a stream (QwQ on DashScope: 'This model only support stream
+    # mode, please enable the stream parameter') refused every request, each saying "stream": false
+    from memdir.testing.chat_server import sse_events
+
+    def server(body: dict[str, Any]) -> dict[str, Any]:
+        if not body["stream"]:
+            return refusing(400, {"error": {"message": "This model only support stream mode, please enable the "
+                                                       "stream parameter to access the model.",
+                                            "type": "invalid_request_error"}})
+        reply = {"id": "x", "choices": [{"message": {"role": "assistant", "content": "Your dog is Rex."},
+                                         "finish_reason": "stop"}]}
+        return {"raw": b"".join(sse_events(reply))}
+
+    e = make_env([server] * 4)
+    agent = e.agent()
+    assert agent.send("what is my dog called?") == "Your dog is Rex."
+    assert agent.send("sure?") == "Your dog is Rex."
+    assert [b["stream"] for b in e.bodies()] == [False, True, True]

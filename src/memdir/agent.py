@@ -189,6 +189,12 @@ class ChatError(RuntimeError):
         return self.status >= 400 and any(k in str(self).lower() for k in _SYSTEM_REFUSED_WORDS)
 
     @property
+    def stream_required(self) -> bool:
+        """Whether the API refused the request for not asking for a stream."""
+        text = str(self).lower()
+        return self.status == 400 and "stream" in text and any(k in text for k in _STREAM_REQUIRED_WORDS)
+
+    @property
     def tools_refused(self) -> bool:
         """Whether the API refused the request for carrying tools (the server, or the model, takes none)."""
         text = str(self).lower().replace('"', "").replace("'", "").replace("`", "")
@@ -197,6 +203,10 @@ class ChatError(RuntimeError):
 
 #: How servers say their chat template has no system role (Gemma 2's, Mistral v0.1's).
 _SYSTEM_REFUSED_WORDS = ("system role not supported", "only user and assistant roles are supported")
+
+#: How servers say a model is served only as a stream (DashScope's "only support stream mode").
+_STREAM_REQUIRED_WORDS = ("only support stream", "only supports stream", "enable the stream parameter",
+                          "streaming is required", "must be streamed", "requires streaming")
 
 #: How servers say they take no tools: vLLM without --enable-auto-tool-choice, Ollama for a model
 #: without tool support, llama.cpp without --jinja, OpenAI's and DeepSeek's models without them.
@@ -283,6 +293,7 @@ class ChatClient:
         self.timeout = timeout
         self.retries = retries
         self._fold_system = False  # the server has no system role: see complete()
+        self._stream = False  # the model is served only as a stream: see complete()
         # A model on this machine is reached directly: with HTTP_PROXY/ALL_PROXY set (a company
         # network), every turn went to the proxy and failed as "cannot reach the chat API at
         # http://127.0.0.1:...: Connection refused" (the remote embedding providers do the same).
@@ -302,24 +313,29 @@ class ChatClient:
         """One chat completion.  A server whose chat template has no system role (Gemma 2's under vLLM
         or TGI: "System role not supported") refused every request, each opening with the system
         prompt, so the chat never answered; it is sent again with the system prompt at the start of
-        the first user message, and so is every later request (said once)."""
-        if self._fold_system:
-            return self._complete(_system_folded(messages), tools, timeout)
-        try:
-            return self._complete(messages, tools, timeout)
-        except ChatError as exc:
-            if not (exc.system_refused and any(m.get("role") == "system" for m in messages)):
-                raise
-            self._fold_system = True
-            log.warning("the chat API at %s has no system role for the model %s (%s): the system prompt is sent "
-                        "at the start of the first user message", self.shown_url, self.model, exc)
-            return self._complete(_system_folded(messages), tools, timeout)
+        the first user message, and so is every later request (said once).  A model served only as a
+        stream (QwQ on DashScope: "This model only support stream mode") refused every request saying
+        ``"stream": false``; it is asked for a stream from then on (read whole, as a proxy's is)."""
+        while True:  # each way round a refusal is taken once
+            try:
+                return self._complete(_system_folded(messages) if self._fold_system else messages, tools, timeout)
+            except ChatError as exc:
+                if not self._fold_system and exc.system_refused and any(m.get("role") == "system" for m in messages):
+                    self._fold_system = True
+                    log.warning("the chat API at %s has no system role for the model %s (%s): the system prompt "
+                                "is sent at the start of the first user message", self.shown_url, self.model, exc)
+                elif not self._stream and exc.stream_required:
+                    self._stream = True
+                    log.info("the chat API at %s serves the model %s only as a stream: streaming", self.shown_url,
+                             self.model)
+                else:
+                    raise
 
     def _complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                   timeout: float | None) -> ChatReply:
         # "stream": false said aloud: a server whose default is to stream sent server-sent events,
         # which are not the JSON reply this client reads.
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": False}
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": self._stream}
         if tools:
             body["tools"] = tools
         # ASCII JSON, not httpx's UTF-8: a lone surrogate anywhere in the conversation (a tool call's
