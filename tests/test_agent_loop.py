@@ -660,3 +660,26 @@ def test_a_flush_whose_model_repeats_its_note_writes_it_once(tmp_path: Path) -> 
         assert sum("already appended" in a.get("note", "") for a in answers) == 3
     finally:
         e.close()
+
+
+def test_a_flush_that_appends_its_silent_reply_writes_nothing(tmp_path: Path) -> None:
+    # small models told "if nothing to store, reply with NO_REPLY" call memory_append("NO_REPLY"):
+    # the daily log got a note 'NO_REPLY' (indexed, and shown to every later session)
+    script = ScriptQueue([
+        {"content": "hello", "usage": {"prompt_tokens": 1600, "completion_tokens": 0, "total_tokens": 1600}},
+        {"content": "", "tool_calls": [{"name": "memory_append", "arguments": {"text": " NO_REPLY\n"}},
+                                       {"name": "memory_append", "arguments": {"text": "HEARTBEAT_OK"}}]},
+        {"content": "NO_REPLY"},
+        {"content": "fine", "usage": {"prompt_tokens": 1660, "completion_tokens": 0, "total_tokens": 1660}},
+    ])
+    e = Env(tmp_path, script)
+    try:
+        agent = _flushing_agent(e)
+        assert agent.send("hi") == "hello"
+        assert agent.send("next") == "fine"
+        assert agent.stats.flushes == 1 and agent.stats.notes_appended == 0
+        assert not (e.ws / "memory").exists()
+        answers = [json.loads(m["content"]) for m in e.server.requests[2]["body"]["messages"] if m["role"] == "tool"]
+        assert [a["ok"] for a in answers] == [False, False] and "not a note" in answers[0]["error"]
+    finally:
+        e.close()

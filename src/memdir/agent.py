@@ -48,6 +48,8 @@ from memdir.daily import append_daily, today
 from memdir.errors import MemdirError, MemoryClosed
 from memdir.prompt import DEFAULT_CONTEXT_CHARS, build_session_context, memory_recall_section
 from memdir.sessions.flush import (
+    HEARTBEAT_TOKEN,
+    SILENT_REPLY_TOKEN,
     FlushDecision,
     FlushPlan,
     FlushSettings,
@@ -1457,6 +1459,10 @@ class Agent:
             return {"ok": False, "error": "text required (a string)"}
         if (too_long := append_too_long(text)) is not None:
             return {"ok": False, "error": too_long}
+        if text.strip() in (SILENT_REPLY_TOKEN, HEARTBEAT_TOKEN):  # a model told "if nothing to store, reply
+            # with NO_REPLY" appended it: the daily log got a note 'NO_REPLY', indexed and shown to later sessions
+            return {"ok": False, "error": f"{text.strip()} is a reply, not a note: nothing written (reply with it "
+                                          "instead when there is nothing to store)"}
         # Why: small local models call memory_append again with the same note each round (and a
         # call can come twice in one message): every copy was appended, up to max_tool_rounds of them
         if (done := self._turn_notes.get(text.strip())) is not None:
