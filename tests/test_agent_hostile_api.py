@@ -827,3 +827,18 @@ def test_a_model_served_only_streamed_is_streamed(make_env: Any) -> None:
     assert agent.send("what is my dog called?") == "Your dog is Rex."
     assert agent.send("sure?") == "Your dog is Rex."
     assert [b["stream"] for b in e.bodies()] == [False, True, True]
+
+
+def test_a_model_still_loading_is_waited_for(make_env: Any) -> None:
+    # llama.cpp answers 503 'Loading model' until its model is in memory (seconds to a minute after
+    # it starts): the first turn was sent three times in 1.5 s and failed with it
+    loading = refusing(503, {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}})
+    e = make_env([loading] * 5 + [DONE, *[loading] * 20])
+    assert e.agent().send("hello") == "done"
+    assert len(e.server.requests) == 6
+    client = ChatClient(e.server.url, "m", timeout=1.2)  # one that never ends loading: the request's time bounds it
+    try:
+        with pytest.raises(ChatError, match=r"returned 503: .*Loading model"):
+            client.complete([{"role": "user", "content": "hello"}])
+    finally:
+        client.close()

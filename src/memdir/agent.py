@@ -349,7 +349,9 @@ class ChatClient:
         from memdir.embeddings.http_deadline import attempt_deadline
 
         ends = time.monotonic() + (self.timeout if timeout is None else timeout)
-        for attempt in range(self.retries + 1):
+        attempt = -1
+        while attempt < self.retries:
+            attempt += 1
             with attempt_deadline(ends):
                 resp = self._post(kwargs)
             if resp.status_code < 400:
@@ -366,6 +368,14 @@ class ChatClient:
                 continue
             # One line: an HTML error page spanned dozens.
             text = " ".join(self._scrubbed(resp.text[:2000]).split())[:500]
+            if _still_loading(resp.status_code, text) and time.monotonic() + LOADING_POLL < ends:
+                # llama.cpp answers 503 "Loading model" until its model is in memory (seconds to a
+                # minute after it starts): the first turn was sent three times in 1.5 s and failed
+                log.info("the chat API at %s is loading its model; asking again in %g s", self.shown_url,
+                         LOADING_POLL)
+                time.sleep(LOADING_POLL)
+                attempt -= 1  # no failed attempt: the wait is bounded by the request's time
+                continue
             wait = _retry_wait(resp.status_code, resp.headers, text, attempt)
             if wait is None or attempt == self.retries or time.monotonic() + wait >= ends:
                 raise ChatError(f"chat API returned {resp.status_code}: {text}{_unwaited(resp, ends)}",
@@ -465,6 +475,17 @@ def _is_azure(base_url: str) -> bool:
     except ValueError:
         return False
     return host.endswith(AZURE_HOST_SUFFIXES)
+
+
+#: Seconds between requests to a server still loading its model.
+LOADING_POLL = 0.5
+
+
+def _still_loading(status: int, text: str) -> bool:
+    """Whether a refusal says the model is still being loaded (llama.cpp's 503 "Loading model", Hugging
+    Face's "Model … is currently loading")."""
+    low = text.lower()
+    return status == 503 and ("loading model" in low or "is currently loading" in low)
 
 
 def _retry_wait(status: int, headers: Any, text: str, attempt: int) -> float | None:
