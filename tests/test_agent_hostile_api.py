@@ -842,3 +842,17 @@ def test_a_model_still_loading_is_waited_for(make_env: Any) -> None:
             client.complete([{"role": "user", "content": "hello"}])
     finally:
         client.close()
+
+
+def test_a_reply_of_hundreds_of_tool_calls_runs_a_bounded_number(make_env: Any) -> None:
+    # a small model in a degenerate loop (or a hostile API) sent 300 calls in one reply: each ran, and
+    # 300 notes were appended to the daily log in one round
+    calls = [{"name": "memory_append", "arguments": {"text": f"- note {i}"}} for i in range(300)]
+    e = make_env([{"tool_calls": calls}, DONE])
+    agent = e.agent()
+    assert agent.send("remember everything") == "done"
+    notes = next((e.ws / "memory").glob("*.md")).read_text()
+    assert notes.count("- note ") == 16  # MAX_TOOL_CALLS_PER_REPLY
+    answers = [json.loads(m["content"]) for m in e.bodies()[1]["messages"] if m["role"] == "tool"]
+    assert len(answers) == 300 and wire_errors(e.bodies()[1]["messages"]) == []
+    assert "not run: more than 16 tool calls in one reply" in answers[-1]["error"]

@@ -741,6 +741,9 @@ TOOLS: list[dict[str, Any]] = [
 
 TOOL_NAMES = tuple(tool["function"]["name"] for tool in TOOLS)
 
+#: The most tool calls of one reply that are run; the rest are answered with an error.
+MAX_TOOL_CALLS_PER_REPLY = 16
+
 UNANSWERED = json.dumps({"error": "no result: the turn was interrupted before this tool call was answered"})
 
 
@@ -1343,8 +1346,11 @@ class Agent:
             self._add(convo, assistant, persist)
             if not reply.tool_calls:
                 return content
-            for call in reply.tool_calls:
-                result = self._call_tool(call, plan)
+            for n, call in enumerate(reply.tool_calls):
+                # a small model in a degenerate loop (or a hostile API) sent hundreds of calls in one
+                # reply, and each ran: 300 notes appended to the daily log in one round
+                result = self._call_tool(call, plan) if n < MAX_TOOL_CALLS_PER_REPLY else {
+                    "error": f"not run: more than {MAX_TOOL_CALLS_PER_REPLY} tool calls in one reply"}
                 text = self._bounded(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
                 self._add(convo, {"role": "tool", "tool_call_id": call.get("id", ""), "content": text}, persist)
         return content or f"(stopped after {self.options.max_tool_rounds} tool rounds)"
