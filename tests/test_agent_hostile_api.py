@@ -856,3 +856,19 @@ def test_a_reply_of_hundreds_of_tool_calls_runs_a_bounded_number(make_env: Any) 
     answers = [json.loads(m["content"]) for m in e.bodies()[1]["messages"] if m["role"] == "tool"]
     assert len(answers) == 300 and wire_errors(e.bodies()[1]["messages"]) == []
     assert "not run: more than 16 tool calls in one reply" in answers[-1]["error"]
+
+
+@pytest.mark.parametrize("text", ["```" + " " * 99_000 + "memory_search", "```json memory_search" + "\n" * 99_000 + "x",
+                                  "<tool_call>" + " " * 99_000 + "memory_search"])
+def test_a_hostile_reply_that_looks_like_a_call_written_as_text_is_read_at_once(text: str) -> None:
+    # the regular expressions that read a fenced or tagged call backtracked over runs of whitespace:
+    # 2,000 characters took 3 s, 100,000 hung the turn
+    import threading
+
+    from memdir.agent import calls_in_text
+
+    found: list[Any] = []
+    worker = threading.Thread(target=lambda: found.append(calls_in_text(text, ["memory_search"])), daemon=True)
+    worker.start()
+    worker.join(30)  # a failure guard only: it takes milliseconds
+    assert found == [[]]

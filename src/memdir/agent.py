@@ -794,11 +794,26 @@ def wire_messages(convo: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 #: A reply's text that is a tool call's JSON and nothing else: in a Markdown code fence, or in
 #: ``<tool_call>`` tags (as Qwen and Hermes models write them), or bare.
-_FENCE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)
-_TOOL_CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>|\[TOOL_REQUEST\]\s*(.*?)\s*\[END_TOOL_REQUEST\]",
-                            re.DOTALL)
+#: The tags calls are written in: Qwen's and Hermes's, LM Studio's.
+_CALL_TAGS = (("<tool_call>", "</tool_call>"), ("[TOOL_REQUEST]", "[END_TOOL_REQUEST]"))
 #: The marks before calls a model writes when the server does not parse them: Mistral's, Llama 3's.
 _CALL_PREFIXES = ("[TOOL_CALLS]", "<|python_tag|>")
+
+
+def _between_tags(text: str, opening: str, closing: str) -> list[str] | None:
+    """What each ``opening … closing`` pair holds, when the text is those pairs and nothing else
+    (read with ``str.find``: a regular expression took minutes on 100 KB of a hostile reply)."""
+    pieces: list[str] = []
+    at = 0
+    while (start := text.find(opening, at)) != -1:
+        if text[at:start].strip():
+            return None
+        end = text.find(closing, start + len(opening))
+        if end == -1:
+            return None
+        pieces.append(text[start + len(opening):end].strip())
+        at = end + len(closing)
+    return pieces if not text[at:].strip() else None
 
 
 def calls_in_text(text: str, tools: list[str]) -> list[dict[str, Any]]:
@@ -811,17 +826,18 @@ def calls_in_text(text: str, tools: list[str]) -> list[dict[str, Any]]:
     text = text.strip()
     if not tools or not text or len(text) > 100_000 or not any(name in text for name in tools):
         return []
-    if fenced := _FENCE.match(text):
-        text = fenced.group(1)
+    if len(text) >= 6 and text.startswith("```") and text.endswith("```"):  # a Markdown code fence
+        text = text[3:-3].removeprefix("json").strip()
     for prefix in _CALL_PREFIXES:
         text = text.removeprefix(prefix).lstrip()
-    tagged = ["".join(groups) for groups in _TOOL_CALL_TAG.findall(text)]
-    if tagged:
-        if _TOOL_CALL_TAG.sub("", text).strip():  # words beside the calls: an answer that shows one
-            return []
-        pieces = tagged
-    else:
-        pieces = [text]
+    pieces = [text]
+    for opening, closing in _CALL_TAGS:
+        if opening in text:
+            tagged = _between_tags(text, opening, closing)
+            if tagged is None:  # unclosed, or words beside the calls: an answer that shows one
+                return []
+            pieces = tagged
+            break
     items: list[Any] = []
     for piece in pieces:
         try:
