@@ -858,17 +858,16 @@ def test_a_reply_of_hundreds_of_tool_calls_runs_a_bounded_number(make_env: Any) 
     assert "not run: more than 16 tool calls in one reply" in answers[-1]["error"]
 
 
-@pytest.mark.parametrize("text", ["```" + " " * 99_000 + "memory_search", "```json memory_search" + "\n" * 99_000 + "x",
-                                  "<tool_call>" + " " * 99_000 + "memory_search"])
-def test_a_hostile_reply_that_looks_like_a_call_written_as_text_is_read_at_once(text: str) -> None:
+def test_a_hostile_reply_that_looks_like_a_call_written_as_text_is_read_at_once(tmp_path: Path) -> None:
     # the regular expressions that read a fenced or tagged call backtracked over runs of whitespace:
-    # 2,000 characters took 3 s, 100,000 hung the turn
-    import threading
+    # 2,000 characters took 3 s, 100,000 hung the turn (in C, holding the GIL: nothing could stop it)
+    from helpers import python_child
 
-    from memdir.agent import calls_in_text
-
-    found: list[Any] = []
-    worker = threading.Thread(target=lambda: found.append(calls_in_text(text, ["memory_search"])), daemon=True)
-    worker.start()
-    worker.join(30)  # a failure guard only: it takes milliseconds
-    assert found == [[]]
+    code = """if True:
+        from memdir.agent import calls_in_text
+        for text in ["```" + " " * 99_000 + "memory_search", "```json memory_search" + "\\n" * 99_000 + "x",
+                     "<tool_call>" + " " * 99_000 + "memory_search"]:
+            print(calls_in_text(text, ["memory_search"]))
+    """
+    done = python_child(code, state_dir=tmp_path / "state", timeout=30)  # a failure guard only: milliseconds
+    assert done.stdout.split() == ["[]", "[]", "[]"], done.stderr
