@@ -871,3 +871,18 @@ def test_a_hostile_reply_that_looks_like_a_call_written_as_text_is_read_at_once(
     """
     done = python_child(code, state_dir=tmp_path / "state", timeout=30)  # a failure guard only: milliseconds
     assert done.stdout.split() == ["[]", "[]", "[]"], done.stderr
+
+
+def test_an_error_in_a_choice_is_the_error_it_says(make_env: Any) -> None:
+    # OpenRouter reports a provider that failed mid-answer in the choice (finish_reason "error", its
+    # error beside the message): it was taken for an empty answer, never sent again
+    failed = {"raw": {"choices": [{"index": 0, "finish_reason": "error",
+                                   "message": {"role": "assistant", "content": ""},
+                                   "error": {"code": 502, "message": "Upstream provider disconnected"}}]}}
+    e = make_env([failed, DONE, {"raw": {"choices": [{"finish_reason": "error", "message": {"content": None},
+                                                      "error": {"code": 400, "message": "Bad input"}}]}}])
+    agent = e.agent()
+    assert agent.send("hello") == "done"
+    assert len(e.server.requests) == 2
+    with pytest.raises(ChatError, match=r"returned an error \(with status 200, code 400\): Bad input"):
+        agent.send("again")

@@ -549,6 +549,10 @@ def parse_reply(resp: Any) -> ChatReply:
         if isinstance(data, dict) and data.get("error"):
             raise _error_in_reply(data["error"], resp.status_code)
         raise ChatError(f"chat API reply has no choices[0].message: {json.dumps(data)[:300]}")
+    if first.get("error") and not message.get("content") and not message.get("tool_calls"):
+        # OpenRouter reports a provider that failed mid-answer in the choice (finish_reason "error"):
+        # it was taken for an empty answer, a provider's 502 never sent again
+        raise _error_in_reply(first["error"], resp.status_code)
     raw_usage = data.get("usage")
     usage = {k: int(v) for k, v in (raw_usage.items() if isinstance(raw_usage, dict) else ())
              if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0}
