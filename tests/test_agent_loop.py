@@ -634,3 +634,52 @@ def test_the_search_tool_reads_its_arguments_as_the_mcp_tool_does(tmp_path: Path
             assert ours.get("error") == theirs.get("error")
     finally:
         e.close()
+
+
+def test_a_flush_whose_model_repeats_its_note_writes_it_once(tmp_path: Path) -> None:
+    # small local models call memory_append again with the same note each round (and vLLM can send
+    # one call twice in a message): every copy was appended, up to the 8 rounds of a turn
+    note = {"name": "memory_append", "arguments": {"text": "- The wifi is Nebula."}}
+    script = ScriptQueue([
+        {"content": "hello", "usage": {"prompt_tokens": 1600, "completion_tokens": 0, "total_tokens": 1600}},
+        {"content": "", "tool_calls": [note, note]},
+        {"content": "", "tool_calls": [note]},
+        {"content": "", "tool_calls": [note, {"name": "memory_append", "arguments": {"text": "- Rex is the dog."}}]},
+        {"content": "NO_REPLY"},
+        {"content": "fine", "usage": {"prompt_tokens": 1660, "completion_tokens": 0, "total_tokens": 1660}},
+    ])
+    e = Env(tmp_path, script)
+    try:
+        agent = _flushing_agent(e)
+        assert agent.send("hi") == "hello"
+        assert agent.send("next") == "fine"
+        assert agent.stats.flushes == 1 and agent.stats.notes_appended == 2
+        assert (e.ws / "memory" / "2026-03-04.md").read_text() == "- The wifi is Nebula.\n\n- Rex is the dog.\n"
+        answers = [json.loads(m["content"]) for m in e.server.requests[4]["body"]["messages"] if m["role"] == "tool"]
+        assert [a["ok"] for a in answers] == [True] * 5
+        assert sum("already appended" in a.get("note", "") for a in answers) == 3
+    finally:
+        e.close()
+
+
+def test_a_flush_that_appends_its_silent_reply_writes_nothing(tmp_path: Path) -> None:
+    # small models told "if nothing to store, reply with NO_REPLY" call memory_append("NO_REPLY"):
+    # the daily log got a note 'NO_REPLY' (indexed, and shown to every later session)
+    script = ScriptQueue([
+        {"content": "hello", "usage": {"prompt_tokens": 1600, "completion_tokens": 0, "total_tokens": 1600}},
+        {"content": "", "tool_calls": [{"name": "memory_append", "arguments": {"text": " NO_REPLY\n"}},
+                                       {"name": "memory_append", "arguments": {"text": "HEARTBEAT_OK"}}]},
+        {"content": "NO_REPLY"},
+        {"content": "fine", "usage": {"prompt_tokens": 1660, "completion_tokens": 0, "total_tokens": 1660}},
+    ])
+    e = Env(tmp_path, script)
+    try:
+        agent = _flushing_agent(e)
+        assert agent.send("hi") == "hello"
+        assert agent.send("next") == "fine"
+        assert agent.stats.flushes == 1 and agent.stats.notes_appended == 0
+        assert not (e.ws / "memory").exists()
+        answers = [json.loads(m["content"]) for m in e.server.requests[2]["body"]["messages"] if m["role"] == "tool"]
+        assert [a["ok"] for a in answers] == [False, False] and "not a note" in answers[0]["error"]
+    finally:
+        e.close()

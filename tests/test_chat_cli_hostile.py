@@ -6,6 +6,7 @@ import io
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -193,6 +194,7 @@ def test_a_refused_api_key_names_the_variable(
         monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
         assert chat(ws, "--base-url", server.url) == 1
     assert "chat API returned 401" in (err := capsys.readouterr().err) and "check the API key in $CHAT_TEST_KEY" in err
+    assert f"the chat API at {server.url} refused the key" in err  # which server: it was not said
 
 
 class Endless(io.StringIO):
@@ -340,3 +342,84 @@ def test_the_demo_without_a_writable_temporary_folder_says_so(
     err = capsys.readouterr().err
     assert err.startswith("memdir chat --demo: it needs a folder it can write for its scratch workspace") and \
         err.rstrip().endswith("point TMPDIR at one") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(("status", "error"), [
+    (404, {"error": {"message": 'model "llama9" not found, try pulling it first', "type": "api_error"}}),  # Ollama
+    (404, {"error": {"message": "The model `llama9` does not exist or you do not have access to it.",
+                     "type": "invalid_request_error", "code": "model_not_found"}}),  # OpenAI, Groq
+    (404, {"object": "error", "message": "The model `llama9` does not exist.", "type": "NotFoundError",
+           "code": 404}),  # vLLM
+    (400, {"error": {"message": "llama9 is not a valid model ID", "code": 400}}),  # OpenRouter
+])
+def test_a_model_the_server_does_not_serve_is_named_with_the_server(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], status: int,
+        error: dict[str, Any]) -> None:
+    # a 404 for the model was answered "is http://…/v1 the API's base URL? (…/chat/completions was
+    # not found; it often ends in /v1)": the URL was right, and the model was never named
+    monkeypatch.setenv("CHAT_TEST_KEY", "sk-secret-key-1234567890")
+    with ScriptedChatServer(lambda body: {"raw": error, "rawStatus": status}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        assert chat(ws, "--base-url", server.url, "--model", "llama9") == 1
+    err = capsys.readouterr().err
+    assert f"the model 'llama9' is not served at {server.url}" in err and "--model" in err
+    assert f"{server.url}/models" in err and "ends in /v1" not in err and "sk-secret" not in err
+
+
+def test_a_key_wanted_and_not_set_is_said_so(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # a local server started with --api-key, the variable not set: 'check the API key in
+    # $CHAT_TEST_KEY', a key that was never there, and no word of which server wanted one
+    monkeypatch.delenv("CHAT_TEST_KEY", raising=False)
+    with ScriptedChatServer(FactKeeperModel(), api_key="right") as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        assert chat(ws, "--base-url", server.url) == 1
+    err = capsys.readouterr().err
+    assert "chat API returned 401" in err
+    assert f"the chat API at {server.url} wants an API key and none was sent: $CHAT_TEST_KEY is not set" in err
+
+
+def test_a_reply_of_no_text_is_said_so(ws: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # a reasoning model that spent its tokens thinking (OpenRouter, vLLM and llama.cpp send the
+    # thinking as reasoning_content, content empty): the chat printed nothing at all, as for a
+    # silent NO_REPLY, and the user was left waiting
+    reply = {"choices": [{"index": 0, "finish_reason": "length", "message": {
+        "role": "assistant", "content": "", "reasoning_content": "Let me think about the dog. " * 40}}]}
+    with ScriptedChatServer(lambda body: {"raw": reply}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("what is my dog called?\n"))
+        assert chat(ws, "--base-url", server.url) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert ("memdir chat: the model sent no text, only its reasoning (1,120 characters); it stopped at its "
+            "token limit (finish_reason 'length')") in captured.err
+
+
+def test_a_refusal_sent_beside_no_content_is_shown_and_kept_out_of_memory(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # OpenAI's models say a refusal in message.refusal, content null: the chat printed nothing
+    reply = {"choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": None, "refusal": "I'm sorry, I can't help with that."}}]}
+    with ScriptedChatServer(lambda body: {"raw": reply}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("help me with this\n/new\n"))
+        assert chat(ws, "--base-url", server.url) == 0
+    captured = capsys.readouterr()
+    assert "memdir chat: the model refused: I'm sorry, I can't help with that." in captured.err
+    saved = "".join(p.read_text() for p in (ws / "memory").glob("*.md"))
+    assert "user: help me with this" in saved and "sorry" not in saved
+
+
+def test_an_azure_deployment_that_does_not_exist_is_named(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Azure OpenAI's 404 for a deployment name it does not have got the hint for a base URL
+    # without its /v1, which an Azure base URL never has
+    error = {"error": {"code": "DeploymentNotFound", "message": "The API deployment for this resource does not "
+                       "exist. If you created the deployment within the last 5 minutes, please wait a moment and "
+                       "try again."}}
+    with ScriptedChatServer(lambda body: {"raw": error, "rawStatus": 404}) as server:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+        assert chat(ws, "--base-url", server.url + "?api-version=2024-10-21") == 1
+    err = capsys.readouterr().err
+    assert "ends in /v1" not in err
+    assert (f"there is no deployment of that name at {server.url}: the base URL ends in "
+            "/openai/deployments/<its name> as the Azure portal lists it") in err

@@ -247,6 +247,25 @@ def test_a_proxy_that_cannot_be_reached_is_named(server: ProviderServer, monkeyp
                            f"http://127.0.0.1:{closed} (set by"), said
 
 
+def test_azure_openai_is_sent_its_key_as_it_reads_it(server: ProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Azure OpenAI reads the key from an api-key header: sent as 'Authorization: Bearer <key>' (a
+    # token of Microsoft Entra ID there) the right key was refused with a 401, and the chat said to
+    # check it
+    _only_proxy(monkeypatch, server.url)  # the request reaches "Azure" through the proxy
+    server.script("/chat/completions", Reply(200, REPLY))
+    client = ChatClient("http://myres.openai.azure.com/openai/deployments/gpt-4o?api-version=2024-06-01", "gpt-4o",
+                        api_key="azure-key", timeout=10)
+    try:
+        assert client.complete([{"role": "user", "content": "hi"}]).content == "hello"
+    finally:
+        client.close()
+    sent = server.requests[-1]
+    assert sent.headers["host"] == "myres.openai.azure.com"
+    assert sent.path == "/openai/deployments/gpt-4o/chat/completions"
+    assert sent.query == {"api-version": ["2024-06-01"]}
+    assert sent.headers.get("api-key") == "azure-key" and "authorization" not in sent.headers
+
+
 # --- hosts that cannot be reached ----------------------------------------------------------------
 
 

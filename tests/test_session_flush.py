@@ -312,3 +312,12 @@ def test_mark_flushed_persists_fields(tmp_path: Path) -> None:
     assert e.memory_flush_compaction_count == 4 and e.memory_flush_at and e.memory_flush_context_hash == "abc"
     raw = (tmp_path / "sessions.json").read_text()
     assert '"memoryFlushCompactionCount": 4' in raw and '"memoryFlushAt"' in raw
+
+
+def test_a_context_overflow_flushes_below_every_threshold_once_a_cycle() -> None:
+    # the API refused the conversation as too long: the counts (if any) say nothing of the model's context
+    assert should_flush(entry(), settings=DEFAULTS, context_overflow=True).reason == "context-overflow"
+    assert should_flush(entry(total_tokens=10), settings=DEFAULTS, context_window=200_000, context_overflow=True)
+    flushed = entry(compaction_count=1, memory_flush_compaction_count=1, memory_flush_at=1)
+    assert not should_flush(flushed, settings=DEFAULTS, context_overflow=True)
+    assert not should_flush(entry(), settings=DEFAULTS, context_overflow=True, is_heartbeat=True)

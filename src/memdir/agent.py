@@ -35,6 +35,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -47,11 +48,14 @@ from memdir.daily import append_daily, today
 from memdir.errors import MemdirError, MemoryClosed
 from memdir.prompt import DEFAULT_CONTEXT_CHARS, build_session_context, memory_recall_section
 from memdir.sessions.flush import (
+    HEARTBEAT_TOKEN,
+    SILENT_REPLY_TOKEN,
     FlushDecision,
     FlushPlan,
     FlushSettings,
     build_flush_plan,
     claim_flush,
+    flush_threshold,
     fresh_total_tokens,
     is_silent_reply,
     mark_flushed,
@@ -181,11 +185,46 @@ class ChatError(RuntimeError):
         text = str(self).lower()
         return self.status == 413 or (self.status in (400, 422) and any(k in text for k in _OVERFLOW_WORDS))
 
+    @property
+    def system_refused(self) -> bool:
+        """Whether the API refused the request for its system message (the template has no system role)."""
+        return self.status >= 400 and any(k in str(self).lower() for k in _SYSTEM_REFUSED_WORDS)
+
+    @property
+    def stream_required(self) -> bool:
+        """Whether the API refused the request for not asking for a stream."""
+        text = str(self).lower()
+        return self.status == 400 and "stream" in text and any(k in text for k in _STREAM_REQUIRED_WORDS)
+
+    @property
+    def tools_refused(self) -> bool:
+        """Whether the API refused the request for carrying tools (the server, or the model, takes none)."""
+        text = str(self).lower().replace('"', "").replace("'", "").replace("`", "")
+        return self.status >= 400 and any(k in text for k in _TOOLS_REFUSED_WORDS)
+
+
+#: How servers say their chat template has no system role (Gemma 2's, Mistral v0.1's).
+_SYSTEM_REFUSED_WORDS = ("system role not supported", "only user and assistant roles are supported")
+
+#: How servers say a model is served only as a stream (DashScope's "only support stream mode").
+_STREAM_REQUIRED_WORDS = ("only support stream", "only supports stream", "enable the stream parameter",
+                          "streaming is required", "must be streamed", "requires streaming")
+
+#: How servers say they take no tools: vLLM without --enable-auto-tool-choice, Ollama for a model
+#: without tool support, llama.cpp without --jinja, OpenAI's and DeepSeek's models without them.
+_TOOLS_REFUSED_WORDS = ("tool choice requires --enable-auto-tool-choice", "does not support tools",
+                        "tools param requires --jinja", "tools is not supported", "tools are not supported",
+                        "does not support function calling", "function calling is not supported",
+                        "tool use is not supported", "tool calling is not supported")
 
 #: How APIs say a request is longer than the context: OpenAI ``context_length_exceeded``,
-#: vLLM/llama.cpp "maximum context length", Anthropic-style "prompt is too long", and others.
+#: vLLM/llama.cpp "maximum context length", Anthropic-style "prompt is too long", llama.cpp "exceeds
+#: the available context size", vLLM "longer than the maximum model length", text-generation-inference
+#: "`inputs` tokens + `max_new_tokens` must be <=", Gemini "exceeds the maximum number of tokens
+#: allowed", Bedrock "Input is too long", and others.
 _OVERFLOW_WORDS = ("context_length", "context length", "context window", "prompt is too long",
-                   "too many tokens", "maximum context", "exceeds the context", "n_ctx")
+                   "too many tokens", "maximum context", "exceeds the context", "n_ctx", "context size",
+                   "maximum model length", "`inputs` tokens", "maximum number of tokens", "input is too long")
 
 
 @dataclass
@@ -193,6 +232,27 @@ class ChatReply:
     content: str
     tool_calls: list[dict[str, Any]]
     usage: dict[str, int]
+    #: ``choices[0].finish_reason`` ("stop", "length", "content_filter", …), "" when not given.
+    finish_reason: str = ""
+    #: Characters of reasoning sent beside the content (``reasoning_content``, ``reasoning``).
+    reasoning_chars: int = 0
+    #: ``message.refusal`` (OpenAI's models say a refusal there, content null): shown to the user by
+    #: :meth:`emptiness`, never kept in the conversation, so /new never saves it to a memory file.
+    refusal: str = ""
+
+    def emptiness(self) -> str | None:
+        """Why a reply has no text and no tool calls, in words for the user; None if it has some."""
+        if self.content.strip() or self.tool_calls:
+            return None
+        if self.refusal.strip():
+            return "the model refused: " + " ".join(self.refusal.split())[:500]
+        why = "the model sent no text"
+        if self.reasoning_chars:
+            why += f", only its reasoning ({self.reasoning_chars:,} characters)"
+        reason = {"length": "it stopped at its token limit", "content_filter": "a content filter stopped it"}
+        if self.finish_reason:
+            why += f"; {reason.get(self.finish_reason, 'it stopped')} (finish_reason {self.finish_reason!r})"
+        return why
 
 
 #: Statuses a chat request is sent again for: rate limited, or a gateway between us and the model.
@@ -221,14 +281,21 @@ class ChatClient:
         if api_key and unsendable(api_key):  # httpx's "Illegal header value b'Bearer <key>\r'" showed it
             raise MemdirError("the chat API key holds a line break, control or non-ASCII character (pasted with "
                               "it?), which an HTTP header cannot carry")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = ({"api-key": api_key} if _is_azure(base_url) else {"Authorization": f"Bearer {api_key}"}) \
+            if api_key else {}
         #: Masked in every error quoting the server (one that echoes the request quotes them).
         self._secrets = tuple(s for s in (api_key or "", *url_credentials(base_url)) if s)
+        # A query is every request's query (Azure OpenAI's ?api-version=…): joined as a base URL, the
+        # path went into it (…/gpt-4o?api-version=2024-06-01/chat/completions) and the API said 404.
+        base_url, _, query = base_url.partition("#")[0].partition("?")
+        self._params = httpx.QueryParams(query)
         #: The base URL as messages show it (a ``user:password@`` with its password masked).
         self.shown_url = shown_url(base_url.rstrip("/"))
         self.model = model
         self.timeout = timeout
         self.retries = retries
+        self._fold_system = False  # the server has no system role: see complete()
+        self._stream = False  # the model is served only as a stream: see complete()
         # A model on this machine is reached directly: with HTTP_PROXY/ALL_PROXY set (a company
         # network), every turn went to the proxy and failed as "cannot reach the chat API at
         # http://127.0.0.1:...: Connection refused" (the remote embedding providers do the same).
@@ -245,9 +312,32 @@ class ChatClient:
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                  timeout: float | None = None) -> ChatReply:
+        """One chat completion.  A server whose chat template has no system role (Gemma 2's under vLLM
+        or TGI: "System role not supported") refused every request, each opening with the system
+        prompt, so the chat never answered; it is sent again with the system prompt at the start of
+        the first user message, and so is every later request (said once).  A model served only as a
+        stream (QwQ on DashScope: "This model only support stream mode") refused every request saying
+        ``"stream": false``; it is asked for a stream from then on (read whole, as a proxy's is)."""
+        while True:  # each way round a refusal is taken once
+            try:
+                return self._complete(_system_folded(messages) if self._fold_system else messages, tools, timeout)
+            except ChatError as exc:
+                if not self._fold_system and exc.system_refused and any(m.get("role") == "system" for m in messages):
+                    self._fold_system = True
+                    log.warning("the chat API at %s has no system role for the model %s (%s): the system prompt "
+                                "is sent at the start of the first user message", self.shown_url, self.model, exc)
+                elif not self._stream and exc.stream_required:
+                    self._stream = True
+                    log.info("the chat API at %s serves the model %s only as a stream: streaming", self.shown_url,
+                             self.model)
+                else:
+                    raise
+
+    def _complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                  timeout: float | None) -> ChatReply:
         # "stream": false said aloud: a server whose default is to stream sent server-sent events,
         # which are not the JSON reply this client reads.
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": False}
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": self._stream}
         if tools:
             body["tools"] = tools
         # ASCII JSON, not httpx's UTF-8: a lone surrogate anywhere in the conversation (a tool call's
@@ -259,17 +349,34 @@ class ChatClient:
         from memdir.embeddings.http_deadline import attempt_deadline
 
         ends = time.monotonic() + (self.timeout if timeout is None else timeout)
-        for attempt in range(self.retries + 1):
+        attempt = -1
+        while attempt < self.retries:
+            attempt += 1
             with attempt_deadline(ends):
                 resp = self._post(kwargs)
             if resp.status_code < 400:
                 try:
                     return parse_reply(resp)
                 except ChatError as exc:  # it quotes the reply
-                    raise ChatError(self._scrubbed(str(exc)), exc.status) from None
+                    error = ChatError(self._scrubbed(str(exc)), exc.status)
+                # an error a 200 carried (its code as the status): sent again as that status would be
+                wait = _retry_wait(error.status, resp.headers, str(error), attempt)
+                if wait is None or attempt == self.retries or time.monotonic() + wait >= ends:
+                    raise error from None
+                log.info("chat API returned an error (%s); sending again in %.1f s", error.status, wait)
+                time.sleep(wait)
+                continue
             # One line: an HTML error page spanned dozens.
             text = " ".join(self._scrubbed(resp.text[:2000]).split())[:500]
-            wait = _retry_wait(resp, text, attempt)
+            if _still_loading(resp.status_code, text) and time.monotonic() + LOADING_POLL < ends:
+                # llama.cpp answers 503 "Loading model" until its model is in memory (seconds to a
+                # minute after it starts): the first turn was sent three times in 1.5 s and failed
+                log.info("the chat API at %s is loading its model; asking again in %g s", self.shown_url,
+                         LOADING_POLL)
+                time.sleep(LOADING_POLL)
+                attempt -= 1  # no failed attempt: the wait is bounded by the request's time
+                continue
+            wait = _retry_wait(resp.status_code, resp.headers, text, attempt)
             if wait is None or attempt == self.retries or time.monotonic() + wait >= ends:
                 raise ChatError(f"chat API returned {resp.status_code}: {text}{_unwaited(resp, ends)}",
                                 resp.status_code)
@@ -286,8 +393,8 @@ class ChatClient:
         import httpx
 
         url = "/chat/completions"
-        for _hop in range(4):
-            request = self._http.build_request("POST", url, **kwargs)
+        for hop in range(4):  # a redirect's target carries its own query
+            request = self._http.build_request("POST", url, **kwargs, **({"params": self._params} if hop == 0 else {}))
             streamed = self._http.send(request, stream=True)
             try:
                 body = self._read(streamed)
@@ -355,16 +462,42 @@ class ChatClient:
         self._http.close()
 
 
-def _retry_wait(resp: Any, text: str, attempt: int) -> float | None:
+#: Azure OpenAI's hosts, which read the key from an ``api-key`` header (a Bearer token there is
+#: Microsoft Entra ID's: the right key sent that way was refused with a 401).
+AZURE_HOST_SUFFIXES = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+
+
+def _is_azure(base_url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        host = (urlsplit(base_url).hostname or "").rstrip(".")
+    except ValueError:
+        return False
+    return host.endswith(AZURE_HOST_SUFFIXES)
+
+
+#: Seconds between requests to a server still loading its model.
+LOADING_POLL = 0.5
+
+
+def _still_loading(status: int, text: str) -> bool:
+    """Whether a refusal says the model is still being loaded (llama.cpp's 503 "Loading model", Hugging
+    Face's "Model … is currently loading")."""
+    low = text.lower()
+    return status == 503 and ("loading model" in low or "is currently loading" in low)
+
+
+def _retry_wait(status: int, headers: Any, text: str, attempt: int) -> float | None:
     """Seconds to wait before sending a refused request again, or ``None``: not worth it."""
     import random
 
     from memdir.embeddings.retry import RetryPolicy, is_quota_exhausted, retry_after
 
-    if resp.status_code not in RETRY_STATUSES:
+    if status not in RETRY_STATUSES:
         return None
-    hint = retry_after(resp.headers)
-    if resp.status_code == 429 and is_quota_exhausted(text, has_retry_hint=hint is not None):
+    hint = retry_after(headers)
+    if status == 429 and is_quota_exhausted(text, has_retry_hint=hint is not None):
         return None
     if hint is not None:
         return hint if hint <= RETRY_AFTER_CAP else None
@@ -413,13 +546,60 @@ def parse_reply(resp: Any) -> ChatReply:
     first = choices[0] if isinstance(choices, list) and choices else None
     message = first.get("message") if isinstance(first, dict) else None
     if not isinstance(message, dict):
+        if isinstance(data, dict) and data.get("error"):
+            raise _error_in_reply(data["error"], resp.status_code)
         raise ChatError(f"chat API reply has no choices[0].message: {json.dumps(data)[:300]}")
+    if first.get("error") and not message.get("content") and not message.get("tool_calls"):
+        # OpenRouter reports a provider that failed mid-answer in the choice (finish_reason "error"):
+        # it was taken for an empty answer, a provider's 502 never sent again
+        raise _error_in_reply(first["error"], resp.status_code)
     raw_usage = data.get("usage")
     usage = {k: int(v) for k, v in (raw_usage.items() if isinstance(raw_usage, dict) else ())
              if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0}
     # A reply cut inside a surrogate pair ("\\ud83d"): U+FFFD, so the transcript, the daily log
     # and the index can store it.
-    return ChatReply(clean_text(_text_of(message.get("content"))), _tool_calls(message.get("tool_calls")), usage)
+    calls = _tool_calls(message.get("tool_calls"))
+    if not calls and isinstance(message.get("function_call"), dict):
+        # the older protocol's one call (servers that predate tool_calls): it was dropped without a
+        # word, and the turn answered "" with nothing searched
+        calls = _tool_calls([{"function": message["function_call"]}])
+    finish = first.get("finish_reason") if isinstance(first, dict) else None
+    reasoning = sum(len(r) for r in (message.get("reasoning_content"), message.get("reasoning")) if isinstance(r, str))
+    refusal = message.get("refusal")
+    return ChatReply(_without_reasoning(clean_text(_text_of(message.get("content")))), calls, usage,
+                     finish if isinstance(finish, str) else "", reasoning,
+                     clean_text(refusal) if isinstance(refusal, str) else "")
+
+
+#: A reasoning model's thinking at the start of its content (``<think>…</think>``, as DeepSeek-R1 and
+#: Qwen3 write it when the server has no reasoning parser).
+_THINK_BLOCK = re.compile(r"\A\s*<think>.*?</think>\s*", re.DOTALL)
+
+
+def _without_reasoning(text: str) -> str:
+    """``text`` without the thinking before its answer: it is what ``reasoning_content`` carries when
+    a server separates it, and it was shown as the answer, kept in the conversation, and saved by
+    /new into a memory file named from it (``…-think-the-user-asks-about.md``).  A block never
+    closed (the reply cut short while thinking) is left as it is."""
+    return _THINK_BLOCK.sub("", text, count=1) if "</think>" in text else text
+
+
+def _error_in_reply(error: Any, status: int) -> ChatError:
+    """The error a success reply carried instead of choices, with its code as the status.
+
+    Why: OpenRouter and Together send a provider's failure after accepting the request as a 200
+    ``{"error": {"code": 502, "message": …}}`` (LM Studio a bare ``{"error": "…"}``): it was "reply
+    has no choices[0].message", a provider's 502 or 429 was never sent again, and an overflow said
+    that way (``code`` 400) was never compacted."""
+    message, code = error, None
+    if isinstance(error, dict):
+        message = error.get("message") or json.dumps(error)
+        raw = error.get("code")
+        code = int(raw) if isinstance(raw, (int, str)) and str(raw).isdigit() else None
+    text = " ".join(str(message).split())[:500]
+    where = f"with status {status}" + (f", code {code}" if code is not None else "")
+    return ChatError(f"chat API returned an error ({where}): {text}",
+                     code if code is not None and 400 <= code < 600 else 0)
 
 
 def _streamed(body: str) -> dict[str, Any]:
@@ -435,6 +615,8 @@ def _streamed(body: str) -> dict[str, Any]:
     calls: dict[int, dict[str, Any]] = {}
     usage: Any = None
     seen = finished = False
+    finish: str | None = None
+    reasoning: list[str] = []
     for line in body.splitlines():
         if not line.startswith("data:"):
             continue  # blank lines, comments (": keep-alive"), event:, id: and retry: fields
@@ -452,7 +634,8 @@ def _streamed(body: str) -> dict[str, Any]:
         if not isinstance(chunk, dict):
             continue
         if chunk.get("error"):
-            raise ChatError(f"chat API streamed an error: {json.dumps(chunk['error'])[:300]}")
+            raise ChatError(f"chat API streamed an error: {json.dumps(chunk['error'])[:300]}",
+                            _error_in_reply(chunk["error"], 200).status)  # its code: an overflow compacts
         if isinstance(chunk.get("usage"), dict):
             usage = chunk["usage"]
         choices = chunk.get("choices")
@@ -462,8 +645,13 @@ def _streamed(body: str) -> dict[str, Any]:
             continue
         seen = True
         finished = finished or bool(first.get("finish_reason"))
+        if isinstance(first.get("finish_reason"), str):
+            finish = first["finish_reason"]
         if isinstance(delta.get("content"), str):
             content.append(delta["content"])
+        for key in ("reasoning_content", "reasoning"):
+            if isinstance(delta.get(key), str):
+                reasoning.append(delta[key])
         parts = delta.get("tool_calls")
         for n, part in enumerate(parts if isinstance(parts, list) else []):
             if not isinstance(part, dict):
@@ -480,8 +668,9 @@ def _streamed(body: str) -> dict[str, Any]:
         raise ChatError(f"chat API streamed reply has no choices[0].delta: {' '.join(body[:300].split())}")
     if not finished:
         raise ChatError("chat API streamed reply was cut short (no finish reason, no data: [DONE]); nothing was kept")
-    message = {"role": "assistant", "content": "".join(content), "tool_calls": [calls[i] for i in sorted(calls)]}
-    return {"choices": [{"message": message}], "usage": usage}
+    message = {"role": "assistant", "content": "".join(content), "tool_calls": [calls[i] for i in sorted(calls)],
+               "reasoning_content": "".join(reasoning)}
+    return {"choices": [{"message": message, "finish_reason": finish}], "usage": usage}
 
 
 def _text_of(content: Any) -> str:
@@ -496,6 +685,13 @@ def _text_of(content: Any) -> str:
     return json.dumps(content)
 
 
+def _new_call_id() -> str:
+    """An id for a tool call that came without one: nine letters and digits, the one form every chat
+    template takes (Mistral's raises "Tool call IDs should be alphanumeric strings with length 9!"
+    under vLLM or llama.cpp --jinja, and ``call_0_1a2b3c4d`` failed every later turn)."""
+    return os.urandom(5).hex()[:9]
+
+
 def _tool_calls(calls: Any) -> list[dict[str, Any]]:
     """Tool calls as ``[{"id": str, "type": "function", "function": {"name": str, "arguments": str}}]``.
 
@@ -506,13 +702,13 @@ def _tool_calls(calls: Any) -> list[dict[str, Any]]:
     if not isinstance(calls, list):
         return []
     out: list[dict[str, Any]] = []
-    for i, call in enumerate(calls):
+    for call in calls:
         if not isinstance(call, dict):
             continue
         fn = call.get("function") if isinstance(call.get("function"), dict) else {}
         name, args = fn.get("name"), fn.get("arguments")
         call_id = call.get("id")
-        out.append({"id": call_id if isinstance(call_id, str) and call_id else f"call_{i}_{os.urandom(4).hex()}",
+        out.append({"id": call_id if isinstance(call_id, str) and call_id else _new_call_id(),
                     "type": "function",
                     "function": {"name": clean_text(name) if isinstance(name, str) else "",
                                  "arguments": clean_text(args) if isinstance(args, str) else
@@ -549,6 +745,9 @@ TOOLS: list[dict[str, Any]] = [
 
 TOOL_NAMES = tuple(tool["function"]["name"] for tool in TOOLS)
 
+#: The most tool calls of one reply that are run; the rest are answered with an error.
+MAX_TOOL_CALLS_PER_REPLY = 16
+
 UNANSWERED = json.dumps({"error": "no result: the turn was interrupted before this tool call was answered"})
 
 
@@ -559,7 +758,13 @@ def wire_messages(convo: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ``kill -9``, a crash) left them unanswered in the transcript, and chat APIs refuse such a
     conversation ("tool_calls must be followed by tool messages"): every later turn of the session
     failed, after a restart too.  Unanswered calls get an error result here; a tool result that
-    answers no call of the reply before it is left out.  Nothing is rewritten on disk.
+    answers no call of the reply before it is left out.  User messages in a row (a turn that
+    failed, or was interrupted, before its reply) are sent as one: servers whose chat template
+    wants user and assistant turns to alternate (Mistral's, Gemma's under vLLM or llama.cpp)
+    refused every later turn with "Conversation roles must alternate".  A reply of no text and no
+    tool calls (a reasoning model that spent its tokens thinking, a content filter) is left out:
+    servers that refuse a message without text (Anthropic's and Gemini's OpenAI-compatible APIs)
+    refused every later turn.  Nothing is rewritten on disk.
     """
     out: list[dict[str, Any]] = []
     pending: list[str] = []
@@ -575,15 +780,132 @@ def wire_messages(convo: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 out.append(message)
             continue
         answer_pending()
+        if message.get("role") == "user" and out and out[-1].get("role") == "user":
+            out[-1] = {**out[-1], "content": _joined(out[-1].get("content"), message.get("content"))}
+            continue
         if message.get("role") == "assistant" and message.get("tool_calls"):
             calls = _tool_calls(message["tool_calls"])  # transcripts written before replies were normalised
             message = {k: v for k, v in message.items() if k != "tool_calls"}
             if calls:  # an empty list is refused too
                 message["tool_calls"] = calls
             pending[:] = [call["id"] for call in calls]
+        if message.get("role") == "assistant" and not message.get("tool_calls") and not _has_text(message):
+            continue
         out.append(message)
     answer_pending()
     return out
+
+
+#: A reply's text that is a tool call's JSON and nothing else: in a Markdown code fence, or in
+#: ``<tool_call>`` tags (as Qwen and Hermes models write them), or bare.
+#: The tags calls are written in: Qwen's and Hermes's, LM Studio's.
+_CALL_TAGS = (("<tool_call>", "</tool_call>"), ("[TOOL_REQUEST]", "[END_TOOL_REQUEST]"))
+#: The marks before calls a model writes when the server does not parse them: Mistral's, Llama 3's.
+_CALL_PREFIXES = ("[TOOL_CALLS]", "<|python_tag|>")
+
+
+def _between_tags(text: str, opening: str, closing: str) -> list[str] | None:
+    """What each ``opening … closing`` pair holds, when the text is those pairs and nothing else
+    (read with ``str.find``: a regular expression took minutes on 100 KB of a hostile reply)."""
+    pieces: list[str] = []
+    at = 0
+    while (start := text.find(opening, at)) != -1:
+        if text[at:start].strip():
+            return None
+        end = text.find(closing, start + len(opening))
+        if end == -1:
+            return None
+        pieces.append(text[start + len(opening):end].strip())
+        at = end + len(closing)
+    return pieces if not text[at:].strip() else None
+
+
+def calls_in_text(text: str, tools: list[str]) -> list[dict[str, Any]]:
+    """The tool calls a reply wrote as its text, or ``[]``: only when the whole text is calls, each
+    naming one of ``tools`` with an object of arguments (``arguments`` or ``parameters``).
+
+    Why: a server with no tool-call parser for the model (llama.cpp, LM Studio's ``[TOOL_REQUEST]``,
+    vLLM; gpt-oss, Qwen, Mistral, Llama 3 write them so) sent the call as the reply's text: it was
+    shown as the answer, nothing was searched, and /new saved the JSON into a memory file."""
+    text = text.strip()
+    if not tools or not text or len(text) > 100_000 or not any(name in text for name in tools):
+        return []
+    if len(text) >= 6 and text.startswith("```") and text.endswith("```"):  # a Markdown code fence
+        text = text[3:-3].removeprefix("json").strip()
+    for prefix in _CALL_PREFIXES:
+        text = text.removeprefix(prefix).lstrip()
+    pieces = [text]
+    for opening, closing in _CALL_TAGS:
+        if opening in text:
+            tagged = _between_tags(text, opening, closing)
+            if tagged is None:  # unclosed, or words beside the calls: an answer that shows one
+                return []
+            pieces = tagged
+            break
+    items: list[Any] = []
+    for piece in pieces:
+        try:
+            data = json.loads(piece)
+        except (ValueError, RecursionError):
+            return []
+        items.extend(data if isinstance(data, list) else [data])
+    calls = []
+    for item in items:
+        if not isinstance(item, dict) or item.get("name") not in tools:
+            return []
+        args = item.get("arguments", item.get("parameters", {}))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except (ValueError, RecursionError):
+                return []
+        if not isinstance(args, dict):
+            return []
+        calls.append({"function": {"name": item["name"], "arguments": args}})
+    return _tool_calls(calls)
+
+
+def _system_folded(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` without system messages: their text opens the first user message (or is one)."""
+    system = "\n\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system")
+    rest = [m for m in messages if m.get("role") != "system"]
+    if not system:
+        return rest
+    for i, m in enumerate(rest):
+        if m.get("role") == "user":
+            return [*rest[:i], {**m, "content": _joined(system, m.get("content"))}, *rest[i + 1:]]
+    return [{"role": "user", "content": system}, *rest]
+
+
+#: Where servers state the model's context in an overflow: OpenAI and vLLM "maximum context length is
+#: N", llama.cpp "available context size (N tokens)" and "n_ctx": N, LM Studio "context length of only
+#: N", Mistral "model with N maximum context length", vLLM "maximum model length of N", TGI "must be <= N".
+_STATED_CONTEXT = re.compile(r"maximum context length is (\d+)|available context size \((\d+) tokens\)"
+                             r"|\bn_ctx\W{1,4}(\d+)|context length of only (\d+)|with (\d+) maximum context length"
+                             r"|maximum model length of (\d+)|must be <= (\d+)")
+
+
+def _stated_context(text: str) -> int | None:
+    """The model's context in tokens as an overflow message states it, or None."""
+    found = _STATED_CONTEXT.search(text)
+    if found is None:
+        return None
+    size = int(next(g for g in found.groups() if g))
+    return size if size >= 256 else None
+
+
+def _has_text(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return bool(content) and (not isinstance(content, str) or bool(content.strip()))
+
+
+def _joined(first: Any, second: Any) -> Any:
+    """Two user messages' contents as one: text after a blank line, lists of parts one after the other."""
+    if isinstance(first, list) or isinstance(second, list):
+        def parts(content: Any) -> list[Any]:
+            return content if isinstance(content, list) else [{"type": "text", "text": content}] if content else []
+        return [*parts(first), *parts(second)]
+    return "\n\n".join(c for c in (first, second) if c)
 
 
 # --- the agent ------------------------------------------------------------------------------
@@ -670,6 +992,11 @@ class Agent:
         self.client = client
         self.long_term = long_term
         self._turn_context: str | None = None
+        self._heartbeat = False  # the turn being answered is a heartbeat: it never flushes
+        self._turn_notes: dict[str, str] = {}  # the notes memory_append wrote this turn, and where
+        #: Why the last reply had no text and no tool calls (:meth:`ChatReply.emptiness`), else None:
+        #: ``send`` answers "" for it as for a silent NO_REPLY, and ``memdir chat`` says which it was.
+        self.empty_reply: str | None = None
         self.backend = backend
         self.store = store
         self.key = session_key
@@ -770,6 +1097,8 @@ class Agent:
         if command in ("/new", "/reset"):
             return self.reset(command[1:])
         self.stats.turns += 1
+        self._heartbeat = heartbeat
+        self.empty_reply = None
         self._before_turn(text, heartbeat=heartbeat)
         self._turn_context = self._auto_recall(text) if not heartbeat else None
         self._remember({"role": "user", "content": text})
@@ -819,20 +1148,38 @@ class Agent:
                 return [*convo[:i], prefixed, *convo[i + 1:]]
         return convo
 
-    def flush_decision(self, pending_text: str = "", *, heartbeat: bool = False) -> FlushDecision:
+    def flush_decision(self, pending_text: str = "", *, heartbeat: bool = False,
+                       context_overflow: bool = False) -> FlushDecision:
+        if not any(t["function"]["name"] == "memory_append" for t in self.tools):
+            return FlushDecision(False, "no-tools")  # the server refused them: the flush could write nothing
         try:
             size = self.transcript.stat().st_size
         except OSError:
             size = None
         writable = not self.options.read_only and os.access(self.workspace, os.W_OK)
-        return should_flush(self.entry, settings=self.options.flush, context_window=self.options.context_window,
+        return should_flush(self.entry, settings=self.flush_settings, context_window=self.options.context_window,
                             transcript_bytes=size, pending_prompt_tokens=estimate_tokens(pending_text),
                             is_heartbeat=heartbeat, workspace_writable=writable,
-                            cli_provider=self.options.cli_provider)
+                            cli_provider=self.options.cli_provider, context_overflow=context_overflow)
 
     @property
     def compaction_threshold(self) -> int:
-        return max(1, self.options.context_window - self.options.flush.reserve_tokens_floor)
+        return max(1, self.options.context_window - self.flush_settings.reserve_tokens_floor)
+
+    @property
+    def flush_settings(self) -> FlushSettings:
+        """The flush settings for this window: when the reserve and the soft threshold leave the flush no
+        room (its threshold 0), the reserve is a quarter of the window, the soft threshold an eighth at most.
+
+        Why: with a local model's window (--context-window 8192) and reserveTokensFloor's 20,000 the
+        compaction threshold was 1 token, so every turn past the kept ones began with a summary
+        request, and the flush's threshold was 0 ("never", R§11.2): no durable note was written
+        before any of those compactions."""
+        cfg, window = self.options.flush, self.options.context_window
+        if flush_threshold(window, cfg.reserve_tokens_floor, cfg.soft_threshold_tokens) > 0:
+            return cfg
+        return replace(cfg, reserve_tokens_floor=window // 4,
+                       soft_threshold_tokens=min(cfg.soft_threshold_tokens, window // 8))
 
     def _before_turn(self, text: str, *, heartbeat: bool) -> None:
         decision = self.flush_decision(text, heartbeat=heartbeat)
@@ -841,11 +1188,18 @@ class Agent:
             self.run_flush()
         total = fresh_total_tokens(self.entry)
         if total is not None and total + estimate_tokens(text) >= self.compaction_threshold:
-            self.compact()
+            try:
+                self.compact()
+            except Exception as exc:  # (a 500, a timeout): it raised out of send(), the user's message
+                # neither sent nor kept, and every later turn failed the same way; the reserve is there for
+                # the turn, and one that no longer fits is compacted on the API's refusal
+                log.warning("compaction before the turn failed: %s", exc or type(exc).__name__)
 
-    def run_flush(self) -> bool:
+    def run_flush(self, history: list[dict[str, Any]] | None = None) -> bool:
         """The pre-compaction flush turn. Its messages stay out of the live context.
 
+        ``history``: the conversation the model is shown (default: all of it; after a context
+        overflow, the older turns about to be compacted, as all of it no longer fits).
         The cycle is claimed in ``sessions.json`` before the turn (:func:`claim_flush`), so another
         agent on this session that decided to flush too skips it; a turn that fails before writing
         a note gives the claim back, and the next turn retries it."""
@@ -855,7 +1209,7 @@ class Agent:
             return False
         plan = build_flush_plan(self.options.flush, now=self.clock(), timezone=self.options.timezone)
         system = self.system_prompt() + "\n\n" + plan.system_prompt
-        convo = [*self.history, {"role": "user", "content": plan.prompt}]
+        convo = [*(self.history if history is None else history), {"role": "user", "content": plan.prompt}]
         self._record({"type": "memory_flush", "phase": "start", "timestamp": self._now_ms(),
                       "path": plan.relative_path})
         appended = self.stats.notes_appended
@@ -882,12 +1236,35 @@ class Agent:
                       "reply": reply})
         return True
 
-    def compact(self) -> bool:
-        """Summarise all but the last ``keep_recent_turns`` user turns; bump ``compactionCount``."""
+    def _compaction_cut(self) -> int | None:
+        """Where the kept recent turns start, or None: too few turns to compact."""
         starts = [i for i, m in enumerate(self.history) if m["role"] == "user"]
         if len(starts) <= self.options.keep_recent_turns:
+            return None
+        return starts[-self.options.keep_recent_turns] if self.options.keep_recent_turns > 0 else len(self.history)
+
+    def _compact_after_overflow(self) -> bool:
+        """The API refused the conversation as too long: flush (once a cycle, R§11's guards), then compact.
+
+        Why: this compaction ran without the flush, so with a model whose context is smaller than
+        ``contextTokens`` (a local server's ``n_ctx``, the default 200,000 left as it is) no count
+        ever reached the flush's threshold, and what the older turns said was summarised away
+        without reaching a memory file (OpenClaw #114081).  The flush is shown those older turns:
+        the whole conversation is what did not fit."""
+        cut = self._compaction_cut()
+        if cut is None:
             return False
-        cut = starts[-self.options.keep_recent_turns] if self.options.keep_recent_turns > 0 else len(self.history)
+        decision = self.flush_decision(heartbeat=self._heartbeat, context_overflow=True)
+        self.stats.flush_decisions.append(decision.reason)
+        if decision:
+            self.run_flush(self.history[:cut])
+        return self.compact()
+
+    def compact(self) -> bool:
+        """Summarise all but the last ``keep_recent_turns`` user turns; bump ``compactionCount``."""
+        cut = self._compaction_cut()
+        if cut is None:
+            return False
         older, recent = self.history[:cut], self.history[cut:]
         lines = [f"Earlier summary: {self.summary}"] if self.summary else []
         for m in older:
@@ -948,41 +1325,92 @@ class Agent:
     # -- the model/tool loop -------------------------------------------------------------------
     def _tool_loop(self, convo: list[dict[str, Any]], *, persist: bool, plan: FlushPlan | None = None,
                    system: str | None = None) -> str:
+        outer, self._turn_notes = self._turn_notes, {}  # a flush run inside a turn has notes of its own
+        try:
+            return self._tool_rounds(convo, persist=persist, plan=plan, system=system)
+        finally:
+            self._turn_notes = outer
+
+    def _tool_rounds(self, convo: list[dict[str, Any]], *, persist: bool, plan: FlushPlan | None,
+                     system: str | None) -> str:
         content = ""
         for _ in range(self.options.max_tool_rounds):
-            messages = [{"role": "system", "content": system or self.system_prompt()},
-                        *wire_messages(self._with_turn_context(convo))]
             try:
-                reply = self.client.complete(messages, tools=self.tools)
+                reply, messages = self._ask(convo, system)
             except ChatError as exc:
                 if not exc.context_overflow:
                     raise
                 # Compacting is what makes the conversation fit again: without it every later
                 # turn of the session was refused the same way.
                 try:
-                    compacted = persist and convo is self.history and self.compact()
+                    compacted = persist and convo is self.history and self._compact_after_overflow()
                 except ChatError:  # the summary request did not fit either (contextTokens too high)
                     compacted = False
                 if compacted:
                     convo = self.history  # compaction replaced the list
                     continue
                 raise ChatError(f"{exc} — the conversation does not fit the model's context; /new starts a new "
-                                "session (the current one is saved to memory)", exc.status) from exc
+                                f"session (the current one is saved to memory){self._window_hint(exc)}",
+                                exc.status) from exc
             self.stats.model_calls += 1
+            if not reply.tool_calls and (calls := calls_in_text(reply.content, [t["function"]["name"]
+                                                                             for t in self.tools])):
+                reply = replace(reply, content="", tool_calls=calls)
             if persist:
-                self._account(reply.usage)
+                self._account(reply, messages)
             content = reply.content
+            self.empty_reply = reply.emptiness()
             assistant: dict[str, Any] = {"role": "assistant", "content": content}
             if reply.tool_calls:
                 assistant["tool_calls"] = reply.tool_calls
             self._add(convo, assistant, persist)
             if not reply.tool_calls:
                 return content
-            for call in reply.tool_calls:
-                result = self._call_tool(call, plan)
+            for n, call in enumerate(reply.tool_calls):
+                # a small model in a degenerate loop (or a hostile API) sent hundreds of calls in one
+                # reply, and each ran: 300 notes appended to the daily log in one round
+                result = self._call_tool(call, plan) if n < MAX_TOOL_CALLS_PER_REPLY else {
+                    "error": f"not run: more than {MAX_TOOL_CALLS_PER_REPLY} tool calls in one reply"}
                 text = self._bounded(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
                 self._add(convo, {"role": "tool", "tool_call_id": call.get("id", ""), "content": text}, persist)
         return content or f"(stopped after {self.options.max_tool_rounds} tool rounds)"
+
+    def _window_hint(self, exc: ChatError) -> str:
+        """What to set when the API names a context smaller than the one this chat plans for, or "".
+
+        Why: a local model (n_ctx 4096) with contextTokens left at 200,000 was overflowed by the
+        session-start memory alone, every turn failed saying only that /new starts a new session, and
+        /new did not help: nothing said the window memdir plans for is not the model's."""
+        size = _stated_context(str(exc))
+        if size is None or size >= self.options.context_window:
+            return ""
+        return (f"; the API says the model's context is {size} tokens, and this chat plans for "
+                f"{self.options.context_window}: set --context-window {size} (or contextTokens) to that")
+
+    def _ask(self, convo: list[dict[str, Any]], system: str | None) -> tuple[ChatReply, list[dict[str, Any]]]:
+        """One model call, and the messages it sent; a server that refuses the tools is asked again
+        without them, and never offered them again (:meth:`_drop_tools`)."""
+        while True:
+            messages = [{"role": "system", "content": system or self.system_prompt()},
+                        *wire_messages(self._with_turn_context(convo))]
+            try:
+                return self.client.complete(messages, tools=self.tools), messages
+            except ChatError as exc:
+                if not (self.tools and exc.tools_refused):
+                    raise
+                self._drop_tools(exc)
+
+    def _drop_tools(self, exc: ChatError) -> None:
+        """Go on without tools, said once.  Why: vLLM without --enable-auto-tool-choice, Ollama with a
+        model that has no tool support and llama.cpp without --jinja refuse every request carrying
+        tools: every turn failed, and the chat never answered at all.  Without them the model still
+        has the session-start memory (MEMORY.md, today's and yesterday's notes); the flush, which can
+        write only with memory_append, no longer runs."""
+        names = ", ".join(t["function"]["name"] for t in self.tools)
+        self.tools = []
+        log.warning("the chat API at %s takes no tools with the model %s (%s): %s are not offered in this chat, "
+                    "and the model answers from the session-start memory (MEMORY.md, today's and yesterday's "
+                    "notes) only", self.client.shown_url, self.client.model, exc, names)
 
     def _bounded(self, text: str) -> str:
         """A tool result cut to a quarter of the context window (tokens ≈ characters / 4): a
@@ -999,12 +1427,22 @@ class Agent:
         else:
             convo.append(message)
 
-    def _account(self, usage: dict[str, int]) -> None:
-        """Token accounting from the API: the last call's prompt + completion is the context size."""
-        if not usage:
-            return
+    def _account(self, reply: ChatReply, sent: list[dict[str, Any]]) -> None:
+        """Token accounting from the API: the last call's prompt + completion is the context size.
+
+        A reply without a count (no ``usage``, or zeros: servers and proxies that leave it out) is
+        counted as characters / 4 of what was sent and received.  Why: no count was ever known, so
+        the flush never ran and the conversation was never compacted until the model's context
+        overflowed (or, with a server that cuts a prompt's start silently, never)."""
+        usage = reply.usage
         prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
         total = usage.get("total_tokens") or prompt + completion
+        if not total:
+            total = estimate_tokens(json.dumps(sent, ensure_ascii=False) + reply.content
+                                    + (json.dumps(reply.tool_calls, ensure_ascii=False) if reply.tool_calls else ""))
+            self._update_entry(total_tokens=total, total_tokens_fresh=True, input_tokens=None, output_tokens=None,
+                               context_tokens=self.options.context_window, model=self.client.model)
+            return
         self._update_entry(total_tokens=total, total_tokens_fresh=True, input_tokens=prompt,
                            output_tokens=completion, context_tokens=self.options.context_window,
                            model=self.client.model)
@@ -1014,6 +1452,8 @@ class Agent:
         name = fn.get("name", "")
         try:
             args = json.loads(fn.get("arguments") or "{}")
+            if isinstance(args, str) and args.lstrip().startswith("{"):  # encoded twice (some servers and
+                args = json.loads(args)  # gateways): it was "must be a JSON object", nothing searched
         except (ValueError, RecursionError):  # a model's arguments nested past Python's limit
             return {"error": "tool arguments are not valid JSON"}
         if not isinstance(args, dict):
@@ -1066,11 +1506,20 @@ class Agent:
             return {"ok": False, "error": "text required (a string)"}
         if (too_long := append_too_long(text)) is not None:
             return {"ok": False, "error": too_long}
+        if text.strip() in (SILENT_REPLY_TOKEN, HEARTBEAT_TOKEN):  # a model told "if nothing to store, reply
+            # with NO_REPLY" appended it: the daily log got a note 'NO_REPLY', indexed and shown to later sessions
+            return {"ok": False, "error": f"{text.strip()} is a reply, not a note: nothing written (reply with it "
+                                          "instead when there is nothing to store)"}
+        # Why: small local models call memory_append again with the same note each round (and a
+        # call can come twice in one message): every copy was appended, up to max_tool_rounds of them
+        if (done := self._turn_notes.get(text.strip())) is not None:
+            return {"ok": True, "path": done, "note": "already appended in this turn: not written again"}
         day = plan.day if plan is not None else today(self.options.timezone, now=self.clock(), strict=False)
         try:
             path = self.backend.append_daily(text, day=day.isoformat())
         except Exception as exc:
             return {"ok": False, "error": str(exc)}
+        self._turn_notes[text.strip()] = path
         self.stats.notes_appended += 1
         self._safe_sync()
         return {"ok": True, "path": path}

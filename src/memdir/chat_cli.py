@@ -92,11 +92,35 @@ def describe_failure(exc: BaseException, client: Any, key_env: str = "OPENAI_API
         via = proxy_for(http, f"{http.base_url}chat/completions") if http is not None else None
         through = f" through the proxy {via} (set by the *_PROXY environment variables)" if via else ""
         return f"cannot reach the chat API at {url}{through}: {certificate_problem(exc) or exc}"
+    if "deploymentnotfound" in str(exc).lower():  # Azure OpenAI: the deployment is named in the URL
+        return (f"{exc} — there is no deployment of that name at {url}: the base URL ends in "
+                "/openai/deployments/<its name> as the Azure portal lists it")
+    if _model_unknown(exc):  # before the 404's base-URL hint: the URL was right
+        return (f"{exc} — the model {client.model!r} is not served at {url}: --model (or $MEMDIR_CHAT_MODEL) names "
+                f"another; {url}/models lists those it serves")
+    if getattr(exc, "status", None) == 401 and not os.environ.get(key_env):
+        return (f"{exc} — the chat API at {url} wants an API key and none was sent: ${key_env} is not set "
+                "(--api-key-env names another variable)")
     if getattr(exc, "status", None) in (401, 403):
-        return f"{exc} — check the API key in ${key_env} (--api-key-env names another variable)"
+        return (f"{exc} — the chat API at {url} refused the key: check the API key in ${key_env} "
+                "(--api-key-env names another variable)")
     if getattr(exc, "status", None) == 404:  # the usual cause: a base URL without its /v1
         return f"{exc} — is {url} the API's base URL? ({url}/chat/completions was not found; it often ends in /v1)"
     return str(exc) or type(exc).__name__
+
+
+#: How servers say the model asked for is not theirs: OpenAI and Groq "The model `x` does not exist",
+#: Ollama 'model "x" not found', OpenRouter "x is not a valid model ID", Mistral "Invalid model: x".
+_MODEL_UNKNOWN = ("not found", "does not exist", "not a valid model", "invalid model", "unknown model",
+                  "no such model", "unable to access model")
+
+
+def _model_unknown(exc: BaseException) -> bool:
+    """Whether a refused request says the model is not served there (a 404 of it read as a wrong base URL)."""
+    text = str(exc).lower()
+    if "model_not_found" in text or "model_not_available" in text:
+        return True
+    return getattr(exc, "status", None) in (400, 404) and "model" in text and any(w in text for w in _MODEL_UNKNOWN)
 
 
 def chat_main(argv: list[str] | None = None) -> int:
@@ -213,6 +237,8 @@ def run_chat(args: argparse.Namespace) -> int:
                 continue
             if reply:
                 print(for_terminal(reply, sys.stdout), flush=True)
+            elif turn and agent.empty_reply:  # not a silent NO_REPLY: nothing printed left the user waiting
+                print(for_terminal(f"memdir chat: {agent.empty_reply}", sys.stderr), file=sys.stderr, flush=True)
     finally:
         client.close()
         memory.close()

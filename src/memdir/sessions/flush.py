@@ -154,11 +154,16 @@ def should_flush(
     is_heartbeat: bool = False,
     workspace_writable: bool = True,
     cli_provider: bool = False,
+    context_overflow: bool = False,
 ) -> FlushDecision:
     """Decide whether the pre-compaction flush turn runs before the next reply.
 
     ``pending_prompt_tokens`` is an estimate of the user message about to be sent (v4.12 adds
     it to the persisted total).  ``transcript_bytes`` enables the transcript-size trigger.
+    ``context_overflow``: the model's API refused the conversation as longer than its context,
+    and it is about to be compacted: past every threshold, whatever the counts say (a model whose
+    context is smaller than ``contextTokens`` never reached them, and compacting without the flush
+    lost what the older turns said: OpenClaw #114081).
     """
     cfg = settings or FlushSettings()
     if not cfg.enabled:
@@ -174,7 +179,9 @@ def should_flush(
     total = fresh_total_tokens(entry)
     projected = None if total is None else total + max(0, pending_prompt_tokens)
     limit = cfg.force_flush_transcript_bytes
-    if threshold > 0 and projected is not None and projected > 0 and projected >= threshold:
+    if context_overflow:
+        trigger = "context-overflow"
+    elif threshold > 0 and projected is not None and projected > 0 and projected >= threshold:
         trigger = "tokens"
     elif limit > 0 and transcript_bytes is not None and transcript_bytes >= limit:
         trigger = "transcript-size"

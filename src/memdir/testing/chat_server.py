@@ -101,9 +101,10 @@ class ScriptedChatServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _handle(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
+    def _handle(self, target: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
+        path, _, query = target.partition("?")
         with self._lock:
-            self.requests.append({"path": path, "headers": headers, "body": body})
+            self.requests.append({"path": path, "query": query, "headers": headers, "body": body})
         if path.rstrip("/") != "/v1/chat/completions":
             return 404, {"error": {"message": f"no route {path}"}}
         if self.api_key and headers.get("Authorization") != f"Bearer {self.api_key}":
