@@ -198,3 +198,21 @@ def test_a_forked_child_is_not_held_up_by_its_parents_call(make_workspace, state
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "MEMDIR_STATE_DIR": str(state_dir)})
     assert proc.returncode == 0 and proc.stdout.strip() == "child 0", (proc.stdout, proc.stderr[-2000:])
+
+
+def test_each_async_call_is_annotated_with_what_it_returns():
+    """A host type-checking its code (py.typed is shipped) against these annotations: call_tool said
+    dict[str, Any], so ``(await amem.call_tool(...)).text``, the README's shortcut, failed mypy."""
+    import typing
+
+    import memdir.api
+    import memdir.sync
+    import memdir.tools
+    from memdir import Memory
+
+    names = {**vars(memdir.sync), **vars(memdir.api), **vars(memdir.tools)}
+    wrapped = {"call_tool": memdir.tools.call_tool,
+               **{name: getattr(Memory, name) for name in ("sync", "search", "get", "status", "append_daily")}}
+    for name, fn in wrapped.items():
+        ours = typing.get_type_hints(getattr(AsyncMemory, name), globalns=names)["return"]
+        assert ours == typing.get_type_hints(fn, globalns=names)["return"], name

@@ -24,11 +24,14 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from memdir.api import GetResult, Memory
 from memdir.search import SearchResponse
 from memdir.sync import SyncReport
+
+if TYPE_CHECKING:  # imported by call_tool when first used
+    from memdir.tools import ToolResult
 
 T = TypeVar("T")
 
@@ -114,8 +117,10 @@ class AsyncMemory:
         """See :meth:`Memory.append_daily`."""
         return await self._run(self.memory.append_daily, text, **kwargs)
 
-    async def call_tool(self, name: str, args: Any = None, *, session_key: str | None = None) -> dict[str, Any]:
-        """Run an agent tool (``memory_search``/``memory_get``/``memory_append``); never raises."""
+    async def call_tool(self, name: str, args: Any = None, *, session_key: str | None = None) -> ToolResult:
+        """Run an agent tool (``memory_search``/``memory_get``/``memory_append``); never raises.  The
+        :class:`~memdir.tools.ToolResult` of :func:`memdir.tools.call_tool`, ``.text`` and ``.payload``
+        included (annotated a plain dict, so ``(await amem.call_tool(...)).text`` failed mypy)."""
         from memdir.tools import call_tool
 
         return await self._run(call_tool, self.memory, name, args, session_key=session_key)
