@@ -367,3 +367,22 @@ def test_every_error_memdir_raises_on_purpose_is_a_memdir_error(make_workspace, 
             mem.append_daily("   ")  # nothing to write
     for caught in (bad_setting, outside, refused):
         assert isinstance(caught.value, ValueError)  # what callers caught before stays caught
+
+
+def test_the_objects_the_readme_hands_out_are_typed_as_what_they_are():
+    """py.typed is shipped, and a host's ``def recall(mem) -> str | None: return
+    mem.long_term.auto_recall(q)`` failed mypy --strict ('Returning Any from function declared to
+    return ...'): long_term (a LongTermMemory) and watch() (a Watcher) were annotated Any."""
+    import typing
+
+    import memdir.api
+    import memdir.ltm.memory
+    import memdir.sync
+    import memdir.upkeep
+    import memdir.watch
+
+    names = {**vars(memdir.sync), **vars(memdir.api), **vars(memdir.ltm.memory), **vars(memdir.watch)}
+    assert typing.get_type_hints(Memory.long_term.fget, globalns=names)["return"] is memdir.ltm.memory.LongTermMemory
+    assert typing.get_type_hints(Memory.watch, globalns=names)["return"] is memdir.watch.Watcher
+    live = typing.get_type_hints(Memory.start_live_sync, globalns=names)["return"]
+    assert live == memdir.watch.Watcher | None

@@ -45,6 +45,7 @@ from memdir.upkeep import STATUS_CHECK_MAX_BYTES, IndexUpkeep, writable_again
 
 if TYPE_CHECKING:  # imported where used: pydantic and the indexer are not needed to answer a search
     from memdir.config import LoadedConfig, Settings
+    from memdir.ltm.memory import LongTermMemory
     from memdir.sync import Indexer, Progress, SyncReport
     from memdir.workspace import PathError
 
@@ -422,7 +423,7 @@ class Memory(IndexUpkeep):
                                delta_messages=ms.sync.sessions.delta_messages)]
 
     @property
-    def long_term(self) -> Any:
+    def long_term(self) -> LongTermMemory:
         """This agent's long-term memory (:class:`memdir.ltm.LongTermMemory`; needs ``memdir[lancedb]``);
         :class:`MemoryClosed` once closed (it used to open a new store that nothing closed), and so do
         the calls of one kept from before the close.  Opened
