@@ -386,3 +386,46 @@ def test_the_objects_the_readme_hands_out_are_typed_as_what_they_are():
     assert typing.get_type_hints(Memory.watch, globalns=names)["return"] is memdir.watch.Watcher
     live = typing.get_type_hints(Memory.start_live_sync, globalns=names)["return"]
     assert live == memdir.watch.Watcher | None
+
+
+def test_long_term_embedding_lock_and_session_errors_are_memdir_errors(make_workspace, keyword_config, tmp_path):
+    """A refused long-term memory call (LtmError), a provider that is down (EmbeddingError), a
+    writer lock held past ``lock_timeout`` (LockTimeout) and a damaged sessions.json
+    (SessionStoreError) were RuntimeErrors or TimeoutErrors only: each went past a host's
+    ``except MemdirError``."""
+    from memdir.errors import MemdirError
+    from memdir.sessions import SessionStore
+
+    ws = make_workspace({"MEMORY.md": "- kiwi\n", "memory/2026-01-02.md": "- plum\n"})
+    down = {"memorySearch": {**keyword_config["memorySearch"], "remote": {"maxRetries": 0}},
+            "longTermMemory": {"embedding": {"provider": "openai", "apiKey": "k", "baseUrl": "http://127.0.0.1:9/v1"}}}
+    caught: list[BaseException] = []
+    with Memory(ws, config=down) as mem:
+        for call in (lambda: mem.long_term.store(""), lambda: mem.long_term.store("I prefer green tea")):
+            with pytest.raises(MemdirError) as refused:
+                call()
+            caught.append(refused.value)
+        holding, release = threading.Event(), threading.Event()
+
+        def hold(done: int, total: int, label: str) -> None:  # called while the sync holds the lock
+            holding.set()
+            release.wait(30)
+
+        writer = threading.Thread(target=lambda: mem.sync(progress=hold))
+        writer.start()
+        try:
+            assert holding.wait(30)
+            with Memory(ws, config=keyword_config) as other, pytest.raises(MemdirError) as locked:
+                other.sync(lock_timeout=0.1)
+            caught.append(locked.value)
+        finally:
+            release.set()
+            writer.join(30)
+    (tmp_path / "sessions").mkdir()
+    (tmp_path / "sessions" / "sessions.json").write_text("{not json")
+    with pytest.raises(MemdirError) as damaged:
+        SessionStore(tmp_path / "sessions").load()
+    caught.append(damaged.value)
+    assert [type(e).__name__ for e in caught] == ["LtmError", "RemoteEmbeddingError", "LockTimeout",
+                                                  "SessionStoreError"]
+    assert isinstance(caught[2], TimeoutError)  # what callers caught before stays caught

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from memdir.errors import MemdirError
+
 # flock is per open file description, not per thread: two threads of one process must also
 # exclude each other, so each index path gets a process-wide thread lock taken first.
 _THREAD_LOCKS: dict[str, threading.Lock] = {}
@@ -57,8 +59,9 @@ def thread_wait(timeout: float | None) -> float:
     return min(max(0.0, timeout), threading.TIMEOUT_MAX)
 
 
-class LockTimeout(TimeoutError):
-    """Another process holds the index's writer lock."""
+class LockTimeout(MemdirError, TimeoutError):
+    """Another process holds the index's writer lock (a :class:`MemdirError`, and a TimeoutError as
+    before: ``sync(lock_timeout=...)`` raised it past a host's ``except MemdirError``)."""
 
 
 class WriterStopped(LockTimeout):

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from memdir.errors import MemdirError
+
 TABLE = "memories"
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
 ID_PREFIX_RE = re.compile(r"^[0-9a-f-]{8,36}$", re.IGNORECASE)
@@ -50,8 +52,9 @@ EXTRA_COLUMNS = {"supersededBy": "CAST(NULL AS STRING)", "supersededAt": "CAST(N
                  "source": "CAST(NULL AS STRING)"}
 
 
-class LtmError(RuntimeError):
-    """Long-term memory could not do what was asked; the message says why."""
+class LtmError(MemdirError):
+    """Long-term memory could not do what was asked; the message says why (a :class:`MemdirError`,
+    as the rest of memdir's: ``mem.long_term.store("")`` raised it past a host's ``except MemdirError``)."""
 
 
 class LtmUnavailableError(LtmError):
