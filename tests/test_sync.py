@@ -181,10 +181,10 @@ def test_a_stale_search_says_why(make_workspace, keyword_config, tmp_path):
 def test_sync_reports_lock_timeout(make_workspace, keyword_config, backend):
     ws = make_workspace({"memory/a.md": "a"})
     with Memory(ws, config=backend.config(keyword_config)) as mem:
-        lock = mem.store.writer_lock()  # a second writer: another lock object, as another process has
+        lock = mem.store.writer_lock()  # a second writer: another lock object (of this process: said so)
         assert lock.acquire(0)
         try:
-            with pytest.raises(LockTimeout, match="another process"):
+            with pytest.raises(LockTimeout, match="another sync in this process is writing"):
                 mem.sync(lock_timeout=0.1)
         finally:
             lock.release()

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from memdir.embeddings.base import one_line
 from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
 from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, owned_by_other, ownership_message
-from memdir.lock import LockTimeout
+from memdir.lock import LockTimeout, writing_words
 from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig, with_value
 from memdir.stores import Store, open_store
@@ -730,12 +730,12 @@ class Memory(IndexUpkeep):
             owner = (target.read_meta() or {}).get("workspace")
             if owned_by_other(owner, str(self.workspace)):
                 raise IndexOwnershipError(f"index {target.location} belongs to workspace {owner}, not {self.workspace}")
-            locks = [source.writer_lock(), target.writer_lock()]
+            locks = [(source.writer_lock(), source.location), (target.writer_lock(), target.location)]
             taken = []
             try:
-                for lock in locks:
+                for lock, location in locks:
                     if not lock.acquire(lock_timeout):
-                        raise LockTimeout("another process is writing one of the indexes; try again when it is done")
+                        raise LockTimeout(f"{writing_words(lock, location)}; try again when it is done")
                     taken.append(lock)
                 target.cleanup_leftovers()
                 return copy_index(source, target)

@@ -38,7 +38,7 @@ from memdir.index_identity import (
     version_reason,
 )
 from memdir.indexing_switches import INDEXING
-from memdir.lock import LockTimeout, WriterLockLost, resume_advice, wait_for_writer, writer_words
+from memdir.lock import LockTimeout, WriterLockLost, resume_advice, wait_for_writer, writer_words, writing_words
 from memdir.progress import ProgressFile
 from memdir.reading import read_note
 from memdir.stores.base import OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
@@ -523,7 +523,7 @@ class Indexer:
                            if holder.get("stopped") else "")
                 self.notice(f"waiting for {writer_words(holder)} to finish writing {self.store.location}{stopped}")
         if lock_timeout == 0:
-            raise LockTimeout(f"another process is writing {self.store.location}")
+            raise LockTimeout(writing_words(self.lock, self.store.location))
         # (a watcher stopped or a Memory closed meanwhile stops waiting: Ctrl-C on `memdir watch`
         # while another process wrote the index took 20 s to exit)
         wait_for_writer(self.lock, lock_timeout, self.store.location, between=self._stop_if_closing)
