@@ -58,9 +58,10 @@ async def _get_held_in_its_thread(mem: AsyncMemory) -> tuple[asyncio.Task, threa
     real_get = mem.memory.get
 
     def slow_get(path, **kwargs):
-        inside.set()
-        go.wait(10)
-        return real_get(path, **kwargs)
+        with mem.memory._in_call():  # held inside the Memory's call, as its own slow work would be
+            inside.set()
+            go.wait(10)
+            return real_get(path, **kwargs)
 
     mem.memory.get = slow_get  # type: ignore[method-assign]
     busy = asyncio.create_task(mem.get("MEMORY.md"))
@@ -216,3 +217,29 @@ def test_each_async_call_is_annotated_with_what_it_returns():
     for name, fn in wrapped.items():
         ours = typing.get_type_hints(getattr(AsyncMemory, name), globalns=names)["return"]
         assert ours == typing.get_type_hints(fn, globalns=names)["return"], name
+
+
+def test_aclose_stops_a_sync_given_up_on_before_its_next_file(make_workspace, keyword_config):
+    """A host that gave up on a sync (``wait_for`` timed out) and closed the AsyncMemory waited for
+    the whole sync to end, every file of a first index (400 notes: 55 s), as aclose took its turn
+    after it; it stops the sync before its next file, as Memory.close does."""
+    import time
+
+    ws = make_workspace({f"memory/2026-01-{i % 28 + 1:02d}-{i}.md": f"- note {i} about otters\n" for i in range(40)})
+    seen: list[int] = []
+
+    async def run() -> None:
+        mem = AsyncMemory(ws, config=keyword_config)
+
+        def slow_start(done: int, total: int, label: str) -> None:  # the sync, under way, takes its time
+            seen.append(done)
+            ends = time.monotonic() + 3
+            while not mem.memory._closed and time.monotonic() < ends:
+                time.sleep(0.01)
+
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(mem.sync(progress=slow_start), 0.3)
+        await mem.aclose()
+
+    asyncio.run(run())
+    assert 40 not in seen  # stopped before its first file (before: went on to all 40, then closed)
