@@ -151,12 +151,19 @@ def _specs(names: Iterable[str] | str | None) -> list[ToolSpec]:
     return [tool_spec(n) for n in chosen]
 
 
-def openai_tools(names: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
+#: What :func:`openai_tools` and :func:`anthropic_tools` are annotated to return: plain dicts, typed
+#: ``Any`` so they pass as the SDKs' TypedDicts.  Why: as ``list[dict[str, Any]]``, the README's
+#: ``create(..., tools=openai_tools())`` failed mypy in a host's typed code ('incompatible type
+#: "list[dict[str, Any]]"; expected "Iterable[ChatCompletionFunctionToolParam | …]"'), and anthropic's alike.
+ToolSchemas = list[Any]
+
+
+def openai_tools(names: Iterable[str] | str | None = None) -> ToolSchemas:
     """Schemas for OpenAI-style tool calling (``{"type": "function", "function": {...}}``)."""
     return [json.loads(json.dumps(s.openai())) for s in _specs(names)]
 
 
-def anthropic_tools(names: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
+def anthropic_tools(names: Iterable[str] | str | None = None) -> ToolSchemas:
     """Schemas for Anthropic tool use (``{name, description, input_schema}``)."""
     return [json.loads(json.dumps(s.anthropic())) for s in _specs(names)]
 
