@@ -10,6 +10,7 @@ import pickle
 import re
 import subprocess
 import sys
+import textwrap
 import threading
 from pathlib import Path
 
@@ -429,3 +430,33 @@ def test_long_term_embedding_lock_and_session_errors_are_memdir_errors(make_work
     assert [type(e).__name__ for e in caught] == ["LtmError", "RemoteEmbeddingError", "LockTimeout",
                                                   "SessionStoreError"]
     assert isinstance(caught[2], TimeoutError)  # what callers caught before stays caught
+
+
+def test_a_host_provider_that_never_answers_a_query_does_not_keep_the_process_alive(tmp_path: Path):
+    """The search gives up on a query embedding after memorySearch.query.embedTimeoutMs and answers
+    with keywords, but the pool thread asking a host's ``provider=`` was joined when the interpreter
+    exited: a provider that never answered kept the host from exiting, close() or not."""
+    from helpers import python_child
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "MEMORY.md").write_text("- kiwi orchard\n")
+    code = textwrap.dedent("""
+        import sys, time
+        from memdir import Memory
+
+        class Stuck:
+            id, model, provider_key, max_input_bytes, dims = "host", "h-1", "host:h-1", 8000, 2
+            hang = False
+            def embed_batch(self, texts): return [[1.0, 0.0] for _ in texts]
+            def embed_query(self, text):
+                while Stuck.hang: time.sleep(1)
+                return [1.0, 0.0]
+
+        with Memory(sys.argv[1], provider=Stuck(), config={"memorySearch": {"query": {"embedTimeoutMs": 200}}}) as mem:
+            mem.sync()
+            Stuck.hang = True
+            found = mem.search("kiwi")
+        print(found.mode, found.results[0].path)
+    """)
+    done = python_child(code, str(tmp_path / "ws"), state_dir=tmp_path / "state", timeout=60)  # (before: for ever)
+    assert done.returncode == 0 and done.stdout.split() == ["fts-only", "MEMORY.md"], done.stderr
