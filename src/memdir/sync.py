@@ -63,7 +63,11 @@ if TYPE_CHECKING:
 FTS_ONLY_MODEL = "fts-only"
 
 
-Progress = Callable[[int, int, str], None]
+#: ``progress(files_done, files_total, label)``; the label is a :class:`ProgressLabel` (a str that
+#: carries the chunk counts).  Typed as such, or a callback reading ``label.chunks_done``, as the
+#: README shows, failed mypy where it was passed ('incompatible type "Callable[[int, int,
+#: ProgressLabel], None]"'); one taking a plain str is still accepted.
+Progress = Callable[[int, int, "ProgressLabel"], None]
 Notice = Callable[[str], None]
 
 #: A full rebuild of at least this many bytes of files is chunked and stemmed in a second process
@@ -257,8 +261,9 @@ class _Tracker:
         self.callback = callback
 
     def __call__(self, done: int, total: int, label: str) -> None:
-        chunks = (label.chunks_done, label.chunks_planned) if isinstance(label, ProgressLabel) else None
-        self.file.update(done, total, chunks if chunks and chunks[1] else None)
+        label = label if isinstance(label, ProgressLabel) else ProgressLabel(label)
+        chunks = (label.chunks_done, label.chunks_planned)
+        self.file.update(done, total, chunks if chunks[1] else None)
         if self.callback is not None:
             self.callback(done, total, label)
 
