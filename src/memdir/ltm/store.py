@@ -104,7 +104,10 @@ class MemoryRecord:
     superseded_at: int | None = None
     source: str | None = None
     score: float | None = None
-    vector: np.ndarray | None = field(default=None, repr=False)
+    #: Not compared: two records holding equal vectors in two arrays made ``==`` raise NumPy's "The
+    #: truth value of an array with more than one element is ambiguous" (``rec in hits``, a host's
+    #: ``assert before == after``).
+    vector: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def active(self) -> bool:
