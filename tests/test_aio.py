@@ -243,3 +243,31 @@ def test_aclose_stops_a_sync_given_up_on_before_its_next_file(make_workspace, ke
 
     asyncio.run(run())
     assert 40 not in seen  # stopped before its first file (before: went on to all 40, then closed)
+
+
+def test_the_sync_tools_and_session_context_given_an_async_memory_use_its_memory(make_workspace, keyword_config):
+    """An async host passing its AsyncMemory to memdir.tools.call_tool (or build_session_context,
+    which has no async form) got its methods' coroutines taken for results: memory_append answered
+    'appended: true' with a coroutine for its path and wrote nothing, memory_get "'coroutine' object
+    has no attribute 'text'", build_session_context an AttributeError."""
+    import warnings
+
+    from memdir.prompt import build_session_context
+    from memdir.tools import call_tool
+
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka.\n"})
+    amem = AsyncMemory(ws, config=keyword_config)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (a coroutine never awaited)
+            appended = call_tool(amem, "memory_append", {"text": "Deploys happen on Thursdays."}).payload
+            assert appended["appended"] is True and isinstance(appended["path"], str)
+            assert "Thursdays" in (ws / appended["path"]).read_text()
+            assert call_tool(amem, "memory_get", {"path": "MEMORY.md"}).payload["text"] == "Billing uses Kafka.\n"
+            assert call_tool(amem, "memory_search", {"query": "kafka"}).payload["results"][0]["path"] == "MEMORY.md"
+            assert "Billing uses Kafka." in build_session_context(amem, session_key="agent:main:main").text
+            from memdir.agent import MemoryIndexBackend
+
+            assert MemoryIndexBackend(amem).search("kafka")[0]["path"] == "MEMORY.md"
+    finally:
+        asyncio.run(amem.aclose())

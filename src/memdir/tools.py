@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -568,8 +569,19 @@ def tool_name(name: Any) -> str:
     return name.strip() if isinstance(name, str) else ""
 
 
+def sync_memory(memory: Any) -> Any:
+    """``memory``, or the ``Memory`` of a :class:`memdir.aio.AsyncMemory` given in its place.  Why:
+    an AsyncMemory's methods return coroutines, which were taken for their results: memory_append
+    answered ``appended: true`` with a coroutine for its path and wrote nothing (a RuntimeWarning
+    said it was never awaited), memory_get "'coroutine' object has no attribute 'text'"."""
+    aio = sys.modules.get("memdir.aio")  # (there is no AsyncMemory unless its module was imported)
+    return memory.memory if aio is not None and isinstance(memory, aio.AsyncMemory) else memory
+
+
 def call_tool_payload(memory: Any, name: str, args: Any = None, *, session_key: str | None = None) -> dict[str, Any]:
-    """Run the named tool and return its plain payload dict (never raises)."""
+    """Run the named tool and return its plain payload dict (never raises).  ``memory``: a
+    ``Memory`` (or an ``AsyncMemory``, whose Memory is called here, in this thread)."""
+    memory = sync_memory(memory)
     tool = tool_name(name)
     if tool == "memory_search":
         return memory_search_payload(memory, args, session_key=session_key)
@@ -591,7 +603,7 @@ def call_tool(memory: Any, name: str, args: Any = None, *, session_key: str | No
     if (tool := tool_name(name)) in LTM_TOOL_NAMES:
         from memdir.ltm.tools import call_ltm_tool
 
-        return call_ltm_tool(memory, tool, args)
+        return call_ltm_tool(sync_memory(memory), tool, args)
     return tool_result(call_tool_payload(memory, name, args, session_key=session_key))
 
 
@@ -628,6 +640,7 @@ __all__ = [
     "search_params",
     "search_unavailable_payload",
     "should_include_citations",
+    "sync_memory",
     "tool_name",
     "tool_result",
     "tool_spec",
