@@ -89,7 +89,7 @@ def test_a_long_term_memory_kept_from_a_closed_memory_refuses_calls(make_workspa
                  long_term.list):
         with pytest.raises(MemoryClosed):
             call()
-    assert len(provider.calls) == calls and provider.closed
+    assert len(provider.calls) == calls and not provider.closed  # (the caller's provider: it closes it)
 
 
 def test_a_search_that_syncs_first_works_up_to_close_and_an_append_after_it_writes_nothing(

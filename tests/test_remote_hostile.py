@@ -343,3 +343,24 @@ def test_a_provider_error_crosses_a_process_pool(server: ProviderServer) -> None
     assert (back.provider, back.status, back.retryable) == ("openai", 400, False)
     timeout = pickle.loads(pickle.dumps(EmbeddingTimeoutError("timed out", provider="gemini", retryable=True)))
     assert type(timeout) is EmbeddingTimeoutError and (timeout.provider, timeout.retryable) == ("gemini", True)
+
+
+def test_a_provider_shared_by_several_memories_outlives_the_first_close(make_workspace, server) -> None:
+    """A host holding many agents passes them one provider (one HTTP client, or one model): the
+    first Memory closed closed it, and every other agent's searches and syncs went on keyword-only
+    ('query embedding failed: openai embeddings: provider is closed', new notes without vectors).
+    A provider passed in is the caller's to close."""
+    shared = provider("openai", server)
+    first = Memory(make_workspace({"MEMORY.md": "- agent one uses Kafka\n"}, name="one"), provider=shared)
+    second = Memory(make_workspace({"MEMORY.md": "- agent two uses NATS\n"}, name="two"), provider=shared)
+    for mem in (first, second):
+        mem.sync()
+    first.close()
+    (second.workspace / "memory").mkdir()
+    (second.workspace / "memory" / "2026-01-02.md").write_text("- the zebra enclosure gate\n")
+    report = second.sync()
+    assert report.indexed == 1 and not report.warnings and report.embedded == 1
+    found = second.search("zebra gate")
+    assert found.mode == "hybrid" and found.fallback is None
+    second.close()
+    shared.close()

@@ -970,8 +970,8 @@ class Memory(IndexUpkeep):
     def close(self) -> None:
         """Stop the watcher, let calls in progress in other threads finish (up to
         :data:`CLOSE_WAIT_SECONDS`; a sync stops before its next file), then close the index and
-        the embedding provider; calls made afterwards raise :class:`MemoryClosed`.  Closing twice
-        does nothing more."""
+        the embedding provider it made (one passed as ``provider=`` is left to the caller); calls
+        made afterwards raise :class:`MemoryClosed`.  Closing twice does nothing more."""
         with self._calls_changed:
             self._closed = True
         watcher, self.watcher = self.watcher, None  # (taken, not read twice: two threads may close)
@@ -988,7 +988,9 @@ class Memory(IndexUpkeep):
         store, self._store, self._indexer = self._store, None, None
         if store is not None:
             store.close()
-        if self._selection is not None and self._selection.provider is not None:
+        # (a provider passed in is the caller's, perhaps shared by several Memory objects: closing
+        # it with the first left the others' searches and syncs keyword-only, "provider is closed")
+        if self._selection is not None and self._selection.provider is not None and self._provider_override is None:
             try:
                 self._selection.provider.close()
             except Exception:
