@@ -460,3 +460,24 @@ def test_a_host_provider_that_never_answers_a_query_does_not_keep_the_process_al
     """)
     done = python_child(code, str(tmp_path / "ws"), state_dir=tmp_path / "state", timeout=60)  # (before: for ever)
     assert done.returncode == 0 and done.stdout.split() == ["fts-only", "MEMORY.md"], done.stderr
+
+
+def test_postgres_without_its_extra_is_a_memdir_error(make_workspace, tmp_path: Path):
+    """store.driver = "postgres" without the postgres extra raised a bare ImportError, past a host's
+    ``except MemdirError`` (long-term memory without its extra is one)."""
+    from helpers import python_child
+
+    ws = make_workspace({"MEMORY.md": "- kiwi\n"})
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["psycopg"] = None  # (as where the extra is not installed)
+        from memdir import Memory
+        from memdir.errors import MemdirError
+        try:
+            Memory(sys.argv[1], config={"memorySearch": {"store": {"driver": "postgres", "dsn": "postgresql://x@h/db"}}}).search("kiwi")
+        except MemdirError as exc:
+            print(isinstance(exc, ImportError), exc)
+    """)
+    done = python_child(code, str(ws), state_dir=tmp_path / "state")
+    assert done.stdout.startswith("True PostgreSQL support needs the postgres extra: pip install 'memdir[postgres]'"), (
+        done.stdout, done.stderr)
