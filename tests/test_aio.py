@@ -58,9 +58,10 @@ async def _get_held_in_its_thread(mem: AsyncMemory) -> tuple[asyncio.Task, threa
     real_get = mem.memory.get
 
     def slow_get(path, **kwargs):
-        inside.set()
-        go.wait(10)
-        return real_get(path, **kwargs)
+        with mem.memory._in_call():  # held inside the Memory's call, as its own slow work would be
+            inside.set()
+            go.wait(10)
+            return real_get(path, **kwargs)
 
     mem.memory.get = slow_get  # type: ignore[method-assign]
     busy = asyncio.create_task(mem.get("MEMORY.md"))
@@ -198,3 +199,75 @@ def test_a_forked_child_is_not_held_up_by_its_parents_call(make_workspace, state
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "MEMDIR_STATE_DIR": str(state_dir)})
     assert proc.returncode == 0 and proc.stdout.strip() == "child 0", (proc.stdout, proc.stderr[-2000:])
+
+
+def test_each_async_call_is_annotated_with_what_it_returns():
+    """A host type-checking its code (py.typed is shipped) against these annotations: call_tool said
+    dict[str, Any], so ``(await amem.call_tool(...)).text``, the README's shortcut, failed mypy."""
+    import typing
+
+    import memdir.api
+    import memdir.sync
+    import memdir.tools
+    from memdir import Memory
+
+    names = {**vars(memdir.sync), **vars(memdir.api), **vars(memdir.tools)}
+    wrapped = {"call_tool": memdir.tools.call_tool,
+               **{name: getattr(Memory, name) for name in ("sync", "search", "get", "status", "append_daily")}}
+    for name, fn in wrapped.items():
+        ours = typing.get_type_hints(getattr(AsyncMemory, name), globalns=names)["return"]
+        assert ours == typing.get_type_hints(fn, globalns=names)["return"], name
+
+
+def test_aclose_stops_a_sync_given_up_on_before_its_next_file(make_workspace, keyword_config):
+    """A host that gave up on a sync (``wait_for`` timed out) and closed the AsyncMemory waited for
+    the whole sync to end, every file of a first index (400 notes: 55 s), as aclose took its turn
+    after it; it stops the sync before its next file, as Memory.close does."""
+    import time
+
+    ws = make_workspace({f"memory/2026-01-{i % 28 + 1:02d}-{i}.md": f"- note {i} about otters\n" for i in range(40)})
+    seen: list[int] = []
+
+    async def run() -> None:
+        mem = AsyncMemory(ws, config=keyword_config)
+
+        def slow_start(done: int, total: int, label: str) -> None:  # the sync, under way, takes its time
+            seen.append(done)
+            ends = time.monotonic() + 3
+            while not mem.memory._closed and time.monotonic() < ends:
+                time.sleep(0.01)
+
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(mem.sync(progress=slow_start), 0.3)
+        await mem.aclose()
+
+    asyncio.run(run())
+    assert 40 not in seen  # stopped before its first file (before: went on to all 40, then closed)
+
+
+def test_the_sync_tools_and_session_context_given_an_async_memory_use_its_memory(make_workspace, keyword_config):
+    """An async host passing its AsyncMemory to memdir.tools.call_tool (or build_session_context,
+    which has no async form) got its methods' coroutines taken for results: memory_append answered
+    'appended: true' with a coroutine for its path and wrote nothing, memory_get "'coroutine' object
+    has no attribute 'text'", build_session_context an AttributeError."""
+    import warnings
+
+    from memdir.prompt import build_session_context
+    from memdir.tools import call_tool
+
+    ws = make_workspace({"MEMORY.md": "Billing uses Kafka.\n"})
+    amem = AsyncMemory(ws, config=keyword_config)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (a coroutine never awaited)
+            appended = call_tool(amem, "memory_append", {"text": "Deploys happen on Thursdays."}).payload
+            assert appended["appended"] is True and isinstance(appended["path"], str)
+            assert "Thursdays" in (ws / appended["path"]).read_text()
+            assert call_tool(amem, "memory_get", {"path": "MEMORY.md"}).payload["text"] == "Billing uses Kafka.\n"
+            assert call_tool(amem, "memory_search", {"query": "kafka"}).payload["results"][0]["path"] == "MEMORY.md"
+            assert "Billing uses Kafka." in build_session_context(amem, session_key="agent:main:main").text
+            from memdir.agent import MemoryIndexBackend
+
+            assert MemoryIndexBackend(amem).search("kafka")[0]["path"] == "MEMORY.md"
+    finally:
+        asyncio.run(amem.aclose())

@@ -89,7 +89,7 @@ def test_a_long_term_memory_kept_from_a_closed_memory_refuses_calls(make_workspa
                  long_term.list):
         with pytest.raises(MemoryClosed):
             call()
-    assert len(provider.calls) == calls and provider.closed
+    assert len(provider.calls) == calls and not provider.closed  # (the caller's provider: it closes it)
 
 
 def test_a_search_that_syncs_first_works_up_to_close_and_an_append_after_it_writes_nothing(
@@ -622,3 +622,46 @@ def test_a_forked_child_holds_its_own_sqlite_locks(make_workspace, state_dir):
     counts = dict(line.split() for line in proc.stdout.split("\n") if line)
     assert int(counts["parent"]) >= 1, proc.stdout  # (an open WAL connection holds a shared lock)
     assert int(counts["child"]) >= 1, proc.stdout
+
+
+def test_a_writer_of_this_process_is_not_called_another_process(make_workspace, keyword_config):
+    """A host with two Memory objects open on one index (a server opening one a request) whose
+    sync gave up on the writer lock was told 'another process is writing …', and looked for one:
+    the writer is a sync of its own process, and the error says so."""
+    from memdir.lock import LockTimeout
+
+    ws = make_workspace({"MEMORY.md": "- kiwi\n", "memory/2026-01-02.md": "- plum\n"})
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(done: int, total: int, label: str) -> None:  # called while the sync holds the lock
+        holding.set()
+        release.wait(30)
+
+    with Memory(ws, config=keyword_config) as first, Memory(ws, config=keyword_config) as second:
+        writer = threading.Thread(target=lambda: first.sync(progress=hold))
+        writer.start()
+        try:
+            assert holding.wait(30)
+            for wait in (0, 0.1):
+                with pytest.raises(LockTimeout, match="another sync in this process is writing") as refused:
+                    second.sync(lock_timeout=wait)
+                assert "another process" not in str(refused.value)
+        finally:
+            release.set()
+            writer.join(30)
+        # a writer in another process is still called that
+        holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            from memdir.lock import FileWriterLock
+            lock = FileWriterLock({str(second.index_path)!r})
+            assert lock.acquire(0)
+            print("held", flush=True)
+            time.sleep(60)
+        """)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(SRC)})
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            with pytest.raises(LockTimeout, match="another process is writing"):
+                second.sync(lock_timeout=0.1)
+        finally:
+            holder.kill()
+            holder.wait()

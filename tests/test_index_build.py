@@ -523,3 +523,32 @@ def test_a_worker_is_started_only_with_a_core_to_spare(monkeypatch: pytest.Monke
     monkeypatch.setattr(sync, "running_tasks", lambda: reads.append(2) or 2)
     assert not sync.free_core()
     assert len(reads) == sync.FREE_CORE_SAMPLES
+
+
+def test_a_host_program_at_sys_executable_is_not_waited_for(
+        make_workspace, tmp_path: Path, worker_calls: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where memdir runs inside a host program (uWSGI, an application that bundles its Python),
+    sys.executable names that program: started as the chunking worker it ran on without answering,
+    and a large build waited for its first reply for ever; a frozen application (PyInstaller) was
+    started again itself.  What is not the worker is given up on, a frozen one never started."""
+    import threading
+
+    from memdir import build_worker
+
+    ws = make_workspace(_worker_notes())
+    expected = _build(ws, tmp_path / "reference", {"memorySearch": {"provider": "none"}})
+    started = tmp_path / "started"
+    host = tmp_path / "host-program"
+    host.write_text(f"#!/bin/sh\necho \"$@\" >> {started}\nexec sleep 300\n")
+    host.chmod(0o755)
+    monkeypatch.setattr(build_worker.sys, "executable", str(host))
+    monkeypatch.setattr(build_worker, "HELLO_WAIT", 2.0, raising=False)
+    for name, frozen in (("running", False), ("frozen", True)):
+        monkeypatch.setattr(build_worker.sys, "frozen", frozen, raising=False)
+        built: list[object] = []
+        build = threading.Thread(target=lambda out=built, state=tmp_path / name: out.append(_build(ws, state, {
+            "memorySearch": {"provider": "none"}})), daemon=True)
+        build.start()
+        build.join(60)  # (a failure guard: it waited for ever)
+        assert not build.is_alive() and built == [expected], name
+    assert started.read_text().split() == ["-m", "memdir.build_worker"]  # once: the frozen one never started

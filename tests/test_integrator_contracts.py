@@ -10,6 +10,7 @@ import pickle
 import re
 import subprocess
 import sys
+import textwrap
 import threading
 from pathlib import Path
 
@@ -367,3 +368,116 @@ def test_every_error_memdir_raises_on_purpose_is_a_memdir_error(make_workspace, 
             mem.append_daily("   ")  # nothing to write
     for caught in (bad_setting, outside, refused):
         assert isinstance(caught.value, ValueError)  # what callers caught before stays caught
+
+
+def test_the_objects_the_readme_hands_out_are_typed_as_what_they_are():
+    """py.typed is shipped, and a host's ``def recall(mem) -> str | None: return
+    mem.long_term.auto_recall(q)`` failed mypy --strict ('Returning Any from function declared to
+    return ...'): long_term (a LongTermMemory) and watch() (a Watcher) were annotated Any."""
+    import typing
+
+    import memdir.api
+    import memdir.ltm.memory
+    import memdir.sync
+    import memdir.upkeep
+    import memdir.watch
+
+    names = {**vars(memdir.sync), **vars(memdir.api), **vars(memdir.ltm.memory), **vars(memdir.watch)}
+    assert typing.get_type_hints(Memory.long_term.fget, globalns=names)["return"] is memdir.ltm.memory.LongTermMemory
+    assert typing.get_type_hints(Memory.watch, globalns=names)["return"] is memdir.watch.Watcher
+    live = typing.get_type_hints(Memory.start_live_sync, globalns=names)["return"]
+    assert live == memdir.watch.Watcher | None
+
+
+def test_long_term_embedding_lock_and_session_errors_are_memdir_errors(make_workspace, keyword_config, tmp_path):
+    """A refused long-term memory call (LtmError), a provider that is down (EmbeddingError), a
+    writer lock held past ``lock_timeout`` (LockTimeout) and a damaged sessions.json
+    (SessionStoreError) were RuntimeErrors or TimeoutErrors only: each went past a host's
+    ``except MemdirError``."""
+    from memdir.errors import MemdirError
+    from memdir.sessions import SessionStore
+
+    ws = make_workspace({"MEMORY.md": "- kiwi\n", "memory/2026-01-02.md": "- plum\n"})
+    down = {"memorySearch": {**keyword_config["memorySearch"], "remote": {"maxRetries": 0}},
+            "longTermMemory": {"embedding": {"provider": "openai", "apiKey": "k", "baseUrl": "http://127.0.0.1:9/v1"}}}
+    caught: list[BaseException] = []
+    with Memory(ws, config=down) as mem:
+        for call in (lambda: mem.long_term.store(""), lambda: mem.long_term.store("I prefer green tea")):
+            with pytest.raises(MemdirError) as refused:
+                call()
+            caught.append(refused.value)
+        holding, release = threading.Event(), threading.Event()
+
+        def hold(done: int, total: int, label: str) -> None:  # called while the sync holds the lock
+            holding.set()
+            release.wait(30)
+
+        writer = threading.Thread(target=lambda: mem.sync(progress=hold))
+        writer.start()
+        try:
+            assert holding.wait(30)
+            with Memory(ws, config=keyword_config) as other, pytest.raises(MemdirError) as locked:
+                other.sync(lock_timeout=0.1)
+            caught.append(locked.value)
+        finally:
+            release.set()
+            writer.join(30)
+    (tmp_path / "sessions").mkdir()
+    (tmp_path / "sessions" / "sessions.json").write_text("{not json")
+    with pytest.raises(MemdirError) as damaged:
+        SessionStore(tmp_path / "sessions").load()
+    caught.append(damaged.value)
+    assert [type(e).__name__ for e in caught] == ["LtmError", "RemoteEmbeddingError", "LockTimeout",
+                                                  "SessionStoreError"]
+    assert isinstance(caught[2], TimeoutError)  # what callers caught before stays caught
+
+
+def test_a_host_provider_that_never_answers_a_query_does_not_keep_the_process_alive(tmp_path: Path):
+    """The search gives up on a query embedding after memorySearch.query.embedTimeoutMs and answers
+    with keywords, but the pool thread asking a host's ``provider=`` was joined when the interpreter
+    exited: a provider that never answered kept the host from exiting, close() or not."""
+    from helpers import python_child
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "MEMORY.md").write_text("- kiwi orchard\n")
+    code = textwrap.dedent("""
+        import sys, time
+        from memdir import Memory
+
+        class Stuck:
+            id, model, provider_key, max_input_bytes, dims = "host", "h-1", "host:h-1", 8000, 2
+            hang = False
+            def embed_batch(self, texts): return [[1.0, 0.0] for _ in texts]
+            def embed_query(self, text):
+                while Stuck.hang: time.sleep(1)
+                return [1.0, 0.0]
+
+        with Memory(sys.argv[1], provider=Stuck(), config={"memorySearch": {"query": {"embedTimeoutMs": 200}}}) as mem:
+            mem.sync()
+            Stuck.hang = True
+            found = mem.search("kiwi")
+        print(found.mode, found.results[0].path)
+    """)
+    done = python_child(code, str(tmp_path / "ws"), state_dir=tmp_path / "state", timeout=60)  # (before: for ever)
+    assert done.returncode == 0 and done.stdout.split() == ["fts-only", "MEMORY.md"], done.stderr
+
+
+def test_postgres_without_its_extra_is_a_memdir_error(make_workspace, tmp_path: Path):
+    """store.driver = "postgres" without the postgres extra raised a bare ImportError, past a host's
+    ``except MemdirError`` (long-term memory without its extra is one)."""
+    from helpers import python_child
+
+    ws = make_workspace({"MEMORY.md": "- kiwi\n"})
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["psycopg"] = None  # (as where the extra is not installed)
+        from memdir import Memory
+        from memdir.errors import MemdirError
+        try:
+            Memory(sys.argv[1], config={"memorySearch": {"store": {"driver": "postgres", "dsn": "postgresql://x@h/db"}}}).search("kiwi")
+        except MemdirError as exc:
+            print(isinstance(exc, ImportError), exc)
+    """)
+    done = python_child(code, str(ws), state_dir=tmp_path / "state")
+    assert done.stdout.startswith("True PostgreSQL support needs the postgres extra: pip install 'memdir[postgres]'"), (
+        done.stdout, done.stderr)

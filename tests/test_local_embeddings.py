@@ -551,3 +551,34 @@ def test_a_model_that_cannot_load_leaves_keyword_search_working(tmp_path: Path, 
         found = mem.search("kiwi plan step 7")
     assert found.results and found.results[0].path == "MEMORY.md"
     assert found.fallback is not None and "could not load the ONNX model" in found.fallback["reason"]
+
+
+def test_memories_of_one_process_share_the_loaded_model(make_workspace, tmp_path: Path) -> None:
+    """A server holding many agents' ``Memory`` objects (and their long-term memories) made a
+    provider for each, and each loaded its own copy of the model: ~50 MB of memory an agent (30
+    agents 1.6 GB); the same model loaded the same way is loaded once, and freed with the last user."""
+    import gc
+
+    from memdir import Memory
+
+    run = {"memorySearch": {"local": {"batchSize": 7}}}  # (not the model the module's fixture holds)
+    mems = [Memory(make_workspace({"MEMORY.md": f"- agent {i} keeps bees on the roof\n"}, name=f"ws{i}"),
+                   state_dir=tmp_path / f"state{i}", config=run) for i in range(3)]
+    for mem in mems:
+        mem.sync()
+    backends = [mem.selection.provider._backend for mem in mems]  # type: ignore[union-attr]
+    assert backends[0]._session is not None
+    assert all(b._session is backends[0]._session and b._tokenizer is backends[0]._tokenizer for b in backends)
+    held = backends[0]._share_key()
+    mems[0].close()
+    found = mems[1].search("who keeps bees?")
+    assert found.mode == "hybrid" and found.results[0].path == "MEMORY.md"  # the others' model still runs
+    other = LocalEmbeddingProvider(threads=1)  # run otherwise: a model of its own
+    other.load()
+    assert other._backend._session is not backends[1]._session
+    other.close()
+    for mem in mems[1:]:
+        mem.close()
+    del backends
+    gc.collect()
+    assert local._LOADED.get(held) is None  # the last user closed: the model is freed

@@ -448,3 +448,16 @@ def test_a_table_folder_without_a_committed_version_is_no_table_yet(tmp_path: Pa
     again = make(tmp_path, provider)
     assert [m.text for m in again.list()] == ["I prefer tea"]
     again.close()
+
+
+def test_records_of_two_searches_compare_equal(tmp_path: Path) -> None:
+    """A host comparing long-term memories (``hit in earlier``, ``assert before == after``) got
+    NumPy's 'The truth value of an array with more than one element is ambiguous': a record's
+    vector, two equal arrays, was one of the fields ``==`` compared."""
+    with make(tmp_path) as ltm:
+        ltm.store("I prefer green tea", category="preference")
+        ltm.store("We deploy on Thursdays", category="decision")
+        first, again = ltm.search("tea", min_score=0), ltm.search("tea", min_score=0)
+        assert first and first[0].vector is not None and first[0].vector is not again[0].vector
+        assert first == again and first[0] in again
+        assert ltm.list() == ltm.list()

@@ -326,3 +326,41 @@ def test_a_huge_error_page_keeps_its_status(server: ProviderServer) -> None:
     p = provider("openai", server)  # retried: a 503 is worth another try, however long its page
     assert p.embed_batch(["a"]) == [unit(fake_vector("a"))]
     assert p.stats["retries"] == 1
+
+
+def test_a_provider_error_crosses_a_process_pool(server: ProviderServer) -> None:
+    """A host running memdir in a process pool gets the worker's exception pickled back: the default
+    rebuild, ``cls(*args)``, lacked the required ``provider``, so the parent could not unpickle it
+    (multiprocessing.Pool's result thread died and the call never returned; ProcessPoolExecutor
+    said 'A process in the process pool was terminated abruptly')."""
+    import pickle
+
+    server.script(WIRE["openai"][0], Reply(400, {"error": {"message": "model overloaded", "type": "bad"}}))
+    with pytest.raises(RemoteEmbeddingError) as raised:
+        provider("openai", server, maxRetries=0).embed_batch(["alpha"])
+    back = pickle.loads(pickle.dumps(raised.value))
+    assert type(back) is RemoteEmbeddingError and str(back) == str(raised.value)
+    assert (back.provider, back.status, back.retryable) == ("openai", 400, False)
+    timeout = pickle.loads(pickle.dumps(EmbeddingTimeoutError("timed out", provider="gemini", retryable=True)))
+    assert type(timeout) is EmbeddingTimeoutError and (timeout.provider, timeout.retryable) == ("gemini", True)
+
+
+def test_a_provider_shared_by_several_memories_outlives_the_first_close(make_workspace, server) -> None:
+    """A host holding many agents passes them one provider (one HTTP client, or one model): the
+    first Memory closed closed it, and every other agent's searches and syncs went on keyword-only
+    ('query embedding failed: openai embeddings: provider is closed', new notes without vectors).
+    A provider passed in is the caller's to close."""
+    shared = provider("openai", server)
+    first = Memory(make_workspace({"MEMORY.md": "- agent one uses Kafka\n"}, name="one"), provider=shared)
+    second = Memory(make_workspace({"MEMORY.md": "- agent two uses NATS\n"}, name="two"), provider=shared)
+    for mem in (first, second):
+        mem.sync()
+    first.close()
+    (second.workspace / "memory").mkdir()
+    (second.workspace / "memory" / "2026-01-02.md").write_text("- the zebra enclosure gate\n")
+    report = second.sync()
+    assert report.indexed == 1 and not report.warnings and report.embedded == 1
+    found = second.search("zebra gate")
+    assert found.mode == "hybrid" and found.fallback is None
+    second.close()
+    shared.close()

@@ -361,3 +361,14 @@ def test_a_symlink_named_like_a_rotated_transcript_is_never_read(tmp_path: Path)
     assert "private talk" not in res.path.read_text()
     os.remove(live)  # the live file rotated away: the link is not taken for it either
     assert find_transcript(str(live), "abc", [d]) is None
+
+
+def test_a_slug_model_that_never_answers_does_not_keep_the_host_from_exiting(tmp_path: Path) -> None:
+    """The hook gives up on the slug after its timeout, but the pool thread asking was joined at
+    interpreter exit: a host whose slug model never answered could not exit until it did."""
+    from helpers import python_child
+
+    code = ("import time\nfrom memdir.sessions import hook\n"
+            "print(hook.llm_slug('we talked about kafka', lambda p: time.sleep(600) or 'late', timeout=0.2))\n")
+    done = python_child(code, state_dir=tmp_path, timeout=60)  # (without the fix: 600 s, killed at 60)
+    assert done.returncode == 0 and done.stdout.strip() == "None"

@@ -181,10 +181,10 @@ def test_a_stale_search_says_why(make_workspace, keyword_config, tmp_path):
 def test_sync_reports_lock_timeout(make_workspace, keyword_config, backend):
     ws = make_workspace({"memory/a.md": "a"})
     with Memory(ws, config=backend.config(keyword_config)) as mem:
-        lock = mem.store.writer_lock()  # a second writer: another lock object, as another process has
+        lock = mem.store.writer_lock()  # a second writer: another lock object (of this process: said so)
         assert lock.acquire(0)
         try:
-            with pytest.raises(LockTimeout, match="another process"):
+            with pytest.raises(LockTimeout, match="another sync in this process is writing"):
                 mem.sync(lock_timeout=0.1)
         finally:
             lock.release()
@@ -315,3 +315,24 @@ def test_two_threads_of_one_process_exclude_each_other(tmp_path: Path):
         t.join()
     assert not overlaps
     assert FileWriterLock(index).acquire(0)
+
+
+def test_a_progress_callback_may_be_typed_to_read_the_chunk_counts(make_workspace, keyword_config):
+    """The README's ``sync(progress=fn)`` label carries ``chunks_done``/``chunks_planned``, but the
+    callback type said the label is a plain str: a host's ``def fn(done: int, total: int, label:
+    ProgressLabel)`` reading them failed mypy where it was passed ('incompatible type
+    "Callable[[int, int, ProgressLabel], None]"').  Every label is a ProgressLabel."""
+    import typing
+
+    import memdir.api
+    import memdir.sync
+    from memdir.sync import ProgressLabel
+
+    hint = typing.get_type_hints(Memory.sync, globalns={**vars(memdir.sync), **vars(memdir.api)})["progress"]
+    callback = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    assert typing.get_args(callback)[0][2] is ProgressLabel
+    ws = make_workspace({"MEMORY.md": "- kiwi\n", "memory/2026-01-02.md": "- plum\n"})
+    labels: list[object] = []
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync(progress=lambda done, total, label: labels.append(label))
+    assert labels and all(isinstance(label, ProgressLabel) for label in labels)

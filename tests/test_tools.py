@@ -457,3 +457,18 @@ def test_a_model_note_has_its_secrets_masked_as_memory_store_masks_them(mem):
     assert "- Staging uses OPENAI_API_KEY=sk-pro…hJ5k and the wifi password is ***" in written
     rel = mem.append_daily(note)  # the API (and the CLI) write the user's words as they are
     assert key in (Path(mem.workspace) / rel).read_text()
+
+
+def test_the_tool_schemas_are_typed_to_pass_as_the_sdks_typed_dicts():
+    """A host type-checking its code (py.typed is shipped) passes the schemas to OpenAI's and
+    Anthropic's SDKs, whose ``tools`` are TypedDicts: annotated ``list[dict[str, Any]]``, the
+    README's ``create(..., tools=openai_tools())`` failed mypy ('incompatible type "list[dict[str,
+    Any]]"; expected "Iterable[ChatCompletionFunctionToolParam | …]"'); they are lists of Any."""
+    import typing
+    from typing import Any
+
+    from memdir.tools import anthropic_tools, openai_tools
+
+    for schemas in (openai_tools, anthropic_tools):
+        assert typing.get_type_hints(schemas)["return"] == list[Any], schemas.__name__
+        assert all(isinstance(s, dict) for s in schemas())  # what they hold is unchanged

@@ -116,7 +116,9 @@ class MemoryIndexBackend:
     """Adapts ``memdir.api.Memory`` to ``MemoryBackend``; daily notes use the user's timezone."""
 
     def __init__(self, memory: Any, timezone: str | None = None):
-        self.memory = memory
+        from memdir.tools import sync_memory
+
+        self.memory = sync_memory(memory)  # (an AsyncMemory's coroutines are no results)
         self.timezone = timezone
         #: What the last search said beside its results (``stale``, ``warnings``, ``fallback``):
         #: the ``memory_search`` tool passes it on, as the MCP tool does.

@@ -14,7 +14,7 @@ waits for its turn in the event loop, not in a worker thread: the loop's default
 (a handful of threads) stays free for the rest of the program.  For real parallelism open one
 ``AsyncMemory`` per task; different processes are always safe.  A call cancelled while it
 waits for the one before it never runs (but a cancelled ``aclose`` still closes); one already
-running completes.
+running completes (a sync stops before its next file once ``aclose`` is called).
 """
 
 from __future__ import annotations
@@ -24,11 +24,14 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from memdir.api import GetResult, Memory
 from memdir.search import SearchResponse
 from memdir.sync import SyncReport
+
+if TYPE_CHECKING:  # imported by call_tool when first used
+    from memdir.tools import ToolResult
 
 T = TypeVar("T")
 
@@ -114,20 +117,22 @@ class AsyncMemory:
         """See :meth:`Memory.append_daily`."""
         return await self._run(self.memory.append_daily, text, **kwargs)
 
-    async def call_tool(self, name: str, args: Any = None, *, session_key: str | None = None) -> dict[str, Any]:
-        """Run an agent tool (``memory_search``/``memory_get``/``memory_append``); never raises."""
+    async def call_tool(self, name: str, args: Any = None, *, session_key: str | None = None) -> ToolResult:
+        """Run an agent tool (``memory_search``/``memory_get``/``memory_append``); never raises.  The
+        :class:`~memdir.tools.ToolResult` of :func:`memdir.tools.call_tool`, ``.text`` and ``.payload``
+        included (annotated a plain dict, so ``(await amem.call_tool(...)).text`` failed mypy)."""
         from memdir.tools import call_tool
 
         return await self._run(call_tool, self.memory, name, args, session_key=session_key)
 
     async def aclose(self) -> None:
-        """Close the ``Memory`` after the call in progress.  Unlike the other calls, one cancelled
-        while it waits still closes: a timed-out ``aclose`` left the index open and the watcher running."""
-        def close() -> None:
-            with self._lock:
-                self.memory.close()
-
-        await asyncio.to_thread(close)
+        """Close the ``Memory`` as :meth:`Memory.close` does: a call in progress finishes (a sync
+        stops before its next file), calls after it raise :class:`~memdir.errors.MemoryClosed`.
+        Unlike the other calls, one cancelled while it waits still closes: a timed-out ``aclose``
+        left the index open and the watcher running.  It does not wait for its turn: behind a sync
+        a caller had given up on (``wait_for`` timed out) it waited for the whole sync, a first
+        index of 400 notes 55 s, where that sync stops before its next file."""
+        await asyncio.to_thread(self.memory.close)
 
     async def __aenter__(self) -> AsyncMemory:
         return self

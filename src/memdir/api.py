@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from memdir.embeddings.base import one_line
 from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
 from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, owned_by_other, ownership_message
-from memdir.lock import LockTimeout
+from memdir.lock import LockTimeout, writing_words
 from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig, with_value
 from memdir.stores import Store, open_store, unapplied_settings
@@ -52,6 +52,7 @@ from memdir.upkeep import STATUS_CHECK_MAX_BYTES, IndexUpkeep, writable_again
 
 if TYPE_CHECKING:  # imported where used: pydantic and the indexer are not needed to answer a search
     from memdir.config import LoadedConfig, Settings
+    from memdir.ltm.memory import LongTermMemory
     from memdir.sync import Indexer, Progress, SyncReport
     from memdir.workspace import PathError
 
@@ -429,7 +430,7 @@ class Memory(IndexUpkeep):
                                delta_messages=ms.sync.sessions.delta_messages)]
 
     @property
-    def long_term(self) -> Any:
+    def long_term(self) -> LongTermMemory:
         """This agent's long-term memory (:class:`memdir.ltm.LongTermMemory`; needs ``memdir[lancedb]``);
         :class:`MemoryClosed` once closed (it used to open a new store that nothing closed), and so do
         the calls of one kept from before the close.  Opened
@@ -740,12 +741,12 @@ class Memory(IndexUpkeep):
             owner = (target.read_meta() or {}).get("workspace")
             if owned_by_other(owner, str(self.workspace), lambda: target.get_state(OWNER_FOLDER_STATE)):
                 raise IndexOwnershipError(f"index {target.location} belongs to workspace {owner}, not {self.workspace}")
-            locks = [source.writer_lock(), target.writer_lock()]
+            locks = [(source.writer_lock(), source.location), (target.writer_lock(), target.location)]
             taken = []
             try:
-                for lock in locks:
+                for lock, location in locks:
                     if not lock.acquire(lock_timeout):
-                        raise LockTimeout("another process is writing one of the indexes; try again when it is done")
+                        raise LockTimeout(f"{writing_words(lock, location)}; try again when it is done")
                     taken.append(lock)
                 target.cleanup_leftovers()
                 return copy_index(source, target)
@@ -981,8 +982,8 @@ class Memory(IndexUpkeep):
     def close(self) -> None:
         """Stop the watcher, let calls in progress in other threads finish (up to
         :data:`CLOSE_WAIT_SECONDS`; a sync stops before its next file), then close the index and
-        the embedding provider; calls made afterwards raise :class:`MemoryClosed`.  Closing twice
-        does nothing more."""
+        the embedding provider it made (one passed as ``provider=`` is left to the caller); calls
+        made afterwards raise :class:`MemoryClosed`.  Closing twice does nothing more."""
         with self._calls_changed:
             self._closed = True
         watcher, self.watcher = self.watcher, None  # (taken, not read twice: two threads may close)
@@ -999,7 +1000,9 @@ class Memory(IndexUpkeep):
         store, self._store, self._indexer = self._store, None, None
         if store is not None:
             store.close()
-        if self._selection is not None and self._selection.provider is not None:
+        # (a provider passed in is the caller's, perhaps shared by several Memory objects: closing
+        # it with the first left the others' searches and syncs keyword-only, "provider is closed")
+        if self._selection is not None and self._selection.provider is not None and self._provider_override is None:
             try:
                 self._selection.provider.close()
             except Exception:

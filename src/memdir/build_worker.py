@@ -76,6 +76,8 @@ def _read(abs_path: str, root: str) -> tuple[str, str]:
 def _serve(inp: IO[bytes], out: IO[bytes]) -> None:
     tokens, overlap, model, timezone = pickle.load(inp)
     tz = resolve_timezone(timezone)[0]  # by its name: a zone read from a file cannot be pickled
+    out.write(HELLO)  # (see ChunkWorker.reply: the program started is this worker)
+    out.flush()
     while True:
         try:
             jobs = pickle.load(inp)
@@ -105,6 +107,11 @@ WORKER_PIPE_BYTES = 1 << 20
 #: Seconds a reply is waited for while the worker is stopped (SIGSTOP, a debugger) before the
 #: indexing process plans the remaining files itself.
 STOPPED_WORKER_WAIT = 3.0
+#: What the worker writes first, once it has read its settings.
+HELLO = b"memdirW1"
+#: Seconds the worker's :data:`HELLO` is waited for before the indexing process plans the files
+#: itself (a Python importing memdir takes well under one).
+HELLO_WAIT = 10.0
 
 
 class WorkerStopped(RuntimeError):
@@ -120,6 +127,8 @@ class ChunkWorker:
     def __init__(self, tokens: int, overlap: int, model: str, timezone: str | None = None):
         if not sys.executable:  # embedded: no interpreter known to be this one (with these stemmers)
             raise RuntimeError("no Python executable to start a worker with")
+        if getattr(sys, "frozen", False):  # (PyInstaller, cx_Freeze): sys.executable is the host application
+            raise RuntimeError("a frozen application: no Python executable to start a worker with")
         root = str(Path(__file__).resolve().parents[1])  # the directory holding this memdir package
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -129,6 +138,7 @@ class ChunkWorker:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      env=env)
         self._widen(self.proc.stdout)
+        self._greeted = False
         self.submit((tokens, overlap, model, timezone))
 
     @staticmethod
@@ -149,14 +159,22 @@ class ChunkWorker:
         self.proc.stdin.flush()
 
     def reply(self) -> list[tuple[str, list[tuple[Any, ...]]] | None]:
+        if not self._greeted:
+            # sys.executable names the host program, not a Python, where memdir runs inside one
+            # (uWSGI, an application bundling its interpreter): started with '-m memdir.build_worker'
+            # it ran on without a word and a large build waited for its first reply for ever
+            if self._read(len(HELLO), within=HELLO_WAIT) != HELLO:
+                raise WorkerStopped(f"{sys.executable} (pid {self.proc.pid}) is not memdir's chunking worker")
+            self._greeted = True
         size = int.from_bytes(self._read(8), "little")
         return pickle.loads(self._read(size))
 
-    def _read(self, n: int) -> bytes:
-        """``n`` bytes of the worker's answers.  A worker stopped (SIGSTOP) held ``memdir index``
-        in a read for ever without a word, its build never finished: one stopped for
-        :data:`STOPPED_WORKER_WAIT` seconds raises :class:`WorkerStopped`, and the indexer plans the
-        rest itself (the worker is killed: it only computes, nothing is lost)."""
+    def _read(self, n: int, within: float | None = None) -> bytes:
+        """``n`` bytes of the worker's answers (``within``: seconds they may take at most).  A
+        worker stopped (SIGSTOP) held ``memdir index`` in a read for ever without a word, its build
+        never finished: one stopped for :data:`STOPPED_WORKER_WAIT` seconds raises
+        :class:`WorkerStopped`, and the indexer plans the rest itself (the worker is killed: it only
+        computes, nothing is lost)."""
         import select
         import time
 
@@ -166,7 +184,10 @@ class ChunkWorker:
         fd = self.proc.stdout.fileno()
         parts: list[bytes] = []
         stopped_since: float | None = None
+        ends = None if within is None else time.monotonic() + within
         while n > 0:
+            if ends is not None and time.monotonic() > ends:
+                raise WorkerStopped(f"no answer from the chunking worker (pid {self.proc.pid}) within {within:g} s")
             if not select.select([fd], [], [], 0.5)[0]:
                 if not is_stopped(self.proc.pid):
                     stopped_since = None

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from memdir.errors import MemdirError
+
 # flock is per open file description, not per thread: two threads of one process must also
 # exclude each other, so each index path gets a process-wide thread lock taken first.
 _THREAD_LOCKS: dict[str, threading.Lock] = {}
@@ -57,8 +59,9 @@ def thread_wait(timeout: float | None) -> float:
     return min(max(0.0, timeout), threading.TIMEOUT_MAX)
 
 
-class LockTimeout(TimeoutError):
-    """Another process holds the index's writer lock."""
+class LockTimeout(MemdirError, TimeoutError):
+    """Another process holds the index's writer lock (a :class:`MemdirError`, and a TimeoutError as
+    before: ``sync(lock_timeout=...)`` raised it past a host's ``except MemdirError``)."""
 
 
 class WriterStopped(LockTimeout):
@@ -313,6 +316,16 @@ def holder_of(lock: _Lock) -> dict[str, Any]:
         return {}
 
 
+def writing_words(lock: _Lock, location: str) -> str:
+    """``another process is writing <location>``, for a writer lock not taken in time, or, when the
+    writer is in this process, that.  Why: a host with two ``Memory`` objects open on one index (a
+    server opening one a request) was told "another process is writing", and looked for one."""
+    if lock.held_here():
+        return (f"another sync in this process is writing {location} (another thread's, a watcher's, or that of "
+                "another Memory open on the same index)")
+    return f"another process is writing {location}"
+
+
 def wait_for_writer(lock: _Lock, timeout: float | None, location: str, *,
                     between: Callable[[], None] | None = None) -> None:
     """Take ``lock``, waiting up to ``timeout`` seconds (``None``: as long as its holder runs), in
@@ -330,7 +343,7 @@ def wait_for_writer(lock: _Lock, timeout: float | None, location: str, *,
             between()
         now = time.monotonic()
         if deadline is not None and now >= deadline:
-            raise LockTimeout(f"another process is writing {location}")
+            raise LockTimeout(writing_words(lock, location))
         if now >= look_at and not lock.held_here():  # (about once a second)
             look_at = now + 1.0
             holder = holder_of(lock)

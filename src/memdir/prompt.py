@@ -28,7 +28,7 @@ from typing import Any
 
 from memdir.daily import daily_rel_path, today
 from memdir.reading import decode_note, read_beneath
-from memdir.tools import ChatType, chat_type_from_session_key, resolve_citations_mode
+from memdir.tools import ChatType, chat_type_from_session_key, resolve_citations_mode, sync_memory
 from memdir.workspace import MEMORY_DIR
 
 HEADING = "## Memory Recall"
@@ -232,11 +232,12 @@ def build_session_context(
 ) -> SessionContext:
     """Memory text for the start of a session.
 
-    ``memory`` (a :class:`memdir.Memory`) supplies the workspace and ``userTimezone``; or pass
+    ``memory`` (a :class:`memdir.Memory`, or an ``AsyncMemory``) supplies the workspace and ``userTimezone``; or pass
     ``workspace``/``timezone``.  The chat type comes from ``chat_type`` or else the session key
     (``agent:<id>:...:group:...`` → group); ``MEMORY.md`` is included only for ``direct``.
     ``max_chars`` bounds the whole returned text (once it leaves room for the headings).
     """
+    memory = sync_memory(memory)  # (an AsyncMemory has no workspace: AttributeError)
     if memory is not None:
         ws = Path(memory.workspace)
         tz = timezone if timezone is not None else memory.settings.user_timezone

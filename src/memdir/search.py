@@ -283,13 +283,55 @@ def _terms_per_line(text: str, lines: list[str], needles: list[tuple[str, ...]])
 
 
 _embed_pool: ThreadPoolExecutor | None = None
+_daemon_pool: _DaemonPool | None = None
+
+
+class _DaemonPool:
+    """A few daemon threads running query embeddings of providers that are not a model of this
+    process (a host's own ``provider=``, a remote API).  Why: a ThreadPoolExecutor's workers are
+    joined when the interpreter exits, so a host's provider that never answered (the search had
+    long given up on it and answered with keywords) kept the process from exiting until it did.
+    A model running in this process stays on the executor: a daemon thread still inside it when
+    the interpreter finished aborted the process."""
+
+    def __init__(self, workers: int, name: str) -> None:
+        import queue
+        import threading
+
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = \
+            queue.SimpleQueue()
+        self._workers, self._name, self._started = workers, name, 0
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
+        import threading
+        from concurrent.futures import Future
+
+        future: Future[Any] = Future()
+        self._jobs.put((future, fn, args, kwargs))
+        with self._lock:
+            if self._started < self._workers:
+                threading.Thread(target=self._work, name=f"{self._name}_{self._started}", daemon=True).start()
+                self._started += 1
+        return future
+
+    def _work(self) -> None:
+        while True:
+            future, fn, args, kwargs = self._jobs.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as exc:
+                    future.set_exception(exc)
+            del future, fn, args, kwargs  # an idle thread holds no query's vector
 
 
 def _forget_embed_pool() -> None:
     """In a forked child: the pool's threads were the parent's, so work queued on it never ran
     (every hybrid search waited out its budget, then answered with keywords only)."""
-    global _embed_pool
+    global _embed_pool, _daemon_pool
     _embed_pool = None
+    _daemon_pool = None
 
 
 if hasattr(os, "register_at_fork"):
@@ -327,14 +369,21 @@ def submit_query_embedding(provider: EmbeddingProvider, query: str,
     thread held a one-shot CLI search open until it ended, long after the answer was printed)."""
     if _embeds_in_process(provider):
         return _InlineEmbedding(provider, query)
-    from concurrent.futures import ThreadPoolExecutor  # not needed by a keyword search
+    global _embed_pool, _daemon_pool
+    pool: ThreadPoolExecutor | _DaemonPool
+    if hasattr(provider, "loaded_in_process"):  # a model of this process (still loading): see _DaemonPool
+        from concurrent.futures import ThreadPoolExecutor  # not needed by a keyword search
 
-    global _embed_pool
-    if _embed_pool is None:
-        _embed_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memdir-embed")
+        if _embed_pool is None:
+            _embed_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memdir-embed")
+        pool = _embed_pool
+    else:
+        if _daemon_pool is None:
+            _daemon_pool = _DaemonPool(2, "memdir-embed-call")
+        pool = _daemon_pool
     if budget_s is not None and _takes_timeout(provider):
-        return _embed_pool.submit(provider.embed_query, query, timeout=max(budget_s, 0.001))  # type: ignore[call-arg]
-    return _embed_pool.submit(provider.embed_query, query)
+        return pool.submit(provider.embed_query, query, timeout=max(budget_s, 0.001))
+    return pool.submit(provider.embed_query, query)
 
 
 def _takes_timeout(provider: EmbeddingProvider) -> bool:

@@ -46,7 +46,15 @@ from memdir.index_identity import (
     version_reason,
 )
 from memdir.indexing_switches import INDEXING
-from memdir.lock import LockTimeout, WriterLockLost, is_this_process, resume_advice, wait_for_writer, writer_words
+from memdir.lock import (
+    LockTimeout,
+    WriterLockLost,
+    is_this_process,
+    resume_advice,
+    wait_for_writer,
+    writer_words,
+    writing_words,
+)
 from memdir.progress import ProgressFile
 from memdir.reading import read_note
 from memdir.stores.base import OWNER_FOLDER_STATE, OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
@@ -71,7 +79,11 @@ if TYPE_CHECKING:
 FTS_ONLY_MODEL = "fts-only"
 
 
-Progress = Callable[[int, int, str], None]
+#: ``progress(files_done, files_total, label)``; the label is a :class:`ProgressLabel` (a str that
+#: carries the chunk counts).  Typed as such, or a callback reading ``label.chunks_done``, as the
+#: README shows, failed mypy where it was passed ('incompatible type "Callable[[int, int,
+#: ProgressLabel], None]"'); one taking a plain str is still accepted.
+Progress = Callable[[int, int, "ProgressLabel"], None]
 Notice = Callable[[str], None]
 
 #: A full rebuild of at least this many bytes of files is chunked and stemmed in a second process
@@ -265,8 +277,9 @@ class _Tracker:
         self.callback = callback
 
     def __call__(self, done: int, total: int, label: str) -> None:
-        chunks = (label.chunks_done, label.chunks_planned) if isinstance(label, ProgressLabel) else None
-        self.file.update(done, total, chunks if chunks and chunks[1] else None)
+        label = label if isinstance(label, ProgressLabel) else ProgressLabel(label)
+        chunks = (label.chunks_done, label.chunks_planned)
+        self.file.update(done, total, chunks if chunks[1] else None)
         if self.callback is not None:
             self.callback(done, total, label)
 
@@ -531,7 +544,7 @@ class Indexer:
                            if holder.get("stopped") else "")
                 self.notice(f"waiting for {writer_words(holder)} to finish writing {self.store.location}{stopped}")
         if lock_timeout == 0:
-            raise LockTimeout(f"another process is writing {self.store.location}")
+            raise LockTimeout(writing_words(self.lock, self.store.location))
         # (a watcher stopped or a Memory closed meanwhile stops waiting: Ctrl-C on `memdir watch`
         # while another process wrote the index took 20 s to exit)
         wait_for_writer(self.lock, lock_timeout, self.store.location, between=self._stop_if_closing)

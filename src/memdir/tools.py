@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -151,12 +152,19 @@ def _specs(names: Iterable[str] | str | None) -> list[ToolSpec]:
     return [tool_spec(n) for n in chosen]
 
 
-def openai_tools(names: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
+#: What :func:`openai_tools` and :func:`anthropic_tools` are annotated to return: plain dicts, typed
+#: ``Any`` so they pass as the SDKs' TypedDicts.  Why: as ``list[dict[str, Any]]``, the README's
+#: ``create(..., tools=openai_tools())`` failed mypy in a host's typed code ('incompatible type
+#: "list[dict[str, Any]]"; expected "Iterable[ChatCompletionFunctionToolParam | …]"'), and anthropic's alike.
+ToolSchemas = list[Any]
+
+
+def openai_tools(names: Iterable[str] | str | None = None) -> ToolSchemas:
     """Schemas for OpenAI-style tool calling (``{"type": "function", "function": {...}}``)."""
     return [json.loads(json.dumps(s.openai())) for s in _specs(names)]
 
 
-def anthropic_tools(names: Iterable[str] | str | None = None) -> list[dict[str, Any]]:
+def anthropic_tools(names: Iterable[str] | str | None = None) -> ToolSchemas:
     """Schemas for Anthropic tool use (``{name, description, input_schema}``)."""
     return [json.loads(json.dumps(s.anthropic())) for s in _specs(names)]
 
@@ -561,8 +569,19 @@ def tool_name(name: Any) -> str:
     return name.strip() if isinstance(name, str) else ""
 
 
+def sync_memory(memory: Any) -> Any:
+    """``memory``, or the ``Memory`` of a :class:`memdir.aio.AsyncMemory` given in its place.  Why:
+    an AsyncMemory's methods return coroutines, which were taken for their results: memory_append
+    answered ``appended: true`` with a coroutine for its path and wrote nothing (a RuntimeWarning
+    said it was never awaited), memory_get "'coroutine' object has no attribute 'text'"."""
+    aio = sys.modules.get("memdir.aio")  # (there is no AsyncMemory unless its module was imported)
+    return memory.memory if aio is not None and isinstance(memory, aio.AsyncMemory) else memory
+
+
 def call_tool_payload(memory: Any, name: str, args: Any = None, *, session_key: str | None = None) -> dict[str, Any]:
-    """Run the named tool and return its plain payload dict (never raises)."""
+    """Run the named tool and return its plain payload dict (never raises).  ``memory``: a
+    ``Memory`` (or an ``AsyncMemory``, whose Memory is called here, in this thread)."""
+    memory = sync_memory(memory)
     tool = tool_name(name)
     if tool == "memory_search":
         return memory_search_payload(memory, args, session_key=session_key)
@@ -584,7 +603,7 @@ def call_tool(memory: Any, name: str, args: Any = None, *, session_key: str | No
     if (tool := tool_name(name)) in LTM_TOOL_NAMES:
         from memdir.ltm.tools import call_ltm_tool
 
-        return call_ltm_tool(memory, tool, args)
+        return call_ltm_tool(sync_memory(memory), tool, args)
     return tool_result(call_tool_payload(memory, name, args, session_key=session_key))
 
 
@@ -621,6 +640,7 @@ __all__ = [
     "search_params",
     "search_unavailable_payload",
     "should_include_citations",
+    "sync_memory",
     "tool_name",
     "tool_result",
     "tool_spec",

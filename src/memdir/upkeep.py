@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from memdir.search import SearchResponse
     from memdir.stores import Store
     from memdir.sync import Indexer, SyncReport
+    from memdir.watch import Watcher
 
 T = TypeVar("T")
 
@@ -336,7 +337,7 @@ class IndexUpkeep:
             self._bootstrap_error = exc
 
     def watch(self, *, on_event: Callable[[dict[str, Any]], None] | None = None, debounce_ms: int | None = None,
-              interval_minutes: float | None = None, sync_at_start: bool = False, files: bool = True) -> Any:
+              interval_minutes: float | None = None, sync_at_start: bool = False, files: bool = True) -> Watcher:
         """Keep the index in step with the files from now on (until :meth:`close`).
 
         Changes to memory files, extra paths and (with the sessions source) transcripts are
@@ -354,7 +355,7 @@ class IndexUpkeep:
                                        files=files).start()
             return self.watcher
 
-    def start_live_sync(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> Any:
+    def start_live_sync(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> Watcher | None:
         """What a long-running host (``memdir mcp``, the agent loop) starts: a watcher when
         ``sync.watch`` is on, an interval sync when ``sync.intervalMinutes`` is set; ``None``
         when neither is configured."""

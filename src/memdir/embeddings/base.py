@@ -14,14 +14,18 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from memdir.errors import MemdirError
+
 #: Hard cap on one embedding input, in UTF-8 bytes (R§5.2).
 HARD_INPUT_LIMIT_BYTES = 8000
 #: A non-batch embed call carries at most this many UTF-8 bytes of text (R§5.3).
 BATCH_MAX_BYTES = 8000
 
 
-class EmbeddingError(RuntimeError):
-    """An embedding call failed; the message says which provider and why."""
+class EmbeddingError(MemdirError):
+    """An embedding call failed; the message says which provider and why (a :class:`MemdirError`:
+    a long-term memory search against a provider that is down raised it past a host's
+    ``except MemdirError``)."""
 
 
 class MissingApiKeyError(EmbeddingError):

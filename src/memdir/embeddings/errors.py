@@ -8,6 +8,9 @@ attributes recorded here (HTTP status, exception type), never by searching messa
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from memdir.embeddings.base import EmbeddingError, MissingApiKeyError
 
 __all__ = [
@@ -49,6 +52,13 @@ class RemoteEmbeddingError(EmbeddingError):
         self.retryable = retryable
         self.quota_exhausted = quota_exhausted
         self.retry_after = retry_after
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Remade with its ``provider``: the default, ``cls(*args)``, lacks that required argument, so
+        one raised in a worker of a process pool (a host's ``ltm.search`` there) could not be
+        unpickled in the parent (multiprocessing.Pool's result thread died on it and the call
+        never returned)."""
+        return functools.partial(type(self), provider=self.provider), self.args, self.__dict__
 
 
 class EmbeddingTimeoutError(RemoteEmbeddingError):

@@ -209,9 +209,11 @@ def _after_fork_in_child() -> None:
     """In a forked child only the forking thread exists: a model run or load another thread of the
     parent had under way at the fork held the turn (or the load lock) for ever here, and every
     search and sync of the child waited on it.  The child's runs start with free ones."""
+    global _LOADED_LOCK
     for provider in list(_PROVIDERS):
         provider._lock = threading.Lock()
         provider._turns = ModelTurns()
+    _LOADED_LOCK = threading.Lock()  # (another thread's load held it for ever here)
 
 
 if hasattr(os, "register_at_fork"):
@@ -338,8 +340,33 @@ def verify_sha256(data: ModelData, expected: str) -> None:
         )
 
 
+class _LoadedModel:
+    """What :meth:`OnnxBackend.load` made (the session, the tokenizer and what was read of them),
+    held by every backend that uses it: freed when the last one closes."""
+
+    __slots__ = ("__weakref__", "fields")
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+
+
+#: The models this process's ONNX backends have loaded, by what and how they load (see
+#: :meth:`OnnxBackend._share_key`).  Why: each ``Memory`` (and its long-term memory) makes its own
+#: provider, and each loaded its own copy of the model: a server holding 100 agents' ``Memory``
+#: objects took ~50 MB of memory an agent for the same MiniLM, 5 GB in all; they now share one.
+_LOADED: weakref.WeakValueDictionary[tuple[Any, ...], _LoadedModel] = weakref.WeakValueDictionary()
+#: Taken while a model is loaded, so two providers asking at once load it once.
+_LOADED_LOCK = threading.Lock()
+#: The attributes a load sets, taken over by a backend that shares the loaded model.
+_LOADED_FIELDS = ("_session", "_tokenizer", "_feeds", "_output", "_pooled_output", "_pad_id", "_fixed_shape",
+                  "dims", "max_tokens", "loaded_from", "numerics", "fused_attention")
+
+
 class OnnxBackend:
-    """A transformer encoder exported to ONNX, run with onnxruntime on CPU, tokenised with ``tokenizers``."""
+    """A transformer encoder exported to ONNX, run with onnxruntime on CPU, tokenised with ``tokenizers``.
+
+    Backends that load the same files the same way share one loaded model (onnxruntime's sessions
+    may be run from several threads at once)."""
 
     def __init__(
         self,
@@ -405,16 +432,35 @@ class OnnxBackend:
         self._pad_id = 0
         #: ``input_ids``' batch and length when the export fixed them (no dynamic axes), else None.
         self._fixed_shape: tuple[int | None, int | None] = (None, None)
+        self._shared: _LoadedModel | None = None
 
     @property
     def loaded(self) -> bool:
         return self._session is not None
+
+    def _share_key(self) -> tuple[Any, ...]:
+        """What the loaded model depends on: the files (and a user model's sizes and mtimes), how
+        it is computed and run."""
+        return (str(self.model_file), str(self.tokenizer_file), self.sha256, self.pooling, self.max_tokens,
+                self.run, self.numerics, self.fused_attention, self.saved_graph, repr(self.files_stamp))
 
     def load(self) -> None:
         if self._session is not None:
             return
         if self.files_stamp is not None:
             self.files_stamp = _stamp(self.model_file, self.tokenizer_file)
+        key = self._share_key()
+        with _LOADED_LOCK:
+            shared = _LOADED.get(key)
+            if shared is None:
+                self._load()
+                shared = _LOADED[key] = _LoadedModel({name: getattr(self, name) for name in _LOADED_FIELDS})
+            else:
+                for name, value in shared.fields.items():
+                    setattr(self, name, value)
+            self._shared = shared
+
+    def _load(self) -> None:
         install = "Install it with: pip install onnxruntime tokenizers"
         ort = _import("onnxruntime", install, "running an ONNX embedding model")
         tokenizers = _import("tokenizers", install, "running an ONNX embedding model")
@@ -796,8 +842,10 @@ class OnnxBackend:
         return (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
 
     def close(self) -> None:
+        """Let go of the model: it is freed once no other backend uses it."""
         self._session = None
         self._tokenizer = None
+        self._shared = None
 
 
 class SentenceTransformersBackend:

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from memdir.errors import MemdirError
+
 TABLE = "memories"
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
 ID_PREFIX_RE = re.compile(r"^[0-9a-f-]{8,36}$", re.IGNORECASE)
@@ -50,8 +52,9 @@ EXTRA_COLUMNS = {"supersededBy": "CAST(NULL AS STRING)", "supersededAt": "CAST(N
                  "source": "CAST(NULL AS STRING)"}
 
 
-class LtmError(RuntimeError):
-    """Long-term memory could not do what was asked; the message says why."""
+class LtmError(MemdirError):
+    """Long-term memory could not do what was asked; the message says why (a :class:`MemdirError`,
+    as the rest of memdir's: ``mem.long_term.store("")`` raised it past a host's ``except MemdirError``)."""
 
 
 class LtmUnavailableError(LtmError):
@@ -101,7 +104,10 @@ class MemoryRecord:
     superseded_at: int | None = None
     source: str | None = None
     score: float | None = None
-    vector: np.ndarray | None = field(default=None, repr=False)
+    #: Not compared: two records holding equal vectors in two arrays made ``==`` raise NumPy's "The
+    #: truth value of an array with more than one element is ambiguous" (``rec in hits``, a host's
+    #: ``assert before == after``).
+    vector: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def active(self) -> bool:

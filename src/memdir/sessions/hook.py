@@ -15,6 +15,7 @@ import concurrent.futures
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -183,12 +184,24 @@ def clean_slug(raw: str | None) -> str | None:
 
 
 def llm_slug(content: str, llm: SlugLLM | None, timeout: float = SLUG_TIMEOUT_SECONDS) -> str | None:
-    """Ask ``llm`` for a slug within ``timeout`` seconds; any failure or overrun → None."""
+    """Ask ``llm`` for a slug within ``timeout`` seconds; any failure or overrun → None.
+
+    The model is asked in a daemon thread: a pool's worker is joined when the interpreter exits,
+    so a host's slug model that never answered (an SDK's 10-minute default timeout, a stalled
+    local model) kept its process from exiting long after the hook had used the time instead."""
     if llm is None or not content:
         return None
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="memdir-slug")
+    prompt = slug_prompt(content)
+    future: concurrent.futures.Future[str | None] = concurrent.futures.Future()
+
+    def ask() -> None:
+        try:
+            future.set_result(llm(prompt))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=ask, name="memdir-slug", daemon=True).start()
     try:
-        future = pool.submit(llm, slug_prompt(content))
         return clean_slug(future.result(timeout=timeout))
     except concurrent.futures.TimeoutError:
         log.warning("session-memory: slug model did not answer within %.0fs; using the time", timeout)
@@ -196,8 +209,6 @@ def llm_slug(content: str, llm: SlugLLM | None, timeout: float = SLUG_TIMEOUT_SE
     except Exception as exc:  # the slug is cosmetic; never let it cost the capture
         log.warning("session-memory: slug generation failed: %s", exc)
         return None
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
 
 
 # --- the hook -------------------------------------------------------------------------------

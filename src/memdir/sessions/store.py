@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from memdir.atomic_write import replace_file
+from memdir.errors import MemdirError
 from memdir.lock import LockTimeout, busy_holder, flock_within
 from memdir.reading import NotRegularFile, kind_of
 from memdir.tools import chat_type_from_session_key, parse_session_key
@@ -351,7 +352,7 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-class SessionStoreError(RuntimeError):
+class SessionStoreError(MemdirError):
     """``sessions.json`` exists but cannot be read as a JSON object of valid entries."""
 
 

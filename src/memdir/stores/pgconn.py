@@ -65,6 +65,11 @@ class DatabaseUnavailable(StoreError):
     names the server (never the password) in one line."""
 
 
+class PostgresExtraMissing(StoreError, ImportError):
+    """``store.driver = "postgres"`` without the postgres extra: a :class:`~memdir.errors.MemdirError`
+    (it was an ImportError only, past a host's ``except MemdirError``), and an ImportError as before."""
+
+
 def require_psycopg() -> Any:
     """Import psycopg, or say which extra to install."""
     try:
@@ -72,7 +77,7 @@ def require_psycopg() -> Any:
         import psycopg_pool  # noqa: F401
         from pgvector.psycopg.vector import register_vector_info  # noqa: F401
     except ImportError as exc:
-        raise ImportError(f"{EXTRA_HINT} ({exc.name or exc} is missing)") from None
+        raise PostgresExtraMissing(f"{EXTRA_HINT} ({exc.name or exc} is missing)") from None
     return psycopg
 
 
