@@ -94,6 +94,10 @@ async def _exercise(session: ClientSession, ws: Path, index: Path) -> None:
     assert empty == {"results": [], "error": "query required"}
     blank = _text(await session.call_tool("memory_append", {"text": ""}), error=True)
     assert blank["appended"] is False and blank["error"] == "text required"
+    # a model told "if nothing to store, reply with NO_REPLY" that appends the token writes nothing
+    silent = _text(await session.call_tool("memory_append", {"text": " NO_REPLY\n"}), error=True)
+    assert silent["appended"] is False and silent["error"].startswith("NO_REPLY is a reply, not a note"), silent
+    assert not any("NO_REPLY" in p.read_text() for p in (ws / "memory").glob("*.md"))
     nothing = _text(await session.call_tool("memory_search", {"query": "zebra okapi"}))
     assert nothing["results"] == []  # no hits is a result, not a failure
 

@@ -48,8 +48,6 @@ from memdir.daily import append_daily, today
 from memdir.errors import MemdirError, MemoryClosed
 from memdir.prompt import DEFAULT_CONTEXT_CHARS, build_session_context, memory_recall_section
 from memdir.sessions.flush import (
-    HEARTBEAT_TOKEN,
-    SILENT_REPLY_TOKEN,
     FlushDecision,
     FlushPlan,
     FlushSettings,
@@ -74,7 +72,7 @@ from memdir.sessions.store import (
 from memdir.tools import (
     LTM_TOOL_NAMES,
     ToolInputError,
-    append_too_long,
+    append_refusal,
     decorate_citations,
     openai_tools,
     read_number,
@@ -1506,12 +1504,8 @@ class Agent:
         text = args.get("text")
         if not isinstance(text, str) or not text.strip():  # a list was written to the log as "['a', 'b']"
             return {"ok": False, "error": "text required (a string)"}
-        if (too_long := append_too_long(text)) is not None:
-            return {"ok": False, "error": too_long}
-        if text.strip() in (SILENT_REPLY_TOKEN, HEARTBEAT_TOKEN):  # a model told "if nothing to store, reply
-            # with NO_REPLY" appended it: the daily log got a note 'NO_REPLY', indexed and shown to later sessions
-            return {"ok": False, "error": f"{text.strip()} is a reply, not a note: nothing written (reply with it "
-                                          "instead when there is nothing to store)"}
+        if (refused := append_refusal(text)) is not None:
+            return {"ok": False, "error": refused}
         # Why: small local models call memory_append again with the same note each round (and a
         # call can come twice in one message): every copy was appended, up to max_tool_rounds of them
         if (done := self._turn_notes.get(text.strip())) is not None:

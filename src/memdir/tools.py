@@ -535,6 +535,21 @@ def append_too_long(text: str) -> str | None:
     return f"note too long ({len(text)} characters, at most {MAX_APPEND_CHARS}): append one short note"
 
 
+def append_refusal(text: str) -> str | None:
+    """Why a model's note is refused (too long; only the silent or heartbeat token), or ``None``.
+    Why the tokens: a model told "if nothing to store, reply with NO_REPLY" that called
+    ``memory_append("NO_REPLY")`` (small local models do, in the flush) wrote a note 'NO_REPLY' to
+    the daily log, indexed and quoted into every later session (the agent loop and MCP alike)."""
+    if (too_long := append_too_long(text)) is not None:
+        return too_long
+    from memdir.sessions.flush import HEARTBEAT_TOKEN, SILENT_REPLY_TOKEN
+
+    if text.strip() in (SILENT_REPLY_TOKEN, HEARTBEAT_TOKEN):
+        return (f"{text.strip()} is a reply, not a note: nothing written (reply with it instead when there is "
+                "nothing to store)")
+    return None
+
+
 def model_note(text: str) -> str:
     """A model's note with its secrets masked as ``memory_store`` masks them (a key, a password,
     one stated in prose).  Why: a model told a key put it in today's log as said, and the log is
@@ -553,8 +568,8 @@ def memory_append_payload(memory: Any, args: Any = None) -> dict[str, Any]:
         raw_text = _raw(params, "text", ("content", "note"))
         if not isinstance(raw_text, str) or not raw_text.strip():
             raise ToolInputError("text required")
-        if (too_long := append_too_long(raw_text)) is not None:
-            raise ToolInputError(too_long)
+        if (refused := append_refusal(raw_text)) is not None:
+            raise ToolInputError(refused)
         if memory is None:
             raise RuntimeError("memory unavailable")
         rel = memory.append_daily(model_note(raw_text))
@@ -619,6 +634,7 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "anthropic_tools",
+    "append_refusal",
     "append_too_long",
     "call_tool",
     "call_tool_payload",
