@@ -100,8 +100,9 @@ def test_a_search_that_syncs_first_works_up_to_close_and_an_append_after_it_writ
         (ws / "memory" / "2026-01-11.md").write_text("- Picked ramen for lunch.\n")
         # a call inside a call (the search's sync) is no call made after close
         assert mem.search("ramen", mode="keyword").results[0].path == "memory/2026-01-11.md"
-    with pytest.raises(MemoryClosed, match="closed"):
+    with pytest.raises(MemoryClosed, match="closed") as closed:
         mem.append_daily("too late")
+    assert f"(workspace {mem.workspace}, agent main)" in str(closed.value)  # which of a host's many Memory objects
     assert not any("too late" in p.read_text() for p in ws.rglob("*.md"))
 
 

@@ -329,7 +329,7 @@ class Memory(IndexUpkeep):
         with self._calls_changed:
             depth = self._calls.get(me, 0)
             if self._closed and not depth:
-                raise MemoryClosed("this Memory is closed")
+                raise MemoryClosed(self._closed_words())
             self._calls[me] = depth + 1
         try:
             yield
@@ -347,7 +347,11 @@ class Memory(IndexUpkeep):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise MemoryClosed("this Memory is closed")
+            raise MemoryClosed(self._closed_words())
+
+    def _closed_words(self) -> str:
+        """Why: a host holding many agents' Memory objects was told "this Memory is closed" and not which."""
+        return f"this Memory is closed (workspace {self.workspace}, agent {self.settings.agent_id})"
 
     # -- lazily built parts ------------------------------------------------------------------
     @property
