@@ -71,6 +71,22 @@ def from_blob(blob: bytes | None) -> np.ndarray:
     return np.frombuffer(blob, dtype="<f4")
 
 
+def sound_vector(blob: bytes | None, width: int) -> np.ndarray | None:
+    """``blob``'s floats when they can be a stored vector: whole vectors of ``width`` floats (any
+    whole number of floats when ``width`` is unknown), all finite; ``None`` for damaged bytes.
+
+    Why: :meth:`SqliteStore.export_files` handed ``memdir migrate`` a vector with a NaN as it was
+    (PostgreSQL took it as 0 and kept it in the team's cache, where no rebuild replaced it), and one
+    of 4k+1 bytes stopped the migration with NumPy's "buffer size must be a multiple of element size".
+    """
+    import numpy as np
+
+    if not blob or len(blob) % (4 * max(1, width)):
+        return None
+    vector = from_blob(blob)
+    return vector if np.isfinite(vector).all() else None
+
+
 def max_cosine(blob: bytes, q: np.ndarray) -> float | None:
     """Cosine of ``q`` (unit length) with the best of the vectors concatenated in ``blob``."""
     import numpy as np
@@ -1371,9 +1387,14 @@ class SqliteStore(SqliteLifecycle):
                     "SELECT id, path, source, start_line, end_line, hash, model, text, embedding, ts, date_start, "
                     "date_end FROM chunks WHERE path = ? AND source = ? ORDER BY start_line, id",
                     (path, source)).fetchall()
-            chunks = [ChunkRow(hex_str(r[0]), r[1], r[2], r[3], r[4], hex_str(r[5]), r[6], r[7],
-                               from_blob(r[8]).tolist() if r[8] else None, r[9], r[10], r[11],
-                               max(1, len(r[8]) // (4 * dims)) if r[8] and dims else 1) for r in rows]
+            chunks = []
+            for r in rows:
+                # a damaged vector is left out, as searches score it 0 and the cache misses it: the
+                # chunk then counts as missing its vector, embedded again by the next sync
+                vector = sound_vector(r[8], dims)
+                chunks.append(ChunkRow(hex_str(r[0]), r[1], r[2], r[3], r[4], hex_str(r[5]), r[6], r[7],
+                                       vector.tolist() if vector is not None else None, r[9], r[10], r[11],
+                                       max(1, len(vector) // dims) if vector is not None and dims else 1))
             yield path, source, fhash, int(mtime), int(size), chunks
 
     def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
@@ -1383,11 +1404,13 @@ class SqliteStore(SqliteLifecycle):
             # an empty entry is a reference to a chunk holding the vector: export the vector itself
             rows = self.conn.execute(
                 "SELECT e.provider, e.model, e.provider_key, e.hash, CASE WHEN length(e.embedding) > 0 "
-                f"THEN e.embedding ELSE ({_HELD.format(db='')}) END FROM embedding_cache e "
+                f"THEN e.embedding ELSE ({_HELD.format(db='')}) END, e.dims FROM embedding_cache e "
                 "ORDER BY e.updated_at, e.rowid").fetchall()
-        for p, m, k, h, blob in rows:
-            if blob:
-                yield p, m, k, hex_str(h), from_blob(blob).tolist()
+        for p, m, k, h, blob, dims in rows:
+            # an entry :meth:`cache_get` would not return (damaged bytes) is no entry to copy
+            vector = sound_vector(blob, dims) if isinstance(dims, int) and dims > 0 else None
+            if vector is not None and len(vector) == dims:
+                yield p, m, k, hex_str(h), vector.tolist()
 
     def swap_from(self, fresh_path: Path) -> None:
         """Replace this index's contents with another index file's, in one transaction.

@@ -1,0 +1,61 @@
+"""``memdir migrate`` (SQLite ⇄ PostgreSQL) met with damaged sources, read-only folders, held locks
+and large indexes: the source is left as it was, the target is complete or untouched, and every
+failure says what is wrong in memdir's words.  Runs against a real server (see conftest's ``pg``)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+from tests.test_postgres import HashProvider
+
+from helpers import Backend, deep_merge, pg_query
+from memdir.api import Memory
+
+
+def _sqlite_cfg(pg: Backend, extra: dict | None = None) -> dict:
+    """The agent's index in SQLite, the database configured too (the target of ``migrate --to postgres``)."""
+    return deep_merge(pg.config(extra), {"memorySearch": {"store": {"driver": "sqlite"}}})
+
+
+def test_damaged_vectors_are_left_out_not_copied_into_the_teams_cache(pg: Backend, make_workspace, tmp_path: Path):
+    """A stored vector whose bytes were damaged (a NaN inside its blob, or a blob one byte too
+    long) is scored 0 by searches and is a cache miss on SQLite.  ``migrate --to postgres``
+    stopped at the long one with NumPy's 'buffer size must be a multiple of element size', and
+    copied the NaN one as it was: PostgreSQL took the NaN as 0 and kept that vector in the team's
+    shared cache, where every later rebuild (of this agent or another with the same text) reused
+    it.  Damaged vectors are left out: the next sync embeds those two chunks again."""
+    texts = {f"memory/n{i}.md": f"# note {i}\n\nThe heron marker{i} fed at the pond.\n" for i in range(4)}
+    ws = make_workspace(texts)
+    provider = HashProvider()
+    with Memory(ws, agent_id="dmg", config=_sqlite_cfg(pg), state_dir=tmp_path, provider=provider) as lite:
+        lite.sync()
+        index = lite.index_path
+    con = sqlite3.connect(index)
+    rows = con.execute("SELECT rowid, path, text, embedding FROM chunks WHERE path IN ('memory/n0.md', "
+                       "'memory/n1.md') ORDER BY path").fetchall()
+    nan = np.frombuffer(rows[0][3], dtype="<f4").copy()
+    nan[3] = np.nan
+    con.execute("UPDATE chunks SET embedding = ? WHERE rowid = ?", (nan.tobytes(), rows[0][0]))
+    con.execute("UPDATE chunks SET embedding = ? WHERE rowid = ?", (rows[1][3] + b"\x00", rows[1][0]))
+    con.commit()
+    con.close()
+    damaged_texts = sorted(r[2] for r in rows)
+    before = len(provider.embedded)
+    with Memory(ws, agent_id="dmg", config=_sqlite_cfg(pg), state_dir=tmp_path, provider=provider) as lite:
+        report = lite.migrate("postgres")
+    assert (report["files"], report["chunks"], report["vectors"]) == (4, 4, 2), report
+    s = pg.schema
+    # nothing of the damaged vectors reached the shared cache (the NaN one zeroed, above all)
+    zeroed = pg_query(pg.url, f'SELECT count(*) FROM "{s}".embedding_cache WHERE embedding = %s::vector',
+                      (str(np.where(np.isnan(nan), 0, nan).tolist()),))
+    assert zeroed == [(0,)]
+    assert pg_query(pg.url, f'SELECT count(*) FROM "{s}".embedding_cache') == [(2,)]
+    with Memory(ws, agent_id="dmg", config=pg.config(), state_dir=tmp_path, provider=provider) as post:
+        post.sync()
+        assert sorted(provider.embedded[before:]) == damaged_texts  # embedded again, nothing else
+    stored = pg_query(pg.url, f'SELECT v.embedding::text FROM "{s}".vectors v JOIN "{s}".chunks c ON c.index_id = '
+                              f"v.index_id AND c.id = v.chunk_id WHERE c.path = 'memory/n0.md'")
+    assert np.allclose(np.array(json.loads(stored[0][0])), np.frombuffer(rows[0][3], dtype="<f4"), atol=1e-6)
