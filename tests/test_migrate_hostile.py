@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from tests.test_postgres import HashProvider
 
-from helpers import Backend, deep_merge, pg_query
+from helpers import Backend, ReadOnlyFolder, deep_merge, pg_query
 from memdir.api import Memory
 
 
@@ -59,3 +59,30 @@ def test_damaged_vectors_are_left_out_not_copied_into_the_teams_cache(pg: Backen
     stored = pg_query(pg.url, f'SELECT v.embedding::text FROM "{s}".vectors v JOIN "{s}".chunks c ON c.index_id = '
                               f"v.index_id AND c.id = v.chunk_id WHERE c.path = 'memory/n0.md'")
     assert np.allclose(np.array(json.loads(stored[0][0])), np.frombuffer(rows[0][3], dtype="<f4"), atol=1e-6)
+
+
+def test_a_read_only_source_is_copied_and_a_read_only_target_refused(pg: Backend, make_workspace, run_cli,
+                                                                     tmp_path: Path):
+    """An index on a read-only mount (a backup, a state folder mounted read-only) is read as any
+    search reads it, yet ``migrate --to postgres`` from it failed with '[Errno 30] Read-only file
+    system: …/x.sqlite.lock' (its writer lock, made beside it); ``migrate --to sqlite`` into such
+    an index failed the same way.  The first copies it, the second says why it cannot."""
+    ws = make_workspace({"memory/a.md": "the quokka ate lunch", "MEMORY.md": "# prefs\ndark mode"})
+    folder = ReadOnlyFolder(tmp_path / "ro")
+    env = {"MEMDIR_PROVIDER": "none", "MEMDIR_DATABASE_URL": pg.url, "MEMDIR_PG_SCHEMA": pg.schema,
+           "MEMDIR_STATE_DIR": str(folder.root)}
+    try:
+        run_cli("index", "-w", str(ws), env=env, check=True)
+        folder.lock(folder.root / "memory")
+        out = run_cli("migrate", "--to", "postgres", "--json", "-w", str(ws), env=env)
+        assert out.returncode == 0, out.stderr
+        assert (json.loads(out.stdout)["files"], json.loads(out.stdout)["chunks"]) == (2, 2)
+        post = {**env, "MEMDIR_STORE_DRIVER": "postgres"}
+        hits = json.loads(run_cli("search", "quokka", "--json", "-w", str(ws), env=post, check=True).stdout)
+        assert hits["results"][0]["path"] == "memory/a.md"
+        back = run_cli("migrate", "--to", "sqlite", "-w", str(ws), env=post)
+        assert back.returncode == 1, back.stdout
+        assert f"cannot be updated: {folder.root}" in back.stderr, back.stderr  # (names the folder, or mount)
+        assert "Errno" not in back.stderr and "Traceback" not in back.stderr, back.stderr
+    finally:
+        assert folder.release(), "a file of the index left open"

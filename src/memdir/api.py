@@ -726,10 +726,14 @@ class Memory(IndexUpkeep):
             raise MemdirError(f"nothing to migrate: {source.location} holds no index yet (run memdir index first)")
         target = open_store(self.settings, driver=to)
         try:
+            if target.readonly and not writable_again(target):  # (its lock file failed: "[Errno 30] …lock")
+                raise MemdirError(f"the index {target.location} cannot be updated: {_readonly_why(target)}")
             owner = (target.read_meta() or {}).get("workspace")
             if owned_by_other(owner, str(self.workspace)):
                 raise IndexOwnershipError(f"index {target.location} belongs to workspace {owner}, not {self.workspace}")
-            locks = [source.writer_lock(), target.writer_lock()]
+            # A source this process may only read (a backup on a read-only mount) is read as searches
+            # read it, without its lock, whose file cannot be made there ("[Errno 30] …lock")
+            locks = [target.writer_lock()] if source.readonly else [source.writer_lock(), target.writer_lock()]
             taken = []
             try:
                 for lock in locks:
