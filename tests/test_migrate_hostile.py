@@ -86,3 +86,39 @@ def test_a_read_only_source_is_copied_and_a_read_only_target_refused(pg: Backend
         assert "Errno" not in back.stderr and "Traceback" not in back.stderr, back.stderr
     finally:
         assert folder.release(), "a file of the index left open"
+
+
+def _damage_table(index: Path, table: str) -> None:
+    """Overwrite the root page of ``table`` in the SQLite file ``index`` (a bad sector, a torn write)."""
+    con = sqlite3.connect(index)
+    (page_size,) = con.execute("PRAGMA page_size").fetchone()
+    (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+    con.close()
+    with open(index, "r+b") as fh:
+        fh.seek((root - 1) * page_size)
+        fh.write(b"\xff" * page_size)
+
+
+def test_a_damaged_source_is_healed_then_copied(pg: Backend, make_workspace, run_cli, state_dir: Path):
+    """A damaged page in the SQLite index (one the open's quick probe does not read) stopped
+    ``memdir migrate`` with SQLite's bare 'memdir: database disk image is malformed', naming neither
+    the index nor what to do, and ``memdir index`` (nothing changed) did not read that page either.
+    The damaged index is set aside and rebuilt from the Markdown files, as a search does, and the
+    rebuilt one copied: the note changed since the last migrate is in the database's copy."""
+    ws = make_workspace({f"memory/n{i}.md": f"# note {i}\n\nthe quokka marker{i} ate lunch\n" for i in range(30)})
+    env = {"MEMDIR_PROVIDER": "none", "MEMDIR_DATABASE_URL": pg.url, "MEMDIR_PG_SCHEMA": pg.schema}
+    run_cli("index", "-w", str(ws), env=env, check=True)
+    run_cli("migrate", "--to", "postgres", "-w", str(ws), env=env, check=True)
+    (ws / "memory" / "n0.md").write_text("# note 0\n\nthe wombat marker0 ate lunch\n")
+    run_cli("index", "-w", str(ws), env=env, check=True)
+    (index,) = state_dir.glob("memory/*.sqlite")
+    _damage_table(index, "chunks")
+    out = run_cli("migrate", "--to", "postgres", "--json", "-w", str(ws), env=env)
+    assert out.returncode == 0, out.stderr
+    assert (json.loads(out.stdout)["files"], json.loads(out.stdout)["chunks"]) == (30, 30)
+    assert f"the index {index} was damaged (" in out.stderr and "moved it aside to " in out.stderr, out.stderr
+    assert len(list(state_dir.glob("memory/*.sqlite.corrupt-*[0-9]"))) == 1  # kept, as every heal keeps it
+    post = {**env, "MEMDIR_STORE_DRIVER": "postgres"}
+    hits = json.loads(run_cli("search", "wombat", "--json", "--no-sync", "-w", str(ws), env=post, check=True).stdout)
+    assert [r["path"] for r in hits["results"]] == ["memory/n0.md"]
+    assert json.loads(run_cli("index", "--json", "-w", str(ws), env=post, check=True).stdout)["indexed"] == 0

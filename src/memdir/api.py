@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from memdir.embeddings.base import one_line
 from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
-from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, owned_by_other, ownership_message
+from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, StoreError, owned_by_other, ownership_message
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig, with_value
@@ -705,10 +705,10 @@ class Memory(IndexUpkeep):
         """Copy this agent's index (vectors and cache included) to the other backend, ``to``.
 
         Nothing is re-embedded: switch ``store.driver`` to ``to`` afterwards and the next sync
-        finds the index up to date.  Both indexes' writer locks are held during the copy.
+        finds the index up to date.  Both indexes' writer locks are held during the copy.  A damaged
+        index is set aside and rebuilt from the Markdown files first, as a search would.
         """
-        from memdir.stores import open_store
-        from memdir.stores.migrate import copy_index
+        from memdir.stores.migrate import SourceDamaged
 
         _check_wait("lock_timeout", lock_timeout, "a number of seconds")  # as sync's: NaN waited for ever
         current = self.settings.memory_search.store.driver
@@ -722,7 +722,28 @@ class Memory(IndexUpkeep):
         if current != "postgres" and not _index_file_there(self.index_path):
             raise MemdirError(f"nothing to migrate: {self.index_path} holds no index yet (run memdir index first)")
         source = self.store
-        if source.read_meta() is None:
+        try:
+            return self._copy_index(source, to, lock_timeout)
+        except SourceDamaged as exc:
+            if source.readonly:
+                raise StoreError(f"{exc}; it cannot be rebuilt where it is: {_readonly_why(source)}") from exc
+            problem = exc.problem
+        # A damaged index is healed as a search heals it (set aside, its cache salvaged, rebuilt from
+        # the Markdown files), then copied: the copy stopped at the damage, and no advice held (an
+        # index run finds nothing changed, and reads no page of the chunks it does not change)
+        source.recover(problem, notice=self.notice)
+        self._note_recovery(source)
+        self._checked_ok = None
+        self.sync(reason="migrate", lock_timeout=lock_timeout)
+        return self._copy_index(source, to, lock_timeout)
+
+    def _copy_index(self, source: Store, to: str, lock_timeout: float | None) -> dict[str, Any]:
+        """:meth:`migrate`'s copy of ``source`` into the ``to`` backend, under both writer locks."""
+        from memdir.stores.migrate import copy_index, source_damage
+
+        with source_damage(source):
+            meta = source.read_meta()
+        if meta is None:
             raise MemdirError(f"nothing to migrate: {source.location} holds no index yet (run memdir index first)")
         target = open_store(self.settings, driver=to)
         try:

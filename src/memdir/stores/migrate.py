@@ -10,19 +10,57 @@ copy leaves the target as it was, and the source is never modified.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
+from memdir.errors import StoreError
 from memdir.stores.base import Store
+
+T = TypeVar("T")
 
 #: Files per write transaction, and cache entries per insert.
 FILES_PER_TX = 200
 CACHE_BATCH = 1000
 
 
+class SourceDamaged(StoreError):
+    """The index being copied is damaged (``problem`` says how); the copy was abandoned."""
+
+    def __init__(self, message: str, problem: str):
+        super().__init__(message)
+        self.problem = problem
+
+
+@contextmanager
+def source_damage(source: Store) -> Iterator[None]:
+    """Damage met reading ``source`` raised as :class:`SourceDamaged` (the caller heals the index as
+    a search would, then copies it): it stopped the copy with SQLite's bare "database disk image is
+    malformed", naming neither the index nor what to do."""
+    try:
+        yield
+    except SourceDamaged:
+        raise
+    except Exception as exc:
+        if not source.is_damage(exc):
+            raise
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise SourceDamaged(f"the index {source.location} is damaged ({why}): the copy was abandoned, the target "
+                            "left as it was", why) from exc
+
+
+def _reading(source: Store, rows: Iterator[T]) -> Iterator[T]:
+    """``rows`` read from ``source`` (:func:`source_damage`); the target's own errors, raised where
+    it is written, are not seen here."""
+    with source_damage(source):
+        yield from rows
+
+
 def copy_index(source: Store, target: Store) -> dict[str, Any]:
     """Replace ``target``'s contents with ``source``'s; returns what was copied."""
     started = time.monotonic()
-    meta = source.read_meta()
+    with source_damage(source):
+        meta = source.read_meta()
     if meta is None:
         raise ValueError(f"nothing to migrate: {source.location} holds no index yet (run memdir index first)")
     counts = {"files": 0, "chunks": 0, "vectors": 0, "cacheEntries": 0}
@@ -36,7 +74,7 @@ def copy_index(source: Store, target: Store) -> dict[str, Any]:
             batch.clear()
 
         pending = 0
-        for provider, model, key, h, vector in source.export_cache():  # least recently used first
+        for provider, model, key, h, vector in _reading(source, source.export_cache()):  # least recently used first
             batch.setdefault((provider, model, key), {})[h] = vector
             counts["cacheEntries"] += 1
             pending += 1
@@ -45,7 +83,7 @@ def copy_index(source: Store, target: Store) -> dict[str, Any]:
                 pending = 0
         if batch:
             flush_cache()
-        files = source.export_files()
+        files = _reading(source, source.export_files())
         while True:
             with fresh.transaction():
                 n = 0
