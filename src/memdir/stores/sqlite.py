@@ -1401,16 +1401,22 @@ class SqliteStore(SqliteLifecycle):
         with self.lock:
             if not has_cache(self.conn):
                 return
-            # an empty entry is a reference to a chunk holding the vector: export the vector itself
-            rows = self.conn.execute(
-                "SELECT e.provider, e.model, e.provider_key, e.hash, CASE WHEN length(e.embedding) > 0 "
-                f"THEN e.embedding ELSE ({_HELD.format(db='')}) END, e.dims FROM embedding_cache e "
-                "ORDER BY e.updated_at, e.rowid").fetchall()
-        for p, m, k, h, blob, dims in rows:
-            # an entry :meth:`cache_get` would not return (damaged bytes) is no entry to copy
-            vector = sound_vector(blob, dims) if isinstance(dims, int) and dims > 0 else None
-            if vector is not None and len(vector) == dims:
-                yield p, m, k, hex_str(h), vector.tolist()
+            # The order first, then the vectors a page at a time: all fetched at once, they took as
+            # much memory again as on disk before the first was written to the target
+            order = [r for (r,) in self.conn.execute("SELECT rowid FROM embedding_cache ORDER BY updated_at, rowid")]
+        for start in range(0, len(order), 200):
+            page = order[start:start + 200]
+            with self.lock:
+                # an empty entry is a reference to a chunk holding the vector: export the vector itself
+                rows = self.conn.execute(
+                    "SELECT e.provider, e.model, e.provider_key, e.hash, CASE WHEN length(e.embedding) > 0 "
+                    f"THEN e.embedding ELSE ({_HELD.format(db='')}) END, e.dims FROM embedding_cache e "
+                    f"WHERE e.rowid IN ({','.join('?' * len(page))}) ORDER BY e.updated_at, e.rowid", page).fetchall()
+            for p, m, k, h, blob, dims in rows:
+                # an entry :meth:`cache_get` would not return (damaged bytes) is no entry to copy
+                vector = sound_vector(blob, dims) if isinstance(dims, int) and dims > 0 else None
+                if vector is not None and len(vector) == dims:
+                    yield p, m, k, hex_str(h), vector.tolist()
 
     def swap_from(self, fresh_path: Path) -> None:
         """Replace this index's contents with another index file's, in one transaction.
