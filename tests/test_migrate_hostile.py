@@ -158,3 +158,31 @@ def test_the_cache_export_holds_a_page_of_vectors_not_all_of_them(backend: Backe
         assert peak < n * dims * 4 / 2, f"{peak / 1e6:.1f} MB held for {n * dims * 4 / 1e6:.1f} MB of vectors"
     finally:
         store.close()
+
+
+def test_a_long_migrate_says_how_far_it_is(pg: Backend, make_workspace, run_cli, tmp_path: Path):
+    """``memdir migrate`` printed nothing until it was done: an agent of 20,000 chunks copied for
+    25 s without a word, and a larger one for minutes, which reads as a hang.  Like ``memdir index``
+    it prints progress lines on stderr (the cache entries, then the files and chunks); --json and
+    --quiet print none."""
+    import io
+
+    from memdir.progress import ProgressLines
+
+    ws = make_workspace({f"memory/n{i}.md": f"# note {i}\n\nthe quokka marker{i} ate lunch\n" for i in range(12)})
+    with Memory(ws, agent_id="far", config=_sqlite_cfg(pg), state_dir=tmp_path / "a", provider=HashProvider()) as lite:
+        lite.sync()
+        out = io.StringIO()
+        report = lite.migrate("postgres", progress=ProgressLines(out, interval=0, action="copying"))
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("copying: ") and " cache entries, " in lines[0], lines
+    assert "copying: 12/12 cache entries, " in out.getvalue()
+    assert lines[-1].startswith("copying: 12/12 files, 12/12 chunks, ") and lines[-1].endswith(" elapsed"), lines
+    assert report["files"] == 12
+    env = {"MEMDIR_PROVIDER": "none", "MEMDIR_DATABASE_URL": pg.url, "MEMDIR_PG_SCHEMA": pg.schema,
+           "MEMDIR_PROGRESS_INTERVAL": "0"}
+    run_cli("index", "-w", str(ws), env=env, check=True)
+    proc = run_cli("migrate", "--to", "postgres", "-w", str(ws), env=env, check=True)
+    assert "copying: 12/12 files, 12/12 chunks, " in proc.stderr, proc.stderr
+    proc = run_cli("migrate", "--to", "postgres", "--json", "-w", str(ws), env=env, check=True)
+    assert "copying:" not in proc.stderr + proc.stdout, proc.stderr

@@ -701,12 +701,14 @@ class Memory(IndexUpkeep):
         return append_daily(self.workspace, text, date=date, timezone=self.settings.user_timezone)
 
     @_call
-    def migrate(self, to: str, *, lock_timeout: float | None = 30.0) -> dict[str, Any]:
+    def migrate(self, to: str, *, lock_timeout: float | None = 30.0,
+                progress: Progress | None = None) -> dict[str, Any]:
         """Copy this agent's index (vectors and cache included) to the other backend, ``to``.
 
         Nothing is re-embedded: switch ``store.driver`` to ``to`` afterwards and the next sync
         finds the index up to date.  Both indexes' writer locks are held during the copy.  A damaged
         index is set aside and rebuilt from the Markdown files first, as a search would.
+        ``progress(done, total, label)``: see :func:`memdir.stores.migrate.copy_index`.
         """
         from memdir.stores.migrate import SourceDamaged
 
@@ -723,7 +725,7 @@ class Memory(IndexUpkeep):
             raise MemdirError(f"nothing to migrate: {self.index_path} holds no index yet (run memdir index first)")
         source = self.store
         try:
-            return self._copy_index(source, to, lock_timeout)
+            return self._copy_index(source, to, lock_timeout, progress)
         except SourceDamaged as exc:
             if source.readonly:
                 raise StoreError(f"{exc}; it cannot be rebuilt where it is: {_readonly_why(source)}") from exc
@@ -735,9 +737,10 @@ class Memory(IndexUpkeep):
         self._note_recovery(source)
         self._checked_ok = None
         self.sync(reason="migrate", lock_timeout=lock_timeout)
-        return self._copy_index(source, to, lock_timeout)
+        return self._copy_index(source, to, lock_timeout, progress)
 
-    def _copy_index(self, source: Store, to: str, lock_timeout: float | None) -> dict[str, Any]:
+    def _copy_index(self, source: Store, to: str, lock_timeout: float | None,
+                    progress: Progress | None) -> dict[str, Any]:
         """:meth:`migrate`'s copy of ``source`` into the ``to`` backend, under both writer locks."""
         from memdir.stores.migrate import copy_index, source_damage
 
@@ -762,7 +765,7 @@ class Memory(IndexUpkeep):
                         raise LockTimeout("another process is writing one of the indexes; try again when it is done")
                     taken.append(lock)
                 target.cleanup_leftovers()
-                return copy_index(source, target)
+                return copy_index(source, target, progress)
             finally:
                 for lock in reversed(taken):
                     lock.release()

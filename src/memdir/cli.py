@@ -847,8 +847,13 @@ def _dirty_words(st: dict[str, Any]) -> str:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    progress = None
+    if not args.json and not _quiet(args):  # (a large index took minutes without a word)
+        from memdir.progress import ProgressLines
+
+        progress = ProgressLines(sys.stderr, action="copying")
     with _memory(args) as mem:
-        report = mem.migrate(args.to)
+        report = mem.migrate(args.to, progress=progress)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

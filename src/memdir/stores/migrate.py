@@ -12,10 +12,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from memdir.errors import StoreError
 from memdir.stores.base import Store
+
+if TYPE_CHECKING:
+    from memdir.sync import Progress
 
 T = TypeVar("T")
 
@@ -56,14 +59,34 @@ def _reading(source: Store, rows: Iterator[T]) -> Iterator[T]:
         yield from rows
 
 
-def copy_index(source: Store, target: Store) -> dict[str, Any]:
-    """Replace ``target``'s contents with ``source``'s; returns what was copied."""
+def copy_index(source: Store, target: Store, progress: Progress | None = None) -> dict[str, Any]:
+    """Replace ``target``'s contents with ``source``'s; returns what was copied.
+
+    ``progress(done, total, label)`` is told the cache entries copied (``label.unit`` is "cache
+    entries"), then the files (``label.chunks_done`` / ``chunks_planned``: the chunks): a large index
+    took minutes without a word.
+    """
+    from memdir.sync import ProgressLabel
+
     started = time.monotonic()
     with source_damage(source):
         meta = source.read_meta()
+        if meta is not None and progress is not None:
+            cache_total, file_total, chunk_total = (source.export_cache_count(), len(source.file_rows()),
+                                                    source.chunk_count())
     if meta is None:
         raise ValueError(f"nothing to migrate: {source.location} holds no index yet (run memdir index first)")
     counts = {"files": 0, "chunks": 0, "vectors": 0, "cacheEntries": 0}
+
+    def tell(unit: str) -> None:
+        if progress is None:
+            return
+        if unit == "files":
+            progress(counts["files"], file_total, ProgressLabel("Copying the index", counts["chunks"], chunk_total))
+        else:
+            progress(counts["cacheEntries"], max(cache_total, counts["cacheEntries"]),
+                     ProgressLabel("Copying the embedding cache", unit=unit))
+
     with target.rebuild() as fresh:
         batch: dict[tuple[str, str, str], dict[str, Any]] = {}
 
@@ -81,8 +104,11 @@ def copy_index(source: Store, target: Store) -> dict[str, Any]:
             if pending >= CACHE_BATCH:
                 flush_cache()
                 pending = 0
+                tell("cache entries")
         if batch:
             flush_cache()
+        if counts["cacheEntries"]:
+            tell("cache entries")
         files = _reading(source, source.export_files())
         while True:
             with fresh.transaction():
@@ -93,6 +119,7 @@ def copy_index(source: Store, target: Store) -> dict[str, Any]:
                     counts["chunks"] += len(chunks)
                     counts["vectors"] += sum(1 for c in chunks if c.embedding is not None and len(c.embedding))
                     n += 1
+                    tell("files")
                     if n >= FILES_PER_TX:
                         break
             if n < FILES_PER_TX:

@@ -132,6 +132,12 @@ class PgCache:
                                        max(1, len(windows))))
             yield path, source, fhash, int(mtime), int(size), chunks
 
+    def export_cache_count(self) -> int:
+        scope, args = self._scope()
+        with self._conn() as c:
+            return int(c.execute("SELECT count(*) FROM embedding_cache e WHERE (e.model, e.hash) IN (SELECT DISTINCT "
+                                 f"model, hash FROM chunks WHERE index_id = {scope})", args).fetchone()[0])
+
     def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
         """This agent's cache entries (those of its chunks' texts and models), least recently used
         first (so a copy keeps the LRU order).

@@ -1397,6 +1397,9 @@ class SqliteStore(SqliteLifecycle):
                                        max(1, len(vector) // dims) if vector is not None and dims else 1))
             yield path, source, fhash, int(mtime), int(size), chunks
 
+    def export_cache_count(self) -> int:
+        return self.cache_count()  # (the agent's own cache: all of it is exported)
+
     def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
         with self.lock:
             if not has_cache(self.conn):
