@@ -5,10 +5,12 @@ failure says what is wrong in memdir's words.  Runs against a real server (see c
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pytest
 from tests.test_postgres import HashProvider
 
 from helpers import Backend, ReadOnlyFolder, deep_merge, pg_query
@@ -186,3 +188,45 @@ def test_a_long_migrate_says_how_far_it_is(pg: Backend, make_workspace, run_cli,
     assert "copying: 12/12 files, 12/12 chunks, " in proc.stderr, proc.stderr
     proc = run_cli("migrate", "--to", "postgres", "--json", "-w", str(ws), env=env, check=True)
     assert "copying:" not in proc.stderr + proc.stdout, proc.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc to see a process is stopped")
+def test_a_held_lock_is_named_with_its_holder_and_a_stopped_one_not_waited_out(pg: Backend, make_workspace,
+                                                                              tmp_path: Path, monkeypatch):
+    """A migrate that met the SQLite index's writer lock held waited 30 s, then said 'another process
+    is writing one of the indexes; try again when it is done': not which index nor who, and for a
+    writer stopped with Ctrl-Z (never done) the same advice after the same wait.  It says whom it
+    waits for, then which index and which process; a stopped one is named with how to resume it."""
+    import signal
+    import time
+
+    from tests.test_lock_hostile import _lock_holder
+
+    import memdir.lock
+    from memdir.lock import LockTimeout, WriterStopped, is_stopped
+
+    ws = make_workspace({"memory/a.md": "the quokka ate lunch"})
+    said: list[str] = []
+    with Memory(ws, agent_id="held", config=_sqlite_cfg(pg, {"memorySearch": {"provider": "none"}}),
+                state_dir=tmp_path, notice=said.append) as lite:
+        lite.sync()
+        holder = _lock_holder(lite.index_path)
+        try:
+            with pytest.raises(LockTimeout) as caught:
+                lite.migrate("postgres", lock_timeout=0.5)
+            assert str(caught.value) == (f"another memdir process (pid {holder.pid}) is writing {lite.index_path}, "
+                                         "still after 0.5 s: nothing was copied; try again when it is done")
+            assert f"waiting for another memdir process (pid {holder.pid}) to finish writing {lite.index_path}" in said
+            os.kill(holder.pid, signal.SIGSTOP)
+            end = time.monotonic() + 10
+            while not is_stopped(holder.pid) and time.monotonic() < end:
+                time.sleep(0.01)
+            monkeypatch.setattr(memdir.lock, "STOPPED_WRITER_WAIT", 0.0)  # (10 s by default)
+            stopped = f"pid {holder.pid} holds the writer lock .* `kill -CONT {holder.pid}`"
+            with pytest.raises(WriterStopped, match=stopped):
+                lite.migrate("postgres", lock_timeout=60)
+        finally:
+            os.kill(holder.pid, signal.SIGCONT)
+            holder.kill()
+            holder.wait()
+        assert lite.migrate("postgres", lock_timeout=5)["files"] == 1

@@ -757,12 +757,12 @@ class Memory(IndexUpkeep):
                 raise IndexOwnershipError(f"index {target.location} belongs to workspace {owner}, not {self.workspace}")
             # A source this process may only read (a backup on a read-only mount) is read as searches
             # read it, without its lock, whose file cannot be made there ("[Errno 30] …lock")
-            locks = [target.writer_lock()] if source.readonly else [source.writer_lock(), target.writer_lock()]
+            stores = [target] if source.readonly else [source, target]
             taken = []
             try:
-                for lock in locks:
-                    if not lock.acquire(lock_timeout):
-                        raise LockTimeout("another process is writing one of the indexes; try again when it is done")
+                for store in stores:
+                    lock = store.writer_lock()
+                    self._migrate_lock(lock, store.location, lock_timeout)
                     taken.append(lock)
                 target.cleanup_leftovers()
                 return copy_index(source, target, progress)
@@ -771,6 +771,27 @@ class Memory(IndexUpkeep):
                     lock.release()
         finally:
             target.close()
+
+    def _migrate_lock(self, lock: Any, location: str, lock_timeout: float | None) -> None:
+        """Take one of :meth:`migrate`'s writer locks, saying whom it waits for.
+
+        Why: after 30 s it said only "another process is writing one of the indexes; try again when
+        it is done": not which index, nor who, and a writer stopped with Ctrl-Z (which is never
+        done) was waited for all that time and advised the same.
+        """
+        from memdir.lock import holder_of, wait_for_writer, writer_words
+
+        if lock.acquire(0):
+            return
+        who = writer_words(holder_of(lock))
+        self.notice(f"waiting for {who} to finish writing {location}")
+        try:
+            wait_for_writer(lock, lock_timeout, location)  # a stopped one: WriterStopped, with how to resume it
+        except LockTimeout as exc:
+            if type(exc) is not LockTimeout:
+                raise
+            raise LockTimeout(f"{writer_words(holder_of(lock))} is writing {location}, still after "
+                              f"{lock_timeout:g} s: nothing was copied; try again when it is done") from None
 
     @_call
     def status(self, *, deep: bool = False) -> dict[str, Any]:
