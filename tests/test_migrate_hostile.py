@@ -15,6 +15,7 @@ from tests.test_postgres import HashProvider
 
 from helpers import Backend, ReadOnlyFolder, deep_merge, pg_query
 from memdir.api import Memory
+from memdir.errors import IndexOwnershipError
 
 
 def _sqlite_cfg(pg: Backend, extra: dict | None = None) -> dict:
@@ -230,3 +231,31 @@ def test_a_held_lock_is_named_with_its_holder_and_a_stopped_one_not_waited_out(p
             holder.kill()
             holder.wait()
         assert lite.migrate("postgres", lock_timeout=5)["files"] == 1
+
+
+def test_an_agent_another_workspace_claimed_in_the_database_is_not_copied_over(pg: Backend, make_workspace,
+                                                                              tmp_path: Path):
+    """The owner check read only the target's meta, before the locks were taken: an agent another
+    workspace had claimed in the database (its first build running, or killed before it published:
+    no meta yet) was copied over by this workspace's index, as was one whose build finished while
+    migrate waited for the lock.  It is checked under the lock as a sync claims an index, and the
+    refusal says what to do, as index's does."""
+    from memdir.config import load_config
+    from memdir.stores import open_store
+    from memdir.stores.base import OWNER_STATE
+
+    theirs = make_workspace({"memory/t.md": "their note"}, name="theirs")
+    mine = make_workspace({"memory/m.md": "my note"}, name="mine")
+    store = open_store(load_config(overrides=pg.config(), state_dir=tmp_path, agent_id="bot").settings)
+    try:
+        with store.transaction():
+            store.set_state(OWNER_STATE, str(theirs))  # what a first build claims before it writes anything
+    finally:
+        store.close()
+    cfg = _sqlite_cfg(pg, {"memorySearch": {"provider": "none"}})
+    with Memory(mine, agent_id="bot", config=cfg, state_dir=tmp_path) as lite:
+        lite.sync()
+        with pytest.raises(IndexOwnershipError, match=f"belongs to workspace {theirs}, not {mine}; give this "
+                                                      r"workspace its own agent id \(--agent NAME\)"):
+            lite.migrate("postgres")
+    assert pg_query(pg.url, f'SELECT meta FROM "{pg.schema}".indexes') == [(None,)]

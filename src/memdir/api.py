@@ -752,9 +752,6 @@ class Memory(IndexUpkeep):
         try:
             if target.readonly and not writable_again(target):  # (its lock file failed: "[Errno 30] …lock")
                 raise MemdirError(f"the index {target.location} cannot be updated: {_readonly_why(target)}")
-            owner = (target.read_meta() or {}).get("workspace")
-            if owned_by_other(owner, str(self.workspace)):
-                raise IndexOwnershipError(f"index {target.location} belongs to workspace {owner}, not {self.workspace}")
             # A source this process may only read (a backup on a read-only mount) is read as searches
             # read it, without its lock, whose file cannot be made there ("[Errno 30] …lock")
             stores = [target] if source.readonly else [source, target]
@@ -764,6 +761,10 @@ class Memory(IndexUpkeep):
                     lock = store.writer_lock()
                     self._migrate_lock(lock, store.location, lock_timeout)
                     taken.append(lock)
+                # Whose the target is, checked under its lock (as a sync claims an index): a first build
+                # of another workspace's, running or killed, has claimed it but written no meta yet,
+                # and one finishing while this waited for the lock was copied over all the same
+                self._check_owner(target)
                 target.cleanup_leftovers()
                 return copy_index(source, target, progress)
             finally:
