@@ -259,3 +259,36 @@ def test_an_agent_another_workspace_claimed_in_the_database_is_not_copied_over(p
                                                       r"workspace its own agent id \(--agent NAME\)"):
             lite.migrate("postgres")
     assert pg_query(pg.url, f'SELECT meta FROM "{pg.schema}".indexes') == [(None,)]
+
+
+def test_a_large_files_vectors_are_exported_as_float32_not_python_lists(backend: Backend, tmp_path: Path):
+    """The export ``memdir migrate`` copies a file at a time from handed each vector over as a list
+    of Python floats, 8 times its float32 size: one transcript of 3,000 chunks (3 MB of vectors)
+    held 30 MB, a long-running agent's transcript of 50,000 hundreds.  Vectors are exported as
+    float32 arrays, as the indexer holds them (tracemalloc counts allocations: load cannot move it)."""
+    import tracemalloc
+
+    from memdir.config import load_config
+    from memdir.stores import open_store
+    from memdir.stores.base import ChunkRow
+
+    n, dims = 1500, 256
+    settings = load_config(overrides=backend.config(), state_dir=tmp_path, agent_id="one").settings
+    store = open_store(settings)
+    try:
+        rng = np.random.default_rng(0)
+        vectors = rng.standard_normal((n, dims)).astype(np.float32)
+        with store.transaction():
+            store.replace_file("sessions/big.jsonl", "sessions", "f", 1, 1, [
+                ChunkRow(f"c{i}", "sessions/big.jsonl", "sessions", i + 1, i + 1, f"h{i}", "m", f"entry {i}",
+                         vectors[i]) for i in range(n)])
+        tracemalloc.start()
+        try:
+            (exported,) = [chunks for *_, chunks in store.export_files()]
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert len(exported) == n and np.allclose(exported[7].embedding, vectors[7])
+        assert peak < 3 * n * dims * 4, f"{peak / 1e6:.1f} MB held for {n * dims * 4 / 1e6:.1f} MB of vectors"
+    finally:
+        store.close()

@@ -307,7 +307,7 @@ class Store(Protocol):
         """How many entries :meth:`export_cache` holds (damaged ones included), for progress."""
         ...
 
-    def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
+    def export_cache(self) -> Iterator[tuple[str, str, str, str, Sequence[float] | np.ndarray]]:
         """The agent's cache entries as ``(provider, model, provider_key, hash, vector)``, least recently
         used first: all of SQLite's (its cache is the agent's own), those of the agent's chunk texts
         from PostgreSQL's (shared by the team)."""

@@ -15,8 +15,10 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from memdir.stores.base import ChunkRow, bounded_answers
-from memdir.stores.pgsearch import floats, vec
+from memdir.stores.pgsearch import float32, floats, vec
 
 #: Cache entries read per round trip by :meth:`PgCache.export_cache`.
 EXPORT_PAGE = 200
@@ -126,9 +128,10 @@ class PgCache:
                     "AND c.source = %s ORDER BY c.start_line, c.id", (ix, path, source)).fetchall()
             chunks = []
             for r in rows:
-                windows = [floats(v) for v in r[11] or []]
+                windows = [float32(v) for v in r[11] or []]  # (as Python floats: 8 times the memory)
                 chunks.append(ChunkRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7],
-                                       [x for w in windows for x in w] or None, r[8], r[9], r[10],
+                                       (windows[0] if len(windows) == 1 else np.concatenate(windows)) if windows
+                                       else None, r[8], r[9], r[10],
                                        max(1, len(windows))))
             yield path, source, fhash, int(mtime), int(size), chunks
 
@@ -138,7 +141,7 @@ class PgCache:
             return int(c.execute("SELECT count(*) FROM embedding_cache e WHERE (e.model, e.hash) IN (SELECT DISTINCT "
                                  f"model, hash FROM chunks WHERE index_id = {scope})", args).fetchone()[0])
 
-    def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
+    def export_cache(self) -> Iterator[tuple[str, str, str, str, np.ndarray]]:
         """This agent's cache entries (those of its chunks' texts and models), least recently used
         first (so a copy keeps the LRU order).
 
@@ -155,4 +158,4 @@ class PgCache:
                         "WHERE (e.model, e.hash) IN (SELECT DISTINCT model, hash FROM chunks WHERE index_id = "
                         f"{scope}) ORDER BY e.updated_at, e.hash", args)
             for p, m, k, h, v in cur:
-                yield p, m, k, h, floats(v)
+                yield p, m, k, h, float32(v)

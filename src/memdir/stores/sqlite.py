@@ -1393,14 +1393,14 @@ class SqliteStore(SqliteLifecycle):
                 # chunk then counts as missing its vector, embedded again by the next sync
                 vector = sound_vector(r[8], dims)
                 chunks.append(ChunkRow(hex_str(r[0]), r[1], r[2], r[3], r[4], hex_str(r[5]), r[6], r[7],
-                                       vector.tolist() if vector is not None else None, r[9], r[10], r[11],
+                                       vector, r[9], r[10], r[11],  # (float32: a list takes 8 times the memory)
                                        max(1, len(vector) // dims) if vector is not None and dims else 1))
             yield path, source, fhash, int(mtime), int(size), chunks
 
     def export_cache_count(self) -> int:
         return self.cache_count()  # (the agent's own cache: all of it is exported)
 
-    def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
+    def export_cache(self) -> Iterator[tuple[str, str, str, str, np.ndarray]]:
         with self.lock:
             if not has_cache(self.conn):
                 return
@@ -1419,7 +1419,7 @@ class SqliteStore(SqliteLifecycle):
                 # an entry :meth:`cache_get` would not return (damaged bytes) is no entry to copy
                 vector = sound_vector(blob, dims) if isinstance(dims, int) and dims > 0 else None
                 if vector is not None and len(vector) == dims:
-                    yield p, m, k, hex_str(h), vector.tolist()
+                    yield p, m, k, hex_str(h), vector
 
     def swap_from(self, fresh_path: Path) -> None:
         """Replace this index's contents with another index file's, in one transaction.
