@@ -292,3 +292,33 @@ def test_a_large_files_vectors_are_exported_as_float32_not_python_lists(backend:
         assert peak < 3 * n * dims * 4, f"{peak / 1e6:.1f} MB held for {n * dims * 4 / 1e6:.1f} MB of vectors"
     finally:
         store.close()
+
+
+def test_copying_an_index_out_of_date_here_says_the_next_index_rebuilds_it(pg: Backend, make_workspace, run_cli,
+                                                                           state_dir: Path):
+    """An index built by an earlier memdir (another chunker version) was copied without a word, and
+    the README's 'the next memdir index has nothing to do' was then a full reindex on the server.
+    The copy says so (stderr, and 'warnings' in --json)."""
+    from memdir.index_identity import CHUNKER_VERSION
+
+    ws = make_workspace({"memory/a.md": "the quokka ate lunch", "MEMORY.md": "# prefs\ndark mode"})
+    env = {"MEMDIR_PROVIDER": "none", "MEMDIR_DATABASE_URL": pg.url, "MEMDIR_PG_SCHEMA": pg.schema}
+    run_cli("index", "-w", str(ws), env=env, check=True)
+    (index,) = state_dir.glob("memory/*.sqlite")
+    con = sqlite3.connect(index)
+    (value,) = con.execute("SELECT value FROM meta").fetchone()
+    con.execute("UPDATE meta SET value = ?", (json.dumps({**json.loads(value), "chunker": CHUNKER_VERSION - 1}),))
+    con.commit()
+    con.close()
+    out = run_cli("migrate", "--to", "postgres", "--json", "-w", str(ws), env=env, check=True)
+    why = f"chunker changed ({CHUNKER_VERSION - 1} → {CHUNKER_VERSION})"
+    assert json.loads(out.stdout)["warnings"] == [
+        f"the index copied was out of date here ({why}): the next memdir index on postgres rebuilds it (what the "
+        "copied cache holds is not embedded again)"]
+    assert f"note: the index copied was out of date here ({why})" in out.stderr
+    report = json.loads(run_cli("index", "--json", "-w", str(ws), env={**env, "MEMDIR_STORE_DRIVER": "postgres"},
+                                check=True).stdout)
+    assert report["full"]  # as the note said
+    run_cli("index", "-w", str(ws), env=env, check=True)  # the SQLite index rebuilt by this memdir
+    out = run_cli("migrate", "--to", "postgres", "-w", str(ws), env=env, check=True)
+    assert "note:" not in out.stderr, out.stderr

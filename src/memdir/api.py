@@ -766,12 +766,37 @@ class Memory(IndexUpkeep):
                 # and one finishing while this waited for the lock was copied over all the same
                 self._check_owner(target)
                 target.cleanup_leftovers()
-                return copy_index(source, target, progress)
+                report = copy_index(source, target, progress)
+                report["warnings"] = self._stale_copy(meta, target, to)
+                return report
             finally:
                 for lock in reversed(taken):
                     lock.release()
         finally:
             target.close()
+
+    def _stale_copy(self, meta: dict[str, Any], target: Store, to: str) -> list[str]:
+        """What makes the next sync rebuild the index just copied (it was already out of date: built
+        by another memdir version, with other settings or another model), which migrate did not say:
+        'the next memdir index has nothing to do' (the README) then did a full reindex."""
+        from memdir.index_identity import settings_rebuild_reason, version_reason
+
+        target.read_meta()  # (PostgreSQL's own reason compares what it read last)
+        why = version_reason(meta) or settings_rebuild_reason(self.settings, target, meta)
+        if why is None:
+            try:
+                provider = self.selection.provider
+            except Exception:  # (a provider that cannot be set up here: its own commands say why)
+                provider = None
+            if _holds_other_vectors(meta, provider) and meta.get("provider") == "none":
+                why = f"it was built for keywords only, not with {provider.id}/{provider.model}"
+            elif _holds_other_vectors(meta, provider):
+                why = (f"it holds {meta.get('provider')}/{meta.get('model')} vectors, not {provider.id}/"
+                       f"{provider.model}'s")
+        if why is None:
+            return []
+        return [f"the index copied was out of date here ({why}): the next memdir index on {to} rebuilds it "
+                "(what the copied cache holds is not embedded again)"]
 
     def _migrate_lock(self, lock: Any, location: str, lock_timeout: float | None) -> None:
         """Take one of :meth:`migrate`'s writer locks, saying whom it waits for.

@@ -854,6 +854,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         progress = ProgressLines(sys.stderr, action="copying")
     with _memory(args) as mem:
         report = mem.migrate(args.to, progress=progress)
+    for w in report.get("warnings") or []:  # with --json too, as index does
+        _note(args, f"note: {w}")
     if args.json:
         print(json.dumps(report, indent=2))
     else:
