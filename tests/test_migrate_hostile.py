@@ -322,3 +322,19 @@ def test_copying_an_index_out_of_date_here_says_the_next_index_rebuilds_it(pg: B
     run_cli("index", "-w", str(ws), env=env, check=True)  # the SQLite index rebuilt by this memdir
     out = run_cli("migrate", "--to", "postgres", "-w", str(ws), env=env, check=True)
     assert "note:" not in out.stderr, out.stderr
+
+
+def test_a_copy_over_the_agents_index_says_what_it_replaced(pg: Backend, make_workspace, run_cli):
+    """Migrating onto a database that already held the agent's index (the team's, served to other
+    hosts) replaced it without a word: the output read as for a first copy.  It says what the index
+    replaced held (and the README says a copy replaces it)."""
+    ws = make_workspace({"memory/a.md": "the quokka ate lunch", "MEMORY.md": "# prefs\ndark mode"})
+    env = {"MEMDIR_PROVIDER": "none", "MEMDIR_DATABASE_URL": pg.url, "MEMDIR_PG_SCHEMA": pg.schema}
+    run_cli("index", "-w", str(ws), env=env, check=True)
+    first = json.loads(run_cli("migrate", "--to", "postgres", "--json", "-w", str(ws), env=env, check=True).stdout)
+    assert first["replaced"] is None
+    (ws / "memory" / "b.md").write_text("the wombat slept")
+    run_cli("index", "-w", str(ws), env=env, check=True)
+    again = run_cli("migrate", "--to", "postgres", "-w", str(ws), env=env, check=True)
+    assert "copied 3 files, 3 chunks, " in again.stdout
+    assert " (replacing the index of 2 files, 2 chunks it held) in " in again.stdout, again.stdout

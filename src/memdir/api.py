@@ -765,8 +765,12 @@ class Memory(IndexUpkeep):
                 # of another workspace's, running or killed, has claimed it but written no meta yet,
                 # and one finishing while this waited for the lock was copied over all the same
                 self._check_owner(target)
+                # what the copy replaces, said: the team's index of this agent was replaced without a word
+                held = target.counts_by_source() if target.read_meta() is not None else {}
                 target.cleanup_leftovers()
                 report = copy_index(source, target, progress)
+                report["replaced"] = {"files": sum(f for f, _ in held.values()),
+                                      "chunks": sum(c for _, c in held.values())} if held else None
                 report["warnings"] = self._stale_copy(meta, target, to)
                 return report
             finally:

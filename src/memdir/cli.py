@@ -859,9 +859,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
+        replaced = report.get("replaced")
         print(f"copied {report['files']} files, {report['chunks']} chunks, {report['vectors']} vectors and "
               f"{report['cacheEntries']} cache entries from {report['from']} to {report['to']} "
-              f"in {report['seconds']:.1f} s; now set store.driver = \"{args.to}\"")
+              + (f"(replacing the index of {replaced['files']} files, {replaced['chunks']} chunks it held) "
+                 if replaced else "")
+              + f"in {report['seconds']:.1f} s; now set store.driver = \"{args.to}\"")
     return 0
 
 
