@@ -338,3 +338,23 @@ def test_a_copy_over_the_agents_index_says_what_it_replaced(pg: Backend, make_wo
     again = run_cli("migrate", "--to", "postgres", "-w", str(ws), env=env, check=True)
     assert "copied 3 files, 3 chunks, " in again.stdout
     assert " (replacing the index of 2 files, 2 chunks it held) in " in again.stdout, again.stdout
+
+
+def test_an_index_set_aside_when_opened_is_rebuilt_then_copied(pg: Backend, make_workspace, run_cli,
+                                                                state_dir: Path):
+    """An index file that is no database at all (overwritten, zero-filled) is set aside when opened,
+    with 'moved it aside … and rebuilding it from the Markdown files'; migrate then said 'nothing to
+    migrate: … holds no index yet (run memdir index first)' and rebuilt nothing.  It is rebuilt, as
+    said, and copied."""
+    ws = make_workspace({"memory/a.md": "the quokka ate lunch", "MEMORY.md": "# prefs\ndark mode"})
+    env = {"MEMDIR_PROVIDER": "none", "MEMDIR_DATABASE_URL": pg.url, "MEMDIR_PG_SCHEMA": pg.schema}
+    run_cli("index", "-w", str(ws), env=env, check=True)
+    (index,) = state_dir.glob("memory/*.sqlite")
+    index.write_bytes(b"\x00" * 8192)
+    out = run_cli("migrate", "--to", "postgres", "--json", "-w", str(ws), env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (json.loads(out.stdout)["files"], json.loads(out.stdout)["chunks"]) == (2, 2)
+    assert f"the index {index} was damaged" in out.stderr and "rebuilding it from the Markdown files" in out.stderr
+    post = {**env, "MEMDIR_STORE_DRIVER": "postgres"}
+    hits = json.loads(run_cli("search", "quokka", "--json", "-w", str(ws), env=post, check=True).stdout)
+    assert [r["path"] for r in hits["results"]] == ["memory/a.md"]

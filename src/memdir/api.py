@@ -724,6 +724,10 @@ class Memory(IndexUpkeep):
         if current != "postgres" and not _index_file_there(self.index_path):
             raise MemdirError(f"nothing to migrate: {self.index_path} holds no index yet (run memdir index first)")
         source = self.store
+        if getattr(source, "recovery", None) and source.read_meta() is None:
+            # set aside as damaged when it was opened, saying it is being rebuilt from the Markdown
+            # files: it is, then copied (migrate said "nothing to migrate … run memdir index first")
+            self.sync(reason="migrate", lock_timeout=lock_timeout)
         try:
             return self._copy_index(source, to, lock_timeout, progress)
         except SourceDamaged as exc:
