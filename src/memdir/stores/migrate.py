@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from memdir.errors import StoreError
@@ -97,14 +97,17 @@ def copy_index(source: Store, target: Store, progress: Progress | None = None) -
             batch.clear()
 
         pending = 0
-        for provider, model, key, h, vector in _reading(source, source.export_cache()):  # least recently used first
-            batch.setdefault((provider, model, key), {})[h] = vector
-            counts["cacheEntries"] += 1
-            pending += 1
-            if pending >= CACHE_BATCH:
-                flush_cache()
-                pending = 0
-                tell("cache entries")
+        # closed where the copy stops (its PostgreSQL cursor holds a pooled connection in a transaction,
+        # which an exception's traceback kept open for as long as the exception was kept)
+        with closing(_reading(source, source.export_cache())) as entries:
+            for provider, model, key, h, vector in entries:  # least recently used first
+                batch.setdefault((provider, model, key), {})[h] = vector
+                counts["cacheEntries"] += 1
+                pending += 1
+                if pending >= CACHE_BATCH:
+                    flush_cache()
+                    pending = 0
+                    tell("cache entries")
         if batch:
             flush_cache()
         if counts["cacheEntries"]:
