@@ -358,3 +358,33 @@ def test_an_index_set_aside_when_opened_is_rebuilt_then_copied(pg: Backend, make
     post = {**env, "MEMDIR_STORE_DRIVER": "postgres"}
     hits = json.loads(run_cli("search", "quokka", "--json", "-w", str(ws), env=post, check=True).stdout)
     assert [r["path"] for r in hits["results"]] == ["memory/a.md"]
+
+
+def test_only_the_cache_of_the_agents_notes_goes_into_the_teams_cache(pg: Backend, make_workspace, tmp_path: Path):
+    """An SQLite cache keeps the vectors of texts no note holds any more (edited, deleted) until
+    ``maxEntries``; ``migrate --to postgres`` copied them all into the team's shared cache as its
+    newest entries, so the next prune (``cache.maxEntries``) evicted the other agents' entries for
+    them, and those agents paid to embed their notes again.  Only the entries of the agent's chunk
+    texts are copied, as from PostgreSQL."""
+    provider = HashProvider()
+    theirs = make_workspace({f"memory/b{i}.md": f"Bob's note {i}.\n" for i in range(3)}, name="theirs")
+    capped = {"memorySearch": {"cache": {"maxEntries": 6}}}
+    with Memory(theirs, agent_id="bob", config=pg.config(capped), state_dir=tmp_path, provider=provider) as bob:
+        bob.sync()
+    mine = make_workspace({"memory/a.md": "Alice's note.\n", "memory/c.md": "Carol's note.\n"}, name="mine")
+    with Memory(mine, agent_id="alice", config=_sqlite_cfg(pg, capped), state_dir=tmp_path, provider=provider) as lite:
+        for draft in range(3):  # earlier drafts: their vectors stay in this SQLite cache
+            (mine / "memory" / "a.md").write_text(f"Alice's note, draft {draft}.\n")
+            (mine / "memory" / "c.md").write_text(f"Carol's note, draft {draft}.\n")
+            lite.sync()
+        (mine / "memory" / "a.md").write_text("Alice's note.\n")
+        (mine / "memory" / "c.md").write_text("Carol's note.\n")
+        lite.sync()
+        assert lite.migrate("postgres")["cacheEntries"] == 2
+    with Memory(mine, agent_id="alice", config=pg.config(capped), state_dir=tmp_path, provider=provider) as alice:
+        (mine / "memory" / "d.md").write_text("Dave's note.\n")
+        alice.sync()  # embeds one note, then prunes the shared cache to maxEntries
+    before = len(provider.embedded)
+    with Memory(theirs, agent_id="bob", config=pg.config(capped), state_dir=tmp_path, provider=provider) as bob:
+        assert bob.sync(force=True).indexed == 3
+    assert provider.embedded[before:] == []  # Bob's vectors were still in the cache

@@ -54,6 +54,10 @@ _CHUNK_COLUMNS = ("id, path, source, start_line, end_line, hash, model, text, em
 #: the embedding cache keeps no second copy of vectors that live chunks hold.
 _HELD = ("SELECT c.embedding FROM {db}chunks c WHERE c.hash = e.hash AND c.embedding IS NOT NULL "
          "AND c.model = e.model AND length(c.embedding) = e.dims * 4 LIMIT 1")
+#: A cache entry of a text some chunk holds now (what ``memdir migrate`` copies): the rest, texts no
+#: note holds any more, went into PostgreSQL's shared cache as its newest entries, and the next prune
+#: (``cache.maxEntries``) evicted the other agents' entries for them.
+_IN_USE = "(e.hash, e.model) IN (SELECT hash, model FROM chunks)"  # (one pass: a list SQLite makes once)
 _HIT_COLUMNS = "c.id, c.path, c.source, c.start_line, c.end_line, c.text, c.ts, c.date_start, c.date_end"
 
 
@@ -1398,7 +1402,10 @@ class SqliteStore(SqliteLifecycle):
             yield path, source, fhash, int(mtime), int(size), chunks
 
     def export_cache_count(self) -> int:
-        return self.cache_count()  # (the agent's own cache: all of it is exported)
+        with self.lock:
+            if not has_cache(self.conn):
+                return 0
+            return int(self.conn.execute(f"SELECT count(*) FROM embedding_cache e WHERE {_IN_USE}").fetchone()[0])
 
     def export_cache(self) -> Iterator[tuple[str, str, str, str, np.ndarray]]:
         with self.lock:
@@ -1406,7 +1413,8 @@ class SqliteStore(SqliteLifecycle):
                 return
             # The order first, then the vectors a page at a time: all fetched at once, they took as
             # much memory again as on disk before the first was written to the target
-            order = [r for (r,) in self.conn.execute("SELECT rowid FROM embedding_cache ORDER BY updated_at, rowid")]
+            order = [r for (r,) in self.conn.execute(
+                f"SELECT rowid FROM embedding_cache e WHERE {_IN_USE} ORDER BY updated_at, rowid")]
         for start in range(0, len(order), 200):
             page = order[start:start + 200]
             with self.lock:
