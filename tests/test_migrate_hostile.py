@@ -388,3 +388,21 @@ def test_only_the_cache_of_the_agents_notes_goes_into_the_teams_cache(pg: Backen
     with Memory(theirs, agent_id="bob", config=pg.config(capped), state_dir=tmp_path, provider=provider) as bob:
         assert bob.sync(force=True).indexed == 3
     assert provider.embedded[before:] == []  # Bob's vectors were still in the cache
+
+
+def test_migrate_with_the_driver_already_set_says_how_to_copy(pg: Backend, make_workspace, run_cli):
+    """The README's setup exports MEMDIR_STORE_DRIVER=postgres before anything else; a user with an
+    SQLite index who then ran 'memdir migrate --to postgres' read "this agent's index is already on
+    postgres (store.driver)", as if it had been copied or there were nothing to do, while the
+    database held nothing.  The refusal says how to copy it, and that way works."""
+    ws = make_workspace({"memory/a.md": "the quokka ate lunch", "MEMORY.md": "# prefs\ndark mode"})
+    env = {"MEMDIR_PROVIDER": "none", "MEMDIR_DATABASE_URL": pg.url, "MEMDIR_PG_SCHEMA": pg.schema}
+    run_cli("index", "-w", str(ws), env=env, check=True)
+    post = {**env, "MEMDIR_STORE_DRIVER": "postgres"}
+    out = run_cli("migrate", "--to", "postgres", "-w", str(ws), env=post)
+    assert out.returncode == 1
+    assert "To copy its SQLite index to PostgreSQL, run MEMDIR_STORE_DRIVER=sqlite memdir migrate --to postgres" \
+        in out.stderr, out.stderr
+    run_cli("migrate", "--to", "postgres", "-w", str(ws), env={**post, "MEMDIR_STORE_DRIVER": "sqlite"}, check=True)
+    report = json.loads(run_cli("index", "--json", "-w", str(ws), env=post, check=True).stdout)
+    assert not report["full"] and report["indexed"] == 0

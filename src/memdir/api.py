@@ -717,8 +717,14 @@ class Memory(IndexUpkeep):
         if to not in ("sqlite", "postgres"):
             raise MemdirError(f"unknown store driver {to!r} (expected sqlite or postgres)")
         if to == current:
-            raise MemdirError(f"this agent's index is already on {to} (store.driver); migrate copies it to the "
-                              "other backend")
+            # (the README's setup exports MEMDIR_STORE_DRIVER=postgres first, and then "already on postgres"
+            # read as if the SQLite index had been copied, or as if there were nothing to do)
+            other = "sqlite" if to == "postgres" else "postgres"
+            names = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
+            raise MemdirError(f'store.driver is already "{to}": migrate copies this agent\'s index from the backend '
+                              f"store.driver names to the other one. To copy its {names[other]} index to "
+                              f"{names[to]}, run MEMDIR_STORE_DRIVER={other} memdir migrate --to {to} (or set "
+                              f'store.driver = "{other}" for it), then keep store.driver = "{to}"')
         # Checked before anything is opened: opening a missing SQLite index (the source, or the
         # target) creates an empty one, which a failed migrate used to leave behind.
         if current != "postgres" and not _index_file_there(self.index_path):
