@@ -406,3 +406,30 @@ def test_migrate_with_the_driver_already_set_says_how_to_copy(pg: Backend, make_
     run_cli("migrate", "--to", "postgres", "-w", str(ws), env={**post, "MEMDIR_STORE_DRIVER": "sqlite"}, check=True)
     report = json.loads(run_cli("index", "--json", "-w", str(ws), env=post, check=True).stdout)
     assert not report["full"] and report["indexed"] == 0
+
+
+def test_an_agent_whose_workspace_moved_says_how_to_let_go_of_its_database_index(pg: Backend, make_workspace,
+                                                                                 run_cli, tmp_path: Path):
+    """An agent copied into the database from one path (a laptop's) and used from another (the
+    server's clone, a workspace moved) was refused with "… no longer exists: if it was moved here,
+    delete postgresql://…#schema/agent (memdir rebuilds it …); otherwise give this workspace its own
+    agent id (--agent NAME) or index path (store.path)": no one can delete a URL, and an index path
+    is no setting of a database index.  It names the statement that retires the index, which works."""
+    ws = make_workspace({"memory/a.md": "the quokka ate lunch"}, name="laptop")
+    env = {"MEMDIR_PROVIDER": "none", "MEMDIR_DATABASE_URL": pg.url, "MEMDIR_PG_SCHEMA": pg.schema}
+    run_cli("index", "--agent", "bot", "-w", str(ws), env=env, check=True)
+    run_cli("migrate", "--to", "postgres", "--agent", "bot", "-w", str(ws), env=env, check=True)
+    moved = tmp_path / "server"
+    ws.rename(moved)
+    post = {**env, "MEMDIR_STORE_DRIVER": "postgres"}
+    refused = run_cli("index", "--agent", "bot", "-w", str(moved), env=post)
+    assert refused.returncode == 1
+    statement = f"UPDATE \"{pg.schema}\".indexes SET state = 'retired' WHERE agent = 'bot'"
+    assert f"{ws} no longer exists: if it was moved here, retire its index in the database ({statement}; the next " \
+           "sync drops its rows) (memdir rebuilds it from the Markdown files); otherwise give this workspace its own " \
+           "agent id (--agent NAME)" in refused.stderr, refused.stderr
+    assert "store.path" not in refused.stderr and "delete postgresql" not in refused.stderr
+    pg_query(pg.url, statement)
+    assert json.loads(run_cli("index", "--json", "--agent", "bot", "-w", str(moved), env=post,
+                              check=True).stdout)["indexed"] == 1
+    assert pg_query(pg.url, f'SELECT state FROM "{pg.schema}".indexes') == [("live",)]  # the old one dropped

@@ -35,7 +35,14 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from memdir.embeddings.base import one_line
 from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
-from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, StoreError, owned_by_other, ownership_message
+from memdir.errors import (
+    IndexOwnershipError,
+    MemdirError,
+    MemoryClosed,
+    StoreError,
+    owned_by_other,
+    store_ownership_message,
+)
 from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig, with_value
@@ -394,7 +401,7 @@ class Memory(IndexUpkeep):
         meta = store.read_meta() if meta is None else meta
         owner = (meta or {}).get("workspace") or store.get_state(OWNER_STATE)
         if owned_by_other(owner, str(self.workspace)):
-            raise IndexOwnershipError(ownership_message(store.location, owner, str(self.workspace)))
+            raise IndexOwnershipError(store_ownership_message(store, owner, str(self.workspace)))
 
     @property
     def indexer(self) -> Indexer:

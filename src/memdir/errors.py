@@ -44,14 +44,25 @@ def owned_by_other(owner: str | None, workspace: str) -> bool:
         return True
 
 
-def ownership_message(index: str, owner: str, workspace: str) -> str:
-    advice = "give this workspace its own agent id (--agent NAME) or index path (store.path)"
+def ownership_message(index: str, owner: str, workspace: str, *, release: str | None = None) -> str:
+    """``release``: how to let go of an index that is no file (a PostgreSQL agent's, whose "delete
+    postgresql://…#memdir/bot" no one could follow, nor give it an index path)."""
+    advice = ("give this workspace its own agent id (--agent NAME)" if release else
+              "give this workspace its own agent id (--agent NAME) or index path (store.path)")
     if os.path.isdir(owner):
         return f"index {index} belongs to workspace {owner}, not {workspace}; {advice}"
     # A workspace moved or renamed under the same agent id met only the advice above (`index
     # --force` is refused too): say what to do when the owner is gone.
     return (f"index {index} belongs to workspace {owner}, not {workspace}, and {owner} no longer exists: if it was "
-            f"moved here, delete {index} (memdir rebuilds it from the Markdown files); otherwise {advice}")
+            f"moved here, {release or f'delete {index}'} (memdir rebuilds it from the Markdown files); "
+            f"otherwise {advice}")
+
+
+def store_ownership_message(store: object, owner: str, workspace: str) -> str:
+    """:func:`ownership_message` for ``store``, with its own way to let go of it when it has one."""
+    release = getattr(store, "release_advice", None)
+    return ownership_message(getattr(store, "location", "?"), owner, workspace,
+                             release=release() if callable(release) else None)
 
 
 #: ``, /root/.cargo/registry/.../file.rs:123:45``: where in its Rust source LanceDB raised.

@@ -29,7 +29,7 @@ from memdir.chunking import Chunk, chunk_id, embedding_windows, sha256_text
 from memdir.dates import file_date
 from memdir.embeddings.base import EmbeddingProvider, one_line, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
-from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, owned_by_other, ownership_message
+from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, owned_by_other, store_ownership_message
 from memdir.index_identity import (
     SETTINGS_KEYS,
     changed_reason,
@@ -612,7 +612,7 @@ class Indexer:
         mine = str(self.settings.workspace_path)
         owner = (meta or {}).get("workspace") or self.store.get_state(OWNER_STATE)
         if owned_by_other(owner, mine):
-            raise IndexOwnershipError(ownership_message(self.store.location, owner, mine))
+            raise IndexOwnershipError(store_ownership_message(self.store, owner, mine))
         if not owner:
             with self.store.transaction():
                 self.store.set_state(OWNER_STATE, mine)

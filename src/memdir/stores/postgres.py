@@ -532,6 +532,13 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
     def publish(self) -> None:
         """Nothing to do: every write transaction commits when it ends."""
 
+    def release_advice(self) -> str:
+        """How a user lets go of this agent's index (its workspace moved to another path, or another
+        machine): a generation no longer live is dropped, rows and all, by the next sync."""
+        agent = self.agent.replace("'", "''")
+        return (f"retire its index in the database (UPDATE \"{self.schema}\".indexes SET state = 'retired' WHERE "
+                f"agent = '{agent}'; the next sync drops its rows)")
+
     def cleanup_leftovers(self) -> None:
         """Drop generations a crashed rebuild (or an interrupted cleanup) left behind.
 
