@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -433,3 +434,27 @@ def test_an_agent_whose_workspace_moved_says_how_to_let_go_of_its_database_index
     assert json.loads(run_cli("index", "--json", "--agent", "bot", "-w", str(moved), env=post,
                               check=True).stdout)["indexed"] == 1
     assert pg_query(pg.url, f'SELECT state FROM "{pg.schema}".indexes') == [("live",)]  # the old one dropped
+
+
+def test_status_during_a_migrate_says_it_is_copying_and_how_far(pg: Backend, make_workspace, run_cli,
+                                                                state_dir: Path):
+    """While a long migrate ran, 'memdir status' said 'Writer: pid N is indexing' and nothing of
+    how far it was.  It says the index is being copied, and the files and chunks copied so far."""
+    ws = make_workspace({f"memory/n{i}.md": f"# note {i}\n\nthe quokka marker{i} ate lunch\n" for i in range(12)})
+    env = {"MEMDIR_PROVIDER": "none", "MEMDIR_DATABASE_URL": pg.url, "MEMDIR_PG_SCHEMA": pg.schema}
+    run_cli("index", "-w", str(ws), env=env, check=True)
+    seen: list[str] = []
+
+    def look(done: int, total: int, label: str) -> None:
+        if done == 5 and getattr(label, "unit", "files") == "files":  # midway: what does status say?
+            seen.append(run_cli("status", "-w", str(ws), env=env, check=True).stdout)
+
+    cfg = _sqlite_cfg(pg, {"memorySearch": {"provider": "none"}})
+    with Memory(ws, config=cfg, state_dir=state_dir) as lite:
+        lite.migrate("postgres", progress=look)
+    (text,) = seen
+    # (the file is written at most twice a second: the first files' count, or a later one)
+    assert re.search(rf"Writer: pid {os.getpid()} is copying the index to postgres \(([1-5])/12 files, \1/12 chunks\)",
+                     text), text
+    status = run_cli("status", "-w", str(ws), env=env, check=True).stdout
+    assert "Writer:" not in status  # (and the progress file is gone)

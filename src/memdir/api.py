@@ -759,7 +759,7 @@ class Memory(IndexUpkeep):
     def _copy_index(self, source: Store, to: str, lock_timeout: float | None,
                     progress: Progress | None) -> dict[str, Any]:
         """:meth:`migrate`'s copy of ``source`` into the ``to`` backend, under both writer locks."""
-        from memdir.stores.migrate import copy_index, source_damage
+        from memdir.stores.migrate import source_damage
 
         with source_damage(source):
             meta = source.read_meta()
@@ -785,7 +785,7 @@ class Memory(IndexUpkeep):
                 # what the copy replaces, said: the team's index of this agent was replaced without a word
                 held = target.counts_by_source() if target.read_meta() is not None else {}
                 target.cleanup_leftovers()
-                report = copy_index(source, target, progress)
+                report = self._copy_told(source, target, to, progress)
                 report["replaced"] = {"files": sum(f for f, _ in held.values()),
                                       "chunks": sum(c for _, c in held.values())} if held else None
                 report["warnings"] = self._stale_copy(meta, target, to)
@@ -795,6 +795,26 @@ class Memory(IndexUpkeep):
                     lock.release()
         finally:
             target.close()
+
+    def _copy_told(self, source: Store, target: Store, to: str, progress: Progress | None) -> dict[str, Any]:
+        """:func:`copy_index`, its file counts also in ``<index>.progress``: ``memdir status`` said
+        'Writer: pid N is indexing' the whole time a migrate ran, and how far it was nowhere."""
+        from memdir.progress import ProgressFile
+        from memdir.stores.migrate import copy_index
+
+        shown = ProgressFile(self.index_path, workspace=str(self.workspace), min_interval=0.5)
+        shown.start(f"copying the index to {to}")
+
+        def tell(done: int, total: int, label: str) -> None:
+            if getattr(label, "unit", "files") == "files":
+                shown.update(done, total, (getattr(label, "chunks_done", 0), getattr(label, "chunks_planned", 0)))
+            if progress is not None:
+                progress(done, total, label)
+
+        try:
+            return copy_index(source, target, tell)
+        finally:
+            shown.clear()
 
     def _stale_copy(self, meta: dict[str, Any], target: Store, to: str) -> list[str]:
         """What makes the next sync rebuild the index just copied (it was already out of date: built

@@ -782,8 +782,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
                 lines.append(f"Writer: pid {w.get('pid')}{host} is stopped (Ctrl-Z or SIGSTOP) while indexing{far}: "
                              f"{resume_advice(w.get('pid'))}")
-            else:
-                lines.append(f"Writer: pid {w.get('pid')}{host} is indexing{far}")
+            else:  # (or "is copying the index to postgres", while memdir migrate runs)
+                doing = w["phase"] if str(w.get("phase") or "").startswith("copying") else "indexing"
+                lines.append(f"Writer: pid {w.get('pid')}{host} is {doing}{far}")
     if st.get("readOnly"):
         lines.append(f"Read-only: {st['readOnly']}; searches answer from the index as it is")
     if st.get("recovered"):
