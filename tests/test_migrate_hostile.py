@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sqlite3
+import time
 from pathlib import Path
 
 import numpy as np
@@ -458,3 +459,44 @@ def test_status_during_a_migrate_says_it_is_copying_and_how_far(pg: Backend, mak
                      text), text
     status = run_cli("status", "-w", str(ws), env=env, check=True).stdout
     assert "Writer:" not in status  # (and the progress file is gone)
+
+
+def test_a_migrate_waiting_for_the_sqlite_lock_does_not_hold_the_databases(pg: Backend, make_workspace,
+                                                                           tmp_path: Path):
+    """'migrate --to sqlite' took the database's writer lock first, then waited for the SQLite
+    index's (a watcher of the old index stopped with Ctrl-Z, another migrate going the other way):
+    meanwhile no host could sync the agent, and two migrates the opposite ways each held the lock
+    the other waited for until both gave up.  The SQLite lock is taken first."""
+    import threading
+
+    from tests.test_lock_hostile import _lock_holder
+
+    from memdir.config import load_config
+    from memdir.stores import open_store
+
+    ws = make_workspace({"memory/a.md": "the quokka ate lunch"})
+    cfg = pg.config({"memorySearch": {"provider": "none"}})
+    said: list[str] = []
+    with Memory(ws, agent_id="order", config=cfg, state_dir=tmp_path, notice=said.append) as post:
+        post.sync()
+        holder = _lock_holder(post.index_path)  # the SQLite index's lock, held elsewhere
+        done: list[dict] = []
+        worker = threading.Thread(target=lambda: done.append(post.migrate("sqlite", lock_timeout=60)))
+        try:
+            worker.start()
+            deadline = time.monotonic() + 30
+            while not any("to finish writing" in s for s in said) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert any(str(post.index_path) in s for s in said), said
+            other = open_store(load_config(overrides=cfg, state_dir=tmp_path / "o", agent_id="order").settings)
+            try:
+                lock = other.writer_lock()
+                assert lock.acquire(0), "the database's lock was held while migrate waited for the SQLite one"
+                lock.release()
+            finally:
+                other.close()
+        finally:
+            holder.kill()
+            holder.wait()
+            worker.join(60)
+        assert done and done[0]["files"] == 1

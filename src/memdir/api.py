@@ -771,7 +771,10 @@ class Memory(IndexUpkeep):
                 raise MemdirError(f"the index {target.location} cannot be updated: {_readonly_why(target)}")
             # A source this process may only read (a backup on a read-only mount) is read as searches
             # read it, without its lock, whose file cannot be made there ("[Errno 30] …lock")
-            stores = [target] if source.readonly else [source, target]
+            # The SQLite index's lock first: waiting for a local writer (a watcher stopped with Ctrl-Z)
+            # while holding the database's lock stopped every host's syncs of the agent meanwhile, and
+            # two migrates the opposite ways each held the lock the other waited for
+            stores = [target] if source.readonly else [source, target] if to == "postgres" else [target, source]
             taken = []
             try:
                 for store in stores:
