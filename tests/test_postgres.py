@@ -402,7 +402,7 @@ def test_migrate_cli(pg: Backend, make_workspace, run_cli):
     run_cli("index", "-w", str(ws), env={"MEMDIR_PROVIDER": "none"}, check=True)
     env = {"MEMDIR_PROVIDER": "none", "MEMDIR_DATABASE_URL": pg.url, "MEMDIR_PG_SCHEMA": pg.schema}
     same = run_cli("migrate", "--to", "sqlite", "-w", str(ws), env=env)
-    assert same.returncode == 1 and "already on sqlite" in same.stderr
+    assert same.returncode == 1 and 'store.driver is already "sqlite"' in same.stderr
     out = json.loads(run_cli("migrate", "--to", "postgres", "--json", "-w", str(ws), env=env, check=True).stdout)
     assert (out["files"], out["chunks"]) == (2, 2) and out["to"].startswith("postgresql://")
     env["MEMDIR_STORE_DRIVER"] = "postgres"

@@ -35,8 +35,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from memdir.embeddings.base import one_line
 from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
-from memdir.errors import IndexOwnershipError, MemdirError, MemoryClosed, owned_by_other, ownership_message
-from memdir.lock import LockTimeout, writing_words
+from memdir.errors import (
+    IndexOwnershipError,
+    MemdirError,
+    MemoryClosed,
+    StoreError,
+    owned_by_other,
+    ownership_message,
+)
+from memdir.lock import LockTimeout
 from memdir.search import SearchResponse, run_search
 from memdir.settings_cache import SnapshotConfig, with_value
 from memdir.stores import Store, open_store, unapplied_settings
@@ -717,48 +724,160 @@ class Memory(IndexUpkeep):
         return append_daily(self.workspace, text, date=date, timezone=self.settings.user_timezone)
 
     @_call
-    def migrate(self, to: str, *, lock_timeout: float | None = 30.0) -> dict[str, Any]:
+    def migrate(self, to: str, *, lock_timeout: float | None = 30.0,
+                progress: Progress | None = None) -> dict[str, Any]:
         """Copy this agent's index (vectors and cache included) to the other backend, ``to``.
 
         Nothing is re-embedded: switch ``store.driver`` to ``to`` afterwards and the next sync
-        finds the index up to date.  Both indexes' writer locks are held during the copy.
+        finds the index up to date.  Both indexes' writer locks are held during the copy.  A damaged
+        index is set aside and rebuilt from the Markdown files first, as a search would.
+        ``progress(done, total, label)``: see :func:`memdir.stores.migrate.copy_index`.
         """
-        from memdir.stores import open_store
-        from memdir.stores.migrate import copy_index
+        from memdir.stores.migrate import SourceDamaged
 
         _check_wait("lock_timeout", lock_timeout, "a number of seconds")  # as sync's: NaN waited for ever
         current = self.settings.memory_search.store.driver
         if to not in ("sqlite", "postgres"):
             raise MemdirError(f"unknown store driver {to!r} (expected sqlite or postgres)")
         if to == current:
-            raise MemdirError(f"this agent's index is already on {to} (store.driver); migrate copies it to the "
-                              "other backend")
+            # (the README's setup exports MEMDIR_STORE_DRIVER=postgres first, and then "already on postgres"
+            # read as if the SQLite index had been copied, or as if there were nothing to do)
+            other = "sqlite" if to == "postgres" else "postgres"
+            names = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
+            raise MemdirError(f'store.driver is already "{to}": migrate copies this agent\'s index from the backend '
+                              f"store.driver names to the other one. To copy its {names[other]} index to "
+                              f"{names[to]}, run MEMDIR_STORE_DRIVER={other} memdir migrate --to {to} (or set "
+                              f'store.driver = "{other}" for it), then keep store.driver = "{to}"')
         # Checked before anything is opened: opening a missing SQLite index (the source, or the
         # target) creates an empty one, which a failed migrate used to leave behind.
         if current != "postgres" and not _index_file_there(self.index_path):
             raise MemdirError(f"nothing to migrate: {self.index_path} holds no index yet (run memdir index first)")
         source = self.store
-        if source.read_meta() is None:
+        if getattr(source, "recovery", None) and source.read_meta() is None:
+            # set aside as damaged when it was opened, saying it is being rebuilt from the Markdown
+            # files: it is, then copied (migrate said "nothing to migrate … run memdir index first")
+            self.sync(reason="migrate", lock_timeout=lock_timeout)
+        try:
+            return self._copy_index(source, to, lock_timeout, progress)
+        except SourceDamaged as exc:
+            if source.readonly:
+                raise StoreError(f"{exc}; it cannot be rebuilt where it is: {_readonly_why(source)}") from exc
+            problem = exc.problem
+        # A damaged index is healed as a search heals it (set aside, its cache salvaged, rebuilt from
+        # the Markdown files), then copied: the copy stopped at the damage, and no advice held (an
+        # index run finds nothing changed, and reads no page of the chunks it does not change)
+        source.recover(problem, notice=self.notice)
+        self._note_recovery(source)
+        self._checked_ok = None
+        self.sync(reason="migrate", lock_timeout=lock_timeout)
+        return self._copy_index(source, to, lock_timeout, progress)
+
+    def _copy_index(self, source: Store, to: str, lock_timeout: float | None,
+                    progress: Progress | None) -> dict[str, Any]:
+        """:meth:`migrate`'s copy of ``source`` into the ``to`` backend, under both writer locks."""
+        from memdir.stores.migrate import source_damage
+
+        with source_damage(source):
+            meta = source.read_meta()
+        if meta is None:
             raise MemdirError(f"nothing to migrate: {source.location} holds no index yet (run memdir index first)")
         target = open_store(self.settings, driver=to)
         try:
-            owner = (target.read_meta() or {}).get("workspace")
-            if owned_by_other(owner, str(self.workspace), lambda: target.get_state(OWNER_FOLDER_STATE)):
-                raise IndexOwnershipError(f"index {target.location} belongs to workspace {owner}, not {self.workspace}")
-            locks = [(source.writer_lock(), source.location), (target.writer_lock(), target.location)]
+            if target.readonly and not writable_again(target):  # (its lock file failed: "[Errno 30] …lock")
+                raise MemdirError(f"the index {target.location} cannot be updated: {_readonly_why(target)}")
+            # A source this process may only read (a backup on a read-only mount) is read as searches
+            # read it, without its lock, whose file cannot be made there ("[Errno 30] …lock")
+            # The SQLite index's lock first: waiting for a local writer (a watcher stopped with Ctrl-Z)
+            # while holding the database's lock stopped every host's syncs of the agent meanwhile, and
+            # two migrates the opposite ways each held the lock the other waited for
+            stores = [target] if source.readonly else [source, target] if to == "postgres" else [target, source]
             taken = []
             try:
-                for lock, location in locks:
-                    if not lock.acquire(lock_timeout):
-                        raise LockTimeout(f"{writing_words(lock, location)}; try again when it is done")
+                for store in stores:
+                    lock = store.writer_lock()
+                    self._migrate_lock(lock, store.location, lock_timeout)
                     taken.append(lock)
+                # Whose the target is, checked under its lock (as a sync claims an index): a first build
+                # of another workspace's, running or killed, has claimed it but written no meta yet,
+                # and one finishing while this waited for the lock was copied over all the same
+                self._check_owner(target)
+                # what the copy replaces, said: the team's index of this agent was replaced without a word
+                held = target.counts_by_source() if target.read_meta() is not None else {}
                 target.cleanup_leftovers()
-                return copy_index(source, target)
+                report = self._copy_told(source, target, to, progress)
+                report["replaced"] = {"files": sum(f for f, _ in held.values()),
+                                      "chunks": sum(c for _, c in held.values())} if held else None
+                report["warnings"] = self._stale_copy(meta, target, to)
+                return report
             finally:
                 for lock in reversed(taken):
                     lock.release()
         finally:
             target.close()
+
+    def _copy_told(self, source: Store, target: Store, to: str, progress: Progress | None) -> dict[str, Any]:
+        """:func:`copy_index`, its file counts also in ``<index>.progress``: ``memdir status`` said
+        'Writer: pid N is indexing' the whole time a migrate ran, and how far it was nowhere."""
+        from memdir.progress import ProgressFile
+        from memdir.stores.migrate import copy_index
+
+        shown = ProgressFile(self.index_path, workspace=str(self.workspace), min_interval=0.5)
+        shown.start(f"copying the index to {to}")
+
+        def tell(done: int, total: int, label: str) -> None:
+            if getattr(label, "unit", "files") == "files":
+                shown.update(done, total, (getattr(label, "chunks_done", 0), getattr(label, "chunks_planned", 0)))
+            if progress is not None:
+                progress(done, total, label)
+
+        try:
+            return copy_index(source, target, tell)
+        finally:
+            shown.clear()
+
+    def _stale_copy(self, meta: dict[str, Any], target: Store, to: str) -> list[str]:
+        """What makes the next sync rebuild the index just copied (it was already out of date: built
+        by another memdir version, with other settings or another model), which migrate did not say:
+        'the next memdir index has nothing to do' (the README) then did a full reindex."""
+        from memdir.index_identity import settings_rebuild_reason, version_reason
+
+        target.read_meta()  # (PostgreSQL's own reason compares what it read last)
+        why = version_reason(meta) or settings_rebuild_reason(self.settings, target, meta)
+        if why is None:
+            try:
+                provider = self.selection.provider
+            except Exception:  # (a provider that cannot be set up here: its own commands say why)
+                provider = None
+            if _holds_other_vectors(meta, provider) and meta.get("provider") == "none":
+                why = f"it was built for keywords only, not with {provider.id}/{provider.model}"
+            elif _holds_other_vectors(meta, provider):
+                why = (f"it holds {meta.get('provider')}/{meta.get('model')} vectors, not {provider.id}/"
+                       f"{provider.model}'s")
+        if why is None:
+            return []
+        return [f"the index copied was out of date here ({why}): the next memdir index on {to} rebuilds it "
+                "(what the copied cache holds is not embedded again)"]
+
+    def _migrate_lock(self, lock: Any, location: str, lock_timeout: float | None) -> None:
+        """Take one of :meth:`migrate`'s writer locks, saying whom it waits for.
+
+        Why: after 30 s it said only "another process is writing one of the indexes; try again when
+        it is done": not which index, nor who, and a writer stopped with Ctrl-Z (which is never
+        done) was waited for all that time and advised the same.
+        """
+        from memdir.lock import holder_of, wait_for_writer, writer_words
+
+        if lock.acquire(0):
+            return
+        who = writer_words(holder_of(lock))
+        self.notice(f"waiting for {who} to finish writing {location}")
+        try:
+            wait_for_writer(lock, lock_timeout, location)  # a stopped one: WriterStopped, with how to resume it
+        except LockTimeout as exc:
+            if type(exc) is not LockTimeout:
+                raise
+            raise LockTimeout(f"{writer_words(holder_of(lock))} is writing {location}, still after "
+                              f"{lock_timeout:g} s: nothing was copied; try again when it is done") from None
 
     @_call
     def status(self, *, deep: bool = False) -> dict[str, Any]:

@@ -782,8 +782,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
                 lines.append(f"Writer: {pid_words(w)} is stopped (Ctrl-Z or SIGSTOP) while indexing{far}: "
                              f"{resume_advice(w.get('pid'))}")
-            else:
-                lines.append(f"Writer: {pid_words(w)} is indexing{far}")
+            else:  # (or "is copying the index to postgres", while memdir migrate runs)
+                doing = w["phase"] if str(w.get("phase") or "").startswith("copying") else "indexing"
+                lines.append(f"Writer: {pid_words(w)} is {doing}{far}")
     if st.get("readOnly"):
         lines.append(f"Read-only: {st['readOnly']}; searches answer from the index as it is")
     if st.get("recovered"):
@@ -847,14 +848,24 @@ def _dirty_words(st: dict[str, Any]) -> str:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    progress = None
+    if not args.json and not _quiet(args):  # (a large index took minutes without a word)
+        from memdir.progress import ProgressLines
+
+        progress = ProgressLines(sys.stderr, action="copying")
     with _memory(args) as mem:
-        report = mem.migrate(args.to)
+        report = mem.migrate(args.to, progress=progress)
+    for w in report.get("warnings") or []:  # with --json too, as index does
+        _note(args, f"note: {w}")
     if args.json:
         print(json.dumps(report, indent=2))
     else:
+        replaced = report.get("replaced")
         print(f"copied {report['files']} files, {report['chunks']} chunks, {report['vectors']} vectors and "
               f"{report['cacheEntries']} cache entries from {report['from']} to {report['to']} "
-              f"in {report['seconds']:.1f} s; now set store.driver = \"{args.to}\"")
+              + (f"(replacing the index of {replaced['files']} files, {replaced['chunks']} chunks it held) "
+                 if replaced else "")
+              + f"in {report['seconds']:.1f} s; now set store.driver = \"{args.to}\"")
     return 0
 
 

@@ -129,9 +129,9 @@ def read_progress(index_path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def counts(done: int, total: int, chunks_done: int = 0, chunks_planned: int = 0) -> str:
+def counts(done: int, total: int, chunks_done: int = 0, chunks_planned: int = 0, unit: str = "files") -> str:
     """``"120/997 files, 3,400/25,000 chunks"`` (the chunks once any are planned)."""
-    where = f"{done:,}/{total:,} files"
+    where = f"{done:,}/{total:,} {unit}"
     return where + (f", {chunks_done:,}/{chunks_planned:,} chunks" if chunks_planned else "")
 
 
@@ -166,30 +166,33 @@ class ProgressLines:
     one when the files are all done (only if a line was printed).  Each call costs a clock read.
     """
 
-    def __init__(self, stream: TextIO, interval: float | None = None) -> None:
+    def __init__(self, stream: TextIO, interval: float | None = None, *, action: str = "indexing") -> None:
         if interval is None:
             try:
                 interval = float(os.environ.get("MEMDIR_PROGRESS_INTERVAL", LINE_INTERVAL))
             except ValueError:
                 interval = LINE_INTERVAL
         self.stream = stream
+        self.action = action
         self.interval = max(0.0, interval)
         self.started = time.monotonic()
         self._next = self.started + min(FIRST_LINE_AFTER, self.interval)
         self.printed = 0
-        self._shown: tuple[int, int, int, int] | None = None
+        self._shown: tuple[int, int, int, int, str] | None = None
 
     def __call__(self, done: int, total: int, label: str) -> None:
         now = time.monotonic()
         chunks, chunks_done = getattr(label, "chunks_planned", 0), getattr(label, "chunks_done", 0)
-        key = (done, total, chunks_done, chunks)
+        unit = getattr(label, "unit", "files")  # (migrate counts cache entries first)
+        key = (done, total, chunks_done, chunks, unit)
         if total <= 0 or key == self._shown:
             return
         if now < self._next and not (done >= total and self.printed):
             return
         self._next, self._shown = now + self.interval, key
         try:
-            line = f"indexing: {counts(done, total, chunks_done, chunks)}, {_elapsed(now - self.started)} elapsed"
+            line = (f"{self.action}: {counts(done, total, chunks_done, chunks, unit)}, "
+                    f"{_elapsed(now - self.started)} elapsed")
             self.stream.write(line + "\n")
             self.stream.flush()
         except (OSError, ValueError):  # stderr's reader went away: the index goes on without lines

@@ -261,10 +261,12 @@ class ProgressLabel(str):
     text: str
     chunks_done: int
     chunks_planned: int
+    #: What ``files_done`` counts: files, but cache entries while ``memdir migrate`` copies the cache.
+    unit: str
 
-    def __new__(cls, text: str, chunks_done: int = 0, chunks_planned: int = 0) -> ProgressLabel:
+    def __new__(cls, text: str, chunks_done: int = 0, chunks_planned: int = 0, unit: str = "files") -> ProgressLabel:
         label = super().__new__(cls, f"{text} {chunks_done:,}/{chunks_planned:,} chunks" if chunks_planned else text)
-        label.text, label.chunks_done, label.chunks_planned = text, chunks_done, chunks_planned
+        label.text, label.chunks_done, label.chunks_planned, label.unit = text, chunks_done, chunks_planned, unit
         return label
 
 

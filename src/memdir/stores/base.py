@@ -325,10 +325,14 @@ class Store(Protocol):
         ``(path, source, hash, mtime_ns, size, chunks with their vectors)``."""
         ...
 
-    def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
-        """The agent's cache entries as ``(provider, model, provider_key, hash, vector)``, least recently
-        used first: all of SQLite's (its cache is the agent's own), those of the agent's chunk texts
-        from PostgreSQL's (shared by the team)."""
+    def export_cache_count(self) -> int:
+        """How many entries :meth:`export_cache` holds (damaged ones included), for progress."""
+        ...
+
+    def export_cache(self) -> Iterator[tuple[str, str, str, str, Sequence[float] | np.ndarray]]:
+        """The cache entries of the agent's chunk texts as ``(provider, model, provider_key, hash,
+        vector)``, least recently used first: not PostgreSQL's whole cache (the team's), nor the
+        entries of texts no note holds any more, which SQLite keeps until ``maxEntries``."""
         ...
 
     # -- health -------------------------------------------------------------------------------

@@ -54,6 +54,10 @@ _CHUNK_COLUMNS = ("id, path, source, start_line, end_line, hash, model, text, em
 #: the embedding cache keeps no second copy of vectors that live chunks hold.
 _HELD = ("SELECT c.embedding FROM {db}chunks c WHERE c.hash = e.hash AND c.embedding IS NOT NULL "
          "AND c.model = e.model AND length(c.embedding) = e.dims * 4 LIMIT 1")
+#: A cache entry of a text some chunk holds now (what ``memdir migrate`` copies): the rest, texts no
+#: note holds any more, went into PostgreSQL's shared cache as its newest entries, and the next prune
+#: (``cache.maxEntries``) evicted the other agents' entries for them.
+_IN_USE = "(e.hash, e.model) IN (SELECT hash, model FROM chunks)"  # (one pass: a list SQLite makes once)
 _HIT_COLUMNS = "c.id, c.path, c.source, c.start_line, c.end_line, c.text, c.ts, c.date_start, c.date_end"
 
 
@@ -69,6 +73,22 @@ def from_blob(blob: bytes | None) -> np.ndarray:
     if not blob:
         return np.zeros(0, dtype=np.float32)
     return np.frombuffer(blob, dtype="<f4")
+
+
+def sound_vector(blob: bytes | None, width: int) -> np.ndarray | None:
+    """``blob``'s floats when they can be a stored vector: whole vectors of ``width`` floats (any
+    whole number of floats when ``width`` is unknown), all finite; ``None`` for damaged bytes.
+
+    Why: :meth:`SqliteStore.export_files` handed ``memdir migrate`` a vector with a NaN as it was
+    (PostgreSQL took it as 0 and kept it in the team's cache, where no rebuild replaced it), and one
+    of 4k+1 bytes stopped the migration with NumPy's "buffer size must be a multiple of element size".
+    """
+    import numpy as np
+
+    if not blob or len(blob) % (4 * max(1, width)):
+        return None
+    vector = from_blob(blob)
+    return vector if np.isfinite(vector).all() else None
 
 
 def max_cosine(blob: bytes, q: np.ndarray) -> float | None:
@@ -1371,23 +1391,43 @@ class SqliteStore(SqliteLifecycle):
                     "SELECT id, path, source, start_line, end_line, hash, model, text, embedding, ts, date_start, "
                     "date_end FROM chunks WHERE path = ? AND source = ? ORDER BY start_line, id",
                     (path, source)).fetchall()
-            chunks = [ChunkRow(hex_str(r[0]), r[1], r[2], r[3], r[4], hex_str(r[5]), r[6], r[7],
-                               from_blob(r[8]).tolist() if r[8] else None, r[9], r[10], r[11],
-                               max(1, len(r[8]) // (4 * dims)) if r[8] and dims else 1) for r in rows]
+            chunks = []
+            for r in rows:
+                # a damaged vector is left out, as searches score it 0 and the cache misses it: the
+                # chunk then counts as missing its vector, embedded again by the next sync
+                vector = sound_vector(r[8], dims)
+                chunks.append(ChunkRow(hex_str(r[0]), r[1], r[2], r[3], r[4], hex_str(r[5]), r[6], r[7],
+                                       vector, r[9], r[10], r[11],  # (float32: a list takes 8 times the memory)
+                                       max(1, len(vector) // dims) if vector is not None and dims else 1))
             yield path, source, fhash, int(mtime), int(size), chunks
 
-    def export_cache(self) -> Iterator[tuple[str, str, str, str, list[float]]]:
+    def export_cache_count(self) -> int:
+        with self.lock:
+            if not has_cache(self.conn):
+                return 0
+            return int(self.conn.execute(f"SELECT count(*) FROM embedding_cache e WHERE {_IN_USE}").fetchone()[0])
+
+    def export_cache(self) -> Iterator[tuple[str, str, str, str, np.ndarray]]:
         with self.lock:
             if not has_cache(self.conn):
                 return
-            # an empty entry is a reference to a chunk holding the vector: export the vector itself
-            rows = self.conn.execute(
-                "SELECT e.provider, e.model, e.provider_key, e.hash, CASE WHEN length(e.embedding) > 0 "
-                f"THEN e.embedding ELSE ({_HELD.format(db='')}) END FROM embedding_cache e "
-                "ORDER BY e.updated_at, e.rowid").fetchall()
-        for p, m, k, h, blob in rows:
-            if blob:
-                yield p, m, k, hex_str(h), from_blob(blob).tolist()
+            # The order first, then the vectors a page at a time: all fetched at once, they took as
+            # much memory again as on disk before the first was written to the target
+            order = [r for (r,) in self.conn.execute(
+                f"SELECT rowid FROM embedding_cache e WHERE {_IN_USE} ORDER BY updated_at, rowid")]
+        for start in range(0, len(order), 200):
+            page = order[start:start + 200]
+            with self.lock:
+                # an empty entry is a reference to a chunk holding the vector: export the vector itself
+                rows = self.conn.execute(
+                    "SELECT e.provider, e.model, e.provider_key, e.hash, CASE WHEN length(e.embedding) > 0 "
+                    f"THEN e.embedding ELSE ({_HELD.format(db='')}) END, e.dims FROM embedding_cache e "
+                    f"WHERE e.rowid IN ({','.join('?' * len(page))}) ORDER BY e.updated_at, e.rowid", page).fetchall()
+            for p, m, k, h, blob, dims in rows:
+                # an entry :meth:`cache_get` would not return (damaged bytes) is no entry to copy
+                vector = sound_vector(blob, dims) if isinstance(dims, int) and dims > 0 else None
+                if vector is not None and len(vector) == dims:
+                    yield p, m, k, hex_str(h), vector
 
     def swap_from(self, fresh_path: Path) -> None:
         """Replace this index's contents with another index file's, in one transaction.
