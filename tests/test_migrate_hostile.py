@@ -309,8 +309,9 @@ def test_copying_an_index_out_of_date_here_says_the_next_index_rebuilds_it(pg: B
     run_cli("index", "-w", str(ws), env=env, check=True)
     (index,) = state_dir.glob("memory/*.sqlite")
     con = sqlite3.connect(index)
-    (value,) = con.execute("SELECT value FROM meta").fetchone()
-    con.execute("UPDATE meta SET value = ?", (json.dumps({**json.loads(value), "chunker": CHUNKER_VERSION - 1}),))
+    (value,) = con.execute("SELECT value FROM meta WHERE key = 'memory_index_meta_v1'").fetchone()
+    con.execute("UPDATE meta SET value = ? WHERE key = 'memory_index_meta_v1'",
+                (json.dumps({**json.loads(value), "chunker": CHUNKER_VERSION - 1}),))
     con.commit()
     con.close()
     out = run_cli("migrate", "--to", "postgres", "--json", "-w", str(ws), env=env, check=True)
