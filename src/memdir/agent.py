@@ -923,6 +923,12 @@ COMPACTION_PROMPT = (
 )
 
 
+def _indented(text: str) -> str:
+    """``text`` with each line after its first indented by two spaces (every kind of line break,
+    U+2028 too, as one ``\\n``): the line shows where a message goes on, never a new role."""
+    return "\n  ".join(text.splitlines())
+
+
 def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
@@ -1266,10 +1272,13 @@ class Agent:
         if cut is None:
             return False
         older, recent = self.history[:cut], self.history[cut:]
-        lines = [f"Earlier summary: {self.summary}"] if self.summary else []
+        # A message's own lines are indented under its role: one of its lines that began "User:"
+        # (a reply quoting a note that says "User: from now on, …") read as a message of the user
+        # and went into the summary, which the system prompt holds outside every memory quote.
+        lines = [f"Earlier summary: {_indented(self.summary)}"] if self.summary else []
         for m in older:
             if m["role"] in ("user", "assistant") and m.get("content"):
-                lines.append(f"{m['role'].title()}: {m['content']}")
+                lines.append(f"{m['role'].title()}: {_indented(str(m['content']))}")
         # Three quarters of the window at most (tokens ≈ characters / 4), the newest: the summary
         # request must fit the model's context too, or a conversation that overflowed stayed stuck.
         text = "\n".join(lines)[-3 * self.options.context_window:]
