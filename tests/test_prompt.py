@@ -419,3 +419,28 @@ def test_ordinary_angle_brackets_in_a_note_are_kept(make_workspace):
     ws = make_workspace({"memory/2026-03-04.md": note})
     ctx = build_session_context(workspace=ws, chat_type="direct", timezone="UTC", now=MAR4)
     assert note.rstrip("\n") in ctx.text and "‹" not in ctx.text
+
+
+def _fenced_outside(text: str) -> list[str]:
+    """The lines of ``text`` a Markdown reader puts in a code block that are not a note's own."""
+    from memdir.textutil import fenced_lines
+
+    lines = text.split("\n")
+    return [lines[n] for n in sorted(fenced_lines(text))
+            if lines[n].startswith(("</memory-file>", "<memory-file>", "## ", "[… truncated"))]
+
+
+def test_a_note_cut_inside_a_code_block_leaves_no_fence_open(make_workspace):
+    """A note cut inside a fenced block (MEMORY.md from its head, a log from its tail) or one
+    never closed left a fence open: to the model the truncation marker, the closing tag and the
+    next note's heading were lines of that code block, and the next note's fence closed it, so
+    its own lines read as outside every block.  The context closes (or opens again) the fence."""
+    ws = make_workspace({"MEMORY.md": "# Setup\n```bash\n" + "echo step\n" * 500 + "```\n- Rex is the dog\n",
+                         "memory/2026-03-03.md": "- yesterday\n~~~~\nnever closed\n",
+                         "memory/2026-03-04.md": "- a\n```\n" + "log line\n" * 500 + "```\n- shipped v2\n"})
+    ctx = build_session_context(workspace=ws, chat_type="direct", timezone="UTC", now=MAR4, max_chars=2_000)
+    assert len(ctx.text) <= 2_000
+    assert _fenced_outside(ctx.text) == []
+    assert "```bash\necho step\n" in ctx.text and "~~~~\nnever closed\n~~~~\n</memory-file>" in ctx.text
+    assert ctx.text.endswith("log line\n```\n- shipped v2\n</memory-file>\n")
+    assert ctx.truncated == ["MEMORY.md", "memory/2026-03-04.md"]

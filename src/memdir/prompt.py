@@ -29,7 +29,7 @@ from typing import Any
 
 from memdir.daily import daily_rel_path, today
 from memdir.reading import decode_note, read_beneath
-from memdir.textutil import spelled_out
+from memdir.textutil import open_fence, spelled_out
 from memdir.tools import ChatType, chat_type_from_session_key, resolve_citations_mode, sync_memory
 from memdir.workspace import MEMORY_DIR
 
@@ -159,10 +159,28 @@ def _line_count(text: str) -> int:
     return text.count("\n") + (0 if text.endswith("\n") or not text else 1)
 
 
+#: The longest code fence the session context closes or opens again around a cut: a longer one
+#: (hostile: a line of 1,000 backticks) would cost the budget more than a marker's reserve.
+MAX_BALANCED_FENCE = 32
+
+
+def _fence_line(fence: str) -> str:
+    """``fence`` as a line of its own, or ``""`` (none, or too long to balance)."""
+    return f"\n{fence}" if fence and len(fence) <= MAX_BALANCED_FENCE else ""
+
+
 def _cut(path: str, text: str, limit: int, keep: str) -> tuple[str, int]:
-    """``text`` cut to at most ``limit`` chars at a line boundary, with a marker; (shown, kept chars)."""
-    if len(text) <= limit:
-        return text.rstrip("\n"), len(text)
+    """``text`` cut to at most ``limit`` chars at a line boundary, with a marker; (shown, kept chars).
+
+    A code fence the shown text leaves open is closed, and one the cut began inside is opened
+    again: a note cut inside a fenced block (or one never closed) left its fence open, so to the
+    model the marker, the closing tag and everything after it, the next notes and the
+    conversation's summary, were lines of that code block, and the next note's fence closed it."""
+    closer = _fence_line(open_fence(text))
+    if len(text) + len(closer) <= limit:
+        return text.rstrip("\n") + closer, len(text)
+    if "```" in text or "~~~" in text:  # room for a fence opened again and one closed
+        limit = max(0, limit - 2 * (MAX_BALANCED_FENCE + 1))
     total_lines = _line_count(text)
     if keep == "head":
         shown = text[:limit]
@@ -174,7 +192,7 @@ def _cut(path: str, text: str, limit: int, keep: str) -> tuple[str, int]:
         missing = len(text) - len(shown)
         marker = (f"[… truncated: {missing} more characters in {path} (lines {first_missing}-{total_lines}) — "
                   f"use memory_get to read them]")
-        return shown.rstrip("\n") + "\n" + marker, len(shown)
+        return shown.rstrip("\n") + _fence_line(open_fence(shown)) + "\n" + marker, len(shown)
     shown = text[len(text) - limit:] if limit > 0 else ""
     nl = shown.find("\n")
     if 0 <= nl < len(shown) - 1:
@@ -183,7 +201,9 @@ def _cut(path: str, text: str, limit: int, keep: str) -> tuple[str, int]:
     last_missing = _line_count(text[:missing])
     marker = (f"[… truncated: {missing} earlier characters in {_shown_path(path)} (lines 1-{last_missing}) — "
               f"use memory_get to read them]")
-    return marker + "\n" + shown.rstrip("\n"), len(shown)
+    opener = _fence_line(open_fence(text[:missing]))
+    body = (opener[1:] + "\n" if opener else "") + shown.rstrip("\n")
+    return marker + "\n" + body + _fence_line(open_fence(body)), len(shown)
 
 
 MARKER_RESERVE = 200  # room kept for a truncation marker, so the budget holds for the whole text
@@ -305,7 +325,7 @@ def build_session_context(
     fence = len(OPEN_TAG) + len(CLOSE_TAG) + 2
     overhead = len(INTRO) + 1 + sum(len(h) + 3 + fence for h in headers)  # headers, blank lines, final newline
     overhead += len(omitted) + 2 if omitted else 0
-    sizes = [len(text) for _, _, text, _ in sources]
+    sizes = [len(text) + len(_fence_line(open_fence(text))) for _, _, text, _ in sources]
     budget = max(0, max_chars - overhead)
     if sum(sizes) > budget:
         budget = max(0, budget - MARKER_RESERVE * len(sources))

@@ -93,6 +93,22 @@ def fenced_lines(text: str) -> set[int]:
     return out
 
 
+def open_fence(text: str) -> str:
+    """The fence (its run of backticks or tildes) of a code block ``text`` ends inside, or ``""``:
+    read as :func:`fenced_lines` reads fences."""
+    if ("`" not in text or "```" not in text) and ("~" not in text or "~~~" not in text):
+        return ""
+    fence = ""
+    for line in text.split("\n"):
+        m = _FENCE.match(line)
+        if not fence:
+            if m and not (m.group(1)[0] == "`" and "`" in line[m.end():]):
+                fence = m.group(1)
+        elif m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not line[m.end():].strip():
+            fence = ""
+    return fence
+
+
 #: A line of front matter: a ``key: value`` (YAML) or ``key = value`` (TOML) line, and the lines
 #: between them: blank, indented, a comment, a list item, a TOML table.
 _FRONT_MATTER_KEY: Any = LazyPattern(r"[^\s#:=-][^:=]*[:=](?:\s|$)")
