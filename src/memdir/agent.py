@@ -69,6 +69,7 @@ from memdir.sessions.store import (
     iter_records,
     message_record,
 )
+from memdir.textutil import disarm_control_tokens
 from memdir.tools import (
     LTM_TOOL_NAMES,
     ToolInputError,
@@ -1380,7 +1381,9 @@ class Agent:
                 # reply, and each ran: 300 notes appended to the daily log in one round
                 result = self._call_tool(call, plan) if n < MAX_TOOL_CALLS_PER_REPLY else {
                     "error": f"not run: more than {MAX_TOOL_CALLS_PER_REPLY} tool calls in one reply"}
-                text = self._bounded(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
+                # memory quoted in a tool result cannot pass for the chat template's own tokens
+                text = self._bounded(disarm_control_tokens(
+                    result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)))
                 self._add(convo, {"role": "tool", "tool_call_id": call.get("id", ""), "content": text}, persist)
         return content or f"(stopped after {self.options.max_tool_rounds} tool rounds)"
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from memdir.daily import daily_rel_path, today
 from memdir.reading import decode_note, read_beneath
-from memdir.textutil import open_fence, spelled_out
+from memdir.textutil import disarm_control_tokens, open_fence, spelled_out
 from memdir.tools import ChatType, chat_type_from_session_key, resolve_citations_mode, sync_memory
 from memdir.workspace import MEMORY_DIR
 
@@ -250,9 +250,11 @@ def _names_the_tag(text: str, pos: int) -> bool:
 
 def _disarm(text: str) -> str:
     """``text`` with each fence tag's "<" as "‹" (same length: the budget still holds), so a note
-    cannot end its quote and go on as the system prompt.  Why read so widely: "</memory-file>"
+    cannot end its quote and go on as the system prompt (nor a chat template's control token end
+    the system message: :func:`memdir.textutil.disarm_control_tokens`).  Why read so widely: "</memory-file>"
     hidden by a zero-width character before or inside its name, written with a Cyrillic "е", an
     en dash, "_" or bold letters reads as the closing tag to a model, and each ended the quote."""
+    text = disarm_control_tokens(text)
     hits = [m.start() for m in _OPENER.finditer(text) if _names_the_tag(text, m.end())]
     if not hits:
         return text

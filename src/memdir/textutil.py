@@ -603,3 +603,25 @@ def spelled_out(text: str) -> str:
         return text
     return "".join(ch if ch.isprintable() else (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
                    for ch in text)
+
+
+#: Chat templates' control tokens, which a model server may read as the real ones in a message's
+#: text (the templated prompt tokenised with its special tokens): ChatML's ``<|im_start|>``,
+#: Llama 3's ``<|start_header_id|>``, Phi's ``<|system|>``, gpt-oss's ``<|channel|>``, DeepSeek's
+#: ``<｜User｜>``, Gemma's ``<start_of_turn>``, Llama 2's ``<<SYS>>`` and ``</s>``, Qwen's
+#: ``<tool_call>``, Mistral's ``[INST]`` and ``[TOOL_RESULTS]``.
+_CONTROL_TOKEN = re.compile(
+    r"<(?=[|\uff5c][^\n<>]{1,64}?[|\uff5c]>|/?(?:s|start_of_turn|end_of_turn|tool_call|tool_response)>|</?SYS>>)"
+    r"|\[(?=/?(?:INST|TOOL_CALLS|AVAILABLE_TOOLS|TOOL_RESULTS|SYSTEM_PROMPT|TOOL_CONTENT)\])")
+_CONTROL_DISARMED = {"<": "\u2039", "[": "\uff3b"}
+
+
+def disarm_control_tokens(text: str) -> str:
+    """``text`` with each chat-template control token's first character changed (``<`` to ``‹``,
+    ``[`` to ``［``; the length kept), so quoted memory cannot end its message and open a system
+    turn.  Why: a note holding ``<|im_end|>\\n<|im_start|>system`` reached a local model's server
+    as written, in the session context and in tool results, where the server's tokenizer can
+    take it for the template's own tokens."""
+    if "<" not in text and "[" not in text:
+        return text
+    return _CONTROL_TOKEN.sub(lambda m: _CONTROL_DISARMED[m.group(0)], text)

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from memdir.redact import redact_text
+from memdir.textutil import disarm_control_tokens
 
 CATEGORIES: tuple[str, ...] = ("preference", "fact", "decision", "entity", "other")
 DEFAULT_CAPTURE_MAX_CHARS = 500
@@ -212,7 +213,7 @@ def format_relevant_memories_context(memories: Iterable[Mapping[str, Any] | Any]
     for i, mem in enumerate(memories, 1):
         category = mem["category"] if isinstance(mem, Mapping) else mem.category
         text = mem["text"] if isinstance(mem, Mapping) else mem.text
-        lines.append(f"{i}. [{category}] {escape_memory_text(one_line(str(text)))}")
+        lines.append(f"{i}. [{category}] {escape_memory_text(disarm_control_tokens(one_line(str(text))))}")
     return "<relevant-memories>\n" + UNTRUSTED_PREAMBLE + "\n" + "\n".join(lines) + "\n</relevant-memories>"
 
 
