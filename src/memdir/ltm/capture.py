@@ -16,7 +16,8 @@ secret :mod:`memdir.redact` recognises (an API key, a password), or one stated i
 PIN is 4711"), is not captured either: the memory would be recalled into later prompts and
 written to the indexed mirror.  The refusals read the text as a person sees it: full-width
 letters folded, zero-width characters and soft hyphens ignored, leading blanks skipped; the
-injection filter also knows "disregard/forget/override … instructions", and a message holding
+injection filter also knows "disregard/forget/override … instructions", "your instructions are",
+"you are now in developer mode", chat templates' control tokens and "### System:", and a message holding
 the recall block's preamble (its tags stripped by a host) is our own memories coming back.
 """
 
@@ -71,6 +72,13 @@ _INJECTION: tuple[re.Pattern[str], ...] = (
     re.compile(r"\bdeveloper message\b", _I),
     re.compile(r"<\s*/?\s*(?:system|assistant|developer|tool|function|relevant-memories)\b", _I),
     re.compile(r"\b(?:run|execute|call|invoke)\b.{0,40}?\b(?:tool|command)s?\b", _I),
+    # memdir additions: the model's instructions restated, "you are now in developer mode", a chat template's
+    # control tokens and a Markdown "### System:" heading
+    re.compile(r"\byour (?:new |real |true |actual |updated |only )?(?:instructions|rules|directives|orders) "
+               r"(?:are|say)\b", _I),
+    re.compile(r"\byou are now (?:in )?(?:developer|god|jailbreak|dan|unrestricted|admin)\b", _I),
+    re.compile(r"<\|[^|<>]{1,64}\|>|\[/?INST\]|<(?:start|end)_of_turn>"),
+    re.compile(r"#{1,6} ?(?:system|instructions)\s?:", _I),
 )
 
 #: A secret stated in prose, which :func:`memdir.redact.redact_text` (made for logs and configs:
