@@ -1282,7 +1282,8 @@ class Agent:
                 lines.append(f"{m['role'].title()}: {_indented(str(m['content']))}")
         # Three quarters of the window at most (tokens ≈ characters / 4), the newest: the summary
         # request must fit the model's context too, or a conversation that overflowed stayed stuck.
-        text = "\n".join(lines)[-3 * self.options.context_window:]
+        # (a reply quoting a note's "<|im_start|>system" sent as written: a turn of its own to the server)
+        text = disarm_control_tokens("\n".join(lines)[-3 * self.options.context_window:])
         reply = self.client.complete([{"role": "system", "content": COMPACTION_PROMPT},
                                       {"role": "user", "content": text}])
         self.stats.model_calls += 1
