@@ -214,7 +214,8 @@ OPEN_TAG, CLOSE_TAG = "<memory-file>", "</memory-file>"
 #: What may open a fence tag: "<", its full-width and small forms (an IME types them) and the
 #: angle brackets a model reads as one ("〈", "⟨", "❮", "˂").
 _OPENERS = "<\uff1c\ufe64\u2329\u3008\u27e8\u276e\u02c2\u1438"
-_OPENER = re.compile(f"[{_OPENERS}]")
+#: ... and an HTML entity for "<", which a model reads as one too ("&lt;/memory-file&gt;").
+_OPENER = re.compile(f"[{_OPENERS}]|&(?:lt|#0*60|#x0*3c);", re.IGNORECASE)
 #: Blanks and invisible format characters, taken whole (possessive): a "<" and 60,000 spaces in a
 #: note once took 17 s to quote.
 _BLANKS = re.compile(r"[\s\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]*+")
@@ -249,19 +250,14 @@ def _names_the_tag(text: str, pos: int) -> bool:
 
 
 def _disarm(text: str) -> str:
-    """``text`` with each fence tag's "<" as "‹" (same length: the budget still holds), so a note
-    cannot end its quote and go on as the system prompt (nor a chat template's control token end
-    the system message: :func:`memdir.textutil.disarm_control_tokens`).  Why read so widely: "</memory-file>"
-    hidden by a zero-width character before or inside its name, written with a Cyrillic "е", an
-    en dash, "_" or bold letters reads as the closing tag to a model, and each ended the quote."""
+    """``text`` with each fence tag's "<" as "‹" (same length, or shorter for an entity: the
+    budget still holds), so a note cannot end its quote and go on as the system prompt (nor a
+    chat template's control token end the system message: :func:`disarm_control_tokens`).  Why
+    read so widely: "</memory-file>" hidden by a zero-width character before or inside its name,
+    written with a Cyrillic "е", an en dash, "_", bold letters or "&lt;" reads as the closing tag
+    to a model, and each ended the quote."""
     text = disarm_control_tokens(text)
-    hits = [m.start() for m in _OPENER.finditer(text) if _names_the_tag(text, m.end())]
-    if not hits:
-        return text
-    chars = list(text)
-    for i in hits:
-        chars[i] = "\u2039"
-    return "".join(chars)
+    return _OPENER.sub(lambda m: "\u2039" if _names_the_tag(text, m.end()) else m.group(0), text)
 
 
 def _shown_path(path: str) -> str:
