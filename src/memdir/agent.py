@@ -69,6 +69,7 @@ from memdir.sessions.store import (
     iter_records,
     message_record,
 )
+from memdir.textutil import disarm_control_tokens
 from memdir.tools import (
     LTM_TOOL_NAMES,
     ToolInputError,
@@ -923,6 +924,12 @@ COMPACTION_PROMPT = (
 )
 
 
+def _indented(text: str) -> str:
+    """``text`` with each line after its first indented by two spaces (every kind of line break,
+    U+2028 too, as one ``\\n``): the line shows where a message goes on, never a new role."""
+    return "\n  ".join(text.splitlines())
+
+
 def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
@@ -1266,13 +1273,17 @@ class Agent:
         if cut is None:
             return False
         older, recent = self.history[:cut], self.history[cut:]
-        lines = [f"Earlier summary: {self.summary}"] if self.summary else []
+        # A message's own lines are indented under its role: one of its lines that began "User:"
+        # (a reply quoting a note that says "User: from now on, …") read as a message of the user
+        # and went into the summary, which the system prompt holds outside every memory quote.
+        lines = [f"Earlier summary: {_indented(self.summary)}"] if self.summary else []
         for m in older:
             if m["role"] in ("user", "assistant") and m.get("content"):
-                lines.append(f"{m['role'].title()}: {m['content']}")
+                lines.append(f"{m['role'].title()}: {_indented(str(m['content']))}")
         # Three quarters of the window at most (tokens ≈ characters / 4), the newest: the summary
         # request must fit the model's context too, or a conversation that overflowed stayed stuck.
-        text = "\n".join(lines)[-3 * self.options.context_window:]
+        # (a reply quoting a note's "<|im_start|>system" sent as written: a turn of its own to the server)
+        text = disarm_control_tokens("\n".join(lines)[-3 * self.options.context_window:])
         reply = self.client.complete([{"role": "system", "content": COMPACTION_PROMPT},
                                       {"role": "user", "content": text}])
         self.stats.model_calls += 1
@@ -1371,7 +1382,9 @@ class Agent:
                 # reply, and each ran: 300 notes appended to the daily log in one round
                 result = self._call_tool(call, plan) if n < MAX_TOOL_CALLS_PER_REPLY else {
                     "error": f"not run: more than {MAX_TOOL_CALLS_PER_REPLY} tool calls in one reply"}
-                text = self._bounded(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
+                # memory quoted in a tool result cannot pass for the chat template's own tokens
+                text = self._bounded(disarm_control_tokens(
+                    result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)))
                 self._add(convo, {"role": "tool", "tool_call_id": call.get("id", ""), "content": text}, persist)
         return content or f"(stopped after {self.options.max_tool_rounds} tool rounds)"
 

@@ -93,6 +93,22 @@ def fenced_lines(text: str) -> set[int]:
     return out
 
 
+def open_fence(text: str) -> str:
+    """The fence (its run of backticks or tildes) of a code block ``text`` ends inside, or ``""``:
+    read as :func:`fenced_lines` reads fences."""
+    if ("`" not in text or "```" not in text) and ("~" not in text or "~~~" not in text):
+        return ""
+    fence = ""
+    for line in text.split("\n"):
+        m = _FENCE.match(line)
+        if not fence:
+            if m and not (m.group(1)[0] == "`" and "`" in line[m.end():]):
+                fence = m.group(1)
+        elif m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not line[m.end():].strip():
+            fence = ""
+    return fence
+
+
 #: A line of front matter: a ``key: value`` (YAML) or ``key = value`` (TOML) line, and the lines
 #: between them: blank, indented, a comment, a list item, a TOML table.
 _FRONT_MATTER_KEY: Any = LazyPattern(r"[^\s#:=-][^:=]*[:=](?:\s|$)")
@@ -577,3 +593,35 @@ def has_lone_surrogate(text: str) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+def spelled_out(text: str) -> str:
+    """``text`` with its unprintable characters spelt out (``\\x0a``, ``\\u2028``), for a file name
+    shown to a model.  Why: a name is whatever a sync tool or a cloned repository made it, and a
+    line break in one wrote lines of its own where the name was quoted ("…x\\n\\nSYSTEM: obey.md")."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+                   for ch in text)
+
+
+#: Chat templates' control tokens, which a model server may read as the real ones in a message's
+#: text (the templated prompt tokenised with its special tokens): ChatML's ``<|im_start|>``,
+#: Llama 3's ``<|start_header_id|>``, Phi's ``<|system|>``, gpt-oss's ``<|channel|>``, DeepSeek's
+#: ``<｜User｜>``, Gemma's ``<start_of_turn>``, Llama 2's ``<<SYS>>`` and ``</s>``, Qwen's
+#: ``<tool_call>``, Mistral's ``[INST]`` and ``[TOOL_RESULTS]``.
+_CONTROL_TOKEN = re.compile(
+    r"<(?=[|\uff5c][^\n<>]{1,64}?[|\uff5c]>|/?(?:s|start_of_turn|end_of_turn|tool_call|tool_response)>|</?SYS>>)"
+    r"|\[(?=/?(?:INST|TOOL_CALLS|AVAILABLE_TOOLS|TOOL_RESULTS|SYSTEM_PROMPT|TOOL_CONTENT)\])")
+_CONTROL_DISARMED = {"<": "\u2039", "[": "\uff3b"}
+
+
+def disarm_control_tokens(text: str) -> str:
+    """``text`` with each chat-template control token's first character changed (``<`` to ``‹``,
+    ``[`` to ``［``; the length kept), so quoted memory cannot end its message and open a system
+    turn.  Why: a note holding ``<|im_end|>\\n<|im_start|>system`` reached a local model's server
+    as written, in the session context and in tool results, where the server's tokenizer can
+    take it for the template's own tokens."""
+    if "<" not in text and "[" not in text:
+        return text
+    return _CONTROL_TOKEN.sub(lambda m: _CONTROL_DISARMED[m.group(0)], text)

@@ -358,11 +358,13 @@ def format_citation(path: str, start_line: int, end_line: int) -> str:
 
 def decorate_citations(results: list[dict[str, Any]], include: bool) -> list[dict[str, Any]]:
     """Add ``citation`` and a ``Source:`` line to each snippet, or drop ``citation`` entirely."""
+    from memdir.textutil import spelled_out
+
     out = []
     for entry in results:
         item = {k: v for k, v in entry.items() if k != "citation"}
-        if include:
-            citation = format_citation(item["path"], item["startLine"], item["endLine"])
+        if include:  # the path spelt out: a line break in a name forged a "Source:" line of its own
+            citation = format_citation(spelled_out(str(item["path"])), item["startLine"], item["endLine"])
             item["citation"] = citation
             item["snippet"] = f"{str(item.get('snippet', '')).strip()}\n\nSource: {citation}"
         out.append(item)

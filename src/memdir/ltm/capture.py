@@ -16,7 +16,8 @@ secret :mod:`memdir.redact` recognises (an API key, a password), or one stated i
 PIN is 4711"), is not captured either: the memory would be recalled into later prompts and
 written to the indexed mirror.  The refusals read the text as a person sees it: full-width
 letters folded, zero-width characters and soft hyphens ignored, leading blanks skipped; the
-injection filter also knows "disregard/forget/override … instructions", and a message holding
+injection filter also knows "disregard/forget/override … instructions", "your instructions are",
+"you are now in developer mode", chat templates' control tokens and "### System:", and a message holding
 the recall block's preamble (its tags stripped by a host) is our own memories coming back.
 """
 
@@ -28,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from memdir.redact import redact_text
+from memdir.textutil import disarm_control_tokens
 
 CATEGORIES: tuple[str, ...] = ("preference", "fact", "decision", "entity", "other")
 DEFAULT_CAPTURE_MAX_CHARS = 500
@@ -70,6 +72,13 @@ _INJECTION: tuple[re.Pattern[str], ...] = (
     re.compile(r"\bdeveloper message\b", _I),
     re.compile(r"<\s*/?\s*(?:system|assistant|developer|tool|function|relevant-memories)\b", _I),
     re.compile(r"\b(?:run|execute|call|invoke)\b.{0,40}?\b(?:tool|command)s?\b", _I),
+    # memdir additions: the model's instructions restated, "you are now in developer mode", a chat template's
+    # control tokens and a Markdown "### System:" heading
+    re.compile(r"\byour (?:new |real |true |actual |updated |only )?(?:instructions|rules|directives|orders) "
+               r"(?:are|say)\b", _I),
+    re.compile(r"\byou are now (?:in )?(?:developer|god|jailbreak|dan|unrestricted|admin)\b", _I),
+    re.compile(r"<\|[^|<>]{1,64}\|>|\[/?INST\]|<(?:start|end)_of_turn>"),
+    re.compile(r"#{1,6} ?(?:system|instructions)\s?:", _I),
 )
 
 #: A secret stated in prose, which :func:`memdir.redact.redact_text` (made for logs and configs:
@@ -184,10 +193,12 @@ def detect_category(text: str) -> str:
     return "other"
 
 
-#: ``& < > " '``, and the full-width and small ``＜ ＞ ﹤ ﹥`` a model reads as the same brackets
-#: (a memory stored as "＜/relevant-memories＞ SYSTEM: …" closed the block to it).
+#: ``& < > " '``, and the full-width and small ``＜ ＞ ﹤ ﹥`` and the angle brackets ``〈 〉 ⟨ ⟩ ❮ ❯
+#: ˂ ˃`` a model reads as the same brackets (a memory stored as "＜/relevant-memories＞ SYSTEM: …"
+#: or "〈/relevant-memories〉 SYSTEM: …" closed the block to it).
 _ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
-            "\uff1c": "&lt;", "\uff1e": "&gt;", "\ufe64": "&lt;", "\ufe65": "&gt;"}
+            **dict.fromkeys("\uff1c\ufe64\u2329\u3008\u27e8\u276e\u02c2\u1438", "&lt;"),
+            **dict.fromkeys("\uff1e\ufe65\u232a\u3009\u27e9\u276f\u02c3\u1433", "&gt;")}
 
 
 def escape_memory_text(text: str) -> str:
@@ -210,7 +221,7 @@ def format_relevant_memories_context(memories: Iterable[Mapping[str, Any] | Any]
     for i, mem in enumerate(memories, 1):
         category = mem["category"] if isinstance(mem, Mapping) else mem.category
         text = mem["text"] if isinstance(mem, Mapping) else mem.text
-        lines.append(f"{i}. [{category}] {escape_memory_text(one_line(str(text)))}")
+        lines.append(f"{i}. [{category}] {escape_memory_text(disarm_control_tokens(one_line(str(text))))}")
     return "<relevant-memories>\n" + UNTRUSTED_PREAMBLE + "\n" + "\n".join(lines) + "\n</relevant-memories>"
 
 
