@@ -969,12 +969,13 @@ class _RedactingFormatter(logging.Formatter):
     Why: at ``-vv`` httpx logs each request's URL, and a base URL's ``user:password@`` went to
     stderr (and into bug reports) as it was; other libraries' lines may quote a key too.  And a
     warning naming a file or folder (a config file beside the one read, a session's transcript)
-    printed an escape sequence in its name raw, as ``index`` and ``status`` lines no longer do."""
+    printed an escape sequence in its name raw, as ``index`` and ``status`` lines no longer do.
+    A key in a URL's query (``?key=…``) is masked too (:func:`~memdir.redact.masked_query`)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from memdir.redact import redact_text
+        from memdir.redact import masked_query, redact_text
 
-        return for_terminal(redact_text(super().format(record)))
+        return for_terminal(masked_query(redact_text(super().format(record))))
 
 
 def _configure_logging(args: argparse.Namespace) -> None:
