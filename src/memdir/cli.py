@@ -448,8 +448,16 @@ def _log_settings(loaded: Any) -> None:
              s.index_key, loaded.config_file or "(none)")
 
 
+#: ``-q`` given: notices are not errors, and ``-q`` leaves only errors on stderr.
+_QUIET_NOTICES = [False]
+
+
 def _notice(message: str) -> None:
-    """Things memdir says once, beside any output: an index healed, a writer waited for."""
+    """Things memdir says once, beside any output: an index healed, a writer waited for.  Not
+    with ``-q``: ``memdir -q search`` in a cron job printed 'the index … was damaged …; moved it
+    aside … and rebuilding it', and 'waiting for … to finish writing', which are no errors."""
+    if _QUIET_NOTICES[0]:
+        return
     from memdir.errors import say
 
     say(f"memdir: {for_terminal(message)}")  # one write: notices come from threads too
@@ -988,6 +996,7 @@ def _configure_logging(args: argparse.Namespace) -> None:
     for handler in logging.getLogger().handlers:
         if handler.formatter is not None and not isinstance(handler.formatter, _RedactingFormatter):
             handler.setFormatter(_RedactingFormatter(handler.formatter._fmt))
+    _QUIET_NOTICES[0] = quiet
     own = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.getLogger("memdir").setLevel(own)
     if not verbose:
