@@ -3,6 +3,7 @@ chosen, and ``memdir completion`` completes what the commands take; through the 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 
@@ -25,3 +26,24 @@ def test_quiet_leaves_notices_off_stderr(make_workspace, run_cli, state_dir: Pat
     _damage(index)
     told = run_cli("-w", str(ws), "search", "heron", check=True)
     assert "heron" in told.stdout and "was damaged" in told.stderr
+
+
+def test_verbose_names_the_embedding_model_and_why(make_workspace, run_cli, tmp_path: Path) -> None:
+    """``-v`` named the config file and the index, but not the embedding provider and model nor why
+    another was used: a user asking why searches ignored the provider they configured had no
+    answer there.  One line says it: the one chosen, the one requested, and a fallback's reason."""
+    ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
+    cfg = tmp_path / "memdir.json"
+    lines = {}
+    for name, search in (("keyless", {"provider": "openai", "fallback": "none"}),
+                         ("keyed", {"provider": "openai", "remote": {"apiKey": "k", "baseUrl": "http://127.0.0.1:9/v1"}})):
+        cfg.write_text(json.dumps({"memorySearch": search}))
+        proc = run_cli("-w", str(ws), "-c", str(cfg), "-v", "search", "heron", "--mode", "keyword", check=True)
+        lines[name] = [line for line in proc.stderr.splitlines() if "embeddings: " in line and "INFO" in line]
+    assert lines["keyless"] == ['memdir: INFO: memdir.api: embeddings: none, keyword search only (requested openai: '
+                                'No API key found for provider "openai" (set memorySearch.remote.apiKey or '
+                                'OPENAI_API_KEY))'], lines
+    assert lines["keyed"] == ["memdir: INFO: memdir.api: embeddings: openai, model text-embedding-3-small "
+                              "(requested openai)"], lines
+    quiet = run_cli("-w", str(ws), "-c", str(cfg), "search", "heron", "--mode", "keyword", check=True)
+    assert "embeddings: " not in quiet.stderr  # only asked for
