@@ -47,3 +47,20 @@ def test_verbose_names_the_embedding_model_and_why(make_workspace, run_cli, tmp_
                               "(requested openai)"], lines
     quiet = run_cli("-w", str(ws), "-c", str(cfg), "search", "heron", "--mode", "keyword", check=True)
     assert "embeddings: " not in quiet.stderr  # only asked for
+
+
+def test_keyword_only_by_choice_is_no_note_on_every_search(make_workspace, run_cli, tmp_path: Path) -> None:
+    """``provider = "none"`` (keyword only, as the README's config offers) printed 'note: embeddings
+    disabled by configuration' on every search, and put it in every ``--json`` (and MCP) answer's
+    warnings, for a setting the user made on purpose; ``index`` already said nothing of it."""
+    ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    base = ("-w", str(ws), "-c", str(cfg))
+    run_cli(*base, "index", check=True)
+    plain = run_cli(*base, "search", "heron", check=True)
+    as_json = run_cli(*base, "search", "heron", "--json", check=True)
+    assert "heron" in plain.stdout and plain.stderr == ""
+    assert "warnings" not in json.loads(as_json.stdout) and as_json.stderr == ""
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "openai", "fallback": "none"}}))  # configured, no key
+    assert "No API key found" in run_cli(*base, "search", "heron", check=True).stderr  # still said

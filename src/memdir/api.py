@@ -672,7 +672,8 @@ class Memory(IndexUpkeep):
             response.warnings.append(_stale_model_note(meta, sel.provider))
         if sel.fallback_from:
             response.fallback = {"from": sel.fallback_from, "reason": sel.fallback_reason or ""}
-        elif sel.provider is None and sel.unavailable_reason and response.fallback is None:
+        elif sel.provider is None and sel.unavailable_reason and response.fallback is None \
+                and sel.requested not in DISABLED:  # keyword-only by choice: no note on every search
             response.warnings.append(_one_warning(sel.unavailable_reason))
         return response
 
