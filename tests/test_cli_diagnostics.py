@@ -4,6 +4,7 @@ chosen, and ``memdir completion`` completes what the commands take; through the 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 
@@ -64,3 +65,61 @@ def test_keyword_only_by_choice_is_no_note_on_every_search(make_workspace, run_c
     assert "warnings" not in json.loads(as_json.stdout) and as_json.stderr == ""
     cfg.write_text(json.dumps({"memorySearch": {"provider": "openai", "fallback": "none"}}))  # configured, no key
     assert "No API key found" in run_cli(*base, "search", "heron", check=True).stderr  # still said
+
+
+_COMPLETE = r'''
+eval "$(memdir completion bash)"
+fn=$(complete -p memdir | sed -E 's/.*-F ([^ ]+).*/\1/')
+while IFS= read -r line; do
+  COMP_LINE="$line"; COMP_POINT=${#line}; read -ra COMP_WORDS <<< "$line"
+  [[ "$line" == *" " ]] && COMP_WORDS+=("")
+  COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); COMPREPLY=()
+  "$fn" memdir "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+  echo "${COMPREPLY[*]}"
+done
+'''
+
+
+def test_bash_completes_get_paths_in_the_workspace_and_agent_ids(make_workspace, state_dir: Path,
+                                                                  tmp_path: Path) -> None:
+    """In bash with the README's ``eval "$(memdir completion bash)"``, ``memdir -w ~/agent get <Tab>``
+    offered the current folder's files (which ``get`` refuses: it takes workspace-relative paths)
+    and never ``memory/…``, and ``--agent <Tab>`` offered files too; it offers the workspace's
+    memory files and the agent ids of the state folder (a workspace's own index is no agent id),
+    reading no config and opening no index."""
+    import shutil
+    import subprocess
+    import sys
+
+    from helpers import cli_env
+
+    if shutil.which("bash") is None:
+        import pytest
+
+        pytest.skip("no bash")
+    ws = make_workspace({"MEMORY.md": "- a\n", "memory/2026-01-12.md": "- b\n", "memory/2026-02-01.md": "- c\n",
+                         "memory/.trash/old.md": "- d\n", "notes.txt": "x\n"}, name="agent-ws")
+    cwd = tmp_path / "elsewhere"
+    (cwd / "memory").mkdir(parents=True)
+    (cwd / "memory" / "stray.md").write_text("x\n")
+    for made in ("memory/ops.sqlite", "memory/ops.sqlite.lock", "memory/agent-ws-0123abcd89.sqlite",
+                 "agents/research/sessions/", "agents/agent-ws-0123abcd89/sessions/"):
+        (state_dir / made).parent.mkdir(parents=True, exist_ok=True)
+        if not made.endswith("/"):
+            (state_dir / made).write_text("")
+    listed = sorted(p.relative_to(state_dir) for p in state_dir.rglob("*"))
+    shim = tmp_path / "bin" / "memdir"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m memdir "$@"\n')
+    shim.chmod(0o755)
+    lines = [f"memdir -w {ws} get ", f"memdir get --workspace {ws} memory/2026-01", "memdir --agent ",
+             "memdir search x -a r"]
+    env = cli_env(state_dir, PATH=f"{shim.parent}:{os.environ['PATH']}")
+    done = subprocess.run(["bash", "-c", _COMPLETE], input="\n".join(lines) + "\n", capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=120)
+    assert done.returncode == 0, done.stderr
+    got = [line.split() for line in done.stdout.splitlines()]
+    assert [w for w in got[0] if not w.startswith("-")] == ["MEMORY.md", "memory/2026-01-12.md",
+                                                           "memory/2026-02-01.md"], got
+    assert got[1:] == [["memory/2026-01-12.md"], ["ops", "research"], ["research"]], got
+    assert sorted(p.relative_to(state_dir) for p in state_dir.rglob("*")) == listed  # nothing opened or made

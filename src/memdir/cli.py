@@ -173,7 +173,40 @@ def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool, only: Seque
             kwargs["default"] = argparse.SUPPRESS
         elif extra.get("action") == "count":
             kwargs["default"] = 0
-        group.add_argument(*names, **kwargs)
+        action = group.add_argument(*names, **kwargs)
+        if long == "--agent":
+            action.completer = _complete_agents  # type: ignore[attr-defined]
+
+
+def _complete_note_paths(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    """``memdir get <Tab>``: the workspace's memory files as ``get`` takes them (relative to
+    ``--workspace``, ``$MEMDIR_WORKSPACE`` or the current folder), from a listing of the folder
+    alone: no config read, no index opened.  Why: the shell offered the current folder's files,
+    which ``get`` refuses unless the workspace is the current folder, and never ``memory/…``
+    when it was not."""
+    from pathlib import Path
+
+    ws = Path(os.path.expanduser(getattr(parsed_args, "workspace", None) or os.environ.get("MEMDIR_WORKSPACE")
+                                 or "."))
+    found = [name for name in ("MEMORY.md", "memory.md") if (ws / name).is_file()]
+    for root, dirs, files in os.walk(ws / "memory"):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # (.trash and the like)
+        rel = Path(root).relative_to(ws).as_posix()
+        found += [f"{rel}/{f}" for f in sorted(files) if f.endswith(".md") and not f.startswith(".")]
+    return [path for path in found if path.startswith(prefix)]
+
+
+def _complete_agents(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    """``--agent <Tab>``: the agent ids with an index or state in the state folder (``--state-dir``,
+    ``$MEMDIR_STATE_DIR`` or ~/.memdir); a workspace's own (``<folder>-<hash>``) is no agent id.
+    Why: the shell offered the current folder's files, which are no agent ids."""
+    from pathlib import Path
+
+    state = Path(os.path.expanduser(getattr(parsed_args, "state_dir", None) or os.environ.get("MEMDIR_STATE_DIR")
+                                    or "~/.memdir"))  # (config.DEFAULT_STATE_DIR: pydantic is not imported here)
+    names = {p.stem for p in (state / "memory").glob("*.sqlite")} | \
+        {p.name for p in (state / "agents").glob("*") if p.is_dir()}
+    return sorted(n for n in names if n.startswith(prefix) and not re.search(r"-[0-9a-f]{10}$", n))
 
 
 def _quiet(args: argparse.Namespace) -> bool:
@@ -362,7 +395,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-sync", action="store_true", help="do not index changed files first")
 
     p = cmd("get", "print a memory file or some of its lines")
-    p.add_argument("path", help="e.g. MEMORY.md or memory/2026-01-12.md")
+    path = p.add_argument("path", help="e.g. MEMORY.md or memory/2026-01-12.md")
+    if path is not None:  # (None from _Unused: another command's parser)
+        path.completer = _complete_note_paths  # type: ignore[attr-defined]
     p.add_argument("--from", dest="from_line", type=_count, help="first line (1-based)")
     p.add_argument("--lines", type=_count, help="number of lines")
     p.add_argument("--json", action="store_true", help="JSON output")
