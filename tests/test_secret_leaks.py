@@ -190,3 +190,25 @@ def test_a_key_in_the_base_urls_query_is_never_printed(tmp_path: Path, make_work
     assert '"https://generativelanguage.googleapis.com/v1beta?key=***"' in runs[2].stdout
     assert "/v1/chat/completions?api-version=1&key=*** " in chat.stderr  # httpx's line, the rest kept
     assert "rejected /v1/chat/completions?api-version=1&key=***" in chat.stdout + chat.stderr
+
+
+def test_a_proxys_password_quoted_back_is_masked_whole(tmp_path: Path, make_workspace, run_cli,
+                                                       echo_port: int) -> None:
+    """A proxy from ``HTTP_PROXY=http://user:password@…`` that answers with the request it got
+    (its headers quoted) put the ``Proxy-Authorization`` httpx made of that password into the
+    embedding error (``index --json``) and the chat's, masked by its shape only: the first 6 and
+    last 4 characters of the token were kept, part of the user name and the password's end."""
+    ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "openai", "fallback": "none", "remote": {
+        "baseUrl": "http://api.example.test/v1", "apiKey": KEY, "maxRetries": 0}}}))
+    proxy = {"HTTP_PROXY": f"http://user:{PASSWORD}@127.0.0.1:{echo_port}", "NO_PROXY": ""}
+    built = run_cli("-w", str(ws), "-c", str(cfg), "index", "--json", env=proxy)
+    chat = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "-c", str(cfg), "chat", "--base-url",
+                           "http://api.example.test/v1", "--model", "m"], input="hello\n", capture_output=True,
+                          text=True, timeout=120, env=cli_env(tmp_path / "state", **proxy))
+    token = base64.b64encode(f"user:{PASSWORD}".encode()).decode()
+    for proc in (built, chat):
+        out = proc.stdout + proc.stderr
+        assert "'Proxy-Authorization': 'Basic ***'" in out, out[-2000:]  # the server's answer still quoted
+        assert _leaks(out) == [] and token[:6] not in out and token[-4:] not in out, out[-2000:]

@@ -129,6 +129,20 @@ def url_credentials(url: str) -> tuple[str, ...]:
     return tuple(s for s in (password, unquote(password), token, *in_query) if s)
 
 
+def proxy_credentials() -> tuple[str, ...]:
+    """The credentials of the proxies the environment names (``HTTPS_PROXY=http://user:pw@…``,
+    ``ALL_PROXY``, ``HTTP_PROXY``, either case), as :func:`url_credentials` gives them.
+
+    Why: a proxy that answers with the request it got (a 400 or 407 quoting its headers) put the
+    ``Proxy-Authorization`` httpx made of that password into the error, masked by its shape only,
+    which keeps the first 6 and last 4 characters of a token (part of the user name and the
+    password's last letters)."""
+    import os
+
+    return tuple(s for name, value in os.environ.items() if name.lower() in ("https_proxy", "http_proxy", "all_proxy")
+                 for s in url_credentials(value.strip()))
+
+
 #: A URL query's credential parameter (Google's ``?key=``, Azure Functions' ``?code=``, a SAS
 #: ``&sig=``, ``?access_token=``): its value, up to the next parameter, is group 2.
 _QUERY_SECRET = re.compile(
