@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
+
+from helpers import cli_env
 
 
 def _damage(index: Path) -> None:
@@ -88,10 +92,6 @@ def test_bash_completes_get_paths_in_the_workspace_and_agent_ids(make_workspace,
     memory files and the agent ids of the state folder (a workspace's own index is no agent id),
     reading no config and opening no index."""
     import shutil
-    import subprocess
-    import sys
-
-    from helpers import cli_env
 
     if shutil.which("bash") is None:
         import pytest
@@ -123,3 +123,39 @@ def test_bash_completes_get_paths_in_the_workspace_and_agent_ids(make_workspace,
                                                            "memory/2026-02-01.md"], got
     assert got[1:] == [["memory/2026-01-12.md"], ["ops", "research"], ["research"]], got
     assert sorted(p.relative_to(state_dir) for p in state_dir.rglob("*")) == listed  # nothing opened or made
+
+
+_UNKNOWN_TOOL = [
+    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "nope", "arguments": {}}},
+]
+
+
+def _mcp(ws: Path, state_dir: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """A stdio MCP session calling a tool memdir does not have; stdin stays open until its answer."""
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "-w", str(ws), *flags, "mcp"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(state_dir))
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        for message in _UNKNOWN_TOOL:
+            proc.stdin.write(json.dumps(message) + "\n")
+            proc.stdin.flush()
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        proc.stdin.close()
+        proc.wait(timeout=60)
+        out, err = proc.stdout.read(), proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines) + out, err)
+
+
+def test_quiet_leaves_the_libraries_warnings_off_stderr(make_workspace, state_dir: Path) -> None:
+    """``memdir -q mcp`` (errors only) still printed the MCP SDK's warnings: the root logger stayed
+    at WARNING, and only memdir's own were raised to errors."""
+    ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
+    done = _mcp(ws, state_dir, "-q")
+    answer = json.loads(done.stdout.splitlines()[1])
+    assert answer["id"] == 2 and answer["result"]["isError"], done.stdout  # the client is told
+    assert done.stderr == "", done.stderr

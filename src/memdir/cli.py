@@ -1022,10 +1022,12 @@ class _RedactingFormatter(logging.Formatter):
 
 
 def _configure_logging(args: argparse.Namespace) -> None:
-    """WARNING by default; ``-v`` INFO for memdir; ``-vv`` DEBUG for everything; ``-q`` errors only."""
+    """WARNING by default; ``-v`` INFO for memdir; ``-vv`` DEBUG for everything; ``-q`` errors only,
+    the libraries' too (the MCP SDK's warnings went on printing under ``-q``)."""
     verbose = int(getattr(args, "verbose", 0) or 0)
     quiet = _quiet(args)
-    logging.basicConfig(level=logging.DEBUG if verbose >= 2 else logging.WARNING, stream=sys.stderr,
+    level = logging.ERROR if quiet else logging.DEBUG if verbose >= 2 else logging.WARNING
+    logging.basicConfig(level=level, stream=sys.stderr,
                         format="memdir: %(levelname)s: %(name)s: %(message)s" if verbose else
                         "memdir: %(levelname)s: %(message)s")
     for handler in logging.getLogger().handlers:
