@@ -159,3 +159,14 @@ def test_quiet_leaves_the_libraries_warnings_off_stderr(make_workspace, state_di
     answer = json.loads(done.stdout.splitlines()[1])
     assert answer["id"] == 2 and answer["result"]["isError"], done.stdout  # the client is told
     assert done.stderr == "", done.stderr
+
+
+def test_an_unknown_tool_call_is_no_warning_on_the_servers_stderr(make_workspace, state_dir: Path) -> None:
+    """Every call of a tool memdir does not have printed the MCP SDK's 'Tool 'nope' not listed, no
+    validation will be performed' to the host's log, which is untrue (memdir refuses the call,
+    naming its tools) and one line a call for a client calling it in a loop."""
+    ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
+    done = _mcp(ws, state_dir)
+    answer = json.loads(done.stdout.splitlines()[1])
+    assert answer["result"]["isError"] and "unknown tool: 'nope'" in answer["result"]["content"][0]["text"]
+    assert "not listed" not in done.stderr, done.stderr

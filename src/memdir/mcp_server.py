@@ -954,6 +954,23 @@ class AcceptStormFilter(logging.Filter):
         return True
 
 
+class UnlistedToolFilter(logging.Filter):
+    """Drops the MCP SDK's 'Tool 'x' not listed, no validation will be performed', logged for every
+    call of a tool the server does not have.  Why: memdir answers such a call with an error naming
+    its tools (nothing runs unvalidated), so the line is untrue, and a client calling unknown
+    tools in a loop filled the host's log with one a call."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Tool '%s' not listed")
+
+
+def quiet_unlisted_tools() -> None:
+    """Install :class:`UnlistedToolFilter` on the SDK's server logger (idempotent)."""
+    logger = logging.getLogger("mcp.server.lowlevel.server")
+    if not any(isinstance(f, UnlistedToolFilter) for f in logger.filters):
+        logger.addFilter(UnlistedToolFilter())
+
+
 def quiet_client_disconnects() -> None:
     """Install :class:`ClientGoneFilter` on the loggers that report disconnects, and
     :class:`AcceptStormFilter` on asyncio's (idempotent)."""
@@ -1012,6 +1029,7 @@ def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", por
         memory.first_index_wait = FIRST_INDEX_WAIT  # a search never waits minutes for a first build
     if kind == "streamable-http":
         quiet_client_disconnects()
+    quiet_unlisted_tools()
     server.start_warmup()
     server.start_watching()
     try:
