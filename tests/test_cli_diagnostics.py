@@ -170,3 +170,45 @@ def test_an_unknown_tool_call_is_no_warning_on_the_servers_stderr(make_workspace
     answer = json.loads(done.stdout.splitlines()[1])
     assert answer["result"]["isError"] and "unknown tool: 'nope'" in answer["result"]["content"][0]["text"]
     assert "not listed" not in done.stderr, done.stderr
+
+
+def _http_server_told(ws: Path, state_dir: Path, tmp_path: Path, *flags: str) -> str:
+    """What ``memdir mcp --transport http`` printed on stderr for a request that is no HTTP."""
+    import socket
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    errors = (tmp_path / f"stderr{len(flags)}").open("w+")
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "-w", str(ws), *flags, "mcp", "--transport", "http",
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=errors, env=cli_env(state_dir))
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn = socket.create_connection(("127.0.0.1", port), timeout=30)
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+        with conn:
+            conn.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            assert conn.recv(100).startswith(b"HTTP/1.1 400")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    errors.seek(0)
+    return errors.read()
+
+
+def test_the_http_servers_own_lines_are_memdirs_and_quiet_with_q(make_workspace, state_dir: Path,
+                                                                  tmp_path: Path) -> None:
+    """uvicorn printed through handlers of its own, outside memdir's logging: 'WARNING:  Invalid
+    HTTP request received.' for every such request under ``-q`` too, in a format of its own and
+    past the masking memdir's log lines get."""
+    ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
+    quiet = _http_server_told(ws, state_dir, tmp_path, "-q")
+    assert "Invalid HTTP request" not in quiet, quiet
+    told = _http_server_told(ws, state_dir, tmp_path)
+    assert "memdir: WARNING: Invalid HTTP request received." in told.splitlines(), told

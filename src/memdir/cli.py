@@ -1033,6 +1033,8 @@ def _configure_logging(args: argparse.Namespace) -> None:
     for handler in logging.getLogger().handlers:
         if handler.formatter is not None and not isinstance(handler.formatter, _RedactingFormatter):
             handler.setFormatter(_RedactingFormatter(handler.formatter._fmt))
+        if quiet:  # (a library's logger set to WARNING itself, as uvicorn's are, passes the root's level)
+            handler.setLevel(logging.ERROR)
     _QUIET_NOTICES[0] = quiet
     own = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.getLogger("memdir").setLevel(own)

@@ -423,8 +423,12 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         """
         import uvicorn
 
+        # log_config=None: uvicorn's lines go through the process's logging (memdir's format, its
+        # masking, -q) instead of handlers of its own ('WARNING:  Invalid HTTP request received.'
+        # printed under -q, a line a hostile request).
         config = uvicorn.Config(self.streamable_http_app(), host=self.settings.host, port=self.settings.port,
-                                log_level=self.settings.log_level.lower(), timeout_graceful_shutdown=SHUTDOWN_GRACE)
+                                log_level=self.settings.log_level.lower(), log_config=None,
+                                timeout_graceful_shutdown=SHUTDOWN_GRACE)
         server = uvicorn.Server(config)
         loop, stop_serving = asyncio.get_running_loop(), server.handle_exit
 
