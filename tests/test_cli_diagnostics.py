@@ -212,3 +212,12 @@ def test_the_http_servers_own_lines_are_memdirs_and_quiet_with_q(make_workspace,
     assert "Invalid HTTP request" not in quiet, quiet
     told = _http_server_told(ws, state_dir, tmp_path)
     assert "memdir: WARNING: Invalid HTTP request received." in told.splitlines(), told
+
+
+def test_quiet_http_server_prints_nothing_on_stderr(make_workspace, state_dir: Path, tmp_path: Path) -> None:
+    """``memdir -q mcp --transport http`` (errors only) still printed its banner ('memdir MCP server:
+    http://…/mcp (workspace …; Ctrl-C stops it)'), which is no error, as the stdio server's note
+    for a terminal is not printed under ``-q``; without ``-q`` it is said as before."""
+    ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
+    assert _http_server_told(ws, state_dir, tmp_path, "-q") == ""
+    assert "memdir MCP server: http://127.0.0.1:" in _http_server_told(ws, state_dir, tmp_path)

@@ -937,7 +937,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             # Run by hand from the README's list, it waited in silence: say what it is waiting for.
             _note(args, f"memdir MCP server on stdio (workspace {mem.workspace}): an MCP host (Claude, Cursor, ...) "
                         "starts it and talks to it on stdin/stdout; Ctrl-C ends it")
-        serve(mem, transport=args.transport, host=args.host, port=args.port, session_key=args.session_key)
+        serve(mem, transport=args.transport, host=args.host, port=args.port, session_key=args.session_key,
+              banner=not _quiet(args))
     return 0
 
 

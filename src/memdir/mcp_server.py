@@ -1018,8 +1018,9 @@ def build_server(memory: Any, *, host: str = "127.0.0.1", port: int = DEFAULT_HT
 
 
 def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
-          session_key: str | None = None) -> None:
-    """Run until the client disconnects (stdio) or the process is interrupted (HTTP)."""
+          session_key: str | None = None, banner: bool = True) -> None:
+    """Run until the client disconnects (stdio) or the process is interrupted (HTTP); ``banner``:
+    say on stderr where the HTTP server listens (``memdir -q mcp`` does not: it is no error)."""
     kind = {"stdio": "stdio", "http": "streamable-http", "streamable-http": "streamable-http"}.get(transport)
     if kind is None:
         raise ValueError(f"unknown transport {transport!r} (expected stdio or http)")
@@ -1027,8 +1028,9 @@ def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", por
     if kind == "streamable-http":
         server.http_sockets = listen_sockets(server.settings.host, int(port))
         shown = f"[{server.settings.host}]" if ":" in server.settings.host else server.settings.host
-        print(f"memdir MCP server: http://{shown}:{port}{server.settings.streamable_http_path} "
-              f"(workspace {getattr(memory, 'workspace', '?')}; Ctrl-C stops it)", file=sys.stderr, flush=True)
+        if banner:
+            print(f"memdir MCP server: http://{shown}:{port}{server.settings.streamable_http_path} "
+                  f"(workspace {getattr(memory, 'workspace', '?')}; Ctrl-C stops it)", file=sys.stderr, flush=True)
     if hasattr(memory, "first_index_wait"):
         memory.first_index_wait = FIRST_INDEX_WAIT  # a search never waits minutes for a first build
     if kind == "streamable-http":
