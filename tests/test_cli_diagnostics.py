@@ -172,14 +172,21 @@ def test_an_unknown_tool_call_is_no_warning_on_the_servers_stderr(make_workspace
     assert "not listed" not in done.stderr, done.stderr
 
 
+def _free_port() -> int:
+    """A loopback port nothing listens on (bound, then closed)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def _http_server_told(ws: Path, state_dir: Path, tmp_path: Path, *flags: str) -> str:
     """What ``memdir mcp --transport http`` printed on stderr for a request that is no HTTP."""
     import socket
     import time
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = _free_port()
     errors = (tmp_path / f"stderr{len(flags)}").open("w+")
     proc = subprocess.Popen([sys.executable, "-m", "memdir", "-w", str(ws), *flags, "mcp", "--transport", "http",
                              "--port", str(port)], stdout=subprocess.DEVNULL, stderr=errors, env=cli_env(state_dir))
@@ -221,3 +228,16 @@ def test_quiet_http_server_prints_nothing_on_stderr(make_workspace, state_dir: P
     ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
     assert _http_server_told(ws, state_dir, tmp_path, "-q") == ""
     assert "memdir MCP server: http://127.0.0.1:" in _http_server_told(ws, state_dir, tmp_path)
+
+
+def test_quiet_chat_leaves_notices_off_stderr(make_workspace, run_cli, state_dir: Path) -> None:
+    """``memdir -q chat`` printed the notices of its Memory (an index healed) through a printer of
+    its own, past ``-q``; the chat's errors are still said."""
+    ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
+    run_cli("-w", str(ws), "index", check=True)
+    (index,) = (state_dir / "memory").glob("*.sqlite")
+    _damage(index)
+    chat = subprocess.run([sys.executable, "-m", "memdir", "-q", "-w", str(ws), "chat", "--base-url",
+                           f"http://127.0.0.1:{_free_port()}/v1", "--model", "m"], input="hello\n",
+                          capture_output=True, text=True, timeout=120, env=cli_env(state_dir))
+    assert "cannot reach the chat API" in chat.stderr and "was damaged" not in chat.stderr, chat.stderr
