@@ -241,3 +241,20 @@ def test_quiet_chat_leaves_notices_off_stderr(make_workspace, run_cli, state_dir
                            f"http://127.0.0.1:{_free_port()}/v1", "--model", "m"], input="hello\n",
                           capture_output=True, text=True, timeout=120, env=cli_env(state_dir))
     assert "cannot reach the chat API" in chat.stderr and "was damaged" not in chat.stderr, chat.stderr
+
+
+def test_quiet_ltm_import_leaves_its_note_off_stderr(make_workspace, run_cli, tmp_path: Path) -> None:
+    """``memdir -q ltm import`` still printed 'Lines not understood (not bullets): 2' on stderr, a
+    note about the file, which ``-q`` leaves out; without ``-q`` it is said as before."""
+    import pytest
+
+    pytest.importorskip("lancedb")
+    ws = make_workspace({"MEMORY.md": "# notes\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "none"}}))
+    notes = tmp_path / "import.md"
+    notes.write_text("- I prefer dark mode\nsome prose that is no bullet\n")
+    base = ("-w", str(ws), "-c", str(cfg), "ltm", "import", str(notes))
+    quiet = run_cli("-q", *base, check=True)
+    assert "Imported: 1 created" in quiet.stdout and quiet.stderr == "", quiet.stderr
+    assert "Lines not understood (not bullets): 2" in run_cli(*base, check=True).stderr
