@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from helpers import cli_env
 
 PASSWORD = "hunter2-proxy-pw"
 KEY = "k3y-0f-n0-kn0wn-sh4pe-2718281828"
@@ -162,3 +166,49 @@ def test_the_settings_repr_holds_no_credential(make_workspace) -> None:
         shown = repr(mem.settings)
         assert mem.settings.memory_search.remote.api_key == KEY  # (still there for the code that sends it)
     assert "remote=RemoteConfig(" in shown and _leaks(shown) == [], shown
+
+
+def test_a_key_in_the_base_urls_query_is_never_printed(tmp_path: Path, make_workspace, run_cli,
+                                                       echo_port: int) -> None:
+    """A base URL written with its key in the query (``…/v1beta?key=…``, as Google's examples do)
+    was quoted whole: in the error refusing it (``index``, ``--json``, ``status``), by ``config
+    show``; and for ``memdir chat``, which keeps a query, at ``-vv`` in httpx's request lines and
+    in the error quoting a server that echoes the request's path."""
+    ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "gemini", "fallback": "none", "remote": {
+        "baseUrl": f"https://generativelanguage.googleapis.com/v1beta?key={KEY}", "apiKey": "a"}}}))
+    base = ("-w", str(ws), "-c", str(cfg))
+    runs = [run_cli(*args, *base) for args in (("index", "--json"), ("status",), ("config", "show"))]
+    chat = subprocess.run([sys.executable, "-m", "memdir", *base, "-vv", "chat", "--base-url",
+                           f"http://127.0.0.1:{echo_port}/v1?api-version=1&key={KEY}", "--model", "m"],
+                          input="hello\n", capture_output=True, text=True, timeout=120,
+                          env=cli_env(tmp_path / "state"))
+    for proc in (*runs, chat):
+        assert _leaks(proc.stdout + proc.stderr) == [], (proc.args, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "v1beta?key=***' has a query" in runs[0].stdout  # still refused, and said why
+    assert '"https://generativelanguage.googleapis.com/v1beta?key=***"' in runs[2].stdout
+    assert "/v1/chat/completions?api-version=1&key=*** " in chat.stderr  # httpx's line, the rest kept
+    assert "rejected /v1/chat/completions?api-version=1&key=***" in chat.stdout + chat.stderr
+
+
+def test_a_proxys_password_quoted_back_is_masked_whole(tmp_path: Path, make_workspace, run_cli,
+                                                       echo_port: int) -> None:
+    """A proxy from ``HTTP_PROXY=http://user:password@…`` that answers with the request it got
+    (its headers quoted) put the ``Proxy-Authorization`` httpx made of that password into the
+    embedding error (``index --json``) and the chat's, masked by its shape only: the first 6 and
+    last 4 characters of the token were kept, part of the user name and the password's end."""
+    ws = make_workspace({"MEMORY.md": "The heron nests by the weir.\n"})
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text(json.dumps({"memorySearch": {"provider": "openai", "fallback": "none", "remote": {
+        "baseUrl": "http://api.example.test/v1", "apiKey": KEY, "maxRetries": 0}}}))
+    proxy = {"HTTP_PROXY": f"http://user:{PASSWORD}@127.0.0.1:{echo_port}", "NO_PROXY": ""}
+    built = run_cli("-w", str(ws), "-c", str(cfg), "index", "--json", env=proxy)
+    chat = subprocess.run([sys.executable, "-m", "memdir", "-w", str(ws), "-c", str(cfg), "chat", "--base-url",
+                           "http://api.example.test/v1", "--model", "m"], input="hello\n", capture_output=True,
+                          text=True, timeout=120, env=cli_env(tmp_path / "state", **proxy))
+    token = base64.b64encode(f"user:{PASSWORD}".encode()).decode()
+    for proc in (built, chat):
+        out = proc.stdout + proc.stderr
+        assert "'Proxy-Authorization': 'Basic ***'" in out, out[-2000:]  # the server's answer still quoted
+        assert _leaks(out) == [] and token[:6] not in out and token[-4:] not in out, out[-2000:]

@@ -277,7 +277,7 @@ class ChatClient:
 
         from memdir.embeddings.http_deadline import bound_transports, ca_certificates_error, tls_context
         from memdir.embeddings.remote_config import is_loopback_url, unsendable
-        from memdir.redact import shown_url, url_credentials
+        from memdir.redact import proxy_credentials, shown_url, url_credentials
 
         if api_key and unsendable(api_key):  # httpx's "Illegal header value b'Bearer <key>\r'" showed it
             raise MemdirError("the chat API key holds a line break, control or non-ASCII character (pasted with "
@@ -285,7 +285,7 @@ class ChatClient:
         headers = ({"api-key": api_key} if _is_azure(base_url) else {"Authorization": f"Bearer {api_key}"}) \
             if api_key else {}
         #: Masked in every error quoting the server (one that echoes the request quotes them).
-        self._secrets = tuple(s for s in (api_key or "", *url_credentials(base_url)) if s)
+        self._secrets = tuple(s for s in (api_key or "", *url_credentials(base_url), *proxy_credentials()) if s)
         # A query is every request's query (Azure OpenAI's ?api-version=…): joined as a base URL, the
         # path went into it (…/gpt-4o?api-version=2024-06-01/chat/completions) and the API said 404.
         base_url, _, query = base_url.partition("#")[0].partition("?")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from memdir.embeddings.base import one_line
-from memdir.embeddings.registry import DISABLED, ProviderSelection, select_provider
+from memdir.embeddings.registry import DISABLED, NO_PROVIDER, ProviderSelection, select_provider
 from memdir.errors import (
     IndexOwnershipError,
     MemdirError,
@@ -184,6 +184,23 @@ def _one_warning(reasons: str) -> str:
     """Why embeddings are unavailable as one line: ``auto`` lists a reason per provider, a line and
     a blank line each, which a search printed as nine lines of notes."""
     return "; ".join(line.strip().removesuffix(".") for line in reasons.splitlines() if line.strip())
+
+
+def _selection_words(selection: ProviderSelection) -> str:
+    """The embedding provider chosen, and why, as ``-v`` logs it in one line.  Why: ``-v`` named
+    the config file and the index but not the model, so a user asking why searches ignored the
+    OpenAI key they set (``auto`` took the local model first; a fallback after a refused key) had
+    only ``status`` to ask."""
+    chosen = selection.provider
+    if chosen is None:
+        return (f"embeddings: none, keyword search only (requested {selection.requested}: "
+                f"{_one_warning(selection.unavailable_reason or NO_PROVIDER)})")
+    words = f"embeddings: {chosen.id}, model {chosen.model} (requested {selection.requested}"
+    if selection.fallback_from is not None:
+        words += f"; the fallback, as {selection.fallback_from} failed: {_one_warning(selection.fallback_reason or '')}"
+    elif selection.skipped:
+        words += f"; passed over: {_one_warning(chr(10).join(selection.skipped))}"
+    return words + ")"
 
 
 def _file_stamp(path: Path | None) -> tuple[int, int, int, int] | None:
@@ -388,6 +405,7 @@ class Memory(IndexUpkeep):
                     self._selection = ProviderSelection(override, getattr(override, "id", "custom"))
                 else:
                     self._selection = select_provider(self.settings.memory_search)
+                    log.info("%s", _selection_words(self._selection))
             return self._selection
 
     @property
@@ -661,7 +679,8 @@ class Memory(IndexUpkeep):
             response.warnings.append(_stale_model_note(meta, sel.provider))
         if sel.fallback_from:
             response.fallback = {"from": sel.fallback_from, "reason": sel.fallback_reason or ""}
-        elif sel.provider is None and sel.unavailable_reason and response.fallback is None:
+        elif sel.provider is None and sel.unavailable_reason and response.fallback is None \
+                and sel.requested not in DISABLED:  # keyword-only by choice: no note on every search
             response.warnings.append(_one_warning(sel.unavailable_reason))
         return response
 

@@ -181,7 +181,9 @@ def run_chat(args: argparse.Namespace) -> int:
         return 2
     overrides = {"context_window": args.context_window} if args.context_window else {}
     options = AgentOptions.from_settings(settings, **overrides)
-    memory = Memory(config=loaded, notice=lambda m: print(f"memdir: {m}", file=sys.stderr, flush=True))
+    from memdir.cli import _notice  # (left out under -q, as every command's notices; run_chat is the CLI's)
+
+    memory = Memory(config=loaded, notice=_notice)
     long_term = None
     if settings.long_term_memory.enabled:
         try:

@@ -173,7 +173,40 @@ def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool, only: Seque
             kwargs["default"] = argparse.SUPPRESS
         elif extra.get("action") == "count":
             kwargs["default"] = 0
-        group.add_argument(*names, **kwargs)
+        action = group.add_argument(*names, **kwargs)
+        if long == "--agent":
+            action.completer = _complete_agents  # type: ignore[attr-defined]
+
+
+def _complete_note_paths(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    """``memdir get <Tab>``: the workspace's memory files as ``get`` takes them (relative to
+    ``--workspace``, ``$MEMDIR_WORKSPACE`` or the current folder), from a listing of the folder
+    alone: no config read, no index opened.  Why: the shell offered the current folder's files,
+    which ``get`` refuses unless the workspace is the current folder, and never ``memory/…``
+    when it was not."""
+    from pathlib import Path
+
+    ws = Path(os.path.expanduser(getattr(parsed_args, "workspace", None) or os.environ.get("MEMDIR_WORKSPACE")
+                                 or "."))
+    found = [name for name in ("MEMORY.md", "memory.md") if (ws / name).is_file()]
+    for root, dirs, files in os.walk(ws / "memory"):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # (.trash and the like)
+        rel = Path(root).relative_to(ws).as_posix()
+        found += [f"{rel}/{f}" for f in sorted(files) if f.endswith(".md") and not f.startswith(".")]
+    return [path for path in found if path.startswith(prefix)]
+
+
+def _complete_agents(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    """``--agent <Tab>``: the agent ids with an index or state in the state folder (``--state-dir``,
+    ``$MEMDIR_STATE_DIR`` or ~/.memdir); a workspace's own (``<folder>-<hash>``) is no agent id.
+    Why: the shell offered the current folder's files, which are no agent ids."""
+    from pathlib import Path
+
+    state = Path(os.path.expanduser(getattr(parsed_args, "state_dir", None) or os.environ.get("MEMDIR_STATE_DIR")
+                                    or "~/.memdir"))  # (config.DEFAULT_STATE_DIR: pydantic is not imported here)
+    names = {p.stem for p in (state / "memory").glob("*.sqlite")} | \
+        {p.name for p in (state / "agents").glob("*") if p.is_dir()}
+    return sorted(n for n in names if n.startswith(prefix) and not re.search(r"-[0-9a-f]{10}$", n))
 
 
 def _quiet(args: argparse.Namespace) -> bool:
@@ -362,7 +395,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-sync", action="store_true", help="do not index changed files first")
 
     p = cmd("get", "print a memory file or some of its lines")
-    p.add_argument("path", help="e.g. MEMORY.md or memory/2026-01-12.md")
+    path = p.add_argument("path", help="e.g. MEMORY.md or memory/2026-01-12.md")
+    if path is not None:  # (None from _Unused: another command's parser)
+        path.completer = _complete_note_paths  # type: ignore[attr-defined]
     p.add_argument("--from", dest="from_line", type=_count, help="first line (1-based)")
     p.add_argument("--lines", type=_count, help="number of lines")
     p.add_argument("--json", action="store_true", help="JSON output")
@@ -448,8 +483,16 @@ def _log_settings(loaded: Any) -> None:
              s.index_key, loaded.config_file or "(none)")
 
 
+#: ``-q`` given: notices are not errors, and ``-q`` leaves only errors on stderr.
+_QUIET_NOTICES = [False]
+
+
 def _notice(message: str) -> None:
-    """Things memdir says once, beside any output: an index healed, a writer waited for."""
+    """Things memdir says once, beside any output: an index healed, a writer waited for.  Not
+    with ``-q``: ``memdir -q search`` in a cron job printed 'the index … was damaged …; moved it
+    aside … and rebuilding it', and 'waiting for … to finish writing', which are no errors."""
+    if _QUIET_NOTICES[0]:
+        return
     from memdir.errors import say
 
     say(f"memdir: {for_terminal(message)}")  # one write: notices come from threads too
@@ -905,7 +948,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
             # Run by hand from the README's list, it waited in silence: say what it is waiting for.
             _note(args, f"memdir MCP server on stdio (workspace {mem.workspace}): an MCP host (Claude, Cursor, ...) "
                         "starts it and talks to it on stdin/stdout; Ctrl-C ends it")
-        serve(mem, transport=args.transport, host=args.host, port=args.port, session_key=args.session_key)
+        serve(mem, transport=args.transport, host=args.host, port=args.port, session_key=args.session_key,
+              banner=not _quiet(args))
     return 0
 
 
@@ -980,24 +1024,30 @@ class _RedactingFormatter(logging.Formatter):
     Why: at ``-vv`` httpx logs each request's URL, and a base URL's ``user:password@`` went to
     stderr (and into bug reports) as it was; other libraries' lines may quote a key too.  And a
     warning naming a file or folder (a config file beside the one read, a session's transcript)
-    printed an escape sequence in its name raw, as ``index`` and ``status`` lines no longer do."""
+    printed an escape sequence in its name raw, as ``index`` and ``status`` lines no longer do.
+    A key in a URL's query (``?key=…``) is masked too (:func:`~memdir.redact.masked_query`)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from memdir.redact import redact_text
+        from memdir.redact import masked_query, redact_text
 
-        return for_terminal(redact_text(super().format(record)))
+        return for_terminal(masked_query(redact_text(super().format(record))))
 
 
 def _configure_logging(args: argparse.Namespace) -> None:
-    """WARNING by default; ``-v`` INFO for memdir; ``-vv`` DEBUG for everything; ``-q`` errors only."""
+    """WARNING by default; ``-v`` INFO for memdir; ``-vv`` DEBUG for everything; ``-q`` errors only,
+    the libraries' too (the MCP SDK's warnings went on printing under ``-q``)."""
     verbose = int(getattr(args, "verbose", 0) or 0)
     quiet = _quiet(args)
-    logging.basicConfig(level=logging.DEBUG if verbose >= 2 else logging.WARNING, stream=sys.stderr,
+    level = logging.ERROR if quiet else logging.DEBUG if verbose >= 2 else logging.WARNING
+    logging.basicConfig(level=level, stream=sys.stderr,
                         format="memdir: %(levelname)s: %(name)s: %(message)s" if verbose else
                         "memdir: %(levelname)s: %(message)s")
     for handler in logging.getLogger().handlers:
         if handler.formatter is not None and not isinstance(handler.formatter, _RedactingFormatter):
             handler.setFormatter(_RedactingFormatter(handler.formatter._fmt))
+        if quiet:  # (a library's logger set to WARNING itself, as uvicorn's are, passes the root's level)
+            handler.setLevel(logging.ERROR)
+    _QUIET_NOTICES[0] = quiet
     own = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.getLogger("memdir").setLevel(own)
     if not verbose:

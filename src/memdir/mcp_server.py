@@ -423,8 +423,12 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         """
         import uvicorn
 
+        # log_config=None: uvicorn's lines go through the process's logging (memdir's format, its
+        # masking, -q) instead of handlers of its own ('WARNING:  Invalid HTTP request received.'
+        # printed under -q, a line a hostile request).
         config = uvicorn.Config(self.streamable_http_app(), host=self.settings.host, port=self.settings.port,
-                                log_level=self.settings.log_level.lower(), timeout_graceful_shutdown=SHUTDOWN_GRACE)
+                                log_level=self.settings.log_level.lower(), log_config=None,
+                                timeout_graceful_shutdown=SHUTDOWN_GRACE)
         server = uvicorn.Server(config)
         loop, stop_serving = asyncio.get_running_loop(), server.handle_exit
 
@@ -954,6 +958,23 @@ class AcceptStormFilter(logging.Filter):
         return True
 
 
+class UnlistedToolFilter(logging.Filter):
+    """Drops the MCP SDK's 'Tool 'x' not listed, no validation will be performed', logged for every
+    call of a tool the server does not have.  Why: memdir answers such a call with an error naming
+    its tools (nothing runs unvalidated), so the line is untrue, and a client calling unknown
+    tools in a loop filled the host's log with one a call."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Tool '%s' not listed")
+
+
+def quiet_unlisted_tools() -> None:
+    """Install :class:`UnlistedToolFilter` on the SDK's server logger (idempotent)."""
+    logger = logging.getLogger("mcp.server.lowlevel.server")
+    if not any(isinstance(f, UnlistedToolFilter) for f in logger.filters):
+        logger.addFilter(UnlistedToolFilter())
+
+
 def quiet_client_disconnects() -> None:
     """Install :class:`ClientGoneFilter` on the loggers that report disconnects, and
     :class:`AcceptStormFilter` on asyncio's (idempotent)."""
@@ -997,8 +1018,9 @@ def build_server(memory: Any, *, host: str = "127.0.0.1", port: int = DEFAULT_HT
 
 
 def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
-          session_key: str | None = None) -> None:
-    """Run until the client disconnects (stdio) or the process is interrupted (HTTP)."""
+          session_key: str | None = None, banner: bool = True) -> None:
+    """Run until the client disconnects (stdio) or the process is interrupted (HTTP); ``banner``:
+    say on stderr where the HTTP server listens (``memdir -q mcp`` does not: it is no error)."""
     kind = {"stdio": "stdio", "http": "streamable-http", "streamable-http": "streamable-http"}.get(transport)
     if kind is None:
         raise ValueError(f"unknown transport {transport!r} (expected stdio or http)")
@@ -1006,12 +1028,14 @@ def serve(memory: Any, *, transport: str = "stdio", host: str = "127.0.0.1", por
     if kind == "streamable-http":
         server.http_sockets = listen_sockets(server.settings.host, int(port))
         shown = f"[{server.settings.host}]" if ":" in server.settings.host else server.settings.host
-        print(f"memdir MCP server: http://{shown}:{port}{server.settings.streamable_http_path} "
-              f"(workspace {getattr(memory, 'workspace', '?')}; Ctrl-C stops it)", file=sys.stderr, flush=True)
+        if banner:
+            print(f"memdir MCP server: http://{shown}:{port}{server.settings.streamable_http_path} "
+                  f"(workspace {getattr(memory, 'workspace', '?')}; Ctrl-C stops it)", file=sys.stderr, flush=True)
     if hasattr(memory, "first_index_wait"):
         memory.first_index_wait = FIRST_INDEX_WAIT  # a search never waits minutes for a first build
     if kind == "streamable-http":
         quiet_client_disconnects()
+    quiet_unlisted_tools()
     server.start_warmup()
     server.start_watching()
     try:

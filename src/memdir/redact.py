@@ -110,26 +110,64 @@ def _replace(match: re.Match[str]) -> str:
 
 
 def url_credentials(url: str) -> tuple[str, ...]:
-    """A URL's password (or lone ``token@``) as written and decoded, and the Basic token httpx
-    sends for it: what error messages must never quote (a server may echo the headers)."""
+    """A URL's password (or lone ``token@``) as written and decoded, the Basic token httpx sends
+    for it, and a credential in its query (``?key=…``, as written and decoded): what error messages
+    must never quote (a server may echo the request's headers and path)."""
     import base64
     from urllib.parse import unquote
 
+    in_query = tuple(s for m in _QUERY_SECRET.finditer(url.partition("#")[0])
+                     for s in (m.group(2), unquote(m.group(2))))
     userinfo = _userinfo(url)
     if not userinfo:
-        return ()
+        return in_query
     user, colon, password = userinfo.partition(":")
     basic = f"{unquote(user)}:{unquote(password)}"
     if not colon:
         password = user  # the token is the user name
     token = base64.b64encode(basic.encode()).decode("ascii")
-    return tuple(s for s in (password, unquote(password), token) if s)
+    return tuple(s for s in (password, unquote(password), token, *in_query) if s)
+
+
+def proxy_credentials() -> tuple[str, ...]:
+    """The credentials of the proxies the environment names (``HTTPS_PROXY=http://user:pw@…``,
+    ``ALL_PROXY``, ``HTTP_PROXY``, either case), as :func:`url_credentials` gives them.
+
+    Why: a proxy that answers with the request it got (a 400 or 407 quoting its headers) put the
+    ``Proxy-Authorization`` httpx made of that password into the error, masked by its shape only,
+    which keeps the first 6 and last 4 characters of a token (part of the user name and the
+    password's last letters)."""
+    import os
+
+    return tuple(s for name, value in os.environ.items() if name.lower() in ("https_proxy", "http_proxy", "all_proxy")
+                 for s in url_credentials(value.strip()))
+
+
+#: A URL query's credential parameter (Google's ``?key=``, Azure Functions' ``?code=``, a SAS
+#: ``&sig=``, ``?access_token=``): its value, up to the next parameter, is group 2.
+_QUERY_SECRET = re.compile(
+    r"([?&;](?:key|api[_-]?key|apikey|x-goog-api-key|subscription-key|(?:access|auth|refresh|id)?[_-]?token|"
+    r"code|sig|signature|secret|client[_-]?secret|password|passwd|pwd|auth)=)([^&#\s'\"<>]+)",
+    re.IGNORECASE,
+)
+
+
+def masked_query(text: str) -> str:
+    """``text`` with the value of every credential parameter of a URL's query in it ``***``.
+
+    Why: a base URL given with its key in the query (``…/v1beta?key=…``, as Google's examples
+    write it) was quoted whole in the error refusing it, in ``config show`` and ``status``, and at
+    ``-vv`` httpx logs each request's URL; :func:`redact_text` knows ``key=`` only where a key's
+    own shape (``AIza…``) says so."""
+    return _QUERY_SECRET.sub(lambda m: m.group(1) + "***", text) if "=" in text else text
 
 
 def shown_url(url: str) -> str:
     """``url`` for messages, reprs and ``config show``: a ``user:password@`` keeps the user, the
-    password is ``***`` (a lone ``token@`` is all ``***``).  Parsed by hand, so a URL too broken
-    for :func:`urllib.parse.urlsplit` (``http://u:pw@[::1``, no scheme) is masked as well."""
+    password is ``***`` (a lone ``token@`` is all ``***``), and so is a credential in the query
+    (:func:`masked_query`).  Parsed by hand, so a URL too broken for :func:`urllib.parse.urlsplit`
+    (``http://u:pw@[::1``, no scheme) is masked as well."""
+    url = masked_query(url)
     userinfo = _userinfo(url)
     if userinfo is None:
         return url

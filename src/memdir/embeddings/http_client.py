@@ -40,7 +40,7 @@ from memdir.embeddings.base import EmbeddingError
 from memdir.embeddings.errors import EmbeddingTimeoutError, RemoteEmbeddingError
 from memdir.embeddings.remote_config import RemoteSettings, is_loopback_url
 from memdir.embeddings.retry import gemini_retry_delay, is_quota_exhausted, retry_after
-from memdir.redact import shown_url, url_credentials
+from memdir.redact import proxy_credentials, shown_url, url_credentials
 
 if TYPE_CHECKING:
     import httpx
@@ -135,7 +135,7 @@ class HttpClient:
 
         self._httpx = httpx
         #: Scrubbed from error messages (servers sometimes echo the key they rejected).
-        self.secrets = tuple(s for s in (*secrets, *url_credentials(base_url)) if s)
+        self.secrets = tuple(s for s in (*secrets, *url_credentials(base_url), *proxy_credentials()) if s)
         self.provider = provider
         self.settings = settings
         self.stats = stats

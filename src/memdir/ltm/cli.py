@@ -258,7 +258,7 @@ def _import(ltm: Any, args: argparse.Namespace) -> int:
     else:
         print(f"Imported: {len(report.created)} created, {len(report.updated)} updated, "
               f"{len(report.unchanged)} unchanged, {len(report.duplicates)} duplicates")
-        if report.skipped_lines:
+        if report.skipped_lines and not getattr(args, "quiet", False):  # a note, which -q leaves out
             print(f"Lines not understood (not bullets): {', '.join(map(str, report.skipped_lines))}", file=sys.stderr)
     return 0
 
