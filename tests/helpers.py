@@ -172,6 +172,27 @@ class ReadOnlyFolder:
         return True
 
 
+def _formatted_image(image: Path, mkfs: str, mounter: str, packages: str) -> None:
+    """A 16 MB ``image`` made by ``mkfs``, for a test that mounts it with ``mounter``; skips the test
+    unless root has both (Debian: ``packages``)."""
+    import shutil
+
+    import pytest
+
+    if os.geteuid() != 0 or not (shutil.which(mkfs) and shutil.which(mounter)):
+        pytest.skip(f"needs root with {mkfs} and {mounter} ({packages})")
+    with open(image, "wb") as f:
+        f.truncate(16 << 20)
+    if subprocess.run([mkfs, str(image)], capture_output=True).returncode != 0:
+        pytest.skip(f"{mkfs} failed here")
+
+
+def _unmount(root: Path) -> None:
+    """``root`` unmounted, lazily when a file is still open in it."""
+    if subprocess.run(["umount", str(root)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", "-l", str(root)], capture_output=True)
+
+
 class CaseInsensitiveFolder:
     """A folder that ignores the case of names, as macOS's APFS, Windows' and a USB drive's exFAT
     do: a small exFAT image mounted by exfat-fuse through a loop device (the kernel here may have
@@ -180,16 +201,9 @@ class CaseInsensitiveFolder:
     ``mkfs.exfat``, ``mount.exfat-fuse`` and a free loop device (Debian: exfatprogs, exfat-fuse)."""
 
     def __init__(self, image: Path, root: Path):
-        import shutil
-
         import pytest
 
-        if os.geteuid() != 0 or not (shutil.which("mkfs.exfat") and shutil.which("mount.exfat-fuse")):
-            pytest.skip("needs root with mkfs.exfat and mount.exfat-fuse (exfatprogs, exfat-fuse)")
-        with open(image, "wb") as f:
-            f.truncate(16 << 20)
-        if subprocess.run(["mkfs.exfat", str(image)], capture_output=True).returncode != 0:
-            pytest.skip("mkfs.exfat failed here")
+        _formatted_image(image, "mkfs.exfat", "mount.exfat-fuse", "exfatprogs, exfat-fuse")
         made = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True)
         if made.returncode != 0:
             pytest.skip(f"no loop device here: {made.stderr.strip()}")
@@ -202,8 +216,7 @@ class CaseInsensitiveFolder:
 
     def close(self) -> None:
         """Unmounted (lazily when a file is still open in it) and the loop device let go."""
-        if subprocess.run(["umount", str(self.root)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(self.root)], capture_output=True)
+        _unmount(self.root)
         subprocess.run(["losetup", "-d", self.device], capture_output=True)
 
 
@@ -214,24 +227,16 @@ class FatFolder:
     unless root has ``mkfs.vfat`` and ``fusefat`` (Debian: dosfstools, fusefat)."""
 
     def __init__(self, image: Path, root: Path):
-        import shutil
-
         import pytest
 
-        if os.geteuid() != 0 or not (shutil.which("mkfs.vfat") and shutil.which("fusefat")):
-            pytest.skip("needs root with mkfs.vfat and fusefat (dosfstools, fusefat)")
-        with open(image, "wb") as f:
-            f.truncate(16 << 20)
-        if subprocess.run(["mkfs.vfat", str(image)], capture_output=True).returncode != 0:
-            pytest.skip("mkfs.vfat failed here")
+        _formatted_image(image, "mkfs.vfat", "fusefat", "dosfstools, fusefat")
         root.mkdir()
         self.root = root
         if subprocess.run(["fusefat", "-o", "rw+", str(image), str(root)], capture_output=True).returncode != 0:
             pytest.skip("cannot mount FAT through FUSE here")
 
     def close(self) -> None:
-        if subprocess.run(["umount", str(self.root)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(self.root)], capture_output=True)
+        _unmount(self.root)
 
 
 class CoarseClockFolder:
@@ -270,6 +275,5 @@ class CoarseClockFolder:
             pytest.skip("cannot make and mount a whole-second file system (mkfs.ext4 -d, debugfs, a loop device)")
 
     def release(self) -> None:
-        if subprocess.run(["umount", str(self.root)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(self.root)], capture_output=True)
+        _unmount(self.root)
         self.image.unlink()

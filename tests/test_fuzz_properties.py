@@ -77,15 +77,19 @@ def test_a_note_is_found_by_a_keyword_search_for_any_word_it_holds(tmp_path: Pat
         @example("שלום")
         @example("ภาษาไทย")
         def found_by_its_word(word: str) -> None:
-            note = ws / "memory" / f"w{next(numbers)}.md"
-            note.write_text(f"- Remember that {word} matters here.\n", encoding="utf-8")
-            try:
-                paths = [hit.path for hit in mem.search(word, max_results=20).results]
-                assert f"memory/{note.name}" in paths, (word, paths)
-            finally:
-                note.unlink()
+            _found_by_its_own_word(mem, ws / "memory" / f"w{next(numbers)}.md", word)
 
         found_by_its_word()
+
+
+def _found_by_its_own_word(mem: Memory, note: Path, word: str) -> None:
+    """``note``, written saying ``word``, is among the results of a search for ``word`` (then removed)."""
+    note.write_text(f"- Remember that {word} matters here.\n", encoding="utf-8")
+    try:
+        paths = [hit.path for hit in mem.search(word, max_results=20).results]
+        assert f"memory/{note.name}" in paths, (word, paths)
+    finally:
+        note.unlink()
 
 
 def test_a_note_is_found_by_any_word_of_three_letters_or_more_in_a_trigram_index(tmp_path: Path):
@@ -111,13 +115,7 @@ def test_a_note_is_found_by_any_word_of_three_letters_or_more_in_a_trigram_index
         @example("GİRİŞ")
         @example("résumé")
         def found_by_its_word(word: str) -> None:
-            note = ws / "memory" / f"w{next(numbers)}.md"
-            note.write_text(f"- Remember that {word} matters here.\n", encoding="utf-8")
-            try:
-                paths = [hit.path for hit in mem.search(word, max_results=20).results]
-                assert f"memory/{note.name}" in paths, (word, paths)
-            finally:
-                note.unlink()
+            _found_by_its_own_word(mem, ws / "memory" / f"w{next(numbers)}.md", word)
 
         found_by_its_word()
 
