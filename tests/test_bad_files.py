@@ -121,7 +121,7 @@ def test_a_search_says_which_notes_it_may_not_read():
         os.chmod(ws / "MEMORY.md", 0o644)
         os.chmod(ws / "memory" / "sub", 0o755)
         found = json.loads(run_cli_as_user(root / "state", "search", "Okafor", *args).stdout)
-        assert len(found["results"]) == 2 and not any("could not read" in w for w in found["warnings"])
+        assert len(found["results"]) == 2 and not any("could not read" in w for w in found.get("warnings", []))
 
 
 def _none_config(root: Path) -> str:
