@@ -1318,7 +1318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # one line: a library's message can run over several (huggingface_hub's advice, pydantic's report)
         message = " ".join(without_source_location(str(exc)).split())
-        if isinstance(exc, MemoryError):
+        # OpenSSL failing an allocation (hashlib under a memory limit) says "not able to copy ctx"
+        if isinstance(exc, MemoryError) or "not able to copy ctx" in message:
             from memdir.errors import OUT_OF_MEMORY
 
             message = OUT_OF_MEMORY
