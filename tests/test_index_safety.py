@@ -34,6 +34,14 @@ def index_of(ws: Path, state_dir: Path, **kwargs) -> Path:
     return load_config(workspace=ws, state_dir=state_dir, **kwargs).settings.index_path
 
 
+def _first_batch_written(progress: Path) -> bool:
+    """Whether a build's progress file says its first batch of files is committed."""
+    try:
+        return (json.loads(progress.read_text()).get("done") or 0) > 0
+    except (OSError, ValueError):
+        return False
+
+
 def _wait_for(predicate, timeout: float = 120.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -268,13 +276,7 @@ def test_a_search_during_the_first_index_answers_at_once(make_workspace, state_d
     try:
         progress = Path(f"{index}.progress")
 
-        def first_batch_written() -> bool:
-            try:
-                return (json.loads(progress.read_text()).get("done") or 0) > 0
-            except (OSError, ValueError):
-                return False
-
-        _wait_for(first_batch_written, what="the builder's first batch")
+        _wait_for(lambda: _first_batch_written(progress), what="the builder's first batch")
         found = run_cli("search", "date3q", "--json", "-w", str(ws), env=NONE, timeout=120)
         assert found.returncode == 0, found.stderr
         payload = json.loads(found.stdout)
@@ -308,13 +310,7 @@ def test_a_search_during_a_first_index_in_postgresql_answers_from_what_is_built(
     builder = subprocess.Popen([sys.executable, "-c", BUILDER, str(ws), str(gate)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
     try:
-        def first_batch_written() -> bool:
-            try:
-                return (json.loads(progress.read_text()).get("done") or 0) > 0
-            except (OSError, ValueError):
-                return False
-
-        _wait_for(first_batch_written, what="the builder's first batch")
+        _wait_for(lambda: _first_batch_written(progress), what="the builder's first batch")
         found = run_cli("search", "date3q", "--json", "-w", str(ws), env={**NONE, **pg.env()}, timeout=120)
         payload = json.loads(found.stdout)
         assert payload["stale"] is True and any("partial" in w for w in payload["warnings"]), payload
