@@ -255,6 +255,28 @@ def test_small_budget_keeps_newest_log_lines_and_marks_the_cut(make_workspace):
     assert ctx.truncated == ["memory/2026-03-04.md"]
 
 
+@pytest.mark.parametrize("budget", [0, 100, 200])
+def test_a_budget_too_small_for_the_headings_gives_no_text(make_workspace, budget):
+    # max_chars=0 (a host turning the section off) gave 301 characters of headings and markers
+    ws = make_workspace({"MEMORY.md": "- likes tea\n"})
+    ctx = build_session_context(workspace=ws, chat_type="direct", timezone="UTC", now=MAR4, max_chars=budget)
+    assert ctx.text == ""
+    assert [(f.path, f.chars, f.included) for f in ctx.files] == [("MEMORY.md", 12, 0)]
+    assert ctx.truncated == ["MEMORY.md"]
+
+
+@pytest.mark.parametrize(("budget", "error", "words"), [
+    ("x", TypeError, "max_chars must be an integer number of characters, not str"),
+    (1.5, TypeError, "not float"),
+    (True, TypeError, "not bool"),
+    (-5, ValueError, "max_chars must be 0 or more, not -5"),
+])
+def test_a_budget_that_is_no_count_of_characters_is_refused_naming_it(make_workspace, budget, error, words):
+    ws = make_workspace({"MEMORY.md": "- likes tea\n"})
+    with pytest.raises(error, match=re.escape(words)):
+        build_session_context(workspace=ws, chat_type="direct", timezone="UTC", now=MAR4, max_chars=budget)
+
+
 def test_text_within_budget_is_untouched(make_workspace):
     ws = make_workspace({"memory/2026-03-04.md": "abc\n"})
     ctx = build_session_context(workspace=ws, chat_type="direct", timezone="UTC", now=MAR4)

@@ -290,8 +290,14 @@ def build_session_context(
     ``memory`` (a :class:`memdir.Memory`, or an ``AsyncMemory``) supplies the workspace and ``userTimezone``; or pass
     ``workspace``/``timezone``.  The chat type comes from ``chat_type`` or else the session key
     (``agent:<id>:...:group:...`` → group); ``MEMORY.md`` is included only for ``direct``.
-    ``max_chars`` bounds the whole returned text (once it leaves room for the headings).
+    ``max_chars`` bounds the whole returned text: a budget too small for even the headings gives no
+    text (``files`` still names what there was, none of it included).
     """
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int):
+        # ("x" failed deep inside with "unsupported operand type(s) for -: 'str' and 'int'")
+        raise TypeError(f"max_chars must be an integer number of characters, not {type(max_chars).__name__}")
+    if max_chars < 0:
+        raise ValueError(f"max_chars must be 0 or more, not {max_chars}")
     memory = sync_memory(memory)  # (an AsyncMemory has no workspace: AttributeError)
     if memory is not None:
         ws = Path(memory.workspace)
@@ -339,7 +345,10 @@ def build_session_context(
         blocks.append(omitted)
     if not sources:
         return SessionContext("", kind, [])
-    return SessionContext("\n\n".join(blocks) + "\n", kind, files)
+    text = "\n\n".join(blocks) + "\n"
+    if len(text) > max_chars:  # (max_chars=0 gave 301 characters of headings and markers, nothing shown)
+        return SessionContext("", kind, [ContextFile(f.path, f.label, f.chars, 0, f.keep) for f in files])
+    return SessionContext(text, kind, files)
 
 
 #: The least room a file shown at session start gets besides its heading and truncation marker.
