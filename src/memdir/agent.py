@@ -1076,7 +1076,7 @@ class Agent:
         """The session-start memory's budget: ``context_budget_chars``, but at most a quarter of the
         context window (tokens ≈ characters / 4) — 20,000 characters of notes in every request
         overflowed a 4k-token model before the conversation began, which no compaction could fix."""
-        return min(self.options.context_budget_chars, max(2_000, self.options.context_window))
+        return int(min(self.options.context_budget_chars, max(2_000, self.options.context_window)))
 
     def system_prompt(self) -> str:
         if self._start_context is None:
