@@ -394,6 +394,14 @@ def test_only_the_cache_of_the_agents_notes_goes_into_the_teams_cache(pg: Backen
     assert provider.embedded[before:] == []  # Bob's vectors were still in the cache
 
 
+def test_a_copy_of_one_note_says_one_file_not_one_files(pg: Backend, make_workspace, run_cli):
+    ws = make_workspace({"MEMORY.md": "# prefs\ndark mode"})
+    env = {"MEMDIR_PROVIDER": "none", "MEMDIR_DATABASE_URL": pg.url, "MEMDIR_PG_SCHEMA": pg.schema}
+    run_cli("index", "-w", str(ws), env=env, check=True)
+    out = run_cli("migrate", "--to", "postgres", "-w", str(ws), env=env, check=True).stdout
+    assert out.startswith("copied 1 file, 1 chunk, 0 vectors and 0 cache entries from "), out
+
+
 def test_migrate_with_the_driver_already_set_says_how_to_copy(pg: Backend, make_workspace, run_cli):
     """The README's setup exports MEMDIR_STORE_DRIVER=postgres before anything else; a user with an
     SQLite index who then ran 'memdir migrate --to postgres' read "this agent's index is already on

@@ -904,12 +904,20 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         replaced = report.get("replaced")
-        print(f"copied {report['files']} files, {report['chunks']} chunks, {report['vectors']} vectors and "
-              f"{report['cacheEntries']} cache entries from {report['from']} to {report['to']} "
-              + (f"(replacing the index of {replaced['files']} files, {replaced['chunks']} chunks it held) "
-                 if replaced else "")
+        print(f"copied {_counted(report['files'], 'file')}, {_counted(report['chunks'], 'chunk')}, "
+              f"{_counted(report['vectors'], 'vector')} and {_counted(report['cacheEntries'], 'cache entry')} "
+              f"from {report['from']} to {report['to']} "
+              + (f"(replacing the index of {_counted(replaced['files'], 'file')}, "
+                 f"{_counted(replaced['chunks'], 'chunk')} it held) " if replaced else "")
               + f"in {report['seconds']:.1f} s; now set store.driver = \"{args.to}\"")
     return 0
+
+
+def _counted(n: int, noun: str) -> str:
+    """``1 file``, ``2 files``, ``1 cache entry``, ``0 cache entries`` ("copied 1 files")."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n} {noun[:-1]}ies" if noun.endswith("y") else f"{n} {noun}s"
 
 
 def _load_log_formatting() -> None:
