@@ -497,6 +497,23 @@ def test_chat_main_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: 
     assert "agent:main:main" in sessions
 
 
+def test_chat_main_takes_quiet_as_memdir_chat_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # "-q" was refused ("unrecognized arguments: -q", exit 2) where `memdir chat -q` takes it
+    from memdir import cli
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "memdir.json").write_text(json.dumps({"memorySearch": {"provider": "none"}, "userTimezone": "UTC"}))
+    with ScriptedChatServer(FactKeeperModel(), api_key=API_KEY) as server:
+        monkeypatch.setenv("MY_KEY", API_KEY)
+        monkeypatch.setattr(sys, "stdin", io.StringIO("Remember that the bike lock code is 4711.\n/quit\n"))
+        rc = chat_main(["-q", "--base-url", server.url, "--model", "scripted", "--api-key-env", "MY_KEY",
+                        "--workspace", str(ws), "--state-dir", str(tmp_path / "state")])
+    assert rc == 0 and "Okay, noted." in capsys.readouterr().out
+    assert cli._QUIET_NOTICES[0] is False  # the host's own setting is given back
+
+
 def test_chat_main_requires_key_for_openai(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
     assert chat_main(["--api-key-env", "NO_SUCH_KEY_VAR", "--workspace", str(tmp_path),

@@ -130,7 +130,17 @@ def chat_main(argv: list[str] | None = None) -> int:
     add_chat_arguments(parser)
     for flag in ("--workspace", "--state-dir", "--agent", "--config"):
         parser.add_argument(flag, default=None)
-    return run_chat(parser.parse_args(argv))
+    # ("-q" was refused as an unrecognized argument here, where `memdir chat -q` takes it)
+    parser.add_argument("--quiet", "-q", action="store_true", help="print only errors on stderr (no notes)")
+    args = parser.parse_args(argv)
+    from memdir import cli
+
+    before = cli._QUIET_NOTICES[0]
+    cli._QUIET_NOTICES[0] = args.quiet
+    try:
+        return run_chat(args)
+    finally:
+        cli._QUIET_NOTICES[0] = before
 
 
 def run_chat(args: argparse.Namespace) -> int:
