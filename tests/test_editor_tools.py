@@ -261,6 +261,23 @@ def test_macos_metadata_files_beside_notes_are_not_notes(make_workspace) -> None
         assert mem.status()["files"] == 2
 
 
+def test_macos_metadata_beside_a_transcript_is_no_transcript(make_workspace, tmp_path) -> None:
+    """A sessions folder copied from a Mac (a share, a tar) holds ``._t.jsonl`` beside ``t.jsonl``:
+    it was indexed as a transcript (no messages) and counted in status's files."""
+    ws = make_workspace({"memory/trip.md": "The ferry leaves at nine.\n"})
+    cfg = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                            "experimental": {"sessionMemory": True}}}
+    with Memory(ws, state_dir=tmp_path / "state", config=cfg) as mem:
+        folder = mem.settings.sessions_dir
+        folder.mkdir(parents=True)
+        (folder / "t.jsonl").write_text('{"type":"message","message":{"role":"user","content":"the pelican"}}\n')
+        (folder / "._t.jsonl").write_bytes(_apple_double(b"com.apple.quarantine\x000083;65a1b2c3;Safari;"))
+        report = mem.sync()
+        assert (report.scanned, report.indexed, report.skipped) == (2, 2, [])
+        assert mem.status()["files"] == 2
+        assert found(mem, "pelican") == ["sessions/t.jsonl"]
+
+
 def test_an_emacs_lock_that_is_a_regular_file_is_not_a_note(make_workspace) -> None:
     """Where the file system has no symlinks (exFAT, FAT, many SMB shares) Emacs locks a note it
     edits with a regular file ``.#note.md`` holding ``user@host.pid:boot``: it was indexed while

@@ -293,7 +293,7 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
             if not stat.S_ISREG(st.st_mode):
                 skipped.append(Skipped(name, f"{kind_of(st.st_mode)}, not a regular file"))
                 continue
-            if entry.name.startswith(APPLE_DOUBLE_PREFIX) and _apple_double(entry.path):
+            if entry.name.startswith(APPLE_DOUBLE_PREFIX) and apple_double(entry.path):
                 continue
             if entry.name.startswith(EMACS_LOCK_PREFIX) and st.st_size <= _EMACS_LOCK_MAX and _emacs_lock(entry.path):
                 continue
@@ -333,7 +333,7 @@ def _head(path: str, size: int) -> bytes | None:
         os.close(fd)
 
 
-def _apple_double(path: str) -> bool:
+def apple_double(path: str) -> bool:
     """Whether ``path`` (a ``._note.md``) is macOS's metadata of ``note.md``, by its magic number.
 
     Taken for a note, each one's binary was indexed: searches for "Safari" or "Mac OS X" cited

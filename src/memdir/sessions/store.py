@@ -37,7 +37,7 @@ from memdir.errors import MemdirError
 from memdir.lock import LockTimeout, busy_holder, flock_within
 from memdir.reading import NotRegularFile, kind_of
 from memdir.tools import chat_type_from_session_key, parse_session_key
-from memdir.workspace import is_transcript_name
+from memdir.workspace import APPLE_DOUBLE_PREFIX, apple_double, is_transcript_name
 
 log = logging.getLogger(__name__)
 
@@ -280,6 +280,8 @@ def list_transcripts(sessions_dir: str | os.PathLike[str], *, archived: bool = F
     out = []
     for entry in os.scandir(folder):
         if is_transcript_name(entry.name, archived=archived) and entry.is_file(follow_symlinks=False):
+            if entry.name.startswith(APPLE_DOUBLE_PREFIX) and apple_double(entry.path):
+                continue  # (macOS's metadata beside t.jsonl copied to a share: counted as a transcript)
             out.append(Path(entry.path))
     return sorted(out)
 
