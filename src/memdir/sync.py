@@ -1135,6 +1135,7 @@ class Indexer:
             if recovered:
                 with fresh.transaction():
                     fresh.set_state(RECOVERED_STATE, recovered)
+            self._adopt_moved_cache(fresh)
             interval = self.progress_file.min_interval
             if self.provider is not None or not strict:
                 # commit as progress is shown: the embeddings paid for survive a killed build, and
@@ -1164,6 +1165,19 @@ class Indexer:
                 fresh.set_state(OWNER_FOLDER_STATE, folder_identity(str(self.settings.workspace_path)))
                 fresh.cache_prune(ms.cache.max_entries if ms.cache.enabled else None)
         return report
+
+    def _adopt_moved_cache(self, fresh: Store) -> None:
+        """A first index of a workspace keyed by its path takes the embeddings cached by the index
+        it left under an earlier path (moved, renamed, or restored elsewhere with the state
+        folder: :func:`memdir.state_key.moved_indexes`), so its notes are not all embedded again."""
+        adopt = getattr(fresh, "adopt_cache", None)
+        if (adopt is None or self.provider is None or self.settings.index_key != "workspace"
+                or self.store.cache_count() or self.store.file_rows()):
+            return
+        from memdir.state_key import moved_indexes
+
+        for index in moved_indexes(self.settings.index_path, self.settings.workspace_path):
+            adopt(index)
 
     def _carry_over(self, fresh: Store, report: SyncReport) -> None:
         """Copy into a full rebuild the live index's rows of the files it could not look at now:

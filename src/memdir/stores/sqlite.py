@@ -1341,6 +1341,24 @@ class SqliteStore(SqliteLifecycle):
                 except FileNotFoundError:
                     pass
 
+    def adopt_cache(self, other: Path) -> int:
+        """Copy the embedding cache of the index ``other`` (this workspace's under an earlier path)
+        into this one; the number of entries this index holds more.  An index that cannot be read
+        gives nothing: it only saves embedding again."""
+        before = self.cache_count()
+        try:
+            with self.transaction() as c:
+                c.execute("ATTACH DATABASE ? AS moved", (str(other),))
+                _copy_cache(c, "moved")
+        except Exception:  # (damaged, another version's, locked: embedded again, as without it)
+            pass
+        finally:
+            try:
+                self.conn.execute("DETACH DATABASE moved")
+            except Exception:
+                pass
+        return self.cache_count() - before
+
     def cleanup_leftovers(self) -> None:
         """Delete temp databases a crashed rebuild left behind, keeping their new embeddings."""
         for leftover in glob.glob(glob.escape(self._temp_prefix()) + "*"):
