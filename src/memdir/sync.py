@@ -444,6 +444,9 @@ class Indexer:
         self._listing: tuple[tuple[str, tuple[str, ...]], Discovery] | None = None
         #: ``(rows, files, unlisted, changed, gone)`` of the last :meth:`dirty_files`.
         self._dirty_memo: tuple[Any, list[FileEntry], Any, list[FileEntry], list[tuple[str, str]]] | None = None
+        #: The next sync, a search's or a watcher's too, looks for notes listed without their text
+        #: (:meth:`_textless`), as every other sync does: set by a search that found nothing.
+        self.check_text = False
 
     # -- identity ----------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -751,6 +754,30 @@ class Indexer:
         unreadable) and kept what the index held of it: its results may cite lines that moved."""
         return bool(self._unread)
 
+    def _textless(self, store: Store, files: list[FileEntry], rows: dict[tuple[str, str], Any]
+                  ) -> set[tuple[str, str]]:
+        """The notes the index lists as indexed as they are now but holds no text of, while they
+        hold some: read again (see :meth:`memdir.stores.sqlite.SqliteStore.textless_files`; a
+        search for their words found nothing, and nothing said the index was wrong).  Notes of
+        blank lines, which have no chunk, are not."""
+        self.check_text = False
+        textless = getattr(store, "textless_files", None)
+        found = textless() if textless is not None else set()
+        if not found:
+            return set()
+        out = set()
+        for f in files:
+            key = (f.path, f.source)
+            if key not in found or f.source != "memory" or rows.get(key, ("", -1, -1))[1:] != (f.mtime_ns, f.size):
+                continue  # (one changed since is read again anyway)
+            try:
+                doc = self.load(f)
+            except Exception:
+                continue
+            if doc is not None and doc.content.strip():
+                out.add(key)
+        return out
+
     # -- incremental -------------------------------------------------------------------------
     def _incremental(self, store: Store, progress: Progress | None, deadline: float | None,
                      *, everything: bool = False, lazy: bool = False, strict: bool | None = None) -> SyncReport:
@@ -767,6 +794,8 @@ class Indexer:
         report.scanned = len(files)
         rows = {} if everything else store.file_rows()
         needs_vectors = store.paths_missing_vectors() if self.provider is not None and not everything else set()
+        if not everything and (not lazy or self.check_text):
+            needs_vectors |= self._textless(store, files, rows)
         todo: list[FileEntry] = []
         touched: list[tuple[FileEntry, str]] = []
         for f in files:

@@ -718,6 +718,17 @@ class SqliteStore(SqliteLifecycle):
                                       (path, source)).fetchone():
             raise IndexDamaged(f"database disk image is malformed (the row of {path} cannot be found by its key)")
 
+    def textless_files(self) -> set[tuple[str, str]]:
+        """Files the index lists as indexed, not empty, that have no chunk: a note of blank lines
+        (which has none), or an index whose pages are of two versions (a backup's copy put over it
+        in place while a watcher held it open, or beside a ``-wal`` it did not come with), where
+        every note indexed since the backup kept its row and lost its text."""
+        with self.lock:
+            rows = self.conn.execute("SELECT path, source FROM files f WHERE size > 0 AND NOT EXISTS "
+                                     "(SELECT 1 FROM chunks c WHERE c.source = f.source AND c.path = f.path)"
+                                     ).fetchall()
+        return {(p, s) for p, s in rows}
+
     def paths_missing_vectors(self) -> set[tuple[str, str]]:
         with self.lock:
             rows = self.conn.execute("SELECT DISTINCT path, source FROM chunks WHERE embedding IS NULL").fetchall()
