@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from memdir.api import Memory
+from memdir.errors import MemdirError
 
 KEYWORDS = {"memorySearch": {"provider": "none"}}
 
@@ -428,3 +429,25 @@ def test_the_copies_git_mergetool_leaves_beside_a_conflicted_note_are_not_notes(
         skipped = {s["path"]: s["error"] for s in mem.status()["skipped"]}
     assert sorted(skipped) == [f"memory/{name}" for name in left]
     assert all("git mergetool's" in why and "copy of memory/2026-02-01.md" in why for why in skipped.values())
+
+
+def test_a_note_git_crypt_keeps_encrypted_is_named_not_indexed_nor_appended_to(make_workspace) -> None:
+    """A memory repository cloned and not unlocked (git-crypt) holds each encrypted note as
+    ``\\0GITCRYPT\\0`` and ciphertext: it was indexed as text (searches cited its binary noise), and
+    an append wrote text after the ciphertext, which git-crypt unlock then could not decrypt.  It is
+    named in status and refused, nothing written; what was indexed of it stays until it is unlocked."""
+    ws = make_workspace({"memory/trip.md": "The ferry leaves at nine.\n"})
+    note = ws / "memory" / "2026-01-12.md"
+    note.write_text("Kiwi fact.\n")
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        ciphertext = b"\x00GITCRYPT\x00" + bytes(range(12)) + b"\x9f\xfe Safari kiwi\x00\x81"
+        note.write_bytes(ciphertext)  # git-crypt lock
+        report = mem.sync()
+        assert [s["path"] for s in report.skipped] == ["memory/2026-01-12.md"]
+        assert "encrypted by git-crypt" in report.skipped[0]["error"]
+        assert found(mem, "Safari") == []
+        assert found(mem, "kiwi fact") == ["memory/2026-01-12.md"]  # (as indexed before the lock)
+        with pytest.raises(MemdirError, match=r"is encrypted by git-crypt.*nothing was written"):
+            mem.append_daily("Decided: ship on Friday", date="2026-01-12")
+    assert note.read_bytes() == ciphertext

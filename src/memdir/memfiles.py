@@ -32,7 +32,7 @@ from pathlib import Path
 from memdir.atomic_write import hold_temp, writer_gone
 from memdir.errors import MemdirError
 from memdir.lock import busy_holder, flock_within
-from memdir.reading import note_encoding
+from memdir.reading import GIT_CRYPT_MAGIC, encrypted_note, note_encoding
 from memdir.workspace import MEMORY_DIR
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.md$")
@@ -311,6 +311,10 @@ def append_memory_file(
                 try:
                     # a UTF-16 log (a Windows editor's) is appended to in UTF-16: UTF-8 bytes in it
                     # read back as garbage, and the entry was lost to search and to the user's editor
+                    encrypted = encrypted_note(os.pread(fd, len(GIT_CRYPT_MAGIC), 0))
+                    if encrypted is not None:  # text after its ciphertext: git-crypt unlock then failed on it
+                        raise MemoryFileError(f"not appended: {MEMORY_DIR}/{name} is {encrypted.strerror}, and text "
+                                              "appended to it would break it; nothing was written")
                     encoding = note_encoding(os.pread(fd, 2, 0))
                     conflict = _unresolved_conflict(fd, size, encoding)
                     if conflict is not None:

@@ -56,7 +56,7 @@ from memdir.lock import (
     writing_words,
 )
 from memdir.progress import ProgressFile
-from memdir.reading import read_note
+from memdir.reading import encrypted_note, read_note
 from memdir.stores.base import OWNER_FOLDER_STATE, OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
 from memdir.timezones import resolve_timezone
 from memdir.workspace import (
@@ -164,6 +164,9 @@ def read_memory_file(entry: FileEntry) -> SourceDoc | None:
         raw = read_note(entry.abs_path, entry.root)
     except FileNotFoundError:
         return None  # vanished between listing and reading: not an error (R§2)
+    encrypted = encrypted_note(raw)
+    if encrypted is not None:  # its ciphertext was indexed as text: searches cited binary noise
+        raise encrypted
     return SourceDoc(decode_note(raw), hashlib.sha256(raw).hexdigest())
 
 
