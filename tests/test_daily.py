@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -200,3 +201,45 @@ def test_a_copied_or_path_named_machine_zone_keeps_its_daylight_saving_rules(mon
         assert [today(None, now=t) for t in (summer, winter)] == [dt.date(2026, 7, 15), dt.date(2026, 1, 15)], env
     os.mkfifo(tmp_path / "fifo")  # no zone, and never waited on for a writer
     assert timezones._zone_file(str(tmp_path / "fifo")) is None and timezones._zone_file(str(tmp_path)) is None
+
+
+def _git(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "a",
+           "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
+    return subprocess.run(["git", "-C", str(ws), *args], capture_output=True, text=True, env=env,
+                          stdin=subprocess.DEVNULL, timeout=60)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_append_refuses_a_daily_log_left_with_a_merge_conflict(make_workspace, run_cli):
+    """Two machines appended to today's log and ``git pull`` left it conflicted: a note appended
+    then went after the ``>>>>>>>`` line, and the ``git merge --abort`` (or ``git checkout
+    --theirs``) that resolved the merge put the committed side back, the note lost without a word.
+    The append is refused, saying why; once resolved, appends go on.  A log that only quotes
+    markers in a code block is appended to."""
+    log = "memory/2026-01-12.md"
+    ws = make_workspace({log: "# 2026-01-12\n\n- base\n"})
+    for step in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "base"], ["checkout", "-qb", "laptop"]):
+        assert _git(ws, *step).returncode == 0
+    (ws / log).write_text("# 2026-01-12\n\n- from the laptop\n")
+    assert _git(ws, "commit", "-qam", "laptop").returncode == 0
+    assert _git(ws, "checkout", "-q", "main").returncode == 0
+    (ws / log).write_text("# 2026-01-12\n\n- from the desktop\n")
+    assert _git(ws, "commit", "-qam", "desktop").returncode == 0
+    assert _git(ws, "merge", "laptop").returncode != 0  # a conflict
+    conflicted = (ws / log).read_bytes()
+    out = run_cli("-w", str(ws), "append", "--date", "2026-01-12", "Decided: ship on Friday",
+                  env={"MEMDIR_PROVIDER": "none"})
+    assert out.returncode != 0
+    assert f"{log} holds an unresolved merge conflict (its '<<<<<<<' on line 3)" in out.stderr
+    assert "nothing was written" in out.stderr
+    assert (ws / log).read_bytes() == conflicted
+    with pytest.raises(DailyLogError, match="unresolved merge conflict"):
+        append_daily(ws, "Decided: ship on Friday", date="2026-01-12")
+    (ws / log).write_text("# 2026-01-12\n\n- from the desktop\n- from the laptop\n")  # resolved
+    append_daily(ws, "Decided: ship on Friday", date="2026-01-12")
+    assert (ws / log).read_text().endswith("- from the laptop\nDecided: ship on Friday\n")
+    quoted = "memory/2026-01-13.md"
+    (ws / quoted).write_text("How a conflict looks:\n\n```\n<<<<<<< HEAD\na\n=======\nb\n>>>>>>> x\n```\n")
+    append_daily(ws, "Rebased instead.", date="2026-01-13")
+    assert (ws / quoted).read_text().endswith("```\nRebased instead.\n")

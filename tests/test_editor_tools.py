@@ -7,12 +7,15 @@ Real files in a temp workspace, real SQLite, a real watcher (inotify) where it m
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from memdir.api import Memory
+from memdir.errors import MemdirError
 
 KEYWORDS = {"memorySearch": {"provider": "none"}}
 
@@ -405,3 +408,63 @@ def _keyword_file(ws: Path) -> Path:
     path = ws.parent / "keywords.json"
     path.write_text(json.dumps(KEYWORDS))
     return path
+
+
+def _git(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "a",
+           "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
+    return subprocess.run(["git", "-C", str(ws), *args], capture_output=True, text=True, env=env,
+                          stdin=subprocess.DEVNULL, timeout=60)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_copies_git_mergetool_leaves_beside_a_conflicted_note_are_not_notes(make_workspace) -> None:
+    """``git mergetool`` writes ``2026-02-01_BASE_<pid>.md``, ``_LOCAL_``, ``_REMOTE_`` and
+    ``_BACKUP_`` beside a conflicted daily log while the merge tool is open, and keeps them after a
+    failed merge with ``mergetool.keepTemporaries`` (or when it is killed): each was indexed as a
+    daily log, so a search answered the note's lines again from every copy, the base's with the
+    text both sides had replaced.  They are named in status; a note merely named so is indexed."""
+    ws = make_workspace({"memory/2026-02-01.md": "The ferry leaves at seven.\n", "memory/plan_LOCAL_2.md": "kiwi\n"})
+    assert _git(ws, "init", "-q", "-b", "main").returncode == 0
+    for step in (["add", "-A"], ["commit", "-qm", "base"], ["checkout", "-qb", "theirs"]):
+        assert _git(ws, *step).returncode == 0
+    (ws / "memory" / "2026-02-01.md").write_text("The ferry leaves at nine.\n")
+    assert _git(ws, "commit", "-qam", "theirs").returncode == 0
+    assert _git(ws, "checkout", "-q", "main").returncode == 0
+    (ws / "memory" / "2026-02-01.md").write_text("The ferry leaves at eight.\n")
+    assert _git(ws, "commit", "-qam", "ours").returncode == 0
+    assert _git(ws, "merge", "theirs").returncode != 0  # a conflict
+    merge = _git(ws, "-c", "mergetool.failing.cmd=false", "-c", "mergetool.failing.trustExitCode=true",
+                 "-c", "mergetool.keepTemporaries=true", "mergetool", "--tool=failing", "memory/2026-02-01.md")
+    left = sorted(p.name for p in (ws / "memory").iterdir() if p.name.startswith("2026-02-01_"))
+    assert len(left) == 3, (merge.stdout, merge.stderr)  # BASE, LOCAL, REMOTE
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        assert found(mem, "ferry") == ["memory/2026-02-01.md"]
+        assert found(mem, "seven") == []
+        assert found(mem, "kiwi") == ["memory/plan_LOCAL_2.md"]
+        skipped = {s["path"]: s["error"] for s in mem.status()["skipped"]}
+    assert sorted(skipped) == [f"memory/{name}" for name in left]
+    assert all("git mergetool's" in why and "copy of memory/2026-02-01.md" in why for why in skipped.values())
+
+
+def test_a_note_git_crypt_keeps_encrypted_is_named_not_indexed_nor_appended_to(make_workspace) -> None:
+    """A memory repository cloned and not unlocked (git-crypt) holds each encrypted note as
+    ``\\0GITCRYPT\\0`` and ciphertext: it was indexed as text (searches cited its binary noise), and
+    an append wrote text after the ciphertext, which git-crypt unlock then could not decrypt.  It is
+    named in status and refused, nothing written; what was indexed of it stays until it is unlocked."""
+    ws = make_workspace({"memory/trip.md": "The ferry leaves at nine.\n"})
+    note = ws / "memory" / "2026-01-12.md"
+    note.write_text("Kiwi fact.\n")
+    with Memory(ws, config=KEYWORDS) as mem:
+        mem.sync()
+        ciphertext = b"\x00GITCRYPT\x00" + bytes(range(12)) + b"\x9f\xfe Safari kiwi\x00\x81"
+        note.write_bytes(ciphertext)  # git-crypt lock
+        report = mem.sync()
+        assert [s["path"] for s in report.skipped] == ["memory/2026-01-12.md"]
+        assert "encrypted by git-crypt" in report.skipped[0]["error"]
+        assert found(mem, "Safari") == []
+        assert found(mem, "kiwi fact") == ["memory/2026-01-12.md"]  # (as indexed before the lock)
+        with pytest.raises(MemdirError, match=r"is encrypted by git-crypt.*nothing was written"):
+            mem.append_daily("Decided: ship on Friday", date="2026-01-12")
+    assert note.read_bytes() == ciphertext

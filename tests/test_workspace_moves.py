@@ -307,3 +307,65 @@ def test_a_workspace_named_in_another_unicode_form_is_pointed_at(tmp_path: Path,
     out = run_cli("-w", str(typed), "status")
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "does not exist" in out.stderr and "another Unicode form (NFD" in out.stderr
+
+
+def test_a_workspace_moved_or_restored_elsewhere_reuses_the_embeddings_its_old_index_cached(tmp_path: Path):
+    """A workspace renamed, or restored into another home folder (or machine) with its state
+    folder, gets a new key, and its first index there embedded every note again (8 minutes for
+    600 notes with the local model) while its old index, embeddings cached, was right beside it.
+    That index's cache is taken; that of another workspace of the same name, still there, is not."""
+    notes = {"MEMORY.md": "We chose RabbitMQ for billing.\n", "memory/2026-01-01.md": "Cursors for pagination.\n"}
+    ws = tmp_path / "alice" / "agent"
+    for rel, text in notes.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text)
+
+    def first_sync(folder: Path) -> tuple[int, int, int]:
+        with Memory(folder) as mem:
+            report = mem.sync()
+            assert [r.path for r in mem.search("which message broker for billing").results][:1] == ["MEMORY.md"]
+        return report.indexed, report.embedded, report.cache_hits
+
+    assert first_sync(ws) == (2, 2, 0)
+    other = tmp_path / "carol" / "agent"
+    shutil.copytree(ws, other)
+    assert first_sync(other) == (2, 2, 0)  # a copy of it, beside it: its own
+    renamed = ws.rename(ws.with_name("agent-2026"))  # the same folder (its identity recorded)
+    assert first_sync(renamed) == (2, 0, 2)
+    restored = tmp_path / "bob" / "agent"  # restored from a backup into another home folder
+    shutil.copytree(renamed, restored)
+    shutil.rmtree(renamed)
+    assert first_sync(restored) == (2, 0, 2)
+
+
+def test_an_index_restored_in_place_under_a_running_memdir_reads_its_notes_again(make_workspace, keyword_config):
+    """The state folder copied back from a backup under a running watcher (``cp -a backup/.
+    ~/.memdir/``, which rewrites the index in place): SQLite went on with the pages its write-ahead
+    log held over the older file, a mix of two versions that every check calls sound, in which the
+    notes indexed since the backup kept their rows and lost their text.  Every search for their
+    words answered "No matches." and status called the index clean, for good; a search that finds
+    nothing reads such notes again.  A note of blank lines (no text to index) is not one."""
+    ws = make_workspace({"memory/a.md": "- apple\n", "memory/blank.md": "  \n\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        index = Path(mem.index_path)
+    backup = index.with_name("backup.sqlite")
+    shutil.copy(index, backup)
+    for i in range(50):
+        (ws / "memory" / f"b{i}.md").write_text(f"- banana {i} ferry\n")
+    with Memory(ws, config=keyword_config) as mem:
+        assert mem.sync().indexed == 50
+    with Memory(ws, config=keyword_config) as mem:  # a watcher started since
+        assert mem.sync(reason="watch").indexed == 0
+        with open(backup, "rb") as src, open(index, "r+b") as dst:  # as cp writes it: in place
+            dst.truncate(0)
+            shutil.copyfileobj(src, dst)
+        (ws / "memory" / "c.md").write_text("- cherry\n")
+        assert mem.sync(reason="watch").indexed == 1
+    with Memory(ws, config=keyword_config) as mem:
+        before = mem.status()
+        assert (before["files"], before["chunks"], before["dirty"]) == (53, 2, False)  # the mix
+        hits = {r.path for r in mem.search("banana ferry", max_results=100).results}
+        assert hits == {f"memory/b{i}.md" for i in range(50)}
+        assert mem.status()["chunks"] == 52
+        assert {r.path for r in mem.search("zebra").results} == set()  # (nothing more to read again)

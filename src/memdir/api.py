@@ -332,6 +332,7 @@ class Memory(IndexUpkeep):
         self._bootstrap: threading.Thread | None = None
         self._bootstrap_error: BaseException | None = None
         self._checked_ok: Any = None
+        self._text_checked: Any = None
         self.watcher: Any = None
         self._long_term: Any = None
         self._closed = False
@@ -587,6 +588,9 @@ class Memory(IndexUpkeep):
         try:
             response = self._search_index(partial or store, query, max_results, min_score, explain, mode,
                                           verify=partial is None and bool(query.strip()))
+            if do_sync and partial is None and not response.results and query.strip() and \
+                    self._reread_textless(store):
+                response = self._search_index(store, query, max_results, min_score, explain, mode, verify=True)
         finally:
             if partial is not None:
                 partial.close()

@@ -32,7 +32,7 @@ from pathlib import Path
 from memdir.atomic_write import hold_temp, writer_gone
 from memdir.errors import MemdirError
 from memdir.lock import busy_holder, flock_within
-from memdir.reading import note_encoding
+from memdir.reading import GIT_CRYPT_MAGIC, encrypted_note, note_encoding
 from memdir.workspace import MEMORY_DIR
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.md$")
@@ -143,6 +143,41 @@ def _line_end(fd: int, encoding: str = "utf-8") -> str:
     if at > 0 and tail[at - 1] == "\r":
         return "\r\n"
     return "\r" if at < 0 and "\r" in tail else "\n"
+
+
+#: Files larger than this are not looked through for merge-conflict markers before an append.
+_CONFLICT_PROBE = 8 * 1024 * 1024
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+
+
+def _unresolved_conflict(fd: int, size: int, encoding: str = "utf-8") -> int | None:
+    """The line of the first ``<<<<<<<`` of a merge conflict left in the file (``<<<<<<<``, then
+    ``=======``, then ``>>>>>>>``, each at a line's start and outside code fences), or ``None``.
+
+    Why: a daily log two machines appended to, pulled with git, holds both sides between markers
+    until the merge is resolved, and a note appended meanwhile was lost without a word to the
+    ``git merge --abort`` or ``git checkout --theirs`` that resolves it (both put back a side as
+    committed)."""
+    if size > _CONFLICT_PROBE:
+        return None
+    text = os.pread(fd, size, 0).decode(encoding, "replace")
+    if "<" * 7 not in text:
+        return None
+    step, start, fence = 0, 0, None
+    for number, line in enumerate(text.splitlines(), 1):
+        opened = _FENCE.match(line)
+        if opened is not None and (fence is None or opened[1].startswith(fence)):
+            fence = None if fence is not None else opened[1][0] * 3
+            continue
+        if fence is not None:
+            continue
+        if step == 0 and line.startswith("<" * 7) and line[7:8] in ("", " "):
+            step, start = 1, number
+        elif step == 1 and line.rstrip() == "=" * 7:
+            step = 2
+        elif step == 2 and line.startswith(">" * 7) and line[7:8] in ("", " "):
+            return start
+    return None
 
 
 def _separator(fd: int, blank_line: bool, encoding: str = "utf-8", line_end: str = "\n") -> bytes:
@@ -276,7 +311,18 @@ def append_memory_file(
                 try:
                     # a UTF-16 log (a Windows editor's) is appended to in UTF-16: UTF-8 bytes in it
                     # read back as garbage, and the entry was lost to search and to the user's editor
+                    encrypted = encrypted_note(os.pread(fd, len(GIT_CRYPT_MAGIC), 0))
+                    if encrypted is not None:  # text after its ciphertext: git-crypt unlock then failed on it
+                        raise MemoryFileError(f"not appended: {MEMORY_DIR}/{name} is {encrypted.strerror}, and text "
+                                              "appended to it would break it; nothing was written")
                     encoding = note_encoding(os.pread(fd, 2, 0))
+                    conflict = _unresolved_conflict(fd, size, encoding)
+                    if conflict is not None:
+                        raise MemoryFileError(
+                            f"not appended: {MEMORY_DIR}/{name} holds an unresolved merge conflict (its '<<<<<<<' "
+                            f"on line {conflict}), and what is appended to it now is lost to 'git merge --abort' "
+                            "or 'git checkout --theirs': resolve the conflict (keep what each side wrote, remove "
+                            "the marker lines) and append again; nothing was written")
                     line_end = _line_end(fd, encoding)
                     _write_all(fd, _separator(fd, blank_line, encoding, line_end)
                                + entry.replace("\n", line_end).encode(encoding))

@@ -68,6 +68,22 @@ def decode_note(raw: bytes) -> str:
     return _LONE_CR.sub("\n", text) if "\r" in text else text
 
 
+#: What a file git-crypt encrypts starts with in a checkout that is locked (cloned, never unlocked).
+GIT_CRYPT_MAGIC = b"\x00GITCRYPT\x00"
+
+
+class EncryptedNote(OSError):
+    """A note git-crypt keeps encrypted in this checkout: its bytes are ciphertext, not text."""
+
+
+def encrypted_note(raw: bytes) -> EncryptedNote | None:
+    """The error to give for a note whose bytes start ``raw`` when git-crypt encrypted it, else ``None``."""
+    if not raw.startswith(GIT_CRYPT_MAGIC):
+        return None
+    return EncryptedNote(errno.EINVAL, "encrypted by git-crypt, whose repository is locked here (git-crypt unlock "
+                                       "decrypts it)")
+
+
 class NotRegularFile(OSError):
     """A memory path that is a FIFO, socket, device or folder: refused before it is read."""
 

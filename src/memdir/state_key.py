@@ -134,6 +134,40 @@ def left_behind(state_dir: Path, workspace: Path, own_key: str, index_of: Callab
     return notes
 
 
+def moved_indexes(index: Path, workspace: Path) -> list[Path]:
+    """The indexes beside ``index`` (this workspace's, keyed by its path) that this workspace left
+    under an earlier path: each claimed by a workspace keyed by its own path, which is this very
+    folder (its recorded identity), or which no longer exists and had this folder's name (a
+    workspace restored into another home folder or onto another machine, with the state folder).
+
+    Why: a new path is a new key, and the first index there embedded every note again (8 minutes
+    for 600 notes with the local model) while the old index, its embedding cache complete, sat in
+    the same folder; a first build takes its cached embeddings."""
+    from memdir.config import workspace_index_name
+    from memdir.errors import folder_identity
+
+    here = str(workspace)
+    slug = workspace_index_name(workspace).rsplit("-", 1)[0]
+    found: list[Path] = []
+    identity: str | None = None
+    try:
+        names = sorted(os.listdir(index.parent))
+    except OSError:
+        return []
+    for name in names:
+        if not name.endswith(".sqlite") or name == index.name:
+            continue
+        stem = name[:-len(".sqlite")]
+        path = index.parent / name
+        owner, folder = index_claim(path)
+        if not owner or owner == here or workspace_index_name(Path(owner)) != stem:
+            continue
+        this_folder = folder is not None and folder == (identity := identity or folder_identity(here))
+        if this_folder or (stem.rsplit("-", 1)[0] == slug and not os.path.isdir(owner)):
+            found.append(path)
+    return found
+
+
 def unclaimed_legacy_state(state_dir: Path, own_key: str, legacy_index: Path) -> list[Path]:
     """Agent ``main``'s state folders when no index claims them and this workspace has no state
     of its own: what memdir from before state was keyed by workspace, but after indexes were
@@ -156,5 +190,5 @@ def _unclaimed_main(state_dir: Path, workspace: Path, own_key: str, legacy_index
             f"{workspace}: if they are this workspace's, {moves}"]
 
 
-__all__ = ["LEGACY_AGENT_ID", "index_claim", "index_owner", "left_behind", "legacy_state_dirs",
+__all__ = ["LEGACY_AGENT_ID", "index_claim", "index_owner", "left_behind", "legacy_state_dirs", "moved_indexes",
            "unclaimed_legacy_state", "uses_legacy_state"]

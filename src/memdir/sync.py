@@ -56,7 +56,7 @@ from memdir.lock import (
     writing_words,
 )
 from memdir.progress import ProgressFile
-from memdir.reading import read_note
+from memdir.reading import encrypted_note, read_note
 from memdir.stores.base import OWNER_FOLDER_STATE, OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
 from memdir.timezones import resolve_timezone
 from memdir.workspace import (
@@ -164,6 +164,9 @@ def read_memory_file(entry: FileEntry) -> SourceDoc | None:
         raw = read_note(entry.abs_path, entry.root)
     except FileNotFoundError:
         return None  # vanished between listing and reading: not an error (R§2)
+    encrypted = encrypted_note(raw)
+    if encrypted is not None:  # its ciphertext was indexed as text: searches cited binary noise
+        raise encrypted
     return SourceDoc(decode_note(raw), hashlib.sha256(raw).hexdigest())
 
 
@@ -444,6 +447,9 @@ class Indexer:
         self._listing: tuple[tuple[str, tuple[str, ...]], Discovery] | None = None
         #: ``(rows, files, unlisted, changed, gone)`` of the last :meth:`dirty_files`.
         self._dirty_memo: tuple[Any, list[FileEntry], Any, list[FileEntry], list[tuple[str, str]]] | None = None
+        #: The next sync, a search's or a watcher's too, looks for notes listed without their text
+        #: (:meth:`_textless`), as every other sync does: set by a search that found nothing.
+        self.check_text = False
 
     # -- identity ----------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -751,6 +757,30 @@ class Indexer:
         unreadable) and kept what the index held of it: its results may cite lines that moved."""
         return bool(self._unread)
 
+    def _textless(self, store: Store, files: list[FileEntry], rows: dict[tuple[str, str], Any]
+                  ) -> set[tuple[str, str]]:
+        """The notes the index lists as indexed as they are now but holds no text of, while they
+        hold some: read again (see :meth:`memdir.stores.sqlite.SqliteStore.textless_files`; a
+        search for their words found nothing, and nothing said the index was wrong).  Notes of
+        blank lines, which have no chunk, are not."""
+        self.check_text = False
+        textless = getattr(store, "textless_files", None)
+        found = textless() if textless is not None else set()
+        if not found:
+            return set()
+        out = set()
+        for f in files:
+            key = (f.path, f.source)
+            if key not in found or f.source != "memory" or rows.get(key, ("", -1, -1))[1:] != (f.mtime_ns, f.size):
+                continue  # (one changed since is read again anyway)
+            try:
+                doc = self.load(f)
+            except Exception:
+                continue
+            if doc is not None and doc.content.strip():
+                out.add(key)
+        return out
+
     # -- incremental -------------------------------------------------------------------------
     def _incremental(self, store: Store, progress: Progress | None, deadline: float | None,
                      *, everything: bool = False, lazy: bool = False, strict: bool | None = None) -> SyncReport:
@@ -767,6 +797,8 @@ class Indexer:
         report.scanned = len(files)
         rows = {} if everything else store.file_rows()
         needs_vectors = store.paths_missing_vectors() if self.provider is not None and not everything else set()
+        if not everything and (not lazy or self.check_text):
+            needs_vectors |= self._textless(store, files, rows)
         todo: list[FileEntry] = []
         touched: list[tuple[FileEntry, str]] = []
         for f in files:
@@ -1135,6 +1167,7 @@ class Indexer:
             if recovered:
                 with fresh.transaction():
                     fresh.set_state(RECOVERED_STATE, recovered)
+            self._adopt_moved_cache(fresh)
             interval = self.progress_file.min_interval
             if self.provider is not None or not strict:
                 # commit as progress is shown: the embeddings paid for survive a killed build, and
@@ -1164,6 +1197,19 @@ class Indexer:
                 fresh.set_state(OWNER_FOLDER_STATE, folder_identity(str(self.settings.workspace_path)))
                 fresh.cache_prune(ms.cache.max_entries if ms.cache.enabled else None)
         return report
+
+    def _adopt_moved_cache(self, fresh: Store) -> None:
+        """A first index of a workspace keyed by its path takes the embeddings cached by the index
+        it left under an earlier path (moved, renamed, or restored elsewhere with the state
+        folder: :func:`memdir.state_key.moved_indexes`), so its notes are not all embedded again."""
+        adopt = getattr(fresh, "adopt_cache", None)
+        if (adopt is None or self.provider is None or self.settings.index_key != "workspace"
+                or self.store.cache_count() or self.store.file_rows()):
+            return
+        from memdir.state_key import moved_indexes
+
+        for index in moved_indexes(self.settings.index_path, self.settings.workspace_path):
+            adopt(index)
 
     def _carry_over(self, fresh: Store, report: SyncReport) -> None:
         """Copy into a full rebuild the live index's rows of the files it could not look at now:

@@ -58,6 +58,7 @@ class IndexUpkeep:
     _bootstrap: threading.Thread | None
     _bootstrap_error: BaseException | None
     _checked_ok: Any
+    _text_checked: Any
     _init_lock: threading.RLock
 
     if TYPE_CHECKING:
@@ -109,6 +110,31 @@ class IndexUpkeep:
         if problem:
             raise IndexDamaged(problem)
         self._checked_ok = version
+
+    def _reread_textless(self, store: Store) -> bool:
+        """After a search that found nothing: whether notes the index listed without their text
+        were read again (search once more).  Why: an index restored in place under a running
+        watcher (``cp -a backup/. ~/.memdir/``) kept the rows of 50 notes and none of their text,
+        and every search for their words answered "No matches.", the index calling itself clean.
+        Once per index version; a search of a writable SQLite index only."""
+        textless = getattr(store, "textless_files", None)
+        if textless is None or store.readonly:
+            return False
+        version = store.change_token()
+        if version is None or version == self._text_checked:
+            return False
+        self._text_checked = version
+        if not textless():
+            return False
+        budget = self.settings.memory_search.sync.search_budget_ms / 1000
+        self.indexer.check_text = True
+        try:
+            report = self.sync(reason="search", deadline=time.monotonic() + budget, lock_timeout=budget)
+        except LockTimeout:
+            return False
+        finally:
+            self.indexer.check_text = False
+        return report.indexed > 0
 
     def _flag_moved_lines(self, store: Store, response: SearchResponse, advice: str) -> None:
         """A search that did not index changed notes first (``sync=False``, ``--no-sync``, a sync cut

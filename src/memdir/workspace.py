@@ -297,6 +297,12 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 continue
             if entry.name.startswith(EMACS_LOCK_PREFIX) and st.st_size <= _EMACS_LOCK_MAX and _emacs_lock(entry.path):
                 continue
+            merging = _mergetool_copy(entry.name)
+            if merging is not None and _listed(entries, merging[0]):
+                skipped.append(Skipped(name, f"git mergetool's {merging[1]} copy of {prefix}{merging[0]}, not indexed "
+                                             "(git removes it when the merge is done; delete it if git mergetool "
+                                             "was stopped)", lasting=True))
+                continue
             yield entry.path, name, st
         except OSError as exc:
             if _still_there(exc):  # (one deleted since its folder was listed is gone, not unreadable)
@@ -357,6 +363,26 @@ def _emacs_lock(path: str) -> bool:
     holding anything else is indexed as any other."""
     head = _head(path, _EMACS_LOCK_MAX + 1)
     return head is not None and _EMACS_LOCK.fullmatch(head) is not None
+
+
+#: ``git mergetool`` writes the versions of a conflicted ``note.md`` beside it while the merge tool
+#: runs: ``note_BASE_<pid>.md``, ``note_LOCAL_<pid>.md``, ``note_REMOTE_<pid>.md`` and
+#: ``note_BACKUP_<pid>.md`` (the note with its conflict markers).
+_MERGETOOL_COPY = re.compile(r"(.+)_(BACKUP|BASE|LOCAL|REMOTE)_\d+\.md", re.DOTALL)
+
+
+def _mergetool_copy(name: str) -> tuple[str, str] | None:
+    """The note a ``git mergetool`` temporary file named ``name`` is a version of, and which one.
+
+    Why: under ``memory/`` they are Markdown like any note, so for as long as the merge tool was
+    open (and for good after it was killed, or with ``mergetool.keepTemporaries``) each conflicted
+    daily log was indexed four more times: every search answered its lines from the base, ours,
+    theirs and the backup as well, the base's with text the merge had replaced.  Only a name
+    beside the note it copies is one (the caller checks): ``plan_LOCAL_2.md`` alone is a note."""
+    m = _MERGETOOL_COPY.fullmatch(name)
+    if m is None:
+        return None
+    return m[1] + ".md", {"BACKUP": "backup", "BASE": "base", "LOCAL": "local", "REMOTE": "remote"}[m[2]]
 
 
 def _say_linked(entry: os.DirEntry[str], prefix: str, skipped: list[Skipped]) -> None:

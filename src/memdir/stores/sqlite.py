@@ -718,6 +718,17 @@ class SqliteStore(SqliteLifecycle):
                                       (path, source)).fetchone():
             raise IndexDamaged(f"database disk image is malformed (the row of {path} cannot be found by its key)")
 
+    def textless_files(self) -> set[tuple[str, str]]:
+        """Files the index lists as indexed, not empty, that have no chunk: a note of blank lines
+        (which has none), or an index whose pages are of two versions (a backup's copy put over it
+        in place while a watcher held it open, or beside a ``-wal`` it did not come with), where
+        every note indexed since the backup kept its row and lost its text."""
+        with self.lock:
+            rows = self.conn.execute("SELECT path, source FROM files f WHERE size > 0 AND NOT EXISTS "
+                                     "(SELECT 1 FROM chunks c WHERE c.source = f.source AND c.path = f.path)"
+                                     ).fetchall()
+        return {(p, s) for p, s in rows}
+
     def paths_missing_vectors(self) -> set[tuple[str, str]]:
         with self.lock:
             rows = self.conn.execute("SELECT DISTINCT path, source FROM chunks WHERE embedding IS NULL").fetchall()
@@ -1340,6 +1351,24 @@ class SqliteStore(SqliteLifecycle):
                     os.unlink(str(temp_path) + suffix)
                 except FileNotFoundError:
                     pass
+
+    def adopt_cache(self, other: Path) -> int:
+        """Copy the embedding cache of the index ``other`` (this workspace's under an earlier path)
+        into this one; the number of entries this index holds more.  An index that cannot be read
+        gives nothing: it only saves embedding again."""
+        before = self.cache_count()
+        try:
+            with self.transaction() as c:
+                c.execute("ATTACH DATABASE ? AS moved", (str(other),))
+                _copy_cache(c, "moved")
+        except Exception:  # (damaged, another version's, locked: embedded again, as without it)
+            pass
+        finally:
+            try:
+                self.conn.execute("DETACH DATABASE moved")
+            except Exception:
+                pass
+        return self.cache_count() - before
 
     def cleanup_leftovers(self) -> None:
         """Delete temp databases a crashed rebuild left behind, keeping their new embeddings."""
