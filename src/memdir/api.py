@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from memdir.embeddings.base import one_line
 from memdir.embeddings.registry import DISABLED, NO_PROVIDER, ProviderSelection, select_provider
 from memdir.errors import (
+    IndexFromNewerMemdir,
     IndexOwnershipError,
     MemdirError,
     MemoryClosed,
@@ -495,7 +496,7 @@ class Memory(IndexUpkeep):
             raise MemdirError(f"the index {self.store.location} cannot be updated: {_readonly_why(self.store)}")
         try:
             report = self._healing(lambda: self.indexer.sync(force=force, reason=reason, **kwargs))
-        except (LockTimeout, IndexOwnershipError, MemoryClosed):
+        except (LockTimeout, IndexOwnershipError, MemoryClosed, IndexFromNewerMemdir):
             raise
         except Exception as exc:
             if not self._switch_to_fallback(exc):
@@ -594,8 +595,7 @@ class Memory(IndexUpkeep):
             why = self._rebuild_due(store)
             if why:
                 stale = True
-                notes.append(f"the index must be rebuilt ({why}): its results may differ from a current index's "
-                             "(run `memdir index`, or search with sync on)")
+                notes.append(why)
         if partial is None and (stale or not do_sync):
             # (with sync on, the sync could not catch up: "search with sync on" sent the user in circles)
             self._flag_moved_lines(store, response, "run `memdir index`" if do_sync else
@@ -615,18 +615,26 @@ class Memory(IndexUpkeep):
         return response
 
     def _rebuild_due(self, store: Store) -> str | None:
-        """Why an index searched without a sync must be rebuilt (settings that shape it changed, or
-        another memdir version wrote it), else ``None``: ``--no-sync`` answered from chunks cut with
-        the old settings without a word.  No provider is asked and :mod:`memdir.sync` stays unloaded."""
-        from memdir.index_identity import settings_rebuild_reason, version_reason
+        """The note for an index searched without a sync that must be rebuilt (settings that shape
+        it changed, or another memdir version wrote it), else ``None``: ``--no-sync`` answered from
+        chunks cut with the old settings without a word.  No provider is asked and
+        :mod:`memdir.sync` stays unloaded."""
+        from memdir.index_identity import newer_version, newer_version_words, settings_rebuild_reason, version_reason
 
         try:
             meta = store.read_meta()
             if not meta:
                 return None  # never built: said apart when nothing is found
-            return version_reason(meta) or settings_rebuild_reason(self.settings, store, meta)
+            newer = newer_version(meta)
+            if newer is not None:  # (no rebuild of this memdir's would do: "run `memdir index`" failed)
+                return newer_version_words(store.location, newer)
+            why = version_reason(meta) or settings_rebuild_reason(self.settings, store, meta)
         except Exception:  # the results stand; a damaged index is found and healed by the search itself
             return None
+        if why is None:
+            return None
+        return (f"the index must be rebuilt ({why}): its results may differ from a current index's "
+                "(run `memdir index`, or search with sync on)")
 
     def _config_edited(self) -> str | None:
         """Once per edit: the config file changed after this ``Memory`` read it.  Settings are read
@@ -902,6 +910,7 @@ class Memory(IndexUpkeep):
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """What is indexed, what is stale, and which parts (FTS, vectors, provider) work."""
         ms = self.settings.memory_search
+        from memdir.index_identity import newer_version, newer_version_words
         from memdir.workspace import discover
 
         found = discover(self.workspace, self.settings.extra_paths)
@@ -936,7 +945,7 @@ class Memory(IndexUpkeep):
             # a file with no index in it (left by a first build killed before it published, or by
             # an older status) is no index: "Store: …" said built, and the next index "no index yet"
             exists = bool(meta)
-            if meta:
+            if meta and newer_version(meta) is None:  # (a newer memdir's index is not rebuilt: said below)
                 rebuild = self.indexer.settings_rebuild_reason(meta)
             dirty_files = [f.path for f in changed]
             removed = [p for p, _ in gone]
@@ -985,7 +994,10 @@ class Memory(IndexUpkeep):
             "issues": [*found.issues, *unapplied_settings(self.settings)],
         }
         version = self.indexer.version_reason(meta) if meta else None
-        if version and store is not None and store.readonly:
+        newer = newer_version(meta) if meta else None
+        if newer is not None and store is not None:
+            out["issues"].append(newer_version_words(store.location, newer))
+        elif version and store is not None and store.readonly:
             out["issues"].append(f"the index was written by another memdir version ({version}) and cannot be "
                                  "rebuilt here (read-only): searches read it as that version indexed the notes")
         elif version:  # (already dirty: rebuildReason names the version too)

@@ -1,0 +1,85 @@
+"""Two memdir versions on one state folder: an upgrade under a running watcher or MCP server, a
+downgrade after a bad upgrade, a team's machines on different versions.
+
+Old code cannot be changed, so "a future memdir" is simulated by the format markers it would write
+(a higher chunker or schema number in the index's meta); what is tested is how this memdir behaves
+toward it: it says clearly that it is the older one and never undoes the newer one's work.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from memdir.api import Memory
+from memdir.errors import IndexFromNewerMemdir
+from memdir.index_identity import CHUNKER_VERSION, INDEX_SCHEMA
+from memdir.stores.sqlite import META_KEY
+
+KEYWORDS = {"memorySearch": {"provider": "none"}}
+
+
+def _meta(index: Path) -> dict:
+    with sqlite3.connect(index) as conn:
+        meta = json.loads(conn.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchone()[0])
+    conn.close()
+    return meta
+
+
+def _write_meta(index: Path, **values: int) -> None:
+    """Make the index's meta say what a newer (or older) memdir would have written."""
+    meta = {**_meta(index), **values}
+    with sqlite3.connect(index) as conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(meta), META_KEY))
+    conn.close()
+
+
+def _config(ws: Path) -> str:
+    path = ws.parent / "keywords.json"
+    path.write_text(json.dumps(KEYWORDS), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize(("key", "ours"), [("chunker", CHUNKER_VERSION), ("schema", INDEX_SCHEMA)])
+def test_an_index_a_newer_memdir_wrote_is_not_rebuilt_back(make_workspace, state_dir: Path, run_cli,
+                                                           key: str, ours: int) -> None:
+    """A watcher started before an upgrade rebuilt the upgraded CLI's index for its own chunker
+    ("chunker changed (19 → 18)"), the CLI's next search rebuilt it back, and so on for as long as
+    both ran; each rebuild said "once".  The older memdir now leaves a newer one's index as it is,
+    says why and what to do, and a search still answers from it."""
+    ws = make_workspace({"MEMORY.md": "# Notes\n- the quokka lives on Rottnest\n"})
+    with Memory(ws, state_dir=state_dir, config=KEYWORDS) as mem:
+        mem.sync()
+        index = mem.index_path
+    _write_meta(index, **{key: ours + 1})
+    built = _meta(index)["builtAt"]
+
+    with Memory(ws, state_dir=state_dir, config=KEYWORDS) as mem:
+        with pytest.raises(IndexFromNewerMemdir, match=rf"written by a newer memdir \({key} {ours + 1}; "
+                                                       rf"this memdir's is {ours}\)"):
+            mem.sync()
+        response = mem.search("quokka")
+        assert response.results and response.stale
+        assert any("memdir index --force" in w for w in response.warnings)
+        quiet = mem.search("quokka", sync=False)
+        assert quiet.results and not any("run `memdir index`, or search" in w for w in quiet.warnings)
+        assert any("newer memdir" in w for w in quiet.warnings)
+    assert _meta(index)[key] == ours + 1 and _meta(index)["builtAt"] == built  # untouched
+    if key == "schema":
+        return  # (the CLI's words are the same)
+
+    cli = ("-w", str(ws), "--config", _config(ws))
+    proc = run_cli("index", *cli)
+    assert proc.returncode == 1 and "newer memdir" in proc.stderr and "Traceback" not in proc.stderr
+    st = json.loads(run_cli("status", "--json", *cli, check=True).stdout)
+    assert not st["rebuildReason"] and any("newer memdir" in i for i in st["issues"])
+    assert not any("rebuilds it once" in i for i in st["issues"])
+    assert _meta(index)[key] == ours + 1
+
+    # going back to this version is asked for: --force rebuilds it for this one
+    run_cli("index", "--force", *cli, check=True)
+    assert _meta(index)[key] == ours
+    assert "incremental" in run_cli("index", *cli, check=True).stdout
