@@ -83,3 +83,35 @@ def test_an_index_a_newer_memdir_wrote_is_not_rebuilt_back(make_workspace, state
     run_cli("index", "--force", *cli, check=True)
     assert _meta(index)[key] == ours
     assert "incremental" in run_cli("index", *cli, check=True).stdout
+
+
+def test_a_long_term_memory_table_with_a_newer_memdirs_column_is_refused_clearly(tmp_path: Path) -> None:
+    """A newer memdir that adds a column to the memories table (as this one added supersededBy to
+    OpenClaw's): every memory_store of an older one failed with Lance's 'Append with different
+    schema: fields did not match, missing=[pinned], location: <a Rust source path>', and a reembed
+    rewrote the table with that column emptied in every row."""
+    pytest.importorskip("lancedb")
+    import lancedb
+
+    from ltm_fakes import AxisProvider, axis
+    from memdir.config import load_config
+    from memdir.ltm import LongTermMemory, LtmError
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    settings = load_config(workspace=ws, state_dir=tmp_path / "state").settings
+    provider = AxisProvider({"tea": axis(0), "cat": axis(1), "coffee": axis(2)})
+    with LongTermMemory(settings, provider=provider) as ltm:
+        ltm.store("tea", category="preference")
+        folder = ltm.db_path
+    table = lancedb.connect(str(folder)).open_table("memories")
+    table.add_columns({"pinned": "CAST(true AS BOOLEAN)"})  # what a newer memdir would do
+
+    with LongTermMemory(settings, provider=provider) as ltm:
+        with pytest.raises(LtmError, match=r"columns this memdir does not know \(pinned\): a newer memdir"):
+            ltm.store("cat", category="fact")
+        with pytest.raises(LtmError, match="a newer memdir"):
+            ltm.reembed()
+        assert [r.text for r in ltm.list()] == ["tea"]  # reading still works
+    rows = lancedb.connect(str(folder)).open_table("memories").to_arrow().select(["text", "pinned"]).to_pylist()
+    assert rows == [{"text": "tea", "pinned": True}]
