@@ -115,3 +115,31 @@ def test_a_long_term_memory_table_with_a_newer_memdirs_column_is_refused_clearly
         assert [r.text for r in ltm.list()] == ["tea"]  # reading still works
     rows = lancedb.connect(str(folder)).open_table("memories").to_arrow().select(["text", "pinned"]).to_pylist()
     assert rows == [{"text": "tea", "pinned": True}]
+
+
+@pytest.mark.parametrize("marker", ["pgTextForm", "chunker"])
+def test_a_team_database_index_a_newer_memdir_wrote_is_not_rebuilt_back(pg, make_workspace, tmp_path: Path,
+                                                                        marker: str) -> None:
+    """Hosts of two memdir versions sharing one agent's index in PostgreSQL: the older rebuilt the
+    newer one's for its own keyword text form ("keyword text form changed (4 → 3)") or chunker, and
+    the newer one rebuilt it back at its next sync, for as long as both ran."""
+    from helpers import pg_query
+    from memdir.stores.pgkeyword import TEXT_FORM
+
+    ours = {"pgTextForm": TEXT_FORM, "chunker": CHUNKER_VERSION}[marker]
+    ws = make_workspace({"MEMORY.md": "# Notes\n- the quokka lives on Rottnest\n"})
+    config = pg.config(KEYWORDS)
+    with Memory(ws, agent_id="team", config=config, state_dir=tmp_path / "state") as mem:
+        mem.sync()
+    table = f'"{pg.schema}".indexes'
+    pg_query(pg.url, f"UPDATE {table} SET meta = jsonb_set(meta, %s, to_jsonb(%s::int)) WHERE agent = 'team'",
+             ([marker], ours + 1))
+
+    with Memory(ws, agent_id="team", config=config, state_dir=tmp_path / "state") as mem:
+        with pytest.raises(IndexFromNewerMemdir, match=rf"this memdir's is {ours}\)"):
+            mem.sync()
+        response = mem.search("quokka")
+        assert response.results and any("newer memdir" in w for w in response.warnings)
+        assert any("newer memdir" in i for i in mem.status()["issues"])
+    (meta,) = pg_query(pg.url, f"SELECT meta FROM {table} WHERE agent = 'team'")[0]
+    assert meta[marker] == ours + 1

@@ -625,7 +625,7 @@ class Memory(IndexUpkeep):
             meta = store.read_meta()
             if not meta:
                 return None  # never built: said apart when nothing is found
-            newer = newer_version(meta)
+            newer = newer_version(meta, store)
             if newer is not None:  # (no rebuild of this memdir's would do: "run `memdir index`" failed)
                 return newer_version_words(store.location, newer)
             why = version_reason(meta) or settings_rebuild_reason(self.settings, store, meta)
@@ -945,7 +945,7 @@ class Memory(IndexUpkeep):
             # a file with no index in it (left by a first build killed before it published, or by
             # an older status) is no index: "Store: …" said built, and the next index "no index yet"
             exists = bool(meta)
-            if meta and newer_version(meta) is None:  # (a newer memdir's index is not rebuilt: said below)
+            if meta and newer_version(meta, store) is None:  # (a newer memdir's index is not rebuilt: said below)
                 rebuild = self.indexer.settings_rebuild_reason(meta)
             dirty_files = [f.path for f in changed]
             removed = [p for p, _ in gone]
@@ -994,7 +994,7 @@ class Memory(IndexUpkeep):
             "issues": [*found.issues, *unapplied_settings(self.settings)],
         }
         version = self.indexer.version_reason(meta) if meta else None
-        newer = newer_version(meta) if meta else None
+        newer = newer_version(meta, store) if meta else None
         if newer is not None and store is not None:
             out["issues"].append(newer_version_words(store.location, newer))
         elif version and store is not None and store.readonly:

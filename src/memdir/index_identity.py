@@ -123,9 +123,10 @@ def settings_rebuild_reason(settings: Settings, store: Store, meta: dict[str, An
     return store_reason() if store_reason is not None else None
 
 
-def newer_version(meta: dict[str, Any] | None) -> str | None:
+def newer_version(meta: dict[str, Any] | None, store: Store | None = None) -> str | None:
     """What of the index a newer memdir wrote than this one knows ("chunker 19; this memdir's is
-    18"), or ``None``.
+    18"), or ``None``; ``store``: its backend's own formats too (PostgreSQL's keyword text form, as
+    of the ``meta`` it read last).
 
     Why: an older memdir rebuilt such an index for its own versions ("chunker changed (19 → 18)"),
     and the newer one then rebuilt it back: a watcher or ``memdir mcp`` started before an upgrade
@@ -135,7 +136,8 @@ def newer_version(meta: dict[str, Any] | None) -> str | None:
         theirs = (meta or {}).get(key)
         if isinstance(theirs, int) and not isinstance(theirs, bool) and theirs > ours:
             return f"{key} {theirs}; this memdir's is {ours}"
-    return None
+    own = getattr(store, "newer_format", None)
+    return own() if own is not None else None
 
 
 def newer_version_words(location: str, newer: str) -> str:

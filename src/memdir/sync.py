@@ -502,7 +502,7 @@ class Indexer:
         try:
             self._follow_replaced_index()
             meta = self.store.read_meta()
-            newer = None if force else newer_version(meta)
+            newer = None if force else newer_version(meta, self.store)
             if newer is not None:  # (`memdir index --force` is how a user goes back to this version)
                 raise IndexFromNewerMemdir(newer_version_words(self.store.location, newer))
             self._claim(meta)  # first thing under the lock: a racing workspace is told at once
