@@ -910,7 +910,7 @@ class Memory(IndexUpkeep):
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """What is indexed, what is stale, and which parts (FTS, vectors, provider) work."""
         ms = self.settings.memory_search
-        from memdir.index_identity import newer_version, newer_version_words
+        from memdir.index_identity import OLDER_STILL_RUNNING, newer_version, newer_version_words
         from memdir.workspace import discover
 
         found = discover(self.workspace, self.settings.extra_paths)
@@ -1001,8 +1001,9 @@ class Memory(IndexUpkeep):
             out["issues"].append(f"the index was written by another memdir version ({version}) and cannot be "
                                  "rebuilt here (read-only): searches read it as that version indexed the notes")
         elif version:  # (already dirty: rebuildReason names the version too)
-            out["issues"].append(f"the index was written by another memdir version ({version}): the next search, "
-                                 "`memdir index` or the watcher rebuilds it once, reusing its cached embeddings")
+            out["issues"].append(f"the index was written by an older memdir version ({version}): the next search, "
+                                 "`memdir index` or the watcher rebuilds it, reusing its cached embeddings; "
+                                 f"{OLDER_STILL_RUNNING}")
         if self.settings.state_key_kind == "workspace":
             out["issues"].extend(self._left_behind())
         if self.settings.long_term_memory.enabled and not _importable("lancedb"):

@@ -149,6 +149,12 @@ def newer_version_words(location: str, newer: str) -> str:
             "with this one")
 
 
+#: What to do when an older memdir's index is rebuilt for this one: a process of that memdir still
+#: running on it rebuilds it back after each rebuild of this one, while every message said "once".
+OLDER_STILL_RUNNING = ("if a process of the older memdir still runs on it (a `memdir watch` or `memdir mcp` started "
+                       "before the upgrade), restart it: it rebuilds the index back after each rebuild of this one")
+
+
 def version_reason(meta: dict[str, Any]) -> str | None:
     """Why an index another memdir version wrote (another schema or chunker) must be rebuilt,
     or ``None``: the part of a rebuild reason no setting of this process can explain."""
