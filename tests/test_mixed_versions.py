@@ -143,3 +143,22 @@ def test_a_team_database_index_a_newer_memdir_wrote_is_not_rebuilt_back(pg, make
         assert any("newer memdir" in i for i in mem.status()["issues"])
     (meta,) = pg_query(pg.url, f"SELECT meta FROM {table} WHERE agent = 'team'")[0]
     assert meta[marker] == ours + 1
+
+
+def test_migrate_leaves_an_index_a_newer_memdir_wrote(pg, make_workspace, tmp_path: Path) -> None:
+    """An older memdir copied a newer one's index to PostgreSQL as its own layout reads it, then said
+    'the index copied was out of date here (…): the next memdir index on postgres rebuilds it',
+    which that memdir then refuses to do; it leaves it to the newer memdir, copying nothing."""
+    from helpers import deep_merge, pg_query
+
+    ws = make_workspace({"MEMORY.md": "# Notes\n- the quokka lives on Rottnest\n"})
+    lite = deep_merge(pg.config(KEYWORDS), {"memorySearch": {"store": {"driver": "sqlite"}}})
+    with Memory(ws, agent_id="mig", config=lite, state_dir=tmp_path / "state") as mem:
+        mem.sync()
+        index = mem.index_path
+    _write_meta(index, chunker=CHUNKER_VERSION + 1)
+    with (Memory(ws, agent_id="mig", config=lite, state_dir=tmp_path / "state") as mem,
+          pytest.raises(IndexFromNewerMemdir, match="run memdir migrate with the newer memdir")):
+        mem.migrate("postgres")
+    (table,) = pg_query(pg.url, "SELECT to_regclass(%s)::text", (f'"{pg.schema}".indexes',))[0]
+    assert table is None or pg_query(pg.url, f"SELECT meta FROM {table} WHERE agent = 'mig' AND meta IS NOT NULL") == []

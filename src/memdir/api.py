@@ -808,6 +808,12 @@ class Memory(IndexUpkeep):
             meta = source.read_meta()
         if meta is None:
             raise MemdirError(f"nothing to migrate: {source.location} holds no index yet (run memdir index first)")
+        from memdir.index_identity import newer_version
+
+        newer = newer_version(meta, source)
+        if newer is not None:  # (its rows were read as this version lays them out, and "the next index rebuilds it")
+            raise IndexFromNewerMemdir(f"the index {source.location} was written by a newer memdir ({newer}): this "
+                                       "older one does not copy it; run memdir migrate with the newer memdir")
         target = open_store(self.settings, driver=to)
         try:
             if target.readonly and not writable_again(target):  # (its lock file failed: "[Errno 30] …lock")
