@@ -162,3 +162,24 @@ def test_migrate_leaves_an_index_a_newer_memdir_wrote(pg, make_workspace, tmp_pa
         mem.migrate("postgres")
     (table,) = pg_query(pg.url, "SELECT to_regclass(%s)::text", (f'"{pg.schema}".indexes',))[0]
     assert table is None or pg_query(pg.url, f"SELECT meta FROM {table} WHERE agent = 'mig' AND meta IS NOT NULL") == []
+
+
+def test_a_team_database_index_an_older_memdir_rebuilt_says_so(pg, make_workspace, tmp_path: Path) -> None:
+    """A host of the older memdir rebuilt the agent's index for its own keyword text form: status
+    said nothing of another version (only 'to be rebuilt: keyword text form changed …'), and a
+    search rebuilding it said 'the settings changed', while that host went on rebuilding it back."""
+    from helpers import pg_query
+    from memdir.stores.pgkeyword import TEXT_FORM
+
+    ws = make_workspace({"MEMORY.md": "# Notes\n- the quokka lives on Rottnest\n"})
+    config = pg.config(KEYWORDS)
+    with Memory(ws, agent_id="team", config=config, state_dir=tmp_path / "state") as mem:
+        mem.sync()
+    pg_query(pg.url, f"UPDATE \"{pg.schema}\".indexes SET meta = jsonb_set(meta, '{{pgTextForm}}', "
+             f"to_jsonb({TEXT_FORM - 1})) WHERE agent = 'team'")
+    with Memory(ws, agent_id="team", config=config, state_dir=tmp_path / "state") as mem:
+        said = [i for i in mem.status()["issues"]
+                if f"older memdir version (keyword text form changed ({TEXT_FORM - 1} → {TEXT_FORM}))" in i]
+        assert said and "another host sharing the database" in said[0]
+        assert mem.search("quokka").results
+        assert mem.status()["issues"] == []

@@ -999,7 +999,7 @@ class Memory(IndexUpkeep):
             "indexedWith": {k: meta.get(k) for k in ("provider", "model", "vectorDims", "builtAt")} if meta else None,
             "issues": [*found.issues, *unapplied_settings(self.settings)],
         }
-        version = self.indexer.version_reason(meta) if meta else None
+        version = self.indexer.version_reason(meta, store) if meta else None
         newer = newer_version(meta, store) if meta else None
         if newer is not None and store is not None:
             out["issues"].append(newer_version_words(store.location, newer))

@@ -152,16 +152,19 @@ def newer_version_words(location: str, newer: str) -> str:
 #: What to do when an older memdir's index is rebuilt for this one: a process of that memdir still
 #: running on it rebuilds it back after each rebuild of this one, while every message said "once".
 OLDER_STILL_RUNNING = ("if a process of the older memdir still runs on it (a `memdir watch` or `memdir mcp` started "
-                       "before the upgrade), restart it: it rebuilds the index back after each rebuild of this one")
+                       "before the upgrade, another host sharing the database), restart or upgrade it: it rebuilds "
+                       "the index back after each rebuild of this one")
 
 
-def version_reason(meta: dict[str, Any]) -> str | None:
-    """Why an index another memdir version wrote (another schema or chunker) must be rebuilt,
-    or ``None``: the part of a rebuild reason no setting of this process can explain."""
-    newer = newer_version(meta)
+def version_reason(meta: dict[str, Any], store: Store | None = None) -> str | None:
+    """Why an index another memdir version wrote (another schema or chunker; ``store``: its
+    backend's own formats too, PostgreSQL's keyword text form) must be rebuilt, or ``None``: the
+    part of a rebuild reason no setting of this process can explain."""
+    newer = newer_version(meta, store)
     if newer is not None:
         return f"written by a newer memdir: {newer}"
     for key, ours in (("schema", INDEX_SCHEMA), ("chunker", CHUNKER_VERSION)):
         if meta.get(key) != ours:
             return f"{key} changed ({meta.get(key)!r} → {ours!r})"
-    return None
+    own = getattr(store, "older_format", None)
+    return own() if own is not None else None

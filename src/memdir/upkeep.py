@@ -177,7 +177,7 @@ class IndexUpkeep:
             why = self.indexer.settings_rebuild_reason(meta)
             if why is None:
                 return False, [], None
-            return self._rebuild_for_settings(why, budget, older=self.indexer.version_reason(meta) is not None)
+            return self._rebuild_for_settings(why, budget, older=self.indexer.version_reason(meta, store) is not None)
         deadline = time.monotonic() + budget
         try:
             # Wait for a sync already running (the watcher's, another process's) within the budget.
