@@ -85,6 +85,31 @@ def test_an_index_a_newer_memdir_wrote_is_not_rebuilt_back(make_workspace, state
     assert "incremental" in run_cli("index", *cli, check=True).stdout
 
 
+def test_a_search_does_not_wait_to_rebuild_a_newer_memdirs_index(make_workspace, state_dir: Path) -> None:
+    """While another process held the writer lock (the newer memdir's watcher, indexing), a search
+    of the older memdir waited for it to rebuild the newer index back, then said 'the index is to
+    be rebuilt (chunker changed (19 → 18)) and another sync is writing it now'."""
+    import fcntl
+    import os
+
+    config = {"memorySearch": {"provider": "none", "sync": {"searchBudgetMs": 500}}}
+    ws = make_workspace({"MEMORY.md": "# Notes\n- the quokka lives on Rottnest\n"})
+    with Memory(ws, state_dir=state_dir, config=config) as mem:
+        mem.sync()
+        index = mem.index_path
+    _write_meta(index, chunker=CHUNKER_VERSION + 1)
+    fd = os.open(f"{index}.lock", os.O_RDWR)  # another process's writer lock
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with Memory(ws, state_dir=state_dir, config=config) as mem:
+            response = mem.search("quokka")
+    finally:
+        os.close(fd)
+    assert response.results and response.stale
+    assert any("written by a newer memdir" in w for w in response.warnings)
+    assert not any("to be rebuilt" in w or "written by an older memdir" in w for w in response.warnings)
+
+
 def test_a_long_term_memory_table_with_a_newer_memdirs_column_is_refused_clearly(tmp_path: Path) -> None:
     """A newer memdir that adds a column to the memories table (as this one added supersededBy to
     OpenClaw's): every memory_store of an older one failed with Lance's 'Append with different

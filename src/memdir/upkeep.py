@@ -165,6 +165,11 @@ class IndexUpkeep:
         meta = store.read_meta()
         if meta is None:
             return self._first_index()
+        from memdir.index_identity import newer_version, newer_version_words
+
+        newer = newer_version(meta, store)
+        if newer is not None:  # (no sync of this memdir's may write it: not waited for, nor said as a rebuild)
+            return True, [newer_version_words(store.location, newer)], None
         changed, gone = self.indexer.dirty_files(reuse=True)
         if not changed and not gone:
             listing = [s.as_dict() for s in self.indexer.listing_skipped]
