@@ -110,6 +110,32 @@ def test_a_search_does_not_wait_to_rebuild_a_newer_memdirs_index(make_workspace,
     assert not any("to be rebuilt" in w or "written by an older memdir" in w for w in response.warnings)
 
 
+def test_status_reads_a_progress_file_of_another_shape(make_workspace, state_dir: Path, run_cli) -> None:
+    """A writer's progress file whose counts are not numbers (another memdir version's, or damaged)
+    made `memdir status` fail whole with "memdir: Cannot specify ',' with 's'." while it ran."""
+    import subprocess
+    import sys
+
+    ws = make_workspace({"MEMORY.md": "# Notes\n- the quokka lives on Rottnest\n"})
+    cli = ("-w", str(ws), "--config", _config(ws))
+    run_cli("index", *cli, check=True)
+    index = Path(json.loads(run_cli("status", "--json", *cli, check=True).stdout)["indexPath"])
+    code = (f"import time; from pathlib import Path; from memdir.lock import FileWriterLock; "
+            f"FileWriterLock(Path({str(index)!r})).acquire(); print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        Path(f"{index}.progress").write_text(json.dumps(
+            {"pid": holder.pid, "phase": "full", "done": "3", "total": "10 files", "chunksDone": [1],
+             "chunksPlanned": {"n": 2}}), encoding="utf-8")
+        status = run_cli("status", *cli)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert status.returncode == 0, status.stderr
+    assert f"Writer: pid {holder.pid} is indexing" in status.stdout
+
+
 def test_a_long_term_memory_table_with_a_newer_memdirs_column_is_refused_clearly(tmp_path: Path) -> None:
     """A newer memdir that adds a column to the memories table (as this one added supersededBy to
     OpenClaw's): every memory_store of an older one failed with Lance's 'Append with different
