@@ -234,3 +234,26 @@ def test_a_team_database_index_an_older_memdir_rebuilt_says_so(pg, make_workspac
         assert said and "another host sharing the database" in said[0]
         assert mem.search("quokka").results
         assert mem.status()["issues"] == []
+
+
+def test_a_running_process_does_not_write_a_schema_a_newer_memdir_migrated_since(pg, make_workspace,
+                                                                                 tmp_path: Path) -> None:
+    """The schema version was checked when a process first opened the database only: a `memdir mcp`
+    running for days went on writing with its layout after another host's newer memdir migrated
+    the team's schema, which the README says an older memdir refuses."""
+    from helpers import pg_query
+    from memdir.errors import StoreError
+    from memdir.stores.pgschema import LATEST
+
+    ws = make_workspace({"MEMORY.md": "# Notes\n- the quokka lives on Rottnest\n"})
+    with Memory(ws, agent_id="team", config=pg.config(KEYWORDS), state_dir=tmp_path / "state") as mem:
+        mem.sync()
+        pg_query(pg.url, f"INSERT INTO \"{pg.schema}\".schema_version(version, description) "
+                         f"VALUES ({LATEST + 1}, 'a newer memdir')")
+        (ws / "memory").mkdir()
+        (ws / "memory" / "2026-11-29.md").write_text("- the wombat digs at night\n", encoding="utf-8")
+        with pytest.raises(StoreError, match=rf"is at version {LATEST + 1}, newer than this memdir understands "
+                                             rf"\({LATEST}\): a newer memdir migrated it since this process started"):
+            mem.sync()
+        assert mem.search("quokka").results  # searching goes on
+    assert pg_query(pg.url, f"SELECT count(*) FROM \"{pg.schema}\".files WHERE path LIKE 'memory/%%'") == [(0,)]
