@@ -1001,7 +1001,11 @@ class Memory(IndexUpkeep):
         }
         version = self.indexer.version_reason(meta, store) if meta else None
         newer = newer_version(meta, store) if meta else None
+        # What a newer memdir wrote of the index ("chunker 19; this memdir's is 18"): no sync of this one
+        # updates it, so its changed files are no sync pending ("the next search … syncs them" was untrue)
+        out["newerVersion"] = newer
         if newer is not None and store is not None:
+            out["syncPending"] = False
             out["issues"].append(newer_version_words(store.location, newer))
         elif version and store is not None and store.readonly:
             out["issues"].append(f"the index was written by another memdir version ({version}) and cannot be "
