@@ -272,3 +272,27 @@ def test_the_sidecar_is_private_as_the_index(tmp_path: Path, int8: None):
     side = vector_sidecar.sidecar_path(tmp_path / "idx.sqlite")
     assert side.is_file() and side.stat().st_mode & 0o777 == 0o600
     assert (tmp_path / "idx.sqlite").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_newer_memdirs_sidecar_is_not_replaced(tmp_path: Path, int8: None):
+    """An older memdir (a process started before an upgrade, or one downgraded to) took a newer
+    memdir's .vec8 for no sidecar, read every vector out of SQLite and replaced the file with its
+    own, which the newer one then did again: each process of either paid the full read."""
+    path = tmp_path / "idx.sqlite"
+    first = _filled(path)
+    q = np.random.default_rng(5).standard_normal(DIMS).astype(np.float32)
+    want = [h.id for h in first.vector_search(q.tolist(), 8)]
+    side = vector_sidecar.sidecar_path(path)
+    newer = side.read_bytes().replace(vector_sidecar.MAGIC, b"MEMDIR-VEC8-9\n", 1)  # a newer memdir's format
+    side.write_bytes(newer)
+    second = SqliteStore(path)
+    assert [h.id for h in second.vector_search(q.tolist(), 8)] == want
+    assert not second.matrix.from_sidecar and second.matrix.loads == 1
+    assert side.read_bytes() == newer  # left to the memdir that wrote it
+    with second.rebuild() as fresh, fresh.transaction():  # until this memdir rebuilds the index (a downgrade)
+        fresh.replace_file("g.md", "memory", "g", 1, 1, _rows("g.md", 40, 9))
+    third = SqliteStore(path)
+    assert {h.path for h in third.vector_search(q.tolist(), 8)} == {"g.md"}
+    assert side.read_bytes().startswith(vector_sidecar.MAGIC)  # its own sidecar again
+    for s in (first, second, third):
+        s.close()

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from memdir.embeddings.base import one_line
 from memdir.embeddings.registry import DISABLED, NO_PROVIDER, ProviderSelection, select_provider
 from memdir.errors import (
+    IndexFromNewerMemdir,
     IndexOwnershipError,
     MemdirError,
     MemoryClosed,
@@ -496,7 +497,7 @@ class Memory(IndexUpkeep):
             raise MemdirError(f"the index {self.store.location} cannot be updated: {_readonly_why(self.store)}")
         try:
             report = self._healing(lambda: self.indexer.sync(force=force, reason=reason, **kwargs))
-        except (LockTimeout, IndexOwnershipError, MemoryClosed):
+        except (LockTimeout, IndexOwnershipError, MemoryClosed, IndexFromNewerMemdir):
             raise
         except Exception as exc:
             if not self._switch_to_fallback(exc):
@@ -598,8 +599,7 @@ class Memory(IndexUpkeep):
             why = self._rebuild_due(store)
             if why:
                 stale = True
-                notes.append(f"the index must be rebuilt ({why}): its results may differ from a current index's "
-                             "(run `memdir index`, or search with sync on)")
+                notes.append(why)
         if partial is None and (stale or not do_sync):
             # (with sync on, the sync could not catch up: "search with sync on" sent the user in circles)
             self._flag_moved_lines(store, response, "run `memdir index`" if do_sync else
@@ -619,18 +619,26 @@ class Memory(IndexUpkeep):
         return response
 
     def _rebuild_due(self, store: Store) -> str | None:
-        """Why an index searched without a sync must be rebuilt (settings that shape it changed, or
-        another memdir version wrote it), else ``None``: ``--no-sync`` answered from chunks cut with
-        the old settings without a word.  No provider is asked and :mod:`memdir.sync` stays unloaded."""
-        from memdir.index_identity import settings_rebuild_reason, version_reason
+        """The note for an index searched without a sync that must be rebuilt (settings that shape
+        it changed, or another memdir version wrote it), else ``None``: ``--no-sync`` answered from
+        chunks cut with the old settings without a word.  No provider is asked and
+        :mod:`memdir.sync` stays unloaded."""
+        from memdir.index_identity import newer_version, newer_version_words, settings_rebuild_reason, version_reason
 
         try:
             meta = store.read_meta()
             if not meta:
                 return None  # never built: said apart when nothing is found
-            return version_reason(meta) or settings_rebuild_reason(self.settings, store, meta)
+            newer = newer_version(meta, store)
+            if newer is not None:  # (no rebuild of this memdir's would do: "run `memdir index`" failed)
+                return newer_version_words(store.location, newer)
+            why = version_reason(meta) or settings_rebuild_reason(self.settings, store, meta)
         except Exception:  # the results stand; a damaged index is found and healed by the search itself
             return None
+        if why is None:
+            return None
+        return (f"the index must be rebuilt ({why}): its results may differ from a current index's "
+                "(run `memdir index`, or search with sync on)")
 
     def _config_edited(self) -> str | None:
         """Once per edit: the config file changed after this ``Memory`` read it.  Settings are read
@@ -804,6 +812,12 @@ class Memory(IndexUpkeep):
             meta = source.read_meta()
         if meta is None:
             raise MemdirError(f"nothing to migrate: {source.location} holds no index yet (run memdir index first)")
+        from memdir.index_identity import newer_version
+
+        newer = newer_version(meta, source)
+        if newer is not None:  # (its rows were read as this version lays them out, and "the next index rebuilds it")
+            raise IndexFromNewerMemdir(f"the index {source.location} was written by a newer memdir ({newer}): this "
+                                       "older one does not copy it; run memdir migrate with the newer memdir")
         target = open_store(self.settings, driver=to)
         try:
             if target.readonly and not writable_again(target):  # (its lock file failed: "[Errno 30] …lock")
@@ -906,6 +920,7 @@ class Memory(IndexUpkeep):
     def status(self, *, deep: bool = False) -> dict[str, Any]:
         """What is indexed, what is stale, and which parts (FTS, vectors, provider) work."""
         ms = self.settings.memory_search
+        from memdir.index_identity import OLDER_STILL_RUNNING, newer_version, newer_version_words
         from memdir.workspace import discover
 
         found = discover(self.workspace, self.settings.extra_paths)
@@ -940,7 +955,7 @@ class Memory(IndexUpkeep):
             # a file with no index in it (left by a first build killed before it published, or by
             # an older status) is no index: "Store: …" said built, and the next index "no index yet"
             exists = bool(meta)
-            if meta:
+            if meta and newer_version(meta, store) is None:  # (a newer memdir's index is not rebuilt: said below)
                 rebuild = self.indexer.settings_rebuild_reason(meta)
             dirty_files = [f.path for f in changed]
             removed = [p for p, _ in gone]
@@ -988,13 +1003,21 @@ class Memory(IndexUpkeep):
             "indexedWith": {k: meta.get(k) for k in ("provider", "model", "vectorDims", "builtAt")} if meta else None,
             "issues": [*found.issues, *unapplied_settings(self.settings)],
         }
-        version = self.indexer.version_reason(meta) if meta else None
-        if version and store is not None and store.readonly:
+        version = self.indexer.version_reason(meta, store) if meta else None
+        newer = newer_version(meta, store) if meta else None
+        # What a newer memdir wrote of the index ("chunker 19; this memdir's is 18"): no sync of this one
+        # updates it, so its changed files are no sync pending ("the next search … syncs them" was untrue)
+        out["newerVersion"] = newer
+        if newer is not None and store is not None:
+            out["syncPending"] = False
+            out["issues"].append(newer_version_words(store.location, newer))
+        elif version and store is not None and store.readonly:
             out["issues"].append(f"the index was written by another memdir version ({version}) and cannot be "
                                  "rebuilt here (read-only): searches read it as that version indexed the notes")
         elif version:  # (already dirty: rebuildReason names the version too)
-            out["issues"].append(f"the index was written by another memdir version ({version}): the next search, "
-                                 "`memdir index` or the watcher rebuilds it once, reusing its cached embeddings")
+            out["issues"].append(f"the index was written by an older memdir version ({version}): the next search, "
+                                 "`memdir index` or the watcher rebuilds it, reusing its cached embeddings; "
+                                 f"{OLDER_STILL_RUNNING}")
         if self.settings.state_key_kind == "workspace":
             out["issues"].extend(self._left_behind())
         if self.settings.long_term_memory.enabled and not _importable("lancedb"):

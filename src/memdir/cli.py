@@ -875,6 +875,9 @@ def _dirty_words(st: dict[str, Any]) -> str:
                    "the next search, memdir index or the watcher does it)"))
     waiting = st.get("waitingCount") or 0
     changed = st["dirtyCount"] - waiting
+    if st.get("newerVersion"):
+        return (f" ({st['dirtyCount']} changed, {st['removedCount']} removed; not synced by this memdir: a newer one "
+                "wrote the index, see Issues)")
     if st.get("rebuildReason"):  # (with files changed too, it said their counts alone, not the rebuild)
         counts = (f"; {st['dirtyCount']} changed, {st['removedCount']} removed"  # (a rebuild reads all)
                   if st["dirtyCount"] or st["removedCount"] else "")

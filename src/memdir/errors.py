@@ -28,6 +28,11 @@ class IndexDamaged(StoreError):
     callers set it aside and rebuild it from the files (``Store.recover``)."""
 
 
+class IndexFromNewerMemdir(MemdirError):
+    """The index was written by a newer memdir than this one (a higher schema or chunker version):
+    this process leaves it as it is rather than rebuild it back for itself."""
+
+
 class StdoutFailed(OSError):
     """A write to the CLI's stdout that failed other than by its reader going away (a full disk,
     ``> /dev/full``, an I/O error): the command's work was done, only its output was lost."""

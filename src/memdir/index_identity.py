@@ -123,10 +123,48 @@ def settings_rebuild_reason(settings: Settings, store: Store, meta: dict[str, An
     return store_reason() if store_reason is not None else None
 
 
-def version_reason(meta: dict[str, Any]) -> str | None:
-    """Why an index another memdir version wrote (another schema or chunker) must be rebuilt,
-    or ``None``: the part of a rebuild reason no setting of this process can explain."""
+def newer_version(meta: dict[str, Any] | None, store: Store | None = None) -> str | None:
+    """What of the index a newer memdir wrote than this one knows ("chunker 19; this memdir's is
+    18"), or ``None``; ``store``: its backend's own formats too (PostgreSQL's keyword text form, as
+    of the ``meta`` it read last).
+
+    Why: an older memdir rebuilt such an index for its own versions ("chunker changed (19 → 18)"),
+    and the newer one then rebuilt it back: a watcher or ``memdir mcp`` started before an upgrade
+    and the upgraded CLI rebuilt the whole index after each other's every sync, for as long as
+    both ran, each saying only "rebuilt once"."""
+    for key, ours in (("schema", INDEX_SCHEMA), ("chunker", CHUNKER_VERSION)):
+        theirs = (meta or {}).get(key)
+        if isinstance(theirs, int) and not isinstance(theirs, bool) and theirs > ours:
+            return f"{key} {theirs}; this memdir's is {ours}"
+    own = getattr(store, "newer_format", None)
+    return own() if own is not None else None
+
+
+def newer_version_words(location: str, newer: str) -> str:
+    """What an older memdir says of an index a newer one wrote (``newer``: :func:`newer_version`)."""
+    return (f"the index {location} was written by a newer memdir ({newer}), so this older one leaves it as "
+            "it is rather than rebuild it back, which the newer one would undo. A process started before an "
+            "upgrade (a `memdir watch`, a `memdir mcp`) still runs the older memdir: restart it; to go back to "
+            "this version instead (a downgrade), stop the newer one's processes and run `memdir index --force` "
+            "with this one")
+
+
+#: What to do when an older memdir's index is rebuilt for this one: a process of that memdir still
+#: running on it rebuilds it back after each rebuild of this one, while every message said "once".
+OLDER_STILL_RUNNING = ("if a process of the older memdir still runs on it (a `memdir watch` or `memdir mcp` started "
+                       "before the upgrade, another host sharing the database), restart or upgrade it: it rebuilds "
+                       "the index back after each rebuild of this one")
+
+
+def version_reason(meta: dict[str, Any], store: Store | None = None) -> str | None:
+    """Why an index another memdir version wrote (another schema or chunker; ``store``: its
+    backend's own formats too, PostgreSQL's keyword text form) must be rebuilt, or ``None``: the
+    part of a rebuild reason no setting of this process can explain."""
+    newer = newer_version(meta, store)
+    if newer is not None:
+        return f"written by a newer memdir: {newer}"
     for key, ours in (("schema", INDEX_SCHEMA), ("chunker", CHUNKER_VERSION)):
         if meta.get(key) != ours:
             return f"{key} changed ({meta.get(key)!r} → {ours!r})"
-    return None
+    own = getattr(store, "older_format", None)
+    return own() if own is not None else None

@@ -126,7 +126,16 @@ def read_progress(index_path: Path) -> dict[str, Any] | None:
         data = json.loads(read_regular(str(index_path) + ".progress", limit=1 << 20))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    # Counts that are no counts (another memdir version's progress file, a damaged one) are left out:
+    # `memdir status` failed whole with "memdir: Cannot specify ',' with 's'." while a writer ran.
+    return {k: v for k, v in data.items()
+            if k not in _COUNTS or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)}
+
+
+#: The progress file's counts (files, chunks), shown with thousands separators.
+_COUNTS = ("done", "total", "chunksDone", "chunksPlanned")
 
 
 def counts(done: int, total: int, chunks_done: int = 0, chunks_planned: int = 0, unit: str = "files") -> str:

@@ -30,6 +30,7 @@ from memdir.dates import file_date
 from memdir.embeddings.base import EmbeddingProvider, one_line, split_by_bytes
 from memdir.embeddings.errors import EmbeddingTimeoutError
 from memdir.errors import (
+    IndexFromNewerMemdir,
     IndexOwnershipError,
     MemdirError,
     MemoryClosed,
@@ -41,6 +42,8 @@ from memdir.index_identity import (
     SETTINGS_KEYS,
     changed_reason,
     differs,
+    newer_version,
+    newer_version_words,
     settings_identity,
     settings_rebuild_reason,
     version_reason,
@@ -505,6 +508,9 @@ class Indexer:
         try:
             self._follow_replaced_index()
             meta = self.store.read_meta()
+            newer = None if force else newer_version(meta, self.store)
+            if newer is not None:  # (`memdir index --force` is how a user goes back to this version)
+                raise IndexFromNewerMemdir(newer_version_words(self.store.location, newer))
             self._claim(meta)  # first thing under the lock: a racing workspace is told at once
             self.store.cleanup_leftovers()
             why = "forced" if force else self.rebuild_reason(meta)

@@ -191,6 +191,11 @@ class IndexUpkeep:
         meta = store.read_meta()
         if meta is None:
             return self._first_index()
+        from memdir.index_identity import newer_version, newer_version_words
+
+        newer = newer_version(meta, store)
+        if newer is not None:  # (no sync of this memdir's may write it: not waited for, nor said as a rebuild)
+            return True, [newer_version_words(store.location, newer)], None
         changed, gone = self.indexer.dirty_files(reuse=True)
         if not changed and not gone:
             listing = [s.as_dict() for s in self.indexer.listing_skipped]
@@ -203,7 +208,7 @@ class IndexUpkeep:
             why = self.indexer.settings_rebuild_reason(meta)
             if why is None:
                 return False, [], None
-            return self._rebuild_for_settings(why, budget)
+            return self._rebuild_for_settings(why, budget, older=self.indexer.version_reason(meta, store) is not None)
         deadline = time.monotonic() + budget
         try:
             # Wait for a sync already running (the watcher's, another process's) within the budget.
@@ -242,12 +247,21 @@ class IndexUpkeep:
         return [f"pid {holder['pid']} is writing the index but is stopped (Ctrl-Z or SIGSTOP), so the changed files "
                 f"wait for it: {resume_advice(holder['pid'])}"]
 
-    def _rebuild_for_settings(self, why: str, budget: float) -> tuple[bool, list[str], Store | None]:
+    def _rebuild_for_settings(self, why: str, budget: float, *, older: bool = False
+                              ) -> tuple[bool, list[str], Store | None]:
         """The settings changed in a way the index must be rebuilt for (chunk size, tokenizer, ...)
         while no note did: rebuild before searching, as a sync would for an edited note, saying why
-        when that takes more than a second; the old index serves other readers meanwhile."""
-        timer = threading.Timer(1.0, self.notice, args=(
-            f"the settings changed ({why}): rebuilding the index {self.store.location} before searching",))
+        when that takes more than a second; the old index serves other readers meanwhile.
+
+        ``older``: an older memdir wrote the index, which no setting explains ("the settings
+        changed (chunker changed (13 → 18))" sent a user upgraded under a running watcher to
+        their config, while that watcher rebuilt the index back after every search)."""
+        from memdir.index_identity import OLDER_STILL_RUNNING
+
+        said = (f"the index {self.store.location} was written by an older memdir ({why}): rebuilding it before "
+                f"searching; {OLDER_STILL_RUNNING}" if older else
+                f"the settings changed ({why}): rebuilding the index {self.store.location} before searching")
+        timer = threading.Timer(1.0, self.notice, args=(said,))
         timer.daemon = True
         timer.start()
         try:

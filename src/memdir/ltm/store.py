@@ -136,6 +136,10 @@ def _record(row: dict[str, Any], score: float | None = None) -> MemoryRecord:
         vector=np.asarray(vec, dtype=np.float32) if vec is not None else None)
 
 
+#: The columns a memory row of this memdir has (what :meth:`LanceTable.create` makes).
+KNOWN_COLUMNS = frozenset({"id", "text", "vector", "importance", "category", "createdAt", *EXTRA_COLUMNS})
+
+
 def _row(r: MemoryRecord) -> dict[str, Any]:
     return {"id": r.id, "text": r.text, "vector": np.asarray(r.vector, dtype=np.float32).tolist(),
             "importance": float(r.importance), "category": r.category, "createdAt": int(r.created_at),
@@ -363,6 +367,7 @@ class LanceTable:
         table = self.table()
         if table is None:
             raise LtmError("internal: table not created before add")
+        self._check_columns(table)
         before = table.version
         with self._no_room_said():
             table.add([_row(r) for r in records])
@@ -376,10 +381,25 @@ class LanceTable:
         table = self.table()
         if table is None:
             raise LtmError("internal: table not created before replace")
+        self._check_columns(table)
         before = table.version
         with self._no_room_said():
             table.merge_insert("id").when_matched_update_all().execute([_row(record)])
         self._read_back(table, before, [record.id])
+
+    def _check_columns(self, table: Any) -> None:
+        """Refuse to write whole rows into a table with columns this memdir does not know (a newer
+        memdir's): every store failed with Lance's "Append with different schema: fields did not
+        match, missing=[…], location: <a Rust source path>", and a reembed rewrote the table with
+        those columns emptied in every row.  Reading, forgetting and marking rows superseded, which
+        leave the other columns as they are, still work."""
+        unknown = [name for name in table.schema.names if name not in KNOWN_COLUMNS]
+        if unknown:
+            raise LtmError(f"the long-term memory table {self.path / (TABLE + '.lance')} has columns this memdir "
+                           f"does not know ({', '.join(unknown)}): a newer memdir wrote it, and this older one "
+                           "leaves it as it is rather than write memories without them (recall and list still "
+                           "work). Upgrade memdir, or restart the process still running the older one (a "
+                           "`memdir mcp` or chat started before an upgrade)")
 
     @contextlib.contextmanager
     def _no_room_said(self) -> Iterator[None]:
@@ -445,6 +465,7 @@ class LanceTable:
         import pyarrow as pa
 
         old = self.table()
+        self._check_columns(old)
         schema = pa.schema([f if f.name != "vector" else pa.field("vector", pa.list_(pa.float32(), dims))
                             for f in old.schema], metadata={f"{_META_PREFIX}{k}": v for k, v in identity.items()})
         data = pa.Table.from_pylist([_row(r) for r in records], schema=schema)

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 from memdir.errors import StoreError
 from memdir.lock import is_stopped, pid_here, pid_space, thread_wait
 from memdir.stores.base import AnswerBound, answer_bound
-from memdir.stores.pgschema import TABLES, lock_key, migrate, set_search_path
+from memdir.stores.pgschema import LATEST, TABLES, lock_key, migrate, schema_version, set_search_path
 
 EXTRA_HINT = "PostgreSQL support needs the postgres extra: pip install 'memdir[postgres]'"
 #: Seconds to wait for the server to accept a connection (and for a free pooled connection).
@@ -549,6 +549,7 @@ class AdvisoryWriterLock:
                     self._thread_lock.release()
                     return False
                 time.sleep(0.05)
+            self._check_schema(conn)
         except BaseException as exc:
             # Whatever cut the wait short (the connection killed, Ctrl-C), the thread lock must not be
             # kept: every later sync of this agent in the process would wait for it for ever.
@@ -570,6 +571,18 @@ class AdvisoryWriterLock:
             raise
         self._conn = conn
         return True
+
+    def _check_schema(self, conn: Any) -> None:
+        """Refuse to write, under the lock, into a schema a newer memdir has migrated since this
+        process opened it (checked then only): a ``memdir mcp`` running for days went on writing
+        with this version's layout beside the newer hosts' of the team, which the README says an
+        older memdir refuses."""
+        current = schema_version(conn, self.db.schema)
+        if current > LATEST:
+            raise StoreError(f"PostgreSQL at {self.db.where}: database schema {self.db.schema!r} is at version "
+                             f"{current}, newer than this memdir understands ({LATEST}): a newer memdir migrated it "
+                             "since this process started; restart this process with the newer memdir (nothing was "
+                             "written)")
 
     def release(self) -> None:
         self._here()

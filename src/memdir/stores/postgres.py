@@ -300,6 +300,24 @@ class PostgresStore(PgSearch, PgCache, PgHealth):
         self._built_text_form = form if isinstance(form, int) else 1
         return meta
 
+    def newer_format(self) -> str | None:
+        """The keyword text form of the generation :meth:`read_meta` last read when a newer memdir
+        wrote it, or ``None``: this one rebuilt it back ("keyword text form changed (4 → 3)"), the
+        newer one's next sync rebuilt it again, and so on while hosts of both versions shared it."""
+        form = self._built_text_form
+        if form is not None and form > pgkeyword.TEXT_FORM:
+            return f"keyword text form {form}; this memdir's is {pgkeyword.TEXT_FORM}"
+        return None
+
+    def older_format(self) -> str | None:
+        """The keyword text form of the generation :meth:`read_meta` last read when an older memdir
+        wrote it ("keyword text form changed (2 → 3)"), or ``None``: what no setting explains (a
+        search said "the settings changed" while an older host rebuilt the index back)."""
+        form = self._built_text_form
+        if form is not None and form < pgkeyword.TEXT_FORM:
+            return f"keyword text form changed ({form} → {pgkeyword.TEXT_FORM})"
+        return None
+
     def rebuild_reason(self) -> str | None:
         """Why the generation :meth:`read_meta` last read must be rebuilt for this store's settings.
 

@@ -39,6 +39,7 @@ from memdir.stores import vectors as vecs
 from memdir.stores.base import ChunkRow, Hit, lru_stamp
 from memdir.stores.sqlite_lifecycle import SqliteLifecycle
 from memdir.stores.vector_sidecar import remove_leftovers as remove_sidecar_leftovers
+from memdir.stores.vector_sidecar import remove_newer as remove_newer_sidecar
 from memdir.stores.vector_sidecar import sidecar_path
 from memdir.textutil import fts_text, fts_values, stem_counts, stem_text
 
@@ -1492,6 +1493,7 @@ class SqliteStore(SqliteLifecycle):
                 self._forget_state()  # the page copy moves neither data_version nor total_changes here
             if not by_pages:
                 self._copy_rows_from(fresh_path)
+            remove_newer_sidecar(sidecar_path(self.path))  # (it describes the index just replaced)
             try:
                 c.execute("PRAGMA wal_checkpoint(PASSIVE)")
             except Exception:
