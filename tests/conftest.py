@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import Backend, cli_env, pg_query
+from helpers import Backend, cli_env, import_pgserver, pg_query
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +99,7 @@ def pg_url() -> Iterator[str]:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset in CI
-        import pgserver
+        pgserver = import_pgserver("; set MEMDIR_TEST_DATABASE_URL to a server with pgvector")
 
         # Outside pytest's 0700 temp tree, which the server's own user could not enter at exit.
         data = Path(tempfile.mkdtemp(prefix="memdir-test-pg-"))

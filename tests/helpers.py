@@ -86,6 +86,20 @@ def pg_query(url: str, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any
         return cur.fetchall() if cur.description else []
 
 
+def import_pgserver(otherwise: str = "") -> Any:
+    """pgserver, or a skip saying why there is no PostgreSQL to test on: it has wheels for CPython
+    3.9-3.12 only (none for 3.13, no sdist), so the dev extra leaves it out there.  ``otherwise``:
+    what else the skipped tests can run on, said in the skip."""
+    try:
+        import pgserver
+    except ImportError:
+        import pytest
+
+        pytest.skip("no PostgreSQL to test on: pgserver is not installed (its wheels are for Python 3.9-3.12, "
+                    f"this is {sys.version_info.major}.{sys.version_info.minor}){otherwise}")
+    return pgserver
+
+
 def stop_process(proc: subprocess.Popen[Any], timeout: float = 15) -> None:
     """Ask a server process to stop (SIGTERM), and kill it if it has not within ``timeout``."""
     proc.terminate()

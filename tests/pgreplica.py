@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers import pg_query
+from helpers import import_pgserver, pg_query
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Pair:
 def primary_and_standby() -> Iterator[Pair]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset in CI
-        import pgserver
+        pgserver = import_pgserver()
 
         root = Path(tempfile.mkdtemp(prefix="memdir-rep-"))
         root.chmod(0o755)  # the servers' own user must reach its data folders

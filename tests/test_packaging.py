@@ -152,3 +152,44 @@ def test_the_model_package_requirement_admits_only_the_release_memdir_accepts():
     major, minor, patch = (int(x) for x in installed.split(".")[:3])
     for later in (f"{major}.{minor}.{patch + 1}", f"{major}.{minor + 1}.0", f"{major + 1}.0.0"):
         assert not req.specifier.contains(later), f"{req} admits {later}, whose model.onnx memdir has not checked"
+
+
+#: Test dependencies published as wheels for some CPython versions only (no sdist): the first minor
+#: version without one.  pgserver 0.1.4 has cp39-cp312 wheels.
+FIRST_PYTHON_WITHOUT_A_WHEEL = {"pgserver": (3, 13)}
+
+
+def test_the_dev_extra_installs_on_every_python_the_classifiers_list():
+    """Regression: ``pip install -e '.[dev]'`` (and ./scripts/test) failed on Python 3.13, which the
+    classifiers list: 'No matching distribution found for pgserver>=0.1.4' (no 3.13 wheel)."""
+    import re
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    versions = [tuple(int(x) for x in m.groups()) for c in project["classifiers"]
+                if (m := re.fullmatch(r"Programming Language :: Python :: (\d+)\.(\d+)", c))]
+    assert (3, 13) in versions
+    for spec in project["optional-dependencies"]["dev"]:
+        req = Requirement(spec)
+        first_missing = FIRST_PYTHON_WITHOUT_A_WHEEL.get(req.name)
+        for major, minor in versions:
+            env = {"python_version": f"{major}.{minor}", "extra": "dev"}
+            if first_missing and (major, minor) >= first_missing:
+                wanted = req.marker is None or req.marker.evaluate(env)
+                assert not wanted, f"{spec} is asked for on Python {major}.{minor}, which it has no wheel for"
+
+
+def test_the_postgres_tests_skip_with_the_reason_where_pgserver_is_missing(tmp_path: Path):
+    """Regression: on Python 3.13 (no pgserver wheel) every PostgreSQL test was an error,
+    'ModuleNotFoundError: No module named pgserver', not a skip saying how to test on a server."""
+    (tmp_path / "pgserver.py").write_text("raise ModuleNotFoundError(\"No module named 'pgserver'\")\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMDIR_")}
+    env["PYTHONPATH"] = str(tmp_path)
+    tests = ["tests/test_postgres.py::test_two_threads_of_one_process_exclude_each_other",
+             "tests/test_postgres_replica.py::test_searches_answer_from_a_hot_standby_and_indexing_there_is_refused"]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs", *tests],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert "2 skipped" in proc.stdout and "error" not in proc.stdout.lower(), proc.stdout[-3000:]
+    assert "MEMDIR_TEST_DATABASE_URL" in proc.stdout, proc.stdout[-3000:]
