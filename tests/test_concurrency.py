@@ -372,6 +372,43 @@ def test_exiting_while_a_first_index_is_built_in_the_background(make_workspace, 
         assert mem.search("topic7", mode="keyword").results
 
 
+_EXIT_DURING_A_SLOW_BATCH = """
+import sys, time
+sys.path.insert(0, {src!r})
+from pathlib import Path
+import memdir.api
+from memdir import Memory
+
+memdir.api.BOOTSTRAP_WAIT_SECONDS = memdir.api.CLOSE_WAIT_SECONDS = 0.2  # a close gives up at once
+
+class Slow:  # a batch taking longer than a close waits (the local model on a machine loaded 7x over)
+    id, model, provider_key, max_input_bytes, dims = "slow", "slow-4", "slow", 1 << 20, 4
+    def embed_query(self, text):
+        return [1.0, 0.0, 0.0, 0.0]
+    def embed_batch(self, texts):
+        print("batch started", flush=True)
+        time.sleep(1.5)
+        print("batch done", flush=True)
+        return [[1.0, float(len(t) % 7), 0.0, 0.0] for t in texts]
+
+mem = Memory(Path({ws!r}), provider=Slow())
+mem.first_index_wait = 0.01
+assert mem.search("topic7", mode="keyword").stale
+time.sleep(0.3)
+print("exiting", flush=True)
+"""
+
+
+def test_exit_waits_for_a_batch_longer_than_a_close_waits(make_workspace, state_dir):
+    # At exit, a close that gave up after its 15 s (a batch embedded on a heavily loaded machine)
+    # let the interpreter finish with the build inside the local model: the process aborted
+    # ("terminate called without an active exception"), in CI once; exit now waits much longer.
+    ws = make_workspace({f"memory/2026-01-0{i}.md": f"- note about topic{i}\n" for i in range(1, 4)})
+    proc = _run_script(_EXIT_DURING_A_SLOW_BATCH, ws, state_dir, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[-2:] == ["exiting", "batch done"], proc.stdout
+
+
 def test_waiting_for_another_thread_of_this_process_is_no_notice(make_workspace, keyword_config):
     # Before: every sync that waited for another thread's sync (8 threads sharing one Memory, a
     # watcher) logged "waiting for another memdir process (pid <this process>)".

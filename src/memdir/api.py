@@ -73,6 +73,11 @@ SEARCH_MODES = ("hybrid", "keyword", "vector")
 #: How long :meth:`Memory.close` waits for calls in progress in other threads (a search takes
 #: milliseconds; a sync stops before its next file, after the batch being embedded).
 CLOSE_WAIT_SECONDS = 10.0
+#: How long it waits first for a first index being built in the background to stop.
+BOOTSTRAP_WAIT_SECONDS = 5.0
+#: The same wait at interpreter exit, where giving up aborts the process (below): a batch being
+#: embedded on a machine loaded many times over its cores took longer than the 15 s of a close.
+EXIT_WAIT_SECONDS = 120.0
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -110,7 +115,7 @@ def _close_busy_at_exit() -> None:
         mem = ref()
         if mem is not None and not mem._closed and mem._busy():
             try:
-                mem.close()
+                mem._close(bootstrap_wait=EXIT_WAIT_SECONDS, calls_wait=EXIT_WAIT_SECONDS)
             except Exception as exc:  # exiting anyway: say so, do not stop the other closes
                 log.warning("closing %s at exit failed: %s", mem.workspace, exc)
 
@@ -1153,6 +1158,9 @@ class Memory(IndexUpkeep):
         :data:`CLOSE_WAIT_SECONDS`; a sync stops before its next file), then close the index and
         the embedding provider it made (one passed as ``provider=`` is left to the caller); calls
         made afterwards raise :class:`MemoryClosed`.  Closing twice does nothing more."""
+        self._close(bootstrap_wait=BOOTSTRAP_WAIT_SECONDS, calls_wait=CLOSE_WAIT_SECONDS)
+
+    def _close(self, *, bootstrap_wait: float, calls_wait: float) -> None:
         with self._calls_changed:
             self._closed = True
         watcher, self.watcher = self.watcher, None  # (taken, not read twice: two threads may close)
@@ -1160,8 +1168,8 @@ class Memory(IndexUpkeep):
             watcher.stop()
         bootstrap = self._bootstrap
         if bootstrap is not None:
-            bootstrap.join(5.0)  # a first index still building in the background
-        self._wait_for_calls(CLOSE_WAIT_SECONDS)
+            bootstrap.join(bootstrap_wait)  # a first index still building in the background
+        self._wait_for_calls(calls_wait)
         with self._long_term_lock:  # (after one being opened now: it is closed too)
             long_term, self._long_term = self._long_term, None
         if long_term is not None:
