@@ -204,9 +204,18 @@ def _complete_agents(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> 
 
     state = Path(os.path.expanduser(getattr(parsed_args, "state_dir", None) or os.environ.get("MEMDIR_STATE_DIR")
                                     or "~/.memdir"))  # (config.DEFAULT_STATE_DIR: pydantic is not imported here)
+    return [name for name in known_agents(state) if name.startswith(prefix)]
+
+
+def known_agents(state: Any) -> list[str]:
+    """The agent ids with an index or state in the state folder ``state``, sorted, from folder
+    listings alone; a workspace's own key (``<folder>-<hash>``) is no agent id."""
+    from pathlib import Path
+
+    state = Path(state)
     names = {p.stem for p in (state / "memory").glob("*.sqlite")} | \
-        {p.name for p in (state / "agents").glob("*") if p.is_dir()}
-    return sorted(n for n in names if n.startswith(prefix) and not re.search(r"-[0-9a-f]{10}$", n))
+        {p.name for kind in ("agents", "ltm") for p in (state / kind).glob("*") if p.is_dir()}
+    return sorted(n for n in names if not re.search(r"-[0-9a-f]{10}$", n))
 
 
 def _quiet(args: argparse.Namespace) -> bool:
@@ -630,6 +639,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.null and not args.files:
         raise UsageError("-0/--null ends the paths printed by --files: use it with --files")
     with _memory(args, snapshot=True) as mem:
+        _refuse_new_agent_here(mem)
         if not mem.settings.memory_search.enabled:  # as memory_search (and OpenClaw's CLI): no search
             from memdir.tools import SEARCH_DISABLED
 
@@ -691,6 +701,31 @@ def cmd_search(args: argparse.Namespace) -> int:
             out.append("")
         sys.stdout.write("\n".join(out) + "\n")
     return 0
+
+
+def _refuse_new_agent_here(mem: Any) -> None:
+    """Refuse a search for an agent id that has no index or state yet, run from a current folder
+    (no workspace chosen) without memory files: a mistyped ``--agent`` (or one missing from
+    ``agents.list``) made that folder the agent's workspace, and the agent's real workspace was
+    then refused its own index ('belongs to workspace …'); it answered 'No matches.'."""
+    s = mem.settings
+    if (s.index_key != "agent" or s.memory_search.store.driver != "sqlite" or "workspace" in mem.loaded.origins
+            or "memory" not in s.memory_search.sources or s.index_path.exists()
+            or any(p.exists() for p in (s.state_path / "agents" / s.agent_id, s.state_path / "ltm" / s.agent_id))):
+        return
+    from memdir.workspace import discover
+
+    if discover(s.workspace_path, s.extra_paths).files:
+        return
+    from memdir.config import did_you_mean
+
+    known = known_agents(s.state_path)
+    named = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+    raise CliError(f"agent {s.agent_id!r} has no index yet, and the current folder {s.workspace_path}, its workspace "
+                   f"as none was given, holds no memory files: a search would make it the agent's workspace. "
+                   f"Give the agent's workspace (--workspace PATH, $MEMDIR_WORKSPACE or agents.list[].workspace), "
+                   f"or check the agent id{did_you_mean(s.agent_id, known)}: "
+                   + (f"the agents in {s.state_path} are {named}" if known else f"{s.state_path} holds no agent yet"))
 
 
 def cmd_get(args: argparse.Namespace) -> int:

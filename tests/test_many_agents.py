@@ -1,0 +1,35 @@
+"""Many agents on one machine: agent ids, finding an agent's state, one state folder for all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+KEYWORDS = '[memorySearch]\nprovider = "none"\n'
+
+
+def test_a_search_for_a_new_agent_from_a_folder_without_notes_claims_nothing(make_workspace, tmp_path: Path,
+                                                                            state_dir: Path, run_cli):
+    """``memdir --agent opps search …`` (a typo, or an agent missing from agents.list) run from a
+    folder without notes made that folder the agent's workspace: 'No matches.', and the agent's
+    real workspace was then refused its index ('belongs to workspace …')."""
+    state_dir.mkdir(parents=True)
+    (state_dir / "memdir.toml").write_text(KEYWORDS, encoding="utf-8")
+    ops = make_workspace({"MEMORY.md": "The kiwi rollout is on Tuesday.\n"}, name="ops-ws")
+    run_cli("-w", str(ops), "--agent", "ops", "index", check=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    proc = run_cli("--agent", "opps", "search", "kiwi", cwd=elsewhere)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "agent 'opps' has no index yet" in proc.stderr and str(elsewhere) in proc.stderr
+    assert "did you mean 'ops'?" in proc.stderr and "the agents in" in proc.stderr
+    assert "No matches." not in proc.stdout
+    assert not list((state_dir / "memory").glob("opps.sqlite*"))
+
+    # the agent id is still free for its real workspace
+    opps = make_workspace({"MEMORY.md": "The kiwi audit is on Friday.\n"}, name="opps-ws")
+    found = run_cli("-w", str(opps), "--agent", "opps", "search", "kiwi", check=True)
+    assert "audit" in found.stdout
+    # a known agent, a chosen workspace, or a folder with notes is searched as before
+    assert "rollout" in run_cli("--agent", "ops", "search", "kiwi", cwd=ops, check=True).stdout
+    assert "No matches." in run_cli("-w", str(elsewhere), "--agent", "fresh", "search", "kiwi", check=True).stdout
