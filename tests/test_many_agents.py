@@ -33,3 +33,21 @@ def test_a_search_for_a_new_agent_from_a_folder_without_notes_claims_nothing(mak
     # a known agent, a chosen workspace, or a folder with notes is searched as before
     assert "rollout" in run_cli("--agent", "ops", "search", "kiwi", cwd=ops, check=True).stdout
     assert "No matches." in run_cli("-w", str(elsewhere), "--agent", "fresh", "search", "kiwi", check=True).stdout
+
+
+def test_an_agent_id_given_as_bytes_is_that_agent_and_other_types_are_refused(make_workspace, state_dir: Path):
+    """A host reading its agent ids from Redis (bytes) made ``Memory(ws, agent_id=b"ops")`` agent
+    "b'ops'": another index (``b'ops'.sqlite``), transcripts and long-term memory than agent ops's;
+    an int or a list was its repr too ('['x'].sqlite')."""
+    import pytest
+
+    from memdir import Memory
+    from memdir.config import ConfigError
+
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    with Memory(ws, agent_id=b"ops", config={"memorySearch": {"provider": "none"}}) as mem:
+        assert mem.settings.agent_id == "ops"
+        assert mem.index_path == state_dir / "memory" / "ops.sqlite"
+    for wrong in (5, ["ops"]):
+        with pytest.raises(ConfigError, match="agent id must be text"):
+            Memory(ws, agent_id=wrong)  # type: ignore[arg-type]

@@ -1167,6 +1167,10 @@ def load_config(
         logging.getLogger("memdir").warning("%s", misspelt)
     workspace, state_dir, config_path = (_path_argument(key, value) for key, value in (
         ("workspace", workspace), ("state_dir", state_dir), ("config_path", config_path)))
+    if isinstance(agent_id, bytes):  # (a Redis client's answer): str(b"ops") was agent "b'ops'", another index
+        agent_id = os.fsdecode(agent_id)
+    elif agent_id is not None and not isinstance(agent_id, str):
+        raise ConfigError(f"agent id must be text (a str), not {type(agent_id).__name__}: {agent_id!r}"[:200])
     for key, given in (("workspace", workspace), ("agent_id", agent_id), ("state_dir", state_dir),
                        ("config_path", config_path)):
         if given is not None and "\0" in str(given):
