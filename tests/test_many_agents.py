@@ -51,3 +51,33 @@ def test_an_agent_id_given_as_bytes_is_that_agent_and_other_types_are_refused(ma
     for wrong in (5, ["ops"]):
         with pytest.raises(ConfigError, match="agent id must be text"):
             Memory(ws, agent_id=wrong)  # type: ignore[arg-type]
+
+
+def test_an_agent_id_in_either_unicode_form_is_one_agent(make_workspace, tmp_path: Path, state_dir: Path):
+    """'café' typed (composed, NFC) and 'café' from a folder name synced from macOS (decomposed,
+    NFD) look the same wherever they are printed, but were two agents: two indexes, transcripts
+    and long-term memories, and an agents.list entry spelled one way never applied to the other."""
+    import json
+    import unicodedata
+
+    import pytest
+
+    from memdir.config import ConfigError, load_config
+
+    composed, decomposed = (unicodedata.normalize(form, "café") for form in ("NFC", "NFD"))
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    settings = load_config(workspace=ws, agent_id=decomposed).settings
+    assert settings.agent_id == composed and settings.index_path == state_dir / "memory" / f"{composed}.sqlite"
+    assert settings.sessions_dir == state_dir / "agents" / composed / "sessions"
+
+    cfg = tmp_path / "agents.json"
+    cfg.write_text(json.dumps({"agents": {"list": [{"id": composed, "workspace": str(ws)}]}}), encoding="utf-8")
+    assert load_config(config_path=cfg, agent_id=decomposed).settings.workspace_path == ws
+    twice = {"agents": {"list": [{"id": composed, "workspace": str(ws)}, {"id": decomposed, "workspace": "/"}]}}
+    cfg.write_text(json.dumps(twice), encoding="utf-8")
+    with pytest.raises(ConfigError, match="configured twice"):
+        load_config(config_path=cfg, agent_id=composed)
+
+    # state kept under the decomposed spelling before is still this agent's, whichever is typed
+    (state_dir / "agents" / decomposed / "sessions").mkdir(parents=True)
+    assert load_config(workspace=ws, agent_id=composed).settings.agent_id == decomposed
