@@ -81,3 +81,31 @@ def test_an_agent_id_in_either_unicode_form_is_one_agent(make_workspace, tmp_pat
     # state kept under the decomposed spelling before is still this agent's, whichever is typed
     (state_dir / "agents" / decomposed / "sessions").mkdir(parents=True)
     assert load_config(workspace=ws, agent_id=composed).settings.agent_id == decomposed
+
+
+def test_an_agents_rebuild_leaves_the_index_of_an_agent_named_after_its_temp_files(make_workspace, state_dir: Path):
+    """Agent 'ops''s rebuild leftovers are ``ops.sqlite.tmp-<12 hex>``, found by a glob of
+    ``ops.sqlite.tmp-*``, which took in agent 'ops.sqlite.tmp-x''s index, lock and WAL (and
+    'ops.sqlite.vec8.tmp-1''s, by the vector file's leftovers): agent ops's sync deleted them."""
+    from memdir import Memory
+
+    keywords = {"memorySearch": {"provider": "none"}}
+    ops = make_workspace({"MEMORY.md": "ops kiwi\n"}, name="ops")
+    other = make_workspace({"MEMORY.md": "neighbour kiwi\n"}, name="other")
+    folder = state_dir / "memory"
+    neighbours = ["ops.sqlite.tmp-x", "ops.sqlite.vec8.tmp-1", "ops.sqlite.tmp-0123456789ab"]
+    for agent in neighbours:
+        with Memory(other, agent_id=agent, config=keywords) as mem:
+            mem.sync()
+    leftovers = [folder / "ops.sqlite.tmp-abcdefabcdef", folder / "ops.sqlite.tmp-abcdefabcdef-wal",
+                 folder / "ops.sqlite.vec8.tmp-999999999-abcdef01"]
+    with Memory(ops, agent_id="ops", config=keywords) as mem:
+        mem.sync()
+        for leftover in leftovers:  # a killed rebuild's (pid 999999999 is no process)
+            leftover.write_bytes(b"")
+        mem.sync(force=True)
+    assert not [leftover for leftover in leftovers if leftover.exists()]
+    for agent in neighbours:
+        assert (folder / f"{agent}.sqlite").is_file() and (folder / f"{agent}.sqlite.lock").is_file(), agent
+        with Memory(other, agent_id=agent, config=keywords) as mem:
+            assert [hit.path for hit in mem.search("neighbour").results] == ["MEMORY.md"], agent
