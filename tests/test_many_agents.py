@@ -109,3 +109,24 @@ def test_an_agents_rebuild_leaves_the_index_of_an_agent_named_after_its_temp_fil
         assert (folder / f"{agent}.sqlite").is_file() and (folder / f"{agent}.sqlite.lock").is_file(), agent
         with Memory(other, agent_id=agent, config=keywords) as mem:
             assert [hit.path for hit in mem.search("neighbour").results] == ["MEMORY.md"], agent
+
+
+def test_an_agents_list_entry_whose_id_no_agent_can_have_is_a_configuration_error(make_workspace, tmp_path: Path,
+                                                                                  run_cli):
+    """An entry ``{"id": "ops ", "workspace": …}`` (copied with its space) or ``"a/b"`` applied to
+    no agent without a word: ``--agent ops`` indexed the current folder instead, which then held
+    agent ops's index against its real workspace."""
+    import json
+
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for bad in ("ops ", "a/b"):
+        cfg = tmp_path / "agents.json"
+        cfg.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"provider": "none"}},
+                                              "list": [{"id": "main", "workspace": str(ws)},
+                                                       {"id": bad, "workspace": str(ws)}]}}), encoding="utf-8")
+        proc = run_cli("-c", str(cfg), "--agent", "ops", "index", cwd=elsewhere)
+        assert proc.returncode == 1 and f"agents.list[1].id in {cfg}: agent id {bad!r} is not a plain name" \
+            in proc.stderr, proc.stderr
+    assert not (tmp_path / "state" / "memory").exists()

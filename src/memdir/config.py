@@ -1265,6 +1265,11 @@ def load_config(
             if not isinstance(entry.get("id"), str) or not entry["id"].strip():  # it applied to no agent, silently
                 raise ConfigError(f"agents.list[{i}]{_in_file(cfg_file)}: needs an id, the agent it configures "
                                   f"(a name such as \"main\"), not {entry.get('id')!r}")
+            try:  # an id no agent can have ('ops ' copied with its space) applied to none, silently
+                check_agent_id(entry["id"])
+            except ValueError as exc:
+                raise ConfigError(f"agents.list[{i}].id{_in_file(cfg_file)}: {exc}: no agent id names this "
+                                  "entry") from None
             composed = _composed(entry["id"])  # (one agent in either Unicode form: agent_spelling)
             if composed in first_at:  # both applied, the later's values quietly replacing the earlier's
                 raise ConfigError(f"agents.list[{i}]{_in_file(cfg_file)}: agent {entry['id']!r} is configured "
