@@ -130,3 +130,23 @@ def test_an_agents_list_entry_whose_id_no_agent_can_have_is_a_configuration_erro
         assert proc.returncode == 1 and f"agents.list[1].id in {cfg}: agent id {bad!r} is not a plain name" \
             in proc.stderr, proc.stderr
     assert not (tmp_path / "state" / "memory").exists()
+
+
+def test_an_agent_id_claimed_by_a_folder_without_notes_says_how_to_take_it_back(make_workspace, tmp_path: Path,
+                                                                               state_dir: Path, run_cli):
+    """``memdir --agent bot index`` run in the wrong folder claimed agent bot for a folder without
+    notes; its real workspace was told only 'give this workspace its own agent id', though
+    deleting the empty index loses nothing."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {"MEMDIR_PROVIDER": "none"}
+    run_cli("--agent", "bot", "index", cwd=elsewhere, env=env, check=True)
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    index = state_dir / "memory" / "bot.sqlite"
+    proc = run_cli("-w", str(ws), "--agent", "bot", "index", env=env)
+    assert proc.returncode == 1
+    assert (f"belongs to workspace {elsewhere}, not {ws}, but holds no notes" in proc.stderr
+            and f"delete {index}" in proc.stderr), proc.stderr
+    index.unlink()
+    assert "kiwi" in run_cli("-w", str(ws), "--agent", "bot", "search", "kiwi", env=env, check=True).stdout
+
