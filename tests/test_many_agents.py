@@ -150,3 +150,20 @@ def test_an_agent_id_claimed_by_a_folder_without_notes_says_how_to_take_it_back(
     index.unlink()
     assert "kiwi" in run_cli("-w", str(ws), "--agent", "bot", "search", "kiwi", env=env, check=True).stdout
 
+
+
+def test_an_agent_searched_from_another_folder_is_told_to_give_its_workspace(make_workspace, tmp_path: Path,
+                                                                             run_cli):
+    """``memdir --agent ops search …`` run away from agent ops's workspace (no -w) was told to give
+    'this workspace its own agent id', where its user had only left out the agent's workspace."""
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    env = {"MEMDIR_PROVIDER": "none"}
+    run_cli("-w", str(ws), "--agent", "ops", "index", env=env, check=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = run_cli("--agent", "ops", "search", "kiwi", cwd=elsewhere, env=env)
+    assert proc.returncode == 1
+    assert (f"No workspace was given, so the current folder was taken: to use the index's own, add --workspace {ws}"
+            in proc.stderr), proc.stderr
+    chosen = run_cli("-w", str(elsewhere), "--agent", "ops", "search", "kiwi", env=env)
+    assert chosen.returncode == 1 and "No workspace was given" not in chosen.stderr

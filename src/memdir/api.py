@@ -433,7 +433,7 @@ class Memory(IndexUpkeep):
         owner = (meta or {}).get("workspace") or store.get_state(OWNER_STATE)
         if owned_by_other(owner, str(self.workspace), lambda: store.get_state(OWNER_FOLDER_STATE)):
             raise IndexOwnershipError(ownership_message(store.location, owner, str(self.workspace),
-                                                        empty=holds_nothing(store)))
+                                                        empty=holds_nothing(store)), owner)
 
     @property
     def indexer(self) -> Indexer:

@@ -507,9 +507,19 @@ def _notice(message: str) -> None:
     say(f"memdir: {for_terminal(message)}")  # one write: notices come from threads too
 
 
+#: Whether this run's workspace was chosen (a flag, $MEMDIR_WORKSPACE, the config), once known.
+_WORKSPACE_CHOSEN: list[bool] = []
+
+
 def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
     """The agent's :class:`~memdir.api.Memory`; with ``snapshot`` its settings may come from the
     last run with the same inputs (:mod:`memdir.settings_cache`), which skips pydantic."""
+    mem = _open_memory(args, snapshot=snapshot)
+    _WORKSPACE_CHOSEN[:] = ["workspace" in mem.loaded.origins]
+    return mem
+
+
+def _open_memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
     from memdir.api import Memory
 
     if not snapshot or os.environ.get("MEMDIR_NO_SETTINGS_CACHE"):
@@ -1361,6 +1371,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, FileNotFoundError) and not exc.filename and _cwd_gone():  # (said no path at all)
             message = ("the current folder no longer exists (was it deleted?): cd to a folder that does, or give "
                        "--workspace as a full path")
+        if getattr(exc, "owner", None) and _WORKSPACE_CHOSEN == [False]:
+            # `memdir --agent ops search …` from another folder: the advice to give "this workspace"
+            # its own agent id is not what its user wants, who forgot the agent's workspace
+            message += (". No workspace was given, so the current folder was taken: to use the index's own, add "
+                        f"--workspace {exc.owner}")  # type: ignore[attr-defined]
         if ("disk I/O error" in message or "database or disk is full" in message) and "is the disk full" not in message:
             # SQLite says no more than this when it could not write: the usual cause, in words
             message += " (is the disk full, or a file size limit reached?)"

@@ -13,7 +13,11 @@ class MemdirError(RuntimeError):
 
 
 class IndexOwnershipError(MemdirError):
-    """The configured index file belongs to another workspace."""
+    """The configured index file belongs to another workspace (``owner``, when known)."""
+
+    def __init__(self, message: str, owner: str | None = None):
+        super().__init__(message)
+        self.owner = owner
 
 
 class MemoryClosed(MemdirError):

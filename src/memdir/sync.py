@@ -636,7 +636,7 @@ class Indexer:
         folder = self.store.get_state(OWNER_FOLDER_STATE)
         if owned_by_other(owner, mine, lambda: folder):
             raise IndexOwnershipError(ownership_message(self.store.location, owner, mine,
-                                                        empty=holds_nothing(self.store)))
+                                                        empty=holds_nothing(self.store)), owner)
         here = folder_identity(mine)  # (recorded so another container's path to this folder is known as its)
         if not owner or (here is not None and here != folder):
             with self.store.transaction():

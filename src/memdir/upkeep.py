@@ -286,7 +286,7 @@ class IndexUpkeep:
                 time.sleep(0.02)
         if owned_by_other(owner, str(self.workspace), lambda: self.store.get_state(OWNER_FOLDER_STATE)):
             raise IndexOwnershipError(ownership_message(self.store.location, owner, str(self.workspace),
-                                                        empty=holds_nothing(self.store)))
+                                                        empty=holds_nothing(self.store)), owner)
         holder = lock.holder() or {}
         progress = read_progress(self.index_path) or {}
         if progress.get("pid") != stamped_pid(holder) or progress.get("workspace") != str(self.workspace):
