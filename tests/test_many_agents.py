@@ -167,3 +167,29 @@ def test_an_agent_searched_from_another_folder_is_told_to_give_its_workspace(mak
             in proc.stderr), proc.stderr
     chosen = run_cli("-w", str(elsewhere), "--agent", "ops", "search", "kiwi", env=env)
     assert chosen.returncode == 1 and "No workspace was given" not in chosen.stderr
+
+
+def test_agents_sharing_one_store_path_never_search_each_others_transcripts(make_workspace, state_dir: Path):
+    """``store.path`` without ``{agentId}`` gives every agent one index; with the sessions source
+    each agent's sync put its own transcripts there beside the other's notes, and agent a's
+    search answered agent b's chat ('bravo secret mango')."""
+    import json
+
+    from memdir import Memory
+
+    ws = make_workspace({"MEMORY.md": "notes\n"})
+    config = {"memorySearch": {"provider": "none", "sources": ["memory", "sessions"],
+                               "experimental": {"sessionMemory": True},
+                               "store": {"path": str(state_dir / "shared.sqlite")}}}
+    said = {"a": "alpha secret pineapple", "b": "bravo secret mango"}
+    for agent, text in said.items():
+        folder = state_dir / "agents" / agent / "sessions"
+        folder.mkdir(parents=True)
+        record = {"type": "message", "message": {"role": "user", "content": text}}
+        (folder / "s.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
+    with Memory(ws, agent_id="a", config=config) as a, Memory(ws, agent_id="b", config=config) as b:
+        a.sync()
+        b.sync()
+        for agent, mem in (("a", a), ("b", b), ("a", a)):
+            snippets = " ".join(hit.snippet for hit in mem.search("secret").results)
+            assert said[agent] in snippets and said["b" if agent == "a" else "a"] not in snippets, (agent, snippets)
