@@ -1335,6 +1335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import signal
 
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    _WORKSPACE_CHOSEN.clear()  # (known once the command opens its Memory; not a former call's)
     try:
         code = COMMANDS[args.command](args)
         _flush_stdout()  # inside the try: a reader that went away is handled like any other write
