@@ -41,6 +41,7 @@ from memdir.errors import (
     MemdirError,
     MemoryClosed,
     StoreError,
+    holds_nothing,
     owned_by_other,
     ownership_message,
 )
@@ -438,7 +439,8 @@ class Memory(IndexUpkeep):
         meta = store.read_meta() if meta is None else meta
         owner = (meta or {}).get("workspace") or store.get_state(OWNER_STATE)
         if owned_by_other(owner, str(self.workspace), lambda: store.get_state(OWNER_FOLDER_STATE)):
-            raise IndexOwnershipError(ownership_message(store.location, owner, str(self.workspace)))
+            raise IndexOwnershipError(ownership_message(store.location, owner, str(self.workspace),
+                                                        empty=holds_nothing(store)), owner)
 
     @property
     def indexer(self) -> Indexer:

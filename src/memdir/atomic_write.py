@@ -187,6 +187,25 @@ def remove_dead_temps(folder: Path, prefix: str, suffixes: tuple[str, ...] = (".
                 path.unlink()
 
 
+def temps_of(prefix: str, tail: str) -> list[str]:
+    """The paths beside ``prefix`` whose names are its name followed by what the regular expression
+    ``tail`` matches whole: the temporary files memdir names after a file, and nothing else.
+
+    Why: a ``glob(prefix + "*")`` took in any name that begins so: agent 'ops''s index is
+    ``ops.sqlite``, and its rebuild's leftovers ``ops.sqlite.tmp-*`` matched agent
+    'ops.sqlite.tmp-x''s index (``ops.sqlite.tmp-x.sqlite``), its lock and its WAL, which
+    agent ops's next sync deleted, in use or not."""
+    import re
+
+    folder, name = os.path.split(prefix)
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return []
+    whole = re.compile(re.escape(name) + f"(?:{tail})")
+    return [os.path.join(folder, entry) for entry in names if whole.fullmatch(entry)]
+
+
 def process_alive(pid: int) -> bool:
     """Whether process ``pid`` exists (one of another user counts as alive: not ours to judge); a
     writer's pid in a temporary file's name tells whether the file may still be written."""

@@ -204,9 +204,18 @@ def _complete_agents(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> 
 
     state = Path(os.path.expanduser(getattr(parsed_args, "state_dir", None) or os.environ.get("MEMDIR_STATE_DIR")
                                     or "~/.memdir"))  # (config.DEFAULT_STATE_DIR: pydantic is not imported here)
+    return [name for name in known_agents(state) if name.startswith(prefix)]
+
+
+def known_agents(state: Any) -> list[str]:
+    """The agent ids with an index or state in the state folder ``state``, sorted, from folder
+    listings alone; a workspace's own key (``<folder>-<hash>``) is no agent id."""
+    from pathlib import Path
+
+    state = Path(state)
     names = {p.stem for p in (state / "memory").glob("*.sqlite")} | \
-        {p.name for p in (state / "agents").glob("*") if p.is_dir()}
-    return sorted(n for n in names if n.startswith(prefix) and not re.search(r"-[0-9a-f]{10}$", n))
+        {p.name for kind in ("agents", "ltm") for p in (state / kind).glob("*") if p.is_dir()}
+    return sorted(n for n in names if not re.search(r"-[0-9a-f]{10}$", n))
 
 
 def _quiet(args: argparse.Namespace) -> bool:
@@ -498,9 +507,19 @@ def _notice(message: str) -> None:
     say(f"memdir: {for_terminal(message)}")  # one write: notices come from threads too
 
 
+#: Whether this run's workspace was chosen (a flag, $MEMDIR_WORKSPACE, the config), once known.
+_WORKSPACE_CHOSEN: list[bool] = []
+
+
 def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
     """The agent's :class:`~memdir.api.Memory`; with ``snapshot`` its settings may come from the
     last run with the same inputs (:mod:`memdir.settings_cache`), which skips pydantic."""
+    mem = _open_memory(args, snapshot=snapshot)
+    _WORKSPACE_CHOSEN[:] = ["workspace" in mem.loaded.origins]
+    return mem
+
+
+def _open_memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
     from memdir.api import Memory
 
     if not snapshot or os.environ.get("MEMDIR_NO_SETTINGS_CACHE"):
@@ -630,6 +649,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.null and not args.files:
         raise UsageError("-0/--null ends the paths printed by --files: use it with --files")
     with _memory(args, snapshot=True) as mem:
+        _refuse_new_agent_here(mem)
         if not mem.settings.memory_search.enabled:  # as memory_search (and OpenClaw's CLI): no search
             from memdir.tools import SEARCH_DISABLED
 
@@ -691,6 +711,31 @@ def cmd_search(args: argparse.Namespace) -> int:
             out.append("")
         sys.stdout.write("\n".join(out) + "\n")
     return 0
+
+
+def _refuse_new_agent_here(mem: Any) -> None:
+    """Refuse a search for an agent id that has no index or state yet, run from a current folder
+    (no workspace chosen) without memory files: a mistyped ``--agent`` (or one missing from
+    ``agents.list``) made that folder the agent's workspace, and the agent's real workspace was
+    then refused its own index ('belongs to workspace …'); it answered 'No matches.'."""
+    s = mem.settings
+    if (s.index_key != "agent" or s.memory_search.store.driver != "sqlite" or "workspace" in mem.loaded.origins
+            or "memory" not in s.memory_search.sources or s.index_path.exists()
+            or any(p.exists() for p in (s.state_path / "agents" / s.agent_id, s.state_path / "ltm" / s.agent_id))):
+        return
+    from memdir.workspace import discover
+
+    if discover(s.workspace_path, s.extra_paths).files:
+        return
+    from memdir.config import did_you_mean
+
+    known = known_agents(s.state_path)
+    named = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+    raise CliError(f"agent {s.agent_id!r} has no index yet, and the current folder {s.workspace_path}, its workspace "
+                   f"as none was given, holds no memory files: a search would make it the agent's workspace. "
+                   f"Give the agent's workspace (--workspace PATH, $MEMDIR_WORKSPACE or agents.list[].workspace), "
+                   f"or check the agent id{did_you_mean(s.agent_id, known)}: "
+                   + (f"the agents in {s.state_path} are {named}" if known else f"{s.state_path} holds no agent yet"))
 
 
 def cmd_get(args: argparse.Namespace) -> int:
@@ -1301,6 +1346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import signal
 
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    _WORKSPACE_CHOSEN.clear()  # (known once the command opens its Memory; not a former call's)
     try:
         code = COMMANDS[args.command](args)
         _flush_stdout()  # inside the try: a reader that went away is handled like any other write
@@ -1337,6 +1383,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, FileNotFoundError) and not exc.filename and _cwd_gone():  # (said no path at all)
             message = ("the current folder no longer exists (was it deleted?): cd to a folder that does, or give "
                        "--workspace as a full path")
+        if getattr(exc, "owner", None) and _WORKSPACE_CHOSEN == [False]:
+            # `memdir --agent ops search …` from another folder: the advice to give "this workspace"
+            # its own agent id is not what its user wants, who forgot the agent's workspace
+            message += (". No workspace was given, so the current folder was taken: to use the index's own, add "
+                        f"--workspace {exc.owner}")  # type: ignore[attr-defined]
         if ("disk I/O error" in message or "database or disk is full" in message) and "is the disk full" not in message:
             # SQLite says no more than this when it could not write: the usual cause, in words
             message += " (is the disk full, or a file size limit reached?)"

@@ -133,6 +133,36 @@ def check_agent_id(agent_id: str) -> None:
         raise ValueError(f"agent id is too long ({size} bytes; at most {MAX_AGENT_ID_BYTES}: it names files)")
 
 
+def _composed(agent_id: Any) -> Any:
+    """``agent_id`` in composed Unicode (NFC), as agents.list entries are matched by it."""
+    if not isinstance(agent_id, str) or agent_id.isascii():
+        return agent_id
+    import unicodedata
+
+    return unicodedata.normalize("NFC", agent_id)
+
+
+def agent_spelling(agent_id: str, state_path: Path) -> str:
+    """The spelling of ``agent_id`` whose index and state this agent has: 'café' typed (NFC) and
+    'café' from a folder name synced from macOS (NFD) look the same wherever they are printed, but
+    named two agents (two indexes, transcripts, long-term memories) on file systems that keep
+    names as given.  Both reach one agent: the spelling that already has state (composed first,
+    then as given, then decomposed), else the composed one."""
+    if agent_id.isascii():
+        return agent_id
+    import unicodedata
+
+    forms = dict.fromkeys((unicodedata.normalize("NFC", agent_id), agent_id, unicodedata.normalize("NFD", agent_id)))
+    for form in forms:
+        places = (state_path / "memory" / f"{form}.sqlite", state_path / "agents" / form, state_path / "ltm" / form)
+        try:
+            if any(place.exists() for place in places):
+                return form
+        except (OSError, ValueError):
+            continue
+    return next(iter(forms))
+
+
 # --- memorySearch ---------------------------------------------------------------------------
 
 
@@ -1167,6 +1197,10 @@ def load_config(
         logging.getLogger("memdir").warning("%s", misspelt)
     workspace, state_dir, config_path = (_path_argument(key, value) for key, value in (
         ("workspace", workspace), ("state_dir", state_dir), ("config_path", config_path)))
+    if isinstance(agent_id, bytes):  # (a Redis client's answer): str(b"ops") was agent "b'ops'", another index
+        agent_id = os.fsdecode(agent_id)
+    elif agent_id is not None and not isinstance(agent_id, str):
+        raise ConfigError(f"agent id must be text (a str), not {type(agent_id).__name__}: {agent_id!r}"[:200])
     for key, given in (("workspace", workspace), ("agent_id", agent_id), ("state_dir", state_dir),
                        ("config_path", config_path)):
         if given is not None and "\0" in str(given):
@@ -1231,11 +1265,17 @@ def load_config(
             if not isinstance(entry.get("id"), str) or not entry["id"].strip():  # it applied to no agent, silently
                 raise ConfigError(f"agents.list[{i}]{_in_file(cfg_file)}: needs an id, the agent it configures "
                                   f"(a name such as \"main\"), not {entry.get('id')!r}")
-            if entry["id"] in first_at:  # both applied, the later's values quietly replacing the earlier's
+            try:  # an id no agent can have ('ops ' copied with its space) applied to none, silently
+                check_agent_id(entry["id"])
+            except ValueError as exc:
+                raise ConfigError(f"agents.list[{i}].id{_in_file(cfg_file)}: {exc}: no agent id names this "
+                                  "entry") from None
+            composed = _composed(entry["id"])  # (one agent in either Unicode form: agent_spelling)
+            if composed in first_at:  # both applied, the later's values quietly replacing the earlier's
                 raise ConfigError(f"agents.list[{i}]{_in_file(cfg_file)}: agent {entry['id']!r} is configured "
-                                  f"twice (also agents.list[{first_at[entry['id']]}]): merge the two entries")
-            first_at[entry["id"]] = i
-            if entry.get("id") == agent:
+                                  f"twice (also agents.list[{first_at[composed]}]): merge the two entries")
+            first_at[composed] = i
+            if composed == _composed(agent):
                 origin = f"file:{cfg_file} (agents.list[{agent}])"
                 if entry.get("memory_search"):
                     _merge(data, {"memory_search": entry["memory_search"]}, origins, origin)
@@ -1270,6 +1310,8 @@ def load_config(
     except ValidationError as exc:
         raise ConfigError(_describe_validation(exc, data, origins)) from None
     settings._agent_explicit = "agent_id" in origins
+    if settings._agent_explicit:
+        settings.agent_id = agent_spelling(settings.agent_id, settings.state_path)
     _check_home(settings, origins)
     store = settings.memory_search.store
     if store.path and store.driver == "sqlite" and settings.index_path.suffix.lower() == ".md":

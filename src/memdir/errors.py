@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from typing import Any
 
 
 class MemdirError(RuntimeError):
@@ -12,7 +13,11 @@ class MemdirError(RuntimeError):
 
 
 class IndexOwnershipError(MemdirError):
-    """The configured index file belongs to another workspace."""
+    """The configured index file belongs to another workspace (``owner``, when known)."""
+
+    def __init__(self, message: str, owner: str | None = None):
+        super().__init__(message)
+        self.owner = owner
 
 
 class MemoryClosed(MemdirError):
@@ -86,12 +91,26 @@ def _postgres_index(index: str) -> tuple[str, str] | None:
     return (schema, agent) if schema and agent else None
 
 
-def ownership_message(index: str, owner: str, workspace: str) -> str:
+def holds_nothing(store: Any) -> bool:
+    """Whether ``store`` is a finished index that holds no file at all (its workspace had no notes)."""
+    try:
+        return store.read_meta() is not None and not any(f or c for f, c in store.counts_by_source().values())
+    except Exception:  # only advice depends on it
+        return False
+
+
+def ownership_message(index: str, owner: str, workspace: str, *, empty: bool = False) -> str:
     # An index in PostgreSQL is no file: "delete postgresql://…/agent" and "index path (store.path)"
     # (a SQLite setting) told its user nothing they could do.
     pg = _postgres_index(index)
     advice = "give this workspace its own agent id (--agent NAME)" + ("" if pg else " or index path (store.path)")
     if os.path.isdir(owner):
+        if empty and not pg:
+            # `memdir --agent bot index` run in the wrong folder claimed the agent id for a folder
+            # without notes, and the advice never said how to take it back
+            return (f"index {index} belongs to workspace {owner}, not {workspace}, but holds no notes ({owner} "
+                    f"had none when it was indexed): if this is the agent's workspace, delete {index} (memdir "
+                    f"builds it again from this workspace's notes); otherwise {advice}")
         return f"index {index} belongs to workspace {owner}, not {workspace}; {advice}"
     # A workspace moved or renamed under the same agent id met only the advice above (`index
     # --force` is refused too): say what to do when the owner is gone.

@@ -43,7 +43,7 @@ INDEX_SCHEMA = 5
 #: importing hashlib (it loads OpenSSL: about 5 ms on the CLI's hot path).
 _NO_EXTRA_PATHS = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 SETTINGS_KEYS = ("schema", "chunker", "sources", "chunkTokens", "chunkOverlap", "ftsTokenizer", "scopeHash",
-                 "userTimezone")
+                 "userTimezone", "sessionsOf")
 
 
 def changed_reason(key: str, meta: dict[str, Any], ident: dict[str, Any]) -> str:
@@ -51,6 +51,8 @@ def changed_reason(key: str, meta: dict[str, Any], ident: dict[str, Any]) -> str
     the hash of the extra paths, which says nothing to a reader ("scopeHash changed ('9f…' → …)")."""
     if key == "scopeHash":
         return "extraPaths changed"
+    if key == "sessionsOf":  # (agents sharing one store.path take turns: say whose)
+        return f"the transcripts are agent {ident.get(key)}'s, not {meta.get(key)}'s (memorySearch.store.path shared)"
     return f"{key} changed ({meta.get(key)!r} → {ident.get(key)!r})"
 
 
@@ -74,6 +76,9 @@ def _shaping_identity(settings: Settings) -> dict[str, Any]:
         "scopeHash": scope,
         # the zone that gave transcripts' and UTC headings' days: another one re-dates them
         "userTimezone": settings.user_timezone,
+        # whose transcripts (agents/<key>/sessions): two agents given one index by a store.path
+        # without {agentId} each searched the transcripts the other's last sync had put there
+        "sessionsOf": settings.state_key if "sessions" in ms.sources and ms.store.driver == "sqlite" else None,
     }
 
 
@@ -103,6 +108,8 @@ def differs(key: str, meta: dict[str, Any], ident: dict[str, Any], settings: Set
     whose extra paths were hashed as full paths (memdir before the hash of paths within the
     workspace) is not rebuilt for that alone."""
     if meta.get(key) == ident.get(key):
+        return False
+    if key == "sessionsOf" and key not in meta:  # an index built before memdir recorded it
         return False
     return not (key == "scopeHash" and meta.get(key) == _scope_hash(settings, within=False))
 

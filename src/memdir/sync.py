@@ -35,6 +35,7 @@ from memdir.errors import (
     MemdirError,
     MemoryClosed,
     folder_identity,
+    holds_nothing,
     owned_by_other,
     ownership_message,
 )
@@ -646,7 +647,8 @@ class Indexer:
         owner = (meta or {}).get("workspace") or self.store.get_state(OWNER_STATE)
         folder = self.store.get_state(OWNER_FOLDER_STATE)
         if owned_by_other(owner, mine, lambda: folder):
-            raise IndexOwnershipError(ownership_message(self.store.location, owner, mine))
+            raise IndexOwnershipError(ownership_message(self.store.location, owner, mine,
+                                                        empty=holds_nothing(self.store)), owner)
         here = folder_identity(mine)  # (recorded so another container's path to this folder is known as its)
         if not owner or (here is not None and here != folder):
             with self.store.transaction():

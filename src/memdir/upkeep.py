@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memdir.errors import IndexDamaged, IndexOwnershipError, owned_by_other, ownership_message
+from memdir.errors import IndexDamaged, IndexOwnershipError, holds_nothing, owned_by_other, ownership_message
 from memdir.lock import LockTimeout, resume_advice
 from memdir.stores.base import OWNER_FOLDER_STATE, OWNER_STATE, SKIPPED_STATE
 
@@ -325,7 +325,8 @@ class IndexUpkeep:
             if owner is None:
                 time.sleep(0.02)
         if owned_by_other(owner, str(self.workspace), lambda: self.store.get_state(OWNER_FOLDER_STATE)):
-            raise IndexOwnershipError(ownership_message(self.store.location, owner, str(self.workspace)))
+            raise IndexOwnershipError(ownership_message(self.store.location, owner, str(self.workspace),
+                                                        empty=holds_nothing(self.store)), owner)
         holder = lock.holder() or {}
         progress = read_progress(self.index_path) or {}
         if progress.get("pid") != stamped_pid(holder) or progress.get("workspace") != str(self.workspace):

@@ -18,7 +18,6 @@ it when a damage error surfaces later.
 
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -31,13 +30,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memdir import db
+from memdir.atomic_write import temps_of
 from memdir.errors import IndexDamaged, StoreError
 from memdir.lock import FileWriterLock
 from memdir.query import fts5_phrases, match_phrases, trigram_phrases
 from memdir.stores import sqlite_health as health
 from memdir.stores import vectors as vecs
 from memdir.stores.base import ChunkRow, Hit, lru_stamp
-from memdir.stores.sqlite_lifecycle import SqliteLifecycle
+from memdir.stores.sqlite_lifecycle import REBUILD_TEMP, SQLITE_FILES, SqliteLifecycle
 from memdir.stores.vector_sidecar import remove_leftovers as remove_sidecar_leftovers
 from memdir.stores.vector_sidecar import remove_newer as remove_newer_sidecar
 from memdir.stores.vector_sidecar import sidecar_path
@@ -1373,9 +1373,7 @@ class SqliteStore(SqliteLifecycle):
 
     def cleanup_leftovers(self) -> None:
         """Delete temp databases a crashed rebuild left behind, keeping their new embeddings."""
-        for leftover in glob.glob(glob.escape(self._temp_prefix()) + "*"):
-            if leftover.endswith(("-wal", "-shm", "-journal")):
-                continue
+        for leftover in temps_of(self._temp_prefix(), REBUILD_TEMP):
             try:
                 with self.transaction() as c:
                     c.execute("ATTACH DATABASE ? AS leftover", (leftover,))
@@ -1387,7 +1385,7 @@ class SqliteStore(SqliteLifecycle):
                     self.conn.execute("DETACH DATABASE leftover")
                 except Exception:
                     pass
-        for leftover in glob.glob(glob.escape(self._temp_prefix()) + "*"):
+        for leftover in temps_of(self._temp_prefix(), REBUILD_TEMP + SQLITE_FILES):
             try:
                 os.unlink(leftover)
             except OSError:  # gone, or not ours to remove (a folder of that name failed every command)

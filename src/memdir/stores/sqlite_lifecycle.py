@@ -12,7 +12,6 @@ files when no writer is running.  The detection and salvage primitives live in
 from __future__ import annotations
 
 import errno
-import glob
 import os
 import threading
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memdir import db
+from memdir.atomic_write import temps_of
 from memdir.errors import StoreError
 from memdir.lock import FileWriterLock, wait_for_writer, writer_words
 from memdir.stores import sqlite_health as health
@@ -28,6 +28,10 @@ from memdir.stores.base import RECOVERED_STATE
 
 #: How often an index that went read-only on a full disk tries to open writable again.
 SPACE_RETRY_SECONDS = 2.0
+#: What follows ``<index>.tmp-`` in a rebuild's temporary database's name (its 12 hex digits), and
+#: in the names of its journal files: nothing else beside an index is a rebuild's leftover.
+REBUILD_TEMP = r"[0-9a-f]{12}"
+SQLITE_FILES = r"(?:-wal|-shm|-journal)?"
 
 
 class SqliteLifecycle:
@@ -312,7 +316,7 @@ def recover_path(path: Path, problem: str, factory: Callable[[Path], Any], *, no
                 fresh.set_state(RECOVERED_STATE, info)  # so `status` in any process can say so
         finally:
             fresh.close()
-        for leftover in glob.glob(glob.escape(str(path) + ".tmp-") + "*"):
+        for leftover in temps_of(str(path) + ".tmp-", REBUILD_TEMP + SQLITE_FILES):
             try:
                 os.unlink(leftover)
             except OSError:

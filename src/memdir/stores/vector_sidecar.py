@@ -110,13 +110,12 @@ def remove_newer(path: Path) -> None:
 
 def remove_leftovers(path: Path) -> None:
     """Delete temp files of writers that died before renaming them (the pid is in the name)."""
-    import glob
+    from memdir.atomic_write import temps_of, writer_gone
 
-    from memdir.atomic_write import writer_gone
-
-    for leftover in glob.glob(glob.escape(f"{path}.tmp-") + "*"):
+    # (only names of the form written: agent 'x.sqlite.vec8.tmp-1''s index is named after x's sidecar)
+    for leftover in temps_of(f"{path}.tmp-", r"[0-9]+-[0-9A-Za-z]+"):
         pid = leftover.rsplit(".tmp-", 1)[1].split("-", 1)[0]
-        if pid.isdigit() and not writer_gone(int(pid), leftover):
+        if not writer_gone(int(pid), leftover):
             continue  # its writer is alive (here, or in a container sharing the state folder)
         try:
             os.unlink(leftover)
