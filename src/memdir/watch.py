@@ -65,6 +65,12 @@ MIN_INTERVAL_SECONDS = 1.0
 MAX_INTERVAL_SECONDS = 7 * 86400.0
 #: How often the folders are scanned for changes when the OS refuses file watches (milliseconds).
 POLL_DELAY_MS = 1000
+#: How often watchfiles' loop looks for the changes its inotify thread gathered, and at the stop
+#: event (milliseconds): it sleeps this long between looks, whether or not anything changed.  At
+#: 30 ms an idle watcher woke 33 times a second (a laptop's CPU kept out of its deep sleep states
+#: for days by ``memdir mcp``); at 250 a change reaches the debounce at most half a second later,
+#: which ``watchDebounceMs`` (1500 ms) dwarfs, and :meth:`Watcher.stop` waits at most this long.
+WATCH_STEP_MS = 250
 
 #: In a watcher's sync thread, ``event`` is that watcher's stop event (see :func:`stop_requested`).
 _sync_thread = threading.local()
@@ -351,7 +357,8 @@ class Watcher:
             try:
                 # yield_on_timeout: the generator yields (maybe an empty set) once its watches
                 # exist, which is when the catch-up comparison below can no longer miss a change.
-                for changes in watchfiles.watch(*folders, watch_filter=None, recursive=False, debounce=200, step=30,
+                for changes in watchfiles.watch(*folders, watch_filter=None, recursive=False, debounce=200,
+                                                step=WATCH_STEP_MS,
                                                 stop_event=self._stop, raise_interrupt=False, rust_timeout=500,
                                                 yield_on_timeout=True, force_polling=False):
                     if not established:
