@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,28 @@ def test_an_idle_watcher_hardly_wakes_up(make_workspace, tmp_path: Path) -> None
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["polling"] is False  # (inotify: what is measured is the watch loop, not polling)
     assert out["wakeups"] <= 10 * IDLE_SECONDS, out
+
+
+def test_memdir_watch_main_thread_sleeps_until_a_signal(make_workspace, state_dir) -> None:
+    """``memdir watch``'s main thread woke every 0.2 s to look at what its signal handlers noted:
+    15 wake-ups in 3 idle seconds, more than the watcher's own.  It sleeps until a signal (or the
+    reader going away) wakes it, and Ctrl-C still stops it at once."""
+    ws = make_workspace({"memory/a.md": "Alpha note.\n"})
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "watch", "-w", str(ws)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
+    try:
+        while "(start):" not in (line := proc.stdout.readline()):
+            assert line, f"watch exited before its first sync: {proc.stderr.read()}"
+        main = {str(proc.pid)}
+        others = set(os.listdir(f"/proc/{proc.pid}/task")) - main
+        before = wakeups(proc.pid, skip=others)
+        time.sleep(IDLE_SECONDS)
+        woke = wakeups(proc.pid, skip=others) - before
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert woke <= 3, f"the main thread woke {woke} times in {IDLE_SECONDS:g} idle seconds"
+    assert proc.returncode == 0 and "Stopped watching." in err, err
