@@ -98,3 +98,29 @@ def test_memdir_watch_main_thread_sleeps_until_a_signal(make_workspace, state_di
             proc.kill()
     assert woke <= 3, f"the main thread woke {woke} times in {IDLE_SECONDS:g} idle seconds"
     assert proc.returncode == 0 and "Stopped watching." in err, err
+
+
+_ONE_CPU_MODEL = r"""
+import json, os, sys
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # as `taskset -c N` starts it
+from memdir.embeddings.local import LocalEmbeddingProvider, RunSettings
+
+provider = LocalEmbeddingProvider(model_cache_dir=sys.argv[1])
+provider.embed_batch(["the kiwi is green"])
+session = provider._backend._session
+print(json.dumps({"intraOp": session.get_session_options().intra_op_num_threads,
+                  "asked4": RunSettings.make(threads=4).threads}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs to leave the process one of")
+def test_the_model_runs_one_thread_on_one_allowed_cpu(tmp_path: Path) -> None:
+    """Under ``taskset -c 0`` (or ``docker --cpuset-cpus=0``) on a machine of two or more cores, the
+    embedding model ran two threads, counted from the machine's cores, which took turns on the
+    one core the process may use; ``local.threads = 4`` there ran four."""
+    proc = subprocess.run([sys.executable, "-c", _ONE_CPU_MODEL, os.environ["MEMDIR_CACHE_DIR"]],
+                          capture_output=True, text=True, timeout=120, env=cli_env(tmp_path / "state"))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["intraOp"] == 1 and out["asked4"] == 1, out
