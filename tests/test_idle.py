@@ -124,3 +124,42 @@ def test_the_model_runs_one_thread_on_one_allowed_cpu(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["intraOp"] == 1 and out["asked4"] == 1, out
+
+
+def test_the_http_mcp_server_main_loop_hardly_wakes_up(make_workspace, state_dir) -> None:
+    """``memdir mcp --transport http`` with no client woke 10 times a second in its main thread
+    (uvicorn's loop looks at its exit flag every 0.1 s): 30 wake-ups in 3 idle seconds.  It looks
+    once a second, woken at once by SIGTERM; its answers still carry a Date header."""
+    import socket
+
+    import httpx
+
+    ws = make_workspace({"memory/a.md": "Alpha note.\n"})
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", "mcp", "--transport", "http", "--port", str(port),
+                             "-w", str(ws)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**cli_env(state_dir), "MEMDIR_PROVIDER": "none"})
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=5)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the server never listened"
+                time.sleep(0.1)
+        assert answer.headers.get("date")
+        time.sleep(1.0)  # (the start-up sync over)
+        others = set(os.listdir(f"/proc/{proc.pid}/task")) - {str(proc.pid)}
+        before = wakeups(proc.pid, skip=others)
+        time.sleep(IDLE_SECONDS)
+        woke = wakeups(proc.pid, skip=others) - before
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert woke <= 2 * IDLE_SECONDS + 2, f"the main thread woke {woke} times in {IDLE_SECONDS:g} idle seconds"
