@@ -163,3 +163,67 @@ def test_the_http_mcp_server_main_loop_hardly_wakes_up(make_workspace, state_dir
         if proc.poll() is None:
             proc.kill()
     assert woke <= 2 * IDLE_SECONDS + 2, f"the main thread woke {woke} times in {IDLE_SECONDS:g} idle seconds"
+
+
+_UNDER_A_QUOTA = r"""
+import json, sys
+sys.stdin.readline()  # (moved into the cgroup meanwhile)
+from memdir import sync
+from memdir.embeddings.local import RunSettings
+
+print(json.dumps({"threads": RunSettings.make().threads, "asked4": RunSettings.make(threads=4).threads,
+                  "worker": sync.free_core()}))
+"""
+
+
+def _cpu_cgroup(name: str) -> Path | None:
+    """A new cgroup (v1's cpu controller or v2's) whose CPU quota can be set, or None."""
+    for root, controllers in ((Path("/sys/fs/cgroup/cpu"), None), (Path("/sys/fs/cgroup"), "cgroup.subtree_control")):
+        if controllers is not None:
+            try:
+                if "cpu" not in (root / controllers).read_text().split():
+                    continue
+            except OSError:
+                continue
+        elif not (root / "cpu.cfs_quota_us").exists():
+            continue
+        try:
+            (root / name).mkdir()
+        except OSError:
+            continue
+        return root / name
+    return None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs for a one-CPU quota to be fewer")
+def test_a_cpu_quota_is_counted_as_fewer_cpus(tmp_path: Path) -> None:
+    """Under a CPU quota of one CPU (``docker --cpus=1``, a Kubernetes limit, systemd's
+    ``CPUQuota=100%``) on a machine of two or more, the model ran two threads (each throttled in
+    turn), ``local.threads = 4`` four, and an index build could start its chunking worker beside
+    the main process, both sharing the one CPU's time (~15% more CPU for nothing)."""
+    import uuid
+
+    group = _cpu_cgroup(f"memdir-test-{uuid.uuid4().hex[:8]}") if os.geteuid() == 0 else None
+    if group is None:
+        pytest.skip("cannot make a cgroup with a CPU quota here (needs root and a writable cgroup file system)")
+    try:
+        if (group / "cpu.max").exists():
+            (group / "cpu.max").write_text("100000 100000")
+        else:
+            (group / "cpu.cfs_period_us").write_text("100000")
+            (group / "cpu.cfs_quota_us").write_text("100000")
+        proc = subprocess.Popen([sys.executable, "-c", _UNDER_A_QUOTA], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=cli_env(tmp_path / "state"))
+        (group / "cgroup.procs").write_text(str(proc.pid))
+        out, err = proc.communicate("go\n", timeout=120)
+    finally:
+        for _ in range(50):  # (emptied once the child has exited)
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == {"threads": 1, "asked4": 1, "worker": False}

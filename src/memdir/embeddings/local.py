@@ -35,6 +35,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from memdir.cpus import usable_cpus
 from memdir.embeddings.base import EmbeddingError, QueryVectors, simple_provider_key
 from memdir.embeddings.base import provider_key as make_provider_key
 
@@ -98,20 +99,12 @@ _PREFIX = "local embeddings"
 ModelData = Path | Traversable
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on: ``taskset -c 0``, ``docker --cpuset-cpus`` or a
-    Kubernetes pinned CPU leave it fewer than the machine has (``os.cpu_count()``)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
-
-
 def default_threads() -> int:
     """Two intra-op threads at most: the agent and the indexer share the machine with the model.
 
-    Counted from the CPUs this process may use: on one CPU of two (``taskset -c 0``) the model
-    ran two threads on it, which took turns on the one core (6% more CPU for the same vectors)."""
+    Counted from the CPUs this process may use (:func:`memdir.cpus.usable_cpus`): on one CPU of
+    two (``taskset -c 0``, ``docker --cpus=1``) the model ran two threads, which took turns on the
+    one core (6% more CPU for the same vectors)."""
     return min(2, usable_cpus())
 
 
