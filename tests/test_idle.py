@@ -227,3 +227,42 @@ def test_a_cpu_quota_is_counted_as_fewer_cpus(tmp_path: Path) -> None:
                 time.sleep(0.1)
     assert proc.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1]) == {"threads": 1, "asked4": 1, "worker": False}
+
+
+_IDLE_POLLER = r"""
+import json, os, sys, threading, time
+from memdir.api import Memory
+
+with Memory(sys.argv[1], config={"memorySearch": {"provider": "none"}}) as mem:
+    mem.sync()
+    watcher = mem.watch()
+    assert watcher.ready.wait(120)
+    time.sleep(1.0)
+    tid = next(t.native_id for t in threading.enumerate() if t.name == "memdir-watch")
+
+    def ticks():
+        with open(f"/proc/self/task/{tid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+
+    before, wall = ticks(), time.monotonic()
+    time.sleep(4.0)
+    share = (ticks() - before) / os.sysconf("SC_CLK_TCK") / (time.monotonic() - wall)
+    print(json.dumps({"share": share}))
+"""
+
+
+def test_polling_a_large_workspace_takes_a_small_share_of_a_cpu(tmp_path: Path) -> None:
+    """Where memdir polls (WSL 2, ``WATCHFILES_FORCE_POLLING``, the OS's watch limit reached) it
+    looked at every note every second whatever it cost: 5,000 notes took ~5% of a CPU for as long
+    as the watcher ran, idle.  A look is made less often where it would cost more than 1% of a CPU."""
+    ws = tmp_path / "ws"
+    for folder in range(250):
+        (ws / "memory" / f"f{folder:03d}").mkdir(parents=True)
+        for note in range(20):
+            (ws / "memory" / f"f{folder:03d}" / f"n{note}.md").write_text(f"Note {folder} {note}.\n")
+    proc = subprocess.run([sys.executable, "-c", _IDLE_POLLER, str(ws)], capture_output=True, text=True,
+                          timeout=300, env=cli_env(tmp_path / "state", WATCHFILES_FORCE_POLLING="1"))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["share"] <= 0.025, f"polling took {out['share']:.1%} of a CPU"
