@@ -107,6 +107,40 @@ _TITLES = {"memory_search": "Search memory", "memory_get": "Read memory lines", 
            "memory_forget": "Forget a long-term memory"}
 
 
+#: Seconds between the HTTP server's looks at its clock (the Date header it sends) and at a stop
+#: asked for by other means than a signal (a signal wakes it at once).
+SERVER_TICK = 1.0
+
+
+def _quiet_server(config: Any) -> Any:
+    """A uvicorn server whose main loop sleeps :data:`SERVER_TICK` at a time, woken by a stop.
+
+    Why: uvicorn's main loop wakes every 0.1 s to look at ``should_exit`` (and every tenth time
+    to refresh the Date header): 10 wake-ups a second for as long as ``memdir mcp --transport
+    http`` ran, with no client.  The Date header is still refreshed every second."""
+    import uvicorn
+
+    class QuietServer(uvicorn.Server):
+        _woken: asyncio.Event | None = None
+
+        async def main_loop(self) -> None:
+            self._woken = woken = asyncio.Event()
+            loop, counter = asyncio.get_running_loop(), 0
+            while not await self.on_tick(counter):
+                counter = (counter + 10) % 864000  # (a multiple of 10: the Date header refreshed each tick)
+                timer = loop.call_later(SERVER_TICK, woken.set)
+                await woken.wait()
+                timer.cancel()
+                woken.clear()
+
+        def wake(self) -> None:
+            """Look at ``should_exit`` now (in the event loop's thread)."""
+            if self._woken is not None:
+                self._woken.set()
+
+    return QuietServer(config)
+
+
 def default_tools(memory: Any) -> tuple[str, ...]:
     """The core tools, plus the long-term memory ones when ``longTermMemory.enabled`` opts in."""
     ltm = getattr(getattr(memory, "settings", None), "long_term_memory", None)
@@ -429,11 +463,12 @@ class MemdirMCP(FastMCP):  # type: ignore[type-arg]
         config = uvicorn.Config(self.streamable_http_app(), host=self.settings.host, port=self.settings.port,
                                 log_level=self.settings.log_level.lower(), log_config=None,
                                 timeout_graceful_shutdown=SHUTDOWN_GRACE)
-        server = uvicorn.Server(config)
+        server = _quiet_server(config)
         loop, stop_serving = asyncio.get_running_loop(), server.handle_exit
 
         def handle_exit(sig: int, frame: Any) -> None:  # SIGINT/SIGTERM (a signal handler: hand over to the loop)
             stop_serving(sig, frame)
+            loop.call_soon_threadsafe(server.wake)
             loop.call_soon_threadsafe(loop.call_later, CALL_GRACE, self.stop_calls)
 
         server.handle_exit = handle_exit  # type: ignore[method-assign]

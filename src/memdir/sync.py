@@ -209,10 +209,9 @@ def free_core() -> bool:
     very process's own recent work (a bench or an agent that just indexed reads ~1 on an idle
     second core).  It is read a few times, 1 ms apart: one instant can catch a passing task (about
     1 read in 150 on an idle machine), while a core kept busy by other work shows in every read."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
+    from memdir.cpus import usable_cpus
+
+    cores = usable_cpus()  # (a CPU quota counts: under docker --cpus=1 a worker only shares the one)
     if cores < 2:
         return False
     for sample in range(FREE_CORE_SAMPLES):

@@ -65,6 +65,18 @@ MIN_INTERVAL_SECONDS = 1.0
 MAX_INTERVAL_SECONDS = 7 * 86400.0
 #: How often the folders are scanned for changes when the OS refuses file watches (milliseconds).
 POLL_DELAY_MS = 1000
+#: The share of one CPU polling may take: where a scan costs more than this share of
+#: :data:`POLL_DELAY_MS` (5,000 notes: ~40 ms a scan, 4% of a CPU for as long as the watcher ran,
+#: on WSL 2 by default) the folders are scanned less often (there: every ~4 s; a search still
+#: syncs first), at most every :data:`POLL_MAX_SECONDS`.
+POLL_CPU_SHARE = 0.01
+POLL_MAX_SECONDS = 30.0
+#: How often watchfiles' loop looks for the changes its inotify thread gathered, and at the stop
+#: event (milliseconds): it sleeps this long between looks, whether or not anything changed.  At
+#: 30 ms an idle watcher woke 33 times a second (a laptop's CPU kept out of its deep sleep states
+#: for days by ``memdir mcp``); at 250 a change reaches the debounce at most half a second later,
+#: which ``watchDebounceMs`` (1500 ms) dwarfs, and :meth:`Watcher.stop` waits at most this long.
+WATCH_STEP_MS = 250
 
 #: In a watcher's sync thread, ``event`` is that watcher's stop event (see :func:`stop_requested`).
 _sync_thread = threading.local()
@@ -351,7 +363,8 @@ class Watcher:
             try:
                 # yield_on_timeout: the generator yields (maybe an empty set) once its watches
                 # exist, which is when the catch-up comparison below can no longer miss a change.
-                for changes in watchfiles.watch(*folders, watch_filter=None, recursive=False, debounce=200, step=30,
+                for changes in watchfiles.watch(*folders, watch_filter=None, recursive=False, debounce=200,
+                                                step=WATCH_STEP_MS,
                                                 stop_event=self._stop, raise_interrupt=False, rust_timeout=500,
                                                 yield_on_timeout=True, force_polling=False):
                     if not established:
@@ -367,7 +380,7 @@ class Watcher:
                     self.polling = True
                     reason = str(exc).splitlines()[0].split(" about [")[0]  # (watchfiles adds the paths)
                     self.last_error = (f"file watching unavailable ({reason}); checking the folders every "
-                                       f"{POLL_DELAY_MS / 1000:g} s instead")
+                                       f"{POLL_DELAY_MS / 1000:g} s instead (less often on a large workspace)")
                     self._emit({"event": "error", "error": self.last_error})
                     continue
                 self.last_error = f"watcher failed: {exc}"
@@ -375,20 +388,25 @@ class Watcher:
                 self._stop.wait(1.0)
 
     def _poll(self, folders: list[str]) -> None:
-        """Look at ``folders`` every :data:`POLL_DELAY_MS` and handle what changed, until the
-        folders to watch change or the watcher stops.
+        """Look at ``folders`` every :data:`POLL_DELAY_MS` (less often where a look costs more than
+        :data:`POLL_CPU_SHARE` of a CPU) and handle what changed, until the folders to watch change
+        or the watcher stops.
 
         Why not watchfiles' own polling (which it also chooses by itself on WSL 2 and with
         ``WATCHFILES_FORCE_POLLING``): it follows symlinks.  An Emacs lock ``.#note.md`` (a link to
         nowhere) was reported deleted at every poll, a sync a second for as long as the note was
         open, and a symlink loop in a watched folder failed the whole watch every second: no edit
         was indexed by the watcher.  Here entries are looked at, never followed, as discovery does."""
+        started = time.thread_time()
         previous = _listing(folders)
+        cost = time.thread_time() - started
         self._catch_up()
         self.ready.set()
-        while not self._stop.wait(POLL_DELAY_MS / 1000):
+        while not self._stop.wait(min(max(POLL_DELAY_MS / 1000, cost / POLL_CPU_SHARE), POLL_MAX_SECONDS)):
+            started = time.thread_time()
             current = _listing(folders)
             changes = _changes(previous, current)
+            cost = time.thread_time() - started
             previous = current
             if changes and self._handle(changes):
                 return
@@ -403,9 +421,11 @@ class Watcher:
             self.last_error = (f"cannot watch {self.plan.display_root()} ({why}): comparing the index with the files "
                                f"every {POLL_DELAY_MS / 1000:g} s instead")
             self._emit({"event": "error", "error": self.last_error})
+        started = time.thread_time()
         self._catch_up()
+        cost = time.thread_time() - started
         self.ready.set()
-        self._stop.wait(POLL_DELAY_MS / 1000)
+        self._stop.wait(min(max(POLL_DELAY_MS / 1000, cost / POLL_CPU_SHARE), POLL_MAX_SECONDS))
 
     def _catch_up(self) -> None:
         """Sync soon if the files changed while nothing was watching them, or the settings since the

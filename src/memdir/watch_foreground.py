@@ -74,6 +74,8 @@ class _Output:
         self.cond = threading.Condition()
         #: Set when the reader went away (``memdir watch --json | head -3``: EPIPE).
         self.gone = threading.Event()
+        #: Called once it went away (the main thread waits for that too).
+        self.woken: Callable[[], None] | None = None
         threading.Thread(target=self._run, name="memdir-watch-output", daemon=True).start()
 
     def put(self, text: str) -> None:
@@ -98,6 +100,8 @@ class _Output:
                 self._write(text)
             except BrokenPipeError:
                 self.gone.set()
+                if self.woken is not None:
+                    self.woken()
             except (OSError, UnicodeError):
                 pass  # (a full disk under a redirect: the watch goes on indexing)
             finally:
@@ -120,6 +124,59 @@ class _Output:
                     return False
                 self.cond.wait(left)
         return True
+
+
+#: Seconds between the main thread's looks at a watcher stopped by other means than a signal or
+#: the reader going away (each of which wakes it at once).
+IDLE_CHECK_SECONDS = 5.0
+
+
+class _Waker:
+    """What the main thread of ``memdir watch`` sleeps on until Ctrl-C, SIGTERM or the reader going
+    away: a socket the signals write to (:func:`signal.set_wakeup_fd`), so a signal arriving at any
+    moment ends the wait at once.
+
+    Why: the main thread slept 0.2 s at a time to look at what a signal handler noted, five
+    wake-ups a second for as long as the watch ran, more than the whole watcher costs idle."""
+
+    def __init__(self) -> None:
+        import signal
+        import socket
+
+        self._reader, self._writer = socket.socketpair()
+        for sock in (self._reader, self._writer):
+            sock.setblocking(False)
+        try:
+            self._previous: int | None = signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
+        except ValueError:  # not the main thread (a host running the foreground loop itself): looks only
+            self._previous = None
+
+    def wake(self) -> None:
+        try:
+            self._writer.send(b"\0")
+        except OSError:  # (full: a wake-up is already waiting; closed: the watch is over)
+            pass
+
+    def wait(self, timeout: float) -> None:
+        import select
+
+        if self._previous is None:
+            time.sleep(min(timeout, 0.2))
+            return
+        try:
+            ready, _, _ = select.select([self._reader], [], [], timeout)
+            if ready:
+                self._reader.recv(4096)
+        except (OSError, ValueError):
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        import signal
+
+        if self._previous is not None:
+            signal.set_wakeup_fd(self._previous)
+        self._reader.close()
+        self._writer.close()
 
 
 def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | None = None,
@@ -159,10 +216,12 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
     previous = {sig: signal.signal(sig, lambda signum, _frame: requested.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     memory.watcher = watcher
+    waker = _Waker()
+    output.woken = waker.wake
     try:
         watcher.start()
         while not requested and not watcher.stopped and not gone.is_set():
-            time.sleep(0.2)
+            waker.wait(IDLE_CHECK_SECONDS)
     except KeyboardInterrupt:
         pass
     finally:
@@ -170,6 +229,7 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
         memory.watcher = None
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        waker.close()
     show({"event": "stop", "time": round(time.time(), 3)})
     output.drain(CLOSE_WAIT)  # (a reader that stopped reading does not hold the exit)
     if gone.is_set():
