@@ -96,6 +96,15 @@ class Period:
         """``(start, end + grace)`` as ISO days, for a store query."""
         return self.start.isoformat(), (self.end + dt.timedelta(days=grace_days)).isoformat()
 
+    def years_earlier(self, years: int) -> Period | None:
+        """The same days ``years`` years earlier (another year of an any-year period), or None
+        where that year has not its day (Feb 29) or lies before :data:`_EARLIEST`."""
+        try:
+            start, end = self.start.replace(year=self.start.year - years), self.end.replace(year=self.end.year - years)
+        except ValueError:
+            return None
+        return Period(start, end, self.text, self.any_year) if start >= _EARLIEST else None
+
     def covers(self, first: str | None, last: str | None, grace_days: int = GRACE_DAYS) -> bool:
         """Whether a chunk dated ``first..last`` (ISO days) falls in the period (plus the grace days)."""
         if (days := _chunk_days(first, last)) is None:

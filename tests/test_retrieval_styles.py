@@ -1,0 +1,42 @@
+"""Notes in styles the benchmarks do not cover (terse one-line daily logs, a developer's notes,
+curated bullet facts) and the questions a user asks of them: each note that plainly answers a
+question is among its results."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from memdir.api import Memory
+
+#: A terse daily log, one line an entry, every other day from the 6th of January.
+TERSE = ["Ran 5k in 27:40.", "Dentist: filling on lower left molar.", "Called mum.",
+         "Bought a new kettle (Bosch, 1.7 l).", "Team offsite planning w/ Priya.", "Finished Piranesi.",
+         "Cooked shakshuka for Jordan.", "Flu jab at pharmacy.", "Car MOT passed.", "Paid council tax (£142)."]
+
+
+def terse_logs(year: int) -> dict[str, str]:
+    days = [dt.date(year, 1, 6) + dt.timedelta(days=2 * i) for i in range(len(TERSE))]
+    return {f"memory/{d}.md": f"# {d}\n\n- {entry}\n" for d, entry in zip(days, TERSE, strict=True)}
+
+
+def test_a_day_named_without_its_year_finds_that_days_log(
+        make_workspace: Callable[..., Path], keyword_config: dict[str, Any]) -> None:
+    """A day or month named without a year ("on January 8th", "in March") means that period of any
+    year, but only a period with its year was looked up in the index: "what did I do on January
+    8th?" shares no word with that day's log and found nothing at all by keywords, while "on 8
+    January 2024" found it.  The latest past year's and earlier ones are looked up now."""
+    year = dt.date.today().year - 2
+    ws = make_workspace(terse_logs(year))
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        for question in ("what did I do on January 8th?", "what did I do on 8 Jan?",
+                         f"what did I do on 8 January {year}?"):
+            hits = mem.search(question, explain=True).results
+            assert hits and hits[0].path == f"memory/{year}-01-08.md", (question, hits)
+            assert hits[0].explain["rescuedBecause"] == "written in the period the question names"
+        # a month of any year holding no more chunks than the pool: its logs, in date order
+        hits = mem.search("what did I do in January?", max_results=10).results
+        assert [h.path for h in hits] == sorted(terse_logs(year))
