@@ -40,3 +40,24 @@ def test_a_day_named_without_its_year_finds_that_days_log(
         # a month of any year holding no more chunks than the pool: its logs, in date order
         hits = mem.search("what did I do in January?", max_results=10).results
         assert [h.path for h in hits] == sorted(terse_logs(year))
+
+
+def test_a_shortened_weekday_names_its_day(make_workspace: Callable[..., Path], keyword_config: dict[str, Any]) -> None:
+    """Only a weekday's full name was read: "what did I do last tues?" named no day, and no log
+    holds its words, so keywords found nothing (nor "on Thurs.", "this fri"); "sat" and "sun"
+    are English words and are read after "last" and "this" only."""
+    from memdir.dates import query_periods
+
+    today = dt.date.today()
+    days = {n: today - dt.timedelta(days=n) for n in range(1, 15)}
+    ws = make_workspace({f"memory/{d}.md": f"# {d}\n\n- {TERSE[n % len(TERSE)]}\n" for n, d in days.items()})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        for short, full in (("tues", "tuesday"), ("Thurs.", "thursday"), ("fri", "friday"), ("sat", "saturday")):
+            [day] = [d for d in days.values() if d.strftime("%A").lower() == full and (today - d).days < 8]
+            hits = mem.search(f"what did I do last {short}?").results
+            assert hits and hits[0].path == f"memory/{day}.md", (short, hits)
+    for short, full in (("last tues", "last Tuesday"), ("on Thurs. we met", "on Thursday we met"),
+                        ("this wed", "this wednesday")):
+        assert [p.start for p in query_periods(short, today)] == [p.start for p in query_periods(full, today)] != []
+    assert query_periods("the kids sat on sat mats, then on sun cream", today) == []

@@ -57,8 +57,13 @@ _YEAR: Any = LazyPattern(r"(?<![\d\-$€£¥#.])(?<![0-9][A-Za-z])((?:19|20)\d{2
                          r"(?![\d\-%]|\.\d|[sS]\w|[A-RT-Za-rt-z])")
 _AGO: Any = LazyPattern(r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|few|several)\s+"
                         r"(day|week|month|year)s?\s+ago\b", re.I)
-_LAST_WEEKDAY: Any = LazyPattern(r"\b(last|this|on)\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b",
-                                 re.I)
+#: A weekday after "last", "this" or "on", its name in full or as people shorten it ("last tues",
+#: "on Thurs.", "this fri"): only the full names were read, so "what did I do last tues?" named no day.
+_LAST_WEEKDAY: Any = LazyPattern(r"\b(last|this|on)\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+                                 r"|mon|tues?|weds?|thu(?:rs?)?|fri|sat|sun)\b", re.I)
+#: Shortened weekdays that are English words too ("sat on", "on sun cream"): read after "last" and
+#: "this" only.
+_WORD_WEEKDAYS = frozenset({"sat", "sun"})
 #: A Markdown heading line (``## 2023-05-07 standup``) after the line end before it, found in
 #: ``"\n" + text``: the space after the hashes never crosses a line end.  (``^`` in MULTILINE mode
 #: instead of the leading ``\n#`` made the regex engine try every character, not only line ends.)
@@ -364,7 +369,9 @@ def _relative(text: str, base: Callable[[], dt.date], add: object) -> None:
         except (OverflowError, ValueError):  # "99999999 days ago": before year 1, so no period
             continue
     for m in weekdays:
-        back = (today.weekday() - _WEEKDAYS.index(m.group(2))) % 7
+        if m.group(1) == "on" and m.group(2) in _WORD_WEEKDAYS:
+            continue
+        back = (today.weekday() - next(i for i, d in enumerate(_WEEKDAYS) if d.startswith(m.group(2)[:3]))) % 7
         if m.group(1) == "last" and back == 0:
             back = 7
         d = today - dt.timedelta(days=back)
@@ -374,7 +381,8 @@ def _relative(text: str, base: Callable[[], dt.date], add: object) -> None:
 #: Words one of which each fixed relative period (:func:`_fixed_periods`) contains.
 _RELATIVE_WORDS = ("yesterday", "last", "this", "today", "tonight")
 #: The words other than numbers that name a period (:func:`_may_name_a_period`).
-_PERIOD_WORDS = frozenset(_MONTHS) | frozenset(_WEEKDAYS) | {"ago"}
+_PERIOD_WORDS = frozenset(_MONTHS) | frozenset(_WEEKDAYS) | {"ago", "mon", "tue", "tues", "wed", "weds", "thu",
+                                                              "thur", "thurs", "fri"}
 
 
 def _fixed_periods(today: dt.date, fixed: Callable[[str, dt.date, dt.date], None]) -> None:
