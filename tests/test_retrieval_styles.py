@@ -61,3 +61,30 @@ def test_a_shortened_weekday_names_its_day(make_workspace: Callable[..., Path], 
                         ("this wed", "this wednesday")):
         assert [p.start for p in query_periods(short, today)] == [p.start for p in query_periods(full, today)] != []
     assert query_periods("the kids sat on sat mats, then on sun cream", today) == []
+
+
+#: A developer's notes: identifiers, versions, paths, error messages.
+DEV = {
+    "memory/dev/payments-api.md": (
+        "# payments-api\n\nRepo: git@github.com:acme/payments-api.git, owner @lena.k (lena.kowalski@acme.io)\n\n"
+        "## Known issues\n- v2.3.1 leaks connections under load: `psycopg2.OperationalError: too many connections "
+        "for role \"payments\"`. Fixed in v2.3.2.\n- `ERR_IDEMPOTENCY_KEY_REUSED` when a retry changes the amount "
+        "(PAY-4412).\n\n## Config\n- `max_retry_count = 5` in `config/retry.toml`\n"),
+    "memory/dev/cli.md": "# CLI\n\n- Released 1.4.0 of the CLI on the 3rd; 1.4.1 fixes the Windows paths.\n",
+    "memory/dev/laptop.md": ("# Laptop setup\n\n- Python 3.12 via `uv python install 3.12`\n"
+                             "- Node 20.11.1 with fnm\n- bastion: port 2222, user ec2-user\n"),
+}
+
+
+def test_a_version_is_found_with_or_without_its_v(make_workspace: Callable[..., Path],
+                                                  keyword_config: dict[str, Any]) -> None:
+    """The index holds "v2.3.1" as the words v2, 3 and 1 and "2.3.1" as 2, 3 and 1, so a question
+    for "2.3.1" found no note saying "v2.3.1" (nothing at all here), nor "v1.4.0" one saying
+    "1.4.0": each form is searched for with the other's words too."""
+    with Memory(make_workspace(DEV), config=keyword_config) as mem:
+        mem.sync()
+        for question, path in (("2.3.1", "payments-api"), ("what broke in 2.3.1?", "payments-api"),
+                               ("fixed in 2.3.2", "payments-api"), ("v1.4.0 release", "cli"), ("V1.4.1", "cli"),
+                               ("v20.11.1", "laptop")):
+            hits = mem.search(question).results
+            assert hits and hits[0].path == f"memory/dev/{path}.md", (question, hits)

@@ -153,6 +153,9 @@ def fts_term(token: str) -> str:
 _ID_TOKEN = re.compile(r"(?<![\w])[^\W_]+(?:[-_./:][^\W_]+)*")
 #: Numbers joined by dots: a version, an IP address, a decimal (2.3.1, 10.0.0.12, 3.11).
 _DOTTED_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)+")
+#: A version: numbers joined by dots after a "v" (v2.3.1, v1.0), or two or three of them without
+#: it (2.3.1; not an IP address).
+_VERSION = re.compile(r"v[0-9]+(?:\.[0-9]+)+|[0-9]+(?:\.[0-9]+){1,2}")
 #: A number written with thousands separators (1,200; 12,000,000), not a list of numbers ("1,2023").
 _GROUPED_NUMBER = re.compile(r"(?<![\w.,])[0-9]{1,3}(?:,[0-9]{3})+(?![\w]|[.,][0-9])")
 
@@ -168,7 +171,9 @@ def id_terms(query: str) -> list[str]:
     the one naming the column, and that note was often not among the results at all.  So are
     numbers joined by dots: "2.3.1" searched for the words 2, 3 and 1, which "1.3.2" has as
     well, and "python 3.11" for "python" alone; and numbers written with thousands separators
-    ("$1,200" searched for 1 and 200, and any note with a 1 in it matched).
+    ("$1,200" searched for 1 and 200, and any note with a 1 in it matched).  A version is searched
+    for with and without its "v": "2.3.1" found no note saying "v2.3.1", nor "v2.3.1" one saying
+    "2.3.1".
     """
     out: dict[str, None] = {}
     for m in _ID_TOKEN.finditer(lower(query)):
@@ -180,6 +185,10 @@ def id_terms(query: str) -> list[str]:
             phrase = " ".join(word_runs(tok))
             if phrase:
                 out[phrase] = None
+            # a version is written with its "v" or without it ("v2.3.1", "2.3.1"), and the index
+            # holds "v2.3.1" as the words v2, 3 and 1: each form searched for the other's words too
+            if _VERSION.fullmatch(tok):
+                out[phrase[1:] if tok[0] == "v" else "v" + phrase] = None
     if "," in query:
         for m in _GROUPED_NUMBER.finditer(query):
             out[m.group(0).replace(",", " ")] = None
