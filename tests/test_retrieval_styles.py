@@ -88,3 +88,24 @@ def test_a_version_is_found_with_or_without_its_v(make_workspace: Callable[..., 
                                ("v20.11.1", "laptop")):
             hits = mem.search(question).results
             assert hits and hits[0].path == f"memory/dev/{path}.md", (question, hits)
+
+
+def test_a_camel_case_name_is_found_by_its_words(make_workspace: Callable[..., Path],
+                                                 keyword_config: dict[str, Any]) -> None:
+    """The keyword index holds a CamelCase word as one token (``operationalerror``), so a note
+    naming ``psycopg2.OperationalError`` or ``OOMKilled`` was found by no question for
+    "operational error" or "oom killed" (nothing at all for the second), and a question naming
+    ``ConnectionResetError`` by no note writing "connection reset error" in words.  The stems
+    column holds the words' parts (chunker 19) and a question's CamelCase words are searched for
+    by their parts too."""
+    files = {**DEV, "memory/dev/incidents.md": (
+        "# Incidents\n\n## INC-2025-052\n`celery-worker` pods OOMKilled at 512Mi; raised the limit to 1Gi.\n\n"
+        "## INC-2025-060\nThe proxy dropped idle sockets: every client saw a connection reset error after 60 s.\n"),
+        "memory/dev/xcode.md": "# Xcode\n\n- `xcrun: error: invalid active developer path`: run xcode-select.\n"}
+    with Memory(make_workspace(files), config=keyword_config) as mem:
+        mem.sync()
+        for question, path, line in (("operational error", "payments-api", 6), ("oom killed", "incidents", 4),
+                                     ("ConnectionResetError", "incidents", 7)):
+            hits = mem.search(question).results  # (xcode.md's "error", a word of its own, may rank above)
+            assert any(h.path == f"memory/dev/{path}.md" and h.start_line <= line <= h.end_line for h in hits), (
+                question, hits)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from memdir.stemming import query_languages, query_stems
+from memdir.stemming import camel_words, has_camel_case, query_languages, query_stems
 from memdir.stopwords import ALL as STOP_WORDS
 from memdir.stopwords import KO as KO_STOP
 from memdir.textutil import LazyPattern, fts_text, has_han_or_kana, has_hangul, split_words, word_form, word_runs
@@ -230,6 +230,10 @@ def keyword_terms(query: str) -> list[str]:
     turns these terms into its own query syntax.
     """
     keywords = extract_keywords(query)
+    if has_camel_case(query):
+        # a CamelCase word's parts too (the note may write "connection reset error" for the
+        # question's ConnectionResetError; the index holds such a word's parts' stems, ``stems``)
+        keywords += [w for w in dict.fromkeys(camel_words(query)) if w not in STOP_WORDS and w not in keywords]
     ids = id_terms(query) if ID_PHRASES else []
     numbers = number_terms(query) if NUMBERS else []
     if not keywords and not ids and not numbers:
