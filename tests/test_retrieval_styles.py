@@ -109,3 +109,22 @@ def test_a_camel_case_name_is_found_by_its_words(make_workspace: Callable[..., P
             hits = mem.search(question).results  # (xcode.md's "error", a word of its own, may rank above)
             assert any(h.path == f"memory/dev/{path}.md" and h.start_line <= line <= h.end_line for h in hits), (
                 question, hits)
+
+
+def test_a_couple_of_days_ago_names_its_day(make_workspace: Callable[..., Path],
+                                             keyword_config: dict[str, Any]) -> None:
+    """Only one to ten, "a few" and "several" were read before "days ago": "what did I do a couple
+    of days ago?", "twelve days ago" or "a fortnight ago" named no day, and shared no word with
+    its log, so keywords found nothing."""
+    today = dt.date.today()
+    days = {n: today - dt.timedelta(days=n) for n in range(1, 22)}
+    ws = make_workspace({f"memory/{d}.md": f"# {d}\n\n- {TERSE[n % len(TERSE)]}\n" for n, d in days.items()})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        for question, back in (("what did I do a couple of days ago?", 2), ("a couple days ago", 2),
+                               ("what did I do twelve days ago", 12), ("and nineteen days ago?", 19)):
+            hits = mem.search(question).results
+            assert hits and hits[0].path == f"memory/{days[back]}.md", (question, hits)
+        for question in ("what happened a fortnight ago?", "a couple of weeks ago"):
+            hits = mem.search(question).results  # the week around 14 days back, and the grace days after it
+            assert hits and all(10 <= (today - dt.date.fromisoformat(h.path[7:17])).days <= 17 for h in hits), hits

@@ -55,8 +55,12 @@ _BARE_MONTH: Any = LazyPattern(rf"\b({_MONTH_RE})\b", re.I)
 #: decade ("the 1990s"), a fiscal year ("FY2024") and CJK ("2024年") still name their year.
 _YEAR: Any = LazyPattern(r"(?<![\d\-$€£¥#.])(?<![0-9][A-Za-z])((?:19|20)\d{2})"
                          r"(?![\d\-%]|\.\d|[sS]\w|[A-RT-Za-rt-z])")
-_AGO: Any = LazyPattern(r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|few|several)\s+"
-                        r"(day|week|month|year)s?\s+ago\b", re.I)
+#: "N days/weeks/months/years ago", N in digits or words ("a couple of weeks ago", "twelve days
+#: ago", "a fortnight ago"): only one to ten, "a few" and "several" were read, so "what did I do a
+#: couple of days ago?" named no day.
+_AGO: Any = LazyPattern(r"\b(\d+|(?:a\s+)?couple(?:\s+of)?|a\s+few|few|several|a|an|one|two|three|four|five|six|"
+                        r"seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|"
+                        r"eighteen|nineteen|twenty)\s+(day|week|fortnight|month|year)s?\s+ago\b", re.I)
 #: A weekday after "last", "this" or "on", its name in full or as people shorten it ("last tues",
 #: "on Thurs.", "this fri"): only the full names were read, so "what did I do last tues?" named no day.
 _LAST_WEEKDAY: Any = LazyPattern(r"\b(last|this|on)\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday"
@@ -73,7 +77,9 @@ _FILE_DATE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 #: 03:30:00 UTC``): an instant, whose day is the user's, not Greenwich's.
 _UTC_TIME = re.compile(r"[T ]\s*(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\.\d+)?\s*(?:UTC|GMT|Z)(?![\w+-])", re.I)
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-            "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3, "several": 3}
+            "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14,
+            "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20,
+            "a few": 3, "few": 3, "several": 3, "a couple": 2, "couple": 2}
 #: Words before a bare month name that make it a date ("in March"), not a verb or a name ("may").
 _MONTH_CUES = {"in", "of", "during", "since", "early", "late", "mid", "last", "this", "next", "by", "until",
                "before", "after", "from", "through", "throughout", "around", "till"}
@@ -404,8 +410,10 @@ def _fixed_periods(today: dt.date, fixed: Callable[[str, dt.date, dt.date], None
 
 def _ago(m: re.Match[str], today: dt.date, emit: object) -> None:
     """The period of "N days/weeks/months/years ago"."""
-    n = int(m.group(1)) if m.group(1).isdigit() else _NUMBERS[m.group(1)]
+    n = int(m.group(1)) if m.group(1).isdigit() else _NUMBERS[" ".join(m.group(1).split()).removesuffix(" of")]
     unit = m.group(2)
+    if unit == "fortnight":
+        n, unit = 2 * n, "week"
     if unit == "day":
         d = today - dt.timedelta(days=n)
         emit(m, d, d)  # type: ignore[operator]
