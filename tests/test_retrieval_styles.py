@@ -128,3 +128,18 @@ def test_a_couple_of_days_ago_names_its_day(make_workspace: Callable[..., Path],
         for question in ("what happened a fortnight ago?", "a couple of weeks ago"):
             hits = mem.search(question).results  # the week around 14 days back, and the grace days after it
             assert hits and all(10 <= (today - dt.date.fromisoformat(h.path[7:17])).days <= 17 for h in hits), hits
+
+
+def test_a_day_of_the_month_named_alone_is_the_latest_past_one(make_workspace: Callable[..., Path],
+                                                                keyword_config: dict[str, Any]) -> None:
+    """"What did I do on the 8th?" named no day (only a day with its month was read), and shared
+    no word with that day's log: keywords found nothing.  It is the latest past 8th."""
+    today = dt.date.today()
+    days = [today - dt.timedelta(days=n) for n in range(1, 12)]
+    ws = make_workspace({f"memory/{d}.md": f"# {d}\n\n- {TERSE[n % len(TERSE)]}\n" for n, d in enumerate(days)})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        for day in (days[2], days[9]):
+            suffix = {1: "st", 2: "nd", 3: "rd", 21: "st", 22: "nd", 23: "rd", 31: "st"}.get(day.day, "th")
+            hits = mem.search(f"what did I do on the {day.day}{suffix}?").results
+            assert hits and hits[0].path == f"memory/{day}.md", (day, hits)

@@ -61,6 +61,9 @@ _YEAR: Any = LazyPattern(r"(?<![\d\-$€£¥#.])(?<![0-9][A-Za-z])((?:19|20)\d{2
 _AGO: Any = LazyPattern(r"\b(\d+|(?:a\s+)?couple(?:\s+of)?|a\s+few|few|several|a|an|one|two|three|four|five|six|"
                         r"seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|"
                         r"eighteen|nineteen|twenty)\s+(day|week|fortnight|month|year)s?\s+ago\b", re.I)
+#: A day of the month named alone ("what did I do on the 8th?"): the latest past one.  Read after
+#: the dates with a month, so "on the 8th of March" is that day of March.
+_ON_THE_DAY: Any = LazyPattern(r"\bon\s+the\s+([1-9]|[12][0-9]|3[01])(?:st|nd|rd|th)\b", re.I)
 #: A weekday after "last", "this" or "on", its name in full or as people shorten it ("last tues",
 #: "on Thurs.", "this fri"): only the full names were read, so "what did I do last tues?" named no day.
 _LAST_WEEKDAY: Any = LazyPattern(r"\b(last|this|on)\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday"
@@ -227,6 +230,16 @@ def _past_year(today: dt.date, month: int, day: int = 1) -> int:
     return today.year if (month, day) <= (today.month, today.day) else today.year - 1
 
 
+def _latest_day_of_month(today: dt.date, day: int) -> dt.date | None:
+    """The latest ``day`` of a month not after today (the 31st: of the latest month that has one)."""
+    first = today.replace(day=1)
+    for back in range(12):
+        month = _add_months(first, -back)
+        if day <= calendar.monthrange(month.year, month.month)[1] and (d := month.replace(day=day)) <= today:
+            return d
+    return None
+
+
 def _add_months(d: dt.date, months: int) -> dt.date:
     idx = d.year * 12 + d.month - 1 + months
     y, m = divmod(idx, 12)
@@ -289,6 +302,10 @@ def query_periods(text: str, today: dt.date | Callable[[], dt.date]) -> list[Per
             add(m, d, d, any_year)
     for p, (a, b) in zip(found, taken, strict=True):
         days.append((a, b, p))
+    for m in _ON_THE_DAY.finditer(text):
+        if free(m):
+            d = _latest_day_of_month(get_today(), int(m.group(1)))
+            add(m, d, d)
     for m in _MONTH_RANGE.finditer(text):
         first, last = _MONTHS[m.group(1).lower()], _MONTHS[m.group(3).lower()]
         end_year = int(m.group(4))
