@@ -143,3 +143,28 @@ def test_a_day_of_the_month_named_alone_is_the_latest_past_one(make_workspace: C
             suffix = {1: "st", 2: "nd", 3: "rd", 21: "st", 22: "nd", 23: "rd", 31: "st"}.get(day.day, "th")
             hits = mem.search(f"what did I do on the {day.day}{suffix}?").results
             assert hits and hits[0].path == f"memory/{day}.md", (day, hits)
+
+
+def test_a_two_letter_acronym_in_capitals_is_searched_for(make_workspace: Callable[..., Path],
+                                                          keyword_config: dict[str, Any]) -> None:
+    """R§9 drops every word shorter than three letters, so "which TV did I buy?" searched for
+    "buy" alone and ranked the shopping list above the TV, and "HR meeting" found the other
+    meeting first.  A two-letter word in capitals, no stop word, is searched for too."""
+    ws = make_workspace({
+        "memory/2025-03-01.md": "# 2025-03-01\n\n- Went to Currys to buy a TV: the 55-inch LG OLED.\n",
+        "memory/2025-03-02.md": "# 2025-03-02\n\n- Buy oat milk and eggs on the way home; buy bin bags.\n",
+        "memory/2025-03-03.md": "# 2025-03-03\n\n- Meeting with HR about the parental leave policy.\n",
+        "memory/2025-03-04.md": "# 2025-03-04\n\n- Sprint meeting; the API meeting moved to Thursday.\n",
+        "memory/2025-03-05.md": "# 2025-03-05\n\n- Booked the flights for the trip to the UK in June.\n",
+        "memory/2025-03-06.md": "# 2025-03-06\n\n- Planned the cycling trip to the Peak District.\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        for question, day in (("which TV did I buy?", 1), ("HR meeting", 3), ("when is the UK trip?", 5)):
+            hits = mem.search(question).results
+            assert hits and hits[0].path == f"memory/2025-03-0{day}.md", (question, hits)
+    from memdir.query import acronyms
+
+    # in lower case or in a question all in capitals it is no acronym (R§9 as before), nor is a
+    # stop word in capitals
+    assert acronyms("WHICH TV DID I BUY") == acronyms("which tv did i buy") == []
+    assert acronyms("Is IT in the US or UK?") == ["uk"]

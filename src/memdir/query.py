@@ -221,6 +221,27 @@ def number_terms(query: str) -> list[str]:
 _NUMBER = re.compile(r"(?<![\w.,:/-])[0-9]{3,}(?![\w]|[.,:/-][0-9])")
 
 
+_TWO_CAPITALS = re.compile(r"(?<![^\W\d_])[A-Z]{2}(?![^\W\d_])")
+
+
+def acronyms(query: str) -> list[str]:
+    """Two-letter acronyms a question writes in capitals ("TV", "UK", "HR", "AI/ML"), lower-cased;
+    stop words left out ("IT", "US", "OR" are words too), and an identifier's letters (``QX-1773``
+    is searched for as itself, :func:`id_terms`).
+
+    R§9 drops every word shorter than three letters, so "which TV did I buy?" searched for "buy"
+    alone and "HR meeting" for "meeting": the note naming the acronym ranked by chance.  A
+    question written all in capitals has none (its every word is capitals)."""
+    if query.upper() == query or not any(ch.isupper() for ch in query):
+        return []
+    out: dict[str, None] = {}
+    for m in _ID_TOKEN.finditer(query):
+        tok = m.group(0)
+        if tok.isascii() and "_" not in tok and not any(ch.isdigit() for ch in tok):
+            out.update((w.lower(), None) for w in _TWO_CAPITALS.findall(tok) if w.lower() not in STOP_WORDS)
+    return list(out)
+
+
 def keyword_terms(query: str) -> list[str]:
     """The words a keyword search looks for: identifiers, content words, split into FTS-sized word runs.
 
@@ -234,6 +255,7 @@ def keyword_terms(query: str) -> list[str]:
         # a CamelCase word's parts too (the note may write "connection reset error" for the
         # question's ConnectionResetError; the index holds such a word's parts' stems, ``stems``)
         keywords += [w for w in dict.fromkeys(camel_words(query)) if w not in STOP_WORDS and w not in keywords]
+    keywords += [w for w in acronyms(query) if w not in keywords]
     ids = id_terms(query) if ID_PHRASES else []
     numbers = number_terms(query) if NUMBERS else []
     if not keywords and not ids and not numbers:
