@@ -168,3 +168,23 @@ def test_a_two_letter_acronym_in_capitals_is_searched_for(make_workspace: Callab
     # stop word in capitals
     assert acronyms("WHICH TV DID I BUY") == acronyms("which tv did i buy") == []
     assert acronyms("Is IT in the US or UK?") == ["uk"]
+
+
+def test_a_notes_front_matter_is_found_with_the_note(make_workspace: Callable[..., Path],
+                                                    keyword_config: dict[str, Any]) -> None:
+    """A curated note's front matter was a chunk of its own, so the best result for the note's
+    title or tags ("lisbon trip", "reading list") showed its metadata and nothing of the note
+    (``title: Lisbon trip``, ``tags: [travel]``); it goes with the note's first heading and block,
+    as a heading keeps its first block."""
+    trip = ("---\ntitle: Lisbon trip\ndate: 2025-04-18\ntags: [travel, portugal]\nstatus: planning\n---\n\n"
+            "# Lisbon trip\n\nFlights booked with TAP, confirmation XK7Q2P.\n\n"
+            "## Packing\n- [ ] travel adapter (type F)\n- [ ] sunscreen\n")
+    reading = ("---\ntitle: Reading list\nupdated: 2025-03-01\n---\n"
+               "- [x] The Left Hand of Darkness, Ursula K. Le Guin\n- [ ] Project Hail Mary, Andy Weir\n")
+    with Memory(make_workspace({"notes/trip.md": trip, "notes/reading.md": reading}),
+                config={"memorySearch": {"provider": "none", "extraPaths": ["notes"]}}) as mem:
+        mem.sync()
+        for question, path, shown in (("lisbon trip status", "notes/trip.md", "XK7Q2P"),
+                                      ("reading list", "notes/reading.md", "Project Hail Mary")):
+            hits = mem.search(question).results
+            assert hits and hits[0].path == path and shown in hits[0].snippet, (question, hits)

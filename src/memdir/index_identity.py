@@ -34,7 +34,8 @@ CHUNKER_VERSION = 19  # 9: a lone \r ends a line; 10: notes decoded by their byt
 # written straight after a Chinese, Japanese or Korean letter (我的密钥是sk-…); a piece of a long line is
 # never carried into the chunk that goes on with that line (an overlap of half the chunk size or more);
 # the stems column holds İstanbul as istanbul, not stanbul; 19: the stems column holds a CamelCase word's
-# parts' stems too (OperationalError: oper, error)
+# parts' stems too (OperationalError: oper, error); a curated note's front matter is chunked with its first
+# heading and block
 #: The index's layout: 4: SQLite stores 64-hex chunk ids as 32-byte blobs; 5: no empty embedding
 #: cache in a keyword-only SQLite index, meta and files WITHOUT ROWID (a page less each).
 INDEX_SCHEMA = 5
