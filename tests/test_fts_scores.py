@@ -28,11 +28,14 @@ TEXTS = [
     "Wir haben die Lampe aus Messing repariert und die Lampen sind wieder hell, wir sind froh.",
     "Wir haben gestern die Pässe erneuert und das Auto bezahlt; die Pässe sind neu.",
     "Nous avons renouvele les passeports et paye la voiture pour les vacances, et nous partons.",
+    # CamelCase words: their parts are stemmed too (memdir.stemming.camel_words)
+    "psycopg2.OperationalError: too many connections; the OOMKilled pods, an operational error log",
 ]
 QUERIES = ["painting the fence", "QX-1773 deploy", "cafe resume", "讨论 方案", "에러 로그", "routine",
            "cursor pagination API", "frustrating checkup", "9f3c2a fingerprint", "tokens under score",
            "nothing matches zzzz", "deploy", "Lampen aus Messing", "wann habe ich die Pässe erneuert",
-           "passeport vacances", "quand avons-nous paye la voiture", "cafes resumes", "résumés naive muller"]
+           "passeport vacances", "quand avons-nous paye la voiture", "cafes resumes", "résumés naive muller",
+           "operational errors", "oom killed", "OperationalError"]
 
 
 @pytest.mark.parametrize("tokenizer", ["unicode61", "trigram"])

@@ -24,9 +24,10 @@ from memdir.query import id_terms
     ("what type is MAX_RETRIES?", ["max_retries"]),
     ("rename snake_case_name", ["snake_case_name"]),
     ("x86_64 builds", ["x86_64"]),
-    ("is 2.3.1 out?", ["2 3 1"]),
+    ("is 2.3.1 out?", ["2 3 1", "v2 3 1"]),  # a version with its "v" too, and without it
+    ("the v2.3.1 leak", ["v2 3 1", "2 3 1"]),
     ("host 10.0.0.12", ["10 0 0 12"]),
-    ("python 3.11", ["3 11"]),
+    ("python 3.11", ["3 11", "v3 11"]),
     ("the $1,200 bill", ["1 200"]),
     ("on December 1,2023", []),  # a day and a year, not a grouped number
     # a leading or trailing underscore joins nothing

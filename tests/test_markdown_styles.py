@@ -112,7 +112,7 @@ def test_front_matter_is_no_heading_and_its_comment_dates_nothing() -> None:
 
     note = "---\n# 2024-01-05 imported\ntitle: Trip\n\ndate: 2023-11-02\n---\n\n- booked the ryokan in Hakone\n"
     assert line_dates("notes/trip.md", note) == [dt.date(2023, 11, 2)] * 9
-    assert [(c.start_line, c.end_line) for c in chunk_sections(note)] == [(1, 7), (8, 9)]
+    assert [(c.start_line, c.end_line) for c in chunk_sections(note)] == [(1, 9)]  # its first block with it
     toml = "+++\n# 2024-01-05\ntitle = 'Trip'\n+++\n- booked\n"
     assert line_dates("notes/trip.md", toml) == [None] * 6
 
@@ -214,7 +214,7 @@ def test_rules_and_empty_front_matter_are_no_setext_headings() -> None:
     assert front_matter_lines("---\n---\n# Trip\n") == 2
     for text in ("---\n---\n# Trip\n", "intro\n\n***\n---\n", "intro\n\n- - -\n---\n"):
         assert setext_headings(text, literal_lines(text)) == {}, text
-    assert [(c.start_line, c.end_line) for c in chunk_sections("---\n---\n# Trip\n- booked\n")] == [(1, 2), (3, 5)]
+    assert [(c.start_line, c.end_line) for c in chunk_sections("---\n---\n# Trip\n- booked\n")] == [(1, 5)]
 
 
 def test_a_date_written_with_unicode_hyphens_is_a_date() -> None:

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memdir.textutil import character_cut, is_cjk, literal_lines, setext_headings, weighted_len
+from memdir.textutil import character_cut, front_matter_lines, is_cjk, literal_lines, setext_headings, weighted_len
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,14 +158,17 @@ def _items(lines: list[str], first: int, fenced: set[int], setext: dict[int, int
     return out
 
 
-def _blocks(lines: list[str], fenced: set[int], setext: dict[int, int]) -> list[tuple[int, int]]:
+def _blocks(lines: list[str], fenced: set[int], setext: dict[int, int], front: int = 0) -> list[tuple[int, int]]:
     """Sections and, inside them, blank-line-separated blocks (a bullet group, a paragraph):
     a heading starts a block and keeps the section's first block with it; blank lines stay with
     the block above, so the blocks cover the file's lines without gaps (as OpenClaw's ranges do).
     A fenced code block or front matter (``fenced``: its 0-based line numbers) is one block: its
     ``# comment`` lines are no headings and its blank lines part no paragraphs.  A Setext heading
     (``setext``: its text line, 0-based) is a heading with its underline: it was a chunk of its
-    own (``Preferences`` and its ``===``), its section's lines a chunk without it."""
+    own (``Preferences`` and its ``===``), its section's lines a chunk without it.  The ``front``
+    lines of front matter (its title, tags, date) keep the note's first heading and block with
+    them, as a heading does: alone, a result for the note's title showed its metadata and nothing
+    of the note."""
     blocks: list[tuple[int, int]] = []
     start = 1
     heading_only = False
@@ -173,8 +176,13 @@ def _blocks(lines: list[str], fenced: set[int], setext: dict[int, int]) -> list[
     for n, line in enumerate(lines, start=1):
         blank = not line.strip()
         code = bool(fenced) and n - 1 in fenced and n - 2 in fenced  # inside a fence, past its opening line
-        if code:
+        if n == front:  # the front matter's closing fence: what follows goes with it
+            new, heading_only = False, True
+        elif code:
             new = False
+        elif (_HEADING.match(line) or (setext and n - 1 in setext)) and front and start == 1 and heading_only:
+            new = False  # the note's first heading, right under its front matter
+            front = 0
         elif _HEADING.match(line) or (setext and n - 1 in setext):
             new, heading_only = True, True
         elif setext and n - 2 in setext:  # a Setext heading's underline
@@ -204,6 +212,7 @@ def chunk_sections(content: str, tokens: int = 400, overlap: int = 80) -> list[C
     fenced = literal_lines(content)
     setext = setext_headings(content, fenced)
     chunks: list[Chunk] = []
+    front = front_matter_lines(content)
 
     # Sizes of lines a..b as differences of running totals: summed afresh for each item, a block of
     # 200k bullets took seconds (each item re-measured the whole chunk being gathered).
@@ -217,7 +226,7 @@ def chunk_sections(content: str, tokens: int = 400, overlap: int = 80) -> list[C
         if text.strip():
             chunks.append(Chunk(a, b, text, sha256_text(text)))
 
-    for b_start, b_end in _blocks(lines, fenced, setext):
+    for b_start, b_end in _blocks(lines, fenced, setext, front):
         if size(b_start, b_end) <= max_chars:
             emit(b_start, b_end)
             continue

@@ -55,10 +55,22 @@ _BARE_MONTH: Any = LazyPattern(rf"\b({_MONTH_RE})\b", re.I)
 #: decade ("the 1990s"), a fiscal year ("FY2024") and CJK ("2024年") still name their year.
 _YEAR: Any = LazyPattern(r"(?<![\d\-$€£¥#.])(?<![0-9][A-Za-z])((?:19|20)\d{2})"
                          r"(?![\d\-%]|\.\d|[sS]\w|[A-RT-Za-rt-z])")
-_AGO: Any = LazyPattern(r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|few|several)\s+"
-                        r"(day|week|month|year)s?\s+ago\b", re.I)
-_LAST_WEEKDAY: Any = LazyPattern(r"\b(last|this|on)\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b",
-                                 re.I)
+#: "N days/weeks/months/years ago", N in digits or words ("a couple of weeks ago", "twelve days
+#: ago", "a fortnight ago"): only one to ten, "a few" and "several" were read, so "what did I do a
+#: couple of days ago?" named no day.
+_AGO: Any = LazyPattern(r"\b(\d+|(?:a\s+)?couple(?:\s+of)?|a\s+few|few|several|a|an|one|two|three|four|five|six|"
+                        r"seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|"
+                        r"eighteen|nineteen|twenty)\s+(day|week|fortnight|month|year)s?\s+ago\b", re.I)
+#: A day of the month named alone ("what did I do on the 8th?"): the latest past one.  Read after
+#: the dates with a month, so "on the 8th of March" is that day of March.
+_ON_THE_DAY: Any = LazyPattern(r"\bon\s+the\s+([1-9]|[12][0-9]|3[01])(?:st|nd|rd|th)\b", re.I)
+#: A weekday after "last", "this" or "on", its name in full or as people shorten it ("last tues",
+#: "on Thurs.", "this fri"): only the full names were read, so "what did I do last tues?" named no day.
+_LAST_WEEKDAY: Any = LazyPattern(r"\b(last|this|on)\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+                                 r"|mon|tues?|weds?|thu(?:rs?)?|fri|sat|sun)\b", re.I)
+#: Shortened weekdays that are English words too ("sat on", "on sun cream"): read after "last" and
+#: "this" only.
+_WORD_WEEKDAYS = frozenset({"sat", "sun"})
 #: A Markdown heading line (``## 2023-05-07 standup``) after the line end before it, found in
 #: ``"\n" + text``: the space after the hashes never crosses a line end.  (``^`` in MULTILINE mode
 #: instead of the leading ``\n#`` made the regex engine try every character, not only line ends.)
@@ -68,7 +80,9 @@ _FILE_DATE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 #: 03:30:00 UTC``): an instant, whose day is the user's, not Greenwich's.
 _UTC_TIME = re.compile(r"[T ]\s*(\d{1,2}):(\d{2})(?::(\d{2}))?(?:\.\d+)?\s*(?:UTC|GMT|Z)(?![\w+-])", re.I)
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-            "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3, "several": 3}
+            "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14,
+            "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20,
+            "a few": 3, "few": 3, "several": 3, "a couple": 2, "couple": 2}
 #: Words before a bare month name that make it a date ("in March"), not a verb or a name ("may").
 _MONTH_CUES = {"in", "of", "during", "since", "early", "late", "mid", "last", "this", "next", "by", "until",
                "before", "after", "from", "through", "throughout", "around", "till"}
@@ -95,6 +109,15 @@ class Period:
     def iso(self, grace_days: int = 0) -> tuple[str, str]:
         """``(start, end + grace)`` as ISO days, for a store query."""
         return self.start.isoformat(), (self.end + dt.timedelta(days=grace_days)).isoformat()
+
+    def years_earlier(self, years: int) -> Period | None:
+        """The same days ``years`` years earlier (another year of an any-year period), or None
+        where that year has not its day (Feb 29) or lies before :data:`_EARLIEST`."""
+        try:
+            start, end = self.start.replace(year=self.start.year - years), self.end.replace(year=self.end.year - years)
+        except ValueError:
+            return None
+        return Period(start, end, self.text, self.any_year) if start >= _EARLIEST else None
 
     def covers(self, first: str | None, last: str | None, grace_days: int = GRACE_DAYS) -> bool:
         """Whether a chunk dated ``first..last`` (ISO days) falls in the period (plus the grace days)."""
@@ -207,6 +230,16 @@ def _past_year(today: dt.date, month: int, day: int = 1) -> int:
     return today.year if (month, day) <= (today.month, today.day) else today.year - 1
 
 
+def _latest_day_of_month(today: dt.date, day: int) -> dt.date | None:
+    """The latest ``day`` of a month not after today (the 31st: of the latest month that has one)."""
+    first = today.replace(day=1)
+    for back in range(12):
+        month = _add_months(first, -back)
+        if day <= calendar.monthrange(month.year, month.month)[1] and (d := month.replace(day=day)) <= today:
+            return d
+    return None
+
+
 def _add_months(d: dt.date, months: int) -> dt.date:
     idx = d.year * 12 + d.month - 1 + months
     y, m = divmod(idx, 12)
@@ -269,6 +302,10 @@ def query_periods(text: str, today: dt.date | Callable[[], dt.date]) -> list[Per
             add(m, d, d, any_year)
     for p, (a, b) in zip(found, taken, strict=True):
         days.append((a, b, p))
+    for m in _ON_THE_DAY.finditer(text):
+        if free(m):
+            d = _latest_day_of_month(get_today(), int(m.group(1)))
+            add(m, d, d)
     for m in _MONTH_RANGE.finditer(text):
         first, last = _MONTHS[m.group(1).lower()], _MONTHS[m.group(3).lower()]
         end_year = int(m.group(4))
@@ -355,7 +392,9 @@ def _relative(text: str, base: Callable[[], dt.date], add: object) -> None:
         except (OverflowError, ValueError):  # "99999999 days ago": before year 1, so no period
             continue
     for m in weekdays:
-        back = (today.weekday() - _WEEKDAYS.index(m.group(2))) % 7
+        if m.group(1) == "on" and m.group(2) in _WORD_WEEKDAYS:
+            continue
+        back = (today.weekday() - next(i for i, d in enumerate(_WEEKDAYS) if d.startswith(m.group(2)[:3]))) % 7
         if m.group(1) == "last" and back == 0:
             back = 7
         d = today - dt.timedelta(days=back)
@@ -365,7 +404,8 @@ def _relative(text: str, base: Callable[[], dt.date], add: object) -> None:
 #: Words one of which each fixed relative period (:func:`_fixed_periods`) contains.
 _RELATIVE_WORDS = ("yesterday", "last", "this", "today", "tonight")
 #: The words other than numbers that name a period (:func:`_may_name_a_period`).
-_PERIOD_WORDS = frozenset(_MONTHS) | frozenset(_WEEKDAYS) | {"ago"}
+_PERIOD_WORDS = frozenset(_MONTHS) | frozenset(_WEEKDAYS) | {"ago", "mon", "tue", "tues", "wed", "weds", "thu",
+                                                              "thur", "thurs", "fri"}
 
 
 def _fixed_periods(today: dt.date, fixed: Callable[[str, dt.date, dt.date], None]) -> None:
@@ -387,8 +427,10 @@ def _fixed_periods(today: dt.date, fixed: Callable[[str, dt.date, dt.date], None
 
 def _ago(m: re.Match[str], today: dt.date, emit: object) -> None:
     """The period of "N days/weeks/months/years ago"."""
-    n = int(m.group(1)) if m.group(1).isdigit() else _NUMBERS[m.group(1)]
+    n = int(m.group(1)) if m.group(1).isdigit() else _NUMBERS[" ".join(m.group(1).split()).removesuffix(" of")]
     unit = m.group(2)
+    if unit == "fortnight":
+        n, unit = 2 * n, "week"
     if unit == "day":
         d = today - dt.timedelta(days=n)
         emit(m, d, d)  # type: ignore[operator]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from memdir.stemming import query_languages, query_stems
+from memdir.stemming import camel_words, has_camel_case, query_languages, query_stems
 from memdir.stopwords import ALL as STOP_WORDS
 from memdir.stopwords import KO as KO_STOP
 from memdir.textutil import LazyPattern, fts_text, has_han_or_kana, has_hangul, split_words, word_form, word_runs
@@ -153,6 +153,9 @@ def fts_term(token: str) -> str:
 _ID_TOKEN = re.compile(r"(?<![\w])[^\W_]+(?:[-_./:][^\W_]+)*")
 #: Numbers joined by dots: a version, an IP address, a decimal (2.3.1, 10.0.0.12, 3.11).
 _DOTTED_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)+")
+#: A version: numbers joined by dots after a "v" (v2.3.1, v1.0), or two or three of them without
+#: it (2.3.1; not an IP address).
+_VERSION = re.compile(r"v[0-9]+(?:\.[0-9]+)+|[0-9]+(?:\.[0-9]+){1,2}")
 #: A number written with thousands separators (1,200; 12,000,000), not a list of numbers ("1,2023").
 _GROUPED_NUMBER = re.compile(r"(?<![\w.,])[0-9]{1,3}(?:,[0-9]{3})+(?![\w]|[.,][0-9])")
 
@@ -168,7 +171,9 @@ def id_terms(query: str) -> list[str]:
     the one naming the column, and that note was often not among the results at all.  So are
     numbers joined by dots: "2.3.1" searched for the words 2, 3 and 1, which "1.3.2" has as
     well, and "python 3.11" for "python" alone; and numbers written with thousands separators
-    ("$1,200" searched for 1 and 200, and any note with a 1 in it matched).
+    ("$1,200" searched for 1 and 200, and any note with a 1 in it matched).  A version is searched
+    for with and without its "v": "2.3.1" found no note saying "v2.3.1", nor "v2.3.1" one saying
+    "2.3.1".
     """
     out: dict[str, None] = {}
     for m in _ID_TOKEN.finditer(lower(query)):
@@ -180,6 +185,10 @@ def id_terms(query: str) -> list[str]:
             phrase = " ".join(word_runs(tok))
             if phrase:
                 out[phrase] = None
+            # a version is written with its "v" or without it ("v2.3.1", "2.3.1"), and the index
+            # holds "v2.3.1" as the words v2, 3 and 1: each form searched for the other's words too
+            if _VERSION.fullmatch(tok):
+                out[phrase[1:] if tok[0] == "v" else "v" + phrase] = None
     if "," in query:
         for m in _GROUPED_NUMBER.finditer(query):
             out[m.group(0).replace(",", " ")] = None
@@ -212,6 +221,27 @@ def number_terms(query: str) -> list[str]:
 _NUMBER = re.compile(r"(?<![\w.,:/-])[0-9]{3,}(?![\w]|[.,:/-][0-9])")
 
 
+_TWO_CAPITALS = re.compile(r"(?<![^\W\d_])[A-Z]{2}(?![^\W\d_])")
+
+
+def acronyms(query: str) -> list[str]:
+    """Two-letter acronyms a question writes in capitals ("TV", "UK", "HR", "AI/ML"), lower-cased;
+    stop words left out ("IT", "US", "OR" are words too), and an identifier's letters (``QX-1773``
+    is searched for as itself, :func:`id_terms`).
+
+    R§9 drops every word shorter than three letters, so "which TV did I buy?" searched for "buy"
+    alone and "HR meeting" for "meeting": the note naming the acronym ranked by chance.  A
+    question written all in capitals has none (its every word is capitals)."""
+    if query.upper() == query or not any(ch.isupper() for ch in query):
+        return []
+    out: dict[str, None] = {}
+    for m in _ID_TOKEN.finditer(query):
+        tok = m.group(0)
+        if tok.isascii() and "_" not in tok and not any(ch.isdigit() for ch in tok):
+            out.update((w.lower(), None) for w in _TWO_CAPITALS.findall(tok) if w.lower() not in STOP_WORDS)
+    return list(out)
+
+
 def keyword_terms(query: str) -> list[str]:
     """The words a keyword search looks for: identifiers, content words, split into FTS-sized word runs.
 
@@ -221,6 +251,11 @@ def keyword_terms(query: str) -> list[str]:
     turns these terms into its own query syntax.
     """
     keywords = extract_keywords(query)
+    if has_camel_case(query):
+        # a CamelCase word's parts too (the note may write "connection reset error" for the
+        # question's ConnectionResetError; the index holds such a word's parts' stems, ``stems``)
+        keywords += [w for w in dict.fromkeys(camel_words(query)) if w not in STOP_WORDS and w not in keywords]
+    keywords += [w for w in acronyms(query) if w not in keywords]
     ids = id_terms(query) if ID_PHRASES else []
     numbers = number_terms(query) if NUMBERS else []
     if not keywords and not ids and not numbers:

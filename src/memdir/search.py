@@ -639,22 +639,41 @@ def _pool(vector: list[Hit], keyword: list[Hit]) -> dict[str, Candidate]:
     return pool
 
 
+#: Years before its latest past one an any-year period ("on March 5", "in June") is looked up in,
+#: and how many such lookups a search makes at most.
+ANY_YEAR_POOL_YEARS = 10
+ANY_YEAR_LOOKUPS = 60
+
+
 def _add_period_chunks(store: Store, pool: dict[str, Candidate], periods: list[Period], limit: int) -> list[Period]:
     """Every chunk of a named period joins the pool, if the period is small enough to hold at most
     ``limit`` chunks (a period as wide as "2023" would say nothing about which ones matter); the
     periods that did.  A period named twice is looked up once (a question repeating "last week"
-    10,000 times made 10,000 lookups)."""
+    10,000 times made 10,000 lookups).  A period of any year ("on January 8th", "in March") is
+    looked up in its latest past year and the :data:`ANY_YEAR_POOL_YEARS` before it, all its
+    chunks together held to ``limit``: it was never looked up, so "what did I do on January
+    8th?", which shares no word with that day's log, found nothing by keywords, where "on 8
+    January 2025" found it."""
     pooled = []
-    distinct: dict[tuple[date, date], Period] = {}
+    distinct: dict[tuple[date, date, bool], Period] = {}
     for p in periods:
-        if not p.any_year:
-            distinct.setdefault((p.start, p.end), p)
+        distinct.setdefault((p.start, p.end, p.any_year), p)
+    lookups = 0
     for p in distinct.values():
-        start, end = p.iso(GRACE_DAYS)
-        hits = store.chunks_in_period(start, end, limit + 1)
-        if len(hits) <= limit:
+        found: dict[str, Hit] = {}
+        for back in range(ANY_YEAR_POOL_YEARS + 1 if p.any_year else 1):
+            year = p.years_earlier(back) if back else p
+            if year is None:
+                continue
+            if p.any_year and (lookups := lookups + 1) > ANY_YEAR_LOOKUPS:
+                break  # a question naming hundreds of days without a year: this one is not pooled
+            start, end = year.iso(GRACE_DAYS)
+            found.update((h.id, h) for h in store.chunks_in_period(start, end, limit + 1))
+            if len(found) > limit:
+                break
+        if len(found) <= limit and not (p.any_year and lookups > ANY_YEAR_LOOKUPS):
             pooled.append(p)
-            for h in hits:
+            for h in found.values():
                 pool.setdefault(h.id, Candidate.from_hit(h))
     return pooled
 

@@ -136,16 +136,19 @@ class _TokenStems(dict[str, str]):
         self.stem = stemmer(language).stemWord
 
     def __missing__(self, token: str) -> str:
+        low = token.lower()
+        if "\u0307" in low:  # Python lowers the Turkish İ to i and a combining dot, which split the word:
+            low = low.replace("i\u0307", "i")  # İstanbul's stem was "stanbul" (as memdir.query.lower does)
         if self.language == DEFAULT_LANGUAGE:
-            if token.isascii():
-                words = _ASCII_WORD.findall(token)
+            if low.isascii():
+                words = _ASCII_WORD.findall(low)
             else:
-                words = [e for w in _LETTER_WORD.findall(token) if is_latin_word(w) and (e := english_word(w))]
+                words = [e for w in _LETTER_WORD.findall(low) if is_latin_word(w) and (e := english_word(w))]
         else:
-            words = [w for w in _LETTER_WORD.findall(token) if is_latin_word(w)]
+            words = [w for w in _LETTER_WORD.findall(low) if is_latin_word(w)]
         if len(self) >= TOKEN_CACHE_MAX:
             self.clear()
-        stems = self[token] = " ".join([str(self.stem(w)) for w in words])
+        stems = self[token] = " ".join([str(self.stem(w)) for w in [*words, *camel_words(token)]])
         return stems
 
 
@@ -155,12 +158,47 @@ def _token_stems(language: str) -> _TokenStems:
 
 
 def text_stems(text: str) -> str:
-    """The stems of a text's Latin words in the text's language, space-separated (the index column)."""
-    low = text.lower()
-    if "\u0307" in low:  # Python lowers the Turkish İ to i and a combining dot, which split the word:
-        low = low.replace("i\u0307", "i")  # İstanbul's stem was "stanbul" (as memdir.query.lower does)
-    stems = _token_stems(_language_of(low))
-    return " ".join(filter(None, map(stems.__getitem__, low.split())))
+    """The stems of a text's Latin words in the text's language, space-separated (the index column),
+    each CamelCase word's followed by its parts' (:func:`camel_words`)."""
+    stems = _token_stems(_language_of(text.lower()))
+    return " ".join(filter(None, map(stems.__getitem__, text.split())))
+
+
+#: A CamelCase word's inner capital: after a lower-case letter (``getUser``, ``iPhone``), or ending
+#: a run of capitals before a lower-case word (``OOMKilled``, ``HTTPServer``; not ``GPUs``).
+_HUMP = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]{2}")
+#: A CamelCase word's parts: a run of capitals before a capitalised word, a (capitalised) lower-case
+#: word, a run of capitals.
+_CAMEL_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z]{2})|[A-Z]?[a-z]+|[A-Z]+")
+_WORD_RUN = re.compile(r"[^\W_]+")
+
+
+def has_camel_case(text: str) -> bool:
+    """Whether ``text`` may hold a CamelCase word (:func:`camel_words` may find parts in it)."""
+    return _HUMP.search(text) is not None
+
+
+def camel_words(token: str) -> list[str]:
+    """The parts of three letters or more of the CamelCase words in ``token``, lower-cased
+    (``psycopg2.OperationalError`` → operational, error; ``OOMKilled`` → oom, killed).
+
+    The keyword index holds such a word as one token (``operationalerror``), so a developer's note
+    naming ``OperationalError`` or ``ConnectionResetError`` was found by no question for
+    "operational error" or "connection reset": the stems column holds its parts' stems too.  A
+    CamelCase word is letters only (40 at most) and has no lone lower-case letter but its first
+    (``iPhone``): a base64 key, a token or a hash mixes digits in, or letters of either case at
+    random, and its pieces are no words."""
+    if not _HUMP.search(token):
+        return []
+    out: list[str] = []
+    for run in _WORD_RUN.findall(token):
+        if len(run) > 40 or not run.isalpha() or not run.isascii() or not _HUMP.search(run):
+            continue
+        parts = _CAMEL_PART.findall(run)
+        if any(len(p) == 1 and p.islower() for p in parts[1:]):
+            continue
+        out += [p.lower() for p in parts if len(p) >= 3]
+    return out
 
 
 def query_languages(words: list[str]) -> list[str]:

@@ -535,12 +535,13 @@ def stem_counts(text: str, wanted: set[str]) -> dict[str, int]:
 
     Snowball never changes a word's first letter, so only words starting like a wanted stem are
     stemmed (scoring a few candidates must not cost a full :func:`stem_text` each)."""
-    from memdir.stemming import DEFAULT_LANGUAGE, detect_language, text_stems
+    from memdir.stemming import DEFAULT_LANGUAGE, detect_language, has_camel_case, text_stems
 
     text = word_form(text)
-    # stemmed by its own language's rules, or an English text with accented words (stemmed without
-    # their accents, :mod:`memdir.stemming`): counted from the stems column's own words
-    if not text.isascii() or detect_language(text) != DEFAULT_LANGUAGE:
+    # stemmed by its own language's rules, an English text with accented words (stemmed without
+    # their accents, :mod:`memdir.stemming`) or CamelCase words (their parts stemmed too): counted
+    # from the stems column's own words
+    if not text.isascii() or detect_language(text) != DEFAULT_LANGUAGE or has_camel_case(text):
         counts: dict[str, int] = {}
         for s in text_stems(text).split():
             if s in wanted:

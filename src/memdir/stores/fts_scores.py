@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memdir.stemming import DEFAULT_LANGUAGE, detect_language
+from memdir.stemming import DEFAULT_LANGUAGE, detect_language, has_camel_case
 from memdir.stores import kw_text
 from memdir.textutil import stem_word
 
@@ -270,8 +270,8 @@ class FtsScorer:
             if not kw_text.is_simple(text):
                 continue
             low = text.lower()
-            if stems and detect_language(text) != DEFAULT_LANGUAGE:  # counted below, in its own language
-                continue
+            if stems and (detect_language(text) != DEFAULT_LANGUAGE or has_camel_case(text)):
+                continue  # counted below, in its own language, CamelCase words' parts too
             counted = kw_text.stem_counts(low, stems, stem_word) if stems else {}
             out[r] = [counted.get(tokens[0], 0) if col == "stems" else kw_text.phrase_count(low, tokens)
                       for col, tokens, _ in specs]
