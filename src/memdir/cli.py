@@ -1210,15 +1210,37 @@ SIGTERM_OWNERS = frozenset({"watch", "chat"})
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, when Ctrl-C's own handling is off (SIGINT ignored: a job started in the background)."""
+    """SIGTERM or SIGHUP, when Ctrl-C's own handling is off (SIGINT ignored: a job started in the background)."""
 
 
-#: Set once SIGTERM arrived: the interrupt that follows is its, exit 143.
-_TERMINATED = [False]
+#: The number of the SIGTERM or SIGHUP that arrived (0: none): the interrupt that follows is its,
+#: exit 128 + that number (143, 129), as a shell reports a process that signal ended.
+_TERMINATED = [0]
+#: How the interruption is said, by the signal's number (SIGTERM 15, SIGHUP 1).
+_STOPPED_BY = {15: "terminated", 1: "hung up (the terminal closed)"}
+
+
+def _stop_signals(command: str, transport: str) -> None:
+    """SIGTERM and SIGHUP taken as Ctrl-C is (:func:`_terminate_as_interrupt`) by the commands
+    that do not handle them in their own way (:data:`SIGTERM_OWNERS`).
+
+    Why SIGHUP: an SSH session or terminal closed under ``memdir index --force`` (or ``memdir
+    mcp`` on stdio) ended it on the spot, leaving the rebuild's temporary database and its
+    progress file beside the index.  A SIGHUP already ignored (``nohup memdir index &``) stays
+    ignored: the command runs on, as its user asked."""
+    import signal
+
+    if command in SIGTERM_OWNERS or transport != "stdio":
+        return
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    hangup = getattr(signal, "SIGHUP", None)  # (none on Windows)
+    if hangup is not None and signal.getsignal(hangup) is signal.SIG_DFL:
+        signal.signal(hangup, _terminate_as_interrupt)
 
 
 def _terminate_as_interrupt(signum: int, frame: object) -> None:
-    """SIGTERM (``kill``, a supervisor or CI stopping a job) taken as Ctrl-C is taken.
+    """SIGTERM (``kill``, a supervisor or CI stopping a job) or SIGHUP (the terminal closed) taken
+    as Ctrl-C is taken.
 
     Why: by default it ended the process on the spot (exit -15): a ``memdir index --force``
     stopped so left its 16 MB temporary database beside the index until the next command, and no
@@ -1226,10 +1248,10 @@ def _terminate_as_interrupt(signum: int, frame: object) -> None:
     Ctrl-C's own path is taken (SIGINT raised here): a rebuild's temporary database is removed
     (the embeddings it paid for kept), the writer lock given back, an asyncio server's task
     cancelled as on Ctrl-C (an exception raised into it instead was logged with its traceback),
-    and the command exits 143."""
+    and the command exits 143 (129 for SIGHUP)."""
     import signal
 
-    _TERMINATED[0] = True
+    _TERMINATED[0] = int(signum)
     if callable(signal.getsignal(signal.SIGINT)):
         signal.raise_signal(signal.SIGINT)
     else:
@@ -1286,10 +1308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _utf8_arguments(args)
     if argv is None and args.command in ONE_SHOT_COMMANDS:  # this process is the command, not a caller's
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    if argv is None and args.command not in SIGTERM_OWNERS and getattr(args, "transport", "stdio") == "stdio":
-        import signal
-
-        signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    if argv is None:  # this process is the command: its signals are its own
+        _stop_signals(args.command, getattr(args, "transport", "stdio"))
     try:
         code = COMMANDS[args.command](args)
         _flush_stdout()  # inside the try: a reader that went away is handled like any other write
@@ -1300,7 +1320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memdir: {for_terminal(str(exc))}", file=sys.stderr)
         return _json_failure(args, "usage" if isinstance(exc, UsageError) else "error", str(exc), exc.exit_code)
     except KeyboardInterrupt as exc:
-        said, code = ("terminated", 143) if isinstance(exc, Terminated) or _TERMINATED[0] else ("interrupted", 130)
+        signum = _TERMINATED[0] or (15 if isinstance(exc, Terminated) else 0)
+        said, code = (_STOPPED_BY.get(signum, "terminated"), 128 + signum) if signum else ("interrupted", 130)
         print(f"memdir: {said}", file=sys.stderr)
         return _json_failure(args, "interrupted", said, code)
     except Exception as exc:  # every other failure: one clear line, exit 1

@@ -1,0 +1,95 @@
+"""Signals a terminal, a supervisor or a shell sends (SIGHUP, SIGTERM) to every long command, and
+where their output goes: each stops as Ctrl-C stops it (a rebuild's temporary database removed, the
+writer lock given back), says so, and exits as a shell expects (128 + the signal's number)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from helpers import cli_env
+from memdir.testing.provider_server import ProviderServer
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+
+@contextmanager
+def blocked_rebuild(tmp_path: Path, make_workspace: Callable[..., Path], run_cli: Callable[..., object],
+                    state_dir: Path, *command: str, preexec: Callable[[], None] | None = None,
+                    ) -> Iterator[tuple[subprocess.Popen[str], threading.Event]]:
+    """``memdir <command>`` started once the workspace is indexed, with one note changed and the
+    embedding API holding its answer: yields the process, writing its rebuild's temporary database,
+    and the event that lets the API answer."""
+    ws = make_workspace({"MEMORY.md": "# Home\n\nThe boiler is serviced every May.\n",
+                         "memory/2026-03-02.md": "Booked the chimney sweep for Thursday.\n"})
+    waiting, release = threading.Event(), threading.Event()
+    block = [False]
+
+    def embedder(texts: list[str]) -> list[list[float]]:
+        if block[0]:
+            waiting.set()
+            release.wait(60)
+        return [[1.0, *[0.0] * 7] for _ in texts]
+
+    with ProviderServer(api_key="test-key", embedder=embedder) as server:
+        cfg = tmp_path / "memdir.json"
+        cfg.write_text(json.dumps({"memorySearch": {"provider": "openai", "remote": {
+            "baseUrl": f"{server.url}/v1", "apiKey": "test-key", "maxRetries": 0}}}))
+        base = ("--workspace", str(ws), "--config", str(cfg))
+        run_cli("index", *base, check=True)
+        (ws / "memory" / "2026-03-02.md").write_text("Booked the chimney sweep for Friday.\n")  # to embed
+        block[0] = True
+        proc = subprocess.Popen([sys.executable, "-m", "memdir", *command, *base], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(state_dir),
+                                preexec_fn=preexec)
+        try:
+            assert waiting.wait(60), "the rebuild never asked for an embedding"
+            assert list(state_dir.rglob("*.tmp-*")), "the rebuild should be writing its temporary database"
+            yield proc, release
+        finally:
+            release.set()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_a_rebuild_whose_terminal_closed_cleans_up_and_says_so(tmp_path: Path, make_workspace, run_cli,
+                                                                state_dir: Path) -> None:
+    """SIGHUP (an SSH session or terminal closed under ``memdir index --force``) ended it on the
+    spot: its temporary database and progress file stayed beside the index and ``--json`` printed
+    nothing.  It stops as on Ctrl-C: exit 129, the temporary database gone, the lock given back."""
+    with blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "index", "--force", "--json") as (proc, go):
+        proc.send_signal(signal.SIGHUP)
+        go.set()
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 129, err
+    assert "memdir: hung up (the terminal closed)" in err
+    assert json.loads(out)["error"] == {"kind": "interrupted", "message": "hung up (the terminal closed)",
+                                        "exitCode": 129}
+    assert list(state_dir.rglob("*.tmp-*")) == []
+    assert list(state_dir.rglob("*.progress")) == []
+
+
+def test_a_rebuild_under_nohup_runs_on_when_the_terminal_closes(tmp_path: Path, make_workspace, run_cli,
+                                                                state_dir: Path) -> None:
+    """``nohup memdir index --force &`` asks for the rebuild to outlive the terminal: SIGHUP stays
+    ignored, and the rebuild finishes."""
+    def as_nohup() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    with blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "index", "--force", "--json",
+                         preexec=as_nohup) as (proc, go):
+        proc.send_signal(signal.SIGHUP)
+        go.set()
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(out)["indexed"] == 2
+    assert list(state_dir.rglob("*.tmp-*")) == []
