@@ -24,10 +24,10 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 @contextmanager
 def blocked_rebuild(tmp_path: Path, make_workspace: Callable[..., Path], run_cli: Callable[..., object],
                     state_dir: Path, *command: str, preexec: Callable[[], None] | None = None,
-                    ) -> Iterator[tuple[subprocess.Popen[str], threading.Event]]:
-    """``memdir <command>`` started once the workspace is indexed, with one note changed and the
-    embedding API holding its answer: yields the process, writing its rebuild's temporary database,
-    and the event that lets the API answer."""
+                    first_build: bool = False) -> Iterator[tuple[subprocess.Popen[str], threading.Event]]:
+    """``memdir <command>`` started once the workspace is indexed (``first_build``: before), with
+    one note changed and the embedding API holding its answer: yields the process, writing its
+    rebuild's (or first build's) temporary database, and the event that lets the API answer."""
     ws = make_workspace({"MEMORY.md": "# Home\n\nThe boiler is serviced every May.\n",
                          "memory/2026-03-02.md": "Booked the chimney sweep for Thursday.\n"})
     waiting, release = threading.Event(), threading.Event()
@@ -44,7 +44,8 @@ def blocked_rebuild(tmp_path: Path, make_workspace: Callable[..., Path], run_cli
         cfg.write_text(json.dumps({"memorySearch": {"provider": "openai", "remote": {
             "baseUrl": f"{server.url}/v1", "apiKey": "test-key", "maxRetries": 0}}}))
         base = ("--workspace", str(ws), "--config", str(cfg))
-        run_cli("index", *base, check=True)
+        if not first_build:
+            run_cli("index", *base, check=True)
         (ws / "memory" / "2026-03-02.md").write_text("Booked the chimney sweep for Friday.\n")  # to embed
         block[0] = True
         proc = subprocess.Popen([sys.executable, "-m", "memdir", *command, *base], stdin=subprocess.PIPE,
@@ -93,3 +94,40 @@ def test_a_rebuild_under_nohup_runs_on_when_the_terminal_closes(tmp_path: Path, 
     assert proc.returncode == 0, err
     assert json.loads(out)["indexed"] == 2
     assert list(state_dir.rglob("*.tmp-*")) == []
+
+
+def _until_stopped(proc: subprocess.Popen[str], go: threading.Event, sig: int) -> tuple[str, str]:
+    proc.send_signal(sig)
+    go.set()
+    return proc.communicate(timeout=60)
+
+
+def test_a_watch_whose_terminal_closed_stops_cleanly_mid_build(tmp_path: Path, make_workspace, run_cli,
+                                                               state_dir: Path) -> None:
+    """``memdir watch`` left in a terminal or SSH session that closed was ended on the spot, in its
+    first build (exit -1): the temporary database and progress file stayed beside the index.  It
+    stops as on Ctrl-C or SIGTERM, exit 0."""
+    with blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "watch", first_build=True) as (proc, go):
+        _out, err = _until_stopped(proc, go, signal.SIGHUP)
+    assert proc.returncode == 0, err
+    assert "Stopped watching." in err and "Traceback" not in err
+    assert list(state_dir.rglob("*.tmp-*")) == []
+    assert list(state_dir.rglob("*.progress")) == []
+
+
+def test_a_watch_under_nohup_runs_on_when_the_terminal_closes(tmp_path: Path, make_workspace, run_cli,
+                                                              state_dir: Path) -> None:
+    def as_nohup() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    with blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "watch", "--json",
+                         preexec=as_nohup, first_build=True) as (proc, go):
+        proc.send_signal(signal.SIGHUP)
+        go.set()
+        assert proc.stdout is not None
+        while (event := json.loads(proc.stdout.readline()))["event"] != "sync":  # the start's sync, done
+            assert event["event"] != "stop"
+        assert proc.poll() is None
+        out, err = _until_stopped(proc, go, signal.SIGTERM)
+    assert proc.returncode == 0, err
+    assert json.loads(out.splitlines()[-1])["event"] == "stop"
