@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -131,3 +132,28 @@ def test_a_watch_under_nohup_runs_on_when_the_terminal_closes(tmp_path: Path, ma
         out, err = _until_stopped(proc, go, signal.SIGTERM)
     assert proc.returncode == 0, err
     assert json.loads(out.splitlines()[-1])["event"] == "stop"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(("sig", "code", "said"), [(signal.SIGTERM, 143, "terminated"),
+                                                   (signal.SIGHUP, 129, "hung up (the terminal closed)")],
+                         ids=["sigterm", "sighup"])
+def test_an_http_mcp_server_stopped_in_its_first_build_cleans_up(tmp_path: Path, make_workspace, run_cli,
+                                                                   state_dir: Path, sig: int, code: int,
+                                                                   said: str) -> None:
+    """SIGTERM, what systemd sends to stop ``memdir mcp --transport http``: uvicorn stopped serving,
+    then sent itself SIGTERM again with no handler left, so the process died (exit -15) before its
+    Memory was closed, and the start-up build's temporary database stayed beside the index; SIGHUP
+    ended it on the spot.  Both stop as Ctrl-C does, the build cut short cleanly."""
+    with blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "mcp", "--transport", "http",
+                         "--port", str(_free_port()), first_build=True) as (proc, go):
+        _out, err = _until_stopped(proc, go, sig)
+    assert proc.returncode == code, err
+    assert f"memdir: {said}" in err and "Traceback" not in err
+    assert list(state_dir.rglob("*.tmp-*")) == []
+    assert list(state_dir.rglob("*.progress")) == []

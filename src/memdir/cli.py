@@ -1204,8 +1204,7 @@ def _utf8_arguments(args: argparse.Namespace) -> None:
 #: matrix-vector product gives the same bits on one thread.  Long-lived commands (``mcp``,
 #: ``watch``, ``chat``) and indexing keep the pool.
 ONE_SHOT_COMMANDS = frozenset({"search", "get", "status"})
-#: Commands that stop on SIGTERM in their own way (a loop or a server finishing what is in flight;
-#: ``mcp`` over HTTP: the stdio server stops on it as on Ctrl-C).
+#: Commands that stop on SIGTERM in their own way (a loop finishing what is in flight).
 SIGTERM_OWNERS = frozenset({"watch", "chat"})
 
 
@@ -1220,17 +1219,20 @@ _TERMINATED = [0]
 _STOPPED_BY = {15: "terminated", 1: "hung up (the terminal closed)"}
 
 
-def _stop_signals(command: str, transport: str) -> None:
+def _stop_signals(command: str) -> None:
     """SIGTERM and SIGHUP taken as Ctrl-C is (:func:`_terminate_as_interrupt`) by the commands
     that do not handle them in their own way (:data:`SIGTERM_OWNERS`).
 
     Why SIGHUP: an SSH session or terminal closed under ``memdir index --force`` (or ``memdir
     mcp`` on stdio) ended it on the spot, leaving the rebuild's temporary database and its
     progress file beside the index.  A SIGHUP already ignored (``nohup memdir index &``) stays
-    ignored: the command runs on, as its user asked."""
+    ignored: the command runs on, as its user asked.  ``memdir mcp`` over HTTP too: uvicorn
+    takes SIGINT and SIGTERM while it serves, then sends itself the signal again once it has
+    stopped, which with no handler of memdir's ended the process (exit -15) before its Memory was
+    closed (a start-up build's temporary database left beside the index)."""
     import signal
 
-    if command in SIGTERM_OWNERS or transport != "stdio":
+    if command in SIGTERM_OWNERS:
         return
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     hangup = getattr(signal, "SIGHUP", None)  # (none on Windows)
@@ -1309,7 +1311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None and args.command in ONE_SHOT_COMMANDS:  # this process is the command, not a caller's
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if argv is None:  # this process is the command: its signals are its own
-        _stop_signals(args.command, getattr(args, "transport", "stdio"))
+        _stop_signals(args.command)
     try:
         code = COMMANDS[args.command](args)
         _flush_stdout()  # inside the try: a reader that went away is handled like any other write
