@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers import cli_env
+from memdir.testing.chat_server import ScriptedChatServer
 from memdir.testing.provider_server import ProviderServer
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -157,3 +158,60 @@ def test_an_http_mcp_server_stopped_in_its_first_build_cleans_up(tmp_path: Path,
     assert f"memdir: {said}" in err and "Traceback" not in err
     assert list(state_dir.rglob("*.tmp-*")) == []
     assert list(state_dir.rglob("*.progress")) == []
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)], ids=["sigterm", "sighup"])
+def test_a_chat_stopped_in_its_first_build_cleans_up(tmp_path: Path, make_workspace, run_cli, state_dir: Path,
+                                                     sig: int, code: int) -> None:
+    """``memdir chat`` was left out of the CLI's SIGTERM handling as if it had its own, which it
+    did not: SIGTERM or SIGHUP ended it on the spot (exit -15, -1), its start-up build's temporary
+    database and progress file left beside the index.  It stops as Ctrl-C stops it."""
+    with ScriptedChatServer(lambda body: {"content": "ok"}) as chat, \
+            blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "chat", "--base-url", chat.url,
+                            "--model", "m", first_build=True) as (proc, go):
+        _out, err = _until_stopped(proc, go, sig)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert list(state_dir.rglob("*.tmp-*")) == []
+    assert list(state_dir.rglob("*.progress")) == []
+
+
+def test_sigterm_during_a_turn_at_a_terminal_ends_the_chat(make_workspace, state_dir: Path) -> None:
+    """At a terminal Ctrl-C stops the turn in progress and the chat goes on; SIGTERM was taken for
+    it (the chat printed '(interrupted)' and waited at its prompt), so a chat could not be
+    stopped with kill while the model was answering.  SIGTERM ends the chat, exit 143."""
+    import os
+    import pty
+
+    ws = make_workspace({"MEMORY.md": "# Home\n\nThe boiler is serviced every May.\n",
+                         "memdir.json": json.dumps({"memorySearch": {"provider": "none"}})})
+    asked, release = threading.Event(), threading.Event()
+
+    def slow(body: dict[str, object]) -> dict[str, object]:
+        asked.set()
+        release.wait(60)
+        return {"content": "It is serviced in May."}
+
+    controller, terminal = pty.openpty()
+    try:
+        with ScriptedChatServer(slow) as chat:
+            proc = subprocess.Popen([sys.executable, "-m", "memdir", "chat", "--base-url", chat.url, "--model", "m",
+                                     "-w", str(ws)], stdin=terminal, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, env=cli_env(state_dir))
+            try:
+                os.write(controller, b"when is the boiler serviced?\n")
+                assert asked.wait(60), "the chat never asked the model"
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    _out, err = proc.communicate(timeout=30)
+                finally:
+                    release.set()
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert proc.returncode == 143, err
+    assert "memdir: terminated" in err and "(interrupted)" not in err

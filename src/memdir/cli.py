@@ -1205,7 +1205,7 @@ def _utf8_arguments(args: argparse.Namespace) -> None:
 #: ``watch``, ``chat``) and indexing keep the pool.
 ONE_SHOT_COMMANDS = frozenset({"search", "get", "status"})
 #: Commands that stop on SIGTERM in their own way (a loop finishing what is in flight).
-SIGTERM_OWNERS = frozenset({"watch", "chat"})
+SIGTERM_OWNERS = frozenset({"watch"})
 
 
 class Terminated(KeyboardInterrupt):
@@ -1217,6 +1217,12 @@ class Terminated(KeyboardInterrupt):
 _TERMINATED = [0]
 #: How the interruption is said, by the signal's number (SIGTERM 15, SIGHUP 1).
 _STOPPED_BY = {15: "terminated", 1: "hung up (the terminal closed)"}
+
+
+def terminated(exc: BaseException) -> bool:
+    """Whether the interrupt ``exc`` is SIGTERM's or SIGHUP's, not Ctrl-C's: it ends the command
+    even where Ctrl-C only stops what is in progress (a chat's turn)."""
+    return isinstance(exc, Terminated) or bool(_TERMINATED[0])
 
 
 def _stop_signals(command: str) -> None:
