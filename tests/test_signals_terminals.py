@@ -215,3 +215,52 @@ def test_sigterm_during_a_turn_at_a_terminal_ends_the_chat(make_workspace, state
         os.close(terminal)
     assert proc.returncode == 143, err
     assert "memdir: terminated" in err and "(interrupted)" not in err
+
+
+BIG_NOTE = "".join(f"- line {i}: the boiler is serviced every May\n" for i in range(120_000))  # 5.3 MB
+
+
+@pytest.fixture
+def big_note(make_workspace) -> tuple[str, ...]:
+    ws = make_workspace({"memory/big.md": BIG_NOTE,
+                         "memdir.json": json.dumps({"memorySearch": {"provider": "none"}})})
+    return ("get", "memory/big.md", "-w", str(ws))
+
+
+def test_unbuffered_output_cut_short_by_a_file_size_limit_is_said(big_note: tuple[str, ...], tmp_path: Path,
+                                                                   state_dir: Path) -> None:
+    """Under PYTHONUNBUFFERED=1 (many container images set it) Python's text layer ignores a short
+    write, the first sign of a disk filling up or a file size limit: ``memdir get big.md > out.md``
+    left 1 MiB of the note and exited 0 without a word."""
+    import resource
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    with (tmp_path / "out.md").open("wb") as out:
+        proc = subprocess.run([sys.executable, "-m", "memdir", *big_note], stdout=out, stderr=subprocess.PIPE,
+                              text=True, env=cli_env(state_dir, PYTHONUNBUFFERED="1"), preexec_fn=limited,
+                              timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == "memdir: could not write the output to stdout: File too large\n"
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""], ids=["unbuffered", "buffered"])
+def test_a_reader_that_goes_away_mid_note_gives_141(big_note: tuple[str, ...], state_dir: Path,
+                                                    unbuffered: str) -> None:
+    """``memdir get big.md | head -c 10``: under PYTHONUNBUFFERED=1 the write the reader left
+    half-done counted as done, and get exited 0 as if the whole note had been read."""
+    proc = subprocess.Popen([sys.executable, "-m", "memdir", *big_note], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=cli_env(state_dir, PYTHONUNBUFFERED=unbuffered))
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        assert proc.stdout.read(10) == b"- line 0: "
+        proc.stdout.close()
+        err = proc.stderr.read()
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 141, err
+    assert err == b""

@@ -1082,7 +1082,13 @@ class _StdoutFile(io.FileIO):
     device" (the index was updated: only its report could not be written), and search the same,
     which reads as the index's disk being full.  Once a write failed, later ones are dropped:
     the output is incomplete already, and the interpreter's last flush at exit would otherwise
-    fail again with "Exception ignored" and exit 120."""
+    fail again with "Exception ignored" and exit 120.
+
+    A write is repeated until all of it is written.  Why: under ``PYTHONUNBUFFERED=1`` (set in
+    many container images) the text layer writes straight to this file and ignores a short
+    write, which is how a write to a disk that fills up mid-way, or to a pipe whose reader went
+    away, first ends: ``memdir get big.md > out.md`` on a full disk left 1 MiB of a 5.6 MiB note
+    and exited 0 without a word, and ``| head -c 10`` exited 0, not 141."""
 
     #: The first failed write's error (a write argparse made for --help swallows it).
     failed: OSError | None = None
@@ -1091,7 +1097,16 @@ class _StdoutFile(io.FileIO):
         if self.failed:
             return len(data)
         try:
-            return super().write(data)
+            view, done = memoryview(data).cast("B"), 0
+            while done < len(view):
+                written = super().write(view[done:])
+                if written is None:  # (a stdout left non-blocking by whoever started memdir: wait for room)
+                    import select
+
+                    select.select([], [self.fileno()], [])
+                    continue
+                done += written
+            return done
         except BrokenPipeError:
             raise
         except OSError as exc:
