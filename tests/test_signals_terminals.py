@@ -264,3 +264,34 @@ def test_a_reader_that_goes_away_mid_note_gives_141(big_note: tuple[str, ...], s
             proc.wait()
     assert proc.returncode == 141, err
     assert err == b""
+
+
+def test_index_on_a_terminal_no_one_sized_shows_progress_lines(make_workspace, state_dir: Path) -> None:
+    """A pseudo-terminal no one gave a size (``script`` run from a job or CI to get a terminal,
+    ``ssh -t`` from a script) says it is 0 columns wide, where tqdm's bar drew nothing at all for
+    the whole index; it gets the plain lines a log gets."""
+    import os
+    import pty
+
+    ws = make_workspace({f"memory/2026-03-{day:02d}.md": f"Note of day {day}: the boiler.\n" for day in range(1, 9)}
+                        | {"memdir.json": json.dumps({"memorySearch": {"provider": "none"}})})
+    controller, terminal = pty.openpty()
+    try:
+        assert os.get_terminal_size(terminal).columns == 0
+        proc = subprocess.run([sys.executable, "-m", "memdir", "index", "-w", str(ws)], stdout=subprocess.PIPE,
+                              stderr=terminal, text=True, timeout=120,
+                              env=cli_env(state_dir, MEMDIR_PROGRESS_INTERVAL="0"))
+        os.close(terminal)
+        shown = b""
+        while True:
+            try:
+                piece = os.read(controller, 65536)
+            except OSError:  # (EIO: no one has the terminal open any more)
+                break
+            if not piece:
+                break
+            shown += piece
+    finally:
+        os.close(controller)
+    assert proc.returncode == 0, shown
+    assert "indexing: 8/8 files" in shown.decode()

@@ -525,12 +525,23 @@ def _memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
     return Memory(config=loaded, notice=_notice)
 
 
+def _terminal_columns(stream: Any) -> int | None:
+    """The width the terminal behind ``stream`` says it has (``None``: it does not say)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _progress_bar(enabled: bool) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
     """How ``memdir index`` shows progress on stderr: a bar on a terminal (files, and the chunks
-    of a large file as they are embedded), plain lines otherwise (:class:`memdir.progress.ProgressLines`)."""
+    of a large file as they are embedded), plain lines otherwise (:class:`memdir.progress.ProgressLines`),
+    and on a terminal that says it is 0 columns wide: a pseudo-terminal no one sized (``script``
+    run from a job or CI to get a terminal, ``ssh -t`` from a script), where tqdm drew nothing at
+    all for the whole index."""
     if not enabled:
         return None, lambda: None
-    if not sys.stderr.isatty():
+    if not sys.stderr.isatty() or _terminal_columns(sys.stderr) == 0:
         from memdir.progress import ProgressLines
 
         return ProgressLines(sys.stderr), lambda: None
