@@ -295,3 +295,17 @@ def test_index_on_a_terminal_no_one_sized_shows_progress_lines(make_workspace, s
         os.close(controller)
     assert proc.returncode == 0, shown
     assert "indexing: 8/8 files" in shown.decode()
+
+
+def test_the_stdio_mcp_server_with_stdout_closed_is_bad_usage_in_words(make_workspace, state_dir: Path) -> None:
+    """``memdir mcp >&-`` answered every request into nothing (stdout closed is os.devnull to the
+    CLI) and exited 0 when its input ended, its client waiting for answers that never came."""
+    ws = make_workspace({"MEMORY.md": "- The otter eats fish.\n"})
+    initialize = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    out = subprocess.run(["sh", "-c", 'exec "$0" -m memdir mcp "$@" >&-', sys.executable, "-w", str(ws)],
+                         input=initialize + "\n", stderr=subprocess.PIPE, text=True,
+                         env=cli_env(state_dir, MEMDIR_PROVIDER="none"), timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr == ("memdir: the MCP server on stdio answers on stdout, and stdout is closed "
+                          "(--transport http serves without it)\n")

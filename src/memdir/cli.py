@@ -944,6 +944,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if args.transport == "stdio" and sys.stdin is None:  # `memdir mcp <&-`: "'NoneType' ... 'isatty'"
         raise UsageError("the MCP server on stdio reads its requests from stdin, and stdin is closed "
                          "(--transport http serves without it)")
+    if args.transport == "stdio" and _STDOUT_CLOSED[0]:  # (`>&-`: it answered into nothing, its client waiting)
+        raise UsageError("the MCP server on stdio answers on stdout, and stdout is closed "
+                         "(--transport http serves without it)")
     from memdir.api import Memory
 
     loaded = _load_config(args)
@@ -1292,8 +1295,13 @@ def _terminate_as_interrupt(signum: int, frame: object) -> None:
         raise Terminated
 
 
+#: Whether this process was started with stdout closed (``>&-``): it writes to os.devnull then.
+_STDOUT_CLOSED = [False]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if sys.stdout is None:  # started with stdout closed (`memdir append x >&-`): every print failed
+        _STDOUT_CLOSED[0] = True
         sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115  (output goes nowhere, as >/dev/null)
     if sys.stderr is None:  # stderr closed (`memdir index 2>&-`): index failed on the progress's isatty()
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
