@@ -38,7 +38,7 @@ def blocked_rebuild(tmp_path: Path, make_workspace: Callable[..., Path], run_cli
     def embedder(texts: list[str]) -> list[list[float]]:
         if block[0]:
             waiting.set()
-            release.wait(60)
+            release.wait(180)
         return [[1.0, *[0.0] * 7] for _ in texts]
 
     with ProviderServer(api_key="test-key", embedder=embedder) as server:
@@ -54,7 +54,7 @@ def blocked_rebuild(tmp_path: Path, make_workspace: Callable[..., Path], run_cli
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(state_dir),
                                 preexec_fn=preexec)
         try:
-            assert waiting.wait(60), "the rebuild never asked for an embedding"
+            assert waiting.wait(180), "the rebuild never asked for an embedding"
             assert list(state_dir.rglob("*.tmp-*")), "the rebuild should be writing its temporary database"
             yield proc, release
         finally:
