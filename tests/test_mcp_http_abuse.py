@@ -493,7 +493,7 @@ def test_stopping_with_a_client_connected_says_nothing_but_the_banner(workspace,
             proc.wait()
     errors.seek(0)
     assert errors.read().splitlines() == [f"memdir MCP server: http://127.0.0.1:{port}/mcp (workspace {ws}; "
-                                          "Ctrl-C stops it)"]
+                                          "Ctrl-C stops it)", "memdir: terminated"]
 
 
 def test_a_server_out_of_file_descriptors_says_so_once_and_recovers(workspace, state_dir, tmp_path):

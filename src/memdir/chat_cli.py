@@ -234,8 +234,10 @@ def run_chat(args: argparse.Namespace) -> int:
             turns += turn
             try:
                 reply = agent.send(text)
-            except KeyboardInterrupt:
-                if not interactive:
+            except KeyboardInterrupt as exc:
+                from memdir.cli import terminated
+
+                if not interactive or terminated(exc):  # (SIGTERM, SIGHUP: the chat ends, not the turn)
                     raise
                 # Ctrl-C on a slow answer stops that turn, not the chat (Ctrl-C at the prompt ends
                 # it): the next request answers what the turn left unanswered (wire_messages)

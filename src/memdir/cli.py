@@ -544,12 +544,23 @@ def _open_memory(args: argparse.Namespace, *, snapshot: bool = False) -> Any:
     return Memory(config=loaded, notice=_notice)
 
 
+def _terminal_columns(stream: Any) -> int | None:
+    """The width the terminal behind ``stream`` says it has (``None``: it does not say)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _progress_bar(enabled: bool) -> tuple[Callable[[int, int, str], None] | None, Callable[[], None]]:
     """How ``memdir index`` shows progress on stderr: a bar on a terminal (files, and the chunks
-    of a large file as they are embedded), plain lines otherwise (:class:`memdir.progress.ProgressLines`)."""
+    of a large file as they are embedded), plain lines otherwise (:class:`memdir.progress.ProgressLines`),
+    and on a terminal that says it is 0 columns wide: a pseudo-terminal no one sized (``script``
+    run from a job or CI to get a terminal, ``ssh -t`` from a script), where tqdm drew nothing at
+    all for the whole index."""
     if not enabled:
         return None, lambda: None
-    if not sys.stderr.isatty():
+    if not sys.stderr.isatty() or _terminal_columns(sys.stderr) == 0:
         from memdir.progress import ProgressLines
 
         return ProgressLines(sys.stderr), lambda: None
@@ -989,6 +1000,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if args.transport == "stdio" and sys.stdin is None:  # `memdir mcp <&-`: "'NoneType' ... 'isatty'"
         raise UsageError("the MCP server on stdio reads its requests from stdin, and stdin is closed "
                          "(--transport http serves without it)")
+    if args.transport == "stdio" and _STDOUT_CLOSED[0]:  # (`>&-`: it answered into nothing, its client waiting)
+        raise UsageError("the MCP server on stdio answers on stdout, and stdout is closed "
+                         "(--transport http serves without it)")
     from memdir.api import Memory
 
     loaded = _load_config(args)
@@ -1138,7 +1152,13 @@ class _StdoutFile(io.FileIO):
     device" (the index was updated: only its report could not be written), and search the same,
     which reads as the index's disk being full.  Once a write failed, later ones are dropped:
     the output is incomplete already, and the interpreter's last flush at exit would otherwise
-    fail again with "Exception ignored" and exit 120."""
+    fail again with "Exception ignored" and exit 120.
+
+    A write is repeated until all of it is written.  Why: under ``PYTHONUNBUFFERED=1`` (set in
+    many container images) the text layer writes straight to this file and ignores a short
+    write, which is how a write to a disk that fills up mid-way, or to a pipe whose reader went
+    away, first ends: ``memdir get big.md > out.md`` on a full disk left 1 MiB of a 5.6 MiB note
+    and exited 0 without a word, and ``| head -c 10`` exited 0, not 141."""
 
     #: The first failed write's error (a write argparse made for --help swallows it).
     failed: OSError | None = None
@@ -1147,7 +1167,16 @@ class _StdoutFile(io.FileIO):
         if self.failed:
             return len(data)
         try:
-            return super().write(data)
+            view, done = memoryview(data).cast("B"), 0
+            while done < len(view):
+                written = super().write(view[done:])
+                if written is None:  # (a stdout left non-blocking by whoever started memdir: wait for room)
+                    import select
+
+                    select.select([], [self.fileno()], [])
+                    continue
+                done += written
+            return done
         except BrokenPipeError:
             raise
         except OSError as exc:
@@ -1260,21 +1289,51 @@ def _utf8_arguments(args: argparse.Namespace) -> None:
 #: matrix-vector product gives the same bits on one thread.  Long-lived commands (``mcp``,
 #: ``watch``, ``chat``) and indexing keep the pool.
 ONE_SHOT_COMMANDS = frozenset({"search", "get", "status"})
-#: Commands that stop on SIGTERM in their own way (a loop or a server finishing what is in flight;
-#: ``mcp`` over HTTP: the stdio server stops on it as on Ctrl-C).
-SIGTERM_OWNERS = frozenset({"watch", "chat"})
+#: Commands that stop on SIGTERM in their own way (a loop finishing what is in flight).
+SIGTERM_OWNERS = frozenset({"watch"})
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, when Ctrl-C's own handling is off (SIGINT ignored: a job started in the background)."""
+    """SIGTERM or SIGHUP, when Ctrl-C's own handling is off (SIGINT ignored: a job started in the background)."""
 
 
-#: Set once SIGTERM arrived: the interrupt that follows is its, exit 143.
-_TERMINATED = [False]
+#: The number of the SIGTERM or SIGHUP that arrived (0: none): the interrupt that follows is its,
+#: exit 128 + that number (143, 129), as a shell reports a process that signal ended.
+_TERMINATED = [0]
+#: How the interruption is said, by the signal's number (SIGTERM 15, SIGHUP 1).
+_STOPPED_BY = {15: "terminated", 1: "hung up (the terminal closed)"}
+
+
+def terminated(exc: BaseException) -> bool:
+    """Whether the interrupt ``exc`` is SIGTERM's or SIGHUP's, not Ctrl-C's: it ends the command
+    even where Ctrl-C only stops what is in progress (a chat's turn)."""
+    return isinstance(exc, Terminated) or bool(_TERMINATED[0])
+
+
+def _stop_signals(command: str) -> None:
+    """SIGTERM and SIGHUP taken as Ctrl-C is (:func:`_terminate_as_interrupt`) by the commands
+    that do not handle them in their own way (:data:`SIGTERM_OWNERS`).
+
+    Why SIGHUP: an SSH session or terminal closed under ``memdir index --force`` (or ``memdir
+    mcp`` on stdio) ended it on the spot, leaving the rebuild's temporary database and its
+    progress file beside the index.  A SIGHUP already ignored (``nohup memdir index &``) stays
+    ignored: the command runs on, as its user asked.  ``memdir mcp`` over HTTP too: uvicorn
+    takes SIGINT and SIGTERM while it serves, then sends itself the signal again once it has
+    stopped, which with no handler of memdir's ended the process (exit -15) before its Memory was
+    closed (a start-up build's temporary database left beside the index)."""
+    import signal
+
+    if command in SIGTERM_OWNERS:
+        return
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    hangup = getattr(signal, "SIGHUP", None)  # (none on Windows)
+    if hangup is not None and signal.getsignal(hangup) is signal.SIG_DFL:
+        signal.signal(hangup, _terminate_as_interrupt)
 
 
 def _terminate_as_interrupt(signum: int, frame: object) -> None:
-    """SIGTERM (``kill``, a supervisor or CI stopping a job) taken as Ctrl-C is taken.
+    """SIGTERM (``kill``, a supervisor or CI stopping a job) or SIGHUP (the terminal closed) taken
+    as Ctrl-C is taken.
 
     Why: by default it ended the process on the spot (exit -15): a ``memdir index --force``
     stopped so left its 16 MB temporary database beside the index until the next command, and no
@@ -1282,18 +1341,23 @@ def _terminate_as_interrupt(signum: int, frame: object) -> None:
     Ctrl-C's own path is taken (SIGINT raised here): a rebuild's temporary database is removed
     (the embeddings it paid for kept), the writer lock given back, an asyncio server's task
     cancelled as on Ctrl-C (an exception raised into it instead was logged with its traceback),
-    and the command exits 143."""
+    and the command exits 143 (129 for SIGHUP)."""
     import signal
 
-    _TERMINATED[0] = True
+    _TERMINATED[0] = int(signum)
     if callable(signal.getsignal(signal.SIGINT)):
         signal.raise_signal(signal.SIGINT)
     else:
         raise Terminated
 
 
+#: Whether this process was started with stdout closed (``>&-``): it writes to os.devnull then.
+_STDOUT_CLOSED = [False]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if sys.stdout is None:  # started with stdout closed (`memdir append x >&-`): every print failed
+        _STDOUT_CLOSED[0] = True
         sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115  (output goes nowhere, as >/dev/null)
     if sys.stderr is None:  # stderr closed (`memdir index 2>&-`): index failed on the progress's isatty()
         sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
@@ -1342,10 +1406,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _utf8_arguments(args)
     if argv is None and args.command in ONE_SHOT_COMMANDS:  # this process is the command, not a caller's
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    if argv is None and args.command not in SIGTERM_OWNERS and getattr(args, "transport", "stdio") == "stdio":
-        import signal
-
-        signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    if argv is None:  # this process is the command: its signals are its own
+        _stop_signals(args.command)
     _WORKSPACE_CHOSEN.clear()  # (known once the command opens its Memory; not a former call's)
     try:
         code = COMMANDS[args.command](args)
@@ -1357,7 +1419,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memdir: {for_terminal(str(exc))}", file=sys.stderr)
         return _json_failure(args, "usage" if isinstance(exc, UsageError) else "error", str(exc), exc.exit_code)
     except KeyboardInterrupt as exc:
-        said, code = ("terminated", 143) if isinstance(exc, Terminated) or _TERMINATED[0] else ("interrupted", 130)
+        signum = _TERMINATED[0] or (15 if isinstance(exc, Terminated) else 0)
+        said, code = (_STOPPED_BY.get(signum, "terminated"), 128 + signum) if signum else ("interrupted", 130)
         print(f"memdir: {said}", file=sys.stderr)
         return _json_failure(args, "interrupted", said, code)
     except Exception as exc:  # every other failure: one clear line, exit 1

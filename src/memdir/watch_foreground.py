@@ -179,9 +179,20 @@ class _Waker:
         self._writer.close()
 
 
+def _stop_signals(signal: Any) -> list[int]:
+    """The signals that stop the watch: Ctrl-C, SIGTERM, and SIGHUP unless it is ignored.
+
+    Why SIGHUP: a watch left running in a terminal or SSH session that closed was ended on the
+    spot, in the middle of a sync (a first build's temporary database left beside the index);
+    under ``nohup`` (SIGHUP ignored) it runs on, as its user asked."""
+    hangup = getattr(signal, "SIGHUP", None)  # (none on Windows)
+    return [signal.SIGINT, signal.SIGTERM, *([hangup] if hangup is not None
+                                             and signal.getsignal(hangup) is signal.SIG_DFL else [])]
+
+
 def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | None = None,
                    quiet: bool = False) -> int:
-    """``memdir watch``: sync now, then on every change until Ctrl-C or SIGTERM (exit 0); ``quiet``
+    """``memdir watch``: sync now, then on every change until Ctrl-C, SIGTERM or SIGHUP (exit 0); ``quiet``
     (``-q``): no closing note on stderr."""
     import signal
     import sys
@@ -214,7 +225,7 @@ def run_foreground(memory: Any, *, as_json: bool = False, debounce_ms: int | Non
     # leave the event's own lock held, and stopping would then wait on it forever.
     requested: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, _frame: requested.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+                for sig in _stop_signals(signal)}
     memory.watcher = watcher
     waker = _Waker()
     output.woken = waker.wake
