@@ -123,6 +123,29 @@ def test_unknown_key_is_rejected_with_its_name(tmp_path: Path):
         load_config(workspace=tmp_path)
 
 
+def test_openclaws_own_agent_settings_in_an_agents_block_are_passed_over(tmp_path: Path):
+    # an `agents` block copied from OpenClaw's config failed on its first non-memory key
+    # ("unknown config key 'agents.list[0].model' (did you mean '….memorySearch.model'?)")
+    (tmp_path / "memdir.json").write_text(json.dumps({"agents": {
+        "defaults": {"model": {"primary": "openai/gpt-5"}, "heartbeat": {"every": "30m"}, "timeFormat": "24",
+                     "memorySearch": {"query": {"maxResults": 4}}},
+        "list": [{"id": "ops", "default": True, "name": "Ops", "model": "anthropic/claude", "identity": {"emoji": "x"},
+                  "memorySearch": {"provider": "none"}}]}}))
+    settings = load_config(workspace=tmp_path, agent_id="ops").settings
+    assert settings.memory_search.query.max_results == 4 and settings.memory_search.provider == "none"
+
+
+@pytest.mark.parametrize(("entry", "words"), [
+    ({"defaults": {"memorySerch": {}}}, "did you mean 'agents.defaults.memorySearch'"),
+    ({"list": [{"id": "ops", "worksapce": "x"}]}, "did you mean 'agents.list[0].workspace'"),
+    ({"list": [{"id": "ops", "maxResults": 3}]}, "did you mean 'agents.list[0].memorySearch.query.maxResults'"),
+])
+def test_a_near_miss_of_memdirs_keys_in_an_agents_block_is_still_refused(tmp_path: Path, entry, words):
+    (tmp_path / "memdir.json").write_text(json.dumps({"agents": entry}))
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        load_config(workspace=tmp_path, agent_id="ops")
+
+
 def test_bad_value_names_the_key(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"memorySearch\.query\.maxResults"):
         load_config(overrides={"memorySearch": {"query": {"maxResults": "lots"}}})

@@ -867,6 +867,13 @@ def _placed_elsewhere(model: type[BaseModel], key: str, where: str) -> str | Non
     return anywhere if anywhere is not None and anywhere != (f"{where}.{key}" if where else key) else None
 
 
+#: Settings OpenClaw's agents have that are not memory's, passed over in an ``agents`` block even
+#: where one of memdir's keys is spelt alike (``model`` is the chat model there, not
+#: ``memorySearch.model``; ``default`` marks the default agent).
+OPENCLAW_AGENT_KEYS = frozenset({"model", "models", "name", "default", "identity", "tools", "heartbeat",
+                                 "sandbox", "subagents", "groupChat", "agentDir", "skills"})
+
+
 def normalise_keys(model: type[BaseModel], raw: Any, where: str, where_file: Path | None = None) -> dict[str, Any]:
     """Map camelCase/snake_case keys onto field names; raise on unknown keys, naming them."""
     if not isinstance(raw, Mapping):
@@ -882,6 +889,13 @@ def normalise_keys(model: type[BaseModel], raw: Any, where: str, where_file: Pat
             spellings.update({alias: alias for alias in spellings.values()})
             close = difflib.get_close_matches(str(key), list(spellings), n=1, cutoff=0.6)
             elsewhere = _placed_elsewhere(model, str(key), where)
+            if model in (AgentDefaults, AgentEntry) and (
+                    _camel(str(key)) in OPENCLAW_AGENT_KEYS or (not close and elsewhere is None)):
+                # OpenClaw's own settings of an agent (model, name, tools, sandbox…) in an `agents`
+                # block copied from its config: not memory's, passed over (a near miss of one of
+                # memdir's keys is still refused).  Each was "unknown config key", so the README's
+                # "the whole OpenClaw agents shape is accepted" was not so.
+                continue
             hint = (f" (did you mean '{elsewhere}'?)" if elsewhere else
                     f" (did you mean '{prefix(dotted)}{spellings[close[0]]}'?)" if close else "")
             known = ", ".join(sorted(set(spellings.values())))
