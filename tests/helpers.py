@@ -24,6 +24,14 @@ def cli_env(state_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def run_git(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``git -C folder args…`` with no user or system configuration and a fixed author."""
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "a",
+           "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
+    return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, env=env,
+                          stdin=subprocess.DEVNULL, timeout=60)
+
+
 def python_child(code: str, *args: str, state_dir: Path, timeout: float = 20) -> subprocess.CompletedProcess[str]:
     """``code`` run by a fresh interpreter with ``args`` (memdir importable, its state in
     ``state_dir``), output captured: a hang or a super-linear path fails on ``timeout`` instead of

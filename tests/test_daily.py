@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from helpers import SRC
+from helpers import SRC, run_git
 from memdir import Memory
 from memdir.daily import DailyLogError, append_daily, coerce_date, today
 
@@ -203,13 +203,6 @@ def test_a_copied_or_path_named_machine_zone_keeps_its_daylight_saving_rules(mon
     assert timezones._zone_file(str(tmp_path / "fifo")) is None and timezones._zone_file(str(tmp_path)) is None
 
 
-def _git(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "a",
-           "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
-    return subprocess.run(["git", "-C", str(ws), *args], capture_output=True, text=True, env=env,
-                          stdin=subprocess.DEVNULL, timeout=60)
-
-
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_append_refuses_a_daily_log_left_with_a_merge_conflict(make_workspace, run_cli):
     """Two machines appended to today's log and ``git pull`` left it conflicted: a note appended
@@ -220,13 +213,13 @@ def test_append_refuses_a_daily_log_left_with_a_merge_conflict(make_workspace, r
     log = "memory/2026-01-12.md"
     ws = make_workspace({log: "# 2026-01-12\n\n- base\n"})
     for step in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "base"], ["checkout", "-qb", "laptop"]):
-        assert _git(ws, *step).returncode == 0
+        assert run_git(ws, *step).returncode == 0
     (ws / log).write_text("# 2026-01-12\n\n- from the laptop\n")
-    assert _git(ws, "commit", "-qam", "laptop").returncode == 0
-    assert _git(ws, "checkout", "-q", "main").returncode == 0
+    assert run_git(ws, "commit", "-qam", "laptop").returncode == 0
+    assert run_git(ws, "checkout", "-q", "main").returncode == 0
     (ws / log).write_text("# 2026-01-12\n\n- from the desktop\n")
-    assert _git(ws, "commit", "-qam", "desktop").returncode == 0
-    assert _git(ws, "merge", "laptop").returncode != 0  # a conflict
+    assert run_git(ws, "commit", "-qam", "desktop").returncode == 0
+    assert run_git(ws, "merge", "laptop").returncode != 0  # a conflict
     conflicted = (ws / log).read_bytes()
     out = run_cli("-w", str(ws), "append", "--date", "2026-01-12", "Decided: ship on Friday",
                   env={"MEMDIR_PROVIDER": "none"})

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from helpers import run_git
 from memdir.api import Memory
 from memdir.errors import MemdirError
 
@@ -410,13 +410,6 @@ def _keyword_file(ws: Path) -> Path:
     return path
 
 
-def _git(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "a",
-           "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
-    return subprocess.run(["git", "-C", str(ws), *args], capture_output=True, text=True, env=env,
-                          stdin=subprocess.DEVNULL, timeout=60)
-
-
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_the_copies_git_mergetool_leaves_beside_a_conflicted_note_are_not_notes(make_workspace) -> None:
     """``git mergetool`` writes ``2026-02-01_BASE_<pid>.md``, ``_LOCAL_``, ``_REMOTE_`` and
@@ -425,16 +418,16 @@ def test_the_copies_git_mergetool_leaves_beside_a_conflicted_note_are_not_notes(
     daily log, so a search answered the note's lines again from every copy, the base's with the
     text both sides had replaced.  They are named in status; a note merely named so is indexed."""
     ws = make_workspace({"memory/2026-02-01.md": "The ferry leaves at seven.\n", "memory/plan_LOCAL_2.md": "kiwi\n"})
-    assert _git(ws, "init", "-q", "-b", "main").returncode == 0
+    assert run_git(ws, "init", "-q", "-b", "main").returncode == 0
     for step in (["add", "-A"], ["commit", "-qm", "base"], ["checkout", "-qb", "theirs"]):
-        assert _git(ws, *step).returncode == 0
+        assert run_git(ws, *step).returncode == 0
     (ws / "memory" / "2026-02-01.md").write_text("The ferry leaves at nine.\n")
-    assert _git(ws, "commit", "-qam", "theirs").returncode == 0
-    assert _git(ws, "checkout", "-q", "main").returncode == 0
+    assert run_git(ws, "commit", "-qam", "theirs").returncode == 0
+    assert run_git(ws, "checkout", "-q", "main").returncode == 0
     (ws / "memory" / "2026-02-01.md").write_text("The ferry leaves at eight.\n")
-    assert _git(ws, "commit", "-qam", "ours").returncode == 0
-    assert _git(ws, "merge", "theirs").returncode != 0  # a conflict
-    merge = _git(ws, "-c", "mergetool.failing.cmd=false", "-c", "mergetool.failing.trustExitCode=true",
+    assert run_git(ws, "commit", "-qam", "ours").returncode == 0
+    assert run_git(ws, "merge", "theirs").returncode != 0  # a conflict
+    merge = run_git(ws, "-c", "mergetool.failing.cmd=false", "-c", "mergetool.failing.trustExitCode=true",
                  "-c", "mergetool.keepTemporaries=true", "mergetool", "--tool=failing", "memory/2026-02-01.md")
     left = sorted(p.name for p in (ws / "memory").iterdir() if p.name.startswith("2026-02-01_"))
     assert len(left) == 3, (merge.stdout, merge.stderr)  # BASE, LOCAL, REMOTE
