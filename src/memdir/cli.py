@@ -1302,6 +1302,9 @@ class Terminated(KeyboardInterrupt):
 _TERMINATED = [0]
 #: How the interruption is said, by the signal's number (SIGTERM 15, SIGHUP 1).
 _STOPPED_BY = {15: "terminated", 1: "hung up (the terminal closed)"}
+#: Commands that serve until stopped: under ``-q`` their stop by a signal is said by the exit code
+#: alone (``memdir -q mcp --transport http`` printed "memdir: terminated" each time systemd stopped it).
+SERVER_COMMANDS = frozenset({"mcp", "watch"})
 
 
 def terminated(exc: BaseException) -> bool:
@@ -1421,7 +1424,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         signum = _TERMINATED[0] or (15 if isinstance(exc, Terminated) else 0)
         said, code = (_STOPPED_BY.get(signum, "terminated"), 128 + signum) if signum else ("interrupted", 130)
-        print(f"memdir: {said}", file=sys.stderr)
+        if not (_quiet(args) and args.command in SERVER_COMMANDS):  # (a supervisor stopping a server: no error)
+            print(f"memdir: {said}", file=sys.stderr)
         return _json_failure(args, "interrupted", said, code)
     except Exception as exc:  # every other failure: one clear line, exit 1
         from memdir.config import ConfigError
