@@ -22,12 +22,16 @@ _WORD_ANY = re.compile(r"(?<!\w)[^\W\d_]{3,}(?!\w)")
 def stems_reference(text: str) -> str:
     """The word pattern over the whole lower-cased text, every word stemmed by Snowball (the Turkish
     İ lowered to i, as a question is, not to i and a combining dot, which split the word)."""
-    low = text.lower().replace("i\u0307", "i")
     language = stemming.detect_language(text)
-    if language == stemming.DEFAULT_LANGUAGE:  # accented words without their accents ("café" → cafe)
-        words = [e for w in _WORD_ANY.findall(low) if stemming.is_latin_word(w) and (e := stemming.english_word(w))]
-    else:
-        words = [w for w in _WORD_ANY.findall(low) if stemming.is_latin_word(w)]
+    words: list[str] = []
+    for token in text.split():  # (a CamelCase word's parts follow its own words: stemming.camel_words)
+        low = token.lower().replace("i\u0307", "i")
+        if language == stemming.DEFAULT_LANGUAGE:  # accented words without their accents ("café" → cafe)
+            words += [e for w in _WORD_ANY.findall(low)
+                      if stemming.is_latin_word(w) and (e := stemming.english_word(w))]
+        else:
+            words += [w for w in _WORD_ANY.findall(low) if stemming.is_latin_word(w)]
+        words += stemming.camel_words(token)
     return " ".join(str(s) for s in stemming.stemmer(language).stemWords(words))
 
 

@@ -12,7 +12,10 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from memdir.api import Memory
+from memdir.errors import IndexFromNewerMemdir
 from memdir.stores.sqlite import META_KEY
 from test_cache_refs import HashProvider, _notes
 
@@ -27,7 +30,9 @@ def _as_if_newer(index: Path) -> None:
     conn.close()
 
 
-def test_an_index_a_newer_memdir_wrote_is_rebuilt(make_workspace, tmp_path: Path):
+def test_an_index_a_newer_memdir_wrote_is_left_and_rebuilt_only_when_forced(make_workspace, tmp_path: Path):
+    # (rebuilt by any sync before hmixed: an older process and a newer one then rebuilt it after
+    # each other for as long as both ran; now searched, not updated, until `index --force`)
     ws = make_workspace(_notes(12))
     state = tmp_path / "state"
     with Memory(ws, provider=HashProvider(), state_dir=state) as mem:
@@ -38,7 +43,10 @@ def test_an_index_a_newer_memdir_wrote_is_rebuilt(make_workspace, tmp_path: Path
 
     provider = HashProvider()
     with Memory(ws, provider=provider, state_dir=state) as mem:
-        report = mem.sync()
+        with pytest.raises(IndexFromNewerMemdir, match="schema 99"):
+            mem.sync()
+        assert mem.search("topic7", sync=False).results[0].path == before
+        report = mem.sync(force=True)
         assert report.full and report.indexed == 12 and provider.embedded == 0  # every vector from the cache
         assert mem.search("topic7", sync=False).results[0].path == before
         assert not mem.sync().full
