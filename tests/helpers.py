@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from memdir.testing.provider_server import ProviderServer
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -38,6 +43,56 @@ def python_child(code: str, *args: str, state_dir: Path, timeout: float = 20) ->
     holding the suite."""
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
                           env=cli_env(state_dir))
+
+
+class BlockedRun(NamedTuple):
+    """A ``memdir`` command held inside its rebuild (:func:`blocked_rebuild`)."""
+
+    proc: subprocess.Popen[str]
+    release: threading.Event
+    args: tuple[str, ...]
+
+
+@contextmanager
+def blocked_rebuild(tmp_path: Path, make_workspace: Callable[..., Path], run_cli: Callable[..., object],
+                    state_dir: Path, *command: str, preexec: Callable[[], None] | None = None,
+                    first_build: bool = False) -> Iterator[BlockedRun]:
+    """``memdir <command>`` started once the workspace is indexed (``first_build``: before), with
+    one note changed and the embedding API holding its answer: yields the process, writing its
+    rebuild's (or first build's) temporary database, the event that lets the API answer, and the
+    arguments naming the workspace and config (for a command run after it)."""
+    ws = make_workspace({"MEMORY.md": "# Home\n\nThe boiler is serviced every May.\n",
+                         "memory/2026-03-02.md": "Booked the chimney sweep for Thursday.\n"})
+    waiting, release = threading.Event(), threading.Event()
+    block = [False]
+
+    def embedder(texts: list[str]) -> list[list[float]]:
+        if block[0]:
+            waiting.set()
+            release.wait(180)
+        return [[1.0, *[0.0] * 7] for _ in texts]
+
+    with ProviderServer(api_key="test-key", embedder=embedder) as server:
+        cfg = tmp_path / "memdir.json"
+        cfg.write_text(json.dumps({"memorySearch": {"provider": "openai", "remote": {
+            "baseUrl": f"{server.url}/v1", "apiKey": "test-key", "maxRetries": 0}}}))
+        base = ("--workspace", str(ws), "--config", str(cfg))
+        if not first_build:
+            run_cli("index", *base, check=True)
+        (ws / "memory" / "2026-03-02.md").write_text("Booked the chimney sweep for Friday.\n")  # to embed
+        block[0] = True
+        proc = subprocess.Popen([sys.executable, "-m", "memdir", *command, *base], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(state_dir),
+                                preexec_fn=preexec)
+        try:
+            assert waiting.wait(180), "the rebuild never asked for an embedding"
+            assert list(state_dir.rglob("*.tmp-*")), "the rebuild should be writing its temporary database"
+            yield BlockedRun(proc, release, base)
+        finally:
+            release.set()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

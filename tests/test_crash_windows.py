@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli_env
+from helpers import blocked_rebuild, cli_env
 from memdir.testing.provider_server import ProviderServer
 
 #: Runs the CLI with ``os.replace`` killing the process (SIGKILL) the first time its source
@@ -292,40 +292,11 @@ def test_a_rebuild_stopped_with_sigterm_cleans_up_and_says_so(tmp_path: Path, ma
     """SIGTERM (``kill``, a supervisor stopping a job) ended ``memdir index --force`` on the spot
     (exit -15): its temporary database stayed beside the index and ``--json`` printed nothing.  It
     stops as Ctrl-C does: exit 143, the temporary database gone, the index as it was."""
-    import threading
-
-    ws = make_workspace({"MEMORY.md": "# Home\n\nThe boiler is serviced every May.\n",
-                         "memory/2026-03-02.md": "Booked the chimney sweep for Thursday.\n"})
-    waiting, release = threading.Event(), threading.Event()
-    block = [False]
-
-    def embedder(texts: list[str]) -> list[list[float]]:
-        if block[0]:
-            waiting.set()
-            release.wait(30)
-        return [[1.0, *[0.0] * 7] for _ in texts]
-
-    with ProviderServer(api_key="test-key", embedder=embedder) as server:
-        cfg = tmp_path / "memdir.json"
-        cfg.write_text(json.dumps({"memorySearch": {"provider": "openai", "remote": {
-            "baseUrl": f"{server.url}/v1", "apiKey": "test-key", "maxRetries": 0}}}))
-        base = ("--workspace", str(ws), "--config", str(cfg))
-        run_cli("index", *base, check=True)
-        (ws / "memory" / "2026-03-02.md").write_text("Booked the chimney sweep for Friday.\n")  # to embed
-        block[0] = True
-        proc = subprocess.Popen([sys.executable, "-m", "memdir", "index", "--force", "--json", *base],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(state_dir))
-        try:
-            assert waiting.wait(60), "the rebuild never asked for an embedding"
-            assert list(state_dir.rglob("*.tmp-*")), "the rebuild should be writing its temporary database"
-            proc.send_signal(signal.SIGTERM)
-            release.set()
-            out, err = proc.communicate(timeout=60)
-        finally:
-            release.set()
-            if proc.poll() is None:
-                proc.kill()
-        block[0] = False
+    with blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "index", "--force", "--json") as run:
+        proc, go, base = run
+        proc.send_signal(signal.SIGTERM)
+        go.set()
+        out, err = proc.communicate(timeout=60)
         assert proc.returncode == 143, err
         assert "memdir: terminated" in err
         assert json.loads(out)["error"] == {"kind": "interrupted", "message": "terminated", "exitCode": 143}

@@ -10,58 +10,14 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from helpers import cli_env
+from helpers import blocked_rebuild, cli_env
 from memdir.testing.chat_server import ScriptedChatServer
-from memdir.testing.provider_server import ProviderServer
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-
-
-@contextmanager
-def blocked_rebuild(tmp_path: Path, make_workspace: Callable[..., Path], run_cli: Callable[..., object],
-                    state_dir: Path, *command: str, preexec: Callable[[], None] | None = None,
-                    first_build: bool = False) -> Iterator[tuple[subprocess.Popen[str], threading.Event]]:
-    """``memdir <command>`` started once the workspace is indexed (``first_build``: before), with
-    one note changed and the embedding API holding its answer: yields the process, writing its
-    rebuild's (or first build's) temporary database, and the event that lets the API answer."""
-    ws = make_workspace({"MEMORY.md": "# Home\n\nThe boiler is serviced every May.\n",
-                         "memory/2026-03-02.md": "Booked the chimney sweep for Thursday.\n"})
-    waiting, release = threading.Event(), threading.Event()
-    block = [False]
-
-    def embedder(texts: list[str]) -> list[list[float]]:
-        if block[0]:
-            waiting.set()
-            release.wait(180)
-        return [[1.0, *[0.0] * 7] for _ in texts]
-
-    with ProviderServer(api_key="test-key", embedder=embedder) as server:
-        cfg = tmp_path / "memdir.json"
-        cfg.write_text(json.dumps({"memorySearch": {"provider": "openai", "remote": {
-            "baseUrl": f"{server.url}/v1", "apiKey": "test-key", "maxRetries": 0}}}))
-        base = ("--workspace", str(ws), "--config", str(cfg))
-        if not first_build:
-            run_cli("index", *base, check=True)
-        (ws / "memory" / "2026-03-02.md").write_text("Booked the chimney sweep for Friday.\n")  # to embed
-        block[0] = True
-        proc = subprocess.Popen([sys.executable, "-m", "memdir", *command, *base], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(state_dir),
-                                preexec_fn=preexec)
-        try:
-            assert waiting.wait(180), "the rebuild never asked for an embedding"
-            assert list(state_dir.rglob("*.tmp-*")), "the rebuild should be writing its temporary database"
-            yield proc, release
-        finally:
-            release.set()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
 
 
 def test_a_rebuild_whose_terminal_closed_cleans_up_and_says_so(tmp_path: Path, make_workspace, run_cli,
@@ -69,7 +25,7 @@ def test_a_rebuild_whose_terminal_closed_cleans_up_and_says_so(tmp_path: Path, m
     """SIGHUP (an SSH session or terminal closed under ``memdir index --force``) ended it on the
     spot: its temporary database and progress file stayed beside the index and ``--json`` printed
     nothing.  It stops as on Ctrl-C: exit 129, the temporary database gone, the lock given back."""
-    with blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "index", "--force", "--json") as (proc, go):
+    with blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "index", "--force", "--json") as (proc, go, _):
         proc.send_signal(signal.SIGHUP)
         go.set()
         out, err = proc.communicate(timeout=60)
@@ -89,7 +45,7 @@ def test_a_rebuild_under_nohup_runs_on_when_the_terminal_closes(tmp_path: Path, 
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     with blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "index", "--force", "--json",
-                         preexec=as_nohup) as (proc, go):
+                         preexec=as_nohup) as (proc, go, _):
         proc.send_signal(signal.SIGHUP)
         go.set()
         out, err = proc.communicate(timeout=60)
@@ -109,7 +65,7 @@ def test_a_watch_whose_terminal_closed_stops_cleanly_mid_build(tmp_path: Path, m
     """``memdir watch`` left in a terminal or SSH session that closed was ended on the spot, in its
     first build (exit -1): the temporary database and progress file stayed beside the index.  It
     stops as on Ctrl-C or SIGTERM, exit 0."""
-    with blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "watch", first_build=True) as (proc, go):
+    with blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "watch", first_build=True) as (proc, go, _):
         _out, err = _until_stopped(proc, go, signal.SIGHUP)
     assert proc.returncode == 0, err
     assert "Stopped watching." in err and "Traceback" not in err
@@ -123,7 +79,7 @@ def test_a_watch_under_nohup_runs_on_when_the_terminal_closes(tmp_path: Path, ma
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     with blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "watch", "--json",
-                         preexec=as_nohup, first_build=True) as (proc, go):
+                         preexec=as_nohup, first_build=True) as (proc, go, _):
         proc.send_signal(signal.SIGHUP)
         go.set()
         assert proc.stdout is not None
@@ -152,7 +108,7 @@ def test_an_http_mcp_server_stopped_in_its_first_build_cleans_up(tmp_path: Path,
     Memory was closed, and the start-up build's temporary database stayed beside the index; SIGHUP
     ended it on the spot.  Both stop as Ctrl-C does, the build cut short cleanly."""
     with blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "mcp", "--transport", "http",
-                         "--port", str(_free_port()), first_build=True) as (proc, go):
+                         "--port", str(_free_port()), first_build=True) as (proc, go, _):
         _out, err = _until_stopped(proc, go, sig)
     assert proc.returncode == code, err
     assert f"memdir: {said}" in err and "Traceback" not in err
@@ -168,7 +124,7 @@ def test_a_chat_stopped_in_its_first_build_cleans_up(tmp_path: Path, make_worksp
     database and progress file left beside the index.  It stops as Ctrl-C stops it."""
     with ScriptedChatServer(lambda body: {"content": "ok"}) as chat, \
             blocked_rebuild(tmp_path, make_workspace, run_cli, state_dir, "chat", "--base-url", chat.url,
-                            "--model", "m", first_build=True) as (proc, go):
+                            "--model", "m", first_build=True) as (proc, go, _):
         _out, err = _until_stopped(proc, go, sig)
     assert proc.returncode == code, err
     assert "Traceback" not in err
