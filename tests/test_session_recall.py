@@ -74,3 +74,40 @@ def test_a_transcript_saying_more_than_the_note_is_still_shown(
         mem.sync(reason="test")
         shown = {r.path for r in mem.search("quokka hotel", max_results=6, min_score=0).results}
     assert shown == {"memory/2026-01-16-quokka.md", "sessions/s1.jsonl"}
+
+
+HEARTBEAT_POLL = ("Read HEARTBEAT.md if it exists (workspace context). Follow it strictly. Do not infer or repeat "
+                  "old tasks from prior chats. If nothing needs attention, reply HEARTBEAT_OK.")
+
+
+def test_heartbeat_polls_answered_heartbeat_ok_are_not_indexed(
+        make_workspace: Callable[..., Path], tmp_path: Path) -> None:
+    """An agent polled every 30 minutes (OpenClaw's heartbeat, memdir's Agent.send(heartbeat=True))
+    keeps each poll and its HEARTBEAT_OK in the transcript: a day of them was 48 copies of one
+    prompt in the index, which answered 'what tasks did I mention?' alone (score 0, the note and the
+    message about tasks not shown: 'tasks' was in every chunk), and filled the snippet of a real
+    answer.  The poll and its silent reply are left out; a message answered NO_REPLY is kept."""
+    ws = make_workspace({
+        "memory/2026-01-10.md": "# 2026-01-10\n- Open tasks: renew the passport, call the plumber about the leak.\n",
+        **{f"memory/2026-01-{d}.md": f"# 2026-01-{d}\n- groceries, a run and emails ({d})\n" for d in range(11, 23)},
+    })
+    state = tmp_path / "state"
+    turns: list[tuple[str, Any]] = []
+    for i in range(48):
+        if i == 5:
+            turns += [("user", "Remind me: the tasks for the garage sale are pricing books and printing flyers."),
+                      ("assistant", [{"type": "text", "text": "Got it, noted."}])]
+        if i == 20:
+            turns += [("user", "(group chat) Dana: the barbecue moved to Sunday"),
+                      ("assistant", [{"type": "text", "text": "NO_REPLY"}])]
+        turns += [("user", HEARTBEAT_POLL), ("assistant", [{"type": "text", "text": "HEARTBEAT_OK"}])]
+    _write_transcript(_sessions_dir(ws, state) / "main.jsonl", turns)
+    with Memory(ws, state_dir=state, config=SESSIONS) as mem:
+        mem.sync(reason="test")
+        tasks = mem.search("what tasks did I mention?", max_results=6).results
+        barbecue = mem.search("when is the barbecue?", max_results=6).results
+        shown = mem.get("sessions/main.jsonl").text
+    assert {r.path for r in tasks} == {"memory/2026-01-10.md", "sessions/main.jsonl"}, tasks
+    assert not any("HEARTBEAT" in r.snippet for r in tasks + barbecue)
+    assert barbecue and "barbecue moved to Sunday" in barbecue[0].snippet
+    assert "HEARTBEAT" not in shown and "NO_REPLY" not in shown and "garage sale" in shown

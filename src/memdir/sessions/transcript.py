@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memdir.redact import redact_text
+from memdir.sessions.flush import HEARTBEAT_TOKEN, SILENT_REPLY_TOKEN
 from memdir.sessions.store import clean_text, iter_records
 from memdir.textutil import elide_data_uris
 
@@ -138,6 +139,22 @@ def session_rel_path(path: str | os.PathLike[str]) -> str:
     return "sessions/" + Path(path).name
 
 
+#: What may stand around a silent reply's token (``HEARTBEAT_OK.``, ``**NO_REPLY**``).
+_TOKEN_PUNCTUATION = " \t\n.!*_`'\"()[]"
+
+
+def _silent_reply(text: str) -> bool:
+    """A reply that is only ``HEARTBEAT_OK`` or ``NO_REPLY``: the agent had nothing to say.
+
+    A heartbeat poll (every 30 minutes, the same prompt each time) answered ``HEARTBEAT_OK`` was
+    indexed as its two messages: a day of them was 48 copies of one text, which matched every
+    question with a word of the prompt ("tasks", "attention", "chats") and made those words so common
+    that keyword search scored a note holding them near 0.  Such a reply and the poll it answers are
+    left out; a ``NO_REPLY`` answers a real message (a group chat not addressed to the agent), which
+    is kept."""
+    return text.strip(_TOKEN_PUNCTUATION) in (HEARTBEAT_TOKEN, SILENT_REPLY_TOKEN)
+
+
 def build_session_text(
     records: Iterable[tuple[int, dict[str, Any]]], *, redact: bool = True
 ) -> tuple[str, list[int], list[int]]:
@@ -154,6 +171,10 @@ def build_session_text(
             continue
         text = normalize_message_text(message.get("content"))
         if not text:
+            continue
+        if role == "assistant" and _silent_reply(text):
+            if text.strip(_TOKEN_PUNCTUATION) == HEARTBEAT_TOKEN and lines and lines[-1].startswith("User: "):
+                del lines[-1], line_map[-1], stamps[-1]  # the heartbeat poll this reply answers
             continue
         text = elide_data_uris(clean_text(text))
         if redact:
