@@ -143,16 +143,18 @@ def session_rel_path(path: str | os.PathLike[str]) -> str:
 _TOKEN_PUNCTUATION = " \t\n.!*_`'\"()[]"
 
 
-def _silent_reply(text: str) -> bool:
-    """A reply that is only ``HEARTBEAT_OK`` or ``NO_REPLY``: the agent had nothing to say.
+def silent_token(text: str) -> str | None:
+    """``HEARTBEAT_OK`` or ``NO_REPLY`` for a reply that is only that token (the agent had nothing
+    to say), else ``None``.
 
     A heartbeat poll (every 30 minutes, the same prompt each time) answered ``HEARTBEAT_OK`` was
     indexed as its two messages: a day of them was 48 copies of one text, which matched every
     question with a word of the prompt ("tasks", "attention", "chats") and made those words so common
     that keyword search scored a note holding them near 0.  Such a reply and the poll it answers are
     left out; a ``NO_REPLY`` answers a real message (a group chat not addressed to the agent), which
-    is kept."""
-    return text.strip(_TOKEN_PUNCTUATION) in (HEARTBEAT_TOKEN, SILENT_REPLY_TOKEN)
+    is kept (the session hook leaves them out of its capture the same way)."""
+    token = text.strip(_TOKEN_PUNCTUATION)
+    return token if token in (HEARTBEAT_TOKEN, SILENT_REPLY_TOKEN) else None
 
 
 def build_session_text(
@@ -172,8 +174,8 @@ def build_session_text(
         text = normalize_message_text(message.get("content"))
         if not text:
             continue
-        if role == "assistant" and _silent_reply(text):
-            if text.strip(_TOKEN_PUNCTUATION) == HEARTBEAT_TOKEN and lines and lines[-1].startswith("User: "):
+        if role == "assistant" and (token := silent_token(text)):
+            if token == HEARTBEAT_TOKEN and lines and lines[-1].startswith("User: "):
                 del lines[-1], line_map[-1], stamps[-1]  # the heartbeat poll this reply answers
             continue
         text = elide_data_uris(clean_text(text))
