@@ -575,6 +575,7 @@ def run_search(
     # Widening reads notes, so a candidate is widened only when the choice below reaches it (in
     # rank order, each against the ones before it): none after the last one that can be returned.
     shown_so_far = _Shown()
+    shown_so_far.mixed = sessions_dir is not None and len({c.source for c in cands}) > 1
 
     def widen(items: Iterable[Candidate]) -> Iterator[tuple[Candidate, bool]]:
         if tune.expand_chars <= 0:
@@ -714,6 +715,9 @@ class _Shown:
         # the text shown so far, folded (:func:`_fold`), by source: with transcripts searched beside
         # notes, a result repeating only what a better one shows is not shown (:func:`_repeats`)
         self.texts: dict[str, list[str]] = {"memory": [], "sessions": []}
+        #: candidates of both sources are ranked: only then is the text shown kept and compared (a
+        #: transcript's is read from its file)
+        self.mixed = False
 
 
 def _widen(cands: Iterable[Candidate], chars: int, workspace: Path, *, disjoint: bool,
@@ -731,7 +735,7 @@ def _widen(cands: Iterable[Candidate], chars: int, workspace: Path, *, disjoint:
     costs, messages, shown = state.costs, state.messages, state.spans
     root = str(workspace)
     for c in cands:
-        if sessions_dir is not None and _repeats(c, state.texts):
+        if state.mixed and _repeats(c, state.texts):
             yield c, False  # the same turns, shown by a better result of the other source
             continue
         if c.source == "sessions" and sessions_dir is not None and INDEXING["widen_sessions"]:
@@ -740,7 +744,7 @@ def _widen(cands: Iterable[Candidate], chars: int, workspace: Path, *, disjoint:
             if messages[c.path][1]:  # its spans count messages, not JSONL lines: a key of their own
                 kept = _widen_messages(c, *messages[c.path], chars, shown.setdefault(("messages", c.path), []),
                                        disjoint=disjoint)
-                if kept:
+                if kept and state.mixed:
                     _remember_text(c, state.texts, workspace, sessions_dir)
                 yield c, kept
                 continue
@@ -762,7 +766,7 @@ def _widen(cands: Iterable[Candidate], chars: int, workspace: Path, *, disjoint:
                 taken = [*taken, (top - 1, top - 1), (bottom + 1, bottom + 1)]
             c.start_line, c.end_line = _grow(costs[c.path], c.start_line, c.end_line, chars, taken)
         spans.append((c.start_line, c.end_line))
-        if sessions_dir is not None:
+        if state.mixed and sessions_dir is not None:
             _remember_text(c, state.texts, workspace, sessions_dir)
         yield c, True
 
