@@ -92,6 +92,9 @@ def test_heartbeat_polls_and_silent_replies_are_not_saved(tmp_path: Path, limit:
     ])
     assert recent_messages(t, limit) == ["user: the boiler service is booked for March 3",
                                          "assistant: Noted, March 3.", "user: (group) Dana: bring the cake"][-limit:]
+    # a real message a model answered HEARTBEAT_OK by mistake is kept (a poll names the heartbeat)
+    t = write_transcript(tmp_path / "t2.jsonl", [user("the locksmith comes Tuesday"), assistant("HEARTBEAT_OK")])
+    assert recent_messages(t, limit) == ["user: the locksmith comes Tuesday"]
 
 
 def test_vector_64_file_name_and_format_without_slug(tmp_path: Path) -> None:

@@ -111,3 +111,15 @@ def test_heartbeat_polls_answered_heartbeat_ok_are_not_indexed(
     assert not any("HEARTBEAT" in r.snippet for r in tasks + barbecue)
     assert barbecue and "barbecue moved to Sunday" in barbecue[0].snippet
     assert "HEARTBEAT" not in shown and "NO_REPLY" not in shown and "garage sale" in shown
+
+
+def test_a_message_answered_heartbeat_ok_by_mistake_is_kept(tmp_path: Path) -> None:
+    """Only a poll (a message naming the heartbeat) goes with its HEARTBEAT_OK: a real message a
+    model answered with the token is still indexed."""
+    from memdir.sessions.transcript import session_document
+
+    t = tmp_path / "s.jsonl"
+    _write_transcript(t, [("user", "the locksmith comes Tuesday at 9"), ("assistant", "HEARTBEAT_OK"),
+                          ("user", HEARTBEAT_POLL), ("assistant", "**HEARTBEAT_OK**")])
+    doc = session_document(t)
+    assert doc.text == "User: the locksmith comes Tuesday at 9" and doc.line_map == [2]

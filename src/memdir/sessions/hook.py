@@ -26,7 +26,7 @@ from memdir.memfiles import create_memory_file
 from memdir.redact import redact_text
 from memdir.sessions.flush import HEARTBEAT_TOKEN
 from memdir.sessions.store import RESET_MARKER, SessionEntry, clean_text, iter_records, records_from_end
-from memdir.sessions.transcript import elide_data_uris, silent_token
+from memdir.sessions.transcript import elide_data_uris, is_heartbeat_poll, silent_token
 from memdir.timezones import local_time, resolve_timezone
 
 log = logging.getLogger(__name__)
@@ -162,12 +162,12 @@ def recent_messages(path: str | os.PathLike[str], limit: int = DEFAULT_MESSAGES,
                     continue
                 if backwards:
                     poll_answered = True
-                elif out and out[-1][0] == "user":
+                elif out and out[-1][0] == "user" and is_heartbeat_poll(out[-1][1]):
                     out.pop()
                 continue
             if poll_answered:
                 poll_answered = False
-                if message["role"] == "user":
+                if message["role"] == "user" and is_heartbeat_poll(text):
                     continue
             out.append((message["role"], text))
             if len(out) == limit:
