@@ -77,6 +77,26 @@ def test_message_extraction_rules(tmp_path: Path) -> None:
     assert recent_messages(t, 15) == ["user: first block", "assistant: multi\nline\nreply"]
 
 
+POLL = "Read HEARTBEAT.md if it exists (workspace context). If nothing needs attention, reply HEARTBEAT_OK."
+
+
+@pytest.mark.parametrize("limit", [4, 0])
+def test_heartbeat_polls_and_silent_replies_are_not_saved(tmp_path: Path, limit: int) -> None:
+    """An agent polled every 30 minutes between messages saved the polls and their HEARTBEAT_OK of
+    its last messages, and none of the conversation before them; they are left out as the index
+    leaves them out (a message answered NO_REPLY, from a group chat, is kept, without the token)."""
+    t = write_transcript(tmp_path / "t.jsonl", [
+        user("the boiler service is booked for March 3"), assistant("Noted, March 3."),
+        user("(group) Dana: bring the cake"), assistant("NO_REPLY"),
+        *[r for _ in range(5) for r in (user(POLL), assistant([{"type": "text", "text": " HEARTBEAT_OK "}]))],
+    ])
+    assert recent_messages(t, limit) == ["user: the boiler service is booked for March 3",
+                                         "assistant: Noted, March 3.", "user: (group) Dana: bring the cake"][-limit:]
+    # a real message a model answered HEARTBEAT_OK by mistake is kept (a poll names the heartbeat)
+    t = write_transcript(tmp_path / "t2.jsonl", [user("the locksmith comes Tuesday"), assistant("HEARTBEAT_OK")])
+    assert recent_messages(t, limit) == ["user: the locksmith comes Tuesday"]
+
+
 def test_vector_64_file_name_and_format_without_slug(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     t = write_transcript(tmp_path / "s" / "abc.jsonl", [user("hello"), assistant("hi")])

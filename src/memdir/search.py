@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -574,6 +575,7 @@ def run_search(
     # Widening reads notes, so a candidate is widened only when the choice below reaches it (in
     # rank order, each against the ones before it): none after the last one that can be returned.
     shown_so_far = _Shown()
+    shown_so_far.mixed = sessions_dir is not None and len({c.source for c in cands}) > 1
 
     def widen(items: Iterable[Candidate]) -> Iterator[tuple[Candidate, bool]]:
         if tune.expand_chars <= 0:
@@ -710,6 +712,12 @@ class _Shown:
         self.costs: dict[str, Sequence[int]] = {}
         self.messages: dict[str, tuple[Sequence[int], Sequence[int]]] = {}
         self.spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        # the text shown so far, folded (:func:`_fold`), by source: with transcripts searched beside
+        # notes, a result repeating only what a better one shows is not shown (:func:`_repeats`)
+        self.texts: dict[str, list[str]] = {"memory": [], "sessions": []}
+        #: candidates of both sources are ranked: only then is the text shown kept and compared (a
+        #: transcript's is read from its file)
+        self.mixed = False
 
 
 def _widen(cands: Iterable[Candidate], chars: int, workspace: Path, *, disjoint: bool,
@@ -727,12 +735,18 @@ def _widen(cands: Iterable[Candidate], chars: int, workspace: Path, *, disjoint:
     costs, messages, shown = state.costs, state.messages, state.spans
     root = str(workspace)
     for c in cands:
+        if state.mixed and _repeats(c, state.texts):
+            yield c, False  # the same turns, shown by a better result of the other source
+            continue
         if c.source == "sessions" and sessions_dir is not None and INDEXING["widen_sessions"]:
             if c.path not in messages:
                 messages[c.path] = TRANSCRIPT_LINES.messages(os.path.join(sessions_dir, os.path.basename(c.path)))
             if messages[c.path][1]:  # its spans count messages, not JSONL lines: a key of their own
-                yield c, _widen_messages(c, *messages[c.path], chars, shown.setdefault(("messages", c.path), []),
-                                         disjoint=disjoint)
+                kept = _widen_messages(c, *messages[c.path], chars, shown.setdefault(("messages", c.path), []),
+                                       disjoint=disjoint)
+                if kept and state.mixed:
+                    _remember_text(c, state.texts, workspace, sessions_dir)
+                yield c, kept
                 continue
         spans = shown.setdefault((c.source, c.path), [])
         own = range(c.start_line, c.end_line + 1)
@@ -752,7 +766,58 @@ def _widen(cands: Iterable[Candidate], chars: int, workspace: Path, *, disjoint:
                 taken = [*taken, (top - 1, top - 1), (bottom + 1, bottom + 1)]
             c.start_line, c.end_line = _grow(costs[c.path], c.start_line, c.end_line, chars, taken)
         spans.append((c.start_line, c.end_line))
+        if state.mixed and sessions_dir is not None:
+            _remember_text(c, state.texts, workspace, sessions_dir)
         yield c, True
+
+
+#: A list item's marker and a speaker's or role's label before a line's text ("- Caroline: ",
+#: "user: ", "User: "): a turn a note quotes and the transcript's message of it differ only there.
+_LABEL = re.compile(r"^(?:(?:[-*+]|\d+[.)])\s+)?(?:\*{0,2}[^:*\n]{1,40}\*{0,2}:\s+)?")
+
+
+_HEADING_LINE = re.compile(r"^\s{0,3}#{1,6}\s")
+
+
+def _fold(text: str) -> str:
+    """``text`` compared as a reader would: case and runs of blanks ignored."""
+    return " ".join(text.split()).casefold()
+
+
+def _repeats(c: Candidate, texts: dict[str, list[str]]) -> bool:
+    """Whether every line of ``c``'s chunk (a transcript's message, a note's line but its headings,
+    each without its list marker and speaker label) is in what a better result of the other source
+    shows.
+
+    With the ``sessions`` source on, a conversation is often both a transcript and a note (the
+    session hook's ``user: …`` lines, a chat written down in a daily log): the two copies of the
+    same turns took two of the six places, each time the turns matched.  Within one source nothing
+    changes (a note's own lines are handled by the spans of :func:`_widen`)."""
+    other = texts["memory" if c.source == "sessions" else "sessions"]
+    if not other:
+        return False
+    units = [_fold(_LABEL.sub("", line, count=1)) for line in c.snippet.split("\n")
+             if c.source == "sessions" or not _HEADING_LINE.match(line)]  # a heading names, says nothing
+    units = [u for u in units if u]
+    return bool(units) and all(any(u in shown for shown in other) for u in units)
+
+
+def _remember_text(c: Candidate, texts: dict[str, list[str]], workspace: Path, sessions_dir: Path) -> None:
+    """Keep the folded text of the lines ``c`` shows (its widened range), for :func:`_repeats`."""
+    if c.source == "sessions":
+        from memdir.sessions.readable import read_session_lines
+
+        try:
+            text = read_session_lines(c.path, sessions_dir, c.start_line, c.end_line - c.start_line + 1)
+        except Exception:  # (an unreadable transcript: its chunk's own text)
+            text = c.snippet
+        texts["sessions"].append(_fold(text))
+    elif c.source == "memory":
+        from memdir.note_lines import _read_text
+
+        whole = _read_text(os.path.join(str(workspace), c.path))
+        lines = whole.split("\n")[c.start_line - 1:c.end_line] if whole is not None else [c.snippet]
+        texts["memory"].append(_fold("\n".join(lines)))
 
 
 def _widen_messages(c: Candidate, widths: Sequence[int], jsonl: Sequence[int], chars: int,

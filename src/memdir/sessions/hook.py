@@ -24,8 +24,9 @@ from typing import Any
 
 from memdir.memfiles import create_memory_file
 from memdir.redact import redact_text
+from memdir.sessions.flush import HEARTBEAT_TOKEN
 from memdir.sessions.store import RESET_MARKER, SessionEntry, clean_text, iter_records, records_from_end
-from memdir.sessions.transcript import elide_data_uris
+from memdir.sessions.transcript import elide_data_uris, is_heartbeat_poll, silent_token
 from memdir.timezones import local_time, resolve_timezone
 
 log = logging.getLogger(__name__)
@@ -127,16 +128,21 @@ def recent_messages(path: str | os.PathLike[str], limit: int = DEFAULT_MESSAGES,
     """The last ``limit`` ``"<role>: <text>"`` lines, filtering *before* slicing (R§13 step 5).
 
     Kept: user/assistant message records with text; dropped: tool records, slash commands,
-    user messages relayed from another session, empty text.  Raw text, newlines kept, but secrets
-    masked as the index masks them (R§8): the file is a memory file, indexed and shown to the
-    agent unredacted.  Lines are read as the index reads them (:func:`iter_records`): split on
-    ``\\n`` only, so a message holding U+2028 or U+0085 (which ``str.splitlines`` splits) is kept, and
-    a record nested too deep for the JSON parser is skipped rather than failing the hook.
+    user messages relayed from another session, empty text, and as the index drops them, replies
+    that are only ``HEARTBEAT_OK`` or ``NO_REPLY`` and the heartbeat polls answered ``HEARTBEAT_OK``
+    (an agent polled every 30 minutes saved 7 polls and their replies of its last 15 messages).
+    Raw text, newlines kept, but secrets masked as the index masks them (R§8): the file is a
+    memory file, indexed and shown to the agent unredacted.  Lines are read as the index reads
+    them (:func:`iter_records`): split on ``\\n`` only, so a message holding U+2028 or U+0085
+    (which ``str.splitlines`` splits) is kept, and a record nested too deep for the JSON parser is
+    skipped rather than failing the hook.
     """
     out: list[tuple[str, str]] = []
+    backwards = limit > 0
+    poll_answered = False  # (backwards) the message before is a heartbeat poll answered HEARTBEAT_OK
     try:
         # the last ones first, read from the file's end, when only some are wanted
-        records = records_from_end(path) if limit > 0 else (record for _, record in iter_records(path))
+        records = records_from_end(path) if backwards else (record for _, record in iter_records(path))
         for record in records:
             if record.get("type") != "message":
                 continue
@@ -150,6 +156,19 @@ def recent_messages(path: str | os.PathLike[str], limit: int = DEFAULT_MESSAGES,
             text = _first_text(message["content"])
             if not text or not text.strip() or text.lstrip().startswith("/"):
                 continue
+            token = silent_token(" ".join(text.split())) if message["role"] == "assistant" else None
+            if token is not None:
+                if token != HEARTBEAT_TOKEN:
+                    continue
+                if backwards:
+                    poll_answered = True
+                elif out and out[-1][0] == "user" and is_heartbeat_poll(out[-1][1]):
+                    out.pop()
+                continue
+            if poll_answered:
+                poll_answered = False
+                if message["role"] == "user" and is_heartbeat_poll(text):
+                    continue
             out.append((message["role"], text))
             if len(out) == limit:
                 break

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memdir.redact import redact_text
+from memdir.sessions.flush import HEARTBEAT_TOKEN, SILENT_REPLY_TOKEN
 from memdir.sessions.store import clean_text, iter_records
 from memdir.textutil import elide_data_uris
 
@@ -138,6 +139,32 @@ def session_rel_path(path: str | os.PathLike[str]) -> str:
     return "sessions/" + Path(path).name
 
 
+#: What may stand around a silent reply's token (``HEARTBEAT_OK.``, ``**NO_REPLY**``).
+_TOKEN_PUNCTUATION = " \t\n.!*_`'\"()[]"
+
+
+def silent_token(text: str) -> str | None:
+    """``HEARTBEAT_OK`` or ``NO_REPLY`` for a reply that is only that token (the agent had nothing
+    to say), else ``None``.
+
+    A heartbeat poll (every 30 minutes, the same prompt each time) answered ``HEARTBEAT_OK`` was
+    indexed as its two messages: a day of them was 48 copies of one text, which matched every
+    question with a word of the prompt ("tasks", "attention", "chats") and made those words so common
+    that keyword search scored a note holding them near 0.  Such a reply and the poll it answers
+    (:func:`is_heartbeat_poll`) are left out; a ``NO_REPLY`` answers a real message (a group chat
+    not addressed to the agent), which is kept (the session hook leaves them out of its capture
+    the same way)."""
+    token = text.strip(_TOKEN_PUNCTUATION)
+    return token if token in (HEARTBEAT_TOKEN, SILENT_REPLY_TOKEN) else None
+
+
+def is_heartbeat_poll(text: str, prefix: str = "") -> bool:
+    """Whether a user message (``prefix`` and its text) answered ``HEARTBEAT_OK`` is a heartbeat
+    poll: it names the heartbeat (``HEARTBEAT.md``, ``HEARTBEAT_OK``, as a poll must to be answered
+    so).  A real message a model answered with the token by mistake is kept."""
+    return text.startswith(prefix) and "HEARTBEAT" in text
+
+
 def build_session_text(
     records: Iterable[tuple[int, dict[str, Any]]], *, redact: bool = True
 ) -> tuple[str, list[int], list[int]]:
@@ -154,6 +181,10 @@ def build_session_text(
             continue
         text = normalize_message_text(message.get("content"))
         if not text:
+            continue
+        if role == "assistant" and (token := silent_token(text)):
+            if token == HEARTBEAT_TOKEN and lines and is_heartbeat_poll(lines[-1], "User: "):
+                del lines[-1], line_map[-1], stamps[-1]  # the heartbeat poll this reply answers
             continue
         text = elide_data_uris(clean_text(text))
         if redact:
