@@ -57,3 +57,22 @@ def test_thousands_of_bullets_are_written_in_a_few_commits(tmp_path: Path) -> No
         assert ltm.table.table().version <= 6  # created, two batches, compaction: not one per bullet
         again = ltm.import_markdown("\n".join(lines))  # a run stopped halfway, run again: nothing twice
         assert not again.created and len(again.duplicates) == 1500
+
+
+def test_a_long_import_says_how_far_it_is(tmp_path: Path, make_workspace, run_cli) -> None:
+    """``memdir ltm import`` of thousands of bullets said nothing until the end (the local model
+    embedding them for minutes); it prints progress lines on stderr, as ``memdir index`` does (a
+    bar on a terminal), and none with --json, whose stdout is the report alone."""
+    ws = make_workspace({}, name="bulk-ws")
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text('{"memorySearch": {"provider": "none"}}')
+    base = ("--workspace", str(ws), "--config", str(cfg))
+    bullets = tmp_path / "bullets.md"
+    bullets.write_text("".join(f"- Fact {i}: the user's item {i} is colour {i * 7 % 11}\n" for i in range(40)))
+    every_call = {"MEMDIR_PROGRESS_INTERVAL": "0"}
+    done = run_cli("ltm", "import", str(bullets), *base, env=every_call, check=True, timeout=300)
+    assert done.stdout.startswith("Imported: 40 created")
+    assert "ltm import: 40/40 memories embedded" in done.stderr
+    assert "ltm import: 40/40 memories written" in done.stderr
+    quiet = run_cli("ltm", "import", str(bullets), "--json", *base, env=every_call, check=True, timeout=300)
+    assert "ltm import:" not in quiet.stderr
