@@ -16,7 +16,7 @@ pytest.importorskip("lancedb")
 
 def make(tmp_path: Path, provider: Any = None, *, ltm: dict | None = None) -> LongTermMemory:
     ws = tmp_path / "ws"
-    ws.mkdir(exist_ok=True)
+    ws.mkdir(parents=True, exist_ok=True)
     settings = load_config(workspace=ws, state_dir=tmp_path / "state", agent_id="main",
                            overrides={"longTermMemory": ltm or {}}).settings
     return LongTermMemory(settings, provider=provider or AxisProvider())
@@ -76,3 +76,41 @@ def test_a_long_import_says_how_far_it_is(tmp_path: Path, make_workspace, run_cl
     assert "ltm import: 40/40 memories written" in done.stderr
     quiet = run_cli("ltm", "import", str(bullets), "--json", *base, env=every_call, check=True, timeout=300)
     assert "ltm import:" not in quiet.stderr
+
+
+def test_the_json_of_ltm_list_imports_back_exactly(tmp_path: Path) -> None:
+    """``ltm list --all --json`` (each memory to the millisecond, superseded ones with who replaced
+    them) given to ``ltm import`` was read as Markdown: every line 'not understood', nothing
+    imported.  It is read as JSON, and JSON Lines too, and restores every field."""
+    import json
+
+    provider = AxisProvider({"I prefer dark mode": axis(0), "I now prefer light mode": near(0.85)})
+    with make(tmp_path / "a", provider) as ltm:
+        ltm.store("I prefer dark mode", category="preference", importance=0.25)
+        ltm.store("I now prefer light mode", category="preference")
+        ltm.store("The deploy window is Friday 14:00", category="decision", importance=0.9)
+        before = [r.as_dict() for r in ltm.list(include_superseded=True)]
+    assert any("supersededBy" in m for m in before)
+    with make(tmp_path / "b", AxisProvider(provider.vectors)) as ltm:
+        report = ltm.import_markdown(json.dumps(before, indent=2))
+        assert len(report.created) == 3
+        assert [r.as_dict() for r in ltm.list(include_superseded=True)] == before
+    with make(tmp_path / "c", AxisProvider(provider.vectors)) as ltm:
+        ltm.import_markdown("\n".join(json.dumps(m) for m in before))
+        assert [r.as_dict() for r in ltm.list(include_superseded=True)] == before
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ('{"text": "one"}\n{"text": "two"}\n{"text": "three",}\n', "line 3: not valid JSON"),
+    ('[\n  {"text": "one"},\n  {"text": "two", "importance": "high"}\n]', 'line 3: "importance" is "high"'),
+    ('{"text": "one"}\n{"id": "x", "text": "two"}\n', 'line 2: "id" "x" is not a memory id'),
+    ('{"text": "one"}\n["two"]\n', "line 2: a memory is a JSON object"),
+])
+def test_a_bad_json_line_is_named_and_nothing_is_imported(tmp_path: Path, text: str, error: str) -> None:
+    from memdir.ltm import LtmError
+
+    with make(tmp_path) as ltm:
+        with pytest.raises(LtmError, match=error):
+            ltm.import_markdown(text)
+        assert ltm.list() == []
+

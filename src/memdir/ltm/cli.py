@@ -50,8 +50,9 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
     p = cmd("export", "write the memories as Markdown (one dated bullet per memory)")
     p.add_argument("--out", type=Path, help="file to write (default, or '-': stdout)")
     p.add_argument("--all", action="store_true", help="include superseded memories")
-    p = cmd("import", "store the memories of a Markdown file (an export, an edited mirror, or plain bullets)")
-    p.add_argument("file", type=Path, help="Markdown file; '-' reads stdin")
+    p = cmd("import", "store the memories of a Markdown file (an export, an edited mirror, or plain bullets) "
+                      "or of JSON (ltm list --json, or one object a line)")
+    p.add_argument("file", type=Path, help="Markdown or JSON file; '-' reads stdin")
     cmd("reembed", "re-embed every memory with the configured model (after changing models)")
 
 

@@ -63,6 +63,10 @@ class ParsedMemory:
     superseded_by: str | None = None
     superseded: bool = False
     line: int = 0
+    #: From JSON only (a bullet's date has no time of day): the exact milliseconds, and the source.
+    created_at: int | None = None
+    superseded_at: int | None = None
+    source: str | None = None
 
 
 def _zone(timezone: str | None) -> tzinfo:
@@ -169,6 +173,85 @@ def parse(text: str) -> tuple[list[ParsedMemory], list[int]]:
                 skipped.append(no)
     flush()
     return items, skipped
+
+
+#: JSON, not Markdown: an object first, or an array opening on one (or empty).  A Markdown file
+#: starting with a link ("[notes](x)") is still Markdown.
+_JSON_START = re.compile(r"^\s*(?:\{|\[\s*[{\]])")
+_BLANKS = re.compile(r"\s*")
+
+
+def parse_any(text: str) -> tuple[list[ParsedMemory], list[int]]:
+    """:func:`parse` for Markdown; for JSON, :func:`parse_json`.  Why: ``ltm list --all --json``
+    (the one copy that keeps each memory's time to the millisecond) or a JSONL file given to
+    ``ltm import`` was read as Markdown, every line "not understood", and the import said
+    "Imported: 0 created", exit 0."""
+    return parse_json(text) if _JSON_START.match(text) else parse(text)
+
+
+def parse_json(text: str) -> tuple[list[ParsedMemory], list[int]]:
+    """Memories of a JSON array of objects (``ltm list --json``) or of JSON Lines, one object a
+    line, each ``{"text", "id"?, "category"?, "importance"?, "createdAt"?, "supersededBy"?,
+    "supersededAt"?, "source"?}`` (a LanceDB row of OpenClaw's has these names; other keys are
+    passed over).  Raises :class:`LtmError` naming the line of the first one that is not such an
+    object: nothing is imported from a file read in part."""
+    from memdir.ltm.store import LtmError
+
+    decoder = json.JSONDecoder()
+    found: list[tuple[int, object]] = []
+    try:
+        if text.lstrip().startswith("["):
+            json.loads(text)  # the whole array first: its error's line, before anything is taken
+            # then each element with the line it starts on (valid JSON: "[", values, ",", "]")
+            at, line, counted = _BLANKS.match(text, text.index("[") + 1).end(), 1, 0
+            while text[at] != "]":
+                line, counted = line + text.count("\n", counted, at), at
+                value, end = decoder.raw_decode(text, at)
+                found.append((line, value))
+                at = _BLANKS.match(text, end).end()
+                if text[at] == ",":
+                    at = _BLANKS.match(text, at + 1).end()
+        else:
+            try:
+                found.append((1, json.loads(text)))  # one object, maybe over several lines
+            except json.JSONDecodeError:
+                for no, row in enumerate(text.splitlines(), 1):
+                    if row.strip():
+                        found.append((no, json.loads(row)))
+    except json.JSONDecodeError as exc:  # (a line of JSON Lines: its own number)
+        line_no = exc.lineno if text.lstrip().startswith("[") else no
+        raise LtmError(f"line {line_no}: not valid JSON ({exc.msg}); nothing imported") from None
+    return [_json_memory(value, no) for no, value in found], []
+
+
+def _json_memory(value: object, line: int) -> ParsedMemory:
+    from memdir.ltm.store import UUID_RE, LtmError
+
+    def fail(what: str) -> LtmError:
+        return LtmError(f"line {line}: {what}; nothing imported")
+
+    if not isinstance(value, dict):
+        raise fail(f"a memory is a JSON object ({{\"text\": …}}), not {type(value).__name__}")
+    text = value.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise fail('a memory needs its "text", a string')
+
+    def optional(key: str, kind: type | tuple[type, ...]) -> object:
+        got = value.get(key)
+        if got is not None and (not isinstance(got, kind) or isinstance(got, bool)):
+            raise fail(f'"{key}" is {json.dumps(got)[:40]}, not a {"string" if kind is str else "number"}')
+        return got
+
+    memory_id, by = optional("id", str), optional("supersededBy", str)
+    for key, uid in (("id", memory_id), ("supersededBy", by)):
+        if uid is not None and not UUID_RE.match(str(uid)):
+            raise fail(f'"{key}" {json.dumps(uid)[:50]} is not a memory id (a UUID)')
+    importance = optional("importance", (int, float))
+    created, at = optional("createdAt", int), optional("supersededAt", int)
+    return ParsedMemory(text=text.strip(), category=optional("category", str), id=memory_id,  # type: ignore[arg-type]
+                        importance=float(importance) if importance is not None else None,  # type: ignore[arg-type]
+                        superseded_by=by, superseded=by is not None, line=line,  # type: ignore[arg-type]
+                        created_at=created, superseded_at=at, source=optional("source", str))  # type: ignore[arg-type]
 
 
 def _parse_bullet(body: str, line: int) -> ParsedMemory | None:

@@ -485,7 +485,8 @@ class LongTermMemory:
         return render(self.list(include_superseded=include_superseded), timezone=self.settings.user_timezone)
 
     def import_markdown(self, text: str, *, progress: Callable[[str, int, int], None] | None = None) -> ImportReport:
-        """Apply a Markdown file (an export, an edited mirror, or bullets a person wrote) to the store.
+        """Apply a Markdown file (an export, an edited mirror, or bullets a person wrote) to the store,
+        or JSON (``ltm list --json``'s array, or JSON Lines: :func:`memdir.ltm.markdown.parse_json`).
 
         Bullets with a known id update that memory when text or category changed; bullets with an
         unknown id are restored as they are (id, date, importance, superseded state); bullets
@@ -500,9 +501,9 @@ class LongTermMemory:
     def _import_once(self, text: str, progress: Callable[[str, int, int], None] | None) -> ImportReport:
         import numpy as np
 
-        from memdir.ltm.markdown import ms_of_day, parse
+        from memdir.ltm.markdown import ms_of_day, parse_any
 
-        items, skipped = parse(clean_text(text))
+        items, skipped = parse_any(clean_text(text))
         report = ImportReport(skipped_lines=skipped)
         if not items:
             return report
@@ -517,7 +518,8 @@ class LongTermMemory:
                 raise LtmError(f"line {item.line}: importance must be between 0 and 1, got {item.importance:g}")
             try:
                 # A bullet's date has no time of day: file order breaks ties, so a restore lists alike.
-                days.append(ms_of_day(item.date, tz) + position if item.date else None)
+                days.append(item.created_at if item.created_at is not None else
+                            ms_of_day(item.date, tz) + position if item.date else None)
             except ValueError as exc:
                 raise LtmError(f"line {item.line}: {exc}") from None
         # Embedded in batches, each cached as it comes: a run stopped halfway (Ctrl-C, a provider
@@ -586,8 +588,9 @@ class LongTermMemory:
             if key is not None:
                 by = item.superseded_by.lower() if item.superseded_by else None
                 record = MemoryRecord(id=key, text=item.text, category=category, importance=importance,
-                                      created_at=created or self._clock(), superseded_by=by,
-                                      superseded_at=now if by else None, source="import", vector=vector)
+                                      created_at=created if created is not None else self._clock(),
+                                      superseded_by=by, superseded_at=(item.superseded_at or now) if by else None,
+                                      source=item.source or "import", vector=vector)
                 new[key], position_of[key] = record, position
                 near.pending[position] = record.active
                 report.created.append(key)
