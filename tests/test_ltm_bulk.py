@@ -114,3 +114,17 @@ def test_a_bad_json_line_is_named_and_nothing_is_imported(tmp_path: Path, text: 
             ltm.import_markdown(text)
         assert ltm.list() == []
 
+
+def test_a_file_of_no_memories_is_no_import(tmp_path: Path, make_workspace, run_cli) -> None:
+    """A file memdir reads no memory from (prose, a CSV) said 'Imported: 0 created, 0 updated, 0
+    unchanged, 0 duplicates', exit 0, as if it had worked, and listed every line number in one
+    line (10,000 lines: 58 KB); it fails naming the first few lines and the formats it reads."""
+    ws = make_workspace({}, name="none-ws")
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text('{"memorySearch": {"provider": "none"}}')
+    notes = tmp_path / "notes.csv"
+    notes.write_text("".join(f"{i},the user likes item {i}\n" for i in range(500)))
+    done = run_cli("ltm", "import", str(notes), "--workspace", str(ws), "--config", str(cfg))
+    assert done.returncode == 1 and done.stdout == ""
+    assert "holds no memory memdir can read (lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, … (500 lines) not" in done.stderr
+    assert "nothing imported" in done.stderr and len(done.stderr) < 400

@@ -258,14 +258,26 @@ def _import(ltm: Any, args: argparse.Namespace) -> int:
         report = ltm.import_markdown(text, progress=progress)
     finally:
         close()
+    if report.skipped_lines and not (report.created or report.updated or report.unchanged or report.duplicates):
+        # (a file of no bullets was "Imported: 0 created, …", exit 0, as if it had worked)
+        lines = _numbers(report.skipped_lines)
+        raise CliError(f"ltm import: {name} holds no memory memdir can read (lines {lines} not understood): it "
+                       "reads Markdown bullets ('- I prefer dark mode', as ltm export writes) or JSON (ltm list "
+                       "--json, or one object a line); nothing imported")
     if args.json:
         _print(report.as_dict())
     else:
         print(f"Imported: {len(report.created)} created, {len(report.updated)} updated, "
               f"{len(report.unchanged)} unchanged, {len(report.duplicates)} duplicates")
         if report.skipped_lines and not getattr(args, "quiet", False):  # a note, which -q leaves out
-            print(f"Lines not understood (not bullets): {', '.join(map(str, report.skipped_lines))}", file=sys.stderr)
+            print(f"Lines not understood (not bullets): {_numbers(report.skipped_lines)}", file=sys.stderr)
     return 0
+
+
+def _numbers(lines: list[int], most: int = 10) -> str:
+    """Line numbers for a person: the first few and how many (10,000 of them made one line of 58 KB)."""
+    shown = ", ".join(map(str, lines[:most]))
+    return shown if len(lines) <= most else f"{shown}, … ({len(lines):,} lines)"
 
 
 def _import_progress(enabled: bool) -> tuple[Callable[[str, int, int], None] | None, Callable[[], None]]:
