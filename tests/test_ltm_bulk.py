@@ -22,7 +22,9 @@ def make(tmp_path: Path, provider: Any = None, *, ltm: dict | None = None) -> Lo
     return LongTermMemory(settings, provider=provider or AxisProvider())
 
 
-def test_a_list_of_alike_facts_is_imported_side_by_side(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store_in_memory", [True, False])
+def test_a_list_of_alike_facts_is_imported_side_by_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        store_in_memory: bool) -> None:
     """Each bullet without an id was stored as ``ltm store`` does, so each one superseded the bullet
     before it when they scored ≥ 0.8 in one category: 'server web-1 has IP 10.0.0.1' … 'web-4 …
     10.0.0.4' (a change of digits is a correction) kept web-4 alone, three facts gone from search
@@ -32,6 +34,8 @@ def test_a_list_of_alike_facts_is_imported_side_by_side(tmp_path: Path) -> None:
     vectors = {text: near(0.97 - 0.02 * i, 2, 10 + i) for i, text in enumerate(servers)}  # 0.85-0.94 apart
     vectors |= {"The billing service uses Postgres": axis(0),  # stored before the import
                 "The auth service uses Postgres": near(0.85, 0, 9)}
+    if not store_in_memory:  # a store too big to read whole is searched a bullet at a time
+        monkeypatch.setattr("memdir.ltm.bulk.IN_MEMORY_FLOATS", 0)
     with make(tmp_path, AxisProvider(vectors)) as ltm:
         old = ltm.store("The billing service uses Postgres", category="fact").record
         lines = [f"- [fact] {text}" for text in servers] + ["- [fact] The auth service uses Postgres",
@@ -43,6 +47,19 @@ def test_a_list_of_alike_facts_is_imported_side_by_side(tmp_path: Path) -> None:
         gone = ltm.get(old.id)
         assert gone is not None and gone.superseded_by == report.created[4]
         assert ltm.get(gone.superseded_by).text == "The auth service uses Postgres"
+
+
+@pytest.mark.parametrize("scoring", ["cosine", "openclaw"])
+def test_an_import_skips_what_a_store_would(tmp_path: Path, scoring: str) -> None:
+    """The bullets are compared in memory with the store's own scale: with ``scoring = openclaw``
+    (1/(1+d²)) cosine 0.974 is a duplicate and 0.97 is not, as for ``ltm store``."""
+    provider = AxisProvider({"a": axis(0), "b": near(0.974), "c": near(0.97, 0, 2), "d": near(0.96, 0, 3)})
+    with make(tmp_path, provider, ltm={"scoring": scoring, "supersede": False}) as ltm:
+        ltm.store("a", category="fact")
+        report = ltm.import_markdown("- [fact] b\n- [fact] c\n- [fact] d\n")
+        kept = {r.text for r in ltm.list()}
+        assert kept == ({"a", "c", "d"} if scoring == "openclaw" else {"a"})
+        assert len(report.duplicates) == (1 if scoring == "openclaw" else 3)
 
 
 def test_thousands_of_bullets_are_written_in_a_few_commits(tmp_path: Path) -> None:
