@@ -122,6 +122,7 @@ def test_the_json_of_ltm_list_imports_back_exactly(tmp_path: Path) -> None:
     ('[\n  {"text": "one"},\n  {"text": "two", "importance": "high"}\n]', 'line 3: "importance" is "high"'),
     ('{"text": "one"}\n{"id": "x", "text": "two"}\n', 'line 2: "id" "x" is not a memory id'),
     ('{"text": "one"}\n["two"]\n', "line 2: a memory is a JSON object"),
+    ('{"text": "one", "createdAt": 1.5e12}\n', r'line 1: "createdAt" is 1500000000000.0, not a whole number'),
 ])
 def test_a_bad_json_line_is_named_and_nothing_is_imported(tmp_path: Path, text: str, error: str) -> None:
     from memdir.ltm import LtmError

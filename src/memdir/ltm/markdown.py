@@ -239,7 +239,8 @@ def _json_memory(value: object, line: int) -> ParsedMemory:
     def optional(key: str, kind: type | tuple[type, ...]) -> object:
         got = value.get(key)
         if got is not None and (not isinstance(got, kind) or isinstance(got, bool)):
-            raise fail(f'"{key}" is {json.dumps(got)[:40]}, not a {"string" if kind is str else "number"}')
+            what = "string" if kind is str else "whole number (milliseconds)" if kind is int else "number"
+            raise fail(f'"{key}" is {json.dumps(got)[:40]}, not a {what}')
         return got
 
     memory_id, by = optional("id", str), optional("supersededBy", str)
