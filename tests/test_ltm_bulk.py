@@ -49,6 +49,19 @@ def test_a_list_of_alike_facts_is_imported_side_by_side(tmp_path: Path, monkeypa
         assert ltm.get(gone.superseded_by).text == "The auth service uses Postgres"
 
 
+def test_an_import_says_which_memories_it_superseded(tmp_path: Path) -> None:
+    """A bullet that supersedes a memory stored before takes it out of search and recall; the
+    import said 'Imported: 1 created …' and nothing of it (``ltm store`` names it).  The report
+    lists them (``superseded``, and ', 1 superseded (ltm list --all)' on the summary line)."""
+    provider = AxisProvider({"We deploy on Fridays": axis(0), "We deploy on Thursdays now": near(0.85)})
+    with make(tmp_path, provider) as ltm:
+        old = ltm.store("We deploy on Fridays", category="decision").record
+        report = ltm.import_markdown("- [decision] We deploy on Thursdays now\n")
+        assert report.superseded == [old.id] and report.as_dict()["superseded"] == [old.id]
+        again = ltm.import_markdown("- [decision] We deploy on Thursdays now\n")
+        assert again.duplicates and again.superseded == []
+
+
 @pytest.mark.parametrize("scoring", ["cosine", "openclaw"])
 def test_an_import_skips_what_a_store_would(tmp_path: Path, scoring: str) -> None:
     """The bullets are compared in memory with the store's own scale: with ``scoring = openclaw``

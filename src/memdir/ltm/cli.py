@@ -267,8 +267,10 @@ def _import(ltm: Any, args: argparse.Namespace) -> int:
     if args.json:
         _print(report.as_dict())
     else:
+        # the memories a bullet superseded left search and recall: said, as `ltm store` says them
+        superseded = f", {len(report.superseded)} superseded (ltm list --all)" if report.superseded else ""
         print(f"Imported: {len(report.created)} created, {len(report.updated)} updated, "
-              f"{len(report.unchanged)} unchanged, {len(report.duplicates)} duplicates")
+              f"{len(report.unchanged)} unchanged, {len(report.duplicates)} duplicates{superseded}")
         if report.skipped_lines and not getattr(args, "quiet", False):  # a note, which -q leaves out
             print(f"Lines not understood (not bullets): {_numbers(report.skipped_lines)}", file=sys.stderr)
     return 0

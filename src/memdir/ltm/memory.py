@@ -622,6 +622,7 @@ class LongTermMemory:
                     target.superseded_by, target.superseded_at = record.id, now
                     changed[old.id] = target
                     near.supersede(old.id)
+                    report.superseded.append(old.id)
         return list(new.values()), list(changed.values())
 
     def reembed(self) -> int:
