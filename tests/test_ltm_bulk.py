@@ -159,3 +159,24 @@ def test_a_file_of_no_memories_is_no_import(tmp_path: Path, make_workspace, run_
     assert done.returncode == 1 and done.stdout == ""
     assert "holds no memory memdir can read (lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, … (500 lines) not" in done.stderr
     assert "nothing imported" in done.stderr and len(done.stderr) < 400
+
+
+def test_a_utf16_export_imports_back(tmp_path: Path, make_workspace, run_cli) -> None:
+    """Windows PowerShell 5's ``memdir ltm export > ltm.md`` writes UTF-16 with a byte order mark,
+    which ``ltm import`` refused as 'not valid UTF-8 (at byte 1)'; it is read as UTF-16 (as notes
+    are), and UTF-16 that does not decode is named so."""
+    import codecs
+
+    ws = make_workspace({}, name="utf16-ws")
+    cfg = tmp_path / "memdir.json"
+    cfg.write_text('{"memorySearch": {"provider": "none"}}')
+    base = ("--workspace", str(ws), "--config", str(cfg))
+    export = tmp_path / "ltm.md"
+    text = "# Long-term memory\r\n\r\n- [fact] The café opens at 8\r\n"
+    export.write_bytes(codecs.BOM_UTF16_LE + text.encode("utf-16-le"))
+    done = run_cli("ltm", "import", str(export), *base, check=True, timeout=300)
+    assert done.stdout.startswith("Imported: 1 created")
+    assert "The café opens at 8" in run_cli("ltm", "list", *base, check=True).stdout
+    export.write_bytes(codecs.BOM_UTF16_LE + "- [fact] x".encode("utf-16-le") + b"\x00\xd8")
+    bad = run_cli("ltm", "import", str(export), *base)
+    assert bad.returncode == 1 and "is not valid UTF-16 (at byte 23); nothing imported" in bad.stderr

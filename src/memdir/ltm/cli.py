@@ -249,10 +249,17 @@ def _import(ltm: Any, args: argparse.Namespace) -> int:
     if len(data) > MAX_NOTE_BYTES:
         raise CliError(f"ltm import: {name} holds more than {MAX_NOTE_BYTES:,} bytes, the most an import may be; "
                        "nothing was imported")
+    from memdir.reading import note_encoding
+
+    # A UTF-16 file by its byte order mark: what Windows PowerShell 5's `memdir ltm export > ltm.md`
+    # writes, refused as "not valid UTF-8 (at byte 1)", so an export there did not import back.
+    encoding = note_encoding(data)
     try:
-        text = data.decode("utf-8-sig")
+        text = data[2:].decode(encoding) if encoding != "utf-8" else data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise CliError(f"ltm import: {name} is not valid UTF-8 (at byte {exc.start + 1}); nothing imported") from None
+        where = f"at byte {exc.start + 1 + (2 if encoding != 'utf-8' else 0)}"
+        what = "UTF-8" if encoding == "utf-8" else "UTF-16"
+        raise CliError(f"ltm import: {name} is not valid {what} ({where}); nothing imported") from None
     progress, close = _import_progress(not args.json and not getattr(args, "quiet", False))
     try:
         report = ltm.import_markdown(text, progress=progress)
