@@ -106,6 +106,10 @@ def test_a_long_import_says_how_far_it_is(tmp_path: Path, make_workspace, run_cl
     assert "ltm import: 40/40 memories written" in done.stderr
     quiet = run_cli("ltm", "import", str(bullets), "--json", *base, env=every_call, check=True, timeout=300)
     assert "ltm import:" not in quiet.stderr
+    # ltm reembed (every memory embedded again after a change of model) as well
+    again = run_cli("ltm", "reembed", *base, env=every_call, check=True, timeout=300)
+    assert again.stdout.startswith("Re-embedded 40 memories")
+    assert "ltm reembed: 40/40 memories embedded" in again.stderr
 
 
 def test_the_json_of_ltm_list_imports_back_exactly(tmp_path: Path) -> None:

@@ -289,10 +289,11 @@ def _numbers(lines: list[int], most: int = 10) -> str:
     return shown if len(lines) <= most else f"{shown}, … ({len(lines):,} lines)"
 
 
-def _import_progress(enabled: bool) -> tuple[Callable[[str, int, int], None] | None, Callable[[], None]]:
-    """Progress of a long import on stderr, as ``memdir index`` shows it: a bar a stage on a
-    terminal, plain lines elsewhere (none for a quick one).  Why: 10,000 bullets embedded by the
-    local model took minutes without a word, and looked hung."""
+def _import_progress(enabled: bool, action: str = "ltm import"
+                     ) -> tuple[Callable[[str, int, int], None] | None, Callable[[], None]]:
+    """Progress of a long import (or reembed) on stderr, as ``memdir index`` shows it: a bar a
+    stage on a terminal, plain lines elsewhere (none for a quick one).  Why: 10,000 bullets
+    embedded by the local model took minutes without a word, and looked hung."""
     if not enabled:
         return None, lambda: None
     from memdir.cli import _terminal_columns
@@ -302,7 +303,7 @@ def _import_progress(enabled: bool) -> tuple[Callable[[str, int, int], None] | N
 
         from memdir.progress import ProgressLines
 
-        lines = ProgressLines(sys.stderr, action="ltm import")
+        lines = ProgressLines(sys.stderr, action=action)
         return (lambda stage, done, total: lines(done, total, SimpleNamespace(  # type: ignore[arg-type]
             unit=f"memories {'embedded' if stage == 'embedding' else 'written'}"))), lambda: None
     from tqdm import tqdm
@@ -313,7 +314,7 @@ def _import_progress(enabled: bool) -> tuple[Callable[[str, int, int], None] | N
         if stage not in bars:
             for bar in bars.values():
                 bar.close()
-            bars[stage] = tqdm(total=total, desc=f"ltm import: {stage}", unit="memory", file=sys.stderr, leave=False)
+            bars[stage] = tqdm(total=total, desc=f"{action}: {stage}", unit="memory", file=sys.stderr, leave=False)
         bars[stage].n = done
         bars[stage].refresh()
 
@@ -325,7 +326,11 @@ def _import_progress(enabled: bool) -> tuple[Callable[[str, int, int], None] | N
 
 
 def _reembed(ltm: Any, args: argparse.Namespace) -> int:
-    count = ltm.reembed()
+    progress, close = _import_progress(not args.json and not getattr(args, "quiet", False), "ltm reembed")
+    try:
+        count = ltm.reembed(progress=progress)
+    finally:
+        close()
     if args.json:
         _print({"reembedded": count})
     else:

@@ -625,18 +625,24 @@ class LongTermMemory:
                     report.superseded.append(old.id)
         return list(new.values()), list(changed.values())
 
-    def reembed(self) -> int:
-        """Re-embed every memory (superseded ones too) with the configured model; returns the count."""
-        return self._healing(self._reembed_once)
+    def reembed(self, *, progress: Callable[[str, int, int], None] | None = None) -> int:
+        """Re-embed every memory (superseded ones too) with the configured model; returns the count.
+        ``progress("embedding", done, total)`` is told as the memories are embedded."""
+        return self._healing(lambda: self._reembed_once(progress))
 
-    def _reembed_once(self) -> int:
+    def _reembed_once(self, progress: Callable[[str, int, int], None] | None = None) -> int:
         """Embed outside the lock (it can take minutes), then rewrite the table as it is under the
         lock: overwriting it with the rows read before lost every memory stored, and undid every
         forget, made meanwhile by another process (an MCP server, ``ltm store``)."""
         texts = list(dict.fromkeys(r.text for r in self.table.all(include_superseded=True)))
         if not texts:
             return 0
-        vectors = dict(zip(texts, self.embedder.documents(texts), strict=True))
+        vectors: dict[str, Any] = {}
+        for start in range(0, len(texts), IMPORT_EMBED_BATCH):  # each batch cached: a rerun goes on from it
+            batch = texts[start:start + IMPORT_EMBED_BATCH]
+            vectors.update(zip(batch, self.embedder.documents(batch), strict=True))
+            if progress is not None:
+                progress("embedding", len(vectors), len(texts))
         with self._lock():
             records = self.table.all(include_superseded=True)
             if not records:
