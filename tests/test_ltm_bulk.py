@@ -134,6 +134,22 @@ def test_the_json_of_ltm_list_imports_back_exactly(tmp_path: Path) -> None:
         assert [r.as_dict() for r in ltm.list(include_superseded=True)] == before
 
 
+def test_the_json_of_ltm_export_imports_its_memories(tmp_path: Path) -> None:
+    """``ltm export --json`` writes ``{"path", "memories", "text"}``, the text being the export's
+    Markdown: read as one memory (this branch's JSON import), it became a single memory holding
+    every bullet.  Its text is read as the export it is."""
+    import json
+
+    with make(tmp_path / "a") as ltm:
+        ltm.store("I prefer dark mode", category="preference")
+        ltm.store("The deploy window is Friday", category="decision")
+        before = [(r.id, r.text, r.category) for r in ltm.list()]
+        document = json.dumps({"path": None, "memories": 2, "text": ltm.export()}, indent=2)
+    with make(tmp_path / "b") as ltm:
+        assert len(ltm.import_markdown(document).created) == 2
+        assert [(r.id, r.text, r.category) for r in ltm.list()] == before
+
+
 @pytest.mark.parametrize(("text", "error"), [
     ('{"text": "one"}\n{"text": "two"}\n{"text": "three",}\n', "line 3: not valid JSON"),
     ('[\n  {"text": "one"},\n  {"text": "two", "importance": "high"}\n]', 'line 3: "importance" is "high"'),

@@ -221,6 +221,11 @@ def parse_json(text: str) -> tuple[list[ParsedMemory], list[int]]:
     except json.JSONDecodeError as exc:  # (a line of JSON Lines: its own number)
         line_no = exc.lineno if text.lstrip().startswith("[") else no
         raise LtmError(f"line {line_no}: not valid JSON ({exc.msg}); nothing imported") from None
+    if len(found) == 1 and isinstance(found[0][1], dict) and {"path", "memories", "text"} <= found[0][1].keys():
+        # `ltm export --json`'s object, whose text is the export: it became one memory holding all of them
+        exported = found[0][1]["text"]
+        if isinstance(exported, str):
+            return parse(exported)
     return [_json_memory(value, no) for no, value in found], []
 
 
