@@ -200,3 +200,22 @@ def test_a_utf16_export_imports_back(tmp_path: Path, make_workspace, run_cli) ->
     export.write_bytes(codecs.BOM_UTF16_LE + "- [fact] x".encode("utf-16-le") + b"\x00\xd8")
     bad = run_cli("ltm", "import", str(export), *base)
     assert bad.returncode == 1 and "is not valid UTF-16 (at byte 23); nothing imported" in bad.stderr
+
+
+def test_importing_the_edited_mirror_applies_it_without_a_copy(tmp_path: Path) -> None:
+    """The mirror edited by hand, then given to ``ltm import`` (the README: an edited file can be
+    imported): its edits reached the store, and then the mirror was moved aside as edited, 'apply
+    it with `memdir ltm import …edited-…`', which had just been done, leaving a stale copy beside
+    the notes.  A mirror holding the very text imported is replaced without a copy or a warning."""
+    with make(tmp_path, ltm={"mirror": {"enabled": True}}) as ltm:
+        ltm.store("I prefer dark mode", category="preference")
+        ltm.store("We deploy on Fridays", category="decision")
+        mirror = tmp_path / "ws" / "memory" / "long-term.md"
+        mirror.write_text(mirror.read_text().replace("dark mode", "light mode") + "- [fact] My cat is Tom\n")
+        report = ltm.import_markdown(mirror.read_text())
+        assert len(report.updated) == 1 and len(report.created) == 1 and report.warnings == []
+        assert [p.name for p in mirror.parent.iterdir()] == ["long-term.md"]
+        assert "I prefer light mode" in mirror.read_text() and "My cat is Tom" in mirror.read_text()
+        mirror.write_text(mirror.read_text().replace("light mode", "no mode"))  # an edit not imported
+        ltm.store("I like tea", category="preference")
+        assert len(list(mirror.parent.glob("long-term.md.edited-*"))) == 1

@@ -297,8 +297,13 @@ def _mirrored_store_exists(owner_line: str) -> bool:
     return os.path.exists(owner_line[opening + 3:closing])
 
 
-def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | None = None) -> str | None:
+def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | None = None,
+                 applied: str | None = None) -> str | None:
     """Write ``content`` to ``path`` atomically; returns a warning if an edited file was moved aside.
+
+    ``applied`` is the text an ``ltm import`` just applied to the store: a mirror holding that text
+    was edited and then imported, so its edits are in the store and it is replaced without a copy
+    (it was moved aside with "apply it with `memdir ltm import …`", which had just been done).
 
     A file that is another store's mirror (another agent sharing the workspace), or a note that
     memdir never wrote and that is no mirror, is left alone.
@@ -319,7 +324,8 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
             return f"{path} cannot be read ({exc.strerror or exc}); the long-term memory mirror was not written"
         data = content.encode("utf-8")
         # (the very bytes about to be written need no copy kept, whatever the record says)
-        ours = current is not None and (_sha(current) in state.get(str(path), "").split() or current == data)
+        ours = current is not None and (_sha(current) in state.get(str(path), "").split() or current == data or (
+            applied is not None and current.decode("utf-8", "replace").removeprefix("\ufeff") == applied))
         theirs = _owner_line(current.decode("utf-8", "replace")) if current is not None and not ours else None
         if current is not None and not ours and theirs is None and str(path) not in state:
             # Never written here and no mirror at all: a person's own note (MEMORY.md?), not an edit.

@@ -546,7 +546,7 @@ class LongTermMemory:
             for record in new:
                 record.vector = None
             if report.created or report.updated:
-                report.warnings += self._after_write()
+                report.warnings += self._after_write(applied=text)
         return report
 
     def _plan_import(self, items: list[Any], vectors: Any, days: list[int | None],
@@ -665,10 +665,10 @@ class LongTermMemory:
 
         return self._healing(once)
 
-    def _after_write(self) -> list[str]:
+    def _after_write(self, applied: str | None = None) -> list[str]:
         """Under the write lock: compact the table when it has many fragments, then the mirror."""
         self._compact()
-        return self._sync_mirror()
+        return self._sync_mirror(applied)
 
     def _compact(self) -> None:
         try:
@@ -676,7 +676,7 @@ class LongTermMemory:
         except Exception as exc:  # a slower search later, never a lost write
             log.warning("long-term memory compaction failed: %s", exc)
 
-    def _sync_mirror(self) -> list[str]:
+    def _sync_mirror(self, applied: str | None = None) -> list[str]:
         if self.mirror_path is None:
             return []
         from memdir.ltm.markdown import mirror_header, render, write_mirror
@@ -684,7 +684,7 @@ class LongTermMemory:
         try:
             content = render(self.table.all(), timezone=self.settings.user_timezone,
                              header=mirror_header(self.settings.agent_id, self.db_path))
-            warning = write_mirror(self.mirror_path, content, self.db_path / "mirror-state.json")
+            warning = write_mirror(self.mirror_path, content, self.db_path / "mirror-state.json", applied=applied)
         except OSError as exc:  # the store changed; a mirror that cannot be written only warns
             warning = f"could not write the long-term memory mirror {self.mirror_path}: {exc}"
         if warning:
