@@ -219,3 +219,18 @@ def test_importing_the_edited_mirror_applies_it_without_a_copy(tmp_path: Path) -
         mirror.write_text(mirror.read_text().replace("light mode", "no mode"))  # an edit not imported
         ltm.store("I like tea", category="preference")
         assert len(list(mirror.parent.glob("long-term.md.edited-*"))) == 1
+
+
+def test_an_import_that_writes_nothing_still_brings_the_mirror_up_to_date(tmp_path: Path) -> None:
+    """An import killed after its last batch was written and before the mirror was (kill -9 in
+    the compaction between), run again, found every bullet stored, wrote nothing and so left the
+    mirror without those memories for good; the same after the mirror was turned on.  Every
+    import regenerates the mirror."""
+    lines = "\n".join(f"- [fact] The user's fact number {i} is F{i}" for i in range(30))
+    with make(tmp_path) as ltm:  # the memories written, the mirror not (as a killed run leaves them)
+        assert len(ltm.import_markdown(lines).created) == 30
+    with make(tmp_path, ltm={"mirror": {"enabled": True}}) as ltm:
+        again = ltm.import_markdown(lines)
+        assert not again.created and len(again.duplicates) == 30
+        mirror = (tmp_path / "ws" / "memory" / "long-term.md").read_text()
+        assert mirror.count("\n- ") == 30

@@ -545,7 +545,10 @@ class LongTermMemory:
                 self.table.replace(changed[start:start + IMPORT_WRITE_BATCH])
             for record in new:
                 record.vector = None
-            if report.created or report.updated:
+            # The mirror after every import, even one that wrote nothing: a run killed after its
+            # last batch and before the mirror, run again, found every bullet stored and left the
+            # mirror without them for good (as one where the mirror was turned on since).
+            if report.created or report.updated or self.mirror_path is not None:
                 report.warnings += self._after_write(applied=text)
         return report
 
