@@ -563,6 +563,7 @@ class LongTermMemory:
         stored = {r.id: r for r in near.records}
         new: dict[str, MemoryRecord] = {}  # by id, in file order
         position_of: dict[str, int] = {}
+        at_position: dict[int, MemoryRecord] = {}  # (a duplicate of a bullet: its memory, found at once)
         changed: dict[str, MemoryRecord] = {}
         named = {i.id.lower() for i in items if i.id}  # a file's own memories are not superseded by it
         now = self._clock()
@@ -582,7 +583,7 @@ class LongTermMemory:
                 if existing.id in new:  # a bullet's id twice in the file: the later one is the memory
                     near.pending[position_of[existing.id]] = False
                     near.pending[position] = existing.active
-                    position_of[existing.id] = position
+                    position_of[existing.id], at_position[position] = position, existing
                 else:
                     changed[existing.id] = existing
                     near.update(existing.id, vector, category)
@@ -594,7 +595,7 @@ class LongTermMemory:
                                       created_at=created if created is not None else self._clock(),
                                       superseded_by=by, superseded_at=(item.superseded_at or now) if by else None,
                                       source=item.source or "import", vector=vector)
-                new[key], position_of[key] = record, position
+                new[key], position_of[key], at_position[position] = record, position, record
                 near.pending[position] = record.active
                 report.created.append(key)
                 continue
@@ -602,15 +603,15 @@ class LongTermMemory:
             for _, hit in near.near(position, min_score=DUPLICATE_SCORE, limit=DUPLICATE_CANDIDATES):
                 other = hit if isinstance(hit, MemoryRecord) else items[hit]
                 if not says_something_else(item.text, other.text):
-                    same = hit if isinstance(hit, MemoryRecord) else \
-                        next(r for r in new.values() if position_of[r.id] == hit)
+                    same = hit if isinstance(hit, MemoryRecord) else at_position[hit]
                     break
             if same is not None:
                 report.duplicates.append(same.id)
                 continue
             record = MemoryRecord(id=str(uuid.uuid4()), text=item.text, category=category, importance=importance,
-                                  created_at=created or self._clock(), source="import", vector=vector)
-            new[record.id], position_of[record.id] = record, position
+                                  created_at=created if created is not None else self._clock(), source="import",
+                                  vector=vector)
+            new[record.id], position_of[record.id], at_position[position] = record, position, record
             near.pending[position] = True
             report.created.append(record.id)
             if self.config.supersede:
