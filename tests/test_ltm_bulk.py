@@ -234,3 +234,21 @@ def test_an_import_that_writes_nothing_still_brings_the_mirror_up_to_date(tmp_pa
         assert not again.created and len(again.duplicates) == 30
         mirror = (tmp_path / "ws" / "memory" / "long-term.md").read_text()
         assert mirror.count("\n- ") == 30
+
+
+def test_a_tiny_importance_survives_export_and_import(tmp_path: Path) -> None:
+    """An importance below 0.0001 was exported as 'importance: 1e-05', which import did not read:
+    the memory came back under a new id, '(id: …, importance: 1e-05)' part of its text, at 0.7.
+    It is written in digits ('0.00001'), and an export written before is read too."""
+    from memdir.ltm.markdown import parse
+
+    with make(tmp_path / "a") as ltm:
+        kept = ltm.store("I barely care about fonts", importance=0.00001).record
+        text = ltm.export()
+    assert "importance: 0.00001)" in text
+    with make(tmp_path / "b") as ltm:
+        assert ltm.import_markdown(text).created == [kept.id]
+        back = ltm.get(kept.id)
+        assert back is not None and back.text == kept.text and back.importance == pytest.approx(0.00001)
+    old = parse(f"- 2026-01-12 [fact] Tabs (id: {kept.id}, importance: 1e-05)")[0][0]
+    assert (old.text, old.id, old.importance) == ("Tabs", kept.id, 0.00001)

@@ -45,7 +45,9 @@ _BULLET = re.compile(
     # in the text, each scanning to the run's end (a bullet with 40,000 spaces took 3 s to read).
     # The importance's digits are taken whole ("[0-9]*\.?[0-9]+" split a run of digits every way
     # between its two parts: 20,000 digits took 25 s to read, 60,000 five minutes).
-    r"(?:(?<!\s)\s+\(id:\s*(?P<id>[0-9a-fA-F-]{36})(?:,\s*importance:\s*(?P<importance>(?>[0-9]+(?:\.[0-9]+)?|\.[0-9]+)))?"
+    # (An exponent too: what exports before 0.0001 was written without one said, "1e-05".)
+    r"(?:(?<!\s)\s+\(id:\s*(?P<id>[0-9a-fA-F-]{36})(?:,\s*importance:\s*"
+    r"(?P<importance>(?>[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?))?"
     r"(?:,\s*superseded by:\s*(?P<by>[0-9a-fA-F-]{36}))?\))?$",
     re.DOTALL,
 )
@@ -101,12 +103,21 @@ def render_bullet(record: MemoryRecord, timezone: str | None = None) -> str:
     label = record.category + (", superseded" if record.superseded_by else "")
     meta = [f"id: {record.id}"]
     if abs(float(record.importance) - DEFAULT_IMPORTANCE) > 1e-6:
-        meta.append(f"importance: {float(record.importance):.4g}")
+        meta.append(f"importance: {_digits(float(record.importance))}")
     if record.superseded_by:
         meta.append(f"superseded by: {record.superseded_by}")
     lines = record.text.strip().splitlines() or [""]
     body = lines[0] + "".join(f"\n  {line}" if line.strip() else "\n" for line in lines[1:])
     return f"- {day_of(record.created_at, timezone)} [{label}] {body} ({', '.join(meta)})"
+
+
+def _digits(value: float) -> str:
+    """Four significant digits, never in exponent form: an importance below 0.0001 was written
+    "importance: 1e-05", which no import read, so the memory came back under a new id, its id and
+    importance part of its text, at importance 0.7 (and an older memdir reads only digits)."""
+    import numpy as np
+
+    return np.format_float_positional(value, precision=4, unique=False, fractional=False, trim="-")
 
 
 def render(records: Iterable[MemoryRecord], *, timezone: str | None = None, header: str = "") -> str:
