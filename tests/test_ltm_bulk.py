@@ -252,3 +252,16 @@ def test_a_tiny_importance_survives_export_and_import(tmp_path: Path) -> None:
         assert back is not None and back.text == kept.text and back.importance == pytest.approx(0.00001)
     old = parse(f"- 2026-01-12 [fact] Tabs (id: {kept.id}, importance: 1e-05)")[0][0]
     assert (old.text, old.id, old.importance) == ("Tabs", kept.id, 0.00001)
+
+
+def test_an_export_imported_into_its_own_store_changes_nothing(tmp_path: Path) -> None:
+    """A memory holding indented lines ('Steps:\\n  - build\\n    - test') came back from its
+    export flush left: import stripped each continuation line whole, not the two spaces export
+    adds, so restoring an export into its own store 'updated' each such memory to altered text."""
+    texts = ["Release steps:\n  - build\n    - run the tests\n  - tag", "a\n\n    indented b", "plain"]
+    with make(tmp_path) as ltm:
+        for text in texts:
+            ltm.store(text, category="fact")
+        report = ltm.import_markdown(ltm.export())
+        assert (report.created, report.updated, len(report.unchanged)) == ([], [], 3)
+        assert sorted(r.text for r in ltm.list()) == sorted(texts)

@@ -165,7 +165,10 @@ def parse(text: str) -> tuple[list[ParsedMemory], list[int]]:
         # A bullet's indented continuation first: a memory line "<!-- …" read as a comment, and
         # everything after it, up to a "-->", was dropped (an export restored 1 memory of 4).
         if current is not None and (line.startswith("  ") or line.startswith("\t")) and stripped:
-            current.append(stripped)
+            # Less the two spaces (or tab) export adds, and nothing more: stripped whole, a memory's
+            # own indented lines ("Steps:\n  - build") came back flush left, and an export imported
+            # into its own store "updated" each such memory to that changed text.
+            current.append((line[2:] if line.startswith("  ") else line[1:]).rstrip())
             continue
         if stripped.startswith("<!--"):
             flush()
