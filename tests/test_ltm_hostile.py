@@ -439,8 +439,9 @@ def test_search_limits_and_scores_out_of_range(tmp_path: Path) -> None:
 
 
 def test_a_large_import_compacts_as_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each bullet is one write (one fragment) and the duplicate check before it searches every
-    fragment: an import of 1,000 memories was quadratic (300: 10.7 s, now 4.5 s) until it ended."""
+    """Each bullet was one write (one fragment) and the duplicate check before it searched every
+    fragment: an import of 1,000 memories was quadratic (300: 10.7 s, then 4.5 s with compaction
+    as it went).  The bullets are now written 1,000 a commit: 70 are one fragment."""
     from memdir.ltm.store import LanceTable
 
     seen: list[int] = []
@@ -454,7 +455,7 @@ def test_a_large_import_compacts_as_it_goes(tmp_path: Path, monkeypatch: pytest.
     with make(tmp_path) as ltm:
         report = ltm.import_markdown("\n".join(f"- The user's fact number {i} is F{i}" for i in range(70)))
         assert len(report.created) == 70 and len(ltm.list()) == 70
-    assert max(seen) <= 33 and len(seen) >= 2
+    assert seen and max(seen) <= 1
 
 
 def test_rows_with_foreign_ids_can_still_be_written(tmp_path: Path) -> None:

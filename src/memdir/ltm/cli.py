@@ -50,8 +50,9 @@ def configure(parser: argparse.ArgumentParser, add_globals: Callable[[argparse.A
     p = cmd("export", "write the memories as Markdown (one dated bullet per memory)")
     p.add_argument("--out", type=Path, help="file to write (default, or '-': stdout)")
     p.add_argument("--all", action="store_true", help="include superseded memories")
-    p = cmd("import", "store the memories of a Markdown file (an export, an edited mirror, or plain bullets)")
-    p.add_argument("file", type=Path, help="Markdown file; '-' reads stdin")
+    p = cmd("import", "store the memories of a Markdown file (an export, an edited mirror, or plain bullets) "
+                      "or of JSON (ltm list --json, or one object a line)")
+    p.add_argument("file", type=Path, help="Markdown or JSON file; '-' reads stdin")
     cmd("reembed", "re-embed every memory with the configured model (after changing models)")
 
 
@@ -248,23 +249,88 @@ def _import(ltm: Any, args: argparse.Namespace) -> int:
     if len(data) > MAX_NOTE_BYTES:
         raise CliError(f"ltm import: {name} holds more than {MAX_NOTE_BYTES:,} bytes, the most an import may be; "
                        "nothing was imported")
+    from memdir.reading import note_encoding
+
+    # A UTF-16 file by its byte order mark: what Windows PowerShell 5's `memdir ltm export > ltm.md`
+    # writes, refused as "not valid UTF-8 (at byte 1)", so an export there did not import back.
+    encoding = note_encoding(data)
     try:
-        text = data.decode("utf-8-sig")
+        text = data[2:].decode(encoding) if encoding != "utf-8" else data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise CliError(f"ltm import: {name} is not valid UTF-8 (at byte {exc.start + 1}); nothing imported") from None
-    report = ltm.import_markdown(text)
+        where = f"at byte {exc.start + 1 + (2 if encoding != 'utf-8' else 0)}"
+        what = "UTF-8" if encoding == "utf-8" else "UTF-16"
+        raise CliError(f"ltm import: {name} is not valid {what} ({where}); nothing imported") from None
+    progress, close = _import_progress(not args.json and not getattr(args, "quiet", False))
+    try:
+        report = ltm.import_markdown(text, progress=progress)
+    finally:
+        close()
+    if report.skipped_lines and not (report.created or report.updated or report.unchanged or report.duplicates):
+        # (a file of no bullets was "Imported: 0 created, …", exit 0, as if it had worked)
+        lines = _numbers(report.skipped_lines)
+        raise CliError(f"ltm import: {name} holds no memory memdir can read (lines {lines} not understood): it "
+                       "reads Markdown bullets ('- I prefer dark mode', as ltm export writes) or JSON (ltm list "
+                       "--json, or one object a line); nothing imported")
     if args.json:
         _print(report.as_dict())
     else:
+        # the memories a bullet superseded left search and recall: said, as `ltm store` says them
+        superseded = f", {len(report.superseded)} superseded (ltm list --all)" if report.superseded else ""
         print(f"Imported: {len(report.created)} created, {len(report.updated)} updated, "
-              f"{len(report.unchanged)} unchanged, {len(report.duplicates)} duplicates")
+              f"{len(report.unchanged)} unchanged, {len(report.duplicates)} duplicates{superseded}")
         if report.skipped_lines and not getattr(args, "quiet", False):  # a note, which -q leaves out
-            print(f"Lines not understood (not bullets): {', '.join(map(str, report.skipped_lines))}", file=sys.stderr)
+            print(f"Lines not understood (not bullets): {_numbers(report.skipped_lines)}", file=sys.stderr)
     return 0
 
 
+def _numbers(lines: list[int], most: int = 10) -> str:
+    """Line numbers for a person: the first few and how many (10,000 of them made one line of 58 KB)."""
+    shown = ", ".join(map(str, lines[:most]))
+    return shown if len(lines) <= most else f"{shown}, … ({len(lines):,} lines)"
+
+
+def _import_progress(enabled: bool, action: str = "ltm import"
+                     ) -> tuple[Callable[[str, int, int], None] | None, Callable[[], None]]:
+    """Progress of a long import (or reembed) on stderr, as ``memdir index`` shows it: a bar a
+    stage on a terminal, plain lines elsewhere (none for a quick one).  Why: 10,000 bullets
+    embedded by the local model took minutes without a word, and looked hung."""
+    if not enabled:
+        return None, lambda: None
+    from memdir.cli import _terminal_columns
+
+    if not sys.stderr.isatty() or _terminal_columns(sys.stderr) == 0:
+        from types import SimpleNamespace
+
+        from memdir.progress import ProgressLines
+
+        lines = ProgressLines(sys.stderr, action=action)
+        return (lambda stage, done, total: lines(done, total, SimpleNamespace(  # type: ignore[arg-type]
+            unit=f"memories {'embedded' if stage == 'embedding' else 'written'}"))), lambda: None
+    from tqdm import tqdm
+
+    bars: dict[str, Any] = {}
+
+    def update(stage: str, done: int, total: int) -> None:
+        if stage not in bars:
+            for bar in bars.values():
+                bar.close()
+            bars[stage] = tqdm(total=total, desc=f"{action}: {stage}", unit="memory", file=sys.stderr, leave=False)
+        bars[stage].n = done
+        bars[stage].refresh()
+
+    def close() -> None:
+        for bar in bars.values():
+            bar.close()
+
+    return update, close
+
+
 def _reembed(ltm: Any, args: argparse.Namespace) -> int:
-    count = ltm.reembed()
+    progress, close = _import_progress(not args.json and not getattr(args, "quiet", False), "ltm reembed")
+    try:
+        count = ltm.reembed(progress=progress)
+    finally:
+        close()
     if args.json:
         _print({"reembedded": count})
     else:

@@ -45,7 +45,9 @@ _BULLET = re.compile(
     # in the text, each scanning to the run's end (a bullet with 40,000 spaces took 3 s to read).
     # The importance's digits are taken whole ("[0-9]*\.?[0-9]+" split a run of digits every way
     # between its two parts: 20,000 digits took 25 s to read, 60,000 five minutes).
-    r"(?:(?<!\s)\s+\(id:\s*(?P<id>[0-9a-fA-F-]{36})(?:,\s*importance:\s*(?P<importance>(?>[0-9]+(?:\.[0-9]+)?|\.[0-9]+)))?"
+    # (An exponent too: what exports before 0.0001 was written without one said, "1e-05".)
+    r"(?:(?<!\s)\s+\(id:\s*(?P<id>[0-9a-fA-F-]{36})(?:,\s*importance:\s*"
+    r"(?P<importance>(?>[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?))?"
     r"(?:,\s*superseded by:\s*(?P<by>[0-9a-fA-F-]{36}))?\))?$",
     re.DOTALL,
 )
@@ -63,6 +65,10 @@ class ParsedMemory:
     superseded_by: str | None = None
     superseded: bool = False
     line: int = 0
+    #: From JSON only (a bullet's date has no time of day): the exact milliseconds, and the source.
+    created_at: int | None = None
+    superseded_at: int | None = None
+    source: str | None = None
 
 
 def _zone(timezone: str | None) -> tzinfo:
@@ -97,12 +103,21 @@ def render_bullet(record: MemoryRecord, timezone: str | None = None) -> str:
     label = record.category + (", superseded" if record.superseded_by else "")
     meta = [f"id: {record.id}"]
     if abs(float(record.importance) - DEFAULT_IMPORTANCE) > 1e-6:
-        meta.append(f"importance: {float(record.importance):.4g}")
+        meta.append(f"importance: {_digits(float(record.importance))}")
     if record.superseded_by:
         meta.append(f"superseded by: {record.superseded_by}")
     lines = record.text.strip().splitlines() or [""]
     body = lines[0] + "".join(f"\n  {line}" if line.strip() else "\n" for line in lines[1:])
     return f"- {day_of(record.created_at, timezone)} [{label}] {body} ({', '.join(meta)})"
+
+
+def _digits(value: float) -> str:
+    """Four significant digits, never in exponent form: an importance below 0.0001 was written
+    "importance: 1e-05", which no import read, so the memory came back under a new id, its id and
+    importance part of its text, at importance 0.7 (and an older memdir reads only digits)."""
+    import numpy as np
+
+    return np.format_float_positional(value, precision=4, unique=False, fractional=False, trim="-")
 
 
 def render(records: Iterable[MemoryRecord], *, timezone: str | None = None, header: str = "") -> str:
@@ -150,7 +165,10 @@ def parse(text: str) -> tuple[list[ParsedMemory], list[int]]:
         # A bullet's indented continuation first: a memory line "<!-- …" read as a comment, and
         # everything after it, up to a "-->", was dropped (an export restored 1 memory of 4).
         if current is not None and (line.startswith("  ") or line.startswith("\t")) and stripped:
-            current.append(stripped)
+            # Less the two spaces (or tab) export adds, and nothing more: stripped whole, a memory's
+            # own indented lines ("Steps:\n  - build") came back flush left, and an export imported
+            # into its own store "updated" each such memory to that changed text.
+            current.append((line[2:] if line.startswith("  ") else line[1:]).rstrip())
             continue
         if stripped.startswith("<!--"):
             flush()
@@ -169,6 +187,91 @@ def parse(text: str) -> tuple[list[ParsedMemory], list[int]]:
                 skipped.append(no)
     flush()
     return items, skipped
+
+
+#: JSON, not Markdown: an object first, or an array opening on one (or empty).  A Markdown file
+#: starting with a link ("[notes](x)") is still Markdown.
+_JSON_START = re.compile(r"^\s*(?:\{|\[\s*[{\]])")
+_BLANKS = re.compile(r"\s*")
+
+
+def parse_any(text: str) -> tuple[list[ParsedMemory], list[int]]:
+    """:func:`parse` for Markdown; for JSON, :func:`parse_json`.  Why: ``ltm list --all --json``
+    (the one copy that keeps each memory's time to the millisecond) or a JSONL file given to
+    ``ltm import`` was read as Markdown, every line "not understood", and the import said
+    "Imported: 0 created", exit 0."""
+    return parse_json(text) if _JSON_START.match(text) else parse(text)
+
+
+def parse_json(text: str) -> tuple[list[ParsedMemory], list[int]]:
+    """Memories of a JSON array of objects (``ltm list --json``) or of JSON Lines, one object a
+    line, each ``{"text", "id"?, "category"?, "importance"?, "createdAt"?, "supersededBy"?,
+    "supersededAt"?, "source"?}`` (a LanceDB row of OpenClaw's has these names; other keys are
+    passed over).  Raises :class:`LtmError` naming the line of the first one that is not such an
+    object: nothing is imported from a file read in part."""
+    from memdir.ltm.store import LtmError
+
+    decoder = json.JSONDecoder()
+    found: list[tuple[int, object]] = []
+    try:
+        if text.lstrip().startswith("["):
+            json.loads(text)  # the whole array first: its error's line, before anything is taken
+            # then each element with the line it starts on (valid JSON: "[", values, ",", "]")
+            at, line, counted = _BLANKS.match(text, text.index("[") + 1).end(), 1, 0
+            while text[at] != "]":
+                line, counted = line + text.count("\n", counted, at), at
+                value, end = decoder.raw_decode(text, at)
+                found.append((line, value))
+                at = _BLANKS.match(text, end).end()
+                if text[at] == ",":
+                    at = _BLANKS.match(text, at + 1).end()
+        else:
+            try:
+                found.append((1, json.loads(text)))  # one object, maybe over several lines
+            except json.JSONDecodeError:
+                for no, row in enumerate(text.splitlines(), 1):
+                    if row.strip():
+                        found.append((no, json.loads(row)))
+    except json.JSONDecodeError as exc:  # (a line of JSON Lines: its own number)
+        line_no = exc.lineno if text.lstrip().startswith("[") else no
+        raise LtmError(f"line {line_no}: not valid JSON ({exc.msg}); nothing imported") from None
+    if len(found) == 1 and isinstance(found[0][1], dict) and {"path", "memories", "text"} <= found[0][1].keys():
+        # `ltm export --json`'s object, whose text is the export: it became one memory holding all of them
+        exported = found[0][1]["text"]
+        if isinstance(exported, str):
+            return parse(exported)
+    return [_json_memory(value, no) for no, value in found], []
+
+
+def _json_memory(value: object, line: int) -> ParsedMemory:
+    from memdir.ltm.store import UUID_RE, LtmError
+
+    def fail(what: str) -> LtmError:
+        return LtmError(f"line {line}: {what}; nothing imported")
+
+    if not isinstance(value, dict):
+        raise fail(f"a memory is a JSON object ({{\"text\": …}}), not {type(value).__name__}")
+    text = value.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise fail('a memory needs its "text", a string')
+
+    def optional(key: str, kind: type | tuple[type, ...]) -> object:
+        got = value.get(key)
+        if got is not None and (not isinstance(got, kind) or isinstance(got, bool)):
+            what = "string" if kind is str else "whole number (milliseconds)" if kind is int else "number"
+            raise fail(f'"{key}" is {json.dumps(got)[:40]}, not a {what}')
+        return got
+
+    memory_id, by = optional("id", str), optional("supersededBy", str)
+    for key, uid in (("id", memory_id), ("supersededBy", by)):
+        if uid is not None and not UUID_RE.match(str(uid)):
+            raise fail(f'"{key}" {json.dumps(uid)[:50]} is not a memory id (a UUID)')
+    importance = optional("importance", (int, float))
+    created, at = optional("createdAt", int), optional("supersededAt", int)
+    return ParsedMemory(text=text.strip(), category=optional("category", str), id=memory_id,  # type: ignore[arg-type]
+                        importance=float(importance) if importance is not None else None,  # type: ignore[arg-type]
+                        superseded_by=by, superseded=by is not None, line=line,  # type: ignore[arg-type]
+                        created_at=created, superseded_at=at, source=optional("source", str))  # type: ignore[arg-type]
 
 
 def _parse_bullet(body: str, line: int) -> ParsedMemory | None:
@@ -208,8 +311,13 @@ def _mirrored_store_exists(owner_line: str) -> bool:
     return os.path.exists(owner_line[opening + 3:closing])
 
 
-def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | None = None) -> str | None:
+def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | None = None,
+                 applied: str | None = None) -> str | None:
     """Write ``content`` to ``path`` atomically; returns a warning if an edited file was moved aside.
+
+    ``applied`` is the text an ``ltm import`` just applied to the store: a mirror holding that text
+    was edited and then imported, so its edits are in the store and it is replaced without a copy
+    (it was moved aside with "apply it with `memdir ltm import …`", which had just been done).
 
     A file that is another store's mirror (another agent sharing the workspace), or a note that
     memdir never wrote and that is no mirror, is left alone.
@@ -230,7 +338,8 @@ def write_mirror(path: Path, content: str, state_file: Path, *, now: datetime | 
             return f"{path} cannot be read ({exc.strerror or exc}); the long-term memory mirror was not written"
         data = content.encode("utf-8")
         # (the very bytes about to be written need no copy kept, whatever the record says)
-        ours = current is not None and (_sha(current) in state.get(str(path), "").split() or current == data)
+        ours = current is not None and (_sha(current) in state.get(str(path), "").split() or current == data or (
+            applied is not None and current.decode("utf-8", "replace").removeprefix("\ufeff") == applied))
         theirs = _owner_line(current.decode("utf-8", "replace")) if current is not None and not ours else None
         if current is not None and not ours and theirs is None and str(path) not in state:
             # Never written here and no mirror at all: a person's own note (MEMORY.md?), not an edit.

@@ -37,7 +37,6 @@ from memdir.ltm.capture import (
 from memdir.ltm.facts import says_something_else
 from memdir.ltm.results import ForgetResult, ImportReport, StoreResult
 from memdir.ltm.store import (
-    COMPACT_AT_FRAGMENTS,
     ID_PREFIX_RE,
     TABLE,
     UUID_RE,
@@ -70,6 +69,9 @@ DEFAULT_IMPORTANCE = 0.7
 #: one of megabytes (a pasted file through ``memory_store``) made every later turn overflow the model.
 MAX_MEMORY_CHARS = 10_000
 MAX_SEARCH_LIMIT = 10_000
+#: Bullets of an import embedded at a time (each batch cached, and its progress said) and written a commit.
+IMPORT_EMBED_BATCH = 256
+IMPORT_WRITE_BATCH = 1_000
 
 
 def _check_length(text: str, where: str = "") -> None:
@@ -482,19 +484,26 @@ class LongTermMemory:
 
         return render(self.list(include_superseded=include_superseded), timezone=self.settings.user_timezone)
 
-    def import_markdown(self, text: str) -> ImportReport:
-        """Apply a Markdown file (an export, an edited mirror, or bullets a person wrote) to the store.
+    def import_markdown(self, text: str, *, progress: Callable[[str, int, int], None] | None = None) -> ImportReport:
+        """Apply a Markdown file (an export, an edited mirror, or bullets a person wrote) to the store,
+        or JSON (``ltm list --json``'s array, or JSON Lines: :func:`memdir.ltm.markdown.parse_json`).
 
         Bullets with a known id update that memory when text or category changed; bullets with an
         unknown id are restored as they are (id, date, importance, superseded state); bullets
-        without an id are stored like :meth:`store` (duplicates skipped).  Nothing is deleted.
+        without an id are stored like :meth:`store` (duplicates skipped), except that the bullets
+        of one file never supersede one another: a list is facts side by side ("server web-1 is
+        10.0.0.1", "web-2 is 10.0.0.2"), and each superseded the one before, 1 of 4 kept.
+        Nothing is deleted.  ``progress(stage, done, total)`` is told as the bullets are embedded
+        (``"embedding"``) and written (``"writing"``).
         """
-        return self._healing(lambda: self._import_once(text))
+        return self._healing(lambda: self._import_once(text, progress))
 
-    def _import_once(self, text: str) -> ImportReport:
-        from memdir.ltm.markdown import ms_of_day, parse
+    def _import_once(self, text: str, progress: Callable[[str, int, int], None] | None) -> ImportReport:
+        import numpy as np
 
-        items, skipped = parse(clean_text(text))
+        from memdir.ltm.markdown import ms_of_day, parse_any
+
+        items, skipped = parse_any(clean_text(text))
         report = ImportReport(skipped_lines=skipped)
         if not items:
             return report
@@ -509,58 +518,135 @@ class LongTermMemory:
                 raise LtmError(f"line {item.line}: importance must be between 0 and 1, got {item.importance:g}")
             try:
                 # A bullet's date has no time of day: file order breaks ties, so a restore lists alike.
-                days.append(ms_of_day(item.date, tz) + position if item.date else None)
+                days.append(item.created_at if item.created_at is not None else
+                            ms_of_day(item.date, tz) + position if item.date else None)
             except ValueError as exc:
                 raise LtmError(f"line {item.line}: {exc}") from None
-        vectors = self._vectors([i.text for i in items])
+        # Embedded in batches, each cached as it comes: a run stopped halfway (Ctrl-C, a provider
+        # down) embeds again only what it had not, and a long import can say how far it is.
+        texts = [i.text for i in items]
+        vectors: list[Any] = []
+        for start in range(0, len(texts), IMPORT_EMBED_BATCH):
+            vectors += self._vectors(texts[start:start + IMPORT_EMBED_BATCH])
+            if progress is not None:
+                progress("embedding", len(vectors), len(texts))
         with self._lock():
-            for position, (item, vector, created) in enumerate(zip(items, vectors, days, strict=True)):
-                if position and position % COMPACT_AT_FRAGMENTS == 0:
-                    self._compact()  # each bullet is a write and each search visits every fragment
-                category = item.category or detect_category(item.text)
-                importance = item.importance if item.importance is not None else DEFAULT_IMPORTANCE
-                existing = self.table.get(item.id) if item.id and self.table.exists() else None
-                if existing is not None:
-                    # An edited importance counts too: it was reported "unchanged" and dropped.
-                    if (existing.text, existing.category) == (item.text, category) and \
-                            abs(float(existing.importance) - importance) <= 1e-6:
-                        report.unchanged.append(existing.id)
-                        continue
-                    existing.text, existing.category, existing.vector = item.text, category, vector
-                    existing.importance = importance
-                    self.table.replace(existing)
-                    report.updated.append(existing.id)
-                elif item.id:
-                    if not self.table.exists():
-                        self._finish_rebuilds()
-                        self.table.create(int(vector.size), self.embedder.identity)
-                    by = item.superseded_by.lower() if item.superseded_by else None
-                    self.table.add([MemoryRecord(id=item.id.lower(), text=item.text, category=category,
-                                                 importance=importance, created_at=created or self._clock(),
-                                                 superseded_by=by,
-                                                 superseded_at=self._clock() if by else None, source="import",
-                                                 vector=vector)])
-                    report.created.append(item.id.lower())
-                else:
-                    result = self._store_locked(item.text, vector, importance, category, "import",
-                                                created_at=created)
-                    (report.created if result.action == "created" else report.duplicates).append(result.record.id)
-            if report.created or report.updated:
-                report.warnings += self._after_write()
+            new, changed = self._plan_import(items, np.stack(vectors), days, report)
+            if new and not self.table.exists():
+                self._finish_rebuilds()  # a killed recovery's new table goes in first, never beside a fresh one
+                self.table.create(int(vectors[0].size), self.embedder.identity)
+            # Each batch one commit, read back; a run killed between two leaves whole batches, and
+            # run again finds those bullets stored (unchanged or duplicates), so nothing twice.
+            for start in range(0, len(new), IMPORT_WRITE_BATCH):
+                self.table.add(new[start:start + IMPORT_WRITE_BATCH])
+                if progress is not None:
+                    progress("writing", min(start + IMPORT_WRITE_BATCH, len(new)), len(new))
+            for start in range(0, len(changed), IMPORT_WRITE_BATCH):
+                self.table.replace(changed[start:start + IMPORT_WRITE_BATCH])
+            for record in new:
+                record.vector = None
+            # The mirror after every import, even one that wrote nothing: a run killed after its
+            # last batch and before the mirror, run again, found every bullet stored and left the
+            # mirror without them for good (as one where the mirror was turned on since).
+            if report.created or report.updated or self.mirror_path is not None:
+                report.warnings += self._after_write(applied=text)
         return report
 
-    def reembed(self) -> int:
-        """Re-embed every memory (superseded ones too) with the configured model; returns the count."""
-        return self._healing(self._reembed_once)
+    def _plan_import(self, items: list[Any], vectors: Any, days: list[int | None],
+                     report: ImportReport) -> tuple[list[MemoryRecord], list[MemoryRecord]]:
+        """Under the lock: what an import writes, as the bullets one by one would have (R§14's
+        duplicate check against the store and the bullets before), without writing.  Returns the
+        new memories and the stored ones rewritten (edited by a bullet, or superseded)."""
+        from memdir.ltm.bulk import Neighbours
 
-    def _reembed_once(self) -> int:
+        near = Neighbours(self.table, vectors, scoring=self.config.scoring)
+        stored = {r.id: r for r in near.records}
+        new: dict[str, MemoryRecord] = {}  # by id, in file order
+        position_of: dict[str, int] = {}
+        at_position: dict[int, MemoryRecord] = {}  # (a duplicate of a bullet: its memory, found at once)
+        changed: dict[str, MemoryRecord] = {}
+        named = {i.id.lower() for i in items if i.id}  # a file's own memories are not superseded by it
+        now = self._clock()
+        for position, (item, vector, created) in enumerate(zip(items, vectors, days, strict=True)):
+            category = item.category or detect_category(item.text)
+            importance = item.importance if item.importance is not None else DEFAULT_IMPORTANCE
+            key = item.id.lower() if item.id else None
+            existing = changed.get(key) or new.get(key) or stored.get(key) if key else None
+            if existing is not None:
+                # An edited importance counts too: it was reported "unchanged" and dropped.
+                if (existing.text, existing.category) == (item.text, category) and \
+                        abs(float(existing.importance) - importance) <= 1e-6:
+                    report.unchanged.append(existing.id)
+                    continue
+                existing.text, existing.category, existing.importance = item.text, category, importance
+                existing.vector = vector
+                if existing.id in new:  # a bullet's id twice in the file: the later one is the memory
+                    near.pending[position_of[existing.id]] = False
+                    near.pending[position] = existing.active
+                    position_of[existing.id], at_position[position] = position, existing
+                else:
+                    changed[existing.id] = existing
+                    near.update(existing.id, vector, category)
+                report.updated.append(existing.id)
+                continue
+            if key is not None:
+                by = item.superseded_by.lower() if item.superseded_by else None
+                record = MemoryRecord(id=key, text=item.text, category=category, importance=importance,
+                                      created_at=created if created is not None else self._clock(),
+                                      superseded_by=by, superseded_at=(item.superseded_at or now) if by else None,
+                                      source=item.source or "import", vector=vector)
+                new[key], position_of[key], at_position[position] = record, position, record
+                near.pending[position] = record.active
+                report.created.append(key)
+                continue
+            same = None
+            for _, hit in near.near(position, min_score=DUPLICATE_SCORE, limit=DUPLICATE_CANDIDATES):
+                other = hit if isinstance(hit, MemoryRecord) else items[hit]
+                if not says_something_else(item.text, other.text):
+                    same = hit if isinstance(hit, MemoryRecord) else at_position[hit]
+                    break
+            if same is not None:
+                report.duplicates.append(same.id)
+                continue
+            record = MemoryRecord(id=str(uuid.uuid4()), text=item.text, category=category, importance=importance,
+                                  created_at=created if created is not None else self._clock(), source="import",
+                                  vector=vector)
+            new[record.id], position_of[record.id], at_position[position] = record, position, record
+            near.pending[position] = True
+            report.created.append(record.id)
+            if self.config.supersede:
+                for _, old in near.near(position, min_score=SUPERSEDE_MIN, limit=10, category=category, items=False):
+                    if old.id in named or old.id in new:
+                        continue
+                    target = changed.get(old.id) or stored.get(old.id) or old
+                    if target.vector is None:
+                        target.vector = near.vector_of(old.id)
+                    if target.vector is None:
+                        target.vector = old.vector
+                    target.superseded_by, target.superseded_at = record.id, now
+                    changed[old.id] = target
+                    near.supersede(old.id)
+                    report.superseded.append(old.id)
+        return list(new.values()), list(changed.values())
+
+    def reembed(self, *, progress: Callable[[str, int, int], None] | None = None) -> int:
+        """Re-embed every memory (superseded ones too) with the configured model; returns the count.
+        ``progress("embedding", done, total)`` is told as the memories are embedded."""
+        return self._healing(lambda: self._reembed_once(progress))
+
+    def _reembed_once(self, progress: Callable[[str, int, int], None] | None = None) -> int:
         """Embed outside the lock (it can take minutes), then rewrite the table as it is under the
         lock: overwriting it with the rows read before lost every memory stored, and undid every
         forget, made meanwhile by another process (an MCP server, ``ltm store``)."""
         texts = list(dict.fromkeys(r.text for r in self.table.all(include_superseded=True)))
         if not texts:
             return 0
-        vectors = dict(zip(texts, self.embedder.documents(texts), strict=True))
+        vectors: dict[str, Any] = {}
+        for start in range(0, len(texts), IMPORT_EMBED_BATCH):  # each batch cached: a rerun goes on from it
+            batch = texts[start:start + IMPORT_EMBED_BATCH]
+            vectors.update(zip(batch, self.embedder.documents(batch), strict=True))
+            if progress is not None:
+                progress("embedding", len(vectors), len(texts))
         with self._lock():
             records = self.table.all(include_superseded=True)
             if not records:
@@ -583,10 +669,10 @@ class LongTermMemory:
 
         return self._healing(once)
 
-    def _after_write(self) -> list[str]:
+    def _after_write(self, applied: str | None = None) -> list[str]:
         """Under the write lock: compact the table when it has many fragments, then the mirror."""
         self._compact()
-        return self._sync_mirror()
+        return self._sync_mirror(applied)
 
     def _compact(self) -> None:
         try:
@@ -594,7 +680,7 @@ class LongTermMemory:
         except Exception as exc:  # a slower search later, never a lost write
             log.warning("long-term memory compaction failed: %s", exc)
 
-    def _sync_mirror(self) -> list[str]:
+    def _sync_mirror(self, applied: str | None = None) -> list[str]:
         if self.mirror_path is None:
             return []
         from memdir.ltm.markdown import mirror_header, render, write_mirror
@@ -602,7 +688,7 @@ class LongTermMemory:
         try:
             content = render(self.table.all(), timezone=self.settings.user_timezone,
                              header=mirror_header(self.settings.agent_id, self.db_path))
-            warning = write_mirror(self.mirror_path, content, self.db_path / "mirror-state.json")
+            warning = write_mirror(self.mirror_path, content, self.db_path / "mirror-state.json", applied=applied)
         except OSError as exc:  # the store changed; a mirror that cannot be written only warns
             warning = f"could not write the long-term memory mirror {self.mirror_path}: {exc}"
         if warning:

@@ -58,7 +58,10 @@ class ImportReport:
     duplicates: list[str] = field(default_factory=list)
     skipped_lines: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: Memories stored before that a bullet replaced (they leave search and recall, as after ``store``).
+    superseded: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"created": self.created, "updated": self.updated, "unchanged": self.unchanged,
-                "duplicates": self.duplicates, "skippedLines": self.skipped_lines, "warnings": self.warnings}
+                "duplicates": self.duplicates, "superseded": self.superseded, "skippedLines": self.skipped_lines,
+                "warnings": self.warnings}

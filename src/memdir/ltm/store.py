@@ -343,6 +343,21 @@ class LanceTable:
         records.sort(key=lambda r: (r.created_at, r.id))
         return records
 
+    def matrix(self) -> tuple[list[MemoryRecord], np.ndarray]:
+        """Every row (superseded ones too) in table order, and their vectors as one float32 matrix.
+
+        Why: a bulk import compares each bullet with every memory; a LanceDB search a bullet (two,
+        with the supersede check) cost ~30 ms each, and the vectors as Python lists several seconds."""
+        table = self.table()
+        if table is None:
+            return [], np.zeros((0, 0), dtype=np.float32)
+        data = table.to_arrow()
+        rows = data.select([c for c in data.schema.names if c != "vector"]).to_pylist()
+        column = data.column("vector").combine_chunks()
+        width = getattr(column.type, "list_size", None) or (len(column[0]) if len(column) else 0)
+        flat = np.array(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32)  # (writable)
+        return [_record(r) for r in rows], flat.reshape(len(rows), width) if len(rows) else flat.reshape(0, width)
+
     def count(self) -> int:
         table = self.table()
         return 0 if table is None else int(table.count_rows())
@@ -373,19 +388,22 @@ class LanceTable:
             table.add([_row(r) for r in records])
         self._read_back(table, before, [r.id for r in records])
 
-    def replace(self, record: MemoryRecord) -> None:
-        """Rewrite one memory in place (an edited text and its vector) in one commit.
+    def replace(self, record: MemoryRecord | list[MemoryRecord]) -> None:
+        """Rewrite memories in place (an edited text and its vector, a superseded mark) in one commit.
 
         A delete then an add was two commits: a crash or a full disk between them lost the memory.
         """
+        records = record if isinstance(record, list) else [record]
+        if not records:
+            return
         table = self.table()
         if table is None:
             raise LtmError("internal: table not created before replace")
         self._check_columns(table)
         before = table.version
         with self._no_room_said():
-            table.merge_insert("id").when_matched_update_all().execute([_row(record)])
-        self._read_back(table, before, [record.id])
+            table.merge_insert("id").when_matched_update_all().execute([_row(r) for r in records])
+        self._read_back(table, before, [r.id for r in records])
 
     def _check_columns(self, table: Any) -> None:
         """Refuse to write whole rows into a table with columns this memdir does not know (a newer
