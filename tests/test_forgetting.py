@@ -1,0 +1,65 @@
+"""Forgetting forgets: text deleted from the notes (a note removed, a line edited away) is gone from
+every file memdir derived from them, not only from search results.
+
+Each test plants a unique marker, makes memdir forget it, then reads the raw bytes of every file
+under the state folder (the index, its WAL, sidecars, caches) for the marker in any case (FTS5
+keeps its terms folded to lower case)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from memdir import Memory
+from memdir.testing.provider_server import ProviderServer
+
+MARKER = "ZQXforgetmarker4471"
+OTHER = "QWVsecondmarker9203"
+
+
+def remnants(root: Path, *markers: str) -> list[str]:
+    """The files under ``root`` whose bytes hold any of ``markers`` (ASCII case ignored)."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            data = path.read_bytes().lower()
+            found += [f"{path.relative_to(root)}: {m}" for m in markers if m.lower().encode() in data]
+    return found
+
+
+def filler(n: int) -> dict[str, str]:
+    """Notes enough that the index has pages the forgotten ones do not fill alone."""
+    return {f"memory/2026-01-{i % 28 + 1:02d}-n{i}.md":
+            f"# Note {i}\n\nOrdinary words about gardening number {i}, tomatoes and peppers.\n" for i in range(40)}
+
+
+@pytest.fixture
+def server() -> Iterator[ProviderServer]:
+    with ProviderServer(dims=64) as srv:
+        yield srv
+
+
+def _remote_config(ws: Path, server: ProviderServer) -> None:
+    (ws / "memdir.toml").write_text(
+        '[memorySearch]\nprovider = "openai"\n'
+        f'[memorySearch.remote]\nbaseUrl = "{server.url}/v1"\napiKey = "test-key"\n', encoding="utf-8")
+
+
+def test_index_force_leaves_nothing_of_a_deleted_note_in_the_state_folder(
+        make_workspace, state_dir: Path, server: ProviderServer) -> None:
+    """The rebuild copies its rows into the live file (an index with an embedding cache): the old
+    rows' pages were freed, not cleared, so the deleted note's text stayed in the index's bytes."""
+    ws = make_workspace({**filler(40), "memory/2026-01-10.md": f"# Keys\n\nMy password is {MARKER} keep it.\n",
+                         "memory/2026-01-11.md": f"# Other\n\nThe door code {OTHER} for the shed.\n"})
+    _remote_config(ws, server)
+    with Memory(ws) as mem:
+        mem.sync()
+        assert remnants(state_dir, MARKER, OTHER)  # (the test plants what it looks for)
+        (ws / "memory/2026-01-10.md").unlink()
+        (ws / "memory/2026-01-11.md").write_text("# Other\n\nThe shed is painted green.\n", encoding="utf-8")
+        mem.sync(force=True)
+        assert mem.status()["mode"] != "fts-only"
+        assert not mem.search(MARKER, mode="keyword").results
+    assert remnants(state_dir, MARKER, OTHER) == []
