@@ -63,3 +63,20 @@ def test_index_force_leaves_nothing_of_a_deleted_note_in_the_state_folder(
         assert mem.status()["mode"] != "fts-only"
         assert not mem.search(MARKER, mode="keyword").results
     assert remnants(state_dir, MARKER, OTHER) == []
+
+
+def test_a_sync_leaves_nothing_of_a_deleted_note_or_an_edited_away_line(make_workspace, state_dir: Path,
+                                                                         keyword_config) -> None:
+    """FTS5 hid a deleted row's words behind a marker and kept them in its segment until a merge
+    (for a note indexed long ago, possibly never): the index's bytes still spelt the password."""
+    ws = make_workspace({**filler(40), "memory/2026-01-10.md":
+                         f"# Keys\n\nGardening.\n\nMy password is {MARKER} keep it.\n\nTomatoes.\n",
+                         "memory/2026-01-11.md": f"# Other\n\nThe door code {OTHER} for the shed.\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        assert remnants(state_dir, MARKER, OTHER)  # (the test plants what it looks for)
+        (ws / "memory/2026-01-10.md").write_text("# Keys\n\nGardening.\n\nTomatoes.\n", encoding="utf-8")
+        (ws / "memory/2026-01-11.md").unlink()
+        mem.sync()
+        assert not mem.search(MARKER).results and not mem.search(OTHER).results
+    assert remnants(state_dir, MARKER, OTHER) == []
