@@ -80,3 +80,19 @@ def test_a_sync_leaves_nothing_of_a_deleted_note_or_an_edited_away_line(make_wor
         mem.sync()
         assert not mem.search(MARKER).results and not mem.search(OTHER).results
     assert remnants(state_dir, MARKER, OTHER) == []
+
+
+def test_a_long_lived_memory_keeps_no_deleted_note_in_its_write_ahead_log(make_workspace, state_dir: Path,
+                                                                           keyword_config) -> None:
+    """The WAL keeps every page a write made: a memdir mcp or watch, which hold the index open
+    for days, still spelt a deleted note out in ``<index>-wal`` (only the last close removed it)."""
+    ws = make_workspace(filler(40))
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        (ws / "memory/2026-01-10.md").write_text(f"# Keys\n\nMy password is {MARKER} keep it.\n", encoding="utf-8")
+        mem.sync()
+        assert mem.search(MARKER).results
+        (ws / "memory/2026-01-10.md").unlink()  # a removal alone: no note indexed by that sync
+        mem.sync()
+        assert not mem.search(MARKER).results
+        assert remnants(state_dir, MARKER) == []

@@ -1411,6 +1411,24 @@ class SqliteStore(SqliteLifecycle):
         SQLite's own indexes and FTS5's segments are maintained as rows are written."""
         with self.transaction() as c:
             vecs.trim_log(c)
+        self._truncate_wal()
+
+    def _truncate_wal(self) -> None:
+        """Checkpoint and empty the write-ahead log, if no reader holds it now (then the next
+        sync's try does).  Why: the log keeps every page a write made, deleted text's included, and
+        a long-lived process (memdir mcp, watch) kept it open: a note deleted an hour before was
+        still spelt out in ``<index>-wal`` (only the last connection's close removes it).  A sync
+        already waits for its pages to reach the log; the checkpoint writes them once more."""
+        with self.lock:
+            try:
+                (wait,) = self.conn.execute("PRAGMA busy_timeout").fetchone()
+                self.conn.execute("PRAGMA busy_timeout = 0")  # a search elsewhere: not waited for
+                try:
+                    self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                finally:
+                    self.conn.execute(f"PRAGMA busy_timeout = {int(wait)}")
+            except Exception:  # (read-only, or busy: the log is emptied another time)
+                pass
 
     def export_files(self, only: Collection[tuple[str, str]] | None = None,
                      ) -> Iterator[tuple[str, str, str, int, int, list[ChunkRow]]]:
@@ -1506,10 +1524,7 @@ class SqliteStore(SqliteLifecycle):
             if not by_pages:
                 self._copy_rows_from(fresh_path)
             remove_newer_sidecar(sidecar_path(self.path))  # (it describes the index just replaced)
-            try:
-                c.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except Exception:
-                pass
+            self._truncate_wal()
 
     def _copy_rows_from(self, fresh_path: Path) -> None:
         """:meth:`swap_from` table by table, in one transaction."""
