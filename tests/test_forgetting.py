@@ -96,3 +96,33 @@ def test_a_long_lived_memory_keeps_no_deleted_note_in_its_write_ahead_log(make_w
         mem.sync()
         assert not mem.search(MARKER).results
         assert remnants(state_dir, MARKER) == []
+
+
+def test_ltm_forget_leaves_the_memory_in_no_file_and_no_older_version(tmp_path: Path) -> None:
+    """LanceDB marks a deleted row deleted and keeps the versions before it (an hour at least, 64
+    of them before a cleanup): the forgotten memory stayed spelt out in the table's data file and
+    came back whole from an older version."""
+    pytest.importorskip("lancedb")
+    from ltm_fakes import AxisProvider
+    from memdir.config import load_config
+    from memdir.ltm import LongTermMemory
+
+    (tmp_path / "ws").mkdir()
+    settings = load_config(workspace=tmp_path / "ws", state_dir=tmp_path / "state", agent_id="main").settings
+    with LongTermMemory(settings, provider=AxisProvider()) as ltm:
+        for i in range(2):
+            ltm.store(f"I like fruit number {i}, apples above all", category="preference")
+        secret = ltm.store(f"My locker code is {MARKER}, remember it", category="fact").record
+        ltm.store(f"The office door code is {OTHER} on weekdays", category="fact")
+        assert ltm.forget(secret.id[:8]).action == "deleted"
+        assert ltm.forget(query=f"The office door code is {OTHER} on weekdays").action == "deleted"
+        assert len(ltm.list()) == 2 and not [r for r in ltm.search(MARKER, min_score=0) if MARKER in r.text]
+        import lancedb
+
+        table = lancedb.connect(str(ltm.db_path)).open_table("memories")
+        texts = []
+        for version in table.list_versions():  # what a checkout of each version on disk gives back
+            table.checkout(version["version"])
+            texts += table.to_arrow().column("text").to_pylist()
+        assert not [t for t in texts if MARKER in t or OTHER in t]
+    assert remnants(tmp_path / "state", MARKER, OTHER) == []

@@ -421,7 +421,7 @@ class LongTermMemory:
                 if record is None:
                     return ForgetResult("not_found")
                 self.table.delete(full)
-                warnings = self._after_write()
+                warnings = self._purge() + self._after_write()
             return ForgetResult("deleted", record, warnings=warnings)
         if not (query or "").strip():
             raise LtmError("Provide query or memoryId.")
@@ -431,7 +431,7 @@ class LongTermMemory:
         if len(hits) == 1 and (hits[0].score or 0.0) > FORGET_AUTO_SCORE:
             with self._lock():
                 self.table.delete(hits[0].id)
-                warnings = self._after_write()
+                warnings = self._purge() + self._after_write()
             return ForgetResult("deleted", hits[0], warnings=warnings)
         return ForgetResult("candidates", candidates=hits)
 
@@ -587,6 +587,17 @@ class LongTermMemory:
         """Under the write lock: compact the table when it has many fragments, then the mirror."""
         self._compact()
         return self._sync_mirror()
+
+    def _purge(self) -> list[str]:
+        """Under the write lock, after a forget: leave nothing of the deleted memory on disk.  A
+        failure (a full disk) is said; the memory is forgotten all the same."""
+        try:
+            self.table.purge_deleted()
+        except Exception as exc:
+            log.warning("the forgotten memory's text is still in the store's files: %s", exc)
+            return [f"the forgotten memory's text is still in the store's files ({exc}); the next forget "
+                    "removes it"]
+        return []
 
     def _compact(self) -> None:
         try:
