@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,14 +103,7 @@ def test_ltm_forget_leaves_the_memory_in_no_file_and_no_older_version(tmp_path: 
     """LanceDB marks a deleted row deleted and keeps the versions before it (an hour at least, 64
     of them before a cleanup): the forgotten memory stayed spelt out in the table's data file and
     came back whole from an older version."""
-    pytest.importorskip("lancedb")
-    from ltm_fakes import AxisProvider
-    from memdir.config import load_config
-    from memdir.ltm import LongTermMemory
-
-    (tmp_path / "ws").mkdir()
-    settings = load_config(workspace=tmp_path / "ws", state_dir=tmp_path / "state", agent_id="main").settings
-    with LongTermMemory(settings, provider=AxisProvider()) as ltm:
+    with _long_term(tmp_path) as ltm:
         for i in range(2):
             ltm.store(f"I like fruit number {i}, apples above all", category="preference")
         secret = ltm.store(f"My locker code is {MARKER}, remember it", category="fact").record
@@ -117,12 +111,42 @@ def test_ltm_forget_leaves_the_memory_in_no_file_and_no_older_version(tmp_path: 
         assert ltm.forget(secret.id[:8]).action == "deleted"
         assert ltm.forget(query=f"The office door code is {OTHER} on weekdays").action == "deleted"
         assert len(ltm.list()) == 2 and not [r for r in ltm.search(MARKER, min_score=0) if MARKER in r.text]
-        import lancedb
-
-        table = lancedb.connect(str(ltm.db_path)).open_table("memories")
-        texts = []
-        for version in table.list_versions():  # what a checkout of each version on disk gives back
-            table.checkout(version["version"])
-            texts += table.to_arrow().column("text").to_pylist()
-        assert not [t for t in texts if MARKER in t or OTHER in t]
+        assert not [t for t in _every_version(ltm) if MARKER in t or OTHER in t]
     assert remnants(tmp_path / "state", MARKER, OTHER) == []
+
+
+def _long_term(tmp_path: Path) -> Any:
+    pytest.importorskip("lancedb")
+    from ltm_fakes import AxisProvider
+    from memdir.config import load_config
+    from memdir.ltm import LongTermMemory
+
+    (tmp_path / "ws").mkdir()
+    settings = load_config(workspace=tmp_path / "ws", state_dir=tmp_path / "state", agent_id="main").settings
+    return LongTermMemory(settings, provider=AxisProvider())
+
+
+def _every_version(ltm: Any) -> list[str]:
+    """The texts a checkout of each version of the table left on disk gives back."""
+    import lancedb
+
+    table = lancedb.connect(str(ltm.db_path)).open_table("memories")
+    texts = []
+    for version in table.list_versions():
+        table.checkout(version["version"])
+        texts += table.to_arrow().column("text").to_pylist()
+    return texts
+
+
+def test_ltm_import_of_an_edited_bullet_leaves_nothing_of_the_old_text(tmp_path: Path) -> None:
+    """A memory edited through an export (a pasted code taken out of the bullet) and imported back
+    was rewritten in place, its old text kept in the row LanceDB marked deleted and in older
+    versions, as a forget's was."""
+    with _long_term(tmp_path) as ltm:
+        ltm.store("I like apples above all fruit", category="preference")
+        ltm.store(f"The gym locker code is {MARKER} on the left", category="fact")
+        edited = ltm.export().replace(f"is {MARKER} on", "is on")
+        assert MARKER not in edited and ltm.import_markdown(edited).updated
+        assert [m.text for m in ltm.list()] == ["I like apples above all fruit", "The gym locker code is on the left"]
+        assert not [t for t in _every_version(ltm) if MARKER in t]
+    assert remnants(tmp_path / "state", MARKER) == []

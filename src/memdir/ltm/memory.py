@@ -545,6 +545,8 @@ class LongTermMemory:
                     result = self._store_locked(item.text, vector, importance, category, "import",
                                                 created_at=created)
                     (report.created if result.action == "created" else report.duplicates).append(result.record.id)
+            if report.updated:  # (an edited text's old words stayed in the store's files, as a forget's did)
+                report.warnings += self._purge()
             if report.created or report.updated:
                 report.warnings += self._after_write()
         return report
@@ -589,14 +591,15 @@ class LongTermMemory:
         return self._sync_mirror()
 
     def _purge(self) -> list[str]:
-        """Under the write lock, after a forget: leave nothing of the deleted memory on disk.  A
-        failure (a full disk) is said; the memory is forgotten all the same."""
+        """Under the write lock, after a forget (or an import that edited a memory's text): leave
+        nothing of the deleted text on disk.  A failure (a full disk) is said; the memory is
+        forgotten (edited) all the same."""
         try:
             self.table.purge_deleted()
         except Exception as exc:
-            log.warning("the forgotten memory's text is still in the store's files: %s", exc)
-            return [f"the forgotten memory's text is still in the store's files ({exc}); the next forget "
-                    "removes it"]
+            log.warning("the forgotten text is still in the long-term memory store's files: %s", exc)
+            return [f"the forgotten text is still in the long-term memory store's files ({exc}); the next "
+                    "forget removes it"]
         return []
 
     def _compact(self) -> None:
