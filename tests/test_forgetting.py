@@ -150,3 +150,27 @@ def test_ltm_import_of_an_edited_bullet_leaves_nothing_of_the_old_text(tmp_path:
         assert [m.text for m in ltm.list()] == ["I like apples above all fruit", "The gym locker code is on the left"]
         assert not [t for t in _every_version(ltm) if MARKER in t]
     assert remnants(tmp_path / "state", MARKER) == []
+
+
+def test_turning_secure_delete_on_neither_waits_for_another_writer_nor_fails_the_open(
+        make_workspace, state_dir: Path, keyword_config) -> None:
+    """Turning FTS5's secure-delete on in an index an earlier memdir wrote is a write: on a full
+    disk (or behind another writer) it must not fail the open, which serves searches read-only."""
+    import sqlean
+
+    ws = make_workspace({**filler(5), "memory/2026-01-10.md": f"# Keys\n\nThe code {MARKER}.\n"})
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        index = mem.index_path
+    conn = sqlean.connect(str(index), isolation_level=None)
+    conn.execute("DELETE FROM chunks_fts_config WHERE k = 'secure-delete'")  # as an earlier memdir left it
+    conn.execute("BEGIN IMMEDIATE")  # another writer holds the index
+    try:
+        with Memory(ws, config=keyword_config) as mem:
+            assert [r.path for r in mem.search(MARKER, sync=False).results] == ["memory/2026-01-10.md"]
+    finally:
+        conn.execute("ROLLBACK")
+    with Memory(ws, config=keyword_config) as mem:  # the writer gone: the next open sets it
+        (ws / "memory/2026-01-10.md").unlink()
+        mem.sync()
+    assert remnants(state_dir, MARKER) == []
