@@ -178,5 +178,9 @@ def connect(path: Path | str, *, readonly: bool = False, timeout: float = 30.0, 
         enable_wal(conn, timeout)
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
+        # Deleted rows are zeroed where they lay (their cells, and pages left free), not only
+        # unlinked: a note deleted or a line edited away (a password pasted by mistake) stayed
+        # readable in the index file's bytes until SQLite happened to reuse that space.
+        conn.execute("PRAGMA secure_delete = ON")
     conn.execute("PRAGMA temp_store = MEMORY")
     return conn

@@ -534,8 +534,8 @@ class Indexer:
                 if cache.enabled and cache.max_entries and report.embedded:
                     with self.store.transaction():
                         self.store.cache_prune(cache.max_entries)
-                if report.indexed and not report.incomplete:
-                    self.store.optimize()
+                if (report.indexed or report.removed) and not report.incomplete:
+                    self.store.optimize()  # (a removal too: the SQLite WAL holds the text it removed)
             report.reason = reason if not report.full else f"{reason}: {why}"
         finally:
             try:

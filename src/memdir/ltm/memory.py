@@ -423,7 +423,7 @@ class LongTermMemory:
                 if record is None:
                     return ForgetResult("not_found")
                 self.table.delete(full)
-                warnings = self._after_write()
+                warnings = self._purge() + self._after_write()
             return ForgetResult("deleted", record, warnings=warnings)
         if not (query or "").strip():
             raise LtmError("Provide query or memoryId.")
@@ -433,7 +433,7 @@ class LongTermMemory:
         if len(hits) == 1 and (hits[0].score or 0.0) > FORGET_AUTO_SCORE:
             with self._lock():
                 self.table.delete(hits[0].id)
-                warnings = self._after_write()
+                warnings = self._purge() + self._after_write()
             return ForgetResult("deleted", hits[0], warnings=warnings)
         return ForgetResult("candidates", candidates=hits)
 
@@ -545,6 +545,8 @@ class LongTermMemory:
                 self.table.replace(changed[start:start + IMPORT_WRITE_BATCH])
             for record in new:
                 record.vector = None
+            if report.updated:  # (an edited text's old words stayed in the store's files, as a forget's did)
+                report.warnings += self._purge()
             # The mirror after every import, even one that wrote nothing: a run killed after its
             # last batch and before the mirror, run again, found every bullet stored and left the
             # mirror without them for good (as one where the mirror was turned on since).
@@ -673,6 +675,18 @@ class LongTermMemory:
         """Under the write lock: compact the table when it has many fragments, then the mirror."""
         self._compact()
         return self._sync_mirror(applied)
+
+    def _purge(self) -> list[str]:
+        """Under the write lock, after a forget (or an import that edited a memory's text): leave
+        nothing of the deleted text on disk.  A failure (a full disk) is said; the memory is
+        forgotten (edited) all the same."""
+        try:
+            self.table.purge_deleted()
+        except Exception as exc:
+            log.warning("the forgotten text is still in the long-term memory store's files: %s", exc)
+            return [f"the forgotten text is still in the long-term memory store's files ({exc}); the next "
+                    "forget removes it"]
+        return []
 
     def _compact(self) -> None:
         try:

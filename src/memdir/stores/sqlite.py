@@ -345,6 +345,8 @@ class SqliteStore(SqliteLifecycle):
         self._pid = os.getpid()
         _STORES.add(self)
         self.fts_error: str | None = None
+        #: Whether the keyword table is known to have FTS5's ``secure-delete`` on (:meth:`_fts_secure_delete`).
+        self._fts_secure = False
         self.matrix = vecs.VectorMatrix()
         self._scorer: Any = None
         self._postings: Any = None
@@ -377,6 +379,7 @@ class SqliteStore(SqliteLifecycle):
         self._postings = None
         self._state_memo = self._log_mark = None
         self._hit_rows = (None, {}, {})
+        self._fts_secure = False  # (a recovery's new file is set again)
         super()._open()
         self._pid = os.getpid()
         self.matrix = vecs.VectorMatrix(sidecar_path(self.path), save=not self.readonly)
@@ -532,6 +535,17 @@ class SqliteStore(SqliteLifecycle):
                 self.fts_error = None
             except Exception as exc:
                 self.fts_error = f"FTS5 unavailable: {exc}"
+            if self.fts_error is None:
+                (wait,) = c.execute("PRAGMA busy_timeout").fetchone()
+                c.execute("PRAGMA busy_timeout = 0")  # (another writer at work: the first deletion sets it)
+                try:
+                    with self.transaction():
+                        self._fts_secure_delete()
+                except Exception as exc:  # a full disk opens read-only as before
+                    if health.is_damage_error(exc):
+                        raise
+                finally:
+                    c.execute(f"PRAGMA busy_timeout = {int(wait)}")
             # Last: the first row in ``meta`` makes the health probe expect every table, so a
             # process killed before the keyword table existed left an index the next open called
             # damaged ("index table missing: chunks_fts") and moved aside as ``.corrupt-*``.
@@ -557,6 +571,19 @@ class SqliteStore(SqliteLifecycle):
         every edit away from what a clean rebuild ranks)."""
         tok = "trigram case_sensitive 0" if self.fts_tokenizer == "trigram" else "unicode61"
         return f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(text, stems, content='', tokenize='{tok}')"
+
+    def _fts_secure_delete(self) -> None:
+        """Have FTS5 take a deleted row's words out of its segments (its ``secure-delete`` option,
+        SQLite 3.42+), not only add a marker hiding them: a note deleted or a line edited away kept
+        its words (a password, an address) readable in the index file until FTS5 merged that
+        segment, which for a note indexed long ago could be never.  Measured: see README.  Inside
+        a write transaction: at the open (not waiting for another writer) and before a deletion."""
+        if not self._fts_secure and db.binding().sqlite_version_info >= (3, 42, 0):
+            # (an older FTS5 cannot read a table once the option is set)
+            c = self.conn
+            if c.execute("SELECT 1 FROM chunks_fts_config WHERE k = 'secure-delete' AND v = 1").fetchone() is None:
+                c.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('secure-delete', 1)")
+        self._fts_secure = True
 
     @property
     def fts_available(self) -> bool:
@@ -704,6 +731,7 @@ class SqliteStore(SqliteLifecycle):
         vecs.log_changes(c, [r for (r,) in c.execute(
             "SELECT rowid FROM chunks WHERE path = ? AND source = ?", (path, source))], alive=False)
         if self.fts_available:
+            self._fts_secure_delete()
             rows = c.execute("SELECT rowid, text FROM chunks WHERE path = ? AND source = ?", (path, source)).fetchall()
             c.executemany("INSERT INTO chunks_fts(chunks_fts, rowid, text, stems) VALUES ('delete', ?, ?, ?)",
                           [(rid, *fts_values(text)) for rid, text in rows])
@@ -1397,6 +1425,24 @@ class SqliteStore(SqliteLifecycle):
         SQLite's own indexes and FTS5's segments are maintained as rows are written."""
         with self.transaction() as c:
             vecs.trim_log(c)
+        self._truncate_wal()
+
+    def _truncate_wal(self) -> None:
+        """Checkpoint and empty the write-ahead log, if no reader holds it now (then the next
+        sync's try does).  Why: the log keeps every page a write made, deleted text's included, and
+        a long-lived process (memdir mcp, watch) kept it open: a note deleted an hour before was
+        still spelt out in ``<index>-wal`` (only the last connection's close removes it).  A sync
+        already waits for its pages to reach the log; the checkpoint writes them once more."""
+        with self.lock:
+            try:
+                (wait,) = self.conn.execute("PRAGMA busy_timeout").fetchone()
+                self.conn.execute("PRAGMA busy_timeout = 0")  # a search elsewhere: not waited for
+                try:
+                    self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                finally:
+                    self.conn.execute(f"PRAGMA busy_timeout = {int(wait)}")
+            except Exception:  # (read-only, or busy: the log is emptied another time)
+                pass
 
     def export_files(self, only: Collection[tuple[str, str]] | None = None,
                      ) -> Iterator[tuple[str, str, str, int, int, list[ChunkRow]]]:
@@ -1492,10 +1538,7 @@ class SqliteStore(SqliteLifecycle):
             if not by_pages:
                 self._copy_rows_from(fresh_path)
             remove_newer_sidecar(sidecar_path(self.path))  # (it describes the index just replaced)
-            try:
-                c.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except Exception:
-                pass
+            self._truncate_wal()
 
     def _copy_rows_from(self, fresh_path: Path) -> None:
         """:meth:`swap_from` table by table, in one transaction."""
