@@ -580,10 +580,16 @@ def fts_values(text: str) -> tuple[str, str]:
     :mod:`memdir.build_worker` alike."""
     from memdir.stemming import text_stems
 
-    if text.isascii() or not _MAY_CHANGE.search(text):
+    if text.isascii():
         return text, text_stems(text)
-    form = word_form(text)  # once for both columns
-    return _spaced(form), text_stems(form)
+    form = word_form(text) if _MAY_CHANGE.search(text) else text  # once for both columns
+    words = _spaced(form)
+    if "\u0130" in words:
+        # the Turkish İ as a plain I: unicode61 folds it to i, as a question is lowered
+        # (:func:`memdir.query.lower`), but a ``trigram`` index keeps it, so a word holding it and
+        # no Latin stem ("00İ") was found by no search there
+        words = words.replace("\u0130", "I")
+    return words, text_stems(form)
 
 
 def has_lone_surrogate(text: str) -> bool:
