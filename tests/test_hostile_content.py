@@ -15,15 +15,19 @@ from pathlib import Path
 
 from conftest import parse_json
 from helpers import cli_env, python_child
-from memdir import Memory
+from memdir import Memory, db
 from memdir.textutil import nfc
 from memdir.tools import clamp_results_by_chars
 
 
 def _index_counts(index: Path) -> tuple[int, int]:
-    with sqlite3.connect(index) as conn:
+    # memdir's own SQLite: the keyword table's secure-delete option needs 3.42+ to be read
+    conn = db.binding().connect(str(index))
+    try:
         chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         fts = conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0]
+    finally:
+        conn.close()
     return chunks, fts
 
 
