@@ -17,6 +17,7 @@ mirror), says so once through ``notice`` and in :attr:`LongTermMemory.recoveries
 
 from __future__ import annotations
 
+import builtins
 import logging
 import math
 import time
@@ -304,6 +305,8 @@ class LongTermMemory:
         limit = max(1, min(int(limit), MAX_SEARCH_LIMIT))
         return self.table.search(self._query_vector(query), limit=limit, min_score=min_score)
 
+    # The methods below spell ``builtins.list``: in the class body ``list`` is this method, and
+    # mypy read their ``list[...]`` as no type at all, so a host's code got ``Any`` from them.
     def list(self, *, include_superseded: bool = False) -> list[MemoryRecord]:
         """Every active memory, oldest first (superseded ones too with ``include_superseded``)."""
         return self._healing(lambda: self.table.all(include_superseded=include_superseded))
@@ -454,7 +457,7 @@ class LongTermMemory:
         hits = self.search(prompt, limit=AUTO_RECALL_LIMIT, min_score=SEARCH_MIN_SCORE)
         return format_relevant_memories_context(hits) if hits else None
 
-    def auto_capture(self, messages: Iterable[Mapping[str, Any] | str]) -> list[StoreResult]:
+    def auto_capture(self, messages: Iterable[Mapping[str, Any] | str]) -> builtins.list[StoreResult]:
         """R§14 ``agent_end``: store up to 3 user statements worth keeping (duplicates skipped)."""
         texts = [clean_text(t) for t in capture_candidates(messages, self.config.capture_max_chars,
                                                              MAX_CAPTURES_PER_TURN)]
@@ -462,7 +465,7 @@ class LongTermMemory:
             return []
         return self._healing(lambda: self._capture_once(texts))
 
-    def _capture_once(self, texts: list[str]) -> list[StoreResult]:
+    def _capture_once(self, texts: builtins.list[str]) -> builtins.list[StoreResult]:
         vectors = self._vectors(texts)
         results = []
         with self._lock():
@@ -574,7 +577,7 @@ class LongTermMemory:
         self._checked = False
         return len(records)
 
-    def sync_mirror(self) -> list[str]:
+    def sync_mirror(self) -> builtins.list[str]:
         """Regenerate the mirror file now (it is also regenerated after every change)."""
 
         def once() -> list[str]:
@@ -583,7 +586,7 @@ class LongTermMemory:
 
         return self._healing(once)
 
-    def _after_write(self) -> list[str]:
+    def _after_write(self) -> builtins.list[str]:
         """Under the write lock: compact the table when it has many fragments, then the mirror."""
         self._compact()
         return self._sync_mirror()
@@ -594,7 +597,7 @@ class LongTermMemory:
         except Exception as exc:  # a slower search later, never a lost write
             log.warning("long-term memory compaction failed: %s", exc)
 
-    def _sync_mirror(self) -> list[str]:
+    def _sync_mirror(self) -> builtins.list[str]:
         if self.mirror_path is None:
             return []
         from memdir.ltm.markdown import mirror_header, render, write_mirror

@@ -1,0 +1,133 @@
+"""memdir as a typed library: a host's code, checked by ``mypy --strict`` against the package.
+
+memdir ships ``py.typed``, so its annotations are what a host's type checker holds its code to.
+One mypy run (about 10 s) checks two small host programs: ``host_ok.py`` uses the public API the
+way the README does and must pass; every line of ``host_wrong.py`` marked ``# wrong: <what>`` is
+a mistake mypy must report, which it cannot where an annotation leaks ``Any`` or takes
+``**kwargs: Any``.  Each test reads its own lines of that one run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mypy", reason="mypy checks the host programs (pip install -e '.[dev]')")
+
+HOST_OK = '''
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from memdir import Memory
+from memdir.aio import AsyncMemory
+from memdir.errors import MemdirError
+from memdir.ltm import LongTermMemory, MemoryRecord, StoreResult
+from memdir.prompt import build_session_context, memory_recall_section
+from memdir.sync import ProgressLabel
+from memdir.tools import TOOL_NAMES, ToolResult, call_tool
+
+
+def shown(done: int, total: int, label: ProgressLabel) -> None:
+    print(done, total, label.chunks_done)
+
+
+def readme(ws: Path) -> str:
+    with Memory(ws) as mem:
+        mem.sync(progress=shown)
+        for hit in mem.search("what did we decide about pagination?").results:
+            print(f"{hit.score:.3f} {hit.path}:{hit.start_line}-{hit.end_line}")
+        path: str = mem.append_daily("- Decided: billing uses Kafka.", date=dt.date(2026, 1, 12))
+        mem.append_daily("- and the day after", date="2026-01-13")
+        ctx = build_session_context(mem, session_key="agent:main:main", max_chars=20_000)
+        result: ToolResult = call_tool(mem, "memory_search", {"query": "billing"})
+        print(memory_recall_section(TOOL_NAMES, citations="off"), ctx.text, result.text, path)
+        return mem.get("MEMORY.md", from_line=1, lines=10).text
+
+
+def captured(ltm: LongTermMemory) -> list[StoreResult]:
+    return ltm.auto_capture([{"role": "user", "content": "I prefer dark mode"}])
+
+
+def mirrored(ltm: LongTermMemory) -> list[str]:
+    return ltm.sync_mirror()
+
+
+def recalled(ltm: LongTermMemory) -> list[MemoryRecord]:
+    return [*ltm.search("theme?", limit=3), *ltm.list(include_superseded=True)]
+
+
+async def in_asyncio(ws: Path) -> list[str]:
+    async with AsyncMemory(ws, agent_id="main", config={"memorySearch": {"provider": "none"}}) as amem:
+        await amem.sync(force=True, progress=shown)
+        response = await amem.search("which queue?", max_results=3, min_score=0.2, mode="keyword")
+        text = (await amem.get("MEMORY.md", from_line=2, lines=5)).text
+        status: dict[str, Any] = await amem.status(deep=True)
+        await amem.append_daily("- a note", date=dt.date(2026, 1, 12))
+        print(text, status, (await amem.call_tool("memory_get", {"path": "MEMORY.md"})).payload)
+        return [hit.path for hit in response.results]
+
+
+try:
+    print(readme(Path("~/agent")), asyncio.run(in_asyncio(Path("~/agent"))))
+except MemdirError as exc:
+    print(exc)
+'''
+
+HOST_WRONG = '''
+from __future__ import annotations
+
+from memdir.ltm import LongTermMemory
+
+
+def ltm_results(ltm: LongTermMemory) -> int:
+    count: int = ltm.auto_capture(["I prefer dark mode"])  # wrong: ltm-list
+    return ltm.sync_mirror()  # wrong: ltm-list
+
+'''
+
+
+@pytest.fixture(scope="module")
+def mypy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, set[int]]]:
+    """mypy's output over both programs, and the lines of host_wrong.py marked wrong, by what."""
+    where = tmp_path_factory.mktemp("host")
+    (where / "host_ok.py").write_text(HOST_OK, encoding="utf-8")
+    (where / "host_wrong.py").write_text(HOST_WRONG, encoding="utf-8")
+    env = {**os.environ, "MYPYPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--show-error-codes",
+                           "--cache-dir", str(where / ".mypy_cache"), "host_ok.py", "host_wrong.py"],
+                          cwd=where, env=env, capture_output=True, text=True, timeout=300)
+    assert "host_" in proc.stdout or proc.returncode == 0, proc.stdout + proc.stderr  # mypy itself ran
+    marked: dict[str, set[int]] = {}
+    for number, line in enumerate(HOST_WRONG.splitlines(), start=1):
+        if m := re.search(r"# wrong: (\S+)", line):
+            marked.setdefault(m.group(1), set()).add(number)
+    return proc.stdout, marked
+
+
+def _reported(output: str, name: str) -> set[int]:
+    return {int(m.group(1)) for m in re.finditer(rf"^{name}:(\d+): error:", output, flags=re.M)}
+
+
+def test_the_readme_and_the_public_api_pass_mypy_strict_in_a_host(mypy_run):
+    """The README's Python (sync with a progress callback, search, get, append_daily, the session
+    context, tools, AsyncMemory, long-term memory) type-checks as a host writes it."""
+    output, _ = mypy_run
+    assert not _reported(output, "host_ok.py"), output
+
+
+def test_long_term_memory_methods_after_list_are_typed(mypy_run):
+    """Regression: LongTermMemory has a method named ``list``, and the annotations after it
+    (``auto_capture -> list[StoreResult]``, ``sync_mirror -> list[str]``) named that method, which
+    mypy reads as no type: ``count: int = ltm.auto_capture(...)`` passed mypy --strict."""
+    output, marked = mypy_run
+    assert marked["ltm-list"] <= _reported(output, "host_wrong.py"), output
+
