@@ -85,6 +85,7 @@ except MemdirError as exc:
 HOST_WRONG = '''
 from __future__ import annotations
 
+from memdir import Memory
 from memdir.ltm import LongTermMemory
 
 
@@ -92,6 +93,10 @@ def ltm_results(ltm: LongTermMemory) -> int:
     count: int = ltm.auto_capture(["I prefer dark mode"])  # wrong: ltm-list
     return ltm.sync_mirror()  # wrong: ltm-list
 
+
+
+def dates(mem: Memory) -> None:
+    mem.append_daily("- a note", date=20260112)  # wrong: append-date
 '''
 
 
@@ -131,3 +136,9 @@ def test_long_term_memory_methods_after_list_are_typed(mypy_run):
     output, marked = mypy_run
     assert marked["ltm-list"] <= _reported(output, "host_wrong.py"), output
 
+
+def test_append_daily_date_is_typed(mypy_run):
+    """Regression: ``Memory.append_daily``'s ``date`` was annotated Any (and help() did not say what
+    it takes), so ``date=20260112`` passed mypy and raised 'invalid date' when run."""
+    output, marked = mypy_run
+    assert marked["append-date"] <= _reported(output, "host_wrong.py"), output

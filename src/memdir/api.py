@@ -20,6 +20,7 @@ paths, and a state folder that cannot be written still answers searches read-onl
 from __future__ import annotations
 
 import atexit
+import datetime as dt
 import functools
 import logging
 import math
@@ -750,8 +751,11 @@ class Memory(IndexUpkeep):
         return path
 
     @_call
-    def append_daily(self, text: str, *, date: Any = None) -> str:
+    def append_daily(self, text: str, *, date: dt.date | dt.datetime | str | None = None) -> str:
         """Append ``text`` to today's ``memory/YYYY-MM-DD.md`` (user timezone); returns that path.
+
+        ``date`` picks another day's log: a ``date``, a ``datetime`` (its day in the user's
+        timezone) or ``"YYYY-MM-DD"``; anything else raises :class:`~memdir.daily.DailyLogError`.
 
         Append-only and safe with concurrent writers (threads and processes): see
         :mod:`memdir.daily`.  The next :meth:`search` sees the entry, because the file's size
