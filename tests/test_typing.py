@@ -86,6 +86,7 @@ HOST_WRONG = '''
 from __future__ import annotations
 
 from memdir import Memory
+from memdir.aio import AsyncMemory
 from memdir.ltm import LongTermMemory
 
 
@@ -93,6 +94,15 @@ def ltm_results(ltm: LongTermMemory) -> int:
     count: int = ltm.auto_capture(["I prefer dark mode"])  # wrong: ltm-list
     return ltm.sync_mirror()  # wrong: ltm-list
 
+
+async def async_calls(amem: AsyncMemory) -> None:
+    await amem.search("which queue?", max_result=3)  # wrong: aio-kwargs
+    await amem.search("which queue?", mode="semantic")  # wrong: aio-kwargs
+    await amem.get("MEMORY.md", from_lines=1)  # wrong: aio-kwargs
+    await amem.sync(forced=True)  # wrong: aio-kwargs
+    await amem.status(deeply=True)  # wrong: aio-kwargs
+    await amem.append_daily("- a note", day="2026-01-12")  # wrong: aio-kwargs
+    AsyncMemory("~/agent", agent="main")  # wrong: aio-kwargs
 
 
 def dates(mem: Memory) -> None:
@@ -135,6 +145,29 @@ def test_long_term_memory_methods_after_list_are_typed(mypy_run):
     mypy reads as no type: ``count: int = ltm.auto_capture(...)`` passed mypy --strict."""
     output, marked = mypy_run
     assert marked["ltm-list"] <= _reported(output, "host_wrong.py"), output
+
+
+def test_async_memory_takes_memorys_parameters_by_name(mypy_run):
+    """Regression: AsyncMemory's constructor and calls took ``**kwargs: Any``, so a misspelt
+    parameter (``await amem.search(q, max_result=3)``) or a mode that does not exist passed mypy
+    and failed only when run; help() showed ``**kwargs``."""
+    output, marked = mypy_run
+    assert marked["aio-kwargs"] <= _reported(output, "host_wrong.py"), output
+
+
+def test_async_memory_parameters_are_memorys():
+    """The spelt-out parameters of AsyncMemory stay Memory's: names, kinds and defaults."""
+    import inspect
+
+    from memdir import Memory
+    from memdir.aio import AsyncMemory
+
+    for name in ("__init__", "sync", "search", "get", "status", "append_daily"):
+        ours = dict(inspect.signature(getattr(AsyncMemory, name)).parameters)
+        theirs = dict(inspect.signature(getattr(Memory, name)).parameters)
+        ours.pop("memory", None)
+        assert [(p.name, p.kind, p.default, p.annotation) for p in ours.values()] == \
+               [(p.name, p.kind, p.default, p.annotation) for p in theirs.values()], name
 
 
 def test_append_daily_date_is_typed(mypy_run):
