@@ -88,6 +88,7 @@ from __future__ import annotations
 from memdir import Memory
 from memdir.aio import AsyncMemory
 from memdir.ltm import LongTermMemory
+from memdir.tools import call_tool
 
 
 def ltm_results(ltm: LongTermMemory) -> int:
@@ -107,6 +108,10 @@ async def async_calls(amem: AsyncMemory) -> None:
 
 def dates(mem: Memory) -> None:
     mem.append_daily("- a note", date=20260112)  # wrong: append-date
+
+
+def tool_text(mem: Memory) -> str:
+    return str(call_tool(mem, "memory_get", {"path": "MEMORY.md"})[0]["text"])  # wrong: tool-result
 '''
 
 
@@ -175,3 +180,18 @@ def test_append_daily_date_is_typed(mypy_run):
     it takes), so ``date=20260112`` passed mypy and raised 'invalid date' when run."""
     output, marked = mypy_run
     assert marked["append-date"] <= _reported(output, "host_wrong.py"), output
+
+
+def test_a_tool_result_is_a_dict_of_str_keys(mypy_run):
+    """Regression: ToolResult subclassed a bare ``dict``, so every key and value of a
+    ``call_tool(...)`` was unknown to a host's pyright in strict mode ('Type of "details" is
+    unknown' for ``result["details"]``), and mypy took any key: ``result[0]["text"]`` (the first
+    content block meant) passed it and raised KeyError: 0 when run."""
+    from typing import Any, get_args
+
+    from memdir.tools import ToolResult
+
+    output, marked = mypy_run
+    assert marked["tool-result"] <= _reported(output, "host_wrong.py"), output
+    (base,) = ToolResult.__orig_bases__  # type: ignore[attr-defined]
+    assert get_args(base) == (str, Any)

@@ -172,8 +172,12 @@ def anthropic_tools(names: Iterable[str] | str | None = None) -> ToolSchemas:
 # --- results ------------------------------------------------------------------------------------
 
 
-class ToolResult(dict):  # type: ignore[type-arg]
-    """``{"content": [{"type": "text", "text": ...}], "details": payload}``, plus shortcuts."""
+class ToolResult(dict[str, Any]):
+    """``{"content": [{"type": "text", "text": ...}], "details": payload}``, plus shortcuts.
+
+    A ``dict[str, Any]``: as a bare ``dict`` each key and value was unknown to a host's pyright in
+    strict mode (``details = result["details"]``: 'Type of "details" is unknown'), and mypy took
+    any key (``result[0]["text"]``, the content's first block meant, failed only when run)."""
 
     @property
     def text(self) -> str:
