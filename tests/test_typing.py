@@ -195,3 +195,24 @@ def test_a_tool_result_is_a_dict_of_str_keys(mypy_run):
     assert marked["tool-result"] <= _reported(output, "host_wrong.py"), output
     (base,) = ToolResult.__orig_bases__  # type: ignore[attr-defined]
     assert get_args(base) == (str, Any)
+
+
+@pytest.mark.parametrize("module", ["memdir", "memdir.api", "memdir.ltm"])
+def test_lazy_exports_are_listed_and_a_misspelt_one_is_named(module: str):
+    """Regression: the names these modules load on first use (``Memory``, ``PathError``, the long-term
+    memory classes) were missing from ``dir()``, so help(memdir) showed no class at all and a REPL's
+    tab completion never offered ``memdir.Memory``; and ``memdir.Memroy`` said 'AttributeError:
+    Memroy', without the module or Python's 'Did you mean: 'Memory'?'."""
+    import importlib
+    import pydoc
+
+    mod = importlib.import_module(module)
+    assert set(mod.__all__) <= set(dir(mod))
+    shown = pydoc.render_doc(mod, renderer=pydoc.plaintext)
+    for name in mod.__all__:
+        if isinstance(getattr(mod, name), type):
+            assert f"class {name}" in shown, name
+    with pytest.raises(AttributeError) as caught:
+        mod.Memroy  # noqa: B018 (the attribute access is the test)
+    assert str(caught.value) == f"module {module!r} has no attribute 'Memroy'"
+    assert caught.value.name == "Memroy" and caught.value.obj is mod

@@ -25,6 +25,7 @@ import functools
 import logging
 import math
 import os
+import sys
 import threading
 import time
 import weakref
@@ -1225,4 +1226,8 @@ def __getattr__(name: str) -> Any:
         from memdir.workspace import PathError
 
         return PathError
-    raise AttributeError(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name, obj=sys.modules[__name__])
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
