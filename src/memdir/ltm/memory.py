@@ -22,7 +22,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -457,8 +457,12 @@ class LongTermMemory:
         hits = self.search(prompt, limit=AUTO_RECALL_LIMIT, min_score=SEARCH_MIN_SCORE)
         return format_relevant_memories_context(hits) if hits else None
 
-    def auto_capture(self, messages: Iterable[Mapping[str, Any] | str]) -> builtins.list[StoreResult]:
-        """R§14 ``agent_end``: store up to 3 user statements worth keeping (duplicates skipped)."""
+    def auto_capture(self, messages: Iterable[object]) -> builtins.list[StoreResult]:
+        """R§14 ``agent_end``: store up to 3 user statements worth keeping (duplicates skipped).
+
+        ``messages``: a turn's messages as a chat API has them, dicts of ``role`` and ``content`` (a
+        string or a list of text blocks) or an SDK's message objects with those fields; a plain
+        string is a user's text.  Only the user's messages are read."""
         texts = [clean_text(t) for t in capture_candidates(messages, self.config.capture_max_chars,
                                                              MAX_CAPTURES_PER_TURN)]
         if not texts:
