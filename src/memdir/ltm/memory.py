@@ -426,6 +426,8 @@ class LongTermMemory:
                 self.table.delete(full)
                 warnings = self._after_write()
             return ForgetResult("deleted", record, warnings=warnings)
+        if query is not None and not isinstance(query, str):  # ("'int' object has no attribute 'strip'")
+            raise TypeError(f"query must be a string, not {type(query).__name__}")
         if not (query or "").strip():
             raise LtmError("Provide query or memoryId.")
         hits = self._search_once(str(query), FORGET_SEARCH_LIMIT, FORGET_MIN_SCORE)
