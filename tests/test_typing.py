@@ -216,3 +216,19 @@ def test_lazy_exports_are_listed_and_a_misspelt_one_is_named(module: str):
         mod.Memroy  # noqa: B018 (the attribute access is the test)
     assert str(caught.value) == f"module {module!r} has no attribute 'Memroy'"
     assert caught.value.name == "Memroy" and caught.value.obj is mod
+
+
+def test_help_describes_every_parameter_of_memory():
+    """Regression: help(Memory) said nothing of its constructor's parameters (what ``config`` takes,
+    ``provider``, ``notice``), and help(Memory.search) described ``mode`` alone: not what
+    ``max_results=None``, ``min_score=None``, ``explain`` or ``sync=None`` do (nor sync's
+    ``deadline`` and ``lock_timeout``, get's ``from_line``/``lines``, status's ``deep``)."""
+    import inspect
+
+    from memdir import Memory
+
+    for name in ("__init__", "sync", "search", "get", "append_daily", "status", "migrate"):
+        fn = getattr(Memory, name)
+        doc = inspect.getdoc(Memory if name == "__init__" else fn) or ""
+        for param in list(inspect.signature(fn).parameters)[1:]:
+            assert f"``{param}``" in doc, (name, param)
