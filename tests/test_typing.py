@@ -232,3 +232,40 @@ def test_help_describes_every_parameter_of_memory():
         doc = inspect.getdoc(Memory if name == "__init__" else fn) or ""
         for param in list(inspect.signature(fn).parameters)[1:]:
             assert f"``{param}``" in doc, (name, param)
+
+
+PUBLIC_MODULES = ["memdir", "memdir.api", "memdir.aio", "memdir.tools", "memdir.prompt", "memdir.ltm",
+                  "memdir.ltm.memory", "memdir.ltm.results", "memdir.ltm.store", "memdir.ltm.tools",
+                  "memdir.sessions", "memdir.daily", "memdir.errors", "memdir.sync", "memdir.search",
+                  "memdir.watch", "memdir.agent", "memdir.embeddings.base"]
+_BARE = re.compile(r"\b(dict|list|tuple|set|frozenset|Callable|Mapping|Sequence|Iterable|Iterator)\b(?!\[)")
+
+
+def test_no_public_annotation_is_a_bare_generic():
+    """Regression: ``MemoryBackend.search -> list[dict]`` and ``get -> dict`` (memdir.agent), like
+    ToolResult's bare ``dict`` base, left every key and value unknown to a host's pyright in
+    strict mode ('Type of "hits" is partially unknown'); each public annotation says what it holds."""
+    import importlib
+    import inspect
+
+    bare: list[str] = []
+    for module in PUBLIC_MODULES:
+        mod = importlib.import_module(module)
+        for name in getattr(mod, "__all__", [n for n in vars(mod) if not n.startswith("_")]):
+            obj = getattr(mod, name)
+            if inspect.isclass(obj) and obj.__module__.startswith("memdir"):
+                bare += [f"{module}.{name} base {b}" for b in getattr(obj, "__orig_bases__", obj.__bases__)
+                         if b in (dict, list, tuple, set)]
+                members = [m.fget if isinstance(m, property) else m for m in vars(obj).values()
+                           if callable(m) or isinstance(m, property)]
+                fields = {f"{name}.{k}": a for k, a in vars(obj).get("__annotations__", {}).items()}
+            elif inspect.isfunction(obj) and obj.__module__.startswith("memdir"):
+                members, fields = [obj], {}
+            else:
+                continue
+            for fn in members:
+                fields.update({f"{getattr(fn, '__qualname__', fn)} {k}": a
+                               for k, a in getattr(fn, "__annotations__", {}).items()})
+            bare += [f"{module}: {where}: {a}" for where, a in fields.items()
+                     if _BARE.search(str(a)) and "ClassVar" not in str(a)]
+    assert not bare, bare
