@@ -76,6 +76,23 @@ async def in_asyncio(ws: Path) -> list[str]:
         return [hit.path for hit in response.results]
 
 
+class TeamMemory(Memory):
+    def team(self) -> str:
+        return "ops"
+
+
+class TeamAsyncMemory(AsyncMemory):
+    def team(self) -> str:
+        return "ops"
+
+
+async def subclassed(ws: Path) -> str:
+    with TeamMemory(ws) as mem:
+        mine = mem.team()  # ok: subclass-enter
+    async with TeamAsyncMemory(ws) as amem:
+        return mine + amem.team()  # ok: subclass-enter
+
+
 try:
     print(readme(Path("~/agent")), asyncio.run(in_asyncio(Path("~/agent"))))
 except MemdirError as exc:
@@ -269,3 +286,12 @@ def test_no_public_annotation_is_a_bare_generic():
             bare += [f"{module}: {where}: {a}" for where, a in fields.items()
                      if _BARE.search(str(a)) and "ClassVar" not in str(a)]
     assert not bare, bare
+
+
+def test_a_hosts_subclass_stays_itself_in_its_with_block(mypy_run):
+    """Regression: ``Memory.__enter__`` (and AsyncMemory's ``__aenter__``, LongTermMemory's) were
+    annotated to return the base class, so ``with TeamMemory(ws) as mem: mem.team()`` failed mypy
+    ('"Memory" has no attribute "team"') in a host that subclasses it; they return ``Self``."""
+    output, _ = mypy_run
+    lines = {n for n, line in enumerate(HOST_OK.splitlines(), start=1) if "# ok: subclass-enter" in line}
+    assert lines and not lines & _reported(output, "host_ok.py"), output

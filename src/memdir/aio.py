@@ -25,7 +25,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from memdir.api import GetResult, Memory, SearchMode
 from memdir.search import SearchResponse
@@ -150,7 +150,7 @@ class AsyncMemory:
         index of 400 notes 55 s, where that sync stops before its next file."""
         await asyncio.to_thread(self.memory.close)
 
-    async def __aenter__(self) -> AsyncMemory:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

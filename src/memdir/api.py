@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 from memdir.embeddings.base import one_line
 from memdir.embeddings.registry import DISABLED, NO_PROVIDER, ProviderSelection, select_provider
@@ -1246,7 +1246,7 @@ class Memory(IndexUpkeep):
         raise TypeError("a Memory cannot be pickled or copied (it holds an open index, locks and threads): "
                         "make one in each process, Memory(...) with the same arguments")
 
-    def __enter__(self) -> Memory:
+    def __enter__(self) -> Self:  # (a host's subclass stays itself in its with block)
         return self
 
     def __exit__(self, *exc: object) -> None:

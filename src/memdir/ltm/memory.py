@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from memdir.ltm import heal
 from memdir.ltm.capture import (
@@ -633,7 +633,7 @@ class LongTermMemory:
         self.table.close()
         self._checked = False
 
-    def __enter__(self) -> LongTermMemory:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
