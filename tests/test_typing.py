@@ -239,17 +239,23 @@ def test_help_describes_every_parameter_of_memory():
     """Regression: help(Memory) said nothing of its constructor's parameters (what ``config`` takes,
     ``provider``, ``notice``), and help(Memory.search) described ``mode`` alone: not what
     ``max_results=None``, ``min_score=None``, ``explain`` or ``sync=None`` do (nor sync's
-    ``deadline`` and ``lock_timeout``, get's ``from_line``/``lines``, status's ``deep``)."""
+    ``deadline`` and ``lock_timeout``, get's ``from_line``/``lines``, status's ``deep``); and
+    LongTermMemory's search, store, get, export and constructor left out theirs (``limit``,
+    ``min_score``, ``importance``, ``category``, ``source``, ``db_path``, ``clock``...)."""
     import inspect
 
     from memdir import Memory
+    from memdir.ltm import LongTermMemory
 
-    for name in ("__init__", "sync", "search", "get", "append_daily", "status", "migrate"):
-        fn = getattr(Memory, name)
-        doc = inspect.getdoc(Memory if name == "__init__" else fn) or ""
-        for param in list(inspect.signature(fn).parameters)[1:]:
-            assert f"``{param}``" in doc, (name, param)
-
+    methods = {Memory: ("__init__", "sync", "search", "get", "append_daily", "status", "migrate"),
+               LongTermMemory: ("__init__", "search", "list", "get", "store", "forget", "auto_recall", "auto_capture",
+                                "export", "import_markdown")}
+    for cls, names in methods.items():
+        for name in names:
+            fn = getattr(cls, name)
+            doc = inspect.getdoc(cls if name == "__init__" and fn.__doc__ is None else fn) or ""
+            for param in list(inspect.signature(fn).parameters)[1:]:
+                assert f"``{param}``" in doc, (cls.__name__, name, param)
 
 PUBLIC_MODULES = ["memdir", "memdir.api", "memdir.aio", "memdir.tools", "memdir.prompt", "memdir.ltm",
                   "memdir.ltm.memory", "memdir.ltm.results", "memdir.ltm.store", "memdir.ltm.tools",

@@ -89,7 +89,10 @@ class LongTermMemory:
     def __init__(self, settings: Settings | None = None, *, provider: Any = None, db_path: str | Path | None = None,
                  clock: Callable[[], int] | None = None, notice: Callable[[str], None] | None = None):
         """``settings`` default to memdir's defaults; ``provider`` overrides the configured embedder;
-        ``notice`` is told once when a damaged table was recovered (default: a logged warning)."""
+        ``db_path``: the folder of the LanceDB table (``None``: ``longTermMemory.dbPath``, else
+        ``<stateDir>/ltm/<agent>``); ``clock``: milliseconds since the epoch for new memories
+        (``None``: the system clock); ``notice`` is told once when a damaged table was recovered
+        (default: a logged warning)."""
         from memdir.config import Settings
         from memdir.ltm import settings as ltm_settings
         from memdir.ltm.store import import_lancedb
@@ -285,7 +288,8 @@ class LongTermMemory:
 
     # -- reading -------------------------------------------------------------------------------
     def search(self, query: str, *, limit: int = 5, min_score: float = SEARCH_MIN_SCORE) -> list[MemoryRecord]:
-        """Active memories most similar to ``query`` (cosine, or R§14's scale with ``scoring=openclaw``)."""
+        """Active memories most similar to ``query`` (cosine, or R§14's scale with ``scoring=openclaw``),
+        best first: at most ``limit`` of them, none scoring below ``min_score``."""
         return self._healing(lambda: self._search_once(query, limit, min_score))
 
     def _search_once(self, query: str, limit: int, min_score: float) -> list[MemoryRecord]:
@@ -312,6 +316,7 @@ class LongTermMemory:
         return self._healing(lambda: self.table.all(include_superseded=include_superseded))
 
     def get(self, memory_id: str) -> MemoryRecord | None:
+        """The memory whose id is ``memory_id``, in full (a UUID; a prefix is an :class:`LtmError`), or ``None``."""
         return self._healing(lambda: self.table.get(memory_id))
 
     def stats(self) -> dict[str, Any]:
@@ -358,7 +363,11 @@ class LongTermMemory:
     # -- writing -------------------------------------------------------------------------------
     def store(self, text: str, *, importance: float = DEFAULT_IMPORTANCE, category: str | None = None,
               source: str = "api") -> StoreResult:
-        """Store a memory unless a near-identical one exists (score ≥ 0.95); supersede close ones."""
+        """Store a memory unless a near-identical one exists (score ≥ 0.95); supersede close ones.
+
+        ``text``: the memory, one statement; ``importance``: 0 to 1; ``category``: one of
+        preference, fact, decision, entity, other (``None``: read from the text); ``source``: what
+        stored it, kept with the memory (auto-capture says ``auto-capture``)."""
         text = clean_text(text or "").strip()
         if not text:
             raise LtmError("text required")
@@ -407,7 +416,7 @@ class LongTermMemory:
         return StoreResult("created", record, superseded)
 
     def forget(self, memory_id: str | None = None, *, query: str | None = None) -> ForgetResult:
-        """Delete by id (full UUID or a unique prefix of ≥ 8 characters), or by query (R§14).
+        """Delete by ``memory_id`` (full UUID or a unique prefix of ≥ 8 characters), or by ``query`` (R§14).
 
         By query: the matches scoring ≥ 0.7 (top 5); exactly one, scoring > 0.9, is deleted,
         otherwise they come back as ``candidates`` to choose from.
@@ -486,13 +495,14 @@ class LongTermMemory:
 
     # -- Markdown --------------------------------------------------------------------------------
     def export(self, *, include_superseded: bool = False) -> str:
-        """The memories as Markdown: one dated bullet per memory with its category and id."""
+        """The memories as Markdown: one dated bullet per memory with its category and id (superseded
+        ones too with ``include_superseded``)."""
         from memdir.ltm.markdown import render
 
         return render(self.list(include_superseded=include_superseded), timezone=self.settings.user_timezone)
 
     def import_markdown(self, text: str) -> ImportReport:
-        """Apply a Markdown file (an export, an edited mirror, or bullets a person wrote) to the store.
+        """Apply Markdown ``text`` (an export, an edited mirror, or bullets a person wrote) to the store.
 
         Bullets with a known id update that memory when text or category changed; bullets with an
         unknown id are restored as they are (id, date, importance, superseded state); bullets
