@@ -239,7 +239,8 @@ def test_help_describes_every_parameter_of_memory():
     """Regression: help(Memory) said nothing of its constructor's parameters (what ``config`` takes,
     ``provider``, ``notice``), and help(Memory.search) described ``mode`` alone: not what
     ``max_results=None``, ``min_score=None``, ``explain`` or ``sync=None`` do (nor sync's
-    ``deadline`` and ``lock_timeout``, get's ``from_line``/``lines``, status's ``deep``); and
+    ``deadline`` and ``lock_timeout``, get's ``from_line``/``lines``, status's ``deep``, watch's
+    ``on_event``, ``debounce_ms``, ``interval_minutes`` and ``sync_at_start``); and
     LongTermMemory's search, store, get, export and constructor left out theirs (``limit``,
     ``min_score``, ``importance``, ``category``, ``source``, ``db_path``, ``clock``...)."""
     import inspect
@@ -247,7 +248,8 @@ def test_help_describes_every_parameter_of_memory():
     from memdir import Memory
     from memdir.ltm import LongTermMemory
 
-    methods = {Memory: ("__init__", "sync", "search", "get", "append_daily", "status", "migrate"),
+    methods = {Memory: ("__init__", "sync", "search", "get", "append_daily", "status", "migrate", "watch",
+                        "start_live_sync"),
                LongTermMemory: ("__init__", "search", "list", "get", "store", "forget", "auto_recall", "auto_capture",
                                 "export", "import_markdown")}
     for cls, names in methods.items():
