@@ -32,6 +32,7 @@ from memdir.aio import AsyncMemory
 from memdir.errors import MemdirError
 from memdir.ltm import LongTermMemory, MemoryRecord, StoreResult
 from memdir.prompt import build_session_context, memory_recall_section
+from memdir.sessions import run_session_memory_hook
 from memdir.sync import ProgressLabel
 from memdir.tools import TOOL_NAMES, ToolResult, call_tool
 
@@ -76,6 +77,16 @@ async def in_asyncio(ws: Path) -> list[str]:
         return [hit.path for hit in response.results]
 
 
+def slug_model(prompt: str) -> str | None:  # a chat API's reply content is str | None
+    return prompt.split()[0] if prompt else None
+
+
+def session_ended(ws: Path) -> str | None:
+    result = run_session_memory_hook(action="new", session_key="agent:main:main", workspace=ws,
+                                     previous_entry=None, slug_llm=slug_model)  # ok: slug-none
+    return None if result is None else result.slug
+
+
 class TeamMemory(Memory):
     def team(self) -> str:
         return "ops"
@@ -94,7 +105,7 @@ async def subclassed(ws: Path) -> str:
 
 
 try:
-    print(readme(Path("~/agent")), asyncio.run(in_asyncio(Path("~/agent"))))
+    print(readme(Path("~/agent")), asyncio.run(in_asyncio(Path("~/agent"))), session_ended(Path("~/agent")))
 except MemdirError as exc:
     print(exc)
 '''
@@ -302,4 +313,13 @@ def test_a_hosts_subclass_stays_itself_in_its_with_block(mypy_run):
     ('"Memory" has no attribute "team"') in a host that subclasses it; they return ``Self``."""
     output, _ = mypy_run
     lines = {n for n, line in enumerate(HOST_OK.splitlines(), start=1) if "# ok: subclass-enter" in line}
+    assert lines and not lines & _reported(output, "host_ok.py"), output
+
+
+def test_a_slug_model_may_answer_none(mypy_run):
+    """Regression: SlugLLM was ``Callable[[str], str]``, so a host's slug model returning what a chat
+    API's reply content is, ``str | None``, failed mypy where it was passed to
+    run_session_memory_hook (``slug_llm=``), though the hook takes ``None`` as no slug (the time)."""
+    output, _ = mypy_run
+    lines = {n for n, line in enumerate(HOST_OK.splitlines(), start=1) if "# ok: slug-none" in line}
     assert lines and not lines & _reported(output, "host_ok.py"), output

@@ -36,7 +36,9 @@ SLUG_TIMEOUT_SECONDS = 15.0
 SLUG_INPUT_CHARS = 2000
 SLUG_MAX_CHARS = 30
 
-SlugLLM = Callable[[str], str]
+#: A host's slug model: the prompt in, its answer out; ``None`` (what a chat API's reply content may be)
+#: falls back to the time, as a failure does.
+SlugLLM = Callable[[str], str | None]
 
 
 # --- finding the transcript -----------------------------------------------------------------
