@@ -51,6 +51,7 @@ def readme(ws: Path) -> str:
         ctx = build_session_context(mem, session_key="agent:main:main", max_chars=20_000)
         result: ToolResult = call_tool(mem, "memory_search", {"query": "billing"})
         print(memory_recall_section(TOOL_NAMES, citations="off"), ctx.text, result.text, path)
+        print(mem.get(Path("MEMORY.md")).text, mem.get(Path(ws, "memory", "2026-01-12.md")).text)  # ok: get-path
         return mem.get("MEMORY.md", from_line=1, lines=10).text
 
 
@@ -323,3 +324,21 @@ def test_a_slug_model_may_answer_none(mypy_run):
     output, _ = mypy_run
     lines = {n for n, line in enumerate(HOST_OK.splitlines(), start=1) if "# ok: slug-none" in line}
     assert lines and not lines & _reported(output, "host_ok.py"), output
+
+
+def test_get_takes_a_path(mypy_run, tmp_path: Path):
+    """Regression: ``mem.get(Path("MEMORY.md"))`` (or ``ws / "memory" / day``) raised "path must be
+    a string, not PosixPath" and failed mypy, where the rest of the API (the workspace, the session
+    hook, append_daily_note) takes ``str | os.PathLike``; a Path reads as its text does."""
+    from memdir import Memory
+
+    output, _ = mypy_run
+    lines = {n for n, line in enumerate(HOST_OK.splitlines(), start=1) if "# ok: get-path" in line}
+    assert lines and not lines & _reported(output, "host_ok.py"), output
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "2026-01-12.md").write_text("- Decided: billing uses Kafka.\n", encoding="utf-8")
+    with Memory(ws, config={"memorySearch": {"provider": "none"}}) as mem:
+        for path in (Path("memory/2026-01-12.md"), ws / "memory" / "2026-01-12.md"):
+            got = mem.get(path, from_line=1, lines=1)
+            assert (got.path, got.text) == ("memory/2026-01-12.md", "- Decided: billing uses Kafka.")

@@ -121,7 +121,8 @@ class AsyncMemory:
         return await self._run(self.memory.search, query, max_results=max_results, min_score=min_score,
                                explain=explain, sync=sync, mode=mode)
 
-    async def get(self, path: str, *, from_line: int | None = None, lines: int | None = None) -> GetResult:
+    async def get(self, path: str | os.PathLike[str], *, from_line: int | None = None,
+                  lines: int | None = None) -> GetResult:
         """See :meth:`Memory.get`."""
         return await self._run(self.memory.get, path, from_line=from_line, lines=lines)
 

@@ -733,13 +733,14 @@ class Memory(IndexUpkeep):
         return response
 
     @_call
-    def get(self, path: str, *, from_line: int | None = None, lines: int | None = None) -> GetResult:
+    def get(self, path: str | os.PathLike[str], *, from_line: int | None = None,
+            lines: int | None = None) -> GetResult:
         """Read a memory file (or a slice of it); raises :class:`PathError` naming the problem.
 
         ``path``: relative to the workspace, as a search result cites it (or an absolute path inside
-        it or an extra path); ``from_line``: the first line wanted, 1-based (``None``: the first);
-        ``lines``: how many (``None``: to the end).  A file that does not exist reads as ``""``
-        with ``missing`` set.
+        it or an extra path; a :class:`~pathlib.Path` too); ``from_line``: the first line wanted,
+        1-based (``None``: the first); ``lines``: how many (``None``: to the end).  A file that does
+        not exist reads as ``""`` with ``missing`` set.
 
         With the ``sessions`` source on, ``sessions/<name>.jsonl`` (a session result's path) reads
         as the indexed ``User:``/``Assistant:`` lines of the messages on JSONL lines ``from_line``
@@ -755,6 +756,8 @@ class Memory(IndexUpkeep):
             session_relative,
         )
 
+        if isinstance(path, os.PathLike):  # mem.get(Path("MEMORY.md")) was "path must be a string, not PosixPath"
+            path = os.fspath(path)
         if not isinstance(path, str):  # 123 raised "'int' object has no attribute 'strip'"
             raise TypeError(f"path must be a string, not {type(path).__name__}")
         from_line, lines = line_number("from_line", from_line), line_number("lines", lines)
