@@ -271,6 +271,23 @@ def test_help_describes_every_parameter_of_memory():
             for param in list(inspect.signature(fn).parameters)[1:]:
                 assert f"``{param}``" in doc, (cls.__name__, name, param)
 
+
+def test_help_describes_every_parameter_of_the_readmes_functions():
+    """Regression: the functions the README calls said nothing of the parameters it passes:
+    call_tool's ``session_key`` (nor ``name``, ``args``), memory_recall_section's ``citations``
+    and ``tools``, openai_tools' ``names``, build_session_context's ``session_key`` and ``now``."""
+    import inspect
+
+    from memdir.aio import AsyncMemory
+    from memdir.prompt import build_session_context, memory_recall_lines, memory_recall_section
+    from memdir.tools import anthropic_tools, call_tool, call_tool_payload, openai_tools
+
+    for fn in (call_tool, call_tool_payload, AsyncMemory.call_tool, openai_tools, anthropic_tools,
+               memory_recall_section, memory_recall_lines, build_session_context):
+        doc = inspect.getdoc(fn) or ""
+        for param in inspect.signature(fn).parameters:
+            assert param == "self" or f"``{param}``" in doc, (fn.__qualname__, param)
+
 PUBLIC_MODULES = ["memdir", "memdir.api", "memdir.aio", "memdir.tools", "memdir.prompt", "memdir.ltm",
                   "memdir.ltm.memory", "memdir.ltm.results", "memdir.ltm.store", "memdir.ltm.tools",
                   "memdir.sessions", "memdir.daily", "memdir.errors", "memdir.sync", "memdir.search",

@@ -135,7 +135,8 @@ class AsyncMemory:
         return await self._run(self.memory.append_daily, text, date=date)
 
     async def call_tool(self, name: str, args: Any = None, *, session_key: str | None = None) -> ToolResult:
-        """Run an agent tool (``memory_search``/``memory_get``/``memory_append``); never raises.  The
+        """Run an agent tool (``memory_search``/``memory_get``/``memory_append``); never raises; ``name``,
+        ``args`` and ``session_key`` as :func:`memdir.tools.call_tool`'s.  The
         :class:`~memdir.tools.ToolResult` of :func:`memdir.tools.call_tool`, ``.text`` and ``.payload``
         included (annotated a plain dict, so ``(await amem.call_tool(...)).text`` failed mypy)."""
         from memdir.tools import call_tool

@@ -160,12 +160,16 @@ ToolSchemas = list[Any]
 
 
 def openai_tools(names: Iterable[str] | str | None = None) -> ToolSchemas:
-    """Schemas for OpenAI-style tool calling (``{"type": "function", "function": {...}}``)."""
+    """Schemas for OpenAI-style tool calling (``{"type": "function", "function": {...}}``).
+
+    ``names``: the tools offered, one name or several, the long-term memory ones included
+    (``None``: memory_search, memory_get and memory_append); an unknown name is a ValueError."""
     return [json.loads(json.dumps(s.openai())) for s in _specs(names)]
 
 
 def anthropic_tools(names: Iterable[str] | str | None = None) -> ToolSchemas:
-    """Schemas for Anthropic tool use (``{name, description, input_schema}``)."""
+    """Schemas for Anthropic tool use (``{name, description, input_schema}``); ``names`` as
+    :func:`openai_tools`'s."""
     return [json.loads(json.dumps(s.anthropic())) for s in _specs(names)]
 
 
@@ -601,7 +605,8 @@ def sync_memory(memory: Any) -> Any:
 
 def call_tool_payload(memory: Any, name: str, args: Any = None, *, session_key: str | None = None) -> dict[str, Any]:
     """Run the named tool and return its plain payload dict (never raises).  ``memory``: a
-    ``Memory`` (or an ``AsyncMemory``, whose Memory is called here, in this thread)."""
+    ``Memory`` (or an ``AsyncMemory``, whose Memory is called here, in this thread); ``name``,
+    ``args`` and ``session_key`` as :func:`call_tool`'s."""
     memory = sync_memory(memory)
     tool = tool_name(name)
     if tool == "memory_search":
@@ -617,6 +622,12 @@ def call_tool_payload(memory: Any, name: str, args: Any = None, *, session_key: 
 
 def call_tool(memory: Any, name: str, args: Any = None, *, session_key: str | None = None) -> ToolResult:
     """Run the named tool: ``{content: [{type: "text", text}], details: payload}`` (never raises).
+
+    ``memory``: a ``Memory`` (or an ``AsyncMemory``); ``name``: the tool the model called (an
+    unknown one is an error payload); ``args``: its arguments, a dict or the JSON text OpenAI
+    sends (``None``: none); ``session_key``: the chat's (``agent:main:slack:channel:c1``), so
+    citations follow the chat type (with ``memory.citations = "auto"`` only direct chats get
+    ``Source:`` lines).
 
     The long-term memory tools (:data:`LTM_TOOL_NAMES`) run on ``memory.long_term`` (or on a
     :class:`memdir.ltm.LongTermMemory` passed as ``memory``); their text is written for the model.
