@@ -275,15 +275,19 @@ def test_help_describes_every_parameter_of_memory():
 def test_help_describes_every_parameter_of_the_readmes_functions():
     """Regression: the functions the README calls said nothing of the parameters it passes:
     call_tool's ``session_key`` (nor ``name``, ``args``), memory_recall_section's ``citations``
-    and ``tools``, openai_tools' ``names``, build_session_context's ``session_key`` and ``now``."""
+    and ``tools``, openai_tools' ``names``, build_session_context's ``session_key`` and ``now``;
+    nor did the session hook and the flush contract (``slug_llm``, ``messages``, ``previous_entry``,
+    should_flush's ``context_window``, ``entry``, ``settings``)."""
     import inspect
 
     from memdir.aio import AsyncMemory
     from memdir.prompt import build_session_context, memory_recall_lines, memory_recall_section
+    from memdir.sessions import build_flush_plan, run_session_memory_hook, should_flush
     from memdir.tools import anthropic_tools, call_tool, call_tool_payload, openai_tools
 
     for fn in (call_tool, call_tool_payload, AsyncMemory.call_tool, openai_tools, anthropic_tools,
-               memory_recall_section, memory_recall_lines, build_session_context):
+               memory_recall_section, memory_recall_lines, build_session_context, run_session_memory_hook,
+               should_flush, build_flush_plan):
         doc = inspect.getdoc(fn) or ""
         for param in inspect.signature(fn).parameters:
             assert param == "self" or f"``{param}``" in doc, (fn.__qualname__, param)

@@ -260,6 +260,16 @@ def run_session_memory_hook(
 ) -> HookResult | None:
     """Handle a ``command:new`` / ``command:reset`` event; other actions return None.
 
+    ``action``: ``"new"`` or ``"reset"`` (else nothing is done: None, as with ``enabled`` False);
+    ``session_key``: the session's key, written in the file's header with ``command_source`` (the
+    channel the command came from; ``None``: "unknown"); ``workspace``: where
+    ``memory/<date>-<slug>.md`` is created (never over a file); ``previous_entry``: the session
+    that ended, a :class:`SessionEntry` or its ``sessions.json`` dict, whose transcript is read
+    (looked for in its file's folder, ``sessions_dir`` and ``<workspace>/sessions``; ``None``:
+    a file without a conversation); ``messages``: how many of its last messages are kept (0 or
+    less: 15); ``slug_llm``: a host's model naming the file from them, given ``slug_timeout``
+    seconds (``None``, no answer or a failure: the time, ``HHMM``).
+
     The file's date and the fallback slug's ``HHMM`` are the user's (``timezone``, an IANA name;
     unset → the machine's zone), like the daily log's: OpenClaw names the file by the UTC day, so
     a session that ended in the user's evening west of Greenwich was filed under tomorrow, and the
