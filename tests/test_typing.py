@@ -34,7 +34,7 @@ from memdir.ltm import LongTermMemory, MemoryRecord, StoreResult
 from memdir.prompt import build_session_context, memory_recall_section
 from memdir.sessions import run_session_memory_hook
 from memdir.sync import ProgressLabel
-from memdir.tools import TOOL_NAMES, ToolResult, call_tool
+from memdir.tools import TOOL_NAMES, ToolResult, call_tool, read_number, read_string
 
 
 def shown(done: int, total: int, label: ProgressLabel) -> None:
@@ -86,6 +86,12 @@ def session_ended(ws: Path) -> str | None:
     result = run_session_memory_hook(action="new", session_key="agent:main:main", workspace=ws,
                                      previous_entry=None, slug_llm=slug_model)  # ok: slug-none
     return None if result is None else result.slug
+
+
+def tool_arguments(args: dict[str, Any]) -> tuple[str, int]:
+    query: str = read_string(args, "query", required=True)  # ok: overloads
+    limit = read_number(args, "limit", integer=True)
+    return query, 5 if limit is None else limit  # ok: overloads
 
 
 class TeamMemory(Memory):
@@ -363,3 +369,13 @@ def test_get_takes_a_path(mypy_run, tmp_path: Path):
         for path in (Path("memory/2026-01-12.md"), ws / "memory" / "2026-01-12.md"):
             got = mem.get(path, from_line=1, lines=1)
             assert (got.path, got.text) == ("memory/2026-01-12.md", "- Decided: billing uses Kafka.")
+
+
+def test_the_argument_readers_say_what_their_flags_make_them_return(mypy_run):
+    """Regression: ``read_string(args, "query", required=True)`` (a host's own tool reading its
+    arguments as memdir's do) was ``str | None`` to mypy though it never returns None, and
+    ``read_number(..., integer=True)`` ``float | int | None`` though it returns an int: a host
+    wrote ``query or ""`` and casts, as memdir itself did (a ``type: ignore``); overloads say it."""
+    output, _ = mypy_run
+    lines = {n for n, line in enumerate(HOST_OK.splitlines(), start=1) if "# ok: overloads" in line}
+    assert lines and not lines & _reported(output, "host_ok.py"), output

@@ -30,7 +30,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from pydantic_core import to_json as _to_json_native
 
@@ -281,8 +281,17 @@ def _raw(args: Mapping[str, Any], key: str, aliases: Iterable[str] = ()) -> Any:
     return None
 
 
+@overload
+def read_string(args: Mapping[str, Any], key: str, *, required: Literal[True], label: str | None = None) -> str: ...
+@overload
+def read_string(args: Mapping[str, Any], key: str, *, required: bool = False,
+                label: str | None = None) -> str | None: ...
 def read_string(args: Mapping[str, Any], key: str, *, required: bool = False, label: str | None = None) -> str | None:
-    """A trimmed string parameter; missing or blank and ``required`` → ``"<key> required"``."""
+    """A trimmed string parameter; missing or blank and ``required`` → ``"<key> required"``.
+
+    (Overloaded: with ``required=True`` the value is a ``str`` to a type checker, as it is when
+    run; as ``str | None`` a host's ``query: str = read_string(args, "query", required=True)``
+    failed mypy.)"""
     raw = _raw(args, key)
     value = raw.strip() if isinstance(raw, str) else None
     if not value:
@@ -295,11 +304,18 @@ def read_string(args: Mapping[str, Any], key: str, *, required: bool = False, la
 _LEADING_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
+@overload
+def read_number(args: Mapping[str, Any], key: str, *, integer: Literal[True],
+                aliases: Iterable[str] = ()) -> int | None: ...
+@overload
+def read_number(args: Mapping[str, Any], key: str, *, integer: bool = False,
+                aliases: Iterable[str] = ()) -> float | int | None: ...
 def read_number(args: Mapping[str, Any], key: str, *, integer: bool = False,
                 aliases: Iterable[str] = ()) -> float | int | None:
     """A number parameter: finite numbers, or strings that start with one (``"5"``, ``" 2.9 "``).
 
-    Anything else counts as absent, as in OpenClaw.  ``integer`` truncates toward zero.
+    Anything else counts as absent, as in OpenClaw.  ``integer`` truncates toward zero (an
+    ``int | None`` to a type checker too).
     """
     raw = _raw(args, key, aliases)
     value: float | None = None
@@ -466,7 +482,7 @@ def search_params(args: Mapping[str, Any]) -> tuple[str, int | None, float | Non
     max_results = read_number(args, "maxResults", integer=True, aliases=("limit", "k"))
     if max_results is not None:
         max_results = max(1, min(MAX_RESULTS_CAP, int(max_results)))
-    return query or "", max_results, read_number(args, "minScore")  # type: ignore[return-value]
+    return query, max_results, read_number(args, "minScore")
 
 
 def memory_search_payload(memory: Any, args: Any = None, *, session_key: str | None = None,
