@@ -154,3 +154,25 @@ def test_capture_candidates_read_responses_api_user_items() -> None:
         {"type": "function_call_output", "call_id": "c1", "output": "My email is tool@example.com"},
     ]
     assert capture_candidates(messages) == ["I prefer dark mode"]
+
+
+def test_capture_candidates_read_an_sdks_message_objects() -> None:
+    """Regression: the README's OpenAI tool loop appends the SDK's reply (a ChatCompletionMessage
+    object, no dict) to ``messages``, and ``ltm.auto_capture(messages)`` then raised
+    "'ChatCompletionMessage' object has no attribute 'get'", capturing nothing of the turn; an
+    object's ``role`` and ``content`` (and its content blocks' ``type`` and ``text``) are read as a
+    dict's, and an item with neither (``None``) is passed over."""
+    from types import SimpleNamespace
+
+    reply = SimpleNamespace(role="assistant", content=None, tool_calls=[SimpleNamespace(id="c1")])
+    said = SimpleNamespace(role="user", content=[SimpleNamespace(type="text", text="My email is me@example.com")])
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "I prefer dark mode"},
+        reply,
+        {"role": "tool", "tool_call_id": "c1", "content": "I always want verbose output"},
+        SimpleNamespace(role="assistant", content="I prefer to remember everything"),
+        said,
+        None,
+    ]
+    assert capture_candidates(messages) == ["I prefer dark mode", "My email is me@example.com"]

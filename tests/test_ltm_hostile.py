@@ -438,6 +438,17 @@ def test_search_limits_and_scores_out_of_range(tmp_path: Path) -> None:
             ltm.search("tea", min_score="0.5")
 
 
+
+def test_forget_by_a_query_that_is_no_string_is_a_type_error(tmp_path: Path) -> None:
+    """Regression: ``ltm.forget(query=123)`` raised "AttributeError: 'int' object has no attribute
+    'strip'" from inside, where the README promises a TypeError for an argument of the wrong type."""
+    with make(tmp_path) as ltm:
+        ltm.store("The user prefers tea", category="preference")
+        for query in (123, ["tea"], b"tea"):
+            with pytest.raises(TypeError, match=f"query must be a string, not {type(query).__name__}"):
+                ltm.forget(query=query)  # type: ignore[arg-type]
+        assert [r.text for r in ltm.list()] == ["The user prefers tea"]
+
 def test_a_large_import_compacts_as_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each bullet was one write (one fragment) and the duplicate check before it searched every
     fragment: an import of 1,000 memories was quadratic (300: 10.7 s, then 4.5 s with compaction

@@ -277,6 +277,25 @@ def test_a_budget_that_is_no_count_of_characters_is_refused_naming_it(make_works
         build_session_context(workspace=ws, chat_type="direct", timezone="UTC", now=MAR4, max_chars=budget)
 
 
+
+@pytest.mark.parametrize(("given", "words"), [
+    ({"now": "2026-03-04"}, "now must be a datetime, not str"),
+    ({"now": dt.date(2026, 3, 4)}, "now must be a datetime, not date"),
+    ({"timezone": 1}, "timezone must be an IANA name such as 'Europe/Paris', not int"),
+])
+def test_a_time_or_timezone_of_the_wrong_type_is_a_type_error_naming_it(make_workspace, given, words):
+    """Regression: ``now="2026-03-04"`` (or a date) raised "AttributeError: 'str' object has no
+    attribute 'tzinfo'" from deep inside, and ``timezone=1`` "'int' object has no attribute 'strip'",
+    where the README promises a TypeError for an argument of the wrong type; the flush plan and the
+    daily notes read them through the same helpers."""
+    from memdir.sessions import build_flush_plan
+
+    ws = make_workspace({"MEMORY.md": "- likes tea\n"})
+    with pytest.raises(TypeError, match=re.escape(words)):
+        build_session_context(workspace=ws, chat_type="direct", **{"timezone": "UTC", "now": MAR4, **given})
+    with pytest.raises(TypeError, match=re.escape(words)):
+        build_flush_plan(**{"timezone": "UTC", "now": MAR4, **given})
+
 def test_text_within_budget_is_untouched(make_workspace):
     ws = make_workspace({"memory/2026-03-04.md": "abc\n"})
     ctx = build_session_context(workspace=ws, chat_type="direct", timezone="UTC", now=MAR4)

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
@@ -119,3 +121,17 @@ def test_the_readme_config_example_names_a_missing_extra_folder(tmp_path: Path):
     (Path(env["HOME"]) / "team-notes" / "roster.md").write_text("- Dana owns billing\n", encoding="utf-8")
     second = index()
     assert second.returncode == 0 and "1 indexed" in second.stdout and "extraPaths" not in second.stderr
+
+
+def test_the_long_term_memory_example_runs_as_written(tmp_path: Path):
+    """Regression: the long-term memory example called ``ltm.auto_capture(messages)`` with no
+    ``messages`` anywhere in it: pasted as written it stored a memory, then stopped on
+    "NameError: name 'messages' is not defined"; it captures a turn it gives."""
+    pytest.importorskip("lancedb", reason="the long-term memory extra (pip install 'memdir[lancedb]')")
+    env = {**_home(tmp_path), "MEMDIR_CACHE_DIR": os.environ["MEMDIR_CACHE_DIR"]}  # the run's model copy
+    section = README.split("\n## Long-term memory (LanceDB)\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    check = "\nprint([r.text for r in Memory('~/agent').long_term.list()])"
+    run = subprocess.run([sys.executable, "-c", block + check], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "I prefer dark mode" in run.stdout

@@ -6,6 +6,7 @@ from them.  Start with :class:`memdir.Memory`.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -22,4 +23,9 @@ def __getattr__(name: str) -> Any:
         from memdir.api import Memory
 
         return Memory
-    raise AttributeError(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name, obj=sys.modules[__name__])
+
+
+def __dir__() -> list[str]:
+    # The lazy names too: dir(memdir), help(memdir) and a REPL's tab completion never showed Memory.
+    return sorted({*globals(), *__all__})

@@ -92,11 +92,12 @@ log = logging.getLogger(__name__)
 class MemoryBackend(Protocol):
     """What the agent needs from a memory implementation (``memdir.api.Memory`` via the adapter)."""
 
-    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> list[dict]:
+    def search(self, query: str, max_results: int | None = None,
+               min_score: float | None = None) -> list[dict[str, Any]]:
         """Hits as dicts with path, startLine, endLine, score, snippet, source."""
         ...
 
-    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict:
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
         """``{"text", "path"}``; raises with a message naming the problem."""
         ...
 
@@ -123,13 +124,14 @@ class MemoryIndexBackend:
         #: the ``memory_search`` tool passes it on, as the MCP tool does.
         self.last_search_notes: dict[str, Any] = {}
 
-    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> list[dict]:
+    def search(self, query: str, max_results: int | None = None,
+               min_score: float | None = None) -> list[dict[str, Any]]:
         self.last_search_notes = {}
         response = self.memory.search(query, max_results=max_results, min_score=min_score).as_dict()
         self.last_search_notes = {k: response[k] for k in ("fallback", "warnings", "stale") if k in response}
         return response["results"]
 
-    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict:
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
         return self.memory.get(path, from_line=from_line, lines=lines).as_dict()
 
     def append_daily(self, text: str, day: str | None = None) -> str:

@@ -20,17 +20,19 @@ running completes (a sync stops before its next file once ``aclose`` is called).
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import threading
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from memdir.api import GetResult, Memory
+from memdir.api import GetResult, Memory, SearchMode
 from memdir.search import SearchResponse
-from memdir.sync import SyncReport
+from memdir.sync import Progress, SyncReport
 
 if TYPE_CHECKING:  # imported by call_tool when first used
+    from memdir.config import LoadedConfig, Settings
     from memdir.tools import ToolResult
 
 T = TypeVar("T")
@@ -52,12 +54,22 @@ if hasattr(os, "register_at_fork"):
 
 
 class AsyncMemory:
-    """Async wrapper over one :class:`Memory` (pass one in, or the same arguments as ``Memory``)."""
+    """Async wrapper over one :class:`Memory` (pass one in, or the same arguments as ``Memory``).
 
-    def __init__(self, workspace: Any = None, *, memory: Memory | None = None, **kwargs: Any):
-        if memory is not None and (workspace is not None or kwargs):  # they were dropped without a word
+    The methods take :class:`Memory`'s parameters by name, spelled out (not ``**kwargs``): a type
+    checker then catches ``await amem.search(q, max_result=3)``, which otherwise failed only when run.
+    """
+
+    def __init__(self, workspace: str | os.PathLike[str] | None = None, *, memory: Memory | None = None,
+                 agent_id: str | None = None,
+                 config: str | os.PathLike[str] | Mapping[str, Any] | Settings | LoadedConfig | None = None,
+                 state_dir: str | os.PathLike[str] | None = None, provider: Any = None,
+                 notice: Callable[[str], None] | None = None):
+        given = (workspace, agent_id, config, state_dir, provider, notice)
+        if memory is not None and any(arg is not None for arg in given):  # they were dropped without a word
             raise TypeError("AsyncMemory takes a Memory (memory=) or Memory's arguments, not both")
-        self.memory = memory if memory is not None else Memory(workspace, **kwargs)
+        self.memory = memory if memory is not None else Memory(
+            workspace, agent_id=agent_id, config=config, state_dir=state_dir, provider=provider, notice=notice)
         self._lock = threading.Lock()  # a thread lock: the work itself happens in worker threads
         #: The queue of calls of the loop that used this object last (an ``asyncio.Lock`` belongs to
         #: one loop: a second asyncio.run gets its own; loops used at once still exclude each other
@@ -97,28 +109,34 @@ class AsyncMemory:
             cancelled.set()  # a call already running goes on to its end: the thread cannot be stopped
             raise
 
-    async def sync(self, **kwargs: Any) -> SyncReport:
-        """See :meth:`Memory.sync`."""
-        return await self._run(self.memory.sync, **kwargs)
+    async def sync(self, *, force: bool = False, progress: Progress | None = None, reason: str = "api",
+                   deadline: float | None = None, lock_timeout: float | None = None) -> SyncReport:
+        """See :meth:`Memory.sync` (``progress`` is called in the worker thread)."""
+        return await self._run(self.memory.sync, force=force, progress=progress, reason=reason, deadline=deadline,
+                               lock_timeout=lock_timeout)
 
-    async def search(self, query: str, **kwargs: Any) -> SearchResponse:
+    async def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
+                     explain: bool = False, sync: bool | None = None, mode: SearchMode = "hybrid") -> SearchResponse:
         """See :meth:`Memory.search` (read-your-writes: dirty files are indexed first)."""
-        return await self._run(self.memory.search, query, **kwargs)
+        return await self._run(self.memory.search, query, max_results=max_results, min_score=min_score,
+                               explain=explain, sync=sync, mode=mode)
 
-    async def get(self, path: str, **kwargs: Any) -> GetResult:
+    async def get(self, path: str | os.PathLike[str], *, from_line: int | None = None,
+                  lines: int | None = None) -> GetResult:
         """See :meth:`Memory.get`."""
-        return await self._run(self.memory.get, path, **kwargs)
+        return await self._run(self.memory.get, path, from_line=from_line, lines=lines)
 
-    async def status(self, **kwargs: Any) -> dict[str, Any]:
+    async def status(self, *, deep: bool = False) -> dict[str, Any]:
         """See :meth:`Memory.status`."""
-        return await self._run(self.memory.status, **kwargs)
+        return await self._run(self.memory.status, deep=deep)
 
-    async def append_daily(self, text: str, **kwargs: Any) -> str:
+    async def append_daily(self, text: str, *, date: dt.date | dt.datetime | str | None = None) -> str:
         """See :meth:`Memory.append_daily`."""
-        return await self._run(self.memory.append_daily, text, **kwargs)
+        return await self._run(self.memory.append_daily, text, date=date)
 
     async def call_tool(self, name: str, args: Any = None, *, session_key: str | None = None) -> ToolResult:
-        """Run an agent tool (``memory_search``/``memory_get``/``memory_append``); never raises.  The
+        """Run an agent tool (``memory_search``/``memory_get``/``memory_append``); never raises; ``name``,
+        ``args`` and ``session_key`` as :func:`memdir.tools.call_tool`'s.  The
         :class:`~memdir.tools.ToolResult` of :func:`memdir.tools.call_tool`, ``.text`` and ``.payload``
         included (annotated a plain dict, so ``(await amem.call_tool(...)).text`` failed mypy)."""
         from memdir.tools import call_tool
@@ -134,7 +152,7 @@ class AsyncMemory:
         index of 400 notes 55 s, where that sync stops before its next file."""
         await asyncio.to_thread(self.memory.close)
 
-    async def __aenter__(self) -> AsyncMemory:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

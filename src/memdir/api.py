@@ -20,10 +20,12 @@ paths, and a state folder that cannot be written still answers searches read-onl
 from __future__ import annotations
 
 import atexit
+import datetime as dt
 import functools
 import logging
 import math
 import os
+import sys
 import threading
 import time
 import weakref
@@ -31,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 from memdir.embeddings.base import one_line
 from memdir.embeddings.registry import DISABLED, NO_PROVIDER, ProviderSelection, select_provider
@@ -273,7 +275,21 @@ def _readonly_why(store: Any) -> str:
     return why
 
 class Memory(IndexUpkeep):
-    """One agent's memory: its workspace files, its index and its embedding provider."""
+    """One agent's memory: its workspace files, its index and its embedding provider.
+
+    ``workspace``: the folder holding ``MEMORY.md`` and ``memory/`` (``~`` expanded; ``None``:
+    ``$MEMDIR_WORKSPACE``, else the current folder).  ``agent_id``: whose index and state these are
+    (``None``: ``$MEMDIR_AGENT`` or the config file's, else ``main``, as ``memdir -w <workspace>``).
+    ``config``: a config file's path (``None``: ``memdir.toml``/``.json``/``.json5`` in the
+    workspace, then in the state folder), a dict of settings applied over that file (OpenClaw's
+    camelCase keys or snake_case: ``{"memorySearch": {"provider": "none"}}``), or
+    :class:`~memdir.config.Settings` / :class:`~memdir.config.LoadedConfig`, which name the workspace,
+    agent and state folder themselves.  ``state_dir``: where indexes and state live (``None``:
+    ``$MEMDIR_STATE_DIR``, else ``~/.memdir``).  ``provider``: an embedding provider to use instead
+    of the configured one (:class:`~memdir.embeddings.base.EmbeddingProvider`; :meth:`close` leaves
+    it open).  ``notice``: called with a one-line message for what memdir says once, outside any
+    result (an index healed, a writer waited for); ``None``: a logged warning.
+    """
 
     def __init__(
         self,
@@ -492,6 +508,13 @@ class Memory(IndexUpkeep):
              deadline: float | None = None, lock_timeout: float | None = None) -> SyncReport:
         """Bring the index up to date with the files (a full rebuild with ``force``).
 
+        ``progress``: called as ``progress(files_done, files_total, label)`` as files are indexed (the
+        label, a ``str``, also carries ``chunks_done`` and ``chunks_planned``); ``reason`` is recorded in the
+        report and the log; ``deadline`` (a :func:`time.monotonic` value) stops an incremental sync
+        before its next file once passed (``report.incomplete``; the next sync goes on);
+        ``lock_timeout``: seconds to wait for another writer of the index, then
+        :class:`~memdir.lock.LockTimeout` (``None``: as long as that writer runs, ``0``: not at all).
+
         When embedding fails and ``memorySearch.fallback`` names another provider, memdir switches
         to it once (R§5.1) and rebuilds the index with it; the switch is recorded in the report,
         in ``status`` and in search responses.
@@ -554,7 +577,13 @@ class Memory(IndexUpkeep):
     @_call
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                explain: bool = False, sync: bool | None = None, mode: SearchMode = "hybrid") -> SearchResponse:
-        """Search memory; a dirty index is synced first within ``sync.searchBudgetMs``.
+        """Search memory for ``query``; a dirty index is synced first within ``sync.searchBudgetMs``.
+
+        ``max_results``: at most this many results (``None``: ``query.maxResults``, 6 unless set);
+        ``min_score``: drop results scoring below it, 0-1, strictly (``None``: ``query.minScore``,
+        0.35 unless set, below which a strong match may still fill a spare slot); ``explain``: each
+        result's ``explain`` holds its score's parts; ``sync``: whether a dirty index is synced
+        first (``None``: ``sync.onSearch``, on unless set).
 
         ``mode``: ``"hybrid"`` (keywords and vectors, as configured), ``"keyword"`` (BM25 only:
         the query is not embedded) or ``"vector"`` (embeddings only; an error when no embedding
@@ -704,8 +733,14 @@ class Memory(IndexUpkeep):
         return response
 
     @_call
-    def get(self, path: str, *, from_line: int | None = None, lines: int | None = None) -> GetResult:
+    def get(self, path: str | os.PathLike[str], *, from_line: int | None = None,
+            lines: int | None = None) -> GetResult:
         """Read a memory file (or a slice of it); raises :class:`PathError` naming the problem.
+
+        ``path``: relative to the workspace, as a search result cites it (or an absolute path inside
+        it or an extra path; a :class:`~pathlib.Path` too); ``from_line``: the first line wanted,
+        1-based (``None``: the first); ``lines``: how many (``None``: to the end).  A file that does
+        not exist reads as ``""`` with ``missing`` set.
 
         With the ``sessions`` source on, ``sessions/<name>.jsonl`` (a session result's path) reads
         as the indexed ``User:``/``Assistant:`` lines of the messages on JSONL lines ``from_line``
@@ -721,6 +756,8 @@ class Memory(IndexUpkeep):
             session_relative,
         )
 
+        if isinstance(path, os.PathLike):  # mem.get(Path("MEMORY.md")) was "path must be a string, not PosixPath"
+            path = os.fspath(path)
         if not isinstance(path, str):  # 123 raised "'int' object has no attribute 'strip'"
             raise TypeError(f"path must be a string, not {type(path).__name__}")
         from_line, lines = line_number("from_line", from_line), line_number("lines", lines)
@@ -750,8 +787,11 @@ class Memory(IndexUpkeep):
         return path
 
     @_call
-    def append_daily(self, text: str, *, date: Any = None) -> str:
+    def append_daily(self, text: str, *, date: dt.date | dt.datetime | str | None = None) -> str:
         """Append ``text`` to today's ``memory/YYYY-MM-DD.md`` (user timezone); returns that path.
+
+        ``date`` picks another day's log: a ``date``, a ``datetime`` (its day in the user's
+        timezone) or ``"YYYY-MM-DD"``; anything else raises :class:`~memdir.daily.DailyLogError`.
 
         Append-only and safe with concurrent writers (threads and processes): see
         :mod:`memdir.daily`.  The next :meth:`search` sees the entry, because the file's size
@@ -769,7 +809,9 @@ class Memory(IndexUpkeep):
         Nothing is re-embedded: switch ``store.driver`` to ``to`` afterwards and the next sync
         finds the index up to date.  Both indexes' writer locks are held during the copy.  A damaged
         index is set aside and rebuilt from the Markdown files first, as a search would.
-        ``progress(done, total, label)``: see :func:`memdir.stores.migrate.copy_index`.
+        ``progress``: called as ``progress(done, total, label)``, see :func:`memdir.stores.migrate.copy_index`;
+        ``lock_timeout``: seconds to wait for another writer of either index (``None``: as long as
+        it runs), then :class:`~memdir.lock.LockTimeout`, nothing copied.
         """
         from memdir.stores.migrate import SourceDamaged
 
@@ -925,7 +967,9 @@ class Memory(IndexUpkeep):
 
     @_call
     def status(self, *, deep: bool = False) -> dict[str, Any]:
-        """What is indexed, what is stale, and which parts (FTS, vectors, provider) work."""
+        """What is indexed, what is stale, and which parts (FTS, vectors, provider) work.
+
+        The index is checked page by page up to 512 MB, and at any size with ``deep``."""
         ms = self.settings.memory_search
         from memdir.index_identity import OLDER_STILL_RUNNING, newer_version, newer_version_words
         from memdir.workspace import discover
@@ -1205,7 +1249,7 @@ class Memory(IndexUpkeep):
         raise TypeError("a Memory cannot be pickled or copied (it holds an open index, locks and threads): "
                         "make one in each process, Memory(...) with the same arguments")
 
-    def __enter__(self) -> Memory:
+    def __enter__(self) -> Self:  # (a host's subclass stays itself in its with block)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -1221,4 +1265,8 @@ def __getattr__(name: str) -> Any:
         from memdir.workspace import PathError
 
         return PathError
-    raise AttributeError(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name, obj=sys.modules[__name__])
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -323,13 +323,14 @@ def run_demo(out: Any = None) -> int:
     class ShowingBackend(MemoryIndexBackend):
         """Prints each memory tool call the model makes, so the loop can be followed."""
 
-        def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> list[dict]:
+        def search(self, query: str, max_results: int | None = None,
+                   min_score: float | None = None) -> list[dict[str, Any]]:
             hits = super().search(query, max_results=max_results, min_score=min_score)
             top = f", best: {hits[0]['path']}:{hits[0]['startLine']}-{hits[0]['endLine']}" if hits else ""
             say(f"    [tool] memory_search({query!r}) -> {len(hits)} result(s){top}")
             return hits
 
-        def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict:
+        def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
             got = super().get(path, from_line=from_line, lines=lines)
             say(f"    [tool] memory_get({path!r}) -> {len(got['text'].splitlines())} line(s)")
             return got

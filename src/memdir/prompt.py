@@ -67,6 +67,9 @@ def memory_recall_lines(tools: Iterable[str] = ("memory_search", "memory_get"),
                         citations: Any = "auto", *, sessions: bool = False) -> list[str]:
     """The section as lines (ending with an empty line), or ``[]`` if neither recall tool exists.
 
+    ``tools``: the names of the tools the model has (one name, or several); the guidance names
+    those of memory_search, memory_get and memory_append.  ``citations``: ``"off"`` tells the
+    model not to cite paths and lines, ``"on"`` and ``"auto"`` (anything else) to cite them.
     ``sessions``: session transcripts are indexed too, so the search scope names them (v4.12).
     """
     available = {tools} if isinstance(tools, str) else set(tools)  # one name: set("memory_get") was its letters
@@ -91,7 +94,8 @@ def memory_recall_lines(tools: Iterable[str] = ("memory_search", "memory_get"),
 
 def memory_recall_section(tools: Iterable[str] = ("memory_search", "memory_get"), citations: Any = "auto", *,
                           sessions: bool = False) -> str:
-    """The "Memory Recall" system-prompt section as text (``""`` without recall tools)."""
+    """The "Memory Recall" system-prompt section as text (``""`` without recall tools); ``tools``,
+    ``citations`` and ``sessions`` as :func:`memory_recall_lines`'s."""
     return "\n".join(memory_recall_lines(tools, citations, sessions=sessions))
 
 
@@ -288,8 +292,10 @@ def build_session_context(
     """Memory text for the start of a session.
 
     ``memory`` (a :class:`memdir.Memory`, or an ``AsyncMemory``) supplies the workspace and ``userTimezone``; or pass
-    ``workspace``/``timezone``.  The chat type comes from ``chat_type`` or else the session key
+    ``workspace``/``timezone``.  The chat type comes from ``chat_type`` or else ``session_key``
     (``agent:<id>:...:group:...`` → group); ``MEMORY.md`` is included only for ``direct``.
+    ``now`` picks "today" and "yesterday" (``None``: this instant; a naive datetime is the
+    machine's local time).
     ``max_chars`` bounds the whole returned text: a budget too small for even the headings gives no
     text (``files`` still names what there was, none of it included).
     """

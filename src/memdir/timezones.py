@@ -103,6 +103,8 @@ def resolve_timezone(name: str | None = None, *, strict: bool = False) -> tuple[
     An unknown name raises :class:`memdir.daily.DailyLogError` when ``strict`` (choosing which file
     a note goes to), else falls back to the machine's zone (prompts, context: never fail over a typo).
     """
+    if name is not None and not isinstance(name, str):  # ('int' object has no attribute 'strip', from deep inside)
+        raise TypeError(f"timezone must be an IANA name such as 'Europe/Paris', not {type(name).__name__}")
     wanted = (name or "").strip()
     if wanted:
         zone = _zone(wanted)
@@ -119,6 +121,8 @@ def local_time(now: dt.datetime | None, tz: dt.tzinfo) -> dt.datetime:
     """``now`` (default: this instant) in ``tz``; a naive ``now`` is machine-local time."""
     if now is None:
         return dt.datetime.now(tz)
+    if not isinstance(now, dt.datetime):  # a date or "2026-01-12": "'str' object has no attribute 'tzinfo'"
+        raise TypeError(f"now must be a datetime, not {type(now).__name__}")
     if now.tzinfo is None:
         now = now.astimezone()
     return now.astimezone(tz)

@@ -30,7 +30,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from pydantic_core import to_json as _to_json_native
 
@@ -160,20 +160,28 @@ ToolSchemas = list[Any]
 
 
 def openai_tools(names: Iterable[str] | str | None = None) -> ToolSchemas:
-    """Schemas for OpenAI-style tool calling (``{"type": "function", "function": {...}}``)."""
+    """Schemas for OpenAI-style tool calling (``{"type": "function", "function": {...}}``).
+
+    ``names``: the tools offered, one name or several, the long-term memory ones included
+    (``None``: memory_search, memory_get and memory_append); an unknown name is a ValueError."""
     return [json.loads(json.dumps(s.openai())) for s in _specs(names)]
 
 
 def anthropic_tools(names: Iterable[str] | str | None = None) -> ToolSchemas:
-    """Schemas for Anthropic tool use (``{name, description, input_schema}``)."""
+    """Schemas for Anthropic tool use (``{name, description, input_schema}``); ``names`` as
+    :func:`openai_tools`'s."""
     return [json.loads(json.dumps(s.anthropic())) for s in _specs(names)]
 
 
 # --- results ------------------------------------------------------------------------------------
 
 
-class ToolResult(dict):  # type: ignore[type-arg]
-    """``{"content": [{"type": "text", "text": ...}], "details": payload}``, plus shortcuts."""
+class ToolResult(dict[str, Any]):
+    """``{"content": [{"type": "text", "text": ...}], "details": payload}``, plus shortcuts.
+
+    A ``dict[str, Any]``: as a bare ``dict`` each key and value was unknown to a host's pyright in
+    strict mode (``details = result["details"]``: 'Type of "details" is unknown'), and mypy took
+    any key (``result[0]["text"]``, the content's first block meant, failed only when run)."""
 
     @property
     def text(self) -> str:
@@ -273,8 +281,17 @@ def _raw(args: Mapping[str, Any], key: str, aliases: Iterable[str] = ()) -> Any:
     return None
 
 
+@overload
+def read_string(args: Mapping[str, Any], key: str, *, required: Literal[True], label: str | None = None) -> str: ...
+@overload
+def read_string(args: Mapping[str, Any], key: str, *, required: bool = False,
+                label: str | None = None) -> str | None: ...
 def read_string(args: Mapping[str, Any], key: str, *, required: bool = False, label: str | None = None) -> str | None:
-    """A trimmed string parameter; missing or blank and ``required`` → ``"<key> required"``."""
+    """A trimmed string parameter; missing or blank and ``required`` → ``"<key> required"``.
+
+    (Overloaded: with ``required=True`` the value is a ``str`` to a type checker, as it is when
+    run; as ``str | None`` a host's ``query: str = read_string(args, "query", required=True)``
+    failed mypy.)"""
     raw = _raw(args, key)
     value = raw.strip() if isinstance(raw, str) else None
     if not value:
@@ -287,11 +304,18 @@ def read_string(args: Mapping[str, Any], key: str, *, required: bool = False, la
 _LEADING_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
+@overload
+def read_number(args: Mapping[str, Any], key: str, *, integer: Literal[True],
+                aliases: Iterable[str] = ()) -> int | None: ...
+@overload
+def read_number(args: Mapping[str, Any], key: str, *, integer: bool = False,
+                aliases: Iterable[str] = ()) -> float | int | None: ...
 def read_number(args: Mapping[str, Any], key: str, *, integer: bool = False,
                 aliases: Iterable[str] = ()) -> float | int | None:
     """A number parameter: finite numbers, or strings that start with one (``"5"``, ``" 2.9 "``).
 
-    Anything else counts as absent, as in OpenClaw.  ``integer`` truncates toward zero.
+    Anything else counts as absent, as in OpenClaw.  ``integer`` truncates toward zero (an
+    ``int | None`` to a type checker too).
     """
     raw = _raw(args, key, aliases)
     value: float | None = None
@@ -458,7 +482,7 @@ def search_params(args: Mapping[str, Any]) -> tuple[str, int | None, float | Non
     max_results = read_number(args, "maxResults", integer=True, aliases=("limit", "k"))
     if max_results is not None:
         max_results = max(1, min(MAX_RESULTS_CAP, int(max_results)))
-    return query or "", max_results, read_number(args, "minScore")  # type: ignore[return-value]
+    return query, max_results, read_number(args, "minScore")
 
 
 def memory_search_payload(memory: Any, args: Any = None, *, session_key: str | None = None,
@@ -597,7 +621,8 @@ def sync_memory(memory: Any) -> Any:
 
 def call_tool_payload(memory: Any, name: str, args: Any = None, *, session_key: str | None = None) -> dict[str, Any]:
     """Run the named tool and return its plain payload dict (never raises).  ``memory``: a
-    ``Memory`` (or an ``AsyncMemory``, whose Memory is called here, in this thread)."""
+    ``Memory`` (or an ``AsyncMemory``, whose Memory is called here, in this thread); ``name``,
+    ``args`` and ``session_key`` as :func:`call_tool`'s."""
     memory = sync_memory(memory)
     tool = tool_name(name)
     if tool == "memory_search":
@@ -613,6 +638,12 @@ def call_tool_payload(memory: Any, name: str, args: Any = None, *, session_key: 
 
 def call_tool(memory: Any, name: str, args: Any = None, *, session_key: str | None = None) -> ToolResult:
     """Run the named tool: ``{content: [{type: "text", text}], details: payload}`` (never raises).
+
+    ``memory``: a ``Memory`` (or an ``AsyncMemory``); ``name``: the tool the model called (an
+    unknown one is an error payload); ``args``: its arguments, a dict or the JSON text OpenAI
+    sends (``None``: none); ``session_key``: the chat's (``agent:main:slack:channel:c1``), so
+    citations follow the chat type (with ``memory.citations = "auto"`` only direct chats get
+    ``Source:`` lines).
 
     The long-term memory tools (:data:`LTM_TOOL_NAMES`) run on ``memory.long_term`` (or on a
     :class:`memdir.ltm.LongTermMemory` passed as ``memory``); their text is written for the model.

@@ -383,8 +383,14 @@ class IndexUpkeep:
 
         Changes to memory files, extra paths and (with the sessions source) transcripts are
         synced ``sync.watchDebounceMs`` after the last one, and every ``sync.intervalMinutes``;
-        returns the :class:`memdir.watch.Watcher` (``state()``, ``stop()``).  ``files=False``
+        returns the :class:`memdir.watch.Watcher` (``state()``, ``stop()``).  ``files``: ``False``
         runs only the interval sync.
+
+        ``on_event`` is called (in the watcher's thread) with each event as a dict: ``{"event":
+        "watching" | "change" | "sync" | "error", "time", ...}``; ``debounce_ms`` and
+        ``interval_minutes`` (0 or less: no interval sync) override the settings (``None``: as
+        configured); ``sync_at_start`` syncs once at the start.  A watcher already running is
+        returned as it is, these arguments left unused.
         """
         from memdir.watch import Watcher
 
@@ -399,7 +405,7 @@ class IndexUpkeep:
     def start_live_sync(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> Watcher | None:
         """What a long-running host (``memdir mcp``, the agent loop) starts: a watcher when
         ``sync.watch`` is on, an interval sync when ``sync.intervalMinutes`` is set; ``None``
-        when neither is configured."""
+        when neither is configured.  ``on_event``: as :meth:`watch`'s."""
         cfg = self.settings.memory_search.sync
         if not cfg.watch and not (cfg.interval_minutes and cfg.interval_minutes > 0):
             return None

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from memdir.cpus import usable_cpus
 from memdir.embeddings.base import EmbeddingError, QueryVectors, simple_provider_key
@@ -1347,7 +1347,7 @@ class LocalEmbeddingProvider:
             self._backend.close()
         self.query_vectors.clear()
 
-    def __enter__(self) -> LocalEmbeddingProvider:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -16,6 +16,7 @@ mirrored into Markdown (:mod:`memdir.ltm.markdown`).
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,4 +39,9 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}", name=name, obj=sys.modules[__name__])
+
+
+def __dir__() -> list[str]:
+    # The lazy names too: dir(), help(memdir.ltm) and tab completion showed none of them.
+    return sorted({*globals(), *__all__})

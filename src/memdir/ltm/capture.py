@@ -228,29 +228,39 @@ def format_relevant_memories_context(memories: Iterable[Mapping[str, Any] | Any]
 _TEXT_BLOCKS = ("text", "input_text")
 
 
-def message_texts(message: Mapping[str, Any] | str) -> list[str]:
+def _field(item: object, name: str) -> Any:
+    """``item[name]`` of a dict, else the attribute: an SDK's message objects (OpenAI's
+    ChatCompletionMessage, which the README's tool loop appends to ``messages``) are no dicts, and
+    ``auto_capture(messages)`` raised "'ChatCompletionMessage' object has no attribute 'get'"."""
+    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
+
+
+def message_texts(message: object) -> list[str]:
     """The text of one chat message: a string, or every text block of a content list (``text``, as
     Anthropic's and Chat Completions' messages have, or ``input_text``, as the Responses API's
-    user items have: those were never captured)."""
+    user items have: those were never captured).  A message is a dict, an SDK's object with the
+    same fields, or a string."""
     if isinstance(message, str):
         return [message]
-    content = message.get("content")
+    content = _field(message, "content")
     if isinstance(content, str):
         return [content]
     out: list[str] = []
     if isinstance(content, Sequence):
         for block in content:
-            if isinstance(block, Mapping) and block.get("type") in _TEXT_BLOCKS and isinstance(block.get("text"), str):
-                out.append(block["text"])
+            text = _field(block, "text")
+            if _field(block, "type") in _TEXT_BLOCKS and isinstance(text, str):
+                out.append(text)
     return out
 
 
-def capture_candidates(messages: Iterable[Mapping[str, Any] | str], max_chars: int = DEFAULT_CAPTURE_MAX_CHARS,
+def capture_candidates(messages: Iterable[object], max_chars: int = DEFAULT_CAPTURE_MAX_CHARS,
                        limit: int = MAX_CAPTURES_PER_TURN) -> list[str]:
-    """User texts worth capturing, in order, at most ``limit`` (assistant/tool text is never captured)."""
+    """User texts worth capturing, in order, at most ``limit`` (assistant/tool text is never captured;
+    nor is a message with no role, such as ``None``)."""
     out: list[str] = []
     for message in messages:
-        if not isinstance(message, str) and message.get("role") != "user":
+        if not isinstance(message, str) and _field(message, "role") != "user":
             continue
         for text in message_texts(message):
             if should_capture(text, max_chars) and text not in out:

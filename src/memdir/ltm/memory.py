@@ -17,14 +17,15 @@ mirror), says so once through ``notice`` and in :attr:`LongTermMemory.recoveries
 
 from __future__ import annotations
 
+import builtins
 import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from memdir.ltm import heal
 from memdir.ltm.capture import (
@@ -90,7 +91,10 @@ class LongTermMemory:
     def __init__(self, settings: Settings | None = None, *, provider: Any = None, db_path: str | Path | None = None,
                  clock: Callable[[], int] | None = None, notice: Callable[[str], None] | None = None):
         """``settings`` default to memdir's defaults; ``provider`` overrides the configured embedder;
-        ``notice`` is told once when a damaged table was recovered (default: a logged warning)."""
+        ``db_path``: the folder of the LanceDB table (``None``: ``longTermMemory.dbPath``, else
+        ``<stateDir>/ltm/<agent>``); ``clock``: milliseconds since the epoch for new memories
+        (``None``: the system clock); ``notice`` is told once when a damaged table was recovered
+        (default: a logged warning)."""
         from memdir.config import Settings
         from memdir.ltm import settings as ltm_settings
         from memdir.ltm.store import import_lancedb
@@ -286,7 +290,8 @@ class LongTermMemory:
 
     # -- reading -------------------------------------------------------------------------------
     def search(self, query: str, *, limit: int = 5, min_score: float = SEARCH_MIN_SCORE) -> list[MemoryRecord]:
-        """Active memories most similar to ``query`` (cosine, or R§14's scale with ``scoring=openclaw``)."""
+        """Active memories most similar to ``query`` (cosine, or R§14's scale with ``scoring=openclaw``),
+        best first: at most ``limit`` of them, none scoring below ``min_score``."""
         return self._healing(lambda: self._search_once(query, limit, min_score))
 
     def _search_once(self, query: str, limit: int, min_score: float) -> list[MemoryRecord]:
@@ -306,11 +311,14 @@ class LongTermMemory:
         limit = max(1, min(int(limit), MAX_SEARCH_LIMIT))
         return self.table.search(self._query_vector(query), limit=limit, min_score=min_score)
 
+    # The methods below spell ``builtins.list``: in the class body ``list`` is this method, and
+    # mypy read their ``list[...]`` as no type at all, so a host's code got ``Any`` from them.
     def list(self, *, include_superseded: bool = False) -> list[MemoryRecord]:
         """Every active memory, oldest first (superseded ones too with ``include_superseded``)."""
         return self._healing(lambda: self.table.all(include_superseded=include_superseded))
 
     def get(self, memory_id: str) -> MemoryRecord | None:
+        """The memory whose id is ``memory_id``, in full (a UUID; a prefix is an :class:`LtmError`), or ``None``."""
         return self._healing(lambda: self.table.get(memory_id))
 
     def stats(self) -> dict[str, Any]:
@@ -357,7 +365,11 @@ class LongTermMemory:
     # -- writing -------------------------------------------------------------------------------
     def store(self, text: str, *, importance: float = DEFAULT_IMPORTANCE, category: str | None = None,
               source: str = "api") -> StoreResult:
-        """Store a memory unless a near-identical one exists (score ≥ 0.95); supersede close ones."""
+        """Store a memory unless a near-identical one exists (score ≥ 0.95); supersede close ones.
+
+        ``text``: the memory, one statement; ``importance``: 0 to 1; ``category``: one of
+        preference, fact, decision, entity, other (``None``: read from the text); ``source``: what
+        stored it, kept with the memory (auto-capture says ``auto-capture``)."""
         text = clean_text(text or "").strip()
         if not text:
             raise LtmError("text required")
@@ -406,7 +418,7 @@ class LongTermMemory:
         return StoreResult("created", record, superseded)
 
     def forget(self, memory_id: str | None = None, *, query: str | None = None) -> ForgetResult:
-        """Delete by id (full UUID or a unique prefix of ≥ 8 characters), or by query (R§14).
+        """Delete by ``memory_id`` (full UUID or a unique prefix of ≥ 8 characters), or by ``query`` (R§14).
 
         By query: the matches scoring ≥ 0.7 (top 5); exactly one, scoring > 0.9, is deleted,
         otherwise they come back as ``candidates`` to choose from.
@@ -425,6 +437,8 @@ class LongTermMemory:
                 self.table.delete(full)
                 warnings = self._purge() + self._after_write()
             return ForgetResult("deleted", record, warnings=warnings)
+        if query is not None and not isinstance(query, str):  # ("'int' object has no attribute 'strip'")
+            raise TypeError(f"query must be a string, not {type(query).__name__}")
         if not (query or "").strip():
             raise LtmError("Provide query or memoryId.")
         hits = self._search_once(str(query), FORGET_SEARCH_LIMIT, FORGET_MIN_SCORE)
@@ -456,15 +470,19 @@ class LongTermMemory:
         hits = self.search(prompt, limit=AUTO_RECALL_LIMIT, min_score=SEARCH_MIN_SCORE)
         return format_relevant_memories_context(hits) if hits else None
 
-    def auto_capture(self, messages: Iterable[Mapping[str, Any] | str]) -> list[StoreResult]:
-        """R§14 ``agent_end``: store up to 3 user statements worth keeping (duplicates skipped)."""
+    def auto_capture(self, messages: Iterable[object]) -> builtins.list[StoreResult]:
+        """R§14 ``agent_end``: store up to 3 user statements worth keeping (duplicates skipped).
+
+        ``messages``: a turn's messages as a chat API has them, dicts of ``role`` and ``content`` (a
+        string or a list of text blocks) or an SDK's message objects with those fields; a plain
+        string is a user's text.  Only the user's messages are read."""
         texts = [clean_text(t) for t in capture_candidates(messages, self.config.capture_max_chars,
                                                              MAX_CAPTURES_PER_TURN)]
         if not texts:
             return []
         return self._healing(lambda: self._capture_once(texts))
 
-    def _capture_once(self, texts: list[str]) -> list[StoreResult]:
+    def _capture_once(self, texts: builtins.list[str]) -> builtins.list[StoreResult]:
         vectors = self._vectors(texts)
         results = []
         with self._lock():
@@ -479,7 +497,8 @@ class LongTermMemory:
 
     # -- Markdown --------------------------------------------------------------------------------
     def export(self, *, include_superseded: bool = False) -> str:
-        """The memories as Markdown: one dated bullet per memory with its category and id."""
+        """The memories as Markdown: one dated bullet per memory with its category and id (superseded
+        ones too with ``include_superseded``)."""
         from memdir.ltm.markdown import render
 
         return render(self.list(include_superseded=include_superseded), timezone=self.settings.user_timezone)
@@ -554,8 +573,8 @@ class LongTermMemory:
                 report.warnings += self._after_write(applied=text)
         return report
 
-    def _plan_import(self, items: list[Any], vectors: Any, days: list[int | None],
-                     report: ImportReport) -> tuple[list[MemoryRecord], list[MemoryRecord]]:
+    def _plan_import(self, items: builtins.list[Any], vectors: Any, days: builtins.list[int | None],
+                     report: ImportReport) -> tuple[builtins.list[MemoryRecord], builtins.list[MemoryRecord]]:
         """Under the lock: what an import writes, as the bullets one by one would have (R§14's
         duplicate check against the store and the bullets before), without writing.  Returns the
         new memories and the stored ones rewritten (edited by a bullet, or superseded)."""
@@ -662,7 +681,7 @@ class LongTermMemory:
         self._checked = False
         return len(records)
 
-    def sync_mirror(self) -> list[str]:
+    def sync_mirror(self) -> builtins.list[str]:
         """Regenerate the mirror file now (it is also regenerated after every change)."""
 
         def once() -> list[str]:
@@ -671,12 +690,12 @@ class LongTermMemory:
 
         return self._healing(once)
 
-    def _after_write(self, applied: str | None = None) -> list[str]:
+    def _after_write(self, applied: str | None = None) -> builtins.list[str]:
         """Under the write lock: compact the table when it has many fragments, then the mirror."""
         self._compact()
         return self._sync_mirror(applied)
 
-    def _purge(self) -> list[str]:
+    def _purge(self) -> builtins.list[str]:
         """Under the write lock, after a forget (or an import that edited a memory's text): leave
         nothing of the deleted text on disk.  A failure (a full disk) is said; the memory is
         forgotten (edited) all the same."""
@@ -694,7 +713,7 @@ class LongTermMemory:
         except Exception as exc:  # a slower search later, never a lost write
             log.warning("long-term memory compaction failed: %s", exc)
 
-    def _sync_mirror(self, applied: str | None = None) -> list[str]:
+    def _sync_mirror(self, applied: str | None = None) -> builtins.list[str]:
         if self.mirror_path is None:
             return []
         from memdir.ltm.markdown import mirror_header, render, write_mirror
@@ -724,7 +743,7 @@ class LongTermMemory:
         self.table.close()
         self._checked = False
 
-    def __enter__(self) -> LongTermMemory:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

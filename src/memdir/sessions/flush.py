@@ -158,6 +158,11 @@ def should_flush(
 ) -> FlushDecision:
     """Decide whether the pre-compaction flush turn runs before the next reply.
 
+    ``entry``: the session's entry (its ``totalTokens``, its last flush; ``None``: no count, so only
+    the other triggers); ``settings``: ``FlushSettings.from_settings(memdir_settings)`` (``None``:
+    the defaults); ``context_window``: the model's context in tokens (``None``: the entry's
+    ``contextTokens``, else 200,000).  No flush for an ``is_heartbeat`` turn, a workspace that is
+    not ``workspace_writable``, or with a ``cli_provider`` (a CLI-backed model: R§11.2).
     ``pending_prompt_tokens`` is an estimate of the user message about to be sent (v4.12 adds
     it to the persisted total).  ``transcript_bytes`` enables the transcript-size trigger.
     ``context_overflow``: the model's API refused the conversation as longer than its context,
@@ -316,7 +321,10 @@ class FlushPlan:
 def build_flush_plan(
     settings: FlushSettings | None = None, *, now: datetime | None = None, timezone: str | None = None
 ) -> FlushPlan:
-    """Prompts as R§11 [v4.12]: configured (trimmed) or default text, hints, NO_REPLY, date, time."""
+    """Prompts as R§11 [v4.12]: configured (trimmed) or default text, hints, NO_REPLY, date, time.
+
+    ``settings``: as :func:`should_flush`'s; ``now`` and ``timezone`` (an IANA name; ``None``: the
+    machine's zone) give the date the prompt names and the one file it may write."""
     cfg = settings or FlushSettings()
     prompt = (cfg.prompt or "").strip() or DEFAULT_FLUSH_PROMPT
     system = (cfg.system_prompt or "").strip() or DEFAULT_FLUSH_SYSTEM_PROMPT

@@ -37,7 +37,9 @@ SLUG_TIMEOUT_SECONDS = 15.0
 SLUG_INPUT_CHARS = 2000
 SLUG_MAX_CHARS = 30
 
-SlugLLM = Callable[[str], str]
+#: A host's slug model: the prompt in, its answer out; ``None`` (what a chat API's reply content may be)
+#: falls back to the time, as a failure does.
+SlugLLM = Callable[[str], str | None]
 
 
 # --- finding the transcript -----------------------------------------------------------------
@@ -276,6 +278,16 @@ def run_session_memory_hook(
     timezone: str | None = None,
 ) -> HookResult | None:
     """Handle a ``command:new`` / ``command:reset`` event; other actions return None.
+
+    ``action``: ``"new"`` or ``"reset"`` (else nothing is done: None, as with ``enabled`` False);
+    ``session_key``: the session's key, written in the file's header with ``command_source`` (the
+    channel the command came from; ``None``: "unknown"); ``workspace``: where
+    ``memory/<date>-<slug>.md`` is created (never over a file); ``previous_entry``: the session
+    that ended, a :class:`SessionEntry` or its ``sessions.json`` dict, whose transcript is read
+    (looked for in its file's folder, ``sessions_dir`` and ``<workspace>/sessions``; ``None``:
+    a file without a conversation); ``messages``: how many of its last messages are kept (0 or
+    less: 15); ``slug_llm``: a host's model naming the file from them, given ``slug_timeout``
+    seconds (``None``, no answer or a failure: the time, ``HHMM``).
 
     The file's date and the fallback slug's ``HHMM`` are the user's (``timezone``, an IANA name;
     unset → the machine's zone), like the daily log's: OpenClaw names the file by the UTC day, so
