@@ -138,6 +138,13 @@ IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv"
                           ".debris", ".sync", ".recycle", ".history", ".trashes", "$recycle.bin", "#recycle",
                           "@recycle"})
 
+#: Note apps' own settings, kept inside the vault they serve: Obsidian's ``.obsidian/`` (or the
+#: ``.obsidian-mobile``-style folder its "Override config folder" names), Foam's ``.foam/``.  Walked,
+#: the README and changelog of each plugin installed from its repository, and Foam's note templates
+#: (``${FOAM_TITLE}`` placeholders), were found as the user's notes.  A folder that extraPaths
+#: lists itself is walked (a user who wants Foam's templates searched lists ``.foam/templates``).
+APP_CONFIG_DIRS = (".obsidian", ".foam")
+
 #: Folders ignored only inside a folder of the given name: Logseq keeps the earlier versions of
 #: its pages in ``logseq/bak/`` and ``logseq/version-files/`` (a ``bak/`` of one's own is notes).
 IGNORED_SUBDIRS = frozenset({("logseq", "bak"), ("logseq", "version-files")})
@@ -147,7 +154,7 @@ def is_ignored_dir(name: str, parent: str = "") -> bool:
     """Whether a folder ``name`` (inside a folder named ``parent``) is never walked nor watched."""
     low = name.lower()
     return (low in IGNORED_DIRS or (low.startswith(".trash-") and low[len(".trash-"):].isdigit())
-            or (parent.lower(), low) in IGNORED_SUBDIRS)
+            or low.startswith(APP_CONFIG_DIRS) or (parent.lower(), low) in IGNORED_SUBDIRS)
 
 
 def is_ignored_below(parts: list[str], parent: str) -> bool:
