@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from memdir.stores.base import Store
 
 #: Bump when chunking or indexing changes in a way that needs a rebuild.
-CHUNKER_VERSION = 19  # 9: a lone \r ends a line; 10: notes decoded by their byte order mark, non-UTF-8
+CHUNKER_VERSION = 20  # 9: a lone \r ends a line; 10: notes decoded by their byte order mark, non-UTF-8
 # bytes as cp1252, code blocks have no headings; 11: words indexed without invisible characters, in NFC;
 # 12: a heading's UTC time (the session hook's captures) dates its lines by the user's day; 13: transcripts
 # mask a private key without its END line, leave base64 data-URI payloads out and read lower-case 'z'
@@ -35,7 +35,7 @@ CHUNKER_VERSION = 19  # 9: a lone \r ends a line; 10: notes decoded by their byt
 # never carried into the chunk that goes on with that line (an overlap of half the chunk size or more);
 # the stems column holds İstanbul as istanbul, not stanbul; 19: the stems column holds a CamelCase word's
 # parts' stems too (OperationalError: oper, error); a curated note's front matter is chunked with its first
-# heading and block
+# heading and block; 20: a fenced block of base64 alone (an Excalidraw drawing's compressed-json) is left out
 #: The index's layout: 4: SQLite stores 64-hex chunk ids as 32-byte blobs; 5: no empty embedding
 #: cache in a keyword-only SQLite index, meta and files WITHOUT ROWID (a page less each).
 INDEX_SCHEMA = 5
