@@ -1,0 +1,84 @@
+"""Note vaults of real tools in extraPaths (Obsidian, Logseq, Foam/Dendron, Notion's export): a
+page is found as its tool shows it.
+
+Real files in temp folders, real SQLite, keyword-only settings (no model).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memdir.api import Memory
+
+
+def vault_memory(make_workspace, tmp_path: Path, files: dict[str, str]) -> Memory:
+    vault = tmp_path / "vault"
+    for rel, text in files.items():
+        (vault / rel).parent.mkdir(parents=True, exist_ok=True)
+        (vault / rel).write_text(text, encoding="utf-8")
+    ws = make_workspace({"MEMORY.md": "# Preferences\n\nAisle seats.\n",
+                         "memory/2026-11-29.md": "- met Alice about the giraffe migration\n"})
+    return Memory(ws, config={"memorySearch": {"provider": "none", "extraPaths": [str(vault)]}})
+
+
+def paths(mem: Memory, query: str) -> list[str]:
+    return [r.path for r in mem.search(query).results]
+
+
+def test_a_page_is_found_by_its_title_which_is_its_file_name(make_workspace, tmp_path: Path) -> None:
+    """In Obsidian, Logseq, Foam and Dendron a page's title is its file name, which its text rarely
+    repeats: "Carol", "meeting with Carol" and "[[Sourdough]]" found nothing of ``Meeting with
+    Carol.md`` or Logseq's ``pages/Sourdough.md`` (nor with the local model: "No matches.").  Such a
+    page's first chunk is a candidate as good as the best keyword match, whatever its name's form
+    (Dendron's dots, Logseq's namespaces, Notion's page id); MEMORY.md and daily logs are named by
+    no title."""
+    files = {
+        "Meeting with Carol.md": "- discussed the budget cuts\n- lunch at noon\n",
+        "pages/Sourdough.md": "- feed the starter every 12 hours\n- use rye flour\n",
+        "pages/Infra___K8s.md": "- helm charts live in the ops repo\n",
+        "proj.memdir.design.md": "---\nid: x1\ntitle: Design\n---\n\nWe settled on append-only logs.\n",
+        "Trip Planning 0123456789abcdef0123456789abcdef.md": "Book the ferry. Pack light.\n",
+        "Daily/2026-11-28.md": "- a meeting about the ferry\n",
+        "Café Rituals.md": "- two shots, no sugar\n",
+        "Daily/2026-11-23 Monday.md": "- call the plumber\n",
+    }
+    with vault_memory(make_workspace, tmp_path, files) as mem:
+        mem.sync()
+        assert paths(mem, "Carol") == ["../vault/Meeting with Carol.md"]
+        assert "../vault/Meeting with Carol.md" in paths(mem, "meeting with Carol")
+        assert paths(mem, "[[Sourdough]]") == paths(mem, "what do I know about sourdough?") == [
+            "../vault/pages/Sourdough.md"]
+        assert paths(mem, "k8s") == ["../vault/pages/Infra___K8s.md"]
+        assert paths(mem, "memdir design") == ["../vault/proj.memdir.design.md"]
+        assert paths(mem, "trip planning") == ["../vault/Trip Planning 0123456789abcdef0123456789abcdef.md"]
+        assert paths(mem, "cafe ritual") == ["../vault/Café Rituals.md"]
+        hit = mem.search("Carol", explain=True).results[0]
+        assert (hit.start_line, hit.snippet.splitlines()[0]) == (1, "- discussed the budget cuts")
+        assert hit.explain["matched"] == ["name"]
+        assert paths(mem, "memory") == paths(mem, "29") == paths(mem, "monday") == []
+
+
+def test_a_word_many_pages_are_named_with_finds_the_notes_that_use_it(make_workspace, tmp_path: Path) -> None:
+    """Thirty pages named ``Standup N.md`` say nothing about which one a question about standups
+    means: none is pooled by its name, so the note whose text is about them is found first."""
+    files = {f"standups/Standup {i}.md": f"- item {i}\n" for i in range(30)}
+    files["Rituals.md"] = "The standup moved to ten, after the stand-up poll.\n"
+    with vault_memory(make_workspace, tmp_path, files) as mem:
+        mem.sync()
+        assert paths(mem, "standup") == ["../vault/Rituals.md"]
+
+
+def test_with_the_local_model_a_page_is_found_by_its_title_too(make_workspace, tmp_path: Path) -> None:
+    """Hybrid search (the default, with the local model): "Carol" scored ``Meeting with
+    Carol.md``, whose text is about a budget, under the floor and answered "No matches."; a note
+    found by its name is a match strong enough to be returned in a spare slot."""
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    (vault / "Meeting with Carol.md").write_text("- discussed the budget cuts\n- lunch at noon\n")
+    (vault / "Sourdough.md").write_text("- feed the starter every 12 hours\n- use rye flour\n")
+    ws = make_workspace({"memory/2026-11-29.md": "- met Alice about the giraffe migration\n"})
+    with Memory(ws, config={"memorySearch": {"provider": "local", "extraPaths": [str(vault)]}}) as mem:
+        mem.sync()
+        response = mem.search("Carol")
+        assert response.mode == "hybrid"
+        assert response.results[0].path == "../vault/Meeting with Carol.md"
