@@ -82,3 +82,21 @@ def test_with_the_local_model_a_page_is_found_by_its_title_too(make_workspace, t
         response = mem.search("Carol")
         assert response.mode == "hybrid"
         assert response.results[0].path == "../vault/Meeting with Carol.md"
+
+
+def test_a_vault_linked_in_as_extra_path_is_named_with_where_it_points(make_workspace, tmp_path: Path,
+                                                                        run_cli) -> None:
+    """``extraPaths = ["~/Obsidian"]`` where ``~/Obsidian`` links to the synced drive's vault: the
+    link is not followed (as in OpenClaw), but a search answered "No matches." with a note that
+    memdir indexes "what memorySearch.extraPaths lists", which it did list, and the index's warning
+    told only to "list what it points to instead".  Both name the skipped link and its target."""
+    vault = tmp_path / "drive" / "Vault"
+    vault.mkdir(parents=True)
+    (vault / "Trip.md").write_text("The ferry leaves at nine.\n")
+    (tmp_path / "Obsidian").symlink_to(vault)
+    ws = make_workspace({"memdir.toml": '[memorySearch]\nprovider = "none"\nextraPaths = ["../Obsidian"]\n'})
+    told = f"../Obsidian: a symlink in extraPaths (not followed: list {vault} instead)"
+    searched = run_cli("-w", str(ws), "search", "ferry")
+    assert searched.returncode == 0 and searched.stdout.strip() == "No matches."
+    assert told in searched.stderr
+    assert told in run_cli("-w", str(ws), "index").stderr

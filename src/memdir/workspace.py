@@ -557,7 +557,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             continue
         if stat.S_ISLNK(st.st_mode):
             found.skipped.append(Skipped(display_path(rel_path(workspace, extra)),
-                                         "a symlink in extraPaths (not followed: list what it points to instead)"))
+                                         f"a symlink in extraPaths (not followed: list {_link_target(extra)} instead)"))
             continue
         if stat.S_ISDIR(st.st_mode):
             # the workspace itself (``"."``) lists ``notes/x.md``, not ``./notes/x.md``: the path
@@ -595,6 +595,17 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
     if folders is not None and not found.issues and all(s.lasting for s in found.skipped):
         found.folders = folders
     return found
+
+
+def _link_target(link: Path) -> str:
+    """Where the symlink ``link`` points, as a path to list in extraPaths (read from the link
+    itself, never followed: its target may be on a mount that hangs); "what it points to" when it
+    cannot be read.  Why: a vault linked in (``~/Obsidian`` to a synced drive's folder) was only
+    told to "list what it points to instead"."""
+    try:
+        return display_path(os.path.normpath(os.path.join(link.parent, os.readlink(link))))
+    except OSError:
+        return "what it points to"
 
 
 #: ``C:\\Users\\me\\notes`` or ``D:/notes`` in extraPaths, joined to the workspace as a relative path.
