@@ -100,3 +100,27 @@ def test_a_vault_linked_in_as_extra_path_is_named_with_where_it_points(make_work
     assert searched.returncode == 0 and searched.stdout.strip() == "No matches."
     assert told in searched.stderr
     assert told in run_cli("-w", str(ws), "index").stderr
+
+
+def test_the_templates_an_obsidian_vault_names_in_its_settings_are_not_notes(make_workspace, tmp_path: Path) -> None:
+    """An Obsidian vault names its template folder in ``.obsidian/templates.json`` (the core
+    Templates plugin) or Templater's settings: its daily template (``## Gratitude``, ``{{date}}``)
+    answered "gratitude" above every daily note written from it.  Those folders are not walked; a
+    folder of that name in another vault, or one extraPaths lists itself, is."""
+    template = "# {{date}}\n\n## Gratitude\n- \n\n## What I learned\n- \n"
+    files = {
+        ".obsidian/templates.json": '{"folder": "Meta/Templates/"}',
+        ".obsidian/plugins/templater-obsidian/data.json": '{"templates_folder": "Templater", "x": 1}',
+        "Meta/Templates/Daily.md": template,
+        "Templater/Weekly.md": "# <% tp.date.now() %>\n\n## Gratitude review\n",
+        "Daily/2026-11-28.md": "## Gratitude\n- the ferry crew found my scarf\n",
+        "other vault/Meta/Templates/kept.md": "Gratitude letters to write.\n",
+    }
+    with vault_memory(make_workspace, tmp_path, files) as mem:
+        mem.sync()
+        assert sorted(paths(mem, "gratitude")) == ["../vault/Daily/2026-11-28.md",
+                                                   "../vault/other vault/Meta/Templates/kept.md"]
+    listed = {"memorySearch": {"provider": "none", "extraPaths": [str(tmp_path / "vault"),
+                                                                  str(tmp_path / "vault" / "Templater")]}}
+    with Memory(tmp_path / "ws", config=listed) as mem:
+        assert "../vault/Templater/Weekly.md" in paths(mem, "gratitude review")

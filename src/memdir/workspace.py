@@ -247,6 +247,7 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
     """
     stack: list[tuple[list[os.DirEntry[str]], int, str]] = []
     pending: tuple[str, str] | None = (folder, rel)
+    templates: set[str] = set()  # Obsidian vaults' template folders met on the way (absolute)
     while True:
         if pending is not None:
             path, prefix = pending
@@ -254,6 +255,8 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
             try:
                 with os.scandir(path) as it:
                     entries = sorted(it, key=lambda e: e.name)
+                if _listed(entries, OBSIDIAN_CONFIG):
+                    templates.update(obsidian_templates(path))
             except OSError as exc:
                 # one that vanished since its parent was listed (a git checkout, an rm -r under way)
                 # is simply gone: it was reported "not readable: No such file or directory", and
@@ -277,7 +280,8 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 _say_linked(entry, prefix, skipped)
                 continue
             if entry.is_dir(follow_symlinks=False):
-                if not is_ignored_dir(entry.name, os.path.basename(os.path.dirname(entry.path))):
+                if not is_ignored_dir(entry.name, os.path.basename(os.path.dirname(entry.path))) \
+                        and not (templates and entry.path in templates):
                     if folders is not None:
                         try:
                             folders.append((entry.path, _folder_id(os.lstat(entry.path))))
@@ -316,6 +320,36 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 issues.append(f"{display_path(entry.path)} not readable ({_errname(exc)})")
                 skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
                 unlisted.append(prefix + entry.name)
+
+
+#: An Obsidian vault's settings folder, and its files that name the vault's template folder: the
+#: core Templates plugin's (``{"folder": "Templates"}``) and Templater's (``templates_folder``).
+OBSIDIAN_CONFIG = ".obsidian"
+_TEMPLATE_SETTINGS = (("templates.json", "folder"), ("plugins/templater-obsidian/data.json", "templates_folder"))
+
+
+def obsidian_templates(vault: str) -> list[str]:
+    """The template folders the Obsidian vault at ``vault`` names in its settings (absolute).
+
+    Why: a template is boilerplate and placeholders (``# {{date}}``, ``## Gratitude``, ``<%
+    tp.date.now() %>``), not memory: the daily template answered "gratitude" and "what did I learn"
+    above every daily note written from it.  A folder outside the vault, or the vault itself, is
+    never one; a settings file that cannot be read or parsed names none."""
+    import json
+
+    out = []
+    for name, key in _TEMPLATE_SETTINGS:
+        head = _head(os.path.join(vault, OBSIDIAN_CONFIG, name), 1 << 16)
+        try:
+            folder = json.loads(head or b"null").get(key) if head else None
+        except (ValueError, AttributeError):
+            continue
+        if not isinstance(folder, str):
+            continue
+        below = os.path.normpath(folder.strip().strip("/"))
+        if below not in ("", ".") and not below.startswith(("..", "/")):
+            out.append(os.path.join(vault, below))
+    return out
 
 
 def _upper_case_md(prefix: str, name: str) -> Skipped:
