@@ -124,3 +124,31 @@ def test_the_templates_an_obsidian_vault_names_in_its_settings_are_not_notes(mak
                                                                   str(tmp_path / "vault" / "Templater")]}}
     with Memory(tmp_path / "ws", config=listed) as mem:
         assert "../vault/Templater/Weekly.md" in paths(mem, "gratitude review")
+
+
+def test_an_image_or_a_zeroed_file_under_a_note_name_is_no_text(make_workspace, tmp_path: Path) -> None:
+    """A PNG or PDF saved under a ``.md`` name (an attachment renamed, a sync tool's mix-up) was
+    indexed as text: 11 chunks of noise from 3 KB of PNG, embedded and cited.  It is named among
+    the skipped files, not indexed.  A note a crash left as NUL bytes is named too, and what the
+    index held of it (its last text, nowhere else now) is kept.  A note that merely starts with
+    ``%PDF-`` is text."""
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + bytes(range(256)) * 12
+    pdf = b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj << /Length 5 >> stream\n\x00\x01\x02\nendstream\n"
+    files = {"attachments/diagram.md": "", "attachments/spec.md": "", "Ferry.md": "The zebra ferry leaves at nine.\n",
+             "PDF notes.md": "%PDF-1.7 is the version our invoices use.\n"}
+    with vault_memory(make_workspace, tmp_path, files) as mem:
+        vault = tmp_path / "vault"
+        (vault / "attachments" / "diagram.md").write_bytes(png)
+        (vault / "attachments" / "spec.md").write_bytes(pdf)
+        report = mem.sync()
+        assert report.indexed == 4  # the two notes of the vault, MEMORY.md and the daily log
+        chunks = mem.store.conn.execute("SELECT path FROM chunks WHERE path LIKE '%attachments%'").fetchall()
+        assert chunks == []
+        assert paths(mem, "invoices version") == ["../vault/PDF notes.md"]
+        (vault / "Ferry.md").write_bytes(b"\x00" * 4096)  # a power cut while it was being written
+        mem.sync()
+        assert paths(mem, "zebra ferry") == ["../vault/Ferry.md"]
+        why = {s["path"]: s["error"] for s in mem.status()["skipped"]}
+        assert why["../vault/attachments/diagram.md"].startswith("a PNG image, not text")
+        assert why["../vault/attachments/spec.md"].startswith("a PDF document, not text")
+        assert why["../vault/Ferry.md"].startswith("holds nothing but NUL bytes")

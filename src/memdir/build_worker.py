@@ -28,7 +28,7 @@ from typing import IO, Any
 
 from memdir.chunking import Chunk, chunk_id, chunk_markdown, chunk_sections, remap_lines
 from memdir.dates import line_dates, ms_to_day, span
-from memdir.reading import decode_note, encrypted_note, read_note
+from memdir.reading import binary_note, decode_note, encrypted_note, read_note
 from memdir.textutil import elide_base64_blocks, elide_data_uris, fts_values
 from memdir.timezones import resolve_timezone
 
@@ -70,7 +70,7 @@ def plan(content: str, path: str, *, curated: bool, tokens: int, overlap: int,
 def _read(abs_path: str, root: str) -> tuple[str, str]:
     """A memory file's text and hash, as :func:`memdir.sync.read_memory_file` reads it."""
     raw = read_note(abs_path, root)
-    encrypted = encrypted_note(raw)
+    encrypted = encrypted_note(raw) or binary_note(raw)
     if encrypted is not None:
         raise encrypted
     return decode_note(raw), hashlib.sha256(raw).hexdigest()
