@@ -92,6 +92,34 @@ def test_deleted_and_old_copies_other_sync_tools_and_note_apps_keep_are_not_note
         "graph", "graph/logseq", "graph/pages", "ws", "ws/memory", "ws/memory/bak"]
 
 
+def test_the_settings_folders_of_obsidian_and_foam_in_a_vault_are_not_notes(make_workspace, tmp_path) -> None:
+    """A vault in extraPaths holds its app's settings: Obsidian's ``.obsidian/`` (a plugin installed
+    from its repository brings its README and changelog; a second config folder such as
+    ``.obsidian-mobile``), Foam's ``.foam/templates/``.  They were indexed and watched as the
+    user's notes: a search for "kubernetes" cited a plugin's README.  The folder listed in
+    extraPaths itself is still walked."""
+    from memdir.watch import WatchPlan
+
+    vault = tmp_path / "vault"
+    for rel, text in {"Infra.md": "We run kubernetes on three nodes.\n",
+                      ".obsidian/app.json": "{}\n", ".obsidian/workspace.json": '{"main": {}}\n',
+                      ".obsidian/plugins/k8s-helper/README.md": "# k8s helper\nRender kubernetes manifests.\n",
+                      ".obsidian/plugins/k8s-helper/manifest.json": "{}\n",
+                      ".obsidian-mobile/plugins/x/CHANGELOG.md": "Fixed kubernetes icons.\n",
+                      ".foam/templates/new-note.md": "# ${FOAM_TITLE}\nkubernetes checklist\n"}.items():
+        (vault / rel).parent.mkdir(parents=True, exist_ok=True)
+        (vault / rel).write_text(text)
+    ws = make_workspace({"memory/trip.md": "The ferry leaves at nine.\n"})
+    with Memory(ws, config={"memorySearch": {"provider": "none", "extraPaths": [str(vault)]}}) as mem:
+        assert mem.sync().indexed == 2
+        assert found(mem, "kubernetes") == ["../vault/Infra.md"]
+        watched = WatchPlan(ws, [vault], None).folders()
+    assert sorted(os.path.relpath(f, tmp_path) for f in watched) == ["vault", "ws", "ws/memory"]
+    templates = vault / ".foam" / "templates"
+    with Memory(ws, config={"memorySearch": {"provider": "none", "extraPaths": [str(vault), str(templates)]}}) as mem:
+        assert found(mem, "kubernetes") == ["../vault/.foam/templates/new-note.md", "../vault/Infra.md"]
+
+
 def test_a_note_deleted_in_obsidian_leaves_the_search_results_of_a_watcher(make_workspace) -> None:
     """Obsidian deletes a note by moving it into the vault's ``.trash/``: the watcher synced, found
     it there and indexed it again, so the deleted note kept answering searches."""

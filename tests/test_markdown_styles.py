@@ -267,3 +267,43 @@ def test_a_heading_in_an_html_comment_is_no_heading() -> None:
     assert [(c.start_line, c.end_line) for c in chunk_sections(note)] == [(1, 8)]
     indented = "## A\n    <!--\n## B\n"  # four spaces in: code, no comment
     assert [(c.start_line, c.end_line) for c in chunk_sections(indented)] == [(1, 2), (3, 4)]
+
+
+def test_an_excalidraw_drawing_is_indexed_by_its_words_not_its_base64(
+        make_workspace: Callable[..., Path], keyword_config: dict[str, Any], tmp_path: Path) -> None:
+    """Obsidian's Excalidraw plugin saves a drawing as ``<name>.excalidraw.md``: its words under
+    ``# Text Elements``, the drawing as LZ-compressed base64 in a ``compressed-json`` block, in
+    lines of 256 characters.  A 6 KB drawing in a vault in extraPaths was 15 chunks of base64 (each
+    embedded with the local model, searched by every question); they are left out, the words and
+    every line's number kept.  A short hash in a fence of its own is still text."""
+    import base64
+    import random
+
+    payload = base64.b64encode(random.Random(7).randbytes(6000)).decode()
+    body = "\n\n".join(payload[i:i + 256] for i in range(0, len(payload), 256))
+    drawing = ("---\n\nexcalidraw-plugin: parsed\ntags: [excalidraw]\n\n---\n"
+               "==⚠  Switch to EXCALIDRAW VIEW in the MORE OPTIONS menu of this document. ⚠==\n\n\n"
+               "# Text Elements\nLoad balancer in front of the hedgehog cluster ^aB3dE5fG\n\n"
+               f"%%\n# Drawing\n```compressed-json\n{body}\n```\n%%\n")
+    digest = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    vault = tmp_path / "vault"
+    (vault / "Excalidraw").mkdir(parents=True)
+    (vault / "Excalidraw" / "Drawing 2026-11-30 10.15.33.excalidraw.md").write_text(drawing)
+    (vault / "release.md").write_text(f"# Release\n\nThe tarball's digest:\n\n```\n{digest}\n```\n")
+    ws = make_workspace({"memory/trip.md": "The ferry leaves at nine.\n"})
+    config = {"memorySearch": {**keyword_config["memorySearch"], "extraPaths": [str(vault)]}}
+    with Memory(ws, config=config) as mem:
+        mem.sync()
+        rows = mem.store.conn.execute("SELECT text FROM chunks WHERE path LIKE '%excalidraw.md'").fetchall()
+        assert len(rows) == 1 and not any(payload[:64] in text for (text,) in rows)
+        hit = mem.search("hedgehog cluster").results[0]
+        assert hit.path == "../vault/Excalidraw/Drawing 2026-11-30 10.15.33.excalidraw.md" and hit.start_line <= 10
+        end = drawing.count("\n") - 1  # the closing fence's line
+        assert mem.get(hit.path, from_line=end, lines=1).text == "```"
+        assert [r.path for r in mem.search(digest).results] == ["../vault/release.md"]
+    from memdir.textutil import elide_base64_blocks
+
+    # blocks after blocks: each is found on its own lines (counted on from the one before)
+    notes = (f"text\n```\n{digest}\n```\n" * 3) + drawing
+    elided = elide_base64_blocks(notes)
+    assert elided.count("\n") == notes.count("\n") and elided.count(digest) == 3 and payload[:64] not in elided

@@ -240,6 +240,21 @@ def test_chunks_in_period(store: Store):
     assert len(store.chunks_in_period("2023-01-01", "2023-12-31", 2)) == 2
 
 
+def test_first_chunks(store: Store):
+    """Each named note's first chunk (a note found by its name, see memdir.search)."""
+    put(store, "pages/Meeting with Carol.md", ["discussed the budget", "then lunch"])
+    put(store, "pages/Sourdough.md", ["feed the starter"])
+    with store.transaction():
+        store.replace_file("sessions/s.jsonl", "sessions", "hs", 1, 1,
+                           [ChunkRow("s0", "sessions/s.jsonl", "sessions", 1, 1, "hs0", "m", "x", None)])
+    got = store.first_chunks(["pages/Sourdough.md", "pages/Meeting with Carol.md", "pages/gone.md",
+                              "sessions/s.jsonl"])
+    assert [(h.path, h.start_line, h.text, h.score) for h in got] == [
+        ("pages/Meeting with Carol.md", 1, "discussed the budget", 0.0),
+        ("pages/Sourdough.md", 1, "feed the starter", 0.0)]
+    assert store.first_chunks([]) == []
+
+
 # -- state, health and read-only opens (the self-healing half of the contract) ----------------
 
 def damage_meta(store: Store, backend) -> None:

@@ -28,8 +28,8 @@ from typing import IO, Any
 
 from memdir.chunking import Chunk, chunk_id, chunk_markdown, chunk_sections, remap_lines
 from memdir.dates import line_dates, ms_to_day, span
-from memdir.reading import decode_note, encrypted_note, read_note
-from memdir.textutil import elide_data_uris, fts_values
+from memdir.reading import binary_note, decode_note, encrypted_note, read_note
+from memdir.textutil import elide_base64_blocks, elide_data_uris, fts_values
 from memdir.timezones import resolve_timezone
 
 
@@ -44,7 +44,7 @@ def plan(content: str, path: str, *, curated: bool, tokens: int, overlap: int,
     # an image pasted into a note as a data URI (Typora, Obsidian plugins, an agent's screenshot)
     # was 250 chunks of base64 per 200 KB, a minute of embedding: its payload is left out, as a
     # transcript's is; the line keeps its number (the note is never rewritten, memory_get shows it)
-    content = elide_data_uris(content)
+    content = elide_base64_blocks(elide_data_uris(content))  # (and an Excalidraw drawing's base64)
     chunks = [c for c in chunker(content, tokens, overlap) if c.text.strip()]
     days = [ms_to_day(t, tz) for t in timestamps_ms] if timestamps_ms else line_dates(path, content, tz)
     # Most files are about one day (a daily log) or none: then every chunk's span is that day
@@ -70,7 +70,7 @@ def plan(content: str, path: str, *, curated: bool, tokens: int, overlap: int,
 def _read(abs_path: str, root: str) -> tuple[str, str]:
     """A memory file's text and hash, as :func:`memdir.sync.read_memory_file` reads it."""
     raw = read_note(abs_path, root)
-    encrypted = encrypted_note(raw)
+    encrypted = encrypted_note(raw) or binary_note(raw)
     if encrypted is not None:
         raise encrypted
     return decode_note(raw), hashlib.sha256(raw).hexdigest()

@@ -605,9 +605,13 @@ def _no_notes(mem: Any, nothing_indexed: bool) -> str | None:
         return None
     from memdir.workspace import discover, no_notes_hint
 
-    if discover(mem.settings.workspace_path, mem.settings.extra_paths).files:
+    found = discover(mem.settings.workspace_path, mem.settings.extra_paths)
+    if found.files:
         return None  # notes there, none indexed yet (e.g. a search run with --no-sync)
-    return no_notes_hint(mem.settings.workspace_path)
+    # what was left out is said with it: a vault linked in as extraPaths (skipped, a symlink) was
+    # told only that memdir indexes "what memorySearch.extraPaths lists", which it did list
+    left = "".join(f"; skipped {item.path}: {item.error}" for item in found.skipped[:3])
+    return no_notes_hint(mem.settings.workspace_path) + left
 
 
 def _extra_path_issues(mem: Any) -> list[str]:

@@ -406,6 +406,9 @@ _RELATIVE_WORDS = ("yesterday", "last", "this", "today", "tonight")
 #: The words other than numbers that name a period (:func:`_may_name_a_period`).
 _PERIOD_WORDS = frozenset(_MONTHS) | frozenset(_WEEKDAYS) | {"ago", "mon", "tue", "tues", "wed", "weds", "thu",
                                                               "thur", "thurs", "fri"}
+#: Month and weekday names and their short forms: what a dated note's name says besides its date
+#: (``2026-11-30 Monday.md``, ``Nov 30th, 2026.md``).
+CALENDAR_WORDS = _PERIOD_WORDS - {"ago"}
 
 
 def _fixed_periods(today: dt.date, fixed: Callable[[str, dt.date, dt.date], None]) -> None:

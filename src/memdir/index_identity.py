@@ -37,7 +37,8 @@ CHUNKER_VERSION = 20  # 9: a lone \r ends a line; 10: notes decoded by their byt
 # parts' stems too (OperationalError: oper, error); a curated note's front matter is chunked with its first
 # heading and block; 20: a transcript's heartbeat polls answered HEARTBEAT_OK, and replies that are only
 # HEARTBEAT_OK or NO_REPLY, are left out of its text; the text column holds the Turkish İ as I (a trigram
-# index kept it, a question is lowered to i)
+# index kept it, a question is lowered to i); a fenced block of base64 alone (an Excalidraw drawing's
+# compressed-json) is left out
 #: The index's layout: 4: SQLite stores 64-hex chunk ids as 32-byte blobs; 5: no empty embedding
 #: cache in a keyword-only SQLite index, meta and files WITHOUT ROWID (a page less each).
 INDEX_SCHEMA = 5

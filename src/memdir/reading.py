@@ -84,6 +84,48 @@ def encrypted_note(raw: bytes) -> EncryptedNote | None:
                                        "decrypts it)")
 
 
+class BinaryNote(OSError):
+    """A ``*.md`` file whose bytes are an image, a document or an archive, or nothing but NULs.
+
+    ``kept``: what the index holds of it stays (NULs: the note's last text, which the crash that
+    zeroed it left nowhere else); an image's or archive's rows go (an older memdir indexed its bytes)."""
+
+    kept = False
+
+
+#: What a binary file's first bytes are, for those a note's text never starts with.
+_BINARY_MAGIC = ((b"\x89PNG\r\n\x1a\n", "PNG image"), (b"\xff\xd8\xff", "JPEG image"), (b"GIF87a", "GIF image"),
+                 (b"GIF89a", "GIF image"), (b"%PDF-", "PDF document"), (b"PK\x03\x04", "zip archive (or Office file)"),
+                 (b"\x1f\x8b", "gzip archive"), (b"SQLite format 3\x00", "SQLite database"), (b"\x7fELF", "program"))
+
+
+def binary_note(raw: bytes) -> BinaryNote | None:
+    """The error to give for a note whose bytes ``raw`` are no text: a known binary format (its
+    magic number, and a NUL or bytes no UTF-8 text has in its first 4 KB), or NUL bytes alone (as
+    a crash or power cut can leave a file being written); else ``None``.
+
+    Why: an image or PDF saved under a ``.md`` name (an attachment renamed, a sync tool's mix-up)
+    was indexed as text: a 3 KB PNG made 11 chunks of noise, each embedded and cited by searches."""
+    head = raw[:4096]
+    if not head.strip(b"\x00") and raw and not raw.strip(b"\x00"):
+        zeroed = BinaryNote(errno.EINVAL, "holds nothing but NUL bytes (as a crash can leave a file being written): "
+                                          "what the index held of it is kept, and searches find its last text; "
+                                          "restore it from a backup")
+        zeroed.kept = True
+        return zeroed
+    kind = next((k for magic, k in _BINARY_MAGIC if raw.startswith(magic)), None)
+    if kind is None:
+        return None
+    if b"\x00" not in head:
+        try:
+            head.decode("utf-8")
+            return None
+        except UnicodeDecodeError as exc:
+            if exc.start >= len(head) - 3:  # a character cut by the 4 KB: still text
+                return None
+    return BinaryNote(errno.EINVAL, f"a {kind}, not text (only its name ends in .md): not indexed")
+
+
 class NotRegularFile(OSError):
     """A memory path that is a FIFO, socket, device or folder: refused before it is read."""
 

@@ -22,6 +22,8 @@ Differences from OpenClaw, each fixing a reported problem:
   real cosine, a vector-only hit its real BM25), with fusion weights measured per embedding
   model (:data:`memdir.ranking.MODEL_WEIGHTS`);
 * a question that names a date or period (:mod:`memdir.dates`) prefers chunks of that period;
+* a note whose file name (its title in Obsidian, Logseq, Foam, Dendron) the question names, or
+  which holds every word of the question, is a keyword candidate even when its text never says it;
 * an explicit ``min_score`` is strict: nothing below it is rescued.
 """
 
@@ -45,7 +47,7 @@ from memdir.query import extract_keywords, keyword_terms, match_form, normalise_
 from memdir.ranking import Candidate, Tuning, apply_decay, memory_timestamp, mmr_rerank, model_weights, rrf_scores
 from memdir.settings_cache import candidate_count
 from memdir.stores.base import Hit, Store
-from memdir.textutil import cut_text
+from memdir.textutil import LazyPattern, cut_text
 from memdir.timezones import resolve_timezone
 
 if TYPE_CHECKING:
@@ -529,12 +531,22 @@ def run_search(
     t3 = time.perf_counter()
     pool = _pool(vector_hits, keyword_hits)
     pooled: list[Period] = []
+    titled: list[str] = []
     try:
         if periods and tune.period_pool:
             pooled = _add_period_chunks(store, pool, periods, candidates)
+        if use_keywords:
+            titled = _add_titled_chunks(store, pool, terms, candidates)
         _complete(store, pool, terms if use_keywords else None, qvec, complete_all=tune.complete)
     except Exception as exc:  # a lookup that fails leaves the scores the searches gave
         response.warnings.append(f"score lookup failed: {exc}")
+    if titled:
+        # a note named by the question (or whose name holds all of it) matches it as well as the
+        # best keyword match does: its name is its title in Obsidian, Logseq, Foam and Dendron
+        best = max(TITLE_TEXT_SCORE, *(c.text_score for c in pool.values()))
+        for cid in titled:
+            pool[cid].text_score = best
+            pool[cid].extra["name"] = True  # (explain: matched by its name)
     cands = list(pool.values())
     if tune.fusion == "rrf" and not keyword_only and not vector_only:
         fused = rrf_scores(cands, tune.rrf_k)
@@ -678,6 +690,101 @@ def _add_period_chunks(store: Store, pool: dict[str, Candidate], periods: list[P
             for h in found.values():
                 pool.setdefault(h.id, Candidate.from_hit(h))
     return pooled
+
+
+#: The keyword score of a note found by its name when no note matched the question's words
+#: better: a strong match, returned in a spare slot when its text is far from the question's
+#: meaning (hybrid search scored ``Meeting with Carol.md`` 0.3 for "Carol", under the floor).
+TITLE_TEXT_SCORE = RESCUE_TEXT_SCORE
+#: A date that opens a note's name (a daily log, the session hook's ``2026-01-12-api-design.md``,
+#: Logseq's ``2026_01_12``), and the 32-hex page id Notion's export ends each name with.
+_NAME_DATE: Any = LazyPattern(r"^\d{4}[-_.]\d{2}[-_.]\d{2}(?:[-_. T]+|$)")
+_NOTION_ID: Any = LazyPattern(r"\s+[0-9a-f]{32}$")
+_ORDINAL: Any = LazyPattern(r"\d+(?:st|nd|rd|th)")
+_TITLES: dict[str, frozenset[str]] = {}
+
+
+def _word(word: str) -> str:
+    """A word of a title or a question as they are compared: its stem, without accents (a note
+    named ``Café.md`` is the question's "cafe")."""
+    from memdir.textutil import stem
+
+    form = match_form(word)
+    return stem(form) or form
+
+
+def title_words(path: str) -> frozenset[str]:
+    """The words (stemmed, lower case) of the title a note's file name gives it: ``pages/Meeting
+    with Carol.md`` {meet, carol}, Dendron's ``proj.memdir.design.md``, Logseq's ``Infra___K8s.md``
+    and ``Infra%2FK8s.md``; none for ``MEMORY.md`` or a name that is a date (a daily log)."""
+    words = _TITLES.get(path)
+    if words is not None:
+        return words
+    from urllib.parse import unquote
+
+    from memdir.dates import CALENDAR_WORDS, path_date
+
+    name = path.rsplit("/", 1)[-1]
+    title = "" if path in ("MEMORY.md", "memory.md") or not name.endswith(".md") else unquote(name[:-3])
+    title = _NAME_DATE.sub("", _NOTION_ID.sub("", title)).replace("_", " ")
+    # a dated name's weekday and month are its date's (every "2026-11-30 Monday.md" was a page
+    # named "Monday"), as an ordinal is ("Nov 30th, 2026.md")
+    calendar = CALENDAR_WORDS if title and path_date(path) is not None else frozenset()
+    words = frozenset(_word(w) for term in (keyword_terms(title) if title else ()) for w in term.split()
+                      if not (w.isdigit() or w in calendar or _ORDINAL.fullmatch(w)))
+    if len(_TITLES) > 200_000:
+        _TITLES.clear()
+    _TITLES[path] = words
+    return words
+
+
+#: ``(the file rows it was made of, {title word: [path, ...]})``, replaced whole (threads search at once).
+_TITLE_INDEX: list[tuple[Any, dict[str, list[str]]]] = [(None, {})]
+
+
+def _title_index(rows: Any) -> dict[str, list[str]]:
+    """The memory notes by each word of their titles, remade when the files' rows are not the
+    very ones it was made of (SQLite's are kept while the index is unchanged): a search at 10,000
+    notes went through every name (7 ms)."""
+    made_of, index = _TITLE_INDEX[0]
+    if made_of is not rows:
+        index = {}
+        for path, source in rows:
+            if source == "memory":
+                for w in title_words(path):
+                    index.setdefault(w, []).append(path)
+        _TITLE_INDEX[0] = (rows, index)
+    return index
+
+
+def _add_titled_chunks(store: Store, pool: dict[str, Candidate], terms: list[str], limit: int) -> list[str]:
+    """The first chunk of each note whose name is named by the question (all its title's words are
+    among the question's) or holds the whole question, added to the pool; their ids.
+
+    Why: a page's title in Obsidian, Logseq, Foam and Dendron is its file name, which its text
+    rarely repeats: "Carol" or "meeting with Carol" found nothing of ``Meeting with Carol.md``,
+    "sourdough" nothing of Logseq's ``pages/Sourdough.md``.  When more than ``limit`` names
+    hold the whole question (a word every page is named with), those say nothing and are left."""
+    asked = frozenset(_word(w) for term in terms for w in term.split())
+    if not asked:
+        return []
+    named: list[str] = []
+    within: list[str] = []
+    index = _title_index(store.file_rows())
+    for path in {p for w in asked for p in index.get(w, ())}:
+        words = title_words(path)
+        if words <= asked:
+            named.append(path)
+        elif asked <= words:
+            within.append(path)
+        if len(named) > limit and len(within) > limit:
+            break
+    paths = sorted([*(named if len(named) <= limit else ()), *(within if len(within) <= limit else ())])
+    ids = []
+    for h in store.first_chunks(paths) if paths else ():
+        pool.setdefault(h.id, Candidate.from_hit(h))
+        ids.append(h.id)
+    return ids
 
 
 def _complete(store: Store, pool: dict[str, Candidate], terms: list[str] | None, qvec: list[float] | None,
@@ -1014,7 +1121,8 @@ def _result(c: Candidate, explain: bool, info: dict[str, Any]) -> SearchResult:
             "textNorm": info["textNorm"],
             "decay": round(c.decay, 6),
             "rankBeforeMmr": c.rank_before_mmr,
-            "matched": [s for s, on in (("vector", c.in_vector), ("keyword", c.in_keyword)) if on],
+            "matched": [s for s, on in (("vector", c.in_vector), ("keyword", c.in_keyword),
+                                        ("name", bool(c.extra.get("name")))) if on],
             "rescued": c.rescued,
             "floor": info["floor"],
         }

@@ -60,7 +60,7 @@ from memdir.lock import (
     writing_words,
 )
 from memdir.progress import ProgressFile
-from memdir.reading import encrypted_note, read_note
+from memdir.reading import BinaryNote, binary_note, encrypted_note, read_note
 from memdir.stores.base import OWNER_FOLDER_STATE, OWNER_STATE, RECOVERED_STATE, SKIPPED_STATE, ChunkRow, Store
 from memdir.timezones import resolve_timezone
 from memdir.workspace import (
@@ -168,7 +168,7 @@ def read_memory_file(entry: FileEntry) -> SourceDoc | None:
         raw = read_note(entry.abs_path, entry.root)
     except FileNotFoundError:
         return None  # vanished between listing and reading: not an error (R§2)
-    encrypted = encrypted_note(raw)
+    encrypted = encrypted_note(raw) or binary_note(raw)
     if encrypted is not None:  # its ciphertext was indexed as text: searches cited binary noise
         raise encrypted
     return SourceDoc(decode_note(raw), hashlib.sha256(raw).hexdigest())
@@ -819,6 +819,7 @@ class Indexer:
                 continue
             todo.append(f)
         gone = self._gone(rows, files)
+        binary: list[tuple[str, str]] = []  # image, PDF or NULs under a .md name (BinaryNote)
 
         total = len(todo)
         label = "Indexing memory files…"
@@ -856,7 +857,10 @@ class Indexer:
                     doc = self.load(f) if loaded is None else loaded.doc
                 except Exception as exc:  # one unreadable file never blocks the rest; retried next sync
                     report.skipped.append(Skipped(f.path, _why(exc)).as_dict())
-                    self._unread.add((f.path, f.source))
+                    if isinstance(exc, BinaryNote) and not exc.kept:  # no text: what was indexed of it goes
+                        binary.append((f.path, f.source))
+                    else:
+                        self._unread.add((f.path, f.source))
                     continue
                 if doc is None:
                     continue
@@ -891,6 +895,9 @@ class Indexer:
                 for path, source in gone:
                     store.delete_file(path, source)
                     report.removed += 1
+            for key in binary:
+                if key in rows:
+                    store.delete_file(*key)
             store.set_state(SKIPPED_STATE, [{**s, "at": int(time.time() * 1000)} for s in report.skipped] or None)
         if progress:
             progress(total if not report.incomplete else done, total, ProgressLabel(label, chunks_done, chunks_planned))

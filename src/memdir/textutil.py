@@ -221,6 +221,48 @@ def elide_data_uris(text: str) -> str:
     return _DATA_URI.sub(r"\1…", text) if "base64," in text else text
 
 
+# The opening of a fenced block whose first line is a run of base64 (Excalidraw's
+# ``compressed-json``): only these are looked at line by line.
+_BASE64_FENCE: Any = LazyPattern(r"^ {0,3}(`{3,}|~{3,})[^\n`]*\n[A-Za-z0-9+/_-]{64,}={0,2}[ \t]*$", re.MULTILINE)
+_BASE64_LINE: Any = LazyPattern(r"[A-Za-z0-9+/_-]*={0,2}")
+#: Fewer base64 characters than this in a block are left as they are (a hash or two in a fence).
+BASE64_BLOCK_MIN = 512
+
+
+def elide_base64_blocks(text: str) -> str:
+    """``text`` with the lines of each fenced block that holds nothing but base64 emptied.
+
+    Why: Obsidian's Excalidraw plugin saves each drawing as ``<name>.excalidraw.md``, the
+    drawing's words under ``# Text Elements`` and the drawing itself as LZ-compressed base64 in a
+    ``compressed-json`` block: a drawing of 20 KB was 15 chunks of base64 (embedded one by one,
+    never matched by a question, a drawing's noise among the vector search's candidates).  The
+    lines stay, empty, so every other line keeps its number."""
+    if "```" not in text and "~~~" not in text:
+        return text
+    lines: list[str] | None = None
+    at = row = 0  # the line (0-based) character ``at`` is on: counted on from the last block
+    for m in _BASE64_FENCE.finditer(text):
+        if lines is None:
+            lines = text.split("\n")
+        row += text.count("\n", at, m.start())
+        at = m.start()
+        first = row + 1  # the block's first line
+        fence = m[1]
+        end, size = first, 0
+        while end < len(lines):
+            line = lines[end].strip()
+            if line.startswith(fence[0] * 3) and line.rstrip(fence[0]) == "" and len(line) >= len(fence):
+                break
+            if not _BASE64_LINE.fullmatch(line):
+                end = -1
+                break
+            size += len(line)
+            end += 1
+        if end < len(lines) and end > first and size >= BASE64_BLOCK_MIN:
+            lines[first:end] = [""] * (end - first)
+    return text if lines is None else "\n".join(lines)
+
+
 _ZWJ = "\u200d"
 
 

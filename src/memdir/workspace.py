@@ -138,6 +138,13 @@ IGNORED_DIRS = frozenset({".git", "node_modules", ".pnpm-store", ".venv", "venv"
                           ".debris", ".sync", ".recycle", ".history", ".trashes", "$recycle.bin", "#recycle",
                           "@recycle"})
 
+#: Note apps' own settings, kept inside the vault they serve: Obsidian's ``.obsidian/`` (or the
+#: ``.obsidian-mobile``-style folder its "Override config folder" names), Foam's ``.foam/``.  Walked,
+#: the README and changelog of each plugin installed from its repository, and Foam's note templates
+#: (``${FOAM_TITLE}`` placeholders), were found as the user's notes.  A folder that extraPaths
+#: lists itself is walked (a user who wants Foam's templates searched lists ``.foam/templates``).
+APP_CONFIG_DIRS = (".obsidian", ".foam")
+
 #: Folders ignored only inside a folder of the given name: Logseq keeps the earlier versions of
 #: its pages in ``logseq/bak/`` and ``logseq/version-files/`` (a ``bak/`` of one's own is notes).
 IGNORED_SUBDIRS = frozenset({("logseq", "bak"), ("logseq", "version-files")})
@@ -147,7 +154,7 @@ def is_ignored_dir(name: str, parent: str = "") -> bool:
     """Whether a folder ``name`` (inside a folder named ``parent``) is never walked nor watched."""
     low = name.lower()
     return (low in IGNORED_DIRS or (low.startswith(".trash-") and low[len(".trash-"):].isdigit())
-            or (parent.lower(), low) in IGNORED_SUBDIRS)
+            or low.startswith(APP_CONFIG_DIRS) or (parent.lower(), low) in IGNORED_SUBDIRS)
 
 
 def is_ignored_below(parts: list[str], parent: str) -> bool:
@@ -240,6 +247,7 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
     """
     stack: list[tuple[list[os.DirEntry[str]], int, str]] = []
     pending: tuple[str, str] | None = (folder, rel)
+    templates: set[str] = set()  # Obsidian vaults' template folders met on the way (absolute)
     while True:
         if pending is not None:
             path, prefix = pending
@@ -247,6 +255,8 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
             try:
                 with os.scandir(path) as it:
                     entries = sorted(it, key=lambda e: e.name)
+                if _listed(entries, OBSIDIAN_CONFIG):
+                    templates.update(obsidian_templates(path))
             except OSError as exc:
                 # one that vanished since its parent was listed (a git checkout, an rm -r under way)
                 # is simply gone: it was reported "not readable: No such file or directory", and
@@ -270,7 +280,8 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 _say_linked(entry, prefix, skipped)
                 continue
             if entry.is_dir(follow_symlinks=False):
-                if not is_ignored_dir(entry.name, os.path.basename(os.path.dirname(entry.path))):
+                if not is_ignored_dir(entry.name, os.path.basename(os.path.dirname(entry.path))) \
+                        and not (templates and entry.path in templates):
                     if folders is not None:
                         try:
                             folders.append((entry.path, _folder_id(os.lstat(entry.path))))
@@ -309,6 +320,36 @@ def _walk(folder: str, rel: str, issues: list[str], skipped: list[Skipped], unli
                 issues.append(f"{display_path(entry.path)} not readable ({_errname(exc)})")
                 skipped.append(Skipped(display_path(prefix + entry.name), _errname(exc)))
                 unlisted.append(prefix + entry.name)
+
+
+#: An Obsidian vault's settings folder, and its files that name the vault's template folder: the
+#: core Templates plugin's (``{"folder": "Templates"}``) and Templater's (``templates_folder``).
+OBSIDIAN_CONFIG = ".obsidian"
+_TEMPLATE_SETTINGS = (("templates.json", "folder"), ("plugins/templater-obsidian/data.json", "templates_folder"))
+
+
+def obsidian_templates(vault: str) -> list[str]:
+    """The template folders the Obsidian vault at ``vault`` names in its settings (absolute).
+
+    Why: a template is boilerplate and placeholders (``# {{date}}``, ``## Gratitude``, ``<%
+    tp.date.now() %>``), not memory: the daily template answered "gratitude" and "what did I learn"
+    above every daily note written from it.  A folder outside the vault, or the vault itself, is
+    never one; a settings file that cannot be read or parsed names none."""
+    import json
+
+    out = []
+    for name, key in _TEMPLATE_SETTINGS:
+        head = _head(os.path.join(vault, OBSIDIAN_CONFIG, name), 1 << 16)
+        try:
+            folder = json.loads(head or b"null").get(key) if head else None
+        except (ValueError, AttributeError):
+            continue
+        if not isinstance(folder, str):
+            continue
+        below = os.path.normpath(folder.strip().strip("/"))
+        if below not in ("", ".") and not below.startswith(("..", "/")):
+            out.append(os.path.join(vault, below))
+    return out
 
 
 def _upper_case_md(prefix: str, name: str) -> Skipped:
@@ -550,7 +591,7 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
             continue
         if stat.S_ISLNK(st.st_mode):
             found.skipped.append(Skipped(display_path(rel_path(workspace, extra)),
-                                         "a symlink in extraPaths (not followed: list what it points to instead)"))
+                                         f"a symlink in extraPaths (not followed: list {_link_target(extra)} instead)"))
             continue
         if stat.S_ISDIR(st.st_mode):
             # the workspace itself (``"."``) lists ``notes/x.md``, not ``./notes/x.md``: the path
@@ -588,6 +629,17 @@ def discover(workspace: Path, extra_paths: list[Path] | None = None) -> Discover
     if folders is not None and not found.issues and all(s.lasting for s in found.skipped):
         found.folders = folders
     return found
+
+
+def _link_target(link: Path) -> str:
+    """Where the symlink ``link`` points, as a path to list in extraPaths (read from the link
+    itself, never followed: its target may be on a mount that hangs); "what it points to" when it
+    cannot be read.  Why: a vault linked in (``~/Obsidian`` to a synced drive's folder) was only
+    told to "list what it points to instead"."""
+    try:
+        return display_path(os.path.normpath(os.path.join(link.parent, os.readlink(link))))
+    except OSError:
+        return "what it points to"
 
 
 #: ``C:\\Users\\me\\notes`` or ``D:/notes`` in extraPaths, joined to the workspace as a relative path.

@@ -267,6 +267,10 @@ class Store(Protocol):
         """Up to ``limit`` chunks whose dates overlap ``start..end`` (ISO days, inclusive), score 0."""
         ...
 
+    def first_chunks(self, paths: Sequence[str]) -> list[Hit]:
+        """The first chunk (lowest lines) of each memory file in ``paths`` that has one, score 0."""
+        ...
+
     # -- embedding cache --------------------------------------------------------------------
     def cache_get(self, provider: str, model: str, provider_key: str,
                   hashes: Iterable[str]) -> dict[str, Sequence[float] | np.ndarray]:

@@ -207,6 +207,17 @@ class PgSearch:
                              {**args, "start": start, "end": end, "k": int(limit)}).fetchall()
         return [hit(r, 0.0) for r in rows]
 
+    def first_chunks(self, paths: Sequence[str]) -> list[Hit]:
+        """The first chunk of each memory file in ``paths``, in path order, score 0."""
+        if not paths:
+            return []
+        scope, args = self._scope()
+        with self._conn() as c:
+            rows = c.execute(f"SELECT DISTINCT ON (c.path) {CHUNK_COLS} FROM chunks c WHERE c.index_id = {scope} "
+                             "AND c.source = 'memory' AND c.path = ANY(%(paths)s) ORDER BY c.path, c.start_line, "
+                             "c.end_line", {**args, "paths": sorted(set(paths))}).fetchall()
+        return [hit(r, 0.0) for r in rows]
+
     # -- vectors -----------------------------------------------------------------------------
     @staticmethod
     def _hnsw_name(ix: int | None) -> str:

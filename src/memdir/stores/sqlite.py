@@ -1236,6 +1236,17 @@ class SqliteStore(SqliteLifecycle):
                 "ORDER BY c.path, c.start_line LIMIT ?", (end, start, int(limit))).fetchall()
         return [_hit(r, 0.0) for r in rows]
 
+    def first_chunks(self, paths: Sequence[str]) -> list[Hit]:
+        """The first chunk of each memory file in ``paths``, in path order, score 0."""
+        if not paths:
+            return []
+        with self.lock:
+            rows = list(db.rows_in(
+                self.conn, f"SELECT {_HIT_COLUMNS} FROM chunks c WHERE c.source = 'memory' AND c.path IN ({{marks}}) "
+                "AND c.start_line = (SELECT min(d.start_line) FROM chunks d WHERE d.path = c.path "
+                "AND d.source = c.source)", sorted(set(paths))))
+        return sorted((_hit(r, 0.0) for r in rows), key=lambda h: (h.path, h.end_line))
+
     # -- embedding cache ---------------------------------------------------------------------
     def cache_get(self, provider: str, model: str, provider_key: str, hashes: Iterable[str]) -> dict[str, np.ndarray]:
         """Cached vectors by chunk hash, looked up 400 at a time (R§5.4): float32 arrays over the
