@@ -449,6 +449,28 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="target backend; set store.driver to it afterwards")
     p.add_argument("--json", action="store_true", help="print what was copied as JSON")
 
+    p = cmd("agents", "the agents with state in the state folder (workspace, index, disk use); "
+                      "agents forget ID deletes one's derived state")
+    if not isinstance(p, _Unused):
+        p.add_argument("--json", action="store_true", help="JSON output")
+        actions = p.add_subparsers(dest="agents_command", metavar="ACTION")
+        a = actions.add_parser("list", help="list them (what memdir agents alone does)",
+                               description="list the agents with state in the state folder")
+        a.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="JSON output")
+        _add_globals(a, suppress=True)
+        a = actions.add_parser("forget", help="delete an agent's index and what lies beside it (not its transcripts)",
+                               description="delete an agent's derived state: its index and the files beside it; "
+                                           "its long-term memory too with --ltm. Transcripts and notes are never "
+                                           "deleted.")
+        a.add_argument("id", help="the agent id, or a workspace's key, as memdir agents lists it")
+        a.add_argument("--ltm", action="store_true",
+                       help="also delete its long-term memory (LanceDB), which cannot be rebuilt")
+        a.add_argument("-n", "--dry-run", action="store_true", help="list what would be deleted; delete nothing")
+        a.add_argument("-y", "--yes", action="store_true",
+                       help="do not ask for confirmation (required when stdin is not a terminal)")
+        a.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="JSON output")
+        _add_globals(a, suppress=True)
+
     p = cmd("config", "configuration")
     p.add_argument("action", choices=["show"], nargs="?", help="show: every setting, its value and where it came from")
     p.add_argument("--json", action="store_true", help="JSON output")
@@ -1064,6 +1086,12 @@ def cmd_ltm(args: argparse.Namespace) -> int:
     return run(args, _load_config(args))
 
 
+def cmd_agents(args: argparse.Namespace) -> int:
+    from memdir.agents_cli import forget, listing
+
+    return forget(args) if getattr(args, "agents_command", None) == "forget" else listing(args)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from memdir.bench.cli import run
 
@@ -1071,6 +1099,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "agents": cmd_agents,
     "append": cmd_append,
     "bench": cmd_bench,
     "chat": cmd_chat,

@@ -1,0 +1,147 @@
+"""``memdir agents`` and ``memdir agents forget``: real state folders, the CLI as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import cli_env, stop_process
+
+KEYWORDS = '[memorySearch]\nprovider = "none"\n'
+
+
+def _setup(state_dir: Path, make_workspace, run_cli) -> tuple[Path, Path]:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / "memdir.toml").write_text(KEYWORDS, encoding="utf-8")
+    ops = make_workspace({"MEMORY.md": "The kiwi rollout is on Tuesday.\n"}, name="ops-ws")
+    gone = make_workspace({"MEMORY.md": "The mango audit is on Friday.\n", "memory/2026-01-02.md": "- mango\n"},
+                          name="gone-ws")
+    run_cli("-w", str(ops), "--agent", "ops", "index", check=True)
+    run_cli("-w", str(gone), "index", check=True)
+    return ops, gone
+
+
+def _agents(run_cli) -> dict[str, dict]:
+    proc = run_cli("agents", "--json", check=True)
+    return {a["id"]: a for a in json.loads(proc.stdout)["agents"]}
+
+
+def test_agents_lists_each_agent_and_forget_deletes_only_its_derived_state(make_workspace, state_dir: Path,
+                                                                          run_cli, tmp_path: Path):
+    ops, gone = _setup(state_dir, make_workspace, run_cli)
+    sessions = state_dir / "agents" / "ops" / "sessions"
+    sessions.mkdir(parents=True)
+    (sessions / "s1.jsonl").write_text('{"type": "message"}\n', encoding="utf-8")
+    ltm = state_dir / "ltm" / "ops"
+    (ltm / "memories.lance").mkdir(parents=True)
+    (ltm / "memories.lance" / "data").write_bytes(b"x" * 100)
+    import shutil
+
+    shutil.rmtree(gone)
+    agents = _agents(run_cli)
+    assert set(agents) == {"ops", next(k for k in agents if k.startswith("gone-ws-"))}
+    a = agents["ops"]
+    assert a["kind"] == "agent" and a["workspace"] == str(ops) and not a["orphaned"]
+    assert a["index"]["files"] == 1 and a["index"]["chunks"] == 1 and a["index"]["bytes"] > 0
+    assert a["index"]["lastSync"] and a["transcripts"]["files"] == 1 and a["longTermMemory"]["exists"]
+    key = next(k for k in agents if k != "ops")
+    assert agents[key]["kind"] == "workspace" and agents[key]["orphaned"] and agents[key]["index"]["files"] == 2
+    text = run_cli("agents", check=True).stdout
+    assert f"{key} (workspace; orphaned: its workspace {gone} no longer exists)" in text
+    assert "index: 1 file, 1 chunk" in text and "transcripts: 1 file" in text
+    assert run_cli("agents", "list", check=True).stdout == text
+
+    # a dry run deletes nothing; without --yes and no terminal to ask on, nothing either (bad usage)
+    before = sorted(p.name for p in (state_dir / "memory").iterdir())
+    dry = run_cli("agents", "forget", "ops", "--dry-run", check=True)
+    assert str(state_dir / "memory" / "ops.sqlite") in dry.stdout and "kept" in dry.stdout
+    refused = run_cli("agents", "forget", "ops")
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert sorted(p.name for p in (state_dir / "memory").iterdir()) == before
+
+    done = run_cli("agents", "forget", "ops", "--yes", "--json", check=True)
+    report = json.loads(done.stdout)
+    assert str(state_dir / "memory" / "ops.sqlite") in report["deleted"]
+    assert not list((state_dir / "memory").glob("ops.sqlite*"))
+    assert (sessions / "s1.jsonl").is_file() and (ltm / "memories.lance" / "data").is_file()
+    assert (ops / "MEMORY.md").read_text(encoding="utf-8") == "The kiwi rollout is on Tuesday.\n"
+    assert any("transcripts" in k for k in report["kept"]) and any("--ltm" in k for k in report["kept"])
+    # the long-term memory goes only when asked for; the transcripts never
+    run_cli("agents", "forget", "ops", "--yes", "--ltm", check=True)
+    assert not ltm.exists() and (sessions / "s1.jsonl").is_file()
+    again = run_cli("agents", "forget", "ops", "--yes")
+    assert again.returncode == 1 and "no derived state to delete" in again.stderr
+    # the agent's index is built again from its notes by its next search
+    assert "kiwi" in run_cli("-w", str(ops), "--agent", "ops", "search", "kiwi", check=True).stdout
+
+
+def test_forget_refuses_ids_that_are_no_agent(make_workspace, state_dir: Path, run_cli):
+    _setup(state_dir, make_workspace, run_cli)
+    for bad in ("../ops", "ops/x", ".."):
+        proc = run_cli("agents", "forget", bad, "--yes")
+        assert proc.returncode == 2 and "not a plain name" in proc.stderr, proc.stderr
+    proc = run_cli("agents", "forget", "Ops", "--yes")
+    assert proc.returncode == 1 and "did you mean 'ops'?" in proc.stderr
+    assert (state_dir / "memory" / "ops.sqlite").is_file()
+
+
+def test_forget_is_refused_while_a_watcher_of_the_agent_runs(make_workspace, state_dir: Path, run_cli):
+    """An idle ``memdir watch`` holds the index open without the writer lock: deleted under it, the
+    index was built again at its next sync, the forget undone without a word."""
+    ops, _ = _setup(state_dir, make_workspace, run_cli)
+    watcher = subprocess.Popen([sys.executable, "-m", "memdir", "-w", str(ops), "--agent", "ops", "watch", "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=cli_env(state_dir))
+    try:
+        assert watcher.stdout is not None
+        watcher.stdout.readline()  # its first event: the start sync is done
+        proc = run_cli("agents", "forget", "ops", "--yes")
+        assert proc.returncode == 1 and f"in use by pid {watcher.pid}" in proc.stderr, proc.stderr
+        assert (state_dir / "memory" / "ops.sqlite").is_file()
+    finally:
+        stop_process(watcher)
+    run_cli("agents", "forget", "ops", "--yes", check=True)
+    assert not (state_dir / "memory" / "ops.sqlite").exists()
+
+
+def test_forget_unlinks_links_and_never_deletes_what_they_point_at(make_workspace, state_dir: Path, run_cli,
+                                                                  tmp_path: Path):
+    _setup(state_dir, make_workspace, run_cli)
+    outside = tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    (outside / "keep" / "precious.md").write_text("mine\n", encoding="utf-8")
+    (outside / "precious.vec8").write_text("mine\n", encoding="utf-8")
+    (state_dir / "ltm").mkdir()
+    os.symlink(outside / "keep", state_dir / "ltm" / "ops")
+    os.symlink(outside / "precious.vec8", state_dir / "memory" / "ops.sqlite.vec8")
+    run_cli("agents", "forget", "ops", "--yes", "--ltm", check=True)
+    assert not os.path.lexists(state_dir / "ltm" / "ops")
+    assert not os.path.lexists(state_dir / "memory" / "ops.sqlite.vec8")
+    assert (outside / "keep" / "precious.md").read_text(encoding="utf-8") == "mine\n"
+    assert (outside / "precious.vec8").read_text(encoding="utf-8") == "mine\n"
+
+
+def test_a_shared_store_path_is_kept_and_postgres_is_refused(make_workspace, state_dir: Path, run_cli,
+                                                            tmp_path: Path):
+    state_dir.mkdir(parents=True)
+    shared = tmp_path / "shared.sqlite"
+    (state_dir / "memdir.toml").write_text(KEYWORDS + f'[memorySearch.store]\npath = "{shared}"\n',
+                                           encoding="utf-8")
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    run_cli("-w", str(ws), "--agent", "a", "index", check=True)
+    (state_dir / "ltm" / "a").mkdir(parents=True)
+    agents = _agents(run_cli)
+    assert agents["a"]["index"]["shared"]
+    proc = run_cli("agents", "forget", "a", "--yes")
+    assert proc.returncode == 1 and "shared by every agent" in proc.stderr
+    assert shared.is_file()
+
+    (state_dir / "memdir.toml").write_text(
+        KEYWORDS + '[memorySearch.store]\ndriver = "postgres"\ndsn = "postgresql://nobody@127.0.0.1:1/none"\n',
+        encoding="utf-8")
+    listing = run_cli("agents", check=True, timeout=60)
+    assert "a (agent)" in listing.stdout and "store.driver is postgres" in listing.stderr
+    proc = run_cli("agents", "forget", "a", "--yes", "--ltm")
+    assert proc.returncode == 1 and "PostgreSQL" in proc.stderr and (state_dir / "ltm" / "a").is_dir()
