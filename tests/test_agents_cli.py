@@ -145,3 +145,22 @@ def test_a_shared_store_path_is_kept_and_postgres_is_refused(make_workspace, sta
     assert "a (agent)" in listing.stdout and "store.driver is postgres" in listing.stderr
     proc = run_cli("agents", "forget", "a", "--yes", "--ltm")
     assert proc.returncode == 1 and "PostgreSQL" in proc.stderr and (state_dir / "ltm" / "a").is_dir()
+
+
+def test_a_folder_at_an_index_file_name_is_never_deleted(make_workspace, state_dir: Path, run_cli):
+    """A folder named as a file memdir keeps beside an index (``ops.sqlite.progress/``) or as an
+    index (``dd.sqlite/``) was deleted with all it held by ``agents forget``; memdir writes files
+    there, so such a folder is someone's: it is left, and said to be."""
+    _setup(state_dir, make_workspace, run_cli)
+    mine = state_dir / "memory" / "ops.sqlite.progress"
+    mine.mkdir()
+    (mine / "notes.md").write_text("mine\n", encoding="utf-8")
+    other = state_dir / "memory" / "dd.sqlite"
+    other.mkdir()
+    (other / "notes.md").write_text("mine\n", encoding="utf-8")
+    assert "dd" not in _agents(run_cli)
+    assert run_cli("agents", "forget", "dd", "--yes").returncode == 1
+    proc = run_cli("agents", "forget", "ops", "--yes", check=True)
+    assert "a folder, not a file memdir writes" in proc.stdout
+    assert (mine / "notes.md").is_file() and (other / "notes.md").is_file()
+    assert not (state_dir / "memory" / "ops.sqlite").exists()

@@ -52,8 +52,8 @@ def agent_keys(state: Path) -> list[str]:
         for entry in entries:
             name = entry.name
             if kind == "memory":
-                if not name.endswith(".sqlite"):
-                    continue
+                if not name.endswith(".sqlite") or _is_dir(entry) and not entry.is_symlink():
+                    continue  # (a folder of that name is no index memdir wrote)
                 name = name[:-len(".sqlite")]
             elif name.startswith(FORGETTING) or not _is_dir(entry):
                 continue

@@ -160,6 +160,13 @@ def _plan(args: argparse.Namespace, key: str, settings: Any, state: Path) -> tup
         plan += [index] if os.path.lexists(index) else []
         plan += [p for p in around if p not in plan]
         plan += [lock] if os.path.lexists(lock) and plan else []
+        # A folder at one of these names is none of them (memdir and SQLite write files there): what
+        # it holds is someone's, and was deleted with it.
+        folders = [p for p in plan if os.path.isdir(p) and not os.path.islink(p)]
+        kept += [f"{p} (a folder, not a file memdir writes: left as it is)" for p in folders]
+        plan = [p for p in plan if p not in folders]
+        if plan == [lock]:
+            plan = []
     transcripts = state / "agents" / key
     if os.path.lexists(transcripts):
         kept.append(f"its transcripts and session records in {transcripts} (never deleted: they cannot be rebuilt)")
