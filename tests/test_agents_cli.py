@@ -164,3 +164,27 @@ def test_a_folder_at_an_index_file_name_is_never_deleted(make_workspace, state_d
     assert "a folder, not a file memdir writes" in proc.stdout
     assert (mine / "notes.md").is_file() and (other / "notes.md").is_file()
     assert not (state_dir / "memory" / "ops.sqlite").exists()
+
+
+def test_forget_is_refused_while_a_watcher_holds_an_index_kept_behind_a_link(make_workspace, state_dir: Path,
+                                                                           run_cli, tmp_path: Path):
+    """``memory/ops.sqlite`` a link to an index on another disk: the watcher holds the link's target
+    open, which is what /proc names, and the forget went ahead under it."""
+    ops, _ = _setup(state_dir, make_workspace, run_cli)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    index = state_dir / "memory" / "ops.sqlite"
+    os.replace(index, disk / "ops.sqlite")
+    os.symlink(disk / "ops.sqlite", index)
+    watcher = subprocess.Popen([sys.executable, "-m", "memdir", "-w", str(ops), "--agent", "ops", "watch", "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=cli_env(state_dir))
+    try:
+        assert watcher.stdout is not None
+        watcher.stdout.readline()
+        proc = run_cli("agents", "forget", "ops", "--yes")
+        assert proc.returncode == 1 and f"in use by pid {watcher.pid}" in proc.stderr, proc.stderr
+        assert index.is_symlink()
+    finally:
+        stop_process(watcher)
+    run_cli("agents", "forget", "ops", "--yes", check=True)
+    assert not os.path.lexists(index) and (disk / "ops.sqlite").is_file()  # (the link alone goes)

@@ -153,8 +153,9 @@ def users_of(paths: Sequence[Path], folders: Sequence[Path] = ()) -> list[dict[s
     ``folders``) open: a ``memdir watch`` or ``memdir mcp`` of the agent keeps its index open between
     syncs, without the writer lock, and would rebuild an index deleted under it at its next sync.
     From ``/proc``; empty where there is none (a process of another user cannot be seen either)."""
-    wanted = {os.path.abspath(p) for p in paths}
-    within = tuple(os.path.abspath(f) + os.sep for f in folders)
+    # (by the real path too: /proc names the file a link led to, an index kept on another disk)
+    wanted = {form(p) for p in paths for form in (os.path.abspath, os.path.realpath)}
+    within = tuple({form(f) + os.sep for f in folders for form in (os.path.abspath, os.path.realpath)})
     found: list[dict[str, Any]] = []
     try:
         pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
