@@ -188,3 +188,14 @@ def test_forget_is_refused_while_a_watcher_holds_an_index_kept_behind_a_link(mak
         stop_process(watcher)
     run_cli("agents", "forget", "ops", "--yes", check=True)
     assert not os.path.lexists(index) and (disk / "ops.sqlite").is_file()  # (the link alone goes)
+
+
+def test_listing_the_agents_leaves_the_state_folder_as_it_was(make_workspace, state_dir: Path, run_cli):
+    """A read-only open of an index in WAL mode leaves an empty ``-wal`` and a 32 KiB ``-shm``
+    beside it: ``memdir agents`` added two files per agent, and the index's last write read as now."""
+    _setup(state_dir, make_workspace, run_cli)
+    before = {p.name: p.stat().st_mtime_ns for p in (state_dir / "memory").iterdir()}
+    first = _agents(run_cli)
+    assert {p.name: p.stat().st_mtime_ns for p in (state_dir / "memory").iterdir()} == before
+    assert _agents(run_cli) == first and first["ops"]["index"]["files"] == 1
+    assert first["ops"]["workspace"] and not first["ops"]["index"].get("error")

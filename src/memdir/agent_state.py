@@ -52,7 +52,7 @@ def agent_keys(state: Path) -> list[str]:
         for entry in entries:
             name = entry.name
             if kind == "memory":
-                if not name.endswith(".sqlite") or _is_dir(entry) and not entry.is_symlink():
+                if not name.endswith(".sqlite") or (_is_dir(entry) and not entry.is_symlink()):
                     continue  # (a folder of that name is no index memdir wrote)
                 name = name[:-len(".sqlite")]
             elif name.startswith(FORGETTING) or not _is_dir(entry):
@@ -110,7 +110,7 @@ def index_facts(index: Path) -> dict[str, Any]:
 
     from memdir import db
     from memdir.index_identity import newer_version
-    from memdir.state_key import index_claim
+    from memdir.state_key import claim_in
 
     facts: dict[str, Any] = {"path": str(index), "exists": os.path.lexists(index)}
     if not facts["exists"]:
@@ -122,14 +122,21 @@ def index_facts(index: Path) -> dict[str, Any]:
     facts["lastSync"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(max(times))) if times else None
     if os.path.islink(index):
         facts["symlink"] = os.readlink(index)
-    owner, _folder = index_claim(index)
-    facts["workspace"] = owner
+    facts["workspace"] = None
     try:
-        conn = db.connect(index, readonly=True, timeout=1.0)
+        if os.path.lexists(f"{index}-wal") or os.path.lexists(f"{index}-shm"):
+            conn = db.connect(index, readonly=True, timeout=1.0)
+        else:
+            # No log beside it: nobody has it open, and the file holds it all.  Read as it is, since a
+            # read-only open of an index in WAL mode leaves an empty -wal and a 32 KiB -shm behind
+            # (a listing of 40 agents made 80 files, and the index's "last written" time now).
+            conn = db.binding().connect(db.file_uri(index, "mode=ro&immutable=1"), uri=True, timeout=1.0,
+                                        check_same_thread=False, isolation_level=None)
     except Exception as exc:
         facts["error"] = _first_line(exc)
         return facts
     try:
+        facts["workspace"] = claim_in(conn)[0]
         facts["files"] = conn.execute("SELECT count(*) FROM files").fetchone()[0]
         facts["chunks"] = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         row = conn.execute("SELECT value FROM meta WHERE key = 'memory_index_meta_v1'").fetchone()
