@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from helpers import cli_env, stop_process
@@ -199,3 +200,48 @@ def test_listing_the_agents_leaves_the_state_folder_as_it_was(make_workspace, st
     assert {p.name: p.stat().st_mtime_ns for p in (state_dir / "memory").iterdir()} == before
     assert _agents(run_cli) == first and first["ops"]["index"]["files"] == 1
     assert first["ops"]["workspace"] and not first["ops"]["index"].get("error")
+
+
+def test_what_a_killed_forget_leaves_is_listed_and_deleted_by_the_next(make_workspace, state_dir: Path,
+                                                                       run_cli):
+    """A forget killed (kill -9) after the index went left its vector file (as large as the index,
+    38 MB at 100k chunks) and lock beside no index, and one killed while deleting the long-term
+    memory it had moved aside left that folder: no agent was listed for them, and the next
+    forget said 'no agent 'ops' has state', so they stayed for good."""
+    import signal
+
+    _setup(state_dir, make_workspace, run_cli)
+    ltm = state_dir / "ltm" / "ops"
+    for i in range(400):
+        (ltm / f"d{i % 20}").mkdir(parents=True, exist_ok=True)
+        (ltm / f"d{i % 20}" / f"f{i}").write_bytes(b"x")
+    # the forget is killed once it has moved the long-term memory aside
+    forget = subprocess.Popen([sys.executable, "-m", "memdir", "agents", "forget", "ops", "--yes", "--ltm"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env(state_dir))
+    try:
+        for _ in range(6000):
+            if forget.poll() is not None or not ltm.exists():
+                break
+            time.sleep(0.005)
+        forget.send_signal(signal.SIGKILL)
+    finally:
+        forget.wait(timeout=60)
+    assert not ltm.exists()  # (moved aside first: never a half long-term memory at its path)
+    # what the kill leaves when it lands in the deletion (made here: the kill may come after it)
+    aside = state_dir / "ltm" / ".forgetting-ops-0123456789ab"
+    (aside / "d1").mkdir(parents=True, exist_ok=True)
+    (aside / "d1" / "f1").write_bytes(b"x")
+    # and what a kill after the index went leaves beside it (the vector file, its lock)
+    (state_dir / "memory" / "ops.sqlite.vec8").write_bytes(b"MEMDIR-VEC8-2\n" + b"\0" * 1000)
+    (state_dir / "memory" / "ops.sqlite.lock").write_bytes(b"")
+    for name in [p.name for p in (state_dir / "memory").glob("ops.sqlite*")]:
+        if name not in ("ops.sqlite.vec8", "ops.sqlite.lock"):
+            os.unlink(state_dir / "memory" / name)
+
+    agents = _agents(run_cli)
+    assert "ops" in agents and not agents["ops"]["index"]["exists"]
+    assert str(aside) in agents["ops"]["interruptedForget"]
+    run_cli("agents", "forget", "ops", "--yes", check=True)
+    assert not list((state_dir / "memory").glob("ops.sqlite*"))
+    assert not list((state_dir / "ltm").iterdir())
+    assert "ops" not in _agents(run_cli)

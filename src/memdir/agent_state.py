@@ -34,8 +34,11 @@ _BESIDE = (
     r"\.tmp-[0-9a-f]{12}" + _SQLITE_JOURNALS,
     r"\.corrupt-[0-9]{8}-[0-9]{6}(?:-[0-9]+)?" + _SQLITE_JOURNALS,
 )
-#: The name a long-term memory folder is given while it is deleted (never listed as an agent).
+#: The name a long-term memory folder is given while it is deleted: ``.forgetting-<key>-<12 hex>``.
 FORGETTING = ".forgetting-"
+_LEFT_ASIDE = re.compile(re.escape(FORGETTING) + r"(.+)-[0-9a-f]{12}$")
+#: A file of an index's (not the index: that name ends in ``.sqlite``), its key first.
+_LEFT_BESIDE = re.compile(r"(.+)\.sqlite(?:" + "|".join((*_BESIDE, r"\.lock")) + r")$")
 
 
 def agent_keys(state: Path) -> list[str]:
@@ -52,10 +55,21 @@ def agent_keys(state: Path) -> list[str]:
         for entry in entries:
             name = entry.name
             if kind == "memory":
-                if not name.endswith(".sqlite") or (_is_dir(entry) and not entry.is_symlink()):
+                if _is_dir(entry) and not entry.is_symlink():
                     continue  # (a folder of that name is no index memdir wrote)
-                name = name[:-len(".sqlite")]
-            elif name.startswith(FORGETTING) or not _is_dir(entry):
+                if name.endswith(".sqlite"):
+                    name = name[:-len(".sqlite")]
+                elif match := _LEFT_BESIDE.match(name):
+                    # what a forget (or a crash) left of an index: a vector file can be as large as it
+                    name = match.group(1)
+                else:
+                    continue
+            elif name.startswith(FORGETTING):
+                match = _LEFT_ASIDE.match(name)  # a forget killed while deleting what it had moved aside
+                if not match:
+                    continue
+                name = match.group(1)
+            elif not _is_dir(entry):
                 continue
             try:
                 check_agent_id(name)
@@ -63,6 +77,16 @@ def agent_keys(state: Path) -> list[str]:
                 continue
             names.add(name)
     return sorted(names)
+
+
+def left_aside(folder: Path, key: str) -> list[Path]:
+    """The long-term memory folders of ``key`` that a forget moved aside in ``folder`` and was
+    killed before it had deleted."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(folder / n for n in names if (m := _LEFT_ASIDE.match(n)) and m.group(1) == key)
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
@@ -223,6 +247,7 @@ def describe(key: str, settings: Any, state: Path, configured_workspace: str | N
     entry["longTermMemory"] = {"path": str(ltm), "exists": present,
                                "bytes": tree_size(ltm)[1] if present and not os.path.islink(ltm) else
                                (_lsize(ltm) or 0) if present else 0}
+    entry["interruptedForget"] = [str(p) for p in left_aside(ltm.parent, key)]
     return entry
 
 
@@ -270,5 +295,5 @@ def checkpoint(index: Path) -> None:
         conn.close()
 
 
-__all__ = ["FORGETTING", "agent_keys", "beside", "checkpoint", "describe", "index_facts", "index_shared",
+__all__ = ["FORGETTING", "agent_keys", "beside", "checkpoint", "describe", "index_facts", "index_shared", "left_aside",
            "ltm_shared", "remove", "tree_size", "users_of"]

@@ -75,6 +75,8 @@ def listing(args: argparse.Namespace) -> int:
         ltm = e["longTermMemory"]
         lines.append(f"  long-term memory: {_size(ltm['bytes'])} in {ltm['path']}" if ltm["exists"]
                      else "  long-term memory: none")
+        lines += [f"  left by a forget that was stopped: {p} (memdir agents forget {e['id']} deletes it)"
+                  for p in e["interruptedForget"]]
     if lines:
         print(for_terminal("\n".join(lines)))
     for n in notes:
@@ -171,7 +173,7 @@ def _plan(args: argparse.Namespace, key: str, settings: Any, state: Path) -> tup
     if os.path.lexists(transcripts):
         kept.append(f"its transcripts and session records in {transcripts} (never deleted: they cannot be rebuilt)")
     ltm = db_path(settings)
-    leftovers = sorted(ltm.parent.glob(f"{agent_state.FORGETTING}{key}-*")) if ltm.parent.is_dir() else []
+    leftovers = agent_state.left_aside(ltm.parent, key)
     if os.path.lexists(ltm) and agent_state.ltm_shared(settings):
         kept.append(f"the long-term memory {ltm} (longTermMemory.dbPath, shared by every agent)")
     elif os.path.lexists(ltm) and not args.ltm:
