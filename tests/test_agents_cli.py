@@ -245,3 +245,21 @@ def test_what_a_killed_forget_leaves_is_listed_and_deleted_by_the_next(make_work
     assert not list((state_dir / "memory").glob("ops.sqlite*"))
     assert not list((state_dir / "ltm").iterdir())
     assert "ops" not in _agents(run_cli)
+
+
+def test_agents_whose_indexes_store_path_keeps_elsewhere_are_listed_and_forgotten(make_workspace, state_dir: Path,
+                                                                                  run_cli, tmp_path: Path):
+    """``memorySearch.store.path = "…/indexes/{agentId}.sqlite"`` keeps each agent's index outside the
+    state folder: memdir agents said 'No agent has state', and forget 'no agent 'zed''."""
+    state_dir.mkdir(parents=True)
+    indexes = tmp_path / "indexes"
+    (state_dir / "memdir.toml").write_text(KEYWORDS + f'[memorySearch.store]\npath = "{indexes}/idx-{{agentId}}.db"\n',
+                                           encoding="utf-8")
+    ws = make_workspace({"MEMORY.md": "zebra\n"})
+    run_cli("-w", str(ws), "--agent", "zed", "index", check=True)
+    (indexes / "notes.db").write_text("not an index\n", encoding="utf-8")
+    agents = _agents(run_cli)
+    assert list(agents) == ["zed"] and agents["zed"]["index"]["path"] == str(indexes / "idx-zed.db")
+    assert agents["zed"]["index"]["files"] == 1 and agents["zed"]["workspace"] == str(ws)
+    run_cli("agents", "forget", "zed", "--yes", check=True)
+    assert sorted(p.name for p in indexes.iterdir()) == ["notes.db"]

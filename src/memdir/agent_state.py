@@ -37,19 +37,34 @@ _BESIDE = (
 #: The name a long-term memory folder is given while it is deleted: ``.forgetting-<key>-<12 hex>``.
 FORGETTING = ".forgetting-"
 _LEFT_ASIDE = re.compile(re.escape(FORGETTING) + r"(.+)-[0-9a-f]{12}$")
-#: A file of an index's (not the index: that name ends in ``.sqlite``), its key first.
-_LEFT_BESIDE = re.compile(r"(.+)\.sqlite(?:" + "|".join((*_BESIDE, r"\.lock")) + r")$")
 
 
-def agent_keys(state: Path) -> list[str]:
-    """Every key with state in ``state``: indexes in ``memory/``, folders in ``agents/`` and
-    ``ltm/``.  Listings alone (nothing opened); a name that is not a plain agent id is left out."""
+def index_folder(store_path: str | None, state: Path) -> tuple[Path, str, str]:
+    """Where the agents' indexes are and how they are named: the folder, and what comes before
+    and after the key in a name (``memory/``, ``""``, ``".sqlite"`` unless ``memorySearch.store.path``
+    names each agent's index elsewhere, with ``{agentId}`` in its file name)."""
+    if store_path and "{agentId}" in store_path:
+        folder, name = os.path.split(os.path.expanduser(store_path))
+        if "{agentId}" not in folder and name.count("{agentId}") == 1:
+            before, after = name.split("{agentId}")
+            return Path(folder or ".").resolve(), before, after
+    return state / "memory", "", ".sqlite"
+
+
+def agent_keys(state: Path, store_path: str | None = None) -> list[str]:
+    """Every key with state in ``state``: indexes in ``memory/`` (or where ``store_path``, the
+    configured ``memorySearch.store.path``, keeps them), folders in ``agents/`` and ``ltm/``.
+    Listings alone (nothing opened); a name that is not a plain agent id is left out."""
     from memdir.config import check_agent_id
 
+    folder, before, after = index_folder(store_path, state)
+    index_name = re.compile(re.escape(before) + r"(.+)" + re.escape(after) + r"$")
+    left_beside = re.compile(re.escape(before) + r"(.+)" + re.escape(after) + r"(?:"
+                             + "|".join((*_BESIDE, r"\.lock")) + r")$")
     names: set[str] = set()
-    for kind in ("memory", "agents", "ltm"):
+    for kind, where in (("memory", folder), ("agents", state / "agents"), ("ltm", state / "ltm")):
         try:
-            entries = list(os.scandir(state / kind))
+            entries = list(os.scandir(where))
         except OSError:
             continue
         for entry in entries:
@@ -57,9 +72,9 @@ def agent_keys(state: Path) -> list[str]:
             if kind == "memory":
                 if _is_dir(entry) and not entry.is_symlink():
                     continue  # (a folder of that name is no index memdir wrote)
-                if name.endswith(".sqlite"):
-                    name = name[:-len(".sqlite")]
-                elif match := _LEFT_BESIDE.match(name):
+                if match := index_name.match(name):
+                    name = match.group(1)
+                elif match := left_beside.match(name):
                     # what a forget (or a crash) left of an index: a vector file can be as large as it
                     name = match.group(1)
                 else:
@@ -295,5 +310,5 @@ def checkpoint(index: Path) -> None:
         conn.close()
 
 
-__all__ = ["FORGETTING", "agent_keys", "beside", "checkpoint", "describe", "index_facts", "index_shared", "left_aside",
-           "ltm_shared", "remove", "tree_size", "users_of"]
+__all__ = ["FORGETTING", "agent_keys", "beside", "checkpoint", "describe", "index_facts", "index_folder",
+           "index_shared", "left_aside", "ltm_shared", "remove", "tree_size", "users_of"]
