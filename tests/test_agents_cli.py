@@ -263,3 +263,13 @@ def test_agents_whose_indexes_store_path_keeps_elsewhere_are_listed_and_forgotte
     assert agents["zed"]["index"]["files"] == 1 and agents["zed"]["workspace"] == str(ws)
     run_cli("agents", "forget", "zed", "--yes", check=True)
     assert sorted(p.name for p in indexes.iterdir()) == ["notes.db"]
+
+
+def test_forgetting_an_index_without_its_lock_file_leaves_nothing(make_workspace, state_dir: Path, run_cli):
+    """An index with no lock file beside it (copied back from a backup alone): the forget's own lock
+    made one, left behind, so the agent was still listed ('index: none') after it was forgotten."""
+    _setup(state_dir, make_workspace, run_cli)
+    (state_dir / "memory" / "ops.sqlite.lock").unlink()
+    run_cli("agents", "forget", "ops", "--yes", check=True)
+    assert not list((state_dir / "memory").glob("ops.sqlite*"))
+    assert "ops" not in _agents(run_cli)

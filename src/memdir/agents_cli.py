@@ -210,6 +210,7 @@ def _delete(key: str, settings: Any, plan: list[Path]) -> None:
     index = Path(settings.index_path)
     lock_path = Path(f"{index}.lock")
     lock = None
+    made = not os.path.lexists(lock_path)  # (taking the lock makes its file: deleted with the rest)
     # (a lock file no memdir can take, a link or a folder, excludes no writer: there is none to wait for)
     if (lock_path in plan or index in plan) and not os.path.islink(lock_path) and (
             not os.path.lexists(lock_path) or os.path.isfile(lock_path)):
@@ -239,7 +240,7 @@ def _delete(key: str, settings: Any, plan: list[Path]) -> None:
                 agent_state.remove(path)
             except FileNotFoundError:
                 pass
-        if lock_path in plan:
+        if lock_path in plan or (lock is not None and made):
             try:
                 os.unlink(lock_path)
             except FileNotFoundError:
