@@ -124,8 +124,7 @@ def test_forget_unlinks_links_and_never_deletes_what_they_point_at(make_workspac
     assert (outside / "precious.vec8").read_text(encoding="utf-8") == "mine\n"
 
 
-def test_a_shared_store_path_is_kept_and_postgres_is_refused(make_workspace, state_dir: Path, run_cli,
-                                                            tmp_path: Path):
+def test_a_shared_store_path_is_kept(make_workspace, state_dir: Path, run_cli, tmp_path: Path):
     state_dir.mkdir(parents=True)
     shared = tmp_path / "shared.sqlite"
     (state_dir / "memdir.toml").write_text(KEYWORDS + f'[memorySearch.store]\npath = "{shared}"\n',
@@ -139,13 +138,22 @@ def test_a_shared_store_path_is_kept_and_postgres_is_refused(make_workspace, sta
     assert proc.returncode == 1 and "shared by every agent" in proc.stderr
     assert shared.is_file()
 
+
+def test_under_postgres_the_sqlite_index_left_behind_is_listed_as_unused_and_forgotten(make_workspace, state_dir: Path,
+                                                                                      run_cli):
+    """After memdir migrate --to postgres the agent's SQLite index stays in the state folder, unused:
+    memdir agents showed it as the agent's index, and forget refused to delete it ('its index is in
+    PostgreSQL'), so it stayed for good.  No connection to the database is tried."""
+    _setup(state_dir, make_workspace, run_cli)
     (state_dir / "memdir.toml").write_text(
         KEYWORDS + '[memorySearch.store]\ndriver = "postgres"\ndsn = "postgresql://nobody@127.0.0.1:1/none"\n',
         encoding="utf-8")
-    listing = run_cli("agents", check=True, timeout=60)
-    assert "a (agent)" in listing.stdout and "store.driver is postgres" in listing.stderr
-    proc = run_cli("agents", "forget", "a", "--yes", "--ltm")
-    assert proc.returncode == 1 and "PostgreSQL" in proc.stderr and (state_dir / "ltm" / "a").is_dir()
+    listing = run_cli("agents", check=True)
+    assert "SQLite, not used: store.driver is postgres" in listing.stdout
+    assert "store.driver is postgres" in listing.stderr
+    proc = run_cli("agents", "forget", "ops", "--yes", check=True)
+    assert "its index in PostgreSQL" in proc.stdout
+    assert not list((state_dir / "memory").glob("ops.sqlite*"))
 
 
 def test_a_folder_at_an_index_file_name_is_never_deleted(make_workspace, state_dir: Path, run_cli):

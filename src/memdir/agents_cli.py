@@ -68,7 +68,9 @@ def listing(args: argparse.Namespace) -> int:
             head += f"; orphaned: its workspace {e['workspace']} no longer exists"
         lines.append(head + ")")
         lines.append(f"  workspace: {e['workspace'] or 'unknown (no index names it)'}")
-        lines.append(f"  index: {_index_words(e['index'])}")
+        lines.append(f"  index: {_index_words(e['index'])}" + (
+            "; SQLite, not used: store.driver is postgres" if e["backend"] == "postgres" and e["index"]["exists"]
+            else ""))
         t = e["transcripts"]
         lines.append(f"  transcripts: {_counted(t['files'], 'file')}, {_size(t['bytes'])} in {t['path']}" if t["files"]
                      else "  transcripts: none")
@@ -122,11 +124,11 @@ def forget(args: argparse.Namespace) -> int:
         raise CliError(f"no agent {args.id!r} has state in {state}{did_you_mean(args.id, keys)}"
                        + ("" if keys else " (it holds no agent's state)") + ": memdir agents lists them")
     settings = _loaded(args, key).settings
-    if settings.memory_search.store.driver == "postgres":
-        raise CliError(f"agent {key}'s index is in PostgreSQL (store.driver = \"postgres\"), which memdir agents "
-                       "forget does not delete: nothing was deleted (its transcripts and long-term memory in the "
-                       "state folder are kept too)")
     plan, kept = _plan(args, key, settings, state)
+    if settings.memory_search.store.driver == "postgres":
+        # its SQLite index, if any, is one this config does not use (left by memdir migrate --to postgres)
+        kept.insert(0, "its index in PostgreSQL (store.driver = \"postgres\"), which memdir agents forget does "
+                       "not delete")
     if not plan:
         raise CliError(f"agent {key} has no derived state to delete: " + "; ".join(kept))
     report: dict[str, Any] = {"agent": key, "dryRun": bool(args.dry_run),
