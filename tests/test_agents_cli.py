@@ -281,3 +281,17 @@ def test_forgetting_an_index_without_its_lock_file_leaves_nothing(make_workspace
     run_cli("agents", "forget", "ops", "--yes", check=True)
     assert not list((state_dir / "memory").glob("ops.sqlite*"))
     assert "ops" not in _agents(run_cli)
+
+
+def test_a_long_term_memory_a_killed_forget_moved_aside_is_no_agent_id(state_dir: Path, run_cli, tmp_path: Path):
+    """``ltm/.forgetting-ops-…`` (a forget killed while deleting it) was offered as an agent id: by
+    ``--agent <Tab>`` and in the refusal of a search for an unknown agent ('the agents in … are
+    .forgetting-ops-0123456789ab')."""
+    (state_dir / "ltm" / ".forgetting-ops-0123456789ab").mkdir(parents=True)
+    (state_dir / "ltm" / "ops").mkdir()
+    (state_dir / "memdir.toml").write_text(KEYWORDS, encoding="utf-8")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = run_cli("--agent", "opx", "search", "kiwi", cwd=empty)
+    assert proc.returncode == 1 and "the agents in" in proc.stderr
+    assert ".forgetting" not in proc.stderr and "are ops" in proc.stderr

@@ -213,8 +213,10 @@ def known_agents(state: Any) -> list[str]:
     from pathlib import Path
 
     state = Path(state)
+    # (not ltm/.forgetting-<id>-…: what a memdir agents forget that was killed had moved aside)
     names = {p.stem for p in (state / "memory").glob("*.sqlite")} | \
-        {p.name for kind in ("agents", "ltm") for p in (state / kind).glob("*") if p.is_dir()}
+        {p.name for kind in ("agents", "ltm") for p in (state / kind).glob("*")
+         if p.is_dir() and not p.name.startswith(".forgetting-")}
     return sorted(n for n in names if not re.search(r"-[0-9a-f]{10}$", n))
 
 
