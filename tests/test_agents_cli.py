@@ -295,3 +295,26 @@ def test_a_long_term_memory_a_killed_forget_moved_aside_is_no_agent_id(state_dir
     proc = run_cli("--agent", "opx", "search", "kiwi", cwd=empty)
     assert proc.returncode == 1 and "the agents in" in proc.stderr
     assert ".forgetting" not in proc.stderr and "are ops" in proc.stderr
+
+
+def test_forget_ltm_is_refused_while_a_long_term_memory_writer_holds_it(make_workspace, state_dir: Path, run_cli):
+    """A process holding the long-term memory's writer lock (an ``ltm reembed``, an MCP server's
+    store) made the refusal say the index would be built again, and its command line of several
+    lines (python -c '…') broke the one-line error over them."""
+    _setup(state_dir, make_workspace, run_cli)
+    ltm = state_dir / "ltm" / "ops"
+    ltm.mkdir(parents=True)
+    code = ("import sys, time\nfrom pathlib import Path\nfrom memdir.lock import FileWriterLock\n"
+            "lock = FileWriterLock(Path(sys.argv[1]) / 'ltm')\nassert lock.acquire(5)\nprint('held', flush=True)\n"
+            "time.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(ltm)], stdout=subprocess.PIPE, text=True,
+                              env=cli_env(state_dir))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        proc = run_cli("agents", "forget", "ops", "--yes", "--ltm")
+        assert proc.returncode == 1 and f"in use by pid {holder.pid}" in proc.stderr
+        assert "long-term memory open" in proc.stderr and "build the index" not in proc.stderr
+        assert proc.stderr.count("\n") == 1
+        assert (state_dir / "memory" / "ops.sqlite").is_file() and ltm.is_dir()
+    finally:
+        stop_process(holder)

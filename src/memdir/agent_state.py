@@ -234,7 +234,7 @@ def _command_of(pid: int) -> str:
             words = fh.read().split(b"\0")
     except OSError:
         return "?"
-    text = " ".join(os.fsdecode(w) for w in words if w)
+    text = " ".join(" ".join(os.fsdecode(w).split()) for w in words if w)  # (one line: python -c '…' spans many)
     return text[:120] + ("…" if len(text) > 120 else "")
 
 

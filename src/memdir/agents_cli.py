@@ -224,10 +224,12 @@ def _delete(key: str, settings: Any, plan: list[Path]) -> None:
         ltm = db_path(settings)
         users = agent_state.users_of([index, Path(f"{index}-wal"), Path(f"{index}-shm")],
                                      [ltm] if ltm in plan else [])
+        index_users = agent_state.users_of([index, Path(f"{index}-wal"), Path(f"{index}-shm")]) if users else []
         if users:
             who = ", ".join(f"pid {u['pid']} ({u['command']})" for u in users[:3])
-            raise CliError(f"agent {key}'s state is in use by {who}: nothing was deleted; stop it first (a memdir "
-                           "watch or mcp would build the index again at its next sync)")
+            why = ("a memdir watch or mcp would build the index again at its next sync" if index_users else
+                   "it has the long-term memory open, and would go on writing to it")
+            raise CliError(f"agent {key}'s state is in use by {who}: nothing was deleted; stop it first ({why})")
         if index in plan:
             agent_state.checkpoint(index)
         for path in plan:
