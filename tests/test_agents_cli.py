@@ -318,3 +318,18 @@ def test_forget_ltm_is_refused_while_a_long_term_memory_writer_holds_it(make_wor
         assert (state_dir / "memory" / "ops.sqlite").is_file() and ltm.is_dir()
     finally:
         stop_process(holder)
+
+
+def test_forget_given_a_workspace_path_names_its_key(make_workspace, state_dir: Path, run_cli):
+    """``memdir agents forget ~/old-notes``, the natural thing to type for a deleted workspace, was
+    told only that its id is 'not a plain name: use letters, digits, …'."""
+    import shutil
+
+    _, gone = _setup(state_dir, make_workspace, run_cli)
+    key = next(k for k in _agents(run_cli) if k.startswith("gone-ws-"))
+    shutil.rmtree(gone)
+    proc = run_cli("agents", "forget", str(gone), "--yes")
+    assert proc.returncode == 2 and f"its state is under '{key}' (memdir agents forget {key})" in proc.stderr
+    assert (state_dir / "memory" / f"{key}.sqlite").is_file()
+    ops = run_cli("agents", "forget", str(make_workspace(name="ops-ws")), "--yes")
+    assert ops.returncode == 2 and "its state is under 'ops'" in ops.stderr

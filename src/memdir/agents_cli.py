@@ -115,7 +115,7 @@ def forget(args: argparse.Namespace) -> int:
     try:
         check_agent_id(args.id)
     except ValueError as exc:
-        raise UsageError(f"agents forget: {exc}") from None
+        raise UsageError(f"agents forget: {exc}{_workspace_given(args)}") from None
     base = _loaded(args, None)
     state = base.settings.state_path
     keys = agent_state.agent_keys(state, base.settings.memory_search.store.path)
@@ -140,6 +140,26 @@ def forget(args: argparse.Namespace) -> int:
         _confirm(args, key, plan, kept)
     _delete(key, settings, plan)
     return _say(args, report, f"agent {key}: deleted", plan, kept)
+
+
+def _workspace_given(args: argparse.Namespace) -> str:
+    """For an id given as a workspace's path (``memdir agents forget ~/old-notes``, the natural thing to
+    type for a workspace deleted): the keys its state is under, to give instead."""
+    from memdir.config import workspace_index_name
+
+    if "/" not in args.id and not args.id.startswith("~"):
+        return ""
+    try:
+        folder = Path(os.path.abspath(os.path.expanduser(args.id)))
+        key = workspace_index_name(folder)
+        _state, entries, _settings = _entries(args)
+    except Exception:  # (a path that cannot be a folder's: the plain refusal says enough)
+        return ""
+    found = [e["id"] for e in entries if e["id"] == key or e["workspace"] == str(folder)]
+    if not found:
+        return f". {folder} is a path, not an agent id, and no agent in the state folder has it for workspace"
+    return (f". {folder} is a path, not an agent id: its state is under " + ", ".join(repr(f) for f in found)
+            + f" (memdir agents forget {found[0]})")
 
 
 def _plan(args: argparse.Namespace, key: str, settings: Any, state: Path) -> tuple[list[Path], list[str]]:
