@@ -333,3 +333,49 @@ def test_forget_given_a_workspace_path_names_its_key(make_workspace, state_dir: 
     assert (state_dir / "memory" / f"{key}.sqlite").is_file()
     ops = run_cli("agents", "forget", str(make_workspace(name="ops-ws")), "--yes")
     assert ops.returncode == 2 and "its state is under 'ops'" in ops.stderr
+
+
+def test_a_forget_that_would_be_refused_says_so_before_asking_and_in_a_dry_run(make_workspace, state_dir: Path,
+                                                                              run_cli):
+    """Under a running watcher of the agent, ``--dry-run`` listed what would go as if a forget could
+    run, and at a terminal the question was asked and answered before the refusal came."""
+    import pty
+
+    ops, _ = _setup(state_dir, make_workspace, run_cli)
+    watcher = subprocess.Popen([sys.executable, "-m", "memdir", "-w", str(ops), "--agent", "ops", "watch", "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=cli_env(state_dir))
+    try:
+        assert watcher.stdout is not None
+        watcher.stdout.readline()
+        dry = run_cli("agents", "forget", "ops", "--dry-run", "--json", check=True)
+        assert f"in use by pid {watcher.pid}" in json.loads(dry.stdout)["refusedNow"]
+        main, tty = pty.openpty()
+        try:
+            os.write(main, b"y\n")  # (waits in the terminal's input for whoever reads it)
+            proc = subprocess.run([sys.executable, "-m", "memdir", "agents", "forget", "ops"], stdin=tty,
+                                  capture_output=True, text=True, env=cli_env(state_dir), timeout=120)
+        finally:
+            os.close(tty)
+            os.close(main)
+        assert proc.returncode == 1 and "in use by pid" in proc.stderr and "Delete them?" not in proc.stderr
+        assert (state_dir / "memory" / "ops.sqlite").is_file()
+    finally:
+        stop_process(watcher)
+
+
+def test_forget_at_a_terminal_asks_first(make_workspace, state_dir: Path, run_cli):
+    import pty
+
+    _setup(state_dir, make_workspace, run_cli)
+    for answer, deleted in ((b"n\n", False), (b"yes\n", True)):
+        main, tty = pty.openpty()
+        try:
+            os.write(main, answer)
+            proc = subprocess.run([sys.executable, "-m", "memdir", "agents", "forget", "ops"], stdin=tty,
+                                  capture_output=True, text=True, env=cli_env(state_dir), timeout=120)
+        finally:
+            os.close(tty)
+            os.close(main)
+        assert "Delete them? [y/N]" in proc.stderr
+        assert proc.returncode == (0 if deleted else 1), proc.stderr
+        assert (state_dir / "memory" / "ops.sqlite").exists() is not deleted

@@ -134,12 +134,47 @@ def forget(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"agent": key, "dryRun": bool(args.dry_run),
                               "deleted" if not args.dry_run else "wouldDelete": [str(p) for p in plan],
                               "kept": kept}
+    busy = _in_use(key, settings, plan)  # (said before asking, and by a dry run: not after a yes)
     if args.dry_run:
+        if busy:
+            report["refusedNow"] = busy
+            kept.append(f"nothing now, though: {busy}")
         return _say(args, report, f"agent {key}: memdir agents forget would delete", plan, kept)
+    if busy:
+        raise CliError(busy)
     if not args.yes:
         _confirm(args, key, plan, kept)
     _delete(key, settings, plan)
     return _say(args, report, f"agent {key}: deleted", plan, kept)
+
+
+def _in_use(key: str, settings: Any, plan: list[Path]) -> str | None:
+    """Why a forget of ``plan`` would be refused now (a writer, or a process with the state open)."""
+    from memdir.lock import FileWriterLock, writer_words
+
+    index = Path(settings.index_path)
+    if index in plan and os.path.isfile(f"{index}.lock") and not os.path.islink(f"{index}.lock"):
+        holder = FileWriterLock(index).holder()
+        if holder is not None:
+            return (f"agent {key}'s index is being written by {writer_words(holder)}: nothing was deleted; stop it "
+                    "(or let it finish) and try again")
+    return _users_words(key, settings, plan)
+
+
+def _users_words(key: str, settings: Any, plan: list[Path]) -> str | None:
+    from memdir import agent_state
+    from memdir.ltm.settings import db_path
+
+    index = Path(settings.index_path)
+    ltm = db_path(settings)
+    users = agent_state.users_of([index, Path(f"{index}-wal"), Path(f"{index}-shm")], [ltm] if ltm in plan else [])
+    if not users:
+        return None
+    index_users = agent_state.users_of([index, Path(f"{index}-wal"), Path(f"{index}-shm")])
+    who = ", ".join(f"pid {u['pid']} ({u['command']})" for u in users[:3])
+    why = ("a memdir watch or mcp would build the index again at its next sync" if index_users else
+           "it has the long-term memory open, and would go on writing to it")
+    return f"agent {key}'s state is in use by {who}: nothing was deleted; stop it first ({why})"
 
 
 def _workspace_given(args: argparse.Namespace) -> str:
@@ -242,14 +277,9 @@ def _delete(key: str, settings: Any, plan: list[Path]) -> None:
                            "was deleted; stop it (or let it finish) and try again")
     try:
         ltm = db_path(settings)
-        users = agent_state.users_of([index, Path(f"{index}-wal"), Path(f"{index}-shm")],
-                                     [ltm] if ltm in plan else [])
-        index_users = agent_state.users_of([index, Path(f"{index}-wal"), Path(f"{index}-shm")]) if users else []
-        if users:
-            who = ", ".join(f"pid {u['pid']} ({u['command']})" for u in users[:3])
-            why = ("a memdir watch or mcp would build the index again at its next sync" if index_users else
-                   "it has the long-term memory open, and would go on writing to it")
-            raise CliError(f"agent {key}'s state is in use by {who}: nothing was deleted; stop it first ({why})")
+        busy = _users_words(key, settings, plan)
+        if busy:
+            raise CliError(busy)
         if index in plan:
             agent_state.checkpoint(index)
         for path in plan:
