@@ -138,7 +138,6 @@ def forget(args: argparse.Namespace) -> int:
     if args.dry_run:
         if busy:
             report["refusedNow"] = busy
-            kept.append(f"nothing now, though: {busy}")
         return _say(args, report, f"agent {key}: memdir agents forget would delete", plan, kept)
     if busy:
         raise CliError(busy)
@@ -310,6 +309,6 @@ def _say(args: argparse.Namespace, report: dict[str, Any], title: str, plan: lis
         return 0
     if _quiet(args) and not report["dryRun"]:
         return 0
-    print(for_terminal("\n".join([f"{title}:", *[f"  {p}" for p in plan],
-                                  *[f"kept {k}" for k in kept]])))
+    print(for_terminal("\n".join([f"{title}:", *[f"  {p}" for p in plan], *[f"kept {k}" for k in kept],
+                                  *([f"but not now: {report['refusedNow']}"] if report.get("refusedNow") else [])])))
     return 0
