@@ -379,3 +379,20 @@ def test_forget_at_a_terminal_asks_first(make_workspace, state_dir: Path, run_cl
         assert "Delete them? [y/N]" in proc.stderr
         assert proc.returncode == (0 if deleted else 1), proc.stderr
         assert (state_dir / "memory" / "ops.sqlite").exists() is not deleted
+
+
+def test_an_index_with_damaged_metadata_is_listed_as_damaged(make_workspace, state_dir: Path, run_cli):
+    """Its metadata not JSON (a damaged index, a hand edit): the listing said 'unreadable: Expecting
+    property name enclosed in double quotes: line 1 column 2 (char 1)' and nothing of what it meant."""
+    from memdir import db
+
+    _setup(state_dir, make_workspace, run_cli)
+    conn = db.connect(state_dir / "memory" / "ops.sqlite")
+    conn.execute("UPDATE meta SET value = '{not json' WHERE key = 'memory_index_meta_v1'")
+    conn.close()
+    (state_dir / "memory" / "ops.sqlite.progress").write_text('{"total": "10 files", ', encoding="utf-8")
+    text = run_cli("agents", check=True).stdout
+    assert "memory_index_meta_v1) is not valid JSON: the next sync of the agent moves it aside" in text
+    assert "Expecting" not in text
+    run_cli("agents", "forget", "ops", "--yes", check=True)
+    assert not list((state_dir / "memory").glob("ops.sqlite*"))

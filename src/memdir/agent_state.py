@@ -179,7 +179,12 @@ def index_facts(index: Path) -> dict[str, Any]:
         facts["files"] = conn.execute("SELECT count(*) FROM files").fetchone()[0]
         facts["chunks"] = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         row = conn.execute("SELECT value FROM meta WHERE key = 'memory_index_meta_v1'").fetchone()
-        meta = json.loads(row[0]) if row else None
+        try:
+            meta = json.loads(row[0]) if row else None
+        except (TypeError, ValueError):  # (said 'unreadable: Expecting property name …' and no more)
+            facts["error"] = ("its metadata (memory_index_meta_v1) is not valid JSON: the next sync of the agent "
+                              "moves it aside and rebuilds it")
+            return facts
         newer = newer_version(meta if isinstance(meta, dict) else None)
         if newer:
             facts["newerVersion"] = newer
