@@ -124,16 +124,21 @@ def test_forget_unlinks_links_and_never_deletes_what_they_point_at(make_workspac
     assert (outside / "precious.vec8").read_text(encoding="utf-8") == "mine\n"
 
 
-def test_a_shared_store_path_is_kept(make_workspace, state_dir: Path, run_cli, tmp_path: Path):
+def test_a_shared_store_path_is_kept_and_named_no_agent(make_workspace, state_dir: Path, run_cli):
+    """One index for every agent, ``store.path = "~/.memdir/memory/team.sqlite"``, was listed as agent
+    'team' (whose forget then had nothing to delete), and the agents using it not at all."""
     state_dir.mkdir(parents=True)
-    shared = tmp_path / "shared.sqlite"
+    shared = state_dir / "memory" / "team.sqlite"
     (state_dir / "memdir.toml").write_text(KEYWORDS + f'[memorySearch.store]\npath = "{shared}"\n',
                                            encoding="utf-8")
     ws = make_workspace({"MEMORY.md": "kiwi\n"})
     run_cli("-w", str(ws), "--agent", "a", "index", check=True)
     (state_dir / "ltm" / "a").mkdir(parents=True)
-    agents = _agents(run_cli)
-    assert agents["a"]["index"]["shared"]
+    listing = json.loads(run_cli("agents", "--json", check=True).stdout)
+    agents = {a["id"]: a for a in listing["agents"]}
+    assert list(agents) == ["a"] and agents["a"]["index"]["shared"]
+    assert listing["sharedIndex"]["path"] == str(shared) and listing["sharedIndex"]["files"] == 1
+    assert "Shared index (memorySearch.store.path, every agent's): 1 file" in run_cli("agents", check=True).stdout
     proc = run_cli("agents", "forget", "a", "--yes")
     assert proc.returncode == 1 and "shared by every agent" in proc.stderr
     assert shared.is_file()

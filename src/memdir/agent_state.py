@@ -58,6 +58,8 @@ def agent_keys(state: Path, store_path: str | None = None) -> list[str]:
     from memdir.config import check_agent_id
 
     folder, before, after = index_folder(store_path, state)
+    # one index for every agent (store.path without {agentId}) is no agent's: 'team.sqlite' was agent 'team'
+    shared = os.path.abspath(os.path.expanduser(store_path)) if store_path and "{agentId}" not in store_path else None
     index_name = re.compile(re.escape(before) + r"(.+)" + re.escape(after) + r"$")
     left_beside = re.compile(re.escape(before) + r"(.+)" + re.escape(after) + r"(?:"
                              + "|".join((*_BESIDE, r"\.lock")) + r")$")
@@ -72,6 +74,8 @@ def agent_keys(state: Path, store_path: str | None = None) -> list[str]:
             if kind == "memory":
                 if _is_dir(entry) and not entry.is_symlink():
                     continue  # (a folder of that name is no index memdir wrote)
+                if shared and (entry.path == shared or (entry.path.startswith(shared) and left_beside.match(name))):
+                    continue
                 if match := index_name.match(name):
                     name = match.group(1)
                 elif match := left_beside.match(name):

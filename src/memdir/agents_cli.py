@@ -51,17 +51,24 @@ def _entries(args: argparse.Namespace) -> tuple[Path, list[dict[str, Any]], Any]
 
 
 def listing(args: argparse.Namespace) -> int:
+    from memdir import agent_state
+
     state, entries, settings = _entries(args)
     notes = []
     if settings.memory_search.store.driver == "postgres":
         notes.append("store.driver is postgres: the indexes in the database are not listed here (memdir status "
                      "--agent ID shows one); the transcripts and long-term memories in the state folder are")
+    shared = None
+    if agent_state.index_shared(settings) and settings.memory_search.store.driver == "sqlite":
+        shared = agent_state.index_facts(Path(settings.index_path))
     if args.json:
-        print(json_text({"stateDir": str(state), "agents": entries, "notes": notes}, indent=2))
+        print(json_text({"stateDir": str(state), "agents": entries, "sharedIndex": shared, "notes": notes}, indent=2))
         return 0
     if not entries:
         print(for_terminal(f"No agent has state in {state}."))
     lines: list[str] = []
+    if shared is not None:
+        lines.append(f"Shared index (memorySearch.store.path, every agent's): {_index_words(shared)}")
     for e in entries:
         head = f"{e['id']} ({e['kind']}"
         if e["orphaned"]:
