@@ -401,3 +401,21 @@ def test_an_index_with_damaged_metadata_is_listed_as_damaged(make_workspace, sta
     assert "Expecting" not in text
     run_cli("agents", "forget", "ops", "--yes", check=True)
     assert not list((state_dir / "memory").glob("ops.sqlite*"))
+
+
+def test_forgetting_main_does_not_cut_a_workspace_off_its_old_transcripts(make_workspace, state_dir: Path, run_cli):
+    """Agent main's index also tells the workspace that owns it to keep using ``agents/main`` and
+    ``ltm/main`` (its state from before memdir kept state per workspace): forgetting main made that
+    workspace start anew under its own key, its transcripts and memories no longer used."""
+    state_dir.mkdir(parents=True)
+    (state_dir / "memdir.toml").write_text(KEYWORDS, encoding="utf-8")
+    ws = make_workspace({"MEMORY.md": "kiwi\n"})
+    (state_dir / "agents" / "main" / "sessions").mkdir(parents=True)
+    (state_dir / "agents" / "main" / "sessions" / "s.jsonl").write_text("{}\n", encoding="utf-8")
+    run_cli("-w", str(ws), "--agent", "main", "index", check=True)
+    before = json.loads(run_cli("-w", str(ws), "status", "--json", check=True).stdout)
+    assert before["stateKeyKind"] == "legacy"
+    proc = run_cli("agents", "forget", "main", "--yes")
+    assert proc.returncode == 1 and f"mv {state_dir / 'agents' / 'main'}" in proc.stderr, proc.stderr
+    assert (state_dir / "memory" / "main.sqlite").is_file()
+    assert json.loads(run_cli("-w", str(ws), "status", "--json", check=True).stdout)["stateKeyKind"] == "legacy"

@@ -131,6 +131,7 @@ def forget(args: argparse.Namespace) -> int:
         raise CliError(f"no agent {args.id!r} has state in {state}{did_you_mean(args.id, keys)}"
                        + ("" if keys else " (it holds no agent's state)") + ": memdir agents lists them")
     settings = _loaded(args, key).settings
+    _refuse_legacy_claim(key, settings, state)
     plan, kept = _plan(args, key, settings, state)
     if settings.memory_search.store.driver == "postgres":
         # its SQLite index, if any, is one this config does not use (left by memdir migrate --to postgres)
@@ -152,6 +153,31 @@ def forget(args: argparse.Namespace) -> int:
         _confirm(args, key, plan, kept)
     _delete(key, settings, plan)
     return _say(args, report, f"agent {key}: deleted", plan, kept)
+
+
+def _refuse_legacy_claim(key: str, settings: Any, state: Path) -> None:
+    """Agent ``main``'s index is also what tells the workspace that owns it to go on using
+    ``agents/main`` and ``ltm/main``, its transcripts and memories from before memdir kept state per
+    workspace (:mod:`memdir.state_key`): deleted, that workspace silently started anew under its
+    own key, its transcripts no longer searched and its memories no longer recalled."""
+    from memdir.config import workspace_index_name
+    from memdir.state_key import LEGACY_AGENT_ID, index_owner, legacy_state_dirs, uses_legacy_state
+
+    if key != LEGACY_AGENT_ID:
+        return
+    index = Path(settings.index_path)
+    owner = index_owner(index)
+    if not owner or not os.path.isdir(owner):
+        return
+    own = workspace_index_name(Path(owner))
+    if not uses_legacy_state(state, Path(owner), own, index):
+        return
+    moves = "; ".join(f"mv {p} {p.with_name(own)}" for p in legacy_state_dirs(state) if p.exists())
+    raise CliError(f"agent main's index {index} is also what makes workspace {owner} (used without --agent) keep "
+                   "its transcripts and long-term memories from before memdir kept them per workspace, under "
+                   f"{state / 'agents' / 'main'} and {state / 'ltm' / 'main'}: forgotten, it would stop using them "
+                   f"without a word. Nothing was deleted; make them that workspace's own first ({moves}), then "
+                   "forget main")
 
 
 def _in_use(key: str, settings: Any, plan: list[Path]) -> str | None:
