@@ -419,3 +419,18 @@ def test_forgetting_main_does_not_cut_a_workspace_off_its_old_transcripts(make_w
     assert proc.returncode == 1 and f"mv {state_dir / 'agents' / 'main'}" in proc.stderr, proc.stderr
     assert (state_dir / "memory" / "main.sqlite").is_file()
     assert json.loads(run_cli("-w", str(ws), "status", "--json", check=True).stdout)["stateKeyKind"] == "legacy"
+
+
+def test_long_term_memories_kept_elsewhere_by_db_path_are_listed(state_dir: Path, run_cli, tmp_path: Path):
+    """``longTermMemory.dbPath = "…/memories/{agentId}"``: an agent with long-term memories there (and
+    no index yet) was not listed, and its forget said 'no agent 'lt' has state'."""
+    state_dir.mkdir(parents=True)
+    memories = tmp_path / "memories"
+    (state_dir / "memdir.toml").write_text(KEYWORDS + f'[longTermMemory]\ndbPath = "{memories}/mem-{{agentId}}"\n',
+                                           encoding="utf-8")
+    (memories / "mem-lt" / "memories.lance").mkdir(parents=True)
+    (memories / "unrelated").mkdir()
+    agents = _agents(run_cli)
+    assert list(agents) == ["lt"] and agents["lt"]["longTermMemory"]["path"] == str(memories / "mem-lt")
+    run_cli("agents", "forget", "lt", "--yes", "--ltm", check=True)
+    assert sorted(p.name for p in memories.iterdir()) == ["unrelated"]

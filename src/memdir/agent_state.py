@@ -51,10 +51,29 @@ def index_folder(store_path: str | None, state: Path) -> tuple[Path, str, str]:
     return state / "memory", "", ".sqlite"
 
 
-def agent_keys(state: Path, store_path: str | None = None) -> list[str]:
+def ltm_folder(db_path: str | None, state: Path) -> tuple[Path, re.Pattern[str]]:
+    """Where the agents' long-term memories are, and a pattern of their folders' names giving the
+    key: ``ltm/<key>``, unless ``longTermMemory.dbPath`` keeps each elsewhere (``{agentId}`` in its
+    last name)."""
+    if db_path and "{agentId}" in db_path:
+        from memdir.ltm.settings import resolve_env
+
+        try:
+            folder, name = os.path.split(os.path.expanduser(resolve_env(db_path, "dbPath")))
+        except Exception:  # (an unset ${VAR}: the agent's own commands say so)
+            folder, name = "", ""
+        if name.count("{agentId}") == 1 and "{agentId}" not in folder:
+            before, after = name.split("{agentId}")
+            where = Path(folder) if os.path.isabs(folder) else state / folder
+            return where.resolve(), re.compile(re.escape(before) + r"(.+)" + re.escape(after) + r"$")
+    return state / "ltm", re.compile(r"(.+)$")
+
+
+def agent_keys(state: Path, store_path: str | None = None, ltm_path: str | None = None) -> list[str]:
     """Every key with state in ``state``: indexes in ``memory/`` (or where ``store_path``, the
-    configured ``memorySearch.store.path``, keeps them), folders in ``agents/`` and ``ltm/``.
-    Listings alone (nothing opened); a name that is not a plain agent id is left out."""
+    configured ``memorySearch.store.path``, keeps them), folders in ``agents/`` and ``ltm/`` (or
+    where ``ltm_path``, ``longTermMemory.dbPath``, keeps them).  Listings alone (nothing opened);
+    a name that is not a plain agent id is left out."""
     from memdir.config import check_agent_id
 
     folder, before, after = index_folder(store_path, state)
@@ -63,8 +82,9 @@ def agent_keys(state: Path, store_path: str | None = None) -> list[str]:
     index_name = re.compile(re.escape(before) + r"(.+)" + re.escape(after) + r"$")
     left_beside = re.compile(re.escape(before) + r"(.+)" + re.escape(after) + r"(?:"
                              + "|".join((*_BESIDE, r"\.lock")) + r")$")
+    ltm_where, ltm_name = ltm_folder(ltm_path, state)
     names: set[str] = set()
-    for kind, where in (("memory", folder), ("agents", state / "agents"), ("ltm", state / "ltm")):
+    for kind, where in (("memory", folder), ("agents", state / "agents"), ("ltm", ltm_where)):
         try:
             entries = list(os.scandir(where))
         except OSError:
@@ -90,6 +110,10 @@ def agent_keys(state: Path, store_path: str | None = None) -> list[str]:
                 name = match.group(1)
             elif not _is_dir(entry):
                 continue
+            elif kind == "ltm":
+                if not (match := ltm_name.match(name)):
+                    continue
+                name = match.group(1)
             try:
                 check_agent_id(name)
             except ValueError:
@@ -320,4 +344,4 @@ def checkpoint(index: Path) -> None:
 
 
 __all__ = ["FORGETTING", "agent_keys", "beside", "checkpoint", "describe", "index_facts", "index_folder",
-           "index_shared", "left_aside", "ltm_shared", "remove", "tree_size", "users_of"]
+           "index_shared", "left_aside", "ltm_folder", "ltm_shared", "remove", "tree_size", "users_of"]

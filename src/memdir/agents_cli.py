@@ -44,7 +44,7 @@ def _entries(args: argparse.Namespace) -> tuple[Path, list[dict[str, Any]], Any]
     base = _loaded(args, None)
     state = base.settings.state_path
     entries = []
-    for key in agent_keys(state, base.settings.memory_search.store.path):
+    for key in agent_keys(state, base.settings.memory_search.store.path, base.settings.long_term_memory.db_path):
         loaded = _loaded(args, key)
         entries.append(describe(key, loaded.settings, state, _configured_workspace(loaded)))
     return state, entries, base.settings
@@ -125,7 +125,8 @@ def forget(args: argparse.Namespace) -> int:
         raise UsageError(f"agents forget: {exc}{_workspace_given(args)}") from None
     base = _loaded(args, None)
     state = base.settings.state_path
-    keys = agent_state.agent_keys(state, base.settings.memory_search.store.path)
+    keys = agent_state.agent_keys(state, base.settings.memory_search.store.path,
+                                  base.settings.long_term_memory.db_path)
     key = agent_spelling(args.id, state)
     if key not in keys:
         raise CliError(f"no agent {args.id!r} has state in {state}{did_you_mean(args.id, keys)}"
