@@ -434,3 +434,14 @@ def test_long_term_memories_kept_elsewhere_by_db_path_are_listed(state_dir: Path
     assert list(agents) == ["lt"] and agents["lt"]["longTermMemory"]["path"] == str(memories / "mem-lt")
     run_cli("agents", "forget", "lt", "--yes", "--ltm", check=True)
     assert sorted(p.name for p in memories.iterdir()) == ["unrelated"]
+
+
+def test_forget_takes_the_agent_from_the_agent_option(make_workspace, state_dir: Path, run_cli):
+    """``memdir --agent ops agents forget --yes``, as every other command takes its agent, failed
+    'the following arguments are required: id'."""
+    _setup(state_dir, make_workspace, run_cli)
+    both = run_cli("--agent", "ops", "agents", "forget", "other", "--yes")
+    assert both.returncode == 2 and "two agents given" in both.stderr
+    assert run_cli("agents", "forget", "--yes").returncode == 2
+    run_cli("--agent", "ops", "agents", "forget", "--yes", check=True)
+    assert not (state_dir / "memory" / "ops.sqlite").exists()

@@ -119,6 +119,12 @@ def forget(args: argparse.Namespace) -> int:
     from memdir import agent_state
     from memdir.config import agent_spelling, check_agent_id, did_you_mean
 
+    flag = getattr(args, "agent", None)  # (`memdir --agent ops agents forget`, as other commands take it)
+    if args.id is None and flag is None:
+        raise UsageError("agents forget: give the agent id (memdir agents lists them)")
+    if args.id is not None and flag is not None and args.id != flag:
+        raise UsageError(f"agents forget: two agents given, {args.id!r} and --agent {flag!r}: give one")
+    args.id = args.id if args.id is not None else flag
     try:
         check_agent_id(args.id)
     except ValueError as exc:

@@ -464,7 +464,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                                description="delete an agent's derived state: its index and the files beside it; "
                                            "its long-term memory too with --ltm. Transcripts and notes are never "
                                            "deleted.")
-        a.add_argument("id", help="the agent id, or a workspace's key, as memdir agents lists it")
+        a.add_argument("id", nargs="?", help="the agent id, or a workspace's key, as memdir agents lists it "
+                                             "(default: the one --agent names)")
         a.add_argument("--ltm", action="store_true",
                        help="also delete its long-term memory (LanceDB), which cannot be rebuilt")
         a.add_argument("-n", "--dry-run", action="store_true", help="list what would be deleted; delete nothing")
