@@ -445,3 +445,15 @@ def test_forget_takes_the_agent_from_the_agent_option(make_workspace, state_dir:
     assert run_cli("agents", "forget", "--yes").returncode == 2
     run_cli("--agent", "ops", "agents", "forget", "--yes", check=True)
     assert not (state_dir / "memory" / "ops.sqlite").exists()
+
+
+def test_a_fifo_at_an_index_name_does_not_hang_the_listing(state_dir: Path, run_cli):
+    """``memory/ff.sqlite`` a FIFO: opening it to read waited for a writer, and memdir agents hung
+    for ever (SIGTERM did not end it).  The timeout is only a guard against the hang."""
+    (state_dir / "memory").mkdir(parents=True)
+    (state_dir / "memdir.toml").write_text(KEYWORDS, encoding="utf-8")
+    os.mkfifo(state_dir / "memory" / "ff.sqlite")
+    agents = json.loads(run_cli("agents", "--json", check=True, timeout=60).stdout)["agents"]
+    assert agents[0]["index"]["error"] == "a FIFO, not an index file"
+    run_cli("agents", "forget", "ff", "--yes", check=True, timeout=60)
+    assert not os.path.lexists(state_dir / "memory" / "ff.sqlite")

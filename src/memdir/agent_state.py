@@ -191,6 +191,16 @@ def index_facts(index: Path) -> dict[str, Any]:
         facts["symlink"] = os.readlink(index)
     facts["workspace"] = None
     try:
+        mode = os.stat(index).st_mode
+    except OSError as exc:  # (a link to nothing)
+        facts["error"] = f"cannot be read: {exc.strerror or exc}"
+        return facts
+    if not stat.S_ISREG(mode):  # (opening a FIFO waited for a writer for ever: memdir agents hung)
+        from memdir.reading import kind_of
+
+        facts["error"] = f"{kind_of(mode)}, not an index file"
+        return facts
+    try:
         if os.path.lexists(f"{index}-wal") or os.path.lexists(f"{index}-shm"):
             conn = db.connect(index, readonly=True, timeout=1.0)
         else:
