@@ -457,3 +457,26 @@ def test_a_fifo_at_an_index_name_does_not_hang_the_listing(state_dir: Path, run_
     assert agents[0]["index"]["error"] == "a FIFO, not an index file"
     run_cli("agents", "forget", "ff", "--yes", check=True, timeout=60)
     assert not os.path.lexists(state_dir / "memory" / "ff.sqlite")
+
+
+def test_a_first_build_in_progress_is_named_by_a_dry_run(state_dir: Path, run_cli):
+    """A first build holds the writer lock beside no index yet (its temporary database and progress
+    file): the dry run listed them as if they could go, and only the forget itself refused."""
+    (state_dir / "memory").mkdir(parents=True)
+    (state_dir / "memdir.toml").write_text(KEYWORDS, encoding="utf-8")
+    index = state_dir / "memory" / "ops.sqlite"
+    (state_dir / "memory" / "ops.sqlite.progress").write_text('{"done": 1, "total": 9}', encoding="utf-8")
+    code = ("import sys, time\nfrom pathlib import Path\nfrom memdir.lock import FileWriterLock\n"
+            "lock = FileWriterLock(Path(sys.argv[1]))\nassert lock.acquire(5)\nprint('held', flush=True)\n"
+            "time.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(index)], stdout=subprocess.PIPE, text=True,
+                              env=cli_env(state_dir))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        dry = json.loads(run_cli("agents", "forget", "ops", "--dry-run", "--json", check=True).stdout)
+        assert "being written by" in dry["refusedNow"] and str(holder.pid) in dry["refusedNow"]
+        proc = run_cli("agents", "forget", "ops", "--yes")
+        assert proc.returncode == 1 and "being written by" in proc.stderr
+        assert (state_dir / "memory" / "ops.sqlite.progress").is_file()
+    finally:
+        stop_process(holder)

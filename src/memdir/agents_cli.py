@@ -192,7 +192,8 @@ def _in_use(key: str, settings: Any, plan: list[Path]) -> str | None:
     from memdir.lock import FileWriterLock, writer_words
 
     index = Path(settings.index_path)
-    if index in plan and os.path.isfile(f"{index}.lock") and not os.path.islink(f"{index}.lock"):
+    lock = Path(f"{index}.lock")  # (in the plan without the index: a first build's, while it runs)
+    if (index in plan or lock in plan) and os.path.isfile(lock) and not os.path.islink(lock):
         holder = FileWriterLock(index).holder()
         if holder is not None:
             return (f"agent {key}'s index is being written by {writer_words(holder)}: nothing was deleted; stop it "
