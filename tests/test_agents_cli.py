@@ -480,3 +480,18 @@ def test_a_first_build_in_progress_is_named_by_a_dry_run(state_dir: Path, run_cl
         assert (state_dir / "memory" / "ops.sqlite.progress").is_file()
     finally:
         stop_process(holder)
+
+
+def test_a_db_path_naming_an_unset_variable_does_not_fail_the_listing(make_workspace, state_dir: Path, run_cli):
+    """``longTermMemory.dbPath = "${LTM_HOME}/{agentId}"``, the variable set only where the MCP server
+    runs: index and status worked, and memdir agents failed whole ('configuration error: …')."""
+    _setup(state_dir, make_workspace, run_cli)
+    (state_dir / "memdir.toml").write_text(KEYWORDS + '[longTermMemory]\ndbPath = "${LTM_HOME}/{agentId}"\n',
+                                           encoding="utf-8")
+    text = run_cli("agents", check=True).stdout
+    assert "long-term memory: unknown (longTermMemory.dbPath: environment variable LTM_HOME is not set" in text
+    refused = run_cli("agents", "forget", "ops", "--yes", "--ltm")
+    assert refused.returncode == 1 and "LTM_HOME" in refused.stderr
+    assert (state_dir / "memory" / "ops.sqlite").is_file()
+    run_cli("agents", "forget", "ops", "--yes", check=True)
+    assert not (state_dir / "memory" / "ops.sqlite").exists()

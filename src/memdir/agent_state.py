@@ -284,8 +284,6 @@ def _command_of(pid: int) -> str:
 def describe(key: str, settings: Any, state: Path, configured_workspace: str | None = None) -> dict[str, Any]:
     """One agent's entry in ``memdir agents --json``; ``configured_workspace``: its
     ``agents.list[].workspace``, for an agent whose index does not say."""
-    from memdir.ltm.settings import db_path
-
     index = Path(settings.index_path)
     entry: dict[str, Any] = {"id": key, "kind": "workspace" if _WORKSPACE_KEY.search(key) else "agent",
                              "backend": settings.memory_search.store.driver}
@@ -300,13 +298,29 @@ def describe(key: str, settings: Any, state: Path, configured_workspace: str | N
     sessions = state / "agents" / key / "sessions"
     files, size = tree_size(sessions) if os.path.isdir(sessions) else (0, 0)
     entry["transcripts"] = {"path": str(sessions), "files": files, "bytes": size}
-    ltm = db_path(settings)
+    ltm, why = ltm_path(settings)
+    if ltm is None:
+        entry["longTermMemory"] = {"path": None, "exists": False, "bytes": 0, "error": why}
+        entry["interruptedForget"] = []
+        return entry
     present = os.path.lexists(ltm)
     entry["longTermMemory"] = {"path": str(ltm), "exists": present,
                                "bytes": tree_size(ltm)[1] if present and not os.path.islink(ltm) else
                                (_lsize(ltm) or 0) if present else 0}
     entry["interruptedForget"] = [str(p) for p in left_aside(ltm.parent, key)]
     return entry
+
+
+def ltm_path(settings: Any) -> tuple[Path | None, str | None]:
+    """The agent's long-term memory folder, or ``None`` and why it cannot be told (a
+    ``longTermMemory.dbPath`` naming a ``${VAR}`` unset here: set only for the MCP server, say).
+    Why: the error failed the whole listing, where index and status ran."""
+    from memdir.ltm.settings import db_path
+
+    try:
+        return db_path(settings), None
+    except Exception as exc:
+        return None, " ".join(str(exc).split())
 
 
 def index_shared(settings: Any) -> bool:
@@ -354,4 +368,4 @@ def checkpoint(index: Path) -> None:
 
 
 __all__ = ["FORGETTING", "agent_keys", "beside", "checkpoint", "describe", "index_facts", "index_folder",
-           "index_shared", "left_aside", "ltm_folder", "ltm_shared", "remove", "tree_size", "users_of"]
+           "index_shared", "left_aside", "ltm_folder", "ltm_path", "ltm_shared", "remove", "tree_size", "users_of"]

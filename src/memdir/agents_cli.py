@@ -83,6 +83,7 @@ def listing(args: argparse.Namespace) -> int:
                      else "  transcripts: none")
         ltm = e["longTermMemory"]
         lines.append(f"  long-term memory: {_size(ltm['bytes'])} in {ltm['path']}" if ltm["exists"]
+                     else f"  long-term memory: unknown ({ltm['error']})" if ltm.get("error")
                      else "  long-term memory: none")
         lines += [f"  left by a forget that was stopped: {p} (memdir agents forget {e['id']} deletes it)"
                   for p in e["interruptedForget"]]
@@ -203,11 +204,11 @@ def _in_use(key: str, settings: Any, plan: list[Path]) -> str | None:
 
 def _users_words(key: str, settings: Any, plan: list[Path]) -> str | None:
     from memdir import agent_state
-    from memdir.ltm.settings import db_path
 
     index = Path(settings.index_path)
-    ltm = db_path(settings)
-    users = agent_state.users_of([index, Path(f"{index}-wal"), Path(f"{index}-shm")], [ltm] if ltm in plan else [])
+    ltm = agent_state.ltm_path(settings)[0]
+    users = agent_state.users_of([index, Path(f"{index}-wal"), Path(f"{index}-shm")],
+                                 [ltm] if ltm is not None and ltm in plan else [])
     if not users:
         return None
     index_users = agent_state.users_of([index, Path(f"{index}-wal"), Path(f"{index}-shm")])
@@ -240,7 +241,6 @@ def _workspace_given(args: argparse.Namespace) -> str:
 def _plan(args: argparse.Namespace, key: str, settings: Any, state: Path) -> tuple[list[Path], list[str]]:
     """What forgetting ``key`` deletes (index first, its lock last), and what it keeps, in words."""
     from memdir import agent_state
-    from memdir.ltm.settings import db_path
     from memdir.stores.sqlite_health import may_replace
 
     plan: list[Path] = []
@@ -269,7 +269,11 @@ def _plan(args: argparse.Namespace, key: str, settings: Any, state: Path) -> tup
     transcripts = state / "agents" / key
     if os.path.lexists(transcripts):
         kept.append(f"its transcripts and session records in {transcripts} (never deleted: they cannot be rebuilt)")
-    ltm = db_path(settings)
+    ltm, why = agent_state.ltm_path(settings)
+    if ltm is None:
+        if args.ltm:
+            raise CliError(f"agent {key}'s long-term memory cannot be found: {why} (nothing was deleted)")
+        return plan, kept
     leftovers = agent_state.left_aside(ltm.parent, key)
     if os.path.lexists(ltm) and agent_state.ltm_shared(settings):
         kept.append(f"the long-term memory {ltm} (longTermMemory.dbPath, shared by every agent)")
@@ -302,7 +306,6 @@ def _delete(key: str, settings: Any, plan: list[Path]) -> None:
     holds the index open; the write-ahead log is folded in first, the lock file goes last."""
     from memdir import agent_state
     from memdir.lock import FileWriterLock, writer_words
-    from memdir.ltm.settings import db_path
 
     index = Path(settings.index_path)
     lock_path = Path(f"{index}.lock")
@@ -316,7 +319,7 @@ def _delete(key: str, settings: Any, plan: list[Path]) -> None:
             raise CliError(f"agent {key}'s index is being written by {writer_words(lock.holder())}: nothing "
                            "was deleted; stop it (or let it finish) and try again")
     try:
-        ltm = db_path(settings)
+        ltm = agent_state.ltm_path(settings)[0]
         busy = _users_words(key, settings, plan)
         if busy:
             raise CliError(busy)
