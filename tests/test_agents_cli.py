@@ -114,8 +114,11 @@ def test_forget_unlinks_links_and_never_deletes_what_they_point_at(make_workspac
     (outside / "keep").mkdir(parents=True)
     (outside / "keep" / "precious.md").write_text("mine\n", encoding="utf-8")
     (outside / "precious.vec8").write_text("mine\n", encoding="utf-8")
-    (state_dir / "ltm").mkdir()
+    (state_dir / "ltm" / "ops2" / "memories.lance").mkdir(parents=True)
     os.symlink(outside / "keep", state_dir / "ltm" / "ops")
+    os.symlink(outside / "keep", state_dir / "ltm" / "ops2" / "memories.lance" / "data")  # a link inside
+    run_cli("agents", "forget", "ops2", "--yes", "--ltm", check=True)
+    assert not os.path.lexists(state_dir / "ltm" / "ops2")
     os.symlink(outside / "precious.vec8", state_dir / "memory" / "ops.sqlite.vec8")
     run_cli("agents", "forget", "ops", "--yes", "--ltm", check=True)
     assert not os.path.lexists(state_dir / "ltm" / "ops")
