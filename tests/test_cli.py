@@ -429,6 +429,9 @@ PARSE_SAMPLES = [
     ["mcp", "--transport", "http", "--port", "9000"],
     ["config", "show", "--json"],
     ["migrate", "--to", "postgres"],
+    ["agents", "--json"],
+    ["agents", "list", "--json", "-w", "ws"],
+    ["agents", "forget", "ops", "--dry-run", "--ltm", "-y"],
     ["ltm", "search", "dark mode", "--limit", "2"],
     ["bench", "speed", "--sizes", "1000"],
     ["chat", "--demo"],
@@ -467,8 +470,8 @@ def test_parser_for_one_command_reports_errors_as_the_full_one(argv: list[str], 
 
 def test_help_lists_every_command(run_cli) -> None:
     out = run_cli("--help").stdout
-    for name in ("index", "search", "get", "status", "watch", "append", "chat", "mcp", "migrate", "config",
-                 "ltm", "bench", "completion"):
+    for name in ("index", "search", "get", "status", "watch", "append", "chat", "mcp", "migrate", "agents",
+                 "config", "ltm", "bench", "completion"):
         assert f"\n    {name} " in out, name
 
 

@@ -213,8 +213,10 @@ def known_agents(state: Any) -> list[str]:
     from pathlib import Path
 
     state = Path(state)
+    # (not ltm/.forgetting-<id>-…: what a memdir agents forget that was killed had moved aside)
     names = {p.stem for p in (state / "memory").glob("*.sqlite")} | \
-        {p.name for kind in ("agents", "ltm") for p in (state / kind).glob("*") if p.is_dir()}
+        {p.name for kind in ("agents", "ltm") for p in (state / kind).glob("*")
+         if p.is_dir() and not p.name.startswith(".forgetting-")}
     return sorted(n for n in names if not re.search(r"-[0-9a-f]{10}$", n))
 
 
@@ -448,6 +450,29 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, choices=["postgres", "sqlite"],
                    help="target backend; set store.driver to it afterwards")
     p.add_argument("--json", action="store_true", help="print what was copied as JSON")
+
+    p = cmd("agents", "the agents with state in the state folder (workspace, index, disk use); "
+                      "agents forget ID deletes one's derived state")
+    if not isinstance(p, _Unused):
+        p.add_argument("--json", action="store_true", help="JSON output")
+        actions = p.add_subparsers(dest="agents_command", metavar="ACTION")
+        a = actions.add_parser("list", help="list them (what memdir agents alone does)",
+                               description="list the agents with state in the state folder")
+        a.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="JSON output")
+        _add_globals(a, suppress=True)
+        a = actions.add_parser("forget", help="delete an agent's index and what lies beside it (not its transcripts)",
+                               description="delete an agent's derived state: its index and the files beside it; "
+                                           "its long-term memory too with --ltm. Transcripts and notes are never "
+                                           "deleted.")
+        a.add_argument("id", nargs="?", help="the agent id, or a workspace's key, as memdir agents lists it "
+                                             "(default: the one --agent names)")
+        a.add_argument("--ltm", action="store_true",
+                       help="also delete its long-term memory (LanceDB), which cannot be rebuilt")
+        a.add_argument("-n", "--dry-run", action="store_true", help="list what would be deleted; delete nothing")
+        a.add_argument("-y", "--yes", action="store_true",
+                       help="do not ask for confirmation (required when stdin is not a terminal)")
+        a.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="JSON output")
+        _add_globals(a, suppress=True)
 
     p = cmd("config", "configuration")
     p.add_argument("action", choices=["show"], nargs="?", help="show: every setting, its value and where it came from")
@@ -1068,6 +1093,12 @@ def cmd_ltm(args: argparse.Namespace) -> int:
     return run(args, _load_config(args))
 
 
+def cmd_agents(args: argparse.Namespace) -> int:
+    from memdir.agents_cli import forget, listing
+
+    return forget(args) if getattr(args, "agents_command", None) == "forget" else listing(args)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from memdir.bench.cli import run
 
@@ -1075,6 +1106,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "agents": cmd_agents,
     "append": cmd_append,
     "bench": cmd_bench,
     "chat": cmd_chat,

@@ -19,6 +19,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 #: The agent id every workspace used before state was keyed by workspace.
 LEGACY_AGENT_ID = "main"
@@ -49,12 +50,18 @@ def index_claim(index: Path) -> tuple[str | None, str | None]:
     except Exception:
         return None, None
     try:
+        return claim_in(conn)
+    finally:
+        conn.close()
+
+
+def claim_in(conn: Any) -> tuple[str | None, str | None]:
+    """:func:`index_claim` read through an open connection to the index."""
+    try:
         rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN (?, ?, ?)",
                                  (_META_KEY, _OWNER_KEY, _OWNER_FOLDER_KEY)))
     except Exception:
         return None, None
-    finally:
-        conn.close()
     try:
         folder = json.loads(rows[_OWNER_FOLDER_KEY]) if _OWNER_FOLDER_KEY in rows else None
     except ValueError:
@@ -190,5 +197,5 @@ def _unclaimed_main(state_dir: Path, workspace: Path, own_key: str, legacy_index
             f"{workspace}: if they are this workspace's, {moves}"]
 
 
-__all__ = ["LEGACY_AGENT_ID", "index_claim", "index_owner", "left_behind", "legacy_state_dirs", "moved_indexes",
-           "unclaimed_legacy_state", "uses_legacy_state"]
+__all__ = ["LEGACY_AGENT_ID", "claim_in", "index_claim", "index_owner", "left_behind", "legacy_state_dirs",
+           "moved_indexes", "unclaimed_legacy_state", "uses_legacy_state"]
