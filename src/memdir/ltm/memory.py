@@ -504,16 +504,16 @@ class LongTermMemory:
         return render(self.list(include_superseded=include_superseded), timezone=self.settings.user_timezone)
 
     def import_markdown(self, text: str, *, progress: Callable[[str, int, int], None] | None = None) -> ImportReport:
-        """Apply a Markdown file (an export, an edited mirror, or bullets a person wrote) to the store,
-        or JSON (``ltm list --json``'s array, or JSON Lines: :func:`memdir.ltm.markdown.parse_json`).
+        """Apply ``text`` to the store: a Markdown file (an export, an edited mirror, or bullets a
+        person wrote), or JSON (``ltm list --json``'s array, or JSON Lines: :func:`memdir.ltm.markdown.parse_json`).
 
         Bullets with a known id update that memory when text or category changed; bullets with an
         unknown id are restored as they are (id, date, importance, superseded state); bullets
         without an id are stored like :meth:`store` (duplicates skipped), except that the bullets
         of one file never supersede one another: a list is facts side by side ("server web-1 is
         10.0.0.1", "web-2 is 10.0.0.2"), and each superseded the one before, 1 of 4 kept.
-        Nothing is deleted.  ``progress(stage, done, total)`` is told as the bullets are embedded
-        (``"embedding"``) and written (``"writing"``).
+        Nothing is deleted.  ``progress``, ``progress(stage, done, total)``, is told as the bullets
+        are embedded (``"embedding"``) and written (``"writing"``).
         """
         return self._healing(lambda: self._import_once(text, progress))
 
