@@ -7,11 +7,29 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from helpers import cli_env, stop_process
 
 KEYWORDS = '[memorySearch]\nprovider = "none"\n'
+
+
+@contextmanager
+def writer_lock_held(path: Path, state_dir: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding memdir's writer lock of ``path`` (an index, a long-term memory)
+    until the block ends."""
+    code = ("import sys, time\nfrom pathlib import Path\nfrom memdir.lock import FileWriterLock\n"
+            "lock = FileWriterLock(Path(sys.argv[1]))\nassert lock.acquire(5)\nprint('held', flush=True)\n"
+            "time.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True,
+                              env=cli_env(state_dir))
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield holder
+    finally:
+        stop_process(holder)
 
 
 def _setup(state_dir: Path, make_workspace, run_cli) -> tuple[Path, Path]:
@@ -312,20 +330,12 @@ def test_forget_ltm_is_refused_while_a_long_term_memory_writer_holds_it(make_wor
     _setup(state_dir, make_workspace, run_cli)
     ltm = state_dir / "ltm" / "ops"
     ltm.mkdir(parents=True)
-    code = ("import sys, time\nfrom pathlib import Path\nfrom memdir.lock import FileWriterLock\n"
-            "lock = FileWriterLock(Path(sys.argv[1]) / 'ltm')\nassert lock.acquire(5)\nprint('held', flush=True)\n"
-            "time.sleep(120)\n")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(ltm)], stdout=subprocess.PIPE, text=True,
-                              env=cli_env(state_dir))
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with writer_lock_held(ltm / "ltm", state_dir) as holder:
         proc = run_cli("agents", "forget", "ops", "--yes", "--ltm")
         assert proc.returncode == 1 and f"in use by pid {holder.pid}" in proc.stderr
         assert "long-term memory open" in proc.stderr and "build the index" not in proc.stderr
         assert proc.stderr.count("\n") == 1
         assert (state_dir / "memory" / "ops.sqlite").is_file() and ltm.is_dir()
-    finally:
-        stop_process(holder)
 
 
 def test_forget_given_a_workspace_path_names_its_key(make_workspace, state_dir: Path, run_cli):
@@ -469,20 +479,12 @@ def test_a_first_build_in_progress_is_named_by_a_dry_run(state_dir: Path, run_cl
     (state_dir / "memdir.toml").write_text(KEYWORDS, encoding="utf-8")
     index = state_dir / "memory" / "ops.sqlite"
     (state_dir / "memory" / "ops.sqlite.progress").write_text('{"done": 1, "total": 9}', encoding="utf-8")
-    code = ("import sys, time\nfrom pathlib import Path\nfrom memdir.lock import FileWriterLock\n"
-            "lock = FileWriterLock(Path(sys.argv[1]))\nassert lock.acquire(5)\nprint('held', flush=True)\n"
-            "time.sleep(120)\n")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(index)], stdout=subprocess.PIPE, text=True,
-                              env=cli_env(state_dir))
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with writer_lock_held(index, state_dir) as holder:
         dry = json.loads(run_cli("agents", "forget", "ops", "--dry-run", "--json", check=True).stdout)
         assert "being written by" in dry["refusedNow"] and str(holder.pid) in dry["refusedNow"]
         proc = run_cli("agents", "forget", "ops", "--yes")
         assert proc.returncode == 1 and "being written by" in proc.stderr
         assert (state_dir / "memory" / "ops.sqlite.progress").is_file()
-    finally:
-        stop_process(holder)
 
 
 def test_a_db_path_naming_an_unset_variable_does_not_fail_the_listing(make_workspace, state_dir: Path, run_cli):
