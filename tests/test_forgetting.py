@@ -170,7 +170,38 @@ def test_turning_secure_delete_on_neither_waits_for_another_writer_nor_fails_the
             assert [r.path for r in mem.search(MARKER, sync=False).results] == ["memory/2026-01-10.md"]
     finally:
         conn.execute("ROLLBACK")
-    with Memory(ws, config=keyword_config) as mem:  # the writer gone: the next open sets it
+    with Memory(ws, config=keyword_config) as mem:  # the writer gone: the deletion sets it
         (ws / "memory/2026-01-10.md").unlink()
         mem.sync()
+    assert remnants(state_dir, MARKER) == []
+
+
+def _secure_delete_on(index: Path) -> bool:
+    import sqlean
+
+    conn = sqlean.connect(str(index))
+    try:
+        row = conn.execute("SELECT 1 FROM chunks_fts_config WHERE k = 'secure-delete' AND v = 1").fetchone()
+        return row is not None
+    finally:
+        conn.close()
+
+
+def test_an_append_pays_no_secure_delete_and_an_edit_that_removes_words_does(make_workspace, state_dir: Path,
+                                                                             keyword_config) -> None:
+    """FTS5's secure-delete made every sync of an edited note 3x slower (64 against 19 ms of CPU at
+    10k chunks), where the common edit, an append to today's log, re-indexes words that all stay
+    in the index: only an edit that takes words out of a note (or a deletion) asks for it."""
+    ws = make_workspace({**filler(5), "memory/2026-01-10.md": "# Log\n\nWatered the tomatoes.\n"})
+    log = ws / "memory/2026-01-10.md"
+    with Memory(ws, config=keyword_config) as mem:
+        mem.sync()
+        log.write_text(log.read_text() + f"\nMy password is {MARKER} keep it.\n", encoding="utf-8")
+        mem.sync()
+        assert not _secure_delete_on(mem.index_path)
+        assert [r.path for r in mem.search(MARKER).results] == ["memory/2026-01-10.md"]
+        log.write_text("# Log\n\nWatered the tomatoes.\n", encoding="utf-8")
+        mem.sync()
+        assert _secure_delete_on(mem.index_path)
+        assert not mem.search(MARKER).results
     assert remnants(state_dir, MARKER) == []

@@ -324,6 +324,24 @@ class _UseLock:
 _INHERITED: list[Any] = []
 
 
+
+#: A keyword token as FTS5's ``unicode61`` cuts them, near enough to tell whether words leave (an
+#: underscore parts words there, as any other character that is no letter or digit).
+_TOKEN: Any = None
+
+
+def _words_leave(old: Sequence[tuple[str, str]], new: Sequence[tuple[str, str]]) -> bool:
+    """Whether some word of a file's old keyword values (text and stems) is in none of its new
+    ones: an edit that removes words (a password edited away) rather than adds them (an append)."""
+    global _TOKEN
+    import re
+
+    if _TOKEN is None:
+        _TOKEN = re.compile(r"[^\W_]+")
+    kept = {w for values in new for col in values for w in _TOKEN.findall(col.lower())}
+    return any(w not in kept for values in old for col in values for w in _TOKEN.findall(col.lower()))
+
+
 class SqliteStore(SqliteLifecycle):
     """A connection to one index file, safe to share between threads (calls are serialised)."""
 
@@ -345,8 +363,6 @@ class SqliteStore(SqliteLifecycle):
         self._pid = os.getpid()
         _STORES.add(self)
         self.fts_error: str | None = None
-        #: Whether the keyword table is known to have FTS5's ``secure-delete`` on (:meth:`_fts_secure_delete`).
-        self._fts_secure = False
         self.matrix = vecs.VectorMatrix()
         self._scorer: Any = None
         self._postings: Any = None
@@ -379,7 +395,6 @@ class SqliteStore(SqliteLifecycle):
         self._postings = None
         self._state_memo = self._log_mark = None
         self._hit_rows = (None, {}, {})
-        self._fts_secure = False  # (a recovery's new file is set again)
         super()._open()
         self._pid = os.getpid()
         self.matrix = vecs.VectorMatrix(sidecar_path(self.path), save=not self.readonly)
@@ -535,17 +550,6 @@ class SqliteStore(SqliteLifecycle):
                 self.fts_error = None
             except Exception as exc:
                 self.fts_error = f"FTS5 unavailable: {exc}"
-            if self.fts_error is None:
-                (wait,) = c.execute("PRAGMA busy_timeout").fetchone()
-                c.execute("PRAGMA busy_timeout = 0")  # (another writer at work: the first deletion sets it)
-                try:
-                    with self.transaction():
-                        self._fts_secure_delete()
-                except Exception as exc:  # a full disk opens read-only as before
-                    if health.is_damage_error(exc):
-                        raise
-                finally:
-                    c.execute(f"PRAGMA busy_timeout = {int(wait)}")
             # Last: the first row in ``meta`` makes the health probe expect every table, so a
             # process killed before the keyword table existed left an index the next open called
             # damaged ("index table missing: chunks_fts") and moved aside as ``.corrupt-*``.
@@ -572,18 +576,21 @@ class SqliteStore(SqliteLifecycle):
         tok = "trigram case_sensitive 0" if self.fts_tokenizer == "trigram" else "unicode61"
         return f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(text, stems, content='', tokenize='{tok}')"
 
-    def _fts_secure_delete(self) -> None:
+    def _fts_secure_delete(self, on: bool = True) -> None:
         """Have FTS5 take a deleted row's words out of its segments (its ``secure-delete`` option,
-        SQLite 3.42+), not only add a marker hiding them: a note deleted or a line edited away kept
-        its words (a password, an address) readable in the index file until FTS5 merged that
-        segment, which for a note indexed long ago could be never.  Measured: see README.  Inside
-        a write transaction: at the open (not waiting for another writer) and before a deletion."""
-        if not self._fts_secure and db.binding().sqlite_version_info >= (3, 42, 0):
-            # (an older FTS5 cannot read a table once the option is set)
-            c = self.conn
-            if c.execute("SELECT 1 FROM chunks_fts_config WHERE k = 'secure-delete' AND v = 1").fetchone() is None:
-                c.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('secure-delete', 1)")
-        self._fts_secure = True
+        SQLite 3.42+), or only add a marker hiding them (``on=False``).  Why: a note deleted or a
+        line edited away kept its words (a password, an address) readable in the index file until
+        FTS5 merged that segment, which for a note indexed long ago could be never.  It is asked
+        for only where words leave the index (:func:`_words_leave`): it made every sync of an
+        edited note 3x slower at 10k chunks (64 against 19 ms of CPU), and the common edit, an
+        append, leaves every word it re-indexes in the index anyway.  Inside a write transaction;
+        read each time, as another process's deletion may have set it since."""
+        if db.binding().sqlite_version_info < (3, 42, 0):
+            return  # (an older FTS5 cannot read a table once the option is set)
+        c = self.conn
+        held = c.execute("SELECT 1 FROM chunks_fts_config WHERE k = 'secure-delete' AND v = 1").fetchone() is not None
+        if held != on:
+            c.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('secure-delete', ?)", (int(on),))
 
     @property
     def fts_available(self) -> bool:
@@ -678,8 +685,9 @@ class SqliteStore(SqliteLifecycle):
         held = [(hex_key(ch.hash), ch.model, 4 * len(ch.embedding)) for ch in chunks
                 if ch.embedding is not None and len(ch.embedding) and ch.windows == 1]
         bulk = self._bulk
+        fts = [ch.fts or fts_values(ch.text) for ch in chunks] if self.fts_available else []
         if bulk is None or (path, source) in bulk.written:
-            self._delete_file_rows(path, source, keep={(h, m) for h, m, _ in held})
+            self._delete_file_rows(path, source, keep={(h, m) for h, m, _ in held}, replaced_by=fts)
             if bulk is not None:
                 bulk.next_rowid = self._next_rowid()
         now = int(time.time() * 1000)
@@ -710,7 +718,7 @@ class SqliteStore(SqliteLifecycle):
         if self.fts_available:
             # FTS rows share the chunk's rowid, so a file's rows are deleted by key, not by a scan.
             c.executemany("INSERT INTO chunks_fts(rowid, text, stems) VALUES (?,?,?)",
-                          [(rid, *(ch.fts or fts_values(ch.text))) for rid, ch in zip(rowids, chunks, strict=True)])
+                          [(rid, *values) for rid, values in zip(rowids, fts, strict=True)])
         if bulk is None:
             vecs.log_changes(c, rowids, alive=True)
         c.execute(
@@ -718,7 +726,10 @@ class SqliteStore(SqliteLifecycle):
             (path, source, file_hash, mtime_ns, size),
         )
 
-    def _delete_file_rows(self, path: str, source: str, keep: set[tuple[str, str]] | frozenset = frozenset()) -> None:
+    def _delete_file_rows(self, path: str, source: str, keep: set[tuple[str, str]] | frozenset = frozenset(),
+                          replaced_by: Sequence[tuple[str, str]] | None = None) -> None:
+        """Delete one file's rows; ``replaced_by``: the keyword values of the rows that replace them
+        in this transaction (``None``: the file is gone)."""
         c = self.conn
         # Cache entries that only pointed at these chunks' vectors get the vectors back (``keep``:
         # the ones the file's new chunks will hold again).
@@ -731,10 +742,11 @@ class SqliteStore(SqliteLifecycle):
         vecs.log_changes(c, [r for (r,) in c.execute(
             "SELECT rowid FROM chunks WHERE path = ? AND source = ?", (path, source))], alive=False)
         if self.fts_available:
-            self._fts_secure_delete()
             rows = c.execute("SELECT rowid, text FROM chunks WHERE path = ? AND source = ?", (path, source)).fetchall()
-            c.executemany("INSERT INTO chunks_fts(chunks_fts, rowid, text, stems) VALUES ('delete', ?, ?, ?)",
-                          [(rid, *fts_values(text)) for rid, text in rows])
+            old = [(rid, *fts_values(text)) for rid, text in rows]
+            if old:
+                self._fts_secure_delete(replaced_by is None or _words_leave([v[1:] for v in old], replaced_by))
+            c.executemany("INSERT INTO chunks_fts(chunks_fts, rowid, text, stems) VALUES ('delete', ?, ?, ?)", old)
         c.execute("DELETE FROM chunks WHERE path = ? AND source = ?", (path, source))
 
     def delete_file(self, path: str, source: str) -> None:
