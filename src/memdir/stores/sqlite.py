@@ -41,7 +41,7 @@ from memdir.stores.sqlite_lifecycle import REBUILD_TEMP, SQLITE_FILES, SqliteLif
 from memdir.stores.vector_sidecar import remove_leftovers as remove_sidecar_leftovers
 from memdir.stores.vector_sidecar import remove_newer as remove_newer_sidecar
 from memdir.stores.vector_sidecar import sidecar_path
-from memdir.textutil import fts_text, fts_values, stem_counts, stem_text
+from memdir.textutil import LazyPattern, fts_text, fts_values, stem_counts, stem_text
 
 if TYPE_CHECKING:
     import numpy as np
@@ -327,17 +327,12 @@ _INHERITED: list[Any] = []
 
 #: A keyword token as FTS5's ``unicode61`` cuts them, near enough to tell whether words leave (an
 #: underscore parts words there, as any other character that is no letter or digit).
-_TOKEN: Any = None
+_TOKEN: Any = LazyPattern(r"[^\W_]+")
 
 
 def _words_leave(old: Sequence[tuple[str, str]], new: Sequence[tuple[str, str]]) -> bool:
     """Whether some word of a file's old keyword values (text and stems) is in none of its new
     ones: an edit that removes words (a password edited away) rather than adds them (an append)."""
-    global _TOKEN
-    import re
-
-    if _TOKEN is None:
-        _TOKEN = re.compile(r"[^\W_]+")
     kept = {w for values in new for col in values for w in _TOKEN.findall(col.lower())}
     return any(w not in kept for values in old for col in values for w in _TOKEN.findall(col.lower()))
 
